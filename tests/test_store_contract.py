@@ -1,0 +1,223 @@
+"""The store contract (trio_routines.store), run over every store backend."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from trio_routines.errors import InvalidWakeup, UnsafeName
+from trio_routines.records import ClaimStatus, Outcome
+from trio_routines.store import Store
+from trio_routines.wakeups import WakeupRequest
+
+T0 = datetime(2026, 7, 7, 10, 0, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+
+
+async def test_first_claim_is_taken_and_unsettled(store: Store) -> None:
+    result = await store.claim("daily", T0, T0 + timedelta(seconds=3))
+    assert result.status is ClaimStatus.TAKEN
+    fire = await store.latest_fire("daily")
+    assert fire is not None
+    assert (fire.slot, fire.fired_at, fire.outcome, fire.ms) == (
+        T0,
+        T0 + timedelta(seconds=3),
+        None,
+        None,
+    )
+    assert await store.history("daily") == [fire]
+
+
+async def test_same_slot_twice_is_a_duplicate(store: Store) -> None:
+    await store.claim("daily", T0, T0)
+    again = await store.claim("daily", T0, T0 + HOUR)
+    assert again.status is ClaimStatus.DUPLICATE
+    (fire,) = await store.history("daily")
+    assert fire.fired_at == T0  # the loser wrote nothing
+
+
+async def test_older_slot_is_stale_and_writes_nothing(store: Store) -> None:
+    await store.claim("daily", T0 + 2 * HOUR, T0)
+    result = await store.claim("daily", T0 + HOUR, T0)
+    assert result.status is ClaimStatus.STALE
+    assert result.newest == "2026-07-07T12-00-00-000Z"
+    assert [f.slot for f in await store.history("daily")] == [T0 + 2 * HOUR]
+
+
+async def test_stale_wins_over_duplicate(store: Store) -> None:
+    await store.claim("daily", T0, T0)
+    await store.claim("daily", T0 + HOUR, T0)
+    result = await store.claim("daily", T0, T0)
+    assert result.status is ClaimStatus.STALE
+
+
+async def test_later_slot_is_taken_after_an_earlier_one(store: Store) -> None:
+    await store.claim("daily", T0, T0)
+    result = await store.claim("daily", T0 + HOUR, T0 + HOUR)
+    assert result.taken
+    assert [f.slot for f in await store.history("daily")] == [T0, T0 + HOUR]
+
+
+async def test_routines_do_not_share_claims(store: Store) -> None:
+    await store.claim("a", T0 + HOUR, T0)
+    assert (await store.claim("b", T0, T0)).taken
+    assert await store.latest_fire("c") is None
+    assert await store.history("c") == []
+
+
+async def test_slots_are_kept_to_the_millisecond(store: Store) -> None:
+    slot = T0 + timedelta(microseconds=123456)
+    await store.claim("daily", slot, slot)
+    (fire,) = await store.history("daily")
+    assert fire.slot == T0 + timedelta(milliseconds=123)
+    assert (await store.claim("daily", T0 + timedelta(microseconds=123999), T0)).status is (
+        ClaimStatus.DUPLICATE
+    )
+
+
+async def test_settle_keeps_the_stamp(store: Store) -> None:
+    await store.claim("daily", T0, T0 + timedelta(minutes=5))
+    await store.settle("daily", T0, Outcome.COMPLETED, 4210)
+    fire = await store.latest_fire("daily")
+    assert fire is not None
+    assert (fire.fired_at, fire.outcome, fire.ms) == (
+        T0 + timedelta(minutes=5),
+        Outcome.COMPLETED,
+        4210,
+    )
+
+
+async def test_resettle_without_duration_drops_it(store: Store) -> None:
+    await store.claim("daily", T0, T0)
+    await store.settle("daily", T0, Outcome.COMPLETED, 123456789)
+    await store.settle("daily", T0, Outcome.INTERRUPTED)
+    fire = await store.latest_fire("daily")
+    assert fire is not None
+    assert (fire.outcome, fire.ms) == (Outcome.INTERRUPTED, None)
+
+
+async def test_settle_of_a_missing_claim_creates_nothing(store: Store) -> None:
+    await store.settle("daily", T0, Outcome.COMPLETED, 5)
+    assert await store.history("daily") == []
+    assert await store.latest_fire("daily") is None
+
+
+@pytest.mark.parametrize("keep", [1, 3])
+async def test_retention_keeps_the_newest(store_factory: Callable[..., Store], keep: int) -> None:
+    store = store_factory(keep=keep)
+    for hour in range(6):
+        assert (await store.claim("daily", T0 + hour * HOUR, T0)).taken
+    history = await store.history("daily")
+    assert [f.slot for f in history] == [T0 + h * HOUR for h in range(6 - keep, 6)]
+    # the stale gate still works for slots whose claims were pruned
+    assert (await store.claim("daily", T0, T0)).status is ClaimStatus.STALE
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "a\\b", "a\x00b"])
+async def test_unsafe_names_are_refused_everywhere(store: Store, name: str) -> None:
+    with pytest.raises(UnsafeName):
+        await store.claim(name, T0, T0)
+    with pytest.raises(UnsafeName):
+        await store.latest_fire(name)
+    with pytest.raises(UnsafeName):
+        await store.history(name)
+    with pytest.raises(UnsafeName):
+        await store.settle(name, T0, Outcome.COMPLETED)
+
+
+@pytest.mark.parametrize("name", ["每日简报", "my report", "...", "a.b", "-x"])
+async def test_every_other_name_is_legal(store: Store, name: str) -> None:
+    assert (await store.claim(name, T0, T0)).taken
+    assert len(await store.history(name)) == 1
+
+
+# -- wake-ups ---------------------------------------------------------------------------------
+
+
+def one_shot(session: str = "s1", delay: timedelta = HOUR, prompt: str = "check") -> WakeupRequest:
+    return WakeupRequest(session=session, prompt=prompt, fire_at=T0 + delay)
+
+
+async def test_added_wakeup_is_listed(store: Store) -> None:
+    added = await store.add_wakeup(one_shot(), T0)
+    assert added.fire_at == T0 + HOUR
+    assert added.session == "s1"
+    assert await store.list_wakeups() == [added]
+
+
+async def test_too_soon_is_refused_and_nothing_stored(store: Store) -> None:
+    with pytest.raises(InvalidWakeup, match="too soon"):
+        await store.add_wakeup(one_shot(delay=timedelta(seconds=59)), T0)
+    assert await store.list_wakeups() == []
+    await store.add_wakeup(one_shot(delay=timedelta(seconds=60)), T0)
+
+
+async def test_twenty_first_pending_wakeup_of_a_session_is_refused(store: Store) -> None:
+    ids = [(await store.add_wakeup(one_shot(), T0)).id for _ in range(20)]
+    await store.add_wakeup(one_shot(session="other"), T0)
+    with pytest.raises(InvalidWakeup, match=r"too many pending wake-ups") as caught:
+        await store.add_wakeup(one_shot(), T0)
+    assert all(i in str(caught.value) for i in ids)
+    assert len(await store.list_wakeups()) == 21
+
+
+async def test_take_takes_the_first_due_in_stored_order(store: Store) -> None:
+    later = await store.add_wakeup(one_shot(delay=2 * HOUR), T0)
+    sooner = await store.add_wakeup(one_shot(delay=HOUR), T0)
+    future = await store.add_wakeup(one_shot(delay=5 * HOUR), T0)
+    now = T0 + 3 * HOUR
+    assert await store.take_due_wakeup(now) == later
+    assert await store.take_due_wakeup(now) == sooner
+    assert await store.take_due_wakeup(now) is None
+    assert await store.list_wakeups() == [future]
+
+
+async def test_recurring_is_derived_and_advanced_in_place(store: Store) -> None:
+    request = WakeupRequest(session="s1", prompt="digest", cron="0 9 * * *", fire_at=T0)
+    added = await store.add_wakeup(request, T0)
+    assert added.fire_at == datetime(2026, 7, 8, 9, 0, tzinfo=UTC)  # caller fire_at ignored
+    other = await store.add_wakeup(one_shot(delay=30 * HOUR), T0)
+    now = datetime(2026, 7, 10, 12, 0, tzinfo=UTC)  # several occurrences missed
+    taken = await store.take_due_wakeup(now)
+    assert taken == added  # as it was, with the occurrence that came due
+    pending = await store.list_wakeups()
+    assert [w.id for w in pending] == [added.id, other.id]
+    assert pending[0].fire_at == datetime(2026, 7, 11, 9, 0, tzinfo=UTC)
+    assert await store.remove_wakeup(added.id, "s1")
+
+
+@pytest.mark.parametrize(
+    ("cron", "message"),
+    [("* * * * *", "too frequent"), ("nope", "invalid cron"), ("0 0 30 2 *", "never fires")],
+)
+async def test_recurring_guardrails(store: Store, cron: str, message: str) -> None:
+    with pytest.raises(InvalidWakeup, match=message):
+        await store.add_wakeup(WakeupRequest(session="s", prompt="p", cron=cron), T0)
+    assert await store.list_wakeups() == []
+
+
+async def test_defer_counts_attempts_up_to_the_ceiling(store: Store) -> None:
+    added = await store.add_wakeup(one_shot(), T0)
+    taken = await store.take_due_wakeup(T0 + HOUR)
+    assert taken == added
+    assert await store.defer_wakeup(taken, T0 + 2 * HOUR)
+    (deferred,) = await store.list_wakeups()
+    assert (deferred.id, deferred.attempts, deferred.fire_at) == (added.id, 1, T0 + 2 * HOUR)
+    taken = await store.take_due_wakeup(T0 + 3 * HOUR)
+    assert taken is not None
+    import attrs
+
+    assert not await store.defer_wakeup(attrs.evolve(taken, attempts=120), T0 + 4 * HOUR)
+    assert await store.list_wakeups() == []
+
+
+async def test_remove_is_scoped_to_the_session(store: Store) -> None:
+    added = await store.add_wakeup(one_shot(), T0)
+    assert not await store.remove_wakeup(added.id, "someone-else")
+    assert await store.remove_wakeup(added.id, "s1")
+    assert not await store.remove_wakeup(added.id, "s1")
+    again = await store.add_wakeup(one_shot(), T0)
+    assert await store.remove_wakeup(again.id)  # no session: the operator's unscoped removal
+    assert await store.list_wakeups() == []

@@ -1,0 +1,44 @@
+"""trio_routines: cron routines and self-scheduled wake-ups for Trio agents.
+
+Every cron slot is claimed in a state store before it runs, so it fires at most once.
+"""
+
+from __future__ import annotations
+
+from .agent import SESSION_BUSY as SESSION_BUSY
+from .agent import Agent as Agent
+from .agent import Completed as Completed
+from .agent import Event as Event
+from .agent import Failed as Failed
+from .agent import TextDelta as TextDelta
+from .cron import cron_error as cron_error
+from .cron import next_run as next_run
+from .errors import InvalidCron as InvalidCron
+from .errors import InvalidRoutine as InvalidRoutine
+from .errors import InvalidWakeup as InvalidWakeup
+from .errors import StateFault as StateFault
+from .errors import TrioRoutinesError as TrioRoutinesError
+from .errors import UnsafeName as UnsafeName
+from .records import ClaimResult as ClaimResult
+from .records import ClaimStatus as ClaimStatus
+from .records import Fire as Fire
+from .records import Outcome as Outcome
+from .records import Wakeup as Wakeup
+from .routines import LoadResult as LoadResult
+from .routines import Routine as Routine
+from .routines import RoutineFailure as RoutineFailure
+from .routines import load_routines as load_routines
+from .scheduler import FireResult as FireResult
+from .scheduler import NotOnGrid as NotOnGrid
+from .scheduler import Scheduler as Scheduler
+from .scheduler import Statistics as Statistics
+from .scheduler import Stopping as Stopping
+from .scheduler import UnknownRoutine as UnknownRoutine
+from .scheduler import serve_routines as serve_routines
+from .store import Store as Store
+from .stores.directory import DirectoryStore as DirectoryStore
+from .turns import TurnResult as TurnResult
+from .wakeups import WakeupRequest as WakeupRequest
+from .wakeups import parse_delay as parse_delay
+
+__version__ = "0.1.0"

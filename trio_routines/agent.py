@@ -1,0 +1,53 @@
+"""The agent protocol: what the runtime fires turns into.
+
+An agent is anything with ``invoke(session, text)`` returning an async iterator of events:
+text deltas, then one terminal event, :class:`Completed` or :class:`Failed`. The runtime does
+not keep the reply (the agent's own session is where it lives); it only needs the outcome.
+
+An iterator that raises is a failed turn. A :class:`Failed` event whose code is
+:data:`SESSION_BUSY` means the turn never started because its session already had one in
+flight: the one failure that is safe to retry, and not an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+SESSION_BUSY = "session_busy"
+
+
+@attrs.frozen
+class TextDelta:
+    """A piece of the reply."""
+
+    text: str
+
+
+@attrs.frozen
+class Completed:
+    """The turn finished."""
+
+
+@attrs.frozen
+class Failed:
+    """The turn did not finish; ``details`` says why, ``code`` classifies it."""
+
+    details: str
+    code: str | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.code == SESSION_BUSY
+
+
+Event = TextDelta | Completed | Failed
+
+
+@runtime_checkable
+class Agent(Protocol):
+    def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+        """Run one turn of ``session`` with the prompt ``text``."""
+        ...

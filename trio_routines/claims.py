@@ -1,0 +1,116 @@
+"""Claims: the pure rules every store applies.
+
+A claim is the durable decision "this slot runs here", and afterwards the record of how it
+ended. Stores differ in how they keep claims (files, rows); they agree on these rules:
+
+* **stale beats duplicate.** A slot whose name sorts before the newest claim of its routine is
+  refused as stale before anything is written, even if its own claim still exists. This keeps
+  an old redelivery from firing after its claim was pruned, and turns a wall clock that moved
+  backwards into skipped (never repeated) instants.
+* **equal is duplicate.** The newest slot asked for again is a duplicate.
+* **retention by count.** After a new claim, the oldest claims beyond ``keep`` are pruned; the
+  newest is never pruned, so the stale gate keeps working beyond the window.
+* **tolerant reading.** A claim's content is read leniently (torn writes and earlier formats
+  read as unsettled, stamped at the slot instant), because the slot itself, held by the name,
+  is what matters; only the stamp and outcome are recovered from the content.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Sequence
+from datetime import datetime
+
+from .instants import parse_iso, slot_of
+from .records import Fire, Outcome
+
+KEEP_CLAIMS = 512
+_OUTCOMES = frozenset(o.value for o in Outcome)
+
+log = logging.getLogger("trio_routines")
+
+
+def is_stale(taken: Sequence[str], wanted: str) -> str | None:
+    """The newest claim name when ``wanted`` sorts before it (stale), else ``None``.
+
+    ``taken`` is the sorted list of claim names of one routine.
+    """
+    if taken and wanted < taken[-1]:
+        return taken[-1]
+    return None
+
+
+def names_to_prune(taken: Sequence[str], keep: int = KEEP_CLAIMS) -> list[str]:
+    """Which of the pre-claim names ``taken`` to delete once one more claim was added.
+
+    Keeps at most ``keep`` claims including the new one; never returns the newest name.
+    """
+    if keep < 1:
+        raise ValueError("keep must be at least 1")
+    excess = max(0, len(taken) + 1 - keep)
+    return list(taken[:excess])
+
+
+def claim_names(entries: Sequence[str]) -> list[str]:
+    """The claim names among directory entries, in slot order; foreign names are dropped."""
+    names = []
+    for entry in entries:
+        if slot_of(entry) is None:
+            log.debug("ignoring %s: not a fired-slot claim", entry)
+            continue
+        names.append(entry)
+    names.sort()
+    return names
+
+
+def parse_claim(name: str, text: str, where: str) -> Fire:
+    """Read one claim's content leniently; never raises for bad content.
+
+    ``name`` is the claim's slot name (it must round-trip), ``where`` the path or row label
+    used in log lines.
+    """
+    slot = slot_of(name)
+    if slot is None:
+        raise ValueError(f"{name!r} is not a claim name")
+    default = Fire(slot=slot, fired_at=slot)
+    try:
+        record = json.loads(text)
+    except ValueError:
+        record = None
+    if not isinstance(record, dict):
+        if text.strip():
+            log.debug("claim %s is not a claim record (torn write, or an earlier format)", where)
+        return default
+    return fire_from_record(slot, record, where)
+
+
+def fire_from_record(slot: datetime, record: dict[str, object], where: str) -> Fire:
+    """Recover stamp, outcome and duration from a claim's fields, warning about oddities."""
+    stamp = record.get("firedAt")
+    fired_at = parse_iso(stamp) if isinstance(stamp, str) else None
+    if fired_at is None:
+        log.warning("claim %s carries an unreadable stamp — using the slot instant", where)
+        fired_at = slot
+    raw_outcome = record.get("outcome")
+    outcome: Outcome | None = None
+    ms: int | None = None
+    if raw_outcome in _OUTCOMES:
+        outcome = Outcome(str(raw_outcome))
+    elif raw_outcome is not None:
+        log.warning(
+            "claim %s carries an unknown outcome — reading it as unsettled: %s",
+            where,
+            json.dumps(raw_outcome, ensure_ascii=False),
+        )
+    if outcome is not None:
+        raw_ms = record.get("ms")
+        if (
+            isinstance(raw_ms, int | float)
+            and not isinstance(raw_ms, bool)
+            and math.isfinite(raw_ms)
+            and raw_ms >= 0
+        ):
+            ms = round(raw_ms)
+    return Fire(slot=slot, fired_at=fired_at, outcome=outcome, ms=ms)

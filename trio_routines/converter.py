@@ -1,0 +1,108 @@
+"""The one converter between records and their JSON shapes.
+
+Shapes are those of the original scheduler's state directory, byte for byte:
+
+* a claim file holds ``{"firedAt": ISO, "outcome"?: word, "ms"?: int}`` in that key order;
+* ``wakeups.json`` is an array of ``{"id", "session", "prompt", "fireAt", "cron"?, "tz"?,
+  "attempts"?}``, absent fields omitted;
+* history (CLI ``--json`` and HTTP) is ``[{"slot", "firedAt", "outcome"?, "ms"?}]``.
+
+The converter is strict: cattrs would happily turn ``1`` into ``"1"`` or accept a naive
+datetime; here a wrong type is an error, so a malformed stored entry is dropped, not guessed.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+import cattrs
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+from .instants import format_iso, parse_iso
+from .records import Fire, Outcome, Wakeup
+
+converter = cattrs.Converter(forbid_extra_keys=False)
+
+
+def _strict_str(value: Any, _type: type) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _strict_int(value: Any, _type: type) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {type(value).__name__}")
+    return value
+
+
+def _instant(value: Any, _type: type) -> datetime:
+    parsed = parse_iso(value) if isinstance(value, str) else None
+    if parsed is None:
+        raise ValueError(f"expected an ISO instant with a zone, got {value!r}")
+    return parsed
+
+
+converter.register_structure_hook(str, _strict_str)
+converter.register_structure_hook(int, _strict_int)
+converter.register_structure_hook(datetime, _instant)
+converter.register_unstructure_hook(datetime, format_iso)
+converter.register_unstructure_hook(Outcome, lambda o: o.value)
+
+converter.register_unstructure_hook(
+    Wakeup,
+    make_dict_unstructure_fn(
+        Wakeup,
+        converter,
+        _cattrs_omit_if_default=True,
+        fire_at=override(rename="fireAt", omit_if_default=False),
+    ),
+)
+converter.register_structure_hook(
+    Wakeup, make_dict_structure_fn(Wakeup, converter, fire_at=override(rename="fireAt"))
+)
+converter.register_unstructure_hook(
+    Fire,
+    make_dict_unstructure_fn(
+        Fire, converter, _cattrs_omit_if_default=True, fired_at=override(rename="firedAt")
+    ),
+)
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON, no trailing newline, non-ASCII kept as is (as the original writes it)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def wakeup_to_json(wakeup: Wakeup) -> dict[str, Any]:
+    result: dict[str, Any] = converter.unstructure(wakeup)
+    return result
+
+
+def wakeup_from_json(raw: Any) -> Wakeup:
+    """Build a wake-up from one stored entry; raises ValueError/TypeError when malformed."""
+    if not isinstance(raw, dict):
+        raise TypeError("a wake-up entry must be an object")
+    try:
+        return converter.structure(raw, Wakeup)
+    except cattrs.BaseValidationError as exc:
+        causes = [str(e) for e in exc.exceptions] or [str(exc)]
+        raise ValueError("; ".join(causes)) from None
+
+
+def fire_to_json(fire: Fire) -> dict[str, Any]:
+    """History shape: ``{slot, firedAt, outcome?, ms?}``."""
+    result: dict[str, Any] = converter.unstructure(fire)
+    return result
+
+
+def claim_text(fired_at: datetime, outcome: Outcome | None = None, ms: int | None = None) -> str:
+    """The content of a claim file, keys in the order the original writes them."""
+    record: dict[str, Any] = {"firedAt": format_iso(fired_at)}
+    if outcome is not None:
+        record["outcome"] = outcome.value
+        if ms is not None:
+            record["ms"] = ms
+    return dumps(record)

@@ -1,0 +1,41 @@
+"""The error tree.
+
+Every error this package raises at a user derives from :class:`TrioRoutinesError`, and also
+from the builtin it naturally is, so ``except ValueError`` keeps working for callers that do
+not know us. Third-party errors (croniter, cattrs, psycopg, OSError from the state directory)
+are translated at the boundary where they happen; messages are one line and name the thing.
+"""
+
+from __future__ import annotations
+
+
+class TrioRoutinesError(Exception):
+    """Base class of every error raised by trio_routines."""
+
+
+class InvalidCron(TrioRoutinesError, ValueError):
+    """Raised by the cron module for an expression or time zone it refuses.
+
+    The message is one line naming the offending field (e.g. ``minute field: 61 is out of
+    range 0-59``); :func:`trio_routines.cron_error` returns the same text instead of raising.
+    """
+
+
+class UnsafeName(TrioRoutinesError, ValueError):
+    """Raised wherever a routine name could leave the claims directory (``..``, ``a/b``)."""
+
+
+class InvalidRoutine(TrioRoutinesError, ValueError):
+    """Raised by the routine loader for a broken routine file; the message names the file."""
+
+
+class StateFault(TrioRoutinesError, OSError):
+    """Raised by a store when the state cannot be read or written.
+
+    Before a claim exists this never burns a slot: the scheduler logs it and moves on, and the
+    same slot can still fire once the fault is repaired.
+    """
+
+
+class InvalidWakeup(TrioRoutinesError, ValueError):
+    """Raised for a wake-up request that fails a guardrail; the message is model-facing."""

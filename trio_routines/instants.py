@@ -1,0 +1,77 @@
+"""Instants as the state store writes them, and slot names.
+
+An instant is always an aware UTC ``datetime`` truncated to whole milliseconds, written in the
+JavaScript ``toISOString`` shape (``2026-07-07T10:00:00.000Z``) so that the original
+scheduler's state and ours stay byte-compatible. A *slot name* is that text with every ``:``
+and ``.`` turned into ``-``: fixed width, so names sort in slot order.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+_ISO = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?(Z|[+-]\d{2}:\d{2})$"
+)
+_SLOT_TAIL = re.compile(r"-(\d{2})-(\d{2})-(\d{3})Z$")
+
+
+def require_utc(value: datetime, what: str = "instant") -> datetime:
+    """Return ``value`` converted to UTC; refuse a naive datetime (its zone is a guess)."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{what} must be an aware datetime, got naive {value.isoformat()}")
+    return value.astimezone(UTC)
+
+
+def truncate_ms(value: datetime) -> datetime:
+    """Drop sub-millisecond precision: the stores keep milliseconds, nothing finer."""
+    value = require_utc(value)
+    return value.replace(microsecond=value.microsecond // 1000 * 1000)
+
+
+def format_iso(value: datetime) -> str:
+    """``2026-07-07T10:00:00.000Z`` for any aware datetime."""
+    value = require_utc(value)
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def parse_iso(text: str) -> datetime | None:
+    """Parse an ISO instant with an explicit zone (``Z`` or ``±hh:mm``); ``None`` if unreadable.
+
+    Naive or date-only text is refused: an instant whose zone is guessed is not an instant.
+    """
+    if not isinstance(text, str):
+        return None
+    match = _ISO.match(text.strip())
+    if match is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return truncate_ms(parsed)
+
+
+def slot_name(slot: datetime) -> str:
+    """The claim file name of a slot: ``2026-07-07T10-00-00-000Z``."""
+    return format_iso(slot).replace(":", "-").replace(".", "-")
+
+
+def slot_of(name: str) -> datetime | None:
+    """The slot a claim name stands for, or ``None`` when the name is not a claim.
+
+    Only names that round-trip (decode, then encode to the very same text) are claims, so a
+    stray ``<slot>.tmp`` or ``.DS_Store`` can never be taken for the newest claim.
+    """
+    iso = _SLOT_TAIL.sub(lambda m: f":{m[1]}:{m[2]}.{m[3]}Z", name)
+    if iso == name:
+        return None
+    parsed = parse_iso(iso)
+    if parsed is None or slot_name(parsed) != name:
+        return None
+    return parsed
+
+
+def is_slot_name(name: str) -> bool:
+    return slot_of(name) is not None

@@ -1,0 +1,32 @@
+"""Routine names: the one rule that keeps a name inside the claims directory.
+
+A name is a single path segment: not empty, not ``.`` or ``..``, and free of ``/``, ``\\`` and
+NUL. Nothing else is restricted, so ``每日简报`` and ``my report`` are legal names.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .errors import UnsafeName
+
+_FORBIDDEN = ("/", "\\", "\x00")
+
+
+def name_problem(name: object) -> str | None:
+    """Why ``name`` cannot be a routine name, or ``None`` when it can."""
+    if not isinstance(name, str):
+        return f"a routine name must be a string, not {type(name).__name__}"
+    if name in ("", ".", ".."):
+        return f'{json.dumps(name)} cannot be a routine name (no path separators, "." or "..")'
+    if any(ch in name for ch in _FORBIDDEN):
+        return f'{json.dumps(name)} cannot be a routine name (no path separators, "." or "..")'
+    return None
+
+
+def check_name(name: str) -> str:
+    """Return ``name`` unchanged, or raise :class:`UnsafeName` with a one-line reason."""
+    problem = name_problem(name)
+    if problem is not None:
+        raise UnsafeName(problem)
+    return name

@@ -1,0 +1,91 @@
+"""The values every layer passes around: fires, claim results, wake-ups.
+
+They are frozen attrs classes with validators for their invariants (aware UTC instants, safe
+names). How they look on disk or on the wire is the converter's business (``converter.py``).
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+
+import attrs
+
+from .instants import truncate_ms
+
+
+class Outcome(enum.StrEnum):
+    """How a claimed slot ended. No outcome at all means claimed and never settled."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # the session was busy: an overlap, not an error
+    INTERRUPTED = "interrupted"  # recorded by the next boot, or by a stop past its grace
+
+
+def _utc(value: datetime) -> datetime:
+    return truncate_ms(value)
+
+
+def _non_negative_ms(
+    _instance: object, _attribute: attrs.Attribute[int | None], value: int | None
+) -> None:
+    if value is not None and (not isinstance(value, int) or value < 0):
+        raise ValueError(f"ms must be a non-negative integer, got {value!r}")
+
+
+@attrs.frozen
+class Fire:
+    """One claimed slot of one routine, as read back from its claim."""
+
+    slot: datetime = attrs.field(converter=_utc)
+    fired_at: datetime = attrs.field(converter=_utc)
+    outcome: Outcome | None = None
+    ms: int | None = attrs.field(default=None, validator=_non_negative_ms)
+
+
+class ClaimStatus(enum.StrEnum):
+    TAKEN = "taken"  # this caller created the claim: run the turn
+    DUPLICATE = "duplicate"  # the claim already exists: a redelivery, or another scheduler has it
+    STALE = "stale"  # a later slot is already claimed: this instant never runs
+
+
+@attrs.frozen
+class ClaimResult:
+    status: ClaimStatus
+    newest: str | None = None  # for STALE: the newest claim's slot name
+
+    @property
+    def taken(self) -> bool:
+        return self.status is ClaimStatus.TAKEN
+
+
+def _positive_attempts(_i: object, _a: attrs.Attribute[int | None], value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ValueError(f"attempts must be a non-negative integer, got {value!r}")
+
+
+def _non_empty(_i: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{attribute.name} must be a non-empty string")
+
+
+@attrs.frozen
+class Wakeup:
+    """A turn the agent scheduled for itself, aimed back at the session that set it.
+
+    ``cron`` present means recurring; ``fire_at`` is then the next occurrence, advanced in
+    place each time one is taken. ``attempts`` counts consecutive busy deferrals of a one-shot.
+    """
+
+    id: str = attrs.field(validator=_non_empty)
+    session: str = attrs.field(validator=_non_empty)
+    prompt: str = attrs.field(validator=attrs.validators.instance_of(str))
+    fire_at: datetime = attrs.field(converter=_utc)
+    cron: str | None = None
+    tz: str | None = None
+    attempts: int | None = attrs.field(default=None, validator=_positive_attempts)
+
+    @property
+    def recurring(self) -> bool:
+        return self.cron is not None

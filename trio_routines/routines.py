@@ -1,0 +1,353 @@
+"""Routine files: one markdown file per routine, a strict frontmatter block, then the prompt.
+
+A routine lives in ``<routines dir>/<name>.md``; the file's base name is the routine's name. The
+file opens with a frontmatter block between two ``---`` lines, and everything after the closing
+line is the prompt::
+
+    ---
+    cron: 0 9 * * 1-5
+    tz: Europe/Berlin
+    timeout: 30m
+    ---
+    Summarize yesterday's merged pull requests and post them with the chat tool.
+
+The block is deliberately not YAML. It is a list of ``key: value`` lines with three allowed keys
+(``cron``, ``tz``, ``timeout``), whole-line ``#`` comments and blank lines, and nothing else:
+no nesting, no escapes, no type guessing, so a value means exactly what it looks like. A
+routine without ``cron`` runs on demand only, and still needs the (empty) block, ``---`` twice,
+so that a stray first line of a prompt is never taken for a key.
+
+Parsing (:func:`parse_routine_text`) is pure; only :func:`load_routines` touches the file
+system, and it isolates every broken file as a :class:`RoutineFailure` so that its siblings
+still load. Whether a failure is fatal (``serve``) or merely reported (read-only commands) is
+the caller's decision.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import stat
+from typing import Any
+
+import attrs
+
+from .cron import cron_error
+from .errors import InvalidRoutine, UnsafeName
+from .names import check_name, name_problem
+
+__all__ = [
+    "MAX_ROUTINE_FILE_BYTES",
+    "LoadResult",
+    "Routine",
+    "RoutineFailure",
+    "find_routine",
+    "load_routines",
+    "parse_routine_text",
+]
+
+#: A routine file larger than this is refused unread: a prompt is text a person writes, and a
+#: huge file is far more likely a mistake (a log, a binary) than a routine.
+MAX_ROUTINE_FILE_BYTES = 256 * 1024
+
+_SUFFIX = ".md"
+_FENCE = "---"
+_KEYS = ("cron", "tz", "timeout")
+_KEY_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)\s*:(.*)")
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smh]?)")
+_UNIT_SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+_QUOTES = ("'", '"')
+
+
+# --- the record ---------------------------------------------------------------------------
+
+
+def _check_name(_inst: Any, _attr: Any, value: str) -> None:
+    check_name(value)
+
+
+def _check_prompt(_inst: Any, _attr: Any, value: str) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidRoutine("a routine's prompt must be a non-empty string")
+
+
+def _check_optional_text(_inst: Any, attr: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise InvalidRoutine(f'"{attr.name}" must be a non-empty string when given')
+
+
+def _check_timeout(_inst: Any, _attr: Any, value: float | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidRoutine(f'"timeout" must be a number of seconds, not {type(value).__name__}')
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidRoutine(f'"timeout" must be a finite number of seconds above 0, not {value}')
+
+
+@attrs.frozen(kw_only=True)
+class Routine:
+    """A routine: a prompt fired into the agent's ``routine:<name>`` session.
+
+    ``cron`` (evaluated in ``tz``, default UTC) arms it on the clock; without ``cron`` it runs
+    only by name. ``timeout`` (seconds) bounds one turn: a longer turn is cancelled by the
+    runtime. Construction validates everything: :class:`UnsafeName` for a name that could leave
+    the claims directory, :class:`InvalidRoutine` for anything else.
+    """
+
+    name: str = attrs.field(validator=_check_name)
+    prompt: str = attrs.field(validator=_check_prompt)
+    cron: str | None = attrs.field(default=None, validator=_check_optional_text)
+    tz: str | None = attrs.field(default=None, validator=_check_optional_text)
+    timeout: float | None = attrs.field(default=None, validator=_check_timeout)
+
+    def __attrs_post_init__(self) -> None:
+        # Cross-field rules; attrs runs this after every field validator has passed.
+        if self.cron is None:
+            if self.tz is not None:
+                raise InvalidRoutine('"tz" means nothing without "cron"')
+            return
+        problem = cron_error(self.cron, self.tz)
+        if problem is not None:
+            raise InvalidRoutine(f"invalid cron/tz — {problem}")
+
+    @property
+    def session(self) -> str:
+        """The agent session every fire of this routine continues."""
+        return f"routine:{self.name}"
+
+
+# --- the pure parser ----------------------------------------------------------------------
+
+
+def parse_routine_text(name: str, text: str) -> Routine:
+    """Parse the text of the routine file for routine ``name``.
+
+    Raises :class:`InvalidRoutine` with a one-line reason that does not name the file (the
+    loader adds it), or :class:`UnsafeName` when ``name`` itself is unusable. The rules:
+
+    * An optional UTF-8 BOM is dropped and ``\\r\\n`` line endings read as ``\\n``.
+    * The first line must be ``---`` (trailing whitespace allowed); a file without it is
+      refused, even for an on-demand routine, which writes an empty block (``---`` twice).
+      The block ends at the next line that is ``---``; without one the file is refused.
+    * Inside the block, blank lines and lines whose first non-blank character is ``#`` are
+      ignored. A ``#`` anywhere else is part of the value (cron's ``1#2`` needs it), so there
+      are no trailing comments.
+    * Every other line is ``key: value``. Keys are ``cron``, ``tz`` and ``timeout``, each at most
+      once; the value is stripped and must not be empty.
+    * A value wrapped in matching ``'...'`` or ``"..."`` loses the quotes and is otherwise kept
+      verbatim (no escapes). A value that starts or ends with a quote without a matching one at
+      the other end is refused rather than guessed at.
+    * ``timeout`` is a positive number of seconds, optionally with a unit: ``90``, ``90s``,
+      ``30m``, ``1.5h``.
+    * The prompt is the text after the closing line without leading blank lines and trailing
+      whitespace; it must not be empty.
+    """
+    check_name(name)
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    lines = text.replace("\r\n", "\n").split("\n")
+    if not text.strip():
+        raise InvalidRoutine("the file is empty (a routine file starts with a '---' line)")
+    if lines[0].rstrip() != _FENCE:
+        raise InvalidRoutine(
+            "must start with a '---' frontmatter line (a routine without keys still writes "
+            "'---' twice before its prompt)"
+        )
+    closing = next((i for i in range(1, len(lines)) if lines[i].rstrip() == _FENCE), None)
+    if closing is None:
+        raise InvalidRoutine("the frontmatter has no closing '---' line")
+
+    fields = _parse_frontmatter(lines[1:closing])
+    body_lines = lines[closing + 1 :]
+    while body_lines and not body_lines[0].strip():
+        del body_lines[0]
+    prompt = "\n".join(body_lines).rstrip()
+    if not prompt:
+        raise InvalidRoutine("the prompt (the text after the frontmatter) is empty")
+
+    timeout = fields.get("timeout")
+    return Routine(
+        name=name,
+        prompt=prompt,
+        cron=fields.get("cron"),
+        tz=fields.get("tz"),
+        timeout=None if timeout is None else _parse_timeout(timeout),
+    )
+
+
+def _parse_frontmatter(lines: list[str]) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for number, raw in enumerate(lines, start=2):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _KEY_LINE.fullmatch(line)
+        if match is None:
+            raise InvalidRoutine(f"line {number}: expected 'key: value', got {line!r}")
+        key, value = match.group(1), _unquote(number, match.group(2).strip())
+        if key not in _KEYS:
+            raise InvalidRoutine(
+                f"line {number}: unknown key {key!r} (allowed keys: {', '.join(_KEYS)})"
+            )
+        if key in fields:
+            raise InvalidRoutine(f"line {number}: duplicate key {key!r}")
+        if not value.strip():
+            raise InvalidRoutine(f"line {number}: {key!r} has an empty value")
+        fields[key] = value
+    return fields
+
+
+def _unquote(number: int, value: str) -> str:
+    first, last = value[:1], value[-1:]
+    if first not in _QUOTES and last not in _QUOTES:
+        return value
+    if len(value) >= 2 and first == last:
+        return value[1:-1]
+    raise InvalidRoutine(f"line {number}: unmatched quote in {value!r}")
+
+
+def _parse_timeout(value: str) -> float:
+    match = _DURATION.fullmatch(value.strip())
+    if match is None:
+        raise InvalidRoutine(
+            f'"timeout" must be seconds or a duration like 90s, 30m or 1.5h, not {value!r}'
+        )
+    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidRoutine(f'"timeout" must be above 0 and finite, not {value!r}')
+    return seconds
+
+
+# --- the loader ---------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class RoutineFailure:
+    """A routine file that did not load: its label (``routines/daily.md``) and why."""
+
+    file: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.reason}"
+
+
+@attrs.frozen(kw_only=True)
+class LoadResult:
+    """Every routine that loaded (sorted by name) and every file that did not."""
+
+    routines: tuple[Routine, ...] = ()
+    failures: tuple[RoutineFailure, ...] = ()
+
+
+def find_routine(result: LoadResult, name: str) -> Routine | None:
+    """The loaded routine called ``name``, or ``None``."""
+    for routine in result.routines:
+        if routine.name == name:
+            return routine
+    return None
+
+
+def load_routines(directory: str | os.PathLike[str]) -> LoadResult:
+    """Load every ``<name>.md`` routine file directly inside ``directory``.
+
+    An absent directory holds no routines (and is no failure); a path that is not a directory,
+    or a directory that cannot be listed, raises :class:`InvalidRoutine`. Files starting with
+    ``.`` are ignored (editor droppings), except ``.md``, ``..md`` and ``...md``, whose names
+    are reported as unsafe rather than silently skipped. Subdirectories are ignored. Every other
+    ``*.md`` entry either loads or becomes a :class:`RoutineFailure`: an unsafe or non-UTF-8
+    name, a symlink leading outside ``directory``, anything but a regular file, a file over
+    :data:`MAX_ROUTINE_FILE_BYTES`, text that is not UTF-8, an OS error, or a parse error.
+    """
+    base = os.fspath(directory)
+    try:
+        is_dir = stat.S_ISDIR(os.stat(base).st_mode)
+    except FileNotFoundError:
+        return LoadResult()
+    except OSError as exc:
+        raise InvalidRoutine(f"{base}: cannot read the routines directory: {_why(exc)}") from exc
+    if not is_dir:
+        raise InvalidRoutine(f"{base}: the routines directory is not a directory")
+    try:
+        entries = sorted(os.listdir(base))
+    except OSError as exc:
+        raise InvalidRoutine(f"{base}: cannot list the routines directory: {_why(exc)}") from exc
+
+    real_base = os.path.realpath(base)
+    routines: list[Routine] = []
+    failures: list[RoutineFailure] = []
+    for entry in entries:
+        if not entry.endswith(_SUFFIX):
+            continue
+        name = entry[: -len(_SUFFIX)]
+        if entry.startswith(".") and name not in ("", ".", ".."):
+            continue
+        label = os.path.join(base, entry)
+        try:
+            routine = _load_one(real_base, base, label, name)
+        except (InvalidRoutine, UnsafeName) as exc:
+            failures.append(RoutineFailure(file=label, reason=str(exc)))
+        else:
+            if routine is not None:
+                routines.append(routine)
+    routines.sort(key=lambda r: r.name)
+    return LoadResult(routines=tuple(routines), failures=tuple(failures))
+
+
+def _load_one(real_base: str, base: str, path: str, name: str) -> Routine | None:
+    """One file's routine, ``None`` for an entry to skip silently, or an error to report."""
+    problem = name_problem(name)
+    if problem is not None:
+        raise UnsafeName(problem)
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        # os.listdir smuggles undecodable bytes in as lone surrogates; such a name could not
+        # be written to JSON, logs or HTTP later, so refuse it here where the author sees it.
+        raise InvalidRoutine("the file name is not UTF-8") from None
+    try:
+        if os.path.islink(path):
+            target = os.path.realpath(path)
+            if os.path.commonpath([real_base, target]) != real_base:
+                raise InvalidRoutine(f"is a symlink leading outside {base}")
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            raise InvalidRoutine("is a broken symlink") from None
+        if stat.S_ISDIR(mode):
+            return None
+        if not stat.S_ISREG(mode):
+            raise InvalidRoutine("is not a regular file")
+        data = _read_capped(path)
+    except OSError as exc:
+        raise InvalidRoutine(f"cannot be read: {_why(exc)}") from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidRoutine("not UTF-8 text") from None
+    return parse_routine_text(name, text)
+
+
+def _read_capped(path: str) -> bytes:
+    # O_NONBLOCK: should the entry have become a FIFO since it was checked, opening it must not
+    # hang; fstat then confirms we hold a regular file before reading anything.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with open(fd, "rb", closefd=True) as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise InvalidRoutine("is not a regular file")
+        too_large = InvalidRoutine(
+            f"is larger than {MAX_ROUTINE_FILE_BYTES // 1024} KiB, the limit for a routine file"
+        )
+        if info.st_size > MAX_ROUTINE_FILE_BYTES:
+            raise too_large
+        data = file.read(MAX_ROUTINE_FILE_BYTES + 1)
+    if len(data) > MAX_ROUTINE_FILE_BYTES:
+        raise too_large
+    return data
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)

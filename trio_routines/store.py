@@ -1,0 +1,94 @@
+"""The store contract every backend keeps.
+
+A store holds two things: the **claims** of each routine (one per slot it decided to run,
+which are also that routine's history) and the **pending wake-ups**. Everything the runtime
+knows across restarts and across processes lives here, so the contract is stated exactly:
+
+Claims
+    ``claim(routine, slot, fired_at)`` decides one slot, atomically with respect to every
+    other caller of every process sharing the store:
+
+    * **stale** when a claim of a later slot exists: nothing is written;
+    * **duplicate** when this slot's claim exists (and is the newest): nothing is written;
+    * **taken** otherwise: the claim exists, stamped with ``fired_at`` and no outcome, and is
+      durable (it survives a crash or power loss of this machine) *before* this returns.
+
+    Exactly one concurrent caller gets ``taken`` for a slot. After a taken claim the oldest
+    claims beyond the store's retention (default 512) are pruned; the newest is never pruned.
+    Any fault before the claim exists raises :class:`~trio_routines.errors.StateFault` and
+    leaves no claim, so the slot can still fire once the fault is repaired.
+
+    ``settle(routine, slot, outcome, ms)`` writes the outcome (and duration, if measured) into
+    the existing claim, keeping its stamp. It never raises: a fault is logged as a warning and
+    the claim stays unsettled. A claim that no longer exists (pruned meanwhile) is not
+    recreated.
+
+    ``latest_fire(routine)`` reads the newest claim (``None`` when there is none); a fault
+    reading it raises StateFault. Older claims are not read. ``history(routine)`` returns every
+    retained claim, oldest first; a fault on any of them raises StateFault.
+
+Wake-ups
+    Pending wake-ups form one ordered list. ``add_wakeup`` applies the guardrails of
+    :mod:`trio_routines.wakeups` against the current list atomically (so the per-session cap
+    holds across processes) and raises :class:`~trio_routines.errors.InvalidWakeup` for a
+    refused request. ``take_due_wakeup`` removes (one-shot) or advances (recurring) the first
+    due entry in stored order and returns it as it was; two callers never take the same
+    occurrence. ``defer_wakeup`` re-queues a busy one-shot at the end, or returns False at the
+    retry ceiling. ``remove_wakeup`` is scoped to a session when one is given. All wake-up
+    calls raise StateFault when the store cannot be read or written.
+
+Routine names are checked (:func:`trio_routines.names.check_name`) by every call taking one.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from .records import ClaimResult, Fire, Outcome, Wakeup
+from .wakeups import WakeupRequest
+
+
+@runtime_checkable
+class Store(Protocol):
+    async def claim(self, routine: str, slot: datetime, fired_at: datetime) -> ClaimResult:
+        """Decide ``slot`` for ``routine``: taken, duplicate or stale (see the module doc)."""
+        ...
+
+    async def settle(
+        self, routine: str, slot: datetime, outcome: Outcome, ms: int | None = None
+    ) -> None:
+        """Record how a claimed slot ended. Never raises."""
+        ...
+
+    async def latest_fire(self, routine: str) -> Fire | None:
+        """The newest claim of ``routine``, or None. Raises StateFault if it cannot be read."""
+        ...
+
+    async def history(self, routine: str) -> list[Fire]:
+        """Every retained claim of ``routine``, oldest first."""
+        ...
+
+    async def add_wakeup(self, request: WakeupRequest, now: datetime) -> Wakeup:
+        """Store a new wake-up, or raise InvalidWakeup with the guardrail's text."""
+        ...
+
+    async def take_due_wakeup(self, now: datetime) -> Wakeup | None:
+        """Take the first due wake-up in stored order (see the module doc)."""
+        ...
+
+    async def defer_wakeup(self, wakeup: Wakeup, fire_at: datetime) -> bool:
+        """Re-queue a busy one-shot at ``fire_at``; False (nothing written) past the ceiling."""
+        ...
+
+    async def remove_wakeup(self, wakeup_id: str, session: str | None = None) -> bool:
+        """Cancel a wake-up; True when something was removed."""
+        ...
+
+    async def list_wakeups(self) -> list[Wakeup]:
+        """Pending wake-ups in stored order."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections and threads. The store is unusable afterwards."""
+        ...

@@ -1,0 +1,282 @@
+"""Fakes for testing code that uses trio_routines, in the spirit of ``trio.testing``.
+
+* :class:`MemoryStore` -- the store contract kept in memory, with fault injection;
+* :class:`WallClock` -- a wall clock that advances with Trio's (mock) clock and can be made
+  to jump forward or backward on its own, like an NTP step or a VM restore;
+* :class:`ScriptedAgent` -- an agent whose turns complete, fail, report busy, hang or raise on
+  cue, and which records every turn it was asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+
+import attrs
+import trio
+
+from .agent import Completed, Event, Failed, TextDelta
+from .claims import KEEP_CLAIMS, is_stale, names_to_prune
+from .instants import slot_name
+from .names import check_name
+from .records import ClaimResult, ClaimStatus, Fire, Outcome, Wakeup
+from .wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
+
+
+class MemoryStore:
+    """The store contract in memory, for one process.
+
+    ``faults`` maps an operation name (``claim``, ``settle``, ``latest_fire``, ``history``,
+    ``wakeups``) to an exception raised by that operation until the entry is removed:
+    a way to test what a broken disk does without a broken disk. A ``settle`` fault is logged
+    and swallowed, as the contract says.
+    """
+
+    def __init__(self, *, keep: int = KEEP_CLAIMS) -> None:
+        self.keep = keep
+        self.claims: dict[str, dict[str, Fire]] = {}
+        self.wakeups: list[Wakeup] = []
+        self.faults: dict[str, Exception] = {}
+
+    def _fault(self, operation: str) -> None:
+        fault = self.faults.get(operation)
+        if fault is not None:
+            raise fault
+
+    async def claim(self, routine: str, slot: datetime, fired_at: datetime) -> ClaimResult:
+        await trio.lowlevel.checkpoint()
+        check_name(routine)
+        self._fault("claim")
+        claims = self.claims.setdefault(routine, {})
+        taken = sorted(claims)
+        wanted = slot_name(slot)
+        newest = is_stale(taken, wanted)
+        if newest is not None:
+            return ClaimResult(ClaimStatus.STALE, newest)
+        if wanted in claims:
+            return ClaimResult(ClaimStatus.DUPLICATE, wanted)
+        claims[wanted] = Fire(slot=slot, fired_at=fired_at)
+        for name in names_to_prune(taken, self.keep):
+            del claims[name]
+        return ClaimResult(ClaimStatus.TAKEN, wanted)
+
+    async def settle(
+        self, routine: str, slot: datetime, outcome: Outcome, ms: int | None = None
+    ) -> None:
+        await trio.lowlevel.checkpoint()
+        check_name(routine)
+        name = slot_name(slot)
+        if "settle" in self.faults:
+            import logging
+
+            logging.getLogger("trio_routines").warning(
+                "%s: could not record the %s outcome of slot %s: %s",
+                routine,
+                outcome.value,
+                name,
+                self.faults["settle"],
+            )
+            return
+        fire = self.claims.get(routine, {}).get(name)
+        if fire is None:
+            return
+        self.claims[routine][name] = attrs.evolve(
+            fire, outcome=outcome, ms=None if ms is None else round(ms)
+        )
+
+    async def latest_fire(self, routine: str) -> Fire | None:
+        await trio.lowlevel.checkpoint()
+        check_name(routine)
+        self._fault("latest_fire")
+        claims = self.claims.get(routine, {})
+        return claims[max(claims)] if claims else None
+
+    async def history(self, routine: str) -> list[Fire]:
+        await trio.lowlevel.checkpoint()
+        check_name(routine)
+        self._fault("history")
+        claims = self.claims.get(routine, {})
+        return [claims[name] for name in sorted(claims)]
+
+    async def add_wakeup(self, request: WakeupRequest, now: datetime) -> Wakeup:
+        await trio.lowlevel.checkpoint()
+        self._fault("wakeups")
+        wakeup = plan_add(self.wakeups, request, now)
+        self.wakeups = [*self.wakeups, wakeup]
+        return wakeup
+
+    async def take_due_wakeup(self, now: datetime) -> Wakeup | None:
+        await trio.lowlevel.checkpoint()
+        self._fault("wakeups")
+        self.wakeups, wakeup = take_first_due(self.wakeups, now)
+        return wakeup
+
+    async def defer_wakeup(self, wakeup: Wakeup, fire_at: datetime) -> bool:
+        await trio.lowlevel.checkpoint()
+        deferred = plan_defer(wakeup, fire_at)
+        if deferred is None:
+            return False
+        self._fault("wakeups")
+        self.wakeups = [*self.wakeups, deferred]
+        return True
+
+    async def remove_wakeup(self, wakeup_id: str, session: str | None = None) -> bool:
+        await trio.lowlevel.checkpoint()
+        self._fault("wakeups")
+        self.wakeups, removed = remove(self.wakeups, wakeup_id, session)
+        return removed
+
+    async def list_wakeups(self) -> list[Wakeup]:
+        await trio.lowlevel.checkpoint()
+        self._fault("wakeups")
+        return list(self.wakeups)
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+class WallClock:
+    """A wall clock that moves with Trio's clock, plus jumps of its own.
+
+    Call it (inside ``trio.run``) for the current wall time: ``start`` plus however far Trio's
+    clock has moved since the first call, plus every :meth:`jump`. With
+    ``trio.testing.MockClock`` that makes virtual hours pass in microseconds, and lets a test
+    step the wall clock forward or backward the way an NTP step or a VM restore would.
+    """
+
+    def __init__(self, start: datetime) -> None:
+        if start.tzinfo is None:
+            raise ValueError("start must be an aware datetime")
+        self.start = start.astimezone(UTC)
+        self._base: float | None = None
+        self._offset = timedelta()
+
+    def __call__(self) -> datetime:
+        now = trio.current_time()
+        if self._base is None:
+            self._base = now
+        return self.start + timedelta(seconds=now - self._base) + self._offset
+
+    def jump(self, delta: timedelta) -> None:
+        """Move the wall clock by ``delta`` (negative: backwards) without Trio's clock."""
+        self._offset += delta
+
+    def set(self, when: datetime) -> None:
+        """Make the wall clock read ``when`` now."""
+        self.jump(when.astimezone(UTC) - self())
+
+
+@attrs.frozen
+class Complete:
+    """Finish the turn after ``duration`` seconds, having streamed ``reply``."""
+
+    duration: float = 0.0
+    reply: str = "ok"
+
+
+@attrs.frozen
+class Fail:
+    """Fail the turn with ``details`` (and ``code``) after ``duration`` seconds."""
+
+    details: str = "it failed"
+    code: str | None = None
+    duration: float = 0.0
+
+
+@attrs.frozen
+class Hang:
+    """Never finish: only a cancellation ends this turn."""
+
+
+@attrs.frozen
+class Raise:
+    """Let the event iterator raise ``error`` after ``duration`` seconds."""
+
+    error: Exception
+    duration: float = 0.0
+
+
+def Busy() -> Fail:
+    """Report the session busy, as an agent with its own lease would."""
+    from .agent import SESSION_BUSY
+
+    return Fail("the session already has a turn in flight", SESSION_BUSY)
+
+
+Behaviour = Complete | Fail | Hang | Raise
+
+
+@attrs.frozen
+class Turn:
+    session: str
+    text: str
+    started_at: float  # Trio's clock
+    wall: datetime | None = None
+
+
+class ScriptedAgent:
+    """An agent that behaves on cue and remembers every turn it was asked for.
+
+    ``default`` applies to every turn; :meth:`script` queues one-off behaviours for a session
+    (or for any session with ``session=None``), consumed in order. ``on_turn`` is called at the
+    start of each turn, e.g. to stop the scheduler from inside one.
+    """
+
+    def __init__(
+        self,
+        default: Behaviour | None = None,
+        *,
+        wall: Callable[[], datetime] | None = None,
+        on_turn: Callable[[Turn], None] | None = None,
+    ) -> None:
+        self.default: Behaviour = default or Complete()
+        self.wall = wall
+        self.on_turn = on_turn
+        self.turns: list[Turn] = []
+        self.finished: list[Turn] = []
+        self._queued: dict[str | None, list[Behaviour]] = {}
+
+    def script(self, *behaviours: Behaviour, session: str | None = None) -> None:
+        self._queued.setdefault(session, []).extend(behaviours)
+
+    def _next(self, session: str) -> Behaviour:
+        for key in (session, None):
+            queue = self._queued.get(key)
+            if queue:
+                return queue.pop(0)
+        return self.default
+
+    async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+        turn = Turn(session, text, trio.current_time(), self.wall() if self.wall else None)
+        self.turns.append(turn)
+        if self.on_turn is not None:
+            self.on_turn(turn)
+        behaviour = self._next(session)
+        if isinstance(behaviour, Hang):
+            await trio.sleep_forever()
+        await trio.sleep(getattr(behaviour, "duration", 0.0))
+        if isinstance(behaviour, Raise):
+            raise behaviour.error
+        if isinstance(behaviour, Fail):
+            yield Failed(behaviour.details, behaviour.code)
+        else:
+            yield TextDelta(behaviour.reply)
+            yield Completed()
+        self.finished.append(turn)
+
+    def sessions(self) -> list[str]:
+        return [t.session for t in self.turns]
+
+
+__all__ = [
+    "Behaviour",
+    "Busy",
+    "Complete",
+    "Fail",
+    "Hang",
+    "MemoryStore",
+    "Raise",
+    "ScriptedAgent",
+    "Turn",
+    "WallClock",
+]

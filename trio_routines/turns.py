@@ -1,0 +1,115 @@
+"""Running one turn: iterate the agent's events, measure, classify, log one line.
+
+A turn ends in exactly one of four ways: completed, failed (a ``Failed`` event, a raising
+iterator, or the routine's timeout), busy (a ``Failed`` event with the busy code: the turn never
+started), or interrupted (a stop's grace ran out). Text deltas are handed to an optional
+callback and otherwise dropped: the reply lives in the agent's session, not in our state, and
+never in our logs.
+
+Failure text from a model or a provider is folded onto one line before it is logged, so an
+embedded newline cannot forge something that looks like a log record of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Callable
+
+import attrs
+import trio
+
+from .agent import Agent, Completed, Failed, TextDelta
+from .records import Outcome
+
+log = logging.getLogger("trio_routines")
+
+_WHITESPACE = re.compile(r"\s+")
+
+
+def fold(text: str) -> str:
+    """``": <text on one line>"``, or ``""`` when there is nothing to say."""
+    folded = _WHITESPACE.sub(" ", text).strip()
+    return f": {folded}" if folded else ""
+
+
+@attrs.frozen
+class TurnResult:
+    outcome: Outcome
+    ms: int
+    failed: str | None = None  # details when the turn failed
+    busy: bool = False
+
+
+def _elapsed_ms(started: float) -> int:
+    return round((trio.current_time() - started) * 1000)
+
+
+def _describe_seconds(seconds: float) -> str:
+    return f"{seconds:g}s"
+
+
+async def run_turn(
+    agent: Agent,
+    label: str,
+    session: str,
+    text: str,
+    *,
+    timeout: float | None = None,
+    grace_scope: trio.CancelScope | None = None,
+    on_text: Callable[[str], None] | None = None,
+) -> TurnResult:
+    """Run one turn of ``session`` and log its one outcome line.
+
+    ``grace_scope`` is the scope a stop cancels once its grace runs out; the turn then counts
+    as interrupted. ``timeout`` (seconds) cancels the turn and counts it as failed.
+    """
+    log.info("%s firing (session=%s)", label, session)
+    started = trio.current_time()
+    failed: Failed | None = None
+    raised: Exception | None = None
+    grace = grace_scope if grace_scope is not None else trio.CancelScope()
+    with grace:
+        deadline = math.inf if timeout is None else trio.current_time() + timeout
+        with trio.CancelScope(deadline=deadline) as timeout_scope:
+            events = agent.invoke(session, text)
+            try:
+                async for event in events:
+                    if isinstance(event, Failed):
+                        failed = event  # the last one wins; keep draining
+                    elif isinstance(event, TextDelta):
+                        if on_text is not None:
+                            on_text(event.text)
+                    elif not isinstance(event, Completed):
+                        log.debug("%s: ignoring an unknown event %r", label, event)
+            except Exception as exc:
+                raised = exc
+            finally:
+                aclose = getattr(events, "aclose", None)
+                if aclose is not None:
+                    with trio.CancelScope(shield=True):
+                        try:
+                            await aclose()
+                        except Exception as exc:
+                            raised = raised or exc
+    ms = _elapsed_ms(started)
+    if grace.cancelled_caught:
+        log.warning("%s interrupted: the stop's grace ran out (%dms)", label, ms)
+        return TurnResult(Outcome.INTERRUPTED, ms, failed="interrupted by stop")
+    if timeout_scope.cancelled_caught:
+        details = f"timed out after {_describe_seconds(timeout or 0)}"
+        log.error("%s failed (%dms)%s", label, ms, fold(details))
+        return TurnResult(Outcome.FAILED, ms, failed=details)
+    if raised is not None:
+        details = str(raised) or type(raised).__name__
+        log.error("%s errored (%dms)%s", label, ms, fold(details))
+        return TurnResult(Outcome.FAILED, ms, failed=details)
+    if failed is not None and failed.busy:
+        log.info("%s: occurrence skipped (session busy) (%dms)", label, ms)
+        return TurnResult(Outcome.SKIPPED, ms, failed=failed.details, busy=True)
+    if failed is not None:
+        log.error("%s failed (%dms)%s", label, ms, fold(failed.details))
+        return TurnResult(Outcome.FAILED, ms, failed=failed.details)
+    log.info("%s completed (%dms)", label, ms)
+    return TurnResult(Outcome.COMPLETED, ms)

@@ -1,0 +1,221 @@
+"""Wake-ups: the pure rules for turns an agent schedules for itself.
+
+Every store keeps pending wake-ups as one ordered list and changes it only through these
+functions, each taking the current list and returning the new one. Order matters: "first due"
+means the first entry in stored order whose time has come, not the earliest ``fire_at``.
+
+Guardrails (the texts are model-facing, because the agent's ``wake`` tool returns them):
+one-shots at least 60 s ahead; at most 20 pending per session; a recurring cron may fire at
+most every 10 minutes, judged on its first two occurrences.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+import attrs
+
+from .cron import cron_error, next_run
+from .errors import InvalidWakeup
+from .instants import format_iso, truncate_ms
+from .records import Wakeup
+
+MIN_DELAY = timedelta(seconds=60)
+MAX_PENDING_PER_SESSION = 20
+MIN_RECURRING_GAP = timedelta(minutes=10)
+MAX_ATTEMPTS = 120
+POLL_INTERVAL = 30.0  # seconds between polls, and the delay of a busy one-shot's retry
+
+_DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([smhd])\s*$", re.IGNORECASE)
+_UNIT = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+@attrs.frozen(kw_only=True)
+class WakeupRequest:
+    """What a caller asks for: exactly one of ``fire_at`` (one-shot) or ``cron`` (recurring)."""
+
+    session: str
+    prompt: str
+    fire_at: datetime | None = None
+    cron: str | None = None
+    tz: str | None = None
+
+
+def parse_delay(value: object) -> float | None:
+    """Seconds for a one-shot delay: ``"90s"``, ``"30m"``, ``"1.5h"``, ``"2d"`` or a number.
+
+    A bare number written as text (``"120"``) is refused on purpose: its unit is a guess.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        match = _DELAY.match(value)
+        if match is None:
+            return None
+        seconds = float(match[1]) * _UNIT[match[2].lower()]
+    else:
+        return None
+    if not math.isfinite(seconds) or seconds <= 0:
+        return None
+    return seconds
+
+
+def _describe(wakeup: Wakeup) -> str:
+    prompt = wakeup.prompt if len(wakeup.prompt) <= 60 else wakeup.prompt[:60] + "…"
+    kind = f' (recurring "{wakeup.cron}")' if wakeup.recurring else ""
+    return f"{wakeup.id}{kind} at {format_iso(wakeup.fire_at)}: {prompt}"
+
+
+def plan_add(
+    pending: Sequence[Wakeup], request: WakeupRequest, now: datetime, new_id: str | None = None
+) -> Wakeup:
+    """The wake-up to append for ``request``, or :class:`InvalidWakeup` with the guardrail text."""
+    now = truncate_ms(now)
+    if not request.session:
+        raise InvalidWakeup(
+            "wake is only available inside a conversation (there is no session to resume)."
+        )
+    if not request.prompt:
+        raise InvalidWakeup("a wake-up needs a prompt: what should the woken turn do?")
+    if request.cron is not None:
+        problem = cron_error(request.cron, request.tz)
+        if problem is not None:
+            raise InvalidWakeup(f"invalid cron/tz: {problem}")
+        first = next_run(request.cron, request.tz, now)
+        second = next_run(request.cron, request.tz, first) if first is not None else None
+        if first is None or second is None:
+            raise InvalidWakeup(
+                "this cron never fires (or fires only once) — use `in` for a one-shot."
+            )
+        if second - first < MIN_RECURRING_GAP:
+            raise InvalidWakeup(
+                "too frequent — a recurring wake must fire at most every 10 minutes."
+            )
+        fire_at = first
+    else:
+        if request.fire_at is None:
+            raise InvalidWakeup("a one-shot wake needs its fire time (`in`).")
+        fire_at = truncate_ms(request.fire_at)
+        if fire_at < now + MIN_DELAY:
+            raise InvalidWakeup("too soon — the minimum wake delay is 60s.")
+    mine = [w for w in pending if w.session == request.session]
+    if len(mine) >= MAX_PENDING_PER_SESSION:
+        listing = "; ".join(_describe(w) for w in mine)
+        raise InvalidWakeup(
+            f"too many pending wake-ups for this conversation ({MAX_PENDING_PER_SESSION}) — "
+            f"wait for some to fire, or unwake one. Pending: {listing}"
+        )
+    return Wakeup(
+        id=new_id or str(uuid.uuid4()),
+        session=request.session,
+        prompt=request.prompt,
+        fire_at=fire_at,
+        cron=request.cron,
+        tz=request.tz if request.cron is not None else None,
+    )
+
+
+def check_stored(wakeup: Wakeup) -> Wakeup:
+    """Refuse a stored recurring entry whose cron no longer parses.
+
+    Such an entry would raise inside every take and block each wake-up queued behind it.
+    """
+    if wakeup.cron is not None:
+        problem = cron_error(wakeup.cron, wakeup.tz)
+        if problem is not None:
+            raise ValueError(f"invalid cron/tz: {problem}")
+    return wakeup
+
+
+def take_first_due(pending: Sequence[Wakeup], now: datetime) -> tuple[list[Wakeup], Wakeup | None]:
+    """Take the first due entry in stored order.
+
+    A one-shot leaves the list; a recurring entry is advanced in place to its next occurrence
+    after ``now`` (missed occurrences collapse into one) and leaves only after its last. The
+    returned wake-up is the entry as it was, with the ``fire_at`` that came due.
+    """
+    for index, wakeup in enumerate(pending):
+        if wakeup.fire_at > now:
+            continue
+        rest = list(pending)
+        if wakeup.cron is not None:
+            upcoming = next_run(wakeup.cron, wakeup.tz, now)
+            if upcoming is None:
+                del rest[index]
+            else:
+                rest[index] = attrs.evolve(wakeup, fire_at=upcoming, attempts=None)
+        else:
+            del rest[index]
+        return rest, wakeup
+    return list(pending), None
+
+
+def plan_defer(wakeup: Wakeup, fire_at: datetime) -> Wakeup | None:
+    """The re-queued copy of a busy one-shot, or ``None`` once it hit the retry ceiling."""
+    attempts = (wakeup.attempts or 0) + 1
+    if attempts > MAX_ATTEMPTS:
+        return None
+    return attrs.evolve(wakeup, fire_at=fire_at, attempts=attempts)
+
+
+def remove(
+    pending: Sequence[Wakeup], wakeup_id: str, session: str | None = None
+) -> tuple[list[Wakeup], bool]:
+    """Drop entries with ``wakeup_id`` (and ``session``, when given); report whether any went."""
+    kept = [
+        w for w in pending if not (w.id == wakeup_id and (session is None or w.session == session))
+    ]
+    return kept, len(kept) != len(pending)
+
+
+def envelope(wakeup: Wakeup) -> str:
+    """The text the woken turn receives: the prompt, marked as the agent's own scheduling."""
+    if wakeup.cron is None:
+        return (
+            f"[wake-up {wakeup.id} fired — YOUR self-scheduled turn, not a user message] "
+            f"{wakeup.prompt}"
+        )
+    zone = f" {wakeup.tz}" if wakeup.tz else ""
+    return (
+        f"[wake-up {wakeup.id} fired — YOUR recurring self-scheduled turn "
+        f'(cron "{wakeup.cron}"{zone}), not a user message; '
+        f'unwake({{ id: "{wakeup.id}" }}) stops it] {wakeup.prompt}'
+    )
+
+
+def added_reply(wakeup: Wakeup) -> str:
+    """The ``wake`` tool's answer once a wake-up is stored."""
+    if wakeup.cron is None:
+        return (
+            f"OK — I'll wake up at {format_iso(wakeup.fire_at)} (id {wakeup.id}) to: "
+            f'{wakeup.prompt}. Use unwake({{ id: "{wakeup.id}" }}) if it becomes unnecessary.'
+        )
+    zone = f" {wakeup.tz}" if wakeup.tz else ""
+    return (
+        f'OK — recurring wake {wakeup.id} (cron "{wakeup.cron}"{zone}), first at '
+        f"{format_iso(wakeup.fire_at)}: {wakeup.prompt}. "
+        f'Use unwake({{ id: "{wakeup.id}" }}) to stop it.'
+    )
+
+
+def removed_reply(wakeup_id: str, removed: bool) -> str:
+    """The ``unwake`` tool's answer."""
+    if removed:
+        return f"OK — wake-up {wakeup_id} cancelled."
+    return f"no pending wake-up {wakeup_id} in this conversation (already fired, or not yours)."
+
+
+def bad_delay_reply(value: object) -> str:
+    import json
+
+    return (
+        f'couldn\'t parse "in" ({json.dumps(value, ensure_ascii=False, default=str)}) — use a unit '
+        'like "30m" / "2h" / "1d", or a number of seconds (a bare number as text like "120" is '
+        "rejected)."
+    )
