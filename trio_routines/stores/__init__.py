@@ -2,4 +2,21 @@
 
 from __future__ import annotations
 
+import os
+
+from ..store import Store
 from .directory import DirectoryStore as DirectoryStore
+
+
+def is_postgres_url(state: str) -> bool:
+    return state.startswith(("postgresql://", "postgres://"))
+
+
+def open_store(state: str | os.PathLike[str]) -> Store:
+    """The store a ``--state`` value names: a ``postgresql://`` URL, or a directory path."""
+    text = os.fspath(state)
+    if is_postgres_url(text):
+        from .postgres import PostgresStore  # the optional extra: imported only when asked
+
+        return PostgresStore(text)
+    return DirectoryStore(text)
