@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
+import trio
 from hypothesis import HealthCheck, settings
 
 from trio_routines.store import Store
@@ -20,25 +22,38 @@ settings.register_profile(
 )
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 
-STORE_KINDS = ["memory", "directory"]
+STORE_KINDS = ["memory", "directory", "postgres"]
 
 
 @pytest.fixture(params=STORE_KINDS)
-def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., Store]:
+def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Store]]:
     """Builds stores of one kind; every store built in one test shares the same state."""
     kind = request.param
     shared: dict[str, MemoryStore] = {}
+    with ExitStack() as cleanup:
+        if kind == "postgres":
+            # Imported here: the PostgreSQL extra is optional for the other kinds.
+            from pg import fresh_schema, require_server
 
-    def build(**kwargs: object) -> Store:
-        if kind == "memory":
-            # One in-memory state per test, whatever the options.
-            existing = shared.get("store")
-            if existing is None:
-                existing = shared["store"] = MemoryStore(**kwargs)  # type: ignore[arg-type]
-            return existing
-        return DirectoryStore(tmp_path / "state", **kwargs)  # type: ignore[arg-type]
+            from trio_routines.stores.postgres import PostgresStore
 
-    return build
+            url = require_server()
+            schema = cleanup.enter_context(fresh_schema())  # one schema per test, dropped after
+
+        def build(**kwargs: object) -> Store:
+            if kind == "memory":
+                # One in-memory state per test, whatever the options.
+                existing = shared.get("store")
+                if existing is None:
+                    existing = shared["store"] = MemoryStore(**kwargs)  # type: ignore[arg-type]
+                return existing
+            if kind == "postgres":
+                built = PostgresStore(url, schema=schema, **kwargs)  # type: ignore[arg-type]
+                cleanup.callback(trio.run, built.aclose)  # closing twice is harmless
+                return built
+            return DirectoryStore(tmp_path / "state", **kwargs)  # type: ignore[arg-type]
+
+        yield build
 
 
 @pytest.fixture

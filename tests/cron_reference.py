@@ -21,8 +21,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-MONTHS = {m: i for i, m in enumerate("JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC".split(), 1)}
-DAYS = {d: i for i, d in enumerate("SUN MON TUE WED THU FRI SAT".split())}
+MONTHS = {
+    name: number
+    for number, name in enumerate(
+        ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"], 1
+    )
+}
+DAYS = {
+    name: number for number, name in enumerate(["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"])
+}
 MACROS = {
     "@YEARLY": "0 0 1 1 *",
     "@ANNUALLY": "0 0 1 1 *",
@@ -185,7 +192,9 @@ def reference_next(
         if target is not None and target - wall > 2 * MINUTE:
             jump = target - wall - MINUTE  # land on the wall minute before the target
             base = offset(instant)
-            probes = [instant + timedelta(hours=h) for h in range(1, jump // timedelta(hours=1) + 1)]
+            probes = [
+                instant + timedelta(hours=h) for h in range(1, jump // timedelta(hours=1) + 1)
+            ]
             if all(offset(p) == base for p in [*probes, instant + jump]):
                 step = jump
                 previous = local(instant + jump - MINUTE)

@@ -128,9 +128,7 @@ class _FieldParser:
             found = self.names.get(text.upper())
             if found is None:
                 kind = "month" if self.name == "month" else "weekday"
-                raise self.fail(
-                    f"{_quote(text)} is not a {kind} name or {self.low}-{self.high}"
-                )
+                raise self.fail(f"{_quote(text)} is not a {kind} name or {self.low}-{self.high}")
             return found
         raise self.fail(f"{_quote(text)} is not a number")
 
@@ -238,6 +236,8 @@ def _parse_dow(text: str) -> tuple[int, int, frozenset[tuple[int, int]]]:
             continue
         if upper == "L":
             raise _DOW.fail('"L" needs a weekday in front, e.g. 5L for the last Friday')
+        if "L" in upper.partition("/")[0] and "/" in upper:
+            raise _DOW.fail(f"{_quote(item)}: a step cannot follow L")
         head = upper[:-1]
         if upper.endswith("L") and (head in _WEEKDAY_NAMES or (head.isascii() and head.isdigit())):
             last_bits |= 1 << (_DOW.value(head, item) % 7)
@@ -263,8 +263,7 @@ def _split(cron: str) -> list[str]:
         return MACROS[macro].split()
     if len(fields) != 5:
         message = (
-            "expected 5 fields (minute hour day-of-month month day-of-week), "
-            f"got {len(fields)}"
+            f"expected 5 fields (minute hour day-of-month month day-of-week), got {len(fields)}"
         )
         if len(fields) in (6, 7):
             message += " — seconds and year fields are not supported"
@@ -460,9 +459,7 @@ class CronSchedule:
             return (_gap_end(zone, wall, before, after),)
         return ()
 
-    def _first_on_day(
-        self, day: date, after: datetime, best: datetime | None
-    ) -> datetime | None:
+    def _first_on_day(self, day: date, after: datetime, best: datetime | None) -> datetime | None:
         """First (naive UTC) instant > ``after`` contributed by the walls of local ``day``."""
         low, high = _day_offsets(self._zone, day)
         midnight = datetime(day.year, day.month, day.day)
@@ -470,10 +467,7 @@ class CronSchedule:
             return None
         # Only walls w with w - low > after can contribute (every instant of w is <= w - low).
         threshold = after + low - midnight
-        if threshold < timedelta(0):
-            start = 0
-        else:
-            start = int(threshold // _ONE_MINUTE) + 1
+        start = 0 if threshold < timedelta(0) else int(threshold // _ONE_MINUTE) + 1
         moment = self._next_time(start)
         if low == high:
             if moment is None:

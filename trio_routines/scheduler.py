@@ -40,6 +40,7 @@ import attrs
 import trio
 
 from .agent import Agent
+from .context import firing_slot
 from .cron import next_run
 from .errors import StateFault, TrioRoutinesError
 from .instants import format_iso, slot_name, truncate_ms
@@ -165,6 +166,9 @@ class Scheduler:
         a routine whose last fire cannot be known must not run blind.
         """
         first_due = {} if self.external_clock else await self._boot()
+        for name, due in first_due.items():
+            self._armed.append(name)
+            self._next_due[name] = due
         self._note_offset()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
@@ -203,22 +207,18 @@ class Scheduler:
 
     async def _run_loops(self, first_due: dict[str, datetime]) -> None:
         with self._loops:
-            try:
-                async with trio.open_nursery() as loops:
-                    for name, due in first_due.items():
-                        self._armed.append(name)
-                        self._next_due[name] = due
-                        loops.start_soon(
-                            self._guard, name, self._cron_loop, self.routines[name], due
-                        )
-                    if self.wakeups:
-                        loops.start_soon(self._guard, "wake-up poll", self._wake_loop)
+            async with trio.open_nursery() as loops:
+                for name, due in first_due.items():
+                    loops.start_soon(self._guard, name, self._cron_loop, self.routines[name], due)
+                if self.wakeups:
+                    loops.start_soon(self._guard, "wake-up poll", self._wake_loop)
+                try:
                     await trio.sleep_forever()
-            finally:
-                if not self._stopping:
-                    # Cancelled from outside (the host's scope) rather than by stop(): bound
-                    # the shielded fires all the same.
-                    self._begin_stop(self.default_grace)
+                finally:
+                    if not self._stopping:
+                        # Cancelled by the host's scope rather than by stop(): bound the
+                        # shielded fires all the same, before waiting for them.
+                        self._begin_stop(self.default_grace)
 
     async def _guard(self, label: str, loop: Callable[..., object], *args: object) -> None:
         try:
@@ -332,6 +332,7 @@ class Scheduler:
             raise Stopping("the scheduler is stopping; no new fires are accepted")
         with trio.CancelScope(shield=True):
             result = await self._fire(routine, slot, task_status)
+        await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller hears of it now
         return result
 
     async def start_fire(self, name: str, slot: datetime) -> ClaimResult:
@@ -369,7 +370,8 @@ class Scheduler:
             )
             self._outcomes["stale"] += 1
             return FireResult(name, slot, claimed=False, reason="stale")
-        turn = await self._turn(name, routine.session, routine.prompt, routine.timeout)
+        with firing_slot(slot):
+            turn = await self._turn(name, routine.session, routine.prompt, routine.timeout)
         await self.store.settle(name, slot, turn.outcome, turn.ms)
         self._outcomes[turn.outcome.value] += 1
         return FireResult(

@@ -26,8 +26,9 @@ from .wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
 class MemoryStore:
     """The store contract in memory, for one process.
 
-    ``faults`` maps an operation name (``claim``, ``settle``, ``latest_fire``, ``history``,
-    ``wakeups``) to an exception raised by that operation until the entry is removed:
+    ``faults`` maps a method name (``claim``, ``settle``, ``latest_fire``, ``history``,
+    ``add_wakeup``, ``take_due_wakeup``, ``defer_wakeup``, ``remove_wakeup``,
+    ``list_wakeups``) to an exception that method raises until the entry is removed:
     a way to test what a broken disk does without a broken disk. A ``settle`` fault is logged
     and swallowed, as the contract says.
     """
@@ -100,14 +101,14 @@ class MemoryStore:
 
     async def add_wakeup(self, request: WakeupRequest, now: datetime) -> Wakeup:
         await trio.lowlevel.checkpoint()
-        self._fault("wakeups")
+        self._fault("add_wakeup")
         wakeup = plan_add(self.wakeups, request, now)
         self.wakeups = [*self.wakeups, wakeup]
         return wakeup
 
     async def take_due_wakeup(self, now: datetime) -> Wakeup | None:
         await trio.lowlevel.checkpoint()
-        self._fault("wakeups")
+        self._fault("take_due_wakeup")
         self.wakeups, wakeup = take_first_due(self.wakeups, now)
         return wakeup
 
@@ -116,19 +117,19 @@ class MemoryStore:
         deferred = plan_defer(wakeup, fire_at)
         if deferred is None:
             return False
-        self._fault("wakeups")
+        self._fault("defer_wakeup")
         self.wakeups = [*self.wakeups, deferred]
         return True
 
     async def remove_wakeup(self, wakeup_id: str, session: str | None = None) -> bool:
         await trio.lowlevel.checkpoint()
-        self._fault("wakeups")
+        self._fault("remove_wakeup")
         self.wakeups, removed = remove(self.wakeups, wakeup_id, session)
         return removed
 
     async def list_wakeups(self) -> list[Wakeup]:
         await trio.lowlevel.checkpoint()
-        self._fault("wakeups")
+        self._fault("list_wakeups")
         return list(self.wakeups)
 
     async def aclose(self) -> None:

@@ -1,0 +1,141 @@
+"""PostgreSQL helpers for the tests, and a worker script the race tests run as processes.
+
+The server comes from ``TRIO_ROUTINES_TEST_PG``. When it cannot be reached the tests are
+skipped with the reason -- except under ``CI``, where that is a failure: in CI these tests must
+never be skipped silently.
+
+As a script (``python tests/pg.py <command> <url> <schema> ...``) it opens a
+:class:`PostgresStore`, prints ``ready``, waits for a line on stdin (the starting gun, so
+every process races from the same instant) and then runs one command.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+from psycopg import sql
+
+DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
+T0 = datetime(2026, 7, 7, 10, 0, tzinfo=UTC)
+
+
+def server_url() -> str:
+    return os.environ.get("TRIO_ROUTINES_TEST_PG") or DEFAULT_URL
+
+
+@functools.cache
+def _unreachable() -> str | None:
+    try:
+        with psycopg.connect(server_url(), connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        return " ".join(str(exc).split())
+    return None
+
+
+def require_server() -> str:
+    """The server URL; skips the test (fails it under CI) when the server is unreachable."""
+    import pytest
+
+    problem = _unreachable()
+    if problem is not None:
+        reason = f"PostgreSQL at {server_url()} is unreachable (set TRIO_ROUTINES_TEST_PG): "
+        if os.environ.get("CI"):
+            pytest.fail(reason + problem, pytrace=False)
+        pytest.skip(reason + problem)
+    return server_url()
+
+
+def admin() -> psycopg.Connection[tuple[object, ...]]:
+    return psycopg.connect(server_url(), autocommit=True)
+
+
+@contextmanager
+def fresh_schema() -> Iterator[str]:
+    """A uniquely named, not yet existing schema, dropped (with its tables) afterwards."""
+    name = f"trt_{uuid.uuid4().hex[:16]}"
+    try:
+        yield name
+    finally:
+        with admin() as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+def kill_backends(application_name: str) -> int:
+    """Terminate every backend connected under ``application_name``; how many were."""
+    with admin() as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = %s AND pid <> pg_backend_pid()",
+            (application_name,),
+        ).fetchall()
+    return sum(1 for (killed,) in rows if killed)
+
+
+def with_app_name(url: str, application_name: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}application_name={application_name}"
+
+
+# -- the worker script --------------------------------------------------------------------
+
+
+async def _work(command: str, url: str, schema: str, args: list[str]) -> None:
+    import trio
+
+    from trio_routines.errors import InvalidWakeup
+    from trio_routines.stores.postgres import PostgresStore
+    from trio_routines.wakeups import WakeupRequest
+
+    store = PostgresStore(url, schema=schema)
+    try:
+        if command != "open":
+            await store.latest_fire("warm-up")  # opens the pool and the schema before the gun
+        print("ready", flush=True)
+        await trio.to_thread.run_sync(sys.stdin.readline)
+        if command == "open":
+            await store.latest_fire("warm-up")
+        elif command == "claim":
+            routine, count, effects = args[0], int(args[1]), args[2]
+            minutes = list(range(count))
+            if args[3:4] == ["shuffled"]:
+                random.Random(int(args[4])).shuffle(minutes)
+            fd = os.open(effects, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                for minute in minutes:
+                    slot = T0 + timedelta(minutes=minute)
+                    if (await store.claim(routine, slot, slot)).taken:
+                        # the "turn": a side effect that must happen once per slot
+                        os.write(fd, f"{minute} {os.getpid()}\n".encode())
+            finally:
+                os.close(fd)
+        elif command == "take":
+            now = datetime.fromisoformat(args[0])
+            while (wakeup := await store.take_due_wakeup(now)) is not None:
+                print(f"took {wakeup.id}", flush=True)
+        elif command == "add":
+            session, count = args[0], int(args[1])
+            for _ in range(count):
+                request = WakeupRequest(session=session, prompt="p", fire_at=T0 + timedelta(days=1))
+                try:
+                    await store.add_wakeup(request, T0)
+                    print("added", flush=True)
+                except InvalidWakeup:
+                    print("refused", flush=True)
+        else:
+            raise SystemExit(f"unknown command {command!r}")
+    finally:
+        await store.aclose()
+
+
+if __name__ == "__main__":
+    import trio
+
+    trio.run(_work, sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:])

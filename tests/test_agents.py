@@ -1,0 +1,250 @@
+"""The built-in agents: echo, cmd: (real shell processes) and py:."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import trio
+from procs import alive, lines, wait_for
+
+from trio_routines.agent import Agent, Completed, Event, Failed, TextDelta
+from trio_routines.agents import CommandAgent, EchoAgent, InvalidAgent, agent_from_spec
+from trio_routines.context import current_slot, firing_slot
+from trio_routines.errors import TrioRoutinesError
+from trio_routines.records import Outcome
+from trio_routines.turns import run_turn
+
+
+async def collect(agent: Agent, session: str = "routine:daily", text: str = "hi") -> list[Event]:
+    async with aclosing(agent.invoke(session, text)) as events:  # type: ignore[type-var]
+        return [event async for event in events]
+
+
+def reply(events: list[Event]) -> str:
+    return "".join(e.text for e in events if isinstance(e, TextDelta))
+
+
+# --- echo -----------------------------------------------------------------------------------
+
+
+async def test_echo_answers_with_the_prompt() -> None:
+    events = await collect(agent_from_spec("echo"), text="good morning")
+    assert events == [TextDelta("good morning"), Completed()]
+
+
+# --- cmd: -----------------------------------------------------------------------------------
+
+
+async def test_cmd_streams_stdout_and_completes_on_exit_zero() -> None:
+    agent = agent_from_spec("cmd:printf 'one\\n'; sleep 0.1; printf 'two\\n'")
+    events = await collect(agent)
+    assert reply(events) == "one\ntwo\n"
+    assert events[-1] == Completed()
+    # Streamed as it came: the pause split the output into at least two deltas.
+    assert sum(isinstance(e, TextDelta) for e in events) >= 2
+
+
+async def test_cmd_gets_the_prompt_on_stdin() -> None:
+    events = await collect(agent_from_spec("cmd:tr a-z A-Z"), text="shout this")
+    assert reply(events) == "SHOUT THIS"
+
+
+async def test_cmd_handles_a_large_prompt_and_a_flood_of_stderr_without_deadlock() -> None:
+    prompt = "x" * 2_000_000
+    agent = agent_from_spec("cmd:head -c 3000000 /dev/zero >&2; wc -c")
+    with trio.fail_after(20):
+        events = await collect(agent, text=prompt)
+    assert reply(events).strip() == "2000000"
+    assert events[-1] == Completed()
+
+
+async def test_cmd_failure_reports_exit_status_and_the_stderr_tail() -> None:
+    command = "cmd:echo partial; for i in 1 2 3 4 5 6 7; do echo line$i >&2; done; exit 3"
+    events = await collect(agent_from_spec(command))
+    assert reply(events) == "partial\n"
+    last = events[-1]
+    assert isinstance(last, Failed)
+    assert last.details == "exit status 3: line3\nline4\nline5\nline6\nline7"
+    assert not last.busy
+
+
+async def test_cmd_killed_by_a_signal_says_so() -> None:
+    events = await collect(agent_from_spec("cmd:kill -9 $$"))
+    assert events[-1] == Failed("killed by SIGKILL")
+
+
+async def test_cmd_failure_is_folded_onto_one_line_by_the_runtime(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    agent = agent_from_spec("cmd:echo first >&2; echo second >&2; exit 1")
+    result = await run_turn(agent, "daily", "routine:daily", "go")
+    assert result.outcome is Outcome.FAILED
+    assert result.failed == "exit status 1: first\nsecond"
+    assert "daily failed" in caplog.text
+    assert "exit status 1: first second" in caplog.text
+
+
+async def test_cmd_environment_names_session_routine_and_slot() -> None:
+    agent = agent_from_spec(
+        'cmd:echo "$TRIO_ROUTINES_SESSION|$TRIO_ROUTINES_ROUTINE|$TRIO_ROUTINES_SLOT"'
+    )
+    slot = datetime(2026, 7, 7, 10, 0, tzinfo=UTC)
+    with firing_slot(slot):
+        events = await collect(agent, session="routine:daily")
+    assert reply(events) == "routine:daily|daily|2026-07-07T10:00:00.000Z\n"
+    assert current_slot.get() is None
+    events = await collect(agent, session="chat-42")
+    assert reply(events) == "chat-42||\n"
+
+
+@pytest.fixture
+def pid_file(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "pids"
+    yield path
+    # Whatever happens in the test, leave no process behind.
+    import os
+    import signal
+
+    for line in lines(path):
+        if line.isdigit() and alive(int(line)):
+            os.kill(int(line), signal.SIGKILL)
+
+
+async def _cancel_mid_turn(agent: CommandAgent, pid_file: Path, expect: int) -> list[int]:
+    events: list[Event] = []
+
+    async def consume() -> None:
+        async with aclosing(agent.invoke("routine:slow", "go")) as stream:  # type: ignore[type-var]
+            async for event in stream:
+                events.append(event)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(consume)
+        while len(lines(pid_file)) < expect:  # noqa: ASYNC110 — another process writes it
+            await trio.sleep(0.02)
+        nursery.cancel_scope.cancel()
+    assert events == []  # cancelled: no terminal event
+    return [int(line) for line in lines(pid_file)]
+
+
+async def test_cancelled_cmd_terminates_its_whole_process_group(pid_file: Path) -> None:
+    # The shell forks a grandchild: it must die too, not be orphaned.
+    agent = CommandAgent(f"echo $$ >> {pid_file}; sleep 30 & echo $! >> {pid_file}; wait")
+    started = trio.current_time()
+    pids = await _cancel_mid_turn(agent, pid_file, expect=2)
+    assert trio.current_time() - started < 5
+    wait_for(lambda: not any(alive(pid) for pid in pids), 5, "the process group to exit")
+
+
+async def test_cancelled_cmd_ignoring_sigterm_is_killed_after_the_grace(pid_file: Path) -> None:
+    agent = CommandAgent(
+        f"trap '' TERM; echo $$ >> {pid_file}; sleep 30 & echo $! >> {pid_file}; wait",
+        kill_grace=0.3,
+    )
+    started = trio.current_time()
+    pids = await _cancel_mid_turn(agent, pid_file, expect=2)
+    elapsed = trio.current_time() - started
+    assert 0.3 <= elapsed < 5  # it waited out the grace, then killed
+    wait_for(lambda: not any(alive(pid) for pid in pids), 5, "the process group to die")
+
+
+async def test_cmd_turn_under_the_runtime_timeout_fails_and_leaves_no_process(
+    pid_file: Path,
+) -> None:
+    agent = CommandAgent(f"echo $$ >> {pid_file}; exec sleep 30")
+    result = await run_turn(agent, "slow", "routine:slow", "go", timeout=0.5)
+    assert result.outcome is Outcome.FAILED
+    assert result.failed == "timed out after 0.5s"
+    (pid,) = (int(line) for line in lines(pid_file))
+    wait_for(lambda: not alive(pid), 5, "the command to exit")
+
+
+# --- py: ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def agent_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    name = "sample_agents_for_tests"
+    (tmp_path / f"{name}.py").write_text(
+        textwrap.dedent(
+            """
+            from trio_routines import Completed, TextDelta
+
+            class Shouter:
+                async def invoke(self, session, text):
+                    yield TextDelta(text.upper())
+                    yield Completed()
+
+            def make():
+                return Shouter()
+
+            def make_with(arg):
+                return Shouter()
+
+            def broken():
+                raise RuntimeError("no key configured")
+
+            instance = Shouter()
+
+            class holder:
+                agent = Shouter()
+
+            number = 5
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield name
+    sys.modules.pop(name, None)
+
+
+@pytest.mark.parametrize("attribute", ["Shouter", "make", "instance", "holder.agent"])
+async def test_py_loads_an_object_a_class_or_a_factory(agent_module: str, attribute: str) -> None:
+    agent = agent_from_spec(f"py:{agent_module}:{attribute}")
+    assert await collect(agent, text="hey") == [TextDelta("HEY"), Completed()]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("py:{m}", "must name a module and an attribute"),
+        ("py::x", "must name a module and an attribute"),
+        ("py:no_such_module_here:x", 'cannot import module "no_such_module_here"'),
+        ("py:{m}:missing", 'has no attribute "missing"'),
+        ("py:{m}:number", "is not an agent"),
+        ("py:{m}:broken", "could not be built with no arguments: no key configured"),
+        ("py:{m}:make_with", "could not be built with no arguments"),
+        ("cmd:", '"cmd:" needs a shell command'),
+        ("cmd:   ", '"cmd:" needs a shell command'),
+        ("", "unknown agent"),
+        ("openai", 'unknown agent "openai"'),
+        ("ECHO", "unknown agent"),
+    ],
+)
+def test_bad_specs_are_one_line_invalid_agent(agent_module: str, spec: str, message: str) -> None:
+    with pytest.raises(InvalidAgent) as info:
+        agent_from_spec(spec.format(m=agent_module))
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+    assert isinstance(info.value, TrioRoutinesError)
+    assert isinstance(info.value, ValueError)
+
+
+def test_spec_kinds() -> None:
+    assert isinstance(agent_from_spec("echo"), EchoAgent)
+    agent = agent_from_spec("cmd:cat")
+    assert isinstance(agent, CommandAgent)
+    assert agent.command == "cat"
+
+
+async def test_echo_satisfies_the_protocol() -> None:
+    agent: Agent = EchoAgent()
+    stream: AsyncIterator[Event] = agent.invoke("s", "t")
+    async with aclosing(stream):  # type: ignore[type-var]
+        assert await stream.__anext__() == TextDelta("t")

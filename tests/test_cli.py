@@ -1,0 +1,644 @@
+"""The command line, run as real processes against a real state directory and clock.
+
+Races and kills are real: several ``fire`` processes contend for one slot, ``serve`` is killed
+with SIGKILL mid-turn or stopped with SIGTERM. Crons that would make a test wait are avoided:
+a serve test seeds an old claim so that its routine's catch-up fires at boot, and wake-ups are
+made due by editing ``wakeups.json`` rather than by waiting out the 60 s minimum delay.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from procs import alive, lines, wait_for
+
+from trio_routines.instants import format_iso, parse_iso
+from trio_routines.records import Outcome
+from trio_routines.stores.directory import DirectoryStore
+
+SLOT = "2026-07-07T09:00:00.000Z"  # on the grid of "0 9 * * *"
+
+
+class Env:
+    """A temporary project: a routines directory, a state directory, a marker file."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.routines = root / "routines"
+        self.routines.mkdir()
+        self.state = root / "state"
+        self.marker = root / "marker"
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def routine(self, name: str, prompt: str = "do the thing", **keys: str) -> None:
+        front = "".join(f"{key}: {value}\n" for key, value in keys.items())
+        (self.routines / f"{name}.md").write_text(f"---\n{front}---\n{prompt}\n")
+
+    def argv(self, *args: str) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "trio_routines",
+            *args,
+            "--state",
+            str(self.state),
+            "--routines",
+            str(self.routines),
+        ]
+
+    def environ(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_ROUTINES_")}
+        env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+        return env
+
+    def cli(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.argv(*args),
+            input=stdin,
+            capture_output=True,
+            text=True,
+            cwd=self.root,
+            env=self.environ(),
+            timeout=60,
+        )
+
+    def start(self, *args: str, log: str = "serve.log") -> subprocess.Popen[bytes]:
+        with (self.root / log).open("wb") as err:
+            proc = subprocess.Popen(
+                self.argv(*args),
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                cwd=self.root,
+                env=self.environ(),
+            )
+        self.procs.append(proc)
+        return proc
+
+    def log(self, name: str = "serve.log") -> str:
+        return (self.root / name).read_text()
+
+    def serve(self, agent: str, *extra: str, log: str = "serve.log") -> subprocess.Popen[bytes]:
+        proc = self.start("serve", "--agent", agent, *extra, log=log)
+        wait_for(lambda: "wake-ups:" in self.log(log), 20, f"serve to start ({log})")
+        return proc
+
+    def history(self, name: str) -> list[dict[str, Any]]:
+        result = self.cli("history", name, "--json")
+        assert result.returncode == 0, result.stderr
+        entries: list[dict[str, Any]] = json.loads(result.stdout)
+        return entries
+
+    def seed(self, name: str, slot: datetime, outcome: Outcome | None = Outcome.COMPLETED) -> None:
+        store = DirectoryStore(self.state)
+        assert store.claim_sync(name, slot, slot).taken
+        if outcome is not None:
+            store.settle_sync(name, slot, outcome, 5)
+
+    def wakeups(self) -> list[dict[str, Any]]:
+        path = self.state / "schedule" / "wakeups.json"
+        data: list[dict[str, Any]] = json.loads(path.read_text()) if path.exists() else []
+        return data
+
+    def write_wakeups(self, entries: list[dict[str, Any]]) -> None:
+        path = self.state / "schedule" / "wakeups.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(entries))
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    project = Env(tmp_path)
+    yield project
+    for proc in project.procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def stop(proc: subprocess.Popen[bytes], signum: int = signal.SIGTERM, timeout: float = 20) -> int:
+    proc.send_signal(signum)
+    return proc.wait(timeout=timeout)
+
+
+def one_line(stderr: str) -> str:
+    assert "Traceback" not in stderr
+    assert len(stderr.splitlines()) == 1, stderr
+    assert stderr.endswith("\n")
+    return stderr
+
+
+def years_ago(years: int) -> datetime:
+    return datetime(datetime.now(UTC).year - years, 1, 1, tzinfo=UTC)
+
+
+# --- fire: the external clock ---------------------------------------------------------------
+
+
+def test_concurrent_fires_of_one_slot_run_exactly_one_turn(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    agent = f'cmd:echo "$TRIO_ROUTINES_SLOT" >> {env.marker}; sleep 0.3; echo done'
+    argv = env.argv("fire", "daily", "--slot", "2026-07-07T09:00:00Z", "--json", "--agent", agent)
+    procs = [
+        subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env.environ(), cwd=env.root
+        )
+        for _ in range(5)
+    ]
+    results = [proc.communicate(timeout=60) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0] * 5
+    answers = [json.loads(out) for out, _ in results]
+    claimed = [a for a in answers if a["claimed"]]
+    assert len(claimed) == 1
+    assert claimed[0]["outcome"] == "completed"
+    assert claimed[0]["slot"] == SLOT
+    assert sorted(a["reason"] for a in answers if not a["claimed"]) == ["duplicate"] * 4
+    assert lines(env.marker) == [SLOT]  # one turn, told its slot
+    (entry,) = env.history("daily")
+    assert entry["slot"] == SLOT
+    assert entry["outcome"] == "completed"
+
+
+def test_fire_json_reports_a_failed_turn_and_exits_1(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    result = env.cli(
+        "fire", "daily", "--slot", SLOT, "--json", "--agent", "cmd:echo boom >&2; exit 4"
+    )
+    assert result.returncode == 1
+    answer = json.loads(result.stdout)
+    assert answer == {
+        "name": "daily",
+        "slot": SLOT,
+        "claimed": True,
+        "outcome": "failed",
+        "reason": None,
+        "ms": answer["ms"],
+        "failed": "exit status 4: boom",
+    }
+    assert isinstance(answer["ms"], int)
+    assert "ERROR daily failed" in result.stderr
+    assert env.history("daily")[0]["outcome"] == "failed"
+
+
+def test_fire_of_an_older_slot_is_stale_and_still_success(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    assert env.cli("fire", "daily", "--slot", SLOT, "--agent", "echo").returncode == 0
+    result = env.cli("fire", "daily", "--slot", "2026-07-06T09:00:00Z", "--agent", "echo")
+    assert result.returncode == 0
+    assert result.stdout == "daily 2026-07-06T09:00:00.000Z: not claimed (stale)\n"
+    assert len(env.history("daily")) == 1
+
+
+def test_fire_without_cron_accepts_any_instant(env: Env) -> None:
+    env.routine("adhoc")
+    result = env.cli("fire", "adhoc", "--slot", "2026-07-07T09:13:27.5+02:00", "--agent", "echo")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("adhoc 2026-07-07T07:13:27.500Z: completed (")
+
+
+def test_fire_stopped_by_sigterm_settles_interrupted_and_kills_the_command(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    agent = f"cmd:sleep 30 & echo $! >> {env.marker}; wait"
+    proc = env.start("fire", "daily", "--slot", SLOT, "--grace", "0.3", "--agent", agent)
+    (pid,) = wait_for(lambda: lines(env.marker), 20, "the turn to start")
+    try:
+        assert stop(proc, timeout=10) == 1  # an interrupted turn is no success
+        assert env.history("daily")[0]["outcome"] == "interrupted"
+        wait_for(lambda: not alive(int(pid)), 5, "the command's grandchild to exit")
+    finally:
+        if alive(int(pid)):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def test_serve_refuses_a_public_http_address_without_a_token(env: Env) -> None:
+    result = env.cli("serve", "--agent", "echo", "--http", "0.0.0.0:0")
+    assert result.returncode == 1
+    assert "without a token" in one_line(result.stderr)
+
+
+# --- serve: crashes, stops, catch-up --------------------------------------------------------
+
+
+def test_sigkill_mid_turn_leaves_the_claim_open_and_the_next_boot_records_it(env: Env) -> None:
+    env.routine("yearly", cron="0 0 1 1 *")
+    env.seed("yearly", years_ago(2))  # so the boot catches up one missed slot at once
+    agent = f"cmd:echo $$ >> {env.marker}; sleep 30"
+    first = env.start("serve", "--agent", agent)
+    (pid,) = wait_for(lambda: lines(env.marker), 20, "the turn to start")
+    try:
+        assert stop(first, signal.SIGKILL) == -signal.SIGKILL
+        _, crashed = env.history("yearly")
+        assert "outcome" not in crashed  # claimed, never settled
+        assert crashed["slot"] == format_iso(years_ago(1))
+    finally:
+        os.killpg(int(pid), signal.SIGKILL)  # the orphan a SIGKILLed parent cannot clean up
+
+    second = env.serve(agent, log="second.log")
+    assert stop(second) == 0
+    log = env.log("second.log")
+    assert "never finished" in log
+    assert "firing" not in log
+    _, crashed = env.history("yearly")
+    assert crashed["outcome"] == "interrupted"
+    assert len(lines(env.marker)) == 1  # not replayed
+
+
+def test_sigterm_lets_a_turn_shorter_than_the_grace_complete(env: Env) -> None:
+    env.routine("yearly", cron="0 0 1 1 *")
+    env.seed("yearly", years_ago(2))
+    proc = env.start("serve", "--grace", "10", "--agent", f"cmd:echo $$ >> {env.marker}; sleep 1")
+    wait_for(lambda: lines(env.marker), 20, "the turn to start")
+    assert stop(proc) == 0
+    _, fire = env.history("yearly")
+    assert fire["outcome"] == "completed"
+    assert fire["ms"] >= 900
+    assert "SIGTERM received" in env.log()
+
+
+def test_sigterm_interrupts_a_turn_longer_than_the_grace_and_kills_its_group(env: Env) -> None:
+    env.routine("yearly", cron="0 0 1 1 *")
+    env.seed("yearly", years_ago(2))
+    agent = f"cmd:sleep 30 & echo $! >> {env.marker}; wait"
+    proc = env.start("serve", "--grace", "0.5", "--agent", agent)
+    (pid,) = wait_for(lambda: lines(env.marker), 20, "the turn to start")
+    try:
+        assert stop(proc, timeout=10) == 0
+        _, fire = env.history("yearly")
+        assert fire["outcome"] == "interrupted"
+        wait_for(lambda: not alive(int(pid)), 5, "the command's grandchild to exit")
+    finally:
+        if alive(int(pid)):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def test_restart_after_missed_slots_fires_exactly_one_catch_up(env: Env) -> None:
+    env.routine("minutely", cron="* * * * *")
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    seeded = now - timedelta(hours=3)
+    env.seed("minutely", seeded)
+    proc = env.start("serve", "--agent", f"cmd:echo fired >> {env.marker}")
+    wait_for(lambda: lines(env.marker), 20, "the catch-up to fire")
+    wait_for(lambda: env.history("minutely")[1].get("outcome"), 10, "the catch-up to settle")
+    assert stop(proc) == 0
+    fires = env.history("minutely")
+    missed = [f for f in fires if seeded < parse_iso(f["slot"]) <= now]  # type: ignore[operator]
+    assert [f["slot"] for f in missed] == [format_iso(seeded + timedelta(minutes=1))]
+    assert missed[0]["outcome"] == "completed"
+    # Any other fire is a regular slot that came due while the test ran, not a back-fire.
+    assert all(parse_iso(f["slot"]) > now for f in fires[2:])  # type: ignore[operator]
+    assert "catching up a missed run" in env.log()
+
+
+def test_serve_tells_a_cmd_agent_which_slot_it_fires(env: Env) -> None:
+    env.routine("yearly", cron="0 0 1 1 *")
+    env.seed("yearly", years_ago(2))
+    agent = f'cmd:echo "$TRIO_ROUTINES_ROUTINE $TRIO_ROUTINES_SLOT" >> {env.marker}'
+    proc = env.start("serve", "--agent", agent)
+    wait_for(lambda: lines(env.marker), 20, "the catch-up to fire")
+    assert stop(proc) == 0
+    assert lines(env.marker) == [f"yearly {format_iso(years_ago(1))}"]
+
+
+def test_serve_refuses_to_start_with_a_broken_routine_file(env: Env) -> None:
+    env.routine("good", cron="0 9 * * *")
+    (env.routines / "bad.md").write_text("cron: * * * * *\nno frontmatter\n")
+    (env.routines / "worse.md").write_text("---\ncolour: blue\n---\nhi\n")
+    result = env.cli("serve", "--agent", "echo")
+    assert result.returncode == 1
+    err = result.stderr.splitlines()
+    assert len(err) == 3
+    assert "bad.md: must start with a '---'" in err[0]
+    assert "worse.md: line 2: unknown key 'colour'" in err[1]
+    assert "serve refuses to start: 2 broken routine file(s)" in err[2]
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_logs_armed_routines_as_text_or_json(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *", tz="Europe/Berlin")
+    env.routine("adhoc")
+    proc = env.serve("echo")
+    assert stop(proc) == 0
+    log = env.log().splitlines()
+    assert 'INFO  armed daily: cron "0 9 * * *" Europe/Berlin — next ' in "\n".join(log)
+    assert "INFO  on demand: adhoc" in log
+    assert log[-1] == "INFO  stopped"
+
+    proc = env.serve("echo", "--log-format", "json", "--no-wakeups", log="json.log")
+    assert stop(proc) == 0
+    records = [json.loads(line) for line in env.log("json.log").splitlines()]
+    assert {tuple(sorted(r)) for r in records} == {("level", "message", "ts")}
+    assert {"message": "wake-ups: off", "level": "INFO"} in [
+        {"message": r["message"], "level": r["level"]} for r in records
+    ]
+    assert parse_iso(records[0]["ts"]) is not None
+
+
+# --- wake-ups -------------------------------------------------------------------------------
+
+
+def make_due(env: Env) -> None:
+    past = format_iso(datetime.now(UTC) - timedelta(minutes=5))
+    env.write_wakeups([{**entry, "fireAt": past} for entry in env.wakeups()])
+
+
+def test_a_wake_up_added_with_wake_fires_into_its_session_when_due(env: Env) -> None:
+    result = env.cli(
+        "wake", "--session", "chat-1", "--in", "2m", "--prompt", "check the build", "--json"
+    )
+    assert result.returncode == 0, result.stderr
+    added = json.loads(result.stdout)
+    assert added["session"] == "chat-1"
+    listed = env.cli("list")
+    assert listed.stdout.startswith(f"wake {added['id']}  ")
+    assert "one-shot  session=chat-1  check the build" in listed.stdout
+
+    make_due(env)  # as if two minutes had passed
+    agent = f'cmd:echo "$TRIO_ROUTINES_SESSION" >> {env.marker}; cat >> {env.marker}'
+    proc = env.serve(agent)
+    wait_for(lambda: len(lines(env.marker)) >= 2, 10, "the wake-up to fire")
+    assert stop(proc) == 0
+    session, envelope = lines(env.marker)
+    assert session == "chat-1"
+    assert envelope.startswith(f"[wake-up {added['id']} fired")
+    assert envelope.endswith("check the build")
+    assert env.wakeups() == []
+
+
+def test_unwake_cancels_a_wake_up_before_it_fires(env: Env) -> None:
+    ids = {}
+    for session in ("a", "b"):
+        result = env.cli("wake", "--session", session, "--in", "5m", "--prompt", "p", "--json")
+        ids[session] = json.loads(result.stdout)["id"]
+    wrong = env.cli("unwake", ids["b"], "--session", "a")
+    assert wrong.returncode == 1
+    assert "no pending wake-up" in one_line(wrong.stderr)
+    result = env.cli("unwake", ids["a"], "--session", "a")
+    assert result.returncode == 0
+    assert result.stdout == f"OK — wake-up {ids['a']} cancelled.\n"
+    again = env.cli("unwake", ids["a"], "--session", "a")
+    assert again.returncode == 1
+
+    make_due(env)
+    proc = env.serve(f'cmd:echo "$TRIO_ROUTINES_SESSION" >> {env.marker}')
+    wait_for(lambda: lines(env.marker), 10, "the remaining wake-up to fire")
+    assert stop(proc) == 0
+    assert lines(env.marker) == ["b"]
+
+
+def test_two_serves_on_one_state_never_fire_a_wake_up_twice(env: Env) -> None:
+    past = format_iso(datetime.now(UTC) - timedelta(minutes=1))
+    sessions = [f"s{i}" for i in range(16)]
+    env.write_wakeups(
+        [
+            {"id": f"w{i}", "session": s, "prompt": "p", "fireAt": past}
+            for i, s in enumerate(sessions)
+        ]
+    )
+    agent = f'cmd:echo "$TRIO_ROUTINES_SESSION" >> {env.marker}; sleep 0.05'
+    procs = [env.start("serve", "--agent", agent, log=f"serve{i}.log") for i in range(2)]
+    wait_for(lambda: len(lines(env.marker)) >= len(sessions), 20, "every wake-up to fire")
+    wait_for(lambda: all("wake-ups:" in env.log(f"serve{i}.log") for i in range(2)), 20)
+    assert [stop(proc) for proc in procs] == [0, 0]
+    assert sorted(lines(env.marker)) == sorted(sessions)
+    assert env.wakeups() == []
+
+
+# --- read-only commands ---------------------------------------------------------------------
+
+
+def test_history_text_shows_the_newest_20_with_hints(env: Env) -> None:
+    empty = env.cli("history", "daily")
+    assert empty.returncode == 0
+    assert empty.stdout == ""
+    assert one_line(empty.stderr).startswith('no recorded fires for "daily" (state: ')
+    assert env.cli("history", "daily", "--json").stdout == "[]\n"
+
+    start = datetime(2026, 7, 1, 9, tzinfo=UTC)
+    for day in range(22):
+        env.seed("daily", start + timedelta(days=day))
+    env.seed("daily", start + timedelta(days=22), outcome=None)
+    result = env.cli("history", "daily")
+    assert result.returncode == 0
+    out = result.stdout.splitlines()
+    assert len(out) == 20
+    assert out[0] == "2026-07-04T09:00:00.000Z  completed        5ms"
+    assert out[-1] == "2026-07-23T09:00:00.000Z  unreported " + " " * 9
+    err = result.stderr.splitlines()
+    assert err[0] == "(the last 20 of 23 fires — --json for all)"
+    assert err[1].startswith("(what these runs said: session routine:daily")
+    entries = env.history("daily")
+    assert len(entries) == 23
+    assert entries[0] == {
+        "slot": "2026-07-01T09:00:00.000Z",
+        "firedAt": "2026-07-01T09:00:00.000Z",
+        "outcome": "completed",
+        "ms": 5,
+    }
+    assert env.cli("history", "daily", "--json").stdout.startswith('[\n  {\n    "slot"')
+
+
+def test_list_shows_routines_and_wake_ups(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *", tz="Europe/Berlin")
+    env.routine("adhoc")
+    env.routine("never", cron="0 0 30 2 *")
+    assert (
+        env.cli("wake", "--session", "chat", "--cron", "0 8 * * *", "--prompt", "hi").returncode
+        == 0
+    )
+    result = env.cli("list")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.splitlines()
+    assert out[0] == "adhoc on demand"
+    assert out[1].startswith("daily                2")
+    assert out[1].endswith("Z  cron 0 9 * * * Europe/Berlin")
+    assert out[2] == "never                (never)                   cron 0 0 30 2 *"
+    assert out[3].startswith("wake ")
+    assert out[3].endswith("  cron 0 8 * * *  session=chat  hi")
+
+    data = json.loads(env.cli("list", "--json").stdout)
+    assert data["routines"][0] == {"name": "adhoc", "next": None}
+    daily = data["routines"][1]
+    assert daily.keys() == {"name", "cron", "tz", "next"}
+    assert parse_iso(daily["next"]) is not None
+    assert data["routines"][2]["next"] is None
+    assert data["wakeups"][0]["session"] == "chat"
+    assert "prompt" not in daily
+
+
+def test_list_reports_broken_files_and_goes_on(env: Env) -> None:
+    env.routine("adhoc")
+    (env.routines / "bad.md").write_text("oops")
+    result = env.cli("list")
+    assert result.returncode == 0
+    assert result.stdout == "adhoc on demand\n"
+    assert "bad.md" in one_line(result.stderr)
+    (env.root / "empty").mkdir()
+    empty = Env(env.root / "empty")
+    nothing = empty.cli("list")
+    assert nothing.returncode == 0
+    assert one_line(nothing.stderr).startswith("nothing scheduled")
+
+
+def test_next_lists_instants_of_a_routine_or_an_expression(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *", tz="Europe/Berlin")
+    after = ["--after", "2026-03-28T12:00:00Z", "-n", "2"]
+    result = env.cli("next", "daily", *after)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "2026-03-29T07:00:00.000Z  2026-03-29 09:00 CEST (Europe/Berlin)",
+        "2026-03-30T07:00:00.000Z  2026-03-30 09:00 CEST (Europe/Berlin)",
+    ]
+    result = env.cli("next", "--cron", "*/30 * * * *", *after)
+    assert result.stdout.splitlines() == ["2026-03-28T12:30:00.000Z", "2026-03-28T13:00:00.000Z"]
+    never = env.cli("next", "--cron", "0 0 30 2 *")
+    assert never.returncode == 0
+    assert never.stdout == ""
+    assert "never fires again" in one_line(never.stderr)
+
+
+def test_check_summarizes_or_lists_every_broken_file(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    env.routine("adhoc")
+    result = env.cli("check")
+    assert result.returncode == 0
+    assert result.stdout == f"ok — 2 routine(s) in {env.routines}: 1 on cron, 1 on demand\n"
+    (env.routines / "a.md").write_text("---\ntz: UTC\n---\nhi\n")
+    (env.routines / "b.md").write_text("---\ncron: 61 * * * *\n---\nhi\n")
+    result = env.cli("check")
+    assert result.returncode == 1
+    err = result.stderr.splitlines()
+    assert len(err) == 3
+    assert err[0].endswith('a.md: "tz" means nothing without "cron"')
+    assert "b.md: invalid cron/tz" in err[1]
+    assert err[2] == f"2 broken routine file(s) in {env.routines}"
+
+
+def test_run_streams_the_reply_without_touching_state(env: Env) -> None:
+    env.routine("adhoc", prompt="hello from adhoc")
+    result = env.cli("run", "adhoc", "--agent", "echo")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "hello from adhoc\n"
+    assert "INFO  adhoc completed (" in result.stderr
+    assert not env.state.exists()
+    failed = env.cli("run", "adhoc", "--agent", "cmd:echo half; exit 2")
+    assert failed.returncode == 1
+    assert failed.stdout == "half\n"
+    assert "ERROR adhoc failed" in failed.stderr
+
+
+def test_common_options_work_before_the_command_too(env: Env) -> None:
+    env.routine("adhoc", prompt="hi")
+    argv = [sys.executable, "-m", "trio_routines", "--routines", str(env.routines)]
+    argv += ["--agent", "echo", "--log-level", "WARNING", "run", "adhoc"]
+    result = subprocess.run(
+        argv, capture_output=True, text=True, env=env.environ(), cwd=env.root, timeout=60
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (0, "hi\n", "")
+
+
+def test_agent_from_the_environment(env: Env) -> None:
+    env.routine("adhoc", prompt="hi")
+    result = subprocess.run(
+        env.argv("run", "adhoc"),
+        capture_output=True,
+        text=True,
+        env={**env.environ(), "TRIO_ROUTINES_AGENT": "cmd:tr a-z A-Z"},
+        cwd=env.root,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "HI\n"
+
+
+# --- every bad input: exit status and one line ----------------------------------------------
+
+
+BAD_INPUT = [
+    # (arguments, exit status, part of the one-line message)
+    (["run", "nope", "--agent", "echo"], 1, 'unknown routine "nope" — looked in '),
+    (["fire", "nope", "--slot", SLOT, "--agent", "echo"], 1, 'unknown routine "nope"'),
+    (["next", "nope"], 1, 'unknown routine "nope"'),
+    (["run", "broken", "--agent", "echo"], 1, "broken.md: must start with a '---'"),
+    (["fire", "broken", "--slot", SLOT, "--agent", "echo"], 1, "broken.md: must start"),
+    (["next", "broken"], 1, "broken.md: must start"),
+    (["run", "..", "--agent", "echo"], 1, '".." cannot be a routine name'),
+    (["fire", "a/b", "--slot", SLOT, "--agent", "echo"], 1, '"a/b" cannot be a routine name'),
+    (["history", ".."], 1, '".." cannot be a routine name'),
+    (["history", "a\\b"], 1, "cannot be a routine name"),
+    (["next", "a/b"], 1, "cannot be a routine name"),
+    (["fire", "daily", "--slot", "yesterday", "--agent", "echo"], 1, "is not an ISO instant"),
+    (["fire", "daily", "--slot", "2026-07-07T09:00:00", "--agent", "echo"], 1, "with a zone"),
+    (["fire", "daily", "--slot", "2026-07-07T09:30:00Z", "--agent", "echo"], 1, "cron grid"),
+    (["wake", "--session", "s", "--in", "120", "--prompt", "p"], 1, 'couldn\'t parse "in"'),
+    (["wake", "--session", "s", "--in", "soon", "--prompt", "p"], 1, "couldn't parse"),
+    (["wake", "--session", "s", "--in", "99999999999d", "--prompt", "p"], 1, "couldn't parse"),
+    (["wake", "--session", "s", "--in", "10s", "--prompt", "p"], 1, "too soon"),
+    (["wake", "--session", "s", "--cron", "* * * * *", "--prompt", "p"], 1, "too frequent"),
+    (
+        ["wake", "--session", "s", "--cron", "0 9 * * *", "--tz", "Mars/Base", "--prompt", "p"],
+        1,
+        "invalid cron/tz",
+    ),
+    (["next", "--cron", "0 9 * * * *"], 1, "invalid cron/tz"),
+    (["next", "adhoc"], 1, '"adhoc" runs on demand only'),
+    (["run", "daily"], 2, "run needs an agent"),
+    (["fire", "daily", "--slot", SLOT], 2, "fire needs an agent"),
+    (["serve"], 2, "serve needs an agent"),
+    (["run", "daily", "--agent", "gpt"], 1, 'unknown agent "gpt"'),
+    (["run", "daily", "--agent", "py:no_such_mod:x"], 1, 'cannot import module "no_such_mod"'),
+    (["serve", "--agent", "echo", "--http", "nonsense"], 1, "expected HOST:PORT"),
+    ([], 2, "error: the following arguments are required: COMMAND"),
+    (["fire", "daily", "--agent", "echo"], 2, "--slot"),
+    (["wake", "--session", "s", "--prompt", "p"], 2, "one of the arguments --in --cron"),
+    (["wake", "--session", "s", "--in", "5m", "--tz", "UTC", "--prompt", "p"], 2, "--tz goes"),
+    (["next"], 2, "either a routine NAME or --cron"),
+    (["next", "daily", "--cron", "* * * * *"], 2, "either a routine NAME or --cron"),
+    (["next", "--cron", "* * * * *", "-n", "0"], 2, "between 1 and 1000"),
+    (["serve", "--agent", "echo", "--grace", "-1"], 2, "must be a finite number"),
+    (["frobnicate"], 2, "invalid choice"),
+]
+
+
+@pytest.mark.parametrize(("args", "status", "message"), BAD_INPUT)
+def test_bad_input_is_one_line_and_the_right_status(
+    env: Env, args: list[str], status: int, message: str
+) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    env.routine("adhoc")
+    if "broken" in args:
+        (env.routines / "broken.md").write_text("no frontmatter here\n")
+    result = env.cli(*args)
+    assert (result.returncode, result.stdout) == (status, ""), result.stderr
+    assert message in one_line(result.stderr)
+    assert not any(lines(env.marker))
+
+
+UNREADABLE_STATE = [
+    ["history", "daily"],
+    ["history", "daily", "--json"],
+    ["fire", "daily", "--slot", SLOT, "--agent", "echo"],
+    ["list"],
+    ["list", "--json"],
+    ["wake", "--session", "s", "--in", "5m", "--prompt", "p"],
+    ["unwake", "some-id", "--session", "s"],
+    ["serve", "--agent", "echo"],
+]
+
+
+@pytest.mark.parametrize("args", UNREADABLE_STATE)
+def test_unreadable_state_is_one_line_exit_1(env: Env, args: list[str]) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    env.state.write_text("a regular file where the state directory should be")
+    result = env.cli(*args)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert str(env.state) in one_line(result.stderr)
+    assert one_line(result.stderr).startswith("error: ")

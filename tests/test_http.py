@@ -1,0 +1,934 @@
+"""The HTTP surface against a real hypercorn server on a loopback port.
+
+Every server test starts :func:`serve_http` next to a running :class:`Scheduler` (external-clock
+mode, so no cron loop fires on its own during a test) and talks to it with the standard
+library's ``http.client`` in a worker thread, or with raw Trio TCP streams where a request
+must be malformed or never end. The clock is the real one: the server does real IO.
+
+The Hypothesis test calls the ASGI application directly with synthetic ``receive``/``send``
+(hundreds of examples through a socket would be slow and would test hypercorn more than us);
+each example builds its own scheduler inside its own ``trio.run``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from typing import Any
+from urllib.parse import quote
+
+import attrs
+import pytest
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trio_routines.errors import StateFault, TrioRoutinesError
+from trio_routines.http import MAX_BODY, InsecureBind, check_bind, make_app, serve_http
+from trio_routines.instants import parse_iso
+from trio_routines.records import Outcome, Wakeup
+from trio_routines.routines import Routine
+from trio_routines.scheduler import Scheduler
+from trio_routines.store import Store
+from trio_routines.testing import Complete, Fail, Hang, MemoryStore, ScriptedAgent
+
+SECRET = "PROMPT-SECRET-7f3a"
+LONG = "L" * 80
+ROUTINES = [
+    Routine(name="daily", prompt=f"{SECRET} daily", cron="0 9 * * *", tz="Europe/Berlin"),
+    Routine(name="adhoc", prompt=f"{SECRET} adhoc"),
+    Routine(name=LONG, prompt=f"{SECRET} long"),
+]
+ON_GRID = "2026-07-07T07:00:00.000Z"  # 09:00 in Berlin (summer time)
+TOKEN = "s3cret-token"
+LIMITER = trio.CapacityLimiter(64)
+WAKEUP_FAULTS = ("wakeups", "add_wakeup", "list_wakeups", "remove_wakeup")
+
+
+@attrs.frozen
+class Reply:
+    status: int
+    headers: dict[str, str]
+    raw: bytes
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.raw)
+
+    @property
+    def ok(self) -> bool:
+        return self.status in (200, 202)
+
+
+@attrs.frozen
+class Server:
+    port: int
+    scheduler: Scheduler
+    agent: ScriptedAgent
+    store: Store
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        headers: dict[str, str] | None = None,
+        raw: bytes | None = None,
+    ) -> Reply:
+        """One request on a fresh connection with ``http.client``, in a worker thread."""
+        sent = dict(headers or {})
+        data = raw
+        if body is not None:
+            data = json.dumps(body).encode()
+            sent.setdefault("Content-Type", "application/json")
+
+        def go() -> Reply:
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=15)
+            try:
+                conn.request(method, quote(path, safe="/?=&"), body=data, headers=sent)
+                response = conn.getresponse()
+                payload = response.read()
+                found = {k.lower(): v for k, v in response.getheaders()}
+                return Reply(response.status, found, payload)
+            finally:
+                conn.close()
+
+        return await trio.to_thread.run_sync(go, limiter=LIMITER)
+
+    async def settled(self, name: str, count: int = 1) -> list[Any]:
+        """Wait until ``count`` fires of ``name`` have settled; their history."""
+        with trio.fail_after(10):
+            while True:
+                fires = await self.store.history(name)
+                if len(fires) >= count and all(f.outcome is not None for f in fires):
+                    return fires
+                await trio.sleep(0.01)
+
+
+@asynccontextmanager
+async def serving(
+    *,
+    agent: ScriptedAgent | None = None,
+    store: Store | None = None,
+    token: str | None = None,
+) -> AsyncIterator[Server]:
+    agent = agent or ScriptedAgent()
+    store = store or MemoryStore()
+    scheduler = Scheduler(agent=agent, store=store, routines=ROUTINES, external_clock=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        port = await nursery.start(partial(serve_http, scheduler, "127.0.0.1", 0, token=token))
+        yield Server(port, scheduler, agent, store)
+        scheduler.stop(grace=0)
+
+
+async def raw_exchange(port: int, head: bytes, feed: Callable[..., Any] | None = None) -> bytes:
+    """Send ``head`` on a raw connection, run ``feed(stream)`` alongside, read to EOF."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    received = b""
+    async with stream, trio.open_nursery() as nursery:
+
+        async def writer() -> None:
+            try:
+                await stream.send_all(head)
+                if feed is not None:
+                    await feed(stream)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # the server hung up on us: that is the point of some tests
+
+        nursery.start_soon(writer)
+        with trio.fail_after(10):
+            while chunk := await stream.receive_some(65536):
+                received += chunk
+        nursery.cancel_scope.cancel()
+    return received
+
+
+async def until(predicate: Callable[[], object]) -> None:
+    """Wait (up to 5 s) until ``predicate()`` holds; the runtime offers no event for these."""
+    with trio.fail_after(5):
+        while not predicate():  # noqa: ASYNC110
+            await trio.sleep(0.01)
+
+
+def status_of(response: bytes) -> int:
+    return int(response.split(b" ", 2)[1])
+
+
+def body_of(response: bytes) -> Any:
+    return json.loads(response.split(b"\r\n\r\n", 1)[1])
+
+
+def assert_error(reply: Reply, status: int) -> str:
+    assert reply.status == status, (reply.status, reply.raw)
+    assert reply.headers["content-type"] == "application/json"
+    assert b"\n" not in reply.raw
+    message = reply.json["error"]
+    assert isinstance(message, str)
+    assert message
+    return message
+
+
+# -- POST /fire ----------------------------------------------------------------------------------
+
+
+async def test_fire_answers_202_and_the_fire_continues_in_the_runtime() -> None:
+    agent = ScriptedAgent(Complete(duration=0.2))
+    async with serving(agent=agent) as server:
+        reply = await server.call("POST", "/fire", {"name": "daily", "slot": ON_GRID})
+        assert reply.status == 202
+        assert reply.json == {"claimed": True, "name": "daily", "slot": ON_GRID}
+        # Answered before the turn ended; it goes on in the scheduler's nursery.
+        assert agent.finished == []
+        [fire] = await server.settled("daily")
+        assert fire.outcome is Outcome.COMPLETED
+        assert [t.session for t in agent.turns] == ["routine:daily"]
+        assert agent.turns[0].text == f"{SECRET} daily"
+
+
+async def test_fire_with_wait_answers_the_outcome() -> None:
+    agent = ScriptedAgent()
+    agent.script(Complete(), Fail("the model said no"), session="routine:adhoc")
+    async with serving(agent=agent) as server:
+        first = await server.call(
+            "POST", "/fire", {"name": "adhoc", "slot": "2026-07-07T10:00:00Z", "wait": True}
+        )
+        assert first.status == 200
+        body = first.json
+        assert body.pop("ms") >= 0
+        assert body == {
+            "claimed": True,
+            "name": "adhoc",
+            "slot": "2026-07-07T10:00:00.000Z",
+            "outcome": "completed",
+        }
+        second = await server.call(
+            "POST", "/fire", {"name": "adhoc", "slot": "2026-07-07T11:00:00Z", "wait": True}
+        )
+        assert second.status == 200
+        assert second.json["outcome"] == "failed"
+        assert second.json["failed"] == "the model said no"
+
+
+async def test_fire_duplicate_and_stale_are_200_unclaimed() -> None:
+    async with serving() as server:
+        fire = partial(server.call, "POST", "/fire")
+        assert (await fire({"name": "adhoc", "slot": "2026-07-07T10:00:00Z", "wait": True})).ok
+        duplicate = await fire({"name": "adhoc", "slot": "2026-07-07T12:00:00+02:00"})
+        assert duplicate.status == 200
+        assert duplicate.json == {
+            "claimed": False,
+            "reason": "duplicate",
+            "name": "adhoc",
+            "slot": "2026-07-07T10:00:00.000Z",
+        }
+        stale = await fire({"name": "adhoc", "slot": "2026-07-07T09:00:00Z", "wait": True})
+        assert stale.status == 200
+        assert stale.json["claimed"] is False
+        assert stale.json["reason"] == "stale"
+        assert len(server.agent.turns) == 1
+
+
+async def test_fire_slot_must_be_on_the_grid_of_a_cron_routine() -> None:
+    async with serving() as server:
+        off = await server.call("POST", "/fire", {"name": "daily", "slot": "2026-07-07T09:00:00Z"})
+        message = assert_error(off, 400)
+        assert "not on the cron grid" in message
+        assert "daily" in message
+        # The same instant written in another zone is the same slot.
+        on = await server.call(
+            "POST", "/fire", {"name": "daily", "slot": "2026-07-07T09:00:00+02:00"}
+        )
+        assert on.status == 202
+        assert on.json["slot"] == ON_GRID
+        await server.settled("daily")
+        assert len(await server.store.history("daily")) == 1
+
+
+async def test_fire_on_demand_accepts_any_instant_truncated_to_ms() -> None:
+    async with serving() as server:
+        first = await server.call(
+            "POST", "/fire", {"name": "adhoc", "slot": "2026-07-07T10:11:12.345678Z"}
+        )
+        assert first.status == 202
+        assert first.json["slot"] == "2026-07-07T10:11:12.345Z"
+        again = await server.call(
+            "POST", "/fire", {"name": "adhoc", "slot": "2026-07-07T10:11:12.345999Z"}
+        )
+        assert again.json == {**first.json, "claimed": False, "reason": "duplicate"}
+        await server.settled("adhoc")
+
+
+async def test_fire_state_fault_is_503_with_retry_after_and_claims_nothing() -> None:
+    store = MemoryStore()
+    store.faults["claim"] = StateFault("EIO: disk on fire")
+    async with serving(store=store) as server:
+        for wait in (False, True):
+            reply = await server.call(
+                "POST", "/fire", {"name": "daily", "slot": ON_GRID, "wait": wait}
+            )
+            message = assert_error(reply, 503)
+            assert "nothing was claimed" in message
+            assert "disk on fire" not in message  # details go to the log, not the caller
+            assert reply.headers["retry-after"] == "5"
+        assert store.claims.get("daily", {}) == {}
+        assert server.agent.turns == []
+        del store.faults["claim"]
+        retry = await server.call("POST", "/fire", {"name": "daily", "slot": ON_GRID})
+        assert retry.status == 202
+        await server.settled("daily")
+
+
+async def test_fire_unknown_routine_is_404_echoing_64_chars() -> None:
+    async with serving() as server:
+        name = "x" * 100
+        reply = await server.call("POST", "/fire", {"name": name, "slot": ON_GRID})
+        message = assert_error(reply, 404)
+        assert '"' + "x" * 64 + '"' in message
+        assert "x" * 65 not in message
+
+
+async def test_fire_known_long_name_is_echoed_cut() -> None:
+    async with serving() as server:
+        reply = await server.call("POST", "/fire", {"name": LONG, "slot": ON_GRID, "wait": True})
+        assert reply.status == 200
+        assert reply.json["name"] == LONG[:64]
+        assert LONG.encode() not in reply.raw
+
+
+# -- POST /run -----------------------------------------------------------------------------------
+
+
+async def test_run_waits_by_default_and_claims_nothing() -> None:
+    agent = ScriptedAgent()
+    agent.script(Complete(), Fail("tool crashed"), session="routine:daily")
+    async with serving(agent=agent) as server:
+        reply = await server.call("POST", "/run", {"name": "daily"})
+        assert reply.status == 200
+        body = reply.json
+        assert body.pop("ms") >= 0
+        assert body == {
+            "name": "daily",
+            "session": "routine:daily",
+            "ran": True,
+            "outcome": "completed",
+        }
+        failed = await server.call("POST", "/run", {"name": "daily", "wait": True})
+        assert failed.json["ran"] is True
+        assert failed.json["outcome"] == "failed"
+        assert failed.json["failed"] == "tool crashed"
+        assert await server.store.history("daily") == []
+        assert len(agent.turns) == 2
+
+
+async def test_run_without_wait_is_202_and_a_busy_session_is_not_run() -> None:
+    agent = ScriptedAgent()
+    agent.script(Hang(), session="routine:adhoc")
+    async with serving(agent=agent) as server:
+        started = await server.call("POST", "/run", {"name": "adhoc", "wait": False})
+        assert started.status == 202
+        assert started.json == {"name": "adhoc", "session": "routine:adhoc", "started": True}
+        await until(lambda: agent.turns)
+        health = await server.call("GET", "/healthz")
+        assert health.json == {"status": "busy", "inFlight": 1}
+        busy = await server.call("POST", "/run", {"name": "adhoc"})
+        assert busy.status == 200
+        assert busy.json["ran"] is False
+        assert busy.json["reason"] == 'the previous turn of "adhoc" is still running'
+        busy_now = await server.call("POST", "/run", {"name": "adhoc", "wait": False})
+        assert busy_now.status == 200
+        assert busy_now.json["ran"] is False
+        assert len(agent.turns) == 1  # the gate answered; the agent was never asked again
+
+
+async def test_run_unknown_routine_is_404() -> None:
+    async with serving() as server:
+        assert_error(await server.call("POST", "/run", {"name": "nope"}), 404)
+        assert server.agent.turns == []
+
+
+# -- GET /routines, history ----------------------------------------------------------------------
+
+
+async def test_routines_lists_schedules_and_next_instant_never_prompts() -> None:
+    async with serving() as server:
+        before = datetime.now(UTC)
+        reply = await server.call("GET", "/routines")
+        assert reply.status == 200
+        assert SECRET.encode() not in reply.raw
+        listing = {item["name"]: item for item in reply.json}
+        assert set(listing) == {"daily", "adhoc", LONG}
+        assert listing["adhoc"] == {"name": "adhoc", "cron": None, "tz": None, "next": None}
+        daily = listing["daily"]
+        assert (daily["cron"], daily["tz"]) == ("0 9 * * *", "Europe/Berlin")
+        upcoming = parse_iso(daily["next"])
+        assert upcoming is not None
+        assert before < upcoming <= before + timedelta(days=1, minutes=1)
+        head = await server.call("HEAD", "/routines")
+        assert head.status == 200
+        assert head.raw == b""
+
+
+async def test_history_is_oldest_first_like_history_json() -> None:
+    agent = ScriptedAgent()
+    agent.script(Complete(), Fail("no"), session="routine:adhoc")
+    async with serving(agent=agent) as server:
+        for slot in ("2026-07-07T10:00:00Z", "2026-07-07T11:00:00Z"):
+            await server.call("POST", "/fire", {"name": "adhoc", "slot": slot, "wait": True})
+        reply = await server.call("GET", "/routines/adhoc/history")
+        assert reply.status == 200
+        history = reply.json
+        assert [h["slot"] for h in history] == [
+            "2026-07-07T10:00:00.000Z",
+            "2026-07-07T11:00:00.000Z",
+        ]
+        assert [h["outcome"] for h in history] == ["completed", "failed"]
+        assert all(set(h) == {"slot", "firedAt", "outcome", "ms"} for h in history)
+        empty = await server.call("GET", f"/routines/{LONG}/history")
+        assert empty.json == []
+        missing = await server.call("GET", "/routines/nope/history")
+        assert_error(missing, 404)
+
+
+async def test_history_state_fault_is_503() -> None:
+    store = MemoryStore()
+    store.faults["history"] = StateFault("EIO")
+    async with serving(store=store) as server:
+        reply = await server.call("GET", "/routines/daily/history")
+        assert_error(reply, 503)
+        assert reply.headers["retry-after"] == "5"
+
+
+# -- wake-ups ------------------------------------------------------------------------------------
+
+
+async def test_wakeups_add_list_and_remove() -> None:
+    async with serving() as server:
+        added = await server.call(
+            "POST", "/wakeups", {"session": "chat:1", "prompt": "check the build", "in": "2h"}
+        )
+        assert added.status == 201
+        wakeup = added.json["wakeup"]
+        assert "prompt" not in wakeup
+        assert wakeup["session"] == "chat:1"
+        assert added.json["reply"].startswith("OK — I'll wake up at ")
+        fire_at = parse_iso(wakeup["fireAt"])
+        assert fire_at is not None
+        assert abs((fire_at - datetime.now(UTC)) - timedelta(hours=2)) < timedelta(minutes=1)
+        recurring = await server.call(
+            "POST",
+            "/wakeups",
+            {"session": "chat:2", "prompt": "standup", "cron": "0 9 * * 1-5", "tz": "Asia/Tehran"},
+        )
+        assert recurring.status == 201
+        assert recurring.json["wakeup"]["cron"] == "0 9 * * 1-5"
+        assert recurring.json["wakeup"]["tz"] == "Asia/Tehran"
+
+        everything = await server.call("GET", "/wakeups")
+        assert [w["session"] for w in everything.json] == ["chat:1", "chat:2"]
+        assert b"check the build" not in everything.raw
+        mine = await server.call("GET", "/wakeups?session=chat:2")
+        assert [w["id"] for w in mine.json] == [recurring.json["wakeup"]["id"]]
+
+        wid = wakeup["id"]
+        wrong_session = await server.call("DELETE", f"/wakeups/{wid}?session=chat:2")
+        assert "no pending wake-up" in assert_error(wrong_session, 404)
+        removed = await server.call("DELETE", f"/wakeups/{wid}?session=chat:1")
+        assert removed.status == 200
+        assert removed.json["removed"] is True
+        assert_error(await server.call("DELETE", f"/wakeups/{wid}"), 404)
+        assert [w.session for w in await server.store.list_wakeups()] == ["chat:2"]
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"session": "s", "prompt": "p", "in": "30s"}, "too soon — the minimum wake delay is 60s."),
+        ({"session": "s", "prompt": "p", "in": "120"}, 'couldn\'t parse "in"'),
+        ({"session": "s", "prompt": "p", "in": 1e300}, '"in" is too far in the future'),
+        ({"session": "s", "prompt": "p", "in": 10**400}, '"in" is too far in the future'),
+        ({"session": "s", "prompt": "p", "cron": "* * * * *"}, "too frequent"),
+        ({"session": "s", "prompt": "p", "cron": "0 9 * * *", "tz": "Mars/Base"}, "cron/tz"),
+        ({"session": "s", "prompt": "p", "in": "2h", "cron": "0 9 * * *"}, "exactly one"),
+        ({"session": "s", "prompt": "p"}, "exactly one"),
+        ({"session": "s", "prompt": "p", "in": "2h", "tz": "UTC"}, '"tz" goes with "cron"'),
+        ({"session": "", "prompt": "p", "in": "2h"}, '"session" must be'),
+        ({"session": "s", "prompt": 3, "in": "2h"}, '"prompt" must be'),
+    ],
+)
+async def test_wakeup_refusals_are_400_with_the_guardrail_text(
+    body: dict[str, Any], expected: str
+) -> None:
+    async with serving() as server:
+        reply = await server.call("POST", "/wakeups", body)
+        assert expected in assert_error(reply, 400)
+        assert await server.store.list_wakeups() == []
+
+
+async def test_wakeup_state_fault_is_503() -> None:
+    store = MemoryStore()
+    for operation in WAKEUP_FAULTS:
+        store.faults[operation] = StateFault("EIO")
+    async with serving(store=store) as server:
+        added = await server.call("POST", "/wakeups", {"session": "s", "prompt": "p", "in": "2h"})
+        assert_error(added, 503)
+        assert_error(await server.call("GET", "/wakeups"), 503)
+        assert_error(await server.call("DELETE", "/wakeups/abc"), 503)
+        assert store.wakeups == []
+
+
+# -- /healthz ------------------------------------------------------------------------------------
+
+
+async def test_healthz_reports_busy_while_a_fire_is_in_flight() -> None:
+    agent = ScriptedAgent()
+    agent.script(Hang(), session="routine:adhoc")
+    async with serving(agent=agent, token=TOKEN) as server:
+        idle = await server.call("GET", "/healthz")  # no token needed here
+        assert idle.status == 200
+        assert idle.json == {"status": "ok", "inFlight": 0}
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        fired = await server.call("POST", "/fire", {"name": "adhoc", "slot": ON_GRID}, headers=auth)
+        assert fired.status == 202
+        await until(lambda: server.scheduler.statistics().in_flight)
+        assert (await server.call("GET", "/healthz")).json == {"status": "busy", "inFlight": 1}
+        assert (await server.call("HEAD", "/healthz")).raw == b""
+
+
+async def test_healthz_reports_busy_while_a_wakeup_turn_is_in_flight() -> None:
+    store = MemoryStore()
+    due = datetime.now(UTC) - timedelta(minutes=1)
+    store.wakeups = [Wakeup(id="w1", session="chat:9", prompt="look again", fire_at=due)]
+    agent = ScriptedAgent()
+    agent.script(Hang(), session="chat:9")
+    async with serving(agent=agent, store=store) as server:
+        await until(lambda: agent.turns)
+        assert (await server.call("GET", "/healthz")).json == {"status": "busy", "inFlight": 1}
+        assert (await server.call("GET", "/wakeups")).json == []
+
+
+# -- errors --------------------------------------------------------------------------------------
+
+
+async def test_unknown_route_is_404_and_wrong_method_405_with_allow() -> None:
+    async with serving() as server:
+        for path in ("/", "/fire/", "/nope", "/routines/daily", "/routines//history", "/wakeups/"):
+            assert_error(await server.call("GET", path), 404)
+        for method, path, allow in [
+            ("GET", "/fire", "POST"),
+            ("PUT", "/run", "POST"),
+            ("POST", "/routines", "GET, HEAD"),
+            ("DELETE", "/routines/daily/history", "GET, HEAD"),
+            ("PATCH", "/wakeups", "GET, HEAD, POST"),
+            ("GET", "/wakeups/abc", "DELETE"),
+            ("POST", "/healthz", "GET, HEAD"),
+        ]:
+            reply = await server.call(method, path)
+            assert_error(reply, 405)
+            assert reply.headers["allow"] == allow
+        assert server.agent.turns == []
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"", "not valid JSON"),
+        (b"\xff\xfe{}", "not valid JSON"),
+        (b"[" * 60000, "not valid JSON"),
+        (b'["daily"]', "must be a JSON object"),
+        (b'{"slot": "2026-07-07T07:00:00Z"}', '"name" must be'),
+        (b'{"name": 7, "slot": "2026-07-07T07:00:00Z"}', '"name" must be'),
+        (b'{"name": "daily"}', '"slot" must be'),
+        (b'{"name": "daily", "slot": 1783407600}', '"slot" must be'),
+        (b'{"name": "daily", "slot": "2026-07-07T07:00:00"}', "ISO instant with a zone"),
+        (b'{"name": "daily", "slot": "0001-01-01T00:00:00+01:00"}', "ISO instant"),
+        (b'{"name": "daily", "slot": "0001-01-01T00:00:00Z"}', "out of range"),
+        (b'{"name": "daily", "slot": "2026-07-07T07:00:00Z", "wait": "yes"}', '"wait"'),
+        (b'{"name": "daily", "slot": "2026-07-07T07:00:00Z", "wait": null}', '"wait"'),
+        (b'{"name": "\\ud800", "slot": "2026-07-07T07:00:00Z"}', "not valid Unicode"),
+    ],
+)
+async def test_malformed_fire_is_400_and_changes_nothing(raw: bytes, expected: str) -> None:
+    async with serving() as server:
+        reply = await server.call(
+            "POST", "/fire", raw=raw, headers={"Content-Type": "application/json"}
+        )
+        assert expected in assert_error(reply, 400)
+        assert await server.store.history("daily") == []
+        assert server.agent.turns == []
+
+
+async def test_unknown_fields_are_ignored() -> None:
+    async with serving() as server:
+        reply = await server.call(
+            "POST", "/fire", {"name": "daily", "slot": ON_GRID, "priority": "high"}
+        )
+        assert reply.status == 202
+        await server.settled("daily")
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [None, "text/plain", "application/x-www-form-urlencoded", "application/json; charset=latin-1"],
+)
+async def test_a_body_that_is_not_json_is_415(content_type: str | None) -> None:
+    async with serving() as server:
+        headers = {} if content_type is None else {"Content-Type": content_type}
+        raw = json.dumps({"name": "daily", "slot": ON_GRID}).encode()
+        reply = await server.call("POST", "/fire", raw=raw, headers=headers)
+        assert_error(reply, 415)
+        assert await server.store.history("daily") == []
+        ok = await server.call(
+            "POST", "/fire", raw=raw, headers={"Content-Type": "Application/JSON; charset=UTF-8"}
+        )
+        assert ok.status == 202
+        await server.settled("daily")
+
+
+async def test_declared_length_over_64k_is_refused_unread() -> None:
+    async with serving() as server:
+        # The body is never sent: the answer must come from the headers alone.
+        head = (
+            b"POST /fire HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % (MAX_BODY + 1)
+        )
+        response = await raw_exchange(server.port, head)
+        assert status_of(response) == 413
+        assert "64 KiB" in body_of(response)["error"]
+        exact = json.dumps({"name": "daily", "slot": ON_GRID, "pad": ""}).encode()
+        padded = exact[:-2] + b" " * (MAX_BODY - len(exact)) + exact[-2:]
+        assert len(padded) == MAX_BODY
+        accepted = await server.call(
+            "POST", "/fire", raw=padded, headers={"Content-Type": "application/json"}
+        )
+        assert accepted.status == 202
+        await server.settled("daily")
+
+
+async def test_a_chunked_body_that_never_ends_is_cut_off_at_64k() -> None:
+    sent = 0
+
+    async def forever(stream: trio.SocketStream) -> None:
+        nonlocal sent
+        chunk = b"1000\r\n" + b" " * 4096 + b"\r\n"
+        while True:
+            await stream.send_all(chunk)
+            sent += 4096
+
+    async with serving() as server:
+        head = (
+            b"POST /fire HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        response = await raw_exchange(server.port, head, forever)
+        assert status_of(response) == 413
+        assert sent > MAX_BODY  # it really was still streaming when refused
+        assert server.agent.turns == []
+        # The server is still well.
+        assert (await server.call("GET", "/healthz")).status == 200
+
+
+async def test_token_is_required_everywhere_but_healthz_and_nothing_changes() -> None:
+    async with serving(token=TOKEN) as server:
+        fire = {"name": "daily", "slot": ON_GRID}
+        wake = {"session": "s", "prompt": "p", "in": "2h"}
+        for headers in (
+            {},
+            {"Authorization": "Bearer wrong"},
+            {"Authorization": f"Basic {TOKEN}"},
+            {"Authorization": TOKEN},
+            {"Authorization": f"Bearer {TOKEN}x"},
+        ):
+            for method, path, body in [
+                ("POST", "/fire", fire),
+                ("POST", "/run", {"name": "daily"}),
+                ("GET", "/routines", None),
+                ("GET", "/routines/daily/history", None),
+                ("POST", "/wakeups", wake),
+                ("GET", "/wakeups", None),
+                ("DELETE", "/wakeups/x", None),
+                ("GET", "/nope", None),  # even a missing route says only 401
+            ]:
+                reply = await server.call(method, path, body, headers=headers)
+                assert_error(reply, 401)
+                assert reply.headers["www-authenticate"] == "Bearer"
+        assert await server.store.history("daily") == []
+        assert await server.store.list_wakeups() == []
+        assert server.agent.turns == []
+        good = {"Authorization": f"bearer {TOKEN}"}
+        assert (await server.call("POST", "/fire", fire, headers=good)).status == 202
+        assert (await server.call("GET", "/healthz")).status == 200
+        await server.settled("daily")
+
+
+# -- graceful stop -------------------------------------------------------------------------------
+
+
+async def test_once_stopping_fires_and_runs_are_503_until_drained() -> None:
+    agent = ScriptedAgent()
+    agent.script(Hang(), session="routine:adhoc")
+    store = MemoryStore()
+    scheduler = Scheduler(agent=agent, store=store, routines=ROUTINES, external_clock=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        port = await nursery.start(partial(serve_http, scheduler, "127.0.0.1", 0))
+        server = Server(port, scheduler, agent, store)
+        assert (await server.call("POST", "/fire", {"name": "adhoc", "slot": ON_GRID})).ok
+        await until(lambda: scheduler.statistics().in_flight)
+        scheduler.stop(grace=60)
+        for path, body in [
+            ("/fire", {"name": "daily", "slot": ON_GRID}),
+            ("/fire", {"name": "daily", "slot": ON_GRID, "wait": True}),
+            ("/run", {"name": "daily"}),
+            ("/run", {"name": "daily", "wait": False}),
+        ]:
+            reply = await server.call("POST", path, body)
+            assert "stopping" in assert_error(reply, 503)
+            assert reply.headers["retry-after"] == "5"
+        assert (await server.call("GET", "/healthz")).json == {"status": "busy", "inFlight": 1}
+        assert (await server.call("GET", "/routines")).status == 200
+        scheduler.stop(grace=0)  # the hung turn is interrupted, then the server goes
+    [fire] = await store.history("adhoc")
+    assert fire.outcome is Outcome.INTERRUPTED
+    assert await store.history("daily") == []
+    with pytest.raises(OSError, match=r"refused|connect"):
+        await trio.open_tcp_stream("127.0.0.1", port)
+
+
+async def test_a_waiting_fire_still_gets_its_answer_during_a_stop() -> None:
+    agent = ScriptedAgent(Complete(duration=0.3))
+    scheduler = Scheduler(agent=agent, store=MemoryStore(), routines=ROUTINES, external_clock=True)
+    answers: list[Reply] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        port = await nursery.start(partial(serve_http, scheduler, "127.0.0.1", 0))
+        server = Server(port, scheduler, agent, scheduler.store)
+
+        async def waiting() -> None:
+            body = {"name": "adhoc", "slot": ON_GRID, "wait": True}
+            answers.append(await server.call("POST", "/fire", body))
+
+        nursery.start_soon(waiting)
+        await until(lambda: scheduler.statistics().in_flight)
+        scheduler.stop(grace=10)
+    [answer] = answers
+    assert answer.status == 200
+    assert answer.json["outcome"] == "completed"
+
+
+# -- at most once --------------------------------------------------------------------------------
+
+
+async def test_fifty_concurrent_fires_of_one_slot_claim_once(store: Store) -> None:
+    agent = ScriptedAgent(Complete(duration=0.05))
+    async with serving(agent=agent, store=store) as server:
+        replies: list[Reply] = []
+
+        async def one() -> None:
+            replies.append(await server.call("POST", "/fire", {"name": "daily", "slot": ON_GRID}))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(50):
+                nursery.start_soon(one)
+        assert sorted(r.status for r in replies) == [200] * 49 + [202]
+        assert sum(r.json["claimed"] for r in replies) == 1
+        assert {r.json.get("reason") for r in replies if r.status == 200} == {"duplicate"}
+        [fire] = await server.settled("daily")
+        assert fire.outcome is Outcome.COMPLETED
+        assert len(agent.turns) == 1
+
+
+# -- binding -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.8.9.1", "::1", "[::1]", "localhost"])
+def test_loopback_binds_need_no_token(host: str) -> None:
+    check_bind(host, None)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.4", "example.org", ""])
+def test_other_binds_need_a_token(host: str) -> None:
+    with pytest.raises(InsecureBind, match="without a token") as caught:
+        check_bind(host, None)
+    assert isinstance(caught.value, TrioRoutinesError)
+    assert isinstance(caught.value, ValueError)
+    assert "\n" not in str(caught.value)
+    with pytest.raises(InsecureBind):
+        check_bind(host, "")
+    check_bind(host, TOKEN)
+
+
+async def test_serve_http_refuses_an_open_bind_without_a_token() -> None:
+    scheduler = Scheduler(agent=ScriptedAgent(), store=MemoryStore(), routines=ROUTINES)
+    with pytest.raises(InsecureBind):
+        await serve_http(scheduler, "0.0.0.0", 0)
+
+
+# -- arbitrary requests straight at the application ----------------------------------------------
+
+KEYS = ["name", "slot", "wait", "session", "prompt", "in", "cron", "tz"]
+VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=20),
+    st.sampled_from(
+        [
+            *("daily", "adhoc", LONG, "nope", "..", ON_GRID, "2026-07-07T07:00:00.1234Z"),
+            *("9999-12-31T23:59:59.999Z", "0001-01-01T00:00:00Z", "90s", "2h", "*/5 * * * *"),
+        ]
+    ),
+)
+JSON_BODIES = st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=5), VALUES, max_size=6)
+PATHS = st.one_of(
+    st.sampled_from(
+        [
+            *("/fire", "/run", "/routines", "/healthz", "/wakeups", "/wakeups/x", "/metrics"),
+            *("/routines/daily/history", "/routines/nope/history", "/", ""),
+        ]
+    ),
+    st.text(max_size=30),
+    st.text(max_size=20).map(lambda s: f"/routines/{s}/history"),
+    st.text(max_size=20).map(lambda s: f"/wakeups/{s}"),
+)
+HEADER_NAMES = st.sampled_from(
+    [b"content-type", b"content-length", b"authorization", b"transfer-encoding", b"x-y"]
+)
+HEADER_VALUES = st.one_of(
+    st.binary(max_size=30),
+    st.sampled_from(
+        [
+            *(b"application/json", b"application/json; charset=utf-8", b"text/plain", b"10"),
+            *(b"99999999999999999999999", b"Bearer " + TOKEN.encode(), b"Bearer", b"-1"),
+        ]
+    ),
+)
+
+
+ENDPOINTS = [
+    ("POST", "/fire"),
+    ("POST", "/run"),
+    ("GET", "/routines"),
+    ("GET", "/routines/daily/history"),
+    ("GET", "/routines/adhoc/history"),
+    ("POST", "/wakeups"),
+    ("GET", "/wakeups"),
+    ("DELETE", "/wakeups/x"),
+    ("GET", "/healthz"),
+    ("HEAD", "/healthz"),
+]
+
+
+@st.composite
+def requests(draw: st.DrawFn) -> dict[str, Any]:
+    """Mostly near-valid requests (a real route, JSON, the token), so the examples reach the
+    handlers; the rest anything at all."""
+
+    def likely(tenths: int) -> bool:
+        return draw(st.integers(0, 9)) < tenths
+
+    if likely(7):
+        method, path = draw(st.sampled_from(ENDPOINTS))
+    else:
+        method = draw(st.sampled_from(["GET", "POST", "DELETE", "PUT", "PATCH"]) | st.text())
+        path = draw(PATHS)
+    if likely(6):
+        fields = st.dictionaries(st.sampled_from(KEYS), VALUES, min_size=1, max_size=5)
+        body = json.dumps({**draw(fields), **draw(JSON_BODIES)}).encode()
+    else:
+        nested = st.recursive(
+            VALUES, lambda kids: st.lists(kids) | st.dictionaries(st.text(), kids)
+        )
+        body = draw(st.binary(max_size=200) | nested.map(json.dumps).map(str.encode))
+    cuts = sorted(draw(st.lists(st.integers(0, len(body)), max_size=3)))
+    chunks = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+    token = TOKEN if likely(3) else None
+    headers = draw(st.lists(st.tuples(HEADER_NAMES, HEADER_VALUES), max_size=2 if likely(7) else 5))
+    if likely(8):
+        headers.append((b"content-type", b"application/json"))
+    if likely(8):
+        headers.append((b"authorization", b"Bearer " + TOKEN.encode()))
+    return {
+        "method": method,
+        "path": path,
+        "query": draw(
+            st.sampled_from([b"", b"session=s", b"session=%FF"]) | st.binary(max_size=30)
+        ),
+        "headers": draw(st.permutations(headers)),
+        "chunks": chunks,
+        "token": token,
+    }
+
+
+async def _call_app(request: dict[str, Any]) -> None:
+    agent = ScriptedAgent()
+    store = MemoryStore()
+    scheduler = Scheduler(
+        agent=agent, store=store, routines=ROUTINES, external_clock=True, wakeups=False
+    )
+    app = make_app(scheduler, token=request["token"])
+    pending = [
+        {"type": "http.request", "body": chunk, "more_body": i < len(request["chunks"]) - 1}
+        for i, chunk in enumerate(request["chunks"])
+    ]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        await trio.lowlevel.checkpoint()
+        return pending.pop(0) if pending else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        await trio.lowlevel.checkpoint()
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": request["method"],
+        "path": request["path"],
+        "raw_path": request["path"].encode("utf-8", "surrogatepass"),
+        "query_string": request["query"],
+        "headers": request["headers"],
+    }
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        with trio.fail_after(10):
+            await app(scope, receive, send)
+        scheduler.stop(grace=5)
+    if not sent:  # only a client that went away mid-body goes unanswered
+        assert not pending
+        assert store.claims == {}
+        assert store.wakeups == []
+        assert agent.turns == []
+        return
+    start, body = sent
+    status = start["status"]
+    assert status < 500 or status == 503, body
+    if status == 503:
+        assert (b"retry-after", b"5") in start["headers"]
+    payload = body["body"]
+    if request["method"] != "HEAD":
+        parsed = json.loads(payload)
+        if status >= 400:
+            assert set(parsed) == {"error"}
+    assert SECRET.encode() not in payload
+    if status >= 400:
+        assert all(not fires for fires in store.claims.values())
+        assert store.wakeups == []
+        assert agent.turns == []
+
+
+@settings(deadline=None)
+@given(requests())
+def test_arbitrary_requests_never_fail_the_server_nor_change_state_when_refused(
+    request: dict[str, Any],
+) -> None:
+    trio.run(_call_app, request)

@@ -1,0 +1,334 @@
+"""The PostgreSQL store beyond the shared contract: races between real processes, killed
+connections, schema creation and versioning. Every test uses its own schema."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import trio
+from pg import T0, admin, fresh_schema, kill_backends, require_server, with_app_name
+from psycopg import sql
+
+from trio_routines.errors import StateFault
+from trio_routines.records import ClaimStatus, Outcome
+from trio_routines.stores import open_store
+from trio_routines.stores.postgres import CLAIM_LOCK, SCHEMA_VERSION, PostgresStore
+from trio_routines.wakeups import WakeupRequest
+
+WORKER = Path(__file__).with_name("pg.py")
+MINUTE = timedelta(minutes=1)
+
+
+@pytest.fixture
+def url() -> str:
+    return require_server()
+
+
+@pytest.fixture
+def schema(url: str) -> Iterator[str]:
+    with fresh_schema() as name:
+        yield name
+
+
+def race(command: str, url: str, schema: str, argvs: list[list[str]]) -> list[str]:
+    """Run one worker per argv, release them at once, and return each one's stdout."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), command, url, schema, *argv],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for argv in argvs
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == "ready\n"
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        outputs = [proc.communicate(timeout=60)[0] for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert [proc.returncode for proc in procs] == [0] * len(procs)
+    return outputs
+
+
+def claimed_slots(schema: str, routine: str) -> list[int]:
+    with admin() as conn:
+        rows = conn.execute(
+            sql.SQL("SELECT slot FROM {} WHERE routine = %s ORDER BY slot").format(
+                sql.Identifier(schema, "trio_routines_claims")
+            ),
+            (routine,),
+        ).fetchall()
+    return [(slot - T0) // MINUTE for (slot,) in rows]
+
+
+def test_schema_creation_races_safely_and_is_versioned(url: str, schema: str) -> None:
+    race("open", url, schema, [[] for _ in range(6)])
+    with admin() as conn:
+        versions = conn.execute(
+            sql.SQL("SELECT version FROM {}").format(sql.Identifier(schema, "trio_routines_schema"))
+        ).fetchall()
+        tables = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
+            "ORDER BY table_name",
+            (schema,),
+        ).fetchall()
+    assert versions == [(SCHEMA_VERSION,)]
+    assert [t for (t,) in tables] == [
+        "trio_routines_claims",
+        "trio_routines_schema",
+        "trio_routines_wakeups",
+    ]
+
+
+async def test_a_newer_schema_is_refused(url: str, schema: str) -> None:
+    store = PostgresStore(url, schema=schema)
+    await store.latest_fire("r")
+    await store.aclose()
+    with admin() as conn:
+        conn.execute(
+            sql.SQL("INSERT INTO {} (version) VALUES (%s)").format(
+                sql.Identifier(schema, "trio_routines_schema")
+            ),
+            (SCHEMA_VERSION + 1,),
+        )
+    newer = PostgresStore(url, schema=schema)
+    with pytest.raises(StateFault, match=r"schema version 2, newer .* upgrade"):
+        await newer.claim("r", T0, T0)
+    await newer.aclose()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("order", ["same", "shuffled"])
+def test_eight_processes_racing_200_slots(
+    url: str, schema: str, tmp_path: Path, order: str
+) -> None:
+    effects = tmp_path / "turns"
+    argvs = [["daily", "200", str(effects), order, str(seed)] for seed in range(8)]
+    race("claim", url, schema, argvs)
+    turns = [int(line.split()[0]) for line in effects.read_text().splitlines()]
+    assert len(turns) == len(set(turns)), "a slot ran twice"
+    assert sorted(turns) == claimed_slots(schema, "daily")  # one turn per claim, no more
+    if order == "same":
+        assert sorted(turns) == list(range(200))  # in order, nothing is ever stale
+    else:
+        assert 199 in turns  # the last slot can never be stale
+
+
+@pytest.mark.slow
+def test_two_processes_taking_100_due_wakeups(url: str, schema: str) -> None:
+    async def fill() -> tuple[set[str], set[str]]:
+        store = PostgresStore(url, schema=schema)
+        once, recurring = set(), set()
+        for n in range(90):
+            request = WakeupRequest(session=f"s{n % 10}", prompt=f"p{n}", fire_at=T0 + 2 * MINUTE)
+            once.add((await store.add_wakeup(request, T0)).id)
+        for n in range(10):
+            request = WakeupRequest(session=f"r{n}", prompt="digest", cron="0 9 * * *")
+            recurring.add((await store.add_wakeup(request, T0)).id)
+        await store.aclose()
+        return once, recurring
+
+    once, recurring = trio.run(fill)
+    now = (T0 + timedelta(days=2)).isoformat()
+    outputs = race("take", url, schema, [[now], [now]])
+    taken = [line.split()[1] for out in outputs for line in out.splitlines()]
+    assert len(taken) == len(set(taken)) == 100, "a wake-up was taken twice, or lost"
+    assert set(taken) == once | recurring
+
+    async def left() -> set[str]:
+        store = PostgresStore(url, schema=schema)
+        pending = await store.list_wakeups()
+        await store.aclose()
+        assert all(w.fire_at > T0 + timedelta(days=2) for w in pending)
+        return {w.id for w in pending}
+
+    assert trio.run(left) == recurring  # advanced in place, not taken again
+
+
+def test_session_cap_holds_across_processes(url: str, schema: str) -> None:
+    outputs = race("add", url, schema, [["s1", "15"], ["s1", "15"]])
+    lines = [line for out in outputs for line in out.splitlines()]
+    assert (lines.count("added"), lines.count("refused")) == (20, 10)
+    with admin() as conn:
+        row = conn.execute(
+            sql.SQL("SELECT count(*) FROM {}").format(
+                sql.Identifier(schema, "trio_routines_wakeups")
+            )
+        ).fetchone()
+    assert row == (20,)
+
+
+# -- connection loss --------------------------------------------------------------------------
+
+
+async def test_a_killed_idle_connection_is_replaced(url: str, schema: str) -> None:
+    app = f"app_{schema}"
+    store = PostgresStore(with_app_name(url, app), schema=schema)
+    assert (await store.claim("r", T0, T0)).taken
+    assert await trio.to_thread.run_sync(kill_backends, app) >= 1
+    assert (await store.claim("r", T0 + MINUTE, T0)).taken
+    await trio.to_thread.run_sync(kill_backends, app)
+    assert [f.slot for f in await store.history("r")] == [T0, T0 + MINUTE]
+    await store.aclose()
+
+
+async def test_a_claim_killed_mid_transaction_faults_and_leaves_no_claim(
+    url: str, schema: str
+) -> None:
+    app = f"app_{schema}"
+    store = PostgresStore(with_app_name(url, app), schema=schema)
+    await store.latest_fire("r")  # schema in place, pool open
+    with admin() as blocker:
+        # Hold the routine's claim lock, so the store's claim waits inside its transaction.
+        blocker.execute("SELECT pg_advisory_lock(hashtext(%s), hashtext(%s))", (CLAIM_LOCK, "r"))
+        outcome: list[BaseException | ClaimStatus] = []
+
+        async def claim() -> None:
+            try:
+                outcome.append((await store.claim("r", T0, T0)).status)
+            except StateFault as exc:
+                outcome.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(claim)
+            for _ in range(1000):
+                if await trio.to_thread.run_sync(_waiting_on_lock, app):
+                    break
+                await trio.sleep(0.01)
+            else:
+                raise AssertionError("the claim never reached the routine's lock")
+            assert await trio.to_thread.run_sync(kill_backends, app) >= 1
+    (fault,) = outcome
+    assert isinstance(fault, StateFault)
+    assert "could not claim slot 2026-07-07T10-00-00-000Z of 'r'" in str(fault)
+    assert "\n" not in str(fault)
+    assert await store.history("r") == []  # nothing committed: the slot is not burned
+    assert (await store.claim("r", T0, T0)).taken
+    await store.aclose()
+
+
+def _waiting_on_lock(app: str) -> bool:
+    with admin() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+            "AND wait_event_type = 'Lock'",
+            (app,),
+        ).fetchone()
+    return row is not None and row[0] > 0
+
+
+@pytest.mark.slow
+async def test_connections_killed_during_activity(url: str, schema: str) -> None:
+    app = f"app_{schema}"
+    store = PostgresStore(with_app_name(url, app), schema=schema, max_size=4, timeout=5)
+    reported: list[int] = []
+    faults = 0
+    done = False
+
+    async def killer() -> None:
+        # A storm of kills a few claims apart, whatever the connections are doing: idle,
+        # connecting, mid-query, committing.
+        kills = 0
+        for _ in range(10):
+            await trio.sleep(0.06)
+            if done:
+                break
+            kills += await trio.to_thread.run_sync(kill_backends, app)
+        assert kills > 0
+
+    async def claimer(lane: int) -> None:
+        nonlocal faults
+        for minute in range(lane, 300, 3):
+            slot = T0 + minute * MINUTE
+            try:
+                result = await store.claim("r", slot, slot)
+            except StateFault:
+                faults += 1
+                continue  # as the scheduler does: never fire on a fault
+            if result.taken:
+                reported.append(minute)
+                await store.settle("r", slot, Outcome.COMPLETED, 1)  # never raises
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(killer)
+        async with trio.open_nursery() as claimers:
+            for lane in range(3):
+                claimers.start_soon(claimer, lane)
+        done = True
+
+    assert faults > 0, "the killer never hit a call: this test proved nothing"
+    assert len(reported) == len(set(reported)), "a slot was reported taken twice"
+    stored = set(claimed_slots(schema, "r"))
+    assert set(reported) <= stored  # a taken claim was durable
+    # The store recovered without a restart.
+    assert (await store.claim("r", T0 + 1000 * MINUTE, T0)).taken
+    assert (await store.latest_fire("r")) is not None
+    await store.aclose()
+
+
+# -- faults and wiring ------------------------------------------------------------------------
+
+
+async def test_an_unreachable_server_is_a_one_line_state_fault(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = PostgresStore("postgresql://postgres@127.0.0.1:1/test", timeout=1)
+    with pytest.raises(StateFault, match=r"could not claim .* is the server up") as caught:
+        await store.claim("r", T0, T0)
+    assert "\n" not in str(caught.value)
+    with pytest.raises(StateFault):
+        await store.take_due_wakeup(T0)
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        await store.settle("r", T0, Outcome.COMPLETED, 5)  # logged, never raised
+    assert "r: could not record the completed outcome of slot 2026-07-07T10-00-00-000Z" in (
+        caplog.text
+    )
+    await store.aclose()
+    await store.aclose()
+
+
+async def test_a_closed_store_refuses_calls(url: str, schema: str) -> None:
+    store = PostgresStore(url, schema=schema)
+    await store.aclose()
+    with pytest.raises(StateFault, match="closed"):
+        await store.latest_fire("r")
+
+
+async def test_search_path_in_the_url_selects_the_schema(url: str, schema: str) -> None:
+    with admin() as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    store = open_store(f"{url}?options=-csearch_path%3D{schema}")
+    assert isinstance(store, PostgresStore)
+    assert (await store.claim("r", T0, T0)).taken
+    await store.aclose()
+    assert claimed_slots(schema, "r") == [0]
+
+
+async def test_unknown_outcomes_read_as_unsettled(url: str, schema: str) -> None:
+    store = PostgresStore(url, schema=schema)
+    await store.claim("r", T0, T0)
+    with admin() as conn:
+        conn.execute(
+            sql.SQL("UPDATE {} SET outcome = 'exploded', ms = 7").format(
+                sql.Identifier(schema, "trio_routines_claims")
+            )
+        )
+    fire = await store.latest_fire("r")
+    assert fire is not None
+    assert (fire.outcome, fire.ms) == (None, None)
+    await store.aclose()

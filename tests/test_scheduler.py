@@ -1,0 +1,794 @@
+"""The runtime under virtual time: boot, cron loops, external fires, stops, clock jumps."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from trio_routines import Outcome, Routine, Scheduler, StateFault
+from trio_routines.instants import slot_name
+from trio_routines.scheduler import NotOnGrid, Stopping, UnknownRoutine
+from trio_routines.stores.directory import DirectoryStore
+from trio_routines.testing import (
+    Busy,
+    Complete,
+    Fail,
+    Hang,
+    MemoryStore,
+    ScriptedAgent,
+    WallClock,
+)
+
+T0 = datetime(2026, 7, 7, 10, 30, tzinfo=UTC)
+HOURLY = Routine(name="hourly", prompt="Check the queue.", cron="0 * * * *")
+
+
+def at(hour: int, minute: int = 0, second: int = 0, *, day: int = 7) -> datetime:
+    return datetime(2026, 7, day, hour, minute, second, tzinfo=UTC)
+
+
+class Rig:
+    """One scheduler under test with its store, agent and wall clock."""
+
+    def __init__(
+        self,
+        *routines: Routine,
+        store: Any = None,
+        agent: ScriptedAgent | None = None,
+        wall: WallClock | None = None,
+        **options: Any,
+    ) -> None:
+        self.wall = wall or WallClock(T0)
+        self.store = store if store is not None else MemoryStore()
+        self.agent = agent or ScriptedAgent(wall=self.wall)
+        if self.agent.wall is None:
+            self.agent.wall = self.wall
+        self.scheduler = Scheduler(
+            agent=self.agent,
+            store=self.store,
+            routines=routines or (HOURLY,),
+            now=self.wall,
+            **options,
+        )
+
+    @asynccontextmanager
+    async def running(self, grace: float = 10.0) -> AsyncIterator[Scheduler]:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.scheduler.run)
+            yield self.scheduler
+            self.scheduler.stop(grace)
+
+    async def fires(self, name: str = "hourly") -> list[tuple[datetime, datetime, Outcome | None]]:
+        return [(f.slot, f.fired_at, f.outcome) for f in await self.store.history(name)]
+
+
+async def sleep_until_wall(wall: WallClock, when: datetime) -> None:
+    await trio.sleep((when - wall()).total_seconds())
+
+
+async def wait_until(predicate: Callable[[], bool]) -> None:
+    """Poll on the real clock: for stores whose threads the virtual clock cannot see."""
+    with trio.fail_after(10):
+        while not predicate():  # noqa: ASYNC110 -- the condition lives in another thread's work
+            await trio.sleep(0.01)
+
+
+def messages(caplog: pytest.LogCaptureFixture, level: int | None = None) -> list[str]:
+    return [r.getMessage() for r in caplog.records if level is None or r.levelno == level]
+
+
+@pytest.fixture(autouse=True)
+def _capture(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="trio_routines")
+
+
+# -- boot ------------------------------------------------------------------------------------
+
+
+async def test_first_boot_does_not_fire_before_the_next_slot(autojump_clock: Any) -> None:
+    rig = Rig()
+    async with rig.running():
+        await sleep_until_wall(rig.wall, at(10, 59, 59) + timedelta(milliseconds=999))
+        assert rig.agent.turns == []
+        await sleep_until_wall(rig.wall, at(12, 30))
+    assert [t.wall for t in rig.agent.turns] == [at(11), at(12)]
+    assert await rig.fires() == [
+        (at(11), at(11), Outcome.COMPLETED),
+        (at(12), at(12), Outcome.COMPLETED),
+    ]
+
+
+async def test_unsettled_newest_claim_is_interrupted_at_boot_and_not_replayed(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = Rig()
+    await rig.store.claim("hourly", at(10), at(10))
+    async with rig.running():
+        # settled before run() reported itself started
+        assert await rig.fires() == [(at(10), at(10), Outcome.INTERRUPTED)]
+        (fire,) = await rig.store.history("hourly")
+        assert fire.ms is None
+    warnings = messages(caplog, logging.WARNING)
+    assert any("never finished" in m for m in warnings)
+    assert rig.agent.turns == []
+
+    caplog.clear()
+    again = Rig(store=rig.store, wall=rig.wall)
+    async with again.running():
+        pass
+    assert messages(caplog, logging.WARNING) == []
+    assert await again.fires() == [(at(10), at(10), Outcome.INTERRUPTED)]
+
+
+async def test_only_the_newest_unsettled_claim_is_marked(autojump_clock: Any) -> None:
+    rig = Rig()
+    for hour in (7, 8, 9):
+        await rig.store.claim("hourly", at(hour), at(hour))
+    await rig.store.settle("hourly", at(7), Outcome.COMPLETED, 5)
+    async with rig.running():
+        pass
+    assert [o for _, _, o in await rig.fires()][:3] == [
+        Outcome.COMPLETED,
+        None,
+        Outcome.INTERRUPTED,
+    ]
+
+
+async def test_unreadable_old_claim_does_not_fail_boot(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.claim("hourly", at(7), at(7))
+    await store.settle("hourly", at(7), Outcome.COMPLETED, 1)
+    await store.claim("hourly", at(8), at(8))
+    await store.settle("hourly", at(8), Outcome.COMPLETED, 1)
+    old = store.claim_dir("hourly") / slot_name(at(7))
+    old.unlink()
+    old.mkdir()
+    rig = Rig(store=store)
+    async with rig.running():
+        await wait_until(lambda: bool(rig.agent.finished))
+    assert [t.session for t in rig.agent.turns] == ["routine:hourly"]  # the catch-up
+
+
+async def test_unreadable_newest_claim_fails_boot(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.claim("hourly", at(7), at(7))
+    (store.claim_dir("hourly") / slot_name(at(8))).mkdir()
+    rig = Rig(store=store)
+    with pytest.raises(StateFault, match="EISDIR"):
+        await rig.scheduler.run()
+    assert rig.agent.turns == []
+
+
+async def test_claims_dir_that_is_a_file_fails_boot(tmp_path: Path) -> None:
+    (tmp_path / "schedule" / "claims").mkdir(parents=True)
+    (tmp_path / "schedule" / "claims" / "hourly").write_text("not a directory")
+    rig = Rig(store=DirectoryStore(tmp_path))
+    with pytest.raises(StateFault, match="ENOTDIR"):
+        await rig.scheduler.run()
+    assert rig.agent.turns == []
+
+
+async def test_foreign_entries_are_ignored(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.claim("hourly", at(7), at(7))
+    await store.settle("hourly", at(7), Outcome.COMPLETED, 1)
+    directory = store.claim_dir("hourly")
+    (directory / ".DS_Store").write_text("junk")
+    (directory / (slot_name(at(9)) + ".tmp")).write_text("{}")
+    rig = Rig(store=store)
+    async with rig.running():
+        await wait_until(lambda: bool(rig.agent.finished))
+    assert [f[0] for f in await rig.fires()] == [at(7), at(8)]
+
+
+# -- firing ----------------------------------------------------------------------------------
+
+
+async def test_catch_up_fires_once_for_many_missed_slots(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = Rig()
+    await rig.store.claim("hourly", at(6), at(6))
+    await rig.store.settle("hourly", at(6), Outcome.COMPLETED, 1)
+    async with rig.running():
+        await sleep_until_wall(rig.wall, at(10, 59))
+    assert [(t.session, t.text, t.wall) for t in rig.agent.turns] == [
+        ("routine:hourly", "Check the queue.", T0)
+    ]
+    assert await rig.fires() == [
+        (at(6), at(6), Outcome.COMPLETED),
+        (at(7), T0, Outcome.COMPLETED),  # the first missed slot, stamped now
+    ]
+    assert "hourly: catching up a missed run" in messages(caplog, logging.INFO)
+
+
+async def test_next_boot_resumes_from_the_catch_up_stamp(autojump_clock: Any) -> None:
+    rig = Rig()
+    await rig.store.claim("hourly", at(7), T0)  # a catch-up of 07:00 taken at 10:30
+    await rig.store.settle("hourly", at(7), Outcome.COMPLETED, 1)
+    async with rig.running():
+        await sleep_until_wall(rig.wall, at(11, 30))
+    assert [t.wall for t in rig.agent.turns] == [at(11)]
+
+
+async def test_state_fault_at_fire_time_skips_the_run_and_keeps_the_loop(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = Rig()
+    rig.store.faults["claim"] = StateFault("ENOTDIR: Not a directory: claims/hourly")
+    async with rig.running():
+        await sleep_until_wall(rig.wall, at(11, 30))
+        assert rig.agent.turns == []
+        assert any("fire failed" in m for m in messages(caplog, logging.ERROR))
+        del rig.store.faults["claim"]
+        await sleep_until_wall(rig.wall, at(12, 30))
+    assert [t.wall for t in rig.agent.turns] == [at(12)]
+
+
+async def test_failed_turn_is_claimed_and_settled_failed(autojump_clock: Any) -> None:
+    rig = Rig(agent=ScriptedAgent(Fail("the model said no")))
+    async with rig.running():
+        await sleep_until_wall(rig.wall, at(11, 30))
+    assert await rig.fires() == [(at(11), at(11), Outcome.FAILED)]
+
+
+async def test_routine_without_cron_is_never_armed(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = Rig(Routine(name="manual", prompt="p"))
+    async with rig.running() as scheduler:
+        await trio.sleep(3 * 86400)
+        assert scheduler.statistics().armed == ()
+    assert rig.agent.turns == []
+    assert await rig.store.history("manual") == []
+    assert not [m for m in messages(caplog) if "never fire again" in m]
+
+
+async def test_never_again_cron_is_warned_and_not_armed(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = Rig(Routine(name="feb30", prompt="p", cron="0 0 30 2 *"))
+    async with rig.running() as scheduler:
+        assert scheduler.statistics().armed == ()
+    assert 'feb30: cron "0 0 30 2 *" will never fire again — not armed' in messages(caplog)
+
+
+async def test_two_routines_fire_concurrently_and_slow_turns_skip_slots(
+    autojump_clock: Any,
+) -> None:
+    fast = Routine(name="fast", prompt="f", cron="*/10 * * * *")
+    slow = Routine(name="slow", prompt="s", cron="*/10 * * * *")
+    agent = ScriptedAgent()
+    agent.script(Complete(duration=25 * 60), session="routine:slow")
+    rig = Rig(fast, slow, agent=agent)
+    async with rig.running():
+        await sleep_until_wall(rig.wall, at(11, 15))
+    fast_walls = [t.wall for t in agent.turns if t.session == "routine:fast"]
+    slow_walls = [t.wall for t in agent.turns if t.session == "routine:slow"]
+    assert fast_walls == [at(10, 40), at(10, 50), at(11), at(11, 10)]
+    # 10:40 ran for 25 minutes: 10:50 and 11:00 were skipped, never claimed
+    assert slow_walls == [at(10, 40), at(11, 10)]
+    assert [f.slot for f in await rig.store.history("slow")] == [at(10, 40), at(11, 10)]
+
+
+async def test_a_simulated_day_of_a_minute_cron(autojump_clock: Any) -> None:
+    rig = Rig(Routine(name="minutely", prompt="p", cron="* * * * *"))
+    async with rig.running():
+        await sleep_until_wall(rig.wall, T0 + timedelta(days=1, seconds=30))
+    assert len(rig.agent.turns) == 1440
+    assert rig.scheduler.statistics().outcomes == {"completed": 1440}
+    assert len(await rig.store.history("minutely")) == 512  # retention
+
+
+# -- the external clock path --------------------------------------------------------------------
+
+
+async def test_external_fire_claims_runs_and_settles(autojump_clock: Any) -> None:
+    rig = Rig()
+    result = await rig.scheduler.fire("hourly", at(9))
+    assert (result.claimed, result.outcome, result.failed) == (True, Outcome.COMPLETED, None)
+    assert await rig.fires() == [(at(9), T0, Outcome.COMPLETED)]
+    assert rig.agent.sessions() == ["routine:hourly"]
+
+
+async def test_busy_turn_is_skipped_not_failed(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = Rig(agent=ScriptedAgent(Busy()))
+    result = await rig.scheduler.fire("hourly", at(9))
+    assert (result.claimed, result.outcome) == (True, Outcome.SKIPPED)
+    assert await rig.fires() == [(at(9), T0, Outcome.SKIPPED)]
+    assert any(m.startswith("hourly: occurrence skipped (session busy)") for m in messages(caplog))
+    assert messages(caplog, logging.ERROR) == []
+    assert not [m for m in messages(caplog) if "failed" in m]
+
+
+async def test_session_gate_makes_a_second_turn_busy(autojump_clock: Any) -> None:
+    rig = Rig(
+        Routine(name="a", prompt="p", cron="0 * * * *"),
+        agent=ScriptedAgent(Complete(duration=120)),
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(rig.scheduler.fire, "a", at(9))
+        await trio.sleep(1)
+        second = await rig.scheduler.run_now("a")
+    assert second.busy
+    assert len(rig.agent.turns) == 1  # the second turn never reached the agent
+
+
+async def test_failing_turn_reports_its_details(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = Rig(agent=ScriptedAgent(Fail("boom\n  at somewhere\nERROR daily failed (1ms): FIRE")))
+    result = await rig.scheduler.fire("hourly", at(9))
+    assert (result.claimed, result.outcome) == (True, Outcome.FAILED)
+    assert result.failed is not None
+    assert result.failed.startswith("boom")
+    (line,) = messages(caplog, logging.ERROR)
+    assert line == "hourly failed (0ms): boom at somewhere ERROR daily failed (1ms): FIRE"
+
+
+async def test_reply_text_is_neither_logged_nor_stored(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    rig = Rig(
+        store=DirectoryStore(tmp_path),
+        agent=ScriptedAgent(Complete(duration=1.5, reply="SECRET-REPLY")),
+    )
+    await rig.scheduler.fire("hourly", at(9))
+    assert not [m for m in messages(caplog) if "SECRET-REPLY" in m]
+    files = [p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()]  # noqa: ASYNC240
+    assert files
+    assert not [f for f in files if b"SECRET-REPLY" in f]
+    assert messages(caplog, logging.INFO)[-1] == "hourly completed (1500ms)"
+
+
+async def test_duplicate_and_stale_deliveries(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = Rig()
+    assert (await rig.scheduler.fire("hourly", at(9))).claimed
+    duplicate = await rig.scheduler.fire("hourly", at(9))
+    assert (duplicate.claimed, duplicate.reason) == (False, "duplicate")
+    assert await rig.scheduler.fire("hourly", at(10)) is not None
+    stale = await rig.scheduler.fire("hourly", at(8))
+    assert (stale.claimed, stale.reason) == (False, "stale")
+    assert len(rig.agent.turns) == 2
+    info = messages(caplog, logging.INFO)
+    warn = messages(caplog, logging.WARNING)
+    assert any("is already claimed" in m for m in info)
+    assert any("is stale" in m and slot_name(at(10)) in m for m in warn)
+    assert [f[0] for f in await rig.fires()] == [at(9), at(10)]
+
+
+async def test_later_slot_fires_when_an_earlier_delivery_arrives_later(
+    autojump_clock: Any,
+) -> None:
+    rig = Rig()
+    assert (await rig.scheduler.fire("hourly", at(9))).claimed
+    assert (await rig.scheduler.fire("hourly", at(11))).claimed
+    assert len(await rig.fires()) == 2
+
+
+async def test_claim_fault_is_typed_and_does_not_burn_the_slot(autojump_clock: Any) -> None:
+    rig = Rig()
+    rig.store.faults["claim"] = StateFault("EIO")
+    with pytest.raises(StateFault):
+        await rig.scheduler.fire("hourly", at(9))
+    assert rig.agent.turns == []
+    del rig.store.faults["claim"]
+    assert (await rig.scheduler.fire("hourly", at(9))).outcome is Outcome.COMPLETED
+
+
+async def test_external_fire_refuses_bad_requests(autojump_clock: Any) -> None:
+    rig = Rig(Routine(name="hourly", prompt="p", cron="0 * * * *"), Routine(name="m", prompt="p"))
+    with pytest.raises(UnknownRoutine, match="available: hourly, m"):
+        await rig.scheduler.fire("nope", at(9))
+    with pytest.raises(NotOnGrid):
+        await rig.scheduler.fire("hourly", at(9, 30))
+    # an on-demand routine accepts any instant, to the millisecond
+    assert (await rig.scheduler.fire("m", at(9, 17) + timedelta(microseconds=1500))).claimed
+    assert (await rig.store.history("m"))[0].slot == at(9, 17) + timedelta(milliseconds=1)
+    rig.scheduler.stop()
+    with pytest.raises(Stopping):
+        await rig.scheduler.fire("hourly", at(10))
+
+
+async def test_cancelled_caller_still_gets_the_fire_settled(autojump_clock: Any) -> None:
+    rig = Rig(agent=ScriptedAgent(Complete(duration=60)))
+    seen: list[Outcome | None] = []
+
+    async def watch() -> None:
+        await trio.sleep(30)
+        seen.extend(f.outcome for f in await rig.store.history("hourly"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch)
+        with trio.move_on_after(5) as scope:
+            await rig.scheduler.fire("hourly", at(9))
+    assert scope.cancelled_caught  # the caller observes its cancellation...
+    assert seen == [None]  # ...the claim was unsettled mid-turn...
+    assert (await rig.fires())[0][2] is Outcome.COMPLETED  # ...and the fire still settled
+
+
+async def test_concurrent_duplicate_is_skipped_without_invoking(autojump_clock: Any) -> None:
+    rig = Rig(agent=ScriptedAgent(Complete(duration=10)))
+    results = []
+
+    async def one() -> None:
+        results.append(await rig.scheduler.fire("hourly", at(9)))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(one)
+        nursery.start_soon(one)
+    assert sorted(r.claimed for r in results) == [False, True]
+    assert len(rig.agent.turns) == 1
+
+
+async def test_external_clock_mode_runs_only_the_wake_loop(autojump_clock: Any) -> None:
+    rig = Rig(external_clock=True)
+    await rig.store.claim("hourly", at(6), at(6))  # unsettled, and overdue
+    wakeup = await rig.store.add_wakeup(_due_request(), T0 - timedelta(hours=1))
+    async with rig.running() as scheduler:
+        await sleep_until_wall(rig.wall, at(12, 30))
+        assert scheduler.statistics().armed == ()
+    assert await rig.fires() == [(at(6), at(6), None)]  # untouched: no reconcile
+    assert rig.agent.sessions() == ["chat-1"]
+    assert wakeup.id in rig.agent.turns[0].text
+
+
+async def test_wakeups_disabled(autojump_clock: Any) -> None:
+    rig = Rig(wakeups=False)
+    await rig.store.add_wakeup(_due_request(), T0 - timedelta(hours=1))
+    async with rig.running():
+        await sleep_until_wall(rig.wall, at(11, 30))
+    assert rig.agent.sessions() == ["routine:hourly"]
+    assert len(await rig.store.list_wakeups()) == 1
+
+
+# -- wake-ups --------------------------------------------------------------------------------
+
+
+def _due_request(**kwargs: Any) -> Any:
+    from trio_routines.wakeups import WakeupRequest
+
+    fields: dict[str, Any] = {"session": "chat-1", "prompt": "look again", "fire_at": T0}
+    fields.update(kwargs)
+    return WakeupRequest(**fields)
+
+
+async def add_due(rig: Rig, **kwargs: Any) -> Any:
+    """A wake-up that is due at T0 (added as if two minutes earlier)."""
+    return await rig.store.add_wakeup(_due_request(**kwargs), T0 - timedelta(minutes=2))
+
+
+ENVELOPE = re.compile(
+    r"^\[wake-up [0-9a-f-]{36} fired — YOUR self-scheduled turn, not a user message\] look again$"
+)
+
+
+async def test_due_one_shot_fires_at_start_and_leaves_the_store(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = Rig(Routine(name="m", prompt="p"), agent=ScriptedAgent(Complete(reply="HIDDEN")))
+    wakeup = await add_due(rig)
+    async with rig.running():
+        await trio.sleep(1)
+    (turn,) = rig.agent.turns
+    assert turn.session == "chat-1"
+    assert ENVELOPE.match(turn.text)
+    assert turn.started_at == pytest.approx(turn.started_at)  # at start, not after a poll
+    assert turn.wall == T0
+    assert await rig.store.list_wakeups() == []
+    assert f"wake {wakeup.id[:8]} completed (0ms)" in messages(caplog)
+    assert not [m for m in messages(caplog) if "HIDDEN" in m]
+
+
+async def test_wake_up_fires_within_a_poll_of_its_time(autojump_clock: Any) -> None:
+    rig = Rig(Routine(name="m", prompt="p"))
+    await rig.store.add_wakeup(_due_request(fire_at=T0 + timedelta(minutes=5)), T0)
+    async with rig.running():
+        await sleep_until_wall(rig.wall, T0 + timedelta(minutes=10))
+    (turn,) = rig.agent.turns
+    assert T0 + timedelta(minutes=5) <= turn.wall <= T0 + timedelta(minutes=5, seconds=30)
+
+
+async def test_busy_one_shot_is_deferred(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    agent = ScriptedAgent()
+    agent.script(Busy(), session="chat-1")
+    rig = Rig(Routine(name="m", prompt="p"), agent=agent)
+    wakeup = await add_due(rig)
+    async with rig.running():
+        await trio.sleep(1)
+        (pending,) = await rig.store.list_wakeups()
+        assert (pending.id, pending.attempts) == (wakeup.id, 1)
+        assert pending.fire_at == T0 + timedelta(seconds=30)
+        assert f"wake {wakeup.id[:8]}: session busy — retrying next poll" in messages(caplog)
+        await trio.sleep(31)
+    assert len(agent.turns) == 2
+    assert await rig.store.list_wakeups() == []
+
+
+async def test_failed_one_shot_is_dropped(autojump_clock: Any) -> None:
+    rig = Rig(Routine(name="m", prompt="p"), agent=ScriptedAgent(Fail("429 retry later")))
+    await add_due(rig)
+    async with rig.running():
+        await trio.sleep(120)
+    assert len(rig.agent.turns) == 1
+    assert await rig.store.list_wakeups() == []
+
+
+async def test_recurring_wake_up_fires_and_advances(autojump_clock: Any) -> None:
+    rig = Rig(Routine(name="m", prompt="p"))
+    wakeup = await rig.store.add_wakeup(
+        _due_request(cron="0 9 * * *", tz="Europe/Berlin", fire_at=None), at(8, day=6)
+    )
+    assert wakeup.fire_at == at(7)  # 09:00 Berlin in summer
+    async with rig.running():
+        await trio.sleep(1)
+    (turn,) = rig.agent.turns
+    assert turn.text == (
+        f"[wake-up {wakeup.id} fired — YOUR recurring self-scheduled turn "
+        f'(cron "0 9 * * *" Europe/Berlin), not a user message; '
+        f'unwake({{ id: "{wakeup.id}" }}) stops it] look again'
+    )
+    (pending,) = await rig.store.list_wakeups()
+    assert pending.fire_at == at(7, day=8)
+
+
+async def test_busy_recurring_occurrence_is_skipped(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = Rig(Routine(name="m", prompt="p"), agent=ScriptedAgent(Busy()))
+    wakeup = await rig.store.add_wakeup(_due_request(cron="0 9 * * *", fire_at=None), at(6, day=6))
+    async with rig.running():
+        await trio.sleep(1)
+    assert f"wake {wakeup.id[:8]}: next fires per cron" in messages(caplog, logging.INFO)
+    assert messages(caplog, logging.ERROR) == []
+    (pending,) = await rig.store.list_wakeups()
+    assert pending.fire_at == at(9, day=8)
+
+
+async def test_busy_one_shot_at_the_ceiling_is_dropped(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    import attrs
+
+    rig = Rig(Routine(name="m", prompt="p"), agent=ScriptedAgent(Busy()))
+    wakeup = await add_due(rig)
+    rig.store.wakeups = [attrs.evolve(wakeup, attempts=120)]
+    async with rig.running():
+        await trio.sleep(1)
+    assert f"wake {wakeup.id[:8]}: dropped after too many busy retries" in messages(
+        caplog, logging.ERROR
+    )
+    assert await rig.store.list_wakeups() == []
+
+
+@pytest.mark.parametrize("busy_first", [False, True])
+async def test_raising_iterator_is_terminal(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture, busy_first: bool
+) -> None:
+    class Agent:
+        calls = 0
+
+        async def invoke(self, session: str, text: str) -> AsyncIterator[Any]:
+            from trio_routines import Failed
+
+            Agent.calls += 1
+            if busy_first:
+                yield Failed("busy", "session_busy")
+            error = RuntimeError("the stream broke")
+            error.__cause__ = ValueError("NESTED-CAUSE-DATA")
+            raise error
+
+    rig = Rig(Routine(name="m", prompt="p"))
+    rig.scheduler.agent.agent = Agent()
+    await add_due(rig)
+    async with rig.running():
+        await trio.sleep(60)
+    assert Agent.calls == 1
+    assert await rig.store.list_wakeups() == []
+    errors = messages(caplog, logging.ERROR)
+    assert any("the stream broke" in m for m in errors)
+    assert not [m for m in messages(caplog) if "NESTED-CAUSE-DATA" in m]
+
+
+async def test_failed_deferral_loses_that_wake_up_only(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    agent = ScriptedAgent()
+    agent.script(Busy(), session="chat-1")
+    rig = Rig(Routine(name="m", prompt="p"), agent=agent)
+    await add_due(rig)
+    rig.store.faults["defer_wakeup"] = StateFault("EISDIR: wakeups.json.tmp")
+    async with rig.running() as scheduler:
+        await trio.sleep(1)
+        assert any(
+            m.startswith("wake-up poll failed") and "EISDIR" in m
+            for m in messages(caplog, logging.ERROR)
+        )
+        assert scheduler.statistics().in_flight == 0
+        assert await rig.store.list_wakeups() == []
+        await rig.store.add_wakeup(_due_request(session="chat-2"), T0 - timedelta(minutes=2))
+        await trio.sleep(31)
+    assert agent.sessions() == ["chat-1", "chat-2"]
+
+
+async def test_a_loop_that_breaks_is_reported(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = Rig(Routine(name="m", prompt="p"), poll_interval=-1.0)
+    async with rig.running():
+        await trio.sleep(1)
+    assert any(
+        m.startswith("wake-up poll: stopped unexpectedly:") for m in messages(caplog, logging.ERROR)
+    )
+
+
+# -- stopping ----------------------------------------------------------------------------------
+
+
+async def test_idle_waiting_is_not_in_flight_and_stop_ends_fires(autojump_clock: Any) -> None:
+    rig = Rig()
+    async with rig.running() as scheduler:
+        await trio.sleep(60)
+        assert scheduler.statistics().in_flight == 0
+        scheduler.stop()
+    await trio.sleep(10 * 3600)
+    assert rig.agent.turns == []
+
+
+async def test_stop_from_inside_a_turn_settles_that_fire(autojump_clock: Any) -> None:
+    a = Routine(name="a", prompt="p", cron="0 * * * *")
+    b = Routine(name="b", prompt="p", cron="5 * * * *")
+    agent = ScriptedAgent(Complete(duration=3))
+    rig = Rig(a, b, agent=agent)
+    agent.on_turn = lambda turn: rig.scheduler.stop()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(rig.scheduler.run)
+    assert agent.sessions() == ["routine:a"]
+    assert [(f.slot, f.outcome, f.ms) for f in await rig.store.history("a")] == [
+        (at(11), Outcome.COMPLETED, 3000)
+    ]
+    assert await rig.store.history("b") == []
+
+
+async def test_stop_gives_the_grace_then_interrupts(autojump_clock: Any) -> None:
+    agent = ScriptedAgent(Hang())
+    rig = Rig(agent=agent)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(rig.scheduler.run)
+        await sleep_until_wall(rig.wall, at(11, 0, 0) + timedelta(seconds=20))
+        assert rig.scheduler.statistics().in_flight == 1
+        stopped_at = trio.current_time()
+        rig.scheduler.stop(grace=7)
+    assert trio.current_time() - stopped_at == pytest.approx(7)
+    (fire,) = await rig.store.history("hourly")
+    assert (fire.outcome, fire.ms) == (Outcome.INTERRUPTED, 27000)
+
+
+async def test_turn_within_the_grace_completes(autojump_clock: Any) -> None:
+    rig = Rig(agent=ScriptedAgent(Complete(duration=40)))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(rig.scheduler.run)
+        await sleep_until_wall(rig.wall, at(11, 0, 10))
+        rig.scheduler.stop(grace=60)
+    (fire,) = await rig.store.history("hourly")
+    assert (fire.outcome, fire.ms) == (Outcome.COMPLETED, 40000)
+
+
+async def test_cancelling_the_host_scope_is_bounded_too(autojump_clock: Any) -> None:
+    rig = Rig(agent=ScriptedAgent(Hang()), default_grace=3)
+    with trio.move_on_after(30.5 * 60):  # until 11:00:30, half a minute into the turn
+        await rig.scheduler.run()
+    (fire,) = await rig.store.history("hourly")
+    assert (fire.outcome, fire.ms) == (Outcome.INTERRUPTED, 33000)
+
+
+async def test_routine_timeout_fails_the_turn(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = Rig(
+        Routine(name="hourly", prompt="p", cron="0 * * * *", timeout=90),
+        agent=ScriptedAgent(Hang()),
+    )
+    result = await rig.scheduler.fire("hourly", at(9))
+    assert (result.outcome, result.ms, result.failed) == (
+        Outcome.FAILED,
+        90000,
+        "timed out after 90s",
+    )
+    assert "hourly failed (90000ms): timed out after 90s" in messages(caplog, logging.ERROR)
+
+
+# -- clocks ----------------------------------------------------------------------------------
+
+
+async def test_backward_jump_never_fires_early(autojump_clock: Any) -> None:
+    rig = Rig()
+    async with rig.running():
+        await sleep_until_wall(rig.wall, at(10, 50))
+        rig.wall.jump(-timedelta(hours=2))  # now 08:50 again
+        await trio.sleep(3 * 3600)  # until 11:50 on the wall
+    assert [t.wall for t in rig.agent.turns] == [at(11)]
+    assert await rig.fires() == [(at(11), at(11), Outcome.COMPLETED)]
+
+
+async def test_forward_jump_past_the_slot_fires_once(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = Rig(Routine(name="daily", prompt="p", cron="0 9 * * *"))
+    async with rig.running() as scheduler:
+        await trio.sleep(3600)
+        rig.wall.jump(timedelta(days=3))
+        await trio.sleep(6 * 3600)  # the capped wait notices within six hours
+        assert scheduler.statistics().clock_jumps == 1
+    fires = await rig.store.history("daily")
+    assert [f.slot for f in fires] == [at(9, day=8)]
+    assert fires[0].fired_at > at(9, day=10)
+    jumps = [m for m in messages(caplog, logging.WARNING) if "jumped" in m]
+    assert jumps == ["the wall clock jumped forward by 3d — slots are re-read from the new time"]
+
+
+async def test_a_jump_is_logged_once_however_many_loops_see_it(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    routines = [Routine(name=f"r{i}", prompt="p", cron="*/5 * * * *") for i in range(5)]
+    rig = Rig(*routines)
+    async with rig.running() as scheduler:
+        await trio.sleep(60)
+        rig.wall.jump(-timedelta(minutes=30))
+        await trio.sleep(600)
+        assert scheduler.statistics().clock_jumps == 1
+    assert [m for m in messages(caplog) if "jumped" in m] == [
+        "the wall clock jumped backward by 30m — slots are re-read from the new time"
+    ]
+
+
+async def test_statistics(autojump_clock: Any) -> None:
+    rig = Rig(
+        HOURLY,
+        Routine(name="manual", prompt="p"),
+        agent=ScriptedAgent(Complete(duration=5)),
+    )
+    async with rig.running() as scheduler:
+        stats = scheduler.statistics()
+        assert stats.armed == ("hourly",)
+        assert stats.next_due == {"hourly": at(11)}
+        await sleep_until_wall(rig.wall, at(11, 0, 1))
+        assert scheduler.statistics().in_flight == 1
+        await sleep_until_wall(rig.wall, at(11, 1))
+        stats = scheduler.statistics()
+        assert (stats.in_flight, stats.outcomes, stats.next_due["hourly"]) == (
+            0,
+            {"completed": 1},
+            at(12),
+        )
+        with pytest.raises(TypeError):
+            stats.outcomes["completed"] = 5  # type: ignore[index]
+
+
+async def test_agent_yielding_garbage_does_not_break_the_scheduler(autojump_clock: Any) -> None:
+    class Garbage:
+        async def invoke(self, session: str, text: str) -> AsyncIterator[Any]:
+            yield 42
+            yield None
+            yield {"type": "completed"}
+
+    rig = Rig()
+    rig.scheduler.agent.agent = Garbage()
+    async with rig.running():
+        await sleep_until_wall(rig.wall, at(12, 30))
+    assert [f[2] for f in await rig.fires()] == [Outcome.COMPLETED, Outcome.COMPLETED]

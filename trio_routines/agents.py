@@ -1,0 +1,239 @@
+"""The built-in agents of the command line, chosen by a spec string.
+
+* ``echo`` answers every turn with its prompt: for trying the scheduler out.
+* ``cmd:<shell command>`` runs ``/bin/sh -c <command>`` once per turn. The prompt is its
+  stdin; ``TRIO_ROUTINES_SESSION``, ``TRIO_ROUTINES_ROUTINE`` (the routine's name for a
+  ``routine:<name>`` session, else empty) and ``TRIO_ROUTINES_SLOT`` (the slot being fired, else
+  empty) are in its environment; its stdout is the reply, streamed as it comes. Exit status 0
+  completes the turn; anything else fails it with the exit status and the last lines of stderr.
+* ``py:<module>:<attribute>`` imports any Python agent: an object with ``invoke``, or a class
+  or factory taking no arguments that builds one.
+
+Theory of operation of ``cmd:``. The command runs in a session (and so a process group) of its
+own, so that a cancelled turn can end everything it started -- the shell and whatever it forked
+-- and not just the shell: the group gets SIGTERM, up to :data:`KILL_GRACE` seconds to leave,
+then SIGKILL. The prompt is handed over through an unlinked temporary file and stderr goes to
+another, so the only pipe is stdout, read by the task that iterates the events. That keeps the
+event generator free of background tasks (Trio forbids yielding from inside a nursery there)
+and cannot deadlock however much the command writes to stderr or however long the prompt is.
+"""
+
+from __future__ import annotations
+
+import codecs
+import importlib
+import os
+import signal
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator
+from typing import IO, Any
+
+import trio
+
+from .agent import Agent, Completed, Event, Failed, TextDelta
+from .context import current_slot
+from .errors import TrioRoutinesError
+from .instants import format_iso
+
+__all__ = ["KILL_GRACE", "CommandAgent", "EchoAgent", "InvalidAgent", "agent_from_spec"]
+
+#: Seconds a cancelled command's process group gets between SIGTERM and SIGKILL.
+KILL_GRACE = 2.0
+#: How much of the end of stderr a failed command reports, in bytes and in lines.
+STDERR_TAIL_BYTES = 4096
+STDERR_TAIL_LINES = 5
+
+_SHELL = "/bin/sh"
+
+
+class InvalidAgent(TrioRoutinesError, ValueError):
+    """Raised by :func:`agent_from_spec` for a spec it cannot turn into an agent."""
+
+
+class EchoAgent:
+    """Answers every turn with its own prompt."""
+
+    async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+        await trio.lowlevel.checkpoint()
+        yield TextDelta(text)
+        yield Completed()
+
+
+class CommandAgent:
+    """Runs a shell command per turn; see the module doc."""
+
+    def __init__(self, command: str, *, kill_grace: float = KILL_GRACE) -> None:
+        if not command.strip():
+            raise InvalidAgent('"cmd:" needs a shell command after the colon, e.g. cmd:cat')
+        self.command = command
+        self.kill_grace = kill_grace
+
+    def __repr__(self) -> str:
+        return f"CommandAgent({self.command!r})"
+
+    def environment(self, session: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env["TRIO_ROUTINES_SESSION"] = session
+        env["TRIO_ROUTINES_ROUTINE"] = (
+            session.removeprefix("routine:") if _is_routine(session) else ""
+        )
+        slot = current_slot.get()
+        env["TRIO_ROUTINES_SLOT"] = format_iso(slot) if slot is not None else ""
+        return env
+
+    async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+        stdin, stderr = await trio.to_thread.run_sync(_scratch_files, text)
+        process: trio.Process | None = None
+        finished = False
+        try:
+            process = await trio.lowlevel.open_process(
+                [_SHELL, "-c", self.command],
+                stdin=stdin,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                env=self.environment(session),
+                start_new_session=True,
+            )
+            # The child has its own copies now; ours only keep the files alive.
+            stdin.close()
+            assert process.stdout is not None
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            while chunk := await process.stdout.receive_some():
+                piece = decoder.decode(chunk)
+                if piece:
+                    yield TextDelta(piece)
+            piece = decoder.decode(b"", final=True)
+            if piece:
+                yield TextDelta(piece)
+            status = await process.wait()
+            finished = True
+            if status == 0:
+                yield Completed()
+            else:
+                tail = await trio.to_thread.run_sync(_tail, stderr)
+                yield Failed(_describe_status(status) + (f": {tail}" if tail else ""))
+        finally:
+            if process is not None:
+                await self._end(process, finished)
+            stdin.close()
+            stderr.close()
+
+    async def _end(self, process: trio.Process, finished: bool) -> None:
+        """Close our pipe; unless the turn ran to its end, end the command's process group.
+
+        A turn cut short (cancelled, closed early, or failing in our own code) takes down
+        the whole group, even when the shell itself has exited already: what it forked may
+        still run. A turn that ran to its end leaves alone what the command chose to detach.
+        """
+        # Shielded, and bounded: a cancelled turn must still clean up, and never hang.
+        with trio.CancelScope(shield=True):
+            if process.stdout is not None:
+                await process.stdout.aclose()
+            if finished:
+                return
+            _signal_group(process.pid, signal.SIGTERM)
+            with trio.move_on_after(self.kill_grace):
+                await process.wait()
+                # Nothing signals when a group empties; its members are not our children.
+                while _group_alive(process.pid):  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+            _signal_group(process.pid, signal.SIGKILL)
+            with trio.move_on_after(self.kill_grace):
+                await process.wait()
+
+
+def _is_routine(session: str) -> bool:
+    return session.startswith("routine:")
+
+
+def _scratch_files(prompt: str) -> tuple[IO[bytes], IO[bytes]]:
+    # Handed to the caller, which closes both once the turn is over.
+    stdin = tempfile.TemporaryFile()  # noqa: SIM115
+    try:
+        stdin.write(prompt.encode("utf-8", errors="replace"))
+        stdin.flush()
+        stdin.seek(0)
+        return stdin, tempfile.TemporaryFile()
+    except BaseException:
+        stdin.close()
+        raise
+
+
+def _tail(stderr: IO[bytes]) -> str:
+    size = stderr.seek(0, os.SEEK_END)
+    stderr.seek(max(0, size - STDERR_TAIL_BYTES))
+    text = stderr.read().decode("utf-8", errors="replace")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return "\n".join(lines[-STDERR_TAIL_LINES:])
+
+
+def _describe_status(status: int) -> str:
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        return f"killed by {name}"
+    return f"exit status {status}"
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is gone already (or its id was recycled by someone else's)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+# --- py: ----------------------------------------------------------------------------------
+
+
+def load_python_agent(target: str) -> Agent:
+    """The agent named by ``<module>:<attribute>`` (the attribute may be dotted)."""
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not module_name or not attribute:
+        raise InvalidAgent(f'"py:{target}" must name a module and an attribute: py:module:attr')
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise InvalidAgent(f'cannot import module "{module_name}" for py: agent: {exc}') from None
+    obj: Any = module
+    for part in attribute.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise InvalidAgent(f'module "{module_name}" has no attribute "{attribute}"') from None
+    if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "invoke")):
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise InvalidAgent(
+                f'"py:{target}" could not be built with no arguments: {exc}'
+            ) from None
+    if not callable(getattr(obj, "invoke", None)):
+        raise InvalidAgent(f'"py:{target}" is not an agent (it has no invoke method)')
+    agent: Agent = obj
+    return agent
+
+
+def agent_from_spec(spec: str) -> Agent:
+    """Build the agent ``spec`` names: ``echo``, ``cmd:<shell command>`` or ``py:<mod>:<attr>``."""
+    text = spec.strip()
+    if text == "echo":
+        return EchoAgent()
+    if text.startswith("cmd:"):
+        return CommandAgent(text[len("cmd:") :])
+    if text.startswith("py:"):
+        return load_python_agent(text[len("py:") :])
+    shown = text if len(text) <= 40 else text[:40] + "…"
+    raise InvalidAgent(
+        f'unknown agent "{shown}" — use echo, cmd:<shell command> or py:<module>:<attribute>'
+    )
