@@ -503,14 +503,18 @@ def test_load_refuses_fifo_without_hanging(tmp_path: Path) -> None:
     assert failure.reason == "is not a regular file"
 
 
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root reads everything")
-def test_load_reports_unreadable_file(tmp_path: Path) -> None:
-    path = write(tmp_path, "locked.md", DAILY)
-    path.chmod(0)
-    try:
-        [failure] = load_routines(tmp_path).failures
-    finally:
-        path.chmod(0o644)
+def test_load_reports_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # chmod 0 means nothing to root, which runs CI: inject the EACCES the kernel would give.
+    write(tmp_path, "locked.md", DAILY)
+    real_open = os.open
+
+    def denying_open(path: str, flags: int, *args: int) -> int:
+        if os.path.basename(path) == "locked.md":
+            raise OSError(errno.EACCES, os.strerror(errno.EACCES), path)
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", denying_open)
+    [failure] = load_routines(tmp_path).failures
     assert failure.reason == "cannot be read: Permission denied"
 
 

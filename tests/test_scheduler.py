@@ -16,7 +16,7 @@ import trio.testing
 
 from trio_routines import Outcome, Routine, Scheduler, StateFault
 from trio_routines.instants import slot_name
-from trio_routines.scheduler import NotOnGrid, Stopping, UnknownRoutine
+from trio_routines.scheduler import NotOnGrid, NotYetDue, Stopping, UnknownRoutine
 from trio_routines.stores.directory import DirectoryStore
 from trio_routines.testing import (
     Busy,
@@ -374,9 +374,21 @@ async def test_later_slot_fires_when_an_earlier_delivery_arrives_later(
     autojump_clock: Any,
 ) -> None:
     rig = Rig()
-    assert (await rig.scheduler.fire("hourly", at(9))).claimed
+    assert (await rig.scheduler.fire("hourly", at(10))).claimed
+    assert (await rig.scheduler.fire("hourly", at(8))).reason == "stale"
+    assert (await rig.scheduler.fire("hourly", at(9))).reason == "stale"
+    rig.wall.jump(timedelta(hours=1))
     assert (await rig.scheduler.fire("hourly", at(11))).claimed
     assert len(await rig.fires()) == 2
+
+
+async def test_a_slot_from_the_future_is_refused(autojump_clock: Any) -> None:
+    rig = Rig(Routine(name="hourly", prompt="p", cron="* * * * *"))
+    with pytest.raises(NotYetDue, match="has not arrived yet"):
+        await rig.scheduler.fire("hourly", at(10, 32))
+    # a delivering clock slightly ahead of ours is tolerated
+    assert (await rig.scheduler.fire("hourly", at(10, 31))).claimed
+    assert rig.agent.turns[0].wall == T0
 
 
 async def test_claim_fault_is_typed_and_does_not_burn_the_slot(autojump_clock: Any) -> None:

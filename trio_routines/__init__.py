@@ -30,6 +30,7 @@ from .routines import RoutineFailure as RoutineFailure
 from .routines import load_routines as load_routines
 from .scheduler import FireResult as FireResult
 from .scheduler import NotOnGrid as NotOnGrid
+from .scheduler import NotYetDue as NotYetDue
 from .scheduler import Scheduler as Scheduler
 from .scheduler import Statistics as Statistics
 from .scheduler import Stopping as Stopping

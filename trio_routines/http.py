@@ -64,7 +64,7 @@ from .errors import InvalidWakeup, StateFault, TrioRoutinesError
 from .instants import format_iso, parse_iso
 from .records import ClaimStatus, Wakeup
 from .routines import Routine
-from .scheduler import FireResult, NotOnGrid, Scheduler, Stopping, UnknownRoutine
+from .scheduler import FireResult, NotOnGrid, NotYetDue, Scheduler, Stopping, UnknownRoutine
 from .turns import TurnResult
 from .wakeups import WakeupRequest, added_reply, bad_delay_reply, parse_delay, removed_reply
 
@@ -391,6 +391,8 @@ class _App:
                 f"slot {format_iso(slot)} is not on the cron grid of {_quoted(name)} "
                 f'("{routine.cron}"{zone})',
             ) from None
+        except NotYetDue as exc:
+            raise _Refusal(400, str(exc)) from None
         except OverflowError:
             raise _Refusal(400, f"slot {format_iso(slot)} is out of range") from None
         except Stopping:

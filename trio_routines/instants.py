@@ -33,7 +33,11 @@ def truncate_ms(value: datetime) -> datetime:
 def format_iso(value: datetime) -> str:
     """``2026-07-07T10:00:00.000Z`` for any aware datetime."""
     value = require_utc(value)
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    return (
+        f"{value.year:04d}-"
+        + value.strftime("%m-%dT%H:%M:%S.")
+        + f"{value.microsecond // 1000:03d}Z"
+    )
 
 
 def parse_iso(text: str) -> datetime | None:
@@ -47,10 +51,9 @@ def parse_iso(text: str) -> datetime | None:
     if match is None:
         return None
     try:
-        parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
+        return truncate_ms(datetime.fromisoformat(text.strip().replace("Z", "+00:00")))
+    except (ValueError, OverflowError):  # e.g. year 1 with a positive offset: before UTC's year 1
         return None
-    return truncate_ms(parsed)
 
 
 def slot_name(slot: datetime) -> str:

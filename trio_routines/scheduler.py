@@ -42,7 +42,7 @@ import trio
 from .agent import Agent
 from .context import firing_slot
 from .cron import next_run
-from .errors import StateFault, TrioRoutinesError
+from .errors import InvalidRoutine, StateFault, TrioRoutinesError
 from .instants import format_iso, slot_name, truncate_ms
 from .records import ClaimResult, ClaimStatus, Outcome, Wakeup
 from .routines import Routine
@@ -56,6 +56,7 @@ log = logging.getLogger("trio_routines")
 MAX_WAIT = 6 * 3600.0  # seconds: the longest single sleep before the wall clock is re-read
 DEFAULT_GRACE = 10.0
 JUMP_THRESHOLD = 5.0
+EARLY_TOLERANCE = timedelta(seconds=60)  # how far ahead of our wall clock a delivered slot may be
 
 
 def system_now() -> datetime:
@@ -68,6 +69,15 @@ class UnknownRoutine(TrioRoutinesError, LookupError):
 
 class NotOnGrid(TrioRoutinesError, ValueError):
     """Raised by :meth:`Scheduler.fire` for a slot that is not on the routine's cron grid."""
+
+
+class NotYetDue(TrioRoutinesError, ValueError):
+    """Raised by :meth:`Scheduler.fire` for a slot still in the future on the wall clock.
+
+    An external clock may run a little ahead of ours, hence :data:`EARLY_TOLERANCE`; beyond
+    it, firing would run the slot early, and a far-future claim would make every real slot
+    before it stale.
+    """
 
 
 class Stopping(TrioRoutinesError, RuntimeError):
@@ -104,7 +114,10 @@ def on_grid(routine: Routine, slot: datetime) -> bool:
     if routine.cron is None:
         return True
     slot = truncate_ms(slot)
-    return next_run(routine.cron, routine.tz, slot - timedelta(milliseconds=1)) == slot
+    try:
+        return next_run(routine.cron, routine.tz, slot - timedelta(milliseconds=1)) == slot
+    except OverflowError:  # the first instant datetime can hold
+        return False
 
 
 class Scheduler:
@@ -134,7 +147,7 @@ class Scheduler:
         self.routines: dict[str, Routine] = {}
         for routine in routines:
             if routine.name in self.routines:
-                raise ValueError(f"two routines are named {routine.name!r}")
+                raise InvalidRoutine(f"two routines are named {routine.name!r}")
             self.routines[routine.name] = routine
         self.now = now
         self.external_clock = external_clock
@@ -327,6 +340,11 @@ class Scheduler:
         if not on_grid(routine, slot):
             raise NotOnGrid(
                 f"{slot_name(slot)} is not on the cron grid of {name!r} ({routine.cron})"
+            )
+        if slot > self.now() + EARLY_TOLERANCE:
+            raise NotYetDue(
+                f"slot {format_iso(slot)} of {name!r} has not arrived yet — "
+                "a slot never fires before its instant"
             )
         if self._stopping:
             raise Stopping("the scheduler is stopping; no new fires are accepted")

@@ -53,7 +53,10 @@ def parse_delay(value: object) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int too large for a float
+            return None
     elif isinstance(value, str):
         match = _DELAY.match(value)
         if match is None:
