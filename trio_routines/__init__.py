@@ -37,6 +37,7 @@ from .scheduler import Stopping as Stopping
 from .scheduler import UnknownRoutine as UnknownRoutine
 from .scheduler import serve_routines as serve_routines
 from .store import Store as Store
+from .stores import open_store as open_store
 from .stores.directory import DirectoryStore as DirectoryStore
 from .turns import TurnResult as TurnResult
 from .wakeups import WakeupRequest as WakeupRequest

@@ -2,7 +2,7 @@
 
 Every error this package raises at a user derives from :class:`TrioRoutinesError`, and also
 from the builtin it naturally is, so ``except ValueError`` keeps working for callers that do
-not know us. Third-party errors (croniter, cattrs, psycopg, OSError from the state directory)
+not know us. Third-party errors (zoneinfo, cattrs, psycopg, OSError from the state directory)
 are translated at the boundary where they happen; messages are one line and name the thing.
 """
 

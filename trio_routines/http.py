@@ -78,7 +78,6 @@ log = logging.getLogger("trio_routines.http")
 MAX_BODY = 64 * 1024  # bytes
 RETRY_AFTER = "5"  # seconds: what a 503 suggests
 ECHO = 64  # characters of a caller's routine name echoed back
-STOP_POLL = 0.1  # seconds between looks at the scheduler while serving
 
 Scope = Mapping[str, Any]
 Message = Mapping[str, Any]
@@ -596,9 +595,7 @@ async def _drained(scheduler: Scheduler) -> None:
     Until then the server stays up, answering 503 to new fires and ``busy`` to health checks,
     and delivering the answers of ``"wait": true`` requests as their fires settle.
     """
-    # The scheduler offers no event for "stopped and drained", so look every 100 ms.
-    while not (scheduler.stopping and scheduler.statistics().in_flight == 0):  # noqa: ASYNC110
-        await trio.sleep(STOP_POLL)
+    await scheduler.wait_drained()
 
 
 async def serve_http(

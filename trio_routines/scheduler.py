@@ -38,6 +38,7 @@ from types import MappingProxyType
 
 import attrs
 import trio
+import trio_util
 
 from .agent import Agent
 from .context import firing_slot
@@ -156,7 +157,7 @@ class Scheduler:
         self.poll_interval = poll_interval
         self.jump_threshold = jump_threshold
         self.default_grace = default_grace
-        self._stopping = False
+        self._stopping = trio_util.AsyncBool(False)
         self._loops = trio.CancelScope()
         self._grace_deadline = math.inf
         self._grace_scopes: set[trio.CancelScope] = set()
@@ -164,7 +165,7 @@ class Scheduler:
         self._next_due: dict[str, datetime | None] = {}
         self._armed: list[str] = []
         self._outcomes: Counter[str] = Counter()
-        self._in_flight = 0
+        self._in_flight = trio_util.AsyncValue(0)
         self._jumps = 0
         self._offset: float | None = None
 
@@ -228,7 +229,7 @@ class Scheduler:
                 try:
                     await trio.sleep_forever()
                 finally:
-                    if not self._stopping:
+                    if not self._stopping.value:
                         # Cancelled by the host's scope rather than by stop(): bound the
                         # shielded fires all the same, before waiting for them.
                         self._begin_stop(self.default_grace)
@@ -249,23 +250,28 @@ class Scheduler:
         self._loops.cancel()
 
     def _begin_stop(self, grace: float) -> None:
-        self._stopping = True
+        self._stopping.value = True
         self._grace_deadline = min(self._grace_deadline, trio.current_time() + max(0.0, grace))
         for scope in self._grace_scopes:
             scope.deadline = min(scope.deadline, self._grace_deadline)
 
     @property
     def stopping(self) -> bool:
-        return self._stopping
+        return bool(self._stopping.value)
+
+    async def wait_drained(self) -> None:
+        """Return once a stop was requested and no turn is in flight any more."""
+        await self._stopping.wait_value(True)
+        await self._in_flight.wait_value(0)
 
     def statistics(self) -> Statistics:
         return Statistics(
             armed=tuple(self._armed),
-            in_flight=self._in_flight,
+            in_flight=int(self._in_flight.value),
             next_due=MappingProxyType(dict(self._next_due)),
             outcomes=MappingProxyType(dict(self._outcomes)),
             clock_jumps=self._jumps,
-            stopping=self._stopping,
+            stopping=self._stopping.value,
         )
 
     # -- clocks ---------------------------------------------------------------------------
@@ -302,7 +308,7 @@ class Scheduler:
         assert routine.cron is not None
         while due is not None:
             await self._sleep_towards(due)
-            if self._stopping:
+            if self._stopping.value:
                 return
             with trio.CancelScope(shield=True):
                 try:
@@ -346,7 +352,7 @@ class Scheduler:
                 f"slot {format_iso(slot)} of {name!r} has not arrived yet — "
                 "a slot never fires before its instant"
             )
-        if self._stopping:
+        if self._stopping.value:
             raise Stopping("the scheduler is stopping; no new fires are accepted")
         with trio.CancelScope(shield=True):
             result = await self._fire(routine, slot, task_status)
@@ -400,11 +406,11 @@ class Scheduler:
     def _turn_scope(self) -> Iterator[trio.CancelScope]:
         scope = trio.CancelScope(deadline=self._grace_deadline)
         self._grace_scopes.add(scope)
-        self._in_flight += 1
+        self._in_flight.value += 1
         try:
             yield scope
         finally:
-            self._in_flight -= 1
+            self._in_flight.value -= 1
             self._grace_scopes.discard(scope)
 
     async def _turn(
@@ -440,7 +446,7 @@ class Scheduler:
     ) -> TurnResult:
         """Run one turn of a routine now, without a claim: no slot, no history."""
         routine = self.routine(name)
-        if self._stopping:
+        if self._stopping.value:
             raise Stopping("the scheduler is stopping; no new turns are accepted")
         with trio.CancelScope(shield=True):
             result = await self._turn(
@@ -452,7 +458,7 @@ class Scheduler:
 
     async def _wake_loop(self) -> None:
         while True:
-            while not self._stopping and await self._wake_once():
+            while not self._stopping.value and await self._wake_once():
                 pass
             await trio.sleep(self.poll_interval)
             self._note_offset()

@@ -1,0 +1,97 @@
+"""The pure claim rules, and the tolerant claim parser (reference section 11, items 9-12)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+import pytest
+
+from trio_routines.claims import claim_names, is_stale, names_to_prune, parse_claim
+from trio_routines.converter import claim_text
+from trio_routines.records import Fire, Outcome
+
+NAME = "2026-07-07T10-00-00-000Z"
+SLOT = datetime(2026, 7, 7, 10, tzinfo=UTC)
+STAMP = datetime(2026, 7, 7, 12, 30, tzinfo=UTC)
+
+
+def test_stale_is_strictly_older_than_the_newest() -> None:
+    taken = ["2026-07-07T09-00-00-000Z", NAME]
+    assert is_stale(taken, "2026-07-07T08-00-00-000Z") == NAME
+    assert is_stale(taken, "2026-07-07T09-00-00-000Z") == NAME  # stale wins over duplicate
+    assert is_stale(taken, NAME) is None  # equal is a duplicate, decided by the create
+    assert is_stale([], NAME) is None
+
+
+def test_pruning_keeps_the_newest() -> None:
+    taken = [f"2026-07-07T0{h}-00-00-000Z" for h in range(5)]
+    assert names_to_prune(taken, keep=3) == taken[:3]  # 5 + the new one, keep 3
+    assert names_to_prune(taken, keep=1) == taken
+    assert names_to_prune(taken, keep=512) == []
+    with pytest.raises(ValueError, match="keep"):
+        names_to_prune(taken, keep=0)
+
+
+def test_claim_names_drop_foreign_entries_and_sort() -> None:
+    entries = [NAME, ".DS_Store", "2026-07-07T09-00-00-000Z", NAME + ".tmp"]
+    assert claim_names(entries) == ["2026-07-07T09-00-00-000Z", NAME]
+
+
+def test_claim_text_keeps_the_original_key_order() -> None:
+    assert claim_text(STAMP) == '{"firedAt":"2026-07-07T12:30:00.000Z"}'
+    assert claim_text(STAMP, Outcome.COMPLETED, 4210) == (
+        '{"firedAt":"2026-07-07T12:30:00.000Z","outcome":"completed","ms":4210}'
+    )
+    assert claim_text(STAMP, Outcome.INTERRUPTED) == (
+        '{"firedAt":"2026-07-07T12:30:00.000Z","outcome":"interrupted"}'
+    )
+
+
+def test_a_settled_claim_reads_back() -> None:
+    fire = parse_claim(NAME, claim_text(STAMP, Outcome.FAILED, 12), "c")
+    assert fire == Fire(slot=SLOT, fired_at=STAMP, outcome=Outcome.FAILED, ms=12)
+
+
+@pytest.mark.parametrize(
+    "text", ['{"firedAt":"2026-07-0', "2026-07-07T10:00:00.000Z", "null", "12", "", "[]"]
+)
+def test_torn_and_older_formats_read_as_unsettled_quietly(
+    text: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="trio_routines")
+    assert parse_claim(NAME, text, "c") == Fire(slot=SLOT, fired_at=SLOT)
+    assert not [r for r in caplog.records if r.levelno >= logging.INFO]
+    assert len(caplog.records) == (1 if text else 0)  # a DEBUG line, except for an empty file
+
+
+def test_non_numeric_ms_reads_as_absent_not_zero() -> None:
+    text = '{"firedAt":"2026-07-07T12:30:00.000Z","outcome":"completed","ms":"12x45"}'
+    fire = parse_claim(NAME, text, "c")
+    assert (fire.outcome, fire.ms) == (Outcome.COMPLETED, None)
+
+
+@pytest.mark.parametrize("stamp", ['"yesterday"', '""', "17", "null"])
+def test_unreadable_stamp_falls_back_to_the_slot(
+    stamp: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    fire = parse_claim(NAME, f'{{"firedAt":{stamp},"outcome":"completed"}}', "c")
+    assert (fire.fired_at, fire.outcome) == (SLOT, Outcome.COMPLETED)
+    assert any("unreadable stamp" in r.getMessage() for r in caplog.records)
+
+
+def test_unknown_outcome_reads_as_unsettled_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fire = parse_claim(NAME, '{"firedAt":"2026-07-07T12:30:00.000Z","outcome":"done"}', "c")
+    assert (fire.fired_at, fire.outcome) == (STAMP, None)
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    assert "unknown outcome" in record.getMessage()
+
+
+def test_fire_validators_refuse_bad_values() -> None:
+    with pytest.raises(ValueError, match="naive"):
+        Fire(slot=datetime(2026, 1, 1), fired_at=STAMP)
+    with pytest.raises(ValueError, match="ms"):
+        Fire(slot=SLOT, fired_at=STAMP, ms=-1)

@@ -1,0 +1,213 @@
+"""What only the state directory store does: its bytes, its fsyncs, its locks, real races."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from trio_routines.errors import StateFault
+from trio_routines.instants import slot_name
+from trio_routines.records import ClaimStatus, Outcome
+from trio_routines.stores.directory import DirectoryStore
+from trio_routines.wakeups import WakeupRequest
+
+T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
+WORKER = Path(__file__).with_name("dirstore_worker.py")
+
+
+async def test_claim_and_settle_bytes_match_the_original(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.claim("daily", T0, T0 + timedelta(minutes=150))
+    path = tmp_path / "schedule" / "claims" / "daily" / "2026-07-07T10-00-00-000Z"
+    assert path.read_bytes() == b'{"firedAt":"2026-07-07T12:30:00.000Z"}'
+    await store.settle("daily", T0, Outcome.COMPLETED, 4210.4)  # type: ignore[arg-type]
+    assert path.read_bytes() == (
+        b'{"firedAt":"2026-07-07T12:30:00.000Z","outcome":"completed","ms":4210}'
+    )
+    await store.settle("daily", T0, Outcome.INTERRUPTED)
+    assert path.read_bytes() == b'{"firedAt":"2026-07-07T12:30:00.000Z","outcome":"interrupted"}'
+
+
+async def test_the_original_state_reads_back(tmp_path: Path) -> None:
+    directory = tmp_path / "schedule" / "claims" / "每日简报"
+    directory.mkdir(parents=True)
+    (directory / "2026-07-07T09-00-00-000Z").write_text(
+        '{"firedAt":"2026-07-07T09:00:01.000Z","outcome":"completed","ms":12}'
+    )
+    (directory / "2026-07-07T10-00-00-000Z").write_text("")  # crashed between create and stamp
+    (tmp_path / "schedule" / "wakeups.json").write_text(
+        '[{"id":"5f0c","session":"chat","prompt":"p","fireAt":"2026-07-07T11:00:00.000Z"}]'
+    )
+    store = DirectoryStore(tmp_path)
+    fires = await store.history("每日简报")
+    assert [(f.outcome, f.ms) for f in fires] == [(Outcome.COMPLETED, 12), (None, None)]
+    assert [w.id for w in await store.list_wakeups()] == ["5f0c"]
+
+
+async def test_a_taken_claim_is_fsynced_with_its_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    store = DirectoryStore(tmp_path)
+    await store.claim("daily", T0, T0)
+    claim_dir = tmp_path / "schedule" / "claims" / "daily"
+    # every directory created on the way, the claim file, and the claims directory
+    assert str(claim_dir / slot_name(T0)) in synced
+    assert synced[-1] == str(claim_dir)
+    assert str(tmp_path / "schedule" / "claims") in synced  # the new daily/ entry
+
+
+async def test_settle_never_recreates_a_pruned_claim(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.claim("daily", T0, T0)
+    (store.claim_dir("daily") / slot_name(T0)).unlink()
+    await store.settle("daily", T0, Outcome.COMPLETED, 5)
+    assert list(store.claim_dir("daily").iterdir()) == []
+
+
+async def test_foreign_files_are_neither_counted_nor_pruned(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path, keep=2)
+    directory = store.claim_dir("daily")
+    directory.mkdir(parents=True)
+    (directory / ".DS_Store").write_text("x")
+    (directory / (slot_name(T0 + timedelta(hours=9)) + ".tmp")).write_text("{}")
+    for hour in range(4):
+        assert (await store.claim("daily", T0 + timedelta(hours=hour), T0)).taken
+    names = sorted(p.name for p in directory.iterdir())
+    assert names == [
+        ".DS_Store",
+        slot_name(T0 + timedelta(hours=2)),
+        slot_name(T0 + timedelta(hours=3)),
+        slot_name(T0 + timedelta(hours=9)) + ".tmp",
+    ]
+
+
+async def test_a_file_where_the_claims_directory_should_be(tmp_path: Path) -> None:
+    (tmp_path / "schedule" / "claims").mkdir(parents=True)
+    (tmp_path / "schedule" / "claims" / "daily").write_text("oops")
+    store = DirectoryStore(tmp_path)
+    with pytest.raises(StateFault, match="ENOTDIR"):
+        await store.claim("daily", T0, T0)
+    with pytest.raises(StateFault, match="ENOTDIR"):
+        await store.latest_fire("daily")
+    assert (tmp_path / "schedule" / "claims" / "daily").read_text() == "oops"
+
+
+async def test_an_unreadable_old_claim_fails_history_but_not_latest(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.claim("daily", T0 + timedelta(hours=1), T0)
+    (store.claim_dir("daily") / slot_name(T0)).mkdir()
+    assert (await store.latest_fire("daily")) is not None
+    with pytest.raises(StateFault, match="unreadable"):
+        await store.history("daily")
+
+
+@pytest.mark.parametrize(
+    ("content", "warning"),
+    [
+        ('[{"id": ', "corrupt state file"),
+        ('{"id": "x"}', "is not an array"),
+        (
+            '[{"id":"good","session":"s","prompt":"p","fireAt":"2026-07-07T12:00:00.000Z"},'
+            '{"id":7,"session":"s","prompt":"p","fireAt":"2026-07-07T12:00:00.000Z"},'
+            '{"id":"badcron","session":"s","prompt":"p","fireAt":"2026-07-07T12:00:00.000Z",'
+            '"cron":"61 * * * *"}]',
+            "dropping a malformed wake-up entry",
+        ),
+    ],
+)
+async def test_unusable_wakeups_are_warned_about_and_kept_aside(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, content: str, warning: str
+) -> None:
+    path = tmp_path / "schedule" / "wakeups.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(content)
+    store = DirectoryStore(tmp_path)
+    await store.list_wakeups()
+    assert any(warning in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert path.read_text() == content  # reading changes nothing
+    added = await store.add_wakeup(
+        WakeupRequest(session="s", prompt="new", fire_at=T0 + timedelta(hours=1)), T0
+    )
+    (aside,) = path.parent.glob("wakeups.json.corrupt-*")
+    assert aside.read_text() == content  # the original bytes survive the rewrite
+    ids = [w["id"] for w in json.loads(path.read_text())]
+    assert ids[-1] == added.id
+    assert ids[:-1] == (["good"] if "good" in content else [])
+
+
+async def test_a_failed_wakeups_write_leaves_the_old_file(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    first = await store.add_wakeup(
+        WakeupRequest(session="s", prompt="p", fire_at=T0 + timedelta(hours=1)), T0
+    )
+    (tmp_path / "schedule" / "wakeups.json.tmp").mkdir()  # the temp file cannot be written
+    with pytest.raises(StateFault, match=r"EISDIR.*wakeups\.json\.tmp"):
+        await store.add_wakeup(
+            WakeupRequest(session="s", prompt="p", fire_at=T0 + timedelta(hours=2)), T0
+        )
+    assert [w.id for w in await store.list_wakeups()] == [first.id]
+
+
+def race(*commands: list[str]) -> None:
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), *command],
+            stdin=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for command in commands
+    ]
+    for proc in procs:  # all started: let them go at once
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.close()
+    for proc in procs:
+        assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
+        if proc.stderr:
+            proc.stderr.close()
+
+
+@pytest.mark.slow
+async def test_eight_processes_claim_two_hundred_slots_each_exactly_once(tmp_path: Path) -> None:
+    turns = tmp_path / "turns"
+    state = tmp_path / "state"
+    race(*[["claim", str(state), "race", "200", str(turns)] for _ in range(8)])
+    taken = turns.read_text().splitlines()
+    assert len(taken) == len(set(taken)) == 200
+    store = DirectoryStore(state)
+    history = await store.history("race")
+    assert len(history) == 200
+    assert all(f.outcome is None for f in history)
+
+
+@pytest.mark.slow
+async def test_two_processes_add_and_take_wakeups_without_losing_any(tmp_path: Path) -> None:
+    taken = tmp_path / "taken"
+    state = tmp_path / "state"
+    race(["wake", str(state), "60", str(taken)], ["wake", str(state), "60", str(taken)])
+    ids = taken.read_text().splitlines()
+    assert len(ids) == len(set(ids)) == 120  # every add kept, every take unique
+    assert await DirectoryStore(state).list_wakeups() == []
+
+
+async def test_duplicate_via_the_filesystem_is_reported_with_the_slot(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.claim("daily", T0, T0)
+    result = await store.claim("daily", T0, T0)
+    assert (result.status, result.newest) == (ClaimStatus.DUPLICATE, slot_name(T0))

@@ -1,0 +1,73 @@
+"""Instants and slot names: the shape the state directory shares with the original."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trio_routines.instants import format_iso, parse_iso, slot_name, slot_of, truncate_ms
+
+instants = st.datetimes(
+    min_value=datetime(1, 1, 2),
+    max_value=datetime(9999, 12, 30),
+    timezones=st.just(UTC),
+)
+
+
+def test_examples() -> None:
+    slot = datetime(2026, 7, 7, 10, 0, tzinfo=UTC)
+    assert format_iso(slot) == "2026-07-07T10:00:00.000Z"
+    assert slot_name(slot) == "2026-07-07T10-00-00-000Z"
+    assert slot_of("2026-07-07T10-00-00-000Z") == slot
+    assert format_iso(datetime(1, 1, 1, tzinfo=UTC)) == "0001-01-01T00:00:00.000Z"
+
+
+@given(instants)
+def test_slot_names_round_trip(instant: datetime) -> None:
+    name = slot_name(instant)
+    assert slot_of(name) == truncate_ms(instant)
+    assert parse_iso(format_iso(instant)) == truncate_ms(instant)
+
+
+@given(instants, instants)
+def test_slot_names_sort_in_slot_order(a: datetime, b: datetime) -> None:
+    a, b = truncate_ms(a), truncate_ms(b)
+    assert (slot_name(a) < slot_name(b)) == (a < b)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        ".DS_Store",
+        "2026-07-07T10-00-00-000Z.tmp",
+        "2026-07-07T10-00-00-000Z~",
+        "2026-13-07T10-00-00-000Z",
+        "2026-07-07T10-00-00-00Z",
+        "2026-07-07T10:00:00.000Z",
+        "",
+    ],
+)
+def test_foreign_names_are_not_claims(name: str) -> None:
+    assert slot_of(name) is None
+
+
+def test_parse_iso_wants_a_zone() -> None:
+    assert parse_iso("2026-07-07T10:00:00") is None
+    assert parse_iso("2026-07-07") is None
+    assert parse_iso("soon") is None
+    assert parse_iso("0001-01-01T00:00:00+01:00") is None  # before year 1 in UTC
+    assert parse_iso("2026-07-07T12:00:00+02:00") == datetime(2026, 7, 7, 10, tzinfo=UTC)
+    assert parse_iso("2026-07-07T10:00:00.123456Z") == datetime(
+        2026, 7, 7, 10, 0, 0, 123000, tzinfo=UTC
+    )
+
+
+def test_naive_instants_are_refused() -> None:
+    with pytest.raises(ValueError, match="naive"):
+        format_iso(datetime(2026, 7, 7))
+    assert format_iso(datetime(2026, 7, 7, 12, tzinfo=timezone(timedelta(hours=2)))) == (
+        "2026-07-07T10:00:00.000Z"
+    )

@@ -1,0 +1,148 @@
+"""The pure wake-up rules and their model-facing texts (reference section 5)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from trio_routines.converter import wakeup_from_json, wakeup_to_json
+from trio_routines.errors import InvalidWakeup
+from trio_routines.records import Wakeup
+from trio_routines.wakeups import (
+    WakeupRequest,
+    added_reply,
+    bad_delay_reply,
+    envelope,
+    parse_delay,
+    plan_add,
+    plan_defer,
+    removed_reply,
+)
+
+NOW = datetime(2026, 7, 7, 10, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("30m", 1800),
+        ("2h", 7200),
+        ("1d", 86400),
+        ("90s", 90),
+        (120, 120),
+        ("1.5h", 5400),
+        (" 10 M ", 600),
+        (0.5, 0.5),
+    ],
+)
+def test_delays_that_parse(value: object, seconds: float) -> None:
+    assert parse_delay(value) == seconds
+
+
+@pytest.mark.parametrize(
+    "value", ["120", "soon", -5, 0, "0m", "-1h", True, None, float("nan"), float("inf"), 10**400]
+)
+def test_delays_that_do_not(value: object) -> None:
+    assert parse_delay(value) is None
+
+
+def test_one_shot_needs_a_time_and_a_minute() -> None:
+    with pytest.raises(InvalidWakeup, match="needs its fire time"):
+        plan_add([], WakeupRequest(session="s", prompt="p"), NOW)
+    with pytest.raises(InvalidWakeup, match="too soon"):
+        plan_add([], WakeupRequest(session="s", prompt="p", fire_at=NOW), NOW)
+    added = plan_add(
+        [], WakeupRequest(session="s", prompt="p", fire_at=NOW + timedelta(minutes=1)), NOW
+    )
+    assert added.fire_at == NOW + timedelta(minutes=1)
+
+
+def test_no_session_no_wakeup() -> None:
+    with pytest.raises(InvalidWakeup, match="only available inside a conversation"):
+        plan_add([], WakeupRequest(session="", prompt="p", fire_at=NOW + timedelta(hours=1)), NOW)
+
+
+def test_recurring_first_pair_heuristic() -> None:
+    ok = plan_add([], WakeupRequest(session="s", prompt="p", cron="*/10 * * * *"), NOW)
+    assert ok.fire_at == NOW + timedelta(minutes=10)
+    with pytest.raises(InvalidWakeup, match="too frequent"):
+        plan_add([], WakeupRequest(session="s", prompt="p", cron="*/9 * * * *"), NOW)
+
+
+def test_the_cap_message_lists_every_pending_wakeup() -> None:
+    pending = [
+        Wakeup(id=f"id{i}", session="s", prompt="x" * 70, fire_at=NOW + timedelta(hours=1))
+        for i in range(20)
+    ]
+    with pytest.raises(InvalidWakeup) as caught:
+        plan_add(
+            pending, WakeupRequest(session="s", prompt="p", fire_at=NOW + timedelta(hours=2)), NOW
+        )
+    message = str(caught.value)
+    assert message.startswith("too many pending wake-ups for this conversation (20)")
+    assert "id0 at 2026-07-07T11:00:00.000Z: " + "x" * 60 + "…" in message
+    assert message.count("; ") == 19
+
+
+def test_deferral_ceiling() -> None:
+    wakeup = Wakeup(id="a", session="s", prompt="p", fire_at=NOW, attempts=119)
+    later = NOW + timedelta(seconds=30)
+    deferred = plan_defer(wakeup, later)
+    assert deferred is not None
+    assert (deferred.attempts, deferred.fire_at) == (120, later)
+    assert plan_defer(deferred, later) is None
+
+
+def test_texts() -> None:
+    one = Wakeup(id="abc", session="s", prompt="look", fire_at=NOW)
+    assert envelope(one) == (
+        "[wake-up abc fired — YOUR self-scheduled turn, not a user message] look"
+    )
+    assert added_reply(one) == (
+        "OK — I'll wake up at 2026-07-07T10:00:00.000Z (id abc) to: look. "
+        'Use unwake({ id: "abc" }) if it becomes unnecessary.'
+    )
+    rec = Wakeup(id="abc", session="s", prompt="look", fire_at=NOW, cron="0 9 * * *")
+    assert envelope(rec) == (
+        '[wake-up abc fired — YOUR recurring self-scheduled turn (cron "0 9 * * *"), not a user '
+        'message; unwake({ id: "abc" }) stops it] look'
+    )
+    assert removed_reply("abc", True) == "OK — wake-up abc cancelled."
+    assert removed_reply("abc", False) == (
+        "no pending wake-up abc in this conversation (already fired, or not yours)."
+    )
+    assert bad_delay_reply("120").startswith('couldn\'t parse "in" ("120")')
+
+
+def test_stored_shape_is_strict() -> None:
+    wakeup = Wakeup(id="a", session="s", prompt="p", fire_at=NOW, cron="0 9 * * *", tz="UTC")
+    raw = wakeup_to_json(wakeup)
+    assert raw == {
+        "id": "a",
+        "session": "s",
+        "prompt": "p",
+        "fireAt": "2026-07-07T10:00:00.000Z",
+        "cron": "0 9 * * *",
+        "tz": "UTC",
+    }
+    assert wakeup_from_json(raw) == wakeup
+    for bad in (
+        {**raw, "id": 1},
+        {**raw, "fireAt": "tomorrow"},
+        {**raw, "attempts": "3"},
+        {**raw, "fireAt": "2026-07-07T10:00:00"},
+        [raw],
+        {"id": "a"},
+    ):
+        with pytest.raises((ValueError, TypeError)):
+            wakeup_from_json(bad)
+
+
+def test_wakeup_validators() -> None:
+    with pytest.raises(ValueError, match="id"):
+        Wakeup(id="", session="s", prompt="p", fire_at=NOW)
+    with pytest.raises(ValueError, match="attempts"):
+        Wakeup(id="a", session="s", prompt="p", fire_at=NOW, attempts=-1)
+    with pytest.raises(ValueError, match="naive"):
+        Wakeup(id="a", session="s", prompt="p", fire_at=datetime(2026, 1, 1))
