@@ -1,0 +1,22 @@
+"""The README's embedding example runs as written (the front door stays true)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_the_embedding_example_runs(tmp_path: Path) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+    (example,) = [b for b in blocks if "trio.run(main)" in b]
+    script = tmp_path / "embed.py"
+    script.write_text(example)
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "'digest': datetime.datetime(" in done.stdout
