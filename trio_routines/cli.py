@@ -800,6 +800,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         leaves = _leaves(error)
         if any(isinstance(leaf, KeyboardInterrupt) for leaf in leaves):
             return 130
+        if any(isinstance(leaf, BrokenPipeError) for leaf in leaves):
+            # The reader went away (`history | head`): nothing to say, nowhere to say it.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
         expected = [leaf for leaf in leaves if isinstance(leaf, _EXPECTED)]
         if not expected or len(expected) != len(leaves):
             raise
