@@ -211,3 +211,23 @@ async def test_duplicate_via_the_filesystem_is_reported_with_the_slot(tmp_path: 
     await store.claim("daily", T0, T0)
     result = await store.claim("daily", T0, T0)
     assert (result.status, result.newest) == (ClaimStatus.DUPLICATE, slot_name(T0))
+
+
+async def test_the_parsed_wakeups_follow_every_change_of_the_file(tmp_path: Path) -> None:
+    store, other = DirectoryStore(tmp_path), DirectoryStore(tmp_path)
+    first = await store.add_wakeup(
+        WakeupRequest(session="s", prompt="p", fire_at=T0 + timedelta(hours=1)), T0
+    )
+    assert [w.id for w in await store.list_wakeups()] == [first.id]
+    second = await other.add_wakeup(  # another writer: a rename, a new inode
+        WakeupRequest(session="s", prompt="p", fire_at=T0 + timedelta(hours=1)), T0
+    )
+    assert [w.id for w in await store.list_wakeups()] == [first.id, second.id]
+    path = tmp_path / "schedule" / "wakeups.json"
+    edited = path.read_text().replace(first.id, "hand-edited-id")
+    with path.open("r+") as handle:  # an edit in place: same inode, new size and times
+        handle.write(edited)
+        handle.truncate()
+    assert [w.id for w in await store.list_wakeups()][0].startswith("hand-edited-id")
+    assert await store.take_due_wakeup(T0) is None  # nothing due: answered without a write
+    assert (await store.take_due_wakeup(T0 + timedelta(hours=2))) is not None

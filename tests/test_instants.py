@@ -47,6 +47,10 @@ def test_slot_names_sort_in_slot_order(a: datetime, b: datetime) -> None:
         "2026-13-07T10-00-00-000Z",
         "2026-07-07T10-00-00-00Z",
         "2026-07-07T10:00:00.000Z",
+        "2026-02-30T10-00-00-000Z",
+        "0000-01-01T00-00-00-000Z",
+        "٢٠٢٦-07-07T10-00-00-000Z",  # digits, but not the ASCII ones a slot name is made of
+        "2026-07-07T10-00-00-000Z\n",
         "",
     ],
 )

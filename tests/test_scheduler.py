@@ -804,3 +804,40 @@ async def test_agent_yielding_garbage_does_not_break_the_scheduler(autojump_cloc
     async with rig.running():
         await sleep_until_wall(rig.wall, at(12, 30))
     assert [f[2] for f in await rig.fires()] == [Outcome.COMPLETED, Outcome.COMPLETED]
+
+
+async def test_a_loop_that_breaks_is_reported_and_the_others_go_on(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Broken(MemoryStore):
+        async def claim(self, routine: str, slot: datetime, fired_at: datetime) -> Any:
+            if routine == "broken":
+                raise RuntimeError("a bug, not a state fault")
+            return await super().claim(routine, slot, fired_at)
+
+    rig = Rig(
+        Routine(name="broken", prompt="p", cron="0 * * * *"),
+        Routine(name="fine", prompt="p", cron="0 * * * *"),
+        store=Broken(),
+    )
+    async with rig.running():
+        await sleep_until_wall(rig.wall, at(12, 30))
+    assert "broken: stopped unexpectedly: a bug, not a state fault" in messages(
+        caplog, logging.ERROR
+    )
+    assert rig.agent.sessions() == ["routine:fine", "routine:fine"]
+
+
+async def test_boot_reads_every_newest_claim_and_reports_the_first_fault(
+    autojump_clock: Any,
+) -> None:
+    class Flaky(MemoryStore):
+        async def latest_fire(self, routine: str) -> Any:
+            if routine in ("b", "c"):
+                raise StateFault(f"claims of {routine} unreadable")
+            return await super().latest_fire(routine)
+
+    rig = Rig(*[Routine(name=n, prompt="p", cron="0 * * * *") for n in "abc"], store=Flaky())
+    with pytest.raises(StateFault, match="claims of b unreadable"):
+        await rig.scheduler.run()
+    assert rig.agent.turns == []

@@ -64,6 +64,7 @@ DEFAULT_ROUTINES = "routines"
 DEFAULT_GRACE = 5.0
 HISTORY_TAIL = 20
 _WHITESPACE = re.compile(r"\s+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 class CliError(TrioRoutinesError):
@@ -87,19 +88,33 @@ def _one_line(text: str) -> str:
     return _WHITESPACE.sub(" ", text).strip()
 
 
+def _visible(text: str) -> str:
+    """Control characters left after folding (ESC, BEL, NUL, C1) shown as ``\\xNN``.
+
+    Raw, they would let failure text or a routine name move a terminal's cursor and
+    overwrite the records above it.
+    """
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+
+
 class TextFormatter(logging.Formatter):
     """``INFO  daily completed (12ms)``: the level padded to 5, then the message on one line."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return f"{_level_name(record):<5} {_one_line(record.getMessage())}"
+        return f"{_level_name(record):<5} {_visible(_one_line(record.getMessage()))}"
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ``{"ts", "level", "message"}``."""
+    """One JSON object per line: ``{"ts", "level", "message"}``, the message on one line.
+
+    Folded as in the text format: JSON escapes ``\\n`` but not U+2028, U+2029 or U+0085,
+    which many readers take for line breaks.
+    """
 
     def format(self, record: logging.LogRecord) -> str:
         stamp = format_iso(datetime.fromtimestamp(record.created, UTC))
-        entry = {"ts": stamp, "level": _level_name(record), "message": record.getMessage()}
+        message = _one_line(record.getMessage())
+        entry = {"ts": stamp, "level": _level_name(record), "message": message}
         return json.dumps(entry, ensure_ascii=False)
 
 

@@ -45,7 +45,7 @@ from .context import firing_slot
 from .cron import next_run
 from .errors import InvalidRoutine, StateFault, TrioRoutinesError
 from .instants import format_iso, slot_name, truncate_ms
-from .records import ClaimResult, ClaimStatus, Outcome, Wakeup
+from .records import ClaimResult, ClaimStatus, Fire, Outcome, Wakeup
 from .routines import Routine
 from .sessions import SessionGate
 from .store import Store
@@ -191,9 +191,10 @@ class Scheduler:
         self._nursery = None
 
     async def _boot(self) -> dict[str, datetime]:
+        newest = await self._read_newest_claims()
         latest = {}
         for name in self.routines:
-            fire = await self.store.latest_fire(name)
+            fire = newest[name]
             if fire is not None and fire.outcome is None:
                 log.warning(
                     "%s: the fire claimed at %s never finished — the process stopped mid-turn "
@@ -219,13 +220,32 @@ class Scheduler:
             first_due[name] = due
         return first_due
 
+    async def _read_newest_claims(self) -> dict[str, Fire | None]:
+        """Every routine's newest claim, read concurrently (the store bounds its threads)."""
+        newest: dict[str, Fire | None] = {}
+        faults: dict[str, StateFault] = {}
+
+        async def read(name: str) -> None:
+            try:
+                newest[name] = await self.store.latest_fire(name)
+            except StateFault as exc:
+                faults[name] = exc
+
+        async with trio.open_nursery() as nursery:
+            for name in self.routines:
+                nursery.start_soon(read, name)
+        for name in self.routines:  # the first broken routine in order, as one plain error
+            if name in faults:
+                raise faults[name]
+        return newest
+
     async def _run_loops(self, first_due: dict[str, datetime]) -> None:
         with self._loops:
             async with trio.open_nursery() as loops:
                 for name, due in first_due.items():
-                    loops.start_soon(self._guard, name, self._cron_loop, self.routines[name], due)
+                    loops.start_soon(self._cron_loop, self.routines[name], due)
                 if self.wakeups:
-                    loops.start_soon(self._guard, "wake-up poll", self._wake_loop)
+                    loops.start_soon(self._wake_loop)
                 try:
                     await trio.sleep_forever()
                 finally:
@@ -233,12 +253,6 @@ class Scheduler:
                         # Cancelled by the host's scope rather than by stop(): bound the
                         # shielded fires all the same, before waiting for them.
                         self._begin_stop(self.default_grace)
-
-    async def _guard(self, label: str, loop: Callable[..., object], *args: object) -> None:
-        try:
-            await loop(*args)  # type: ignore[misc]
-        except Exception as exc:
-            log.error("%s: stopped unexpectedly: %s", label, exc)
 
     def stop(self, grace: float | None = None) -> None:
         """Stop arming at once; give in-flight turns ``grace`` seconds, then interrupt them.
@@ -293,39 +307,39 @@ class Scheduler:
                 _duration(abs(jump)),
             )
 
-    async def _sleep_towards(self, due: datetime) -> None:
-        """Return once the wall clock reads ``due`` or later."""
-        while True:
-            remaining = (due - self.now()).total_seconds()
-            if remaining <= 0:
-                return
-            await trio.sleep_until(trio.current_time() + min(remaining, self.max_wait))
-            self._note_offset()
-
     # -- cron routines --------------------------------------------------------------------
 
     async def _cron_loop(self, routine: Routine, due: datetime | None) -> None:
+        # One frame per routine, sleeping included: at 10,000 routines every frame is memory.
         assert routine.cron is not None
-        while due is not None:
-            await self._sleep_towards(due)
-            if self._stopping.value:
-                return
-            with trio.CancelScope(shield=True):
-                try:
-                    await self._fire(routine, due)
-                except StateFault as exc:
-                    log.error(
-                        "%s: fire failed (skipping this run, schedule stays armed): %s",
+        try:
+            while due is not None:
+                # Sleep towards the slot, re-reading the wall clock after every wake.
+                while (remaining := (due - self.now()).total_seconds()) > 0:
+                    await trio.sleep_until(trio.current_time() + min(remaining, self.max_wait))
+                    self._note_offset()
+                if self._stopping.value:
+                    return
+                with trio.CancelScope(shield=True):
+                    try:
+                        await self._fire(routine, due)
+                    except StateFault as exc:
+                        log.error(
+                            "%s: fire failed (skipping this run, schedule stays armed): %s",
+                            routine.name,
+                            exc,
+                        )
+                due = next_run(routine.cron, routine.tz, self.now())
+                self._next_due[routine.name] = due
+                if due is None:
+                    log.warning(
+                        '%s: cron "%s" will never fire again — not armed',
                         routine.name,
-                        exc,
+                        routine.cron,
                     )
-            due = next_run(routine.cron, routine.tz, self.now())
-            self._next_due[routine.name] = due
-            if due is None:
-                log.warning(
-                    '%s: cron "%s" will never fire again — not armed', routine.name, routine.cron
-                )
-                self._armed.remove(routine.name)
+                    self._armed.remove(routine.name)
+        except Exception as exc:
+            log.error("%s: stopped unexpectedly: %s", routine.name, exc)
 
     async def fire(
         self,
@@ -421,9 +435,9 @@ class Scheduler:
         timeout: float | None = None,
         on_text: Callable[[str], None] | None = None,
     ) -> TurnResult:
-        with self._turn_scope() as grace:
+        with self._turn_scope() as grace, self.agent.hold(session) as agent:
             return await run_turn(
-                self.agent,
+                agent,
                 label,
                 session,
                 text,
@@ -457,11 +471,14 @@ class Scheduler:
     # -- wake-ups -------------------------------------------------------------------------
 
     async def _wake_loop(self) -> None:
-        while True:
-            while not self._stopping.value and await self._wake_once():
-                pass
-            await trio.sleep(self.poll_interval)
-            self._note_offset()
+        try:
+            while True:
+                while not self._stopping.value and await self._wake_once():
+                    pass
+                await trio.sleep(self.poll_interval)
+                self._note_offset()
+        except Exception as exc:
+            log.error("wake-up poll: stopped unexpectedly: %s", exc)
 
     async def _wake_once(self) -> bool:
         """Take and fire one due wake-up; False when none was due or the store failed."""

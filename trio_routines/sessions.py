@@ -7,9 +7,17 @@ event carrying the busy code, without the agent being asked at all. That is what
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 
 from .agent import SESSION_BUSY, Agent, Event, Failed
+
+
+class _Busy:
+    """The agent a busy session gets instead of the real one."""
+
+    async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+        yield Failed(f"session {session} already has a turn in flight", SESSION_BUSY)
 
 
 class SessionGate:
@@ -22,13 +30,22 @@ class SessionGate:
     def busy(self, session: str) -> bool:
         return session in self._busy
 
-    async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+    @contextmanager
+    def hold(self, session: str) -> Iterator[Agent]:
+        """The agent to run one turn of ``session`` with: the real one, or a busy answer."""
         if session in self._busy:
-            yield Failed(f"session {session} already has a turn in flight", SESSION_BUSY)
+            yield _Busy()
             return
         self._busy.add(session)
         try:
-            events = self.agent.invoke(session, text)
+            yield self.agent
+        finally:
+            self._busy.discard(session)
+
+    async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+        """The gated agent as an agent of its own, for hosts that want one."""
+        with self.hold(session) as agent:
+            events = agent.invoke(session, text)
             try:
                 async for event in events:
                     yield event
@@ -36,5 +53,3 @@ class SessionGate:
                 aclose = getattr(events, "aclose", None)
                 if aclose is not None:
                     await aclose()
-        finally:
-            self._busy.discard(session)

@@ -13,7 +13,6 @@ embedded newline cannot forge something that looks like a log record of its own.
 from __future__ import annotations
 
 import logging
-import math
 import re
 from collections.abc import Callable
 
@@ -70,29 +69,31 @@ async def run_turn(
     failed: Failed | None = None
     raised: Exception | None = None
     grace = grace_scope if grace_scope is not None else trio.CancelScope()
-    with grace:
-        deadline = math.inf if timeout is None else trio.current_time() + timeout
-        with trio.CancelScope(deadline=deadline) as timeout_scope:
-            events = agent.invoke(session, text)
-            try:
-                async for event in events:
-                    if isinstance(event, Failed):
-                        failed = event  # the last one wins; keep draining
-                    elif isinstance(event, TextDelta):
-                        if on_text is not None:
-                            on_text(event.text)
-                    elif not isinstance(event, Completed):
-                        log.debug("%s: ignoring an unknown event %r", label, event)
-            except Exception as exc:
-                raised = exc
-            finally:
-                aclose = getattr(events, "aclose", None)
-                if aclose is not None:
-                    with trio.CancelScope(shield=True):
-                        try:
-                            await aclose()
-                        except Exception as exc:
-                            raised = raised or exc
+    # No timeout: no scope to enter (a fire enters several; each costs a few microseconds).
+    timeout_scope = trio.CancelScope() if timeout is None else trio.move_on_after(timeout)
+    with grace, timeout_scope:
+        events = agent.invoke(session, text)
+        exhausted = False
+        try:
+            async for event in events:
+                if isinstance(event, Failed):
+                    failed = event  # the last one wins; keep draining
+                elif isinstance(event, TextDelta):
+                    if on_text is not None:
+                        on_text(event.text)
+                elif not isinstance(event, Completed):
+                    log.debug("%s: ignoring an unknown event %r", label, event)
+            exhausted = True
+        except Exception as exc:
+            raised = exc
+        finally:
+            aclose = None if exhausted else getattr(events, "aclose", None)
+            if aclose is not None:
+                with trio.CancelScope(shield=True):
+                    try:
+                        await aclose()
+                    except Exception as exc:
+                        raised = raised or exc
     ms = _elapsed_ms(started)
     if grace.cancelled_caught:
         log.warning("%s interrupted: the stop's grace ran out (%dms)", label, ms)

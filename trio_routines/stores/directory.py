@@ -109,6 +109,9 @@ class DirectoryStore:
         self._wakeups = self._schedule / "wakeups.json"
         self._lock = self._schedule / "wakeups.lock"
         self._limiter = limiter or trio.CapacityLimiter(16)
+        self._parsed: tuple[tuple[int, int, int, int], tuple[Wakeup, ...], bytes | None] | None = (
+            None
+        )
 
     def __repr__(self) -> str:
         return f"DirectoryStore({str(self.root)!r})"
@@ -216,8 +219,10 @@ class DirectoryStore:
                 chunks.append(chunk)
             fire = parse_claim(name, b"".join(chunks).decode("utf-8", errors="replace"), str(path))
             data = claim_text(fire.fired_at, outcome, None if ms is None else round(ms)).encode()
-            os.ftruncate(fd, 0)
+            # Write over the stamp, then cut what is left: a write that fails (ENOSPC, EIO)
+            # leaves the stamp readable, where truncating first would have erased it.
             os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
             os.fsync(fd)
         except OSError as exc:
             log.warning(
@@ -282,15 +287,32 @@ class DirectoryStore:
                 f"cannot lock the wake-up store {self._lock}: {describe(exc)}"
             ) from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError as exc:
+                raise StateFault(
+                    f"cannot lock the wake-up store {self._lock}: {describe(exc)}"
+                ) from None
             yield
         finally:
             os.close(fd)  # closing the last descriptor releases the lock
 
     def _load(self) -> tuple[list[Wakeup], bytes | None]:
-        """The valid entries, and the raw bytes when something in them could not be used."""
+        """The valid entries, and the raw bytes when something in them could not be used.
+
+        The parsed file is kept, keyed on its inode, size and times: every writer replaces
+        the file by a rename (a new inode) and a hand edit changes its times (and, in
+        practice, its size; file times can be as coarse as a clock tick), so an unchanged key
+        means unchanged content, and a poll of 10,000 pending wake-ups costs one fstat.
+        """
         try:
-            raw = self._wakeups.read_bytes()
+            with self._wakeups.open("rb") as handle:
+                info = os.fstat(handle.fileno())
+                key = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+                cached = self._parsed
+                if cached is not None and cached[0] == key:
+                    return list(cached[1]), cached[2]
+                raw = handle.read()
         except FileNotFoundError:
             return [], None
         except OSError as exc:
@@ -298,6 +320,11 @@ class DirectoryStore:
                 f"schedule state {self._wakeups} is unreadable — fix permissions/disk and "
                 f"restart: {describe(exc)}"
             ) from None
+        entries, damaged = self._parse(raw)
+        self._parsed = (key, tuple(entries), damaged)
+        return entries, damaged
+
+    def _parse(self, raw: bytes) -> tuple[list[Wakeup], bytes | None]:
         try:
             data = json.loads(raw.decode("utf-8"))
         except ValueError as exc:
@@ -333,13 +360,23 @@ class DirectoryStore:
             finally:
                 os.close(fd)
             os.replace(tmp, self._wakeups)
-            _fsync_dir(self._schedule)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 tmp.unlink()
             raise StateFault(
                 f"could not write the wake-up store {self._wakeups}: {describe(exc)}"
             ) from None
+        try:
+            _fsync_dir(self._schedule)
+        except OSError as exc:
+            # The new list is in place and every reader sees it: failing the call now would
+            # tell the caller a change did not happen when it did (a taken wake-up would then
+            # never fire). Only its durability against a power loss is in doubt.
+            log.warning(
+                "wrote the wake-up store %s but could not fsync its directory: %s",
+                self._wakeups,
+                describe(exc),
+            )
 
     def _keep_aside(self, raw: bytes) -> None:
         stamp = slot_name(datetime.now(UTC))
@@ -368,11 +405,18 @@ class DirectoryStore:
         return await self._run(self._mutate, change)
 
     async def take_due_wakeup(self, now: datetime) -> Wakeup | None:
+        return await self._run(self._take_due, now)
+
+    def _take_due(self, now: datetime) -> Wakeup | None:
+        entries, _ = self._load()
+        if all(w.fire_at > now for w in entries):
+            return None  # the common poll: nothing due, no lock, no write
+
         def change(entries: list[Wakeup]) -> tuple[list[Wakeup] | None, Wakeup | None]:
             rest, wakeup = take_first_due(entries, now)
             return (rest if wakeup is not None else None), wakeup
 
-        return await self._run(self._mutate, change)
+        return self._mutate(change)
 
     async def defer_wakeup(self, wakeup: Wakeup, fire_at: datetime) -> bool:
         deferred = plan_defer(wakeup, fire_at)
