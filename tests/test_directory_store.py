@@ -228,6 +228,6 @@ async def test_the_parsed_wakeups_follow_every_change_of_the_file(tmp_path: Path
     with path.open("r+") as handle:  # an edit in place: same inode, new size and times
         handle.write(edited)
         handle.truncate()
-    assert [w.id for w in await store.list_wakeups()][0].startswith("hand-edited-id")
+    assert [w.id for w in await store.list_wakeups()] == ["hand-edited-id", second.id]
     assert await store.take_due_wakeup(T0) is None  # nothing due: answered without a write
     assert (await store.take_due_wakeup(T0 + timedelta(hours=2))) is not None
