@@ -1,0 +1,564 @@
+"""The measurements, each run in a fresh interpreter by ``run.py``.
+
+Usage: ``python benchmarks/cases.py CASE JSON-PARAMS``; the last line printed is one JSON
+object with the results. A fresh process per measurement keeps resident-memory figures honest
+(nothing freed by an earlier case lingers in the heap) and stops one case's threads, caches or
+garbage from slowing the next.
+
+Real-clock cases agree on a slot instant ``T`` (seconds since the epoch, a whole second). The
+runtime's cron only knows minutes, so it gets a wall clock shifted so that ``T`` reads as a
+minute boundary; lateness is still measured on the real clock, from ``T`` to the moment the
+agent (or job function, or bare task) is first entered.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from trio_routines import Completed, DirectoryStore, Routine, Scheduler
+from trio_routines.converter import claim_text, dumps, wakeup_to_json
+from trio_routines.records import Outcome, Wakeup
+from trio_routines.testing import MemoryStore
+from trio_routines.wakeups import WakeupRequest
+
+PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+FAR_WALL = datetime(2030, 6, 15, 12, 0, tzinfo=UTC)  # idle runs: no routine is due near this
+SLOT_WALL = datetime(2030, 1, 1, 0, 0, tzinfo=UTC)  # burst runs: the minute T reads as
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def rss_kib() -> int:
+    """Resident set size of this process, from the kernel's own accounting."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def settled_rss() -> int:
+    gc.collect()
+    return rss_kib()
+
+
+def shifted_clock(wall_at_start: datetime) -> Callable[[], datetime]:
+    """A wall clock running at real speed that reads ``wall_at_start`` now."""
+    offset = wall_at_start.timestamp() - time.time()
+    return lambda: datetime.fromtimestamp(time.time() + offset, UTC)
+
+
+def slot_clock(slot_epoch: float) -> Callable[[], datetime]:
+    """A wall clock that reads :data:`SLOT_WALL` at the real instant ``slot_epoch``."""
+    offset = SLOT_WALL.timestamp() - slot_epoch
+    return lambda: datetime.fromtimestamp(time.time() + offset, UTC)
+
+
+def idle_cron(i: int) -> tuple[int, int]:
+    """A distinct (minute, hour) on 1 January for routine ``i``: never due during a run."""
+    return i % 60, (i // 60) % 24
+
+
+def trio_deadline(epoch: float) -> float:
+    return trio.current_time() + (epoch - time.time())
+
+
+def fsync_dir(path: Path | str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class RecordingAgent:
+    """Completes every turn at once and notes (real clock) when each one was entered."""
+
+    def __init__(self) -> None:
+        self.starts: list[float] = []
+
+    async def invoke(self, session: str, text: str) -> AsyncIterator[Any]:
+        self.starts.append(time.time())
+        yield Completed()
+
+
+def routine_names(n: int) -> list[str]:
+    return [f"r{i:05d}" for i in range(n)]
+
+
+def lateness_summary(starts: list[float], slot: float) -> dict[str, Any]:
+    late = sorted(s - slot for s in starts)
+    if not late:
+        return {"count": 0}
+    return {
+        "count": len(late),
+        "first_ms": late[0] * 1e3,
+        "p50_ms": late[len(late) // 2] * 1e3,
+        "p99_ms": late[min(len(late) - 1, math.ceil(0.99 * len(late)) - 1)] * 1e3,
+        "max_ms": late[-1] * 1e3,
+    }
+
+
+# -- 1. idle cost ----------------------------------------------------------------------------
+
+
+async def _idle_window(seconds: float) -> dict[str, float]:
+    await trio.sleep(0.5)  # let every task reach its long sleep
+    armed = settled_rss()
+    cpu = time.process_time()
+    await trio.sleep(seconds)
+    return {"armed_kib": armed, "idle_cpu_ms_per_s": (time.process_time() - cpu) * 1e3 / seconds}
+
+
+def idle_routines(n: int, seconds: float, wakeups: bool = True) -> dict[str, Any]:
+    async def main() -> dict[str, Any]:
+        base = settled_rss()
+        routines = [
+            Routine(name=name, prompt="p", cron=f"{m} {h} 1 1 *")
+            for name, (m, h) in zip(routine_names(n), map(idle_cron, range(n)), strict=True)
+        ]
+        scheduler = Scheduler(
+            agent=RecordingAgent(),
+            store=MemoryStore(),
+            routines=routines,
+            now=shifted_clock(FAR_WALL),
+            wakeups=wakeups,
+        )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(scheduler.run)
+            result = await _idle_window(seconds)
+            scheduler.stop(0)
+        return {"base_kib": base, **result}
+
+    return trio.run(main)
+
+
+def idle_bare(n: int, seconds: float) -> dict[str, Any]:
+    async def sleeper(deadline: float) -> None:
+        await trio.sleep_until(deadline)
+
+    async def main() -> dict[str, Any]:
+        base = settled_rss()
+        async with trio.open_nursery() as nursery:
+            start = trio.current_time()
+            for i in range(n):
+                nursery.start_soon(sleeper, start + 86400 + i)
+            result = await _idle_window(seconds)
+            nursery.cancel_scope.cancel()
+        return {"base_kib": base, **result}
+
+    return trio.run(main)
+
+
+async def aps_job() -> None:
+    APS_STARTS.append(time.time())
+
+
+APS_STARTS: list[float] = []
+
+
+def idle_aps(n: int, seconds: float) -> dict[str, Any]:
+    import anyio
+    from apscheduler import AsyncScheduler
+    from apscheduler.datastores.memory import MemoryDataStore
+    from apscheduler.triggers.cron import CronTrigger
+
+    async def main() -> dict[str, Any]:
+        base = settled_rss()
+        async with AsyncScheduler(MemoryDataStore()) as scheduler:
+            for i in range(n):
+                minute, hour = idle_cron(i)
+                trigger = CronTrigger(minute=minute, hour=hour, day=1, month=1, timezone="UTC")
+                await scheduler.add_schedule(aps_job, trigger, id=f"r{i:05d}")
+            await scheduler.start_in_background()
+            result = await _idle_window(seconds)
+            await scheduler.stop()
+        return {"base_kib": base, **result}
+
+    result: dict[str, Any] = anyio.run(main, backend="trio")
+    return result
+
+
+# -- 2, 3, 4. bursts -------------------------------------------------------------------------
+
+
+def _claim_dirs(root: Path, names: list[str]) -> None:
+    """Create each routine's claim directory ahead of time and make it durable: a long-lived
+    state directory, not a first boot (a fresh directory makes the first fsyncs dearer)."""
+    claims = root / "schedule" / "claims"
+    claims.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (claims / name).mkdir(exist_ok=True)
+    os.sync()
+
+
+def make_store(kind: str, state: str | None, names: list[str], schema: str | None) -> Any:
+    if kind == "memory":
+        return MemoryStore()
+    if kind == "directory":
+        assert state is not None
+        _claim_dirs(Path(state), names)
+        return DirectoryStore(state)
+    if kind == "postgres":
+        from trio_routines.stores.postgres import PostgresStore
+
+        return PostgresStore(PG_URL, schema=schema)
+    raise ValueError(kind)
+
+
+def burst_routines(
+    n: int,
+    slot: float,
+    store: str = "memory",
+    state: str | None = None,
+    schema: str | None = None,
+    return_starts: bool = False,
+    timeout: float = 60.0,
+) -> dict[str, Any]:
+    """``n`` routines of cron ``* * * * *``, all due at the real instant ``slot``.
+
+    The run ends once every routine's slot is decided and any turn it started is settled
+    (several schedulers sharing a PostgreSQL store each see some turns and some duplicates),
+    or at ``timeout``.
+    """
+    names = routine_names(n)
+    backend = make_store(store, state, names, schema)
+    routines = [Routine(name=name, prompt="p", cron="* * * * *") for name in names]
+
+    async def main() -> dict[str, Any]:
+        agent = RecordingAgent()
+        scheduler = Scheduler(
+            agent=agent, store=backend, routines=routines, now=slot_clock(slot), wakeups=False
+        )
+        cpu: dict[str, float] = {}
+        async with trio.open_nursery() as nursery:
+            booted = time.time()
+            await nursery.start(scheduler.run)
+            armed = time.time()
+            await trio.sleep_until(trio_deadline(slot - 0.2))
+            cpu["start"] = time.process_time()
+            with trio.move_on_at(trio_deadline(slot + timeout)):
+                # Until every fire is settled: the CPU of a fire includes its settle. The
+                # runtime offers no event for that, so poll its statistics as a host would.
+                while sum(scheduler.statistics().outcomes.values()) < n:  # noqa: ASYNC110
+                    await trio.sleep(0.002)
+            cpu["end"] = time.process_time()
+            outcomes = dict(scheduler.statistics().outcomes)
+            scheduler.stop(0)
+        await backend.aclose()
+        fires = max(1, len(agent.starts))
+        return {
+            **lateness_summary(agent.starts, slot),
+            "starts": agent.starts if return_starts else None,
+            "boot_s": armed - booted,
+            "armed_before_slot_s": slot - armed,
+            "cpu_per_fire_us": (cpu["end"] - cpu["start"]) * 1e6 / fires,
+            "outcomes": outcomes,
+        }
+
+    return trio.run(main)
+
+
+def burst_bare(n: int, slot: float) -> dict[str, Any]:
+    starts: list[float] = []
+
+    async def sleeper(deadline: float) -> None:
+        await trio.sleep_until(deadline)
+        starts.append(time.time())
+
+    async def main() -> dict[str, Any]:
+        async with trio.open_nursery() as nursery:
+            deadline = trio_deadline(slot)
+            for _ in range(n):
+                nursery.start_soon(sleeper, deadline)
+            armed = time.time()
+            await trio.sleep_until(trio_deadline(slot - 0.2))
+            cpu = time.process_time()
+        cpu = time.process_time() - cpu
+        return {
+            **lateness_summary(starts, slot),
+            "armed_before_slot_s": slot - armed,
+            "cpu_per_fire_us": cpu * 1e6 / max(1, len(starts)),
+        }
+
+    return trio.run(main)
+
+
+def burst_aps(n: int, slot: float, timeout: float = 90.0) -> dict[str, Any]:
+    import anyio
+    from apscheduler import AsyncScheduler, JobReleased
+    from apscheduler.datastores.memory import MemoryDataStore
+    from apscheduler.triggers.cron import CronTrigger
+
+    second = datetime.fromtimestamp(slot, UTC).second
+
+    async def main() -> dict[str, Any]:
+        released = 0
+        done = anyio.Event()
+
+        def on_release(_event: Any) -> None:
+            nonlocal released
+            released += 1
+            if released >= n:
+                done.set()
+
+        async with AsyncScheduler(MemoryDataStore(), max_concurrent_jobs=n) as scheduler:
+            scheduler.subscribe(on_release, {JobReleased})
+            for i in range(n):
+                trigger = CronTrigger(second=second, timezone="UTC")
+                await scheduler.add_schedule(aps_job, trigger, id=f"r{i:05d}")
+            await scheduler.start_in_background()
+            armed = time.time()
+            await anyio.sleep(slot - 0.2 - time.time())
+            cpu = time.process_time()
+            with anyio.move_on_after(slot + timeout - time.time()):
+                await done.wait()
+            cpu = time.process_time() - cpu
+            await scheduler.stop()
+        return {
+            **lateness_summary(APS_STARTS, slot),
+            "armed_before_slot_s": slot - armed,
+            "cpu_per_fire_us": cpu * 1e6 / max(1, len(APS_STARTS)),
+            "released": released,
+        }
+
+    result: dict[str, Any] = anyio.run(main, backend="trio")
+    return result
+
+
+# -- 4. floors: exclusive creates with fsync, plain inserts ----------------------------------
+
+
+def create_floor(state: str, n: int, threads: int) -> dict[str, Any]:
+    """``n`` exclusive creates, each with its content, fsync of file and of its directory.
+
+    One file per pre-created, synced directory: the same shape as ``n`` routines' claims.
+    ``threads`` workers share the work (the directory store's limiter allows 16).
+    """
+    names = routine_names(n)
+    _claim_dirs(Path(state), names)
+    claims = Path(state) / "schedule" / "claims"
+    data = claim_text(SLOT_WALL).encode()
+
+    def create(name: str) -> None:
+        directory = claims / name
+        fd = os.open(directory / "2030-01-01T00-00-00-000Z", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_dir(directory)
+
+    started = time.perf_counter()
+    if threads == 1:
+        for name in names:
+            create(name)
+    else:
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(create, names))
+    elapsed = time.perf_counter() - started
+    return {"total_ms": elapsed * 1e3, "per_create_ms": elapsed * 1e3 / n}
+
+
+def insert_floor(n: int, connections: int, schema: str) -> dict[str, Any]:
+    """``n`` single-row autocommit inserts into a claims-shaped table."""
+    import psycopg
+
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        conn.execute(
+            f"CREATE TABLE {schema}.floor (routine text, slot timestamptz, "
+            "fired_at timestamptz, outcome text, ms bigint, PRIMARY KEY (routine, slot))"
+        )
+    conns = [psycopg.connect(PG_URL, autocommit=True) for _ in range(connections)]
+    try:
+        for conn in conns:  # a warm connection, as a pool would hand out
+            conn.execute("SELECT 1")
+        rows = routine_names(n)
+        stmt = f"INSERT INTO {schema}.floor (routine, slot, fired_at) VALUES (%s, %s, %s)"
+
+        def work(index: int) -> None:
+            conn = conns[index]
+            for name in rows[index::connections]:
+                conn.execute(stmt, (name, SLOT_WALL, SLOT_WALL))
+
+        started = time.perf_counter()
+        workers = [threading.Thread(target=work, args=(i,)) for i in range(connections)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        elapsed = time.perf_counter() - started
+    finally:
+        for conn in conns:
+            conn.close()
+    return {"total_ms": elapsed * 1e3, "per_insert_ms": elapsed * 1e3 / n}
+
+
+# -- 5. boot ---------------------------------------------------------------------------------
+
+
+def seed_claims(state: str, routines: int, claims: int) -> dict[str, Any]:
+    """Write ``claims`` settled claims for each routine (no fsync: this is setup)."""
+    marker = Path(state) / f"seeded-{routines}x{claims}"
+    if marker.exists():
+        return {"seeded": False}
+    started = time.perf_counter()
+    root = Path(state) / "schedule" / "claims"
+    first = SLOT_WALL - timedelta(minutes=claims)
+    from trio_routines.instants import slot_name
+
+    slots = [first + timedelta(minutes=k) for k in range(claims)]
+    files = [(slot_name(s), claim_text(s, Outcome.COMPLETED, 12).encode()) for s in slots]
+    for name in routine_names(routines):
+        directory = root / name
+        directory.mkdir(parents=True, exist_ok=True)
+        for file_name, data in files:
+            fd = os.open(directory / file_name, os.O_CREAT | os.O_WRONLY | os.O_TRUNC)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+    marker.touch()
+    return {"seeded": True, "seconds": time.perf_counter() - started}
+
+
+def boot(state: str, routines: int) -> dict[str, Any]:
+    """Start to armed over a seeded state directory, against listing its directories."""
+    import trio_routines.stores.directory as directory_module
+
+    reads = 0
+    read_text = directory_module._read_text
+
+    def counting_read(path: Path) -> str:
+        nonlocal reads
+        reads += 1
+        return read_text(path)
+
+    directory_module._read_text = counting_read
+    names = routine_names(routines)
+    claims = Path(state) / "schedule" / "claims"
+
+    def listing() -> float:
+        started = time.perf_counter()
+        for name in names:
+            os.listdir(claims / name)
+        return time.perf_counter() - started
+
+    async def main() -> float:
+        scheduler = Scheduler(
+            agent=RecordingAgent(),
+            store=DirectoryStore(state),
+            routines=[Routine(name=name, prompt="p", cron="0 0 1 1 *") for name in names],
+            # Just before the slot after the newest seeded claim: nothing is a catch-up.
+            now=shifted_clock(SLOT_WALL - timedelta(seconds=30)),
+            wakeups=False,
+        )
+        async with trio.open_nursery() as nursery:
+            started = time.perf_counter()
+            await nursery.start(scheduler.run)
+            elapsed = time.perf_counter() - started
+            scheduler.stop(0)
+        return elapsed
+
+    listing()  # warm the dentry cache, so both sides read from memory
+    before = listing()
+    booted = trio.run(main)
+    after = listing()
+    return {
+        "boot_ms": booted * 1e3,
+        "listing_ms": min(before, after) * 1e3,
+        "files_read": reads,
+    }
+
+
+# -- 6. wake-ups -----------------------------------------------------------------------------
+
+
+def _pending(n: int, now: datetime) -> list[Wakeup]:
+    far = now + timedelta(days=30)
+    return [
+        Wakeup(id=f"w{i:06d}", session=f"s{i // 20:05d}", prompt="check", fire_at=far)
+        for i in range(n)
+    ]
+
+
+def wakeups(store: str, state: str | None, n: int, reps: int) -> dict[str, Any]:
+    """Cost of a poll (nothing due), an add and a take, with ``n`` wake-ups pending."""
+    now = datetime.now(UTC)
+    pending = _pending(n, now)
+    due = [
+        Wakeup(id=f"d{i:06d}", session=f"due{i:05d}", prompt="due", fire_at=now)
+        for i in range(reps)
+    ]
+    backend: Any
+    if store == "memory":
+        backend = MemoryStore()
+        backend.wakeups = [*pending, *due]
+    else:
+        assert state is not None
+        schedule = Path(state) / "schedule"
+        schedule.mkdir(parents=True, exist_ok=True)
+        entries = [wakeup_to_json(w) for w in [*pending, *due]]
+        (schedule / "wakeups.json").write_text(dumps(entries))
+        backend = DirectoryStore(state)
+
+    async def timed(call: Callable[[], Any]) -> list[float]:
+        samples = []
+        for _ in range(reps):
+            started = time.perf_counter()
+            await call()
+            samples.append((time.perf_counter() - started) * 1e3)
+        return samples
+
+    async def main() -> dict[str, list[float]]:
+        later = now + timedelta(days=1)
+        counter = iter(range(10**6))
+        # Due entries sit at the end, so a poll scans everything first; polls use a "now"
+        # before them so that nothing is due.
+        polls = await timed(lambda: backend.take_due_wakeup(now - timedelta(hours=1)))
+        takes = await timed(lambda: backend.take_due_wakeup(now))
+        adds = await timed(
+            lambda: backend.add_wakeup(
+                WakeupRequest(session=f"new{next(counter)}", prompt="p", fire_at=later), now
+            )
+        )
+        return {"poll_ms": polls, "take_ms": takes, "add_ms": adds}
+
+    samples = trio.run(main)
+    return {key: sorted(values)[len(values) // 2] for key, values in samples.items()}
+
+
+CASES: dict[str, Callable[..., dict[str, Any]]] = {
+    "idle_routines": idle_routines,
+    "idle_bare": idle_bare,
+    "idle_aps": idle_aps,
+    "burst_routines": burst_routines,
+    "burst_bare": burst_bare,
+    "burst_aps": burst_aps,
+    "create_floor": create_floor,
+    "insert_floor": insert_floor,
+    "seed_claims": seed_claims,
+    "boot": boot,
+    "wakeups": wakeups,
+}
+
+
+if __name__ == "__main__":
+    case, params = sys.argv[1], json.loads(sys.argv[2])
+    print(json.dumps(CASES[case](**params)))

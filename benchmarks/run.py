@@ -1,0 +1,530 @@
+"""Run every benchmark of issue 7 and print the tables: ``python benchmarks/run.py [--quick]``.
+
+Each measurement runs in a fresh interpreter (``cases.py``) and is repeated; a figure is the
+median over the repetitions with the minimum and maximum beside it. Comparisons (a floor, the
+runtime, APScheduler 4) run back to back inside one invocation, because absolute times on a
+shared two-core machine drift from one hour to the next.
+
+The full run stays under ten minutes; ``--quick`` (smaller sets, one repetition) is a smoke
+test of a minute or two. State directories live under ``--state`` (default
+``/tmp/trio-routines-bench``); the boot case's seeded claims are kept there between runs
+(writing 512,000 files takes a while) unless ``--clean`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+PYTHON = sys.executable
+PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+# -- running cases -------------------------------------------------------------------------
+
+
+def case(name: str, **params: Any) -> dict[str, Any]:
+    """Run one measurement in a fresh interpreter and return its JSON result."""
+    proc = subprocess.run(
+        [PYTHON, str(HERE / "cases.py"), name, json.dumps(params)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} failed:\n{proc.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def cases_together(name: str, params: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run several copies of one case at once (several schedulers sharing a store)."""
+    procs = [
+        subprocess.Popen(
+            [PYTHON, str(HERE / "cases.py"), name, json.dumps(p)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for p in params
+    ]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{name} failed:\n{err[-2000:]}")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
+
+
+def slot_in(seconds: float) -> float:
+    """A whole-second instant at least ``seconds`` from now: the slot of a burst."""
+    return float(int(time.time() + seconds) + 1)
+
+
+def repeat(reps: int, measure: Callable[[], dict[str, Any]]) -> list[dict[str, Any]]:
+    return [measure() for _ in range(reps)]
+
+
+class Stat:
+    """Median, minimum and maximum of one figure over repetitions."""
+
+    def __init__(self, values: Iterable[float]) -> None:
+        self.values = sorted(values)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    def show(self, digits: int = 1) -> str:
+        med, low, high = self.median, self.values[0], self.values[-1]
+        if len(self.values) == 1:
+            return f"{med:,.{digits}f}"
+        return f"{med:,.{digits}f} ({low:,.{digits}f}–{high:,.{digits}f})"
+
+
+def stat(results: list[dict[str, Any]], key: str | Callable[[dict[str, Any]], float]) -> Stat:
+    get = key if callable(key) else (lambda r: float(r[key]))
+    return Stat(get(r) for r in results)
+
+
+class Report:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.verdicts: list[tuple[str, str, str, str]] = []
+
+    def out(self, text: str = "") -> None:
+        print(text, flush=True)
+        self.lines.append(text)
+
+    def table(self, title: str, header: list[str], rows: list[list[str]]) -> None:
+        self.out(f"### {title}")
+        self.out()
+        self.out("| " + " | ".join(header) + " |")
+        self.out("|" + "|".join(" --- " for _ in header) + "|")
+        for row in rows:
+            self.out("| " + " | ".join(row) + " |")
+        self.out()
+
+    def target(self, what: str, target: str, result: str, met: bool) -> None:
+        self.verdicts.append((what, target, result, "met" if met else "**missed**"))
+
+
+# -- machine facts ---------------------------------------------------------------------------
+
+
+def facts(state: Path) -> list[tuple[str, str]]:
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as info:
+        for line in info:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mount = subprocess.run(
+        ["findmnt", "-n", "-o", "SOURCE,FSTYPE,OPTIONS", "--target", str(state)],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split()
+    device, fstype, options = [*mount, "?", "?", "?"][:3]
+    versions = []
+    for package in ("trio-routines", "trio", "apscheduler", "anyio", "psycopg", "attrs"):
+        try:
+            versions.append(f"{package} {metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{package} (not installed)")
+    pg = subprocess.run(
+        ["psql", PG_ADMIN, "-Atc", "show server_version"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return [
+        ("CPU", f"{cpu}, {os.cpu_count()} cores"),
+        ("OS", f"{platform.system()} {platform.release()}"),
+        ("Python", platform.python_version()),
+        ("packages", ", ".join(versions)),
+        ("PostgreSQL", pg or "unreachable"),
+        ("state directory", f"{state} on {device}, {fstype} ({options})"),
+        ("load average at start", ", ".join(f"{x:.2f}" for x in os.getloadavg())),
+    ]
+
+
+# -- the benchmarks --------------------------------------------------------------------------
+
+
+def bench_idle(report: Report, sizes: list[int], reps: int, seconds: float) -> None:
+    rows = []
+    for n in sizes:
+        runs = {
+            kind: repeat(reps, lambda kind=kind, n=n: case(kind, n=n, seconds=seconds))
+            for kind in ("idle_bare", "idle_routines", "idle_aps")
+        }
+        per = {
+            kind: stat(results, lambda r, n=n: (r["armed_kib"] - r["base_kib"]) / n)
+            for kind, results in runs.items()
+        }
+        cpu = {kind: stat(results, "idle_cpu_ms_per_s") for kind, results in runs.items()}
+        for kind, label in (
+            ("idle_bare", "bare Trio task sleeping to a deadline"),
+            ("idle_routines", "trio_routines cron routine"),
+            ("idle_aps", "APScheduler 4 cron schedule (memory store)"),
+        ):
+            rows.append([f"{n:,}", label, per[kind].show(2), cpu[kind].show(2)])
+        routine = per["idle_routines"].median
+        report.target(
+            f"idle memory per routine, N={n:,}",
+            "≤ 4 KiB",
+            f"{routine:.2f} KiB ({routine - 4:+.2f} KiB)",
+            routine <= 4,
+        )
+        excess = cpu["idle_routines"].median - cpu["idle_bare"].median
+        report.target(
+            f"CPU while idle, N={n:,}",
+            "none beyond the bare-Trio floor",
+            f"{cpu['idle_routines'].median:.2f} ms/s vs floor {cpu['idle_bare'].median:.2f} ms/s",
+            excess < 0.5,
+        )
+    report.table(
+        "1. Idle cost (RSS after arming minus baseline, per item; CPU over an idle window)",
+        ["N", "what", "KiB per item", "idle CPU ms per s"],
+        rows,
+    )
+
+
+BURSTS = (
+    ("bare", "bare Trio sleeps"),
+    ("memory", "trio_routines, MemoryStore"),
+    ("directory", "trio_routines, DirectoryStore"),
+    ("aps", "APScheduler 4, memory store"),
+)
+
+
+def burst(kind: str, n: int, state: Path) -> dict[str, Any]:
+    lead = 2.0 + n / 5000  # process start plus boot, with room to spare
+    if kind == "bare":
+        return case("burst_bare", n=n, slot=slot_in(lead))
+    if kind == "memory":
+        return case("burst_routines", n=n, slot=slot_in(lead))
+    if kind == "directory":
+        return directory_burst(state, n, slot_in(lead + n / 4000))
+    return case("burst_aps", n=n, slot=slot_in(lead + 1))
+
+
+def bench_bursts(
+    report: Report, state: Path, sizes: list[int], reps: int, aps_reps: int
+) -> dict[tuple[int, str], list[dict[str, Any]]]:
+    all_runs: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    rows = []
+    for n in sizes:
+        for kind, label in BURSTS:
+            count = aps_reps if kind == "aps" else reps
+            runs = repeat(count, lambda kind=kind, n=n: burst(kind, n, state))
+            all_runs[n, kind] = runs
+            late = [r for r in runs if r["armed_before_slot_s"] <= 0]
+            note = f" ({len(late)} run(s) armed after the slot!)" if late else ""
+            rows.append(
+                [
+                    f"{n:,}",
+                    label + note,
+                    stat(runs, "p50_ms").show(),
+                    stat(runs, "p99_ms").show(),
+                    stat(runs, "max_ms").show(),
+                    stat(runs, "cpu_per_fire_us").show(0),
+                    str(len(runs)),
+                ]
+            )
+    report.table(
+        "2–3. Fire lateness (slot → agent entered, real clock) and CPU per fire",
+        ["N due at once", "what", "p50 ms", "p99 ms", "last started ms", "CPU µs/fire", "runs"],
+        rows,
+    )
+    return all_runs
+
+
+def directory_burst(state: Path, n: int, slot: float) -> dict[str, Any]:
+    directory = state / f"burst-{uuid.uuid4().hex[:8]}"
+    try:
+        return case("burst_routines", n=n, slot=slot, store="directory", state=str(directory))
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def burst_targets(report: Report, runs: dict[tuple[int, str], list[dict[str, Any]]]) -> None:
+    if (1000, "memory") in runs:
+        p99 = stat(runs[1000, "memory"], "p99_ms").median
+        floor = stat(runs[1000, "bare"], "p99_ms").median
+        report.target(
+            "1,000 due at once, p99 lateness, MemoryStore",
+            "< 5 ms",
+            f"{p99:.0f} ms ({p99 / 5:.0f}× the target; bare-Trio floor {floor:.0f} ms)",
+            p99 < 5,
+        )
+    for store, limit in (("memory", 1000.0), ("directory", 3000.0)):
+        if (10000, store) in runs:
+            last = stat(runs[10000, store], "max_ms").median
+            aps = stat(runs[10000, "aps"], "max_ms").median
+            report.target(
+                f"10,000 due at once, last started, {store} store",
+                f"< {limit / 1000:.0f} s",
+                f"{last / 1000:.2f} s ({last / limit:.2f}× the target; "
+                f"APScheduler 4: {aps / 1000:.1f} s)",
+                last < limit,
+            )
+    biggest = max(n for n, _ in runs)
+    cpu = stat(runs[biggest, "memory"], "cpu_per_fire_us").median
+    aps = stat(runs[biggest, "aps"], "cpu_per_fire_us").median
+    report.target(
+        f"CPU per fire, MemoryStore, burst of {biggest:,}",
+        "≤ 100 µs",
+        f"{cpu:.0f} µs ({cpu / 100:.2f}× the target; APScheduler 4: {aps:.0f} µs)",
+        cpu <= 100,
+    )
+
+
+def bench_claims(
+    report: Report,
+    state: Path,
+    n: int,
+    reps: int,
+    directory_runs: list[dict[str, Any]] | None,
+) -> None:
+    rows = []
+
+    def floor(threads: int) -> dict[str, Any]:
+        directory = state / f"floor-{uuid.uuid4().hex[:8]}"
+        try:
+            return case("create_floor", state=str(directory), n=n, threads=threads)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    if directory_runs is None:
+        directory_runs = repeat(reps, lambda: directory_burst(state, n, slot_in(2.5)))
+    sequential = repeat(reps, lambda: floor(1))
+    parallel = repeat(reps, lambda: floor(16))
+    ours = stat(directory_runs, "max_ms")
+    best = min(stat(sequential, "total_ms").median, stat(parallel, "total_ms").median)
+    rows += [
+        [
+            f"{n:,} exclusive creates + fsync file + fsync dir, 1 thread",
+            stat(sequential, "total_ms").show(),
+        ],
+        ["the same, 16 threads", stat(parallel, "total_ms").show()],
+        [f"trio_routines DirectoryStore: {n:,} due at once, last started", ours.show()],
+    ]
+    report.target(
+        f"{n:,} simultaneous durable claims, DirectoryStore",
+        "≤ 1.5× the raw create+fsync floor",
+        f"{ours.median:.0f} ms vs floor {best:.0f} ms = {ours.median / best:.2f}×",
+        ours.median <= 1.5 * best,
+    )
+
+    for schedulers in (1, 4):
+        results = repeat(reps, lambda s=schedulers: postgres_burst(n, s))
+        rows.append(
+            [
+                f"trio_routines PostgresStore, {schedulers} scheduler(s): {n:,} due, last started",
+                stat(results, "last_ms").show(),
+            ]
+        )
+        if any(r["taken"] != n or r["turns"] != n for r in results):
+            rows.append(["  ⚠ not every slot ran exactly once", json.dumps(results)])
+    for connections in (1, 8):
+        results = repeat(
+            reps,
+            lambda c=connections: case("insert_floor", n=n, connections=c, schema=fresh_schema()),
+        )
+        rows.append(
+            [
+                f"{n:,} plain single-row autocommit INSERTs, {connections} connection(s)",
+                stat(results, "total_ms").show(),
+            ]
+        )
+    drop_schemas()
+    report.table(
+        "4. Claim throughput (time until every claim is durable and every turn started)",
+        ["what", "ms"],
+        rows,
+    )
+
+
+SCHEMAS: list[str] = []
+
+
+def fresh_schema() -> str:
+    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    SCHEMAS.append(schema)
+    return schema
+
+
+def drop_schemas() -> None:
+    for schema in SCHEMAS:
+        subprocess.run(
+            ["psql", PG_ADMIN, "-qc", f"DROP SCHEMA IF EXISTS {schema} CASCADE"],
+            capture_output=True,
+            check=False,
+        )
+    SCHEMAS.clear()
+
+
+def postgres_burst(n: int, schedulers: int) -> dict[str, Any]:
+    schema = fresh_schema()
+    # Create the schema first, so that the measured fires do not include the migration.
+    subprocess.run(
+        [
+            PYTHON,
+            "-c",
+            "import trio; from trio_routines.stores.postgres import PostgresStore as S; "
+            f"s = S({PG_ADMIN!r}, schema={schema!r}); "
+            "trio.run(s.latest_fire, 'r00000'); trio.run(s.aclose)",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    slot = slot_in(3.0 + schedulers * 0.5)
+    results = cases_together(
+        "burst_routines",
+        [
+            dict(n=n, slot=slot, store="postgres", schema=schema, return_starts=True, timeout=15.0)
+            for _ in range(schedulers)
+        ],
+    )
+    starts = [s for r in results for s in r["starts"]]
+    taken = sum(r["outcomes"].get("completed", 0) for r in results)
+    return {
+        "last_ms": (max(starts) - slot) * 1e3 if starts else float("nan"),
+        "turns": len(starts),
+        "taken": taken,
+    }
+
+
+def bench_boot(report: Report, state: Path, routines: int, claims: int, reps: int) -> None:
+    seed = state / f"boot-{routines}x{claims}"
+    seeded = case("seed_claims", state=str(seed), routines=routines, claims=claims)
+    if seeded["seeded"]:
+        report.out(f"(seeded {routines * claims:,} claim files in {seeded['seconds']:.0f} s)")
+        report.out()
+    runs = repeat(reps, lambda: case("boot", state=str(seed), routines=routines))
+    boot, listing = stat(runs, "boot_ms"), stat(runs, "listing_ms")
+    reads = stat(runs, "files_read")
+    report.table(
+        f"5. Boot: {routines:,} routines × {claims} claims each (warm cache)",
+        ["what", "ms"],
+        [
+            ["start → armed (nursery.start returns)", boot.show()],
+            [f"os.listdir of the {routines:,} claim directories", listing.show()],
+            ["claim files read during boot", reads.show(0)],
+        ],
+    )
+    ratio = boot.median / listing.median
+    report.target(
+        f"boot, {routines:,} routines × {claims} claims",
+        "≤ 2× the listing cost, newest claim only",
+        f"{boot.median:.0f} ms vs listing {listing.median:.0f} ms = {ratio:.1f}×; "
+        f"{reads.median:.0f} files read",
+        ratio <= 2 and reads.median <= routines,
+    )
+
+
+def bench_wakeups(report: Report, state: Path, sizes: list[int], reps: int) -> None:
+    rows = []
+    for n in sizes:
+        for store in ("memory", "directory"):
+            directory = state / f"wakeups-{uuid.uuid4().hex[:8]}"
+            try:
+                runs = repeat(
+                    3 if reps > 1 else 1,
+                    lambda s=store, d=directory, n=n: case(
+                        "wakeups", store=s, state=str(d), n=n, reps=reps
+                    ),
+                )
+            finally:
+                shutil.rmtree(directory, ignore_errors=True)
+            rows.append(
+                [
+                    f"{n:,}",
+                    store,
+                    stat(runs, "poll_ms").show(3),
+                    stat(runs, "add_ms").show(3),
+                    stat(runs, "take_ms").show(3),
+                ]
+            )
+            if store == "directory" and n == max(sizes):
+                poll = stat(runs, "poll_ms").median
+                report.target(
+                    f"wake-up poll with {n:,} pending, DirectoryStore",
+                    "< 10 ms",
+                    f"{poll:.1f} ms ({poll / 10:.1f}× the target)",
+                    poll < 10,
+                )
+    report.table(
+        "6. Wake-ups: cost of one call with N pending (median per call)",
+        ["N pending", "store", "poll (nothing due) ms", "add ms", "take ms"],
+        rows,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sets, one repetition")
+    parser.add_argument("--state", type=Path, default=Path("/tmp/trio-routines-bench"))
+    parser.add_argument("--clean", action="store_true", help="remove the seeded boot claims")
+    parser.add_argument("--only", nargs="*", help="idle bursts claims boot wakeups")
+    args = parser.parse_args()
+    state: Path = args.state
+    state.mkdir(parents=True, exist_ok=True)
+    only = set(args.only or ["idle", "bursts", "claims", "boot", "wakeups"])
+    quick = args.quick
+    reps = 1 if quick else 3
+    report = Report()
+    started = time.monotonic()
+
+    report.out(f"## Results ({'quick' if quick else 'full'} run, {time.strftime('%Y-%m-%d')})")
+    report.out()
+    for key, value in facts(state):
+        report.out(f"- **{key}:** {value}")
+    report.out()
+
+    if "idle" in only:
+        bench_idle(report, [1000] if quick else [1000, 10000], reps, 1.0 if quick else 3.0)
+    runs: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    if "bursts" in only:
+        sizes = [1000] if quick else [1000, 10000]
+        runs = bench_bursts(report, state, sizes, reps, aps_reps=1 if quick else 2)
+        burst_targets(report, runs)
+    if "claims" in only:
+        bench_claims(report, state, 1000, reps, runs.get((1000, "directory")))
+    if "boot" in only:
+        if quick:
+            bench_boot(report, state, 100, 512, 1)
+        else:
+            bench_boot(report, state, 1000, 512, reps)
+    if "wakeups" in only:
+        bench_wakeups(report, state, [1000] if quick else [1000, 10000], 5 if quick else 15)
+
+    report.table(
+        "Targets (issue 7)",
+        ["target", "wanted", "result (median)", "verdict"],
+        [list(v) for v in report.verdicts],
+    )
+    report.out(f"Total time: {time.monotonic() - started:.0f} s")
+    if args.clean:
+        shutil.rmtree(state, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
