@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import trio
 from hypothesis import HealthCheck, settings
+from procs import Env
 
 from trio_routines.store import Store
 from trio_routines.stores.directory import DirectoryStore
@@ -61,3 +62,13 @@ async def store(store_factory: Callable[..., Store]) -> AsyncIterator[Store]:
     built = store_factory()
     yield built
     await built.aclose()
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    project = Env(tmp_path)
+    yield project
+    for proc in project.procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

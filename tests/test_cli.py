@@ -13,131 +13,14 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
 
 import pytest
-from procs import alive, lines, wait_for
+from procs import Env, alive, lines, one_line, stop, wait_for, years_ago
 
 from trio_routines.instants import format_iso, parse_iso
-from trio_routines.records import Outcome
-from trio_routines.stores.directory import DirectoryStore
 
 SLOT = "2026-07-07T09:00:00.000Z"  # on the grid of "0 9 * * *"
-
-
-class Env:
-    """A temporary project: a routines directory, a state directory, a marker file."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.routines = root / "routines"
-        self.routines.mkdir()
-        self.state = root / "state"
-        self.marker = root / "marker"
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def routine(self, name: str, prompt: str = "do the thing", **keys: str) -> None:
-        front = "".join(f"{key}: {value}\n" for key, value in keys.items())
-        (self.routines / f"{name}.md").write_text(f"---\n{front}---\n{prompt}\n")
-
-    def argv(self, *args: str) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "trio_routines",
-            *args,
-            "--state",
-            str(self.state),
-            "--routines",
-            str(self.routines),
-        ]
-
-    def environ(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_ROUTINES_")}
-        env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
-        return env
-
-    def cli(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            self.argv(*args),
-            input=stdin,
-            capture_output=True,
-            text=True,
-            cwd=self.root,
-            env=self.environ(),
-            timeout=60,
-        )
-
-    def start(self, *args: str, log: str = "serve.log") -> subprocess.Popen[bytes]:
-        with (self.root / log).open("wb") as err:
-            proc = subprocess.Popen(
-                self.argv(*args),
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                cwd=self.root,
-                env=self.environ(),
-            )
-        self.procs.append(proc)
-        return proc
-
-    def log(self, name: str = "serve.log") -> str:
-        return (self.root / name).read_text()
-
-    def serve(self, agent: str, *extra: str, log: str = "serve.log") -> subprocess.Popen[bytes]:
-        proc = self.start("serve", "--agent", agent, *extra, log=log)
-        wait_for(lambda: "wake-ups:" in self.log(log), 20, f"serve to start ({log})")
-        return proc
-
-    def history(self, name: str) -> list[dict[str, Any]]:
-        result = self.cli("history", name, "--json")
-        assert result.returncode == 0, result.stderr
-        entries: list[dict[str, Any]] = json.loads(result.stdout)
-        return entries
-
-    def seed(self, name: str, slot: datetime, outcome: Outcome | None = Outcome.COMPLETED) -> None:
-        store = DirectoryStore(self.state)
-        assert store.claim_sync(name, slot, slot).taken
-        if outcome is not None:
-            store.settle_sync(name, slot, outcome, 5)
-
-    def wakeups(self) -> list[dict[str, Any]]:
-        path = self.state / "schedule" / "wakeups.json"
-        data: list[dict[str, Any]] = json.loads(path.read_text()) if path.exists() else []
-        return data
-
-    def write_wakeups(self, entries: list[dict[str, Any]]) -> None:
-        path = self.state / "schedule" / "wakeups.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(entries))
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    project = Env(tmp_path)
-    yield project
-    for proc in project.procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-def stop(proc: subprocess.Popen[bytes], signum: int = signal.SIGTERM, timeout: float = 20) -> int:
-    proc.send_signal(signum)
-    return proc.wait(timeout=timeout)
-
-
-def one_line(stderr: str) -> str:
-    assert "Traceback" not in stderr
-    assert len(stderr.splitlines()) == 1, stderr
-    assert stderr.endswith("\n")
-    return stderr
-
-
-def years_ago(years: int) -> datetime:
-    return datetime(datetime.now(UTC).year - years, 1, 1, tzinfo=UTC)
 
 
 # --- fire: the external clock ---------------------------------------------------------------

@@ -29,8 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from procs import lines, wait_for
-from test_cli import Env
+from procs import Env, lines, wait_for
 
 from trio_routines.instants import format_iso, parse_iso
 

@@ -42,8 +42,7 @@ from pathlib import Path
 
 import attrs
 import pytest
-from procs import alive, lines, wait_for
-from test_cli import Env
+from procs import Env, alive, lines, wait_for
 
 from trio_routines.instants import format_iso, parse_iso, slot_name, slot_of
 

@@ -18,13 +18,12 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
-from procs import lines
-from test_cli import SLOT, Env
+from procs import Env, lines
+from test_cli import SLOT
 from test_http import ON_GRID, raw_exchange, serving, status_of
 
 from trio_routines.errors import InvalidRoutine
@@ -38,16 +37,6 @@ FORGED = (
     "first\nINFO  daily completed (1ms)\r\nWARN  forged\u2028INFO  forged too\x85"
     "INFO  and again\x1b[1A\x1b[2KERROR rewritten\x07\x00end"
 )
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    project = Env(tmp_path)
-    yield project
-    for proc in project.procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def _agent_failing_with(env: Env, text: str) -> str:

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 from pg import admin, fresh_schema, require_server
-from procs import lines, wait_for
+from procs import Env, lines, stop, wait_for, years_ago
 from psycopg import sql
-from test_cli import Env, stop, years_ago
 
 from trio_routines.records import Outcome
 from trio_routines.stores.postgres import PostgresStore

@@ -206,6 +206,17 @@ def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     )
 
 
+def _add_turn_grace(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--grace",
+        type=_non_negative_seconds,
+        default=DEFAULT_GRACE,
+        metavar="SECONDS",
+        help="on SIGINT/SIGTERM, how long the turn may still finish "
+        f"(default: {DEFAULT_GRACE:g}; a second signal stops it at once)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     _add_common(common, suppress=True)
@@ -253,27 +264,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = command("run", "run one routine's turn now, without a claim; the reply goes to stdout")
     run.add_argument("name", metavar="NAME")
-    run.add_argument(
-        "--grace",
-        type=_non_negative_seconds,
-        default=DEFAULT_GRACE,
-        metavar="SECONDS",
-        help="on SIGINT/SIGTERM, how long the turn may still finish "
-        f"(default: {DEFAULT_GRACE:g}; a second signal stops it at once)",
-    )
+    _add_turn_grace(run)
 
     fire = command("fire", "claim a slot of a routine, run it, settle it (the external clock)")
     fire.add_argument("name", metavar="NAME")
     fire.add_argument("--slot", required=True, metavar="ISO", help="e.g. 2026-07-07T10:00:00Z")
     fire.add_argument("--json", action="store_true", help="print the outcome as JSON")
-    fire.add_argument(
-        "--grace",
-        type=_non_negative_seconds,
-        default=DEFAULT_GRACE,
-        metavar="SECONDS",
-        help="on SIGINT/SIGTERM, how long the turn may still finish "
-        f"(default: {DEFAULT_GRACE:g}; a second signal stops it at once)",
-    )
+    _add_turn_grace(fire)
 
     history = command("history", "a routine's fires: newest 20 as text, or all as JSON")
     history.add_argument("name", metavar="NAME")

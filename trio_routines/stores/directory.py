@@ -85,6 +85,13 @@ def _ensure_dir(path: Path) -> None:
         raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte is written (a single call may write fewer)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def _read_text(path: Path) -> str:
     with path.open("rb") as handle:
         return handle.read().decode("utf-8", errors="replace")
@@ -157,7 +164,7 @@ class DirectoryStore:
             ) from None
         try:
             try:
-                os.write(fd, claim_text(fired_at).encode())
+                _write_all(fd, claim_text(fired_at).encode())
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -355,7 +362,7 @@ class DirectoryStore:
             data = dumps([wakeup_to_json(w) for w in entries]).encode()
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
             try:
-                os.write(fd, data)
+                _write_all(fd, data)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -383,7 +390,7 @@ class DirectoryStore:
         aside = self._wakeups.with_name(f"{self._wakeups.name}.corrupt-{stamp}")
         fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
-            os.write(fd, raw)
+            _write_all(fd, raw)
             os.fsync(fd)
         finally:
             os.close(fd)
