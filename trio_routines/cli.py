@@ -22,7 +22,6 @@ import json
 import logging
 import math
 import os
-import re
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -41,6 +40,7 @@ from .converter import fire_to_json, wakeup_to_json
 from .cron import cron_error, next_run
 from .errors import InvalidWakeup, TrioRoutinesError
 from .instants import format_iso, parse_iso
+from .logs import configure_logging, one_line
 from .names import name_problem
 from .records import Outcome, Wakeup
 from .routines import LoadResult, Routine, find_routine, load_routines
@@ -63,8 +63,6 @@ DEFAULT_STATE = ".state"
 DEFAULT_ROUTINES = "routines"
 DEFAULT_GRACE = 5.0
 HISTORY_TAIL = 20
-_WHITESPACE = re.compile(r"\s+")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 class CliError(TrioRoutinesError):
@@ -75,57 +73,6 @@ class CliError(TrioRoutinesError):
         self.code = code
 
 
-# --- logging --------------------------------------------------------------------------------
-
-_LEVEL_NAMES = {"WARNING": "WARN", "CRITICAL": "FATAL"}
-
-
-def _level_name(record: logging.LogRecord) -> str:
-    return _LEVEL_NAMES.get(record.levelname, record.levelname)
-
-
-def _one_line(text: str) -> str:
-    return _WHITESPACE.sub(" ", text).strip()
-
-
-def _visible(text: str) -> str:
-    """Control characters left after folding (ESC, BEL, NUL, C1) shown as ``\\xNN``.
-
-    Raw, they would let failure text or a routine name move a terminal's cursor and
-    overwrite the records above it.
-    """
-    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
-
-
-class TextFormatter(logging.Formatter):
-    """``INFO  daily completed (12ms)``: the level padded to 5, then the message on one line."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return f"{_level_name(record):<5} {_visible(_one_line(record.getMessage()))}"
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ``{"ts", "level", "message"}``, the message on one line.
-
-    Folded as in the text format: JSON escapes ``\\n`` but not U+2028, U+2029 or U+0085,
-    which many readers take for line breaks.
-    """
-
-    def format(self, record: logging.LogRecord) -> str:
-        stamp = format_iso(datetime.fromtimestamp(record.created, UTC))
-        message = _one_line(record.getMessage())
-        entry = {"ts": stamp, "level": _level_name(record), "message": message}
-        return json.dumps(entry, ensure_ascii=False)
-
-
-def configure_logging(log_format: str, level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
-    log.handlers[:] = [handler]
-    log.setLevel(level.upper())
-    log.propagate = False
-
-
 # --- the parser -----------------------------------------------------------------------------
 
 
@@ -133,7 +80,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, with its complaints on one line (exit status 2)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {_one_line(message)} (see --help)\n")
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see --help)\n")
 
 
 def _non_negative_seconds(text: str) -> float:
@@ -435,7 +382,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
     result = await _load(args.routines, report=False)
     if result.failures:
         for failure in result.failures:
-            sys.stderr.write(f"error: {_one_line(str(failure))}\n")
+            sys.stderr.write(f"error: {one_line(str(failure))}\n")
         raise CliError(
             f"serve refuses to start: {len(result.failures)} broken routine file(s) in "
             f"{args.routines} (see `python -m trio_routines check`)"
@@ -675,10 +622,10 @@ def _wakeup_line(wakeup: Wakeup) -> str:
         kind = "one-shot"
     else:
         kind = f"cron {wakeup.cron}" + (f" {wakeup.tz}" if wakeup.tz else "")
-    prompt = _one_line(wakeup.prompt)[:60]
+    prompt = one_line(wakeup.prompt)[:60]
     return (
         f"wake {wakeup.id}  {format_iso(wakeup.fire_at)}  {kind}  "
-        f"session={_one_line(wakeup.session)}  {prompt}"
+        f"session={one_line(wakeup.session)}  {prompt}"
     )
 
 
@@ -728,7 +675,7 @@ async def cmd_check(args: argparse.Namespace) -> int:
         agent_from_spec(spec)
     if result.failures:
         for failure in result.failures:
-            sys.stderr.write(f"{_one_line(str(failure))}\n")
+            sys.stderr.write(f"{one_line(str(failure))}\n")
         sys.stderr.write(f"{len(result.failures)} broken routine file(s) in {args.routines}\n")
         return 1
     on_cron = sum(1 for r in result.routines if r.cron is not None)
@@ -820,5 +767,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not expected or len(expected) != len(leaves):
             raise
         first = expected[0]
-        sys.stderr.write(f"error: {_one_line(str(first)) or type(first).__name__}\n")
+        sys.stderr.write(f"error: {one_line(str(first)) or type(first).__name__}\n")
         return first.code if isinstance(first, CliError) else 1
