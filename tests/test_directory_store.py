@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -231,3 +232,40 @@ async def test_the_parsed_wakeups_follow_every_change_of_the_file(tmp_path: Path
     assert [w.id for w in await store.list_wakeups()] == ["hand-edited-id", second.id]
     assert await store.take_due_wakeup(T0) is None  # nothing due: answered without a write
     assert (await store.take_due_wakeup(T0 + timedelta(hours=2))) is not None
+
+
+def test_a_racily_fresh_file_is_read_again_whatever_its_times_say(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Coarse file times and a reused inode number: two versions of wakeups.json with the same
+    # key. A parse kept from a file changed just before it was read must not be trusted.
+    store = DirectoryStore(tmp_path)
+    path = tmp_path / "schedule" / "wakeups.json"
+    path.parent.mkdir(parents=True)
+    entry = '{"id":"%s","session":"s","prompt":"p","fireAt":"2026-07-07T12:00:00.000Z"}'
+    path.write_text(f"[{entry % 'aaaa'}]")
+    real_fstat = os.fstat
+    tick = time.time_ns() // 4_000_000 * 4_000_000  # both writes fall in one 4 ms tick
+
+    def coarse_fstat(fd: int) -> os.stat_result:
+        return os.stat_result(list(real_fstat(fd)), {"st_mtime_ns": tick, "st_ctime_ns": tick})
+
+    monkeypatch.setattr(os, "fstat", coarse_fstat)
+    assert [w.id for w in store._load(cached=True)[0]] == ["aaaa"]
+    with path.open("r+") as handle:  # same inode, same size, and (here) the same times
+        handle.write(f"[{entry % 'bbbb'}]")
+    assert [w.id for w in store._load(cached=True)[0]] == ["bbbb"]
+
+
+async def test_a_wakeup_lock_held_elsewhere_is_a_bounded_wait(tmp_path: Path) -> None:
+    import fcntl
+
+    store = DirectoryStore(tmp_path, lock_timeout=0.2)
+    request = WakeupRequest(session="s", prompt="p", fire_at=T0 + timedelta(hours=1))
+    await store.add_wakeup(request, T0)
+    with (tmp_path / "schedule" / "wakeups.lock").open("w") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)  # a process that hangs while holding it
+        with pytest.raises(StateFault, match="stayed locked"):
+            await store.add_wakeup(request, T0)
+    await store.add_wakeup(request, T0)  # released: works again
+    assert len(await store.list_wakeups()) == 2

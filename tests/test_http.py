@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from trio_routines.errors import StateFault, TrioRoutinesError
 from trio_routines.http import MAX_BODY, InsecureBind, check_bind, make_app, serve_http
-from trio_routines.instants import parse_iso
+from trio_routines.instants import format_iso, parse_iso
 from trio_routines.records import Outcome, Wakeup
 from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
@@ -264,6 +264,19 @@ async def test_fire_on_demand_accepts_any_instant_truncated_to_ms() -> None:
         await server.settled("adhoc")
 
 
+async def test_fire_of_a_slot_not_yet_arrived_claims_nothing() -> None:
+    soon = format_iso(datetime.now(UTC) + timedelta(minutes=2))
+    far = format_iso(datetime.now(UTC) + timedelta(days=2))
+    async with serving() as server:
+        near = await server.call("POST", "/fire", {"name": "adhoc", "slot": soon})
+        assert "has not arrived yet" in assert_error(near, 503)
+        assert 100 <= int(near.headers["retry-after"]) <= 120  # retry when it is due
+        later = await server.call("POST", "/fire", {"name": "adhoc", "slot": far})
+        assert "has not arrived yet" in assert_error(later, 400)
+        assert await server.store.history("adhoc") == []
+        assert server.agent.turns == []
+
+
 async def test_fire_state_fault_is_503_with_retry_after_and_claims_nothing() -> None:
     store = MemoryStore()
     store.faults["claim"] = StateFault("EIO: disk on fire")
@@ -459,6 +472,7 @@ async def test_wakeups_add_list_and_remove() -> None:
         ({"session": "s", "prompt": "p", "in": "2h", "tz": "UTC"}, '"tz" goes with "cron"'),
         ({"session": "", "prompt": "p", "in": "2h"}, '"session" must be'),
         ({"session": "s", "prompt": 3, "in": "2h"}, '"prompt" must be'),
+        ({"session": "s\u0000x", "prompt": "p", "in": "2h"}, "must not contain NUL"),
     ],
 )
 async def test_wakeup_refusals_are_400_with_the_guardrail_text(

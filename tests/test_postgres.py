@@ -222,6 +222,20 @@ async def test_a_claim_killed_mid_transaction_faults_and_leaves_no_claim(
     await store.aclose()
 
 
+async def test_a_lock_held_by_a_stalled_replica_is_a_bounded_wait(url: str, schema: str) -> None:
+    # Claims run inside shielded fires: the server must not make them wait without end.
+    store = PostgresStore(url, schema=schema, timeout=1.0)
+    await store.latest_fire("r")
+    with admin() as blocker:
+        blocker.execute("SELECT pg_advisory_lock(hashtext(%s), hashtext(%s))", (CLAIM_LOCK, "r"))
+        with trio.fail_after(30):  # generous: the point is that it ends, and how
+            with pytest.raises(StateFault, match="could not claim slot"):
+                await store.claim("r", T0, T0)
+    assert await store.history("r") == []
+    assert (await store.claim("r", T0, T0)).taken  # the lock released: the slot is still there
+    await store.aclose()
+
+
 def _waiting_on_lock(app: str) -> bool:
     with admin() as conn:
         row = conn.execute(

@@ -384,11 +384,14 @@ async def test_later_slot_fires_when_an_earlier_delivery_arrives_later(
 
 async def test_a_slot_from_the_future_is_refused(autojump_clock: Any) -> None:
     rig = Rig(Routine(name="hourly", prompt="p", cron="* * * * *"))
-    with pytest.raises(NotYetDue, match="has not arrived yet"):
-        await rig.scheduler.fire("hourly", at(10, 32))
-    # a delivering clock slightly ahead of ours is tolerated
+    with pytest.raises(NotYetDue, match="has not arrived yet") as caught:
+        await rig.scheduler.fire("hourly", at(10, 31))
+    assert caught.value.wait == 60
+    assert rig.agent.turns == []
+    assert await rig.fires() == []
+    await trio.sleep(60)
     assert (await rig.scheduler.fire("hourly", at(10, 31))).claimed
-    assert rig.agent.turns[0].wall == T0
+    assert rig.agent.turns[0].wall == at(10, 31)
 
 
 async def test_claim_fault_is_typed_and_does_not_burn_the_slot(autojump_clock: Any) -> None:
@@ -841,3 +844,41 @@ async def test_boot_reads_every_newest_claim_and_reports_the_first_fault(
     with pytest.raises(StateFault, match="claims of b unreadable"):
         await rig.scheduler.run()
     assert rig.agent.turns == []
+
+
+async def test_an_agent_refusing_in_invoke_itself_fails_the_turn(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Refusing:
+        def invoke(self, session: str, text: str) -> AsyncIterator[Any]:
+            raise RuntimeError("model not configured")
+
+    rig = Rig()
+    rig.scheduler.agent.agent = Refusing()
+    result = await rig.scheduler.fire("hourly", at(9))
+    assert (result.outcome, result.failed) == (Outcome.FAILED, "model not configured")
+    assert await rig.fires() == [(at(9), T0, Outcome.FAILED)]
+    await add_due(rig)
+    async with rig.running():  # neither the cron loop nor the wake loop dies of it
+        await sleep_until_wall(rig.wall, at(11, 30))
+    assert [f[2] for f in await rig.fires()] == [Outcome.FAILED, Outcome.FAILED]
+    assert await rig.store.list_wakeups() == []
+    assert not [m for m in messages(caplog) if "stopped unexpectedly" in m]
+
+
+async def test_a_fire_is_in_flight_from_claim_to_settle(autojump_clock: Any) -> None:
+    seen: list[int] = []
+
+    class Watching(MemoryStore):
+        async def claim(self, routine: str, slot: datetime, fired_at: datetime) -> Any:
+            seen.append(rig.scheduler.statistics().in_flight)
+            return await super().claim(routine, slot, fired_at)
+
+        async def settle(self, routine: str, slot: datetime, outcome: Any, ms: Any = None) -> None:
+            seen.append(rig.scheduler.statistics().in_flight)
+            await super().settle(routine, slot, outcome, ms)
+
+    rig = Rig(store=Watching())
+    await rig.scheduler.fire("hourly", at(9))
+    assert seen == [1, 1]
+    assert rig.scheduler.statistics().in_flight == 0

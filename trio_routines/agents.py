@@ -133,11 +133,13 @@ class CommandAgent:
             if finished:
                 return
             _signal_group(process.pid, signal.SIGTERM)
-            with trio.move_on_after(self.kill_grace):
+            with trio.move_on_after(self.kill_grace) as waited:
                 await process.wait()
                 # Nothing signals when a group empties; its members are not our children.
                 while _group_alive(process.pid):  # noqa: ASYNC110
                     await trio.sleep(0.05)
+            if not waited.cancelled_caught:
+                return  # the group is gone: its id may already be someone else's
             _signal_group(process.pid, signal.SIGKILL)
             with trio.move_on_after(self.kill_grace):
                 await process.wait()

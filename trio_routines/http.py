@@ -48,6 +48,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import math
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
@@ -78,6 +79,7 @@ log = logging.getLogger("trio_routines.http")
 MAX_BODY = 64 * 1024  # bytes
 RETRY_AFTER = "5"  # seconds: what a 503 suggests
 ECHO = 64  # characters of a caller's routine name echoed back
+NEAR_FUTURE = 300.0  # seconds: a slot this close is "retry later" (503), further is an error
 
 Scope = Mapping[str, Any]
 Message = Mapping[str, Any]
@@ -199,6 +201,8 @@ def _text(value: str, field: str) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise _Refusal(400, f'"{field}" is not valid Unicode text') from None
+    if "\x00" in value:  # no store needs it, and PostgreSQL text cannot hold it
+        raise _Refusal(400, f'"{field}" must not contain NUL characters')
     return value
 
 
@@ -391,6 +395,9 @@ class _App:
                 f'("{routine.cron}"{zone})',
             ) from None
         except NotYetDue as exc:
+            if exc.wait <= NEAR_FUTURE:  # a delivering clock a little ahead of ours: retry
+                retry = str(max(1, math.ceil(exc.wait)))
+                raise _Refusal(503, str(exc), [("retry-after", retry)]) from None
             raise _Refusal(400, str(exc)) from None
         except OverflowError:
             raise _Refusal(400, f"slot {format_iso(slot)} is out of range") from None

@@ -57,7 +57,6 @@ log = logging.getLogger("trio_routines")
 MAX_WAIT = 6 * 3600.0  # seconds: the longest single sleep before the wall clock is re-read
 DEFAULT_GRACE = 10.0
 JUMP_THRESHOLD = 5.0
-EARLY_TOLERANCE = timedelta(seconds=60)  # how far ahead of our wall clock a delivered slot may be
 
 
 def system_now() -> datetime:
@@ -73,12 +72,16 @@ class NotOnGrid(TrioRoutinesError, ValueError):
 
 
 class NotYetDue(TrioRoutinesError, ValueError):
-    """Raised by :meth:`Scheduler.fire` for a slot still in the future on the wall clock.
+    """Raised by :meth:`Scheduler.fire` for a slot still in the future on our wall clock.
 
-    An external clock may run a little ahead of ours, hence :data:`EARLY_TOLERANCE`; beyond
-    it, firing would run the slot early, and a far-future claim would make every real slot
-    before it stale.
+    Firing it would run it early, and a far-future claim would make every real slot before it
+    stale. ``wait`` is how many seconds remain: an external clock a little ahead of ours can
+    simply retry then (the HTTP surface answers 503 with that ``Retry-After``).
     """
+
+    def __init__(self, message: str, wait: float) -> None:
+        super().__init__(message)
+        self.wait = wait
 
 
 class Stopping(TrioRoutinesError, RuntimeError):
@@ -361,10 +364,12 @@ class Scheduler:
             raise NotOnGrid(
                 f"{slot_name(slot)} is not on the cron grid of {name!r} ({routine.cron})"
             )
-        if slot > self.now() + EARLY_TOLERANCE:
+        now = self.now()
+        if slot > now:
             raise NotYetDue(
                 f"slot {format_iso(slot)} of {name!r} has not arrived yet — "
-                "a slot never fires before its instant"
+                "a slot never fires before its instant",
+                (slot - now).total_seconds(),
             )
         if self._stopping.value:
             raise Stopping("the scheduler is stopping; no new fires are accepted")
@@ -385,6 +390,12 @@ class Scheduler:
         routine: Routine,
         slot: datetime,
         task_status: trio.TaskStatus[ClaimResult] = trio.TASK_STATUS_IGNORED,
+    ) -> FireResult:
+        with self._working():
+            return await self._claim_turn_settle(routine, slot, task_status)
+
+    async def _claim_turn_settle(
+        self, routine: Routine, slot: datetime, task_status: trio.TaskStatus[ClaimResult]
     ) -> FireResult:
         name = routine.name
         claim = await self.store.claim(name, slot, self.now())
@@ -417,14 +428,22 @@ class Scheduler:
         )
 
     @contextmanager
+    def _working(self) -> Iterator[None]:
+        """Count one fire (claim to settle) or wake-up (turn to deferral) as in flight."""
+        self._in_flight.value += 1
+        try:
+            yield
+        finally:
+            self._in_flight.value -= 1
+
+    @contextmanager
     def _turn_scope(self) -> Iterator[trio.CancelScope]:
+        """The scope a stop cancels once its grace runs out."""
         scope = trio.CancelScope(deadline=self._grace_deadline)
         self._grace_scopes.add(scope)
-        self._in_flight.value += 1
         try:
             yield scope
         finally:
-            self._in_flight.value -= 1
             self._grace_scopes.discard(scope)
 
     async def _turn(
@@ -462,7 +481,7 @@ class Scheduler:
         routine = self.routine(name)
         if self._stopping.value:
             raise Stopping("the scheduler is stopping; no new turns are accepted")
-        with trio.CancelScope(shield=True):
+        with trio.CancelScope(shield=True), self._working():
             result = await self._turn(
                 name, routine.session, routine.prompt, routine.timeout, on_text
             )
@@ -487,7 +506,8 @@ class Scheduler:
             try:
                 wakeup = await self.store.take_due_wakeup(self.now())
                 if wakeup is not None:
-                    await self._wake(wakeup)
+                    with self._working():
+                        await self._wake(wakeup)
                     fired = True
             except StateFault as exc:
                 log.error("wake-up poll failed (continuing next poll): %s", exc)

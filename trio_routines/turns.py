@@ -12,19 +12,21 @@ embedded newline cannot forge something that looks like a log record of its own.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import attrs
 import trio
 
-from .agent import Agent, Completed, Failed, TextDelta
+from .agent import Agent, Completed, Event, Failed, TextDelta
 from .records import Outcome
 
 log = logging.getLogger("trio_routines")
 
 _WHITESPACE = re.compile(r"\s+")
+ACLOSE_LIMIT = 10.0  # seconds an agent's event stream may take to close after a cut-short turn
 
 
 def fold(text: str) -> str:
@@ -69,12 +71,14 @@ async def run_turn(
     failed: Failed | None = None
     raised: Exception | None = None
     grace = grace_scope if grace_scope is not None else trio.CancelScope()
-    # No timeout: no scope to enter (a fire enters several; each costs a few microseconds).
-    timeout_scope = trio.CancelScope() if timeout is None else trio.move_on_after(timeout)
-    with grace, timeout_scope:
-        events = agent.invoke(session, text)
-        exhausted = False
+    # No timeout, no scope: a fire enters several already, each a few microseconds.
+    timeout_scope = None if timeout is None else trio.move_on_after(timeout)
+    with grace, timeout_scope or contextlib.nullcontext():
+        events: AsyncIterator[Event] | None = None
         try:
+            # Inside the try: an agent that refuses the turn by raising from invoke() itself
+            # fails the turn like one whose stream raises, and the claim still settles.
+            events = agent.invoke(session, text)
             async for event in events:
                 if isinstance(event, Failed):
                     failed = event  # the last one wins; keep draining
@@ -83,13 +87,14 @@ async def run_turn(
                         on_text(event.text)
                 elif not isinstance(event, Completed):
                     log.debug("%s: ignoring an unknown event %r", label, event)
-            exhausted = True
+            events = None  # exhausted: nothing to close
         except Exception as exc:
             raised = exc
         finally:
-            aclose = None if exhausted else getattr(events, "aclose", None)
+            aclose = getattr(events, "aclose", None)
             if aclose is not None:
-                with trio.CancelScope(shield=True):
+                # Shielded so a cancelled turn still cleans up, and bounded so it cannot hang.
+                with trio.CancelScope(shield=True), trio.move_on_after(ACLOSE_LIMIT):
                     try:
                         await aclose()
                     except Exception as exc:
@@ -98,7 +103,7 @@ async def run_turn(
     if grace.cancelled_caught:
         log.warning("%s interrupted: the stop's grace ran out (%dms)", label, ms)
         return TurnResult(Outcome.INTERRUPTED, ms, failed="interrupted by stop")
-    if timeout_scope.cancelled_caught:
+    if timeout_scope is not None and timeout_scope.cancelled_caught:
         details = f"timed out after {_describe_seconds(timeout or 0)}"
         log.error("%s failed (%dms)%s", label, ms, fold(details))
         return TurnResult(Outcome.FAILED, ms, failed=details)

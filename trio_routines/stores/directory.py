@@ -31,8 +31,10 @@ import fcntl
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,6 +50,7 @@ from ..wakeups import WakeupRequest, check_stored, plan_add, plan_defer, remove,
 
 log = logging.getLogger("trio_routines")
 T = TypeVar("T")
+RACY_NS = 2_000_000_000  # a file changed this recently may change again unseen by its times
 
 
 def describe(exc: OSError) -> str:
@@ -106,19 +109,22 @@ class DirectoryStore:
         *,
         keep: int = KEEP_CLAIMS,
         limiter: trio.CapacityLimiter | None = None,
+        lock_timeout: float = 10.0,
     ) -> None:
         if keep < 1:
             raise ValueError("keep must be at least 1")
         self.root = Path(root)
         self.keep = keep
+        self.lock_timeout = lock_timeout
         self._schedule = self.root / "schedule"
         self._claims = self._schedule / "claims"
         self._wakeups = self._schedule / "wakeups.json"
         self._lock = self._schedule / "wakeups.lock"
         self._limiter = limiter or trio.CapacityLimiter(16)
-        self._parsed: tuple[tuple[int, int, int, int], tuple[Wakeup, ...], bytes | None] | None = (
-            None
-        )
+        # (key, entries, damaged bytes, whether the key can be trusted): see _load
+        self._parsed: (
+            tuple[tuple[int, int, int, int], tuple[Wakeup, ...], bytes | None, bool] | None
+        ) = None
 
     def __repr__(self) -> str:
         return f"DirectoryStore({str(self.root)!r})"
@@ -231,7 +237,10 @@ class DirectoryStore:
             os.pwrite(fd, data, 0)
             os.ftruncate(fd, len(data))
             os.fsync(fd)
+            os.close(fd)
         except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.close(fd)
             log.warning(
                 "%s: could not record the %s outcome of slot %s: %s",
                 routine,
@@ -239,8 +248,6 @@ class DirectoryStore:
                 name,
                 describe(exc),
             )
-        finally:
-            os.close(fd)
 
     async def latest_fire(self, routine: str) -> Fire | None:
         return await self._run(self.latest_fire_sync, routine)
@@ -294,31 +301,47 @@ class DirectoryStore:
                 f"cannot lock the wake-up store {self._lock}: {describe(exc)}"
             ) from None
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except OSError as exc:
-                raise StateFault(
-                    f"cannot lock the wake-up store {self._lock}: {describe(exc)}"
-                ) from None
+            self._acquire(fd)
             yield
         finally:
             os.close(fd)  # closing the last descriptor releases the lock
 
-    def _load(self) -> tuple[list[Wakeup], bytes | None]:
+    def _acquire(self, fd: int) -> None:
+        """``flock`` with a bound: a holder that hangs must not hang our shielded callers."""
+        deadline = time.monotonic() + self.lock_timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise StateFault(
+                        f"the wake-up store {self._lock} stayed locked for "
+                        f"{self.lock_timeout:g}s — another process holds it"
+                    ) from None
+                time.sleep(0.005)
+            except OSError as exc:
+                raise StateFault(
+                    f"cannot lock the wake-up store {self._lock}: {describe(exc)}"
+                ) from None
+
+    def _load(self, *, cached: bool = False) -> tuple[list[Wakeup], bytes | None]:
         """The valid entries, and the raw bytes when something in them could not be used.
 
-        The parsed file is kept, keyed on its inode, size and times: every writer replaces
-        the file by a rename (a new inode) and a hand edit changes its times (and, in
-        practice, its size; file times can be as coarse as a clock tick), so an unchanged key
-        means unchanged content, and a poll of 10,000 pending wake-ups costs one fstat.
+        With ``cached``, a parse kept from an earlier read may answer, keyed on the file's
+        inode, size and times, so that a lock-free poll of 10,000 pending wake-ups costs one
+        fstat. File times can be as coarse as a clock tick and inode numbers are reused, so the
+        key is trusted only for a file last changed well before it was read (the "racily
+        clean" rule): any later change then shows in the times. Writers never use the cache.
         """
         try:
             with self._wakeups.open("rb") as handle:
                 info = os.fstat(handle.fileno())
                 key = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-                cached = self._parsed
-                if cached is not None and cached[0] == key:
-                    return list(cached[1]), cached[2]
+                kept = self._parsed
+                if cached and kept is not None and kept[0] == key and kept[3]:
+                    return list(kept[1]), kept[2]
+                read_at = time.time_ns()
                 raw = handle.read()
         except FileNotFoundError:
             return [], None
@@ -328,7 +351,8 @@ class DirectoryStore:
                 f"restart: {describe(exc)}"
             ) from None
         entries, damaged = self._parse(raw)
-        self._parsed = (key, tuple(entries), damaged)
+        settled = max(info.st_mtime_ns, info.st_ctime_ns) < read_at - RACY_NS
+        self._parsed = (key, tuple(entries), damaged, settled)
         return entries, damaged
 
     def _parse(self, raw: bytes) -> tuple[list[Wakeup], bytes | None]:
@@ -415,7 +439,7 @@ class DirectoryStore:
         return await self._run(self._take_due, now)
 
     def _take_due(self, now: datetime) -> Wakeup | None:
-        entries, _ = self._load()
+        entries, _ = self._load(cached=True)
         if all(w.fire_at > now for w in entries):
             return None  # the common poll: nothing due, no lock, no write
 
@@ -443,7 +467,7 @@ class DirectoryStore:
         return await self._run(self._mutate, change)
 
     async def list_wakeups(self) -> list[Wakeup]:
-        entries, _ = await self._run(self._load)
+        entries, _ = await self._run(partial(self._load, cached=True))
         return entries
 
     async def aclose(self) -> None:

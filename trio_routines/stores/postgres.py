@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from functools import partial
 from typing import Any, TypeVar, TypeVarTuple
 
 import psycopg
@@ -159,6 +160,9 @@ class PostgresStore:
         self._kwargs: dict[str, Any] = {"autocommit": True}
         if "connect_timeout" not in info:
             self._kwargs["connect_timeout"] = max(1, round(timeout))
+        if "keepalives" not in info:  # notice a peer that vanished without closing
+            self._kwargs.update(keepalives=1, keepalives_idle=30, keepalives_interval=10)
+            self._kwargs.update(keepalives_count=3)
         self._sizes = (min_size, max_size)
         self._limiter = trio.CapacityLimiter(max_size)
         self._pool: ConnectionPool | None = None
@@ -225,7 +229,7 @@ class PostgresStore:
                     min_size=self._sizes[0],
                     max_size=self._sizes[1],
                     open=False,
-                    configure=_configure,
+                    configure=partial(_configure, timeout=self.timeout),
                     timeout=self.timeout,
                     name="trio_routines",
                 )
@@ -475,9 +479,21 @@ class PostgresStore:
             pool.close()
 
 
-def _configure(conn: psycopg.Connection[Any]) -> None:
+def _configure(conn: psycopg.Connection[Any], *, timeout: float) -> None:
     # A claim must be durable before it is reported taken: refuse a server-wide "off".
     conn.execute(
         "SELECT set_config('synchronous_commit', 'on', false) "
         "WHERE current_setting('synchronous_commit') = 'off'"
     )
+    # Every call of ours runs inside a shielded fire: bound what the server may make it wait
+    # for (a lock held by a stalled replica, a statement on a half-dead connection), so that a
+    # stop's grace is never held up by the database. The stale check reads the newest claim
+    # after the routine's lock is granted: that needs READ COMMITTED, whatever the server says.
+    limit = str(max(1, round(timeout * 1000)))
+    for setting, value in (
+        ("lock_timeout", limit),
+        ("statement_timeout", limit),
+        ("idle_in_transaction_session_timeout", limit),
+        ("default_transaction_isolation", "read committed"),
+    ):
+        conn.execute("SELECT set_config(%s, %s, false)", (setting, value))
