@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -881,6 +882,9 @@ def requests(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
+_TEXT = b"text/plain; version=0.0.4; charset=utf-8"
+
+
 async def _call_app(request: dict[str, Any]) -> None:
     agent = ScriptedAgent()
     store = MemoryStore()
@@ -927,9 +931,10 @@ async def _call_app(request: dict[str, Any]) -> None:
     status = start["status"]
     assert status < 500 or status == 503, body
     if status == 503:
-        assert (b"retry-after", b"5") in start["headers"]
+        assert any(k == b"retry-after" and v.isdigit() for k, v in start["headers"])
     payload = body["body"]
-    if request["method"] != "HEAD":
+    text_body = (b"content-type", _TEXT) in start["headers"]  # GET /metrics
+    if request["method"] != "HEAD" and not text_body:
         parsed = json.loads(payload)
         if status >= 400:
             assert set(parsed) == {"error"}
@@ -946,3 +951,32 @@ def test_arbitrary_requests_never_fail_the_server_nor_change_state_when_refused(
     request: dict[str, Any],
 ) -> None:
     trio.run(_call_app, request)
+
+
+async def test_metrics_count_fires_refusals_durations_and_lateness() -> None:
+    agent = ScriptedAgent(Complete(duration=0.2))
+    async with serving(agent=agent, token=TOKEN) as server:
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        assert (await server.call("GET", "/metrics")).status == 401
+        fired = await server.call(
+            "POST", "/fire", {"name": "daily", "slot": ON_GRID, "wait": True}, headers=auth
+        )
+        assert fired.json["outcome"] == "completed"
+        again = await server.call("POST", "/fire", {"name": "daily", "slot": ON_GRID}, headers=auth)
+        assert again.json["reason"] == "duplicate"
+        reply = await server.call("GET", "/metrics", headers=auth)
+        assert reply.status == 200
+        assert reply.headers["content-type"].startswith("text/plain; version=0.0.4")
+        text = reply.raw.decode()
+        assert 'trio_routines_fires_total{routine="daily",outcome="completed"} 1' in text
+        assert 'trio_routines_claims_refused_total{routine="daily",reason="duplicate"} 1' in text
+        assert 'trio_routines_turn_seconds_count{routine="daily"} 1' in text
+        assert 'trio_routines_turn_seconds_bucket{routine="daily",le="0.1"} 0' in text
+        assert 'trio_routines_turn_seconds_bucket{routine="daily",le="0.5"} 1' in text
+        # ON_GRID lies months in the past: the fire began far behind its slot
+        assert 'trio_routines_lateness_seconds_bucket{routine="daily",le="300"} 0' in text
+        assert 'trio_routines_lateness_seconds_bucket{routine="daily",le="+Inf"} 1' in text
+        assert "trio_routines_in_flight 0" in text
+        assert SECRET not in text
+        for line in text.splitlines():  # every sample line is `name{labels} value`
+            assert line.startswith("#") or re.fullmatch(r"[a-z_]+(\{[^}]*\})? \S+", line), line

@@ -96,6 +96,7 @@ _ROUTES: dict[str, tuple[str, ...]] = {
     "/wakeups": (*_GET, "POST"),
     "wakeup": ("DELETE",),
     "/healthz": _GET,
+    "/metrics": _GET,
 }
 _WHITESPACE = re.compile(r"\s+")
 
@@ -114,6 +115,14 @@ class _Response:
     body: Any
     headers: tuple[tuple[str, str], ...] = ()
     after: Callable[[], Awaitable[None]] | None = None  # runs once the response is sent
+
+
+@attrs.frozen
+class _Text:
+    """A plain-text body (``GET /metrics``), where every other answer is JSON."""
+
+    KIND = b"text/plain; version=0.0.4; charset=utf-8"
+    text: str
 
 
 class _Refusal(Exception):
@@ -307,9 +316,13 @@ class _App:
         except Exception:
             log.exception("%s %s: unexpected error", method, scope.get("path", "")[:ECHO])
             response = _Response(500, {"error": "internal error (logged by the server)"})
-        payload = json.dumps(response.body, separators=(",", ":")).encode("ascii")
+        if isinstance(response.body, _Text):
+            payload, kind = response.body.text.encode("utf-8"), _Text.KIND
+        else:
+            payload = json.dumps(response.body, separators=(",", ":")).encode("ascii")
+            kind = b"application/json"
         headers = [
-            (b"content-type", b"application/json"),
+            (b"content-type", kind),
             (b"content-length", str(len(payload)).encode("ascii")),
             (b"cache-control", b"no-store"),
             *((k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers),
@@ -330,6 +343,8 @@ class _App:
         if route == "/healthz":
             in_flight = self.scheduler.statistics().in_flight
             return _Response(200, {"status": "busy" if in_flight else "ok", "inFlight": in_flight})
+        if route == "/metrics":
+            return _Response(200, _Text(self.scheduler.render_metrics()))
         if route in ("/fire", "/run") and self.scheduler.stopping:
             raise _unavailable("the scheduler is stopping; no new turns are accepted")
         if route == "/fire":

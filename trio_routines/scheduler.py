@@ -45,6 +45,7 @@ from .context import firing_slot
 from .cron import next_run
 from .errors import InvalidRoutine, StateFault, TrioRoutinesError
 from .instants import format_iso, slot_name, truncate_ms
+from .metrics import Metrics
 from .records import ClaimResult, ClaimStatus, Fire, Outcome, Wakeup
 from .routines import Routine
 from .sessions import SessionGate
@@ -168,6 +169,7 @@ class Scheduler:
         self._next_due: dict[str, datetime | None] = {}
         self._armed: list[str] = []
         self._outcomes: Counter[str] = Counter()
+        self.metrics = Metrics()
         self._in_flight = trio_util.AsyncValue(0)
         self._jumps = 0
         self._offset: float | None = None
@@ -280,6 +282,13 @@ class Scheduler:
         """Return once a stop was requested and no turn is in flight any more."""
         await self._stopping.wait_value(True)
         await self._in_flight.wait_value(0)
+
+    def render_metrics(self) -> str:
+        """The runtime's counters in the Prometheus text format (``GET /metrics``)."""
+        stats = self.statistics()
+        return self.metrics.render(
+            in_flight=stats.in_flight, armed=len(stats.armed), clock_jumps=stats.clock_jumps
+        )
 
     def statistics(self) -> Statistics:
         return Statistics(
@@ -408,6 +417,7 @@ class Scheduler:
                 format_iso(slot),
             )
             self._outcomes["duplicate"] += 1
+            self.metrics.refuse(name, "duplicate")
             return FireResult(name, slot, claimed=False, reason="duplicate")
         if claim.status is ClaimStatus.STALE:
             log.warning(
@@ -418,11 +428,14 @@ class Scheduler:
                 claim.newest,
             )
             self._outcomes["stale"] += 1
+            self.metrics.refuse(name, "stale")
             return FireResult(name, slot, claimed=False, reason="stale")
+        late = (self.now() - slot).total_seconds()
         with firing_slot(slot):
             turn = await self._turn(name, routine.session, routine.prompt, routine.timeout)
         await self.store.settle(name, slot, turn.outcome, turn.ms)
         self._outcomes[turn.outcome.value] += 1
+        self.metrics.fired(name, turn.outcome.value, turn.ms, late)
         return FireResult(
             name, slot, claimed=True, outcome=turn.outcome, ms=turn.ms, failed=turn.failed
         )
