@@ -95,6 +95,16 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def _write_synced(path: Path, data: bytes, mode: int) -> None:
+    """Create (``O_EXCL``) or replace (``O_TRUNC``) ``path`` with ``data``, fsynced."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | mode | os.O_CLOEXEC, 0o644)
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _read_text(path: Path) -> str:
     with path.open("rb") as handle:
         return handle.read().decode("utf-8", errors="replace")
@@ -384,12 +394,7 @@ class DirectoryStore:
             if damaged is not None:
                 self._keep_aside(damaged)
             data = dumps([wakeup_to_json(w) for w in entries]).encode()
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            try:
-                _write_all(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _write_synced(tmp, data, os.O_TRUNC)
             os.replace(tmp, self._wakeups)
         except OSError as exc:
             with contextlib.suppress(OSError):
@@ -412,12 +417,7 @@ class DirectoryStore:
     def _keep_aside(self, raw: bytes) -> None:
         stamp = slot_name(datetime.now(UTC))
         aside = self._wakeups.with_name(f"{self._wakeups.name}.corrupt-{stamp}")
-        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        try:
-            _write_all(fd, raw)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_synced(aside, raw, os.O_EXCL)
         log.warning("kept the unusable wake-up store's original content as %s", aside)
 
     def _mutate(self, change: Callable[[list[Wakeup]], tuple[list[Wakeup] | None, T]]) -> T:
