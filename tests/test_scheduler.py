@@ -882,3 +882,17 @@ async def test_a_fire_is_in_flight_from_claim_to_settle(autojump_clock: Any) -> 
     await rig.scheduler.fire("hourly", at(9))
     assert seen == [1, 1]
     assert rig.scheduler.statistics().in_flight == 0
+
+
+@pytest.mark.parametrize("wakeups", [True, False])
+async def test_a_forward_jump_is_noticed_within_a_poll_not_a_long_sleep(
+    autojump_clock: Any, wakeups: bool
+) -> None:
+    rig = Rig(Routine(name="daily", prompt="p", cron="0 9 * * *"), wakeups=wakeups)
+    async with rig.running():
+        await trio.sleep(3600)  # the loop sleeps towards tomorrow 09:00, up to 6 h at a time
+        rig.wall.jump(timedelta(days=3))
+        await trio.sleep(31)  # one poll
+        fires = await rig.store.history("daily")
+        assert [f.slot for f in fires] == [at(9, day=8)]
+    assert len(rig.agent.turns) == 1

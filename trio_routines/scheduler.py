@@ -22,8 +22,11 @@ loops at once, then gives in-flight turns ``grace`` seconds before cancelling th
 their own scope and settling them ``interrupted``. A process that dies instead leaves its
 claim unsettled, and the next boot records it as interrupted -- never replayed.
 
-After every sleep the loop compares how far the wall clock and Trio's clock moved; the offset
-between them is shared, so one jump is logged once however many loops notice it.
+After every sleep a loop compares how far the wall clock and Trio's clock moved; the offset
+between them is shared, so one jump is logged once however many loops notice it. The wake loop
+(or, without wake-ups, a clock watch) looks every poll interval, and a jump it sees wakes every
+sleeping cron loop to re-read the wall clock: a clock set forward past a daily slot fires it
+within a poll, not at the end of the 6-hour sleep.
 """
 
 from __future__ import annotations
@@ -173,6 +176,7 @@ class Scheduler:
         self._in_flight = trio_util.AsyncValue(0)
         self._jumps = 0
         self._offset: float | None = None
+        self._clock_moved = trio.Event()
 
     # -- the service ----------------------------------------------------------------------
 
@@ -251,6 +255,8 @@ class Scheduler:
                     loops.start_soon(self._cron_loop, self.routines[name], due)
                 if self.wakeups:
                     loops.start_soon(self._wake_loop)
+                elif first_due:
+                    loops.start_soon(self._watch_clock)
                 try:
                     await trio.sleep_forever()
                 finally:
@@ -318,6 +324,14 @@ class Scheduler:
                 direction,
                 _duration(abs(jump)),
             )
+            self._clock_moved.set()  # every sleeping loop re-reads the wall clock
+            self._clock_moved = trio.Event()
+
+    async def _watch_clock(self) -> None:
+        """Without a wake loop, something must still look at the clocks every poll interval."""
+        while True:
+            await trio.sleep(self.poll_interval)
+            self._note_offset()
 
     # -- cron routines --------------------------------------------------------------------
 
@@ -328,7 +342,8 @@ class Scheduler:
             while due is not None:
                 # Sleep towards the slot, re-reading the wall clock after every wake.
                 while (remaining := (due - self.now()).total_seconds()) > 0:
-                    await trio.sleep_until(trio.current_time() + min(remaining, self.max_wait))
+                    with trio.move_on_after(min(remaining, self.max_wait)):
+                        await self._clock_moved.wait()
                     self._note_offset()
                 if self._stopping.value:
                     return
