@@ -9,18 +9,21 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 
 import attrs
 import trio
 
-from .agent import Completed, Event, Failed, TextDelta
+from .agent import SESSION_BUSY, Completed, Event, Failed, TextDelta
 from .claims import KEEP_CLAIMS, is_stale, names_to_prune
 from .instants import slot_name
 from .names import check_name
 from .records import ClaimResult, ClaimStatus, Fire, Outcome, Wakeup
 from .wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
+
+log = logging.getLogger("trio_routines")
 
 
 class MemoryStore:
@@ -68,9 +71,7 @@ class MemoryStore:
         check_name(routine)
         name = slot_name(slot)
         if "settle" in self.faults:
-            import logging
-
-            logging.getLogger("trio_routines").warning(
+            log.warning(
                 "%s: could not record the %s outcome of slot %s: %s",
                 routine,
                 outcome.value,
@@ -199,8 +200,6 @@ class Raise:
 
 def Busy() -> Fail:
     """Report the session busy, as an agent with its own lease would."""
-    from .agent import SESSION_BUSY
-
     return Fail("the session already has a turn in flight", SESSION_BUSY)
 
 
