@@ -269,3 +269,30 @@ async def test_a_wakeup_lock_held_elsewhere_is_a_bounded_wait(tmp_path: Path) ->
             await store.add_wakeup(request, T0)
     await store.add_wakeup(request, T0)  # released: works again
     assert len(await store.list_wakeups()) == 2
+
+
+def test_a_boot_reconcile_racing_a_real_settle_never_leaves_interrupted(tmp_path: Path) -> None:
+    # Another scheduler boots while this one settles: whichever order the two writes land in,
+    # the real outcome must survive (the reconcile writes only an unsettled claim).
+    import threading
+
+    store = DirectoryStore(tmp_path)
+    slots = [T0 + timedelta(minutes=i) for i in range(600)]
+    for slot in slots:
+        assert store.claim_sync("daily", slot, slot).taken
+    start = threading.Barrier(2)
+
+    def settle_all(outcome: Outcome, if_unsettled: bool) -> None:
+        start.wait()
+        for slot in slots:
+            store.settle_sync("daily", slot, outcome, 5, if_unsettled)
+
+    workers = [
+        threading.Thread(target=settle_all, args=(Outcome.COMPLETED, False)),
+        threading.Thread(target=settle_all, args=(Outcome.INTERRUPTED, True)),
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert {f.outcome for f in store.history_sync("daily")} == {Outcome.COMPLETED}

@@ -221,3 +221,16 @@ async def test_remove_is_scoped_to_the_session(store: Store) -> None:
     again = await store.add_wakeup(one_shot(), T0)
     assert await store.remove_wakeup(again.id)  # no session: the operator's unscoped removal
     assert await store.list_wakeups() == []
+
+
+async def test_settle_if_unsettled_never_overwrites_an_outcome(store: Store) -> None:
+    await store.claim("daily", T0, T0)
+    await store.claim("daily", T0 + HOUR, T0)
+    await store.settle("daily", T0 + HOUR, Outcome.COMPLETED, 12)
+    await store.settle("daily", T0 + HOUR, Outcome.INTERRUPTED, if_unsettled=True)
+    await store.settle("daily", T0, Outcome.INTERRUPTED, if_unsettled=True)
+    fires = await store.history("daily")
+    assert [(f.outcome, f.ms) for f in fires] == [
+        (Outcome.INTERRUPTED, None),
+        (Outcome.COMPLETED, 12),
+    ]

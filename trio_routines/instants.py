@@ -28,6 +28,8 @@ def require_utc(value: datetime, what: str = "instant") -> datetime:
 
 def truncate_ms(value: datetime) -> datetime:
     """Drop sub-millisecond precision: the stores keep milliseconds, nothing finer."""
+    if value.tzinfo is UTC and not value.microsecond % 1000:
+        return value  # already a UTC millisecond instant: every record field, every fire
     value = require_utc(value)
     return value.replace(microsecond=value.microsecond // 1000 * 1000)
 

@@ -8,6 +8,8 @@ text, so this module has no dependency (the design notes say why).
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections import Counter, defaultdict
 
@@ -26,11 +28,15 @@ class _Histogram:
         self.total = 0
 
     def observe(self, value: float) -> None:
-        for index, bound in enumerate(self.bounds):
-            if value <= bound:
-                self.counts[index] += 1
+        # Counted in the first bucket that holds it; rendering makes the counts cumulative.
+        index = bisect.bisect_left(self.bounds, value)
+        if index < len(self.bounds):
+            self.counts[index] += 1
         self.sum += value
         self.total += 1
+
+    def cumulative(self) -> list[int]:
+        return list(itertools.accumulate(self.counts))
 
 
 def _label(value: str) -> str:
@@ -97,7 +103,7 @@ class Metrics:
             family(name, "histogram", text)
             for routine, histogram in sorted(histograms.items()):
                 label = f'routine="{_label(routine)}"'
-                for bound, count in zip(histogram.bounds, histogram.counts, strict=True):
+                for bound, count in zip(histogram.bounds, histogram.cumulative(), strict=True):
                     lines.append(f'{name}_bucket{{{label},le="{_number(bound)}"}} {count}')
                 lines.append(f'{name}_bucket{{{label},le="+Inf"}} {histogram.total}')
                 lines.append(f"{name}_sum{{{label}}} {_number(histogram.sum)}")

@@ -212,7 +212,9 @@ class Scheduler:
                     format_iso(fire.fired_at),
                     name,
                 )
-                await self.store.settle(name, fire.slot, Outcome.INTERRUPTED)
+                # Only if still unsettled: another scheduler sharing the store may be the one
+                # mid-turn, and may settle the real outcome just before we write.
+                await self.store.settle(name, fire.slot, Outcome.INTERRUPTED, if_unsettled=True)
             if fire is not None:
                 latest[name] = fire.fired_at
         current = self.now()

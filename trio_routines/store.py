@@ -19,9 +19,10 @@ Claims
     leaves no claim, so the slot can still fire once the fault is repaired.
 
     ``settle(routine, slot, outcome, ms)`` writes the outcome (and duration, if measured) into
-    the existing claim, keeping its stamp. It never raises: a fault is logged as a warning and
-    the claim stays unsettled. A claim that no longer exists (pruned meanwhile) is not
-    recreated.
+    the existing claim, keeping its stamp (with ``if_unsettled``, only if it has no outcome
+    yet: the check and the write are one atomic step). It never raises: a fault is logged as
+    a warning and the claim stays unsettled. A claim that no longer exists (pruned meanwhile)
+    is not recreated.
 
     ``latest_fire(routine)`` reads the newest claim (``None`` when there is none); a fault
     reading it raises StateFault. Older claims are not read. ``history(routine)`` returns every
@@ -56,9 +57,20 @@ class Store(Protocol):
         ...
 
     async def settle(
-        self, routine: str, slot: datetime, outcome: Outcome, ms: int | None = None
+        self,
+        routine: str,
+        slot: datetime,
+        outcome: Outcome,
+        ms: int | None = None,
+        *,
+        if_unsettled: bool = False,
     ) -> None:
-        """Record how a claimed slot ended. Never raises."""
+        """Record how a claimed slot ended. Never raises.
+
+        With ``if_unsettled``, only a claim without an outcome is written, atomically with
+        respect to other settles: the boot's "interrupted" never overwrites a real outcome
+        that another process settled a moment before.
+        """
         ...
 
     async def latest_fire(self, routine: str) -> Fire | None:

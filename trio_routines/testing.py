@@ -65,7 +65,13 @@ class MemoryStore:
         return ClaimResult(ClaimStatus.TAKEN, wanted)
 
     async def settle(
-        self, routine: str, slot: datetime, outcome: Outcome, ms: int | None = None
+        self,
+        routine: str,
+        slot: datetime,
+        outcome: Outcome,
+        ms: int | None = None,
+        *,
+        if_unsettled: bool = False,
     ) -> None:
         await trio.lowlevel.checkpoint()
         check_name(routine)
@@ -80,7 +86,7 @@ class MemoryStore:
             )
             return
         fire = self.claims.get(routine, {}).get(name)
-        if fire is None:
+        if fire is None or (if_unsettled and fire.outcome is not None):
             return
         self.claims[routine][name] = attrs.evolve(
             fire, outcome=outcome, ms=None if ms is None else round(ms)

@@ -95,6 +95,22 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def _lock_within(fd: int, seconds: float) -> bool:
+    """An exclusive ``flock`` with a bound: a holder that hangs must not hang a shielded fire.
+
+    False when ``seconds`` passed without the lock; other failures raise ``OSError``.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+
+
 def _write_synced(path: Path, data: bytes, mode: int) -> None:
     """Create (``O_EXCL``) or replace (``O_TRUNC``) ``path`` with ``data``, fsynced."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | mode | os.O_CLOEXEC, 0o644)
@@ -217,11 +233,24 @@ class DirectoryStore:
                 return
 
     async def settle(
-        self, routine: str, slot: datetime, outcome: Outcome, ms: int | None = None
+        self,
+        routine: str,
+        slot: datetime,
+        outcome: Outcome,
+        ms: int | None = None,
+        *,
+        if_unsettled: bool = False,
     ) -> None:
-        await self._run(self.settle_sync, routine, slot, outcome, ms)
+        await self._run(self.settle_sync, routine, slot, outcome, ms, if_unsettled)
 
-    def settle_sync(self, routine: str, slot: datetime, outcome: Outcome, ms: int | None) -> None:
+    def settle_sync(
+        self,
+        routine: str,
+        slot: datetime,
+        outcome: Outcome,
+        ms: int | None,
+        if_unsettled: bool = False,
+    ) -> None:
         name = slot_name(slot)
         path = self.claim_dir(routine) / name
         try:
@@ -237,10 +266,17 @@ class DirectoryStore:
             )
             return
         try:
+            # Settles of one claim take turns (the lock goes with the descriptor), so the
+            # read-check-write of ``if_unsettled`` is one step against every other settle.
+            if not _lock_within(fd, self.lock_timeout):
+                raise TimeoutError(errno.ETIMEDOUT, "another settle holds the claim", str(path))
             chunks = []
             while chunk := os.read(fd, 65536):
                 chunks.append(chunk)
             fire = parse_claim(name, b"".join(chunks).decode("utf-8", errors="replace"), str(path))
+            if if_unsettled and fire.outcome is not None:
+                os.close(fd)
+                return
             data = claim_text(fire.fired_at, outcome, None if ms is None else round(ms)).encode()
             # Write over the stamp, then cut what is left: a write that fails (ENOSPC, EIO)
             # leaves the stamp readable, where truncating first would have erased it.
@@ -317,23 +353,17 @@ class DirectoryStore:
             os.close(fd)  # closing the last descriptor releases the lock
 
     def _acquire(self, fd: int) -> None:
-        """``flock`` with a bound: a holder that hangs must not hang our shielded callers."""
-        deadline = time.monotonic() + self.lock_timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise StateFault(
-                        f"the wake-up store {self._lock} stayed locked for "
-                        f"{self.lock_timeout:g}s — another process holds it"
-                    ) from None
-                time.sleep(0.005)
-            except OSError as exc:
-                raise StateFault(
-                    f"cannot lock the wake-up store {self._lock}: {describe(exc)}"
-                ) from None
+        try:
+            locked = _lock_within(fd, self.lock_timeout)
+        except OSError as exc:
+            raise StateFault(
+                f"cannot lock the wake-up store {self._lock}: {describe(exc)}"
+            ) from None
+        if not locked:
+            raise StateFault(
+                f"the wake-up store {self._lock} stayed locked for "
+                f"{self.lock_timeout:g}s — another process holds it"
+            )
 
     def _load(self, *, cached: bool = False) -> tuple[list[Wakeup], bytes | None]:
         """The valid entries, and the raw bytes when something in them could not be used.

@@ -310,13 +310,20 @@ class PostgresStore:
         return ClaimResult(ClaimStatus.TAKEN, slot_name(slot))
 
     async def settle(
-        self, routine: str, slot: datetime, outcome: Outcome, ms: int | None = None
+        self,
+        routine: str,
+        slot: datetime,
+        outcome: Outcome,
+        ms: int | None = None,
+        *,
+        if_unsettled: bool = False,
     ) -> None:
         check_name(routine)
         name = slot_name(slot)
+        rounded = None if ms is None else round(ms)
         try:
             await self._run(
-                self._settle, routine, truncate_ms(slot), outcome, None if ms is None else round(ms)
+                self._settle, routine, truncate_ms(slot), outcome, rounded, if_unsettled
             )
         except (psycopg.Error, StateFault) as exc:
             log.warning(
@@ -334,11 +341,12 @@ class PostgresStore:
         slot: datetime,
         outcome: Outcome,
         ms: int | None,
+        if_unsettled: bool,
     ) -> None:
-        conn.execute(
-            self._sql("UPDATE {claims} SET outcome = %s, ms = %s WHERE routine = %s AND slot = %s"),
-            (outcome.value, ms, routine, slot),
-        )
+        update = "UPDATE {claims} SET outcome = %s, ms = %s WHERE routine = %s AND slot = %s"
+        if if_unsettled:  # atomic: a real outcome that landed first is never overwritten
+            update += " AND outcome IS NULL"
+        conn.execute(self._sql(update), (outcome.value, ms, routine, slot))
 
     async def latest_fire(self, routine: str) -> Fire | None:
         check_name(routine)
