@@ -896,3 +896,17 @@ async def test_a_forward_jump_is_noticed_within_a_poll_not_a_long_sleep(
         fires = await rig.store.history("daily")
         assert [f.slot for f in fires] == [at(9, day=8)]
     assert len(rig.agent.turns) == 1
+
+
+async def test_start_run_holds_the_session_before_it_answers(autojump_clock: Any) -> None:
+    rig = Rig(Routine(name="manual", prompt="p"), agent=ScriptedAgent(Complete(duration=60)))
+    async with rig.running() as scheduler:
+        assert await scheduler.start_run("manual")  # started: the session is held now
+        assert scheduler.statistics().in_flight == 1
+        assert not await scheduler.start_run("manual")  # a second turn finds it busy
+        assert len(rig.agent.turns) == 1
+        await trio.sleep(61)
+        assert rig.agent.finished
+        assert await scheduler.start_run("manual")
+    assert len(rig.agent.turns) == 2
+    assert await rig.store.history("manual") == []  # no claim: no history

@@ -33,9 +33,9 @@ Decisions (also in the README's HTTP section):
 * ``POST /fire`` answers 202 once the claim is taken, and the fire goes on in the scheduler's
   nursery; with ``"wait": true`` the request runs the fire and answers 200 once it settled.
 * ``POST /run`` waits by default (``"wait"`` defaults to ``true``), as the original's did: the
-  answer carries the outcome. ``"wait": false`` answers 202 and runs the turn after the
-  response, in the request's own task (shielded like every turn, and bounded by a stop's
-  grace), or 200 ``ran: false`` when the session is busy right now.
+  answer carries the outcome. ``"wait": false`` answers 202 once the turn has started in the
+  scheduler's nursery (its session already held, so it cannot turn out busy afterwards), or
+  200 ``ran: false`` when the session is busy right now.
 * Prompts never leave: ``GET /routines`` lists names and schedules only, and wake-ups are
   shown without their prompt. The one exception is ``reply`` of ``POST /wakeups``, the
   model-facing text of the ``wake`` tool, which restates the prompt the caller just sent.
@@ -114,7 +114,6 @@ class _Response:
     status: int
     body: Any
     headers: tuple[tuple[str, str], ...] = ()
-    after: Callable[[], Awaitable[None]] | None = None  # runs once the response is sent
 
 
 @attrs.frozen
@@ -329,8 +328,6 @@ class _App:
         ]
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
         await send({"type": "http.response.body", "body": b"" if method == "HEAD" else payload})
-        if response.after is not None:
-            await response.after()
 
     async def _dispatch(self, scope: Scope, method: str, receive: Receive) -> _Response:
         path = scope.get("path", "")
@@ -430,7 +427,11 @@ class _App:
         wait = _flag(body, "wait", True)
         routine = self._routine(name)
         if not wait:
-            if self.scheduler.agent.busy(routine.session):
+            try:
+                started = await self.scheduler.start_run(name)
+            except Stopping:
+                raise _unavailable("the scheduler is stopping; no new turns are accepted") from None
+            if not started:
                 return _Response(
                     200,
                     {
@@ -441,21 +442,13 @@ class _App:
                     },
                 )
             return _Response(
-                202,
-                {"name": name[:ECHO], "session": routine.session, "started": True},
-                after=partial(self._run_after_response, name),
+                202, {"name": name[:ECHO], "session": routine.session, "started": True}
             )
         try:
             turn = await self.scheduler.run_now(name)
         except Stopping:
             raise _unavailable("the scheduler is stopping; no new turns are accepted") from None
         return _Response(200, _run_body(routine, name, turn))
-
-    async def _run_after_response(self, name: str) -> None:
-        try:
-            await self.scheduler.run_now(name)
-        except Stopping:
-            log.warning("POST /run %s: the scheduler began stopping; not run", name[:ECHO])
 
     def _routines(self) -> _Response:
         now = self.scheduler.now()

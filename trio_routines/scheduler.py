@@ -517,6 +517,40 @@ class Scheduler:
             )
         return result
 
+    async def start_run(self, name: str) -> bool:
+        """Start one turn of a routine in the running scheduler's nursery, without a claim.
+
+        Returns False, starting nothing, when the routine's session is busy; otherwise the
+        session is already held for this turn when this returns, so no other turn can slip
+        in between the answer and the start.
+        """
+        routine = self.routine(name)
+        if self._stopping.value or self._nursery is None:
+            raise Stopping("the scheduler is stopping; no new turns are accepted")
+        if self.agent.busy(routine.session):
+            return False
+        await self._nursery.start(self._run_in_background, routine)
+        return True
+
+    async def _run_in_background(
+        self, routine: Routine, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        with (
+            trio.CancelScope(shield=True),
+            self._working(),
+            self._turn_scope() as grace,
+            self.agent.hold(routine.session) as agent,
+        ):
+            task_status.started()
+            await run_turn(
+                agent,
+                routine.name,
+                routine.session,
+                routine.prompt,
+                timeout=routine.timeout,
+                grace_scope=grace,
+            )
+
     # -- wake-ups -------------------------------------------------------------------------
 
     async def _wake_loop(self) -> None:
