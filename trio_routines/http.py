@@ -49,7 +49,6 @@ import ipaddress
 import json
 import logging
 import math
-import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from functools import partial
@@ -63,6 +62,7 @@ from .converter import fire_to_json, wakeup_to_json
 from .cron import next_run
 from .errors import InvalidWakeup, StateFault, TrioRoutinesError
 from .instants import format_iso, parse_iso
+from .logs import one_line
 from .records import ClaimStatus, Wakeup
 from .routines import Routine
 from .scheduler import FireResult, NotOnGrid, NotYetDue, Scheduler, Stopping, UnknownRoutine
@@ -98,7 +98,6 @@ _ROUTES: dict[str, tuple[str, ...]] = {
     "/healthz": _GET,
     "/metrics": _GET,
 }
-_WHITESPACE = re.compile(r"\s+")
 
 
 class InsecureBind(TrioRoutinesError, ValueError):
@@ -129,9 +128,7 @@ class _Refusal(Exception):
 
     def __init__(self, status: int, message: str, headers: Iterable[tuple[str, str]] = ()):
         super().__init__(message)
-        self.response = _Response(
-            status, {"error": _WHITESPACE.sub(" ", message).strip()}, tuple(headers)
-        )
+        self.response = _Response(status, {"error": one_line(message)}, tuple(headers))
 
 
 class _Disconnected(Exception):

@@ -14,24 +14,23 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from collections.abc import AsyncIterator, Callable
 
 import attrs
 import trio
 
 from .agent import Agent, Completed, Event, Failed, TextDelta
+from .logs import one_line
 from .records import Outcome
 
 log = logging.getLogger("trio_routines")
 
-_WHITESPACE = re.compile(r"\s+")
 ACLOSE_LIMIT = 10.0  # seconds an agent's event stream may take to close after a cut-short turn
 
 
 def fold(text: str) -> str:
     """``": <text on one line>"``, or ``""`` when there is nothing to say."""
-    folded = _WHITESPACE.sub(" ", text).strip()
+    folded = one_line(text)
     return f": {folded}" if folded else ""
 
 
