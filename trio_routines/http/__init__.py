@@ -1,0 +1,55 @@
+"""The HTTP surface: a plain ASGI application over a running :class:`Scheduler`.
+
+Why no framework: the surface is a fixed table of eight routes with JSON in and out. A router,
+a request object and a JSON codec fit in this small package, while any framework would bring its
+own body handling (which we need to control byte by byte for the 64 KiB limit) and, for the
+ones that run under Trio at all, an AnyIO layer between hypercorn's Trio worker and our
+nursery. A host that already runs a Trio ASGI server mounts :func:`make_app`'s application;
+:func:`serve_http` runs it on hypercorn's Trio worker next to the scheduler.
+
+Layout: :mod:`.wire` reads requests into values and writes answers (pure), :mod:`.app` holds
+the gates and the routing, :mod:`.api` one handler per route, :mod:`.serving` runs the
+application on hypercorn. Users import from ``trio_routines.http`` only.
+
+Theory of operation
+-------------------
+
+Every request goes through the same gates, in this order, and each gate may answer and end the
+request. Nothing before the last step reads or writes the state store, so a refused request
+changes nothing:
+
+1. authorization (``Authorization: Bearer <token>``, constant-time compare) when a token is
+   configured, on every path but ``/healthz`` -- before routing, so an anonymous caller
+   cannot even learn which paths exist;
+2. the route (404) and the method (405 with ``Allow``);
+3. ``POST /fire`` and ``POST /run`` while the scheduler stops: 503 with ``Retry-After``;
+4. the body, for requests that need one: ``Content-Type`` must be JSON (415); a declared
+   ``Content-Length`` over 64 KiB is refused unread (413); the body is counted while it
+   streams in and refused as soon as it passes 64 KiB (413), so a chunked body that never ends
+   costs at most 64 KiB + one chunk; then it must be a UTF-8 JSON object (400);
+5. the fields: missing or of the wrong type (400); unknown fields are ignored, as the original
+   scheduler did, so a newer client can talk to an older server;
+6. the action. A state fault is 503 with ``Retry-After`` (nothing was claimed or changed);
+   anything unexpected is logged and answered 500 with a generic message.
+
+Decisions (also in the README's HTTP section):
+
+* ``POST /fire`` answers 202 once the claim is taken, and the fire goes on in the scheduler's
+  nursery; with ``"wait": true`` the request runs the fire and answers 200 once it settled.
+* ``POST /run`` waits by default (``"wait"`` defaults to ``true``), as the original's did: the
+  answer carries the outcome. ``"wait": false`` answers 202 once the turn has started in the
+  scheduler's nursery (its session already held, so it cannot turn out busy afterwards), or
+  200 ``ran: false`` when the session is busy right now.
+* Prompts never leave: ``GET /routines`` lists names and schedules only, and wake-ups are
+  shown without their prompt. The one exception is ``reply`` of ``POST /wakeups``, the
+  model-facing text of the ``wake`` tool, which restates the prompt the caller just sent.
+* A routine name sent by the caller is echoed back cut to 64 characters.
+"""
+
+from __future__ import annotations
+
+from .app import make_app
+from .serving import InsecureBind, check_bind, serve_http
+from .wire import MAX_BODY, ASGIApp
+
+__all__ = ["MAX_BODY", "ASGIApp", "InsecureBind", "check_bind", "make_app", "serve_http"]

@@ -1,0 +1,226 @@
+"""The API handlers: one function per route, each from parsed input to a :class:`Response`.
+
+Only the handlers read or write the state store, and only after every gate of the package
+doc has passed; each answers a store fault with 503 (nothing claimed or changed).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..converter import fire_to_json, wakeup_to_json
+from ..cron import next_run
+from ..errors import InvalidWakeup, StateFault
+from ..instants import format_iso
+from ..records import ClaimStatus, Wakeup
+from ..routines import Routine
+from ..scheduler import FireResult, NotOnGrid, NotYetDue, Scheduler, Stopping, UnknownRoutine
+from ..turns import TurnResult
+from ..wakeups import WakeupRequest, added_reply, bad_delay_reply, parse_delay, removed_reply
+from .wire import (
+    ECHO,
+    Refusal,
+    Response,
+    flag,
+    optional_text,
+    quoted,
+    required_text,
+    slot,
+    unavailable,
+)
+
+log = logging.getLogger("trio_routines.http")
+
+NEAR_FUTURE = 300.0  # seconds: a slot this close is "retry later" (503), further is an error
+
+
+def _routine(scheduler: Scheduler, name: str) -> Routine:
+    try:
+        return scheduler.routine(name)
+    except UnknownRoutine:
+        raise Refusal(404, f"no routine named {quoted(name)} (GET /routines lists them)") from None
+
+
+def _hidden(wakeup: Wakeup) -> dict[str, Any]:
+    """A wake-up as the HTTP surface shows it: everything but the prompt."""
+    shown = wakeup_to_json(wakeup)
+    shown.pop("prompt", None)
+    return shown
+
+
+def _fire_body(name: str, at: datetime, result: FireResult) -> dict[str, Any]:
+    body: dict[str, Any] = {"claimed": result.claimed, "name": name[:ECHO], "slot": format_iso(at)}
+    if not result.claimed:
+        body["reason"] = result.reason
+        return body
+    body["outcome"] = result.outcome.value if result.outcome is not None else None
+    body["ms"] = result.ms
+    if result.failed is not None:
+        body["failed"] = result.failed
+    return body
+
+
+def _run_body(routine: Routine, name: str, turn: TurnResult) -> dict[str, Any]:
+    body: dict[str, Any] = {"name": name[:ECHO], "session": routine.session}
+    if turn.busy:
+        body.update(ran=False, reason=_busy_reason(name), ms=turn.ms)
+        return body
+    body.update(ran=True, outcome=turn.outcome.value, ms=turn.ms)
+    if turn.failed is not None:
+        body["failed"] = turn.failed
+    return body
+
+
+def _busy_reason(name: str) -> str:
+    return f"the previous turn of {quoted(name)} is still running"
+
+
+def healthz(scheduler: Scheduler) -> Response:
+    in_flight = scheduler.statistics().in_flight
+    return Response(200, {"status": "busy" if in_flight else "ok", "inFlight": in_flight})
+
+
+async def fire(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
+    name = required_text(body, "name", '"daily"')
+    wait = flag(body, "wait", False)
+    routine = _routine(scheduler, name)
+    at = slot(body)
+    try:
+        if wait:
+            result = await scheduler.fire(name, at)
+        else:
+            claim = await scheduler.start_fire(name, at)
+            if claim.status is ClaimStatus.TAKEN:
+                return Response(202, {"claimed": True, "name": name[:ECHO], "slot": format_iso(at)})
+            result = FireResult(name, at, claimed=False, reason=claim.status.value)
+    except NotOnGrid:
+        zone = f" {routine.tz}" if routine.tz else ""
+        raise Refusal(
+            400,
+            f"slot {format_iso(at)} is not on the cron grid of {quoted(name)} "
+            f'("{routine.cron}"{zone})',
+        ) from None
+    except NotYetDue as exc:
+        if exc.wait <= NEAR_FUTURE:  # a delivering clock a little ahead of ours: retry
+            retry = str(max(1, math.ceil(exc.wait)))
+            raise Refusal(503, str(exc), [("retry-after", retry)]) from None
+        raise Refusal(400, str(exc)) from None
+    except OverflowError:
+        raise Refusal(400, f"slot {format_iso(at)} is out of range") from None
+    except Stopping:
+        raise unavailable("the scheduler is stopping; no new fires are accepted") from None
+    except StateFault as exc:
+        log.error("POST /fire %s at %s: %s", name[:ECHO], format_iso(at), exc)
+        raise unavailable(
+            f"the claim state of {quoted(name)} is unavailable; nothing was claimed — retry"
+        ) from None
+    return Response(200, _fire_body(name, at, result))
+
+
+async def run(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
+    name = required_text(body, "name", '"daily"')
+    wait = flag(body, "wait", True)
+    routine = _routine(scheduler, name)
+    if not wait:
+        try:
+            started = await scheduler.start_run(name)
+        except Stopping:
+            raise unavailable("the scheduler is stopping; no new turns are accepted") from None
+        if not started:
+            return Response(
+                200,
+                {
+                    "name": name[:ECHO],
+                    "session": routine.session,
+                    "ran": False,
+                    "reason": _busy_reason(name),
+                },
+            )
+        return Response(202, {"name": name[:ECHO], "session": routine.session, "started": True})
+    try:
+        turn = await scheduler.run_now(name)
+    except Stopping:
+        raise unavailable("the scheduler is stopping; no new turns are accepted") from None
+    return Response(200, _run_body(routine, name, turn))
+
+
+def routines(scheduler: Scheduler) -> Response:
+    now = scheduler.now()
+    listing = []
+    for name in sorted(scheduler.routines):
+        routine = scheduler.routines[name]
+        upcoming = next_run(routine.cron, routine.tz, now) if routine.cron else None
+        listing.append(
+            {
+                "name": name,
+                "cron": routine.cron,
+                "tz": routine.tz,
+                "next": format_iso(upcoming) if upcoming is not None else None,
+            }
+        )
+    return Response(200, listing)
+
+
+async def history(scheduler: Scheduler, name: str) -> Response:
+    _routine(scheduler, name)
+    try:
+        fires = await scheduler.store.history(name)
+    except StateFault as exc:
+        log.error("GET /routines/%s/history: %s", name[:ECHO], exc)
+        raise unavailable(f"the history of {quoted(name)} is unreadable right now") from None
+    return Response(200, [fire_to_json(fire) for fire in fires])
+
+
+async def wake(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
+    session = required_text(body, "session", '"chat:42"')
+    prompt = required_text(body, "prompt", '"check the build"')
+    if ("in" in body) == ("cron" in body):
+        raise Refusal(400, 'give exactly one of "in" (a delay such as "30m") or "cron"')
+    tz = optional_text(body, "tz")
+    now = scheduler.now()
+    if "in" in body:
+        if tz is not None:
+            raise Refusal(400, '"tz" goes with "cron" only')
+        try:
+            seconds = parse_delay(body["in"])
+            fire_at = None if seconds is None else now + timedelta(seconds=seconds)
+        except OverflowError:
+            raise Refusal(400, '"in" is too far in the future') from None
+        if fire_at is None:
+            raise Refusal(400, bad_delay_reply(body["in"]))
+        request = WakeupRequest(session=session, prompt=prompt, fire_at=fire_at)
+    else:
+        cron = required_text(body, "cron", '"0 9 * * 1-5"')
+        request = WakeupRequest(session=session, prompt=prompt, cron=cron, tz=tz)
+    try:
+        wakeup = await scheduler.store.add_wakeup(request, now)
+    except InvalidWakeup as exc:
+        raise Refusal(400, str(exc)) from None
+    except StateFault as exc:
+        log.error("POST /wakeups: %s", exc)
+        raise unavailable("the wake-up state is unavailable; nothing was added") from None
+    return Response(201, {"wakeup": _hidden(wakeup), "reply": added_reply(wakeup)})
+
+
+async def wakeups(scheduler: Scheduler, session: str | None) -> Response:
+    try:
+        pending = await scheduler.store.list_wakeups()
+    except StateFault as exc:
+        log.error("GET /wakeups: %s", exc)
+        raise unavailable("the wake-up state is unreadable right now") from None
+    return Response(200, [_hidden(w) for w in pending if session is None or w.session == session])
+
+
+async def unwake(scheduler: Scheduler, wakeup_id: str, session: str | None) -> Response:
+    try:
+        removed = await scheduler.store.remove_wakeup(wakeup_id, session)
+    except StateFault as exc:
+        log.error("DELETE /wakeups/%s: %s", wakeup_id[:ECHO], exc)
+        raise unavailable("the wake-up state is unavailable; nothing was removed") from None
+    if not removed:
+        raise Refusal(404, removed_reply(wakeup_id[:ECHO], False))
+    return Response(200, {"removed": True, "reply": removed_reply(wakeup_id[:ECHO], True)})

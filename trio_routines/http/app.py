@@ -1,0 +1,126 @@
+"""The ASGI application: the gates every request passes, in the package doc's order, then
+the route's handler in :mod:`.api`."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+
+from ..scheduler import Scheduler
+from . import api
+from .wire import (
+    ECHO,
+    ROUTES,
+    ASGIApp,
+    Disconnected,
+    Receive,
+    Refusal,
+    Response,
+    Scope,
+    Send,
+    Text,
+    encode,
+    headers,
+    query,
+    read_json,
+    route,
+    unavailable,
+)
+
+log = logging.getLogger("trio_routines.http")
+
+
+class _App:
+    def __init__(self, scheduler: Scheduler, token: str | None) -> None:
+        self.scheduler = scheduler
+        self._token = token.encode("utf-8") if token else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope.get("type")
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await _lifespan(receive, send)
+        elif kind == "websocket":
+            await send({"type": "websocket.close", "code": 1008})  # refused: HTTP 403
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        method = scope.get("method", "")
+        try:
+            response = await self._dispatch(scope, method, receive)
+        except Refusal as refusal:
+            response = refusal.response
+        except Disconnected:
+            return
+        except Exception:
+            log.exception("%s %s: unexpected error", method, scope.get("path", "")[:ECHO])
+            response = Response(500, {"error": "internal error (logged by the server)"})
+        start, body = encode(response, method)
+        await send(start)
+        await send(body)
+
+    async def _dispatch(self, scope: Scope, method: str, receive: Receive) -> Response:
+        path = scope.get("path", "")
+        if path != "/healthz":
+            self._authorize(scope)
+        key, param = route(path)
+        allowed = ROUTES[key]
+        if method not in allowed:
+            raise Refusal(405, f"use {' or '.join(allowed)} here", [("allow", ", ".join(allowed))])
+        scheduler = self.scheduler
+        if key == "/healthz":
+            return api.healthz(scheduler)
+        if key == "/metrics":
+            return Response(200, Text(scheduler.render_metrics()))
+        if key in ("/fire", "/run") and scheduler.stopping:
+            raise unavailable("the scheduler is stopping; no new turns are accepted")
+        if key == "/fire":
+            return await api.fire(scheduler, await read_json(scope, receive))
+        if key == "/run":
+            return await api.run(scheduler, await read_json(scope, receive))
+        if key == "/routines":
+            return api.routines(scheduler)
+        if key == "history":
+            assert param is not None
+            return await api.history(scheduler, param)
+        if key == "wakeup":
+            assert param is not None
+            return await api.unwake(scheduler, param, query(scope).get("session") or None)
+        if method == "POST":
+            return await api.wake(scheduler, await read_json(scope, receive))
+        return await api.wakeups(scheduler, query(scope).get("session") or None)
+
+    def _authorize(self, scope: Scope) -> None:
+        if self._token is None:
+            return
+        given = headers(scope, b"authorization")
+        scheme, _, credentials = (given[0] if len(given) == 1 else b"").partition(b" ")
+        # compare_digest is constant-time in the token; the scheme is not a secret.
+        good = hmac.compare_digest(credentials.strip(), self._token)
+        if not (good and scheme.lower() == b"bearer"):
+            raise Refusal(
+                401,
+                "missing or wrong token: send Authorization: Bearer <TRIO_ROUTINES_TOKEN>",
+                [("www-authenticate", "Bearer")],
+            )
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message.get("type") == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message.get("type") == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def make_app(scheduler: Scheduler, *, token: str | None = None) -> ASGIApp:
+    """The ASGI application of SPEC §9 over ``scheduler``.
+
+    ``token`` (e.g. ``$TRIO_ROUTINES_TOKEN``; empty means none) is then required as
+    ``Authorization: Bearer <token>`` on every endpoint but ``/healthz``. ``POST /fire`` without
+    ``wait`` needs the scheduler running (``await nursery.start(scheduler.run)``); before that,
+    and once it stops, fires are answered 503.
+    """
+    return _App(scheduler, token)

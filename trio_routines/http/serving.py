@@ -1,0 +1,87 @@
+"""Serving the application on hypercorn's Trio worker, next to the scheduler."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from functools import partial
+from typing import TYPE_CHECKING, cast
+
+import trio
+
+from ..errors import TrioRoutinesError
+from ..scheduler import Scheduler
+from .app import make_app
+
+if TYPE_CHECKING:
+    from hypercorn.typing import ASGIFramework
+
+log = logging.getLogger("trio_routines.http")
+
+
+class InsecureBind(TrioRoutinesError, ValueError):
+    """Raised by :func:`check_bind` (and so :func:`serve_http`) for a non-loopback address
+    without a token: the HTTP surface can fire turns with the agent's full authority."""
+
+
+def _is_loopback(host: str) -> bool:
+    bare = host.strip().strip("[]")
+    if bare.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(bare).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse (:class:`InsecureBind`) to serve on a non-loopback ``host`` without a token."""
+    if not token and not _is_loopback(host):
+        raise InsecureBind(
+            f"refusing to serve HTTP on {host or '(all interfaces)'} without a token — "
+            "set TRIO_ROUTINES_TOKEN, or bind 127.0.0.1"
+        )
+
+
+async def _drained(scheduler: Scheduler) -> None:
+    """Return once the scheduler stops and its last turn has ended.
+
+    Until then the server stays up, answering 503 to new fires and ``busy`` to health checks,
+    and delivering the answers of ``"wait": true`` requests as their fires settle.
+    """
+    await scheduler.wait_drained()
+
+
+async def serve_http(
+    scheduler: Scheduler,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    *,
+    token: str | None = None,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve :func:`make_app` with hypercorn's Trio worker until the scheduler has stopped.
+
+    ``nursery.start(serve_http, scheduler, host, 0)`` returns the port actually bound.
+    Raises :class:`InsecureBind` before binding anything when ``host`` is not loopback and
+    there is no token.
+    """
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    check_bind(host, token)
+    config = Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.accesslog = None
+    config.errorlog = log
+    config.include_server_header = False
+    # Requests waiting for a fire get the stop's grace to hear how it ended.
+    config.graceful_timeout = scheduler.default_grace + 2.0
+    app = cast("ASGIFramework", make_app(scheduler, token=token))
+    async with trio.open_nursery() as nursery:
+        binds: list[str] = await nursery.start(
+            partial(serve, app, config, shutdown_trigger=partial(_drained, scheduler))
+        )
+        bound = int(binds[0].rsplit(":", 1)[1])
+        log.info("HTTP surface on %s", binds[0])
+        task_status.started(bound)

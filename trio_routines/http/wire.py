@@ -1,0 +1,236 @@
+"""Requests in, answers out: the pure parsing half of the HTTP surface.
+
+Everything a request carries -- path, headers, query, body -- is untrusted and is read here,
+and only here, into plain values or a :class:`Refusal` (an error answer). Nothing in this
+module touches the scheduler or the state store.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from datetime import datetime
+from typing import Any
+from urllib.parse import parse_qsl
+
+import attrs
+
+from ..instants import parse_iso
+from ..logs import one_line
+
+MAX_BODY = 64 * 1024  # bytes
+RETRY_AFTER = "5"  # seconds: what a 503 suggests
+ECHO = 64  # characters of a caller's routine name echoed back
+
+Scope = Mapping[str, Any]
+Message = Mapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+GET = ("GET", "HEAD")
+ROUTES: dict[str, tuple[str, ...]] = {
+    "/fire": ("POST",),
+    "/run": ("POST",),
+    "/routines": GET,
+    "history": GET,
+    "/wakeups": (*GET, "POST"),
+    "wakeup": ("DELETE",),
+    "/healthz": GET,
+    "/metrics": GET,
+}
+
+
+# -- answers ----------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Response:
+    status: int
+    body: Any
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@attrs.frozen
+class Text:
+    """A plain-text body (``GET /metrics``), where every other answer is JSON."""
+
+    KIND = b"text/plain; version=0.0.4; charset=utf-8"
+    text: str
+
+
+class Refusal(Exception):
+    """An error answer, raised from anywhere inside a request's handling."""
+
+    def __init__(self, status: int, message: str, headers: Iterable[tuple[str, str]] = ()):
+        super().__init__(message)
+        self.response = Response(status, {"error": one_line(message)}, tuple(headers))
+
+
+class Disconnected(Exception):
+    """The client went away before its body arrived: nobody is left to answer."""
+
+
+def unavailable(message: str) -> Refusal:
+    return Refusal(503, message, [("retry-after", RETRY_AFTER)])
+
+
+def quoted(name: str) -> str:
+    """A caller's routine name for a message: cut to 64 characters, JSON-quoted."""
+    return json.dumps(name[:ECHO], ensure_ascii=False)
+
+
+def encode(response: Response, method: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The two ASGI messages (start, body) that send ``response``."""
+    if isinstance(response.body, Text):
+        payload, kind = response.body.text.encode("utf-8"), Text.KIND
+    else:
+        payload = json.dumps(response.body, separators=(",", ":")).encode("ascii")
+        kind = b"application/json"
+    headers = [
+        (b"content-type", kind),
+        (b"content-length", str(len(payload)).encode("ascii")),
+        (b"cache-control", b"no-store"),
+        *((k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers),
+    ]
+    return (
+        {"type": "http.response.start", "status": response.status, "headers": headers},
+        {"type": "http.response.body", "body": b"" if method == "HEAD" else payload},
+    )
+
+
+# -- request parsing ----------------------------------------------------------------------------
+
+
+def route(path: str) -> tuple[str, str | None]:
+    """The route key for ``path`` and its one parameter; a 404 for anything else."""
+    if path in ROUTES:
+        return path, None
+    prefix, suffix = "/routines/", "/history"
+    if path.startswith(prefix) and path.endswith(suffix):
+        name = path[len(prefix) : -len(suffix)]
+        if name and "/" not in name:
+            return "history", name
+    if path.startswith("/wakeups/"):
+        wakeup_id = path[len("/wakeups/") :]
+        if wakeup_id and "/" not in wakeup_id:
+            return "wakeup", wakeup_id
+    raise Refusal(404, "no such endpoint (see SPEC §9: /fire, /run, /routines, /wakeups, ...)")
+
+
+def headers(scope: Scope, name: bytes) -> list[bytes]:
+    return [value for key, value in scope.get("headers", ()) if key.lower() == name]
+
+
+def one_header(scope: Scope, name: bytes) -> str | None:
+    values = headers(scope, name)
+    if len(values) > 1:
+        raise Refusal(400, f"the {name.decode()} header is repeated")
+    return values[0].decode("latin-1") if values else None
+
+
+def is_json(content_type: str | None) -> bool:
+    if content_type is None:
+        return False
+    media, *params = content_type.split(";")
+    if media.strip().lower() != "application/json":
+        return False
+    for param in params:
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "charset" and value.strip().strip('"').lower() != "utf-8":
+            return False
+    return True
+
+
+def query(scope: Scope) -> dict[str, str]:
+    raw = scope.get("query_string", b"")
+    try:
+        pairs = parse_qsl(raw.decode("latin-1"), keep_blank_values=True, errors="strict")
+    except ValueError:
+        raise Refusal(400, "the query string is not valid UTF-8") from None
+    found: dict[str, str] = {}
+    for key, value in pairs:
+        if key in found:
+            raise Refusal(400, f"the query parameter {key[:ECHO]!r} is repeated")
+        found[key] = value
+    return found
+
+
+def text(value: str, field: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise Refusal(400, f'"{field}" is not valid Unicode text') from None
+    if "\x00" in value:  # no store needs it, and PostgreSQL text cannot hold it
+        raise Refusal(400, f'"{field}" must not contain NUL characters')
+    return value
+
+
+def required_text(body: Mapping[str, Any], field: str, example: str) -> str:
+    value = body.get(field)
+    if not isinstance(value, str) or not value:
+        raise Refusal(400, f'"{field}" must be a non-empty string, e.g. {example}')
+    return text(value, field)
+
+
+def optional_text(body: Mapping[str, Any], field: str) -> str | None:
+    value = body.get(field)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise Refusal(400, f'"{field}" must be a non-empty string when given')
+    return text(value, field)
+
+
+def flag(body: Mapping[str, Any], field: str, default: bool) -> bool:
+    value = body.get(field, default)
+    if not isinstance(value, bool):
+        raise Refusal(400, f'"{field}" must be true or false')
+    return value
+
+
+def slot(body: Mapping[str, Any]) -> datetime:
+    example = '"2026-07-07T10:00:00.000Z"'
+    given = required_text(body, "slot", example)
+    try:
+        parsed = parse_iso(given)
+    except (ValueError, OverflowError):
+        parsed = None
+    if parsed is None:
+        raise Refusal(400, f'"slot" must be an ISO instant with a zone, e.g. {example}')
+    return parsed
+
+
+async def read_json(scope: Scope, receive: Receive) -> Mapping[str, Any]:
+    """The request's JSON object, read under the 64 KiB limit (see the package doc)."""
+    if not is_json(one_header(scope, b"content-type")):
+        raise Refusal(415, "send a JSON body with Content-Type: application/json")
+    declared = one_header(scope, b"content-length")
+    if declared is not None:
+        declared = declared.strip()
+        if not declared.isascii() or not declared.isdigit():
+            raise Refusal(400, "Content-Length is not a number")
+        if len(declared) > 12 or int(declared) > MAX_BODY:
+            raise Refusal(413, f"the body is over {MAX_BODY // 1024} KiB")
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message.get("type") == "http.disconnect":
+            raise Disconnected
+        if message.get("type") != "http.request":
+            continue
+        body += message.get("body", b"")
+        if len(body) > MAX_BODY:
+            # The rest is still coming: ask the server to drop the connection, not drain it.
+            raise Refusal(
+                413, f"the body is over {MAX_BODY // 1024} KiB", [("connection", "close")]
+            )
+        if not message.get("more_body", False):
+            break
+    try:
+        parsed = json.loads(body.decode("utf-8"))
+    except (ValueError, RecursionError):  # RecursionError: 64 KiB of "[" nests too deep
+        raise Refusal(400, "the body is not valid JSON (UTF-8)") from None
+    if not isinstance(parsed, dict):
+        raise Refusal(400, "the body must be a JSON object")
+    return parsed
