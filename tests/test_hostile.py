@@ -147,7 +147,7 @@ def test_a_name_too_long_for_the_file_system_is_one_line_not_a_traceback(
 )
 async def test_http_path_tricks_reach_no_other_file(path: bytes) -> None:
     async with serving() as server:
-        head = b"GET " + path + b" HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+        head = b"GET " + path + b" HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
         if path.startswith(b"/wakeups/"):
             head = head.replace(b"GET", b"DELETE", 1)
         response = await raw_exchange(server.port, head)
@@ -165,7 +165,7 @@ async def test_a_client_stalling_mid_body_does_not_hold_up_others() -> None:
 
     async with serving() as server:
         head = (
-            b"POST /fire HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            b"POST /fire HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             b"Content-Length: 200\r\n\r\n"
         )
         async with trio.open_nursery() as nursery:

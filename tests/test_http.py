@@ -455,7 +455,7 @@ async def test_wakeups_add_list_and_remove() -> None:
         removed = await server.call("DELETE", f"/wakeups/{wid}?session=chat:1")
         assert removed.status == 200
         assert removed.json["removed"] is True
-        assert_error(await server.call("DELETE", f"/wakeups/{wid}"), 404)
+        assert_error(await server.call("DELETE", f"/wakeups/{wid}?session=chat:1"), 404)
         assert [w.session for w in await server.store.list_wakeups()] == ["chat:2"]
 
 
@@ -493,7 +493,7 @@ async def test_wakeup_state_fault_is_503() -> None:
         added = await server.call("POST", "/wakeups", {"session": "s", "prompt": "p", "in": "2h"})
         assert_error(added, 503)
         assert_error(await server.call("GET", "/wakeups"), 503)
-        assert_error(await server.call("DELETE", "/wakeups/abc"), 503)
+        assert_error(await server.call("DELETE", "/wakeups/abc?session=s"), 503)
         assert store.wakeups == []
 
 
@@ -610,7 +610,7 @@ async def test_declared_length_over_64k_is_refused_unread() -> None:
     async with serving() as server:
         # The body is never sent: the answer must come from the headers alone.
         head = (
-            b"POST /fire HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            b"POST /fire HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n" % (MAX_BODY + 1)
         )
         response = await raw_exchange(server.port, head)
@@ -638,7 +638,7 @@ async def test_a_chunked_body_that_never_ends_is_cut_off_at_64k() -> None:
 
     async with serving() as server:
         head = (
-            b"POST /fire HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            b"POST /fire HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n"
         )
         response = await raw_exchange(server.port, head, forever)

@@ -7,9 +7,10 @@ ones that run under Trio at all, an AnyIO layer between hypercorn's Trio worker 
 nursery. A host that already runs a Trio ASGI server mounts :func:`make_app`'s application;
 :func:`serve_http` runs it on hypercorn's Trio worker next to the scheduler.
 
-Layout: :mod:`.wire` reads requests into values and writes answers (pure), :mod:`.app` holds
-the gates and the routing, :mod:`.api` one handler per route, :mod:`.serving` runs the
-application on hypercorn. Users import from ``trio_routines.http`` only.
+Layout: :mod:`.wire` reads requests into values and writes answers (pure), :mod:`.origin`
+checks ``Host`` and ``Origin``, :mod:`.app` holds the gates and the routing, :mod:`.api` one
+handler per route, :mod:`.serving` runs the application on hypercorn. Users import from
+``trio_routines.http`` only.
 
 Theory of operation
 -------------------
@@ -20,7 +21,9 @@ changes nothing:
 
 1. authorization (``Authorization: Bearer <token>``, constant-time compare) when a token is
    configured, on every path but ``/healthz`` -- before routing, so an anonymous caller
-   cannot even learn which paths exist;
+   cannot even learn which paths exist. Without a token, :mod:`.origin` instead refuses a
+   ``Host`` that is not loopback (421) and, on ``POST``/``DELETE``, an ``Origin`` that is not
+   loopback (403): the defence against DNS rebinding and cross-site requests;
 2. the route (404) and the method (405 with ``Allow``);
 3. ``POST /fire`` and ``POST /run`` while the scheduler stops: 503 with ``Retry-After``;
 4. the body, for requests that need one: ``Content-Type`` must be JSON (415); a declared
@@ -44,6 +47,10 @@ Decisions (also in the README's HTTP section):
   shown without their prompt. The one exception is ``reply`` of ``POST /wakeups``, the
   model-facing text of the ``wake`` tool, which restates the prompt the caller just sent.
 * A routine name sent by the caller is echoed back cut to 64 characters.
+* ``DELETE /wakeups/{id}`` requires ``?session=``: without it one caller could delete another
+  session's wake-up by guessing its id (400). Wake-up ids (128 characters at most) and
+  sessions (512) are checked for NUL, control characters and length before any store sees
+  them, so every store answers the same 400.
 """
 
 from __future__ import annotations

@@ -23,9 +23,11 @@ from ..turns import TurnResult
 from ..wakeups import WakeupRequest, added_reply, bad_delay_reply, parse_delay, removed_reply
 from .wire import (
     ECHO,
+    MAX_SESSION,
     Refusal,
     Response,
     flag,
+    label,
     optional_text,
     quoted,
     required_text,
@@ -176,7 +178,7 @@ async def history(scheduler: Scheduler, name: str) -> Response:
 
 
 async def wake(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
-    session = required_text(body, "session", '"chat:42"')
+    session = label(required_text(body, "session", '"chat:42"'), "session", MAX_SESSION)
     prompt = required_text(body, "prompt", '"check the build"')
     if ("in" in body) == ("cron" in body):
         raise Refusal(400, 'give exactly one of "in" (a delay such as "30m") or "cron"')
@@ -215,7 +217,7 @@ async def wakeups(scheduler: Scheduler, session: str | None) -> Response:
     return Response(200, [_hidden(w) for w in pending if session is None or w.session == session])
 
 
-async def unwake(scheduler: Scheduler, wakeup_id: str, session: str | None) -> Response:
+async def unwake(scheduler: Scheduler, wakeup_id: str, session: str) -> Response:
     try:
         removed = await scheduler.store.remove_wakeup(wakeup_id, session)
     except StateFault as exc:

@@ -8,8 +8,10 @@ import logging
 
 from ..scheduler import Scheduler
 from . import api
+from .origin import check_origin
 from .wire import (
     ECHO,
+    MAX_ID,
     ROUTES,
     ASGIApp,
     Disconnected,
@@ -21,9 +23,11 @@ from .wire import (
     Text,
     encode,
     headers,
-    query,
+    label,
     read_json,
+    required_session,
     route,
+    session_param,
     unavailable,
 )
 
@@ -61,7 +65,9 @@ class _App:
 
     async def _dispatch(self, scope: Scope, method: str, receive: Receive) -> Response:
         path = scope.get("path", "")
-        if path != "/healthz":
+        if self._token is None:
+            check_origin(scope, method)
+        elif path != "/healthz":
             self._authorize(scope)
         key, param = route(path)
         allowed = ROUTES[key]
@@ -85,10 +91,11 @@ class _App:
             return await api.history(scheduler, param)
         if key == "wakeup":
             assert param is not None
-            return await api.unwake(scheduler, param, query(scope).get("session") or None)
+            wakeup_id = label(param, "id", MAX_ID)
+            return await api.unwake(scheduler, wakeup_id, required_session(scope))
         if method == "POST":
             return await api.wake(scheduler, await read_json(scope, receive))
-        return await api.wakeups(scheduler, query(scope).get("session") or None)
+        return await api.wakeups(scheduler, session_param(scope))
 
     def _authorize(self, scope: Scope) -> None:
         if self._token is None:

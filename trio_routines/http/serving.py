@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from functools import partial
 from typing import TYPE_CHECKING, cast
@@ -12,6 +11,7 @@ import trio
 from ..errors import TrioRoutinesError
 from ..scheduler import Scheduler
 from .app import make_app
+from .origin import is_loopback
 
 if TYPE_CHECKING:
     from hypercorn.typing import ASGIFramework
@@ -24,19 +24,9 @@ class InsecureBind(TrioRoutinesError, ValueError):
     without a token: the HTTP surface can fire turns with the agent's full authority."""
 
 
-def _is_loopback(host: str) -> bool:
-    bare = host.strip().strip("[]")
-    if bare.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(bare).is_loopback
-    except ValueError:
-        return False  # a host name: it may resolve to anything
-
-
 def check_bind(host: str, token: str | None) -> None:
     """Refuse (:class:`InsecureBind`) to serve on a non-loopback ``host`` without a token."""
-    if not token and not _is_loopback(host):
+    if not token and not is_loopback(host):
         raise InsecureBind(
             f"refusing to serve HTTP on {host or '(all interfaces)'} without a token — "
             "set TRIO_ROUTINES_TOKEN, or bind 127.0.0.1"

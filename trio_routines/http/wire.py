@@ -8,6 +8,7 @@ module touches the scheduler or the state store.
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -21,6 +22,8 @@ from ..logs import one_line
 MAX_BODY = 64 * 1024  # bytes
 RETRY_AFTER = "5"  # seconds: what a 503 suggests
 ECHO = 64  # characters of a caller's routine name echoed back
+MAX_ID = 128  # characters of a wake-up id (ours are 36)
+MAX_SESSION = 512  # characters of a session name
 
 Scope = Mapping[str, Any]
 Message = Mapping[str, Any]
@@ -180,6 +183,31 @@ def optional_text(body: Mapping[str, Any], field: str) -> str | None:
     if not isinstance(value, str) or not value:
         raise Refusal(400, f'"{field}" must be a non-empty string when given')
     return text(value, field)
+
+
+def label(value: str, field: str, limit: int) -> str:
+    """A wake-up id or a session, checked before any store sees it: every store then gives the
+    same answer (400), whatever it could or could not hold."""
+    text(value, field)
+    if len(value) > limit:
+        raise Refusal(400, f'"{field}" is longer than {limit} characters')
+    if any(unicodedata.category(ch) == "Cc" for ch in value):
+        raise Refusal(400, f'"{field}" must not contain control characters')
+    return value
+
+
+def session_param(scope: Scope) -> str | None:
+    """``?session=`` of ``GET /wakeups``, checked; ``None`` when absent or empty."""
+    session = query(scope).get("session") or None
+    return None if session is None else label(session, "session", MAX_SESSION)
+
+
+def required_session(scope: Scope) -> str:
+    """``?session=`` of ``DELETE /wakeups/{id}``: without it, a 400."""
+    session = session_param(scope)
+    if session is None:
+        raise Refusal(400, "give ?session=<the session the wake-up belongs to>")
+    return session
 
 
 def flag(body: Mapping[str, Any], field: str, default: bool) -> bool:

@@ -1,0 +1,110 @@
+"""DNS rebinding and cross-site requests, against a real hypercorn server on loopback.
+
+Without a token the server answers only to loopback host names, and refuses a state-changing
+request from a browser on another origin; with a token it answers to any name.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_http import ON_GRID, TOKEN, assert_error, serving
+
+from trio_routines.http.origin import check_origin, is_loopback
+from trio_routines.http.wire import Refusal
+
+LOOPBACK_HOSTS = ["localhost", "LocalHost:8080", "127.0.0.1", "127.0.0.1:80", "[::1]", "[::1]:9"]
+FOREIGN_HOSTS = [
+    "evil.example",
+    "evil.example:8080",
+    "127.0.0.1.evil.example",
+    "localhost.evil.example",
+    "10.0.0.1",
+    "::1",  # an IPv6 literal needs its brackets in Host
+    "[::1]x",
+    "127.0.0.1:http",
+    "",
+]
+
+
+@pytest.mark.parametrize("host", LOOPBACK_HOSTS)
+async def test_loopback_host_names_are_served(host: str) -> None:
+    async with serving() as server:
+        reply = await server.call("GET", "/routines", headers={"Host": host})
+        assert reply.status == 200, reply.raw
+        fired = await server.call(
+            "POST", "/fire", {"name": "adhoc", "slot": ON_GRID}, headers={"Host": host}
+        )
+        assert fired.status == 202
+
+
+async def test_a_rebound_host_name_is_refused_on_every_route_and_changes_nothing() -> None:
+    async with serving() as server:
+        for host in FOREIGN_HOSTS:
+            headers = {"Host": host}
+            for method, path, body in [
+                ("GET", "/routines", None),
+                ("GET", "/healthz", None),
+                ("GET", "/wakeups", None),
+                ("POST", "/fire", {"name": "adhoc", "slot": ON_GRID}),
+                ("POST", "/run", {"name": "adhoc"}),
+                ("POST", "/wakeups", {"session": "s", "prompt": "p", "in": "1h"}),
+            ]:
+                reply = await server.call(method, path, body, headers=headers)
+                message = assert_error(reply, 421)
+                assert "TRIO_ROUTINES_TOKEN" in message, host
+        assert server.agent.turns == []
+        assert await server.store.history("adhoc") == []
+        assert await server.store.list_wakeups() == []
+
+
+async def test_cross_origin_browser_requests_cannot_change_state() -> None:
+    async with serving() as server:
+        for origin in ["https://evil.example", "null", "http://127.0.0.1.evil.example", "x"]:
+            headers = {"Origin": origin}
+            fire = await server.call(
+                "POST", "/fire", {"name": "adhoc", "slot": ON_GRID}, headers=headers
+            )
+            assert "origin" in assert_error(fire, 403)
+            wake = await server.call(
+                "POST", "/wakeups", {"session": "s", "prompt": "p", "in": "1h"}, headers=headers
+            )
+            assert_error(wake, 403)
+            gone = await server.call("DELETE", "/wakeups/x?session=s", headers=headers)
+            assert_error(gone, 403)
+            # Reading is harmless: the browser keeps a cross-origin answer from the page.
+            assert (await server.call("GET", "/routines", headers=headers)).status == 200
+        assert server.agent.turns == []
+        assert await server.store.history("adhoc") == []
+        assert await server.store.list_wakeups() == []
+        for origin in ["http://localhost:3000", "http://127.0.0.1", "https://[::1]:8443"]:
+            reply = await server.call("POST", "/run", {"name": "adhoc"}, headers={"Origin": origin})
+            assert reply.status == 200, (origin, reply.raw)
+
+
+async def test_with_a_token_any_host_and_origin_is_served() -> None:
+    async with serving(token=TOKEN) as server:
+        headers = {
+            "Host": "scheduler.internal.example:8080",
+            "Origin": "https://dashboard.example",
+            "Authorization": f"Bearer {TOKEN}",
+        }
+        reply = await server.call(
+            "POST", "/fire", {"name": "adhoc", "slot": ON_GRID}, headers=headers
+        )
+        assert reply.status == 202
+        await server.settled("adhoc")
+        # The token still comes first: a foreign name without it learns nothing.
+        anonymous = await server.call("GET", "/routines", headers={"Host": "evil.example"})
+        assert_error(anonymous, 401)
+
+
+def test_one_helper_for_loopback_names() -> None:
+    assert all(is_loopback(h) for h in ["localhost", "127.0.0.1", "127.1.2.3", "::1", "[::1]"])
+    assert not any(is_loopback(h) for h in ["0.0.0.0", "::", "example.com", "", "[::1"])
+
+
+def test_a_repeated_host_header_is_refused() -> None:
+    scope = {"headers": [(b"host", b"localhost"), (b"host", b"evil.example")]}
+    with pytest.raises(Refusal) as refused:
+        check_origin(scope, "GET")
+    assert refused.value.response.status == 400
