@@ -1,0 +1,66 @@
+"""Boot: reconcile the claims a dead process left open, and plan each routine's first slot."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import trio
+
+from ..cron import next_run
+from ..errors import StateFault
+from ..instants import format_iso
+from ..records import Fire, Outcome
+from .state import SchedulerState, log
+
+
+class Boot(SchedulerState):
+    async def _boot(self) -> dict[str, datetime]:
+        newest = await self._read_newest_claims()
+        latest = {}
+        for name in self.routines:
+            fire = newest[name]
+            if fire is not None and fire.outcome is None:
+                log.warning(
+                    "%s: the fire claimed at %s never finished — the process stopped mid-turn "
+                    "and that slot stays skipped (see `python -m trio_routines history %s`)",
+                    name,
+                    format_iso(fire.fired_at),
+                    name,
+                )
+                # Only if still unsettled: another scheduler sharing the store may be the one
+                # mid-turn, and may settle the real outcome just before we write.
+                await self.store.settle(name, fire.slot, Outcome.INTERRUPTED, if_unsettled=True)
+            if fire is not None:
+                latest[name] = fire.fired_at
+        current = self.now()
+        first_due = {}
+        for name, routine in self.routines.items():
+            if routine.cron is None:
+                continue
+            due = next_run(routine.cron, routine.tz, latest.get(name, current))
+            if due is None:
+                log.warning('%s: cron "%s" will never fire again — not armed', name, routine.cron)
+                continue
+            if due <= current:
+                log.info("%s: catching up a missed run", name)
+            first_due[name] = due
+        return first_due
+
+    async def _read_newest_claims(self) -> dict[str, Fire | None]:
+        """Every routine's newest claim, read concurrently (the store bounds its threads)."""
+        newest: dict[str, Fire | None] = {}
+        faults: dict[str, StateFault] = {}
+
+        async def read(name: str) -> None:
+            try:
+                newest[name] = await self.store.latest_fire(name)
+            except StateFault as exc:
+                faults[name] = exc
+
+        async with trio.open_nursery() as nursery:
+            for name in self.routines:
+                nursery.start_soon(read, name)
+        for name in self.routines:  # the first broken routine in order, as one plain error
+            if name in faults:
+                raise faults[name]
+        return newest

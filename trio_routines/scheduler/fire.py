@@ -1,0 +1,170 @@
+"""The fire path: claim a slot -> run the turn -> settle it; and the claim-less runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+import trio
+
+from ..context import firing_slot
+from ..instants import format_iso, slot_name, truncate_ms
+from ..records import ClaimResult, ClaimStatus
+from ..routines import Routine
+from ..turns import TurnResult, run_turn
+from .state import FireResult, NotOnGrid, NotYetDue, SchedulerState, Stopping, log, on_grid
+
+
+class FirePath(SchedulerState):
+    async def fire(
+        self,
+        name: str,
+        slot: datetime,
+        *,
+        task_status: trio.TaskStatus[ClaimResult] = trio.TASK_STATUS_IGNORED,
+    ) -> FireResult:
+        """The external-clock path: claim ``slot`` of routine ``name``, run it, settle it.
+
+        Reports the claim decision through ``task_status`` as soon as it is known, so a host
+        can answer its caller and let the turn go on in the runtime's nursery
+        (``await scheduler.start_fire(...)``). Raises :class:`UnknownRoutine`,
+        :class:`NotOnGrid`, :class:`Stopping`, or :class:`StateFault` (nothing was claimed).
+        """
+        routine = self.routine(name)
+        slot = truncate_ms(slot)
+        if not on_grid(routine, slot):
+            raise NotOnGrid(
+                f"{slot_name(slot)} is not on the cron grid of {name!r} ({routine.cron})"
+            )
+        now = self.now()
+        if slot > now:
+            raise NotYetDue(
+                f"slot {format_iso(slot)} of {name!r} has not arrived yet — "
+                "a slot never fires before its instant",
+                (slot - now).total_seconds(),
+            )
+        if self._stopping.value:
+            raise Stopping("the scheduler is stopping; no new fires are accepted")
+        with trio.CancelScope(shield=True):
+            result = await self._fire(routine, slot, task_status)
+        await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller hears of it now
+        return result
+
+    async def start_fire(self, name: str, slot: datetime) -> ClaimResult:
+        """Claim ``slot`` now and let the turn continue in the running scheduler's nursery."""
+        if self._nursery is None:
+            raise Stopping("the scheduler is not running")
+        result: ClaimResult = await self._nursery.start(self.fire, name, slot)
+        return result
+
+    async def _fire(
+        self,
+        routine: Routine,
+        slot: datetime,
+        task_status: trio.TaskStatus[ClaimResult] = trio.TASK_STATUS_IGNORED,
+    ) -> FireResult:
+        with self._working():
+            return await self._claim_turn_settle(routine, slot, task_status)
+
+    async def _claim_turn_settle(
+        self, routine: Routine, slot: datetime, task_status: trio.TaskStatus[ClaimResult]
+    ) -> FireResult:
+        name = routine.name
+        claim = await self.store.claim(name, slot, self.now())
+        task_status.started(claim)
+        if claim.status is ClaimStatus.DUPLICATE:
+            log.info(
+                "%s: skipping — slot %s is already claimed — a duplicate delivery, or another "
+                "scheduler has it",
+                name,
+                format_iso(slot),
+            )
+            self._outcomes["duplicate"] += 1
+            self.metrics.refuse(name, "duplicate")
+            return FireResult(name, slot, claimed=False, reason="duplicate")
+        if claim.status is ClaimStatus.STALE:
+            log.warning(
+                "%s: skipping — slot %s is stale: %s was already claimed, "
+                "so this instant is skipped",
+                name,
+                format_iso(slot),
+                claim.newest,
+            )
+            self._outcomes["stale"] += 1
+            self.metrics.refuse(name, "stale")
+            return FireResult(name, slot, claimed=False, reason="stale")
+        late = (self.now() - slot).total_seconds()
+        with firing_slot(slot):
+            turn = await self._turn(name, routine.session, routine.prompt, routine.timeout)
+        await self.store.settle(name, slot, turn.outcome, turn.ms)
+        self._outcomes[turn.outcome.value] += 1
+        self.metrics.fired(name, turn.outcome.value, turn.ms, late)
+        return FireResult(
+            name, slot, claimed=True, outcome=turn.outcome, ms=turn.ms, failed=turn.failed
+        )
+
+    async def _turn(
+        self,
+        label: str,
+        session: str,
+        text: str,
+        timeout: float | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> TurnResult:
+        with self._turn_scope() as grace, self.agent.hold(session) as agent:
+            return await run_turn(
+                agent,
+                label,
+                session,
+                text,
+                timeout=timeout,
+                grace_scope=grace,
+                on_text=on_text,
+            )
+
+    async def run_now(
+        self, name: str, *, on_text: Callable[[str], None] | None = None
+    ) -> TurnResult:
+        """Run one turn of a routine now, without a claim: no slot, no history."""
+        routine = self.routine(name)
+        if self._stopping.value:
+            raise Stopping("the scheduler is stopping; no new turns are accepted")
+        with trio.CancelScope(shield=True), self._working():
+            result = await self._turn(
+                name, routine.session, routine.prompt, routine.timeout, on_text
+            )
+        return result
+
+    async def start_run(self, name: str) -> bool:
+        """Start one turn of a routine in the running scheduler's nursery, without a claim.
+
+        Returns False, starting nothing, when the routine's session is busy; otherwise the
+        session is already held for this turn when this returns, so no other turn can slip
+        in between the answer and the start.
+        """
+        routine = self.routine(name)
+        if self._stopping.value or self._nursery is None:
+            raise Stopping("the scheduler is stopping; no new turns are accepted")
+        if self.agent.busy(routine.session):
+            return False
+        await self._nursery.start(self._run_in_background, routine)
+        return True
+
+    async def _run_in_background(
+        self, routine: Routine, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        with (
+            trio.CancelScope(shield=True),
+            self._working(),
+            self._turn_scope() as grace,
+            self.agent.hold(routine.session) as agent,
+        ):
+            task_status.started()
+            await run_turn(
+                agent,
+                routine.name,
+                routine.session,
+                routine.prompt,
+                timeout=routine.timeout,
+                grace_scope=grace,
+            )

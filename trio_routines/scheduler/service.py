@@ -1,0 +1,112 @@
+"""The :class:`Scheduler` itself: boot, start the loops, stop with a grace, report."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from types import MappingProxyType
+
+import trio
+
+from ..agent import Agent
+from ..routines import Routine
+from ..store import Store
+from .boot import Boot
+from .loops import CronLoops
+from .state import Statistics
+from .wake import WakeLoop
+
+
+class Scheduler(Boot, CronLoops, WakeLoop):
+    """Fires routines and wake-ups into an agent; see the package doc.
+
+    Start it inside a nursery: ``scheduler = await nursery.start(serve_routines, ...)``, or
+    ``await nursery.start(scheduler.run)``. :meth:`fire` and :meth:`run_now` also work on a
+    scheduler that was never started (the command line's one-shot paths use them so).
+    """
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[Scheduler] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Boot (reconcile, plan catch-ups), start the loops, and run until stopped.
+
+        A fault reading a routine's newest claim raises from here before anything runs:
+        a routine whose last fire cannot be known must not run blind.
+        """
+        first_due = {} if self.external_clock else await self._boot()
+        for name, due in first_due.items():
+            self._armed.append(name)
+            self._next_due[name] = due
+        self._note_offset()
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._run_loops, first_due)
+            task_status.started(self)
+        self._nursery = None
+
+    async def _run_loops(self, first_due: dict[str, datetime]) -> None:
+        with self._loops:
+            async with trio.open_nursery() as loops:
+                for name, due in first_due.items():
+                    loops.start_soon(self._cron_loop, self.routines[name], due)
+                if self.wakeups:
+                    loops.start_soon(self._wake_loop)
+                elif first_due:
+                    loops.start_soon(self._watch_clock)
+                try:
+                    await trio.sleep_forever()
+                finally:
+                    if not self._stopping.value:
+                        # Cancelled by the host's scope rather than by stop(): bound the
+                        # shielded fires all the same, before waiting for them.
+                        self._begin_stop(self.default_grace)
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop arming at once; give in-flight turns ``grace`` seconds, then interrupt them.
+
+        Safe to call from inside a turn (that fire still settles) and more than once (the
+        shortest grace wins).
+        """
+        self._begin_stop(self.default_grace if grace is None else grace)
+        self._loops.cancel()
+
+    def _begin_stop(self, grace: float) -> None:
+        self._stopping.value = True
+        self._grace_deadline = min(self._grace_deadline, trio.current_time() + max(0.0, grace))
+        for scope in self._grace_scopes:
+            scope.deadline = min(scope.deadline, self._grace_deadline)
+
+    async def wait_drained(self) -> None:
+        """Return once a stop was requested and no turn is in flight any more."""
+        await self._stopping.wait_value(True)
+        await self._in_flight.wait_value(0)
+
+    def render_metrics(self) -> str:
+        """The runtime's counters in the Prometheus text format (``GET /metrics``)."""
+        stats = self.statistics()
+        return self.metrics.render(
+            in_flight=stats.in_flight, armed=len(stats.armed), clock_jumps=stats.clock_jumps
+        )
+
+    def statistics(self) -> Statistics:
+        return Statistics(
+            armed=tuple(self._armed),
+            in_flight=int(self._in_flight.value),
+            next_due=MappingProxyType(dict(self._next_due)),
+            outcomes=MappingProxyType(dict(self._outcomes)),
+            clock_jumps=self._jumps,
+            stopping=self._stopping.value,
+        )
+
+
+async def serve_routines(
+    *,
+    agent: Agent,
+    store: Store,
+    routines: Iterable[Routine] = (),
+    task_status: trio.TaskStatus[Scheduler] = trio.TASK_STATUS_IGNORED,
+    **options: object,
+) -> None:
+    """Run a :class:`Scheduler` until it is stopped; ``nursery.start`` returns its handle."""
+    scheduler = Scheduler(agent=agent, store=store, routines=routines, **options)  # type: ignore[arg-type]
+    await scheduler.run(task_status=task_status)

@@ -1,0 +1,174 @@
+"""What every part of the runtime shares: its state, its records and its errors."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+
+import attrs
+import trio
+import trio_util
+
+from ..agent import Agent
+from ..cron import next_run
+from ..errors import InvalidRoutine, TrioRoutinesError
+from ..instants import truncate_ms
+from ..metrics import Metrics
+from ..records import Outcome
+from ..routines import Routine
+from ..sessions import SessionGate
+from ..store import Store
+from ..wakeups import POLL_INTERVAL
+
+log = logging.getLogger("trio_routines")
+
+MAX_WAIT = 6 * 3600.0  # seconds: the longest single sleep before the wall clock is re-read
+DEFAULT_GRACE = 10.0
+JUMP_THRESHOLD = 5.0
+
+
+def system_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class UnknownRoutine(TrioRoutinesError, LookupError):
+    """Raised by :meth:`Scheduler.fire` and :meth:`Scheduler.run_now` for a name not loaded."""
+
+
+class NotOnGrid(TrioRoutinesError, ValueError):
+    """Raised by :meth:`Scheduler.fire` for a slot that is not on the routine's cron grid."""
+
+
+class NotYetDue(TrioRoutinesError, ValueError):
+    """Raised by :meth:`Scheduler.fire` for a slot still in the future on our wall clock.
+
+    Firing it would run it early, and a far-future claim would make every real slot before it
+    stale. ``wait`` is how many seconds remain: an external clock a little ahead of ours can
+    simply retry then (the HTTP surface answers 503 with that ``Retry-After``).
+    """
+
+    def __init__(self, message: str, wait: float) -> None:
+        super().__init__(message)
+        self.wait = wait
+
+
+class Stopping(TrioRoutinesError, RuntimeError):
+    """Raised when a fire is requested from a scheduler that is stopping."""
+
+
+@attrs.frozen
+class FireResult:
+    """What became of one requested slot."""
+
+    name: str
+    slot: datetime
+    claimed: bool
+    reason: str | None = None  # "duplicate" or "stale" when not claimed
+    outcome: Outcome | None = None
+    ms: int | None = None
+    failed: str | None = None
+
+
+@attrs.frozen
+class Statistics:
+    """A snapshot of the runtime, for health checks and dashboards."""
+
+    armed: tuple[str, ...]
+    in_flight: int
+    next_due: Mapping[str, datetime | None]
+    outcomes: Mapping[str, int]
+    clock_jumps: int
+    stopping: bool
+
+
+def on_grid(routine: Routine, slot: datetime) -> bool:
+    """Whether ``slot`` is an instant the routine's cron produces (any instant without cron)."""
+    if routine.cron is None:
+        return True
+    slot = truncate_ms(slot)
+    try:
+        return next_run(routine.cron, routine.tz, slot - timedelta(milliseconds=1)) == slot
+    except OverflowError:  # the first instant datetime can hold
+        return False
+
+
+class SchedulerState:
+    """The state the boot, the loops and the fire path share; :class:`Scheduler` is the API."""
+
+    def __init__(
+        self,
+        *,
+        agent: Agent,
+        store: Store,
+        routines: Iterable[Routine] = (),
+        now: Callable[[], datetime] = system_now,
+        external_clock: bool = False,
+        wakeups: bool = True,
+        max_wait: float = MAX_WAIT,
+        poll_interval: float = POLL_INTERVAL,
+        jump_threshold: float = JUMP_THRESHOLD,
+        default_grace: float = DEFAULT_GRACE,
+    ) -> None:
+        self.agent = SessionGate(agent)
+        self.store = store
+        self.routines: dict[str, Routine] = {}
+        for routine in routines:
+            if routine.name in self.routines:
+                raise InvalidRoutine(f"two routines are named {routine.name!r}")
+            self.routines[routine.name] = routine
+        self.now = now
+        self.external_clock = external_clock
+        self.wakeups = wakeups
+        self.max_wait = max_wait
+        self.poll_interval = poll_interval
+        self.jump_threshold = jump_threshold
+        self.default_grace = default_grace
+        self._stopping = trio_util.AsyncBool(False)
+        self._loops = trio.CancelScope()
+        self._grace_deadline = math.inf
+        self._grace_scopes: set[trio.CancelScope] = set()
+        self._nursery: trio.Nursery | None = None
+        self._next_due: dict[str, datetime | None] = {}
+        self._armed: list[str] = []
+        self._outcomes: Counter[str] = Counter()
+        self.metrics = Metrics()
+        self._in_flight = trio_util.AsyncValue(0)
+        self._jumps = 0
+        self._offset: float | None = None
+        self._clock_moved = trio.Event()
+
+    @property
+    def stopping(self) -> bool:
+        return bool(self._stopping.value)
+
+    def routine(self, name: str) -> Routine:
+        try:
+            return self.routines[name]
+        except KeyError:
+            available = ", ".join(sorted(self.routines)) or "(none)"
+            raise UnknownRoutine(
+                f"unknown routine {name[:64]!r} (available: {available})"
+            ) from None
+
+    @contextmanager
+    def _working(self) -> Iterator[None]:
+        """Count one fire (claim to settle) or wake-up (turn to deferral) as in flight."""
+        self._in_flight.value += 1
+        try:
+            yield
+        finally:
+            self._in_flight.value -= 1
+
+    @contextmanager
+    def _turn_scope(self) -> Iterator[trio.CancelScope]:
+        """The scope a stop cancels once its grace runs out."""
+        scope = trio.CancelScope(deadline=self._grace_deadline)
+        self._grace_scopes.add(scope)
+        try:
+            yield scope
+        finally:
+            self._grace_scopes.discard(scope)

@@ -1,0 +1,54 @@
+"""The wake loop: poll the store for due wake-ups and fire them, one at a time."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import trio
+
+from ..errors import StateFault
+from ..records import Wakeup
+from ..wakeups import envelope
+from .clock import ClockWatch
+from .fire import FirePath
+from .state import log
+
+
+class WakeLoop(FirePath, ClockWatch):
+    async def _wake_loop(self) -> None:
+        try:
+            while True:
+                while not self._stopping.value and await self._wake_once():
+                    pass
+                await trio.sleep(self.poll_interval)
+                self._note_offset()
+        except Exception as exc:
+            log.error("wake-up poll: stopped unexpectedly: %s", exc)
+
+    async def _wake_once(self) -> bool:
+        """Take and fire one due wake-up; False when none was due or the store failed."""
+        fired = False
+        with trio.CancelScope(shield=True):
+            try:
+                wakeup = await self.store.take_due_wakeup(self.now())
+                if wakeup is not None:
+                    with self._working():
+                        await self._wake(wakeup)
+                    fired = True
+            except StateFault as exc:
+                log.error("wake-up poll failed (continuing next poll): %s", exc)
+        return fired
+
+    async def _wake(self, wakeup: Wakeup) -> None:
+        label = f"wake {wakeup.id[:8]}"
+        turn = await self._turn(label, wakeup.session, envelope(wakeup))
+        if not turn.busy:
+            return
+        if wakeup.recurring:
+            log.info("%s: next fires per cron", label)
+            return
+        retry_at = self.now() + timedelta(seconds=self.poll_interval)
+        if await self.store.defer_wakeup(wakeup, retry_at):
+            log.info("%s: session busy — retrying next poll", label)
+        else:
+            log.error("%s: dropped after too many busy retries", label)
