@@ -24,6 +24,7 @@ from .wire import (
     encode,
     headers,
     label,
+    local_path,
     read_json,
     required_session,
     route,
@@ -57,14 +58,14 @@ class _App:
         except Disconnected:
             return
         except Exception:
-            log.exception("%s %s: unexpected error", method, scope.get("path", "")[:ECHO])
+            log.exception("%s %s: unexpected error", method, local_path(scope)[:ECHO])
             response = Response(500, {"error": "internal error (logged by the server)"})
         start, body = encode(response, method)
         await send(start)
         await send(body)
 
     async def _dispatch(self, scope: Scope, method: str, receive: Receive) -> Response:
-        path = scope.get("path", "")
+        path = local_path(scope)
         if self._token is None:
             check_origin(scope, method)
         elif path != "/healthz":

@@ -105,6 +105,20 @@ def encode(response: Response, method: str) -> tuple[dict[str, Any], dict[str, A
 # -- request parsing ----------------------------------------------------------------------------
 
 
+def local_path(scope: Scope) -> str:
+    """The request's path below the mount point.
+
+    The ASGI spec passes the full path in ``path`` and the mount point in ``root_path`` (as
+    Starlette's ``Mount`` and hypercorn's ``root_path`` do); some dispatchers strip the prefix
+    from ``path`` instead. Either way the routes see ``/fire``, ``/routines``, ...
+    """
+    path: str = scope.get("path", "")
+    root: str = scope.get("root_path", "").rstrip("/")
+    if root and (path == root or path.startswith(root + "/")):
+        return path[len(root) :] or "/"
+    return path
+
+
 def route(path: str) -> tuple[str, str | None]:
     """The route key for ``path`` and its one parameter; a 404 for anything else."""
     if path in ROUTES:
