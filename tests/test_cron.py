@@ -486,6 +486,49 @@ def test_refusals(cron: str, message: str) -> None:
         next_run(cron, None, JAN_2026)
 
 
+_DIGITS = "7" * 5000  # over Python's 4,300-digit limit of int(str)
+
+
+@pytest.mark.parametrize(
+    ("cron", "message"),
+    [
+        (f"{_DIGITS} * * * *", 'minute field: "77777777'),
+        (f"1-{_DIGITS} * * * *", 'minute field: "77777777'),
+        (f"*/{_DIGITS} * * * *", 'minute field: step "77777777'),
+        (f"* {_DIGITS}/2 * * *", 'hour field: "77777777'),
+        (f"* * L-{_DIGITS} * *", 'day-of-month field: "L-777777'),
+        (f"* * * 1-{_DIGITS} *", 'month field: "77777777'),
+        (f"* * * * 1#{_DIGITS}", 'day-of-week field: "1#777777'),
+        (f"* * * * {_DIGITS}L", 'day-of-week field: "77777777'),
+        (f"* * * * {_DIGITS}#1", 'day-of-week field: "77777777'),
+        ("* * * * 00000000000000000000000000000008", "day-of-week field: 8 is out of range"),
+        ("10000 * * * *", 'minute field: "10000" is out of range 0-59'),
+        ("*/10000 * * * *", 'minute field: step "10000" is too large (at most 9999)'),
+    ],
+    ids=lambda value: value[:24],
+)
+def test_over_long_numbers_are_refused_in_one_short_line(cron: str, message: str) -> None:
+    # Every number of a field (values, range ends, steps, L-n, #k) is refused before int()
+    # could raise its own ValueError (more than 4,300 digits) or spend quadratic time.
+    error = cron_error(cron)
+    assert error is not None
+    assert error.startswith(message)
+    assert "\n" not in error
+    assert len(error) < 160
+    with pytest.raises(InvalidCron):
+        next_run(cron, "Europe/Berlin", JAN_2026)
+
+
+def test_leading_zeros_and_large_steps_stay_valid() -> None:
+    assert next_run("0000000000000000000000000000005 * * * *", None, JAN_2026) == Z(
+        "2026-01-01T00:05"
+    )
+    assert next_run("7/9999 * * * *", None, JAN_2026) == Z("2026-01-01T00:07")
+    assert next_run("*/0000000000000000000000000000090 * * * *", None, JAN_2026) == Z(
+        "2026-01-01T01:00"
+    )
+
+
 @pytest.mark.parametrize(
     ("tz", "message"),
     [

@@ -269,6 +269,10 @@ def test_parse_invalid_cron_refused() -> None:
     assert refused("---\ncron: 0 9 * * *\ntz: Mars/Olympus\n---\nhi\n").startswith(
         "invalid cron/tz — "
     )
+    digits = "9" * 5000  # past int()'s 4,300-digit limit
+    assert refused(f"---\ncron: 0 {digits} * * *\n---\nhi\n").startswith(
+        'invalid cron/tz — hour field: "99999999'
+    )
 
 
 @pytest.mark.parametrize(
@@ -306,6 +310,7 @@ def test_parse_timeout_forms(value: str, seconds: float) -> None:
         "five",
         "5 s m",
         "9" * 400,
+        "9" * 5000,  # past int()'s 4,300-digit limit: parsed as a float, never as an int
     ],
 )
 def test_parse_refuses_bad_timeouts(value: str) -> None:

@@ -47,6 +47,16 @@ def test_delays_that_do_not(value: object) -> None:
     assert parse_delay(value) is None
 
 
+def test_over_long_numbers_are_refused_without_a_traceback() -> None:
+    digits = "9" * 5000  # past int()'s 4,300-digit limit
+    assert parse_delay(f"{digits}m") is None  # overflows to infinity: not a delay
+    assert parse_delay(f"1.{digits}m") == 120.0  # 1.999… rounds to 2 minutes
+    with pytest.raises(InvalidWakeup, match=r'^invalid cron/tz: minute field: "9{8}'):
+        plan_add([], WakeupRequest(session="s", prompt="p", cron=f"{digits} 9 * * *"), NOW)
+    with pytest.raises(InvalidWakeup, match=r"^invalid cron/tz: minute field: step"):
+        plan_add([], WakeupRequest(session="s", prompt="p", cron=f"*/{digits} 9 * * *"), NOW)
+
+
 def test_one_shot_needs_a_time_and_a_minute() -> None:
     with pytest.raises(InvalidWakeup, match="needs its fire time"):
         plan_add([], WakeupRequest(session="s", prompt="p"), NOW)

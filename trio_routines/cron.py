@@ -23,6 +23,8 @@ Exactly five whitespace-separated fields ``minute hour day-of-month month day-of
 * Macros ``@yearly @annually @monthly @weekly @daily @midnight @hourly``, case-insensitive.
 * Six- and seven-field forms (seconds, year) are refused, and so are backwards ranges (``5-3``)
   and step 0. A step larger than the field (``*/90``) is allowed: it matches the start only.
+* Every number has at most 4 significant digits (leading zeros are allowed): a longer value is
+  out of range and a longer step is refused, without the text ever reaching ``int()``.
 
 Day rule (Vixie/Debian): when the day-of-month or the day-of-week field starts with ``*`` (or is
 ``?``), a day must match both fields; otherwise it matches when either does. Days are local
@@ -97,11 +99,36 @@ _MINUTES_PER_DAY = 1440
 _SEARCH_MONTHS = 401 * 12
 _MONTH_CACHE_LIMIT = 48
 _LAST_YEAR = 9999
+_QUOTE_LIMIT = 40
+_MAX_DIGITS = 4
+_TOO_LARGE = 10_000  # 10**_MAX_DIGITS: stands for every number with more significant digits
 
 
 def _quote(text: str) -> str:
-    """Double-quoted, with control characters escaped, so a message stays on one line."""
+    """Double-quoted, with control characters escaped, so a message stays on one line.
+
+    Long text is cut (its length said instead) so that hostile input cannot make the message
+    itself huge.
+    """
+    if len(text) > _QUOTE_LIMIT:
+        return json.dumps(text[:_QUOTE_LIMIT], ensure_ascii=False)[:-1] + f'…" ({len(text)} chars)'
     return json.dumps(text, ensure_ascii=False)
+
+
+def _small_number(text: str) -> int | None:
+    """The value of an ASCII digit string, or ``None`` when it is not one.
+
+    No field number, step, ``L-n`` or ``#k`` needs more than :data:`_MAX_DIGITS` significant
+    digits, so longer ones are answered as :data:`_TOO_LARGE` without ever calling ``int()`` on
+    them: Python refuses to convert more than 4,300 digits (``ValueError``) and converting
+    fewer still costs time quadratic in the length.
+    """
+    if not (text.isascii() and text.isdigit()):
+        return None
+    significant = text.lstrip("0")
+    if len(significant) > _MAX_DIGITS:
+        return _TOO_LARGE
+    return int(significant or "0")
 
 
 class _FieldParser:
@@ -119,10 +146,11 @@ class _FieldParser:
     def value(self, text: str, item: str) -> int:
         if not text:
             raise self.fail(f"{_quote(item)} is malformed")
-        if text.isascii() and text.isdigit():
-            number = int(text)
+        number = _small_number(text)
+        if number is not None:
             if not self.low <= number <= self.high:
-                raise self.fail(f"{number} is out of range {self.low}-{self.high}")
+                shown = number if number < _TOO_LARGE else _quote(text)
+                raise self.fail(f"{shown} is out of range {self.low}-{self.high}")
             return number
         if self.names is not None:
             found = self.names.get(text.upper())
@@ -133,11 +161,13 @@ class _FieldParser:
         raise self.fail(f"{_quote(text)} is not a number")
 
     def step(self, text: str) -> int:
-        if not (text.isascii() and text.isdigit()):
+        step = _small_number(text)
+        if step is None:
             raise self.fail(f"step {_quote(text)} is not a number")
-        step = int(text)
         if step == 0:
             raise self.fail("step 0 is not allowed")
+        if step >= _TOO_LARGE:
+            raise self.fail(f"step {_quote(text)} is too large (at most {_TOO_LARGE - 1})")
         return step
 
     def item(self, item: str, star_high: int) -> range:
@@ -204,11 +234,12 @@ def _parse_dom(text: str) -> tuple[int, frozenset[int]]:
                 from_last.add(0)
                 continue
             rest = upper[1:]
-            if not rest.startswith("-") or not rest[1:].isascii() or not rest[1:].isdigit():
+            offset = _small_number(rest[1:]) if rest.startswith("-") else None
+            if offset is None:
                 raise _DOM.fail(f"{_quote(item)} is malformed (use L or L-n)")
-            offset = int(rest[1:])
             if offset > 30:
-                raise _DOM.fail(f"{item} is out of range L-0 to L-30")
+                shown = item if offset < _TOO_LARGE else _quote(item)
+                raise _DOM.fail(f"{shown} is out of range L-0 to L-30")
             from_last.add(offset)
             continue
         for number in _DOM.item(item, 31):
@@ -230,9 +261,10 @@ def _parse_dow(text: str) -> tuple[int, int, frozenset[tuple[int, int]]]:
                 raise _DOW.fail(f"{_quote(item)}: a step cannot follow #")
             day_text, _, k_text = upper.partition("#")
             weekday = _DOW.value(day_text, item) % 7
-            if not (k_text.isascii() and k_text.isdigit()) or not 1 <= int(k_text) <= 5:
+            k = _small_number(k_text)
+            if k is None or not 1 <= k <= 5:
                 raise _DOW.fail(f"{_quote(item)}: the number after # must be 1-5")
-            nth.add((weekday, int(k_text)))
+            nth.add((weekday, k))
             continue
         if upper == "L":
             raise _DOW.fail('"L" needs a weekday in front, e.g. 5L for the last Friday')
