@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 from trio_routines.errors import InvalidWakeup, UnsafeName
 from trio_routines.records import ClaimStatus, Outcome
 from trio_routines.store import Store
+from trio_routines.stores import DirectoryStore, open_store
 from trio_routines.wakeups import WakeupRequest
 
 T0 = datetime(2026, 7, 7, 10, 0, tzinfo=UTC)
@@ -234,3 +236,36 @@ async def test_settle_if_unsettled_never_overwrites_an_outcome(store: Store) -> 
         (Outcome.INTERRUPTED, None),
         (Outcome.COMPLETED, 12),
     ]
+
+
+async def test_every_store_is_an_async_context_manager_that_closes(
+    store_factory: Callable[..., Store],
+) -> None:
+    built = store_factory()
+    closed: list[bool] = []
+    real_aclose = built.aclose
+
+    async def recording_aclose() -> None:
+        closed.append(True)
+        await real_aclose()
+
+    built.aclose = recording_aclose  # type: ignore[method-assign]
+
+    async def use() -> None:
+        async with built as entered:
+            assert entered is built
+            assert (await entered.claim("daily", T0, T0)).status is ClaimStatus.TAKEN
+            assert closed == []
+            raise KeyError("the host failed")
+
+    with pytest.raises(KeyError):  # leaving by an error closes too
+        await use()
+    assert closed == [True]
+
+
+async def test_open_store_is_usable_with_async_with(tmp_path: Path) -> None:
+    async with open_store(tmp_path / "state") as store:
+        assert isinstance(store, DirectoryStore)
+        assert (await store.claim("daily", T0, T0)).status is ClaimStatus.TAKEN
+    async with open_store(tmp_path / "state") as again:
+        assert [f.slot for f in await again.history("daily")] == [T0]

@@ -44,7 +44,8 @@ Routine names are checked (:func:`trio_routines.names.check_name`) by every call
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from types import TracebackType
+from typing import Protocol, Self, runtime_checkable
 
 from .records import ClaimResult, Fire, Outcome, Wakeup
 from .wakeups import WakeupRequest
@@ -104,3 +105,35 @@ class Store(Protocol):
     async def aclose(self) -> None:
         """Release connections and threads. The store is unusable afterwards."""
         ...
+
+    async def __aenter__(self) -> Self:
+        """``async with store:`` (or ``async with open_store(...) as store:``) is the store."""
+        ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Leaving the block closes the store (:meth:`aclose`), whatever ended it."""
+        ...
+
+
+class Lifetime:
+    """What makes a store an async context manager: every store of ours inherits it, and a
+    store of yours may too. Closing twice is harmless for ours."""
+
+    async def aclose(self) -> None:
+        raise NotImplementedError  # each store releases its own resources
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -21,12 +21,13 @@ from .claims import KEEP_CLAIMS, is_stale, names_to_prune
 from .instants import slot_name
 from .names import check_name
 from .records import ClaimResult, ClaimStatus, Fire, Outcome, Wakeup
+from .store import Lifetime
 from .wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
 
 log = logging.getLogger("trio_routines")
 
 
-class MemoryStore:
+class MemoryStore(Lifetime):
     """The store contract in memory, for one process.
 
     ``faults`` maps a method name (``claim``, ``settle``, ``latest_fire``, ``history``,

@@ -13,7 +13,11 @@ def is_postgres_url(state: str) -> bool:
 
 
 def open_store(state: str | os.PathLike[str]) -> Store:
-    """The store a ``--state`` value names: a ``postgresql://`` URL, or a directory path."""
+    """The store a ``--state`` value names: a ``postgresql://`` URL, or a directory path.
+
+    Use it as ``async with open_store(state) as store:``, which closes the store on the way
+    out; or call ``await store.aclose()`` yourself.
+    """
     text = os.fspath(state)
     if is_postgres_url(text):
         from .postgres import PostgresStore  # the optional extra: imported only when asked

@@ -46,6 +46,7 @@ from ..errors import StateFault
 from ..instants import slot_name
 from ..names import check_name
 from ..records import ClaimResult, ClaimStatus, Fire, Outcome, Wakeup
+from ..store import Lifetime
 from ..wakeups import WakeupRequest, check_stored, plan_add, plan_defer, remove, take_first_due
 
 log = logging.getLogger("trio_routines")
@@ -126,7 +127,7 @@ def _read_text(path: Path) -> str:
         return handle.read().decode("utf-8", errors="replace")
 
 
-class DirectoryStore:
+class DirectoryStore(Lifetime):
     """Claims and wake-ups in a state directory (see the module doc for the layout)."""
 
     def __init__(

@@ -51,6 +51,7 @@ from ..errors import StateFault
 from ..instants import format_iso, slot_name, truncate_ms
 from ..names import check_name
 from ..records import ClaimResult, ClaimStatus, Fire, Outcome, Wakeup
+from ..store import Lifetime
 from ..wakeups import WakeupRequest, check_stored, plan_add, plan_defer, take_first_due
 
 log = logging.getLogger("trio_routines")
@@ -126,7 +127,7 @@ def _params(wakeup: Wakeup) -> tuple[Any, ...]:
     )
 
 
-class PostgresStore:
+class PostgresStore(Lifetime):
     """Claims and wake-ups in a PostgreSQL database (see the module doc).
 
     ``schema`` names a PostgreSQL schema to keep the tables in (created if missing); without
