@@ -1,0 +1,101 @@
+"""``run`` (a turn now, no claim) and ``fire`` (claim a slot, run it, settle it)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ..context import firing_slot
+from ..instants import format_iso, parse_iso
+from ..records import Outcome
+from ..scheduler import FireResult, Scheduler
+from .output import (
+    CliError,
+    agent_arg,
+    check_name,
+    load,
+    open_state,
+    pick,
+    print_line,
+    quoted,
+    report_failures,
+    state_arg,
+    stop_on_signals,
+)
+
+
+async def cmd_run(args: argparse.Namespace) -> int:
+    check_name(args.name)
+    agent = agent_arg(args, "run")
+    result = await load(args.routines, report=False)
+    routine = pick(result, args.name, args.routines)
+    report_failures(result)
+    # `run` touches no state: no claim, no history. The in-memory store just fills the slot.
+    from ..testing import MemoryStore
+
+    scheduler = Scheduler(agent=agent, store=MemoryStore(), routines=[routine], wakeups=False)
+    wrote = ""
+
+    def on_text(text: str) -> None:
+        nonlocal wrote
+        if text:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            wrote = text
+
+    turn = await stop_on_signals(
+        scheduler, args.grace, lambda: scheduler.run_now(routine.name, on_text=on_text)
+    )
+    if wrote and not wrote.endswith("\n"):
+        print_line()
+    return 0 if turn.outcome in (Outcome.COMPLETED, Outcome.SKIPPED) else 1
+
+
+async def cmd_fire(args: argparse.Namespace) -> int:
+    check_name(args.name)
+    slot = parse_iso(args.slot)
+    if slot is None:
+        raise CliError(
+            f"--slot {quoted(args.slot)} is not an ISO instant with a zone "
+            "(e.g. 2026-07-07T10:00:00Z)"
+        )
+    agent = agent_arg(args, "fire")
+    result = await load(args.routines, report=False)
+    routine = pick(result, args.name, args.routines)
+    report_failures(result)
+    async with open_state(state_arg(args)) as store:
+        scheduler = Scheduler(agent=agent, store=store, routines=[routine], wakeups=False)
+
+        async def fire() -> FireResult:
+            with firing_slot(slot):
+                return await scheduler.fire(routine.name, slot)
+
+        fired = await stop_on_signals(scheduler, args.grace, fire)
+    if args.json:
+        print_line(json.dumps(fire_result_json(fired), ensure_ascii=False))
+    elif fired.claimed:
+        ms = f" ({fired.ms}ms)" if fired.ms is not None else ""
+        outcome = fired.outcome.value if fired.outcome is not None else "unreported"
+        print_line(f"{fired.name} {format_iso(fired.slot)}: {outcome}{ms}")
+    else:
+        print_line(f"{fired.name} {format_iso(fired.slot)}: not claimed ({fired.reason})")
+    if not fired.claimed:
+        return 0
+    return 0 if fired.outcome in (Outcome.COMPLETED, Outcome.SKIPPED) else 1
+
+
+def fire_result_json(fired: FireResult) -> dict[str, Any]:
+    """``{name, slot, claimed, outcome, reason, ms, failed?}``: ``fire --json``'s answer."""
+    entry: dict[str, Any] = {
+        "name": fired.name,
+        "slot": format_iso(fired.slot),
+        "claimed": fired.claimed,
+        "outcome": fired.outcome.value if fired.outcome is not None else None,
+        "reason": fired.reason,
+        "ms": fired.ms,
+    }
+    if fired.failed is not None:
+        entry["failed"] = fired.failed
+    return entry

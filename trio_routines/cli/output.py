@@ -1,0 +1,165 @@
+"""What every command shares: its options read, its state and agent opened, its text printed.
+
+Printing goes through :func:`print_line` (flushed at once, so a pipe sees each line when it is
+written); every expected failure is a :class:`CliError`, one line and an exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import trio
+
+from ..agent import Agent
+from ..agents import agent_from_spec
+from ..errors import TrioRoutinesError
+from ..names import name_problem
+from ..routines import LoadResult, Routine, find_routine, load_routines
+from ..scheduler import Scheduler
+from ..store import Store
+from ..stores import is_postgres_url, open_store
+
+log = logging.getLogger("trio_routines")
+T = TypeVar("T")
+
+DEFAULT_STATE = ".state"
+DEFAULT_ROUTINES = "routines"
+DEFAULT_GRACE = 5.0
+
+
+class CliError(TrioRoutinesError):
+    """An expected failure of a command: its one-line message and exit status."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def quoted(text: str) -> str:
+    return json.dumps(text[:64], ensure_ascii=False)
+
+
+def state_arg(args: argparse.Namespace) -> str:
+    state: str = args.state or os.environ.get("TRIO_ROUTINES_STATE") or DEFAULT_STATE
+    return state
+
+
+def state_label(state: str) -> str:
+    """The state as messages show it: a database URL loses its password."""
+    if not is_postgres_url(state):
+        return state
+    parts = urlsplit(state)
+    if parts.password is None:
+        return state
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def agent_arg(args: argparse.Namespace, command: str) -> Agent:
+    spec = args.agent or os.environ.get("TRIO_ROUTINES_AGENT")
+    if not spec:
+        raise CliError(
+            f"{command} needs an agent: pass --agent echo|cmd:<command>|py:<module>:<attr> "
+            "or set TRIO_ROUTINES_AGENT",
+            code=2,
+        )
+    return agent_from_spec(spec)
+
+
+def describe_agent(args: argparse.Namespace) -> str:
+    spec: str = args.agent or os.environ.get("TRIO_ROUTINES_AGENT") or ""
+    return "cmd:…" if spec.startswith("cmd:") else spec
+
+
+@asynccontextmanager
+async def open_state(state: str) -> AsyncIterator[Store]:
+    try:
+        store = open_store(state)
+    except ImportError as exc:
+        raise CliError(
+            f"--state {state_label(state)}: PostgreSQL support is not available "
+            f"(pip install 'trio-routines[postgres]'): {exc}"
+        ) from None
+    try:
+        yield store
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()
+
+
+async def load(directory: str, *, report: bool) -> LoadResult:
+    result = await trio.to_thread.run_sync(load_routines, directory)
+    if report:
+        report_failures(result)
+    return result
+
+
+def report_failures(result: LoadResult) -> None:
+    for failure in result.failures:
+        log.warning("%s — skipped", failure)
+
+
+def check_name(name: str) -> None:
+    problem = name_problem(name)
+    if problem is not None:
+        raise CliError(problem)
+
+
+def pick(result: LoadResult, name: str, directory: str) -> Routine:
+    """The routine ``name``, or the one-line reason it cannot be had."""
+    check_name(name)
+    routine = find_routine(result, name)
+    if routine is not None:
+        return routine
+    wanted = os.path.join(directory, f"{name}.md")
+    for failure in result.failures:
+        if failure.file == wanted:
+            raise CliError(str(failure))
+    available = ", ".join(r.name for r in result.routines) or "(none)"
+    raise CliError(
+        f"unknown routine {quoted(name)} — looked in {directory}; available: {available}"
+    )
+
+
+def print_line(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def print_json(value: Any) -> None:
+    print_line(json.dumps(value, ensure_ascii=False, indent=2))
+
+
+async def stop_on_signals(
+    scheduler: Scheduler, grace: float, body: Callable[[], Awaitable[T]]
+) -> T:
+    """Run ``body``; SIGINT/SIGTERM stop ``scheduler`` with ``grace`` (a second: at once)."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch_signals, signals, scheduler, grace)
+            result = await body()
+            nursery.cancel_scope.cancel()
+    return result
+
+
+async def watch_signals(signals: AsyncIterator[int], scheduler: Scheduler, grace: float) -> None:
+    """The first signal stops with ``grace``; another one stops at once."""
+    remaining = grace
+    async for signum in signals:
+        name = signal.Signals(signum).name
+        if remaining > 0:
+            log.info("%s received — stopping; in-flight turns get %gs to finish", name, remaining)
+        else:
+            log.warning("%s received — stopping now", name)
+        scheduler.stop(remaining)
+        remaining = 0.0

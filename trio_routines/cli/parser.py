@@ -1,0 +1,186 @@
+"""The argument parser: every command, its options, and the options all of them share."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import NoReturn
+
+from ..logs import one_line
+from ..wakeups import POLL_INTERVAL
+from .output import DEFAULT_GRACE, DEFAULT_ROUTINES, DEFAULT_STATE
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its complaints on one line (exit status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see --help)\n")
+
+
+def _non_negative_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds >= 0")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    value = _non_negative_seconds(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be above 0")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"{text!r} must be between 1 and 1000")
+    return value
+
+
+def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    """The options every command takes, accepted before or after the command's name.
+
+    The copies on the commands default to SUPPRESS, so that an option given before the
+    command is not overwritten by the command's default (argparse's subparser behaviour).
+    """
+
+    def default(value: object) -> object:
+        return argparse.SUPPRESS if suppress else value
+
+    group = parser.add_argument_group("common options")
+    group.add_argument(
+        "--state",
+        metavar="PATH_OR_URL",
+        default=default(None),
+        help="state directory, or a postgresql:// URL "
+        f"(default: $TRIO_ROUTINES_STATE, else {DEFAULT_STATE})",
+    )
+    group.add_argument(
+        "--routines",
+        metavar="DIR",
+        default=default(DEFAULT_ROUTINES),
+        help=f"the routines directory (default: {DEFAULT_ROUTINES})",
+    )
+    group.add_argument(
+        "--agent",
+        metavar="SPEC",
+        default=default(None),
+        help="echo, cmd:<shell command> or py:<module>:<attribute> "
+        "(default: $TRIO_ROUTINES_AGENT; needed by serve, run and fire)",
+    )
+    group.add_argument(
+        "--log-format", choices=("text", "json"), default=default("text"), help="(default: text)"
+    )
+    group.add_argument(
+        "--log-level",
+        type=str.lower,
+        choices=("debug", "info", "warning", "error"),
+        default=default("info"),
+        help="(default: info)",
+    )
+
+
+def _add_turn_grace(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--grace",
+        type=_non_negative_seconds,
+        default=DEFAULT_GRACE,
+        metavar="SECONDS",
+        help="on SIGINT/SIGTERM, how long the turn may still finish "
+        f"(default: {DEFAULT_GRACE:g}; a second signal stops it at once)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _Parser(add_help=False)
+    _add_common(common, suppress=True)
+    parser = _Parser(
+        prog="python -m trio_routines",
+        description="Fire cron routines and self-scheduled wake-ups into an agent, "
+        "each cron slot at most once.",
+    )
+    _add_common(parser, suppress=False)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = commands.add_parser(
+            name, help=help_text, description=help_text, parents=[common]
+        )
+        sub.set_defaults(command_parser=sub)
+        return sub
+
+    serve = command("serve", "run the scheduler until SIGINT or SIGTERM, then stop gracefully")
+    serve.add_argument(
+        "--grace",
+        type=_non_negative_seconds,
+        default=DEFAULT_GRACE,
+        metavar="SECONDS",
+        help=f"how long in-flight turns may finish on stop (default: {DEFAULT_GRACE:g})",
+    )
+    serve.add_argument(
+        "--external-clock",
+        action="store_true",
+        help="arm no cron loops: slots arrive through `fire` or POST /fire",
+    )
+    serve.add_argument("--no-wakeups", action="store_true", help="do not fire wake-ups")
+    serve.add_argument(
+        "--poll",
+        type=_positive_seconds,
+        default=POLL_INTERVAL,
+        metavar="SECONDS",
+        help=f"wake-up poll interval (default: {POLL_INTERVAL:g})",
+    )
+    serve.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="also serve the HTTP API (token from $TRIO_ROUTINES_TOKEN)",
+    )
+
+    run = command("run", "run one routine's turn now, without a claim; the reply goes to stdout")
+    run.add_argument("name", metavar="NAME")
+    _add_turn_grace(run)
+
+    fire = command("fire", "claim a slot of a routine, run it, settle it (the external clock)")
+    fire.add_argument("name", metavar="NAME")
+    fire.add_argument("--slot", required=True, metavar="ISO", help="e.g. 2026-07-07T10:00:00Z")
+    fire.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    _add_turn_grace(fire)
+
+    history = command("history", "a routine's fires: newest 20 as text, or all as JSON")
+    history.add_argument("name", metavar="NAME")
+    history.add_argument("--json", action="store_true")
+
+    listing = command("list", "routines with their next instant, and pending wake-ups")
+    listing.add_argument("--json", action="store_true")
+
+    upcoming = command("next", "the next instants of a routine, or of --cron EXPR [--tz TZ]")
+    upcoming.add_argument("name", metavar="NAME", nargs="?")
+    upcoming.add_argument("--cron", metavar="EXPR")
+    upcoming.add_argument("--tz", metavar="TZ")
+    upcoming.add_argument("-n", type=_count, default=5, metavar="N", help="how many (default: 5)")
+    upcoming.add_argument("--after", metavar="ISO", help="count from this instant (default: now)")
+
+    command("check", "validate the routines directory (and the agent spec, when one is given)")
+
+    wake = command("wake", "add a wake-up for a session")
+    wake.add_argument("--session", required=True)
+    when = wake.add_mutually_exclusive_group(required=True)
+    when.add_argument("--in", dest="delay", metavar="DELAY", help="90s, 30m, 1.5h, 2d")
+    when.add_argument("--cron", metavar="EXPR", help="recurring, at most every 10 minutes")
+    wake.add_argument("--tz", metavar="TZ", help="the time zone of --cron (default: UTC)")
+    wake.add_argument("--prompt", required=True, help="what the woken turn does (- reads stdin)")
+    wake.add_argument("--json", action="store_true", help="print the stored wake-up as JSON")
+
+    unwake = command("unwake", "cancel a pending wake-up of a session")
+    unwake.add_argument("id", metavar="ID")
+    unwake.add_argument("--session", required=True)
+
+    return parser

@@ -1,0 +1,131 @@
+"""``serve``: the scheduler (and, with ``--http``, the HTTP surface) until a signal stops it."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+
+import trio
+
+from ..cron import next_run
+from ..instants import format_iso
+from ..logs import one_line
+from ..routines import Routine
+from ..scheduler import Scheduler
+from .output import (
+    CliError,
+    agent_arg,
+    describe_agent,
+    load,
+    open_state,
+    quoted,
+    state_arg,
+    state_label,
+    watch_signals,
+)
+
+log = logging.getLogger("trio_routines")
+
+
+async def cmd_serve(args: argparse.Namespace) -> int:
+    result = await load(args.routines, report=False)
+    if result.failures:
+        for failure in result.failures:
+            sys.stderr.write(f"error: {one_line(str(failure))}\n")
+        raise CliError(
+            f"serve refuses to start: {len(result.failures)} broken routine file(s) in "
+            f"{args.routines} (see `python -m trio_routines check`)"
+        )
+    agent = agent_arg(args, "serve")
+    serve_http: Callable[..., Awaitable[object]] | None = None
+    host, port = "", 0
+    token = os.environ.get("TRIO_ROUTINES_TOKEN") or None
+    if args.http:
+        host, port = _host_port(args.http)
+        # The HTTP surface is optional (hypercorn is an extra): import it only when asked for.
+        try:
+            http = importlib.import_module("trio_routines.http")
+            serve_http = http.serve_http
+        except (ImportError, AttributeError) as exc:
+            raise CliError(f"--http is not available in this installation: {exc}") from None
+        check_bind = getattr(http, "check_bind", None)
+        if check_bind is not None:
+            check_bind(host, token)  # refuse an unsafe address before anything starts
+    state = state_arg(args)
+    async with open_state(state) as store:
+        scheduler = Scheduler(
+            agent=agent,
+            store=store,
+            routines=result.routines,
+            external_clock=args.external_clock,
+            wakeups=not args.no_wakeups,
+            poll_interval=args.poll,
+        )
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+
+                async def run_scheduler(*, task_status: trio.TaskStatus[Scheduler]) -> None:
+                    await scheduler.run(task_status=task_status)
+                    # Stopped and settled: whatever else serves (HTTP, the signal watch) ends.
+                    nursery.cancel_scope.cancel()
+
+                await nursery.start(run_scheduler)
+                _log_armed(args, state, scheduler, result.routines)
+                # --- hook: the HTTP surface, in the same nursery as the runtime -----------
+                if serve_http is not None:
+                    await nursery.start(
+                        functools.partial(serve_http, scheduler, host, port, token=token)
+                    )
+                # ---------------------------------------------------------------------------
+                nursery.start_soon(watch_signals, signals, scheduler, args.grace)
+    log.info("stopped")
+    return 0
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise CliError(f"--http {quoted(text)}: expected HOST:PORT, e.g. 127.0.0.1:8080")
+    return host, int(port)
+
+
+def _log_armed(
+    args: argparse.Namespace, state: str, scheduler: Scheduler, routines: Sequence[Routine]
+) -> None:
+    log.info(
+        "serving %d routine(s) from %s — agent %s, state %s",
+        len(routines),
+        args.routines,
+        describe_agent(args),
+        state_label(state),
+    )
+    now = datetime.now(UTC)
+    on_demand = []
+    for routine in routines:
+        if routine.cron is None:
+            on_demand.append(routine.name)
+        elif args.external_clock:
+            log.info("%s: cron %s — fired by the external clock only", routine.name, _cron(routine))
+        else:
+            upcoming = next_run(routine.cron, routine.tz, now)
+            shown = format_iso(upcoming) if upcoming is not None else "(never)"
+            log.info("armed %s: cron %s — next %s", routine.name, _cron(routine), shown)
+    if on_demand:
+        log.info("on demand: %s", ", ".join(on_demand))
+    if scheduler.wakeups:
+        log.info("wake-ups: polling every %gs", scheduler.poll_interval)
+    else:
+        log.info("wake-ups: off")
+
+
+def _cron(routine: Routine) -> str:
+    return f'"{routine.cron}"' + (f" {routine.tz}" if routine.tz else "")

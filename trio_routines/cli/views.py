@@ -1,0 +1,168 @@
+"""The commands that change nothing: ``history``, ``list``, ``next``, ``check``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from ..agents import agent_from_spec
+from ..converter import fire_to_json, wakeup_to_json
+from ..cron import cron_error, next_run
+from ..instants import format_iso, parse_iso
+from ..logs import one_line
+from ..records import Wakeup
+from .output import (
+    CliError,
+    check_name,
+    load,
+    open_state,
+    pick,
+    print_json,
+    print_line,
+    quoted,
+    report_failures,
+    state_arg,
+    state_label,
+)
+
+HISTORY_TAIL = 20
+
+
+async def cmd_history(args: argparse.Namespace) -> int:
+    check_name(args.name)
+    state = state_arg(args)
+    async with open_state(state) as store:
+        fires = await store.history(args.name)
+    if args.json:
+        print_json([fire_to_json(fire) for fire in fires])
+        return 0
+    if not fires:
+        sys.stderr.write(
+            f"no recorded fires for {quoted(args.name)} (state: {state_label(state)})\n"
+        )
+        return 0
+    for fire in fires[-HISTORY_TAIL:]:
+        outcome = fire.outcome.value if fire.outcome is not None else "unreported"
+        ms = f"{fire.ms}ms" if fire.ms is not None else ""
+        print_line(f"{format_iso(fire.fired_at)}  {outcome:<11} {ms:>8}")
+    if len(fires) > HISTORY_TAIL:
+        sys.stderr.write(f"(the last {HISTORY_TAIL} of {len(fires)} fires — --json for all)\n")
+    sys.stderr.write(
+        f"(what these runs said: session routine:{args.name} — kept by the agent; "
+        "the state holds outcomes only)\n"
+    )
+    return 0
+
+
+async def cmd_list(args: argparse.Namespace) -> int:
+    result = await load(args.routines, report=True)
+    state = state_arg(args)
+    async with open_state(state) as store:
+        wakeups = await store.list_wakeups()
+    now = datetime.now(UTC)
+    upcoming = {
+        r.name: next_run(r.cron, r.tz, now) if r.cron is not None else None for r in result.routines
+    }
+    if args.json:
+        routines = []
+        for routine in result.routines:
+            entry: dict[str, Any] = {"name": routine.name}
+            if routine.cron is not None:
+                entry["cron"] = routine.cron
+            if routine.tz is not None:
+                entry["tz"] = routine.tz
+            due = upcoming[routine.name]
+            entry["next"] = format_iso(due) if due is not None else None
+            routines.append(entry)
+        print_json({"routines": routines, "wakeups": [wakeup_to_json(w) for w in wakeups]})
+        return 0
+    if not result.routines and not wakeups:
+        sys.stderr.write(
+            f"nothing scheduled — no routines in {args.routines}, no pending wake-ups "
+            f"(state: {state_label(state)})\n"
+        )
+        return 0
+    for routine in result.routines:
+        if routine.cron is None:
+            print_line(f"{routine.name} on demand")
+            continue
+        due = upcoming[routine.name]
+        shown = format_iso(due) if due is not None else "(never)"
+        zone = f" {routine.tz}" if routine.tz else ""
+        print_line(f"{routine.name:<20} {shown:<26}cron {routine.cron}{zone}")
+    for wakeup in wakeups:
+        print_line(_wakeup_line(wakeup))
+    return 0
+
+
+def _wakeup_line(wakeup: Wakeup) -> str:
+    if wakeup.cron is None:
+        kind = "one-shot"
+    else:
+        kind = f"cron {wakeup.cron}" + (f" {wakeup.tz}" if wakeup.tz else "")
+    prompt = one_line(wakeup.prompt)[:60]
+    return (
+        f"wake {wakeup.id}  {format_iso(wakeup.fire_at)}  {kind}  "
+        f"session={one_line(wakeup.session)}  {prompt}"
+    )
+
+
+async def cmd_next(args: argparse.Namespace) -> int:
+    parser: argparse.ArgumentParser = args.command_parser
+    if (args.name is None) == (args.cron is None):
+        parser.error("next needs either a routine NAME or --cron EXPR (not both)")
+    if args.tz is not None and args.cron is None:
+        parser.error("--tz goes with --cron (a routine's own tz is used for NAME)")
+    if args.after is None:
+        after = datetime.now(UTC)
+    else:
+        parsed = parse_iso(args.after)
+        if parsed is None:
+            raise CliError(f"--after {quoted(args.after)} is not an ISO instant with a zone")
+        after = parsed
+    if args.cron is not None:
+        cron, tz = args.cron, args.tz
+        problem = cron_error(cron, tz)
+        if problem is not None:
+            raise CliError(f"invalid cron/tz — {problem}")
+    else:
+        check_name(args.name)
+        result = await load(args.routines, report=False)
+        routine = pick(result, args.name, args.routines)
+        report_failures(result)
+        if routine.cron is None:
+            raise CliError(f"{quoted(routine.name)} runs on demand only (it has no cron)")
+        cron, tz = routine.cron, routine.tz
+    zone = ZoneInfo(tz) if tz else None
+    instant: datetime | None = after
+    for _ in range(args.n):
+        assert instant is not None
+        instant = next_run(cron, tz, instant)
+        if instant is None:
+            sys.stderr.write(f'(cron "{cron}" never fires again)\n')
+            break
+        local = f"  {instant.astimezone(zone):%Y-%m-%d %H:%M %Z} ({tz})" if zone else ""
+        print_line(f"{format_iso(instant)}{local}")
+    return 0
+
+
+async def cmd_check(args: argparse.Namespace) -> int:
+    result = await load(args.routines, report=False)
+    spec = args.agent or os.environ.get("TRIO_ROUTINES_AGENT")
+    if spec:
+        agent_from_spec(spec)
+    if result.failures:
+        for failure in result.failures:
+            sys.stderr.write(f"{one_line(str(failure))}\n")
+        sys.stderr.write(f"{len(result.failures)} broken routine file(s) in {args.routines}\n")
+        return 1
+    on_cron = sum(1 for r in result.routines if r.cron is not None)
+    print_line(
+        f"ok — {len(result.routines)} routine(s) in {args.routines}: {on_cron} on cron, "
+        f"{len(result.routines) - on_cron} on demand"
+    )
+    return 0
