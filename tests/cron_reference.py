@@ -59,8 +59,8 @@ def _expand(text: str, low: int, high: int, names: dict[str, int] | None) -> set
         elif "-" in base:
             a, b = base.split("-")
             first, last = _number(a, names), _number(b, names)
-            if names is DAYS and last == 0:
-                last = 7
+            if names is DAYS and b.upper() == "SUN" and first > 0:
+                last = 7  # SAT-SUN is 6-7; SUN-SUN stays 0-0
         else:
             first = _number(base, names)
             last = max(high, first) if step_text else first

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
@@ -354,6 +355,94 @@ def test_time_syntax(cron: str, expected: list[str]) -> None:
 def test_macros(macro: str, equivalent: str) -> None:
     start = Z("2026-05-17T13:13")
     assert runs(macro, "Europe/Berlin", start, 3) == runs(equivalent, "Europe/Berlin", start, 3)
+
+
+_WEEKDAYS = ("Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat")
+_WEEKDAY_NAME = dict(enumerate(["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN"]))
+
+
+def _weekdays_of(runs: list[datetime]) -> str:
+    """The weekdays of daily midnight runs over two weeks, once each, in Sunday-first order."""
+    seen = {moment.isoweekday() % 7 for moment in runs}
+    return " ".join(_WEEKDAYS[day] for day in sorted(seen))
+
+
+def _two_weeks(cron: str, next_fn: Callable[[str, datetime], datetime | None]) -> list[datetime]:
+    found: list[datetime] = []
+    moment: datetime | None = Z("2026-01-03T12:00")  # a Saturday noon
+    end = moment + timedelta(days=14)
+    while True:
+        moment = next_fn(cron, moment)
+        if moment is None or moment > end:
+            return found
+        found.append(moment)
+
+
+@pytest.mark.parametrize(
+    ("dow", "weekdays"),
+    [
+        ("SUN-SUN", "Sun"),
+        ("sun-Sun", "Sun"),
+        ("0-SUN", "Sun"),
+        ("SUN-0", "Sun"),
+        ("0-0", "Sun"),
+        ("SUN-SUN/2", "Sun"),
+        ("0-0/2", "Sun"),
+        ("0-sun/3", "Sun"),
+        ("7-SUN", "Sun"),
+        ("7-7", "Sun"),
+        ("SAT-SUN", "Sun Sat"),
+        ("6-sun", "Sun Sat"),
+        ("5-SUN", "Sun Fri Sat"),
+        ("FRI-SUN", "Sun Fri Sat"),
+        ("MON-SUN/2", "Sun Mon Wed Fri"),
+        ("1-7/2", "Sun Mon Wed Fri"),
+        ("SUN-7", "Sun Mon Tue Wed Thu Fri Sat"),
+        ("0-7", "Sun Mon Tue Wed Thu Fri Sat"),
+        ("SUN-SAT", "Sun Mon Tue Wed Thu Fri Sat"),
+        ("SUN-SAT/3", "Sun Wed Sat"),
+        ("MON-SUN", "Sun Mon Tue Wed Thu Fri Sat"),
+    ],
+)
+def test_a_day_of_week_range_ending_on_sunday(dow: str, weekdays: str) -> None:
+    # SUN ends a range as 7 only after a later start: SUN-SUN and 0-SUN are 0-0 (issue 11).
+    cron = f"0 0 * * {dow}"
+    ours = _two_weeks(cron, lambda text, after: next_run(text, None, after))
+    assert _weekdays_of(ours) == weekdays
+    assert _two_weeks(cron, lambda text, after: reference_next(text, None, after)) == ours
+
+
+@pytest.mark.parametrize("dow", ["SUN-SUN", "sun-sun", "0-SUN", "SUN-0", "SUN-7", "6-7", "5-7"])
+def test_sunday_range_ends_agree_with_cronsim(dow: str) -> None:
+    cron = f"0 0 * * {dow}"
+    ours = _two_weeks(cron, lambda text, after: next_run(text, None, after))
+    assert _two_weeks(cron, lambda text, after: _cronsim_next(text, "UTC", after)) == ours
+
+
+def test_sunday_step_ranges_read_as_their_numeric_twins_in_cronsim_too() -> None:
+    # cronsim reads "0-0/2" its own way (as 0/2); what matters is that it reads SUN-SUN/2 the
+    # same way as 0-0/2, which is the equivalence issue 11 asks for.
+    def cronsim(text: str, after: datetime) -> datetime | None:
+        return _cronsim_next(text, "UTC", after)
+
+    assert _two_weeks("0 0 * * SUN-SUN/2", cronsim) == _two_weeks("0 0 * * 0-0/2", cronsim)
+
+
+def test_weekday_names_in_ranges_mean_their_numbers() -> None:
+    # Every valid numeric range a-b/n (0 <= a <= b <= 7) written with names means the same,
+    # SUN standing for 7 only as the end of a range that starts later than Sunday.
+    for first in range(8):
+        for last in range(first, 8):
+            if first == 0 and last == 7:
+                continue  # 0-7 has no all-names spelling: SUN-SUN is Sunday only
+            for step in range(1, 8):
+                numeric = f"0 0 * * {first}-{last}/{step}"
+                named = f"0 0 * * {_WEEKDAY_NAME[first]}-{_WEEKDAY_NAME[last].lower()}/{step}"
+                assert parse_cron(named).next_after(JAN_2026) is not None
+                schedule_n, schedule_t = parse_cron(numeric), parse_cron(named)
+                week_n = list(zip(range(7), schedule_n.iter_after(JAN_2026), strict=False))
+                week_t = list(zip(range(7), schedule_t.iter_after(JAN_2026), strict=False))
+                assert week_t == week_n, (named, numeric)
 
 
 def test_whitespace_between_fields() -> None:
@@ -778,6 +867,14 @@ DOWS = st.one_of(
             "2-4",
             "FRI-SUN",
             "1/2",
+            "SUN-SUN",
+            "0-SUN",
+            "sun-sun/2",
+            "SAT-SUN",
+            "5-SUN",
+            "SUN-7",
+            "7-SUN",
+            "MON-SUN/2",
         ]
     ),
 )

@@ -10,8 +10,10 @@ Exactly five whitespace-separated fields ``minute hour day-of-month month day-of
 * ``*``, ``a``, ``a-b``, ``*/n``, ``a-b/n``, ``a/n`` (= ``a-max/n``) and comma lists of those.
 * Month names ``JAN``..``DEC`` and weekday names ``SUN``..``SAT``, case-insensitive, also in
   ranges (``MON-FRI``, ``JAN-MAR``). Day-of-week takes 0-7, 0 and 7 both Sunday; a range may end
-  on Sunday as ``7`` or ``SUN`` (``FRI-SUN`` = Friday, Saturday, Sunday). ``*`` and ``a/n`` in
-  day-of-week run over 0-6, so ``1/2`` is Monday, Wednesday, Friday.
+  on Sunday as ``7`` or ``SUN`` (``FRI-SUN`` = Friday, Saturday, Sunday). ``SUN`` ending a range
+  reads 7 only after a start later in the week: ``SUN-SUN`` and ``0-SUN`` mean ``0-0`` (Sunday)
+  and ``SUN-SUN/2`` means ``0-0/2`` (Sunday too). ``*`` and ``a/n`` in day-of-week run over 0-6,
+  so ``1/2`` is Monday, Wednesday, Friday.
 * Day-of-month ``L`` (last day of the month) and ``L-n`` (n days before the last, n in 0-30;
   a month too short for it is skipped). ``W`` forms are refused.
 * Day-of-week ``nL`` (last weekday n of the month, ``5L`` or ``FRIL``) and ``n#k`` (k-th weekday
@@ -180,8 +182,10 @@ class _FieldParser:
             first, _, last = base.partition("-")
             start = self.value(first, item)
             end = self.value(last, item)
-            if self.names is _WEEKDAY_NAMES and end == 0 and last.upper() == "SUN":
-                end = 7  # FRI-SUN: Sunday at the end of a range is 7
+            if self.names is _WEEKDAY_NAMES and end == 0 and start > 0 and last.upper() == "SUN":
+                # FRI-SUN: Sunday ending a range that starts later in the week is 7; a range
+                # starting on Sunday (SUN-SUN, 0-SUN, SUN-SUN/2) ends on that same Sunday, 0.
+                end = 7
             if end < start:
                 raise self.fail(f"range {first}-{last} runs backwards")
             return range(start, end + 1, step)
