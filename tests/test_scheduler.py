@@ -449,14 +449,20 @@ async def test_concurrent_duplicate_is_skipped_without_invoking(autojump_clock: 
     assert len(rig.agent.turns) == 1
 
 
-async def test_external_clock_mode_runs_only_the_wake_loop(autojump_clock: Any) -> None:
+async def test_external_clock_mode_runs_only_the_wake_loop_after_the_reconcile(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     rig = Rig(external_clock=True)
-    await rig.store.claim("hourly", at(6), at(6))  # unsettled, and overdue
+    await rig.store.claim("hourly", at(6), at(6))  # left open by a `fire` that died, overdue
     wakeup = await rig.store.add_wakeup(_due_request(), T0 - timedelta(hours=1))
     async with rig.running() as scheduler:
+        # reconciled at boot as in any clock mode, and still nothing armed or caught up
+        assert await rig.fires() == [(at(6), at(6), Outcome.INTERRUPTED)]
         await sleep_until_wall(rig.wall, at(12, 30))
         assert scheduler.statistics().armed == ()
-    assert await rig.fires() == [(at(6), at(6), None)]  # untouched: no reconcile
+    assert await rig.fires() == [(at(6), at(6), Outcome.INTERRUPTED)]
+    assert any("never finished" in m for m in messages(caplog, logging.WARNING))
+    assert not any("catching up" in m for m in messages(caplog))
     assert rig.agent.sessions() == ["chat-1"]
     assert wakeup.id in rig.agent.turns[0].text
 

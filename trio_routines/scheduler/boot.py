@@ -14,7 +14,8 @@ from .state import SchedulerState, log
 
 
 class Boot(SchedulerState):
-    async def _boot(self) -> dict[str, datetime]:
+    async def _boot(self, *, plan: bool = True) -> dict[str, datetime]:
+        """Reconcile every routine's open claim; with ``plan``, each cron routine's first slot."""
         newest = await self._read_newest_claims()
         latest = {}
         for name in self.routines:
@@ -32,6 +33,8 @@ class Boot(SchedulerState):
                 await self.store.settle(name, fire.slot, Outcome.INTERRUPTED, if_unsettled=True)
             if fire is not None:
                 latest[name] = fire.fired_at
+        if not plan:  # an external clock decides every slot
+            return {}
         current = self.now()
         first_due = {}
         for name, routine in self.routines.items():

@@ -31,9 +31,11 @@ class Scheduler(Boot, CronLoops, WakeLoop):
         """Boot (reconcile, plan catch-ups), start the loops, and run until stopped.
 
         A fault reading a routine's newest claim raises from here before anything runs:
-        a routine whose last fire cannot be known must not run blind.
+        a routine whose last fire cannot be known must not run blind. The reconcile runs
+        whatever the clock mode: a claim an external ``fire`` left open when its process died
+        is settled ``interrupted`` here too.
         """
-        first_due = {} if self.external_clock else await self._boot()
+        first_due = await self._boot(plan=not self.external_clock)
         for name, due in first_due.items():
             self._armed.append(name)
             self._next_due[name] = due
