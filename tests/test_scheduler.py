@@ -647,15 +647,30 @@ async def test_failed_deferral_loses_that_wake_up_only(
     assert agent.sessions() == ["chat-1", "chat-2"]
 
 
-async def test_a_loop_that_breaks_is_reported(
+async def test_a_wake_loop_that_breaks_is_restarted_with_a_doubling_back_off(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    rig = Rig(Routine(name="m", prompt="p"), poll_interval=-1.0)
-    async with rig.running():
-        await trio.sleep(1)
-    assert any(
-        m.startswith("wake-up poll: stopped unexpectedly:") for m in messages(caplog, logging.ERROR)
-    )
+    rig = Rig(Routine(name="m", prompt="p"), poll_interval=-1.0)  # every poll raises
+    async with rig.running() as scheduler:
+        await trio.sleep(1 + 2 + 4 + 8 + 16 + 32 + 64 + 128 + 256 + 300 + 300 + 0.5)
+        assert scheduler.statistics().loop_restarts == {"wake": 12}
+    errors = messages(caplog, logging.ERROR)
+    assert all(m.startswith("wake-up poll: stopped unexpectedly: ValueError:") for m in errors)
+    assert [m.rsplit(" — restarting in ", 1)[1] for m in errors] == [
+        "1s (restart 1)",
+        "2s (restart 2)",
+        "4s (restart 3)",
+        "8s (restart 4)",
+        "16s (restart 5)",
+        "32s (restart 6)",
+        "1m 4s (restart 7)",
+        "2m 8s (restart 8)",
+        "4m 16s (restart 9)",
+        "5m (restart 10)",
+        "5m (restart 11)",
+        "5m (restart 12)",
+    ]
+    assert 'trio_routines_loop_restarts_total{loop="wake"} 12' in rig.scheduler.render_metrics()
 
 
 # -- stopping ----------------------------------------------------------------------------------
@@ -813,28 +828,6 @@ async def test_agent_yielding_garbage_does_not_break_the_scheduler(autojump_cloc
     async with rig.running():
         await sleep_until_wall(rig.wall, at(12, 30))
     assert [f[2] for f in await rig.fires()] == [Outcome.COMPLETED, Outcome.COMPLETED]
-
-
-async def test_a_loop_that_breaks_is_reported_and_the_others_go_on(
-    autojump_clock: Any, caplog: pytest.LogCaptureFixture
-) -> None:
-    class Broken(MemoryStore):
-        async def claim(self, routine: str, slot: datetime, fired_at: datetime) -> Any:
-            if routine == "broken":
-                raise RuntimeError("a bug, not a state fault")
-            return await super().claim(routine, slot, fired_at)
-
-    rig = Rig(
-        Routine(name="broken", prompt="p", cron="0 * * * *"),
-        Routine(name="fine", prompt="p", cron="0 * * * *"),
-        store=Broken(),
-    )
-    async with rig.running():
-        await sleep_until_wall(rig.wall, at(12, 30))
-    assert "broken: stopped unexpectedly: a bug, not a state fault" in messages(
-        caplog, logging.ERROR
-    )
-    assert rig.agent.sessions() == ["routine:fine", "routine:fine"]
 
 
 async def test_boot_reads_every_newest_claim_and_reports_the_first_fault(

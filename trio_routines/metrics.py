@@ -53,6 +53,7 @@ class Metrics:
     def __init__(self) -> None:
         self.fires: Counter[tuple[str, str]] = Counter()
         self.refused: Counter[tuple[str, str]] = Counter()
+        self.restarts: Counter[tuple[str, str | None]] = Counter()
         self.durations: defaultdict[str, _Histogram] = defaultdict(
             lambda: _Histogram(DURATION_BUCKETS)
         )
@@ -68,6 +69,10 @@ class Metrics:
 
     def refuse(self, routine: str, reason: str) -> None:
         self.refused[routine, reason] += 1
+
+    def restarted(self, loop: str, routine: str | None) -> None:
+        """A loop (``cron`` of ``routine``, ``wake`` or ``clock``) died and was restarted."""
+        self.restarts[loop, routine] += 1
 
     def render(self, *, in_flight: int, armed: int, clock_jumps: int) -> str:
         lines: list[str] = []
@@ -108,6 +113,14 @@ class Metrics:
                 lines.append(f'{name}_bucket{{{label},le="+Inf"}} {histogram.total}')
                 lines.append(f"{name}_sum{{{label}}} {_number(histogram.sum)}")
                 lines.append(f"{name}_count{{{label}}} {histogram.total}")
+        family(
+            "trio_routines_loop_restarts_total",
+            "counter",
+            "Loops restarted after an unexpected exception (cron by routine, wake, clock).",
+        )
+        for (loop, owner), count in sorted(self.restarts.items(), key=str):
+            labels = f'loop="{loop}"' + (f',routine="{_label(owner)}"' if owner is not None else "")
+            lines.append(f"trio_routines_loop_restarts_total{{{labels}}} {count}")
         family("trio_routines_clock_jumps_total", "counter", "Wall-clock jumps noticed.")
         lines.append(f"trio_routines_clock_jumps_total {clock_jumps}")
         family("trio_routines_in_flight", "gauge", "Fires and wake-up turns in flight.")

@@ -34,7 +34,8 @@ class MemoryStore(Lifetime):
     ``add_wakeup``, ``take_due_wakeup``, ``defer_wakeup``, ``remove_wakeup``,
     ``list_wakeups``) to an exception that method raises until the entry is removed:
     a way to test what a broken disk does without a broken disk. A ``settle`` fault is logged
-    and swallowed, as the contract says.
+    and swallowed, as the contract says. :meth:`fail` sets one for a number of calls only;
+    :meth:`hang` makes a method stall until it is cancelled, as a silent network does.
     """
 
     def __init__(self, *, keep: int = KEEP_CLAIMS) -> None:
@@ -42,16 +43,61 @@ class MemoryStore(Lifetime):
         self.claims: dict[str, dict[str, Fire]] = {}
         self.wakeups: list[Wakeup] = []
         self.faults: dict[str, Exception] = {}
+        self.hangs: set[str] = set()
+        self._times: dict[str, int] = {}
+        self._only: dict[str, str] = {}
 
-    def _fault(self, operation: str) -> None:
+    def fail(
+        self,
+        operation: str,
+        error: Exception,
+        *,
+        times: int | None = None,
+        routine: str | None = None,
+    ) -> None:
+        """Make ``operation`` raise ``error``: for the next ``times`` calls, or until removed.
+
+        With ``routine``, only calls about that routine fail (and count).
+        """
+        self.faults[operation] = error
+        if times is None:
+            self._times.pop(operation, None)
+        else:
+            self._times[operation] = times
+        if routine is None:
+            self._only.pop(operation, None)
+        else:
+            self._only[operation] = routine
+
+    def hang(self, operation: str) -> None:
+        """Make every later call of ``operation`` stall until cancelled (``hangs.discard``)."""
+        self.hangs.add(operation)
+
+    async def _enter(self, operation: str) -> None:
+        await trio.lowlevel.checkpoint()
+        if operation in self.hangs:
+            await trio.sleep_forever()
+
+    def _consume(self, operation: str, routine: str | None = None) -> Exception | None:
         fault = self.faults.get(operation)
+        if fault is None or self._only.get(operation, routine) != routine:
+            return None
+        if operation in self._times:
+            self._times[operation] -= 1
+            if self._times[operation] <= 0:
+                del self._times[operation]
+                del self.faults[operation]
+        return fault
+
+    def _fault(self, operation: str, routine: str | None = None) -> None:
+        fault = self._consume(operation, routine)
         if fault is not None:
             raise fault
 
     async def claim(self, routine: str, slot: datetime, fired_at: datetime) -> ClaimResult:
-        await trio.lowlevel.checkpoint()
+        await self._enter("claim")
         check_name(routine)
-        self._fault("claim")
+        self._fault("claim", routine)
         claims = self.claims.setdefault(routine, {})
         taken = sorted(claims)
         wanted = slot_name(slot)
@@ -74,16 +120,17 @@ class MemoryStore(Lifetime):
         *,
         if_unsettled: bool = False,
     ) -> None:
-        await trio.lowlevel.checkpoint()
+        await self._enter("settle")
         check_name(routine)
         name = slot_name(slot)
-        if "settle" in self.faults:
+        fault = self._consume("settle", routine)
+        if fault is not None:
             log.warning(
                 "%s: could not record the %s outcome of slot %s: %s",
                 routine,
                 outcome.value,
                 name,
-                self.faults["settle"],
+                fault,
             )
             return
         fire = self.claims.get(routine, {}).get(name)
@@ -94,34 +141,34 @@ class MemoryStore(Lifetime):
         )
 
     async def latest_fire(self, routine: str) -> Fire | None:
-        await trio.lowlevel.checkpoint()
+        await self._enter("latest_fire")
         check_name(routine)
-        self._fault("latest_fire")
+        self._fault("latest_fire", routine)
         claims = self.claims.get(routine, {})
         return claims[max(claims)] if claims else None
 
     async def history(self, routine: str) -> list[Fire]:
-        await trio.lowlevel.checkpoint()
+        await self._enter("history")
         check_name(routine)
-        self._fault("history")
+        self._fault("history", routine)
         claims = self.claims.get(routine, {})
         return [claims[name] for name in sorted(claims)]
 
     async def add_wakeup(self, request: WakeupRequest, now: datetime) -> Wakeup:
-        await trio.lowlevel.checkpoint()
+        await self._enter("add_wakeup")
         self._fault("add_wakeup")
         wakeup = plan_add(self.wakeups, request, now)
         self.wakeups = [*self.wakeups, wakeup]
         return wakeup
 
     async def take_due_wakeup(self, now: datetime) -> Wakeup | None:
-        await trio.lowlevel.checkpoint()
+        await self._enter("take_due_wakeup")
         self._fault("take_due_wakeup")
         self.wakeups, wakeup = take_first_due(self.wakeups, now)
         return wakeup
 
     async def defer_wakeup(self, wakeup: Wakeup, fire_at: datetime) -> bool:
-        await trio.lowlevel.checkpoint()
+        await self._enter("defer_wakeup")
         deferred = plan_defer(wakeup, fire_at)
         if deferred is None:
             return False
@@ -130,13 +177,13 @@ class MemoryStore(Lifetime):
         return True
 
     async def remove_wakeup(self, wakeup_id: str, session: str | None = None) -> bool:
-        await trio.lowlevel.checkpoint()
+        await self._enter("remove_wakeup")
         self._fault("remove_wakeup")
         self.wakeups, removed = remove(self.wakeups, wakeup_id, session)
         return removed
 
     async def list_wakeups(self) -> list[Wakeup]:
-        await trio.lowlevel.checkpoint()
+        await self._enter("list_wakeups")
         self._fault("list_wakeups")
         return list(self.wakeups)
 

@@ -27,12 +27,6 @@ class ClockWatch(SchedulerState):
             self._clock_moved.set()  # every sleeping loop re-reads the wall clock
             self._clock_moved = trio.Event()
 
-    async def _watch_clock(self) -> None:
-        """Without a wake loop, something must still look at the clocks every poll interval."""
-        while True:
-            await trio.sleep(self.poll_interval)
-            self._note_offset()
-
 
 def duration(seconds: float) -> str:
     seconds = round(seconds)

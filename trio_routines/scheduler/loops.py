@@ -1,4 +1,10 @@
-"""Cron loops: one task per routine, sleeping towards its next slot and firing it."""
+"""Cron loops: one task per routine, sleeping towards its next slot and firing it.
+
+A loop ends when the scheduler stops, when its routine is removed or replaced by
+:meth:`Scheduler.update_routines` (``self.routines[name]`` is no longer the very object it
+runs; a fire in flight finishes and settles first), or when its cron has no next instant.
+An unexpected exception restarts it (see :mod:`.restarts`).
+"""
 
 from __future__ import annotations
 
@@ -11,39 +17,86 @@ from ..errors import StateFault
 from ..routines import Routine
 from .clock import ClockWatch
 from .fire import FirePath
+from .restarts import RESTART_FIRST, Restarts
 from .state import log
 
 
-class CronLoops(FirePath, ClockWatch):
-    async def _cron_loop(self, routine: Routine, due: datetime | None) -> None:
-        # One frame per routine, sleeping included: at 10,000 routines every frame is memory.
+class CronLoops(FirePath, ClockWatch, Restarts):
+    async def _cron_loop(self, routine: Routine, due: datetime | None, *, rearm: bool) -> None:
+        """Fire ``routine`` at ``due`` and every slot after it; with ``rearm``, plan ``due``.
+
+        Everything lives in this one frame, the restart policy included: at 10,000 routines
+        every sleeping frame is memory.
+        """
         assert routine.cron is not None
-        try:
-            while due is not None:
-                # Sleep towards the slot, re-reading the wall clock after every wake.
-                while (remaining := (due - self.now()).total_seconds()) > 0:
-                    with trio.move_on_after(min(remaining, self.max_wait)):
-                        await self._clock_moved.wait()
-                    self._note_offset()
-                if self._stopping.value:
-                    return
-                with trio.CancelScope(shield=True):
+        name = routine.name
+        backoff = RESTART_FIRST
+        while True:
+            try:
+                if rearm:
+                    previous = self._firing.get(name)
+                    if previous is not None:  # the version this one replaces is still settling
+                        await previous.wait()
+                    due = await self._rearm_due(routine)
+                    rearm = False
+                    if not self._current(routine):
+                        return
+                    self._set_due(routine, due)
+                while due is not None:
+                    # Sleep towards the slot, re-reading the wall clock after every wake.
+                    while (remaining := (due - self.now()).total_seconds()) > 0:
+                        with trio.move_on_after(min(remaining, self.max_wait)):
+                            await self._clock_moved.wait()
+                        self._note_offset()
+                        if not self._current(routine):
+                            return
+                    if self._stopping.value or not self._current(routine):
+                        return
+                    firing = self._firing[name] = trio.Event()
                     try:
-                        await self._fire(routine, due)
-                    except StateFault as exc:
-                        log.error(
-                            "%s: fire failed (skipping this run, schedule stays armed): %s",
-                            routine.name,
-                            exc,
-                        )
-                due = next_run(routine.cron, routine.tz, self.now())
-                self._next_due[routine.name] = due
-                if due is None:
-                    log.warning(
-                        '%s: cron "%s" will never fire again — not armed',
-                        routine.name,
-                        routine.cron,
-                    )
-                    self._armed.remove(routine.name)
-        except Exception as exc:
-            log.error("%s: stopped unexpectedly: %s", routine.name, exc)
+                        with trio.CancelScope(shield=True):
+                            try:
+                                await self._fire(routine, due)
+                            except StateFault as exc:
+                                log.error(
+                                    "%s: fire failed (skipping this run, schedule stays armed): %s",
+                                    name,
+                                    exc,
+                                )
+                    finally:
+                        del self._firing[name]
+                        firing.set()
+                    if not self._current(routine):
+                        return
+                    backoff = RESTART_FIRST  # a slot went through: a later fault starts over
+                    due = next_run(routine.cron, routine.tz, self.now())
+                    self._set_due(routine, due)
+                return
+            except Exception as exc:
+                if self._stopping.value or not self._current(routine):
+                    return
+                backoff = await self._restart_after(f"cron:{name}", name, exc, backoff)
+                rearm = True
+
+    def _current(self, routine: Routine) -> bool:
+        """Whether ``routine`` is still the loaded version of its name (not removed, replaced)."""
+        return self.routines.get(routine.name) is routine
+
+    def _set_due(self, routine: Routine, due: datetime | None) -> None:
+        self._next_due[routine.name] = due
+        if due is None:
+            log.warning(
+                '%s: cron "%s" will never fire again — not armed', routine.name, routine.cron
+            )
+            self._armed.pop(routine.name, None)
+        else:
+            self._armed[routine.name] = None
+
+    async def _rearm_due(self, routine: Routine) -> datetime | None:
+        """The next slot after both the newest claim and now: no double fire, no back-fire."""
+        assert routine.cron is not None
+        newest = await self.store.latest_fire(routine.name)
+        base = self.now()
+        if newest is not None and newest.fired_at > base:
+            base = newest.fired_at
+        return next_run(routine.cron, routine.tz, base)

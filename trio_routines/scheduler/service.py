@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from datetime import datetime
 from types import MappingProxyType
@@ -37,7 +38,7 @@ class Scheduler(Boot, CronLoops, WakeLoop):
         """
         first_due = await self._boot(plan=not self.external_clock)
         for name, due in first_due.items():
-            self._armed.append(name)
+            self._armed[name] = None
             self._next_due[name] = due
         self._note_offset()
         async with trio.open_nursery() as nursery:
@@ -49,19 +50,28 @@ class Scheduler(Boot, CronLoops, WakeLoop):
     async def _run_loops(self, first_due: dict[str, datetime]) -> None:
         with self._loops:
             async with trio.open_nursery() as loops:
+                self._loop_nursery = loops
                 for name, due in first_due.items():
-                    loops.start_soon(self._cron_loop, self.routines[name], due)
+                    loops.start_soon(
+                        functools.partial(self._cron_loop, self.routines[name], due, rearm=False)
+                    )
                 if self.wakeups:
                     loops.start_soon(self._wake_loop)
                 elif first_due:
-                    loops.start_soon(self._watch_clock)
+                    self._start_clock_watch()
                 try:
                     await trio.sleep_forever()
                 finally:
+                    self._loop_nursery = None
                     if not self._stopping.value:
                         # Cancelled by the host's scope rather than by stop(): bound the
                         # shielded fires all the same, before waiting for them.
                         self._begin_stop(self.default_grace)
+
+    def _start_clock_watch(self) -> None:
+        if not self._watching and self._loop_nursery is not None:
+            self._watching = True
+            self._loop_nursery.start_soon(self._watch_clock)
 
     def stop(self, grace: float | None = None) -> None:
         """Stop arming at once; give in-flight turns ``grace`` seconds, then interrupt them.
@@ -98,6 +108,7 @@ class Scheduler(Boot, CronLoops, WakeLoop):
             outcomes=MappingProxyType(dict(self._outcomes)),
             clock_jumps=self._jumps,
             stopping=self._stopping.value,
+            loop_restarts=MappingProxyType(dict(self._restarts)),
         )
 
 

@@ -83,6 +83,8 @@ class Statistics:
     outcomes: Mapping[str, int]
     clock_jumps: int
     stopping: bool
+    #: Restarts after an unexpected exception, by loop: ``cron:<routine>``, ``wake``, ``clock``.
+    loop_restarts: Mapping[str, int] = attrs.field(factory=dict)
 
 
 def on_grid(routine: Routine, slot: datetime) -> bool:
@@ -133,7 +135,11 @@ class SchedulerState:
         self._grace_scopes: set[trio.CancelScope] = set()
         self._nursery: trio.Nursery | None = None
         self._next_due: dict[str, datetime | None] = {}
-        self._armed: list[str] = []
+        self._armed: dict[str, None] = {}  # an ordered set of the routines with a next slot
+        self._firing: dict[str, trio.Event] = {}  # set once a cron loop's fire has settled
+        self._restarts: Counter[str] = Counter()
+        self._loop_nursery: trio.Nursery | None = None
+        self._watching = False
         self._outcomes: Counter[str] = Counter()
         self.metrics = Metrics()
         self._in_flight = trio_util.AsyncValue(0)

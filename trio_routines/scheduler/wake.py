@@ -11,19 +11,35 @@ from ..records import Wakeup
 from ..wakeups import envelope
 from .clock import ClockWatch
 from .fire import FirePath
+from .restarts import RESTART_FIRST, Restarts
 from .state import log
 
 
-class WakeLoop(FirePath, ClockWatch):
+class WakeLoop(FirePath, ClockWatch, Restarts):
     async def _wake_loop(self) -> None:
-        try:
-            while True:
-                while not self._stopping.value and await self._wake_once():
-                    pass
-                await trio.sleep(self.poll_interval)
-                self._note_offset()
-        except Exception as exc:
-            log.error("wake-up poll: stopped unexpectedly: %s", exc)
+        backoff = RESTART_FIRST
+        while True:
+            try:
+                while True:
+                    while not self._stopping.value and await self._wake_once():
+                        backoff = RESTART_FIRST
+                    await trio.sleep(self.poll_interval)
+                    self._note_offset()
+            except Exception as exc:
+                if self._stopping.value:
+                    return
+                backoff = await self._restart_after("wake", "wake-up poll", exc, backoff)
+
+    async def _watch_clock(self) -> None:
+        """Without a wake loop, something must still look at the clocks every poll interval."""
+        backoff = RESTART_FIRST
+        while True:
+            try:
+                while True:
+                    await trio.sleep(self.poll_interval)
+                    self._note_offset()
+            except Exception as exc:
+                backoff = await self._restart_after("clock", "clock watch", exc, backoff)
 
     async def _wake_once(self) -> bool:
         """Take and fire one due wake-up; False when none was due or the store failed."""

@@ -1,0 +1,38 @@
+"""The restart policy: a loop that dies of an unexpected exception comes back, loudly.
+
+A bug, or a store raising something other than :class:`~trio_routines.errors.StateFault`,
+must never leave a routine silently dead. The loop logs an ERROR, counts the restart (in
+``statistics().loop_restarts`` and ``trio_routines_loop_restarts_total``), sleeps a back-off
+that starts at 1 s and doubles up to 5 minutes, and starts again: a cron loop re-arms from its
+newest claim and the wall clock (so it never fires a slot twice and never back-fires), the
+wake loop simply polls again. A slot that goes through resets the back-off.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from ..logs import one_line
+from .clock import duration
+from .state import SchedulerState, log
+
+RESTART_FIRST = 1.0  # seconds before the first restart
+RESTART_MAX = 300.0  # the longest back-off
+
+
+class Restarts(SchedulerState):
+    async def _restart_after(self, key: str, label: str, exc: Exception, backoff: float) -> float:
+        """Log and count one loop's death, sleep the back-off; return the next back-off."""
+        self._restarts[key] += 1
+        loop, _, routine = key.partition(":")
+        self.metrics.restarted(loop, routine or None)
+        log.error(
+            "%s: stopped unexpectedly: %s: %s — restarting in %s (restart %d)",
+            label,
+            type(exc).__name__,
+            one_line(str(exc)),
+            duration(backoff),
+            self._restarts[key],
+        )
+        await trio.sleep(backoff)
+        return min(backoff * 2, RESTART_MAX)
