@@ -53,6 +53,27 @@ def test_a_settled_claim_reads_back() -> None:
     assert fire == Fire(slot=SLOT, fired_at=STAMP, outcome=Outcome.FAILED, ms=12)
 
 
+def test_the_reason_comes_last_and_is_omitted_when_none() -> None:
+    text = claim_text(STAMP, Outcome.FAILED, 12, "exit status 2:\nkey expired")
+    assert text == (
+        '{"firedAt":"2026-07-07T12:30:00.000Z","outcome":"failed","ms":12,'
+        '"error":"exit status 2: key expired"}'
+    )
+    assert claim_text(STAMP, Outcome.FAILED, 12, None) == claim_text(STAMP, Outcome.FAILED, 12)
+    fire = parse_claim(NAME, text, "c")
+    assert fire.error == "exit status 2: key expired"
+    # A reason without an outcome (hand-edited) is not a settled claim's reason.
+    bare = parse_claim(NAME, '{"firedAt":"2026-07-07T12:30:00.000Z","error":"x"}', "c")
+    assert (bare.outcome, bare.error) == (None, None)
+
+
+def test_a_hand_edited_reason_is_made_safe_on_reading() -> None:
+    text = '{"firedAt":"2026-07-07T12:30:00.000Z","outcome":"failed","error":"a\\u001b[2Jb"}'
+    assert parse_claim(NAME, text, "c").error == "a\\x1b[2Jb"
+    odd = '{"firedAt":"2026-07-07T12:30:00.000Z","outcome":"failed","error":7}'
+    assert parse_claim(NAME, odd, "c").error is None
+
+
 @pytest.mark.parametrize(
     "text", ['{"firedAt":"2026-07-0', "2026-07-07T10:00:00.000Z", "null", "12", "", "[]"]
 )
@@ -95,3 +116,6 @@ def test_fire_validators_refuse_bad_values() -> None:
         Fire(slot=datetime(2026, 1, 1), fired_at=STAMP)
     with pytest.raises(ValueError, match="ms"):
         Fire(slot=SLOT, fired_at=STAMP, ms=-1)
+    with pytest.raises(TypeError, match="error"):
+        Fire(slot=SLOT, fired_at=STAMP, error=7)  # type: ignore[arg-type]
+    assert Fire(slot=SLOT, fired_at=STAMP, error=" \n ").error is None

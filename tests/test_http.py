@@ -402,7 +402,11 @@ async def test_history_is_oldest_first_like_history_json() -> None:
             "2026-07-07T11:00:00.000Z",
         ]
         assert [h["outcome"] for h in history] == ["completed", "failed"]
-        assert all(set(h) == {"slot", "firedAt", "outcome", "ms"} for h in history)
+        assert [set(h) for h in history] == [
+            {"slot", "firedAt", "outcome", "ms"},
+            {"slot", "firedAt", "outcome", "ms", "error"},
+        ]
+        assert history[1]["error"] == "no"  # the failure reason, stored with the outcome
         empty = await server.call("GET", f"/routines/{LONG}/history")
         assert empty.json == []
         missing = await server.call("GET", "/routines/nope/history")

@@ -80,14 +80,16 @@ def test_schema_creation_races_safely_and_is_versioned(url: str, schema: str) ->
     race("open", url, schema, [[] for _ in range(6)])
     with admin() as conn:
         versions = conn.execute(
-            sql.SQL("SELECT version FROM {}").format(sql.Identifier(schema, "trio_routines_schema"))
+            sql.SQL("SELECT version FROM {} ORDER BY version").format(
+                sql.Identifier(schema, "trio_routines_schema")
+            )
         ).fetchall()
         tables = conn.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
             "ORDER BY table_name",
             (schema,),
         ).fetchall()
-    assert versions == [(SCHEMA_VERSION,)]
+    assert versions == [(version,) for version in range(1, SCHEMA_VERSION + 1)]
     assert [t for (t,) in tables] == [
         "trio_routines_claims",
         "trio_routines_schema",
@@ -107,9 +109,46 @@ async def test_a_newer_schema_is_refused(url: str, schema: str) -> None:
             (SCHEMA_VERSION + 1,),
         )
     newer = PostgresStore(url, schema=schema)
-    with pytest.raises(StateFault, match=r"schema version 2, newer .* upgrade"):
+    with pytest.raises(StateFault, match=rf"schema version {SCHEMA_VERSION + 1}, newer .* upgrade"):
         await newer.claim("r", T0, T0)
     await newer.aclose()
+
+
+async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
+    url: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trio_routines.stores import postgres
+
+    monkeypatch.setattr(postgres, "SCHEMA_VERSION", 1)
+    old = PostgresStore(url, schema=schema)
+    await old.claim("r", T0, T0)
+    await old.aclose()
+    claims = sql.Identifier(schema, "trio_routines_claims")
+    with admin() as conn:  # what a version-1 settle wrote: outcome and ms, no error column
+        columns = conn.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = 'trio_routines_claims'",
+            (schema,),
+        ).fetchall()
+        assert ("error",) not in columns
+        conn.execute(sql.SQL("UPDATE {} SET outcome = 'failed', ms = 7").format(claims))
+    monkeypatch.undo()
+
+    store = PostgresStore(url, schema=schema)
+    (fire,) = await store.history("r")
+    assert (fire.outcome, fire.ms, fire.error) == (Outcome.FAILED, 7, None)
+    await store.claim("r", T0 + MINUTE, T0 + MINUTE)
+    await store.settle("r", T0 + MINUTE, Outcome.FAILED, 9, error="exit status 2: key expired")
+    assert [f.error for f in await store.history("r")] == [None, "exit status 2: key expired"]
+    await store.aclose()
+    with admin() as conn:
+        versions = conn.execute(
+            sql.SQL("SELECT version FROM {} ORDER BY version").format(
+                sql.Identifier(schema, "trio_routines_schema")
+            )
+        ).fetchall()
+    assert versions == [(1,), (2,)]
+    assert SCHEMA_VERSION == 2
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ import trio.testing
 from trio_routines import Outcome, Routine, Scheduler, StateFault
 from trio_routines.instants import slot_name
 from trio_routines.scheduler import NotOnGrid, NotYetDue, Stopping, UnknownRoutine
+from trio_routines.scheduler.boot import BOOT_INTERRUPTED
 from trio_routines.stores.directory import DirectoryStore
 from trio_routines.testing import (
     Busy,
@@ -24,6 +25,7 @@ from trio_routines.testing import (
     Fail,
     Hang,
     MemoryStore,
+    Raise,
     ScriptedAgent,
     WallClock,
 )
@@ -117,6 +119,7 @@ async def test_unsettled_newest_claim_is_interrupted_at_boot_and_not_replayed(
         assert await rig.fires() == [(at(10), at(10), Outcome.INTERRUPTED)]
         (fire,) = await rig.store.history("hourly")
         assert fire.ms is None
+        assert fire.error == BOOT_INTERRUPTED
     warnings = messages(caplog, logging.WARNING)
     assert any("never finished" in m for m in warnings)
     assert rig.agent.turns == []
@@ -239,6 +242,15 @@ async def test_failed_turn_is_claimed_and_settled_failed(autojump_clock: Any) ->
     async with rig.running():
         await sleep_until_wall(rig.wall, at(11, 30))
     assert await rig.fires() == [(at(11), at(11), Outcome.FAILED)]
+    assert [f.error for f in await rig.store.history("hourly")] == ["the model said no"]
+
+
+async def test_a_raising_agent_stores_the_exception_line(autojump_clock: Any) -> None:
+    rig = Rig(agent=ScriptedAgent(Raise(RuntimeError("provider refused:\nquota"))))
+    result = await rig.scheduler.fire("hourly", at(9))
+    assert result.outcome is Outcome.FAILED
+    (fire,) = await rig.store.history("hourly")
+    assert fire.error == "provider refused: quota"
 
 
 async def test_routine_without_cron_is_never_armed(
@@ -307,6 +319,7 @@ async def test_busy_turn_is_skipped_not_failed(
     result = await rig.scheduler.fire("hourly", at(9))
     assert (result.claimed, result.outcome) == (True, Outcome.SKIPPED)
     assert await rig.fires() == [(at(9), T0, Outcome.SKIPPED)]
+    assert [f.error for f in await rig.store.history("hourly")] == [None]  # an overlap, no failure
     assert any(m.startswith("hourly: occurrence skipped (session busy)") for m in messages(caplog))
     assert messages(caplog, logging.ERROR) == []
     assert not [m for m in messages(caplog) if "failed" in m]
@@ -713,6 +726,7 @@ async def test_stop_gives_the_grace_then_interrupts(autojump_clock: Any) -> None
     assert trio.current_time() - stopped_at == pytest.approx(7)
     (fire,) = await rig.store.history("hourly")
     assert (fire.outcome, fire.ms) == (Outcome.INTERRUPTED, 27000)
+    assert fire.error == "interrupted by stop"
 
 
 async def test_turn_within_the_grace_completes(autojump_clock: Any) -> None:
@@ -747,6 +761,8 @@ async def test_routine_timeout_fails_the_turn(
         "timed out after 90s",
     )
     assert "hourly failed (90000ms): timed out after 90s" in messages(caplog, logging.ERROR)
+    (fire,) = await rig.store.history("hourly")
+    assert fire.error == "timed out after 90s"
 
 
 # -- clocks ----------------------------------------------------------------------------------
@@ -873,9 +889,11 @@ async def test_a_fire_is_in_flight_from_claim_to_settle(autojump_clock: Any) -> 
             seen.append(rig.scheduler.statistics().in_flight)
             return await super().claim(routine, slot, fired_at)
 
-        async def settle(self, routine: str, slot: datetime, outcome: Any, ms: Any = None) -> None:
+        async def settle(
+            self, routine: str, slot: datetime, outcome: Any, ms: Any = None, **kw: Any
+        ) -> None:
             seen.append(rig.scheduler.statistics().in_flight)
-            await super().settle(routine, slot, outcome, ms)
+            await super().settle(routine, slot, outcome, ms, **kw)
 
     rig = Rig(store=Watching())
     await rig.scheduler.fire("hourly", at(9))

@@ -100,6 +100,42 @@ async def test_resettle_without_duration_drops_it(store: Store) -> None:
     assert (fire.outcome, fire.ms) == (Outcome.INTERRUPTED, None)
 
 
+async def test_settle_stores_the_reason_as_one_visible_line(store: Store) -> None:
+    await store.claim("daily", T0, T0)
+    reason = "exit status 2:\nAPI key\x1b[31m expired"
+    await store.settle("daily", T0, Outcome.FAILED, 12, error=reason)
+    fire = await store.latest_fire("daily")
+    assert fire is not None
+    assert (fire.outcome, fire.ms, fire.error) == (
+        Outcome.FAILED,
+        12,
+        "exit status 2: API key\\x1b[31m expired",
+    )
+    assert await store.history("daily") == [fire]
+
+
+async def test_a_long_reason_is_cut_at_one_kib(store: Store) -> None:
+    await store.claim("daily", T0, T0)
+    await store.settle("daily", T0, Outcome.FAILED, 1, error="é" * 5000)
+    fire = await store.latest_fire("daily")
+    assert fire is not None
+    assert fire.error is not None
+    assert fire.error.endswith("…")
+    assert fire.error.startswith("éé")
+    assert 1000 < len(fire.error.encode()) <= 1024
+
+
+async def test_a_settle_without_a_reason_leaves_none(store: Store) -> None:
+    await store.claim("daily", T0, T0)
+    await store.settle("daily", T0, Outcome.FAILED, 1, error="boom")
+    await store.settle("daily", T0, Outcome.COMPLETED, 2)
+    fire = await store.latest_fire("daily")
+    assert fire is not None
+    assert (fire.outcome, fire.error) == (Outcome.COMPLETED, None)
+    await store.settle("daily", T0, Outcome.INTERRUPTED, error="late", if_unsettled=True)
+    assert await store.latest_fire("daily") == fire  # settled already: nothing written
+
+
 async def test_settle_of_a_missing_claim_creates_nothing(store: Store) -> None:
     await store.settle("daily", T0, Outcome.COMPLETED, 5)
     assert await store.history("daily") == []

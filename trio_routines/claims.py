@@ -87,7 +87,7 @@ def parse_claim(name: str, text: str, where: str) -> Fire:
 
 
 def fire_from_record(slot: datetime, record: dict[str, object], where: str) -> Fire:
-    """Recover stamp, outcome and duration from a claim's fields, warning about oddities."""
+    """Recover stamp, outcome, duration and reason from a claim's fields, warning about oddities."""
     stamp = record.get("firedAt")
     fired_at = parse_iso(stamp) if isinstance(stamp, str) else None
     if fired_at is None:
@@ -96,6 +96,7 @@ def fire_from_record(slot: datetime, record: dict[str, object], where: str) -> F
     raw_outcome = record.get("outcome")
     outcome: Outcome | None = None
     ms: int | None = None
+    error: str | None = None
     if raw_outcome in _OUTCOMES:
         outcome = Outcome(str(raw_outcome))
     elif raw_outcome is not None:
@@ -113,4 +114,7 @@ def fire_from_record(slot: datetime, record: dict[str, object], where: str) -> F
             and raw_ms >= 0
         ):
             ms = round(raw_ms)
-    return Fire(slot=slot, fired_at=fired_at, outcome=outcome, ms=ms)
+        raw_error = record.get("error")
+        if isinstance(raw_error, str):
+            error = raw_error  # the record makes it one visible line of at most 1 KiB
+    return Fire(slot=slot, fired_at=fired_at, outcome=outcome, ms=ms, error=error)

@@ -2,10 +2,11 @@
 
 Shapes are those of the original scheduler's state directory, byte for byte:
 
-* a claim file holds ``{"firedAt": ISO, "outcome"?: word, "ms"?: int}`` in that key order;
+* a claim file holds ``{"firedAt": ISO, "outcome"?: word, "ms"?: int, "error"?: text}`` in
+  that key order (``error``, the failure reason, is ours: the original ignores unknown keys);
 * ``wakeups.json`` is an array of ``{"id", "session", "prompt", "fireAt", "cron"?, "tz"?,
   "attempts"?}``, absent fields omitted;
-* history (CLI ``--json`` and HTTP) is ``[{"slot", "firedAt", "outcome"?, "ms"?}]``.
+* history (CLI ``--json`` and HTTP) is ``[{"slot", "firedAt", "outcome"?, "ms"?, "error"?}]``.
 
 The converter is strict: cattrs would happily turn ``1`` into ``"1"`` or accept a naive
 datetime; here a wrong type is an error, so a malformed stored entry is dropped, not guessed.
@@ -22,6 +23,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 
 from .instants import format_iso, parse_iso
 from .records import Fire, Outcome, Wakeup
+from .text import error_text
 
 converter = cattrs.Converter(forbid_extra_keys=False)
 
@@ -93,16 +95,23 @@ def wakeup_from_json(raw: Any) -> Wakeup:
 
 
 def fire_to_json(fire: Fire) -> dict[str, Any]:
-    """History shape: ``{slot, firedAt, outcome?, ms?}``."""
+    """History shape: ``{slot, firedAt, outcome?, ms?, error?}``."""
     result: dict[str, Any] = converter.unstructure(fire)
     return result
 
 
-def claim_text(fired_at: datetime, outcome: Outcome | None = None, ms: int | None = None) -> str:
-    """The content of a claim file, keys in the order the original writes them."""
+def claim_text(
+    fired_at: datetime,
+    outcome: Outcome | None = None,
+    ms: int | None = None,
+    error: str | None = None,
+) -> str:
+    """The content of a claim file, keys in the order the original writes them, then ours."""
     record: dict[str, Any] = {"firedAt": format_iso(fired_at)}
     if outcome is not None:
         record["outcome"] = outcome.value
         if ms is not None:
             record["ms"] = ms
+        if error:
+            record["error"] = error_text(error)
     return dumps(record)

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
 from datetime import UTC, datetime
 
 from .instants import format_iso
+from .text import one_line as one_line
+from .text import visible
 
 log = logging.getLogger("trio_routines")
 
-_WHITESPACE = re.compile(r"\s+")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _LEVEL_NAMES = {"WARNING": "WARN", "CRITICAL": "FATAL"}
 
 
@@ -28,20 +27,11 @@ def _level_name(record: logging.LogRecord) -> str:
     return _LEVEL_NAMES.get(record.levelname, record.levelname)
 
 
-def one_line(text: str) -> str:
-    """Every run of whitespace (line breaks included) as one space, trimmed."""
-    return _WHITESPACE.sub(" ", text).strip()
-
-
-def _visible(text: str) -> str:
-    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
-
-
 class TextFormatter(logging.Formatter):
     """``INFO  daily completed (12ms)``: the level padded to 5, then the message on one line."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return f"{_level_name(record):<5} {_visible(one_line(record.getMessage()))}"
+        return f"{_level_name(record):<5} {visible(one_line(record.getMessage()))}"
 
 
 class JsonFormatter(logging.Formatter):

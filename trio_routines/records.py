@@ -12,6 +12,7 @@ from datetime import datetime
 import attrs
 
 from .instants import truncate_ms
+from .text import error_text
 
 
 class Outcome(enum.StrEnum):
@@ -34,14 +35,27 @@ def _non_negative_ms(
         raise ValueError(f"ms must be a non-negative integer, got {value!r}")
 
 
+def _error(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"error must be a string or None, got {type(value).__name__}")
+    return error_text(value) or None
+
+
 @attrs.frozen
 class Fire:
-    """One claimed slot of one routine, as read back from its claim."""
+    """One claimed slot of one routine, as read back from its claim.
+
+    ``error`` is why it did not complete (the failure text, the timeout, the stop), stored as
+    one visible line of at most 1 KiB (:func:`trio_routines.text.error_text`).
+    """
 
     slot: datetime = attrs.field(converter=_utc)
     fired_at: datetime = attrs.field(converter=_utc)
     outcome: Outcome | None = None
     ms: int | None = attrs.field(default=None, validator=_non_negative_ms)
+    error: str | None = attrs.field(default=None, converter=_error)
 
 
 class ClaimStatus(enum.StrEnum):

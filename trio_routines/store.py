@@ -18,9 +18,11 @@ Claims
     Any fault before the claim exists raises :class:`~trio_routines.errors.StateFault` and
     leaves no claim, so the slot can still fire once the fault is repaired.
 
-    ``settle(routine, slot, outcome, ms)`` writes the outcome (and duration, if measured) into
-    the existing claim, keeping its stamp (with ``if_unsettled``, only if it has no outcome
-    yet: the check and the write are one atomic step). It never raises: a fault is logged as
+    ``settle(routine, slot, outcome, ms, error=None)`` writes the outcome (and the duration, if
+    measured, and the reason it did not complete, if given: stored as one visible line of at
+    most 1 KiB, :func:`trio_routines.text.error_text`) into the existing claim, keeping its
+    stamp (with ``if_unsettled``, only if it has no outcome yet: the check and the write are
+    one atomic step). It never raises: a fault is logged as
     a warning and the claim stays unsettled. A claim that no longer exists (pruned meanwhile)
     is not recreated.
 
@@ -65,8 +67,12 @@ class Store(Protocol):
         ms: int | None = None,
         *,
         if_unsettled: bool = False,
+        error: str | None = None,
     ) -> None:
-        """Record how a claimed slot ended. Never raises.
+        """Record how a claimed slot ended, and why when it did not complete. Never raises.
+
+        A settle replaces the outcome, duration and reason together: one without ``error``
+        leaves no reason behind.
 
         With ``if_unsettled``, only a claim without an outcome is written, atomically with
         respect to other settles: the boot's "interrupted" never overwrites a real outcome

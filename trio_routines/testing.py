@@ -119,6 +119,7 @@ class MemoryStore(Lifetime):
         ms: int | None = None,
         *,
         if_unsettled: bool = False,
+        error: str | None = None,
     ) -> None:
         await self._enter("settle")
         check_name(routine)
@@ -137,7 +138,7 @@ class MemoryStore(Lifetime):
         if fire is None or (if_unsettled and fire.outcome is not None):
             return
         self.claims[routine][name] = attrs.evolve(
-            fire, outcome=outcome, ms=None if ms is None else round(ms)
+            fire, outcome=outcome, ms=None if ms is None else round(ms), error=error
         )
 
     async def latest_fire(self, routine: str) -> Fire | None:

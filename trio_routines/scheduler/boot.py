@@ -12,6 +12,8 @@ from ..instants import format_iso
 from ..records import Fire, Outcome
 from .state import SchedulerState, log
 
+BOOT_INTERRUPTED = "the process stopped mid-turn (found unsettled at the next boot)"
+
 
 class Boot(SchedulerState):
     async def _boot(self, *, plan: bool = True) -> dict[str, datetime]:
@@ -30,7 +32,13 @@ class Boot(SchedulerState):
                 )
                 # Only if still unsettled: another scheduler sharing the store may be the one
                 # mid-turn, and may settle the real outcome just before we write.
-                await self.store.settle(name, fire.slot, Outcome.INTERRUPTED, if_unsettled=True)
+                await self.store.settle(
+                    name,
+                    fire.slot,
+                    Outcome.INTERRUPTED,
+                    if_unsettled=True,
+                    error=BOOT_INTERRUPTED,
+                )
             if fire is not None:
                 latest[name] = fire.fired_at
         if not plan:  # an external clock decides every slot

@@ -96,7 +96,9 @@ class FirePath(SchedulerState):
         late = (self.now() - slot).total_seconds()
         with firing_slot(slot):
             turn = await self._turn(name, routine.session, routine.prompt, routine.timeout)
-        await self.store.settle(name, slot, turn.outcome, turn.ms)
+        # The reason goes with the outcome; a busy session is an overlap, not a failure.
+        error = None if turn.busy else turn.failed
+        await self.store.settle(name, slot, turn.outcome, turn.ms, error=error)
         self._outcomes[turn.outcome.value] += 1
         self.metrics.fired(name, turn.outcome.value, turn.ms, late)
         return FireResult(

@@ -241,8 +241,9 @@ class DirectoryStore(Lifetime):
         ms: int | None = None,
         *,
         if_unsettled: bool = False,
+        error: str | None = None,
     ) -> None:
-        await self._run(self.settle_sync, routine, slot, outcome, ms, if_unsettled)
+        await self._run(self.settle_sync, routine, slot, outcome, ms, if_unsettled, error)
 
     def settle_sync(
         self,
@@ -251,6 +252,7 @@ class DirectoryStore(Lifetime):
         outcome: Outcome,
         ms: int | None,
         if_unsettled: bool = False,
+        error: str | None = None,
     ) -> None:
         name = slot_name(slot)
         path = self.claim_dir(routine) / name
@@ -278,7 +280,8 @@ class DirectoryStore(Lifetime):
             if if_unsettled and fire.outcome is not None:
                 os.close(fd)
                 return
-            data = claim_text(fire.fired_at, outcome, None if ms is None else round(ms)).encode()
+            rounded = None if ms is None else round(ms)
+            data = claim_text(fire.fired_at, outcome, rounded, error).encode()
             # Write over the stamp, then cut what is left: a write that fails (ENOSPC, EIO)
             # leaves the stamp readable, where truncating first would have erased it.
             os.pwrite(fd, data, 0)

@@ -52,13 +52,14 @@ from ..instants import format_iso, slot_name, truncate_ms
 from ..names import check_name
 from ..records import ClaimResult, ClaimStatus, Fire, Outcome, Wakeup
 from ..store import Lifetime
+from ..text import error_text
 from ..wakeups import WakeupRequest, check_stored, plan_add, plan_defer, take_first_due
 
 log = logging.getLogger("trio_routines")
 Ts = TypeVarTuple("Ts")
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # Advisory lock namespaces (the first key of the two-key form); the second key is a hash of
 # the routine or session. A hash collision only serializes two unrelated callers.
 DDL_LOCK = "trio_routines:schema"
@@ -86,6 +87,8 @@ _MIGRATIONS: dict[int, list[str]] = {
         "CREATE INDEX IF NOT EXISTS {wakeups_session} ON {wakeups} (session, seq)",
         "CREATE INDEX IF NOT EXISTS {wakeups_id} ON {wakeups} (id)",
     ],
+    # The failure reason of a settled claim (one visible line, at most 1 KiB).
+    2: ["ALTER TABLE {claims} ADD COLUMN IF NOT EXISTS error text"],
 }
 _WAKEUP_COLUMNS = "id, session, prompt, fire_at, cron, tz, attempts"
 
@@ -318,13 +321,15 @@ class PostgresStore(Lifetime):
         ms: int | None = None,
         *,
         if_unsettled: bool = False,
+        error: str | None = None,
     ) -> None:
         check_name(routine)
         name = slot_name(slot)
         rounded = None if ms is None else round(ms)
+        reason = (error_text(error) or None) if error is not None else None
         try:
             await self._run(
-                self._settle, routine, truncate_ms(slot), outcome, rounded, if_unsettled
+                self._settle, routine, truncate_ms(slot), outcome, rounded, if_unsettled, reason
             )
         except (psycopg.Error, StateFault) as exc:
             log.warning(
@@ -343,11 +348,14 @@ class PostgresStore(Lifetime):
         outcome: Outcome,
         ms: int | None,
         if_unsettled: bool,
+        error: str | None,
     ) -> None:
-        update = "UPDATE {claims} SET outcome = %s, ms = %s WHERE routine = %s AND slot = %s"
+        update = (
+            "UPDATE {claims} SET outcome = %s, ms = %s, error = %s WHERE routine = %s AND slot = %s"
+        )
         if if_unsettled:  # atomic: a real outcome that landed first is never overwritten
             update += " AND outcome IS NULL"
-        conn.execute(self._sql(update), (outcome.value, ms, routine, slot))
+        conn.execute(self._sql(update), (outcome.value, ms, error, routine, slot))
 
     async def latest_fire(self, routine: str) -> Fire | None:
         check_name(routine)
@@ -361,14 +369,16 @@ class PostgresStore(Lifetime):
             return await self._run(self._fires, routine, False)
 
     def _fires(self, conn: psycopg.Connection[Any], routine: str, newest: bool) -> list[Fire]:
-        query = "SELECT slot, fired_at, outcome, ms FROM {claims} WHERE routine = %s "
+        query = "SELECT slot, fired_at, outcome, ms, error FROM {claims} WHERE routine = %s "
         query += "ORDER BY slot DESC LIMIT 1" if newest else "ORDER BY slot"
         fires = []
-        for slot, fired_at, outcome, ms in conn.execute(self._sql(query), (routine,)):
+        for slot, fired_at, outcome, ms, error in conn.execute(self._sql(query), (routine,)):
             # The same lenient reading as a claim file: an odd outcome reads as unsettled.
             record: dict[str, object] = {"firedAt": format_iso(fired_at), "outcome": outcome}
             if ms is not None:
                 record["ms"] = ms
+            if error is not None:
+                record["error"] = error
             where = f"{routine}/{slot_name(slot)} in {self._where}"
             fires.append(fire_from_record(truncate_ms(slot), record, where))
         return fires

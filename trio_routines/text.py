@@ -1,0 +1,47 @@
+"""Text from outside, made safe to show: the one place that escapes it.
+
+A routine's file name, a session, a wake-up's prompt, a model's or a provider's failure text:
+any of it may hold line breaks (which forge a log record of their own), escape sequences (which
+move a terminal's cursor or recolour it) or megabytes. Every surface that writes such text to
+a terminal, a log or the state store passes it through here.
+"""
+
+from __future__ import annotations
+
+import re
+
+ERROR_LIMIT = 1024  # bytes of UTF-8: how much of a failure reason is stored
+
+_WHITESPACE = re.compile(r"\s+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def one_line(text: str) -> str:
+    """Every run of whitespace (line breaks included) as one space, trimmed."""
+    return _WHITESPACE.sub(" ", text).strip()
+
+
+def visible(text: str) -> str:
+    """Control characters (C0, DEL, C1) shown as ``\\xNN``; everything else as it is."""
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+
+
+def shown(text: str) -> str:
+    """``text`` as one visible line: what a terminal or a log line may carry."""
+    return visible(one_line(text))
+
+
+def clipped(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` bytes of UTF-8, on a character boundary, ``…`` added."""
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return data[: max(0, limit - 3)].decode(errors="ignore") + "…"
+
+
+def error_text(text: str) -> str:
+    """A failure reason as it is stored: one visible line of at most 1 KiB.
+
+    Applying it twice changes nothing, so a stored reason read back is kept as it is.
+    """
+    return clipped(shown(text), ERROR_LIMIT)
