@@ -1,0 +1,129 @@
+"""Mutation testing, one module at a time (docs/mutation.md).
+
+    .venv/bin/python scripts/mutation.py [MODULE ...]     # default: every module, in order
+
+mutmut 3 reads its settings from ``[tool.mutmut]`` in the ``pyproject.toml`` of the directory it
+runs in, and per mutant runs the selected tests that reached the mutated function. Selecting the
+whole fast suite makes every mutant of a widely used function (``check_name``) run hundreds of
+tests, so each module gets its own small selection: the script copies the tree into
+``.mutation/<module>/``, rewrites that copy's ``[tool.mutmut]`` with the module's files and tests,
+runs mutmut there and prints the score. Survivors can be read with ``mutmut show NAME`` from the
+module's directory.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / ".mutation"
+
+# module -> (files mutmut may mutate, tests that judge its mutants). Small pure modules first.
+# Only fast tests: no real processes, no PostgreSQL (the store is selected by `-k`).
+MODULES: dict[str, tuple[list[str], list[str]]] = {
+    "names": (["trio_routines/names.py"], ["tests/test_pinned_core.py"]),
+    "instants": (["trio_routines/instants.py"], ["tests/test_instants.py"]),
+    "claims": (["trio_routines/claims.py"], ["tests/test_claims.py"]),
+    "sessions": (["trio_routines/sessions.py"], ["tests/test_pinned_core.py"]),
+    "turns": (["trio_routines/turns.py"], ["tests/test_pinned_core.py"]),
+    "wakeups": (["trio_routines/wakeups.py"], ["tests/test_wakeups.py"]),
+    "cron": (["trio_routines/cron.py"], ["tests/test_cron.py"]),
+    "routines": (["trio_routines/routines.py"], ["tests/test_routines.py"]),
+    "scheduler": (
+        ["trio_routines/scheduler.py", "trio_routines/scheduler/*"],
+        ["tests/test_scheduler.py", "tests/test_pinned_scheduler.py"],
+    ),
+    "directory": (
+        ["trio_routines/stores/directory.py", "trio_routines/stores/directory/*"],
+        ["tests/test_directory_store.py", "tests/test_store_contract.py"],
+    ),
+}
+DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
+KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
+
+
+def _toml_list(values: list[str]) -> str:
+    return "[" + ", ".join(json.dumps(v) for v in values) + "]"
+
+
+def prepare(module: str) -> Path:
+    files, tests = MODULES[module]
+    dest = WORK / module
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", ".hypothesis")
+    shutil.copytree(ROOT / "trio_routines", dest / "trio_routines", ignore=ignore)
+    shutil.copytree(ROOT / "tests", dest / "tests", ignore=ignore)
+    text = (ROOT / "pyproject.toml").read_text()
+    base = tomllib.loads(text)["tool"]["mutmut"]
+    # Drop the shared table (up to the next table or the end) and write the module's own.
+    text = re.sub(r"\n\[tool\.mutmut\]\n(?:(?!\n\[).)*", "\n", text, flags=re.S)
+    present = [t for t in tests if (ROOT / t.split("::")[0]).exists()]
+    text += (
+        "\n[tool.mutmut]\n"
+        f"source_paths = {_toml_list(base['source_paths'])}\n"
+        f"only_mutate = {_toml_list(files)}\n"
+        f"pytest_add_cli_args = {_toml_list(base.get('pytest_add_cli_args', []))}\n"
+        f"pytest_add_cli_args_test_selection = {_toml_list(DESELECT + present)}\n"
+    )
+    (dest / "pyproject.toml").write_text(text)
+    return dest
+
+
+def score(dest: Path) -> dict[str, object]:
+    codes: dict[str, int | None] = {}
+    for meta in (dest / "mutants").rglob("*.meta"):
+        codes.update(json.loads(meta.read_text())["exit_code_by_key"])
+    survivors = sorted(name for name, code in codes.items() if code not in KILLED)
+    killed = len(codes) - len(survivors)
+    return {
+        "total": len(codes),
+        "killed": killed,
+        "percent": round(100 * killed / len(codes), 1) if codes else 100.0,
+        "survivors": survivors,
+    }
+
+
+def main(argv: list[str]) -> int:
+    modules = argv or list(MODULES)
+    unknown = [m for m in modules if m not in MODULES]
+    if unknown:
+        print(f"unknown module(s) {unknown}; choose from {list(MODULES)}", file=sys.stderr)
+        return 2
+    mutmut = Path(sys.executable).with_name("mutmut")
+    results = {}
+    for module in modules:
+        dest = prepare(module)
+        started = time.monotonic()
+        run = subprocess.run(
+            [str(mutmut), "run", "--max-children", "2"],
+            cwd=dest,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+        if run.returncode != 0:
+            print(f"{module}: mutmut failed ({run.returncode}): {run.stderr[-2000:]}")
+            return 1
+        result = score(dest) | {"seconds": round(time.monotonic() - started)}
+        results[module] = result
+        print(
+            f"{module}: {result['killed']}/{result['total']} killed ({result['percent']}%)"
+            f" in {result['seconds']} s; survivors: {len(result['survivors'])}"  # type: ignore[arg-type]
+        )
+        for name in result["survivors"]:  # type: ignore[attr-defined]
+            print(f"    {name}")
+        (WORK / f"{module}.json").write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
