@@ -28,21 +28,34 @@ WORK = ROOT / ".mutation"
 # module -> (files mutmut may mutate, tests that judge its mutants). Small pure modules first.
 # Only fast tests: no real processes, no PostgreSQL (the store is selected by `-k`).
 MODULES: dict[str, tuple[list[str], list[str]]] = {
-    "names": (["trio_routines/names.py"], ["tests/test_pinned_core.py"]),
-    "instants": (["trio_routines/instants.py"], ["tests/test_instants.py"]),
-    "claims": (["trio_routines/claims.py"], ["tests/test_claims.py"]),
+    "names": (["trio_routines/names.py"], ["tests/test_pinned_core.py", "tests/test_routines.py"]),
+    "instants": (
+        ["trio_routines/instants.py"],
+        ["tests/test_instants.py", "tests/test_claims.py", "tests/test_pinned_core.py"],
+    ),
+    "claims": (
+        ["trio_routines/claims.py"],
+        ["tests/test_claims.py", "tests/test_pinned_core.py", "tests/test_store_contract.py"],
+    ),
     "sessions": (["trio_routines/sessions.py"], ["tests/test_pinned_core.py"]),
-    "turns": (["trio_routines/turns.py"], ["tests/test_pinned_core.py"]),
-    "wakeups": (["trio_routines/wakeups.py"], ["tests/test_wakeups.py"]),
-    "cron": (["trio_routines/cron.py"], ["tests/test_cron.py"]),
+    "turns": (["trio_routines/turns.py"], ["tests/test_pinned_core.py", "tests/test_scheduler.py"]),
+    "wakeups": (
+        ["trio_routines/wakeups.py"],
+        ["tests/test_wakeups.py", "tests/test_pinned_core.py", "tests/test_store_contract.py"],
+    ),
+    "cron": (["trio_routines/cron.py"], ["tests/test_cron.py", "tests/test_pinned_core.py"]),
     "routines": (["trio_routines/routines.py"], ["tests/test_routines.py"]),
     "scheduler": (
         ["trio_routines/scheduler.py", "trio_routines/scheduler/*"],
-        ["tests/test_scheduler.py", "tests/test_pinned_scheduler.py"],
+        ["tests/test_scheduler.py", "tests/test_pinned_runtime.py"],
     ),
     "directory": (
         ["trio_routines/stores/directory.py", "trio_routines/stores/directory/*"],
-        ["tests/test_directory_store.py", "tests/test_store_contract.py"],
+        [
+            "tests/test_directory_store.py",
+            "tests/test_store_contract.py",
+            "tests/test_pinned_stores.py",
+        ],
     ),
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
