@@ -15,7 +15,7 @@ from procs import alive, lines, wait_for
 
 from trio_routines.agent import Agent, Completed, Event, Failed, TextDelta
 from trio_routines.agents import CommandAgent, EchoAgent, InvalidAgent, agent_from_spec
-from trio_routines.context import current_slot, firing_slot
+from trio_routines.context import FireContext, current_fire, firing
 from trio_routines.errors import TrioRoutinesError
 from trio_routines.records import Outcome
 from trio_routines.turns import run_turn
@@ -90,17 +90,24 @@ async def test_cmd_failure_is_folded_onto_one_line_by_the_runtime(
     assert "exit status 1: first second" in caplog.text
 
 
-async def test_cmd_environment_names_session_routine_and_slot() -> None:
+async def test_cmd_environment_says_why_the_turn_runs() -> None:
     agent = agent_from_spec(
-        'cmd:echo "$TRIO_ROUTINES_SESSION|$TRIO_ROUTINES_ROUTINE|$TRIO_ROUTINES_SLOT"'
+        'cmd:echo "$TRIO_ROUTINES_SESSION|$TRIO_ROUTINES_FIRE|$TRIO_ROUTINES_ROUTINE|'
+        '$TRIO_ROUTINES_SLOT|$TRIO_ROUTINES_WAKEUP"'
     )
     slot = datetime(2026, 7, 7, 10, 0, tzinfo=UTC)
-    with firing_slot(slot):
+    with firing(FireContext("routine", "routine:daily", routine="daily", slot=slot)):
         events = await collect(agent, session="routine:daily")
-    assert reply(events) == "routine:daily|daily|2026-07-07T10:00:00.000Z\n"
-    assert current_slot.get() is None
+    assert reply(events) == "routine:daily|routine|daily|2026-07-07T10:00:00.000Z|\n"
+    assert current_fire() is None
+    with firing(FireContext("wakeup", "routine:daily", wakeup="w-1")):
+        events = await collect(agent, session="routine:daily")
+    assert reply(events) == "routine:daily|wakeup|daily||w-1\n"
+    with firing(FireContext("run", "team", routine="standup")):
+        events = await collect(agent, session="team")
+    assert reply(events) == "team|run|standup||\n"
     events = await collect(agent, session="chat-42")
-    assert reply(events) == "chat-42||\n"
+    assert reply(events) == "chat-42||||\n"
 
 
 @pytest.fixture

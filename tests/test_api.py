@@ -9,12 +9,12 @@ import trio_routines.testing
 
 PUBLIC = {
     "Agent", "ClaimResult", "ClaimStatus", "Completed", "DirectoryStore", "Event", "Failed",
-    "Fire", "FireResult", "InvalidCron", "InvalidRoutine", "InvalidWakeup", "LoadResult",
-    "NotOnGrid", "NotYetDue", "Outcome", "Routine", "RoutineFailure", "SESSION_BUSY",
-    "Scheduler", "StateFault", "Statistics", "Stopping", "Store", "TextDelta",
-    "TrioRoutinesError", "TurnResult", "UnknownRoutine", "UnsafeName", "Wakeup",
-    "WakeupRequest", "cron_error", "load_routines", "next_run", "open_store", "parse_delay",
-    "serve_routines",
+    "Fire", "FireContext", "FireResult", "InvalidAgent", "InvalidCron", "InvalidRoutine",
+    "InvalidWakeup", "LoadResult", "NotOnGrid", "NotYetDue", "Outcome", "Routine",
+    "RoutineFailure", "SESSION_BUSY", "Scheduler", "StateFault", "Statistics", "Stopping",
+    "Store", "TextDelta", "TrioRoutinesError", "TurnResult", "UnknownRoutine", "UnsafeName",
+    "Wakeup", "WakeupRequest", "cron_error", "current_fire", "load_routines", "next_run",
+    "open_store", "parse_delay", "serve_routines",
 }  # fmt: skip
 
 

@@ -27,7 +27,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trio_routines.context import current_slot
+from trio_routines.context import current_fire
 from trio_routines.instants import slot_name
 from trio_routines.records import ClaimResult, ClaimStatus, Fire, Outcome
 from trio_routines.routines import Routine
@@ -124,9 +124,10 @@ class World:
         self.running: dict[int, tuple[Scheduler, View, trio.CancelScope, trio.Event]] = {}
 
     def on_turn(self, turn: Turn) -> None:
-        slot = current_slot.get()
-        assert slot is not None  # every turn here is a routine's fire
-        self.turns.append((turn.session, slot_name(slot)))
+        fire = current_fire()
+        assert fire is not None  # every turn here is a routine's fire
+        assert fire.slot is not None
+        self.turns.append((turn.session, slot_name(fire.slot)))
 
     def newest(self) -> dict[str, tuple[str, Fire]]:
         found = {}

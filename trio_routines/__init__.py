@@ -11,8 +11,11 @@ from .agent import Completed as Completed
 from .agent import Event as Event
 from .agent import Failed as Failed
 from .agent import TextDelta as TextDelta
+from .context import FireContext as FireContext
+from .context import current_fire as current_fire
 from .cron import cron_error as cron_error
 from .cron import next_run as next_run
+from .errors import InvalidAgent as InvalidAgent
 from .errors import InvalidCron as InvalidCron
 from .errors import InvalidRoutine as InvalidRoutine
 from .errors import InvalidWakeup as InvalidWakeup

@@ -2,10 +2,13 @@
 
 * ``echo`` answers every turn with its prompt: for trying the scheduler out.
 * ``cmd:<shell command>`` runs ``/bin/sh -c <command>`` once per turn. The prompt is its
-  stdin; ``TRIO_ROUTINES_SESSION``, ``TRIO_ROUTINES_ROUTINE`` (the routine's name for a
-  ``routine:<name>`` session, else empty) and ``TRIO_ROUTINES_SLOT`` (the slot being fired, else
-  empty) are in its environment; its stdout is the reply, streamed as it comes. Exit status 0
-  completes the turn; anything else fails it with the exit status and the last lines of stderr.
+  stdin; its environment says why it runs (:func:`~trio_routines.current_fire`):
+  ``TRIO_ROUTINES_SESSION``, ``TRIO_ROUTINES_FIRE`` (``routine``, ``wakeup``, ``run``, or empty
+  outside the runtime), ``TRIO_ROUTINES_ROUTINE`` (the routine's name; for a wake-up, the name
+  in a ``routine:<name>`` session, else empty), ``TRIO_ROUTINES_SLOT`` (the slot of a cron
+  fire, else empty) and ``TRIO_ROUTINES_WAKEUP`` (a wake-up's id, else empty). Its stdout is
+  the reply, streamed as it comes. Exit status 0 completes the turn; anything else fails it
+  with the exit status and the last lines of stderr.
 * ``py:<module>:<attribute>`` imports any Python agent: an object with ``invoke``, or a class
   or factory taking no arguments that builds one.
 
@@ -32,8 +35,8 @@ from typing import IO, Any
 import trio
 
 from .agent import Agent, Completed, Event, Failed, TextDelta
-from .context import current_slot
-from .errors import TrioRoutinesError
+from .context import current_fire
+from .errors import InvalidAgent
 from .instants import format_iso
 
 __all__ = ["KILL_GRACE", "CommandAgent", "EchoAgent", "InvalidAgent", "agent_from_spec"]
@@ -45,10 +48,6 @@ STDERR_TAIL_BYTES = 4096
 STDERR_TAIL_LINES = 5
 
 _SHELL = "/bin/sh"
-
-
-class InvalidAgent(TrioRoutinesError, ValueError):
-    """Raised by :func:`agent_from_spec` for a spec it cannot turn into an agent."""
 
 
 class EchoAgent:
@@ -74,12 +73,16 @@ class CommandAgent:
 
     def environment(self, session: str) -> dict[str, str]:
         env = dict(os.environ)
+        fire = current_fire()
+        routine = fire.routine if fire is not None else None
+        if routine is None and _is_routine(session):
+            routine = session.removeprefix("routine:")
         env["TRIO_ROUTINES_SESSION"] = session
-        env["TRIO_ROUTINES_ROUTINE"] = (
-            session.removeprefix("routine:") if _is_routine(session) else ""
-        )
-        slot = current_slot.get()
+        env["TRIO_ROUTINES_FIRE"] = fire.kind if fire is not None else ""
+        env["TRIO_ROUTINES_ROUTINE"] = routine or ""
+        slot = fire.slot if fire is not None else None
         env["TRIO_ROUTINES_SLOT"] = format_iso(slot) if slot is not None else ""
+        env["TRIO_ROUTINES_WAKEUP"] = (fire.wakeup if fire is not None else None) or ""
         return env
 
     async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:

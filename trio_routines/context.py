@@ -1,10 +1,12 @@
-"""What the runtime knows about the turn in progress, for agents that want it.
+"""Why a turn runs, for agents that want to know: :func:`current_fire`.
 
-An agent is asked ``invoke(session, text)`` and nothing more; the slot a routine fires for is
-not part of that protocol. The runtime sets :data:`current_slot` around a fire's turn instead,
-and an agent that cares (the ``cmd:`` agent exports it as ``TRIO_ROUTINES_SLOT``) reads it.
-A context variable follows the task that iterates the agent's events, so it needs no plumbing
-through the layers in between, and concurrent fires in sibling tasks never see each other's.
+An agent is asked ``invoke(session, text)`` and nothing more; why it runs is not part of that
+protocol. The runtime sets a :class:`FireContext` around every turn it starts instead -- a cron
+fire, a wake-up, an on-demand run -- and an agent that cares reads it with
+:func:`current_fire` (the ``cmd:`` agent exports it as environment variables, the HTTP agent
+puts it in the request body). A context variable follows the task that iterates the agent's
+events, so it needs no plumbing through the layers in between, and concurrent turns in sibling
+tasks never see each other's.
 """
 
 from __future__ import annotations
@@ -13,16 +15,76 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime
+from typing import Any, Literal
 
-#: The slot whose turn is running in this task, or ``None`` outside a fire (``run``, wake-ups).
-current_slot: ContextVar[datetime | None] = ContextVar("trio_routines_current_slot", default=None)
+import attrs
+
+from .instants import slot_name
+
+__all__ = ["FireContext", "current_fire", "firing"]
+
+FireKind = Literal["routine", "wakeup", "run"]
+_KINDS = ("routine", "wakeup", "run")
+
+
+def _check(instance: FireContext, attribute: Any, value: Any) -> None:
+    kind = instance.kind
+    if kind not in _KINDS:
+        raise ValueError(f"kind must be one of {', '.join(_KINDS)}, not {kind!r}")
+    if (kind == "routine") != (instance.slot is not None):
+        raise ValueError("a slot is given exactly for a routine's cron fire")
+    if (kind == "wakeup") != (instance.wakeup is not None):
+        raise ValueError("a wake-up id is given exactly for a wake-up's turn")
+    if kind in ("routine", "run") and instance.routine is None:
+        raise ValueError(f"a {kind} turn names its routine")
+    if instance.slot is not None and instance.slot.utcoffset() is None:
+        raise ValueError("the slot must be an aware datetime")
+
+
+@attrs.frozen
+class FireContext:
+    """Why the turn in progress runs; what :func:`current_fire` returns inside a turn.
+
+    * ``kind="routine"``: a cron fire of ``routine`` for ``slot`` (an aware UTC datetime, the
+      claimed instant on the routine's grid, never the moment it ran);
+    * ``kind="wakeup"``: a wake-up the agent set, whose id is ``wakeup``;
+    * ``kind="run"``: an on-demand run of ``routine`` (``run`` on the command line,
+      ``POST /run``): no slot, nothing claimed.
+
+    ``session`` is the session the turn runs in, the same one ``invoke`` is given.
+    """
+
+    kind: FireKind
+    session: str
+    routine: str | None = None
+    slot: datetime | None = None
+    wakeup: str | None = attrs.field(default=None, validator=_check)
+
+    @property
+    def idempotency_key(self) -> str | None:
+        """``<routine>/<slot name>`` for a cron fire, else ``None``.
+
+        The slot name is the claim's own name (``2026-07-07T10-00-00-000Z``), so every replica
+        and every restart that fires this slot computes the very same key.
+        """
+        if self.kind != "routine" or self.slot is None:
+            return None
+        return f"{self.routine}/{slot_name(self.slot)}"
+
+
+_current: ContextVar[FireContext | None] = ContextVar("trio_routines_current_fire", default=None)
+
+
+def current_fire() -> FireContext | None:
+    """Why the turn running in this task runs, or ``None`` outside a turn started by us."""
+    return _current.get()
 
 
 @contextmanager
-def firing_slot(slot: datetime | None) -> Iterator[None]:
-    """Make ``slot`` the :data:`current_slot` of this task for the duration of the block."""
-    token = current_slot.set(slot)
+def firing(context: FireContext) -> Iterator[None]:
+    """Make ``context`` what :func:`current_fire` returns in this task for the block."""
+    token = _current.set(context)
     try:
         yield
     finally:
-        current_slot.reset(token)
+        _current.reset(token)

@@ -39,3 +39,10 @@ class StateFault(TrioRoutinesError, OSError):
 
 class InvalidWakeup(TrioRoutinesError, ValueError):
     """Raised for a wake-up request that fails a guardrail; the message is model-facing."""
+
+
+class InvalidAgent(TrioRoutinesError, ValueError):
+    """Raised by ``agent_from_spec`` and the built-in agents for a spec they cannot use.
+
+    The message is one line naming the spec (an ``http(s)://`` URL only by its origin).
+    """

@@ -18,6 +18,7 @@ import trio
 
 from .agent import SESSION_BUSY, Completed, Event, Failed, TextDelta
 from .claims import KEEP_CLAIMS, is_stale, names_to_prune
+from .context import FireContext, current_fire
 from .instants import slot_name
 from .names import check_name
 from .records import ClaimResult, ClaimStatus, Fire, Outcome, Wakeup
@@ -267,6 +268,7 @@ class Turn:
     text: str
     started_at: float  # Trio's clock
     wall: datetime | None = None
+    fire: FireContext | None = None  # why it ran: current_fire() at its start
 
 
 class ScriptedAgent:
@@ -302,7 +304,8 @@ class ScriptedAgent:
         return self.default
 
     async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
-        turn = Turn(session, text, trio.current_time(), self.wall() if self.wall else None)
+        wall = self.wall() if self.wall else None
+        turn = Turn(session, text, trio.current_time(), wall, current_fire())
         self.turns.append(turn)
         if self.on_turn is not None:
             self.on_turn(turn)

@@ -7,7 +7,6 @@ import json
 import sys
 from typing import Any
 
-from ..context import firing_slot
 from ..instants import format_iso, parse_iso
 from ..records import Outcome
 from ..scheduler import FireResult, Scheduler
@@ -69,8 +68,7 @@ async def cmd_fire(args: argparse.Namespace) -> int:
         scheduler = Scheduler(agent=agent, store=store, routines=[routine], wakeups=False)
 
         async def fire() -> FireResult:
-            with firing_slot(slot):
-                return await scheduler.fire(routine.name, slot)
+            return await scheduler.fire(routine.name, slot)
 
         fired = await stop_on_signals(scheduler, args.grace, fire)
     if args.json:

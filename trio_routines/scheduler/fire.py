@@ -7,7 +7,7 @@ from datetime import datetime
 
 import trio
 
-from ..context import firing_slot
+from ..context import FireContext, firing
 from ..instants import format_iso, slot_name, truncate_ms
 from ..records import ClaimResult, ClaimStatus
 from ..routines import Routine
@@ -94,8 +94,8 @@ class FirePath(SchedulerState):
             self.metrics.refuse(name, "stale")
             return FireResult(name, slot, claimed=False, reason="stale")
         late = (self.now() - slot).total_seconds()
-        with firing_slot(slot):
-            turn = await self._turn(name, routine.session, routine.prompt, routine.timeout)
+        why = FireContext("routine", routine.session, routine=name, slot=slot)
+        turn = await self._turn(why, name, routine.prompt, routine.timeout)
         # The reason goes with the outcome; a busy session is an overlap, not a failure.
         error = None if turn.busy else turn.failed
         await self.store.settle(name, slot, turn.outcome, turn.ms, error=error)
@@ -107,17 +107,18 @@ class FirePath(SchedulerState):
 
     async def _turn(
         self,
+        why: FireContext,
         label: str,
-        session: str,
         text: str,
         timeout: float | None = None,
         on_text: Callable[[str], None] | None = None,
     ) -> TurnResult:
-        with self._turn_scope() as grace, self.agent.hold(session) as agent:
+        """One turn of ``why.session``; :func:`~trio_routines.current_fire` returns ``why``."""
+        with self._turn_scope() as grace, self.agent.hold(why.session) as agent, firing(why):
             return await run_turn(
                 agent,
                 label,
-                session,
+                why.session,
                 text,
                 timeout=timeout,
                 grace_scope=grace,
@@ -132,9 +133,8 @@ class FirePath(SchedulerState):
         if self._stopping.value:
             raise Stopping("the scheduler is stopping; no new turns are accepted")
         with trio.CancelScope(shield=True), self._working():
-            result = await self._turn(
-                name, routine.session, routine.prompt, routine.timeout, on_text
-            )
+            why = FireContext("run", routine.session, routine=name)
+            result = await self._turn(why, name, routine.prompt, routine.timeout, on_text)
         return result
 
     async def start_run(self, name: str) -> bool:
@@ -160,6 +160,7 @@ class FirePath(SchedulerState):
             self._working(),
             self._turn_scope() as grace,
             self.agent.hold(routine.session) as agent,
+            firing(FireContext("run", routine.session, routine=routine.name)),
         ):
             task_status.started()
             await run_turn(

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import trio
 
+from ..context import FireContext
 from ..errors import StateFault
 from ..records import Wakeup
 from ..wakeups import envelope
@@ -57,7 +58,8 @@ class WakeLoop(FirePath, ClockWatch, Restarts):
 
     async def _wake(self, wakeup: Wakeup) -> None:
         label = f"wake {wakeup.id[:8]}"
-        turn = await self._turn(label, wakeup.session, envelope(wakeup))
+        why = FireContext("wakeup", wakeup.session, wakeup=wakeup.id)
+        turn = await self._turn(why, label, envelope(wakeup))
         if not turn.busy:
             return
         if wakeup.recurring:
