@@ -1,69 +1,19 @@
-"""Cron expressions: validation and the next instant they fire (SPEC §3, *Time*).
+"""Cron schedules: the next instant an expression fires in a zone (see :mod:`trio_routines.cron`).
 
 Pure code: no Trio, no clock reads, no host zone. Everything here works on aware datetimes and
 returns aware UTC datetimes.
-
-Syntax
-------
-Exactly five whitespace-separated fields ``minute hour day-of-month month day-of-week``:
-
-* ``*``, ``a``, ``a-b``, ``*/n``, ``a-b/n``, ``a/n`` (= ``a-max/n``) and comma lists of those.
-* Month names ``JAN``..``DEC`` and weekday names ``SUN``..``SAT``, case-insensitive, also in
-  ranges (``MON-FRI``, ``JAN-MAR``). Day-of-week takes 0-7, 0 and 7 both Sunday; a range may end
-  on Sunday as ``7`` or ``SUN`` (``FRI-SUN`` = Friday, Saturday, Sunday). ``SUN`` ending a range
-  reads 7 only after a start later in the week: ``SUN-SUN`` and ``0-SUN`` mean ``0-0`` (Sunday)
-  and ``SUN-SUN/2`` means ``0-0/2`` (Sunday too). ``*`` and ``a/n`` in day-of-week run over 0-6,
-  so ``1/2`` is Monday, Wednesday, Friday.
-* Day-of-month ``L`` (last day of the month) and ``L-n`` (n days before the last, n in 0-30;
-  a month too short for it is skipped). ``W`` forms are refused.
-* Day-of-week ``nL`` (last weekday n of the month, ``5L`` or ``FRIL``) and ``n#k`` (k-th weekday
-  n of the month, k in 1-5, ``1#2`` or ``MON#2``; a month without a fifth one is skipped).
-* ``?`` is accepted as a whole day-of-month or day-of-week field and is an alias of ``*``: it
-  also counts as "starts with ``*``" for the day rule below, so ``0 9 ? * MON`` fires on Mondays
-  only (Quartz's meaning). Note that croner, which the original scheduler used, treats ``?``
-  differently (it fires daily there); we pin the Quartz reading.
-* Macros ``@yearly @annually @monthly @weekly @daily @midnight @hourly``, case-insensitive.
-* Six- and seven-field forms (seconds, year) are refused, and so are backwards ranges (``5-3``)
-  and step 0. A step larger than the field (``*/90``) is allowed: it matches the start only.
-* Every number has at most 4 significant digits (leading zeros are allowed): a longer value is
-  out of range and a longer step is refused, without the text ever reaching ``int()``.
-
-Day rule (Vixie/Debian): when the day-of-month or the day-of-week field starts with ``*`` (or is
-``?``), a day must match both fields; otherwise it matches when either does. Days are local
-calendar days of the expression's zone.
-
-Daylight saving (Debian cron's policy)
---------------------------------------
-A *specific-time* expression (neither the minute nor the hour field starts with ``*``) is read on
-wall-clock time: a wall time that occurs twice fires once, at its first occurrence; a wall time
-skipped by a gap fires once, at the instant the gap ends (several skipped wall times of one gap
-collapse into that single instant). Every other expression fires at each real instant whose
-local wall time matches: twice through a fold, never for the missing times of a gap.
-
-Search bound
-------------
-Which days match depends only on the Gregorian calendar, which repeats every 400 years, so the
-search looks at most 401 years of candidate months past ``after`` (and never past year 9999);
-when no day in that window matches at all, the expression can never fire and the schedule
-remembers it, so later calls answer ``None`` at once. Common expressions are answered from the
-start day (or the next matching day) with a few bisections, without walking minutes.
-
-Known approximation: a day is examined wall-minute by wall-minute only when its start and end
-disagree on the UTC offset (or sit in a gap or fold); two transitions that cancel out inside one
-local day (no real zone has them in its modern rules) would go unnoticed. Zone offsets with
-seconds (local mean time before ~1900) give instants with seconds.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 from bisect import bisect_left
 from calendar import monthrange
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
+from trio_routines.cron.fields import _quote, parse_fields
 from trio_routines.errors import InvalidCron
 from trio_routines.instants import require_utc
 
@@ -72,239 +22,12 @@ if TYPE_CHECKING:
 
 __all__ = ["CronSchedule", "cron_error", "next_run", "parse_cron"]
 
-FIELD_NAMES = ("minute", "hour", "day-of-month", "month", "day-of-week")
-
-MACROS = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
-
-_MONTH_NAMES = {
-    name: number
-    for number, name in enumerate(
-        ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"),
-        start=1,
-    )
-}
-_WEEKDAY_NAMES = {
-    name: number for number, name in enumerate(("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"))
-}
-
 _ONE_MINUTE = timedelta(minutes=1)
 _ONE_DAY = timedelta(days=1)
 _MINUTES_PER_DAY = 1440
 _SEARCH_MONTHS = 401 * 12
 _MONTH_CACHE_LIMIT = 48
 _LAST_YEAR = 9999
-_QUOTE_LIMIT = 40
-_MAX_DIGITS = 4
-_TOO_LARGE = 10_000  # 10**_MAX_DIGITS: stands for every number with more significant digits
-
-
-def _quote(text: str) -> str:
-    """Double-quoted, with control characters escaped, so a message stays on one line.
-
-    Long text is cut (its length said instead) so that hostile input cannot make the message
-    itself huge.
-    """
-    if len(text) > _QUOTE_LIMIT:
-        return json.dumps(text[:_QUOTE_LIMIT], ensure_ascii=False)[:-1] + f'…" ({len(text)} chars)'
-    return json.dumps(text, ensure_ascii=False)
-
-
-def _small_number(text: str) -> int | None:
-    """The value of an ASCII digit string, or ``None`` when it is not one.
-
-    No field number, step, ``L-n`` or ``#k`` needs more than :data:`_MAX_DIGITS` significant
-    digits, so longer ones are answered as :data:`_TOO_LARGE` without ever calling ``int()`` on
-    them: Python refuses to convert more than 4,300 digits (``ValueError``) and converting
-    fewer still costs time quadratic in the length.
-    """
-    if not (text.isascii() and text.isdigit()):
-        return None
-    significant = text.lstrip("0")
-    if len(significant) > _MAX_DIGITS:
-        return _TOO_LARGE
-    return int(significant or "0")
-
-
-class _FieldParser:
-    """Turns one field's text into a set of numbers (plus the ``L``/``#`` extras)."""
-
-    def __init__(self, index: int, low: int, high: int, names: dict[str, int] | None) -> None:
-        self.name = FIELD_NAMES[index]
-        self.low = low
-        self.high = high
-        self.names = names
-
-    def fail(self, message: str) -> InvalidCron:
-        return InvalidCron(f"{self.name} field: {message}")
-
-    def value(self, text: str, item: str) -> int:
-        if not text:
-            raise self.fail(f"{_quote(item)} is malformed")
-        number = _small_number(text)
-        if number is not None:
-            if not self.low <= number <= self.high:
-                shown = number if number < _TOO_LARGE else _quote(text)
-                raise self.fail(f"{shown} is out of range {self.low}-{self.high}")
-            return number
-        if self.names is not None:
-            found = self.names.get(text.upper())
-            if found is None:
-                kind = "month" if self.name == "month" else "weekday"
-                raise self.fail(f"{_quote(text)} is not a {kind} name or {self.low}-{self.high}")
-            return found
-        raise self.fail(f"{_quote(text)} is not a number")
-
-    def step(self, text: str) -> int:
-        step = _small_number(text)
-        if step is None:
-            raise self.fail(f"step {_quote(text)} is not a number")
-        if step == 0:
-            raise self.fail("step 0 is not allowed")
-        if step >= _TOO_LARGE:
-            raise self.fail(f"step {_quote(text)} is too large (at most {_TOO_LARGE - 1})")
-        return step
-
-    def item(self, item: str, star_high: int) -> range:
-        """One list item without the special forms: ``*``, ``a``, ``a-b``, with ``/n``."""
-        base, slash, step_text = item.partition("/")
-        step = self.step(step_text) if slash else 1
-        if base == "*":
-            return range(self.low, star_high + 1, step)
-        if "-" in base:
-            first, _, last = base.partition("-")
-            start = self.value(first, item)
-            end = self.value(last, item)
-            if self.names is _WEEKDAY_NAMES and end == 0 and start > 0 and last.upper() == "SUN":
-                # FRI-SUN: Sunday ending a range that starts later in the week is 7; a range
-                # starting on Sunday (SUN-SUN, 0-SUN, SUN-SUN/2) ends on that same Sunday, 0.
-                end = 7
-            if end < start:
-                raise self.fail(f"range {first}-{last} runs backwards")
-            return range(start, end + 1, step)
-        start = self.value(base, item)
-        if not slash:
-            return range(start, start + 1)
-        return range(start, max(star_high, start) + 1, step)
-
-    def items(self, text: str) -> list[str]:
-        items = text.split(",")
-        for item in items:
-            if not item:
-                raise self.fail(f"{_quote(text)} has an empty list item")
-            if item == "?":
-                if self.name in ("day-of-month", "day-of-week") and text == "?":
-                    continue
-                if self.name in ("day-of-month", "day-of-week"):
-                    raise self.fail('"?" must be the whole field')
-                raise self.fail('"?" is only allowed in day-of-month and day-of-week')
-        return items
-
-    def plain(self, text: str) -> int:
-        """A field with no special forms (minute, hour, month), as a bitmask."""
-        bits = 0
-        for item in self.items(text):
-            for number in self.item(item, self.high):
-                bits |= 1 << number
-        return bits
-
-
-_MINUTE = _FieldParser(0, 0, 59, None)
-_HOUR = _FieldParser(1, 0, 23, None)
-_DOM = _FieldParser(2, 1, 31, None)
-_MONTH = _FieldParser(3, 1, 12, _MONTH_NAMES)
-_DOW = _FieldParser(4, 0, 7, _WEEKDAY_NAMES)
-
-
-def _parse_dom(text: str) -> tuple[int, frozenset[int]]:
-    """Day-of-month: a bitmask of days 1-31, and the ``L-n`` offsets (``L`` = 0)."""
-    if text == "?":
-        return (1 << 32) - 2, frozenset()
-    bits = 0
-    from_last: set[int] = set()
-    for item in _DOM.items(text):
-        upper = item.upper()
-        if "W" in upper:
-            raise _DOM.fail(f"{_quote(item)}: the W (nearest weekday) form is not supported")
-        if upper.startswith("L"):
-            if upper == "L":
-                from_last.add(0)
-                continue
-            rest = upper[1:]
-            offset = _small_number(rest[1:]) if rest.startswith("-") else None
-            if offset is None:
-                raise _DOM.fail(f"{_quote(item)} is malformed (use L or L-n)")
-            if offset > 30:
-                shown = item if offset < _TOO_LARGE else _quote(item)
-                raise _DOM.fail(f"{shown} is out of range L-0 to L-30")
-            from_last.add(offset)
-            continue
-        for number in _DOM.item(item, 31):
-            bits |= 1 << number
-    return bits, frozenset(from_last)
-
-
-def _parse_dow(text: str) -> tuple[int, int, frozenset[tuple[int, int]]]:
-    """Day-of-week: weekday bits (Sunday = bit 0), ``nL`` weekday bits, ``n#k`` pairs."""
-    if text == "?":
-        return 0x7F, 0, frozenset()
-    bits = 0
-    last_bits = 0
-    nth: set[tuple[int, int]] = set()
-    for item in _DOW.items(text):
-        upper = item.upper()
-        if "#" in upper:
-            if "/" in upper:
-                raise _DOW.fail(f"{_quote(item)}: a step cannot follow #")
-            day_text, _, k_text = upper.partition("#")
-            weekday = _DOW.value(day_text, item) % 7
-            k = _small_number(k_text)
-            if k is None or not 1 <= k <= 5:
-                raise _DOW.fail(f"{_quote(item)}: the number after # must be 1-5")
-            nth.add((weekday, k))
-            continue
-        if upper == "L":
-            raise _DOW.fail('"L" needs a weekday in front, e.g. 5L for the last Friday')
-        if "L" in upper.partition("/")[0] and "/" in upper:
-            raise _DOW.fail(f"{_quote(item)}: a step cannot follow L")
-        head = upper[:-1]
-        if upper.endswith("L") and (head in _WEEKDAY_NAMES or (head.isascii() and head.isdigit())):
-            last_bits |= 1 << (_DOW.value(head, item) % 7)
-            continue
-        for number in _DOW.item(item, 6):
-            bits |= 1 << (number % 7)
-    return bits, last_bits, frozenset(nth)
-
-
-def _split(cron: str) -> list[str]:
-    fields = cron.split()
-    if not fields:
-        raise InvalidCron("empty cron expression")
-    if fields[0].startswith("@"):
-        macro = fields[0].lower()
-        if macro not in MACROS:
-            raise InvalidCron(
-                f"unknown macro {_quote(fields[0])} "
-                "(known: @yearly @annually @monthly @weekly @daily @midnight @hourly)"
-            )
-        if len(fields) > 1:
-            raise InvalidCron(f"macro {fields[0]} takes no other fields")
-        return MACROS[macro].split()
-    if len(fields) != 5:
-        message = (
-            f"expected 5 fields (minute hour day-of-month month day-of-week), got {len(fields)}"
-        )
-        if len(fields) in (6, 7):
-            message += " — seconds and year fields are not supported"
-        raise InvalidCron(message)
-    return fields
 
 
 @functools.lru_cache(maxsize=1024)
@@ -386,17 +109,16 @@ class CronSchedule:
     def __init__(self, cron: str, tz: str | None) -> None:
         self._zone = _zone(tz)
         self.tz = "UTC" if tz is None else tz
-        fields = _split(cron)
-        self.expression = " ".join(cron.split())
-        minute, hour, dom, month, dow = fields
-        self._minute_list = _bit_list(_MINUTE.plain(minute))
-        self._hour_list = _bit_list(_HOUR.plain(hour))
-        self._dom_bits, self._dom_from_last = _parse_dom(dom)
-        self._month_bits = _MONTH.plain(month)
-        dow_bits, self._dow_last_bits, self._dow_nth = _parse_dow(dow)
-        self._dow_by_first = tuple(_weekday_days(dow_bits, first) for first in range(7))
-        self._day_and = dom.startswith(("*", "?")) or dow.startswith(("*", "?"))
-        self.specific_time = not minute.startswith("*") and not hour.startswith("*")
+        fields = parse_fields(cron)
+        self.expression = fields.expression
+        self._minute_list = _bit_list(fields.minute_bits)
+        self._hour_list = _bit_list(fields.hour_bits)
+        self._dom_bits, self._dom_from_last = fields.dom_bits, fields.dom_from_last
+        self._month_bits = fields.month_bits
+        self._dow_last_bits, self._dow_nth = fields.dow_last_bits, fields.dow_nth
+        self._dow_by_first = tuple(_weekday_days(fields.dow_bits, first) for first in range(7))
+        self._day_and = fields.day_and
+        self.specific_time = fields.specific_time
         self._month_cache: dict[tuple[int, int], int] = {}
         self._never = False
 
