@@ -14,11 +14,16 @@ from __future__ import annotations
 import functools
 import os
 import random
+import signal
+import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
@@ -82,6 +87,76 @@ def kill_backends(application_name: str) -> int:
 
 def with_app_name(url: str, application_name: str) -> str:
     return f"{url}{'&' if '?' in url else '?'}application_name={application_name}"
+
+
+class Proxy:
+    """tests/tcpproxy.py in front of the server: ``url`` goes through it.
+
+    ``freeze()`` stops the proxy (SIGSTOP) until ``thaw()``, ``hold()`` holds the server's
+    answers until ``release()``; a watchdog undoes either after ``watchdog`` seconds whatever
+    happens, so a test whose code under test hangs on the stall fails (``thawed_late`` is then
+    true) instead of hanging the suite.
+    """
+
+    def __init__(self, url: str, watchdog: float = 90.0) -> None:
+        parts = urlsplit(url)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("tcpproxy.py")), str(parts.port or 5432)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.port = int(self.proc.stdout.readline())
+        netloc = parts.netloc.rpartition("@")[0]
+        netloc = f"{netloc}@127.0.0.1:{self.port}" if netloc else f"127.0.0.1:{self.port}"
+        self.url = urlunsplit(parts._replace(netloc=netloc))
+        self.watchdog = watchdog
+        self.thawed_late = False
+        self._timer: threading.Timer | None = None
+
+    def freeze(self) -> None:
+        """Stop the proxy whole: a silent stall in both directions."""
+        self.proc.send_signal(signal.SIGSTOP)
+        self._arm(signal.SIGCONT)
+
+    def thaw(self) -> None:
+        self._disarm()
+        self.proc.send_signal(signal.SIGCONT)
+
+    def hold(self) -> None:
+        """Hold the server's answers (requests still reach it); returns once in effect."""
+        self._ask(signal.SIGUSR1, "held")
+        self._arm(signal.SIGUSR2)
+
+    def release(self) -> None:
+        self._disarm()
+        self._ask(signal.SIGUSR2, "released")
+
+    def _ask(self, signum: int, answer: str) -> None:
+        assert self.proc.stdout is not None
+        self.proc.send_signal(signum)
+        assert self.proc.stdout.readline() == f"{answer}\n"
+
+    def _arm(self, undo: int) -> None:
+        def late() -> None:
+            self.thawed_late = True
+            self.proc.send_signal(undo)
+
+        self._timer = threading.Timer(self.watchdog, late)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def close(self) -> None:
+        self._disarm()
+        self.proc.kill()
+        self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 # -- the worker script --------------------------------------------------------------------

@@ -4,6 +4,7 @@ connections, schema creation and versioning. Every test uses its own schema."""
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 from pg import T0, admin, fresh_schema, kill_backends, require_server, with_app_name
+from procs import Env, one_line
 from psycopg import sql
 
 from trio_routines.errors import StateFault
@@ -117,9 +119,9 @@ async def test_a_newer_schema_is_refused(url: str, schema: str) -> None:
 async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
     url: str, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from trio_routines.stores import postgres
+    from trio_routines.stores import pgschema
 
-    monkeypatch.setattr(postgres, "SCHEMA_VERSION", 1)
+    monkeypatch.setattr(pgschema, "SCHEMA_VERSION", 1)
     old = PostgresStore(url, schema=schema)
     await old.claim("r", T0, T0)
     await old.aclose()
@@ -392,3 +394,21 @@ async def test_unknown_outcomes_read_as_unsettled(url: str, schema: str) -> None
     assert fire is not None
     assert (fire.outcome, fire.ms) == (None, None)
     await store.aclose()
+
+
+def test_a_refused_connection_is_one_line_in_our_format(tmp_path: Path) -> None:
+    env = Env(tmp_path)
+    env.state = "postgresql://postgres@127.0.0.1:1/test"  # type: ignore[assignment]
+    env.routine("daily", cron="0 9 * * *")
+    fire = ("fire", "daily", "--slot", "2026-07-07T09:00:00Z", "--agent", "echo")
+    result = env.cli(*fire)
+    assert result.returncode == 1
+    line = one_line(result.stderr)  # not the pool's own records, several lines each
+    assert "could not claim slot 2026-07-07T09-00-00-000Z of 'daily'" in line
+    assert "Connection refused" in line
+    # At debug level the pool's records show, each one line in our format.
+    result = env.cli(*fire, "--log-level", "debug")
+    assert result.returncode == 1
+    assert "DEBUG PostgreSQL: error connecting" in result.stderr
+    for line in result.stderr.splitlines():
+        assert re.match(r"(DEBUG|INFO |WARN |ERROR) |error: ", line), line

@@ -1,0 +1,151 @@
+"""A PostgreSQL connection that stalls silently (a frozen TCP proxy between the store and the
+server): every store call ends within our own bound, a claim as a StateFault, a settle as a
+logged fault, and `fire` and `serve` end while the database still answers nothing."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+from pg import T0, Proxy, admin, fresh_schema, require_server, with_app_name
+from procs import Env, lines, wait_for
+from psycopg import sql
+from test_postgres import _waiting_on_lock
+
+from trio_routines.errors import StateFault
+from trio_routines.records import ClaimStatus, Outcome
+from trio_routines.stores.postgres import CLAIM_LOCK, PostgresStore
+from trio_routines.wakeups import WakeupRequest
+
+pytestmark = pytest.mark.slow  # each stalled call waits for its bound, in real time
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    require_server()
+    with fresh_schema() as name:
+        with admin() as conn:
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+        yield name
+
+
+@pytest.fixture
+def proxy() -> Iterator[Proxy]:
+    running = Proxy(require_server())
+    yield running
+    running.close()
+
+
+async def test_every_call_on_a_frozen_connection_ends_within_its_bound(
+    schema: str, proxy: Proxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = PostgresStore(proxy.url, schema=schema, timeout=1)
+    await store.latest_fire("r")  # pool open, schema in place
+    proxy.freeze()
+    with pytest.raises(StateFault, match=r"could not claim slot .* no answer within 2 s"):
+        await store.claim("r", T0, T0)
+    with pytest.raises(StateFault, match="unreadable"):
+        await store.history("r")
+    with pytest.raises(StateFault, match="could not add a wake-up"):
+        await store.add_wakeup(WakeupRequest(session="s", prompt="p", fire_at=T0), T0)
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        await store.settle("r", T0, Outcome.COMPLETED, 5)  # logged, never raised
+    assert "r: could not record the completed outcome of slot" in caplog.text
+    await store.aclose()
+    assert not proxy.thawed_late, "a call waited for the stall to end"
+    proxy.thaw()
+
+
+async def test_a_claim_committed_after_its_caller_gave_up_is_recorded_interrupted(
+    schema: str, proxy: Proxy
+) -> None:
+    app = f"app_{schema}"
+    store = PostgresStore(with_app_name(proxy.url, app), schema=schema, timeout=5)
+    await store.latest_fire("r")
+    with admin() as blocker:
+        # Park the claim on the routine's lock inside the server, its whole pipeline sent.
+        blocker.execute("SELECT pg_advisory_lock(hashtext(%s), hashtext(%s))", (CLAIM_LOCK, "r"))
+        outcome: list[BaseException | ClaimStatus] = []
+
+        async def claim() -> None:
+            try:
+                outcome.append((await store.claim("r", T0, T0)).status)
+            except StateFault as exc:
+                outcome.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(claim)
+            await trio.to_thread.run_sync(
+                lambda: wait_for(lambda: _waiting_on_lock(app), 30, "the claim on its lock")
+            )
+            proxy.hold()  # the server commits the claim; its answer is lost on the way
+            blocker.execute("SELECT pg_advisory_unlock_all()")
+    (fault,) = outcome
+    assert isinstance(fault, StateFault), "the claim waited for the stall to end"
+    assert "no answer within" in str(fault)
+    proxy.release()  # the late answer reaches the abandoned thread
+
+    def interrupted() -> bool:
+        with admin() as conn:
+            rows = conn.execute(
+                sql.SQL("SELECT slot, outcome FROM {}").format(
+                    sql.Identifier(schema, "trio_routines_claims")
+                )
+            ).fetchall()
+        return rows == [(T0, "interrupted")]
+
+    await trio.to_thread.run_sync(lambda: wait_for(interrupted, 30, "the late claim settled"))
+    direct = PostgresStore(require_server(), schema=schema)
+    # Never run, never claimable again: at most once.
+    assert (await direct.claim("r", T0, T0)).status is ClaimStatus.DUPLICATE
+    await direct.aclose()
+    await store.aclose()
+
+
+def _env(tmp_path: Path, proxy: Proxy, schema: str) -> Env:
+    env = Env(tmp_path)
+    env.state = f"{proxy.url}?options=-csearch_path%3D{schema}"  # type: ignore[assignment]
+    return env
+
+
+def test_fire_ends_when_the_connection_freezes_during_its_turn(
+    tmp_path: Path, schema: str, proxy: Proxy
+) -> None:
+    env = _env(tmp_path, proxy, schema)
+    env.routine("daily", cron="0 9 * * *")
+    # The turn itself freezes the proxy: the settle that follows meets a silent socket.
+    agent = f"cmd:kill -STOP {proxy.proc.pid}; echo ran >> {env.marker}"
+    proxy._arm(signal.SIGCONT)  # the watchdog, as freeze() would
+    result = env.cli("fire", "daily", "--slot", "2026-07-07T09:00:00Z", "--agent", agent)
+    assert not proxy.thawed_late, "fire waited for the stall to end"
+    proxy.thaw()
+    assert lines(env.marker) == ["ran"]
+    assert "daily: could not record the completed outcome of slot" in result.stderr
+    assert "no answer within" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_stops_within_grace_while_the_connection_is_frozen(
+    tmp_path: Path, schema: str, proxy: Proxy
+) -> None:
+    env = _env(tmp_path, proxy, schema)
+    env.routine("daily", cron="0 9 * * *")
+    proc = env.serve("echo", "--poll", "1", "--grace", "1")
+    proxy.freeze()
+    trio.run(trio.sleep, 2)  # a wake-up poll is now waiting on the frozen socket
+    proc.send_signal(signal.SIGTERM)
+    try:
+        code = proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("serve did not stop while the database was stalled") from None
+    assert not proxy.thawed_late, "serve waited for the stall to end"
+    proxy.thaw()
+    assert code == 0
+    log = env.log()
+    assert "could not take a due wake-up" in log
+    assert "Traceback" not in log

@@ -1,0 +1,142 @@
+"""Claims and settles in PostgreSQL, decided a batch at a time, in one round trip each.
+
+A batch of claims (distinct routines) is one transaction sent as one pipeline: first the
+advisory lock of every routine, taken in ascending key order so that two batches sharing
+routines can never deadlock, then one statement that reads each routine's newest claim,
+inserts the wanted slots that are not stale with ``INSERT ... ON CONFLICT DO NOTHING ...
+RETURNING`` (what comes back is taken, what does not is a duplicate), and prunes beyond the
+retention, then the commit. The lock makes each routine's decisions one at a time across
+every process; the decision reads the newest claim in its own statement, after the lock was
+granted, so it sees what the previous holder committed (READ COMMITTED).
+
+A claim is durable when the commit returns (``synchronous_commit`` is on). If the caller gave
+up while the batch was on its way (our deadline passed: the network stalled), the server may
+still have committed it. Nobody will run those slots, and none may be claimed again: when
+the answer arrives after all, the thread records each such taken claim as ``interrupted`` at
+once, so the history says what happened instead of showing a claim forever in flight (if the
+answer never arrives, the next boot's reconcile does the same).
+
+A batch of settles is one ``UPDATE ... FROM unnest(...)`` statement: one commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from ..instants import slot_name
+from ..records import ClaimResult, ClaimStatus, Outcome
+from .pgconn import Call
+from .pgschema import CLAIM_LOCK, Schema
+
+log = logging.getLogger("trio_routines")
+
+ClaimItem = tuple[str, datetime, datetime]  # routine, slot, fired_at (distinct routines)
+# routine, slot, outcome, ms, if_unsettled, error
+SettleItem = tuple[str, datetime, Outcome, int | None, bool, str | None]
+
+# DISTINCT: two routines whose keys collide share one lock. The subquery's order is the
+# order in which the aggregate evaluates the lock calls.
+_LOCKS = """SELECT count(pg_advisory_xact_lock(hashtext(%s), k))
+    FROM (SELECT DISTINCT hashtext(r) AS k FROM unnest(%s::text[]) AS r ORDER BY k) AS keys"""
+
+# The statement's snapshot does not hold its own insertions: ``newest`` is the newest claim
+# before this batch, and the delete keeps the keep-1 newest old claims next to the new one.
+_DECIDE = """WITH wanted AS (
+        SELECT w.routine, w.slot, w.fired_at,
+            (SELECT max(c.slot) FROM {claims} AS c WHERE c.routine = w.routine) AS newest
+        FROM unnest(%(routines)s::text[], %(slots)s::timestamptz[], %(fired)s::timestamptz[])
+            AS w(routine, slot, fired_at)
+    ), taken AS (
+        INSERT INTO {claims} (routine, slot, fired_at)
+        SELECT routine, slot, fired_at FROM wanted WHERE newest IS NULL OR slot >= newest
+        ON CONFLICT DO NOTHING
+        RETURNING routine
+    ), pruned AS (
+        DELETE FROM {claims} AS c USING taken AS t WHERE c.routine = t.routine AND %(prune)s
+    )
+    SELECT w.routine, w.newest, t.routine IS NOT NULL FROM wanted AS w
+        LEFT JOIN taken AS t USING (routine)"""
+_PRUNE_ALL = "TRUE"
+_PRUNE_OLDER = """c.slot < (SELECT k.slot FROM {claims} AS k WHERE k.routine = t.routine
+    ORDER BY k.slot DESC OFFSET %(offset)s LIMIT 1)"""
+
+_SETTLE = """UPDATE {claims} AS c SET outcome = u.outcome, ms = u.ms, error = u.error
+    FROM unnest(%s::text[], %s::timestamptz[], %s::text[], %s::bigint[], %s::bool[], %s::text[])
+        AS u(routine, slot, outcome, ms, only_unsettled, error)
+    WHERE c.routine = u.routine AND c.slot = u.slot
+        AND (NOT u.only_unsettled OR c.outcome IS NULL)"""
+
+
+def claim_batch(
+    conn: psycopg.Connection[Any], call: Call, schema: Schema, keep: int, items: list[ClaimItem]
+) -> list[ClaimResult]:
+    """Decide every item in one transaction; the results in the items' order."""
+    routines = [routine for routine, _, _ in items]
+    prune = _PRUNE_ALL if keep == 1 else _PRUNE_OLDER
+    decide = schema.sql(_DECIDE.replace("%(prune)s", prune))
+    params = {
+        "routines": routines,
+        "slots": [slot for _, slot, _ in items],
+        "fired": [fired for _, _, fired in items],
+        "offset": keep - 2,
+    }
+    with conn.pipeline():
+        with conn.transaction():
+            conn.execute(_LOCKS, (CLAIM_LOCK, routines))
+            cursor = conn.execute(decide, params)
+        rows = {routine: (newest, taken) for routine, newest, taken in cursor.fetchall()}
+    results = []
+    for routine, slot, _ in items:
+        newest, taken = rows[routine]
+        if taken:
+            results.append(ClaimResult(ClaimStatus.TAKEN, slot_name(slot)))
+        elif newest is not None and slot < newest:
+            results.append(ClaimResult(ClaimStatus.STALE, slot_name(newest)))
+        else:
+            results.append(ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot)))
+    if call.abandoned.is_set():
+        _taken_too_late(conn, schema, items, results)
+    return results
+
+
+def _taken_too_late(
+    conn: psycopg.Connection[Any],
+    schema: Schema,
+    items: list[ClaimItem],
+    results: list[ClaimResult],
+) -> None:
+    late = [item for item, result in zip(items, results, strict=True) if result.taken]
+    if not late:
+        return
+    for routine, slot, _ in late:
+        log.warning(
+            "%s: slot %s was claimed after the call had given up (a stalled connection); "
+            "it will not run and is recorded as interrupted",
+            routine,
+            slot_name(slot),
+        )
+    settles: list[SettleItem] = [
+        (routine, slot, Outcome.INTERRUPTED, None, True, None) for routine, slot, _ in late
+    ]
+    settle_batch(conn, Call(), schema, settles)
+
+
+def settle_batch(
+    conn: psycopg.Connection[Any], call: Call, schema: Schema, items: list[SettleItem]
+) -> None:
+    """Write every outcome in one statement (one commit); items are distinct slots."""
+    conn.execute(
+        schema.sql(_SETTLE),
+        (
+            [routine for routine, *_ in items],
+            [slot for _, slot, *_ in items],
+            [outcome.value for _, _, outcome, *_ in items],
+            [ms for _, _, _, ms, _, _ in items],
+            [only for *_, only, _ in items],
+            [error for *_, error in items],
+        ),
+    )

@@ -1,0 +1,282 @@
+"""Connections for the PostgreSQL store: a pool, and store calls bounded on our side.
+
+Theory of operation. Every store call is one short piece of blocking psycopg (sync API) work
+run in a worker thread, bounded by the store's capacity limiter, on a connection from a
+``psycopg_pool.ConnectionPool`` opened on first use (the first call on it also migrates the
+schema). Nothing the server or the network does may hold a call for longer than our own
+bound, because calls run inside shielded fires and a stop's grace must hold:
+
+* **Our deadline, first line.** Each call runs under a Trio deadline of ``timeout`` plus one
+  second, in a thread started with ``abandon_on_cancel``: when it passes, the caller gets a
+  :class:`~trio_routines.errors.StateFault` at once and the thread is left to finish on its
+  own. A socket that stalls silently (a frozen proxy, a half-open connection) answers
+  nothing, so no server-side setting can notice it; only this deadline does.
+* **Server and kernel, second line.** ``statement_timeout``, ``lock_timeout`` and
+  ``idle_in_transaction_session_timeout`` are ``timeout`` (the extra second lets the server's
+  own, more precise error arrive first when the network is alive); ``connect_timeout``, TCP
+  keepalives and ``tcp_user_timeout`` make the kernel drop a connection whose peer vanished,
+  which is what eventually frees an abandoned thread and its connection.
+* **A caller that gave up.** The thread sees the call's ``abandoned`` event. Work that has
+  not committed checks it before committing and rolls back instead (see the claims module);
+  a commit whose answer was lost is dealt with there as well.
+
+A connection that died while idle (a killed backend, a restarted server) fails the empty
+query each call starts with, before anything of ours was sent, so the call moves on to the
+next connection and the pool replaces the dead one. A call waiting for a connection gives up
+as soon as an attempt to connect that began after it failed (the server refuses, the name
+does not resolve), with that attempt's reason, rather than waiting out its bound.
+
+Logs. psycopg and its pool log multi-line records of their own (a refused connection is
+several lines, every retry). Records from our threads are taken off those loggers and logged
+again on ours at DEBUG, as one line; the newest connection failure of each pool is kept for
+the StateFault that reports it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar, TypeVarTuple
+
+import psycopg
+import trio
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ..errors import StateFault
+from ..text import one_line
+from .pgschema import Schema
+
+log = logging.getLogger("trio_routines")
+Ts = TypeVarTuple("Ts")
+T = TypeVar("T")
+
+# How much longer than the server-side limits our own deadline is: the server's error,
+# which says what went wrong, wins whenever the network still carries it.
+SERVER_FIRST = 1.0
+# How long closing may wait for the pool's threads.
+CLOSE_BOUND = 2.0
+# Every thread that works for a store has a name starting so: our calls' threads and the
+# pools' workers (``<pool name>-worker-N``, ``<pool name>-scheduler``).
+THREAD_NAME = "trio_routines store"
+_POOL_NAMES = (f"trio_routines-{n}" for n in itertools.count(1))
+# How often a call waiting for a connection looks whether an attempt to connect failed.
+_WAIT_SLICE = 0.1
+
+
+class _OurRecords(logging.Filter):
+    """Takes psycopg's records made in our threads; keeps each pool's newest connect error."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.connect_errors: dict[str, tuple[float, str]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not (record.threadName or "").startswith("trio_routines"):
+            return True  # not ours: the host application's own use of psycopg
+        text = one_line(record.getMessage())
+        if record.msg == "error connecting in %r: %s" and isinstance(record.args, tuple):
+            pool, error = record.args
+            self.connect_errors[str(pool)] = (time.monotonic(), one_line(str(error)))
+        log.debug("PostgreSQL: %s", text)
+        return False
+
+
+_records = _OurRecords()
+for _name in ("psycopg", "psycopg.pool"):
+    logging.getLogger(_name).addFilter(_records)
+
+
+class _NoConnection(Exception):
+    """No connection within the bound, or an attempt that began during the wait failed."""
+
+
+def reason(exc: BaseException) -> str:
+    """One line: the error class and its message, whitespace collapsed."""
+    if isinstance(exc, _NoConnection):
+        return f"no connection ({exc}) — is the server up and the URL right?"
+    primary = exc.diag.message_primary if isinstance(exc, psycopg.Error) else None
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = primary or (lines[0] if lines else "no details")
+    return f"{type(exc).__name__}: {text[:300]}"
+
+
+class Call:
+    """What a thread doing a store call may ask: has its caller given up?"""
+
+    def __init__(self) -> None:
+        self.abandoned = threading.Event()
+
+
+class Connections:
+    """The pool of one store and the bounded way every call goes through it."""
+
+    def __init__(
+        self,
+        url: str,
+        schema: Schema,
+        *,
+        min_size: int,
+        max_size: int,
+        timeout: float,
+    ) -> None:
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        try:
+            info = conninfo_to_dict(url)
+        except psycopg.Error as exc:
+            raise StateFault(f"invalid PostgreSQL state URL: {reason(exc)}") from None
+        self.url = url
+        self.schema = schema
+        self.timeout = timeout
+        self.where = "postgresql://{}:{}/{}".format(
+            info.get("host", ""), info.get("port", "5432"), info.get("dbname", "")
+        )
+        # Anything the URL sets wins over our defaults.
+        defaults: dict[str, Any] = {
+            "connect_timeout": max(1, round(timeout)),
+            # Notice a peer that vanished without closing: probes after 5 s of silence...
+            "keepalives": 1,
+            "keepalives_idle": 5,
+            "keepalives_interval": 2,
+            "keepalives_count": 3,
+            # ...and data unacknowledged for as long as a call may take.
+            "tcp_user_timeout": max(1000, round(timeout * 1000)),
+        }
+        self._kwargs: dict[str, Any] = {"autocommit": True}
+        self._kwargs.update({key: value for key, value in defaults.items() if key not in info})
+        self._sizes = (min_size, max_size)
+        self._limiter = trio.CapacityLimiter(max_size)
+        self._pool: ConnectionPool | None = None
+        self._pool_name = next(_POOL_NAMES)
+        self._closed = False
+        self._open_lock = threading.Lock()
+        self._schema_lock = threading.Lock()
+        self._schema_ready = False
+
+    async def run(
+        self, what: str, fn: Callable[[psycopg.Connection[Any], Call, *Ts], T], *args: *Ts
+    ) -> T:
+        """``fn(conn, call, *args)`` in a thread, within our bound; faults as StateFault."""
+        call = Call()
+        done = False
+        try:
+            with trio.move_on_after(self.timeout + SERVER_FIRST):
+                result = await trio.to_thread.run_sync(
+                    self._call,
+                    call,
+                    fn,
+                    *args,
+                    limiter=self._limiter,
+                    abandon_on_cancel=True,
+                    thread_name=THREAD_NAME,
+                )
+                done = True
+                return result
+        except (psycopg.Error, _NoConnection) as exc:
+            done = True
+            raise StateFault(f"{what} in {self.where}: {reason(exc)}") from None
+        finally:
+            if not done:  # our deadline, or the caller's cancellation: the thread is on its own
+                call.abandoned.set()
+        raise StateFault(
+            f"{what} in {self.where}: no answer within {self.timeout + SERVER_FIRST:g} s — "
+            "the server or the network is stalled"
+        )
+
+    def _call(
+        self, call: Call, fn: Callable[[psycopg.Connection[Any], Call, *Ts], T], *args: *Ts
+    ) -> T:
+        pool = self._pool_ready()
+        deadline = time.monotonic() + self.timeout
+        for attempt in itertools.count():
+            if call.abandoned.is_set():
+                raise StateFault("abandoned by its caller")  # nobody reads it
+            with self._connection(pool, deadline) as conn:
+                try:
+                    conn.execute("")
+                except psycopg.OperationalError:
+                    if attempt < self._sizes[1] and time.monotonic() < deadline:
+                        continue
+                    raise
+                if not self._schema_ready:
+                    with self._schema_lock:
+                        if not self._schema_ready:
+                            self.schema.migrate(conn, self.where)
+                            self._schema_ready = True
+                return fn(conn, call, *args)
+        raise AssertionError("unreachable")
+
+    @contextmanager
+    def _connection(self, pool: ConnectionPool, deadline: float) -> Iterator[Any]:
+        began = time.monotonic()
+        while True:
+            try:
+                conn = pool.getconn(timeout=max(0.0, min(_WAIT_SLICE, deadline - time.monotonic())))
+                break
+            except PoolTimeout:
+                failed = _records.connect_errors.get(self._pool_name)
+                if failed is not None and failed[0] >= began:
+                    raise _NoConnection(failed[1]) from None
+                if time.monotonic() >= deadline:
+                    why = f"none within {self.timeout:g} s"
+                    if failed is not None:
+                        why += f"; the last attempt failed: {failed[1]}"
+                    raise _NoConnection(why) from None
+        try:
+            yield conn
+        finally:
+            pool.putconn(conn)
+
+    def _pool_ready(self) -> ConnectionPool:
+        with self._open_lock:
+            if self._closed:
+                raise StateFault(f"the PostgreSQL store {self.where} is closed")
+            if self._pool is None:
+                # Not waiting for the first connection: a server that is down now makes each
+                # call time out (a StateFault) while the pool keeps trying in the background.
+                self._pool = ConnectionPool(
+                    self.url,
+                    kwargs=self._kwargs,
+                    min_size=self._sizes[0],
+                    max_size=self._sizes[1],
+                    open=False,
+                    configure=self._configure,
+                    timeout=self.timeout,
+                    name=self._pool_name,
+                )
+                self._pool.open(wait=False)
+            return self._pool
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        # A claim must be durable before it is reported taken: refuse a server-wide "off".
+        conn.execute(
+            "SELECT set_config('synchronous_commit', 'on', false) "
+            "WHERE current_setting('synchronous_commit') = 'off'"
+        )
+        # The stale check reads the newest claim after the routine's lock is granted: that
+        # needs READ COMMITTED, whatever the server says.
+        limit = str(max(1, round(self.timeout * 1000)))
+        for setting, value in (
+            ("lock_timeout", limit),
+            ("statement_timeout", limit),
+            ("idle_in_transaction_session_timeout", limit),
+            ("default_transaction_isolation", "read committed"),
+        ):
+            conn.execute("SELECT set_config(%s, %s, false)", (setting, value))
+
+    async def aclose(self) -> None:
+        """Close the pool, waiting at most a short bound: a stalled thread is left behind."""
+        with trio.move_on_after(CLOSE_BOUND + SERVER_FIRST):
+            await trio.to_thread.run_sync(self._close, abandon_on_cancel=True)
+
+    def _close(self) -> None:
+        with self._open_lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close(timeout=CLOSE_BOUND)

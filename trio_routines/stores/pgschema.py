@@ -1,0 +1,95 @@
+"""The PostgreSQL store's tables: their names, and versioned migrations.
+
+The first call on a new pool migrates, under a transaction-scoped advisory lock, so two
+processes starting at once cannot trip over each other's ``CREATE TABLE``. Each version's
+statements run once and are recorded in the version table; a database newer than this code is
+refused rather than guessed at.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from ..errors import StateFault
+
+SCHEMA_VERSION = 2
+# Advisory lock namespaces (the first key of the two-key form); the second key is a hash of
+# the routine or session. A hash collision only serializes two unrelated callers.
+DDL_LOCK = "trio_routines:schema"
+CLAIM_LOCK = "trio_routines:claims"
+SESSION_LOCK = "trio_routines:wakeups"
+
+_MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        """CREATE TABLE IF NOT EXISTS {claims} (
+            routine text NOT NULL,
+            slot timestamptz NOT NULL,
+            fired_at timestamptz NOT NULL,
+            outcome text,
+            ms bigint,
+            PRIMARY KEY (routine, slot))""",
+        """CREATE TABLE IF NOT EXISTS {wakeups} (
+            seq bigserial PRIMARY KEY,
+            id text NOT NULL,
+            session text NOT NULL,
+            prompt text NOT NULL,
+            fire_at timestamptz NOT NULL,
+            cron text,
+            tz text,
+            attempts integer)""",
+        "CREATE INDEX IF NOT EXISTS {wakeups_session} ON {wakeups} (session, seq)",
+        "CREATE INDEX IF NOT EXISTS {wakeups_id} ON {wakeups} (id)",
+    ],
+    # The failure reason of a settled claim (one visible line, at most 1 KiB).
+    2: ["ALTER TABLE {claims} ADD COLUMN IF NOT EXISTS error text"],
+}
+
+
+class Schema:
+    """Table names in one PostgreSQL schema (or the ``search_path``'s), and their migration."""
+
+    def __init__(self, schema: str | None) -> None:
+        self.schema = schema
+
+        def name(table: str) -> sql.Identifier:
+            return sql.Identifier(schema, table) if schema else sql.Identifier(table)
+
+        self._names: dict[str, sql.Composable] = {
+            "version": name("trio_routines_schema"),
+            "claims": name("trio_routines_claims"),
+            "wakeups": name("trio_routines_wakeups"),
+            "wakeups_session": sql.Identifier("trio_routines_wakeups_session"),
+            "wakeups_id": sql.Identifier("trio_routines_wakeups_id"),
+        }
+
+    def sql(self, text: str) -> sql.Composed:
+        """``text`` with ``{claims}``, ``{wakeups}``, ... replaced by the quoted names."""
+        return sql.SQL(text).format(**self._names)
+
+    def migrate(self, conn: psycopg.Connection[Any], where: str) -> None:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), 0)", (DDL_LOCK,))
+            if self.schema:
+                conn.execute(
+                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
+                )
+            conn.execute(
+                self.sql(
+                    "CREATE TABLE IF NOT EXISTS {version} (version integer PRIMARY KEY, "
+                    "applied_at timestamptz NOT NULL DEFAULT now())"
+                )
+            )
+            row = conn.execute(self.sql("SELECT max(version) FROM {version}")).fetchone()
+            current = (row[0] if row else None) or 0
+            if current > SCHEMA_VERSION:
+                raise StateFault(
+                    f"the PostgreSQL state {where} has schema version {current}, newer "
+                    f"than this trio_routines understands ({SCHEMA_VERSION}) — upgrade it"
+                )
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[version]:
+                    conn.execute(self.sql(statement))
+                conn.execute(self.sql("INSERT INTO {version} (version) VALUES (%s)"), (version,))
