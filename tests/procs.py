@@ -118,11 +118,20 @@ class Env:
         entries: list[dict[str, Any]] = json.loads(result.stdout)
         return entries
 
-    def seed(self, name: str, slot: datetime, outcome: Outcome | None = Outcome.COMPLETED) -> None:
+    def seed(
+        self,
+        name: str,
+        slot: datetime,
+        outcome: Outcome | None = Outcome.COMPLETED,
+        *,
+        fired_at: datetime | None = None,
+        ms: int = 5,
+        error: str | None = None,
+    ) -> None:
         store = DirectoryStore(self.state)
-        assert store.claim_sync(name, slot, slot).taken
+        assert store.claim_sync(name, slot, fired_at or slot).taken
         if outcome is not None:
-            store.settle_sync(name, slot, outcome, 5)
+            store.settle_sync(name, slot, outcome, ms, error=error)
 
     def wakeups(self) -> list[dict[str, Any]]:
         path = self.state / "schedule" / "wakeups.json"

@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trio_routines.instants import format_iso, parse_iso, slot_name, slot_of, truncate_ms
+from trio_routines.instants import (
+    format_iso,
+    parse_instant,
+    parse_iso,
+    slot_name,
+    slot_of,
+    truncate_ms,
+)
 
 instants = st.datetimes(
     min_value=datetime(1, 1, 2),
@@ -75,3 +82,50 @@ def test_naive_instants_are_refused() -> None:
     assert format_iso(datetime(2026, 7, 7, 12, tzinfo=timezone(timedelta(hours=2)))) == (
         "2026-07-07T10:00:00.000Z"
     )
+
+
+@pytest.mark.parametrize(
+    ("typed", "expected"),
+    [
+        ("2026-03-28T00:00Z", "2026-03-28T00:00:00.000Z"),
+        ("2026-03-28T00:00:07Z", "2026-03-28T00:00:07.000Z"),
+        ("2026-03-28T00:00:07.5Z", "2026-03-28T00:00:07.500Z"),
+        ("2026-03-28T00:00:07,123456789Z", "2026-03-28T00:00:07.123Z"),
+        ("2026-03-28 02:00+02:00", "2026-03-28T00:00:00.000Z"),
+        ("2026-03-28T02:00+0200", "2026-03-28T00:00:00.000Z"),
+        ("2026-03-27T21:30-02:30", "2026-03-28T00:00:00.000Z"),
+        ("2026-03-28T05:00+05", "2026-03-28T00:00:00.000Z"),
+        ("2026-03-28t00:00z", "2026-03-28T00:00:00.000Z"),
+        (" 2026-03-28T00:00:00.000Z ", "2026-03-28T00:00:00.000Z"),
+    ],
+)
+def test_instants_as_people_type_them(typed: str, expected: str) -> None:
+    parsed = parse_instant(typed)
+    assert parsed is not None
+    assert format_iso(parsed) == expected
+
+
+@pytest.mark.parametrize(
+    "typed",
+    [
+        "2026-03-28T00:00",  # no zone: a guess
+        "2026-03-28",
+        "2026-02-30T00:00Z",
+        "2026-03-28T24:00Z",
+        "2026-03-28T00:60Z",
+        "2026-03-28T00:00+24:00",
+        "2026-03-28T00:00+02:60",
+        "0001-01-01T00:00+01:00",  # before year 1 in UTC
+        "tomorrow",
+        "",
+        "2026-03-28T00:00Z trailing",
+        "２０２６-03-28T00:00Z",
+    ],
+)
+def test_what_is_not_an_instant_is_refused(typed: str) -> None:
+    assert parse_instant(typed) is None
+
+
+@given(instants)
+def test_the_stored_form_is_read_by_the_typed_parser(instant: datetime) -> None:
+    assert parse_instant(format_iso(instant)) == truncate_ms(instant)

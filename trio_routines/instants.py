@@ -10,10 +10,17 @@ from __future__ import annotations
 
 import functools
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 _ISO = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?(Z|[+-]\d{2}:\d{2})\Z",
+    re.ASCII,
+)
+# What a person types: a date, ``T`` (or a space), hours and minutes, optional seconds and
+# fraction, and a zone that is required: ``Z`` or an offset (``+02:00``, ``+0200``, ``+02``).
+_TYPED = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d{1,9}))?)?"
+    r"\s*(?:([Zz])|([+-])(\d{2})(?::?(\d{2}))?)\Z",
     re.ASCII,
 )
 _SLOT_NAME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2})-(\d{2})-(\d{2})-(\d{3})Z\Z", re.ASCII)
@@ -57,6 +64,36 @@ def parse_iso(text: str) -> datetime | None:
     try:
         return truncate_ms(datetime.fromisoformat(text.strip().replace("Z", "+00:00")))
     except (ValueError, OverflowError):  # e.g. year 1 with a positive offset: before UTC's year 1
+        return None
+
+
+def parse_instant(text: str) -> datetime | None:
+    """An instant as a person types it, normalised to the slot's millisecond UTC form.
+
+    Accepts ``2026-03-28T00:00Z``, with or without seconds or a fraction (``.5``, ``,250``,
+    up to nanoseconds, cut to milliseconds), ``T`` or a space, and ``Z`` or an offset
+    (``+02:00``, ``+0200``, ``+02``). The zone is required: a zone-less time would be a guess.
+    ``None`` when the text is not such an instant or names no real time.
+    """
+    if not isinstance(text, str):
+        return None
+    match = _TYPED.match(text.strip())
+    if match is None:
+        return None
+    year, month, day, hour, minute, second, fraction, zulu, sign, off_h, off_m = match.groups()
+    offset = 0
+    if not zulu:
+        offset = int(off_h) * 60 + int(off_m or 0)
+        if int(off_h) > 23 or int(off_m or 0) > 59:
+            return None
+        offset = -offset if sign == "-" else offset
+    micro = int((fraction or "0")[:6].ljust(6, "0"))
+    try:
+        local = datetime(
+            int(year), int(month), int(day), int(hour), int(minute), int(second or 0), micro
+        )
+        return truncate_ms((local - timedelta(minutes=offset)).replace(tzinfo=UTC))
+    except (ValueError, OverflowError):  # February 30, hour 24, before year 1 in UTC
         return None
 
 

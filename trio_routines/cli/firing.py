@@ -7,18 +7,16 @@ import json
 import sys
 from typing import Any
 
-from ..instants import format_iso, parse_iso
+from ..instants import format_iso
 from ..records import Outcome
 from ..scheduler import FireResult, Scheduler
 from .output import (
-    CliError,
     agent_arg,
     check_name,
     load,
     open_state,
     pick,
     print_line,
-    quoted,
     report_failures,
     state_arg,
     stop_on_signals,
@@ -54,12 +52,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
 
 async def cmd_fire(args: argparse.Namespace) -> int:
     check_name(args.name)
-    slot = parse_iso(args.slot)
-    if slot is None:
-        raise CliError(
-            f"--slot {quoted(args.slot)} is not an ISO instant with a zone "
-            "(e.g. 2026-07-07T10:00:00Z)"
-        )
+    slot = args.slot
     agent = agent_arg(args, "fire")
     result = await load(args.routines, report=False)
     routine = pick(result, args.name, args.routines)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
+from datetime import UTC, datetime, timedelta
 from typing import NoReturn
 
+from ..instants import parse_instant
 from ..logs import one_line
-from ..wakeups import POLL_INTERVAL
+from ..records import Outcome
+from ..wakeups import POLL_INTERVAL, parse_delay
 from .output import DEFAULT_GRACE, DEFAULT_ROUTINES, DEFAULT_STATE
 
 
@@ -33,6 +37,45 @@ def _positive_seconds(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be above 0")
     return value
+
+
+def _shown(text: str) -> str:
+    return json.dumps(one_line(text)[:64], ensure_ascii=False)
+
+
+def instant(text: str) -> datetime:
+    """An ``ISO`` option: any ISO 8601 instant with a zone, as the slot's UTC millisecond."""
+    parsed = parse_instant(text)
+    if parsed is None:
+        raise argparse.ArgumentTypeError(
+            f"{_shown(text)} is not an instant with a zone "
+            "(e.g. 2026-03-28T09:00Z, 2026-03-28T09:00:00.000Z or 2026-03-28T11:00+02:00)"
+        )
+    return parsed
+
+
+def host_port(text: str) -> tuple[str, int]:
+    """``--http HOST:PORT`` (``[::1]:8080`` for IPv6)."""
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: expected HOST:PORT, e.g. 127.0.0.1:8080")
+    return host, int(port)
+
+
+def delay(text: str) -> timedelta:
+    """``--in``: 90s, 30m, 1.5h, 2d (a bare number is refused: its unit would be a guess)."""
+    seconds = parse_delay(text)
+    if seconds is None:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a delay: use 90s, 30m, 1.5h or 2d")
+    try:
+        span = timedelta(seconds=seconds)
+    except OverflowError:
+        span = timedelta.max
+    if datetime.max.replace(tzinfo=UTC) - datetime.now(UTC) <= span:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is too far away")
+    return span
 
 
 def _count(text: str) -> int:
@@ -140,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--http",
+        type=host_port,
         metavar="HOST:PORT",
         help="also serve the HTTP API (token from $TRIO_ROUTINES_TOKEN)",
     )
@@ -150,13 +194,38 @@ def build_parser() -> argparse.ArgumentParser:
 
     fire = command("fire", "claim a slot of a routine, run it, settle it (the external clock)")
     fire.add_argument("name", metavar="NAME")
-    fire.add_argument("--slot", required=True, metavar="ISO", help="e.g. 2026-07-07T10:00:00Z")
+    fire.add_argument(
+        "--slot",
+        required=True,
+        type=instant,
+        metavar="ISO",
+        help="the slot, with its zone: 2026-07-07T10:00Z, 2026-07-07T12:00:00+02:00, ...",
+    )
     fire.add_argument("--json", action="store_true", help="print the outcome as JSON")
     _add_turn_grace(fire)
 
-    history = command("history", "a routine's fires: newest 20 as text, or all as JSON")
+    history = command(
+        "history", "a routine's fires, newest first: slot, lateness, outcome, duration, reason"
+    )
     history.add_argument("name", metavar="NAME")
-    history.add_argument("--json", action="store_true")
+    history.add_argument(
+        "-n",
+        type=_count,
+        metavar="N",
+        help="the newest N (default: 20 as text, all as JSON)",
+    )
+    history.add_argument(
+        "--since", type=instant, metavar="ISO", help="only slots at or after this instant"
+    )
+    history.add_argument(
+        "--outcome",
+        action="append",
+        choices=[*(o.value for o in Outcome), "unreported"],
+        help="only fires that ended so (repeatable); unreported: claimed, never settled",
+    )
+    history.add_argument(
+        "--json", action="store_true", help="oldest first, as [{slot, firedAt, outcome, ...}]"
+    )
 
     listing = command("list", "routines with their next instant, and pending wake-ups")
     listing.add_argument("--json", action="store_true")
@@ -166,14 +235,16 @@ def build_parser() -> argparse.ArgumentParser:
     upcoming.add_argument("--cron", metavar="EXPR")
     upcoming.add_argument("--tz", metavar="TZ")
     upcoming.add_argument("-n", type=_count, default=5, metavar="N", help="how many (default: 5)")
-    upcoming.add_argument("--after", metavar="ISO", help="count from this instant (default: now)")
+    upcoming.add_argument(
+        "--after", type=instant, metavar="ISO", help="count from this instant (default: now)"
+    )
 
     command("check", "validate the routines directory (and the agent spec, when one is given)")
 
     wake = command("wake", "add a wake-up for a session")
     wake.add_argument("--session", required=True)
     when = wake.add_mutually_exclusive_group(required=True)
-    when.add_argument("--in", dest="delay", metavar="DELAY", help="90s, 30m, 1.5h, 2d")
+    when.add_argument("--in", dest="delay", type=delay, metavar="DELAY", help="90s, 30m, 1.5h, 2d")
     when.add_argument("--cron", metavar="EXPR", help="recurring, at most every 10 minutes")
     wake.add_argument("--tz", metavar="TZ", help="the time zone of --cron (default: UTC)")
     wake.add_argument("--prompt", required=True, help="what the woken turn does (- reads stdin)")

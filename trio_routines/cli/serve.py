@@ -25,7 +25,6 @@ from .output import (
     describe_agent,
     load,
     open_state,
-    quoted,
     state_arg,
     state_label,
     watch_signals,
@@ -48,7 +47,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
     host, port = "", 0
     token = os.environ.get("TRIO_ROUTINES_TOKEN") or None
     if args.http:
-        host, port = _host_port(args.http)
+        host, port = args.http
         # The HTTP surface is optional (hypercorn is an extra): import it only when asked for.
         try:
             http = importlib.import_module("trio_routines.http")
@@ -87,15 +86,6 @@ async def cmd_serve(args: argparse.Namespace) -> int:
                 nursery.start_soon(watch_signals, signals, scheduler, args.grace)
     log.info("stopped")
     return 0
-
-
-def _host_port(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise CliError(f"--http {quoted(text)}: expected HOST:PORT, e.g. 127.0.0.1:8080")
-    return host, int(port)
 
 
 def _log_armed(

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 from ..agents import agent_from_spec
 from ..converter import fire_to_json, wakeup_to_json
 from ..cron import cron_error, next_run
-from ..instants import format_iso, parse_iso
+from ..instants import format_iso
 from ..logs import one_line
 from ..records import Wakeup
 from .output import (
@@ -28,6 +28,7 @@ from .output import (
     state_arg,
     state_label,
 )
+from .table import duration, outcome_word, reason, short_instant, table
 
 HISTORY_TAIL = 20
 
@@ -37,23 +38,40 @@ async def cmd_history(args: argparse.Namespace) -> int:
     state = state_arg(args)
     async with open_state(state) as store:
         fires = await store.history(args.name)
+    recorded = len(fires)
+    if args.since is not None:
+        fires = [fire for fire in fires if fire.slot >= args.since]
+    if args.outcome:
+        fires = [fire for fire in fires if outcome_word(fire) in args.outcome]
+    limit = args.n if args.n is not None else (None if args.json else HISTORY_TAIL)
+    matching = len(fires)
+    if limit is not None:
+        fires = fires[-limit:]
     if args.json:
         print_json([fire_to_json(fire) for fire in fires])
         return 0
     if not fires:
-        sys.stderr.write(
-            f"no recorded fires for {quoted(args.name)} (state: {state_label(state)})\n"
-        )
+        what = "recorded fires" if not recorded else "fires matching --since/--outcome"
+        sys.stderr.write(f"no {what} for {quoted(args.name)} (state: {state_label(state)})\n")
         return 0
-    for fire in fires[-HISTORY_TAIL:]:
-        outcome = fire.outcome.value if fire.outcome is not None else "unreported"
-        ms = f"{fire.ms}ms" if fire.ms is not None else ""
-        print_line(f"{format_iso(fire.fired_at)}  {outcome:<11} {ms:>8}")
-    if len(fires) > HISTORY_TAIL:
-        sys.stderr.write(f"(the last {HISTORY_TAIL} of {len(fires)} fires — --json for all)\n")
+    rows = [
+        [
+            short_instant(fire.slot),
+            format_iso(fire.fired_at),
+            duration((fire.fired_at - fire.slot).total_seconds() * 1000),
+            outcome_word(fire),
+            duration(fire.ms),
+            reason(fire),
+        ]
+        for fire in reversed(fires)
+    ]
+    for line in table(["SLOT", "FIRED AT", "LATE", "OUTCOME", "TOOK", "REASON"], rows):
+        print_line(line)
+    if matching > len(fires):
+        sys.stderr.write(f"(the newest {len(fires)} of {matching} — -n N or --json for more)\n")
     sys.stderr.write(
         f"(what these runs said: session routine:{args.name} — kept by the agent; "
-        "the state holds outcomes only)\n"
+        "the state holds outcomes and reasons only)\n"
     )
     return 0
 
@@ -117,13 +135,7 @@ async def cmd_next(args: argparse.Namespace) -> int:
         parser.error("next needs either a routine NAME or --cron EXPR (not both)")
     if args.tz is not None and args.cron is None:
         parser.error("--tz goes with --cron (a routine's own tz is used for NAME)")
-    if args.after is None:
-        after = datetime.now(UTC)
-    else:
-        parsed = parse_iso(args.after)
-        if parsed is None:
-            raise CliError(f"--after {quoted(args.after)} is not an ISO instant with a zone")
-        after = parsed
+    after = args.after if args.after is not None else datetime.now(UTC)
     if args.cron is not None:
         cron, tz = args.cron, args.tz
         problem = cron_error(cron, tz)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import trio
 
 from ..converter import wakeup_to_json
-from ..wakeups import WakeupRequest, added_reply, bad_delay_reply, parse_delay, removed_reply
+from ..wakeups import WakeupRequest, added_reply, removed_reply
 from .output import CliError, open_state, print_line, state_arg
 
 
@@ -22,14 +22,7 @@ async def cmd_wake(args: argparse.Namespace) -> int:
         prompt = await trio.to_thread.run_sync(sys.stdin.read)
     now = datetime.now(UTC)
     if args.delay is not None:
-        seconds = parse_delay(args.delay)
-        try:
-            if seconds is None:
-                raise OverflowError
-            fire_at = now + timedelta(seconds=seconds)
-        except OverflowError:
-            raise CliError(f"--in: {bad_delay_reply(args.delay)}") from None
-        request = WakeupRequest(session=args.session, prompt=prompt, fire_at=fire_at)
+        request = WakeupRequest(session=args.session, prompt=prompt, fire_at=now + args.delay)
     else:
         request = WakeupRequest(session=args.session, prompt=prompt, cron=args.cron, tz=args.tz)
     async with open_state(state_arg(args)) as store:

@@ -1,0 +1,165 @@
+"""The read-only commands as real processes: history, list, status, next, check."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+from procs import Env, one_line
+
+from trio_routines.instants import parse_iso
+from trio_routines.records import Outcome
+
+START = datetime(2026, 7, 1, 9, tzinfo=UTC)
+
+
+def seed_days(env: Env) -> None:
+    """22 days of daily fires: completed, then a late one, a failure, a skip, one unsettled."""
+    for day in range(18):
+        env.seed("daily", START + timedelta(days=day))
+    late = START + timedelta(days=18)
+    env.seed("daily", late, fired_at=late + timedelta(seconds=1, milliseconds=200), ms=65_000)
+    env.seed(
+        "daily",
+        START + timedelta(days=19),
+        Outcome.FAILED,
+        ms=1200,
+        error="exit status 2:\nAPI key \x1b[31mexpired",
+    )
+    env.seed("daily", START + timedelta(days=20), Outcome.SKIPPED, ms=3)
+    env.seed("daily", START + timedelta(days=21), outcome=None)
+
+
+def test_history_is_a_table_newest_first_with_the_reason(env: Env) -> None:
+    empty = env.cli("history", "daily")
+    assert (empty.returncode, empty.stdout) == (0, "")
+    assert one_line(empty.stderr).startswith('no recorded fires for "daily" (state: ')
+    assert env.cli("history", "daily", "--json").stdout == "[]\n"
+
+    seed_days(env)
+    result = env.cli("history", "daily")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.splitlines()
+    assert len(out) == 21  # the header and the newest 20
+    assert out[:6] == [
+        "SLOT               FIRED AT                  LATE  OUTCOME     TOOK   REASON",
+        "2026-07-22T09:00Z  2026-07-22T09:00:00.000Z  0ms   unreported  -",
+        "2026-07-21T09:00Z  2026-07-21T09:00:00.000Z  0ms   skipped     3ms    "
+        "the previous turn was still running",
+        "2026-07-20T09:00Z  2026-07-20T09:00:00.000Z  0ms   failed      1.2s   "
+        "exit status 2: API key \\x1b[31mexpired",
+        "2026-07-19T09:00Z  2026-07-19T09:00:01.200Z  1.2s  completed   1m05s",
+        "2026-07-18T09:00Z  2026-07-18T09:00:00.000Z  0ms   completed   5ms",
+    ]
+    assert out[-1].startswith("2026-07-03T09:00Z")
+    err = result.stderr.splitlines()
+    assert err[0] == "(the newest 20 of 22 — -n N or --json for more)"
+    assert err[1].startswith("(what these runs said: session routine:daily")
+
+    entries = json.loads(env.cli("history", "daily", "--json").stdout)
+    assert len(entries) == 22  # all, oldest first, the same shape plus the reason
+    assert entries[0] == {
+        "slot": "2026-07-01T09:00:00.000Z",
+        "firedAt": "2026-07-01T09:00:00.000Z",
+        "outcome": "completed",
+        "ms": 5,
+    }
+    assert entries[19]["error"] == "exit status 2: API key \\x1b[31mexpired"
+    assert entries[21] == {"slot": "2026-07-22T09:00:00.000Z", "firedAt": entries[21]["firedAt"]}
+
+
+def test_history_filters_by_count_instant_and_outcome(env: Env) -> None:
+    seed_days(env)
+    newest = env.cli("history", "daily", "-n", "2").stdout.splitlines()
+    assert [line[:17] for line in newest[1:]] == ["2026-07-22T09:00Z", "2026-07-21T09:00Z"]
+    since = env.cli("history", "daily", "--since", "2026-07-20T11:00+02:00")
+    assert [line[:10] for line in since.stdout.splitlines()[1:]] == [
+        "2026-07-22",
+        "2026-07-21",
+        "2026-07-20",
+    ]
+    failed = env.cli("history", "daily", "--outcome", "failed", "--outcome", "skipped")
+    assert [line.split()[3] for line in failed.stdout.splitlines()[1:]] == ["skipped", "failed"]
+    as_json = json.loads(env.cli("history", "daily", "--outcome", "unreported", "--json").stdout)
+    assert [e["slot"] for e in as_json] == ["2026-07-22T09:00:00.000Z"]
+    last_two = json.loads(env.cli("history", "daily", "-n", "2", "--json").stdout)
+    assert [e["slot"][:10] for e in last_two] == ["2026-07-21", "2026-07-22"]  # oldest first
+    none = env.cli("history", "daily", "--since", "2027-01-01T00:00Z")
+    assert none.stdout == ""
+    assert one_line(none.stderr).startswith('no fires matching --since/--outcome for "daily"')
+
+
+def test_list_shows_routines_and_wake_ups(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *", tz="Europe/Berlin")
+    env.routine("adhoc")
+    env.routine("never", cron="0 0 30 2 *")
+    assert (
+        env.cli("wake", "--session", "chat", "--cron", "0 8 * * *", "--prompt", "hi").returncode
+        == 0
+    )
+    result = env.cli("list")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.splitlines()
+    assert out[0] == "adhoc on demand"
+    assert out[1].startswith("daily                2")
+    assert out[1].endswith("Z  cron 0 9 * * * Europe/Berlin")
+    assert out[2] == "never                (never)                   cron 0 0 30 2 *"
+    assert out[3].startswith("wake ")
+    assert out[3].endswith("  cron 0 8 * * *  session=chat  hi")
+
+    data = json.loads(env.cli("list", "--json").stdout)
+    assert data["routines"][0] == {"name": "adhoc", "next": None}
+    daily = data["routines"][1]
+    assert daily.keys() == {"name", "cron", "tz", "next"}
+    assert parse_iso(daily["next"]) is not None
+    assert data["routines"][2]["next"] is None
+    assert data["wakeups"][0]["session"] == "chat"
+    assert "prompt" not in daily
+
+
+def test_list_reports_broken_files_and_goes_on(env: Env) -> None:
+    env.routine("adhoc")
+    (env.routines / "bad.md").write_text("oops")
+    result = env.cli("list")
+    assert result.returncode == 0
+    assert result.stdout == "adhoc on demand\n"
+    assert "bad.md" in one_line(result.stderr)
+    (env.root / "empty").mkdir()
+    empty = Env(env.root / "empty")
+    nothing = empty.cli("list")
+    assert nothing.returncode == 0
+    assert one_line(nothing.stderr).startswith("nothing scheduled")
+
+
+def test_next_lists_instants_of_a_routine_or_an_expression(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *", tz="Europe/Berlin")
+    after = ["--after", "2026-03-28T12:00:00Z", "-n", "2"]
+    result = env.cli("next", "daily", *after)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "2026-03-29T07:00:00.000Z  2026-03-29 09:00 CEST (Europe/Berlin)",
+        "2026-03-30T07:00:00.000Z  2026-03-30 09:00 CEST (Europe/Berlin)",
+    ]
+    result = env.cli("next", "--cron", "*/30 * * * *", *after)
+    assert result.stdout.splitlines() == ["2026-03-28T12:30:00.000Z", "2026-03-28T13:00:00.000Z"]
+    never = env.cli("next", "--cron", "0 0 30 2 *")
+    assert never.returncode == 0
+    assert never.stdout == ""
+    assert "never fires again" in one_line(never.stderr)
+
+
+def test_check_summarizes_or_lists_every_broken_file(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    env.routine("adhoc")
+    result = env.cli("check")
+    assert result.returncode == 0
+    assert result.stdout == f"ok — 2 routine(s) in {env.routines}: 1 on cron, 1 on demand\n"
+    (env.routines / "a.md").write_text("---\ntz: UTC\n---\nhi\n")
+    (env.routines / "b.md").write_text("---\ncron: 61 * * * *\n---\nhi\n")
+    result = env.cli("check")
+    assert result.returncode == 1
+    err = result.stderr.splitlines()
+    assert len(err) == 3
+    assert err[0].endswith('a.md: "tz" means nothing without "cron"')
+    assert "b.md: invalid cron/tz" in err[1]
+    assert err[2] == f"2 broken routine file(s) in {env.routines}"

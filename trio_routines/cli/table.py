@@ -1,0 +1,100 @@
+"""How the command line shows values: aligned columns, short instants, human durations.
+
+Operators read these tables the way they read ``systemctl list-timers``: a header, columns
+aligned on the widest cell, the last column left ragged. Every cell that comes from outside
+(a routine's name, a session, a failure reason) is made one visible line first.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+
+from ..instants import format_iso
+from ..records import Fire, Outcome
+from ..text import shown
+
+# One glyph per outcome for the strip of recent fires, and its ASCII stand-in.
+_GLYPHS: dict[Outcome | None, tuple[str, str]] = {
+    Outcome.COMPLETED: ("✓", "+"),
+    Outcome.FAILED: ("✗", "x"),
+    Outcome.SKIPPED: ("·", "."),
+    Outcome.INTERRUPTED: ("⊘", "!"),
+    None: ("?", "?"),  # claimed, never settled (in flight, or a crash not yet reconciled)
+}
+BUSY_REASON = "the previous turn was still running"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Lines of aligned columns: the header, then the rows; cells are shown safely."""
+    cells = [list(headers)] + [[shown(cell) for cell in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers) - 1)]
+    lines = []
+    for row in cells:
+        padded = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        lines.append("  ".join([*padded, row[-1]]).rstrip())
+    return lines
+
+
+def short_instant(value: datetime) -> str:
+    """``2026-11-30T09:00Z``: the UTC instant without the seconds and milliseconds it lacks."""
+    full = format_iso(value)  # 2026-11-30T09:00:00.000Z
+    if full.endswith(":00.000Z"):
+        return full[:16] + "Z"
+    if full.endswith(".000Z"):
+        return full[:19] + "Z"
+    return full
+
+
+def duration(ms: int | float | None) -> str:
+    """``340ms``, ``1.2s``, ``4m05s``, ``2h03m``, ``3d04h``; ``-`` for none; ``-`` before a
+    negative one."""
+    if ms is None:
+        return "-"
+    if ms < 0:
+        return "-" + duration(-ms)
+    if ms < 1000:
+        return f"{round(ms)}ms"
+    seconds = ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+def outcome_word(fire: Fire) -> str:
+    return fire.outcome.value if fire.outcome is not None else "unreported"
+
+
+def reason(fire: Fire) -> str:
+    """Why a fire did not complete: its stored reason, or what its outcome alone says."""
+    if fire.error:
+        return fire.error
+    if fire.outcome is Outcome.SKIPPED:
+        return BUSY_REASON
+    return ""
+
+
+def unicode_out() -> bool:
+    """Whether stdout takes UTF-8 (else the strip falls back to ASCII)."""
+    encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "")
+    return encoding in ("utf8", "utf8sig")
+
+
+def strip(fires: Sequence[Fire], width: int = 10, *, fancy: bool | None = None) -> str:
+    """The last ``width`` outcomes, oldest left (``-`` when there are none)."""
+    use = unicode_out() if fancy is None else fancy
+    glyphs = [_GLYPHS[fire.outcome][0 if use else 1] for fire in fires[-width:]]
+    return "".join(glyphs) or "-"
+
+
+def legend(*, fancy: bool | None = None) -> str:
+    use = unicode_out() if fancy is None else fancy
+    words = ["completed", "failed", "skipped", "interrupted"]
+    marks = [_GLYPHS[Outcome(word)][0 if use else 1] for word in words]
+    return ", ".join(f"{mark} {word}" for mark, word in zip(marks, words, strict=True))
