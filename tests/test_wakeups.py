@@ -80,6 +80,41 @@ def test_recurring_first_pair_heuristic() -> None:
         plan_add([], WakeupRequest(session="s", prompt="p", cron="*/9 * * * *"), NOW)
 
 
+@pytest.mark.parametrize(
+    ("cron", "tz", "now", "closest"),
+    [
+        # the first pair is a day apart, the tight pair comes later (issue 11)
+        ("58-59 18 * * *", None, datetime(2026, 7, 7, 18, 58, tzinfo=UTC), "1 minute"),
+        ("0,5 9 * * MON", None, NOW, "5 minutes"),
+        # across midnight: 23:55 one day, 00:00 the next
+        ("0,55 0,23 * * *", None, NOW, "5 minutes"),
+        ("55 23 * * 1", None, NOW, None),  # once a week: fine
+        ("0,55 0,23 * * SUN,MON", None, NOW, "5 minutes"),  # Sunday 23:55, Monday 00:00
+        ("0,55 0,23 * * MON,WED", None, NOW, None),  # no two adjacent days: 55 minutes
+        ("0 0 L,1 * *", None, NOW, None),
+        ("0 0,23 L * *", None, NOW, None),
+        # Berlin springs forward on 2027-03-28: 02:05 fires at 03:00, then 03:05
+        ("5 2,3 * * *", "Europe/Berlin", datetime(2026, 11, 1, tzinfo=UTC), "5 minutes"),
+        ("0 2,3 * * *", "Europe/Berlin", datetime(2026, 11, 1, tzinfo=UTC), None),
+        ("*/10 * * * *", "Europe/Berlin", NOW, None),
+        ("*/30 * * * *", "Australia/Lord_Howe", NOW, None),
+    ],
+)
+def test_recurring_gap_is_the_smallest_over_every_occurrence(
+    cron: str, tz: str | None, now: datetime, closest: str | None
+) -> None:
+    request = WakeupRequest(session="s", prompt="p", cron=cron, tz=tz)
+    if closest is None:
+        assert plan_add([], request, now).cron == cron
+    else:
+        with pytest.raises(InvalidWakeup) as caught:
+            plan_add([], request, now)
+        assert str(caught.value) == (
+            "too frequent — a recurring wake must fire at most every 10 minutes "
+            f"(this cron fires {closest} apart at its closest)."
+        )
+
+
 def test_the_cap_message_lists_every_pending_wakeup() -> None:
     pending = [
         Wakeup(id=f"id{i}", session="s", prompt="x" * 70, fire_at=NOW + timedelta(hours=1))

@@ -6,7 +6,9 @@ means the first entry in stored order whose time has come, not the earliest ``fi
 
 Guardrails (the texts are model-facing, because the agent's ``wake`` tool returns them):
 one-shots at least 60 s ahead; at most 20 pending per session; a recurring cron may fire at
-most every 10 minutes, judged on its first two occurrences.
+most every 10 minutes, judged on the smallest gap between any two consecutive occurrences
+(:func:`trio_routines.cron.gaps.shortest_gap`: the whole calendar on the wall clock, plus the
+real instants around the zone's offset changes of the coming year), not just the first two.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from .cron import cron_error, next_run
+from .cron import cron_error, next_run, parse_cron
+from .cron.gaps import shortest_gap
 from .errors import InvalidWakeup
 from .instants import format_iso, truncate_ms
 from .records import Wakeup
@@ -27,6 +30,7 @@ from .records import Wakeup
 MIN_DELAY = timedelta(seconds=60)
 MAX_PENDING_PER_SESSION = 20
 MIN_RECURRING_GAP = timedelta(minutes=10)
+GAP_HORIZON = timedelta(days=366)  # offset changes this far ahead are checked on real time
 MAX_ATTEMPTS = 120
 POLL_INTERVAL = 30.0  # seconds between polls, and the delay of a busy one-shot's retry
 
@@ -69,6 +73,11 @@ def parse_delay(value: object) -> float | None:
     return seconds
 
 
+def _minutes(gap: timedelta) -> str:
+    minutes = gap // timedelta(minutes=1)
+    return "1 minute" if minutes == 1 else f"{minutes} minutes"
+
+
 def _describe(wakeup: Wakeup) -> str:
     prompt = wakeup.prompt if len(wakeup.prompt) <= 60 else wakeup.prompt[:60] + "…"
     kind = f' (recurring "{wakeup.cron}")' if wakeup.recurring else ""
@@ -90,15 +99,18 @@ def plan_add(
         problem = cron_error(request.cron, request.tz)
         if problem is not None:
             raise InvalidWakeup(f"invalid cron/tz: {problem}")
-        first = next_run(request.cron, request.tz, now)
-        second = next_run(request.cron, request.tz, first) if first is not None else None
+        schedule = parse_cron(request.cron, request.tz)
+        first = schedule.next_after(now)
+        second = schedule.next_after(first) if first is not None else None
         if first is None or second is None:
             raise InvalidWakeup(
                 "this cron never fires (or fires only once) — use `in` for a one-shot."
             )
-        if second - first < MIN_RECURRING_GAP:
+        gap = shortest_gap(schedule, now, GAP_HORIZON)
+        if gap is not None and gap < MIN_RECURRING_GAP:
             raise InvalidWakeup(
-                "too frequent — a recurring wake must fire at most every 10 minutes."
+                "too frequent — a recurring wake must fire at most every 10 minutes "
+                f"(this cron fires {_minutes(gap)} apart at its closest)."
             )
         fire_at = first
     else:

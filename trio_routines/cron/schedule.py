@@ -283,6 +283,25 @@ class CronSchedule:
                 stop = max(winner_day, day) + timedelta(days=2)
         return best
 
+    @property
+    def zone(self) -> ZoneInfo:
+        """The zone the expression is read in."""
+        return self._zone
+
+    def times_of_day(self) -> tuple[int, ...]:
+        """The wall times of a matching day, as minutes after midnight, ascending."""
+        return tuple(hour * 60 + minute for hour in self._hour_list for minute in self._minute_list)
+
+    def matching_days(self, year: int, month: int) -> int:
+        """Bitmask (bit d = day d) of the local days of a month on which the schedule fires."""
+        if not self._month_bits >> month & 1:
+            return 0
+        return self._month_days(year, month)
+
+    def ever_matches(self) -> bool:
+        """Whether any day of the calendar matches (otherwise the schedule never fires)."""
+        return not self._never and self._can_ever_match()
+
     def iter_after(self, after: datetime) -> Iterator[datetime]:
         """Successive instants strictly after ``after`` (for ``next N`` listings)."""
         current = self.next_after(after)
