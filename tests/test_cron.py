@@ -7,7 +7,6 @@ real timeline; cronsim is a second opinion away from its known quirks.
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
@@ -661,17 +660,18 @@ def test_error_classes() -> None:
 )
 def test_valid_but_never_fires(cron: str) -> None:
     # "0 0 * 2 */7" does fire (Sundays of February): it is the control.
+    # How long the first search takes (and that the answer is remembered) is measured in
+    # benchmarks/cron_core.py: a unit test asserts no duration.
     assert cron_error(cron) is None
-    began = time.perf_counter()
-    found = next_run(cron, "Europe/Berlin", JAN_2026)
-    assert time.perf_counter() - began < 0.5
+    schedule = parse_cron(cron, "Europe/Berlin")
+    found = schedule.next_after(JAN_2026)
     if cron.startswith("0 0 * 2"):
         assert found == Z("2026-01-31T23:00")  # Sunday 2026-02-01 00:00 CET
+        assert schedule.ever_matches()
     else:
         assert found is None
-        began = time.perf_counter()
-        assert next_run(cron, "Europe/Berlin", Z("2090-01-01T00:00")) is None
-        assert time.perf_counter() - began < 0.01  # remembered
+        assert not schedule.ever_matches()
+        assert schedule.next_after(Z("2090-01-01T00:00")) is None
 
 
 def test_rare_expressions_are_found_far_away() -> None:
@@ -750,24 +750,6 @@ def test_iter_after_and_fires_at() -> None:
     assert not schedule.fires_at(Z("2026-07-07T13:01"))
     assert not schedule.fires_at(Z("2026-07-07T13:00") + timedelta(seconds=1))
     assert list(parse_cron("0 0 30 2 *").iter_after(JAN_2026)) == []
-
-
-def test_fast_for_common_expressions() -> None:
-    # SPEC budget is well under 100 µs a call; allow a slow CI machine a wide margin.
-    cases = [
-        ("*/5 * * * *", None),
-        ("0 9 * * 1-5", "America/New_York"),
-        ("30 2 * * *", "Europe/Berlin"),
-        ("0 0 1 * *", "Australia/Lord_Howe"),
-    ]
-    start = Z("2026-07-07T10:02")
-    for cron, tz in cases:
-        next_run(cron, tz, start)
-        began = time.perf_counter()
-        for i in range(500):
-            next_run(cron, tz, start + timedelta(minutes=7 * i))
-        per_call = (time.perf_counter() - began) / 500
-        assert per_call < 500e-6, (cron, per_call)
 
 
 # --------------------------------------------------------------------------------------------
