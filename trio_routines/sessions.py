@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 
+import trio
+
 from .agent import SESSION_BUSY, Agent, Event, Failed
 
 
@@ -25,10 +27,14 @@ class SessionGate:
 
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
-        self._busy: set[str] = set()
+        self._busy: dict[str, float] = {}  # session -> Trio time its turn started
 
     def busy(self, session: str) -> bool:
         return session in self._busy
+
+    def held(self) -> dict[str, float]:
+        """The sessions with a turn in flight, each with the Trio time its turn started."""
+        return dict(self._busy)
 
     @contextmanager
     def hold(self, session: str) -> Iterator[Agent]:
@@ -36,11 +42,11 @@ class SessionGate:
         if session in self._busy:
             yield _Busy()
             return
-        self._busy.add(session)
+        self._busy[session] = trio.current_time()
         try:
             yield self.agent
         finally:
-            self._busy.discard(session)
+            self._busy.pop(session, None)
 
     async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
         """The gated agent as an agent of its own, for hosts that want one."""

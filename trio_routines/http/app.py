@@ -7,7 +7,7 @@ import hmac
 import logging
 
 from ..scheduler import Scheduler
-from . import api
+from . import api, page
 from .origin import check_origin
 from .wire import (
     ECHO,
@@ -68,7 +68,12 @@ class _App:
         path = local_path(scope)
         if self._token is None:
             check_origin(scope, method)
-        elif path != "/healthz":
+        if page.is_page(path):
+            authorized = self._token is None or self._cookie(scope, method) or self._bearer(scope)
+            return await page.handle(
+                self.scheduler, self._token, authorized, scope, method, path, receive
+            )
+        if self._token is not None and path != "/healthz" and not self._cookie(scope, method):
             self._authorize(scope)
         key, param = route(path)
         allowed = ROUTES[key]
@@ -98,14 +103,23 @@ class _App:
             return await api.wake(scheduler, await read_json(scope, receive))
         return await api.wakeups(scheduler, session_param(scope))
 
-    def _authorize(self, scope: Scope) -> None:
-        if self._token is None:
-            return
+    def _cookie(self, scope: Scope, method: str) -> bool:
+        """A read carrying the status page's cookie needs no bearer header; nothing else."""
+        assert self._token is not None
+        return method in ("GET", "HEAD") and page.has_cookie(scope, self._token)
+
+    def _bearer(self, scope: Scope) -> bool:
+        assert self._token is not None
         given = headers(scope, b"authorization")
         scheme, _, credentials = (given[0] if len(given) == 1 else b"").partition(b" ")
         # compare_digest is constant-time in the token; the scheme is not a secret.
         good = hmac.compare_digest(credentials.strip(), self._token)
-        if not (good and scheme.lower() == b"bearer"):
+        return good and scheme.lower() == b"bearer"
+
+    def _authorize(self, scope: Scope) -> None:
+        if self._token is None:
+            return
+        if not self._bearer(scope):
             raise Refusal(
                 401,
                 "missing or wrong token: send Authorization: Bearer <TRIO_ROUTINES_TOKEN>",

@@ -62,6 +62,14 @@ class Text:
     text: str
 
 
+@attrs.frozen
+class Raw:
+    """Bytes of a given content type (the status page, its assets)."""
+
+    kind: bytes
+    data: bytes
+
+
 class Refusal(Exception):
     """An error answer, raised from anywhere inside a request's handling."""
 
@@ -87,6 +95,8 @@ def encode(response: Response, method: str) -> tuple[dict[str, Any], dict[str, A
     """The two ASGI messages (start, body) that send ``response``."""
     if isinstance(response.body, Text):
         payload, kind = response.body.text.encode("utf-8"), Text.KIND
+    elif isinstance(response.body, Raw):
+        payload, kind = response.body.data, response.body.kind
     else:
         payload = json.dumps(response.body, separators=(",", ":")).encode("ascii")
         kind = b"application/json"
@@ -94,6 +104,7 @@ def encode(response: Response, method: str) -> tuple[dict[str, Any], dict[str, A
         (b"content-type", kind),
         (b"content-length", str(len(payload)).encode("ascii")),
         (b"cache-control", b"no-store"),
+        (b"x-content-type-options", b"nosniff"),
         *((k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers),
     ]
     return (

@@ -113,6 +113,11 @@ class PostgresStore(Lifetime):
         schema = f", schema={self.schema!r}" if self.schema else ""
         return f"PostgresStore({self._conns.where!r}{schema})"
 
+    @property
+    def where(self) -> str:
+        """The server and database, as messages and the status page show them (no password)."""
+        return self._conns.where
+
     # -- claims ---------------------------------------------------------------------------
 
     async def claim(self, routine: str, slot: datetime, fired_at: datetime) -> ClaimResult:

@@ -1,0 +1,422 @@
+"""The status page, server side: the pure renderer, and the page on a real loopback server.
+
+The browser's view of the same page is in ``test_page_browser.py``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+from trio_routines.http import make_app, serve_http
+from trio_routines.http.page import COOKIE, CSP, cookie_value
+from trio_routines.http.render import (
+    MAX_MARKS,
+    Mark,
+    PageView,
+    RoutineView,
+    describe,
+    main_html,
+    routine_html,
+    timeline,
+)
+from trio_routines.instants import format_iso
+from trio_routines.records import Fire, Outcome
+from trio_routines.routines import Routine
+from trio_routines.scheduler import Scheduler
+from trio_routines.testing import Hang, MemoryStore, ScriptedAgent
+
+NOW = datetime(2026, 11, 30, 12, 0, 30, tzinfo=UTC)
+HOSTILE = "<svg onload=alert(1)>\"'&\x1b[31m"
+REASON = "</script><script>alert('x')</script>\"\x07 & more"
+TOKEN = "page-token-5d1e"
+
+
+def fire(slot: datetime, outcome: Outcome | None, ms: int | None = 40) -> Fire:
+    return Fire(slot=slot, fired_at=slot + timedelta(milliseconds=12), outcome=outcome, ms=ms)
+
+
+# -- the pure renderer ---------------------------------------------------------------------
+
+
+def test_timeline_marks_claims_and_missed_slots() -> None:
+    hours = [NOW.replace(minute=0, second=0) - timedelta(hours=h) for h in range(5, -1, -1)]
+    fires = [fire(hours[1], Outcome.COMPLETED), fire(hours[3], Outcome.FAILED)]
+    marks, since = timeline(hours, fires, NOW)
+    # Before the oldest kept claim nothing is known; after it, a slot without a claim is missed.
+    assert [(m.slot, m.kind) for m in marks] == [
+        (hours[1], "completed"),
+        (hours[2], "missed"),
+        (hours[3], "failed"),
+        (hours[4], "missed"),
+    ]  # hours[5] is half a minute old: its claim may be on its way
+    assert since == hours[1] - (NOW - hours[1]) / 20  # fitted to the marks, a little room first
+
+
+def test_timeline_never_calls_a_fresh_slot_missed() -> None:
+    fresh = NOW - timedelta(seconds=30)  # due half a minute ago: its claim may be on its way
+    older = NOW - timedelta(minutes=5)
+    marks, _ = timeline([older, fresh], [fire(older, Outcome.COMPLETED)], NOW)
+    assert [m.kind for m in marks] == ["completed"]
+
+
+def test_timeline_without_history_shows_no_missed_slots() -> None:
+    slots = [NOW - timedelta(hours=h) for h in (3, 2, 1)]
+    assert timeline(slots, [], NOW) == ((), NOW - timedelta(hours=24))
+
+
+def test_timeline_keeps_the_last_50_slots_and_starts_at_the_oldest() -> None:
+    slots = [NOW - timedelta(minutes=m) for m in range(120, 0, -1)]
+    fires = [fire(slot, Outcome.COMPLETED) for slot in slots]
+    marks, since = timeline(slots, fires, NOW)
+    assert len(marks) == MAX_MARKS
+    assert marks[-1].slot == slots[-1]
+    assert marks[0].slot == slots[-MAX_MARKS]
+    assert since == slots[-MAX_MARKS] - (NOW - slots[-MAX_MARKS]) / 20
+
+
+def test_timeline_draws_claims_off_the_grid_and_running_ones() -> None:
+    odd = NOW - timedelta(minutes=7, milliseconds=5)
+    marks, _ = timeline([], [fire(odd, None)], NOW)
+    assert [(m.slot, m.kind) for m in marks] == [(odd, "running")]
+
+
+def test_describe_says_slot_fired_lateness_duration_and_reason() -> None:
+    slot = NOW - timedelta(hours=1)
+    failed = attrs.evolve(fire(slot, Outcome.FAILED, 1500), fired_at=slot + timedelta(seconds=2))
+    if "error" in attrs.fields_dict(Fire):
+        failed = attrs.evolve(failed, error="exit status 2: API key expired")
+    text = describe(Mark(slot, "failed", failed))
+    assert f"slot {format_iso(slot)}" in text
+    assert f"fired {format_iso(slot + timedelta(seconds=2))}" in text
+    assert "late 2.000 s" in text
+    assert "took 1.5 s" in text
+    assert "failed" in text
+    if "error" in attrs.fields_dict(Fire):
+        assert "reason: exit status 2: API key expired" in text
+    assert describe(Mark(slot, "missed")) == f"slot {format_iso(slot)} — missed (no claim)"
+
+
+def _view(**changes: Any) -> RoutineView:
+    base = RoutineView(
+        name="digest",
+        cron="0 9 * * *",
+        tz="Europe/Berlin",
+        resolved=None,
+        next_due=NOW + timedelta(minutes=4, seconds=10),
+        paused=False,
+        marks=(),
+        recent=(),
+        since=NOW - timedelta(hours=24),
+    )
+    return attrs.evolve(base, **changes)
+
+
+def test_every_state_of_a_routine_reads_without_colour() -> None:
+    slot = NOW - timedelta(hours=2)
+    outcomes = [Outcome.COMPLETED, Outcome.FAILED, Outcome.SKIPPED, Outcome.INTERRUPTED, None]
+    fires = tuple(fire(slot + timedelta(minutes=i), o) for i, o in enumerate(outcomes))
+    html = routine_html(_view(recent=fires), NOW)
+    strip = re.search(r'<p class="strip"[^>]*>(.*?)</p>', html)
+    assert strip is not None
+    assert re.findall(r">(.)</span>", strip.group(1)) == ["✓", "✗", "·", "⊘", "▶"]
+    assert "in 4 min" in html
+    assert "never fired" in routine_html(_view(), NOW)
+    assert "never fires again" in routine_html(_view(next_due=None), NOW)
+    paused = routine_html(_view(paused=True), NOW)
+    assert "paused" in paused
+    assert "in 4 min" not in paused
+    assert "on demand" in routine_html(_view(cron=None, tz=None, next_due=None), NOW)
+    assert "= <code>17 9 * * *</code>" in routine_html(
+        _view(cron="H 9 * * *", resolved="17 9 * * *"), NOW
+    )
+
+
+def test_hostile_names_reasons_and_crons_are_escaped_everywhere() -> None:
+    slot = NOW - timedelta(hours=1)
+    failed = fire(slot, Outcome.FAILED)
+    if "error" in attrs.fields_dict(Fire):
+        failed = attrs.evolve(failed, error=REASON)
+    view = _view(
+        name=HOSTILE,
+        cron=HOSTILE,
+        tz=HOSTILE,
+        marks=(Mark(slot, "failed", failed),),
+        recent=(failed,),
+        problem=REASON,
+    )
+    page = PageView(
+        now=NOW,
+        routines=(view,),
+        in_flight=(),
+        wakeups=(),
+        clock_jumps=0,
+        store=HOSTILE,
+        stopping=False,
+        poll=5,
+        wakeups_problem=REASON,
+    )
+    html = main_html(page)
+    for raw in ("<svg onload", "<script", "</script", "\x1b", "\x07", "'x'"):
+        assert raw not in html
+    assert "&lt;svg onload=alert(1)&gt;&quot;&#x27;&amp;\\x1b[31m" in html
+    assert "&lt;/script&gt;&lt;script&gt;alert(&#x27;x&#x27;)" in html
+    # Every tag in the output is one of ours.
+    tags = set(re.findall(r"<([a-zA-Z0-9]+)", html))
+    assert tags <= {
+        "p", "code", "time", "section", "h2", "h3", "ul", "li", "svg", "g", "circle", "path",
+        "rect", "line", "title", "span", "article", "div",
+    }  # fmt: skip
+
+
+# -- the page on a real server --------------------------------------------------------------
+
+
+@attrs.frozen
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8")
+
+
+@attrs.frozen
+class Page:
+    port: int
+    scheduler: Scheduler
+    store: MemoryStore
+
+    async def call(
+        self, method: str, path: str, body: bytes | None = None, **headers: str
+    ) -> Reply:
+        sent = {key.replace("_", "-"): value for key, value in headers.items()}
+
+        def go() -> Reply:
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=15)
+            try:
+                conn.request(method, path, body=body, headers=sent)
+                answer = conn.getresponse()
+                found = {k.lower(): v for k, v in answer.getheaders()}
+                return Reply(answer.status, found, answer.read())
+            finally:
+                conn.close()
+
+        return await trio.to_thread.run_sync(go)
+
+
+ROUTINES = [
+    Routine(name="hourly", prompt="p", cron="0 * * * *"),
+    Routine(name="adhoc", prompt="p"),
+    Routine(name="never", prompt="p", cron="0 0 31 2 *"),
+    Routine(name=HOSTILE, prompt="p", cron="*/5 * * * *"),
+]
+
+
+@asynccontextmanager
+async def page_server(token: str | None = None) -> AsyncIterator[Page]:
+    store = MemoryStore()
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    hour = now.replace(minute=0)
+    for back, outcome in ((3, Outcome.COMPLETED), (2, Outcome.FAILED), (1, Outcome.SKIPPED)):
+        slot = hour - timedelta(hours=back)
+        await store.claim("hourly", slot, slot)
+        await store.settle("hourly", slot, outcome, 25)
+    await store.claim("adhoc", now - timedelta(minutes=3), now)  # unsettled: running
+    await store.claim(HOSTILE, now - timedelta(minutes=10), now)
+    await store.settle(HOSTILE, now - timedelta(minutes=10), Outcome.INTERRUPTED)
+    agent = ScriptedAgent()
+    scheduler = Scheduler(agent=agent, store=store, routines=ROUTINES, external_clock=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        port = await nursery.start(partial(serve_http, scheduler, "127.0.0.1", 0, token=token))
+        yield Page(port, scheduler, store)
+        scheduler.stop(grace=0)
+
+
+def assert_page_headers(reply: Reply) -> None:
+    assert reply.headers["content-security-policy"] == CSP
+    assert "frame-ancestors 'none'" in CSP
+    assert "script-src 'self'" in CSP
+    assert "unsafe-inline" not in CSP
+    assert reply.headers["cache-control"] == "no-store"
+    assert reply.headers["x-content-type-options"] == "nosniff"
+    assert reply.headers["x-frame-options"] == "DENY"
+
+
+async def test_the_page_shows_every_routine_in_flight_turns_and_wakeups() -> None:
+    async with page_server() as page:
+        agent = page.scheduler.agent.agent
+        assert isinstance(agent, ScriptedAgent)
+        agent.script(Hang(), session="routine:adhoc")
+        assert await page.scheduler.start_run("adhoc")
+        reply = await page.call("GET", "/")
+        assert reply.status == 200
+        assert reply.headers["content-type"] == "text/html; charset=utf-8"
+        assert_page_headers(reply)
+        html = reply.text
+        for name in ("hourly", "adhoc", "never"):
+            assert f'<h3 class="name">{name}</h3>' in html
+        assert "&lt;svg onload=alert(1)&gt;" in html
+        assert "<svg onload" not in html
+        assert "never fires again" in html
+        assert "on demand" in html
+        assert 'class="mark o-completed"' in html
+        assert 'class="mark o-failed"' in html
+        assert 'class="mark o-skipped"' in html
+        assert 'class="mark o-interrupted"' in html
+        assert 'class="mark o-running"' in html
+        assert "<code>routine:adhoc</code> running since" in html
+        assert "store <code>MemoryStore</code>" in html
+        assert 'src="/ui/page.js"' in html
+        assert 'href="/ui/page.css"' in html
+        page.scheduler.stop(grace=0)
+
+
+async def test_state_json_carries_the_same_main_and_a_version() -> None:
+    async with page_server() as page:
+        first = await page.call("GET", "/ui/state")
+        assert first.status == 200
+        assert first.headers["content-type"] == "application/json"
+        state = json.loads(first.body)
+        assert set(state) == {"version", "main", "now"}
+        assert '<h3 class="name">hourly</h3>' in state["main"]
+        again = json.loads((await page.call("GET", "/ui/state")).body)
+        assert again["version"] == state["version"]  # nothing changed: the page keeps its DOM
+        slot = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
+        await page.scheduler.fire("adhoc", slot)  # busy: the old unsettled claim is not held
+        changed = json.loads((await page.call("GET", "/ui/state")).body)
+        assert changed["version"] != state["version"]
+
+
+async def test_assets_are_served_from_the_package() -> None:
+    async with page_server(token=TOKEN) as page:  # no token needed: they hold no data
+        css = await page.call("GET", "/ui/page.css")
+        js = await page.call("GET", "/ui/page.js")
+        assert css.status == js.status == 200
+        assert css.headers["content-type"].startswith("text/css")
+        assert js.headers["content-type"].startswith("text/javascript")
+        assert b"prefers-color-scheme: dark" in css.body
+        assert b"ui/state" in js.body
+        assert b"eval(" not in js.body
+        assert (await page.call("POST", "/ui/page.js")).status == 405
+
+
+async def test_a_token_turns_the_page_into_a_sign_in_form_and_a_cookie() -> None:
+    async with page_server(token=TOKEN) as page:
+        anonymous = await page.call("GET", "/")
+        assert anonymous.status == 401
+        assert_page_headers(anonymous)
+        assert 'action="/ui/login"' in anonymous.text
+        assert "hourly" not in anonymous.text
+        assert (await page.call("GET", "/ui/state")).status == 401
+
+        form = "application/x-www-form-urlencoded"
+        wrong = await page.call("POST", "/ui/login", b"token=nope", content_type=form)
+        assert wrong.status == 401
+        assert "wrong token" in wrong.text
+        assert "set-cookie" not in wrong.headers
+
+        good = await page.call("POST", "/ui/login", f"token={TOKEN}".encode(), content_type=form)
+        assert good.status == 303
+        assert good.headers["location"] == "/"
+        cookie = good.headers["set-cookie"]
+        assert cookie.startswith(f"{COOKIE}={cookie_value(TOKEN.encode())};")
+        assert "HttpOnly" in cookie
+        assert "SameSite=Strict" in cookie
+        assert "Path=/;" in cookie
+        assert TOKEN not in cookie
+        assert all(TOKEN not in v for v in good.headers.values())
+
+        jar = f"{COOKIE}={cookie_value(TOKEN.encode())}"
+        shown = await page.call("GET", "/", cookie=jar)
+        assert shown.status == 200
+        assert '<h3 class="name">hourly</h3>' in shown.text
+        assert (await page.call("GET", "/ui/state", cookie=jar)).status == 200
+        assert (await page.call("GET", "/routines", cookie=jar)).status == 200  # a read
+        fire = b'{"name": "adhoc", "slot": "2026-01-01T00:00:00.000Z"}'
+        refused = await page.call(
+            "POST", "/fire", fire, cookie=jar, content_type="application/json"
+        )
+        assert refused.status == 401  # a cookie never changes state
+        forged = f"{COOKIE}={cookie_value(b'another token')}"
+        assert (await page.call("GET", "/", cookie=forged)).status == 401
+        assert (await page.call("GET", "/ui/state", cookie=TOKEN)).status == 401
+        bearer = await page.call("GET", "/", authorization=f"Bearer {TOKEN}")
+        assert bearer.status == 200
+
+        out = await page.call("POST", "/ui/logout")
+        assert out.status == 303
+        assert "Max-Age=0" in out.headers["set-cookie"]
+
+
+async def test_without_a_token_the_page_answers_loopback_names_only() -> None:
+    async with page_server() as page:
+        assert (await page.call("GET", "/", host="localhost:1")).status == 200
+        rebound = await page.call("GET", "/", host="attacker.example")
+        assert rebound.status == 421
+        assert (await page.call("GET", "/ui/state", host="attacker.example")).status == 421
+
+
+async def test_the_page_works_below_a_mount_point() -> None:
+    scheduler = Scheduler(agent=ScriptedAgent(), store=MemoryStore(), routines=ROUTINES[:1])
+    app = make_app(scheduler)
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/scheduler/",
+        "root_path": "/scheduler",
+        "headers": [(b"host", b"127.0.0.1")],
+        "query_string": b"",
+    }
+    await app(scope, receive, send)
+    assert sent[0]["status"] == 200
+    html = sent[1]["body"].decode()
+    assert 'href="/scheduler/ui/page.css"' in html
+    assert 'data-base="/scheduler/"' in html
+
+
+@pytest.mark.parametrize("path", ["/ui/login", "/ui/logout"])
+async def test_sign_in_routes_take_posts_only(path: str) -> None:
+    async with page_server(token=TOKEN) as page:
+        reply = await page.call("GET", path)
+        assert reply.status == 405
+        assert reply.headers["allow"] == "POST"
+
+
+async def test_a_stalled_store_shows_as_unavailable_not_a_hang(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from trio_routines.http import page as page_module
+
+    monkeypatch.setattr(page_module, "READ_DEADLINE", 0.2)
+    async with page_server() as page:
+
+        async def stall(*_args: object) -> list[Fire]:
+            await trio.sleep_forever()
+            raise AssertionError
+
+        monkeypatch.setattr(page.store, "history", stall)
+        reply = await page.call("GET", "/")
+        assert reply.status == 200
+        assert "history unavailable: history timed out after 0.2 s" in reply.text

@@ -1,0 +1,301 @@
+"""The status page: ``GET /`` and its few helpers under ``/ui/``.
+
+Routes (all below the host's mount point):
+
+* ``GET /`` -- the page: every routine with its schedule, next instant, paused state, a
+  timeline of its recent slots and a strip of its last fires; in-flight turns; pending
+  wake-ups per session (never their prompts); clock jumps; the store in use.
+* ``GET /ui/state`` -- JSON ``{"version", "main", "now"}``: the page's ``<main>`` rendered
+  again, which the page's script polls every ``poll`` seconds and swaps in when it changed.
+  One renderer serves both, so the first paint and every refresh escape alike.
+* ``GET /ui/page.css``, ``GET /ui/page.js`` -- the page's only assets, served from the
+  package: no inline script or style, no external asset, so a strict Content-Security-Policy
+  holds and the page works offline.
+* ``POST /ui/login`` (form field ``token``), ``POST /ui/logout`` -- with a token configured.
+
+Authorization. Without a token the page is served like the API, after its ``Host``/``Origin``
+check (and a server binds loopback only). With a token, a browser cannot send a bearer
+header by itself, so the login form exchanges the token for a cookie: ``HttpOnly``,
+``SameSite=Strict``, its value an HMAC-SHA256 of a fixed label keyed by the token -- never
+the token itself, which never appears in a URL either. The cookie is compared in constant time
+and accepted only on reads (``GET``/``HEAD``) of the page and of the API; anything that
+changes state still needs the bearer header. The assets need nothing: they hold no data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections import defaultdict
+from collections.abc import Awaitable
+from datetime import datetime, timedelta
+from importlib import resources
+from typing import TypeVar
+from urllib.parse import parse_qsl
+
+import trio
+
+from ..cron import next_run
+from ..errors import StateFault, TrioRoutinesError
+from ..logs import one_line
+from ..records import Fire
+from ..routines import Routine
+from ..scheduler import Scheduler
+from ..stores.directory import DirectoryStore
+from .render import (
+    MAX_MARKS,
+    WINDOW,
+    InFlight,
+    PageView,
+    RoutineView,
+    WakeupGroup,
+    login_html,
+    main_html,
+    page_html,
+    timeline,
+)
+from .wire import Disconnected, Raw, Receive, Refusal, Response, Scope, headers, one_header
+
+T = TypeVar("T")
+
+COOKIE = "trio_routines_page"
+READ_DEADLINE = 5.0  # seconds: one store read for the page, then "unavailable"
+MAX_FORM = 4096  # bytes of a login form
+MAX_EXPECTED = 1500  # cron slots computed for one timeline
+POLL = 5.0  # seconds between the page's refreshes
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+SECURITY = (
+    ("content-security-policy", CSP),
+    ("x-frame-options", "DENY"),
+    ("referrer-policy", "no-referrer"),
+)
+HTML = b"text/html; charset=utf-8"
+ASSETS = {
+    "/ui/page.css": ("page.css", b"text/css; charset=utf-8"),
+    "/ui/page.js": ("page.js", b"text/javascript; charset=utf-8"),
+    "/ui/icon.svg": ("icon.svg", b"image/svg+xml"),
+}
+PATHS = frozenset({"/", "/ui/state", "/ui/login", "/ui/logout", *ASSETS})
+
+
+def is_page(path: str) -> bool:
+    return path in PATHS
+
+
+def cookie_value(token: bytes) -> str:
+    """What the cookie carries: derived from the token, useless as a bearer token."""
+    return hmac.new(token, b"trio_routines status page v1", hashlib.sha256).hexdigest()
+
+
+def has_cookie(scope: Scope, token: bytes) -> bool:
+    """Whether the request carries the page's cookie for ``token`` (constant-time compare)."""
+    expected = cookie_value(token).encode("ascii")
+    found = False
+    for header in headers(scope, b"cookie"):
+        for pair in header.split(b";"):
+            name, _, value = pair.strip().partition(b"=")
+            if name == COOKIE.encode("ascii"):
+                found |= hmac.compare_digest(value.strip(), expected)
+    return found
+
+
+def base_path(scope: Scope) -> str:
+    """The mount point with a final ``/``: the page's links are absolute below it."""
+    root: str = scope.get("root_path", "")
+    return root.rstrip("/") + "/"
+
+
+def store_label(scheduler: Scheduler) -> str:
+    """The store in use: a directory's path, or a database's host and name (no password)."""
+    store = scheduler.store
+    if isinstance(store, DirectoryStore):
+        return f"state directory {store.root}"
+    where = getattr(store, "where", None)
+    return str(where) if where else type(store).__name__
+
+
+def _asset(name: str) -> bytes:
+    return resources.files(__package__).joinpath("static", name).read_bytes()
+
+
+def _html(status: int, text: str, extra: tuple[tuple[str, str], ...] = ()) -> Response:
+    return Response(status, Raw(HTML, text.encode("utf-8")), SECURITY + extra)
+
+
+# -- gathering what the page shows ---------------------------------------------------------------
+
+
+def _expected(routine: Routine, start: datetime, now: datetime) -> list[datetime]:
+    """The cron's slots after ``start`` up to ``now``, at most MAX_EXPECTED (the newest kept)."""
+    if routine.cron is None:
+        return []
+    slots: list[datetime] = []
+    at = start - timedelta(milliseconds=1)
+    while True:
+        try:
+            at_next = next_run(routine.cron, routine.tz, at)
+        except (TrioRoutinesError, ValueError, OverflowError):
+            break
+        if at_next is None or at_next > now:
+            break
+        slots.append(at_next)
+        at = at_next
+        if len(slots) > MAX_EXPECTED:
+            del slots[0]
+    return slots
+
+
+async def _bounded_read(call: str, read: Awaitable[T]) -> tuple[T | None, str | None]:
+    """Await ``read`` within READ_DEADLINE: (result, None) or (None, the problem)."""
+    with trio.move_on_after(READ_DEADLINE):
+        try:
+            return await read, None
+        except StateFault as exc:
+            return None, one_line(str(exc))
+    return None, f"{call} timed out after {READ_DEADLINE:g} s"
+
+
+async def _routine_view(scheduler: Scheduler, routine: Routine, now: datetime) -> RoutineView:
+    stats = scheduler.statistics()
+    paused = routine.name in getattr(stats, "paused", ())
+    found, problem = await _bounded_read("history", scheduler.store.history(routine.name))
+    fires: list[Fire] = found or []
+    start = now - WINDOW
+    if len(fires) >= MAX_MARKS:
+        start = max(start, fires[-MAX_MARKS].slot)
+    elif fires:
+        start = max(start, fires[0].slot)
+    expected = _expected(routine, start, now) if fires else []
+    marks, since = timeline(expected, fires, now)
+    resolved = getattr(routine, "resolved_cron", None)
+    return RoutineView(
+        name=routine.name,
+        cron=routine.cron,
+        tz=routine.tz,
+        resolved=resolved if isinstance(resolved, str) else None,
+        next_due=stats.next_due.get(routine.name),
+        paused=paused,
+        marks=marks,
+        recent=tuple(fires[-MAX_MARKS:]),
+        since=since,
+        problem=problem,
+    )
+
+
+async def gather(scheduler: Scheduler, poll: float = POLL) -> PageView:
+    """A snapshot of everything the page shows; every store read bounded by a deadline."""
+    now = scheduler.now()
+    routines = []
+    for name in sorted(scheduler.routines):
+        routines.append(await _routine_view(scheduler, scheduler.routines[name], now))
+    found, problem = await _bounded_read("wake-ups", scheduler.store.list_wakeups())
+    groups: dict[str, list[datetime]] = defaultdict(list)
+    for wakeup in found or []:
+        groups[wakeup.session].append(wakeup.fire_at)
+    clock = trio.current_time()
+    flights = tuple(
+        InFlight(session, (now - timedelta(seconds=max(0.0, clock - since))).replace(microsecond=0))
+        for session, since in sorted(scheduler.agent.held().items())
+    )
+    stats = scheduler.statistics()
+    return PageView(
+        now=now,
+        routines=tuple(routines),
+        in_flight=flights,
+        wakeups=tuple(
+            WakeupGroup(session, len(times), min(times))
+            for session, times in sorted(groups.items())
+        ),
+        clock_jumps=stats.clock_jumps,
+        store=store_label(scheduler),
+        stopping=stats.stopping,
+        poll=poll,
+        wakeups_problem=problem,
+    )
+
+
+# -- the routes --------------------------------------------------------------------------------
+
+
+async def _read_form(scope: Scope, receive: Receive) -> dict[str, str]:
+    kind = (one_header(scope, b"content-type") or "").split(";")[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        raise Refusal(415, "send the sign-in form (application/x-www-form-urlencoded)")
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message.get("type") == "http.disconnect":
+            raise Disconnected
+        if message.get("type") != "http.request":
+            continue
+        body += message.get("body", b"")
+        if len(body) > MAX_FORM:
+            raise Refusal(413, "the form is too large", [("connection", "close")])
+        if not message.get("more_body", False):
+            break
+    try:
+        pairs = parse_qsl(body.decode("ascii"), keep_blank_values=True, errors="strict")
+    except (UnicodeDecodeError, ValueError):
+        raise Refusal(400, "the form is not valid") from None
+    return dict(pairs)
+
+
+def _cookie(base: str, value: str, max_age: int, scope: Scope) -> tuple[str, str]:
+    secure = "; Secure" if scope.get("scheme") == "https" else ""
+    return (
+        "set-cookie",
+        f"{COOKIE}={value}; Path={base}; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}",
+    )
+
+
+async def handle(
+    scheduler: Scheduler,
+    token: bytes | None,
+    authorized: bool,
+    scope: Scope,
+    method: str,
+    path: str,
+    receive: Receive,
+) -> Response:
+    """Answer one page route. ``authorized``: a bearer token or the page's cookie came along
+    (always true without a token)."""
+    base = base_path(scope)
+    if path in ASSETS:
+        _require(method, ("GET", "HEAD"))
+        name, kind = ASSETS[path]
+        return Response(200, Raw(kind, _asset(name)), SECURITY)
+    if path == "/ui/login":
+        _require(method, ("POST",))
+        form = await _read_form(scope, receive)
+        given = form.get("token", "").encode("utf-8")
+        if token is None or hmac.compare_digest(given, token):
+            value = cookie_value(token) if token is not None else ""
+            extra = () if token is None else (_cookie(base, value, 12 * 3600, scope),)
+            return Response(303, Raw(HTML, b""), (("location", base), *extra))
+        return _html(401, login_html(scheduler.now(), base, wrong=True))
+    if path == "/ui/logout":
+        _require(method, ("POST",))
+        return Response(303, Raw(HTML, b""), (("location", base), _cookie(base, "", 0, scope)))
+    _require(method, ("GET", "HEAD"))
+    if path == "/ui/state":
+        if not authorized:
+            raise Refusal(401, "sign in on the status page first")
+        view = await gather(scheduler)
+        main = main_html(view)
+        version = hashlib.sha256(main.encode("utf-8")).hexdigest()[:16]
+        body = {"version": version, "main": main, "now": view.now.isoformat()}
+        payload = json.dumps(body, ensure_ascii=True).encode("ascii")
+        return Response(200, Raw(b"application/json", payload), SECURITY)
+    if not authorized:
+        return _html(401, login_html(scheduler.now(), base, wrong=False))
+    return _html(200, page_html(await gather(scheduler), base))
+
+
+def _require(method: str, allowed: tuple[str, ...]) -> None:
+    if method not in allowed:
+        raise Refusal(405, f"use {' or '.join(allowed)} here", [("allow", ", ".join(allowed))])
