@@ -536,7 +536,7 @@ async def test_healthz_reports_busy_while_a_wakeup_turn_is_in_flight() -> None:
 
 async def test_unknown_route_is_404_and_wrong_method_405_with_allow() -> None:
     async with serving() as server:
-        for path in ("/", "/fire/", "/nope", "/routines/daily", "/routines//history", "/wakeups/"):
+        for path in ("/fire/", "/nope", "/routines/daily", "/routines//history", "/wakeups/"):
             assert_error(await server.call("GET", path), 404)
         for method, path, allow in [
             ("GET", "/fire", "POST"),

@@ -94,16 +94,14 @@ def test_timeline_draws_claims_off_the_grid_and_running_ones() -> None:
 def test_describe_says_slot_fired_lateness_duration_and_reason() -> None:
     slot = NOW - timedelta(hours=1)
     failed = attrs.evolve(fire(slot, Outcome.FAILED, 1500), fired_at=slot + timedelta(seconds=2))
-    if "error" in attrs.fields_dict(Fire):
-        failed = attrs.evolve(failed, error="exit status 2: API key expired")
+    failed = attrs.evolve(failed, error="exit status 2: API key expired")
     text = describe(Mark(slot, "failed", failed))
     assert f"slot {format_iso(slot)}" in text
     assert f"fired {format_iso(slot + timedelta(seconds=2))}" in text
     assert "late 2.000 s" in text
     assert "took 1.5 s" in text
     assert "failed" in text
-    if "error" in attrs.fields_dict(Fire):
-        assert "reason: exit status 2: API key expired" in text
+    assert "reason: exit status 2: API key expired" in text
     assert describe(Mark(slot, "missed")) == f"slot {format_iso(slot)} — missed (no claim)"
 
 
@@ -145,8 +143,7 @@ def test_every_state_of_a_routine_reads_without_colour() -> None:
 def test_hostile_names_reasons_and_crons_are_escaped_everywhere() -> None:
     slot = NOW - timedelta(hours=1)
     failed = fire(slot, Outcome.FAILED)
-    if "error" in attrs.fields_dict(Fire):
-        failed = attrs.evolve(failed, error=REASON)
+    failed = attrs.evolve(failed, error=REASON)
     view = _view(
         name=HOSTILE,
         cron=HOSTILE,
@@ -233,7 +230,8 @@ async def page_server(token: str | None = None) -> AsyncIterator[Page]:
     for back, outcome in ((3, Outcome.COMPLETED), (2, Outcome.FAILED), (1, Outcome.SKIPPED)):
         slot = hour - timedelta(hours=back)
         await store.claim("hourly", slot, slot)
-        await store.settle("hourly", slot, outcome, 25)
+        error = REASON if outcome is Outcome.FAILED else None
+        await store.settle("hourly", slot, outcome, 25, error=error)
     await store.claim("adhoc", now - timedelta(minutes=3), now)  # unsettled: running
     await store.claim(HOSTILE, now - timedelta(minutes=10), now)
     await store.settle(HOSTILE, now - timedelta(minutes=10), Outcome.INTERRUPTED)
@@ -280,6 +278,8 @@ async def test_the_page_shows_every_routine_in_flight_turns_and_wakeups() -> Non
         assert 'class="mark o-running"' in html
         assert "<code>routine:adhoc</code> running since" in html
         assert "store <code>MemoryStore</code>" in html
+        assert "reason: &lt;/script&gt;&lt;script&gt;alert(&#x27;x&#x27;)" in html
+        assert "</script><script>" not in html
         assert 'src="/ui/page.js"' in html
         assert 'href="/ui/page.css"' in html
         page.scheduler.stop(grace=0)
@@ -420,3 +420,30 @@ async def test_a_stalled_store_shows_as_unavailable_not_a_hang(
         reply = await page.call("GET", "/")
         assert reply.status == 200
         assert "history unavailable: history timed out after 0.2 s" in reply.text
+
+
+async def test_the_page_reads_every_store(store_factory: Any) -> None:
+    store = store_factory()
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    slot = now.replace(minute=0) - timedelta(hours=1)
+    assert (await store.claim("hourly", slot, slot)).taken
+    await store.settle("hourly", slot, Outcome.FAILED, 30, error="exit status 2: key expired")
+    scheduler = Scheduler(
+        agent=ScriptedAgent(), store=store, routines=ROUTINES[:1], external_clock=True
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        port = await nursery.start(partial(serve_http, scheduler, "127.0.0.1", 0))
+        reply = await Page(port, scheduler, store).call("GET", "/")
+        scheduler.stop(grace=0)
+    assert reply.status == 200
+    assert 'class="mark o-failed"' in reply.text
+    assert "reason: exit status 2: key expired" in reply.text
+    label = re.search(r"store <code>([^<]*)</code>", reply.text)
+    assert label is not None
+    kind = type(store).__name__
+    if kind == "DirectoryStore":
+        assert label.group(1) == f"state directory {store.root}"
+    elif kind == "PostgresStore":
+        assert label.group(1).startswith("postgresql://127.0.0.1:5432/")
+        assert "@" not in label.group(1)  # never a user or a password

@@ -69,7 +69,8 @@ def seed(env: Env) -> None:
         slot = (berlin - timedelta(days=days)).astimezone(UTC)
         store.claim_sync("digest", slot, slot + timedelta(milliseconds=40))
         outcome = Outcome.FAILED if days == 4 else Outcome.COMPLETED
-        store.settle_sync("digest", slot, outcome, 2100 + days * 10)
+        error = "exit status 2: API key expired" if days == 4 else None
+        store.settle_sync("digest", slot, outcome, 2100 + days * 10, error=error)
     five = now.replace(minute=now.minute - now.minute % 5, second=0, microsecond=0)
     cycle = [Outcome.COMPLETED] * 5 + [Outcome.SKIPPED, Outcome.COMPLETED, Outcome.FAILED]
     for step in range(40, 1, -1):

@@ -177,9 +177,8 @@ def describe(mark: Mark) -> str:
         parts.append(f"fired {format_iso(fire.fired_at)}")
         parts.append(f"late {late:.3f} s")
         parts.append(f"took {_duration(fire.ms)}")
-        error = getattr(fire, "error", None)
-        if error:
-            parts.append(f"reason: {error}")
+        if fire.error:
+            parts.append(f"reason: {fire.error}")
     return " — ".join(parts)
 
 
