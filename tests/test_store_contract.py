@@ -81,7 +81,7 @@ async def test_slots_are_kept_to_the_millisecond(store: Store) -> None:
 
 async def test_settle_keeps_the_stamp(store: Store) -> None:
     await store.claim("daily", T0, T0 + timedelta(minutes=5))
-    await store.settle("daily", T0, Outcome.COMPLETED, 4210)
+    assert await store.settle("daily", T0, Outcome.COMPLETED, 4210) is True
     fire = await store.latest_fire("daily")
     assert fire is not None
     assert (fire.fired_at, fire.outcome, fire.ms) == (
@@ -137,7 +137,7 @@ async def test_a_settle_without_a_reason_leaves_none(store: Store) -> None:
 
 
 async def test_settle_of_a_missing_claim_creates_nothing(store: Store) -> None:
-    await store.settle("daily", T0, Outcome.COMPLETED, 5)
+    assert await store.settle("daily", T0, Outcome.COMPLETED, 5) is True  # nothing to retry
     assert await store.history("daily") == []
     assert await store.latest_fire("daily") is None
 
@@ -265,8 +265,8 @@ async def test_settle_if_unsettled_never_overwrites_an_outcome(store: Store) -> 
     await store.claim("daily", T0, T0)
     await store.claim("daily", T0 + HOUR, T0)
     await store.settle("daily", T0 + HOUR, Outcome.COMPLETED, 12)
-    await store.settle("daily", T0 + HOUR, Outcome.INTERRUPTED, if_unsettled=True)
-    await store.settle("daily", T0, Outcome.INTERRUPTED, if_unsettled=True)
+    assert await store.settle("daily", T0 + HOUR, Outcome.INTERRUPTED, if_unsettled=True)
+    assert await store.settle("daily", T0, Outcome.INTERRUPTED, if_unsettled=True)
     fires = await store.history("daily")
     assert [(f.outcome, f.ms) for f in fires] == [
         (Outcome.INTERRUPTED, None),

@@ -22,9 +22,10 @@ Claims
     measured, and the reason it did not complete, if given: stored as one visible line of at
     most 1 KiB, :func:`trio_routines.text.error_text`) into the existing claim, keeping its
     stamp (with ``if_unsettled``, only if it has no outcome yet: the check and the write are
-    one atomic step). It never raises: a fault is logged as
-    a warning and the claim stays unsettled. A claim that no longer exists (pruned meanwhile)
-    is not recreated.
+    one atomic step). It never raises: a fault is logged as a warning, the claim stays as it
+    was, and ``settle`` returns False so that the caller may try again; otherwise it returns
+    True. A claim that no longer exists (pruned meanwhile) is not recreated (True: there is
+    nothing left to write).
 
     ``latest_fire(routine)`` reads the newest claim (``None`` when there is none); a fault
     reading it raises StateFault. Older claims are not read. ``history(routine)`` returns every
@@ -68,8 +69,13 @@ class Store(Protocol):
         *,
         if_unsettled: bool = False,
         error: str | None = None,
-    ) -> None:
+    ) -> bool:
         """Record how a claimed slot ended, and why when it did not complete. Never raises.
+
+        Returns False when a fault kept the outcome from being written (logged as a warning;
+        the claim stays as it was, so a later settle may still succeed), True otherwise:
+        written, or nothing to write (no such claim; with ``if_unsettled``, one already
+        settled).
 
         A settle replaces the outcome, duration and reason together: one without ``error``
         leaves no reason behind.

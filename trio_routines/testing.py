@@ -121,7 +121,7 @@ class MemoryStore(Lifetime):
         *,
         if_unsettled: bool = False,
         error: str | None = None,
-    ) -> None:
+    ) -> bool:
         await self._enter("settle")
         check_name(routine)
         name = slot_name(slot)
@@ -134,13 +134,14 @@ class MemoryStore(Lifetime):
                 name,
                 fault,
             )
-            return
+            return False
         fire = self.claims.get(routine, {}).get(name)
         if fire is None or (if_unsettled and fire.outcome is not None):
-            return
+            return True
         self.claims[routine][name] = attrs.evolve(
             fire, outcome=outcome, ms=None if ms is None else round(ms), error=error
         )
+        return True
 
     async def latest_fire(self, routine: str) -> Fire | None:
         await self._enter("latest_fire")

@@ -242,8 +242,8 @@ class DirectoryStore(Lifetime):
         *,
         if_unsettled: bool = False,
         error: str | None = None,
-    ) -> None:
-        await self._run(self.settle_sync, routine, slot, outcome, ms, if_unsettled, error)
+    ) -> bool:
+        return await self._run(self.settle_sync, routine, slot, outcome, ms, if_unsettled, error)
 
     def settle_sync(
         self,
@@ -253,13 +253,14 @@ class DirectoryStore(Lifetime):
         ms: int | None,
         if_unsettled: bool = False,
         error: str | None = None,
-    ) -> None:
+    ) -> bool:
+        """The store's ``settle``, in the calling thread: False when a fault was logged."""
         name = slot_name(slot)
         path = self.claim_dir(routine) / name
         try:
             fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         except FileNotFoundError:
-            return  # pruned while the turn ran: its outcome goes with it
+            return True  # pruned while the turn ran: its outcome goes with it
         except OSError as exc:
             log.warning(
                 "%s: could not open the claim for slot %s to settle it: %s",
@@ -267,7 +268,7 @@ class DirectoryStore(Lifetime):
                 name,
                 describe(exc),
             )
-            return
+            return False
         try:
             # Settles of one claim take turns (the lock goes with the descriptor), so the
             # read-check-write of ``if_unsettled`` is one step against every other settle.
@@ -279,7 +280,7 @@ class DirectoryStore(Lifetime):
             fire = parse_claim(name, b"".join(chunks).decode("utf-8", errors="replace"), str(path))
             if if_unsettled and fire.outcome is not None:
                 os.close(fd)
-                return
+                return True
             rounded = None if ms is None else round(ms)
             data = claim_text(fire.fired_at, outcome, rounded, error).encode()
             # Write over the stamp, then cut what is left: a write that fails (ENOSPC, EIO)
@@ -288,6 +289,7 @@ class DirectoryStore(Lifetime):
             os.ftruncate(fd, len(data))
             os.fsync(fd)
             os.close(fd)
+            return True
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -298,6 +300,7 @@ class DirectoryStore(Lifetime):
                 name,
                 describe(exc),
             )
+            return False
 
     async def latest_fire(self, routine: str) -> Fire | None:
         return await self._run(self.latest_fire_sync, routine)

@@ -141,7 +141,7 @@ class PostgresStore(Lifetime):
         *,
         if_unsettled: bool = False,
         error: str | None = None,
-    ) -> None:
+    ) -> bool:
         check_name(routine)
         rounded = None if ms is None else round(ms)
         reason = (error_text(error) or None) if error is not None else None
@@ -153,8 +153,10 @@ class PostgresStore(Lifetime):
                 self._tables,
                 [(routine, truncate_ms(slot), outcome, rounded, if_unsettled, reason)],
             )
+            return True
         except StateFault as exc:
             log.warning("%s", exc)
+            return False
 
     async def latest_fire(self, routine: str) -> Fire | None:
         check_name(routine)
