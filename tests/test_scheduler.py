@@ -891,9 +891,9 @@ async def test_a_fire_is_in_flight_from_claim_to_settle(autojump_clock: Any) -> 
 
         async def settle(
             self, routine: str, slot: datetime, outcome: Any, ms: Any = None, **kw: Any
-        ) -> None:
+        ) -> bool:
             seen.append(rig.scheduler.statistics().in_flight)
-            await super().settle(routine, slot, outcome, ms, **kw)
+            return await super().settle(routine, slot, outcome, ms, **kw)
 
     rig = Rig(store=Watching())
     await rig.scheduler.fire("hourly", at(9))

@@ -54,6 +54,7 @@ class Metrics:
         self.fires: Counter[tuple[str, str]] = Counter()
         self.refused: Counter[tuple[str, str]] = Counter()
         self.restarts: Counter[tuple[str, str | None]] = Counter()
+        self.settle_failures: Counter[str] = Counter()
         self.durations: defaultdict[str, _Histogram] = defaultdict(
             lambda: _Histogram(DURATION_BUCKETS)
         )
@@ -73,6 +74,10 @@ class Metrics:
     def restarted(self, loop: str, routine: str | None) -> None:
         """A loop (``cron`` of ``routine``, ``wake`` or ``clock``) died and was restarted."""
         self.restarts[loop, routine] += 1
+
+    def settle_failed(self, routine: str) -> None:
+        """An outcome that could not be written, retries included: the claim stays open."""
+        self.settle_failures[routine] += 1
 
     def render(self, *, in_flight: int, armed: int, clock_jumps: int) -> str:
         lines: list[str] = []
@@ -121,6 +126,15 @@ class Metrics:
         for (loop, owner), count in sorted(self.restarts.items(), key=str):
             labels = f'loop="{loop}"' + (f',routine="{_label(owner)}"' if owner is not None else "")
             lines.append(f"trio_routines_loop_restarts_total{{{labels}}} {count}")
+        family(
+            "trio_routines_settle_failures_total",
+            "counter",
+            "Outcomes lost: the store could not record them within the settle's retries.",
+        )
+        for routine, count in sorted(self.settle_failures.items()):
+            lines.append(
+                f'trio_routines_settle_failures_total{{routine="{_label(routine)}"}} {count}'
+            )
         family("trio_routines_clock_jumps_total", "counter", "Wall-clock jumps noticed.")
         lines.append(f"trio_routines_clock_jumps_total {clock_jumps}")
         family("trio_routines_in_flight", "gauge", "Fires and wake-up turns in flight.")

@@ -28,10 +28,16 @@ between them is shared, so one jump is logged once however many loops notice it.
 sleeping cron loop to re-read the wall clock: a clock set forward past a daily slot fires it
 within a poll, not at the end of the 6-hour sleep.
 
+Nothing outside the process is trusted to answer: every store call has a deadline of ours,
+pulled in to the stop's grace plus a small margin once a stop begins; a settle that fails is
+retried with a back-off before its outcome is given up and counted; a loop that dies of an
+unexpected exception is restarted after a back-off, re-armed from its newest claim.
+
 Where each part lives: ``state`` (what the parts share, the records and errors), ``boot``
 (reconcile, plan the first slots), ``loops`` (one cron loop per routine), ``fire`` (claim ->
-turn -> settle), ``wake`` (the wake loop), ``clock`` (the jump watch) and ``service`` (the
-:class:`Scheduler` that composes them: run, stop, statistics).
+turn -> settle), ``calls`` (bounded store calls, settle retries), ``restarts``, ``wake`` (the
+wake loop), ``clock`` (the jump watch) and ``service`` (the :class:`Scheduler` that composes
+them: run, stop, statistics).
 """
 
 from __future__ import annotations

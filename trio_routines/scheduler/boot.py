@@ -10,12 +10,13 @@ from ..cron import next_run
 from ..errors import StateFault
 from ..instants import format_iso
 from ..records import Fire, Outcome
-from .state import SchedulerState, log
+from .calls import StoreCalls
+from .state import log
 
 BOOT_INTERRUPTED = "the process stopped mid-turn (found unsettled at the next boot)"
 
 
-class Boot(SchedulerState):
+class Boot(StoreCalls):
     async def _boot(self, *, plan: bool = True) -> dict[str, datetime]:
         """Reconcile every routine's open claim; with ``plan``, each cron routine's first slot."""
         newest = await self._read_newest_claims()
@@ -32,7 +33,7 @@ class Boot(SchedulerState):
                 )
                 # Only if still unsettled: another scheduler sharing the store may be the one
                 # mid-turn, and may settle the real outcome just before we write.
-                await self.store.settle(
+                await self._settle_once(
                     name,
                     fire.slot,
                     Outcome.INTERRUPTED,
@@ -64,7 +65,7 @@ class Boot(SchedulerState):
 
         async def read(name: str) -> None:
             try:
-                newest[name] = await self.store.latest_fire(name)
+                newest[name] = await self._latest_fire(name)
             except StateFault as exc:
                 faults[name] = exc
 

@@ -12,10 +12,11 @@ from ..instants import format_iso, slot_name, truncate_ms
 from ..records import ClaimResult, ClaimStatus
 from ..routines import Routine
 from ..turns import TurnResult, run_turn
-from .state import FireResult, NotOnGrid, NotYetDue, SchedulerState, Stopping, log, on_grid
+from .calls import StoreCalls
+from .state import FireResult, NotOnGrid, NotYetDue, Stopping, log, on_grid
 
 
-class FirePath(SchedulerState):
+class FirePath(StoreCalls):
     async def fire(
         self,
         name: str,
@@ -70,7 +71,7 @@ class FirePath(SchedulerState):
         self, routine: Routine, slot: datetime, task_status: trio.TaskStatus[ClaimResult]
     ) -> FireResult:
         name = routine.name
-        claim = await self.store.claim(name, slot, self.now())
+        claim = await self._claim(name, slot)
         task_status.started(claim)
         if claim.status is ClaimStatus.DUPLICATE:
             log.info(
@@ -98,7 +99,7 @@ class FirePath(SchedulerState):
         turn = await self._turn(why, name, routine.prompt, routine.timeout)
         # The reason goes with the outcome; a busy session is an overlap, not a failure.
         error = None if turn.busy else turn.failed
-        await self.store.settle(name, slot, turn.outcome, turn.ms, error=error)
+        await self._settle(name, slot, turn.outcome, turn.ms, error)
         self._outcomes[turn.outcome.value] += 1
         self.metrics.fired(name, turn.outcome.value, turn.ms, late)
         return FireResult(

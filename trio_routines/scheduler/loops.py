@@ -95,7 +95,7 @@ class CronLoops(FirePath, ClockWatch, Restarts):
     async def _rearm_due(self, routine: Routine) -> datetime | None:
         """The next slot after both the newest claim and now: no double fire, no back-fire."""
         assert routine.cron is not None
-        newest = await self.store.latest_fire(routine.name)
+        newest = await self._latest_fire(routine.name)
         base = self.now()
         if newest is not None and newest.fired_at > base:
             base = newest.fired_at

@@ -13,6 +13,7 @@ from ..agent import Agent
 from ..routines import Routine
 from ..store import Store
 from .boot import Boot
+from .calls import STOP_MARGIN
 from .loops import CronLoops
 from .state import Statistics
 from .wake import WakeLoop
@@ -87,6 +88,8 @@ class Scheduler(Boot, CronLoops, WakeLoop):
         self._grace_deadline = min(self._grace_deadline, trio.current_time() + max(0.0, grace))
         for scope in self._grace_scopes:
             scope.deadline = min(scope.deadline, self._grace_deadline)
+        for scope in self._store_scopes:
+            scope.deadline = min(scope.deadline, self._grace_deadline + STOP_MARGIN)
 
     async def wait_drained(self) -> None:
         """Return once a stop was requested and no turn is in flight any more."""
@@ -109,6 +112,7 @@ class Scheduler(Boot, CronLoops, WakeLoop):
             clock_jumps=self._jumps,
             stopping=self._stopping.value,
             loop_restarts=MappingProxyType(dict(self._restarts)),
+            settle_failures=MappingProxyType(dict(self._settle_failures)),
         )
 
 

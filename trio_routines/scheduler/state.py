@@ -29,6 +29,7 @@ log = logging.getLogger("trio_routines")
 MAX_WAIT = 6 * 3600.0  # seconds: the longest single sleep before the wall clock is re-read
 DEFAULT_GRACE = 10.0
 JUMP_THRESHOLD = 5.0
+STORE_TIMEOUT = 30.0  # seconds: the longest we wait for one store call
 
 
 def system_now() -> datetime:
@@ -85,6 +86,8 @@ class Statistics:
     stopping: bool
     #: Restarts after an unexpected exception, by loop: ``cron:<routine>``, ``wake``, ``clock``.
     loop_restarts: Mapping[str, int] = attrs.field(factory=dict)
+    #: Outcomes given up after the settle's retries, by routine (the claims stay unsettled).
+    settle_failures: Mapping[str, int] = attrs.field(factory=dict)
 
 
 def on_grid(routine: Routine, slot: datetime) -> bool:
@@ -114,6 +117,7 @@ class SchedulerState:
         poll_interval: float = POLL_INTERVAL,
         jump_threshold: float = JUMP_THRESHOLD,
         default_grace: float = DEFAULT_GRACE,
+        store_timeout: float = STORE_TIMEOUT,
     ) -> None:
         self.agent = SessionGate(agent)
         self.store = store
@@ -129,10 +133,13 @@ class SchedulerState:
         self.poll_interval = poll_interval
         self.jump_threshold = jump_threshold
         self.default_grace = default_grace
+        self.store_timeout = store_timeout
         self._stopping = trio_util.AsyncBool(False)
         self._loops = trio.CancelScope()
         self._grace_deadline = math.inf
         self._grace_scopes: set[trio.CancelScope] = set()
+        self._store_scopes: set[trio.CancelScope] = set()
+        self._settle_failures: Counter[str] = Counter()
         self._nursery: trio.Nursery | None = None
         self._next_due: dict[str, datetime | None] = {}
         self._armed: dict[str, None] = {}  # an ordered set of the routines with a next slot

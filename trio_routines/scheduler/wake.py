@@ -47,7 +47,7 @@ class WakeLoop(FirePath, ClockWatch, Restarts):
         fired = False
         with trio.CancelScope(shield=True):
             try:
-                wakeup = await self.store.take_due_wakeup(self.now())
+                wakeup = await self._take_due_wakeup(self.now())
                 if wakeup is not None:
                     with self._working():
                         await self._wake(wakeup)
@@ -66,7 +66,7 @@ class WakeLoop(FirePath, ClockWatch, Restarts):
             log.info("%s: next fires per cron", label)
             return
         retry_at = self.now() + timedelta(seconds=self.poll_interval)
-        if await self.store.defer_wakeup(wakeup, retry_at):
+        if await self._defer_wakeup(wakeup, retry_at):
             log.info("%s: session busy — retrying next poll", label)
         else:
             log.error("%s: dropped after too many busy retries", label)

@@ -1,0 +1,135 @@
+"""Every store call the runtime makes, bounded on our side, and the settle's retries.
+
+Nothing outside the process is trusted to answer: a store stalled at the TCP level, a
+locked file, a server that stops replying. Each call runs in a cancel scope with a deadline
+of ours (``store_timeout``, 30 s by default), and a stop pulls every such deadline in to the
+stop's grace plus ``STOP_MARGIN``, so ``stop(grace)`` ends the runtime within that bound
+whatever the store does. A call cut off counts as a fault: a claim, a read or a wake-up poll
+raises :class:`~trio_routines.errors.StateFault` (nothing was claimed, nothing fires); a settle
+is logged. (A store that runs blocking calls in threads must let them be abandoned for the
+deadline to bite: the PostgreSQL store does.)
+
+A settle that cannot be written is retried with a back-off (0.25 s doubling to 4 s) for up to
+the default grace, within a stop's bound; only then is the outcome given up, logged as an
+ERROR and counted (``statistics().settle_failures``, ``trio_routines_settle_failures_total``):
+the claim stays unsettled, and the next boot records it as interrupted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+
+import trio
+
+from ..errors import StateFault
+from ..instants import format_iso
+from ..records import ClaimResult, Fire, Outcome, Wakeup
+from .clock import duration
+from .state import SchedulerState, log
+
+STOP_MARGIN = 2.0  # seconds a store call may take past a stop's grace
+SETTLE_RETRY_FIRST = 0.25
+SETTLE_RETRY_MAX = 4.0
+
+
+class StoreCalls(SchedulerState):
+    @contextmanager
+    def _bounded(self, seconds: float | None = None) -> Iterator[trio.CancelScope]:
+        """A scope for store calls: ``seconds`` (``store_timeout``), and a stop's bound."""
+        limit = self.store_timeout if seconds is None else seconds
+        scope = trio.CancelScope(
+            deadline=min(trio.current_time() + limit, self._grace_deadline + STOP_MARGIN)
+        )
+        self._store_scopes.add(scope)
+        try:
+            with scope:
+                yield scope
+        finally:
+            self._store_scopes.discard(scope)
+
+    def _no_answer(self, what: str) -> StateFault:
+        return StateFault(
+            f"{what}: the store did not answer within {duration(self.store_timeout)} "
+            "(or before the stop's grace ran out)"
+        )
+
+    async def _claim(self, routine: str, slot: datetime) -> ClaimResult:
+        with self._bounded():
+            return await self.store.claim(routine, slot, self.now())
+        raise self._no_answer(f"could not claim slot {format_iso(slot)} of {routine!r}")
+
+    async def _latest_fire(self, routine: str) -> Fire | None:
+        with self._bounded():
+            return await self.store.latest_fire(routine)
+        raise self._no_answer(f"the newest claim of {routine!r} is unreadable")
+
+    async def _take_due_wakeup(self, now: datetime) -> Wakeup | None:
+        with self._bounded():
+            return await self.store.take_due_wakeup(now)
+        raise self._no_answer("could not take a due wake-up")
+
+    async def _defer_wakeup(self, wakeup: Wakeup, fire_at: datetime) -> bool:
+        with self._bounded():
+            return await self.store.defer_wakeup(wakeup, fire_at)
+        raise self._no_answer(f"could not re-queue wake-up {wakeup.id}")
+
+    async def _settle_once(
+        self,
+        routine: str,
+        slot: datetime,
+        outcome: Outcome,
+        ms: int | None = None,
+        *,
+        if_unsettled: bool = False,
+        error: str | None = None,
+    ) -> bool:
+        """One bounded settle; False (logged) when it failed or did not answer in time."""
+        with self._bounded():
+            return await self.store.settle(
+                routine, slot, outcome, ms, if_unsettled=if_unsettled, error=error
+            )
+        log.warning(
+            "%s: could not record the %s outcome of slot %s: the store did not answer in time",
+            routine,
+            outcome.value,
+            format_iso(slot),
+        )
+        return False
+
+    async def _settle(
+        self, routine: str, slot: datetime, outcome: Outcome, ms: int, error: str | None
+    ) -> bool:
+        """Settle a fire, retrying with a back-off for up to the default grace."""
+        give_up = trio.current_time() + self.default_grace
+        delay = SETTLE_RETRY_FIRST
+        attempts = 0
+        while True:
+            attempts += 1
+            if await self._settle_once(routine, slot, outcome, ms, error=error):
+                if attempts > 1:
+                    log.info(
+                        "%s: the %s outcome of slot %s recorded at attempt %d",
+                        routine,
+                        outcome.value,
+                        format_iso(slot),
+                        attempts,
+                    )
+                return True
+            if trio.current_time() + delay > min(give_up, self._grace_deadline + STOP_MARGIN):
+                break
+            with self._bounded(delay):  # a stop meanwhile cuts the wait short
+                await trio.sleep_forever()
+            delay = min(delay * 2, SETTLE_RETRY_MAX)
+        self._settle_failures[routine] += 1
+        self.metrics.settle_failed(routine)
+        log.error(
+            "%s: the %s outcome of slot %s is lost after %d attempts — the claim stays "
+            "unsettled and the next boot records it as interrupted",
+            routine,
+            outcome.value,
+            format_iso(slot),
+            attempts,
+        )
+        return False
