@@ -58,7 +58,13 @@ async def cmd_fire(args: argparse.Namespace) -> int:
     routine = pick(result, args.name, args.routines)
     report_failures(result)
     async with open_state(state_arg(args)) as store:
-        scheduler = Scheduler(agent=agent, store=store, routines=[routine], wakeups=False)
+        scheduler = Scheduler(
+            agent=agent,
+            store=store,
+            routines=[routine],
+            wakeups=False,
+            default_grace=args.grace,  # also how long a failed settle is retried
+        )
 
         async def fire() -> FireResult:
             return await scheduler.fire(routine.name, slot)

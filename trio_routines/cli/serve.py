@@ -66,6 +66,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
             external_clock=args.external_clock,
             wakeups=not args.no_wakeups,
             poll_interval=args.poll,
+            default_grace=args.grace,  # also how long a failed settle is retried
         )
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
