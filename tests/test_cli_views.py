@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-from procs import Env, one_line
+from procs import Env, one_line, stop
 
-from trio_routines.instants import parse_iso
+from trio_routines.instants import format_iso, parse_iso
 from trio_routines.records import Outcome
 
 START = datetime(2026, 7, 1, 9, tzinfo=UTC)
@@ -163,3 +163,23 @@ def test_check_summarizes_or_lists_every_broken_file(env: Env) -> None:
     assert err[0].endswith('a.md: "tz" means nothing without "cron"')
     assert "b.md: invalid cron/tz" in err[1]
     assert err[2] == f"2 broken routine file(s) in {env.routines}"
+
+
+def test_list_and_serve_count_the_next_instant_from_a_claim_in_the_future(env: Env) -> None:
+    """A clock that ran ahead left a claim in the future: nothing fires before the next slot
+    after it, and that is what `list` and the boot log announce (not the next minute)."""
+    env.routine("minutely", cron="* * * * *")
+    ahead = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(days=2)
+    env.seed("minutely", ahead)
+    data = json.loads(env.cli("list", "--json").stdout)
+    assert data["routines"] == [
+        {"name": "minutely", "cron": "* * * * *", "next": format_iso(ahead + timedelta(minutes=1))}
+    ]
+
+    proc = env.serve("echo", "--no-wakeups")
+    assert stop(proc) == 0
+    log = env.log()
+    following = format_iso(ahead + timedelta(minutes=1))
+    assert f'armed minutely: cron "* * * * *" — next {following}' in log
+    assert "WARN  minutely: newest claim is in the future (slot " in log
+    assert env.history("minutely")[-1]["slot"] == format_iso(ahead)  # nothing fired behind it

@@ -28,6 +28,7 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trio_routines.cron import next_run
 from trio_routines.errors import StateFault, TrioRoutinesError
 from trio_routines.http import MAX_BODY, InsecureBind, check_bind, make_app, serve_http
 from trio_routines.instants import format_iso, parse_iso
@@ -117,10 +118,13 @@ async def serving(
     agent: ScriptedAgent | None = None,
     store: Store | None = None,
     token: str | None = None,
+    external_clock: bool = True,
 ) -> AsyncIterator[Server]:
     agent = agent or ScriptedAgent()
     store = store or MemoryStore()
-    scheduler = Scheduler(agent=agent, store=store, routines=ROUTINES, external_clock=True)
+    scheduler = Scheduler(
+        agent=agent, store=store, routines=ROUTINES, external_clock=external_clock
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         port = await nursery.start(partial(serve_http, scheduler, "127.0.0.1", 0, token=token))
@@ -386,6 +390,18 @@ async def test_routines_lists_schedules_and_next_instant_never_prompts() -> None
         head = await server.call("HEAD", "/routines")
         assert head.status == 200
         assert head.raw == b""
+
+
+async def test_routines_counts_the_next_instant_from_a_claim_in_the_future() -> None:
+    store = MemoryStore()
+    ahead = next_run("0 9 * * *", "Europe/Berlin", datetime.now(UTC) + timedelta(days=3))
+    assert ahead is not None
+    await store.claim("daily", ahead, ahead)  # made while the clock ran days ahead
+    async with serving(store=store, external_clock=False) as server:
+        listing = {item["name"]: item for item in (await server.call("GET", "/routines")).json}
+        assert listing["daily"]["next"] == format_iso(ahead + timedelta(days=1))
+        metrics = (await server.call("GET", "/metrics")).raw.decode()
+        assert 'trio_routines_future_claim_timestamp_seconds{routine="daily"}' in metrics
 
 
 async def test_history_is_oldest_first_like_history_json() -> None:

@@ -132,6 +132,34 @@ async def test_unsettled_newest_claim_is_interrupted_at_boot_and_not_replayed(
     assert await again.fires() == [(at(10), at(10), Outcome.INTERRUPTED)]
 
 
+async def test_a_claim_in_the_future_is_announced_and_honestly_waited_for(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = Rig()
+    # The clock ran 2.5 hours ahead when the 13:00 slot was claimed, and was corrected since.
+    await rig.store.claim("hourly", at(13), at(13))
+    await rig.store.settle("hourly", at(13), Outcome.COMPLETED, 5)
+    async with rig.running() as scheduler:
+        stats = scheduler.statistics()
+        assert stats.next_due == {"hourly": at(14)}  # what the loop really waits for
+        assert stats.future_claims == {"hourly": at(13)}
+        assert (
+            'trio_routines_future_claim_timestamp_seconds{routine="hourly"} '
+            f"{int(at(13).timestamp())}" in scheduler.render_metrics()
+        )
+        (warning,) = [m for m in messages(caplog, logging.WARNING) if "future" in m]
+        assert warning.startswith(
+            "hourly: newest claim is in the future (slot 2026-07-07T13:00:00.000Z, "
+            "stamped 2026-07-07T13:00:00.000Z)"
+        )
+        assert "delete that claim (README: A clock that ran ahead)" in warning
+        await sleep_until_wall(rig.wall, at(13, 30))
+        assert rig.agent.turns == []  # 11:00 and 12:00 are stale behind the claim
+        assert scheduler.statistics().future_claims == {}  # the instant has passed
+        await sleep_until_wall(rig.wall, at(14, 30))
+    assert [t.wall for t in rig.agent.turns] == [at(14)]
+
+
 async def test_only_the_newest_unsettled_claim_is_marked(autojump_clock: Any) -> None:
     rig = Rig()
     for hour in (7, 8, 9):

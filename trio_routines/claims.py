@@ -118,3 +118,15 @@ def fire_from_record(slot: datetime, record: dict[str, object], where: str) -> F
         if isinstance(raw_error, str):
             error = raw_error  # the record makes it one visible line of at most 1 KiB
     return Fire(slot=slot, fired_at=fired_at, outcome=outcome, ms=ms, error=error)
+
+
+def arm_from(newest: Fire | None, now: datetime) -> datetime:
+    """The instant a routine's next slot is counted from, when no catch-up is due.
+
+    ``now``, unless the newest claim is stamped later: a wall clock that ran ahead when it was
+    made, and was corrected since. Every slot up to that claim is stale, so the routine can
+    fire nothing before the first slot after it -- the honest "next" to show anyone.
+    """
+    if newest is not None and newest.fired_at > now:
+        return newest.fired_at
+    return now

@@ -12,6 +12,8 @@ import bisect
 import itertools
 import math
 from collections import Counter, defaultdict
+from collections.abc import Mapping
+from datetime import datetime
 
 #: Bucket bounds in seconds for turn durations and for lateness behind the slot.
 DURATION_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
@@ -79,7 +81,14 @@ class Metrics:
         """An outcome that could not be written, retries included: the claim stays open."""
         self.settle_failures[routine] += 1
 
-    def render(self, *, in_flight: int, armed: int, clock_jumps: int) -> str:
+    def render(
+        self,
+        *,
+        in_flight: int,
+        armed: int,
+        clock_jumps: int,
+        future_claims: Mapping[str, datetime] | None = None,
+    ) -> str:
         lines: list[str] = []
 
         def family(name: str, kind: str, text: str) -> None:
@@ -134,6 +143,17 @@ class Metrics:
         for routine, count in sorted(self.settle_failures.items()):
             lines.append(
                 f'trio_routines_settle_failures_total{{routine="{_label(routine)}"}} {count}'
+            )
+        family(
+            "trio_routines_future_claim_timestamp_seconds",
+            "gauge",
+            "A routine's newest claim, when it lies in the future (a clock that ran ahead): "
+            "nothing fires before the first slot after it.",
+        )
+        for routine, slot in sorted((future_claims or {}).items()):
+            lines.append(
+                f'trio_routines_future_claim_timestamp_seconds{{routine="{_label(routine)}"}} '
+                f"{_number(slot.timestamp())}"
             )
         family("trio_routines_clock_jumps_total", "counter", "Wall-clock jumps noticed.")
         lines.append(f"trio_routines_clock_jumps_total {clock_jumps}")

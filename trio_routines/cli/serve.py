@@ -10,11 +10,9 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
 
 import trio
 
-from ..cron import next_run
 from ..instants import format_iso
 from ..logs import one_line
 from ..routines import Routine
@@ -99,7 +97,7 @@ def _log_armed(
         describe_agent(args),
         state_label(state),
     )
-    now = datetime.now(UTC)
+    next_due = scheduler.statistics().next_due  # what the loops will really do
     on_demand = []
     for routine in routines:
         if routine.cron is None:
@@ -107,7 +105,7 @@ def _log_armed(
         elif args.external_clock:
             log.info("%s: cron %s — fired by the external clock only", routine.name, _cron(routine))
         else:
-            upcoming = next_run(routine.cron, routine.tz, now)
+            upcoming = next_due.get(routine.name)
             shown = format_iso(upcoming) if upcoming is not None else "(never)"
             log.info("armed %s: cron %s — next %s", routine.name, _cron(routine), shown)
     if on_demand:

@@ -10,11 +10,14 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from ..agents import agent_from_spec
+from ..claims import arm_from
 from ..converter import fire_to_json, wakeup_to_json
 from ..cron import cron_error, next_run
+from ..errors import StateFault
 from ..instants import format_iso
 from ..logs import one_line
-from ..records import Wakeup
+from ..records import Fire, Wakeup
+from ..store import Store
 from .output import (
     CliError,
     check_name,
@@ -76,14 +79,28 @@ async def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _newest(store: Store, name: str) -> Fire | None:
+    """The newest claim, or None when it cannot be read (``history`` reports why)."""
+    try:
+        return await store.latest_fire(name)
+    except StateFault:
+        return None
+
+
 async def cmd_list(args: argparse.Namespace) -> int:
     result = await load(args.routines, report=True)
     state = state_arg(args)
     async with open_state(state) as store:
         wakeups = await store.list_wakeups()
+        # A newest claim stamped in the future (a clock that ran ahead) holds back every slot
+        # before it: the next instant is counted from it, as the running loops do.
+        newest = {r.name: await _newest(store, r.name) for r in result.routines if r.cron}
     now = datetime.now(UTC)
     upcoming = {
-        r.name: next_run(r.cron, r.tz, now) if r.cron is not None else None for r in result.routines
+        r.name: next_run(r.cron, r.tz, arm_from(newest.get(r.name), now))
+        if r.cron is not None
+        else None
+        for r in result.routines
     }
     if args.json:
         routines = []

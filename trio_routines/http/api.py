@@ -152,10 +152,14 @@ async def run(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
 
 def routines(scheduler: Scheduler) -> Response:
     now = scheduler.now()
+    next_due = scheduler.statistics().next_due  # what the loops will really do
     listing = []
     for name in sorted(scheduler.routines):
         routine = scheduler.routines[name]
-        upcoming = next_run(routine.cron, routine.tz, now) if routine.cron else None
+        if name in next_due:
+            upcoming = next_due[name]
+        else:  # not armed here: an external clock, or a scheduler not running
+            upcoming = next_run(routine.cron, routine.tz, now) if routine.cron else None
         listing.append(
             {
                 "name": name,

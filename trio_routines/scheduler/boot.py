@@ -45,6 +45,8 @@ class Boot(StoreCalls):
         if not plan:  # an external clock decides every slot
             return {}
         current = self.now()
+        for name in self.routines:
+            self._note_future_claim(name, newest[name], current)
         first_due = {}
         for name, routine in self.routines.items():
             if routine.cron is None:

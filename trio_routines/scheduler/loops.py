@@ -12,6 +12,7 @@ from datetime import datetime
 
 import trio
 
+from ..claims import arm_from
 from ..cron import next_run
 from ..errors import StateFault
 from ..routines import Routine
@@ -96,7 +97,6 @@ class CronLoops(FirePath, ClockWatch, Restarts):
         """The next slot after both the newest claim and now: no double fire, no back-fire."""
         assert routine.cron is not None
         newest = await self._latest_fire(routine.name)
-        base = self.now()
-        if newest is not None and newest.fired_at > base:
-            base = newest.fired_at
-        return next_run(routine.cron, routine.tz, base)
+        now = self.now()
+        self._note_future_claim(routine.name, newest, now)
+        return next_run(routine.cron, routine.tz, arm_from(newest, now))

@@ -100,7 +100,10 @@ class Scheduler(Boot, CronLoops, WakeLoop):
         """The runtime's counters in the Prometheus text format (``GET /metrics``)."""
         stats = self.statistics()
         return self.metrics.render(
-            in_flight=stats.in_flight, armed=len(stats.armed), clock_jumps=stats.clock_jumps
+            in_flight=stats.in_flight,
+            armed=len(stats.armed),
+            clock_jumps=stats.clock_jumps,
+            future_claims=stats.future_claims,
         )
 
     def statistics(self) -> Statistics:
@@ -113,6 +116,7 @@ class Scheduler(Boot, CronLoops, WakeLoop):
             stopping=self._stopping.value,
             loop_restarts=MappingProxyType(dict(self._restarts)),
             settle_failures=MappingProxyType(dict(self._settle_failures)),
+            future_claims=MappingProxyType(self._future_claims()),
         )
 
 

@@ -16,9 +16,9 @@ import trio_util
 from ..agent import Agent
 from ..cron import next_run
 from ..errors import InvalidRoutine, TrioRoutinesError
-from ..instants import truncate_ms
+from ..instants import format_iso, truncate_ms
 from ..metrics import Metrics
-from ..records import Outcome
+from ..records import Fire, Outcome
 from ..routines import Routine
 from ..sessions import SessionGate
 from ..store import Store
@@ -86,6 +86,9 @@ class Statistics:
     stopping: bool
     #: Restarts after an unexpected exception, by loop: ``cron:<routine>``, ``wake``, ``clock``.
     loop_restarts: Mapping[str, int] = attrs.field(factory=dict)
+    #: Routines whose newest claim is in the future (a clock that ran ahead when it was made):
+    #: the claimed slot, behind which nothing can fire; ``next_due`` is the first slot after it.
+    future_claims: Mapping[str, datetime] = attrs.field(factory=dict)
     #: Outcomes given up after the settle's retries, by routine (the claims stay unsettled).
     settle_failures: Mapping[str, int] = attrs.field(factory=dict)
 
@@ -140,6 +143,7 @@ class SchedulerState:
         self._grace_scopes: set[trio.CancelScope] = set()
         self._store_scopes: set[trio.CancelScope] = set()
         self._settle_failures: Counter[str] = Counter()
+        self._future: dict[str, Fire] = {}  # newest claims stamped ahead of our wall clock
         self._nursery: trio.Nursery | None = None
         self._next_due: dict[str, datetime | None] = {}
         self._armed: dict[str, None] = {}  # an ordered set of the routines with a next slot
@@ -153,6 +157,25 @@ class SchedulerState:
         self._jumps = 0
         self._offset: float | None = None
         self._clock_moved = trio.Event()
+
+    def _note_future_claim(self, name: str, newest: Fire | None, now: datetime) -> None:
+        """Remember, and warn about, a newest claim stamped after ``now``."""
+        if newest is None or newest.fired_at <= now:
+            self._future.pop(name, None)
+            return
+        self._future[name] = newest
+        log.warning(
+            "%s: newest claim is in the future (slot %s, stamped %s) — the wall clock was ahead "
+            "when it was made; nothing can fire before the first slot after it. If the clock "
+            "is right now, stop and delete that claim (README: A clock that ran ahead)",
+            name,
+            format_iso(newest.slot),
+            format_iso(newest.fired_at),
+        )
+
+    def _future_claims(self) -> dict[str, datetime]:
+        now = self.now()
+        return {n: f.slot for n, f in self._future.items() if f.fired_at > now}
 
     @property
     def stopping(self) -> bool:
