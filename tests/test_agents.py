@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import textwrap
 from collections.abc import AsyncIterator, Iterator
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from procs import alive, lines, wait_for
+from procs import Env, alive, lines, stop, wait_for, years_ago
 
 from trio_routines.agent import Agent, Completed, Event, Failed, TextDelta
 from trio_routines.agents import CommandAgent, EchoAgent, InvalidAgent, agent_from_spec
@@ -170,6 +172,51 @@ async def test_cmd_turn_under_the_runtime_timeout_fails_and_leaves_no_process(
     assert result.failed == "timed out after 0.5s"
     (pid,) = (int(line) for line in lines(pid_file))
     wait_for(lambda: not alive(pid), 5, "the command to exit")
+
+
+@pytest.mark.slow
+def test_a_sigkilled_serve_takes_its_command_and_the_commands_children_with_it(
+    env: Env, pid_file: Path
+) -> None:
+    env.routine("yearly", cron="0 0 1 1 *")
+    env.seed("yearly", years_ago(2))  # the boot catches up one missed slot at once
+    # The shell, a background child, and that child's own child (a grandchild of the shell).
+    agent = (
+        f"cmd:echo $$ >> {pid_file}; "
+        f"sh -c 'sleep 300 & echo $! >> {pid_file}; wait' & echo $! >> {pid_file}; "
+        "trap '' TERM; wait"  # the shell itself ignores SIGTERM: it needs the SIGKILL
+    )
+    serve = env.start("serve", "--agent", agent)
+    pids = [int(p) for p in wait_for(lambda: len(lines(pid_file)) >= 3 and lines(pid_file))]
+    assert all(alive(pid) for pid in pids)
+    assert stop(serve, signal.SIGKILL) == -signal.SIGKILL
+    wait_for(lambda: not any(alive(pid) for pid in pids), 10, "the orphaned turn to die")
+
+
+def test_the_command_runs_under_a_supervisor_holding_its_lifeline(pid_file: Path) -> None:
+    # What a SIGKILL of the runtime ends is the lifeline's write end: the supervisor reads
+    # end-of-file and ends the group. Closing it by hand stands in for the runtime's death.
+    import subprocess as sp
+
+    from trio_routines.agents import _LIFELINE
+
+    lifeline, held = os.pipe()
+    with open(os.devnull, "rb") as null:
+        proc = sp.Popen(
+            [sys.executable, "-I", "-S", _LIFELINE, str(lifeline), "/bin/sh", "-c",
+             f"echo $$ >> {pid_file}; sleep 300 & echo $! >> {pid_file}; wait"],
+            stdin=null, pass_fds=(lifeline,), start_new_session=True,
+        )  # fmt: skip
+    os.close(lifeline)
+    try:
+        pids = [int(p) for p in wait_for(lambda: len(lines(pid_file)) >= 2 and lines(pid_file))]
+        assert proc.poll() is None  # running while the lifeline holds
+        os.close(held)
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+        wait_for(lambda: not any(alive(pid) for pid in pids), 10, "the group to die")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 # --- py: ------------------------------------------------------------------------------------

@@ -15,10 +15,13 @@
 Theory of operation of ``cmd:``. The command runs in a session (and so a process group) of its
 own, so that a cancelled turn can end everything it started -- the shell and whatever it forked
 -- and not just the shell: the group gets SIGTERM, up to :data:`KILL_GRACE` seconds to leave,
-then SIGKILL. The prompt is handed over through an unlinked temporary file and stderr goes to
-another, so the only pipe is stdout, read by the task that iterates the events. That keeps the
-event generator free of background tasks (Trio forbids yielding from inside a nursery there)
-and cannot deadlock however much the command writes to stderr or however long the prompt is.
+then SIGKILL. The group's leader is a small supervisor (:mod:`trio_routines.lifeline`) holding
+the read end of a pipe whose write end only this process holds: if this process dies, even by
+SIGKILL, the supervisor sees end-of-file and ends the group, so no turn outlives its runtime.
+The prompt is handed over through an unlinked temporary file and stderr goes to another, so
+the only pipe is stdout, read by the task that iterates the events. That keeps the event
+generator free of background tasks (Trio forbids yielding from inside a nursery there) and
+cannot deadlock however much the command writes to stderr or however long the prompt is.
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ import importlib
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import IO, Any
 
 import trio
@@ -48,6 +53,7 @@ STDERR_TAIL_BYTES = 4096
 STDERR_TAIL_LINES = 5
 
 _SHELL = "/bin/sh"
+_LIFELINE = str(Path(__file__).with_name("lifeline.py"))
 
 
 class EchoAgent:
@@ -89,16 +95,22 @@ class CommandAgent:
         stdin, stderr = await trio.to_thread.run_sync(_scratch_files, text)
         process: trio.Process | None = None
         finished = False
+        lifeline = held = -1
         try:
+            lifeline, held = os.pipe()
             process = await trio.lowlevel.open_process(
-                [_SHELL, "-c", self.command],
+                [sys.executable, "-I", "-S", _LIFELINE, str(lifeline), _SHELL, "-c", self.command],
                 stdin=stdin,
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 env=self.environment(session),
                 start_new_session=True,
+                pass_fds=(lifeline,),
             )
-            # The child has its own copies now; ours only keep the files alive.
+            # The child has its own copies now; ours only keep the files alive. ``held`` stays
+            # open until the command is over: the kernel closing it is what ends an orphan.
+            os.close(lifeline)
+            lifeline = -1
             stdin.close()
             assert process.stdout is not None
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -119,6 +131,9 @@ class CommandAgent:
         finally:
             if process is not None:
                 await self._end(process, finished)
+            for fd in (lifeline, held):
+                if fd >= 0:
+                    os.close(fd)
             stdin.close()
             stderr.close()
 

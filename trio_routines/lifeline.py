@@ -1,0 +1,112 @@
+"""Run a command that dies with the process that started it: the ``cmd:`` agent's supervisor.
+
+Usage (by :class:`~trio_routines.agents.CommandAgent`, never by hand)::
+
+    python -I -S lifeline.py <fd> <program> [<arg>...]
+
+Theory of operation. The runtime starts this script as the leader of a new process group
+and keeps the write end of a pipe (the *lifeline*) whose read end is ``<fd>`` here. The write
+end lives in the runtime alone (close-on-exec, handed to no other child), so the kernel closes
+it exactly when the runtime exits, however it exits -- SIGKILL included. This script spawns
+the command in its own group and waits for whichever comes first:
+
+* the command exits: this script exits the same way (same status, or killed by the same
+  signal), so the runtime sees the command's own outcome;
+* the lifeline reads end-of-file: the runtime is gone and nobody will ever read the reply.
+  The whole group gets SIGTERM, up to :data:`GRACE` seconds to leave, then SIGKILL (which
+  ends this script too).
+
+Why not ``PR_SET_PDEATHSIG``: Linux sends that signal when the *thread* that forked the child
+exits, not the process, and Trio forks from worker threads that exit after idling; a
+``preexec_fn`` that sets it is unsafe in a threaded parent anyway. The lifeline is plain POSIX,
+so it works the same on every system with ``/bin/sh``. What it cannot reach is a process that
+leaves the group on purpose (``setsid``, ``setpgid``, a daemon): such a process is detached,
+as it would be from a terminal. See docs/design.md.
+
+Only the standard library is imported, and the script runs isolated from the environment's
+``PYTHON*`` variables and site packages: it must start fast and cannot be redirected.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+import time
+
+GRACE = 1.0  # seconds between SIGTERM and SIGKILL once the runtime is gone
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """A handler that does nothing: the wake-up fd is what wakes the loop."""
+
+
+def _detach_stdio() -> None:
+    # The command has its own copies; ours would keep the reply pipe open after it exits.
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+
+
+def _end_group(child: int) -> None:
+    group = os.getpgrp()
+    try:
+        os.killpg(group, signal.SIGTERM)  # our own handler ignores it
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + GRACE
+    while time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(child, os.WNOHANG)
+        except ChildProcessError:
+            done = child
+        if done:
+            break
+        time.sleep(0.02)
+    # The command's own children may still be about; everyone goes, this script included.
+    os.killpg(group, signal.SIGKILL)
+
+
+def _exit_like(status: int) -> None:
+    if os.WIFSIGNALED(status):
+        signum = os.WTERMSIG(status)
+        try:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file of ours
+            signal.signal(signum, signal.SIG_DFL)
+        except (ValueError, OSError, ImportError):
+            pass  # SIGKILL and SIGSTOP cannot be changed, and need not be
+        os.kill(os.getpid(), signum)
+        os._exit(128 + signum)
+    os._exit(os.waitstatus_to_exitcode(status))
+
+
+def main(argv: list[str]) -> None:
+    lifeline = int(argv[1])
+    command = argv[2:]
+    os.set_inheritable(lifeline, False)
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, _ignore)
+    signal.signal(signal.SIGTERM, _ignore)  # a handler, not SIG_IGN: it does not survive exec
+    # Python ignores SIGPIPE and SIGXFSZ for itself; the command gets the usual defaults.
+    restore = [signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT]
+    child = os.posix_spawn(command[0], command, os.environ, setsigdef=restore)
+    _detach_stdio()
+    while True:
+        done, status = os.waitpid(child, os.WNOHANG)
+        if done:
+            _exit_like(status)
+        ready, _, _ = select.select([lifeline, wake_read], [], [])
+        if wake_read in ready:
+            os.read(wake_read, 512)
+        if lifeline in ready and not os.read(lifeline, 1):
+            _end_group(child)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
