@@ -11,6 +11,8 @@
   with the exit status and the last lines of stderr.
 * ``py:<module>:<attribute>`` imports any Python agent: an object with ``invoke``, or a class
   or factory taking no arguments that builds one.
+* ``http://…`` and ``https://…`` post each turn to an agent server
+  (:mod:`trio_routines.agent_http`; needs the ``agent-http`` extra).
 
 Theory of operation of ``cmd:``. The command runs in a session (and so a process group) of its
 own, so that a cancelled turn can end everything it started -- the shell and whatever it forked
@@ -245,7 +247,9 @@ def load_python_agent(target: str) -> Agent:
 
 
 def agent_from_spec(spec: str) -> Agent:
-    """Build the agent ``spec`` names: ``echo``, ``cmd:<shell command>`` or ``py:<mod>:<attr>``."""
+    """Build the agent ``spec`` names: ``echo``, ``cmd:<shell command>``, ``py:<mod>:<attr>``
+    or an ``http://`` / ``https://`` URL. Raises :class:`InvalidAgent` with a one-line reason.
+    """
     text = spec.strip()
     if text == "echo":
         return EchoAgent()
@@ -253,7 +257,29 @@ def agent_from_spec(spec: str) -> Agent:
         return CommandAgent(text[len("cmd:") :])
     if text.startswith("py:"):
         return load_python_agent(text[len("py:") :])
+    if text.lower().startswith(("http://", "https://")):
+        try:
+            from .agent_http import HttpAgent  # httpx only when asked for
+        except ImportError:
+            raise InvalidAgent(
+                'the http(s):// agent needs httpx: pip install "trio-routines[agent-http]"'
+            ) from None
+        return HttpAgent(text)
     shown = text if len(text) <= 40 else text[:40] + "…"
     raise InvalidAgent(
-        f'unknown agent "{shown}" — use echo, cmd:<shell command> or py:<module>:<attribute>'
+        f'unknown agent "{shown}" — use echo, cmd:<shell command>, py:<module>:<attribute> '
+        "or http(s)://host/path"
     )
+
+
+def describe_agent(spec: str) -> str:
+    """``spec`` as safe to log: a command hidden, a URL by its origin and path, no query."""
+    text = spec.strip()
+    if text.startswith("cmd:"):
+        return "cmd:…"
+    if text.lower().startswith(("http://", "https://")):
+        scheme, _, rest = text.partition("://")
+        rest = rest.split("?", 1)[0].split("#", 1)[0]
+        host, slash, path = rest.partition("/")
+        return f"{scheme}://{host.rpartition('@')[2]}{slash}{path}"
+    return text

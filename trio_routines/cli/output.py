@@ -19,6 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import trio
 
+from .. import agents
 from ..agent import Agent
 from ..agents import agent_from_spec
 from ..errors import TrioRoutinesError
@@ -69,7 +70,8 @@ def agent_arg(args: argparse.Namespace, command: str) -> Agent:
     spec = args.agent or os.environ.get("TRIO_ROUTINES_AGENT")
     if not spec:
         raise CliError(
-            f"{command} needs an agent: pass --agent echo|cmd:<command>|py:<module>:<attr> "
+            f"{command} needs an agent: pass --agent "
+            "echo|cmd:<command>|py:<module>:<attr>|http(s)://host/path "
             "or set TRIO_ROUTINES_AGENT",
             code=2,
         )
@@ -78,7 +80,7 @@ def agent_arg(args: argparse.Namespace, command: str) -> Agent:
 
 def describe_agent(args: argparse.Namespace) -> str:
     spec: str = args.agent or os.environ.get("TRIO_ROUTINES_AGENT") or ""
-    return "cmd:…" if spec.startswith("cmd:") else spec
+    return agents.describe_agent(spec)
 
 
 @asynccontextmanager

@@ -116,7 +116,7 @@ def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
         "--agent",
         metavar="SPEC",
         default=default(None),
-        help="echo, cmd:<shell command> or py:<module>:<attribute> "
+        help="echo, cmd:<shell command>, py:<module>:<attribute> or an http(s):// URL "
         "(default: $TRIO_ROUTINES_AGENT; needed by serve, run and fire)",
     )
     group.add_argument(

@@ -1,0 +1,426 @@
+"""The HTTP agent against a real agent server on a loopback port (tests/agent_server.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import ssl
+import subprocess
+from collections.abc import AsyncIterator
+from contextlib import aclosing, asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import trio
+from agent_server import AgentServer, Request, Respond, events, never_answer, reply
+from procs import Env
+
+from trio_routines.agent import SESSION_BUSY, Agent, Completed, Event, Failed, TextDelta
+from trio_routines.agent_http import HttpAgent, classify, first_line, request_body
+from trio_routines.agents import agent_from_spec, describe_agent
+from trio_routines.context import FireContext, firing
+from trio_routines.errors import InvalidAgent
+from trio_routines.records import ClaimStatus, Outcome
+from trio_routines.routines import Routine
+from trio_routines.scheduler import Scheduler
+from trio_routines.testing import MemoryStore, WallClock
+
+SLOT = datetime(2026, 7, 7, 9, 0, tzinfo=UTC)
+DAILY = FireContext("routine", "routine:daily", routine="daily", slot=SLOT)
+
+
+@asynccontextmanager
+async def serving(
+    respond: Respond, ssl_context: ssl.SSLContext | None = None
+) -> AsyncIterator[AgentServer]:
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(AgentServer(respond, ssl_context).run)
+        yield server
+        nursery.cancel_scope.cancel()
+
+
+async def collect(agent: Agent, fire: FireContext | None = DAILY, text: str = "go") -> list[Event]:
+    session = fire.session if fire is not None else "chat-1"
+    with trio.fail_after(30):  # every wait has a bound; the agent's own are far shorter
+        if fire is None:
+            async with aclosing(agent.invoke(session, text)) as stream:  # type: ignore[type-var]
+                return [event async for event in stream]
+        with firing(fire):
+            async with aclosing(agent.invoke(session, text)) as stream:  # type: ignore[type-var]
+                return [event async for event in stream]
+
+
+def text_of(found: list[Event]) -> str:
+    return "".join(e.text for e in found if isinstance(e, TextDelta))
+
+
+# --- the request ----------------------------------------------------------------------------------
+
+
+async def test_a_cron_fire_posts_json_with_the_idempotency_key_and_takes_a_json_body() -> None:
+    async with serving(reply(200, '{"reply": "done"}')) as server:
+        found = await collect(HttpAgent(server.url()), text="good morning")
+    assert text_of(found) == '{"reply": "done"}'
+    assert found[-1] == Completed()
+    (request,) = server.requests
+    assert request.method == "POST"
+    assert request.path == "/turn"
+    assert request.json == {
+        "session": "routine:daily",
+        "prompt": "good morning",
+        "routine": "daily",
+        "slot": "2026-07-07T09:00:00.000Z",
+    }
+    assert request.headers["content-type"] == "application/json"
+    assert request.headers["idempotency-key"] == "daily/2026-07-07T09-00-00-000Z"
+    assert "authorization" not in request.headers
+
+
+@pytest.mark.parametrize(
+    ("fire", "body"),
+    [
+        (
+            FireContext("wakeup", "chat-9", wakeup="w-42"),
+            {"session": "chat-9", "prompt": "p", "wakeup": "w-42"},
+        ),
+        (
+            FireContext("run", "routine:daily", routine="daily"),
+            {"session": "routine:daily", "prompt": "p", "run": True, "routine": "daily"},
+        ),
+        (None, {"session": "chat-1", "prompt": "p"}),
+    ],
+)
+async def test_wakeups_runs_and_plain_calls_say_why_and_carry_no_key(
+    fire: FireContext | None, body: dict[str, object]
+) -> None:
+    assert request_body(fire.session if fire else "chat-1", "p", fire) == body
+    async with serving(reply(200, "ok", "text/plain")) as server:
+        found = await collect(HttpAgent(server.url()), fire, text="p")
+    assert found == [TextDelta("ok"), Completed()]
+    (request,) = server.requests
+    assert request.json == body
+    assert "idempotency-key" not in request.headers
+
+
+# --- event streams --------------------------------------------------------------------------------
+
+
+async def test_an_event_stream_arrives_as_deltas() -> None:
+    respond = events("data: Hel", "lo\n\n", ": a comment\r\ndata: , wor", "ld\r\n\r\n", "data: !\r")
+    async with serving(respond) as server:
+        found = await collect(HttpAgent(server.url()))
+    assert found == [TextDelta("Hello"), TextDelta(", world"), TextDelta("!"), Completed()]
+
+
+async def test_a_failed_event_fails_the_turn_with_its_reason() -> None:
+    respond = events("data: partial\n\n", "event: failed\ndata: model overloaded\n\n")
+    async with serving(respond) as server:
+        found = await collect(HttpAgent(server.url()))
+    assert found == [TextDelta("partial"), Failed("model overloaded")]
+
+
+async def test_a_busy_event_is_busy() -> None:
+    async with serving(events("event: busy\ndata: one turn at a time\n\n")) as server:
+        found = await collect(HttpAgent(server.url()))
+    assert found == [Failed("one turn at a time", SESSION_BUSY)]
+
+
+async def test_a_stream_that_closes_mid_way_fails_and_says_so() -> None:
+    async with serving(events("data: half a rep", end=False)) as server:
+        found = await collect(HttpAgent(server.url()))
+    assert found[:-1] == []  # the unfinished event was never complete
+    last = found[-1]
+    assert isinstance(last, Failed)
+    assert last.details.startswith(f"the connection to http://127.0.0.1:{server.port} broke")
+    assert last.details.endswith("(not retried)")
+    assert len(server.requests) == 1
+
+
+# --- statuses -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [409, 423])
+async def test_409_and_423_are_busy(status: int) -> None:
+    async with serving(reply(status, "session busy\nmore", "text/plain")) as server:
+        found = await collect(HttpAgent(server.url()))
+    assert found == [Failed(f"the agent answered {status} (busy): session busy", SESSION_BUSY)]
+
+
+async def test_a_500_fails_with_the_status_and_the_first_line_of_the_body_bounded() -> None:
+    async with serving(reply(500, "\n  boom: the model  \nsecond line", "text/plain")) as server:
+        found = await collect(HttpAgent(server.url()))
+    assert found == [Failed("the agent answered 500: boom: the model")]
+    async with serving(reply(502, "x" * 100_000, "text/plain")) as server:
+        (last,) = await collect(HttpAgent(server.url()))
+    assert isinstance(last, Failed)
+    assert len(last.details) < 400
+
+
+async def test_a_busy_answer_settles_the_slot_skipped_through_the_runtime() -> None:
+    clock = WallClock(datetime(2026, 7, 7, 9, 0, 5, tzinfo=UTC))
+    routine = Routine(name="daily", prompt="go", cron="0 9 * * *")
+    store = MemoryStore()
+    async with serving(reply(409, "busy", "text/plain")) as server:
+        scheduler = Scheduler(
+            agent=HttpAgent(server.url()), store=store, routines=[routine], now=clock
+        )
+        result = await scheduler.fire("daily", SLOT)
+    assert result.outcome is Outcome.SKIPPED
+    fire = await store.latest_fire("daily")
+    assert fire is not None
+    assert fire.outcome is Outcome.SKIPPED
+    assert server.requests[0].headers["idempotency-key"] == "daily/2026-07-07T09-00-00-000Z"
+    again = await store.claim("daily", SLOT, clock())
+    assert again.status is ClaimStatus.DUPLICATE
+
+
+# --- limits ---------------------------------------------------------------------------------------
+
+
+async def test_a_server_that_never_answers_fails_on_the_read_timeout() -> None:
+    async with serving(never_answer) as server:
+        found = await collect(HttpAgent(server.url(), read_timeout=0.5))
+    assert found == [
+        Failed(f"http://127.0.0.1:{server.port} sent nothing for 0.5s — read timeout (not retried)")
+    ]
+    assert len(server.requests) == 1
+
+
+async def test_the_routine_timeout_bounds_a_turn_whose_server_trickles() -> None:
+    # A server sending a comment every 0.1 s never trips the read timeout: only the routine's
+    # timeout (the runtime's scope) ends the turn.
+    from trio_routines.turns import run_turn
+
+    respond = events(*([": still thinking\n"] * 10_000), pause=0.1)
+    async with serving(respond) as server:
+        agent = HttpAgent(server.url(), read_timeout=5)
+        with firing(DAILY):
+            result = await run_turn(agent, "daily", "routine:daily", "go", timeout=1)
+    assert result.outcome is Outcome.FAILED
+    assert result.failed == "timed out after 1s"
+
+
+async def test_a_refused_connection_fails_once_and_is_not_retried() -> None:
+    async with serving(reply(200, "unused")) as server:
+        port = server.port
+    found = await collect(HttpAgent(f"http://127.0.0.1:{port}/turn"))
+    (last,) = found
+    assert isinstance(last, Failed)
+    assert last.details.startswith(f"could not connect to http://127.0.0.1:{port}: ")
+    assert last.details.endswith("(not retried)")
+
+
+async def test_a_reply_is_kept_up_to_the_limit() -> None:
+    async with serving(reply(200, "a" * 5000, "text/plain")) as server:
+        found = await collect(HttpAgent(server.url(), max_reply=1000))
+    assert text_of(found) == "a" * 1000
+    assert found[-1] == Completed()
+    endless = events(*(["data: " + "b" * 500 + "\n\n"] * 10), pause=0)
+    async with serving(endless) as server:
+        found = await collect(HttpAgent(server.url(), max_reply=1000))
+    last = found[-1]
+    assert isinstance(last, Failed)
+    assert "passed 1000 bytes" in last.details
+
+
+async def test_redirects_are_followed_only_within_the_origin() -> None:
+    async def moved(request: Request, stream: trio.abc.Stream) -> None:
+        if request.path == "/old":
+            await stream.send_all(
+                b"HTTP/1.1 308 Moved\r\nLocation: /new\r\nContent-Length: 0\r\n"
+                b"Connection: close\r\n\r\n"
+            )
+        else:
+            await reply(200, "moved fine", "text/plain")(request, stream)
+
+    async with serving(moved) as server:
+        found = await collect(HttpAgent(server.url("/old")))
+    assert found == [TextDelta("moved fine"), Completed()]
+    assert [r.path for r in server.requests] == ["/old", "/new"]
+    assert server.requests[1].json == server.requests[0].json
+
+    async with serving(reply(200, "elsewhere", "text/plain")) as other:
+
+        async def away(request: Request, stream: trio.abc.Stream) -> None:
+            location = other.url("/steal").encode()
+            await stream.send_all(
+                b"HTTP/1.1 307 Moved\r\nLocation: " + location + b"\r\nContent-Length: 0\r\n"
+                b"Connection: close\r\n\r\n"
+            )
+
+        async with serving(away) as server:
+            found = await collect(HttpAgent(server.url()))
+    assert found == [Failed("the agent answered 307 to another origin — not followed")]
+    assert other.requests == []
+
+
+# --- the token ------------------------------------------------------------------------------------
+
+
+async def test_the_token_is_sent_and_never_logged(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trio_routines.turns import run_turn
+
+    monkeypatch.setenv("TRIO_ROUTINES_AGENT_TOKEN", "s3cret-token")
+    caplog.set_level(logging.DEBUG)  # every logger, httpx and httpcore included
+    for respond in (reply(200, "ok"), reply(500, "nope"), events("data: x", end=False)):
+        async with serving(respond) as server:
+            agent = agent_from_spec(server.url())
+            with firing(DAILY):
+                result = await run_turn(agent, "daily", "routine:daily", "go")
+        assert server.requests[0].headers["authorization"] == "Bearer s3cret-token"
+        assert "s3cret" not in repr(agent)
+        assert "s3cret" not in (result.failed or "")
+    assert caplog.records  # the loggers did speak
+    assert "s3cret" not in caplog.text
+    with pytest.raises(InvalidAgent) as info:
+        agent_from_spec("http://user:s3cret@127.0.0.1/turn")
+    assert "s3cret" not in str(info.value)
+
+
+# --- TLS ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    openssl = shutil.which("openssl")
+    assert openssl, "the TLS tests need the openssl command (Debian's openssl package)"
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
+async def test_tls_is_verified_and_a_private_ca_is_taken_from_the_environment(
+    certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cert, key = certificate
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    async with serving(reply(200, "secure"), context) as server:
+        (refused,) = await collect(HttpAgent(server.url()))
+        monkeypatch.setenv("TRIO_ROUTINES_AGENT_CA", str(cert))
+        trusted = await collect(agent_from_spec(server.url()))
+    assert isinstance(refused, Failed)
+    assert "CERTIFICATE_VERIFY_FAILED" in refused.details
+    assert trusted == [TextDelta("secure"), Completed()]
+
+
+# --- specs and the pure core ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("http://", "must be http:// or https:// with a host"),
+        ("http:///path", "must be http:// or https:// with a host"),
+        ("https://a b/", "is not a valid URL"),
+        ("http://[::1/x", "is not a valid URL"),
+        ("http://host:99999/", "is not a valid URL"),
+        ("http://me:pw@example.test/x", "carries credentials"),
+    ],
+)
+def test_bad_urls_are_one_line_invalid_agent(spec: str, message: str) -> None:
+    with pytest.raises(InvalidAgent, match=message) as info:
+        agent_from_spec(spec)
+    assert "\n" not in str(info.value)
+
+
+def test_a_ca_file_that_cannot_be_read_is_invalid(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("TRIO_ROUTINES_AGENT_CA", str(tmp_path / "missing.pem"))
+    with pytest.raises(InvalidAgent, match="cannot be loaded as a CA file"):
+        agent_from_spec("https://127.0.0.1:9/turn")
+    agent_from_spec("http://127.0.0.1:9/turn")  # plain http never reads it
+
+
+def test_specs_are_logged_without_query_or_credentials() -> None:
+    assert describe_agent("https://u:p@host:8443/turn?key=1#x") == "https://host:8443/turn"
+    assert describe_agent("cmd:secret stuff") == "cmd:…"
+    assert describe_agent("echo") == "echo"
+
+
+def test_classify_and_first_line() -> None:
+    assert classify(200, "text/event-stream; charset=utf-8").kind == "events"
+    assert classify(201, "application/json").kind == "text"
+    assert classify(409, "").kind == "busy"
+    assert classify(302, "").kind == "failed"
+    assert classify(308, "").kind == "redirect"
+    assert classify(401, "").reason == "the agent answered 401"
+    assert first_line(b"\n\n  a\tb  \nc") == "a b"
+    assert first_line(b"x" * 500, limit=10) == "x" * 9 + "…"
+
+
+# --- real processes ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_replicas_racing_for_a_slot_post_once_and_share_the_idempotency_key(
+    env: Env,
+) -> None:
+    # Two `fire` processes on one state directory race for one slot: the claim lets one POST
+    # through. A third, on a state directory of its own (a restored backup, a second deploy:
+    # "some other path"), posts the very same key, and the receiver refuses it as busy.
+    seen: set[str] = set()
+
+    async def receiver(request: Request, stream: trio.abc.Stream) -> None:
+        key = request.headers["idempotency-key"]
+        if key in seen:
+            await reply(409, "already done", "text/plain")(request, stream)
+            return
+        seen.add(key)
+        await trio.sleep(0.5)  # the turn takes a while: the race is decided by the claim
+        await events("data: done\n\n")(request, stream)
+
+    env.routine("daily", cron="0 9 * * *")
+    slot = "2026-01-05T09:00:00Z"
+    environ = env.environ() | {"TRIO_ROUTINES_AGENT_TOKEN": "tok-8f3a"}
+
+    async def fire(state: Path, results: list[subprocess.CompletedProcess[bytes]]) -> None:
+        argv = env.argv("fire", "daily", "--slot", slot, "--agent", server.url(), "--json")
+        argv[argv.index(str(env.state))] = str(state)
+        argv += ["--log-level", "debug"]
+        done = await trio.run_process(
+            argv, env=environ, capture_stdout=True, capture_stderr=True, check=False
+        )
+        results.append(done)
+
+    results: list[subprocess.CompletedProcess[bytes]] = []
+    with trio.fail_after(120):
+        async with serving(receiver) as server:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(fire, env.state, results)
+                nursery.start_soon(fire, env.state, results)
+            assert len(server.requests) == 1
+            await fire(env.root / "restored-state", results)
+    assert [r.returncode for r in results] == [0, 0, 0]
+    answers = [json.loads(r.stdout) for r in results]
+    decided = sorted(str(a["outcome"] or a["reason"]) for a in answers)
+    assert decided == ["completed", "duplicate", "skipped"]
+    assert answers[2]["failed"] == "the agent answered 409 (busy): already done"
+    first, again = server.requests
+    assert first.headers["idempotency-key"] == again.headers["idempotency-key"]
+    assert first.headers["idempotency-key"] == "daily/2026-01-05T09-00-00-000Z"
+    assert (
+        first.json
+        == again.json
+        == {
+            "session": "routine:daily",
+            "prompt": "do the thing",
+            "routine": "daily",
+            "slot": "2026-01-05T09:00:00.000Z",
+        }
+    )
+    assert all(r.headers["authorization"] == "Bearer tok-8f3a" for r in server.requests)
+    logs = b"".join(r.stderr for r in results).decode()
+    assert "firing" in logs  # debug logs were on, and said things
+    assert "tok-8f3a" not in logs

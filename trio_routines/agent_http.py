@@ -1,0 +1,328 @@
+"""The HTTP agent: each turn is one ``POST`` to an agent server (``--agent http(s)://…``).
+
+Theory of operation. A turn builds one JSON body -- ``session``, ``prompt`` and why it runs,
+from :func:`~trio_routines.context.current_fire` -- and posts it once. Nothing is ever retried:
+a fire is at most once, so a connection that fails, before or after the server got the
+request, fails the turn and says so. A cron fire carries ``Idempotency-Key:
+<routine>/<slot name>``, the claim's own name, equal on every replica and after every restart,
+so a receiver that remembers keys can refuse a duplicate that reached it by any other path.
+
+The answer is classified in one pure function (:func:`classify`): 409 and 423 mean the
+receiver's session is busy (the turn never started: the slot settles ``skipped``); other
+statuses of 300 and up fail the turn with the status and the first line of the body; a 2xx
+``text/event-stream`` is read as events (``data`` deltas, a final ``failed`` or ``busy``);
+any other 2xx body is the reply text. Only a 307/308 to the same origin is followed (it
+keeps the POST and the body, and the token never leaves the origin it was meant for).
+
+Bounds, all ours: a connect timeout, a read timeout between two pieces of the answer, at most
+:data:`MAX_REPLY` bytes of answer read (a plain body is cut there and the turn completes -- the
+status already said so; an event stream not finished by then fails, its outcome unknown), and
+the routine's ``timeout`` around the whole turn (the runtime's cancel scope, as is a stop's
+grace). TLS is verified against the system's roots, or ``TRIO_ROUTINES_AGENT_CA`` when set.
+The token from ``TRIO_ROUTINES_AGENT_TOKEN`` goes in one header and nowhere else: not in a
+``repr``, a log line or an error, which name the origin (scheme, host, port) and never the
+path's query.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import os
+import ssl
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+import attrs
+import httpx
+
+from .agent import SESSION_BUSY, Completed, Event, Failed, TextDelta
+from .context import FireContext, current_fire
+from .errors import InvalidAgent
+from .instants import format_iso
+from .logs import one_line
+from .sse import EventStreamParser
+
+__all__ = ["HttpAgent", "classify", "request_body"]
+
+TOKEN_VARIABLE = "TRIO_ROUTINES_AGENT_TOKEN"
+CA_VARIABLE = "TRIO_ROUTINES_AGENT_CA"
+CONNECT_TIMEOUT = 10.0  # seconds to establish the connection (TLS included)
+READ_TIMEOUT = 300.0  # seconds of silence between two pieces of the answer
+MAX_REPLY = 1 << 20  # bytes of answer read at most
+REASON_LIMIT = 300  # characters of a failure reason kept
+ERROR_BODY_LIMIT = 4096  # bytes of an error body read to find its first line
+MAX_REDIRECTS = 3
+BUSY_STATUSES = frozenset({409, 423})
+
+
+# --- the pure core --------------------------------------------------------------------------
+
+
+def request_body(session: str, prompt: str, fire: FireContext | None) -> dict[str, Any]:
+    """The JSON body of one turn's POST."""
+    body: dict[str, Any] = {"session": session, "prompt": prompt}
+    if fire is None:
+        return body
+    if fire.kind == "routine":
+        assert fire.slot is not None
+        body["routine"] = fire.routine
+        body["slot"] = format_iso(fire.slot)
+    elif fire.kind == "wakeup":
+        body["wakeup"] = fire.wakeup
+    else:
+        body["run"] = True
+        body["routine"] = fire.routine
+    return body
+
+
+@attrs.frozen
+class Answer:
+    """How to read an answer, decided from its status and content type alone."""
+
+    kind: str  # "events", "text", "busy", "failed", "redirect"
+    reason: str = ""
+
+
+def classify(status: int, content_type: str) -> Answer:
+    """What an answer with ``status`` and ``content_type`` means for the turn."""
+    if status in BUSY_STATUSES:
+        return Answer("busy", f"the agent answered {status} (busy)")
+    if status in (307, 308):
+        return Answer("redirect")
+    if not 200 <= status < 300:
+        return Answer("failed", f"the agent answered {status}")
+    media = content_type.partition(";")[0].strip().lower()
+    return Answer("events" if media == "text/event-stream" else "text")
+
+
+def first_line(body: bytes, limit: int = REASON_LIMIT) -> str:
+    """The first non-blank line of ``body``, one line, at most ``limit`` characters."""
+    for line in body.decode("utf-8", errors="replace").splitlines():
+        if line.strip():
+            line = one_line(line)
+            return line if len(line) <= limit else line[: limit - 1] + "…"
+    return ""
+
+
+def _reason(text: str) -> str:
+    text = one_line(text)
+    return text if len(text) <= REASON_LIMIT else text[: REASON_LIMIT - 1] + "…"
+
+
+# --- the shell ------------------------------------------------------------------------------
+
+
+class HttpAgent:
+    """Posts each turn to ``url``; see the module doc for the contract."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        read_timeout: float = READ_TIMEOUT,
+        max_reply: int = MAX_REPLY,
+        token: str | None = None,
+        ca_file: str | None = None,
+    ) -> None:
+        try:
+            parsed = httpx.URL(url)
+            valid = not any(c.isspace() or not c.isprintable() for c in url) and (
+                parsed.port is None or 0 < parsed.port < 65536
+            )
+        except (httpx.InvalidURL, TypeError, ValueError):
+            valid = False
+        if not valid:
+            raise InvalidAgent(f"agent URL {_shown(url)} is not a valid URL")
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise InvalidAgent(f"agent URL {_shown(url)} must be http:// or https:// with a host")
+        if parsed.userinfo:
+            raise InvalidAgent(
+                f"agent URL {parsed.scheme}://…@{parsed.host} carries credentials — "
+                f"put a bearer token in {TOKEN_VARIABLE} instead"
+            )
+        self.url: httpx.URL = parsed
+        self.origin = _origin(parsed)
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self.max_reply = max_reply
+        self._token = token if token is not None else os.environ.get(TOKEN_VARIABLE) or None
+        ca_file = ca_file if ca_file is not None else os.environ.get(CA_VARIABLE) or None
+        self._verify: ssl.SSLContext | bool = True
+        if parsed.scheme == "https":
+            try:
+                self._verify = ssl.create_default_context(cafile=ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise InvalidAgent(
+                    f"{CA_VARIABLE}={_shown(ca_file or '')} cannot be loaded as a CA file: "
+                    f"{exc.strerror or exc}"
+                ) from None
+
+    def __repr__(self) -> str:
+        return f"HttpAgent({self.origin}{self.url.path})"
+
+    def headers(self, fire: FireContext | None) -> dict[str, str]:
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream, application/json;q=0.9, text/plain;q=0.8, */*;q=0.5",
+            "Accept-Encoding": "identity",
+            "User-Agent": "trio-routines",
+        }
+        key = fire.idempotency_key if fire is not None else None
+        if key is not None:
+            headers["Idempotency-Key"] = key
+        if self._token is not None:
+            headers["Authorization"] = f"Bearer {self._token}"
+        return headers
+
+    async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+        fire = current_fire()
+        content = json.dumps(request_body(session, text, fire), ensure_ascii=False).encode()
+        headers = self.headers(fire)
+        timeout = httpx.Timeout(
+            connect=self.connect_timeout,
+            read=self.read_timeout,
+            write=self.read_timeout,
+            pool=self.connect_timeout,
+        )
+        async with httpx.AsyncClient(
+            timeout=timeout, verify=self._verify, trust_env=False, follow_redirects=False
+        ) as client:
+            url = self.url
+            for _ in range(MAX_REDIRECTS + 1):
+                try:
+                    async with client.stream("POST", url, content=content, headers=headers) as r:
+                        answer = classify(r.status_code, r.headers.get("content-type", ""))
+                        if answer.kind == "redirect":
+                            target = self._redirect(url, r.headers.get("location", ""))
+                            if target is None:
+                                yield Failed(
+                                    f"the agent answered {r.status_code} to another origin — "
+                                    "not followed"
+                                )
+                                return
+                            url = target
+                            continue
+                        async for event in self._read(r, answer):
+                            yield event
+                        return
+                except httpx.HTTPError as exc:
+                    yield Failed(self._describe(exc))
+                    return
+            yield Failed(f"the agent redirected more than {MAX_REDIRECTS} times — not followed")
+
+    def _redirect(self, url: httpx.URL, location: str) -> httpx.URL | None:
+        try:
+            target = url.join(location)
+        except Exception:
+            return None
+        return target if location and _origin(target) == self.origin else None
+
+    async def _read(self, response: httpx.Response, answer: Answer) -> AsyncIterator[Event]:
+        if answer.kind in ("busy", "failed"):
+            body = await _read_some(response, ERROR_BODY_LIMIT)
+            line = first_line(body)
+            reason = answer.reason + (f": {line}" if line else "")
+            yield Failed(reason, SESSION_BUSY if answer.kind == "busy" else None)
+            return
+        decoder = codecs.getincrementaldecoder(
+            "utf-8" if answer.kind == "events" else (response.charset_encoding or "utf-8")
+        )(errors="replace")
+        reader = _Reader(EventStreamParser() if answer.kind == "events" else None)
+        kept = 0
+        cut = False
+        async with aclosing(response.aiter_bytes()) as chunks:  # type: ignore[type-var]
+            async for chunk in chunks:
+                if len(chunk) >= self.max_reply - kept:
+                    chunk, cut = chunk[: self.max_reply - kept], True
+                kept += len(chunk)
+                for delta in reader.feed(decoder.decode(chunk, final=cut)):
+                    yield delta
+                if cut:
+                    break
+        if cut and reader.parser is not None:
+            yield Failed(
+                f"the agent's event stream passed {self.max_reply} bytes without ending — "
+                "stopped reading"
+            )
+            return
+        for delta in reader.feed(decoder.decode(b"", final=True), final=True):
+            yield delta
+        yield reader.outcome or Completed()
+
+    def _describe(self, exc: httpx.HTTPError) -> str:
+        detail = _detail(exc)
+        where = self.origin
+        if isinstance(exc, httpx.ConnectTimeout):
+            return f"could not connect to {where} within {self.connect_timeout:g}s (not retried)"
+        if isinstance(exc, httpx.ConnectError):
+            return f"could not connect to {where}: {detail} (not retried)"
+        if isinstance(exc, httpx.ReadTimeout):
+            return f"{where} sent nothing for {self.read_timeout:g}s — read timeout (not retried)"
+        if isinstance(exc, httpx.TimeoutException):
+            return f"timed out talking to {where}: {detail} (not retried)"
+        if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
+            return f"the connection to {where} broke mid-turn: {detail} (not retried)"
+        return f"the request to {where} failed: {detail} (not retried)"
+
+
+class _Reader:
+    """Turns decoded answer text into deltas; remembers an event stream's outcome event."""
+
+    def __init__(self, parser: EventStreamParser | None) -> None:
+        self.parser = parser
+        self.outcome: Failed | None = None
+
+    def feed(self, piece: str, final: bool = False) -> list[TextDelta]:
+        if self.parser is None:
+            return [TextDelta(piece)] if piece else []
+        found = self.parser.feed(piece) + (self.parser.close() if final else [])
+        deltas = []
+        for kind, data in found:
+            self.outcome = _event(kind, data) or self.outcome  # the last one wins
+            if kind == "message" and data:
+                deltas.append(TextDelta(data))
+        return deltas
+
+
+def _event(kind: str, data: str) -> Failed | None:
+    if kind == "failed":
+        return Failed(_reason(data) or "the agent reported a failure")
+    if kind == "busy":
+        return Failed(_reason(data) or "the agent's session is busy", SESSION_BUSY)
+    return None
+
+
+async def _read_some(response: httpx.Response, limit: int) -> bytes:
+    body = b""
+    async with aclosing(response.aiter_bytes()) as chunks:  # type: ignore[type-var]
+        async for chunk in chunks:
+            body += chunk
+            if len(body) >= limit:
+                break
+    return body[:limit]
+
+
+def _detail(exc: BaseException) -> str:
+    """The first message along the chain of causes (httpx often wraps an empty one)."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            break
+        if text := _reason(str(seen)):
+            return text
+        seen = seen.__cause__ or seen.__context__
+    return type(exc).__name__
+
+
+def _origin(url: httpx.URL) -> str:
+    port = f":{url.port}" if url.port is not None else ""
+    host = f"[{url.host}]" if ":" in url.host else url.host
+    return f"{url.scheme}://{host}{port}"
+
+
+def _shown(text: str) -> str:
+    text = one_line(text)
+    return f'"{text}"' if len(text) <= 60 else f'"{text[:60]}…"'
