@@ -412,3 +412,19 @@ def test_a_refused_connection_is_one_line_in_our_format(tmp_path: Path) -> None:
     assert "DEBUG PostgreSQL: error connecting" in result.stderr
     for line in result.stderr.splitlines():
         assert re.match(r"(DEBUG|INFO |WARN |ERROR) |error: ", line), line
+
+
+def test_undecodable_command_line_text_is_one_line_not_a_traceback(
+    tmp_path: Path, url: str, schema: str
+) -> None:
+    with admin() as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    env = Env(tmp_path)
+    env.state = f"{url}?options=-csearch_path%3D{schema}"  # type: ignore[assignment]
+    undecodable = "a\udcffb"  # the byte 0xff of an argument, as Python reads it
+    wake = env.cli("wake", "--session", undecodable, "--in", "5m", "--prompt", "p")
+    assert wake.returncode != 0
+    assert "the session must be text without NUL" in one_line(wake.stderr)
+    unwake = env.cli("unwake", undecodable, "--session", "s")
+    assert "Traceback" not in unwake.stderr
+    assert "no pending wake-up" in unwake.stdout + unwake.stderr

@@ -153,7 +153,7 @@ async def test_retention_keeps_the_newest(store_factory: Callable[..., Store], k
     assert (await store.claim("daily", T0, T0)).status is ClaimStatus.STALE
 
 
-@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "a\\b", "a\x00b"])
+@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "a\\b", "a\x00b", "a\udcffb"])
 async def test_unsafe_names_are_refused_everywhere(store: Store, name: str) -> None:
     with pytest.raises(UnsafeName):
         await store.claim(name, T0, T0)
@@ -176,6 +176,33 @@ async def test_every_other_name_is_legal(store: Store, name: str) -> None:
 
 def one_shot(session: str = "s1", delay: timedelta = HOUR, prompt: str = "check") -> WakeupRequest:
     return WakeupRequest(session=session, prompt=prompt, fire_at=T0 + delay)
+
+
+# Text some store cannot hold (PostgreSQL text has no NUL; a lone surrogate is what an
+# undecodable byte of a command-line argument becomes) gets the same answer from every store.
+IMPOSSIBLE = ["a\x00b", "a\udcffb"]
+
+
+@pytest.mark.parametrize("text", IMPOSSIBLE)
+async def test_an_impossible_id_or_session_is_not_found_and_removes_nothing(
+    store: Store, text: str
+) -> None:
+    added = await store.add_wakeup(one_shot(), T0)
+    assert not await store.remove_wakeup(text)
+    assert not await store.remove_wakeup(text, "s1")
+    assert not await store.remove_wakeup(added.id, text)
+    assert await store.list_wakeups() == [added]
+
+
+@pytest.mark.parametrize("field", ["session", "prompt", "tz"])
+@pytest.mark.parametrize("text", IMPOSSIBLE)
+async def test_impossible_wakeup_text_is_refused_and_stores_nothing(
+    store: Store, field: str, text: str
+) -> None:
+    fields = {"session": "s1", "prompt": "p", "cron": "0 9 * * *", "tz": "UTC", field: text}
+    with pytest.raises(InvalidWakeup, match=f"the {field} must be text without NUL"):
+        await store.add_wakeup(WakeupRequest(**fields), T0)
+    assert await store.list_wakeups() == []
 
 
 async def test_added_wakeup_is_listed(store: Store) -> None:

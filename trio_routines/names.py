@@ -1,7 +1,9 @@
 """Routine names: the one rule that keeps a name inside the claims directory.
 
 A name is a single path segment: not empty, not ``.`` or ``..``, and free of ``/``, ``\\`` and
-NUL. Nothing else is restricted, so ``每日简报`` and ``my report`` are legal names.
+NUL; and it is Unicode text (a file name of undecodable bytes reads as lone surrogates, which
+no PostgreSQL text can hold). Nothing else is restricted, so ``每日简报`` and ``my report`` are
+legal names.
 """
 
 from __future__ import annotations
@@ -21,7 +23,19 @@ def name_problem(name: object) -> str | None:
         return f'{json.dumps(name)} cannot be a routine name (no path separators, "." or "..")'
     if any(ch in name for ch in _FORBIDDEN):
         return f'{json.dumps(name)} cannot be a routine name (no path separators, "." or "..")'
+    if not is_unicode(name):
+        return f"{json.dumps(name)} cannot be a routine name (it is not valid Unicode text)"
     return None
+
+
+def is_unicode(text: str) -> bool:
+    """Whether ``text`` is encodable as UTF-8: no lone surrogate (``\\udcff`` from a byte that
+    did not decode), so that every store can hold it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_name(name: str) -> str:

@@ -298,15 +298,15 @@ def load_routines(directory: str | os.PathLike[str]) -> LoadResult:
 
 def _load_one(real_base: str, base: str, path: str, name: str) -> Routine | None:
     """One file's routine, ``None`` for an entry to skip silently, or an error to report."""
-    problem = name_problem(name)
-    if problem is not None:
-        raise UnsafeName(problem)
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:
         # os.listdir smuggles undecodable bytes in as lone surrogates; such a name could not
         # be written to JSON, logs or HTTP later, so refuse it here where the author sees it.
         raise InvalidRoutine("the file name is not UTF-8") from None
+    problem = name_problem(name)
+    if problem is not None:
+        raise UnsafeName(problem)
     try:
         if os.path.islink(path):
             target = os.path.realpath(path)

@@ -42,6 +42,9 @@ Wake-ups
     calls raise StateFault when the store cannot be read or written.
 
 Routine names are checked (:func:`trio_routines.names.check_name`) by every call taking one.
+Text that some store cannot hold (NUL, a lone surrogate) gets the same answer from every
+store: a wake-up request carrying it is an InvalidWakeup, an id or session carrying it is not
+found (:func:`trio_routines.wakeups.storable`).
 """
 
 from __future__ import annotations

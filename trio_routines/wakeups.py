@@ -25,6 +25,7 @@ from .cron import cron_error, next_run, parse_cron
 from .cron.gaps import shortest_gap
 from .errors import InvalidWakeup
 from .instants import format_iso, truncate_ms
+from .names import is_unicode
 from .records import Wakeup
 
 MIN_DELAY = timedelta(seconds=60)
@@ -84,11 +85,28 @@ def _describe(wakeup: Wakeup) -> str:
     return f"{wakeup.id}{kind} at {format_iso(wakeup.fire_at)}: {prompt}"
 
 
+def storable(text: str | None) -> bool:
+    """Whether every store can hold ``text`` as it is: no NUL (PostgreSQL text cannot), and
+    valid Unicode (no lone surrogate). An id or session that is not can match nothing."""
+    return text is None or ("\x00" not in text and is_unicode(text))
+
+
+def check_request(request: WakeupRequest) -> None:
+    """Refuse, the same way on every store, text that some store could not hold."""
+    for field in ("session", "prompt", "cron", "tz"):
+        value = getattr(request, field)
+        if not storable(value):
+            raise InvalidWakeup(
+                f"the {field} must be text without NUL characters or undecodable bytes."
+            )
+
+
 def plan_add(
     pending: Sequence[Wakeup], request: WakeupRequest, now: datetime, new_id: str | None = None
 ) -> Wakeup:
     """The wake-up to append for ``request``, or :class:`InvalidWakeup` with the guardrail text."""
     now = truncate_ms(now)
+    check_request(request)
     if not request.session:
         raise InvalidWakeup(
             "wake is only available inside a conversation (there is no session to resume)."
@@ -182,7 +200,11 @@ def plan_defer(wakeup: Wakeup, fire_at: datetime) -> Wakeup | None:
 def remove(
     pending: Sequence[Wakeup], wakeup_id: str, session: str | None = None
 ) -> tuple[list[Wakeup], bool]:
-    """Drop entries with ``wakeup_id`` (and ``session``, when given); report whether any went."""
+    """Drop entries with ``wakeup_id`` (and ``session``, when given); report whether any went.
+
+    An id or session that is not :func:`storable` matches nothing, as in every store."""
+    if not (storable(wakeup_id) and storable(session)):
+        return list(pending), False
     kept = [
         w for w in pending if not (w.id == wakeup_id and (session is None or w.session == session))
     ]

@@ -39,7 +39,15 @@ from ..names import check_name
 from ..records import ClaimResult, Fire, Outcome, Wakeup
 from ..store import Lifetime
 from ..text import error_text
-from ..wakeups import WakeupRequest, check_stored, plan_add, plan_defer, take_first_due
+from ..wakeups import (
+    WakeupRequest,
+    check_request,
+    check_stored,
+    plan_add,
+    plan_defer,
+    storable,
+    take_first_due,
+)
 from .pgclaims import claim_batch, settle_batch
 from .pgconn import Call, Connections
 from .pgschema import CLAIM_LOCK as CLAIM_LOCK
@@ -188,6 +196,7 @@ class PostgresStore(Lifetime):
     # -- wake-ups -------------------------------------------------------------------------
 
     async def add_wakeup(self, request: WakeupRequest, now: datetime) -> Wakeup:
+        check_request(request)  # before the session's lock, which hashes it on the server
         return await self._conns.run("could not add a wake-up", self._add, request, now)
 
     def _add(self, conn: Conn, _call: Call, request: WakeupRequest, now: datetime) -> Wakeup:
@@ -261,6 +270,9 @@ class PostgresStore(Lifetime):
         return True
 
     async def remove_wakeup(self, wakeup_id: str, session: str | None = None) -> bool:
+        if not (storable(wakeup_id) and storable(session)):
+            await trio.lowlevel.checkpoint()
+            return False  # no stored wake-up can have it; the server would refuse the text
         what = f"could not remove wake-up {wakeup_id}"
         return await self._conns.run(what, self._remove, wakeup_id, session)
 
