@@ -14,7 +14,7 @@ PUBLIC = {
     "RoutineFailure", "SESSION_BUSY", "Scheduler", "StateFault", "Statistics", "Stopping",
     "Store", "TextDelta", "TrioRoutinesError", "TurnResult", "UnknownRoutine", "UnsafeName",
     "Wakeup", "WakeupRequest", "cron_error", "current_fire", "load_routines", "next_run",
-    "open_store", "parse_delay", "serve_routines",
+    "open_store", "parse_delay", "serve", "serve_routines",
 }  # fmt: skip
 
 

@@ -22,6 +22,7 @@ from .errors import InvalidWakeup as InvalidWakeup
 from .errors import StateFault as StateFault
 from .errors import TrioRoutinesError as TrioRoutinesError
 from .errors import UnsafeName as UnsafeName
+from .hosting import serve as serve
 from .records import ClaimResult as ClaimResult
 from .records import ClaimStatus as ClaimStatus
 from .records import Fire as Fire

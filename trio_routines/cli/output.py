@@ -23,8 +23,10 @@ from .. import agents
 from ..agent import Agent
 from ..agents import agent_from_spec
 from ..errors import TrioRoutinesError
+from ..hosting import watch_signals as watch_signals
 from ..names import name_problem
 from ..routines import LoadResult, Routine, find_routine, load_routines
+from ..scheduler import DEFAULT_GRACE as DEFAULT_GRACE
 from ..scheduler import Scheduler
 from ..store import Store
 from ..stores import is_postgres_url, open_store
@@ -34,7 +36,6 @@ T = TypeVar("T")
 
 DEFAULT_STATE = ".state"
 DEFAULT_ROUTINES = "routines"
-DEFAULT_GRACE = 5.0
 
 
 class CliError(TrioRoutinesError):
@@ -152,16 +153,3 @@ async def stop_on_signals(
             result = await body()
             nursery.cancel_scope.cancel()
     return result
-
-
-async def watch_signals(signals: AsyncIterator[int], scheduler: Scheduler, grace: float) -> None:
-    """The first signal stops with ``grace``; another one stops at once."""
-    remaining = grace
-    async for signum in signals:
-        name = signal.Signals(signum).name
-        if remaining > 0:
-            log.info("%s received — stopping; in-flight turns get %gs to finish", name, remaining)
-        else:
-            log.warning("%s received — stopping now", name)
-        scheduler.stop(remaining)
-        remaining = 0.0

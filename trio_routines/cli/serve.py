@@ -71,6 +71,8 @@ async def cmd_serve(args: argparse.Namespace) -> int:
 
                 async def run_scheduler(*, task_status: trio.TaskStatus[Scheduler]) -> None:
                     await scheduler.run(task_status=task_status)
+                    # A fire an HTTP request started may still be in its grace (see hosting).
+                    await scheduler.wait_drained()
                     # Stopped and settled: whatever else serves (HTTP, the signal watch) ends.
                     nursery.cancel_scope.cancel()
 

@@ -1,0 +1,109 @@
+"""``trio_routines.serve``: the scheduler, the HTTP surface and the signals, together.
+
+Real signals (sent to this very process while the receiver is open), a real hypercorn server on
+loopback, the real clock.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from typing import Any
+
+import pytest
+import trio
+
+from trio_routines import Routine, Scheduler, serve
+from trio_routines.http import InsecureBind
+from trio_routines.records import Outcome
+from trio_routines.scheduler import DEFAULT_GRACE
+from trio_routines.testing import Hang, MemoryStore, ScriptedAgent
+
+ROUTINES = [Routine(name="adhoc", prompt="p")]
+SLOT = "2026-07-07T10:00:00.000Z"
+
+
+async def call(port: int, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    def go() -> tuple[int, Any]:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+        try:
+            data = None if body is None else json.dumps(body).encode()
+            conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            return response.status, json.loads(response.read())
+        finally:
+            conn.close()
+
+    return await trio.to_thread.run_sync(go)
+
+
+def scheduler_with(agent: ScriptedAgent, store: MemoryStore) -> Scheduler:
+    return Scheduler(agent=agent, store=store, routines=ROUTINES, external_clock=True)
+
+
+async def test_sigterm_stops_with_the_grace_and_the_turn_is_settled() -> None:
+    agent, store = ScriptedAgent(Hang()), MemoryStore()
+    scheduler = scheduler_with(agent, store)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(partial(serve, scheduler, http=("127.0.0.1", 0), grace=0.5))
+            assert isinstance(port, int)
+            status, body = await call(port, "POST", "/fire", {"name": "adhoc", "slot": SLOT})
+            assert (status, body["claimed"]) == (202, True)
+            while not agent.turns:  # noqa: ASYNC110 -- the agent offers no event
+                await trio.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGTERM)
+        # serve returned: the hanging turn was interrupted after the grace, and settled.
+    [fire] = await store.history("adhoc")
+    assert fire.outcome is Outcome.INTERRUPTED
+    assert scheduler.stopping
+
+
+async def test_a_second_signal_stops_at_once() -> None:
+    agent, store = ScriptedAgent(Hang()), MemoryStore()
+    scheduler = scheduler_with(agent, store)
+    with trio.fail_after(30):  # the grace is an hour: only the second signal can end it
+        async with trio.open_nursery() as nursery:
+            await nursery.start(partial(serve, scheduler, grace=3600, signals=[signal.SIGINT]))
+            nursery.start_soon(scheduler.fire, "adhoc", datetime.now(UTC) - timedelta(minutes=1))
+            while not agent.turns:  # noqa: ASYNC110 -- the agent offers no event
+                await trio.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGINT)
+            await trio.sleep(0.05)
+            assert scheduler.stopping
+            assert (await store.history("adhoc"))[0].outcome is None  # still in its grace
+            os.kill(os.getpid(), signal.SIGINT)
+    [fire] = await store.history("adhoc")
+    assert fire.outcome is Outcome.INTERRUPTED
+
+
+async def test_the_host_stopping_the_scheduler_ends_serve_and_without_signals() -> None:
+    scheduler = scheduler_with(ScriptedAgent(), MemoryStore())
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(partial(serve, scheduler, signals=()))
+            assert port is None
+            scheduler.stop()
+
+
+async def test_an_open_bind_without_a_token_starts_nothing() -> None:
+    store = MemoryStore()
+    scheduler = scheduler_with(ScriptedAgent(), store)
+    with pytest.raises(InsecureBind):
+        await serve(scheduler, http=("0.0.0.0", 0))
+    assert not scheduler.stopping
+    assert scheduler.statistics().in_flight == 0
+
+
+def test_one_default_grace_for_the_library_and_the_command_line() -> None:
+    from trio_routines.cli.parser import build_parser
+
+    scheduler = scheduler_with(ScriptedAgent(), MemoryStore())
+    assert scheduler.default_grace == DEFAULT_GRACE == 10.0
+    for command in (["serve"], ["run", "x"], ["fire", "x", "--slot", SLOT]):
+        args = build_parser().parse_args(command)
+        assert args.grace == DEFAULT_GRACE, command

@@ -1,0 +1,86 @@
+"""Serving a scheduler as a service: the runtime, the HTTP surface and the signals, together.
+
+A host that only wants "run until SIGTERM, then stop gracefully" calls :func:`serve` instead of
+wiring a signal receiver, the HTTP server and the shutdown order by hand. The order is the
+command line's: the scheduler boots first; the HTTP surface starts once it runs; the first
+signal stops the scheduler with the grace (new fires are answered 503, in-flight turns get the
+grace to finish, then are interrupted and settled), a second signal stops it at once; once the
+last turn has settled, the HTTP server and the signal watch end and :func:`serve` returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator, Iterable
+from functools import partial
+
+import trio
+
+from .scheduler import Scheduler
+
+log = logging.getLogger("trio_routines")
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+async def watch_signals(signals: AsyncIterator[int], scheduler: Scheduler, grace: float) -> None:
+    """The first signal stops ``scheduler`` with ``grace``; another one stops it at once."""
+    remaining = grace
+    async for signum in signals:
+        name = signal.Signals(signum).name
+        if remaining > 0:
+            log.info("%s received — stopping; in-flight turns get %gs to finish", name, remaining)
+        else:
+            log.warning("%s received — stopping now", name)
+        scheduler.stop(remaining)
+        remaining = 0.0
+
+
+async def serve(
+    scheduler: Scheduler,
+    *,
+    http: tuple[str, int] | None = None,
+    token: str | None = None,
+    signals: Iterable[int] = SIGNALS,
+    grace: float | None = None,
+    task_status: trio.TaskStatus[int | None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run ``scheduler`` until a signal or ``scheduler.stop()``, then return once it settled.
+
+    ``http=(host, port)`` also serves the HTTP surface there (the ``http`` extra), with
+    ``token`` required as a bearer token when given; a non-loopback host without a token raises
+    :class:`~trio_routines.http.InsecureBind` before anything starts. ``signals`` (SIGINT and
+    SIGTERM; empty for none, e.g. outside the main thread) stop the scheduler with ``grace``
+    seconds for in-flight turns (default: the scheduler's ``default_grace``, 10 s, the same as
+    the command line's ``--grace``); a second signal stops it at once.
+    ``await nursery.start(serve, scheduler, ...)`` returns the HTTP port bound, or ``None``.
+    """
+    if http is not None:
+        from .http import check_bind  # the optional extra: imported only when asked for
+
+        check_bind(http[0], token)
+    wanted = tuple(signals)
+    stop_grace = scheduler.default_grace if grace is None else grace
+    receiver = trio.open_signal_receiver(*wanted) if wanted else contextlib.nullcontext(None)
+    with receiver as received:
+        async with trio.open_nursery() as nursery:
+
+            async def run_scheduler(*, task_status: trio.TaskStatus[Scheduler]) -> None:
+                await scheduler.run(task_status=task_status)
+                # The loops have ended, but a fire the host (or an HTTP request) started may
+                # still be in its grace: a second signal must still reach it.
+                await scheduler.wait_drained()
+                # Stopped and settled: whatever else serves (HTTP, the signal watch) ends.
+                nursery.cancel_scope.cancel()
+
+            await nursery.start(run_scheduler)
+            port: int | None = None
+            if http is not None:
+                from .http import serve_http
+
+                port = await nursery.start(partial(serve_http, scheduler, *http, token=token))
+            if received is not None:
+                nursery.start_soon(watch_signals, received, scheduler, stop_grace)
+            task_status.started(port)
