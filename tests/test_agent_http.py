@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import ssl
 import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from datetime import UTC, datetime
@@ -424,3 +426,50 @@ async def test_replicas_racing_for_a_slot_post_once_and_share_the_idempotency_ke
     logs = b"".join(r.stderr for r in results).decode()
     assert "firing" in logs  # debug logs were on, and said things
     assert "tok-8f3a" not in logs
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "agent_server.py"
+
+
+@pytest.mark.slow
+async def test_the_example_receiver_turns_at_most_once_into_exactly_once(tmp_path: Path) -> None:
+    argv = [sys.executable, str(EXAMPLE), "--port", "0", "--pause", "0.01"]
+    argv += ["--db", str(tmp_path / "turns.sqlite")]
+    environ = {k: v for k, v in os.environ.items() if k != "AGENT_TOKEN"} | {"AGENT_TOKEN": "t-1"}
+    errors = tmp_path / "server.log"
+    with errors.open("wb") as log:
+        proc = await trio.lowlevel.open_process(
+            argv, stdout=subprocess.PIPE, stderr=log, env=environ
+        )
+    try:
+        assert proc.stdout is not None
+        line = b""
+        with trio.fail_after(30):
+            while not line.endswith(b"\n"):
+                line += await proc.stdout.receive_some(1)
+        url = line.decode().removeprefix("listening on ").strip()
+        agent = HttpAgent(url, token="t-1")
+        first = await collect(agent, text="summarize")
+        assert text_of(first) == (
+            "Working on routine daily for 2026-07-07T09:00:00.000Z: summarize — done."
+        )
+        assert first[-1] == Completed()
+        again = await collect(agent, text="summarize")  # the same slot by another path
+        assert again == [
+            Failed(
+                "the agent answered 409 (busy): daily/2026-07-07T09-00-00-000Z was already done",
+                SESSION_BUSY,
+            )
+        ]
+        woken = await collect(agent, FireContext("wakeup", "chat-3", wakeup="w-9"), "ping")
+        assert text_of(woken) == "Working on wake-up w-9: ping — done."
+        (refused,) = await collect(HttpAgent(url, token="wrong"))
+        assert refused == Failed("the agent answered 401: missing or wrong bearer token")
+    finally:
+        proc.terminate()
+        with trio.fail_after(10):
+            await proc.wait()
+        if proc.stdout is not None:
+            await proc.stdout.aclose()
+    assert "POST /turn" in errors.read_text()
+    assert "t-1" not in errors.read_text()
