@@ -283,6 +283,19 @@ async def test_the_token_is_sent_and_never_logged(
     assert "s3cret" not in str(info.value)
 
 
+@pytest.mark.parametrize("token", ["s3cret\nX-Evil: 1", "s3cret\x00", "s3crét", "s3 cret"])
+def test_a_token_that_cannot_be_a_header_is_refused_without_showing_it(
+    token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(InvalidAgent, match="must be printable ASCII") as info:
+        HttpAgent("http://127.0.0.1:9/turn", token=token)
+    assert "s3c" not in str(info.value)
+    monkeypatch.setenv("TRIO_ROUTINES_AGENT_TOKEN", "  s3cret\n")  # as read from a file
+    assert agent_from_spec("http://127.0.0.1:9/turn").headers(None)["Authorization"] == (
+        "Bearer s3cret"
+    )
+
+
 # --- TLS ------------------------------------------------------------------------------------------
 
 

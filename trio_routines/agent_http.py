@@ -148,7 +148,12 @@ class HttpAgent:
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self.max_reply = max_reply
-        self._token = token if token is not None else os.environ.get(TOKEN_VARIABLE) or None
+        token = (token if token is not None else os.environ.get(TOKEN_VARIABLE, "")).strip()
+        if any(not "!" <= c <= "~" for c in token):
+            raise InvalidAgent(  # never echoed: it is a secret, even a malformed one
+                f"{TOKEN_VARIABLE} must be printable ASCII without spaces (a bearer token)"
+            )
+        self._token = token or None
         ca_file = ca_file if ca_file is not None else os.environ.get(CA_VARIABLE) or None
         self._verify: ssl.SSLContext | bool = True
         if parsed.scheme == "https":
@@ -254,6 +259,8 @@ class HttpAgent:
 
     def _describe(self, exc: httpx.HTTPError) -> str:
         detail = _detail(exc)
+        if self._token is not None:  # whatever a library puts in a message, not the token
+            detail = detail.replace(self._token, "***")
         where = self.origin
         if isinstance(exc, httpx.ConnectTimeout):
             return f"could not connect to {where} within {self.connect_timeout:g}s (not retried)"
