@@ -11,6 +11,7 @@ from datetime import datetime
 
 import attrs
 
+from .cron.hashed import resolve_hashed, wakeup_seed
 from .instants import truncate_ms
 from .text import error_text
 
@@ -103,3 +104,10 @@ class Wakeup:
     @property
     def recurring(self) -> bool:
         return self.cron is not None
+
+    @property
+    def resolved_cron(self) -> str | None:
+        """``cron`` with its ``H`` fields resolved from the session and the id (stable)."""
+        if self.cron is None:
+            return None
+        return resolve_hashed(self.cron, wakeup_seed(self.session, self.id))

@@ -33,7 +33,7 @@ from typing import Any
 
 import attrs
 
-from .cron import cron_error
+from .cron import cron_error, resolve_hashed
 from .errors import InvalidRoutine, UnsafeName
 from .names import check_name, name_problem
 
@@ -108,9 +108,16 @@ class Routine:
             if self.tz is not None:
                 raise InvalidRoutine('"tz" means nothing without "cron"')
             return
-        problem = cron_error(self.cron, self.tz)
+        problem = cron_error(self.cron, self.tz, seed=self.name)
         if problem is not None:
             raise InvalidRoutine(f"invalid cron/tz — {problem}")
+
+    @property
+    def resolved_cron(self) -> str | None:
+        """``cron`` with its ``H`` fields resolved from the routine's name: what fires."""
+        if self.cron is None:
+            return None
+        return resolve_hashed(self.cron, self.name)
 
     @property
     def session(self) -> str:

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from .cron import cron_error, next_run, parse_cron
+from .cron import cron_error, next_run, parse_cron, wakeup_seed
 from .cron.gaps import shortest_gap
 from .errors import InvalidWakeup
 from .instants import format_iso, truncate_ms
@@ -113,11 +113,13 @@ def plan_add(
         )
     if not request.prompt:
         raise InvalidWakeup("a wake-up needs a prompt: what should the woken turn do?")
+    wakeup_id = new_id or str(uuid.uuid4())
     if request.cron is not None:
-        problem = cron_error(request.cron, request.tz)
+        seed = wakeup_seed(request.session, wakeup_id)
+        problem = cron_error(request.cron, request.tz, seed)
         if problem is not None:
             raise InvalidWakeup(f"invalid cron/tz: {problem}")
-        schedule = parse_cron(request.cron, request.tz)
+        schedule = parse_cron(request.cron, request.tz, seed)
         first = schedule.next_after(now)
         second = schedule.next_after(first) if first is not None else None
         if first is None or second is None:
@@ -145,7 +147,7 @@ def plan_add(
             f"wait for some to fire, or unwake one. Pending: {listing}"
         )
     return Wakeup(
-        id=new_id or str(uuid.uuid4()),
+        id=wakeup_id,
         session=request.session,
         prompt=request.prompt,
         fire_at=fire_at,
@@ -160,7 +162,7 @@ def check_stored(wakeup: Wakeup) -> Wakeup:
     Such an entry would raise inside every take and block each wake-up queued behind it.
     """
     if wakeup.cron is not None:
-        problem = cron_error(wakeup.cron, wakeup.tz)
+        problem = cron_error(wakeup.cron, wakeup.tz, wakeup_seed(wakeup.session, wakeup.id))
         if problem is not None:
             raise ValueError(f"invalid cron/tz: {problem}")
     return wakeup
@@ -178,7 +180,7 @@ def take_first_due(pending: Sequence[Wakeup], now: datetime) -> tuple[list[Wakeu
             continue
         rest = list(pending)
         if wakeup.cron is not None:
-            upcoming = next_run(wakeup.cron, wakeup.tz, now)
+            upcoming = next_run(wakeup.cron, wakeup.tz, now, wakeup_seed(wakeup.session, wakeup.id))
             if upcoming is None:
                 del rest[index]
             else:

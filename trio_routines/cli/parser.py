@@ -234,6 +234,12 @@ def build_parser() -> argparse.ArgumentParser:
     upcoming.add_argument("name", metavar="NAME", nargs="?")
     upcoming.add_argument("--cron", metavar="EXPR")
     upcoming.add_argument("--tz", metavar="TZ")
+    upcoming.add_argument(
+        "--name",
+        dest="seed_name",
+        metavar="NAME",
+        help="with --cron: the routine name that resolves H fields (as that routine would)",
+    )
     upcoming.add_argument("-n", type=_count, default=5, metavar="N", help="how many (default: 5)")
     upcoming.add_argument(
         "--after", type=instant, metavar="ISO", help="count from this instant (default: now)"

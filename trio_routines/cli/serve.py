@@ -119,4 +119,5 @@ def _log_armed(
 
 
 def _cron(routine: Routine) -> str:
-    return f'"{routine.cron}"' + (f" {routine.tz}" if routine.tz else "")
+    resolved = f" (= {routine.resolved_cron})" if routine.resolved_cron != routine.cron else ""
+    return f'"{routine.cron}"{resolved}' + (f" {routine.tz}" if routine.tz else "")

@@ -12,11 +12,12 @@ from zoneinfo import ZoneInfo
 from ..agents import agent_from_spec
 from ..claims import arm_from
 from ..converter import fire_to_json, wakeup_to_json
-from ..cron import cron_error, next_run
+from ..cron import cron_error, next_run, resolve_hashed
 from ..errors import StateFault
 from ..instants import format_iso
 from ..logs import one_line
 from ..records import Fire, Wakeup
+from ..routines import Routine
 from ..store import Store
 from .output import (
     CliError,
@@ -97,7 +98,7 @@ async def cmd_list(args: argparse.Namespace) -> int:
         newest = {r.name: await _newest(store, r.name) for r in result.routines if r.cron}
     now = datetime.now(UTC)
     upcoming = {
-        r.name: next_run(r.cron, r.tz, arm_from(newest.get(r.name), now))
+        r.name: next_run(r.cron, r.tz, arm_from(newest.get(r.name), now), r.name)
         if r.cron is not None
         else None
         for r in result.routines
@@ -108,6 +109,8 @@ async def cmd_list(args: argparse.Namespace) -> int:
             entry: dict[str, Any] = {"name": routine.name}
             if routine.cron is not None:
                 entry["cron"] = routine.cron
+                if routine.resolved_cron != routine.cron:
+                    entry["resolved_cron"] = routine.resolved_cron
             if routine.tz is not None:
                 entry["tz"] = routine.tz
             due = upcoming[routine.name]
@@ -128,17 +131,24 @@ async def cmd_list(args: argparse.Namespace) -> int:
         due = upcoming[routine.name]
         shown = format_iso(due) if due is not None else "(never)"
         zone = f" {routine.tz}" if routine.tz else ""
-        print_line(f"{routine.name:<20} {shown:<26}cron {routine.cron}{zone}")
+        print_line(f"{routine.name:<20} {shown:<26}cron {shown_cron(routine)}{zone}")
     for wakeup in wakeups:
         print_line(_wakeup_line(wakeup))
     return 0
+
+
+def shown_cron(routine: Routine | Wakeup) -> str:
+    """The cron as written, and what its ``H`` fields resolve to when it has any."""
+    if routine.resolved_cron != routine.cron:
+        return f"{routine.cron} (= {routine.resolved_cron})"
+    return f"{routine.cron}"
 
 
 def _wakeup_line(wakeup: Wakeup) -> str:
     if wakeup.cron is None:
         kind = "one-shot"
     else:
-        kind = f"cron {wakeup.cron}" + (f" {wakeup.tz}" if wakeup.tz else "")
+        kind = f"cron {shown_cron(wakeup)}" + (f" {wakeup.tz}" if wakeup.tz else "")
     prompt = one_line(wakeup.prompt)[:60]
     return (
         f"wake {wakeup.id}  {format_iso(wakeup.fire_at)}  {kind}  "
@@ -152,10 +162,14 @@ async def cmd_next(args: argparse.Namespace) -> int:
         parser.error("next needs either a routine NAME or --cron EXPR (not both)")
     if args.tz is not None and args.cron is None:
         parser.error("--tz goes with --cron (a routine's own tz is used for NAME)")
+    if args.seed_name is not None and args.cron is None:
+        parser.error("--name goes with --cron (it seeds H as a routine of that name would)")
     after = args.after if args.after is not None else datetime.now(UTC)
     if args.cron is not None:
-        cron, tz = args.cron, args.tz
-        problem = cron_error(cron, tz)
+        cron, tz, seed = args.cron, args.tz, args.seed_name
+        if seed is not None:
+            check_name(seed)
+        problem = cron_error(cron, tz, seed)
         if problem is not None:
             raise CliError(f"invalid cron/tz — {problem}")
     else:
@@ -165,12 +179,14 @@ async def cmd_next(args: argparse.Namespace) -> int:
         report_failures(result)
         if routine.cron is None:
             raise CliError(f"{quoted(routine.name)} runs on demand only (it has no cron)")
-        cron, tz = routine.cron, routine.tz
+        cron, tz, seed = routine.cron, routine.tz, routine.name
+    if seed is not None and resolve_hashed(cron, seed) != cron:
+        sys.stderr.write(f'(H resolved for {quoted(seed)}: "{resolve_hashed(cron, seed)}")\n')
     zone = ZoneInfo(tz) if tz else None
     instant: datetime | None = after
     for _ in range(args.n):
         assert instant is not None
-        instant = next_run(cron, tz, instant)
+        instant = next_run(cron, tz, instant, seed)
         if instant is None:
             sys.stderr.write(f'(cron "{cron}" never fires again)\n')
             break

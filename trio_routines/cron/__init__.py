@@ -22,6 +22,9 @@ Exactly five whitespace-separated fields ``minute hour day-of-month month day-of
   also counts as "starts with ``*``" for the day rule below, so ``0 9 ? * MON`` fires on Mondays
   only (Quartz's meaning). Note that croner, which the original scheduler used, treats ``?``
   differently (it fires daily there); we pin the Quartz reading.
+* ``H`` (hashed) forms ``H``, ``H(a-b)``, ``H/n``, ``H(a-b)/n`` in any field, resolved from a
+  seed (a routine's name) by :func:`~trio_routines.cron.hashed.resolve_hashed` before parsing;
+  without a seed they are refused.
 * Macros ``@yearly @annually @monthly @weekly @daily @midnight @hourly``, case-insensitive.
 * Six- and seven-field forms (seconds, year) are refused, and so are backwards ranges (``5-3``)
   and step 0. A step larger than the field (``*/90``) is allowed: it matches the start only.
@@ -56,9 +59,11 @@ seconds (local mean time before ~1900) give instants with seconds.
 
 from trio_routines.cron.fields import FIELD_NAMES as FIELD_NAMES
 from trio_routines.cron.fields import MACROS as MACROS
+from trio_routines.cron.hashed import resolve_hashed as resolve_hashed
+from trio_routines.cron.hashed import wakeup_seed as wakeup_seed
 from trio_routines.cron.schedule import CronSchedule as CronSchedule
 from trio_routines.cron.schedule import cron_error as cron_error
 from trio_routines.cron.schedule import next_run as next_run
 from trio_routines.cron.schedule import parse_cron as parse_cron
 
-__all__ = ["CronSchedule", "cron_error", "next_run", "parse_cron"]
+__all__ = ["CronSchedule", "cron_error", "next_run", "parse_cron", "resolve_hashed", "wakeup_seed"]

@@ -14,7 +14,7 @@ import attrs
 
 from trio_routines.errors import InvalidCron
 
-__all__ = ["FIELD_NAMES", "MACROS", "Fields", "parse_fields"]
+__all__ = ["FIELD_NAMES", "MACROS", "PARSERS", "Fields", "parse_fields"]
 
 FIELD_NAMES = ("minute", "hour", "day-of-month", "month", "day-of-week")
 
@@ -137,6 +137,11 @@ class _FieldParser:
         for item in items:
             if not item:
                 raise self.fail(f"{_quote(text)} has an empty list item")
+            if item[:1] in ("H", "h"):
+                raise self.fail(
+                    f"{_quote(item)}: H (a hashed value) needs a name to hash; it is for "
+                    "routines and wake-ups, or `next --cron EXPR --name NAME`"
+                )
             if item == "?":
                 if self.name in ("day-of-month", "day-of-week") and text == "?":
                     continue
@@ -159,6 +164,7 @@ _HOUR = _FieldParser(1, 0, 23, None)
 _DOM = _FieldParser(2, 1, 31, None)
 _MONTH = _FieldParser(3, 1, 12, _MONTH_NAMES)
 _DOW = _FieldParser(4, 0, 7, _WEEKDAY_NAMES)
+PARSERS = (_MINUTE, _HOUR, _DOM, _MONTH, _DOW)
 
 
 def _parse_dom(text: str) -> tuple[int, frozenset[int]]:

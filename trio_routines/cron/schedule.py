@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from trio_routines.cron.fields import _quote, parse_fields
+from trio_routines.cron.hashed import resolve_hashed
 from trio_routines.errors import InvalidCron
 from trio_routines.instants import require_utc
 
@@ -340,30 +341,37 @@ def _parse_cached(cron: str, tz: str | None) -> CronSchedule:
     return CronSchedule(cron, tz)
 
 
-def parse_cron(cron: str, tz: str | None = None) -> CronSchedule:
+def parse_cron(cron: str, tz: str | None = None, seed: str | None = None) -> CronSchedule:
     """Parse and validate ``cron`` in zone ``tz`` (IANA name; ``None`` = UTC). Cached.
 
-    Raises :class:`InvalidCron` with a one-line message naming the field or the zone.
+    ``seed`` (a routine's name, a wake-up's :func:`~trio_routines.cron.hashed.wakeup_seed`)
+    resolves ``H`` fields first (:func:`~trio_routines.cron.hashed.resolve_hashed`); without
+    it an ``H`` is refused. Raises :class:`InvalidCron` with a one-line message naming the
+    field or the zone.
     """
     _check_types(cron, tz)
     _zone(tz)  # the zone is checked first, as the original scheduler did
+    if seed is not None:
+        cron = resolve_hashed(cron, seed)
     return _parse_cached(cron, tz)
 
 
-def cron_error(cron: str, tz: str | None = None) -> str | None:
-    """``None`` when ``cron`` in ``tz`` is valid, else the one-line reason."""
+def cron_error(cron: str, tz: str | None = None, seed: str | None = None) -> str | None:
+    """``None`` when ``cron`` in ``tz`` (with ``H`` resolved from ``seed``) is valid, else why."""
     try:
-        parse_cron(cron, tz)
+        parse_cron(cron, tz, seed)
     except InvalidCron as error:
         return str(error)
     return None
 
 
-def next_run(cron: str, tz: str | None, after: datetime) -> datetime | None:
+def next_run(
+    cron: str, tz: str | None, after: datetime, seed: str | None = None
+) -> datetime | None:
     """First instant strictly after ``after`` at which ``cron`` fires in ``tz``.
 
-    ``tz=None`` is UTC (never the host zone). Returns an aware UTC datetime on a whole minute, or
-    ``None`` when the expression never fires again. Raises :class:`InvalidCron` for a bad
-    expression or zone and ``ValueError`` for a naive ``after``.
+    ``tz=None`` is UTC (never the host zone); ``seed`` resolves ``H`` fields. Returns an aware
+    UTC datetime on a whole minute, or ``None`` when the expression never fires again. Raises
+    :class:`InvalidCron` for a bad expression or zone and ``ValueError`` for a naive ``after``.
     """
-    return parse_cron(cron, tz).next_after(after)
+    return parse_cron(cron, tz, seed).next_after(after)

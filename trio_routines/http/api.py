@@ -159,15 +159,18 @@ def routines(scheduler: Scheduler) -> Response:
         if name in next_due:
             upcoming = next_due[name]
         else:  # not armed here: an external clock, or a scheduler not running
-            upcoming = next_run(routine.cron, routine.tz, now) if routine.cron else None
-        listing.append(
-            {
-                "name": name,
-                "cron": routine.cron,
-                "tz": routine.tz,
-                "next": format_iso(upcoming) if upcoming is not None else None,
-            }
-        )
+            upcoming = (
+                next_run(routine.cron, routine.tz, now, routine.name) if routine.cron else None
+            )
+        entry = {
+            "name": name,
+            "cron": routine.cron,
+            "tz": routine.tz,
+            "next": format_iso(upcoming) if upcoming is not None else None,
+        }
+        if routine.resolved_cron != routine.cron:
+            entry["resolved_cron"] = routine.resolved_cron
+        listing.append(entry)
     return Response(200, listing)
 
 

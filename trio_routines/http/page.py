@@ -138,7 +138,7 @@ def _expected(routine: Routine, start: datetime, now: datetime) -> list[datetime
     at = start - timedelta(milliseconds=1)
     while True:
         try:
-            at_next = next_run(routine.cron, routine.tz, at)
+            at_next = next_run(routine.cron, routine.tz, at, routine.name)
         except (TrioRoutinesError, ValueError, OverflowError):
             break
         if at_next is None or at_next > now:

@@ -51,7 +51,7 @@ class Boot(StoreCalls):
         for name, routine in self.routines.items():
             if routine.cron is None:
                 continue
-            due = next_run(routine.cron, routine.tz, latest.get(name, current))
+            due = next_run(routine.cron, routine.tz, latest.get(name, current), routine.name)
             if due is None:
                 log.warning('%s: cron "%s" will never fire again — not armed', name, routine.cron)
                 continue

@@ -70,7 +70,7 @@ class CronLoops(FirePath, ClockWatch, Restarts):
                     if not self._current(routine):
                         return
                     backoff = RESTART_FIRST  # a slot went through: a later fault starts over
-                    due = next_run(routine.cron, routine.tz, self.now())
+                    due = next_run(routine.cron, routine.tz, self.now(), routine.name)
                     self._set_due(routine, due)
                 return
             except Exception as exc:
@@ -99,4 +99,4 @@ class CronLoops(FirePath, ClockWatch, Restarts):
         newest = await self._latest_fire(routine.name)
         now = self.now()
         self._note_future_claim(routine.name, newest, now)
-        return next_run(routine.cron, routine.tz, arm_from(newest, now))
+        return next_run(routine.cron, routine.tz, arm_from(newest, now), routine.name)

@@ -99,7 +99,10 @@ def on_grid(routine: Routine, slot: datetime) -> bool:
         return True
     slot = truncate_ms(slot)
     try:
-        return next_run(routine.cron, routine.tz, slot - timedelta(milliseconds=1)) == slot
+        return (
+            next_run(routine.cron, routine.tz, slot - timedelta(milliseconds=1), routine.name)
+            == slot
+        )
     except OverflowError:  # the first instant datetime can hold
         return False
 

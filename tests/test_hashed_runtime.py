@@ -1,0 +1,95 @@
+"""``H`` end to end: the scheduler fires the resolved instant, the command line shows it.
+
+The pure resolution is tested in ``test_cron_hashed.py``; here the plumbing: a routine's name
+seeds its ``H`` in the cron loop, the fire path's grid check, ``next``, ``list`` and ``wake``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tests.procs import Env
+from tests.test_scheduler import Rig, at, sleep_until_wall
+from trio_routines import Outcome, Routine
+from trio_routines.cron import next_run, resolve_hashed, wakeup_seed
+
+
+def _minute(cron: str, seed: str) -> int:
+    return int(resolve_hashed(cron, seed).split()[0])
+
+
+async def test_the_scheduler_fires_each_routine_at_its_own_hashed_minute(
+    autojump_clock: Any,
+) -> None:
+    names = ["digest", "report", "backup"]
+    routines = [Routine(name=name, prompt="p", cron="H 11 * * *") for name in names]
+    minutes = {name: _minute("H 11 * * *", name) for name in names}
+    assert len(set(minutes.values())) == 3  # spread: three different minutes
+    rig = Rig(*routines)
+    async with rig.running():
+        await sleep_until_wall(rig.wall, at(12))
+    for name in names:
+        slot = at(11, minutes[name])
+        assert await rig.fires(name) == [(slot, slot, Outcome.COMPLETED)]
+
+
+def test_next_shows_the_resolved_schedule_of_a_name(env: Env) -> None:
+    after = "2026-07-01T00:00Z"
+    resolved = resolve_hashed("H 9 * * *", "digest")
+    result = env.cli("next", "--cron", "H 9 * * *", "--name", "digest", "-n", "2", "--after", after)
+    assert result.returncode == 0, result.stderr
+    minute = int(resolved.split()[0])
+    assert result.stdout.splitlines() == [
+        f"2026-07-01T09:{minute:02d}:00.000Z",
+        f"2026-07-02T09:{minute:02d}:00.000Z",
+    ]
+    assert f'H resolved for "digest": "{resolved}"' in result.stderr
+    # a routine of that name resolves the same way
+    env.routine("digest", cron="H 9 * * *")
+    by_name = env.cli("next", "digest", "-n", "2", "--after", after)
+    assert by_name.stdout == result.stdout
+
+
+def test_h_needs_a_name_on_the_command_line(env: Env) -> None:
+    result = env.cli("next", "--cron", "H 9 * * *")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert "needs a name to hash" in result.stderr
+    env.routine("daily", cron="0 9 * * *")
+    result = env.cli("next", "daily", "--name", "x")
+    assert result.returncode == 2
+    assert "--name goes with --cron" in result.stderr
+
+
+def test_list_and_fire_use_the_resolved_schedule(env: Env) -> None:
+    env.routine("digest", cron="H 9 * * *")
+    resolved = resolve_hashed("H 9 * * *", "digest")
+    listing = env.cli("list")
+    assert listing.returncode == 0, listing.stderr
+    assert f"cron H 9 * * * (= {resolved})" in listing.stdout
+    entry = json.loads(env.cli("list", "--json").stdout)["routines"][0]
+    assert (entry["cron"], entry["resolved_cron"]) == ("H 9 * * *", resolved)
+    minute = int(resolved.split()[0])
+    on_grid = f"2026-07-07T09:{minute:02d}:00Z"
+    off_grid = f"2026-07-07T09:{(minute + 1) % 60:02d}:00Z"
+    refused = env.cli("fire", "digest", "--slot", off_grid, "--agent", "echo")
+    assert refused.returncode == 1
+    assert "cron grid" in refused.stderr
+    fired = env.cli("fire", "digest", "--slot", on_grid, "--agent", "echo")
+    assert fired.returncode == 0, fired.stderr
+
+
+def test_a_recurring_wakeup_resolves_from_its_session_and_id(env: Env) -> None:
+    before = datetime.now(UTC)
+    added = env.cli("wake", "--session", "chat", "--cron", "H H * * *", "--prompt", "p", "--json")
+    assert added.returncode == 0, added.stderr
+    wakeup = json.loads(added.stdout)
+    resolved = resolve_hashed("H H * * *", wakeup_seed("chat", wakeup["id"]))
+    expected = next_run(resolved, None, before)
+    assert expected is not None
+    fire_at = datetime.fromisoformat(wakeup["fireAt"])
+    assert fire_at in (expected, next_run(resolved, None, expected))  # a minute may turn
+    assert fire_at - before < timedelta(days=1, minutes=1)
+    listing = env.cli("list")
+    assert f"cron H H * * * (= {resolved})" in listing.stdout
