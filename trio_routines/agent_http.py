@@ -155,7 +155,9 @@ class HttpAgent:
             )
         self._token = token or None
         ca_file = ca_file if ca_file is not None else os.environ.get(CA_VARIABLE) or None
-        self._verify: ssl.SSLContext | bool = True
+        # Built once here, never per turn: httpx would otherwise load a CA bundle from disk on
+        # the Trio thread for every client. Plain http gets one that never loads anything.
+        self._verify = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         if parsed.scheme == "https":
             try:
                 self._verify = ssl.create_default_context(cafile=ca_file)
