@@ -486,3 +486,21 @@ async def test_the_example_receiver_turns_at_most_once_into_exactly_once(tmp_pat
             await proc.stdout.aclose()
     assert "POST /turn" in errors.read_text()
     assert "t-1" not in errors.read_text()
+
+
+async def test_no_turn_loads_certificates_on_the_trio_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loads: list[object] = []
+    original = ssl.SSLContext.load_verify_locations
+
+    def counting(self: ssl.SSLContext, *args: object, **kwargs: object) -> None:
+        loads.append(args or kwargs)
+        original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    async with serving(reply(200, "ok", "text/plain")) as server:
+        agent = HttpAgent(server.url())  # whatever it loads, it loads once, here
+        monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counting)
+        for _ in range(2):
+            assert await collect(agent) == [TextDelta("ok"), Completed()]
+    assert loads == []
