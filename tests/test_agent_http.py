@@ -504,3 +504,48 @@ async def test_no_turn_loads_certificates_on_the_trio_thread(
         for _ in range(2):
             assert await collect(agent) == [TextDelta("ok"), Completed()]
     assert loads == []
+
+
+async def test_a_stops_grace_cancels_a_turn_waiting_on_the_server() -> None:
+    clock = WallClock(datetime(2026, 7, 7, 9, 0, 5, tzinfo=UTC))
+    routine = Routine(name="daily", prompt="go", cron="0 9 * * *")
+    store = MemoryStore()
+    results = []
+    async with serving(never_answer) as server:
+        agent = HttpAgent(server.url())  # the read timeout (300 s) is not what ends it
+        scheduler = Scheduler(agent=agent, store=store, routines=[routine], now=clock)
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+
+                async def fire() -> None:
+                    results.append(await scheduler.fire("daily", SLOT))
+
+                nursery.start_soon(fire)
+                while not server.requests:  # noqa: ASYNC110 — the server is another task
+                    await trio.sleep(0.01)
+                scheduler.stop(grace=0.2)
+    (result,) = results
+    assert result.outcome is Outcome.INTERRUPTED
+    assert len(server.requests) == 1
+
+
+async def test_a_server_whose_backlog_is_full_fails_on_the_connect_timeout() -> None:
+    # A listener that never accepts, its queue filled: further connections are never completed.
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    try:
+        for _ in range(2):
+            filler = trio.socket.socket()
+            fillers.append(filler)
+            with trio.move_on_after(0.5):
+                await filler.connect(("127.0.0.1", port))
+        found = await collect(HttpAgent(f"http://127.0.0.1:{port}/turn", connect_timeout=0.5))
+    finally:
+        for sock in [*fillers, listener]:
+            sock.close()
+    assert found == [
+        Failed(f"could not connect to http://127.0.0.1:{port} within 0.5s (not retried)")
+    ]
