@@ -193,14 +193,20 @@ def test_a_sigkilled_serve_takes_its_command_and_the_commands_children_with_it(
     wait_for(lambda: not any(alive(pid) for pid in pids), 10, "the orphaned turn to die")
 
 
-def test_the_command_runs_under_a_supervisor_holding_its_lifeline(pid_file: Path) -> None:
+@pytest.mark.parametrize("lowest_fd", [3, 1100])  # past 1024, select() could not watch it
+def test_the_command_runs_under_a_supervisor_holding_its_lifeline(
+    pid_file: Path, lowest_fd: int
+) -> None:
     # What a SIGKILL of the runtime ends is the lifeline's write end: the supervisor reads
     # end-of-file and ends the group. Closing it by hand stands in for the runtime's death.
+    import fcntl
     import subprocess as sp
 
     from trio_routines.agents import _LIFELINE
 
-    lifeline, held = os.pipe()
+    read_end, held = os.pipe()
+    lifeline = fcntl.fcntl(read_end, fcntl.F_DUPFD_CLOEXEC, lowest_fd)
+    os.close(read_end)
     with open(os.devnull, "rb") as null:
         proc = sp.Popen(
             [sys.executable, "-I", "-S", _LIFELINE, str(lifeline), "/bin/sh", "-c",

@@ -97,15 +97,19 @@ def main(argv: list[str]) -> None:
     restore = [signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT]
     child = os.posix_spawn(command[0], command, os.environ, setsigdef=restore)
     _detach_stdio()
+    # poll, not select: the lifeline keeps the runtime's fd number, which may pass 1024.
+    watch = select.poll()
+    watch.register(wake_read, select.POLLIN)
+    watch.register(lifeline, select.POLLIN)
     while True:
         done, status = os.waitpid(child, os.WNOHANG)
         if done:
             _exit_like(status)
-        ready, _, _ = select.select([lifeline, wake_read], [], [])
-        if wake_read in ready:
-            os.read(wake_read, 512)
-        if lifeline in ready and not os.read(lifeline, 1):
-            _end_group(child)
+        for fd, _ in watch.poll():
+            if fd == wake_read:
+                os.read(wake_read, 512)
+            elif not os.read(lifeline, 1):  # end-of-file (POLLHUP reads as it too)
+                _end_group(child)
 
 
 if __name__ == "__main__":
