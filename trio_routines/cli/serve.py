@@ -9,7 +9,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import trio
 
@@ -66,7 +66,10 @@ async def cmd_serve(args: argparse.Namespace) -> int:
             poll_interval=args.poll,
             default_grace=args.grace,  # also how long a failed settle is retried
         )
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        with (
+            trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals,
+            trio.open_signal_receiver(signal.SIGHUP) as hangups,
+        ):
             async with trio.open_nursery() as nursery:
 
                 async def run_scheduler(*, task_status: trio.TaskStatus[Scheduler]) -> None:
@@ -85,8 +88,18 @@ async def cmd_serve(args: argparse.Namespace) -> int:
                     )
                 # ---------------------------------------------------------------------------
                 nursery.start_soon(watch_signals, signals, scheduler, args.grace)
+                nursery.start_soon(_reload_on_hangup, hangups, scheduler, args.routines)
     log.info("stopped")
     return 0
+
+
+async def _reload_on_hangup(
+    hangups: AsyncIterator[int], scheduler: Scheduler, directory: str
+) -> None:
+    """SIGHUP reloads the routines directory into the running scheduler."""
+    async for _ in hangups:
+        log.info("SIGHUP received — reloading the routines from %s", directory)
+        await scheduler.reload_routines(directory)
 
 
 def _log_armed(

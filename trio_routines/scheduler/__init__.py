@@ -42,6 +42,7 @@ them: run, stop, statistics).
 
 from __future__ import annotations
 
+from .reload import RoutineChanges as RoutineChanges
 from .service import Scheduler as Scheduler
 from .service import serve_routines as serve_routines
 from .state import DEFAULT_GRACE as DEFAULT_GRACE

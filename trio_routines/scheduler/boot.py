@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 
 import trio
@@ -19,9 +20,10 @@ BOOT_INTERRUPTED = "the process stopped mid-turn (found unsettled at the next bo
 class Boot(StoreCalls):
     async def _boot(self, *, plan: bool = True) -> dict[str, datetime]:
         """Reconcile every routine's open claim; with ``plan``, each cron routine's first slot."""
-        newest = await self._read_newest_claims()
+        routines = dict(self.routines)  # update_routines() may change them meanwhile
+        newest = await self._read_newest_claims(routines)
         latest = {}
-        for name in self.routines:
+        for name in routines:
             fire = newest[name]
             if fire is not None and fire.outcome is None:
                 log.warning(
@@ -45,10 +47,10 @@ class Boot(StoreCalls):
         if not plan:  # an external clock decides every slot
             return {}
         current = self.now()
-        for name in self.routines:
+        for name in routines:
             self._note_future_claim(name, newest[name], current)
         first_due = {}
-        for name, routine in self.routines.items():
+        for name, routine in routines.items():
             if routine.cron is None:
                 continue
             due = next_run(routine.cron, routine.tz, latest.get(name, current), routine.name)
@@ -60,7 +62,7 @@ class Boot(StoreCalls):
             first_due[name] = due
         return first_due
 
-    async def _read_newest_claims(self) -> dict[str, Fire | None]:
+    async def _read_newest_claims(self, routines: Collection[str]) -> dict[str, Fire | None]:
         """Every routine's newest claim, read concurrently (the store bounds its threads)."""
         newest: dict[str, Fire | None] = {}
         faults: dict[str, StateFault] = {}
@@ -72,9 +74,9 @@ class Boot(StoreCalls):
                 faults[name] = exc
 
         async with trio.open_nursery() as nursery:
-            for name in self.routines:
+            for name in routines:
                 nursery.start_soon(read, name)
-        for name in self.routines:  # the first broken routine in order, as one plain error
+        for name in routines:  # the first broken routine in order, as one plain error
             if name in faults:
                 raise faults[name]
         return newest

@@ -24,8 +24,12 @@ class ClockWatch(SchedulerState):
                 direction,
                 duration(abs(jump)),
             )
-            self._clock_moved.set()  # every sleeping loop re-reads the wall clock
-            self._clock_moved = trio.Event()
+            self._wake_sleepers()
+
+    def _wake_sleepers(self) -> None:
+        """Wake every sleeping cron loop to re-read the wall clock and its routine."""
+        self._clock_moved.set()
+        self._clock_moved = trio.Event()
 
 
 def duration(seconds: float) -> str:

@@ -79,6 +79,17 @@ class CronLoops(FirePath, ClockWatch, Restarts):
                 backoff = await self._restart_after(f"cron:{name}", name, exc, backoff)
                 rearm = True
 
+    async def _watch_clock(self) -> None:
+        """Without a wake loop, something must still look at the clocks every poll interval."""
+        backoff = RESTART_FIRST
+        while True:
+            try:
+                while True:
+                    await trio.sleep(self.poll_interval)
+                    self._note_offset()
+            except Exception as exc:
+                backoff = await self._restart_after("clock", "clock watch", exc, backoff)
+
     def _current(self, routine: Routine) -> bool:
         """Whether ``routine`` is still the loaded version of its name (not removed, replaced)."""
         return self.routines.get(routine.name) is routine

@@ -14,12 +14,12 @@ from ..routines import Routine
 from ..store import Store
 from .boot import Boot
 from .calls import STOP_MARGIN
-from .loops import CronLoops
+from .reload import Reload
 from .state import Statistics
 from .wake import WakeLoop
 
 
-class Scheduler(Boot, CronLoops, WakeLoop):
+class Scheduler(Boot, Reload, WakeLoop):
     """Fires routines and wake-ups into an agent; see the package doc.
 
     Start it inside a nursery: ``scheduler = await nursery.start(serve_routines, ...)``, or
@@ -37,6 +37,7 @@ class Scheduler(Boot, CronLoops, WakeLoop):
         whatever the clock mode: a claim an external ``fire`` left open when its process died
         is settled ``interrupted`` here too.
         """
+        booted = dict(self.routines)
         first_due = await self._boot(plan=not self.external_clock)
         for name, due in first_due.items():
             self._armed[name] = None
@@ -44,18 +45,27 @@ class Scheduler(Boot, CronLoops, WakeLoop):
         self._note_offset()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            nursery.start_soon(self._run_loops, first_due)
+            nursery.start_soon(self._run_loops, booted, first_due)
             task_status.started(self)
         self._nursery = None
 
-    async def _run_loops(self, first_due: dict[str, datetime]) -> None:
+    async def _run_loops(self, booted: dict[str, Routine], first_due: dict[str, datetime]) -> None:
         with self._loops:
             async with trio.open_nursery() as loops:
                 self._loop_nursery = loops
-                for name, due in first_due.items():
-                    loops.start_soon(
-                        functools.partial(self._cron_loop, self.routines[name], due, rearm=False)
-                    )
+                for name, routine in self.routines.items():
+                    if self.external_clock or routine.cron is None:
+                        continue
+                    if booted.get(name) is not routine:  # updated during the boot: arm anew
+                        loops.start_soon(
+                            functools.partial(self._cron_loop, routine, None, rearm=True)
+                        )
+                    elif name in first_due:
+                        loops.start_soon(
+                            functools.partial(
+                                self._cron_loop, routine, first_due[name], rearm=False
+                            )
+                        )
                 if self.wakeups:
                     loops.start_soon(self._wake_loop)
                 elif first_due:
@@ -68,11 +78,6 @@ class Scheduler(Boot, CronLoops, WakeLoop):
                         # Cancelled by the host's scope rather than by stop(): bound the
                         # shielded fires all the same, before waiting for them.
                         self._begin_stop(self.default_grace)
-
-    def _start_clock_watch(self) -> None:
-        if not self._watching and self._loop_nursery is not None:
-            self._watching = True
-            self._loop_nursery.start_soon(self._watch_clock)
 
     def stop(self, grace: float | None = None) -> None:
         """Stop arming at once; give in-flight turns ``grace`` seconds, then interrupt them.

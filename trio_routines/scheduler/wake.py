@@ -31,17 +31,6 @@ class WakeLoop(FirePath, ClockWatch, Restarts):
                     return
                 backoff = await self._restart_after("wake", "wake-up poll", exc, backoff)
 
-    async def _watch_clock(self) -> None:
-        """Without a wake loop, something must still look at the clocks every poll interval."""
-        backoff = RESTART_FIRST
-        while True:
-            try:
-                while True:
-                    await trio.sleep(self.poll_interval)
-                    self._note_offset()
-            except Exception as exc:
-                backoff = await self._restart_after("clock", "clock watch", exc, backoff)
-
     async def _wake_once(self) -> bool:
         """Take and fire one due wake-up; False when none was due or the store failed."""
         fired = False
