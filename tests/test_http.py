@@ -335,6 +335,8 @@ async def test_run_waits_by_default_and_claims_nothing() -> None:
             "session": "routine:daily",
             "ran": True,
             "outcome": "completed",
+            "reply": "ok",
+            "truncated": False,
         }
         failed = await server.call("POST", "/run", {"name": "daily", "wait": True})
         assert failed.json["ran"] is True

@@ -117,6 +117,11 @@ class Store(Protocol):
         """Pending wake-ups in stored order."""
         ...
 
+    async def ready(self) -> None:
+        """A cheap check that the store answers (``GET /readyz``): a stat of the state
+        directory, ``SELECT 1``. Raises StateFault when it does not; the caller bounds it."""
+        ...
+
     async def aclose(self) -> None:
         """Release connections and threads. The store is unusable afterwards."""
         ...

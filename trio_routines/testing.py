@@ -33,7 +33,7 @@ class MemoryStore(Lifetime):
 
     ``faults`` maps a method name (``claim``, ``settle``, ``latest_fire``, ``history``,
     ``add_wakeup``, ``take_due_wakeup``, ``defer_wakeup``, ``remove_wakeup``,
-    ``list_wakeups``) to an exception that method raises until the entry is removed:
+    ``list_wakeups``, ``ready``) to an exception that method raises until the entry is removed:
     a way to test what a broken disk does without a broken disk. A ``settle`` fault is logged
     and swallowed, as the contract says. :meth:`fail` sets one for a number of calls only;
     :meth:`hang` makes a method stall until it is cancelled, as a silent network does.
@@ -189,6 +189,10 @@ class MemoryStore(Lifetime):
         await self._enter("list_wakeups")
         self._fault("list_wakeups")
         return list(self.wakeups)
+
+    async def ready(self) -> None:
+        await self._enter("ready")
+        self._fault("ready")
 
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()

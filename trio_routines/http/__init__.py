@@ -39,6 +39,10 @@ Decisions (also in the README's HTTP section):
 
 * ``POST /fire`` answers 202 once the claim is taken, and the fire goes on in the scheduler's
   nursery; with ``"wait": true`` the request runs the fire and answers 200 once it settled.
+* ``GET /healthz`` (liveness) touches nothing; ``GET /readyz`` (readiness) asks the store
+  (:meth:`~trio_routines.Store.ready`) within 2 s and answers 503 while stopping. Neither
+  needs the token: an orchestrator's probe learns nothing but up or down.
+* ``POST /run`` returns the agent's reply text, cut at 64 KiB of UTF-8 with ``truncated``.
 * ``POST /run`` waits by default (``"wait"`` defaults to ``true``), as the original's did: the
   answer carries the outcome. ``"wait": false`` answers 202 once the turn has started in the
   scheduler's nursery (its session already held, so it cannot turn out busy afterwards), or

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+import trio
+
 from ..converter import fire_to_json, wakeup_to_json
 from ..cron import next_run
 from ..errors import InvalidWakeup, StateFault
@@ -38,6 +40,8 @@ from .wire import (
 log = logging.getLogger("trio_routines.http")
 
 NEAR_FUTURE = 300.0  # seconds: a slot this close is "retry later" (503), further is an error
+READY_DEADLINE = 2.0  # seconds GET /readyz waits for the store
+MAX_REPLY = 64 * 1024  # bytes of UTF-8 reply text that POST /run returns
 
 
 def _routine(scheduler: Scheduler, name: str) -> Routine:
@@ -81,9 +85,48 @@ def _busy_reason(name: str) -> str:
     return f"the previous turn of {quoted(name)} is still running"
 
 
+class _Reply:
+    """The agent's reply text, kept up to :data:`MAX_REPLY` bytes of UTF-8 (cut whole
+    characters), the rest dropped and noted."""
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+        self._room = MAX_REPLY
+        self.truncated = False
+
+    def add(self, text: str) -> None:
+        if self.truncated:
+            return
+        encoded = text.encode("utf-8", "surrogatepass")
+        if len(encoded) > self._room:
+            text = encoded[: self._room].decode("utf-8", "ignore")
+            self.truncated = True
+        self._room -= len(text.encode("utf-8", "surrogatepass"))
+        self._parts.append(text)
+
+    def text(self) -> str:
+        return "".join(self._parts)
+
+
 def healthz(scheduler: Scheduler) -> Response:
     in_flight = scheduler.statistics().in_flight
     return Response(200, {"status": "busy" if in_flight else "ok", "inFlight": in_flight})
+
+
+async def readyz(scheduler: Scheduler) -> Response:
+    """Ready when running and the store answers within :data:`READY_DEADLINE` seconds."""
+    if scheduler.stopping:
+        raise unavailable("the scheduler is stopping")
+    problem = f"the state store did not answer within {READY_DEADLINE:g}s"
+    with trio.move_on_after(READY_DEADLINE):
+        try:
+            await scheduler.store.ready()
+        except StateFault as exc:
+            problem = f"the state store is unavailable: {exc}"
+        else:
+            return Response(200, {"status": "ready"})
+    log.warning("GET /readyz: %s", problem)
+    raise unavailable(problem)
 
 
 async def fire(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
@@ -143,11 +186,15 @@ async def run(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
                 },
             )
         return Response(202, {"name": name[:ECHO], "session": routine.session, "started": True})
+    reply = _Reply()
     try:
-        turn = await scheduler.run_now(name)
+        turn = await scheduler.run_now(name, on_text=reply.add)
     except Stopping:
         raise unavailable("the scheduler is stopping; no new turns are accepted") from None
-    return Response(200, _run_body(routine, name, turn))
+    body = _run_body(routine, name, turn)
+    if body["ran"]:
+        body.update(reply=reply.text(), truncated=reply.truncated)
+    return Response(200, body)
 
 
 def routines(scheduler: Scheduler) -> Response:

@@ -73,7 +73,8 @@ class _App:
             return await page.handle(
                 self.scheduler, self._token, authorized, scope, method, path, receive
             )
-        if self._token is not None and path != "/healthz" and not self._cookie(scope, method):
+        probe = path in ("/healthz", "/readyz")
+        if self._token is not None and not probe and not self._cookie(scope, method):
             self._authorize(scope)
         key, param = route(path)
         allowed = ROUTES[key]
@@ -82,6 +83,8 @@ class _App:
         scheduler = self.scheduler
         if key == "/healthz":
             return api.healthz(scheduler)
+        if key == "/readyz":
+            return await api.readyz(scheduler)
         if key == "/metrics":
             return Response(200, Text(scheduler.render_metrics()))
         if key in ("/fire", "/run") and scheduler.stopping:
@@ -138,11 +141,13 @@ async def _lifespan(receive: Receive, send: Send) -> None:
 
 
 def make_app(scheduler: Scheduler, *, token: str | None = None) -> ASGIApp:
-    """The ASGI application of SPEC §9 over ``scheduler``.
+    """The ASGI application of the HTTP surface over ``scheduler`` (see the package doc).
 
     ``token`` (e.g. ``$TRIO_ROUTINES_TOKEN``; empty means none) is then required as
-    ``Authorization: Bearer <token>`` on every endpoint but ``/healthz``. ``POST /fire`` without
-    ``wait`` needs the scheduler running (``await nursery.start(scheduler.run)``); before that,
-    and once it stops, fires are answered 503.
+    ``Authorization: Bearer <token>`` on every endpoint but the probes ``/healthz`` and
+    ``/readyz``; without a token only loopback ``Host`` names are served. Mount it anywhere:
+    routes are matched below the ASGI ``root_path``. ``POST /fire`` without ``wait`` needs the
+    scheduler running (``await nursery.start(scheduler.run)``); before that, and once it
+    stops, fires are answered 503.
     """
     return _App(scheduler, token)

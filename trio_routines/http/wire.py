@@ -40,6 +40,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "/wakeups": (*GET, "POST"),
     "wakeup": ("DELETE",),
     "/healthz": GET,
+    "/readyz": GET,
     "/metrics": GET,
 }
 

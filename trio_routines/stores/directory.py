@@ -31,6 +31,7 @@ import fcntl
 import json
 import logging
 import os
+import stat
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -506,6 +507,27 @@ class DirectoryStore(Lifetime):
     async def list_wakeups(self) -> list[Wakeup]:
         entries, _ = await self._run(partial(self._load, cached=True))
         return entries
+
+    async def ready(self) -> None:
+        # Abandoned on cancel: a hung file system must not hold the caller past its deadline.
+        await trio.to_thread.run_sync(self._ready, limiter=self._limiter, abandon_on_cancel=True)
+
+    def _ready(self) -> None:
+        # The claims directory, or the nearest parent that will hold it once the first claim
+        # creates it: a directory we may write in.
+        for path in (self._claims, self._schedule, self.root, self.root.parent):
+            try:
+                info = os.stat(path)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise StateFault(
+                    f"the state directory {path} is unusable: {describe(exc)}"
+                ) from None
+            if stat.S_ISDIR(info.st_mode) and os.access(path, os.W_OK | os.X_OK):
+                return
+            raise StateFault(f"the state directory {path} is not a writable directory")
+        raise StateFault(f"the state directory {self.root} cannot be created")
 
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()

@@ -297,5 +297,12 @@ class PostgresStore(Lifetime):
                 log.warning("skipping a malformed wake-up entry %r: %s", row[0], exc)
         return entries
 
+    async def ready(self) -> None:
+        await self._conns.run("the database does not answer", _select_one)
+
     async def aclose(self) -> None:
         await self._conns.aclose()
+
+
+def _select_one(conn: Conn, _call: Call) -> None:
+    conn.execute("SELECT 1")
