@@ -214,6 +214,23 @@ async def test_a_refused_connection_fails_once_and_is_not_retried() -> None:
     assert last.details.endswith("(not retried)")
 
 
+@pytest.mark.parametrize(
+    ("content_type", "body", "text"),
+    [
+        ("text/plain; charset=latin-1", "café".encode("latin-1"), "café"),
+        ("text/plain; charset=no-such-thing", "café".encode(), "café"),
+        ("text/plain; charset=rot13", b"abc", "abc"),  # not a text encoding: UTF-8
+        ("application/octet-stream", b"\xff ok", "\ufffd ok"),
+    ],
+)
+async def test_a_body_is_decoded_by_its_charset_or_as_utf8(
+    content_type: str, body: bytes, text: str
+) -> None:
+    async with serving(reply(200, body, content_type)) as server:
+        found = await collect(HttpAgent(server.url()))
+    assert found == [TextDelta(text), Completed()]
+
+
 async def test_a_reply_is_kept_up_to_the_limit() -> None:
     async with serving(reply(200, "a" * 5000, "text/plain")) as server:
         found = await collect(HttpAgent(server.url(), max_reply=1000))

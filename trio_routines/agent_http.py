@@ -234,9 +234,8 @@ class HttpAgent:
             reason = answer.reason + (f": {line}" if line else "")
             yield Failed(reason, SESSION_BUSY if answer.kind == "busy" else None)
             return
-        decoder = codecs.getincrementaldecoder(
-            "utf-8" if answer.kind == "events" else (response.charset_encoding or "utf-8")
-        )(errors="replace")
+        charset = "utf-8" if answer.kind == "events" else response.charset_encoding
+        decoder = _decoder(charset)
         reader = _Reader(EventStreamParser() if answer.kind == "events" else None)
         kept = 0
         cut = False
@@ -312,6 +311,16 @@ async def _read_some(response: httpx.Response, limit: int) -> bytes:
             if len(body) >= limit:
                 break
     return body[:limit]
+
+
+def _decoder(charset: str | None) -> codecs.IncrementalDecoder:
+    """UTF-8 unless the answer names a text encoding Python knows (never a crash on a bad one)."""
+    try:
+        if charset and codecs.lookup(charset)._is_text_encoding:
+            return codecs.getincrementaldecoder(charset)(errors="replace")
+    except LookupError:
+        pass
+    return codecs.getincrementaldecoder("utf-8")(errors="replace")
 
 
 def _detail(exc: BaseException) -> str:
