@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import trio
+import trio.testing
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from trio_routines import Outcome, Routine, Scheduler
 from trio_routines.metrics import Metrics
+from trio_routines.prometheus import register
+from trio_routines.testing import Complete, MemoryStore, ScriptedAgent, WallClock
 
 
 def test_rendering() -> None:
@@ -24,3 +36,104 @@ def test_rendering() -> None:
     assert "trio_routines_armed_routines 3" in text
     assert text.endswith("\n")
     assert len(text.splitlines()) == len(set(text.splitlines()))  # no series written twice
+
+
+# -- one set of series, two ways out -------------------------------------------------------------
+
+
+def _parsed(text: str) -> dict[str, Any]:
+    return {family.name: family for family in text_string_to_metric_families(text)}
+
+
+def _samples(families: Iterable[Any]) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
+    return {(s.name, tuple(sorted(s.labels.items())), s.value) for f in families for s in f.samples}
+
+
+async def _scheduler_after_a_fire(clock: trio.testing.MockClock) -> Scheduler:
+    wall = WallClock(datetime(2026, 7, 7, 6, 59, 50, tzinfo=UTC))
+    store = MemoryStore()
+    # Completed on a previous run: seeds the last success at boot.
+    await store.claim(
+        "weekly", datetime(2026, 7, 6, 8, tzinfo=UTC), datetime(2026, 7, 6, 8, tzinfo=UTC)
+    )
+    await store.settle("weekly", datetime(2026, 7, 6, 8, tzinfo=UTC), Outcome.COMPLETED, 1500)
+    agent = ScriptedAgent(Complete(duration=2.0))
+    routines = [
+        Routine(name="daily", prompt="p", cron="0 9 * * *", tz="Europe/Berlin"),
+        Routine(name="weekly", prompt="p", cron="0 10 * * 1", tz="Europe/Berlin"),
+    ]
+    scheduler = Scheduler(agent=agent, store=store, routines=routines, now=wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(3600)  # virtual: the 09:00 Berlin slot fires 10 s in, 2 s long
+        [fire] = await store.history("daily")
+        assert fire.outcome is Outcome.COMPLETED
+        nursery.cancel_scope.cancel()
+    return scheduler
+
+
+async def test_the_text_parses_with_prometheus_clients_own_parser_help_and_type_on_every_family(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    scheduler = await _scheduler_after_a_fire(autojump_clock)
+    text = scheduler.render_metrics()
+    families = _parsed(text)
+    ours = scheduler.metric_families()
+    assert {f.name for f in ours} == set(families)
+    for family in ours:
+        parsed = families[family.name]
+        assert parsed.type == family.kind
+        assert parsed.documentation == family.help
+        assert family.help
+    # Every family announces itself before its samples, once.
+    for family in ours:
+        shown = family.name + ("_total" if family.kind == "counter" else "")
+        assert text.count(f"# HELP {shown} ") == 1
+        assert text.count(f"# TYPE {shown} {family.kind}\n") == 1
+    fired_at = datetime(2026, 7, 7, 7, tzinfo=UTC) + timedelta(seconds=2)
+    samples = _samples(families.values())
+    assert (
+        "trio_routines_last_success_timestamp_seconds",
+        (("routine", "daily"),),
+        fired_at.timestamp(),
+    ) in samples
+    seeded = datetime(2026, 7, 6, 8, 0, 1, 500_000, tzinfo=UTC).timestamp()
+    assert (
+        "trio_routines_last_success_timestamp_seconds",
+        (("routine", "weekly"),),
+        seeded,
+    ) in samples
+    # Next: tomorrow 09:00 Berlin (07:00Z) and Monday 10:00 Berlin (08:00Z).
+    assert (
+        "trio_routines_next_fire_timestamp_seconds",
+        (("routine", "daily"),),
+        datetime(2026, 7, 8, 7, tzinfo=UTC).timestamp(),
+    ) in samples
+    assert (
+        "trio_routines_next_fire_timestamp_seconds",
+        (("routine", "weekly"),),
+        datetime(2026, 7, 13, 8, tzinfo=UTC).timestamp(),
+    ) in samples
+    assert (
+        "trio_routines_fires_total",
+        (("outcome", "completed"), ("routine", "daily")),
+        1.0,
+    ) in samples
+
+
+async def test_the_collector_gives_a_registry_the_same_series(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    scheduler = await _scheduler_after_a_fire(autojump_clock)
+    registry = CollectorRegistry()
+    collector = register(scheduler, registry)
+    through_client = generate_latest(registry).decode()
+    ours = scheduler.render_metrics()
+    assert _samples(text_string_to_metric_families(through_client)) == _samples(
+        text_string_to_metric_families(ours)
+    )
+    assert {(f.name, f.type, f.documentation) for f in text_string_to_metric_families(ours)} == {
+        (f.name, f.type, f.documentation) for f in registry.collect()
+    }
+    registry.unregister(collector)
+    assert list(registry.collect()) == []

@@ -1,9 +1,12 @@
-"""Counters for ``GET /metrics``, in the Prometheus text exposition format (version 0.0.4).
+"""The runtime's metrics: one set of series, written as Prometheus text or handed to a client.
 
 The runtime records what happens to each fire -- its outcome, its turn's duration, how late it
-started behind its slot -- and every refused claim and clock jump; :meth:`Metrics.render`
-writes them out. A dozen series do not need a client library: the format is a few lines of
-text, so this module has no dependency (the design notes say why).
+started behind its slot, when a routine last succeeded -- and every refused claim, restarted
+loop, lost settle and clock jump. :meth:`Metrics.families` turns that, plus a snapshot of the
+scheduler, into :class:`Family` values (name, type, help, samples); both ways out are made
+from them, so they cannot disagree: :func:`render` writes the text exposition format (0.0.4)
+for ``GET /metrics`` with no dependency, and :mod:`trio_routines.prometheus` (the ``metrics``
+extra) hands the same families to a host's ``prometheus_client`` registry.
 """
 
 from __future__ import annotations
@@ -12,12 +15,37 @@ import bisect
 import itertools
 import math
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime
+from typing import Any
+
+import attrs
 
 #: Bucket bounds in seconds for turn durations and for lateness behind the slot.
 DURATION_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
 LATENESS_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0)
+PREFIX = "trio_routines_"
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@attrs.frozen
+class Sample:
+    """One line of a family: its full name (with ``_total``, ``_bucket``, ...), labels, value."""
+
+    name: str
+    labels: Labels
+    value: float
+
+
+@attrs.frozen
+class Family:
+    """One metric: ``name`` without the ``_total`` of a counter, its type and help text."""
+
+    name: str
+    kind: str  # "counter", "gauge" or "histogram"
+    help: str
+    samples: tuple[Sample, ...]
 
 
 class _Histogram:
@@ -30,23 +58,27 @@ class _Histogram:
         self.total = 0
 
     def observe(self, value: float) -> None:
-        # Counted in the first bucket that holds it; rendering makes the counts cumulative.
+        # Counted in the first bucket that holds it; the samples make the counts cumulative.
         index = bisect.bisect_left(self.bounds, value)
         if index < len(self.bounds):
             self.counts[index] += 1
         self.sum += value
         self.total += 1
 
-    def cumulative(self) -> list[int]:
-        return list(itertools.accumulate(self.counts))
-
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    def samples(self, name: str, labels: Labels) -> Iterator[Sample]:
+        for bound, count in zip(self.bounds, itertools.accumulate(self.counts), strict=True):
+            yield Sample(f"{name}_bucket", (*labels, ("le", _number(bound))), count)
+        yield Sample(f"{name}_bucket", (*labels, ("le", "+Inf")), self.total)
+        yield Sample(f"{name}_sum", labels, self.sum)
+        yield Sample(f"{name}_count", labels, self.total)
 
 
 def _number(value: float) -> str:
     return "+Inf" if math.isinf(value) else repr(float(value)) if value % 1 else str(int(value))
+
+
+def _routine(name: str) -> Labels:
+    return (("routine", name),)
 
 
 class Metrics:
@@ -57,6 +89,7 @@ class Metrics:
         self.refused: Counter[tuple[str, str]] = Counter()
         self.restarts: Counter[tuple[str, str | None]] = Counter()
         self.settle_failures: Counter[str] = Counter()
+        self.last_success: dict[str, datetime] = {}
         self.durations: defaultdict[str, _Histogram] = defaultdict(
             lambda: _Histogram(DURATION_BUCKETS)
         )
@@ -64,11 +97,21 @@ class Metrics:
             lambda: _Histogram(LATENESS_BUCKETS)
         )
 
-    def fired(self, routine: str, outcome: str, ms: int, late: float) -> None:
-        """A claimed slot settled with ``outcome`` after ``ms``; its turn began ``late`` s late."""
+    def fired(
+        self, routine: str, outcome: str, ms: int, late: float, at: datetime | None = None
+    ) -> None:
+        """A claimed slot settled with ``outcome`` after ``ms`` at ``at``; its turn began
+        ``late`` s late."""
         self.fires[routine, outcome] += 1
         self.durations[routine].observe(ms / 1000)
         self.lateness[routine].observe(max(0.0, late))
+        if outcome == "completed" and at is not None:
+            self.succeeded(routine, at)
+
+    def succeeded(self, routine: str, at: datetime) -> None:
+        """``routine`` last completed a claimed slot at ``at`` (also seeded at boot)."""
+        if routine not in self.last_success or self.last_success[routine] < at:
+            self.last_success[routine] = at
 
     def refuse(self, routine: str, reason: str) -> None:
         self.refused[routine, reason] += 1
@@ -81,84 +124,142 @@ class Metrics:
         """An outcome that could not be written, retries included: the claim stays open."""
         self.settle_failures[routine] += 1
 
-    def render(
+    def families(
         self,
         *,
         in_flight: int,
         armed: int,
         clock_jumps: int,
         future_claims: Mapping[str, datetime] | None = None,
-    ) -> str:
-        lines: list[str] = []
+        next_due: Mapping[str, datetime | None] | None = None,
+    ) -> list[Family]:
+        """Every series, with the scheduler's snapshot given as arguments."""
 
-        def family(name: str, kind: str, text: str) -> None:
-            lines.append(f"# HELP {name} {text}")
-            lines.append(f"# TYPE {name} {kind}")
+        def counter(name: str, text: str, samples: Iterator[Sample]) -> Family:
+            return Family(PREFIX + name, "counter", text, tuple(samples))
 
-        family("trio_routines_fires_total", "counter", "Claimed slots by routine and outcome.")
-        for (routine, outcome), count in sorted(self.fires.items()):
-            lines.append(
-                f'trio_routines_fires_total{{routine="{_label(routine)}",outcome="{outcome}"}} '
-                f"{count}"
-            )
-        family(
-            "trio_routines_claims_refused_total",
-            "counter",
-            "Slots not claimed, by routine and reason (duplicate or stale).",
-        )
-        for (routine, reason), count in sorted(self.refused.items()):
-            lines.append(
-                f"trio_routines_claims_refused_total"
-                f'{{routine="{_label(routine)}",reason="{reason}"}} {count}'
-            )
+        def gauge(name: str, text: str, samples: Iterator[Sample]) -> Family:
+            return Family(PREFIX + name, "gauge", text, tuple(samples))
+
+        def per_routine(name: str, values: Mapping[str, datetime | None]) -> Iterator[Sample]:
+            for routine, when in sorted(values.items()):
+                if when is not None:
+                    yield Sample(PREFIX + name, _routine(routine), when.timestamp())
+
+        fires = PREFIX + "fires_total"
+        refused = PREFIX + "claims_refused_total"
+        restarts = PREFIX + "loop_restarts_total"
+        settles = PREFIX + "settle_failures_total"
+        found = [
+            counter(
+                "fires",
+                "Claimed slots by routine and outcome.",
+                (
+                    Sample(fires, (("routine", r), ("outcome", o)), n)
+                    for (r, o), n in sorted(self.fires.items())
+                ),
+            ),
+            counter(
+                "claims_refused",
+                "Slots not claimed, by routine and reason (duplicate or stale).",
+                (
+                    Sample(refused, (("routine", r), ("reason", why)), n)
+                    for (r, why), n in sorted(self.refused.items())
+                ),
+            ),
+        ]
         for name, text, histograms in (
-            ("trio_routines_turn_seconds", "Turn duration of claimed slots.", self.durations),
+            ("turn_seconds", "Turn duration of claimed slots.", self.durations),
             (
-                "trio_routines_lateness_seconds",
+                "lateness_seconds",
                 "How late a claimed slot's turn began behind the slot.",
                 self.lateness,
             ),
         ):
-            family(name, "histogram", text)
-            for routine, histogram in sorted(histograms.items()):
-                label = f'routine="{_label(routine)}"'
-                for bound, count in zip(histogram.bounds, histogram.cumulative(), strict=True):
-                    lines.append(f'{name}_bucket{{{label},le="{_number(bound)}"}} {count}')
-                lines.append(f'{name}_bucket{{{label},le="+Inf"}} {histogram.total}')
-                lines.append(f"{name}_sum{{{label}}} {_number(histogram.sum)}")
-                lines.append(f"{name}_count{{{label}}} {histogram.total}")
-        family(
-            "trio_routines_loop_restarts_total",
-            "counter",
-            "Loops restarted after an unexpected exception (cron by routine, wake, clock).",
-        )
-        for (loop, owner), count in sorted(self.restarts.items(), key=str):
-            labels = f'loop="{loop}"' + (f',routine="{_label(owner)}"' if owner is not None else "")
-            lines.append(f"trio_routines_loop_restarts_total{{{labels}}} {count}")
-        family(
-            "trio_routines_settle_failures_total",
-            "counter",
-            "Outcomes lost: the store could not record them within the settle's retries.",
-        )
-        for routine, count in sorted(self.settle_failures.items()):
-            lines.append(
-                f'trio_routines_settle_failures_total{{routine="{_label(routine)}"}} {count}'
+            samples = (
+                sample
+                for routine, histogram in sorted(histograms.items())
+                for sample in histogram.samples(PREFIX + name, _routine(routine))
             )
-        family(
-            "trio_routines_future_claim_timestamp_seconds",
-            "gauge",
-            "A routine's newest claim, when it lies in the future (a clock that ran ahead): "
-            "nothing fires before the first slot after it.",
-        )
-        for routine, slot in sorted((future_claims or {}).items()):
+            found.append(Family(PREFIX + name, "histogram", text, tuple(samples)))
+        found += [
+            counter(
+                "loop_restarts",
+                "Loops restarted after an unexpected exception (cron by routine, wake, clock).",
+                (
+                    Sample(
+                        restarts,
+                        (("loop", loop),) + (() if owner is None else _routine(owner)),
+                        n,
+                    )
+                    for (loop, owner), n in sorted(self.restarts.items(), key=str)
+                ),
+            ),
+            counter(
+                "settle_failures",
+                "Outcomes lost: the store could not record them within the settle's retries.",
+                (Sample(settles, _routine(r), n) for r, n in sorted(self.settle_failures.items())),
+            ),
+            gauge(
+                "last_success_timestamp_seconds",
+                "When a routine last completed a claimed slot (Unix time; since boot, seeded "
+                "from the newest claim).",
+                per_routine("last_success_timestamp_seconds", self.last_success),
+            ),
+            gauge(
+                "next_fire_timestamp_seconds",
+                "The next slot an armed routine will fire (Unix time).",
+                per_routine("next_fire_timestamp_seconds", next_due or {}),
+            ),
+            gauge(
+                "future_claim_timestamp_seconds",
+                "A routine's newest claim, when it lies in the future (a clock that ran ahead): "
+                "nothing fires before the first slot after it.",
+                per_routine("future_claim_timestamp_seconds", future_claims or {}),
+            ),
+            counter(
+                "clock_jumps",
+                "Wall-clock jumps noticed.",
+                iter([Sample(PREFIX + "clock_jumps_total", (), clock_jumps)]),
+            ),
+            gauge(
+                "in_flight",
+                "Fires and wake-up turns in flight.",
+                iter([Sample(PREFIX + "in_flight", (), in_flight)]),
+            ),
+            gauge(
+                "armed_routines",
+                "Cron routines with a next slot.",
+                iter([Sample(PREFIX + "armed_routines", (), armed)]),
+            ),
+        ]
+        return found
+
+    def render(self, **snapshot: Any) -> str:
+        """:func:`render` of :meth:`families` (same arguments)."""
+        return render(self.families(**snapshot))
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def render(families: list[Family]) -> str:
+    """The text exposition format (0.0.4): ``# HELP`` and ``# TYPE`` before every family."""
+    lines: list[str] = []
+    for family in families:
+        shown = family.name + "_total" if family.kind == "counter" else family.name
+        lines.append(f"# HELP {shown} {_help(family.help)}")
+        lines.append(f"# TYPE {shown} {family.kind}")
+        for sample in family.samples:
+            labels = ",".join(f'{key}="{_label(value)}"' for key, value in sample.labels)
             lines.append(
-                f'trio_routines_future_claim_timestamp_seconds{{routine="{_label(routine)}"}} '
-                f"{_number(slot.timestamp())}"
+                f"{sample.name}{{{labels}}} {_number(sample.value)}"
+                if labels
+                else f"{sample.name} {_number(sample.value)}"
             )
-        family("trio_routines_clock_jumps_total", "counter", "Wall-clock jumps noticed.")
-        lines.append(f"trio_routines_clock_jumps_total {clock_jumps}")
-        family("trio_routines_in_flight", "gauge", "Fires and wake-up turns in flight.")
-        lines.append(f"trio_routines_in_flight {in_flight}")
-        family("trio_routines_armed_routines", "gauge", "Cron routines with a next slot.")
-        lines.append(f"trio_routines_armed_routines {armed}")
-        return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import trio
 
@@ -79,4 +79,7 @@ class Boot(StoreCalls):
         for name in routines:  # the first broken routine in order, as one plain error
             if name in faults:
                 raise faults[name]
+        for name, fire in newest.items():  # /metrics' last success, before this boot
+            if fire is not None and fire.outcome is Outcome.COMPLETED:
+                self.metrics.succeeded(name, fire.fired_at + timedelta(milliseconds=fire.ms or 0))
         return newest

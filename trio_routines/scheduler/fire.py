@@ -101,7 +101,7 @@ class FirePath(StoreCalls):
         error = None if turn.busy else turn.failed
         await self._settle(name, slot, turn.outcome, turn.ms, error)
         self._outcomes[turn.outcome.value] += 1
-        self.metrics.fired(name, turn.outcome.value, turn.ms, late)
+        self.metrics.fired(name, turn.outcome.value, turn.ms, late, at=self.now())
         return FireResult(
             name, slot, claimed=True, outcome=turn.outcome, ms=turn.ms, failed=turn.failed
         )

@@ -10,6 +10,7 @@ from types import MappingProxyType
 import trio
 
 from ..agent import Agent
+from ..metrics import Family, render
 from ..routines import Routine
 from ..store import Store
 from .boot import Boot
@@ -101,15 +102,20 @@ class Scheduler(Boot, Reload, WakeLoop):
         await self._stopping.wait_value(True)
         await self._in_flight.wait_value(0)
 
-    def render_metrics(self) -> str:
-        """The runtime's counters in the Prometheus text format (``GET /metrics``)."""
+    def metric_families(self) -> list[Family]:
+        """The runtime's series (:mod:`trio_routines.metrics`), one snapshot."""
         stats = self.statistics()
-        return self.metrics.render(
+        return self.metrics.families(
             in_flight=stats.in_flight,
             armed=len(stats.armed),
             clock_jumps=stats.clock_jumps,
             future_claims=stats.future_claims,
+            next_due=stats.next_due,
         )
+
+    def render_metrics(self) -> str:
+        """The runtime's series in the Prometheus text format (``GET /metrics``)."""
+        return render(self.metric_families())
 
     def statistics(self) -> Statistics:
         return Statistics(
