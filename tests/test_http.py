@@ -36,7 +36,7 @@ from trio_routines.records import Outcome, Wakeup
 from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
 from trio_routines.store import Store
-from trio_routines.testing import Complete, Fail, Hang, MemoryStore, ScriptedAgent
+from trio_routines.testing import Busy, Complete, Fail, Hang, MemoryStore, ScriptedAgent
 
 SECRET = "PROMPT-SECRET-7f3a"
 LONG = "L" * 80
@@ -366,10 +366,26 @@ async def test_run_without_wait_is_202_and_a_busy_session_is_not_run() -> None:
         assert len(agent.turns) == 1  # the gate answered; the agent was never asked again
 
 
-async def test_run_unknown_routine_is_404() -> None:
+async def test_run_unknown_routine_is_404_listing_the_names() -> None:
     async with serving() as server:
-        assert_error(await server.call("POST", "/run", {"name": "nope"}), 404)
+        message = assert_error(await server.call("POST", "/run", {"name": "nope"}), 404)
+        assert message.startswith('no routine named "nope" (this deployment has: "LLLL')
+        assert message.endswith('", "adhoc", "daily")')  # names only, each cut to 64
         assert server.agent.turns == []
+
+
+async def test_a_busy_fire_is_skipped_with_the_reason_and_no_failure() -> None:
+    agent = ScriptedAgent()
+    agent.script(Busy(), session="routine:daily")
+    async with serving(agent=agent) as server:
+        reply = await server.call("POST", "/fire", {"name": "daily", "slot": ON_GRID, "wait": True})
+        assert reply.status == 200
+        body = reply.json
+        assert body["outcome"] == "skipped"
+        assert "failed" not in body
+        assert body["reason"].startswith('the previous turn of "daily" is still running')
+        (fire,) = await server.store.history("daily")
+        assert (fire.outcome, fire.error) == (Outcome.SKIPPED, None)
 
 
 # -- GET /routines, history ----------------------------------------------------------------------
@@ -555,7 +571,9 @@ async def test_healthz_reports_busy_while_a_wakeup_turn_is_in_flight() -> None:
 async def test_unknown_route_is_404_and_wrong_method_405_with_allow() -> None:
     async with serving() as server:
         for path in ("/fire/", "/nope", "/routines/daily", "/routines//history", "/wakeups/"):
-            assert_error(await server.call("GET", path), 404)
+            message = assert_error(await server.call("GET", path), 404)
+            assert "SPEC" not in message
+            assert "POST /fire" in message
         for method, path, allow in [
             ("GET", "/fire", "POST"),
             ("PUT", "/run", "POST"),

@@ -345,7 +345,11 @@ async def test_busy_turn_is_skipped_not_failed(
 ) -> None:
     rig = Rig(agent=ScriptedAgent(Busy()))
     result = await rig.scheduler.fire("hourly", at(9))
-    assert (result.claimed, result.outcome) == (True, Outcome.SKIPPED)
+    assert (result.claimed, result.outcome, result.failed) == (True, Outcome.SKIPPED, None)
+    assert result.reason == (
+        'the previous turn of "hourly" is still running — this occurrence is skipped, '
+        "the next fires per cron"
+    )
     assert await rig.fires() == [(at(9), T0, Outcome.SKIPPED)]
     assert [f.error for f in await rig.store.history("hourly")] == [None]  # an overlap, no failure
     assert any(m.startswith("hourly: occurrence skipped (session busy)") for m in messages(caplog))

@@ -69,7 +69,7 @@ def test_one_shot_needs_a_time_and_a_minute() -> None:
 
 
 def test_no_session_no_wakeup() -> None:
-    with pytest.raises(InvalidWakeup, match="only available inside a conversation"):
+    with pytest.raises(InvalidWakeup, match="needs a session to resume"):
         plan_add([], WakeupRequest(session="", prompt="p", fire_at=NOW + timedelta(hours=1)), NOW)
 
 
@@ -125,7 +125,7 @@ def test_the_cap_message_lists_every_pending_wakeup() -> None:
             pending, WakeupRequest(session="s", prompt="p", fire_at=NOW + timedelta(hours=2)), NOW
         )
     message = str(caught.value)
-    assert message.startswith("too many pending wake-ups for this conversation (20)")
+    assert message.startswith("too many pending wake-ups for this session (20)")
     assert "id0 at 2026-07-07T11:00:00.000Z: " + "x" * 60 + "…" in message
     assert message.count("; ") == 19
 
@@ -155,7 +155,7 @@ def test_texts() -> None:
     )
     assert removed_reply("abc", True) == "OK — wake-up abc cancelled."
     assert removed_reply("abc", False) == (
-        "no pending wake-up abc in this conversation (already fired, or not yours)."
+        "no pending wake-up abc for this session (already fired, cancelled, or another session's)"
     )
     assert bad_delay_reply("120").startswith('couldn\'t parse "in" ("120")')
 

@@ -108,9 +108,7 @@ def plan_add(
     now = truncate_ms(now)
     check_request(request)
     if not request.session:
-        raise InvalidWakeup(
-            "wake is only available inside a conversation (there is no session to resume)."
-        )
+        raise InvalidWakeup("a wake-up needs a session to resume (none was given).")
     if not request.prompt:
         raise InvalidWakeup("a wake-up needs a prompt: what should the woken turn do?")
     wakeup_id = new_id or str(uuid.uuid4())
@@ -143,8 +141,8 @@ def plan_add(
     if len(mine) >= MAX_PENDING_PER_SESSION:
         listing = "; ".join(_describe(w) for w in mine)
         raise InvalidWakeup(
-            f"too many pending wake-ups for this conversation ({MAX_PENDING_PER_SESSION}) — "
-            f"wait for some to fire, or unwake one. Pending: {listing}"
+            f"too many pending wake-ups for this session ({MAX_PENDING_PER_SESSION}) — "
+            f"wait for some to fire, or cancel one. Pending: {listing}"
         )
     return Wakeup(
         id=wakeup_id,
@@ -244,10 +242,13 @@ def added_reply(wakeup: Wakeup) -> str:
 
 
 def removed_reply(wakeup_id: str, removed: bool) -> str:
-    """The ``unwake`` tool's answer."""
+    """The answer to a cancel (``DELETE /wakeups/{id}``, ``unwake``): operator text."""
     if removed:
         return f"OK — wake-up {wakeup_id} cancelled."
-    return f"no pending wake-up {wakeup_id} in this conversation (already fired, or not yours)."
+    return (
+        f"no pending wake-up {wakeup_id} for this session "
+        "(already fired, cancelled, or another session's)"
+    )
 
 
 def bad_delay_reply(value: object) -> str:

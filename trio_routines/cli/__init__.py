@@ -23,7 +23,8 @@ from collections.abc import Awaitable, Callable, Sequence
 import trio
 
 from ..errors import InvalidWakeup, TrioRoutinesError
-from ..logs import configure_logging, one_line
+from ..logs import configure_logging
+from ..text import shown
 from .firing import cmd_fire, cmd_run, fire_result_json
 from .output import CliError, state_label
 from .parser import build_parser
@@ -75,5 +76,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not expected or len(expected) != len(leaves):
             raise
         first = expected[0]
-        sys.stderr.write(f"error: {one_line(str(first)) or type(first).__name__}\n")
+        sys.stderr.write(f"error: {shown(str(first)) or type(first).__name__}\n")
         return first.code if isinstance(first, CliError) else 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -16,6 +15,7 @@ from .output import (
     load,
     open_state,
     pick,
+    print_json,
     print_line,
     report_failures,
     state_arg,
@@ -71,7 +71,7 @@ async def cmd_fire(args: argparse.Namespace) -> int:
 
         fired = await stop_on_signals(scheduler, args.grace, fire)
     if args.json:
-        print_line(json.dumps(fire_result_json(fired), ensure_ascii=False))
+        print_json(fire_result_json(fired), indent=None)
     elif fired.claimed:
         ms = f" ({fired.ms}ms)" if fired.ms is not None else ""
         outcome = fired.outcome.value if fired.outcome is not None else "unreported"

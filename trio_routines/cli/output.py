@@ -1,7 +1,10 @@
-"""What every command shares: its options read, its state and agent opened, its text printed.
+r"""What every command shares: its options read, its state and agent opened, its text printed.
 
-Printing goes through :func:`print_line` (flushed at once, so a pipe sees each line when it is
-written); every expected failure is a :class:`CliError`, one line and an exit status.
+Printing goes through :func:`print_line`, :func:`print_json` and :func:`say` (flushed at once,
+so a pipe sees each line when it is written). Nothing they write can move a terminal's cursor:
+text lines show control characters as ``\xNN`` and JSON escapes them, C1 and DEL included
+(which ``json.dumps`` leaves raw). Every expected failure is a :class:`CliError`, one line and an
+exit status.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -30,12 +34,14 @@ from ..scheduler import DEFAULT_GRACE as DEFAULT_GRACE
 from ..scheduler import Scheduler
 from ..store import Store
 from ..stores import is_postgres_url, open_store
+from ..text import shown, visible
 
 log = logging.getLogger("trio_routines")
 T = TypeVar("T")
 
 DEFAULT_STATE = ".state"
 DEFAULT_ROUTINES = "routines"
+_RAW_IN_JSON = re.compile(r"[\x7f-\x9f]")  # what json.dumps leaves unescaped
 
 
 class CliError(TrioRoutinesError):
@@ -47,7 +53,8 @@ class CliError(TrioRoutinesError):
 
 
 def quoted(text: str) -> str:
-    return json.dumps(text[:64], ensure_ascii=False)
+    """A name from outside, quoted for a message: one visible line, at most 64 characters."""
+    return '"' + shown(text)[:64] + '"'
 
 
 def state_arg(args: argparse.Namespace) -> str:
@@ -101,6 +108,13 @@ async def open_state(state: str) -> AsyncIterator[Store]:
 
 
 async def load(directory: str, *, report: bool) -> LoadResult:
+    """The routines of ``directory``, which must exist: a typo in ``--routines`` is no empty
+    directory (the library reads an absent directory as empty; the command line does not)."""
+    if not await trio.to_thread.run_sync(os.path.lexists, directory):
+        raise CliError(
+            f"--routines {directory}: no such directory (create it, or point --routines at "
+            "the directory holding your <name>.md files)"
+        )
     result = await trio.to_thread.run_sync(load_routines, directory)
     if report:
         report_failures(result)
@@ -128,6 +142,7 @@ def pick(result: LoadResult, name: str, directory: str) -> Routine:
     for failure in result.failures:
         if failure.file == wanted:
             raise CliError(str(failure))
+    report_failures(result)  # a broken file may be the routine that was meant
     available = ", ".join(r.name for r in result.routines) or "(none)"
     raise CliError(
         f"unknown routine {quoted(name)} — looked in {directory}; available: {available}"
@@ -135,12 +150,26 @@ def pick(result: LoadResult, name: str, directory: str) -> Routine:
 
 
 def print_line(text: str = "") -> None:
-    sys.stdout.write(text + "\n")
+    """One line on stdout, control characters shown as ``\\xNN``."""
+    sys.stdout.write(visible(text) + "\n")
     sys.stdout.flush()
 
 
-def print_json(value: Any) -> None:
-    print_line(json.dumps(value, ensure_ascii=False, indent=2))
+def json_text(value: Any, *, indent: int | None = None) -> str:
+    """JSON with every control character escaped (``\\u009b``): safe on a terminal."""
+    text = json.dumps(value, ensure_ascii=False, indent=indent)
+    return _RAW_IN_JSON.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
+def print_json(value: Any, *, indent: int | None = 2) -> None:
+    sys.stdout.write(json_text(value, indent=indent) + "\n")
+    sys.stdout.flush()
+
+
+def say(text: str) -> None:
+    """One line for the operator on stderr (hints, summaries), shown safely."""
+    sys.stderr.write(shown(text) + "\n")
+    sys.stderr.flush()
 
 
 async def stop_on_signals(

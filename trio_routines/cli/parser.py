@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from datetime import UTC, datetime, timedelta
 from typing import NoReturn
 
 from ..instants import parse_instant
-from ..logs import one_line
 from ..records import Outcome
+from ..text import shown
 from ..wakeups import POLL_INTERVAL, parse_delay
 from .output import DEFAULT_GRACE, DEFAULT_ROUTINES, DEFAULT_STATE
 
@@ -19,7 +18,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, with its complaints on one line (exit status 2)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {one_line(message)} (see --help)\n")
+        self.exit(2, f"{self.prog}: error: {shown(message)} (see --help)\n")
 
 
 def _non_negative_seconds(text: str) -> float:
@@ -40,7 +39,7 @@ def _positive_seconds(text: str) -> float:
 
 
 def _shown(text: str) -> str:
-    return json.dumps(one_line(text)[:64], ensure_ascii=False)
+    return '"' + shown(text)[:64] + '"'
 
 
 def instant(text: str) -> datetime:

@@ -8,13 +8,11 @@ import importlib
 import logging
 import os
 import signal
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import trio
 
 from ..instants import format_iso
-from ..logs import one_line
 from ..routines import Routine
 from ..scheduler import Scheduler
 from .output import (
@@ -23,6 +21,7 @@ from .output import (
     describe_agent,
     load,
     open_state,
+    say,
     state_arg,
     state_label,
     watch_signals,
@@ -35,7 +34,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
     result = await load(args.routines, report=False)
     if result.failures:
         for failure in result.failures:
-            sys.stderr.write(f"error: {one_line(str(failure))}\n")
+            say(f"error: {failure}")
         raise CliError(
             f"serve refuses to start: {len(result.failures)} broken routine file(s) in "
             f"{args.routines} (see `python -m trio_routines check`)"
@@ -56,6 +55,10 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         if check_bind is not None:
             check_bind(host, token)  # refuse an unsafe address before anything starts
     state = state_arg(args)
+    if not result.routines:
+        log.warning(
+            "no routines in %s — serving wake-ups only (add <name>.md files there)", args.routines
+        )
     async with open_state(state) as store:
         scheduler = Scheduler(
             agent=agent,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -29,6 +28,7 @@ from .output import (
     print_line,
     quoted,
     report_failures,
+    say,
     state_arg,
     state_label,
 )
@@ -56,7 +56,7 @@ async def cmd_history(args: argparse.Namespace) -> int:
         return 0
     if not fires:
         what = "recorded fires" if not recorded else "fires matching --since/--outcome"
-        sys.stderr.write(f"no {what} for {quoted(args.name)} (state: {state_label(state)})\n")
+        say(f"no {what} for {quoted(args.name)} (state: {state_label(state)})")
         return 0
     rows = [
         [
@@ -72,10 +72,10 @@ async def cmd_history(args: argparse.Namespace) -> int:
     for line in table(["SLOT", "FIRED AT", "LATE", "OUTCOME", "TOOK", "REASON"], rows):
         print_line(line)
     if matching > len(fires):
-        sys.stderr.write(f"(the newest {len(fires)} of {matching} — -n N or --json for more)\n")
-    sys.stderr.write(
+        say(f"(the newest {len(fires)} of {matching} — -n N or --json for more)")
+    say(
         f"(what these runs said: session routine:{args.name} — kept by the agent; "
-        "the state holds outcomes and reasons only)\n"
+        "the state holds outcomes and reasons only)"
     )
     return 0
 
@@ -119,9 +119,9 @@ async def cmd_list(args: argparse.Namespace) -> int:
         print_json({"routines": routines, "wakeups": [wakeup_to_json(w) for w in wakeups]})
         return 0
     if not result.routines and not wakeups:
-        sys.stderr.write(
+        say(
             f"nothing scheduled — no routines in {args.routines}, no pending wake-ups "
-            f"(state: {state_label(state)})\n"
+            f"(state: {state_label(state)})"
         )
         return 0
     for routine in result.routines:
@@ -181,14 +181,14 @@ async def cmd_next(args: argparse.Namespace) -> int:
             raise CliError(f"{quoted(routine.name)} runs on demand only (it has no cron)")
         cron, tz, seed = routine.cron, routine.tz, routine.name
     if seed is not None and resolve_hashed(cron, seed) != cron:
-        sys.stderr.write(f'(H resolved for {quoted(seed)}: "{resolve_hashed(cron, seed)}")\n')
+        say(f'(H resolved for {quoted(seed)}: "{resolve_hashed(cron, seed)}")')
     zone = ZoneInfo(tz) if tz else None
     instant: datetime | None = after
     for _ in range(args.n):
         assert instant is not None
         instant = next_run(cron, tz, instant, seed)
         if instant is None:
-            sys.stderr.write(f'(cron "{cron}" never fires again)\n')
+            say(f'(cron "{cron}" never fires again)')
             break
         local = f"  {instant.astimezone(zone):%Y-%m-%d %H:%M %Z} ({tz})" if zone else ""
         print_line(f"{format_iso(instant)}{local}")
@@ -202,8 +202,8 @@ async def cmd_check(args: argparse.Namespace) -> int:
         agent_from_spec(spec)
     if result.failures:
         for failure in result.failures:
-            sys.stderr.write(f"{one_line(str(failure))}\n")
-        sys.stderr.write(f"{len(result.failures)} broken routine file(s) in {args.routines}\n")
+            say(str(failure))
+        say(f"{len(result.failures)} broken routine file(s) in {args.routines}")
         return 1
     on_cron = sum(1 for r in result.routines if r.cron is not None)
     print_line(

@@ -3,15 +3,33 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from datetime import UTC, datetime
 
 import trio
 
 from ..converter import wakeup_to_json
-from ..wakeups import WakeupRequest, added_reply, removed_reply
-from .output import CliError, open_state, print_line, state_arg
+from ..errors import InvalidWakeup
+from ..instants import format_iso
+from ..records import Wakeup
+from ..wakeups import WakeupRequest
+from .output import CliError, open_state, print_json, print_line, quoted, state_arg
+
+# The guardrails speak of the request's fields; on the command line they are options.
+_OPTION_NAMES = {"`in`": "--in", '"in"': "--in"}
+
+
+def added_line(wakeup: Wakeup) -> str:
+    """What ``wake`` prints: when it fires, for whom, and how to cancel it."""
+    if wakeup.cron is None:
+        when = f"at {format_iso(wakeup.fire_at)}"
+    else:
+        zone = f" {wakeup.tz}" if wakeup.tz else ""
+        when = f'cron "{wakeup.cron}"{zone}, first at {format_iso(wakeup.fire_at)}'
+    return (
+        f"wake-up {wakeup.id} {when} for session {quoted(wakeup.session)} — cancel with: "
+        f"unwake {wakeup.id} --session {quoted(wakeup.session)}"
+    )
 
 
 async def cmd_wake(args: argparse.Namespace) -> int:
@@ -26,11 +44,17 @@ async def cmd_wake(args: argparse.Namespace) -> int:
     else:
         request = WakeupRequest(session=args.session, prompt=prompt, cron=args.cron, tz=args.tz)
     async with open_state(state_arg(args)) as store:
-        wakeup = await store.add_wakeup(request, now)
+        try:
+            wakeup = await store.add_wakeup(request, now)
+        except InvalidWakeup as exc:
+            message = str(exc)
+            for field, option in _OPTION_NAMES.items():
+                message = message.replace(field, option)
+            raise CliError(f"wake-up refused: {message}") from None
     if args.json:
-        print_line(json.dumps(wakeup_to_json(wakeup), ensure_ascii=False))
+        print_json(wakeup_to_json(wakeup), indent=None)
     else:
-        print_line(added_reply(wakeup))
+        print_line(added_line(wakeup))
     return 0
 
 
@@ -38,6 +62,9 @@ async def cmd_unwake(args: argparse.Namespace) -> int:
     async with open_state(state_arg(args)) as store:
         removed = await store.remove_wakeup(args.id, args.session)
     if not removed:
-        raise CliError(removed_reply(args.id, False))
-    print_line(removed_reply(args.id, True))
+        raise CliError(
+            f"no pending wake-up {quoted(args.id)} for session {quoted(args.session)} "
+            "(already fired, cancelled, or another session's)"
+        )
+    print_line(f"wake-up {args.id} cancelled")
     return 0

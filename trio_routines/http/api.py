@@ -44,11 +44,20 @@ READY_DEADLINE = 2.0  # seconds GET /readyz waits for the store
 MAX_REPLY = 64 * 1024  # bytes of UTF-8 reply text that POST /run returns
 
 
+NAMES_LISTED = 20  # an unknown name's 404 lists this many of the routines there are
+
+
 def _routine(scheduler: Scheduler, name: str) -> Routine:
     try:
         return scheduler.routine(name)
     except UnknownRoutine:
-        raise Refusal(404, f"no routine named {quoted(name)} (GET /routines lists them)") from None
+        # As the original: the caller learns what it could have asked for (names only).
+        names = sorted(scheduler.routines)
+        listed = ", ".join(quoted(n) for n in names[:NAMES_LISTED]) or "(none)"
+        more = f" and {len(names) - NAMES_LISTED} more" if len(names) > NAMES_LISTED else ""
+        raise Refusal(
+            404, f"no routine named {quoted(name)} (this deployment has: {listed}{more})"
+        ) from None
 
 
 def _hidden(wakeup: Wakeup) -> dict[str, Any]:
@@ -65,6 +74,8 @@ def _fire_body(name: str, at: datetime, result: FireResult) -> dict[str, Any]:
         return body
     body["outcome"] = result.outcome.value if result.outcome is not None else None
     body["ms"] = result.ms
+    if result.reason is not None:  # a busy session: skipped, still running, not a failure
+        body["reason"] = result.reason
     if result.failed is not None:
         body["failed"] = result.failed
     return body

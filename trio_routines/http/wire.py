@@ -144,7 +144,11 @@ def route(path: str) -> tuple[str, str | None]:
         wakeup_id = path[len("/wakeups/") :]
         if wakeup_id and "/" not in wakeup_id:
             return "wakeup", wakeup_id
-    raise Refusal(404, "no such endpoint (see SPEC §9: /fire, /run, /routines, /wakeups, ...)")
+    raise Refusal(
+        404,
+        "no such endpoint — the routes are POST /fire, POST /run, GET /routines, "
+        "GET /routines/{name}/history, /wakeups, GET /healthz, GET /metrics",
+    )
 
 
 def headers(scope: Scope, name: bytes) -> list[bytes]:

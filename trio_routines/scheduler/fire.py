@@ -13,7 +13,7 @@ from ..records import ClaimResult, ClaimStatus
 from ..routines import Routine
 from ..turns import TurnResult, run_turn
 from .calls import StoreCalls
-from .state import FireResult, NotOnGrid, NotYetDue, Stopping, log, on_grid
+from .state import FireResult, NotOnGrid, NotYetDue, Stopping, busy_reason, log, on_grid
 
 
 class FirePath(StoreCalls):
@@ -102,6 +102,10 @@ class FirePath(StoreCalls):
         await self._settle(name, slot, turn.outcome, turn.ms, error)
         self._outcomes[turn.outcome.value] += 1
         self.metrics.fired(name, turn.outcome.value, turn.ms, late, at=self.now())
+        if turn.busy:  # as the original: skipped with the reason, and no failure
+            return FireResult(
+                name, slot, claimed=True, outcome=turn.outcome, ms=turn.ms, reason=busy_reason(name)
+            )
         return FireResult(
             name, slot, claimed=True, outcome=turn.outcome, ms=turn.ms, failed=turn.failed
         )

@@ -68,7 +68,8 @@ class FireResult:
     name: str
     slot: datetime
     claimed: bool
-    reason: str | None = None  # "duplicate" or "stale" when not claimed
+    # "duplicate" or "stale" when not claimed; why a claimed slot was skipped (busy_reason)
+    reason: str | None = None
     outcome: Outcome | None = None
     ms: int | None = None
     failed: str | None = None
@@ -91,6 +92,14 @@ class Statistics:
     future_claims: Mapping[str, datetime] = attrs.field(factory=dict)
     #: Outcomes given up after the settle's retries, by routine (the claims stay unsettled).
     settle_failures: Mapping[str, int] = attrs.field(factory=dict)
+
+
+def busy_reason(name: str) -> str:
+    """Why a claimed slot was skipped: its routine's session still had a turn in flight."""
+    return (
+        f'the previous turn of "{name[:64]}" is still running — this occurrence is skipped, '
+        "the next fires per cron"
+    )
 
 
 def on_grid(routine: Routine, slot: datetime) -> bool:

@@ -1,0 +1,178 @@
+"""Bad input on the command line, as real processes: the exit status and one line each.
+
+Also what a terminal is shown: nothing from outside (a file name, a failure text) reaches it
+with its control characters live.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from procs import Env, lines, one_line, stop, wait_for
+from test_cli import SLOT
+
+from trio_routines.records import Outcome
+
+# --- every bad input: exit status and one line ----------------------------------------------
+
+
+BAD_INPUT = [
+    # (arguments, exit status, part of the one-line message)
+    (["run", "nope", "--agent", "echo"], 1, 'unknown routine "nope" — looked in '),
+    (["fire", "nope", "--slot", SLOT, "--agent", "echo"], 1, 'unknown routine "nope"'),
+    (["next", "nope"], 1, 'unknown routine "nope"'),
+    (["run", "broken", "--agent", "echo"], 1, "broken.md: must start with a '---'"),
+    (["fire", "broken", "--slot", SLOT, "--agent", "echo"], 1, "broken.md: must start"),
+    (["next", "broken"], 1, "broken.md: must start"),
+    (["run", "..", "--agent", "echo"], 1, '".." cannot be a routine name'),
+    (["fire", "a/b", "--slot", SLOT, "--agent", "echo"], 1, '"a/b" cannot be a routine name'),
+    (["history", ".."], 1, '".." cannot be a routine name'),
+    (["history", "a\\b"], 1, "cannot be a routine name"),
+    (["next", "a/b"], 1, "cannot be a routine name"),
+    (["fire", "daily", "--slot", "yesterday", "--agent", "echo"], 2, "is not an instant"),
+    (["fire", "daily", "--slot", "2026-07-07T09:00:00", "--agent", "echo"], 2, "with a zone"),
+    (["fire", "daily", "--slot", "2026-02-30T09:00Z", "--agent", "echo"], 2, "with a zone"),
+    (["next", "daily", "--after", "noon"], 2, 'argument --after: "noon" is not an instant'),
+    (["history", "daily", "--since", "2026-07-07"], 2, "argument --since"),
+    (["history", "daily", "--outcome", "great"], 2, "invalid choice"),
+    (["fire", "daily", "--slot", "2026-07-07T09:30:00Z", "--agent", "echo"], 1, "cron grid"),
+    (["wake", "--session", "s", "--in", "120", "--prompt", "p"], 2, '"120" is not a delay'),
+    (["wake", "--session", "s", "--in", "soon", "--prompt", "p"], 2, "is not a delay"),
+    (["wake", "--session", "s", "--in", "99999999999d", "--prompt", "p"], 2, "too far away"),
+    (["wake", "--session", "s", "--in", "10s", "--prompt", "p"], 1, "too soon"),
+    (["wake", "--session", "s", "--cron", "* * * * *", "--prompt", "p"], 1, "too frequent"),
+    (
+        ["wake", "--session", "s", "--cron", "0 9 * * *", "--tz", "Mars/Base", "--prompt", "p"],
+        1,
+        "invalid cron/tz",
+    ),
+    (["next", "--cron", "0 9 * * * *"], 1, "invalid cron/tz"),
+    (["next", "adhoc"], 1, '"adhoc" runs on demand only'),
+    (["run", "daily"], 2, "run needs an agent"),
+    (["fire", "daily", "--slot", SLOT], 2, "fire needs an agent"),
+    (["serve"], 2, "serve needs an agent"),
+    (["run", "daily", "--agent", "gpt"], 1, 'unknown agent "gpt"'),
+    (["run", "daily", "--agent", "py:no_such_mod:x"], 1, 'cannot import module "no_such_mod"'),
+    (["serve", "--agent", "echo", "--http", "nonsense"], 2, "expected HOST:PORT"),
+    (["serve", "--agent", "echo", "--http", "127.0.0.1:99999"], 2, "expected HOST:PORT"),
+    ([], 2, "error: the following arguments are required: COMMAND"),
+    (["fire", "daily", "--agent", "echo"], 2, "--slot"),
+    (["wake", "--session", "s", "--prompt", "p"], 2, "one of the arguments --in --cron"),
+    (["wake", "--session", "s", "--in", "5m", "--tz", "UTC", "--prompt", "p"], 2, "--tz goes"),
+    (["next"], 2, "either a routine NAME or --cron"),
+    (["next", "daily", "--cron", "* * * * *"], 2, "either a routine NAME or --cron"),
+    (["next", "--cron", "* * * * *", "-n", "0"], 2, "between 1 and 1000"),
+    (["serve", "--agent", "echo", "--grace", "-1"], 2, "must be a finite number"),
+    (["frobnicate"], 2, "invalid choice"),
+]
+
+
+@pytest.mark.parametrize(("args", "status", "message"), BAD_INPUT)
+def test_bad_input_is_one_line_and_the_right_status(
+    env: Env, args: list[str], status: int, message: str
+) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    env.routine("adhoc")
+    if "broken" in args:
+        (env.routines / "broken.md").write_text("no frontmatter here\n")
+    result = env.cli(*args)
+    assert (result.returncode, result.stdout) == (status, ""), result.stderr
+    assert message in one_line(result.stderr)
+    assert not any(lines(env.marker))
+
+
+UNREADABLE_STATE = [
+    ["history", "daily"],
+    ["history", "daily", "--json"],
+    ["fire", "daily", "--slot", SLOT, "--agent", "echo"],
+    ["list"],
+    ["list", "--json"],
+    ["wake", "--session", "s", "--in", "5m", "--prompt", "p"],
+    ["unwake", "some-id", "--session", "s"],
+    ["serve", "--agent", "echo"],
+]
+
+
+@pytest.mark.parametrize("args", UNREADABLE_STATE)
+def test_unreadable_state_is_one_line_exit_1(env: Env, args: list[str]) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    env.state.write_text("a regular file where the state directory should be")
+    result = env.cli(*args)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert str(env.state) in one_line(result.stderr)
+    assert one_line(result.stderr).startswith("error: ")
+
+
+READS_ROUTINES = [
+    ["serve", "--agent", "echo"],
+    ["run", "daily", "--agent", "echo"],
+    ["fire", "daily", "--slot", SLOT, "--agent", "echo"],
+    ["list"],
+    ["next", "daily"],
+    ["check"],
+]
+
+
+@pytest.mark.parametrize("args", READS_ROUTINES)
+def test_a_missing_routines_directory_is_one_line_exit_1(env: Env, args: list[str]) -> None:
+    env.routines.rmdir()
+    result = env.cli(*args)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert one_line(result.stderr).startswith(f"error: --routines {env.routines}: no such director")
+    assert not env.state.exists()
+
+
+def test_serve_warns_about_an_empty_routines_directory(env: Env) -> None:
+    proc = env.serve("echo", "--no-wakeups")
+    wait_for(lambda: "wake-ups: off" in env.log(), 20, "serve to arm")
+    assert stop(proc) == 0
+    assert f"WARN  no routines in {env.routines} — serving wake-ups only" in env.log()
+
+
+def test_an_unknown_name_first_reports_the_broken_files_that_may_explain_it(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    (env.routines / "digest.md").write_text("---\ncron: 0 25 * * *\n---\nsummarise\n")
+    for args in (["run", "digest2"], ["fire", "digest2", "--slot", SLOT]):
+        result = env.cli(*args, "--agent", "echo")
+        assert result.returncode == 1
+        first, last = result.stderr.splitlines()
+        assert "digest.md: invalid cron/tz" in first
+        assert first.endswith("— skipped")
+        assert last == (
+            f'error: unknown routine "digest2" — looked in {env.routines}; available: daily'
+        )
+    assert not env.state.exists()
+
+
+def test_names_and_reasons_never_reach_the_terminal_with_live_control_characters(
+    env: Env,
+) -> None:
+    evil = "evil\x1b[2J\x9b31m"
+    (env.routines / f"{evil}.md").write_text("---\ncron: 0 9 * * *\n---\nhi\n")
+    (env.routines / "bad\x1b]0;owned\x07.md").write_text("no frontmatter\n")
+    env.seed(evil, datetime(2026, 7, 7, 9, tzinfo=UTC), Outcome.FAILED, error="no\x1b[5m")
+    runs = [
+        env.cli("list"),
+        env.cli("list", "--json"),
+        env.cli("check"),
+        env.cli("history", evil),
+        env.cli("history", evil, "--json"),
+        env.cli("next", evil, "-n", "1"),
+        env.cli("run", evil, "--agent", "echo"),
+        env.cli("run", "bad\x1b]0;owned\x07", "--agent", "echo"),
+        env.cli("fire", evil + "x", "--slot", SLOT, "--agent", "echo"),
+        env.cli("wake", "--session", "s\x1b[2J", "--in", "5m", "--prompt", "p"),
+        env.cli("unwake", "id\x1b[2J", "--session", "s\x9b"),
+    ]
+    for result in runs:
+        for raw in ("\x1b", "\x07", "\x9b"):
+            assert raw not in result.stdout, (result.args, result.stdout)
+            assert raw not in result.stderr, (result.args, result.stderr)
+    listed, listed_json, checked = runs[0], runs[1], runs[2]
+    assert "evil\\x1b[2J\\x9b31m" in listed.stdout
+    assert "bad\\x1b]0;owned\\x07.md" in listed.stderr
+    assert "bad\\x1b]0;owned\\x07.md" in checked.stderr
+    assert "evil\\u001b[2J\\u009b31m" in listed_json.stdout
+    assert "no\\x1b[5m" in runs[3].stdout
