@@ -7,6 +7,7 @@ import math
 from datetime import UTC, datetime, timedelta
 from typing import NoReturn
 
+from .. import __version__
 from ..instants import parse_instant
 from ..records import Outcome
 from ..text import shown
@@ -150,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
         "each cron slot at most once.",
     )
     _add_common(parser, suppress=False)
+    parser.add_argument("--version", action="version", version=f"trio-routines {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
