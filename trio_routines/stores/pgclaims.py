@@ -22,6 +22,7 @@ A batch of settles is one ``UPDATE ... FROM unnest(...)`` statement: one commit.
 from __future__ import annotations
 
 import logging
+import threading
 from datetime import datetime
 from typing import Any
 
@@ -72,9 +73,15 @@ _SETTLE = """UPDATE {claims} AS c SET outcome = u.outcome, ms = u.ms, error = u.
 
 
 def claim_batch(
-    conn: psycopg.Connection[Any], call: Call, schema: Schema, keep: int, items: list[ClaimItem]
-) -> list[ClaimResult]:
-    """Decide every item in one transaction; the results in the items' order."""
+    conn: psycopg.Connection[Any],
+    call: Call,
+    schema: Schema,
+    keep: int,
+    items: list[ClaimItem],
+    gave_up: list[threading.Event],
+) -> tuple[list[ClaimResult], list[bool]]:
+    """Decide every item in one transaction: the results in the items' order, and which taken
+    claims were settled interrupted here because their caller had given up meanwhile."""
     routines = [routine for routine, _, _ in items]
     prune = _PRUNE_ALL if keep == 1 else _PRUNE_OLDER
     decide = schema.sql(_DECIDE.replace("%(prune)s", prune))
@@ -98,24 +105,21 @@ def claim_batch(
             results.append(ClaimResult(ClaimStatus.STALE, slot_name(newest)))
         else:
             results.append(ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot)))
-    if call.abandoned.is_set():
-        _taken_too_late(conn, schema, items, results)
-    return results
+    late = [
+        result.taken and (call.abandoned.is_set() or event.is_set())
+        for result, event in zip(results, gave_up, strict=True)
+    ]
+    if any(late):
+        taken_too_late(conn, schema, [item for item, no in zip(items, late, strict=True) if no])
+    return results, late
 
 
-def _taken_too_late(
-    conn: psycopg.Connection[Any],
-    schema: Schema,
-    items: list[ClaimItem],
-    results: list[ClaimResult],
-) -> None:
-    late = [item for item, result in zip(items, results, strict=True) if result.taken]
-    if not late:
-        return
+def taken_too_late(conn: psycopg.Connection[Any], schema: Schema, late: list[ClaimItem]) -> None:
+    """Settle interrupted the claims taken for callers that had given up: nobody runs them."""
     for routine, slot, _ in late:
         log.warning(
-            "%s: slot %s was claimed after the call had given up (a stalled connection); "
-            "it will not run and is recorded as interrupted",
+            "%s: slot %s was claimed after the call had given up (a stalled connection, or a "
+            "stop); it will not run and is recorded as interrupted",
             routine,
             slot_name(slot),
         )

@@ -105,6 +105,19 @@ def reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:300]}"
 
 
+class CallFault(StateFault):
+    """A call that failed or outlived its bound; ``why`` is the reason alone, so a batch can
+    report it once per caller, each naming its own slot."""
+
+    def __init__(self, what: str, where: str, why: str) -> None:
+        super().__init__(f"{what} in {where}: {why}")
+        self.where = where
+        self.why = why
+
+    def retold(self, what: str) -> StateFault:
+        return StateFault(f"{what} in {self.where}: {self.why}")
+
+
 class Call:
     """What a thread doing a store call may ask: has its caller given up?"""
 
@@ -179,14 +192,13 @@ class Connections:
                 return result
         except (psycopg.Error, _NoConnection) as exc:
             done = True
-            raise StateFault(f"{what} in {self.where}: {reason(exc)}") from None
+            raise CallFault(what, self.where, reason(exc)) from None
         finally:
             if not done:  # our deadline, or the caller's cancellation: the thread is on its own
                 call.abandoned.set()
-        raise StateFault(
-            f"{what} in {self.where}: no answer within {self.timeout + SERVER_FIRST:g} s — "
-            "the server or the network is stalled"
-        )
+        bound = self.timeout + SERVER_FIRST
+        why = f"no answer within {bound:g} s — the server or the network is stalled"
+        raise CallFault(what, self.where, why)
 
     def _call(
         self, call: Call, fn: Callable[[psycopg.Connection[Any], Call, *Ts], T], *args: *Ts

@@ -2,8 +2,10 @@
 
 Theory of operation. The layers are: :mod:`.pgschema` (tables and migrations),
 :mod:`.pgconn` (the pool, and every call bounded on our side whatever the network does),
-:mod:`.pgclaims` (claims and settles decided a batch per transaction) and this module, the
-:class:`~trio_routines.store.Store` itself.
+:mod:`.pgclaims` (claims and settles decided a batch per transaction), :mod:`.pgbatch` (group
+commit: the calls that arrive while a batch is in flight form the next one) and this module,
+the :class:`~trio_routines.store.Store` itself. Batching is invisible to callers: each
+``claim`` or ``settle`` gets its own answer, decided as if the calls had come one by one.
 
 Claims follow the same pure rules as the state directory: a slot older than the newest claim
 is stale, an existing one a duplicate, otherwise it is taken and the oldest claims beyond the
@@ -25,7 +27,9 @@ run, recorded as interrupted). That keeps "at most once" at the price of a misse
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -48,8 +52,9 @@ from ..wakeups import (
     storable,
     take_first_due,
 )
-from .pgclaims import claim_batch, settle_batch
-from .pgconn import Call, Connections
+from .pgbatch import Answer, Batcher, Entry
+from .pgclaims import ClaimItem, SettleItem, claim_batch, settle_batch, taken_too_late
+from .pgconn import Call, CallFault, Connections
 from .pgschema import CLAIM_LOCK as CLAIM_LOCK
 from .pgschema import SCHEMA_VERSION as SCHEMA_VERSION
 from .pgschema import SESSION_LOCK, Schema
@@ -116,6 +121,12 @@ class PostgresStore(Lifetime):
             url, self._tables, min_size=min_size, max_size=max_size, timeout=timeout
         )
         self.url = url
+        self._claims: Batcher[ClaimItem, ClaimResult] = Batcher(
+            self._flush_claims, key=lambda item: item[0]
+        )
+        self._settles: Batcher[SettleItem, None] = Batcher(
+            self._flush_settles, key=lambda item: (item[0], item[1])
+        )
 
     def __repr__(self) -> str:
         schema = f", schema={self.schema!r}" if self.schema else ""
@@ -130,15 +141,39 @@ class PostgresStore(Lifetime):
 
     async def claim(self, routine: str, slot: datetime, fired_at: datetime) -> ClaimResult:
         check_name(routine)
-        wanted = truncate_ms(slot)
-        (result,) = await self._conns.run(
-            f"could not claim slot {slot_name(wanted)} of {routine!r}",
-            claim_batch,
-            self._tables,
-            self.keep,
-            [(routine, wanted, truncate_ms(fired_at))],
-        )
-        return result
+        return await self._claims.submit((routine, truncate_ms(slot), truncate_ms(fired_at)))
+
+    async def _flush_claims(
+        self, entries: Sequence[Entry[ClaimItem, ClaimResult]]
+    ) -> list[Answer[ClaimResult]]:
+        items = [entry.item for entry in entries]
+        try:
+            results, settled = await self._conns.run(
+                f"could not claim {len(items)} slot(s)",
+                claim_batch,
+                self._tables,
+                self.keep,
+                items,
+                [entry.gave_up for entry in entries],
+            )
+        except CallFault as exc:
+            return [
+                Answer(error=exc.retold(f"could not claim slot {slot_name(slot)} of {routine!r}"))
+                for routine, slot, _ in items
+            ]
+        # A caller that gave up after the thread looked: its claim is settled from here.
+        late = [
+            entry.item
+            for entry, result, done in zip(entries, results, settled, strict=True)
+            if result.taken and entry.gave_up.is_set() and not done
+        ]
+        if late:
+            with contextlib.suppress(StateFault):  # then the next boot's reconcile does it
+                await self._conns.run("could not settle late claims", self._late, late)
+        return [Answer(value=result) for result in results]
+
+    def _late(self, conn: Conn, _call: Call, late: list[ClaimItem]) -> None:
+        taken_too_late(conn, self._tables, late)
 
     async def settle(
         self,
@@ -153,18 +188,34 @@ class PostgresStore(Lifetime):
         check_name(routine)
         rounded = None if ms is None else round(ms)
         reason = (error_text(error) or None) if error is not None else None
-        what = f"{routine}: could not record the {outcome.value} outcome of slot"
         try:
-            await self._conns.run(
-                f"{what} {slot_name(slot)}",
-                settle_batch,
-                self._tables,
-                [(routine, truncate_ms(slot), outcome, rounded, if_unsettled, reason)],
+            await self._settles.submit(
+                (routine, truncate_ms(slot), outcome, rounded, if_unsettled, reason)
             )
-            return True
         except StateFault as exc:
             log.warning("%s", exc)
             return False
+        return True
+
+    async def _flush_settles(
+        self, entries: Sequence[Entry[SettleItem, None]]
+    ) -> list[Answer[None]]:
+        items = [entry.item for entry in entries]
+        try:
+            await self._conns.run(
+                f"could not record {len(items)} outcome(s)", settle_batch, self._tables, items
+            )
+        except CallFault as exc:
+            return [
+                Answer(
+                    error=exc.retold(
+                        f"{routine}: could not record the {outcome.value} outcome of slot "
+                        f"{slot_name(slot)}"
+                    )
+                )
+                for routine, slot, outcome, *_ in items
+            ]
+        return [Answer() for _ in items]
 
     async def latest_fire(self, routine: str) -> Fire | None:
         check_name(routine)
