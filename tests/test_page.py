@@ -215,7 +215,7 @@ class Page:
 
 
 ROUTINES = [
-    Routine(name="hourly", prompt="p", cron="0 * * * *"),
+    Routine(name="hourly", prompt="p", cron="H * * * *"),
     Routine(name="adhoc", prompt="p"),
     Routine(name="never", prompt="p", cron="0 0 31 2 *"),
     Routine(name=HOSTILE, prompt="p", cron="*/5 * * * *"),
@@ -226,8 +226,8 @@ ROUTINES = [
 async def page_server(token: str | None = None) -> AsyncIterator[Page]:
     store = MemoryStore()
     now = datetime.now(UTC).replace(second=0, microsecond=0)
-    hour = now.replace(minute=0)
-    for back, outcome in ((3, Outcome.COMPLETED), (2, Outcome.FAILED), (1, Outcome.SKIPPED)):
+    hour = now.replace(minute=39)  # where "H * * * *" puts the routine named "hourly"
+    for back, outcome in ((4, Outcome.COMPLETED), (3, Outcome.FAILED), (2, Outcome.SKIPPED)):
         slot = hour - timedelta(hours=back)
         await store.claim("hourly", slot, slot)
         error = REASON if outcome is Outcome.FAILED else None
@@ -276,6 +276,8 @@ async def test_the_page_shows_every_routine_in_flight_turns_and_wakeups() -> Non
         assert 'class="mark o-skipped"' in html
         assert 'class="mark o-interrupted"' in html
         assert 'class="mark o-running"' in html
+        assert 'class="mark o-missed"' in html  # the hourly slot after the last claim
+        assert "<code>H * * * *</code> = <code>39 * * * *</code>" in html
         assert "<code>routine:adhoc</code> running since" in html
         assert "store <code>MemoryStore</code>" in html
         assert "reason: &lt;/script&gt;&lt;script&gt;alert(&#x27;x&#x27;)" in html

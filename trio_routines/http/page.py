@@ -172,12 +172,11 @@ async def _routine_view(scheduler: Scheduler, routine: Routine, now: datetime) -
         start = max(start, fires[0].slot)
     expected = _expected(routine, start, now) if fires else []
     marks, since = timeline(expected, fires, now)
-    resolved = getattr(routine, "resolved_cron", None)
     return RoutineView(
         name=routine.name,
         cron=routine.cron,
         tz=routine.tz,
-        resolved=resolved if isinstance(resolved, str) else None,
+        resolved=routine.resolved_cron,
         next_due=stats.next_due.get(routine.name),
         paused=paused,
         marks=marks,
