@@ -57,3 +57,9 @@ def test_license_and_classifiers() -> None:
     assert any(c.startswith("Operating System :: ") for c in classifiers)
     assert "Typing :: Typed" in classifiers
     assert (ROOT / "trio_routines" / "py.typed").exists()
+
+
+def test_ci_collects_the_embedding_examples_tests() -> None:
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert 'testpaths = ["tests", "examples/embed"]' in pyproject
+    assert (ROOT / "examples" / "embed" / "test_agent_server.py").exists()
