@@ -63,6 +63,11 @@ BAD_INPUT = [
     (["next"], 2, "either a routine NAME or --cron"),
     (["next", "daily", "--cron", "* * * * *"], 2, "either a routine NAME or --cron"),
     (["next", "--cron", "* * * * *", "-n", "0"], 2, "between 1 and 1000"),
+    (["next", "--cron", "* * * * *", "-n", "9" * 5000], 2, "must be between 1 and 1000"),
+    (["next", "--cron", "* * * * *", "-n", "²"], 2, '"²" is not a whole number'),
+    (["next", "--cron", "9" * 5000 + " * * * *"], 1, 'minute field: "99999999'),
+    (["serve", "--agent", "echo", "--http", "127.0.0.1:" + "8" * 5000], 2, "expected HOST:PORT"),
+    (["serve", "--agent", "echo", "--http", "127.0.0.1:²"], 2, "expected HOST:PORT"),
     (["serve", "--agent", "echo", "--grace", "-1"], 2, "must be a finite number"),
     (["frobnicate"], 2, "invalid choice"),
 ]

@@ -742,6 +742,14 @@ def test_parse_cron_is_cached_and_reusable() -> None:
     assert schedule.next_after(Z("2026-07-10T12:00")) == Z("2026-07-13T07:00")  # Fri -> Mon
 
 
+def test_only_short_expressions_are_cached() -> None:
+    # a long but valid expression (as a client may send) must not stay in the cache
+    long = ",".join(["0"] * 2000) + " 9 * * *"
+    assert parse_cron(long) is not parse_cron(long)
+    assert parse_cron(long).next_after(JAN_2026) == Z("2026-01-01T09:00")
+    assert parse_cron("0 9 * * *") is parse_cron("0 9 * * *")
+
+
 def test_iter_after_and_fires_at() -> None:
     schedule = parse_cron("0 9 * * *", "America/New_York")
     first = list(zip(range(3), schedule.iter_after(Z("2026-07-07T00:00")), strict=False))

@@ -59,7 +59,10 @@ def host_port(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    # isascii: int() refuses digits such as "²" that isdigit() accepts; len: no int() of a
+    # long digit string (over 4,300 digits it raises, and it is slow before that).
+    digits = port.isascii() and port.isdigit() and len(port) <= 5
+    if not sep or not host or not digits or not 0 <= int(port) <= 65535:
         raise argparse.ArgumentTypeError(f"{_shown(text)}: expected HOST:PORT, e.g. 127.0.0.1:8080")
     return host, int(port)
 
@@ -79,13 +82,12 @@ def delay(text: str) -> timedelta:
 
 
 def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if not 1 <= value <= 1000:
-        raise argparse.ArgumentTypeError(f"{text!r} must be between 1 and 1000")
-    return value
+    digits = text.strip()
+    if not (digits.isascii() and digits.isdigit()):
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a whole number")
+    if len(digits.lstrip("0")) > 4 or not 1 <= int(digits) <= 1000:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} must be between 1 and 1000")
+    return int(digits)
 
 
 def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:

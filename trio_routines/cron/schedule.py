@@ -29,6 +29,7 @@ _MINUTES_PER_DAY = 1440
 _SEARCH_MONTHS = 401 * 12
 _MONTH_CACHE_LIMIT = 48
 _LAST_YEAR = 9999
+_CACHED_TEXT_LIMIT = 256
 
 
 @functools.lru_cache(maxsize=1024)
@@ -353,6 +354,10 @@ def parse_cron(cron: str, tz: str | None = None, seed: str | None = None) -> Cro
     _zone(tz)  # the zone is checked first, as the original scheduler did
     if seed is not None:
         cron = resolve_hashed(cron, seed)
+    if len(cron) > _CACHED_TEXT_LIMIT:
+        # Parsed each time: the cache holds 32,768 entries, and a request may bring 64 KiB of
+        # valid text ("0,0,0,…"), which would let a client pin gigabytes.
+        return CronSchedule(cron, tz)
     return _parse_cached(cron, tz)
 
 
