@@ -66,7 +66,7 @@ def test_fire_json_reports_a_failed_turn_and_exits_1(env: Env) -> None:
         "failed": "exit status 4: boom",
     }
     assert isinstance(answer["ms"], int)
-    assert "ERROR daily failed" in result.stderr
+    assert "ERROR daily slot=2026-07-07T09:00Z failed (" in result.stderr
     assert env.history("daily")[0]["outcome"] == "failed"
 
 
@@ -211,13 +211,15 @@ def test_serve_logs_armed_routines_as_text_or_json(env: Env) -> None:
     assert stop(proc) == 0
     log = env.log().splitlines()
     assert 'INFO  armed daily: cron "0 9 * * *" Europe/Berlin — next ' in "\n".join(log)
-    assert "INFO  on demand: adhoc" in log
-    assert log[-1] == "INFO  stopped"
+    assert any(line.endswith("Z INFO  on demand: adhoc") for line in log)
+    assert log[-1].endswith("Z INFO  stopped")
+    assert all(parse_iso(line.split(" ", 1)[0]) is not None for line in log)  # each stamped
 
     proc = env.serve("echo", "--log-format", "json", "--no-wakeups", log="json.log")
     assert stop(proc) == 0
     records = [json.loads(line) for line in env.log("json.log").splitlines()]
-    assert {tuple(sorted(r)) for r in records} == {("level", "message", "ts")}
+    assert {tuple(sorted(r)) for r in records} == {("host", "level", "message", "pid", "ts")}
+    assert {r["pid"] for r in records} == {proc.pid}
     assert {"message": "wake-ups: off", "level": "INFO"} in [
         {"message": r["message"], "level": r["level"]} for r in records
     ]

@@ -93,7 +93,17 @@ class Skew:
     def serve(self, clock: FakeClock, log: str) -> subprocess.Popen[bytes]:
         with (self.env.root / log).open("wb") as err:
             proc = subprocess.Popen(
-                self.env.argv("serve", "--agent", self.agent, "--poll", "0.5", "--grace", "1"),
+                self.env.argv(
+                    "serve",
+                    "--agent",
+                    self.agent,
+                    "--poll",
+                    "0.5",
+                    "--grace",
+                    "1",
+                    "--log-level",
+                    "debug",  # a duplicate claim is logged at DEBUG
+                ),
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 cwd=self.env.root,

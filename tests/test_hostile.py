@@ -31,7 +31,7 @@ from trio_routines.instants import parse_iso, slot_name
 from trio_routines.routines import load_routines, parse_routine_text
 from trio_routines.stores.directory import DirectoryStore
 
-LEVEL = re.compile(r"^(DEBUG|INFO |WARN |ERROR|FATAL) ")
+LEVEL = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (DEBUG|INFO |WARN |ERROR|FATAL) ")
 # A failure text that tries every way to start a record of its own, or to rewrite the screen.
 FORGED = (
     "first\nINFO  daily completed (1ms)\r\nWARN  forged\u2028INFO  forged too\x85"
@@ -66,7 +66,7 @@ def test_failure_text_cannot_forge_a_text_log_record(env: Env) -> None:
     records = _physical_lines(result.stderr)
     assert records
     assert all(LEVEL.match(record) for record in records), records
-    (failed,) = [r for r in records if r.startswith("ERROR daily failed")]
+    (failed,) = [r for r in records if " ERROR daily slot=2026-07-07T09:00Z failed" in r]
     assert "forged too" in failed  # the text is there, folded onto the one line
     assert not any(ch in failed for ch in "\x1b\x07\x00\x85")  # no raw control characters
     assert "\\x1b[1A" in failed  # shown escaped instead

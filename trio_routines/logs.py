@@ -1,26 +1,87 @@
 """Log records as the command line writes them to stderr: one line per record, always.
 
-Text: ``INFO  daily completed (12ms)``, the level padded to 5. JSON lines:
-``{"ts", "level", "message"}``. Either way a message is folded onto one line (failure text from
-a model or a provider may hold newlines, U+2028 or U+0085, which many readers take for line
-breaks) and, in text, control characters are shown as ``\\xNN`` so that nothing in a message
-can forge a record of its own or move a terminal's cursor.
+Text: ``2026-11-30T09:00:00.012Z INFO  digest slot=2026-11-30T09:00Z completed (1200ms)``: the
+instant, the level padded to 5, and, on every line about a fire, the routine and the slot
+before the message. JSON lines: ``{"ts", "level", "message", "host", "pid"}`` and, about a
+fire, ``routine``, ``slot``, and on its outcome line ``outcome``, ``ms``, ``late_ms``, ``error``.
+
+Where do a record's routine and slot come from? The runtime sets a
+:class:`~trio_routines.context.FireContext` around every turn (a context variable), and
+:class:`FireFields` reads it for each record, so no log call in the layers between has to pass
+them along; a call outside a turn passes them as ``extra``. :func:`log_fields` adds fields for
+a stretch of code (the fire path adds ``late_ms``), and the turn's outcome line carries its own.
+
+Either way a message is folded onto one line (failure text from a model or a provider may hold
+newlines, U+2028 or U+0085, which many readers take for line breaks) and, in text, control
+characters are shown as ``\\xNN`` so that nothing in a message can forge a record of its own or
+move a terminal's cursor.
 """
 
 from __future__ import annotations
 
-import json
 import logging
+import os
+import socket
 import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
+from typing import Any
 
+from .context import current_fire
 from .instants import format_iso
 from .text import one_line as one_line
-from .text import visible
+from .text import safe_json, visible
 
 log = logging.getLogger("trio_routines")
 
 _LEVEL_NAMES = {"WARNING": "WARN", "CRITICAL": "FATAL"}
+# The structured fields a record may carry, in the order a JSON line shows them.
+FIELDS = ("routine", "slot", "outcome", "ms", "late_ms", "error")
+_fields: ContextVar[Mapping[str, Any] | None] = ContextVar("trio_routines_log_fields", default=None)
+
+
+@contextmanager
+def log_fields(**fields: Any) -> Iterator[None]:
+    """Every record logged in this task inside the block carries ``fields`` (as ``extra``)."""
+    token = _fields.set({**(_fields.get() or {}), **fields})
+    try:
+        yield
+    finally:
+        _fields.reset(token)
+
+
+class FireFields(logging.Filter):
+    """Give each record the routine and slot of the turn it is logged in, and the fields of
+    :func:`log_fields`; what a record was given as ``extra`` wins."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        fire = current_fire()
+        found: dict[str, Any] = dict(_fields.get() or {})
+        if fire is not None:
+            if fire.routine is not None:
+                found.setdefault("routine", fire.routine)
+            if fire.slot is not None:
+                found.setdefault("slot", fire.slot)
+        for key, value in found.items():
+            if not hasattr(record, key):
+                setattr(record, key, value)
+        return True
+
+
+def _short(slot: datetime) -> str:
+    """``2026-11-30T09:00Z``: the slot without the seconds and milliseconds it lacks."""
+    full = format_iso(slot)
+    if full.endswith(":00.000Z"):
+        return full[:16] + "Z"
+    if full.endswith(".000Z"):
+        return full[:19] + "Z"
+    return full
+
+
+def _stamp(record: logging.LogRecord) -> str:
+    return format_iso(datetime.fromtimestamp(record.created, UTC))
 
 
 def _level_name(record: logging.LogRecord) -> str:
@@ -28,25 +89,48 @@ def _level_name(record: logging.LogRecord) -> str:
 
 
 class TextFormatter(logging.Formatter):
-    """``INFO  daily completed (12ms)``: the level padded to 5, then the message on one line."""
+    """``<instant> INFO  digest slot=<slot> completed (12ms)``: one line per record."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return f"{_level_name(record):<5} {visible(one_line(record.getMessage()))}"
+        message = one_line(record.getMessage())
+        routine = getattr(record, "routine", None)
+        slot = getattr(record, "slot", None)
+        if isinstance(routine, str) and isinstance(slot, datetime):
+            # The routine leads the line once, followed by its slot, whatever the message says.
+            name = one_line(routine)
+            rest = (
+                message[len(name) :].lstrip(":").lstrip() if message.startswith(name) else message
+            )
+            message = one_line(f"{name} slot={_short(slot)} {rest}")
+        return f"{_stamp(record)} {_level_name(record):<5} {visible(message)}"
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ``{"ts", "level", "message"}``, the message on one line."""
+    """One JSON object per line: ``{"ts", "level", "message", "host", "pid", ...}``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.host = socket.gethostname()
 
     def format(self, record: logging.LogRecord) -> str:
-        stamp = format_iso(datetime.fromtimestamp(record.created, UTC))
-        message = one_line(record.getMessage())
-        entry = {"ts": stamp, "level": _level_name(record), "message": message}
-        return json.dumps(entry, ensure_ascii=False)
+        entry: dict[str, Any] = {
+            "ts": _stamp(record),
+            "level": _level_name(record),
+            "message": one_line(record.getMessage()),
+        }
+        for key in FIELDS:
+            value = getattr(record, key, None)
+            if value is not None:
+                entry[key] = format_iso(value) if isinstance(value, datetime) else value
+        entry["host"] = self.host
+        entry["pid"] = record.process if record.process is not None else os.getpid()
+        return safe_json(entry)
 
 
 def configure_logging(log_format: str, level: str) -> None:
     """Send the ``trio_routines`` logger to stderr in ``log_format`` (``text`` or ``json``)."""
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(FireFields())
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     log.handlers[:] = [handler]
     log.setLevel(level.upper())

@@ -8,12 +8,16 @@ a terminal, a log or the state store passes it through here.
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 ERROR_LIMIT = 1024  # bytes of UTF-8: how much of a failure reason is stored
 
 _WHITESPACE = re.compile(r"\s+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# What json.dumps(ensure_ascii=False) leaves raw but a terminal or a line splitter obeys.
+_RAW_IN_JSON = re.compile("[\x7f-\x9f\u2028\u2029]")
 
 
 def one_line(text: str) -> str:
@@ -24,6 +28,12 @@ def one_line(text: str) -> str:
 def visible(text: str) -> str:
     """Control characters (C0, DEL, C1) shown as ``\\xNN``; everything else as it is."""
     return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+
+
+def safe_json(value: Any, *, indent: int | None = None) -> str:
+    """JSON (non-ASCII kept) with every control character and line separator escaped."""
+    text = json.dumps(value, ensure_ascii=False, indent=indent)
+    return _RAW_IN_JSON.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
 def shown(text: str) -> str:

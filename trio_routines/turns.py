@@ -22,6 +22,7 @@ import trio
 from .agent import Agent, Completed, Event, Failed, TextDelta
 from .logs import one_line
 from .records import Outcome
+from .text import error_text
 
 log = logging.getLogger("trio_routines")
 
@@ -100,21 +101,34 @@ async def run_turn(
                         raised = raised or exc
     ms = _elapsed_ms(started)
     if grace.cancelled_caught:
-        log.warning("%s interrupted: the stop's grace ran out (%dms)", label, ms)
+        extra = _fields(Outcome.INTERRUPTED, ms, "interrupted by stop")
+        log.warning("%s interrupted: the stop's grace ran out (%dms)", label, ms, extra=extra)
         return TurnResult(Outcome.INTERRUPTED, ms, failed="interrupted by stop")
     if timeout_scope is not None and timeout_scope.cancelled_caught:
         details = f"timed out after {_describe_seconds(timeout or 0)}"
-        log.error("%s failed (%dms)%s", label, ms, fold(details))
+        extra = _fields(Outcome.FAILED, ms, details)
+        log.error("%s failed (%dms)%s", label, ms, fold(details), extra=extra)
         return TurnResult(Outcome.FAILED, ms, failed=details)
     if raised is not None:
         details = str(raised) or type(raised).__name__
-        log.error("%s errored (%dms)%s", label, ms, fold(details))
+        extra = _fields(Outcome.FAILED, ms, details)
+        log.error("%s errored (%dms)%s", label, ms, fold(details), extra=extra)
         return TurnResult(Outcome.FAILED, ms, failed=details)
     if failed is not None and failed.busy:
-        log.info("%s: occurrence skipped (session busy) (%dms)", label, ms)
+        extra = _fields(Outcome.SKIPPED, ms)
+        log.info("%s: occurrence skipped (session busy) (%dms)", label, ms, extra=extra)
         return TurnResult(Outcome.SKIPPED, ms, failed=failed.details, busy=True)
     if failed is not None:
-        log.error("%s failed (%dms)%s", label, ms, fold(failed.details))
+        extra = _fields(Outcome.FAILED, ms, failed.details)
+        log.error("%s failed (%dms)%s", label, ms, fold(failed.details), extra=extra)
         return TurnResult(Outcome.FAILED, ms, failed=failed.details)
-    log.info("%s completed (%dms)", label, ms)
+    log.info("%s completed (%dms)", label, ms, extra=_fields(Outcome.COMPLETED, ms))
     return TurnResult(Outcome.COMPLETED, ms)
+
+
+def _fields(outcome: Outcome, ms: int, error: str | None = None) -> dict[str, object]:
+    """The outcome line's structured fields (see :mod:`trio_routines.logs`)."""
+    fields: dict[str, object] = {"outcome": outcome.value, "ms": ms}
+    if error is not None:
+        fields["error"] = error_text(error)
+    return fields

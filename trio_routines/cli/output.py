@@ -10,10 +10,8 @@ exit status.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import re
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -34,14 +32,13 @@ from ..scheduler import DEFAULT_GRACE as DEFAULT_GRACE
 from ..scheduler import Scheduler
 from ..store import Store
 from ..stores import is_postgres_url, open_store
-from ..text import shown, visible
+from ..text import safe_json, shown, visible
 
 log = logging.getLogger("trio_routines")
 T = TypeVar("T")
 
 DEFAULT_STATE = ".state"
 DEFAULT_ROUTINES = "routines"
-_RAW_IN_JSON = re.compile(r"[\x7f-\x9f]")  # what json.dumps leaves unescaped
 
 
 class CliError(TrioRoutinesError):
@@ -155,14 +152,9 @@ def print_line(text: str = "") -> None:
     sys.stdout.flush()
 
 
-def json_text(value: Any, *, indent: int | None = None) -> str:
-    """JSON with every control character escaped (``\\u009b``): safe on a terminal."""
-    text = json.dumps(value, ensure_ascii=False, indent=indent)
-    return _RAW_IN_JSON.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
-
-
 def print_json(value: Any, *, indent: int | None = 2) -> None:
-    sys.stdout.write(json_text(value, indent=indent) + "\n")
+    """JSON with every control character escaped (``\\u009b``): safe on a terminal."""
+    sys.stdout.write(safe_json(value, indent=indent) + "\n")
     sys.stdout.flush()
 
 

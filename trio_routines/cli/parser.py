@@ -122,14 +122,20 @@ def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
         "(default: $TRIO_ROUTINES_AGENT; needed by serve, run and fire)",
     )
     group.add_argument(
-        "--log-format", choices=("text", "json"), default=default("text"), help="(default: text)"
+        "--log-format",
+        choices=("text", "json"),
+        default=default("text"),
+        help="stderr as text ('<instant> INFO  digest slot=<slot> completed (1200ms)') or one JSON "
+        "object a line (ts, level, message, host, pid; on fire lines routine, slot, outcome, "
+        "ms, late_ms, error) (default: text)",
     )
     group.add_argument(
         "--log-level",
         type=str.lower,
         choices=("debug", "info", "warning", "error"),
         default=default("info"),
-        help="(default: info)",
+        help="the least level logged; a duplicate claim (normal with replicas) is debug "
+        "(default: info)",
     )
 
 

@@ -9,6 +9,7 @@ import trio
 
 from ..context import FireContext, firing
 from ..instants import format_iso, slot_name, truncate_ms
+from ..logs import log_fields
 from ..records import ClaimResult, ClaimStatus
 from ..routines import Routine
 from ..turns import TurnResult, run_turn
@@ -73,12 +74,15 @@ class FirePath(StoreCalls):
         name = routine.name
         claim = await self._claim(name, slot)
         task_status.started(claim)
+        about = {"routine": name, "slot": slot}
         if claim.status is ClaimStatus.DUPLICATE:
-            log.info(
+            # Normal with replicas (every one but the winner sees it, every slot): DEBUG.
+            log.debug(
                 "%s: skipping — slot %s is already claimed — a duplicate delivery, or another "
                 "scheduler has it",
                 name,
                 format_iso(slot),
+                extra=about,
             )
             self._outcomes["duplicate"] += 1
             self.metrics.refuse(name, "duplicate")
@@ -90,13 +94,15 @@ class FirePath(StoreCalls):
                 name,
                 format_iso(slot),
                 claim.newest,
+                extra=about,
             )
             self._outcomes["stale"] += 1
             self.metrics.refuse(name, "stale")
             return FireResult(name, slot, claimed=False, reason="stale")
         late = (self.now() - slot).total_seconds()
         why = FireContext("routine", routine.session, routine=name, slot=slot)
-        turn = await self._turn(why, name, routine.prompt, routine.timeout)
+        with log_fields(late_ms=round(late * 1000)):
+            turn = await self._turn(why, name, routine.prompt, routine.timeout)
         # The reason goes with the outcome; a busy session is an overlap, not a failure.
         error = None if turn.busy else turn.failed
         await self._settle(name, slot, turn.outcome, turn.ms, error)

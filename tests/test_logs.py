@@ -1,0 +1,105 @@
+"""Log lines an operator can use: stamped, one line, the routine and slot on every fire line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import socket
+from datetime import UTC, datetime
+
+from procs import Env
+
+from trio_routines.context import FireContext, firing
+from trio_routines.logs import FireFields, JsonFormatter, TextFormatter, log_fields
+
+SLOT = datetime(2026, 11, 30, 9, tzinfo=UTC)
+STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
+
+
+def record(
+    message: str, *args: object, level: int = logging.INFO, **extra: object
+) -> logging.LogRecord:
+    made = logging.LogRecord("trio_routines", level, __file__, 1, message, args, None)
+    for key, value in extra.items():
+        setattr(made, key, value)
+    FireFields().filter(made)
+    return made
+
+
+def test_a_fire_line_carries_the_instant_routine_and_slot() -> None:
+    why = FireContext("routine", "routine:digest", routine="digest", slot=SLOT)
+    with firing(why), log_fields(late_ms=12):
+        line = record("%s completed (%dms)", "digest", 1200, outcome="completed", ms=1200)
+    text = TextFormatter().format(line)
+    assert re.fullmatch(STAMP + r" INFO  digest slot=2026-11-30T09:00Z completed \(1200ms\)", text)
+    entry = json.loads(JsonFormatter().format(line))
+    assert entry.pop("ts")
+    assert entry == {
+        "level": "INFO",
+        "message": "digest completed (1200ms)",
+        "routine": "digest",
+        "slot": "2026-11-30T09:00:00.000Z",
+        "outcome": "completed",
+        "ms": 1200,
+        "late_ms": 12,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+    }
+
+
+def test_a_line_outside_a_fire_has_no_routine_fields() -> None:
+    line = record("wake-ups: polling every %gs", 30)
+    assert re.fullmatch(STAMP + r" INFO  wake-ups: polling every 30s", TextFormatter().format(line))
+    entry = json.loads(JsonFormatter().format(line))
+    assert set(entry) == {"ts", "level", "message", "host", "pid"}
+
+
+def test_explicit_fields_win_and_a_message_not_led_by_the_name_is_kept_whole() -> None:
+    why = FireContext("routine", "s", routine="other", slot=SLOT)
+    with firing(why):
+        line = record("claim raced: %s", "x", level=logging.DEBUG, routine="digest", slot=SLOT)
+    text = TextFormatter().format(line)
+    assert text.endswith("DEBUG digest slot=2026-11-30T09:00Z claim raced: x")
+
+
+def test_hostile_names_and_errors_stay_on_one_line_in_both_formats() -> None:
+    name = "evil\n\u2028\x1b[2J\x85"
+    why = FireContext("routine", "s", routine=name, slot=SLOT)
+    with firing(why):
+        line = record(
+            "%s failed: %s", name, "boom\u2029again", level=logging.ERROR, error="a\u2028b"
+        )
+    text = TextFormatter().format(line)
+    assert text.splitlines() == [text]
+    assert "\x1b" not in text
+    assert "\x85" not in text
+    as_json = JsonFormatter().format(line)
+    assert as_json.splitlines() == [as_json]
+    assert json.loads(as_json)["routine"] == name  # the exact name, escaped only in transit
+
+
+def test_a_fire_in_a_real_process_logs_its_fields_and_a_duplicate_only_at_debug(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    slot = "2026-07-07T09:00:00.000Z"
+    failing = "cmd:echo 'key expired' >&2; exit 2"
+    result = env.cli("--log-format", "json", "fire", "daily", "--slot", slot, "--agent", failing)
+    assert result.returncode == 1
+    records = [json.loads(line) for line in result.stderr.splitlines()]
+    (outcome,) = [r for r in records if "outcome" in r]
+    assert outcome["level"] == "ERROR"
+    assert outcome["routine"] == "daily"
+    assert outcome["slot"] == slot
+    assert outcome["outcome"] == "failed"
+    assert outcome["error"] == "exit status 2: key expired"
+    assert isinstance(outcome["ms"], int)
+    assert outcome["late_ms"] > 0  # the slot is long past
+    assert (outcome["host"], outcome["pid"]) == (socket.gethostname(), outcome["pid"])
+    assert {r["pid"] for r in records} == {outcome["pid"]}
+
+    again = env.cli("fire", "daily", "--slot", slot, "--agent", "echo")
+    assert (again.returncode, again.stderr) == (0, "")  # a duplicate is normal: not INFO
+    debug = env.cli("--log-level", "debug", "fire", "daily", "--slot", slot, "--agent", "echo")
+    (line,) = [line for line in debug.stderr.splitlines() if "already claimed" in line]
+    assert re.fullmatch(STAMP + " DEBUG daily slot=2026-07-07T09:00Z skipping — .*", line)
