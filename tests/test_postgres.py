@@ -94,6 +94,7 @@ def test_schema_creation_races_safely_and_is_versioned(url: str, schema: str) ->
     assert versions == [(version,) for version in range(1, SCHEMA_VERSION + 1)]
     assert [t for (t,) in tables] == [
         "trio_routines_claims",
+        "trio_routines_paused",
         "trio_routines_schema",
         "trio_routines_wakeups",
     ]
@@ -142,6 +143,8 @@ async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
     await store.claim("r", T0 + MINUTE, T0 + MINUTE)
     await store.settle("r", T0 + MINUTE, Outcome.FAILED, 9, error="exit status 2: key expired")
     assert [f.error for f in await store.history("r")] == [None, "exit status 2: key expired"]
+    await store.set_paused("r", True)  # version 3: the paused routines
+    assert await store.paused() == {"r"}
     await store.aclose()
     with admin() as conn:
         versions = conn.execute(
@@ -149,8 +152,8 @@ async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
                 sql.Identifier(schema, "trio_routines_schema")
             )
         ).fetchall()
-    assert versions == [(1,), (2,)]
-    assert SCHEMA_VERSION == 2
+    assert versions == [(1,), (2,), (3,)]
+    assert SCHEMA_VERSION == 3
 
 
 @pytest.mark.slow

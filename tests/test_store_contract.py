@@ -332,3 +332,40 @@ async def test_open_store_is_usable_with_async_with(tmp_path: Path) -> None:
         assert (await store.claim("daily", T0, T0)).status is ClaimStatus.TAKEN
     async with open_store(tmp_path / "state") as again:
         assert [f.slot for f in await again.history("daily")] == [T0]
+
+
+# -- pause ---------------------------------------------------------------------------------------
+
+
+async def test_pause_and_resume_are_idempotent_and_seen_by_a_second_handle(
+    store: Store, store_factory: Callable[..., Store]
+) -> None:
+    assert await store.paused() == frozenset()
+    await store.set_paused("daily", True)
+    await store.set_paused("daily", True)
+    await store.set_paused("每日 report", True)
+    assert await store.paused() == {"daily", "每日 report"}
+    other = store_factory()  # another scheduler on the same store
+    try:
+        assert await other.paused() == {"daily", "每日 report"}
+        await other.set_paused("daily", False)
+        await other.set_paused("daily", False)
+        await other.set_paused("never-paused", False)
+    finally:
+        await other.aclose()
+    assert await store.paused() == {"每日 report"}
+
+
+async def test_pause_refuses_an_unsafe_name(store: Store) -> None:
+    with pytest.raises(UnsafeName):
+        await store.set_paused("../x", True)
+    assert await store.paused() == frozenset()
+
+
+async def test_a_paused_routine_keeps_its_claims(store: Store) -> None:
+    await store.claim("daily", T0, T0)
+    await store.set_paused("daily", True)
+    assert (await store.claim("daily", T0 + HOUR, T0)).status is ClaimStatus.TAKEN  # the
+    # store keeps no policy: the scheduler checks paused() before it claims
+    await store.set_paused("daily", False)
+    assert len(await store.history("daily")) == 2

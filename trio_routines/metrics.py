@@ -161,7 +161,7 @@ class Metrics:
             ),
             counter(
                 "claims_refused",
-                "Slots not claimed, by routine and reason (duplicate or stale).",
+                "Slots not claimed, by routine and reason (duplicate, stale or paused).",
                 (
                     Sample(refused, (("routine", r), ("reason", why)), n)
                     for (r, why), n in sorted(self.refused.items())

@@ -63,6 +63,7 @@ class ClaimStatus(enum.StrEnum):
     TAKEN = "taken"  # this caller created the claim: run the turn
     DUPLICATE = "duplicate"  # the claim already exists: a redelivery, or another scheduler has it
     STALE = "stale"  # a later slot is already claimed: this instant never runs
+    PAUSED = "paused"  # the scheduler's answer for a paused routine: nothing was claimed
 
 
 @attrs.frozen

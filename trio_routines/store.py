@@ -41,6 +41,13 @@ Wake-ups
     retry ceiling. ``remove_wakeup`` is scoped to a session when one is given. All wake-up
     calls raise StateFault when the store cannot be read or written.
 
+Pause
+    ``set_paused(routine, paused)`` pauses (True) or resumes (False) a routine for every
+    scheduler sharing the store; it is idempotent, and durable before it returns. ``paused()``
+    returns the names of the paused routines. A scheduler reads it before every claim, so a
+    paused routine claims nothing. Both raise StateFault when the store cannot be read or
+    written.
+
 Routine names are checked (:func:`trio_routines.names.check_name`) by every call taking one.
 Text that some store cannot hold (NUL, a lone surrogate) gets the same answer from every
 store: a wake-up request carrying it is an InvalidWakeup, an id or session carrying it is not
@@ -120,6 +127,14 @@ class Store(Protocol):
     async def ready(self) -> None:
         """A cheap check that the store answers (``GET /readyz``): a stat of the state
         directory, ``SELECT 1``. Raises StateFault when it does not; the caller bounds it."""
+        ...
+
+    async def set_paused(self, routine: str, paused: bool) -> None:
+        """Pause or resume ``routine`` for every scheduler sharing the store (idempotent)."""
+        ...
+
+    async def paused(self) -> frozenset[str]:
+        """The names of the paused routines."""
         ...
 
     async def aclose(self) -> None:

@@ -45,6 +45,7 @@ class MemoryStore(Lifetime):
         self.wakeups: list[Wakeup] = []
         self.faults: dict[str, Exception] = {}
         self.hangs: set[str] = set()
+        self.paused_routines: set[str] = set()
         self._times: dict[str, int] = {}
         self._only: dict[str, str] = {}
 
@@ -193,6 +194,20 @@ class MemoryStore(Lifetime):
     async def ready(self) -> None:
         await self._enter("ready")
         self._fault("ready")
+
+    async def set_paused(self, routine: str, paused: bool) -> None:
+        await self._enter("set_paused")
+        check_name(routine)
+        self._fault("set_paused", routine)
+        if paused:
+            self.paused_routines.add(routine)
+        else:
+            self.paused_routines.discard(routine)
+
+    async def paused(self) -> frozenset[str]:
+        await self._enter("paused")
+        self._fault("paused")
+        return frozenset(self.paused_routines)
 
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()

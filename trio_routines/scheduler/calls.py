@@ -75,6 +75,20 @@ class StoreCalls(SchedulerState):
             return await self.store.defer_wakeup(wakeup, fire_at)
         raise self._no_answer(f"could not re-queue wake-up {wakeup.id}")
 
+    async def _read_paused(self) -> frozenset[str]:
+        """The paused routines, as the store says now (remembered for statistics)."""
+        with self._bounded():
+            self._paused = await self.store.paused()
+            return self._paused
+        raise self._no_answer("the paused routines are unreadable")
+
+    async def _refresh_paused(self) -> None:
+        """Re-read the paused routines for statistics; a fault keeps the last answer."""
+        try:
+            await self._read_paused()
+        except StateFault as exc:
+            log.debug("the paused routines could not be re-read: %s", exc)
+
     async def _settle_once(
         self,
         routine: str,

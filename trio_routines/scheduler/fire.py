@@ -52,6 +52,29 @@ class FirePath(StoreCalls):
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller hears of it now
         return result
 
+    async def pause(self, name: str) -> None:
+        """Pause routine ``name`` in the store: no scheduler sharing it claims its slots.
+
+        Raises :class:`UnknownRoutine`, or :class:`StateFault` (nothing changed).
+        """
+        self.routine(name)
+        with self._bounded():
+            await self.store.set_paused(name, True)
+            self._paused = self._paused | {name}
+            log.info("%s: paused", name)
+            return
+        raise self._no_answer(f"could not pause {name!r}")
+
+    async def resume(self, name: str) -> None:
+        """Resume routine ``name``: it fires from its next slot on; nothing missed is run."""
+        self.routine(name)
+        with self._bounded():
+            await self.store.set_paused(name, False)
+            self._paused = self._paused - {name}
+            log.info("%s: resumed", name)
+            return
+        raise self._no_answer(f"could not resume {name!r}")
+
     async def start_fire(self, name: str, slot: datetime) -> ClaimResult:
         """Claim ``slot`` now and let the turn continue in the running scheduler's nursery."""
         if self._nursery is None:
@@ -72,6 +95,12 @@ class FirePath(StoreCalls):
         self, routine: Routine, slot: datetime, task_status: trio.TaskStatus[ClaimResult]
     ) -> FireResult:
         name = routine.name
+        if name in await self._read_paused():  # every replica honours it: read before a claim
+            log.info("%s: paused — slot %s is not claimed", name, format_iso(slot))
+            self._outcomes["paused"] += 1
+            self.metrics.refuse(name, "paused")
+            task_status.started(ClaimResult(ClaimStatus.PAUSED))
+            return FireResult(name, slot, claimed=False, reason="paused")
         claim = await self._claim(name, slot)
         task_status.started(claim)
         about = {"routine": name, "slot": slot}

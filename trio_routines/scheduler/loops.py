@@ -87,6 +87,7 @@ class CronLoops(FirePath, ClockWatch, Restarts):
                 while True:
                     await trio.sleep(self.poll_interval)
                     self._note_offset()
+                    await self._refresh_paused()
             except Exception as exc:
                 backoff = await self._restart_after("clock", "clock watch", exc, backoff)
 

@@ -40,6 +40,7 @@ class Scheduler(Boot, Reload, WakeLoop):
         """
         booted = dict(self.routines)
         first_due = await self._boot(plan=not self.external_clock)
+        await self._refresh_paused()
         for name, due in first_due.items():
             self._armed[name] = None
             self._next_due[name] = due
@@ -128,6 +129,7 @@ class Scheduler(Boot, Reload, WakeLoop):
             loop_restarts=MappingProxyType(dict(self._restarts)),
             settle_failures=MappingProxyType(dict(self._settle_failures)),
             future_claims=MappingProxyType(self._future_claims()),
+            paused=self._paused,
         )
 
 

@@ -90,6 +90,8 @@ class Statistics:
     #: Routines whose newest claim is in the future (a clock that ran ahead when it was made):
     #: the claimed slot, behind which nothing can fire; ``next_due`` is the first slot after it.
     future_claims: Mapping[str, datetime] = attrs.field(factory=dict)
+    #: Paused routines, as last read from the store (before every claim, every poll).
+    paused: frozenset[str] = frozenset()
     #: Outcomes given up after the settle's retries, by routine (the claims stay unsettled).
     settle_failures: Mapping[str, int] = attrs.field(factory=dict)
 
@@ -155,6 +157,7 @@ class SchedulerState:
         self._grace_scopes: set[trio.CancelScope] = set()
         self._store_scopes: set[trio.CancelScope] = set()
         self._settle_failures: Counter[str] = Counter()
+        self._paused: frozenset[str] = frozenset()  # as last read from the store
         self._future: dict[str, Fire] = {}  # newest claims stamped ahead of our wall clock
         self._nursery: trio.Nursery | None = None
         self._next_due: dict[str, datetime | None] = {}

@@ -26,6 +26,7 @@ class WakeLoop(FirePath, ClockWatch, Restarts):
                         backoff = RESTART_FIRST
                     await trio.sleep(self.poll_interval)
                     self._note_offset()
+                    await self._refresh_paused()
             except Exception as exc:
                 if self._stopping.value:
                     return

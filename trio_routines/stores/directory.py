@@ -529,5 +529,16 @@ class DirectoryStore(Lifetime):
             raise StateFault(f"the state directory {path} is not a writable directory")
         raise StateFault(f"the state directory {self.root} cannot be created")
 
+    # Pause files live in their own module, which builds on this one's helpers.
+    async def set_paused(self, routine: str, paused: bool) -> None:
+        from .dirpause import set_paused_sync
+
+        await self._run(set_paused_sync, self._schedule, routine, paused)
+
+    async def paused(self) -> frozenset[str]:
+        from .dirpause import paused_sync
+
+        return await self._run(paused_sync, self._schedule)
+
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()

@@ -15,7 +15,7 @@ from psycopg import sql
 
 from ..errors import StateFault
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Advisory lock namespaces (the first key of the two-key form); the second key is a hash of
 # the routine or session. A hash collision only serializes two unrelated callers.
 DDL_LOCK = "trio_routines:schema"
@@ -45,6 +45,12 @@ _MIGRATIONS: dict[int, list[str]] = {
     ],
     # The failure reason of a settled claim (one visible line, at most 1 KiB).
     2: ["ALTER TABLE {claims} ADD COLUMN IF NOT EXISTS error text"],
+    # Paused routines: a row per paused routine, read before every claim.
+    3: [
+        """CREATE TABLE IF NOT EXISTS {paused} (
+            routine text PRIMARY KEY,
+            paused_at timestamptz NOT NULL DEFAULT now())"""
+    ],
 }
 
 
@@ -61,6 +67,7 @@ class Schema:
             "version": name("trio_routines_schema"),
             "claims": name("trio_routines_claims"),
             "wakeups": name("trio_routines_wakeups"),
+            "paused": name("trio_routines_paused"),
             "wakeups_session": sql.Identifier("trio_routines_wakeups_session"),
             "wakeups_id": sql.Identifier("trio_routines_wakeups_id"),
         }

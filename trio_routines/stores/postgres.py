@@ -244,6 +244,27 @@ class PostgresStore(Lifetime):
             fires.append(fire_from_record(truncate_ms(slot), record, where))
         return fires
 
+    # -- pause ----------------------------------------------------------------------------
+
+    async def set_paused(self, routine: str, paused: bool) -> None:
+        check_name(routine)
+        what = f"could not {'pause' if paused else 'resume'} {routine!r}"
+        await self._conns.run(what, self._set_paused, routine, paused)
+
+    def _set_paused(self, conn: Conn, _call: Call, routine: str, paused: bool) -> None:
+        if paused:
+            query = "INSERT INTO {paused} (routine) VALUES (%s) ON CONFLICT DO NOTHING"
+        else:
+            query = "DELETE FROM {paused} WHERE routine = %s"
+        conn.execute(self._tables.sql(query), (routine,))
+
+    async def paused(self) -> frozenset[str]:
+        return await self._conns.run("the paused routines are unreadable", self._paused)
+
+    def _paused(self, conn: Conn, _call: Call) -> frozenset[str]:
+        rows = conn.execute(self._tables.sql("SELECT routine FROM {paused}"))
+        return frozenset(routine for (routine,) in rows)
+
     # -- wake-ups -------------------------------------------------------------------------
 
     async def add_wakeup(self, request: WakeupRequest, now: datetime) -> Wakeup:

@@ -1,0 +1,129 @@
+"""Pause and resume: a paused routine claims nothing on any replica; resuming never back-fires."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from trio_routines import Outcome, Routine, Scheduler, StateFault
+from trio_routines.scheduler import UnknownRoutine
+from trio_routines.stores import DirectoryStore
+from trio_routines.testing import MemoryStore, ScriptedAgent, WallClock
+
+T0 = datetime(2026, 7, 7, 10, 30, tzinfo=UTC)
+HOURLY = Routine(name="hourly", prompt="p", cron="0 * * * *")
+
+
+def at(hour: int, minute: int = 0) -> datetime:
+    return datetime(2026, 7, 7, hour, minute, tzinfo=UTC)
+
+
+def replica(store: MemoryStore, wall: WallClock) -> tuple[Scheduler, ScriptedAgent]:
+    agent = ScriptedAgent(wall=wall)
+    scheduler = Scheduler(agent=agent, store=store, routines=[HOURLY], now=wall, wakeups=False)
+    return scheduler, agent
+
+
+async def until(wall: WallClock, when: datetime) -> None:
+    await trio.sleep((when - wall()).total_seconds())
+
+
+async def test_paused_at_boot_nothing_is_caught_up_and_resume_arms_from_now(
+    autojump_clock: Any,
+) -> None:
+    store = MemoryStore()
+    await store.claim("hourly", at(8), at(8))  # 09:00 and 10:00 were missed
+    await store.settle("hourly", at(8), Outcome.COMPLETED, 1)
+    await store.set_paused("hourly", True)
+    wall = WallClock(T0)
+    scheduler, agent = replica(store, wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        assert scheduler.statistics().paused == {"hourly"}
+        await until(wall, at(12, 30))
+        assert agent.turns == []  # neither the catch-up nor 11:00 nor 12:00
+        await scheduler.resume("hourly")
+        assert scheduler.statistics().paused == frozenset()
+        await until(wall, at(13, 30))
+        scheduler.stop()
+    assert [t.wall for t in agent.turns] == [at(13)]  # from now on: nothing missed is run
+    assert [f.slot for f in await store.history("hourly")] == [at(8), at(13)]
+    metrics = scheduler.render_metrics()
+    assert 'trio_routines_claims_refused_total{routine="hourly",reason="paused"} 3' in metrics
+
+
+async def test_a_pause_made_on_one_replica_is_honoured_by_the_other(autojump_clock: Any) -> None:
+    store = MemoryStore()
+    wall = WallClock(T0)
+    first, first_agent = replica(store, wall)
+    second, second_agent = replica(store, wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(first.run)
+        await nursery.start(second.run)
+        await first.pause("hourly")
+        await until(wall, at(11, 30))
+        assert second.statistics().paused == {"hourly"}  # learnt before its claim
+        await second.resume("hourly")
+        await until(wall, at(12, 30))
+        first.stop()
+        second.stop()
+    assert [f.slot for f in await store.history("hourly")] == [at(12)]
+    assert len(first_agent.turns) + len(second_agent.turns) == 1
+
+
+async def test_an_external_fire_of_a_paused_routine_claims_nothing(autojump_clock: Any) -> None:
+    store = MemoryStore()
+    wall = WallClock(T0)
+    scheduler, agent = replica(store, wall)
+    await scheduler.pause("hourly")
+    result = await scheduler.fire("hourly", at(9))
+    assert (result.claimed, result.reason) == (False, "paused")
+    assert agent.turns == []
+    assert await store.history("hourly") == []
+    await scheduler.resume("hourly")
+    assert (await scheduler.fire("hourly", at(10))).outcome is Outcome.COMPLETED
+
+
+async def test_pause_of_an_unknown_routine_or_a_broken_store_changes_nothing(
+    autojump_clock: Any,
+) -> None:
+    store = MemoryStore()
+    scheduler, _ = replica(store, WallClock(T0))
+    with pytest.raises(UnknownRoutine):
+        await scheduler.pause("nope")
+    store.fail("set_paused", StateFault("disk full"))
+    with pytest.raises(StateFault, match="disk full"):
+        await scheduler.pause("hourly")
+    assert await store.paused() == frozenset()
+    assert scheduler.statistics().paused == frozenset()
+
+
+async def test_a_paused_check_that_fails_fires_nothing(autojump_clock: Any) -> None:
+    store = MemoryStore()
+    store.fail("paused", StateFault("unreadable"))
+    scheduler, agent = replica(store, WallClock(T0))
+    with pytest.raises(StateFault, match="unreadable"):
+        await scheduler.fire("hourly", at(9))
+    assert agent.turns == []
+
+
+async def test_the_state_directory_counts_only_regular_pause_files(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.set_paused("a", True)
+    paused = tmp_path / "schedule" / "paused"
+    assert sorted(os.listdir(paused)) == ["a"]
+    os.symlink(tmp_path / "elsewhere", paused / "b")  # planted: pauses nothing
+    (paused / "c").mkdir()
+    assert await store.paused() == {"a"}
+    with pytest.raises(StateFault, match="cannot pause 'c'"):
+        await store.set_paused("c", True)
+    with pytest.raises(StateFault, match="cannot pause 'b'"):
+        await store.set_paused("b", True)
+    assert not (tmp_path / "elsewhere").exists()
+    await store.set_paused("a", False)
+    assert await store.paused() == frozenset()
