@@ -399,7 +399,13 @@ async def test_routines_lists_schedules_and_next_instant_never_prompts() -> None
         assert SECRET.encode() not in reply.raw
         listing = {item["name"]: item for item in reply.json}
         assert set(listing) == {"daily", "adhoc", LONG}
-        assert listing["adhoc"] == {"name": "adhoc", "cron": None, "tz": None, "next": None}
+        assert listing["adhoc"] == {
+            "name": "adhoc",
+            "cron": None,
+            "tz": None,
+            "next": None,
+            "paused": False,
+        }
         daily = listing["daily"]
         assert (daily["cron"], daily["tz"]) == ("0 9 * * *", "Europe/Berlin")
         upcoming = parse_iso(daily["next"])
@@ -420,6 +426,31 @@ async def test_routines_counts_the_next_instant_from_a_claim_in_the_future() -> 
         assert listing["daily"]["next"] == format_iso(ahead + timedelta(days=1))
         metrics = (await server.call("GET", "/metrics")).raw.decode()
         assert 'trio_routines_future_claim_timestamp_seconds{routine="daily"}' in metrics
+
+
+async def test_pause_and_resume_over_http_hold_a_routine_back_for_every_replica() -> None:
+    async with serving() as server:
+        reply = await server.call("POST", "/routines/daily/pause")
+        assert (reply.status, reply.json) == (200, {"name": "daily", "paused": True})
+        assert await server.store.paused() == {"daily"}
+        listing = {item["name"]: item for item in (await server.call("GET", "/routines")).json}
+        assert (listing["daily"]["paused"], listing["adhoc"]["paused"]) == (True, False)
+        fired = await server.call("POST", "/fire", {"name": "daily", "slot": ON_GRID, "wait": True})
+        assert (fired.status, fired.json["claimed"], fired.json["reason"]) == (200, False, "paused")
+        assert server.agent.turns == []
+        reply = await server.call("POST", "/routines/daily/resume")
+        assert (reply.status, reply.json) == (200, {"name": "daily", "paused": False})
+        assert await server.store.paused() == frozenset()
+        assert_error(await server.call("POST", "/routines/nope/pause"), 404)
+        assert (await server.call("GET", "/routines/daily/pause")).status == 405
+
+
+async def test_a_pause_the_store_cannot_write_is_503_and_changes_nothing() -> None:
+    store = MemoryStore()
+    store.fail("set_paused", StateFault("disk full"))
+    async with serving(store=store) as server:
+        assert_error(await server.call("POST", "/routines/daily/pause"), 503)
+        assert await store.paused() == frozenset()
 
 
 async def test_history_is_oldest_first_like_history_json() -> None:

@@ -28,6 +28,7 @@ from ..text import shown
 from .firing import cmd_fire, cmd_run, fire_result_json
 from .output import CliError, state_label
 from .parser import build_parser
+from .pausing import cmd_pause, cmd_resume
 from .serve import cmd_serve
 from .views import cmd_check, cmd_history, cmd_list, cmd_next
 from .wakes import cmd_unwake, cmd_wake
@@ -44,6 +45,8 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "check": cmd_check,
     "wake": cmd_wake,
     "unwake": cmd_unwake,
+    "pause": cmd_pause,
+    "resume": cmd_resume,
 }
 
 

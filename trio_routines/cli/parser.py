@@ -269,4 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
     unwake.add_argument("id", metavar="ID")
     unwake.add_argument("--session", required=True)
 
+    pause = command("pause", "hold a routine back: no scheduler on this state claims its slots")
+    pause.add_argument("name", metavar="NAME")
+    resume = command("resume", "fire a paused routine again, from its next slot (no back-fire)")
+    resume.add_argument("name", metavar="NAME")
+
     return parser

@@ -210,7 +210,8 @@ async def run(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
 
 def routines(scheduler: Scheduler) -> Response:
     now = scheduler.now()
-    next_due = scheduler.statistics().next_due  # what the loops will really do
+    stats = scheduler.statistics()
+    next_due = stats.next_due  # what the loops will really do
     listing = []
     for name in sorted(scheduler.routines):
         routine = scheduler.routines[name]
@@ -225,6 +226,7 @@ def routines(scheduler: Scheduler) -> Response:
             "cron": routine.cron,
             "tz": routine.tz,
             "next": format_iso(upcoming) if upcoming is not None else None,
+            "paused": name in stats.paused,
         }
         if routine.resolved_cron != routine.cron:
             entry["resolved_cron"] = routine.resolved_cron
@@ -240,6 +242,20 @@ async def history(scheduler: Scheduler, name: str) -> Response:
         log.error("GET /routines/%s/history: %s", name[:ECHO], exc)
         raise unavailable(f"the history of {quoted(name)} is unreadable right now") from None
     return Response(200, [fire_to_json(fire) for fire in fires])
+
+
+async def pause(scheduler: Scheduler, name: str, *, paused: bool) -> Response:
+    """Pause or resume a routine for every scheduler sharing the store (idempotent)."""
+    routine = _routine(scheduler, name)
+    try:
+        if paused:
+            await scheduler.pause(routine.name)
+        else:
+            await scheduler.resume(routine.name)
+    except StateFault as exc:
+        log.error("POST /routines/%s/%s: %s", name[:ECHO], "pause" if paused else "resume", exc)
+        raise unavailable(f"could not change {quoted(name)} right now") from None
+    return Response(200, {"name": routine.name, "paused": paused})
 
 
 async def wake(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:

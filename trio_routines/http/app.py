@@ -98,6 +98,9 @@ class _App:
         if key == "history":
             assert param is not None
             return await api.history(scheduler, param)
+        if key in ("pause", "resume"):
+            assert param is not None
+            return await api.pause(scheduler, param, paused=key == "pause")
         if key == "wakeup":
             assert param is not None
             wakeup_id = label(param, "id", MAX_ID)

@@ -37,6 +37,8 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "/run": ("POST",),
     "/routines": GET,
     "history": GET,
+    "pause": ("POST",),
+    "resume": ("POST",),
     "/wakeups": (*GET, "POST"),
     "wakeup": ("DELETE",),
     "/healthz": GET,
@@ -135,11 +137,13 @@ def route(path: str) -> tuple[str, str | None]:
     """The route key for ``path`` and its one parameter; a 404 for anything else."""
     if path in ROUTES:
         return path, None
-    prefix, suffix = "/routines/", "/history"
-    if path.startswith(prefix) and path.endswith(suffix):
-        name = path[len(prefix) : -len(suffix)]
-        if name and "/" not in name:
-            return "history", name
+    prefix = "/routines/"
+    for key in ("history", "pause", "resume"):
+        suffix = f"/{key}"
+        if path.startswith(prefix) and path.endswith(suffix):
+            name = path[len(prefix) : -len(suffix)]
+            if name and "/" not in name:
+                return key, name
     if path.startswith("/wakeups/"):
         wakeup_id = path[len("/wakeups/") :]
         if wakeup_id and "/" not in wakeup_id:
@@ -147,7 +151,8 @@ def route(path: str) -> tuple[str, str | None]:
     raise Refusal(
         404,
         "no such endpoint — the routes are POST /fire, POST /run, GET /routines, "
-        "GET /routines/{name}/history, /wakeups, GET /healthz, GET /metrics",
+        "GET /routines/{name}/history, POST /routines/{name}/pause|resume, /wakeups, "
+        "GET /healthz, GET /metrics",
     )
 
 
