@@ -8,6 +8,7 @@ from datetime import datetime
 import trio
 
 from ..context import FireContext, firing
+from ..errors import StateFault
 from ..instants import format_iso, slot_name, truncate_ms
 from ..logs import log_fields
 from ..records import ClaimResult, ClaimStatus
@@ -95,7 +96,11 @@ class FirePath(StoreCalls):
         self, routine: Routine, slot: datetime, task_status: trio.TaskStatus[ClaimResult]
     ) -> FireResult:
         name = routine.name
-        if name in await self._read_paused():  # every replica honours it: read before a claim
+        try:
+            paused = await self._read_paused()  # every replica honours it: read before a claim
+        except StateFault as exc:
+            raise StateFault(f"could not claim slot {slot_name(slot)} of {name!r}: {exc}") from None
+        if name in paused:
             log.info("%s: paused — slot %s is not claimed", name, format_iso(slot))
             self._outcomes["paused"] += 1
             self.metrics.refuse(name, "paused")
