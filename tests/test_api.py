@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import types
+from pathlib import Path
 
 import trio_routines
 import trio_routines.testing
@@ -41,3 +43,31 @@ def test_the_testing_fakes() -> None:
         "ScriptedAgent", "Turn", "WallClock",
     }  # fmt: skip
     assert isinstance(trio_routines.testing.MemoryStore(), trio_routines.Store)
+
+
+def _api_docs() -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "api_docs", Path(__file__).resolve().parent.parent / "scripts" / "api_docs.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_public_name_has_a_docstring() -> None:
+    assert _api_docs().missing_docstrings() == []
+
+
+def test_docs_api_md_is_current() -> None:
+    api_docs = _api_docs()
+    assert api_docs.TARGET.read_text() == api_docs.generate(), (
+        "docs/api.md is out of date: run python scripts/api_docs.py"
+    )
+
+
+def test_current_fire_is_public_and_documented() -> None:
+    assert trio_routines.current_fire() is None  # outside a turn
+    assert "current_fire" in _api_docs().generate()
+    assert trio_routines.current_fire.__doc__

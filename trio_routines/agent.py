@@ -40,6 +40,7 @@ class Failed:
 
     @property
     def busy(self) -> bool:
+        """Whether the session already had a turn in flight (the turn never started)."""
         return self.code == SESSION_BUSY
 
 
@@ -48,6 +49,14 @@ Event = TextDelta | Completed | Failed
 
 @runtime_checkable
 class Agent(Protocol):
+    """What the runtime fires into: anything with this one method.
+
+    ``invoke`` returns an async iterator of events: any number of :class:`TextDelta`, then one
+    :class:`Completed` or :class:`Failed` (a ``Failed`` with the busy code means the session
+    already has a turn in flight). Raising from the iterator fails the turn; the runtime
+    cancels it on a routine's timeout or at the end of a stop's grace, and closes it.
+    """
+
     def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
         """Run one turn of ``session`` with the prompt ``text``."""
         ...

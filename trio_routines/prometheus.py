@@ -26,6 +26,7 @@ class Collector:
         self.scheduler = scheduler
 
     def collect(self) -> Iterator[Metric]:
+        """The scheduler's families, read now (``prometheus_client`` calls it per scrape)."""
         for family in self.scheduler.metric_families():
             metric = Metric(family.name, family.help, family.kind)
             for sample in family.samples:

@@ -60,6 +60,8 @@ class Fire:
 
 
 class ClaimStatus(enum.StrEnum):
+    """How a store decided a slot: taken (run it), duplicate or stale (do not)."""
+
     TAKEN = "taken"  # this caller created the claim: run the turn
     DUPLICATE = "duplicate"  # the claim already exists: a redelivery, or another scheduler has it
     STALE = "stale"  # a later slot is already claimed: this instant never runs
@@ -68,11 +70,15 @@ class ClaimStatus(enum.StrEnum):
 
 @attrs.frozen
 class ClaimResult:
+    """What :meth:`Store.claim <trio_routines.Store.claim>` decided, and for a stale slot the
+    newest claim's slot name."""
+
     status: ClaimStatus
     newest: str | None = None  # for STALE: the newest claim's slot name
 
     @property
     def taken(self) -> bool:
+        """Whether this caller took the slot (and so must run and settle it)."""
         return self.status is ClaimStatus.TAKEN
 
 
@@ -104,6 +110,7 @@ class Wakeup:
 
     @property
     def recurring(self) -> bool:
+        """Whether it repeats on a cron (else it is a one-shot)."""
         return self.cron is not None
 
     @property

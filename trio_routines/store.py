@@ -66,6 +66,12 @@ from .wakeups import WakeupRequest
 
 @runtime_checkable
 class Store(Protocol):
+    """The state store contract (the module doc states it exactly): claims and wake-ups.
+
+    Ours: :class:`~trio_routines.DirectoryStore`, ``PostgresStore``, and
+    :class:`~trio_routines.testing.MemoryStore`. Every one is an async context manager.
+    """
+
     async def claim(self, routine: str, slot: datetime, fired_at: datetime) -> ClaimResult:
         """Decide ``slot`` for ``routine``: taken, duplicate or stale (see the module doc)."""
         ...

@@ -284,6 +284,9 @@ Behaviour = Complete | Fail | Hang | Raise
 
 @attrs.frozen
 class Turn:
+    """One turn a :class:`ScriptedAgent` was asked for: its session, text, Trio time, wall
+    time (when the agent has a clock) and :func:`~trio_routines.current_fire` at its start."""
+
     session: str
     text: str
     started_at: float  # Trio's clock
@@ -314,6 +317,7 @@ class ScriptedAgent:
         self._queued: dict[str | None, list[Behaviour]] = {}
 
     def script(self, *behaviours: Behaviour, session: str | None = None) -> None:
+        """Queue ``behaviours`` for the next turns (of ``session`` only, when given)."""
         self._queued.setdefault(session, []).extend(behaviours)
 
     def _next(self, session: str) -> Behaviour:
@@ -343,6 +347,7 @@ class ScriptedAgent:
         self.finished.append(turn)
 
     def sessions(self) -> list[str]:
+        """The session of every turn so far, in order."""
         return [t.session for t in self.turns]
 
 

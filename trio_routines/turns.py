@@ -37,6 +37,9 @@ def fold(text: str) -> str:
 
 @attrs.frozen
 class TurnResult:
+    """How one turn ended: its outcome, its duration in ms, the failure text (when it failed)
+    and whether the session was busy (the turn never started)."""
+
     outcome: Outcome
     ms: int
     failed: str | None = None  # details when the turn failed

@@ -119,6 +119,7 @@ class Scheduler(Boot, Reload, WakeLoop):
         return render(self.metric_families())
 
     def statistics(self) -> Statistics:
+        """A snapshot: armed routines, turns in flight, next slots, outcomes, clock jumps."""
         return Statistics(
             armed=tuple(self._armed),
             in_flight=int(self._in_flight.value),

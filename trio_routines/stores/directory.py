@@ -163,6 +163,7 @@ class DirectoryStore(Lifetime):
     # -- claims ---------------------------------------------------------------------------
 
     def claim_dir(self, routine: str) -> Path:
+        """The directory holding ``routine``'s claims (its name checked first)."""
         return self._claims / check_name(routine)
 
     def _list(self, directory: Path) -> list[str]:
@@ -175,6 +176,7 @@ class DirectoryStore(Lifetime):
         return await self._run(self.claim_sync, routine, slot, fired_at)
 
     def claim_sync(self, routine: str, slot: datetime, fired_at: datetime) -> ClaimResult:
+        """:meth:`claim`, blocking: for a thread, or a process without Trio."""
         directory = self.claim_dir(routine)
         wanted = slot_name(slot)
         try:
@@ -307,6 +309,7 @@ class DirectoryStore(Lifetime):
         return await self._run(self.latest_fire_sync, routine)
 
     def latest_fire_sync(self, routine: str) -> Fire | None:
+        """:meth:`latest_fire`, blocking: for a thread, or a process without Trio."""
         directory = self.claim_dir(routine)
         try:
             names = self._list(directory)
@@ -327,6 +330,7 @@ class DirectoryStore(Lifetime):
         return await self._run(self.history_sync, routine)
 
     def history_sync(self, routine: str) -> list[Fire]:
+        """:meth:`history`, blocking: for a thread, or a process without Trio."""
         directory = self.claim_dir(routine)
         fires = []
         try:
