@@ -62,4 +62,4 @@ def test_license_and_classifiers() -> None:
 def test_ci_collects_the_embedding_examples_tests() -> None:
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert 'testpaths = ["tests", "examples/embed"]' in pyproject
-    assert (ROOT / "examples" / "embed" / "test_agent_server.py").exists()
+    assert (ROOT / "examples" / "embed" / "test_embedding_host.py").exists()

@@ -7,7 +7,7 @@
 * ``trio_routines.serve`` runs the scheduler and stops it on SIGINT/SIGTERM with the grace;
   once its last turn has settled, the web server shuts down too, and the process exits.
 
-Run it: ``python examples/embed/agent_server.py --state .state --port 8080``, then
+Run it: ``python examples/embed/embedding_host.py --state .state --port 8080``, then
 ``curl -N -X POST localhost:8080/chat -d 'hello'`` and ``curl localhost:8080/scheduler/routines``.
 """
 
@@ -41,7 +41,7 @@ from trio_routines import (
 )
 from trio_routines.http import make_app
 
-log = logging.getLogger("agent_server")
+log = logging.getLogger("embedding_host")
 
 ROUTINES = [
     Routine(
