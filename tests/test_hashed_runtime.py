@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
+import trio
+
 from tests.procs import Env
+from tests.test_http import Server
 from tests.test_scheduler import Rig, at, sleep_until_wall
 from trio_routines import Outcome, Routine
 from trio_routines.cron import next_run, resolve_hashed, wakeup_seed
+from trio_routines.http import serve_http
+from trio_routines.instants import parse_iso
+from trio_routines.scheduler import Scheduler
+from trio_routines.testing import MemoryStore, ScriptedAgent
 
 
 def _minute(cron: str, seed: str) -> int:
@@ -93,3 +101,39 @@ def test_a_recurring_wakeup_resolves_from_its_session_and_id(env: Env) -> None:
     assert fire_at - before < timedelta(days=1, minutes=1)
     listing = env.cli("list")
     assert f"cron H H * * * (= {resolved})" in listing.stdout
+
+
+async def test_http_lists_the_resolved_cron_and_resolves_wakeups() -> None:
+    digest = Routine(name="digest", prompt="p", cron="H 9 * * 1-5", tz="Europe/Berlin")
+    plain = Routine(name="plain", prompt="p", cron="0 9 * * *")
+    agent, store = ScriptedAgent(), MemoryStore()
+    scheduler = Scheduler(agent=agent, store=store, routines=[digest, plain], external_clock=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        port = await nursery.start(partial(serve_http, scheduler, "127.0.0.1", 0))
+        server = Server(port, scheduler, agent, store)
+        listing = {item["name"]: item for item in (await server.call("GET", "/routines")).json}
+        assert listing["digest"]["resolved_cron"] == resolve_hashed("H 9 * * 1-5", "digest")
+        assert "resolved_cron" not in listing["plain"]
+        before = datetime.now(UTC)
+        added = await server.call(
+            "POST", "/wakeups", {"session": "chat", "prompt": "p", "cron": "H H * * *"}
+        )
+        assert added.status == 201, added.raw
+        wakeup = added.json["wakeup"]
+        resolved = resolve_hashed("H H * * *", wakeup_seed("chat", wakeup["id"]))
+        expected = next_run(resolved, None, before)
+        assert expected is not None
+        assert parse_iso(wakeup["fireAt"]) in (expected, next_run(resolved, None, expected))
+        too_often = await server.call(
+            "POST", "/wakeups", {"session": "chat", "prompt": "p", "cron": "H/5 * * * *"}
+        )
+        assert too_often.status == 400
+        assert "too frequent" in too_often.json["error"]
+        digits = await server.call(
+            "POST", "/wakeups", {"session": "chat", "prompt": "p", "cron": "9" * 5000 + " * * * *"}
+        )
+        assert digits.status == 400  # was a 500 with a traceback (issue 11)
+        assert 'minute field: "99999999' in digits.json["error"]
+        assert len(await store.list_wakeups()) == 1
+        scheduler.stop(grace=0)
