@@ -233,6 +233,7 @@ async def page_server(token: str | None = None) -> AsyncIterator[Page]:
         error = REASON if outcome is Outcome.FAILED else None
         await store.settle("hourly", slot, outcome, 25, error=error)
     await store.claim("adhoc", now - timedelta(minutes=3), now)  # unsettled: running
+    await store.set_paused("never", True)
     await store.claim(HOSTILE, now - timedelta(minutes=10), now)
     await store.settle(HOSTILE, now - timedelta(minutes=10), Outcome.INTERRUPTED)
     agent = ScriptedAgent()
@@ -269,7 +270,10 @@ async def test_the_page_shows_every_routine_in_flight_turns_and_wakeups() -> Non
             assert f'<h3 class="name">{name}</h3>' in html
         assert "&lt;svg onload=alert(1)&gt;" in html
         assert "<svg onload" not in html
-        assert "never fires again" in html
+        assert '<article class="routine paused"><h3 class="name">never</h3>' in html
+        assert html.count('<span class="paused">paused</span>') == 1
+        assert "never fires again" not in html  # paused says more
+        assert "(external clock)" in html  # the scheduler runs no cron loop here
         assert "on demand" in html
         assert 'class="mark o-completed"' in html
         assert 'class="mark o-failed"' in html

@@ -28,7 +28,7 @@ import hashlib
 import hmac
 import json
 from collections import defaultdict
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from datetime import datetime, timedelta
 from importlib import resources
 from typing import TypeVar
@@ -150,6 +150,23 @@ def _expected(routine: Routine, start: datetime, now: datetime) -> list[datetime
     return slots
 
 
+def _next_due(
+    routine: Routine,
+    armed: tuple[str, ...],
+    due: Mapping[str, datetime | None],
+    now: datetime,
+) -> datetime | None:
+    """What the routine's loop waits for; without a loop (external clock), the cron's next."""
+    if routine.name in armed:
+        return due.get(routine.name)
+    if routine.cron is None:
+        return None
+    try:
+        return next_run(routine.cron, routine.tz, now, routine.name)
+    except (TrioRoutinesError, ValueError, OverflowError):
+        return None
+
+
 async def _bounded_read(call: str, read: Awaitable[T]) -> tuple[T | None, str | None]:
     """Await ``read`` within READ_DEADLINE: (result, None) or (None, the problem)."""
     with trio.move_on_after(READ_DEADLINE):
@@ -160,9 +177,10 @@ async def _bounded_read(call: str, read: Awaitable[T]) -> tuple[T | None, str | 
     return None, f"{call} timed out after {READ_DEADLINE:g} s"
 
 
-async def _routine_view(scheduler: Scheduler, routine: Routine, now: datetime) -> RoutineView:
+async def _routine_view(
+    scheduler: Scheduler, routine: Routine, now: datetime, paused: bool
+) -> RoutineView:
     stats = scheduler.statistics()
-    paused = routine.name in getattr(stats, "paused", ())
     found, problem = await _bounded_read("history", scheduler.store.history(routine.name))
     fires: list[Fire] = found or []
     start = now - WINDOW
@@ -177,7 +195,8 @@ async def _routine_view(scheduler: Scheduler, routine: Routine, now: datetime) -
         cron=routine.cron,
         tz=routine.tz,
         resolved=routine.resolved_cron,
-        next_due=stats.next_due.get(routine.name),
+        next_due=_next_due(routine, stats.armed, stats.next_due, now),
+        external=routine.cron is not None and routine.name not in stats.armed,
         paused=paused,
         marks=marks,
         recent=tuple(fires[-MAX_MARKS:]),
@@ -189,9 +208,13 @@ async def _routine_view(scheduler: Scheduler, routine: Routine, now: datetime) -
 async def gather(scheduler: Scheduler, poll: float = POLL) -> PageView:
     """A snapshot of everything the page shows; every store read bounded by a deadline."""
     now = scheduler.now()
+    # Read from the store, not remembered: another replica may have paused a routine.
+    stored, _ = await _bounded_read("paused", scheduler.store.paused())
+    paused = scheduler.statistics().paused if stored is None else stored
     routines = []
     for name in sorted(scheduler.routines):
-        routines.append(await _routine_view(scheduler, scheduler.routines[name], now))
+        routine = scheduler.routines[name]
+        routines.append(await _routine_view(scheduler, routine, now, name in paused))
     found, problem = await _bounded_read("wake-ups", scheduler.store.list_wakeups())
     groups: dict[str, list[datetime]] = defaultdict(list)
     for wakeup in found or []:

@@ -74,6 +74,7 @@ class RoutineView:
     recent: tuple[Fire, ...]  # the last fires, oldest first
     since: datetime  # where the timeline starts
     problem: str | None = None  # the history could not be read
+    external: bool = False  # fired by an external clock: no loop of ours waits for next_due
 
 
 @attrs.frozen
@@ -250,7 +251,8 @@ def _next(view: RoutineView, now: datetime) -> str:
         return '<span class="none">never fires again</span>'
     at = format_iso(view.next_due)
     left = _left((view.next_due - now).total_seconds())
-    return f'{_time(view.next_due)} <span class="left" data-at="{at}">{left}</span>'
+    by = ' <span class="none">(external clock)</span>' if view.external else ""
+    return f'{_time(view.next_due)} <span class="left" data-at="{at}">{left}</span>{by}'
 
 
 def routine_html(view: RoutineView, now: datetime) -> str:
