@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 from datetime import UTC, datetime, timedelta
 
 from procs import Env, one_line, stop
@@ -89,32 +91,63 @@ def test_history_filters_by_count_instant_and_outcome(env: Env) -> None:
     assert one_line(none.stderr).startswith('no fires matching --since/--outcome for "daily"')
 
 
-def test_list_shows_routines_and_wake_ups(env: Env) -> None:
+def test_list_shows_next_left_last_recent_and_wake_ups(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *", tz="Europe/Berlin")
     env.routine("adhoc")
     env.routine("never", cron="0 0 30 2 *")
-    assert (
-        env.cli("wake", "--session", "chat", "--cron", "0 8 * * *", "--prompt", "hi").returncode
-        == 0
-    )
+    seed_days(env)
+    wake = ["wake", "--session", "chat", "--cron", "0 8 * * *", "--prompt", "hi", "--json"]
+    wake_id = json.loads(env.cli(*wake).stdout)["id"]
     result = env.cli("list")
     assert result.returncode == 0, result.stderr
     out = result.stdout.splitlines()
-    assert out[0] == "adhoc on demand"
-    assert out[1].startswith("daily                2")
-    assert out[1].endswith("Z  cron 0 9 * * * Europe/Berlin")
-    assert out[2] == "never                (never)                   cron 0 0 30 2 *"
-    assert out[3].startswith("wake ")
-    assert out[3].endswith("  cron 0 8 * * *  session=chat  hi")
+    assert out[0].split() == ["ROUTINE", "NEXT", "LEFT", "LAST", "RECENT", "SCHEDULE"]
+    assert out[1].split() == ["adhoc", "-", "-", "-", "-", "on", "demand"]
+    daily = out[2].split()
+    assert daily[0] == "daily"
+    assert parse_iso(daily[1][:-1] + ":00Z") is not None  # 2026-12-01T08:00Z
+    assert re.fullmatch(r"\d+(ms|\.\ds|s|m\d\ds|h\d\dm|d\d\dh)", daily[2])
+    assert daily[3:] == [
+        "2026-07-22T09:00Z",
+        "unreported",
+        "✓✓✓✓✓✓✓✗·?",  # the last ten, oldest left: a failure, a skip, one never settled
+        "cron",
+        "0",
+        "9",
+        "*",
+        "*",
+        "*",
+        "Europe/Berlin",
+    ]
+    assert out[3].split()[:6] == ["never", "never", "-", "-", "-", "cron"]
+    assert out[4] == ""
+    assert out[5].split() == ["WAKE-UP", "SESSION", "NEXT", "LEFT", "KIND", "PROMPT"]
+    assert out[6].startswith(f"{wake_id}  chat     20")
+    assert out[6].endswith("  cron 0 8 * * *  hi")
 
     data = json.loads(env.cli("list", "--json").stdout)
-    assert data["routines"][0] == {"name": "adhoc", "next": None}
-    daily = data["routines"][1]
-    assert daily.keys() == {"name", "cron", "tz", "next"}
-    assert parse_iso(daily["next"]) is not None
+    assert data["routines"][0] == {"name": "adhoc", "next": None, "last": None, "recent": []}
+    listed = data["routines"][1]
+    assert listed.keys() == {"name", "cron", "tz", "next", "last", "recent"}
+    assert listed["last"] == {"slot": "2026-07-22T09:00:00.000Z", "outcome": "unreported"}
+    assert listed["recent"][-3:] == ["failed", "skipped", "unreported"]
+    assert len(listed["recent"]) == 10
+    assert parse_iso(listed["next"]) is not None
     assert data["routines"][2]["next"] is None
     assert data["wakeups"][0]["session"] == "chat"
-    assert "prompt" not in daily
+    assert "prompt" not in listed
+
+
+def test_the_strip_falls_back_to_ascii_when_stdout_is_not_utf8(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    seed_days(env)
+    ascii_env = {**env.environ(), "PYTHONIOENCODING": "ascii"}
+    result = subprocess.run(
+        env.argv("status"), capture_output=True, text=True, env=ascii_env, cwd=env.root, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert " +++++++x.? " in result.stdout.splitlines()[1]
+    assert result.stdout.isascii()
 
 
 def test_list_reports_broken_files_and_goes_on(env: Env) -> None:
@@ -122,7 +155,7 @@ def test_list_reports_broken_files_and_goes_on(env: Env) -> None:
     (env.routines / "bad.md").write_text("oops")
     result = env.cli("list")
     assert result.returncode == 0
-    assert result.stdout == "adhoc on demand\n"
+    assert result.stdout.splitlines()[1].split() == ["adhoc", "-", "-", "-", "-", "on", "demand"]
     assert "bad.md" in one_line(result.stderr)
     (env.root / "empty").mkdir()
     empty = Env(env.root / "empty")
@@ -173,7 +206,13 @@ def test_list_and_serve_count_the_next_instant_from_a_claim_in_the_future(env: E
     env.seed("minutely", ahead)
     data = json.loads(env.cli("list", "--json").stdout)
     assert data["routines"] == [
-        {"name": "minutely", "cron": "* * * * *", "next": format_iso(ahead + timedelta(minutes=1))}
+        {
+            "name": "minutely",
+            "cron": "* * * * *",
+            "next": format_iso(ahead + timedelta(minutes=1)),
+            "last": {"slot": format_iso(ahead), "outcome": "completed"},
+            "recent": ["completed"],
+        }
     ]
 
     proc = env.serve("echo", "--no-wakeups")

@@ -405,6 +405,7 @@ async def test_routines_lists_schedules_and_next_instant_never_prompts() -> None
             "tz": None,
             "next": None,
             "paused": False,
+            "running": False,  # whether a turn of its session is in flight
         }
         daily = listing["daily"]
         assert (daily["cron"], daily["tz"]) == ("0 9 * * *", "Europe/Berlin")

@@ -16,6 +16,7 @@ file is broken; ``run`` and ``fire`` refuse only when the routine they were aske
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -30,7 +31,8 @@ from .output import CliError, state_label
 from .parser import build_parser
 from .pausing import cmd_pause, cmd_resume
 from .serve import cmd_serve
-from .views import cmd_check, cmd_history, cmd_list, cmd_next
+from .status import cmd_list, cmd_status
+from .views import cmd_check, cmd_history, cmd_next
 from .wakes import cmd_unwake, cmd_wake
 
 __all__ = ["CliError", "build_parser", "fire_result_json", "main", "state_label"]
@@ -41,6 +43,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "fire": cmd_fire,
     "history": cmd_history,
     "list": cmd_list,
+    "status": cmd_status,
     "next": cmd_next,
     "check": cmd_check,
     "wake": cmd_wake,
@@ -59,7 +62,16 @@ def _leaves(error: BaseException) -> list[BaseException]:
     return [error]
 
 
+def _tolerant_streams() -> None:
+    """A terminal or pipe that cannot take a character (``LANG=C``) gets ``\\u2014``, not
+    a UnicodeEncodeError halfway through a table."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _tolerant_streams()
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.log_format, args.log_level)

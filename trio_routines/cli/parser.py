@@ -236,8 +236,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="oldest first, as [{slot, firedAt, outcome, ...}]"
     )
 
-    listing = command("list", "routines with their next instant, and pending wake-ups")
+    listing = command(
+        "list", "routines (next, time left, last outcome, recent outcomes) and pending wake-ups"
+    )
     listing.add_argument("--json", action="store_true")
+
+    status = command("status", "what list shows, then the turns a running serve has in flight")
+    status.add_argument(
+        "--url",
+        metavar="URL",
+        help="the HTTP surface of a running serve, e.g. http://127.0.0.1:8080 "
+        "(default: $TRIO_ROUTINES_URL; the token from $TRIO_ROUTINES_TOKEN)",
+    )
+    status.add_argument("--json", action="store_true")
 
     upcoming = command("next", "the next instants of a routine, or of --cron EXPR [--tz TZ]")
     upcoming.add_argument("name", metavar="NAME", nargs="?")

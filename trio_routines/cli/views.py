@@ -1,23 +1,16 @@
-"""The commands that change nothing: ``history``, ``list``, ``next``, ``check``."""
+"""The commands that change nothing: ``history``, ``next``, ``check`` (``list``: status.py)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 from datetime import UTC, datetime
-from typing import Any
 from zoneinfo import ZoneInfo
 
 from ..agents import agent_from_spec
-from ..claims import arm_from
-from ..converter import fire_to_json, wakeup_to_json
+from ..converter import fire_to_json
 from ..cron import cron_error, next_run, resolve_hashed
-from ..errors import StateFault
 from ..instants import format_iso
-from ..logs import one_line
-from ..records import Fire, Wakeup
-from ..routines import Routine
-from ..store import Store
 from .output import (
     CliError,
     check_name,
@@ -78,82 +71,6 @@ async def cmd_history(args: argparse.Namespace) -> int:
         "the state holds outcomes and reasons only)"
     )
     return 0
-
-
-async def _newest(store: Store, name: str) -> Fire | None:
-    """The newest claim, or None when it cannot be read (``history`` reports why)."""
-    try:
-        return await store.latest_fire(name)
-    except StateFault:
-        return None
-
-
-async def cmd_list(args: argparse.Namespace) -> int:
-    result = await load(args.routines, report=True)
-    state = state_arg(args)
-    async with open_state(state) as store:
-        wakeups = await store.list_wakeups()
-        # A newest claim stamped in the future (a clock that ran ahead) holds back every slot
-        # before it: the next instant is counted from it, as the running loops do.
-        newest = {r.name: await _newest(store, r.name) for r in result.routines if r.cron}
-    now = datetime.now(UTC)
-    upcoming = {
-        r.name: next_run(r.cron, r.tz, arm_from(newest.get(r.name), now), r.name)
-        if r.cron is not None
-        else None
-        for r in result.routines
-    }
-    if args.json:
-        routines = []
-        for routine in result.routines:
-            entry: dict[str, Any] = {"name": routine.name}
-            if routine.cron is not None:
-                entry["cron"] = routine.cron
-                if routine.resolved_cron != routine.cron:
-                    entry["resolved_cron"] = routine.resolved_cron
-            if routine.tz is not None:
-                entry["tz"] = routine.tz
-            due = upcoming[routine.name]
-            entry["next"] = format_iso(due) if due is not None else None
-            routines.append(entry)
-        print_json({"routines": routines, "wakeups": [wakeup_to_json(w) for w in wakeups]})
-        return 0
-    if not result.routines and not wakeups:
-        say(
-            f"nothing scheduled — no routines in {args.routines}, no pending wake-ups "
-            f"(state: {state_label(state)})"
-        )
-        return 0
-    for routine in result.routines:
-        if routine.cron is None:
-            print_line(f"{routine.name} on demand")
-            continue
-        due = upcoming[routine.name]
-        shown = format_iso(due) if due is not None else "(never)"
-        zone = f" {routine.tz}" if routine.tz else ""
-        print_line(f"{routine.name:<20} {shown:<26}cron {shown_cron(routine)}{zone}")
-    for wakeup in wakeups:
-        print_line(_wakeup_line(wakeup))
-    return 0
-
-
-def shown_cron(routine: Routine | Wakeup) -> str:
-    """The cron as written, and what its ``H`` fields resolve to when it has any."""
-    if routine.resolved_cron != routine.cron:
-        return f"{routine.cron} (= {routine.resolved_cron})"
-    return f"{routine.cron}"
-
-
-def _wakeup_line(wakeup: Wakeup) -> str:
-    if wakeup.cron is None:
-        kind = "one-shot"
-    else:
-        kind = f"cron {shown_cron(wakeup)}" + (f" {wakeup.tz}" if wakeup.tz else "")
-    prompt = one_line(wakeup.prompt)[:60]
-    return (
-        f"wake {wakeup.id}  {format_iso(wakeup.fire_at)}  {kind}  "
-        f"session={one_line(wakeup.session)}  {prompt}"
-    )
 
 
 async def cmd_next(args: argparse.Namespace) -> int:

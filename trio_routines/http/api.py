@@ -221,7 +221,7 @@ def routines(scheduler: Scheduler) -> Response:
             upcoming = (
                 next_run(routine.cron, routine.tz, now, routine.name) if routine.cron else None
             )
-        entry = {
+        entry: dict[str, Any] = {
             "name": name,
             "cron": routine.cron,
             "tz": routine.tz,
@@ -230,6 +230,7 @@ def routines(scheduler: Scheduler) -> Response:
         }
         if routine.resolved_cron != routine.cron:
             entry["resolved_cron"] = routine.resolved_cron
+        entry["running"] = scheduler.agent.busy(routine.session)  # a turn of its session runs
         listing.append(entry)
     return Response(200, listing)
 

@@ -1,0 +1,290 @@
+"""``status`` and ``list``: what is scheduled, how it went lately, and what runs right now.
+
+One row per routine, as ``systemctl list-timers`` shows timers: NEXT and LEFT (when it fires
+next, and how long until then), LAST (the newest claimed slot and its outcome), a strip of the
+last ten outcomes, and the schedule. Then the pending wake-ups. ``status`` adds what a running
+``serve`` is doing, asked over its HTTP surface (``--url``, the token from
+``$TRIO_ROUTINES_TOKEN``, a few seconds at most): how many turns are in flight and of which
+routines, or ``-`` when no server answers. ``list`` is the same view without that question.
+
+Everything here reads; nothing claims, settles or fires.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from http import HTTPStatus
+from typing import Any
+
+import attrs
+import trio
+
+from ..claims import arm_from
+from ..converter import wakeup_to_json
+from ..cron import next_run
+from ..errors import StateFault
+from ..instants import format_iso
+from ..records import Fire, Wakeup
+from ..routines import Routine
+from ..store import Store
+from .output import load, open_state, print_json, print_line, say, state_arg, state_label
+from .table import duration, outcome_word, short_instant, strip, table
+
+RECENT = 10  # outcomes in the strip
+ASK_TIMEOUT = 3.0  # seconds the whole question to a running server may take
+MAX_ANSWER = 1 << 20  # bytes of a server's answer read at most
+PROMPT_SHOWN = 40
+
+
+@attrs.frozen
+class RoutineRow:
+    routine: Routine
+    next: datetime | None
+    recent: Sequence[Fire]
+    problem: str | None = None  # why its claims could not be read
+
+    @property
+    def last(self) -> Fire | None:
+        return self.recent[-1] if self.recent else None
+
+
+@attrs.frozen
+class InFlight:
+    """What a running server said: the turns in flight and the routines whose turn runs."""
+
+    url: str
+    count: int | None = None
+    running: tuple[str, ...] = ()
+    problem: str | None = None
+
+
+def shown_cron(routine: Routine | Wakeup) -> str:
+    """The cron as written, and what its ``H`` fields resolve to when it has any."""
+    if routine.resolved_cron != routine.cron:
+        return f"{routine.cron} (= {routine.resolved_cron})"
+    return f"{routine.cron}"
+
+
+def schedule(routine: Routine | Wakeup) -> str:
+    if routine.cron is None:
+        return "on demand" if isinstance(routine, Routine) else "one-shot"
+    return f"cron {shown_cron(routine)}" + (f" {routine.tz}" if routine.tz else "")
+
+
+async def routine_rows(
+    store: Store, routines: Sequence[Routine], now: datetime
+) -> list[RoutineRow]:
+    rows = []
+    for routine in routines:
+        problem = None
+        try:
+            fires = await store.history(routine.name)
+        except StateFault as exc:
+            fires, problem = [], str(exc)
+        upcoming = None
+        if routine.cron is not None:
+            # A newest claim stamped in the future (a clock that ran ahead) holds back every
+            # slot before it: the next instant is counted from it, as the running loops do.
+            after = arm_from(fires[-1] if fires else None, now)
+            upcoming = next_run(routine.cron, routine.tz, after, routine.name)
+        rows.append(RoutineRow(routine, upcoming, fires[-RECENT:], problem))
+    return rows
+
+
+def _left(when: datetime | None, now: datetime) -> str:
+    return duration((when - now).total_seconds() * 1000) if when is not None else "-"
+
+
+def _next(row: RoutineRow) -> str:
+    if row.next is not None:
+        return short_instant(row.next)
+    return "-" if row.routine.cron is None else "never"
+
+
+def routine_lines(rows: Sequence[RoutineRow], now: datetime) -> list[str]:
+    cells = []
+    for row in rows:
+        last = row.last
+        shown_last = f"{short_instant(last.slot)} {outcome_word(last)}" if last else "-"
+        if row.problem is not None:
+            shown_last = "unreadable"
+        cells.append(
+            [
+                row.routine.name,
+                _next(row),
+                _left(row.next, now),
+                shown_last,
+                strip(row.recent, RECENT),
+                schedule(row.routine),
+            ]
+        )
+    return table(["ROUTINE", "NEXT", "LEFT", "LAST", "RECENT", "SCHEDULE"], cells)
+
+
+def wakeup_lines(wakeups: Sequence[Wakeup], now: datetime) -> list[str]:
+    cells = []
+    for wakeup in wakeups:
+        prompt = wakeup.prompt if len(wakeup.prompt) <= PROMPT_SHOWN else wakeup.prompt[:39] + "…"
+        cells.append(
+            [
+                wakeup.id,
+                wakeup.session,
+                short_instant(wakeup.fire_at),
+                _left(wakeup.fire_at, now),
+                schedule(wakeup),
+                prompt,
+            ]
+        )
+    return table(["WAKE-UP", "SESSION", "NEXT", "LEFT", "KIND", "PROMPT"], cells)
+
+
+def routine_json(row: RoutineRow) -> dict[str, Any]:
+    routine = row.routine
+    entry: dict[str, Any] = {"name": routine.name}
+    if routine.cron is not None:
+        entry["cron"] = routine.cron
+        if routine.resolved_cron != routine.cron:
+            entry["resolved_cron"] = routine.resolved_cron
+    if routine.tz is not None:
+        entry["tz"] = routine.tz
+    entry["next"] = format_iso(row.next) if row.next is not None else None
+    last = row.last
+    entry["last"] = {"slot": format_iso(last.slot), "outcome": outcome_word(last)} if last else None
+    entry["recent"] = [outcome_word(fire) for fire in row.recent]
+    return entry
+
+
+# --- asking a running server ----------------------------------------------------------------
+
+
+def _fetch(url: str, token: str | None) -> Any:
+    """GET ``url`` and parse its JSON (blocking: run in a thread, under our deadline)."""
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    # No proxies from the environment: the question goes to the URL given, and nowhere else.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(request, timeout=ASK_TIMEOUT) as answer:
+        return json.loads(answer.read(MAX_ANSWER))
+
+
+async def ask_server(url: str, token: str | None) -> InFlight:
+    base = url.rstrip("/")
+    with trio.move_on_after(ASK_TIMEOUT) as deadline:
+        try:
+            health = await trio.to_thread.run_sync(
+                _fetch, f"{base}/healthz", None, abandon_on_cancel=True
+            )
+            listing = await trio.to_thread.run_sync(
+                _fetch, f"{base}/routines", token, abandon_on_cancel=True
+            )
+        except urllib.error.HTTPError as exc:
+            return InFlight(url, problem=_refusal(exc.code))
+        except (OSError, ValueError) as exc:  # refused, unreachable, timed out, not JSON
+            reason = getattr(exc, "reason", None) or exc
+            return InFlight(url, problem=f"no answer: {reason}")
+    if deadline.cancelled_caught:
+        return InFlight(url, problem=f"no answer within {ASK_TIMEOUT:g}s")
+    count = health.get("inFlight") if isinstance(health, dict) else None
+    if not isinstance(count, int) or isinstance(count, bool):
+        return InFlight(url, problem="the answer is not a trio_routines server's")
+    running = tuple(
+        entry["name"]
+        for entry in (listing if isinstance(listing, list) else [])
+        if isinstance(entry, dict)
+        and entry.get("running") is True
+        and isinstance(entry.get("name"), str)
+    )
+    return InFlight(url, count, running)
+
+
+def _refusal(code: int) -> str:
+    try:
+        phrase = HTTPStatus(code).phrase
+    except ValueError:
+        phrase = "an unknown status"
+    hint = " — set TRIO_ROUTINES_TOKEN to the server's token" if code == 401 else ""
+    return f"answered {code} {phrase}{hint}"
+
+
+def in_flight_line(flight: InFlight | None) -> str:
+    if flight is None:
+        return "IN FLIGHT  - (no server asked: pass --url or set TRIO_ROUTINES_URL)"
+    if flight.count is None:
+        return f"IN FLIGHT  - ({flight.url}: {flight.problem})"
+    turns = "1 turn" if flight.count == 1 else f"{flight.count} turns"
+    running = f": {', '.join(flight.running)}" if flight.running else ""
+    return f"IN FLIGHT  {turns} ({flight.url}){running}"
+
+
+# --- the commands ---------------------------------------------------------------------------
+
+
+async def _view(args: argparse.Namespace) -> tuple[list[RoutineRow], list[Wakeup], datetime]:
+    result = await load(args.routines, report=True)
+    async with open_state(state_arg(args)) as store:
+        wakeups = await store.list_wakeups()
+        now = datetime.now(UTC)
+        rows = await routine_rows(store, result.routines, now)
+    for row in rows:
+        if row.problem is not None:
+            say(f"{row.routine.name}: its claims are unreadable — {row.problem}")
+    return rows, wakeups, now
+
+
+async def cmd_list(args: argparse.Namespace) -> int:
+    rows, wakeups, now = await _view(args)
+    if args.json:
+        print_json(
+            {
+                "routines": [routine_json(row) for row in rows],
+                "wakeups": [wakeup_to_json(w) for w in wakeups],
+            }
+        )
+        return 0
+    if not rows and not wakeups:
+        say(
+            f"nothing scheduled — no routines in {args.routines}, no pending wake-ups "
+            f"(state: {state_label(state_arg(args))})"
+        )
+        return 0
+    _print_tables(rows, wakeups, now)
+    return 0
+
+
+async def cmd_status(args: argparse.Namespace) -> int:
+    rows, wakeups, now = await _view(args)
+    url = args.url or os.environ.get("TRIO_ROUTINES_URL") or None
+    flight = await ask_server(url, os.environ.get("TRIO_ROUTINES_TOKEN") or None) if url else None
+    if args.json:
+        asked: dict[str, Any] | None = None
+        if flight is not None:
+            asked = {"url": flight.url, "inFlight": flight.count, "running": list(flight.running)}
+            if flight.problem is not None:
+                asked["problem"] = flight.problem
+        print_json(
+            {
+                "routines": [routine_json(row) for row in rows],
+                "wakeups": [wakeup_to_json(w) for w in wakeups],
+                "server": asked,
+            }
+        )
+        return 0
+    _print_tables(rows, wakeups, now)
+    print_line()
+    print_line(in_flight_line(flight))
+    return 0
+
+
+def _print_tables(rows: Sequence[RoutineRow], wakeups: Sequence[Wakeup], now: datetime) -> None:
+    for line in routine_lines(rows, now) if rows else ["(no routines)"]:
+        print_line(line)
+    print_line()
+    for line in wakeup_lines(wakeups, now) if wakeups else ["(no pending wake-ups)"]:
+        print_line(line)
