@@ -126,9 +126,15 @@ def test_list_shows_next_left_last_recent_and_wake_ups(env: Env) -> None:
     assert out[6].endswith("  cron 0 8 * * *  hi")
 
     data = json.loads(env.cli("list", "--json").stdout)
-    assert data["routines"][0] == {"name": "adhoc", "next": None, "last": None, "recent": []}
+    assert data["routines"][0] == {
+        "name": "adhoc",
+        "next": None,
+        "last": None,
+        "recent": [],
+        "paused": False,
+    }
     listed = data["routines"][1]
-    assert listed.keys() == {"name", "cron", "tz", "next", "last", "recent"}
+    assert listed.keys() == {"name", "cron", "tz", "next", "last", "recent", "paused"}
     assert listed["last"] == {"slot": "2026-07-22T09:00:00.000Z", "outcome": "unreported"}
     assert listed["recent"][-3:] == ["failed", "skipped", "unreported"]
     assert len(listed["recent"]) == 10
@@ -136,6 +142,11 @@ def test_list_shows_next_left_last_recent_and_wake_ups(env: Env) -> None:
     assert data["routines"][2]["next"] is None
     assert data["wakeups"][0]["session"] == "chat"
     assert "prompt" not in listed
+
+    assert env.cli("pause", "daily").returncode == 0
+    held = env.cli("list").stdout.splitlines()[2].split()
+    assert held[:4] == ["daily", "paused", "-", "2026-07-22T09:00Z"]
+    assert json.loads(env.cli("list", "--json").stdout)["routines"][1]["paused"] is True
 
 
 def test_the_strip_falls_back_to_ascii_when_stdout_is_not_utf8(env: Env) -> None:
@@ -212,6 +223,7 @@ def test_list_and_serve_count_the_next_instant_from_a_claim_in_the_future(env: E
             "next": format_iso(ahead + timedelta(minutes=1)),
             "last": {"slot": format_iso(ahead), "outcome": "completed"},
             "recent": ["completed"],
+            "paused": False,
         }
     ]
 

@@ -1,11 +1,12 @@
 """``status`` and ``list``: what is scheduled, how it went lately, and what runs right now.
 
 One row per routine, as ``systemctl list-timers`` shows timers: NEXT and LEFT (when it fires
-next, and how long until then), LAST (the newest claimed slot and its outcome), a strip of the
-last ten outcomes, and the schedule. Then the pending wake-ups. ``status`` adds what a running
-``serve`` is doing, asked over its HTTP surface (``--url``, the token from
-``$TRIO_ROUTINES_TOKEN``, a few seconds at most): how many turns are in flight and of which
-routines, or ``-`` when no server answers. ``list`` is the same view without that question.
+next, and how long until then; ``paused`` for a routine paused in the store), LAST (the newest
+claimed slot and its outcome), a strip of the last ten outcomes, and the schedule. Then the
+pending wake-ups. ``status`` adds what a running ``serve`` is doing, asked over its HTTP
+surface (``--url``, the token from ``$TRIO_ROUTINES_TOKEN``, a few seconds at most): how many
+turns are in flight and of which routines, or ``-`` when no server answers. ``list`` is the
+same view without that question.
 
 Everything here reads; nothing claims, settles or fires.
 """
@@ -48,6 +49,7 @@ class RoutineRow:
     next: datetime | None
     recent: Sequence[Fire]
     problem: str | None = None  # why its claims could not be read
+    paused: bool = False  # paused in the store: no scheduler claims its slots
 
     @property
     def last(self) -> Fire | None:
@@ -81,6 +83,11 @@ async def routine_rows(
     store: Store, routines: Sequence[Routine], now: datetime
 ) -> list[RoutineRow]:
     rows = []
+    try:
+        paused = await store.paused()
+    except StateFault as exc:
+        say(f"which routines are paused is unreadable — {exc}")
+        paused = frozenset()
     for routine in routines:
         problem = None
         try:
@@ -93,7 +100,8 @@ async def routine_rows(
             # slot before it: the next instant is counted from it, as the running loops do.
             after = arm_from(fires[-1] if fires else None, now)
             upcoming = next_run(routine.cron, routine.tz, after, routine.name)
-        rows.append(RoutineRow(routine, upcoming, fires[-RECENT:], problem))
+        held = routine.name in paused
+        rows.append(RoutineRow(routine, None if held else upcoming, fires[-RECENT:], problem, held))
     return rows
 
 
@@ -102,6 +110,8 @@ def _left(when: datetime | None, now: datetime) -> str:
 
 
 def _next(row: RoutineRow) -> str:
+    if row.paused:
+        return "paused"
     if row.next is not None:
         return short_instant(row.next)
     return "-" if row.routine.cron is None else "never"
@@ -157,6 +167,7 @@ def routine_json(row: RoutineRow) -> dict[str, Any]:
     last = row.last
     entry["last"] = {"slot": format_iso(last.slot), "outcome": outcome_word(last)} if last else None
     entry["recent"] = [outcome_word(fire) for fire in row.recent]
+    entry["paused"] = row.paused
     return entry
 
 
