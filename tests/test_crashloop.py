@@ -167,7 +167,7 @@ class Loop:
         self.check_stale_redelivery(round_, external, slot)
 
     def wait_for_orphans(self) -> None:
-        # A SIGKILLed parent cannot end its agent's process group; the turn's sleep is short.
+        # A turn dies with its SIGKILLed serve (the cmd: lifeline); a fire's may still be ending.
         pids = {int(line.split()[-1]) for line in lines(self.turns)}
         wait_for(lambda: not any(alive(pid) for pid in pids), 10, "orphaned agent turns to end")
 
@@ -219,7 +219,8 @@ class Loop:
                 record = json.loads(raw)
                 assert isinstance(record, dict), (routine, name, raw, why)
                 assert parse_iso(record["firedAt"]) is not None, (routine, name, raw, why)
-                assert set(record) <= {"firedAt", "outcome", "ms"}, (routine, name, raw, why)
+                fields = {"firedAt", "outcome", "ms", "error"}  # error: the stored failure reason
+                assert set(record) <= fields, (routine, name, raw, why)
                 assert record.get("outcome", "completed") in OUTCOMES, (routine, name, raw, why)
         pending = self.env.wakeups()
         assert isinstance(pending, list), why

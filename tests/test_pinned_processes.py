@@ -39,14 +39,16 @@ def sessions(env: Env) -> list[str]:
 
 
 def kill_mid_turn(env: Env) -> None:
-    """Start serve, wait for the victim's turn, SIGKILL serve, then end the orphaned turn."""
+    """Start serve, wait for the victim's turn, SIGKILL serve: the turn dies with it."""
     proc = env.start("serve", "--agent", AGENT.format(marker=env.marker))
     victim = wait_for(lambda: [x for x in lines(env.marker) if x.startswith("victim ")], 20)
     pid = int(victim[0].split()[1])
     try:
         assert stop(proc, signal.SIGKILL) == -signal.SIGKILL
+        wait_for(lambda: not alive(pid), 10, "the turn to die with serve")
     finally:
-        os.killpg(pid, signal.SIGKILL)  # the orphan a SIGKILLed parent cannot clean up
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def restart_with_a_control_wake_up(env: Env) -> None:
