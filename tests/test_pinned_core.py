@@ -6,8 +6,10 @@ every message is compared whole, every outcome with its details and duration in 
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any
 
 import pytest
@@ -16,8 +18,11 @@ import trio.testing
 
 from trio_routines import Outcome
 from trio_routines.agent import SESSION_BUSY, Completed, Event, Failed, TextDelta
+from trio_routines.claims import claim_names, names_to_prune, parse_claim
 from trio_routines.errors import UnsafeName
+from trio_routines.instants import is_slot_name, parse_instant, require_utc
 from trio_routines.names import check_name, name_problem
+from trio_routines.records import Fire
 from trio_routines.sessions import SessionGate
 from trio_routines.testing import Complete, Fail, Hang, Raise, ScriptedAgent
 from trio_routines.turns import ACLOSE_LIMIT, run_turn
@@ -375,3 +380,113 @@ async def test_an_exhausted_stream_is_not_closed_again(autojump_clock: Any) -> N
     result = await run_turn(Agent(), "r", "s", "p")  # type: ignore[arg-type]
     assert result.outcome is Outcome.COMPLETED
     assert Stream.closes == 0
+
+
+async def test_held_names_each_session_with_the_time_its_turn_started(
+    autojump_clock: Any,
+) -> None:
+    gate = SessionGate(Recording())
+    assert gate.held() == {}
+    await trio.sleep(7)
+    with gate.hold("a"):
+        await trio.sleep(3)
+        with gate.hold("b"):
+            assert gate.held() == {"a": 7.0, "b": 10.0}
+    assert gate.held() == {}
+
+
+# -- instants --------------------------------------------------------------------------------
+
+
+class NoOffset(tzinfo):
+    """A zone that does not know its offset: as naive as no zone at all."""
+
+    def utcoffset(self, dt: datetime | None) -> timedelta | None:
+        return None
+
+
+def test_require_utc_refuses_a_naive_instant_or_one_without_an_offset() -> None:
+    with pytest.raises(ValueError, match=r"^instant must be an aware datetime, got naive 2026-"):
+        require_utc(datetime(2026, 7, 7, 9))
+    with pytest.raises(ValueError, match=r"^slot must be an aware datetime"):
+        require_utc(datetime(2026, 7, 7, 9, tzinfo=NoOffset()), "slot")
+    berlin = datetime(2026, 7, 7, 11, tzinfo=timezone(timedelta(hours=2)))
+    converted = require_utc(berlin)
+    assert converted == datetime(2026, 7, 7, 9, tzinfo=UTC)
+    assert converted.tzinfo is UTC
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-07-07T09:00+23:00", datetime(2026, 7, 6, 10, tzinfo=UTC)),
+        ("2026-07-07T09:00+24:00", None),
+        ("2026-07-07T09:00+05:59", datetime(2026, 7, 7, 3, 1, tzinfo=UTC)),
+        ("2026-07-07T09:00+05:60", None),
+        ("2026-07-07T09:00-0130", datetime(2026, 7, 7, 10, 30, tzinfo=UTC)),
+        ("2026-07-07T09:00+02", datetime(2026, 7, 7, 7, tzinfo=UTC)),
+    ],
+)
+def test_typed_offsets_at_their_limits(text: str, expected: datetime | None) -> None:
+    assert parse_instant(text) == expected
+
+
+def test_is_slot_name() -> None:
+    assert is_slot_name("2026-07-07T09-00-00-000Z")
+    assert not is_slot_name("2026-07-07T09-00-00-000Z.tmp")
+    assert not is_slot_name("2026-02-30T09-00-00-000Z")
+
+
+# -- claims: what a reader logs is exact -----------------------------------------------------
+
+SLOT_NAME = "2026-07-07T09-00-00-000Z"
+SLOT = datetime(2026, 7, 7, 9, tzinfo=UTC)
+
+
+def test_foreign_directory_entries_are_logged_once_at_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    assert claim_names([SLOT_NAME, ".DS_Store"]) == [SLOT_NAME]
+    assert records(caplog) == [(logging.DEBUG, "ignoring .DS_Store: not a fired-slot claim")]
+
+
+def test_a_torn_claim_reads_as_unsettled_and_says_so_at_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    assert parse_claim(SLOT_NAME, '{"firedAt": "2026-', "W") == Fire(slot=SLOT, fired_at=SLOT)
+    assert parse_claim(SLOT_NAME, "", "W") == Fire(slot=SLOT, fired_at=SLOT)  # says nothing
+    assert records(caplog) == [
+        (logging.DEBUG, "claim W is not a claim record (torn write, or an earlier format)")
+    ]
+
+
+def test_a_name_that_is_no_claim_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"^'x' is not a claim name$"):
+        parse_claim("x", "{}", "W")
+
+
+def test_odd_claim_fields_are_warned_about_exactly(caplog: pytest.LogCaptureFixture) -> None:
+    fire = parse_claim(SLOT_NAME, json.dumps({"firedAt": 5, "outcome": "späť"}), "W")
+    assert fire == Fire(slot=SLOT, fired_at=SLOT)
+    assert fire.error is None
+    assert records(caplog) == [
+        (logging.WARNING, "claim W carries an unreadable stamp — using the slot instant"),
+        (logging.WARNING, 'claim W carries an unknown outcome — reading it as unsettled: "späť"'),
+    ]
+
+
+@pytest.mark.parametrize(("raw", "ms"), [(0, 0), (0.4, 0), (1.6, 2), (-1, None), (True, None)])
+def test_a_settled_claims_duration(raw: object, ms: int | None) -> None:
+    record = {"firedAt": "2026-07-07T09:00:01.000Z", "outcome": "completed", "ms": raw}
+    fire = parse_claim(SLOT_NAME, json.dumps(record), "W")
+    assert (fire.outcome, fire.ms, fire.error) == (Outcome.COMPLETED, ms, None)
+
+
+def test_an_unsettled_claim_carries_no_error() -> None:
+    record = {"firedAt": "2026-07-07T09:00:01.000Z", "error": "stray"}
+    assert parse_claim(SLOT_NAME, json.dumps(record), "W").error is None
+
+
+def test_keeping_no_claim_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"^keep must be at least 1$"):
+        names_to_prune([SLOT_NAME], 0)
