@@ -38,12 +38,18 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["tests/test_claims.py", "tests/test_pinned_core.py", "tests/test_store_contract.py"],
     ),
     "sessions": (["trio_routines/sessions.py"], ["tests/test_pinned_core.py"]),
-    "turns": (["trio_routines/turns.py"], ["tests/test_pinned_core.py", "tests/test_scheduler.py"]),
+    "turns": (
+        ["trio_routines/turns.py"],
+        ["tests/test_pinned_core.py", "tests/test_pinned_runtime.py", "tests/test_scheduler.py"],
+    ),
     "wakeups": (
         ["trio_routines/wakeups.py"],
-        ["tests/test_wakeups.py", "tests/test_pinned_core.py", "tests/test_store_contract.py"],
+        ["tests/test_wakeups.py", "tests/test_pinned_wakeups.py", "tests/test_store_contract.py"],
     ),
-    "cron": (["trio_routines/cron.py"], ["tests/test_cron.py", "tests/test_pinned_core.py"]),
+    "cron": (
+        ["trio_routines/cron.py", "trio_routines/cron/*"],
+        ["tests/test_cron.py", "tests/test_cron_gaps.py"],
+    ),
     "routines": (["trio_routines/routines.py"], ["tests/test_routines.py"]),
     "scheduler": (
         ["trio_routines/scheduler.py", "trio_routines/scheduler/*"],
@@ -112,6 +118,7 @@ def main(argv: list[str]) -> int:
         return 2
     mutmut = Path(sys.executable).with_name("mutmut")
     results = {}
+    failed = 0
     for module in modules:
         dest = prepare(module)
         started = time.monotonic()
@@ -125,7 +132,8 @@ def main(argv: list[str]) -> int:
         )
         if run.returncode != 0:
             print(f"{module}: mutmut failed ({run.returncode}): {run.stderr[-2000:]}")
-            return 1
+            failed = 1
+            continue
         result = score(dest) | {"seconds": round(time.monotonic() - started)}
         results[module] = result
         print(
@@ -135,7 +143,7 @@ def main(argv: list[str]) -> int:
         for name in result["survivors"]:  # type: ignore[attr-defined]
             print(f"    {name}")
         (WORK / f"{module}.json").write_text(json.dumps(result, indent=2) + "\n")
-    return 0
+    return failed
 
 
 if __name__ == "__main__":

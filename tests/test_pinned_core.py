@@ -490,3 +490,14 @@ def test_an_unsettled_claim_carries_no_error() -> None:
 def test_keeping_no_claim_is_refused() -> None:
     with pytest.raises(ValueError, match=r"^keep must be at least 1$"):
         names_to_prune([SLOT_NAME], 0)
+
+
+async def test_a_zero_timeout_times_out_at_once(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    result = await run_turn(ScriptedAgent(Hang()), "r", "s", "p", timeout=0)
+    assert (result.outcome, result.ms, result.failed) == (
+        Outcome.FAILED,
+        0,
+        "timed out after 0s",
+    )

@@ -1,0 +1,175 @@
+"""Wake-up rules pinned exactly: every model-facing text whole, every field of what is planned.
+
+The guardrail texts are what the agent's ``wake`` tool answers, so a changed word is a changed
+interface; these tests are also what mutation testing runs against ``wakeups``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from trio_routines.errors import InvalidWakeup
+from trio_routines.records import Wakeup
+from trio_routines.wakeups import (
+    WakeupRequest,
+    added_reply,
+    bad_delay_reply,
+    check_stored,
+    envelope,
+    plan_add,
+    take_first_due,
+)
+
+NOW = datetime(2026, 7, 7, 10, 0, tzinfo=UTC)
+LATER = NOW + timedelta(hours=1)
+
+
+def refused(request: WakeupRequest, pending: list[Wakeup] | None = None) -> str:
+    with pytest.raises(InvalidWakeup) as raised:
+        plan_add(pending or [], request, NOW)
+    return str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"session": "", "prompt": "p", "fire_at": LATER},
+            "wake is only available inside a conversation (there is no session to resume).",
+        ),
+        (
+            {"session": "s", "prompt": "", "fire_at": LATER},
+            "a wake-up needs a prompt: what should the woken turn do?",
+        ),
+        ({"session": "s", "prompt": "p"}, "a one-shot wake needs its fire time (`in`)."),
+        (
+            {"session": "s", "prompt": "p", "fire_at": NOW + timedelta(seconds=59)},
+            "too soon — the minimum wake delay is 60s.",
+        ),
+        (
+            {"session": "s", "prompt": "p", "cron": "0 0 30 2 *"},
+            "this cron never fires (or fires only once) — use `in` for a one-shot.",
+        ),
+    ],
+)
+def test_each_refusal_says_exactly_why(fields: dict[str, object], message: str) -> None:
+    assert refused(WakeupRequest(**fields)) == message  # type: ignore[arg-type]
+
+
+def test_a_bad_zone_is_refused_for_a_recurring_wake_up() -> None:
+    message = refused(WakeupRequest(session="s", prompt="p", cron="0 9 * * *", tz="Mars/Base"))
+    assert message.startswith("invalid cron/tz: ")
+    assert "Mars/Base" in message
+
+
+def test_a_minute_ahead_is_enough() -> None:
+    request = WakeupRequest(session="s", prompt="p", fire_at=NOW + timedelta(seconds=60))
+    assert plan_add([], request, NOW).fire_at == NOW + timedelta(seconds=60)
+
+
+def test_a_planned_one_shot() -> None:
+    request = WakeupRequest(session="s", prompt="p", fire_at=LATER, tz="Europe/Berlin")
+    wakeup = plan_add([], request, NOW)
+    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}", wakeup.id)
+    assert (wakeup.session, wakeup.prompt, wakeup.fire_at, wakeup.cron, wakeup.tz) == (
+        "s",
+        "p",
+        LATER,
+        None,
+        None,  # a zone means nothing to a one-shot
+    )
+    assert plan_add([], request, NOW, new_id="given").id == "given"
+
+
+def test_a_planned_recurring_wake_up_keeps_its_zone() -> None:
+    request = WakeupRequest(session="s", prompt="p", cron="0 9 * * *", tz="Europe/Berlin")
+    wakeup = plan_add([], request, NOW)
+    assert (wakeup.fire_at, wakeup.cron, wakeup.tz) == (
+        datetime(2026, 7, 8, 7, tzinfo=UTC),  # 09:00 in Berlin's summer
+        "0 9 * * *",
+        "Europe/Berlin",
+    )
+
+
+def test_the_cap_message_describes_each_pending_wake_up() -> None:
+    pending = [
+        Wakeup(id=f"w{i}", session="s", prompt="x" * 60, fire_at=LATER) for i in range(18)
+    ] + [
+        Wakeup(id="long", session="s", prompt="y" * 61, fire_at=LATER),
+        Wakeup(id="rec", session="s", prompt="z", fire_at=LATER, cron="0 9 * * *"),
+        Wakeup(id="other", session="t", prompt="o", fire_at=LATER),
+    ]
+    message = refused(WakeupRequest(session="s", prompt="p", fire_at=LATER), pending)
+    head = (
+        "too many pending wake-ups for this conversation (20) — wait for some to fire, or "
+        "unwake one. Pending: "
+    )
+    assert message.startswith(head)
+    described = message[len(head) :].split("; ")
+    assert described[0] == f"w0 at 2026-07-07T11:00:00.000Z: {'x' * 60}"
+    assert described[18] == f"long at 2026-07-07T11:00:00.000Z: {'y' * 60}…"
+    assert described[19] == 'rec (recurring "0 9 * * *") at 2026-07-07T11:00:00.000Z: z'
+    assert len(described) == 20  # the other session's wake-up is not listed
+
+
+def test_a_stored_entry_with_a_bad_zone_is_refused() -> None:
+    stored = Wakeup(id="a", session="s", prompt="p", fire_at=NOW, cron="0 9 * * *", tz="Mars/B")
+    with pytest.raises(ValueError, match=r"^invalid cron/tz: .*Mars/B"):
+        check_stored(stored)
+    fine = Wakeup(id="a", session="s", prompt="p", fire_at=NOW, cron="0 9 * * *", tz="UTC")
+    assert check_stored(fine) is fine
+
+
+def test_texts_of_a_recurring_wake_up_with_its_zone() -> None:
+    wakeup = Wakeup(
+        id="abc", session="s", prompt="look", fire_at=NOW, cron="0 9 * * *", tz="Europe/Berlin"
+    )
+    assert envelope(wakeup) == (
+        '[wake-up abc fired — YOUR recurring self-scheduled turn (cron "0 9 * * *" '
+        'Europe/Berlin), not a user message; unwake({ id: "abc" }) stops it] look'
+    )
+    assert added_reply(wakeup) == (
+        'OK — recurring wake abc (cron "0 9 * * *" Europe/Berlin), first at '
+        '2026-07-07T10:00:00.000Z: look. Use unwake({ id: "abc" }) to stop it.'
+    )
+    without = Wakeup(id="abc", session="s", prompt="look", fire_at=NOW, cron="0 9 * * *")
+    assert added_reply(without) == (
+        'OK — recurring wake abc (cron "0 9 * * *"), first at '
+        '2026-07-07T10:00:00.000Z: look. Use unwake({ id: "abc" }) to stop it.'
+    )
+
+
+def test_the_bad_delay_reply_whole() -> None:
+    expected = (
+        'couldn\'t parse "in" ({}) — use a unit like "30m" / "2h" / "1d", or a number of '
+        'seconds (a bare number as text like "120" is rejected).'
+    )
+    assert bad_delay_reply("ñ120") == expected.format('"ñ120"')
+    assert bad_delay_reply(b"x") == expected.format("\"b'x'\"")
+
+
+def test_the_first_due_entry_in_stored_order_is_taken() -> None:
+    future = Wakeup(id="f", session="s", prompt="p", fire_at=LATER)
+    due = Wakeup(id="d", session="s", prompt="p", fire_at=NOW)
+    rest, taken = take_first_due([future, due], NOW)
+    assert taken == due
+    assert rest == [future]
+
+
+def test_a_taken_recurring_entry_advances_in_its_zone_and_forgets_its_attempts() -> None:
+    wakeup = Wakeup(
+        id="r",
+        session="s",
+        prompt="p",
+        fire_at=NOW,
+        cron="0 9 * * *",
+        tz="Europe/Berlin",
+        attempts=3,
+    )
+    (advanced,), taken = take_first_due([wakeup], NOW)
+    assert taken == wakeup
+    assert advanced.fire_at == datetime(2026, 7, 8, 7, tzinfo=UTC)
+    assert advanced.attempts is None
