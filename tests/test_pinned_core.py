@@ -18,7 +18,7 @@ import trio.testing
 
 from trio_routines import Outcome
 from trio_routines.agent import SESSION_BUSY, Completed, Event, Failed, TextDelta
-from trio_routines.claims import claim_names, names_to_prune, parse_claim
+from trio_routines.claims import arm_from, claim_names, names_to_prune, parse_claim
 from trio_routines.errors import UnsafeName
 from trio_routines.instants import is_slot_name, parse_instant, require_utc
 from trio_routines.names import check_name, name_problem
@@ -501,3 +501,11 @@ async def test_a_zero_timeout_times_out_at_once(
         0,
         "timed out after 0s",
     )
+
+
+def test_arm_from_counts_from_now_unless_the_newest_claim_is_stamped_later() -> None:
+    now = SLOT + timedelta(hours=1)
+    assert arm_from(None, now) == now
+    assert arm_from(Fire(slot=SLOT, fired_at=SLOT), now) == now
+    ahead = now + timedelta(days=2)
+    assert arm_from(Fire(slot=ahead, fired_at=ahead), now) == ahead
