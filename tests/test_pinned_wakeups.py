@@ -20,6 +20,7 @@ from trio_routines.wakeups import (
     check_stored,
     envelope,
     plan_add,
+    remove,
     take_first_due,
 )
 
@@ -173,3 +174,13 @@ def test_a_taken_recurring_entry_advances_in_its_zone_and_forgets_its_attempts()
     assert taken == wakeup
     assert advanced.fire_at == datetime(2026, 7, 8, 7, tzinfo=UTC)
     assert advanced.attempts is None
+
+
+def test_an_id_or_session_no_store_can_hold_matches_nothing() -> None:
+    # Such entries cannot come from a store; built in memory, they show the guard is first.
+    odd_id = Wakeup(id="a\x00", session="s", prompt="p", fire_at=NOW)
+    odd_session = Wakeup(id="b", session="s\x00", prompt="p", fire_at=NOW)
+    pending = [odd_id, odd_session]
+    assert remove(pending, "a\x00") == (pending, False)
+    assert remove(pending, "b", "s\x00") == (pending, False)
+    assert remove(pending, "b") == ([odd_id], True)
