@@ -50,7 +50,10 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["trio_routines/cron.py", "trio_routines/cron/*"],
         ["tests/test_cron.py", "tests/test_cron_gaps.py"],
     ),
-    "routines": (["trio_routines/routines.py"], ["tests/test_routines.py"]),
+    "routines": (
+        ["trio_routines/routines.py"],
+        ["tests/test_routines.py", "tests/test_pinned_routines.py"],
+    ),
     "scheduler": (
         ["trio_routines/scheduler.py", "trio_routines/scheduler/*"],
         ["tests/test_scheduler.py", "tests/test_pinned_runtime.py"],
