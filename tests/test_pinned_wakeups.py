@@ -39,7 +39,7 @@ def refused(request: WakeupRequest, pending: list[Wakeup] | None = None) -> str:
     [
         (
             {"session": "", "prompt": "p", "fire_at": LATER},
-            "wake is only available inside a conversation (there is no session to resume).",
+            "a wake-up needs a session to resume (none was given).",
         ),
         (
             {"session": "s", "prompt": "", "fire_at": LATER},
@@ -105,8 +105,8 @@ def test_the_cap_message_describes_each_pending_wake_up() -> None:
     ]
     message = refused(WakeupRequest(session="s", prompt="p", fire_at=LATER), pending)
     head = (
-        "too many pending wake-ups for this conversation (20) — wait for some to fire, or "
-        "unwake one. Pending: "
+        "too many pending wake-ups for this session (20) — wait for some to fire, or "
+        "cancel one. Pending: "
     )
     assert message.startswith(head)
     described = message[len(head) :].split("; ")
