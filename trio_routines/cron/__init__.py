@@ -1,7 +1,9 @@
 """Cron expressions: validation and the next instant they fire (SPEC §3, *Time*).
 
 Pure code: no Trio, no clock reads, no host zone. Everything here works on aware datetimes and
-returns aware UTC datetimes. :mod:`.fields` parses the text, :mod:`.schedule` finds instants.
+returns aware UTC datetimes. :mod:`.fields` parses the text, :mod:`.schedule` finds instants,
+:mod:`.hashed` resolves ``H`` fields from a seed, :mod:`.gaps` finds how close together a
+schedule can fire (the recurring wake-up guardrail).
 
 Syntax
 ------
