@@ -48,7 +48,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "cron": (
         ["trio_routines/cron.py", "trio_routines/cron/*"],
-        ["tests/test_cron.py", "tests/test_cron_gaps.py"],
+        ["tests/test_cron.py", "tests/test_cron_gaps.py", "tests/test_cron_hashed.py"],
     ),
     "routines": (
         ["trio_routines/routines.py"],
