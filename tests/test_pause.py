@@ -127,3 +127,30 @@ async def test_the_state_directory_counts_only_regular_pause_files(tmp_path: Pat
     assert not (tmp_path / "elsewhere").exists()
     await store.set_paused("a", False)
     assert await store.paused() == frozenset()
+
+
+async def test_routines_due_at_one_instant_share_one_paused_read(autojump_clock: Any) -> None:
+    reads: list[datetime] = []
+    wall = WallClock(T0)
+
+    class Counting(MemoryStore):
+        async def paused(self) -> frozenset[str]:
+            reads.append(wall())
+            return await super().paused()
+
+    store = Counting()
+    await store.set_paused("r7", True)
+    routines = [Routine(name=f"r{i}", prompt="p", cron="0 * * * *") for i in range(50)]
+    agent = ScriptedAgent(wall=wall)
+    scheduler = Scheduler(
+        agent=agent, store=store, routines=routines, now=wall, wakeups=False, poll_interval=7200
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(11, 30))
+        scheduler.stop()
+    assert reads.count(at(11)) == 1  # one read for the fifty fires of 11:00
+    assert len(agent.turns) == 49  # r7 is paused, as that one read said
+    assert sorted(n for n in store.claims if store.claims[n]) == sorted(
+        f"r{i}" for i in range(50) if i != 7
+    )

@@ -27,7 +27,7 @@ from ..errors import StateFault
 from ..instants import format_iso
 from ..records import ClaimResult, Fire, Outcome, Wakeup
 from .clock import duration
-from .state import SchedulerState, log
+from .state import SchedulerState, SharedRead, log
 
 STOP_MARGIN = 2.0  # seconds a store call may take past a stop's grace
 SETTLE_RETRY_FIRST = 0.25
@@ -76,11 +76,32 @@ class StoreCalls(SchedulerState):
         raise self._no_answer(f"could not re-queue wake-up {wakeup.id}")
 
     async def _read_paused(self) -> frozenset[str]:
-        """The paused routines, as the store says now (remembered for statistics)."""
-        with self._bounded():
-            self._paused = await self.store.paused()
-            return self._paused
-        raise self._no_answer("the paused routines are unreadable")
+        """The paused routines, as the store says now (remembered for statistics).
+
+        One read serves every fire that asks while it is under way: a thousand routines due
+        at one instant cost one read, not a thousand. (A pause written meanwhile is as
+        concurrent with those fires as it would be with separate reads.)
+        """
+        while (shared := self._paused_read) is not None:
+            await shared.done.wait()
+            if shared.error is not None:
+                raise shared.error
+            if shared.result is not None:
+                return shared.result
+            # The reader was cancelled (its caller stopped): read again ourselves.
+        shared = self._paused_read = SharedRead()
+        try:
+            with self._bounded():
+                shared.result = self._paused = await self.store.paused()
+                return shared.result
+            shared.error = self._no_answer("the paused routines are unreadable")
+            raise shared.error
+        except StateFault as exc:
+            shared.error = exc
+            raise
+        finally:
+            self._paused_read = None
+            shared.done.set()
 
     async def _refresh_paused(self) -> None:
         """Re-read the paused routines for statistics; a fault keeps the last answer."""

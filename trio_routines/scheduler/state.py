@@ -15,7 +15,7 @@ import trio_util
 
 from ..agent import Agent
 from ..cron import next_run
-from ..errors import InvalidRoutine, TrioRoutinesError
+from ..errors import InvalidRoutine, StateFault, TrioRoutinesError
 from ..instants import format_iso, truncate_ms
 from ..metrics import Metrics
 from ..records import Fire, Outcome
@@ -118,6 +118,15 @@ def on_grid(routine: Routine, slot: datetime) -> bool:
         return False
 
 
+class SharedRead:
+    """One store read under way, whose answer (or fault) every waiter shares."""
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.result: frozenset[str] | None = None
+        self.error: StateFault | None = None
+
+
 class SchedulerState:
     """The state the boot, the loops and the fire path share; :class:`Scheduler` is the API."""
 
@@ -158,6 +167,7 @@ class SchedulerState:
         self._store_scopes: set[trio.CancelScope] = set()
         self._settle_failures: Counter[str] = Counter()
         self._paused: frozenset[str] = frozenset()  # as last read from the store
+        self._paused_read: SharedRead | None = None  # the read under way (see calls.py)
         self._future: dict[str, Fire] = {}  # newest claims stamped ahead of our wall clock
         self._nursery: trio.Nursery | None = None
         self._next_due: dict[str, datetime | None] = {}
