@@ -414,7 +414,7 @@ def test_a_refused_connection_is_one_line_in_our_format(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "DEBUG PostgreSQL: error connecting" in result.stderr
     for line in result.stderr.splitlines():
-        assert re.match(r"(DEBUG|INFO |WARN |ERROR) |error: ", line), line
+        assert re.match(r"\S+Z (DEBUG|INFO |WARN |ERROR) |error: ", line), line
 
 
 def test_undecodable_command_line_text_is_one_line_not_a_traceback(
