@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 
-from procs import Env, stop, wait_for
+import pytest
+from procs import Env, one_line, stop, wait_for
 from test_pinned_processes import bound_port, request
 
 TOKEN = "status-token"
@@ -76,3 +78,32 @@ def test_status_without_a_server_says_so(env: Env) -> None:
         "IN FLIGHT  - (no server asked: pass --url or set TRIO_ROUTINES_URL)"
     )
     assert json.loads(status(env, "--json").stdout)["server"] is None
+
+
+def test_a_server_that_never_answers_costs_a_bounded_wait(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    with socket.socket() as silent:  # accepts connections (the backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        result = status(env, "--url", url)
+    assert result.returncode == 0, result.stderr
+    last = result.stdout.splitlines()[-1]
+    assert last.startswith(f"IN FLIGHT  - ({url}: no answer")
+    assert "timed out" in last or "within 3s" in last
+
+
+@pytest.mark.parametrize(
+    "url", ["file:///etc/passwd", "127.0.0.1:8080", "http://", "http://h:99999"]
+)
+def test_a_url_that_is_no_http_server_address_is_a_usage_error(env: Env, url: str) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    result = status(env, "--url", url)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert "argument --url" in one_line(result.stderr)
+    environ = {**env.environ(), "TRIO_ROUTINES_URL": url}
+    from_env = subprocess.run(
+        env.argv("status"), capture_output=True, text=True, env=environ, cwd=env.root, timeout=60
+    )
+    assert from_env.returncode == 2
+    assert one_line(from_env.stderr).startswith("error: TRIO_ROUTINES_URL: ")

@@ -6,6 +6,7 @@ import argparse
 import math
 from datetime import UTC, datetime, timedelta
 from typing import NoReturn
+from urllib.parse import urlsplit
 
 from .. import __version__
 from ..instants import parse_instant
@@ -65,6 +66,22 @@ def host_port(text: str) -> tuple[str, int]:
     if not sep or not host or not digits or not 0 <= int(port) <= 65535:
         raise argparse.ArgumentTypeError(f"{_shown(text)}: expected HOST:PORT, e.g. 127.0.0.1:8080")
     return host, int(port)
+
+
+def server_url(text: str) -> str:
+    """``status --url``: the HTTP surface of a running serve, ``http(s)://host[:port]``."""
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(
+            f"{_shown(text)} is not an http(s) URL, e.g. http://127.0.0.1:8080"
+        )
+    try:
+        valid_port = parts.port is None or parts.port > 0  # out of range raises ValueError
+    except ValueError:
+        valid_port = False
+    if not valid_port:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} has no valid port")
+    return text
 
 
 def delay(text: str) -> timedelta:
@@ -244,6 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     status = command("status", "what list shows, then the turns a running serve has in flight")
     status.add_argument(
         "--url",
+        type=server_url,
         metavar="URL",
         help="the HTTP surface of a running serve, e.g. http://127.0.0.1:8080 "
         "(default: $TRIO_ROUTINES_URL; the token from $TRIO_ROUTINES_TOKEN)",

@@ -34,7 +34,8 @@ from ..instants import format_iso
 from ..records import Fire, Wakeup
 from ..routines import Routine
 from ..store import Store
-from .output import load, open_state, print_json, print_line, say, state_arg, state_label
+from .output import CliError, load, open_state, print_json, print_line, say, state_arg, state_label
+from .parser import server_url
 from .table import duration, outcome_word, short_instant, strip, table
 
 RECENT = 10  # outcomes in the strip
@@ -270,8 +271,13 @@ async def cmd_list(args: argparse.Namespace) -> int:
 
 
 async def cmd_status(args: argparse.Namespace) -> int:
-    rows, wakeups, now = await _view(args)
     url = args.url or os.environ.get("TRIO_ROUTINES_URL") or None
+    if url is not None and args.url is None:
+        try:
+            server_url(url)
+        except argparse.ArgumentTypeError as exc:
+            raise CliError(f"TRIO_ROUTINES_URL: {exc}", code=2) from None
+    rows, wakeups, now = await _view(args)
     flight = await ask_server(url, os.environ.get("TRIO_ROUTINES_TOKEN") or None) if url else None
     if args.json:
         asked: dict[str, Any] | None = None
