@@ -7,6 +7,7 @@ with its control characters live.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from procs import Env, lines, one_line, stop, wait_for
@@ -181,3 +182,16 @@ def test_names_and_reasons_never_reach_the_terminal_with_live_control_characters
     assert "bad\\x1b]0;owned\\x07.md" in checked.stderr
     assert "evil\\u001b[2J\\u009b31m" in listed_json.stdout
     assert "no\\x1b[5m" in runs[3].stdout
+
+
+def test_operator_surfaces_never_cite_the_specification_or_speak_to_the_model() -> None:
+    """The command line and the HTTP errors are read by people; the texts the agent reads (the
+    wake-up envelope, POST /wakeups's reply) live in wakeups.py, where the agent sees them."""
+    import trio_routines.cli
+    import trio_routines.http
+
+    for package in (trio_routines.cli, trio_routines.http):
+        for source in Path(package.__file__).parent.glob("*.py"):
+            text = source.read_text()
+            for phrase in ("SPEC §", "conversation", "unwake({"):
+                assert phrase not in text, f"{source.name}: {phrase}"
