@@ -19,6 +19,8 @@ import pytest
 import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
+from hypothesis import given
+from hypothesis import strategies as st
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
@@ -26,6 +28,7 @@ from starlette.routing import Mount, Route
 from test_http import ON_GRID, ROUTINES
 
 from trio_routines.http import ASGIApp, make_app
+from trio_routines.http.wire import local_path
 from trio_routines.scheduler import Scheduler
 from trio_routines.testing import MemoryStore, ScriptedAgent
 
@@ -131,3 +134,25 @@ async def test_mounted_under_a_prefix_every_route_answers(kind: str) -> None:
         assert await call(port, "GET", "/hello") == (200, b"the host's own page")
         status, _ = await call(port, "GET", "/routines")
         assert status == 404
+
+
+SEGMENT = st.text(
+    alphabet=st.characters(blacklist_characters="/", blacklist_categories=["Cs"]),
+    min_size=1,
+    max_size=8,
+)
+
+
+@given(
+    prefix=st.lists(SEGMENT, min_size=1, max_size=3).map(lambda parts: "/" + "/".join(parts)),
+    path=st.lists(SEGMENT, max_size=3).map(lambda parts: "/" + "/".join(parts)),
+    strip=st.booleans(),
+)
+def test_routes_see_the_path_below_the_mount_point(prefix: str, path: str, strip: bool) -> None:
+    full = prefix + path if path != "/" else prefix + "/"
+    scope = {"path": full, "root_path": prefix}
+    assert local_path(scope) == path
+    assert local_path({"path": path}) == path  # not mounted: the path as it is
+    if strip and not (path == prefix or path.startswith(prefix + "/")):
+        # A dispatcher that also cut the prefix from ``path``.
+        assert local_path({"path": path, "root_path": prefix}) == path
