@@ -147,5 +147,9 @@ def test_serve_stops_within_grace_while_the_connection_is_frozen(
     proxy.thaw()
     assert code == 0
     log = env.log()
-    assert "could not take a due wake-up" in log
+    # The poll waits on the frozen socket either in its shielded take (cut off at the stop's
+    # bound, and logged) or in its refresh of the paused routines (cancelled at once): both
+    # end within the grace.
+    if "wake-up poll failed" in log:
+        assert "could not take a due wake-up" in log
     assert "Traceback" not in log
