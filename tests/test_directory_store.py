@@ -52,7 +52,7 @@ async def test_the_original_state_reads_back(tmp_path: Path) -> None:
     assert [w.id for w in await store.list_wakeups()] == ["5f0c"]
 
 
-async def test_a_taken_claim_is_fsynced_with_its_directory(
+async def test_a_taken_claim_is_fsynced_with_its_directory_without_syncfs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     synced: list[str] = []
@@ -63,13 +63,31 @@ async def test_a_taken_claim_is_fsynced_with_its_directory(
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", fsync)
-    store = DirectoryStore(tmp_path)
+    store = DirectoryStore(tmp_path, syncfs=None)
     await store.claim("daily", T0, T0)
     claim_dir = tmp_path / "schedule" / "claims" / "daily"
     # every directory created on the way, the claim file, and the claims directory
     assert str(claim_dir / slot_name(T0)) in synced
     assert synced[-1] == str(claim_dir)
     assert str(tmp_path / "schedule" / "claims") in synced  # the new daily/ entry
+
+
+async def test_a_taken_claim_is_reported_only_after_a_syncfs_of_its_file_system(
+    tmp_path: Path,
+) -> None:
+    flushed: list[tuple[str, list[str]]] = []
+
+    def syncfs(fd: int) -> None:
+        where = os.readlink(f"/proc/self/fd/{fd}")
+        flushed.append((where, sorted(os.listdir(where))))
+
+    store = DirectoryStore(tmp_path, syncfs=syncfs)
+    assert (await store.claim("daily", T0, T0)).taken
+    # one flush, after the claim was written, through a descriptor of its directory
+    assert flushed == [(str(store.claim_dir("daily")), [slot_name(T0)])]
+    await store.settle("daily", T0, Outcome.COMPLETED, 3)
+    assert len(flushed) == 2  # the settle is made durable the same way
+    assert store.flushes == 2
 
 
 async def test_settle_never_recreates_a_pruned_claim(tmp_path: Path) -> None:
@@ -108,13 +126,25 @@ async def test_a_file_where_the_claims_directory_should_be(tmp_path: Path) -> No
     assert (tmp_path / "schedule" / "claims" / "daily").read_text() == "oops"
 
 
-async def test_an_unreadable_old_claim_fails_history_but_not_latest(tmp_path: Path) -> None:
+async def test_a_claim_that_is_no_file_is_reported_and_read_as_unsettled(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     store = DirectoryStore(tmp_path)
-    await store.claim("daily", T0 + timedelta(hours=1), T0)
-    (store.claim_dir("daily") / slot_name(T0)).mkdir()
-    assert (await store.latest_fire("daily")) is not None
-    with pytest.raises(StateFault, match="unreadable"):
-        await store.history("daily")
+    await store.claim("daily", T0, T0)
+    await store.settle("daily", T0, Outcome.COMPLETED, 3)
+    squatter = store.claim_dir("daily") / slot_name(T0 + timedelta(hours=1))
+    squatter.mkdir()
+    history = await store.history("daily")
+    assert [(f.slot, f.outcome) for f in history] == [
+        (T0, Outcome.COMPLETED),
+        (T0 + timedelta(hours=1), None),  # the name holds the slot; there is no content
+    ]
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"{squatter} is a directory, not a regular file" in warning
+    assert (await store.latest_fire("daily")) == history[-1]
+    await store.settle("daily", T0 + timedelta(hours=1), Outcome.INTERRUPTED)  # refused, logged
+    assert squatter.is_dir()
+    assert list(squatter.iterdir()) == []
 
 
 @pytest.mark.parametrize(
@@ -151,17 +181,29 @@ async def test_unusable_wakeups_are_warned_about_and_kept_aside(
     assert ids[:-1] == (["good"] if "good" in content else [])
 
 
-async def test_a_failed_wakeups_write_leaves_the_old_file(tmp_path: Path) -> None:
+async def test_temp_files_have_unpredictable_names_and_never_follow_a_link(
+    tmp_path: Path,
+) -> None:
     store = DirectoryStore(tmp_path)
-    first = await store.add_wakeup(
-        WakeupRequest(session="s", prompt="p", fire_at=T0 + timedelta(hours=1)), T0
-    )
-    (tmp_path / "schedule" / "wakeups.json.tmp").mkdir()  # the temp file cannot be written
-    with pytest.raises(StateFault, match=r"EISDIR.*wakeups\.json\.tmp"):
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    before = victim.stat().st_mtime_ns
+    schedule = tmp_path / "schedule"
+    schedule.mkdir()
+    (schedule / "wakeups.json.tmp").symlink_to(victim)  # the name the store once used
+    for hour in (1, 2):
         await store.add_wakeup(
-            WakeupRequest(session="s", prompt="p", fire_at=T0 + timedelta(hours=2)), T0
+            WakeupRequest(session="s", prompt="p", fire_at=T0 + timedelta(hours=hour)), T0
         )
-    assert [w.id for w in await store.list_wakeups()] == [first.id]
+    assert victim.read_text() == "precious"
+    assert victim.stat().st_mtime_ns == before
+    assert not (schedule / "wakeups.json").is_symlink()
+    assert len(await store.list_wakeups()) == 2
+    assert sorted(p.name for p in schedule.iterdir()) == [
+        "wakeups.json",
+        "wakeups.json.tmp",
+        "wakeups.lock",
+    ]
 
 
 def race(*commands: list[str]) -> None:
@@ -251,10 +293,10 @@ def test_a_racily_fresh_file_is_read_again_whatever_its_times_say(
         return os.stat_result(list(real_fstat(fd)), {"st_mtime_ns": tick, "st_ctime_ns": tick})
 
     monkeypatch.setattr(os, "fstat", coarse_fstat)
-    assert [w.id for w in store._load(cached=True)[0]] == ["aaaa"]
+    assert [w.id for w in store._wakeups.load(cached=True)[0]] == ["aaaa"]
     with path.open("r+") as handle:  # same inode, same size, and (here) the same times
         handle.write(f"[{entry % 'bbbb'}]")
-    assert [w.id for w in store._load(cached=True)[0]] == ["bbbb"]
+    assert [w.id for w in store._wakeups.load(cached=True)[0]] == ["bbbb"]
 
 
 async def test_a_wakeup_lock_held_elsewhere_is_a_bounded_wait(tmp_path: Path) -> None:

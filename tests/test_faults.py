@@ -38,8 +38,9 @@ from trio_routines.instants import format_iso, slot_name
 from trio_routines.records import ClaimStatus, Outcome
 from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
-from trio_routines.stores import directory
+from trio_routines.stores import directory, groupcommit, safefile, wakeupfile
 from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores.groupcommit import SYNCFS
 from trio_routines.testing import ScriptedAgent
 from trio_routines.wakeups import WakeupRequest
 
@@ -78,7 +79,10 @@ class Injector:
 
 
 class FaultyOS:
-    """The ``os`` module as the store sees it, with the injector in front of its IO calls."""
+    """The ``os`` module as the store sees it, with the injector in front of its IO calls.
+
+    Calls relative to a directory descriptor (``dir_fd``) are traced to the full path.
+    """
 
     def __init__(self, injector: Injector) -> None:
         self._faults = injector
@@ -86,13 +90,24 @@ class FaultyOS:
     def __getattr__(self, name: str) -> Any:
         return getattr(real_os, name)
 
-    def open(self, path: Any, flags: int, mode: int = 0o777, **kwargs: Any) -> int:
+    def _path(self, path: Any, dir_fd: int | None = None) -> str | None:
+        if isinstance(path, int):
+            return self._faults.fds.get(path)
+        text = real_os.fsdecode(path)
+        if dir_fd is not None and not text.startswith("/"):
+            base = self._faults.fds.get(dir_fd)
+            return None if base is None else f"{base}/{text}"
+        return text
+
+    def open(self, path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        full = self._path(path, dir_fd)
         kind = "create" if flags & real_os.O_EXCL else "open"
-        self._faults.check(kind, path)
+        self._faults.check(kind, full)
         if kind == "create":
-            self._faults.check("open", path)
-        fd = real_os.open(path, flags, mode, **kwargs)
-        self._faults.fds[fd] = real_os.fsdecode(path)
+            self._faults.check("open", full)
+        fd = real_os.open(path, flags, mode, dir_fd=dir_fd)
+        if full is not None:
+            self._faults.fds[fd] = full
         return fd
 
     def close(self, fd: int) -> None:
@@ -123,12 +138,28 @@ class FaultyOS:
         real_os.fsync(fd)
 
     def listdir(self, path: Any) -> list[str]:
-        self._faults.check("listdir", path)
+        self._faults.check("listdir", self._path(path))
         return real_os.listdir(path)
 
-    def replace(self, src: Any, dst: Any) -> None:
-        self._faults.check("replace", dst)
-        real_os.replace(src, dst)
+    def mkdir(self, path: Any, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
+        self._faults.check("mkdir", self._path(path, dir_fd))
+        real_os.mkdir(path, mode, dir_fd=dir_fd)
+
+    def unlink(self, path: Any, *, dir_fd: int | None = None) -> None:
+        self._faults.check("unlink", self._path(path, dir_fd))
+        real_os.unlink(path, dir_fd=dir_fd)
+
+    def replace(
+        self, src: Any, dst: Any, *, src_dir_fd: int | None = None, dst_dir_fd: int | None = None
+    ) -> None:
+        self._faults.check("replace", self._path(dst, dst_dir_fd))
+        real_os.replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+    def syncfs(self, fd: int) -> None:
+        """The group-commit flush (the store is built with this as its ``syncfs``)."""
+        self._fd("flush", fd)
+        assert SYNCFS is not None
+        SYNCFS(fd)
 
 
 class FaultyFcntl:
@@ -144,27 +175,46 @@ class FaultyFcntl:
 
 
 @pytest.fixture
-def faults(monkeypatch: pytest.MonkeyPatch) -> Iterator[Injector]:
+def faulty_os(monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultyOS]:
     injector = Injector()
-    monkeypatch.setattr(directory, "os", FaultyOS(injector))
-    monkeypatch.setattr(directory, "fcntl", FaultyFcntl(injector))
-    for method, operation in (("open", "read"), ("unlink", "unlink"), ("mkdir", "mkdir")):
-        original = getattr(Path, method)
+    proxy = FaultyOS(injector)
+    for module in (directory, safefile, wakeupfile, groupcommit):
+        monkeypatch.setattr(module, "os", proxy)
+    monkeypatch.setattr(safefile, "fcntl", FaultyFcntl(injector))
+    original = Path.mkdir  # the state root itself is made through pathlib
 
-        def wrapped(
-            self: Path, *args: Any, _original: Any = original, _op: str = operation, **kw: Any
-        ) -> Any:
-            injector.check(_op, self)
-            return _original(self, *args, **kw)
+    def mkdir(self: Path, *args: Any, **kw: Any) -> None:
+        injector.check("mkdir", str(self))
+        original(self, *args, **kw)
 
-        monkeypatch.setattr(Path, method, wrapped)
-    yield injector
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    yield proxy
     injector.disarm()
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> DirectoryStore:
-    built = DirectoryStore(tmp_path / "state")
+def faults(faulty_os: FaultyOS) -> Injector:
+    return faulty_os._faults
+
+
+# The two ways a claim becomes durable: one group-commit syncfs, or per-file fsyncs.
+MODES = ["syncfs", "fsync"]
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    if request.param == "syncfs" and SYNCFS is None:
+        pytest.skip("this platform has no syncfs")
+    return str(request.param)
+
+
+def make_store(root: Path, proxy: FaultyOS, mode: str, **kw: Any) -> DirectoryStore:
+    return DirectoryStore(root, syncfs=proxy.syncfs if mode == "syncfs" else None, **kw)
+
+
+@pytest.fixture
+def store(tmp_path: Path, faulty_os: FaultyOS, mode: str) -> DirectoryStore:
+    built = make_store(tmp_path / "state", faulty_os, mode)
     assert built.claim_sync(ROUTINE, OLD, OLD).taken
     built.settle_sync(ROUTINE, OLD, Outcome.COMPLETED, 5)
     return built
@@ -191,22 +241,28 @@ def on_disk(store: DirectoryStore) -> list[str]:
 # --- before the claim exists: StateFault, and the slot is not burned ------------------------
 
 BEFORE_CLAIM = {
-    # place: (operation, which path) -- each one a step of DirectoryStore.claim_sync
-    "claims-dir-create": ("mkdir", "fresh claims dir"),
-    "claims-list": ("listdir", "claims dir"),
-    "claim-create": ("create", "claim"),
-    "stamp-write": ("write", "claim"),
-    "stamp-fsync": ("fsync", "claim"),
-    "stamp-dir-fsync": ("fsync", "claims dir"),
+    # place: (operation, which path, the durability mode it exists in, or None for both)
+    "claims-dir-create": ("mkdir", "fresh claims dir", None),
+    "claims-list": ("listdir", "claims dir", None),
+    "claim-create": ("create", "claim", None),
+    "stamp-write": ("write", "claim", None),
+    "stamp-fsync": ("fsync", "claim", "fsync"),
+    "stamp-dir-fsync": ("fsync", "claims dir", "fsync"),
+    "flush": ("flush", "claims dir", "syncfs"),
 }
 
 
+def pairs(places: dict[str, tuple[Any, ...]]) -> list[tuple[str, str]]:
+    """(mode, place) for every place that exists in that mode (the last item of its row)."""
+    return [(m, place) for place, row in places.items() for m in MODES if row[-1] in (None, m)]
+
+
 @pytest.mark.parametrize("code", ERRNOS, ids=ERRNO_IDS)
-@pytest.mark.parametrize("place", list(BEFORE_CLAIM))
+@pytest.mark.parametrize(("mode", "place"), pairs(BEFORE_CLAIM), indirect=["mode"])
 def test_a_fault_before_the_claim_raises_and_never_burns_the_slot(
-    store: DirectoryStore, faults: Injector, place: str, code: int
+    store: DirectoryStore, faults: Injector, mode: str, place: str, code: int
 ) -> None:
-    operation, which = BEFORE_CLAIM[place]
+    operation, which, _ = BEFORE_CLAIM[place]
     routine = ROUTINE
     if which == "fresh claims dir":
         routine = "fresh"
@@ -235,25 +291,29 @@ def test_a_fault_before_the_claim_raises_and_never_burns_the_slot(
 # --- settling: a warning, never an exception; the claim stays unsettled ----------------------
 
 SETTLE = {
-    "settle-open": "open",
-    "settle-read": "read",
-    "settle-truncate": "truncate",
-    "settle-write": "write",
-    "settle-fsync": "fsync",
+    "settle-open": ("open", None),
+    "settle-read": ("read", None),
+    "settle-truncate": ("truncate", None),
+    "settle-write": ("write", None),
+    "settle-fsync": ("fsync", "fsync"),
+    "settle-flush": ("flush", "syncfs"),
 }
 
 
 @pytest.mark.parametrize("code", ERRNOS, ids=ERRNO_IDS)
-@pytest.mark.parametrize("place", list(SETTLE))
+@pytest.mark.parametrize(("mode", "place"), pairs(SETTLE), indirect=["mode"])
 def test_a_settle_fault_warns_and_leaves_the_claim_unsettled_with_its_stamp(
     store: DirectoryStore,
     faults: Injector,
     caplog: pytest.LogCaptureFixture,
+    mode: str,
     place: str,
     code: int,
 ) -> None:
+    operation, _ = SETTLE[place]
     assert store.claim_sync(ROUTINE, SLOT, NOW).taken
-    faults.arm(SETTLE[place], is_claim(store, SLOT), code)
+    matches = is_claims_dir(store) if operation == "flush" else is_claim(store, SLOT)
+    faults.arm(operation, matches, code)
     with caplog.at_level(logging.WARNING, logger="trio_routines"):
         # never raises, and says it did not write, so that the runtime may retry
         assert store.settle_sync(ROUTINE, SLOT, Outcome.COMPLETED, 42) is False
@@ -269,7 +329,7 @@ def test_a_settle_fault_warns_and_leaves_the_claim_unsettled_with_its_stamp(
     # The stamp survived the failed write (the boot's catch-up reads it). A failed fsync may
     # (or truncate) may still leave the outcome readable but not durable: both are allowed.
     assert (fire.slot, fire.fired_at) == (SLOT, NOW)
-    written = place in ("settle-truncate", "settle-fsync")
+    written = place in ("settle-truncate", "settle-fsync", "settle-flush")
     assert fire.outcome is None or (written and fire.outcome is Outcome.COMPLETED)
     store.settle_sync(ROUTINE, SLOT, Outcome.FAILED, 7)
     fire = store.latest_fire_sync(ROUTINE)
@@ -395,9 +455,10 @@ WAKEUPS = {
     "lock-open": ("open", "wakeups.lock"),
     "lock-flock": ("flock", "wakeups.lock"),
     "load": ("read", "wakeups.json"),
-    "save-create-temp": ("open", "wakeups.json.tmp"),
-    "save-write": ("write", "wakeups.json.tmp"),
-    "save-fsync": ("fsync", "wakeups.json.tmp"),
+    # the temp file's name is unpredictable: "wakeups.json.tmp-" and 16 random hex digits
+    "save-create-temp": ("open", "wakeups.json.tmp-"),
+    "save-write": ("write", "wakeups.json.tmp-"),
+    "save-fsync": ("fsync", "wakeups.json.tmp-"),
     "save-rename": ("replace", "wakeups.json"),
 }
 
@@ -427,8 +488,11 @@ async def test_a_wakeup_store_fault_raises_and_loses_nothing(
     store, entries = _wakeup_store(tmp_path)
     schedule = store.root / "schedule"
     operation, name = WAKEUPS[place]
-    target = str(schedule if name == "schedule" else schedule / name)
-    faults.arm(operation, lambda path: path == target, code)
+    target = str(schedule / name)
+    if name.endswith("-"):
+        faults.arm(operation, lambda path: path.startswith(target), code)
+    else:
+        faults.arm(operation, lambda path: path == target, code)
     request = WakeupRequest(session="s", prompt="r", fire_at=NOW + timedelta(hours=2))
     calls = [
         lambda: store.take_due_wakeup(NOW),
@@ -444,7 +508,7 @@ async def test_a_wakeup_store_fault_raises_and_loses_nothing(
     assert faults.hits >= len(calls)
     faults.disarm()
     assert json.loads((schedule / "wakeups.json").read_text()) == entries  # untouched
-    assert not (schedule / "wakeups.json.tmp").exists()
+    assert list(schedule.glob("wakeups.json.tmp*")) == []
     taken = await store.take_due_wakeup(NOW)
     assert taken is not None
     assert taken.id == "due-one"

@@ -189,14 +189,23 @@ async def test_unreadable_old_claim_does_not_fail_boot(tmp_path: Path) -> None:
     assert [t.session for t in rig.agent.turns] == ["routine:hourly"]  # the catch-up
 
 
-async def test_unreadable_newest_claim_fails_boot(tmp_path: Path) -> None:
+async def test_a_newest_claim_that_is_no_file_is_reported_and_the_boot_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     store = DirectoryStore(tmp_path)
     await store.claim("hourly", at(7), at(7))
-    (store.claim_dir("hourly") / slot_name(at(8))).mkdir()
+    await store.settle("hourly", at(7), Outcome.COMPLETED, 1)
+    squatter = store.claim_dir("hourly") / slot_name(at(8))
+    squatter.mkdir()
     rig = Rig(store=store)
-    with pytest.raises(StateFault, match="EISDIR"):
-        await rig.scheduler.run()
-    assert rig.agent.turns == []
+    async with rig.running():
+        await wait_until(lambda: bool(rig.agent.finished))
+    # The name holds its slot (never run); the boot went on and caught up the slot after it.
+    assert [t.session for t in rig.agent.turns] == ["routine:hourly"]
+    assert [f[0] for f in await rig.fires()][:2] == [at(7), at(8)]
+    warnings = messages(caplog, logging.WARNING)
+    assert any(f"{squatter} is a directory, not a regular file" in m for m in warnings)
+    assert squatter.is_dir()
 
 
 async def test_claims_dir_that_is_a_file_fails_boot(tmp_path: Path) -> None:

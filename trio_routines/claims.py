@@ -23,6 +23,7 @@ import math
 from collections.abc import Sequence
 from datetime import datetime
 
+from .converter import loads
 from .instants import parse_iso, slot_of
 from .records import Fire, Outcome
 
@@ -76,8 +77,8 @@ def parse_claim(name: str, text: str, where: str) -> Fire:
         raise ValueError(f"{name!r} is not a claim name")
     default = Fire(slot=slot, fired_at=slot)
     try:
-        record = json.loads(text)
-    except ValueError:
+        record = loads(text)
+    except ValueError:  # RecursionError included: converter.loads maps it
         record = None
     if not isinstance(record, dict):
         if text.strip():

@@ -78,6 +78,19 @@ def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+def loads(text: str) -> Any:
+    """Parse stored JSON; nesting too deep for the parser is a ValueError like other damage.
+
+    Python's parser raises ``RecursionError`` a little under 1,000 levels deep (``[`` × 100,000
+    is a few bytes of hostile state): callers that treat ValueError as "corrupt, set it aside"
+    must see it as exactly that, never as a crash of the loop that read it.
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to parse") from None
+
+
 def wakeup_to_json(wakeup: Wakeup) -> dict[str, Any]:
     result: dict[str, Any] = converter.unstructure(wakeup)
     return result

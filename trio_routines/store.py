@@ -29,7 +29,9 @@ Claims
 
     ``latest_fire(routine)`` reads the newest claim (``None`` when there is none); a fault
     reading it raises StateFault. Older claims are not read. ``history(routine)`` returns every
-    retained claim, oldest first; a fault on any of them raises StateFault.
+    retained claim, oldest first; a fault on any of them raises StateFault. Content that cannot
+    be a claim record (torn, corrupt, or a state-directory entry that is no regular file) is a
+    warning, not a fault: it reads as a claim of its slot without stamp or outcome.
 
 Wake-ups
     Pending wake-ups form one ordered list. ``add_wakeup`` applies the guardrails of

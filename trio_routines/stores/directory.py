@@ -4,21 +4,24 @@ Layout (byte-compatible with the original scheduler's 0.22 state, so either can 
 other's)::
 
     <root>/schedule/claims/<routine>/<slot name>   one file per claimed slot
-    <root>/schedule/wakeups.json                   pending wake-ups
+    <root>/schedule/wakeups.json                   pending wake-ups (see wakeupfile.py)
     <root>/schedule/wakeups.lock                   ours: serializes wake-up writers
 
 Theory of operation. A claim is decided by the filesystem: ``O_CREAT|O_EXCL`` lets exactly
-one creator win, across threads and processes. Before a taken claim is reported, its stamp,
-the file and the directory entry are fsynced, so a power loss cannot forget that the slot was
-decided and let it run twice (the original never fsyncs). Settling rewrites the same file in
-place -- never through a rename, which could resurrect a file pruning just removed.
+one creator win, across threads and processes. Before a taken claim is reported, the file and
+its directory entry are durable, so a power loss cannot forget that the slot was decided and
+let it run twice (the original never fsyncs). Durability is shared: the claim is written
+without an fsync, then waits for a group commit (groupcommit.py), one ``syncfs`` covering
+every claim and settle written while the previous one ran. A claim whose flush fails is
+removed again and reported as a state fault: a retry, never a burned slot, and never a turn.
+Settling rewrites the same file in place -- never through a rename, which could resurrect a
+file pruning just removed.
 
-``wakeups.json`` is rewritten whole: temp file, fsync, rename, fsync of the directory, all
-under an exclusive ``flock`` on a separate lock file (the rename replaces the inode, so the
-JSON file itself cannot carry the lock). Two processes can therefore add, take and cancel
-wake-ups without losing each other's updates. When a load finds something it cannot use
-(corrupt JSON, a non-array, malformed entries), the next write first keeps the original bytes
-beside the file as ``wakeups.json.corrupt-<instant>``: nothing stored is silently lost.
+Nothing below the root is trusted (safefile.py): no link is followed, no open can block, no
+read is unbounded. A claim entry that is not a regular file (a link, a FIFO, a device, a
+directory) or is too large is never opened or written; its name still holds its slot (the
+stale and duplicate gates count names), and reading it warns once and reads it as a claim
+without stamp or outcome, as a torn write reads.
 
 Every blocking call runs in a worker thread bounded by the store's own capacity limiter.
 """
@@ -27,105 +30,55 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
-import json
 import logging
 import os
 import stat
-import time
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
-from functools import partial
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import trio
 
 from ..claims import KEEP_CLAIMS, claim_names, is_stale, names_to_prune, parse_claim
-from ..converter import claim_text, dumps, wakeup_from_json, wakeup_to_json
-from ..errors import StateFault
+from ..converter import claim_text
+from ..errors import InvalidWakeup, StateFault
 from ..instants import slot_name
 from ..names import check_name
 from ..records import ClaimResult, ClaimStatus, Fire, Outcome, Wakeup
 from ..store import Lifetime
-from ..wakeups import WakeupRequest, check_stored, plan_add, plan_defer, remove, take_first_due
+from ..wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
+from .groupcommit import SYNCFS, GroupCommit
+from .safefile import (
+    Refused,
+    at,
+    create_file,
+    describe,
+    fsync,
+    lock_within,
+    open_dirs,
+    open_file,
+    read_fd,
+    read_file,
+    write_all,
+)
+from .wakeupfile import TooLarge, WakeupFile
+
+__all__ = ["CLAIM_LIMIT", "DirectoryStore", "describe"]
 
 log = logging.getLogger("trio_routines")
 T = TypeVar("T")
-RACY_NS = 2_000_000_000  # a file changed this recently may change again unseen by its times
+#: A claim holds ``{"firedAt":…,"outcome":…,"ms":…,"error":…}``; its reason is at most 1 KiB
+#: of text (``text.error_text``), so a few KiB at most. More is not a claim.
+CLAIM_LIMIT = 16384
 
 
-def describe(exc: OSError) -> str:
-    """``EISDIR: Is a directory: <path>`` -- the errno name first, as operators grep for it."""
-    code = errno.errorcode.get(exc.errno or 0, "") if exc.errno else ""
-    text = exc.strerror or str(exc)
-    where = f": {exc.filename}" if exc.filename else ""
-    return f"{code}: {text}{where}" if code else f"{text}{where}"
+class _Pending(NamedTuple):
+    """A write awaiting its flush: a directory descriptor on its file system, and more."""
 
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _ensure_dir(path: Path) -> None:
-    """``mkdir -p`` that fsyncs the parent of every directory it creates."""
-    if path.is_dir():
-        return
-    missing = []
-    probe = path
-    while not probe.exists() and not probe.is_symlink():
-        missing.append(probe)
-        probe = probe.parent
-    for directory in reversed(missing):
-        try:
-            directory.mkdir()
-        except FileExistsError:
-            pass
-        _fsync_dir(directory.parent)
-    if not path.is_dir():
-        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """``os.write`` until every byte is written (a single call may write fewer)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _lock_within(fd: int, seconds: float) -> bool:
-    """An exclusive ``flock`` with a bound: a holder that hangs must not hang a shielded fire.
-
-    False when ``seconds`` passed without the lock; other failures raise ``OSError``.
-    """
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.005)
-
-
-def _write_synced(path: Path, data: bytes, mode: int) -> None:
-    """Create (``O_EXCL``) or replace (``O_TRUNC``) ``path`` with ``data``, fsynced."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | mode | os.O_CLOEXEC, 0o644)
-    try:
-        _write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _read_text(path: Path) -> str:
-    with path.open("rb") as handle:
-        return handle.read().decode("utf-8", errors="replace")
+    device: int
+    fd: int
+    prune_later: list[str]
 
 
 class DirectoryStore(Lifetime):
@@ -138,21 +91,19 @@ class DirectoryStore(Lifetime):
         keep: int = KEEP_CLAIMS,
         limiter: trio.CapacityLimiter | None = None,
         lock_timeout: float = 10.0,
+        syncfs: Callable[[int], None] | None = SYNCFS,
     ) -> None:
+        """``syncfs``: the flush behind group commit; None keeps per-file fsyncs instead."""
         if keep < 1:
             raise ValueError("keep must be at least 1")
         self.root = Path(root)
         self.keep = keep
         self.lock_timeout = lock_timeout
-        self._schedule = self.root / "schedule"
-        self._claims = self._schedule / "claims"
-        self._wakeups = self._schedule / "wakeups.json"
-        self._lock = self._schedule / "wakeups.lock"
+        self._claims = self.root / "schedule" / "claims"
+        self._syncfs = syncfs
+        self._commit = GroupCommit(syncfs) if syncfs is not None else None
+        self._wakeups = WakeupFile(self.root, lock_timeout)
         self._limiter = limiter or trio.CapacityLimiter(16)
-        # (key, entries, damaged bytes, whether the key can be trusted): see _load
-        self._parsed: (
-            tuple[tuple[int, int, int, int], tuple[Wakeup, ...], bytes | None, bool] | None
-        ) = None
 
     def __repr__(self) -> str:
         return f"DirectoryStore({str(self.root)!r})"
@@ -160,61 +111,117 @@ class DirectoryStore(Lifetime):
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
 
+    @property
+    def flushes(self) -> int:
+        """How many group-commit flushes ran (0 without ``syncfs``)."""
+        return self._commit.flushes if self._commit is not None else 0
+
     # -- claims ---------------------------------------------------------------------------
 
     def claim_dir(self, routine: str) -> Path:
         """The directory holding ``routine``'s claims (its name checked first)."""
         return self._claims / check_name(routine)
 
-    def _list(self, directory: Path) -> list[str]:
-        try:
-            return claim_names(os.listdir(directory))
-        except FileNotFoundError:
-            return []
+    def _open_claims(self, routine: str, *, create: bool = False) -> int:
+        return open_dirs(self.root, ("schedule", "claims", check_name(routine)), create=create)
 
     async def claim(self, routine: str, slot: datetime, fired_at: datetime) -> ClaimResult:
-        return await self._run(self.claim_sync, routine, slot, fired_at)
+        result, pending = await self._run(self._create, routine, slot, fired_at)
+        if pending is None:
+            return result
+        assert self._commit is not None
+        try:
+            await self._commit.durable(pending.device, pending.fd)
+        except OSError as exc:
+            await self._run(self._unclaim_after, routine, slot)
+            raise self._not_durable(routine, slot, exc) from None
+        if pending.prune_later:
+            await self._run(self._prune_later, routine, pending.prune_later)
+        return result
 
     def claim_sync(self, routine: str, slot: datetime, fired_at: datetime) -> ClaimResult:
         """:meth:`claim`, blocking: for a thread, or a process without Trio."""
-        directory = self.claim_dir(routine)
+        result, pending = self._create(routine, slot, fired_at)
+        if pending is None:
+            return result
+        assert self._syncfs is not None
+        try:
+            at(self.claim_dir(routine), lambda: self._syncfs(pending.fd))  # type: ignore[misc]
+        except OSError as exc:
+            self._unclaim_after(routine, slot)
+            raise self._not_durable(routine, slot, exc) from None
+        finally:
+            os.close(pending.fd)
+        self._prune_later(routine, pending.prune_later)
+        return result
+
+    def _not_durable(self, routine: str, slot: datetime, exc: OSError) -> StateFault:
+        path = self.claim_dir(routine) / slot_name(slot)
+        return StateFault(f"could not make the claim {path} durable: {describe(exc)}")
+
+    def _create(
+        self, routine: str, slot: datetime, fired_at: datetime
+    ) -> tuple[ClaimResult, _Pending | None]:
+        """Decide the slot and write the claim; durable already unless a flush is pending."""
+        where = self.claim_dir(routine)
         wanted = slot_name(slot)
         try:
-            _ensure_dir(directory)
-            taken = self._list(directory)
+            directory = self._open_claims(routine, create=True)
         except OSError as exc:
-            raise StateFault(
-                f"claims of {routine!r} are unusable in {directory}: {describe(exc)}"
-            ) from None
-        newest = is_stale(taken, wanted)
-        if newest is not None:
-            return ClaimResult(ClaimStatus.STALE, newest)
-        path = directory / wanted
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o644)
-        except FileExistsError:
-            return ClaimResult(ClaimStatus.DUPLICATE, wanted)
-        except OSError as exc:
-            raise StateFault(
-                f"could not claim slot {wanted} of {routine!r}: {describe(exc)}"
-            ) from None
+            raise self._unusable(routine, where, exc) from None
+        handed_over = False
         try:
             try:
-                _write_all(fd, claim_text(fired_at).encode())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            _fsync_dir(directory)
-        except OSError as exc:
-            self._unclaim(routine, path)
-            raise StateFault(f"could not stamp the claim {path}: {describe(exc)}") from None
-        self._prune(directory, taken)
-        return ClaimResult(ClaimStatus.TAKEN, wanted)
+                taken = claim_names(at(where, lambda: os.listdir(directory)))
+            except OSError as exc:
+                raise self._unusable(routine, where, exc) from None
+            newest = is_stale(taken, wanted)
+            if newest is not None:
+                return ClaimResult(ClaimStatus.STALE, newest), None
+            path = where / wanted
+            try:
+                fd = create_file(directory, wanted, path)
+            except FileExistsError:  # a claim, or anything else squatting on its name
+                return ClaimResult(ClaimStatus.DUPLICATE, wanted), None
+            except OSError as exc:
+                raise StateFault(
+                    f"could not claim slot {wanted} of {routine!r}: {describe(exc)}"
+                ) from None
+            try:
+                try:
+                    write_all(fd, claim_text(fired_at).encode(), path)
+                    if self._syncfs is None:
+                        fsync(fd, path)
+                finally:
+                    os.close(fd)
+                if self._syncfs is None:
+                    fsync(directory, where)
+            except OSError as exc:
+                self._unclaim(routine, directory, wanted, path)
+                raise StateFault(f"could not stamp the claim {path}: {describe(exc)}") from None
+            prune = names_to_prune(taken, self.keep)
+            # Older claims may go before the new one is durable, but never the newest: if the
+            # flush fails (or the power does), it still holds the stale gate.
+            later = [name for name in prune if taken and name == taken[-1]]
+            self._prune(directory, where, [name for name in prune if name not in later])
+            taken_result = ClaimResult(ClaimStatus.TAKEN, wanted)
+            if self._syncfs is None:
+                self._prune(directory, where, later)
+                return taken_result, None
+            pending = _Pending(os.fstat(directory).st_dev, directory, later)
+            handed_over = True
+            return taken_result, pending
+        finally:
+            if not handed_over:
+                os.close(directory)
 
-    def _unclaim(self, routine: str, path: Path) -> None:
+    def _unusable(self, routine: str, where: Path, exc: OSError) -> StateFault:
+        return StateFault(f"claims of {routine!r} are unusable in {where}: {describe(exc)}")
+
+    def _unclaim(self, routine: str, directory: int, name: str, path: Path) -> None:
         # A claim that is not durable must not stand: removing it costs a retry, not the slot.
         try:
-            path.unlink()
+            at(path, lambda: os.unlink(name, dir_fd=directory))
         except FileNotFoundError:
             pass
         except OSError as exc:
@@ -222,19 +229,54 @@ class DirectoryStore(Lifetime):
                 "%s: could not remove the unstamped claim %s — that slot is now taken but "
                 "will never run: %s",
                 routine,
-                path.name,
+                name,
                 describe(exc),
             )
 
-    def _prune(self, directory: Path, taken: list[str]) -> None:
-        for name in names_to_prune(taken, self.keep):
+    def _unclaim_after(self, routine: str, slot: datetime) -> None:
+        name = slot_name(slot)
+        path = self.claim_dir(routine) / name
+        try:
+            directory = self._open_claims(routine)
+        except OSError as exc:
+            log.warning(
+                "%s: could not remove the claim %s that is not durable — that slot is now "
+                "taken but will never run: %s",
+                routine,
+                name,
+                describe(exc),
+            )
+            return
+        try:
+            self._unclaim(routine, directory, name, path)
+        finally:
+            os.close(directory)
+
+    def _prune(self, directory: int, where: Path, names: list[str]) -> None:
+        for name in names:
             try:
-                (directory / name).unlink()
+                at(where / name, lambda name=name: os.unlink(name, dir_fd=directory))  # type: ignore[misc]
             except FileNotFoundError:
                 continue
             except OSError as exc:
-                log.warning("could not prune fired-slot claims in %s: %s", directory, describe(exc))
+                log.warning("could not prune fired-slot claims in %s: %s", where, describe(exc))
                 return
+
+    def _prune_later(self, routine: str, names: list[str]) -> None:
+        if not names:
+            return
+        where = self.claim_dir(routine)
+        try:
+            directory = self._open_claims(routine)
+        except OSError as exc:
+            log.warning("could not prune fired-slot claims in %s: %s", where, describe(exc))
+            return
+        try:
+            self._prune(directory, where, names)
+        finally:
+            os.close(directory)
+
+    # -- settles --------------------------------------------------------------------------
 
     async def settle(
         self,
@@ -246,7 +288,18 @@ class DirectoryStore(Lifetime):
         if_unsettled: bool = False,
         error: str | None = None,
     ) -> bool:
-        return await self._run(self.settle_sync, routine, slot, outcome, ms, if_unsettled, error)
+        written, pending = await self._run(
+            self._write_outcome, routine, slot, outcome, ms, if_unsettled, error
+        )
+        if pending is None:
+            return written
+        assert self._commit is not None
+        try:
+            await self._commit.durable(pending.device, pending.fd)
+        except OSError as exc:
+            self._settle_warning(routine, slot, outcome, exc)
+            return False
+        return True
 
     def settle_sync(
         self,
@@ -258,12 +311,50 @@ class DirectoryStore(Lifetime):
         error: str | None = None,
     ) -> bool:
         """The store's ``settle``, in the calling thread: False when a fault was logged."""
-        name = slot_name(slot)
-        path = self.claim_dir(routine) / name
+        written, pending = self._write_outcome(routine, slot, outcome, ms, if_unsettled, error)
+        if pending is None:
+            return written
+        assert self._syncfs is not None
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+            at(self.claim_dir(routine), lambda: self._syncfs(pending.fd))  # type: ignore[misc]
+        except OSError as exc:
+            self._settle_warning(routine, slot, outcome, exc)
+            return False
+        finally:
+            os.close(pending.fd)
+        return True
+
+    def _settle_warning(self, routine: str, slot: datetime, outcome: Outcome, exc: OSError) -> None:
+        log.warning(
+            "%s: could not record the %s outcome of slot %s: %s",
+            routine,
+            outcome.value,
+            slot_name(slot),
+            describe(exc),
+        )
+
+    def _write_outcome(
+        self,
+        routine: str,
+        slot: datetime,
+        outcome: Outcome,
+        ms: int | None,
+        if_unsettled: bool,
+        error: str | None,
+    ) -> tuple[bool, _Pending | None]:
+        """Write the outcome into the claim: (False if a fault was logged, what is to flush)."""
+        name = slot_name(slot)
+        where = self.claim_dir(routine)
+        path = where / name
+        try:
+            directory = self._open_claims(routine)
+            try:
+                fd = open_file(directory, name, path, os.O_RDWR, CLAIM_LIMIT)
+            except BaseException:
+                os.close(directory)
+                raise
         except FileNotFoundError:
-            return True  # pruned while the turn ran: its outcome goes with it
+            return True, None  # pruned while the turn ran: its outcome goes with it
         except OSError as exc:
             log.warning(
                 "%s: could not open the claim for slot %s to settle it: %s",
@@ -271,54 +362,48 @@ class DirectoryStore(Lifetime):
                 name,
                 describe(exc),
             )
-            return False
+            return False, None
+        handed_over = False
         try:
             # Settles of one claim take turns (the lock goes with the descriptor), so the
             # read-check-write of ``if_unsettled`` is one step against every other settle.
-            if not _lock_within(fd, self.lock_timeout):
+            if not lock_within(fd, self.lock_timeout):
                 raise TimeoutError(errno.ETIMEDOUT, "another settle holds the claim", str(path))
-            chunks = []
-            while chunk := os.read(fd, 65536):
-                chunks.append(chunk)
-            fire = parse_claim(name, b"".join(chunks).decode("utf-8", errors="replace"), str(path))
+            text = read_fd(fd, path, CLAIM_LIMIT).decode("utf-8", errors="replace")
+            fire = parse_claim(name, text, str(path))
             if if_unsettled and fire.outcome is not None:
-                os.close(fd)
-                return True
+                return True, None
             rounded = None if ms is None else round(ms)
             data = claim_text(fire.fired_at, outcome, rounded, error).encode()
             # Write over the stamp, then cut what is left: a write that fails (ENOSPC, EIO)
             # leaves the stamp readable, where truncating first would have erased it.
-            os.pwrite(fd, data, 0)
-            os.ftruncate(fd, len(data))
-            os.fsync(fd)
-            os.close(fd)
-            return True
+            at(path, lambda: os.pwrite(fd, data, 0))
+            at(path, lambda: os.ftruncate(fd, len(data)))
+            if self._syncfs is None:
+                fsync(fd, path)
+                return True, None
+            pending = _Pending(os.fstat(directory).st_dev, directory, [])
+            handed_over = True
+            return True, pending
         except OSError as exc:
+            self._settle_warning(routine, slot, outcome, exc)
+            return False, None
+        finally:
             with contextlib.suppress(OSError):
                 os.close(fd)
-            log.warning(
-                "%s: could not record the %s outcome of slot %s: %s",
-                routine,
-                outcome.value,
-                name,
-                describe(exc),
-            )
-            return False
+            if not handed_over:
+                os.close(directory)
+
+    # -- reading claims -------------------------------------------------------------------
 
     async def latest_fire(self, routine: str) -> Fire | None:
         return await self._run(self.latest_fire_sync, routine)
 
     def latest_fire_sync(self, routine: str) -> Fire | None:
         """:meth:`latest_fire`, blocking: for a thread, or a process without Trio."""
-        directory = self.claim_dir(routine)
         try:
-            names = self._list(directory)
-            for name in reversed(names):
-                path = directory / name
-                try:
-                    return parse_claim(name, _read_text(path), str(path))
-                except FileNotFoundError:
-                    continue
+            for fire in self._read_claims(routine, newest_only=True):
+                return fire
         except OSError as exc:
             raise StateFault(
                 f"the newest claim of {routine!r} is unreadable — fix permissions/disk and "
@@ -331,143 +416,50 @@ class DirectoryStore(Lifetime):
 
     def history_sync(self, routine: str) -> list[Fire]:
         """:meth:`history`, blocking: for a thread, or a process without Trio."""
-        directory = self.claim_dir(routine)
-        fires = []
         try:
-            for name in self._list(directory):
-                path = directory / name
-                try:
-                    fires.append(parse_claim(name, _read_text(path), str(path)))
-                except FileNotFoundError:
-                    continue
+            return list(self._read_claims(routine))
         except OSError as exc:
             raise StateFault(
                 f"the fired-slot claims for {routine!r} are unreadable (state: {self.root}): "
                 f"{describe(exc)}"
             ) from None
-        return fires
+
+    def _read_claims(self, routine: str, *, newest_only: bool = False) -> list[Fire]:
+        """Claims oldest first (only the newest readable one with ``newest_only``)."""
+        where = self.claim_dir(routine)
+        try:
+            directory = self._open_claims(routine)
+        except FileNotFoundError:
+            return []
+        try:
+            names = claim_names(at(where, lambda: os.listdir(directory)))
+            fires = []
+            for name in reversed(names) if newest_only else names:
+                path = where / name
+                try:
+                    raw = read_file(directory, name, path, CLAIM_LIMIT)
+                except FileNotFoundError:
+                    continue  # pruned meanwhile
+                except Refused as exc:
+                    log.warning(
+                        "unreadable claim: %s (its slot stays taken; read as unsettled)", exc
+                    )
+                    raw = b""
+                fires.append(parse_claim(name, raw.decode("utf-8", errors="replace"), str(path)))
+                if newest_only:
+                    break
+            return fires
+        finally:
+            os.close(directory)
 
     # -- wake-ups -------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        try:
-            _ensure_dir(self._schedule)
-            fd = os.open(self._lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            raise StateFault(
-                f"cannot lock the wake-up store {self._lock}: {describe(exc)}"
-            ) from None
-        try:
-            self._acquire(fd)
-            yield
-        finally:
-            os.close(fd)  # closing the last descriptor releases the lock
-
-    def _acquire(self, fd: int) -> None:
-        try:
-            locked = _lock_within(fd, self.lock_timeout)
-        except OSError as exc:
-            raise StateFault(
-                f"cannot lock the wake-up store {self._lock}: {describe(exc)}"
-            ) from None
-        if not locked:
-            raise StateFault(
-                f"the wake-up store {self._lock} stayed locked for "
-                f"{self.lock_timeout:g}s — another process holds it"
-            )
-
-    def _load(self, *, cached: bool = False) -> tuple[list[Wakeup], bytes | None]:
-        """The valid entries, and the raw bytes when something in them could not be used.
-
-        With ``cached``, a parse kept from an earlier read may answer, keyed on the file's
-        inode, size and times, so that a lock-free poll of 10,000 pending wake-ups costs one
-        fstat. File times can be as coarse as a clock tick and inode numbers are reused, so the
-        key is trusted only for a file last changed well before it was read (the "racily
-        clean" rule): any later change then shows in the times. Writers never use the cache.
-        """
-        try:
-            with self._wakeups.open("rb") as handle:
-                info = os.fstat(handle.fileno())
-                key = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-                kept = self._parsed
-                if cached and kept is not None and kept[0] == key and kept[3]:
-                    return list(kept[1]), kept[2]
-                read_at = time.time_ns()
-                raw = handle.read()
-        except FileNotFoundError:
-            return [], None
-        except OSError as exc:
-            raise StateFault(
-                f"schedule state {self._wakeups} is unreadable — fix permissions/disk and "
-                f"restart: {describe(exc)}"
-            ) from None
-        entries, damaged = self._parse(raw)
-        settled = max(info.st_mtime_ns, info.st_ctime_ns) < read_at - RACY_NS
-        self._parsed = (key, tuple(entries), damaged, settled)
-        return entries, damaged
-
-    def _parse(self, raw: bytes) -> tuple[list[Wakeup], bytes | None]:
-        try:
-            data = json.loads(raw.decode("utf-8"))
-        except ValueError as exc:
-            log.warning("corrupt state file %s — ignoring: %s", self._wakeups, exc)
-            return [], raw
-        if not isinstance(data, list):
-            log.warning(
-                "wakeups store is not an array — ignoring it: %s",
-                raw[:80].decode("utf-8", "replace"),
-            )
-            return [], raw
-        entries, damaged = [], False
-        for item in data:
-            try:
-                wakeup = check_stored(wakeup_from_json(item))
-            except (ValueError, TypeError):
-                log.warning("dropping a malformed wake-up entry: %s", dumps(item))
-                damaged = True
-                continue
-            entries.append(wakeup)
-        return entries, (raw if damaged else None)
-
-    def _save(self, entries: list[Wakeup], damaged: bytes | None) -> None:
-        tmp = self._wakeups.with_name(self._wakeups.name + ".tmp")
-        try:
-            if damaged is not None:
-                self._keep_aside(damaged)
-            data = dumps([wakeup_to_json(w) for w in entries]).encode()
-            _write_synced(tmp, data, os.O_TRUNC)
-            os.replace(tmp, self._wakeups)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise StateFault(
-                f"could not write the wake-up store {self._wakeups}: {describe(exc)}"
-            ) from None
-        try:
-            _fsync_dir(self._schedule)
-        except OSError as exc:
-            # The new list is in place and every reader sees it: failing the call now would
-            # tell the caller a change did not happen when it did (a taken wake-up would then
-            # never fire). Only its durability against a power loss is in doubt.
-            log.warning(
-                "wrote the wake-up store %s but could not fsync its directory: %s",
-                self._wakeups,
-                describe(exc),
-            )
-
-    def _keep_aside(self, raw: bytes) -> None:
-        stamp = slot_name(datetime.now(UTC))
-        aside = self._wakeups.with_name(f"{self._wakeups.name}.corrupt-{stamp}")
-        _write_synced(aside, raw, os.O_EXCL)
-        log.warning("kept the unusable wake-up store's original content as %s", aside)
-
     def _mutate(self, change: Callable[[list[Wakeup]], tuple[list[Wakeup] | None, T]]) -> T:
-        with self._locked():
-            entries, damaged = self._load()
+        with self._wakeups.locked() as directory:
+            entries, damaged = self._wakeups.load(directory)
             updated, result = change(entries)
             if updated is not None:
-                self._save(updated, damaged)
+                self._wakeups.save(directory, updated, damaged)
             return result
 
     async def add_wakeup(self, request: WakeupRequest, now: datetime) -> Wakeup:
@@ -475,13 +467,16 @@ class DirectoryStore(Lifetime):
             wakeup = plan_add(entries, request, now)
             return [*entries, wakeup], wakeup
 
-        return await self._run(self._mutate, change)
+        try:
+            return await self._run(self._mutate, change)
+        except TooLarge as exc:
+            raise InvalidWakeup(str(exc)) from None
 
     async def take_due_wakeup(self, now: datetime) -> Wakeup | None:
         return await self._run(self._take_due, now)
 
     def _take_due(self, now: datetime) -> Wakeup | None:
-        entries, _ = self._load(cached=True)
+        entries, _ = self._wakeups.load(cached=True)
         if all(w.fire_at > now for w in entries):
             return None  # the common poll: nothing due, no lock, no write
 
@@ -509,7 +504,7 @@ class DirectoryStore(Lifetime):
         return await self._run(self._mutate, change)
 
     async def list_wakeups(self) -> list[Wakeup]:
-        entries, _ = await self._run(partial(self._load, cached=True))
+        entries, _ = await self._run(lambda: self._wakeups.load(cached=True))
         return entries
 
     async def ready(self) -> None:
@@ -519,7 +514,7 @@ class DirectoryStore(Lifetime):
     def _ready(self) -> None:
         # The claims directory, or the nearest parent that will hold it once the first claim
         # creates it: a directory we may write in.
-        for path in (self._claims, self._schedule, self.root, self.root.parent):
+        for path in (self._claims, self._claims.parent, self.root, self.root.parent):
             try:
                 info = os.stat(path)
             except FileNotFoundError:
@@ -533,16 +528,16 @@ class DirectoryStore(Lifetime):
             raise StateFault(f"the state directory {path} is not a writable directory")
         raise StateFault(f"the state directory {self.root} cannot be created")
 
-    # Pause files live in their own module, which builds on this one's helpers.
+    # Pause files live in their own module, which builds on safefile.py.
     async def set_paused(self, routine: str, paused: bool) -> None:
         from .dirpause import set_paused_sync
 
-        await self._run(set_paused_sync, self._schedule, routine, paused)
+        await self._run(set_paused_sync, self.root, routine, paused)
 
     async def paused(self) -> frozenset[str]:
         from .dirpause import paused_sync
 
-        return await self._run(paused_sync, self._schedule)
+        return await self._run(paused_sync, self.root)
 
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()

@@ -1,0 +1,122 @@
+"""Group commit: many writers, one flush that makes all of them durable.
+
+Theory of operation. A writer (a claim, a settle) writes its file without an fsync and then
+asks :meth:`GroupCommit.durable` for a flush that *starts after* its write. If no flush is
+running, its own starts at once: a lone fire waits for exactly one flush, as before. If one
+is running, the writer joins the next batch, which starts the moment the running flush
+returns; every writer that arrived meanwhile rides on it. Under a burst the flushes run back
+to back and each one covers everything written while the previous one ran.
+
+The flush is ``syncfs(2)`` on a directory of the state's file system: one journal commit makes
+every file and directory entry created there durable, whatever their number. Its error
+reporting covers writeback errors since the descriptor was opened (Linux 5.8), so each batch
+syncs through a descriptor opened before its writes. Without ``syncfs`` (not Linux, or an old
+C library) :data:`SYNCFS` is None and the store keeps today's per-file fsyncs instead.
+
+A flush that fails fails its whole batch: every writer of the batch gets the ``OSError`` and
+must treat its write as not durable (a claim is removed again and reported as a state fault).
+The flush runs in its own thread under a shield: it is uncancellable once started, as any
+``fsync`` in a worker thread already is, and a writer's cancellation is delivered once the
+batch it rides on is decided.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import sys
+from collections.abc import Callable
+
+import trio
+
+
+def _load_syncfs() -> Callable[[int], None] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        function = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int]
+    function.restype = ctypes.c_int
+
+    def syncfs(fd: int) -> None:
+        if function(fd) != 0:
+            code = ctypes.get_errno() or errno.EIO
+            raise OSError(code, os.strerror(code))
+
+    return syncfs
+
+
+#: ``syncfs(fd)`` raising ``OSError``, or None where the platform has none.
+SYNCFS = _load_syncfs()
+
+
+class _Batch:
+    def __init__(self) -> None:
+        self.fds: dict[int, int] = {}  # st_dev -> a directory descriptor on that file system
+        self.done = trio.Event()
+        self.error: OSError | None = None
+
+
+class GroupCommit:
+    """Batches durability requests into one ``flush`` per file system at a time."""
+
+    def __init__(self, flush: Callable[[int], None]) -> None:
+        self._flush = flush
+        self._next: _Batch | None = None
+        self._flushing = False
+        self._idle = trio.Event()
+        self._limiter = trio.CapacityLimiter(1)
+        self.flushes = 0  # how many flushes ran (tests and benchmarks look)
+
+    async def durable(self, device: int, fd: int) -> None:
+        """Return once a flush that started after this call covered ``device``.
+
+        Takes ownership of ``fd`` (a descriptor on that file system, opened before the write
+        it must cover). Raises the flush's ``OSError`` if it failed.
+        """
+        batch = self._next
+        if batch is None:
+            batch = self._next = _Batch()
+        if device in batch.fds:
+            os.close(fd)
+        else:
+            batch.fds[device] = fd
+        with trio.CancelScope(shield=True):  # bounded by the flush: see the module doc
+            while not batch.done.is_set():
+                if self._flushing:
+                    await self._idle.wait()
+                else:
+                    await self._lead()
+        if batch.error is not None:
+            raise batch.error
+
+    async def _lead(self) -> None:
+        batch, self._next = self._next, None
+        assert batch is not None
+        self._flushing = True
+        batch.error = OSError(errno.EIO, "the flush did not complete")
+        try:
+            batch.error = await trio.to_thread.run_sync(
+                self._flush_all, list(batch.fds.values()), limiter=self._limiter
+            )
+        finally:
+            self._flushing = False
+            self.flushes += 1
+            for fd in batch.fds.values():
+                os.close(fd)
+            batch.done.set()
+            self._idle.set()
+            self._idle = trio.Event()
+
+    def _flush_all(self, fds: list[int]) -> OSError | None:
+        try:
+            for fd in fds:
+                self._flush(fd)
+        except OSError as exc:
+            return exc
+        return None

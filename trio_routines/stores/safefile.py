@@ -1,0 +1,254 @@
+"""Opening state files safely: the one place the state directory store touches a file.
+
+Everything below the state directory's root is untrusted: anyone who can write there may
+plant a symlink, a FIFO, a device node or a huge file where a claim, ``wakeups.json`` or a
+subdirectory should be. The rules, applied by every helper here:
+
+* **no link is followed below the root.** Subdirectories are opened one component at a time
+  relative to their parent (``dir_fd``) with ``O_NOFOLLOW|O_DIRECTORY``; files with
+  ``O_NOFOLLOW``. The root itself may be a symlink: where the state lives is the operator's
+  choice. New files are created with ``O_EXCL`` (which never follows a link), temp files under
+  unpredictable names.
+* **nothing blocks.** A file is looked at (``lstat``) before it is opened, opened with
+  ``O_NONBLOCK|O_NOCTTY`` (a FIFO without a writer would block a plain open forever), and
+  checked again with ``fstat`` after the open: anything but a regular file is refused.
+* **bounded reads.** A file larger than the caller's limit is refused unread.
+
+A refusal is a :class:`Refused` (an ``OSError`` whose text names the file and what it is), so
+callers decide per call whether it is a fault or a damaged entry to report and step over.
+Every error carries the full path of the file, never only the name relative to a ``dir_fd``.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import secrets
+import stat
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW
+KINDS = {
+    stat.S_IFREG: "a regular file",
+    stat.S_IFLNK: "a symbolic link",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFDIR: "a directory",
+}
+
+
+class Refused(OSError):
+    """A state file that is not what it should be: a link, a FIFO, a device, too large."""
+
+
+def describe(exc: OSError) -> str:
+    """``EISDIR: Is a directory: <path>`` -- the errno name first, as operators grep for it."""
+    if isinstance(exc, Refused):
+        return str(exc)
+    code = errno.errorcode.get(exc.errno or 0, "") if exc.errno else ""
+    text = exc.strerror or str(exc)
+    where = f": {exc.filename}" if exc.filename else ""
+    return f"{code}: {text}{where}" if code else f"{text}{where}"
+
+
+def kind_of(mode: int) -> str:
+    return KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def at(where: Path, call: Callable[[], T]) -> T:
+    """Run ``call``; an ``OSError`` it raises names ``where`` (the full path) as its file."""
+    try:
+        return call()
+    except Refused:
+        raise
+    except OSError as exc:
+        exc.filename = str(where)
+        exc.filename2 = None
+        raise
+
+
+def open_root(root: Path) -> int:
+    """The state directory itself, following a symlink (the operator's choice)."""
+    return at(root, lambda: os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+
+
+def open_dir(parent: int, name: str, where: Path, *, create: bool = False) -> int:
+    """The subdirectory ``name`` of ``parent``, never through a link.
+
+    With ``create``, a missing directory is made and fsynced into its parent first.
+    """
+    try:
+        return at(where, lambda: os.open(name, DIR_FLAGS, dir_fd=parent))
+    except FileNotFoundError:
+        if not create:
+            raise
+    except NotADirectoryError:
+        # O_NOFOLLOW|O_DIRECTORY says ENOTDIR for a link too: name the link as what it is.
+        info = at(where, lambda: os.stat(name, dir_fd=parent, follow_symlinks=False))
+        if stat.S_ISLNK(info.st_mode):
+            raise Refused(f"{where} is a symbolic link, not a directory — refused") from None
+        raise
+    try:
+        at(where, lambda: os.mkdir(name, 0o755, dir_fd=parent))
+    except FileExistsError:
+        pass  # made by someone else meanwhile
+    else:
+        at(where.parent, lambda: os.fsync(parent))
+    return open_dir(parent, name, where)
+
+
+def open_dirs(root: Path, names: tuple[str, ...], *, create: bool = False) -> int:
+    """``root/names[0]/names[1]/...``, each component opened as :func:`open_dir` does."""
+    try:
+        fd = open_root(root)
+    except FileNotFoundError:
+        if not create:
+            raise
+        _make_root(root)
+        fd = open_root(root)
+    where = root
+    try:
+        for name in names:
+            where = where / name
+            child = open_dir(fd, name, where, create=create)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _make_root(path: Path) -> None:
+    """``mkdir -p`` of the root (links followed) that fsyncs the parent of what it creates."""
+    missing = []
+    probe = path
+    while not probe.exists() and not probe.is_symlink():
+        missing.append(probe)
+        probe = probe.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            pass
+        fd = os.open(directory.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            at(directory.parent, lambda fd=fd: os.fsync(fd))  # type: ignore[misc]
+        finally:
+            os.close(fd)
+    if not path.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
+
+
+def _refuse_if_odd(parent: int, name: str, where: Path) -> None:
+    """``lstat`` ``name``; raise :class:`Refused` unless it is a regular file."""
+    info = at(where, lambda: os.stat(name, dir_fd=parent, follow_symlinks=False))
+    if not stat.S_ISREG(info.st_mode):
+        raise Refused(
+            f"{where} is {kind_of(info.st_mode)}, not a regular file — refused; remove it"
+        )
+
+
+def open_file(parent: int, name: str, where: Path, flags: int, limit: int) -> int:
+    """Open the existing regular file ``name`` of ``parent`` without following or blocking.
+
+    Raises :class:`Refused` for anything else (or a file larger than ``limit`` bytes),
+    ``FileNotFoundError`` when it is gone.
+    """
+    _refuse_if_odd(parent, name, where)
+    try:
+        fd = at(where, lambda: os.open(name, flags | os.O_NONBLOCK | _NOFOLLOW, dir_fd=parent))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # swapped for a link after the lstat
+            raise Refused(f"{where} is a symbolic link, not a regular file — refused") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):  # swapped after the lstat
+            raise Refused(f"{where} is {kind_of(info.st_mode)}, not a regular file — refused")
+        if info.st_size > limit:
+            raise Refused(f"{where} holds {info.st_size} bytes, more than {limit} — refused")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_fd(fd: int, where: Path, limit: int) -> bytes:
+    """Everything in ``fd`` from its offset, refusing more than ``limit`` bytes."""
+    chunks = []
+    size = 0
+    try:
+        while chunk := os.read(fd, min(65536, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise Refused(f"{where} grew past {limit} bytes while read — refused")
+    except Refused:
+        raise
+    except OSError as exc:
+        exc.filename = str(where)
+        raise
+    return b"".join(chunks)
+
+
+def read_file(parent: int, name: str, where: Path, limit: int) -> bytes:
+    """The content of the regular file ``name`` (see :func:`open_file`)."""
+    fd = open_file(parent, name, where, os.O_RDONLY, limit)
+    try:
+        return read_fd(fd, where, limit)
+    finally:
+        os.close(fd)
+
+
+def create_file(parent: int, name: str, where: Path) -> int:
+    """Create ``name`` exclusively (``FileExistsError`` if anything, even a link, is there)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW
+    return at(where, lambda: os.open(name, flags, 0o644, dir_fd=parent))
+
+
+def create_temp(parent: int, prefix: str, directory: Path) -> tuple[int, str]:
+    """A new file ``<prefix><random>`` in ``parent``: no one can guess or pre-plant it."""
+    name = f"{prefix}{secrets.token_hex(8)}"
+    return create_file(parent, name, directory / name), name
+
+
+def write_all(fd: int, data: bytes, where: Path) -> None:
+    """``os.write`` until every byte is written (a single call may write fewer)."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError as exc:
+        exc.filename = str(where)
+        raise
+
+
+def fsync(fd: int, where: Path) -> None:
+    at(where, lambda: os.fsync(fd))
+
+
+def lock_within(fd: int, seconds: float) -> bool:
+    """An exclusive ``flock`` with a bound: a holder that hangs must not hang a shielded fire.
+
+    False when ``seconds`` passed without the lock; other failures raise ``OSError``.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
