@@ -1,0 +1,184 @@
+"""Group commit in the state directory: claims (and settles) share one flush per batch.
+
+The flush is injected (``DirectoryStore(syncfs=...)``): a real ``syncfs`` wrapped so that the
+test sees when it starts and ends, holds it, or makes it fail. What must hold:
+
+* a claim is reported taken only after a flush that started after its file was written has
+  returned -- so a turn never starts before its claim is durable;
+* claims arriving while a flush runs ride on the next one, all of them (batching), and a lone
+  claim waits for exactly one flush (no added delay);
+* a flush that fails fails its whole batch: every claim of it is removed again and raised as a
+  state fault, and none of them fires; the same slots claim fine afterwards.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import trio
+
+from trio_routines.errors import StateFault
+from trio_routines.instants import slot_name
+from trio_routines.records import ClaimStatus, Outcome
+from trio_routines.routines import Routine
+from trio_routines.scheduler import Scheduler
+from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores.groupcommit import SYNCFS
+from trio_routines.testing import ScriptedAgent
+
+pytestmark = pytest.mark.skipif(SYNCFS is None, reason="group commit needs syncfs (Linux)")
+
+SLOT = datetime(2026, 7, 7, 9, tzinfo=UTC)
+NAMES = [f"r{i:03}" for i in range(40)]
+
+
+def claim_files(root: Path) -> set[str]:
+    claims = root / "schedule" / "claims"
+    if not claims.is_dir():
+        return set()
+    return {f"{d.name}/{f.name}" for d in claims.iterdir() for f in d.iterdir()}
+
+
+class Flush:
+    """A real syncfs that records what was on disk when each flush started."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.started: list[set[str]] = []
+        self.completed: list[set[str]] = []
+        self.hold = threading.Event()
+        self.hold.set()
+        self.fail_on: set[int] = set()  # 1-based flush numbers that fail
+
+    def __call__(self, fd: int) -> None:
+        seen = claim_files(self.root)
+        self.started.append(seen)
+        number = len(self.started)
+        assert self.hold.wait(timeout=30)
+        if number in self.fail_on:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        assert SYNCFS is not None
+        SYNCFS(fd)
+        self.completed.append(seen)
+
+
+async def wait_for(predicate: Callable[[], bool]) -> None:
+    with trio.fail_after(20):
+        while not predicate():  # noqa: ASYNC110 -- the condition lives in worker threads
+            await trio.sleep(0.005)
+
+
+async def test_a_claim_is_reported_taken_only_after_a_flush_that_covered_it(
+    tmp_path: Path,
+) -> None:
+    flush = Flush(tmp_path)
+    store = DirectoryStore(tmp_path, syncfs=flush)
+    problems: list[str] = []
+
+    async def claim(name: str) -> None:
+        result = await store.claim(name, SLOT, SLOT)
+        assert result.status is ClaimStatus.TAKEN
+        mine = f"{name}/{slot_name(SLOT)}"
+        if not any(mine in seen for seen in flush.completed):
+            problems.append(f"{mine} reported taken before a flush that covered it returned")
+
+    async with trio.open_nursery() as nursery:
+        for name in NAMES:
+            nursery.start_soon(claim, name)
+    assert problems == []
+    assert 1 <= store.flushes <= len(NAMES)
+
+
+async def test_claims_arriving_during_a_flush_share_the_next_one(tmp_path: Path) -> None:
+    flush = Flush(tmp_path)
+    store = DirectoryStore(tmp_path, syncfs=flush)
+    flush.hold.clear()
+    taken: list[str] = []
+
+    async def claim(name: str) -> None:
+        if (await store.claim(name, SLOT, SLOT)).taken:
+            taken.append(name)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(claim, NAMES[0])
+        await wait_for(lambda: len(flush.started) == 1)  # the first flush runs, held
+        for name in NAMES[1:]:
+            nursery.start_soon(claim, name)
+        await wait_for(lambda: len(claim_files(tmp_path)) == len(NAMES))
+        assert taken == []  # nothing is taken while its flush has not returned
+        flush.hold.set()
+    assert sorted(taken) == NAMES
+    assert store.flushes == 2  # the lone first claim's flush, then one for all the others
+    assert flush.started[1] == claim_files(tmp_path)
+
+    # A lone claim later waits for exactly one flush of its own.
+    assert (await store.claim(NAMES[0], SLOT.replace(hour=10), SLOT)).taken
+    assert store.flushes == 3
+
+
+async def test_a_failed_flush_removes_every_claim_of_its_batch_and_none_fires(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    flush = Flush(tmp_path)
+    store = DirectoryStore(tmp_path, syncfs=flush)
+    routines = [Routine(name=name, prompt="p", cron="0 9 * * *") for name in NAMES]
+    agent = ScriptedAgent()
+    scheduler = Scheduler(agent=agent, store=store, routines=routines, wakeups=False)
+    flush.hold.clear()
+    flush.fail_on = {2}
+    outcomes: dict[str, str] = {}
+
+    async def fire(name: str) -> None:
+        try:
+            result = await scheduler.fire(name, SLOT)
+        except StateFault as exc:
+            outcomes[name] = str(exc)
+        else:
+            outcomes[name] = "fired" if result.claimed else str(result.reason)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fire, NAMES[0])
+        await wait_for(lambda: len(flush.started) == 1)  # flush 1 (NAMES[0]) held
+        for name in NAMES[1:]:
+            nursery.start_soon(fire, name)
+        await wait_for(lambda: len(claim_files(tmp_path)) == len(NAMES))
+        flush.hold.set()  # flush 1 succeeds, flush 2 (every other claim) fails
+    assert outcomes.pop(NAMES[0]) == "fired"
+    assert [t.session for t in agent.turns] == [f"routine:{NAMES[0]}"]  # none of the batch
+    assert sorted(outcomes) == NAMES[1:]
+    for name, text in outcomes.items():
+        assert f"{name}/{slot_name(SLOT)} durable" in text
+        assert "EIO" in text
+    assert claim_files(tmp_path) == {f"{NAMES[0]}/{slot_name(SLOT)}"}  # the batch removed
+    assert not [
+        r for r in caplog.records if r.levelno >= logging.WARNING and "never run" in r.getMessage()
+    ]
+
+    # Nothing was burned: the same slots claim and fire once the flush works again.
+    for name in NAMES[1:4]:
+        result = await scheduler.fire(name, SLOT)
+        assert result.claimed
+        assert result.outcome is Outcome.COMPLETED
+
+
+async def test_settles_ride_on_the_group_commit_and_a_failed_flush_is_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    flush = Flush(tmp_path)
+    store = DirectoryStore(tmp_path, syncfs=flush)
+    assert (await store.claim("daily", SLOT, SLOT)).taken
+    assert await store.settle("daily", SLOT, Outcome.COMPLETED, 5)
+    assert store.flushes == 2
+    flush.fail_on = {3}
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        assert not await store.settle("daily", SLOT, Outcome.FAILED, 6)
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "could not record the failed outcome" in warning
+    assert "EIO" in warning
