@@ -38,7 +38,7 @@ from trio_routines.instants import format_iso, slot_name
 from trio_routines.records import ClaimStatus, Outcome
 from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
-from trio_routines.stores import directory, groupcommit, safefile, wakeupfile
+from trio_routines.stores import claimfiles, directory, groupcommit, safefile, wakeupfile
 from trio_routines.stores.directory import DirectoryStore
 from trio_routines.stores.groupcommit import SYNCFS
 from trio_routines.testing import ScriptedAgent
@@ -178,7 +178,7 @@ class FaultyFcntl:
 def faulty_os(monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultyOS]:
     injector = Injector()
     proxy = FaultyOS(injector)
-    for module in (directory, safefile, wakeupfile, groupcommit):
+    for module in (directory, claimfiles, safefile, wakeupfile, groupcommit):
         monkeypatch.setattr(module, "os", proxy)
     monkeypatch.setattr(safefile, "fcntl", FaultyFcntl(injector))
     original = Path.mkdir  # the state root itself is made through pathlib

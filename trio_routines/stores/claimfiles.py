@@ -1,0 +1,294 @@
+"""Claim files: the synchronous half of the state directory store (see directory.py).
+
+Each call runs in a worker thread. A claim is decided by ``O_CREAT|O_EXCL`` and written
+without an fsync when a group-commit flush will follow (the caller then owns the returned
+:class:`Pending` descriptor and must flush or undo); without ``syncfs`` the file and its
+directory are fsynced here, as they always were. Every file is opened through safefile.py:
+an entry that is not a regular file is never opened or written, and reads as a claim without
+stamp or outcome, with one warning naming it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import NamedTuple
+
+from ..claims import claim_names, is_stale, names_to_prune, parse_claim
+from ..converter import claim_text
+from ..errors import StateFault
+from ..instants import slot_name
+from ..names import check_name
+from ..records import ClaimResult, ClaimStatus, Fire, Outcome
+from .safefile import (
+    Refused,
+    at,
+    create_file,
+    describe,
+    fsync,
+    lock_within,
+    open_dirs,
+    open_file,
+    read_fd,
+    read_file,
+    write_all,
+)
+
+log = logging.getLogger("trio_routines")
+#: A claim holds ``{"firedAt":…,"outcome":…,"ms":…,"error":…}``; its reason is at most 1 KiB
+#: of text (``text.error_text``), so a few KiB at most. More is not a claim.
+CLAIM_LIMIT = 16384
+
+
+class Pending(NamedTuple):
+    """A write awaiting its flush: a directory descriptor on its file system, and more."""
+
+    device: int
+    fd: int
+    prune_later: list[str]
+
+
+class ClaimFiles:
+    """The claim files under ``<root>/schedule/claims``."""
+
+    def __init__(self, root: Path, keep: int, lock_timeout: float, syncfs: object | None) -> None:
+        self.root = root
+        self.keep = keep
+        self.lock_timeout = lock_timeout
+        self._claims = root / "schedule" / "claims"
+        self._syncfs = syncfs  # only whether there is one matters here
+
+    def claim_dir(self, routine: str) -> Path:
+        return self._claims / check_name(routine)
+
+    def open_claims(self, routine: str, *, create: bool = False) -> int:
+        return open_dirs(self.root, ("schedule", "claims", check_name(routine)), create=create)
+
+    def not_durable(self, routine: str, slot: datetime, exc: OSError) -> StateFault:
+        path = self.claim_dir(routine) / slot_name(slot)
+        return StateFault(f"could not make the claim {path} durable: {describe(exc)}")
+
+    def create(
+        self, routine: str, slot: datetime, fired_at: datetime
+    ) -> tuple[ClaimResult, Pending | None]:
+        """Decide the slot and write the claim; durable already unless a flush is pending."""
+        where = self.claim_dir(routine)
+        wanted = slot_name(slot)
+        try:
+            directory = self.open_claims(routine, create=True)
+        except OSError as exc:
+            raise self.unusable(routine, where, exc) from None
+        handed_over = False
+        try:
+            try:
+                taken = claim_names(at(where, lambda: os.listdir(directory)))
+            except OSError as exc:
+                raise self.unusable(routine, where, exc) from None
+            newest = is_stale(taken, wanted)
+            if newest is not None:
+                return ClaimResult(ClaimStatus.STALE, newest), None
+            path = where / wanted
+            try:
+                fd = create_file(directory, wanted, path)
+            except FileExistsError:  # a claim, or anything else squatting on its name
+                return ClaimResult(ClaimStatus.DUPLICATE, wanted), None
+            except OSError as exc:
+                raise StateFault(
+                    f"could not claim slot {wanted} of {routine!r}: {describe(exc)}"
+                ) from None
+            try:
+                try:
+                    write_all(fd, claim_text(fired_at).encode(), path)
+                    if self._syncfs is None:
+                        fsync(fd, path)
+                finally:
+                    os.close(fd)
+                if self._syncfs is None:
+                    fsync(directory, where)
+            except OSError as exc:
+                self.unclaim(routine, directory, wanted, path)
+                raise StateFault(f"could not stamp the claim {path}: {describe(exc)}") from None
+            prune = names_to_prune(taken, self.keep)
+            # Older claims may go before the new one is durable, but never the newest: if the
+            # flush fails (or the power does), it still holds the stale gate.
+            later = [name for name in prune if taken and name == taken[-1]]
+            self.prune(directory, where, [name for name in prune if name not in later])
+            taken_result = ClaimResult(ClaimStatus.TAKEN, wanted)
+            if self._syncfs is None:
+                self.prune(directory, where, later)
+                return taken_result, None
+            pending = Pending(os.fstat(directory).st_dev, directory, later)
+            handed_over = True
+            return taken_result, pending
+        finally:
+            if not handed_over:
+                os.close(directory)
+
+    def unusable(self, routine: str, where: Path, exc: OSError) -> StateFault:
+        return StateFault(f"claims of {routine!r} are unusable in {where}: {describe(exc)}")
+
+    def unclaim(self, routine: str, directory: int, name: str, path: Path) -> None:
+        # A claim that is not durable must not stand: removing it costs a retry, not the slot.
+        try:
+            at(path, lambda: os.unlink(name, dir_fd=directory))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning(
+                "%s: could not remove the unstamped claim %s — that slot is now taken but "
+                "will never run: %s",
+                routine,
+                name,
+                describe(exc),
+            )
+
+    def unclaim_after(self, routine: str, slot: datetime) -> None:
+        name = slot_name(slot)
+        path = self.claim_dir(routine) / name
+        try:
+            directory = self.open_claims(routine)
+        except OSError as exc:
+            log.warning(
+                "%s: could not remove the claim %s that is not durable — that slot is now "
+                "taken but will never run: %s",
+                routine,
+                name,
+                describe(exc),
+            )
+            return
+        try:
+            self.unclaim(routine, directory, name, path)
+        finally:
+            os.close(directory)
+
+    def prune(self, directory: int, where: Path, names: list[str]) -> None:
+        for name in names:
+            try:
+                at(where / name, lambda name=name: os.unlink(name, dir_fd=directory))  # type: ignore[misc]
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                log.warning("could not prune fired-slot claims in %s: %s", where, describe(exc))
+                return
+
+    def prune_later(self, routine: str, names: list[str]) -> None:
+        if not names:
+            return
+        where = self.claim_dir(routine)
+        try:
+            directory = self.open_claims(routine)
+        except OSError as exc:
+            log.warning("could not prune fired-slot claims in %s: %s", where, describe(exc))
+            return
+        try:
+            self.prune(directory, where, names)
+        finally:
+            os.close(directory)
+
+    # -- settles --------------------------------------------------------------------------
+
+    def settle_warning(self, routine: str, slot: datetime, outcome: Outcome, exc: OSError) -> None:
+        log.warning(
+            "%s: could not record the %s outcome of slot %s: %s",
+            routine,
+            outcome.value,
+            slot_name(slot),
+            describe(exc),
+        )
+
+    def write_outcome(
+        self,
+        routine: str,
+        slot: datetime,
+        outcome: Outcome,
+        ms: int | None,
+        if_unsettled: bool,
+        error: str | None,
+    ) -> tuple[bool, Pending | None]:
+        """Write the outcome into the claim: (False if a fault was logged, what is to flush)."""
+        name = slot_name(slot)
+        where = self.claim_dir(routine)
+        path = where / name
+        try:
+            directory = self.open_claims(routine)
+            try:
+                fd = open_file(directory, name, path, os.O_RDWR, CLAIM_LIMIT)
+            except BaseException:
+                os.close(directory)
+                raise
+        except FileNotFoundError:
+            return True, None  # pruned while the turn ran: its outcome goes with it
+        except OSError as exc:
+            log.warning(
+                "%s: could not open the claim for slot %s to settle it: %s",
+                routine,
+                name,
+                describe(exc),
+            )
+            return False, None
+        handed_over = False
+        try:
+            # Settles of one claim take turns (the lock goes with the descriptor), so the
+            # read-check-write of ``if_unsettled`` is one step against every other settle.
+            if not lock_within(fd, self.lock_timeout):
+                raise TimeoutError(errno.ETIMEDOUT, "another settle holds the claim", str(path))
+            text = read_fd(fd, path, CLAIM_LIMIT).decode("utf-8", errors="replace")
+            fire = parse_claim(name, text, str(path))
+            if if_unsettled and fire.outcome is not None:
+                return True, None
+            rounded = None if ms is None else round(ms)
+            data = claim_text(fire.fired_at, outcome, rounded, error).encode()
+            # Write over the stamp, then cut what is left: a write that fails (ENOSPC, EIO)
+            # leaves the stamp readable, where truncating first would have erased it.
+            at(path, lambda: os.pwrite(fd, data, 0))
+            at(path, lambda: os.ftruncate(fd, len(data)))
+            if self._syncfs is None:
+                fsync(fd, path)
+                return True, None
+            pending = Pending(os.fstat(directory).st_dev, directory, [])
+            handed_over = True
+            return True, pending
+        except OSError as exc:
+            self.settle_warning(routine, slot, outcome, exc)
+            return False, None
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            if not handed_over:
+                os.close(directory)
+
+    # -- reading claims -------------------------------------------------------------------
+
+    def read(self, routine: str, *, newest_only: bool = False) -> list[Fire]:
+        """Claims oldest first (only the newest readable one with ``newest_only``)."""
+        where = self.claim_dir(routine)
+        try:
+            directory = self.open_claims(routine)
+        except FileNotFoundError:
+            return []
+        try:
+            names = claim_names(at(where, lambda: os.listdir(directory)))
+            fires = []
+            for name in reversed(names) if newest_only else names:
+                path = where / name
+                try:
+                    raw = read_file(directory, name, path, CLAIM_LIMIT)
+                except FileNotFoundError:
+                    continue  # pruned meanwhile
+                except Refused as exc:
+                    log.warning(
+                        "unreadable claim: %s (its slot stays taken; read as unsettled)", exc
+                    )
+                    raw = b""
+                fires.append(parse_claim(name, raw.decode("utf-8", errors="replace"), str(path)))
+                if newest_only:
+                    break
+            return fires
+        finally:
+            os.close(directory)
+
+    # -- wake-ups -------------------------------------------------------------------------
