@@ -28,11 +28,12 @@ import errno
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import trio
 
 
-def _load_syncfs() -> Callable[[int], None] | None:
+def _libc_syncfs() -> Any:
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -42,17 +43,23 @@ def _load_syncfs() -> Callable[[int], None] | None:
         return None
     function.argtypes = [ctypes.c_int]
     function.restype = ctypes.c_int
-
-    def syncfs(fd: int) -> None:
-        if function(fd) != 0:
-            code = ctypes.get_errno() or errno.EIO
-            raise OSError(code, os.strerror(code))
-
-    return syncfs
+    return function
 
 
-#: ``syncfs(fd)`` raising ``OSError``, or None where the platform has none.
-SYNCFS = _load_syncfs()
+_SYNCFS = _libc_syncfs()
+
+
+def syncfs(fd: int) -> None:
+    """``syncfs(2)``: make everything written on ``fd``'s file system durable."""
+    if _SYNCFS is None:
+        raise OSError(errno.ENOSYS, "syncfs is not available on this platform")
+    if _SYNCFS(fd) != 0:
+        code = ctypes.get_errno() or errno.EIO
+        raise OSError(code, os.strerror(code))
+
+
+#: :func:`syncfs`, or None where the platform has none (then the store fsyncs per file).
+SYNCFS: Callable[[int], None] | None = syncfs if _SYNCFS is not None else None
 
 
 class _Batch:
