@@ -375,6 +375,51 @@ def create_floor(state: str, n: int, threads: int) -> dict[str, Any]:
     return {"total_ms": elapsed * 1e3, "per_create_ms": elapsed * 1e3 / n}
 
 
+def group_floor(state: str, n: int, threads: int) -> dict[str, Any]:
+    """The group-commit floor: ``n`` exclusive creates with their content, then one ``syncfs``.
+
+    The same files as :func:`create_floor`, made durable the way the store's group commit
+    does when every claim lands in one batch: no per-file fsync, one journal commit.
+    """
+    from trio_routines.stores.groupcommit import SYNCFS
+
+    if SYNCFS is None:
+        return {"total_ms": math.nan, "per_create_ms": math.nan}
+    names = routine_names(n)
+    _claim_dirs(Path(state), names)
+    claims = Path(state) / "schedule" / "claims"
+    data = claim_text(SLOT_WALL).encode()
+
+    def create(name: str) -> None:
+        fd = os.open(
+            claims / name / "2030-01-01T00-00-00-000Z", os.O_CREAT | os.O_EXCL | os.O_WRONLY
+        )
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    started = time.perf_counter()
+    root = os.open(claims, os.O_RDONLY | os.O_DIRECTORY)  # opened before the writes it covers
+    try:
+        if threads == 1:
+            for name in names:
+                create(name)
+        else:
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(create, names))
+        synced = time.perf_counter()
+        SYNCFS(root)
+    finally:
+        os.close(root)
+    elapsed = time.perf_counter() - started
+    return {
+        "total_ms": elapsed * 1e3,
+        "per_create_ms": elapsed * 1e3 / n,
+        "syncfs_ms": (time.perf_counter() - synced) * 1e3,
+    }
+
+
 def insert_floor(n: int, connections: int, schema: str) -> dict[str, Any]:
     """``n`` single-row autocommit inserts into a claims-shaped table."""
     import psycopg
