@@ -8,7 +8,7 @@ from __future__ import annotations
 import http.client
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -60,7 +60,8 @@ def test_timeline_marks_claims_and_missed_slots() -> None:
         (hours[3], "failed"),
         (hours[4], "missed"),
     ]  # hours[5] is half a minute old: its claim may be on its way
-    assert since == hours[1] - (NOW - hours[1]) / 20  # fitted to the marks, a little room first
+    end = NOW.replace(second=0) + timedelta(minutes=1)  # the axis ends with the minute
+    assert since == hours[1] - (end - hours[1]) / 20  # fitted to the marks, a little room first
 
 
 def test_timeline_never_calls_a_fresh_slot_missed() -> None:
@@ -72,7 +73,8 @@ def test_timeline_never_calls_a_fresh_slot_missed() -> None:
 
 def test_timeline_without_history_shows_no_missed_slots() -> None:
     slots = [NOW - timedelta(hours=h) for h in (3, 2, 1)]
-    assert timeline(slots, [], NOW) == ((), NOW - timedelta(hours=24))
+    end = NOW.replace(second=0) + timedelta(minutes=1)
+    assert timeline(slots, [], NOW) == ((), end - timedelta(hours=24))
 
 
 def test_timeline_keeps_the_last_50_slots_and_starts_at_the_oldest() -> None:
@@ -82,7 +84,8 @@ def test_timeline_keeps_the_last_50_slots_and_starts_at_the_oldest() -> None:
     assert len(marks) == MAX_MARKS
     assert marks[-1].slot == slots[-1]
     assert marks[0].slot == slots[-MAX_MARKS]
-    assert since == slots[-MAX_MARKS] - (NOW - slots[-MAX_MARKS]) / 20
+    end = NOW.replace(second=0) + timedelta(minutes=1)
+    assert since == slots[-MAX_MARKS] - (end - slots[-MAX_MARKS]) / 20
 
 
 def test_timeline_draws_claims_off_the_grid_and_running_ones() -> None:
@@ -223,9 +226,11 @@ ROUTINES = [
 
 
 @asynccontextmanager
-async def page_server(token: str | None = None) -> AsyncIterator[Page]:
+async def page_server(
+    token: str | None = None, clock: Callable[[], datetime] | None = None
+) -> AsyncIterator[Page]:
     store = MemoryStore()
-    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    now = (clock or (lambda: datetime.now(UTC)))().replace(second=0, microsecond=0)
     hour = now.replace(minute=39)  # where "H * * * *" puts the routine named "hourly"
     for back, outcome in ((4, Outcome.COMPLETED), (3, Outcome.FAILED), (2, Outcome.SKIPPED)):
         slot = hour - timedelta(hours=back)
@@ -237,7 +242,13 @@ async def page_server(token: str | None = None) -> AsyncIterator[Page]:
     await store.claim(HOSTILE, now - timedelta(minutes=10), now)
     await store.settle(HOSTILE, now - timedelta(minutes=10), Outcome.INTERRUPTED)
     agent = ScriptedAgent()
-    scheduler = Scheduler(agent=agent, store=store, routines=ROUTINES, external_clock=True)
+    scheduler = Scheduler(
+        agent=agent,
+        store=store,
+        routines=ROUTINES,
+        external_clock=True,
+        **({} if clock is None else {"now": clock}),
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         port = await nursery.start(partial(serve_http, scheduler, "127.0.0.1", 0, token=token))
@@ -292,7 +303,8 @@ async def test_the_page_shows_every_routine_in_flight_turns_and_wakeups() -> Non
 
 
 async def test_state_json_carries_the_same_main_and_a_version() -> None:
-    async with page_server() as page:
+    frozen = datetime.now(UTC).replace(second=30)  # no minute boundary between the two reads
+    async with page_server(clock=lambda: frozen) as page:
         first = await page.call("GET", "/ui/state")
         assert first.status == 200
         assert first.headers["content-type"] == "application/json"
@@ -301,7 +313,7 @@ async def test_state_json_carries_the_same_main_and_a_version() -> None:
         assert '<h3 class="name">hourly</h3>' in state["main"]
         again = json.loads((await page.call("GET", "/ui/state")).body)
         assert again["version"] == state["version"]  # nothing changed: the page keeps its DOM
-        slot = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
+        slot = frozen.replace(microsecond=0) - timedelta(seconds=1)
         await page.scheduler.fire("adhoc", slot)  # busy: the old unsettled claim is not held
         changed = json.loads((await page.call("GET", "/ui/state")).body)
         assert changed["version"] != state["version"]

@@ -103,6 +103,12 @@ class PageView:
     wakeups_problem: str | None = None
 
 
+def axis_end(now: datetime) -> datetime:
+    """Where timelines end: the end of the current minute, so that a refresh within a minute
+    draws every mark where it was (and the page's version does not change for nothing)."""
+    return now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+
+
 def fire_kind(fire: Fire) -> str:
     return fire.outcome.value if fire.outcome is not None else "running"
 
@@ -116,7 +122,8 @@ def timeline(
     claims, oldest first. Claims off the expected list (an on-demand routine's, or a fire of a
     slot before a schedule change) are drawn too.
     """
-    start = now - WINDOW
+    end = axis_end(now)
+    start = end - WINDOW
     by_slot = {fire.slot: fire for fire in fires if fire.slot >= start}
     known_from = fires[0].slot if fires else None
     marks: dict[datetime, Mark] = {}
@@ -132,7 +139,7 @@ def timeline(
     if kept:
         # Fit the span to what there is to show, with a little room before the first mark.
         first = kept[0].slot
-        start = max(start, first - (now - first) / 20)
+        start = max(start, first - (end - first) / 20)
     return tuple(kept), start
 
 
@@ -203,7 +210,7 @@ def _shape(kind: str, x: float) -> str:
 
 
 def timeline_svg(view: RoutineView, now: datetime) -> str:
-    span = max((now - view.since).total_seconds(), 1.0)
+    span = max((axis_end(now) - view.since).total_seconds(), 1.0)
     label = f"timeline of {view.name} since {format_iso(view.since)[:16]}Z"
     out = [
         f'<svg class="timeline" viewBox="0 0 {WIDTH} {HEIGHT}" '
