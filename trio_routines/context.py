@@ -11,9 +11,8 @@ tasks never see each other's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from contextlib import AbstractContextManager
+from contextvars import ContextVar, Token
 from datetime import datetime
 from typing import Any, Literal
 
@@ -80,11 +79,23 @@ def current_fire() -> FireContext | None:
     return _current.get()
 
 
-@contextmanager
-def firing(context: FireContext) -> Iterator[None]:
+def firing(context: FireContext) -> AbstractContextManager[None]:
     """Make ``context`` what :func:`current_fire` returns in this task for the block."""
-    token = _current.set(context)
-    try:
-        yield
-    finally:
-        _current.reset(token)
+    return _Firing(context)
+
+
+class _Firing:
+    # A class rather than a generator: every fire enters one (see ``scheduler/state.py``).
+    __slots__ = ("_context", "_token")
+
+    def __init__(self, context: FireContext) -> None:
+        self._context = context
+        self._token: Token[FireContext | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _current.set(self._context)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._token is not None:
+            _current.reset(self._token)
+            self._token = None

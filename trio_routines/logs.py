@@ -23,9 +23,9 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from contextvars import ContextVar, Token
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,14 +42,27 @@ FIELDS = ("routine", "slot", "outcome", "ms", "late_ms", "error")
 _fields: ContextVar[Mapping[str, Any] | None] = ContextVar("trio_routines_log_fields", default=None)
 
 
-@contextmanager
-def log_fields(**fields: Any) -> Iterator[None]:
+def log_fields(**fields: Any) -> AbstractContextManager[None]:
     """Every record logged in this task inside the block carries ``fields`` (as ``extra``)."""
-    token = _fields.set({**(_fields.get() or {}), **fields})
-    try:
-        yield
-    finally:
-        _fields.reset(token)
+    return _LogFields(fields)
+
+
+class _LogFields:
+    # A class rather than a generator: every fire enters one (see ``scheduler/state.py``).
+    __slots__ = ("_fields", "_token")
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self._fields = fields
+        self._token: Token[Mapping[str, Any] | None] | None = None
+
+    def __enter__(self) -> None:
+        outer = _fields.get()
+        self._token = _fields.set({**outer, **self._fields} if outer else self._fields)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._token is not None:
+            _fields.reset(self._token)
+            self._token = None
 
 
 class FireFields(logging.Filter):

@@ -7,8 +7,7 @@ event carrying the busy code, without the agent being asked at all. That is what
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 
 import trio
 
@@ -20,6 +19,36 @@ class _Busy:
 
     async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
         yield Failed(f"session {session} already has a turn in flight", SESSION_BUSY)
+
+
+_BUSY = _Busy()
+
+
+class Hold:
+    """What ``with gate.hold(session) as agent:`` enters: the session held for the block.
+
+    A class rather than a generator: every fire enters one (see ``scheduler/state.py``).
+    """
+
+    __slots__ = ("_gate", "_held", "_session")
+
+    def __init__(self, gate: SessionGate, session: str) -> None:
+        self._gate = gate
+        self._session = session
+        self._held = False
+
+    def __enter__(self) -> Agent:
+        busy = self._gate._busy
+        if self._session in busy:
+            return _BUSY
+        busy[self._session] = trio.current_time()
+        self._held = True
+        return self._gate.agent
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._held:
+            self._held = False
+            self._gate._busy.pop(self._session, None)
 
 
 class SessionGate:
@@ -36,17 +65,9 @@ class SessionGate:
         """The sessions with a turn in flight, each with the Trio time its turn started."""
         return dict(self._busy)
 
-    @contextmanager
-    def hold(self, session: str) -> Iterator[Agent]:
+    def hold(self, session: str) -> Hold:
         """The agent to run one turn of ``session`` with: the real one, or a busy answer."""
-        if session in self._busy:
-            yield _Busy()
-            return
-        self._busy[session] = trio.current_time()
-        try:
-            yield self.agent
-        finally:
-            self._busy.pop(session, None)
+        return Hold(self, session)
 
     async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
         """The gated agent as an agent of its own, for hosts that want one."""

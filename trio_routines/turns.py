@@ -29,6 +29,9 @@ log = logging.getLogger("trio_routines")
 ACLOSE_LIMIT = 10.0  # seconds an agent's event stream may take to close after a cut-short turn
 
 
+_NO_SCOPE = contextlib.nullcontext()  # reusable: it holds nothing
+
+
 def fold(text: str) -> str:
     """``": <text on one line>"``, or ``""`` when there is nothing to say."""
     folded = one_line(text)
@@ -76,7 +79,7 @@ async def run_turn(
     grace = grace_scope if grace_scope is not None else trio.CancelScope()
     # No timeout, no scope: a fire enters several already, each a few microseconds.
     timeout_scope = None if timeout is None else trio.move_on_after(timeout)
-    with grace, timeout_scope or contextlib.nullcontext():
+    with grace, timeout_scope or _NO_SCOPE:
         events: AsyncIterator[Event] | None = None
         try:
             # Inside the try: an agent that refuses the turn by raising from invoke() itself
@@ -125,7 +128,8 @@ async def run_turn(
         extra = _fields(Outcome.FAILED, ms, failed.details)
         log.error("%s failed (%dms)%s", label, ms, fold(failed.details), extra=extra)
         return TurnResult(Outcome.FAILED, ms, failed=failed.details)
-    log.info("%s completed (%dms)", label, ms, extra=_fields(Outcome.COMPLETED, ms))
+    if log.isEnabledFor(logging.INFO):  # the common end: build no fields for nobody
+        log.info("%s completed (%dms)", label, ms, extra=_fields(Outcome.COMPLETED, ms))
     return TurnResult(Outcome.COMPLETED, ms)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import datetime
 
@@ -108,16 +109,17 @@ class FirePath(StoreCalls):
             return FireResult(name, slot, claimed=False, reason="paused")
         claim = await self._claim(name, slot)
         task_status.started(claim)
-        about = {"routine": name, "slot": slot}
         if claim.status is ClaimStatus.DUPLICATE:
-            # Normal with replicas (every one but the winner sees it, every slot): DEBUG.
-            log.debug(
-                "%s: skipping — slot %s is already claimed — a duplicate delivery, or another "
-                "scheduler has it",
-                name,
-                format_iso(slot),
-                extra=about,
-            )
+            # Normal with replicas (every one but the winner sees it, every slot): DEBUG, and
+            # nothing formatted unless it is shown.
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "%s: skipping — slot %s is already claimed — a duplicate delivery, or "
+                    "another scheduler has it",
+                    name,
+                    format_iso(slot),
+                    extra={"routine": name, "slot": slot},
+                )
             self._outcomes["duplicate"] += 1
             self.metrics.refuse(name, "duplicate")
             return FireResult(name, slot, claimed=False, reason="duplicate")
@@ -128,7 +130,7 @@ class FirePath(StoreCalls):
                 name,
                 format_iso(slot),
                 claim.newest,
-                extra=about,
+                extra={"routine": name, "slot": slot},
             )
             self._outcomes["stale"] += 1
             self.metrics.refuse(name, "stale")
