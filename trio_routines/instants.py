@@ -43,7 +43,14 @@ def truncate_ms(value: datetime) -> datetime:
 
 def format_iso(value: datetime) -> str:
     """``2026-07-07T10:00:00.000Z`` for any aware datetime."""
-    value = require_utc(value)
+    return _format_utc(value if value.tzinfo is UTC else require_utc(value))
+
+
+# Cached for UTC values only: two aware datetimes of one other zone that differ only in
+# ``fold`` compare and hash equal, yet are different instants. The instants of one burst of
+# fires repeat (every routine due at 09:00 claims, settles and logs the same slot).
+@functools.lru_cache(maxsize=1024)
+def _format_utc(value: datetime) -> str:
     return (
         f"{value.year:04d}-"
         + value.strftime("%m-%dT%H:%M:%S.")
@@ -99,7 +106,12 @@ def parse_instant(text: str) -> datetime | None:
 
 def slot_name(slot: datetime) -> str:
     """The claim file name of a slot: ``2026-07-07T10-00-00-000Z``."""
-    return format_iso(slot).replace(":", "-").replace(".", "-")
+    return _slot_name_utc(slot if slot.tzinfo is UTC else require_utc(slot))
+
+
+@functools.lru_cache(maxsize=1024)  # UTC only, as _format_utc
+def _slot_name_utc(slot: datetime) -> str:
+    return _format_utc(slot).replace(":", "-").replace(".", "-")
 
 
 @functools.lru_cache(maxsize=1 << 16)

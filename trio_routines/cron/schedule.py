@@ -98,6 +98,7 @@ class CronSchedule:
         "_dow_last_bits",
         "_dow_nth",
         "_hour_list",
+        "_last",
         "_minute_list",
         "_month_bits",
         "_month_cache",
@@ -123,6 +124,10 @@ class CronSchedule:
         self.specific_time = fields.specific_time
         self._month_cache: dict[tuple[int, int], int] = {}
         self._never = False
+        # The last search, (after, found): any ``after`` from that one up to ``found`` has the
+        # same answer, since nothing fires in between. Routines sharing an expression (all of
+        # ``0 9 * * 1-5``) re-arm one after another from nearly the same instant.
+        self._last: tuple[datetime, datetime] | None = None
 
     def __repr__(self) -> str:
         return f"CronSchedule({self.expression!r}, tz={self.tz!r})"
@@ -257,10 +262,15 @@ class CronSchedule:
         moment = require_utc(after, "after").replace(tzinfo=None)
         if self._never:
             return None
+        last = self._last  # one read: a thread may replace it meanwhile
+        if last is not None and last[0] <= moment < last[1]:
+            return last[1].replace(tzinfo=UTC)
         try:
             found = self._search(moment)
         except OverflowError:  # the edges of datetime's range (year 1 or 9999)
             found = None
+        if found is not None:
+            self._last = (moment, found)
         if found is None:
             if not self._can_ever_match():
                 self._never = True
