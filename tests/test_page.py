@@ -465,3 +465,14 @@ async def test_the_page_reads_every_store(store_factory: Any) -> None:
     elif kind == "PostgresStore":
         assert label.group(1).startswith("postgresql://127.0.0.1:5432/")
         assert "@" not in label.group(1)  # never a user or a password
+
+
+async def test_a_sign_in_form_over_its_limit_is_refused_unread() -> None:
+    async with page_server(token=TOKEN) as page:
+        form = "application/x-www-form-urlencoded"
+        big = b"token=" + b"x" * 5000
+        reply = await page.call("POST", "/ui/login", big, content_type=form)
+        assert reply.status == 413
+        assert "set-cookie" not in reply.headers
+        wrong_kind = await page.call("POST", "/ui/login", b"{}", content_type="application/json")
+        assert wrong_kind.status == 415

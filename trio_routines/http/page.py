@@ -55,7 +55,7 @@ from .render import (
     page_html,
     timeline,
 )
-from .wire import Disconnected, Raw, Receive, Refusal, Response, Scope, headers, one_header
+from .wire import Raw, Receive, Refusal, Response, Scope, headers, one_header, read_body
 
 T = TypeVar("T")
 
@@ -248,18 +248,7 @@ async def _read_form(scope: Scope, receive: Receive) -> dict[str, str]:
     kind = (one_header(scope, b"content-type") or "").split(";")[0].strip().lower()
     if kind != "application/x-www-form-urlencoded":
         raise Refusal(415, "send the sign-in form (application/x-www-form-urlencoded)")
-    body = bytearray()
-    while True:
-        message = await receive()
-        if message.get("type") == "http.disconnect":
-            raise Disconnected
-        if message.get("type") != "http.request":
-            continue
-        body += message.get("body", b"")
-        if len(body) > MAX_FORM:
-            raise Refusal(413, "the form is too large", [("connection", "close")])
-        if not message.get("more_body", False):
-            break
+    body = await read_body(scope, receive, MAX_FORM)
     try:
         pairs = parse_qsl(body.decode("ascii"), keep_blank_values=True, errors="strict")
     except (UnicodeDecodeError, ValueError):

@@ -264,17 +264,19 @@ def slot(body: Mapping[str, Any]) -> datetime:
     return parsed
 
 
-async def read_json(scope: Scope, receive: Receive) -> Mapping[str, Any]:
-    """The request's JSON object, read under the 64 KiB limit (see the package doc)."""
-    if not is_json(one_header(scope, b"content-type")):
-        raise Refusal(415, "send a JSON body with Content-Type: application/json")
+async def read_body(scope: Scope, receive: Receive, limit: int = MAX_BODY) -> bytes:
+    """The request's body, refused (413) as soon as it passes ``limit`` bytes: a declared
+    ``Content-Length`` over it unread, a streamed body at the first chunk past it."""
+    too_large = (
+        f"the body is over {limit // 1024} KiB" if limit >= 1024 else "the body is too large"
+    )
     declared = one_header(scope, b"content-length")
     if declared is not None:
         declared = declared.strip()
         if not declared.isascii() or not declared.isdigit():
             raise Refusal(400, "Content-Length is not a number")
-        if len(declared) > 12 or int(declared) > MAX_BODY:
-            raise Refusal(413, f"the body is over {MAX_BODY // 1024} KiB")
+        if len(declared) > 12 or int(declared) > limit:
+            raise Refusal(413, too_large)
     body = bytearray()
     while True:
         message = await receive()
@@ -283,13 +285,18 @@ async def read_json(scope: Scope, receive: Receive) -> Mapping[str, Any]:
         if message.get("type") != "http.request":
             continue
         body += message.get("body", b"")
-        if len(body) > MAX_BODY:
+        if len(body) > limit:
             # The rest is still coming: ask the server to drop the connection, not drain it.
-            raise Refusal(
-                413, f"the body is over {MAX_BODY // 1024} KiB", [("connection", "close")]
-            )
+            raise Refusal(413, too_large, [("connection", "close")])
         if not message.get("more_body", False):
-            break
+            return bytes(body)
+
+
+async def read_json(scope: Scope, receive: Receive) -> Mapping[str, Any]:
+    """The request's JSON object, read under the 64 KiB limit (see the package doc)."""
+    if not is_json(one_header(scope, b"content-type")):
+        raise Refusal(415, "send a JSON body with Content-Type: application/json")
+    body = await read_body(scope, receive)
     try:
         parsed = json.loads(body.decode("utf-8"))
     except (ValueError, RecursionError):  # RecursionError: 64 KiB of "[" nests too deep
