@@ -56,7 +56,13 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "scheduler": (
         ["trio_routines/scheduler.py", "trio_routines/scheduler/*"],
-        ["tests/test_scheduler.py", "tests/test_pinned_runtime.py"],
+        [
+            "tests/test_scheduler.py",
+            "tests/test_pinned_runtime.py",
+            "tests/test_restarts.py",
+            "tests/test_store_bounds.py",
+            "tests/test_context.py",
+        ],
     ),
     "directory": (
         ["trio_routines/stores/directory.py", "trio_routines/stores/directory/*"],
