@@ -44,7 +44,12 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "wakeups": (
         ["trio_routines/wakeups.py"],
-        ["tests/test_wakeups.py", "tests/test_pinned_wakeups.py", "tests/test_store_contract.py"],
+        [
+            "tests/test_wakeups.py",
+            "tests/test_pinned_wakeups.py",
+            "tests/test_store_contract.py",
+            "tests/test_hashed_runtime.py",
+        ],
     ),
     "cron": (
         ["trio_routines/cron.py", "trio_routines/cron/*"],
