@@ -184,3 +184,22 @@ def test_an_id_or_session_no_store_can_hold_matches_nothing() -> None:
     assert remove(pending, "a\x00") == (pending, False)
     assert remove(pending, "b", "s\x00") == (pending, False)
     assert remove(pending, "b") == ([odd_id], True)
+
+
+# -- H fields: a wake-up's session and id pick its instants ----------------------------------
+
+HASHED = "H H * * *"  # for session "s" and id "w1": 02:54 every day
+
+
+def test_a_hashed_recurring_wake_up_is_planned_from_its_session_and_id() -> None:
+    request = WakeupRequest(session="s", prompt="p", cron=HASHED)
+    wakeup = plan_add([], request, NOW, new_id="w1")
+    assert wakeup.fire_at == datetime(2026, 7, 8, 2, 54, tzinfo=UTC)
+    assert plan_add([], request, NOW, new_id="w2").fire_at != wakeup.fire_at
+
+
+def test_a_stored_hashed_wake_up_is_valid_and_advances_on_its_own_instants() -> None:
+    stored = Wakeup(id="w1", session="s", prompt="p", fire_at=NOW, cron=HASHED)
+    assert check_stored(stored) is stored
+    (advanced,), _ = take_first_due([stored], NOW)
+    assert advanced.fire_at == datetime(2026, 7, 8, 2, 54, tzinfo=UTC)
