@@ -116,3 +116,16 @@ def test_directory_errors_name_the_directory_and_the_cause(
     assert str(raised.value) == (
         f"{tmp_path}: cannot list the routines directory: Permission denied"
     )
+
+
+def test_h_fields_of_a_routine_hash_its_name() -> None:
+    routine = Routine(name="report", prompt="p", cron="H 9 * * *")
+    assert routine.cron == "H 9 * * *"
+
+
+def test_loading_leaves_no_descriptor_open(tmp_path: Path) -> None:
+    for i in range(5):
+        (tmp_path / f"r{i}.md").write_text("---\n---\nprompt\n")
+    before = len(os.listdir("/proc/self/fd"))
+    assert len(load_routines(tmp_path).routines) == 5
+    assert len(os.listdir("/proc/self/fd")) == before
