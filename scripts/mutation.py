@@ -67,6 +67,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_restarts.py",
             "tests/test_store_bounds.py",
             "tests/test_context.py",
+            "tests/test_reload.py",
         ],
     ),
     "directory": (
