@@ -19,7 +19,6 @@ can undo what it will not hear about (a claim taken for nobody is settled interr
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
@@ -30,7 +29,7 @@ I = TypeVar("I")  # noqa: E741 -- the item a caller brings
 R = TypeVar("R")  # what it gets back
 
 
-@attrs.frozen
+@attrs.define  # not frozen: a herd makes thousands, and a frozen init costs twice as much
 class Answer(Generic[R]):
     """What a flush gives one caller: a value, or the error to raise at it."""
 
@@ -48,7 +47,7 @@ class Entry(Generic[I, R]):
     """One caller's item, and where its answer goes."""
 
     item: I
-    gave_up: threading.Event = attrs.field(factory=threading.Event)  # read by the flush thread
+    gave_up: bool = False  # set by the caller's task, read by the flush's thread
     answer: Answer[R] | None = None
     woken: trio.Event = attrs.field(factory=trio.Event)
     in_flight: bool = False
@@ -82,7 +81,7 @@ class Batcher(Generic[I, R]):
                 await entry.woken.wait()
             except BaseException:
                 if entry.in_flight:
-                    entry.gave_up.set()
+                    entry.gave_up = True
                 else:
                     self._queue.remove(entry)
                     if entry.woken.is_set():  # handed the lead just now: pass it on

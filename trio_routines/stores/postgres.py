@@ -154,7 +154,7 @@ class PostgresStore(Lifetime):
                 self._tables,
                 self.keep,
                 items,
-                [entry.gave_up for entry in entries],
+                list(entries),
             )
         except CallFault as exc:
             return [
@@ -165,7 +165,7 @@ class PostgresStore(Lifetime):
         late = [
             entry.item
             for entry, result, done in zip(entries, results, settled, strict=True)
-            if result.taken and entry.gave_up.is_set() and not done
+            if result.taken and entry.gave_up and not done
         ]
         if late:
             with contextlib.suppress(StateFault):  # then the next boot's reconcile does it
