@@ -498,11 +498,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sets, one repetition")
     parser.add_argument("--state", type=Path, default=Path("/tmp/trio-routines-bench"))
     parser.add_argument("--clean", action="store_true", help="remove the seeded boot claims")
-    parser.add_argument("--only", nargs="*", help="idle bursts claims directory boot wakeups")
+    parser.add_argument(
+        "--only", nargs="*", help="idle bursts claims directory boot wakeups postgres"
+    )
     args = parser.parse_args()
     state: Path = args.state
     state.mkdir(parents=True, exist_ok=True)
-    only = set(args.only or ["idle", "bursts", "claims", "boot", "wakeups"])
+    only = set(args.only or ["idle", "bursts", "claims", "boot", "wakeups", "postgres"])
     quick = args.quick
     reps = 1 if quick else 3
     report = Report()
@@ -524,7 +526,8 @@ def main() -> None:
     if "claims" in only:
         sizes = [1000] if quick else [1000, 10000]
         directory_runs = {n: runs[(n, "directory")] for n in sizes if (n, "directory") in runs}
-        bench_claims(report, state, 1000, reps, directory_runs, sizes)
+        # The PostgreSQL rows moved to section 7 ("postgres": 1, 2 and 4 schedulers, 10,000).
+        bench_claims(report, state, 1000, reps, directory_runs, sizes, postgres=False)
     if "directory" in only:  # the state-directory rows of "claims" alone, without PostgreSQL
         sizes = [1000] if quick else [1000, 10000]
         bench_claims(report, state, 1000, reps, {}, sizes, postgres=False)
@@ -535,9 +538,13 @@ def main() -> None:
             bench_boot(report, state, 1000, 512, reps)
     if "wakeups" in only:
         bench_wakeups(report, state, [1000] if quick else [1000, 10000], 5 if quick else 15)
+    if "postgres" in only:
+        from pgbench import bench_postgres  # beside this file: issue 14's PostgreSQL rows
+
+        bench_postgres(report, [1000] if quick else [1000, 10000], reps, 1, state / "pg")
 
     report.table(
-        "Targets (issue 7)",
+        "Targets (issues 7 and 14)",
         ["target", "wanted", "result (median)", "verdict"],
         [list(v) for v in report.verdicts],
     )
