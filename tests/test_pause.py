@@ -154,3 +154,39 @@ async def test_routines_due_at_one_instant_share_one_paused_read(autojump_clock:
     assert sorted(n for n in store.claims if store.claims[n]) == sorted(
         f"r{i}" for i in range(50) if i != 7
     )
+
+
+@pytest.mark.parametrize(
+    ("resumed", "fired"),
+    [
+        (at(10, 15), [at(11)]),  # resumed after the last missed slot: nothing caught up
+        (at(9, 30), [at(10, 30), at(11)]),  # 10:00 came after the resume: caught up once
+    ],
+)
+async def test_a_resume_made_while_no_scheduler_ran_never_back_fires_at_boot(
+    autojump_clock: Any, resumed: datetime, fired: list[datetime]
+) -> None:
+    store = MemoryStore()
+    await store.claim("hourly", at(8), at(8))
+    await store.settle("hourly", at(8), Outcome.COMPLETED, 1)
+    await store.set_paused("hourly", True, at(8, 30))
+    await store.set_paused("hourly", False, resumed)  # e.g. `resume hourly`, no serve running
+    wall = WallClock(T0)
+    scheduler, agent = replica(store, wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(11, 30))
+        scheduler.stop()
+    assert [t.wall for t in agent.turns] == fired
+
+
+async def test_the_state_directory_reads_a_resume_safely(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.set_paused("a", False, at(9))
+    assert await store.resumed_at("a") == at(9)
+    resumed = tmp_path / "schedule" / "resumed"
+    (resumed / "b").write_text("not an instant")
+    os.symlink(resumed / "a", resumed / "c")
+    (resumed / "d").mkdir()
+    assert [await store.resumed_at(n) for n in "bcd"] == [None, None, None]
+    assert not [p for p in (tmp_path / "schedule").iterdir() if p.name.endswith(".tmp")]

@@ -95,6 +95,7 @@ def test_schema_creation_races_safely_and_is_versioned(url: str, schema: str) ->
     assert [t for (t,) in tables] == [
         "trio_routines_claims",
         "trio_routines_paused",
+        "trio_routines_resumed",
         "trio_routines_schema",
         "trio_routines_wakeups",
     ]
@@ -152,8 +153,8 @@ async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
                 sql.Identifier(schema, "trio_routines_schema")
             )
         ).fetchall()
-    assert versions == [(1,), (2,), (3,)]
-    assert SCHEMA_VERSION == 3
+    assert versions == [(1,), (2,), (3,), (4,)]
+    assert SCHEMA_VERSION == 4
 
 
 @pytest.mark.slow

@@ -369,3 +369,17 @@ async def test_a_paused_routine_keeps_its_claims(store: Store) -> None:
     # store keeps no policy: the scheduler checks paused() before it claims
     await store.set_paused("daily", False)
     assert len(await store.history("daily")) == 2
+
+
+async def test_a_resume_keeps_its_instant_for_the_next_boot(store: Store) -> None:
+    assert await store.resumed_at("daily") is None
+    await store.set_paused("daily", True, T0)
+    assert await store.resumed_at("daily") is None
+    await store.set_paused("daily", False, T0 + timedelta(milliseconds=1500, microseconds=7))
+    assert await store.resumed_at("daily") == T0 + timedelta(milliseconds=1500)
+    await store.set_paused("daily", True, T0 + HOUR)
+    await store.set_paused("daily", False, T0 + 2 * HOUR)
+    await store.set_paused("daily", False)  # no instant given: the last one stays
+    assert await store.resumed_at("daily") == T0 + 2 * HOUR
+    assert await store.paused() == frozenset()
+    assert await store.resumed_at("other") is None

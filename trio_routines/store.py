@@ -44,11 +44,13 @@ Wake-ups
     calls raise StateFault when the store cannot be read or written.
 
 Pause
-    ``set_paused(routine, paused)`` pauses (True) or resumes (False) a routine for every
-    scheduler sharing the store; it is idempotent, and durable before it returns. ``paused()``
-    returns the names of the paused routines. A scheduler reads it before every claim, so a
-    paused routine claims nothing. Both raise StateFault when the store cannot be read or
-    written.
+    ``set_paused(routine, paused, at)`` pauses (True) or resumes (False) a routine for every
+    scheduler sharing the store; it is idempotent, and durable before it returns. A resume
+    given ``at`` (the wall-clock instant) keeps it: ``resumed_at(routine)`` returns the latest
+    one (``None`` when there is none), so that a boot after a resume catches up nothing from
+    before it. ``paused()`` returns the names of the paused routines. A scheduler reads it
+    before every claim, so a paused routine claims nothing. All raise StateFault when the
+    store cannot be read or written.
 
 Routine names are checked (:func:`trio_routines.names.check_name`) by every call taking one.
 Text that some store cannot hold (NUL, a lone surrogate) gets the same answer from every
@@ -137,8 +139,13 @@ class Store(Protocol):
         directory, ``SELECT 1``. Raises StateFault when it does not; the caller bounds it."""
         ...
 
-    async def set_paused(self, routine: str, paused: bool) -> None:
-        """Pause or resume ``routine`` for every scheduler sharing the store (idempotent)."""
+    async def set_paused(self, routine: str, paused: bool, at: datetime | None = None) -> None:
+        """Pause or resume ``routine`` for every scheduler sharing the store (idempotent);
+        a resume keeps ``at`` for :meth:`resumed_at`."""
+        ...
+
+    async def resumed_at(self, routine: str) -> datetime | None:
+        """When ``routine`` was last resumed (with an instant), or None."""
         ...
 
     async def paused(self) -> frozenset[str]:

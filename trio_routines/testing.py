@@ -19,7 +19,7 @@ import trio
 from .agent import SESSION_BUSY, Completed, Event, Failed, TextDelta
 from .claims import KEEP_CLAIMS, is_stale, names_to_prune
 from .context import FireContext, current_fire
-from .instants import slot_name
+from .instants import slot_name, truncate_ms
 from .names import check_name
 from .records import ClaimResult, ClaimStatus, Fire, Outcome, Wakeup
 from .store import Lifetime
@@ -46,6 +46,7 @@ class MemoryStore(Lifetime):
         self.faults: dict[str, Exception] = {}
         self.hangs: set[str] = set()
         self.paused_routines: set[str] = set()
+        self.resumed: dict[str, datetime] = {}
         self._times: dict[str, int] = {}
         self._only: dict[str, str] = {}
 
@@ -195,7 +196,7 @@ class MemoryStore(Lifetime):
         await self._enter("ready")
         self._fault("ready")
 
-    async def set_paused(self, routine: str, paused: bool) -> None:
+    async def set_paused(self, routine: str, paused: bool, at: datetime | None = None) -> None:
         await self._enter("set_paused")
         check_name(routine)
         self._fault("set_paused", routine)
@@ -203,6 +204,14 @@ class MemoryStore(Lifetime):
             self.paused_routines.add(routine)
         else:
             self.paused_routines.discard(routine)
+            if at is not None:
+                self.resumed[routine] = truncate_ms(at)
+
+    async def resumed_at(self, routine: str) -> datetime | None:
+        await self._enter("resumed_at")
+        check_name(routine)
+        self._fault("resumed_at", routine)
+        return self.resumed.get(routine)
 
     async def paused(self) -> frozenset[str]:
         await self._enter("paused")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from datetime import UTC, datetime
 
 from .output import check_name, load, open_state, pick, print_line, state_arg
 
@@ -26,6 +27,6 @@ async def cmd_resume(args: argparse.Namespace) -> int:
             pick(await load(args.routines, report=False), args.name, args.routines)
             print_line(f"{args.name} was not paused")
             return 0
-        await store.set_paused(args.name, False)
+        await store.set_paused(args.name, False, datetime.now(UTC))
     print_line(f"{args.name} resumed — it fires from its next slot; paused slots are not run")
     return 0

@@ -54,6 +54,11 @@ class Boot(StoreCalls):
             if routine.cron is None:
                 continue
             due = next_run(routine.cron, routine.tz, latest.get(name, current), routine.name)
+            if due is not None and due <= current:
+                # A catch-up: never of a slot that passed while the routine was paused.
+                resumed = await self._resumed_at(name)
+                if resumed is not None and resumed > latest[name]:
+                    due = next_run(routine.cron, routine.tz, resumed, routine.name)
             if due is None:
                 log.warning('%s: cron "%s" will never fire again — not armed', name, routine.cron)
                 continue

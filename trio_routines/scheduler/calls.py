@@ -88,6 +88,11 @@ class StoreCalls(SchedulerState):
             return await self.store.latest_fire(routine)
         raise self._no_answer(f"the newest claim of {routine!r} is unreadable")
 
+    async def _resumed_at(self, routine: str) -> datetime | None:
+        with self._bounded():
+            return await self.store.resumed_at(routine)
+        raise self._no_answer(f"the resume of {routine!r} is unreadable")
+
     async def _take_due_wakeup(self, now: datetime) -> Wakeup | None:
         with self._bounded():
             return await self.store.take_due_wakeup(now)

@@ -71,7 +71,7 @@ class FirePath(StoreCalls):
         """Resume routine ``name``: it fires from its next slot on; nothing missed is run."""
         self.routine(name)
         with self._bounded():
-            await self.store.set_paused(name, False)
+            await self.store.set_paused(name, False, self.now())
             self._paused = self._paused - {name}
             log.info("%s: resumed", name)
             return

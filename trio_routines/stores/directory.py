@@ -282,10 +282,15 @@ class DirectoryStore(Lifetime):
         raise StateFault(f"the state directory {self.root} cannot be created")
 
     # Pause files live in their own module, which builds on safefile.py.
-    async def set_paused(self, routine: str, paused: bool) -> None:
+    async def set_paused(self, routine: str, paused: bool, at: datetime | None = None) -> None:
         from .dirpause import set_paused_sync
 
-        await self._run(set_paused_sync, self.root, routine, paused)
+        await self._run(set_paused_sync, self.root, routine, paused, at)
+
+    async def resumed_at(self, routine: str) -> datetime | None:
+        from .dirpause import resumed_at_sync
+
+        return await self._run(resumed_at_sync, self.root, routine)
 
     async def paused(self) -> frozenset[str]:
         from .dirpause import paused_sync

@@ -1,27 +1,105 @@
 """Paused routines in the state directory: one empty file per paused routine.
 
-    <root>/schedule/paused/<routine>
+    <root>/schedule/paused/<routine>     an empty file while the routine is paused
+    <root>/schedule/resumed/<routine>    the instant of its latest resume (ISO 8601)
 
 Pausing creates the file (``O_EXCL``, never through a symlink), fsyncs it and the directory
 before it returns, so every scheduler sharing the directory sees the pause from then on and
 a crash cannot forget it; resuming unlinks it and fsyncs the directory. Only regular files
 count: anything else found there (a symlink, a directory) pauses nothing. The directories on
 the way are opened as every state directory is (safefile.py): a planted link is refused. The
-original scheduler does not know this directory and ignores it.
+original scheduler does not know these directories and ignores them. A resume's instant is
+written to a temp file under an unpredictable name, fsynced and renamed into place; it is read
+as any state file is, and anything but a short regular file holding an instant reads as none.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+from datetime import datetime
 from pathlib import Path
 
 from ..errors import StateFault
+from ..instants import format_iso, parse_iso
 from ..names import check_name, name_problem
-from .safefile import at, create_file, describe, fsync, open_dirs
+from .safefile import (
+    Refused,
+    at,
+    create_file,
+    create_temp,
+    describe,
+    fsync,
+    open_dirs,
+    read_file,
+    write_all,
+)
 
 
-def set_paused_sync(root: Path, routine: str, paused: bool) -> None:
+def set_paused_sync(root: Path, routine: str, paused: bool, when: datetime | None = None) -> None:
+    """Pause or resume ``routine`` (keeping the resume's instant ``when``); durable."""
+    _set_paused(root, routine, paused)
+    if not paused and when is not None:
+        _write_resumed(root, routine, when)
+
+
+def _write_resumed(root: Path, routine: str, when: datetime) -> None:
+    where = root / "schedule" / "resumed"
+    name = check_name(routine)
+    try:
+        directory = open_dirs(root, ("schedule", "resumed"), create=True)
+    except OSError as exc:
+        raise StateFault(
+            f"{routine!r} is resumed, but its instant cannot be kept in {where}: {describe(exc)}"
+        ) from None
+    try:
+        fd, temp = create_temp(directory, ".resume-", where)
+        try:
+            try:
+                write_all(fd, format_iso(when).encode(), where / temp)
+                fsync(fd, where / temp)
+            finally:
+                os.close(fd)
+            at(
+                where / name,
+                lambda: os.replace(temp, name, src_dir_fd=directory, dst_dir_fd=directory),
+            )
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=directory)
+            raise
+        fsync(directory, where)
+    except OSError as exc:
+        raise StateFault(
+            f"{routine!r} is resumed, but its instant cannot be kept in {where}: {describe(exc)}"
+        ) from None
+    finally:
+        os.close(directory)
+
+
+def resumed_at_sync(root: Path, routine: str) -> datetime | None:
+    """The instant of ``routine``'s latest resume, or None."""
+    where = root / "schedule" / "resumed"
+    name = check_name(routine)
+    try:
+        directory = open_dirs(root, ("schedule", "resumed"))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StateFault(f"the resume of {routine!r} is unreadable: {describe(exc)}") from None
+    try:
+        data = read_file(directory, name, where / name, 64)
+    except (FileNotFoundError, Refused):
+        return None  # never resumed; or not a file of ours (a link, a FIFO, too long)
+    except OSError as exc:
+        raise StateFault(f"the resume of {routine!r} is unreadable: {describe(exc)}") from None
+    finally:
+        os.close(directory)
+    return parse_iso(data.decode("ascii", errors="replace").strip())
+
+
+def _set_paused(root: Path, routine: str, paused: bool) -> None:
     """Pause (create the file) or resume (remove it) ``routine``; durable when it returns."""
     where = root / "schedule" / "paused"
     name = check_name(routine)

@@ -15,7 +15,7 @@ from psycopg import sql
 
 from ..errors import StateFault
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Advisory lock namespaces (the first key of the two-key form); the second key is a hash of
 # the routine or session. A hash collision only serializes two unrelated callers.
 DDL_LOCK = "trio_routines:schema"
@@ -51,6 +51,12 @@ _MIGRATIONS: dict[int, list[str]] = {
             routine text PRIMARY KEY,
             paused_at timestamptz NOT NULL DEFAULT now())"""
     ],
+    # When each routine was last resumed: a boot catches up nothing from before it.
+    4: [
+        """CREATE TABLE IF NOT EXISTS {resumed} (
+            routine text PRIMARY KEY,
+            resumed_at timestamptz NOT NULL)"""
+    ],
 }
 
 
@@ -68,6 +74,7 @@ class Schema:
             "claims": name("trio_routines_claims"),
             "wakeups": name("trio_routines_wakeups"),
             "paused": name("trio_routines_paused"),
+            "resumed": name("trio_routines_resumed"),
             "wakeups_session": sql.Identifier("trio_routines_wakeups_session"),
             "wakeups_id": sql.Identifier("trio_routines_wakeups_id"),
         }

@@ -246,17 +246,39 @@ class PostgresStore(Lifetime):
 
     # -- pause ----------------------------------------------------------------------------
 
-    async def set_paused(self, routine: str, paused: bool) -> None:
+    async def set_paused(self, routine: str, paused: bool, at: datetime | None = None) -> None:
         check_name(routine)
         what = f"could not {'pause' if paused else 'resume'} {routine!r}"
-        await self._conns.run(what, self._set_paused, routine, paused)
+        await self._conns.run(what, self._set_paused, routine, paused, at)
 
-    def _set_paused(self, conn: Conn, _call: Call, routine: str, paused: bool) -> None:
-        if paused:
-            query = "INSERT INTO {paused} (routine) VALUES (%s) ON CONFLICT DO NOTHING"
-        else:
-            query = "DELETE FROM {paused} WHERE routine = %s"
-        conn.execute(self._tables.sql(query), (routine,))
+    def _set_paused(
+        self, conn: Conn, _call: Call, routine: str, paused: bool, at: datetime | None
+    ) -> None:
+        with conn.transaction():
+            if paused:
+                query = "INSERT INTO {paused} (routine) VALUES (%s) ON CONFLICT DO NOTHING"
+            else:
+                query = "DELETE FROM {paused} WHERE routine = %s"
+            conn.execute(self._tables.sql(query), (routine,))
+            if not paused and at is not None:
+                conn.execute(
+                    self._tables.sql(
+                        "INSERT INTO {resumed} (routine, resumed_at) VALUES (%s, %s) "
+                        "ON CONFLICT (routine) DO UPDATE SET resumed_at = excluded.resumed_at"
+                    ),
+                    (routine, truncate_ms(at)),
+                )
+
+    async def resumed_at(self, routine: str) -> datetime | None:
+        check_name(routine)
+        what = f"the resume of {routine!r} is unreadable"
+        return await self._conns.run(what, self._resumed_at, routine)
+
+    def _resumed_at(self, conn: Conn, _call: Call, routine: str) -> datetime | None:
+        row = conn.execute(
+            self._tables.sql("SELECT resumed_at FROM {resumed} WHERE routine = %s"), (routine,)
+        ).fetchone()
+        return None if row is None else truncate_ms(row[0])
 
     async def paused(self) -> frozenset[str]:
         return await self._conns.run("the paused routines are unreadable", self._paused)
