@@ -140,8 +140,7 @@ class Store(Protocol):
         ...
 
     async def set_paused(self, routine: str, paused: bool, at: datetime | None = None) -> None:
-        """Pause or resume ``routine`` for every scheduler sharing the store (idempotent);
-        a resume keeps ``at`` for :meth:`resumed_at`."""
+        """Pause or resume ``routine`` for every replica (idempotent); a resume keeps ``at``."""
         ...
 
     async def resumed_at(self, routine: str) -> datetime | None:

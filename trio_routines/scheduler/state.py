@@ -242,9 +242,11 @@ class SchedulerState:
 
     @property
     def stopping(self) -> bool:
+        """Whether a stop was requested (no new fire or turn is accepted then)."""
         return bool(self._stopping.value)
 
     def routine(self, name: str) -> Routine:
+        """The loaded routine ``name``; raises :class:`UnknownRoutine` naming the others."""
         try:
             return self.routines[name]
         except KeyError:
