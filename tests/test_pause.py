@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +190,33 @@ async def test_the_state_directory_reads_a_resume_safely(tmp_path: Path) -> None
     (resumed / "d").mkdir()
     assert [await store.resumed_at(n) for n in "bcd"] == [None, None, None]
     assert sorted(os.listdir(resumed)) == ["a", "b", "c", "d"]  # no temp file left behind
+
+
+async def test_a_clock_that_goes_back_during_the_paused_read_never_claims_early(
+    autojump_clock: Any,
+) -> None:
+    wall = WallClock(T0)
+
+    class Jumpy(MemoryStore):
+        jumped = False
+
+        async def paused(self) -> frozenset[str]:
+            if wall() >= at(11) and not self.jumped:
+                self.jumped = True
+                wall.jump(-timedelta(minutes=1))  # an NTP step back, mid-read
+            return await super().paused()
+
+    store = Jumpy()
+    agent = ScriptedAgent(wall=wall)
+    scheduler = Scheduler(  # no clock-watch poll at 11:00: the fire's read is the one
+        agent=agent, store=store, routines=[HOURLY], now=wall, wakeups=False, poll_interval=7200
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(11, 30))
+        scheduler.stop()
+    assert store.jumped
+    (fire,) = await store.history("hourly")
+    assert fire.slot == at(11)
+    assert fire.fired_at >= fire.slot  # claimed once the wall clock reached 11:00 again
+    assert [t.wall for t in agent.turns] == [at(11)]

@@ -78,9 +78,9 @@ class StoreCalls(SchedulerState):
             "(or before the stop's grace ran out)"
         )
 
-    async def _claim(self, routine: str, slot: datetime) -> ClaimResult:
+    async def _claim(self, routine: str, slot: datetime, now: datetime) -> ClaimResult:
         with self._bounded():
-            return await self.store.claim(routine, slot, self.now())
+            return await self.store.claim(routine, slot, now)
         raise self._no_answer(f"could not claim slot {format_iso(slot)} of {routine!r}")
 
     async def _latest_fire(self, routine: str) -> Fire | None:

@@ -107,7 +107,14 @@ class FirePath(StoreCalls):
             self.metrics.refuse(name, "paused")
             task_status.started(ClaimResult(ClaimStatus.PAUSED))
             return FireResult(name, slot, claimed=False, reason="paused")
-        claim = await self._claim(name, slot)
+        now = self.now()
+        if slot > now:  # the wall clock went back while the paused routines were read
+            raise NotYetDue(
+                f"slot {format_iso(slot)} of {name!r} has not arrived yet — "
+                "a slot never fires before its instant",
+                (slot - now).total_seconds(),
+            )
+        claim = await self._claim(name, slot, now)
         task_status.started(claim)
         if claim.status is ClaimStatus.DUPLICATE:
             # Normal with replicas (every one but the winner sees it, every slot): DEBUG, and

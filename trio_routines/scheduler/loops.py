@@ -19,7 +19,7 @@ from ..routines import Routine
 from .clock import ClockWatch
 from .fire import FirePath
 from .restarts import RESTART_FIRST, Restarts
-from .state import log
+from .state import NotYetDue, log
 
 
 class CronLoops(FirePath, ClockWatch, Restarts):
@@ -54,10 +54,13 @@ class CronLoops(FirePath, ClockWatch, Restarts):
                     if self._stopping.value or not self._current(routine):
                         return
                     firing = self._firing[name] = trio.Event()
+                    early = False
                     try:
                         with trio.CancelScope(shield=True):
                             try:
                                 await self._fire(routine, due)
+                            except NotYetDue:
+                                early = True  # the clock went back meanwhile: sleep again
                             except StateFault as exc:
                                 log.error(
                                     "%s: fire failed (skipping this run, schedule stays armed): %s",
@@ -69,6 +72,8 @@ class CronLoops(FirePath, ClockWatch, Restarts):
                         firing.set()
                     if not self._current(routine):
                         return
+                    if early:
+                        continue
                     backoff = RESTART_FIRST  # a slot went through: a later fault starts over
                     due = next_run(routine.cron, routine.tz, self.now(), routine.name)
                     self._set_due(routine, due)
