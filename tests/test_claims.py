@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from trio_routines.claims import claim_names, is_stale, names_to_prune, parse_claim
+from trio_routines.claims import claim_names, is_stale, names_to_prune, newest_first, parse_claim
 from trio_routines.converter import claim_text
 from trio_routines.records import Fire, Outcome
 
@@ -36,6 +36,19 @@ def test_pruning_keeps_the_newest() -> None:
 def test_claim_names_drop_foreign_entries_and_sort() -> None:
     entries = [NAME, ".DS_Store", "2026-07-07T09-00-00-000Z", NAME + ".tmp"]
     assert claim_names(entries) == ["2026-07-07T09-00-00-000Z", NAME]
+
+
+def test_newest_first_skips_foreign_names_and_orders_the_rest() -> None:
+    older = "2026-07-07T09-00-00-000Z"
+    oldest = "2026-07-07T08-00-00-000Z"
+    assert list(newest_first([older, NAME, ".DS_Store", oldest])) == [NAME, older, oldest]
+    # A foreign name that sorts last (a stray temp file) is never taken for the newest.
+    assert list(newest_first([older, NAME + ".tmp", NAME, "zz"])) == [NAME, older]
+    assert list(newest_first([NAME])) == [NAME]
+    assert list(newest_first([".DS_Store"])) == []
+    assert list(newest_first([])) == []
+    # A name of the claim shape that is no instant (month 13) sorts last and is skipped too.
+    assert list(newest_first([older, NAME, "2026-13-01T00-00-00-000Z"])) == [NAME, older]
 
 
 def test_claim_text_keeps_the_original_key_order() -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 
 from .converter import loads
@@ -64,6 +64,23 @@ def claim_names(entries: Sequence[str]) -> list[str]:
         names.append(entry)
     names.sort()
     return names
+
+
+def newest_first(entries: Sequence[str]) -> Iterator[str]:
+    """The claim names among directory entries, newest first, lazily.
+
+    The newest costs one pass over the names (``max``), not a sort and a check of each:
+    reading every routine's newest claim at boot is what this is for. The rest, asked only
+    when the newest could not be used (pruned meanwhile), come as :func:`claim_names` has them.
+    """
+    newest = max(entries, default=None)
+    if newest is None:
+        return
+    if slot_of(newest) is not None:
+        yield newest
+    for name in reversed(claim_names(entries)):
+        if name != newest:
+            yield name
 
 
 def parse_claim(name: str, text: str, where: str) -> Fire:

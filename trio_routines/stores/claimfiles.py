@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
-from ..claims import claim_names, is_stale, names_to_prune, parse_claim
+from ..claims import claim_names, is_stale, names_to_prune, newest_first, parse_claim
 from ..converter import claim_text
 from ..errors import StateFault
 from ..instants import slot_name
@@ -271,9 +271,9 @@ class ClaimFiles:
         except FileNotFoundError:
             return []
         try:
-            names = claim_names(at(where, lambda: os.listdir(directory)))
+            entries = at(where, lambda: os.listdir(directory))
             fires = []
-            for name in reversed(names) if newest_only else names:
+            for name in newest_first(entries) if newest_only else claim_names(entries):
                 path = where / name
                 try:
                     raw = read_file(directory, name, path, CLAIM_LIMIT)
