@@ -47,6 +47,7 @@ from ..store import Lifetime
 from ..wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
 from .claimfiles import ClaimFiles
 from .groupcommit import SYNCFS, GroupCommit
+from .newest import NewestReads
 from .safefile import (
     at,
     describe,
@@ -83,6 +84,7 @@ class DirectoryStore(Lifetime):
         self._commit = GroupCommit(syncfs) if syncfs is not None else None
         self._wakeups = WakeupFile(self.root, lock_timeout)
         self._limiter = limiter or trio.CapacityLimiter(16)
+        self._newest = NewestReads(self.latest_fire_sync, self._run)
 
     def __repr__(self) -> str:
         return f"DirectoryStore({str(self.root)!r})"
@@ -180,7 +182,7 @@ class DirectoryStore(Lifetime):
         return True
 
     async def latest_fire(self, routine: str) -> Fire | None:
-        return await self._run(self.latest_fire_sync, routine)
+        return await self._newest.read(routine)  # batched with concurrent calls (a boot's)
 
     def latest_fire_sync(self, routine: str) -> Fire | None:
         """:meth:`latest_fire`, blocking: for a thread, or a process without Trio."""
