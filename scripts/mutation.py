@@ -68,6 +68,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_store_bounds.py",
             "tests/test_context.py",
             "tests/test_reload.py",
+            "tests/test_pause.py",
         ],
     ),
     "directory": (

@@ -17,6 +17,7 @@ import trio.testing
 
 from trio_routines import Outcome, Routine, Scheduler
 from trio_routines.agent import SESSION_BUSY, Completed, Event, Failed, TextDelta
+from trio_routines.scheduler.clock import duration
 from trio_routines.testing import Busy, Complete, Fail, MemoryStore, ScriptedAgent, WallClock
 from trio_routines.turns import run_turn
 from trio_routines.wakeups import WakeupRequest
@@ -245,3 +246,25 @@ async def test_duplicate_and_stale_are_each_logged_once(
         "hourly: skipping — slot 2026-07-07T08:00:00.000Z is stale: 2026-07-07T10-00-00-000Z "
         "was already claimed, so this instant is skipped",
     ]
+
+
+# -- how the runtime words a span of time in its log lines -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0, "0s"),
+        (0.4, "0s"),
+        (59.6, "1m"),
+        (60, "1m"),
+        (61, "1m 1s"),
+        (3600, "1h"),
+        (3599, "59m 59s"),
+        (86400, "1d"),
+        (86400 + 3600 + 61, "1d 1h 1m 1s"),
+        (3 * 86400 + 7200, "3d 2h"),
+    ],
+)
+def test_durations_in_log_lines(seconds: float, text: str) -> None:
+    assert duration(seconds) == text
