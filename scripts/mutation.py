@@ -48,7 +48,6 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_wakeups.py",
             "tests/test_pinned_wakeups.py",
             "tests/test_store_contract.py",
-            "tests/test_hashed_runtime.py",
         ],
     ),
     "cron": (
