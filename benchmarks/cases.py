@@ -601,6 +601,7 @@ CASES: dict[str, Callable[..., dict[str, Any]]] = {
     "burst_bare": burst_bare,
     "burst_aps": burst_aps,
     "create_floor": create_floor,
+    "group_floor": group_floor,
     "insert_floor": insert_floor,
     "seed_claims": seed_claims,
     "boot": boot,
