@@ -49,7 +49,10 @@ def plant(kind: str, path: Path, target: Path | None = None) -> None:
     elif kind == "socket":
         os.mknod(path, stat.S_IFSOCK | 0o600)
     elif kind == "device":
-        os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 3))  # what /dev/null is
+        try:
+            os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 3))  # what /dev/null is
+        except PermissionError:  # the suite runs as root; a device node needs it
+            pytest.skip("creating a device node needs root")
     elif kind == "symlink":
         assert target is not None
         path.symlink_to(target)
