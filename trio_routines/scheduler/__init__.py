@@ -3,8 +3,8 @@
 Theory of operation
 -------------------
 
-Two clocks, never mixed. *When to wake up* is Trio's clock (``trio.sleep_until``); *what time
-it is, which slot* is the injected wall clock. Each cron routine has one task::
+Two clocks, never mixed. *When to wake up* is Trio's clock (a deadline on it, kept by one
+timer for every loop: ``sleepers``); *what time it is, which slot* is the injected wall clock. Each cron routine has one task::
 
     due = next slot after (newest claim's firedAt, or now on a first boot)
     loop:
@@ -34,7 +34,8 @@ retried with a back-off before its outcome is given up and counted; a loop that 
 unexpected exception is restarted after a back-off, re-armed from its newest claim.
 
 Where each part lives: ``state`` (what the parts share, the records and errors), ``boot``
-(reconcile, plan the first slots), ``loops`` (one cron loop per routine), ``fire`` (claim ->
+(reconcile, plan the first slots), ``loops`` (one cron loop per routine), ``sleepers`` (where
+they sleep, woken by one timer), ``fire`` (claim ->
 turn -> settle), ``calls`` (bounded store calls, settle retries), ``restarts``, ``wake`` (the
 wake loop), ``clock`` (the jump watch) and ``service`` (the :class:`Scheduler` that composes
 them: run, stop, statistics).

@@ -28,8 +28,7 @@ class ClockWatch(SchedulerState):
 
     def _wake_sleepers(self) -> None:
         """Wake every sleeping cron loop to re-read the wall clock and its routine."""
-        self._clock_moved.set()
-        self._clock_moved = trio.Event()
+        self._sleepers.wake_all()
 
 
 def duration(seconds: float) -> str:

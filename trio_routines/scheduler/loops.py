@@ -46,8 +46,9 @@ class CronLoops(FirePath, ClockWatch, Restarts):
                 while due is not None:
                     # Sleep towards the slot, re-reading the wall clock after every wake.
                     while (remaining := (due - self.now()).total_seconds()) > 0:
-                        with trio.move_on_after(min(remaining, self.max_wait)):
-                            await self._clock_moved.wait()
+                        await self._sleepers.sleep_until(
+                            trio.current_time() + min(remaining, self.max_wait)
+                        )
                         self._note_offset()
                         if not self._current(routine):
                             return

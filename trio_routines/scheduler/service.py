@@ -55,6 +55,7 @@ class Scheduler(Boot, Reload, WakeLoop):
         with self._loops:
             async with trio.open_nursery() as loops:
                 self._loop_nursery = loops
+                await loops.start(self._sleepers.run)  # before any loop sleeps
                 for name, routine in self.routines.items():
                     if self.external_clock or routine.cron is None:
                         continue

@@ -22,6 +22,7 @@ from ..routines import Routine
 from ..sessions import SessionGate
 from ..store import Store
 from ..wakeups import POLL_INTERVAL
+from .sleepers import Sleepers
 
 log = logging.getLogger("trio_routines")
 
@@ -219,7 +220,7 @@ class SchedulerState:
         self._in_flight = trio_util.AsyncValue(0)
         self._jumps = 0
         self._offset: float | None = None
-        self._clock_moved = trio.Event()
+        self._sleepers = Sleepers()  # where cron loops sleep (see sleepers.py)
 
     def _note_future_claim(self, name: str, newest: Fire | None, now: datetime) -> None:
         """Remember, and warn about, a newest claim stamped after ``now``."""

@@ -1,0 +1,96 @@
+"""Sleeping cron loops, woken by one timer rather than by one cancel scope each.
+
+Trio wakes a task sleeping to a deadline by cancelling that task's scope: a ``Cancelled``
+exception with its traceback and frames per task, garbage with reference cycles that only
+the collector frees. When 10,000 routines are due at 09:00 that is 10,000 exceptions before
+the first claim, and much of what the collector then does during the burst.
+
+Here a sleeping loop parks itself (``trio.lowlevel.wait_task_rescheduled``) in a heap ordered
+by its deadline on Trio's clock; one timer task sleeps towards the earliest deadline and
+reschedules every loop whose deadline has come, in one pass. A cancellation (a stop, the loop
+nursery ending) still reaches a parked loop through its abort function, and :meth:`wake_all`
+(the wall clock jumped, the routines changed) reschedules every one. A loop re-reads the wall
+clock after every wake, so a wake too early costs one more turn of its loop, never an early
+fire. Without a running timer, :meth:`sleep_until` falls back to a plain timed wait, so no
+loop can sleep for ever.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+
+import trio
+
+PRUNE_SLACK = 64  # stale heap entries tolerated beyond twice the parked loops
+
+
+class Sleepers:
+    """Where cron loops sleep; :meth:`run` is the timer, in the loops' nursery."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, trio.lowlevel.Task]] = []
+        self._parked: dict[trio.lowlevel.Task, int] = {}  # task -> its heap entry's ticket
+        self._tickets = itertools.count()
+        self._replan = trio.Event()  # a deadline earlier than the timer's was parked
+        self._timer_at = math.inf
+        self._running = False
+        self._woken = trio.Event()  # for the fallback's sleepers
+
+    async def sleep_until(self, deadline: float) -> None:
+        """Return once Trio's clock reaches ``deadline``, or at :meth:`wake_all`."""
+        if not self._running:
+            with trio.move_on_at(deadline):
+                await self._woken.wait()
+            return
+        task = trio.lowlevel.current_task()
+        ticket = next(self._tickets)
+        heapq.heappush(self._heap, (deadline, ticket, task))
+        self._parked[task] = ticket
+        if deadline < self._timer_at:
+            self._replan.set()
+
+        def abort(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+            if self._parked.get(task) == ticket:
+                del self._parked[task]
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def wake_all(self) -> None:
+        """Wake every sleeping loop now."""
+        for task in self._parked:
+            trio.lowlevel.reschedule(task)
+        self._parked.clear()
+        self._heap.clear()
+        self._woken.set()
+        self._woken = trio.Event()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The timer: wake each parked loop at its deadline, until cancelled."""
+        self._running = True
+        task_status.started()
+        try:
+            while True:
+                now = trio.current_time()
+                heap, parked = self._heap, self._parked
+                while heap and heap[0][0] <= now:
+                    _, ticket, task = heapq.heappop(heap)
+                    if parked.get(task) == ticket:  # else cancelled, or parked again since
+                        del parked[task]
+                        trio.lowlevel.reschedule(task)
+                if len(heap) > 2 * len(parked) + PRUNE_SLACK:
+                    self._heap = heap = [
+                        entry for entry in heap if parked.get(entry[2]) == entry[1]
+                    ]
+                    heapq.heapify(heap)
+                self._timer_at = heap[0][0] if heap else math.inf
+                if self._replan.is_set():
+                    self._replan = trio.Event()
+                with trio.move_on_at(self._timer_at):
+                    await self._replan.wait()
+        finally:
+            self._running = False
+            self._timer_at = math.inf
+            self.wake_all()  # nothing may stay parked without a timer
