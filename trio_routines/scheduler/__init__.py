@@ -4,7 +4,8 @@ Theory of operation
 -------------------
 
 Two clocks, never mixed. *When to wake up* is Trio's clock (a deadline on it, kept by one
-timer for every loop: ``sleepers``); *what time it is, which slot* is the injected wall clock. Each cron routine has one task::
+timer for every loop: ``sleepers``); *what time it is, which slot* is the injected wall
+clock. Each cron routine has one task::
 
     due = next slot after (newest claim's firedAt, or now on a first boot)
     loop:
