@@ -435,6 +435,7 @@ def bench_boot(report: Report, state: Path, routines: int, claims: int, reps: in
         report.out()
     runs = repeat(reps, lambda: case("boot", state=str(seed), routines=routines))
     boot, listing = stat(runs, "boot_ms"), stat(runs, "listing_ms")
+    boot_cpu, listing_cpu = stat(runs, "boot_cpu_ms"), stat(runs, "listing_cpu_ms")
     reads = stat(runs, "files_read")
     report.table(
         f"5. Boot: {routines:,} routines × {claims} claims each (warm cache)",
@@ -442,6 +443,8 @@ def bench_boot(report: Report, state: Path, routines: int, claims: int, reps: in
         [
             ["start → armed (nursery.start returns)", boot.show()],
             [f"os.listdir of the {routines:,} claim directories", listing.show()],
+            ["start → armed, CPU time (every thread)", boot_cpu.show()],
+            ["os.listdir, CPU time", listing_cpu.show()],
             ["claim files read during boot", reads.show(0)],
         ],
     )
