@@ -343,7 +343,11 @@ async def test_a_settle_fault_in_a_fire_leaves_an_interrupted_claim_for_the_next
 ) -> None:
     routine = Routine(name=ROUTINE, prompt="p", cron="0 9 * * *")
     agent = ScriptedAgent()
-    scheduler = Scheduler(agent=agent, store=store, routines=[routine], wakeups=False)
+    # A failed settle is retried for up to the grace (real time here: real file IO); keep it
+    # short, the retries' own schedule is pinned in test_store_bounds.
+    scheduler = Scheduler(
+        agent=agent, store=store, routines=[routine], wakeups=False, default_grace=0.5
+    )
     faults.arm("write", is_claim(store, SLOT), code)
     # The claim's stamp is a write too: let the claim through, fail only the settle's write.
     original = faults.check
