@@ -268,3 +268,19 @@ async def test_duplicate_and_stale_are_each_logged_once(
 )
 def test_durations_in_log_lines(seconds: float, text: str) -> None:
     assert duration(seconds) == text
+
+
+async def test_after_a_fire_the_loop_rearms_in_the_routines_zone_with_its_hash(
+    autojump_clock: Any,
+) -> None:
+    # H 9 in Berlin for "report": 09:31 Berlin, 07:31 UTC in summer.
+    report = Routine(name="report", prompt="p", cron="H 9 * * *", tz="Europe/Berlin")
+    sched, agent, _, wall = scheduler(report)
+    first = datetime(2026, 7, 8, 7, 31, tzinfo=UTC)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sched.run)
+        assert sched.statistics().next_due == {"report": first}
+        await trio.sleep((first - wall()).total_seconds() + 60)
+        assert [t.wall for t in agent.turns] == [first]
+        assert sched.statistics().next_due == {"report": first + timedelta(days=1)}
+        sched.stop(0)
