@@ -71,11 +71,19 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ],
     ),
     "directory": (
-        ["trio_routines/stores/directory.py", "trio_routines/stores/directory/*"],
+        [
+            "trio_routines/stores/directory.py",
+            "trio_routines/stores/claimfiles.py",
+            "trio_routines/stores/safefile.py",
+            "trio_routines/stores/wakeupfile.py",
+            "trio_routines/stores/newest.py",
+            "trio_routines/stores/dirpause.py",
+        ],
         [
             "tests/test_directory_store.py",
             "tests/test_store_contract.py",
             "tests/test_pinned_stores.py",
+            "tests/test_newest.py",
         ],
     ),
 }
