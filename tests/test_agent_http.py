@@ -190,6 +190,7 @@ async def test_a_server_that_never_answers_fails_on_the_read_timeout() -> None:
     assert len(server.requests) == 1
 
 
+@pytest.mark.slow
 async def test_the_routine_timeout_bounds_a_turn_whose_server_trickles() -> None:
     # A server sending a comment every 0.1 s never trips the read timeout: only the routine's
     # timeout (the runtime's scope) ends the turn.
@@ -547,6 +548,7 @@ async def test_a_stops_grace_cancels_a_turn_waiting_on_the_server() -> None:
     assert len(server.requests) == 1
 
 
+@pytest.mark.slow
 async def test_a_server_whose_backlog_is_full_fails_on_the_connect_timeout() -> None:
     # A listener that never accepts, its queue filled: further connections are never completed.
     listener = trio.socket.socket()

@@ -142,6 +142,7 @@ async def _cancel_mid_turn(agent: CommandAgent, pid_file: Path, expect: int) -> 
     return [int(line) for line in lines(pid_file)]
 
 
+@pytest.mark.slow
 async def test_cancelled_cmd_terminates_its_whole_process_group(pid_file: Path) -> None:
     # The shell forks a grandchild: it must die too, not be orphaned.
     agent = CommandAgent(f"echo $$ >> {pid_file}; sleep 30 & echo $! >> {pid_file}; wait")

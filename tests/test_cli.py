@@ -15,6 +15,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from procs import Env, alive, lines, one_line, stop, wait_for, years_ago
 
 from trio_routines.instants import format_iso, parse_iso
@@ -25,6 +26,7 @@ SLOT = "2026-07-07T09:00:00.000Z"  # on the grid of "0 9 * * *"
 # --- fire: the external clock ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_concurrent_fires_of_one_slot_run_exactly_one_turn(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *")
     agent = f'cmd:echo "$TRIO_ROUTINES_SLOT" >> {env.marker}; sleep 0.3; echo done'
@@ -86,6 +88,7 @@ def test_fire_without_cron_accepts_any_instant(env: Env) -> None:
     assert result.stdout.startswith("adhoc 2026-07-07T07:13:27.500Z: completed (")
 
 
+@pytest.mark.slow
 def test_fire_stopped_by_sigterm_settles_interrupted_and_kills_the_command(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *")
     agent = f"cmd:sleep 30 & echo $! >> {env.marker}; wait"
@@ -109,6 +112,7 @@ def test_serve_refuses_a_public_http_address_without_a_token(env: Env) -> None:
 # --- serve: crashes, stops, catch-up --------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sigkill_mid_turn_leaves_the_claim_open_and_the_next_boot_records_it(env: Env) -> None:
     env.routine("yearly", cron="0 0 1 1 *")
     env.seed("yearly", years_ago(2))  # so the boot catches up one missed slot at once
@@ -134,6 +138,7 @@ def test_sigkill_mid_turn_leaves_the_claim_open_and_the_next_boot_records_it(env
     assert len(lines(env.marker)) == 1  # not replayed
 
 
+@pytest.mark.slow
 def test_sigterm_lets_a_turn_shorter_than_the_grace_complete(env: Env) -> None:
     env.routine("yearly", cron="0 0 1 1 *")
     env.seed("yearly", years_ago(2))
@@ -146,6 +151,7 @@ def test_sigterm_lets_a_turn_shorter_than_the_grace_complete(env: Env) -> None:
     assert "SIGTERM received" in env.log()
 
 
+@pytest.mark.slow
 def test_sigterm_interrupts_a_turn_longer_than_the_grace_and_kills_its_group(env: Env) -> None:
     env.routine("yearly", cron="0 0 1 1 *")
     env.seed("yearly", years_ago(2))
@@ -234,6 +240,7 @@ def make_due(env: Env) -> None:
     env.write_wakeups([{**entry, "fireAt": past} for entry in env.wakeups()])
 
 
+@pytest.mark.slow
 def test_a_wake_up_added_with_wake_fires_into_its_session_when_due(env: Env) -> None:
     result = env.cli(
         "wake", "--session", "chat-1", "--in", "2m", "--prompt", "check the build", "--json"
@@ -257,6 +264,7 @@ def test_a_wake_up_added_with_wake_fires_into_its_session_when_due(env: Env) -> 
     assert env.wakeups() == []
 
 
+@pytest.mark.slow
 def test_unwake_cancels_a_wake_up_before_it_fires(env: Env) -> None:
     ids = {}
     result = env.cli("wake", "--session", "a", "--in", "5m", "--prompt", "p")
@@ -285,6 +293,7 @@ def test_unwake_cancels_a_wake_up_before_it_fires(env: Env) -> None:
     assert lines(env.marker) == ["b"]
 
 
+@pytest.mark.slow
 def test_two_serves_on_one_state_never_fire_a_wake_up_twice(env: Env) -> None:
     past = format_iso(datetime.now(UTC) - timedelta(minutes=1))
     sessions = [f"s{i}" for i in range(16)]

@@ -152,6 +152,7 @@ def test_an_unknown_name_first_reports_the_broken_files_that_may_explain_it(env:
     assert not env.state.exists()
 
 
+@pytest.mark.slow
 def test_names_and_reasons_never_reach_the_terminal_with_live_control_characters(
     env: Env,
 ) -> None:

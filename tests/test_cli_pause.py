@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from procs import Env, one_line
 
 
+@pytest.mark.slow
 def test_pause_and_resume_from_the_command_line(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *")
     paused = env.cli("pause", "daily")

@@ -27,6 +27,7 @@ def status(env: Env, *args: str, token: str | None = TOKEN) -> subprocess.Comple
     )
 
 
+@pytest.mark.slow
 def test_status_shows_the_turns_a_running_serve_has_in_flight(env: Env) -> None:
     env.routine("slow", prompt="take your time")
     env.routine("daily", cron="0 9 * * *")
@@ -80,6 +81,7 @@ def test_status_without_a_server_says_so(env: Env) -> None:
     assert json.loads(status(env, "--json").stdout)["server"] is None
 
 
+@pytest.mark.slow
 def test_a_server_that_never_answers_costs_a_bounded_wait(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *")
     with socket.socket() as silent:  # accepts connections (the backlog), never answers

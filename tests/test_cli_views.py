@@ -7,6 +7,7 @@ import re
 import subprocess
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from procs import Env, one_line, stop
 
 from trio_routines.instants import format_iso, parse_iso
@@ -32,6 +33,7 @@ def seed_days(env: Env) -> None:
     env.seed("daily", START + timedelta(days=21), outcome=None)
 
 
+@pytest.mark.slow
 def test_history_is_a_table_newest_first_with_the_reason(env: Env) -> None:
     empty = env.cli("history", "daily")
     assert (empty.returncode, empty.stdout) == (0, "")
@@ -70,6 +72,7 @@ def test_history_is_a_table_newest_first_with_the_reason(env: Env) -> None:
     assert entries[21] == {"slot": "2026-07-22T09:00:00.000Z", "firedAt": entries[21]["firedAt"]}
 
 
+@pytest.mark.slow
 def test_history_filters_by_count_instant_and_outcome(env: Env) -> None:
     seed_days(env)
     newest = env.cli("history", "daily", "-n", "2").stdout.splitlines()
@@ -91,6 +94,7 @@ def test_history_filters_by_count_instant_and_outcome(env: Env) -> None:
     assert one_line(none.stderr).startswith('no fires matching --since/--outcome for "daily"')
 
 
+@pytest.mark.slow
 def test_list_shows_next_left_last_recent_and_wake_ups(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *", tz="Europe/Berlin")
     env.routine("adhoc")

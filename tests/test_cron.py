@@ -908,6 +908,7 @@ REFERENCE_HORIZON = timedelta(days=400)
     suppress_health_check=[HealthCheck.too_slow],
 )
 @given(cron=cron_expressions(), where=instants_near_transitions())
+@pytest.mark.slow
 def test_matches_the_reference(cron: str, where: tuple[str, datetime]) -> None:
     tz, after = where
     assert cron_error(cron, tz) is None
@@ -1011,6 +1012,7 @@ def cronsim_expressions(draw: st.DrawFn) -> str:
     tz=st.sampled_from(DST_ZONES),
     data=st.data(),
 )
+@pytest.mark.slow
 def test_cronsim_second_opinion(cron: str, tz: str, data: st.DataObject) -> None:
     changes = transitions(tz)
     if changes:

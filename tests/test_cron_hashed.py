@@ -221,6 +221,7 @@ def hashed_expressions(draw: st.DrawFn) -> str:
     seed=st.text(min_size=1, max_size=12),
     where=instants_near_transitions(),
 )
+@pytest.mark.slow
 def test_hashed_matches_the_reference_after_substitution(
     cron: str, seed: str, where: tuple[str, datetime]
 ) -> None:

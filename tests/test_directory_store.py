@@ -313,6 +313,7 @@ async def test_a_wakeup_lock_held_elsewhere_is_a_bounded_wait(tmp_path: Path) ->
     assert len(await store.list_wakeups()) == 2
 
 
+@pytest.mark.slow
 def test_a_boot_reconcile_racing_a_real_settle_never_leaves_interrupted(tmp_path: Path) -> None:
     # Another scheduler boots while this one settles: whichever order the two writes land in,
     # the real outcome must survive (the reconcile writes only an unsettled claim).

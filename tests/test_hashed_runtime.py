@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
+import pytest
 import trio
 
 from tests.procs import Env
@@ -70,6 +71,7 @@ def test_h_needs_a_name_on_the_command_line(env: Env) -> None:
     assert "--name goes with --cron" in result.stderr
 
 
+@pytest.mark.slow
 def test_list_and_fire_use_the_resolved_schedule(env: Env) -> None:
     env.routine("digest", cron="H 9 * * *")
     resolved = resolve_hashed("H 9 * * *", "digest")

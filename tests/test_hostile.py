@@ -114,6 +114,7 @@ def test_a_routine_name_with_line_breaks_stays_on_one_log_line(env: Env) -> None
 # --- names ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_longest_file_name_makes_a_working_routine(env: Env) -> None:
     name = "n" * 252  # 255 bytes with ".md": the most a file name may hold
     env.routine(name, cron='"0 9 * * *"')
@@ -124,6 +125,7 @@ def test_the_longest_file_name_makes_a_working_routine(env: Env) -> None:
 
 
 @pytest.mark.parametrize("command", [["history"], ["history", "--json"]])
+@pytest.mark.slow
 def test_a_name_too_long_for_the_file_system_is_one_line_not_a_traceback(
     env: Env, command: list[str]
 ) -> None:

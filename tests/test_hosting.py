@@ -63,6 +63,7 @@ async def test_sigterm_stops_with_the_grace_and_the_turn_is_settled() -> None:
     assert scheduler.stopping
 
 
+@pytest.mark.slow
 async def test_a_second_signal_stops_at_once() -> None:
     agent, store = ScriptedAgent(Hang()), MemoryStore()
     scheduler = scheduler_with(agent, store)
@@ -99,6 +100,7 @@ async def test_an_open_bind_without_a_token_starts_nothing() -> None:
     assert scheduler.statistics().in_flight == 0
 
 
+@pytest.mark.slow
 def test_one_default_grace_for_the_library_and_the_command_line() -> None:
     from trio_routines.cli.parser import build_parser
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from test_http import TOKEN, assert_error, serving
 
 from trio_routines.errors import StateFault
@@ -33,6 +34,7 @@ async def test_readyz_is_503_when_the_store_faults_while_healthz_stays_cheap() -
         assert (await server.call("GET", "/readyz")).status == 200
 
 
+@pytest.mark.slow
 async def test_readyz_answers_503_within_its_deadline_when_the_store_hangs() -> None:
     store = MemoryStore()
     store.hang("ready")

@@ -78,6 +78,7 @@ def claimed_slots(schema: str, routine: str) -> list[int]:
     return [(slot - T0) // MINUTE for (slot,) in rows]
 
 
+@pytest.mark.slow
 def test_schema_creation_races_safely_and_is_versioned(url: str, schema: str) -> None:
     race("open", url, schema, [[] for _ in range(6)])
     with admin() as conn:
@@ -267,6 +268,7 @@ async def test_a_claim_killed_mid_transaction_faults_and_leaves_no_claim(
     await store.aclose()
 
 
+@pytest.mark.slow
 async def test_a_lock_held_by_a_stalled_replica_is_a_bounded_wait(url: str, schema: str) -> None:
     # Claims run inside shielded fires: the server must not make them wait without end.
     store = PostgresStore(url, schema=schema, timeout=1.0)
@@ -350,6 +352,7 @@ async def test_connections_killed_during_activity(url: str, schema: str) -> None
 # -- faults and wiring ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_an_unreachable_server_is_a_one_line_state_fault(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -400,6 +403,7 @@ async def test_unknown_outcomes_read_as_unsettled(url: str, schema: str) -> None
     await store.aclose()
 
 
+@pytest.mark.slow
 def test_a_refused_connection_is_one_line_in_our_format(tmp_path: Path) -> None:
     env = Env(tmp_path)
     env.state = "postgresql://postgres@127.0.0.1:1/test"  # type: ignore[assignment]

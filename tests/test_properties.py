@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
+import pytest
 import trio
 import trio.testing
 from hypothesis import given, settings
@@ -266,5 +267,6 @@ async def _play(plan: dict[str, Any]) -> None:
 
 @settings(max_examples=EXAMPLES)
 @given(plans())
+@pytest.mark.slow
 def test_schedulers_sharing_a_store_keep_every_promise(plan: dict[str, Any]) -> None:
     trio.run(_play, plan, clock=trio.testing.MockClock(autojump_threshold=0))
