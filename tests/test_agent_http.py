@@ -495,7 +495,7 @@ async def test_the_example_receiver_turns_at_most_once_into_exactly_once(tmp_pat
         ]
         woken = await collect(agent, FireContext("wakeup", "chat-3", wakeup="w-9"), "ping")
         assert text_of(woken) == "Working on wake-up w-9: ping — done."
-        (refused,) = await collect(HttpAgent(url, token="wrong"))
+        (refused,) = await collect(HttpAgent(url, token="not-the-right-one"))
         assert refused == Failed("the agent answered 401: missing or wrong bearer token")
     finally:
         proc.terminate()
@@ -581,3 +581,15 @@ def test_the_readme_states_the_limits_the_code_has() -> None:
     assert f"at most {agent_http.MAX_REPLY >> 20} MiB" in section
     assert f"at most {agent_http.REASON_LIMIT} characters" in section
     assert f"at most {agent_http.MAX_REDIRECTS})" in section
+
+
+async def test_a_server_echoing_the_token_never_puts_it_in_a_reason() -> None:
+    secret = "sk-echoed-7f2b"
+    body = f"invalid token 'Bearer {secret}'"
+    async with serving(reply(401, body, "text/plain")) as server:
+        found = await collect(HttpAgent(server.url(), token=secret))
+    assert found == [Failed("the agent answered 401: invalid token 'Bearer ***'")]
+    stream = f"event: failed\ndata: the key {secret} expired\n\n"
+    async with serving(reply(200, stream, "text/event-stream")) as server:
+        (last,) = await collect(HttpAgent(server.url(), token=secret))
+    assert last == Failed("the key *** expired")

@@ -309,3 +309,13 @@ async def test_echo_satisfies_the_protocol() -> None:
     stream: AsyncIterator[Event] = agent.invoke("s", "t")
     async with aclosing(stream):  # type: ignore[type-var]
         assert await stream.__anext__() == TextDelta("t")
+
+
+async def test_cmd_never_inherits_our_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRIO_ROUTINES_TOKEN", "api-secret")
+    monkeypatch.setenv("TRIO_ROUTINES_AGENT_TOKEN", "agent-secret")
+    monkeypatch.setenv("OTHER_SETTING", "kept")
+    script = 'printf "%s|%s|%s" "${TRIO_ROUTINES_TOKEN-unset}" '
+    script += '"${TRIO_ROUTINES_AGENT_TOKEN-unset}" "$OTHER_SETTING"'
+    events = await collect(agent_from_spec(f"cmd:{script}"))
+    assert reply(events) == "unset|unset|kept"

@@ -231,7 +231,7 @@ class HttpAgent:
         if answer.kind in ("busy", "failed"):
             body = await _read_some(response, ERROR_BODY_LIMIT)
             line = first_line(body)
-            reason = answer.reason + (f": {line}" if line else "")
+            reason = self._hide(answer.reason + (f": {line}" if line else ""))
             yield Failed(reason, SESSION_BUSY if answer.kind == "busy" else None)
             return
         charset = "utf-8" if answer.kind == "events" else response.charset_encoding
@@ -256,12 +256,17 @@ class HttpAgent:
             return
         for delta in reader.feed(decoder.decode(b"", final=True), final=True):
             yield delta
-        yield reader.outcome or Completed()
+        outcome = reader.outcome
+        if outcome is not None:  # the server's own words become a stored reason: no token
+            outcome = Failed(self._hide(outcome.details), outcome.code)
+        yield outcome or Completed()
+
+    def _hide(self, text: str) -> str:
+        """``text`` without our token in it, whoever put it there (a server echoing it)."""
+        return text if self._token is None else text.replace(self._token, "***")
 
     def _describe(self, exc: httpx.HTTPError) -> str:
-        detail = _detail(exc)
-        if self._token is not None:  # whatever a library puts in a message, not the token
-            detail = detail.replace(self._token, "***")
+        detail = self._hide(_detail(exc))  # whatever a library puts in a message
         where = self.origin
         if isinstance(exc, httpx.ConnectTimeout):
             return f"could not connect to {where} within {self.connect_timeout:g}s (not retried)"

@@ -50,6 +50,8 @@ __all__ = ["KILL_GRACE", "CommandAgent", "EchoAgent", "InvalidAgent", "agent_fro
 
 #: Seconds a cancelled command's process group gets between SIGTERM and SIGKILL.
 KILL_GRACE = 2.0
+# Secrets of ours a command must not inherit: the HTTP surface's token, the HTTP agent's.
+HIDDEN_FROM_COMMANDS = frozenset({"TRIO_ROUTINES_TOKEN", "TRIO_ROUTINES_AGENT_TOKEN"})
 #: How much of the end of stderr a failed command reports, in bytes and in lines.
 STDERR_TAIL_BYTES = 4096
 STDERR_TAIL_LINES = 5
@@ -80,7 +82,9 @@ class CommandAgent:
         return f"CommandAgent({self.command!r})"
 
     def environment(self, session: str) -> dict[str, str]:
-        env = dict(os.environ)
+        # The command gets our environment but not our secrets: a turn steered by its prompt
+        # must not find the HTTP surface's token (or the HTTP agent's) to call us back with.
+        env = {k: v for k, v in os.environ.items() if k not in HIDDEN_FROM_COMMANDS}
         fire = current_fire()
         routine = fire.routine if fire is not None else None
         if routine is None and _is_routine(session):

@@ -69,7 +69,8 @@ class CronLoops(FirePath, ClockWatch, Restarts):
                                     exc,
                                 )
                     finally:
-                        del self._firing[name]
+                        if self._firing.get(name) is firing:  # not a newer version's entry
+                            del self._firing[name]
                         firing.set()
                     if not self._current(routine):
                         return

@@ -54,8 +54,10 @@ class Scheduler(Boot, Reload, WakeLoop):
     async def _run_loops(self, booted: dict[str, Routine], first_due: dict[str, datetime]) -> None:
         with self._loops:
             async with trio.open_nursery() as loops:
-                self._loop_nursery = loops
                 await loops.start(self._sleepers.run)  # before any loop sleeps
+                # Published only now: an update_routines() during the await above must not
+                # start a loop that the arming below would start a second time.
+                self._loop_nursery = loops
                 for name, routine in self.routines.items():
                     if self.external_clock or routine.cron is None:
                         continue

@@ -111,10 +111,14 @@ class DirectoryStore(Lifetime):
         try:
             await self._commit.durable(pending.device, pending.fd)
         except OSError as exc:
-            await self._run(self._files.unclaim_after, routine, slot)
+            # Shielded (short local disk work): a caller cancelled while its flush ran must
+            # still take back a claim that is not durable, or the slot would be burned.
+            with trio.CancelScope(shield=True):
+                await self._run(self._files.unclaim_after, routine, slot)
             raise self._files.not_durable(routine, slot, exc) from None
         if pending.prune_later:
-            await self._run(self._files.prune_later, routine, pending.prune_later)
+            with trio.CancelScope(shield=True):  # the claim is taken: report it, whatever comes
+                await self._run(self._files.prune_later, routine, pending.prune_later)
         return result
 
     def claim_sync(self, routine: str, slot: datetime, fired_at: datetime) -> ClaimResult:
