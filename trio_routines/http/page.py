@@ -28,7 +28,7 @@ import hashlib
 import hmac
 import json
 from collections import defaultdict
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from datetime import datetime, timedelta
 from importlib import resources
 from typing import TypeVar
@@ -38,11 +38,11 @@ import trio
 
 from ..cron import next_run
 from ..errors import StateFault, TrioRoutinesError
-from ..logs import one_line
 from ..records import Fire
 from ..routines import Routine
-from ..scheduler import Scheduler
+from ..scheduler import Scheduler, Statistics
 from ..stores.directory import DirectoryStore
+from ..text import one_line
 from .render import (
     MAX_MARKS,
     WINDOW,
@@ -150,15 +150,10 @@ def _expected(routine: Routine, start: datetime, now: datetime) -> list[datetime
     return slots
 
 
-def _next_due(
-    routine: Routine,
-    armed: tuple[str, ...],
-    due: Mapping[str, datetime | None],
-    now: datetime,
-) -> datetime | None:
+def _next_due(routine: Routine, stats: Statistics, now: datetime) -> datetime | None:
     """What the routine's loop waits for; without a loop (external clock), the cron's next."""
-    if routine.name in armed:
-        return due.get(routine.name)
+    if routine.name in stats.next_due:
+        return stats.next_due[routine.name]
     if routine.cron is None:
         return None
     try:
@@ -178,9 +173,8 @@ async def _bounded_read(call: str, read: Awaitable[T]) -> tuple[T | None, str | 
 
 
 async def _routine_view(
-    scheduler: Scheduler, routine: Routine, now: datetime, paused: bool
+    scheduler: Scheduler, routine: Routine, stats: Statistics, now: datetime, paused: bool
 ) -> RoutineView:
-    stats = scheduler.statistics()
     found, problem = await _bounded_read("history", scheduler.store.history(routine.name))
     fires: list[Fire] = found or []
     start = now - WINDOW
@@ -195,8 +189,8 @@ async def _routine_view(
         cron=routine.cron,
         tz=routine.tz,
         resolved=routine.resolved_cron,
-        next_due=_next_due(routine, stats.armed, stats.next_due, now),
-        external=routine.cron is not None and routine.name not in stats.armed,
+        next_due=_next_due(routine, stats, now),
+        external=routine.cron is not None and routine.name not in stats.next_due,
         paused=paused,
         marks=marks,
         recent=tuple(fires[-MAX_MARKS:]),
@@ -210,11 +204,12 @@ async def gather(scheduler: Scheduler, poll: float = POLL) -> PageView:
     now = scheduler.now()
     # Read from the store, not remembered: another replica may have paused a routine.
     stored, _ = await _bounded_read("paused", scheduler.store.paused())
-    paused = scheduler.statistics().paused if stored is None else stored
+    stats = scheduler.statistics()  # one snapshot for every row
+    paused = stats.paused if stored is None else stored
     routines = []
     for name in sorted(scheduler.routines):
         routine = scheduler.routines[name]
-        routines.append(await _routine_view(scheduler, routine, now, name in paused))
+        routines.append(await _routine_view(scheduler, routine, stats, now, name in paused))
     found, problem = await _bounded_read("wake-ups", scheduler.store.list_wakeups())
     groups: dict[str, list[datetime]] = defaultdict(list)
     for wakeup in found or []:

@@ -20,7 +20,6 @@ as missed: nothing is known of them.
 from __future__ import annotations
 
 import html
-import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
@@ -28,13 +27,12 @@ import attrs
 
 from ..instants import format_iso
 from ..records import Fire
+from ..text import visible
 
 WINDOW = timedelta(hours=24)
 MAX_MARKS = 50  # slots on one timeline, and fires on the strip
 SETTLING = timedelta(minutes=1)  # a slot this recent without a claim is not missed yet
 WIDTH, HEIGHT = 480, 28  # the timeline's viewBox
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 # Outcome -> (letter, word). "running" is a claim without an outcome; "missed" no claim at all.
 KINDS: dict[str, tuple[str, str]] = {
@@ -49,8 +47,7 @@ KINDS: dict[str, tuple[str, str]] = {
 
 def _esc(text: object) -> str:
     """HTML-escaped, quotes included, with control characters made visible."""
-    visible = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
-    return html.escape(visible, quote=True)
+    return html.escape(visible(str(text)), quote=True)
 
 
 @attrs.frozen
