@@ -27,6 +27,7 @@ from trio_routines.errors import InvalidAgent
 from trio_routines.records import ClaimStatus, Outcome
 from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
+from trio_routines.sse import MAX_LINE
 from trio_routines.testing import MemoryStore, WallClock
 
 SLOT = datetime(2026, 7, 7, 9, 0, tzinfo=UTC)
@@ -243,6 +244,19 @@ async def test_a_reply_is_kept_up_to_the_limit() -> None:
     last = found[-1]
     assert isinstance(last, Failed)
     assert "passed 1000 bytes" in last.details
+
+
+async def test_an_endless_line_in_small_pieces_fails_the_turn_at_the_line_cap() -> None:
+    pieces = ["data: ok\n\n", "data: ", *(["y" * 4096] * (MAX_LINE // 4096 + 1)), "\n\n"]
+    async with serving(events(*pieces, pause=0)) as server:
+        found = await collect(HttpAgent(server.url()))
+    assert found == [
+        TextDelta("ok"),
+        Failed(
+            f"the agent's event stream sent a line longer than {MAX_LINE} characters — "
+            "stopped reading"
+        ),
+    ]
 
 
 async def test_redirects_are_followed_only_within_the_origin() -> None:

@@ -42,7 +42,7 @@ from .context import FireContext, current_fire
 from .errors import InvalidAgent
 from .instants import format_iso
 from .logs import one_line
-from .sse import EventStreamParser
+from .sse import EventStreamParser, LineTooLong
 
 __all__ = ["HttpAgent", "classify", "request_body"]
 
@@ -246,16 +246,17 @@ class HttpAgent:
                 kept += len(chunk)
                 for delta in reader.feed(decoder.decode(chunk, final=cut)):
                     yield delta
-                if cut:
+                if cut or reader.overlong:
                     break
-        if cut and reader.parser is not None:
+        if cut and reader.parser is not None and not reader.overlong:
             yield Failed(
                 f"the agent's event stream passed {self.max_reply} bytes without ending — "
                 "stopped reading"
             )
             return
-        for delta in reader.feed(decoder.decode(b"", final=True), final=True):
-            yield delta
+        if not reader.overlong:
+            for delta in reader.feed(decoder.decode(b"", final=True), final=True):
+                yield delta
         outcome = reader.outcome
         if outcome is not None:  # the server's own words become a stored reason: no token
             outcome = Failed(self._hide(outcome.details), outcome.code)
@@ -287,11 +288,20 @@ class _Reader:
     def __init__(self, parser: EventStreamParser | None) -> None:
         self.parser = parser
         self.outcome: Failed | None = None
+        self.overlong = False  # a line passed the parser's cap: the stream is unreadable
 
     def feed(self, piece: str, final: bool = False) -> list[TextDelta]:
         if self.parser is None:
             return [TextDelta(piece)] if piece else []
-        found = self.parser.feed(piece) + (self.parser.close() if final else [])
+        try:
+            found = self.parser.feed(piece) + (self.parser.close() if final else [])
+        except LineTooLong:
+            self.overlong = True
+            self.outcome = Failed(
+                "the agent's event stream sent a line longer than "
+                f"{self.parser.max_line} characters — stopped reading"
+            )
+            return []
         deltas = []
         for kind, data in found:
             self.outcome = _event(kind, data) or self.outcome  # the last one wins
