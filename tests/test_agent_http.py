@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import os
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from agent_server import AgentServer, Request, Respond, events, never_answer, reply
+from agent_server import AgentServer, Request, Respond, events, head, never_answer, reply
 from procs import Env
 
 from trio_routines.agent import SESSION_BUSY, Agent, Completed, Event, Failed, TextDelta
@@ -244,6 +245,34 @@ async def test_a_reply_is_kept_up_to_the_limit() -> None:
     last = found[-1]
     assert isinstance(last, Failed)
     assert "passed 1000 bytes" in last.details
+
+
+def gzipped(status: int, content_type: str, body: bytes, coding: str = "gzip") -> Respond:
+    packed = body if coding == "identity" else gzip.compress(body)
+
+    async def respond(request: Request, stream: trio.abc.Stream) -> None:
+        extra = f"Content-Encoding: {coding}\r\n"
+        await stream.send_all(head(status, content_type, extra, len(packed)) + packed)
+
+    return respond
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "text/event-stream"])
+async def test_a_compressed_answer_is_never_inflated(content_type: str) -> None:
+    bomb = b"data: " + b"x" * (8 << 20) + b"\n\n"  # 8 MiB that gzip packs into a few KiB
+    async with serving(gzipped(200, content_type, bomb, "GZip")) as server:
+        found = await collect(HttpAgent(server.url()))
+    assert found == [
+        Failed("the agent answered in Content-Encoding gzip, not the identity asked for — not read")
+    ]
+    async with serving(gzipped(200, "text/plain", b"fine", "identity")) as server:
+        found = await collect(HttpAgent(server.url()))
+    assert found == [TextDelta("fine"), Completed()]
+    for status, busy in ((500, None), (409, SESSION_BUSY)):
+        async with serving(gzipped(status, "text/plain", b"boom\n" + bomb)) as server:
+            found = await collect(HttpAgent(server.url()))
+        reason = f"the agent answered {status}" + (" (busy)" if busy else "")
+        assert found == [Failed(f"{reason}: its body in Content-Encoding gzip was not read", busy)]
 
 
 async def test_an_endless_line_in_small_pieces_fails_the_turn_at_the_line_cap() -> None:

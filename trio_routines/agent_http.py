@@ -18,7 +18,9 @@ Bounds, all ours: a connect timeout, a read timeout between two pieces of the an
 :data:`MAX_REPLY` bytes of answer read (a plain body is cut there and the turn completes -- the
 status already said so; an event stream not finished by then fails, its outcome unknown), and
 the routine's ``timeout`` around the whole turn (the runtime's cancel scope, as is a stop's
-grace). TLS is verified against the system's roots, or ``TRIO_ROUTINES_AGENT_CA`` when set.
+grace). The request asks for ``identity`` and the answer is read raw: one in another
+``Content-Encoding`` fails the turn unread (inflated, a small gzip bomb would pass the limit).
+TLS is verified against the system's roots, or ``TRIO_ROUTINES_AGENT_CA`` when set.
 The token from ``TRIO_ROUTINES_AGENT_TOKEN`` goes in one header and nowhere else: not in a
 ``repr``, a log line or an error, which name the origin (scheme, host, port) and never the
 path's query.
@@ -104,6 +106,12 @@ def first_line(body: bytes, limit: int = REASON_LIMIT) -> str:
             line = one_line(line)
             return line if len(line) <= limit else line[: limit - 1] + "…"
     return ""
+
+
+def coding_of(values: list[str]) -> str:
+    """The content codings an answer declares besides ``identity`` ("" for none), one line."""
+    codings = (value.strip().lower() for value in values)
+    return _reason(", ".join(c for c in codings if c and c != "identity"))
 
 
 def _reason(text: str) -> str:
@@ -228,18 +236,31 @@ class HttpAgent:
         return target if location and _origin(target) == self.origin else None
 
     async def _read(self, response: httpx.Response, answer: Answer) -> AsyncIterator[Event]:
+        # Raw bytes only: httpx would inflate any coding, and a small gzip bomb would pass our
+        # size limits after inflating. We asked for identity; anything else is not read.
+        coding = coding_of(response.headers.get_list("content-encoding", split_commas=True))
         if answer.kind in ("busy", "failed"):
-            body = await _read_some(response, ERROR_BODY_LIMIT)
-            line = first_line(body)
+            if coding:
+                line = f"its body in Content-Encoding {coding} was not read"
+            else:
+                line = first_line(await _read_some(response, ERROR_BODY_LIMIT))
             reason = self._hide(answer.reason + (f": {line}" if line else ""))
             yield Failed(reason, SESSION_BUSY if answer.kind == "busy" else None)
+            return
+        if coding:
+            yield Failed(
+                self._hide(
+                    f"the agent answered in Content-Encoding {coding}, not the identity asked "
+                    "for — not read"
+                )
+            )
             return
         charset = "utf-8" if answer.kind == "events" else response.charset_encoding
         decoder = _decoder(charset)
         reader = _Reader(EventStreamParser() if answer.kind == "events" else None)
         kept = 0
         cut = False
-        async with aclosing(response.aiter_bytes()) as chunks:  # type: ignore[type-var]
+        async with aclosing(response.aiter_raw()) as chunks:  # type: ignore[type-var]
             async for chunk in chunks:
                 if len(chunk) >= self.max_reply - kept:
                     chunk, cut = chunk[: self.max_reply - kept], True
@@ -320,7 +341,7 @@ def _event(kind: str, data: str) -> Failed | None:
 
 async def _read_some(response: httpx.Response, limit: int) -> bytes:
     body = b""
-    async with aclosing(response.aiter_bytes()) as chunks:  # type: ignore[type-var]
+    async with aclosing(response.aiter_raw()) as chunks:  # type: ignore[type-var]
         async for chunk in chunks:
             body += chunk
             if len(body) >= limit:
