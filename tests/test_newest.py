@@ -56,8 +56,9 @@ async def test_concurrent_reads_each_get_their_own_answer_in_few_thread_calls() 
         for name in [*names, "none"]:
             nursery.start_soon(ask, name)
     assert answers == {**{name: fire_of(name) for name in names}, "none": None}
-    # The first READERS callers read alone; everyone after them is read in batches.
-    assert reader.calls <= READERS + -(-(len(names) + 1 - READERS) // BATCH)
+    # The first READERS callers read alone; everyone after them is read in full batches, but
+    # for the last few readers, woken together, who split what is left of the queue.
+    assert reader.calls <= READERS + -(-(len(names) + 1 - READERS) // BATCH) + READERS - 1
 
 
 async def test_a_fault_reaches_only_its_own_caller() -> None:
@@ -99,30 +100,85 @@ async def test_a_reader_cancelled_before_its_thread_hands_its_batch_back() -> No
     reads = NewestReads(Reader(trio.CapacityLimiter(1)).read_sync, gated.run)
     answers: dict[str, Fire | None] = {}
     names = [f"r{i}" for i in range(READERS + 6)]
+    scopes = {name: trio.CancelScope() for name in names}
+    doomed = names[READERS]
 
-    async def ask(name: str, scope: trio.CancelScope) -> None:
-        with scope:
+    async def ask(name: str) -> None:
+        with scopes[name]:
             answers[name] = await reads.read(name)
 
-    doomed = trio.CancelScope()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(ask, names[0], doomed)
-        await trio.testing.wait_all_tasks_blocked()
-        for name in names[1:]:  # READERS - 1 more readers, then six that queue
-            nursery.start_soon(ask, name, trio.CancelScope())
-        await trio.testing.wait_all_tasks_blocked()
+        for name in names:  # READERS readers, then six that queue, in this order
+            nursery.start_soon(ask, name)
+            await trio.testing.wait_all_tasks_blocked()
         assert len(gated.gates) == READERS
-        gated.gates[0].set()  # r0 is read, then r0 takes the six queued as its next batch
+        gated.gates[0].set()  # r0 is read and leaves; the first queued reads the six
         await trio.testing.wait_all_tasks_blocked()
         assert len(gated.gates) == READERS + 1
-        doomed.cancel()  # r0 is cut off before that batch's "thread" ran
+        assert set(answers) == {"r0"}
+        scopes[doomed].cancel()  # cut off before that batch's "thread" ran
         await trio.testing.wait_all_tasks_blocked()
-        for _ in range(len(names)):  # the six queue again, and are read
+        for _ in range(len(names)):  # the five others queue again, and are read
             for gate in gated.gates:
                 gate.set()
             await trio.testing.wait_all_tasks_blocked()
         nursery.cancel_scope.cancel()  # whoever would still wait for ever
-    assert answers == {name: fire_of(name) for name in names[1:]}  # r0 itself was cancelled
+    assert answers == {name: fire_of(name) for name in names if name != doomed}
+
+
+@pytest.mark.parametrize("together", [False, True])
+async def test_readers_all_cancelled_leave_no_queued_read_stranded(together: bool) -> None:
+    gated = GatedRun()
+    reads = NewestReads(Reader(trio.CapacityLimiter(1)).read_sync, gated.run)
+    answers: dict[str, Fire | None] = {}
+    names = [f"r{i}" for i in range(READERS + 2 * BATCH)]
+    scopes = {name: trio.CancelScope() for name in names}
+
+    async def ask(name: str) -> None:
+        with scopes[name]:
+            answers[name] = await reads.read(name)
+
+    async with trio.open_nursery() as nursery:
+        for name in names:  # in this order: the first READERS are the readers
+            nursery.start_soon(ask, name)
+            await trio.testing.wait_all_tasks_blocked()
+        assert len(gated.gates) == READERS  # every reader waits on its "thread"
+        for name in names[:READERS]:
+            scopes[name].cancel()  # every reader goes; the queue gets readers of its own
+        if not together:  # (together: the next readers go before they read)
+            await trio.testing.wait_all_tasks_blocked()
+        for name in [*names[READERS : READERS + 3], names[-1]]:  # waiting callers go too
+            scopes[name].cancel()
+        for _ in range(len(names)):
+            for gate in gated.gates:
+                gate.set()
+            await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()  # whoever would still wait for ever
+    assert answers == {name: fire_of(name) for name in names[READERS + 3 : -1]}
+
+
+async def test_a_reader_leaves_with_its_own_answer_without_reading_on() -> None:
+    gated = GatedRun()
+    reads = NewestReads(Reader(trio.CapacityLimiter(1)).read_sync, gated.run)
+    answers: dict[str, Fire | None] = {}
+    names = [f"r{i}" for i in range(READERS + 3 * BATCH)]
+
+    async def ask(name: str) -> None:
+        answers[name] = await reads.read(name)
+
+    async with trio.open_nursery() as nursery:
+        for name in names:  # in this order: the first READERS are the readers
+            nursery.start_soon(ask, name)
+            await trio.testing.wait_all_tasks_blocked()
+        for reader in range(READERS):
+            gated.gates[reader].set()  # each reader's own read returns ...
+            await trio.testing.wait_all_tasks_blocked()
+            assert f"r{reader}" in answers  # ... and its caller has its answer at once
+        while len(answers) < len(names):
+            for gate in gated.gates:
+                gate.set()
+            await trio.testing.wait_all_tasks_blocked()
+    assert answers == {name: fire_of(name) for name in names}
 
 
 @pytest.mark.parametrize("count", [1, BATCH, BATCH + 1])
