@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
@@ -30,7 +31,7 @@ from trio_routines.records import ClaimStatus, Outcome
 from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
 from trio_routines.stores.directory import DirectoryStore
-from trio_routines.stores.groupcommit import SYNCFS
+from trio_routines.stores.groupcommit import SYNCFS, GroupCommit, opened
 from trio_routines.testing import ScriptedAgent
 
 pytestmark = pytest.mark.skipif(SYNCFS is None, reason="group commit needs syncfs (Linux)")
@@ -182,3 +183,40 @@ async def test_settles_ride_on_the_group_commit_and_a_failed_flush_is_a_warning(
     (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert "could not record the failed outcome" in warning
     assert "EIO" in warning
+
+
+async def test_a_batch_flushes_through_its_earliest_opened_descriptor(tmp_path: Path) -> None:
+    # syncfs reports writeback errors since its descriptor was opened: the batch's one must
+    # have been opened before every write it covers, whoever asked for the flush first.
+    hold = threading.Event()
+    flushed: list[int] = []  # the inode of each flush's directory
+
+    def flush(fd: int) -> None:
+        flushed.append(os.fstat(fd).st_ino)
+        assert hold.wait(timeout=30)
+
+    inode = {name: directory(tmp_path / name) for name in ("lone", "earlier", "later")}
+    commit = GroupCommit(flush)
+    fds_before = len(os.listdir("/proc/self/fd"))
+    device = os.stat(tmp_path).st_dev
+
+    async with trio.open_nursery() as nursery:
+        lone = os.open(tmp_path / "lone", os.O_RDONLY)
+        nursery.start_soon(commit.durable, device, lone, opened())
+        await wait_for(lambda: len(flushed) == 1)  # the lone flush runs, held
+        earlier = os.open(tmp_path / "earlier", os.O_RDONLY)
+        earlier_ticket = opened()
+        later = os.open(tmp_path / "later", os.O_RDONLY)
+        nursery.start_soon(commit.durable, device, later, opened())  # asks first, opened last
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(commit.durable, device, earlier, earlier_ticket)
+        await trio.testing.wait_all_tasks_blocked()
+        hold.set()
+    assert flushed == [inode["lone"], inode["earlier"]]
+    assert commit.flushes == 2
+    assert len(os.listdir("/proc/self/fd")) == fds_before  # every descriptor closed
+
+
+def directory(path: Path) -> int:
+    path.mkdir()
+    return path.stat().st_ino

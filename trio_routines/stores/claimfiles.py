@@ -24,6 +24,7 @@ from ..errors import StateFault
 from ..instants import slot_name
 from ..names import check_name
 from ..records import ClaimResult, ClaimStatus, Fire, Outcome
+from .groupcommit import opened
 from .safefile import (
     Refused,
     at,
@@ -49,6 +50,7 @@ class Pending(NamedTuple):
 
     device: int
     fd: int
+    ticket: int  # groupcommit.opened(), taken right after ``fd`` was opened
     prune_later: list[str]
 
 
@@ -82,6 +84,7 @@ class ClaimFiles:
             directory = self.open_claims(routine, create=True)
         except OSError as exc:
             raise self.unusable(routine, where, exc) from None
+        ticket = opened()
         handed_over = False
         try:
             try:
@@ -121,7 +124,7 @@ class ClaimFiles:
             if self._syncfs is None:
                 self.prune(directory, where, later)
                 return taken_result, None
-            pending = Pending(os.fstat(directory).st_dev, directory, later)
+            pending = Pending(os.fstat(directory).st_dev, directory, ticket, later)
             handed_over = True
             return taken_result, pending
         finally:
@@ -215,6 +218,7 @@ class ClaimFiles:
         path = where / name
         try:
             directory = self.open_claims(routine)
+            ticket = opened()
             try:
                 fd = open_file(directory, name, path, os.O_RDWR, CLAIM_LIMIT)
             except BaseException:
@@ -249,7 +253,7 @@ class ClaimFiles:
             if self._syncfs is None:
                 fsync(fd, path)
                 return True, None
-            pending = Pending(os.fstat(directory).st_dev, directory, [])
+            pending = Pending(os.fstat(directory).st_dev, directory, ticket, [])
             handed_over = True
             return True, pending
         except OSError as exc:

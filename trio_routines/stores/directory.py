@@ -109,7 +109,7 @@ class DirectoryStore(Lifetime):
             return result
         assert self._commit is not None
         try:
-            await self._commit.durable(pending.device, pending.fd)
+            await self._commit.durable(pending.device, pending.fd, pending.ticket)
         except OSError as exc:
             # Shielded (short local disk work): a caller cancelled while its flush ran must
             # still take back a claim that is not durable, or the slot would be burned.
@@ -154,7 +154,7 @@ class DirectoryStore(Lifetime):
             return written
         assert self._commit is not None
         try:
-            await self._commit.durable(pending.device, pending.fd)
+            await self._commit.durable(pending.device, pending.fd, pending.ticket)
         except OSError as exc:
             self._files.settle_warning(routine, slot, outcome, exc)
             return False

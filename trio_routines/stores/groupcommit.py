@@ -10,8 +10,12 @@ to back and each one covers everything written while the previous one ran.
 The flush is ``syncfs(2)`` on a directory of the state's file system: one journal commit makes
 every file and directory entry created there durable, whatever their number. Its error
 reporting covers writeback errors since the descriptor was opened (Linux 5.8), so each batch
-syncs through a descriptor opened before its writes. Without ``syncfs`` (not Linux, or an old
-C library) :data:`SYNCFS` is None and the store keeps today's per-file fsyncs instead.
+syncs through the earliest opened of its writers' descriptors: each writer opens its own
+before its writes and takes an :func:`opened` ticket right after, so the one with the lowest
+ticket was opened before every write of the batch began, and its flush reports an error in
+any of them. (The first caller's descriptor may have been opened after another's write, and
+an error in that write's writeback in between would go unreported.) Without ``syncfs`` (not
+Linux, or an old C library) :data:`SYNCFS` is None and the store keeps per-file fsyncs.
 
 A flush that fails fails its whole batch: every writer of the batch gets the ``OSError`` and
 must treat its write as not durable (a claim is removed again and reported as a state fault).
@@ -25,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import itertools
 import os
 import sys
 from collections.abc import Callable
@@ -62,9 +67,18 @@ def syncfs(fd: int) -> None:
 SYNCFS: Callable[[int], None] | None = syncfs if _SYNCFS is not None else None
 
 
+_TICKETS = itertools.count()
+
+
+def opened() -> int:
+    """A ticket for a descriptor just opened: take it after the open, before the writes."""
+    return next(_TICKETS)
+
+
 class _Batch:
     def __init__(self) -> None:
-        self.fds: dict[int, int] = {}  # st_dev -> a directory descriptor on that file system
+        # st_dev -> (ticket, descriptor): the earliest opened on that file system
+        self.fds: dict[int, tuple[int, int]] = {}
         self.done = trio.Event()
         self.error: OSError | None = None
 
@@ -80,19 +94,23 @@ class GroupCommit:
         self._limiter = trio.CapacityLimiter(1)
         self.flushes = 0  # how many flushes ran (tests and benchmarks look)
 
-    async def durable(self, device: int, fd: int) -> None:
+    async def durable(self, device: int, fd: int, ticket: int) -> None:
         """Return once a flush that started after this call covered ``device``.
 
         Takes ownership of ``fd`` (a descriptor on that file system, opened before the write
-        it must cover). Raises the flush's ``OSError`` if it failed.
+        it must cover, ``ticket`` from :func:`opened` right after). Raises the flush's
+        ``OSError`` if it failed.
         """
         batch = self._next
         if batch is None:
             batch = self._next = _Batch()
-        if device in batch.fds:
-            os.close(fd)
+        held = batch.fds.get(device)
+        if held is None or ticket < held[0]:
+            batch.fds[device] = (ticket, fd)
+            if held is not None:
+                os.close(held[1])
         else:
-            batch.fds[device] = fd
+            os.close(fd)
         with trio.CancelScope(shield=True):  # bounded by the flush: see the module doc
             while not batch.done.is_set():
                 if self._flushing:
@@ -109,12 +127,12 @@ class GroupCommit:
         batch.error = OSError(errno.EIO, "the flush did not complete")
         try:
             batch.error = await trio.to_thread.run_sync(
-                self._flush_all, list(batch.fds.values()), limiter=self._limiter
+                self._flush_all, [fd for _, fd in batch.fds.values()], limiter=self._limiter
             )
         finally:
             self._flushing = False
             self.flushes += 1
-            for fd in batch.fds.values():
+            for _, fd in batch.fds.values():
                 os.close(fd)
             batch.done.set()
             self._idle.set()
