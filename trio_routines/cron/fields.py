@@ -55,6 +55,14 @@ def _quote(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+def _bare(text: str) -> str:
+    """``text`` as it is when short (digits and names only, so nothing to escape), else quoted.
+
+    Leading zeros are allowed, so even a valid-looking ``L-0…031`` can be any length.
+    """
+    return text if len(text) <= _QUOTE_LIMIT else _quote(text)
+
+
 def _small_number(text: str) -> int | None:
     """The value of an ASCII digit string, or ``None`` when it is not one.
 
@@ -125,7 +133,7 @@ class _FieldParser:
                 # starting on Sunday (SUN-SUN, 0-SUN, SUN-SUN/2) ends on that same Sunday, 0.
                 end = 7
             if end < start:
-                raise self.fail(f"range {first}-{last} runs backwards")
+                raise self.fail(f"range {_bare(f'{first}-{last}')} runs backwards")
             return range(start, end + 1, step)
         start = self.value(base, item)
         if not slash:
@@ -186,7 +194,7 @@ def _parse_dom(text: str) -> tuple[int, frozenset[int]]:
             if offset is None:
                 raise _DOM.fail(f"{_quote(item)} is malformed (use L or L-n)")
             if offset > 30:
-                shown = item if offset < _TOO_LARGE else _quote(item)
+                shown = _bare(item) if offset < _TOO_LARGE else _quote(item)
                 raise _DOM.fail(f"{shown} is out of range L-0 to L-30")
             from_last.add(offset)
             continue
