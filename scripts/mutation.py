@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / ".mutation"
 
 # module -> (files mutmut may mutate, tests that judge its mutants). Small pure modules first.
+# An entry of the tests starting with "-" is a pytest option (a cheaper Hypothesis profile).
 # Only fast tests: no real processes, no PostgreSQL (the store is selected by `-k`).
 MODULES: dict[str, tuple[list[str], list[str]]] = {
     "names": (["trio_routines/names.py"], ["tests/test_pinned_core.py", "tests/test_routines.py"]),
@@ -52,7 +53,14 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "cron": (
         ["trio_routines/cron.py", "trio_routines/cron/*"],
-        ["tests/test_cron.py", "tests/test_cron_gaps.py", "tests/test_cron_hashed.py"],
+        [
+            "tests/test_cron.py",
+            "tests/test_cron_gaps.py",
+            "tests/test_cron_hashed.py",
+            "tests/test_pinned_cron.py",
+            "tests/test_pinned_cron_fields.py",
+            "--hypothesis-profile=mutation",
+        ],
     ),
     "routines": (
         ["trio_routines/routines.py"],
@@ -107,12 +115,14 @@ def prepare(module: str) -> Path:
     base = tomllib.loads(text)["tool"]["mutmut"]
     # Drop the shared table (up to the next table or the end) and write the module's own.
     text = re.sub(r"\n\[tool\.mutmut\]\n(?:(?!\n\[).)*", "\n", text, flags=re.S)
-    present = [t for t in tests if (ROOT / t.split("::")[0]).exists()]
+    # An entry starting with "-" is a pytest option for every run of the module's tests.
+    options = [t for t in tests if t.startswith("-")]
+    present = [t for t in tests if t not in options and (ROOT / t.split("::")[0]).exists()]
     text += (
         "\n[tool.mutmut]\n"
         f"source_paths = {_toml_list(base['source_paths'])}\n"
         f"only_mutate = {_toml_list(files)}\n"
-        f"pytest_add_cli_args = {_toml_list(base.get('pytest_add_cli_args', []))}\n"
+        f"pytest_add_cli_args = {_toml_list(base.get('pytest_add_cli_args', []) + options)}\n"
         f"pytest_add_cli_args_test_selection = {_toml_list(DESELECT + present)}\n"
     )
     (dest / "pyproject.toml").write_text(text)

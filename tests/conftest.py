@@ -10,6 +10,7 @@ import trio
 from hypothesis import HealthCheck, settings
 from procs import Env
 
+from trio_routines.cron import schedule as cron_schedule
 from trio_routines.store import Store
 from trio_routines.stores.directory import DirectoryStore
 from trio_routines.testing import MemoryStore
@@ -21,7 +22,24 @@ settings.register_profile(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+# Mutation testing (scripts/mutation.py) runs a module's tests once per mutant: few examples.
+settings.register_profile("mutation", max_examples=10, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "default")
+
+
+@pytest.fixture(autouse=True)
+def _cold_cron_caches() -> None:
+    """Every test starts with empty cron caches, so it runs the parsing and searching it asks for.
+
+    A parsed schedule is cached with what it has already found (the last answer, "never
+    fires"): a test meeting one cached by an earlier test would skip the code it means to
+    exercise. Mutation testing runs a mutant's tests in a process forked after the clean run
+    (docs/mutation.md), where every cache holds answers from the unmutated code.
+    """
+    cron_schedule._parse_cached.cache_clear()
+    cron_schedule._day_offsets.cache_clear()
+    cron_schedule._zone.cache_clear()
+
 
 STORE_KINDS = ["memory", "directory", "postgres"]
 
