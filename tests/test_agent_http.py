@@ -23,6 +23,7 @@ from procs import Env
 from trio_routines.agent import SESSION_BUSY, Agent, Completed, Event, Failed, TextDelta
 from trio_routines.agent_http import HttpAgent, classify, first_line, request_body
 from trio_routines.agents import agent_from_spec, describe_agent
+from trio_routines.cli.table import reason as history_reason
 from trio_routines.context import FireContext, firing
 from trio_routines.errors import InvalidAgent
 from trio_routines.records import ClaimStatus, Outcome
@@ -166,7 +167,8 @@ async def test_a_busy_answer_settles_the_slot_skipped_through_the_runtime() -> N
     clock = WallClock(datetime(2026, 7, 7, 9, 0, 5, tzinfo=UTC))
     routine = Routine(name="daily", prompt="go", cron="0 9 * * *")
     store = MemoryStore()
-    async with serving(reply(409, "busy", "text/plain")) as server:
+    done = "daily/2026-07-07T09-00-00-000Z was already done"
+    async with serving(reply(409, done, "text/plain")) as server:
         scheduler = Scheduler(
             agent=HttpAgent(server.url()), store=store, routines=[routine], now=clock
         )
@@ -175,6 +177,9 @@ async def test_a_busy_answer_settles_the_slot_skipped_through_the_runtime() -> N
     fire = await store.latest_fire("daily")
     assert fire is not None
     assert fire.outcome is Outcome.SKIPPED
+    # History says what the agent said, not that a previous turn of ours was still running.
+    assert fire.error == f"the agent answered 409 (busy): {done}"
+    assert history_reason(fire) == fire.error
     assert server.requests[0].headers["idempotency-key"] == "daily/2026-07-07T09-00-00-000Z"
     again = await store.claim("daily", SLOT, clock())
     assert again.status is ClaimStatus.DUPLICATE

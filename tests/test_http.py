@@ -385,7 +385,11 @@ async def test_a_busy_fire_is_skipped_with_the_reason_and_no_failure() -> None:
         assert "failed" not in body
         assert body["reason"].startswith('the previous turn of "daily" is still running')
         (fire,) = await server.store.history("daily")
-        assert (fire.outcome, fire.error) == (Outcome.SKIPPED, None)
+        # no failure; the history keeps the agent's own words
+        assert (fire.outcome, fire.error) == (
+            Outcome.SKIPPED,
+            "the session already has a turn in flight",
+        )
 
 
 # -- GET /routines, history ----------------------------------------------------------------------

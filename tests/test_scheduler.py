@@ -311,6 +311,25 @@ async def test_never_again_cron_is_warned_and_not_armed(
     assert 'feb30: cron "0 0 30 2 *" will never fire again — not armed' in messages(caplog)
 
 
+async def test_a_fire_refused_by_our_own_turn_of_its_session_stores_no_reason(
+    autojump_clock: Any,
+) -> None:
+    rig = Rig(agent=ScriptedAgent(Complete(duration=3600)))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(rig.scheduler.fire, "hourly", at(9))
+        await trio.testing.wait_all_tasks_blocked()  # 9:00's turn runs, for an hour
+        result = await rig.scheduler.fire("hourly", at(10))
+    assert (result.outcome, result.failed) == (Outcome.SKIPPED, None)
+    assert result.reason == (
+        'the previous turn of "hourly" is still running — this occurrence is skipped, '
+        "the next fires per cron"
+    )
+    fires = {f.slot: (f.outcome, f.error) for f in await rig.store.history("hourly")}
+    # history shows the runtime's own "the previous turn was still running" for it
+    assert fires == {at(9): (Outcome.COMPLETED, None), at(10): (Outcome.SKIPPED, None)}
+    assert len(rig.agent.turns) == 1
+
+
 async def test_two_routines_fire_concurrently_and_slow_turns_skip_slots(
     autojump_clock: Any,
 ) -> None:
@@ -360,7 +379,10 @@ async def test_busy_turn_is_skipped_not_failed(
         "the next fires per cron"
     )
     assert await rig.fires() == [(at(9), T0, Outcome.SKIPPED)]
-    assert [f.error for f in await rig.store.history("hourly")] == [None]  # an overlap, no failure
+    # An overlap, no failure; the history keeps the agent's own words (it said why, we cannot)
+    assert [f.error for f in await rig.store.history("hourly")] == [
+        "the session already has a turn in flight"
+    ]
     assert any(m.startswith("hourly: occurrence skipped (session busy)") for m in messages(caplog))
     assert messages(caplog, logging.ERROR) == []
     assert not [m for m in messages(caplog) if "failed" in m]

@@ -30,16 +30,18 @@ class Hold:
     A class rather than a generator: every fire enters one (see ``scheduler/state.py``).
     """
 
-    __slots__ = ("_gate", "_held", "_session")
+    __slots__ = ("_gate", "_held", "_session", "refused")
 
     def __init__(self, gate: SessionGate, session: str) -> None:
         self._gate = gate
         self._session = session
         self._held = False
+        self.refused = False  # the session had a turn in flight here: the busy answer is ours
 
     def __enter__(self) -> Agent:
         busy = self._gate._busy
         if self._session in busy:
+            self.refused = True
             return _BUSY
         busy[self._session] = trio.current_time()
         self._held = True

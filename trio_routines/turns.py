@@ -45,7 +45,7 @@ class TurnResult:
 
     outcome: Outcome
     ms: int
-    failed: str | None = None  # details when the turn failed
+    failed: str | None = None  # details when the turn failed, or the agent's when it was busy
     busy: bool = False
 
 

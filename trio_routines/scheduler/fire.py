@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
+import attrs
 import trio
 
 from ..context import FireContext, firing
@@ -146,8 +147,11 @@ class FirePath(StoreCalls):
         why = FireContext("routine", routine.session, routine=name, slot=slot)
         with log_fields(late_ms=round(late * 1000)):
             turn = await self._turn(why, name, routine.prompt, routine.timeout)
-        # The reason goes with the outcome; a busy session is an overlap, not a failure.
-        error = None if turn.busy else turn.failed
+        # The reason goes with the outcome. A busy session is an overlap, not a failure: when
+        # our own previous turn of it runs, nothing is stored (history says it was still
+        # running); when the agent said busy, its words are -- a 409 may also mean that it
+        # already did this slot, by the idempotency key.
+        error = turn.failed
         await self._settle(name, slot, turn.outcome, turn.ms, error)
         self._outcomes[turn.outcome.value] += 1
         self.metrics.fired(name, turn.outcome.value, turn.ms, late, at=self.now())
@@ -168,8 +172,9 @@ class FirePath(StoreCalls):
         on_text: Callable[[str], None] | None = None,
     ) -> TurnResult:
         """One turn of ``why.session``; :func:`~trio_routines.current_fire` returns ``why``."""
-        with self._turn_scope() as grace, self.agent.hold(why.session) as agent, firing(why):
-            return await run_turn(
+        hold = self.agent.hold(why.session)
+        with self._turn_scope() as grace, hold as agent, firing(why):
+            turn = await run_turn(
                 agent,
                 label,
                 why.session,
@@ -178,6 +183,9 @@ class FirePath(StoreCalls):
                 grace_scope=grace,
                 on_text=on_text,
             )
+        if hold.refused:  # our own turn of the session is in flight: no agent's words to keep
+            return attrs.evolve(turn, failed=None)
+        return turn
 
     async def run_now(
         self, name: str, *, on_text: Callable[[str], None] | None = None
