@@ -38,6 +38,24 @@ async def watch_signals(signals: AsyncIterator[int], scheduler: Scheduler, grace
         remaining = 0.0
 
 
+async def run_then_end(
+    scheduler: Scheduler,
+    nursery: trio.Nursery,
+    *,
+    task_status: trio.TaskStatus[Scheduler] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run ``scheduler`` in ``nursery``; once it stopped and settled, cancel the nursery.
+
+    ``await nursery.start(run_then_end, scheduler, nursery)`` returns once it runs; whatever
+    else the nursery serves (HTTP, the signal watch) then ends with it.
+    """
+    await scheduler.run(task_status=task_status)
+    # The loops have ended, but a fire the host (or an HTTP request) started may still be in
+    # its grace: a second signal must still reach it.
+    await scheduler.wait_drained()
+    nursery.cancel_scope.cancel()
+
+
 async def serve(
     scheduler: Scheduler,
     *,
@@ -66,16 +84,7 @@ async def serve(
     receiver = trio.open_signal_receiver(*wanted) if wanted else contextlib.nullcontext(None)
     with receiver as received:
         async with trio.open_nursery() as nursery:
-
-            async def run_scheduler(*, task_status: trio.TaskStatus[Scheduler]) -> None:
-                await scheduler.run(task_status=task_status)
-                # The loops have ended, but a fire the host (or an HTTP request) started may
-                # still be in its grace: a second signal must still reach it.
-                await scheduler.wait_drained()
-                # Stopped and settled: whatever else serves (HTTP, the signal watch) ends.
-                nursery.cancel_scope.cancel()
-
-            await nursery.start(run_scheduler)
+            await nursery.start(run_then_end, scheduler, nursery)
             port: int | None = None
             if http is not None:
                 from .http import serve_http

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import trio
 
+from ..hosting import run_then_end
 from ..instants import format_iso
 from ..routines import Routine
 from ..scheduler import Scheduler
@@ -74,15 +75,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
             trio.open_signal_receiver(signal.SIGHUP) as hangups,
         ):
             async with trio.open_nursery() as nursery:
-
-                async def run_scheduler(*, task_status: trio.TaskStatus[Scheduler]) -> None:
-                    await scheduler.run(task_status=task_status)
-                    # A fire an HTTP request started may still be in its grace (see hosting).
-                    await scheduler.wait_drained()
-                    # Stopped and settled: whatever else serves (HTTP, the signal watch) ends.
-                    nursery.cancel_scope.cancel()
-
-                await nursery.start(run_scheduler)
+                await nursery.start(run_then_end, scheduler, nursery)
                 _log_armed(args, state, scheduler, result.routines)
                 # --- hook: the HTTP surface, in the same nursery as the runtime -----------
                 if serve_http is not None:
