@@ -2,11 +2,12 @@
 
 Nothing outside the process is trusted to answer: a store stalled at the TCP level, a
 locked file, a server that stops replying. Each call runs in a cancel scope with a deadline
-of ours (``store_timeout``, 30 s by default), and a stop pulls every such deadline in to the
-stop's grace plus ``STOP_MARGIN``, so ``stop(grace)`` ends the runtime within that bound
-whatever the store does. A call cut off counts as a fault: a claim, a read or a wake-up poll
-raises :class:`~trio_routines.errors.StateFault` (nothing was claimed, nothing fires); a settle
-is logged. (A store that runs blocking calls in threads must let them be abandoned for the
+of ours (``store_timeout``, 30 s by default; kept by one watch task, see :mod:`.deadlines`),
+and a stop pulls every such deadline in to the stop's grace plus ``STOP_MARGIN``, so
+``stop(grace)`` ends the runtime within that bound whatever the store does. A call cut off
+counts as a fault: a claim, a read or a wake-up poll raises
+:class:`~trio_routines.errors.StateFault` (nothing was claimed, nothing fires); a settle is
+logged. (A store that runs blocking calls in threads must let them be abandoned for the
 deadline to bite: the PostgreSQL store does.)
 
 A settle that cannot be written is retried with a back-off (0.25 s doubling to 4 s) for up to
@@ -26,6 +27,7 @@ from ..errors import StateFault
 from ..instants import format_iso
 from ..records import ClaimResult, Fire, Outcome, Wakeup
 from .clock import duration
+from .deadlines import StoreDeadlines
 from .state import SchedulerState, SharedRead, log
 
 STOP_MARGIN = 2.0  # seconds a store call may take past a stop's grace
@@ -34,21 +36,22 @@ SETTLE_RETRY_MAX = 4.0
 
 
 class Bounded:
-    """A store call's cancel scope, known to a stop (which pulls its deadline in) while open.
+    """A store call's cancel scope, its deadline noted with the store deadlines while open.
 
-    A class rather than a generator: every fire enters two, and at 10,000 fires at once the
+    A class rather than a generator: every fire enters one, and at 10,000 fires at once the
     generator's frame and wrapper are measurable CPU and garbage-collector work.
     """
 
-    __slots__ = ("_scope", "_scopes")
+    __slots__ = ("_deadline", "_deadlines", "_scope")
 
-    def __init__(self, scopes: set[trio.CancelScope], deadline: float) -> None:
-        self._scopes = scopes
-        self._scope = trio.CancelScope(deadline=deadline)
+    def __init__(self, deadlines: StoreDeadlines, deadline: float) -> None:
+        self._deadlines = deadlines
+        self._deadline = deadline
+        self._scope = trio.CancelScope()
 
     def __enter__(self) -> trio.CancelScope:
         scope = self._scope.__enter__()
-        self._scopes.add(scope)
+        self._deadlines.note(scope, self._deadline)
         return scope
 
     def __exit__(
@@ -57,20 +60,18 @@ class Bounded:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> bool:
-        try:
-            return self._scope.__exit__(kind, error, traceback)
-        finally:
-            self._scopes.discard(self._scope)
+        self._deadlines.forget(self._scope)
+        return self._scope.__exit__(kind, error, traceback)
 
 
 class StoreCalls(SchedulerState):
     def _bounded(self, seconds: float | None = None) -> Bounded:
         """A scope for store calls: ``seconds`` (``store_timeout``), and a stop's bound."""
+        return Bounded(self._deadlines, self._store_deadline(seconds))
+
+    def _store_deadline(self, seconds: float | None = None) -> float:
         limit = self.store_timeout if seconds is None else seconds
-        return Bounded(
-            self._store_scopes,
-            min(trio.current_time() + limit, self._grace_deadline + STOP_MARGIN),
-        )
+        return min(trio.current_time() + limit, self._grace_deadline + STOP_MARGIN)
 
     def _no_answer(self, what: str) -> StateFault:
         return StateFault(
@@ -78,10 +79,16 @@ class StoreCalls(SchedulerState):
             "(or before the stop's grace ran out)"
         )
 
-    async def _claim(self, routine: str, slot: datetime, now: datetime) -> ClaimResult:
-        with self._bounded():
+    async def _claim(
+        self, routine: str, slot: datetime, now: datetime, within: trio.CancelScope
+    ) -> ClaimResult:
+        """Claim ``slot``, bounded by ``within`` (the fire's own shielded scope, which the
+        caller turns into the fault) rather than by a scope of its own."""
+        self._deadlines.note(within, self._store_deadline())
+        try:
             return await self.store.claim(routine, slot, now)
-        raise self._no_answer(f"could not claim slot {format_iso(slot)} of {routine!r}")
+        finally:
+            self._deadlines.forget(within)
 
     async def _latest_fire(self, routine: str) -> Fire | None:
         with self._bounded():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from datetime import datetime
@@ -18,6 +19,8 @@ from ..routines import Routine
 from ..turns import TurnResult, run_turn
 from .calls import StoreCalls
 from .state import FireResult, NotOnGrid, NotYetDue, Stopping, busy_reason, log, on_grid
+
+_NO_SCOPE = contextlib.nullcontext()  # reusable: it holds nothing
 
 
 class FirePath(StoreCalls):
@@ -50,8 +53,7 @@ class FirePath(StoreCalls):
             )
         if self._stopping.value:
             raise Stopping("the scheduler is stopping; no new fires are accepted")
-        with trio.CancelScope(shield=True):
-            result = await self._fire(routine, slot, task_status)
+        result = await self._fire(routine, slot, task_status)  # shielded within
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller hears of it now
         return result
 
@@ -91,23 +93,35 @@ class FirePath(StoreCalls):
         slot: datetime,
         task_status: trio.TaskStatus[ClaimResult] = trio.TASK_STATUS_IGNORED,
     ) -> FireResult:
-        with self._working():
-            return await self._claim_turn_settle(routine, slot, task_status)
+        """Claim ``slot``, run the turn, settle it: shielded, so a stop never cuts a claim or
+        a settle short (the turn has its own grace).
 
-    async def _claim_turn_settle(
-        self, routine: Routine, slot: datetime, task_status: trio.TaskStatus[ClaimResult]
-    ) -> FireResult:
+        The shielded scope is also the claim's deadline (see :meth:`_claim`): one scope fewer
+        for each of 10,000 fires due at once. Its deadline is set only while the claim is
+        under way, so a cancel it catches is the claim's.
+        """
+        with self._working():
+            with trio.CancelScope(shield=True) as scope:
+                claim = await self._claim_unless_paused(routine, slot, scope)
+                task_status.started(claim)
+                if claim.status is not ClaimStatus.TAKEN:
+                    return self._refused(routine.name, slot, claim)
+                # The deadline may have passed just as the claim returned: the scope is then
+                # cancelled, and the turn and its settle go on in a scope of their own.
+                with trio.CancelScope(shield=True) if scope.cancel_called else _NO_SCOPE:
+                    return await self._turn_and_settle(routine, slot)
+            raise self._no_answer(f"could not claim slot {format_iso(slot)} of {routine.name!r}")
+
+    async def _claim_unless_paused(
+        self, routine: Routine, slot: datetime, scope: trio.CancelScope
+    ) -> ClaimResult:
         name = routine.name
         try:
             paused = await self._read_paused()  # every replica honours it: read before a claim
         except StateFault as exc:
             raise StateFault(f"could not claim slot {slot_name(slot)} of {name!r}: {exc}") from None
         if name in paused:
-            log.info("%s: paused — slot %s is not claimed", name, format_iso(slot))
-            self._outcomes["paused"] += 1
-            self.metrics.refuse(name, "paused")
-            task_status.started(ClaimResult(ClaimStatus.PAUSED))
-            return FireResult(name, slot, claimed=False, reason="paused")
+            return ClaimResult(ClaimStatus.PAUSED)
         now = self.now()
         if slot > now:  # the wall clock went back while the paused routines were read
             raise NotYetDue(
@@ -115,9 +129,14 @@ class FirePath(StoreCalls):
                 "a slot never fires before its instant",
                 (slot - now).total_seconds(),
             )
-        claim = await self._claim(name, slot, now)
-        task_status.started(claim)
-        if claim.status is ClaimStatus.DUPLICATE:
+        return await self._claim(name, slot, now, scope)
+
+    def _refused(self, name: str, slot: datetime, claim: ClaimResult) -> FireResult:
+        """Log and count a slot not claimed: paused, a duplicate, or stale."""
+        if claim.status is ClaimStatus.PAUSED:
+            log.info("%s: paused — slot %s is not claimed", name, format_iso(slot))
+            reason = "paused"
+        elif claim.status is ClaimStatus.DUPLICATE:
             # Normal with replicas (every one but the winner sees it, every slot): DEBUG, and
             # nothing formatted unless it is shown.
             if log.isEnabledFor(logging.DEBUG):
@@ -128,10 +147,8 @@ class FirePath(StoreCalls):
                     format_iso(slot),
                     extra={"routine": name, "slot": slot},
                 )
-            self._outcomes["duplicate"] += 1
-            self.metrics.refuse(name, "duplicate")
-            return FireResult(name, slot, claimed=False, reason="duplicate")
-        if claim.status is ClaimStatus.STALE:
+            reason = "duplicate"
+        else:
             log.warning(
                 "%s: skipping — slot %s is stale: %s was already claimed, "
                 "so this instant is skipped",
@@ -140,9 +157,13 @@ class FirePath(StoreCalls):
                 claim.newest,
                 extra={"routine": name, "slot": slot},
             )
-            self._outcomes["stale"] += 1
-            self.metrics.refuse(name, "stale")
-            return FireResult(name, slot, claimed=False, reason="stale")
+            reason = "stale"
+        self._outcomes[reason] += 1
+        self.metrics.refuse(name, reason)
+        return FireResult(name, slot, claimed=False, reason=reason)
+
+    async def _turn_and_settle(self, routine: Routine, slot: datetime) -> FireResult:
+        name = routine.name
         late = (self.now() - slot).total_seconds()
         why = FireContext("routine", routine.session, routine=name, slot=slot)
         with log_fields(late_ms=round(late * 1000)):

@@ -37,7 +37,7 @@ class CronLoops(FirePath, ClockWatch, Restarts):
                 if rearm:
                     previous = self._firing.get(name)
                     if previous is not None:  # the version this one replaces is still settling
-                        await previous.wait()
+                        await self._settled(previous)
                     due = await self._rearm_due(routine)
                     rearm = False
                     if not self._current(routine):
@@ -54,24 +54,26 @@ class CronLoops(FirePath, ClockWatch, Restarts):
                             return
                     if self._stopping.value or not self._current(routine):
                         return
-                    firing = self._firing[name] = trio.Event()
+                    # A bare marker: at 10,000 fires at once, an Event each is collector work;
+                    # the one a replacement waits on is made only then (see _settled).
+                    firing = self._firing[name] = object()
                     early = False
                     try:
-                        with trio.CancelScope(shield=True):
-                            try:
-                                await self._fire(routine, due)
-                            except NotYetDue:
-                                early = True  # the clock went back meanwhile: sleep again
-                            except StateFault as exc:
-                                log.error(
-                                    "%s: fire failed (skipping this run, schedule stays armed): %s",
-                                    name,
-                                    exc,
-                                )
+                        await self._fire(routine, due)  # shielded within: a stop lets it settle
+                    except NotYetDue:
+                        early = True  # the clock went back meanwhile: sleep again
+                    except StateFault as exc:
+                        log.error(
+                            "%s: fire failed (skipping this run, schedule stays armed): %s",
+                            name,
+                            exc,
+                        )
                     finally:
                         if self._firing.get(name) is firing:  # not a newer version's entry
                             del self._firing[name]
-                        firing.set()
+                        waiter = self._waiters.pop(firing, None)
+                        if waiter is not None:
+                            waiter.set()
                     if not self._current(routine):
                         return
                     if early:
@@ -97,6 +99,13 @@ class CronLoops(FirePath, ClockWatch, Restarts):
                     await self._refresh_paused()
             except Exception as exc:
                 backoff = await self._restart_after("clock", "clock watch", exc, backoff)
+
+    async def _settled(self, firing: object) -> None:
+        """Return once the fire marked ``firing`` has settled."""
+        waiter = self._waiters.get(firing)
+        if waiter is None:
+            waiter = self._waiters[firing] = trio.Event()
+        await waiter.wait()
 
     def _current(self, routine: Routine) -> bool:
         """Whether ``routine`` is still the loaded version of its name (not removed, replaced)."""

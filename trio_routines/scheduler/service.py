@@ -55,6 +55,7 @@ class Scheduler(Boot, Reload, WakeLoop):
         with self._loops:
             async with trio.open_nursery() as loops:
                 await loops.start(self._sleepers.run)  # before any loop sleeps
+                await loops.start(self._deadlines.watch)  # before any fire's claim
                 # Published only now: an update_routines() during the await above must not
                 # start a loop that the arming below would start a second time.
                 self._loop_nursery = loops
@@ -98,8 +99,7 @@ class Scheduler(Boot, Reload, WakeLoop):
         self._grace_deadline = min(self._grace_deadline, trio.current_time() + max(0.0, grace))
         for scope in self._grace_scopes:
             scope.deadline = min(scope.deadline, self._grace_deadline)
-        for scope in self._store_scopes:
-            scope.deadline = min(scope.deadline, self._grace_deadline + STOP_MARGIN)
+        self._deadlines.pull_in(self._grace_deadline + STOP_MARGIN)
 
     async def wait_drained(self) -> None:
         """Return once a stop was requested and no turn is in flight any more."""

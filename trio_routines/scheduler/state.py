@@ -22,6 +22,7 @@ from ..routines import Routine
 from ..sessions import SessionGate
 from ..store import Store
 from ..wakeups import POLL_INTERVAL
+from .deadlines import StoreDeadlines
 from .sleepers import Sleepers
 
 log = logging.getLogger("trio_routines")
@@ -203,7 +204,7 @@ class SchedulerState:
         self._loops = trio.CancelScope()
         self._grace_deadline = math.inf
         self._grace_scopes: set[trio.CancelScope] = set()
-        self._store_scopes: set[trio.CancelScope] = set()
+        self._deadlines = StoreDeadlines()  # of the store calls under way (deadlines.py)
         self._settle_failures: Counter[str] = Counter()
         self._paused: frozenset[str] = frozenset()  # as last read from the store
         self._paused_read: SharedRead | None = None  # the read under way (see calls.py)
@@ -211,7 +212,8 @@ class SchedulerState:
         self._nursery: trio.Nursery | None = None
         self._next_due: dict[str, datetime | None] = {}
         self._armed: dict[str, None] = {}  # an ordered set of the routines with a next slot
-        self._firing: dict[str, trio.Event] = {}  # set once a cron loop's fire has settled
+        self._firing: dict[str, object] = {}  # a cron loop's fire under way: its marker
+        self._waiters: dict[object, trio.Event] = {}  # marker -> set once that fire settled
         self._restarts: Counter[str] = Counter()
         self._loop_nursery: trio.Nursery | None = None
         self._watching = False

@@ -1,0 +1,153 @@
+"""The store calls' deadlines, kept by one watch task instead of one Trio timer each."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+import trio
+
+from trio_routines import Outcome, Routine, Scheduler
+from trio_routines.records import ClaimResult
+from trio_routines.scheduler.deadlines import StoreDeadlines
+from trio_routines.testing import MemoryStore, ScriptedAgent, WallClock
+
+
+async def _cut_at(deadlines: StoreDeadlines, deadline: float) -> float:
+    """Trio's time at which a call noted with ``deadline`` is cut short."""
+    with trio.fail_after(3600):  # a deadline that nobody keeps fails the test, never hangs it
+        with trio.CancelScope() as scope:
+            deadlines.note(scope, deadline)
+            try:
+                await trio.sleep_forever()
+            finally:
+                deadlines.forget(scope)
+    assert scope.cancelled_caught
+    return trio.current_time()
+
+
+async def test_without_the_watch_a_deadline_goes_to_trio_and_forget_takes_it_back(
+    autojump_clock: Any,
+) -> None:
+    deadlines = StoreDeadlines()
+    start = trio.current_time()
+    assert await _cut_at(deadlines, start + 7) == start + 7
+    with trio.CancelScope() as scope:
+        deadlines.note(scope, start + 30)
+        assert scope.deadline == start + 30
+        deadlines.forget(scope)
+        assert scope.deadline == math.inf  # the scope goes on (a fire's turn) without it
+        await trio.sleep(60)
+    assert not scope.cancelled_caught
+
+
+async def test_the_watch_cuts_each_call_at_its_own_deadline(autojump_clock: Any) -> None:
+    deadlines = StoreDeadlines()
+    cut: dict[str, float] = {}
+
+    async def call(name: str, after: float) -> None:
+        cut[name] = await _cut_at(deadlines, start + after) - start
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(deadlines.watch)
+        start = trio.current_time()
+        nursery.start_soon(call, "late", 30.0)
+        await trio.sleep(1)
+        nursery.start_soon(call, "early", 5.0)  # earlier than the watch's next look
+        await trio.sleep(1)
+        nursery.start_soon(call, "middle", 12.0)
+        await trio.sleep(40)
+        nursery.cancel_scope.cancel()
+    assert cut == {"early": 5.0, "middle": 12.0, "late": 30.0}
+
+
+async def test_the_watch_leaves_a_finished_call_alone(autojump_clock: Any) -> None:
+    deadlines = StoreDeadlines()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(deadlines.watch)
+        with trio.CancelScope() as scope:
+            deadlines.note(scope, trio.current_time() + 5)
+            await trio.sleep(1)
+            deadlines.forget(scope)
+            await trio.sleep(20)  # past the forgotten deadline
+        nursery.cancel_scope.cancel()
+    assert not scope.cancelled_caught
+    assert scope.deadline == math.inf
+
+
+async def test_pull_in_brings_every_open_deadline_forward(autojump_clock: Any) -> None:
+    deadlines = StoreDeadlines()
+    cut: list[float] = []
+
+    async def call() -> None:
+        cut.append(await _cut_at(deadlines, start + 30) - start)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(deadlines.watch)
+        start = trio.current_time()
+        nursery.start_soon(call)
+        await trio.sleep(1)
+        deadlines.pull_in(start + 3)
+        deadlines.pull_in(start + 20)  # a later bound never pushes one back
+        await trio.sleep(40)
+        nursery.cancel_scope.cancel()
+    assert cut == [3.0]
+    # Without the watch, the pulled-in bound goes to Trio directly.
+    unwatched = StoreDeadlines()
+    scope = trio.CancelScope()
+    unwatched.note(scope, trio.current_time() + 30)
+    unwatched.pull_in(trio.current_time() + 2)
+    assert scope.deadline == trio.current_time() + 2
+
+
+async def test_calls_still_open_when_the_watch_ends_keep_their_deadlines(
+    autojump_clock: Any,
+) -> None:
+    deadlines = StoreDeadlines()
+    start = trio.current_time()
+    async with trio.open_nursery() as outer, trio.open_nursery() as watching:
+        await watching.start(deadlines.watch)
+
+        async def call() -> None:
+            assert await _cut_at(deadlines, start + 10) == start + 10
+
+        outer.start_soon(call)
+        await trio.sleep(2)
+        watching.cancel_scope.cancel()  # the loops ended; a settle is still under way
+
+
+# -- the fire path -----------------------------------------------------------------------------
+
+T0 = datetime(2026, 7, 7, 10, 30, tzinfo=UTC)
+HOURLY = Routine(name="hourly", prompt="p", cron="0 * * * *")
+
+
+class ClaimPastItsDeadline(MemoryStore):
+    """A claim taken, but answered only after its deadline passed (shielded from the cut)."""
+
+    async def claim(self, routine: str, slot: datetime, fired_at: datetime) -> ClaimResult:
+        result = await super().claim(routine, slot, fired_at)
+        with trio.CancelScope(shield=True):
+            await trio.sleep(31)
+        return result
+
+
+async def test_a_claim_answered_after_its_deadline_still_runs_and_settles(
+    autojump_clock: Any,
+) -> None:
+    """The fire's scope is cancelled once the claim returns; the turn must not inherit that."""
+    wall = WallClock(T0)
+    store = ClaimPastItsDeadline()
+    agent = ScriptedAgent(wall=wall)
+    scheduler = Scheduler(agent=agent, store=store, routines=[HOURLY], now=wall)
+    slot = datetime(2026, 7, 7, 10, 0, tzinfo=UTC)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)  # the watch runs: it cuts the scope at 30 s
+        result = await scheduler.fire("hourly", slot)
+        scheduler.stop(0)
+    assert result.claimed
+    assert result.outcome is Outcome.COMPLETED
+    assert [(f.slot, f.outcome) for f in await store.history("hourly")] == [
+        (slot, Outcome.COMPLETED)
+    ]

@@ -1,0 +1,81 @@
+"""The deadlines of the store calls under way, kept by one watch task.
+
+Every store call has a deadline of ours (see :mod:`.calls`). Given to Trio as a cancel
+scope's deadline, each one is an entry in Trio's timer heap, added on the way in and dropped
+on the way out; 10,000 routines due at once make 20,000 such calls, nearly all done in
+milliseconds against a deadline 30 s away. Here a call's scope carries no deadline of Trio's:
+the call is noted with its deadline, and one watch task sleeps towards the earliest noted
+deadline and cancels the scope of every call still under way once its deadline has passed.
+A call that times out ends exactly as under a Trio deadline: its scope is cancelled and
+catches the ``Cancelled``.
+
+The watch runs with the loops. Before it starts and once it has stopped (a scheduler never
+started, or one whose loops ended while a settle is still under way), every noted deadline is
+handed to Trio as usual, so no store call is ever without a bound.
+"""
+
+from __future__ import annotations
+
+import math
+
+import trio
+
+
+class StoreDeadlines:
+    """The open store calls' scopes and deadlines; :meth:`watch` enforces them."""
+
+    def __init__(self) -> None:
+        self._open: dict[trio.CancelScope, float] = {}
+        self._watching = False
+        self._next_look = math.inf  # when the watch looks next (never later than a deadline)
+        self._wake = trio.Event()  # a deadline earlier than the next look was noted
+
+    def note(self, scope: trio.CancelScope, deadline: float) -> None:
+        """``scope`` (entered, holding one store call) is cancelled at ``deadline``."""
+        self._open[scope] = deadline
+        if not self._watching:
+            scope.deadline = deadline
+        elif deadline < self._next_look:
+            self._next_look = deadline
+            self._wake.set()
+
+    def forget(self, scope: trio.CancelScope) -> None:
+        """The call in ``scope`` is over; the scope itself may go on without a deadline."""
+        self._open.pop(scope, None)
+        if scope.deadline != math.inf:  # handed to Trio before or after the watch ran
+            scope.deadline = math.inf
+
+    def pull_in(self, latest: float) -> None:
+        """No open call may go on past ``latest`` (a stop began)."""
+        for scope, deadline in self._open.items():
+            self._open[scope] = min(deadline, latest)
+            if not self._watching:
+                scope.deadline = min(scope.deadline, latest)
+        if self._watching and latest < self._next_look:
+            self._next_look = latest
+            self._wake.set()
+
+    async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Cancel each open call at its deadline, until cancelled."""
+        self._watching = True
+        task_status.started()
+        try:
+            while True:
+                now = trio.current_time()
+                next_look = math.inf
+                for scope, deadline in list(self._open.items()):
+                    if deadline <= now:
+                        del self._open[scope]
+                        scope.cancel()
+                    elif deadline < next_look:
+                        next_look = deadline
+                self._next_look = next_look
+                if self._wake.is_set():
+                    self._wake = trio.Event()
+                with trio.move_on_at(next_look):
+                    await self._wake.wait()
+        finally:
+            self._watching = False
+            self._next_look = math.inf
+            for scope, deadline in self._open.items():  # Trio keeps them from now on
+                scope.deadline = min(scope.deadline, deadline)
