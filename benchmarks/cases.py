@@ -220,6 +220,29 @@ def make_store(kind: str, state: str | None, names: list[str], schema: str | Non
     raise ValueError(kind)
 
 
+class CollectorTime:
+    """CPU time (this process) spent in the cyclic garbage collector while installed."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.collections = [0, 0, 0]
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.process_time()
+        else:
+            self.seconds += time.process_time() - self._started
+            self.collections[info["generation"]] += 1
+
+    def __enter__(self) -> CollectorTime:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        gc.callbacks.remove(self)
+
+
 def burst_routines(
     n: int,
     slot: float,
@@ -228,12 +251,14 @@ def burst_routines(
     schema: str | None = None,
     return_starts: bool = False,
     timeout: float = 60.0,
+    freeze: bool = False,
 ) -> dict[str, Any]:
     """``n`` routines of cron ``* * * * *``, all due at the real instant ``slot``.
 
     The run ends once every routine's slot is decided and any turn it started is settled
     (several schedulers sharing a PostgreSQL store each see some turns and some duplicates),
-    or at ``timeout``.
+    or at ``timeout``. With ``freeze``, the armed scheduler's objects are moved out of the
+    collector's way (``gc.freeze()``) before the slot, as a host may do after its boot.
     """
     names = routine_names(n)
     backend = make_store(store, state, names, schema)
@@ -249,9 +274,12 @@ def burst_routines(
             booted = time.time()
             await nursery.start(scheduler.run)
             armed = time.time()
+            if freeze:
+                gc.collect()
+                gc.freeze()
             await trio.sleep_until(trio_deadline(slot - 0.2))
             cpu["start"] = time.process_time()
-            with trio.move_on_at(trio_deadline(slot + timeout)):
+            with CollectorTime() as collector, trio.move_on_at(trio_deadline(slot + timeout)):
                 # Until every fire is settled: the CPU of a fire includes its settle. The
                 # runtime offers no event for that, so poll its statistics as a host would.
                 while sum(scheduler.statistics().outcomes.values()) < n:  # noqa: ASYNC110
@@ -267,7 +295,52 @@ def burst_routines(
             "boot_s": armed - booted,
             "armed_before_slot_s": slot - armed,
             "cpu_per_fire_us": (cpu["end"] - cpu["start"]) * 1e6 / fires,
+            "gc_per_fire_us": collector.seconds * 1e6 / fires,
+            "gc_collections": collector.collections,
             "outcomes": outcomes,
+        }
+
+    return trio.run(main)
+
+
+def burst_trio_floor(n: int, slot: float) -> dict[str, Any]:
+    """What Trio itself costs for the steps of one fire, with no scheduler logic at all.
+
+    Each of ``n`` tasks sleeps to ``slot`` (the wake), then, in a shielded scope as a fire
+    runs, yields three times (the shared paused read, the claim and the settle of an
+    in-memory store each yield once) and enters two more cancel scopes (the turn's grace and
+    the settle's bound): the Trio operations every fire of the runtime makes.
+    """
+    starts: list[float] = []
+    checkpoint = trio.lowlevel.checkpoint
+
+    async def fire(deadline: float) -> None:
+        await trio.sleep_until(deadline)
+        with trio.CancelScope(shield=True):
+            await checkpoint()  # the paused read
+            await checkpoint()  # the claim
+            with trio.CancelScope():  # noqa: ASYNC100 -- the turn, under its grace
+                starts.append(time.time())
+            with trio.CancelScope():  # the settle, under its bound
+                await checkpoint()
+
+    async def main() -> dict[str, Any]:
+        async with trio.open_nursery() as nursery:
+            deadline = trio_deadline(slot)
+            for _ in range(n):
+                nursery.start_soon(fire, deadline)
+            armed = time.time()
+            await trio.sleep_until(trio_deadline(slot - 0.2))
+            cpu = time.process_time()
+            collector = CollectorTime().__enter__()  # left once every fire is done
+        cpu = time.process_time() - cpu
+        collector.__exit__()
+        fires = max(1, len(starts))
+        return {
+            **lateness_summary(starts, slot),
+            "armed_before_slot_s": slot - armed,
+            "cpu_per_fire_us": cpu * 1e6 / fires,
+            "gc_per_fire_us": collector.seconds * 1e6 / fires,
         }
 
     return trio.run(main)
@@ -599,6 +672,7 @@ CASES: dict[str, Callable[..., dict[str, Any]]] = {
     "idle_aps": idle_aps,
     "burst_routines": burst_routines,
     "burst_bare": burst_bare,
+    "burst_trio_floor": burst_trio_floor,
     "burst_aps": burst_aps,
     "create_floor": create_floor,
     "group_floor": group_floor,
