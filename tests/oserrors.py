@@ -1,0 +1,71 @@
+"""Failing OS calls for the pinned store tests: one call of one store module fails on demand.
+
+``fail(monkeypatch, module, "unlink", errno.EIO)`` replaces ``module.os`` by a proxy whose
+``unlink`` raises ``OSError(EIO)`` (without a file name: the store must name the file itself)
+for every call whose arguments ``when`` accepts; everything else is the real ``os``. Calls to
+the same proxy can be made to fail one after the other (:meth:`FailingOS.also`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+Matcher = Callable[..., bool]
+
+
+def always(*args: Any, **kw: Any) -> bool:
+    return True
+
+
+def named(name: str) -> Matcher:
+    """Matches a call whose first argument is the file name ``name`` (relative to a dir_fd)."""
+    return lambda *args, **kw: bool(args) and args[0] == name
+
+
+def prefixed(prefix: str) -> Matcher:
+    return lambda *args, **kw: (
+        bool(args) and isinstance(args[0], str) and args[0].startswith(prefix)
+    )
+
+
+class FailingOS:
+    """``os`` as one module sees it, with some calls failing."""
+
+    def __init__(self) -> None:
+        self.failing: dict[str, tuple[int, Matcher]] = {}
+        self.hits: list[str] = []
+
+    def also(self, call: str, code: int, when: Matcher = always) -> FailingOS:
+        self.failing[call] = (code, when)
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(os, name)
+        if name not in self.failing:
+            return real
+        code, when = self.failing[name]
+
+        def failing(*args: Any, **kw: Any) -> Any:
+            if when(*args, **kw):
+                self.hits.append(name)
+                raise OSError(code, os.strerror(code))
+            return real(*args, **kw)
+
+        return failing
+
+
+def fail(
+    monkeypatch: pytest.MonkeyPatch,
+    module: ModuleType,
+    call: str,
+    code: int,
+    when: Matcher = always,
+) -> FailingOS:
+    proxy = FailingOS().also(call, code, when)
+    monkeypatch.setattr(module, "os", proxy)
+    return proxy

@@ -1,0 +1,216 @@
+"""Pause and resume files of the state directory store, pinned (issue 11).
+
+A pause or resume that fails is one fault naming the routine, the directory and the file that
+failed; a resume's instant is written through a temp file that never stays behind; reading it
+back takes a short regular file holding an instant and nothing else.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from oserrors import fail, named, prefixed
+
+from trio_routines.errors import StateFault
+from trio_routines.instants import format_iso
+from trio_routines.stores import dirpause, safefile
+from trio_routines.stores.directory import DirectoryStore
+
+AT = datetime(2026, 7, 7, 9, tzinfo=UTC)
+EIO = "EIO: Input/output error"
+TEMP = r"\.resume-[0-9a-f]{16}"
+
+
+def schedule_is_a_file(root: Path) -> Path:
+    root.mkdir(exist_ok=True)
+    (root / "schedule").write_text("")
+    return root / "schedule"
+
+
+def nth(n: int) -> object:
+    """A matcher for the ``n``-th call (from 0) of the failing function."""
+    calls = itertools.count()
+    return lambda *args, **kw: next(calls) == n
+
+
+# -- pausing and resuming ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("paused", [True, False], ids=["pause", "resume"])
+async def test_a_schedule_that_is_no_directory_fails_a_pause_or_resume_by_name(
+    tmp_path: Path, paused: bool
+) -> None:
+    schedule = schedule_is_a_file(tmp_path)
+    with pytest.raises(StateFault) as raised:
+        await DirectoryStore(tmp_path).set_paused("r", paused)
+    what = "pause" if paused else "resume"
+    assert str(raised.value) == (
+        f"could not {what} 'r' in {schedule / 'paused'}: ENOTDIR: Not a directory: {schedule}"
+    )
+
+
+PAUSE_FAULTS = {
+    # place: (the module whose os fails, the call, which call of it, is the file named)
+    "create": (safefile, "open", "r", True),
+    "file-fsync": (safefile, "fsync", 0, True),
+    "dir-fsync": (safefile, "fsync", 1, False),
+}
+
+
+@pytest.mark.parametrize("place", list(PAUSE_FAULTS))
+async def test_a_pause_that_fails_names_the_file_or_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, place: str
+) -> None:
+    where = tmp_path / "schedule" / "paused"
+    where.mkdir(parents=True)
+    module, call, which, file = PAUSE_FAULTS[place]
+    matcher = named(which) if isinstance(which, str) else nth(which)
+    fail(monkeypatch, module, call, errno.EIO, matcher)  # type: ignore[arg-type]
+    with pytest.raises(StateFault) as raised:
+        await DirectoryStore(tmp_path).set_paused("r", True)
+    failed = where / "r" if file else where
+    assert str(raised.value) == f"could not pause 'r' in {where}: {EIO}: {failed}"
+
+
+@pytest.mark.parametrize("place", ["unlink", "dir-fsync"])
+async def test_a_resume_that_fails_names_the_file_or_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, place: str
+) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.set_paused("r", True)
+    if place == "unlink":
+        fail(monkeypatch, dirpause, "unlink", errno.EIO)
+    else:
+        fail(monkeypatch, safefile, "fsync", errno.EIO)
+    with pytest.raises(StateFault) as raised:
+        await store.set_paused("r", False)
+    where = tmp_path / "schedule" / "paused"
+    failed = where / "r" if place == "unlink" else where
+    assert str(raised.value) == f"could not resume 'r' in {where}: {EIO}: {failed}"
+
+
+# -- the resume's instant ---------------------------------------------------------------------
+
+
+async def test_a_resume_whose_instant_has_no_safe_place_says_so(tmp_path: Path) -> None:
+    where = tmp_path / "schedule" / "resumed"
+    where.parent.mkdir()
+    where.symlink_to(tmp_path)
+    with pytest.raises(StateFault) as raised:
+        await DirectoryStore(tmp_path).set_paused("r", False, AT)
+    assert str(raised.value) == (
+        f"'r' is resumed, but its instant cannot be kept in {where}: "
+        f"{where} is a symbolic link, not a directory — refused"
+    )
+
+
+@pytest.mark.parametrize("place", ["create", "write", "temp-fsync", "dir-fsync"])
+async def test_an_instant_that_cannot_be_written_names_the_temp_file_and_removes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, place: str
+) -> None:
+    where = tmp_path / "schedule" / "resumed"
+    where.mkdir(parents=True)
+    if place == "create":
+        fail(monkeypatch, safefile, "open", errno.EIO, prefixed(".resume-"))
+    elif place == "write":
+        fail(monkeypatch, safefile, "write", errno.EIO)
+    else:
+        fail(monkeypatch, safefile, "fsync", errno.EIO, nth(0 if place == "temp-fsync" else 1))
+    with pytest.raises(StateFault) as raised:
+        await DirectoryStore(tmp_path).set_paused("r", False, AT)
+    prefix = re.escape(f"'r' is resumed, but its instant cannot be kept in {where}: {EIO}: ")
+    failed = re.escape(str(where)) + ("" if place == "dir-fsync" else "/" + TEMP)
+    assert re.fullmatch(prefix + failed, str(raised.value)), str(raised.value)
+    assert os.listdir(where) == (["r"] if place == "dir-fsync" else [])
+
+
+@pytest.mark.parametrize("unlink_fails", [False, True])
+async def test_an_instant_that_cannot_be_renamed_into_place_leaves_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unlink_fails: bool
+) -> None:
+    where = tmp_path / "schedule" / "resumed"
+    proxy = fail(monkeypatch, dirpause, "replace", errno.EIO)
+    if unlink_fails:
+        proxy.also("unlink", errno.EIO)
+    with pytest.raises(StateFault) as raised:
+        await DirectoryStore(tmp_path).set_paused("r", False, AT)
+    assert str(raised.value) == (
+        f"'r' is resumed, but its instant cannot be kept in {where}: {EIO}: {where / 'r'}"
+    )
+    left = os.listdir(where)
+    assert len(left) == (1 if unlink_fails else 0)
+    assert all(re.fullmatch(TEMP, name) for name in left)
+
+
+async def test_an_instant_is_read_from_at_most_64_bytes_of_ascii(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.set_paused("r", False, AT)
+    path = tmp_path / "schedule" / "resumed" / "r"
+    assert path.read_bytes() == format_iso(AT).encode()
+    for content, read in [
+        (format_iso(AT).ljust(64).encode(), AT),
+        (format_iso(AT).ljust(65).encode(), None),  # too long for an instant: not ours
+        (format_iso(AT).encode() + b"\xc2\xa0", None),  # a no-break space is no blank here
+        (b"\xff" + format_iso(AT).encode(), None),
+    ]:
+        path.write_bytes(content)
+        assert await store.resumed_at("r") == read, content
+
+
+async def test_an_instant_that_cannot_be_read_is_a_fault_naming_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.set_paused("r", False, AT)
+    fail(monkeypatch, safefile, "read", errno.EIO)
+    with pytest.raises(StateFault) as raised:
+        await store.resumed_at("r")
+    path = tmp_path / "schedule" / "resumed" / "r"
+    assert str(raised.value) == f"the resume of 'r' is unreadable: {EIO}: {path}"
+
+
+async def test_a_schedule_that_is_no_directory_fails_the_reads_by_name(tmp_path: Path) -> None:
+    schedule = schedule_is_a_file(tmp_path)
+    store = DirectoryStore(tmp_path)
+    with pytest.raises(StateFault) as raised:
+        await store.resumed_at("r")
+    assert (
+        str(raised.value)
+        == f"the resume of 'r' is unreadable: ENOTDIR: Not a directory: {schedule}"
+    )
+    with pytest.raises(StateFault) as raised:
+        await store.paused()
+    assert str(raised.value) == (
+        f"the paused routines are unreadable in {schedule / 'paused'}: "
+        f"ENOTDIR: Not a directory: {schedule}"
+    )
+
+
+# -- the paused set -----------------------------------------------------------------------------
+
+
+async def test_a_link_to_a_regular_file_pauses_nothing(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.set_paused("a", True)
+    paused = tmp_path / "schedule" / "paused"
+    (tmp_path / "target").write_text("")
+    (paused / "b").symlink_to(tmp_path / "target")
+    assert await store.paused() == {"a"}
+
+
+async def test_a_paused_directory_that_cannot_be_listed_is_a_fault_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.set_paused("a", True)
+    fail(monkeypatch, dirpause, "scandir", errno.EIO)
+    with pytest.raises(StateFault) as raised:
+        await store.paused()
+    where = tmp_path / "schedule" / "paused"
+    assert str(raised.value) == f"the paused routines are unreadable in {where}: {EIO}"

@@ -1,0 +1,273 @@
+"""``wakeups.json`` of the state directory store, pinned (issue 11): the lock and the writes.
+
+The writers' lock is the one in the state directory, bounded in size; a failing write names
+the file that failed (its temp file included) and leaves no temp file behind; a writer reads
+and rewrites the directory it holds locked, and writes only a change.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import itertools
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from oserrors import fail, named, prefixed
+from wakeupstate import ASIDE, EIO, HEX16, T0, entry, ids, request, state, warnings
+
+from trio_routines.errors import InvalidWakeup, StateFault
+from trio_routines.stores import safefile, wakeupfile
+from trio_routines.stores.directory import DirectoryStore
+
+# -- the writers' lock -----------------------------------------------------------------------------
+
+
+def hold_lock(schedule: Path) -> int:
+    """Take the writers' lock as another process would (a lock on its own open file)."""
+    fd = os.open(schedule / "wakeups.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+async def test_the_lock_is_the_one_in_the_state_directory_wherever_we_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "wakeups.lock").write_bytes(b"")  # a lock file of the working directory
+    monkeypatch.chdir(elsewhere)
+    schedule = state(tmp_path / "state")
+    held = hold_lock(schedule)
+    try:
+        store = DirectoryStore(tmp_path / "state", lock_timeout=0.05)
+        with pytest.raises(StateFault) as raised:
+            await store.add_wakeup(request(), T0)
+    finally:
+        os.close(held)
+    assert str(raised.value) == (
+        f"the wake-up store {schedule / 'wakeups.lock'} stayed locked for 0.05s — "
+        "another process holds it"
+    )
+    assert os.listdir(schedule) == ["wakeups.lock"]
+
+
+def lock_refused(lock: Path, size: int) -> str:
+    return (
+        f"cannot lock the wake-up store {lock}: {lock} holds {size} bytes, "
+        f"more than {1 << 20} — refused"
+    )
+
+
+@pytest.mark.parametrize("raced", [False, True], ids=["found", "created-meanwhile"])
+async def test_a_lock_file_is_bounded_in_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raced: bool
+) -> None:
+    schedule = state(tmp_path)
+    lock = schedule / "wakeups.lock"
+    content = {"size": 0}
+    if raced:
+        # Another writer creates the lock file between our look (nothing there) and our create.
+        real = wakeupfile.open_file
+
+        def open_file(parent: int, name: str, where: Path, flags: int, limit: int) -> int:
+            if not lock.exists():
+                lock.write_bytes(b"x" * content["size"])
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT))
+            return real(parent, name, where, flags, limit)
+
+        monkeypatch.setattr(wakeupfile, "open_file", open_file)
+    store = DirectoryStore(tmp_path)
+    for size in (1, 1 << 20):
+        lock.unlink(missing_ok=True)
+        if not raced:
+            lock.write_bytes(b"x" * size)
+        content["size"] = size
+        await store.add_wakeup(request(), T0)
+    lock.unlink()
+    size = (1 << 20) + 1
+    if not raced:
+        lock.write_bytes(b"x" * size)
+    content["size"] = size
+    with pytest.raises(StateFault) as raised:
+        await store.add_wakeup(request(), T0)
+    assert str(raised.value) == lock_refused(lock, size)
+    assert len(await store.list_wakeups()) == 2
+
+
+async def test_a_lock_link_planted_meanwhile_is_refused_by_its_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schedule = state(tmp_path)
+    lock = schedule / "wakeups.lock"
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"")
+    real = wakeupfile.open_file
+
+    def open_file(parent: int, name: str, where: Path, flags: int, limit: int) -> int:
+        if not lock.is_symlink():
+            lock.symlink_to(victim)
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT))
+        return real(parent, name, where, flags, limit)
+
+    monkeypatch.setattr(wakeupfile, "open_file", open_file)
+    with pytest.raises(StateFault) as raised:
+        await DirectoryStore(tmp_path).add_wakeup(request(), T0)
+    assert str(raised.value) == (
+        f"cannot lock the wake-up store {lock}: {lock} is a symbolic link, not a regular file "
+        "— refused; remove it"
+    )
+
+
+async def test_a_lock_file_that_cannot_be_created_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = state(tmp_path) / "wakeups.lock"
+    fail(monkeypatch, safefile, "open", errno.EIO, named("wakeups.lock"))
+    with pytest.raises(StateFault) as raised:
+        await DirectoryStore(tmp_path).add_wakeup(request(), T0)
+    assert str(raised.value) == f"cannot lock the wake-up store {lock}: {EIO}: {lock}"
+
+
+# -- saving: bounded, named when it fails, no temp file left --------------------------------------
+
+
+async def test_the_size_bound_admits_exactly_its_bytes_and_refuses_one_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Fifty sessions of twenty 1 KiB wake-ups: a little over 1 MiB once one more is added.
+    big = [entry(f"{n:04}", "p" * 1000, f"s{n // 20}") for n in range(1000)]
+    schedule = state(tmp_path, big)
+    original = (schedule / "wakeups.json").read_bytes()
+    store = DirectoryStore(tmp_path)
+    await store.add_wakeup(request(), T0)
+    size = (schedule / "wakeups.json").stat().st_size
+    assert 1 << 20 < size < 2 << 20
+    for limit in (size, size - 1):
+        (schedule / "wakeups.json").write_bytes(original)
+        monkeypatch.setattr(wakeupfile, "MAX_BYTES", limit)
+        if limit == size:
+            await store.add_wakeup(request(), T0)
+            continue
+        with pytest.raises(InvalidWakeup) as raised:
+            await store.add_wakeup(request(), T0)
+        assert str(raised.value) == (
+            f"the wake-up store {schedule / 'wakeups.json'} would grow past 1 MiB — refused; "
+            "cancel pending wake-ups first"
+        )
+        assert (schedule / "wakeups.json").read_bytes() == original
+
+
+def write_refused(schedule: Path, detail: str) -> str:
+    return f"could not write the wake-up store {schedule / 'wakeups.json'}: {detail}"
+
+
+@pytest.mark.parametrize("call", ["open", "write", "fsync"])
+async def test_a_temp_file_that_fails_is_named_and_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    schedule = state(tmp_path, [entry("a")])
+    (schedule / "wakeups.lock").write_bytes(b"")
+    if call == "open":
+        fail(monkeypatch, safefile, "open", errno.EIO, prefixed("wakeups.json.tmp-"))
+    else:  # the temp file's is the only write and the first fsync of an add
+        fail(monkeypatch, safefile, call, errno.EIO)
+    with pytest.raises(StateFault) as raised:
+        await DirectoryStore(tmp_path).add_wakeup(request(), T0)
+    temp = re.escape(str(schedule)) + "/wakeups\\.json\\.tmp-" + HEX16
+    expected = re.escape(write_refused(schedule, EIO + ": ")) + temp
+    assert re.fullmatch(expected, str(raised.value)), str(raised.value)
+    assert sorted(os.listdir(schedule)) == ["wakeups.json", "wakeups.lock"]
+    assert ids(await DirectoryStore(tmp_path).list_wakeups()) == ["a"]
+
+
+@pytest.mark.parametrize("unlink_fails", [False, True])
+async def test_a_rename_that_fails_is_named_and_its_temp_file_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unlink_fails: bool
+) -> None:
+    schedule = state(tmp_path, [entry("a")])
+    proxy = fail(monkeypatch, wakeupfile, "replace", errno.EIO)
+    if unlink_fails:
+        proxy.also("unlink", errno.EIO)
+    with pytest.raises(StateFault) as raised:
+        await DirectoryStore(tmp_path).add_wakeup(request(), T0)
+    path = schedule / "wakeups.json"
+    assert str(raised.value) == write_refused(schedule, f"{EIO}: {path}")
+    temps = [n for n in os.listdir(schedule) if n.startswith("wakeups.json.tmp-")]
+    assert len(temps) == (1 if unlink_fails else 0)
+    assert ids(await DirectoryStore(tmp_path).list_wakeups()) == ["a"]
+
+
+async def test_a_directory_fsync_that_fails_after_the_rename_is_one_named_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    schedule = state(tmp_path, [entry("a")])
+    (schedule / "wakeups.lock").write_bytes(b"")
+    calls = itertools.count()
+    fail(monkeypatch, safefile, "fsync", errno.EIO, lambda *a: next(calls) == 1)  # not the temp's
+    added = await DirectoryStore(tmp_path).add_wakeup(request(), T0)
+    assert warnings(caplog) == [
+        f"wrote the wake-up store {schedule / 'wakeups.json'} but could not fsync its "
+        f"directory: {EIO}: {schedule}"
+    ]
+    assert ids(await DirectoryStore(tmp_path).list_wakeups()) == ["a", added.id]
+
+
+async def test_damage_that_cannot_be_kept_aside_is_a_fault_naming_the_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schedule = state(tmp_path, b"not json")
+    fail(monkeypatch, wakeupfile, "link", errno.EIO)
+    with pytest.raises(StateFault) as raised:
+        await DirectoryStore(tmp_path).add_wakeup(request(), T0)
+    expected = re.escape(write_refused(schedule, f"{EIO}: {schedule}/")) + ASIDE
+    assert re.fullmatch(expected, str(raised.value)), str(raised.value)
+    assert (schedule / "wakeups.json").read_bytes() == b"not json"
+
+
+# -- a writer works on what it holds locked, and writes only a change -----------------------------
+
+
+async def test_a_writer_reads_and_rewrites_the_directory_it_holds_locked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schedule = state(tmp_path, [entry("locked")])
+    real = wakeupfile.lock_within
+
+    def lock_then_swap(fd: int, seconds: float) -> bool:
+        # Once we hold the lock, someone swaps the schedule directory for another one.
+        locked = real(fd, seconds)
+        schedule.rename(tmp_path / "old")
+        state(tmp_path, [entry("swapped")])
+        return locked
+
+    monkeypatch.setattr(wakeupfile, "lock_within", lock_then_swap)
+    added = await DirectoryStore(tmp_path).add_wakeup(request(), T0)
+    kept = json.loads((tmp_path / "old" / "wakeups.json").read_text())
+    assert [e["id"] for e in kept] == ["locked", added.id]
+
+
+async def test_a_take_or_remove_that_changes_nothing_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schedule = state(tmp_path, [entry("due", at=T0), entry("later")])
+    path = schedule / "wakeups.json"
+    store = DirectoryStore(tmp_path)
+    assert await store.remove_wakeup("unknown") is False
+    inode = path.stat().st_ino
+    real = wakeupfile.lock_within
+
+    def lock_then_lose_the_race(fd: int, seconds: float) -> bool:
+        # Another process took the due wake-up between our lock-free look and our lock.
+        locked = real(fd, seconds)
+        path.write_text(json.dumps([entry("later")]))
+        return locked
+
+    monkeypatch.setattr(wakeupfile, "lock_within", lock_then_lose_the_race)
+    before = path.stat().st_ino
+    assert await store.take_due_wakeup(T0) is None
+    assert path.stat().st_ino == before == inode
+    assert ids(await store.list_wakeups()) == ["later"]

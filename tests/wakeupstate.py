@@ -1,0 +1,48 @@
+"""Helpers for the pinned tests of ``wakeups.json`` (test_pinned_wakeupfile*.py)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trio_routines.converter import dumps
+from trio_routines.instants import format_iso
+from trio_routines.wakeups import WakeupRequest
+
+T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
+LATER = T0 + timedelta(hours=1)
+EIO = "EIO: Input/output error"
+HEX16 = "[0-9a-f]{16}"
+
+
+def entry(id: str, prompt: str = "p", session: str = "s", at: datetime = LATER) -> dict[str, Any]:
+    return {"id": id, "session": session, "prompt": prompt, "fireAt": format_iso(at)}
+
+
+def request(prompt: str = "p") -> WakeupRequest:
+    return WakeupRequest(session="s", prompt=prompt, fire_at=LATER)
+
+
+def state(root: Path, content: bytes | list[dict[str, Any]] | None = None) -> Path:
+    """``root/schedule`` holding ``content`` as wakeups.json (an array is written as JSON)."""
+    schedule = root / "schedule"
+    schedule.mkdir(parents=True, exist_ok=True)
+    if content is not None:
+        data = content if isinstance(content, bytes) else dumps(content).encode()
+        (schedule / "wakeups.json").write_bytes(data)
+    return schedule
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def ids(entries: list[Any]) -> list[str]:
+    return [w.id for w in entries]
+
+
+ASIDE = r"wakeups\.json\.corrupt-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d-\d{3}Z"
