@@ -170,8 +170,11 @@ class StoreCalls(SchedulerState):
 
     async def _settle(
         self, routine: str, slot: datetime, outcome: Outcome, ms: int, error: str | None
-    ) -> bool:
-        """Settle a fire, retrying with a back-off for up to the default grace."""
+    ) -> None:
+        """Settle a fire, retrying with a back-off for up to the default grace.
+
+        A settle given up is logged and counted; the fire path goes on either way.
+        """
         give_up = trio.current_time() + self.default_grace
         delay = SETTLE_RETRY_FIRST
         attempts = 0
@@ -186,7 +189,7 @@ class StoreCalls(SchedulerState):
                         format_iso(slot),
                         attempts,
                     )
-                return True
+                return
             if trio.current_time() + delay > min(give_up, self._grace_deadline + STOP_MARGIN):
                 break
             with self._bounded(delay):  # a stop meanwhile cuts the wait short
@@ -202,4 +205,3 @@ class StoreCalls(SchedulerState):
             format_iso(slot),
             attempts,
         )
-        return False
