@@ -76,6 +76,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_context.py",
             "tests/test_reload.py",
             "tests/test_pause.py",
+            "tests/test_pinned_scheduler.py",
+            "tests/test_pinned_scheduler_fire.py",
         ],
     ),
     "directory": (

@@ -1,0 +1,241 @@
+"""The Scheduler's API pinned whole (issue 11): fire, pause, resume, run_now, start_fire,
+start_run -- their errors and log lines compared entire, their store calls by argument.
+
+Every test runs under virtual time and was checked against the product broken by hand.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import trio
+from scheduler_rig import HOURLY, NO_ANSWER, T0, at, lines, rig
+
+from trio_routines import Outcome, Routine, StateFault
+from trio_routines.records import ClaimResult, ClaimStatus
+from trio_routines.scheduler import NotOnGrid, NotYetDue, Stopping
+from trio_routines.testing import Complete, Hang
+
+SLOW = Routine(name="slow", prompt="Think.", cron="0 * * * *", timeout=2.0)
+STOPPING = "the scheduler is stopping; no new turns are accepted"
+
+
+@pytest.fixture(autouse=True)
+def _capture(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="trio_routines")
+
+
+# -- fire: what it refuses, in so many words -------------------------------------------------
+
+
+async def test_fire_refuses_a_slot_off_the_grid_naming_it(autojump_clock: Any) -> None:
+    scheduler, agent, _, _ = rig()
+    with pytest.raises(NotOnGrid) as caught:
+        await scheduler.fire("hourly", at(9, 30))
+    assert str(caught.value) == (
+        "2026-07-07T09-30-00-000Z is not on the cron grid of 'hourly' (0 * * * *)"
+    )
+    assert agent.turns == []
+
+
+async def test_fire_refuses_a_future_slot_saying_how_long_to_wait(autojump_clock: Any) -> None:
+    scheduler, agent, _, _ = rig()
+    with pytest.raises(NotYetDue) as caught:
+        await scheduler.fire("hourly", at(11))
+    assert str(caught.value) == (
+        "slot 2026-07-07T11:00:00.000Z of 'hourly' has not arrived yet — "
+        "a slot never fires before its instant"
+    )
+    assert caught.value.wait == 1800.0
+    assert agent.turns == []
+
+
+async def test_a_stopping_scheduler_refuses_fires_and_turns_in_so_many_words(
+    autojump_clock: Any,
+) -> None:
+    scheduler, agent, store, _ = rig()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        scheduler.stop(5)
+        with pytest.raises(Stopping) as fire:
+            await scheduler.fire("hourly", at(10))
+        with pytest.raises(Stopping) as run:
+            await scheduler.run_now("hourly")
+        with pytest.raises(Stopping) as start:
+            await scheduler.start_run("hourly")
+    assert str(fire.value) == "the scheduler is stopping; no new fires are accepted"
+    assert (str(run.value), str(start.value)) == (STOPPING, STOPPING)
+    assert agent.turns == []
+    assert await store.history("hourly") == []
+
+
+async def test_a_scheduler_that_is_not_running_starts_nothing(autojump_clock: Any) -> None:
+    scheduler, agent, store, _ = rig()
+    with pytest.raises(Stopping) as fire:
+        await scheduler.start_fire("hourly", at(10))
+    with pytest.raises(Stopping) as run:
+        await scheduler.start_run("hourly")
+    assert str(fire.value) == "the scheduler is not running"
+    assert str(run.value) == STOPPING
+    assert agent.turns == []
+    assert await store.history("hourly") == []
+
+
+# -- start_fire and start_run: answer at once, the turn goes on ------------------------------
+
+
+async def test_start_fire_answers_with_the_claim_and_the_turn_goes_on(autojump_clock: Any) -> None:
+    scheduler, agent, store, _ = rig(external_clock=True)
+    agent.default = Complete(duration=3)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        started = trio.current_time()
+        claim = await scheduler.start_fire("hourly", at(10))
+        assert trio.current_time() == started  # answered before the turn ended
+        assert claim == ClaimResult(ClaimStatus.TAKEN, "2026-07-07T10-00-00-000Z")
+        assert [(t.session, t.text) for t in agent.turns] == [
+            ("routine:hourly", "Check the queue.")
+        ]
+        assert agent.finished == []
+        again = await scheduler.start_fire("hourly", at(10))
+        assert again.status is ClaimStatus.DUPLICATE
+        await trio.sleep(5)
+        scheduler.stop(0)
+    assert len(agent.finished) == 1
+    assert [(f.slot, f.outcome, f.ms) for f in await store.history("hourly")] == [
+        (at(10), Outcome.COMPLETED, 3000)
+    ]
+
+
+async def test_start_run_holds_the_session_and_runs_the_routines_turn(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler, agent, store, _ = rig(SLOW, external_clock=True)
+    agent.default = Hang()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        assert await scheduler.start_run("slow") is True
+        assert scheduler.statistics().in_flight == 1
+        assert await scheduler.start_run("slow") is False  # its session is held
+        await trio.sleep(10)
+        scheduler.stop(0)
+    assert [(t.session, t.text) for t in agent.turns] == [("routine:slow", "Think.")]
+    # The routine's own timeout applies; no claim, no history.
+    assert lines(caplog)[-2:] == [
+        (logging.INFO, "slow firing (session=routine:slow)"),
+        (logging.ERROR, "slow failed (2000ms): timed out after 2s"),
+    ]
+    assert await store.history("slow") == []
+
+
+async def test_a_stop_interrupts_a_started_run_at_its_grace(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler, agent, _, _ = rig(external_clock=True)
+    agent.default = Hang()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await scheduler.start_run("hourly")
+        await trio.sleep(1)
+        scheduler.stop(3)
+    assert lines(caplog)[-1] == (
+        logging.WARNING,
+        "hourly interrupted: the stop's grace ran out (4000ms)",
+    )
+    assert scheduler.statistics().in_flight == 0
+
+
+async def test_a_started_run_outlives_its_host_being_cancelled_within_the_grace(
+    autojump_clock: Any,
+) -> None:
+    scheduler, agent, _, _ = rig(external_clock=True, default_grace=10)
+    agent.default = Complete(duration=3)
+    with trio.move_on_after(1):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(scheduler.run)
+            await scheduler.start_run("hourly")
+    assert len(agent.finished) == 1  # shielded: the host's cancel did not cut it short
+
+
+# -- run_now ---------------------------------------------------------------------------------
+
+
+async def test_run_now_runs_the_routines_turn_with_its_timeout_and_hands_over_text(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler, agent, _, _ = rig(SLOW)
+    agent.script(Complete(reply="hello"), Hang())
+    texts: list[str] = []
+    first = await scheduler.run_now("slow", on_text=texts.append)
+    with trio.fail_after(60):  # a turn that forgot its timeout would hang
+        second = await scheduler.run_now("slow")
+    assert (first.outcome, texts) == (Outcome.COMPLETED, ["hello"])
+    assert (second.outcome, second.failed) == (Outcome.FAILED, "timed out after 2s")
+    assert [(t.session, t.text) for t in agent.turns] == [("routine:slow", "Think.")] * 2
+    assert lines(caplog) == [
+        (logging.INFO, "slow firing (session=routine:slow)"),
+        (logging.INFO, "slow completed (0ms)"),
+        (logging.INFO, "slow firing (session=routine:slow)"),
+        (logging.ERROR, "slow failed (2000ms): timed out after 2s"),
+    ]
+
+
+async def test_run_now_finishes_its_turn_when_its_caller_is_cancelled(
+    autojump_clock: Any,
+) -> None:
+    scheduler, agent, _, _ = rig()
+    agent.default = Complete(duration=3)
+    with trio.move_on_after(1):
+        await scheduler.run_now("hourly")
+    assert len(agent.finished) == 1
+    assert scheduler.statistics().in_flight == 0
+
+
+# -- pause and resume ------------------------------------------------------------------------
+
+
+async def test_pause_and_resume_write_the_store_log_and_are_seen_at_once(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    daily = Routine(name="daily", prompt="d", cron="0 9 * * *")
+    scheduler, _, store, _ = rig(HOURLY, daily)
+    await scheduler.pause("hourly")
+    await scheduler.pause("daily")
+    assert scheduler.statistics().paused == {"hourly", "daily"}
+    await trio.sleep(60)
+    await scheduler.resume("daily")
+    assert scheduler.statistics().paused == {"hourly"}
+    assert store.calls == [
+        ("set_paused", "hourly", True, None),
+        ("set_paused", "daily", True, None),
+        ("set_paused", "daily", False, T0 + timedelta(seconds=60)),
+    ]
+    assert store.resumed == {"daily": T0 + timedelta(seconds=60)}
+    assert lines(caplog) == [
+        (logging.INFO, "hourly: paused"),
+        (logging.INFO, "daily: paused"),
+        (logging.INFO, "daily: resumed"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        ("pause", "could not pause 'hourly'"),
+        ("resume", "could not resume 'hourly'"),
+    ],
+)
+async def test_a_pause_or_resume_the_store_never_answers_is_a_state_fault(
+    autojump_clock: Any, call: str, message: str
+) -> None:
+    scheduler, _, store, _ = rig()
+    store.hang("set_paused")
+    started = trio.current_time()
+    with pytest.raises(StateFault) as caught:
+        await getattr(scheduler, call)("hourly")
+    assert str(caught.value) == f"{message}: {NO_ANSWER}"
+    assert trio.current_time() - started == 5.0
+    assert scheduler.statistics().paused == frozenset()

@@ -1,0 +1,187 @@
+"""The fire path pinned whole (issue 11): what each claimed or refused slot returns, logs and
+counts, and the settle's retries -- log lines compared entire, store calls by argument.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import trio
+from scheduler_rig import T0, Recording, at, lines, rig
+
+from trio_routines import Outcome, StateFault
+from trio_routines.logs import FireFields
+from trio_routines.records import ClaimResult, ClaimStatus
+from trio_routines.scheduler import FireResult, NotYetDue
+from trio_routines.scheduler.state import busy_reason
+from trio_routines.testing import Busy, Complete, MemoryStore, WallClock
+
+
+@pytest.fixture(autouse=True)
+def _capture(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="trio_routines")
+
+
+# -- what each refused or claimed slot returns, logs and counts ------------------------------
+
+
+async def test_every_kind_of_fire_result_names_its_routine_and_slot(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler, agent, _, _ = rig()
+    caplog.handler.addFilter(FireFields())
+    agent.script(Complete(duration=2), Busy())
+    done = await scheduler.fire("hourly", at(9))
+    duplicate = await scheduler.fire("hourly", at(9))
+    stale = await scheduler.fire("hourly", at(8))
+    busy = await scheduler.fire("hourly", at(10))
+    await scheduler.pause("hourly")
+    paused = [await scheduler.fire("hourly", at(10)) for _ in range(2)]
+    assert done == FireResult("hourly", at(9), True, outcome=Outcome.COMPLETED, ms=2000)
+    assert duplicate == FireResult("hourly", at(9), False, reason="duplicate")
+    assert stale == FireResult("hourly", at(8), False, reason="stale")
+    assert busy == FireResult(
+        "hourly", at(10), True, reason=busy_reason("hourly"), outcome=Outcome.SKIPPED, ms=0
+    )
+    assert paused == [FireResult("hourly", at(10), False, reason="paused")] * 2
+    assert scheduler.statistics().outcomes == {
+        "completed": 1,
+        "duplicate": 1,
+        "stale": 1,
+        "skipped": 1,
+        "paused": 2,
+    }
+    assert scheduler.metrics.refused == {
+        ("hourly", "duplicate"): 1,
+        ("hourly", "stale"): 1,
+        ("hourly", "paused"): 2,
+    }
+    refused = [r for r in caplog.records if "skipping" in r.getMessage()]
+    assert [(r.routine, r.slot) for r in refused] == [("hourly", at(9)), ("hourly", at(8))]  # type: ignore[attr-defined]
+    assert [m for _, m in lines(caplog) if "paused —" in m] == [
+        "hourly: paused — slot 2026-07-07T10:00:00.000Z is not claimed"
+    ] * 2
+    # The turn's lines carry how late it began: 90 minutes for 09:00, 32 for 10:00.
+    firing = [r for r in caplog.records if "firing" in r.getMessage()]
+    assert [r.late_ms for r in firing] == [5_400_000, 1_802_000]  # type: ignore[attr-defined]
+    # The last success is stamped when the turn ended, on the wall clock.
+    assert scheduler.metrics.last_success == {"hourly": T0 + timedelta(seconds=2)}
+
+
+async def test_start_fire_of_a_paused_routine_answers_paused(autojump_clock: Any) -> None:
+    scheduler, agent, _, _ = rig(external_clock=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await scheduler.pause("hourly")
+        claim = await scheduler.start_fire("hourly", at(10))
+        scheduler.stop(0)
+    assert claim == ClaimResult(ClaimStatus.PAUSED)
+    assert agent.turns == []
+
+
+async def test_a_clock_that_goes_back_during_the_paused_read_says_how_long_to_wait(
+    autojump_clock: Any,
+) -> None:
+    wall = WallClock(T0)
+
+    class Jumpy(Recording):
+        async def paused(self) -> frozenset[str]:
+            wall.jump(timedelta(minutes=-45))  # 09:45: the 10:00 slot lies ahead again
+            return await super().paused()
+
+    scheduler, agent, _, _ = rig(store=Jumpy())
+    scheduler.now = wall
+    with pytest.raises(NotYetDue) as caught:
+        await scheduler.fire("hourly", at(10))
+    assert str(caught.value) == (
+        "slot 2026-07-07T10:00:00.000Z of 'hourly' has not arrived yet — "
+        "a slot never fires before its instant"
+    )
+    assert caught.value.wait == 900.0
+    assert agent.turns == []
+
+
+# -- the settle and its retries --------------------------------------------------------------
+
+
+async def test_a_settle_retried_says_at_which_attempt_it_was_recorded(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler, _, store, _ = rig()
+    store.fail("settle", StateFault("locked"), times=1)
+    await scheduler.fire("hourly", at(9))
+    assert lines(caplog)[-1] == (
+        logging.INFO,
+        "hourly: the completed outcome of slot 2026-07-07T09:00:00.000Z recorded at attempt 2",
+    )
+    assert [f.outcome for f in await store.history("hourly")] == [Outcome.COMPLETED]
+
+
+async def test_a_settle_given_up_is_logged_whole_and_counted_per_loss(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 7.75 s of grace: the fifth wait would end exactly at the limit, which is still within it.
+    scheduler, _, store, _ = rig(default_grace=7.75)
+    store.fail("settle", StateFault("down"))
+    await scheduler.fire("hourly", at(9))
+    await scheduler.fire("hourly", at(10))
+    errors = [m for level, m in lines(caplog) if level == logging.ERROR]
+    assert errors == [
+        f"hourly: the completed outcome of slot 2026-07-07T{hour}:00:00.000Z is lost after 6 "
+        "attempts — the claim stays unsettled and the next boot records it as interrupted"
+        for hour in ("09", "10")
+    ]
+    assert scheduler.statistics().settle_failures == {"hourly": 2}
+    assert scheduler.metrics.settle_failures == {"hourly": 2}
+
+
+async def test_a_stop_bounds_the_settles_retries_by_its_grace_and_margin(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler, agent, store, _ = rig(external_clock=True)
+    agent.default = Complete(duration=1)
+    store.fail("settle", StateFault("down"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await scheduler.start_fire("hourly", at(10))
+        await trio.sleep(0.5)
+        scheduler.stop(1)  # grace until 1.5 s, store calls until 3.5 s
+    # attempts at 1, 1.25, 1.75 and 2.75 s; waiting 4 s more would pass 3.5 s
+    (error,) = [m for level, m in lines(caplog) if level == logging.ERROR]
+    assert "is lost after 4 attempts" in error
+
+
+async def test_a_settle_the_store_never_answers_is_logged_per_attempt(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler, _, store, _ = rig(default_grace=0.1)
+    store.hang("settle")
+    await scheduler.fire("hourly", at(9))
+    assert [m for level, m in lines(caplog) if level == logging.WARNING] == [
+        "hourly: could not record the completed outcome of slot 2026-07-07T09:00:00.000Z: "
+        "the store did not answer in time"
+    ]
+
+
+async def test_a_real_outcome_overwrites_the_interrupted_another_replica_wrote_meanwhile(
+    autojump_clock: Any,
+) -> None:
+    # Replica B boots while A is mid-turn, and records A's open claim as interrupted; A's
+    # real outcome, settled after, is the one that stays.
+    store = MemoryStore()
+    first, agent, _, _ = rig(external_clock=True, store=store)
+    second, _, _, _ = rig(external_clock=True, store=store)
+    agent.default = Complete(duration=10)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(first.run)
+        await first.start_fire("hourly", at(10))
+        await nursery.start(second.run)
+        assert [f.outcome for f in await store.history("hourly")] == [Outcome.INTERRUPTED]
+        await trio.sleep(11)
+        first.stop(0)
+        second.stop(0)
+    (fire,) = await store.history("hourly")
+    assert (fire.outcome, fire.ms, fire.error) == (Outcome.COMPLETED, 10_000, None)
