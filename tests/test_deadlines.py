@@ -6,9 +6,10 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 import trio
 
-from trio_routines import Outcome, Routine, Scheduler
+from trio_routines import InvalidOption, Outcome, Routine, Scheduler
 from trio_routines.records import ClaimResult
 from trio_routines.scheduler.deadlines import StoreDeadlines
 from trio_routines.testing import MemoryStore, ScriptedAgent, WallClock
@@ -151,3 +152,40 @@ async def test_a_claim_answered_after_its_deadline_still_runs_and_settles(
     assert [(f.slot, f.outcome) for f in await store.history("hourly")] == [
         (slot, Outcome.COMPLETED)
     ]
+
+
+async def test_many_ended_calls_leave_a_bounded_heap(autojump_clock: Any) -> None:
+    deadlines = StoreDeadlines()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(deadlines.watch)
+        start = trio.current_time()
+        for _ in range(1000):  # each ends long before its deadline
+            scope = trio.CancelScope()
+            deadlines.note(scope, start + 30)
+            deadlines.forget(scope)
+        assert await _cut_at(deadlines, start + 5) == start + 5  # an earlier one wakes the watch
+        assert len(deadlines._heap) <= 64
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "wanted"),
+    [
+        ("store_timeout", math.nan, "more than 0"),
+        ("store_timeout", math.inf, "more than 0"),
+        ("store_timeout", 0.0, "more than 0"),
+        ("store_timeout", -1.0, "more than 0"),
+        ("default_grace", math.nan, "0 or more"),
+        ("default_grace", -0.5, "0 or more"),
+    ],
+)
+def test_an_option_without_a_bound_is_refused_in_one_line(
+    option: str, value: float, wanted: str
+) -> None:
+    with pytest.raises(InvalidOption) as refused:
+        Scheduler(agent=ScriptedAgent(), store=MemoryStore(), **{option: value})
+    assert str(refused.value) == (
+        f"{option} must be a finite number of seconds, {wanted}: {value!r}"
+    )
+    # Zero grace is a stop that interrupts at once: allowed.
+    assert Scheduler(agent=ScriptedAgent(), store=MemoryStore(), default_grace=0).default_grace == 0

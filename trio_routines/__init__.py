@@ -17,6 +17,7 @@ from .cron import cron_error as cron_error
 from .cron import next_run as next_run
 from .errors import InvalidAgent as InvalidAgent
 from .errors import InvalidCron as InvalidCron
+from .errors import InvalidOption as InvalidOption
 from .errors import InvalidRoutine as InvalidRoutine
 from .errors import InvalidWakeup as InvalidWakeup
 from .errors import StateFault as StateFault

@@ -46,3 +46,8 @@ class InvalidAgent(TrioRoutinesError, ValueError):
 
     The message is one line naming the spec (an ``http(s)://`` URL only by its origin).
     """
+
+
+class InvalidOption(TrioRoutinesError, ValueError):
+    """Raised by :class:`~trio_routines.Scheduler` for an option value it refuses (a NaN or
+    negative number of seconds); the message names the option."""

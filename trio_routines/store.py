@@ -56,6 +56,12 @@ Routine names are checked (:func:`trio_routines.names.check_name`) by every call
 Text that some store cannot hold (NUL, a lone surrogate) gets the same answer from every
 store: a wake-up request carrying it is an InvalidWakeup, an id or session carrying it is not
 found (:func:`trio_routines.wakeups.storable`).
+
+Cancellation: the scheduler bounds every call on its side and ends one that runs too long by
+cancelling it (a store running blocking work in a thread must let it be abandoned). The bound
+is kept by the scheduler, not given to Trio as a deadline, so
+``trio.current_effective_deadline()`` inside a store does not show it: a store with timeouts
+of its own sets them itself.
 """
 
 from __future__ import annotations

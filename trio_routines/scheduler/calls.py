@@ -50,9 +50,8 @@ class Bounded:
         self._scope = trio.CancelScope()
 
     def __enter__(self) -> trio.CancelScope:
-        scope = self._scope.__enter__()
-        self._deadlines.note(scope, self._deadline)
-        return scope
+        self._deadlines.note(self._scope, self._deadline)
+        return self._scope.__enter__()
 
     def __exit__(
         self,

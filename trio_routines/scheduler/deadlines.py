@@ -16,28 +16,39 @@ handed to Trio as usual, so no store call is ever without a bound.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 
 import trio
 
+PRUNE_SLACK = 64  # stale heap entries tolerated beyond twice the open calls
+
 
 class StoreDeadlines:
-    """The open store calls' scopes and deadlines; :meth:`watch` enforces them."""
+    """The open store calls' scopes and deadlines; :meth:`watch` enforces them.
+
+    The deadlines sit in a heap (a stalled store makes thousands of calls time out one after
+    another: each look costs a pop, not a scan); an entry whose call has ended, or whose
+    deadline a stop pulled in, stays in the heap until popped or pruned, and ``_open`` says
+    which entry is current.
+    """
 
     def __init__(self) -> None:
-        self._open: dict[trio.CancelScope, float] = {}
+        self._open: dict[trio.CancelScope, float] = {}  # scope -> its current deadline
+        self._heap: list[tuple[float, int, trio.CancelScope]] = []
+        self._tickets = itertools.count()  # ties in the heap never compare scopes
         self._watching = False
         self._next_look = math.inf  # when the watch looks next (never later than a deadline)
         self._wake = trio.Event()  # a deadline earlier than the next look was noted
 
     def note(self, scope: trio.CancelScope, deadline: float) -> None:
-        """``scope`` (entered, holding one store call) is cancelled at ``deadline``."""
-        self._open[scope] = deadline
+        """``scope`` (holding one store call) is cancelled at ``deadline``."""
         if not self._watching:
-            scope.deadline = deadline
-        elif deadline < self._next_look:
-            self._next_look = deadline
-            self._wake.set()
+            scope.deadline = deadline  # first: a bad deadline raises before anything is kept
+        self._open[scope] = deadline
+        if self._watching:
+            self._push(scope, deadline)
 
     def forget(self, scope: trio.CancelScope) -> None:
         """The call in ``scope`` is over; the scope itself may go on without a deadline."""
@@ -48,34 +59,45 @@ class StoreDeadlines:
     def pull_in(self, latest: float) -> None:
         """No open call may go on past ``latest`` (a stop began)."""
         for scope, deadline in self._open.items():
-            self._open[scope] = min(deadline, latest)
-            if not self._watching:
-                scope.deadline = min(scope.deadline, latest)
-        if self._watching and latest < self._next_look:
-            self._next_look = latest
+            if deadline > latest:
+                self._open[scope] = latest
+                if self._watching:
+                    self._push(scope, latest)
+                else:
+                    scope.deadline = min(scope.deadline, latest)
+
+    def _push(self, scope: trio.CancelScope, deadline: float) -> None:
+        heapq.heappush(self._heap, (deadline, next(self._tickets), scope))
+        if deadline < self._next_look:
+            self._next_look = deadline
             self._wake.set()
 
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Cancel each open call at its deadline, until cancelled."""
         self._watching = True
+        for scope, deadline in self._open.items():  # noted before the watch began
+            self._push(scope, deadline)
         task_status.started()
         try:
             while True:
                 now = trio.current_time()
-                next_look = math.inf
-                for scope, deadline in list(self._open.items()):
-                    if deadline <= now:
-                        del self._open[scope]
+                heap, open_ = self._heap, self._open
+                while heap and heap[0][0] <= now:
+                    deadline, _, scope = heapq.heappop(heap)
+                    if open_.get(scope) == deadline:  # else ended, or pulled in since
+                        del open_[scope]
                         scope.cancel()
-                    elif deadline < next_look:
-                        next_look = deadline
-                self._next_look = next_look
+                if len(heap) > 2 * len(open_) + PRUNE_SLACK:
+                    self._heap = heap = [entry for entry in heap if open_.get(entry[2]) == entry[0]]
+                    heapq.heapify(heap)
+                self._next_look = heap[0][0] if heap else math.inf
                 if self._wake.is_set():
                     self._wake = trio.Event()
-                with trio.move_on_at(next_look):
+                with trio.move_on_at(self._next_look):
                     await self._wake.wait()
         finally:
             self._watching = False
             self._next_look = math.inf
+            self._heap.clear()
             for scope, deadline in self._open.items():  # Trio keeps them from now on
                 scope.deadline = min(scope.deadline, deadline)

@@ -14,7 +14,7 @@ import trio_util
 
 from ..agent import Agent
 from ..cron import next_run
-from ..errors import InvalidRoutine, StateFault, TrioRoutinesError
+from ..errors import InvalidOption, InvalidRoutine, StateFault, TrioRoutinesError
 from ..instants import format_iso, truncate_ms
 from ..metrics import Metrics
 from ..records import Fire, Outcome
@@ -167,6 +167,15 @@ class TurnScope:
         self._scopes.discard(self._scope)
 
 
+def _seconds(option: str, value: float, *, zero: bool) -> float:
+    """``value`` if it is a finite number of seconds (``zero``: 0 allowed), else a one-line
+    :class:`InvalidOption`: a NaN deadline, say, would leave store calls without a bound."""
+    if not (math.isfinite(value) and (value > 0 or (zero and value == 0))):
+        wanted = "0 or more" if zero else "more than 0"
+        raise InvalidOption(f"{option} must be a finite number of seconds, {wanted}: {value!r}")
+    return float(value)
+
+
 class SchedulerState:
     """The state the boot, the loops and the fire path share; :class:`Scheduler` is the API."""
 
@@ -198,8 +207,8 @@ class SchedulerState:
         self.max_wait = max_wait
         self.poll_interval = poll_interval
         self.jump_threshold = jump_threshold
-        self.default_grace = default_grace
-        self.store_timeout = store_timeout
+        self.default_grace = _seconds("default_grace", default_grace, zero=True)
+        self.store_timeout = _seconds("store_timeout", store_timeout, zero=False)
         self._stopping = trio_util.AsyncBool(False)
         self._loops = trio.CancelScope()
         self._grace_deadline = math.inf
