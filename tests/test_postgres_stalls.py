@@ -51,6 +51,8 @@ async def test_every_call_on_a_frozen_connection_ends_within_its_bound(
         await store.claim("r", T0, T0)
     with pytest.raises(StateFault, match="unreadable"):
         await store.history("r")
+    with pytest.raises(StateFault, match=r"^the newest claim of 'r' is unreadable in postgres"):
+        await store.latest_fire("r")  # a batch read: each caller's own message
     with pytest.raises(StateFault, match="could not add a wake-up"):
         await store.add_wakeup(WakeupRequest(session="s", prompt="p", fire_at=T0), T0)
     with caplog.at_level(logging.WARNING, logger="trio_routines"):

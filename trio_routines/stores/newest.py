@@ -1,16 +1,22 @@
-"""Newest-claim reads that arrive together share worker threads.
+"""Newest-claim reads that arrive together are read together.
 
-A boot asks for every routine's newest claim at once: 1,000 routines, 1,000 calls. Handing
-each to a worker thread costs about as much as the read itself (one directory listing, one
-small file), so concurrent calls share thread calls.
+A boot asks for every routine's newest claim at once: 1,000 routines, 1,000 calls. For the
+state directory, handing each to a worker thread costs about as much as the read itself (one
+directory listing, one small file); for PostgreSQL each would be a round trip. So concurrent
+calls share one batch read: a thread call that reads each routine in turn (the directory, see
+:func:`in_threads`), or one query for them all (PostgreSQL).
 
-Theory of operation. At most ``READERS`` callers are readers at once. A caller that finds a
-reader's place free takes it; the others queue their request and wait. A reader makes one
-thread call for its own request plus up to ``BATCH - 1`` queued ones, answers them, and
-leaves: it never reads on under its own deadline once its own answer is in. Whenever a
-reader leaves -- answered, cancelled or failed -- its place goes to the next queued request,
-whose caller wakes up as a reader, so a queue is never left without one. A reader cut off
-before its thread call returned puts the others of its batch back at the head of the queue.
+Theory of operation. At most ``readers`` callers are readers at once. A caller that finds a
+reader's place free, and no reader about to start, takes it and yields once, so that a herd
+arriving with it queues (even while places are free) and joins its batch; the others queue
+their request and wait. A reader makes one batch read of its own request plus up to
+``batch - 1`` queued ones, answers them, and leaves: it never reads on under its own deadline
+once its own answer is in. Whenever a reader leaves -- answered, cancelled or failed -- or
+takes its batch, free places go to the next queued requests, whose callers wake up as
+readers: as many as it takes to read the queue in full batches (readers woken but not yet
+started count for theirs), so a herd of n is read in about ``n / batch`` reads, a few at a
+time, and a queue is never left without a reader. A reader cut off before its batch read
+returned (or whose read raised) puts the others of its batch back at the head of the queue.
 A caller cancelled while waiting takes its request out of the queue (or leaves it unanswered
 in a batch), and passes on a reader's place it was given.
 """
@@ -18,15 +24,19 @@ in a batch), and passes on a reader's place it was given.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import trio
 
 from ..records import Fire
 
-READERS = 4  # thread calls at once, each under the store's limiter
-BATCH = 32  # routines per thread call
+READERS = 4  # batch reads at once (the directory: thread calls, each under its limiter)
+BATCH = 32  # routines per batch read
+
+# Each routine's answer, in the batch's order: its newest claim (None: none), or its error.
+Reading = Fire | None | Exception
+ReadBatch = Callable[[list[str]], Awaitable[Sequence[Reading]]]
 
 # A request's states: waiting in the queue; given a reader's place; in a batch being read;
 # answered; abandoned by its cancelled caller.
@@ -44,27 +54,55 @@ class _Request:
         self.error: Exception | None = None
 
 
+def in_threads(
+    read_sync: Callable[[str], Fire | None], run: Callable[..., Awaitable[Any]]
+) -> ReadBatch:
+    """A batch read that calls ``read_sync`` for each routine in one ``run``: a thread call
+    under the store's limiter."""
+
+    def read_all(routines: list[str]) -> list[Reading]:
+        readings: list[Reading] = []
+        for routine in routines:
+            try:
+                readings.append(read_sync(routine))
+            except Exception as exc:
+                readings.append(exc)
+        return readings
+
+    async def read_batch(routines: list[str]) -> Sequence[Reading]:
+        return await run(read_all, routines)  # type: ignore[no-any-return]
+
+    return read_batch
+
+
 class NewestReads:
-    """``await reads.read(routine)``: ``read_sync(routine)``, batched with concurrent calls."""
+    """``await reads.read(routine)``: one routine's reading from ``read_batch([routine, ...])``,
+    batched with concurrent calls. ``read_batch`` answers each routine in order; an error it
+    raises (or a cancellation) reaches its reader alone, the rest of the batch is read again.
+    """
 
     def __init__(
-        self,
-        read_sync: Callable[[str], Fire | None],
-        run: Callable[..., Awaitable[Any]],
+        self, read_batch: ReadBatch, *, readers: int = READERS, batch: int = BATCH
     ) -> None:
-        self._read_sync = read_sync
-        self._run = run  # runs a sync function in a worker thread under the store's limiter
+        self._read = read_batch
+        self._most = readers
+        self._batch = batch
         self._queue: deque[_Request] = deque()
         self._readers = 0  # places taken: readers at work, and callers woken to become one
+        self._unstarted = 0  # readers yet to take their batch: they will take the queue's first
+        self.reads = 0  # how many batch reads began (for tests and benchmarks)
 
     async def read(self, routine: str) -> Fire | None:
         request = _Request(routine)
-        if self._readers < READERS:
+        if self._readers < self._most and not self._unstarted:
             self._readers += 1
+            self._unstarted += 1
             request.state = READER
         else:
             self._queue.append(request)
         try:
+            if request.state == READER:
+                await trio.lowlevel.checkpoint()  # a herd arriving with us joins our batch
             while request.state != ANSWERED:
                 if request.state == READER:
                     await self._read_batch_of(request)
@@ -74,8 +112,9 @@ class NewestReads:
         finally:
             if request.state == QUEUED:
                 self._queue.remove(request)
-            elif request.state == READER:  # woken as a reader, cancelled before reading
+            elif request.state == READER:  # a reader cancelled before reading
                 self._readers -= 1
+                self._unstarted -= 1
                 self._promote()
             if request.state != ANSWERED:
                 request.state = GONE
@@ -84,19 +123,28 @@ class NewestReads:
         return request.fire
 
     async def _read_batch_of(self, request: _Request) -> None:
+        self._unstarted -= 1
         batch = [request]
-        while self._queue and len(batch) < BATCH:
+        while self._queue and len(batch) < self._batch:
             batch.append(self._queue.popleft())
         for each in batch:
             each.state = TAKEN
-        finished = False
+        self._promote()  # what is left of a herd goes to free places
+        readings: Sequence[Reading] | None = None
+        self.reads += 1
         try:
-            await self._run(self._read_batch, batch)
-            finished = True
+            answered = await self._read([each.routine for each in batch])
+            if len(answered) != len(batch):
+                raise RuntimeError(f"a batch read answered {len(answered)} of {len(batch)}")
+            readings = answered
         finally:
             self._readers -= 1
-            if finished:
-                for each in batch:
+            if readings is not None:
+                for each, reading in zip(batch, readings, strict=True):
+                    if isinstance(reading, Exception):
+                        each.error = reading
+                    else:
+                        each.fire = reading
                     if each.state == TAKEN:
                         each.state = ANSWERED
                         each.wake.set()
@@ -108,16 +156,11 @@ class NewestReads:
             self._promote()
 
     def _promote(self) -> None:
-        """Give free readers' places to the queue's first requests, and wake their callers."""
-        while self._readers < READERS and self._queue:
+        """Give free readers' places to the queue's first requests, and wake their callers: as
+        many as it takes to read the queue (readers yet to start will take part of it)."""
+        while self._readers < self._most and len(self._queue) > self._unstarted * (self._batch - 1):
             request = self._queue.popleft()
             request.state = READER
             self._readers += 1
+            self._unstarted += 1
             request.wake.set()
-
-    def _read_batch(self, batch: list[_Request]) -> None:
-        for request in batch:  # in a worker thread; the answers are read once it returned
-            try:
-                request.fire = self._read_sync(request.routine)
-            except Exception as exc:
-                request.error = exc

@@ -3,9 +3,11 @@
 Theory of operation. The layers are: :mod:`.pgschema` (tables and migrations),
 :mod:`.pgconn` (the pool, and every call bounded on our side whatever the network does),
 :mod:`.pgclaims` (claims and settles decided a batch per transaction), :mod:`.pgbatch` (group
-commit: the calls that arrive while a batch is in flight form the next one) and this module,
-the :class:`~trio_routines.store.Store` itself. Batching is invisible to callers: each
-``claim`` or ``settle`` gets its own answer, decided as if the calls had come one by one.
+commit: the calls that arrive while a batch is in flight form the next one), :mod:`.pgfires`
+(claims read back; a boot's newest claims a query per batch, queued as the state directory's
+are, by :mod:`.newest`) and this module, the :class:`~trio_routines.store.Store` itself.
+Batching is invisible to callers: each ``claim``, ``settle`` or ``latest_fire`` gets its own
+answer, as if the calls had come one by one.
 
 Claims follow the same pure rules as the state directory: a slot older than the newest claim
 is stale, an existing one a duplicate, otherwise it is taken and the oldest claims beyond the
@@ -28,6 +30,7 @@ run, recorded as interrupted). That keeps "at most once" at the price of a misse
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Sequence
 from datetime import datetime
@@ -36,9 +39,9 @@ from typing import Any
 import psycopg
 import trio
 
-from ..claims import KEEP_CLAIMS, fire_from_record
+from ..claims import KEEP_CLAIMS
 from ..errors import StateFault
-from ..instants import format_iso, slot_name, truncate_ms
+from ..instants import slot_name, truncate_ms
 from ..names import check_name
 from ..records import ClaimResult, Fire, Outcome, Wakeup
 from ..store import Lifetime
@@ -52,9 +55,11 @@ from ..wakeups import (
     storable,
     take_first_due,
 )
+from .newest import NewestReads
 from .pgbatch import Answer, Batcher, Entry
 from .pgclaims import ClaimItem, SettleItem, claim_batch, settle_batch, taken_too_late
 from .pgconn import Call, CallFault, Connections
+from .pgfires import BATCH, READERS, history, read_newest
 from .pgschema import CLAIM_LOCK as CLAIM_LOCK
 from .pgschema import SCHEMA_VERSION as SCHEMA_VERSION
 from .pgschema import SESSION_LOCK, Schema
@@ -127,6 +132,8 @@ class PostgresStore(Lifetime):
         self._settles: Batcher[SettleItem, None] = Batcher(
             self._flush_settles, key=lambda item: (item[0], item[1])
         )
+        read = functools.partial(read_newest, self._conns, self._tables)
+        self._newest = NewestReads(read, readers=READERS, batch=BATCH)
 
     def __repr__(self) -> str:
         schema = f", schema={self.schema!r}" if self.schema else ""
@@ -219,30 +226,12 @@ class PostgresStore(Lifetime):
 
     async def latest_fire(self, routine: str) -> Fire | None:
         check_name(routine)
-        what = f"the newest claim of {routine!r} is unreadable"
-        fires = await self._conns.run(what, self._fires, routine, True)
-        return fires[0] if fires else None
+        return await self._newest.read(routine)  # one query with concurrent calls (a boot's)
 
     async def history(self, routine: str) -> list[Fire]:
         check_name(routine)
         what = f"the fired-slot claims of {routine!r} are unreadable"
-        return await self._conns.run(what, self._fires, routine, False)
-
-    def _fires(self, conn: Conn, _call: Call, routine: str, newest: bool) -> list[Fire]:
-        query = "SELECT slot, fired_at, outcome, ms, error FROM {claims} WHERE routine = %s "
-        query += "ORDER BY slot DESC LIMIT 1" if newest else "ORDER BY slot"
-        fires = []
-        rows = conn.execute(self._tables.sql(query), (routine,))
-        for slot, fired_at, outcome, ms, error in rows:
-            # The same lenient reading as a claim file: an odd outcome reads as unsettled.
-            record: dict[str, object] = {"firedAt": format_iso(fired_at), "outcome": outcome}
-            if ms is not None:
-                record["ms"] = ms
-            if error is not None:
-                record["error"] = error
-            where = f"{routine}/{slot_name(slot)} in {self._conns.where}"
-            fires.append(fire_from_record(truncate_ms(slot), record, where))
-        return fires
+        return await self._conns.run(what, history, self._tables, self._conns.where, routine)
 
     # -- pause ----------------------------------------------------------------------------
 
