@@ -74,7 +74,8 @@ class Scheduler(Boot, Reload, WakeLoop):
                         )
                 if self.wakeups:
                     loops.start_soon(self._wake_loop)
-                elif first_due:
+                elif first_due or booted != self.routines:
+                    # A cron loop sleeps (one updated during the boot, too): watch the clocks.
                     self._start_clock_watch()
                 try:
                     await trio.sleep_forever()

@@ -1,0 +1,272 @@
+"""Cron loops, the clock watch and reloads pinned whole (issue 11): back-off bookkeeping,
+re-arms (zone, hash, future claims), the clock watch's restarts, reload summaries.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import attrs
+import pytest
+import trio
+from scheduler_rig import HOURLY, T0, Recording, at, messages, rig
+
+from trio_routines import Outcome, Routine, StateFault
+from trio_routines.testing import Complete, WallClock
+
+BERLIN = Routine(name="report", prompt="p", cron="H 9 * * *", tz="Europe/Berlin")  # 07:31 UTC
+
+
+@pytest.fixture(autouse=True)
+def _capture(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="trio_routines")
+
+
+async def until(wall: WallClock, when: datetime) -> None:
+    await trio.sleep((when - wall()).total_seconds())
+
+
+class CountingReads(Recording):
+    """Counts the paused-routine reads; more than ``limit`` is a bug that kills the loop."""
+
+    def __init__(self, limit: int = 1000) -> None:
+        super().__init__()
+        self.reads = 0
+        self.limit = limit
+
+    async def paused(self) -> frozenset[str]:
+        self.reads += 1
+        if self.reads > self.limit:
+            raise RuntimeError("too many paused reads: a loop spins")
+        return await super().paused()
+
+
+# -- the restart back-off --------------------------------------------------------------------
+
+
+async def test_a_slot_that_goes_through_resets_the_back_off(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler, agent, store, wall = rig(wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        store.fail("claim", RuntimeError("bug"), times=1)
+        await until(wall, at(11, 30))  # 11:00 died, restarted after 1 s
+        await until(wall, at(12, 30))  # 12:00 went through
+        store.fail("claim", RuntimeError("bug"), times=1)
+        await until(wall, at(13, 30))
+        scheduler.stop()
+    assert messages(caplog, logging.ERROR) == [
+        f"hourly: stopped unexpectedly: RuntimeError: bug — restarting in 1s (restart {n})"
+        for n in (1, 2)
+    ]
+    assert [t.wall for t in agent.turns] == [at(12)]
+    assert scheduler._firing == {}  # no settled fire's event is kept
+
+
+async def test_a_fire_that_fails_with_a_state_fault_is_logged_whole_and_stays_armed(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler, agent, store, wall = rig(wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        store.fail("claim", StateFault("disk full"), times=1)
+        await until(wall, at(12, 30))
+        scheduler.stop()
+    assert messages(caplog, logging.ERROR) == [
+        "hourly: fire failed (skipping this run, schedule stays armed): disk full"
+    ]
+    assert [t.wall for t in agent.turns] == [at(12)]
+    assert scheduler.statistics().loop_restarts == {}
+
+
+async def test_the_clock_watch_is_restarted_with_its_own_back_off(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler, _, store, wall = rig(wakeups=False, poll_interval=60)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        store.fail("paused", RuntimeError("bug"), times=2)
+        await until(wall, at(10, 45))
+        scheduler.stop()
+    assert messages(caplog, logging.ERROR) == [
+        "clock watch: stopped unexpectedly: RuntimeError: bug — restarting in 1s (restart 1)",
+        "clock watch: stopped unexpectedly: RuntimeError: bug — restarting in 2s (restart 2)",
+    ]
+    assert scheduler.statistics().loop_restarts == {"clock": 2}
+    assert scheduler.metrics.restarts == {("clock", None): 2}
+
+
+# -- sleeping towards a slot -----------------------------------------------------------------
+
+
+async def test_a_loop_woken_a_moment_before_its_slot_sleeps_the_rest(
+    autojump_clock: Any,
+) -> None:
+    store = CountingReads(limit=20)
+    scheduler, agent, _, wall = rig(store=store, wakeups=False, poll_interval=24 * 3600)
+    other = Routine(name="other", prompt="o", cron="0 9 * * *")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(10, 59) + timedelta(seconds=59.5))
+        scheduler.update_routines([HOURLY, other])  # wakes every sleeping loop
+        await until(wall, at(11, 30))
+        scheduler.stop()
+    assert [t.wall for t in agent.turns] == [at(11)]
+    assert scheduler.statistics().loop_restarts == {}
+
+
+# -- re-arming a loop ------------------------------------------------------------------------
+
+
+async def test_a_replaced_version_arms_only_once_its_fire_in_flight_settled(
+    autojump_clock: Any,
+) -> None:
+    scheduler, agent, store, wall = rig(wakeups=False)
+    agent.default = Complete(duration=600)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(11, 5))
+        scheduler.update_routines([attrs.evolve(HOURLY, prompt="new")])
+        await trio.sleep(60)
+        assert scheduler.statistics().next_due == {}  # waiting for 11:00 to settle
+        await until(wall, at(11, 11))
+        assert scheduler.statistics().next_due == {"hourly": at(12)}
+        scheduler.stop(0)
+    assert [f.slot for f in await store.history("hourly")] == [at(11)]
+
+
+async def test_a_re_arm_keeps_to_the_routines_zone_and_hash(autojump_clock: Any) -> None:
+    scheduler, agent, _, wall = rig(BERLIN, wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        scheduler.update_routines([attrs.evolve(BERLIN, prompt="new")])
+        await trio.sleep(1)
+        assert scheduler.statistics().next_due == {"report": at(7, 31, day=8)}
+        await until(wall, at(8, day=9))
+        scheduler.stop()
+    assert [t.wall for t in agent.turns] == [at(7, 31, day=8), at(7, 31, day=9)]
+    assert scheduler.statistics().loop_restarts == {}
+
+
+async def test_a_re_arm_stays_behind_a_future_claim_and_reports_it(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = Recording()
+    await store.claim("hourly", at(13), at(13))  # stamped by a clock 2.5 h ahead
+    await store.settle("hourly", at(13), Outcome.COMPLETED, 1)
+    scheduler, agent, _, _wall = rig(store=store, wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        scheduler.update_routines([attrs.evolve(HOURLY, prompt="new")])
+        await trio.sleep(1)
+        assert scheduler.statistics().next_due == {"hourly": at(14)}
+        assert scheduler.statistics().future_claims == {"hourly": at(13)}
+        scheduler.update_routines([])
+        assert scheduler.statistics().future_claims == {}
+        scheduler.stop()
+    assert agent.turns == []
+    warning = (
+        "hourly: newest claim is in the future (slot 2026-07-07T13:00:00.000Z, stamped "
+        "2026-07-07T13:00:00.000Z) — the wall clock was ahead when it was made; nothing can "
+        "fire before the first slot after it. If the clock is right now, stop and delete that "
+        "claim (README: A clock that ran ahead)"
+    )
+    assert messages(caplog, logging.WARNING) == [warning, warning]  # at boot, at the re-arm
+
+
+async def test_a_claim_stamped_now_is_not_in_the_future(autojump_clock: Any) -> None:
+    store = Recording()
+    await store.claim("hourly", at(10), T0 + timedelta(minutes=10))
+    await store.settle("hourly", at(10), Outcome.COMPLETED, 1)
+    scheduler, _, _, wall = rig(store=store, wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        assert scheduler.statistics().future_claims == {"hourly": at(10)}
+        await until(wall, at(10, 40))  # the stamp's very instant
+        assert scheduler.statistics().future_claims == {}
+        scheduler.stop()
+
+
+async def test_a_claim_stamped_at_the_boots_instant_is_not_in_the_future(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = Recording()
+    await store.claim("hourly", at(10), T0)
+    await store.settle("hourly", at(10), Outcome.COMPLETED, 1)
+    scheduler, _, _, _ = rig(store=store, wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        assert scheduler._future == {}
+        scheduler.stop()
+    assert messages(caplog, logging.WARNING) == []
+
+
+async def test_a_cron_that_runs_out_of_instants_is_disarmed_after_its_last_fire(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    last = Routine(name="last", prompt="p", cron="0 23 1 12 *")  # no year after 9999
+    wall = WallClock(datetime(9999, 12, 1, 22, 30, tzinfo=UTC))
+    scheduler, agent, _, _ = rig(last, wakeups=False)
+    scheduler.now = agent.wall = wall
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        assert scheduler.statistics().armed == ("last",)
+        await trio.sleep(3600)
+        assert scheduler.statistics().armed == ()
+        assert scheduler.statistics().next_due == {"last": None}
+        scheduler.update_routines([attrs.evolve(last, prompt="new")])  # re-armed: nothing left
+        await trio.sleep(1)
+        scheduler.stop()
+    assert len(agent.turns) == 1
+    never = 'last: cron "0 23 1 12 *" will never fire again — not armed'
+    assert messages(caplog, logging.WARNING) == [never, never]
+    assert scheduler.statistics().loop_restarts == {}
+
+
+# -- the clock watch -------------------------------------------------------------------------
+
+
+async def test_one_clock_watch_however_many_routines_are_added(autojump_clock: Any) -> None:
+    store = CountingReads()
+    scheduler, _, _, _wall = rig(store=store, wakeups=False, poll_interval=60)
+    extra = [Routine(name=f"r{i}", prompt="p", cron="0 9 * * *") for i in range(2)]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        scheduler.update_routines([HOURLY, extra[0]])
+        scheduler.update_routines([HOURLY, *extra])
+        await trio.sleep(600 + 1)
+        scheduler.stop()
+    assert store.reads == 1 + 10  # the boot's read, then one per poll
+
+
+@pytest.mark.parametrize("settled", [True, False], ids=["running", "starting"])
+async def test_a_cron_routine_added_later_starts_the_clock_watch(
+    autojump_clock: Any, settled: bool
+) -> None:
+    # Booted with no cron routine, so no clock watch; one added later -- once the loops run,
+    # or while run() is still starting them -- must start it.
+    scheduler, _, _, wall = rig(Routine(name="m", prompt="p"), wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        if settled:
+            await trio.sleep(1)
+        scheduler.update_routines([HOURLY])
+        await trio.sleep(1)
+        wall.jump(timedelta(minutes=10))
+        await trio.sleep(scheduler.poll_interval)
+        assert scheduler.statistics().clock_jumps == 1
+        scheduler.stop()
+
+
+async def test_with_a_wake_loop_no_clock_watch_is_added(autojump_clock: Any) -> None:
+    store = CountingReads()
+    scheduler, _, _, _ = rig(Routine(name="m", prompt="p"), store=store, poll_interval=60)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        scheduler.update_routines([Routine(name="d", prompt="p", cron="0 9 * * *")])
+        await trio.sleep(600 + 1)
+        scheduler.stop()
+    assert store.reads == 1 + 10  # the wake loop's polls only
