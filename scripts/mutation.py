@@ -78,6 +78,9 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pause.py",
             "tests/test_pinned_scheduler.py",
             "tests/test_pinned_scheduler_fire.py",
+            "tests/test_pinned_scheduler_loops.py",
+            "tests/test_pinned_scheduler_service.py",
+            "tests/test_sleepers.py",
         ],
     ),
     "directory": (

@@ -1,0 +1,284 @@
+"""The Scheduler service, reloads, the clock watch and the shared state pinned whole (issue 11):
+serve_routines, what run() arms, statistics and metrics, wait_drained, reload summaries,
+clock jumps, unknown routines and the grid.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import trio
+import trio.testing
+from scheduler_rig import HOURLY, NO_ANSWER, T0, Recording, at, messages, rig
+
+from trio_routines import Outcome, Routine, Scheduler, StateFault
+from trio_routines.scheduler import NotOnGrid, RoutineChanges, UnknownRoutine, serve_routines
+from trio_routines.scheduler.state import busy_reason, system_now
+from trio_routines.testing import Busy, Complete, ScriptedAgent, WallClock
+from trio_routines.wakeups import WakeupRequest
+
+
+@pytest.fixture(autouse=True)
+def _capture(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="trio_routines")
+
+
+# -- serve_routines and run() ----------------------------------------------------------------
+
+
+async def test_serve_routines_builds_the_scheduler_it_was_given_and_runs_it(
+    autojump_clock: Any,
+) -> None:
+    wall = WallClock(T0)
+    agent = ScriptedAgent(wall=wall)
+    store = Recording()
+    async with trio.open_nursery() as nursery:
+        scheduler = await nursery.start(
+            lambda task_status: serve_routines(
+                agent=agent,
+                store=store,
+                routines=[HOURLY],
+                now=wall,
+                wakeups=False,
+                task_status=task_status,
+            )
+        )
+        assert isinstance(scheduler, Scheduler)
+        assert (scheduler.store, scheduler.wakeups) == (store, False)
+        await trio.sleep((at(11, 30) - wall()).total_seconds())
+        scheduler.stop()
+    assert [t.wall for t in agent.turns] == [at(11)]
+    assert [f.slot for f in await store.history("hourly")] == [at(11)]
+
+
+async def test_a_routine_without_cron_armed_first_does_not_stop_the_arming(
+    autojump_clock: Any,
+) -> None:
+    manual = Routine(name="manual", prompt="m")
+    scheduler, agent, _, wall = rig(manual, HOURLY, wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep((at(11, 30) - wall()).total_seconds())
+        scheduler.stop()
+    assert [t.session for t in agent.turns] == ["routine:hourly"]
+
+
+async def test_a_routine_changed_during_the_boot_is_armed_in_its_new_version(
+    autojump_clock: Any,
+) -> None:
+    gate = trio.Event()
+
+    class SlowBoot(Recording):
+        async def latest_fire(self, routine: str) -> Any:
+            await gate.wait()
+            return await super().latest_fire(routine)
+
+    scheduler, agent, _, wall = rig(store=SlowBoot(), wakeups=False)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(scheduler.run)
+        await trio.testing.wait_all_tasks_blocked()
+        scheduler.update_routines([attrs.evolve(HOURLY, prompt="new")])
+        gate.set()
+        await trio.sleep((at(11, 30) - wall()).total_seconds())
+        scheduler.stop()
+    assert [(t.wall, t.text) for t in agent.turns] == [(at(11), "new")]
+    assert scheduler.statistics().loop_restarts == {}
+
+
+async def test_statistics_and_metrics_say_what_is_armed_and_whether_it_stops(
+    autojump_clock: Any,
+) -> None:
+    scheduler, _, _, _ = rig(wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        assert scheduler.statistics().stopping is False
+        metrics = scheduler.render_metrics()
+        scheduler.stop()
+        assert scheduler.statistics().stopping is True
+    (line,) = [m for m in metrics.splitlines() if m.startswith("trio_routines_next_fire")]
+    assert line.split() == [
+        'trio_routines_next_fire_timestamp_seconds{routine="hourly"}',
+        "1783422000",
+    ]
+    assert at(11).timestamp() == 1783422000
+
+
+async def test_wait_drained_returns_once_stopped_and_the_last_turn_ended(
+    autojump_clock: Any,
+) -> None:
+    scheduler, agent, _, _ = rig(external_clock=True)
+    agent.default = Complete(duration=10)
+    drained: list[float] = []
+
+    async def wait() -> None:
+        await scheduler.wait_drained()
+        drained.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        start = trio.current_time()
+        nursery.start_soon(wait)
+        await scheduler.start_fire("hourly", at(10))
+        await trio.sleep(5)
+        assert drained == []  # not stopped yet
+        scheduler.stop(30)
+    assert drained == [start + 10]
+
+
+# -- reloads ---------------------------------------------------------------------------------
+
+
+def test_changes_are_true_when_anything_was_added_changed_or_removed() -> None:
+    assert [
+        bool(RoutineChanges(added=("a",))),
+        bool(RoutineChanges(changed=("a",))),
+        bool(RoutineChanges(removed=("a",))),
+        bool(RoutineChanges(kept=("a",))),
+        bool(RoutineChanges()),
+    ] == [True, True, True, False, False]
+
+
+async def test_an_update_logs_one_summary_of_what_changed(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    a, b, c, d = (Routine(name=n, prompt="p", cron="0 9 * * *") for n in "abcd")
+    scheduler, _, _, _ = rig(a, b, c)
+    scheduler.update_routines([attrs.evolve(a, prompt="q"), d, Routine(name="e", prompt="p")])
+    scheduler.update_routines([attrs.evolve(a, prompt="r")])
+    assert messages(caplog, logging.INFO) == [
+        "routines updated: added d, e; changed a; removed b, c",
+        "routines updated: changed a; removed d, e",
+    ]
+
+
+async def test_a_reload_that_changes_nothing_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "hourly.md").write_text("---\ncron: 0 * * * *\n---\nCheck the queue.\n")
+    scheduler, _, _, _ = rig()
+    changes = await scheduler.reload_routines(tmp_path)
+    assert not changes
+    assert messages(caplog, logging.INFO) == ["reload: no routine changed"]
+
+
+async def test_a_reload_of_an_unreadable_directory_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler, _, _, _ = rig()
+    (tmp_path / "file").write_text("")
+    await scheduler.reload_routines(tmp_path / "file")
+    (error,) = messages(caplog, logging.ERROR)
+    assert error.startswith("reload: ")
+    assert error.endswith(" — the routines loaded before keep running")
+    assert str(tmp_path / "file") in error
+
+
+# -- the clock watch -------------------------------------------------------------------------
+
+
+async def test_clock_jumps_are_counted_and_told_by_direction(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # No cron loop: only the wake loop's polls look, once a minute (at 60, 120, ... s); each
+    # jump falls between two polls.
+    manual = Routine(name="manual", prompt="m")
+    scheduler, _, _, wall = rig(manual, poll_interval=60, jump_threshold=0.5)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        wall.jump(timedelta(seconds=0.75))
+        await trio.sleep(90)
+        wall.jump(timedelta(seconds=10))
+        await trio.sleep(60)
+        wall.jump(timedelta(seconds=-0.5))  # exactly the threshold: not a jump
+        await trio.sleep(60)
+        wall.jump(timedelta(hours=-2))
+        await trio.sleep(60)
+        scheduler.stop()
+    assert scheduler.statistics().clock_jumps == 3
+    assert messages(caplog, logging.WARNING) == [
+        "the wall clock jumped forward by 1s — slots are re-read from the new time",
+        "the wall clock jumped forward by 10s — slots are re-read from the new time",
+        "the wall clock jumped backward by 2h — slots are re-read from the new time",
+    ]
+
+
+# -- the wake loop and its store calls -------------------------------------------------------
+
+
+async def test_a_busy_wake_up_whose_re_queue_never_answers_is_logged_whole(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = Recording()
+    request = WakeupRequest(session="s", prompt="p", fire_at=T0)
+    wakeup = await store.add_wakeup(request, T0 - timedelta(minutes=2))
+    store.hang("defer_wakeup")
+    scheduler, agent, _, _ = rig(store=store, poll_interval=60)
+    agent.default = Busy()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(30)
+        scheduler.stop()
+    assert messages(caplog, logging.ERROR) == [
+        f"wake-up poll failed (continuing next poll): could not re-queue wake-up {wakeup.id}: "
+        f"{NO_ANSWER}"
+    ]
+
+
+async def test_a_boot_whose_resume_read_never_answers_fails_naming_it(
+    autojump_clock: Any,
+) -> None:
+    store = Recording()
+    await store.claim("hourly", at(8), at(8))
+    await store.settle("hourly", at(8), Outcome.COMPLETED, 1)
+    store.hang("resumed_at")
+    scheduler, agent, _, _ = rig(store=store, wakeups=False)
+    with pytest.raises(StateFault) as caught:
+        await scheduler.run()
+    assert str(caught.value) == f"the resume of 'hourly' is unreadable: {NO_ANSWER}"
+    assert agent.turns == []
+
+
+# -- the shared state: names, the grid, the clock --------------------------------------------
+
+
+async def test_an_unknown_routine_is_named_cut_short_with_the_others(autojump_clock: Any) -> None:
+    scheduler, _, _, _ = rig()
+    long_name = "x" * 70
+    with pytest.raises(UnknownRoutine) as some:
+        await scheduler.fire(long_name, at(9))
+    scheduler.update_routines([])
+    with pytest.raises(UnknownRoutine) as none:
+        await scheduler.run_now("hourly")
+    assert str(some.value) == f"unknown routine {'x' * 64!r} (available: hourly)"
+    assert str(none.value) == "unknown routine 'hourly' (available: (none))"
+
+
+def test_the_busy_reason_names_at_most_64_characters_of_the_routine() -> None:
+    assert busy_reason("y" * 70) == (
+        f'the previous turn of "{"y" * 64}" is still running — this occurrence is skipped, '
+        "the next fires per cron"
+    )
+
+
+async def test_the_grid_is_the_routines_own_zone_and_hash(autojump_clock: Any) -> None:
+    report = Routine(name="report", prompt="p", cron="H 9 * * *", tz="Europe/Berlin")
+    scheduler, agent, _, _ = rig(report)
+    scheduler.now = WallClock(at(12, day=8))
+    result = await scheduler.fire("report", at(7, 31, day=8))  # 09:31 in Berlin
+    assert result.claimed
+    with pytest.raises(NotOnGrid):
+        await scheduler.fire("report", at(9, 31, day=8))  # 09:31 in UTC
+    with pytest.raises(NotOnGrid):  # the first instant a datetime can hold
+        await scheduler.fire("report", datetime.min.replace(tzinfo=UTC))
+    assert len(agent.turns) == 1
+
+
+def test_the_system_clock_is_aware_utc() -> None:
+    now = system_now()
+    assert now.tzinfo is UTC
+    assert abs(now - datetime.now(UTC)) < timedelta(minutes=1)
