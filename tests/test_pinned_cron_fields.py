@@ -43,6 +43,7 @@ _H = (
         ("* * * * 9999", "day-of-week field: 9999 is out of range 0-7"),
         ("* * * * 0-000000000012345", 'day-of-week field: "000000000012345" is out of range 0-7'),
         ("-1 * * * *", 'minute field: "-1" is malformed'),
+        ("/5 * * * *", 'minute field: "/5" is malformed'),
         ("* -1 * * *", 'hour field: "-1" is malformed'),
         ("1-2-3 * * * *", 'minute field: "2-3" is not a number'),
         (
@@ -87,6 +88,10 @@ _H = (
             "* * L-00000000000031 * *",
             "day-of-month field: L-00000000000031 is out of range L-0 to L-30",
         ),
+        (  # 40 characters: still shown as they are
+            "* * L-" + "0" * 36 + "31 * *",
+            "day-of-month field: L-" + "0" * 36 + "31 is out of range L-0 to L-30",
+        ),
         ("* * L-10000 * *", 'day-of-month field: "L-10000" is out of range L-0 to L-30'),
         (
             "* * L-" + "0" * 50 + "31 * *",
@@ -97,6 +102,8 @@ _H = (
         ("* * * * #1", 'day-of-week field: "#1" is malformed'),
         ("* * * * 1#x", 'day-of-week field: "1#x": the number after # must be 1-5'),
         ("* * * * MON#6", 'day-of-week field: "MON#6": the number after # must be 1-5'),
+        ("* * * * 1#2#3", 'day-of-week field: "1#2#3": the number after # must be 1-5'),
+        ("* * * * 1/L/2", 'day-of-week field: step "L/2" is not a number'),
         ("* * * * 1/2#3", 'day-of-week field: "1/2#3": a step cannot follow #'),
         (
             "* * * * l",
@@ -225,6 +232,7 @@ def _fields(expression: str, **changes: object) -> Fields:
             ),
         ),
         ("* * * * fril", _fields("* * * * fril", dow_bits=0, dow_last_bits=_bits(5))),
+        ("* * * * 1L,5L", _fields("* * * * 1L,5L", dow_bits=0, dow_last_bits=_bits(1, 5))),
         ("* * l * *", _fields("* * l * *", dom_bits=0, dom_from_last=frozenset({0}))),
         ("* * 1-31/30 * *", _fields("* * 1-31/30 * *", dom_bits=_bits(1, 31), day_and=True)),
         (
@@ -252,5 +260,7 @@ def test_the_schedule_keeps_the_fields() -> None:
     assert parse_cron("0 0 1,L * *").matching_days(2024, 2) == _bits(1, 29)
     assert parse_cron("0 0 1,L 3 *").matching_days(2024, 2) == 0
     assert parse_cron("0 0 * * MON#1,5L").matching_days(2026, 7) == _bits(6, 31)
+    assert parse_cron("0 0 * * MON,5L").matching_days(2026, 7) == _bits(6, 13, 20, 27, 31)
+    assert parse_cron("0 0 * * 1L,5L").matching_days(2026, 7) == _bits(27, 31)
     assert parse_cron("0 0 L-30 * *").matching_days(2026, 2) == 0
     assert parse_cron("0 0 L-30 * *").matching_days(2026, 1) == _bits(1)

@@ -150,9 +150,7 @@ class _FieldParser:
                     f"{_quote(item)}: H (a hashed value) needs a name to hash; it is for "
                     "routines and wake-ups, or `next --cron EXPR --name NAME`"
                 )
-            if item == "?":
-                if self.name in ("day-of-month", "day-of-week") and text == "?":
-                    continue
+            if item == "?":  # a whole "?" day field never gets here: _parse_dom/_dow read it
                 if self.name in ("day-of-month", "day-of-week"):
                     raise self.fail('"?" must be the whole field')
                 raise self.fail('"?" is only allowed in day-of-month and day-of-week')
