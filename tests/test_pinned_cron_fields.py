@@ -83,6 +83,7 @@ _H = (
         ("* * L- * *", 'day-of-month field: "L-" is malformed (use L or L-n)'),
         ("* * L-x * *", 'day-of-month field: "L-x" is malformed (use L or L-n)'),
         ("* * Lx * *", 'day-of-month field: "Lx" is malformed (use L or L-n)'),
+        ("* * L13 * *", 'day-of-month field: "L13" is malformed (use L or L-n)'),
         ("* * l-31 * *", "day-of-month field: l-31 is out of range L-0 to L-30"),
         (
             "* * L-00000000000031 * *",
