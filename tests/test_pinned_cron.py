@@ -269,3 +269,18 @@ def test_next_after_refusals_name_the_argument() -> None:
     with pytest.raises(ValueError, match=r"^after ") as refused:
         schedule.next_after(datetime(2026, 7, 7, 9))
     assert str(refused.value) == "after must be an aware datetime, got naive 2026-07-07T09:00:00"
+
+
+def test_parse_cron_checks_the_zone_first_and_caches_up_to_256_characters() -> None:
+    # the zone is refused before a bad H form is resolved
+    assert (
+        cron_error("H(5-3) * * * *", "Mars/Olympus", "seed") == 'unknown time zone "Mars/Olympus"'
+    )
+    at_limit = "0" + ",".join(["0"] * 124) + " 9 * * *"  # 1 + 247 + 8 = 256 characters
+    assert len(at_limit) == 256
+    assert parse_cron(at_limit, "Europe/Berlin") is parse_cron(at_limit, "Europe/Berlin")
+    longer = "0" + at_limit
+    fresh = parse_cron(longer, "Europe/Berlin")
+    assert fresh is not parse_cron(longer, "Europe/Berlin")
+    assert fresh.tz == "Europe/Berlin"
+    assert fresh.next_after(_z("2026-07-07T00:00")) == _z("2026-07-07T07:00")
