@@ -12,7 +12,7 @@ import trio.testing
 
 from trio_routines.errors import StateFault
 from trio_routines.records import Fire
-from trio_routines.stores.newest import BATCH, READERS, NewestReads, in_threads
+from trio_routines.stores.newest import BATCH, READERS, BatchedReads, in_threads
 
 SLOT = datetime(2026, 7, 7, 10, tzinfo=UTC)
 
@@ -45,7 +45,7 @@ class Reader:
 
 async def test_concurrent_reads_each_get_their_own_answer_in_few_thread_calls() -> None:
     reader = Reader(trio.CapacityLimiter(16))
-    reads = NewestReads(in_threads(reader.read_sync, reader.run))
+    reads = BatchedReads(in_threads(reader.read_sync, reader.run))
     names = [f"r{i}" for i in range(500)]
     answers: dict[str, Fire | None] = {}
 
@@ -63,7 +63,7 @@ async def test_concurrent_reads_each_get_their_own_answer_in_few_thread_calls() 
 
 async def test_a_fault_reaches_only_its_own_caller() -> None:
     reader = Reader(trio.CapacityLimiter(16))
-    reads = NewestReads(in_threads(reader.read_sync, reader.run))
+    reads = BatchedReads(in_threads(reader.read_sync, reader.run))
     outcomes: dict[str, object] = {}
 
     async def ask(name: str) -> None:
@@ -97,7 +97,7 @@ class GatedRun:
 
 async def test_a_reader_cancelled_before_its_thread_hands_its_batch_back() -> None:
     gated = GatedRun()
-    reads = NewestReads(in_threads(Reader(trio.CapacityLimiter(1)).read_sync, gated.run))
+    reads = BatchedReads(in_threads(Reader(trio.CapacityLimiter(1)).read_sync, gated.run))
     answers: dict[str, Fire | None] = {}
     names = [f"r{i}" for i in range(READERS + 6)]
     scopes = {name: trio.CancelScope() for name in names}
@@ -129,7 +129,7 @@ async def test_a_reader_cancelled_before_its_thread_hands_its_batch_back() -> No
 @pytest.mark.parametrize("together", [False, True])
 async def test_readers_all_cancelled_leave_no_queued_read_stranded(together: bool) -> None:
     gated = GatedRun()
-    reads = NewestReads(in_threads(Reader(trio.CapacityLimiter(1)).read_sync, gated.run))
+    reads = BatchedReads(in_threads(Reader(trio.CapacityLimiter(1)).read_sync, gated.run))
     answers: dict[str, Fire | None] = {}
     names = [f"r{i}" for i in range(READERS + 2 * BATCH)]
     scopes = {name: trio.CancelScope() for name in names}
@@ -159,7 +159,7 @@ async def test_readers_all_cancelled_leave_no_queued_read_stranded(together: boo
 
 async def test_a_reader_leaves_with_its_own_answer_without_reading_on() -> None:
     gated = GatedRun()
-    reads = NewestReads(in_threads(Reader(trio.CapacityLimiter(1)).read_sync, gated.run))
+    reads = BatchedReads(in_threads(Reader(trio.CapacityLimiter(1)).read_sync, gated.run))
     answers: dict[str, Fire | None] = {}
     names = [f"r{i}" for i in range(READERS + 3 * BATCH)]
 
@@ -184,7 +184,7 @@ async def test_a_reader_leaves_with_its_own_answer_without_reading_on() -> None:
 @pytest.mark.parametrize("count", [1, BATCH, BATCH + 1])
 async def test_sequential_reads_need_one_thread_call_each(count: int) -> None:
     reader = Reader(trio.CapacityLimiter(16))
-    reads = NewestReads(in_threads(reader.read_sync, reader.run))
+    reads = BatchedReads(in_threads(reader.read_sync, reader.run))
     for i in range(count):
         assert await reads.read(f"r{i}") == fire_of(f"r{i}")
     assert reader.calls == count

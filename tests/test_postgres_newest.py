@@ -18,7 +18,7 @@ from psycopg import sql
 from trio_routines import Completed, Routine, Scheduler, StateFault
 from trio_routines.records import Fire, Outcome
 from trio_routines.scheduler.boot import BOOT_INTERRUPTED
-from trio_routines.stores.pgfires import BATCH, READERS
+from trio_routines.stores.pgreads import BATCH, READERS
 from trio_routines.stores.postgres import PostgresStore
 
 MINUTE = timedelta(minutes=1)
@@ -219,11 +219,12 @@ async def test_a_boot_of_many_routines_reads_every_newest_claim(
         now=lambda: T0 + timedelta(days=1),
         wakeups=False,
     )
-    before = store._newest.reads
+    reads, settles = store._newest.reads, store._settles.batches
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         scheduler.stop(0)
-    assert store._newest.reads - before == -(-len(names) // BATCH)
+    assert store._newest.reads - reads == -(-len(names) // BATCH)
+    assert store._settles.batches - settles == 1  # every open claim interrupted, together
     newest = {name: (await store.history(name) or [None])[-1] for name in names}
     # Each unsettled newest claim was recorded interrupted, and only those.
     for name in names:
@@ -266,3 +267,50 @@ async def test_a_batch_that_fails_gives_each_caller_its_own_error(url: str) -> N
         for name in ("a", "b"):
             nursery.start_soon(ask, closed, name)
     assert errors == dict.fromkeys("ab", f"the PostgreSQL store {closed.where} is closed")
+
+
+async def test_a_boot_reads_the_resumes_of_its_catch_ups_together(
+    store: PostgresStore, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    names = seed(schema, 300)
+    now = T0 + timedelta(days=1, minutes=30)
+    resumed = [name for i, name in enumerate(names) if i % 3 == 0]
+    for name in resumed:  # after every slot it missed: no catch-up
+        await store.set_paused(name, False, now - timedelta(minutes=10))
+    answers: dict[str, object] = {}
+
+    async def ask(name: str) -> None:
+        answers[name] = await store.resumed_at(name)
+
+    async with trio.open_nursery() as nursery:
+        for name in names:
+            nursery.start_soon(ask, name)
+    assert answers == {name: await store.resumed_at(name) for name in names}
+    assert answers == {
+        name: now - timedelta(minutes=10) if name in resumed else None for name in names
+    }
+
+    class Agent:
+        async def invoke(self, session: str, text: str) -> AsyncIterator[Any]:
+            yield Completed()
+
+    scheduler = Scheduler(
+        agent=Agent(),
+        store=store,
+        routines=[Routine(name=name, prompt="p", cron="0 * * * *") for name in names],
+        now=lambda: now,
+        wakeups=False,
+    )
+    reads = store._resumes.reads
+    with caplog.at_level(logging.INFO, logger="trio_routines"):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(scheduler.run)
+            scheduler.stop(0)
+    assert store._resumes.reads - reads == 1  # the resumes of every catch-up, in one query
+    catching_up = {
+        m.split(":")[0]
+        for m in (r.getMessage() for r in caplog.records)
+        if m.endswith("catching up a missed run")
+    }
+    # Every routine with a claim catches up, but for those resumed since.
+    assert catching_up == {name for i, name in enumerate(names) if i % 10 and i % 3}

@@ -251,6 +251,65 @@ async def test_catch_up_fires_once_for_many_missed_slots(
     assert "hourly: catching up a missed run" in messages(caplog, logging.INFO)
 
 
+class SlowStore(MemoryStore):
+    """Settles and resume reads that take a second, counted while in flight; resume reads of
+    ``broken`` routines fail (the last ones first)."""
+
+    def __init__(self, *broken: str) -> None:
+        super().__init__()
+        self.broken = broken
+        self.in_flight: dict[str, int] = {"settle": 0, "resumed_at": 0}
+        self.most = dict(self.in_flight)
+
+    async def _slowly(self, call: str, routine: str) -> None:
+        self.in_flight[call] += 1
+        self.most[call] = max(self.most[call], self.in_flight[call])
+        try:
+            await trio.sleep(
+                1 + (len(self.broken) - self.broken.index(routine) if routine in self.broken else 0)
+            )
+        finally:
+            self.in_flight[call] -= 1
+
+    async def settle(self, routine: str, slot: datetime, *args: Any, **kwargs: Any) -> bool:
+        await self._slowly("settle", routine)
+        return await super().settle(routine, slot, *args, **kwargs)
+
+    async def resumed_at(self, routine: str) -> datetime | None:
+        await self._slowly("resumed_at", routine)
+        if routine in self.broken:
+            raise StateFault(f"the resume of {routine!r} is unreadable")
+        return await super().resumed_at(routine)
+
+
+@pytest.mark.parametrize("broken", [(), ("r1", "r2")])
+async def test_a_boot_settles_open_claims_and_reads_resumes_all_at_once(
+    autojump_clock: Any, broken: tuple[str, ...], caplog: pytest.LogCaptureFixture
+) -> None:
+    store = SlowStore(*broken)
+    names = [f"r{n}" for n in range(4)]
+    for name in names:
+        await store.claim(name, at(6), at(6))  # open: settled interrupted at boot
+    store.resumed["r3"] = at(10, 15)  # resumed after every slot it missed: no catch-up
+    rig = Rig(*[Routine(name=name, prompt="p", cron="0 * * * *") for name in names], store=store)
+    if broken:
+        # The first broken routine in order, as one plain error, though r2's fails first.
+        with pytest.raises(StateFault, match=r"^the resume of 'r1' is unreadable$"):
+            await rig.scheduler.run()
+    else:
+        async with rig.running():
+            pass
+        assert messages(caplog, logging.INFO).count("r3: catching up a missed run") == 0
+        for name in names[:3]:
+            assert f"{name}: catching up a missed run" in messages(caplog, logging.INFO)
+    # Each store call made once per routine, all at once (a batching store serves them in a
+    # few round trips).
+    assert store.most == {"settle": 4, "resumed_at": 4}
+    for name in names:
+        (fire, *_) = await store.history(name)
+        assert (fire.outcome, fire.error) == (Outcome.INTERRUPTED, BOOT_INTERRUPTED)
+
+
 async def test_next_boot_resumes_from_the_catch_up_stamp(autojump_clock: Any) -> None:
     rig = Rig()
     await rig.store.claim("hourly", at(7), T0)  # a catch-up of 07:00 taken at 10:30

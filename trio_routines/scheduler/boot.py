@@ -1,9 +1,17 @@
-"""Boot: reconcile the claims a dead process left open, and plan each routine's first slot."""
+"""Boot: reconcile the claims a dead process left open, and plan each routine's first slot.
+
+Every store call a boot makes per routine (its newest claim, the settle of a claim left open,
+the last resume of a routine that would catch up) is made for all routines at once, so that a
+store that batches concurrent calls (the state directory's reads and group commit, the
+PostgreSQL store's queries) serves thousands of routines in a few round trips. A call that
+fails fails the boot with the first failing routine's error, in the routines' order.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 import trio
 
@@ -15,6 +23,7 @@ from .calls import StoreCalls
 from .state import log
 
 BOOT_INTERRUPTED = "the process stopped mid-turn (found unsettled at the next boot)"
+T = TypeVar("T")
 
 
 class Boot(StoreCalls):
@@ -22,7 +31,8 @@ class Boot(StoreCalls):
         """Reconcile every routine's open claim; with ``plan``, each cron routine's first slot."""
         routines = dict(self.routines)  # update_routines() may change them meanwhile
         newest = await self._read_newest_claims(routines)
-        latest = {}
+        latest = {name: fire.fired_at for name, fire in newest.items() if fire is not None}
+        unsettled = {}
         for name in routines:
             fire = newest[name]
             if fire is not None and fire.outcome is None:
@@ -33,58 +43,77 @@ class Boot(StoreCalls):
                     format_iso(fire.fired_at),
                     name,
                 )
-                # Only if still unsettled: another scheduler sharing the store may be the one
-                # mid-turn, and may settle the real outcome just before we write.
-                await self._settle_once(
-                    name,
-                    fire.slot,
-                    Outcome.INTERRUPTED,
-                    if_unsettled=True,
-                    error=BOOT_INTERRUPTED,
-                )
-            if fire is not None:
-                latest[name] = fire.fired_at
+                unsettled[name] = fire.slot
+
+        async def interrupted(name: str) -> bool:
+            # Only if still unsettled: another scheduler sharing the store may be the one
+            # mid-turn, and may settle the real outcome just before we write.
+            return await self._settle_once(
+                name,
+                unsettled[name],
+                Outcome.INTERRUPTED,
+                if_unsettled=True,
+                error=BOOT_INTERRUPTED,
+            )
+
+        await _for_each(interrupted, unsettled)
         if not plan:  # an external clock decides every slot
             return {}
         current = self.now()
         for name in routines:
             self._note_future_claim(name, newest[name], current)
-        first_due = {}
+        first_due: dict[str, datetime | None] = {}
+        for name, routine in routines.items():
+            if routine.cron is not None:
+                first_due[name] = next_run(
+                    routine.cron, routine.tz, latest.get(name, current), routine.name
+                )
+        # A catch-up: never of a slot that passed while the routine was paused.
+        catching_up = [
+            name for name, due in first_due.items() if due is not None and due <= current
+        ]
+        resumes = await _for_each(self._resumed_at, catching_up)
+        planned = {}
         for name, routine in routines.items():
             if routine.cron is None:
                 continue
-            due = next_run(routine.cron, routine.tz, latest.get(name, current), routine.name)
-            if due is not None and due <= current:
-                # A catch-up: never of a slot that passed while the routine was paused.
-                resumed = await self._resumed_at(name)
-                if resumed is not None and resumed > latest[name]:
-                    due = next_run(routine.cron, routine.tz, resumed, routine.name)
+            due = first_due[name]
+            resumed = resumes.get(name)
+            if resumed is not None and resumed > latest[name]:
+                due = next_run(routine.cron, routine.tz, resumed, routine.name)
             if due is None:
                 log.warning('%s: cron "%s" will never fire again — not armed', name, routine.cron)
                 continue
             if due <= current:
                 log.info("%s: catching up a missed run", name)
-            first_due[name] = due
-        return first_due
+            planned[name] = due
+        return planned
 
     async def _read_newest_claims(self, routines: Collection[str]) -> dict[str, Fire | None]:
         """Every routine's newest claim, read concurrently (the store bounds its threads)."""
-        newest: dict[str, Fire | None] = {}
-        faults: dict[str, StateFault] = {}
-
-        async def read(name: str) -> None:
-            try:
-                newest[name] = await self._latest_fire(name)
-            except StateFault as exc:
-                faults[name] = exc
-
-        async with trio.open_nursery() as nursery:
-            for name in routines:
-                nursery.start_soon(read, name)
-        for name in routines:  # the first broken routine in order, as one plain error
-            if name in faults:
-                raise faults[name]
+        newest = await _for_each(self._latest_fire, routines)
         for name, fire in newest.items():  # /metrics' last success, before this boot
             if fire is not None and fire.outcome is Outcome.COMPLETED:
                 self.metrics.succeeded(name, fire.fired_at + timedelta(milliseconds=fire.ms or 0))
         return newest
+
+
+async def _for_each(call: Callable[[str], Awaitable[T]], names: Collection[str]) -> dict[str, T]:
+    """``call(name)`` for every name at once; the first StateFault in the names' order, as one
+    plain error, if any failed."""
+    results: dict[str, T] = {}
+    faults: dict[str, StateFault] = {}
+
+    async def one(name: str) -> None:
+        try:
+            results[name] = await call(name)
+        except StateFault as exc:
+            faults[name] = exc
+
+    async with trio.open_nursery() as nursery:
+        for name in names:
+            nursery.start_soon(one, name)
+    for name in names:
+        if name in faults:
+            raise faults[name]
+    return results

@@ -47,7 +47,7 @@ from ..store import Lifetime
 from ..wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
 from .claimfiles import ClaimFiles
 from .groupcommit import SYNCFS, GroupCommit
-from .newest import NewestReads, in_threads
+from .newest import BatchedReads, in_threads
 from .safefile import (
     at,
     describe,
@@ -84,7 +84,7 @@ class DirectoryStore(Lifetime):
         self._commit = GroupCommit(syncfs) if syncfs is not None else None
         self._wakeups = WakeupFile(self.root, lock_timeout)
         self._limiter = limiter or trio.CapacityLimiter(16)
-        self._newest = NewestReads(in_threads(self.latest_fire_sync, self._run))
+        self._newest = BatchedReads(in_threads(self.latest_fire_sync, self._run))
 
     def __repr__(self) -> str:
         return f"DirectoryStore({str(self.root)!r})"

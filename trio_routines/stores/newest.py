@@ -1,4 +1,4 @@
-"""Newest-claim reads that arrive together are read together.
+"""Reads of one routine's state that arrive together are read together (newest claims, resumes).
 
 A boot asks for every routine's newest claim at once: 1,000 routines, 1,000 calls. For the
 state directory, handing each to a worker thread costs about as much as the read itself (one
@@ -25,43 +25,41 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Generic, TypeAlias, TypeVar, cast
 
 import trio
-
-from ..records import Fire
 
 READERS = 4  # batch reads at once (the directory: thread calls, each under its limiter)
 BATCH = 32  # routines per batch read
 
-# Each routine's answer, in the batch's order: its newest claim (None: none), or its error.
-Reading = Fire | None | Exception
-ReadBatch = Callable[[list[str]], Awaitable[Sequence[Reading]]]
+T = TypeVar("T")
+# Each routine's answer, in the batch's order: what was read (a newest claim or None), or the
+# error to raise at its caller.
+Reading: TypeAlias = T | Exception
+ReadBatch: TypeAlias = Callable[[list[str]], Awaitable[Sequence[Reading[T]]]]
 
 # A request's states: waiting in the queue; given a reader's place; in a batch being read;
 # answered; abandoned by its cancelled caller.
 QUEUED, READER, TAKEN, ANSWERED, GONE = range(5)
 
 
-class _Request:
-    __slots__ = ("error", "fire", "routine", "state", "wake")
+class _Request(Generic[T]):
+    __slots__ = ("error", "routine", "state", "value", "wake")
 
     def __init__(self, routine: str) -> None:
         self.routine = routine
         self.state = QUEUED
         self.wake = trio.Event()
-        self.fire: Fire | None = None
+        self.value: T | None = None
         self.error: Exception | None = None
 
 
-def in_threads(
-    read_sync: Callable[[str], Fire | None], run: Callable[..., Awaitable[Any]]
-) -> ReadBatch:
+def in_threads(read_sync: Callable[[str], T], run: Callable[..., Awaitable[Any]]) -> ReadBatch[T]:
     """A batch read that calls ``read_sync`` for each routine in one ``run``: a thread call
     under the store's limiter."""
 
-    def read_all(routines: list[str]) -> list[Reading]:
-        readings: list[Reading] = []
+    def read_all(routines: list[str]) -> list[Reading[T]]:
+        readings: list[Reading[T]] = []
         for routine in routines:
             try:
                 readings.append(read_sync(routine))
@@ -69,31 +67,31 @@ def in_threads(
                 readings.append(exc)
         return readings
 
-    async def read_batch(routines: list[str]) -> Sequence[Reading]:
+    async def read_batch(routines: list[str]) -> Sequence[Reading[T]]:
         return await run(read_all, routines)  # type: ignore[no-any-return]
 
     return read_batch
 
 
-class NewestReads:
+class BatchedReads(Generic[T]):
     """``await reads.read(routine)``: one routine's reading from ``read_batch([routine, ...])``,
     batched with concurrent calls. ``read_batch`` answers each routine in order; an error it
     raises (or a cancellation) reaches its reader alone, the rest of the batch is read again.
     """
 
     def __init__(
-        self, read_batch: ReadBatch, *, readers: int = READERS, batch: int = BATCH
+        self, read_batch: ReadBatch[T], *, readers: int = READERS, batch: int = BATCH
     ) -> None:
         self._read = read_batch
         self._most = readers
         self._batch = batch
-        self._queue: deque[_Request] = deque()
+        self._queue: deque[_Request[T]] = deque()
         self._readers = 0  # places taken: readers at work, and callers woken to become one
         self._unstarted = 0  # readers yet to take their batch: they will take the queue's first
         self.reads = 0  # how many batch reads began (for tests and benchmarks)
 
-    async def read(self, routine: str) -> Fire | None:
-        request = _Request(routine)
+    async def read(self, routine: str) -> T:
+        request: _Request[T] = _Request(routine)
         if self._readers < self._most and not self._unstarted:
             self._readers += 1
             self._unstarted += 1
@@ -120,9 +118,9 @@ class NewestReads:
                 request.state = GONE
         if request.error is not None:
             raise request.error
-        return request.fire
+        return cast(T, request.value)
 
-    async def _read_batch_of(self, request: _Request) -> None:
+    async def _read_batch_of(self, request: _Request[T]) -> None:
         self._unstarted -= 1
         batch = [request]
         while self._queue and len(batch) < self._batch:
@@ -130,7 +128,7 @@ class NewestReads:
         for each in batch:
             each.state = TAKEN
         self._promote()  # what is left of a herd goes to free places
-        readings: Sequence[Reading] | None = None
+        readings: Sequence[Reading[T]] | None = None
         self.reads += 1
         try:
             answered = await self._read([each.routine for each in batch])
@@ -144,7 +142,7 @@ class NewestReads:
                     if isinstance(reading, Exception):
                         each.error = reading
                     else:
-                        each.fire = reading
+                        each.value = reading
                     if each.state == TAKEN:
                         each.state = ANSWERED
                         each.wake.set()

@@ -3,11 +3,12 @@
 Theory of operation. The layers are: :mod:`.pgschema` (tables and migrations),
 :mod:`.pgconn` (the pool, and every call bounded on our side whatever the network does),
 :mod:`.pgclaims` (claims and settles decided a batch per transaction), :mod:`.pgbatch` (group
-commit: the calls that arrive while a batch is in flight form the next one), :mod:`.pgfires`
-(claims read back; a boot's newest claims a query per batch, queued as the state directory's
-are, by :mod:`.newest`) and this module, the :class:`~trio_routines.store.Store` itself.
-Batching is invisible to callers: each ``claim``, ``settle`` or ``latest_fire`` gets its own
-answer, as if the calls had come one by one.
+commit: the calls that arrive while a batch is in flight form the next one), :mod:`.pgreads`
+(claims read back; a boot's newest claims and resumes a query per batch, queued as the state
+directory's newest claims are, by :mod:`.newest`) and this module, the
+:class:`~trio_routines.store.Store` itself. Batching is invisible to callers: each ``claim``,
+``settle``, ``latest_fire`` or ``resumed_at`` gets its own answer, as if the calls had come one
+by one.
 
 Claims follow the same pure rules as the state directory: a slot older than the newest claim
 is stale, an existing one a duplicate, otherwise it is taken and the oldest claims beyond the
@@ -55,11 +56,11 @@ from ..wakeups import (
     storable,
     take_first_due,
 )
-from .newest import NewestReads
+from .newest import BatchedReads
 from .pgbatch import Answer, Batcher, Entry
 from .pgclaims import ClaimItem, SettleItem, claim_batch, settle_batch, taken_too_late
 from .pgconn import Call, CallFault, Connections
-from .pgfires import BATCH, READERS, history, read_newest
+from .pgreads import BATCH, READERS, history, newest_fires, read_batch, resumes
 from .pgschema import CLAIM_LOCK as CLAIM_LOCK
 from .pgschema import SCHEMA_VERSION as SCHEMA_VERSION
 from .pgschema import SESSION_LOCK, Schema
@@ -132,8 +133,16 @@ class PostgresStore(Lifetime):
         self._settles: Batcher[SettleItem, None] = Batcher(
             self._flush_settles, key=lambda item: (item[0], item[1])
         )
-        read = functools.partial(read_newest, self._conns, self._tables)
-        self._newest = NewestReads(read, readers=READERS, batch=BATCH)
+        self._newest: BatchedReads[Fire | None] = self._reads(
+            newest_fires, "the newest claim of {routine} is unreadable"
+        )
+        self._resumes: BatchedReads[datetime | None] = self._reads(
+            resumes, "the resume of {routine} is unreadable"
+        )
+
+    def _reads(self, read: Any, unreadable: str) -> BatchedReads[Any]:
+        batch = functools.partial(read_batch, self._conns, self._tables, read, unreadable)
+        return BatchedReads(batch, readers=READERS, batch=BATCH)
 
     def __repr__(self) -> str:
         schema = f", schema={self.schema!r}" if self.schema else ""
@@ -260,14 +269,7 @@ class PostgresStore(Lifetime):
 
     async def resumed_at(self, routine: str) -> datetime | None:
         check_name(routine)
-        what = f"the resume of {routine!r} is unreadable"
-        return await self._conns.run(what, self._resumed_at, routine)
-
-    def _resumed_at(self, conn: Conn, _call: Call, routine: str) -> datetime | None:
-        row = conn.execute(
-            self._tables.sql("SELECT resumed_at FROM {resumed} WHERE routine = %s"), (routine,)
-        ).fetchone()
-        return None if row is None else truncate_ms(row[0])
+        return await self._resumes.read(routine)  # one query with concurrent calls (a boot's)
 
     async def paused(self) -> frozenset[str]:
         return await self._conns.run("the paused routines are unreadable", self._paused)

@@ -1,0 +1,116 @@
+"""Reads of the PostgreSQL store: claim rows as fires, and the per-routine reads a boot makes
+for every routine at once (newest claims, resumes), many routines per query.
+
+A boot asks for every routine's newest claim at once, and for the last resume of every routine
+that would catch up. The store's ``latest_fire`` and ``resumed_at`` go through
+:class:`.newest.BatchedReads`, as the state directory's newest-claim reads do: concurrent calls
+queue, and a reader reads its own routine and up to ``BATCH - 1`` queued ones in one query, so
+10,000 routines cost a handful of round trips instead of 10,000. Routines travel as one JSON
+parameter (see :mod:`.pgclaims`).
+
+The newest-claim query probes the primary key ``(routine, slot)`` backwards once per routine,
+with a ``LATERAL ... ORDER BY slot DESC LIMIT 1``: one index descent per routine, whatever the
+number of claims kept (a ``DISTINCT ON`` over ``routine = ANY(...)`` would read every kept
+claim of every routine). Every row is read as a claim file is
+(:func:`~trio_routines.claims.fire_from_record`: an odd outcome reads as unsettled, with a
+warning); a row that still cannot be read is that routine's error alone. A batch whose call
+fails gives each of its callers the error its own call would have raised, naming its routine.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import psycopg
+
+from ..claims import fire_from_record
+from ..errors import StateFault
+from ..instants import format_iso, slot_name, truncate_ms
+from ..records import Fire
+from .newest import Reading
+from .pgconn import Call, CallFault, Connections
+from .pgschema import Schema
+
+BATCH = 1000  # routines per query
+READERS = 4  # queries at once, each on its own connection (the pool holds 8 by default)
+
+T = TypeVar("T")
+Conn = psycopg.Connection[Any]
+
+_COLUMNS = "slot, fired_at, outcome, ms, error"
+_ROUTINES = "jsonb_array_elements_text(%s::jsonb) AS r (routine)"
+_NEWEST = f"""SELECT r.routine, c.slot, c.fired_at, c.outcome, c.ms, c.error FROM {_ROUTINES}
+    CROSS JOIN LATERAL (
+        SELECT {_COLUMNS} FROM {{claims}} AS k WHERE k.routine = r.routine
+        ORDER BY k.slot DESC LIMIT 1
+    ) AS c"""
+_RESUMED = f"SELECT r.routine, s.resumed_at FROM {_ROUTINES} JOIN {{resumed}} AS s USING (routine)"
+
+
+def _fire(routine: str, row: tuple[Any, ...], where: str) -> Fire:
+    slot, fired_at, outcome, ms, error = row
+    # The same lenient reading as a claim file: an odd outcome reads as unsettled.
+    record: dict[str, object] = {"firedAt": format_iso(fired_at), "outcome": outcome}
+    if ms is not None:
+        record["ms"] = ms
+    if error is not None:
+        record["error"] = error
+    return fire_from_record(truncate_ms(slot), record, f"{routine}/{slot_name(slot)} in {where}")
+
+
+def history(conn: Conn, _call: Call, schema: Schema, where: str, routine: str) -> list[Fire]:
+    """Every kept claim of ``routine``, oldest first."""
+    query = f"SELECT {_COLUMNS} FROM {{claims}} WHERE routine = %s ORDER BY slot"
+    return [_fire(routine, row, where) for row in conn.execute(schema.sql(query), (routine,))]
+
+
+def newest_fires(
+    conn: Conn, _call: Call, schema: Schema, where: str, routines: list[str]
+) -> list[Reading[Fire | None]]:
+    """Each routine's newest claim (None: it has none) or its error, in the routines' order;
+    one query, whatever their number (a routine may come more than once)."""
+    found: dict[str, Reading[Fire | None]] = {}
+    for routine, *row in conn.execute(schema.sql(_NEWEST), (_json(routines),)):
+        try:
+            found[routine] = _fire(routine, tuple(row), where)
+        except Exception as exc:  # that routine's answer; the others' stand
+            found[routine] = exc
+    return [found.get(routine) for routine in routines]
+
+
+def resumes(
+    conn: Conn, _call: Call, schema: Schema, where: str, routines: list[str]
+) -> list[Reading[datetime | None]]:
+    """When each routine was last resumed (None: never), in the routines' order; one query."""
+    rows = conn.execute(schema.sql(_RESUMED), (_json(routines),))
+    found = {routine: truncate_ms(at) for routine, at in rows}
+    return [found.get(routine) for routine in routines]
+
+
+def _json(routines: list[str]) -> str:
+    return json.dumps(list(dict.fromkeys(routines)), ensure_ascii=False)
+
+
+async def read_batch(
+    conns: Connections,
+    schema: Schema,
+    read: Callable[[Conn, Call, Schema, str, list[str]], list[Reading[T]]],
+    unreadable: str,
+    routines: list[str],
+) -> list[Reading[T]]:
+    """``read`` as one store call (bounded, see :mod:`.pgconn`). When the call fails, each
+    routine gets the error its own call would have raised: ``unreadable`` names the thing
+    read, with ``{routine}`` for the routine's name (quoted)."""
+    what = unreadable.format(routine=f"{len(routines)} routine(s)")
+    try:
+        return await conns.run(what, read, schema, conns.where, routines)
+    except CallFault as exc:
+        return [
+            CallFault(unreadable.format(routine=repr(routine)), exc.where, exc.why)
+            for routine in routines
+        ]
+    except StateFault as exc:  # not the server's answer (a closed store): everyone's
+        return [StateFault(str(exc)) for _ in routines]
