@@ -519,12 +519,12 @@ def main() -> None:
     parser.add_argument("--state", type=Path, default=Path("/tmp/trio-routines-bench"))
     parser.add_argument("--clean", action="store_true", help="remove the seeded boot claims")
     parser.add_argument(
-        "--only", nargs="*", help="idle bursts claims directory boot wakeups postgres"
+        "--only", nargs="*", help="idle bursts claims directory boot wakeups postgres pgboot"
     )
     args = parser.parse_args()
     state: Path = args.state
     state.mkdir(parents=True, exist_ok=True)
-    only = set(args.only or ["idle", "bursts", "claims", "boot", "wakeups", "postgres"])
+    only = set(args.only or ["idle", "bursts", "claims", "boot", "wakeups", "postgres", "pgboot"])
     quick = args.quick
     reps = 1 if quick else 3
     report = Report()
@@ -562,6 +562,10 @@ def main() -> None:
         from pgbench import bench_postgres  # beside this file: issue 14's PostgreSQL rows
 
         bench_postgres(report, [1000] if quick else [1000, 10000], reps, 1, state / "pg")
+    if "pgboot" in only:
+        from pgboot import bench_pg_boot  # beside this file: a PostgreSQL boot's store calls
+
+        bench_pg_boot(report, [1000] if quick else [1000, 10000], 1 if quick else 3)
 
     report.table(
         "Targets (issues 7 and 14)",
