@@ -235,9 +235,10 @@ async def test_one_clock_watch_however_many_routines_are_added(autojump_clock: A
     extra = [Routine(name=f"r{i}", prompt="p", cron="0 9 * * *") for i in range(2)]
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
+        await trio.sleep(1)  # the loops run: each update below may start a clock watch
         scheduler.update_routines([HOURLY, extra[0]])
         scheduler.update_routines([HOURLY, *extra])
-        await trio.sleep(600 + 1)
+        await trio.sleep(600)
         scheduler.stop()
     assert store.reads == 1 + 10  # the boot's read, then one per poll
 
@@ -270,3 +271,56 @@ async def test_with_a_wake_loop_no_clock_watch_is_added(autojump_clock: Any) -> 
         await trio.sleep(600 + 1)
         scheduler.stop()
     assert store.reads == 1 + 10  # the wake loop's polls only
+
+
+async def test_a_clock_gone_back_past_the_previous_slot_keeps_the_slot_it_was_firing(
+    autojump_clock: Any,
+) -> None:
+    wall = WallClock(T0)
+
+    class Jumpy(Recording):
+        jumped = False
+
+        async def paused(self) -> frozenset[str]:
+            if wall() == at(11) and not self.jumped:
+                self.jumped = True
+                wall.jump(timedelta(hours=-2))  # 09:00, with 10:00 already claimed
+            return await super().paused()
+
+    store = Jumpy()
+    await store.claim("hourly", at(10), at(10))
+    await store.settle("hourly", at(10), Outcome.COMPLETED, 1)
+    scheduler, agent, _, _ = rig(store=store, wakeups=False)
+    scheduler.now = agent.wall = wall
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(11))
+        await trio.sleep(60)  # 09:01 now
+        assert scheduler.statistics().next_due == {"hourly": at(11)}  # still 11:00, not 10:00
+        await until(wall, at(11, 30))
+        scheduler.stop()
+    assert [t.wall for t in agent.turns] == [at(11)]
+    assert scheduler.statistics().outcomes == {"completed": 1}  # no duplicate of 10:00
+
+
+@pytest.mark.parametrize("how", ["stop", "replace"])
+async def test_a_loop_that_dies_once_stopped_or_replaced_is_not_restarted(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture, how: str
+) -> None:
+    class SettleBug(Recording):
+        async def settle(self, routine: str, slot: datetime, *args: Any, **kw: Any) -> bool:
+            raise RuntimeError("settle bug")
+
+    scheduler, agent, _, wall = rig(store=SettleBug(), wakeups=False)
+    agent.default = Complete(duration=10)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(11, 0) + timedelta(seconds=5))  # the 11:00 turn runs
+        if how == "stop":
+            scheduler.stop(60)
+        else:
+            scheduler.update_routines([attrs.evolve(HOURLY, prompt="new")])
+        await trio.sleep(30)
+        scheduler.stop()
+    assert scheduler.statistics().loop_restarts == {}
+    assert messages(caplog, logging.ERROR) == []

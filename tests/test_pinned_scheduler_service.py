@@ -125,9 +125,27 @@ async def test_wait_drained_returns_once_stopped_and_the_last_turn_ended(
         nursery.start_soon(wait)
         await scheduler.start_fire("hourly", at(10))
         await trio.sleep(5)
-        assert drained == []  # not stopped yet
         scheduler.stop(30)
-    assert drained == [start + 10]
+    assert drained == [start + 10]  # the turn's end, after the stop
+
+
+async def test_wait_drained_waits_for_a_stop(autojump_clock: Any) -> None:
+    scheduler, _, _, _ = rig(external_clock=True)
+    drained: list[float] = []
+
+    async def wait() -> None:
+        await scheduler.wait_drained()
+        drained.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        start = trio.current_time()
+        nursery.start_soon(wait)
+        await scheduler.fire("hourly", at(10))
+        await trio.sleep(5)
+        assert drained == []  # nothing in flight, but no stop yet
+        scheduler.stop(30)
+    assert drained == [start + 5]
 
 
 # -- reloads ---------------------------------------------------------------------------------
