@@ -80,7 +80,9 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_scheduler_fire.py",
             "tests/test_pinned_scheduler_loops.py",
             "tests/test_pinned_scheduler_service.py",
+            "tests/test_pinned_scheduler_boot.py",
             "tests/test_sleepers.py",
+            "tests/test_deadlines.py",
         ],
     ),
     "directory": (

@@ -1,0 +1,110 @@
+"""The boot pinned whole (issue 11): the reconcile of open claims, the last success it seeds,
+the catch-up and its log lines, and which fault a broken store's boot raises.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import trio
+from scheduler_rig import HOURLY, T0, Recording, at, messages, rig
+
+from trio_routines import Outcome, Routine, StateFault
+from trio_routines.scheduler.boot import BOOT_INTERRUPTED
+from trio_routines.testing import WallClock
+
+DAILY = Routine(name="daily", prompt="d", cron="0 9 * * *")
+MANUAL = Routine(name="manual", prompt="m")
+
+
+@pytest.fixture(autouse=True)
+def _capture(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="trio_routines")
+
+
+async def test_open_claims_are_settled_interrupted_only_if_still_open_and_said_so(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = Recording()
+    await store.claim("hourly", at(9), at(9, 1))  # left open by a dead process
+    await store.claim("daily", at(9), at(9))
+    await store.settle("daily", at(9), Outcome.COMPLETED, 2500)
+    await store.claim("manual", at(8), at(8, 2))  # an external fire left open
+    store.calls.clear()
+    scheduler, agent, _, _ = rig(HOURLY, DAILY, MANUAL, store=store, wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        scheduler.stop()
+    assert sorted(c for c in store.calls if c[0] == "settle") == [
+        (
+            "settle",
+            name,
+            slot,
+            Outcome.INTERRUPTED,
+            None,
+            {"if_unsettled": True, "error": BOOT_INTERRUPTED},
+        )
+        for name, slot in (("hourly", at(9)), ("manual", at(8)))
+    ]
+    assert messages(caplog, logging.WARNING) == [
+        f"{name}: the fire claimed at {stamp} never finished — the process stopped mid-turn and "
+        f"that slot stays skipped (see `python -m trio_routines history {name}`)"
+        for name, stamp in (
+            ("hourly", "2026-07-07T09:01:00.000Z"),
+            ("manual", "2026-07-07T08:02:00.000Z"),
+        )
+    ]
+    # The last success is the completed claim's end: stamped 09:00, it took 2.5 s.
+    assert scheduler.metrics.last_success == {"daily": at(9) + timedelta(seconds=2.5)}
+    assert agent.turns == []
+
+
+async def test_a_catch_up_is_logged_and_armed_at_once(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = Recording()
+    await store.claim("hourly", at(8), at(8))
+    await store.settle("hourly", at(8), Outcome.COMPLETED, None)
+    scheduler, agent, _, _wall = rig(HOURLY, DAILY, store=store, wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        assert scheduler.statistics().next_due == {"hourly": at(9), "daily": at(9, day=8)}
+        assert scheduler.metrics.last_success == {"hourly": at(8)}  # seeded: no ms stored
+        await trio.sleep(1)
+        scheduler.stop()
+    assert [t.wall for t in agent.turns] == [T0]  # 09:00's catch-up, at once
+    assert messages(caplog, logging.INFO)[0] == "hourly: catching up a missed run"
+
+
+async def test_a_cron_that_never_fires_again_is_not_armed_at_boot(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    last = Routine(name="last", prompt="p", cron="0 23 1 12 *")
+    scheduler, agent, _, _ = rig(last, HOURLY, wakeups=False)
+    scheduler.now = agent.wall = WallClock(datetime(9999, 12, 2, tzinfo=UTC))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        assert scheduler.statistics().armed == ("hourly",)
+        scheduler.stop()
+    assert messages(caplog, logging.WARNING) == [
+        'last: cron "0 23 1 12 *" will never fire again — not armed'
+    ]
+
+
+async def test_a_boot_raises_the_first_broken_routines_fault_in_order(
+    autojump_clock: Any,
+) -> None:
+    class Broken(Recording):
+        async def latest_fire(self, routine: str) -> Any:
+            await trio.sleep(1 if routine == "a" else 0)  # "b" fails first in time
+            raise StateFault(f"{routine} is unreadable")
+
+    routines = [Routine(name=n, prompt="p", cron="0 9 * * *") for n in ("a", "b")]
+    scheduler, agent, _, _ = rig(*routines, store=Broken(), wakeups=False)
+    with pytest.raises(StateFault) as caught:
+        await scheduler.run()
+    assert str(caught.value) == "a is unreadable"
+    assert agent.turns == []
