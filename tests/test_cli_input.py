@@ -15,6 +15,10 @@ from test_cli import SLOT
 
 from trio_routines.records import Outcome
 
+# Every test here starts real processes (some seventy in all): marked slow, so that
+# `pytest -m "not slow"` stays under a minute; the whole suite (and CI) runs them.
+pytestmark = pytest.mark.slow
+
 # --- every bad input: exit status and one line ----------------------------------------------
 
 
@@ -152,7 +156,6 @@ def test_an_unknown_name_first_reports_the_broken_files_that_may_explain_it(env:
     assert not env.state.exists()
 
 
-@pytest.mark.slow
 def test_names_and_reasons_never_reach_the_terminal_with_live_control_characters(
     env: Env,
 ) -> None:
