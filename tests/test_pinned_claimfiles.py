@@ -78,11 +78,12 @@ async def test_a_listing_that_fails_is_named(
 
 
 CLAIM_FAULTS = {
-    # place: (safefile's call that fails, which call, the message, the file it names)
-    "create": ("open", named(NAME), "could not claim slot {name} of 'daily'", "file"),
+    # place: (safefile's call that fails, which call (by name or count), the message, the file
+    # it names)
+    "create": ("open", NAME, "could not claim slot {name} of 'daily'", "file"),
     "stamp": ("write", None, "could not stamp the claim {path}", "file"),
-    "stamp-fsync": ("fsync", nth(0), "could not stamp the claim {path}", "file"),
-    "dir-fsync": ("fsync", nth(1), "could not stamp the claim {path}", "dir"),
+    "stamp-fsync": ("fsync", 0, "could not stamp the claim {path}", "file"),
+    "dir-fsync": ("fsync", 1, "could not stamp the claim {path}", "dir"),
 }
 
 
@@ -92,10 +93,11 @@ def test_a_claim_that_fails_is_named_and_leaves_no_claim(
 ) -> None:
     where = claims(tmp_path)
     where.mkdir(parents=True)
-    call, matcher, message, failed = CLAIM_FAULTS[place]
-    if matcher is None:
+    call, which, message, failed = CLAIM_FAULTS[place]
+    if which is None:
         fail(monkeypatch, safefile, call, errno.EIO)
     else:
+        matcher = named(which) if isinstance(which, str) else nth(which)  # fresh per test
         fail(monkeypatch, safefile, call, errno.EIO, matcher)
     store = DirectoryStore(tmp_path, syncfs=None)
     with pytest.raises(StateFault) as raised:
@@ -129,17 +131,22 @@ def test_no_claim_or_settle_leaks_a_descriptor(tmp_path: Path) -> None:
 async def test_what_is_flushed_is_the_file_system_the_claims_live_on(tmp_path: Path) -> None:
     store = DirectoryStore(tmp_path, syncfs=lambda fd: None)
     assert store._commit is not None
-    devices: list[int] = []
+    asked: list[tuple[int, int]] = []
     durable = store._commit.durable
 
     async def spy(device: int, fd: int, ticket: int) -> None:
-        devices.append(device)
+        asked.append((device, ticket))
         await durable(device, fd, ticket)
 
     store._commit.durable = spy  # type: ignore[method-assign]
     await store.claim("daily", T0, T0)
     await store.settle("daily", T0, Outcome.COMPLETED, 1)
-    assert devices == [os.stat(tmp_path).st_dev] * 2
+    (claimed, claim_ticket), (settled, settle_ticket) = asked
+    assert claimed == settled == os.stat(tmp_path).st_dev
+    # each write's ticket, taken when its descriptor was opened: the settle's opened later
+    assert isinstance(claim_ticket, int)
+    assert isinstance(settle_ticket, int)
+    assert claim_ticket < settle_ticket
 
 
 class HeldFlush:
@@ -379,3 +386,24 @@ async def test_claims_wait_for_the_stores_limiter(tmp_path: Path) -> None:
         assert limiter.statistics().tasks_waiting == 1
         assert not claims(tmp_path).exists()
     assert os.listdir(claims(tmp_path)) == [NAME]
+
+
+def test_a_prune_goes_on_past_a_claim_removed_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    where = claims(tmp_path)
+    where.mkdir(parents=True)
+    old = [T0 - timedelta(hours=h) for h in (3, 2, 1)]
+    for slot in old:  # three claims where keep=1 allows one: as a larger keep left them
+        (where / slot_name(slot)).write_bytes(b"")
+
+    def unlink(name: str, *, dir_fd: int) -> None:
+        os.unlink(name, dir_fd=dir_fd)
+        if name == slot_name(old[0]):  # another process pruned it first
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT))
+
+    proxy = FailingOS()
+    proxy.unlink = unlink  # type: ignore[method-assign]
+    monkeypatch.setattr(claimfiles, "os", proxy)
+    assert DirectoryStore(tmp_path, keep=1, syncfs=None).claim_sync("daily", T0, T0).taken
+    assert os.listdir(where) == [NAME]

@@ -8,23 +8,27 @@ flush-based (``syncfs``) blocking calls are pinned here too.
 from __future__ import annotations
 
 import errno
+import fcntl
 import logging
 import os
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import trio
 import trio.testing
 from oserrors import FailingOS, fail, named
 
+from trio_routines.claims import KEEP_CLAIMS
 from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
 from trio_routines.records import ClaimStatus, Outcome
 from trio_routines.stores import claimfiles, directory, safefile
 from trio_routines.stores.directory import DirectoryStore
+from trio_routines.wakeups import WakeupRequest
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
 T1 = T0 + timedelta(hours=1)
@@ -308,3 +312,52 @@ def test_a_prune_that_fails_warns_with_the_file_and_stops(
     # the first failure ends that prune (the second claim waits for the next one); the
     # previous newest goes in its own prune, after the new claim is durable
     assert sorted(os.listdir(where)) == [slot_name(s) for s in (old[0], old[1], T0)]
+
+
+# -- options and their defaults -------------------------------------------------------------------
+
+
+def test_the_options_a_store_was_built_with_and_their_defaults(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    assert (store.keep, store.lock_timeout) == (KEEP_CLAIMS, 10.0)
+    assert store._limiter.total_tokens == 16  # worker threads of one store at once
+    store = DirectoryStore(tmp_path, keep=3, lock_timeout=0.5)
+    assert (store.keep, store.lock_timeout) == (3, 0.5)
+    with pytest.raises(ValueError, match=r"^keep must be at least 1$"):
+        DirectoryStore(tmp_path, keep=0)
+
+
+async def test_a_wake_up_writer_waits_ten_seconds_for_the_lock_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = tmp_path / "schedule" / "wakeups.lock"
+    lock.parent.mkdir()
+    holder = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    readings = iter([100.0, 109.99, 110.0])  # the clock lock_within reads, 10 s on
+    slept: list[float] = []
+    monkeypatch.setattr(
+        safefile, "time", SimpleNamespace(monotonic=lambda: next(readings), sleep=slept.append)
+    )
+    request = WakeupRequest(session="s", prompt="p", fire_at=T1)
+    try:
+        with pytest.raises(StateFault) as raised:
+            await DirectoryStore(tmp_path).add_wakeup(request, T0)
+    finally:
+        os.close(holder)
+    assert str(raised.value) == (
+        f"the wake-up store {lock} stayed locked for 10s — another process holds it"
+    )
+    assert slept == [0.005]
+
+
+async def test_reads_and_settles_create_nothing(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    assert await store.history("daily") == []
+    assert await store.latest_fire("daily") is None
+    assert await store.settle("daily", T0, Outcome.COMPLETED, 1) is True
+    assert await store.list_wakeups() == []
+    assert await store.paused() == frozenset()
+    assert await store.resumed_at("daily") is None
+    await store.set_paused("daily", False)
+    assert os.listdir(tmp_path) == []

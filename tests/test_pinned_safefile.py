@@ -273,3 +273,13 @@ def test_a_look_that_fails_names_the_file(tmp_path: Path, monkeypatch: pytest.Mo
     assert str(raised.value) == (
         f"the fired-slot claims for 'daily' are unreadable (state: {tmp_path}): {EIO}: {path}"
     )
+
+
+def test_making_the_state_directory_names_the_parent_it_cannot_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fail(monkeypatch, safefile, "fsync", errno.EIO)
+    root = tmp_path / "state"
+    with pytest.raises(StateFault) as raised:
+        DirectoryStore(root, syncfs=None).claim_sync("daily", T0, T0)
+    assert str(raised.value) == unusable(root, f"{EIO}: {tmp_path}")

@@ -256,8 +256,9 @@ async def test_a_take_or_remove_that_changes_nothing_writes_nothing(
     schedule = state(tmp_path, [entry("due", at=T0), entry("later")])
     path = schedule / "wakeups.json"
     store = DirectoryStore(tmp_path)
-    assert await store.remove_wakeup("unknown") is False
     inode = path.stat().st_ino
+    assert await store.remove_wakeup("unknown") is False
+    assert path.stat().st_ino == inode
     real = wakeupfile.lock_within
 
     def lock_then_lose_the_race(fd: int, seconds: float) -> bool:
