@@ -290,7 +290,8 @@ async def test_a_clock_gone_back_past_the_previous_slot_keeps_the_slot_it_was_fi
     store = Jumpy()
     await store.claim("hourly", at(10), at(10))
     await store.settle("hourly", at(10), Outcome.COMPLETED, 1)
-    scheduler, agent, _, _ = rig(store=store, wakeups=False)
+    # Polls every 7 s: none at 11:00 itself, so the jump comes in the loop's own fire.
+    scheduler, agent, _, _ = rig(store=store, wakeups=False, poll_interval=7)
     scheduler.now = agent.wall = wall
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
