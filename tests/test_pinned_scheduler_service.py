@@ -300,3 +300,51 @@ def test_the_system_clock_is_aware_utc() -> None:
     now = system_now()
     assert now.tzinfo is UTC
     assert abs(now - datetime.now(UTC)) < timedelta(minutes=1)
+
+
+async def test_a_wake_up_poll_the_store_never_answers_is_logged_whole(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = Recording()
+    store.hang("take_due_wakeup")
+    scheduler, _, _, _ = rig(store=store, poll_interval=60)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(6)
+        scheduler.stop()
+    assert messages(caplog, logging.ERROR) == [
+        f"wake-up poll failed (continuing next poll): could not take a due wake-up: {NO_ANSWER}"
+    ]
+
+
+async def test_a_wake_loop_that_fired_restarts_after_the_first_back_off(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = Recording()
+    request = WakeupRequest(session="s", prompt="p", fire_at=T0)
+    await store.add_wakeup(request, T0 - timedelta(minutes=2))
+    scheduler, agent, _, _ = rig(store=store, poll_interval=60)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(1)
+        store.fail("take_due_wakeup", RuntimeError("bug"), times=1)
+        await trio.sleep(70)
+        scheduler.stop()
+    assert agent.sessions() == ["s"]
+    assert messages(caplog, logging.ERROR) == [
+        "wake-up poll: stopped unexpectedly: RuntimeError: bug — restarting in 1s (restart 1)"
+    ]
+
+
+async def test_turns_in_flight_are_counted_and_their_scopes_let_go(autojump_clock: Any) -> None:
+    scheduler, agent, _, _ = rig(HOURLY, Routine(name="other", prompt="o", cron="0 * * * *"))
+    agent.default = Complete(duration=10)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await scheduler.start_run("hourly")
+        await scheduler.start_run("other")
+        assert scheduler.statistics().in_flight == 2
+        await trio.sleep(11)
+        assert scheduler.statistics().in_flight == 0
+        scheduler.stop()
+    assert scheduler._grace_scopes == set()  # a stop has no ended turn's scope to reach
