@@ -131,8 +131,9 @@ async def test_start_run_holds_the_session_and_runs_the_routines_turn(
     assert await store.history("slow") == []
 
 
+@pytest.mark.parametrize(("grace", "ms"), [(3, 4000), (0, 1000), (-5, 1000)])
 async def test_a_stop_interrupts_a_started_run_at_its_grace(
-    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture, grace: float, ms: int
 ) -> None:
     scheduler, agent, _, _ = rig(external_clock=True)
     agent.default = Hang()
@@ -140,10 +141,10 @@ async def test_a_stop_interrupts_a_started_run_at_its_grace(
         await nursery.start(scheduler.run)
         await scheduler.start_run("hourly")
         await trio.sleep(1)
-        scheduler.stop(3)
+        scheduler.stop(grace)
     assert lines(caplog)[-1] == (
         logging.WARNING,
-        "hourly interrupted: the stop's grace ran out (4000ms)",
+        f"hourly interrupted: the stop's grace ran out ({ms}ms)",
     )
     assert scheduler.statistics().in_flight == 0
 

@@ -14,6 +14,7 @@ import trio
 from scheduler_rig import HOURLY, T0, Recording, at, messages, rig
 
 from trio_routines import Outcome, Routine, StateFault
+from trio_routines.scheduler.sleepers import PRUNE_SLACK, Sleepers
 from trio_routines.testing import Complete, WallClock
 
 BERLIN = Routine(name="report", prompt="p", cron="H 9 * * *", tz="Europe/Berlin")  # 07:31 UTC
@@ -325,3 +326,40 @@ async def test_a_loop_that_dies_once_stopped_or_replaced_is_not_restarted(
         scheduler.stop()
     assert scheduler.statistics().loop_restarts == {}
     assert messages(caplog, logging.ERROR) == []
+
+
+# -- where the loops sleep -------------------------------------------------------------------
+
+
+async def test_a_prune_keeps_the_entry_of_a_loop_still_parked(autojump_clock: Any) -> None:
+    sleepers = Sleepers()
+    start = trio.current_time()
+    woke: list[float] = []
+
+    async def parked() -> None:
+        await sleepers.sleep_until(start + 500)
+        woke.append(trio.current_time())
+
+    with trio.fail_after(1000):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(sleepers.run)
+            nursery.start_soon(parked)
+            for _ in range(3 * PRUNE_SLACK):  # stale entries enough for a prune
+                with trio.move_on_after(1):
+                    await sleepers.sleep_until(start + 1000)
+            await sleepers.sleep_until(trio.current_time())  # a pass of the timer: the prune
+            await trio.sleep(start + 600 - trio.current_time())
+            nursery.cancel_scope.cancel()
+    assert woke == [start + 500]
+
+
+async def test_a_sleep_after_the_timer_ended_still_ends(autojump_clock: Any) -> None:
+    sleepers = Sleepers()
+    async with trio.open_nursery() as timer:
+        await timer.start(sleepers.run)
+        await trio.sleep(1)
+        timer.cancel_scope.cancel()
+    start = trio.current_time()
+    with trio.fail_after(100):
+        await sleepers.sleep_until(start + 5)
+    assert trio.current_time() == start + 5
