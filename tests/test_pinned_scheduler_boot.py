@@ -108,3 +108,38 @@ async def test_a_boot_raises_the_first_broken_routines_fault_in_order(
         await scheduler.run()
     assert str(caught.value) == "a is unreadable"
     assert agent.turns == []
+
+
+async def test_a_resume_re_plans_in_the_routines_zone_with_its_hash(autojump_clock: Any) -> None:
+    report = Routine(name="report", prompt="p", cron="H 9 * * *", tz="Europe/Berlin")  # 07:31Z
+    store = Recording()
+    await store.claim("report", at(7, 31), at(7, 31))
+    await store.settle("report", at(7, 31), Outcome.COMPLETED, 1)
+    await store.set_paused("report", True, at(8))
+    await store.set_paused("report", False, at(8, day=8))  # day 8's 07:31 passed while paused
+    scheduler, agent, _, _ = rig(report, store=store, wakeups=False)
+    scheduler.now = agent.wall = WallClock(at(12, day=8))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        assert scheduler.statistics().next_due == {"report": at(7, 31, day=9)}
+        await trio.sleep(60)
+        scheduler.stop()
+    assert agent.turns == []
+
+
+async def test_a_slot_at_the_very_instant_of_the_resume_is_not_caught_up(
+    autojump_clock: Any,
+) -> None:
+    store = Recording()
+    await store.claim("hourly", at(9), at(9))
+    await store.settle("hourly", at(9), Outcome.COMPLETED, 1)
+    await store.set_paused("hourly", True, at(9, 30))
+    await store.set_paused("hourly", False, at(10))
+    scheduler, agent, _, _ = rig(store=store, wakeups=False)
+    scheduler.now = agent.wall = WallClock(at(10))  # booted at 10:00 sharp
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        assert scheduler.statistics().next_due == {"hourly": at(11)}
+        await trio.sleep(60)
+        scheduler.stop()
+    assert agent.turns == []
