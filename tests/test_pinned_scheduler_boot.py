@@ -143,3 +143,23 @@ async def test_a_slot_at_the_very_instant_of_the_resume_is_not_caught_up(
         await trio.sleep(60)
         scheduler.stop()
     assert agent.turns == []
+
+
+async def test_a_boot_on_a_slots_very_instant_catches_it_up(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = Recording()
+    await store.claim("hourly", at(9), at(9))
+    await store.settle("hourly", at(9), Outcome.COMPLETED, 1)
+    store.fail("paused", StateFault("unreadable"), times=1)  # the boot's re-read of pauses
+    scheduler, agent, _, _ = rig(store=store, wakeups=False)
+    scheduler.now = agent.wall = WallClock(at(10))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(1)
+        scheduler.stop()
+    assert [t.wall for t in agent.turns] == [at(10)]
+    assert messages(caplog, logging.INFO)[0] == "hourly: catching up a missed run"
+    assert messages(caplog, logging.DEBUG) == [
+        "the paused routines could not be re-read: unreadable"
+    ]
