@@ -185,3 +185,49 @@ async def test_a_real_outcome_overwrites_the_interrupted_another_replica_wrote_m
         second.stop(0)
     (fire,) = await store.history("hourly")
     assert (fire.outcome, fire.ms, fire.error) == (Outcome.COMPLETED, 10_000, None)
+
+
+async def test_a_paused_read_the_store_never_answers_fails_the_fire_naming_it(
+    autojump_clock: Any,
+) -> None:
+    scheduler, agent, store, _ = rig()
+    store.hang("paused")
+    with pytest.raises(StateFault) as caught:
+        await scheduler.fire("hourly", at(9))
+    assert str(caught.value) == (
+        "could not claim slot 2026-07-07T09-00-00-000Z of 'hourly': the paused routines are "
+        "unreadable: the store did not answer within 5s (or before the stop's grace ran out)"
+    )
+    assert agent.turns == []
+
+
+async def test_a_fire_whose_shared_paused_read_was_cancelled_reads_again(
+    autojump_clock: Any,
+) -> None:
+    gate = trio.Event()
+
+    class FirstReadStalls(Recording):
+        reads = 0
+
+        async def paused(self) -> frozenset[str]:
+            self.reads += 1
+            if self.reads == 2:  # the wake loop's first poll, after the boot's read
+                await gate.wait()
+            return await super().paused()
+
+    store = FirstReadStalls()
+    scheduler, agent, _, _ = rig(store=store, external_clock=True, poll_interval=30)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await store.set_paused("hourly", True)
+        await trio.sleep(31)  # the poll's read is under way, stalled
+        result: list[FireResult] = []
+
+        async def fire() -> None:
+            result.append(await scheduler.fire("hourly", at(10)))
+
+        nursery.start_soon(fire)  # waits for the poll's read
+        await trio.sleep(1)
+        scheduler.stop(10)  # cancels the poll, and its read with it
+    assert result == [FireResult("hourly", at(10), False, reason="paused")]
+    assert agent.turns == []
