@@ -84,6 +84,17 @@ async def test_a_scheduler_that_is_not_running_starts_nothing(autojump_clock: An
     assert await store.history("hourly") == []
 
 
+async def test_a_scheduler_that_ran_and_stopped_starts_nothing(autojump_clock: Any) -> None:
+    scheduler, agent, _, _ = rig(external_clock=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        scheduler.stop(0)
+    with pytest.raises(Stopping) as fire:
+        await scheduler.start_fire("hourly", at(10))
+    assert str(fire.value) == "the scheduler is not running"
+    assert agent.turns == []
+
+
 # -- start_fire and start_run: answer at once, the turn goes on ------------------------------
 
 

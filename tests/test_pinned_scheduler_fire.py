@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 import trio
-from scheduler_rig import T0, Recording, at, lines, rig
+from scheduler_rig import HOURLY, T0, Recording, at, lines, rig
 
-from trio_routines import Outcome, StateFault
+from trio_routines import Outcome, Routine, StateFault
 from trio_routines.logs import FireFields
 from trio_routines.records import ClaimResult, ClaimStatus
 from trio_routines.scheduler import FireResult, NotYetDue
@@ -230,4 +230,25 @@ async def test_a_fire_whose_shared_paused_read_was_cancelled_reads_again(
         await trio.sleep(1)
         scheduler.stop(10)  # cancels the poll, and its read with it
     assert result == [FireResult("hourly", at(10), False, reason="paused")]
+    assert agent.turns == []
+
+
+async def test_fires_sharing_a_paused_read_that_failed_both_fail(autojump_clock: Any) -> None:
+    daily = Routine(name="daily", prompt="d", cron="0 9 * * *")
+    scheduler, agent, store, _ = rig(HOURLY, daily)
+    store.fail("paused", StateFault("unreadable"), times=1)
+    failures: list[str] = []
+
+    async def fire(name: str) -> None:
+        with pytest.raises(StateFault) as caught:
+            await scheduler.fire(name, at(9))
+        failures.append(str(caught.value))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fire, "hourly")
+        nursery.start_soon(fire, "daily")
+    assert sorted(failures) == [
+        f"could not claim slot 2026-07-07T09-00-00-000Z of '{name}': unreadable"
+        for name in ("daily", "hourly")
+    ]
     assert agent.turns == []
