@@ -16,7 +16,7 @@ import trio
 import trio.testing
 from scheduler_rig import HOURLY, NO_ANSWER, T0, Recording, at, messages, rig
 
-from trio_routines import Outcome, Routine, Scheduler, StateFault
+from trio_routines import InvalidRoutine, Outcome, Routine, Scheduler, StateFault
 from trio_routines.scheduler import NotOnGrid, RoutineChanges, UnknownRoutine, serve_routines
 from trio_routines.scheduler.state import busy_reason, system_now
 from trio_routines.testing import Busy, Complete, ScriptedAgent, WallClock
@@ -348,3 +348,10 @@ async def test_turns_in_flight_are_counted_and_their_scopes_let_go(autojump_cloc
         assert scheduler.statistics().in_flight == 0
         scheduler.stop()
     assert scheduler._grace_scopes == set()  # a stop has no ended turn's scope to reach
+
+
+def test_a_scheduler_refuses_two_routines_of_one_name_naming_it() -> None:
+    twins = [Routine(name="twin", prompt="a"), Routine(name="twin", prompt="b")]
+    with pytest.raises(InvalidRoutine) as caught:
+        Scheduler(agent=ScriptedAgent(), store=Recording(), routines=twins)
+    assert str(caught.value) == "two routines are named 'twin'"
