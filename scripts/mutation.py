@@ -109,6 +109,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_wakeupfile_writes.py",
             "tests/test_pinned_dirpause.py",
             "tests/test_pinned_safefile.py",
+            "tests/test_pinned_newest.py",
         ],
     ),
 }
