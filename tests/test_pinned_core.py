@@ -47,6 +47,7 @@ def test_a_single_path_segment_is_a_name(name: str) -> None:
         ("a\x00b", '"a\\u0000b" cannot be a routine name (no path separators, "." or "..")'),
         (5, "a routine name must be a string, not int"),
         (None, "a routine name must be a string, not NoneType"),
+        ("a\udcff", '"a\\udcff" cannot be a routine name (it is not valid Unicode text)'),
     ],
 )
 def test_a_bad_name_says_why(name: Any, problem: str) -> None:
