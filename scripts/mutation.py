@@ -41,7 +41,12 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "sessions": (["trio_routines/sessions.py"], ["tests/test_pinned_core.py"]),
     "turns": (
         ["trio_routines/turns.py"],
-        ["tests/test_pinned_core.py", "tests/test_pinned_runtime.py", "tests/test_scheduler.py"],
+        [
+            "tests/test_pinned_core.py",
+            "tests/test_pinned_runtime.py",
+            "tests/test_scheduler.py",
+            "tests/test_pinned_turn_fields.py",
+        ],
     ),
     "wakeups": (
         ["trio_routines/wakeups.py"],
