@@ -55,6 +55,8 @@ class StoreDeadlines:
         self._open.pop(scope, None)
         if scope.deadline != math.inf:  # handed to Trio before or after the watch ran
             scope.deadline = math.inf
+        if len(self._heap) > 2 * len(self._open) + PRUNE_SLACK:
+            self._prune()
 
     def pull_in(self, latest: float) -> None:
         """No open call may go on past ``latest`` (a stop began)."""
@@ -72,6 +74,28 @@ class StoreDeadlines:
             self._next_look = deadline
             self._wake.set()
 
+    def _expire(self, now: float) -> float:
+        """Cancel every open call whose deadline is ``now`` or earlier; the next deadline.
+
+        A method, not the watch's own loop: the watch's frame, waiting, must hold no heap
+        (pruned away meanwhile) and no scope, or the ended calls' scopes would live on.
+        """
+        heap, open_ = self._heap, self._open
+        while heap and heap[0][0] <= now:
+            deadline, _, scope = heapq.heappop(heap)
+            if open_.get(scope) == deadline:  # else ended, or pulled in since
+                del open_[scope]
+                scope.cancel()
+        if len(heap) > 2 * len(open_) + PRUNE_SLACK:
+            heap = self._prune()
+        return heap[0][0] if heap else math.inf
+
+    def _prune(self) -> list[tuple[float, int, trio.CancelScope]]:
+        open_ = self._open
+        heap = self._heap = [entry for entry in self._heap if open_.get(entry[2]) == entry[0]]
+        heapq.heapify(heap)
+        return heap
+
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Cancel each open call at its deadline, until cancelled."""
         self._watching = True
@@ -80,17 +104,7 @@ class StoreDeadlines:
         task_status.started()
         try:
             while True:
-                now = trio.current_time()
-                heap, open_ = self._heap, self._open
-                while heap and heap[0][0] <= now:
-                    deadline, _, scope = heapq.heappop(heap)
-                    if open_.get(scope) == deadline:  # else ended, or pulled in since
-                        del open_[scope]
-                        scope.cancel()
-                if len(heap) > 2 * len(open_) + PRUNE_SLACK:
-                    self._heap = heap = [entry for entry in heap if open_.get(entry[2]) == entry[0]]
-                    heapq.heapify(heap)
-                self._next_look = heap[0][0] if heap else math.inf
+                self._next_look = self._expire(trio.current_time())
                 if self._wake.is_set():
                     self._wake = trio.Event()
                 with trio.move_on_at(self._next_look):

@@ -26,6 +26,25 @@ import trio
 PRUNE_SLACK = 64  # stale heap entries tolerated beyond twice the parked loops
 
 
+class _Unpark:
+    """A parked loop's abort function: one object while it sleeps (a closure would be five,
+    and at 10,000 sleeping loops each is work for every full pass of the collector)."""
+
+    __slots__ = ("_parked", "_task", "_ticket")
+
+    def __init__(
+        self, parked: dict[trio.lowlevel.Task, int], task: trio.lowlevel.Task, ticket: int
+    ):
+        self._parked = parked
+        self._task = task
+        self._ticket = ticket
+
+    def __call__(self, _: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+        if self._parked.get(self._task) == self._ticket:
+            del self._parked[self._task]
+        return trio.lowlevel.Abort.SUCCEEDED
+
+
 class Sleepers:
     """Where cron loops sleep; :meth:`run` is the timer, in the loops' nursery."""
 
@@ -50,13 +69,7 @@ class Sleepers:
         self._parked[task] = ticket
         if deadline < self._timer_at:
             self._replan.set()
-
-        def abort(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
-            if self._parked.get(task) == ticket:
-                del self._parked[task]
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        await trio.lowlevel.wait_task_rescheduled(abort)
+        await trio.lowlevel.wait_task_rescheduled(_Unpark(self._parked, task, ticket))
 
     def wake_all(self) -> None:
         """Wake every sleeping loop now."""
