@@ -11,6 +11,7 @@ import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 import trio
@@ -20,7 +21,7 @@ from trio_routines import Outcome
 from trio_routines.agent import SESSION_BUSY, Completed, Event, Failed, TextDelta
 from trio_routines.claims import arm_from, claim_names, names_to_prune, parse_claim
 from trio_routines.errors import UnsafeName
-from trio_routines.instants import is_slot_name, parse_instant, require_utc
+from trio_routines.instants import is_slot_name, parse_instant, require_utc, slot_name
 from trio_routines.names import check_name, name_problem
 from trio_routines.records import Fire
 from trio_routines.sessions import SessionGate
@@ -103,6 +104,20 @@ async def test_the_gate_holds_a_session_for_one_turn() -> None:
     assert not gate.busy("a")
     assert not gate.busy("b")
     assert real.calls == []
+
+
+async def test_a_hold_says_whether_the_busy_answer_is_its_own() -> None:
+    gate = SessionGate(Recording(Completed()))
+    first = gate.hold("a")
+    assert not first.refused
+    with first:
+        assert not first.refused
+        second = gate.hold("a")
+        assert not second.refused
+        with second:
+            assert second.refused  # the session was held here: the busy answer is ours
+        assert second.refused
+    assert not first.refused
 
 
 async def test_the_gate_releases_a_session_when_the_turn_raises() -> None:
@@ -430,6 +445,15 @@ def test_require_utc_refuses_a_naive_instant_or_one_without_an_offset() -> None:
 )
 def test_typed_offsets_at_their_limits(text: str, expected: datetime | None) -> None:
     assert parse_instant(text) == expected
+
+
+def test_a_slot_name_is_the_utc_instant_whatever_the_zone_it_is_given_in() -> None:
+    assert slot_name(datetime(2026, 7, 7, 11, tzinfo=timezone(timedelta(hours=2)))) == (
+        "2026-07-07T09-00-00-000Z"
+    )
+    assert slot_name(datetime(2026, 7, 7, 9, tzinfo=ZoneInfo("UTC"))) == "2026-07-07T09-00-00-000Z"
+    with pytest.raises(ValueError, match=r"^instant must be an aware datetime, got naive 2026-"):
+        slot_name(datetime(2026, 7, 7, 9))
 
 
 def test_is_slot_name() -> None:

@@ -50,7 +50,9 @@ class Hold:
     def __exit__(self, *exc_info: object) -> None:
         if self._held:
             self._held = False
-            self._gate._busy.pop(self._session, None)
+            # No default: a holder put its session there itself and only it takes it out, so a
+            # missing entry is a broken gate, to be seen rather than stepped over.
+            del self._gate._busy[self._session]
 
 
 class SessionGate:
