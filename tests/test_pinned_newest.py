@@ -1,6 +1,7 @@
 """Batched reads (stores/newest.py), pinned (issue 11): batch sizes, the read count, a batch read
 that answers short, and the places of readers that go: once every call returned, no reader is
-counted, none is waiting to start and nothing is queued.
+counted, none is waiting to start and nothing is queued; how many readers freed places wake,
+and a request put back in the queue that leaves it.
 """
 
 from __future__ import annotations
