@@ -200,9 +200,43 @@ async def test_a_claim_stamped_at_the_boots_instant_is_not_in_the_future(
     scheduler, _, _, _ = rig(store=store, wakeups=False)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
-        assert scheduler._future == {}
+        assert scheduler.statistics().future_claims == {}
         scheduler.stop()
     assert messages(caplog, logging.WARNING) == []
+
+
+async def test_a_re_armed_claim_behind_the_clock_is_in_the_future_once_the_clock_goes_back(
+    autojump_clock: Any,
+) -> None:
+    scheduler, _, store, wall = rig(wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(11, 30))  # 11:00 claimed, stamped 11:00
+        store.fail("claim", RuntimeError("bug"), times=1)
+        await until(wall, at(12, 30))  # 12:00 died: the re-arm read the 11:00 claim
+        assert scheduler.statistics().future_claims == {}
+        wall.set(at(10, 45))  # the clock goes back behind the 11:00 stamp
+        assert scheduler.statistics().future_claims == {"hourly": at(11)}
+        scheduler.stop()
+    assert scheduler.statistics().loop_restarts == {"cron:hourly": 1}
+
+
+async def test_a_re_arm_that_finds_no_claim_forgets_the_one_read_before(
+    autojump_clock: Any,
+) -> None:
+    store = Recording()
+    await store.claim("hourly", at(10), at(10))
+    await store.settle("hourly", at(10), Outcome.COMPLETED, 1)
+    scheduler, _, _, wall = rig(store=store, wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        store.claims.clear()  # the claims deleted while serving
+        store.fail("claim", RuntimeError("bug"), times=1)
+        await until(wall, at(11, 30))  # 11:00 died: the re-arm read no claim
+        wall.set(at(9, 30))  # behind the 10:00 claim's stamp, which is gone
+        assert scheduler.statistics().future_claims == {}
+        scheduler.stop()
+    assert scheduler.statistics().loop_restarts == {"cron:hourly": 1}
 
 
 async def test_a_cron_that_runs_out_of_instants_is_disarmed_after_its_last_fire(

@@ -90,6 +90,8 @@ class Statistics:
     loop_restarts: Mapping[str, int] = attrs.field(factory=dict)
     #: Routines whose newest claim is in the future (a clock that ran ahead when it was made):
     #: the claimed slot, behind which nothing can fire; ``next_due`` is the first slot after it.
+    #: The newest claim is the one the boot or the routine's last re-arm read, compared with
+    #: the wall clock at each call (a clock that goes back can put it in the future again).
     future_claims: Mapping[str, datetime] = attrs.field(factory=dict)
     #: Paused routines, as last read from the store (before every claim, every poll).
     paused: frozenset[str] = frozenset()
@@ -217,7 +219,9 @@ class SchedulerState:
         self._settle_failures: Counter[str] = Counter()
         self._paused: frozenset[str] = frozenset()  # as last read from the store
         self._paused_read: SharedRead | None = None  # the read under way (see calls.py)
-        self._future: dict[str, Fire] = {}  # newest claims stamped ahead of our wall clock
+        # The newest claim of each routine as the boot or its last re-arm read it; those
+        # stamped ahead of the wall clock are the future claims (see _future_claims).
+        self._future: dict[str, Fire] = {}
         self._nursery: trio.Nursery | None = None
         self._next_due: dict[str, datetime | None] = {}
         self._armed: dict[str, None] = {}  # an ordered set of the routines with a next slot
@@ -234,11 +238,17 @@ class SchedulerState:
         self._sleepers = Sleepers()  # where cron loops sleep (see sleepers.py)
 
     def _note_future_claim(self, name: str, newest: Fire | None, now: datetime) -> None:
-        """Remember, and warn about, a newest claim stamped after ``now``."""
-        if newest is None or newest.fired_at <= now:
+        """Remember the newest claim just read, and warn if it is stamped after ``now``.
+
+        A claim behind ``now`` is kept too: if the wall clock later goes back behind its
+        stamp, it is in the future again, and :meth:`_future_claims` says so.
+        """
+        if newest is None:
             self._future.pop(name, None)
             return
         self._future[name] = newest
+        if newest.fired_at <= now:
+            return
         log.warning(
             "%s: newest claim is in the future (slot %s, stamped %s) — the wall clock was ahead "
             "when it was made; nothing can fire before the first slot after it. If the clock "
