@@ -25,7 +25,7 @@ import trio
 
 from ..errors import StateFault
 from ..instants import format_iso
-from ..records import ClaimResult, Fire, Outcome, Wakeup
+from ..records import Fire, Outcome, Wakeup
 from .clock import duration
 from .deadlines import StoreDeadlines
 from .state import SchedulerState, SharedRead, log
@@ -78,17 +78,6 @@ class StoreCalls(SchedulerState):
             "(or before the stop's grace ran out)"
         )
 
-    async def _claim(
-        self, routine: str, slot: datetime, now: datetime, within: trio.CancelScope
-    ) -> ClaimResult:
-        """Claim ``slot``, bounded by ``within`` (the fire's own shielded scope, which the
-        caller turns into the fault) rather than by a scope of its own."""
-        self._deadlines.note(within, self._store_deadline())
-        try:
-            return await self.store.claim(routine, slot, now)
-        finally:
-            self._deadlines.forget(within)
-
     async def _latest_fire(self, routine: str) -> Fire | None:
         with self._bounded():
             return await self.store.latest_fire(routine)
@@ -117,7 +106,7 @@ class StoreCalls(SchedulerState):
         concurrent with those fires as it would be with separate reads.)
         """
         while (shared := self._paused_read) is not None:
-            await shared.done.wait()
+            await shared.wait()
             if shared.error is not None:
                 raise shared.error
             if shared.result is not None:
@@ -135,7 +124,7 @@ class StoreCalls(SchedulerState):
             raise
         finally:
             self._paused_read = None
-            shared.done.set()
+            shared.finish()
 
     async def _refresh_paused(self) -> None:
         """Re-read the paused routines for statistics; a fault keeps the last answer."""

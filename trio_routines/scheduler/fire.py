@@ -100,7 +100,8 @@ class FirePath(StoreCalls):
         for each of 10,000 fires due at once. Its deadline is set only while the claim is
         under way, so a cancel it catches is the claim's.
         """
-        with self._working():
+        self._in_flight.value += 1  # as ``with self._working()``, without an object per fire
+        try:
             with trio.CancelScope(shield=True) as scope:
                 claim = await self._claim_unless_paused(routine, slot, scope)
                 task_status.started(claim)
@@ -111,6 +112,8 @@ class FirePath(StoreCalls):
                 with trio.CancelScope(shield=True) if scope.cancel_called else _NO_SCOPE:
                     return await self._turn_and_settle(routine, slot)
             raise self._no_answer(f"could not claim slot {format_iso(slot)} of {routine.name!r}")
+        finally:
+            self._in_flight.value -= 1
 
     async def _claim_unless_paused(
         self, routine: Routine, slot: datetime, scope: trio.CancelScope
@@ -129,7 +132,13 @@ class FirePath(StoreCalls):
                 "a slot never fires before its instant",
                 (slot - now).total_seconds(),
             )
-        return await self._claim(name, slot, now, scope)
+        # Bounded by ``scope``, the fire's own shielded scope, which _fire turns into the
+        # fault, rather than by a scope of its own (see deadlines.py).
+        self._deadlines.note(scope, self._store_deadline())
+        try:
+            return await self.store.claim(name, slot, now)
+        finally:
+            self._deadlines.forget(scope)
 
     def _refused(self, name: str, slot: datetime, claim: ClaimResult) -> FireResult:
         """Log and count a slot not claimed: paused, a duplicate, or stale."""

@@ -20,15 +20,19 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from collections.abc import Awaitable
 
 import trio
 
 PRUNE_SLACK = 64  # stale heap entries tolerated beyond twice the parked loops
 
 
-class _Unpark:
-    """A parked loop's abort function: one object while it sleeps (a closure would be five,
-    and at 10,000 sleeping loops each is work for every full pass of the collector)."""
+class Unpark:
+    """A parked task's abort function: it leaves ``parked`` if still there with ``ticket``.
+
+    One object while the task waits: a closure would be five, and at 10,000 sleeping loops
+    (or fires waiting on one read) each is work for every full pass of the collector.
+    """
 
     __slots__ = ("_parked", "_task", "_ticket")
 
@@ -57,19 +61,25 @@ class Sleepers:
         self._running = False
         self._woken = trio.Event()  # for the fallback's sleepers
 
-    async def sleep_until(self, deadline: float) -> None:
-        """Return once Trio's clock reaches ``deadline``, or at :meth:`wake_all`."""
+    def sleep_until(self, deadline: float) -> Awaitable[object]:
+        """Await it to return once Trio's clock reaches ``deadline``, or at :meth:`wake_all`.
+
+        Not a coroutine of its own: it parks the calling task and hands back Trio's wait,
+        which the task awaits at once, so a sleeping loop holds one coroutine fewer.
+        """
         if not self._running:
-            with trio.move_on_at(deadline):
-                await self._woken.wait()
-            return
+            return self._sleep_unwatched(deadline)
         task = trio.lowlevel.current_task()
         ticket = next(self._tickets)
         heapq.heappush(self._heap, (deadline, ticket, task))
         self._parked[task] = ticket
         if deadline < self._timer_at:
             self._replan.set()
-        await trio.lowlevel.wait_task_rescheduled(_Unpark(self._parked, task, ticket))
+        return trio.lowlevel.wait_task_rescheduled(Unpark(self._parked, task, ticket))  # noqa: ASYNC105
+
+    async def _sleep_unwatched(self, deadline: float) -> None:
+        with trio.move_on_at(deadline):
+            await self._woken.wait()
 
     def wake_all(self) -> None:
         """Wake every sleeping loop now."""
