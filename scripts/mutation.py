@@ -14,7 +14,9 @@ module's directory.
 from __future__ import annotations
 
 import json
+import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -120,6 +122,16 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
+# A mutant that makes a test spin (a loop in MockClock's virtual time) is stopped when that one
+# test has burnt TEST_CPU_SECONDS of CPU (tests/conftest.py; the slowest selected test takes
+# about 1.3 s), which mutmut counts as a timeout. mutmut's own wall timeout, (estimated +
+# constant) * multiplier seconds with "estimated" the clean time of every test selected for the
+# mutant, is only the backstop for a mutant that blocks without spinning: its default multiplier
+# (15) made each hanging mutant cost fifteen times its tests' time, and below about 5 a mutant
+# that survives on a loaded machine comes close to it (twice its estimate seen at load 4).
+TEST_CPU_SECONDS = os.environ.get("MUTATION_TEST_CPU_SECONDS", "5")
+TIMEOUT_MULTIPLIER = float(os.environ.get("MUTATION_TIMEOUT_MULTIPLIER", "6"))
+TIMEOUT_CONSTANT = float(os.environ.get("MUTATION_TIMEOUT_CONSTANT", "2"))
 
 
 def _toml_list(values: list[str]) -> str:
@@ -147,6 +159,8 @@ def prepare(module: str) -> Path:
         f"only_mutate = {_toml_list(files)}\n"
         f"pytest_add_cli_args = {_toml_list(base.get('pytest_add_cli_args', []) + options)}\n"
         f"pytest_add_cli_args_test_selection = {_toml_list(DESELECT + present)}\n"
+        f"timeout_multiplier = {TIMEOUT_MULTIPLIER}\n"
+        f"timeout_constant = {TIMEOUT_CONSTANT}\n"
     )
     (dest / "pyproject.toml").write_text(text)
     return dest
@@ -166,6 +180,12 @@ def score(dest: Path) -> dict[str, object]:
     }
 
 
+def _children_cpu() -> float:
+    """CPU seconds (user and system) of every child waited for so far: mutmut and its forks."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def main(argv: list[str]) -> int:
     modules = argv or list(MODULES)
     unknown = [m for m in modules if m not in MODULES]
@@ -178,9 +198,11 @@ def main(argv: list[str]) -> int:
     for module in modules:
         dest = prepare(module)
         started = time.monotonic()
+        cpu_before = _children_cpu()
         run = subprocess.run(
             [str(mutmut), "run", "--max-children", "2"],
             cwd=dest,
+            env=os.environ | {"TRIO_ROUTINES_TEST_CPU_SECONDS": TEST_CPU_SECONDS},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -190,15 +212,20 @@ def main(argv: list[str]) -> int:
             print(f"{module}: mutmut failed ({run.returncode}): {run.stderr[-2000:]}")
             failed = 1
             continue
-        result = score(dest) | {"seconds": round(time.monotonic() - started)}
+        wall = round(time.monotonic() - started)
+        cpu = round(_children_cpu() - cpu_before)
+        result = score(dest) | {"seconds": wall, "cpu_seconds": cpu}
         results[module] = result
         print(
             f"{module}: {result['killed']}/{result['total']} killed ({result['percent']}%)"
-            f" in {result['seconds']} s; survivors: {len(result['survivors'])}"  # type: ignore[arg-type]
+            f" in {wall} s wall, {cpu} s CPU; survivors: {len(result['survivors'])}"  # type: ignore[arg-type]
         )
         for name in result["survivors"]:  # type: ignore[attr-defined]
             print(f"    {name}")
         (WORK / f"{module}.json").write_text(json.dumps(result, indent=2) + "\n")
+    wall = sum(r["seconds"] for r in results.values())  # type: ignore[misc]
+    cpu = sum(r["cpu_seconds"] for r in results.values())  # type: ignore[misc]
+    print(f"total: {len(results)} module(s), {wall} s wall, {cpu} s CPU (idle: about {cpu // 2} s)")
     return failed
 
 
