@@ -122,14 +122,16 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
-# A mutant that makes a test spin (a loop in MockClock's virtual time) is stopped when that one
-# test has burnt TEST_CPU_SECONDS of CPU (tests/conftest.py; the slowest selected test takes
-# about 1.3 s), which mutmut counts as a timeout. mutmut's own wall timeout, (estimated +
+# A mutant that makes a test hang is stopped by tests/mutation_bounds.py when that one test has
+# burnt TEST_CPU_SECONDS of CPU (a loop spinning in MockClock's virtual time; the slowest
+# selected test takes about 1.3 s) or has used no CPU for TEST_IDLE_SECONDS (a task waiting for
+# what never comes); mutmut counts either as a timeout. mutmut's own wall timeout, (estimated +
 # constant) * multiplier seconds with "estimated" the clean time of every test selected for the
-# mutant, is only the backstop for a mutant that blocks without spinning: its default multiplier
-# (15) made each hanging mutant cost fifteen times its tests' time, and below about 5 a mutant
-# that survives on a loaded machine comes close to it (twice its estimate seen at load 4).
+# mutant, is only the backstop: its default multiplier (15) made each hanging mutant cost fifteen
+# times its tests' time, and at 3 a mutant that survived on a loaded machine (load 4) came
+# within half of it.
 TEST_CPU_SECONDS = os.environ.get("MUTATION_TEST_CPU_SECONDS", "5")
+TEST_IDLE_SECONDS = os.environ.get("MUTATION_TEST_IDLE_SECONDS", "5")
 TIMEOUT_MULTIPLIER = float(os.environ.get("MUTATION_TIMEOUT_MULTIPLIER", "6"))
 TIMEOUT_CONSTANT = float(os.environ.get("MUTATION_TIMEOUT_CONSTANT", "2"))
 
@@ -202,7 +204,11 @@ def main(argv: list[str]) -> int:
         run = subprocess.run(
             [str(mutmut), "run", "--max-children", "2"],
             cwd=dest,
-            env=os.environ | {"TRIO_ROUTINES_TEST_CPU_SECONDS": TEST_CPU_SECONDS},
+            env=os.environ
+            | {
+                "TRIO_ROUTINES_TEST_CPU_SECONDS": TEST_CPU_SECONDS,
+                "TRIO_ROUTINES_TEST_IDLE_SECONDS": TEST_IDLE_SECONDS,
+            },
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,

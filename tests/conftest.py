@@ -1,15 +1,14 @@
 from __future__ import annotations
 
 import os
-import resource
-import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 import trio
 from hypothesis import HealthCheck, settings
+from mutation_bounds import pytest_runtest_protocol  # noqa: F401  (a hook: bounds under mutation)
 from procs import Env
 
 from trio_routines.cron import schedule as cron_schedule
@@ -27,29 +26,6 @@ settings.register_profile(
 # Mutation testing (scripts/mutation.py) runs a module's tests once per mutant: few examples.
 settings.register_profile("mutation", max_examples=10, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "default")
-
-# Mutation testing sets this: a test (setup, call, teardown) that burns more CPU seconds than
-# this is stopped by the kernel (SIGXCPU), which mutmut counts as a timeout. A mutant that makes
-# a loop spin in MockClock's virtual time then costs this much, not mutmut's wall timeout (a
-# multiple of the time of every test selected for it). CPU time, unlike wall time, does not
-# grow with the machine's load, so the bound can sit close above the slowest test.
-_TEST_CPU_SECONDS = os.environ.get("TRIO_ROUTINES_TEST_CPU_SECONDS")
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
-    if not _TEST_CPU_SECONDS:
-        return (yield)
-    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    limit = int(time.process_time() + float(_TEST_CPU_SECONDS)) + 1
-    for bound in (soft, hard):  # never looser than a limit already set (mutmut's own)
-        if bound != resource.RLIM_INFINITY:
-            limit = min(limit, bound)
-    resource.setrlimit(resource.RLIMIT_CPU, (limit, hard))
-    try:
-        return (yield)
-    finally:
-        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,63 @@
+"""Bounds on one test's run under mutation testing (scripts/mutation.py, docs/mutation.md).
+
+A mutant that makes a test hang is counted as killed once mutmut's wall timeout stops it, but
+that timeout is a multiple of the clean time of *every* test selected for the mutant. These two
+bounds stop the hanging test itself, much sooner; both are off unless the script sets them:
+
+* ``TRIO_ROUTINES_TEST_CPU_SECONDS``: a test (setup, call and teardown) that burns more CPU
+  seconds than this is stopped by the kernel (SIGXCPU): a loop spinning in MockClock's virtual
+  time. CPU time does not grow with the machine's load, so the bound can sit close above the
+  slowest selected test.
+* ``TRIO_ROUTINES_TEST_IDLE_SECONDS``: a test during which the process has used (next to) no
+  CPU for this many wall seconds is ended with exit status 36: a task waiting for what never
+  comes. A test slowed by load still gets CPU every second, so it is not taken for idle.
+
+mutmut counts SIGXCPU and exit status 36 as a timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import threading
+import time
+from collections.abc import Generator
+
+import pytest
+
+CPU_SECONDS = float(os.environ.get("TRIO_ROUTINES_TEST_CPU_SECONDS") or 0)
+IDLE_SECONDS = float(os.environ.get("TRIO_ROUTINES_TEST_IDLE_SECONDS") or 0)
+TIMEOUT_STATUS = 36  # mutmut's "timeout"
+BUSY = 0.05  # CPU seconds per wall second below which the process counts as idle
+
+
+def _watch_idle(done: threading.Event) -> None:
+    cpu, progressed = time.process_time(), time.monotonic()
+    while not done.wait(1.0):
+        now_cpu, now = time.process_time(), time.monotonic()
+        if now_cpu - cpu >= BUSY:
+            progressed = now
+        cpu = now_cpu
+        if now - progressed >= IDLE_SECONDS:
+            os._exit(TIMEOUT_STATUS)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    if not (CPU_SECONDS or IDLE_SECONDS):
+        return (yield)
+    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if CPU_SECONDS:
+        limit = int(time.process_time() + CPU_SECONDS) + 1
+        for bound in (soft, hard):  # never looser than a limit already set (mutmut's own)
+            if bound != resource.RLIM_INFINITY:
+                limit = min(limit, bound)
+        resource.setrlimit(resource.RLIMIT_CPU, (limit, hard))
+    done = threading.Event()
+    if IDLE_SECONDS:
+        threading.Thread(target=_watch_idle, args=(done,), daemon=True).start()
+    try:
+        return (yield)
+    finally:
+        done.set()
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
