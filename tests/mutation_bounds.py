@@ -5,9 +5,11 @@ that timeout is a multiple of the clean time of *every* test selected for the mu
 bounds stop the hanging test itself, much sooner; both are off unless the script sets them:
 
 * ``TRIO_ROUTINES_TEST_CPU_SECONDS``: a test (setup, call and teardown) that burns more CPU
-  seconds than this is stopped by the kernel (SIGXCPU): a loop spinning in MockClock's virtual
-  time. CPU time does not grow with the machine's load, so the bound can sit close above the
-  slowest selected test.
+  seconds than this plus ``TRIO_ROUTINES_TEST_CPU_FACTOR`` times its clean time (what mutmut
+  measured before running mutants, ``mutmut-stats.json``; wall time, so never below the CPU
+  time) is stopped by the kernel (SIGXCPU): a loop spinning in MockClock's virtual time. CPU
+  time does not grow with the machine's load, so the bound can sit close above the test's own.
+  A test mutmut has not measured (its first, clean run) gets ``UNMEASURED_CPU_SECONDS``.
 * ``TRIO_ROUTINES_TEST_IDLE_SECONDS``: a test during which the process has used (next to) no
   CPU for this many wall seconds is ended with exit status 36: a task waiting for what never
   comes. A test slowed by load still gets CPU every second, so it is not taken for idle.
@@ -17,18 +19,40 @@ mutmut counts SIGXCPU and exit status 36 as a timeout.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import resource
 import threading
 import time
 from collections.abc import Generator
+from pathlib import Path
 
 import pytest
 
 CPU_SECONDS = float(os.environ.get("TRIO_ROUTINES_TEST_CPU_SECONDS") or 0)
+CPU_FACTOR = float(os.environ.get("TRIO_ROUTINES_TEST_CPU_FACTOR") or 0)
+UNMEASURED_CPU_SECONDS = 60.0
 IDLE_SECONDS = float(os.environ.get("TRIO_ROUTINES_TEST_IDLE_SECONDS") or 0)
 TIMEOUT_STATUS = 36  # mutmut's "timeout"
 BUSY = 0.05  # CPU seconds per wall second below which the process counts as idle
+
+
+@functools.cache
+def _clean_seconds() -> dict[str, float]:
+    """The clean time of every test, from the stats mutmut keeps in the directory it runs in."""
+    try:
+        stats = json.loads(Path("mutmut-stats.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return dict(stats.get("duration_by_test", {}))
+
+
+def _cpu_bound(nodeid: str) -> float:
+    clean = _clean_seconds().get(nodeid)
+    if clean is None:
+        return UNMEASURED_CPU_SECONDS
+    return CPU_SECONDS + CPU_FACTOR * clean
 
 
 def _watch_idle(done: threading.Event) -> None:
@@ -48,7 +72,7 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object
         return (yield)
     soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
     if CPU_SECONDS:
-        limit = int(time.process_time() + CPU_SECONDS) + 1
+        limit = int(time.process_time() + _cpu_bound(item.nodeid)) + 1
         for bound in (soft, hard):  # never looser than a limit already set (mutmut's own)
             if bound != resource.RLIM_INFINITY:
                 limit = min(limit, bound)
