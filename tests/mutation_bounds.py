@@ -19,7 +19,6 @@ mutmut counts SIGXCPU and exit status 36 as a timeout.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import resource
@@ -38,18 +37,18 @@ TIMEOUT_STATUS = 36  # mutmut's "timeout"
 BUSY = 0.05  # CPU seconds per wall second below which the process counts as idle
 
 
-@functools.cache
-def _clean_seconds() -> dict[str, float]:
-    """The clean time of every test, from the stats mutmut keeps in the directory it runs in."""
-    try:
-        stats = json.loads(Path("mutmut-stats.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return dict(stats.get("duration_by_test", {}))
+_clean: dict[str, float] = {}
 
 
 def _cpu_bound(nodeid: str) -> float:
-    clean = _clean_seconds().get(nodeid)
+    if nodeid not in _clean:
+        # Read again on a miss: mutmut runs its clean tests in the process it then forks each
+        # mutant's run from, and writes the stats only after its first run.
+        try:
+            _clean.update(json.loads(Path("mutmut-stats.json").read_text())["duration_by_test"])
+        except (OSError, ValueError, KeyError):
+            pass
+    clean = _clean.get(nodeid)
     if clean is None:
         return UNMEASURED_CPU_SECONDS
     return CPU_SECONDS + CPU_FACTOR * clean
