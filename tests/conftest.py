@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import trio
 from hypothesis import HealthCheck, settings
+from mutation_bounds import pytest_runtest_protocol  # noqa: F401  (a hook: bounds under mutation)
 from procs import Env
 
 from trio_routines.cron import schedule as cron_schedule
