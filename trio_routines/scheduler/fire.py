@@ -46,11 +46,7 @@ class FirePath(StoreCalls):
             )
         now = self.now()
         if slot > now:
-            raise NotYetDue(
-                f"slot {format_iso(slot)} of {name!r} has not arrived yet — "
-                "a slot never fires before its instant",
-                (slot - now).total_seconds(),
-            )
+            raise _not_yet_due(name, slot, now)
         if self._stopping.value:
             raise Stopping("the scheduler is stopping; no new fires are accepted")
         result = await self._fire(routine, slot, task_status)  # shielded within
@@ -93,52 +89,45 @@ class FirePath(StoreCalls):
         slot: datetime,
         task_status: trio.TaskStatus[ClaimResult] = trio.TASK_STATUS_IGNORED,
     ) -> FireResult:
-        """Claim ``slot``, run the turn, settle it: shielded, so a stop never cuts a claim or
-        a settle short (the turn has its own grace).
+        """Read the paused routines, claim ``slot`` unless paused, run the turn, settle it:
+        shielded, so a stop never cuts a claim or a settle short (the turn has its own grace).
 
-        The shielded scope is also the claim's deadline (see :meth:`_claim`): one scope fewer
-        for each of 10,000 fires due at once. Its deadline is set only while the claim is
-        under way, so a cancel it catches is the claim's.
+        The shielded scope is also the claim's deadline (see :mod:`.deadlines`): one scope
+        fewer for each of 10,000 fires due at once. Its deadline is set only while the claim
+        is under way, so a cancel it catches is the claim's. One frame for all of it: every
+        coroutine a fire holds while 10,000 fires wait together is collector work.
         """
+        name = routine.name
         self._in_flight.value += 1  # as ``with self._working()``, without an object per fire
         try:
             with trio.CancelScope(shield=True) as scope:
-                claim = await self._claim_unless_paused(routine, slot, scope)
+                try:
+                    paused = await self._read_paused()  # every replica honours it: read first
+                except StateFault as exc:
+                    raise StateFault(
+                        f"could not claim slot {slot_name(slot)} of {name!r}: {exc}"
+                    ) from None
+                if name in paused:
+                    claim = ClaimResult(ClaimStatus.PAUSED)
+                else:
+                    now = self.now()
+                    if slot > now:  # the wall clock went back while the paused set was read
+                        raise _not_yet_due(name, slot, now)
+                    self._deadlines.note(scope, self._store_deadline())
+                    try:
+                        claim = await self.store.claim(name, slot, now)
+                    finally:
+                        self._deadlines.forget(scope)
                 task_status.started(claim)
                 if claim.status is not ClaimStatus.TAKEN:
-                    return self._refused(routine.name, slot, claim)
+                    return self._refused(name, slot, claim)
                 # The deadline may have passed just as the claim returned: the scope is then
                 # cancelled, and the turn and its settle go on in a scope of their own.
                 with trio.CancelScope(shield=True) if scope.cancel_called else _NO_SCOPE:
                     return await self._turn_and_settle(routine, slot)
-            raise self._no_answer(f"could not claim slot {format_iso(slot)} of {routine.name!r}")
+            raise self._no_answer(f"could not claim slot {format_iso(slot)} of {name!r}")
         finally:
             self._in_flight.value -= 1
-
-    async def _claim_unless_paused(
-        self, routine: Routine, slot: datetime, scope: trio.CancelScope
-    ) -> ClaimResult:
-        name = routine.name
-        try:
-            paused = await self._read_paused()  # every replica honours it: read before a claim
-        except StateFault as exc:
-            raise StateFault(f"could not claim slot {slot_name(slot)} of {name!r}: {exc}") from None
-        if name in paused:
-            return ClaimResult(ClaimStatus.PAUSED)
-        now = self.now()
-        if slot > now:  # the wall clock went back while the paused routines were read
-            raise NotYetDue(
-                f"slot {format_iso(slot)} of {name!r} has not arrived yet — "
-                "a slot never fires before its instant",
-                (slot - now).total_seconds(),
-            )
-        # Bounded by ``scope``, the fire's own shielded scope, which _fire turns into the
-        # fault, rather than by a scope of its own (see deadlines.py).
-        self._deadlines.note(scope, self._store_deadline())
-        try:
-            return await self.store.claim(name, slot, now)
-        finally:
-            self._deadlines.forget(scope)
 
     def _refused(self, name: str, slot: datetime, claim: ClaimResult) -> FireResult:
         """Log and count a slot not claimed: paused, a duplicate, or stale."""
@@ -263,3 +252,11 @@ class FirePath(StoreCalls):
                 timeout=routine.timeout,
                 grace_scope=grace,
             )
+
+
+def _not_yet_due(name: str, slot: datetime, now: datetime) -> NotYetDue:
+    return NotYetDue(
+        f"slot {format_iso(slot)} of {name!r} has not arrived yet — "
+        "a slot never fires before its instant",
+        (slot - now).total_seconds(),
+    )
