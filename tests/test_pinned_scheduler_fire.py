@@ -166,6 +166,35 @@ async def test_a_settle_the_store_never_answers_is_logged_per_attempt(
     ]
 
 
+async def test_a_first_settle_cut_by_its_deadline_is_retried_and_the_fire_goes_on(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The first attempt is bounded by the fire's own scope: its deadline must end only that
+    # attempt, never the retries after it or the fire's result.
+    class SlowOnce(MemoryStore):
+        calls = 0
+
+        async def settle(self, *args: Any, **kwargs: Any) -> bool:
+            self.calls += 1
+            if self.calls == 1:
+                await trio.sleep_forever()
+            return await super().settle(*args, **kwargs)
+
+    store = SlowOnce()
+    scheduler, _, _, _ = rig(store=store)
+    result = await scheduler.fire("hourly", at(9))
+    assert result == FireResult("hourly", at(9), True, outcome=Outcome.COMPLETED, ms=0)
+    assert [m for level, m in lines(caplog) if level >= logging.INFO][-2:] == [
+        "hourly: could not record the completed outcome of slot 2026-07-07T09:00:00.000Z: "
+        "the store did not answer in time",
+        "hourly: the completed outcome of slot 2026-07-07T09:00:00.000Z recorded at attempt 2",
+    ]
+    assert [f.outcome for f in await store.history("hourly")] == [Outcome.COMPLETED]
+    assert scheduler.statistics().outcomes == {"completed": 1}
+    await scheduler.fire("hourly", at(10))  # settled at once: its deadline is dropped with it
+    assert not scheduler._deadlines._open
+
+
 async def test_a_real_outcome_overwrites_the_interrupted_another_replica_wrote_meanwhile(
     autojump_clock: Any,
 ) -> None:

@@ -160,38 +160,64 @@ class StoreCalls(SchedulerState):
         )
 
     async def _settle(
-        self, routine: str, slot: datetime, outcome: Outcome, ms: int, error: str | None
+        self,
+        routine: str,
+        slot: datetime,
+        outcome: Outcome,
+        ms: int,
+        error: str | None,
+        within: trio.CancelScope,
     ) -> None:
         """Settle a fire, retrying with a back-off for up to the default grace.
 
-        A settle given up is logged and counted; the fire path goes on either way.
+        The first attempt is bounded by ``within``, the fire's own shielded scope, whose last
+        step it is, rather than by a scope of its own: for 10,000 fires at once that scope was
+        a sixth of their CPU. Its deadline's ``Cancelled`` is then caught here, since the fire
+        goes on (the retries, in a shielded scope of their own). A settle given up is logged
+        and counted; the fire path goes on either way.
         """
         give_up = trio.current_time() + self.default_grace
-        delay = SETTLE_RETRY_FIRST
-        attempts = 0
-        while True:
-            attempts += 1
-            # As _settle_once, in this frame: one coroutine fewer per fire settling.
-            settled = False
-            with self._bounded() as bound:
-                settled = await self.store.settle(routine, slot, outcome, ms, error=error)
-            if bound.cancelled_caught:
-                self._settle_timed_out(routine, slot, outcome)
-            if settled:
-                if attempts > 1:
-                    log.info(
-                        "%s: the %s outcome of slot %s recorded at attempt %d",
-                        routine,
-                        outcome.value,
-                        format_iso(slot),
-                        attempts,
-                    )
+        self._deadlines.note(within, self._store_deadline())
+        try:
+            if await self.store.settle(routine, slot, outcome, ms, error=error):
                 return
+        except trio.Cancelled:
+            if not within.cancel_called:  # not our deadline (it cannot be): never swallowed
+                raise
+            self._settle_timed_out(routine, slot, outcome)
+        finally:
+            self._deadlines.forget(within)
+        with trio.CancelScope(shield=True):  # ``within`` may be cancelled now
+            await self._settle_again(routine, slot, outcome, ms, error, give_up)
+
+    async def _settle_again(
+        self,
+        routine: str,
+        slot: datetime,
+        outcome: Outcome,
+        ms: int,
+        error: str | None,
+        give_up: float,
+    ) -> None:
+        """The retries after a first settle that failed, each bounded, until ``give_up``."""
+        delay = SETTLE_RETRY_FIRST
+        attempts = 1
+        while True:
             if trio.current_time() + delay > min(give_up, self._grace_deadline + STOP_MARGIN):
                 break
             with self._bounded(delay):  # a stop meanwhile cuts the wait short
                 await trio.sleep_forever()
             delay = min(delay * 2, SETTLE_RETRY_MAX)
+            attempts += 1
+            if await self._settle_once(routine, slot, outcome, ms, error=error):
+                log.info(
+                    "%s: the %s outcome of slot %s recorded at attempt %d",
+                    routine,
+                    outcome.value,
+                    format_iso(slot),
+                    attempts,
+                )
+                return
         self._settle_failures[routine] += 1
         self.metrics.settle_failed(routine)
         log.error(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable
 from datetime import datetime
@@ -19,8 +18,6 @@ from ..routines import Routine
 from ..turns import TurnResult, run_turn
 from .calls import StoreCalls
 from .state import FireResult, NotOnGrid, NotYetDue, Stopping, busy_reason, log, on_grid
-
-_NO_SCOPE = contextlib.nullcontext()  # reusable: it holds nothing
 
 
 class FirePath(StoreCalls):
@@ -121,10 +118,12 @@ class FirePath(StoreCalls):
                 task_status.started(claim)
                 if claim.status is not ClaimStatus.TAKEN:
                     return self._refused(name, slot, claim)
-                # The deadline may have passed just as the claim returned: the scope is then
-                # cancelled, and the turn and its settle go on in a scope of their own.
-                with trio.CancelScope(shield=True) if scope.cancel_called else _NO_SCOPE:
-                    return await self._turn_and_settle(routine, slot)
+                if scope.cancel_called:
+                    # The deadline passed just as the claim returned: the scope is cancelled,
+                    # and the turn and its settle go on in a scope of their own.
+                    with trio.CancelScope(shield=True) as scope:
+                        return await self._turn_and_settle(routine, slot, scope)
+                return await self._turn_and_settle(routine, slot, scope)
             raise self._no_answer(f"could not claim slot {format_iso(slot)} of {name!r}")
         finally:
             self._in_flight.value -= 1
@@ -160,7 +159,10 @@ class FirePath(StoreCalls):
         self.metrics.refuse(name, reason)
         return FireResult(name, slot, claimed=False, reason=reason)
 
-    async def _turn_and_settle(self, routine: Routine, slot: datetime) -> FireResult:
+    async def _turn_and_settle(
+        self, routine: Routine, slot: datetime, scope: trio.CancelScope
+    ) -> FireResult:
+        """The turn, then its settle, the last step of ``scope`` (see :meth:`_settle`)."""
         name = routine.name
         late = (self.now() - slot).total_seconds()
         why = FireContext("routine", routine.session, routine=name, slot=slot)
@@ -171,7 +173,7 @@ class FirePath(StoreCalls):
         # running); when the agent said busy, its words are -- a 409 may also mean that it
         # already did this slot, by the idempotency key.
         error = turn.failed
-        await self._settle(name, slot, turn.outcome, turn.ms, error)
+        await self._settle(name, slot, turn.outcome, turn.ms, error, scope)
         self._outcomes[turn.outcome.value] += 1
         self.metrics.fired(name, turn.outcome.value, turn.ms, late, at=self.now())
         if turn.busy:  # as the original: skipped with the reason, and no failure
