@@ -217,3 +217,66 @@ async def test_an_ended_call_leaves_no_scope_behind_while_the_watch_waits(
         alive = sum(ref() is not None for ref in ended)
         assert alive <= PRUNE_SLACK
         nursery.cancel_scope.cancel()
+
+
+async def test_ended_calls_are_pruned_as_they_end_while_others_stay_open_and_are_cut(
+    autojump_clock: Any,
+) -> None:
+    """At most the open calls plus PRUNE_SLACK ended ones are held; a prune keeps every open
+    call's deadline."""
+    deadlines = StoreDeadlines()
+    cut: list[float] = []
+
+    async def call() -> None:
+        cut.append(await _cut_at(deadlines, start + 30) - start)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(deadlines.watch)
+        start = trio.current_time()
+        for _ in range(100):
+            nursery.start_soon(call)
+        await trio.sleep(1)
+        ended = []
+        for _ in range(200):  # more than the open calls plus the slack, not twice as many
+            scope = trio.CancelScope()
+            deadlines.note(scope, start + 20)
+            deadlines.forget(scope)
+            ended.append(weakref.ref(scope))
+        del scope
+        gc.collect()
+        assert sum(ref() is not None for ref in ended) <= 100 + PRUNE_SLACK
+        await trio.sleep(40)
+        nursery.cancel_scope.cancel()
+    assert cut == [30.0] * 100
+
+
+async def test_a_look_that_cuts_many_calls_prunes_and_still_cuts_the_next_ones(
+    autojump_clock: Any,
+) -> None:
+    deadlines = StoreDeadlines()
+    cut: list[float] = []
+
+    async def call() -> None:
+        cut.append(await _cut_at(deadlines, start + 15) - start)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(deadlines.watch)
+        start = trio.current_time()
+        for _ in range(100):  # calls whose scopes are cut at 5 s
+            deadlines.note(trio.CancelScope(), start + 5)
+        for _ in range(50):
+            nursery.start_soon(call)
+        await trio.sleep(1)
+        ended = []
+        for _ in range(150):  # within the bound while 150 calls are open; past it for 50
+            scope = trio.CancelScope()
+            deadlines.note(scope, start + 30)
+            deadlines.forget(scope)
+            ended.append(weakref.ref(scope))
+        del scope
+        await trio.sleep(5)  # the look at 5 s cuts 100 calls: 50 stay open
+        gc.collect()
+        assert sum(ref() is not None for ref in ended) == 0
+        await trio.sleep(40)
+        nursery.cancel_scope.cancel()
+    assert cut == [15.0] * 50

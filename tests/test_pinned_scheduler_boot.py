@@ -163,3 +163,24 @@ async def test_a_boot_on_a_slots_very_instant_catches_it_up(
     assert messages(caplog, logging.DEBUG) == [
         "the paused routines could not be re-read: unreadable"
     ]
+
+
+async def test_a_reconcile_the_store_never_answers_is_logged_and_the_boot_goes_on(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = Recording()
+    await store.claim("hourly", at(10), at(10, 1))  # left open by a dead process
+    store.hang("settle")
+    scheduler, _, _, _ = rig(store=store, wakeups=False)  # store calls bounded to 5 s
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        booted = trio.current_time() - start
+        scheduler.stop()
+    assert booted == 5.0
+    assert messages(caplog, logging.WARNING)[-1] == (
+        "hourly: could not record the interrupted outcome of slot 2026-07-07T10:00:00.000Z: "
+        "the store did not answer in time"
+    )
+    assert scheduler.statistics().next_due == {"hourly": at(11)}
+    assert [(f.slot, f.outcome) for f in await store.history("hourly")] == [(at(10), None)]

@@ -281,3 +281,65 @@ async def test_fires_sharing_a_paused_read_that_failed_both_fail(autojump_clock:
         for name in ("daily", "hourly")
     ]
     assert agent.turns == []
+
+
+async def test_fires_in_flight_together_are_counted_together_until_each_settles(
+    autojump_clock: Any,
+) -> None:
+    daily = Routine(name="daily", prompt="d", cron="0 9 * * *")
+    scheduler, agent, _, _ = rig(HOURLY, daily, external_clock=True)
+    agent.script(Complete(duration=10), Complete(duration=20))
+    drained: list[float] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        start = trio.current_time()
+        await scheduler.start_fire("hourly", at(10))
+        await scheduler.start_fire("daily", at(9))
+        assert scheduler.statistics().in_flight == 2
+        await trio.sleep(15)  # the first turn has settled, the second runs on
+        assert scheduler.statistics().in_flight == 1
+        scheduler.stop(60)
+        await scheduler.wait_drained()  # waits for the second turn, not only the first
+        drained.append(trio.current_time() - start)
+    assert drained == [20.0]
+    assert scheduler.statistics().in_flight == 0
+
+
+async def test_a_poll_cancelled_while_it_waits_on_a_fires_paused_read_leaves_at_once(
+    autojump_clock: Any,
+) -> None:
+    """The stop cancels the wake loop's poll, parked on the paused read a fire started: the
+    loops end at once, the fire still gets the read's answer, and the poll's task (gone by
+    then) is not woken when the read ends."""
+    gate = trio.Event()
+
+    class SlowRead(Recording):
+        async def paused(self) -> frozenset[str]:
+            if trio.current_time() > 1:  # the boot's read answers at once
+                await gate.wait()
+            return await super().paused()
+
+    scheduler, agent, _, _ = rig(store=SlowRead(), external_clock=True, poll_interval=30)
+    result: list[FireResult] = []
+    ended: list[float] = []
+
+    async def serve(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        await scheduler.run(task_status=task_status)
+        ended.append(trio.current_time())
+
+    async def fire() -> None:
+        result.append(await scheduler.fire("hourly", at(10)))
+
+    start = trio.current_time()
+    with trio.fail_after(600):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve)
+            await trio.sleep(29)
+            nursery.start_soon(fire)  # its paused read stalls
+            await trio.sleep(2)  # the poll at 30 s waits on that read
+            scheduler.stop(10)  # cancels the poll
+            await trio.sleep(2)
+            gate.set()  # the read ends at 33 s, within its 5 s bound
+    assert [t - start for t in ended] == [31.0]
+    assert result == [FireResult("hourly", at(10), True, outcome=Outcome.COMPLETED, ms=0)]
+    assert len(agent.turns) == 1

@@ -45,10 +45,10 @@ class Boot(StoreCalls):
                 )
                 unsettled[name] = fire.slot
 
-        async def interrupted(name: str) -> bool:
+        async def interrupted(name: str) -> None:
             # Only if still unsettled: another scheduler sharing the store may be the one
             # mid-turn, and may settle the real outcome just before we write.
-            return await self._settle_once(
+            await self._settle_once(
                 name,
                 unsettled[name],
                 Outcome.INTERRUPTED,

@@ -134,22 +134,15 @@ class StoreCalls(SchedulerState):
             log.debug("the paused routines could not be re-read: %s", exc)
 
     async def _settle_once(
-        self,
-        routine: str,
-        slot: datetime,
-        outcome: Outcome,
-        ms: int | None = None,
-        *,
-        if_unsettled: bool = False,
-        error: str | None = None,
-    ) -> bool:
-        """One bounded settle; False (logged) when it failed or did not answer in time."""
+        self, routine: str, slot: datetime, outcome: Outcome, *, if_unsettled: bool, error: str
+    ) -> None:
+        """One bounded settle without a duration (the boot's); a settle cut off is logged."""
         with self._bounded():
-            return await self.store.settle(
-                routine, slot, outcome, ms, if_unsettled=if_unsettled, error=error
+            await self.store.settle(
+                routine, slot, outcome, None, if_unsettled=if_unsettled, error=error
             )
+            return
         self._settle_timed_out(routine, slot, outcome)
-        return False
 
     def _settle_timed_out(self, routine: str, slot: datetime, outcome: Outcome) -> None:
         log.warning(
