@@ -202,7 +202,12 @@ class StoreCalls(SchedulerState):
                 await trio.sleep_forever()
             delay = min(delay * 2, SETTLE_RETRY_MAX)
             attempts += 1
-            if await self._settle_once(routine, slot, outcome, ms, error=error):
+            settled = False
+            with self._bounded() as bound:
+                settled = await self.store.settle(routine, slot, outcome, ms, error=error)
+            if bound.cancelled_caught:
+                self._settle_timed_out(routine, slot, outcome)
+            if settled:
                 log.info(
                     "%s: the %s outcome of slot %s recorded at attempt %d",
                     routine,
