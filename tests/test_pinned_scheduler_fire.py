@@ -17,7 +17,7 @@ from trio_routines.logs import FireFields
 from trio_routines.records import ClaimResult, ClaimStatus
 from trio_routines.scheduler import FireResult, NotYetDue
 from trio_routines.scheduler.state import busy_reason
-from trio_routines.testing import Busy, Complete, MemoryStore, WallClock
+from trio_routines.testing import Busy, Complete, Fail, MemoryStore, WallClock
 
 
 @pytest.fixture(autouse=True)
@@ -193,6 +193,60 @@ async def test_a_first_settle_cut_by_its_deadline_is_retried_and_the_fire_goes_o
     assert scheduler.statistics().outcomes == {"completed": 1}
     await scheduler.fire("hourly", at(10))  # settled at once: its deadline is dropped with it
     assert not scheduler._deadlines._open
+
+
+class _SlowFirst(MemoryStore):
+    """A store whose first ``slow`` settles never answer (each is cut by its deadline)."""
+
+    def __init__(self, slow: int) -> None:
+        super().__init__()
+        self.slow = slow
+        self.settles = 0
+
+    async def settle(self, *args: Any, **kwargs: Any) -> bool:
+        self.settles += 1
+        if self.settles <= self.slow:
+            await trio.sleep_forever()
+        return await super().settle(*args, **kwargs)
+
+
+async def test_a_retry_cut_by_its_deadline_is_logged_whole_and_retried_again(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = _SlowFirst(slow=2)
+    scheduler, _, _, _ = rig(store=store, default_grace=30)
+    await scheduler.fire("hourly", at(9))
+    cut = (
+        "hourly: could not record the completed outcome of slot 2026-07-07T09:00:00.000Z: "
+        "the store did not answer in time"
+    )
+    assert [m for level, m in lines(caplog) if level >= logging.INFO][-3:] == [
+        cut,
+        cut,
+        "hourly: the completed outcome of slot 2026-07-07T09:00:00.000Z recorded at attempt 3",
+    ]
+    assert [f.outcome for f in await store.history("hourly")] == [Outcome.COMPLETED]
+
+
+async def test_a_retried_settle_writes_the_turns_duration_and_failure(
+    autojump_clock: Any,
+) -> None:
+    store = _SlowFirst(slow=1)
+    scheduler, agent, _, _ = rig(store=store)
+    agent.script(Fail("the tool broke", duration=2))
+    await scheduler.fire("hourly", at(9))
+    (fire,) = await store.history("hourly")
+    assert (fire.outcome, fire.ms, fire.error) == (Outcome.FAILED, 2000, "the tool broke")
+    store.fail("settle", StateFault("locked"), times=1)  # a retry after a refused settle, too
+    agent.script(Fail("again", duration=3))
+    await scheduler.fire("hourly", at(10))
+    fire = (await store.history("hourly"))[-1]
+    assert (fire.slot, fire.outcome, fire.ms, fire.error) == (
+        at(10),
+        Outcome.FAILED,
+        3000,
+        "again",
+    )
 
 
 async def test_a_real_outcome_overwrites_the_interrupted_another_replica_wrote_meanwhile(
