@@ -228,6 +228,27 @@ async def test_a_retry_cut_by_its_deadline_is_logged_whole_and_retried_again(
     assert [f.outcome for f in await store.history("hourly")] == [Outcome.COMPLETED]
 
 
+async def test_a_first_settle_cut_inside_a_stores_own_nursery_is_retried_as_well(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A store may wait in a nursery of its own: the deadline's Cancelled then comes grouped.
+    class Nursed(_SlowFirst):
+        async def settle(self, *args: Any, **kwargs: Any) -> bool:
+            if self.settles == 0:
+                self.settles += 1
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(trio.sleep_forever)
+            return await MemoryStore.settle(self, *args, **kwargs)
+
+    store = Nursed(slow=0)
+    scheduler, _, _, _ = rig(store=store)
+    result = await scheduler.fire("hourly", at(9))
+    assert result == FireResult("hourly", at(9), True, outcome=Outcome.COMPLETED, ms=0)
+    assert [m for level, m in lines(caplog) if level >= logging.INFO][-1] == (
+        "hourly: the completed outcome of slot 2026-07-07T09:00:00.000Z recorded at attempt 2"
+    )
+
+
 async def test_a_retried_settle_writes_the_turns_duration_and_failure(
     autojump_clock: Any,
 ) -> None:
