@@ -89,10 +89,11 @@ class FirePath(StoreCalls):
         """Read the paused routines, claim ``slot`` unless paused, run the turn, settle it:
         shielded, so a stop never cuts a claim or a settle short (the turn has its own grace).
 
-        The shielded scope is also the claim's deadline (see :mod:`.deadlines`): one scope
-        fewer for each of 10,000 fires due at once. Its deadline is set only while the claim
-        is under way, so a cancel it catches is the claim's. One frame for all of it: every
-        coroutine a fire holds while 10,000 fires wait together is collector work.
+        The shielded scope is also the claim's deadline (see :mod:`.deadlines`), and the
+        settle's first attempt's, which catches its own cancel (see :meth:`_settle`): scopes
+        fewer for each of 10,000 fires due at once. A cancel the scope itself catches is
+        therefore the claim's. One frame from the paused read to the claim: every coroutine a
+        fire holds while 10,000 fires wait together is collector work.
         """
         name = routine.name
         self._in_flight.value += 1  # as ``with self._working()``, without an object per fire
