@@ -270,6 +270,31 @@ async def test_a_retried_settle_writes_the_turns_duration_and_failure(
     )
 
 
+async def test_a_retried_settle_overwrites_the_interrupted_another_replica_wrote_meanwhile(
+    autojump_clock: Any,
+) -> None:
+    # The first settle fails just as another replica's boot records the claim interrupted;
+    # the retry still writes the real outcome over it.
+    class Raced(MemoryStore):
+        raced = False
+
+        async def settle(
+            self, routine: str, slot: Any, outcome: Outcome, *a: Any, **k: Any
+        ) -> bool:
+            if not self.raced:
+                self.raced = True
+                await super().settle(
+                    routine, slot, Outcome.INTERRUPTED, None, if_unsettled=True, error="boot"
+                )
+                return False
+            return await super().settle(routine, slot, outcome, *a, **k)
+
+    store = Raced()
+    scheduler, _, _, _ = rig(store=store)
+    await scheduler.fire("hourly", at(9))
+    assert [f.outcome for f in await store.history("hourly")] == [Outcome.COMPLETED]
+
+
 async def test_a_real_outcome_overwrites_the_interrupted_another_replica_wrote_meanwhile(
     autojump_clock: Any,
 ) -> None:

@@ -52,6 +52,7 @@ class Boot(StoreCalls):
                 name,
                 unsettled[name],
                 Outcome.INTERRUPTED,
+                None,  # no duration: the turn's end was never seen
                 if_unsettled=True,
                 error=BOOT_INTERRUPTED,
             )

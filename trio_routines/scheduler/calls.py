@@ -134,15 +134,23 @@ class StoreCalls(SchedulerState):
             log.debug("the paused routines could not be re-read: %s", exc)
 
     async def _settle_once(
-        self, routine: str, slot: datetime, outcome: Outcome, *, if_unsettled: bool, error: str
-    ) -> None:
-        """One bounded settle without a duration (the boot's); a settle cut off is logged."""
+        self,
+        routine: str,
+        slot: datetime,
+        outcome: Outcome,
+        ms: int | None,
+        *,
+        if_unsettled: bool,
+        error: str | None,
+    ) -> bool:
+        """One bounded settle (a retry's, the boot's); False when it failed or was cut off
+        (logged)."""
         with self._bounded():
-            await self.store.settle(
-                routine, slot, outcome, None, if_unsettled=if_unsettled, error=error
+            return await self.store.settle(
+                routine, slot, outcome, ms, if_unsettled=if_unsettled, error=error
             )
-            return
         self._settle_timed_out(routine, slot, outcome)
+        return False
 
     def _settle_timed_out(self, routine: str, slot: datetime, outcome: Outcome) -> None:
         log.warning(
@@ -202,12 +210,7 @@ class StoreCalls(SchedulerState):
                 await trio.sleep_forever()
             delay = min(delay * 2, SETTLE_RETRY_MAX)
             attempts += 1
-            settled = False
-            with self._bounded() as bound:
-                settled = await self.store.settle(routine, slot, outcome, ms, error=error)
-            if bound.cancelled_caught:
-                self._settle_timed_out(routine, slot, outcome)
-            if settled:
+            if await self._settle_once(routine, slot, outcome, ms, if_unsettled=False, error=error):
                 log.info(
                     "%s: the %s outcome of slot %s recorded at attempt %d",
                     routine,

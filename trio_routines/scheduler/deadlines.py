@@ -55,8 +55,7 @@ class StoreDeadlines:
         self._open.pop(scope, None)
         if scope.deadline != math.inf:  # handed to Trio before or after the watch ran
             scope.deadline = math.inf
-        if len(self._heap) > 2 * len(self._open) + PRUNE_SLACK:
-            self._prune()
+        self._prune_if_stale()
 
     def pull_in(self, latest: float) -> None:
         """No open call may go on past ``latest`` (a stop began)."""
@@ -86,15 +85,16 @@ class StoreDeadlines:
             if open_.get(scope) == deadline:  # else ended, or pulled in since
                 del open_[scope]
                 scope.cancel()
-        if len(heap) > 2 * len(open_) + PRUNE_SLACK:
-            heap = self._prune()
+        heap = self._prune_if_stale()
         return heap[0][0] if heap else math.inf
 
-    def _prune(self) -> list[tuple[float, int, trio.CancelScope]]:
+    def _prune_if_stale(self) -> list[tuple[float, int, trio.CancelScope]]:
+        """The heap, rebuilt without the entries of ended calls once they outnumber the rest."""
         open_ = self._open
-        heap = self._heap = [entry for entry in self._heap if open_.get(entry[2]) == entry[0]]
-        heapq.heapify(heap)
-        return heap
+        if len(self._heap) > 2 * len(open_) + PRUNE_SLACK:
+            self._heap = [entry for entry in self._heap if open_.get(entry[2]) == entry[0]]
+            heapq.heapify(self._heap)
+        return self._heap
 
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Cancel each open call at its deadline, until cancelled."""
