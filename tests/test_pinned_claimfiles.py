@@ -29,6 +29,7 @@ from trio_routines.instants import slot_name
 from trio_routines.records import ClaimStatus, Outcome
 from trio_routines.stores import claimfiles, safefile
 from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores.groupcommit import Batch
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
 T1 = T0 + timedelta(hours=1)
@@ -132,13 +133,13 @@ async def test_what_is_flushed_is_the_file_system_the_claims_live_on(tmp_path: P
     store = DirectoryStore(tmp_path, syncfs=lambda fd: None)
     assert store._commit is not None
     asked: list[tuple[int, int]] = []
-    durable = store._commit.durable
+    cover = store._commit.cover
 
-    async def spy(device: int, fd: int, ticket: int) -> None:
-        asked.append((device, ticket))
-        await durable(device, fd, ticket)
+    def spy(fds: dict[int, tuple[int, int]]) -> Batch:
+        asked.extend((device, ticket) for device, (ticket, _) in fds.items())
+        return cover(fds)
 
-    store._commit.durable = spy  # type: ignore[method-assign]
+    store._commit.cover = spy  # type: ignore[method-assign]
     await store.claim("daily", T0, T0)
     await store.settle("daily", T0, Outcome.COMPLETED, 1)
     (claimed, claim_ticket), (settled, settle_ticket) = asked

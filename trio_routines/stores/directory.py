@@ -14,6 +14,9 @@ let it run twice (the original never fsyncs). Durability is shared: the claim is
 without an fsync, then waits for a group commit (groupcommit.py), one ``syncfs`` covering
 every claim and settle written while the previous one ran. A claim whose flush fails is
 removed again and reported as a state fault: a retry, never a burned slot, and never a turn.
+The writes are batched too (batch.py): the claims (and, apart, the settles) that arrive
+together are written by one worker-thread call, file after file, instead of a thread hand-off
+each; a herd of 10,000 pays a few dozen hand-offs, not 20,000.
 Settling rewrites the same file in place -- never through a rename, which could resurrect a
 file pruning just removed.
 
@@ -33,10 +36,10 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import trio
 
@@ -45,8 +48,9 @@ from ..errors import InvalidWakeup, StateFault
 from ..records import ClaimResult, Fire, Outcome, Wakeup
 from ..store import Lifetime
 from ..wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
-from .claimfiles import ClaimFiles
-from .groupcommit import SYNCFS, GroupCommit
+from .batch import Answer, Batcher, Entry, Turns
+from .claimfiles import ClaimFiles, ClaimItem, ClaimWritten, SettleItem, SettleWritten
+from .groupcommit import SYNCFS, Batch, Descriptors, GroupCommit
 from .newest import BatchedReads, in_threads
 from .safefile import (
     at,
@@ -58,6 +62,11 @@ __all__ = ["DirectoryStore", "describe"]
 
 log = logging.getLogger("trio_routines")
 T = TypeVar("T")
+Covered: TypeAlias = tuple[T, Batch | None]  # a write, and the flush that will cover it
+
+#: The most claims (or settles) one worker-thread call writes: small enough that the first
+#: of a herd reach their flush, and their turns, while the rest are still being written.
+WRITE_BATCH = 256
 
 
 class DirectoryStore(Lifetime):
@@ -85,12 +94,31 @@ class DirectoryStore(Lifetime):
         self._wakeups = WakeupFile(self.root, lock_timeout)
         self._limiter = limiter or trio.CapacityLimiter(16)
         self._newest = BatchedReads(in_threads(self.latest_fire_sync, self._run))
+        # patient: a write in a worker thread cannot be called back, so its caller hears
+        # what it did (a claim is never taken for nobody); local disk work, bounded by it.
+        self._claim_writes: Batcher[ClaimItem, Covered[ClaimWritten]] = Batcher(
+            self._write_claims, key=lambda item: item[0], max_batch=WRITE_BATCH, patient=True
+        )
+        self._settle_writes: Batcher[SettleItem, Covered[SettleWritten]] = Batcher(
+            self._write_settles,
+            key=lambda item: (item[0], item[1]),
+            max_batch=WRITE_BATCH,
+            patient=True,
+        )
+        self._writer = Turns(urgent_next=lambda: self._claim_writes.queued)
 
     def __repr__(self) -> str:
         return f"DirectoryStore({str(self.root)!r})"
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+
+    async def _write(self, fn: Callable[..., T], *args: Any, urgent: bool) -> T:
+        # One batch of claims or settles written at a time, claims first: two threads making
+        # files side by side contend for the interpreter lock at every system call and each
+        # runs ~4x slower (measured: 10,000 creates by two threads 1.25 s, by one 0.62 s).
+        async with self._writer.hold(urgent=urgent):
+            return await self._run(fn, *args)
 
     @property
     def flushes(self) -> int:
@@ -103,22 +131,40 @@ class DirectoryStore(Lifetime):
         """The directory holding ``routine``'s claims (its name checked first)."""
         return self._files.claim_dir(routine)
 
+    def _covered(self, writes: tuple[list[Answer[T]], Descriptors]) -> list[Answer[Covered[T]]]:
+        """A batch's answers, each with the flush to come that covers the batch's writes."""
+        answers, fds = writes
+        batch = self._commit.cover(fds) if self._commit is not None and fds else None
+        return [
+            Answer(value=(answer.unwrap(), batch))
+            if answer.error is None
+            else Answer(error=answer.error)
+            for answer in answers
+        ]
+
+    async def _write_claims(
+        self, entries: Sequence[Entry[ClaimItem, Covered[ClaimWritten]]]
+    ) -> list[Answer[Covered[ClaimWritten]]]:
+        items = [entry.item for entry in entries]
+        return self._covered(await self._write(self._files.create_each, items, urgent=True))
+
     async def claim(self, routine: str, slot: datetime, fired_at: datetime) -> ClaimResult:
-        result, pending = await self._run(self._files.create, routine, slot, fired_at)
-        if pending is None:
+        (result, prune_later), batch = await self._claim_writes.submit((routine, slot, fired_at))
+        if prune_later is None:
             return result
         assert self._commit is not None
+        assert batch is not None
         try:
-            await self._commit.durable(pending.device, pending.fd, pending.ticket)
+            await self._commit.wait(batch)
         except OSError as exc:
             # Shielded (short local disk work): a caller cancelled while its flush ran must
             # still take back a claim that is not durable, or the slot would be burned.
             with trio.CancelScope(shield=True):
                 await self._run(self._files.unclaim_after, routine, slot)
             raise self._files.not_durable(routine, slot, exc) from None
-        if pending.prune_later:
+        if prune_later:
             with trio.CancelScope(shield=True):  # the claim is taken: report it, whatever comes
-                await self._run(self._files.prune_later, routine, pending.prune_later)
+                await self._run(self._files.prune_later, routine, prune_later)
         return result
 
     def claim_sync(self, routine: str, slot: datetime, fired_at: datetime) -> ClaimResult:
@@ -147,18 +193,25 @@ class DirectoryStore(Lifetime):
         if_unsettled: bool = False,
         error: str | None = None,
     ) -> bool:
-        written, pending = await self._run(
-            self._files.write_outcome, routine, slot, outcome, ms, if_unsettled, error
+        (written, flush), batch = await self._settle_writes.submit(
+            (routine, slot, outcome, ms, if_unsettled, error)
         )
-        if pending is None:
+        if not flush:
             return written
         assert self._commit is not None
+        assert batch is not None
         try:
-            await self._commit.durable(pending.device, pending.fd, pending.ticket)
+            await self._commit.wait(batch)
         except OSError as exc:
             self._files.settle_warning(routine, slot, outcome, exc)
             return False
         return True
+
+    async def _write_settles(
+        self, entries: Sequence[Entry[SettleItem, Covered[SettleWritten]]]
+    ) -> list[Answer[Covered[SettleWritten]]]:
+        items = [entry.item for entry in entries]
+        return self._covered(await self._write(self._files.write_each, items, urgent=False))
 
     def settle_sync(
         self,

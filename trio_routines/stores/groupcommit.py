@@ -75,10 +75,27 @@ def opened() -> int:
     return next(_TICKETS)
 
 
-class _Batch:
+#: Descriptors a flush goes through: per file system (``st_dev``), the earliest opened one
+#: and its :func:`opened` ticket.
+Descriptors = dict[int, tuple[int, int]]
+
+
+def hand_in(held: Descriptors, device: int, fd: int, ticket: int) -> None:
+    """Add ``fd`` to ``held`` (taking it over): keep the earliest opened per file system."""
+    kept = held.get(device)
+    if kept is None or ticket < kept[0]:
+        held[device] = (ticket, fd)
+        if kept is not None:
+            os.close(kept[1])
+    else:
+        os.close(fd)
+
+
+class Batch:
+    """One flush to come: the descriptors it goes through, and whether it is done."""
+
     def __init__(self) -> None:
-        # st_dev -> (ticket, descriptor): the earliest opened on that file system
-        self.fds: dict[int, tuple[int, int]] = {}
+        self.fds: Descriptors = {}
         self.done = trio.Event()
         self.error: OSError | None = None
 
@@ -88,7 +105,7 @@ class GroupCommit:
 
     def __init__(self, flush: Callable[[int], None]) -> None:
         self._flush = flush
-        self._next: _Batch | None = None
+        self._next: Batch | None = None
         self._flushing = False
         self._idle = trio.Event()
         self._limiter = trio.CapacityLimiter(1)
@@ -101,16 +118,21 @@ class GroupCommit:
         it must cover, ``ticket`` from :func:`opened` right after). Raises the flush's
         ``OSError`` if it failed.
         """
+        await self.wait(self.cover({device: (ticket, fd)}))
+
+    def cover(self, fds: Descriptors) -> Batch:
+        """The flush to come that will cover writes done before this call through ``fds``
+        (taken over; each opened before the writes on its file system): :meth:`wait` for it.
+        """
         batch = self._next
         if batch is None:
-            batch = self._next = _Batch()
-        held = batch.fds.get(device)
-        if held is None or ticket < held[0]:
-            batch.fds[device] = (ticket, fd)
-            if held is not None:
-                os.close(held[1])
-        else:
-            os.close(fd)
+            batch = self._next = Batch()
+        for device, (ticket, fd) in fds.items():
+            hand_in(batch.fds, device, fd, ticket)
+        return batch
+
+    async def wait(self, batch: Batch) -> None:
+        """Return once ``batch`` (from :meth:`cover`) was flushed; raise its ``OSError``."""
         with trio.CancelScope(shield=True):  # bounded by the flush: see the module doc
             while not batch.done.is_set():
                 if self._flushing:

@@ -2,7 +2,7 @@
 
 Theory of operation. The layers are: :mod:`.pgschema` (tables and migrations),
 :mod:`.pgconn` (the pool, and every call bounded on our side whatever the network does),
-:mod:`.pgclaims` (claims and settles decided a batch per transaction), :mod:`.pgbatch` (group
+:mod:`.pgclaims` (claims and settles decided a batch per transaction), :mod:`.batch` (group
 commit: the calls that arrive while a batch is in flight form the next one), :mod:`.pgreads`
 (claims read back; a boot's newest claims and resumes a query per batch, queued as the state
 directory's newest claims are, by :mod:`.newest`) and this module, the
@@ -56,8 +56,8 @@ from ..wakeups import (
     storable,
     take_first_due,
 )
+from .batch import Answer, Batcher, Entry
 from .newest import BatchedReads
-from .pgbatch import Answer, Batcher, Entry
 from .pgclaims import ClaimItem, SettleItem, claim_batch, settle_batch, taken_too_late
 from .pgconn import Call, CallFault, Connections
 from .pgreads import BATCH, READERS, history, newest_fires, read_batch, resumes

@@ -1,0 +1,206 @@
+"""The batcher both stores share, and the writer's turns of the state directory.
+
+A flush is a coroutine the test holds open; what must hold:
+
+* callers that arrive together ride on one flush, at most ``max_batch`` and one per key each;
+* a caller cancelled while queued leaves the queue (its item never reaches a flush), and the
+  lead passes on;
+* in flight, an impatient caller gives up at once (``gave_up``, its answer dropped), a patient
+  one gets its answer and meets its cancellation at its next checkpoint;
+* urgent holders of the writer's turns go before the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+import trio
+import trio.testing
+
+from trio_routines.stores.batch import Answer, Batcher, Entry, Turns, each
+
+
+class Flushes:
+    """A flush that records each batch and waits for the test to let it finish."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+        self.entries: list[Entry[str, str]] = []
+        self.go = trio.Event()
+        self.started = trio.Event()
+
+    async def __call__(self, entries: Sequence[Entry[str, str]]) -> list[Answer[str]]:
+        self.batches.append([entry.item for entry in entries])
+        self.entries.extend(entries)
+        self.started.set()
+        await self.go.wait()
+        return [Answer(value=f"done {entry.item}") for entry in entries]
+
+
+def batcher(flushes: Flushes, *, patient: bool = False, most: int = 100) -> Batcher[str, str]:
+    return Batcher(flushes, key=lambda item: item.split("@")[0], max_batch=most, patient=patient)
+
+
+async def test_a_herd_rides_on_few_flushes_each_key_once_at_most_max_batch() -> None:
+    flushes = Flushes()
+    batches = batcher(flushes, most=3)
+    answers: dict[str, str] = {}
+
+    async def submit(item: str) -> None:
+        answers[item] = await batches.submit(item)
+
+    items = ["a", "b", "a@2", "a@3", "c", "d", "e"]
+    async with trio.open_nursery() as nursery:
+        for item in items:
+            nursery.start_soon(submit, item)
+            await trio.testing.wait_all_tasks_blocked()  # queued in this order
+        flushes.go.set()
+    assert answers == {item: f"done {item}" for item in items}
+    # the first caller leads alone (the rest came while it flushed); then the queue, three at
+    # most and one "a" per batch, the second "a" waiting for the next
+    assert flushes.batches == [["a"], ["b", "a@2", "c"], ["a@3", "d", "e"]]
+    assert batches.batches == 3
+
+
+async def test_a_flush_that_raises_answers_every_caller_of_its_batch() -> None:
+    async def flush(entries: Sequence[Entry[str, str]]) -> list[Answer[str]]:
+        raise OSError(5, "the disk is gone")
+
+    batches: Batcher[str, str] = Batcher(flush, key=lambda item: item)
+    errors: list[str] = []
+
+    async def submit(item: str) -> None:
+        with pytest.raises(OSError, match="the disk is gone"):
+            await batches.submit(item)
+        errors.append(item)
+
+    async with trio.open_nursery() as nursery:
+        for item in "xyz":
+            nursery.start_soon(submit, item)
+    assert sorted(errors) == ["x", "y", "z"]
+
+
+async def test_a_caller_cancelled_while_queued_leaves_the_queue_and_the_lead_passes_on() -> None:
+    flushes = Flushes()
+    batches = batcher(flushes)
+    answers: dict[str, str] = {}
+
+    async def submit(item: str) -> None:
+        answers[item] = await batches.submit(item)
+
+    scope = trio.CancelScope()
+
+    async def cancelled_submit() -> None:
+        with scope:
+            await submit("second")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(submit, "first")
+        await flushes.started.wait()  # "first" is in flight, held
+        nursery.start_soon(cancelled_submit)  # queued first: it would lead the next batch
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(submit, "third")
+        await trio.testing.wait_all_tasks_blocked()
+        scope.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        flushes.go.set()
+    assert flushes.batches == [["first"], ["third"]]
+    assert answers == {"first": "done first", "third": "done third"}
+
+
+@pytest.mark.parametrize("patient", [False, True])
+async def test_a_caller_cancelled_in_flight_gives_up_or_waits_for_its_answer(
+    patient: bool,
+) -> None:
+    flushes = Flushes()
+    batches = batcher(flushes, patient=patient)
+    got: list[str] = []
+    cancelled_at_next_checkpoint: list[bool] = []
+
+    async def lead() -> None:
+        got.append(await batches.submit("lead"))
+
+    async def rider(scope: trio.CancelScope) -> None:
+        with scope:
+            got.append(await batches.submit("rider"))
+            try:
+                await trio.lowlevel.checkpoint()
+            except trio.Cancelled:
+                cancelled_at_next_checkpoint.append(True)
+                raise
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lead)
+        await flushes.started.wait()  # the lead's batch is in flight, held
+        nursery.start_soon(batches.submit, "second")  # queued first: it leads the next batch
+        await trio.testing.wait_all_tasks_blocked()
+        scope = trio.CancelScope()
+        nursery.start_soon(rider, scope)  # and the rider rides on it
+        await trio.testing.wait_all_tasks_blocked()
+        first, flushes.go, flushes.started = flushes.go, trio.Event(), trio.Event()
+        first.set()
+        await flushes.started.wait()  # the rider's batch is in flight, held
+        (entry,) = [e for e in flushes.entries if e.item == "rider"]
+        assert entry.in_flight
+        scope.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        flushes.go.set()
+    assert flushes.batches == [["lead"], ["second", "rider"]]
+    if patient:
+        assert got == ["done lead", "done rider"]
+        assert cancelled_at_next_checkpoint == [True]
+        assert not entry.gave_up
+    else:
+        assert got == ["done lead"]
+        assert cancelled_at_next_checkpoint == []
+        assert entry.gave_up
+
+
+def test_each_answers_every_item_with_its_value_or_its_error() -> None:
+    def half(n: int) -> int:
+        if n % 2:
+            raise ValueError(f"{n} is odd")
+        return n // 2
+
+    answers = each(half, [4, 3, 2])
+    assert [answer.value for answer in answers] == [2, None, 1]
+    assert [str(answer.error) if answer.error else None for answer in answers] == [
+        None,
+        "3 is odd",
+        None,
+    ]
+    with pytest.raises(ValueError, match="3 is odd"):
+        answers[1].unwrap()
+
+
+async def test_turns_go_to_urgent_holders_first_then_in_arrival_order() -> None:
+    turns = Turns()
+    order: list[str] = []
+    release = trio.Event()
+
+    async def hold(name: str, urgent: bool, scope: trio.CancelScope | None = None) -> None:
+        with scope or trio.CancelScope():
+            async with turns.hold(urgent=urgent):
+                order.append(name)
+                if name == "first":
+                    await release.wait()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hold, "first", False)
+        await trio.testing.wait_all_tasks_blocked()
+        for name, urgent in [("rest 1", False), ("urgent 1", True), ("rest 2", False)]:
+            nursery.start_soon(hold, name, urgent)
+            await trio.testing.wait_all_tasks_blocked()
+        gone = trio.CancelScope()
+        nursery.start_soon(hold, "cancelled", True, gone)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(hold, "urgent 2", True)
+        await trio.testing.wait_all_tasks_blocked()
+        gone.cancel()
+        release.set()
+    assert order == ["first", "urgent 1", "urgent 2", "rest 1", "rest 2"]
+    # free again: the next holder goes in at once
+    async with turns.hold(urgent=False):
+        order.append("later")
+    assert order[-1] == "later"
