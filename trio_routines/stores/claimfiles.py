@@ -80,11 +80,21 @@ class ClaimFiles:
     def claim_dir(self, routine: str) -> Path:
         return self._claims / check_name(routine)
 
-    def open_claims(self, routine: str, *, create: bool = False, claims: int | None = None) -> int:
-        """The routine's claim directory; through ``claims`` (from :meth:`claims_dir`) if given."""
+    def open_claims(
+        self,
+        routine: str,
+        *,
+        create: bool = False,
+        claims: int | None = None,
+        where: Path | None = None,
+    ) -> int:
+        """The routine's claim directory; through ``claims`` (from :meth:`claims_dir`) if given,
+        ``where`` its :meth:`claim_dir` if the caller has it already."""
         if claims is None:
             return open_dirs(self.root, ("schedule", "claims", check_name(routine)), create=create)
-        return open_dir(claims, check_name(routine), self._claims / routine, create=create)
+        if where is None:
+            where = self.claim_dir(routine)
+        return open_dir(claims, where.name, where, create=create)
 
     @contextlib.contextmanager
     def claims_dir(self, *, create: bool = False) -> Iterator[int | None]:
@@ -146,7 +156,7 @@ class ClaimFiles:
         where = self.claim_dir(routine)
         wanted = slot_name(slot)
         try:
-            directory = self.open_claims(routine, create=True, claims=claims)
+            directory = self.open_claims(routine, create=True, claims=claims, where=where)
         except OSError as exc:
             raise self.unusable(routine, where, exc) from None
         ticket = opened()
@@ -284,7 +294,7 @@ class ClaimFiles:
         where = self.claim_dir(routine)
         path = where / name
         try:
-            directory = self.open_claims(routine, claims=claims)
+            directory = self.open_claims(routine, claims=claims, where=where)
             ticket = opened()
             try:
                 fd = open_file(directory, name, path, os.O_RDWR, CLAIM_LIMIT)
