@@ -95,7 +95,7 @@ def journal(device: str, fstype: str) -> str:
         return ""
     task = Path("/sys/fs/ext4") / Path(device).name / "journal_task"
     try:
-        return ", journal" if task.read_text().strip() else ", no journal"
+        return ", journal" if task.read_text().strip() not in ("", "<none>") else ", no journal"
     except OSError:
         return ""
 

@@ -18,6 +18,7 @@ import pytest
 import trio
 import trio.testing
 
+from trio_routines.stores import batch
 from trio_routines.stores.batch import Answer, Batcher, Entry, Turns, each
 
 
@@ -204,3 +205,50 @@ async def test_turns_go_to_urgent_holders_first_then_in_arrival_order() -> None:
     async with turns.hold(urgent=False):
         order.append("later")
     assert order[-1] == "later"
+
+
+async def test_lull_returns_once_nothing_is_queued_or_in_flight() -> None:
+    flushes = Flushes()
+    batches = batcher(flushes)
+    await batches.lull()  # idle: at once
+    heard: list[str] = []
+
+    async def lull() -> None:
+        await batches.lull()
+        heard.append(f"lull after {batches.batches} batches, queued: {batches.queued}")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(batches.submit, "a")
+        await flushes.started.wait()
+        nursery.start_soon(batches.submit, "b")  # queued behind "a"
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(lull)
+        await trio.testing.wait_all_tasks_blocked()
+        assert heard == []
+        flushes.go.set()
+    assert heard == ["lull after 2 batches, queued: False"]
+
+
+async def test_lull_comes_every_lull_batches_under_a_steady_stream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(batch, "LULL_BATCHES", 3)
+    flushes = Flushes()
+    batches = batcher(flushes)
+    heard: list[tuple[int, bool]] = []
+
+    async def lull() -> None:
+        await batches.lull()
+        heard.append((batches.batches, batches.queued))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(batches.submit, "k")
+        await flushes.started.wait()  # in flight, held
+        for n in range(2, 9):  # one key: one batch each, the queue never empty until the end
+            nursery.start_soon(batches.submit, f"k@{n}")
+        nursery.start_soon(lull)
+        await trio.testing.wait_all_tasks_blocked()
+        assert heard == []
+        flushes.go.set()
+    assert heard == [(3, True)]  # after three batches, five of the stream still to come
+    assert batches.batches == 8

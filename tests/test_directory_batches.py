@@ -140,3 +140,25 @@ async def test_a_claim_cancelled_while_written_reports_what_it_did(tmp_path: Pat
     assert heard == [ClaimStatus.TAKEN]  # heard, then cancelled: not taken for nobody
     assert (store.claim_dir("rider") / slot_name(later)).is_file()
     assert writes.calls == [("claims", ["leader"]), ("claims", ["second", "rider"])]
+
+
+async def test_a_herds_first_flush_waits_until_all_its_claims_are_written(
+    tmp_path: Path,
+) -> None:
+    # Turns starting while the writer still writes would contend with it for the interpreter
+    # lock: a herd's claims are all written (several batches) before the flush that lets
+    # its turns start. A lone claim is flushed at once.
+    seen: list[int] = []
+
+    def syncfs(fd: int) -> None:
+        seen.append(len(list((tmp_path / "schedule" / "claims").glob("*/*"))))
+
+    store = DirectoryStore(tmp_path, syncfs=syncfs)
+    names = [f"r{i:04}" for i in range(3 * directory.WRITE_BATCH)]
+    async with trio.open_nursery() as nursery:
+        for name in names:
+            nursery.start_soon(store.claim, name, SLOT, SLOT)
+    assert store._claim_writes.batches >= 3
+    assert seen == [len(names)]  # one flush, after every write
+    assert (await store.claim("lone", SLOT, SLOT)).taken
+    assert seen == [len(names), len(names) + 1]

@@ -37,6 +37,8 @@ import trio
 I = TypeVar("I")  # noqa: E741 -- the item a caller brings
 R = TypeVar("R")  # what it gets back
 
+LULL_BATCHES = 16
+
 _ABORT_FAILED = trio.lowlevel.Abort.FAILED
 _ABORT_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
 
@@ -97,6 +99,7 @@ class Batcher(Generic[I, R]):
         self._patient = patient
         self._queue: list[Entry[I, R]] = []
         self._busy = False
+        self._lull = trio.lowlevel.ParkingLot()
         self.batches = 0  # how many flushes ran (for tests and benchmarks)
 
     @property
@@ -159,11 +162,22 @@ class Batcher(Generic[I, R]):
         self.batches += 1
         return batch
 
+    async def lull(self) -> None:
+        """Return once no batch is queued or in flight, or after at most ``LULL_BATCHES`` more
+        batches (a steady stream of calls never holds a caller back for long)."""
+        if self._busy:
+            await self._lull.park()
+        else:
+            await trio.lowlevel.checkpoint()
+
     def _hand_over(self) -> None:
         if self._queue:
             _wake(self._queue[0])  # it leads the next batch
+            if self.batches % LULL_BATCHES == 0:
+                self._lull.unpark_all()
         else:
             self._busy = False
+            self._lull.unpark_all()
 
 
 def _wake(entry: Entry[Any, Any]) -> None:

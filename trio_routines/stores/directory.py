@@ -155,7 +155,10 @@ class DirectoryStore(Lifetime):
         assert self._commit is not None
         assert batch is not None
         try:
-            await self._commit.wait(batch)
+            # The flush waits until the herd's claims are written: were the first turns to
+            # start meanwhile, the event loop and the writer thread would contend for the
+            # interpreter lock at every system call of the writer's (see docs/design.md).
+            await self._commit.wait(batch, self._claim_writes.lull)
         except OSError as exc:
             # Shielded (short local disk work): a caller cancelled while its flush ran must
             # still take back a claim that is not durable, or the slot would be burned.

@@ -32,7 +32,7 @@ import errno
 import itertools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -131,21 +131,29 @@ class GroupCommit:
             hand_in(batch.fds, device, fd, ticket)
         return batch
 
-    async def wait(self, batch: Batch) -> None:
-        """Return once ``batch`` (from :meth:`cover`) was flushed; raise its ``OSError``."""
+    async def wait(self, batch: Batch, lull: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Return once ``batch`` (from :meth:`cover`) was flushed; raise its ``OSError``.
+
+        ``lull``: what a flush this call leads waits for before it starts (the claims of a herd
+        all written, see directory.py); meanwhile no other flush starts. Bounded, as the flush.
+        """
         with trio.CancelScope(shield=True):  # bounded by the flush: see the module doc
             while not batch.done.is_set():
                 if self._flushing:
                     await self._idle.wait()
                 else:
-                    await self._lead()
+                    await self._lead(lull)
         if batch.error is not None:
             raise batch.error
 
-    async def _lead(self) -> None:
-        batch, self._next = self._next, None
-        assert batch is not None
+    async def _lead(self, lull: Callable[[], Awaitable[None]] | None) -> None:
         self._flushing = True
+        try:
+            if lull is not None:
+                await lull()
+        finally:
+            batch, self._next = self._next, None
+        assert batch is not None
         batch.error = OSError(errno.EIO, "the flush did not complete")
         try:
             batch.error = await trio.to_thread.run_sync(
