@@ -493,6 +493,89 @@ def group_floor(state: str, n: int, threads: int) -> dict[str, Any]:
     }
 
 
+def store_writes(state: str, n: int) -> dict[str, Any]:
+    """The state directory store's own writes of ``n`` claims, alone: its batch writes
+    (``ClaimFiles.create_each``, one thread, ``WRITE_BATCH`` at a time: the no-link opens,
+    the stale gate's listing, the exclusive create) and one ``syncfs``; no event loop."""
+    from trio_routines.claims import KEEP_CLAIMS
+    from trio_routines.stores.claimfiles import ClaimFiles
+    from trio_routines.stores.directory import WRITE_BATCH
+    from trio_routines.stores.groupcommit import SYNCFS
+
+    names = routine_names(n)
+    _claim_dirs(Path(state), names)
+    files = ClaimFiles(Path(state), KEEP_CLAIMS, 10.0, SYNCFS)
+    slot = datetime.fromtimestamp(SLOT_WALL.timestamp(), UTC)
+    started = time.perf_counter()
+    held: dict[int, tuple[int, int]] = {}
+    for first in range(0, n, WRITE_BATCH):
+        answers, fds = files.create_each(
+            [(name, slot, slot) for name in names[first : first + WRITE_BATCH]]
+        )
+        assert all(answer.unwrap()[0].taken for answer in answers)
+        for device, (ticket, fd) in fds.items():
+            if device in held:
+                os.close(fd)
+            else:
+                held[device] = (ticket, fd)
+    written = time.perf_counter()
+    for _, fd in held.values():
+        if SYNCFS is not None:
+            SYNCFS(fd)
+        os.close(fd)
+    ended = time.perf_counter()
+    return {"total_ms": (ended - started) * 1e3, "writes_ms": (written - started) * 1e3}
+
+
+def shared_floor(state: str, n: int, slot: float) -> dict[str, Any]:
+    """The one-interpreter floor of a durable burst: the memory-store burst of ``n`` routines
+    and, from the same slot, :func:`group_floor`'s ``n`` creates and one ``syncfs`` in a
+    worker thread of the same process -- both kinds of work, with nothing between them.
+
+    The two share CPython's interpreter lock: the thread needs it back after each system
+    call, and gets it only when the event loop lets go (see benchmarks/README.md).
+    """
+    from trio_routines.stores.groupcommit import SYNCFS
+
+    names = routine_names(n)
+    _claim_dirs(Path(state), names)
+    claims = Path(state) / "schedule" / "claims"
+    data = claim_text(SLOT_WALL).encode()
+    done: dict[str, float] = {}
+
+    def write_all() -> None:
+        time.sleep(max(0.0, slot - time.time()))
+        started = time.time()
+        root = os.open(claims, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for name in names:
+                fd = os.open(
+                    claims / name / "2030-01-01T00-00-00-000Z",
+                    os.O_CREAT | os.O_EXCL | os.O_WRONLY,
+                )
+                try:
+                    os.write(fd, data)
+                finally:
+                    os.close(fd)
+            if SYNCFS is not None:
+                SYNCFS(root)
+        finally:
+            os.close(root)
+        done["start"], done["end"] = started, time.time()
+
+    writer = threading.Thread(target=write_all)
+    writer.start()
+    burst = burst_routines(n, slot)
+    writer.join()
+    written = (done["end"] - slot) * 1e3
+    return {
+        "last_ms": max(burst["max_ms"], written),
+        "burst_ms": burst["max_ms"],
+        "written_ms": written,
+        "writes_took_ms": (done["end"] - done["start"]) * 1e3,
+    }
+
+
 def insert_floor(n: int, connections: int, schema: str) -> dict[str, Any]:
     """``n`` single-row autocommit inserts into a claims-shaped table."""
     import psycopg
@@ -676,6 +759,8 @@ CASES: dict[str, Callable[..., dict[str, Any]]] = {
     "burst_aps": burst_aps,
     "create_floor": create_floor,
     "group_floor": group_floor,
+    "shared_floor": shared_floor,
+    "store_writes": store_writes,
     "insert_floor": insert_floor,
     "seed_claims": seed_claims,
     "boot": boot,

@@ -361,6 +361,14 @@ def bench_claims(
         finally:
             discard(state, directory)
 
+    def floor_at_slot(kind: str, size: int, slot: float | None) -> dict[str, Any]:
+        directory = state / f"floor-{uuid.uuid4().hex[:8]}"
+        try:
+            extra = {} if slot is None else {"slot": slot}
+            return case(kind, state=str(directory), n=size, **extra)
+        finally:
+            discard(state, directory)
+
     for size in directory_sizes:
         runs = directory_runs.get(size) or repeat(
             reps, lambda size=size: burst("directory", size, state)
@@ -369,6 +377,11 @@ def bench_claims(
         parallel = repeat(reps, lambda size=size: floor("create_floor", size, 16))
         grouped = repeat(reps, lambda size=size: floor("group_floor", size, 1))
         grouped16 = repeat(reps, lambda size=size: floor("group_floor", size, 16))
+        writes = repeat(reps, lambda size=size: floor_at_slot("store_writes", size, None))
+        shared = repeat(
+            reps,
+            lambda size=size: floor_at_slot("shared_floor", size, slot_in(2.0 + size / 4000)),
+        )
         ours = stat(runs, "max_ms")
         best = min(stat(grouped, "total_ms").median, stat(grouped16, "total_ms").median)
         rows += [
@@ -383,6 +396,17 @@ def bench_claims(
             ],
             ["the same, 16 threads", stat(grouped16, "total_ms").show()],
             ["  of which the one syncfs", stat(grouped, "syncfs_ms").show()],
+            [
+                f"the store's own writes of {size:,} claims, one thread, then one syncfs "
+                "(no event loop)",
+                stat(writes, "total_ms").show(),
+            ],
+            [
+                f"the memory-store burst of {size:,} and, in a thread of the same process, "
+                "the group-commit floor's creates and syncfs (one-interpreter floor)",
+                stat(shared, "last_ms").show(),
+            ],
+            ["  of which the writes, beside the burst", stat(shared, "writes_took_ms").show()],
             [f"trio_routines DirectoryStore: {size:,} due at once, last started", ours.show()],
         ]
         target = 150.0 * size / 1000

@@ -64,8 +64,8 @@ log = logging.getLogger("trio_routines")
 T = TypeVar("T")
 Covered: TypeAlias = tuple[T, Batch | None]  # a write, and the flush that will cover it
 
-#: The most claims (or settles) one worker-thread call writes: small enough that the first
-#: of a herd reach their flush, and their turns, while the rest are still being written.
+#: The most claims (or settles) one worker-thread call writes. A herd's flush waits for its
+#: writes, but for at most 16 such calls (``batch.LULL_BATCHES``) of a steady stream.
 WRITE_BATCH = 256
 
 
