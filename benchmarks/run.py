@@ -85,8 +85,27 @@ def discard(state: Path, directory: Path) -> None:
         directory.rename(trash / f"{directory.name}-{uuid.uuid4().hex[:8]}")
 
 
+#: How long ext4 without a journal passes over freed inodes: five minutes at most.
+RECENTLY_FREED_S = 300.0
+
+
 def empty_trash(state: Path) -> None:
-    shutil.rmtree(state / "trash", ignore_errors=True)
+    """Remove what :func:`discard` put aside, and note when (see :func:`after_trash`)."""
+    if (state / "trash").exists():
+        shutil.rmtree(state / "trash", ignore_errors=True)
+        (state / "trash-emptied").write_text(f"{time.time()}\n")
+
+
+def after_trash(state: Path) -> None:
+    """Wait until a previous run's removals no longer slow the creates of this one."""
+    try:
+        emptied = float((state / "trash-emptied").read_text())
+    except (OSError, ValueError):
+        return
+    wait = emptied + RECENTLY_FREED_S - time.time()
+    if wait > 0:
+        print(f"(waiting {wait:.0f} s: the previous run removed its files just now)", flush=True)
+        time.sleep(wait)
 
 
 def journal(device: str, fstype: str) -> str:
@@ -583,6 +602,7 @@ def main() -> None:
     report = Report()
     started = time.monotonic()
 
+    after_trash(state)
     report.out(f"## Results ({'quick' if quick else 'full'} run, {time.strftime('%Y-%m-%d')})")
     report.out()
     for key, value in facts(state):
