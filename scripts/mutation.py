@@ -96,6 +96,15 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "--deselect=tests/test_scheduler.py::test_routine_without_cron_is_never_armed",
         ],
     ),
+    "batch": (
+        ["trio_routines/stores/batch.py", "trio_routines/stores/groupcommit.py"],
+        [
+            "tests/test_batch.py",
+            "tests/test_directory_batches.py",
+            "tests/test_groupcommit.py",
+            "tests/test_pinned_claimfiles.py",
+        ],
+    ),
     "directory": (
         [
             "trio_routines/stores/directory.py",

@@ -40,7 +40,12 @@ class Flushes:
 
 
 def batcher(flushes: Flushes, *, patient: bool = False, most: int = 100) -> Batcher[str, str]:
-    return Batcher(flushes, key=lambda item: item.split("@")[0], max_batch=most, patient=patient)
+    def key(item: str) -> str:
+        return item.split("@")[0]
+
+    if patient:
+        return Batcher(flushes, key=key, max_batch=most, patient=True)
+    return Batcher(flushes, key=key, max_batch=most)  # impatient by default (PostgreSQL's)
 
 
 async def test_a_herd_rides_on_few_flushes_each_key_once_at_most_max_batch() -> None:
@@ -252,3 +257,26 @@ async def test_lull_comes_every_lull_batches_under_a_steady_stream(
         flushes.go.set()
     assert heard == [(3, True)]  # after three batches, five of the stream still to come
     assert batches.batches == 8
+
+
+async def test_a_leader_cancelled_during_its_flush_still_answers_its_riders() -> None:
+    flushes = Flushes()
+    batches = batcher(flushes)
+    got: dict[str, str] = {}
+    scopes = {"a": trio.CancelScope(), "b": trio.CancelScope()}
+
+    async def submit(item: str) -> None:
+        with scopes[item]:
+            got[item] = await batches.submit(item)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(submit, "a")
+        nursery.start_soon(submit, "b")  # the same tick: one leads, the other rides
+        await flushes.started.wait()
+        assert sorted(flushes.batches[0]) == ["a", "b"]
+        (leader,) = [entry.item for entry in flushes.entries if entry.task is None]
+        scopes[leader].cancel()  # the flush is shielded: it runs on
+        await trio.testing.wait_all_tasks_blocked()
+        flushes.go.set()
+    assert got == {"a": "done a", "b": "done b"}
+    assert not scopes[leader].cancelled_caught  # no checkpoint of the leader's after its answer

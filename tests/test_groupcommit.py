@@ -220,3 +220,77 @@ async def test_a_batch_flushes_through_its_earliest_opened_descriptor(tmp_path: 
 def directory(path: Path) -> int:
     path.mkdir()
     return path.stat().st_ino
+
+
+def test_syncfs_raises_the_errno_of_a_failed_call_with_its_text() -> None:
+    from trio_routines.stores import groupcommit
+
+    with pytest.raises(OSError, match="Bad file descriptor") as failed:
+        groupcommit.syncfs(-1)
+    assert failed.value.errno == errno.EBADF
+    assert failed.value.strerror == os.strerror(errno.EBADF)
+
+
+def test_without_a_libc_syncfs_syncfs_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trio_routines.stores import groupcommit
+
+    monkeypatch.setattr(groupcommit, "_SYNCFS", None)
+    with pytest.raises(OSError, match=r"^\[Errno 38\] syncfs is not available on this platform$"):
+        groupcommit.syncfs(0)
+
+
+def test_syncfs_is_found_in_the_c_library_on_linux_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ctypes
+
+    from trio_routines.stores import groupcommit
+
+    found = groupcommit._libc_syncfs()
+    assert found is not None
+    assert found.argtypes == [ctypes.c_int]
+    assert found.restype is ctypes.c_int
+    monkeypatch.setattr(groupcommit.sys, "platform", "darwin")
+    assert groupcommit._libc_syncfs() is None
+    monkeypatch.setattr(groupcommit.sys, "platform", "linux")
+
+    def no_library(*args: object, **kwargs: object) -> None:
+        raise OSError("no such library")
+
+    monkeypatch.setattr(groupcommit.ctypes, "CDLL", no_library)
+    assert groupcommit._libc_syncfs() is None
+
+
+async def test_a_flush_that_breaks_leaves_its_batch_not_durable(tmp_path: Path) -> None:
+    # A flush that raises something else than OSError (a bug) reaches its leader; every other
+    # writer of the batch is told its write is not durable, never that it is.
+    def flush(fd: int) -> None:
+        raise RuntimeError("the flush broke")
+
+    commit = GroupCommit(flush)
+    device = os.stat(tmp_path).st_dev
+    first = os.open(tmp_path, os.O_RDONLY)
+    batch = commit.cover({device: (opened(), first)})
+    second = os.open(tmp_path, os.O_RDONLY)
+    assert commit.cover({device: (opened(), second)}) is batch
+    heard: list[str] = []
+
+    async def wait() -> None:
+        try:
+            await commit.wait(batch)
+        except RuntimeError as exc:
+            heard.append(f"leader: {exc}")
+        except OSError as exc:
+            heard.append(f"rider: {errno.errorcode[exc.errno or 0]} {exc.strerror}")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait)
+        nursery.start_soon(wait)
+    assert sorted(heard) == ["leader: the flush broke", "rider: EIO the flush did not complete"]
+
+
+async def test_a_batch_flushes_each_file_system_it_covers(tmp_path: Path) -> None:
+    flushed: list[int] = []
+    commit = GroupCommit(flushed.append)
+    fds = {device: (opened(), os.open(tmp_path, os.O_RDONLY)) for device in (7, 8)}
+    expected = sorted(fd for _, fd in fds.values())
+    await commit.wait(commit.cover(fds))
+    assert sorted(flushed) == expected  # one flush per file system, through its descriptor
