@@ -248,6 +248,12 @@ def test_syncfs_is_found_in_the_c_library_on_linux_only(monkeypatch: pytest.Monk
     assert found is not None
     assert found.argtypes == [ctypes.c_int]
     assert found.restype is ctypes.c_int
+    ctypes.set_errno(0)
+    assert found(-1) == -1
+    assert ctypes.get_errno() == errno.EBADF  # the C library's errno is kept for syncfs
+    # where the linker cache cannot name the C library, its usual name is tried
+    monkeypatch.setattr(groupcommit.ctypes.util, "find_library", lambda name: None)
+    assert groupcommit._libc_syncfs() is not None
     monkeypatch.setattr(groupcommit.sys, "platform", "darwin")
     assert groupcommit._libc_syncfs() is None
     monkeypatch.setattr(groupcommit.sys, "platform", "linux")
