@@ -280,3 +280,22 @@ async def test_a_leader_cancelled_during_its_flush_still_answers_its_riders() ->
         flushes.go.set()
     assert got == {"a": "done a", "b": "done b"}
     assert not scopes[leader].cancelled_caught  # no checkpoint of the leader's after its answer
+
+
+async def test_a_flush_that_answers_short_fails_every_caller_of_its_batch() -> None:
+    async def flush(entries: Sequence[Entry[str, str]]) -> list[Answer[str]]:
+        return [Answer(value="only one")]
+
+    batches: Batcher[str, str] = Batcher(flush, key=lambda item: item)
+    errors: list[str] = []
+
+    async def submit(item: str) -> None:
+        try:
+            await batches.submit(item)
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(submit, "x")
+        nursery.start_soon(submit, "y")
+    assert errors == ["a flush answered 1 of 2 calls"] * 2

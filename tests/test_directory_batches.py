@@ -7,6 +7,8 @@ it was cancelled meanwhile: the slot is never taken for nobody.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -84,8 +86,9 @@ async def test_a_herd_is_written_in_few_thread_calls_one_at_a_time(tmp_path: Pat
     assert sorted(n for batch in settles for n in batch) == names
     # 600 at once: a few batches of at most WRITE_BATCH each, not 1,200 thread hand-offs
     assert max(len(batch) for batch in claims + settles) <= directory.WRITE_BATCH
-    assert len(claims) <= 600 // directory.WRITE_BATCH + 2
-    assert len(settles) <= 600 // directory.WRITE_BATCH + 2
+    # (a first batch may be a lone early caller, depending on Trio's order of the herd)
+    assert len(claims) <= 600 // directory.WRITE_BATCH + 3
+    assert len(settles) <= 600 // directory.WRITE_BATCH + 3
     assert writes.most == 1  # never two writer threads side by side
     for name in names:
         fire_ = (await store.history(name))[-1]
@@ -162,3 +165,30 @@ async def test_a_herds_first_flush_waits_until_all_its_claims_are_written(
     assert seen == [len(names)]  # one flush, after every write
     assert (await store.claim("lone", SLOT, SLOT)).taken
     assert seen == [len(names), len(names) + 1]
+
+
+async def test_a_settle_waiting_on_a_locked_claim_does_not_hold_up_claims(tmp_path: Path) -> None:
+    # Another process settling the same claim holds its lock: this settle waits for it (up to
+    # lock_timeout) in a thread of its own, while the one writer thread goes on with claims.
+    store = DirectoryStore(tmp_path, lock_timeout=20)
+    assert (await store.claim("locked", SLOT, SLOT)).taken
+    holder = os.open(store.claim_dir("locked") / slot_name(SLOT), os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    settled: list[bool] = []
+    try:
+        async with trio.open_nursery() as nursery:
+
+            async def settle() -> None:
+                settled.append(await store.settle("locked", SLOT, Outcome.COMPLETED, 1))
+
+            nursery.start_soon(settle)
+            await trio.testing.wait_all_tasks_blocked()
+            with trio.fail_after(10):  # not the settle's 20 s
+                assert (await store.claim("free", SLOT, SLOT)).taken
+            assert settled == []  # still waiting for the lock
+            fcntl.flock(holder, fcntl.LOCK_UN)
+    finally:
+        os.close(holder)
+    assert settled == [True]
+    (fire,) = await store.history("locked")
+    assert fire.outcome is Outcome.COMPLETED

@@ -300,3 +300,22 @@ async def test_a_batch_flushes_each_file_system_it_covers(tmp_path: Path) -> Non
     expected = sorted(fd for _, fd in fds.values())
     await commit.wait(commit.cover(fds))
     assert sorted(flushed) == expected  # one flush per file system, through its descriptor
+
+
+async def test_a_lull_that_fails_leaves_the_batch_to_the_next_flush(tmp_path: Path) -> None:
+    flushed: list[int] = []
+    commit = GroupCommit(flushed.append)
+    device = os.stat(tmp_path).st_dev
+    fd = os.open(tmp_path, os.O_RDONLY)
+    batch = commit.cover({device: (opened(), fd)})
+
+    async def broken_lull() -> None:
+        raise RuntimeError("the lull broke")
+
+    with pytest.raises(RuntimeError, match="the lull broke"):
+        await commit.wait(batch, broken_lull)
+    assert flushed == []
+    with trio.fail_after(5):
+        await commit.wait(batch)  # not stuck: the next leader flushes it
+    assert flushed == [fd]
+    assert batch.done.is_set()

@@ -132,6 +132,8 @@ class Batcher(Generic[I, R]):
         return entry.answer.unwrap()
 
     async def _lead(self) -> None:
+        batch: list[Entry[I, R]] = []
+        answers: list[Answer[R]] | None = None
         try:
             with trio.CancelScope(shield=True):  # bounded by the flush's own deadline
                 await trio.lowlevel.checkpoint()  # let the rest of the herd queue up
@@ -140,10 +142,16 @@ class Batcher(Generic[I, R]):
                     answers = await self._flush(batch)
                 except Exception as exc:
                     answers = [Answer(error=exc)] * len(batch)
+                if len(answers) != len(batch):
+                    wrong = RuntimeError(f"a flush answered {len(answers)} of {len(batch)} calls")
+                    answers = [Answer(error=wrong)] * len(batch)
+        finally:
+            if answers is None:  # the flush was cut short (KeyboardInterrupt): wake everyone
+                stopped = RuntimeError("the batch's flush was interrupted")
+                answers = [Answer(error=stopped)] * len(batch)
             for entry, answer in zip(batch, answers, strict=True):
                 entry.answer = answer
                 _wake(entry)
-        finally:
             self._hand_over()
 
     def _take(self) -> list[Entry[I, R]]:

@@ -67,6 +67,13 @@ SettleWrite = tuple[bool, Pending | None]  # False: a fault was logged
 SettleWritten = tuple[bool, bool]  # in a batch: (False if a fault was logged, awaits the flush)
 
 
+class Contended(Exception):
+    """Another settle holds this claim's lock (a batch does not wait for it)."""
+
+    def __init__(self, routine: str, slot: datetime) -> None:
+        super().__init__(f"{routine}: the claim of slot {slot_name(slot)} is locked by a settle")
+
+
 class ClaimFiles:
     """The claim files under ``<root>/schedule/claims``."""
 
@@ -132,11 +139,13 @@ class ClaimFiles:
         self, items: Sequence[SettleItem]
     ) -> tuple[list[Answer[SettleWritten]], Descriptors]:
         """:meth:`write_outcome` for every item, in turn (one worker-thread call for a batch),
-        and the descriptors one flush of them all goes through (the caller owns them)."""
+        and the descriptors one flush of them all goes through (the caller owns them). A claim
+        whose lock another settle holds is answered :class:`Contended`, not waited for."""
         held: Descriptors = {}
 
         def write(item: SettleItem) -> SettleWritten:
-            written, pending = self.write_outcome(*item, claims=claims)
+            # Never wait on a lock here: the one writer thread would hold up every claim.
+            written, pending = self.write_outcome(*item, claims=claims, wait=False)
             if pending is None:
                 return written, False
             hand_in(held, pending.device, pending.fd, pending.ticket)
@@ -288,8 +297,13 @@ class ClaimFiles:
         error: str | None,
         *,
         claims: int | None = None,
+        wait: bool = True,
     ) -> SettleWrite:
-        """Write the outcome into the claim: (False if a fault was logged, what is to flush)."""
+        """Write the outcome into the claim: (False if a fault was logged, what is to flush).
+
+        Without ``wait``, a claim whose lock another settle holds raises :class:`Contended` at
+        once instead of waiting for it up to ``lock_timeout``.
+        """
         name = slot_name(slot)
         where = self.claim_dir(routine)
         path = where / name
@@ -315,7 +329,9 @@ class ClaimFiles:
         try:
             # Settles of one claim take turns (the lock goes with the descriptor), so the
             # read-check-write of ``if_unsettled`` is one step against every other settle.
-            if not lock_within(fd, self.lock_timeout):
+            if not lock_within(fd, self.lock_timeout if wait else 0):
+                if not wait:
+                    raise Contended(routine, slot)
                 raise TimeoutError(errno.ETIMEDOUT, "another settle holds the claim", str(path))
             text = read_fd(fd, path, CLAIM_LIMIT).decode("utf-8", errors="replace")
             fire = parse_claim(name, text, str(path))

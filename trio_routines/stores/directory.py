@@ -49,7 +49,14 @@ from ..records import ClaimResult, Fire, Outcome, Wakeup
 from ..store import Lifetime
 from ..wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
 from .batch import Answer, Batcher, Entry, Turns
-from .claimfiles import ClaimFiles, ClaimItem, ClaimWritten, SettleItem, SettleWritten
+from .claimfiles import (
+    ClaimFiles,
+    ClaimItem,
+    ClaimWritten,
+    Contended,
+    SettleItem,
+    SettleWritten,
+)
 from .groupcommit import SYNCFS, Batch, Descriptors, GroupCommit
 from .newest import BatchedReads, in_threads
 from .safefile import (
@@ -196,9 +203,17 @@ class DirectoryStore(Lifetime):
         if_unsettled: bool = False,
         error: str | None = None,
     ) -> bool:
-        (written, flush), batch = await self._settle_writes.submit(
-            (routine, slot, outcome, ms, if_unsettled, error)
-        )
+        item: SettleItem = (routine, slot, outcome, ms, if_unsettled, error)
+        try:
+            (written, flush), batch = await self._settle_writes.submit(item)
+        except Contended:
+            # Another settle (another process) holds the claim: wait for it in a thread of its
+            # own, up to lock_timeout, never in the writer that the claims need.
+            written, pending = await self._run(self._files.write_outcome, *item)
+            if pending is None:
+                return written
+            assert self._commit is not None  # a write awaits a flush only with group commit
+            flush, batch = True, self._commit.cover({pending.device: (pending.ticket, pending.fd)})
         if not flush:
             return written
         assert self._commit is not None

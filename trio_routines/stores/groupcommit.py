@@ -1,11 +1,14 @@
 """Group commit: many writers, one flush that makes all of them durable.
 
 Theory of operation. A writer (a claim, a settle) writes its file without an fsync and then
-asks :meth:`GroupCommit.durable` for a flush that *starts after* its write. If no flush is
-running, its own starts at once: a lone fire waits for exactly one flush, as before. If one
-is running, the writer joins the next batch, which starts the moment the running flush
-returns; every writer that arrived meanwhile rides on it. Under a burst the flushes run back
-to back and each one covers everything written while the previous one ran.
+asks :meth:`GroupCommit.durable` for a flush that *starts after* its write (a batch of
+writes: :meth:`GroupCommit.cover`, then :meth:`GroupCommit.wait`). If no flush is running,
+its own starts at once: a lone fire waits for exactly one flush, as before. If one is
+running, the writer joins the next batch, which starts the moment the running flush returns;
+every writer that arrived meanwhile rides on it. Under a burst the flushes run back to back
+and each one covers everything written while the previous one ran. A leader may first wait
+for a ``lull`` (the state directory's claims: until a herd's claims are all written); no
+other flush starts meanwhile, and everything covered by then rides on its flush.
 
 The flush is ``syncfs(2)`` on a directory of the state's file system: one journal commit makes
 every file and directory entry created there durable, whatever their number. Its error
@@ -148,11 +151,15 @@ class GroupCommit:
 
     async def _lead(self, lull: Callable[[], Awaitable[None]] | None) -> None:
         self._flushing = True
-        try:
-            if lull is not None:
+        if lull is not None:
+            try:
                 await lull()
-        finally:
-            batch, self._next = self._next, None
+            except BaseException:
+                self._flushing = False  # the batch stays next, for the next leader
+                self._idle.set()
+                self._idle = trio.Event()
+                raise
+        batch, self._next = self._next, None
         assert batch is not None
         batch.error = OSError(errno.EIO, "the flush did not complete")
         try:
