@@ -299,3 +299,35 @@ async def test_a_flush_that_answers_short_fails_every_caller_of_its_batch() -> N
         nursery.start_soon(submit, "x")
         nursery.start_soon(submit, "y")
     assert errors == ["a flush answered 1 of 2 calls"] * 2
+
+
+class Stop(BaseException):
+    """What a KeyboardInterrupt is to a flush: not an error it answers with."""
+
+
+async def test_a_flush_cut_short_wakes_its_riders_with_an_error() -> None:
+    release = trio.Event()
+
+    async def flush(entries: Sequence[Entry[str, str]]) -> list[Answer[str]]:
+        await release.wait()
+        raise Stop
+
+    batches: Batcher[str, str] = Batcher(flush, key=lambda item: item)
+    heard: dict[str, str] = {}
+
+    async def submit(item: str) -> None:
+        try:
+            await batches.submit(item)
+        except Stop:
+            heard[item] = "stopped"
+        except RuntimeError as exc:
+            heard[item] = str(exc)
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(submit, "a")
+            nursery.start_soon(submit, "b")  # the same tick: one leads, the other rides
+            await trio.testing.wait_all_tasks_blocked()
+            release.set()
+    assert sorted(heard.values()) == ["stopped", "the batch's flush was interrupted"]
+    assert not batches.queued
