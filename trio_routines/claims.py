@@ -56,12 +56,13 @@ def names_to_prune(taken: Sequence[str], keep: int = KEEP_CLAIMS) -> list[str]:
 
 def claim_names(entries: Sequence[str]) -> list[str]:
     """The claim names among directory entries, in slot order; foreign names are dropped."""
-    names = []
-    for entry in entries:
-        if slot_of(entry) is None:
-            log.debug("ignoring %s: not a fired-slot claim", entry)
-            continue
-        names.append(entry)
+    # One comprehension: every claim lists its routine's directory (up to 512 names), and a
+    # loop with an append and a branch per name cost twice as much.
+    names = [entry for entry in entries if slot_of(entry) is not None]
+    if len(names) != len(entries):
+        for entry in entries:
+            if slot_of(entry) is None:
+                log.debug("ignoring %s: not a fired-slot claim", entry)
     names.sort()
     return names
 
