@@ -14,10 +14,10 @@ import contextlib
 import errno
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeAlias, TypeVar
 
 from ..claims import claim_names, is_stale, names_to_prune, newest_first, parse_claim
 from ..converter import claim_text
@@ -57,14 +57,15 @@ class Pending(NamedTuple):
     prune_later: list[str]
 
 
+V = TypeVar("V")
 ClaimItem = tuple[str, datetime, datetime]  # routine, slot, fired_at
 ClaimWrite = tuple[ClaimResult, Pending | None]
-# In a batch: the result, and what to prune once flushed (None: nothing awaits the flush).
-ClaimWritten = tuple[ClaimResult, list[str] | None]
 # routine, slot, outcome, ms, if_unsettled, error
 SettleItem = tuple[str, datetime, Outcome, int | None, bool, str | None]
 SettleWrite = tuple[bool, Pending | None]  # False: a fault was logged
-SettleWritten = tuple[bool, bool]  # in a batch: (False if a fault was logged, awaits the flush)
+# In a batch: a write's value, and what to prune once flushed (None: nothing awaits a flush).
+Written: TypeAlias = tuple[V, list[str] | None]
+Batched: TypeAlias = tuple[list[Answer[Written[V]]], Descriptors]
 
 
 class Contended(Exception):
@@ -118,41 +119,44 @@ class ClaimFiles:
             if claims is not None:
                 os.close(claims)
 
-    def create_each(
-        self, items: Sequence[ClaimItem]
-    ) -> tuple[list[Answer[ClaimWritten]], Descriptors]:
-        """:meth:`create` for every item, in turn (one worker-thread call for a batch), and the
-        descriptors one flush of them all goes through (the caller owns them)."""
+    def create_each(self, items: Sequence[ClaimItem]) -> Batched[ClaimResult]:
+        """:meth:`create` for every item of a batch (see :meth:`_each_in_batch`)."""
+        return self._each_in_batch(
+            lambda item, claims: self.create(*item, claims=claims), items, create=True
+        )
+
+    def write_each(self, items: Sequence[SettleItem]) -> Batched[bool]:
+        """:meth:`write_outcome` for every item of a batch (see :meth:`_each_in_batch`). A
+        claim whose lock another settle holds is answered :class:`Contended`, not waited for:
+        the one writer thread would hold up every claim."""
+        return self._each_in_batch(
+            lambda item, claims: self.write_outcome(*item, claims=claims, wait=False),
+            items,
+            create=False,
+        )
+
+    def _each_in_batch(
+        self,
+        write: Callable[[Any, int | None], tuple[V, Pending | None]],
+        items: Sequence[Any],
+        *,
+        create: bool,
+    ) -> Batched[V]:
+        """``write`` for every item, in turn, in one worker-thread call, through the claims
+        directory opened once: each item's value and what to prune once flushed (None: nothing
+        awaits a flush), and the descriptors one flush of them all goes through (the caller
+        owns them)."""
         held: Descriptors = {}
 
-        def create(item: ClaimItem) -> ClaimWritten:
-            result, pending = self.create(*item, claims=claims)
+        def one(item: Any) -> Written[V]:
+            value, pending = write(item, claims)
             if pending is None:
-                return result, None
+                return value, None
             hand_in(held, pending.device, pending.fd, pending.ticket)
-            return result, pending.prune_later
+            return value, pending.prune_later
 
-        with self.claims_dir(create=True) as claims:
-            return each(create, items), held
-
-    def write_each(
-        self, items: Sequence[SettleItem]
-    ) -> tuple[list[Answer[SettleWritten]], Descriptors]:
-        """:meth:`write_outcome` for every item, in turn (one worker-thread call for a batch),
-        and the descriptors one flush of them all goes through (the caller owns them). A claim
-        whose lock another settle holds is answered :class:`Contended`, not waited for."""
-        held: Descriptors = {}
-
-        def write(item: SettleItem) -> SettleWritten:
-            # Never wait on a lock here: the one writer thread would hold up every claim.
-            written, pending = self.write_outcome(*item, claims=claims, wait=False)
-            if pending is None:
-                return written, False
-            hand_in(held, pending.device, pending.fd, pending.ticket)
-            return written, True
-
-        with self.claims_dir() as claims:
-            return each(write, items), held
+        with self.claims_dir(create=create) as claims:
+            return each(one, items), held
 
     def not_durable(self, routine: str, slot: datetime, exc: OSError) -> StateFault:
         path = self.claim_dir(routine) / slot_name(slot)

@@ -52,10 +52,9 @@ from .batch import Answer, Batcher, Entry, Turns
 from .claimfiles import (
     ClaimFiles,
     ClaimItem,
-    ClaimWritten,
     Contended,
     SettleItem,
-    SettleWritten,
+    Written,
 )
 from .groupcommit import SYNCFS, Batch, Descriptors, GroupCommit
 from .newest import BatchedReads, in_threads
@@ -103,10 +102,10 @@ class DirectoryStore(Lifetime):
         self._newest = BatchedReads(in_threads(self.latest_fire_sync, self._run))
         # patient: a write in a worker thread cannot be called back, so its caller hears
         # what it did (a claim is never taken for nobody); local disk work, bounded by it.
-        self._claim_writes: Batcher[ClaimItem, Covered[ClaimWritten]] = Batcher(
+        self._claim_writes: Batcher[ClaimItem, Covered[Written[ClaimResult]]] = Batcher(
             self._write_claims, key=lambda item: item[0], max_batch=WRITE_BATCH, patient=True
         )
-        self._settle_writes: Batcher[SettleItem, Covered[SettleWritten]] = Batcher(
+        self._settle_writes: Batcher[SettleItem, Covered[Written[bool]]] = Batcher(
             self._write_settles,
             key=lambda item: (item[0], item[1]),
             max_batch=WRITE_BATCH,
@@ -150,8 +149,8 @@ class DirectoryStore(Lifetime):
         ]
 
     async def _write_claims(
-        self, entries: Sequence[Entry[ClaimItem, Covered[ClaimWritten]]]
-    ) -> list[Answer[Covered[ClaimWritten]]]:
+        self, entries: Sequence[Entry[ClaimItem, Covered[Written[ClaimResult]]]]
+    ) -> list[Answer[Covered[Written[ClaimResult]]]]:
         items = [entry.item for entry in entries]
         return self._covered(await self._write(self._files.create_each, items, urgent=True))
 
@@ -205,7 +204,7 @@ class DirectoryStore(Lifetime):
     ) -> bool:
         item: SettleItem = (routine, slot, outcome, ms, if_unsettled, error)
         try:
-            (written, flush), batch = await self._settle_writes.submit(item)
+            (written, after), batch = await self._settle_writes.submit(item)
         except Contended:
             # Another settle (another process) holds the claim: wait for it in a thread of its
             # own, up to lock_timeout, never in the writer that the claims need.
@@ -213,8 +212,9 @@ class DirectoryStore(Lifetime):
             if pending is None:
                 return written
             assert self._commit is not None  # a write awaits a flush only with group commit
-            flush, batch = True, self._commit.cover({pending.device: (pending.ticket, pending.fd)})
-        if not flush:
+            after = pending.prune_later
+            batch = self._commit.cover({pending.device: (pending.ticket, pending.fd)})
+        if after is None:  # nothing awaits a flush
             return written
         assert self._commit is not None
         assert batch is not None
@@ -226,8 +226,8 @@ class DirectoryStore(Lifetime):
         return True
 
     async def _write_settles(
-        self, entries: Sequence[Entry[SettleItem, Covered[SettleWritten]]]
-    ) -> list[Answer[Covered[SettleWritten]]]:
+        self, entries: Sequence[Entry[SettleItem, Covered[Written[bool]]]]
+    ) -> list[Answer[Covered[Written[bool]]]]:
         items = [entry.item for entry in entries]
         return self._covered(await self._write(self._files.write_each, items, urgent=False))
 
