@@ -448,20 +448,17 @@ def create_floor(state: str, n: int, threads: int) -> dict[str, Any]:
     return {"total_ms": elapsed * 1e3, "per_create_ms": elapsed * 1e3 / n}
 
 
-def group_floor(state: str, n: int, threads: int) -> dict[str, Any]:
-    """The group-commit floor: ``n`` exclusive creates with their content, then one ``syncfs``.
-
-    The same files as :func:`create_floor`, made durable the way the store's group commit
-    does when every claim lands in one batch: no per-file fsync, one journal commit.
-    """
-    from trio_routines.stores.groupcommit import SYNCFS
-
-    if SYNCFS is None:
-        return {"total_ms": math.nan, "per_create_ms": math.nan}
+def _floor_files(state: str, n: int) -> tuple[Path, list[str], bytes]:
+    """Claim directories for ``n`` routines (made and synced), and a claim's text."""
     names = routine_names(n)
     _claim_dirs(Path(state), names)
-    claims = Path(state) / "schedule" / "claims"
-    data = claim_text(SLOT_WALL).encode()
+    return Path(state) / "schedule" / "claims", names, claim_text(SLOT_WALL).encode()
+
+
+def _creates_then_syncfs(claims: Path, names: list[str], data: bytes, threads: int) -> float:
+    """One new claim file per routine (exclusive create, its text, no fsync), by ``threads``
+    workers, then one ``syncfs`` if there is one: the seconds the ``syncfs`` took."""
+    from trio_routines.stores.groupcommit import SYNCFS
 
     def create(name: str) -> None:
         fd = os.open(
@@ -472,7 +469,6 @@ def group_floor(state: str, n: int, threads: int) -> dict[str, Any]:
         finally:
             os.close(fd)
 
-    started = time.perf_counter()
     root = os.open(claims, os.O_RDONLY | os.O_DIRECTORY)  # opened before the writes it covers
     try:
         if threads == 1:
@@ -482,14 +478,31 @@ def group_floor(state: str, n: int, threads: int) -> dict[str, Any]:
             with ThreadPoolExecutor(threads) as pool:
                 list(pool.map(create, names))
         synced = time.perf_counter()
-        SYNCFS(root)
+        if SYNCFS is not None:
+            SYNCFS(root)
     finally:
         os.close(root)
+    return time.perf_counter() - synced
+
+
+def group_floor(state: str, n: int, threads: int) -> dict[str, Any]:
+    """The group-commit floor: ``n`` exclusive creates with their content, then one ``syncfs``.
+
+    The same files as :func:`create_floor`, made durable the way the store's group commit
+    does when every claim lands in one batch: no per-file fsync, one journal commit.
+    """
+    from trio_routines.stores.groupcommit import SYNCFS
+
+    if SYNCFS is None:
+        return {"total_ms": math.nan, "per_create_ms": math.nan}
+    claims, names, data = _floor_files(state, n)
+    started = time.perf_counter()
+    syncfs_s = _creates_then_syncfs(claims, names, data, threads)
     elapsed = time.perf_counter() - started
     return {
         "total_ms": elapsed * 1e3,
         "per_create_ms": elapsed * 1e3 / n,
-        "syncfs_ms": (time.perf_counter() - synced) * 1e3,
+        "syncfs_ms": syncfs_s * 1e3,
     }
 
 
@@ -500,24 +513,19 @@ def store_writes(state: str, n: int) -> dict[str, Any]:
     from trio_routines.claims import KEEP_CLAIMS
     from trio_routines.stores.claimfiles import ClaimFiles
     from trio_routines.stores.directory import WRITE_BATCH
-    from trio_routines.stores.groupcommit import SYNCFS
+    from trio_routines.stores.groupcommit import SYNCFS, Descriptors, hand_in
 
     names = routine_names(n)
     _claim_dirs(Path(state), names)
     files = ClaimFiles(Path(state), KEEP_CLAIMS, 10.0, SYNCFS)
-    slot = datetime.fromtimestamp(SLOT_WALL.timestamp(), UTC)
     started = time.perf_counter()
-    held: dict[int, tuple[int, int]] = {}
+    held: Descriptors = {}
     for first in range(0, n, WRITE_BATCH):
-        answers, fds = files.create_each(
-            [(name, slot, slot) for name in names[first : first + WRITE_BATCH]]
-        )
+        batch = [(name, SLOT_WALL, SLOT_WALL) for name in names[first : first + WRITE_BATCH]]
+        answers, fds = files.create_each(batch)
         assert all(answer.unwrap()[0].taken for answer in answers)
         for device, (ticket, fd) in fds.items():
-            if device in held:
-                os.close(fd)
-            else:
-                held[device] = (ticket, fd)
+            hand_in(held, device, fd, ticket)
     written = time.perf_counter()
     for _, fd in held.values():
         if SYNCFS is not None:
@@ -535,33 +543,14 @@ def shared_floor(state: str, n: int, slot: float) -> dict[str, Any]:
     The two share CPython's interpreter lock: the thread needs it back after each system
     call, and gets it only when the event loop lets go (see benchmarks/README.md).
     """
-    from trio_routines.stores.groupcommit import SYNCFS
-
-    names = routine_names(n)
-    _claim_dirs(Path(state), names)
-    claims = Path(state) / "schedule" / "claims"
-    data = claim_text(SLOT_WALL).encode()
+    claims, names, data = _floor_files(state, n)
     done: dict[str, float] = {}
 
     def write_all() -> None:
         time.sleep(max(0.0, slot - time.time()))
-        started = time.time()
-        root = os.open(claims, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            for name in names:
-                fd = os.open(
-                    claims / name / "2030-01-01T00-00-00-000Z",
-                    os.O_CREAT | os.O_EXCL | os.O_WRONLY,
-                )
-                try:
-                    os.write(fd, data)
-                finally:
-                    os.close(fd)
-            if SYNCFS is not None:
-                SYNCFS(root)
-        finally:
-            os.close(root)
-        done["start"], done["end"] = started, time.time()
+        done["start"] = time.time()
+        _creates_then_syncfs(claims, names, data, 1)
+        done["end"] = time.time()
 
     writer = threading.Thread(target=write_all)
     writer.start()

@@ -373,18 +373,10 @@ def bench_claims(
 ) -> None:
     rows = []
 
-    def floor(kind: str, size: int, threads: int) -> dict[str, Any]:
+    def floor(kind: str, size: int, **params: Any) -> dict[str, Any]:
         directory = state / f"floor-{uuid.uuid4().hex[:8]}"
         try:
-            return case(kind, state=str(directory), n=size, threads=threads)
-        finally:
-            discard(state, directory)
-
-    def floor_at_slot(kind: str, size: int, slot: float | None) -> dict[str, Any]:
-        directory = state / f"floor-{uuid.uuid4().hex[:8]}"
-        try:
-            extra = {} if slot is None else {"slot": slot}
-            return case(kind, state=str(directory), n=size, **extra)
+            return case(kind, state=str(directory), n=size, **params)
         finally:
             discard(state, directory)
 
@@ -392,14 +384,14 @@ def bench_claims(
         runs = directory_runs.get(size) or repeat(
             reps, lambda size=size: burst("directory", size, state)
         )
-        sequential = repeat(reps, lambda size=size: floor("create_floor", size, 1))
-        parallel = repeat(reps, lambda size=size: floor("create_floor", size, 16))
-        grouped = repeat(reps, lambda size=size: floor("group_floor", size, 1))
-        grouped16 = repeat(reps, lambda size=size: floor("group_floor", size, 16))
-        writes = repeat(reps, lambda size=size: floor_at_slot("store_writes", size, None))
+        sequential = repeat(reps, lambda size=size: floor("create_floor", size, threads=1))
+        parallel = repeat(reps, lambda size=size: floor("create_floor", size, threads=16))
+        grouped = repeat(reps, lambda size=size: floor("group_floor", size, threads=1))
+        grouped16 = repeat(reps, lambda size=size: floor("group_floor", size, threads=16))
+        writes = repeat(reps, lambda size=size: floor("store_writes", size))
         shared = repeat(
             reps,
-            lambda size=size: floor_at_slot("shared_floor", size, slot_in(2.0 + size / 4000)),
+            lambda size=size: floor("shared_floor", size, slot=slot_in(2.0 + size / 4000)),
         )
         ours = stat(runs, "max_ms")
         best = min(stat(grouped, "total_ms").median, stat(grouped16, "total_ms").median)
