@@ -1,5 +1,7 @@
 """The state directory writes a herd's claims and settles a batch per worker-thread call.
 
+(Until its writer process is up: see tests/test_writer.py. The herds here write in threads.)
+
 One writer thread at a time (two side by side contend for the interpreter lock at every system
 call), claims before settles, and a claim's caller always hears what its write did, even if
 it was cancelled meanwhile: the slot is never taken for nobody.
@@ -70,7 +72,7 @@ class Writes:
 
 async def test_a_herd_is_written_in_few_thread_calls_one_at_a_time(tmp_path: Path) -> None:
     names = [f"r{i:04}" for i in range(600)]
-    store = DirectoryStore(tmp_path)
+    store = DirectoryStore(tmp_path, writer_process=False)  # the threads' batches
     writes = Writes(store)
 
     async def fire(name: str) -> None:
@@ -156,7 +158,7 @@ async def test_a_herds_first_flush_waits_until_all_its_claims_are_written(
     def syncfs(fd: int) -> None:
         seen.append(len(list((tmp_path / "schedule" / "claims").glob("*/*"))))
 
-    store = DirectoryStore(tmp_path, syncfs=syncfs)
+    store = DirectoryStore(tmp_path, syncfs=syncfs, writer_process=False)  # threads write
     names = [f"r{i:04}" for i in range(3 * directory.WRITE_BATCH)]
     async with trio.open_nursery() as nursery:
         for name in names:

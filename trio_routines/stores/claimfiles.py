@@ -73,6 +73,11 @@ class Contended(Exception):
 
     def __init__(self, routine: str, slot: datetime) -> None:
         super().__init__(f"{routine}: the claim of slot {slot_name(slot)} is locked by a settle")
+        self.routine = routine
+        self.slot = slot
+
+    def __reduce__(self) -> tuple[type[Contended], tuple[str, datetime]]:
+        return Contended, (self.routine, self.slot)  # passed back by the writer process
 
 
 class ClaimFiles:

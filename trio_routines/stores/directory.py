@@ -63,16 +63,24 @@ from .safefile import (
     describe,
 )
 from .wakeupfile import TooLarge, WakeupFile
+from .writer import Unsent, WriterProcess
 
 __all__ = ["DirectoryStore", "describe"]
 
 log = logging.getLogger("trio_routines")
 T = TypeVar("T")
-Covered: TypeAlias = tuple[T, Batch | None]  # a write, and the flush that will cover it
+I = TypeVar("I")  # noqa: E741 -- a claim or settle item
+# A write, the flush that will cover it, and whether a thread wrote it (not the process).
+Covered: TypeAlias = tuple[T, Batch | None, bool]
+Writes: TypeAlias = tuple[list[Answer[T]], Descriptors]  # a batch's answers, what to flush
 
 #: The most claims (or settles) one worker-thread call writes. A herd's flush waits for its
 #: writes, but for at most 16 such calls (``batch.LULL_BATCHES``) of a steady stream.
 WRITE_BATCH = 256
+#: Routines read (a boot's), or claims in one batch, that start the writer process.
+PROCESS_AT = 64
+#: Writer processes started before threads write for good (each start after one ended).
+MAX_STARTS = 4
 
 
 class DirectoryStore(Lifetime):
@@ -86,8 +94,14 @@ class DirectoryStore(Lifetime):
         limiter: trio.CapacityLimiter | None = None,
         lock_timeout: float = 10.0,
         syncfs: Callable[[int], None] | None = SYNCFS,
+        writer_process: bool | Sequence[str] = True,
     ) -> None:
-        """``syncfs``: the flush behind group commit; None keeps per-file fsyncs instead."""
+        """``syncfs``: the flush behind group commit; None keeps per-file fsyncs instead.
+
+        ``writer_process``: whether a store that serves many routines writes its claims and
+        settles in a child process (writer.py), once it has read :data:`PROCESS_AT` routines
+        or met a batch that large; a command line to start it instead of the default one.
+        Only with ``syncfs``."""
         if keep < 1:
             raise ValueError("keep must be at least 1")
         self.root = Path(root)
@@ -112,6 +126,13 @@ class DirectoryStore(Lifetime):
             patient=True,
         )
         self._writer = Turns(urgent_next=lambda: self._claim_writes.queued)
+        self._process: WriterProcess | None = None
+        if writer_process and self._commit is not None:
+            argv = None if writer_process is True else writer_process
+            self._process = WriterProcess(
+                self.root, keep, lock_timeout, self._commit.cover, max_batch=WRITE_BATCH, argv=argv
+            )
+        self._reads = 0
 
     def __repr__(self) -> str:
         return f"DirectoryStore({str(self.root)!r})"
@@ -119,12 +140,43 @@ class DirectoryStore(Lifetime):
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
 
-    async def _write(self, fn: Callable[..., T], *args: Any, urgent: bool) -> T:
-        # One batch of claims or settles written at a time, claims first: two threads making
-        # files side by side contend for the interpreter lock at every system call and each
-        # runs ~4x slower (measured: 10,000 creates by two threads 1.25 s, by one 0.62 s).
+    async def _write(
+        self, fn: Callable[[Sequence[Any]], Writes[T]], items: Sequence[Any], *, urgent: bool
+    ) -> tuple[Writes[T], bool]:
+        """One batch written by a worker thread (the writer process is not up). One batch of
+        claims or settles at a time, claims first: two threads making files side by side
+        contend for the interpreter lock at every system call and each runs ~4x slower
+        (10,000 creates by two threads 1.25 s, by one 0.62 s)."""
+        if len(items) >= PROCESS_AT:
+            self._start_writer()
         async with self._writer.hold(urgent=urgent):
-            return await self._run(fn, *args)
+            return await self._run(fn, items), True
+
+    async def _submit(self, op: str, item: I, batcher: Batcher[I, Covered[T]]) -> Covered[T]:
+        """A claim or settle written by the writer process if it is up, else by a thread."""
+        process = self._process
+        if process is not None and process.ready():
+            try:
+                written, flush = await process.submit(op, item)
+            except Unsent:
+                pass  # it went away before the batch was sent: nothing was written
+            else:
+                return written, flush, False
+        return await batcher.submit(item)
+
+    def _start_writer(self) -> None:
+        process = self._process
+        if process is None or process.alive:
+            return
+        if process.started >= MAX_STARTS:
+            log.warning("the state directory's writer process keeps ending: threads write now")
+            self._process = None
+            return
+        try:
+            process.start()
+        except OSError as exc:
+            log.warning("could not start the writer process (threads write): %s", describe(exc))
+            self._process = None
 
     @property
     def flushes(self) -> int:
@@ -137,12 +189,13 @@ class DirectoryStore(Lifetime):
         """The directory holding ``routine``'s claims (its name checked first)."""
         return self._files.claim_dir(routine)
 
-    def _covered(self, writes: tuple[list[Answer[T]], Descriptors]) -> list[Answer[Covered[T]]]:
-        """A batch's answers, each with the flush to come that covers the batch's writes."""
-        answers, fds = writes
+    def _covered(self, writes: tuple[Writes[T], bool]) -> list[Answer[Covered[T]]]:
+        """A batch's answers, each with the flush to come that covers the batch's writes, and
+        whether a thread wrote it."""
+        (answers, fds), by_thread = writes
         batch = self._commit.cover(fds) if self._commit is not None and fds else None
         return [
-            Answer(value=(answer.unwrap(), batch))
+            Answer(value=(answer.unwrap(), batch, by_thread))
             if answer.error is None
             else Answer(error=answer.error)
             for answer in answers
@@ -155,16 +208,19 @@ class DirectoryStore(Lifetime):
         return self._covered(await self._write(self._files.create_each, items, urgent=True))
 
     async def claim(self, routine: str, slot: datetime, fired_at: datetime) -> ClaimResult:
-        (result, prune_later), batch = await self._claim_writes.submit((routine, slot, fired_at))
+        item = (routine, slot, fired_at)
+        written, batch, by_thread = await self._submit("claims", item, self._claim_writes)
+        result, prune_later = written
         if prune_later is None:
             return result
         assert self._commit is not None
         assert batch is not None
         try:
-            # The flush waits until the herd's claims are written: were the first turns to
-            # start meanwhile, the event loop and the writer thread would contend for the
-            # interpreter lock at every system call of the writer's (see docs/design.md).
-            await self._commit.wait(batch, self._claim_writes.lull)
+            # Written by a thread, the flush waits until the herd's claims are written: were
+            # the first turns to start meanwhile, the event loop and the writer thread would
+            # contend for the interpreter lock at every system call of the writer's (see
+            # docs/design.md). The writer process has its own.
+            await self._commit.wait(batch, self._claim_writes.lull if by_thread else None)
         except OSError as exc:
             # Shielded (short local disk work): a caller cancelled while its flush ran must
             # still take back a claim that is not durable, or the slot would be burned.
@@ -204,7 +260,7 @@ class DirectoryStore(Lifetime):
     ) -> bool:
         item: SettleItem = (routine, slot, outcome, ms, if_unsettled, error)
         try:
-            (written, after), batch = await self._settle_writes.submit(item)
+            (written, after), batch, _ = await self._submit("settles", item, self._settle_writes)
         except Contended:
             # Another settle (another process) holds the claim: wait for it in a thread of its
             # own, up to lock_timeout, never in the writer that the claims need.
@@ -257,6 +313,9 @@ class DirectoryStore(Lifetime):
         return True
 
     async def latest_fire(self, routine: str) -> Fire | None:
+        self._reads += 1
+        if self._reads == PROCESS_AT:  # a store serving many routines: herds to come
+            self._start_writer()
         return await self._newest.read(routine)  # batched with concurrent calls (a boot's)
 
     def latest_fire_sync(self, routine: str) -> Fire | None:
@@ -375,4 +434,9 @@ class DirectoryStore(Lifetime):
         return await self._run(paused_sync, self.root)
 
     async def aclose(self) -> None:
+        process = self._process
+        if process is not None:
+            process.stop()  # the child exits once its socket is closed
+            # Abandoned on cancel, as ready(): a child stuck in a hung disk is killed and left.
+            await trio.to_thread.run_sync(process.reap, 5.0, abandon_on_cancel=True)
         await trio.lowlevel.checkpoint()

@@ -32,9 +32,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
-import itertools
 import os
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -70,12 +70,14 @@ def syncfs(fd: int) -> None:
 SYNCFS: Callable[[int], None] | None = syncfs if _SYNCFS is not None else None
 
 
-_TICKETS = itertools.count()
-
-
 def opened() -> int:
-    """A ticket for a descriptor just opened: take it after the open, before the writes."""
-    return next(_TICKETS)
+    """A ticket for a descriptor just opened: take it after the open, before the writes.
+
+    A ``CLOCK_MONOTONIC`` reading, comparable across processes (the writer process's
+    descriptors meet ours in one flush). Equal tickets are safe: each was read after its own
+    open and before the other's writes began.
+    """
+    return time.monotonic_ns()
 
 
 #: Descriptors a flush goes through: per file system (``st_dev``), the earliest opened one

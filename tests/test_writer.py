@@ -1,0 +1,270 @@
+"""The state directory's writer process: a herd written beside the event loop, safely.
+
+Real child processes throughout: the real writer, and the misbehaving ones of tests/writers.py
+(one ends before it is up, one dies on its first batch, one never answers, one whose writes
+fail with EIO).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from trio_routines.errors import StateFault
+from trio_routines.instants import slot_name
+from trio_routines.records import ClaimStatus, Outcome
+from trio_routines.stores import directory, writer
+from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores.writer import WriterProcess
+
+SLOT = datetime(2026, 7, 7, 9, tzinfo=UTC)
+WRITERS = Path(__file__).with_name("writers.py")
+
+
+def misbehaving(mode: str) -> list[str]:
+    return [sys.executable, str(WRITERS), mode]
+
+
+def child_of(process: WriterProcess) -> object:
+    return process._child
+
+
+async def up(store: DirectoryStore) -> WriterProcess:
+    """Read as many routines as a boot that starts the writer process, and wait until it is up."""
+    process = store._process
+    assert process is not None
+    assert process.started == 0
+    for i in range(directory.PROCESS_AT):
+        await store.latest_fire(f"r{i:04}")
+    assert process.started == 1
+    with trio.fail_after(30):
+        while not process.ready():  # noqa: ASYNC110 -- another process, not a Trio task
+            await trio.sleep(0.01)
+    return process
+
+
+def claim_path(root: Path, routine: str, slot: datetime = SLOT) -> Path:
+    return root / "schedule" / "claims" / routine / slot_name(slot)
+
+
+async def test_a_store_reading_few_routines_starts_no_process(tmp_path: Path) -> None:
+    async with DirectoryStore(tmp_path) as store:
+        for i in range(directory.PROCESS_AT - 1):
+            await store.latest_fire(f"r{i}")
+        assert (await store.claim("r0", SLOT, SLOT)).taken
+        assert store._process is not None
+        assert store._process.started == 0
+        assert store._claim_writes.batches == 1  # written by a thread
+
+
+async def test_a_herd_is_written_by_the_writer_process(tmp_path: Path) -> None:
+    names = [f"h{i:04}" for i in range(600)]
+    async with DirectoryStore(tmp_path) as store:
+        process = await up(store)
+        results = {}
+
+        async def fire(name: str) -> None:
+            results[name] = await store.claim(name, SLOT, SLOT)
+            assert await store.settle(name, SLOT, Outcome.COMPLETED, 1)
+
+        async with trio.open_nursery() as nursery:
+            for name in names:
+                nursery.start_soon(fire, name)
+        assert all(result.taken for result in results.values())
+        # 1,200 writes in batches of at most WRITE_BATCH, none by a thread
+        assert 2 * 600 // directory.WRITE_BATCH <= process.batches <= 2 * 600
+        assert store._claim_writes.batches == store._settle_writes.batches == 0
+        assert store.flushes >= 1
+        for name in names:
+            assert (await store.history(name))[-1].outcome is Outcome.COMPLETED
+        # the same decisions as ever
+        assert (await store.claim("h0000", SLOT, SLOT)).status is ClaimStatus.DUPLICATE
+        earlier = await store.claim("h0000", SLOT - timedelta(minutes=1), SLOT)
+        assert earlier.status is ClaimStatus.STALE
+        assert earlier.newest == slot_name(SLOT)
+        child = process._child
+        assert child is not None
+    assert child.wait(30) == 0  # closing the store ends it
+
+
+async def test_a_claim_whose_flush_fails_is_taken_back_and_never_reported(tmp_path: Path) -> None:
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, "the flush failed")
+
+    async with DirectoryStore(tmp_path, syncfs=failing) as store:
+        await up(store)
+        with pytest.raises(StateFault, match=r"could not make the claim .* durable"):
+            await store.claim("r0", SLOT, SLOT)
+        assert not claim_path(tmp_path, "r0").exists()  # written by the child, removed here
+
+
+async def test_the_childs_log_records_are_logged_here(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with DirectoryStore(tmp_path) as store:
+        await up(store)
+        assert (await store.claim("r0", SLOT, SLOT)).taken
+        path = claim_path(tmp_path, "r0")
+        path.unlink()
+        path.mkdir()  # a directory squats on the claim: not a file to settle
+        with caplog.at_level(logging.WARNING, logger="trio_routines"):
+            assert not await store.settle("r0", SLOT, Outcome.COMPLETED, 1)
+        assert "could not open the claim for slot" in caplog.text
+        assert store._settle_writes.batches == 0
+
+
+@pytest.mark.slow  # misbehaving children, each started and waited for
+async def test_a_settle_locked_by_another_waits_in_a_thread_of_its_own(tmp_path: Path) -> None:
+    async with DirectoryStore(tmp_path, lock_timeout=0.2) as store:
+        await up(store)
+        assert (await store.claim("r0", SLOT, SLOT)).taken
+        fd = os.open(claim_path(tmp_path, "r0"), os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # another process's settle, say
+            # the child answers Contended; the store waits for the lock up to lock_timeout
+            assert not await store.settle("r0", SLOT, Outcome.COMPLETED, 1)
+        finally:
+            os.close(fd)
+        assert await store.settle("r0", SLOT, Outcome.COMPLETED, 1)
+        assert (await store.history("r0"))[-1].outcome is Outcome.COMPLETED
+
+
+@pytest.mark.slow  # misbehaving children, each started and waited for
+async def test_a_fault_in_the_childs_writes_is_each_claims_fault(tmp_path: Path) -> None:
+    async with DirectoryStore(tmp_path, writer_process=misbehaving("eio")) as store:
+        await up(store)
+        with pytest.raises(StateFault, match=r"could not stamp the claim .*Input/output error"):
+            await store.claim("r0", SLOT, SLOT)
+        assert not claim_path(tmp_path, "r0").exists()  # removed again: a retry, not a burn
+        assert store._process is not None
+        assert store._process.ready()  # a fault of one claim, not of the process
+
+
+@pytest.mark.slow  # misbehaving children, each started and waited for
+async def test_a_child_that_dies_fails_its_batch_and_threads_write_meanwhile(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with DirectoryStore(tmp_path, writer_process=misbehaving("die")) as store:
+        process = await up(store)
+        with (
+            caplog.at_level(logging.WARNING, logger="trio_routines"),
+            pytest.raises(StateFault, match="writer process ended"),
+        ):
+            await store.claim("r0", SLOT, SLOT)
+        assert "writer process ended" in caplog.text
+        assert not process.alive
+        assert (await store.claim("r1", SLOT, SLOT)).taken  # a thread wrote it
+        assert store._claim_writes.batches == 1
+        # a batch as large as a herd's starts a new child
+        async with trio.open_nursery() as nursery:
+            for i in range(directory.PROCESS_AT):
+                nursery.start_soon(store.claim, f"n{i}", SLOT, SLOT)
+        assert process.started == 2
+
+
+@pytest.mark.slow  # misbehaving children, each started and waited for
+async def test_a_child_that_does_not_answer_is_killed_and_its_batch_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(writer, "REPLY_TIMEOUT", 0.3)
+    async with DirectoryStore(tmp_path, writer_process=misbehaving("hang")) as store:
+        process = await up(store)
+        child = process._child
+        assert child is not None
+        with pytest.raises(StateFault, match="did not answer in time"):
+            await store.claim("r0", SLOT, SLOT)
+        assert child.wait(30) == -9  # killed
+        assert (await store.claim("r0", SLOT, SLOT)).taken  # retried by a thread
+
+
+@pytest.mark.slow  # misbehaving children, each started and waited for
+async def test_a_child_that_never_comes_up_is_given_up_after_a_few_starts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = DirectoryStore(tmp_path, writer_process=misbehaving("exit"))
+    process = store._process
+    assert process is not None
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        for start in range(1, directory.MAX_STARTS + 1):
+            store._start_writer()
+            assert process.started == start
+            child = process._child
+            assert child is not None
+            child.wait(30)
+            assert not process.ready()  # it ended: stopped, and told
+            assert not process.alive
+        store._start_writer()
+    assert store._process is None  # threads write for good
+    assert caplog.text.count("ended before it was up") == directory.MAX_STARTS
+    assert "keeps ending" in caplog.text
+    assert (await store.claim("r0", SLOT, SLOT)).taken
+    await store.aclose()
+
+
+async def test_a_batch_the_child_went_away_before_is_written_by_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with DirectoryStore(tmp_path) as store:
+        process = store._process
+        assert process is not None
+        answers: Iterator[bool] = iter([True, False])  # up when asked, gone when sealed
+        monkeypatch.setattr(process, "ready", lambda: next(answers))
+        assert (await store.claim("r0", SLOT, SLOT)).taken
+        assert store._claim_writes.batches == 1
+        assert process.batches == 0
+
+
+async def test_a_caller_cancelled_while_its_batch_is_written_hears_its_claim(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with DirectoryStore(tmp_path) as store:
+        await up(store)
+        gate = trio.Event()
+        receive = writer._receive
+
+        async def held(sock: object) -> object:
+            await gate.wait()  # the reply is held back until the caller was cancelled
+            return await receive(sock)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(writer, "_receive", held)
+        got = []
+
+        async def claim() -> None:
+            got.append(await store.claim("r1", SLOT, SLOT))
+
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(store.claim, "r0", SLOT, SLOT)  # leads: sends the batch
+                nursery.start_soon(claim)
+                await trio.testing.wait_all_tasks_blocked()
+                assert store._process is not None
+                assert store._process.batches == 1  # both claims in flight
+                scope.cancel()
+                gate.set()
+        assert claim_path(tmp_path, "r1").exists()
+        assert [result.status for result in got] == [ClaimStatus.TAKEN]  # never for nobody
+
+
+async def test_a_caller_cancelled_before_its_batch_is_sent_leaves_it(tmp_path: Path) -> None:
+    async with DirectoryStore(tmp_path) as store:
+        process = await up(store)
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(store.claim, "r0", SLOT, SLOT)
+                nursery.start_soon(store.claim, "r1", SLOT, SLOT)
+                await trio.lowlevel.checkpoint()  # both have joined the batch, still open
+                scope.cancel()
+        assert process.batches == 1
+        # the leader's claim (Trio's order decides which) is sent all the same, alone
+        made = [claim_path(tmp_path, name).exists() for name in ("r0", "r1")]
+        assert sorted(made) == [False, True]

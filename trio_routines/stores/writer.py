@@ -1,0 +1,359 @@
+"""The state directory's writer process: claim and settle files written beside the event loop.
+
+Theory of operation. A herd of claims costs the event loop's work (starting turns) plus the
+writes (creating files). In one process the two cannot overlap: a worker thread making files
+and a busy event loop contend for the interpreter lock at every system call (10,000 creates
+beside a busy Python thread took 220 s instead of 1 s), so the store writes a herd first and
+starts its turns after (docs/design.md). A child process has its own interpreter lock: fed
+one batch per message over a Unix socket, it writes while the event loop starts the turns of
+the batch before.
+
+Each request is one batch (claims or settles) for :class:`~.claimfiles.ClaimFiles`, which the
+child runs as a worker thread would; the reply carries each item's answer, the log records
+the writes made (logged again here, on ``trio_routines``), and -- passed with
+``SCM_RIGHTS`` -- the directory descriptors the group commit flushes through (see
+groupcommit.py: their tickets are ``CLOCK_MONOTONIC`` readings, comparable across the two
+processes). The flush itself stays in this process.
+
+Nothing the child does is waited for without a bound: a reply that does not come within
+:data:`REPLY_TIMEOUT` (a stalled disk, a stopped child) and a child that dies fail that batch
+with a :class:`~trio_routines.errors.StateFault` per item -- a claim never fires then; if its
+file was made, its slot is burned and the next boot records it interrupted, as after a
+crash -- and the child is killed; the next batch starts a new one. The child ignores SIGINT
+(Ctrl-C reaches the whole process group: the parent decides) and exits when its socket
+closes, so it never outlives the store's process for longer than its current batch.
+"""
+
+from __future__ import annotations
+
+import array
+import collections
+import logging
+import os
+import pickle
+import socket
+import struct
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeAlias
+
+import attrs
+import trio
+
+from ..errors import StateFault
+from .batch import Answer, Entry
+from .groupcommit import Descriptors
+
+log = logging.getLogger("trio_routines")
+_ABORT_FAILED = trio.lowlevel.Abort.FAILED
+_ABORT_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
+
+#: How long a batch may take in the child before it is given up (a stalled disk).
+REPLY_TIMEOUT = 60.0
+#: The most descriptors one reply carries: one per file system a batch wrote on.
+MAX_FDS = 64
+LENGTH = struct.Struct("!Q")
+Writes: TypeAlias = tuple[list[Answer[Any]], Descriptors]  # a batch's answers, what to flush
+READY = b"R"  # what the child sends once it is up
+
+
+def command() -> list[str]:
+    """How to start the child: this interpreter, writerchild.py."""
+    return [sys.executable, "-m", "trio_routines.stores.writerchild"]
+
+
+class Unsent(Exception):
+    """The writer process was gone before this item's batch was sent: nothing was written."""
+
+
+@attrs.define(eq=False)
+class _Batch:
+    op: str  # "claims" or "settles"
+    entries: list[Entry[Any, Any]]
+    sent: bool = False
+    end: int = 0  # how many bytes were queued once its request was
+    leader: trio.lowlevel.Task | None = None  # parked until its batch is the oldest in flight
+
+
+async def _park(batch: _Batch, entry: Entry[Any, Any]) -> None:
+    """Until ``entry`` is answered. Cancelled before its batch is sent, it leaves the batch;
+    after, it is patient (see batch.py): it gets its answer, its cancellation after."""
+
+    def abort(_: Any) -> trio.lowlevel.Abort:
+        if entry.in_flight:
+            return _ABORT_FAILED
+        batch.entries.remove(entry)
+        entry.task = None
+        return _ABORT_SUCCEEDED
+
+    entry.task = trio.lowlevel.current_task()
+    await trio.lowlevel.wait_task_rescheduled(abort)
+
+
+def _answer(batch: _Batch, answer: Answer[Any]) -> None:
+    for entry in batch.entries:
+        entry.answer = answer
+        _wake(entry)
+
+
+def _wake(entry: Entry[Any, Any]) -> None:
+    task, entry.task = entry.task, None
+    if task is not None:
+        trio.lowlevel.reschedule(task)
+
+
+class WriterProcess:
+    """The parent's end: starts the child, and sends it batches as they fill (several may be
+    in flight; the child answers them in order)."""
+
+    def __init__(
+        self,
+        root: Path,
+        keep: int,
+        lock_timeout: float,
+        cover: Callable[[Descriptors], Any],
+        *,
+        max_batch: int = 256,
+        argv: Sequence[str] | None = None,
+    ) -> None:
+        """``cover``: what a reply's descriptors become, the flush to come that covers its
+        writes (the store's group commit)."""
+        self._config = [str(root), str(keep), repr(lock_timeout)]
+        self._cover = cover
+        self.max_batch = max_batch
+        self._open: dict[str, _Batch] = {}  # per kind of write, the batch still filling
+        self._flight: collections.deque[_Batch] = collections.deque()  # sent, in order
+        self._out = bytearray()  # requests not yet taken by the socket
+        self._queued = self._sent = 0  # bytes queued and sent since the child started
+        self._argv = list(argv) if argv is not None else command()
+        self._child: subprocess.Popen[bytes] | None = None
+        self._ended: list[subprocess.Popen[bytes]] = []  # killed, not yet reaped
+        self._sock: socket.socket | None = None
+        self._ready = False
+        self.started = 0  # how many children were started (tests look)
+        self.batches = 0  # how many batches were sent
+
+    @property
+    def alive(self) -> bool:
+        return self._sock is not None
+
+    def start(self) -> None:
+        """Start a child (blocking for the fork and exec only; it signals when it is up)."""
+        self._ended = [child for child in self._ended if child.poll() is None]
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        package = str(Path(__file__).resolve().parents[2])  # where trio_routines is found
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package, env.get("PYTHONPATH")) if p)
+        try:
+            self._child = subprocess.Popen(
+                [*self._argv, str(theirs.fileno()), *self._config],
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self._sock = ours
+        self._queued = self._sent = 0
+        self._ready = False
+        self.started += 1
+
+    def ready(self) -> bool:
+        """Whether the child is up and waiting for a batch (never blocks)."""
+        if self._ready or self._sock is None:
+            return self._ready
+        try:
+            signal_byte = self._sock.recv(1)
+        except BlockingIOError:
+            return False
+        except OSError:
+            signal_byte = b""
+        if signal_byte != READY:
+            self.stop("ended before it was up")
+            return False
+        self._ready = True
+        return True
+
+    # -- the pipeline ----------------------------------------------------------------------
+
+    async def submit(self, op: str, item: Any) -> tuple[Any, Any]:
+        """One item written by the child, batched with the items that arrive with it: its
+        value and the flush that covers it (from ``cover``). Raises its error; :class:`Unsent`
+        if the child was gone before its batch could be sent (nothing was written)."""
+        entry: Entry[Any, Any] = Entry(item)
+        batch = self._open.get(op)
+        if batch is None:  # the first: it leads this batch
+            batch = self._open[op] = _Batch(op, [entry])
+            with trio.CancelScope(shield=True):  # bounded by REPLY_TIMEOUT
+                await trio.lowlevel.checkpoint()  # the rest of the herd joins
+                if not batch.sent:
+                    self._seal(batch)
+                await self._lead(batch)
+        else:
+            batch.entries.append(entry)
+            if len(batch.entries) >= self.max_batch:
+                self._seal(batch)  # sent at once: the child starts while the herd queues
+            if entry.answer is None:
+                await _park(batch, entry)
+        assert entry.answer is not None
+        return entry.answer.unwrap()  # type: ignore[no-any-return]
+
+    def _seal(self, batch: _Batch) -> None:
+        """Close ``batch`` to newcomers and queue it for the child (sent now if the socket
+        takes it)."""
+        if self._open.get(batch.op) is batch:
+            del self._open[batch.op]
+        batch.sent = True
+        for entry in batch.entries:
+            entry.in_flight = True
+        if not self.ready():
+            _answer(batch, Answer(error=Unsent()))
+            return
+        data = pickle.dumps((batch.op, [e.item for e in batch.entries]), pickle.HIGHEST_PROTOCOL)
+        self._out += LENGTH.pack(len(data)) + data
+        self._queued += LENGTH.size + len(data)
+        batch.end = self._queued
+        self._flight.append(batch)
+        self.batches += 1
+        self._push()
+
+    def _push(self) -> None:
+        """Send what the socket takes now, from the front: requests go in order."""
+        while self._out and self._sock is not None:
+            try:
+                sent = self._sock.send(self._out)
+            except OSError:  # full (BlockingIOError), or gone: the reader finds out
+                return
+            del self._out[:sent]
+            self._sent += sent
+
+    async def _lead(self, batch: _Batch) -> None:
+        """Wait until ``batch`` is the oldest in flight, then read its reply and answer it
+        (the child answers in order; one reader at a time)."""
+        while batch.entries[0].answer is None and self._flight[0] is not batch:
+            batch.leader = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(lambda _: _ABORT_FAILED)  # shielded
+        if batch.entries[0].answer is not None:
+            return  # unsent, or failed with the batches before it
+        sock = self._sock
+        assert sock is not None
+        try:
+            with trio.fail_after(REPLY_TIMEOUT):
+                while self._sent < batch.end:  # our request, and those before it, fully sent
+                    await trio.lowlevel.wait_writable(sock)
+                    self._push()
+                payload, fds = await _receive(sock)
+            answers, held = self._decode(payload, fds, len(batch.entries))
+        except (Exception, trio.TooSlowError) as exc:
+            why = "did not answer in time" if isinstance(exc, trio.TooSlowError) else "ended"
+            self._fail(f"{why} ({exc})" if why == "ended" else why, batch)
+            return
+        self._flight.popleft()
+        flush = self._cover(held) if held else None
+        for entry, answer in zip(batch.entries, answers, strict=True):
+            entry.answer = answer if answer.error is not None else Answer((answer.value, flush))
+            _wake(entry)
+        if self._flight and self._flight[0].leader is not None:
+            trio.lowlevel.reschedule(self._flight[0].leader)
+            self._flight[0].leader = None
+
+    def _decode(self, payload: bytes, fds: list[int], count: int) -> Writes:
+        """A reply: its answers (one per item), its log records logged here, and the
+        descriptors to flush through (ours now)."""
+        try:
+            answers, devices, records = pickle.loads(payload)
+            if len(answers) != count or len(devices) != len(fds):
+                raise ValueError(f"{len(answers)} answers and {len(fds)} files, not {count}")
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        for level, message in records:
+            log.log(level, "%s", message)
+        return answers, {
+            device: (ticket, fd) for (device, ticket), fd in zip(devices, fds, strict=True)
+        }
+
+    def _fail(self, why: str, batch: _Batch) -> None:
+        """The child failed ``batch``: stop it, and fail every batch in flight."""
+        self.stop(why)
+        fault = StateFault(
+            f"the state directory's writer process {why} while writing {len(batch.entries)} "
+            f"{batch.op}: not recorded (a claim it made stays taken, unrun, and is recorded "
+            "interrupted at the next boot)"
+        )
+        for failed in self._flight:
+            _answer(failed, Answer(error=fault))
+            if failed.leader is not None:
+                trio.lowlevel.reschedule(failed.leader)
+                failed.leader = None
+        self._flight.clear()
+        self._out.clear()
+        self._queued = self._sent = 0
+
+    def stop(self, why: str = "") -> None:
+        """Close the socket: an idle child exits at once. With ``why``, the child failed: kill
+        it. Never waits (see :meth:`reap`)."""
+        sock, self._sock, self._ready = self._sock, None, False
+        if sock is not None:
+            trio.lowlevel.notify_closing(sock)  # a reader waiting on it hears at once
+            sock.close()
+        child, self._child = self._child, None
+        if child is not None:
+            if why:
+                log.warning("the state directory's writer process %s; a new one starts", why)
+                child.kill()
+            self._ended.append(child)
+
+    def reap(self, timeout: float) -> None:
+        """Wait for the children stopped (blocking: in a thread), killing any still there after
+        ``timeout`` seconds (a child busy with a stalled disk)."""
+        ended, self._ended = self._ended, []
+        for child in ended:
+            try:
+                child.wait(timeout)
+            except subprocess.TimeoutExpired:
+                child.kill()
+
+
+async def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
+    """One message: its payload, and the descriptors that came with it."""
+    data = bytearray()
+    fds: list[int] = []
+    wanted: int | None = None
+    try:
+        while wanted is None or len(data) < wanted:
+            await trio.lowlevel.wait_readable(sock)
+            try:
+                chunk, ancillary, flags, _ = sock.recvmsg(
+                    1 << 16, socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
+                )
+            except BlockingIOError:
+                continue
+            fds += _descriptors(ancillary)
+            if flags & socket.MSG_CTRUNC:
+                raise OSError("descriptors were cut off")
+            if not chunk:
+                raise EOFError("the writer process closed its socket")
+            data += chunk
+            if wanted is None and len(data) >= LENGTH.size:
+                wanted = LENGTH.size + LENGTH.unpack_from(data)[0]
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return bytes(data[LENGTH.size :]), fds
+
+
+def _descriptors(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    fds = array.array("i")
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    return list(fds)

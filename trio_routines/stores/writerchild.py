@@ -1,0 +1,102 @@
+"""The writer process's own side (see writer.py): a batch in, its answers out.
+
+Started as ``python -m trio_routines.stores.writerchild FD ROOT KEEP LOCK_TIMEOUT`` by
+:class:`~.writer.WriterProcess`, on the Unix socket ``FD`` it inherited. It writes each batch
+with :class:`~.claimfiles.ClaimFiles`, as a worker thread of the store would, and sends back
+the answers, the log records the writes made, and the directory descriptors to flush through
+(``SCM_RIGHTS``). It ignores SIGINT (the parent decides when it stops) and returns when the
+socket closes.
+"""
+
+from __future__ import annotations
+
+import array
+import logging
+import os
+import pickle
+import signal
+import socket
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .writer import LENGTH, READY, Writes
+
+
+class _Records(logging.Handler):
+    """The log records of one batch, to be sent with its reply."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.taken: list[tuple[int, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.taken.append((record.levelno, record.getMessage()))
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes | None:
+    data = bytearray()
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return bytes(data)
+
+
+def serve(sock: socket.socket, root: Path, keep: int, lock_timeout: float) -> None:
+    """The child's loop: a batch in, its answers out, until the socket closes."""
+    from .claimfiles import ClaimFiles  # the child's only real work
+
+    files = ClaimFiles(root, keep, lock_timeout, syncfs=True)
+    records = _Records()
+    ours = logging.getLogger("trio_routines")
+    ours.addHandler(records)
+    ours.setLevel(logging.DEBUG)
+    ours.propagate = False
+    operations: dict[str, Callable[[Any], Writes]] = {
+        "claims": files.create_each,
+        "settles": files.write_each,
+    }
+    sock.sendall(READY)
+    while True:
+        header = _read_exactly(sock, LENGTH.size)
+        if header is None:
+            return
+        body = _read_exactly(sock, LENGTH.unpack(header)[0])
+        if body is None:
+            return
+        op, items = pickle.loads(body)
+        answers, held = operations[op](items)
+        taken, records.taken = records.taken, []
+        reply = pickle.dumps(
+            (answers, [(device, ticket) for device, (ticket, _) in held.items()], taken),
+            pickle.HIGHEST_PROTOCOL,
+        )
+        fds = [fd for _, fd in held.values()]
+        try:
+            message = LENGTH.pack(len(reply)) + reply
+            sent = sock.sendmsg([message], [_rights(fds)] if fds else [])
+            sock.sendall(message[sent:])
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+def _rights(fds: list[int]) -> tuple[int, int, bytes]:
+    return (socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())
+
+
+def main(argv: Sequence[str]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
+    fd, root, keep, lock_timeout = argv
+    with socket.socket(fileno=int(fd)) as sock:
+        try:
+            serve(sock, Path(root), int(keep), float(lock_timeout))
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the parent went away: nothing left to answer
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
