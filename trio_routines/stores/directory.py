@@ -44,10 +44,9 @@ from typing import Any, TypeAlias, TypeVar
 import trio
 
 from ..claims import KEEP_CLAIMS
-from ..errors import InvalidWakeup, StateFault
-from ..records import ClaimResult, Fire, Outcome, Wakeup
+from ..errors import StateFault
+from ..records import ClaimResult, Fire, Outcome
 from ..store import Lifetime
-from ..wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
 from .batch import Answer, Batcher, Entry, Turns
 from .claimfiles import (
     ClaimFiles,
@@ -56,13 +55,14 @@ from .claimfiles import (
     SettleItem,
     Written,
 )
+from .dirwakeups import WakeupsInFile
 from .groupcommit import SYNCFS, Batch, Descriptors, GroupCommit
 from .newest import BatchedReads, in_threads
 from .safefile import (
     at,
     describe,
 )
-from .wakeupfile import TooLarge, WakeupFile
+from .wakeupfile import WakeupFile
 from .writer import Unsent, WriterProcess
 
 __all__ = ["DirectoryStore", "describe"]
@@ -83,7 +83,7 @@ PROCESS_AT = 64
 MAX_STARTS = 4
 
 
-class DirectoryStore(Lifetime):
+class DirectoryStore(WakeupsInFile, Lifetime):
     """Claims and wake-ups in a state directory (see the module doc for the layout)."""
 
     def __init__(
@@ -342,59 +342,6 @@ class DirectoryStore(Lifetime):
                 f"the fired-slot claims for {routine!r} are unreadable (state: {self.root}): "
                 f"{describe(exc)}"
             ) from None
-
-    def _mutate(self, change: Callable[[list[Wakeup]], tuple[list[Wakeup] | None, T]]) -> T:
-        with self._wakeups.locked() as directory:
-            entries, damaged = self._wakeups.load(directory)
-            updated, result = change(entries)
-            if updated is not None:
-                self._wakeups.save(directory, updated, damaged)
-            return result
-
-    async def add_wakeup(self, request: WakeupRequest, now: datetime) -> Wakeup:
-        def change(entries: list[Wakeup]) -> tuple[list[Wakeup] | None, Wakeup]:
-            wakeup = plan_add(entries, request, now)
-            return [*entries, wakeup], wakeup
-
-        try:
-            return await self._run(self._mutate, change)
-        except TooLarge as exc:
-            raise InvalidWakeup(str(exc)) from None
-
-    async def take_due_wakeup(self, now: datetime) -> Wakeup | None:
-        return await self._run(self._take_due, now)
-
-    def _take_due(self, now: datetime) -> Wakeup | None:
-        entries, _ = self._wakeups.load(cached=True)
-        if all(w.fire_at > now for w in entries):
-            return None  # the common poll: nothing due, no lock, no write
-
-        def change(entries: list[Wakeup]) -> tuple[list[Wakeup] | None, Wakeup | None]:
-            rest, wakeup = take_first_due(entries, now)
-            return (rest if wakeup is not None else None), wakeup
-
-        return self._mutate(change)
-
-    async def defer_wakeup(self, wakeup: Wakeup, fire_at: datetime) -> bool:
-        deferred = plan_defer(wakeup, fire_at)
-        if deferred is None:
-            return False
-
-        def change(entries: list[Wakeup]) -> tuple[list[Wakeup] | None, bool]:
-            return [*entries, deferred], True
-
-        return await self._run(self._mutate, change)
-
-    async def remove_wakeup(self, wakeup_id: str, session: str | None = None) -> bool:
-        def change(entries: list[Wakeup]) -> tuple[list[Wakeup] | None, bool]:
-            kept, removed = remove(entries, wakeup_id, session)
-            return (kept if removed else None), removed
-
-        return await self._run(self._mutate, change)
-
-    async def list_wakeups(self) -> list[Wakeup]:
-        entries, _ = await self._run(lambda: self._wakeups.load(cached=True))
-        return entries
 
     async def ready(self) -> None:
         # Abandoned on cancel: a hung file system must not hold the caller past its deadline.
