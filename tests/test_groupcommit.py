@@ -318,4 +318,4 @@ async def test_a_lull_that_fails_leaves_the_batch_to_the_next_flush(tmp_path: Pa
     with trio.fail_after(5):
         await commit.wait(batch)  # not stuck: the next leader flushes it
     assert flushed == [fd]
-    assert batch.done.is_set()
+    assert batch.done

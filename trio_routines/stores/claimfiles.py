@@ -261,7 +261,7 @@ class ClaimFiles:
         finally:
             os.close(directory)
 
-    def prune(self, directory: int, where: Path, names: list[str]) -> None:
+    def prune(self, directory: int, where: Path, names: Sequence[str]) -> None:
         for name in names:
             try:
                 at(where / name, lambda name=name: os.unlink(name, dir_fd=directory))  # type: ignore[misc]
@@ -271,7 +271,7 @@ class ClaimFiles:
                 log.warning("could not prune fired-slot claims in %s: %s", where, describe(exc))
                 return
 
-    def prune_later(self, routine: str, names: list[str]) -> None:
+    def prune_later(self, routine: str, names: Sequence[str]) -> None:
         if not names:
             return
         where = self.claim_dir(routine)

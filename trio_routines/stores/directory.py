@@ -63,7 +63,7 @@ from .safefile import (
     describe,
 )
 from .wakeupfile import WakeupFile
-from .writer import Unsent, WriterProcess
+from .writer import Call, Unsent, WriterProcess
 
 __all__ = ["DirectoryStore", "describe"]
 
@@ -152,17 +152,18 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         async with self._writer.hold(urgent=urgent):
             return await self._run(fn, items), True
 
-    async def _submit(self, op: str, item: I, batcher: Batcher[I, Covered[T]]) -> Covered[T]:
+    async def _submit(self, op: str, item: I, batcher: Batcher[I, Covered[Written[T]]]) -> Call:
         """A claim or settle written by the writer process if it is up, else by a thread."""
         process = self._process
         if process is not None and process.ready():
             try:
-                written, flush = await process.submit(op, item)
+                return await process.submit(op, item)
             except Unsent:
                 pass  # it went away before the batch was sent: nothing was written
-            else:
-                return written, flush, False
-        return await batcher.submit(item)
+        (value, later), flush, _ = await batcher.submit(item)
+        call = Call(item)
+        call.value, call.later, call.flush, call.threaded = value, later, flush, True
+        return call
 
     def _start_writer(self) -> None:
         process = self._process
@@ -208,28 +209,27 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         return self._covered(await self._write(self._files.create_each, items, urgent=True))
 
     async def claim(self, routine: str, slot: datetime, fired_at: datetime) -> ClaimResult:
-        item = (routine, slot, fired_at)
-        written, batch, by_thread = await self._submit("claims", item, self._claim_writes)
-        result, prune_later = written
-        if prune_later is None:
+        call = await self._submit("claims", (routine, slot, fired_at), self._claim_writes)
+        result: ClaimResult = call.value
+        if call.later is None:
             return result
         assert self._commit is not None
-        assert batch is not None
+        assert call.flush is not None
         try:
             # Written by a thread, the flush waits until the herd's claims are written: were
             # the first turns to start meanwhile, the event loop and the writer thread would
             # contend for the interpreter lock at every system call of the writer's (see
             # docs/design.md). The writer process has its own.
-            await self._commit.wait(batch, self._claim_writes.lull if by_thread else None)
+            await self._commit.wait(call.flush, self._claim_writes.lull if call.threaded else None)
         except OSError as exc:
             # Shielded (short local disk work): a caller cancelled while its flush ran must
             # still take back a claim that is not durable, or the slot would be burned.
             with trio.CancelScope(shield=True):
                 await self._run(self._files.unclaim_after, routine, slot)
             raise self._files.not_durable(routine, slot, exc) from None
-        if prune_later:
+        if call.later:
             with trio.CancelScope(shield=True):  # the claim is taken: report it, whatever comes
-                await self._run(self._files.prune_later, routine, prune_later)
+                await self._run(self._files.prune_later, routine, call.later)
         return result
 
     def claim_sync(self, routine: str, slot: datetime, fired_at: datetime) -> ClaimResult:
@@ -260,7 +260,9 @@ class DirectoryStore(WakeupsInFile, Lifetime):
     ) -> bool:
         item: SettleItem = (routine, slot, outcome, ms, if_unsettled, error)
         try:
-            (written, after), batch, _ = await self._submit("settles", item, self._settle_writes)
+            call = await self._submit("settles", item, self._settle_writes)
+            written: bool = call.value
+            after, batch = call.later, call.flush
         except Contended:
             # Another settle (another process) holds the claim: wait for it in a thread of its
             # own, up to lock_timeout, never in the writer that the claims need.

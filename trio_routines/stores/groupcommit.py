@@ -96,13 +96,25 @@ def hand_in(held: Descriptors, device: int, fd: int, ticket: int) -> None:
         os.close(fd)
 
 
+def _refuse(_: Any) -> trio.lowlevel.Abort:
+    return trio.lowlevel.Abort.FAILED
+
+
 class Batch:
     """One flush to come: the descriptors it goes through, and whether it is done."""
 
     def __init__(self) -> None:
         self.fds: Descriptors = {}
-        self.done = trio.Event()
+        self.done = False
         self.error: OSError | None = None
+        # Its riders, parked until it is done, or until it may lead its flush (the running
+        # one ended): they wake then, not at every flush of a long herd.
+        self.riders: list[trio.lowlevel.Task] = []
+
+    def wake(self) -> None:
+        riders, self.riders = self.riders, []
+        for task in riders:
+            trio.lowlevel.reschedule(task)
 
 
 class GroupCommit:
@@ -112,7 +124,6 @@ class GroupCommit:
         self._flush = flush
         self._next: Batch | None = None
         self._flushing = False
-        self._idle = trio.Event()
         self._limiter = trio.CapacityLimiter(1)
         self.flushes = 0  # how many flushes ran (tests and benchmarks look)
 
@@ -142,12 +153,15 @@ class GroupCommit:
         ``lull``: what a flush this call leads waits for before it starts (the claims of a herd
         all written, see directory.py); meanwhile no other flush starts. Bounded, as the flush.
         """
-        with trio.CancelScope(shield=True):  # bounded by the flush: see the module doc
-            while not batch.done.is_set():
-                if self._flushing:
-                    await self._idle.wait()
-                else:
+        while not batch.done:
+            if not self._flushing:
+                with trio.CancelScope(shield=True):  # bounded by the flush: see the module doc
                     await self._lead(lull)
+            else:
+                # Parked, not cancellable (as a shield, and cheaper: a herd parks every claim
+                # here): its cancellation is delivered once the batch is decided.
+                batch.riders.append(trio.lowlevel.current_task())
+                await trio.lowlevel.wait_task_rescheduled(_refuse)
         if batch.error is not None:
             raise batch.error
 
@@ -158,8 +172,8 @@ class GroupCommit:
                 await lull()
             except BaseException:
                 self._flushing = False  # the batch stays next, for the next leader
-                self._idle.set()
-                self._idle = trio.Event()
+                if self._next is not None:
+                    self._next.wake()
                 raise
         batch, self._next = self._next, None
         assert batch is not None
@@ -173,9 +187,10 @@ class GroupCommit:
             self.flushes += 1
             for _, fd in batch.fds.values():
                 os.close(fd)
-            batch.done.set()
-            self._idle.set()
-            self._idle = trio.Event()
+            batch.done = True
+            batch.wake()
+            if self._next is not None:
+                self._next.wake()  # its riders: one of them leads its flush
 
     def _flush_all(self, fds: list[int]) -> OSError | None:
         try:

@@ -37,25 +37,28 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any
 
 import attrs
 import trio
 
 from ..errors import StateFault
-from .batch import Answer, Entry
 from .groupcommit import Descriptors
 
 log = logging.getLogger("trio_routines")
 _ABORT_FAILED = trio.lowlevel.Abort.FAILED
 _ABORT_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
 
+
+def _refuse(_: Any) -> trio.lowlevel.Abort:
+    return _ABORT_FAILED
+
+
 #: How long a batch may take in the child before it is given up (a stalled disk).
 REPLY_TIMEOUT = 60.0
 #: The most descriptors one reply carries: one per file system a batch wrote on.
 MAX_FDS = 64
 LENGTH = struct.Struct("!Q")
-Writes: TypeAlias = tuple[list[Answer[Any]], Descriptors]  # a batch's answers, what to flush
 READY = b"R"  # what the child sends once it is up
 
 
@@ -68,40 +71,58 @@ class Unsent(Exception):
     """The writer process was gone before this item's batch was sent: nothing was written."""
 
 
+class Call:
+    """One caller's item, and once its batch was answered: its value (a claim's result, or
+    whether a settle was recorded), what to prune once flushed (None: nothing awaits a flush),
+    the flush that covers it (``cover``'s), or its error.
+
+    A herd makes thousands of these, each alive until its batch is answered: one object, no
+    closure and no tuple per call, so that fewer outlive the collector's young generations.
+    """
+
+    __slots__ = (
+        *("done", "error", "flush", "gave_up", "in_flight", "item", "later", "task", "value"),
+        "threaded",
+    )
+
+    def __init__(self, item: Any) -> None:
+        self.item = item
+        self.threaded = False  # written by a thread of the store instead (see directory.py)
+        self.task: trio.lowlevel.Task | None = None
+        self.in_flight = self.gave_up = self.done = False
+        self.value: Any = None
+        self.later: Sequence[str] | None = None
+        self.flush: Any = None
+        self.error: Exception | None = None
+
+    def __call__(self, _: Any) -> trio.lowlevel.Abort:
+        """The abort of a parked caller: before its batch is sent it leaves it (``_seal``
+        skips it); after, it is patient (see batch.py): its answer comes, its cancellation
+        after."""
+        if self.in_flight:
+            return _ABORT_FAILED
+        self.gave_up = True
+        self.task = None
+        return _ABORT_SUCCEEDED
+
+    def fail(self, error: Exception) -> None:
+        self.error = error
+        self.done = True
+        self.wake()
+
+    def wake(self) -> None:
+        task, self.task = self.task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
+
+
 @attrs.define(eq=False)
 class _Batch:
     op: str  # "claims" or "settles"
-    entries: list[Entry[Any, Any]]
+    calls: list[Call]
     sent: bool = False
     end: int = 0  # how many bytes were queued once its request was
     leader: trio.lowlevel.Task | None = None  # parked until its batch is the oldest in flight
-
-
-async def _park(batch: _Batch, entry: Entry[Any, Any]) -> None:
-    """Until ``entry`` is answered. Cancelled before its batch is sent, it leaves the batch;
-    after, it is patient (see batch.py): it gets its answer, its cancellation after."""
-
-    def abort(_: Any) -> trio.lowlevel.Abort:
-        if entry.in_flight:
-            return _ABORT_FAILED
-        batch.entries.remove(entry)
-        entry.task = None
-        return _ABORT_SUCCEEDED
-
-    entry.task = trio.lowlevel.current_task()
-    await trio.lowlevel.wait_task_rescheduled(abort)
-
-
-def _answer(batch: _Batch, answer: Answer[Any]) -> None:
-    for entry in batch.entries:
-        entry.answer = answer
-        _wake(entry)
-
-
-def _wake(entry: Entry[Any, Any]) -> None:
-    task, entry.task = entry.task, None
-    if task is not None:
-        trio.lowlevel.reschedule(task)
 
 
 class WriterProcess:
@@ -182,27 +203,29 @@ class WriterProcess:
 
     # -- the pipeline ----------------------------------------------------------------------
 
-    async def submit(self, op: str, item: Any) -> tuple[Any, Any]:
+    async def submit(self, op: str, item: Any) -> Call:
         """One item written by the child, batched with the items that arrive with it: its
-        value and the flush that covers it (from ``cover``). Raises its error; :class:`Unsent`
-        if the child was gone before its batch could be sent (nothing was written)."""
-        entry: Entry[Any, Any] = Entry(item)
+        answered :class:`Call`. Raises its error; :class:`Unsent` if the child was gone before
+        its batch could be sent (nothing was written)."""
+        call = Call(item)
         batch = self._open.get(op)
         if batch is None:  # the first: it leads this batch
-            batch = self._open[op] = _Batch(op, [entry])
+            batch = self._open[op] = _Batch(op, [call])
             with trio.CancelScope(shield=True):  # bounded by REPLY_TIMEOUT
                 await trio.lowlevel.checkpoint()  # the rest of the herd joins
                 if not batch.sent:
                     self._seal(batch)
                 await self._lead(batch)
         else:
-            batch.entries.append(entry)
-            if len(batch.entries) >= self.max_batch:
+            batch.calls.append(call)
+            if len(batch.calls) >= self.max_batch:
                 self._seal(batch)  # sent at once: the child starts while the herd queues
-            if entry.answer is None:
-                await _park(batch, entry)
-        assert entry.answer is not None
-        return entry.answer.unwrap()  # type: ignore[no-any-return]
+            if not call.done:
+                call.task = trio.lowlevel.current_task()
+                await trio.lowlevel.wait_task_rescheduled(call)
+        if call.error is not None:
+            raise call.error
+        return call
 
     def _seal(self, batch: _Batch) -> None:
         """Close ``batch`` to newcomers and queue it for the child (sent now if the socket
@@ -210,12 +233,16 @@ class WriterProcess:
         if self._open.get(batch.op) is batch:
             del self._open[batch.op]
         batch.sent = True
-        for entry in batch.entries:
-            entry.in_flight = True
+        batch.calls = [call for call in batch.calls if not call.gave_up]
+        for call in batch.calls:
+            call.in_flight = True
         if not self.ready():
-            _answer(batch, Answer(error=Unsent()))
+            unsent = Unsent()
+            for call in batch.calls:
+                call.fail(unsent)
             return
-        data = pickle.dumps((batch.op, [e.item for e in batch.entries]), pickle.HIGHEST_PROTOCOL)
+        items = [call.item for call in batch.calls]
+        data = pickle.dumps((batch.op, items), pickle.HIGHEST_PROTOCOL)
         self._out += LENGTH.pack(len(data)) + data
         self._queued += LENGTH.size + len(data)
         batch.end = self._queued
@@ -236,10 +263,11 @@ class WriterProcess:
     async def _lead(self, batch: _Batch) -> None:
         """Wait until ``batch`` is the oldest in flight, then read its reply and answer it
         (the child answers in order; one reader at a time)."""
-        while batch.entries[0].answer is None and self._flight[0] is not batch:
+        first = batch.calls[0]  # the leader's own: never gives up (it is shielded)
+        while not first.done and self._flight[0] is not batch:
             batch.leader = trio.lowlevel.current_task()
-            await trio.lowlevel.wait_task_rescheduled(lambda _: _ABORT_FAILED)  # shielded
-        if batch.entries[0].answer is not None:
+            await trio.lowlevel.wait_task_rescheduled(_refuse)  # shielded anyway
+        if first.done:
             return  # unsent, or failed with the batches before it
         sock = self._sock
         assert sock is not None
@@ -249,47 +277,54 @@ class WriterProcess:
                     await trio.lowlevel.wait_writable(sock)
                     self._push()
                 payload, fds = await _receive(sock)
-            answers, held = self._decode(payload, fds, len(batch.entries))
+            values, laters, errors, held = self._decode(payload, fds, len(batch.calls))
         except (Exception, trio.TooSlowError) as exc:
             why = "did not answer in time" if isinstance(exc, trio.TooSlowError) else "ended"
             self._fail(f"{why} ({exc})" if why == "ended" else why, batch)
             return
         self._flight.popleft()
         flush = self._cover(held) if held else None
-        for entry, answer in zip(batch.entries, answers, strict=True):
-            entry.answer = answer if answer.error is not None else Answer((answer.value, flush))
-            _wake(entry)
+        for index, call in enumerate(batch.calls):
+            call.value = values[index]
+            call.later = laters[index]
+            call.flush = flush
+            call.error = errors.get(index) if errors else None
+            call.done = True
+            call.wake()
         if self._flight and self._flight[0].leader is not None:
             trio.lowlevel.reschedule(self._flight[0].leader)
             self._flight[0].leader = None
 
-    def _decode(self, payload: bytes, fds: list[int], count: int) -> Writes:
-        """A reply: its answers (one per item), its log records logged here, and the
-        descriptors to flush through (ours now)."""
+    def _decode(
+        self, payload: bytes, fds: list[int], count: int
+    ) -> tuple[list[Any], list[Any], dict[int, Exception], Descriptors]:
+        """A reply (see writerchild.py): each item's value and what to prune, the errors by
+        index, its log records (logged here), and the descriptors to flush through (ours
+        now)."""
         try:
-            answers, devices, records = pickle.loads(payload)
-            if len(answers) != count or len(devices) != len(fds):
-                raise ValueError(f"{len(answers)} answers and {len(fds)} files, not {count}")
+            values, laters, errors, devices, records = pickle.loads(payload)
+            if not len(values) == len(laters) == count or len(devices) != len(fds):
+                raise ValueError(f"{len(values)} answers and {len(fds)} files, not {count}")
         except BaseException:
             for fd in fds:
                 os.close(fd)
             raise
         for level, message in records:
             log.log(level, "%s", message)
-        return answers, {
-            device: (ticket, fd) for (device, ticket), fd in zip(devices, fds, strict=True)
-        }
+        pairs = zip(devices, fds, strict=True)
+        return values, laters, errors, {device: (ticket, fd) for (device, ticket), fd in pairs}
 
     def _fail(self, why: str, batch: _Batch) -> None:
         """The child failed ``batch``: stop it, and fail every batch in flight."""
         self.stop(why)
         fault = StateFault(
-            f"the state directory's writer process {why} while writing {len(batch.entries)} "
+            f"the state directory's writer process {why} while writing {len(batch.calls)} "
             f"{batch.op}: not recorded (a claim it made stays taken, unrun, and is recorded "
             "interrupted at the next boot)"
         )
         for failed in self._flight:
-            _answer(failed, Answer(error=fault))
+            for call in failed.calls:
+                call.fail(fault)
             if failed.leader is not None:
                 trio.lowlevel.reschedule(failed.leader)
                 failed.leader = None

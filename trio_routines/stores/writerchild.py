@@ -21,7 +21,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .writer import LENGTH, READY, Writes
+from .batch import Answer
+from .claimfiles import Batched, ClaimFiles, Written
+from .writer import LENGTH, READY
 
 
 class _Records(logging.Handler):
@@ -47,15 +49,13 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes | None:
 
 def serve(sock: socket.socket, root: Path, keep: int, lock_timeout: float) -> None:
     """The child's loop: a batch in, its answers out, until the socket closes."""
-    from .claimfiles import ClaimFiles  # the child's only real work
-
     files = ClaimFiles(root, keep, lock_timeout, syncfs=True)
     records = _Records()
     ours = logging.getLogger("trio_routines")
     ours.addHandler(records)
     ours.setLevel(logging.DEBUG)
     ours.propagate = False
-    operations: dict[str, Callable[[Any], Writes]] = {
+    operations: dict[str, Callable[[Any], Batched[Any]]] = {
         "claims": files.create_each,
         "settles": files.write_each,
     }
@@ -70,10 +70,8 @@ def serve(sock: socket.socket, root: Path, keep: int, lock_timeout: float) -> No
         op, items = pickle.loads(body)
         answers, held = operations[op](items)
         taken, records.taken = records.taken, []
-        reply = pickle.dumps(
-            (answers, [(device, ticket) for device, (ticket, _) in held.items()], taken),
-            pickle.HIGHEST_PROTOCOL,
-        )
+        devices = [(device, ticket) for device, (ticket, _) in held.items()]
+        reply = pickle.dumps((*_columns(answers), devices, taken), pickle.HIGHEST_PROTOCOL)
         fds = [fd for _, fd in held.values()]
         try:
             message = LENGTH.pack(len(reply)) + reply
@@ -82,6 +80,27 @@ def serve(sock: socket.socket, root: Path, keep: int, lock_timeout: float) -> No
         finally:
             for fd in fds:
                 os.close(fd)
+
+
+def _columns(
+    answers: list[Answer[Written[Any]]],
+) -> tuple[list[Any], list[tuple[str, ...] | None], dict[int, Exception]]:
+    """A batch's answers as the parent reads them: the values, what to prune once flushed
+    (None: nothing awaits a flush), and the errors by index. Columns, not an object per
+    item: the parent's event loop unpickles them during a herd."""
+    values: list[Any] = []
+    laters: list[tuple[str, ...] | None] = []
+    errors: dict[int, Exception] = {}
+    for index, answer in enumerate(answers):
+        if answer.error is not None:
+            errors[index] = answer.error
+            values.append(None)
+            laters.append(None)
+        else:
+            value, later = answer.unwrap()
+            values.append(value)
+            laters.append(None if later is None else tuple(later))
+    return values, laters, errors
 
 
 def _rights(fds: list[int]) -> tuple[int, int, bytes]:
