@@ -105,6 +105,10 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_claimfiles.py",
         ],
     ),
+    "writer": (
+        ["trio_routines/stores/writer.py", "trio_routines/stores/writerchild.py"],
+        ["tests/test_writer.py", "tests/test_directory_batches.py", "tests/test_groupcommit.py"],
+    ),
     "directory": (
         [
             "trio_routines/stores/directory.py",
