@@ -268,3 +268,34 @@ async def test_a_caller_cancelled_before_its_batch_is_sent_leaves_it(tmp_path: P
         # the leader's claim (Trio's order decides which) is sent all the same, alone
         made = [claim_path(tmp_path, name).exists() for name in ("r0", "r1")]
         assert sorted(made) == [False, True]
+
+
+async def test_closing_the_store_with_a_batch_in_flight_fails_it_and_hangs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = DirectoryStore(tmp_path)
+    await up(store)
+    gate = trio.Event()
+    receive = writer._receive
+
+    async def held(sock: object) -> object:
+        await gate.wait()
+        return await receive(sock)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(writer, "_receive", held)
+    faults: list[StateFault] = []
+
+    async def claim(name: str) -> None:
+        try:
+            await store.claim(name, SLOT, SLOT)
+        except StateFault as exc:
+            faults.append(exc)
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(claim, "r0")
+            await trio.testing.wait_all_tasks_blocked()
+            await store.aclose()
+            gate.set()
+    assert len(faults) == 1
+    assert "writer process" in str(faults[0])

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import array
 import collections
+import contextlib
 import logging
 import os
 import pickle
@@ -270,7 +271,9 @@ class WriterProcess:
         if first.done:
             return  # unsent, or failed with the batches before it
         sock = self._sock
-        assert sock is not None
+        if sock is None:  # closed (the store's aclose) before this batch's turn came
+            self._fail("was stopped", batch)
+            return
         try:
             with trio.fail_after(REPLY_TIMEOUT):
                 while self._sent < batch.end:  # our request, and those before it, fully sent
@@ -337,7 +340,8 @@ class WriterProcess:
         it. Never waits (see :meth:`reap`)."""
         sock, self._sock, self._ready = self._sock, None, False
         if sock is not None:
-            trio.lowlevel.notify_closing(sock)  # a reader waiting on it hears at once
+            with contextlib.suppress(RuntimeError):  # outside Trio: nobody waits on it
+                trio.lowlevel.notify_closing(sock)  # a reader waiting on it hears at once
             sock.close()
         child, self._child = self._child, None
         if child is not None:
