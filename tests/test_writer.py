@@ -299,3 +299,36 @@ async def test_closing_the_store_with_a_batch_in_flight_fails_it_and_hangs_nothi
             gate.set()
     assert len(faults) == 1
     assert "writer process" in str(faults[0])
+
+
+async def test_replies_waiting_behind_each_other_are_read_one_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with DirectoryStore(tmp_path) as store:
+        process = await up(store)
+        names = [f"d{i}" for i in range(6)]
+        for name in names:
+            assert (await store.claim(name, SLOT, SLOT)).taken
+        gate = trio.Event()
+        receive = writer._receive
+
+        async def held(sock: object) -> object:
+            await gate.wait()
+            return await receive(sock)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(writer, "_receive", held)
+        monkeypatch.setattr(process, "max_batch", 2)  # three batches in flight
+        results = {}
+
+        async def claim(name: str) -> None:
+            results[name] = await store.claim(name, SLOT, SLOT)
+
+        async with trio.open_nursery() as nursery:
+            for name in names:
+                nursery.start_soon(claim, name)
+            await trio.testing.wait_all_tasks_blocked()
+            await trio.sleep(0.5)  # the child answers all three: no descriptors, one stream
+            gate.set()
+        assert process.batches >= 3 + 6 // 6
+        assert {result.status for result in results.values()} == {ClaimStatus.DUPLICATE}
+        assert process.ready()  # no reply was misread

@@ -370,8 +370,10 @@ async def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
         while wanted is None or len(data) < wanted:
             await trio.lowlevel.wait_readable(sock)
             try:
+                # never past this message: the next reply may wait behind it
+                left = LENGTH.size - len(data) if wanted is None else wanted - len(data)
                 chunk, ancillary, flags, _ = sock.recvmsg(
-                    1 << 16, socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
+                    min(left, 1 << 16), socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
                 )
             except BlockingIOError:
                 continue
