@@ -70,8 +70,7 @@ __all__ = ["DirectoryStore", "describe"]
 log = logging.getLogger("trio_routines")
 T = TypeVar("T")
 I = TypeVar("I")  # noqa: E741 -- a claim or settle item
-# A write, the flush that will cover it, and whether a thread wrote it (not the process).
-Covered: TypeAlias = tuple[T, Batch | None, bool]
+Covered: TypeAlias = tuple[T, Batch | None]  # a write, and the flush that will cover it
 Writes: TypeAlias = tuple[list[Answer[T]], Descriptors]  # a batch's answers, what to flush
 
 #: The most claims (or settles) one worker-thread call writes. A herd's flush waits for its
@@ -142,7 +141,7 @@ class DirectoryStore(WakeupsInFile, Lifetime):
 
     async def _write(
         self, fn: Callable[[Sequence[Any]], Writes[T]], items: Sequence[Any], *, urgent: bool
-    ) -> tuple[Writes[T], bool]:
+    ) -> Writes[T]:
         """One batch written by a worker thread (the writer process is not up). One batch of
         claims or settles at a time, claims first: two threads making files side by side
         contend for the interpreter lock at every system call and each runs ~4x slower
@@ -150,7 +149,7 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         if len(items) >= PROCESS_AT:
             self._start_writer()
         async with self._writer.hold(urgent=urgent):
-            return await self._run(fn, items), True
+            return await self._run(fn, items)
 
     async def _submit(self, op: str, item: I, batcher: Batcher[I, Covered[Written[T]]]) -> Call:
         """A claim or settle written by the writer process if it is up, else by a thread."""
@@ -160,7 +159,7 @@ class DirectoryStore(WakeupsInFile, Lifetime):
                 return await process.submit(op, item)
             except Unsent:
                 pass  # it went away before the batch was sent: nothing was written
-        (value, later), flush, _ = await batcher.submit(item)
+        (value, later), flush = await batcher.submit(item)
         call = Call(item)
         call.value, call.later, call.flush, call.threaded = value, later, flush, True
         return call
@@ -190,13 +189,12 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         """The directory holding ``routine``'s claims (its name checked first)."""
         return self._files.claim_dir(routine)
 
-    def _covered(self, writes: tuple[Writes[T], bool]) -> list[Answer[Covered[T]]]:
-        """A batch's answers, each with the flush to come that covers the batch's writes, and
-        whether a thread wrote it."""
-        (answers, fds), by_thread = writes
+    def _covered(self, writes: Writes[T]) -> list[Answer[Covered[T]]]:
+        """A batch's answers, each with the flush to come that covers the batch's writes."""
+        answers, fds = writes
         batch = self._commit.cover(fds) if self._commit is not None and fds else None
         return [
-            Answer(value=(answer.unwrap(), batch, by_thread))
+            Answer(value=(answer.unwrap(), batch))
             if answer.error is None
             else Answer(error=answer.error)
             for answer in answers

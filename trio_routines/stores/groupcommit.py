@@ -96,7 +96,9 @@ def hand_in(held: Descriptors, device: int, fd: int, ticket: int) -> None:
         os.close(fd)
 
 
-def _refuse(_: Any) -> trio.lowlevel.Abort:
+def uncancellable(_: Any) -> trio.lowlevel.Abort:
+    """The abort of a task parked by ``wait_task_rescheduled`` that must be woken by us: its
+    cancellation is delivered at its next checkpoint."""
     return trio.lowlevel.Abort.FAILED
 
 
@@ -161,7 +163,7 @@ class GroupCommit:
                 # Parked, not cancellable (as a shield, and cheaper: a herd parks every claim
                 # here): its cancellation is delivered once the batch is decided.
                 batch.riders.append(trio.lowlevel.current_task())
-                await trio.lowlevel.wait_task_rescheduled(_refuse)
+                await trio.lowlevel.wait_task_rescheduled(uncancellable)
         if batch.error is not None:
             raise batch.error
 

@@ -44,15 +44,11 @@ import attrs
 import trio
 
 from ..errors import StateFault
-from .groupcommit import Descriptors
+from .groupcommit import Descriptors, uncancellable
 
 log = logging.getLogger("trio_routines")
 _ABORT_FAILED = trio.lowlevel.Abort.FAILED
 _ABORT_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
-
-
-def _refuse(_: Any) -> trio.lowlevel.Abort:
-    return _ABORT_FAILED
 
 
 #: How long a batch may take in the child before it is given up (a stalled disk).
@@ -267,7 +263,7 @@ class WriterProcess:
         first = batch.calls[0]  # the leader's own: never gives up (it is shielded)
         while not first.done and self._flight[0] is not batch:
             batch.leader = trio.lowlevel.current_task()
-            await trio.lowlevel.wait_task_rescheduled(_refuse)  # shielded anyway
+            await trio.lowlevel.wait_task_rescheduled(uncancellable)  # shielded anyway
         if first.done:
             return  # unsent, or failed with the batches before it
         sock = self._sock
