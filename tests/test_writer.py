@@ -11,6 +11,7 @@ import errno
 import fcntl
 import logging
 import os
+import socket
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -51,6 +52,19 @@ async def up(store: DirectoryStore) -> WriterProcess:
         while not process.ready():  # noqa: ASYNC110 -- another process, not a Trio task
             await trio.sleep(0.01)
     return process
+
+
+def hold_replies(monkeypatch: pytest.MonkeyPatch) -> trio.Event:
+    """Hold every reply of the writer process back, unread, until the event returned is set."""
+    gate = trio.Event()
+    receive = writer._receive
+
+    async def held(sock: socket.socket) -> tuple[bytes, list[int]]:
+        await gate.wait()
+        return await receive(sock)
+
+    monkeypatch.setattr(writer, "_receive", held)
+    return gate
 
 
 def claim_path(root: Path, routine: str, slot: datetime = SLOT) -> Path:
@@ -229,14 +243,7 @@ async def test_a_caller_cancelled_while_its_batch_is_written_hears_its_claim(
 ) -> None:
     async with DirectoryStore(tmp_path) as store:
         await up(store)
-        gate = trio.Event()
-        receive = writer._receive
-
-        async def held(sock: object) -> object:
-            await gate.wait()  # the reply is held back until the caller was cancelled
-            return await receive(sock)  # type: ignore[arg-type]
-
-        monkeypatch.setattr(writer, "_receive", held)
+        gate = hold_replies(monkeypatch)
         got = []
 
         async def claim() -> None:
@@ -275,14 +282,7 @@ async def test_closing_the_store_with_a_batch_in_flight_fails_it_and_hangs_nothi
 ) -> None:
     store = DirectoryStore(tmp_path)
     await up(store)
-    gate = trio.Event()
-    receive = writer._receive
-
-    async def held(sock: object) -> object:
-        await gate.wait()
-        return await receive(sock)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(writer, "_receive", held)
+    gate = hold_replies(monkeypatch)
     faults: list[StateFault] = []
 
     async def claim(name: str) -> None:
@@ -309,14 +309,7 @@ async def test_replies_waiting_behind_each_other_are_read_one_at_a_time(
         names = [f"d{i}" for i in range(6)]
         for name in names:
             assert (await store.claim(name, SLOT, SLOT)).taken
-        gate = trio.Event()
-        receive = writer._receive
-
-        async def held(sock: object) -> object:
-            await gate.wait()
-            return await receive(sock)  # type: ignore[arg-type]
-
-        monkeypatch.setattr(writer, "_receive", held)
+        gate = hold_replies(monkeypatch)
         monkeypatch.setattr(process, "max_batch", 2)  # three batches in flight
         results = {}
 
