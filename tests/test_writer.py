@@ -111,6 +111,25 @@ async def test_a_herd_is_written_by_the_writer_process(tmp_path: Path) -> None:
     assert child.wait(30) == 0  # closing the store ends it
 
 
+async def test_a_batch_is_answered_once_its_flush_is_done(tmp_path: Path) -> None:
+    # Its callers are woken once, when the claims are durable: the leader waited for the flush.
+    async with DirectoryStore(tmp_path) as store:
+        process = await up(store)
+        flushes = store.flushes
+        calls = []
+
+        async def claim(name: str) -> None:
+            calls.append(await process.submit("claims", (name, SLOT, SLOT)))
+
+        async with trio.open_nursery() as nursery:
+            for i in range(3):
+                nursery.start_soon(claim, f"c{i}")
+        assert [call.value.taken for call in calls] == [True] * 3
+        assert calls[0].flush is not None
+        assert all(call.flush is calls[0].flush and call.flush.done for call in calls)
+        assert store.flushes == flushes + 1
+
+
 async def test_a_claim_whose_flush_fails_is_taken_back_and_never_reported(tmp_path: Path) -> None:
     def failing(fd: int) -> None:
         raise OSError(errno.EIO, "the flush failed")

@@ -129,7 +129,7 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         if writer_process and self._commit is not None:
             argv = None if writer_process is True else writer_process
             self._process = WriterProcess(
-                self.root, keep, lock_timeout, self._commit.cover, max_batch=WRITE_BATCH, argv=argv
+                self.root, keep, lock_timeout, self._commit, max_batch=WRITE_BATCH, argv=argv
             )
         self._reads = 0
 

@@ -36,7 +36,7 @@ import socket
 import struct
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ import attrs
 import trio
 
 from ..errors import StateFault
-from .groupcommit import Descriptors, uncancellable
+from .groupcommit import Descriptors, GroupCommit, uncancellable
 
 log = logging.getLogger("trio_routines")
 _ABORT_FAILED = trio.lowlevel.Abort.FAILED
@@ -71,7 +71,7 @@ class Unsent(Exception):
 class Call:
     """One caller's item, and once its batch was answered: its value (a claim's result, or
     whether a settle was recorded), what to prune once flushed (None: nothing awaits a flush),
-    the flush that covers it (``cover``'s), or its error.
+    the flush that covered it (done: the leader waited for it), or its error.
 
     A herd makes thousands of these, each alive until its batch is answered: one object, no
     closure and no tuple per call, so that fewer outlive the collector's young generations.
@@ -131,15 +131,15 @@ class WriterProcess:
         root: Path,
         keep: int,
         lock_timeout: float,
-        cover: Callable[[Descriptors], Any],
+        commit: GroupCommit,
         *,
         max_batch: int = 256,
         argv: Sequence[str] | None = None,
     ) -> None:
-        """``cover``: what a reply's descriptors become, the flush to come that covers its
-        writes (the store's group commit)."""
+        """``commit``: the store's group commit, which a reply's descriptors go to; a batch is
+        answered once the flush that covers its writes is done."""
         self._config = [str(root), str(keep), repr(lock_timeout)]
-        self._cover = cover
+        self._commit = commit
         self.max_batch = max_batch
         self._open: dict[str, _Batch] = {}  # per kind of write, the batch still filling
         self._flight: collections.deque[_Batch] = collections.deque()  # sent, in order
@@ -282,7 +282,15 @@ class WriterProcess:
             self._fail(f"{why} ({exc})" if why == "ended" else why, batch)
             return
         self._flight.popleft()
-        flush = self._cover(held) if held else None
+        if self._flight and self._flight[0].leader is not None:  # the next reply's reader
+            trio.lowlevel.reschedule(self._flight[0].leader)
+            self._flight[0].leader = None
+        flush = self._commit.cover(held) if held else None
+        if flush is not None:
+            # Waited for here, once for the batch: its callers are woken once, not once for
+            # the reply and again for the flush (each hears a failed flush from it).
+            with contextlib.suppress(OSError):
+                await self._commit.wait(flush)
         for index, call in enumerate(batch.calls):
             call.value = values[index]
             call.later = laters[index]
@@ -290,9 +298,6 @@ class WriterProcess:
             call.error = errors.get(index) if errors else None
             call.done = True
             call.wake()
-        if self._flight and self._flight[0].leader is not None:
-            trio.lowlevel.reschedule(self._flight[0].leader)
-            self._flight[0].leader = None
 
     def _decode(
         self, payload: bytes, fds: list[int], count: int
