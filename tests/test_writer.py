@@ -21,6 +21,7 @@ import pytest
 import trio
 import trio.testing
 
+from trio_routines import cli
 from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
 from trio_routines.records import ClaimStatus, Outcome
@@ -344,3 +345,18 @@ async def test_replies_waiting_behind_each_other_are_read_one_at_a_time(
         assert process.batches >= 3 + 6 // 6
         assert {result.status for result in results.values()} == {ClaimStatus.DUPLICATE}
         assert process.ready()  # no reply was misread
+
+
+def test_a_short_command_reading_many_routines_starts_no_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    routines = tmp_path / "routines"
+    routines.mkdir()
+    for i in range(directory.PROCESS_AT + 1):
+        (routines / f"r{i:03}.md").write_text("---\ncron: 0 9 * * *\n---\nhello\n")
+    starts: list[WriterProcess] = []
+    monkeypatch.setattr(WriterProcess, "start", starts.append)
+    state = str(tmp_path / "state")
+    assert cli.main(["list", "--routines", str(routines), "--state", state]) == 0
+    assert len(capsys.readouterr().out.splitlines()) > directory.PROCESS_AT  # all were read
+    assert starts == []
