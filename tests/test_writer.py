@@ -355,7 +355,7 @@ def test_a_short_command_reading_many_routines_starts_no_process(
     for i in range(directory.PROCESS_AT + 1):
         (routines / f"r{i:03}.md").write_text("---\ncron: 0 9 * * *\n---\nhello\n")
     starts: list[WriterProcess] = []
-    monkeypatch.setattr(WriterProcess, "start", starts.append)
+    monkeypatch.setattr(WriterProcess, "start", lambda process: starts.append(process))
     state = str(tmp_path / "state")
     assert cli.main(["list", "--routines", str(routines), "--state", state]) == 0
     assert len(capsys.readouterr().out.splitlines()) > directory.PROCESS_AT  # all were read
