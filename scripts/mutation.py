@@ -106,7 +106,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ],
     ),
     "writer": (
-        ["trio_routines/stores/writer.py", "trio_routines/stores/writerchild.py"],
+        [
+            "trio_routines/stores/writer.py",
+            "trio_routines/stores/writerchild.py",
+            "trio_routines/stores/writerwire.py",
+        ],
         ["tests/test_writer.py", "tests/test_directory_batches.py", "tests/test_groupcommit.py"],
     ),
     "directory": (

@@ -26,14 +26,12 @@ closes, so it never outlives the store's process for longer than its current bat
 
 from __future__ import annotations
 
-import array
 import collections
 import contextlib
 import logging
 import os
 import pickle
 import socket
-import struct
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -45,6 +43,8 @@ import trio
 
 from ..errors import StateFault
 from .groupcommit import Descriptors, GroupCommit, uncancellable
+from .writerwire import LENGTH, READY
+from .writerwire import receive as _receive  # one name, so that tests can hold replies
 
 log = logging.getLogger("trio_routines")
 _ABORT_FAILED = trio.lowlevel.Abort.FAILED
@@ -53,10 +53,6 @@ _ABORT_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
 
 #: How long a batch may take in the child before it is given up (a stalled disk).
 REPLY_TIMEOUT = 60.0
-#: The most descriptors one reply carries: one per file system a batch wrote on.
-MAX_FDS = 64
-LENGTH = struct.Struct("!Q")
-READY = b"R"  # what the child sends once it is up
 
 
 def command() -> list[str]:
@@ -360,42 +356,3 @@ class WriterProcess:
                 child.wait(timeout)
             except subprocess.TimeoutExpired:
                 child.kill()
-
-
-async def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
-    """One message: its payload, and the descriptors that came with it."""
-    data = bytearray()
-    fds: list[int] = []
-    wanted: int | None = None
-    try:
-        while wanted is None or len(data) < wanted:
-            await trio.lowlevel.wait_readable(sock)
-            try:
-                # never past this message: the next reply may wait behind it
-                left = LENGTH.size - len(data) if wanted is None else wanted - len(data)
-                chunk, ancillary, flags, _ = sock.recvmsg(
-                    min(left, 1 << 16), socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
-                )
-            except BlockingIOError:
-                continue
-            fds += _descriptors(ancillary)
-            if flags & socket.MSG_CTRUNC:
-                raise OSError("descriptors were cut off")
-            if not chunk:
-                raise EOFError("the writer process closed its socket")
-            data += chunk
-            if wanted is None and len(data) >= LENGTH.size:
-                wanted = LENGTH.size + LENGTH.unpack_from(data)[0]
-    except BaseException:
-        for fd in fds:
-            os.close(fd)
-        raise
-    return bytes(data[LENGTH.size :]), fds
-
-
-def _descriptors(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
-    fds = array.array("i")
-    for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
-    return list(fds)

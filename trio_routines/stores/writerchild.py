@@ -23,7 +23,7 @@ from typing import Any
 
 from .batch import Answer
 from .claimfiles import Batched, ClaimFiles, Written
-from .writer import LENGTH, READY
+from .writerwire import LENGTH, READY
 
 
 class _Records(logging.Handler):
