@@ -157,7 +157,6 @@ async def test_the_childs_log_records_are_logged_here(
         assert store._settle_writes.batches == 0
 
 
-@pytest.mark.slow  # misbehaving children, each started and waited for
 async def test_a_settle_locked_by_another_waits_in_a_thread_of_its_own(tmp_path: Path) -> None:
     async with DirectoryStore(tmp_path, lock_timeout=0.2) as store:
         await up(store)
@@ -173,7 +172,6 @@ async def test_a_settle_locked_by_another_waits_in_a_thread_of_its_own(tmp_path:
         assert (await store.history("r0"))[-1].outcome is Outcome.COMPLETED
 
 
-@pytest.mark.slow  # misbehaving children, each started and waited for
 async def test_a_fault_in_the_childs_writes_is_each_claims_fault(tmp_path: Path) -> None:
     async with DirectoryStore(tmp_path, writer_process=misbehaving("eio")) as store:
         await up(store)
@@ -184,7 +182,6 @@ async def test_a_fault_in_the_childs_writes_is_each_claims_fault(tmp_path: Path)
         assert store._process.ready()  # a fault of one claim, not of the process
 
 
-@pytest.mark.slow  # misbehaving children, each started and waited for
 async def test_a_child_that_dies_fails_its_batch_and_threads_write_meanwhile(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -206,7 +203,6 @@ async def test_a_child_that_dies_fails_its_batch_and_threads_write_meanwhile(
         assert process.started == 2
 
 
-@pytest.mark.slow  # misbehaving children, each started and waited for
 async def test_a_child_that_does_not_answer_is_killed_and_its_batch_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -221,7 +217,6 @@ async def test_a_child_that_does_not_answer_is_killed_and_its_batch_fails(
         assert (await store.claim("r0", SLOT, SLOT)).taken  # retried by a thread
 
 
-@pytest.mark.slow  # misbehaving children, each started and waited for
 async def test_a_child_that_never_comes_up_is_given_up_after_a_few_starts(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
