@@ -111,7 +111,13 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "trio_routines/stores/writerchild.py",
             "trio_routines/stores/writerwire.py",
         ],
-        ["tests/test_writer.py", "tests/test_directory_batches.py", "tests/test_groupcommit.py"],
+        [
+            "tests/test_writer.py",
+            "tests/test_pinned_writer.py",
+            "tests/test_pinned_writerchild.py",
+            "tests/test_directory_batches.py",
+            "tests/test_groupcommit.py",
+        ],
     ),
     "directory": (
         [

@@ -35,9 +35,13 @@ SLOT = datetime(2026, 7, 7, 9, tzinfo=UTC)
 
 @pytest.fixture(autouse=True)
 def our_logger() -> Iterator[logging.Logger]:
-    """``serve`` takes over the ``trio_routines`` logger, as the child does: given back after."""
+    """``serve`` takes over the ``trio_routines`` logger, as the child does: it finds it as a
+    new process has it (no handler of its own, propagating), and it is given back after."""
     ours = logging.getLogger("trio_routines")
     handlers, level, propagate = list(ours.handlers), ours.level, ours.propagate
+    ours.handlers[:] = []
+    ours.setLevel(logging.NOTSET)
+    ours.propagate = True
     yield ours
     ours.handlers[:] = handlers
     ours.setLevel(level)

@@ -76,7 +76,8 @@ def serve(sock: socket.socket, root: Path, keep: int, lock_timeout: float) -> No
         try:
             message = LENGTH.pack(len(reply)) + reply
             sent = sock.sendmsg([message], [_rights(fds)] if fds else [])
-            sock.sendall(message[sent:])
+            if sent < len(message):  # (a send of nothing still fails on a closed socket)
+                sock.sendall(message[sent:])
         finally:
             for fd in fds:
                 os.close(fd)
