@@ -27,7 +27,7 @@ SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]  # never up, nev
 
 
 def process(tmp_path: Path, argv: list[str] | None = None) -> WriterProcess:
-    return WriterProcess(tmp_path, 7, 0.25, GroupCommit(lambda fd: None), argv=argv)
+    return WriterProcess(tmp_path, 7, 0.25, GroupCommit(lambda fd: None), max_batch=256, argv=argv)
 
 
 def proc(pid: int, name: str) -> list[str]:
@@ -44,8 +44,16 @@ def environ(pid: int) -> dict[str, str]:
     return dict(entry.split("=", 1) for entry in proc(pid, "environ"))
 
 
-def open_fds() -> set[str]:
-    return set(os.listdir("/proc/self/fd"))
+def open_fds() -> set[int]:
+    """The descriptors open in this process (a listing of /proc/self/fd would hold its own)."""
+    found = set()
+    for fd in range(4096):
+        try:
+            os.fstat(fd)
+        except OSError:
+            continue
+        found.add(fd)
+    return found
 
 
 def child_pid(writer_process: WriterProcess) -> int:

@@ -70,8 +70,16 @@ def read_reply(sock: socket.socket) -> tuple[tuple[Any, ...], list[int]]:
     return pickle.loads(bytes(data[LENGTH.size :])), fds
 
 
-def open_fds() -> set[str]:
-    return set(os.listdir("/proc/self/fd"))
+def open_fds() -> set[int]:
+    """The descriptors open in this process (a listing of /proc/self/fd would hold its own)."""
+    found = set()
+    for fd in range(4096):
+        try:
+            os.fstat(fd)
+        except OSError:
+            continue
+        found.add(fd)
+    return found
 
 
 class Served:

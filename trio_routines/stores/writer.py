@@ -129,11 +129,12 @@ class WriterProcess:
         lock_timeout: float,
         commit: GroupCommit,
         *,
-        max_batch: int = 256,
+        max_batch: int,
         argv: Sequence[str] | None = None,
     ) -> None:
         """``commit``: the store's group commit, which a reply's descriptors go to; a batch is
-        answered once the flush that covers its writes is done."""
+        answered once the flush that covers its writes is done; ``max_batch``: the most items a
+        batch holds (the store's WRITE_BATCH)."""
         self._config = [str(root), str(keep), repr(lock_timeout)]
         self._commit = commit
         self.max_batch = max_batch
@@ -329,8 +330,7 @@ class WriterProcess:
                 trio.lowlevel.reschedule(failed.leader)
                 failed.leader = None
         self._flight.clear()
-        self._out.clear()
-        self._queued = self._sent = 0
+        self._out.clear()  # (the byte counts start again with the next child)
 
     def stop(self, why: str = "") -> None:
         """Close the socket: an idle child exits at once. With ``why``, the child failed: kill

@@ -1,0 +1,172 @@
+"""The writer process's wire, pinned: one message at a time, its descriptors, and every way a
+message can come broken (split headers, a spurious wake-up, cut-off descriptors, an early end).
+"""
+
+from __future__ import annotations
+
+import array
+import os
+import socket
+
+import pytest
+import trio
+import trio.testing
+
+from trio_routines.stores import writerchild
+from trio_routines.stores.writerwire import LENGTH, MAX_FDS, descriptors, receive
+
+
+def message(body: bytes) -> bytes:
+    return LENGTH.pack(len(body)) + body
+
+
+def open_fds() -> set[int]:
+    """The descriptors open in this process (a listing of /proc/self/fd would hold its own)."""
+    found = set()
+    for fd in range(4096):
+        try:
+            os.fstat(fd)
+        except OSError:
+            continue
+        found.add(fd)
+    return found
+
+
+def pair() -> tuple[socket.socket, socket.socket]:
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)  # as the parent's end is
+    return ours, theirs
+
+
+async def test_a_split_header_is_read_whole_and_never_into_the_next_message() -> None:
+    ours, theirs = pair()
+    got: list[bytes] = []
+
+    async def read_two() -> None:
+        for _ in range(2):
+            body, fds = await receive(ours)
+            assert fds == []
+            got.append(body)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read_two)
+        first = message(b"hi")
+        theirs.sendall(first[:3])  # a header in pieces: the reader holds three bytes of it
+        await trio.testing.wait_all_tasks_blocked()
+        theirs.sendall(first[3:] + message(b"the next one"))
+    assert got == [b"hi", b"the next one"]
+    ours.close()
+    theirs.close()
+
+
+class Spurious(socket.socket):
+    """A socket whose first read finds nothing after all, as a wake-up another reader beat
+    to the data does."""
+
+    woken = 0
+
+    def recvmsg(self, *args: int) -> tuple[bytes, list[tuple[int, int, bytes]], int, object]:
+        self.woken += 1
+        if self.woken == 1:
+            raise BlockingIOError
+        return super().recvmsg(*args)
+
+
+async def test_a_wake_up_that_finds_nothing_waits_again() -> None:
+    plain, theirs = pair()
+    ours = Spurious(fileno=plain.detach())
+    theirs.sendall(message(b"after all"))
+    assert await receive(ours) == (b"after all", [])
+    assert ours.woken == 3  # the spurious one, then the header and the body
+    ours.close()
+    theirs.close()
+
+
+async def test_descriptors_come_with_their_message() -> None:
+    ours, theirs = pair()
+    read, write = os.pipe()
+    rights = array.array("i", [read, write]).tobytes()
+    theirs.sendmsg([message(b"two files")], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+    body, fds = await receive(ours)
+    assert body == b"two files"
+    assert len(fds) == 2
+    assert [os.stat(fd).st_ino for fd in fds] == [os.stat(read).st_ino, os.stat(write).st_ino]
+    for fd in (*fds, read, write):
+        os.close(fd)
+    ours.close()
+    theirs.close()
+
+
+async def test_descriptors_cut_off_fail_the_message_and_none_is_kept() -> None:
+    ours, theirs = pair()
+    read, write = os.pipe()
+    before = open_fds()
+    rights = array.array("i", [read] * (MAX_FDS + 1)).tobytes()
+    theirs.sendmsg([message(b"too many")], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+    with pytest.raises(OSError, match=r"^descriptors were cut off$"):
+        await receive(ours)
+    assert open_fds() == before  # the ones that came were closed
+    for fd in (read, write):
+        os.close(fd)
+    ours.close()
+    theirs.close()
+
+
+@pytest.mark.parametrize("sent", [b"", LENGTH.pack(9)[:4], message(b"cut short")[:-3]])
+async def test_an_end_before_the_message_is_whole_is_one_error(sent: bytes) -> None:
+    ours, theirs = pair()
+    theirs.sendall(sent)
+    theirs.close()
+    with pytest.raises(EOFError, match=r"^the writer process closed its socket$"):
+        await receive(ours)
+    ours.close()
+
+
+async def test_an_end_after_descriptors_came_closes_them() -> None:
+    ours, theirs = pair()
+    read, write = os.pipe()
+    before = open_fds()
+    rights = array.array("i", [read]).tobytes()
+    whole = message(b"cut short")
+    theirs.sendmsg([whole[:10]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+    before.discard(theirs.fileno())
+    theirs.close()
+    with pytest.raises(EOFError):
+        await receive(ours)
+    assert open_fds() == before
+    for fd in (read, write):
+        os.close(fd)
+    ours.close()
+
+
+def test_only_rights_at_the_socket_level_are_descriptors() -> None:
+    two = array.array("i", [5, 6]).tobytes()
+    assert descriptors([(socket.SOL_SOCKET, socket.SCM_RIGHTS, two)]) == [5, 6]
+    assert descriptors([(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, two)]) == []
+    assert descriptors([(socket.IPPROTO_IP, socket.SCM_RIGHTS, two)]) == []
+    # padding the kernel may leave after the last whole descriptor is not one
+    assert descriptors([(socket.SOL_SOCKET, socket.SCM_RIGHTS, two + b"\0\0")]) == [5, 6]
+
+
+class Stream:
+    """A blocking stream's reads, scripted: each ``recv(n)`` takes at most n bytes of what
+    arrived next, leaving the rest for the next read."""
+
+    def __init__(self, *arrivals: bytes) -> None:
+        self.arrivals = list(arrivals)
+
+    def recv(self, size: int) -> bytes:
+        if not self.arrivals:
+            return b""
+        head = self.arrivals.pop(0)
+        if len(head) > size:
+            self.arrivals.insert(0, head[size:])
+        return head[:size]
+
+
+def test_the_child_reads_exactly_what_it_asks_for() -> None:
+    stream = Stream(b"abc", b"defgh" + b"next")
+    assert writerchild._read_exactly(stream, 8) == b"abcdefgh"  # type: ignore[arg-type]
+    assert stream.arrivals == [b"next"]
+    assert writerchild._read_exactly(Stream(b"abc"), 8) is None  # type: ignore[arg-type]
+    assert writerchild._read_exactly(Stream(), 8) is None  # type: ignore[arg-type]
