@@ -10,15 +10,22 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import signal
+import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
+from tests.test_writer import SLOT, misbehaving, up
+from trio_routines.errors import StateFault
 from trio_routines.stores import writer
+from trio_routines.stores.directory import DirectoryStore
 from trio_routines.stores.groupcommit import GroupCommit
 from trio_routines.stores.writer import WriterProcess
 
@@ -130,11 +137,13 @@ async def test_a_child_that_says_it_is_up_stays_ready(tmp_path: Path) -> None:
     real = process(tmp_path)
     real.start()
     try:
+        sock = real._sock
+        assert sock is not None
         with trio.fail_after(30):
-            while not real.ready():  # noqa: ASYNC110 -- another process, not a Trio task
-                await trio.sleep(0.01)
+            await trio.lowlevel.wait_readable(sock)  # READY is waiting, not yet read
         child = real._child
         assert child is not None
+        assert real.ready()  # the first look finds it
         assert real.ready()  # remembered: READY is read once, never again
         assert child.poll() is None
     finally:
@@ -180,3 +189,150 @@ def test_a_new_start_forgets_children_that_have_ended(tmp_path: Path) -> None:
     assert len(ending._ended) == 1
     ending.reap(30)
     assert ending._ended == []
+
+
+def test_stdin_is_never_the_callers(tmp_path: Path) -> None:
+    saved = os.dup(0)
+    read, write = os.pipe()
+    os.dup2(read, 0)  # this process's stdin is a pipe now: the child must not get it
+    try:
+        started = process(tmp_path, SLEEPER)
+        started.start()
+    finally:
+        os.dup2(saved, 0)
+        for fd in (saved, read, write):
+            os.close(fd)
+    try:
+        assert os.readlink(f"/proc/{child_pid(started)}/fd/0") == "/dev/null"
+    finally:
+        started.stop("was told to stop by the test")
+        started.reap(30)
+
+
+def test_a_reply_that_does_not_match_its_batch_is_refused_and_its_files_closed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    decoder = process(tmp_path)
+
+    def reply(values: list[object], devices: list[object], records: list[object]) -> bytes:
+        return pickle.dumps((values, [None] * len(values), {}, devices, records))
+
+    read, write = os.pipe()
+    with pytest.raises(ValueError, match=r"^1 answers and 1 files, not 2$"):
+        decoder._decode(reply([True], [(1, 2)], []), [read], 2)
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        os.fstat(read)  # closed: the reply's descriptors are ours once received
+    with pytest.raises(ValueError, match=r"^1 answers and 0 files, not 1$"):
+        decoder._decode(reply([True], [(1, 2)], []), [], 1)  # a device without its file
+    with caplog.at_level(logging.DEBUG, logger="trio_routines"):
+        values, laters, errors, held = decoder._decode(
+            reply([True], [(1, 2)], [(logging.WARNING, "100% of %s")]), [write], 1
+        )
+    assert (values, laters, errors, held) == ([True], [None], {}, {1: (2, write)})
+    assert caplog.messages == ["100% of %s"]  # the child's text, logged as it is
+    assert caplog.records[0].levelno == logging.WARNING
+    os.close(write)
+
+
+def hold_after(monkeypatch: pytest.MonkeyPatch, then: Callable[[int], None]) -> None:
+    """Let each reply be read, then do ``then(n)`` (n counting the replies from 1)."""
+    receive = writer._receive
+    count = 0
+
+    async def held(sock: socket.socket) -> tuple[bytes, list[int]]:
+        nonlocal count
+        count += 1
+        got = await receive(sock)
+        then(count)
+        return got
+
+    monkeypatch.setattr(writer, "_receive", held)
+
+
+async def claims_of(store: DirectoryStore, names: list[str]) -> dict[str, object]:
+    """Each claim's result, or the error it raised, all submitted at once."""
+    results: dict[str, object] = {}
+
+    async def claim(name: str) -> None:
+        try:
+            results[name] = await store.claim(name, SLOT, SLOT)
+        except StateFault as exc:
+            results[name] = exc
+
+    async with trio.open_nursery() as nursery:
+        for name in names:
+            nursery.start_soon(claim, name)
+    return results
+
+
+FAULT = (
+    "the state directory's writer process {why} while writing {n} claims: not recorded (a claim"
+    " it made stays taken, unrun, and is recorded interrupted at the next boot)"
+)
+
+
+async def test_a_reply_that_fails_fails_every_batch_behind_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with DirectoryStore(tmp_path) as store:
+        writer_process = await up(store)
+        monkeypatch.setattr(writer_process, "max_batch", 2)  # batches of 2, 2 and 1 in flight
+
+        def second_fails(count: int) -> None:
+            if count == 2:
+                raise EOFError("the writer process closed its socket")
+
+        hold_after(monkeypatch, second_fails)
+        results = await claims_of(store, ["a", "b", "c", "d", "e"])
+    faults = [str(result) for result in results.values() if isinstance(result, StateFault)]
+    why = "ended (the writer process closed its socket)"
+    assert faults == [FAULT.format(why=why, n=2)] * 3  # the last one's leader was waiting
+    assert sum(getattr(result, "taken", False) for result in results.values()) == 2
+
+
+async def test_a_batch_whose_turn_comes_after_a_stop_fails_as_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with DirectoryStore(tmp_path) as store:
+        writer_process = await up(store)
+        monkeypatch.setattr(writer_process, "max_batch", 2)  # batches of 2 and 1 in flight
+
+        def stop_after_first(count: int) -> None:
+            if count == 1:
+                writer_process.stop()  # as the store's close does, between two replies
+
+        hold_after(monkeypatch, stop_after_first)
+        results = await claims_of(store, ["a", "b", "c"])
+    faults = [str(result) for result in results.values() if isinstance(result, StateFault)]
+    assert faults == [FAULT.format(why="was stopped", n=1)]
+    assert sum(getattr(result, "taken", False) for result in results.values()) == 2
+
+
+async def test_requests_larger_than_the_socket_takes_are_sent_as_it_drains(
+    tmp_path: Path,
+) -> None:
+    names = [f"a-routine-with-a-long-name-{i:04}" for i in range(600)]
+    async with DirectoryStore(tmp_path) as store:
+        writer_process = await up(store)
+        sock = writer_process._sock
+        assert sock is not None
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # a batch is ~20 KiB
+        results = await claims_of(store, names)
+        assert writer_process.batches == 3  # 256 + 256 + 88
+    assert all(getattr(result, "taken", False) for result in results.values())
+
+
+async def test_closing_a_socket_a_reply_is_awaited_on_wakes_its_reader(tmp_path: Path) -> None:
+    async with DirectoryStore(tmp_path, writer_process=misbehaving("hang")) as store:
+        writer_process = await up(store)
+        results: dict[str, object] = {}
+        with trio.fail_after(writer.REPLY_TIMEOUT / 2):  # not the reply's own timeout
+            async with trio.open_nursery() as nursery:
+
+                async def claim() -> None:
+                    results.update(await claims_of(store, ["a"]))
+
+                nursery.start_soon(claim)
+                await trio.testing.wait_all_tasks_blocked()
+                writer_process.stop("was told to stop by the test")  # its reader hears at once
+    assert str(results["a"]).startswith("the state directory's writer process ended (")

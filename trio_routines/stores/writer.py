@@ -349,10 +349,15 @@ class WriterProcess:
 
     def reap(self, timeout: float) -> None:
         """Wait for the children stopped (blocking: in a thread), killing any still there after
-        ``timeout`` seconds (a child busy with a stalled disk)."""
+        ``timeout`` seconds (a child busy with a stalled disk) and waiting for it as long
+        again; one that outlives even that (stuck in the kernel) is kept for the next reap."""
         ended, self._ended = self._ended, []
         for child in ended:
             try:
                 child.wait(timeout)
             except subprocess.TimeoutExpired:
                 child.kill()
+                try:
+                    child.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    self._ended.append(child)
