@@ -115,6 +115,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_writer.py",
             "tests/test_pinned_writer.py",
             "tests/test_pinned_writerchild.py",
+            "tests/test_pinned_writerwire.py",
             "tests/test_directory_batches.py",
             "tests/test_groupcommit.py",
         ],
