@@ -172,8 +172,9 @@ def test_stop_without_a_reason_lets_the_child_end_itself_and_with_one_kills_it(
     ]
     assert second.wait(30) == -signal.SIGKILL
     assert child.poll() is None
-    stubborn.reap(0.2)  # the first is still there after the timeout: killed
-    assert child.wait(30) == -signal.SIGKILL
+    stubborn.reap(0.2)  # the first is still there after the timeout: killed, and waited for
+    assert child.returncode == -signal.SIGKILL
+    assert stubborn._ended == []
 
 
 def test_a_new_start_forgets_children_that_have_ended(tmp_path: Path) -> None:
