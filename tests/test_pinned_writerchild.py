@@ -85,8 +85,11 @@ def open_fds() -> set[int]:
 class Served:
     """``serve`` in a thread, on one end of a socket pair; the test holds the other."""
 
-    def __init__(self, root: Path, keep: int = 3, lock_timeout: float = 0.2) -> None:
-        self.parent, child = socket.socketpair()
+    def __init__(
+        self, root: Path, keep: int = 3, lock_timeout: float = 0.2, kind: type = socket.socket
+    ) -> None:
+        self.parent, plain = socket.socketpair()
+        child = kind(fileno=plain.detach())
         self.parent.settimeout(30)
         self.returned = threading.Event()
 
@@ -135,6 +138,24 @@ def test_a_claims_batch_is_answered_by_column_with_its_descriptors(tmp_path: Pat
     for fd in fds:
         os.close(fd)
     assert (tmp_path / "schedule" / "claims" / "r0" / slot_name(SLOT)).exists()
+    assert served.close()
+
+
+class Partial(socket.socket):
+    """A socket whose ``sendmsg`` takes only the first bytes of a message (as a signal
+    arriving mid-send can make it): the rest is the caller's to send."""
+
+    def sendmsg(self, buffers: Any, *args: Any) -> int:
+        return super().sendmsg([b"".join(buffers)[:5]], *args)
+
+
+def test_a_reply_sent_in_part_is_sent_whole(tmp_path: Path) -> None:
+    served = Served(tmp_path, kind=Partial)
+    (values, _, _, devices, _), fds = served.ask("claims", [("r0", SLOT, SLOT)])
+    assert values[0].status is ClaimStatus.TAKEN
+    assert len(devices) == len(fds) == 1  # the descriptors came with the first part
+    for fd in fds:
+        os.close(fd)
     assert served.close()
 
 
@@ -248,7 +269,7 @@ def test_main_serves_its_socket_ignoring_ctrl_c_and_closes_it(tmp_path: Path) ->
         os.close(fd)
     assert parent.recv(1) == b""  # main closed its end
     parent.close()
-    assert open_fds() == fds_before
+    assert not open_fds() - fds_before  # no descriptor left open
 
 
 def test_main_whose_parent_went_away_returns_quietly_and_leaks_nothing(
@@ -258,6 +279,6 @@ def test_main_whose_parent_went_away_returns_quietly_and_leaks_nothing(
     batch = request("claims", [("r0", SLOT, SLOT)])
     run_main(tmp_path, batch, peer_closes=True, monkeypatch=monkeypatch)  # gone before its reply
     assert (tmp_path / "schedule" / "claims" / "r0" / slot_name(SLOT)).exists()
-    assert open_fds() == fds_before  # the reply's descriptors closed though it was not sent
+    assert not open_fds() - fds_before  # the reply's descriptors closed though it was not sent
     run_main(tmp_path, batch, peer_closes=True)  # gone before READY
-    assert open_fds() == fds_before
+    assert not open_fds() - fds_before  # no descriptor left open

@@ -105,7 +105,7 @@ async def test_descriptors_cut_off_fail_the_message_and_none_is_kept() -> None:
     theirs.sendmsg([message(b"too many")], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
     with pytest.raises(OSError, match=r"^descriptors were cut off$"):
         await receive(ours)
-    assert open_fds() == before  # the ones that came were closed
+    assert not open_fds() - before  # the ones that came were closed
     for fd in (read, write):
         os.close(fd)
     ours.close()
@@ -133,7 +133,7 @@ async def test_an_end_after_descriptors_came_closes_them() -> None:
     theirs.close()
     with pytest.raises(EOFError):
         await receive(ours)
-    assert open_fds() == before
+    assert not open_fds() - before
     for fd in (read, write):
         os.close(fd)
     ours.close()

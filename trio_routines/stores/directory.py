@@ -384,6 +384,7 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         process = self._process
         if process is not None:
             process.stop()  # the child exits once its socket is closed
-            # Abandoned on cancel, as ready(): a child stuck in a hung disk is killed and left.
+            # At most 10 s (reap's two rounds); abandoned on cancel, as ready(): a child stuck
+            # in a hung disk is killed, and left if even that does not end it.
             await trio.to_thread.run_sync(process.reap, 5.0, abandon_on_cancel=True)
         await trio.lowlevel.checkpoint()

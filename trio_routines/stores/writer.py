@@ -34,6 +34,7 @@ import pickle
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -348,16 +349,22 @@ class WriterProcess:
             self._ended.append(child)
 
     def reap(self, timeout: float) -> None:
-        """Wait for the children stopped (blocking: in a thread), killing any still there after
-        ``timeout`` seconds (a child busy with a stalled disk) and waiting for it as long
-        again; one that outlives even that (stuck in the kernel) is kept for the next reap."""
+        """Wait for the children stopped (blocking: in a thread): ``timeout`` seconds for all of
+        them to exit, then those still there (a child busy with a stalled disk) are killed and
+        waited for as long again. One that outlives even that (stuck in the kernel) is kept
+        for the next reap: at most twice ``timeout`` in all."""
         ended, self._ended = self._ended, []
+        killed = []
+        deadline = time.monotonic() + timeout
         for child in ended:
             try:
-                child.wait(timeout)
+                child.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 child.kill()
-                try:
-                    child.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    self._ended.append(child)
+                killed.append(child)
+        deadline = time.monotonic() + timeout
+        for child in killed:
+            try:
+                child.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self._ended.append(child)
