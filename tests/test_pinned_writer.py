@@ -23,6 +23,7 @@ import pytest
 import trio
 import trio.testing
 
+from tests.test_pinned_writerwire import open_fds
 from tests.test_writer import SLOT, misbehaving, up
 from trio_routines.errors import StateFault
 from trio_routines.stores import writer
@@ -50,18 +51,6 @@ def proc(pid: int, name: str) -> list[str]:
 
 def environ(pid: int) -> dict[str, str]:
     return dict(entry.split("=", 1) for entry in proc(pid, "environ"))
-
-
-def open_fds() -> set[int]:
-    """The descriptors open in this process (a listing of /proc/self/fd would hold its own)."""
-    found = set()
-    for fd in range(4096):
-        try:
-            os.fstat(fd)
-        except OSError:
-            continue
-        found.add(fd)
-    return found
 
 
 def child_pid(writer_process: WriterProcess) -> int:

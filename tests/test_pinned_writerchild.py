@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tests.test_pinned_writerwire import open_fds
 from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
 from trio_routines.records import ClaimStatus, Outcome
@@ -68,18 +69,6 @@ def read_reply(sock: socket.socket) -> tuple[tuple[Any, ...], list[int]]:
         if len(data) == LENGTH.size:
             wanted += LENGTH.unpack_from(data)[0]
     return pickle.loads(bytes(data[LENGTH.size :])), fds
-
-
-def open_fds() -> set[int]:
-    """The descriptors open in this process (a listing of /proc/self/fd would hold its own)."""
-    found = set()
-    for fd in range(4096):
-        try:
-            os.fstat(fd)
-        except OSError:
-            continue
-        found.add(fd)
-    return found
 
 
 class Served:
