@@ -354,17 +354,22 @@ class WriterProcess:
         waited for as long again. One that outlives even that (stuck in the kernel) is kept
         for the next reap: at most twice ``timeout`` in all."""
         ended, self._ended = self._ended, []
-        killed = []
-        deadline = time.monotonic() + timeout
-        for child in ended:
-            try:
-                child.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                child.kill()
-                killed.append(child)
-        deadline = time.monotonic() + timeout
+        killed = _still_there(ended, timeout)
         for child in killed:
-            try:
-                child.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                self._ended.append(child)
+            child.kill()
+        self._ended += _still_there(killed, timeout)
+
+
+def _still_there(
+    children: list[subprocess.Popen[bytes]], timeout: float
+) -> list[subprocess.Popen[bytes]]:
+    """Wait for ``children`` until one deadline ``timeout`` seconds away: those that did not
+    exit by then."""
+    deadline = time.monotonic() + timeout
+    left = []
+    for child in children:
+        try:
+            child.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            left.append(child)
+    return left
