@@ -24,7 +24,7 @@ import trio
 import trio.testing
 
 from tests.test_pinned_writerwire import open_fds
-from tests.test_writer import SLOT, misbehaving, up
+from tests.test_writer import SLOT, child_of, misbehaving, up
 from trio_routines.errors import StateFault
 from trio_routines.stores import writer
 from trio_routines.stores.directory import DirectoryStore
@@ -53,12 +53,6 @@ def environ(pid: int) -> dict[str, str]:
     return dict(entry.split("=", 1) for entry in proc(pid, "environ"))
 
 
-def child_pid(writer_process: WriterProcess) -> int:
-    child = writer_process._child
-    assert child is not None
-    return child.pid
-
-
 @pytest.mark.parametrize("inherited", [None, "/elsewhere"])
 def test_a_child_finds_this_package_first_and_its_socket(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inherited: str | None
@@ -70,7 +64,7 @@ def test_a_child_finds_this_package_first_and_its_socket(
     started = process(tmp_path, SLEEPER)
     started.start()
     try:
-        pid = child_pid(started)
+        pid = child_of(started).pid
         expected = PACKAGE if inherited is None else f"{PACKAGE}{os.pathsep}{inherited}"
         assert environ(pid)["PYTHONPATH"] == expected
         *command, fd, root, keep, lock_timeout = proc(pid, "cmdline")
@@ -107,8 +101,7 @@ def test_a_child_not_yet_up_is_not_ready_and_one_that_ends_is_stopped(
     quiet.reap(30)
     ends = process(tmp_path, [sys.executable, "-c", "pass"])
     ends.start()
-    child = ends._child
-    assert child is not None
+    child = child_of(ends)
     child.wait(30)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="trio_routines"):
@@ -130,8 +123,7 @@ async def test_a_child_that_says_it_is_up_stays_ready(tmp_path: Path) -> None:
         assert sock is not None
         with trio.fail_after(30):
             await trio.lowlevel.wait_readable(sock)  # READY is waiting, not yet read
-        child = real._child
-        assert child is not None
+        child = child_of(real)
         assert real.ready()  # the first look finds it
         assert real.ready()  # remembered: READY is read once, never again
         assert child.poll() is None
@@ -145,15 +137,13 @@ def test_stop_without_a_reason_lets_the_child_end_itself_and_with_one_kills_it(
 ) -> None:
     stubborn = process(tmp_path, SLEEPER)
     stubborn.start()
-    child = stubborn._child
-    assert child is not None
+    child = child_of(stubborn)
     with caplog.at_level(logging.WARNING, logger="trio_routines"):
         stubborn.stop()
     assert caplog.messages == []
     assert child.poll() is None  # asked to go (its socket closed), not killed
     stubborn.start()  # a new child; the old one is still being waited for
-    second = stubborn._child
-    assert second is not None
+    second = child_of(stubborn)
     with caplog.at_level(logging.WARNING, logger="trio_routines"):
         stubborn.stop("did not answer in time")
     assert caplog.messages == [
@@ -168,8 +158,7 @@ def test_stop_without_a_reason_lets_the_child_end_itself_and_with_one_kills_it(
 def test_a_new_start_forgets_children_that_have_ended(tmp_path: Path) -> None:
     ending = process(tmp_path, [sys.executable, "-c", "pass"])
     ending.start()
-    first = ending._child
-    assert first is not None
+    first = child_of(ending)
     ending.stop()
     first.wait(30)
     ending.start()  # the first has ended: not kept to be reaped
@@ -192,7 +181,7 @@ def test_stdin_is_never_the_callers(tmp_path: Path) -> None:
         for fd in (saved, read, write):
             os.close(fd)
     try:
-        assert os.readlink(f"/proc/{child_pid(started)}/fd/0") == "/dev/null"
+        assert os.readlink(f"/proc/{child_of(started).pid}/fd/0") == "/dev/null"
     finally:
         started.stop("was told to stop by the test")
         started.reap(30)
@@ -358,8 +347,7 @@ def test_reap_kills_what_outlives_its_timeout_and_keeps_what_outlives_the_kill(
     stuck = [Stuck(), Stuck()]
     ended = process(tmp_path, [sys.executable, "-c", "pass"])
     ended.start()
-    exited = ended._child
-    assert exited is not None
+    exited = child_of(ended)
     exited.wait(30)
     reaper._ended = [stuck[0], exited, stuck[1]]  # type: ignore[list-item]
     reaper.reap(5.0)  # (the stand-ins time out at once: no test time is spent)

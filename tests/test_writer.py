@@ -12,6 +12,7 @@ import fcntl
 import logging
 import os
 import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -37,8 +38,11 @@ def misbehaving(mode: str) -> list[str]:
     return [sys.executable, str(WRITERS), mode]
 
 
-def child_of(process: WriterProcess) -> object:
-    return process._child
+def child_of(process: WriterProcess) -> subprocess.Popen[bytes]:
+    """The child ``process`` runs now (there must be one)."""
+    child = process._child
+    assert child is not None
+    return child
 
 
 async def up(store: DirectoryStore) -> WriterProcess:
@@ -107,8 +111,7 @@ async def test_a_herd_is_written_by_the_writer_process(tmp_path: Path) -> None:
         earlier = await store.claim("h0000", SLOT - timedelta(minutes=1), SLOT)
         assert earlier.status is ClaimStatus.STALE
         assert earlier.newest == slot_name(SLOT)
-        child = process._child
-        assert child is not None
+        child = child_of(process)
     assert child.wait(30) == 0  # closing the store ends it
 
 
@@ -217,8 +220,7 @@ async def test_a_child_that_does_not_answer_is_killed_and_its_batch_fails(
     monkeypatch.setattr(writer, "REPLY_TIMEOUT", 0.3)
     async with DirectoryStore(tmp_path, writer_process=misbehaving("hang")) as store:
         process = await up(store)
-        child = process._child
-        assert child is not None
+        child = child_of(process)
         with pytest.raises(StateFault) as raised:
             await store.claim("r0", SLOT, SLOT)
         assert str(raised.value).startswith(
@@ -238,8 +240,7 @@ async def test_a_child_that_never_comes_up_is_given_up_after_a_few_starts(
         for start in range(1, directory.MAX_STARTS + 1):
             store._start_writer()
             assert process.started == start
-            child = process._child
-            assert child is not None
+            child = child_of(process)
             child.wait(30)
             assert not process.ready()  # it ended: stopped, and told
             assert not process.alive
