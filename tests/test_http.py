@@ -473,10 +473,12 @@ async def test_history_is_oldest_first_like_history_json() -> None:
         ]
         assert [h["outcome"] for h in history] == ["completed", "failed"]
         assert [set(h) for h in history] == [
-            {"slot", "firedAt", "outcome", "ms"},
-            {"slot", "firedAt", "outcome", "ms", "error"},
+            {"slot", "firedAt", "outcome", "ms", "replica"},
+            {"slot", "firedAt", "outcome", "ms", "error", "replica"},
         ]
         assert history[1]["error"] == "no"  # the failure reason, stored with the outcome
+        # Who fired each slot: the serving scheduler's replica id.
+        assert {h["replica"] for h in history} == {server.scheduler.replica}
         empty = await server.call("GET", f"/routines/{LONG}/history")
         assert empty.json == []
         missing = await server.call("GET", "/routines/nope/history")

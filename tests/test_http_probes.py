@@ -5,6 +5,7 @@ A real hypercorn server on loopback, as in ``test_http``.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,8 @@ async def test_readyz_answers_503_within_its_deadline_when_the_store_hangs() -> 
 async def test_readyz_on_a_state_directory_that_is_a_file(tmp_path: Path) -> None:
     store = DirectoryStore(tmp_path / "state")
     async with serving(store=store) as server:
-        assert (await server.call("GET", "/readyz")).status == 200  # created on first claim
+        assert (await server.call("GET", "/readyz")).status == 200
+        shutil.rmtree(tmp_path / "state")  # the replica's holds file stays open: no matter
         (tmp_path / "state").write_text("not a directory")
         message = assert_error(await server.call("GET", "/readyz"), 503)
         assert "state directory" in message

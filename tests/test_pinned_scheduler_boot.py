@@ -50,8 +50,8 @@ async def test_open_claims_are_settled_interrupted_only_if_still_open_and_said_s
         for name, slot in (("hourly", at(9)), ("manual", at(8)))
     ]
     assert messages(caplog, logging.WARNING) == [
-        f"{name}: the fire claimed at {stamp} never finished — the process stopped mid-turn and "
-        f"that slot stays skipped (see `python -m trio_routines history {name}`)"
+        f"{name}: the fire claimed at {stamp} never finished — its process stopped mid-turn; "
+        f"recorded as interrupted (see `python -m trio_routines history {name}`)"
         for name, stamp in (
             ("hourly", "2026-07-07T09:01:00.000Z"),
             ("manual", "2026-07-07T08:02:00.000Z"),

@@ -295,11 +295,11 @@ async def test_a_retried_settle_overwrites_the_interrupted_another_replica_wrote
     assert [f.outcome for f in await store.history("hourly")] == [Outcome.COMPLETED]
 
 
-async def test_a_real_outcome_overwrites_the_interrupted_another_replica_wrote_meanwhile(
+async def test_a_replica_booting_while_another_is_mid_turn_leaves_its_claim_alone(
     autojump_clock: Any,
 ) -> None:
-    # Replica B boots while A is mid-turn, and records A's open claim as interrupted; A's
-    # real outcome, settled after, is the one that stays.
+    # Replica B boots while A is mid-turn: A holds the claim, so B leaves it open (running,
+    # not interrupted); A's real outcome is the one recorded.
     store = MemoryStore()
     first, agent, _, _ = rig(external_clock=True, store=store)
     second, _, _, _ = rig(external_clock=True, store=store)
@@ -308,7 +308,9 @@ async def test_a_real_outcome_overwrites_the_interrupted_another_replica_wrote_m
         await nursery.start(first.run)
         await first.start_fire("hourly", at(10))
         await nursery.start(second.run)
-        assert [f.outcome for f in await store.history("hourly")] == [Outcome.INTERRUPTED]
+        (open_claim,) = await store.history("hourly")
+        assert (open_claim.outcome, open_claim.replica) == (None, first.replica)
+        assert await store.claims_alive([("hourly", at(10))]) == [True]
         await trio.sleep(11)
         first.stop(0)
         second.stop(0)

@@ -126,23 +126,31 @@ async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
 
     monkeypatch.setattr(pgschema, "SCHEMA_VERSION", 1)
     old = PostgresStore(url, schema=schema)
-    await old.claim("r", T0, T0)
+    await old.ready()  # the first call migrates: to version 1 here
     await old.aclose()
     claims = sql.Identifier(schema, "trio_routines_claims")
-    with admin() as conn:  # what a version-1 settle wrote: outcome and ms, no error column
+    with admin() as conn:  # what a version-1 claim and settle wrote: no error, no replica
         columns = conn.execute(
             "SELECT column_name FROM information_schema.columns "
             "WHERE table_schema = %s AND table_name = 'trio_routines_claims'",
             (schema,),
         ).fetchall()
         assert ("error",) not in columns
-        conn.execute(sql.SQL("UPDATE {} SET outcome = 'failed', ms = 7").format(claims))
+        assert ("replica",) not in columns
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (routine, slot, fired_at, outcome, ms) "
+                "VALUES ('r', %s, %s, 'failed', 7)"
+            ).format(claims),
+            (T0, T0),
+        )
     monkeypatch.undo()
 
     store = PostgresStore(url, schema=schema)
     (fire,) = await store.history("r")
-    assert (fire.outcome, fire.ms, fire.error) == (Outcome.FAILED, 7, None)
-    await store.claim("r", T0 + MINUTE, T0 + MINUTE)
+    assert (fire.outcome, fire.ms, fire.error, fire.replica) == (Outcome.FAILED, 7, None, None)
+    await store.claim("r", T0 + MINUTE, T0 + MINUTE, replica="host-b:42")  # version 5
+    assert [f.replica for f in await store.history("r")] == [None, "host-b:42"]
     await store.settle("r", T0 + MINUTE, Outcome.FAILED, 9, error="exit status 2: key expired")
     assert [f.error for f in await store.history("r")] == [None, "exit status 2: key expired"]
     await store.set_paused("r", True)  # version 3: the paused routines
@@ -154,8 +162,8 @@ async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
                 sql.Identifier(schema, "trio_routines_schema")
             )
         ).fetchall()
-    assert versions == [(1,), (2,), (3,), (4,)]
-    assert SCHEMA_VERSION == 4
+    assert versions == [(1,), (2,), (3,), (4,), (5,)]
+    assert SCHEMA_VERSION == 5
 
 
 @pytest.mark.slow

@@ -26,6 +26,7 @@ from datetime import datetime
 from .converter import loads
 from .instants import parse_iso, slot_of
 from .records import Fire, Outcome
+from .replicas import stored_replica
 
 KEEP_CLAIMS = 512
 _OUTCOMES = frozenset(o.value for o in Outcome)
@@ -136,7 +137,8 @@ def fire_from_record(slot: datetime, record: dict[str, object], where: str) -> F
         raw_error = record.get("error")
         if isinstance(raw_error, str):
             error = raw_error  # the record makes it one visible line of at most 1 KiB
-    return Fire(slot=slot, fired_at=fired_at, outcome=outcome, ms=ms, error=error)
+    replica = stored_replica(record.get("replica"))
+    return Fire(slot=slot, fired_at=fired_at, outcome=outcome, ms=ms, error=error, replica=replica)
 
 
 def arm_from(newest: Fire | None, now: datetime) -> datetime:

@@ -2,11 +2,13 @@
 
 Shapes are those of the original scheduler's state directory, byte for byte:
 
-* a claim file holds ``{"firedAt": ISO, "outcome"?: word, "ms"?: int, "error"?: text}`` in
-  that key order (``error``, the failure reason, is ours: the original ignores unknown keys);
+* a claim file holds ``{"firedAt": ISO, "outcome"?: word, "ms"?: int, "error"?: text,
+  "replica"?: id}`` in that key order (``error``, the failure reason, and ``replica``, who
+  claimed it, are ours: the original ignores unknown keys);
 * ``wakeups.json`` is an array of ``{"id", "session", "prompt", "fireAt", "cron"?, "tz"?,
   "attempts"?}``, absent fields omitted;
-* history (CLI ``--json`` and HTTP) is ``[{"slot", "firedAt", "outcome"?, "ms"?, "error"?}]``.
+* history (CLI ``--json`` and HTTP) is ``[{"slot", "firedAt", "outcome"?, "ms"?, "error"?,
+  "replica"?}]``.
 
 The converter is strict: cattrs would happily turn ``1`` into ``"1"`` or accept a naive
 datetime; here a wrong type is an error, so a malformed stored entry is dropped, not guessed.
@@ -108,7 +110,7 @@ def wakeup_from_json(raw: Any) -> Wakeup:
 
 
 def fire_to_json(fire: Fire) -> dict[str, Any]:
-    """History shape: ``{slot, firedAt, outcome?, ms?, error?}``."""
+    """History shape: ``{slot, firedAt, outcome?, ms?, error?, replica?}``."""
     result: dict[str, Any] = converter.unstructure(fire)
     return result
 
@@ -118,6 +120,7 @@ def claim_text(
     outcome: Outcome | None = None,
     ms: int | None = None,
     error: str | None = None,
+    replica: str | None = None,
 ) -> str:
     """The content of a claim file, keys in the order the original writes them, then ours."""
     record: dict[str, Any] = {"firedAt": format_iso(fired_at)}
@@ -127,4 +130,6 @@ def claim_text(
             record["ms"] = ms
         if error:
             record["error"] = error_text(error)
+    if replica is not None:
+        record["replica"] = replica
     return dumps(record)

@@ -57,6 +57,9 @@ class Fire:
     outcome: Outcome | None = None
     ms: int | None = attrs.field(default=None, validator=_non_negative_ms)
     error: str | None = attrs.field(default=None, converter=_error)
+    #: The replica that claimed it (:mod:`trio_routines.replicas`); None for a claim made
+    #: before replicas were recorded, or by a scheduler that names none.
+    replica: str | None = None
 
 
 class ClaimStatus(enum.StrEnum):

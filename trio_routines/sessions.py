@@ -1,5 +1,8 @@
 """The session gate: at most one turn per session inside one process.
 
+Across the replicas sharing a store, the scheduler adds the store's session holds
+(``scheduler/holds.py``).
+
 A second turn for a session that already has one in flight is answered with a ``Failed``
 event carrying the busy code, without the agent being asked at all. That is what makes
 "busy" the one failure that is safe to retry: nothing started.
@@ -57,6 +60,9 @@ class Hold:
 
 class SessionGate:
     """Wraps an agent so that its sessions never run two turns at once in this process."""
+
+    #: The agent a busy session gets: a ``Failed`` event with the busy code, nothing started.
+    busy_agent: Agent = _BUSY
 
     def __init__(self, agent: Agent) -> None:
         self.agent = agent

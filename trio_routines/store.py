@@ -52,6 +52,16 @@ Pause
     before every claim, so a paused routine claims nothing. All raise StateFault when the
     store cannot be read or written.
 
+Replicas (optional: a store without these gives holds that exclude within one process)
+    ``join(info)`` makes the calling scheduler a member: it takes the hold of its replica id
+    (a :class:`~trio_routines.errors.StateFault` when a live member has that id) and returns
+    a :class:`~trio_routines.presence.Presence`, through which the scheduler takes and lets
+    go of the holds of claims and sessions. A hold dies with the process that holds it --
+    the kernel or the database server releases it, no clock decides -- and is never
+    granted to two holders at once. ``claims_alive(claims)`` says, for each ``(routine,
+    slot)``, whether its claim's hold is held now; ``replicas()`` lists every member that
+    joined, each marked alive or not by its own hold. See :mod:`trio_routines.replicas`.
+
 Routine names are checked (:func:`trio_routines.names.check_name`) by every call taking one.
 Text that some store cannot hold (NUL, a lone surrogate) gets the same answer from every
 store: a wake-up request carrying it is an InvalidWakeup, an id or session carrying it is not
@@ -66,11 +76,14 @@ of its own sets them itself.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
+from .presence import Presence
 from .records import ClaimResult, Fire, Outcome, Wakeup
+from .replicas import ReplicaInfo
 from .wakeups import WakeupRequest
 
 
@@ -82,8 +95,11 @@ class Store(Protocol):
     :class:`~trio_routines.testing.MemoryStore`. Every one is an async context manager.
     """
 
-    async def claim(self, routine: str, slot: datetime, fired_at: datetime) -> ClaimResult:
-        """Decide ``slot`` for ``routine``: taken, duplicate or stale (see the module doc)."""
+    async def claim(
+        self, routine: str, slot: datetime, fired_at: datetime, *, replica: str | None = None
+    ) -> ClaimResult:
+        """Decide ``slot`` for ``routine``: taken, duplicate or stale (see the module doc);
+        a taken claim keeps ``replica``, the id of the scheduler that claimed it."""
         ...
 
     async def settle(
@@ -172,6 +188,23 @@ class Store(Protocol):
         tb: TracebackType | None,
     ) -> None:
         """Leaving the block closes the store (:meth:`aclose`), whatever ended it."""
+        ...
+
+
+@runtime_checkable
+class Replicated(Protocol):
+    """The optional part of the contract for stores shared by replicas (see the module doc)."""
+
+    async def join(self, info: ReplicaInfo) -> Presence:
+        """Become a member as ``info.id``; StateFault when a live member has that id."""
+        ...
+
+    async def claims_alive(self, claims: Sequence[tuple[str, datetime]]) -> list[bool]:
+        """For each ``(routine, slot)``, whether the hold of its claim is held now."""
+        ...
+
+    async def replicas(self) -> list[ReplicaInfo]:
+        """Every member that joined (and was not forgotten), alive or not."""
         ...
 
 

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 import attrs
@@ -19,9 +19,12 @@ import trio
 from .agent import SESSION_BUSY, Completed, Event, Failed, TextDelta
 from .claims import KEEP_CLAIMS, is_stale, names_to_prune
 from .context import FireContext, current_fire
+from .errors import StateFault
 from .instants import slot_name, truncate_ms
 from .names import check_name
+from .presence import Presence
 from .records import ClaimResult, ClaimStatus, Fire, Outcome, Wakeup
+from .replicas import ReplicaInfo, claim_key, replica_key
 from .store import Lifetime
 from .wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
 
@@ -42,6 +45,10 @@ class MemoryStore(Lifetime):
     def __init__(self, *, keep: int = KEEP_CLAIMS) -> None:
         self.keep = keep
         self.claims: dict[str, dict[str, Fire]] = {}
+        #: Every hold taken through :meth:`join`, across the schedulers sharing this store:
+        #: key -> the presence holding it (see :mod:`trio_routines.replicas`).
+        self.holds: dict[int, MemoryPresence] = {}
+        self.members: dict[str, MemoryPresence] = {}
         self.wakeups: list[Wakeup] = []
         self.faults: dict[str, Exception] = {}
         self.hangs: set[str] = set()
@@ -97,7 +104,9 @@ class MemoryStore(Lifetime):
         if fault is not None:
             raise fault
 
-    async def claim(self, routine: str, slot: datetime, fired_at: datetime) -> ClaimResult:
+    async def claim(
+        self, routine: str, slot: datetime, fired_at: datetime, *, replica: str | None = None
+    ) -> ClaimResult:
         await self._enter("claim")
         check_name(routine)
         self._fault("claim", routine)
@@ -109,7 +118,7 @@ class MemoryStore(Lifetime):
             return ClaimResult(ClaimStatus.STALE, newest)
         if wanted in claims:
             return ClaimResult(ClaimStatus.DUPLICATE, wanted)
-        claims[wanted] = Fire(slot=slot, fired_at=fired_at)
+        claims[wanted] = Fire(slot=slot, fired_at=fired_at, replica=replica)
         for name in names_to_prune(taken, self.keep):
             del claims[name]
         return ClaimResult(ClaimStatus.TAKEN, wanted)
@@ -218,8 +227,79 @@ class MemoryStore(Lifetime):
         self._fault("paused")
         return frozenset(self.paused_routines)
 
+    async def join(self, info: ReplicaInfo) -> MemoryPresence:
+        """Become a member: the replica's own hold, then its holds (see ``replicas.py``)."""
+        await self._enter("join")
+        self._fault("join")
+        presence = MemoryPresence(self, info)
+        if not (await presence.take([replica_key(info.id)]))[0]:
+            raise StateFault(f"replica id {info.id!r} is in use by a live replica")
+        self.members[info.id] = presence
+        return presence
+
+    async def claims_alive(self, claims: Sequence[tuple[str, datetime]]) -> list[bool]:
+        """For each ``(routine, slot)``, whether the hold of its claim is held now."""
+        await self._enter("claims_alive")
+        self._fault("claims_alive")
+        return [claim_key(routine, slot) in self.holds for routine, slot in claims]
+
+    async def replicas(self) -> list[ReplicaInfo]:
+        """Every member that joined (and was not forgotten), each marked alive or not."""
+        await self._enter("replicas")
+        self._fault("replicas")
+        return [member.info for member in self.members.values()]
+
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()
+
+
+class MemoryPresence(Presence):
+    """A member of a :class:`MemoryStore`. :meth:`vanish` is a process dying: every hold goes,
+    and nothing is settled."""
+
+    def __init__(self, store: MemoryStore, info: ReplicaInfo) -> None:
+        super().__init__(info)
+        self._store = store
+
+    async def _take(self, keys: list[int]) -> list[bool]:
+        await self._store._enter("take")
+        self._store._fault("take")
+        holds = self._store.holds
+        taken = []
+        for key in keys:
+            free = key not in holds
+            if free:
+                holds[key] = self
+            taken.append(free)
+        return taken
+
+    async def _release(self, keys: list[int]) -> None:
+        await trio.lowlevel.checkpoint()
+        for key in keys:
+            if self._store.holds.get(key) is self:
+                del self._store.holds[key]
+
+    async def _beat(self, in_flight: int, now: datetime) -> None:
+        await self._store._enter("beat")
+        self._store._fault("beat")
+        self.info = attrs.evolve(self.info, last_seen=now, in_flight=in_flight)
+
+    async def _leave(self) -> None:
+        await trio.lowlevel.checkpoint()
+        self._drop()
+
+    def vanish(self) -> None:
+        """Drop every hold and the membership at once, as a killed process does; the
+        scheduler that joined with it hears that its holds are lost."""
+        self._drop()
+        self.lost.set()
+
+    def _drop(self) -> None:
+        store = self._store
+        for key in [key for key, holder in store.holds.items() if holder is self]:
+            del store.holds[key]
+        if store.members.get(self.info.id) is self:
+            del store.members[self.info.id]
 
 
 class WallClock:

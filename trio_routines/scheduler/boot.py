@@ -32,22 +32,34 @@ class Boot(StoreCalls):
         routines = dict(self.routines)  # update_routines() may change them meanwhile
         newest = await self._read_newest_claims(routines)
         latest = {name: fire.fired_at for name, fire in newest.items() if fire is not None}
+        open_claims = {
+            name: fire
+            for name in routines
+            if (fire := newest[name]) is not None and fire.outcome is None
+        }
+        alive = await self._claims_alive([(n, f.slot) for n, f in open_claims.items()])
         unsettled = {}
-        for name in routines:
-            fire = newest[name]
-            if fire is not None and fire.outcome is None:
-                log.warning(
-                    "%s: the fire claimed at %s never finished — the process stopped mid-turn "
-                    "and that slot stays skipped (see `python -m trio_routines history %s`)",
+        for (name, fire), live in zip(open_claims.items(), alive, strict=True):
+            if live:  # its holder runs it now: another replica, or this one's fire
+                log.info(
+                    "%s: slot %s is running on replica %s — left to it",
                     name,
-                    format_iso(fire.fired_at),
-                    name,
+                    format_iso(fire.slot),
+                    fire.replica or "(unnamed)",
                 )
-                unsettled[name] = fire.slot
+                continue
+            log.warning(
+                "%s: the fire claimed at %s never finished — its process stopped mid-turn; "
+                "recorded as interrupted (see `python -m trio_routines history %s`)",
+                name,
+                format_iso(fire.fired_at),
+                name,
+            )
+            unsettled[name] = fire.slot
 
         async def interrupted(name: str) -> None:
-            # Only if still unsettled: another scheduler sharing the store may be the one
-            # mid-turn, and may settle the real outcome just before we write.
+            # Only if still unsettled: another scheduler sharing the store may have been the
+            # one mid-turn, and may have settled the real outcome just before we write.
             await self._settle_once(
                 name,
                 unsettled[name],

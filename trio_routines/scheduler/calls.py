@@ -18,6 +18,10 @@ the claim stays unsettled, and the next boot records it as interrupted.
 
 from __future__ import annotations
 
+import os
+import socket
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
 from types import TracebackType
 
@@ -25,7 +29,9 @@ import trio
 
 from ..errors import StateFault
 from ..instants import format_iso
+from ..presence import LocalPresence, Presence
 from ..records import Fire, Outcome, Wakeup
+from ..replicas import ReplicaInfo, claim_key
 from .clock import duration
 from .deadlines import StoreDeadlines
 from .state import SchedulerState, SharedRead, log
@@ -77,6 +83,56 @@ class StoreCalls(SchedulerState):
             f"{what}: the store did not answer within {duration(self.store_timeout)} "
             "(or before the stop's grace ran out)"
         )
+
+    async def _join(self) -> Presence:
+        """Join the store as this replica: its own hold, and its record (see replicas.py).
+
+        A store without ``join`` gives holds that exclude within this process only.
+        """
+        from .. import __version__
+
+        now = self.now()
+        info = ReplicaInfo(self.replica, __version__, socket.gethostname(), os.getpid(), now, now)
+        join = getattr(self.store, "join", None)
+        if join is None:
+            return LocalPresence(info)
+        with self._bounded():
+            presence: Presence = await join(info)
+            return presence
+        raise self._no_answer(f"could not join the store as replica {self.replica}")
+
+    @asynccontextmanager
+    async def _present(self) -> AsyncIterator[None]:
+        """Joined for the block: :meth:`run`'s, a fire's or a run's. Blocks at once share one
+        membership; the last to end leaves the store (bounded, whatever it does)."""
+        async with self._joining:
+            if self._presence is None:
+                self._presence = await self._join()
+            self._members += 1
+        try:
+            yield
+        finally:
+            self._members -= 1
+            if self._members == 0:
+                presence, self._presence = self._presence, None
+                if presence is not None:
+                    with trio.CancelScope(shield=True), trio.move_on_after(STOP_MARGIN):
+                        await presence.leave()
+
+    async def _claims_alive(self, claims: Sequence[tuple[str, datetime]]) -> list[bool]:
+        """Whether each claim's holder is alive: ours from memory, others' from the store."""
+        presence = self._presence
+        mine = [
+            presence is not None and presence.holds(claim_key(routine, slot))
+            for routine, slot in claims
+        ]
+        read = getattr(self.store, "claims_alive", None)
+        if read is None or not claims:
+            return mine
+        with self._bounded():
+            theirs: list[bool] = await read(list(claims))
+            return [a or b for a, b in zip(mine, theirs, strict=True)]
+        raise self._no_answer("the holds of the open claims are unreadable")
 
     async def _latest_fire(self, routine: str) -> Fire | None:
         with self._bounded():

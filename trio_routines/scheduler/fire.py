@@ -13,11 +13,13 @@ from ..context import FireContext, firing
 from ..errors import StateFault
 from ..instants import format_iso, slot_name, truncate_ms
 from ..logs import log_fields
-from ..records import ClaimResult, ClaimStatus
+from ..records import ClaimResult, ClaimStatus, Outcome
+from ..replicas import claim_key
 from ..routines import Routine
 from ..turns import TurnResult, run_turn
 from .calls import StoreCalls
-from .state import FireResult, NotOnGrid, NotYetDue, Stopping, busy_reason, log, on_grid
+from .holds import TurnHold
+from .state import LOST_HOLD, FireResult, NotOnGrid, NotYetDue, Stopping, busy_reason, log, on_grid
 
 
 class FirePath(StoreCalls):
@@ -46,7 +48,8 @@ class FirePath(StoreCalls):
             raise _not_yet_due(name, slot, now)
         if self._stopping.value:
             raise Stopping("the scheduler is stopping; no new fires are accepted")
-        result = await self._fire(routine, slot, task_status)  # shielded within
+        async with self._present():
+            result = await self._fire(routine, slot, task_status)  # shielded within
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller hears of it now
         return result
 
@@ -106,25 +109,41 @@ class FirePath(StoreCalls):
                         f"could not claim slot {slot_name(slot)} of {name!r}: {exc}"
                     ) from None
                 if name in paused:
-                    claim = ClaimResult(ClaimStatus.PAUSED)
-                else:
-                    now = self.now()
-                    if slot > now:  # the wall clock went back while the paused set was read
-                        raise _not_yet_due(name, slot, now)
-                    self._deadlines.note(scope, self._store_deadline())
+                    task_status.started(ClaimResult(ClaimStatus.PAUSED))
+                    return self._refused(name, slot, ClaimResult(ClaimStatus.PAUSED))
+                now = self.now()
+                if slot > now:  # the wall clock went back while the paused set was read
+                    raise _not_yet_due(name, slot, now)
+                self._deadlines.note(scope, self._store_deadline())
+                try:
+                    # The claim's hold before the claim: while it is held, every replica
+                    # sees the claim alive (replicas.py).
+                    hold = await self._holds.enter(routine.session, claim_key(name, slot))
+                except StateFault as exc:
+                    self._deadlines.forget(scope)
+                    raise StateFault(
+                        f"could not claim slot {slot_name(slot)} of {name!r}: {exc}"
+                    ) from None
+                try:
                     try:
-                        claim = await self.store.claim(name, slot, now)
+                        if hold.claimed:
+                            claim = await self.store.claim(name, slot, now, **self._claim_options)
+                        else:  # another replica is deciding or running this very slot
+                            claim = ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
                     finally:
                         self._deadlines.forget(scope)
-                task_status.started(claim)
-                if claim.status is not ClaimStatus.TAKEN:
-                    return self._refused(name, slot, claim)
-                if scope.cancel_called:
-                    # The deadline passed just as the claim returned: the scope is cancelled,
-                    # and the turn and its settle go on in a scope of their own.
-                    with trio.CancelScope(shield=True) as scope:
-                        return await self._turn_and_settle(routine, slot, scope)
-                return await self._turn_and_settle(routine, slot, scope)
+                    task_status.started(claim)
+                    if claim.status is not ClaimStatus.TAKEN:
+                        return self._refused(name, slot, claim)
+                    if scope.cancel_called:
+                        # The deadline passed just as the claim returned: the scope is
+                        # cancelled, and the turn and its settle go on in a scope of their own.
+                        with trio.CancelScope(shield=True) as scope:
+                            return await self._turn_and_settle(routine, slot, scope, hold)
+                    return await self._turn_and_settle(routine, slot, scope, hold)
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await hold.release()
             raise self._no_answer(f"could not claim slot {format_iso(slot)} of {name!r}")
         finally:
             self._in_flight.value -= 1
@@ -161,14 +180,14 @@ class FirePath(StoreCalls):
         return FireResult(name, slot, claimed=False, reason=reason)
 
     async def _turn_and_settle(
-        self, routine: Routine, slot: datetime, scope: trio.CancelScope
+        self, routine: Routine, slot: datetime, scope: trio.CancelScope, hold: TurnHold
     ) -> FireResult:
         """The turn, then its settle, the last step of ``scope`` (see :meth:`_settle`)."""
         name = routine.name
         late = (self.now() - slot).total_seconds()
         why = FireContext("routine", routine.session, routine=name, slot=slot)
-        with log_fields(late_ms=round(late * 1000)):
-            turn = await self._turn(why, name, routine.prompt, routine.timeout)
+        with log_fields(late_ms=round(late * 1000), replica=self.replica):
+            turn = await self._turn(why, name, routine.prompt, routine.timeout, hold=hold)
         # The reason goes with the outcome. A busy session is an overlap, not a failure: when
         # our own previous turn of it runs, nothing is stored (history says it was still
         # running); when the agent said busy, its words are -- a 409 may also mean that it
@@ -192,21 +211,40 @@ class FirePath(StoreCalls):
         text: str,
         timeout: float | None = None,
         on_text: Callable[[str], None] | None = None,
+        *,
+        hold: TurnHold | None = None,
     ) -> TurnResult:
-        """One turn of ``why.session``; :func:`~trio_routines.current_fire` returns ``why``."""
-        hold = self.agent.hold(why.session)
-        with self._turn_scope() as grace, hold as agent, firing(why):
-            turn = await run_turn(
-                agent,
-                label,
-                why.session,
-                text,
-                timeout=timeout,
-                grace_scope=grace,
-                on_text=on_text,
-            )
-        if hold.refused:  # our own turn of the session is in flight: no agent's words to keep
+        """One turn of ``why.session``; :func:`~trio_routines.current_fire` returns ``why``.
+
+        ``hold``: the session already held for it (a fire's); else it is held here, and a
+        store that cannot answer is a failed turn.
+        """
+        own = hold is None
+        if hold is None:
+            try:
+                hold = await self._holds.enter(why.session)
+            except StateFault as exc:
+                log.error("%s: could not hold session %s: %s", label, why.session, exc)
+                return TurnResult(Outcome.FAILED, 0, failed=f"the store did not answer: {exc}")
+        try:
+            with self._turn_scope() as grace, firing(why):
+                turn = await run_turn(
+                    hold.agent,
+                    label,
+                    why.session,
+                    text,
+                    timeout=timeout,
+                    grace_scope=grace,
+                    on_text=on_text,
+                )
+        finally:
+            if own:
+                with trio.CancelScope(shield=True):
+                    await hold.release()
+        if hold.busy:  # a turn of ours (any replica's) is in flight: no agent's words to keep
             return attrs.evolve(turn, failed=None)
+        if turn.outcome is Outcome.INTERRUPTED and self._lost_holds:
+            return attrs.evolve(turn, failed=LOST_HOLD)
         return turn
 
     async def run_now(
@@ -216,45 +254,48 @@ class FirePath(StoreCalls):
         routine = self.routine(name)
         if self._stopping.value:
             raise Stopping("the scheduler is stopping; no new turns are accepted")
-        with trio.CancelScope(shield=True), self._working():
-            why = FireContext("run", routine.session, routine=name)
-            result = await self._turn(why, name, routine.prompt, routine.timeout, on_text)
+        async with self._present():
+            with trio.CancelScope(shield=True), self._working():
+                why = FireContext("run", routine.session, routine=name)
+                result = await self._turn(why, name, routine.prompt, routine.timeout, on_text)
         return result
 
     async def start_run(self, name: str) -> bool:
         """Start one turn of a routine in the running scheduler's nursery, without a claim.
 
-        Returns False, starting nothing, when the routine's session is busy; otherwise the
-        session is already held for this turn when this returns, so no other turn can slip
-        in between the answer and the start.
+        Returns False, starting nothing, when the routine's session is busy here or in any
+        replica sharing the store; otherwise the session is already held for this turn when
+        this returns, so no other turn can slip in between the answer and the start.
+        Raises StateFault when the store cannot say.
         """
         routine = self.routine(name)
         if self._stopping.value or self._nursery is None:
             raise Stopping("the scheduler is stopping; no new turns are accepted")
-        if self.agent.busy(routine.session):
+        hold: TurnHold | None = None
+        with self._bounded():
+            hold = await self._holds.enter(routine.session)
+        if hold is None:
+            raise self._no_answer(f"could not hold the session of {name!r}")
+        if hold.busy:
+            await hold.release()
             return False
-        await self._nursery.start(self._run_in_background, routine)
+        await self._nursery.start(self._run_in_background, routine, hold)
         return True
 
     async def _run_in_background(
-        self, routine: Routine, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self,
+        routine: Routine,
+        hold: TurnHold,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        with (
-            trio.CancelScope(shield=True),
-            self._working(),
-            self._turn_scope() as grace,
-            self.agent.hold(routine.session) as agent,
-            firing(FireContext("run", routine.session, routine=routine.name)),
-        ):
+        with trio.CancelScope(shield=True), self._working():
             task_status.started()
-            await run_turn(
-                agent,
-                routine.name,
-                routine.session,
-                routine.prompt,
-                timeout=routine.timeout,
-                grace_scope=grace,
-            )
+            why = FireContext("run", routine.session, routine=routine.name)
+            try:
+                await self._turn(why, routine.name, routine.prompt, routine.timeout, hold=hold)
+            finally:
+                await hold.release()
 
 
 def _not_yet_due(name: str, slot: datetime, now: datetime) -> NotYetDue:

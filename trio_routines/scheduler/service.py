@@ -15,12 +15,13 @@ from ..routines import Routine
 from ..store import Store
 from .boot import Boot
 from .calls import STOP_MARGIN
+from .members import Members
 from .reload import Reload
 from .state import Statistics
 from .wake import WakeLoop
 
 
-class Scheduler(Boot, Reload, WakeLoop):
+class Scheduler(Boot, Members, Reload, WakeLoop):
     """Fires routines and wake-ups into an agent; see the package doc.
 
     Start it inside a nursery: ``scheduler = await nursery.start(serve_routines, ...)``, or
@@ -39,23 +40,26 @@ class Scheduler(Boot, Reload, WakeLoop):
         is settled ``interrupted`` here too.
         """
         booted = dict(self.routines)
-        first_due = await self._boot(plan=not self.external_clock)
-        await self._refresh_paused()
-        for name, due in first_due.items():
-            self._armed[name] = None
-            self._next_due[name] = due
-        self._note_offset()
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            nursery.start_soon(self._run_loops, booted, first_due)
-            task_status.started(self)
-        self._nursery = None
+        async with self._present():
+            await self._note_dead_members()
+            first_due = await self._boot(plan=not self.external_clock)
+            await self._refresh_paused()
+            for name, due in first_due.items():
+                self._armed[name] = None
+                self._next_due[name] = due
+            self._note_offset()
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._run_loops, booted, first_due)
+                task_status.started(self)
+            self._nursery = None
 
     async def _run_loops(self, booted: dict[str, Routine], first_due: dict[str, datetime]) -> None:
         with self._loops:
             async with trio.open_nursery() as loops:
                 await loops.start(self._sleepers.run)  # before any loop sleeps
                 await loops.start(self._deadlines.watch)  # before any fire's claim
+                loops.start_soon(self._watch_presence)
                 # Published only now: an update_routines() during the await above must not
                 # start a loop that the arming below would start a second time.
                 self._loop_nursery = loops

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import itertools
 import logging
 import math
 from collections import Counter
@@ -17,12 +19,15 @@ from ..cron import next_run
 from ..errors import InvalidOption, InvalidRoutine, StateFault, TrioRoutinesError
 from ..instants import format_iso, truncate_ms
 from ..metrics import Metrics
+from ..presence import Presence
 from ..records import Fire, Outcome
+from ..replicas import check_replica, default_replica
 from ..routines import Routine
 from ..sessions import SessionGate
 from ..store import Store
 from ..wakeups import POLL_INTERVAL
 from .deadlines import StoreDeadlines
+from .holds import Holds
 from .sleepers import Sleepers, Unpark
 
 log = logging.getLogger("trio_routines")
@@ -31,6 +36,8 @@ MAX_WAIT = 6 * 3600.0  # seconds: the longest single sleep before the wall clock
 DEFAULT_GRACE = 10.0
 JUMP_THRESHOLD = 5.0
 STORE_TIMEOUT = 30.0  # seconds: the longest we wait for one store call
+#: Why a turn was ended when the store could no longer vouch for our holds (presence.py).
+LOST_HOLD = "interrupted: this replica lost its hold on the store, so the turn was ended"
 
 
 def system_now() -> datetime:
@@ -193,6 +200,25 @@ class TurnScope:
         self._scopes.discard(self._scope)
 
 
+_INSTANCES = itertools.count(1)
+
+
+def _default_replica() -> str:
+    """``host:pid``; a second scheduler in one process gets ``host:pid.2``, and so on."""
+    number = next(_INSTANCES)
+    return default_replica() if number == 1 else f"{default_replica()}.{number}"
+
+
+def _takes_replica(store: Store) -> bool:
+    try:
+        parameters = inspect.signature(store.claim).parameters
+    except (TypeError, ValueError):
+        return False
+    return "replica" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
+
+
 def _seconds(option: str, value: float, *, zero: bool) -> float:
     """``value`` if it is a finite number of seconds (``zero``: 0 allowed), else a one-line
     :class:`InvalidOption`: a NaN deadline, say, would leave store calls without a bound."""
@@ -219,9 +245,20 @@ class SchedulerState:
         jump_threshold: float = JUMP_THRESHOLD,
         default_grace: float = DEFAULT_GRACE,
         store_timeout: float = STORE_TIMEOUT,
+        replica: str | None = None,
     ) -> None:
         self.agent = SessionGate(agent)
         self.store = store
+        #: This scheduler's replica id, stored with every claim it makes (replicas.py).
+        self.replica = check_replica(replica) if replica is not None else _default_replica()
+        # A store written before replicas were recorded takes no ``replica``: it gets none.
+        self._claim_options = {"replica": self.replica} if _takes_replica(store) else {}
+        self._presence: Presence | None = None  # joined by run() (or for one fire)
+        self._joining = trio.Lock()
+        self._members = 0  # blocks sharing the membership (see calls.py's _present)
+        self._holds = Holds(self.agent, self._current_presence)
+        self._swept: set[str] = set()  # dead replicas whose open claims were reconciled
+        self._lost_holds = False  # the presence was lost: turns ended by it say so
         self.routines: dict[str, Routine] = {}
         for routine in routines:
             if routine.name in self.routines:
@@ -260,6 +297,12 @@ class SchedulerState:
         self._jumps = 0
         self._offset: float | None = None
         self._sleepers = Sleepers()  # where cron loops sleep (see sleepers.py)
+
+    def _current_presence(self) -> Presence:
+        presence = self._presence
+        if presence is None:
+            raise StateFault(f"replica {self.replica} has not joined its store")
+        return presence
 
     def _note_future_claim(self, name: str, newest: Fire | None, now: datetime) -> None:
         """Remember the newest claim just read, and warn if it is stamped after ``now``.

@@ -43,8 +43,9 @@ from .safefile import (
 )
 
 log = logging.getLogger("trio_routines")
-#: A claim holds ``{"firedAt":…,"outcome":…,"ms":…,"error":…}``; its reason is at most 1 KiB
-#: of text (``text.error_text``), so a few KiB at most. More is not a claim.
+#: A claim holds ``{"firedAt":…,"outcome":…,"ms":…,"error":…,"replica":…}``; its reason is at
+#: most 1 KiB of text (``text.error_text``), its replica 128 characters: a few KiB at most.
+#: More is not a claim.
 CLAIM_LIMIT = 16384
 
 
@@ -58,7 +59,7 @@ class Pending(NamedTuple):
 
 
 V = TypeVar("V")
-ClaimItem = tuple[str, datetime, datetime]  # routine, slot, fired_at
+ClaimItem = tuple[str, datetime, datetime, str | None]  # routine, slot, fired_at, replica
 ClaimWrite = tuple[ClaimResult, Pending | None]
 # routine, slot, outcome, ms, if_unsettled, error
 SettleItem = tuple[str, datetime, Outcome, int | None, bool, str | None]
@@ -168,7 +169,13 @@ class ClaimFiles:
         return StateFault(f"could not make the claim {path} durable: {describe(exc)}")
 
     def create(
-        self, routine: str, slot: datetime, fired_at: datetime, *, claims: int | None = None
+        self,
+        routine: str,
+        slot: datetime,
+        fired_at: datetime,
+        replica: str | None = None,
+        *,
+        claims: int | None = None,
     ) -> ClaimWrite:
         """Decide the slot and write the claim; durable already unless a flush is pending."""
         where = self.claim_dir(routine)
@@ -198,7 +205,7 @@ class ClaimFiles:
                 ) from None
             try:
                 try:
-                    write_all(fd, claim_text(fired_at).encode(), path)
+                    write_all(fd, claim_text(fired_at, replica=replica).encode(), path)
                     if self._syncfs is None:
                         fsync(fd, path)
                 finally:
@@ -347,7 +354,7 @@ class ClaimFiles:
             if if_unsettled and fire.outcome is not None:
                 return True, None
             rounded = None if ms is None else round(ms)
-            data = claim_text(fire.fired_at, outcome, rounded, error).encode()
+            data = claim_text(fire.fired_at, outcome, rounded, error, fire.replica).encode()
             # Write over the stamp, then cut what is left: a write that fails (ENOSPC, EIO)
             # leaves the stamp readable, where truncating first would have erased it.
             at(path, lambda: os.pwrite(fd, data, 0))

@@ -46,6 +46,7 @@ import trio
 from ..claims import KEEP_CLAIMS
 from ..errors import StateFault
 from ..records import ClaimResult, Fire, Outcome
+from ..replicas import ReplicaInfo, claim_key
 from ..store import Lifetime
 from .batch import Answer, Batcher, Entry, Turns
 from .claimfiles import (
@@ -55,6 +56,7 @@ from .claimfiles import (
     SettleItem,
     Written,
 )
+from .dirholds import DirectoryPresence, keys_alive, read_replicas
 from .dirwakeups import WakeupsInFile
 from .groupcommit import SYNCFS, Batch, Descriptors, GroupCommit
 from .newest import BatchedReads, in_threads
@@ -132,6 +134,7 @@ class DirectoryStore(WakeupsInFile, Lifetime):
                 self.root, keep, lock_timeout, self._commit, max_batch=WRITE_BATCH, argv=argv
             )
         self._reads = 0
+        self._presence: DirectoryPresence | None = None  # this process's, once joined
 
     def __repr__(self) -> str:
         return f"DirectoryStore({str(self.root)!r})"
@@ -206,8 +209,10 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         items = [entry.item for entry in entries]
         return self._covered(await self._write(self._files.create_each, items, urgent=True))
 
-    async def claim(self, routine: str, slot: datetime, fired_at: datetime) -> ClaimResult:
-        call = await self._submit("claims", (routine, slot, fired_at), self._claim_writes)
+    async def claim(
+        self, routine: str, slot: datetime, fired_at: datetime, *, replica: str | None = None
+    ) -> ClaimResult:
+        call = await self._submit("claims", (routine, slot, fired_at, replica), self._claim_writes)
         result: ClaimResult = call.value
         if call.later is None:
             return result
@@ -230,9 +235,11 @@ class DirectoryStore(WakeupsInFile, Lifetime):
                 await self._run(self._files.prune_later, routine, call.later)
         return result
 
-    def claim_sync(self, routine: str, slot: datetime, fired_at: datetime) -> ClaimResult:
+    def claim_sync(
+        self, routine: str, slot: datetime, fired_at: datetime, *, replica: str | None = None
+    ) -> ClaimResult:
         """:meth:`claim`, blocking: for a thread, or a process without Trio."""
-        result, pending = self._files.create(routine, slot, fired_at)
+        result, pending = self._files.create(routine, slot, fired_at, replica)
         if pending is None:
             return result
         assert self._syncfs is not None
@@ -363,6 +370,35 @@ class DirectoryStore(WakeupsInFile, Lifetime):
                 return
             raise StateFault(f"the state directory {path} is not a writable directory")
         raise StateFault(f"the state directory {self.root} cannot be created")
+
+    # -- replicas (see replicas.py and dirholds.py) ---------------------------------------
+
+    async def join(self, info: ReplicaInfo) -> DirectoryPresence:
+        """Become a member of the store as ``info.id`` (see :mod:`trio_routines.replicas`)."""
+        presence = DirectoryPresence(info, self.root, self._limiter)
+        try:
+            await self._run(presence.open)
+        except OSError as exc:
+            raise StateFault(f"could not join {self.root}: {describe(exc)}") from None
+        self._presence = presence
+        return presence
+
+    async def claims_alive(self, claims: Sequence[tuple[str, datetime]]) -> list[bool]:
+        """For each ``(routine, slot)``, whether the hold of its claim is held now."""
+        keys = [claim_key(routine, slot) for routine, slot in claims]
+        own = self._presence if self._presence is not None and self._presence.fd else None
+        try:
+            return await self._run(keys_alive, self.root, own, keys)
+        except OSError as exc:
+            raise StateFault(f"the holds of {self.root} are unreadable: {describe(exc)}") from None
+
+    async def replicas(self) -> list[ReplicaInfo]:
+        """Every member that joined (and was not forgotten), each marked alive or not."""
+        try:
+            return await self._run(read_replicas, self.root, self._presence)
+        except OSError as exc:
+            why = describe(exc)
+            raise StateFault(f"the replicas of {self.root} are unreadable: {why}") from None
 
     # Pause files live in their own module, which builds on safefile.py.
     async def set_paused(self, routine: str, paused: bool, at: datetime | None = None) -> None:

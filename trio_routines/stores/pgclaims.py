@@ -37,7 +37,8 @@ from .pgschema import CLAIM_LOCK, Schema
 
 log = logging.getLogger("trio_routines")
 
-ClaimItem = tuple[str, datetime, datetime]  # routine, slot, fired_at (distinct routines)
+# routine, slot, fired_at, replica (distinct routines)
+ClaimItem = tuple[str, datetime, datetime, str | None]
 # routine, slot, outcome, ms, if_unsettled, error
 SettleItem = tuple[str, datetime, Outcome, int | None, bool, str | None]
 
@@ -50,14 +51,15 @@ _LOCKS = """SELECT count(pg_advisory_xact_lock(hashtext(%s), k)) FROM (
 # The statement's snapshot does not hold its own insertions: ``newest`` is the newest claim
 # before this batch, and the delete keeps the keep-1 newest old claims next to the new one.
 _DECIDE = """WITH wanted AS (
-        SELECT w.routine, w.slot, w.fired_at,
+        SELECT w.routine, w.slot, w.fired_at, w.replica,
             (SELECT max(c.slot) FROM {claims} AS c WHERE c.routine = w.routine) AS newest
         FROM (SELECT e->>0 AS routine, (e->>1)::timestamptz AS slot,
-            (e->>2)::timestamptz AS fired_at FROM jsonb_array_elements(%(batch)s::jsonb) AS e
+            (e->>2)::timestamptz AS fired_at, e->>3 AS replica
+            FROM jsonb_array_elements(%(batch)s::jsonb) AS e
         ) AS w
     ), taken AS (
-        INSERT INTO {claims} (routine, slot, fired_at)
-        SELECT routine, slot, fired_at FROM wanted WHERE newest IS NULL OR slot >= newest
+        INSERT INTO {claims} (routine, slot, fired_at, replica)
+        SELECT routine, slot, fired_at, replica FROM wanted WHERE newest IS NULL OR slot >= newest
         ON CONFLICT DO NOTHING
         RETURNING routine
     ), pruned AS (
@@ -101,7 +103,10 @@ def claim_batch(
     """Decide every item in one transaction: the results in the items' order, and which taken
     claims were settled interrupted here because their caller had given up meanwhile."""
     batch = _json(
-        [[routine, slot.isoformat(), fired.isoformat()] for routine, slot, fired in items]
+        [
+            [routine, slot.isoformat(), fired.isoformat(), replica]
+            for routine, slot, fired, replica in items
+        ]
     )
     prune = _PRUNE_ALL if keep == 1 else _PRUNE_OLDER
     decide = schema.sql(_DECIDE.replace("%(prune)s", prune))
@@ -111,7 +116,7 @@ def claim_batch(
             cursor = conn.execute(decide, {"batch": batch, "offset": keep - 2})
         rows = {routine: (newest, taken) for routine, newest, taken in cursor.fetchall()}
     results = []
-    for routine, slot, _ in items:
+    for routine, slot, _, _ in items:
         newest, taken = rows[routine]
         if taken:
             results.append(ClaimResult(ClaimStatus.TAKEN, slot_name(slot)))
@@ -130,7 +135,7 @@ def claim_batch(
 
 def taken_too_late(conn: psycopg.Connection[Any], schema: Schema, late: list[ClaimItem]) -> None:
     """Settle interrupted the claims taken for callers that had given up: nobody runs them."""
-    for routine, slot, _ in late:
+    for routine, slot, _, _ in late:
         log.warning(
             "%s: slot %s was claimed after the call had given up (a stalled connection, or a "
             "stop); it will not run and is recorded as interrupted",
@@ -138,7 +143,7 @@ def taken_too_late(conn: psycopg.Connection[Any], schema: Schema, late: list[Cla
             slot_name(slot),
         )
     settles: list[SettleItem] = [
-        (routine, slot, Outcome.INTERRUPTED, None, True, None) for routine, slot, _ in late
+        (routine, slot, Outcome.INTERRUPTED, None, True, None) for routine, slot, _, _ in late
     ]
     settle_batch(conn, Call(), schema, settles)
 

@@ -171,6 +171,11 @@ class Connections:
         self._schema_lock = threading.Lock()
         self._schema_ready = False
 
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """The connection arguments the pool uses beyond the URL (a copy)."""
+        return dict(self._kwargs)
+
     async def run(
         self, what: str, fn: Callable[[psycopg.Connection[Any], Call, *Ts], T], *args: *Ts
     ) -> T:

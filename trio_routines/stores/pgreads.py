@@ -40,9 +40,10 @@ READERS = 4  # queries at once, each on its own connection (the pool holds 8 by 
 T = TypeVar("T")
 Conn = psycopg.Connection[Any]
 
-_COLUMNS = "slot, fired_at, outcome, ms, error"
+_COLUMNS = "slot, fired_at, outcome, ms, error, replica"
 _ROUTINES = "jsonb_array_elements_text(%s::jsonb) AS r (routine)"
-_NEWEST = f"""SELECT r.routine, c.slot, c.fired_at, c.outcome, c.ms, c.error FROM {_ROUTINES}
+_NEWEST = f"""SELECT r.routine, c.slot, c.fired_at, c.outcome, c.ms, c.error, c.replica
+    FROM {_ROUTINES}
     CROSS JOIN LATERAL (
         SELECT {_COLUMNS} FROM {{claims}} AS k WHERE k.routine = r.routine
         ORDER BY k.slot DESC LIMIT 1
@@ -51,13 +52,15 @@ _RESUMED = f"SELECT r.routine, s.resumed_at FROM {_ROUTINES} JOIN {{resumed}} AS
 
 
 def _fire(routine: str, row: tuple[Any, ...], where: str) -> Fire:
-    slot, fired_at, outcome, ms, error = row
+    slot, fired_at, outcome, ms, error, replica = row
     # The same lenient reading as a claim file: an odd outcome reads as unsettled.
     record: dict[str, object] = {"firedAt": format_iso(fired_at), "outcome": outcome}
     if ms is not None:
         record["ms"] = ms
     if error is not None:
         record["error"] = error
+    if replica is not None:
+        record["replica"] = replica
     return fire_from_record(truncate_ms(slot), record, f"{routine}/{slot_name(slot)} in {where}")
 
 

@@ -15,7 +15,7 @@ from psycopg import sql
 
 from ..errors import StateFault
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Advisory lock namespaces (the first key of the two-key form); the second key is a hash of
 # the routine or session. A hash collision only serializes two unrelated callers.
 DDL_LOCK = "trio_routines:schema"
@@ -57,6 +57,20 @@ _MIGRATIONS: dict[int, list[str]] = {
             routine text PRIMARY KEY,
             resumed_at timestamptz NOT NULL)"""
     ],
+    # Replicas: who claimed each slot; the members of the store; the open claims, found
+    # without reading every routine's history (see replicas.py).
+    5: [
+        "ALTER TABLE {claims} ADD COLUMN IF NOT EXISTS replica text",
+        """CREATE TABLE IF NOT EXISTS {replicas} (
+            id text PRIMARY KEY,
+            version text NOT NULL,
+            host text NOT NULL,
+            pid integer NOT NULL,
+            started timestamptz NOT NULL,
+            last_seen timestamptz NOT NULL,
+            in_flight integer NOT NULL DEFAULT 0)""",
+        "CREATE INDEX IF NOT EXISTS {claims_open} ON {claims} (routine) WHERE outcome IS NULL",
+    ],
 }
 
 
@@ -75,6 +89,8 @@ class Schema:
             "wakeups": name("trio_routines_wakeups"),
             "paused": name("trio_routines_paused"),
             "resumed": name("trio_routines_resumed"),
+            "replicas": name("trio_routines_replicas"),
+            "claims_open": sql.Identifier("trio_routines_claims_open"),
             "wakeups_session": sql.Identifier("trio_routines_wakeups_session"),
             "wakeups_id": sql.Identifier("trio_routines_wakeups_id"),
         }

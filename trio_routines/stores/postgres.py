@@ -45,6 +45,7 @@ from ..errors import StateFault
 from ..instants import slot_name, truncate_ms
 from ..names import check_name
 from ..records import ClaimResult, Fire, Outcome, Wakeup
+from ..replicas import ReplicaInfo, claim_key
 from ..store import Lifetime
 from ..text import error_text
 from ..wakeups import (
@@ -60,6 +61,7 @@ from .batch import Answer, Batcher, Entry
 from .newest import BatchedReads
 from .pgclaims import ClaimItem, SettleItem, claim_batch, settle_batch, taken_too_late
 from .pgconn import Call, CallFault, Connections
+from .pgholds import PostgresPresence, keys_held, replica_rows
 from .pgreads import BATCH, READERS, history, newest_fires, read_batch, resumes
 from .pgschema import CLAIM_LOCK as CLAIM_LOCK
 from .pgschema import SCHEMA_VERSION as SCHEMA_VERSION
@@ -155,9 +157,13 @@ class PostgresStore(Lifetime):
 
     # -- claims ---------------------------------------------------------------------------
 
-    async def claim(self, routine: str, slot: datetime, fired_at: datetime) -> ClaimResult:
+    async def claim(
+        self, routine: str, slot: datetime, fired_at: datetime, *, replica: str | None = None
+    ) -> ClaimResult:
         check_name(routine)
-        return await self._claims.submit((routine, truncate_ms(slot), truncate_ms(fired_at)))
+        return await self._claims.submit(
+            (routine, truncate_ms(slot), truncate_ms(fired_at), replica)
+        )
 
     async def _flush_claims(
         self, entries: Sequence[Entry[ClaimItem, ClaimResult]]
@@ -175,7 +181,7 @@ class PostgresStore(Lifetime):
         except CallFault as exc:
             return [
                 Answer(error=exc.retold(f"could not claim slot {slot_name(slot)} of {routine!r}"))
-                for routine, slot, _ in items
+                for routine, slot, _, _ in items
             ]
         # A caller that gave up after the thread looked: its claim is settled from here.
         late = [
@@ -384,6 +390,24 @@ class PostgresStore(Lifetime):
 
     async def ready(self) -> None:
         await self._conns.run("the database does not answer", _select_one)
+
+    # -- replicas (see replicas.py and pgholds.py) ----------------------------------------
+
+    async def join(self, info: ReplicaInfo) -> PostgresPresence:
+        """Become a member of the store as ``info.id`` (see :mod:`trio_routines.replicas`)."""
+        await self._conns.run("could not reach the database", _select_one)  # migrated first
+        presence = PostgresPresence(info, self._conns, self._tables)
+        await presence.connect()
+        return presence
+
+    async def claims_alive(self, claims: Sequence[tuple[str, datetime]]) -> list[bool]:
+        """For each ``(routine, slot)``, whether the hold of its claim is held now."""
+        keys = [claim_key(routine, slot) for routine, slot in claims]
+        return await self._conns.run("could not read the holds", keys_held, keys)
+
+    async def replicas(self) -> list[ReplicaInfo]:
+        """Every member that joined (and was not forgotten), each marked alive or not."""
+        return await self._conns.run("could not read the replicas", replica_rows, self._tables)
 
     async def aclose(self) -> None:
         await self._conns.aclose()

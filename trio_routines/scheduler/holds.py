@@ -1,0 +1,87 @@
+"""Who may run a turn now: one per session in this process and across every replica.
+
+:class:`Holds` owns the two things that decide it -- the process's
+:class:`~trio_routines.sessions.SessionGate` and the replica's
+:class:`~trio_routines.presence.Presence` in the store -- and hands out a :class:`TurnHold`
+per turn. A fire asks for the hold of its claim in the same step (see
+:mod:`trio_routines.replicas`): a claim hold taken elsewhere means another replica is deciding
+or running that very slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..agent import Agent
+from ..presence import Presence
+from ..replicas import session_key
+from ..sessions import Hold, SessionGate
+
+
+class TurnHold:
+    """One turn's holds: ``agent`` to run it with (the busy answer when ``busy``)."""
+
+    __slots__ = ("_gate_hold", "_keys", "_presence", "agent", "busy", "claimed")
+
+    def __init__(
+        self,
+        gate_hold: Hold,
+        agent: Agent,
+        presence: Presence,
+        keys: list[int],
+        *,
+        busy: bool,
+        claimed: bool,
+    ) -> None:
+        self._gate_hold: Hold | None = gate_hold
+        self._presence = presence
+        self._keys = keys
+        self.agent = agent
+        #: The session has a turn in flight, here or in another replica: nothing may start.
+        self.busy = busy
+        #: The claim's hold was taken (True when none was asked for).
+        self.claimed = claimed
+
+    async def release(self) -> None:
+        """Let go of everything this turn holds (once; never raises)."""
+        gate_hold, self._gate_hold = self._gate_hold, None
+        if gate_hold is not None:
+            gate_hold.__exit__(None, None, None)
+        keys, self._keys = self._keys, []
+        if keys:
+            await self._presence.release(keys)
+
+
+class Holds:
+    """The process's session gate and the replica's presence, as one decision per turn."""
+
+    def __init__(self, gate: SessionGate, presence: Callable[[], Presence]) -> None:
+        self.gate = gate
+        self._presence = presence  # the current one: a lost presence is replaced
+
+    async def enter(self, session: str, claim: int | None = None) -> TurnHold:
+        """Hold ``session`` (and the claim ``claim``, a key) for one turn.
+
+        Raises StateFault when the store cannot answer; nothing is held then.
+        """
+        presence = self._presence()
+        gate_hold = self.gate.hold(session)
+        agent = gate_hold.__enter__()
+        wanted = [] if claim is None else [claim]
+        if not gate_hold.refused:  # busy here already: the store need not be asked
+            wanted.append(session_key(session))
+        try:
+            taken = await presence.take(wanted)
+        except BaseException:
+            gate_hold.__exit__(None, None, None)
+            raise
+        got = [key for key, ok in zip(wanted, taken, strict=True) if ok]
+        claimed = claim is None or taken[0]
+        busy = gate_hold.refused or not taken[-1]
+        hold = TurnHold(gate_hold, agent, presence, got, busy=busy, claimed=claimed)
+        if busy and not gate_hold.refused:
+            # Another replica runs a turn of the session: answer busy, as the gate does here.
+            gate_hold.__exit__(None, None, None)
+            hold._gate_hold = None
+            hold.agent = self.gate.busy_agent
+        return hold

@@ -1,0 +1,122 @@
+"""The replica's life in its store: heartbeat, a lost presence, a dead member's open claims.
+
+Every poll interval the watch tells the store we are here (last seen, turns in flight; on
+PostgreSQL this also proves the connection that carries our holds still answers). It looks
+for members that died -- their own hold free -- and reconciles the open newest claims of our
+routines whose holders are gone, once per dead member: a replica killed mid-turn has its
+claim recorded ``interrupted`` within one poll interval (plus the store's answer), by any
+live replica, not only at the next boot.
+
+If the store can no longer vouch for our holds (the presence is **lost**), the turns we run
+are no longer protected: another replica may rightly see them dead, and start the session's
+next turn. So they are ended at once (settled ``interrupted``, with the reason), and the
+watch joins again, every poll interval, until the store takes us back. Fires meanwhile fail
+before their claim (a state fault: nothing is burned).
+"""
+
+from __future__ import annotations
+
+import trio
+
+from ..errors import StateFault
+from ..instants import format_iso
+from ..records import Outcome
+from .boot import _for_each
+from .calls import StoreCalls
+from .state import log
+
+WATCH_AT_LEAST = 1.0  # seconds between two looks, whatever the poll interval
+SWEPT_INTERRUPTED = "its replica stopped mid-turn (found by a live replica)"
+
+
+class Members(StoreCalls):
+    async def _watch_presence(self) -> None:
+        """Run for as long as the loops do (see the module doc)."""
+        while True:
+            presence = self._presence
+            if presence is None:
+                return
+            with trio.move_on_after(self._watch_interval()):
+                await presence.lost.wait()
+            if presence.lost.is_set():
+                await self._lost(presence.replica)
+                continue
+            try:
+                with self._bounded():
+                    await presence.beat(int(self._in_flight.value), self.now())
+                await self._sweep()
+            except StateFault as exc:
+                log.warning("replica %s: the store did not answer the watch: %s", self.replica, exc)
+
+    def _watch_interval(self) -> float:
+        return max(WATCH_AT_LEAST, self.poll_interval)
+
+    async def _lost(self, replica: str) -> None:
+        """End our turns, then join again until the store takes us back."""
+        self._lost_holds = True
+        for scope in list(self._grace_scopes):
+            scope.cancel()
+        while not self._stopping.value:
+            await trio.sleep(self._watch_interval())
+            try:
+                presence = await self._join()
+            except StateFault as exc:
+                log.warning("replica %s could not join its store again: %s", replica, exc)
+                continue
+            old, self._presence = self._presence, presence
+            self._lost_holds = False
+            if old is not None:
+                with trio.CancelScope(shield=True), trio.move_on_after(self.store_timeout):
+                    await old.leave()
+            log.info("replica %s joined its store again", replica)
+            return
+
+    async def _sweep(self) -> None:
+        """Reconcile the open newest claims left by members found dead since the last look."""
+        read = getattr(self.store, "replicas", None)
+        if read is None:
+            return
+        members = []
+        with self._bounded():
+            members = await read()
+        dead = {m.id for m in members if not m.alive and m.id != self.replica} - self._swept
+        if not dead:
+            return
+        self._swept |= dead
+        newest = await _for_each(self._latest_fire, list(self.routines))
+        suspects = {
+            name: fire
+            for name, fire in newest.items()
+            if fire is not None and fire.outcome is None and fire.replica in dead
+        }
+        alive = await self._claims_alive([(name, f.slot) for name, f in suspects.items()])
+        for (name, fire), live in zip(suspects.items(), alive, strict=True):
+            if live:
+                continue
+            log.warning(
+                "%s: the fire claimed at %s by replica %s never finished — that replica "
+                "stopped mid-turn; recorded as interrupted",
+                name,
+                format_iso(fire.fired_at),
+                fire.replica,
+            )
+            await self._settle_once(
+                name,
+                fire.slot,
+                Outcome.INTERRUPTED,
+                None,
+                if_unsettled=True,
+                error=SWEPT_INTERRUPTED,
+            )
+
+    async def _note_dead_members(self) -> None:
+        """At the boot: members already dead were reconciled by it (their newest claims)."""
+        read = getattr(self.store, "replicas", None)
+        if read is None:
+            return
+        try:
+            with self._bounded():
+                members = await read()
+                self._swept |= {m.id for m in members if not m.alive}
+        except StateFault as exc:
+            log.debug("the replicas could not be read at the boot: %s", exc)

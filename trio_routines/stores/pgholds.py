@@ -1,0 +1,273 @@
+"""Holds in PostgreSQL: session-level advisory locks on one connection per replica.
+
+Theory of operation. A joined replica opens one connection of its own (outside the pool)
+and keeps it for its life. On it, it takes the advisory lock of its id, and for each fire
+under way the locks of the claim and of the session (``pg_try_advisory_lock(bigint)``, never
+waiting). The server releases every lock of a connection when the connection ends, which is
+what makes a hold die with its replica: a killed process closes its socket at once; a
+machine that vanished is noticed by the server's TCP keepalives, which this connection sets
+for itself (``tcp_keepalives_*``, ``tcp_user_timeout``: :data:`KEEPALIVE_BOUND` seconds in
+all). Anyone reads who holds what from ``pg_locks`` (a bigint key shows as its high half in
+``classid``, its low half in ``objid``, with ``objsubid`` 1), which needs no privilege.
+
+The takes and releases of many fires due at once travel together: the calls that arrive
+while one batch is on the connection form the next (one statement, one round trip each).
+Every use of the connection has our deadline; a connection that does not answer in time is
+dropped, and the presence is **lost**: the server will let our locks go (at once, or within
+the keepalive bound), so the turns holding them are no longer protected and the scheduler
+ends them. A heartbeat on the same connection notices a stall even between fires.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import attrs
+import psycopg
+import trio
+
+from ..errors import StateFault
+from ..presence import Presence
+from ..replicas import ReplicaInfo, replica_key
+from .pgconn import THREAD_NAME, Call, Connections, reason
+from .pgschema import Schema
+
+log = logging.getLogger("trio_routines")
+T = TypeVar("T")
+Conn = psycopg.Connection[Any]
+
+# The server's side of noticing a vanished replica: idle 10 s, then 3 probes 5 s apart; data
+# unacknowledged for 25 s ends the connection too.
+KEEPALIVE = {
+    "tcp_keepalives_idle": "10",
+    "tcp_keepalives_interval": "5",
+    "tcp_keepalives_count": "3",
+    "tcp_user_timeout": "25000",
+}
+KEEPALIVE_BOUND = 25.0  # seconds: the longest a dead replica's locks outlive it
+FORGET_AFTER = "1 day"  # a dead replica's row is deleted by the next join after this
+
+_HELD = """WITH held AS MATERIALIZED (
+        SELECT l.classid::bigint AS hi, l.objid::bigint AS lo FROM pg_locks AS l
+        WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+            AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+    SELECT EXISTS (SELECT 1 FROM held AS h WHERE h.hi = t.hi AND h.lo = t.lo)
+    FROM unnest(%s::bigint[], %s::bigint[]) WITH ORDINALITY AS t (hi, lo, n) ORDER BY t.n"""
+_OPS = """SELECT CASE WHEN t.op THEN pg_try_advisory_lock(t.k) ELSE pg_advisory_unlock(t.k) END
+    FROM unnest(%s::bigint[], %s::boolean[]) WITH ORDINALITY AS t (k, op, n) ORDER BY t.n"""
+_COLUMNS = "id, version, host, pid, started, last_seen, in_flight"
+
+
+def keys_held(conn: Conn, _call: Call, keys: Sequence[int]) -> list[bool]:
+    """Whether some connection to this database holds each key now."""
+    if not keys:
+        return []
+    rows = conn.execute(_HELD, ([k >> 32 for k in keys], [k & 0xFFFFFFFF for k in keys]))
+    return [bool(held) for (held,) in rows]
+
+
+def replica_rows(conn: Conn, call: Call, schema: Schema) -> list[ReplicaInfo]:
+    """Every replica that joined, each marked alive or not by its lock."""
+    rows = conn.execute(schema.sql(f"SELECT {_COLUMNS} FROM {{replicas}} ORDER BY started, id"))
+    infos = [ReplicaInfo(*row) for row in rows]
+    alive = keys_held(conn, call, [replica_key(info.id) for info in infos])
+    return [attrs.evolve(info, alive=live) for info, live in zip(infos, alive, strict=True)]
+
+
+class _Batch:
+    __slots__ = ("done", "error", "ops", "results")
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[int, bool]] = []  # key, take (else release)
+        self.results: list[bool] = []
+        self.error: StateFault | None = None
+        self.done = trio.Event()
+
+
+class PostgresPresence(Presence):
+    """A replica's holds on its own connection (see the module doc)."""
+
+    def __init__(self, info: ReplicaInfo, conns: Connections, schema: Schema) -> None:
+        super().__init__(info)
+        self._conns = conns
+        self._schema = schema
+        self._conn: Conn | None = None
+        self._using = trio.Lock()  # one use of the connection at a time
+        self._open: _Batch | None = None
+        self._leading = False
+
+    # -- the connection -------------------------------------------------------------------
+
+    async def _on_connection(self, what: str, fn: Callable[[Conn], T]) -> T:
+        """``fn(conn)`` in a thread within our deadline; a fault loses the presence."""
+        bound = self._conns.timeout + 1.0
+        async with self._using:
+            conn = self._conn
+            if conn is None or self.lost.is_set():
+                raise StateFault(f"replica {self.replica} lost its hold on {self._conns.where}")
+            try:
+                with trio.move_on_after(bound):
+                    return await trio.to_thread.run_sync(
+                        fn, conn, abandon_on_cancel=True, thread_name=THREAD_NAME
+                    )
+                why = f"no answer within {bound:g} s"
+            except psycopg.Error as exc:
+                why = reason(exc)
+            self._lose(why)
+            raise StateFault(f"{what} on {self._conns.where}: {why}")
+
+    def _lose(self, why: str) -> None:
+        if self.lost.is_set():
+            return
+        log.error(
+            "replica %s lost its connection to %s (%s) — the turns it holds are ended; "
+            "the server lets its holds go within %g s",
+            self.replica,
+            self._conns.where,
+            why,
+            KEEPALIVE_BOUND,
+        )
+        self.lost.set()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            # Closing may block on a stalled socket: a daemon thread is left to it.
+            trio.lowlevel.spawn_system_task(_close_in_thread, conn)
+
+    async def connect(self) -> None:
+        """Open our connection and take the replica's own lock (StateFault: id in use)."""
+        kwargs = dict(self._conns.kwargs)
+        kwargs["application_name"] = f"trio_routines {self.replica}"[:63]
+        bound = self._conns.timeout + 1.0
+        with trio.move_on_after(bound):
+            try:
+                self._conn = await trio.to_thread.run_sync(
+                    self._connect, kwargs, abandon_on_cancel=True, thread_name=THREAD_NAME
+                )
+            except psycopg.Error as exc:
+                raise StateFault(
+                    f"could not join {self._conns.where} as replica {self.replica}: {reason(exc)}"
+                ) from None
+            return
+        raise StateFault(
+            f"could not join {self._conns.where} as replica {self.replica}: "
+            f"no answer within {bound:g} s"
+        )
+
+    def _connect(self, kwargs: dict[str, Any]) -> Conn:
+        conn: Conn = psycopg.connect(self._conns.url, **kwargs)
+        try:
+            for setting, value in KEEPALIVE.items():
+                with contextlib.suppress(psycopg.errors.UndefinedObject):
+                    conn.execute("SELECT set_config(%s, %s, false)", (setting, value))
+            (mine,) = conn.execute(
+                "SELECT pg_try_advisory_lock(%s)", (replica_key(self.replica),)
+            ).fetchone() or (False,)
+            if not mine:
+                raise StateFault(
+                    f"replica id {self.replica!r} is in use by a live replica of "
+                    f"{self._conns.where} — give each replica its own --replica"
+                )
+            info = self.info
+            conn.execute(
+                self._schema.sql(
+                    f"INSERT INTO {{replicas}} ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, 0) "
+                    "ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version, "
+                    "host = EXCLUDED.host, pid = EXCLUDED.pid, started = EXCLUDED.started, "
+                    "last_seen = EXCLUDED.last_seen, in_flight = 0"
+                ),
+                (info.id, info.version, info.host, info.pid, info.started, info.last_seen),
+            )
+            self._forget_dead(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _forget_dead(self, conn: Conn) -> None:
+        """Delete the rows of replicas gone for over a day (their lock free)."""
+        rows = conn.execute(
+            self._schema.sql(
+                f"SELECT id FROM {{replicas}} WHERE last_seen < now() - interval '{FORGET_AFTER}'"
+            )
+        ).fetchall()
+        ids = [replica_id for (replica_id,) in rows]
+        held = keys_held(conn, Call(), [replica_key(replica_id) for replica_id in ids])
+        dead = [replica_id for replica_id, live in zip(ids, held, strict=True) if not live]
+        if dead:
+            conn.execute(self._schema.sql("DELETE FROM {replicas} WHERE id = ANY(%s)"), (dead,))
+
+    # -- holds ----------------------------------------------------------------------------
+
+    async def _take(self, keys: list[int]) -> list[bool]:
+        return await self._submit([(key, True) for key in keys])
+
+    async def _release(self, keys: list[int]) -> None:
+        with contextlib.suppress(StateFault):  # the server lets them go with the connection
+            await self._submit([(key, False) for key in keys])
+
+    async def _submit(self, ops: list[tuple[int, bool]]) -> list[bool]:
+        """Run ``ops`` in the next batch; the calls arriving while one runs form the next."""
+        batch = self._open
+        if batch is None:
+            batch = self._open = _Batch()
+        first = len(batch.ops)
+        batch.ops.extend(ops)
+        if self._leading:
+            await batch.done.wait()
+        else:
+            self._leading = True
+            try:
+                # Shielded and bounded (our deadline on the connection): the callers behind
+                # this one wait for its batches.
+                with trio.CancelScope(shield=True):
+                    while self._open is not None:
+                        running, self._open = self._open, None
+                        await self._run_batch(running)
+            finally:
+                self._leading = False
+        if batch.error is not None:
+            raise batch.error
+        return batch.results[first : first + len(ops)]
+
+    async def _run_batch(self, batch: _Batch) -> None:
+        keys = [key for key, _ in batch.ops]
+        takes = [take for _, take in batch.ops]
+
+        def run(conn: Conn) -> list[bool]:
+            return [bool(row[0]) for row in conn.execute(_OPS, (keys, takes))]
+
+        try:
+            batch.results = await self._on_connection("could not take holds", run)
+        except StateFault as exc:
+            batch.error = exc
+        finally:
+            batch.done.set()
+
+    async def _beat(self, in_flight: int, now: datetime) -> None:
+        def beat(conn: Conn) -> None:
+            conn.execute(
+                self._schema.sql(
+                    "UPDATE {replicas} SET last_seen = %s, in_flight = %s WHERE id = %s"
+                ),
+                (now, in_flight, self.replica),
+            )
+
+        await self._on_connection("could not refresh the replica's record", beat)
+
+    async def _leave(self) -> None:
+        def leave(conn: Conn) -> None:
+            conn.execute(self._schema.sql("DELETE FROM {replicas} WHERE id = %s"), (self.replica,))
+            conn.close()
+
+        with contextlib.suppress(StateFault):
+            await self._on_connection("could not leave", leave)
+        self._conn = None
+
+
+async def _close_in_thread(conn: Conn) -> None:
+    with contextlib.suppress(Exception):
+        await trio.to_thread.run_sync(conn.close, abandon_on_cancel=True, thread_name=THREAD_NAME)
