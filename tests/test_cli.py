@@ -315,13 +315,16 @@ def test_two_serves_on_one_state_never_fire_a_wake_up_twice(env: Env) -> None:
 # --- run, and options every command shares -------------------------------------------------
 
 
-def test_run_streams_the_reply_without_touching_state(env: Env) -> None:
+def test_run_streams_the_reply_without_a_claim_or_history(env: Env) -> None:
     env.routine("adhoc", prompt="hello from adhoc")
     result = env.cli("run", "adhoc", "--agent", "echo")
     assert result.returncode == 0, result.stderr
     assert result.stdout == "hello from adhoc\n"
     assert "INFO  adhoc completed (" in result.stderr
-    assert not env.state.exists()
+    # Only the session's hold was taken (busy across replicas); no claim, and the replica's
+    # record is gone with it.
+    assert sorted(p.name for p in (env.state / "schedule").iterdir()) == ["holds", "replicas"]
+    assert list((env.state / "schedule" / "replicas").iterdir()) == []
     failed = env.cli("run", "adhoc", "--agent", "cmd:echo half; exit 2")
     assert failed.returncode == 1
     assert failed.stdout == "half\n"

@@ -17,6 +17,7 @@ from .output import (
     pick,
     print_json,
     print_line,
+    replica_arg,
     report_failures,
     state_arg,
     stop_on_signals,
@@ -29,10 +30,6 @@ async def cmd_run(args: argparse.Namespace) -> int:
     result = await load(args.routines, report=False)
     routine = pick(result, args.name, args.routines)
     report_failures(result)
-    # `run` touches no state: no claim, no history. The in-memory store just fills the slot.
-    from ..testing import MemoryStore
-
-    scheduler = Scheduler(agent=agent, store=MemoryStore(), routines=[routine], wakeups=False)
     wrote = ""
 
     def on_text(text: str) -> None:
@@ -42,9 +39,19 @@ async def cmd_run(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             wrote = text
 
-    turn = await stop_on_signals(
-        scheduler, args.grace, lambda: scheduler.run_now(routine.name, on_text=on_text)
-    )
+    # `run` makes no claim and writes no history; it holds the routine's session in the
+    # store, so that it is busy, as every replica's turns are, while one of them runs it.
+    async with open_state(state_arg(args)) as store:
+        scheduler = Scheduler(
+            agent=agent,
+            store=store,
+            routines=[routine],
+            wakeups=False,
+            replica=replica_arg(args),
+        )
+        turn = await stop_on_signals(
+            scheduler, args.grace, lambda: scheduler.run_now(routine.name, on_text=on_text)
+        )
     if wrote and not wrote.endswith("\n"):
         print_line()
     return 0 if turn.outcome in (Outcome.COMPLETED, Outcome.SKIPPED) else 1
@@ -64,6 +71,7 @@ async def cmd_fire(args: argparse.Namespace) -> int:
             routines=[routine],
             wakeups=False,
             default_grace=args.grace,  # also how long a failed settle is retried
+            replica=replica_arg(args),
         )
 
         async def fire() -> FireResult:

@@ -27,6 +27,7 @@ from ..agents import agent_from_spec
 from ..errors import TrioRoutinesError
 from ..hosting import watch_signals as watch_signals
 from ..names import name_problem
+from ..replicas import REPLICA_ENV, replica_problem
 from ..routines import LoadResult, Routine, find_routine, load_routines
 from ..scheduler import DEFAULT_GRACE as DEFAULT_GRACE
 from ..scheduler import Scheduler
@@ -57,6 +58,17 @@ def quoted(text: str) -> str:
 def state_arg(args: argparse.Namespace) -> str:
     state: str = args.state or os.environ.get("TRIO_ROUTINES_STATE") or DEFAULT_STATE
     return state
+
+
+def replica_arg(args: argparse.Namespace) -> str | None:
+    """``--replica``, else ``$TRIO_ROUTINES_REPLICA``, else None (``host:pid``)."""
+    replica = getattr(args, "replica", None) or os.environ.get(REPLICA_ENV) or None
+    if replica is None:
+        return None
+    problem = replica_problem(replica)
+    if problem is not None:
+        raise CliError(f"--replica: {problem}", 2)
+    return replica
 
 
 def state_label(state: str) -> str:

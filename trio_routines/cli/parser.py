@@ -139,6 +139,13 @@ def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
         "(default: $TRIO_ROUTINES_AGENT; needed by serve, run and fire)",
     )
     group.add_argument(
+        "--replica",
+        metavar="NAME",
+        default=default(None),
+        help="this process's replica id, stored with every claim it makes "
+        "(default: $TRIO_ROUTINES_REPLICA, else <host>:<pid>)",
+    )
+    group.add_argument(
         "--log-format",
         choices=("text", "json"),
         default=default("text"),

@@ -8,10 +8,12 @@ import importlib
 import logging
 import os
 import signal
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import trio
 
+from ..agent import Agent
 from ..hosting import run_then_end
 from ..instants import format_iso
 from ..routines import Routine
@@ -22,6 +24,7 @@ from .output import (
     describe_agent,
     load,
     open_state,
+    replica_arg,
     say,
     state_arg,
     state_label,
@@ -43,6 +46,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
     agent = agent_arg(args, "serve")
     serve_http: Callable[..., Awaitable[object]] | None = None
     host, port = "", 0
+    listener: socket.socket | None = None
     token = os.environ.get("TRIO_ROUTINES_TOKEN") or None
     if args.http:
         host, port = args.http
@@ -52,23 +56,44 @@ async def cmd_serve(args: argparse.Namespace) -> int:
             serve_http = http.serve_http
         except (ImportError, AttributeError) as exc:
             raise CliError(f"--http is not available in this installation: {exc}") from None
-        check_bind = getattr(http, "check_bind", None)
-        if check_bind is not None:
-            check_bind(host, token)  # refuse an unsafe address before anything starts
+        http.check_bind(host, token)  # refuse an unsafe address before anything starts
+        try:  # bound before the store is touched: a taken address changes nothing
+            listener = http.bind_http(host, port)
+        except OSError as exc:
+            shown_host = f"[{host}]" if ":" in host else host
+            log.error("cannot serve HTTP on %s:%d: %s", shown_host, port, exc.strerror or exc)
+            return 1
     state = state_arg(args)
     if not result.routines:
         log.warning(
             "no routines in %s — serving wake-ups only (add <name>.md files there)", args.routines
         )
+    try:
+        return await _serve(args, agent, state, result.routines, serve_http, listener, token)
+    finally:
+        if listener is not None and listener.fileno() != -1:
+            listener.close()
+
+
+async def _serve(
+    args: argparse.Namespace,
+    agent: Agent,
+    state: str,
+    routines: Sequence[Routine],
+    serve_http: Callable[..., Awaitable[object]] | None,
+    listener: socket.socket | None,
+    token: str | None,
+) -> int:
     async with open_state(state) as store:
         scheduler = Scheduler(
             agent=agent,
             store=store,
-            routines=result.routines,
+            routines=routines,
             external_clock=args.external_clock,
             wakeups=not args.no_wakeups,
             poll_interval=args.poll,
             default_grace=args.grace,  # also how long a failed settle is retried
+            replica=replica_arg(args),
         )
         with (
             trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals,
@@ -76,11 +101,11 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         ):
             async with trio.open_nursery() as nursery:
                 await nursery.start(run_then_end, scheduler, nursery)
-                _log_armed(args, state, scheduler, result.routines)
+                _log_armed(args, state, scheduler, routines)
                 # --- hook: the HTTP surface, in the same nursery as the runtime -----------
                 if serve_http is not None:
                     await nursery.start(
-                        functools.partial(serve_http, scheduler, host, port, token=token)
+                        functools.partial(serve_http, scheduler, token=token, sock=listener)
                     )
                 # ---------------------------------------------------------------------------
                 nursery.start_soon(watch_signals, signals, scheduler, args.grace)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 from functools import partial
 from typing import TYPE_CHECKING, cast
 
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from hypercorn.typing import ASGIFramework
 
 log = logging.getLogger("trio_routines.http")
+BACKLOG = 100  # connections the kernel queues before we accept them
 
 
 class InsecureBind(TrioRoutinesError, ValueError):
@@ -31,6 +33,21 @@ def check_bind(host: str, token: str | None) -> None:
             f"refusing to serve HTTP on {host or '(all interfaces)'} without a token — "
             "set TRIO_ROUTINES_TOKEN, or bind 127.0.0.1"
         )
+
+
+def bind_http(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``, bound now: ``serve`` binds before it touches the
+    store, so a taken address fails at once and changes nothing. Raises OSError."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(BACKLOG)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 async def _drained(scheduler: Scheduler) -> None:
@@ -48,20 +65,25 @@ async def serve_http(
     port: int = 8080,
     *,
     token: str | None = None,
+    sock: socket.socket | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve :func:`make_app` with hypercorn's Trio worker until the scheduler has stopped.
 
     ``nursery.start(serve_http, scheduler, host, 0)`` returns the port actually bound.
     Raises :class:`InsecureBind` before binding anything when ``host`` is not loopback and
-    there is no token.
+    there is no token. ``sock``: a socket :func:`bind_http` bound already (taken over).
     """
     from hypercorn.config import Config
     from hypercorn.trio import serve
 
     check_bind(host, token)
     config = Config()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    if sock is not None:
+        config.bind = [f"fd://{sock.detach()}"]
+    else:
+        config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.backlog = BACKLOG
     config.accesslog = None
     config.errorlog = log
     config.include_server_header = False
