@@ -19,9 +19,18 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = ROOT / "docs" / "api.md"
-#: Each module, and its public names when they are not simply what it exports.
+#: Each module, and its public names when they are not simply what it exports (an empty list:
+#: the module's text only, for the names documented elsewhere on the page).
 MODULES: list[tuple[str, list[str] | None]] = [
     ("trio_routines", None),
+    ("trio_routines.store", []),  # the store contract, which Store's methods refer to
+    ("trio_routines.scheduler", ["RoutineChanges"]),
+    ("trio_routines.agents", ["agent_from_spec"]),
+    ("trio_routines.agent_http", ["HttpAgent"]),
+    (
+        "trio_routines.logs",
+        ["FireFields", "JsonFormatter", "TextFormatter", "configure_logging", "log_fields"],
+    ),
     ("trio_routines.testing", None),
     ("trio_routines.stores", ["DirectoryStore", "open_store"]),
     ("trio_routines.stores.postgres", ["PostgresStore"]),
@@ -71,6 +80,11 @@ def _doc(value: Any) -> str:
     return inspect.getdoc(value) or ""
 
 
+def _summary(text: str) -> str:
+    """A docstring's first paragraph on one line: what a member's bullet shows."""
+    return " ".join(text.split("\n\n", 1)[0].split())
+
+
 def _member_doc(cls: type, name: str, value: Any) -> str:
     """A member's docstring; a store's or an agent's method without one keeps its contract's."""
     from trio_routines import Agent, Store
@@ -107,13 +121,26 @@ def _own_members(cls: type) -> list[tuple[str, Any]]:
     return sorted(members)
 
 
+def _own_init(cls: type) -> bool:
+    """Whether ``cls`` is built by an ``__init__`` of ours (else its signature is another
+    library's, e.g. ``logging.Formatter``'s, and says nothing about this class)."""
+    for base in cls.__mro__:
+        if "__init__" in vars(base):
+            return base.__module__.startswith("trio_routines")
+    return False
+
+
 def describe(module_name: str, name: str, value: Any) -> list[str]:
     lines: list[str] = []
     if inspect.isclass(value):
         kind = "exception" if issubclass(value, BaseException) else "class"
         lines.append(f"### `{name}` ({kind})")
         lines.append("")
-        plain = issubclass(value, BaseException | enum.Enum) or getattr(value, "_is_protocol", 0)
+        plain = (
+            issubclass(value, BaseException | enum.Enum)
+            or getattr(value, "_is_protocol", 0)
+            or not _own_init(value)
+        )
         signature = "" if plain else _signature(value)
         if signature:
             lines += ["```python", f"{name}{signature}", "```", ""]
@@ -122,7 +149,7 @@ def describe(module_name: str, name: str, value: Any) -> list[str]:
             lines += [f"* `{name}.{member.name}` = `{member.value!r}`" for member in value]
             lines.append("")
         for member, attribute in _own_members(value):
-            first = (_member_doc(value, member, attribute).splitlines() or [""])[0]
+            first = _summary(_member_doc(value, member, attribute))
             if isinstance(attribute, property):
                 lines.append(f"* `{member}` (property): {first}")
             else:
@@ -142,7 +169,7 @@ def generate() -> str:
     for module_name, names in MODULES:
         module = importlib.import_module(module_name)
         out += [f"## `{module_name}`", "", _doc(module), ""]
-        for name in names or public_names(module):
+        for name in public_names(module) if names is None else names:
             out += describe(module_name, name, getattr(module, name))
     return "\n".join(out).rstrip() + "\n"
 
@@ -152,7 +179,7 @@ def missing_docstrings() -> list[str]:
     missing = []
     for module_name, names in MODULES:
         module = importlib.import_module(module_name)
-        for name in names or public_names(module):
+        for name in public_names(module) if names is None else names:
             value = getattr(module, name)
             if (inspect.isclass(value) or inspect.isfunction(value)) and not value.__doc__:
                 missing.append(f"{module_name}.{name}")

@@ -619,11 +619,11 @@ async def test_a_server_whose_backlog_is_full_fails_on_the_connect_timeout() -> 
     ]
 
 
-def test_the_readme_states_the_limits_the_code_has() -> None:
+def test_the_docs_state_the_limits_the_code_has() -> None:
     from trio_routines import agent_http
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme[readme.index("### The HTTP agent's contract") :]
+    agents = (Path(__file__).resolve().parent.parent / "docs" / "agents.md").read_text()
+    section = agents[agents.index("## The HTTP agent's contract") :]
     assert f"{agent_http.CONNECT_TIMEOUT:g} s to connect" in section
     assert f"{agent_http.READ_TIMEOUT:g} s of silence" in section
     assert f"at most {agent_http.MAX_REPLY >> 20} MiB" in section

@@ -179,6 +179,7 @@ class HttpAgent:
         return f"HttpAgent({self.origin}{self.url.path})"
 
     def headers(self, fire: FireContext | None) -> dict[str, str]:
+        """The request's headers for a turn started by ``fire`` (its idempotency key, if any)."""
         headers = {
             "Content-Type": "application/json",
             "Accept": "text/event-stream, application/json;q=0.9, text/plain;q=0.8, */*;q=0.5",

@@ -11,6 +11,11 @@ Where do a record's routine and slot come from? The runtime sets a
 them along; a call outside a turn passes them as ``extra``. :func:`log_fields` adds fields for
 a stretch of code (the fire path adds ``late_ms``), and the turn's outcome line carries its own.
 
+A host that logs through its own handlers gets the same fields on them: add a
+:class:`FireFields` filter to the handler and give it a :class:`TextFormatter` or a
+:class:`JsonFormatter` (or read ``record.routine`` and ``record.slot`` in a formatter of its
+own). :func:`configure_logging` does that for stderr, as the command line does.
+
 Either way a message is folded onto one line (failure text from a model or a provider may hold
 newlines, U+2028 or U+0085, which many readers take for line breaks) and, in text, control
 characters are shown as ``\\xNN`` so that nothing in a message can forge a record of its own or
@@ -70,6 +75,7 @@ class FireFields(logging.Filter):
     :func:`log_fields`; what a record was given as ``extra`` wins."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Add the fields to ``record``; every record passes."""
         fire = current_fire()
         found: dict[str, Any] = dict(_fields.get() or {})
         if fire is not None:
@@ -105,6 +111,7 @@ class TextFormatter(logging.Formatter):
     """``<instant> INFO  digest slot=<slot> completed (12ms)``: one line per record."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """``record`` as one line of text."""
         message = one_line(record.getMessage())
         routine = getattr(record, "routine", None)
         slot = getattr(record, "slot", None)
@@ -126,6 +133,7 @@ class JsonFormatter(logging.Formatter):
         self.host = socket.gethostname()
 
     def format(self, record: logging.LogRecord) -> str:
+        """``record`` as one line of JSON."""
         entry: dict[str, Any] = {
             "ts": _stamp(record),
             "level": _level_name(record),

@@ -63,7 +63,11 @@ class Fire:
 
 
 class ClaimStatus(enum.StrEnum):
-    """How a store decided a slot: taken (run it), duplicate or stale (do not)."""
+    """How a slot was decided: taken (run it), duplicate or stale (do not), or paused.
+
+    A store answers taken, duplicate or stale; paused is the scheduler's answer for a routine
+    paused in the store (nothing was claimed).
+    """
 
     TAKEN = "taken"  # this caller created the claim: run the turn
     DUPLICATE = "duplicate"  # the claim already exists: a redelivery, or another scheduler has it

@@ -89,7 +89,7 @@ from .wakeups import WakeupRequest
 
 @runtime_checkable
 class Store(Protocol):
-    """The state store contract (the module doc states it exactly): claims and wake-ups.
+    """The state store contract (``trio_routines.store`` states it exactly): claims and wake-ups.
 
     Ours: :class:`~trio_routines.DirectoryStore`, ``PostgresStore``, and
     :class:`~trio_routines.testing.MemoryStore`. Every one is an async context manager.
@@ -98,7 +98,7 @@ class Store(Protocol):
     async def claim(
         self, routine: str, slot: datetime, fired_at: datetime, *, replica: str | None = None
     ) -> ClaimResult:
-        """Decide ``slot`` for ``routine``: taken, duplicate or stale (see the module doc);
+        """Decide ``slot`` for ``routine``: taken, duplicate or stale (see the store contract);
         a taken claim keeps ``replica``, the id of the scheduler that claimed it."""
         ...
 
@@ -141,7 +141,7 @@ class Store(Protocol):
         ...
 
     async def take_due_wakeup(self, now: datetime) -> Wakeup | None:
-        """Take the first due wake-up in stored order (see the module doc)."""
+        """Take the first due wake-up in stored order (see the store contract)."""
         ...
 
     async def defer_wakeup(self, wakeup: Wakeup, fire_at: datetime) -> bool:

@@ -30,12 +30,13 @@ changes nothing:
    ``Content-Length`` over 64 KiB is refused unread (413); the body is counted while it
    streams in and refused as soon as it passes 64 KiB (413), so a chunked body that never ends
    costs at most 64 KiB + one chunk; then it must be a UTF-8 JSON object (400);
-5. the fields: missing or of the wrong type (400); unknown fields are ignored, as the original
-   scheduler did, so a newer client can talk to an older server;
+5. the fields: missing or of the wrong type (400); unknown fields are ignored, as the
+   TypeScript agent server's routines scheduler does, so a newer client can talk to an older
+   server;
 6. the action. A state fault is 503 with ``Retry-After`` (nothing was claimed or changed);
    anything unexpected is logged and answered 500 with a generic message.
 
-Decisions (also in the README's HTTP section):
+Decisions (also in docs/http.md):
 
 * ``POST /fire`` answers 202 once the claim is taken, and the fire goes on in the scheduler's
   nursery; with ``"wait": true`` the request runs the fire and answers 200 once it settled.
@@ -43,10 +44,10 @@ Decisions (also in the README's HTTP section):
   (:meth:`~trio_routines.Store.ready`) within 2 s and answers 503 while stopping. Neither
   needs the token: an orchestrator's probe learns nothing but up or down.
 * ``POST /run`` returns the agent's reply text, cut at 64 KiB of UTF-8 with ``truncated``.
-* ``POST /run`` waits by default (``"wait"`` defaults to ``true``), as the original's did: the
-  answer carries the outcome. ``"wait": false`` answers 202 once the turn has started in the
-  scheduler's nursery (its session already held, so it cannot turn out busy afterwards), or
-  200 ``ran: false`` when the session is busy right now.
+* ``POST /run`` waits by default (``"wait"`` defaults to ``true``), as the TypeScript
+  scheduler's does: the answer carries the outcome. ``"wait": false`` answers 202 once the
+  turn has started in the scheduler's nursery (its session already held, so it cannot turn
+  out busy afterwards), or 200 ``ran: false`` when the session is busy right now.
 * Prompts never leave: ``GET /routines`` lists names and schedules only, and wake-ups are
   shown without their prompt. The one exception is ``reply`` of ``POST /wakeups``, the
   model-facing text of the ``wake`` tool, which restates the prompt the caller just sent.

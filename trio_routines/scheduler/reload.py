@@ -33,7 +33,12 @@ from .state import log
 
 @attrs.frozen
 class RoutineChanges:
-    """What :meth:`Scheduler.update_routines` changed, by routine name."""
+    """What :meth:`Scheduler.update_routines` changed, by routine name.
+
+    ``added``, ``changed`` and ``removed`` name routines; ``kept`` names the broken files of a
+    reload from a directory whose previously loaded version still runs. True when a routine
+    was added, changed or removed.
+    """
 
     added: tuple[str, ...] = ()
     changed: tuple[str, ...] = ()
@@ -46,7 +51,9 @@ class RoutineChanges:
 
 class Reload(CronLoops):
     def update_routines(self, routines: Iterable[Routine]) -> RoutineChanges:
-        """Replace the loaded routines by ``routines`` (see the module doc for the rules).
+        """Replace the loaded routines by ``routines``: a new one arms from now, a removed one
+        stops once its fire in flight settled, a changed one re-arms from its newest claim or
+        now, whichever is later; nothing fires twice or back-fires.
 
         Raises :class:`InvalidRoutine`, changing nothing, when two share a name. Works on a
         scheduler that is not running (nothing is armed then) and with an external clock

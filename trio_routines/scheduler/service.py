@@ -22,11 +22,15 @@ from .wake import WakeLoop
 
 
 class Scheduler(Boot, Members, Reload, WakeLoop):
-    """Fires routines and wake-ups into an agent; see the package doc.
+    """Fires routines and wake-ups into an agent; :mod:`trio_routines.scheduler` says how.
 
     Start it inside a nursery: ``scheduler = await nursery.start(serve_routines, ...)``, or
     ``await nursery.start(scheduler.run)``. :meth:`fire` and :meth:`run_now` also work on a
     scheduler that was never started (the command line's one-shot paths use them so).
+
+    ``scheduler.default_grace`` (seconds, 10 unless given) is the grace in-flight turns get
+    from a :meth:`stop` without one and from a signal to :func:`~trio_routines.serve` (the
+    command line's ``--grace`` sets it), and how long a failed settle is retried.
     """
 
     async def run(

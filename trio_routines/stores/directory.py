@@ -85,7 +85,14 @@ MAX_STARTS = 4
 
 
 class DirectoryStore(WakeupsInFile, Lifetime):
-    """Claims and wake-ups in a state directory (see the module doc for the layout)."""
+    """Claims and wake-ups in a state directory.
+
+    The layout is that of the TypeScript agent server's routines scheduler (version 0.22), kept
+    byte-compatible so that either can read the other's state:
+    ``schedule/claims/<routine>/<slot name>`` holds one file per claimed slot and
+    ``schedule/wakeups.json`` the pending wake-ups; ``schedule/wakeups.lock``,
+    ``schedule/paused/`` and ``schedule/resumed/`` are ours.
+    """
 
     def __init__(
         self,

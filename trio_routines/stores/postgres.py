@@ -101,7 +101,7 @@ def _params(wakeup: Wakeup) -> tuple[Any, ...]:
 
 
 class PostgresStore(Lifetime):
-    """Claims and wake-ups in a PostgreSQL database (see the module doc).
+    """Claims and wake-ups in a PostgreSQL database (see the module doc above).
 
     ``schema`` names a PostgreSQL schema to keep the tables in (created if missing); without
     it the connection's ``search_path`` decides, so ``?options=-csearch_path%3Dmine`` works.
