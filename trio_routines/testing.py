@@ -247,19 +247,21 @@ class MemoryStore(Lifetime):
         """Every member that joined (and was not forgotten), each marked alive or not."""
         await self._enter("replicas")
         self._fault("replicas")
-        return [member.info for member in self.members.values()]
+        return [attrs.evolve(m.info, alive=not m.dead) for m in self.members.values()]
 
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()
 
 
 class MemoryPresence(Presence):
-    """A member of a :class:`MemoryStore`. :meth:`vanish` is a process dying: every hold goes,
-    and nothing is settled."""
+    """A member of a :class:`MemoryStore`. :meth:`vanish` is its process dying (every hold
+    goes, nothing is settled, nobody hears of it); :meth:`lose` is the store dropping its
+    holds while it lives (it hears, as a lost connection is heard)."""
 
     def __init__(self, store: MemoryStore, info: ReplicaInfo) -> None:
         super().__init__(info)
         self._store = store
+        self.dead = False
 
     async def _take(self, keys: list[int]) -> list[bool]:
         await self._store._enter("take")
@@ -287,19 +289,23 @@ class MemoryPresence(Presence):
     async def _leave(self) -> None:
         await trio.lowlevel.checkpoint()
         self._drop()
+        if self._store.members.get(self.info.id) is self:
+            del self._store.members[self.info.id]
 
     def vanish(self) -> None:
-        """Drop every hold and the membership at once, as a killed process does; the
-        scheduler that joined with it hears that its holds are lost."""
+        """Die: every hold goes at once; the member stays listed, not alive."""
         self._drop()
+        self.dead = True
+
+    def lose(self) -> None:
+        """The store drops every hold of ours, and we hear of it."""
+        self.vanish()
         self.lost.set()
 
     def _drop(self) -> None:
         store = self._store
         for key in [key for key, holder in store.holds.items() if holder is self]:
             del store.holds[key]
-        if store.members.get(self.info.id) is self:
-            del store.members[self.info.id]
 
 
 class WallClock:

@@ -1,0 +1,105 @@
+"""The replicas part of the store contract, over every store: joining, holds, who is alive."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from trio_routines.errors import InvalidOption, StateFault
+from trio_routines.replicas import (
+    ReplicaInfo,
+    check_replica,
+    claim_key,
+    default_replica,
+    key,
+    session_key,
+    stored_replica,
+)
+from trio_routines.store import Replicated, Store
+
+T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
+
+
+def info(replica: str) -> ReplicaInfo:
+    return ReplicaInfo(replica, "0.1.0", "host", 42, T0, T0)
+
+
+async def test_a_hold_is_granted_once_across_members_and_freed_by_release(
+    store_factory: Callable[..., Store],
+) -> None:
+    first, second = store_factory(), store_factory()
+    assert isinstance(first, Replicated) and isinstance(second, Replicated)
+    a = await first.join(info("a"))
+    b = await second.join(info("b"))
+    claim, session = claim_key("r", T0), session_key("routine:r")
+    assert await a.take([claim, session]) == [True, True]
+    assert await b.take([session, claim]) == [False, False]
+    assert await a.take([session]) == [False]  # held here already: never granted twice
+    assert await second.claims_alive([("r", T0), ("r", T0 + timedelta(minutes=1))]) == [
+        True,
+        False,
+    ]
+    await a.release([claim, session])
+    assert await second.claims_alive([("r", T0)]) == [False]
+    assert await b.take([claim, claim]) == [True, False]  # listed twice: taken once
+    await b.leave()
+    assert await first.claims_alive([("r", T0)]) == [False]  # leaving lets every hold go
+    await a.leave()
+    await first.aclose()
+    await second.aclose()
+
+
+async def test_a_live_member_id_is_refused_and_free_again_once_it_left(
+    store_factory: Callable[..., Store],
+) -> None:
+    first, second = store_factory(), store_factory()
+    assert isinstance(first, Replicated) and isinstance(second, Replicated)
+    a = await first.join(info("node-1:7"))
+    with pytest.raises(StateFault, match="'node-1:7' is in use by a live replica"):
+        await second.join(info("node-1:7"))
+    members = await second.replicas()
+    assert [(m.id, m.alive, m.version, m.host, m.pid) for m in members] == [
+        ("node-1:7", True, "0.1.0", "host", 42)
+    ]
+    await a.beat(3, T0 + timedelta(seconds=30))
+    (seen,) = await second.replicas()
+    assert (seen.in_flight, seen.last_seen) == (3, T0 + timedelta(seconds=30))
+    await a.leave()
+    assert await second.replicas() == []  # a clean leave removes the record
+    again = await second.join(info("node-1:7"))
+    await again.leave()
+    await first.aclose()
+    await second.aclose()
+
+
+async def test_a_claim_keeps_its_replica_through_its_settle(store: Store) -> None:
+    from trio_routines.records import Outcome
+
+    await store.claim("r", T0, T0, replica="node-1:7")
+    await store.settle("r", T0, Outcome.COMPLETED, 5)
+    (fire,) = await store.history("r")
+    assert (fire.outcome, fire.replica) == (Outcome.COMPLETED, "node-1:7")
+    latest = await store.latest_fire("r")
+    assert latest is not None and latest.replica == "node-1:7"
+
+
+def test_replica_ids_are_one_visible_line_of_bounded_length() -> None:
+    assert check_replica("web-1:4242") == "web-1:4242"
+    assert ":" in default_replica()
+    for bad in ("", "x" * 129, "a\nb", "a\x1bb"):
+        with pytest.raises(InvalidOption):
+            check_replica(bad)
+    assert stored_replica("ok") == "ok"
+    assert stored_replica(7) is None
+    assert stored_replica("a\nb") is None
+
+
+def test_keys_are_stable_63_bit_and_apart_by_kind() -> None:
+    assert key("session", "x") == key("session", "x")
+    assert key("session", "x") != key("claim", "x")
+    assert claim_key("r", T0) != claim_key("r", T0 + timedelta(milliseconds=1))
+    assert all(0 <= key("k", str(n)) < 2**63 for n in range(200))
+    # Fixed across processes and releases: other replicas compute the same keys.
+    assert session_key("routine:r") == key("session", "routine:r")
