@@ -30,7 +30,8 @@ async def test_a_hold_is_granted_once_across_members_and_freed_by_release(
     store_factory: Callable[..., Store],
 ) -> None:
     first, second = store_factory(), store_factory()
-    assert isinstance(first, Replicated) and isinstance(second, Replicated)
+    assert isinstance(first, Replicated)
+    assert isinstance(second, Replicated)
     a = await first.join(info("a"))
     b = await second.join(info("b"))
     claim, session = claim_key("r", T0), session_key("routine:r")
@@ -55,7 +56,8 @@ async def test_a_live_member_id_is_refused_and_free_again_once_it_left(
     store_factory: Callable[..., Store],
 ) -> None:
     first, second = store_factory(), store_factory()
-    assert isinstance(first, Replicated) and isinstance(second, Replicated)
+    assert isinstance(first, Replicated)
+    assert isinstance(second, Replicated)
     a = await first.join(info("node-1:7"))
     with pytest.raises(StateFault, match="'node-1:7' is in use by a live replica"):
         await second.join(info("node-1:7"))
@@ -82,7 +84,8 @@ async def test_a_claim_keeps_its_replica_through_its_settle(store: Store) -> Non
     (fire,) = await store.history("r")
     assert (fire.outcome, fire.replica) == (Outcome.COMPLETED, "node-1:7")
     latest = await store.latest_fire("r")
-    assert latest is not None and latest.replica == "node-1:7"
+    assert latest is not None
+    assert latest.replica == "node-1:7"
 
 
 def test_replica_ids_are_one_visible_line_of_bounded_length() -> None:

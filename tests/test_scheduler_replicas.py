@@ -3,6 +3,7 @@ alone, a dead member's open claim is recorded interrupted by a live one."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -45,7 +46,7 @@ async def test_a_session_runs_one_turn_at_a_time_across_replicas(autojump_clock:
         second.stop(0)
     turns.sort()
     assert turns, "no turn ran"
-    for (_, end), (start, _) in zip(turns, turns[1:], strict=False):
+    for (_, end), (start, _) in itertools.pairwise(turns):
         assert start >= end, f"two turns of one session overlapped: {turns}"
     history = await store.history("slow")
     skipped = [f for f in history if f.outcome is Outcome.SKIPPED]
