@@ -1,0 +1,136 @@
+"""Replicas as real processes, on one state directory and on one PostgreSQL database.
+
+A turn in flight in one process is held: another replica's boot leaves it alone (no false
+``interrupted``), a ``run`` of its session from a third process answers busy without
+starting, and no two turns of one session overlap. SIGKILL of the holder: a live replica
+records the claim ``interrupted`` within its watch interval.
+"""
+
+from __future__ import annotations
+
+import itertools
+import signal
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from procs import Env, lines, stop, wait_for
+
+from trio_routines.scheduler.members import SWEPT_INTERRUPTED
+
+
+def _hour(back: int) -> datetime:
+    now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    return now - timedelta(hours=back)
+
+
+def _iso(slot: datetime) -> str:
+    return slot.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+@pytest.fixture(params=["directory", "postgres"])
+def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
+    project = Env(tmp_path)
+    if request.param == "postgres":
+        from pg import admin, fresh_schema, require_server
+        from psycopg import sql
+
+        url = require_server()
+        with fresh_schema() as schema:
+            with admin() as conn:
+                conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+            sep = "&" if "?" in url else "?"
+            project.state = f"{url}{sep}options=-csearch_path%3D{schema}"  # type: ignore[assignment]
+            yield project
+    else:
+        yield project
+    for proc in project.procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _intervals(marker: Path) -> list[tuple[float, float]]:
+    starts: dict[str, float] = {}
+    spans = []
+    for line in lines(marker):
+        what, turn, at = line.split()
+        if what == "start":
+            starts[turn] = float(at)
+        else:
+            spans.append((starts.pop(turn), float(at)))
+    return sorted(spans)
+
+
+@pytest.mark.slow
+def test_a_turn_in_flight_is_held_across_another_replicas_boot(env: Env) -> None:
+    env.routine("slow", cron="0 * * * *")
+    # Each turn writes its start and end (wall seconds) to the marker.
+    agent = (
+        f'cmd:t=$$; echo "start $t $(date +%s.%N)" >> {env.marker}; sleep 6; '
+        f'echo "end $t $(date +%s.%N)" >> {env.marker}'
+    )
+    slot = _hour(2)
+    holder = env.start(
+        "fire",
+        "slow",
+        "--slot",
+        _iso(slot),
+        "--agent",
+        agent,
+        "--replica",
+        "holder",
+        log="holder.log",
+    )
+    wait_for(lambda: len(lines(env.marker)) >= 1, 30, "the holder's turn to start")
+    other = env.start(
+        "serve", "--agent", agent, "--replica", "booted", "--poll", "1", log="booted.log"
+    )
+    wait_for(lambda: "wake-ups:" in env.log("booted.log"), 30, "the second replica to boot")
+    running = env.history("slow")
+    assert [(h["slot"], h.get("outcome"), h.get("replica")) for h in running] == [
+        (_iso(slot), None, "holder")
+    ]
+    busy = env.cli("run", "slow", "--agent", agent, "--replica", "third")
+    assert busy.returncode == 0, busy.stderr
+    assert "session busy" in busy.stderr
+    assert holder.wait(timeout=60) == 0
+    booted = env.log("booted.log")
+    assert "never finished" not in booted
+    assert "is running on replica holder" in booted
+    (done,) = env.history("slow")
+    assert (done["outcome"], done["replica"]) == ("completed", "holder")
+    assert len(_intervals(env.marker)) == 1  # the busy run started nothing
+
+    # SIGKILL of a holder mid-turn: the live replica records its claim interrupted.
+    later = _hour(1)
+    killed = env.start(
+        "fire",
+        "slow",
+        "--slot",
+        _iso(later),
+        "--agent",
+        agent,
+        "--replica",
+        "killed",
+        log="killed.log",
+    )
+    wait_for(lambda: len(lines(env.marker)) >= 3, 30, "the second holder's turn to start")
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+
+    def interrupted() -> dict[str, object] | None:
+        newest = env.history("slow")[-1]
+        return newest if newest.get("outcome") == "interrupted" else None
+
+    newest = wait_for(interrupted, 30, "the killed holder's claim to be recorded interrupted")
+    assert (newest["slot"], newest["replica"], newest["error"]) == (
+        _iso(later),
+        "killed",
+        SWEPT_INTERRUPTED,
+    )
+    assert stop(other) == 0
+    spans = _intervals(env.marker)
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert start >= end, f"two turns of one session overlapped: {spans}"
