@@ -353,3 +353,20 @@ def test_agent_from_the_environment(env: Env) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "HI\n"
+
+
+def test_status_lists_the_live_replicas_of_the_state(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    proc = env.serve("echo", "--replica", "web-1")
+    try:
+        text = env.cli("status")
+        assert text.returncode == 0, text.stderr
+        assert "replicas (1 live):" in text.stdout
+        assert "  web-1  v" in text.stdout
+        shown = env.cli("status", "--json")
+        members = json.loads(shown.stdout)["replicas"]
+        assert [(m["id"], m["alive"]) for m in members] == [("web-1", True)]
+    finally:
+        assert stop(proc) == 0
+    after = json.loads(env.cli("status", "--json").stdout)["replicas"]
+    assert after == []  # a clean stop leaves the store

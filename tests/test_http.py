@@ -1055,3 +1055,26 @@ async def test_metrics_count_fires_refusals_durations_and_lateness() -> None:
         assert SECRET not in text
         for line in text.splitlines():  # every sample line is `name{labels} value`
             assert line.startswith("#") or re.fullmatch(r"[a-z_]+(\{[^}]*\})? \S+", line), line
+
+
+async def test_replicas_lists_the_live_members_of_the_store() -> None:
+    async with serving() as server:
+        reply = await server.call("GET", "/replicas")
+        assert reply.status == 200
+        (member,) = reply.json
+        assert (member["id"], member["alive"], member["inFlight"]) == (
+            server.scheduler.replica,
+            True,
+            0,
+        )
+        assert set(member) == {
+            "id",
+            "version",
+            "host",
+            "pid",
+            "started",
+            "lastSeen",
+            "inFlight",
+            "alive",
+        }
+        assert (await server.call("POST", "/replicas")).status == 405

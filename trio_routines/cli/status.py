@@ -32,12 +32,15 @@ from ..cron import next_run
 from ..errors import StateFault
 from ..instants import format_iso
 from ..records import Fire, Wakeup
+from ..replicas import ReplicaInfo, replica_json
 from ..routines import Routine
 from ..store import Store
+from ..text import shown
 from .output import CliError, load, open_state, print_json, print_line, say, state_arg, state_label
 from .parser import server_url
 from .table import duration, outcome_word, short_instant, strip, table
 
+STORE_READ = 10.0  # seconds: how long status waits for the store's list of replicas
 RECENT = 10  # outcomes in the strip
 ASK_TIMEOUT = 3.0  # seconds the whole question to a running server may take
 MAX_ANSWER = 1 << 20  # bytes of a server's answer read at most
@@ -278,6 +281,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
         except argparse.ArgumentTypeError as exc:
             raise CliError(f"TRIO_ROUTINES_URL: {exc}", code=2) from None
     rows, wakeups, now = await _view(args)
+    members = await _live_replicas(args)
     flight = await ask_server(url, os.environ.get("TRIO_ROUTINES_TOKEN") or None) if url else None
     if args.json:
         asked: dict[str, Any] | None = None
@@ -290,13 +294,46 @@ async def cmd_status(args: argparse.Namespace) -> int:
                 "routines": [routine_json(row) for row in rows],
                 "wakeups": [wakeup_to_json(w) for w in wakeups],
                 "server": asked,
+                "replicas": [replica_json(m) for m in members],
             }
         )
         return 0
     _print_tables(rows, wakeups, now)
     print_line()
+    for line in replica_lines(members, now):
+        print_line(line)
+    print_line()
     print_line(in_flight_line(flight))
     return 0
+
+
+async def _live_replicas(args: argparse.Namespace) -> list[ReplicaInfo]:
+    """The live members of the store (none for a store that keeps no replicas)."""
+    async with open_state(state_arg(args)) as store:
+        read = getattr(store, "replicas", None)
+        if read is None:
+            return []
+        try:
+            with trio.fail_after(STORE_READ):
+                members: list[ReplicaInfo] = await read()
+        except (StateFault, trio.TooSlowError) as exc:
+            say(f"the replicas are unreadable: {exc or 'no answer'}")
+            return []
+    return [m for m in members if m.alive]
+
+
+def replica_lines(members: Sequence[ReplicaInfo], now: datetime) -> list[str]:
+    """One line a live replica: id, version, since when, last seen, turns in flight."""
+    if not members:
+        return ["(no live replica)"]
+    out = [f"replicas ({len(members)} live):"]
+    for m in members:
+        seen = max(0, round((now - m.last_seen).total_seconds()))
+        out.append(
+            f"  {shown(m.id)}  v{shown(m.version)}  started {format_iso(m.started)}  "
+            f"seen {seen}s ago  {m.in_flight} in flight"
+        )
+    return out
 
 
 def _print_tables(rows: Sequence[RoutineRow], wakeups: Sequence[Wakeup], now: datetime) -> None:

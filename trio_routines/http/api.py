@@ -19,6 +19,7 @@ from ..cron import next_run
 from ..errors import InvalidWakeup, StateFault
 from ..instants import format_iso
 from ..records import ClaimStatus, Wakeup
+from ..replicas import replica_json
 from ..routines import Routine
 from ..scheduler import FireResult, NotOnGrid, NotYetDue, Scheduler, Stopping, UnknownRoutine
 from ..turns import TurnResult
@@ -243,6 +244,16 @@ async def history(scheduler: Scheduler, name: str) -> Response:
         log.error("GET /routines/%s/history: %s", name[:ECHO], exc)
         raise unavailable(f"the history of {quoted(name)} is unreadable right now") from None
     return Response(200, [fire_to_json(fire) for fire in fires])
+
+
+async def replicas(scheduler: Scheduler) -> Response:
+    """The live members of the scheduler's store (see :mod:`trio_routines.replicas`)."""
+    try:
+        members = await scheduler.replicas()
+    except StateFault as exc:
+        log.error("GET /replicas: %s", exc)
+        raise unavailable("the replicas are unreadable right now") from None
+    return Response(200, [replica_json(m) for m in members if m.alive])
 
 
 async def pause(scheduler: Scheduler, name: str, *, paused: bool) -> Response:

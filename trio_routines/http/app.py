@@ -95,6 +95,8 @@ class _App:
             return await api.run(scheduler, await read_json(scope, receive))
         if key == "/routines":
             return api.routines(scheduler)
+        if key == "/replicas":
+            return await api.replicas(scheduler)
         if key == "history":
             assert param is not None
             return await api.history(scheduler, param)

@@ -36,6 +36,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "/fire": ("POST",),
     "/run": ("POST",),
     "/routines": GET,
+    "/replicas": GET,
     "history": GET,
     "pause": ("POST",),
     "resume": ("POST",),

@@ -11,6 +11,7 @@ import trio
 
 from ..agent import Agent
 from ..metrics import Family, render
+from ..replicas import ReplicaInfo
 from ..routines import Routine
 from ..store import Store
 from .boot import Boot
@@ -109,6 +110,18 @@ class Scheduler(Boot, Members, Reload, WakeLoop):
         for scope in self._grace_scopes:
             scope.deadline = min(scope.deadline, self._grace_deadline)
         self._deadlines.pull_in(self._grace_deadline + STOP_MARGIN)
+
+    async def replicas(self) -> list[ReplicaInfo]:
+        """The members of the store, this one included while it runs, each alive or not
+        (a store without replicas knows only this one). Raises StateFault."""
+        read = getattr(self.store, "replicas", None)
+        if read is None:
+            presence = self._presence
+            return [] if presence is None else [presence.info]
+        with self._bounded():
+            members: list[ReplicaInfo] = await read()
+            return members
+        raise self._no_answer("the replicas are unreadable")
 
     async def wait_drained(self) -> None:
         """Return once a stop was requested and no turn is in flight any more."""
