@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -68,7 +69,7 @@ def test_fire_json_reports_a_failed_turn_and_exits_1(env: Env) -> None:
         "failed": "exit status 4: boom",
     }
     assert isinstance(answer["ms"], int)
-    assert "ERROR daily slot=2026-07-07T09:00Z failed (" in result.stderr
+    assert re.search(r"ERROR daily slot=2026-07-07T09:00Z replica=\S+ failed \(", result.stderr)
     assert env.history("daily")[0]["outcome"] == "failed"
 
 

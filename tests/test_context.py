@@ -52,7 +52,9 @@ async def test_a_cron_fire_knows_its_routine_and_slot(
         scheduler.stop()
     slot = datetime(2026, 7, 7, 9, tzinfo=UTC)
     ((fire, at),) = agent.seen
-    assert fire == FireContext("routine", "routine:daily", routine="daily", slot=slot)
+    assert fire == FireContext(
+        "routine", "routine:daily", routine="daily", slot=slot, replica=scheduler.replica
+    )
     assert at == slot
     assert fire.idempotency_key == "daily/2026-07-07T09-00-00-000Z"
     assert current_fire() is None
@@ -67,7 +69,9 @@ async def test_an_external_fire_of_a_past_slot_names_that_slot(
     slot = datetime(2026, 7, 7, 9, tzinfo=UTC)
     result = await scheduler.fire("daily", slot)
     assert result.outcome is Outcome.COMPLETED
-    assert agent.seen[0][0] == FireContext("routine", "routine:daily", routine="daily", slot=slot)
+    assert agent.seen[0][0] == FireContext(
+        "routine", "routine:daily", routine="daily", slot=slot, replica=scheduler.replica
+    )
 
 
 async def test_a_wakeup_knows_its_id(autojump_clock: trio.testing.MockClock) -> None:
@@ -86,7 +90,7 @@ async def test_a_wakeup_knows_its_id(autojump_clock: trio.testing.MockClock) -> 
         await agent.turned.wait()
         scheduler.stop()
     ((fire, at),) = agent.seen
-    assert fire == FireContext("wakeup", "chat-7", wakeup=wakeup.id)
+    assert fire == FireContext("wakeup", "chat-7", wakeup=wakeup.id, replica=scheduler.replica)
     assert fire.idempotency_key is None
     assert at == START + timedelta(minutes=5)  # polled every 10 s from 08:59:30
 
@@ -96,7 +100,7 @@ async def test_runs_on_demand_say_run(autojump_clock: trio.testing.MockClock) ->
     agent = Recorder(wall)
     scheduler = Scheduler(agent=agent, store=MemoryStore(), routines=[DAILY], now=wall)
     await scheduler.run_now("daily")
-    run = FireContext("run", "routine:daily", routine="daily")
+    run = FireContext("run", "routine:daily", routine="daily", replica=scheduler.replica)
     assert agent.seen[0][0] == run
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
@@ -178,6 +182,10 @@ async def test_the_scripted_agent_keeps_each_turns_fire(
         scheduler.stop()
     (turn,) = agent.turns
     assert turn.fire == FireContext(
-        "routine", "routine:daily", routine="daily", slot=datetime(2026, 7, 7, 9, tzinfo=UTC)
+        "routine",
+        "routine:daily",
+        routine="daily",
+        slot=datetime(2026, 7, 7, 9, tzinfo=UTC),
+        replica=scheduler.replica,
     )
     assert turn.wall == turn.fire.slot

@@ -91,6 +91,7 @@ def test_a_fire_in_a_real_process_logs_its_fields_and_a_duplicate_only_at_debug(
     assert outcome["level"] == "ERROR"
     assert outcome["routine"] == "daily"
     assert outcome["slot"] == slot
+    assert outcome["replica"] == f"{socket.gethostname()}:{outcome['pid']}"  # the default id
     assert outcome["outcome"] == "failed"
     assert outcome["error"] == "exit status 2: key expired"
     assert isinstance(outcome["ms"], int)
@@ -102,4 +103,7 @@ def test_a_fire_in_a_real_process_logs_its_fields_and_a_duplicate_only_at_debug(
     assert (again.returncode, again.stderr) == (0, "")  # a duplicate is normal: not INFO
     debug = env.cli("--log-level", "debug", "fire", "daily", "--slot", slot, "--agent", "echo")
     (line,) = [line for line in debug.stderr.splitlines() if "already claimed" in line]
-    assert re.fullmatch(STAMP + " DEBUG daily slot=2026-07-07T09:00Z skipping — .*", line)
+    replica = re.escape(f"{socket.gethostname()}:")
+    assert re.fullmatch(
+        STAMP + f" DEBUG daily slot=2026-07-07T09:00Z replica={replica}\\d+ skipping — .*", line
+    )

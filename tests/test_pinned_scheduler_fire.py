@@ -366,8 +366,7 @@ async def test_a_fire_whose_shared_paused_read_was_cancelled_reads_again(
 
 async def test_fires_sharing_a_paused_read_that_failed_both_fail(autojump_clock: Any) -> None:
     daily = Routine(name="daily", prompt="d", cron="0 9 * * *")
-    scheduler, agent, store, _ = rig(HOURLY, daily)
-    store.fail("paused", StateFault("unreadable"), times=1)
+    scheduler, agent, store, _ = rig(HOURLY, daily, external_clock=True)
     failures: list[str] = []
 
     async def fire(name: str) -> None:
@@ -375,9 +374,14 @@ async def test_fires_sharing_a_paused_read_that_failed_both_fail(autojump_clock:
             await scheduler.fire(name, at(9))
         failures.append(str(caught.value))
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(fire, "hourly")
-        nursery.start_soon(fire, "daily")
+    async with trio.open_nursery() as outer:
+        # Running (so joined): the two fires reach their paused read together.
+        await outer.start(scheduler.run)
+        store.fail("paused", StateFault("unreadable"), times=1)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(fire, "hourly")
+            nursery.start_soon(fire, "daily")
+        scheduler.stop(0)
     assert sorted(failures) == [
         f"could not claim slot 2026-07-07T09-00-00-000Z of '{name}': unreadable"
         for name in ("daily", "hourly")

@@ -50,7 +50,8 @@ class FireContext:
     * ``kind="run"``: an on-demand run of ``routine`` (``run`` on the command line,
       ``POST /run``): no slot, nothing claimed.
 
-    ``session`` is the session the turn runs in, the same one ``invoke`` is given.
+    ``session`` is the session the turn runs in, the same one ``invoke`` is given;
+    ``replica`` the id of the scheduler running it.
     """
 
     kind: FireKind
@@ -58,6 +59,8 @@ class FireContext:
     routine: str | None = None
     slot: datetime | None = None
     wakeup: str | None = attrs.field(default=None, validator=_check)
+    #: The replica running the turn (:mod:`trio_routines.replicas`), when a scheduler runs it.
+    replica: str | None = None
 
     @property
     def idempotency_key(self) -> str | None:

@@ -1,9 +1,10 @@
 """Log records as the command line writes them to stderr: one line per record, always.
 
-Text: ``2026-11-30T09:00:00.012Z INFO  digest slot=2026-11-30T09:00Z completed (1200ms)``: the
-instant, the level padded to 5, and, on every line about a fire, the routine and the slot
-before the message. JSON lines: ``{"ts", "level", "message", "host", "pid"}`` and, about a
-fire, ``routine``, ``slot``, and on its outcome line ``outcome``, ``ms``, ``late_ms``, ``error``.
+Text: ``2026-11-30T09:00:00.012Z INFO  digest slot=2026-11-30T09:00Z replica=web-1 completed
+(1200ms)``: the instant, the level padded to 5, and, on every line about a fire, the routine,
+the slot and the replica firing it before the message. JSON lines: ``{"ts", "level",
+"message", "host", "pid"}`` and, about a fire, ``routine``, ``slot``, ``replica``, and on its
+outcome line ``outcome``, ``ms``, ``late_ms``, ``error``.
 
 Where do a record's routine and slot come from? The runtime sets a
 :class:`~trio_routines.context.FireContext` around every turn (a context variable), and
@@ -43,7 +44,7 @@ log = logging.getLogger("trio_routines")
 
 _LEVEL_NAMES = {"WARNING": "WARN", "CRITICAL": "FATAL"}
 # The structured fields a record may carry, in the order a JSON line shows them.
-FIELDS = ("routine", "slot", "outcome", "ms", "late_ms", "error")
+FIELDS = ("routine", "slot", "replica", "outcome", "ms", "late_ms", "error")
 _fields: ContextVar[Mapping[str, Any] | None] = ContextVar("trio_routines_log_fields", default=None)
 
 
@@ -83,6 +84,8 @@ class FireFields(logging.Filter):
                 found.setdefault("routine", fire.routine)
             if fire.slot is not None:
                 found.setdefault("slot", fire.slot)
+            if fire.replica is not None:
+                found.setdefault("replica", fire.replica)
         for key, value in found.items():
             if not hasattr(record, key):
                 setattr(record, key, value)
@@ -121,7 +124,9 @@ class TextFormatter(logging.Formatter):
             rest = (
                 message[len(name) :].lstrip(":").lstrip() if message.startswith(name) else message
             )
-            message = one_line(f"{name} slot={_short(slot)} {rest}")
+            replica = getattr(record, "replica", None)
+            who = f" replica={one_line(replica)}" if isinstance(replica, str) else ""
+            message = one_line(f"{name} slot={_short(slot)}{who} {rest}")
         return f"{_stamp(record)} {_level_name(record):<5} {visible(message)}"
 
 

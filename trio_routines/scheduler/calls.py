@@ -105,19 +105,24 @@ class StoreCalls(SchedulerState):
     async def _present(self) -> AsyncIterator[None]:
         """Joined for the block: :meth:`run`'s, a fire's or a run's. Blocks at once share one
         membership; the last to end leaves the store (bounded, whatever it does)."""
-        async with self._joining:
-            if self._presence is None:
-                self._presence = await self._join()
+        if self._presence is None:
+            async with self._joining:
+                if self._presence is None:
+                    self._presence = await self._join()
+                self._members += 1
+        else:  # joined already: no schedule point (fires that come together stay together)
             self._members += 1
         try:
             yield
         finally:
             self._members -= 1
             if self._members == 0:
-                presence, self._presence = self._presence, None
-                if presence is not None:
-                    with trio.CancelScope(shield=True), trio.move_on_after(STOP_MARGIN):
-                        await presence.leave()
+                with trio.CancelScope(shield=True):
+                    async with self._joining:  # a join waits for this leave to finish
+                        if self._members == 0 and self._presence is not None:
+                            presence, self._presence = self._presence, None
+                            with trio.move_on_after(STOP_MARGIN):
+                                await presence.leave()
 
     async def _claims_alive(self, claims: Sequence[tuple[str, datetime]]) -> list[bool]:
         """Whether each claim's holder is alive: ours from memory, others' from the store."""

@@ -162,7 +162,7 @@ class FirePath(StoreCalls):
                     "another scheduler has it",
                     name,
                     format_iso(slot),
-                    extra={"routine": name, "slot": slot},
+                    extra={"routine": name, "slot": slot, "replica": self.replica},
                 )
             reason = "duplicate"
         else:
@@ -172,7 +172,7 @@ class FirePath(StoreCalls):
                 name,
                 format_iso(slot),
                 claim.newest,
-                extra={"routine": name, "slot": slot},
+                extra={"routine": name, "slot": slot, "replica": self.replica},
             )
             reason = "stale"
         self._outcomes[reason] += 1
@@ -185,8 +185,8 @@ class FirePath(StoreCalls):
         """The turn, then its settle, the last step of ``scope`` (see :meth:`_settle`)."""
         name = routine.name
         late = (self.now() - slot).total_seconds()
-        why = FireContext("routine", routine.session, routine=name, slot=slot)
-        with log_fields(late_ms=round(late * 1000), replica=self.replica):
+        why = FireContext("routine", routine.session, routine=name, slot=slot, replica=self.replica)
+        with log_fields(late_ms=round(late * 1000)):
             turn = await self._turn(why, name, routine.prompt, routine.timeout, hold=hold)
         # The reason goes with the outcome. A busy session is an overlap, not a failure: when
         # our own previous turn of it runs, nothing is stored (history says it was still
@@ -256,7 +256,7 @@ class FirePath(StoreCalls):
             raise Stopping("the scheduler is stopping; no new turns are accepted")
         async with self._present():
             with trio.CancelScope(shield=True), self._working():
-                why = FireContext("run", routine.session, routine=name)
+                why = FireContext("run", routine.session, routine=name, replica=self.replica)
                 result = await self._turn(why, name, routine.prompt, routine.timeout, on_text)
         return result
 
@@ -291,7 +291,7 @@ class FirePath(StoreCalls):
     ) -> None:
         with trio.CancelScope(shield=True), self._working():
             task_status.started()
-            why = FireContext("run", routine.session, routine=routine.name)
+            why = FireContext("run", routine.session, routine=routine.name, replica=self.replica)
             try:
                 await self._turn(why, routine.name, routine.prompt, routine.timeout, hold=hold)
             finally:

@@ -48,7 +48,7 @@ class WakeLoop(FirePath, ClockWatch, Restarts):
 
     async def _wake(self, wakeup: Wakeup) -> None:
         label = f"wake {wakeup.id[:8]}"
-        why = FireContext("wakeup", wakeup.session, wakeup=wakeup.id)
+        why = FireContext("wakeup", wakeup.session, wakeup=wakeup.id, replica=self.replica)
         turn = await self._turn(why, label, envelope(wakeup))
         if not turn.busy:
             return
