@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 from collections.abc import AsyncIterator, Iterator
@@ -309,6 +310,49 @@ async def test_echo_satisfies_the_protocol() -> None:
     stream: AsyncIterator[Event] = agent.invoke("s", "t")
     async with aclosing(stream):  # type: ignore[type-var]
         assert await stream.__anext__() == TextDelta("t")
+
+
+async def test_cmd_never_inherits_the_stores_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRIO_ROUTINES_STATE", "postgresql://u:state-secret@db/x")
+    for name in ("PGPASSWORD", "PGPASSFILE", "PGSERVICEFILE", "PGSERVICE", "PGHOST", "PGUSER"):
+        monkeypatch.setenv(name, f"{name}-value")
+    monkeypatch.setenv("TRIO_ROUTINES_AGENT", "cmd:env")
+    monkeypatch.setenv("OTHER_SETTING", "kept")
+    events = await collect(agent_from_spec("cmd:env"), session="routine:daily")
+    names = {line.partition("=")[0] for line in reply(events).splitlines()}
+    assert "OTHER_SETTING" in names
+    assert "PATH" in names
+    assert {name for name in names if name.startswith(("TRIO_ROUTINES_", "PG"))} == {
+        "TRIO_ROUTINES_SESSION",
+        "TRIO_ROUTINES_FIRE",
+        "TRIO_ROUTINES_ROUTINE",
+        "TRIO_ROUTINES_SLOT",
+        "TRIO_ROUTINES_WAKEUP",
+    }
+
+
+def test_a_fired_cmd_turn_finds_neither_the_state_nor_a_database_password(tmp_path: Path) -> None:
+    env = Env(tmp_path)
+    env.routine("daily", cron="0 9 * * *")
+    environ = {
+        **env.environ(),
+        "TRIO_ROUTINES_STATE": str(env.state),  # where the claims are: the command must not know
+        "PGPASSWORD": "pg-secret",
+        "PGPASSFILE": str(tmp_path / "pgpass"),
+    }
+    dump = tmp_path / "env.txt"
+    argv = env.argv(
+        "fire", "daily", "--slot", "2026-07-07T09:00:00Z", "--agent", f"cmd:env > {dump}"
+    )
+    argv = argv[: argv.index("--state")] + argv[argv.index("--routines") :]  # state from the env
+    result = subprocess.run(argv, capture_output=True, text=True, env=environ, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert env.history("daily")[0]["outcome"] == "completed"  # the state the variable named
+    seen = dump.read_text()
+    assert "TRIO_ROUTINES_SLOT=2026-07-07T09:00:00.000Z" in seen
+    assert str(env.state) not in seen
+    assert "pg-secret" not in seen
+    assert "PGPASSFILE" not in seen
 
 
 async def test_cmd_never_inherits_our_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
