@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 import trio
@@ -709,3 +710,52 @@ def test_masked_hides_the_secret_and_a_cut_beginning_of_it() -> None:
     assert masked("ends in k", "sk-1", cut=True) == "ends in k"
     assert masked("anything", None, cut=True) == "anything"
     assert reason_of("x" * 10 + "sk-1", "sk-1", limit=12) == "x" * 10 + "*…"
+
+
+NAMES = ["café ☕", "日報", "my report", "100%", "caf%C3%A9", "x\r\nEvil: 1"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+async def test_a_cron_fire_of_any_legal_name_reaches_the_server_with_its_key(name: str) -> None:
+    clock = WallClock(datetime(2026, 7, 7, 9, 0, 5, tzinfo=UTC))
+    routine = Routine(name=name, prompt="go", cron="0 9 * * *")
+    store = MemoryStore()
+    async with serving(reply(200, "done", "text/plain")) as server:
+        scheduler = Scheduler(
+            agent=HttpAgent(server.url()), store=store, routines=[routine], now=clock
+        )
+        result = await scheduler.fire(name, SLOT)
+    assert result.outcome is Outcome.COMPLETED
+    (request,) = server.requests
+    assert request.json["routine"] == name
+    key = request.headers["idempotency-key"]
+    assert key.isascii()
+    assert "evil" not in request.headers  # no header of the name's making
+    encoded, _, slot = key.rpartition("/")
+    assert (unquote(encoded), slot) == (name, "2026-07-07T09-00-00-000Z")
+
+
+def test_the_fire_command_posts_a_non_ascii_routine(env: Env) -> None:
+    received: list[Request] = []
+
+    async def main() -> subprocess.CompletedProcess[bytes]:
+        async with serving(reply(200, "done", "text/plain")) as server:
+            argv = env.argv("fire", "日報 café", "--slot", "2026-07-07T09:00:00Z")
+            done = await trio.run_process(
+                [*argv, "--agent", server.url(), "--json"],
+                env=env.environ(),
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+            received.extend(server.requests)
+            return done
+
+    env.routine("日報 café", cron="0 9 * * *")
+    done = trio.run(main)
+    assert done.returncode == 0, done.stderr.decode()
+    assert json.loads(done.stdout)["outcome"] == "completed"
+    (request,) = received
+    assert request.headers["idempotency-key"] == (
+        "%E6%97%A5%E5%A0%B1%20caf%C3%A9/2026-07-07T09-00-00-000Z"
+    )

@@ -4,7 +4,8 @@ Theory of operation. A turn builds one JSON body -- ``session``, ``prompt`` and 
 from :func:`~trio_routines.context.current_fire` -- and posts it once. Nothing is ever retried:
 a fire is at most once, so a connection that fails, before or after the server got the
 request, fails the turn and says so. A cron fire carries ``Idempotency-Key:
-<routine>/<slot name>``, the claim's own name, equal on every replica and after every restart,
+<routine>/<slot name>``, the claim's own name (the routine's percent-encoded where it is not
+visible ASCII: any name fits a header), equal on every replica and after every restart,
 so a receiver that remembers keys can refuse a duplicate that reached it by any other path.
 
 The answer is classified in one pure function (:func:`classify`): 409 and 423 mean the
