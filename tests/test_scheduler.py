@@ -812,6 +812,59 @@ async def test_a_wake_loop_that_breaks_is_restarted_with_a_doubling_back_off(
 # -- stopping ----------------------------------------------------------------------------------
 
 
+class RecordingStore:
+    """A MemoryStore that notes the name of every call made to it."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self.inner, name)
+        if not callable(found):
+            return found
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            return found(*args, **kwargs)
+
+        return call
+
+
+async def test_a_second_run_is_refused_before_it_touches_the_store(autojump_clock: Any) -> None:
+    store = RecordingStore()
+    await store.inner.claim("hourly", at(10), at(10))  # an open claim a second boot would settle
+    rig = Rig(store=store)
+    async with rig.running():
+        pass  # booted, then stopped
+    assert "latest_fire" in store.calls  # the first run did read the store
+    await store.inner.claim("hourly", at(11), at(11))
+    store.calls.clear()
+    async with trio.open_nursery() as nursery:
+        with pytest.raises(Stopping, match="has already run: a Scheduler runs once"):
+            await nursery.start(rig.scheduler.run)
+    assert store.calls == []
+    newest = await store.inner.latest_fire("hourly")
+    assert newest is not None
+    assert newest.outcome is None  # not reconciled
+
+
+async def test_run_is_refused_while_running_and_after_a_stop_before_running(
+    autojump_clock: Any,
+) -> None:
+    rig = Rig()
+    async with rig.running():
+        with pytest.raises(Stopping, match="has already run"):
+            await rig.scheduler.run()
+        assert rig.scheduler.statistics().armed == ("hourly",)  # the first run is unharmed
+    store = RecordingStore()
+    stopped = Rig(store=store)
+    stopped.scheduler.stop()
+    with pytest.raises(Stopping, match="was stopped: a Scheduler runs once"):
+        await stopped.scheduler.run()
+    assert store.calls == []
+
+
 async def test_idle_waiting_is_not_in_flight_and_stop_ends_fires(autojump_clock: Any) -> None:
     rig = Rig()
     async with rig.running() as scheduler:

@@ -16,7 +16,7 @@ from ..store import Store
 from .boot import Boot
 from .calls import STOP_MARGIN
 from .reload import Reload
-from .state import Statistics
+from .state import Statistics, Stopping
 from .wake import WakeLoop
 
 
@@ -26,7 +26,10 @@ class Scheduler(Boot, Reload, WakeLoop):
     Start it inside a nursery: ``scheduler = await nursery.start(serve_routines, ...)``, or
     ``await nursery.start(scheduler.run)``. :meth:`fire` and :meth:`run_now` also work on a
     scheduler that was never started (the command line's one-shot paths use them so).
+    A scheduler runs once: build a new one to run again.
     """
+
+    _ran = False  # run() was called: a second call is refused before it touches the store
 
     async def run(
         self, *, task_status: trio.TaskStatus[Scheduler] = trio.TASK_STATUS_IGNORED
@@ -37,7 +40,17 @@ class Scheduler(Boot, Reload, WakeLoop):
         a routine whose last fire cannot be known must not run blind. The reconcile runs
         whatever the clock mode: a claim an external ``fire`` left open when its process died
         is settled ``interrupted`` here too.
+
+        Raises :class:`Stopping`, before anything is read or written, on a scheduler that
+        has run (or runs) already or was stopped: its stop is final, and its loops' cancel
+        scope can be entered once.
         """
+        if self._ran or self._stopping.value:
+            what = "has already run" if self._ran else "was stopped"
+            raise Stopping(
+                f"this scheduler {what}: a Scheduler runs once — build a new one to run again"
+            )
+        self._ran = True
         booted = dict(self.routines)
         first_due = await self._boot(plan=not self.external_clock)
         await self._refresh_paused()
