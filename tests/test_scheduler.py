@@ -217,6 +217,30 @@ async def test_claims_dir_that_is_a_file_fails_boot(tmp_path: Path) -> None:
     assert rig.agent.turns == []
 
 
+async def test_an_external_clock_boot_reports_an_unreadable_claims_entry_and_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An external-clock boot reads the newest claims only to reconcile (it plans nothing from
+    # them): one it cannot read is an ERROR naming the routine, not a failed boot -- the
+    # original reads none in this mode. The other routines are reconciled, wake-ups served,
+    # and a fire of the unreadable routine reports the fault itself.
+    store = DirectoryStore(tmp_path)
+    await store.claim("daily", at(6), at(6))  # left open by a `fire` that died
+    (tmp_path / "schedule" / "claims" / "hourly").write_text("not a directory")
+    daily = Routine(name="daily", prompt="p", cron="0 6 * * *")
+    rig = Rig(HOURLY, daily, store=store, external_clock=True)
+    await store.add_wakeup(_due_request(), T0 - timedelta(hours=1))
+    async with rig.running() as scheduler:
+        await wait_until(lambda: bool(rig.agent.finished))
+        with pytest.raises(StateFault, match="ENOTDIR"):
+            await scheduler.fire("hourly", at(10))
+    assert rig.agent.sessions() == ["chat-1"]
+    assert await rig.fires("daily") == [(at(6), at(6), Outcome.INTERRUPTED)]
+    (error,) = [m for m in messages(caplog, logging.ERROR) if "not reconciled" in m]
+    assert error.startswith("hourly: its newest claim is unreadable")
+    assert "ENOTDIR" in error
+
+
 async def test_foreign_entries_are_ignored(tmp_path: Path) -> None:
     store = DirectoryStore(tmp_path)
     await store.claim("hourly", at(7), at(7))
