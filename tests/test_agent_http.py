@@ -14,14 +14,23 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 import trio
 from agent_server import AgentServer, Request, Respond, events, head, never_answer, reply
 from procs import Env
 
+from trio_routines import agent_http
 from trio_routines.agent import SESSION_BUSY, Agent, Completed, Event, Failed, TextDelta
-from trio_routines.agent_http import HttpAgent, classify, first_line, request_body
+from trio_routines.agent_http import (
+    HttpAgent,
+    classify,
+    first_line,
+    masked,
+    reason_of,
+    request_body,
+)
 from trio_routines.agents import agent_from_spec, describe_agent
 from trio_routines.cli.table import reason as history_reason
 from trio_routines.context import FireContext, firing
@@ -641,3 +650,112 @@ async def test_a_server_echoing_the_token_never_puts_it_in_a_reason() -> None:
     async with serving(reply(200, stream, "text/event-stream")) as server:
         (last,) = await collect(HttpAgent(server.url(), token=secret))
     assert last == Failed("the key *** expired")
+
+
+LEAKY = "sk-LEAKY-0123456789abcdef"
+
+
+def straddling(limit: int) -> str:
+    """A text whose token starts 8 characters before ``limit``: a cut there halves it."""
+    return "x" * (limit - 8) + LEAKY + " and more after it"
+
+
+@pytest.mark.parametrize(
+    "respond",
+    [
+        reply(500, straddling(agent_http.REASON_LIMIT), "text/plain"),
+        reply(409, straddling(agent_http.REASON_LIMIT)),
+        events(f"event: failed\ndata: {straddling(agent_http.REASON_LIMIT)}\n\n"),
+        events(f"event: busy\ndata: {straddling(agent_http.REASON_LIMIT)}\n\n"),
+        # The error body read stops at ERROR_BODY_LIMIT bytes, in the token; the blanks fold
+        # into one, so what was read of it would come right after the status in the reason.
+        reply(500, "a" + " " * (agent_http.ERROR_BODY_LIMIT - 9) + LEAKY, "text/plain"),
+    ],
+    ids=["500", "409", "failed-event", "busy-event", "body-cut"],
+)
+async def test_no_part_of_the_token_reaches_a_reason_cut_in_it(respond: Respond) -> None:
+    async with serving(respond) as server:
+        (last,) = await collect(HttpAgent(server.url(), token=LEAKY))
+    assert isinstance(last, Failed)
+    assert "sk-" not in last.details
+    assert "***" in last.details or last.details.endswith("…")
+
+
+async def test_no_part_of_the_token_reaches_the_stored_reason_or_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = WallClock(datetime(2026, 7, 7, 9, 0, 5, tzinfo=UTC))
+    store = MemoryStore()
+    respond = events(f"event: failed\ndata: {straddling(agent_http.REASON_LIMIT)}\n\n")
+    async with serving(respond) as server:
+        agent = HttpAgent(server.url(), token=LEAKY)
+        routine = Routine(name="daily", prompt="go", cron="0 9 * * *")
+        scheduler = Scheduler(agent=agent, store=store, routines=[routine], now=clock)
+        result = await scheduler.fire("daily", SLOT)
+    assert result.outcome is Outcome.FAILED
+    fire = await store.latest_fire("daily")
+    assert fire is not None
+    assert fire.error is not None
+    assert fire.error.startswith("xxx")
+    assert "sk-" not in fire.error
+    assert "xxx" in caplog.text
+    assert "sk-" not in caplog.text
+
+
+def test_masked_hides_the_secret_and_a_cut_beginning_of_it() -> None:
+    assert masked("a sk-1 b sk-1", "sk-1") == "a *** b ***"
+    assert masked("ends in sk-", "sk-1") == "ends in sk-"  # not cut: nothing was behind it
+    assert masked("ends in sk-", "sk-1", cut=True) == "ends in ***"
+    assert masked("ends in s", "sk-1", cut=True) == "ends in ***"
+    assert masked("ends in k", "sk-1", cut=True) == "ends in k"
+    assert masked("anything", None, cut=True) == "anything"
+    assert reason_of("x" * 10 + "sk-1", "sk-1", limit=12) == "x" * 10 + "*…"
+
+
+NAMES = ["café ☕", "日報", "my report", "100%", "caf%C3%A9", "x\r\nEvil: 1"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+async def test_a_cron_fire_of_any_legal_name_reaches_the_server_with_its_key(name: str) -> None:
+    clock = WallClock(datetime(2026, 7, 7, 9, 0, 5, tzinfo=UTC))
+    routine = Routine(name=name, prompt="go", cron="0 9 * * *")
+    store = MemoryStore()
+    async with serving(reply(200, "done", "text/plain")) as server:
+        scheduler = Scheduler(
+            agent=HttpAgent(server.url()), store=store, routines=[routine], now=clock
+        )
+        result = await scheduler.fire(name, SLOT)
+    assert result.outcome is Outcome.COMPLETED
+    (request,) = server.requests
+    assert request.json["routine"] == name
+    key = request.headers["idempotency-key"]
+    assert key.isascii()
+    assert "evil" not in request.headers  # no header of the name's making
+    encoded, _, slot = key.rpartition("/")
+    assert (unquote(encoded), slot) == (name, "2026-07-07T09-00-00-000Z")
+
+
+def test_the_fire_command_posts_a_non_ascii_routine(env: Env) -> None:
+    received: list[Request] = []
+
+    async def main() -> subprocess.CompletedProcess[bytes]:
+        async with serving(reply(200, "done", "text/plain")) as server:
+            argv = env.argv("fire", "日報 café", "--slot", "2026-07-07T09:00:00Z")
+            done = await trio.run_process(
+                [*argv, "--agent", server.url(), "--json"],
+                env=env.environ(),
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+            received.extend(server.requests)
+            return done
+
+    env.routine("日報 café", cron="0 9 * * *")
+    done = trio.run(main)
+    assert done.returncode == 0, done.stderr.decode()
+    assert json.loads(done.stdout)["outcome"] == "completed"
+    (request,) = received
+    assert request.headers["idempotency-key"] == (
+        "%E6%97%A5%E5%A0%B1%20caf%C3%A9/2026-07-07T09-00-00-000Z"
+    )

@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 import trio
 import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
 
 import trio_routines
 from trio_routines import Completed, Event, FireContext, TextDelta, current_fire
@@ -21,6 +24,7 @@ from trio_routines.wakeups import WakeupRequest
 
 START = datetime(2026, 7, 7, 8, 59, 30, tzinfo=UTC)
 DAILY = Routine(name="daily", prompt="morning brief", cron="0 9 * * *")
+SLOT = datetime(2026, 7, 7, 9, tzinfo=UTC)
 
 
 class Recorder:
@@ -189,3 +193,33 @@ async def test_the_scripted_agent_keeps_each_turns_fire(
         replica=scheduler.replica,
     )
     assert turn.wall == turn.fire.slot
+
+
+@given(st.text(min_size=1))
+def test_the_idempotency_key_is_a_header_value_that_gives_the_name_back(name: str) -> None:
+    fire = FireContext("routine", f"routine:{name}", routine=name, slot=SLOT)
+    key = fire.idempotency_key
+    assert key is not None
+    assert all("!" <= char <= "~" for char in key)  # visible ASCII: any HTTP header takes it
+    encoded, _, slot = key.rpartition("/")
+    assert slot == "2026-07-07T09-00-00-000Z"
+    assert unquote(encoded, errors="strict") == name
+
+
+@pytest.mark.parametrize(
+    ("name", "encoded"),
+    [
+        ("daily", "daily"),  # visible ASCII: as it was
+        ("report-2+(x)", "report-2+(x)"),
+        ("café", "caf%C3%A9"),
+        ("日報", "%E6%97%A5%E5%A0%B1"),
+        ("my report", "my%20report"),
+        ("100%", "100%25"),  # "%" itself, so "caf%C3%A9" the name is not "café"
+        ("x\r\nEvil: 1", "x%0D%0AEvil:%201"),
+    ],
+)
+def test_the_idempotency_key_encodes_only_what_a_header_cannot_carry(
+    name: str, encoded: str
+) -> None:
+    fire = FireContext("routine", f"routine:{name}", routine=name, slot=SLOT)
+    assert fire.idempotency_key == f"{encoded}/2026-07-07T09-00-00-000Z"

@@ -3,6 +3,7 @@ connections, schema creation and versioning. Every test uses its own schema."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import subprocess
@@ -444,3 +445,86 @@ def test_undecodable_command_line_text_is_one_line_not_a_traceback(
     unwake = env.cli("unwake", undecodable, "--session", "s")
     assert "Traceback" not in unwake.stderr
     assert "no pending wake-up" in unwake.stdout + unwake.stderr
+
+
+# -- a read-only database ------------------------------------------------------------------
+
+
+def read_only(url: str, schema: str) -> str:
+    """``url`` whose every transaction is read-only, with ``schema`` on its search path."""
+    options = f"-c%20default_transaction_read_only%3Don%20-csearch_path%3D{schema}"
+    return f"{url}{'&' if '?' in url else '?'}options={options}"
+
+
+async def test_a_current_schema_is_read_without_writing_on_a_read_only_database(
+    url: str, schema: str
+) -> None:
+    writable = PostgresStore(url, schema=schema)
+    await writable.claim("r", T0, T0)
+    await writable.settle("r", T0, Outcome.COMPLETED, 5)
+    await writable.aclose()
+    store = PostgresStore(read_only(url, schema))  # tables found on the search path
+    try:
+        assert [f.slot for f in await store.history("r")] == [T0]
+        fire = await store.latest_fire("r")
+        assert fire is not None
+        assert fire.outcome is Outcome.COMPLETED
+        assert await store.paused() == frozenset()
+        assert await store.list_wakeups() == []
+        assert await store.resumed_at("r") is None
+        with pytest.raises(StateFault, match="read-only transaction"):  # a write still fails
+            await store.claim("r", T0 + MINUTE, T0 + MINUTE)
+    finally:
+        await store.aclose()
+
+
+async def test_a_schema_to_create_on_a_read_only_database_says_so(url: str, schema: str) -> None:
+    store = PostgresStore(read_only(url, schema), schema=schema)
+    try:
+        with pytest.raises(StateFault) as caught:
+            await store.paused()
+    finally:
+        await store.aclose()
+    message = str(caught.value)
+    assert "has no trio_routines tables yet and needs version" in message
+    assert "the database is read-only" in message
+    assert "unreadable" not in message  # not the paused routines' fault
+
+
+async def test_an_old_schema_on_a_read_only_database_names_both_versions(
+    url: str, schema: str
+) -> None:
+    writable = PostgresStore(url, schema=schema)
+    await writable.paused()  # migrated to the current version
+    await writable.aclose()
+    with admin() as conn:
+        conn.execute(
+            sql.SQL("DELETE FROM {} WHERE version = %s").format(
+                sql.Identifier(schema, "trio_routines_schema")
+            ),
+            (SCHEMA_VERSION,),
+        )
+    store = PostgresStore(read_only(url, schema), schema=schema)
+    try:
+        with pytest.raises(StateFault, match=f"has schema version {SCHEMA_VERSION - 1} and needs"):
+            await store.history("r")
+    finally:
+        await store.aclose()
+
+
+def test_read_only_commands_work_against_a_read_only_database(
+    tmp_path: Path, url: str, schema: str
+) -> None:
+    env = Env(tmp_path)
+    env.routine("daily", cron="0 9 * * *")
+    env.state = f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"  # type: ignore[assignment]
+    with admin() as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    fired = env.cli("fire", "daily", "--slot", "2026-07-07T09:00:00Z", "--agent", "echo")
+    assert fired.returncode == 0, fired.stderr
+    env.state = read_only(url, schema)  # type: ignore[assignment]
+    history = env.cli("history", "daily", "--json")
+    assert history.returncode == 0, history.stderr
+    assert [entry["outcome"] for entry in json.loads(history.stdout)] == ["completed"]
+    listed = env.cli("list", "--json")
+    assert listed.returncode == 0, listed.stderr

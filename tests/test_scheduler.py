@@ -217,6 +217,30 @@ async def test_claims_dir_that_is_a_file_fails_boot(tmp_path: Path) -> None:
     assert rig.agent.turns == []
 
 
+async def test_an_external_clock_boot_reports_an_unreadable_claims_entry_and_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An external-clock boot reads the newest claims only to reconcile (it plans nothing from
+    # them): one it cannot read is an ERROR naming the routine, not a failed boot -- the
+    # original reads none in this mode. The other routines are reconciled, wake-ups served,
+    # and a fire of the unreadable routine reports the fault itself.
+    store = DirectoryStore(tmp_path)
+    await store.claim("daily", at(6), at(6))  # left open by a `fire` that died
+    (tmp_path / "schedule" / "claims" / "hourly").write_text("not a directory")
+    daily = Routine(name="daily", prompt="p", cron="0 6 * * *")
+    rig = Rig(HOURLY, daily, store=store, external_clock=True)
+    await store.add_wakeup(_due_request(), T0 - timedelta(hours=1))
+    async with rig.running() as scheduler:
+        await wait_until(lambda: bool(rig.agent.finished))
+        with pytest.raises(StateFault, match="ENOTDIR"):
+            await scheduler.fire("hourly", at(10))
+    assert rig.agent.sessions() == ["chat-1"]
+    assert await rig.fires("daily") == [(at(6), at(6), Outcome.INTERRUPTED)]
+    (error,) = [m for m in messages(caplog, logging.ERROR) if "not reconciled" in m]
+    assert error.startswith("hourly: its newest claim is unreadable")
+    assert "ENOTDIR" in error
+
+
 async def test_foreign_entries_are_ignored(tmp_path: Path) -> None:
     store = DirectoryStore(tmp_path)
     await store.claim("hourly", at(7), at(7))
@@ -810,6 +834,59 @@ async def test_a_wake_loop_that_breaks_is_restarted_with_a_doubling_back_off(
 
 
 # -- stopping ----------------------------------------------------------------------------------
+
+
+class RecordingStore:
+    """A MemoryStore that notes the name of every call made to it."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self.inner, name)
+        if not callable(found):
+            return found
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            return found(*args, **kwargs)
+
+        return call
+
+
+async def test_a_second_run_is_refused_before_it_touches_the_store(autojump_clock: Any) -> None:
+    store = RecordingStore()
+    await store.inner.claim("hourly", at(10), at(10))  # an open claim a second boot would settle
+    rig = Rig(store=store)
+    async with rig.running():
+        pass  # booted, then stopped
+    assert "latest_fire" in store.calls  # the first run did read the store
+    await store.inner.claim("hourly", at(11), at(11))
+    store.calls.clear()
+    async with trio.open_nursery() as nursery:
+        with pytest.raises(Stopping, match="has already run: a Scheduler runs once"):
+            await nursery.start(rig.scheduler.run)
+    assert store.calls == []
+    newest = await store.inner.latest_fire("hourly")
+    assert newest is not None
+    assert newest.outcome is None  # not reconciled
+
+
+async def test_run_is_refused_while_running_and_after_a_stop_before_running(
+    autojump_clock: Any,
+) -> None:
+    rig = Rig()
+    async with rig.running():
+        with pytest.raises(Stopping, match="has already run"):
+            await rig.scheduler.run()
+        assert rig.scheduler.statistics().armed == ("hourly",)  # the first run is unharmed
+    store = RecordingStore()
+    stopped = Rig(store=store)
+    stopped.scheduler.stop()
+    with pytest.raises(Stopping, match="was stopped: a Scheduler runs once"):
+        await stopped.scheduler.run()
+    assert store.calls == []
 
 
 async def test_idle_waiting_is_not_in_flight_and_stop_ends_fires(autojump_clock: Any) -> None:

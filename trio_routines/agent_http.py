@@ -4,7 +4,8 @@ Theory of operation. A turn builds one JSON body -- ``session``, ``prompt`` and 
 from :func:`~trio_routines.context.current_fire` -- and posts it once. Nothing is ever retried:
 a fire is at most once, so a connection that fails, before or after the server got the
 request, fails the turn and says so. A cron fire carries ``Idempotency-Key:
-<routine>/<slot name>``, the claim's own name, equal on every replica and after every restart,
+<routine>/<slot name>``, the claim's own name (the routine's percent-encoded where it is not
+visible ASCII: any name fits a header), equal on every replica and after every restart,
 so a receiver that remembers keys can refuse a duplicate that reached it by any other path.
 
 The answer is classified in one pure function (:func:`classify`): 409 and 423 mean the
@@ -23,7 +24,8 @@ grace). The request asks for ``identity`` and the answer is read raw: one in ano
 TLS is verified against the system's roots, or ``TRIO_ROUTINES_AGENT_CA`` when set.
 The token from ``TRIO_ROUTINES_AGENT_TOKEN`` goes in one header and nowhere else: not in a
 ``repr``, a log line or an error, which name the origin (scheme, host, port) and never the
-path's query.
+path's query. A server's words that become a reason have the token masked before they are cut
+(:func:`reason_of`), so a cut never leaves the token's beginning behind.
 """
 
 from __future__ import annotations
@@ -99,24 +101,49 @@ def classify(status: int, content_type: str) -> Answer:
     return Answer("events" if media == "text/event-stream" else "text")
 
 
-def first_line(body: bytes, limit: int = REASON_LIMIT) -> str:
-    """The first non-blank line of ``body``, one line, at most ``limit`` characters."""
-    for line in body.decode("utf-8", errors="replace").splitlines():
+def first_line(
+    body: bytes, limit: int = REASON_LIMIT, secret: str | None = None, *, cut: bool = False
+) -> str:
+    """The first non-blank line of ``body``, ``secret`` masked, at most ``limit`` characters.
+
+    ``cut``: ``body`` is the beginning of a longer one (see :func:`masked`).
+    """
+    text = masked(body.decode("utf-8", errors="replace"), secret, cut=cut)
+    for line in text.splitlines():
         if line.strip():
-            line = one_line(line)
-            return line if len(line) <= limit else line[: limit - 1] + "…"
+            return reason_of(line, limit=limit)
     return ""
 
 
-def coding_of(values: list[str]) -> str:
+def coding_of(values: list[str], secret: str | None = None) -> str:
     """The content codings an answer declares besides ``identity`` ("" for none), one line."""
     codings = (value.strip().lower() for value in values)
-    return _reason(", ".join(c for c in codings if c and c != "identity"))
+    return reason_of(", ".join(c for c in codings if c and c != "identity"), secret)
 
 
-def _reason(text: str) -> str:
-    text = one_line(text)
-    return text if len(text) <= REASON_LIMIT else text[: REASON_LIMIT - 1] + "…"
+def masked(text: str, secret: str | None, *, cut: bool = False) -> str:
+    """``text`` with every ``secret`` in it as ``***``.
+
+    With ``cut`` (``text`` was cut from something longer), an end that begins the secret is
+    masked too: the rest of it was behind the cut.
+    """
+    if not secret:
+        return text
+    text = text.replace(secret, "***")
+    if cut:
+        for size in range(min(len(secret) - 1, len(text)), 0, -1):
+            if text.endswith(secret[:size]):
+                return text[:-size] + "***"
+    return text
+
+
+def reason_of(text: str, secret: str | None = None, limit: int = REASON_LIMIT) -> str:
+    """A reason to keep: ``secret`` masked first, then one line of at most ``limit`` characters.
+
+    In that order: cut first, a secret straddling the cut would leave its beginning behind.
+    """
+    text = one_line(masked(text, secret))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # --- the shell ------------------------------------------------------------------------------
@@ -239,21 +266,23 @@ class HttpAgent:
     async def _read(self, response: httpx.Response, answer: Answer) -> AsyncIterator[Event]:
         # Raw bytes only: httpx would inflate any coding, and a small gzip bomb would pass our
         # size limits after inflating. We asked for identity; anything else is not read.
-        coding = coding_of(response.headers.get_list("content-encoding", split_commas=True))
+        # Whatever the server says is masked before it is cut (reason_of): the other way
+        # round, a token straddling the cut would leave its beginning in the reason.
+        codings = response.headers.get_list("content-encoding", split_commas=True)
+        coding = coding_of(codings, self._token)
         if answer.kind in ("busy", "failed"):
             if coding:
                 line = f"its body in Content-Encoding {coding} was not read"
             else:
-                line = first_line(await _read_some(response, ERROR_BODY_LIMIT))
-            reason = self._hide(answer.reason + (f": {line}" if line else ""))
+                body, cut = await _read_some(response, ERROR_BODY_LIMIT)
+                line = first_line(body, secret=self._token, cut=cut)
+            reason = answer.reason + (f": {line}" if line else "")
             yield Failed(reason, SESSION_BUSY if answer.kind == "busy" else None)
             return
         if coding:
             yield Failed(
-                self._hide(
-                    f"the agent answered in Content-Encoding {coding}, not the identity asked "
-                    "for — not read"
-                )
+                f"the agent answered in Content-Encoding {coding}, not the identity asked "
+                "for — not read"
             )
             return
         charset = "utf-8" if answer.kind == "events" else response.charset_encoding
@@ -281,15 +310,11 @@ class HttpAgent:
                 yield delta
         outcome = reader.outcome
         if outcome is not None:  # the server's own words become a stored reason: no token
-            outcome = Failed(self._hide(outcome.details), outcome.code)
+            outcome = _event_outcome(outcome, self._token)
         yield outcome or Completed()
 
-    def _hide(self, text: str) -> str:
-        """``text`` without our token in it, whoever put it there (a server echoing it)."""
-        return text if self._token is None else text.replace(self._token, "***")
-
     def _describe(self, exc: httpx.HTTPError) -> str:
-        detail = self._hide(_detail(exc))  # whatever a library puts in a message
+        detail = _detail(exc, self._token)  # whatever a library puts in a message
         where = self.origin
         if isinstance(exc, httpx.ConnectTimeout):
             return f"could not connect to {where} within {self.connect_timeout:g}s (not retried)"
@@ -333,21 +358,30 @@ class _Reader:
 
 
 def _event(kind: str, data: str) -> Failed | None:
+    """A stream's outcome event, its data still raw (bounded by the parser's line cap)."""
     if kind == "failed":
-        return Failed(_reason(data) or "the agent reported a failure")
+        return Failed(data)
     if kind == "busy":
-        return Failed(_reason(data) or "the agent's session is busy", SESSION_BUSY)
+        return Failed(data, SESSION_BUSY)
     return None
 
 
-async def _read_some(response: httpx.Response, limit: int) -> bytes:
+def _event_outcome(event: Failed, secret: str | None) -> Failed:
+    """A stream's outcome event as a reason to keep: the secret masked, then cut."""
+    if event.busy:
+        return Failed(reason_of(event.details, secret) or "the agent's session is busy", event.code)
+    return Failed(reason_of(event.details, secret) or "the agent reported a failure", event.code)
+
+
+async def _read_some(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
+    """At most ``limit`` bytes of the answer, and whether there was more."""
     body = b""
     async with aclosing(response.aiter_raw()) as chunks:  # type: ignore[type-var]
         async for chunk in chunks:
             body += chunk
-            if len(body) >= limit:
+            if len(body) > limit:
                 break
-    return body[:limit]
+    return body[:limit], len(body) > limit
 
 
 def _decoder(charset: str | None) -> codecs.IncrementalDecoder:
@@ -360,13 +394,13 @@ def _decoder(charset: str | None) -> codecs.IncrementalDecoder:
     return codecs.getincrementaldecoder("utf-8")(errors="replace")
 
 
-def _detail(exc: BaseException) -> str:
+def _detail(exc: BaseException, secret: str | None) -> str:
     """The first message along the chain of causes (httpx often wraps an empty one)."""
     seen: BaseException | None = exc
     for _ in range(5):
         if seen is None:
             break
-        if text := _reason(str(seen)):
+        if text := reason_of(str(seen), secret):
             return text
         seen = seen.__cause__ or seen.__context__
     return type(exc).__name__

@@ -6,7 +6,8 @@
   ``TRIO_ROUTINES_SESSION``, ``TRIO_ROUTINES_FIRE`` (``routine``, ``wakeup``, ``run``, or empty
   outside the runtime), ``TRIO_ROUTINES_ROUTINE`` (the routine's name; for a wake-up, the name
   in a ``routine:<name>`` session, else empty), ``TRIO_ROUTINES_SLOT`` (the slot of a cron
-  fire, else empty) and ``TRIO_ROUTINES_WAKEUP`` (a wake-up's id, else empty). Its stdout is
+  fire, else empty) and ``TRIO_ROUTINES_WAKEUP`` (a wake-up's id, else empty); no other
+  ``TRIO_ROUTINES_*`` nor any ``PG*`` variable (:data:`HIDDEN_FROM_COMMANDS`). Its stdout is
   the reply, streamed as it comes. Exit status 0 completes the turn; anything else fails it
   with the exit status and the last lines of stderr.
 * ``py:<module>:<attribute>`` imports any Python agent: an object with ``invoke``, or a class
@@ -50,8 +51,11 @@ __all__ = ["KILL_GRACE", "CommandAgent", "EchoAgent", "InvalidAgent", "agent_fro
 
 #: Seconds a cancelled command's process group gets between SIGTERM and SIGKILL.
 KILL_GRACE = 2.0
-# Secrets of ours a command must not inherit: the HTTP surface's token, the HTTP agent's.
-HIDDEN_FROM_COMMANDS = frozenset({"TRIO_ROUTINES_TOKEN", "TRIO_ROUTINES_AGENT_TOKEN"})
+#: What a command does not inherit, by name prefix: our own settings (the state, with a
+#: database's password in it; the HTTP surface's token; the HTTP agent's) and libpq's
+#: variables (``PGPASSWORD``, ``PGPASSFILE``, ``PGSERVICEFILE``, ``PGHOST``, ...), which
+#: together say where the store is and how to log in to it.
+HIDDEN_FROM_COMMANDS = ("TRIO_ROUTINES_", "PG")
 #: How much of the end of stderr a failed command reports, in bytes and in lines.
 STDERR_TAIL_BYTES = 4096
 STDERR_TAIL_LINES = 5
@@ -82,9 +86,10 @@ class CommandAgent:
         return f"CommandAgent({self.command!r})"
 
     def environment(self, session: str) -> dict[str, str]:
-        # The command gets our environment but not our secrets: a turn steered by its prompt
-        # must not find the HTTP surface's token (or the HTTP agent's) to call us back with.
-        env = {k: v for k, v in os.environ.items() if k not in HIDDEN_FROM_COMMANDS}
+        # The command gets our environment but not the store's credentials nor our tokens: a
+        # turn steered by its prompt must not find the store to write into (its claims, its
+        # wake-ups) nor a token to call us back with.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(HIDDEN_FROM_COMMANDS)}
         fire = current_fire()
         routine = fire.routine if fire is not None else None
         if routine is None and _is_routine(session):

@@ -67,11 +67,25 @@ class FireContext:
         """``<routine>/<slot name>`` for a cron fire, else ``None``.
 
         The slot name is the claim's own name (``2026-07-07T10-00-00-000Z``), so every replica
-        and every restart that fires this slot computes the very same key.
+        and every restart that fires this slot computes the very same key. The key is a valid
+        HTTP header value whatever the name: the name's UTF-8 is percent-encoded except for
+        visible ASCII other than ``%`` (``café`` is ``caf%C3%A9``, ``my report`` is
+        ``my%20report``), so decoding it gives the name back and two names never share a key.
         """
         if self.kind != "routine" or self.slot is None:
             return None
-        return f"{self.routine}/{slot_name(self.slot)}"
+        assert self.routine is not None
+        return f"{key_part(self.routine)}/{slot_name(self.slot)}"
+
+
+def key_part(name: str) -> str:
+    """``name`` as an idempotency key carries it: see :attr:`FireContext.idempotency_key`."""
+    return "".join(
+        char
+        if "!" <= char <= "~" and char != "%"
+        else "".join(f"%{b:02X}" for b in char.encode("utf-8", "surrogatepass"))
+        for char in name
+    )
 
 
 _current: ContextVar[FireContext | None] = ContextVar("trio_routines_current_fire", default=None)

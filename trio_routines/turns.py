@@ -8,6 +8,12 @@ never in our logs.
 
 Failure text from a model or a provider is folded onto one line before it is logged, so an
 embedded newline cannot forge something that looks like a log record of its own.
+
+A ``Failed`` event whose details are the empty string is no failure: the turn completes, as
+in the original, which tests the details' truth (JavaScript's: ``""`` is false, a string of
+blanks true, so details of whitespace alone still fail the turn, logged without a colon). The
+last ``Failed`` event wins, so an empty one after a reasoned one completes the turn too. The
+busy code is the exception: a busy event needs no words to mean busy.
 """
 
 from __future__ import annotations
@@ -106,6 +112,8 @@ async def run_turn(
                     except Exception as exc:
                         raised = raised or exc
     ms = _elapsed_ms(started)
+    if failed is not None and not failed.busy and not failed.details:
+        failed = None  # a failure with nothing to say is none, as in the original (module doc)
     if grace.cancelled_caught:
         extra = _fields(Outcome.INTERRUPTED, ms, "interrupted by stop")
         log.warning("%s interrupted: the stop's grace ran out (%dms)", label, ms, extra=extra)

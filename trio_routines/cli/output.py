@@ -17,7 +17,6 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import trio
 
@@ -32,7 +31,8 @@ from ..routines import LoadResult, Routine, find_routine, load_routines
 from ..scheduler import DEFAULT_GRACE as DEFAULT_GRACE
 from ..scheduler import Scheduler
 from ..store import Store
-from ..stores import is_postgres_url, open_store
+from ..stores import open_store
+from ..stores.credentials import shown_state
 from ..text import safe_json, shown, visible
 
 log = logging.getLogger("trio_routines")
@@ -72,15 +72,8 @@ def replica_arg(args: argparse.Namespace) -> str | None:
 
 
 def state_label(state: str) -> str:
-    """The state as messages show it: a database URL loses its password."""
-    if not is_postgres_url(state):
-        return state
-    parts = urlsplit(state)
-    if parts.password is None:
-        return state
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    """The state as messages show it: every credential in it masked."""
+    return shown_state(state)
 
 
 def agent_arg(args: argparse.Namespace, command: str) -> Agent:

@@ -30,12 +30,12 @@ class Boot(StoreCalls):
     async def _boot(self, *, plan: bool = True) -> dict[str, datetime]:
         """Reconcile every routine's open claim; with ``plan``, each cron routine's first slot."""
         routines = dict(self.routines)  # update_routines() may change them meanwhile
-        newest = await self._read_newest_claims(routines)
+        newest = await self._read_newest_claims(routines, tolerant=not plan)
         latest = {name: fire.fired_at for name, fire in newest.items() if fire is not None}
         open_claims = {
             name: fire
             for name in routines
-            if (fire := newest[name]) is not None and fire.outcome is None
+            if (fire := newest.get(name)) is not None and fire.outcome is None
         }
         alive = await self._claims_alive([(n, f.slot) for n, f in open_claims.items()])
         unsettled = {}
@@ -102,18 +102,41 @@ class Boot(StoreCalls):
             planned[name] = due
         return planned
 
-    async def _read_newest_claims(self, routines: Collection[str]) -> dict[str, Fire | None]:
-        """Every routine's newest claim, read concurrently (the store bounds its threads)."""
-        newest = await _for_each(self._latest_fire, routines)
+    async def _read_newest_claims(
+        self, routines: Collection[str], *, tolerant: bool = False
+    ) -> dict[str, Fire | None]:
+        """Every routine's newest claim, read concurrently (the store bounds its threads).
+
+        ``tolerant`` (an external-clock boot, which plans nothing from them and reads them
+        only to reconcile): a routine whose newest claim is unreadable is logged and left out
+        instead of failing the boot (docs/design.md).
+        """
+        on_fault = _not_reconciled if tolerant else None
+        newest = await _for_each(self._latest_fire, routines, on_fault=on_fault)
         for name, fire in newest.items():  # /metrics' last success, before this boot
             if fire is not None and fire.outcome is Outcome.COMPLETED:
                 self.metrics.succeeded(name, fire.fired_at + timedelta(milliseconds=fire.ms or 0))
         return newest
 
 
-async def _for_each(call: Callable[[str], Awaitable[T]], names: Collection[str]) -> dict[str, T]:
+def _not_reconciled(name: str, fault: StateFault) -> None:
+    log.error(
+        "%s: its newest claim is unreadable, so a fire it left open is not reconciled at this "
+        "boot (its fires will report the fault): %s",
+        name,
+        fault,
+    )
+
+
+async def _for_each(
+    call: Callable[[str], Awaitable[T]],
+    names: Collection[str],
+    *,
+    on_fault: Callable[[str, StateFault], None] | None = None,
+) -> dict[str, T]:
     """``call(name)`` for every name at once; the first StateFault in the names' order, as one
-    plain error, if any failed."""
+    plain error, if any failed -- or, with ``on_fault``, each fault handed to it and its name
+    left out of the answer."""
     results: dict[str, T] = {}
     faults: dict[str, StateFault] = {}
 
@@ -128,5 +151,7 @@ async def _for_each(call: Callable[[str], Awaitable[T]], names: Collection[str])
             nursery.start_soon(one, name)
     for name in names:
         if name in faults:
-            raise faults[name]
+            if on_fault is None:
+                raise faults[name]
+            on_fault(name, faults[name])
     return results

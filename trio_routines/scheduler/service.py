@@ -18,7 +18,7 @@ from .boot import Boot
 from .calls import STOP_MARGIN
 from .members import Members
 from .reload import Reload
-from .state import Statistics
+from .state import Statistics, Stopping
 from .wake import WakeLoop
 
 
@@ -32,7 +32,11 @@ class Scheduler(Boot, Members, Reload, WakeLoop):
     ``scheduler.default_grace`` (seconds, 10 unless given) is the grace in-flight turns get
     from a :meth:`stop` without one and from a signal to :func:`~trio_routines.serve` (the
     command line's ``--grace`` sets it), and how long a failed settle is retried.
+
+    A scheduler runs once: build a new one to run again.
     """
+
+    _ran = False  # run() was called: a second call is refused before it touches the store
 
     async def run(
         self, *, task_status: trio.TaskStatus[Scheduler] = trio.TASK_STATUS_IGNORED
@@ -43,7 +47,17 @@ class Scheduler(Boot, Members, Reload, WakeLoop):
         a routine whose last fire cannot be known must not run blind. The reconcile runs
         whatever the clock mode: a claim an external ``fire`` left open when its process died
         is settled ``interrupted`` here too.
+
+        Raises :class:`Stopping`, before anything is read or written, on a scheduler that
+        has run (or runs) already or was stopped: its stop is final, and its loops' cancel
+        scope can be entered once.
         """
+        if self._ran or self._stopping.value:
+            what = "has already run" if self._ran else "was stopped"
+            raise Stopping(
+                f"this scheduler {what}: a Scheduler runs once — build a new one to run again"
+            )
+        self._ran = True
         booted = dict(self.routines)
         async with self._present():
             await self._note_dead_members()

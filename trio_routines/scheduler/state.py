@@ -66,7 +66,8 @@ class NotYetDue(TrioRoutinesError, ValueError):
 
 
 class Stopping(TrioRoutinesError, RuntimeError):
-    """Raised when a fire is requested from a scheduler that is stopping."""
+    """Raised when a fire is requested from a scheduler that is stopping, and by ``run()`` on
+    a scheduler that has run already or was stopped (a scheduler runs once)."""
 
 
 @attrs.frozen

@@ -49,6 +49,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import StateFault
 from ..text import one_line
+from .credentials import shown_message
 from .pgschema import Schema
 
 log = logging.getLogger("trio_routines")
@@ -141,8 +142,15 @@ class Connections:
             raise ValueError("timeout must be positive")
         try:
             info = conninfo_to_dict(url)
-        except psycopg.Error as exc:
-            raise StateFault(f"invalid PostgreSQL state URL: {reason(exc)}") from None
+        except psycopg.Error as exc:  # libpq quotes the token it stumbled on: maybe a password
+            raise StateFault(
+                f"invalid PostgreSQL state URL: {shown_message(reason(exc), url)}"
+            ) from None
+        if "@" in str(info.get("host", "")):  # libpq ends the user-info at the first "@"
+            raise StateFault(
+                "invalid PostgreSQL state URL: an '@' in its host — percent-encode an '@' in "
+                "the user name or password as %40"
+            )
         self.url = url
         self.schema = schema
         self.timeout = timeout

@@ -1,7 +1,9 @@
 """The PostgreSQL store's tables: their names, and versioned migrations.
 
-The first call on a new pool migrates, under a transaction-scoped advisory lock, so two
-processes starting at once cannot trip over each other's ``CREATE TABLE``. Each version's
+The first call on a new pool reads the schema version, with no lock and no DDL, so a current
+schema works on a read-only database. Only an older (or absent) one is migrated, under a
+transaction-scoped advisory lock, so two processes starting at once cannot trip over each
+other's ``CREATE TABLE``; a database that cannot be written then says so in one line. Each version's
 statements run once and are recorded in the version table; a database newer than this code is
 refused rather than guessed at.
 """
@@ -100,6 +102,42 @@ class Schema:
         return sql.SQL(text).format(**self._names)
 
     def migrate(self, conn: psycopg.Connection[Any], where: str) -> None:
+        """Bring the tables to :data:`SCHEMA_VERSION`, writing only when they are not there.
+
+        The version is read first, without a lock or any DDL, so a current schema costs one
+        read and works on a read-only database (a replica, ``default_transaction_read_only``).
+        Only an older (or absent) schema takes the lock and migrates; a database that cannot
+        be written then says that, rather than failing the caller's first call obscurely.
+        """
+        current = self.version(conn)
+        if current == SCHEMA_VERSION:
+            return
+        _refuse_newer(current, where)
+        try:
+            self._migrate(conn, where)
+        except (psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.InsufficientPrivilege) as exc:
+            has = f"schema version {current}" if current else "no trio_routines tables yet"
+            why = (
+                "the database is read-only"
+                if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction)
+                else "this role may not create or alter them"
+            )
+            raise StateFault(
+                f"the PostgreSQL state {where} has {has} and needs version {SCHEMA_VERSION}, "
+                f"but {why} ({_primary(exc)}) — connect once with a role that can write, "
+                "which migrates it"
+            ) from None
+
+    def version(self, conn: psycopg.Connection[Any]) -> int:
+        """The schema version recorded (0 when there is no version table): reads only."""
+        table = self._names["version"].as_string(conn)
+        row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
+        if not row or not row[0]:
+            return 0
+        row = conn.execute(self.sql("SELECT max(version) FROM {version}")).fetchone()
+        return int((row[0] if row else None) or 0)
+
+    def _migrate(self, conn: psycopg.Connection[Any], where: str) -> None:
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), 0)", (DDL_LOCK,))
             if self.schema:
@@ -113,13 +151,21 @@ class Schema:
                 )
             )
             row = conn.execute(self.sql("SELECT max(version) FROM {version}")).fetchone()
-            current = (row[0] if row else None) or 0
-            if current > SCHEMA_VERSION:
-                raise StateFault(
-                    f"the PostgreSQL state {where} has schema version {current}, newer "
-                    f"than this trio_routines understands ({SCHEMA_VERSION}) — upgrade it"
-                )
+            current = (row[0] if row else None) or 0  # again: another process may have migrated
+            _refuse_newer(current, where)
             for version in range(current + 1, SCHEMA_VERSION + 1):
                 for statement in _MIGRATIONS[version]:
                     conn.execute(self.sql(statement))
                 conn.execute(self.sql("INSERT INTO {version} (version) VALUES (%s)"), (version,))
+
+
+def _refuse_newer(current: int, where: str) -> None:
+    if current > SCHEMA_VERSION:
+        raise StateFault(
+            f"the PostgreSQL state {where} has schema version {current}, newer "
+            f"than this trio_routines understands ({SCHEMA_VERSION}) — upgrade it"
+        )
+
+
+def _primary(exc: psycopg.Error) -> str:
+    return " ".join((exc.diag.message_primary or str(exc) or type(exc).__name__).split())
