@@ -46,14 +46,14 @@ def test_history_is_a_table_newest_first_with_the_reason(env: Env) -> None:
     out = result.stdout.splitlines()
     assert len(out) == 21  # the header and the newest 20
     assert out[:6] == [
-        "SLOT               FIRED AT                  LATE  OUTCOME     TOOK   REASON",
-        "2026-07-22T09:00Z  2026-07-22T09:00:00.000Z  0ms   unreported  -",
-        "2026-07-21T09:00Z  2026-07-21T09:00:00.000Z  0ms   skipped     3ms    "
+        "SLOT               FIRED AT                  LATE  OUTCOME     TOOK   BY  REASON",
+        "2026-07-22T09:00Z  2026-07-22T09:00:00.000Z  0ms   unreported  -      -",
+        "2026-07-21T09:00Z  2026-07-21T09:00:00.000Z  0ms   skipped     3ms    -   "
         "the previous turn was still running",
-        "2026-07-20T09:00Z  2026-07-20T09:00:00.000Z  0ms   failed      1.2s   "
+        "2026-07-20T09:00Z  2026-07-20T09:00:00.000Z  0ms   failed      1.2s   -   "
         "exit status 2: API key \\x1b[31mexpired",
-        "2026-07-19T09:00Z  2026-07-19T09:00:01.200Z  1.2s  completed   1m05s",
-        "2026-07-18T09:00Z  2026-07-18T09:00:00.000Z  0ms   completed   5ms",
+        "2026-07-19T09:00Z  2026-07-19T09:00:01.200Z  1.2s  completed   1m05s  -",
+        "2026-07-18T09:00Z  2026-07-18T09:00:00.000Z  0ms   completed   5ms    -",
     ]
     assert out[-1].startswith("2026-07-03T09:00Z")
     err = result.stderr.splitlines()

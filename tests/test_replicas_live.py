@@ -89,9 +89,11 @@ def test_a_turn_in_flight_is_held_across_another_replicas_boot(env: Env) -> None
     )
     wait_for(lambda: "wake-ups:" in env.log("booted.log"), 30, "the second replica to boot")
     running = env.history("slow")
-    assert [(h["slot"], h.get("outcome"), h.get("replica")) for h in running] == [
-        (_iso(slot), None, "holder")
+    assert [(h["slot"], h.get("outcome"), h.get("replica"), h.get("running")) for h in running] == [
+        (_iso(slot), None, "holder", True)
     ]
+    shown = env.cli("history", "slow").stdout.splitlines()
+    assert shown[1].split()[3:5] == ["running", "-"]  # in flight, not unreported
     busy = env.cli("run", "slow", "--agent", agent, "--replica", "third")
     assert busy.returncode == 0, busy.stderr
     assert "session busy" in busy.stderr
@@ -101,6 +103,7 @@ def test_a_turn_in_flight_is_held_across_another_replicas_boot(env: Env) -> None
     assert "is running on replica holder" in booted
     (done,) = env.history("slow")
     assert (done["outcome"], done["replica"]) == ("completed", "holder")
+    assert "running" not in done
     assert len(_intervals(env.marker)) == 1  # the busy run started nothing
 
     # SIGKILL of a holder mid-turn: the live replica records its claim interrupted.

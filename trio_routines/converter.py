@@ -8,7 +8,7 @@ Shapes are those of the original scheduler's state directory, byte for byte:
 * ``wakeups.json`` is an array of ``{"id", "session", "prompt", "fireAt", "cron"?, "tz"?,
   "attempts"?}``, absent fields omitted;
 * history (CLI ``--json`` and HTTP) is ``[{"slot", "firedAt", "outcome"?, "ms"?, "error"?,
-  "replica"?}]``.
+  "replica"?, "running"?}]``.
 
 The converter is strict: cattrs would happily turn ``1`` into ``"1"`` or accept a naive
 datetime; here a wrong type is an error, so a malformed stored entry is dropped, not guessed.
@@ -113,6 +113,15 @@ def fire_to_json(fire: Fire) -> dict[str, Any]:
     """History shape: ``{slot, firedAt, outcome?, ms?, error?, replica?}``."""
     result: dict[str, Any] = converter.unstructure(fire)
     return result
+
+
+def history_json(fire: Fire, running: bool = False) -> dict[str, Any]:
+    """A history entry: :func:`fire_to_json`, and ``"running": true`` for an open claim whose
+    replica holds it now (an open claim without it is dead: interrupted, or never reported)."""
+    entry = fire_to_json(fire)
+    if running:
+        entry["running"] = True
+    return entry
 
 
 def claim_text(

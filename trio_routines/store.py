@@ -225,3 +225,14 @@ class Lifetime:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+async def running_slots(store: Store, routine: str, fires: Sequence[Fire]) -> set[datetime]:
+    """The slots among ``fires`` whose claim is open and held by a live replica now (none for
+    a store without replicas). Raises StateFault when the holds cannot be read."""
+    open_slots = [fire.slot for fire in fires if fire.outcome is None]
+    read = getattr(store, "claims_alive", None)
+    if not open_slots or read is None:
+        return set()
+    alive: list[bool] = await read([(routine, slot) for slot in open_slots])
+    return {slot for slot, live in zip(open_slots, alive, strict=True) if live}

@@ -8,9 +8,10 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 from ..agents import agent_from_spec
-from ..converter import fire_to_json
+from ..converter import history_json
 from ..cron import cron_error, next_run, resolve_hashed
 from ..instants import format_iso
+from ..store import running_slots
 from .output import (
     CliError,
     check_name,
@@ -35,6 +36,7 @@ async def cmd_history(args: argparse.Namespace) -> int:
     state = state_arg(args)
     async with open_state(state) as store:
         fires = await store.history(args.name)
+        running = await running_slots(store, args.name, fires)
     recorded = len(fires)
     if args.since is not None:
         fires = [fire for fire in fires if fire.slot >= args.since]
@@ -45,7 +47,7 @@ async def cmd_history(args: argparse.Namespace) -> int:
     if limit is not None:
         fires = fires[-limit:]
     if args.json:
-        print_json([fire_to_json(fire) for fire in fires])
+        print_json([history_json(fire, fire.slot in running) for fire in fires])
         return 0
     if not fires:
         what = "recorded fires" if not recorded else "fires matching --since/--outcome"
@@ -56,13 +58,14 @@ async def cmd_history(args: argparse.Namespace) -> int:
             short_instant(fire.slot),
             format_iso(fire.fired_at),
             duration((fire.fired_at - fire.slot).total_seconds() * 1000),
-            outcome_word(fire),
+            "running" if fire.slot in running else outcome_word(fire),
             duration(fire.ms),
+            fire.replica or "-",
             reason(fire),
         ]
         for fire in reversed(fires)
     ]
-    for line in table(["SLOT", "FIRED AT", "LATE", "OUTCOME", "TOOK", "REASON"], rows):
+    for line in table(["SLOT", "FIRED AT", "LATE", "OUTCOME", "TOOK", "BY", "REASON"], rows):
         print_line(line)
     if matching > len(fires):
         say(f"(the newest {len(fires)} of {matching} — -n N or --json for more)")

@@ -14,7 +14,7 @@ from typing import Any
 
 import trio
 
-from ..converter import fire_to_json, wakeup_to_json
+from ..converter import history_json, wakeup_to_json
 from ..cron import next_run
 from ..errors import InvalidWakeup, StateFault
 from ..instants import format_iso
@@ -22,6 +22,7 @@ from ..records import ClaimStatus, Wakeup
 from ..replicas import replica_json
 from ..routines import Routine
 from ..scheduler import FireResult, NotOnGrid, NotYetDue, Scheduler, Stopping, UnknownRoutine
+from ..store import running_slots
 from ..turns import TurnResult
 from ..wakeups import WakeupRequest, added_reply, bad_delay_reply, parse_delay, removed_reply
 from .wire import (
@@ -240,10 +241,11 @@ async def history(scheduler: Scheduler, name: str) -> Response:
     _routine(scheduler, name)
     try:
         fires = await scheduler.store.history(name)
+        running = await running_slots(scheduler.store, name, fires)
     except StateFault as exc:
         log.error("GET /routines/%s/history: %s", name[:ECHO], exc)
         raise unavailable(f"the history of {quoted(name)} is unreadable right now") from None
-    return Response(200, [fire_to_json(fire) for fire in fires])
+    return Response(200, [history_json(fire, fire.slot in running) for fire in fires])
 
 
 async def replicas(scheduler: Scheduler) -> Response:
