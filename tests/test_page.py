@@ -476,3 +476,17 @@ async def test_a_sign_in_form_over_its_limit_is_refused_unread() -> None:
         assert "set-cookie" not in reply.headers
         wrong_kind = await page.call("POST", "/ui/login", b"{}", content_type="application/json")
         assert wrong_kind.status == 415
+
+
+async def test_the_page_lists_the_live_replicas_and_who_fired_a_slot() -> None:
+    async with page_server() as page:
+        html = (await page.call("GET", "/")).text
+        assert '<h2 id="h-replicas">Replicas</h2>' in html
+        replicas = html.split('<ul class="replicas">', 1)[1].split("</ul>", 1)[0]
+        assert f"<code>{page.scheduler.replica}</code>" in replicas
+        assert "0 in flight" in replicas
+
+
+def test_describe_names_the_replica_that_fired_it() -> None:
+    done = Fire(slot=NOW, fired_at=NOW, outcome=Outcome.COMPLETED, ms=5, replica="web-2:77")
+    assert " — by web-2:77" in describe(Mark(NOW, "completed", done))

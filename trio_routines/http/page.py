@@ -219,6 +219,7 @@ async def gather(scheduler: Scheduler, poll: float = POLL) -> PageView:
         InFlight(session, (now - timedelta(seconds=max(0.0, clock - since))).replace(microsecond=0))
         for session, since in sorted(scheduler.agent.held().items())
     )
+    members, members_problem = await _bounded_read("replicas", scheduler.replicas())
     stats = scheduler.statistics()
     return PageView(
         now=now,
@@ -233,6 +234,8 @@ async def gather(scheduler: Scheduler, poll: float = POLL) -> PageView:
         stopping=stats.stopping,
         poll=poll,
         wakeups_problem=problem,
+        replicas=tuple(m for m in members or () if m.alive),
+        replicas_problem=members_problem,
     )
 
 

@@ -27,6 +27,7 @@ import attrs
 
 from ..instants import format_iso
 from ..records import Fire
+from ..replicas import ReplicaInfo
 from ..text import visible
 
 WINDOW = timedelta(hours=24)
@@ -98,6 +99,8 @@ class PageView:
     stopping: bool
     poll: float  # seconds between refreshes
     wakeups_problem: str | None = None
+    replicas: tuple[ReplicaInfo, ...] = ()  # the live members of the store
+    replicas_problem: str | None = None
 
 
 def axis_end(now: datetime) -> datetime:
@@ -182,6 +185,8 @@ def describe(mark: Mark) -> str:
         parts.append(f"fired {format_iso(fire.fired_at)}")
         parts.append(f"late {late:.3f} s")
         parts.append(f"took {_duration(fire.ms)}")
+        if fire.replica:
+            parts.append(f"by {fire.replica}")
         if fire.error:
             parts.append(f"reason: {fire.error}")
     return " — ".join(parts)
@@ -304,6 +309,13 @@ def main_html(view: PageView) -> str:
     )
     if view.wakeups_problem:
         wakes = f'<li class="problem">unavailable: {_esc(view.wakeups_problem)}</li>'
+    members = "".join(
+        f"<li><code>{_esc(m.id)}</code> {_esc(m.version)} · up since {_time(m.started)} · "
+        f"seen {_time(m.last_seen)} · {m.in_flight} in flight</li>"
+        for m in view.replicas
+    )
+    if view.replicas_problem:
+        members = f'<li class="problem">unavailable: {_esc(view.replicas_problem)}</li>'
     status = "stopping" if view.stopping else "running"
     return (
         f'<p class="meta">store <code>{_esc(view.store)}</code> · scheduler {status} · '
@@ -314,6 +326,8 @@ def main_html(view: PageView) -> str:
         f'<ul class="flights">{flights or "<li class=none>none</li>"}</ul></section>'
         f'<section aria-labelledby="h-wake"><h2 id="h-wake">Pending wake-ups</h2>'
         f'<ul class="wakeups">{wakes or "<li class=none>none</li>"}</ul></section>'
+        f'<section aria-labelledby="h-replicas"><h2 id="h-replicas">Replicas</h2>'
+        f'<ul class="replicas">{members or "<li class=none>none</li>"}</ul></section>'
     )
 
 
