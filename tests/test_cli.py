@@ -367,6 +367,23 @@ def test_status_lists_the_live_replicas_of_the_state(env: Env) -> None:
         shown = env.cli("status", "--json")
         members = json.loads(shown.stdout)["replicas"]
         assert [(m["id"], m["alive"]) for m in members] == [("web-1", True)]
+        fired = env.cli(
+            "fire",
+            "daily",
+            "--slot",
+            "2026-07-07T09:00:00Z",
+            "--agent",
+            "echo",
+            "--replica",
+            "cli-7",
+        )
+        assert fired.returncode == 0, fired.stderr
+        (row,) = json.loads(env.cli("status", "--json").stdout)["routines"]
+        assert row["last"] == {
+            "slot": "2026-07-07T09:00:00.000Z",
+            "outcome": "completed",
+            "replica": "cli-7",
+        }
     finally:
         assert stop(proc) == 0
     after = json.loads(env.cli("status", "--json").stdout)["replicas"]

@@ -410,6 +410,19 @@ async def test_routines_lists_schedules_and_next_instant_never_prompts() -> None
             "next": None,
             "paused": False,
             "running": False,  # whether a turn of its session is in flight
+            "last": None,  # its newest claim: none yet
+        }
+        fired = await server.call(
+            "POST", "/fire", {"name": "adhoc", "slot": "2026-07-07T10:00:00Z", "wait": True}
+        )
+        assert fired.status == 200
+        again = {item["name"]: item for item in (await server.call("GET", "/routines")).json}
+        assert again["adhoc"]["last"] == {
+            "slot": "2026-07-07T10:00:00.000Z",
+            "firedAt": again["adhoc"]["last"]["firedAt"],
+            "outcome": "completed",
+            "ms": again["adhoc"]["last"]["ms"],
+            "replica": server.scheduler.replica,  # who fired it
         }
         daily = listing["daily"]
         assert (daily["cron"], daily["tz"]) == ("0 9 * * *", "Europe/Berlin")

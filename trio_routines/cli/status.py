@@ -169,7 +169,11 @@ def routine_json(row: RoutineRow) -> dict[str, Any]:
         entry["tz"] = routine.tz
     entry["next"] = format_iso(row.next) if row.next is not None else None
     last = row.last
-    entry["last"] = {"slot": format_iso(last.slot), "outcome": outcome_word(last)} if last else None
+    entry["last"] = None
+    if last is not None:
+        entry["last"] = {"slot": format_iso(last.slot), "outcome": outcome_word(last)}
+        if last.replica is not None:
+            entry["last"]["replica"] = last.replica
     entry["recent"] = [outcome_word(fire) for fire in row.recent]
     entry["paused"] = row.paused
     return entry

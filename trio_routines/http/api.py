@@ -210,13 +210,23 @@ async def run(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
     return Response(200, body)
 
 
-def routines(scheduler: Scheduler) -> Response:
+async def routines(scheduler: Scheduler) -> Response:
+    """Every loaded routine: schedule, next instant, paused, its newest claim (slot, outcome,
+    the replica that made it) and whether a turn of it runs now on any replica."""
+    names = sorted(scheduler.routines)
+    try:
+        newest = await scheduler.newest_claims(names)
+    except StateFault as exc:
+        log.error("GET /routines: %s", exc)
+        raise unavailable("the routines' claims are unreadable right now") from None
     now = scheduler.now()
     stats = scheduler.statistics()
     next_due = stats.next_due  # what the loops will really do
     listing = []
-    for name in sorted(scheduler.routines):
-        routine = scheduler.routines[name]
+    for name in names:
+        routine = scheduler.routines.get(name)
+        if routine is None:  # removed by a reload meanwhile
+            continue
         if name in next_due:
             upcoming = next_due[name]
         else:  # not armed here: an external clock, or a scheduler not running
@@ -232,7 +242,10 @@ def routines(scheduler: Scheduler) -> Response:
         }
         if routine.resolved_cron != routine.cron:
             entry["resolved_cron"] = routine.resolved_cron
-        entry["running"] = scheduler.agent.busy(routine.session)  # a turn of its session runs
+        last, running = newest[name]
+        entry["last"] = None if last is None else history_json(last, running)
+        # A turn of its session runs: here, or (its newest claim held) on another replica.
+        entry["running"] = scheduler.agent.busy(routine.session) or running
         listing.append(entry)
     return Response(200, listing)
 

@@ -94,7 +94,7 @@ class _App:
         if key == "/run":
             return await api.run(scheduler, await read_json(scope, receive))
         if key == "/routines":
-            return api.routines(scheduler)
+            return await api.routines(scheduler)
         if key == "/replicas":
             return await api.replicas(scheduler)
         if key == "history":

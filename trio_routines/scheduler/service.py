@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from types import MappingProxyType
 
@@ -11,10 +11,11 @@ import trio
 
 from ..agent import Agent
 from ..metrics import Family, render
+from ..records import Fire
 from ..replicas import ReplicaInfo
 from ..routines import Routine
 from ..store import Store
-from .boot import Boot
+from .boot import Boot, _for_each
 from .calls import STOP_MARGIN
 from .members import Members
 from .reload import Reload
@@ -136,6 +137,19 @@ class Scheduler(Boot, Members, Reload, WakeLoop):
             members: list[ReplicaInfo] = await read()
             return members
         raise self._no_answer("the replicas are unreadable")
+
+    async def newest_claims(self, names: Sequence[str]) -> dict[str, tuple[Fire | None, bool]]:
+        """Each routine's newest claim (None: none yet) and whether it is open and held by a
+        live replica now; the reads go together, bounded. Raises StateFault."""
+        newest = await _for_each(self._latest_fire, names)
+        open_claims = [
+            (n, f.slot) for n, f in newest.items() if f is not None and f.outcome is None
+        ]
+        alive = dict(zip(open_claims, await self._claims_alive(open_claims), strict=True))
+        return {
+            name: (fire, fire is not None and alive.get((name, fire.slot), False))
+            for name, fire in newest.items()
+        }
 
     async def wait_drained(self) -> None:
         """Return once a stop was requested and no turn is in flight any more."""
