@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -388,3 +389,16 @@ def test_status_lists_the_live_replicas_of_the_state(env: Env) -> None:
         assert stop(proc) == 0
     after = json.loads(env.cli("status", "--json").stdout)["replicas"]
     assert after == []  # a clean stop leaves the store
+
+
+def test_serve_binds_http_before_it_touches_the_state(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = env.cli("serve", "--agent", "echo", "--http", f"127.0.0.1:{port}")
+    assert result.returncode == 1
+    line = one_line(result.stderr)
+    assert re.fullmatch(
+        r"\S+Z ERROR cannot serve HTTP on 127\.0\.0\.1:\d+: Address already in use\n", line
+    )
+    assert not env.state.exists()  # nothing was touched

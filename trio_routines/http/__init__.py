@@ -61,7 +61,15 @@ Decisions (also in docs/http.md):
 from __future__ import annotations
 
 from .app import make_app
-from .serving import InsecureBind, check_bind, serve_http
+from .serving import InsecureBind, bind_http, check_bind, serve_http
 from .wire import MAX_BODY, ASGIApp
 
-__all__ = ["MAX_BODY", "ASGIApp", "InsecureBind", "check_bind", "make_app", "serve_http"]
+__all__ = [
+    "MAX_BODY",
+    "ASGIApp",
+    "InsecureBind",
+    "bind_http",
+    "check_bind",
+    "make_app",
+    "serve_http",
+]
