@@ -32,6 +32,20 @@ log = logging.getLogger("trio_routines")
 
 
 async def cmd_serve(args: argparse.Namespace) -> int:
+    # The signal handlers come first, before the routines are read (1.5 s for 10,000 files):
+    # SIGHUP's default action ends the process, and systemd counts that as a clean exit, so an
+    # early `systemctl reload` would leave the service dead. A SIGHUP (or a stop) that arrives
+    # during the start-up waits in the receiver and is handled once the runtime runs.
+    with (
+        trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals,
+        trio.open_signal_receiver(signal.SIGHUP) as hangups,
+    ):
+        return await _serve(args, signals, hangups)
+
+
+async def _serve(
+    args: argparse.Namespace, signals: AsyncIterator[int], hangups: AsyncIterator[int]
+) -> int:
     result = await load(args.routines, report=False)
     if result.failures:
         for failure in result.failures:
@@ -70,21 +84,17 @@ async def cmd_serve(args: argparse.Namespace) -> int:
             poll_interval=args.poll,
             default_grace=args.grace,  # also how long a failed settle is retried
         )
-        with (
-            trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals,
-            trio.open_signal_receiver(signal.SIGHUP) as hangups,
-        ):
-            async with trio.open_nursery() as nursery:
-                await nursery.start(run_then_end, scheduler, nursery)
-                _log_armed(args, state, scheduler, result.routines)
-                # --- hook: the HTTP surface, in the same nursery as the runtime -----------
-                if serve_http is not None:
-                    await nursery.start(
-                        functools.partial(serve_http, scheduler, host, port, token=token)
-                    )
-                # ---------------------------------------------------------------------------
-                nursery.start_soon(watch_signals, signals, scheduler, args.grace)
-                nursery.start_soon(_reload_on_hangup, hangups, scheduler, args.routines)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(run_then_end, scheduler, nursery)
+            _log_armed(args, state, scheduler, result.routines)
+            # --- hook: the HTTP surface, in the same nursery as the runtime ---------------
+            if serve_http is not None:
+                await nursery.start(
+                    functools.partial(serve_http, scheduler, host, port, token=token)
+                )
+            # -------------------------------------------------------------------------------
+            nursery.start_soon(watch_signals, signals, scheduler, args.grace)
+            nursery.start_soon(_reload_on_hangup, hangups, scheduler, args.routines)
     log.info("stopped")
     return 0
 
