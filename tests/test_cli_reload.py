@@ -64,3 +64,29 @@ def test_a_sighup_during_the_start_up_is_queued_and_never_ends_serve(env: Env) -
         assert text.index("serving 2000 routine(s)") < text.index("SIGHUP received"), text
         assert stop(proc) == 0
         assert env.log(log).splitlines()[-1].endswith("Z INFO  stopped")
+
+
+def test_sighup_keeps_every_routine_when_the_directory_is_gone_or_emptied(env: Env) -> None:
+    for name in ("a", "b", "c"):
+        env.routine(name, cron="0 0 1 1 *")
+    proc = env.serve("echo", "--no-wakeups")
+
+    def reload(marker: str) -> str:
+        proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: marker in env.log() or proc.poll() is not None, 20, marker)
+        assert proc.poll() is None
+        return env.log()
+
+    env.routines.rename(env.root / "elsewhere")
+    log = reload("the routines directory is gone")
+    assert f"ERROR reload: {env.routines}: the routines directory is gone — the routines " in log
+
+    env.routines.mkdir()  # swapped for an empty directory
+    log = reload("holds no routine")
+    assert f"ERROR reload: {env.routines} holds no routine — not removing all 3 loaded" in log
+    assert "routines updated" not in log
+
+    (env.routines / ".no-routines").write_text("")  # the operator means it
+    log = reload("routines updated:")
+    assert "INFO  routines updated: removed a, b, c" in log
+    assert stop(proc) == 0
