@@ -10,6 +10,7 @@ import trio
 
 from ..scheduler import Scheduler
 from . import api, page
+from .expected import ExpectedSlots
 from .origin import check_origin
 from .wire import (
     ECHO,
@@ -117,6 +118,7 @@ class _App:
         self._token = token.encode("utf-8") if token else None
         self._body_timeout = body_timeout
         self._readers = _Readers(body_readers)
+        self._expected = ExpectedSlots()  # the status page's timelines, between renders
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope.get("type")
@@ -152,7 +154,14 @@ class _App:
         if page.is_page(path):
             authorized = self._token is None or self._cookie(scope, method) or self._bearer(scope)
             return await page.handle(
-                self.scheduler, self._token, authorized, scope, method, path, receive
+                self.scheduler,
+                self._token,
+                authorized,
+                scope,
+                method,
+                path,
+                receive,
+                self._expected,
             )
         probe = path in ("/healthz", "/readyz")
         if self._token is not None and not probe and not self._cookie(scope, method):
