@@ -209,3 +209,18 @@ def test_serve_derives_its_cap_from_the_descriptor_limit_and_never_runs_out(env:
     assert "Traceback" not in log
     assert "EMFILE" not in log
     assert log.count("connection(s) refused") == 1
+
+
+async def test_a_server_cancelled_with_connections_open_closes_every_one() -> None:
+    scheduler = Scheduler(agent=ScriptedAgent(), store=MemoryStore(), external_clock=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        port = await nursery.start(partial(serve_http, scheduler, "127.0.0.1", 0))
+        clients = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(3)]
+        await get(port)  # the three are accepted by now
+        nursery.cancel_scope.cancel()  # as run_then_end does once the scheduler has settled
+    # Every server-side socket was closed by the server, not left to the garbage collector.
+    for client in clients:
+        with trio.fail_after(5):
+            assert await client.receive_some(10) == b""
+        await client.aclose()

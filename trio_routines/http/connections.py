@@ -147,6 +147,9 @@ class Gate:
         try:
             await handler(stream)
         finally:
+            # Hypercorn closes the stream after a checkpoint (send_eof), which a cancelled
+            # server never passes: close it here, so that the count is the descriptors held.
+            stream.socket.close()
             self.open -= 1
 
 
