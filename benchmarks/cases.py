@@ -32,7 +32,7 @@ from trio_routines import Completed, DirectoryStore, Routine, Scheduler
 from trio_routines.converter import claim_text, dumps, wakeup_to_json
 from trio_routines.records import Outcome, Wakeup
 from trio_routines.stores.wakeupfile import RACY_NS
-from trio_routines.testing import MemoryStore
+from trio_routines.testing import MemoryStore, ScriptedAgent
 from trio_routines.wakeups import WakeupRequest
 
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -742,7 +742,80 @@ def wakeups(store: str, state: str | None, n: int, reps: int) -> dict[str, Any]:
     return {key: sorted(values)[len(values) // 2] for key, values in samples.items()}
 
 
+def status_page(n: int, cron: str = "* * * * *", renders: int = 3) -> dict[str, Any]:
+    """``GET /``'s work for ``n`` routines of ``cron`` whose history is sparse (two claims 23
+    hours apart, so each timeline spans the whole day): the snapshot (``gather``, where the
+    cron slots are searched) and the HTML, first with an empty memory of the slots, then
+    ``renders`` times within the same minute and once a minute later; with the cron searches
+    counted. ``walk_*`` is the old way, every slot of the span walked, timed on 100 routines.
+    """
+    from trio_routines.cron import next_run
+    from trio_routines.http import expected as expected_module
+    from trio_routines.http.expected import ExpectedSlots
+    from trio_routines.http.page import gather
+    from trio_routines.http.render import main_html
+
+    now = [datetime(2030, 6, 15, 12, 0, 30, tzinfo=UTC)]
+    calls = [0]
+
+    def counting(cron_: str, tz: str | None, after: datetime, seed: str | None = None) -> Any:
+        calls[0] += 1
+        return next_run(cron_, tz, after, seed)
+
+    expected_module.next_run = counting  # type: ignore[assignment]
+    names = routine_names(n)
+
+    async def main() -> dict[str, Any]:
+        store = MemoryStore()
+        minute = now[0].replace(second=0)
+        for name in names:
+            for slot in (minute - timedelta(hours=23), minute):
+                await store.claim(name, slot, slot)
+                await store.settle(name, slot, Outcome.COMPLETED, 5)
+        scheduler = Scheduler(
+            agent=ScriptedAgent(),
+            store=store,
+            routines=[Routine(name=name, prompt="p", cron=cron) for name in names],
+            external_clock=True,
+            now=lambda: now[0],
+        )
+        memory = ExpectedSlots()
+        result: dict[str, Any] = {}
+
+        async def render(label: str) -> None:
+            calls[0] = 0
+            started = time.perf_counter()
+            view = await gather(scheduler, expected=memory)
+            gathered = time.perf_counter()
+            main_html(view)
+            done = time.perf_counter()
+            result[f"{label}_gather_s"] = round(gathered - started, 4)
+            result[f"{label}_html_s"] = round(done - gathered, 4)
+            result[f"{label}_searches_per_routine"] = round(calls[0] / n, 2)
+
+        await render("first")
+        for _ in range(renders):
+            await render("cached")
+        now[0] += timedelta(minutes=1)
+        await render("next_minute")
+        # The old way: walk every slot of each timeline's span (on at most 100 routines).
+        sample = scheduler.routines[names[0]]
+        started = time.perf_counter()
+        for _ in range(min(n, 100)):
+            at = now[0] - timedelta(hours=23, minutes=1)
+            while (at := next_run(cron, None, at, sample.name)) is not None and at <= now[0]:
+                pass
+        per_routine = (time.perf_counter() - started) / min(n, 100)
+        result["walk_s_per_routine"] = round(per_routine, 5)
+        result["walk_estimate_s"] = round(per_routine * n, 2)
+        result["rss_kib"] = settled_rss()
+        return result
+
+    return trio.run(main)
+
+
 CASES: dict[str, Callable[..., dict[str, Any]]] = {
+    "status_page": status_page,
     "idle_routines": idle_routines,
     "idle_bare": idle_bare,
     "idle_aps": idle_aps,

@@ -61,6 +61,8 @@ def test_the_unit_is_hardened_and_outlasts_the_grace() -> None:
     assert service["StateDirectory"] == "trio-routines"
     assert service["ProtectSystem"] == "strict"
     assert service["Restart"] == "on-failure"
+    assert service["RestartForceExitStatus"] == "SIGHUP"  # a reload before serve's handler
+    assert int(service["LimitNOFILE"]) >= 8192  # half for connections, half for the rest
     assert service["ExecReload"] == "/bin/kill -HUP $MAINPID"
     assert service["KillMode"] == "mixed"  # the agents' groups are serve's to end, in the grace
     grace = float(re.search(r"--grace (\S+)", service["ExecStart"])[1])  # type: ignore[index]

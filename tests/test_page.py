@@ -5,6 +5,7 @@ The browser's view of the same page is in ``test_page_browser.py``.
 
 from __future__ import annotations
 
+import collections
 import http.client
 import json
 import re
@@ -18,10 +19,14 @@ import attrs
 import pytest
 import trio
 
+from trio_routines.cron import next_run
+from trio_routines.http import expected as expected_module
 from trio_routines.http import make_app, serve_http
-from trio_routines.http.page import COOKIE, CSP, cookie_value
+from trio_routines.http.expected import COUNT, ExpectedSlots
+from trio_routines.http.page import COOKIE, CSP, cookie_value, gather
 from trio_routines.http.render import (
     MAX_MARKS,
+    WINDOW,
     Mark,
     PageView,
     RoutineView,
@@ -490,3 +495,60 @@ async def test_the_page_lists_the_live_replicas_and_who_fired_a_slot() -> None:
 def test_describe_names_the_replica_that_fired_it() -> None:
     done = Fire(slot=NOW, fired_at=NOW, outcome=Outcome.COMPLETED, ms=5, replica="web-2:77")
     assert " — by web-2:77" in describe(Mark(NOW, "completed", done))
+
+
+async def test_a_timeline_s_slot_searches_are_bounded_by_its_marks_not_the_day_s_slots(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: collections.Counter[str | None] = collections.Counter()
+
+    def counting(
+        cron: str, tz: str | None, after: datetime, seed: str | None = None
+    ) -> datetime | None:
+        calls[seed] += 1
+        return next_run(cron, tz, after, seed)
+
+    monkeypatch.setattr(expected_module, "next_run", counting)
+    crons = {"minutely": "* * * * *", "night": "* 0-5 * * *", "sparse": "*/7 * * * *"}
+    store = MemoryStore()
+    clock = [NOW]
+    for name in crons:
+        # Sparse history: two claims 23 hours apart, so the whole day is the timeline's span
+        # (a walk of it: 1,380 searches for the every-minute cron).
+        for slot in (NOW.replace(second=0) - timedelta(hours=23), NOW.replace(second=0)):
+            await store.claim(name, slot, slot)
+            await store.settle(name, slot, Outcome.COMPLETED, 5)
+    routines = [Routine(name=name, prompt="p", cron=cron) for name, cron in crons.items()]
+    scheduler = Scheduler(
+        agent=ScriptedAgent(),
+        store=store,
+        routines=routines,
+        external_clock=True,
+        now=lambda: clock[0],
+    )
+    expected = ExpectedSlots()
+
+    async def render() -> dict[str, tuple[Mark, ...]]:
+        calls.clear()
+        view = await gather(scheduler, expected=expected)
+        return {row.name: row.marks for row in view.routines}
+
+    first = await render()
+    assert sorted(calls) == sorted(crons)
+    assert max(calls.values()) <= 2 * COUNT + 12  # per routine, for any density
+    for name, cron in crons.items():
+        # The same marks as the walk of every slot of the span would draw.
+        fires = await store.history(name)
+        start = max(NOW - WINDOW, fires[0].slot)
+        every, at = [], next_run(cron, None, start - timedelta(milliseconds=1))
+        while at is not None and at <= NOW:
+            every.append(at)
+            at = next_run(cron, None, at)
+        assert first[name] == timeline(every, fires, NOW)[0]
+        assert len(first[name]) == MAX_MARKS
+    # Refreshes within the minute search nothing; a minute later, one slot each.
+    assert await render() == first
+    assert sum(calls.values()) == 0
+    clock[0] = NOW + timedelta(minutes=1)
+    await render()
+    assert max(calls.values()) <= 2

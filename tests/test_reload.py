@@ -220,3 +220,52 @@ async def test_reload_from_a_directory_that_cannot_be_read_changes_nothing(
     assert not changes
     assert list(rig.scheduler.routines) == ["hourly"]
     assert any("reload:" in r.getMessage() for r in caplog.records if r.levelno == logging.ERROR)
+
+
+async def test_a_reload_of_a_directory_that_is_gone_changes_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = Rig(HOURLY, DAILY)
+    for gone in (tmp_path / "missing", tmp_path / "dangling"):
+        if gone.name == "dangling":
+            gone.symlink_to(tmp_path / "nowhere")
+        caplog.clear()
+        changes = await rig.scheduler.reload_routines(gone)
+        assert not changes
+        assert sorted(rig.scheduler.routines) == ["daily", "hourly"]
+        (error,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert error == (
+            f"reload: {gone}: the routines directory is gone — the routines loaded before keep"
+            " running"
+        )
+
+
+async def test_a_reload_that_would_remove_every_routine_needs_the_no_routines_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = Rig(HOURLY, DAILY)
+    (tmp_path / "notes.txt").write_text("not a routine")
+    (tmp_path / "new.md").write_text("no front matter")  # broken, and never loaded before
+    changes = await rig.scheduler.reload_routines(tmp_path)
+    assert not changes
+    assert sorted(rig.scheduler.routines) == ["daily", "hourly"]
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors[-1] == (
+        f"reload: {tmp_path} holds no routine — not removing all 2 loaded (to run none, create"
+        " .no-routines in it); the routines loaded before keep running"
+    )
+
+    (tmp_path / "new.md").unlink()
+    (tmp_path / ".no-routines").write_text("")
+    changes = await rig.scheduler.reload_routines(tmp_path)
+    assert changes.removed == ("hourly", "daily")
+    assert rig.scheduler.routines == {}
+    # Once none is loaded, an empty directory removes nothing and needs no word.
+    (tmp_path / ".no-routines").unlink()
+    caplog.clear()
+    assert not await rig.scheduler.reload_routines(tmp_path)
+    assert not [r for r in caplog.records if r.levelno == logging.ERROR]
+    # The file means nothing while the directory holds routines.
+    (tmp_path / ".no-routines").write_text("")
+    write(tmp_path, "a", "0 * * * *")
+    assert (await rig.scheduler.reload_routines(tmp_path)).added == ("a",)

@@ -29,7 +29,10 @@ changes nothing:
 4. the body, for requests that need one: ``Content-Type`` must be JSON (415); a declared
    ``Content-Length`` over 64 KiB is refused unread (413); the body is counted while it
    streams in and refused as soon as it passes 64 KiB (413), so a chunked body that never ends
-   costs at most 64 KiB + one chunk; then it must be a UTF-8 JSON object (400);
+   costs at most 64 KiB + one chunk; it must have arrived within 10 s of the request (408,
+   the connection closed), and a request whose body would make more than half the
+   connection cap wait for bodies is refused unread (503); then it must be a UTF-8 JSON
+   object (400);
 5. the fields: missing or of the wrong type (400); unknown fields are ignored, as the
    TypeScript agent server's routines scheduler does, so a newer client can talk to an older
    server;

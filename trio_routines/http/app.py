@@ -6,8 +6,11 @@ from __future__ import annotations
 import hmac
 import logging
 
+import trio
+
 from ..scheduler import Scheduler
 from . import api, page
+from .expected import ExpectedSlots
 from .origin import check_origin
 from .wire import (
     ECHO,
@@ -15,6 +18,7 @@ from .wire import (
     ROUTES,
     ASGIApp,
     Disconnected,
+    Message,
     Receive,
     Refusal,
     Response,
@@ -34,11 +38,87 @@ from .wire import (
 
 log = logging.getLogger("trio_routines.http")
 
+BODY_TIMEOUT = 10.0  # seconds from a request's headers to the end of its body, every route
+
+
+class _Body:
+    """One request's ``receive``, bounded: its body must have arrived ``timeout`` seconds
+    after the request began (408, and the connection closed), and only ``readers.limit``
+    requests may be waiting for a body at once (503 for the next, before it is read).
+
+    Every route reads its body through this, so none can be held open by a body that
+    trickles in. Once the body is complete, ``receive`` is the server's own again (a request
+    that waits for a fire listens for the client going away through it, for as long as the
+    fire takes).
+    """
+
+    def __init__(self, receive: Receive, timeout: float, readers: _Readers) -> None:
+        self._receive = receive
+        self._timeout = timeout
+        self._deadline = trio.current_time() + timeout
+        self._readers = readers
+        self._reading = False
+        self._done = False
+
+    async def __call__(self) -> Message:
+        if self._done:
+            return await self._receive()
+        if not self._reading:
+            self._readers.take()
+            self._reading = True
+        with trio.move_on_at(self._deadline):
+            message = await self._receive()
+            kind = message.get("type")
+            if kind == "http.disconnect" or not message.get("more_body", False):
+                self.close()
+            return message
+        self.close()
+        raise Refusal(
+            408,
+            f"the body did not arrive within {self._timeout:g}s of the request",
+            [("connection", "close")],
+        )
+
+    def close(self) -> None:
+        self._done = True
+        if self._reading:
+            self._reading = False
+            self._readers.give_back()
+
+
+class _Readers:
+    """How many requests are waiting for their body; ``None`` for no limit."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.now = 0
+
+    def take(self) -> None:
+        if self.limit is not None and self.now >= self.limit:
+            raise Refusal(
+                503,
+                f"{self.now} requests are sending their body already; try again later",
+                [("retry-after", "1"), ("connection", "close")],
+            )
+        self.now += 1
+
+    def give_back(self) -> None:
+        self.now -= 1
+
 
 class _App:
-    def __init__(self, scheduler: Scheduler, token: str | None) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        token: str | None,
+        body_timeout: float = BODY_TIMEOUT,
+        body_readers: int | None = None,
+    ) -> None:
         self.scheduler = scheduler
         self._token = token.encode("utf-8") if token else None
+        self._body_timeout = body_timeout
+        self._readers = _Readers(body_readers)
+        self._expected = ExpectedSlots()  # the status page's timelines, between renders
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope.get("type")
@@ -51,8 +131,9 @@ class _App:
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         method = scope.get("method", "")
+        bounded = _Body(receive, self._body_timeout, self._readers)
         try:
-            response = await self._dispatch(scope, method, receive)
+            response = await self._dispatch(scope, method, bounded)
         except Refusal as refusal:
             response = refusal.response
         except Disconnected:
@@ -60,6 +141,8 @@ class _App:
         except Exception:
             log.exception("%s %s: unexpected error", method, local_path(scope)[:ECHO])
             response = Response(500, {"error": "internal error (logged by the server)"})
+        finally:
+            bounded.close()
         start, body = encode(response, method)
         await send(start)
         await send(body)
@@ -71,7 +154,14 @@ class _App:
         if page.is_page(path):
             authorized = self._token is None or self._cookie(scope, method) or self._bearer(scope)
             return await page.handle(
-                self.scheduler, self._token, authorized, scope, method, path, receive
+                self.scheduler,
+                self._token,
+                authorized,
+                scope,
+                method,
+                path,
+                receive,
+                self._expected,
             )
         probe = path in ("/healthz", "/readyz")
         if self._token is not None and not probe and not self._cookie(scope, method):
@@ -145,7 +235,13 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             return
 
 
-def make_app(scheduler: Scheduler, *, token: str | None = None) -> ASGIApp:
+def make_app(
+    scheduler: Scheduler,
+    *,
+    token: str | None = None,
+    body_timeout: float = BODY_TIMEOUT,
+    body_readers: int | None = None,
+) -> ASGIApp:
     """The ASGI application of the HTTP surface over ``scheduler`` (see the package doc).
 
     ``token`` (e.g. ``$TRIO_ROUTINES_TOKEN``; empty means none) is then required as
@@ -153,6 +249,8 @@ def make_app(scheduler: Scheduler, *, token: str | None = None) -> ASGIApp:
     ``/readyz``; without a token only loopback ``Host`` names are served. Mount it anywhere:
     routes are matched below the ASGI ``root_path``. ``POST /fire`` without ``wait`` needs the
     scheduler running (``await nursery.start(scheduler.run)``); before that, and once it
-    stops, fires are answered 503.
+    stops, fires are answered 503. A request body must arrive within ``body_timeout``
+    seconds of the request (408 otherwise), and at most ``body_readers`` requests (no limit
+    when ``None``) may be waiting for theirs at once (503 for the next).
     """
-    return _App(scheduler, token)
+    return _App(scheduler, token, body_timeout, body_readers)

@@ -43,6 +43,7 @@ from ..routines import Routine
 from ..scheduler import Scheduler, Statistics
 from ..stores.directory import DirectoryStore
 from ..text import one_line
+from .expected import ExpectedSlots
 from .render import (
     MAX_MARKS,
     WINDOW,
@@ -62,8 +63,10 @@ T = TypeVar("T")
 COOKIE = "trio_routines_page"
 READ_DEADLINE = 5.0  # seconds: one store read for the page, then "unavailable"
 MAX_FORM = 4096  # bytes of a login form
-MAX_EXPECTED = 1500  # cron slots computed for one timeline
 POLL = 5.0  # seconds between the page's refreshes
+# The markup of a page is pure work over a snapshot, a few hundred microseconds a routine: it
+# runs in a worker thread, one page at a time, so the event loop (fires, probes) goes on.
+RENDERS = trio.CapacityLimiter(1)
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -130,26 +133,6 @@ def _html(status: int, text: str, extra: tuple[tuple[str, str], ...] = ()) -> Re
 # -- gathering what the page shows ---------------------------------------------------------------
 
 
-def _expected(routine: Routine, start: datetime, now: datetime) -> list[datetime]:
-    """The cron's slots after ``start`` up to ``now``, at most MAX_EXPECTED (the newest kept)."""
-    if routine.cron is None:
-        return []
-    slots: list[datetime] = []
-    at = start - timedelta(milliseconds=1)
-    while True:
-        try:
-            at_next = next_run(routine.cron, routine.tz, at, routine.name)
-        except (TrioRoutinesError, ValueError, OverflowError):
-            break
-        if at_next is None or at_next > now:
-            break
-        slots.append(at_next)
-        at = at_next
-        if len(slots) > MAX_EXPECTED:
-            del slots[0]
-    return slots
-
-
 def _next_due(routine: Routine, stats: Statistics, now: datetime) -> datetime | None:
     """What the routine's loop waits for; without a loop (external clock), the cron's next."""
     if routine.name in stats.next_due:
@@ -173,7 +156,12 @@ async def _bounded_read(call: str, read: Awaitable[T]) -> tuple[T | None, str | 
 
 
 async def _routine_view(
-    scheduler: Scheduler, routine: Routine, stats: Statistics, now: datetime, paused: bool
+    scheduler: Scheduler,
+    routine: Routine,
+    stats: Statistics,
+    now: datetime,
+    paused: bool,
+    expected_slots: ExpectedSlots,
 ) -> RoutineView:
     found, problem = await _bounded_read("history", scheduler.store.history(routine.name))
     fires: list[Fire] = found or []
@@ -182,7 +170,7 @@ async def _routine_view(
         start = max(start, fires[-MAX_MARKS].slot)
     elif fires:
         start = max(start, fires[0].slot)
-    expected = _expected(routine, start, now) if fires else []
+    expected = expected_slots.slots(routine, start, now) if fires else ()
     marks, since = timeline(expected, fires, now)
     return RoutineView(
         name=routine.name,
@@ -199,17 +187,29 @@ async def _routine_view(
     )
 
 
-async def gather(scheduler: Scheduler, poll: float = POLL) -> PageView:
-    """A snapshot of everything the page shows; every store read bounded by a deadline."""
+async def gather(
+    scheduler: Scheduler, poll: float = POLL, expected: ExpectedSlots | None = None
+) -> PageView:
+    """A snapshot of everything the page shows; every store read bounded by a deadline.
+
+    ``expected`` remembers each timeline's cron slots from one render to the next (see
+    :mod:`.expected`); without one, they are searched afresh.
+    """
     now = scheduler.now()
+    expected = ExpectedSlots() if expected is None else expected
     # Read from the store, not remembered: another replica may have paused a routine.
     stored, _ = await _bounded_read("paused", scheduler.store.paused())
     stats = scheduler.statistics()  # one snapshot for every row
     paused = stats.paused if stored is None else stored
     routines = []
-    for name in sorted(scheduler.routines):
-        routine = scheduler.routines[name]
-        routines.append(await _routine_view(scheduler, routine, stats, now, name in paused))
+    loaded = dict(scheduler.routines)  # a reload during the awaits below changes nothing here
+    for name in sorted(loaded):
+        routine = loaded[name]
+        view = await _routine_view(scheduler, routine, stats, now, name in paused, expected)
+        routines.append(view)
+        # A first render searches every routine's slots: let fires and probes run between.
+        await trio.lowlevel.checkpoint()
+    expected.keep_only(loaded.values())
     found, problem = await _bounded_read("wake-ups", scheduler.store.list_wakeups())
     groups: dict[str, list[datetime]] = defaultdict(list)
     for wakeup in found or []:
@@ -270,9 +270,11 @@ async def handle(
     method: str,
     path: str,
     receive: Receive,
+    expected: ExpectedSlots | None = None,
 ) -> Response:
     """Answer one page route. ``authorized``: a bearer token or the page's cookie came along
-    (always true without a token)."""
+    (always true without a token); ``expected``: the application's memory of the timelines'
+    cron slots."""
     base = base_path(scope)
     if path in ASSETS:
         _require(method, ("GET", "HEAD"))
@@ -294,15 +296,21 @@ async def handle(
     if path == "/ui/state":
         if not authorized:
             raise Refusal(401, "sign in on the status page first")
-        view = await gather(scheduler)
-        main = main_html(view)
-        version = hashlib.sha256(main.encode("utf-8")).hexdigest()[:16]
-        body = {"version": version, "main": main, "now": view.now.isoformat()}
-        payload = json.dumps(body, ensure_ascii=True).encode("ascii")
+        view = await gather(scheduler, expected=expected)
+        payload = await trio.to_thread.run_sync(_state_json, view, limiter=RENDERS)
         return Response(200, Raw(b"application/json", payload), SECURITY)
     if not authorized:
         return _html(401, login_html(scheduler.now(), base, wrong=False))
-    return _html(200, page_html(await gather(scheduler), base))
+    view = await gather(scheduler, expected=expected)
+    text = await trio.to_thread.run_sync(page_html, view, base, limiter=RENDERS)
+    return _html(200, text)
+
+
+def _state_json(view: PageView) -> bytes:
+    main = main_html(view)
+    version = hashlib.sha256(main.encode("utf-8")).hexdigest()[:16]
+    body = {"version": version, "main": main, "now": view.now.isoformat()}
+    return json.dumps(body, ensure_ascii=True).encode("ascii")
 
 
 def _require(method: str, allowed: tuple[str, ...]) -> None:

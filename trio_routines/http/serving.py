@@ -11,7 +11,8 @@ import trio
 
 from ..errors import TrioRoutinesError
 from ..scheduler import Scheduler
-from .app import make_app
+from .app import BODY_TIMEOUT, make_app
+from .connections import Gate, connection_cap, descriptor_limit, serve_connections
 from .origin import is_loopback
 
 if TYPE_CHECKING:
@@ -66,18 +67,28 @@ async def serve_http(
     *,
     token: str | None = None,
     sock: socket.socket | None = None,
+    max_connections: int | None = None,
+    body_timeout: float = BODY_TIMEOUT,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve :func:`make_app` with hypercorn's Trio worker until the scheduler has stopped.
 
     ``nursery.start(serve_http, scheduler, host, 0)`` returns the port actually bound.
     Raises :class:`InsecureBind` before binding anything when ``host`` is not loopback and
-    there is no token. ``sock``: a socket :func:`bind_http` bound already (taken over).
+    there is no token. ``sock``: a socket :func:`bind_http` bound already (taken over). At
+    most ``max_connections`` connections are open at once (default: half of
+    ``RLIMIT_NOFILE``, the rest kept for the store and the agent); the next one gets a 503
+    and is closed. At most half of them may be sending a request body, which must arrive
+    within ``body_timeout`` seconds.
     """
     from hypercorn.config import Config
-    from hypercorn.trio import serve
 
     check_bind(host, token)
+    if max_connections is None:
+        descriptors: int | None = descriptor_limit()
+        cap = connection_cap(descriptors or 0)
+    else:
+        descriptors, cap = None, max(1, max_connections)
     config = Config()
     if sock is not None:
         config.bind = [f"fd://{sock.detach()}"]
@@ -89,11 +100,15 @@ async def serve_http(
     config.include_server_header = False
     # Requests waiting for a fire get the stop's grace to hear how it ended.
     config.graceful_timeout = scheduler.default_grace + 2.0
-    app = cast("ASGIFramework", make_app(scheduler, token=token))
+    app = cast(
+        "ASGIFramework",
+        make_app(scheduler, token=token, body_timeout=body_timeout, body_readers=max(1, cap // 2)),
+    )
+    gate = Gate(cap, descriptors)
     async with trio.open_nursery() as nursery:
         binds: list[str] = await nursery.start(
-            partial(serve, app, config, shutdown_trigger=partial(_drained, scheduler))
+            serve_connections, app, config, gate, partial(_drained, scheduler)
         )
         bound = int(binds[0].rsplit(":", 1)[1])
-        log.info("HTTP surface on %s", binds[0])
+        log.info("HTTP surface on %s (at most %d connections open)", binds[0], cap)
         task_status.started(bound)

@@ -13,7 +13,10 @@ The rules, so that a reload can never fire a slot twice nor back-fire:
 Loops notice through identity: a loop runs while ``self.routines[name]`` is the very object it
 was started with, and every sleeping loop is woken to look (see :mod:`.loops`). A reload from a
 directory (``SIGHUP`` in ``serve``) keeps the loaded version of a routine whose file is now
-broken, and says why.
+broken, and says why. It changes nothing, and says why, when the directory is gone, cannot be
+read, or holds no routine while some are loaded -- a directory swapped for an empty one, a
+mount that did not happen -- unless a file named :data:`NO_ROUTINES` in it says that empty is
+meant: only then does a reload remove every routine.
 """
 
 from __future__ import annotations
@@ -26,9 +29,12 @@ import attrs
 import trio
 
 from ..errors import InvalidRoutine
-from ..routines import Routine, load_routines
+from ..routines import LoadResult, Routine, load_routines
 from .loops import CronLoops
 from .state import log
+
+NO_ROUTINES = ".no-routines"
+"""The file that makes an empty routines directory mean "run none" to a reload."""
 
 
 @attrs.frozen
@@ -110,10 +116,12 @@ class Reload(CronLoops):
         """Load ``directory`` again and :meth:`update_routines` from it (``SIGHUP`` in serve).
 
         A file that does not load now keeps the version of its routine loaded before (logged
-        as an ERROR with the reason); a directory that cannot be read changes nothing.
+        as an ERROR with the reason); a directory that is gone or cannot be read changes
+        nothing, and neither does one without a routine while some are loaded, unless it holds
+        a file named :data:`NO_ROUTINES` (each an ERROR saying so).
         """
         try:
-            result = await trio.to_thread.run_sync(load_routines, directory)
+            result, meant_empty = await trio.to_thread.run_sync(_load_again, directory)
         except InvalidRoutine as exc:
             log.error("reload: %s — the routines loaded before keep running", exc)
             return RoutineChanges()
@@ -128,7 +136,33 @@ class Reload(CronLoops):
                 log.error("reload: %s — keeping the version loaded before", failure)
             else:
                 log.error("reload: %s — skipped", failure)
+        if not routines and self.routines and not meant_empty:
+            log.error(
+                "reload: %s holds no routine — not removing all %d loaded (to run none, "
+                "create %s in it); the routines loaded before keep running",
+                os.fspath(directory),
+                len(self.routines),
+                NO_ROUTINES,
+            )
+            return RoutineChanges()
         changes = self.update_routines(routines.values())
         if not changes:
             log.info("reload: no routine changed")
         return attrs.evolve(changes, kept=tuple(kept))
+
+
+def _load_again(directory: str | os.PathLike[str]) -> tuple[LoadResult, bool]:
+    """The routines of ``directory``, and whether it says that holding none is meant.
+
+    Unlike :func:`load_routines` (and a first start), a reload reads an absent directory as an
+    error: it is far likelier a mistake (a rename, a swap, an unmounted volume) than a wish.
+    """
+    base = os.fspath(directory)
+    try:
+        os.stat(base)
+    except FileNotFoundError:
+        raise InvalidRoutine(f"{base}: the routines directory is gone") from None
+    except OSError:
+        pass  # load_routines says what is wrong with it
+    result = load_routines(base)
+    return result, os.path.lexists(os.path.join(base, NO_ROUTINES))
