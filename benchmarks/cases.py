@@ -207,7 +207,29 @@ def _claim_dirs(root: Path, names: list[str]) -> None:
     os.sync()
 
 
-def make_store(kind: str, state: str | None, names: list[str], schema: str | None) -> Any:
+class WithoutHolds:
+    """A store seen without its replicas part (``join``, ``claims_alive``, ``replicas``): the
+    scheduler then holds sessions within its process only, as before replicas had holds."""
+
+    _HIDDEN = frozenset({"join", "claims_alive", "replicas"})
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._HIDDEN:
+            raise AttributeError(name)
+        return getattr(self._store, name)
+
+
+def make_store(
+    kind: str, state: str | None, names: list[str], schema: str | None, holds: bool = True
+) -> Any:
+    store = _make_store(kind, state, names, schema)
+    return store if holds else WithoutHolds(store)
+
+
+def _make_store(kind: str, state: str | None, names: list[str], schema: str | None) -> Any:
     if kind == "memory":
         return MemoryStore()
     if kind == "directory":
@@ -253,6 +275,7 @@ def burst_routines(
     return_starts: bool = False,
     timeout: float = 60.0,
     freeze: bool = False,
+    holds: bool = True,
 ) -> dict[str, Any]:
     """``n`` routines of cron ``* * * * *``, all due at the real instant ``slot``.
 
@@ -260,9 +283,10 @@ def burst_routines(
     (several schedulers sharing a PostgreSQL store each see some turns and some duplicates),
     or at ``timeout``. With ``freeze``, the armed scheduler's objects are moved out of the
     collector's way (``gc.freeze()``) before the slot, as a host may do after its boot.
+    Without ``holds``, the store's replicas part is hidden (see :class:`WithoutHolds`).
     """
     names = routine_names(n)
-    backend = make_store(store, state, names, schema)
+    backend = make_store(store, state, names, schema, holds)
     routines = [Routine(name=name, prompt="p", cron="* * * * *") for name in names]
 
     async def main() -> dict[str, Any]:

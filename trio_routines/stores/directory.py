@@ -393,7 +393,7 @@ class DirectoryStore(WakeupsInFile, Lifetime):
     async def claims_alive(self, claims: Sequence[tuple[str, datetime]]) -> list[bool]:
         """For each ``(routine, slot)``, whether the hold of its claim is held now."""
         keys = [claim_key(routine, slot) for routine, slot in claims]
-        own = self._presence if self._presence is not None and self._presence.fd else None
+        own = self._presence if self._presence is not None and self._presence.fds else None
         try:
             return await self._run(keys_alive, self.root, own, keys)
         except OSError as exc:
