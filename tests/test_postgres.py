@@ -96,7 +96,9 @@ def test_schema_creation_races_safely_and_is_versioned(url: str, schema: str) ->
     assert versions == [(version,) for version in range(1, SCHEMA_VERSION + 1)]
     assert [t for (t,) in tables] == [
         "trio_routines_claims",
+        "trio_routines_holds",
         "trio_routines_paused",
+        "trio_routines_replicas",
         "trio_routines_resumed",
         "trio_routines_schema",
         "trio_routines_wakeups",
@@ -421,7 +423,7 @@ def test_a_refused_connection_is_one_line_in_our_format(tmp_path: Path) -> None:
     result = env.cli(*fire)
     assert result.returncode == 1
     line = one_line(result.stderr)  # not the pool's own records, several lines each
-    assert "could not claim slot 2026-07-07T09-00-00-000Z of 'daily'" in line
+    assert "could not reach the database in postgresql://127.0.0.1:1/test" in line
     assert "Connection refused" in line
     # At debug level the pool's records show, each one line in our format.
     result = env.cli(*fire, "--log-level", "debug")

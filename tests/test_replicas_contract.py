@@ -106,3 +106,21 @@ def test_keys_are_stable_63_bit_and_apart_by_kind() -> None:
     assert all(0 <= key("k", str(n)) < 2**63 for n in range(200))
     # Fixed across processes and releases: other replicas compute the same keys.
     assert session_key("routine:r") == key("session", "routine:r")
+
+
+async def test_ten_thousand_fires_at_once_hold_twenty_thousand_keys(
+    store_factory: Callable[..., Store],
+) -> None:
+    # PostgreSQL's lock table holds 6,400 advisory locks by default: holds must not be locks.
+    first = store_factory()
+    assert isinstance(first, Replicated)
+    member = await first.join(info("herd"))
+    slots = [T0 + timedelta(minutes=n) for n in range(10_000)]
+    keys = [claim_key("r", slot) for slot in slots] + [session_key(f"s{n}") for n in range(10_000)]
+    assert await member.take(keys) == [True] * len(keys)
+    alive = await first.claims_alive([("r", slot) for slot in slots[::1000]])
+    assert alive == [True] * 10
+    await member.release(keys)
+    assert await first.claims_alive([("r", slots[0])]) == [False]
+    await member.leave()
+    await first.aclose()

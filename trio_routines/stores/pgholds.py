@@ -1,21 +1,29 @@
-"""Holds in PostgreSQL: session-level advisory locks on one connection per replica.
+"""Holds in PostgreSQL: one advisory lock per replica, and a table of what each holds.
 
-Theory of operation. A joined replica opens one connection of its own (outside the pool)
-and keeps it for its life. On it, it takes the advisory lock of its id, and for each fire
-under way the locks of the claim and of the session (``pg_try_advisory_lock(bigint)``, never
-waiting). The server releases every lock of a connection when the connection ends, which is
-what makes a hold die with its replica: a killed process closes its socket at once; a
-machine that vanished is noticed by the server's TCP keepalives, which this connection sets
-for itself (``tcp_keepalives_*``, ``tcp_user_timeout``: :data:`KEEPALIVE_BOUND` seconds in
-all). Anyone reads who holds what from ``pg_locks`` (a bigint key shows as its high half in
-``classid``, its low half in ``objid``, with ``objsubid`` 1), which needs no privilege.
+Theory of operation. A joined replica opens one connection of its own (outside the pool) and
+keeps it for its life. On it, it takes the session-level advisory lock of its id
+(``pg_try_advisory_lock(bigint)``, never waiting); the server releases it when the
+connection ends, which is what makes a replica's holds die with it: a killed process closes
+its socket at once; a machine that vanished is noticed by the server's TCP keepalives, which
+this connection sets for itself (``tcp_keepalives_*``, ``tcp_user_timeout``:
+:data:`KEEPALIVE_BOUND` seconds in all). Anyone reads whose lock is held from ``pg_locks``
+(a bigint key shows as its high half in ``classid``, its low half in ``objid``, with
+``objsubid`` 1), which needs no privilege.
+
+The holds of claims and sessions are rows of an unlogged table, ``(key, holder)``, the holder
+being the replica's own key: a hold is held while its row exists **and** its holder's lock
+is held. Taking inserts the rows, taking over a row whose holder is dead; letting go deletes
+ours. (Not an advisory lock each: the server's lock table holds ``max_locks_per_transaction``
+times ``max_connections`` locks, 6,400 by default, which 10,000 fires due at once would
+exhaust.) Unlogged: nothing is written to the WAL, and a server crash empties the table,
+as it ends every holder's connection anyway.
 
 The takes and releases of many fires due at once travel together: the calls that arrive
-while one batch is on the connection form the next (one statement, one round trip each).
-Every use of the connection has our deadline; a connection that does not answer in time is
-dropped, and the presence is **lost**: the server will let our locks go (at once, or within
-the keepalive bound), so the turns holding them are no longer protected and the scheduler
-ends them. A heartbeat on the same connection notices a stall even between fires.
+while one batch is on the connection form the next (one round trip each). Every use of the
+connection has our deadline; a connection that does not answer in time is dropped, and the
+presence is **lost**: the server will let our lock go (at once, or within the keepalive
+bound), so the turns we hold are no longer protected and the scheduler ends them. A heartbeat
+on the same connection notices a stall even between fires.
 """
 
 from __future__ import annotations
@@ -57,13 +65,39 @@ _HELD = """WITH held AS MATERIALIZED (
             AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
     SELECT EXISTS (SELECT 1 FROM held AS h WHERE h.hi = t.hi AND h.lo = t.lo)
     FROM unnest(%s::bigint[], %s::bigint[]) WITH ORDINALITY AS t (hi, lo, n) ORDER BY t.n"""
-_OPS = """SELECT CASE WHEN t.op THEN pg_try_advisory_lock(t.k) ELSE pg_advisory_unlock(t.k) END
-    FROM unnest(%s::bigint[], %s::boolean[]) WITH ORDINALITY AS t (k, op, n) ORDER BY t.n"""
+_LOCKS = """SELECT l.classid::bigint AS hi, l.objid::bigint AS lo FROM pg_locks AS l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"""
+# Our rows for the wanted keys; a row of a dead holder is taken over. What comes back is taken.
+_TAKE = f"""WITH held AS MATERIALIZED ({_LOCKS})
+    INSERT INTO {{holds}} AS h (key, holder)
+    SELECT k, %(me)s FROM unnest(%(keys)s::bigint[]) AS k
+    ON CONFLICT (key) DO UPDATE SET holder = EXCLUDED.holder
+        WHERE NOT EXISTS (
+            SELECT 1 FROM held WHERE held.hi = h.holder >> 32 AND held.lo = h.holder & 4294967295)
+    RETURNING h.key"""
+_RELEASE = "DELETE FROM {holds} WHERE key = ANY(%(keys)s::bigint[]) AND holder = %(me)s"
+_ALIVE = f"""WITH held AS MATERIALIZED ({_LOCKS})
+    SELECT EXISTS (
+        SELECT 1 FROM {{holds}} AS h JOIN held
+            ON held.hi = h.holder >> 32 AND held.lo = h.holder & 4294967295
+        WHERE h.key = t.k)
+    FROM unnest(%s::bigint[]) WITH ORDINALITY AS t (k, n) ORDER BY t.n"""
+_FORGET = f"""WITH held AS MATERIALIZED ({_LOCKS})
+    DELETE FROM {{holds}} AS h WHERE NOT EXISTS (
+        SELECT 1 FROM held WHERE held.hi = h.holder >> 32 AND held.lo = h.holder & 4294967295)"""
 _COLUMNS = "id, version, host, pid, started, last_seen, in_flight"
 
 
+def holds_alive(conn: Conn, _call: Call, schema: Schema, keys: Sequence[int]) -> list[bool]:
+    """Whether each hold is held now: its row exists and its holder's lock is held."""
+    if not keys:
+        return []
+    return [bool(alive) for (alive,) in conn.execute(schema.sql(_ALIVE), (list(keys),))]
+
+
 def keys_held(conn: Conn, _call: Call, keys: Sequence[int]) -> list[bool]:
-    """Whether some connection to this database holds each key now."""
+    """Whether some connection to this database holds each advisory lock now."""
     if not keys:
         return []
     rows = conn.execute(_HELD, ([k >> 32 for k in keys], [k & 0xFFFFFFFF for k in keys]))
@@ -182,6 +216,7 @@ class PostgresPresence(Presence):
                 (info.id, info.version, info.host, info.pid, info.started, info.last_seen),
             )
             self._forget_dead(conn)
+            conn.execute(self._schema.sql(_FORGET))  # the holds of replicas gone
         except BaseException:
             conn.close()
             raise
@@ -234,11 +269,22 @@ class PostgresPresence(Presence):
         return batch.results[first : first + len(ops)]
 
     async def _run_batch(self, batch: _Batch) -> None:
-        keys = [key for key, _ in batch.ops]
-        takes = [take for _, take in batch.ops]
+        # Lettings-go first: a key let go and taken again in one batch was let go first (a
+        # take is answered before anyone can let go of what it took).
+        released = [key for key, take in batch.ops if not take]
+        wanted = [key for key, take in batch.ops if take]
+        me = replica_key(self.replica)
 
         def run(conn: Conn) -> list[bool]:
-            return [bool(row[0]) for row in conn.execute(_OPS, (keys, takes))]
+            taken: set[int] = set()
+            with conn.pipeline():
+                if released:
+                    conn.execute(self._schema.sql(_RELEASE), {"keys": released, "me": me})
+                if wanted:
+                    rows = conn.execute(self._schema.sql(_TAKE), {"keys": wanted, "me": me})
+            if wanted:
+                taken = {key for (key,) in rows.fetchall()}
+            return [take and key in taken for key, take in batch.ops]
 
         try:
             batch.results = await self._on_connection("could not take holds", run)
@@ -260,6 +306,8 @@ class PostgresPresence(Presence):
 
     async def _leave(self) -> None:
         def leave(conn: Conn) -> None:
+            me = replica_key(self.replica)
+            conn.execute(self._schema.sql("DELETE FROM {holds} WHERE holder = %s"), (me,))
             conn.execute(self._schema.sql("DELETE FROM {replicas} WHERE id = %s"), (self.replica,))
             conn.close()
 

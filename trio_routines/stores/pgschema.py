@@ -72,6 +72,10 @@ _MIGRATIONS: dict[int, list[str]] = {
             last_seen timestamptz NOT NULL,
             in_flight integer NOT NULL DEFAULT 0)""",
         "CREATE INDEX IF NOT EXISTS {claims_open} ON {claims} (routine) WHERE outcome IS NULL",
+        # The holds of claims and sessions (pgholds.py): no WAL, emptied by a server crash.
+        """CREATE UNLOGGED TABLE IF NOT EXISTS {holds} (
+            key bigint PRIMARY KEY,
+            holder bigint NOT NULL)""",
     ],
 }
 
@@ -92,6 +96,7 @@ class Schema:
             "paused": name("trio_routines_paused"),
             "resumed": name("trio_routines_resumed"),
             "replicas": name("trio_routines_replicas"),
+            "holds": name("trio_routines_holds"),
             "claims_open": sql.Identifier("trio_routines_claims_open"),
             "wakeups_session": sql.Identifier("trio_routines_wakeups_session"),
             "wakeups_id": sql.Identifier("trio_routines_wakeups_id"),

@@ -61,7 +61,7 @@ from .batch import Answer, Batcher, Entry
 from .newest import BatchedReads
 from .pgclaims import ClaimItem, SettleItem, claim_batch, settle_batch, taken_too_late
 from .pgconn import Call, CallFault, Connections
-from .pgholds import PostgresPresence, keys_held, replica_rows
+from .pgholds import PostgresPresence, holds_alive, replica_rows
 from .pgreads import BATCH, READERS, history, newest_fires, read_batch, resumes
 from .pgschema import CLAIM_LOCK as CLAIM_LOCK
 from .pgschema import SCHEMA_VERSION as SCHEMA_VERSION
@@ -403,7 +403,7 @@ class PostgresStore(Lifetime):
     async def claims_alive(self, claims: Sequence[tuple[str, datetime]]) -> list[bool]:
         """For each ``(routine, slot)``, whether the hold of its claim is held now."""
         keys = [claim_key(routine, slot) for routine, slot in claims]
-        return await self._conns.run("could not read the holds", keys_held, keys)
+        return await self._conns.run("could not read the holds", holds_alive, self._tables, keys)
 
     async def replicas(self) -> list[ReplicaInfo]:
         """Every member that joined (and was not forgotten), each marked alive or not."""
