@@ -219,7 +219,8 @@ class Loop:
                 record = json.loads(raw)
                 assert isinstance(record, dict), (routine, name, raw, why)
                 assert parse_iso(record["firedAt"]) is not None, (routine, name, raw, why)
-                fields = {"firedAt", "outcome", "ms", "error"}  # error: the stored failure reason
+                # error: the stored failure reason; replica: who claimed it
+                fields = {"firedAt", "outcome", "ms", "error", "replica"}
                 assert set(record) <= fields, (routine, name, raw, why)
                 assert record.get("outcome", "completed") in OUTCOMES, (routine, name, raw, why)
         pending = self.env.wakeups()
