@@ -10,32 +10,13 @@ replicas had holds), each in a fresh interpreter; the medians are printed side b
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-PYTHON = sys.executable
-
-
-def case(**params: Any) -> dict[str, Any]:
-    proc = subprocess.run(
-        [PYTHON, str(HERE / "cases.py"), "burst_routines", json.dumps(params)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"burst_routines failed:\n{proc.stderr[-2000:]}")
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
+from run import case  # one fresh interpreter per measurement
 
 
 def drop_schema(schema: str) -> None:
@@ -55,7 +36,7 @@ def one(store: str, n: int, holds: bool, rep: int) -> dict[str, Any]:
     else:
         params["schema"] = f"holds_bench_{n}_{int(holds)}_{rep}"
     try:
-        return case(**params)
+        return case("burst_routines", **params)
     finally:
         if temp is not None:
             shutil.rmtree(temp, ignore_errors=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -158,3 +159,24 @@ def one_line(stderr: str) -> str:
 
 def years_ago(years: int) -> datetime:
     return datetime(datetime.now(UTC).year - years, 1, 1, tzinfo=UTC)
+
+
+def turn_spans(marker: Path) -> list[tuple[float, float]]:
+    """The (start, end) of each turn a test agent noted in ``marker`` as ``start ID T`` and
+    ``end ID T`` lines (wall seconds), sorted; a turn never ended ends at infinity."""
+    starts: dict[str, float] = {}
+    spans = []
+    for line in lines(marker):
+        what, turn, at = line.split()
+        if what == "start":
+            starts[turn] = float(at)
+        else:
+            spans.append((starts.pop(turn), float(at)))
+    spans.extend((start, float("inf")) for start in starts.values())
+    return sorted(spans)
+
+
+def assert_no_overlap(spans: list[tuple[float, float]]) -> None:
+    """No turn starts before the one before it ended."""
+    for (_, end), (begin, _) in itertools.pairwise(spans):
+        assert begin >= end, f"two turns of one session overlapped: {spans}"

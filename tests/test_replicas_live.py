@@ -8,14 +8,13 @@ records the claim ``interrupted`` within its watch interval.
 
 from __future__ import annotations
 
-import itertools
 import signal
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from procs import Env, lines, stop, wait_for
+from procs import Env, assert_no_overlap, lines, stop, turn_spans, wait_for
 
 from trio_routines.scheduler.members import SWEPT_INTERRUPTED
 
@@ -49,18 +48,6 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-
-
-def _intervals(marker: Path) -> list[tuple[float, float]]:
-    starts: dict[str, float] = {}
-    spans = []
-    for line in lines(marker):
-        what, turn, at = line.split()
-        if what == "start":
-            starts[turn] = float(at)
-        else:
-            spans.append((starts.pop(turn), float(at)))
-    return sorted(spans)
 
 
 @pytest.mark.slow
@@ -104,7 +91,7 @@ def test_a_turn_in_flight_is_held_across_another_replicas_boot(env: Env) -> None
     (done,) = env.history("slow")
     assert (done["outcome"], done["replica"]) == ("completed", "holder")
     assert "running" not in done
-    assert len(_intervals(env.marker)) == 1  # the busy run started nothing
+    assert len(turn_spans(env.marker)) == 1  # the busy run started nothing
 
     # SIGKILL of a holder mid-turn: the live replica records its claim interrupted.
     later = _hour(1)
@@ -134,6 +121,4 @@ def test_a_turn_in_flight_is_held_across_another_replicas_boot(env: Env) -> None
         SWEPT_INTERRUPTED,
     )
     assert stop(other) == 0
-    spans = _intervals(env.marker)
-    for (_, end), (start, _) in itertools.pairwise(spans):
-        assert start >= end, f"two turns of one session overlapped: {spans}"
+    assert_no_overlap(turn_spans(env.marker))

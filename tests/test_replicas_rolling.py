@@ -5,28 +5,14 @@ interrupted by a stop's grace)."""
 
 from __future__ import annotations
 
-import itertools
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from pg import admin, fresh_schema, require_server
-from procs import Env, lines, stop, wait_for
+from procs import Env, assert_no_overlap, lines, stop, turn_spans, wait_for
 from psycopg import sql
-
-
-def _spans(marker: Path) -> list[tuple[float, float]]:
-    starts: dict[str, float] = {}
-    spans = []
-    for line in lines(marker):
-        what, turn, at = line.split()
-        if what == "start":
-            starts[turn] = float(at)
-        else:
-            spans.append((starts.pop(turn), float(at)))
-    spans.extend((start, float("inf")) for start in starts.values())  # cut off by a stop
-    return sorted(spans)
 
 
 @pytest.mark.slow
@@ -76,9 +62,8 @@ def test_a_rolling_restart_of_three_replicas_under_long_turns(tmp_path: Path) ->
                 stop(proc)  # type: ignore[arg-type]
         ended = datetime.now(UTC)
 
-        spans = _spans(env.marker)
-        for (_, end), (begin, _) in itertools.pairwise(spans):
-            assert begin >= end, f"two turns of one session overlapped: {spans}"
+        spans = turn_spans(env.marker)
+        assert_no_overlap(spans)
         logs = "".join(env.log(f"r{n}-{g}.log") for n in range(3) for g in range(2))
         assert "never finished" not in logs  # no running turn was called dead
         history = env.history("slow")

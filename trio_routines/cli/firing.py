@@ -6,9 +6,12 @@ import argparse
 import sys
 from typing import Any
 
+from ..agent import Agent
 from ..instants import format_iso
 from ..records import Outcome
+from ..routines import Routine
 from ..scheduler import FireResult, Scheduler
+from ..store import Store
 from .output import (
     agent_arg,
     check_name,
@@ -22,6 +25,18 @@ from .output import (
     state_arg,
     stop_on_signals,
 )
+
+
+def _one_shot(args: argparse.Namespace, agent: Agent, store: Store, routine: Routine) -> Scheduler:
+    """The scheduler of a one-shot command: one routine, no loops of its own, no wake-ups."""
+    return Scheduler(
+        agent=agent,
+        store=store,
+        routines=[routine],
+        wakeups=False,
+        default_grace=args.grace,  # also how long a failed settle is retried
+        replica=replica_arg(args),
+    )
 
 
 async def cmd_run(args: argparse.Namespace) -> int:
@@ -42,13 +57,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
     # `run` makes no claim and writes no history; it holds the routine's session in the
     # store, so that it is busy, as every replica's turns are, while one of them runs it.
     async with open_state(state_arg(args)) as store:
-        scheduler = Scheduler(
-            agent=agent,
-            store=store,
-            routines=[routine],
-            wakeups=False,
-            replica=replica_arg(args),
-        )
+        scheduler = _one_shot(args, agent, store, routine)
         turn = await stop_on_signals(
             scheduler, args.grace, lambda: scheduler.run_now(routine.name, on_text=on_text)
         )
@@ -65,14 +74,7 @@ async def cmd_fire(args: argparse.Namespace) -> int:
     routine = pick(result, args.name, args.routines)
     report_failures(result)
     async with open_state(state_arg(args)) as store:
-        scheduler = Scheduler(
-            agent=agent,
-            store=store,
-            routines=[routine],
-            wakeups=False,
-            default_grace=args.grace,  # also how long a failed settle is retried
-            replica=replica_arg(args),
-        )
+        scheduler = _one_shot(args, agent, store, routine)
 
         async def fire() -> FireResult:
             return await scheduler.fire(routine.name, slot)
