@@ -98,9 +98,10 @@ def open_holds(root: Path, shards: Iterable[int], *, create: bool) -> dict[int, 
         return {}
     except OSError as exc:
         raise StateFault(f"the holds of {root} are unusable: {describe(exc)}") from None
-    flags = os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
-    if create:
-        flags |= os.O_CREAT
+    # A reader only asks (F_GETLK needs no write access: an operator reading the state of a
+    # service that runs as another user can); a member takes locks, which needs it.
+    flags = os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    flags |= os.O_RDWR | os.O_CREAT if create else os.O_RDONLY
     fds: dict[int, int] = {}
     try:
         for shard in shards:
