@@ -54,8 +54,11 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
 def test_a_turn_in_flight_is_held_across_another_replicas_boot(env: Env) -> None:
     env.routine("slow", cron="0 * * * *")
     # Each turn writes its start and end (wall seconds) to the marker.
+    # ... and runs until the test says so (a file appears), at most a minute.
+    go = env.root / "go"
     agent = (
-        f'cmd:t=$$; echo "start $t $(date +%s.%N)" >> {env.marker}; sleep 6; '
+        f'cmd:t=$$; echo "start $t $(date +%s.%N)" >> {env.marker}; '
+        f"for _ in $(seq 600); do [ -e {go} ] && break; sleep 0.1; done; "
         f'echo "end $t $(date +%s.%N)" >> {env.marker}'
     )
     slot = _hour(2)
@@ -84,6 +87,7 @@ def test_a_turn_in_flight_is_held_across_another_replicas_boot(env: Env) -> None
     busy = env.cli("run", "slow", "--agent", agent, "--replica", "third")
     assert busy.returncode == 0, busy.stderr
     assert "session busy" in busy.stderr
+    go.touch()  # the holder's turn may end now
     assert holder.wait(timeout=60) == 0
     booted = env.log("booted.log")
     assert "never finished" not in booted
@@ -94,6 +98,7 @@ def test_a_turn_in_flight_is_held_across_another_replicas_boot(env: Env) -> None
     assert len(turn_spans(env.marker)) == 1  # the busy run started nothing
 
     # SIGKILL of a holder mid-turn: the live replica records its claim interrupted.
+    go.unlink()
     later = _hour(1)
     killed = env.start(
         "fire",
