@@ -65,13 +65,19 @@ class Presence:
             answers.append(got.pop(key, False))
         return answers
 
-    async def release(self, keys: Sequence[int]) -> None:
-        """Let go of ``keys`` (those not held are ignored). Never raises: a hold that cannot
-        be let go is let go with the process, or with the store's connection."""
+    def let_go(self, keys: Sequence[int]) -> None:
+        """Let go of ``keys`` (those not held are ignored) without waiting: the store hears of
+        it at once or soon after, and always before a later take of ours. Never raises: a
+        hold that cannot be let go is let go with the process, or the store's connection."""
         mine = [key for key in dict.fromkeys(keys) if key in self._held]
         self._held.difference_update(mine)
         if mine and not self._left:
-            await self._release(mine)
+            self._let_go(mine)
+
+    async def release(self, keys: Sequence[int]) -> None:
+        """:meth:`let_go`, and return once the store has heard of it."""
+        self.let_go(keys)
+        await self._sent()
 
     async def beat(self, in_flight: int, now: datetime) -> None:
         """Tell the store we are here (last seen, turns in flight); StateFault if it cannot
@@ -92,7 +98,11 @@ class Presence:
         await trio.lowlevel.checkpoint()
         return [True] * len(keys)
 
-    async def _release(self, keys: list[int]) -> None:
+    def _let_go(self, keys: list[int]) -> None:
+        """Let the store know (now, or soon: see :meth:`_sent`)."""
+
+    async def _sent(self) -> None:
+        """Return once every let-go so far has reached the store."""
         await trio.lowlevel.checkpoint()
 
     async def _beat(self, in_flight: int, now: datetime) -> None:

@@ -275,8 +275,7 @@ class MemoryPresence(Presence):
             taken.append(free)
         return taken
 
-    async def _release(self, keys: list[int]) -> None:
-        await trio.lowlevel.checkpoint()
+    def _let_go(self, keys: list[int]) -> None:
         for key in keys:
             if self._store.holds.get(key) is self:
                 del self._store.holds[key]

@@ -142,8 +142,7 @@ class FirePath(StoreCalls):
                             return await self._turn_and_settle(routine, slot, scope, hold)
                     return await self._turn_and_settle(routine, slot, scope, hold)
                 finally:
-                    with trio.CancelScope(shield=True):
-                        await hold.release()
+                    hold.release()
             raise self._no_answer(f"could not claim slot {format_iso(slot)} of {name!r}")
         finally:
             self._in_flight.value -= 1
@@ -239,8 +238,7 @@ class FirePath(StoreCalls):
                 )
         finally:
             if own:
-                with trio.CancelScope(shield=True):
-                    await hold.release()
+                hold.release()
         if hold.busy:  # a turn of ours (any replica's) is in flight: no agent's words to keep
             return attrs.evolve(turn, failed=None)
         if turn.outcome is Outcome.INTERRUPTED and self._lost_holds:
@@ -277,7 +275,7 @@ class FirePath(StoreCalls):
         if hold is None:
             raise self._no_answer(f"could not hold the session of {name!r}")
         if hold.busy:
-            await hold.release()
+            hold.release()
             return False
         await self._nursery.start(self._run_in_background, routine, hold)
         return True
@@ -295,7 +293,7 @@ class FirePath(StoreCalls):
             try:
                 await self._turn(why, routine.name, routine.prompt, routine.timeout, hold=hold)
             finally:
-                await hold.release()
+                hold.release()
 
 
 def _not_yet_due(name: str, slot: datetime, now: datetime) -> NotYetDue:

@@ -42,14 +42,14 @@ class TurnHold:
         #: The claim's hold was taken (True when none was asked for).
         self.claimed = claimed
 
-    async def release(self) -> None:
-        """Let go of everything this turn holds (once; never raises)."""
+    def release(self) -> None:
+        """Let go of everything this turn holds (once; never raises, never waits)."""
         gate_hold, self._gate_hold = self._gate_hold, None
         if gate_hold is not None:
             gate_hold.__exit__(None, None, None)
         keys, self._keys = self._keys, []
         if keys:
-            await self._presence.release(keys)
+            self._presence.let_go(keys)
 
 
 class Holds:

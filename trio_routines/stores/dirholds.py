@@ -287,8 +287,8 @@ class DirectoryPresence(Presence):
             raise
         return True
 
-    # Neither waits nor touches the disk: no checkpoint of their own (the fire path has its
-    # own), which at 10,000 fires at once is two scheduling rounds fewer each.
+    # Neither waits nor touches the disk: no checkpoint of its own (the fire path has its
+    # own), which at 10,000 fires at once is a scheduling round fewer each.
     async def _take(self, keys: list[int]) -> list[bool]:
         if not self.fds:
             raise StateFault(f"replica {self.replica} has left {self.root}")
@@ -297,7 +297,7 @@ class DirectoryPresence(Presence):
         except OSError as exc:
             raise StateFault(f"could not take a hold in {self.root}: {describe(exc)}") from None
 
-    async def _release(self, keys: list[int]) -> None:
+    def _let_go(self, keys: list[int]) -> None:
         fds = self.fds
         for key in keys:
             fd = fds.get(_shard(key))

@@ -41,6 +41,7 @@ import trio
 from ..errors import StateFault
 from ..presence import Presence
 from ..replicas import ReplicaInfo, replica_key
+from .batch import Answer, Batcher, Entry
 from .pgconn import THREAD_NAME, Call, Connections, reason
 from .pgschema import Schema
 
@@ -68,15 +69,26 @@ _HELD = """WITH held AS MATERIALIZED (
 _LOCKS = """SELECT l.classid::bigint AS hi, l.objid::bigint AS lo FROM pg_locks AS l
     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
         AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"""
-# Our rows for the wanted keys; a row of a dead holder is taken over. What comes back is taken.
-_TAKE = f"""WITH held AS MATERIALIZED ({_LOCKS})
-    INSERT INTO {{holds}} AS h (key, holder)
-    SELECT k, %(me)s FROM unnest(%(keys)s::bigint[]) AS k
-    ON CONFLICT (key) DO UPDATE SET holder = EXCLUDED.holder
-        WHERE NOT EXISTS (
-            SELECT 1 FROM held WHERE held.hi = h.holder >> 32 AND held.lo = h.holder & 4294967295)
-    RETURNING h.key"""
+# Our rows for the wanted keys; a row of a dead holder is taken over. What comes back is the
+# keys refused (usually none: a herd's keys are not sent back one by one).
+_TAKE = f"""WITH held AS MATERIALIZED ({_LOCKS}),
+    wanted AS (SELECT unnest(%(keys)s::bigint[]) AS k),
+    taken AS (
+        INSERT INTO {{holds}} AS h (key, holder) SELECT k, %(me)s FROM wanted
+        ON CONFLICT (key) DO UPDATE SET holder = EXCLUDED.holder
+            WHERE NOT EXISTS (SELECT 1 FROM held
+                WHERE held.hi = h.holder >> 32 AND held.lo = h.holder & 4294967295)
+        RETURNING h.key)
+    SELECT k FROM wanted WHERE k NOT IN (SELECT key FROM taken)"""
 _RELEASE = "DELETE FROM {holds} WHERE key = ANY(%(keys)s::bigint[]) AND holder = %(me)s"
+
+
+def _array(keys: Sequence[int]) -> str:
+    """A bigint array as one text parameter: psycopg adapts a list item by item in Python,
+    which for a herd of 10,000 costs more than the server's work."""
+    return "{" + ",".join(map(str, keys)) + "}"
+
+
 _ALIVE = f"""WITH held AS MATERIALIZED ({_LOCKS})
     SELECT EXISTS (
         SELECT 1 FROM {{holds}} AS h JOIN held
@@ -93,7 +105,7 @@ def holds_alive(conn: Conn, _call: Call, schema: Schema, keys: Sequence[int]) ->
     """Whether each hold is held now: its row exists and its holder's lock is held."""
     if not keys:
         return []
-    return [bool(alive) for (alive,) in conn.execute(schema.sql(_ALIVE), (list(keys),))]
+    return [bool(alive) for (alive,) in conn.execute(schema.sql(_ALIVE), (_array(keys),))]
 
 
 def keys_held(conn: Conn, _call: Call, keys: Sequence[int]) -> list[bool]:
@@ -112,14 +124,8 @@ def replica_rows(conn: Conn, call: Call, schema: Schema) -> list[ReplicaInfo]:
     return [attrs.evolve(info, alive=live) for info, live in zip(infos, alive, strict=True)]
 
 
-class _Batch:
-    __slots__ = ("done", "error", "ops", "results")
-
-    def __init__(self) -> None:
-        self.ops: list[tuple[int, bool]] = []  # key, take (else release)
-        self.results: list[bool] = []
-        self.error: StateFault | None = None
-        self.done = trio.Event()
+# One caller's request: take these keys (a request of none only lets go of what waits).
+_Ops = tuple[bool, tuple[int, ...]]
 
 
 class PostgresPresence(Presence):
@@ -131,8 +137,9 @@ class PostgresPresence(Presence):
         self._schema = schema
         self._conn: Conn | None = None
         self._using = trio.Lock()  # one use of the connection at a time
-        self._open: _Batch | None = None
-        self._leading = False
+        self._batches: Batcher[_Ops, list[bool]] = Batcher(self._flush, key=id)
+        self._letting_go: list[int] = []  # let go of here, not yet in the table
+        self._sending = False  # a task of ours will send them
 
     # -- the connection -------------------------------------------------------------------
 
@@ -238,60 +245,49 @@ class PostgresPresence(Presence):
     # -- holds ----------------------------------------------------------------------------
 
     async def _take(self, keys: list[int]) -> list[bool]:
-        return await self._submit([(key, True) for key in keys])
+        taken: list[bool] = await self._batches.submit((True, tuple(keys)))
+        return taken
 
-    async def _release(self, keys: list[int]) -> None:
-        with contextlib.suppress(StateFault):  # the server lets them go with the connection
-            await self._submit([(key, False) for key in keys])
+    def _let_go(self, keys: list[int]) -> None:
+        # Not waited for: the next batch lets them go before it takes anything, and a task of
+        # ours sends one soon if no take does. Until then they look held a moment longer.
+        self._letting_go.extend(keys)
+        if not self._sending:
+            self._sending = True
+            trio.lowlevel.spawn_system_task(self._send)
 
-    async def _submit(self, ops: list[tuple[int, bool]]) -> list[bool]:
-        """Run ``ops`` in the next batch; the calls arriving while one runs form the next."""
-        batch = self._open
-        if batch is None:
-            batch = self._open = _Batch()
-        first = len(batch.ops)
-        batch.ops.extend(ops)
-        if self._leading:
-            await batch.done.wait()
-        else:
-            self._leading = True
-            try:
-                # Shielded and bounded (our deadline on the connection): the callers behind
-                # this one wait for its batches.
-                with trio.CancelScope(shield=True):
-                    while self._open is not None:
-                        running, self._open = self._open, None
-                        await self._run_batch(running)
-            finally:
-                self._leading = False
-        if batch.error is not None:
-            raise batch.error
-        return batch.results[first : first + len(ops)]
+    async def _send(self) -> None:
+        try:
+            await self._sent()
+        finally:
+            self._sending = False
 
-    async def _run_batch(self, batch: _Batch) -> None:
-        # Lettings-go first: a key let go and taken again in one batch was let go first (a
+    async def _sent(self) -> None:
+        try:
+            while self._letting_go and self._conn is not None and not self.lost.is_set():
+                await self._batches.submit((True, ()))  # a batch that only lets go
+        except Exception as exc:  # the server lets them go with the connection
+            log.debug("replica %s could not let go of holds: %s", self.replica, exc)
+        await trio.lowlevel.checkpoint()
+
+    async def _flush(self, entries: Sequence[Entry[_Ops, list[bool]]]) -> list[Answer[list[bool]]]:
+        """One round trip for every request queued together (see :mod:`.batch`)."""
+        # What was let go first: a key let go and taken again meanwhile was let go first (a
         # take is answered before anyone can let go of what it took).
-        released = [key for key, take in batch.ops if not take]
-        wanted = [key for key, take in batch.ops if take]
+        released, self._letting_go = self._letting_go, []
+        wanted = [key for entry in entries for key in entry.item[1]]
         me = replica_key(self.replica)
 
-        def run(conn: Conn) -> list[bool]:
-            taken: set[int] = set()
+        def run(conn: Conn) -> set[int]:
             with conn.pipeline():
                 if released:
-                    conn.execute(self._schema.sql(_RELEASE), {"keys": released, "me": me})
+                    conn.execute(self._schema.sql(_RELEASE), {"keys": _array(released), "me": me})
                 if wanted:
-                    rows = conn.execute(self._schema.sql(_TAKE), {"keys": wanted, "me": me})
-            if wanted:
-                taken = {key for (key,) in rows.fetchall()}
-            return [take and key in taken for key, take in batch.ops]
+                    rows = conn.execute(self._schema.sql(_TAKE), {"keys": _array(wanted), "me": me})
+            return {key for (key,) in rows.fetchall()} if wanted else set()
 
-        try:
-            batch.results = await self._on_connection("could not take holds", run)
-        except StateFault as exc:
-            batch.error = exc
-        finally:
-            batch.done.set()
+        refused = await self._on_connection("could not take holds", run)
+        return [Answer(value=[key not in refused for key in entry.item[1]]) for entry in entries]
 
     async def _beat(self, in_flight: int, now: datetime) -> None:
         def beat(conn: Conn) -> None:
