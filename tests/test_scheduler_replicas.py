@@ -12,6 +12,8 @@ from scheduler_rig import HOURLY, T0, at, rig
 
 from trio_routines import Outcome, Routine, Scheduler
 from trio_routines.agent import Completed, Event
+from trio_routines.presence import Presence
+from trio_routines.replicas import ReplicaInfo, claim_key, session_key
 from trio_routines.scheduler.members import SWEPT_INTERRUPTED
 from trio_routines.scheduler.state import LOST_HOLD
 from trio_routines.testing import Complete, MemoryPresence, MemoryStore, WallClock
@@ -103,3 +105,27 @@ async def test_a_lost_presence_ends_the_turns_it_held(autojump_clock: Any) -> No
         assert scheduler.replica in store.members
         scheduler.stop(0)
     assert HOURLY.name == "hourly"
+
+
+class GrantThenStall(Presence):
+    """A store that grants every hold, then never answers (a reply lost on the way)."""
+
+    def __init__(self) -> None:
+        super().__init__(ReplicaInfo("a", "0", "h", 1, T0, T0))
+        self.granted: set[int] = set()
+
+    async def _take(self, keys: list[int]) -> list[bool]:
+        self.granted.update(keys)
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    def _let_go(self, keys: list[int]) -> None:
+        self.granted.difference_update(keys)
+
+
+async def test_a_take_cut_off_by_its_deadline_leaves_no_hold_behind(autojump_clock: Any) -> None:
+    presence = GrantThenStall()
+    with trio.move_on_after(5):
+        await presence.take([session_key("chat-1"), claim_key("r", T0)])
+    assert presence.granted == set()  # or the session would stay busy on every replica
+    assert not presence.holds(session_key("chat-1"))

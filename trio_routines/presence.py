@@ -57,7 +57,11 @@ class Presence:
         try:
             got = dict(zip(wanted, await self._take(wanted), strict=True)) if wanted else {}
         except BaseException:
+            # Cancelled (or failed) while the store decided: it may have granted some. Let go
+            # of them all (a key we do not hold is left alone), or a session would stay busy.
             self._held.difference_update(wanted)
+            if not self._left:
+                self._let_go(wanted)
             raise
         self._held.difference_update(key for key, taken in got.items() if not taken)
         answers = []
