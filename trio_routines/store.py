@@ -62,6 +62,17 @@ Replicas (optional: a store without these gives holds that exclude within one pr
     slot)``, whether its claim's hold is held now; ``replicas()`` lists every member that
     joined, each marked alive or not by its own hold. See :mod:`trio_routines.replicas`.
 
+Gaps (optional: a store without these records no gaps; every other part works)
+    ``record_gap(routine, gap, extends=None)`` adds a :class:`~trio_routines.records.Gap` --
+    slots passed over, with a reason (:mod:`trio_routines.gaps`) -- atomically with respect
+    to every other caller, by :func:`trio_routines.gaps.add_gap`'s rule: a gap ending at or
+    before the newest one's last slot is already accounted for (False, nothing written); with
+    ``extends``, a gap following the newest one of the same reason that ends there extends it;
+    beyond the store's retention (256) the oldest gaps are dropped. Durable before it returns
+    True. ``gaps(routine)`` returns the retained gaps, oldest first; a stored gap that cannot
+    be read is a warning and is left out. Both raise StateFault when the store cannot be read
+    or written. Gaps never decide a claim: ``claim`` reads claims only.
+
 Routine names are checked (:func:`trio_routines.names.check_name`) by every call taking one.
 Text that some store cannot hold (NUL, a lone surrogate) gets the same answer from every
 store: a wake-up request carrying it is an InvalidWakeup, an id or session carrying it is not
@@ -82,7 +93,7 @@ from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
 from .presence import Presence
-from .records import ClaimResult, Fire, Outcome, Wakeup
+from .records import ClaimResult, Fire, Gap, Outcome, Wakeup
 from .replicas import ReplicaInfo
 from .wakeups import WakeupRequest
 
@@ -205,6 +216,19 @@ class Replicated(Protocol):
 
     async def replicas(self) -> list[ReplicaInfo]:
         """Every member that joined (and was not forgotten), alive or not."""
+        ...
+
+
+@runtime_checkable
+class GapRecords(Protocol):
+    """The optional part of the contract that keeps a routine's gaps (see the module doc)."""
+
+    async def record_gap(self, routine: str, gap: Gap, *, extends: datetime | None = None) -> bool:
+        """Add ``gap`` to ``routine``'s gaps; False when it was already accounted for."""
+        ...
+
+    async def gaps(self, routine: str) -> list[Gap]:
+        """The retained gaps of ``routine``, oldest first."""
         ...
 
 
