@@ -89,6 +89,7 @@ class Metrics:
         self.refused: Counter[tuple[str, str]] = Counter()
         self.restarts: Counter[tuple[str, str | None]] = Counter()
         self.settle_failures: Counter[str] = Counter()
+        self.missed: Counter[tuple[str, str]] = Counter()
         self.last_success: dict[str, datetime] = {}
         self.durations: defaultdict[str, _Histogram] = defaultdict(
             lambda: _Histogram(DURATION_BUCKETS)
@@ -115,6 +116,10 @@ class Metrics:
 
     def refuse(self, routine: str, reason: str) -> None:
         self.refused[routine, reason] += 1
+
+    def slots_missed(self, routine: str, reason: str, count: int) -> None:
+        """``count`` slots of ``routine`` were passed over, recorded as a gap with ``reason``."""
+        self.missed[routine, reason] += count
 
     def restarted(self, loop: str, routine: str | None) -> None:
         """A loop (``cron`` of ``routine``, ``wake`` or ``clock``) died and was restarted."""
@@ -149,6 +154,7 @@ class Metrics:
         fires = PREFIX + "fires_total"
         refused = PREFIX + "claims_refused_total"
         restarts = PREFIX + "loop_restarts_total"
+        missed = PREFIX + "slots_missed_total"
         settles = PREFIX + "settle_failures_total"
         found = [
             counter(
@@ -165,6 +171,15 @@ class Metrics:
                 (
                     Sample(refused, (("routine", r), ("reason", why)), n)
                     for (r, why), n in sorted(self.refused.items())
+                ),
+            ),
+            counter(
+                "slots_missed",
+                "Slots passed over (never claimed), by routine and reason (overlap, down, "
+                "paused, caught-up, late): the gaps this scheduler recorded.",
+                (
+                    Sample(missed, (("routine", r), ("reason", why)), n)
+                    for (r, why), n in sorted(self.missed.items())
                 ),
             ),
         ]

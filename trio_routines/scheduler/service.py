@@ -61,8 +61,7 @@ class Scheduler(Boot, Members, Reload, WakeLoop):
         booted = dict(self.routines)
         async with self._present():
             await self._note_dead_members()
-            first_due = await self._boot(plan=not self.external_clock)
-            await self._refresh_paused()
+            first_due = await self._boot(plan=not self.external_clock)  # reads the pauses
             for name, due in first_due.items():
                 self._armed[name] = None
                 self._next_due[name] = due
