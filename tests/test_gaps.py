@@ -6,14 +6,18 @@ The pure rules (gaps.py) as plain tests; the runtime under virtual time, one tes
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
 from trio_routines import Gap, GapReason, Outcome, Routine, Scheduler
+from trio_routines.cli import main
 from trio_routines.gaps import (
     COUNT_LIMIT,
     add_gap,
@@ -21,6 +25,7 @@ from trio_routines.gaps import (
     passed_over,
     plan_boot,
 )
+from trio_routines.stores import DirectoryStore
 from trio_routines.testing import Complete, MemoryStore, ScriptedAgent, WallClock
 
 MINUTE = timedelta(minutes=1)
@@ -252,3 +257,76 @@ async def test_a_gap_never_fires_a_slot_nor_makes_a_later_one_stale(autojump_clo
     await run_until(sched, wall, at(5, 30))
     assert [f.slot for f in await store.history("r")] == [at(0), at(3), at(4), at(5)]
     assert [t.wall for t in agent.turns] == [at(3), at(4), at(5)]
+
+
+# --- shown: history (text, JSON, HTTP) -------------------------------------------------------
+
+
+def seeded(tmp_path: Path) -> Path:
+    """A state directory: 23:00 completed, 23:01 caught up, 23:02-23:03 passed over."""
+
+    async def seed() -> None:
+        async with DirectoryStore(tmp_path / "state") as store:
+            await store.claim("r", at(0), at(0))
+            await store.settle("r", at(0), Outcome.COMPLETED, 5)
+            await store.claim("r", at(1), at(3, 30))
+            await store.settle("r", at(1), Outcome.COMPLETED, 5)
+            await store.record_gap("r", gap(2, 3, GapReason.CAUGHT_UP))
+
+    trio.run(seed)
+    return tmp_path / "state"
+
+
+def test_history_shows_gaps_inline_as_text_and_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = seeded(tmp_path)
+    assert main(["history", "r", "--state", str(state)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == (
+        "2026-07-07T23:02Z  -                         -      missed     -     missed 2 slots "
+        "2026-07-07T23:02Z–2026-07-07T23:03Z: no scheduler ran; the catch-up fired an earlier "
+        "slot instead"
+    )
+    assert [line[:17] for line in out[2:]] == ["2026-07-07T23:01Z", "2026-07-07T23:00Z"]
+    assert main(["history", "r", "--state", str(state), "--json"]) == 0
+    entries = json.loads(capsys.readouterr().out)
+    assert entries[1:] == [
+        {"slot": "2026-07-07T23:01:00.000Z", "firedAt": "2026-07-07T23:03:30.000Z",
+         "outcome": "completed", "ms": 5},
+        {"gap": {"from": "2026-07-07T23:02:00.000Z", "to": "2026-07-07T23:03:00.000Z",
+                 "count": 2, "reason": "caught-up"}},
+    ]  # fmt: skip
+    assert main(["history", "r", "--state", str(state), "--outcome", "completed", "--json"]) == 0
+    assert all("gap" not in entry for entry in json.loads(capsys.readouterr().out))
+    assert main(["history", "r", "--state", str(state), "--outcome", "missed", "--json"]) == 0
+    assert [list(e) for e in json.loads(capsys.readouterr().out)] == [["gap"]]
+
+
+def test_an_older_reader_of_the_state_directory_sees_the_claims_only(tmp_path: Path) -> None:
+    state = seeded(tmp_path)
+    claims = state / "schedule" / "claims" / "r"
+    assert sorted(p.name for p in claims.iterdir()) == [
+        "2026-07-07T23-00-00-000Z",
+        "2026-07-07T23-01-00-000Z",
+    ]
+    assert json.loads((state / "schedule" / "gaps" / "r").read_text()) == [
+        {"from": "2026-07-07T23:02:00.000Z", "to": "2026-07-07T23:03:00.000Z", "count": 2,
+         "reason": "caught-up"}
+    ]  # fmt: skip
+
+
+async def test_a_gaps_file_that_is_not_ours_reads_as_none_and_is_replaced(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    gaps = tmp_path / "state" / "schedule" / "gaps"
+    gaps.mkdir(parents=True)
+    (gaps / "r").write_text('{"not": "a list"}')
+    os.symlink("/etc/passwd", gaps / "s")
+    async with DirectoryStore(tmp_path / "state") as store:
+        assert await store.gaps("r") == []
+        assert await store.gaps("s") == []
+        assert await store.record_gap("r", gap(1, 1, GapReason.OVERLAP))
+        assert await store.gaps("r") == [gap(1, 1, GapReason.OVERLAP)]
+    assert "not a JSON array of gaps" in caplog.text
+    assert "symbolic link" in caplog.text

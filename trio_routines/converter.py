@@ -19,6 +19,7 @@ datetime; here a wrong type is an error, so a malformed stored entry is dropped,
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -180,12 +181,9 @@ def gap_from_json(raw: Any) -> Gap:
         raise ValueError("; ".join(causes)) from None
 
 
-def history_to_json(fires: list[Fire], gaps: list[Gap]) -> list[dict[str, Any]]:
-    """History shape: the claims and ``{"gap": …}`` entries, oldest first (a gap just after
-    the claim before its first slot)."""
-    entries: list[tuple[datetime, int, dict[str, Any]]] = [
-        (fire.slot, 0, fire_to_json(fire)) for fire in fires
+def history_to_json(entries: Sequence[Fire | Gap]) -> list[dict[str, Any]]:
+    """History shape: claims as :func:`fire_to_json`, gaps as ``{"gap": gap_to_json(gap)}``."""
+    return [
+        {"gap": gap_to_json(entry)} if isinstance(entry, Gap) else fire_to_json(entry)
+        for entry in entries
     ]
-    entries += [(gap.first, 1, {"gap": gap_to_json(gap)}) for gap in gaps]
-    entries.sort(key=lambda entry: (entry[0], entry[1]))
-    return [entry for _, _, entry in entries]

@@ -14,9 +14,10 @@ from typing import Any
 
 import trio
 
-from ..converter import fire_to_json, wakeup_to_json
+from ..converter import history_to_json, wakeup_to_json
 from ..cron import next_run
 from ..errors import InvalidWakeup, StateFault
+from ..history import in_slot_order, read_history
 from ..instants import format_iso
 from ..records import ClaimStatus, Wakeup
 from ..replicas import replica_json
@@ -239,11 +240,11 @@ def routines(scheduler: Scheduler) -> Response:
 async def history(scheduler: Scheduler, name: str) -> Response:
     _routine(scheduler, name)
     try:
-        fires = await scheduler.store.history(name)
+        fires, gaps = await read_history(scheduler.store, name)
     except StateFault as exc:
         log.error("GET /routines/%s/history: %s", name[:ECHO], exc)
         raise unavailable(f"the history of {quoted(name)} is unreadable right now") from None
-    return Response(200, [fire_to_json(fire) for fire in fires])
+    return Response(200, history_to_json(in_slot_order(fires, gaps)))
 
 
 async def replicas(scheduler: Scheduler) -> Response:

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 
 from ..errors import StateFault
 from ..gaps import passed_over
+from ..history import GAP_WHY as WHY
 from ..instants import format_iso
 from ..records import Gap, GapReason
 from ..routines import Routine
@@ -20,14 +21,6 @@ from ..store import GapRecords
 from .calls import StoreCalls
 from .state import FireResult, log
 
-#: What each reason means, as the log and ``history`` say it.
-WHY = {
-    GapReason.OVERLAP: "the previous turn was still running",
-    GapReason.DOWN: "no scheduler ran (catchup: none)",
-    GapReason.PAUSED: "the routine was paused",
-    GapReason.CAUGHT_UP: "no scheduler ran; the catch-up fired an earlier slot instead",
-    GapReason.LATE: "no scheduler ran; older than the catch-up window",
-}
 _MS = timedelta(milliseconds=1)
 
 
