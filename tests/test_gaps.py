@@ -26,7 +26,8 @@ from trio_routines.gaps import (
     plan_boot,
 )
 from trio_routines.stores import DirectoryStore
-from trio_routines.testing import Complete, MemoryStore, ScriptedAgent, WallClock
+from trio_routines.testing import Complete, Fail, MemoryStore, ScriptedAgent, WallClock
+from trio_routines.wakeups import WakeupRequest
 
 MINUTE = timedelta(minutes=1)
 T0 = datetime(2026, 7, 7, 23, 0, tzinfo=UTC)
@@ -330,3 +331,53 @@ async def test_a_gaps_file_that_is_not_ours_reads_as_none_and_is_replaced(
         assert await store.gaps("r") == [gap(1, 1, GapReason.OVERLAP)]
     assert "not a JSON array of gaps" in caplog.text
     assert "symbolic link" in caplog.text
+
+
+# --- alerts that cannot be blind: the series behind them -------------------------------------
+
+
+async def test_a_routine_failing_since_its_first_run_has_both_series(
+    autojump_clock: Any,
+) -> None:
+    store = MemoryStore()
+    for minute in range(3):
+        await store.claim("r", at(minute), at(minute))
+        await store.settle("r", at(minute), Outcome.FAILED, 1, error="no")
+    wall = WallClock(at(2, 30))
+    sched, agent = scheduler(store, wall)
+    agent.script(Fail(), Complete(), session="routine:r")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sched.run)
+        text = sched.render_metrics()
+        assert 'trio_routines_consecutive_failures{routine="r"} 3' in text
+        # Never completed: the series exists, from the oldest claim on.
+        assert sched.metrics.last_success == {"r": at(0)}
+        await trio.sleep(31)  # 23:03 fails
+        assert sched.metrics.failing == {"r": 4}
+        await trio.sleep(60)  # 23:04 completes
+        assert sched.metrics.failing == {"r": 0}
+        assert sched.metrics.last_success["r"] == at(4)
+        sched.stop()
+
+
+async def test_paused_routines_kept_broken_files_and_pending_wakeups_are_gauges(
+    autojump_clock: Any, tmp_path: Path
+) -> None:
+    store = MemoryStore()
+    wall = WallClock(at(0, 30))
+    agent = ScriptedAgent(wall=wall)
+    (tmp_path / "r.md").write_text("---\ncron: * * * * *\n---\ngo\n")
+    sched = Scheduler(agent=agent, store=store, routines=[EVERY_MINUTE], now=wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sched.run)
+        await store.add_wakeup(WakeupRequest(session="s", prompt="later", fire_at=at(60)), wall())
+        await sched.pause("r")
+        (tmp_path / "r.md").write_text("---\ncron: * * * * * *\n---\ngo\n")  # broken now
+        changes = await sched.reload_routines(tmp_path)
+        assert changes.kept == ("r",)
+        await trio.sleep(sched.poll_interval * 10 + 1)  # the wake loop counts its wake-ups
+        text = sched.render_metrics()
+        sched.stop()
+    assert 'trio_routines_routine_paused{routine="r"} 1' in text
+    assert "trio_routines_routine_files_kept_broken 1" in text
+    assert "trio_routines_pending_wakeups 1" in text

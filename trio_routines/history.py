@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from .instants import format_iso
-from .records import Fire, Gap, GapReason
+from .records import Fire, Gap, GapReason, Outcome
 from .store import GapRecords, Store
 
 #: What each reason means, in a history line or a log line.
@@ -46,3 +46,15 @@ def gap_line(gap: Gap, show: Callable[[datetime], str] = format_iso) -> str:
     slots = "slot" if gap.count == 1 else "slots"
     span = show(gap.first) if gap.first == gap.last else f"{show(gap.first)}–{show(gap.last)}"
     return f"missed {about}{gap.count} {slots} {span}: {GAP_WHY[gap.reason]}"
+
+
+def failing_streak(fires: Sequence[Fire]) -> tuple[int, Fire | None]:
+    """How many claimed slots ended failed or interrupted since the newest completed one, and
+    that one (None when none is retained). Skipped and unsettled claims are passed over."""
+    count = 0
+    for fire in reversed(fires):
+        if fire.outcome is Outcome.COMPLETED:
+            return count, fire
+        if fire.outcome in (Outcome.FAILED, Outcome.INTERRUPTED):
+            count += 1
+    return count, None

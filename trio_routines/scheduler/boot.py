@@ -18,6 +18,7 @@ import trio
 from ..cron import next_run
 from ..errors import StateFault
 from ..gaps import BootPlan, plan_boot
+from ..history import failing_streak
 from ..instants import format_iso
 from ..records import Fire, Outcome
 from ..routines import catchup_text
@@ -149,8 +150,44 @@ class Boot(GapRecording):
         newest = await _for_each(self._latest_fire, routines, on_fault=on_fault)
         for name, fire in newest.items():  # /metrics' last success, before this boot
             if fire is not None and fire.outcome is Outcome.COMPLETED:
-                self.metrics.succeeded(name, fire.fired_at + timedelta(milliseconds=fire.ms or 0))
+                self.metrics.succeeded(name, _ended(fire))
+        if not tolerant:
+            cron = {name: fire for name, fire in newest.items() if self.routines[name].cron}
+            await self._seed_failing(cron)
         return newest
+
+    async def _seed_failing(self, newest: dict[str, Fire | None]) -> None:
+        """Seed each routine's failure streak and last success for /metrics, so that a routine
+        failing since its first run has both series from the boot on. Only a routine whose
+        newest claim failed has its history read (a boot of 10,000 healthy routines reads none);
+        a history that cannot be read seeds what the newest claim says."""
+        failing = [
+            name
+            for name, fire in newest.items()
+            if fire is not None and fire.outcome in (Outcome.FAILED, Outcome.INTERRUPTED)
+        ]
+        histories = await _for_each(self._history, failing, on_fault=lambda _n, _f: None)
+        now = self.now()
+        for name, fire in newest.items():
+            fires = histories.get(name)
+            if fires:
+                count, success = failing_streak(fires)
+                if success is not None:
+                    self.metrics.succeeded(name, _ended(success))
+                self.metrics.armed(name, fires[0].slot, count)
+            elif fire is not None and fire.outcome in (Outcome.FAILED, Outcome.INTERRUPTED):
+                self.metrics.armed(name, fire.slot, 1)
+            else:
+                self.metrics.armed(name, now if fire is None else min(fire.slot, now))
+
+    async def _history(self, name: str) -> list[Fire]:
+        with self._bounded():
+            return await self.store.history(name)
+        raise self._no_answer(f"the history of {name!r} is unreadable")
+
+
+def _ended(fire: Fire) -> datetime:
+    return fire.fired_at + timedelta(milliseconds=fire.ms or 0)
 
 
 def _log_missed(

@@ -129,6 +129,7 @@ class Reload(CronLoops):
             else:
                 log.error("reload: %s — skipped", failure)
         changes = self.update_routines(routines.values())
+        self._kept_broken = tuple(kept)  # trio_routines_routine_files_kept_broken
         if not changes:
             log.info("reload: no routine changed")
         return attrs.evolve(changes, kept=tuple(kept))

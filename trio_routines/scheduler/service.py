@@ -150,6 +150,9 @@ class Scheduler(Boot, Members, Reload, WakeLoop):
             clock_jumps=stats.clock_jumps,
             future_claims=stats.future_claims,
             next_due=stats.next_due,
+            paused=stats.paused,
+            kept_broken=self._kept_broken,
+            pending_wakeups=self._pending_wakeups,
         )
 
     def render_metrics(self) -> str:
