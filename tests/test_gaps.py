@@ -381,3 +381,41 @@ async def test_paused_routines_kept_broken_files_and_pending_wakeups_are_gauges(
     assert 'trio_routines_routine_paused{routine="r"} 1' in text
     assert "trio_routines_routine_files_kept_broken 1" in text
     assert "trio_routines_pending_wakeups 1" in text
+
+
+# --- shown: the window (check, list, status) and a failing streak (status) -------------------
+
+
+def test_check_list_and_status_show_the_window_and_the_failing_streak(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    routines = tmp_path / "routines"
+    routines.mkdir()
+    (routines / "daily.md").write_text("---\ncron: 0 9 * * *\ncatchup: 2h\n---\ngo\n")
+    (routines / "r.md").write_text("---\ncron: * * * * *\ncatchup: none\n---\ngo\n")
+    (routines / "plain.md").write_text("---\ncron: 0 * * * *\n---\ngo\n")
+    state = tmp_path / "state"
+
+    async def seed() -> None:
+        async with DirectoryStore(state) as store:
+            for minute, outcome in enumerate(
+                [Outcome.COMPLETED, Outcome.FAILED, Outcome.SKIPPED, Outcome.INTERRUPTED]
+            ):
+                await store.claim("r", at(minute), at(minute))
+                await store.settle("r", at(minute), outcome, 1)
+
+    trio.run(seed)
+    common = ["--routines", str(routines), "--state", str(state)]
+    assert main(["check", "--routines", str(routines)]) == 0
+    out = capsys.readouterr().out
+    assert 'catch-up windows: "daily" 2h, "r" none (the others catch up once, any age)' in out
+    assert main(["list", *common, "--json"]) == 0
+    listed = {r["name"]: r for r in json.loads(capsys.readouterr().out)["routines"]}
+    assert listed["daily"]["catchup"] == "2h"
+    assert "catchup" not in listed["plain"]
+    assert (listed["r"]["failing"], listed["r"]["lastSuccess"]) == (2, "2026-07-07T23:00:00.000Z")
+    assert "failing" not in listed["daily"]
+    assert main(["status", *common]) == 0
+    out = capsys.readouterr().out
+    assert "cron 0 9 * * *, catchup 2h" in out
+    assert "r: failing for 2 runs — last success 2026-07-07T23:00Z" in out

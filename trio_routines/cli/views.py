@@ -13,6 +13,7 @@ from ..cron import cron_error, next_run, resolve_hashed
 from ..history import gap_line, in_slot_order, read_history
 from ..instants import format_iso
 from ..records import Gap
+from ..routines import catchup_text
 from .output import (
     CliError,
     check_name,
@@ -135,4 +136,8 @@ async def cmd_check(args: argparse.Namespace) -> int:
         f"ok — {len(result.routines)} routine(s) in {args.routines}: {on_cron} on cron, "
         f"{len(result.routines) - on_cron} on demand"
     )
+    windows = [r for r in result.routines if r.catchup is not None]
+    if windows:
+        shown_windows = ", ".join(f"{quoted(r.name)} {catchup_text(r.catchup)}" for r in windows)
+        print_line(f"catch-up windows: {shown_windows} (the others catch up once, any age)")
     return 0
