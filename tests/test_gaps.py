@@ -419,3 +419,13 @@ def test_check_list_and_status_show_the_window_and_the_failing_streak(
     out = capsys.readouterr().out
     assert "cron 0 9 * * *, catchup 2h" in out
     assert "r: failing for 2 runs — last success 2026-07-07T23:00Z" in out
+
+
+async def test_a_routine_added_by_a_reload_has_its_series_at_once(autojump_clock: Any) -> None:
+    wall = WallClock(at(0, 30))
+    sched = Scheduler(agent=ScriptedAgent(wall=wall), store=MemoryStore(), now=wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sched.run)
+        sched.update_routines([EVERY_MINUTE])
+        assert (sched.metrics.last_success, sched.metrics.failing) == ({"r": at(0, 30)}, {"r": 0})
+        sched.stop()

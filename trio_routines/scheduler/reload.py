@@ -82,6 +82,7 @@ class Reload(CronLoops):
             for name in added + changed:
                 routine = self.routines[name]
                 if routine.cron is not None:
+                    self.metrics.armed(name, self.now())  # its series exist from now on
                     loops.start_soon(functools.partial(self._cron_loop, routine, None, rearm=True))
                     if not self.wakeups:
                         self._start_clock_watch()
