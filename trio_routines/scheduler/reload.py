@@ -77,12 +77,15 @@ class Reload(CronLoops):
             self._armed.pop(name, None)
             self._future.pop(name, None)
         self._wake_sleepers()  # the loops of removed and changed routines end
+        if self._ran and not self.external_clock:
+            for name in added:
+                if self.routines[name].cron is not None:
+                    self.metrics.armed(name, self.now())  # its series exist from now on
         loops = self._loop_nursery
         if loops is not None and not self.external_clock and not self._stopping.value:
             for name in added + changed:
                 routine = self.routines[name]
                 if routine.cron is not None:
-                    self.metrics.armed(name, self.now())  # its series exist from now on
                     loops.start_soon(functools.partial(self._cron_loop, routine, None, rearm=True))
                     if not self.wakeups:
                         self._start_clock_watch()
