@@ -77,7 +77,7 @@ class Reload(CronLoops):
             self._armed.pop(name, None)
             self._future.pop(name, None)
         self._wake_sleepers()  # the loops of removed and changed routines end
-        if self._ran and not self.external_clock:
+        if self._nursery is not None and not self.external_clock:  # running
             for name in added:
                 if self.routines[name].cron is not None:
                     self.metrics.armed(name, self.now())  # its series exist from now on
