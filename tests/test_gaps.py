@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import trio
 
-from trio_routines import Gap, GapReason, Outcome, Routine, Scheduler
+from trio_routines import Fire, Gap, GapReason, Outcome, Routine, Scheduler
 from trio_routines.cli import main
 from trio_routines.gaps import (
     COUNT_LIMIT,
@@ -25,6 +25,7 @@ from trio_routines.gaps import (
     passed_over,
     plan_boot,
 )
+from trio_routines.http.render import describe, timeline
 from trio_routines.stores import DirectoryStore
 from trio_routines.testing import Complete, Fail, MemoryStore, ScriptedAgent, WallClock
 from trio_routines.wakeups import WakeupRequest
@@ -429,3 +430,12 @@ async def test_a_routine_added_by_a_reload_has_its_series_at_once(autojump_clock
         sched.update_routines([EVERY_MINUTE])
         assert (sched.metrics.last_success, sched.metrics.failing) == ({"r": at(0, 30)}, {"r": 0})
         sched.stop()
+
+
+def test_the_status_page_says_why_a_slot_in_a_recorded_gap_was_missed() -> None:
+    fires = [Fire(at(0), at(0), Outcome.COMPLETED, 1), Fire(at(3), at(3), Outcome.COMPLETED, 1)]
+    expected = [at(0), at(1), at(2), at(3)]
+    marks, _ = timeline(expected, fires, at(10), [gap(1, 1, GapReason.OVERLAP)])
+    assert [m.kind for m in marks] == ["completed", "missed", "missed", "completed"]
+    assert "missed (overlap: the previous turn was still running)" in describe(marks[1])
+    assert "missed (no claim)" in describe(marks[2])  # no gap recorded: nothing more is known
