@@ -22,6 +22,7 @@ from .calls import StoreCalls
 from .state import FireResult, log
 
 _MS = timedelta(milliseconds=1)
+_MINUTE = timedelta(minutes=1)
 
 
 def gap_words(gap: Gap) -> str:
@@ -102,9 +103,10 @@ class GapRecording(StoreCalls):
         cron, tz, name = routine.cron, routine.tz, routine.name
         now = self.now()
         if result.claimed:
-            await self._record_gap(
-                name, passed_over(cron, tz, name, due, started, GapReason.CAUGHT_UP)
-            )
+            if started - due >= _MINUTE:  # slots are whole minutes apart: none in between
+                await self._record_gap(
+                    name, passed_over(cron, tz, name, due, started, GapReason.CAUGHT_UP)
+                )
             overlap = passed_over(cron, tz, name, max(due, started), now, GapReason.OVERLAP)
             if overlap is not None:
                 try:
