@@ -25,6 +25,7 @@ from trio_routines.gaps import (
     passed_over,
     plan_boot,
 )
+from trio_routines.http import api
 from trio_routines.http.render import describe, timeline
 from trio_routines.stores import DirectoryStore
 from trio_routines.testing import Complete, Fail, MemoryStore, ScriptedAgent, WallClock
@@ -439,3 +440,11 @@ def test_the_status_page_says_why_a_slot_in_a_recorded_gap_was_missed() -> None:
     assert [m.kind for m in marks] == ["completed", "missed", "missed", "completed"]
     assert "missed (overlap: the previous turn was still running)" in describe(marks[1])
     assert "missed (no claim)" in describe(marks[2])  # no gap recorded: nothing more is known
+
+
+async def test_get_routines_shows_a_catch_up_window() -> None:
+    routine = Routine(name="daily", prompt="go", cron="0 9 * * *", catchup=7200)
+    sched = Scheduler(agent=ScriptedAgent(), store=MemoryStore(), routines=[routine, EVERY_MINUTE])
+    listing = {entry["name"]: entry for entry in api.routines(sched).body}
+    assert listing["daily"]["catchup"] == "2h"
+    assert "catchup" not in listing["r"]

@@ -21,7 +21,7 @@ from ..history import in_slot_order, read_history
 from ..instants import format_iso
 from ..records import ClaimStatus, Wakeup
 from ..replicas import replica_json
-from ..routines import Routine
+from ..routines import Routine, catchup_text
 from ..scheduler import FireResult, NotOnGrid, NotYetDue, Scheduler, Stopping, UnknownRoutine
 from ..turns import TurnResult
 from ..wakeups import WakeupRequest, added_reply, bad_delay_reply, parse_delay, removed_reply
@@ -232,6 +232,8 @@ def routines(scheduler: Scheduler) -> Response:
         }
         if routine.resolved_cron != routine.cron:
             entry["resolved_cron"] = routine.resolved_cron
+        if routine.catchup is not None:  # the catch-up window (gaps.py); absent: any age
+            entry["catchup"] = catchup_text(routine.catchup)
         entry["running"] = scheduler.agent.busy(routine.session)  # a turn of its session runs
         listing.append(entry)
     return Response(200, listing)
