@@ -11,8 +11,9 @@ import trio_routines.testing
 
 PUBLIC = {
     "Agent", "ClaimResult", "ClaimStatus", "Completed", "DirectoryStore", "Event", "Failed",
-    "Fire", "FireContext", "FireResult", "InvalidAgent", "InvalidCron", "InvalidOption",
-    "InvalidRoutine", "InvalidWakeup", "LoadResult", "NotOnGrid", "NotYetDue", "Outcome", "Routine",
+    "Fire", "FireContext", "FireResult", "Gap", "GapReason", "GapRecords", "InvalidAgent",
+    "InvalidCron", "InvalidOption", "InvalidRoutine", "InvalidWakeup", "LoadResult", "NotOnGrid",
+    "NotYetDue", "Outcome", "Routine",
     "RoutineFailure", "SESSION_BUSY", "Scheduler", "StateFault", "Statistics", "Stopping",
     "Store", "TextDelta", "TrioRoutinesError", "TurnResult", "UnknownRoutine", "UnsafeName",
     "Wakeup", "WakeupRequest", "cron_error", "current_fire", "load_routines", "next_run",

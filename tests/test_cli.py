@@ -177,14 +177,33 @@ def test_restart_after_missed_slots_fires_exactly_one_catch_up(env: Env) -> None
     env.seed("minutely", seeded)
     proc = env.start("serve", "--agent", f"cmd:echo fired >> {env.marker}")
     wait_for(lambda: lines(env.marker), 20, "the catch-up to fire")
-    wait_for(lambda: env.history("minutely")[1].get("outcome"), 10, "the catch-up to settle")
+
+    def claims() -> list[dict[str, object]]:
+        return [entry for entry in env.history("minutely") if "slot" in entry]
+
+    wait_for(lambda: claims()[1].get("outcome"), 10, "the catch-up to settle")
+    wait_for(lambda: len(env.history("minutely")) > 2, 10, "the gap to be recorded")
     assert stop(proc) == 0
-    fires = env.history("minutely")
+    fires = claims()
     missed = [f for f in fires if seeded < parse_iso(f["slot"]) <= now]  # type: ignore[operator]
     assert [f["slot"] for f in missed] == [format_iso(seeded + timedelta(minutes=1))]
     assert missed[0]["outcome"] == "completed"
     # Any other fire is a regular slot that came due while the test ran, not a back-fire.
     assert all(parse_iso(f["slot"]) > now for f in fires[2:])  # type: ignore[operator]
+    # Every other slot missed while down is one caught-up gap, right after the catch-up.
+    entries = env.history("minutely")
+    gap = entries[2]["gap"]
+    first, last = parse_iso(gap["from"]), parse_iso(gap["to"])
+    assert first == seeded + timedelta(minutes=2)
+    assert last is not None
+    assert last >= now
+    assert gap["count"] == (last - first) // timedelta(minutes=1) + 1
+    assert gap["reason"] == "caught-up"
+    log = env.log()
+    assert (
+        f"minutely: missed {gap['count'] + 1} slots {format_iso(seeded + timedelta(minutes=1))}"
+        in log
+    )
     assert "catching up a missed run" in env.log()
 
 

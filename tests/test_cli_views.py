@@ -138,8 +138,12 @@ def test_list_shows_next_left_last_recent_and_wake_ups(env: Env) -> None:
         "paused": False,
     }
     listed = data["routines"][1]
-    assert listed.keys() == {"name", "cron", "tz", "next", "last", "recent", "paused"}
+    assert listed.keys() == {
+        "name", "cron", "tz", "next", "last", "recent", "paused", "failing", "lastSuccess"
+    }  # fmt: skip
     assert listed["last"] == {"slot": "2026-07-22T09:00:00.000Z", "outcome": "unreported"}
+    # Failed on the 20th, skipped on the 21st, unsettled on the 22nd: failing for one run.
+    assert (listed["failing"], listed["lastSuccess"]) == (1, "2026-07-19T09:00:00.000Z")
     assert listed["recent"][-3:] == ["failed", "skipped", "unreported"]
     assert len(listed["recent"]) == 10
     assert parse_iso(listed["next"]) is not None

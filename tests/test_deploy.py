@@ -94,5 +94,10 @@ def test_the_alert_rules_use_series_we_export() -> None:
     for name in (
         "trio_routines_last_success_timestamp_seconds",
         "trio_routines_next_fire_timestamp_seconds",
+        "trio_routines_consecutive_failures",
+        "trio_routines_slots_missed_total",
+        "trio_routines_routine_paused",
+        "trio_routines_routine_files_kept_broken",
+        "trio_routines_pending_wakeups",
     ):
         assert name in used

@@ -32,10 +32,10 @@ from trio_routines.cron import next_run
 from trio_routines.errors import StateFault, TrioRoutinesError
 from trio_routines.http import MAX_BODY, InsecureBind, check_bind, make_app, serve_http
 from trio_routines.instants import format_iso, parse_iso
-from trio_routines.records import Outcome, Wakeup
+from trio_routines.records import Gap, GapReason, Outcome, Wakeup
 from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
-from trio_routines.store import Store
+from trio_routines.store import GapRecords, Store
 from trio_routines.testing import Busy, Complete, Fail, Hang, MemoryStore, ScriptedAgent
 
 SECRET = "PROMPT-SECRET-7f3a"
@@ -492,6 +492,25 @@ async def test_history_is_oldest_first_like_history_json() -> None:
         assert history[1]["error"] == "no"  # the failure reason, stored with the outcome
         # Who fired each slot: the serving scheduler's replica id.
         assert {h["replica"] for h in history} == {server.scheduler.replica}
+        # A gap among them, in slot order, as history --json shows it.
+        store = server.store
+        assert isinstance(store, GapRecords)
+        await store.record_gap(
+            "adhoc",
+            Gap(
+                datetime(2026, 7, 7, 10, 30, tzinfo=UTC),
+                datetime(2026, 7, 7, 10, 30, tzinfo=UTC),
+                1,
+                GapReason.OVERLAP,
+            ),
+        )
+        with_gap = (await server.call("GET", "/routines/adhoc/history")).json
+        assert with_gap == [
+            history[0],
+            {"gap": {"from": "2026-07-07T10:30:00.000Z", "to": "2026-07-07T10:30:00.000Z",
+                     "count": 1, "reason": "overlap"}},
+            history[1],
+        ]  # fmt: skip
         empty = await server.call("GET", f"/routines/{LONG}/history")
         assert empty.json == []
         missing = await server.call("GET", "/routines/nope/history")

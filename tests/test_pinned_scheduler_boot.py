@@ -57,8 +57,12 @@ async def test_open_claims_are_settled_interrupted_only_if_still_open_and_said_s
             ("manual", "2026-07-07T08:02:00.000Z"),
         )
     ]
-    # The last success is the completed claim's end: stamped 09:00, it took 2.5 s.
-    assert scheduler.metrics.last_success == {"daily": at(9) + timedelta(seconds=2.5)}
+    # The last success is the completed claim's end: stamped 09:00, it took 2.5 s. A cron
+    # routine with no success known has the series too: its oldest instant known (gaps.py).
+    assert scheduler.metrics.last_success == {
+        "daily": at(9) + timedelta(seconds=2.5),
+        "hourly": at(9),
+    }
     assert agent.turns == []
 
 
@@ -72,7 +76,8 @@ async def test_a_catch_up_is_logged_and_armed_at_once(
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         assert scheduler.statistics().next_due == {"hourly": at(9), "daily": at(9, day=8)}
-        assert scheduler.metrics.last_success == {"hourly": at(8)}  # seeded: no ms stored
+        # Seeded: no ms stored; daily, never claimed, from the boot's instant.
+        assert scheduler.metrics.last_success == {"hourly": at(8), "daily": T0}
         await trio.sleep(1)
         scheduler.stop()
     assert [t.wall for t in agent.turns] == [T0]  # 09:00's catch-up, at once

@@ -19,7 +19,7 @@ from procs import Env, one_line
 from psycopg import sql
 
 from trio_routines.errors import StateFault
-from trio_routines.records import ClaimStatus, Outcome
+from trio_routines.records import ClaimStatus, Gap, GapReason, Outcome
 from trio_routines.stores import open_store
 from trio_routines.stores.postgres import CLAIM_LOCK, SCHEMA_VERSION, PostgresStore
 from trio_routines.wakeups import WakeupRequest
@@ -96,6 +96,7 @@ def test_schema_creation_races_safely_and_is_versioned(url: str, schema: str) ->
     assert versions == [(version,) for version in range(1, SCHEMA_VERSION + 1)]
     assert [t for (t,) in tables] == [
         "trio_routines_claims",
+        "trio_routines_gaps",
         "trio_routines_holds",
         "trio_routines_paused",
         "trio_routines_replicas",
@@ -158,6 +159,9 @@ async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
     assert [f.error for f in await store.history("r")] == [None, "exit status 2: key expired"]
     await store.set_paused("r", True)  # version 3: the paused routines
     assert await store.paused() == {"r"}
+    gap = Gap(T0 + 2 * MINUTE, T0 + 3 * MINUTE, 2, GapReason.DOWN)
+    assert await store.record_gap("r", gap)  # version 6: the gaps
+    assert await store.gaps("r") == [gap]
     await store.aclose()
     with admin() as conn:
         versions = conn.execute(
@@ -165,8 +169,8 @@ async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
                 sql.Identifier(schema, "trio_routines_schema")
             )
         ).fetchall()
-    assert versions == [(1,), (2,), (3,), (4,), (5,)]
-    assert SCHEMA_VERSION == 5
+    assert versions == [(1,), (2,), (3,), (4,), (5,), (6,)]
+    assert SCHEMA_VERSION == 6
 
 
 @pytest.mark.slow

@@ -336,6 +336,7 @@ def test_load_valid_file(tmp_path: Path) -> None:
         "cron": "0 9 * * 1-5",
         "tz": "Europe/Berlin",
         "timeout": None,
+        "catchup": None,
     }
 
 

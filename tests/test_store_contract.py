@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from trio_routines.errors import InvalidWakeup, UnsafeName
-from trio_routines.records import ClaimStatus, Outcome
-from trio_routines.store import Store
+from trio_routines.gaps import KEEP_GAPS
+from trio_routines.records import ClaimStatus, Gap, GapReason, Outcome
+from trio_routines.store import GapRecords, Store
 from trio_routines.stores import DirectoryStore, open_store
 from trio_routines.wakeups import WakeupRequest
 
@@ -383,3 +384,79 @@ async def test_a_resume_keeps_its_instant_for_the_next_boot(store: Store) -> Non
     assert await store.resumed_at("daily") == T0 + 2 * HOUR
     assert await store.paused() == frozenset()
     assert await store.resumed_at("other") is None
+
+
+# --- gaps (the optional GapRecords part: every store of ours keeps them) -------------------
+
+MINUTE = timedelta(minutes=1)
+
+
+def _gap(first: int, last: int, reason: str = "down") -> Gap:
+    return Gap(T0 + first * MINUTE, T0 + last * MINUTE, last - first + 1, GapReason(reason))
+
+
+async def test_gaps_are_recorded_and_read_back_oldest_first(store: Store) -> None:
+    assert isinstance(store, GapRecords)
+    assert await store.gaps("r") == []
+    assert await store.record_gap("r", _gap(1, 3, "caught-up"))
+    assert await store.record_gap("r", _gap(5, 5, "overlap"))
+    assert await store.gaps("r") == [_gap(1, 3, "caught-up"), _gap(5, 5, "overlap")]
+    assert await store.gaps("other") == []
+    estimated = Gap(T0 + 10 * MINUTE, T0 + 9000 * MINUTE, 8991, GapReason.LATE, estimated=True)
+    assert await store.record_gap("r", estimated)
+    assert (await store.gaps("r"))[-1] == estimated
+
+
+async def test_a_gap_already_accounted_for_writes_nothing(store: Store) -> None:
+    assert isinstance(store, GapRecords)
+    await store.record_gap("r", _gap(1, 3))
+    assert not await store.record_gap("r", _gap(2, 3))  # another replica recorded it
+    assert not await store.record_gap("r", _gap(0, 0, "paused"))
+    assert await store.gaps("r") == [_gap(1, 3)]
+
+
+async def test_a_gap_extends_the_newest_one_of_its_reason_that_ends_where_it_says(
+    store: Store,
+) -> None:
+    assert isinstance(store, GapRecords)
+    await store.record_gap("r", _gap(1, 1, "paused"))
+    assert await store.record_gap("r", _gap(2, 2, "paused"), extends=T0 + MINUTE)
+    assert await store.record_gap("r", _gap(3, 4, "paused"), extends=T0 + 2 * MINUTE)
+    assert await store.gaps("r") == [_gap(1, 4, "paused")]
+    # Another reason, or an end elsewhere: a gap of its own.
+    assert await store.record_gap("r", _gap(5, 5, "overlap"), extends=T0 + 4 * MINUTE)
+    assert await store.record_gap("r", _gap(7, 7, "overlap"), extends=T0 + 6 * MINUTE)
+    assert await store.gaps("r") == [
+        _gap(1, 4, "paused"),
+        _gap(5, 5, "overlap"),
+        _gap(7, 7, "overlap"),
+    ]
+
+
+async def test_gaps_never_decide_a_claim(store: Store) -> None:
+    assert isinstance(store, GapRecords)
+    await store.claim("r", T0, T0)
+    await store.record_gap("r", _gap(1, 100, "paused"))
+    # A slot inside a gap, or before its end, is no stale claim: only claims decide.
+    assert (await store.claim("r", T0 + 50 * MINUTE, T0)).status is ClaimStatus.TAKEN
+    assert (await store.claim("r", T0 + 50 * MINUTE, T0)).status is ClaimStatus.DUPLICATE
+    assert (await store.claim("r", T0 + 10 * MINUTE, T0)).status is ClaimStatus.STALE
+    assert [f.slot for f in await store.history("r")] == [T0, T0 + 50 * MINUTE]
+
+
+async def test_the_oldest_gaps_are_dropped_beyond_the_retention(store: Store) -> None:
+    assert isinstance(store, GapRecords)
+    for n in range(KEEP_GAPS + 3):
+        await store.record_gap("r", _gap(2 * n, 2 * n))
+    kept = await store.gaps("r")
+    assert len(kept) == KEEP_GAPS
+    assert kept[0] == _gap(6, 6)
+    assert kept[-1] == _gap(2 * (KEEP_GAPS + 2), 2 * (KEEP_GAPS + 2))
+
+
+async def test_gaps_of_an_unsafe_name_are_refused(store: Store) -> None:
+    assert isinstance(store, GapRecords)
+    with pytest.raises(UnsafeName):
+        await store.record_gap("../x", _gap(1, 1))
+    with pytest.raises(UnsafeName):
+        await store.gaps("a/b")

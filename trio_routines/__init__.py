@@ -27,6 +27,8 @@ from .hosting import serve as serve
 from .records import ClaimResult as ClaimResult
 from .records import ClaimStatus as ClaimStatus
 from .records import Fire as Fire
+from .records import Gap as Gap
+from .records import GapReason as GapReason
 from .records import Outcome as Outcome
 from .records import Wakeup as Wakeup
 from .routines import LoadResult as LoadResult
@@ -41,6 +43,7 @@ from .scheduler import Statistics as Statistics
 from .scheduler import Stopping as Stopping
 from .scheduler import UnknownRoutine as UnknownRoutine
 from .scheduler import serve_routines as serve_routines
+from .store import GapRecords as GapRecords
 from .store import Store as Store
 from .stores import open_store as open_store
 from .stores.directory import DirectoryStore as DirectoryStore

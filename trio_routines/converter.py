@@ -8,7 +8,9 @@ Shapes are those of the original scheduler's state directory, byte for byte:
 * ``wakeups.json`` is an array of ``{"id", "session", "prompt", "fireAt", "cron"?, "tz"?,
   "attempts"?}``, absent fields omitted;
 * history (CLI ``--json`` and HTTP) is ``[{"slot", "firedAt", "outcome"?, "ms"?, "error"?,
-  "replica"?, "running"?}]``.
+  "replica"?, "running"?}]``, with the routine's gaps among the claims in slot order, each
+  ``{"gap": {"from", "to", "count", "reason", "estimated"?}}`` (ours: ``schedule/gaps/<routine>``
+  holds an array of the inner objects).
 
 The converter is strict: cattrs would happily turn ``1`` into ``"1"`` or accept a naive
 datetime; here a wrong type is an error, so a malformed stored entry is dropped, not guessed.
@@ -17,6 +19,7 @@ datetime; here a wrong type is an error, so a malformed stored entry is dropped,
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -24,7 +27,7 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from .instants import format_iso, parse_iso
-from .records import Fire, Outcome, Wakeup
+from .records import Fire, Gap, GapReason, Outcome, Wakeup
 from .text import error_text
 
 converter = cattrs.Converter(forbid_extra_keys=False)
@@ -42,6 +45,12 @@ def _strict_int(value: Any, _type: type) -> int:
     return value
 
 
+def _strict_bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"expected true or false, got {type(value).__name__}")
+    return value
+
+
 def _instant(value: Any, _type: type) -> datetime:
     parsed = parse_iso(value) if isinstance(value, str) else None
     if parsed is None:
@@ -54,6 +63,8 @@ converter.register_structure_hook(int, _strict_int)
 converter.register_structure_hook(datetime, _instant)
 converter.register_unstructure_hook(datetime, format_iso)
 converter.register_unstructure_hook(Outcome, lambda o: o.value)
+converter.register_unstructure_hook(GapReason, lambda r: r.value)
+converter.register_structure_hook(bool, lambda v, _t: _strict_bool(v))
 
 converter.register_unstructure_hook(
     Wakeup,
@@ -142,3 +153,51 @@ def claim_text(
     if replica is not None:
         record["replica"] = replica
     return dumps(record)
+
+
+converter.register_unstructure_hook(
+    Gap,
+    make_dict_unstructure_fn(
+        Gap,
+        converter,
+        _cattrs_omit_if_default=True,
+        first=override(rename="from", omit_if_default=False),
+        last=override(rename="to", omit_if_default=False),
+    ),
+)
+converter.register_structure_hook(
+    Gap,
+    make_dict_structure_fn(
+        Gap, converter, first=override(rename="from"), last=override(rename="to")
+    ),
+)
+
+
+def gap_to_json(gap: Gap) -> dict[str, Any]:
+    """``{"from", "to", "count", "reason", "estimated"?}``: how a gap is stored."""
+    result: dict[str, Any] = converter.unstructure(gap)
+    return result
+
+
+def gap_from_json(raw: Any) -> Gap:
+    """A gap from its stored shape; ValueError/TypeError when malformed."""
+    if not isinstance(raw, dict):
+        raise TypeError("a gap must be an object")
+    try:
+        return converter.structure(raw, Gap)
+    except cattrs.BaseValidationError as exc:
+        causes = [str(e) for e in exc.exceptions] or [str(exc)]
+        raise ValueError("; ".join(causes)) from None
+
+
+def history_to_json(
+    entries: Sequence[Fire | Gap], running: Collection[datetime] = ()
+) -> list[dict[str, Any]]:
+    """History shape: claims as :func:`history_json` (``running``: the slots whose open claim a
+    live replica holds), gaps as ``{"gap": gap_to_json(gap)}``."""
+    return [
+        {"gap": gap_to_json(entry)}
+        if isinstance(entry, Gap)
+        else history_json(entry, entry.slot in running)
+        for entry in entries
+    ]

@@ -15,7 +15,7 @@ import bisect
 import itertools
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -89,6 +89,8 @@ class Metrics:
         self.refused: Counter[tuple[str, str]] = Counter()
         self.restarts: Counter[tuple[str, str | None]] = Counter()
         self.settle_failures: Counter[str] = Counter()
+        self.missed: Counter[tuple[str, str]] = Counter()
+        self.failing: dict[str, int] = {}  # consecutive failed or interrupted outcomes
         self.last_success: dict[str, datetime] = {}
         self.durations: defaultdict[str, _Histogram] = defaultdict(
             lambda: _Histogram(DURATION_BUCKETS)
@@ -103,6 +105,10 @@ class Metrics:
         """A claimed slot settled with ``outcome`` after ``ms`` at ``at``; its turn began
         ``late`` s late."""
         self.fires[routine, outcome] += 1
+        if outcome == "completed":
+            self.failing[routine] = 0
+        elif outcome in ("failed", "interrupted"):
+            self.failing[routine] = self.failing.get(routine, 0) + 1
         self.durations[routine].observe(ms / 1000)
         self.lateness[routine].observe(max(0.0, late))
         if outcome == "completed" and at is not None:
@@ -113,8 +119,21 @@ class Metrics:
         if routine not in self.last_success or self.last_success[routine] < at:
             self.last_success[routine] = at
 
+    def armed(self, routine: str, at: datetime, failing: int = 0) -> None:
+        """``routine`` is armed, failing for ``failing`` runs: its series exist from now on.
+
+        With no success known, the last success reads ``at`` (the oldest instant known of it),
+        so "no success for a day" fires for a routine that never completed, too.
+        """
+        self.last_success.setdefault(routine, at)
+        self.failing.setdefault(routine, failing)
+
     def refuse(self, routine: str, reason: str) -> None:
         self.refused[routine, reason] += 1
+
+    def slots_missed(self, routine: str, reason: str, count: int) -> None:
+        """``count`` slots of ``routine`` were passed over, recorded as a gap with ``reason``."""
+        self.missed[routine, reason] += count
 
     def restarted(self, loop: str, routine: str | None) -> None:
         """A loop (``cron`` of ``routine``, ``wake`` or ``clock``) died and was restarted."""
@@ -132,6 +151,9 @@ class Metrics:
         clock_jumps: int,
         future_claims: Mapping[str, datetime] | None = None,
         next_due: Mapping[str, datetime | None] | None = None,
+        paused: Collection[str] = (),
+        kept_broken: Collection[str] = (),
+        pending_wakeups: int | None = None,
     ) -> list[Family]:
         """Every series, with the scheduler's snapshot given as arguments."""
 
@@ -149,6 +171,7 @@ class Metrics:
         fires = PREFIX + "fires_total"
         refused = PREFIX + "claims_refused_total"
         restarts = PREFIX + "loop_restarts_total"
+        missed = PREFIX + "slots_missed_total"
         settles = PREFIX + "settle_failures_total"
         found = [
             counter(
@@ -165,6 +188,15 @@ class Metrics:
                 (
                     Sample(refused, (("routine", r), ("reason", why)), n)
                     for (r, why), n in sorted(self.refused.items())
+                ),
+            ),
+            counter(
+                "slots_missed",
+                "Slots passed over (never claimed), by routine and reason (overlap, down, "
+                "paused, caught-up, late): the gaps this scheduler recorded.",
+                (
+                    Sample(missed, (("routine", r), ("reason", why)), n)
+                    for (r, why), n in sorted(self.missed.items())
                 ),
             ),
         ]
@@ -202,9 +234,38 @@ class Metrics:
             ),
             gauge(
                 "last_success_timestamp_seconds",
-                "When a routine last completed a claimed slot (Unix time; since boot, seeded "
-                "from the newest claim).",
+                "When a routine last completed a claimed slot (Unix time; seeded at boot from "
+                "its claims). Before any success is known: the oldest instant known of it (its "
+                "oldest claim, or when it was first armed here), so the series exists.",
                 per_routine("last_success_timestamp_seconds", self.last_success),
+            ),
+            gauge(
+                "consecutive_failures",
+                "Claimed slots that ended failed or interrupted since the routine last "
+                "completed one (skipped ones do not count; seeded at boot from its claims).",
+                (
+                    Sample(PREFIX + "consecutive_failures", _routine(r), n)
+                    for r, n in sorted(self.failing.items())
+                ),
+            ),
+            gauge(
+                "routine_paused",
+                "1 for each routine paused in the store (it claims nothing).",
+                (Sample(PREFIX + "routine_paused", _routine(r), 1) for r in sorted(paused)),
+            ),
+            gauge(
+                "routine_files_kept_broken",
+                "Routine files a reload could not load, whose previous version still runs.",
+                iter([Sample(PREFIX + "routine_files_kept_broken", (), len(kept_broken))]),
+            ),
+            gauge(
+                "pending_wakeups",
+                "Wake-ups pending in the store (re-read every few polls of the wake loop).",
+                iter(
+                    []
+                    if pending_wakeups is None
+                    else [Sample(PREFIX + "pending_wakeups", (), pending_wakeups)]
+                ),
             ),
             gauge(
                 "next_fire_timestamp_seconds",

@@ -126,3 +126,39 @@ class Wakeup:
         if self.cron is None:
             return None
         return resolve_hashed(self.cron, wakeup_seed(self.session, self.id))
+
+
+class GapReason(enum.StrEnum):
+    """Why a run of slots was passed over (never claimed): see :mod:`trio_routines.gaps`."""
+
+    OVERLAP = "overlap"  # the routine's previous turn was still running
+    DOWN = "down"  # no scheduler ran, and no catch-up was wanted (``catchup: none``)
+    PAUSED = "paused"  # the routine was paused
+    CAUGHT_UP = "caught-up"  # no scheduler ran; the catch-up fired an earlier slot instead
+    LATE = "late"  # no scheduler ran; older than the routine's catch-up window
+
+
+def _positive_count(_i: object, _a: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"a gap's count must be a positive integer, got {value!r}")
+
+
+@attrs.frozen
+class Gap:
+    """Slots of one routine that were passed over: ``count`` of them, ``first`` to ``last``.
+
+    ``estimated``: the count was extrapolated rather than counted slot by slot (a very long
+    gap: :data:`trio_routines.gaps.COUNT_LIMIT`); ``first`` and ``last`` are always exact.
+    """
+
+    first: datetime = attrs.field(converter=_utc)
+    last: datetime = attrs.field(converter=_utc)
+    count: int = attrs.field(validator=_positive_count)
+    reason: GapReason = attrs.field(converter=GapReason)
+    estimated: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if self.last < self.first:
+            raise ValueError("a gap's last slot must not come before its first")
+        if self.count == 1 and self.last != self.first:
+            raise ValueError("a gap of one slot starts and ends at that slot")

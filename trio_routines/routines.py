@@ -11,11 +11,11 @@ line is the prompt::
     ---
     Summarize yesterday's merged pull requests and post them with the chat tool.
 
-The block is deliberately not YAML. It is a list of ``key: value`` lines with three allowed keys
-(``cron``, ``tz``, ``timeout``), whole-line ``#`` comments and blank lines, and nothing else:
-no nesting, no escapes, no type guessing, so a value means exactly what it looks like. A
-routine without ``cron`` runs on demand only, and still needs the (empty) block, ``---`` twice,
-so that a stray first line of a prompt is never taken for a key.
+The block is deliberately not YAML. It is a list of ``key: value`` lines with four allowed
+keys (``cron``, ``tz``, ``timeout``, ``catchup``), whole-line ``#`` comments and blank lines,
+and nothing else: no nesting, no escapes, no type guessing, so a value means exactly what it
+looks like. A routine without ``cron`` runs on demand only, and still needs the (empty) block,
+``---`` twice, so that a stray first line of a prompt is never taken for a key.
 
 Parsing (:func:`parse_routine_text`) is pure; only :func:`load_routines` touches the file
 system, and it isolates every broken file as a :class:`RoutineFailure` so that its siblings
@@ -53,10 +53,11 @@ MAX_ROUTINE_FILE_BYTES = 256 * 1024
 
 _SUFFIX = ".md"
 _FENCE = "---"
-_KEYS = ("cron", "tz", "timeout")
+_KEYS = ("cron", "tz", "timeout", "catchup")
 _KEY_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)\s*:(.*)")
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smh]?)")
-_UNIT_SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+_UNIT_SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_WINDOW = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)")
 _QUOTES = ("'", '"')
 
 
@@ -86,13 +87,27 @@ def _check_timeout(_inst: Any, _attr: Any, value: float | None) -> None:
         raise InvalidRoutine(f'"timeout" must be a finite number of seconds above 0, not {value}')
 
 
+def _check_catchup(_inst: Any, _attr: Any, value: float | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidRoutine(f'"catchup" must be a number of seconds, not {type(value).__name__}')
+    if not math.isfinite(value) or value < 0:
+        raise InvalidRoutine(
+            f'"catchup" must be a finite number of seconds, 0 or more, not {value}'
+        )
+
+
 @attrs.frozen(kw_only=True)
 class Routine:
     """A routine: a prompt fired into the agent's ``routine:<name>`` session.
 
     ``cron`` (evaluated in ``tz``, default UTC) arms it on the clock; without ``cron`` it runs
     only by name. ``timeout`` (seconds) bounds one turn: a longer turn is cancelled by the
-    runtime. Construction validates everything: :class:`UnsafeName` for a name that could leave
+    runtime. ``catchup`` (seconds) is the catch-up window: after downtime, a missed slot older
+    than it is not fired but recorded as a ``late`` gap; ``0`` (``catchup: none``) catches up
+    nothing; None (the default) catches up once whatever the age (:mod:`trio_routines.gaps`).
+    Construction validates everything: :class:`UnsafeName` for a name that could leave
     the claims directory, :class:`InvalidRoutine` for anything else.
     """
 
@@ -101,6 +116,7 @@ class Routine:
     cron: str | None = attrs.field(default=None, validator=_check_optional_text)
     tz: str | None = attrs.field(default=None, validator=_check_optional_text)
     timeout: float | None = attrs.field(default=None, validator=_check_timeout)
+    catchup: float | None = attrs.field(default=None, validator=_check_catchup)
 
     def __attrs_post_init__(self) -> None:
         # Cross-field rules; attrs runs this after every field validator has passed.
@@ -141,13 +157,15 @@ def parse_routine_text(name: str, text: str) -> Routine:
     * Inside the block, blank lines and lines whose first non-blank character is ``#`` are
       ignored. A ``#`` anywhere else is part of the value (cron's ``1#2`` needs it), so there
       are no trailing comments.
-    * Every other line is ``key: value``. Keys are ``cron``, ``tz`` and ``timeout``, each at most
-      once; the value is stripped and must not be empty.
+    * Every other line is ``key: value``. Keys are ``cron``, ``tz``, ``timeout`` and
+      ``catchup``, each at most once; the value is stripped and must not be empty.
     * A value wrapped in matching ``'...'`` or ``"..."`` loses the quotes and is otherwise kept
       verbatim (no escapes). A value that starts or ends with a quote without a matching one at
       the other end is refused rather than guessed at.
     * ``timeout`` is a positive number of seconds, optionally with a unit: ``90``, ``90s``,
       ``30m``, ``1.5h``.
+    * ``catchup`` is ``none`` or a duration of 0 or more, as ``timeout`` or in days (``2d``);
+      it needs ``cron``.
     * The prompt is the text after the closing line without leading blank lines and trailing
       whitespace; it must not be empty.
     """
@@ -175,12 +193,16 @@ def parse_routine_text(name: str, text: str) -> Routine:
         raise InvalidRoutine("the prompt (the text after the frontmatter) is empty")
 
     timeout = fields.get("timeout")
+    catchup = fields.get("catchup")
+    if catchup is not None and "cron" not in fields:
+        raise InvalidRoutine('"catchup" means nothing without "cron"')
     return Routine(
         name=name,
         prompt=prompt,
         cron=fields.get("cron"),
         tz=fields.get("tz"),
         timeout=None if timeout is None else _parse_timeout(timeout),
+        catchup=None if catchup is None else parse_catchup(catchup),
     )
 
 
@@ -225,6 +247,34 @@ def _parse_timeout(value: str) -> float:
     if not math.isfinite(seconds) or seconds <= 0:
         raise InvalidRoutine(f'"timeout" must be above 0 and finite, not {value!r}')
     return seconds
+
+
+def parse_catchup(value: str) -> float:
+    """``none`` (0) or a duration (``90s``, ``30m``, ``2h``, ``1d``) in seconds."""
+    text = value.strip()
+    if text.lower() == "none":
+        return 0.0
+    match = _WINDOW.fullmatch(text)
+    if match is None:
+        raise InvalidRoutine(
+            f'"catchup" must be "none" or a duration like 30m, 2h or 1d, not {value!r}'
+        )
+    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if not math.isfinite(seconds):
+        raise InvalidRoutine(f'"catchup" must be finite, not {value!r}')
+    return seconds
+
+
+def catchup_text(catchup: float | None) -> str:
+    """How a catch-up window reads: ``once, any age`` (the default), ``none``, ``2h``, ``90s``."""
+    if catchup is None:
+        return "once, any age"
+    if catchup == 0:
+        return "none"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if catchup >= size and catchup % size == 0:
+            return f"{catchup / size:g}{unit}"
+    return f"{catchup:g}s"
 
 
 # --- the loader ---------------------------------------------------------------------------

@@ -62,6 +62,17 @@ Replicas (optional: a store without these gives holds that exclude within one pr
     slot)``, whether its claim's hold is held now; ``replicas()`` lists every member that
     joined, each marked alive or not by its own hold. See :mod:`trio_routines.replicas`.
 
+Gaps (optional: a store without these records no gaps; every other part works)
+    ``record_gap(routine, gap, extends=None)`` adds a :class:`~trio_routines.records.Gap` --
+    slots passed over, with a reason (:mod:`trio_routines.gaps`) -- atomically with respect
+    to every other caller, by :func:`trio_routines.gaps.add_gap`'s rule: a gap ending at or
+    before the newest one's last slot is already accounted for (False, nothing written); with
+    ``extends``, a gap following the newest one of the same reason that ends there extends it;
+    beyond the store's retention (256) the oldest gaps are dropped. Durable before it returns
+    True. ``gaps(routine)`` returns the retained gaps, oldest first; a stored gap that cannot
+    be read is a warning and is left out. Both raise StateFault when the store cannot be read
+    or written. Gaps never decide a claim: ``claim`` reads claims only.
+
 Routine names are checked (:func:`trio_routines.names.check_name`) by every call taking one.
 Text that some store cannot hold (NUL, a lone surrogate) gets the same answer from every
 store: a wake-up request carrying it is an InvalidWakeup, an id or session carrying it is not
@@ -82,7 +93,7 @@ from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
 from .presence import Presence
-from .records import ClaimResult, Fire, Outcome, Wakeup
+from .records import ClaimResult, Fire, Gap, Outcome, Wakeup
 from .replicas import ReplicaInfo
 from .wakeups import WakeupRequest
 
@@ -208,6 +219,19 @@ class Replicated(Protocol):
         ...
 
 
+@runtime_checkable
+class GapRecords(Protocol):
+    """The optional part of the contract that keeps a routine's gaps (see the module doc)."""
+
+    async def record_gap(self, routine: str, gap: Gap, *, extends: datetime | None = None) -> bool:
+        """Add ``gap`` to ``routine``'s gaps; False when it was already accounted for."""
+        ...
+
+    async def gaps(self, routine: str) -> list[Gap]:
+        """The retained gaps of ``routine``, oldest first."""
+        ...
+
+
 class Lifetime:
     """What makes a store an async context manager: every store of ours inherits it, and a
     store of yours may too. Closing twice is harmless for ours."""
@@ -225,14 +249,3 @@ class Lifetime:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
-
-
-async def running_slots(store: Store, routine: str, fires: Sequence[Fire]) -> set[datetime]:
-    """The slots among ``fires`` whose claim is open and held by a live replica now (none for
-    a store without replicas). Raises StateFault when the holds cannot be read."""
-    open_slots = [fire.slot for fire in fires if fire.outcome is None]
-    read = getattr(store, "claims_alive", None)
-    if not open_slots or read is None:
-        return set()
-    alive: list[bool] = await read([(routine, slot) for slot in open_slots])
-    return {slot for slot, live in zip(open_slots, alive, strict=True) if live}

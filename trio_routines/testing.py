@@ -20,10 +20,11 @@ from .agent import SESSION_BUSY, Completed, Event, Failed, TextDelta
 from .claims import KEEP_CLAIMS, is_stale, names_to_prune
 from .context import FireContext, current_fire
 from .errors import StateFault
+from .gaps import add_gap
 from .instants import slot_name, truncate_ms
 from .names import check_name
 from .presence import Presence
-from .records import ClaimResult, ClaimStatus, Fire, Outcome, Wakeup
+from .records import ClaimResult, ClaimStatus, Fire, Gap, Outcome, Wakeup
 from .replicas import ReplicaInfo, claim_key, replica_key
 from .store import Lifetime
 from .wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
@@ -36,10 +37,11 @@ class MemoryStore(Lifetime):
 
     ``faults`` maps a method name (``claim``, ``settle``, ``latest_fire``, ``history``,
     ``add_wakeup``, ``take_due_wakeup``, ``defer_wakeup``, ``remove_wakeup``,
-    ``list_wakeups``, ``ready``) to an exception that method raises until the entry is removed:
-    a way to test what a broken disk does without a broken disk. A ``settle`` fault is logged
-    and swallowed, as the contract says. :meth:`fail` sets one for a number of calls only;
-    :meth:`hang` makes a method stall until it is cancelled, as a silent network does.
+    ``list_wakeups``, ``ready``, ``record_gap``, ``gaps``) to an exception that method raises
+    until the entry is removed: a way to test what a broken disk does without a broken disk.
+    A ``settle`` fault is logged and swallowed, as the contract says. :meth:`fail` sets one
+    for a number of calls only; :meth:`hang` makes a method stall until it is cancelled, as a
+    silent network does.
     """
 
     def __init__(self, *, keep: int = KEEP_CLAIMS) -> None:
@@ -54,6 +56,7 @@ class MemoryStore(Lifetime):
         self.hangs: set[str] = set()
         self.paused_routines: set[str] = set()
         self.resumed: dict[str, datetime] = {}
+        self.gap_records: dict[str, list[Gap]] = {}
         self._times: dict[str, int] = {}
         self._only: dict[str, str] = {}
 
@@ -221,6 +224,24 @@ class MemoryStore(Lifetime):
         check_name(routine)
         self._fault("resumed_at", routine)
         return self.resumed.get(routine)
+
+    async def record_gap(self, routine: str, gap: Gap, *, extends: datetime | None = None) -> bool:
+        """Add ``gap`` to ``routine``\'s gaps (the store contract); False when already there."""
+        check_name(routine)
+        await self._enter("record_gap")
+        self._fault("record_gap", routine)
+        changed = add_gap(self.gap_records.get(routine, []), gap, extends)
+        if changed is None:
+            return False
+        self.gap_records[routine] = changed
+        return True
+
+    async def gaps(self, routine: str) -> list[Gap]:
+        """The retained gaps of ``routine``, oldest first."""
+        check_name(routine)
+        await self._enter("gaps")
+        self._fault("gaps", routine)
+        return list(self.gap_records.get(routine, []))
 
     async def paused(self) -> frozenset[str]:
         await self._enter("paused")

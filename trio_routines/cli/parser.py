@@ -253,11 +253,15 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument(
         "--outcome",
         action="append",
-        choices=[*(o.value for o in Outcome), "unreported"],
-        help="only fires that ended so (repeatable); unreported: claimed, never settled",
+        choices=[*(o.value for o in Outcome), "unreported", "missed"],
+        help="only fires that ended so (repeatable); unreported: claimed, never settled; "
+        "missed: the gaps (slots passed over, with the reason)",
     )
     history.add_argument(
-        "--json", action="store_true", help="oldest first, as [{slot, firedAt, outcome, ...}]"
+        "--json",
+        action="store_true",
+        help='oldest first, as [{slot, firedAt, outcome, ...} or {"gap": {from, to, count, '
+        "reason}}]",
     )
 
     listing = command(

@@ -30,10 +30,11 @@ from ..claims import arm_from
 from ..converter import wakeup_to_json
 from ..cron import next_run
 from ..errors import StateFault
+from ..history import failing_streak
 from ..instants import format_iso
 from ..records import Fire, Wakeup
 from ..replicas import ReplicaInfo, replica_json
-from ..routines import Routine
+from ..routines import Routine, catchup_text
 from ..store import Store
 from ..text import shown
 from .output import CliError, load, open_state, print_json, print_line, say, state_arg, state_label
@@ -54,6 +55,8 @@ class RoutineRow:
     recent: Sequence[Fire]
     problem: str | None = None  # why its claims could not be read
     paused: bool = False  # paused in the store: no scheduler claims its slots
+    failing: int = 0  # claimed slots failed or interrupted since the last completed one
+    last_success: Fire | None = None  # the newest completed claim retained
 
     @property
     def last(self) -> Fire | None:
@@ -80,7 +83,26 @@ def shown_cron(routine: Routine | Wakeup) -> str:
 def schedule(routine: Routine | Wakeup) -> str:
     if routine.cron is None:
         return "on demand" if isinstance(routine, Routine) else "one-shot"
-    return f"cron {shown_cron(routine)}" + (f" {routine.tz}" if routine.tz else "")
+    shown_schedule = f"cron {shown_cron(routine)}" + (f" {routine.tz}" if routine.tz else "")
+    if isinstance(routine, Routine) and routine.catchup is not None:
+        shown_schedule += f", catchup {catchup_text(routine.catchup)}"
+    return shown_schedule
+
+
+def failing_lines(rows: Sequence[RoutineRow]) -> list[str]:
+    """``daily: failing for 3 runs — last success 2026-07-20T09:00Z`` for each failing routine."""
+    out = []
+    for row in rows:
+        if row.failing:
+            runs = "run" if row.failing == 1 else "runs"
+            success = row.last_success
+            since = (
+                f"last success {short_instant(success.slot)}"
+                if success is not None
+                else "no success in its history"
+            )
+            out.append(f"{shown(row.routine.name)}: failing for {row.failing} {runs} — {since}")
+    return out
 
 
 async def routine_rows(
@@ -105,7 +127,18 @@ async def routine_rows(
             after = arm_from(fires[-1] if fires else None, now)
             upcoming = next_run(routine.cron, routine.tz, after, routine.name)
         held = routine.name in paused
-        rows.append(RoutineRow(routine, None if held else upcoming, fires[-RECENT:], problem, held))
+        failing, success = failing_streak(fires)
+        rows.append(
+            RoutineRow(
+                routine,
+                None if held else upcoming,
+                fires[-RECENT:],
+                problem,
+                held,
+                failing,
+                success,
+            )
+        )
     return rows
 
 
@@ -176,6 +209,12 @@ def routine_json(row: RoutineRow) -> dict[str, Any]:
             entry["last"]["replica"] = last.replica
     entry["recent"] = [outcome_word(fire) for fire in row.recent]
     entry["paused"] = row.paused
+    if routine.catchup is not None:
+        entry["catchup"] = catchup_text(routine.catchup)
+    if row.failing:  # failed or interrupted since its last success (None: none retained)
+        entry["failing"] = row.failing
+        success = row.last_success
+        entry["lastSuccess"] = format_iso(success.slot) if success is not None else None
     return entry
 
 
@@ -303,6 +342,10 @@ async def cmd_status(args: argparse.Namespace) -> int:
         )
         return 0
     _print_tables(rows, wakeups, now)
+    if failing := failing_lines(rows):
+        print_line()
+        for line in failing:
+            print_line(line)
     print_line()
     for line in replica_lines(members, now):
         print_line(line)

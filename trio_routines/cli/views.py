@@ -8,10 +8,12 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 from ..agents import agent_from_spec
-from ..converter import history_json
+from ..converter import history_to_json
 from ..cron import cron_error, next_run, resolve_hashed
+from ..history import gap_line, in_slot_order, read_history, running_slots
 from ..instants import format_iso
-from ..store import running_slots
+from ..records import Gap
+from ..routines import catchup_text
 from .output import (
     CliError,
     check_name,
@@ -35,40 +37,46 @@ async def cmd_history(args: argparse.Namespace) -> int:
     check_name(args.name)
     state = state_arg(args)
     async with open_state(state) as store:
-        fires = await store.history(args.name)
+        fires, gaps = await read_history(store, args.name)
         running = await running_slots(store, args.name, fires)
-    recorded = len(fires)
+    recorded = len(fires) + len(gaps)
     if args.since is not None:
         fires = [fire for fire in fires if fire.slot >= args.since]
+        gaps = [gap for gap in gaps if gap.last >= args.since]
     if args.outcome:
         fires = [fire for fire in fires if outcome_word(fire) in args.outcome]
+        if "missed" not in args.outcome:
+            gaps = []
+    entries = in_slot_order(fires, gaps)
     limit = args.n if args.n is not None else (None if args.json else HISTORY_TAIL)
-    matching = len(fires)
+    matching = len(entries)
     if limit is not None:
-        fires = fires[-limit:]
+        entries = entries[-limit:]
     if args.json:
-        print_json([history_json(fire, fire.slot in running) for fire in fires])
+        print_json(history_to_json(entries, running))
         return 0
-    if not fires:
+    if not entries:
         what = "recorded fires" if not recorded else "fires matching --since/--outcome"
         say(f"no {what} for {quoted(args.name)} (state: {state_label(state)})")
         return 0
     rows = [
-        [
-            short_instant(fire.slot),
-            format_iso(fire.fired_at),
-            duration((fire.fired_at - fire.slot).total_seconds() * 1000),
-            "running" if fire.slot in running else outcome_word(fire),
-            duration(fire.ms),
-            fire.replica or "-",
-            reason(fire),
+        [short_instant(entry.first), "-", "-", "missed", "-", "-", gap_line(entry, short_instant)]
+        if isinstance(entry, Gap)
+        else [
+            short_instant(entry.slot),
+            format_iso(entry.fired_at),
+            duration((entry.fired_at - entry.slot).total_seconds() * 1000),
+            "running" if entry.slot in running else outcome_word(entry),
+            duration(entry.ms),
+            entry.replica or "-",
+            reason(entry),
         ]
-        for fire in reversed(fires)
+        for entry in reversed(entries)
     ]
     for line in table(["SLOT", "FIRED AT", "LATE", "OUTCOME", "TOOK", "BY", "REASON"], rows):
         print_line(line)
-    if matching > len(fires):
-        say(f"(the newest {len(fires)} of {matching} — -n N or --json for more)")
+    if matching > len(entries):
+        say(f"(the newest {len(entries)} of {matching} — -n N or --json for more)")
     say(
         f"(what these runs said: session routine:{args.name} — kept by the agent; "
         "the state holds outcomes and reasons only)"
@@ -130,4 +138,8 @@ async def cmd_check(args: argparse.Namespace) -> int:
         f"ok — {len(result.routines)} routine(s) in {args.routines}: {on_cron} on cron, "
         f"{len(result.routines) - on_cron} on demand"
     )
+    windows = [r for r in result.routines if r.catchup is not None]
+    if windows:
+        shown_windows = ", ".join(f"{quoted(r.name)} {catchup_text(r.catchup)}" for r in windows)
+        print_line(f"catch-up windows: {shown_windows} (the others catch up once, any age)")
     return 0

@@ -14,15 +14,15 @@ from typing import Any
 
 import trio
 
-from ..converter import history_json, wakeup_to_json
+from ..converter import history_json, history_to_json, wakeup_to_json
 from ..cron import next_run
 from ..errors import InvalidWakeup, StateFault
+from ..history import in_slot_order, read_history, running_slots
 from ..instants import format_iso
 from ..records import ClaimStatus, Wakeup
 from ..replicas import replica_json
-from ..routines import Routine
+from ..routines import Routine, catchup_text
 from ..scheduler import FireResult, NotOnGrid, NotYetDue, Scheduler, Stopping, UnknownRoutine
-from ..store import running_slots
 from ..turns import TurnResult
 from ..wakeups import WakeupRequest, added_reply, bad_delay_reply, parse_delay, removed_reply
 from .wire import (
@@ -244,6 +244,8 @@ async def routines(scheduler: Scheduler) -> Response:
             entry["resolved_cron"] = routine.resolved_cron
         last, running = newest[name]
         entry["last"] = None if last is None else history_json(last, running)
+        if routine.catchup is not None:  # the catch-up window (gaps.py); absent: any age
+            entry["catchup"] = catchup_text(routine.catchup)
         # A turn of its session runs: here, or (its newest claim held) on another replica.
         entry["running"] = scheduler.agent.busy(routine.session) or running
         listing.append(entry)
@@ -253,12 +255,12 @@ async def routines(scheduler: Scheduler) -> Response:
 async def history(scheduler: Scheduler, name: str) -> Response:
     _routine(scheduler, name)
     try:
-        fires = await scheduler.store.history(name)
+        fires, gaps = await read_history(scheduler.store, name)
         running = await running_slots(scheduler.store, name, fires)
     except StateFault as exc:
         log.error("GET /routines/%s/history: %s", name[:ECHO], exc)
         raise unavailable(f"the history of {quoted(name)} is unreadable right now") from None
-    return Response(200, [history_json(fire, fire.slot in running) for fire in fires])
+    return Response(200, history_to_json(in_slot_order(fires, gaps), running))
 
 
 async def replicas(scheduler: Scheduler) -> Response:

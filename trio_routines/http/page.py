@@ -38,9 +38,10 @@ import trio
 
 from ..cron import next_run
 from ..errors import StateFault, TrioRoutinesError
-from ..records import Fire
+from ..records import Fire, Gap
 from ..routines import Routine
 from ..scheduler import Scheduler, Statistics
+from ..store import GapRecords
 from ..stores.directory import DirectoryStore
 from ..text import one_line
 from .expected import ExpectedSlots
@@ -171,7 +172,10 @@ async def _routine_view(
     elif fires:
         start = max(start, fires[0].slot)
     expected = expected_slots.slots(routine, start, now) if fires else ()
-    marks, since = timeline(expected, fires, now)
+    gaps: list[Gap] = []
+    if fires and isinstance(scheduler.store, GapRecords):  # why a slot was missed, if known
+        gaps = (await _bounded_read("gaps", scheduler.store.gaps(routine.name)))[0] or []
+    marks, since = timeline(expected, fires, now, gaps)
     return RoutineView(
         name=routine.name,
         cron=routine.cron,

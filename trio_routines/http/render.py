@@ -12,8 +12,9 @@ readers who cannot tell the colours apart.
 
 The timeline of a routine spans at most the last 24 hours, and at most its last 50 slots,
 fitted to the marks it has (its caption says since when). Each slot the cron produced in that
-span is one mark: a claim's outcome, or a hollow "missed" mark where no claim exists
-(downtime, a stale refusal). Slots older than the routine's oldest kept claim are not counted
+span is one mark: a claim's outcome, or a hollow "missed" mark where no claim exists, which
+says why when the slot lies in a recorded gap (overlap, downtime caught up or too late,
+paused: :mod:`trio_routines.gaps`). Slots older than the routine's oldest kept claim are not counted
 as missed: nothing is known of them.
 """
 
@@ -25,8 +26,9 @@ from datetime import datetime, timedelta
 
 import attrs
 
+from ..history import GAP_WHY
 from ..instants import format_iso
-from ..records import Fire
+from ..records import Fire, Gap
 from ..replicas import ReplicaInfo
 from ..text import visible
 
@@ -58,6 +60,7 @@ class Mark:
     slot: datetime
     kind: str  # a key of KINDS
     fire: Fire | None = None
+    gap: Gap | None = None  # for a missed slot: the recorded gap it lies in, if any
 
 
 @attrs.frozen
@@ -114,7 +117,10 @@ def fire_kind(fire: Fire) -> str:
 
 
 def timeline(
-    expected: Sequence[datetime], fires: Sequence[Fire], now: datetime
+    expected: Sequence[datetime],
+    fires: Sequence[Fire],
+    now: datetime,
+    gaps: Sequence[Gap] = (),
 ) -> tuple[tuple[Mark, ...], datetime]:
     """The marks of one routine's timeline and where it starts.
 
@@ -132,7 +138,8 @@ def timeline(
         if fire is not None:
             marks[slot] = Mark(slot, fire_kind(fire), fire)
         elif known_from is not None and known_from <= slot <= now - SETTLING:
-            marks[slot] = Mark(slot, "missed")
+            within = next((g for g in gaps if g.first <= slot <= g.last), None)
+            marks[slot] = Mark(slot, "missed", gap=within)
     for slot, fire in by_slot.items():
         marks.setdefault(slot, Mark(slot, fire_kind(fire), fire))
     kept = sorted(marks.values(), key=lambda mark: mark.slot)[-MAX_MARKS:]
@@ -178,6 +185,8 @@ def _left(seconds: float) -> str:
 def describe(mark: Mark) -> str:
     """The hover title of a mark: slot, fired at, lateness, duration, reason."""
     word = KINDS[mark.kind][1]
+    if mark.gap is not None:
+        word = f"missed ({mark.gap.reason.value}: {GAP_WHY[mark.gap.reason]})"
     parts = [f"slot {format_iso(mark.slot)}", word]
     fire = mark.fire
     if fire is not None:

@@ -17,16 +17,19 @@ import trio
 
 from ..cron import next_run
 from ..errors import StateFault
+from ..gaps import BootPlan, plan_boot
+from ..history import failing_streak
 from ..instants import format_iso
 from ..records import Fire, Outcome
-from .calls import StoreCalls
+from ..routines import catchup_text
+from .gaps import GapRecording, gap_words
 from .state import log
 
 BOOT_INTERRUPTED = "the process stopped mid-turn (found unsettled at the next boot)"
 T = TypeVar("T")
 
 
-class Boot(StoreCalls):
+class Boot(GapRecording):
     async def _boot(self, *, plan: bool = True) -> dict[str, datetime]:
         """Reconcile every routine's open claim; with ``plan``, each cron routine's first slot."""
         routines = dict(self.routines)  # update_routines() may change them meanwhile
@@ -71,6 +74,7 @@ class Boot(StoreCalls):
 
         await _for_each(interrupted, unsettled)
         if not plan:  # an external clock decides every slot
+            await self._refresh_paused()  # for statistics
             return {}
         current = self.now()
         for name in routines:
@@ -81,24 +85,55 @@ class Boot(StoreCalls):
                 first_due[name] = next_run(
                     routine.cron, routine.tz, latest.get(name, current), routine.name
                 )
-        # A catch-up: never of a slot that passed while the routine was paused.
+        # A catch-up: never of a slot that passed while the routine was paused, nor of one
+        # older than the routine's window; every slot passed over is recorded (gaps.py).
         catching_up = [
             name for name, due in first_due.items() if due is not None and due <= current
         ]
         resumes = await _for_each(self._resumed_at, catching_up)
+        gap_ends = await _for_each(self._newest_gap_end, catching_up)
+        await self._refresh_paused()  # for statistics too; a fault: taken as pausing none
+        paused = self._paused
+        plans: dict[str, BootPlan] = {}
+        for name in catching_up:
+            routine = routines[name]
+            assert routine.cron is not None
+            gap_end = gap_ends.get(name)
+            plans[name] = plan_boot(
+                routine.cron,
+                routine.tz,
+                name,
+                # A gap never reaches past now here: one recorded by a clock that ran ahead
+                # must not keep a slot from firing (only claims decide that).
+                accounted=latest[name]
+                if gap_end is None
+                else max(latest[name], min(gap_end, current)),
+                now=current,
+                resumed=resumes.get(name),
+                paused=name in paused,
+                catchup=routine.catchup,
+            )
+
+        async def record(name: str) -> None:
+            for gap in plans[name].gaps:
+                await self._record_gap(name, gap)
+
+        await _for_each(record, [name for name, made in plans.items() if made.gaps])
         planned = {}
         for name, routine in routines.items():
             if routine.cron is None:
                 continue
             due = first_due[name]
-            resumed = resumes.get(name)
-            if resumed is not None and resumed > latest[name]:
-                due = next_run(routine.cron, routine.tz, resumed, routine.name)
+            planned_here = plans.get(name)
+            if planned_here is not None:
+                due = planned_here.due
             if due is None:
                 log.warning('%s: cron "%s" will never fire again — not armed', name, routine.cron)
                 continue
             if due <= current:
                 log.info("%s: catching up a missed run", name)
+            if planned_here is not None and planned_here.missed is not None:
+                _log_missed(name, planned_here, due, current, routine.catchup)
             planned[name] = due
         return planned
 
@@ -115,8 +150,66 @@ class Boot(StoreCalls):
         newest = await _for_each(self._latest_fire, routines, on_fault=on_fault)
         for name, fire in newest.items():  # /metrics' last success, before this boot
             if fire is not None and fire.outcome is Outcome.COMPLETED:
-                self.metrics.succeeded(name, fire.fired_at + timedelta(milliseconds=fire.ms or 0))
+                self.metrics.succeeded(name, _ended(fire))
+        if not tolerant:
+            cron = {name: fire for name, fire in newest.items() if self.routines[name].cron}
+            await self._seed_failing(cron)
         return newest
+
+    async def _seed_failing(self, newest: dict[str, Fire | None]) -> None:
+        """Seed each routine's failure streak and last success for /metrics, so that a routine
+        failing since its first run has both series from the boot on. Only a routine whose
+        newest claim failed has its history read (a boot of 10,000 healthy routines reads none);
+        a history that cannot be read seeds what the newest claim says."""
+        failing = [
+            name
+            for name, fire in newest.items()
+            if fire is not None and fire.outcome in (Outcome.FAILED, Outcome.INTERRUPTED)
+        ]
+        histories = await _for_each(self._history, failing, on_fault=lambda _n, _f: None)
+        now = self.now()
+        for name, fire in newest.items():
+            fires = histories.get(name)
+            if fires:
+                count, success = failing_streak(fires)
+                if success is not None:
+                    self.metrics.succeeded(name, _ended(success))
+                self.metrics.armed(name, fires[0].slot, count)
+            elif fire is not None and fire.outcome in (Outcome.FAILED, Outcome.INTERRUPTED):
+                self.metrics.armed(name, fire.slot, 1)
+            else:
+                self.metrics.armed(name, now if fire is None else min(fire.slot, now))
+
+    async def _history(self, name: str) -> list[Fire]:
+        with self._bounded():
+            return await self.store.history(name)
+        raise self._no_answer(f"the history of {name!r} is unreadable")
+
+
+def _ended(fire: Fire) -> datetime:
+    return fire.fired_at + timedelta(milliseconds=fire.ms or 0)
+
+
+def _log_missed(
+    name: str, plan: BootPlan, due: datetime, now: datetime, catchup: float | None
+) -> None:
+    """How many slots passed while no scheduler ran, from when, and what becomes of them."""
+    missed = plan.missed
+    assert missed is not None
+    if missed.count == 1 and due == missed.first:
+        then = "firing it now"
+    elif due <= now:
+        within = "" if catchup is None else " within the window"
+        then = f"firing the oldest{within}, {format_iso(due)}, once; the others are gaps"
+    else:
+        then = f"none fired (catchup {catchup_text(catchup)}): they are gaps"
+    log.info(
+        "%s: missed %s while no scheduler ran — %s (see `python -m trio_routines history %s`)",
+        name,
+        gap_words(missed),
+        then,
+        name,
+    )
 
 
 def _not_reconciled(name: str, fault: StateFault) -> None:

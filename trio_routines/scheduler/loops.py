@@ -8,21 +8,25 @@ An unexpected exception restarts it (see :mod:`.restarts`).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import trio
 
 from ..claims import arm_from
 from ..cron import next_run
 from ..errors import StateFault
+from ..gaps import is_late, old_reason, passed_over
 from ..routines import Routine
 from .clock import ClockWatch
 from .fire import FirePath
+from .gaps import GapRecording
 from .restarts import RESTART_FIRST, Restarts
-from .state import NotYetDue, log
+from .state import FireResult, NotYetDue, log
+
+_MS = timedelta(milliseconds=1)
 
 
-class CronLoops(FirePath, ClockWatch, Restarts):
+class CronLoops(FirePath, GapRecording, ClockWatch, Restarts):
     async def _cron_loop(self, routine: Routine, due: datetime | None, *, rearm: bool) -> None:
         """Fire ``routine`` at ``due`` and every slot after it; with ``rearm``, plan ``due``.
 
@@ -32,6 +36,7 @@ class CronLoops(FirePath, ClockWatch, Restarts):
         assert routine.cron is not None
         name = routine.name
         backoff = RESTART_FIRST
+        paused_tail: datetime | None = None  # the last slot of the paused gap being extended
         while True:
             try:
                 if rearm:
@@ -54,12 +59,30 @@ class CronLoops(FirePath, ClockWatch, Restarts):
                             return
                     if self._stopping.value or not self._current(routine):
                         return
+                    now = self.now()
+                    if is_late(due, now, routine.catchup):  # a loop that woke far too late
+                        await self._record_gap(
+                            name,
+                            passed_over(
+                                routine.cron,
+                                routine.tz,
+                                name,
+                                due - _MS,
+                                now,
+                                old_reason(routine.catchup),
+                            ),
+                        )
+                        paused_tail = None
+                        due = next_run(routine.cron, routine.tz, now, routine.name)
+                        self._set_due(routine, due)
+                        continue
                     # A bare marker: at 10,000 fires at once, an Event each is collector work;
                     # the one a replacement waits on is made only then (see _settled).
                     firing = self._firing[name] = object()
                     early = False
+                    result: FireResult | None = None
                     try:
-                        await self._fire(routine, due)  # shielded within: a stop lets it settle
+                        result = await self._fire(routine, due)  # shielded: a stop lets it settle
                     except NotYetDue:
                         early = True  # the clock went back meanwhile: sleep again
                     except StateFault as exc:
@@ -78,6 +101,8 @@ class CronLoops(FirePath, ClockWatch, Restarts):
                         return
                     if early:
                         continue
+                    if result is not None:
+                        paused_tail = await self._after_slot(routine, due, result, now, paused_tail)
                     backoff = RESTART_FIRST  # a slot went through: a later fault starts over
                     due = next_run(routine.cron, routine.tz, self.now(), routine.name)
                     self._set_due(routine, due)

@@ -83,6 +83,10 @@ class Reload(CronLoops):
             self._armed.pop(name, None)
             self._future.pop(name, None)
         self._wake_sleepers()  # the loops of removed and changed routines end
+        if self._nursery is not None and not self.external_clock:  # running
+            for name in added:
+                if self.routines[name].cron is not None:
+                    self.metrics.armed(name, self.now())  # its series exist from now on
         loops = self._loop_nursery
         if loops is not None and not self.external_clock and not self._stopping.value:
             for name in added + changed:
@@ -146,6 +150,7 @@ class Reload(CronLoops):
             )
             return RoutineChanges()
         changes = self.update_routines(routines.values())
+        self._kept_broken = tuple(kept)  # trio_routines_routine_files_kept_broken
         if not changes:
             log.info("reload: no routine changed")
         return attrs.evolve(changes, kept=tuple(kept))

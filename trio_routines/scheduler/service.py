@@ -62,8 +62,7 @@ class Scheduler(Boot, Members, Reload, WakeLoop):
         booted = dict(self.routines)
         async with self._present():
             await self._note_dead_members()
-            first_due = await self._boot(plan=not self.external_clock)
-            await self._refresh_paused()
+            first_due = await self._boot(plan=not self.external_clock)  # reads the pauses
             for name, due in first_due.items():
                 self._armed[name] = None
                 self._next_due[name] = due
@@ -165,6 +164,9 @@ class Scheduler(Boot, Members, Reload, WakeLoop):
             clock_jumps=stats.clock_jumps,
             future_claims=stats.future_claims,
             next_due=stats.next_due,
+            paused=stats.paused,
+            kept_broken=self._kept_broken,
+            pending_wakeups=self._pending_wakeups,
         )
 
     def render_metrics(self) -> str:

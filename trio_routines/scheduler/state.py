@@ -280,6 +280,8 @@ class SchedulerState:
         self._deadlines = StoreDeadlines()  # of the store calls under way (deadlines.py)
         self._settle_failures: Counter[str] = Counter()
         self._paused: frozenset[str] = frozenset()  # as last read from the store
+        self._kept_broken: tuple[str, ...] = ()  # broken files the last reload kept running
+        self._pending_wakeups: int | None = None  # as last counted by the wake loop
         self._paused_read: SharedRead | None = None  # the read under way (see calls.py)
         # The newest claim of each routine as the boot or its last re-arm read it; those
         # stamped ahead of the wall clock are the future claims (see _future_claims).

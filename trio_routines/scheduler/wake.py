@@ -15,15 +15,22 @@ from .fire import FirePath
 from .restarts import RESTART_FIRST, Restarts
 from .state import log
 
+#: Wake-up polls between two counts of the pending wake-ups (a gauge, not a decision).
+COUNT_EVERY = 10
+
 
 class WakeLoop(FirePath, ClockWatch, Restarts):
     async def _wake_loop(self) -> None:
         backoff = RESTART_FIRST
+        polls = 0
         while True:
             try:
                 while True:
                     while not self._stopping.value and await self._wake_once():
                         backoff = RESTART_FIRST
+                    if polls % COUNT_EVERY == 0:
+                        await self._count_pending()
+                    polls += 1
                     await trio.sleep(self.poll_interval)
                     self._note_offset()
                     await self._refresh_paused()
@@ -31,6 +38,15 @@ class WakeLoop(FirePath, ClockWatch, Restarts):
                 if self._stopping.value:
                     return
                 backoff = await self._restart_after("wake", "wake-up poll", exc, backoff)
+
+    async def _count_pending(self) -> None:
+        """Count the pending wake-ups for ``trio_routines_pending_wakeups``; a fault keeps the
+        last count (a full list: cheap for the state directory, which caches its parse)."""
+        try:
+            with self._bounded():
+                self._pending_wakeups = len(await self.store.list_wakeups())
+        except StateFault as exc:
+            log.debug("the pending wake-ups could not be counted: %s", exc)
 
     async def _wake_once(self) -> bool:
         """Take and fire one due wake-up; False when none was due or the store failed."""

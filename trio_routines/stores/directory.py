@@ -6,6 +6,7 @@ other's)::
     <root>/schedule/claims/<routine>/<slot name>   one file per claimed slot
     <root>/schedule/wakeups.json                   pending wake-ups (see wakeupfile.py)
     <root>/schedule/wakeups.lock                   ours: serializes wake-up writers
+    <root>/schedule/gaps/<routine>                 ours: the slots passed over (dirgaps.py)
 
 Theory of operation. A claim is decided by the filesystem: ``O_CREAT|O_EXCL`` lets exactly
 one creator win, across threads and processes. Before a taken claim is reported, the file and
@@ -45,7 +46,7 @@ import trio
 
 from ..claims import KEEP_CLAIMS
 from ..errors import StateFault
-from ..records import ClaimResult, Fire, Outcome
+from ..records import ClaimResult, Fire, Gap, Outcome
 from ..replicas import ReplicaInfo, claim_key
 from ..store import Lifetime
 from .batch import Answer, Batcher, Entry, Turns
@@ -91,7 +92,8 @@ class DirectoryStore(WakeupsInFile, Lifetime):
     byte-compatible so that either can read the other's state:
     ``schedule/claims/<routine>/<slot name>`` holds one file per claimed slot and
     ``schedule/wakeups.json`` the pending wake-ups; ``schedule/wakeups.lock``,
-    ``schedule/paused/`` and ``schedule/resumed/`` are ours.
+    ``schedule/paused/``, ``schedule/resumed/``, ``schedule/gaps/`` and
+    ``schedule/gaps.lock`` are ours.
     """
 
     def __init__(
@@ -422,6 +424,19 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         from .dirpause import paused_sync
 
         return await self._run(paused_sync, self.root)
+
+    # Gaps too (dirgaps.py): outside claims/, which is all an older reader looks at.
+    async def record_gap(self, routine: str, gap: Gap, *, extends: datetime | None = None) -> bool:
+        """Add ``gap`` to ``routine``\'s gaps (the store contract); False when already there."""
+        from .dirgaps import record_gap_sync
+
+        return await self._run(record_gap_sync, self.root, routine, gap, extends)
+
+    async def gaps(self, routine: str) -> list[Gap]:
+        """The retained gaps of ``routine``, oldest first."""
+        from .dirgaps import gaps_sync
+
+        return await self._run(gaps_sync, self.root, routine)
 
     async def aclose(self) -> None:
         process = self._process

@@ -17,12 +17,13 @@ from psycopg import sql
 
 from ..errors import StateFault
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # Advisory lock namespaces (the first key of the two-key form); the second key is a hash of
 # the routine or session. A hash collision only serializes two unrelated callers.
 DDL_LOCK = "trio_routines:schema"
 CLAIM_LOCK = "trio_routines:claims"
 SESSION_LOCK = "trio_routines:wakeups"
+GAP_LOCK = "trio_routines:gaps"
 
 _MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -77,6 +78,17 @@ _MIGRATIONS: dict[int, list[str]] = {
             key bigint PRIMARY KEY,
             holder bigint NOT NULL)""",
     ],
+    # Gaps: the slots each routine passed over, a row per range (see gaps.py).
+    6: [
+        """CREATE TABLE IF NOT EXISTS {gaps} (
+            routine text NOT NULL,
+            first_slot timestamptz NOT NULL,
+            last_slot timestamptz NOT NULL,
+            count bigint NOT NULL,
+            reason text NOT NULL,
+            estimated boolean NOT NULL DEFAULT false,
+            PRIMARY KEY (routine, last_slot))""",
+    ],
 }
 
 
@@ -97,6 +109,7 @@ class Schema:
             "resumed": name("trio_routines_resumed"),
             "replicas": name("trio_routines_replicas"),
             "holds": name("trio_routines_holds"),
+            "gaps": name("trio_routines_gaps"),
             "claims_open": sql.Identifier("trio_routines_claims_open"),
             "wakeups_session": sql.Identifier("trio_routines_wakeups_session"),
             "wakeups_id": sql.Identifier("trio_routines_wakeups_id"),

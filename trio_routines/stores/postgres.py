@@ -42,9 +42,10 @@ import trio
 
 from ..claims import KEEP_CLAIMS
 from ..errors import StateFault
+from ..gaps import add_gap, extends_newest
 from ..instants import slot_name, truncate_ms
 from ..names import check_name
-from ..records import ClaimResult, Fire, Outcome, Wakeup
+from ..records import ClaimResult, Fire, Gap, Outcome, Wakeup
 from ..replicas import ReplicaInfo, claim_key
 from ..store import Lifetime
 from ..text import error_text
@@ -64,8 +65,8 @@ from .pgconn import Call, CallFault, Connections
 from .pgholds import PostgresPresence, holds_alive, replica_rows
 from .pgreads import BATCH, READERS, history, newest_fires, read_batch, resumes
 from .pgschema import CLAIM_LOCK as CLAIM_LOCK
+from .pgschema import GAP_LOCK, SESSION_LOCK, Schema
 from .pgschema import SCHEMA_VERSION as SCHEMA_VERSION
-from .pgschema import SESSION_LOCK, Schema
 
 log = logging.getLogger("trio_routines")
 
@@ -283,6 +284,70 @@ class PostgresStore(Lifetime):
     def _paused(self, conn: Conn, _call: Call) -> frozenset[str]:
         rows = conn.execute(self._tables.sql("SELECT routine FROM {paused}"))
         return frozenset(routine for (routine,) in rows)
+
+    # -- gaps -----------------------------------------------------------------------------
+
+    async def record_gap(self, routine: str, gap: Gap, *, extends: datetime | None = None) -> bool:
+        """Add ``gap`` to ``routine``\'s gaps (the store contract); False when already there."""
+        check_name(routine)
+        what = f"could not record a gap of {routine!r}"
+        return await self._conns.run(what, self._record_gap, routine, gap, extends)
+
+    def _record_gap(
+        self, conn: Conn, _call: Call, routine: str, gap: Gap, extends: datetime | None
+    ) -> bool:
+        with conn.transaction():
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", (GAP_LOCK, routine)
+            )
+            gaps = self._read_gaps(conn, routine)
+            changed = add_gap(gaps, gap, extends)
+            if changed is None:
+                return False
+            newest = changed[-1]
+            if extends_newest(gaps, gap, extends):
+                conn.execute(  # the newest gap extended
+                    self._tables.sql(
+                        "UPDATE {gaps} SET last_slot = %s, count = %s, estimated = %s "
+                        "WHERE routine = %s AND last_slot = %s"
+                    ),
+                    (newest.last, newest.count, newest.estimated, routine, gaps[-1].last),
+                )
+                return True
+            conn.execute(
+                self._tables.sql(
+                    "INSERT INTO {gaps} (routine, first_slot, last_slot, count, reason, estimated) "
+                    "VALUES (%s, %s, %s, %s, %s, %s)"
+                ),
+                (routine, gap.first, gap.last, gap.count, gap.reason.value, gap.estimated),
+            )
+            conn.execute(  # beyond the retention
+                self._tables.sql("DELETE FROM {gaps} WHERE routine = %s AND last_slot < %s"),
+                (routine, changed[0].last),
+            )
+            return True
+
+    async def gaps(self, routine: str) -> list[Gap]:
+        """The retained gaps of ``routine``, oldest first."""
+        check_name(routine)
+        what = f"the gaps of {routine!r} are unreadable"
+        return await self._conns.run(what, lambda conn, _call: self._read_gaps(conn, routine))
+
+    def _read_gaps(self, conn: Conn, routine: str) -> list[Gap]:
+        rows = conn.execute(
+            self._tables.sql(
+                "SELECT first_slot, last_slot, count, reason, estimated FROM {gaps} "
+                "WHERE routine = %s ORDER BY last_slot"
+            ),
+            (routine,),
+        )
+        gaps = []
+        for first, last, count, reason, estimated in rows:
+            try:
+                gaps.append(Gap(first, last, count, reason, estimated))
+            except (TypeError, ValueError) as exc:
+                log.warning("ignoring a gap of %r that cannot be read: %s", routine, exc)
+        return gaps
 
     # -- wake-ups -------------------------------------------------------------------------
 

@@ -1,0 +1,450 @@
+"""No silent gaps: every slot a routine passes over is recorded, with its reason.
+
+The pure rules (gaps.py) as plain tests; the runtime under virtual time, one test per reason
+(overlap, down, paused, caught-up, late), and a pause that ends while no scheduler runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from trio_routines import Fire, Gap, GapReason, Outcome, Routine, Scheduler
+from trio_routines.cli import main
+from trio_routines.gaps import (
+    COUNT_LIMIT,
+    add_gap,
+    is_late,
+    passed_over,
+    plan_boot,
+)
+from trio_routines.http import api
+from trio_routines.http.render import describe, timeline
+from trio_routines.stores import DirectoryStore
+from trio_routines.testing import Complete, Fail, MemoryStore, ScriptedAgent, WallClock
+from trio_routines.wakeups import WakeupRequest
+
+MINUTE = timedelta(minutes=1)
+T0 = datetime(2026, 7, 7, 23, 0, tzinfo=UTC)
+
+
+def at(minute: int, second: int = 0) -> datetime:
+    return T0 + minute * MINUTE + timedelta(seconds=second)
+
+
+def gap(first: int, last: int, reason: GapReason, count: int | None = None) -> Gap:
+    return Gap(at(first), at(last), count if count is not None else last - first + 1, reason)
+
+
+# --- the pure rules --------------------------------------------------------------------------
+
+
+def test_passed_over_counts_the_slots_after_one_instant_up_to_another() -> None:
+    assert passed_over("* * * * *", None, "r", at(0), at(0, 59), GapReason.DOWN) is None
+    assert passed_over("* * * * *", None, "r", at(0), at(3), GapReason.DOWN) == gap(
+        1, 3, GapReason.DOWN
+    )
+    assert passed_over("0 9 * * *", None, "r", at(0), at(60 * 24 * 3), GapReason.LATE) == Gap(
+        datetime(2026, 7, 8, 9, tzinfo=UTC), datetime(2026, 7, 10, 9, tzinfo=UTC), 3, GapReason.LATE
+    )
+
+
+def test_a_very_long_gap_is_estimated_with_its_exact_ends() -> None:
+    year = passed_over("* * * * *", None, "r", at(0), at(0) + timedelta(days=365), GapReason.DOWN)
+    assert year is not None
+    assert (year.first, year.last) == (at(1), at(0) + timedelta(days=365))
+    assert year.estimated
+    assert year.count == 365 * 24 * 60
+    exact = passed_over("* * * * *", None, "r", at(0), at(COUNT_LIMIT), GapReason.DOWN)
+    assert exact is not None
+    assert (exact.count, exact.estimated) == (COUNT_LIMIT, False)
+
+
+def test_the_catch_up_window_and_its_minute_of_grace() -> None:
+    assert not is_late(at(0), at(600), None)  # the default: any age
+    assert not is_late(at(0), at(0, 59), 0)  # `none`: still on time within a minute
+    assert is_late(at(0), at(2), 0)
+    assert not is_late(at(0), at(120), 7200)
+    assert is_late(at(0), at(121), 7200)
+
+
+def test_the_boot_plan_of_each_catch_up_setting() -> None:
+    down = {"accounted": at(0, 46), "now": at(3, 30)}  # 23:00:46 to 23:03:30: 01, 02, 03
+    plan = plan_boot("* * * * *", None, "r", **down)
+    assert (plan.due, plan.gaps, plan.missed) == (at(1), (), gap(1, 3, GapReason.CAUGHT_UP))
+    plan = plan_boot("* * * * *", None, "r", catchup=0, **down)
+    assert (plan.due, plan.gaps) == (at(3), (gap(1, 2, GapReason.DOWN),))  # 03 is on time
+    plan = plan_boot("* * * * *", None, "r", catchup=90, **down)
+    assert (plan.due, plan.gaps) == (at(2), (gap(1, 1, GapReason.LATE),))
+    plan = plan_boot("* * * * *", None, "r", paused=True, **down)
+    assert (plan.due, plan.gaps) == (at(4), (gap(1, 3, GapReason.PAUSED),))
+    plan = plan_boot("* * * * *", None, "r", resumed=at(2, 10), **down)
+    assert (plan.due, plan.gaps) == (at(3), (gap(1, 2, GapReason.PAUSED),))
+
+
+def test_adding_gaps_extends_dedupes_and_keeps_the_newest() -> None:
+    first = gap(1, 1, GapReason.PAUSED)
+    assert add_gap([], first) == [first]
+    assert add_gap([first], gap(2, 2, GapReason.PAUSED), at(1)) == [gap(1, 2, GapReason.PAUSED)]
+    assert add_gap([first], gap(2, 2, GapReason.PAUSED)) == [first, gap(2, 2, GapReason.PAUSED)]
+    assert add_gap([first], gap(2, 2, GapReason.OVERLAP), at(1)) == [
+        first,
+        gap(2, 2, GapReason.OVERLAP),
+    ]
+    assert add_gap([gap(1, 5, GapReason.DOWN)], gap(3, 5, GapReason.DOWN)) is None
+    assert add_gap(
+        [gap(n, n, GapReason.DOWN) for n in range(3)], gap(9, 9, GapReason.DOWN), keep=2
+    ) == [
+        gap(2, 2, GapReason.DOWN),
+        gap(9, 9, GapReason.DOWN),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("first", "last", "count"), [(at(2), at(1), 2), (at(1), at(2), 1), (at(1), at(1), 0)]
+)
+def test_a_gap_refuses_what_cannot_be(first: datetime, last: datetime, count: int) -> None:
+    with pytest.raises(ValueError, match="gap"):
+        Gap(first, last, count, GapReason.DOWN)
+
+
+# --- the runtime, under virtual time ---------------------------------------------------------
+
+EVERY_MINUTE = Routine(name="r", prompt="go", cron="* * * * *")
+
+
+def scheduler(
+    store: MemoryStore, wall: WallClock, routine: Routine = EVERY_MINUTE, **agent: Any
+) -> tuple[Scheduler, ScriptedAgent]:
+    scripted = ScriptedAgent(wall=wall, **agent)
+    return Scheduler(
+        agent=scripted, store=store, routines=[routine], now=wall, wakeups=False
+    ), scripted
+
+
+async def run_until(sched: Scheduler, wall: WallClock, when: datetime) -> None:
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sched.run)
+        await trio.sleep((when - wall()).total_seconds())
+        sched.stop()
+
+
+def missed(sched: Scheduler) -> dict[tuple[str, str], int]:
+    return dict(sched.metrics.missed)
+
+
+async def test_an_overlapping_turn_leaves_an_overlap_gap_per_turn(autojump_clock: Any) -> None:
+    store = MemoryStore()
+    wall = WallClock(at(0, 30))
+    sched, _agent = scheduler(store, wall, default=Complete(75))  # 75-s turns, every minute
+    await run_until(sched, wall, at(5, 30))
+    assert [f.slot for f in await store.history("r")] == [at(1), at(3), at(5)]
+    assert await store.gaps("r") == [gap(2, 2, GapReason.OVERLAP), gap(4, 4, GapReason.OVERLAP)]
+    assert missed(sched) == {("r", "overlap"): 2}
+
+
+async def test_a_downtime_is_caught_up_once_and_the_rest_recorded(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = MemoryStore()
+    await store.claim("r", at(-4), at(-4, 46))  # 22:56:00, stamped 22:56:46: then down
+    await store.settle("r", at(-4), Outcome.COMPLETED, 5)
+    wall = WallClock(at(-1, 30))  # back at 22:59:30
+    sched, _ = scheduler(store, wall)
+    with caplog.at_level(logging.INFO, logger="trio_routines"):
+        await run_until(sched, wall, at(-1, 40))
+    assert [f.slot for f in await store.history("r")] == [at(-4), at(-3)]  # 22:57, 2.5 min late
+    assert await store.gaps("r") == [gap(-2, -1, GapReason.CAUGHT_UP)]  # 22:58 and 22:59
+    assert missed(sched) == {("r", "caught-up"): 2}
+    said = [r.getMessage() for r in caplog.records]
+    assert (
+        "r: missed 3 slots 2026-07-07T22:57:00.000Z to 2026-07-07T22:59:00.000Z while no "
+        "scheduler ran — firing the oldest, 2026-07-07T22:57:00.000Z, once; the others are "
+        "gaps (see `python -m trio_routines history r`)"
+    ) in said
+
+
+async def test_catchup_none_fires_nothing_missed_and_records_it_down(autojump_clock: Any) -> None:
+    store = MemoryStore()
+    await store.claim("r", at(-10), at(-10))
+    wall = WallClock(at(0, 30))
+    routine = Routine(name="r", prompt="go", cron="* * * * *", catchup=0)
+    sched, _agent = scheduler(store, wall, routine)
+    await run_until(sched, wall, at(1, 30))
+    # 22:51 .. 22:59 are down; 23:00, 30 s old at the boot, is still on time and fires.
+    assert [f.slot for f in await store.history("r")] == [at(-10), at(0), at(1)]
+    assert await store.gaps("r") == [gap(-9, -1, GapReason.DOWN)]
+    assert missed(sched) == {("r", "down"): 9}
+
+
+async def test_a_week_old_daily_slot_is_late_outside_the_window(autojump_clock: Any) -> None:
+    store = MemoryStore()
+    day = timedelta(days=1)
+    await store.claim("daily", at(0) - 7 * day, at(0) - 7 * day)
+    wall = WallClock(at(30) + 2 * day)  # a week down; 23:00 today passed 30 minutes ago
+    routine = Routine(name="daily", prompt="go", cron="0 23 * * *", catchup=2 * 3600)
+    sched, _agent = scheduler(store, wall, routine)
+    await run_until(sched, wall, at(31) + 2 * day)
+    # The eight slots older than two hours are late; today's, 30 minutes old, is caught up.
+    assert [f.slot for f in await store.history("daily")] == [at(0) - 7 * day, at(0) + 2 * day]
+    assert await store.gaps("daily") == [Gap(at(0) - 6 * day, at(0) + day, 8, GapReason.LATE)]
+    assert missed(sched) == {("daily", "late"): 8}
+
+
+async def test_a_loop_that_wakes_past_the_window_fires_nothing(autojump_clock: Any) -> None:
+    store = MemoryStore()
+    wall = WallClock(at(0, 30))
+    routine = Routine(name="r", prompt="go", cron="*/10 * * * *", catchup=300)
+    sched, _agent = scheduler(store, wall, routine)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sched.run)
+        await trio.sleep(60)
+        wall.jump(timedelta(minutes=40))  # a suspended machine: 23:10 .. 23:40 pass at once
+        await trio.sleep(60 * 30)
+        sched.stop()
+    assert await store.gaps("r") == [Gap(at(10), at(40), 4, GapReason.LATE)]
+    assert [f.slot for f in await store.history("r")] == [at(50), at(60), at(70)]
+
+
+async def test_paused_slots_extend_one_gap(autojump_clock: Any) -> None:
+    store = MemoryStore()
+    wall = WallClock(at(0, 30))
+    sched, _agent = scheduler(store, wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sched.run)
+        await sched.pause("r")
+        await trio.sleep(5 * 60)  # 23:01 .. 23:05 refused
+        await sched.resume("r")
+        await trio.sleep(60)  # 23:06 fires
+        sched.stop()
+    assert await store.gaps("r") == [gap(1, 5, GapReason.PAUSED)]
+    assert [f.slot for f in await store.history("r")] == [at(6)]
+    assert missed(sched) == {("r", "paused"): 5}
+
+
+async def test_a_pause_that_ends_while_no_scheduler_runs(autojump_clock: Any) -> None:
+    store = MemoryStore()
+    await store.claim("r", at(0), at(0))
+    await store.settle("r", at(0), Outcome.COMPLETED, 1)
+    await store.set_paused("r", True)
+    await store.record_gap("r", gap(1, 4, GapReason.PAUSED))  # refused by the last scheduler
+    # Down from 23:04:30; resumed (from the command line) at 23:07:20; back at 23:10:30.
+    await store.set_paused("r", False, at(7, 20))
+    wall = WallClock(at(10, 30))
+    sched, _agent = scheduler(store, wall)
+    await run_until(sched, wall, at(10, 40))
+    assert await store.gaps("r") == [
+        gap(1, 4, GapReason.PAUSED),
+        gap(5, 7, GapReason.PAUSED),  # paused, though no scheduler ran
+        gap(9, 10, GapReason.CAUGHT_UP),  # the catch-up fired 23:08 instead
+    ]
+    assert [f.slot for f in await store.history("r")] == [at(0), at(8)]
+
+
+async def test_a_gap_never_fires_a_slot_nor_makes_a_later_one_stale(autojump_clock: Any) -> None:
+    store = MemoryStore()
+    await store.claim("r", at(0), at(0))
+    await store.settle("r", at(0), Outcome.COMPLETED, 1)
+    # A gap reaching past now (a replica whose clock ran ahead recorded it): no claim, so
+    # nothing is stale; and nothing in it is fired twice or early.
+    await store.record_gap("r", gap(1, 30, GapReason.OVERLAP))
+    wall = WallClock(at(2, 30))
+    sched, agent = scheduler(store, wall)
+    await run_until(sched, wall, at(5, 30))
+    assert [f.slot for f in await store.history("r")] == [at(0), at(3), at(4), at(5)]
+    assert [t.wall for t in agent.turns] == [at(3), at(4), at(5)]
+
+
+# --- shown: history (text, JSON, HTTP) -------------------------------------------------------
+
+
+def seeded(tmp_path: Path) -> Path:
+    """A state directory: 23:00 completed, 23:01 caught up, 23:02-23:03 passed over."""
+
+    async def seed() -> None:
+        async with DirectoryStore(tmp_path / "state") as store:
+            await store.claim("r", at(0), at(0))
+            await store.settle("r", at(0), Outcome.COMPLETED, 5)
+            await store.claim("r", at(1), at(3, 30))
+            await store.settle("r", at(1), Outcome.COMPLETED, 5)
+            await store.record_gap("r", gap(2, 3, GapReason.CAUGHT_UP))
+
+    trio.run(seed)
+    return tmp_path / "state"
+
+
+def test_history_shows_gaps_inline_as_text_and_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = seeded(tmp_path)
+    assert main(["history", "r", "--state", str(state)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == (
+        "2026-07-07T23:02Z  -                         -      missed     -     missed 2 slots "
+        "2026-07-07T23:02Z–2026-07-07T23:03Z: no scheduler ran; the catch-up fired an earlier "
+        "slot instead"
+    )
+    assert [line[:17] for line in out[2:]] == ["2026-07-07T23:01Z", "2026-07-07T23:00Z"]
+    assert main(["history", "r", "--state", str(state), "--json"]) == 0
+    entries = json.loads(capsys.readouterr().out)
+    assert entries[1:] == [
+        {"slot": "2026-07-07T23:01:00.000Z", "firedAt": "2026-07-07T23:03:30.000Z",
+         "outcome": "completed", "ms": 5},
+        {"gap": {"from": "2026-07-07T23:02:00.000Z", "to": "2026-07-07T23:03:00.000Z",
+                 "count": 2, "reason": "caught-up"}},
+    ]  # fmt: skip
+    assert main(["history", "r", "--state", str(state), "--outcome", "completed", "--json"]) == 0
+    assert all("gap" not in entry for entry in json.loads(capsys.readouterr().out))
+    assert main(["history", "r", "--state", str(state), "--outcome", "missed", "--json"]) == 0
+    assert [list(e) for e in json.loads(capsys.readouterr().out)] == [["gap"]]
+
+
+def test_an_older_reader_of_the_state_directory_sees_the_claims_only(tmp_path: Path) -> None:
+    state = seeded(tmp_path)
+    claims = state / "schedule" / "claims" / "r"
+    assert sorted(p.name for p in claims.iterdir()) == [
+        "2026-07-07T23-00-00-000Z",
+        "2026-07-07T23-01-00-000Z",
+    ]
+    assert json.loads((state / "schedule" / "gaps" / "r").read_text()) == [
+        {"from": "2026-07-07T23:02:00.000Z", "to": "2026-07-07T23:03:00.000Z", "count": 2,
+         "reason": "caught-up"}
+    ]  # fmt: skip
+
+
+async def test_a_gaps_file_that_is_not_ours_reads_as_none_and_is_replaced(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    gaps = tmp_path / "state" / "schedule" / "gaps"
+    gaps.mkdir(parents=True)
+    (gaps / "r").write_text('{"not": "a list"}')
+    os.symlink("/etc/passwd", gaps / "s")
+    async with DirectoryStore(tmp_path / "state") as store:
+        assert await store.gaps("r") == []
+        assert await store.gaps("s") == []
+        assert await store.record_gap("r", gap(1, 1, GapReason.OVERLAP))
+        assert await store.gaps("r") == [gap(1, 1, GapReason.OVERLAP)]
+    assert "not a JSON array of gaps" in caplog.text
+    assert "symbolic link" in caplog.text
+
+
+# --- alerts that cannot be blind: the series behind them -------------------------------------
+
+
+async def test_a_routine_failing_since_its_first_run_has_both_series(
+    autojump_clock: Any,
+) -> None:
+    store = MemoryStore()
+    for minute in range(3):
+        await store.claim("r", at(minute), at(minute))
+        await store.settle("r", at(minute), Outcome.FAILED, 1, error="no")
+    wall = WallClock(at(2, 30))
+    sched, agent = scheduler(store, wall)
+    agent.script(Fail(), Complete(), session="routine:r")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sched.run)
+        text = sched.render_metrics()
+        assert 'trio_routines_consecutive_failures{routine="r"} 3' in text
+        # Never completed: the series exists, from the oldest claim on.
+        assert sched.metrics.last_success == {"r": at(0)}
+        await trio.sleep(31)  # 23:03 fails
+        assert sched.metrics.failing == {"r": 4}
+        await trio.sleep(60)  # 23:04 completes
+        assert sched.metrics.failing == {"r": 0}
+        assert sched.metrics.last_success["r"] == at(4)
+        sched.stop()
+
+
+async def test_paused_routines_kept_broken_files_and_pending_wakeups_are_gauges(
+    autojump_clock: Any, tmp_path: Path
+) -> None:
+    store = MemoryStore()
+    wall = WallClock(at(0, 30))
+    agent = ScriptedAgent(wall=wall)
+    (tmp_path / "r.md").write_text("---\ncron: * * * * *\n---\ngo\n")
+    sched = Scheduler(agent=agent, store=store, routines=[EVERY_MINUTE], now=wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sched.run)
+        await store.add_wakeup(WakeupRequest(session="s", prompt="later", fire_at=at(60)), wall())
+        await sched.pause("r")
+        (tmp_path / "r.md").write_text("---\ncron: * * * * * *\n---\ngo\n")  # broken now
+        changes = await sched.reload_routines(tmp_path)
+        assert changes.kept == ("r",)
+        await trio.sleep(sched.poll_interval * 10 + 1)  # the wake loop counts its wake-ups
+        text = sched.render_metrics()
+        sched.stop()
+    assert 'trio_routines_routine_paused{routine="r"} 1' in text
+    assert "trio_routines_routine_files_kept_broken 1" in text
+    assert "trio_routines_pending_wakeups 1" in text
+
+
+# --- shown: the window (check, list, status) and a failing streak (status) -------------------
+
+
+def test_check_list_and_status_show_the_window_and_the_failing_streak(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    routines = tmp_path / "routines"
+    routines.mkdir()
+    (routines / "daily.md").write_text("---\ncron: 0 9 * * *\ncatchup: 2h\n---\ngo\n")
+    (routines / "r.md").write_text("---\ncron: * * * * *\ncatchup: none\n---\ngo\n")
+    (routines / "plain.md").write_text("---\ncron: 0 * * * *\n---\ngo\n")
+    state = tmp_path / "state"
+
+    async def seed() -> None:
+        async with DirectoryStore(state) as store:
+            for minute, outcome in enumerate(
+                [Outcome.COMPLETED, Outcome.FAILED, Outcome.SKIPPED, Outcome.INTERRUPTED]
+            ):
+                await store.claim("r", at(minute), at(minute))
+                await store.settle("r", at(minute), outcome, 1)
+
+    trio.run(seed)
+    common = ["--routines", str(routines), "--state", str(state)]
+    assert main(["check", "--routines", str(routines)]) == 0
+    out = capsys.readouterr().out
+    assert 'catch-up windows: "daily" 2h, "r" none (the others catch up once, any age)' in out
+    assert main(["list", *common, "--json"]) == 0
+    listed = {r["name"]: r for r in json.loads(capsys.readouterr().out)["routines"]}
+    assert listed["daily"]["catchup"] == "2h"
+    assert "catchup" not in listed["plain"]
+    assert (listed["r"]["failing"], listed["r"]["lastSuccess"]) == (2, "2026-07-07T23:00:00.000Z")
+    assert "failing" not in listed["daily"]
+    assert main(["status", *common]) == 0
+    out = capsys.readouterr().out
+    assert "cron 0 9 * * *, catchup 2h" in out
+    assert "r: failing for 2 runs — last success 2026-07-07T23:00Z" in out
+
+
+async def test_a_routine_added_by_a_reload_has_its_series_at_once(autojump_clock: Any) -> None:
+    wall = WallClock(at(0, 30))
+    sched = Scheduler(agent=ScriptedAgent(wall=wall), store=MemoryStore(), now=wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sched.run)
+        sched.update_routines([EVERY_MINUTE])
+        assert (sched.metrics.last_success, sched.metrics.failing) == ({"r": at(0, 30)}, {"r": 0})
+        sched.stop()
+
+
+def test_the_status_page_says_why_a_slot_in_a_recorded_gap_was_missed() -> None:
+    fires = [Fire(at(0), at(0), Outcome.COMPLETED, 1), Fire(at(3), at(3), Outcome.COMPLETED, 1)]
+    expected = [at(0), at(1), at(2), at(3)]
+    marks, _ = timeline(expected, fires, at(10), [gap(1, 1, GapReason.OVERLAP)])
+    assert [m.kind for m in marks] == ["completed", "missed", "missed", "completed"]
+    assert "missed (overlap: the previous turn was still running)" in describe(marks[1])
+    assert "missed (no claim)" in describe(marks[2])  # no gap recorded: nothing more is known
+
+
+async def test_get_routines_shows_a_catch_up_window() -> None:
+    routine = Routine(name="daily", prompt="go", cron="0 9 * * *", catchup=7200)
+    sched = Scheduler(agent=ScriptedAgent(), store=MemoryStore(), routines=[routine, EVERY_MINUTE])
+    listing = {entry["name"]: entry for entry in api.routines(sched).body}
+    assert listing["daily"]["catchup"] == "2h"
+    assert "catchup" not in listing["r"]

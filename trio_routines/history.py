@@ -1,0 +1,71 @@
+"""A routine's history: its claims and its gaps, read together and shown in slot order.
+
+``history`` (text and ``--json``) and ``GET /routines/{name}/history`` show both, so a slot
+that never ran is never silent: it is a claim with its outcome, or inside a gap with its
+reason (:mod:`trio_routines.gaps`). A store without gaps (one of yours, from before them)
+shows claims only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from .instants import format_iso
+from .records import Fire, Gap, GapReason, Outcome
+from .store import GapRecords, Store
+
+#: What each reason means, in a history line or a log line.
+GAP_WHY = {
+    GapReason.OVERLAP: "the previous turn was still running",
+    GapReason.DOWN: "no scheduler ran (catchup: none)",
+    GapReason.PAUSED: "the routine was paused",
+    GapReason.CAUGHT_UP: "no scheduler ran; the catch-up fired an earlier slot instead",
+    GapReason.LATE: "no scheduler ran; older than the catch-up window",
+}
+
+
+async def read_history(store: Store, routine: str) -> tuple[list[Fire], list[Gap]]:
+    """Every retained claim and gap of ``routine``, each oldest first (StateFault if unreadable)."""
+    fires = await store.history(routine)
+    gaps = await store.gaps(routine) if isinstance(store, GapRecords) else []
+    return fires, gaps
+
+
+def in_slot_order(fires: Sequence[Fire], gaps: Sequence[Gap]) -> list[Fire | Gap]:
+    """Claims and gaps together, oldest first (a gap by its first slot)."""
+    entries: list[tuple[datetime, int, Fire | Gap]] = [(f.slot, 0, f) for f in fires]
+    entries += [(g.first, 1, g) for g in gaps]
+    entries.sort(key=lambda entry: (entry[0], entry[1]))
+    return [entry for _, _, entry in entries]
+
+
+def gap_line(gap: Gap, show: Callable[[datetime], str] = format_iso) -> str:
+    """``missed 2 slots 23:58Z–23:59Z: no scheduler ran; …`` (``show`` writes an instant)."""
+    about = "about " if gap.estimated else ""
+    slots = "slot" if gap.count == 1 else "slots"
+    span = show(gap.first) if gap.first == gap.last else f"{show(gap.first)}–{show(gap.last)}"
+    return f"missed {about}{gap.count} {slots} {span}: {GAP_WHY[gap.reason]}"
+
+
+def failing_streak(fires: Sequence[Fire]) -> tuple[int, Fire | None]:
+    """How many claimed slots ended failed or interrupted since the newest completed one, and
+    that one (None when none is retained). Skipped and unsettled claims are passed over."""
+    count = 0
+    for fire in reversed(fires):
+        if fire.outcome is Outcome.COMPLETED:
+            return count, fire
+        if fire.outcome in (Outcome.FAILED, Outcome.INTERRUPTED):
+            count += 1
+    return count, None
+
+
+async def running_slots(store: Store, routine: str, fires: Sequence[Fire]) -> set[datetime]:
+    """The slots among ``fires`` whose claim is open and held by a live replica now (none for
+    a store without replicas). Raises StateFault when the holds cannot be read."""
+    open_slots = [fire.slot for fire in fires if fire.outcome is None]
+    read = getattr(store, "claims_alive", None)
+    if not open_slots or read is None:
+        return set()
+    alive: list[bool] = await read([(routine, slot) for slot in open_slots])
+    return {slot for slot, live in zip(open_slots, alive, strict=True) if live}

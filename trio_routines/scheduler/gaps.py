@@ -1,0 +1,126 @@
+"""Recording the slots a routine passed over: the runtime's side of :mod:`trio_routines.gaps`.
+
+The cron loop, after each slot it tried (see :meth:`GapRecording._after_slot`), and the boot
+(:meth:`Boot._boot`) decide what was passed over; this part writes it to the store, counts it
+(``trio_routines_slots_missed_total``) and logs it. A gap that cannot be written is logged
+and otherwise forgotten: it never holds up a fire. A store without ``record_gap`` (one of
+yours, written before gaps) still gets the log lines and the counter.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from ..errors import StateFault
+from ..gaps import passed_over
+from ..history import GAP_WHY as WHY
+from ..instants import format_iso
+from ..records import Gap, GapReason
+from ..routines import Routine
+from ..store import GapRecords
+from .calls import StoreCalls
+from .state import FireResult, log
+
+_MS = timedelta(milliseconds=1)
+_MINUTE = timedelta(minutes=1)
+
+
+def gap_words(gap: Gap) -> str:
+    """``2 slots 23:58–23:59`` / ``1 slot 23:58`` (ISO instants), ``about`` when estimated."""
+    about = "about " if gap.estimated else ""
+    slots = "slot" if gap.count == 1 else "slots"
+    span = (
+        format_iso(gap.first)
+        if gap.first == gap.last
+        else f"{format_iso(gap.first)} to {format_iso(gap.last)}"
+    )
+    return f"{about}{gap.count} {slots} {span}"
+
+
+class GapRecording(StoreCalls):
+    async def _record_gap(
+        self, name: str, gap: Gap | None, *, extends: datetime | None = None
+    ) -> None:
+        """Write ``gap`` of routine ``name`` (if any), count it and log it; never raises."""
+        if gap is None:
+            return
+        recorded = True
+        if isinstance(self.store, GapRecords):
+            try:
+                recorded = await self._store_gap(name, gap, extends)
+            except StateFault as exc:
+                log.error(
+                    "%s: %s passed over (%s) could not be recorded: %s",
+                    name,
+                    gap_words(gap),
+                    gap.reason.value,
+                    exc,
+                )
+        if not recorded:  # another replica recorded these very slots
+            return
+        self.metrics.slots_missed(name, gap.reason.value, gap.count)
+        level = log.info if gap.reason is GapReason.PAUSED else log.warning
+        level(
+            "%s: missed %s — %s (a %s gap in its history)",
+            name,
+            gap_words(gap),
+            WHY[gap.reason],
+            gap.reason.value,
+        )
+
+    async def _store_gap(self, name: str, gap: Gap, extends: datetime | None) -> bool:
+        assert isinstance(self.store, GapRecords)
+        with self._bounded():
+            return await self.store.record_gap(name, gap, extends=extends)
+        raise self._no_answer(f"could not record a gap of {name!r}")
+
+    async def _newest_gap_end(self, name: str) -> datetime | None:
+        """The last slot of ``name``'s newest gap, or None (none, or a store without gaps)."""
+        if not isinstance(self.store, GapRecords):
+            return None
+        with self._bounded():
+            gaps = await self.store.gaps(name)
+            return gaps[-1].last if gaps else None
+        raise self._no_answer(f"the gaps of {name!r} are unreadable")
+
+    async def _after_slot(
+        self,
+        routine: Routine,
+        due: datetime,
+        result: FireResult,
+        started: datetime,
+        paused_tail: datetime | None,
+    ) -> datetime | None:
+        """Record what passed while the loop tried ``due``; the new paused tail.
+
+        A claimed slot: those between it and the fire's start were passed over by a late
+        fire (``caught-up``: a boot's catch-up, a loop that woke late), those during its turn
+        by the turn (``overlap``) -- less any another replica claimed meanwhile. A paused one:
+        it and any passed since (``paused``), extending the gap of the slot before it.
+        Duplicates and stale slots are another scheduler's to account for.
+        """
+        assert routine.cron is not None
+        cron, tz, name = routine.cron, routine.tz, routine.name
+        now = self.now()
+        if result.claimed:
+            if started - due >= _MINUTE:  # slots are whole minutes apart: none in between
+                await self._record_gap(
+                    name, passed_over(cron, tz, name, due, started, GapReason.CAUGHT_UP)
+                )
+            overlap = passed_over(cron, tz, name, max(due, started), now, GapReason.OVERLAP)
+            if overlap is not None:
+                try:
+                    newest = await self._latest_fire(name)
+                except StateFault:
+                    newest = None
+                if newest is not None and newest.slot > due:  # a replica fired while we ran
+                    overlap = passed_over(
+                        cron, tz, name, max(newest.slot, started), now, GapReason.OVERLAP
+                    )
+                await self._record_gap(name, overlap)
+            return None
+        if result.reason == "paused":
+            paused = passed_over(cron, tz, name, due - _MS, max(now, due), GapReason.PAUSED)
+            await self._record_gap(name, paused, extends=paused_tail)
+            return paused.last if paused is not None else paused_tail
+        return None

@@ -1,0 +1,150 @@
+"""Gaps in the state directory: one small JSON file per routine.
+
+    <root>/schedule/gaps/<routine>    a JSON array of gaps, oldest first (converter.py's shape)
+    <root>/schedule/gaps.lock         ours: serializes gap writers across processes
+
+Outside ``schedule/claims/``, so the original scheduler (and any reader of the 0.22 layout)
+never sees them: it reads claims only. A change reads the routine's file, applies
+:func:`trio_routines.gaps.add_gap` and writes the result to a temp file (fsynced) renamed into
+place (the directory fsynced), all under an exclusive ``flock`` of ``gaps.lock`` taken with a
+bound, so two processes never lose each other's gap. Files are opened as every state file is
+(safefile.py); a file that is not ours (a link, a FIFO, too large, not JSON) reads as no gaps
+with a warning, and is replaced by the next write; an entry that is not a gap is left out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from datetime import datetime
+from pathlib import Path
+
+from ..converter import dumps, gap_from_json, gap_to_json, loads
+from ..errors import StateFault
+from ..gaps import add_gap
+from ..names import check_name
+from ..records import Gap
+from .safefile import (
+    Refused,
+    at,
+    create_file,
+    create_temp,
+    describe,
+    fsync,
+    lock_within,
+    open_dirs,
+    open_file,
+    read_file,
+    write_all,
+)
+
+log = logging.getLogger("trio_routines")
+
+#: A gaps file is a few hundred records of some 120 bytes: anything larger is not ours.
+MAX_GAPS_BYTES = 256 * 1024
+LOCK_SECONDS = 10.0
+
+
+def gaps_sync(root: Path, routine: str) -> list[Gap]:
+    """The recorded gaps of ``routine``, oldest first."""
+    name = check_name(routine)
+    where = root / "schedule" / "gaps"
+    try:
+        directory = open_dirs(root, ("schedule", "gaps"))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise StateFault(f"the gaps of {routine!r} are unreadable: {describe(exc)}") from None
+    try:
+        return _read(directory, name, where / name)
+    except OSError as exc:
+        raise StateFault(f"the gaps of {routine!r} are unreadable: {describe(exc)}") from None
+    finally:
+        os.close(directory)
+
+
+def _read(directory: int, name: str, path: Path) -> list[Gap]:
+    try:
+        data = read_file(directory, name, path, MAX_GAPS_BYTES)
+    except FileNotFoundError:
+        return []
+    except Refused as exc:
+        log.warning("ignoring the gaps in %s: %s", path, exc)
+        return []
+    try:
+        raw = loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raw = None
+    if not isinstance(raw, list):
+        log.warning("ignoring the gaps in %s: not a JSON array of gaps", path)
+        return []
+    gaps = []
+    for entry in raw:
+        try:
+            gaps.append(gap_from_json(entry))
+        except (TypeError, ValueError) as exc:
+            log.warning("ignoring a gap in %s that cannot be read: %s", path, exc)
+    gaps.sort(key=lambda gap: gap.last)
+    return gaps
+
+
+def record_gap_sync(root: Path, routine: str, gap: Gap, extends: datetime | None) -> bool:
+    """Add ``gap`` to ``routine``'s gaps (see :func:`add_gap`); durable when it returns True."""
+    name = check_name(routine)
+    where = root / "schedule" / "gaps"
+    try:
+        schedule = open_dirs(root, ("schedule",), create=True)
+        try:
+            lock = _open_lock(schedule, root / "schedule" / "gaps.lock")
+        finally:
+            os.close(schedule)
+        try:
+            if not lock_within(lock, LOCK_SECONDS):
+                raise StateFault(
+                    f"could not record a gap of {routine!r}: {where}.lock stayed locked "
+                    f"for {LOCK_SECONDS:g} s"
+                )
+            directory = open_dirs(root, ("schedule", "gaps"), create=True)
+            try:
+                changed = add_gap(_read(directory, name, where / name), gap, extends)
+                if changed is None:
+                    return False
+                _replace(directory, name, where, dumps([gap_to_json(g) for g in changed]))
+                return True
+            finally:
+                os.close(directory)
+        finally:
+            os.close(lock)  # releases the flock
+    except OSError as exc:
+        raise StateFault(f"could not record a gap of {routine!r}: {describe(exc)}") from None
+
+
+def _open_lock(schedule: int, path: Path) -> int:
+    """The lock file, created if missing, as ``wakeupfile.py`` opens its own."""
+    try:
+        return open_file(schedule, path.name, path, os.O_RDWR, 1 << 20)
+    except FileNotFoundError:
+        try:
+            return create_file(schedule, path.name, path)
+        except FileExistsError:  # another process made it meanwhile
+            return open_file(schedule, path.name, path, os.O_RDWR, 1 << 20)
+
+
+def _replace(directory: int, name: str, where: Path, text: str) -> None:
+    fd, temp = create_temp(directory, ".gaps-", where)
+    try:
+        try:
+            write_all(fd, text.encode("utf-8", errors="surrogatepass"), where / temp)
+            fsync(fd, where / temp)
+        finally:
+            os.close(fd)
+        at(
+            where / name,
+            lambda: os.replace(temp, name, src_dir_fd=directory, dst_dir_fd=directory),
+        )
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=directory)
+        raise
+    fsync(directory, where)
