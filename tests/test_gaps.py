@@ -287,7 +287,7 @@ def test_history_shows_gaps_inline_as_text_and_json(
     assert main(["history", "r", "--state", str(state)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[1] == (
-        "2026-07-07T23:02Z  -                         -      missed     -     missed 2 slots "
+        "2026-07-07T23:02Z  -                         -      missed     -     -   missed 2 slots "
         "2026-07-07T23:02Z–2026-07-07T23:03Z: no scheduler ran; the catch-up fired an earlier "
         "slot instead"
     )
@@ -445,6 +445,6 @@ def test_the_status_page_says_why_a_slot_in_a_recorded_gap_was_missed() -> None:
 async def test_get_routines_shows_a_catch_up_window() -> None:
     routine = Routine(name="daily", prompt="go", cron="0 9 * * *", catchup=7200)
     sched = Scheduler(agent=ScriptedAgent(), store=MemoryStore(), routines=[routine, EVERY_MINUTE])
-    listing = {entry["name"]: entry for entry in api.routines(sched).body}
+    listing = {entry["name"]: entry for entry in (await api.routines(sched)).body}
     assert listing["daily"]["catchup"] == "2h"
     assert "catchup" not in listing["r"]

@@ -241,8 +241,10 @@ class FirePath(StoreCalls):
                 hold.release()
         if hold.busy:  # a turn of ours (any replica's) is in flight: no agent's words to keep
             return attrs.evolve(turn, failed=None)
-        if turn.outcome is Outcome.INTERRUPTED and self._lost_holds:
-            return attrs.evolve(turn, failed=LOST_HOLD)
+        if grace in self._lost_scopes:  # ended because our holds were lost, not by a stop
+            self._lost_scopes.discard(grace)
+            if turn.outcome is Outcome.INTERRUPTED:
+                return attrs.evolve(turn, failed=LOST_HOLD)
         return turn
 
     async def run_now(

@@ -53,8 +53,8 @@ class Members(StoreCalls):
 
     async def _lost(self, replica: str) -> None:
         """End our turns, then join again until the store takes us back."""
-        self._lost_holds = True
         for scope in list(self._grace_scopes):
+            self._lost_scopes.add(scope)  # the turn says why it ended (see fire.py)
             scope.cancel()
         while not self._stopping.value:
             await trio.sleep(self._watch_interval())
@@ -64,7 +64,6 @@ class Members(StoreCalls):
                 log.warning("replica %s could not join its store again: %s", replica, exc)
                 continue
             old, self._presence = self._presence, presence
-            self._lost_holds = False
             if old is not None:
                 with trio.CancelScope(shield=True), trio.move_on_after(self.store_timeout):
                     await old.leave()

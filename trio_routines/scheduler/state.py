@@ -259,7 +259,8 @@ class SchedulerState:
         self._members = 0  # blocks sharing the membership (see calls.py's _present)
         self._holds = Holds(self.agent, self._current_presence)
         self._swept: set[str] = set()  # dead replicas whose open claims were reconciled
-        self._lost_holds = False  # the presence was lost: turns ended by it say so
+        # The turns' scopes ended because the presence was lost: each says so as it settles.
+        self._lost_scopes: set[trio.CancelScope] = set()
         self.routines: dict[str, Routine] = {}
         for routine in routines:
             if routine.name in self.routines:

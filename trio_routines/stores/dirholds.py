@@ -1,10 +1,10 @@
 """Holds in the state directory: ``fcntl`` range locks on one file, and a file per replica.
 
-    <root>/schedule/holds/00 … 3f          one byte range locked per hold (never written)
+    <root>/schedule/holds/00 … 0f          one byte range locked per hold (never written)
     <root>/schedule/replicas/<hash>.json   what each replica publishes about itself
 
 Theory of operation. A hold is a write lock on the one byte at its key's offset in one of
-the 64 files of ``schedule/holds/`` (:mod:`trio_routines.replicas` makes keys; the key picks
+the 16 files of ``schedule/holds/`` (:mod:`trio_routines.replicas` makes keys; the key picks
 the file too). A joined replica opens those files once and takes every lock through those
 descriptors: open-file-description locks
 (``F_OFD_SETLK``) where the kernel has them, which belong to the descriptor rather than the
@@ -61,8 +61,9 @@ log = logging.getLogger("trio_routines")
 
 HOLDS = "holds"
 #: Holds are spread over this many files: the kernel keeps one list of locks per file and walks
-#: it at every lock, so 20,000 holds in one file cost 0.6 ms each; in 64, a few microseconds.
-SHARDS = 64
+#: it at every lock, so 20,000 holds in one file cost 0.6 ms each; in 16, about 10 µs. More
+#: files would cost more descriptors, which a small RLIMIT_NOFILE cannot spare.
+SHARDS = 16
 REPLICAS = "replicas"
 REPLICA_LIMIT = 4096  # bytes of one replica file
 FORGET_AFTER = timedelta(days=1)
