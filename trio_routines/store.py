@@ -40,8 +40,10 @@ Wake-ups
     refused request. ``take_due_wakeup`` removes (one-shot) or advances (recurring) the first
     due entry in stored order and returns it as it was; two callers never take the same
     occurrence. ``defer_wakeup`` re-queues a busy one-shot at the end, or returns False at the
-    retry ceiling. ``remove_wakeup`` is scoped to a session when one is given. All wake-up
-    calls raise StateFault when the store cannot be read or written.
+    retry ceiling or when its session already has the most pending wake-ups it may have
+    (checked atomically, as an add's: the cap holds across a deferral too). ``remove_wakeup``
+    is scoped to a session when one is given. All wake-up calls raise StateFault when the
+    store cannot be read or written.
 
 Pause
     ``set_paused(routine, paused, at)`` pauses (True) or resumes (False) a routine for every
@@ -145,7 +147,8 @@ class Store(Protocol):
         ...
 
     async def defer_wakeup(self, wakeup: Wakeup, fire_at: datetime) -> bool:
-        """Re-queue a busy one-shot at ``fire_at``; False (nothing written) past the ceiling."""
+        """Re-queue a busy one-shot at ``fire_at``; False (nothing written) past the ceiling,
+        or when its session is at the cap of pending wake-ups."""
         ...
 
     async def remove_wakeup(self, wakeup_id: str, session: str | None = None) -> bool:

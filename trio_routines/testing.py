@@ -183,7 +183,7 @@ class MemoryStore(Lifetime):
 
     async def defer_wakeup(self, wakeup: Wakeup, fire_at: datetime) -> bool:
         await self._enter("defer_wakeup")
-        deferred = plan_defer(wakeup, fire_at)
+        deferred = plan_defer(self.wakeups, wakeup, fire_at)
         if deferred is None:
             return False
         self._fault("defer_wakeup")

@@ -59,11 +59,10 @@ class WakeupsInFile:
         return self._mutate(change)
 
     async def defer_wakeup(self, wakeup: Wakeup, fire_at: datetime) -> bool:
-        deferred = plan_defer(wakeup, fire_at)
-        if deferred is None:
-            return False
-
         def change(entries: list[Wakeup]) -> tuple[list[Wakeup] | None, bool]:
+            deferred = plan_defer(entries, wakeup, fire_at)  # under the lock: the cap holds
+            if deferred is None:
+                return None, False
             return [*entries, deferred], True
 
         return await self._run(self._mutate, change)

@@ -292,23 +292,26 @@ class PostgresStore(Lifetime):
 
     def _add(self, conn: Conn, _call: Call, request: WakeupRequest, now: datetime) -> Wakeup:
         with conn.transaction():
-            conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))",
-                (SESSION_LOCK, request.session),
-            )
-            rows = conn.execute(
-                self._tables.sql(f"SELECT {_WAKEUP_COLUMNS} FROM {{wakeups}} WHERE session = %s"),
-                (request.session,),
-            ).fetchall()
-            mine = []
-            for row in rows:
-                try:
-                    mine.append(_wakeup(row))
-                except (ValueError, TypeError):
-                    continue  # dropped by the next take; it does not count against the cap
-            wakeup = plan_add(mine, request, now)
+            wakeup = plan_add(self._sessions_wakeups(conn, request.session), request, now)
             self._insert(conn, _call, wakeup)
         return wakeup
+
+    def _sessions_wakeups(self, conn: Conn, session: str) -> list[Wakeup]:
+        """The session's pending wake-ups, under its lock until the transaction ends."""
+        conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", (SESSION_LOCK, session)
+        )
+        rows = conn.execute(
+            self._tables.sql(f"SELECT {_WAKEUP_COLUMNS} FROM {{wakeups}} WHERE session = %s"),
+            (session,),
+        ).fetchall()
+        mine = []
+        for row in rows:
+            try:
+                mine.append(_wakeup(row))
+            except (ValueError, TypeError):
+                continue  # dropped by the next take; it does not count against the cap
+        return mine
 
     def _insert(self, conn: Conn, _call: Call, wakeup: Wakeup) -> None:
         conn.execute(
@@ -353,11 +356,15 @@ class PostgresStore(Lifetime):
                 return taken
 
     async def defer_wakeup(self, wakeup: Wakeup, fire_at: datetime) -> bool:
-        deferred = plan_defer(wakeup, fire_at)
-        if deferred is None:
-            await trio.lowlevel.checkpoint()
-            return False
-        await self._conns.run(f"could not re-queue wake-up {wakeup.id}", self._insert, deferred)
+        what = f"could not re-queue wake-up {wakeup.id}"
+        return await self._conns.run(what, self._defer, wakeup, fire_at)
+
+    def _defer(self, conn: Conn, call: Call, wakeup: Wakeup, fire_at: datetime) -> bool:
+        with conn.transaction():  # under the session's lock, as an add: the cap holds
+            deferred = plan_defer(self._sessions_wakeups(conn, wakeup.session), wakeup, fire_at)
+            if deferred is None:
+                return False
+            self._insert(conn, call, deferred)
         return True
 
     async def remove_wakeup(self, wakeup_id: str, session: str | None = None) -> bool:
