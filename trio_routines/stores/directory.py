@@ -120,6 +120,7 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         self._syncfs = syncfs
         self._commit = GroupCommit(syncfs) if syncfs is not None else None
         self._wakeups = WakeupFile(self.root, lock_timeout)
+        self._wakeup_turns = trio.Lock()
         self._limiter = limiter or trio.CapacityLimiter(16)
         self._newest = BatchedReads(in_threads(self.latest_fire_sync, self._run))
         # patient: a write in a worker thread cannot be called back, so its caller hears
