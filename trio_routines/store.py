@@ -62,7 +62,9 @@ Replicas (optional: a store without these gives holds that exclude within one pr
     the kernel or the database server releases it, no clock decides -- and is never
     granted to two holders at once. ``claims_alive(claims)`` says, for each ``(routine,
     slot)``, whether its claim's hold is held now; ``replicas()`` lists every member that
-    joined, each marked alive or not by its own hold. See :mod:`trio_routines.replicas`.
+    joined, each marked alive or not by its own hold; ``open_claims(routines, budget)`` finds
+    the claims still without an outcome, a bounded piece per call, so that every one whose
+    holder is gone is eventually recorded ``interrupted``. See :mod:`trio_routines.replicas`.
 
 Routine names are checked (:func:`trio_routines.names.check_name`) by every call taking one.
 Text that some store cannot hold (NUL, a lone surrogate) gets the same answer from every
@@ -208,6 +210,14 @@ class Replicated(Protocol):
 
     async def replicas(self) -> list[ReplicaInfo]:
         """Every member that joined (and was not forgotten), alive or not."""
+        ...
+
+    async def open_claims(self, routines: Sequence[str], budget: int) -> list[tuple[str, Fire]]:
+        """Claims of ``routines`` without an outcome that name their replica, found with at
+        most ``budget`` units of work (a claim read, a directory listed) or through an index.
+        Each call goes on where the last stopped; a claim that stays open is returned again
+        after a while, so repeated calls return every such claim. StateFault when the store
+        cannot be read."""
         ...
 
 

@@ -21,14 +21,14 @@ from ..cron import next_run
 from ..errors import StateFault
 from ..instants import format_iso
 from ..records import Fire, Outcome
-from .calls import StoreCalls
+from .openclaims import BOOT_BUDGET, OpenClaims
 from .state import log
 
 BOOT_INTERRUPTED = "the process stopped mid-turn (found unsettled at the next boot)"
 T = TypeVar("T")
 
 
-class Boot(StoreCalls):
+class Boot(OpenClaims):
     async def _boot(self, *, plan: bool = True) -> dict[str, datetime]:
         """Reconcile every routine's open claim; with ``plan``, each cron routine's first slot."""
         routines = dict(self.routines)  # update_routines() may change them meanwhile
@@ -73,6 +73,7 @@ class Boot(StoreCalls):
             )
 
         await _for_each(interrupted, unsettled)
+        await self._reconcile_open(BOOT_BUDGET)  # older claims left open (openclaims.py)
         if not plan:  # an external clock decides every slot
             return {}
         for name in routines:  # the readable ones are reconciled; now fail, naming the first

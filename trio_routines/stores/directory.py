@@ -60,6 +60,7 @@ from .dirholds import DirectoryPresence, keys_alive, read_replicas
 from .dirwakeups import WakeupsInFile
 from .groupcommit import SYNCFS, Batch, Descriptors, GroupCommit
 from .newest import BatchedReads, in_threads
+from .openscan import OpenScan
 from .safefile import (
     at,
     describe,
@@ -121,6 +122,8 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         self._commit = GroupCommit(syncfs) if syncfs is not None else None
         self._wakeups = WakeupFile(self.root, lock_timeout)
         self._wakeup_turns = trio.Lock()
+        self._open_scan = OpenScan(self._files)
+        self._open_scanning = trio.Lock()  # one walk at a time (openscan.py)
         self._limiter = limiter or trio.CapacityLimiter(16)
         self._newest = BatchedReads(in_threads(self.latest_fire_sync, self._run))
         # patient: a write in a worker thread cannot be called back, so its caller hears
@@ -399,6 +402,17 @@ class DirectoryStore(WakeupsInFile, Lifetime):
             return await self._run(keys_alive, self.root, own, keys)
         except OSError as exc:
             raise StateFault(f"the holds of {self.root} are unreadable: {describe(exc)}") from None
+
+    async def open_claims(self, routines: Sequence[str], budget: int) -> list[tuple[str, Fire]]:
+        """Open claims of ``routines`` that name their replica, a bounded walk at a time:
+        at most ``budget`` directories listed and claims read per call (openscan.py)."""
+        async with self._open_scanning:
+            try:
+                return await self._run(self._open_scan.step, list(routines), budget)
+            except OSError as exc:
+                raise StateFault(
+                    f"the open claims in {self._claims} are unreadable: {describe(exc)}"
+                ) from None
 
     async def replicas(self) -> list[ReplicaInfo]:
         """Every member that joined (and was not forgotten), each marked alive or not."""

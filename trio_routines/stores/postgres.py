@@ -62,7 +62,7 @@ from .newest import BatchedReads
 from .pgclaims import ClaimItem, SettleItem, claim_batch, settle_batch, taken_too_late
 from .pgconn import Call, CallFault, Connections
 from .pgholds import PostgresPresence, keys_held, replica_rows
-from .pgreads import BATCH, READERS, history, newest_fires, read_batch, resumes
+from .pgreads import BATCH, READERS, history, newest_fires, open_claims, read_batch, resumes
 from .pgschema import CLAIM_LOCK as CLAIM_LOCK
 from .pgschema import SCHEMA_VERSION as SCHEMA_VERSION
 from .pgschema import SESSION_LOCK, Schema
@@ -141,6 +141,7 @@ class PostgresStore(Lifetime):
         self._resumes: BatchedReads[datetime | None] = self._reads(
             resumes, "the resume of {routine} is unreadable"
         )
+        self._open_after: tuple[str, datetime] | None = None  # see open_claims
 
     def _reads(self, read: Any, unreadable: str) -> BatchedReads[Any]:
         batch = functools.partial(read_batch, self._conns, self._tables, read, unreadable)
@@ -411,6 +412,18 @@ class PostgresStore(Lifetime):
         """For each ``(routine, slot)``, whether the hold of its claim is held now."""
         keys = [claim_key(routine, slot) for routine, slot in claims]
         return await self._conns.run("could not read the holds", keys_held, keys)
+
+    async def open_claims(self, routines: Sequence[str], budget: int) -> list[tuple[str, Fire]]:
+        """Open claims of ``routines`` that name their replica, at most ``budget`` per call,
+        going on after the last one returned and starting over once all were returned."""
+        for routine in routines:
+            check_name(routine)
+        what = "the open claims are unreadable"
+        names = list(routines)
+        args = (self._tables, self._conns.where, names, self._open_after, budget)
+        found: list[tuple[str, Fire]] = await self._conns.run(what, open_claims, *args)
+        self._open_after = (found[-1][0], found[-1][1].slot) if len(found) == budget else None
+        return found
 
     async def replicas(self) -> list[ReplicaInfo]:
         """Every member that joined (and was not forgotten), each marked alive or not."""
