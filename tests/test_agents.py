@@ -204,6 +204,46 @@ def test_a_sigkilled_serve_takes_its_command_and_the_commands_children_with_it(
     wait_for(lambda: not any(alive(pid) for pid in pids), 10, "the orphaned turn to die")
 
 
+@pytest.mark.slow
+def test_a_sigkilled_serve_takes_a_background_job_holding_the_reply_after_the_shell_exited(
+    env: Env, pid_file: Path
+) -> None:
+    # The shell exits at once; what it left in the background holds the reply open, so the
+    # turn is in flight. The supervisor must stay for it and end the group with serve.
+    env.routine("yearly", cron="0 0 1 1 *")
+    env.seed("yearly", years_ago(2))  # the boot catches up one missed slot at once
+    agent = (
+        f"cmd:echo $$ >> {pid_file}; "
+        f"(sh -c 'echo $$ >> {pid_file}; exec sleep 300'; echo x) & echo started"
+    )
+    serve = env.start("serve", "--agent", agent)
+    shell, job = (int(p) for p in wait_for(lambda: len(lines(pid_file)) >= 2 and lines(pid_file)))
+    wait_for(lambda: not alive(shell), 10, "the shell to exit")
+    assert alive(job)
+    assert stop(serve, signal.SIGKILL) == -signal.SIGKILL
+    wait_for(lambda: not alive(job), 10, "the background job to die with serve")
+
+
+async def test_a_background_job_holding_the_reply_ends_the_turn_when_it_ends(
+    pid_file: Path,
+) -> None:
+    agent = CommandAgent("(sleep 0.3; echo later) & echo started")
+    events = await collect(agent)
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "started\nlater\n"
+    assert events[-1] == Completed()
+
+
+async def test_a_command_whose_background_job_closed_the_reply_completes_when_it_exits(
+    pid_file: Path,
+) -> None:
+    # Detached from the reply, the job is left alone once the turn is over, as before.
+    agent = CommandAgent(f"sh -c 'echo $$ >> {pid_file}; exec sleep 300' >/dev/null & echo done")
+    events = await collect(agent)
+    assert events == [TextDelta("done\n"), Completed()]
+    (job,) = (int(p) for p in wait_for(lambda: lines(pid_file)))
+    assert alive(job)
+
+
 @pytest.mark.parametrize("lowest_fd", [3, 1100])  # past 1024, select() could not watch it
 def test_the_command_runs_under_a_supervisor_holding_its_lifeline(
     pid_file: Path, lowest_fd: int

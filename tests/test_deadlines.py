@@ -14,6 +14,7 @@ import trio
 from trio_routines import InvalidOption, Outcome, Routine, Scheduler
 from trio_routines.records import ClaimResult
 from trio_routines.scheduler.deadlines import PRUNE_SLACK, StoreDeadlines
+from trio_routines.scheduler.fire import CLAIMED_TOO_LATE
 from trio_routines.testing import MemoryStore, ScriptedAgent, WallClock
 
 
@@ -136,10 +137,12 @@ class ClaimPastItsDeadline(MemoryStore):
         return result
 
 
-async def test_a_claim_answered_after_its_deadline_still_runs_and_settles(
+async def test_a_claim_answered_after_its_deadline_never_runs_and_is_settled_interrupted(
     autojump_clock: Any,
 ) -> None:
-    """The fire's scope is cancelled once the claim returns; the turn must not inherit that."""
+    """A patient store (a write in a thread cannot be called back) answers after its
+    caller's deadline: a claim confirmed after its caller gave up must not start a turn --
+    during a stop that turn would start long after the signal. It is recorded interrupted."""
     wall = WallClock(T0)
     store = ClaimPastItsDeadline()
     agent = ScriptedAgent(wall=wall)
@@ -150,9 +153,11 @@ async def test_a_claim_answered_after_its_deadline_still_runs_and_settles(
         result = await scheduler.fire("hourly", slot)
         scheduler.stop(0)
     assert result.claimed
-    assert result.outcome is Outcome.COMPLETED
-    assert [(f.slot, f.outcome) for f in await store.history("hourly")] == [
-        (slot, Outcome.COMPLETED)
+    assert result.outcome is Outcome.INTERRUPTED
+    assert result.failed == CLAIMED_TOO_LATE
+    assert agent.turns == []
+    assert [(f.slot, f.outcome, f.error) for f in await store.history("hourly")] == [
+        (slot, Outcome.INTERRUPTED, CLAIMED_TOO_LATE)
     ]
 
 

@@ -497,8 +497,12 @@ async def test_failing_turn_reports_its_details(
 
 
 async def test_reply_text_is_neither_logged_nor_stored(
-    autojump_clock: Any, caplog: pytest.LogCaptureFixture, tmp_path: Path
+    mock_clock: Any, caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
+    # The directory store writes in threads: virtual time must not leap to the claim's
+    # deadline while a thread works (a claim answered after it never runs), so it jumps
+    # only once the threads have been idle a moment.
+    mock_clock.autojump_threshold = 0.1
     rig = Rig(
         store=DirectoryStore(tmp_path),
         agent=ScriptedAgent(Complete(duration=1.5, reply="SECRET-REPLY")),

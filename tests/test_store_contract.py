@@ -13,7 +13,7 @@ from trio_routines.gaps import KEEP_GAPS
 from trio_routines.records import ClaimStatus, Gap, GapReason, Outcome
 from trio_routines.store import GapRecords, Store
 from trio_routines.stores import DirectoryStore, open_store
-from trio_routines.wakeups import WakeupRequest
+from trio_routines.wakeups import MAX_PENDING_PER_SESSION, WakeupRequest
 
 T0 = datetime(2026, 7, 7, 10, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -277,6 +277,30 @@ async def test_defer_counts_attempts_up_to_the_ceiling(store: Store) -> None:
 
     assert not await store.defer_wakeup(attrs.evolve(taken, attempts=120), T0 + 4 * HOUR)
     assert await store.list_wakeups() == []
+
+
+async def test_a_deferral_never_takes_a_session_past_its_cap(store: Store) -> None:
+    first = await store.add_wakeup(one_shot(), T0)
+    for _ in range(MAX_PENDING_PER_SESSION - 1):
+        await store.add_wakeup(one_shot(delay=2 * HOUR), T0)
+    other = await store.add_wakeup(one_shot(session="s2"), T0)
+    taken = await store.take_due_wakeup(T0 + HOUR)
+    assert taken == first
+    # While its turn ran (busy), the session filled the place it left.
+    await store.add_wakeup(one_shot(delay=3 * HOUR), T0)
+    assert not await store.defer_wakeup(taken, T0 + 2 * HOUR)
+    pending = await store.list_wakeups()
+    assert sum(w.session == "s1" for w in pending) == MAX_PENDING_PER_SESSION
+    assert first.id not in {w.id for w in pending}
+    # Below the cap, and for another session, a deferral re-queues as before.
+    assert await store.remove_wakeup(pending[0].id, "s1")
+    assert await store.defer_wakeup(taken, T0 + 2 * HOUR)
+    taken = await store.take_due_wakeup(T0 + HOUR)
+    assert taken == other
+    assert await store.defer_wakeup(taken, T0 + 2 * HOUR)
+    pending = await store.list_wakeups()
+    assert sum(w.session == "s1" for w in pending) == MAX_PENDING_PER_SESSION
+    assert [(w.id, w.attempts) for w in pending[-2:]] == [(first.id, 1), (other.id, 1)]
 
 
 async def test_remove_is_scoped_to_the_session(store: Store) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import attrs
 import pytest
 
 from trio_routines.converter import wakeup_from_json, wakeup_to_json
@@ -13,6 +14,7 @@ from trio_routines.wakeups import (
     WakeupRequest,
     added_reply,
     bad_delay_reply,
+    defer_dropped,
     envelope,
     parse_delay,
     plan_add,
@@ -133,10 +135,33 @@ def test_the_cap_message_lists_every_pending_wakeup() -> None:
 def test_deferral_ceiling() -> None:
     wakeup = Wakeup(id="a", session="s", prompt="p", fire_at=NOW, attempts=119)
     later = NOW + timedelta(seconds=30)
-    deferred = plan_defer(wakeup, later)
+    deferred = plan_defer([], wakeup, later)
     assert deferred is not None
     assert (deferred.attempts, deferred.fire_at) == (120, later)
-    assert plan_defer(deferred, later) is None
+    assert plan_defer([], deferred, later) is None
+
+
+def test_a_deferral_is_dropped_when_its_session_is_at_the_cap() -> None:
+    wakeup = Wakeup(id="a", session="s", prompt="p", fire_at=NOW)
+    later = NOW + timedelta(seconds=30)
+
+    def pending(session: str, count: int) -> list[Wakeup]:
+        return [
+            Wakeup(id=f"{session}{i}", session=session, prompt="p", fire_at=later)
+            for i in range(count)
+        ]
+
+    assert plan_defer(pending("s", 20), wakeup, later) is None
+    assert defer_dropped(wakeup) == (
+        "dropped: session busy, and it already has 20 pending wake-ups (the most it may have)"
+    )
+    for kept in (pending("s", 19), pending("t", 40)):
+        deferred = plan_defer(kept, wakeup, later)
+        assert deferred is not None
+        assert deferred.attempts == 1
+    assert defer_dropped(attrs.evolve(wakeup, attempts=120)) == (
+        "dropped after too many busy retries"
+    )
 
 
 def test_texts() -> None:

@@ -62,6 +62,7 @@ STDERR_TAIL_LINES = 5
 
 _SHELL = "/bin/sh"
 _LIFELINE = str(Path(__file__).with_name("lifeline.py"))
+RELEASE = b"r"  # lifeline.RELEASE (that script imports nothing of ours)
 
 
 class EchoAgent:
@@ -132,6 +133,10 @@ class CommandAgent:
             piece = decoder.decode(b"", final=True)
             if piece:
                 yield TextDelta(piece)
+            # The reply is over: the supervisor may now exit with the command (see
+            # lifeline.py). Until now it stayed, even if the shell had exited, because
+            # something the shell left behind held the reply open: the turn was in flight.
+            _release(held)
             status = await process.wait()
             finished = True
             if status == 0:
@@ -141,14 +146,14 @@ class CommandAgent:
                 yield Failed(_describe_status(status) + (f": {tail}" if tail else ""))
         finally:
             if process is not None:
-                await self._end(process, finished)
+                await self._end(process, finished, held)
             for fd in (lifeline, held):
                 if fd >= 0:
                     os.close(fd)
             stdin.close()
             stderr.close()
 
-    async def _end(self, process: trio.Process, finished: bool) -> None:
+    async def _end(self, process: trio.Process, finished: bool, held: int) -> None:
         """Close our pipe; unless the turn ran to its end, end the command's process group.
 
         A turn cut short (cancelled, closed early, or failing in our own code) takes down
@@ -161,6 +166,9 @@ class CommandAgent:
                 await process.stdout.aclose()
             if finished:
                 return
+            # Released, so that the supervisor leaves with the shell and ``wait`` below sees
+            # it; the rest of the group is ours to end, as before.
+            _release(held)
             _signal_group(process.pid, signal.SIGTERM)
             with trio.move_on_after(self.kill_grace) as waited:
                 await process.wait()
@@ -172,6 +180,13 @@ class CommandAgent:
             _signal_group(process.pid, signal.SIGKILL)
             with trio.move_on_after(self.kill_grace):
                 await process.wait()
+
+
+def _release(held: int) -> None:
+    try:
+        os.write(held, RELEASE)
+    except OSError:
+        pass  # the supervisor is gone already: its exit status tells what happened
 
 
 def _is_routine(session: str) -> bool:

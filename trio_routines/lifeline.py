@@ -10,11 +10,16 @@ end lives in the runtime alone (close-on-exec, handed to no other child), so the
 it exactly when the runtime exits, however it exits -- SIGKILL included. This script spawns
 the command in its own group and waits for whichever comes first:
 
-* the command exits: this script exits the same way (same status, or killed by the same
-  signal), so the runtime sees the command's own outcome;
-* the lifeline reads end-of-file: the runtime is gone and nobody will ever read the reply.
-  The whole group gets SIGTERM, up to :data:`GRACE` seconds to leave, then SIGKILL (which
-  ends this script too).
+* the command has exited *and* the runtime has released us (one byte, :data:`RELEASE`, on
+  the lifeline, written once it has read the reply to its end): this script exits the way
+  the command did (same status, or killed by the same signal), so the runtime sees the
+  command's own outcome. Until the release it stays, even after the command exited: what
+  the command left in the group may still hold the reply open (``(sleep 60; echo x) & echo
+  started``), and the turn is in flight until the reply ends -- the group must still die
+  with the runtime then;
+* the lifeline reads end-of-file: the runtime is gone and nobody will ever read the reply
+  (or the runtime ended the turn early). The whole group gets SIGTERM, up to :data:`GRACE`
+  seconds to leave, then SIGKILL (which ends this script too).
 
 Why not ``PR_SET_PDEATHSIG``: Linux sends that signal when the *thread* that forked the child
 exits, not the process, and Trio forks from worker threads that exit after idling; a
@@ -36,6 +41,7 @@ import sys
 import time
 
 GRACE = 1.0  # seconds between SIGTERM and SIGKILL once the runtime is gone
+RELEASE = b"r"  # the runtime read the reply to its end: exit with the command
 
 
 def _ignore(signum: int, frame: object) -> None:
@@ -101,15 +107,23 @@ def main(argv: list[str]) -> None:
     watch = select.poll()
     watch.register(wake_read, select.POLLIN)
     watch.register(lifeline, select.POLLIN)
+    status: int | None = None
+    released = False
     while True:
-        done, status = os.waitpid(child, os.WNOHANG)
-        if done:
+        if status is None:
+            done, ended = os.waitpid(child, os.WNOHANG)
+            if done:
+                status = ended
+        if status is not None and released:
             _exit_like(status)
         for fd, _ in watch.poll():
             if fd == wake_read:
                 os.read(wake_read, 512)
-            elif not os.read(lifeline, 1):  # end-of-file (POLLHUP reads as it too)
+                continue
+            byte = os.read(lifeline, 1)
+            if not byte:  # end-of-file (POLLHUP reads as it too)
                 _end_group(child)
+            released = True
 
 
 if __name__ == "__main__":

@@ -40,8 +40,10 @@ Wake-ups
     refused request. ``take_due_wakeup`` removes (one-shot) or advances (recurring) the first
     due entry in stored order and returns it as it was; two callers never take the same
     occurrence. ``defer_wakeup`` re-queues a busy one-shot at the end, or returns False at the
-    retry ceiling. ``remove_wakeup`` is scoped to a session when one is given. All wake-up
-    calls raise StateFault when the store cannot be read or written.
+    retry ceiling or when its session already has the most pending wake-ups it may have
+    (checked atomically, as an add's: the cap holds across a deferral too). ``remove_wakeup``
+    is scoped to a session when one is given. All wake-up calls raise StateFault when the
+    store cannot be read or written.
 
 Pause
     ``set_paused(routine, paused, at)`` pauses (True) or resumes (False) a routine for every
@@ -60,7 +62,9 @@ Replicas (optional: a store without these gives holds that exclude within one pr
     the kernel or the database server releases it, no clock decides -- and is never
     granted to two holders at once. ``claims_alive(claims)`` says, for each ``(routine,
     slot)``, whether its claim's hold is held now; ``replicas()`` lists every member that
-    joined, each marked alive or not by its own hold. See :mod:`trio_routines.replicas`.
+    joined, each marked alive or not by its own hold; ``open_claims(routines, budget)`` finds
+    the claims still without an outcome, a bounded piece per call, so that every one whose
+    holder is gone is eventually recorded ``interrupted``. See :mod:`trio_routines.replicas`.
 
 Gaps (optional: a store without these records no gaps; every other part works)
     ``record_gap(routine, gap, extends=None)`` adds a :class:`~trio_routines.records.Gap` --
@@ -156,7 +160,8 @@ class Store(Protocol):
         ...
 
     async def defer_wakeup(self, wakeup: Wakeup, fire_at: datetime) -> bool:
-        """Re-queue a busy one-shot at ``fire_at``; False (nothing written) past the ceiling."""
+        """Re-queue a busy one-shot at ``fire_at``; False (nothing written) past the ceiling,
+        or when its session is at the cap of pending wake-ups."""
         ...
 
     async def remove_wakeup(self, wakeup_id: str, session: str | None = None) -> bool:
@@ -216,6 +221,14 @@ class Replicated(Protocol):
 
     async def replicas(self) -> list[ReplicaInfo]:
         """Every member that joined (and was not forgotten), alive or not."""
+        ...
+
+    async def open_claims(self, routines: Sequence[str], budget: int) -> list[tuple[str, Fire]]:
+        """Claims of ``routines`` without an outcome that name their replica, found with at
+        most ``budget`` units of work (a claim read, a directory listed) or through an index.
+        Each call goes on where the last stopped; a claim that stays open is returned again
+        after a while, so repeated calls return every such claim. StateFault when the store
+        cannot be read."""
         ...
 
 

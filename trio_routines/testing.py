@@ -59,6 +59,7 @@ class MemoryStore(Lifetime):
         self.gap_records: dict[str, list[Gap]] = {}
         self._times: dict[str, int] = {}
         self._only: dict[str, str] = {}
+        self._open_after: tuple[str, str] | None = None  # see open_claims
 
     def fail(
         self,
@@ -186,7 +187,7 @@ class MemoryStore(Lifetime):
 
     async def defer_wakeup(self, wakeup: Wakeup, fire_at: datetime) -> bool:
         await self._enter("defer_wakeup")
-        deferred = plan_defer(wakeup, fire_at)
+        deferred = plan_defer(self.wakeups, wakeup, fire_at)
         if deferred is None:
             return False
         self._fault("defer_wakeup")
@@ -257,6 +258,24 @@ class MemoryStore(Lifetime):
             raise StateFault(f"replica id {info.id!r} is in use by a live replica")
         self.members[info.id] = presence
         return presence
+
+    async def open_claims(self, routines: Sequence[str], budget: int) -> list[tuple[str, Fire]]:
+        """Open claims of ``routines`` that name their replica, at most ``budget`` per call,
+        going on after the last one returned and starting over once all were returned."""
+        await self._enter("open_claims")
+        for routine in routines:
+            check_name(routine)
+        self._fault("open_claims")
+        found = sorted(
+            ((routine, name), fire)
+            for routine in set(routines)
+            for name, fire in self.claims.get(routine, {}).items()
+            if fire.outcome is None and fire.replica is not None
+        )
+        after = self._open_after
+        page = [item for item in found if after is None or item[0] > after][:budget]
+        self._open_after = page[-1][0] if len(page) == budget else None
+        return [(routine, fire) for (routine, _), fire in page]
 
     async def claims_alive(self, claims: Sequence[tuple[str, datetime]]) -> list[bool]:
         """For each ``(routine, slot)``, whether the hold of its claim is held now."""

@@ -189,12 +189,29 @@ def take_first_due(pending: Sequence[Wakeup], now: datetime) -> tuple[list[Wakeu
     return list(pending), None
 
 
-def plan_defer(wakeup: Wakeup, fire_at: datetime) -> Wakeup | None:
-    """The re-queued copy of a busy one-shot, or ``None`` once it hit the retry ceiling."""
+def plan_defer(pending: Sequence[Wakeup], wakeup: Wakeup, fire_at: datetime) -> Wakeup | None:
+    """The re-queued copy of a busy one-shot, or ``None`` (dropped): once it hit the retry
+    ceiling, or when its session already has the most pending wake-ups it may have.
+
+    The cap is checked again here because a taken one-shot left the list: while its turn ran
+    the session may have added wake-ups up to the cap, and its return must not exceed it.
+    """
     attempts = (wakeup.attempts or 0) + 1
     if attempts > MAX_ATTEMPTS:
         return None
+    if sum(w.session == wakeup.session for w in pending) >= MAX_PENDING_PER_SESSION:
+        return None
     return attrs.evolve(wakeup, fire_at=fire_at, attempts=attempts)
+
+
+def defer_dropped(wakeup: Wakeup) -> str:
+    """Why :func:`plan_defer` dropped ``wakeup`` (for the log)."""
+    if (wakeup.attempts or 0) + 1 > MAX_ATTEMPTS:
+        return "dropped after too many busy retries"
+    return (
+        f"dropped: session busy, and it already has {MAX_PENDING_PER_SESSION} pending "
+        "wake-ups (the most it may have)"
+    )
 
 
 def remove(

@@ -4,7 +4,9 @@ Every store call a boot makes per routine (its newest claim, the settle of a cla
 the last resume of a routine that would catch up) is made for all routines at once, so that a
 store that batches concurrent calls (the state directory's reads and group commit, the
 PostgreSQL store's queries) serves thousands of routines in a few round trips. A call that
-fails fails the boot with the first failing routine's error, in the routines' order.
+fails fails the boot with the first failing routine's error, in the routines' order -- but
+only after every routine whose claims could be read was reconciled: one routine's damaged
+claims do not leave the others' interrupted fires unreported.
 """
 
 from __future__ import annotations
@@ -23,17 +25,19 @@ from ..instants import format_iso
 from ..records import Fire, Outcome
 from ..routines import catchup_text
 from .gaps import GapRecording, gap_words
+from .openclaims import BOOT_BUDGET, OpenClaims
 from .state import log
 
 BOOT_INTERRUPTED = "the process stopped mid-turn (found unsettled at the next boot)"
 T = TypeVar("T")
 
 
-class Boot(GapRecording):
+class Boot(GapRecording, OpenClaims):
     async def _boot(self, *, plan: bool = True) -> dict[str, datetime]:
         """Reconcile every routine's open claim; with ``plan``, each cron routine's first slot."""
         routines = dict(self.routines)  # update_routines() may change them meanwhile
-        newest = await self._read_newest_claims(routines, tolerant=not plan)
+        unreadable: dict[str, StateFault] = {}
+        newest = await self._read_newest_claims(routines, unreadable, tolerant=not plan)
         latest = {name: fire.fired_at for name, fire in newest.items() if fire is not None}
         open_claims = {
             name: fire
@@ -73,9 +77,13 @@ class Boot(GapRecording):
             )
 
         await _for_each(interrupted, unsettled)
+        await self._reconcile_open(BOOT_BUDGET)  # older claims left open (openclaims.py)
         if not plan:  # an external clock decides every slot
             await self._refresh_paused()  # for statistics
             return {}
+        for name in routines:  # the readable ones are reconciled; now fail, naming the first
+            if name in unreadable:
+                raise unreadable[name]
         current = self.now()
         for name in routines:
             self._note_future_claim(name, newest[name], current)
@@ -138,16 +146,26 @@ class Boot(GapRecording):
         return planned
 
     async def _read_newest_claims(
-        self, routines: Collection[str], *, tolerant: bool = False
+        self,
+        routines: Collection[str],
+        unreadable: dict[str, StateFault],
+        *,
+        tolerant: bool = False,
     ) -> dict[str, Fire | None]:
         """Every routine's newest claim, read concurrently (the store bounds its threads).
 
-        ``tolerant`` (an external-clock boot, which plans nothing from them and reads them
-        only to reconcile): a routine whose newest claim is unreadable is logged and left out
-        instead of failing the boot (docs/design.md).
+        A routine whose newest claim is unreadable is left out of the answer and its fault
+        put in ``unreadable``; ``tolerant`` (an external-clock boot, which plans nothing from
+        them and reads them only to reconcile) also logs it, and the boot goes on
+        (docs/design.md).
         """
-        on_fault = _not_reconciled if tolerant else None
-        newest = await _for_each(self._latest_fire, routines, on_fault=on_fault)
+
+        def fault(name: str, exc: StateFault) -> None:
+            unreadable[name] = exc
+            if tolerant:
+                _not_reconciled(name, exc)
+
+        newest = await _for_each(self._latest_fire, routines, on_fault=fault)
         for name, fire in newest.items():  # /metrics' last success, before this boot
             if fire is not None and fire.outcome is Outcome.COMPLETED:
                 self.metrics.succeeded(name, _ended(fire))

@@ -226,7 +226,7 @@ class StoreCalls(SchedulerState):
         routine: str,
         slot: datetime,
         outcome: Outcome,
-        ms: int,
+        ms: int | None,
         error: str | None,
         within: trio.CancelScope,
     ) -> None:
@@ -257,7 +257,7 @@ class StoreCalls(SchedulerState):
         routine: str,
         slot: datetime,
         outcome: Outcome,
-        ms: int,
+        ms: int | None,
         error: str | None,
         give_up: float,
     ) -> None:

@@ -21,6 +21,8 @@ from .calls import StoreCalls
 from .holds import TurnHold
 from .state import LOST_HOLD, FireResult, NotOnGrid, NotYetDue, Stopping, busy_reason, log, on_grid
 
+CLAIMED_TOO_LATE = "claimed only after the store's deadline (its caller had given up): not run"
+
 
 class FirePath(StoreCalls):
     async def fire(
@@ -136,16 +138,33 @@ class FirePath(StoreCalls):
                     if claim.status is not ClaimStatus.TAKEN:
                         return self._refused(name, slot, claim)
                     if scope.cancel_called:
-                        # The deadline passed just as the claim returned: the scope is
-                        # cancelled, and the turn and its settle go on in a scope of their own.
+                        # The store answered after the claim's deadline (a stalled disk, a
+                        # stop's bound): a claim confirmed after its caller gave up must not
+                        # start a turn, that late and perhaps during a stop. It is recorded.
                         with trio.CancelScope(shield=True) as scope:
-                            return await self._turn_and_settle(routine, slot, scope, hold)
+                            return await self._claimed_too_late(name, slot, scope)
                     return await self._turn_and_settle(routine, slot, scope, hold)
                 finally:
                     hold.release()
             raise self._no_answer(f"could not claim slot {format_iso(slot)} of {name!r}")
         finally:
             self._in_flight.value -= 1
+
+    async def _claimed_too_late(
+        self, name: str, slot: datetime, scope: trio.CancelScope
+    ) -> FireResult:
+        log.warning(
+            "%s: slot %s was claimed only after the store's deadline — not run; "
+            "recorded as interrupted",
+            name,
+            format_iso(slot),
+            extra={"routine": name, "slot": slot, "replica": self.replica},
+        )
+        await self._settle(name, slot, Outcome.INTERRUPTED, None, CLAIMED_TOO_LATE, scope)
+        self._outcomes[Outcome.INTERRUPTED.value] += 1
+        return FireResult(
+            name, slot, claimed=True, outcome=Outcome.INTERRUPTED, failed=CLAIMED_TOO_LATE
+        )
 
     def _refused(self, name: str, slot: datetime, claim: ClaimResult) -> FireResult:
         """Log and count a slot not claimed: paused, a duplicate, or stale."""

@@ -22,14 +22,14 @@ from ..errors import StateFault
 from ..instants import format_iso
 from ..records import Outcome
 from .boot import _for_each
-from .calls import StoreCalls
+from .openclaims import WATCH_BUDGET, OpenClaims
 from .state import log
 
 WATCH_AT_LEAST = 1.0  # seconds between two looks, whatever the poll interval
 SWEPT_INTERRUPTED = "its replica stopped mid-turn (found by a live replica)"
 
 
-class Members(StoreCalls):
+class Members(OpenClaims):
     async def _watch_presence(self) -> None:
         """Run for as long as the loops do (see the module doc)."""
         while True:
@@ -45,6 +45,7 @@ class Members(StoreCalls):
                 with self._bounded():
                     await presence.beat(int(self._in_flight.value), self.now())
                 await self._sweep()
+                await self._reconcile_open(WATCH_BUDGET)
             except StateFault as exc:
                 log.warning("replica %s: the store did not answer the watch: %s", self.replica, exc)
 

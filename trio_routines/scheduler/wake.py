@@ -9,7 +9,7 @@ import trio
 from ..context import FireContext
 from ..errors import StateFault
 from ..records import Wakeup
-from ..wakeups import envelope
+from ..wakeups import defer_dropped, envelope
 from .clock import ClockWatch
 from .fire import FirePath
 from .restarts import RESTART_FIRST, Restarts
@@ -75,4 +75,4 @@ class WakeLoop(FirePath, ClockWatch, Restarts):
         if await self._defer_wakeup(wakeup, retry_at):
             log.info("%s: session busy — retrying next poll", label)
         else:
-            log.error("%s: dropped after too many busy retries", label)
+            log.error("%s: %s", label, defer_dropped(wakeup))

@@ -61,6 +61,7 @@ from .dirholds import DirectoryPresence, keys_alive, read_replicas
 from .dirwakeups import WakeupsInFile
 from .groupcommit import SYNCFS, Batch, Descriptors, GroupCommit
 from .newest import BatchedReads, in_threads
+from .openscan import OpenScan
 from .safefile import (
     at,
     describe,
@@ -83,6 +84,8 @@ WRITE_BATCH = 256
 PROCESS_AT = 64
 #: Writer processes started before threads write for good (each start after one ended).
 MAX_STARTS = 4
+#: A write (a batch, a flush) under way this long makes the store not ready (``ready``).
+STALLED_AFTER = 10.0
 
 
 class DirectoryStore(WakeupsInFile, Lifetime):
@@ -122,6 +125,10 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         self._syncfs = syncfs
         self._commit = GroupCommit(syncfs) if syncfs is not None else None
         self._wakeups = WakeupFile(self.root, lock_timeout)
+        self._wakeup_turns = trio.Lock()
+        self._open_scan = OpenScan(self._files)
+        self._writes_begun: dict[object, float] = {}  # thread batches under way (ready())
+        self._open_scanning = trio.Lock()  # one walk at a time (openscan.py)
         self._limiter = limiter or trio.CapacityLimiter(16)
         self._newest = BatchedReads(in_threads(self.latest_fire_sync, self._run))
         # patient: a write in a worker thread cannot be called back, so its caller hears
@@ -161,7 +168,12 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         if len(items) >= PROCESS_AT:
             self._start_writer()
         async with self._writer.hold(urgent=urgent):
-            return await self._run(fn, items)
+            token = object()
+            self._writes_begun[token] = trio.current_time()
+            try:
+                return await self._run(fn, items)
+            finally:
+                del self._writes_begun[token]
 
     async def _submit(self, op: str, item: I, batcher: Batcher[I, Covered[Written[T]]]) -> Call:
         """A claim or settle written by the writer process if it is up, else by a thread."""
@@ -360,8 +372,24 @@ class DirectoryStore(WakeupsInFile, Lifetime):
             ) from None
 
     async def ready(self) -> None:
+        stalled = self._stalled_for()
+        if stalled is not None and stalled > STALLED_AFTER:
+            raise StateFault(
+                f"the state directory's writes have not answered for {stalled:.0f}s "
+                f"(a stalled disk, or a stopped writer process): {self.root}"
+            )
         # Abandoned on cancel: a hung file system must not hold the caller past its deadline.
         await trio.to_thread.run_sync(self._ready, limiter=self._limiter, abandon_on_cancel=True)
+
+    def _stalled_for(self) -> float | None:
+        """How long the oldest write under way (a batch in a thread or in the writer process,
+        a flush) has waited, if one is: what a stat of the directory cannot see."""
+        begun = list(self._writes_begun.values())
+        if self._process is not None and (sent := self._process.waiting_since()) is not None:
+            begun.append(sent)
+        if self._commit is not None and self._commit.flushing_since is not None:
+            begun.append(self._commit.flushing_since)
+        return trio.current_time() - min(begun) if begun else None
 
     def _ready(self) -> None:
         # The claims directory, or the nearest parent that will hold it once the first claim
@@ -400,6 +428,17 @@ class DirectoryStore(WakeupsInFile, Lifetime):
             return await self._run(keys_alive, self.root, own, keys)
         except OSError as exc:
             raise StateFault(f"the holds of {self.root} are unreadable: {describe(exc)}") from None
+
+    async def open_claims(self, routines: Sequence[str], budget: int) -> list[tuple[str, Fire]]:
+        """Open claims of ``routines`` that name their replica, a bounded walk at a time:
+        at most ``budget`` directories listed and claims read per call (openscan.py)."""
+        async with self._open_scanning:
+            try:
+                return await self._run(self._open_scan.step, list(routines), budget)
+            except OSError as exc:
+                raise StateFault(
+                    f"the open claims in {self._claims} are unreadable: {describe(exc)}"
+                ) from None
 
     async def replicas(self) -> list[ReplicaInfo]:
         """Every member that joined (and was not forgotten), each marked alive or not."""

@@ -128,6 +128,7 @@ class GroupCommit:
         self._flushing = False
         self._limiter = trio.CapacityLimiter(1)
         self.flushes = 0  # how many flushes ran (tests and benchmarks look)
+        self.flushing_since: float | None = None  # Trio time the running flush began
 
     async def durable(self, device: int, fd: int, ticket: int) -> None:
         """Return once a flush that started after this call covered ``device``.
@@ -180,12 +181,14 @@ class GroupCommit:
         batch, self._next = self._next, None
         assert batch is not None
         batch.error = OSError(errno.EIO, "the flush did not complete")
+        self.flushing_since = trio.current_time()
         try:
             batch.error = await trio.to_thread.run_sync(
                 self._flush_all, [fd for _, fd in batch.fds.values()], limiter=self._limiter
             )
         finally:
             self._flushing = False
+            self.flushing_since = None
             self.flushes += 1
             for _, fd in batch.fds.values():
                 os.close(fd)

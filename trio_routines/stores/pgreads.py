@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import psycopg
@@ -68,6 +68,35 @@ def history(conn: Conn, _call: Call, schema: Schema, where: str, routine: str) -
     """Every kept claim of ``routine``, oldest first."""
     query = f"SELECT {_COLUMNS} FROM {{claims}} WHERE routine = %s ORDER BY slot"
     return [_fire(routine, row, where) for row in conn.execute(schema.sql(query), (routine,))]
+
+
+_OPEN = f"""SELECT routine, {_COLUMNS} FROM {{claims}}
+    WHERE outcome IS NULL AND replica IS NOT NULL
+    AND routine IN (SELECT jsonb_array_elements_text(%s::jsonb))
+    AND (routine, slot) > (%s, %s)
+    ORDER BY routine, slot LIMIT %s"""
+
+
+def open_claims(
+    conn: Conn,
+    _call: Call,
+    schema: Schema,
+    where: str,
+    routines: list[str],
+    after: tuple[str, datetime] | None,
+    limit: int,
+) -> list[tuple[str, Fire]]:
+    """Up to ``limit`` open claims naming a replica, of ``routines``, after ``after`` in
+    (routine, slot) order: the partial index of open claims finds them without reading the
+    settled ones."""
+    start = after if after is not None else ("", datetime.min.replace(tzinfo=UTC))
+    found = []
+    for routine, *row in conn.execute(schema.sql(_OPEN), (_json(routines), *start, limit)):
+        try:
+            found.append((routine, _fire(routine, tuple(row), where)))
+        except Exception:  # a row history would read as damaged: nothing to settle here
+            continue
+    return found
 
 
 def newest_fires(

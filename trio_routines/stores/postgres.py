@@ -63,7 +63,7 @@ from .newest import BatchedReads
 from .pgclaims import ClaimItem, SettleItem, claim_batch, settle_batch, taken_too_late
 from .pgconn import Call, CallFault, Connections
 from .pgholds import PostgresPresence, holds_alive, replica_rows
-from .pgreads import BATCH, READERS, history, newest_fires, read_batch, resumes
+from .pgreads import BATCH, READERS, history, newest_fires, open_claims, read_batch, resumes
 from .pgschema import CLAIM_LOCK as CLAIM_LOCK
 from .pgschema import GAP_LOCK, SESSION_LOCK, Schema
 from .pgschema import SCHEMA_VERSION as SCHEMA_VERSION
@@ -142,6 +142,7 @@ class PostgresStore(Lifetime):
         self._resumes: BatchedReads[datetime | None] = self._reads(
             resumes, "the resume of {routine} is unreadable"
         )
+        self._open_after: tuple[str, datetime] | None = None  # see open_claims
 
     def _reads(self, read: Any, unreadable: str) -> BatchedReads[Any]:
         batch = functools.partial(read_batch, self._conns, self._tables, read, unreadable)
@@ -357,23 +358,26 @@ class PostgresStore(Lifetime):
 
     def _add(self, conn: Conn, _call: Call, request: WakeupRequest, now: datetime) -> Wakeup:
         with conn.transaction():
-            conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))",
-                (SESSION_LOCK, request.session),
-            )
-            rows = conn.execute(
-                self._tables.sql(f"SELECT {_WAKEUP_COLUMNS} FROM {{wakeups}} WHERE session = %s"),
-                (request.session,),
-            ).fetchall()
-            mine = []
-            for row in rows:
-                try:
-                    mine.append(_wakeup(row))
-                except (ValueError, TypeError):
-                    continue  # dropped by the next take; it does not count against the cap
-            wakeup = plan_add(mine, request, now)
+            wakeup = plan_add(self._sessions_wakeups(conn, request.session), request, now)
             self._insert(conn, _call, wakeup)
         return wakeup
+
+    def _sessions_wakeups(self, conn: Conn, session: str) -> list[Wakeup]:
+        """The session's pending wake-ups, under its lock until the transaction ends."""
+        conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", (SESSION_LOCK, session)
+        )
+        rows = conn.execute(
+            self._tables.sql(f"SELECT {_WAKEUP_COLUMNS} FROM {{wakeups}} WHERE session = %s"),
+            (session,),
+        ).fetchall()
+        mine = []
+        for row in rows:
+            try:
+                mine.append(_wakeup(row))
+            except (ValueError, TypeError):
+                continue  # dropped by the next take; it does not count against the cap
+        return mine
 
     def _insert(self, conn: Conn, _call: Call, wakeup: Wakeup) -> None:
         conn.execute(
@@ -418,11 +422,15 @@ class PostgresStore(Lifetime):
                 return taken
 
     async def defer_wakeup(self, wakeup: Wakeup, fire_at: datetime) -> bool:
-        deferred = plan_defer(wakeup, fire_at)
-        if deferred is None:
-            await trio.lowlevel.checkpoint()
-            return False
-        await self._conns.run(f"could not re-queue wake-up {wakeup.id}", self._insert, deferred)
+        what = f"could not re-queue wake-up {wakeup.id}"
+        return await self._conns.run(what, self._defer, wakeup, fire_at)
+
+    def _defer(self, conn: Conn, call: Call, wakeup: Wakeup, fire_at: datetime) -> bool:
+        with conn.transaction():  # under the session's lock, as an add: the cap holds
+            deferred = plan_defer(self._sessions_wakeups(conn, wakeup.session), wakeup, fire_at)
+            if deferred is None:
+                return False
+            self._insert(conn, call, deferred)
         return True
 
     async def remove_wakeup(self, wakeup_id: str, session: str | None = None) -> bool:
@@ -469,6 +477,18 @@ class PostgresStore(Lifetime):
         """For each ``(routine, slot)``, whether the hold of its claim is held now."""
         keys = [claim_key(routine, slot) for routine, slot in claims]
         return await self._conns.run("could not read the holds", holds_alive, self._tables, keys)
+
+    async def open_claims(self, routines: Sequence[str], budget: int) -> list[tuple[str, Fire]]:
+        """Open claims of ``routines`` that name their replica, at most ``budget`` per call,
+        going on after the last one returned and starting over once all were returned."""
+        for routine in routines:
+            check_name(routine)
+        what = "the open claims are unreadable"
+        names = list(routines)
+        args = (self._tables, self._conns.where, names, self._open_after, budget)
+        found: list[tuple[str, Fire]] = await self._conns.run(what, open_claims, *args)
+        self._open_after = (found[-1][0], found[-1][1].slot) if len(found) == budget else None
+        return found
 
     async def replicas(self) -> list[ReplicaInfo]:
         """Every member that joined (and was not forgotten), each marked alive or not."""

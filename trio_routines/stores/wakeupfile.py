@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -60,6 +61,12 @@ RACY_NS = 2_000_000_000  # a file changed this recently may change again unseen 
 
 Key = tuple[int, int, int, int]
 
+# The lock files this process holds through a WakeupFile, by (device, inode): a writer that
+# times out can then say truthfully whether the holder is this process (another store object
+# on the same directory) or another one.
+_held: set[tuple[int, int]] = set()
+_held_guard = threading.Lock()
+
 
 class TooLarge(StateFault):
     """Raised when a write would make ``wakeups.json`` larger than :data:`MAX_BYTES`."""
@@ -90,8 +97,14 @@ class WakeupFile:
         try:
             fd = self._open_lock(directory)
             try:
-                self._acquire(fd)
-                yield directory
+                identity = self._acquire(fd)
+                with _held_guard:
+                    _held.add(identity)
+                try:
+                    yield directory
+                finally:
+                    with _held_guard:
+                        _held.discard(identity)
             finally:
                 os.close(fd)  # closing the last descriptor releases the lock
         finally:
@@ -112,18 +125,29 @@ class WakeupFile:
                 f"cannot lock the wake-up store {self.lock_path}: {describe(exc)}"
             ) from None
 
-    def _acquire(self, fd: int) -> None:
+    def _acquire(self, fd: int) -> tuple[int, int]:
+        """Lock ``fd``; the lock file's (device, inode)."""
         try:
+            info = os.fstat(fd)
             locked = lock_within(fd, self.lock_timeout)
         except OSError as exc:
             raise StateFault(
                 f"cannot lock the wake-up store {self.lock_path}: {describe(exc)}"
             ) from None
+        identity = (info.st_dev, info.st_ino)
         if not locked:
+            with _held_guard:
+                ours = identity in _held
+            holder = (
+                "another store object of this process on the same directory holds it"
+                if ours
+                else "another process holds it"
+            )
             raise StateFault(
                 f"the wake-up store {self.lock_path} stayed locked for "
-                f"{self.lock_timeout:g}s — another process holds it"
+                f"{self.lock_timeout:g}s — {holder}"
             )
+        return identity
 
     def load(
         self, directory: int | None = None, *, cached: bool = False

@@ -18,8 +18,13 @@ processes). The flush itself stays in this process.
 Nothing the child does is waited for without a bound: a reply that does not come within
 :data:`REPLY_TIMEOUT` (a stalled disk, a stopped child) and a child that dies fail that batch
 with a :class:`~trio_routines.errors.StateFault` per item -- a claim never fires then; if its
-file was made, its slot is burned and the next boot records it interrupted, as after a
-crash -- and the child is killed; the next batch starts a new one. The child ignores SIGINT
+file was made, its slot is burned and recorded interrupted (by the next boot, or by the
+reconcile of open claims, scheduler/openclaims.py), as after a crash -- and the child is
+killed; the next batch starts a new one. A caller cancelled while its batch is in flight
+(its deadline passed, or a stop's grace ran out) gives up at once, and so does this end:
+the child is taken for stalled, killed, and every batch in flight fails as above. Waiting
+for its reply instead would hold a stop for up to :data:`REPLY_TIMEOUT`, and a claim
+answered after its caller left must not start a turn anyway. The child ignores SIGINT
 (Ctrl-C reaches the whole process group: the parent decides) and exits when its socket
 closes, so it never outlives the store's process for longer than its current batch.
 """
@@ -43,7 +48,7 @@ import attrs
 import trio
 
 from ..errors import StateFault
-from .groupcommit import Descriptors, GroupCommit, uncancellable
+from .groupcommit import Descriptors, GroupCommit
 from .writerwire import LENGTH, READY
 from .writerwire import receive as _receive  # one name, so that tests can hold replies
 
@@ -54,6 +59,7 @@ _ABORT_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
 
 #: How long a batch may take in the child before it is given up (a stalled disk).
 REPLY_TIMEOUT = 60.0
+GIVEN_UP = "was given up (a caller could not wait for its answer: a deadline, or a stop)"
 
 
 def command() -> list[str]:
@@ -76,11 +82,12 @@ class Call:
 
     __slots__ = (
         *("done", "error", "flush", "gave_up", "in_flight", "item", "later", "task", "value"),
-        "threaded",
+        *("owner", "threaded"),
     )
 
-    def __init__(self, item: Any) -> None:
+    def __init__(self, item: Any, owner: WriterProcess | None = None) -> None:
         self.item = item
+        self.owner = owner  # the writer process its batch goes to
         self.threaded = False  # written by a thread of the store instead (see directory.py)
         self.task: trio.lowlevel.Task | None = None
         self.in_flight = self.gave_up = self.done = False
@@ -91,12 +98,12 @@ class Call:
 
     def __call__(self, _: Any) -> trio.lowlevel.Abort:
         """The abort of a parked caller: before its batch is sent it leaves it (``_seal``
-        skips it); after, it is patient (see batch.py): its answer comes, its cancellation
-        after."""
-        if self.in_flight:
-            return _ABORT_FAILED
+        skips it); after, it leaves all the same, and the writer process is given up (see
+        the module doc)."""
         self.gave_up = True
         self.task = None
+        if self.in_flight and self.owner is not None:
+            self.owner.give_up_soon()
         return _ABORT_SUCCEEDED
 
     def fail(self, error: Exception) -> None:
@@ -117,6 +124,7 @@ class _Batch:
     sent: bool = False
     end: int = 0  # how many bytes were queued once its request was
     leader: trio.lowlevel.Task | None = None  # parked until its batch is the oldest in flight
+    sent_at: float = 0.0  # Trio time it was queued for the child
 
 
 class WriterProcess:
@@ -148,6 +156,7 @@ class WriterProcess:
         self._ended: list[subprocess.Popen[bytes]] = []  # killed, not yet reaped
         self._sock: socket.socket | None = None
         self._ready = False
+        self._giving_up = False  # a give_up_soon() is on its way
         self.started = 0  # how many children were started (tests look)
         self.batches = 0  # how many batches were sent
 
@@ -202,15 +211,15 @@ class WriterProcess:
         """One item written by the child, batched with the items that arrive with it: its
         answered :class:`Call`. Raises its error; :class:`Unsent` if the child was gone before
         its batch could be sent (nothing was written)."""
-        call = Call(item)
+        call = Call(item, self)
         batch = self._open.get(op)
         if batch is None:  # the first: it leads this batch
             batch = self._open[op] = _Batch(op, [call])
-            with trio.CancelScope(shield=True):  # bounded by REPLY_TIMEOUT
+            with trio.CancelScope(shield=True):  # one checkpoint: the batch is sent whatever
                 await trio.lowlevel.checkpoint()  # the rest of the herd joins
                 if not batch.sent:
                     self._seal(batch)
-                await self._lead(batch)
+            await self._lead(batch)
         else:
             batch.calls.append(call)
             if len(batch.calls) >= self.max_batch:
@@ -241,6 +250,7 @@ class WriterProcess:
         self._out += LENGTH.pack(len(data)) + data
         self._queued += LENGTH.size + len(data)
         batch.end = self._queued
+        batch.sent_at = trio.current_time()
         self._flight.append(batch)
         self.batches += 1
         self._push()
@@ -258,10 +268,15 @@ class WriterProcess:
     async def _lead(self, batch: _Batch) -> None:
         """Wait until ``batch`` is the oldest in flight, then read its reply and answer it
         (the child answers in order; one reader at a time)."""
-        first = batch.calls[0]  # the leader's own: never gives up (it is shielded)
+        first = batch.calls[0]  # the leader's own
+
+        def abort(raise_cancel: Any) -> trio.lowlevel.Abort:
+            batch.leader = None
+            return first(raise_cancel)  # cancelled: it gives up, as any caller
+
         while not first.done and self._flight[0] is not batch:
             batch.leader = trio.lowlevel.current_task()
-            await trio.lowlevel.wait_task_rescheduled(uncancellable)  # shielded anyway
+            await trio.lowlevel.wait_task_rescheduled(abort)
         if first.done:
             return  # unsent, or failed with the batches before it
         sock = self._sock
@@ -275,6 +290,10 @@ class WriterProcess:
                     self._push()
                 payload, fds = await _receive(sock)
             values, laters, errors, held = self._decode(payload, fds, len(batch.calls))
+        except trio.Cancelled:
+            first.gave_up = True
+            self._fail(GIVEN_UP, batch)
+            raise
         except (Exception, trio.TooSlowError) as exc:
             why = "did not answer in time" if isinstance(exc, trio.TooSlowError) else "ended"
             self._fail(f"{why} ({exc})" if why == "ended" else why, batch)
@@ -315,6 +334,21 @@ class WriterProcess:
             log.log(level, "%s", message)
         pairs = zip(devices, fds, strict=True)
         return values, laters, errors, {device: (ticket, fd) for (device, ticket), fd in pairs}
+
+    def waiting_since(self) -> float | None:
+        """When the oldest batch still unanswered was sent (Trio time), if one is."""
+        return self._flight[0].sent_at if self._flight else None
+
+    def give_up_soon(self) -> None:
+        """A caller in flight left: give the child up as soon as the abort is over."""
+        if not self._giving_up:
+            self._giving_up = True
+            trio.lowlevel.current_trio_token().run_sync_soon(self._give_up)
+
+    def _give_up(self) -> None:
+        self._giving_up = False
+        if self._flight:
+            self._fail(GIVEN_UP, self._flight[0])
 
     def _fail(self, why: str, batch: _Batch) -> None:
         """The child failed ``batch``: stop it, and fail every batch in flight."""

@@ -1,0 +1,157 @@
+"""Every open claim whose holder is gone is recorded interrupted, not only the newest:
+``Store.open_claims`` over every store, the boot and the watch under virtual time, and a
+state directory left by dead processes under a real ``serve``."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import trio
+from procs import Env, wait_for
+from scheduler_rig import at, rig
+
+from trio_routines import Outcome, Routine
+from trio_routines.instants import format_iso, slot_name
+from trio_routines.replicas import ReplicaInfo, claim_key
+from trio_routines.scheduler.openclaims import OPEN_INTERRUPTED
+from trio_routines.store import Store
+from trio_routines.testing import MemoryStore
+
+T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
+MINUTE = timedelta(minutes=1)
+
+
+async def _seed(store: Store) -> set[tuple[str, datetime]]:
+    """Claims of "a" and "b": open or settled, naming a replica or not. The open ones that
+    name one, which ``open_claims`` must find."""
+    for i in range(6):
+        await store.claim("a", T0 + i * MINUTE, T0 + i * MINUTE, replica="gone")
+    for i in (0, 2, 5):
+        await store.settle("a", T0 + i * MINUTE, Outcome.COMPLETED, 1)
+    await store.claim("b", T0, T0)  # names no replica: an older version's, never reported
+    await store.claim("b", T0 + MINUTE, T0 + MINUTE, replica="gone")
+    await store.claim("c", T0, T0, replica="gone")  # not one of the routines asked about
+    return {("a", T0 + i * MINUTE) for i in (1, 3, 4)} | {("b", T0 + MINUTE)}
+
+
+async def test_open_claims_naming_a_replica_are_found(store: Store) -> None:
+    expected = await _seed(store)
+    found = await store.open_claims(["a", "b"], 10_000)  # type: ignore[attr-defined]
+    assert {(name, fire.slot) for name, fire in found} == expected
+    assert all(fire.outcome is None and fire.replica == "gone" for _, fire in found)
+
+
+async def test_open_claims_are_found_a_bounded_piece_per_call_and_all_in_the_end(
+    store: Store,
+) -> None:
+    expected = await _seed(store)
+    seen: set[tuple[str, datetime]] = set()
+    for _ in range(60):
+        found = await store.open_claims(["a", "b"], 1)  # type: ignore[attr-defined]
+        assert len(found) <= 1
+        seen |= {(name, fire.slot) for name, fire in found}
+    assert seen == expected
+    # Settled since: no longer found, however many times the store is asked.
+    for name, slot in expected:
+        await store.settle(name, slot, Outcome.INTERRUPTED, None, if_unsettled=True)
+    for _ in range(60):
+        assert await store.open_claims(["a", "b"], 1) == []  # type: ignore[attr-defined]
+
+
+async def test_a_claim_found_open_is_found_again_on_a_later_pass_until_settled(
+    store: Store,
+) -> None:
+    await store.claim("a", T0, T0, replica="gone")
+    await store.claim("a", T0 + MINUTE, T0 + MINUTE, replica="gone")
+    await store.settle("a", T0 + MINUTE, Outcome.COMPLETED, 1)
+    passes = 0
+    for _ in range(20):
+        found = await store.open_claims(["a"], 1)  # type: ignore[attr-defined]
+        passes += [(n, f.slot) for n, f in found] == [("a", T0)]
+    assert passes >= 2  # a held claim is looked at again, pass after pass
+
+
+def _fires(store: MemoryStore, name: str) -> list[tuple[datetime, Outcome | None, str | None]]:
+    return [(f.slot, f.outcome, f.error) for f in store.claims[name].values()]
+
+
+async def test_a_boot_records_older_open_claims_of_dead_holders_and_leaves_held_ones(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = MemoryStore()
+    routine = Routine(name="hourly", prompt="p", cron="0 * * * *")
+    for hour in (7, 8, 9):  # 07:00 and 08:00 left open: a read-only disk, a dead writer
+        await store.claim("hourly", at(hour), at(hour), replica="old")
+    await store.settle("hourly", at(9), Outcome.COMPLETED, 5)
+    live = await store.join(ReplicaInfo("live", "1", "h", 1, T0, T0))
+    assert await live.take([claim_key("hourly", at(8))]) == [True]  # running there, still
+    scheduler, _, _, _ = rig(routine, store=store, wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        scheduler.stop()
+    assert _fires(store, "hourly")[:3] == [
+        (at(7), Outcome.INTERRUPTED, OPEN_INTERRUPTED),
+        (at(8), None, None),
+        (at(9), Outcome.COMPLETED, None),
+    ]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == [
+        "hourly: the fire of slot 2026-07-07T07:00:00.000Z claimed at "
+        "2026-07-07T07:00:00.000Z by replica old never finished and its holder is gone; "
+        "recorded as interrupted"
+    ]
+
+
+async def test_the_watch_records_an_open_claim_whose_holder_died_since_the_boot(
+    autojump_clock: Any,
+) -> None:
+    store = MemoryStore()
+    routine = Routine(name="daily", prompt="p", cron="0 9 * * *")
+    await store.claim("daily", at(8), at(8), replica="other")  # another replica's turn
+    await store.claim("daily", at(9), at(9), replica="other")  # later slots went on
+    await store.settle("daily", at(9), Outcome.COMPLETED, 5)
+    other = await store.join(ReplicaInfo("other", "1", "h", 1, T0, T0))
+    assert await other.take([claim_key("daily", at(8))]) == [True]
+    scheduler, _, _, _ = rig(routine, store=store, wakeups=False, poll_interval=30)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(120)
+        assert store.claims["daily"][slot_name(at(8))].outcome is None  # held: left to it
+        await other.release([claim_key("daily", at(8))])  # its holder is gone now
+        await trio.sleep(120)
+        scheduler.stop()
+    assert store.claims["daily"][slot_name(at(8))].outcome is Outcome.INTERRUPTED
+
+
+@pytest.mark.slow
+def test_serve_records_the_older_open_claims_dead_processes_left_in_a_state_directory(
+    env: Env,
+) -> None:
+    # As a SIGKILLed writer child or a read-only remount leaves them: claims that name their
+    # replica, no outcome, no hold, and later slots of the routine settled above them.
+    env.routine("minutely", cron="* * * * *")
+    claims = env.state / "schedule" / "claims" / "minutely"
+    claims.mkdir(parents=True)
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    left = [now - timedelta(minutes=m) for m in (30, 20, 10)]
+    for slot in left:
+        record = {"firedAt": format_iso(slot), "replica": "dead-host:1"}
+        (claims / slot_name(slot)).write_text(json.dumps(record))
+    newest = now - timedelta(minutes=5)
+    record = {"firedAt": format_iso(newest), "outcome": "completed", "ms": 3}
+    (claims / slot_name(newest)).write_text(json.dumps(record))
+    serve = env.start("serve", "--agent", "echo")
+
+    def recorded() -> bool:
+        outcomes = [json.loads((claims / slot_name(s)).read_text()).get("outcome") for s in left]
+        return outcomes == ["interrupted"] * 3
+
+    try:
+        wait_for(recorded, 30, "the older open claims to be recorded interrupted")
+    finally:
+        serve.terminate()
+        serve.wait(30)

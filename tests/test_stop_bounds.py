@@ -1,0 +1,108 @@
+"""A stop ends within its grace plus a small bound whatever the state directory does: real
+processes, a writer child stopped with SIGSTOP while a herd's claims are in it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+from procs import Env, wait_for
+
+from trio_routines.errors import StateFault
+from trio_routines.instants import format_iso
+from trio_routines.stores import directory
+from trio_routines.stores.directory import DirectoryStore
+
+ROUTINES = 120  # more than a boot that starts the writer process reads (PROCESS_AT)
+#: What a stop may take beyond its grace here: the stop's margin (2 s), closing the store
+#: (a killed child reaped within 5 s), the interpreter's exit. docs/design.md has the bound.
+BEYOND_GRACE = 20.0
+
+
+def writer_child(parent: int) -> int | None:
+    """The pid of ``parent``'s writer process, if it runs."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rpartition(")")[2].split()[1])
+        if ppid == parent and b"writerchild" in command:
+            return int(entry.name)
+    return None
+
+
+@pytest.mark.slow
+def test_sigterm_with_a_stopped_writer_child_exits_within_the_grace_and_fires_nothing(
+    env: Env,
+) -> None:
+    for i in range(ROUTINES):
+        env.routine(f"m{i:03}", cron="* * * * *")
+    serve = env.serve("echo", "--grace", "2")
+    child = wait_for(lambda: writer_child(serve.pid), 30, "the writer process")
+    # Up (it says so once it has imported, ~0.3 s) before it is stopped: else threads write,
+    # and the log's "given up" below would be missing.
+    time.sleep(3)
+    os.kill(child, signal.SIGSTOP)
+    try:
+        # The next minute's herd: its claims go to the stopped child and are never answered.
+        now = datetime.now(UTC)
+        herd = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+        time.sleep((herd - now).total_seconds() + 3)
+        stopped_at = time.monotonic()
+        serve.send_signal(signal.SIGTERM)
+        # Without a bound of ours this waits for the writer's reply timeout (60 s).
+        serve.wait(timeout=2 + BEYOND_GRACE)
+        took = time.monotonic() - stopped_at
+    finally:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert serve.returncode == 0, env.log()
+    # No claim of the stalled herd was confirmed, so none of its turns ran.
+    herd_slot = format_iso(herd)
+    for i in range(0, ROUTINES, 17):
+        for fire in env.history(f"m{i:03}"):
+            if fire["slot"] == herd_slot:
+                assert fire.get("outcome") != "completed", fire
+    assert "writer process was given up" in env.log()
+    print(f"SIGTERM to exit: {took:.1f}s")  # for the record, not asserted
+
+
+async def test_the_store_is_not_ready_while_a_write_goes_unanswered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stat of the directory still answers; the claim in the stopped writer does not.
+    monkeypatch.setattr(directory, "STALLED_AFTER", 0.2)
+    hang = [sys.executable, str(Path(__file__).with_name("writers.py")), "hang"]
+    async with DirectoryStore(tmp_path, writer_process=hang) as store:
+        await store.ready()
+        for i in range(directory.PROCESS_AT):  # as a boot: the writer process starts
+            await store.latest_fire(f"r{i:04}")
+        process = store._process
+        assert process is not None
+        with trio.fail_after(30):
+            while not process.ready():  # noqa: ASYNC110 -- another process, not a Trio task
+                await trio.sleep(0.01)
+        slot = datetime(2026, 7, 7, 9, tzinfo=UTC)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.claim, "r0", slot, slot)
+            await trio.testing.wait_all_tasks_blocked()
+            await store.ready()  # not overdue yet
+            await trio.sleep(0.5)
+            with pytest.raises(StateFault) as raised:
+                await store.ready()
+            nursery.cancel_scope.cancel()  # its caller gives up: so does the store
+        assert str(raised.value).startswith("the state directory's writes have not answered")
+        await store.ready()  # nothing under way: ready again

@@ -1,0 +1,86 @@
+"""Every open claim whose holder is gone is recorded ``interrupted`` -- not only the newest.
+
+The boot reconciles each routine's newest claim, and the watch the newest claims of members
+found dead. A claim left open further back -- a settle given up on a read-only disk, a claim
+written by a writer process that died before it answered, a turn cut off while later slots
+of its routine went on -- would stay unsettled for good (``unreported`` in history). So the
+boot and every watch also ask the store for open claims (``Store.open_claims``: a bounded
+piece at a time -- the PostgreSQL store through its index of open claims, the state directory
+by a walk over its claims, see ``stores/openscan.py``), and settle ``interrupted`` each one
+whose hold is free. A claim whose hold is held is running (or settling) somewhere, and is
+left to its holder. Only claims that name their replica are considered: they were made by a
+version that holds them while they run, so a free hold means a dead holder.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from ..errors import StateFault
+from ..instants import format_iso
+from ..records import Fire, Outcome
+from .calls import StoreCalls
+from .state import log
+
+#: Claims (a store's unit: a claim read, a directory listed) looked at by a boot and by each
+#: watch, beyond the newest ones.
+BOOT_BUDGET = 4096
+WATCH_BUDGET = 1024
+OPEN_INTERRUPTED = "never settled: its replica stopped mid-turn or could not record the outcome"
+
+
+class OpenClaims(StoreCalls):
+    async def _reconcile_open(self, budget: int) -> None:
+        """Settle ``interrupted`` the dead ones of the next open claims the store finds.
+
+        Never raises: a store that cannot answer now is asked again at the next watch
+        (logged as a warning), and a store's bug here is an ERROR, not the end of the boot or
+        of the watch that asked (this is housekeeping)."""
+        read = getattr(self.store, "open_claims", None)
+        if read is None or not self.routines:
+            return
+        found: list[tuple[str, Fire]] | None = None
+        try:
+            with self._bounded():
+                found = await read(list(self.routines), budget)
+            if not found:
+                return
+            alive = await self._claims_alive([(name, fire.slot) for name, fire in found])
+        except StateFault as exc:
+            log.warning("the open claims could not be checked (tried again later): %s", exc)
+            return
+        except Exception as exc:
+            log.error("the open claims could not be checked: %s: %s", type(exc).__name__, exc)
+            return
+        dead = [claim for claim, live in zip(found, alive, strict=True) if not live]
+        for name, fire in dead:
+            log.warning(
+                "%s: the fire of slot %s claimed at %s by replica %s never finished and its "
+                "holder is gone; recorded as interrupted",
+                name,
+                format_iso(fire.slot),
+                format_iso(fire.fired_at),
+                fire.replica,
+            )
+        async with trio.open_nursery() as nursery:  # settles batch together
+            for name, fire in dead:
+                nursery.start_soon(self._interrupted, name, fire)
+
+    async def _interrupted(self, name: str, fire: Fire) -> None:
+        try:
+            await self._settle_once(
+                name,
+                fire.slot,
+                Outcome.INTERRUPTED,
+                None,
+                if_unsettled=True,
+                error=OPEN_INTERRUPTED,
+            )
+        except Exception as exc:  # a store's bug (settle never raises): a failed settle's WARN
+            log.warning(
+                "%s: slot %s could not be recorded interrupted: %s: %s",
+                name,
+                format_iso(fire.slot),
+                type(exc).__name__,
+                exc,
+            )

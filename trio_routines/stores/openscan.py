@@ -1,0 +1,133 @@
+"""The open claims of a state directory, found a bounded piece at a time.
+
+A claim is known to be open only by its content, and the state directory keeps no index of
+them: finding every open claim means reading every kept claim (512 per routine). So the
+store walks the claims across calls instead, each call doing at most ``budget`` units of
+work (one unit: one directory listed or one claim file read), and remembers where it is:
+
+* routines are visited in turn, one at a time, round and round;
+* a routine's first visit (in this process) reads all its claims, newest first; later visits
+  read only the claims newer than the newest one seen on its previous complete visit (its
+  *floor*: claims are only ever added above the newest, and a settled claim never opens
+  again), plus the ones found open before, which may have been settled since;
+* an open claim that names a replica is returned on every complete visit until it is
+  settled or pruned. A claim that names no replica (written by an older version or by the
+  TypeScript scheduler, which take no holds) is never returned: nothing can tell whether
+  its holder is gone, and the original reconciles only the newest claim, so as not to
+  rewrite a window of older-format claims.
+
+The walk's state is a slot name per routine and the open claims seen: memory of the order
+of the open claims, not of the history. The first full walk after a start costs what the
+history costs to read (routines x kept claims, spread over calls); each later walk, what was
+claimed since.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Sequence
+
+from ..claims import claim_names, parse_claim
+from ..names import check_name
+from ..records import Fire
+from .claimfiles import CLAIM_LIMIT, ClaimFiles
+from .safefile import Refused, at, read_file
+
+
+class OpenScan:
+    """The walk's state; :meth:`step` runs in a worker thread, one at a time."""
+
+    def __init__(self, files: ClaimFiles) -> None:
+        self._files = files
+        self._turns: deque[str] = deque()
+        self._floor: dict[str, str] = {}
+        self._open: dict[str, set[str]] = {}
+        # The routine under way: its name, the newest claim when its visit began, and the
+        # names still to read.
+        self._visit: tuple[str, str | None, list[str]] | None = None
+
+    def step(self, routines: Sequence[str], budget: int) -> list[tuple[str, Fire]]:
+        """Open claims naming a replica, found with at most ``budget`` units of work.
+
+        Raises OSError when a claims directory cannot be listed (that routine's visit is
+        given up; the next call goes on with the next routine)."""
+        for routine in routines:
+            check_name(routine)
+        wanted = set(routines)
+        for gone in [r for r in self._floor if r not in wanted]:
+            self._forget(gone)
+        known = set(self._turns)
+        self._turns = deque(r for r in self._turns if r in wanted)
+        self._turns.extend(r for r in routines if r not in known)
+        if self._visit is not None and self._visit[0] not in wanted:
+            self._visit = None
+        found: list[tuple[str, Fire]] = []
+        left = budget
+        begun = 0
+        while left > 0 and self._turns:
+            if self._visit is None:
+                if begun == len(self._turns):
+                    break  # every routine visited once in this call
+                routine = self._turns[0]
+                self._turns.rotate(-1)
+                begun += 1
+                left -= 1
+                self._visit = self._begin(routine)
+            routine, top, todo = self._visit
+            left = self._read(routine, todo, left, found)
+            if not todo:
+                if top is not None:
+                    self._floor[routine] = top
+                self._visit = None
+        return found
+
+    def _forget(self, routine: str) -> None:
+        self._floor.pop(routine, None)
+        self._open.pop(routine, None)
+
+    def _begin(self, routine: str) -> tuple[str, str | None, list[str]]:
+        where = self._files.claim_dir(routine)
+        try:
+            directory = self._files.open_claims(routine)
+        except FileNotFoundError:
+            self._forget(routine)
+            return routine, None, []
+        try:
+            names = claim_names(at(where, lambda: os.listdir(directory)))
+        finally:
+            os.close(directory)
+        floor = self._floor.get(routine)
+        present = set(names)
+        was_open = self._open.get(routine, set()) & present
+        self._open[routine] = was_open
+        todo = {name for name in names if floor is None or name > floor} | was_open
+        # Read from the oldest end of the list: ``pop()`` takes the newest first.
+        return routine, (names[-1] if names else None), sorted(todo)
+
+    def _read(self, routine: str, todo: list[str], left: int, found: list[tuple[str, Fire]]) -> int:
+        where = self._files.claim_dir(routine)
+        opened = self._open.setdefault(routine, set())
+        try:
+            directory = self._files.open_claims(routine)
+        except FileNotFoundError:
+            todo.clear()
+            return left
+        try:
+            while todo and left > 0:
+                name = todo.pop()
+                left -= 1
+                try:
+                    raw = read_file(directory, name, where / name, CLAIM_LIMIT)
+                except (FileNotFoundError, Refused):
+                    opened.discard(name)  # pruned, or no claim file at all: nothing to settle
+                    continue
+                fire = parse_claim(name, raw.decode("utf-8", errors="replace"), str(where / name))
+                if fire.outcome is None and fire.replica is not None:
+                    opened.add(name)
+                    found.append((routine, fire))
+                else:
+                    opened.discard(name)
+        finally:
+            os.close(directory)
+        return left
