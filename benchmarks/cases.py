@@ -211,7 +211,7 @@ class WithoutHolds:
     """A store seen without its replicas part (``join``, ``claims_alive``, ``replicas``): the
     scheduler then holds sessions within its process only, as before replicas had holds."""
 
-    _HIDDEN = frozenset({"join", "claims_alive", "replicas"})
+    _HIDDEN = frozenset({"join", "claims_alive", "replicas", "claims_take_holds"})
 
     def __init__(self, store: Any) -> None:
         self._store = store

@@ -534,3 +534,33 @@ def test_read_only_commands_work_against_a_read_only_database(
     assert [entry["outcome"] for entry in json.loads(history.stdout)] == ["completed"]
     listed = env.cli("list", "--json")
     assert listed.returncode == 0, listed.stderr
+
+
+async def test_a_claim_takes_its_holds_in_its_own_transaction(url: str, schema: str) -> None:
+    from trio_routines.replicas import ReplicaInfo, claim_key, session_key
+
+    first, second = PostgresStore(url, schema=schema), PostgresStore(url, schema=schema)
+    a = await first.join(ReplicaInfo("a", "0", "h", 1, T0, T0))
+    b = await second.join(ReplicaInfo("b", "0", "h", 2, T0, T0))
+    mine = (claim_key("r", T0), session_key("routine:r"))
+    taken = await first.claim("r", T0, T0, replica="a", holds=(a.holder, mine))
+    assert (taken.status, taken.holds) == (ClaimStatus.TAKEN, (True, True))
+    assert await second.claims_alive([("r", T0)]) == [True]
+    # Another replica at the same slot: its claim's hold is taken, so it claims nothing.
+    twice = await second.claim("r", T0, T0, replica="b", holds=(b.holder, mine))
+    assert (twice.status, twice.holds) == (ClaimStatus.DUPLICATE, (False, False))
+    assert [f.replica for f in await second.history("r")] == ["a"]
+    # The next slot while a still runs the session: claimed, the session busy.
+    later = T0 + MINUTE
+    busy = await second.claim(
+        "r", later, later, replica="b", holds=(b.holder, (claim_key("r", later), mine[1]))
+    )
+    assert (busy.status, busy.holds) == (ClaimStatus.TAKEN, (True, False))
+    # Without holds (a store of an older caller), a claim is decided as ever.
+    plain = await first.claim("q", T0, T0)
+    assert (plain.status, plain.holds) == (ClaimStatus.TAKEN, None)
+    await a.leave()
+    assert await second.claims_alive([("r", T0)]) == [False]  # a's holds went with it
+    await b.leave()
+    await first.aclose()
+    await second.aclose()

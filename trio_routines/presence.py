@@ -16,7 +16,7 @@ from datetime import datetime
 import trio
 
 from .errors import StateFault
-from .replicas import ReplicaInfo
+from .replicas import ReplicaInfo, replica_key
 
 
 class Presence:
@@ -41,33 +41,52 @@ class Presence:
     def held(self) -> frozenset[int]:
         return frozenset(self._held)
 
+    @property
+    def holder(self) -> int:
+        """This replica's own key: the holder a store records for its holds."""
+        return replica_key(self.replica)
+
+    def reserve(self, keys: Sequence[int]) -> list[bool]:
+        """Which of ``keys`` are free here (not held, not listed before), reserving those
+        while the store decides: then :meth:`granted` says what it decided."""
+        if self._left:
+            raise StateFault(f"replica {self.replica} has left its store")
+        free = []
+        for key in keys:
+            ok = key not in self._held
+            if ok:
+                self._held.add(key)
+            free.append(ok)
+        return free
+
+    def granted(self, keys: Sequence[int], taken: Sequence[bool]) -> None:
+        """The store's answer for reserved ``keys``: the taken stay held, the rest are not."""
+        self._held.difference_update(key for key, ok in zip(keys, taken, strict=True) if not ok)
+
+    def abandoned(self, keys: Sequence[int]) -> None:
+        """A decision on reserved ``keys`` was cut off (cancelled, failed): the store may have
+        granted some, so let go of them all (a key we do not hold is left alone), or a session
+        would stay busy on every replica."""
+        self._held.difference_update(keys)
+        if keys and not self._left:
+            self._let_go(list(keys))
+
     async def take(self, keys: Sequence[int]) -> list[bool]:
         """Try to take each of ``keys`` (never waiting for one): which were taken.
 
         A key held here already, or listed twice, is refused. Raises StateFault when the
         store cannot answer (nothing is held then).
         """
-        if self._left:
-            raise StateFault(f"replica {self.replica} has left its store")
-        wanted: list[int] = []
-        for key in keys:
-            if key not in self._held and key not in wanted:
-                wanted.append(key)
-        self._held.update(wanted)  # reserved here while the store decides
+        free = self.reserve(keys)
+        wanted = [key for key, ok in zip(keys, free, strict=True) if ok]
         try:
-            got = dict(zip(wanted, await self._take(wanted), strict=True)) if wanted else {}
+            answers = await self._take(wanted) if wanted else []
         except BaseException:
-            # Cancelled (or failed) while the store decided: it may have granted some. Let go
-            # of them all (a key we do not hold is left alone), or a session would stay busy.
-            self._held.difference_update(wanted)
-            if not self._left:
-                self._let_go(wanted)
+            self.abandoned(wanted)
             raise
-        self._held.difference_update(key for key, taken in got.items() if not taken)
-        answers = []
-        for key in keys:
-            answers.append(got.pop(key, False))
-        return answers
+        self.granted(wanted, answers)
+        got = iter(answers)
+        return [ok and next(got) for ok in free]
 
     def let_go(self, keys: Sequence[int]) -> None:
         """Let go of ``keys`` (those not held are ignored) without waiting: the store hears of

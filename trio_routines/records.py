@@ -82,6 +82,9 @@ class ClaimResult:
 
     status: ClaimStatus
     newest: str | None = None  # for STALE: the newest claim's slot name
+    #: Which of the holds asked for with the claim were taken, when the store takes them in
+    #: the claim's own step (PostgreSQL: see ``Store.claim``); None otherwise.
+    holds: tuple[bool, ...] | None = None
 
     @property
     def taken(self) -> bool:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
+from typing import Any
 
 import attrs
 import trio
@@ -13,6 +15,7 @@ from ..context import FireContext, firing
 from ..errors import StateFault
 from ..instants import format_iso, slot_name, truncate_ms
 from ..logs import log_fields
+from ..presence import LocalPresence
 from ..records import ClaimResult, ClaimStatus, Outcome
 from ..replicas import claim_key
 from ..routines import Routine
@@ -118,22 +121,10 @@ class FirePath(StoreCalls):
                     raise _not_yet_due(name, slot, now)
                 self._deadlines.note(scope, self._store_deadline())
                 try:
-                    # The claim's hold before the claim: while it is held, every replica
-                    # sees the claim alive (replicas.py).
-                    hold = await self._holds.enter(routine.session, claim_key(name, slot))
-                except StateFault as exc:
+                    hold, claim = await self._hold_and_claim(routine, slot, now)
+                finally:
                     self._deadlines.forget(scope)
-                    raise StateFault(
-                        f"could not claim slot {slot_name(slot)} of {name!r}: {exc}"
-                    ) from None
                 try:
-                    try:
-                        if hold.claimed:
-                            claim = await self.store.claim(name, slot, now, **self._claim_options)
-                        else:  # another replica is deciding or running this very slot
-                            claim = ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
-                    finally:
-                        self._deadlines.forget(scope)
                     task_status.started(claim)
                     if claim.status is not ClaimStatus.TAKEN:
                         return self._refused(name, slot, claim)
@@ -164,6 +155,43 @@ class FirePath(StoreCalls):
         self._outcomes[Outcome.INTERRUPTED.value] += 1
         return FireResult(
             name, slot, claimed=True, outcome=Outcome.INTERRUPTED, failed=CLAIMED_TOO_LATE
+        )
+
+    async def _hold_and_claim(
+        self, routine: Routine, slot: datetime, now: datetime
+    ) -> tuple[TurnHold, ClaimResult]:
+        """The claim's hold and the session's, then the claim: while the claim's hold is held,
+        every replica sees the claim alive (replicas.py). A store that takes them in the
+        claim's own step (PostgreSQL) is asked once."""
+        name, key = routine.name, claim_key(routine.name, slot)
+        duplicate = ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
+        try:
+            if self._claims_take_holds():
+                claim_with: Any = functools.partial(self.store.claim, name, slot, now)
+
+                def decide(holds: tuple[int, tuple[int, ...]]) -> Awaitable[ClaimResult]:
+                    return claim_with(holds=holds, **self._claim_options)  # type: ignore[no-any-return]
+
+                hold, claim = await self._holds.enter_claiming(routine.session, key, decide)
+                return hold, claim or duplicate  # None: the slot is this process's already
+            hold = await self._holds.enter(routine.session, key)
+        except StateFault as exc:
+            raise StateFault(f"could not claim slot {slot_name(slot)} of {name!r}: {exc}") from None
+        if not hold.claimed:  # another replica is deciding or running this very slot
+            return hold, duplicate
+        try:
+            return hold, await self.store.claim(name, slot, now, **self._claim_options)
+        except BaseException:
+            hold.release()
+            raise
+
+    def _claims_take_holds(self) -> bool:
+        """Whether the store takes a claim's holds in the claim's own step, for our presence."""
+        presence = self._presence
+        return (
+            getattr(self.store, "claims_take_holds", False) is True
+            and presence is not None
+            and not isinstance(presence, LocalPresence)
         )
 
     def _refused(self, name: str, slot: datetime, claim: ClaimResult) -> FireResult:

@@ -10,10 +10,11 @@ or running that very slot.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from ..agent import Agent
 from ..presence import Presence
+from ..records import ClaimResult
 from ..replicas import session_key
 from ..sessions import Hold, SessionGate
 
@@ -64,17 +65,60 @@ class Holds:
 
         Raises StateFault when the store cannot answer; nothing is held then.
         """
+        presence, gate_hold, agent, wanted = self._begin(session, claim)
+        try:
+            taken = await presence.take(wanted)
+        except BaseException:
+            gate_hold.__exit__(None, None, None)
+            raise
+        return self._finish(presence, gate_hold, agent, wanted, taken, claim)
+
+    async def enter_claiming(
+        self,
+        session: str,
+        claim: int,
+        decide: Callable[[tuple[int, tuple[int, ...]]], Awaitable[ClaimResult]],
+    ) -> tuple[TurnHold, ClaimResult | None]:
+        """:meth:`enter` for a store that takes a claim's holds in the claim's own step:
+        ``decide(holds)`` claims the slot with them. No claim is asked for when the claim's
+        key is held in this process already (None then: a duplicate)."""
+        presence, gate_hold, agent, wanted = self._begin(session, claim)
+        free = presence.reserve(wanted)
+        if not free[0]:  # this very slot is being decided or run here
+            presence.granted(wanted, [not ok for ok in free])  # keep what was held before
+            return self._finish(
+                presence, gate_hold, agent, wanted, [False] * len(wanted), claim
+            ), None
+        keys = [key for key, ok in zip(wanted, free, strict=True) if ok]
+        try:
+            result = await decide((presence.holder, tuple(keys)))
+        except BaseException:
+            presence.abandoned(keys)
+            gate_hold.__exit__(None, None, None)
+            raise
+        answers = dict(zip(keys, result.holds or (False,) * len(keys), strict=True))
+        presence.granted(keys, [answers[key] for key in keys])
+        taken = [answers.get(key, False) for key in wanted]
+        return self._finish(presence, gate_hold, agent, wanted, taken, claim), result
+
+    def _begin(self, session: str, claim: int | None) -> tuple[Presence, Hold, Agent, list[int]]:
         presence = self._presence()
         gate_hold = self.gate.hold(session)
         agent = gate_hold.__enter__()
         wanted = [] if claim is None else [claim]
         if not gate_hold.refused:  # busy here already: the store need not be asked
             wanted.append(session_key(session))
-        try:
-            taken = await presence.take(wanted)
-        except BaseException:
-            gate_hold.__exit__(None, None, None)
-            raise
+        return presence, gate_hold, agent, wanted
+
+    def _finish(
+        self,
+        presence: Presence,
+        gate_hold: Hold,
+        agent: Agent,
+        wanted: list[int],
+        taken: list[bool],
+        claim: int | None,
+    ) -> TurnHold:
         got = [key for key, ok in zip(wanted, taken, strict=True) if ok]
         claimed = claim is None or taken[0]
         busy = gate_hold.refused or not taken[-1]

@@ -33,12 +33,16 @@ import psycopg
 from ..instants import slot_name
 from ..records import ClaimResult, ClaimStatus, Outcome
 from .pgconn import Call
+from .pgholds import LOCKS as _HELD_LOCKS
 from .pgschema import CLAIM_LOCK, Schema
 
 log = logging.getLogger("trio_routines")
 
 # routine, slot, fired_at, replica (distinct routines)
-ClaimItem = tuple[str, datetime, datetime, str | None]
+ClaimItem = tuple[str, datetime, datetime, str | None, "HoldsWanted | None"]
+#: The holds a claim takes in its own transaction (see :func:`claim_batch`): the holder's key
+#: and the keys to hold, the claim's own first.
+HoldsWanted = tuple[int, tuple[int, ...]]
 # routine, slot, outcome, ms, if_unsettled, error
 SettleItem = tuple[str, datetime, Outcome, int | None, bool, str | None]
 
@@ -51,15 +55,19 @@ _LOCKS = """SELECT count(pg_advisory_xact_lock(hashtext(%s), k)) FROM (
 # The statement's snapshot does not hold its own insertions: ``newest`` is the newest claim
 # before this batch, and the delete keeps the keep-1 newest old claims next to the new one.
 _DECIDE = """WITH wanted AS (
-        SELECT w.routine, w.slot, w.fired_at, w.replica,
+        SELECT w.routine, w.slot, w.fired_at, w.replica, w.hold, w.holder,
             (SELECT max(c.slot) FROM {claims} AS c WHERE c.routine = w.routine) AS newest
         FROM (SELECT e->>0 AS routine, (e->>1)::timestamptz AS slot,
-            (e->>2)::timestamptz AS fired_at, e->>3 AS replica
+            (e->>2)::timestamptz AS fired_at, e->>3 AS replica, (e->>4)::bigint AS hold,
+            (e->>5)::bigint AS holder
             FROM jsonb_array_elements(%(batch)s::jsonb) AS e
         ) AS w
     ), taken AS (
         INSERT INTO {claims} (routine, slot, fired_at, replica)
-        SELECT routine, slot, fired_at, replica FROM wanted WHERE newest IS NULL OR slot >= newest
+        SELECT routine, slot, fired_at, replica FROM wanted
+        WHERE (newest IS NULL OR slot >= newest)
+            AND (hold IS NULL OR EXISTS (
+                SELECT 1 FROM {holds} AS h WHERE h.key = hold AND h.holder = wanted.holder))
         ON CONFLICT DO NOTHING
         RETURNING routine
     ), pruned AS (
@@ -92,6 +100,23 @@ def _json(rows: list[list[Any]]) -> str:
     return json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
 
 
+# The holds of the batch, taken in the claim's transaction before its decision (see pgholds.py):
+# what comes back is the keys refused.
+_HOLDS = f"""WITH held AS MATERIALIZED ({_HELD_LOCKS}),
+    wanted AS (SELECT (e->>0)::bigint AS k, (e->>1)::bigint AS holder
+        FROM jsonb_array_elements(%s::jsonb) AS e),
+    taken AS (
+        INSERT INTO {{holds}} AS h (key, holder) SELECT k, holder FROM wanted
+        ON CONFLICT (key) DO UPDATE SET holder = EXCLUDED.holder
+            WHERE NOT EXISTS (SELECT 1 FROM held
+                WHERE held.hi = h.holder >> 32 AND held.lo = h.holder & 4294967295)
+        RETURNING h.key)
+    SELECT k FROM wanted WHERE k NOT IN (SELECT key FROM taken)"""
+_UNHOLD = "DELETE FROM {holds} AS h USING jsonb_array_elements(%s::jsonb) AS e " + (
+    "WHERE h.key = (e->>0)::bigint AND h.holder = (e->>1)::bigint"
+)
+
+
 def claim_batch(
     conn: psycopg.Connection[Any],
     call: Call,
@@ -101,41 +126,60 @@ def claim_batch(
     waiters: Sequence[Waiter],
 ) -> tuple[list[ClaimResult], list[bool]]:
     """Decide every item in one transaction: the results in the items' order, and which taken
-    claims were settled interrupted here because their caller had given up meanwhile."""
+    claims were settled interrupted here because their caller had given up meanwhile.
+
+    An item with holds takes them in the same transaction, before its decision, and is
+    decided only if the first (its claim's) was taken: so the claim never exists without
+    its hold, and a replica deciding the same slot at once gets a duplicate. Each result
+    says which of its holds were taken (``ClaimResult.holds``)."""
     batch = _json(
         [
             [routine, slot.isoformat(), fired.isoformat(), replica]
-            for routine, slot, fired, replica in items
+            + ([holds[1][0], holds[0]] if holds else [])
+            for routine, slot, fired, replica, holds in items
         ]
     )
+    wanted_holds = [[key, holds[0]] for *_, holds in items if holds is not None for key in holds[1]]
     prune = _PRUNE_ALL if keep == 1 else _PRUNE_OLDER
     decide = schema.sql(_DECIDE.replace("%(prune)s", prune))
     with conn.pipeline():
         with conn.transaction():
             conn.execute(_LOCKS, (CLAIM_LOCK, batch))
+            if wanted_holds:
+                refusals = conn.execute(schema.sql(_HOLDS), (_json(wanted_holds),))
             cursor = conn.execute(decide, {"batch": batch, "offset": keep - 2})
         rows = {routine: (newest, taken) for routine, newest, taken in cursor.fetchall()}
+    refused = {key for (key,) in refusals.fetchall()} if wanted_holds else set()
     results = []
-    for routine, slot, _, _ in items:
+    for routine, slot, _, _, holds in items:
         newest, taken = rows[routine]
+        held = None if holds is None else tuple(key not in refused for key in holds[1])
         if taken:
-            results.append(ClaimResult(ClaimStatus.TAKEN, slot_name(slot)))
+            results.append(ClaimResult(ClaimStatus.TAKEN, slot_name(slot), held))
         elif newest is not None and slot < newest:
-            results.append(ClaimResult(ClaimStatus.STALE, slot_name(newest)))
+            results.append(ClaimResult(ClaimStatus.STALE, slot_name(newest), held))
         else:
-            results.append(ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot)))
-    late = [
-        result.taken and (call.abandoned.is_set() or waiter.gave_up)
-        for result, waiter in zip(results, waiters, strict=True)
-    ]
+            results.append(ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot), held))
+    gone = [call.abandoned.is_set() or waiter.gave_up for waiter in waiters]
+    late = [result.taken and no for result, no in zip(results, gone, strict=True)]
     if any(late):
         taken_too_late(conn, schema, [item for item, no in zip(items, late, strict=True) if no])
+    # The holds taken for a caller that gave up: nobody will let go of them.
+    orphans = [
+        [key, item[4][0]]
+        for item, result, no in zip(items, results, gone, strict=True)
+        if no and item[4] is not None and result.holds is not None
+        for key, ok in zip(item[4][1], result.holds, strict=True)
+        if ok
+    ]
+    if orphans:
+        conn.execute(schema.sql(_UNHOLD), (_json(orphans),))
     return results, late
 
 
 def taken_too_late(conn: psycopg.Connection[Any], schema: Schema, late: list[ClaimItem]) -> None:
     """Settle interrupted the claims taken for callers that had given up: nobody runs them."""
-    for routine, slot, _, _ in late:
+    for routine, slot, *_ in late:
         log.warning(
             "%s: slot %s was claimed after the call had given up (a stalled connection, or a "
             "stop); it will not run and is recorded as interrupted",
@@ -143,7 +187,7 @@ def taken_too_late(conn: psycopg.Connection[Any], schema: Schema, late: list[Cla
             slot_name(slot),
         )
     settles: list[SettleItem] = [
-        (routine, slot, Outcome.INTERRUPTED, None, True, None) for routine, slot, _, _ in late
+        (routine, slot, Outcome.INTERRUPTED, None, True, None) for routine, slot, *_ in late
     ]
     settle_batch(conn, Call(), schema, settles)
 

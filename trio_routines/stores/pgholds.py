@@ -66,12 +66,12 @@ _HELD = """WITH held AS MATERIALIZED (
             AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
     SELECT EXISTS (SELECT 1 FROM held AS h WHERE h.hi = t.hi AND h.lo = t.lo)
     FROM unnest(%s::bigint[], %s::bigint[]) WITH ORDINALITY AS t (hi, lo, n) ORDER BY t.n"""
-_LOCKS = """SELECT l.classid::bigint AS hi, l.objid::bigint AS lo FROM pg_locks AS l
+LOCKS = """SELECT l.classid::bigint AS hi, l.objid::bigint AS lo FROM pg_locks AS l
     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
         AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"""
 # Our rows for the wanted keys; a row of a dead holder is taken over. What comes back is the
 # keys refused (usually none: a herd's keys are not sent back one by one).
-_TAKE = f"""WITH held AS MATERIALIZED ({_LOCKS}),
+_TAKE = f"""WITH held AS MATERIALIZED ({LOCKS}),
     wanted AS (SELECT unnest(%(keys)s::bigint[]) AS k),
     taken AS (
         INSERT INTO {{holds}} AS h (key, holder) SELECT k, %(me)s FROM wanted
@@ -89,13 +89,13 @@ def _array(keys: Sequence[int]) -> str:
     return "{" + ",".join(map(str, keys)) + "}"
 
 
-_ALIVE = f"""WITH held AS MATERIALIZED ({_LOCKS})
+_ALIVE = f"""WITH held AS MATERIALIZED ({LOCKS})
     SELECT EXISTS (
         SELECT 1 FROM {{holds}} AS h JOIN held
             ON held.hi = h.holder >> 32 AND held.lo = h.holder & 4294967295
         WHERE h.key = t.k)
     FROM unnest(%s::bigint[]) WITH ORDINALITY AS t (k, n) ORDER BY t.n"""
-_FORGET = f"""WITH held AS MATERIALIZED ({_LOCKS})
+_FORGET = f"""WITH held AS MATERIALIZED ({LOCKS})
     DELETE FROM {{holds}} AS h WHERE NOT EXISTS (
         SELECT 1 FROM held WHERE held.hi = h.holder >> 32 AND held.lo = h.holder & 4294967295)"""
 _COLUMNS = "id, version, host, pid, started, last_seen, in_flight"

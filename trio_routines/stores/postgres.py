@@ -60,7 +60,14 @@ from ..wakeups import (
 )
 from .batch import Answer, Batcher, Entry
 from .newest import BatchedReads
-from .pgclaims import ClaimItem, SettleItem, claim_batch, settle_batch, taken_too_late
+from .pgclaims import (
+    ClaimItem,
+    HoldsWanted,
+    SettleItem,
+    claim_batch,
+    settle_batch,
+    taken_too_late,
+)
 from .pgconn import Call, CallFault, Connections
 from .pgholds import PostgresPresence, holds_alive, replica_rows
 from .pgreads import BATCH, READERS, history, newest_fires, open_claims, read_batch, resumes
@@ -159,12 +166,24 @@ class PostgresStore(Lifetime):
 
     # -- claims ---------------------------------------------------------------------------
 
+    #: Takes the holds of a claim in the claim's own transaction (``holds=`` of :meth:`claim`).
+    claims_take_holds = True
+
     async def claim(
-        self, routine: str, slot: datetime, fired_at: datetime, *, replica: str | None = None
+        self,
+        routine: str,
+        slot: datetime,
+        fired_at: datetime,
+        *,
+        replica: str | None = None,
+        holds: HoldsWanted | None = None,
     ) -> ClaimResult:
+        """Decide ``slot`` (the store contract); with ``holds`` (the holder's key, the keys:
+        the claim's first), take them in the same transaction first, and decide the slot only
+        if the claim's was taken: the result's ``holds`` says which were."""
         check_name(routine)
         return await self._claims.submit(
-            (routine, truncate_ms(slot), truncate_ms(fired_at), replica)
+            (routine, truncate_ms(slot), truncate_ms(fired_at), replica, holds)
         )
 
     async def _flush_claims(
@@ -183,7 +202,7 @@ class PostgresStore(Lifetime):
         except CallFault as exc:
             return [
                 Answer(error=exc.retold(f"could not claim slot {slot_name(slot)} of {routine!r}"))
-                for routine, slot, _, _ in items
+                for routine, slot, *_ in items
             ]
         # A caller that gave up after the thread looked: its claim is settled from here.
         late = [
