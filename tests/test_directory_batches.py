@@ -114,7 +114,9 @@ async def test_claims_waiting_for_the_writer_go_before_settles(tmp_path: Path) -
     assert writes.calls == [("claims", ["first"]), ("claims", ["later"]), ("settles", ["settled"])]
 
 
-async def test_a_claim_cancelled_while_written_reports_what_it_did(tmp_path: Path) -> None:
+async def test_a_claim_cancelled_while_written_gives_up_at_once(tmp_path: Path) -> None:
+    # Its write may never return (a stalled disk): it leaves; the claim made for nobody
+    # stays, unrun, for the reconcile of open claims.
     store = DirectoryStore(tmp_path)
     writes = Writes(store)
     writes.hold()
@@ -142,7 +144,7 @@ async def test_a_claim_cancelled_while_written_reports_what_it_did(tmp_path: Pat
         assert heard == []
         writes.let_through()
     assert scope.cancelled_caught
-    assert heard == [ClaimStatus.TAKEN]  # heard, then cancelled: not taken for nobody
+    assert heard == []  # gone at once, without waiting for the write
     assert (store.claim_dir("rider") / slot_name(later)).is_file()
     assert writes.calls == [("claims", ["leader"]), ("claims", ["second", "rider"])]
 

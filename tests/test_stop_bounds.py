@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -106,3 +107,40 @@ async def test_the_store_is_not_ready_while_a_write_goes_unanswered(
             nursery.cancel_scope.cancel()  # its caller gives up: so does the store
         assert str(raised.value).startswith("the state directory's writes have not answered")
         await store.ready()  # nothing under way: ready again
+
+
+@pytest.mark.slow
+def test_sigterm_while_the_disk_stalls_the_claims_exits_within_the_grace_and_runs_nothing(
+    env: Env,
+) -> None:
+    # Threads write here (too few routines for the writer process); the disk "freezes" just
+    # before a minute's herd, and thaws only after the process is gone.
+    for i in range(10):
+        env.routine(f"m{i}", cron="* * * * *")
+    marker = env.root / "frozen"
+    script = Path(__file__).with_name("stalled_disk.py")
+    serve_argv = env.argv("serve", "--agent", "echo")[3:]  # without "python -m trio_routines"
+    argv = [sys.executable, str(script), str(marker), *serve_argv]
+    with (env.root / "serve.log").open("wb") as err:
+        serve = subprocess.Popen(
+            [*argv, "--grace", "2"], stderr=err, cwd=env.root, env=env.environ()
+        )
+    env.procs.append(serve)
+    wait_for(lambda: "wake-ups:" in env.log(), 30, "serve to start")
+    now = datetime.now(UTC)
+    herd = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    time.sleep(max(0.0, (herd - now).total_seconds() - 2))
+    marker.touch()
+    try:
+        time.sleep(5)  # the herd's claims are in the stalled writes
+        serve.send_signal(signal.SIGTERM)
+        # Without a bound of ours this waits for the thaw.
+        serve.wait(timeout=2 + BEYOND_GRACE)
+    finally:
+        marker.unlink()
+    assert serve.returncode == 0, env.log()
+    herd_slot = format_iso(herd)
+    for i in range(10):
+        for fire in env.history(f"m{i}"):
+            assert fire["slot"] != herd_slot, fire  # the stalled claims were never made
+    assert "firing" not in env.log().split("SIGTERM received")[0].split(herd_slot[:16])[-1]

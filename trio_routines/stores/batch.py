@@ -13,13 +13,15 @@ A batch holds at most one item per key (a routine for claims, a slot for settles
 item with the same key waits for the next batch, so that items of one key are decided one
 after the other, in arrival order, exactly as without batching.
 
-The flush is shielded and bounded by the store's own deadline, so a leader's cancellation
-never strands the callers riding on its batch. A caller cancelled while queued leaves the
+The flush is shielded and bounded by the store's own deadline (PostgreSQL), so a leader's
+cancellation never strands the callers riding on its batch -- or, with ``abandon``, it is
+not shielded: a leader cancelled abandons it and every other caller of the batch gets
+``abandon()`` as its error (the state directory: a write in a worker thread cannot be called
+back, and a stalled disk may hold it for minutes). A caller cancelled while queued leaves the
 queue. One cancelled while its batch is in flight either gives up at once, marked
 ``gave_up`` so that the flush can undo what it will not hear about (PostgreSQL: a claim taken
 for nobody is settled interrupted), or, with ``patient``, waits for its answer and gets it,
-its cancellation delivered at its next checkpoint -- as a call in a worker thread that cannot
-be abandoned does (the state directory: its claim is reported, never lost).
+its cancellation delivered at its next checkpoint.
 
 Waiting callers are parked with ``wait_task_rescheduled`` and woken once, by the flush that
 answered them or by the hand-over of the lead: no event per call.
@@ -92,11 +94,17 @@ class Batcher(Generic[I, R]):
         max_batch: int = 5000,
         *,
         patient: bool = False,
+        abandon: Callable[[], Exception] | None = None,
     ) -> None:
+        """``abandon``: a flush that cannot bound itself (a write in a worker thread) is not
+        shielded: a leader cancelled during it abandons it, and the rest of its batch get
+        ``abandon()`` as their error. Without it the flush is shielded (it must be bounded
+        by its own deadline)."""
         self._flush = flush
         self._key = key
         self._max_batch = max_batch
         self._patient = patient
+        self._abandon = abandon
         self._queue: list[Entry[I, R]] = []
         self._busy = False
         self._lull = trio.lowlevel.ParkingLot()
@@ -135,9 +143,11 @@ class Batcher(Generic[I, R]):
         batch: list[Entry[I, R]] = []
         answers: list[Answer[R]] | None = None
         try:
-            with trio.CancelScope(shield=True):  # bounded by the flush's own deadline
+            with trio.CancelScope(shield=True):  # one checkpoint, and the batch is taken
                 await trio.lowlevel.checkpoint()  # let the rest of the herd queue up
                 batch = self._take()
+            # Shielded: bounded by the flush's own deadline; else abandoned if cancelled.
+            with trio.CancelScope(shield=self._abandon is None):
                 try:
                     answers = await self._flush(batch)
                 except Exception as exc:
@@ -146,8 +156,12 @@ class Batcher(Generic[I, R]):
                     wrong = RuntimeError(f"a flush answered {len(answers)} of {len(batch)} calls")
                     answers = [Answer(error=wrong)] * len(batch)
         finally:
-            if answers is None:  # the flush was cut short (KeyboardInterrupt): wake everyone
-                stopped = RuntimeError("the batch's flush was interrupted")
+            if answers is None:  # abandoned, or cut short (KeyboardInterrupt): wake everyone
+                stopped = (
+                    self._abandon()
+                    if self._abandon is not None
+                    else RuntimeError("the batch's flush was interrupted")
+                )
                 answers = [Answer(error=stopped)] * len(batch)
             for entry, answer in zip(batch, answers, strict=True):
                 entry.answer = answer

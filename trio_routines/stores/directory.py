@@ -59,7 +59,7 @@ from .claimfiles import (
 )
 from .dirholds import DirectoryPresence, keys_alive, read_replicas
 from .dirwakeups import WakeupsInFile
-from .groupcommit import SYNCFS, Batch, Descriptors, GroupCommit
+from .groupcommit import SYNCFS, Abandoned, Batch, Descriptors, GroupCommit
 from .newest import BatchedReads, in_threads
 from .openscan import OpenScan
 from .safefile import (
@@ -131,16 +131,21 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         self._open_scanning = trio.Lock()  # one walk at a time (openscan.py)
         self._limiter = limiter or trio.CapacityLimiter(16)
         self._newest = BatchedReads(in_threads(self.latest_fire_sync, self._run))
-        # patient: a write in a worker thread cannot be called back, so its caller hears
-        # what it did (a claim is never taken for nobody); local disk work, bounded by it.
+        # A write in a worker thread cannot be called back, and a stalled disk may hold it
+        # for minutes: a caller cancelled meanwhile (a deadline, a stop) leaves, and a
+        # leader cancelled abandons the thread; what it made for nobody (a claim) stays,
+        # unrun, for the reconcile of open claims (docs/design.md).
         self._claim_writes: Batcher[ClaimItem, Covered[Written[ClaimResult]]] = Batcher(
-            self._write_claims, key=lambda item: item[0], max_batch=WRITE_BATCH, patient=True
+            self._write_claims,
+            key=lambda item: item[0],
+            max_batch=WRITE_BATCH,
+            abandon=self._abandoned,
         )
         self._settle_writes: Batcher[SettleItem, Covered[Written[bool]]] = Batcher(
             self._write_settles,
             key=lambda item: (item[0], item[1]),
             max_batch=WRITE_BATCH,
-            patient=True,
+            abandon=self._abandoned,
         )
         self._writer = Turns(urgent_next=lambda: self._claim_writes.queued)
         self._process: WriterProcess | None = None
@@ -171,9 +176,18 @@ class DirectoryStore(WakeupsInFile, Lifetime):
             token = object()
             self._writes_begun[token] = trio.current_time()
             try:
-                return await self._run(fn, items)
+                # Abandoned on cancel: the batch's leader gave up (see __init__).
+                return await trio.to_thread.run_sync(
+                    fn, items, limiter=self._limiter, abandon_on_cancel=True
+                )
             finally:
                 del self._writes_begun[token]
+
+    def _abandoned(self) -> StateFault:
+        return StateFault(
+            f"the state directory {self.root} did not answer in time (a stalled disk?): "
+            "the write was given up, and may or may not have been made"
+        )
 
     async def _submit(self, op: str, item: I, batcher: Batcher[I, Covered[Written[T]]]) -> Call:
         """A claim or settle written by the writer process if it is up, else by a thread."""
@@ -245,6 +259,8 @@ class DirectoryStore(WakeupsInFile, Lifetime):
             # contend for the interpreter lock at every system call of the writer's (see
             # docs/design.md). The writer process has its own.
             await self._commit.wait(call.flush, self._claim_writes.lull if call.threaded else None)
+        except Abandoned:
+            raise self._abandoned() from None  # the disk does not answer: nothing to undo now
         except OSError as exc:
             # Shielded (short local disk work): a caller cancelled while its flush ran must
             # still take back a claim that is not durable, or the slot would be burned.

@@ -22,18 +22,23 @@ Linux, or an old C library) :data:`SYNCFS` is None and the store keeps per-file 
 
 A flush that fails fails its whole batch: every writer of the batch gets the ``OSError`` and
 must treat its write as not durable (a claim is removed again and reported as a state fault).
-The flush runs in its own thread under a shield: it is uncancellable once started, as any
-``fsync`` in a worker thread already is, and a writer's cancellation is delivered once the
-batch it rides on is decided.
+The flush runs in its own thread. A writer cancelled while it waits (its deadline passed, a
+stop's grace ran out) leaves at once, and a flush whose leader is cancelled is abandoned:
+the thread goes on alone (a ``syncfs`` cannot be called back; a stalled disk may hold it for
+minutes) and closes its descriptors when it returns, and every writer of its batch gets
+:class:`Abandoned` -- its write may or may not become durable, and it cannot be undone now
+(the disk does not answer): a claim stays, unrun, for the reconcile of open claims.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
 import os
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -96,10 +101,9 @@ def hand_in(held: Descriptors, device: int, fd: int, ticket: int) -> None:
         os.close(fd)
 
 
-def uncancellable(_: Any) -> trio.lowlevel.Abort:
-    """The abort of a task parked by ``wait_task_rescheduled`` that must be woken by us: its
-    cancellation is delivered at its next checkpoint."""
-    return trio.lowlevel.Abort.FAILED
+class Abandoned(OSError):
+    """A flush given up before it returned (its leader was cancelled): whether the writes it
+    covered became durable is unknown."""
 
 
 class Batch:
@@ -158,13 +162,17 @@ class GroupCommit:
         """
         while not batch.done:
             if not self._flushing:
-                with trio.CancelScope(shield=True):  # bounded by the flush: see the module doc
-                    await self._lead(lull)
+                await self._lead(lull)  # cancelled: the flush is abandoned (the module doc)
             else:
-                # Parked, not cancellable (as a shield, and cheaper: a herd parks every claim
-                # here): its cancellation is delivered once the batch is decided.
-                batch.riders.append(trio.lowlevel.current_task())
-                await trio.lowlevel.wait_task_rescheduled(uncancellable)
+                task = trio.lowlevel.current_task()
+                batch.riders.append(task)
+
+                def leave(_: Any, task: trio.lowlevel.Task = task) -> trio.lowlevel.Abort:
+                    with contextlib.suppress(ValueError):
+                        batch.riders.remove(task)
+                    return trio.lowlevel.Abort.SUCCEEDED
+
+                await trio.lowlevel.wait_task_rescheduled(leave)
         if batch.error is not None:
             raise batch.error
 
@@ -182,25 +190,36 @@ class GroupCommit:
         assert batch is not None
         batch.error = OSError(errno.EIO, "the flush did not complete")
         self.flushing_since = trio.current_time()
+        fds = [fd for _, fd in batch.fds.values()]
+        owner = threading.Lock()  # whoever takes it closes the descriptors: the thread, or us
         try:
             batch.error = await trio.to_thread.run_sync(
-                self._flush_all, [fd for _, fd in batch.fds.values()], limiter=self._limiter
+                self._flush_all, fds, owner, limiter=self._limiter, abandon_on_cancel=True
             )
+        except trio.Cancelled:  # its leader gave up: so does everyone of the batch
+            batch.error = Abandoned(errno.EIO, "the flush was given up before it returned")
+            raise
         finally:
             self._flushing = False
             self.flushing_since = None
             self.flushes += 1
-            for _, fd in batch.fds.values():
-                os.close(fd)
+            if owner.acquire(blocking=False):  # the thread never started
+                for fd in fds:
+                    os.close(fd)
             batch.done = True
             batch.wake()
             if self._next is not None:
                 self._next.wake()  # its riders: one of them leads its flush
 
-    def _flush_all(self, fds: list[int]) -> OSError | None:
+    def _flush_all(self, fds: list[int], owner: threading.Lock) -> OSError | None:
+        if not owner.acquire(blocking=False):
+            return Abandoned(errno.EIO, "the flush was given up before it started")
         try:
             for fd in fds:
                 self._flush(fd)
         except OSError as exc:
             return exc
+        finally:
+            for fd in fds:
+                os.close(fd)
         return None

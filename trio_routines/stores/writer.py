@@ -306,8 +306,15 @@ class WriterProcess:
         if flush is not None:
             # Waited for here, once for the batch: its callers are woken once, not once for
             # the reply and again for the flush (each hears a failed flush from it).
-            with contextlib.suppress(OSError):
-                await self._commit.wait(flush)
+            try:
+                with contextlib.suppress(OSError):
+                    await self._commit.wait(flush)
+            except trio.Cancelled:  # gave up on a flush that does not return (a stalled disk)
+                first.gave_up = True
+                fault = StateFault(f"the flush of the state directory {GIVEN_UP}")
+                for call in batch.calls:
+                    call.fail(fault)
+                raise
         for index, call in enumerate(batch.calls):
             call.value = values[index]
             call.later = laters[index]
