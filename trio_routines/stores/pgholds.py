@@ -18,8 +18,10 @@ times ``max_connections`` locks, 6,400 by default, which 10,000 fires due at onc
 exhaust.) Unlogged: nothing is written to the WAL, and a server crash empties the table,
 as it ends every holder's connection anyway.
 
-The takes and releases of many fires due at once travel together: the calls that arrive
-while one batch is on the connection form the next (one round trip each). Every use of the
+A fire's holds are taken in its claim's own transaction (``pgclaims.py``), so they cost it no
+round trip of their own. The other takes (a run's, a wake-up turn's session) travel together
+on the replica's connection: the calls that arrive while one batch is on it form the next
+(one round trip each); letting go is not waited for, and rides on the next batch. Every use of the
 connection has our deadline; a connection that does not answer in time is dropped, and the
 presence is **lost**: the server will let our lock go (at once, or within the keepalive
 bound), so the turns we hold are no longer protected and the scheduler ends them. A heartbeat
