@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
+import trio
 
 from trio_routines.errors import InvalidOption, StateFault
 from trio_routines.replicas import (
@@ -18,6 +23,7 @@ from trio_routines.replicas import (
     stored_replica,
 )
 from trio_routines.store import Replicated, Store
+from trio_routines.stores import DirectoryStore
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
 
@@ -124,3 +130,46 @@ async def test_ten_thousand_fires_at_once_hold_twenty_thousand_keys(
     assert await first.claims_alive([("r", slots[0])]) == [False]
     await member.leave()
     await first.aclose()
+
+
+async def test_hostile_files_in_the_replicas_directory_are_passed_over(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    store = DirectoryStore(state)
+    member = await store.join(info("real"))
+    where = state / "schedule" / "replicas"
+    (where / "garbage.json").write_text("{not json")
+    (where / "deep.json").write_text("[" * 100_000)
+    (where / "huge.json").write_text(" " * 100_000)
+    os.mkfifo(where / "fifo.json")
+    (where / "link.json").symlink_to("/etc/passwd")
+    (where / "lying.json").write_text('{"id": "real", "version": "0"}')  # not its file name
+    with trio.fail_after(10):  # no read may block on the FIFO
+        members = await store.replicas()
+    assert [(m.id, m.alive) for m in members] == [("real", True)]
+    await member.leave()
+    await store.aclose()
+
+
+def test_a_bad_replica_id_is_one_line_and_usage(tmp_path: Path) -> None:
+    for bad in ("", "a\tb", "x" * 200):
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "trio_routines",
+                "list",
+                "--replica",
+                bad,
+                "--state",
+                str(tmp_path / "state"),
+                "--routines",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 2, result.stderr
+        assert len(result.stderr.splitlines()) == 1, result.stderr
+        assert "error: argument --replica: a replica id must be" in result.stderr

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from .. import __version__
 from ..instants import parse_instant
 from ..records import Outcome
+from ..replicas import replica_problem
 from ..text import shown
 from ..wakeups import POLL_INTERVAL, parse_delay
 from .output import DEFAULT_GRACE, DEFAULT_ROUTINES, DEFAULT_STATE
@@ -98,6 +99,13 @@ def delay(text: str) -> timedelta:
     return span
 
 
+def _replica(text: str) -> str:
+    problem = replica_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
 def _count(text: str) -> int:
     digits = text.strip()
     if not (digits.isascii() and digits.isdigit()):
@@ -141,6 +149,7 @@ def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     group.add_argument(
         "--replica",
         metavar="NAME",
+        type=_replica,
         default=default(None),
         help="this process's replica id, stored with every claim it makes "
         "(default: $TRIO_ROUTINES_REPLICA, else <host>:<pid>)",
