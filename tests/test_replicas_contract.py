@@ -173,3 +173,14 @@ def test_a_bad_replica_id_is_one_line_and_usage(tmp_path: Path) -> None:
         assert result.returncode == 2, result.stderr
         assert len(result.stderr.splitlines()) == 1, result.stderr
         assert "error: argument --replica: a replica id must be" in result.stderr
+
+
+async def test_a_planted_link_among_the_holds_is_refused_naming_it(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    (state / "schedule" / "holds").mkdir(parents=True)
+    (state / "schedule" / "holds" / "00").symlink_to(tmp_path / "elsewhere")
+    store = DirectoryStore(state)
+    with pytest.raises(StateFault, match=r"holds/00 is a symbolic link — refused"):
+        await store.join(info("a"))
+    assert not (tmp_path / "elsewhere").exists()  # nothing written through it
+    await store.aclose()
