@@ -128,6 +128,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "trio_routines/stores/wakeupfile.py",
             "trio_routines/stores/newest.py",
             "trio_routines/stores/dirpause.py",
+            "trio_routines/stores/dirblocking.py",
         ],
         [
             "tests/test_directory_store.py",
