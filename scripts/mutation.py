@@ -110,6 +110,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "trio_routines/stores/writer.py",
             "trio_routines/stores/writerchild.py",
             "trio_routines/stores/writerwire.py",
+            "trio_routines/stores/writercall.py",
         ],
         [
             "tests/test_writer.py",
@@ -128,6 +129,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "trio_routines/stores/wakeupfile.py",
             "trio_routines/stores/newest.py",
             "trio_routines/stores/dirpause.py",
+            "trio_routines/stores/dirblocking.py",
         ],
         [
             "tests/test_directory_store.py",

@@ -8,12 +8,13 @@ request, fails the turn and says so. A cron fire carries ``Idempotency-Key:
 visible ASCII: any name fits a header), equal on every replica and after every restart,
 so a receiver that remembers keys can refuse a duplicate that reached it by any other path.
 
-The answer is classified in one pure function (:func:`classify`): 409 and 423 mean the
-receiver's session is busy (the turn never started: the slot settles ``skipped``); other
-statuses of 300 and up fail the turn with the status and the first line of the body; a 2xx
-``text/event-stream`` is read as events (``data`` deltas, a final ``failed`` or ``busy``);
-any other 2xx body is the reply text. Only a 307/308 to the same origin is followed (it
-keeps the POST and the body, and the token never leaves the origin it was meant for).
+The answer is classified in one pure function (:func:`classify`, in :mod:`.agent_wire` with
+the rest of the pure core): 409 and 423 mean the receiver's session is busy (the turn never
+started: the slot settles ``skipped``); other statuses of 300 and up fail the turn with the
+status and the first line of the body; a 2xx ``text/event-stream`` is read as events
+(``data`` deltas, a final ``failed`` or ``busy``); any other 2xx body is the reply text.
+Only a 307/308 to the same origin is followed (it keeps the POST and the body, and the token
+never leaves the origin it was meant for).
 
 Bounds, all ours: a connect timeout, a read timeout between two pieces of the answer, at most
 :data:`MAX_REPLY` bytes of answer read (a plain body is cut there and the turn completes -- the
@@ -36,17 +37,27 @@ import os
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Any
 
-import attrs
 import httpx
 
-from .agent import SESSION_BUSY, Completed, Event, Failed, TextDelta
+from .agent import SESSION_BUSY, Completed, Event, Failed
+from .agent_wire import BUSY_STATUSES as BUSY_STATUSES
+from .agent_wire import REASON_LIMIT as REASON_LIMIT
+from .agent_wire import (
+    Answer,
+    Reader,
+    classify,
+    coding_of,
+    event_outcome,
+    first_line,
+    reason_of,
+    request_body,
+)
+from .agent_wire import masked as masked
 from .context import FireContext, current_fire
 from .errors import InvalidAgent
-from .instants import format_iso
 from .logs import one_line
-from .sse import EventStreamParser, LineTooLong
+from .sse import EventStreamParser
 
 __all__ = ["HttpAgent", "classify", "request_body"]
 
@@ -55,95 +66,8 @@ CA_VARIABLE = "TRIO_ROUTINES_AGENT_CA"
 CONNECT_TIMEOUT = 10.0  # seconds to establish the connection (TLS included)
 READ_TIMEOUT = 300.0  # seconds of silence between two pieces of the answer
 MAX_REPLY = 1 << 20  # bytes of answer read at most
-REASON_LIMIT = 300  # characters of a failure reason kept
 ERROR_BODY_LIMIT = 4096  # bytes of an error body read to find its first line
 MAX_REDIRECTS = 3
-BUSY_STATUSES = frozenset({409, 423})
-
-
-# --- the pure core --------------------------------------------------------------------------
-
-
-def request_body(session: str, prompt: str, fire: FireContext | None) -> dict[str, Any]:
-    """The JSON body of one turn's POST."""
-    body: dict[str, Any] = {"session": session, "prompt": prompt}
-    if fire is None:
-        return body
-    if fire.kind == "routine":
-        assert fire.slot is not None
-        body["routine"] = fire.routine
-        body["slot"] = format_iso(fire.slot)
-    elif fire.kind == "wakeup":
-        body["wakeup"] = fire.wakeup
-    else:
-        body["run"] = True
-        body["routine"] = fire.routine
-    return body
-
-
-@attrs.frozen
-class Answer:
-    """How to read an answer, decided from its status and content type alone."""
-
-    kind: str  # "events", "text", "busy", "failed", "redirect"
-    reason: str = ""
-
-
-def classify(status: int, content_type: str) -> Answer:
-    """What an answer with ``status`` and ``content_type`` means for the turn."""
-    if status in BUSY_STATUSES:
-        return Answer("busy", f"the agent answered {status} (busy)")
-    if status in (307, 308):
-        return Answer("redirect")
-    if not 200 <= status < 300:
-        return Answer("failed", f"the agent answered {status}")
-    media = content_type.partition(";")[0].strip().lower()
-    return Answer("events" if media == "text/event-stream" else "text")
-
-
-def first_line(
-    body: bytes, limit: int = REASON_LIMIT, secret: str | None = None, *, cut: bool = False
-) -> str:
-    """The first non-blank line of ``body``, ``secret`` masked, at most ``limit`` characters.
-
-    ``cut``: ``body`` is the beginning of a longer one (see :func:`masked`).
-    """
-    text = masked(body.decode("utf-8", errors="replace"), secret, cut=cut)
-    for line in text.splitlines():
-        if line.strip():
-            return reason_of(line, limit=limit)
-    return ""
-
-
-def coding_of(values: list[str], secret: str | None = None) -> str:
-    """The content codings an answer declares besides ``identity`` ("" for none), one line."""
-    codings = (value.strip().lower() for value in values)
-    return reason_of(", ".join(c for c in codings if c and c != "identity"), secret)
-
-
-def masked(text: str, secret: str | None, *, cut: bool = False) -> str:
-    """``text`` with every ``secret`` in it as ``***``.
-
-    With ``cut`` (``text`` was cut from something longer), an end that begins the secret is
-    masked too: the rest of it was behind the cut.
-    """
-    if not secret:
-        return text
-    text = text.replace(secret, "***")
-    if cut:
-        for size in range(min(len(secret) - 1, len(text)), 0, -1):
-            if text.endswith(secret[:size]):
-                return text[:-size] + "***"
-    return text
-
-
-def reason_of(text: str, secret: str | None = None, limit: int = REASON_LIMIT) -> str:
-    """A reason to keep: ``secret`` masked first, then one line of at most ``limit`` characters.
-
-    In that order: cut first, a secret straddling the cut would leave its beginning behind.
-    """
-    text = one_line(masked(text, secret))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # --- the shell ------------------------------------------------------------------------------
@@ -287,7 +211,7 @@ class HttpAgent:
             return
         charset = "utf-8" if answer.kind == "events" else response.charset_encoding
         decoder = _decoder(charset)
-        reader = _Reader(EventStreamParser() if answer.kind == "events" else None)
+        reader = Reader(EventStreamParser() if answer.kind == "events" else None)
         kept = 0
         cut = False
         async with aclosing(response.aiter_raw()) as chunks:  # type: ignore[type-var]
@@ -310,7 +234,7 @@ class HttpAgent:
                 yield delta
         outcome = reader.outcome
         if outcome is not None:  # the server's own words become a stored reason: no token
-            outcome = _event_outcome(outcome, self._token)
+            outcome = event_outcome(outcome, self._token)
         yield outcome or Completed()
 
     def _describe(self, exc: httpx.HTTPError) -> str:
@@ -327,50 +251,6 @@ class HttpAgent:
         if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
             return f"the connection to {where} broke mid-turn: {detail} (not retried)"
         return f"the request to {where} failed: {detail} (not retried)"
-
-
-class _Reader:
-    """Turns decoded answer text into deltas; remembers an event stream's outcome event."""
-
-    def __init__(self, parser: EventStreamParser | None) -> None:
-        self.parser = parser
-        self.outcome: Failed | None = None
-        self.overlong = False  # a line passed the parser's cap: the stream is unreadable
-
-    def feed(self, piece: str, final: bool = False) -> list[TextDelta]:
-        if self.parser is None:
-            return [TextDelta(piece)] if piece else []
-        try:
-            found = self.parser.feed(piece) + (self.parser.close() if final else [])
-        except LineTooLong:
-            self.overlong = True
-            self.outcome = Failed(
-                "the agent's event stream sent a line longer than "
-                f"{self.parser.max_line} characters — stopped reading"
-            )
-            return []
-        deltas = []
-        for kind, data in found:
-            self.outcome = _event(kind, data) or self.outcome  # the last one wins
-            if kind == "message" and data:
-                deltas.append(TextDelta(data))
-        return deltas
-
-
-def _event(kind: str, data: str) -> Failed | None:
-    """A stream's outcome event, its data still raw (bounded by the parser's line cap)."""
-    if kind == "failed":
-        return Failed(data)
-    if kind == "busy":
-        return Failed(data, SESSION_BUSY)
-    return None
-
-
-def _event_outcome(event: Failed, secret: str | None) -> Failed:
-    """A stream's outcome event as a reason to keep: the secret masked, then cut."""
-    if event.busy:
-        return Failed(reason_of(event.details, secret) or "the agent's session is busy", event.code)
-    return Failed(reason_of(event.details, secret) or "the agent reported a failure", event.code)
 
 
 async def _read_some(response: httpx.Response, limit: int) -> tuple[bytes, bool]:

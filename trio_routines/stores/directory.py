@@ -47,7 +47,7 @@ import trio
 from ..claims import KEEP_CLAIMS
 from ..errors import StateFault
 from ..records import ClaimResult, Fire, Gap, Outcome
-from ..replicas import ReplicaInfo, claim_key
+from ..replicas import ReplicaInfo
 from ..store import Lifetime
 from .batch import Answer, Batcher, Entry, Turns
 from .claimfiles import (
@@ -57,15 +57,13 @@ from .claimfiles import (
     SettleItem,
     Written,
 )
-from .dirholds import DirectoryPresence, keys_alive, read_replicas
+from .dirblocking import BlockingClaims
+from .dirholds import DirectoryPresence
+from .dirmembers import DirectoryMembers
 from .dirwakeups import WakeupsInFile
 from .groupcommit import SYNCFS, Abandoned, Batch, Descriptors, GroupCommit
 from .newest import BatchedReads, in_threads
-from .openscan import OpenScan
-from .safefile import (
-    at,
-    describe,
-)
+from .safefile import describe
 from .wakeupfile import WakeupFile
 from .writer import Call, Unsent, WriterProcess
 
@@ -126,10 +124,10 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         self._commit = GroupCommit(syncfs) if syncfs is not None else None
         self._wakeups = WakeupFile(self.root, lock_timeout)
         self._wakeup_turns = trio.Lock()
-        self._open_scan = OpenScan(self._files)
+        self._blocking = BlockingClaims(self.root, self._files, syncfs)
         self._writes_begun: dict[object, float] = {}  # thread batches under way (ready())
-        self._open_scanning = trio.Lock()  # one walk at a time (openscan.py)
         self._limiter = limiter or trio.CapacityLimiter(16)
+        self._members = DirectoryMembers(self.root, self._files, self._limiter)
         self._newest = BatchedReads(in_threads(self.latest_fire_sync, self._run))
         # A write in a worker thread cannot be called back, and a stalled disk may hold it
         # for minutes: a caller cancelled meanwhile (a deadline, a stop) leaves, and a
@@ -155,7 +153,6 @@ class DirectoryStore(WakeupsInFile, Lifetime):
                 self.root, keep, lock_timeout, self._commit, max_batch=WRITE_BATCH, argv=argv
             )
         self._reads = 0
-        self._presence: DirectoryPresence | None = None  # this process's, once joined
 
     def __repr__(self) -> str:
         return f"DirectoryStore({str(self.root)!r})"
@@ -276,19 +273,7 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         self, routine: str, slot: datetime, fired_at: datetime, *, replica: str | None = None
     ) -> ClaimResult:
         """:meth:`claim`, blocking: for a thread, or a process without Trio."""
-        result, pending = self._files.create(routine, slot, fired_at, replica)
-        if pending is None:
-            return result
-        assert self._syncfs is not None
-        try:
-            at(self.claim_dir(routine), lambda: self._syncfs(pending.fd))  # type: ignore[misc]
-        except OSError as exc:
-            self._files.unclaim_after(routine, slot)
-            raise self._files.not_durable(routine, slot, exc) from None
-        finally:
-            os.close(pending.fd)
-        self._files.prune_later(routine, pending.prune_later)
-        return result
+        return self._blocking.claim(routine, slot, fired_at, replica=replica)
 
     async def settle(
         self,
@@ -341,20 +326,7 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         error: str | None = None,
     ) -> bool:
         """The store's ``settle``, in the calling thread: False when a fault was logged."""
-        written, pending = self._files.write_outcome(
-            routine, slot, outcome, ms, if_unsettled, error
-        )
-        if pending is None:
-            return written
-        assert self._syncfs is not None
-        try:
-            at(self.claim_dir(routine), lambda: self._syncfs(pending.fd))  # type: ignore[misc]
-        except OSError as exc:
-            self._files.settle_warning(routine, slot, outcome, exc)
-            return False
-        finally:
-            os.close(pending.fd)
-        return True
+        return self._blocking.settle(routine, slot, outcome, ms, if_unsettled, error)
 
     async def latest_fire(self, routine: str) -> Fire | None:
         self._reads += 1
@@ -364,28 +336,14 @@ class DirectoryStore(WakeupsInFile, Lifetime):
 
     def latest_fire_sync(self, routine: str) -> Fire | None:
         """:meth:`latest_fire`, blocking: for a thread, or a process without Trio."""
-        try:
-            for fire in self._files.read(routine, newest_only=True):
-                return fire
-        except OSError as exc:
-            raise StateFault(
-                f"the newest claim of {routine!r} is unreadable — fix permissions/disk and "
-                f"restart: {describe(exc)}"
-            ) from None
-        return None
+        return self._blocking.latest_fire(routine)
 
     async def history(self, routine: str) -> list[Fire]:
         return await self._run(self.history_sync, routine)
 
     def history_sync(self, routine: str) -> list[Fire]:
         """:meth:`history`, blocking: for a thread, or a process without Trio."""
-        try:
-            return list(self._files.read(routine))
-        except OSError as exc:
-            raise StateFault(
-                f"the fired-slot claims for {routine!r} are unreadable (state: {self.root}): "
-                f"{describe(exc)}"
-            ) from None
+        return self._blocking.history(routine)
 
     async def ready(self) -> None:
         stalled = self._stalled_for()
@@ -424,45 +382,24 @@ class DirectoryStore(WakeupsInFile, Lifetime):
             raise StateFault(f"the state directory {path} is not a writable directory")
         raise StateFault(f"the state directory {self.root} cannot be created")
 
-    # -- replicas (see replicas.py and dirholds.py) ---------------------------------------
+    # -- replicas (see replicas.py and dirmembers.py) -------------------------------------
 
     async def join(self, info: ReplicaInfo) -> DirectoryPresence:
         """Become a member of the store as ``info.id`` (see :mod:`trio_routines.replicas`)."""
-        presence = DirectoryPresence(info, self.root, self._limiter)
-        try:
-            await self._run(presence.open)
-        except OSError as exc:
-            raise StateFault(f"could not join {self.root}: {describe(exc)}") from None
-        self._presence = presence
-        return presence
+        return await self._members.join(info)
 
     async def claims_alive(self, claims: Sequence[tuple[str, datetime]]) -> list[bool]:
         """For each ``(routine, slot)``, whether the hold of its claim is held now."""
-        keys = [claim_key(routine, slot) for routine, slot in claims]
-        own = self._presence if self._presence is not None and self._presence.fds else None
-        try:
-            return await self._run(keys_alive, self.root, own, keys)
-        except OSError as exc:
-            raise StateFault(f"the holds of {self.root} are unreadable: {describe(exc)}") from None
+        return await self._members.claims_alive(claims)
 
     async def open_claims(self, routines: Sequence[str], budget: int) -> list[tuple[str, Fire]]:
         """Open claims of ``routines`` that name their replica, a bounded walk at a time:
         at most ``budget`` directories listed and claims read per call (openscan.py)."""
-        async with self._open_scanning:
-            try:
-                return await self._run(self._open_scan.step, list(routines), budget)
-            except OSError as exc:
-                raise StateFault(
-                    f"the open claims in {self._claims} are unreadable: {describe(exc)}"
-                ) from None
+        return await self._members.open_claims(routines, budget)
 
     async def replicas(self) -> list[ReplicaInfo]:
         """Every member that joined (and was not forgotten), each marked alive or not."""
-        try:
-            return await self._run(read_replicas, self.root, self._presence)
-        except OSError as exc:
-            why = describe(exc)
-            raise StateFault(f"the replicas of {self.root} are unreadable: {why}") from None
+        return await self._members.replicas()
 
     # Pause files live in their own module, which builds on safefile.py.
     async def set_paused(self, routine: str, paused: bool, at: datetime | None = None) -> None:

@@ -5,21 +5,17 @@ Theory of operation. The layers are: :mod:`.pgschema` (tables and migrations),
 :mod:`.pgclaims` (claims and settles decided a batch per transaction), :mod:`.batch` (group
 commit: the calls that arrive while a batch is in flight form the next one), :mod:`.pgreads`
 (claims read back; a boot's newest claims and resumes a query per batch, queued as the state
-directory's newest claims are, by :mod:`.newest`) and this module, the
-:class:`~trio_routines.store.Store` itself. Batching is invisible to callers: each ``claim``,
-``settle``, ``latest_fire`` or ``resumed_at`` gets its own answer, as if the calls had come one
-by one.
+directory's newest claims are, by :mod:`.newest`), :mod:`.pgwakeups` (wake-up rows) and this
+module, the :class:`~trio_routines.store.Store` itself. Batching is invisible to callers: each
+``claim``, ``settle``, ``latest_fire`` or ``resumed_at`` gets its own answer, as if the calls
+had come one by one.
 
 Claims follow the same pure rules as the state directory: a slot older than the newest claim
 is stale, an existing one a duplicate, otherwise it is taken and the oldest claims beyond the
 retention are pruned. Every claim of one routine, from any process on any machine, is decided
 under that routine's advisory lock, and is durable once the commit returns.
 
-Wake-ups are rows ordered by an insertion sequence, which is what "stored order" means here:
-a recurring entry advanced in place keeps its place, a deferred one-shot goes to the end.
-``take_due_wakeup`` locks the first due row with ``FOR UPDATE SKIP LOCKED``, so concurrent
-takers each get a different row and never wait on each other. Adding takes an advisory lock
-per session before counting that session's rows, which keeps the 20-per-session cap exact.
+Wake-ups are rows in stored order, taken without waiting on each other (see :mod:`.pgwakeups`).
 
 Faults. Every psycopg error, and every call that outlives our deadline, becomes a one-line
 :class:`~trio_routines.errors.StateFault` (a settle logs it instead). A connection lost in
@@ -38,7 +34,6 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-import trio
 
 from ..claims import KEEP_CLAIMS
 from ..errors import StateFault
@@ -49,15 +44,7 @@ from ..records import ClaimResult, Fire, Gap, Outcome, Wakeup
 from ..replicas import ReplicaInfo, claim_key
 from ..store import Lifetime
 from ..text import error_text
-from ..wakeups import (
-    WakeupRequest,
-    check_request,
-    check_stored,
-    plan_add,
-    plan_defer,
-    storable,
-    take_first_due,
-)
+from ..wakeups import WakeupRequest
 from .batch import Answer, Batcher, Entry
 from .newest import BatchedReads
 from .pgclaims import (
@@ -72,40 +59,13 @@ from .pgconn import Call, CallFault, Connections
 from .pgholds import PostgresPresence, holds_alive, replica_rows
 from .pgreads import BATCH, READERS, history, newest_fires, open_claims, read_batch, resumes
 from .pgschema import CLAIM_LOCK as CLAIM_LOCK
-from .pgschema import GAP_LOCK, SESSION_LOCK, Schema
+from .pgschema import GAP_LOCK, Schema
 from .pgschema import SCHEMA_VERSION as SCHEMA_VERSION
+from .pgwakeups import PostgresWakeups
 
 log = logging.getLogger("trio_routines")
 
-_WAKEUP_COLUMNS = "id, session, prompt, fire_at, cron, tz, attempts"
 Conn = psycopg.Connection[Any]
-
-
-def _wakeup(row: tuple[Any, ...]) -> Wakeup:
-    id_, session, prompt, fire_at, cron, tz, attempts = row
-    return check_stored(
-        Wakeup(
-            id=id_,
-            session=session,
-            prompt=prompt,
-            fire_at=fire_at,
-            cron=cron,
-            tz=tz,
-            attempts=attempts,
-        )
-    )
-
-
-def _params(wakeup: Wakeup) -> tuple[Any, ...]:
-    return (
-        wakeup.id,
-        wakeup.session,
-        wakeup.prompt,
-        wakeup.fire_at,
-        wakeup.cron,
-        wakeup.tz,
-        wakeup.attempts,
-    )
 
 
 class PostgresStore(Lifetime):
@@ -150,6 +110,7 @@ class PostgresStore(Lifetime):
             resumes, "the resume of {routine} is unreadable"
         )
         self._open_after: tuple[str, datetime] | None = None  # see open_claims
+        self._wakeups = PostgresWakeups(self._conns, self._tables)
 
     def _reads(self, read: Any, unreadable: str) -> BatchedReads[Any]:
         batch = functools.partial(read_batch, self._conns, self._tables, read, unreadable)
@@ -369,116 +330,22 @@ class PostgresStore(Lifetime):
                 log.warning("ignoring a gap of %r that cannot be read: %s", routine, exc)
         return gaps
 
-    # -- wake-ups -------------------------------------------------------------------------
+    # -- wake-ups (see pgwakeups.py) -----------------------------------------------------
 
     async def add_wakeup(self, request: WakeupRequest, now: datetime) -> Wakeup:
-        check_request(request)  # before the session's lock, which hashes it on the server
-        return await self._conns.run("could not add a wake-up", self._add, request, now)
-
-    def _add(self, conn: Conn, _call: Call, request: WakeupRequest, now: datetime) -> Wakeup:
-        with conn.transaction():
-            wakeup = plan_add(self._sessions_wakeups(conn, request.session), request, now)
-            self._insert(conn, _call, wakeup)
-        return wakeup
-
-    def _sessions_wakeups(self, conn: Conn, session: str) -> list[Wakeup]:
-        """The session's pending wake-ups, under its lock until the transaction ends."""
-        conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", (SESSION_LOCK, session)
-        )
-        rows = conn.execute(
-            self._tables.sql(f"SELECT {_WAKEUP_COLUMNS} FROM {{wakeups}} WHERE session = %s"),
-            (session,),
-        ).fetchall()
-        mine = []
-        for row in rows:
-            try:
-                mine.append(_wakeup(row))
-            except (ValueError, TypeError):
-                continue  # dropped by the next take; it does not count against the cap
-        return mine
-
-    def _insert(self, conn: Conn, _call: Call, wakeup: Wakeup) -> None:
-        conn.execute(
-            self._tables.sql(
-                f"INSERT INTO {{wakeups}} ({_WAKEUP_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)"
-            ),
-            _params(wakeup),
-        )
+        return await self._wakeups.add(request, now)
 
     async def take_due_wakeup(self, now: datetime) -> Wakeup | None:
-        return await self._conns.run("could not take a due wake-up", self._take, now)
-
-    def _take(self, conn: Conn, _call: Call, now: datetime) -> Wakeup | None:
-        select = self._tables.sql(
-            f"SELECT seq, {_WAKEUP_COLUMNS} FROM {{wakeups}} WHERE fire_at <= %s "
-            "ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED"
-        )
-        delete = self._tables.sql("DELETE FROM {wakeups} WHERE seq = %s")
-        while True:
-            with conn.transaction():
-                row = conn.execute(select, (now,)).fetchone()
-                if row is None:
-                    return None
-                seq = row[0]
-                try:
-                    wakeup = _wakeup(row[1:])
-                except (ValueError, TypeError) as exc:
-                    # It would fail every take and hide nothing behind it; drop it for good.
-                    log.warning("dropping a malformed wake-up entry %r: %s", row[1], exc)
-                    conn.execute(delete, (seq,))
-                    continue
-                rest, taken = take_first_due([wakeup], now)
-                if rest:
-                    conn.execute(
-                        self._tables.sql(
-                            "UPDATE {wakeups} SET fire_at = %s, attempts = NULL WHERE seq = %s"
-                        ),
-                        (rest[0].fire_at, seq),
-                    )
-                else:
-                    conn.execute(delete, (seq,))
-                return taken
+        return await self._wakeups.take_due(now)
 
     async def defer_wakeup(self, wakeup: Wakeup, fire_at: datetime) -> bool:
-        what = f"could not re-queue wake-up {wakeup.id}"
-        return await self._conns.run(what, self._defer, wakeup, fire_at)
-
-    def _defer(self, conn: Conn, call: Call, wakeup: Wakeup, fire_at: datetime) -> bool:
-        with conn.transaction():  # under the session's lock, as an add: the cap holds
-            deferred = plan_defer(self._sessions_wakeups(conn, wakeup.session), wakeup, fire_at)
-            if deferred is None:
-                return False
-            self._insert(conn, call, deferred)
-        return True
+        return await self._wakeups.defer(wakeup, fire_at)
 
     async def remove_wakeup(self, wakeup_id: str, session: str | None = None) -> bool:
-        if not (storable(wakeup_id) and storable(session)):
-            await trio.lowlevel.checkpoint()
-            return False  # no stored wake-up can have it; the server would refuse the text
-        what = f"could not remove wake-up {wakeup_id}"
-        return await self._conns.run(what, self._remove, wakeup_id, session)
-
-    def _remove(self, conn: Conn, _call: Call, wakeup_id: str, session: str | None) -> bool:
-        query = "DELETE FROM {wakeups} WHERE id = %s"
-        params: tuple[str, ...] = (wakeup_id,)
-        if session is not None:
-            query += " AND session = %s"
-            params += (session,)
-        return conn.execute(self._tables.sql(query), params).rowcount > 0
+        return await self._wakeups.remove(wakeup_id, session)
 
     async def list_wakeups(self) -> list[Wakeup]:
-        return await self._conns.run("the pending wake-ups are unreadable", self._list)
-
-    def _list(self, conn: Conn, _call: Call) -> list[Wakeup]:
-        query = self._tables.sql(f"SELECT {_WAKEUP_COLUMNS} FROM {{wakeups}} ORDER BY seq")
-        entries = []
-        for row in conn.execute(query):
-            try:
-                entries.append(_wakeup(row))
-            except (ValueError, TypeError) as exc:
-                log.warning("skipping a malformed wake-up entry %r: %s", row[0], exc)
-        return entries
+        return await self._wakeups.pending()
 
     async def ready(self) -> None:
         await self._conns.run("the database does not answer", _select_one)

@@ -1,33 +1,25 @@
-"""Fakes for testing code that uses trio_routines, in the spirit of ``trio.testing``.
-
-* :class:`MemoryStore` -- the store contract kept in memory, with fault injection;
-* :class:`WallClock` -- a wall clock that advances with Trio's (mock) clock and can be made
-  to jump forward or backward on its own, like an NTP step or a VM restore;
-* :class:`ScriptedAgent` -- an agent whose turns complete, fail, report busy, hang or raise on
-  cue, and which records every turn it was asked for.
-"""
+"""An in-memory store for tests: :class:`MemoryStore`, the store contract kept in memory with
+fault injection, and :class:`MemoryPresence`, a member of one."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import Sequence
+from datetime import datetime
 
 import attrs
 import trio
 
-from .agent import SESSION_BUSY, Completed, Event, Failed, TextDelta
-from .claims import KEEP_CLAIMS, is_stale, names_to_prune
-from .context import FireContext, current_fire
-from .errors import StateFault
-from .gaps import add_gap
-from .instants import slot_name, truncate_ms
-from .names import check_name
-from .presence import Presence
-from .records import ClaimResult, ClaimStatus, Fire, Gap, Outcome, Wakeup
-from .replicas import ReplicaInfo, claim_key, replica_key
-from .store import Lifetime
-from .wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
+from ..claims import KEEP_CLAIMS, is_stale, names_to_prune
+from ..errors import StateFault
+from ..gaps import add_gap
+from ..instants import slot_name, truncate_ms
+from ..names import check_name
+from ..presence import Presence
+from ..records import ClaimResult, ClaimStatus, Fire, Gap, Outcome, Wakeup
+from ..replicas import ReplicaInfo, claim_key, replica_key
+from ..store import Lifetime
+from ..wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
 
 log = logging.getLogger("trio_routines")
 
@@ -345,155 +337,3 @@ class MemoryPresence(Presence):
         store = self._store
         for key in [key for key, holder in store.holds.items() if holder is self]:
             del store.holds[key]
-
-
-class WallClock:
-    """A wall clock that moves with Trio's clock, plus jumps of its own.
-
-    Call it (inside ``trio.run``) for the current wall time: ``start`` plus however far Trio's
-    clock has moved since the first call, plus every :meth:`jump`. With
-    ``trio.testing.MockClock`` that makes virtual hours pass in microseconds, and lets a test
-    step the wall clock forward or backward the way an NTP step or a VM restore would.
-    """
-
-    def __init__(self, start: datetime) -> None:
-        if start.tzinfo is None:
-            raise ValueError("start must be an aware datetime")
-        self.start = start.astimezone(UTC)
-        self._base: float | None = None
-        self._offset = timedelta()
-
-    def __call__(self) -> datetime:
-        now = trio.current_time()
-        if self._base is None:
-            self._base = now
-        return self.start + timedelta(seconds=now - self._base) + self._offset
-
-    def jump(self, delta: timedelta) -> None:
-        """Move the wall clock by ``delta`` (negative: backwards) without Trio's clock."""
-        self._offset += delta
-
-    def set(self, when: datetime) -> None:
-        """Make the wall clock read ``when`` now."""
-        self.jump(when.astimezone(UTC) - self())
-
-
-@attrs.frozen
-class Complete:
-    """Finish the turn after ``duration`` seconds, having streamed ``reply``."""
-
-    duration: float = 0.0
-    reply: str = "ok"
-
-
-@attrs.frozen
-class Fail:
-    """Fail the turn with ``details`` (and ``code``) after ``duration`` seconds."""
-
-    details: str = "it failed"
-    code: str | None = None
-    duration: float = 0.0
-
-
-@attrs.frozen
-class Hang:
-    """Never finish: only a cancellation ends this turn."""
-
-
-@attrs.frozen
-class Raise:
-    """Let the event iterator raise ``error`` after ``duration`` seconds."""
-
-    error: Exception
-    duration: float = 0.0
-
-
-def Busy() -> Fail:
-    """Report the session busy, as an agent with its own lease would."""
-    return Fail("the session already has a turn in flight", SESSION_BUSY)
-
-
-Behaviour = Complete | Fail | Hang | Raise
-
-
-@attrs.frozen
-class Turn:
-    """One turn a :class:`ScriptedAgent` was asked for: its session, text, Trio time, wall
-    time (when the agent has a clock) and :func:`~trio_routines.current_fire` at its start."""
-
-    session: str
-    text: str
-    started_at: float  # Trio's clock
-    wall: datetime | None = None
-    fire: FireContext | None = None  # why it ran: current_fire() at its start
-
-
-class ScriptedAgent:
-    """An agent that behaves on cue and remembers every turn it was asked for.
-
-    ``default`` applies to every turn; :meth:`script` queues one-off behaviours for a session
-    (or for any session with ``session=None``), consumed in order. ``on_turn`` is called at the
-    start of each turn, e.g. to stop the scheduler from inside one.
-    """
-
-    def __init__(
-        self,
-        default: Behaviour | None = None,
-        *,
-        wall: Callable[[], datetime] | None = None,
-        on_turn: Callable[[Turn], None] | None = None,
-    ) -> None:
-        self.default: Behaviour = default or Complete()
-        self.wall = wall
-        self.on_turn = on_turn
-        self.turns: list[Turn] = []
-        self.finished: list[Turn] = []
-        self._queued: dict[str | None, list[Behaviour]] = {}
-
-    def script(self, *behaviours: Behaviour, session: str | None = None) -> None:
-        """Queue ``behaviours`` for the next turns (of ``session`` only, when given)."""
-        self._queued.setdefault(session, []).extend(behaviours)
-
-    def _next(self, session: str) -> Behaviour:
-        for key in (session, None):
-            queue = self._queued.get(key)
-            if queue:
-                return queue.pop(0)
-        return self.default
-
-    async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
-        wall = self.wall() if self.wall else None
-        turn = Turn(session, text, trio.current_time(), wall, current_fire())
-        self.turns.append(turn)
-        if self.on_turn is not None:
-            self.on_turn(turn)
-        behaviour = self._next(session)
-        if isinstance(behaviour, Hang):
-            await trio.sleep_forever()
-        await trio.sleep(getattr(behaviour, "duration", 0.0))
-        if isinstance(behaviour, Raise):
-            raise behaviour.error
-        if isinstance(behaviour, Fail):
-            yield Failed(behaviour.details, behaviour.code)
-        else:
-            yield TextDelta(behaviour.reply)
-            yield Completed()
-        self.finished.append(turn)
-
-    def sessions(self) -> list[str]:
-        """The session of every turn so far, in order."""
-        return [t.session for t in self.turns]
-
-
-__all__ = [
-    "Behaviour",
-    "Busy",
-    "Complete",
-    "Fail",
-    "Hang",
-    "MemoryStore",
-    "Raise",
-    "ScriptedAgent",
-    "Turn",
-    "WallClock",
-]

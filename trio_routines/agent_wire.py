@@ -1,0 +1,147 @@
+"""The HTTP agent's pure core (see :mod:`.agent_http`): the body of a turn's POST, what an
+answer's status and content type mean, the reasons kept from a server's words (its token
+masked before they are cut), and an answer's text read as deltas and an outcome event.
+
+No IO here: the shell in :mod:`.agent_http` posts, reads and decodes, and calls these.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from .agent import SESSION_BUSY, Failed, TextDelta
+from .context import FireContext
+from .instants import format_iso
+from .logs import one_line
+from .sse import EventStreamParser, LineTooLong
+
+REASON_LIMIT = 300  # characters of a failure reason kept
+BUSY_STATUSES = frozenset({409, 423})
+
+
+def request_body(session: str, prompt: str, fire: FireContext | None) -> dict[str, Any]:
+    """The JSON body of one turn's POST."""
+    body: dict[str, Any] = {"session": session, "prompt": prompt}
+    if fire is None:
+        return body
+    if fire.kind == "routine":
+        assert fire.slot is not None
+        body["routine"] = fire.routine
+        body["slot"] = format_iso(fire.slot)
+    elif fire.kind == "wakeup":
+        body["wakeup"] = fire.wakeup
+    else:
+        body["run"] = True
+        body["routine"] = fire.routine
+    return body
+
+
+@attrs.frozen
+class Answer:
+    """How to read an answer, decided from its status and content type alone."""
+
+    kind: str  # "events", "text", "busy", "failed", "redirect"
+    reason: str = ""
+
+
+def classify(status: int, content_type: str) -> Answer:
+    """What an answer with ``status`` and ``content_type`` means for the turn."""
+    if status in BUSY_STATUSES:
+        return Answer("busy", f"the agent answered {status} (busy)")
+    if status in (307, 308):
+        return Answer("redirect")
+    if not 200 <= status < 300:
+        return Answer("failed", f"the agent answered {status}")
+    media = content_type.partition(";")[0].strip().lower()
+    return Answer("events" if media == "text/event-stream" else "text")
+
+
+def first_line(
+    body: bytes, limit: int = REASON_LIMIT, secret: str | None = None, *, cut: bool = False
+) -> str:
+    """The first non-blank line of ``body``, ``secret`` masked, at most ``limit`` characters.
+
+    ``cut``: ``body`` is the beginning of a longer one (see :func:`masked`).
+    """
+    text = masked(body.decode("utf-8", errors="replace"), secret, cut=cut)
+    for line in text.splitlines():
+        if line.strip():
+            return reason_of(line, limit=limit)
+    return ""
+
+
+def coding_of(values: list[str], secret: str | None = None) -> str:
+    """The content codings an answer declares besides ``identity`` ("" for none), one line."""
+    codings = (value.strip().lower() for value in values)
+    return reason_of(", ".join(c for c in codings if c and c != "identity"), secret)
+
+
+def masked(text: str, secret: str | None, *, cut: bool = False) -> str:
+    """``text`` with every ``secret`` in it as ``***``.
+
+    With ``cut`` (``text`` was cut from something longer), an end that begins the secret is
+    masked too: the rest of it was behind the cut.
+    """
+    if not secret:
+        return text
+    text = text.replace(secret, "***")
+    if cut:
+        for size in range(min(len(secret) - 1, len(text)), 0, -1):
+            if text.endswith(secret[:size]):
+                return text[:-size] + "***"
+    return text
+
+
+def reason_of(text: str, secret: str | None = None, limit: int = REASON_LIMIT) -> str:
+    """A reason to keep: ``secret`` masked first, then one line of at most ``limit`` characters.
+
+    In that order: cut first, a secret straddling the cut would leave its beginning behind.
+    """
+    text = one_line(masked(text, secret))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class Reader:
+    """Turns decoded answer text into deltas; remembers an event stream's outcome event."""
+
+    def __init__(self, parser: EventStreamParser | None) -> None:
+        self.parser = parser
+        self.outcome: Failed | None = None
+        self.overlong = False  # a line passed the parser's cap: the stream is unreadable
+
+    def feed(self, piece: str, final: bool = False) -> list[TextDelta]:
+        if self.parser is None:
+            return [TextDelta(piece)] if piece else []
+        try:
+            found = self.parser.feed(piece) + (self.parser.close() if final else [])
+        except LineTooLong:
+            self.overlong = True
+            self.outcome = Failed(
+                "the agent's event stream sent a line longer than "
+                f"{self.parser.max_line} characters — stopped reading"
+            )
+            return []
+        deltas = []
+        for kind, data in found:
+            self.outcome = _event(kind, data) or self.outcome  # the last one wins
+            if kind == "message" and data:
+                deltas.append(TextDelta(data))
+        return deltas
+
+
+def _event(kind: str, data: str) -> Failed | None:
+    """A stream's outcome event, its data still raw (bounded by the parser's line cap)."""
+    if kind == "failed":
+        return Failed(data)
+    if kind == "busy":
+        return Failed(data, SESSION_BUSY)
+    return None
+
+
+def event_outcome(event: Failed, secret: str | None) -> Failed:
+    """A stream's outcome event as a reason to keep: the secret masked, then cut."""
+    if event.busy:
+        return Failed(reason_of(event.details, secret) or "the agent's session is busy", event.code)
+    return Failed(reason_of(event.details, secret) or "the agent reported a failure", event.code)

@@ -1,0 +1,94 @@
+"""The state directory's claims, blocking: for a thread, or a process without Trio.
+
+The same files as the store's async calls write (claimfiles.py), but each call on its own:
+no batch, no group commit, no writer process; a claim or settle is made durable by its own
+flush (``syncfs`` of its file) before it returns.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+from ..errors import StateFault
+from ..records import ClaimResult, Fire, Outcome
+from .claimfiles import ClaimFiles
+from .safefile import at, describe
+
+
+class BlockingClaims:
+    """Claims, settles and reads of the state directory at ``root``, in the calling thread."""
+
+    def __init__(self, root: Path, files: ClaimFiles, syncfs: Callable[[int], None] | None) -> None:
+        self.root = root
+        self._files = files
+        self._syncfs = syncfs
+
+    def claim(
+        self, routine: str, slot: datetime, fired_at: datetime, *, replica: str | None = None
+    ) -> ClaimResult:
+        """The store's ``claim``: taken only once the claim is durable."""
+        result, pending = self._files.create(routine, slot, fired_at, replica)
+        if pending is None:
+            return result
+        assert self._syncfs is not None
+        directory = self._files.claim_dir(routine)
+        try:
+            at(directory, lambda: self._syncfs(pending.fd))  # type: ignore[misc]
+        except OSError as exc:
+            self._files.unclaim_after(routine, slot)
+            raise self._files.not_durable(routine, slot, exc) from None
+        finally:
+            os.close(pending.fd)
+        self._files.prune_later(routine, pending.prune_later)
+        return result
+
+    def settle(
+        self,
+        routine: str,
+        slot: datetime,
+        outcome: Outcome,
+        ms: int | None,
+        if_unsettled: bool = False,
+        error: str | None = None,
+    ) -> bool:
+        """The store's ``settle``: False when a fault was logged."""
+        written, pending = self._files.write_outcome(
+            routine, slot, outcome, ms, if_unsettled, error
+        )
+        if pending is None:
+            return written
+        assert self._syncfs is not None
+        directory = self._files.claim_dir(routine)
+        try:
+            at(directory, lambda: self._syncfs(pending.fd))  # type: ignore[misc]
+        except OSError as exc:
+            self._files.settle_warning(routine, slot, outcome, exc)
+            return False
+        finally:
+            os.close(pending.fd)
+        return True
+
+    def latest_fire(self, routine: str) -> Fire | None:
+        """The store's ``latest_fire``."""
+        try:
+            for fire in self._files.read(routine, newest_only=True):
+                return fire
+        except OSError as exc:
+            raise StateFault(
+                f"the newest claim of {routine!r} is unreadable — fix permissions/disk and "
+                f"restart: {describe(exc)}"
+            ) from None
+        return None
+
+    def history(self, routine: str) -> list[Fire]:
+        """The store's ``history``."""
+        try:
+            return list(self._files.read(routine))
+        except OSError as exc:
+            raise StateFault(
+                f"the fired-slot claims for {routine!r} are unreadable (state: {self.root}): "
+                f"{describe(exc)}"
+            ) from None

@@ -1,0 +1,79 @@
+"""The replicas of a state directory, the store's side: joining, whether the holds of claims
+are held, the members, and the open claims a reconcile looks for.
+
+The holds themselves are dirholds.py's, the bounded walk over the claims openscan.py's; this
+part owns what the store keeps of them (this process's presence once joined, the walk), and
+runs each blocking call in a worker thread under the store's capacity limiter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+
+from ..errors import StateFault
+from ..records import Fire
+from ..replicas import ReplicaInfo, claim_key
+from .claimfiles import ClaimFiles
+from .dirholds import DirectoryPresence, keys_alive, read_replicas
+from .openscan import OpenScan
+from .safefile import describe
+
+T = TypeVar("T")
+
+
+class DirectoryMembers:
+    """The replicas of the state directory at ``root`` (see :class:`.directory.DirectoryStore`)."""
+
+    def __init__(self, root: Path, files: ClaimFiles, limiter: trio.CapacityLimiter) -> None:
+        self.root = root
+        self._claims = root / "schedule" / "claims"
+        self._limiter = limiter
+        self._open_scan = OpenScan(files)
+        self._open_scanning = trio.Lock()  # one walk at a time (openscan.py)
+        self._presence: DirectoryPresence | None = None  # this process's, once joined
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+
+    async def join(self, info: ReplicaInfo) -> DirectoryPresence:
+        """Become a member of the store as ``info.id`` (see :mod:`trio_routines.replicas`)."""
+        presence = DirectoryPresence(info, self.root, self._limiter)
+        try:
+            await self._run(presence.open)
+        except OSError as exc:
+            raise StateFault(f"could not join {self.root}: {describe(exc)}") from None
+        self._presence = presence
+        return presence
+
+    async def claims_alive(self, claims: Sequence[tuple[str, datetime]]) -> list[bool]:
+        """For each ``(routine, slot)``, whether the hold of its claim is held now."""
+        keys = [claim_key(routine, slot) for routine, slot in claims]
+        own = self._presence if self._presence is not None and self._presence.fds else None
+        try:
+            return await self._run(keys_alive, self.root, own, keys)
+        except OSError as exc:
+            raise StateFault(f"the holds of {self.root} are unreadable: {describe(exc)}") from None
+
+    async def open_claims(self, routines: Sequence[str], budget: int) -> list[tuple[str, Fire]]:
+        """Open claims of ``routines`` that name their replica, a bounded walk at a time:
+        at most ``budget`` directories listed and claims read per call (openscan.py)."""
+        async with self._open_scanning:
+            try:
+                return await self._run(self._open_scan.step, list(routines), budget)
+            except OSError as exc:
+                raise StateFault(
+                    f"the open claims in {self._claims} are unreadable: {describe(exc)}"
+                ) from None
+
+    async def replicas(self) -> list[ReplicaInfo]:
+        """Every member that joined (and was not forgotten), each marked alive or not."""
+        try:
+            return await self._run(read_replicas, self.root, self._presence)
+        except OSError as exc:
+            why = describe(exc)
+            raise StateFault(f"the replicas of {self.root} are unreadable: {why}") from None

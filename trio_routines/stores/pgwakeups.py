@@ -1,0 +1,179 @@
+"""Wake-ups in PostgreSQL: rows ordered by an insertion sequence (see :mod:`.postgres`).
+
+"Stored order" is the ``seq`` column: a recurring entry advanced in place keeps its place, a
+deferred one-shot goes to the end. A take locks the first due row with ``FOR UPDATE SKIP
+LOCKED``, so concurrent takers each get a different row and never wait on each other. An add
+(and a defer) takes an advisory lock per session before counting that session's rows, which
+keeps the 20-per-session cap exact.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+import psycopg
+import trio
+
+from ..records import Wakeup
+from ..wakeups import (
+    WakeupRequest,
+    check_request,
+    check_stored,
+    plan_add,
+    plan_defer,
+    storable,
+    take_first_due,
+)
+from .pgconn import Call, Connections
+from .pgschema import SESSION_LOCK, Schema
+
+log = logging.getLogger("trio_routines")
+
+_WAKEUP_COLUMNS = "id, session, prompt, fire_at, cron, tz, attempts"
+Conn = psycopg.Connection[Any]
+
+
+def _wakeup(row: tuple[Any, ...]) -> Wakeup:
+    id_, session, prompt, fire_at, cron, tz, attempts = row
+    return check_stored(
+        Wakeup(
+            id=id_,
+            session=session,
+            prompt=prompt,
+            fire_at=fire_at,
+            cron=cron,
+            tz=tz,
+            attempts=attempts,
+        )
+    )
+
+
+def _params(wakeup: Wakeup) -> tuple[Any, ...]:
+    return (
+        wakeup.id,
+        wakeup.session,
+        wakeup.prompt,
+        wakeup.fire_at,
+        wakeup.cron,
+        wakeup.tz,
+        wakeup.attempts,
+    )
+
+
+class PostgresWakeups:
+    """The wake-up calls of :class:`~.postgres.PostgresStore`, on its connections and tables."""
+
+    def __init__(self, conns: Connections, tables: Schema) -> None:
+        self._conns = conns
+        self._tables = tables
+
+    async def add(self, request: WakeupRequest, now: datetime) -> Wakeup:
+        check_request(request)  # before the session's lock, which hashes it on the server
+        return await self._conns.run("could not add a wake-up", self._add, request, now)
+
+    def _add(self, conn: Conn, _call: Call, request: WakeupRequest, now: datetime) -> Wakeup:
+        with conn.transaction():
+            wakeup = plan_add(self._sessions_wakeups(conn, request.session), request, now)
+            self._insert(conn, _call, wakeup)
+        return wakeup
+
+    def _sessions_wakeups(self, conn: Conn, session: str) -> list[Wakeup]:
+        """The session's pending wake-ups, under its lock until the transaction ends."""
+        conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", (SESSION_LOCK, session)
+        )
+        rows = conn.execute(
+            self._tables.sql(f"SELECT {_WAKEUP_COLUMNS} FROM {{wakeups}} WHERE session = %s"),
+            (session,),
+        ).fetchall()
+        mine = []
+        for row in rows:
+            try:
+                mine.append(_wakeup(row))
+            except (ValueError, TypeError):
+                continue  # dropped by the next take; it does not count against the cap
+        return mine
+
+    def _insert(self, conn: Conn, _call: Call, wakeup: Wakeup) -> None:
+        conn.execute(
+            self._tables.sql(
+                f"INSERT INTO {{wakeups}} ({_WAKEUP_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+            ),
+            _params(wakeup),
+        )
+
+    async def take_due(self, now: datetime) -> Wakeup | None:
+        return await self._conns.run("could not take a due wake-up", self._take, now)
+
+    def _take(self, conn: Conn, _call: Call, now: datetime) -> Wakeup | None:
+        select = self._tables.sql(
+            f"SELECT seq, {_WAKEUP_COLUMNS} FROM {{wakeups}} WHERE fire_at <= %s "
+            "ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED"
+        )
+        delete = self._tables.sql("DELETE FROM {wakeups} WHERE seq = %s")
+        while True:
+            with conn.transaction():
+                row = conn.execute(select, (now,)).fetchone()
+                if row is None:
+                    return None
+                seq = row[0]
+                try:
+                    wakeup = _wakeup(row[1:])
+                except (ValueError, TypeError) as exc:
+                    # It would fail every take and hide nothing behind it; drop it for good.
+                    log.warning("dropping a malformed wake-up entry %r: %s", row[1], exc)
+                    conn.execute(delete, (seq,))
+                    continue
+                rest, taken = take_first_due([wakeup], now)
+                if rest:
+                    conn.execute(
+                        self._tables.sql(
+                            "UPDATE {wakeups} SET fire_at = %s, attempts = NULL WHERE seq = %s"
+                        ),
+                        (rest[0].fire_at, seq),
+                    )
+                else:
+                    conn.execute(delete, (seq,))
+                return taken
+
+    async def defer(self, wakeup: Wakeup, fire_at: datetime) -> bool:
+        what = f"could not re-queue wake-up {wakeup.id}"
+        return await self._conns.run(what, self._defer, wakeup, fire_at)
+
+    def _defer(self, conn: Conn, call: Call, wakeup: Wakeup, fire_at: datetime) -> bool:
+        with conn.transaction():  # under the session's lock, as an add: the cap holds
+            deferred = plan_defer(self._sessions_wakeups(conn, wakeup.session), wakeup, fire_at)
+            if deferred is None:
+                return False
+            self._insert(conn, call, deferred)
+        return True
+
+    async def remove(self, wakeup_id: str, session: str | None = None) -> bool:
+        if not (storable(wakeup_id) and storable(session)):
+            await trio.lowlevel.checkpoint()
+            return False  # no stored wake-up can have it; the server would refuse the text
+        what = f"could not remove wake-up {wakeup_id}"
+        return await self._conns.run(what, self._remove, wakeup_id, session)
+
+    def _remove(self, conn: Conn, _call: Call, wakeup_id: str, session: str | None) -> bool:
+        query = "DELETE FROM {wakeups} WHERE id = %s"
+        params: tuple[str, ...] = (wakeup_id,)
+        if session is not None:
+            query += " AND session = %s"
+            params += (session,)
+        return conn.execute(self._tables.sql(query), params).rowcount > 0
+
+    async def pending(self) -> list[Wakeup]:
+        return await self._conns.run("the pending wake-ups are unreadable", self._list)
+
+    def _list(self, conn: Conn, _call: Call) -> list[Wakeup]:
+        query = self._tables.sql(f"SELECT {_WAKEUP_COLUMNS} FROM {{wakeups}} ORDER BY seq")
+        entries = []
+        for row in conn.execute(query):
+            try:
+                entries.append(_wakeup(row))
+            except (ValueError, TypeError) as exc:
+                log.warning("skipping a malformed wake-up entry %r: %s", row[0], exc)
+        return entries
