@@ -45,31 +45,6 @@ def _cold_cron_caches() -> None:
 STORE_KINDS = ["memory", "directory", "postgres"]
 
 
-def _touches_postgres(item: pytest.Item) -> bool:
-    callspec = getattr(item, "callspec", None)
-    if callspec is not None and any(
-        v == "postgres" for v in callspec.params.values() if isinstance(v, str)
-    ):
-        return True
-    module = getattr(item, "module", None)
-    return module is not None and (
-        module.__name__.startswith("test_postgres") or hasattr(module, "require_server")
-    )
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test that touches PostgreSQL runs on one xdist worker, one after the other.
-
-    Each test has a schema of its own, but a store's holds (the claim, session and replica
-    locks: ``stores/pgholds.py``) are advisory locks, which PostgreSQL scopes to the database,
-    not the schema: two tests firing routine ``r`` at the same slot in parallel would see each
-    other's holds (a reconcile leaving a claim open, a session found busy).
-    """
-    for item in items:
-        if _touches_postgres(item):
-            item.add_marker(pytest.mark.xdist_group("postgres"))
-
-
 @pytest.fixture(params=STORE_KINDS)
 def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Store]]:
     """Builds stores of one kind; every store built in one test shares the same state."""

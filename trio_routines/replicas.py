@@ -90,8 +90,10 @@ def key(kind: str, *parts: str) -> int:
     return int.from_bytes(digest, "big") >> 1
 
 
-def replica_key(replica: str) -> int:
-    return key("replica", replica)
+def replica_key(replica: str, namespace: str = "") -> int:
+    """The key of a replica's own hold; ``namespace`` sets apart stores whose holds share one
+    lock space (PostgreSQL's advisory locks are per database, a store per schema)."""
+    return key("replica", namespace, replica) if namespace else key("replica", replica)
 
 
 def session_key(session: str) -> int:

@@ -118,11 +118,20 @@ def keys_held(conn: Conn, _call: Call, keys: Sequence[int]) -> list[bool]:
     return [bool(held) for (held,) in rows]
 
 
+def namespace(conn: Conn, schema: Schema) -> str:
+    """What sets this store's replica locks apart from another schema's in the same database
+    (advisory locks are per database): the OID of its replicas table."""
+    name = schema.sql("{replicas}").as_string(conn)
+    row = conn.execute("SELECT to_regclass(%s)::oid", (name,)).fetchone()
+    return str(row[0]) if row and row[0] is not None else ""
+
+
 def replica_rows(conn: Conn, call: Call, schema: Schema) -> list[ReplicaInfo]:
     """Every replica that joined, each marked alive or not by its lock."""
     rows = conn.execute(schema.sql(f"SELECT {_COLUMNS} FROM {{replicas}} ORDER BY started, id"))
     infos = [ReplicaInfo(*row) for row in rows]
-    alive = keys_held(conn, call, [replica_key(info.id) for info in infos])
+    space = namespace(conn, schema)
+    alive = keys_held(conn, call, [replica_key(info.id, space) for info in infos])
     return [attrs.evolve(info, alive=live) for info, live in zip(infos, alive, strict=True)]
 
 
@@ -142,6 +151,12 @@ class PostgresPresence(Presence):
         self._batches: Batcher[_Ops, list[bool]] = Batcher(self._flush, key=id)
         self._letting_go: list[int] = []  # let go of here, not yet in the table
         self._sending = False  # a task of ours will send them
+        self._namespace = ""  # this store's, once connected (see namespace())
+
+    @property
+    def holder(self) -> int:
+        """Our id's key in this store's namespace: the lock we hold, the holder of our rows."""
+        return replica_key(self.replica, self._namespace)
 
     # -- the connection -------------------------------------------------------------------
 
@@ -206,8 +221,9 @@ class PostgresPresence(Presence):
             for setting, value in KEEPALIVE.items():
                 with contextlib.suppress(psycopg.errors.UndefinedObject):
                     conn.execute("SELECT set_config(%s, %s, false)", (setting, value))
+            self._namespace = namespace(conn, self._schema)
             (mine,) = conn.execute(
-                "SELECT pg_try_advisory_lock(%s)", (replica_key(self.replica),)
+                "SELECT pg_try_advisory_lock(%s)", (self.holder,)
             ).fetchone() or (False,)
             if not mine:
                 raise StateFault(
@@ -239,7 +255,8 @@ class PostgresPresence(Presence):
             )
         ).fetchall()
         ids = [replica_id for (replica_id,) in rows]
-        held = keys_held(conn, Call(), [replica_key(replica_id) for replica_id in ids])
+        space = self._namespace
+        held = keys_held(conn, Call(), [replica_key(replica_id, space) for replica_id in ids])
         dead = [replica_id for replica_id, live in zip(ids, held, strict=True) if not live]
         if dead:
             conn.execute(self._schema.sql("DELETE FROM {replicas} WHERE id = ANY(%s)"), (dead,))
@@ -278,7 +295,7 @@ class PostgresPresence(Presence):
         # take is answered before anyone can let go of what it took).
         released, self._letting_go = self._letting_go, []
         wanted = [key for entry in entries for key in entry.item[1]]
-        me = replica_key(self.replica)
+        me = self.holder
 
         def run(conn: Conn) -> set[int]:
             with conn.pipeline():
@@ -304,7 +321,7 @@ class PostgresPresence(Presence):
 
     async def _leave(self) -> None:
         def leave(conn: Conn) -> None:
-            me = replica_key(self.replica)
+            me = self.holder
             conn.execute(self._schema.sql("DELETE FROM {holds} WHERE holder = %s"), (me,))
             conn.execute(self._schema.sql("DELETE FROM {replicas} WHERE id = %s"), (self.replica,))
             conn.close()
