@@ -170,6 +170,7 @@ def test_sigterm_interrupts_a_turn_longer_than_the_grace_and_kills_its_group(env
             os.kill(int(pid), signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_restart_after_missed_slots_fires_exactly_one_catch_up(env: Env) -> None:
     env.routine("minutely", cron="* * * * *")
     now = datetime.now(UTC).replace(second=0, microsecond=0)
@@ -376,6 +377,7 @@ def test_agent_from_the_environment(env: Env) -> None:
     assert result.stdout == "HI\n"
 
 
+@pytest.mark.slow
 def test_status_lists_the_live_replicas_of_the_state(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *")
     proc = env.serve("echo", "--replica", "web-1")

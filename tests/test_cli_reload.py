@@ -6,6 +6,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 from procs import Env, stop, wait_for
 
 
@@ -40,6 +41,7 @@ def _threads(pid: int) -> int:
     return int(next(line for line in status.splitlines() if line.startswith("Threads:")).split()[1])
 
 
+@pytest.mark.slow
 def test_a_sighup_during_the_start_up_is_queued_and_never_ends_serve(env: Env) -> None:
     # Enough routines that reading them (and booting them) takes a while: the first thread
     # serve starts is the one that reads the directory, so a SIGHUP sent as soon as it exists

@@ -124,6 +124,7 @@ def pg_state() -> Iterator[str]:
         )
 
 
+@pytest.mark.slow
 def test_serve_and_the_commands_never_show_a_password_given_as_a_parameter(
     tmp_path: Path, pg_state: str
 ) -> None:

@@ -115,6 +115,7 @@ def test_refusals_are_reported_once_per_interval(caplog: pytest.LogCaptureFixtur
     ]
 
 
+@pytest.mark.slow
 async def test_slow_bodies_are_cut_at_the_deadline_and_the_probe_still_answers() -> None:
     async with serving() as port:
         answers: list[bytes] = []
@@ -139,6 +140,7 @@ async def test_slow_bodies_are_cut_at_the_deadline_and_the_probe_still_answers()
         assert status(await get(port)) == 200
 
 
+@pytest.mark.slow
 async def test_connections_over_the_cap_are_refused_and_logged_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -163,6 +165,7 @@ async def test_connections_over_the_cap_are_refused_and_logged_once(
     assert not [r for r in caplog.records if r.exc_info]
 
 
+@pytest.mark.slow
 def test_serve_derives_its_cap_from_the_descriptor_limit_and_never_runs_out(env: Env) -> None:
     env.routine("adhoc")
     limit = 64

@@ -150,6 +150,7 @@ async def test_hostile_files_in_the_replicas_directory_are_passed_over(tmp_path:
     await store.aclose()
 
 
+@pytest.mark.slow
 def test_a_bad_replica_id_is_one_line_and_usage(tmp_path: Path) -> None:
     for bad in ("", "a\tb", "x" * 200):
         result = subprocess.run(

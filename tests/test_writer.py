@@ -230,6 +230,7 @@ async def test_a_child_that_does_not_answer_is_killed_and_its_batch_fails(
         assert (await store.claim("r0", SLOT, SLOT)).taken  # retried by a thread
 
 
+@pytest.mark.slow
 async def test_a_child_that_never_comes_up_is_given_up_after_a_few_starts(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
