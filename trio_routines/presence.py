@@ -38,9 +38,6 @@ class Presence:
         """Whether this presence holds ``key`` now."""
         return key in self._held
 
-    def held(self) -> frozenset[int]:
-        return frozenset(self._held)
-
     @property
     def holder(self) -> int:
         """This replica's own key: the holder a store records for its holds."""
