@@ -135,7 +135,7 @@ async def test_an_instant_that_cannot_be_renamed_into_place_leaves_no_temp_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unlink_fails: bool
 ) -> None:
     where = tmp_path / "schedule" / "resumed"
-    proxy = fail(monkeypatch, dirpause, "replace", errno.EIO)
+    proxy = fail(monkeypatch, safefile, "replace", errno.EIO)  # the rename is safefile's
     if unlink_fails:
         proxy.also("unlink", errno.EIO)
     with pytest.raises(StateFault) as raised:

@@ -189,7 +189,7 @@ async def test_a_rename_that_fails_is_named_and_its_temp_file_removed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unlink_fails: bool
 ) -> None:
     schedule = state(tmp_path, [entry("a")])
-    proxy = fail(monkeypatch, wakeupfile, "replace", errno.EIO)
+    proxy = fail(monkeypatch, safefile, "replace", errno.EIO)  # the rename is safefile's
     if unlink_fails:
         proxy.also("unlink", errno.EIO)
     with pytest.raises(StateFault) as raised:

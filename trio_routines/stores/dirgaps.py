@@ -14,7 +14,6 @@ with a warning, and is replaced by the next write; an entry that is not a gap is
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from datetime import datetime
@@ -27,16 +26,14 @@ from ..names import check_name
 from ..records import Gap
 from .safefile import (
     Refused,
-    at,
     create_file,
-    create_temp,
     describe,
     fsync,
     lock_within,
     open_dirs,
     open_file,
     read_file,
-    write_all,
+    replace_file,
 )
 
 log = logging.getLogger("trio_routines")
@@ -132,19 +129,5 @@ def _open_lock(schedule: int, path: Path) -> int:
 
 
 def _replace(directory: int, name: str, where: Path, text: str) -> None:
-    fd, temp = create_temp(directory, ".gaps-", where)
-    try:
-        try:
-            write_all(fd, text.encode("utf-8", errors="surrogatepass"), where / temp)
-            fsync(fd, where / temp)
-        finally:
-            os.close(fd)
-        at(
-            where / name,
-            lambda: os.replace(temp, name, src_dir_fd=directory, dst_dir_fd=directory),
-        )
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(temp, dir_fd=directory)
-        raise
+    replace_file(directory, name, where, text.encode("utf-8", errors="surrogatepass"), ".gaps-")
     fsync(directory, where)

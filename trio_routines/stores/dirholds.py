@@ -49,12 +49,11 @@ from ..replicas import ReplicaInfo, replica_json, replica_key, stored_replica
 from .safefile import (
     Refused,
     at,
-    create_temp,
     describe,
     kind_of,
     open_dirs,
     read_file,
-    write_all,
+    replace_file,
 )
 
 log = logging.getLogger("trio_routines")
@@ -152,18 +151,9 @@ def write_replica(root: Path, info: ReplicaInfo) -> None:
     where = root / "schedule" / REPLICAS
     directory = open_dirs(root, ("schedule", REPLICAS), create=True)
     try:
-        fd, temp = create_temp(directory, ".replica-", where)
-        try:
-            try:
-                write_all(fd, dumps(replica_json(info, liveness=False)).encode(), where / temp)
-            finally:
-                os.close(fd)
-            name = _file_name(info.id)
-            at(where, lambda: os.rename(temp, name, src_dir_fd=directory, dst_dir_fd=directory))
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temp, dir_fd=directory)
-            raise
+        # Not durable: the record is for people, and rewritten at every heartbeat.
+        data = dumps(replica_json(info, liveness=False)).encode()
+        replace_file(directory, _file_name(info.id), where, data, ".replica-", durable=False)
     finally:
         os.close(directory)
 

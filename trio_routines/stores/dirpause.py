@@ -15,7 +15,6 @@ as any state file is, and anything but a short regular file holding an instant r
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 from datetime import datetime
@@ -28,12 +27,11 @@ from .safefile import (
     Refused,
     at,
     create_file,
-    create_temp,
     describe,
     fsync,
     open_dirs,
     read_file,
-    write_all,
+    replace_file,
 )
 
 
@@ -54,21 +52,7 @@ def _write_resumed(root: Path, routine: str, when: datetime) -> None:
             f"{routine!r} is resumed, but its instant cannot be kept in {where}: {describe(exc)}"
         ) from None
     try:
-        fd, temp = create_temp(directory, ".resume-", where)
-        try:
-            try:
-                write_all(fd, format_iso(when).encode(), where / temp)
-                fsync(fd, where / temp)
-            finally:
-                os.close(fd)
-            at(
-                where / name,
-                lambda: os.replace(temp, name, src_dir_fd=directory, dst_dir_fd=directory),
-            )
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(temp, dir_fd=directory)
-            raise
+        replace_file(directory, name, where, format_iso(when).encode(), ".resume-")
         fsync(directory, where)
     except OSError as exc:
         raise StateFault(

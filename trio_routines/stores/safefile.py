@@ -21,6 +21,7 @@ Every error carries the full path of the file, never only the name relative to a
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -221,6 +222,28 @@ def create_temp(parent: int, prefix: str, directory: Path) -> tuple[int, str]:
     """A new file ``<prefix><random>`` in ``parent``: no one can guess or pre-plant it."""
     name = f"{prefix}{secrets.token_hex(8)}"
     return create_file(parent, name, directory / name), name
+
+
+def replace_file(
+    directory: int, name: str, where: Path, data: bytes, prefix: str, *, durable: bool = True
+) -> None:
+    """Put ``data`` in place of the file ``name`` of ``directory`` (at ``where``) in one step:
+    a temp file under an unpredictable name is written (and, with ``durable``, fsynced) and
+    renamed over it; the temp file is removed if anything fails. Making the rename itself
+    durable (an fsync of the directory) is the caller's."""
+    fd, temp = create_temp(directory, prefix, where)
+    try:
+        try:
+            write_all(fd, data, where / temp)
+            if durable:
+                fsync(fd, where / temp)
+        finally:
+            os.close(fd)
+        at(where / name, lambda: os.replace(temp, name, src_dir_fd=directory, dst_dir_fd=directory))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=directory)
+        raise
 
 
 def write_all(fd: int, data: bytes, where: Path) -> None:

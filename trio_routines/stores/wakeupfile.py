@@ -40,14 +40,13 @@ from .safefile import (
     Refused,
     at,
     create_file,
-    create_temp,
     describe,
     fsync,
     lock_within,
     open_dirs,
     open_file,
     read_fd,
-    write_all,
+    replace_file,
 )
 
 log = logging.getLogger("trio_routines")
@@ -240,25 +239,11 @@ class WakeupFile:
                 f"the wake-up store {self.path} would grow past {MAX_BYTES >> 20} MiB — "
                 "refused; cancel pending wake-ups first"
             )
-        temp: str | None = None
         try:
             if damaged:
                 self._keep_aside(directory)
-            fd, temp = create_temp(directory, TEMP_PREFIX, self.schedule)
-            where = self.schedule / temp
-            try:
-                write_all(fd, data, where)
-                fsync(fd, where)
-            finally:
-                os.close(fd)
-            at(
-                self.path,
-                lambda: os.replace(temp, WAKEUPS, src_dir_fd=directory, dst_dir_fd=directory),
-            )
+            replace_file(directory, WAKEUPS, self.schedule, data, TEMP_PREFIX)
         except OSError as exc:
-            if temp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(temp, dir_fd=directory)
             raise StateFault(
                 f"could not write the wake-up store {self.path}: {describe(exc)}"
             ) from None
