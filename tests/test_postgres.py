@@ -536,31 +536,67 @@ def test_read_only_commands_work_against_a_read_only_database(
     assert listed.returncode == 0, listed.stderr
 
 
-async def test_a_claim_takes_its_holds_in_its_own_transaction(url: str, schema: str) -> None:
-    from trio_routines.replicas import ReplicaInfo, claim_key, session_key
+async def test_a_claim_takes_its_sessions_hold_in_its_own_transaction(
+    url: str, schema: str
+) -> None:
+    from trio_routines.replicas import ReplicaInfo, session_key
 
     first, second = PostgresStore(url, schema=schema), PostgresStore(url, schema=schema)
     a = await first.join(ReplicaInfo("a", "0", "h", 1, T0, T0))
     b = await second.join(ReplicaInfo("b", "0", "h", 2, T0, T0))
-    mine = (claim_key("r", T0), session_key("routine:r"))
-    taken = await first.claim("r", T0, T0, replica="a", holds=(a.holder, mine))
-    assert (taken.status, taken.holds) == (ClaimStatus.TAKEN, (True, True))
+    session = (session_key("routine:r"),)
+    taken = await first.claim("r", T0, T0, replica="a", holds=(a.holder, session))
+    assert (taken.status, taken.holds) == (ClaimStatus.TAKEN, (True,))
+    # The claim is held by the replica it names, no hold of its own.
     assert await second.claims_alive([("r", T0)]) == [True]
-    # Another replica at the same slot: its claim's hold is taken, so it claims nothing.
-    twice = await second.claim("r", T0, T0, replica="b", holds=(b.holder, mine))
-    assert (twice.status, twice.holds) == (ClaimStatus.DUPLICATE, (False, False))
+    # Another replica at the same slot: a duplicate, and the session is a's.
+    twice = await second.claim("r", T0, T0, replica="b", holds=(b.holder, session))
+    assert (twice.status, twice.holds) == (ClaimStatus.DUPLICATE, (False,))
     assert [f.replica for f in await second.history("r")] == ["a"]
     # The next slot while a still runs the session: claimed, the session busy.
     later = T0 + MINUTE
-    busy = await second.claim(
-        "r", later, later, replica="b", holds=(b.holder, (claim_key("r", later), mine[1]))
-    )
-    assert (busy.status, busy.holds) == (ClaimStatus.TAKEN, (True, False))
+    busy = await second.claim("r", later, later, replica="b", holds=(b.holder, session))
+    assert (busy.status, busy.holds) == (ClaimStatus.TAKEN, (False,))
     # Without holds (a store of an older caller), a claim is decided as ever.
     plain = await first.claim("q", T0, T0)
     assert (plain.status, plain.holds) == (ClaimStatus.TAKEN, None)
+    assert await second.claims_alive([("q", T0)]) == [False]  # it names no replica
     await a.leave()
-    assert await second.claims_alive([("r", T0)]) == [False]  # a's holds went with it
+    assert await second.claims_alive([("r", T0), ("r", later)]) == [False, True]  # a is gone
     await b.leave()
     await first.aclose()
     await second.aclose()
+
+
+async def test_a_claim_an_earlier_process_made_under_our_id_is_recorded_interrupted(
+    url: str, schema: str
+) -> None:
+    from trio_routines import Completed, Routine, Scheduler
+    from trio_routines.scheduler.boot import BOOT_INTERRUPTED
+
+    store = PostgresStore(url, schema=schema)
+    # web-1 claimed, then died; a new process takes the same id (a fixed --replica).
+    await store.claim("r", T0, T0, replica="web-1")
+
+    class Agent:
+        async def invoke(self, session: str, text: str):  # type: ignore[no-untyped-def]
+            yield Completed()
+
+    scheduler = Scheduler(
+        agent=Agent(),
+        store=store,
+        routines=[Routine(name="r", prompt="p", cron="0 0 1 1 *")],  # nothing due
+        now=lambda: T0 + timedelta(days=1),
+        wakeups=False,
+        replica="web-1",
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        # Our id's lock is ours now, so the store sees a claim naming web-1 alive: only we
+        # know whether it is one of our turns.
+        await store.claim("other", T0, T0, replica="web-1")
+        assert await store.claims_alive([("other", T0)]) == [True]
+        scheduler.stop(0)
+    (fire,) = await store.history("r")
+    assert (fire.outcome, fire.error) == (Outcome.INTERRUPTED, BOOT_INTERRUPTED)
+    await store.aclose()

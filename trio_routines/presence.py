@@ -85,6 +85,10 @@ class Presence:
         got = iter(answers)
         return [ok and next(got) for ok in free]
 
+    def forget(self, keys: Sequence[int]) -> None:
+        """Let go of ``keys`` held in this process only (the store never heard of them)."""
+        self._held.difference_update(keys)
+
     def let_go(self, keys: Sequence[int]) -> None:
         """Let go of ``keys`` (those not held are ignored) without waiting: the store hears of
         it at once or soon after, and always before a later take of ours. Never raises: a

@@ -44,7 +44,7 @@ class Boot(GapRecording, OpenClaims):
             for name in routines
             if (fire := newest.get(name)) is not None and fire.outcome is None
         }
-        alive = await self._claims_alive([(n, f.slot) for n, f in open_claims.items()])
+        alive = await self._claims_alive(list(open_claims.items()))
         unsettled = {}
         for (name, fire), live in zip(open_claims.items(), alive, strict=True):
             if live:  # its holder runs it now: another replica, or this one's fire

@@ -124,19 +124,24 @@ class StoreCalls(SchedulerState):
                             with trio.move_on_after(STOP_MARGIN):
                                 await presence.leave()
 
-    async def _claims_alive(self, claims: Sequence[tuple[str, datetime]]) -> list[bool]:
-        """Whether each claim's holder is alive: ours from memory, others' from the store."""
+    async def _claims_alive(self, claims: Sequence[tuple[str, Fire]]) -> list[bool]:
+        """Whether each open claim's holder is alive. A claim naming our own id is alive only
+        if we hold it now (from memory: one naming us that we do not hold was made by an
+        earlier process under our id, which is dead); any other, as the store says."""
         presence = self._presence
-        mine = [
-            presence is not None and presence.holds(claim_key(routine, slot))
-            for routine, slot in claims
+        alive = [
+            presence is not None and presence.holds(claim_key(routine, fire.slot))
+            for routine, fire in claims
         ]
+        theirs = [i for i, (_, fire) in enumerate(claims) if fire.replica != self.replica]
         read = getattr(self.store, "claims_alive", None)
-        if read is None or not claims:
-            return mine
+        if read is None or not theirs:
+            return alive
         with self._bounded():
-            theirs: list[bool] = await read(list(claims))
-            return [a or b for a, b in zip(mine, theirs, strict=True)]
+            answers: list[bool] = await read([(claims[i][0], claims[i][1].slot) for i in theirs])
+            for i, live in zip(theirs, answers, strict=True):
+                alive[i] = alive[i] or live
+            return alive
         raise self._no_answer("the holds of the open claims are unreadable")
 
     async def _latest_fire(self, routine: str) -> Fire | None:

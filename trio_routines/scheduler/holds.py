@@ -22,7 +22,7 @@ from ..sessions import Hold, SessionGate
 class TurnHold:
     """One turn's holds: ``agent`` to run it with (the busy answer when ``busy``)."""
 
-    __slots__ = ("_gate_hold", "_keys", "_presence", "agent", "busy", "claimed")
+    __slots__ = ("_gate_hold", "_keys", "_local", "_presence", "agent", "busy", "claimed")
 
     def __init__(
         self,
@@ -33,15 +33,23 @@ class TurnHold:
         *,
         busy: bool,
         claimed: bool,
+        local: list[int] | None = None,
     ) -> None:
         self._gate_hold: Hold | None = gate_hold
         self._presence = presence
         self._keys = keys
+        self._local = local or []  # held in this process only: the store never heard of them
         self.agent = agent
         #: The session has a turn in flight, here or in another replica: nothing may start.
         self.busy = busy
         #: The claim's hold was taken (True when none was asked for).
         self.claimed = claimed
+
+    def hold_locally(self, key: int) -> None:
+        """``key`` is held in this process only: let go of here, the store never told."""
+        if key in self._keys:
+            self._keys.remove(key)
+            self._local.append(key)
 
     def release(self) -> None:
         """Let go of everything this turn holds (once; never raises, never waits)."""
@@ -51,6 +59,9 @@ class TurnHold:
         keys, self._keys = self._keys, []
         if keys:
             self._presence.let_go(keys)
+        local, self._local = self._local, []
+        if local:
+            self._presence.forget(local)
 
 
 class Holds:
@@ -79,9 +90,11 @@ class Holds:
         claim: int,
         decide: Callable[[tuple[int, tuple[int, ...]]], Awaitable[ClaimResult]],
     ) -> tuple[TurnHold, ClaimResult | None]:
-        """:meth:`enter` for a store that takes a claim's holds in the claim's own step:
-        ``decide(holds)`` claims the slot with them. No claim is asked for when the claim's
-        key is held in this process already (None then: a duplicate)."""
+        """:meth:`enter` for a store whose claims are their own holds (``claims_take_holds``:
+        a claim names its replica, and is alive while that replica is): ``decide(holds)``
+        claims the slot and takes the session's hold in the same step. The claim's key is
+        held in this process only, so that a second fire of the slot here is a duplicate
+        without asking. No claim is asked for when it is held here already (None then)."""
         presence, gate_hold, agent, wanted = self._begin(session, claim)
         free = presence.reserve(wanted)
         if not free[0]:  # this very slot is being decided or run here
@@ -89,17 +102,23 @@ class Holds:
             return self._finish(
                 presence, gate_hold, agent, wanted, [False] * len(wanted), claim
             ), None
-        keys = [key for key, ok in zip(wanted, free, strict=True) if ok]
+        sent = [key for key, ok in zip(wanted[1:], free[1:], strict=True) if ok]
         try:
-            result = await decide((presence.holder, tuple(keys)))
+            result = await decide((presence.holder, tuple(sent)))
         except BaseException:
-            presence.abandoned(keys)
+            presence.forget([claim])
+            presence.abandoned(sent)
             gate_hold.__exit__(None, None, None)
             raise
-        answers = dict(zip(keys, result.holds or (False,) * len(keys), strict=True))
-        presence.granted(keys, [answers[key] for key in keys])
+        answers = dict(zip(sent, result.holds or (False,) * len(sent), strict=True))
+        presence.granted(sent, [answers[key] for key in sent])
+        if not result.taken:
+            presence.forget([claim])
+        answers[claim] = result.taken
         taken = [answers.get(key, False) for key in wanted]
-        return self._finish(presence, gate_hold, agent, wanted, taken, claim), result
+        hold = self._finish(presence, gate_hold, agent, wanted, taken, claim)
+        hold.hold_locally(claim)
+        return hold, result
 
     def _begin(self, session: str, claim: int | None) -> tuple[Presence, Hold, Agent, list[int]]:
         presence = self._presence()

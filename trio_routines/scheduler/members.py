@@ -89,7 +89,7 @@ class Members(OpenClaims):
             for name, fire in newest.items()
             if fire is not None and fire.outcome is None and fire.replica in dead
         }
-        alive = await self._claims_alive([(name, f.slot) for name, f in suspects.items()])
+        alive = await self._claims_alive(list(suspects.items()))
         for (name, fire), live in zip(suspects.items(), alive, strict=True):
             if live:
                 continue

@@ -45,7 +45,7 @@ class OpenClaims(StoreCalls):
                 found = await read(list(self.routines), budget)
             if not found:
                 return
-            alive = await self._claims_alive([(name, fire.slot) for name, fire in found])
+            alive = await self._claims_alive(found)
         except StateFault as exc:
             log.warning("the open claims could not be checked (tried again later): %s", exc)
             return

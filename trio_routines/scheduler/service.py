@@ -141,10 +141,9 @@ class Scheduler(Boot, Members, Reload, WakeLoop):
         """Each routine's newest claim (None: none yet) and whether it is open and held by a
         live replica now; the reads go together, bounded. Raises StateFault."""
         newest = await _for_each(self._latest_fire, names)
-        open_claims = [
-            (n, f.slot) for n, f in newest.items() if f is not None and f.outcome is None
-        ]
-        alive = dict(zip(open_claims, await self._claims_alive(open_claims), strict=True))
+        open_claims = [(n, f) for n, f in newest.items() if f is not None and f.outcome is None]
+        answers = await self._claims_alive(open_claims)
+        alive = {(n, f.slot): live for (n, f), live in zip(open_claims, answers, strict=True)}
         return {
             name: (fire, fire is not None and alive.get((name, fire.slot), False))
             for name, fire in newest.items()

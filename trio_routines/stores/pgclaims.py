@@ -41,7 +41,7 @@ log = logging.getLogger("trio_routines")
 # routine, slot, fired_at, replica (distinct routines)
 ClaimItem = tuple[str, datetime, datetime, str | None, "HoldsWanted | None"]
 #: The holds a claim takes in its own transaction (see :func:`claim_batch`): the holder's key
-#: and the keys to hold, the claim's own first.
+#: and the keys to hold (its session's; the claim itself names its replica).
 HoldsWanted = tuple[int, tuple[int, ...]]
 # routine, slot, outcome, ms, if_unsettled, error
 SettleItem = tuple[str, datetime, Outcome, int | None, bool, str | None]
@@ -55,19 +55,16 @@ _LOCKS = """SELECT count(pg_advisory_xact_lock(hashtext(%s), k)) FROM (
 # The statement's snapshot does not hold its own insertions: ``newest`` is the newest claim
 # before this batch, and the delete keeps the keep-1 newest old claims next to the new one.
 _DECIDE = """WITH wanted AS (
-        SELECT w.routine, w.slot, w.fired_at, w.replica, w.hold, w.holder,
+        SELECT w.routine, w.slot, w.fired_at, w.replica,
             (SELECT max(c.slot) FROM {claims} AS c WHERE c.routine = w.routine) AS newest
         FROM (SELECT e->>0 AS routine, (e->>1)::timestamptz AS slot,
-            (e->>2)::timestamptz AS fired_at, e->>3 AS replica, (e->>4)::bigint AS hold,
-            (e->>5)::bigint AS holder
+            (e->>2)::timestamptz AS fired_at, e->>3 AS replica
             FROM jsonb_array_elements(%(batch)s::jsonb) AS e
         ) AS w
     ), taken AS (
         INSERT INTO {claims} (routine, slot, fired_at, replica)
         SELECT routine, slot, fired_at, replica FROM wanted
-        WHERE (newest IS NULL OR slot >= newest)
-            AND (hold IS NULL OR EXISTS (
-                SELECT 1 FROM {holds} AS h WHERE h.key = hold AND h.holder = wanted.holder))
+        WHERE newest IS NULL OR slot >= newest
         ON CONFLICT DO NOTHING
         RETURNING routine
     ), pruned AS (
@@ -128,15 +125,14 @@ def claim_batch(
     """Decide every item in one transaction: the results in the items' order, and which taken
     claims were settled interrupted here because their caller had given up meanwhile.
 
-    An item with holds takes them in the same transaction, before its decision, and is
-    decided only if the first (its claim's) was taken: so the claim never exists without
-    its hold, and a replica deciding the same slot at once gets a duplicate. Each result
-    says which of its holds were taken (``ClaimResult.holds``)."""
+    An item with holds (its session's) takes them in the same transaction, whatever its
+    decision: a claim is held by the replica it names (see :mod:`.pgholds`), so the claim
+    needs no hold of its own. Each result says which of its holds were taken
+    (``ClaimResult.holds``); the holds of a claim not taken are the caller's to let go."""
     batch = _json(
         [
             [routine, slot.isoformat(), fired.isoformat(), replica]
-            + ([holds[1][0], holds[0]] if holds else [])
-            for routine, slot, fired, replica, holds in items
+            for routine, slot, fired, replica, _ in items
         ]
     )
     wanted_holds = [[key, holds[0]] for *_, holds in items if holds is not None for key in holds[1]]

@@ -31,6 +31,7 @@ on the same connection notices a stall even between fires.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -85,29 +86,43 @@ _TAKE = f"""WITH held AS MATERIALIZED ({LOCKS}),
 _RELEASE = "DELETE FROM {holds} WHERE key = ANY(%(keys)s::bigint[]) AND holder = %(me)s"
 
 
+def _json_array(rows: list[list[str]]) -> str:
+    return json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
+
+
 def _array(keys: Sequence[int]) -> str:
     """A bigint array as one text parameter: psycopg adapts a list item by item in Python,
     which for a herd of 10,000 costs more than the server's work."""
     return "{" + ",".join(map(str, keys)) + "}"
 
 
-_ALIVE = f"""WITH held AS MATERIALIZED ({LOCKS})
-    SELECT EXISTS (
-        SELECT 1 FROM {{holds}} AS h JOIN held
-            ON held.hi = h.holder >> 32 AND held.lo = h.holder & 4294967295
-        WHERE h.key = t.k)
-    FROM unnest(%s::bigint[]) WITH ORDINALITY AS t (k, n) ORDER BY t.n"""
 _FORGET = f"""WITH held AS MATERIALIZED ({LOCKS})
     DELETE FROM {{holds}} AS h WHERE NOT EXISTS (
         SELECT 1 FROM held WHERE held.hi = h.holder >> 32 AND held.lo = h.holder & 4294967295)"""
+_CLAIMED_BY = """SELECT c.replica
+    FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS t (e, n)
+        LEFT JOIN {claims} AS c ON c.routine = t.e->>0 AND c.slot = (t.e->>1)::timestamptz
+            AND c.outcome IS NULL
+    ORDER BY t.n"""
 _COLUMNS = "id, version, host, pid, started, last_seen, in_flight"
 
 
-def holds_alive(conn: Conn, _call: Call, schema: Schema, keys: Sequence[int]) -> list[bool]:
-    """Whether each hold is held now: its row exists and its holder's lock is held."""
-    if not keys:
+def claims_alive(
+    conn: Conn, call: Call, schema: Schema, claims: Sequence[tuple[str, datetime]]
+) -> list[bool]:
+    """Whether each claim is open and the replica it names holds its id's lock now."""
+    if not claims:
         return []
-    return [bool(alive) for (alive,) in conn.execute(schema.sql(_ALIVE), (_array(keys),))]
+    rows = conn.execute(
+        schema.sql(_CLAIMED_BY),
+        (_json_array([[routine, slot.isoformat()] for routine, slot in claims]),),
+    ).fetchall()
+    space = namespace(conn, schema)
+    names = sorted({replica for (replica,) in rows if replica is not None})
+    held = dict(
+        zip(names, keys_held(conn, call, [replica_key(n, space) for n in names]), strict=True)
+    )
+    return [replica is not None and held[replica] for (replica,) in rows]
 
 
 def keys_held(conn: Conn, _call: Call, keys: Sequence[int]) -> list[bool]:

@@ -41,7 +41,7 @@ from ..gaps import add_gap, extends_newest
 from ..instants import slot_name, truncate_ms
 from ..names import check_name
 from ..records import ClaimResult, Fire, Gap, Outcome, Wakeup
-from ..replicas import ReplicaInfo, claim_key
+from ..replicas import ReplicaInfo
 from ..store import Lifetime
 from ..text import error_text
 from ..wakeups import WakeupRequest
@@ -56,7 +56,7 @@ from .pgclaims import (
     taken_too_late,
 )
 from .pgconn import Call, CallFault, Connections
-from .pgholds import PostgresPresence, holds_alive, replica_rows
+from .pgholds import PostgresPresence, claims_alive, replica_rows
 from .pgreads import BATCH, READERS, history, newest_fires, open_claims, read_batch, resumes
 from .pgschema import CLAIM_LOCK as CLAIM_LOCK
 from .pgschema import GAP_LOCK, Schema
@@ -127,7 +127,8 @@ class PostgresStore(Lifetime):
 
     # -- claims ---------------------------------------------------------------------------
 
-    #: Takes the holds of a claim in the claim's own transaction (``holds=`` of :meth:`claim`).
+    #: A claim is held by the replica it names, and takes its session's hold in its own
+    #: transaction (``holds=`` of :meth:`claim`).
     claims_take_holds = True
 
     async def claim(
@@ -139,9 +140,9 @@ class PostgresStore(Lifetime):
         replica: str | None = None,
         holds: HoldsWanted | None = None,
     ) -> ClaimResult:
-        """Decide ``slot`` (the store contract); with ``holds`` (the holder's key, the keys:
-        the claim's first), take them in the same transaction first, and decide the slot only
-        if the claim's was taken: the result's ``holds`` says which were."""
+        """Decide ``slot`` (the store contract); with ``holds`` (the holder's key, the keys of
+        its session), take them in the same transaction: the result's ``holds`` says which
+        were. The claim itself is held by its ``replica`` (see :meth:`claims_alive`)."""
         check_name(routine)
         return await self._claims.submit(
             (routine, truncate_ms(slot), truncate_ms(fired_at), replica, holds)
@@ -360,9 +361,12 @@ class PostgresStore(Lifetime):
         return presence
 
     async def claims_alive(self, claims: Sequence[tuple[str, datetime]]) -> list[bool]:
-        """For each ``(routine, slot)``, whether the hold of its claim is held now."""
-        keys = [claim_key(routine, slot) for routine, slot in claims]
-        return await self._conns.run("could not read the holds", holds_alive, self._tables, keys)
+        """For each ``(routine, slot)``, whether its claim is open and the replica it names is
+        alive now (holds its id's lock): a replica holds its claims until it settles them or
+        dies, so a live replica's open claim is its turn -- except one it made in an earlier
+        life under the same id, which only it can tell (the scheduler asks it, not us)."""
+        what = "could not read the holds"
+        return await self._conns.run(what, claims_alive, self._tables, list(claims))
 
     async def open_claims(self, routines: Sequence[str], budget: int) -> list[tuple[str, Fire]]:
         """Open claims of ``routines`` that name their replica, at most ``budget`` per call,
