@@ -13,7 +13,10 @@ connection). Never a timeout guessed from wall clocks.
 
 A replica holds, for as long as it runs, the hold of its **id**; and for each fire under way
 the hold of its **claim** (routine and slot: taken before the claim is made, let go after its
-settle) and of its **session** (one turn per session across every replica). So:
+settle -- or, where claims name their replica in the store, as on PostgreSQL, the claim
+itself while its replica lives) and of its **session** (one turn per session across every
+replica). A claim naming a replica's own id is judged by that replica from memory: one it
+does not hold was made by an earlier process under the same id. So:
 
 * a claim without an outcome whose claim hold is free is dead -- its holder stopped
   mid-turn -- and is recorded ``interrupted``; one whose hold is taken is running, and is

@@ -61,10 +61,12 @@ Replicas (optional: a store without these gives holds that exclude within one pr
     go of the holds of claims and sessions. A hold dies with the process that holds it --
     the kernel or the database server releases it, no clock decides -- and is never
     granted to two holders at once. ``claims_alive(claims)`` says, for each ``(routine,
-    slot)``, whether its claim's hold is held now; ``replicas()`` lists every member that
-    joined, each marked alive or not by its own hold; ``open_claims(routines, budget)`` finds
-    the claims still without an outcome, a bounded piece per call, so that every one whose
-    holder is gone is eventually recorded ``interrupted``. See :mod:`trio_routines.replicas`.
+    slot)``, whether its open claim's holder is alive now (its claim's hold is held; for a
+    store whose ``claims_take_holds`` is true, the replica the claim names is alive);
+    ``replicas()`` lists every member that joined, each marked alive or not by its own hold;
+    ``open_claims(routines, budget)`` finds the claims still without an outcome, a bounded
+    piece per call, so that every one whose holder is gone is eventually recorded
+    ``interrupted``. See :mod:`trio_routines.replicas`.
 
 Gaps (optional: a store without these records no gaps; every other part works)
     ``record_gap(routine, gap, extends=None)`` adds a :class:`~trio_routines.records.Gap` --

@@ -10,7 +10,9 @@ this connection sets for itself (``tcp_keepalives_*``, ``tcp_user_timeout``:
 (a bigint key shows as its high half in ``classid``, its low half in ``objid``, with
 ``objsubid`` 1), which needs no privilege.
 
-The holds of claims and sessions are rows of an unlogged table, ``(key, holder)``, the holder
+A claim is held by the replica it names (its ``replica`` column): an open claim is alive while
+that replica's lock is held (:func:`claims_alive`), so a fire writes no hold for its claim.
+The holds of sessions are rows of an unlogged table, ``(key, holder)``, the holder
 being the replica's own key: a hold is held while its row exists **and** its holder's lock
 is held. Taking inserts the rows, taking over a row whose holder is dead; letting go deletes
 ours. (Not an advisory lock each: the server's lock table holds ``max_locks_per_transaction``
@@ -18,8 +20,8 @@ times ``max_connections`` locks, 6,400 by default, which 10,000 fires due at onc
 exhaust.) Unlogged: nothing is written to the WAL, and a server crash empties the table,
 as it ends every holder's connection anyway.
 
-A fire's holds are taken in its claim's own transaction (``pgclaims.py``), so they cost it no
-round trip of their own. The other takes (a run's, a wake-up turn's session) travel together
+A fire's session hold is taken in its claim's own transaction (``pgclaims.py``), so it costs
+no round trip of its own. The other takes (a run's, a wake-up turn's session) travel together
 on the replica's connection: the calls that arrive while one batch is on it form the next
 (one round trip each); letting go is not waited for, and rides on the next batch. Every use of the
 connection has our deadline; a connection that does not answer in time is dropped, and the
