@@ -131,6 +131,10 @@ def test_serve_and_the_commands_never_show_a_password_given_as_a_parameter(
     env = Env(tmp_path)
     env.state = pg_state  # type: ignore[assignment]
     env.routine("daily", cron="0 9 * * *")
+    migrated = env.cli("migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    assert "password=***" in migrated.stdout
+    assert "Zq" not in migrated.stdout + migrated.stderr
     history = env.cli("history", "daily")
     assert history.returncode == 0, history.stderr
     assert "(state: postgresql://" in history.stderr

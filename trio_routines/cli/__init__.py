@@ -27,6 +27,7 @@ from ..errors import InvalidWakeup, TrioRoutinesError
 from ..logs import configure_logging
 from ..text import shown
 from .firing import cmd_fire, cmd_run, fire_result_json
+from .migrating import cmd_migrate
 from .output import CliError, state_label
 from .parser import build_parser
 from .pausing import cmd_pause, cmd_resume
@@ -50,6 +51,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "unwake": cmd_unwake,
     "pause": cmd_pause,
     "resume": cmd_resume,
+    "migrate": cmd_migrate,
 }
 
 

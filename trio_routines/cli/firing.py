@@ -56,7 +56,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
 
     # `run` makes no claim and writes no history; it holds the routine's session in the
     # store, so that it is busy, as every replica's turns are, while one of them runs it.
-    async with open_state(state_arg(args)) as store:
+    async with open_state(state_arg(args), migrate="create") as store:
         scheduler = _one_shot(args, agent, store, routine)
         turn = await stop_on_signals(
             scheduler, args.grace, lambda: scheduler.run_now(routine.name, on_text=on_text)
@@ -73,7 +73,7 @@ async def cmd_fire(args: argparse.Namespace) -> int:
     result = await load(args.routines, report=False)
     routine = pick(result, args.name, args.routines)
     report_failures(result)
-    async with open_state(state_arg(args)) as store:
+    async with open_state(state_arg(args), migrate="create") as store:
         scheduler = _one_shot(args, agent, store, routine)
 
         async def fire() -> FireResult:

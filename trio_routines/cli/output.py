@@ -16,7 +16,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import trio
 
@@ -94,9 +94,14 @@ def describe_agent(args: argparse.Namespace) -> str:
 
 
 @asynccontextmanager
-async def open_state(state: str) -> AsyncIterator[Store]:
+async def open_state(
+    state: str, *, migrate: Literal["always", "create", "never"] = "never"
+) -> AsyncIterator[Store]:
+    """The store of ``--state``. Only ``serve`` and ``migrate`` upgrade a PostgreSQL schema;
+    a command that changes state may create an empty database's tables; one that only reads
+    never writes a schema (see stores/pgschema.py)."""
     try:
-        store = open_store(state)
+        store = open_store(state, migrate=migrate)
     except ImportError as exc:
         raise CliError(
             f"--state {state_label(state)}: PostgreSQL support is not available "

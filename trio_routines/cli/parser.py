@@ -323,4 +323,6 @@ def build_parser() -> argparse.ArgumentParser:
     resume = command("resume", "fire a paused routine again, from its next slot (no back-fire)")
     resume.add_argument("name", metavar="NAME")
 
+    command("migrate", "bring a PostgreSQL state's tables to this version (serve does it too)")
+
     return parser

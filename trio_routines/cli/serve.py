@@ -102,7 +102,7 @@ async def _serve(
     hangups: AsyncIterator[int],
 ) -> int:
     serve_http, listener, token = http
-    async with open_state(state) as store:
+    async with open_state(state, migrate="always") as store:
         scheduler = Scheduler(
             agent=agent,
             store=store,

@@ -43,7 +43,7 @@ async def cmd_wake(args: argparse.Namespace) -> int:
         request = WakeupRequest(session=args.session, prompt=prompt, fire_at=now + args.delay)
     else:
         request = WakeupRequest(session=args.session, prompt=prompt, cron=args.cron, tz=args.tz)
-    async with open_state(state_arg(args)) as store:
+    async with open_state(state_arg(args), migrate="create") as store:
         try:
             wakeup = await store.add_wakeup(request, now)
         except InvalidWakeup as exc:
@@ -59,7 +59,7 @@ async def cmd_wake(args: argparse.Namespace) -> int:
 
 
 async def cmd_unwake(args: argparse.Namespace) -> int:
-    async with open_state(state_arg(args)) as store:
+    async with open_state(state_arg(args), migrate="create") as store:
         removed = await store.remove_wakeup(args.id, args.session)
     if not removed:
         raise CliError(

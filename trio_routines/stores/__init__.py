@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Literal
 
 from ..store import Store
 from .directory import DirectoryStore as DirectoryStore
@@ -12,15 +13,19 @@ def is_postgres_url(state: str) -> bool:
     return state.startswith(("postgresql://", "postgres://"))
 
 
-def open_store(state: str | os.PathLike[str]) -> Store:
+def open_store(
+    state: str | os.PathLike[str], *, migrate: Literal["always", "create", "never"] = "always"
+) -> Store:
     """The store a ``--state`` value names: a ``postgresql://`` URL, or a directory path.
 
     Use it as ``async with open_store(state) as store:``, which closes the store on the way
-    out; or call ``await store.aclose()`` yourself.
+    out; or call ``await store.aclose()`` yourself. ``migrate`` says whether a PostgreSQL
+    store may create or upgrade its tables (see ``PostgresStore``); a state directory has no
+    schema.
     """
     text = os.fspath(state)
     if is_postgres_url(text):
         from .postgres import PostgresStore  # the optional extra: imported only when asked
 
-        return PostgresStore(text)
+        return PostgresStore(text, migrate=migrate)
     return DirectoryStore(text)

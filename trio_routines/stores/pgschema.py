@@ -3,14 +3,24 @@
 The first call on a new pool reads the schema version, with no lock and no DDL, so a current
 schema works on a read-only database. Only an older (or absent) one is migrated, under a
 transaction-scoped advisory lock, so two processes starting at once cannot trip over each
-other's ``CREATE TABLE``; a database that cannot be written then says so in one line. Each version's
-statements run once and are recorded in the version table; a database newer than this code is
-refused rather than guessed at.
+other's ``CREATE TABLE``; a database that cannot be written then says so in one line. Each
+version's statements run once and are recorded in the version table.
+
+Who migrates (:data:`Migrate`): ``serve``, the ``migrate`` command and an embedder's store
+(``"always"``); a command that changes state only creates the tables of an empty database
+(``"create"``: an upgrade is a step of its own, never a side effect of a laptop's ``pause``);
+a command that only reads never writes a schema (``"never"``), and says to run ``migrate``.
+
+A rolling upgrade: every version row records the oldest version whose code may go on using
+the database (``compatible_from``: a migration that only adds tables and columns leaves older
+code working). Code older than the database runs on when the newest row allows it, and is
+refused with one line otherwise -- so a new replica's migration does not stop the old ones
+from restarting while the upgrade rolls.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 from psycopg import sql
@@ -24,6 +34,10 @@ DDL_LOCK = "trio_routines:schema"
 CLAIM_LOCK = "trio_routines:claims"
 SESSION_LOCK = "trio_routines:wakeups"
 GAP_LOCK = "trio_routines:gaps"
+
+#: Who may change the schema: see the module doc.
+Migrate = Literal["always", "create", "never"]
+MIGRATE_HINT = "run `python -m trio_routines migrate` (or start `serve`, which migrates)"
 
 _MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -92,11 +106,21 @@ _MIGRATIONS: dict[int, list[str]] = {
 }
 
 
+#: For each version, the oldest version whose code may go on using a database at it (recorded
+#: with the version, read by older code). Absent: only code of this version or newer.
+_COMPATIBLE_FROM: dict[int, int] = {
+    6: 5,  # gaps: older code records none, and reads and writes everything else as before
+}
+
+
 class Schema:
     """Table names in one PostgreSQL schema (or the ``search_path``'s), and their migration."""
 
-    def __init__(self, schema: str | None) -> None:
+    def __init__(self, schema: str | None, migrate: Migrate = "always") -> None:
         self.schema = schema
+        self.migrates: Migrate = migrate
+        #: The version found by the first call (before it migrated), once it was made.
+        self.found: int | None = None
 
         def name(table: str) -> sql.Identifier:
             return sql.Identifier(schema, table) if schema else sql.Identifier(table)
@@ -120,21 +144,26 @@ class Schema:
         return sql.SQL(text).format(**self._names)
 
     def migrate(self, conn: psycopg.Connection[Any], where: str) -> None:
-        """Bring the tables to :data:`SCHEMA_VERSION`, writing only when they are not there.
+        """Bring the tables to :data:`SCHEMA_VERSION` when :attr:`migrates` allows it, writing
+        only when they are not there; else check that this code may use them.
 
         The version is read first, without a lock or any DDL, so a current schema costs one
         read and works on a read-only database (a replica, ``default_transaction_read_only``).
         Only an older (or absent) schema takes the lock and migrates; a database that cannot
         be written then says that, rather than failing the caller's first call obscurely.
         """
-        current = self.version(conn)
-        if current == SCHEMA_VERSION:
+        current = self.found = self.version(conn)
+        if current == SCHEMA_VERSION or self._usable_newer(conn, current, where):
             return
-        _refuse_newer(current, where)
+        has = f"schema version {current}" if current else "no trio_routines tables yet"
+        if self.migrates == "never" or (self.migrates == "create" and current):
+            raise StateFault(
+                f"the PostgreSQL state {where} has {has}; this trio_routines uses version "
+                f"{SCHEMA_VERSION} — {MIGRATE_HINT}"
+            )
         try:
             self._migrate(conn, where)
         except (psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.InsufficientPrivilege) as exc:
-            has = f"schema version {current}" if current else "no trio_routines tables yet"
             why = (
                 "the database is read-only"
                 if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction)
@@ -145,6 +174,22 @@ class Schema:
                 f"but {why} ({_primary(exc)}) — connect once with a role that can write, "
                 "which migrates it"
             ) from None
+
+    def _usable_newer(self, conn: psycopg.Connection[Any], current: int, where: str) -> bool:
+        """Whether a database newer than this code still allows it (else a StateFault)."""
+        if current <= SCHEMA_VERSION:
+            return False
+        row = conn.execute(
+            self.sql(
+                "SELECT to_jsonb(v)->'compatible_from' FROM {version} AS v "
+                "ORDER BY v.version DESC LIMIT 1"
+            )
+        ).fetchone()
+        oldest = row[0] if row else None
+        if isinstance(oldest, int) and oldest <= SCHEMA_VERSION:
+            return True
+        _refuse_newer(current, where)
+        return False  # not reached
 
     def version(self, conn: psycopg.Connection[Any]) -> int:
         """The schema version recorded (0 when there is no version table): reads only."""
@@ -168,20 +213,28 @@ class Schema:
                     "applied_at timestamptz NOT NULL DEFAULT now())"
                 )
             )
+            conn.execute(
+                self.sql("ALTER TABLE {version} ADD COLUMN IF NOT EXISTS compatible_from integer")
+            )
             row = conn.execute(self.sql("SELECT max(version) FROM {version}")).fetchone()
             current = (row[0] if row else None) or 0  # again: another process may have migrated
-            _refuse_newer(current, where)
+            if self._usable_newer(conn, current, where):
+                return
             for version in range(current + 1, SCHEMA_VERSION + 1):
                 for statement in _MIGRATIONS[version]:
                     conn.execute(self.sql(statement))
-                conn.execute(self.sql("INSERT INTO {version} (version) VALUES (%s)"), (version,))
+                conn.execute(
+                    self.sql("INSERT INTO {version} (version, compatible_from) VALUES (%s, %s)"),
+                    (version, _COMPATIBLE_FROM.get(version, version)),
+                )
 
 
 def _refuse_newer(current: int, where: str) -> None:
     if current > SCHEMA_VERSION:
         raise StateFault(
             f"the PostgreSQL state {where} has schema version {current}, newer "
-            f"than this trio_routines understands ({SCHEMA_VERSION}) — upgrade it"
+            f"than this trio_routines understands ({SCHEMA_VERSION}) and not usable by it — "
+            "upgrade it"
         )
 
 

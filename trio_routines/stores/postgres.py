@@ -59,7 +59,7 @@ from .pgconn import Call, CallFault, Connections
 from .pgholds import PostgresPresence, claims_alive, replica_rows
 from .pgreads import BATCH, READERS, history, newest_fires, open_claims, read_batch, resumes
 from .pgschema import CLAIM_LOCK as CLAIM_LOCK
-from .pgschema import GAP_LOCK, Schema
+from .pgschema import GAP_LOCK, Migrate, Schema
 from .pgschema import SCHEMA_VERSION as SCHEMA_VERSION
 from .pgwakeups import PostgresWakeups
 
@@ -74,7 +74,9 @@ class PostgresStore(Lifetime):
     ``schema`` names a PostgreSQL schema to keep the tables in (created if missing); without
     it the connection's ``search_path`` decides, so ``?options=-csearch_path%3Dmine`` works.
     ``timeout`` bounds every call: waiting for a connection and the server's work, plus one
-    second of our own (see :mod:`.pgconn`).
+    second of our own (see :mod:`.pgconn`). ``migrate`` says whether the first call may
+    create or upgrade the tables (``"always"``, ``"create"`` an empty database's only,
+    ``"never"``: see :mod:`.pgschema`).
     """
 
     def __init__(
@@ -86,13 +88,14 @@ class PostgresStore(Lifetime):
         min_size: int = 1,
         max_size: int = 8,
         timeout: float = 5.0,
+        migrate: Migrate = "always",
     ) -> None:
         if keep < 1:
             raise ValueError("keep must be at least 1")
         self.keep = keep
         self.schema = schema
         self.timeout = timeout
-        self._tables = Schema(schema)
+        self._tables = Schema(schema, migrate)
         self._conns = Connections(
             url, self._tables, min_size=min_size, max_size=max_size, timeout=timeout
         )
@@ -351,6 +354,14 @@ class PostgresStore(Lifetime):
     async def ready(self) -> None:
         await self._conns.run("the database does not answer", _select_one)
 
+    async def schema_versions(self) -> tuple[int, int]:
+        """The schema version the first call found, and the version now (migrated as the
+        store's ``migrate`` allows: see :mod:`.pgschema`). Raises StateFault."""
+        what = "could not read the schema version"
+        now: int = await self._conns.run(what, _version, self._tables)
+        found = self._tables.found
+        return (now if found is None else found), now
+
     # -- replicas (see replicas.py and pgholds.py) ----------------------------------------
 
     async def join(self, info: ReplicaInfo) -> PostgresPresence:
@@ -390,3 +401,7 @@ class PostgresStore(Lifetime):
 
 def _select_one(conn: Conn, _call: Call) -> None:
     conn.execute("SELECT 1")
+
+
+def _version(conn: Conn, _call: Call, schema: Schema) -> int:
+    return schema.version(conn)
