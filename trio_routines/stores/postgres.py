@@ -40,13 +40,14 @@ from ..errors import StateFault
 from ..gaps import add_gap, extends_newest
 from ..instants import slot_name, truncate_ms
 from ..names import check_name
-from ..records import ClaimResult, Fire, Gap, Outcome, Wakeup
+from ..records import ClaimResult, Fire, Gap, GapReason, Outcome, Wakeup
 from ..replicas import ReplicaInfo, claim_key
 from ..store import Lifetime
 from ..text import error_text
 from ..wakeups import WakeupRequest
 from .batch import Answer, Batcher, Entry
 from .newest import BatchedReads
+from .pgarmed import first_armed
 from .pgclaims import (
     ClaimItem,
     HoldsWanted,
@@ -281,6 +282,8 @@ class PostgresStore(Lifetime):
             conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", (GAP_LOCK, routine)
             )
+            if gap.reason is GapReason.STORE and self._claimed_within(conn, routine, gap):
+                return False  # a claim whose answer was lost: a claim, not a gap
             gaps = self._read_gaps(conn, routine)
             changed = add_gap(gaps, gap, extends)
             if changed is None:
@@ -307,6 +310,22 @@ class PostgresStore(Lifetime):
                 (routine, changed[0].last),
             )
             return True
+
+    def _claimed_within(self, conn: Conn, routine: str, gap: Gap) -> bool:
+        query = (
+            "SELECT EXISTS (SELECT 1 FROM {claims} WHERE routine = %s AND slot BETWEEN %s AND %s)"
+        )
+        row = conn.execute(self._tables.sql(query), (routine, gap.first, gap.last)).fetchone()
+        return bool(row and row[0])
+
+    async def first_armed(self, routines: Sequence[str], at: datetime) -> dict[str, datetime]:
+        """When each of ``routines`` was first armed; ``at`` for those named the first time."""
+        names = [check_name(routine) for routine in routines]
+        what = "when the routines were first armed cannot be read or kept"
+        when = truncate_ms(at)
+        return await self._conns.run(
+            what, lambda conn, _call: first_armed(conn, self._tables, names, when)
+        )
 
     async def gaps(self, routine: str) -> list[Gap]:
         """The retained gaps of ``routine``, oldest first."""
