@@ -9,16 +9,22 @@ unless its claim was made all the same.
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from trio_routines import Gap, GapReason, Outcome, Routine, Scheduler, StateFault
+from trio_routines import Fire, Gap, GapReason, Outcome, Routine, Scheduler, StateFault
+from trio_routines.cli import main
 from trio_routines.gaps import add_gap, unfired_gaps
+from trio_routines.http import api
+from trio_routines.http.render import describe, timeline
 from trio_routines.records import ClaimResult
+from trio_routines.stores import DirectoryStore
 from trio_routines.testing import MemoryStore, ScriptedAgent, WallClock
 
 MINUTE = timedelta(minutes=1)
@@ -241,3 +247,55 @@ async def test_a_claim_made_though_its_answer_was_lost_is_not_also_a_gap(
     lost, fired = await store.history("r")
     assert lost.outcome in (None, Outcome.INTERRUPTED)  # the open-claim reconcile's
     assert fired.outcome is Outcome.COMPLETED
+
+
+# --- shown: history (text, JSON, HTTP) and the status page -----------------------------------
+
+
+def test_a_store_gap_is_shown_by_history_the_api_and_the_page(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state"
+
+    async def seed() -> None:
+        async with DirectoryStore(state) as store:
+            await store.claim("r", at(0), at(0))
+            await store.settle("r", at(0), Outcome.COMPLETED, 5)
+            await store.claim("r", at(3), at(3))
+            await store.settle("r", at(3), Outcome.COMPLETED, 5)
+            await store.record_gap("r", gap(1, 2, GapReason.STORE))
+
+    trio.run(seed)
+    assert main(["history", "r", "--state", str(state)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[2].endswith(
+        "missed 2 slots 2026-07-07T23:01Z–2026-07-07T23:02Z: the store did not answer when "
+        "the slot was due"
+    )
+    assert main(["history", "r", "--state", str(state), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[1] == {
+        "gap": {
+            "from": "2026-07-07T23:01:00.000Z",
+            "to": "2026-07-07T23:02:00.000Z",
+            "count": 2,
+            "reason": "store",
+        }
+    }
+
+    async def over_http() -> list[Any]:
+        async with DirectoryStore(state) as store:
+            sched = Scheduler(agent=ScriptedAgent(), store=store, routines=[EVERY_MINUTE])
+            body: list[Any] = (await api.history(sched, "r")).body
+            return body
+
+    assert trio.run(over_http)[1] == {
+        "gap": {
+            "from": "2026-07-07T23:01:00.000Z",
+            "to": "2026-07-07T23:02:00.000Z",
+            "count": 2,
+            "reason": "store",
+        }
+    }
+    fires = [Fire(at(0), at(0), Outcome.COMPLETED, 1), Fire(at(3), at(3), Outcome.COMPLETED, 1)]
+    marks, _ = timeline([at(n) for n in range(4)], fires, at(10), [gap(1, 2, GapReason.STORE)])
+    assert "missed (store: the store did not answer when the slot was due)" in describe(marks[1])
