@@ -85,8 +85,8 @@ First armed (optional: a store without it records no gaps for a routine that nev
     ``first_armed(routines, at)`` returns, for each routine named, the instant it was first
     armed: the ``at`` of the first call that named it, kept durably before this returns, and
     never moved by a later call (two concurrent first calls keep one of their instants). One
-    call names every routine a boot arms, so that a boot costs one read and, for routines
-    armed for the first time, one write. Raises StateFault when the store cannot be read or
+    call names every routine a boot arms without a claim, so that a boot costs one read and,
+    for routines armed for the first time, one write. Raises StateFault when the store cannot be read or
     written.
 
 Routine names are checked (:func:`trio_routines.names.check_name`) by every call taking one.

@@ -101,8 +101,8 @@ class Boot(GapRecording, OpenClaims):
         resumes = await _for_each(self._resumed_at, catching_up)
         gap_ends = await _for_each(self._newest_gap_end, catching_up)
         # A routine that never fired is not caught up, but the slots it passed over since it
-        # was first armed are accounted for (one store call for every routine: a new one is
-        # recorded as armed now). Its reads are best effort: a fault leaves them unrecorded.
+        # was first armed are accounted for (one store call for every routine without a claim:
+        # a new one is recorded as armed now). Best effort: a fault leaves them unrecorded.
         armed = await self._first_armed([name for name in first_due if newest[name] is None])
         unfired = [name for name in armed if self._passed_since(routines[name], armed[name])]
         unfired_resumes = await _for_each(self._resumed_at, unfired, on_fault=_unaccounted)
