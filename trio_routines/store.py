@@ -86,8 +86,8 @@ First armed (optional: a store without it records no gaps for a routine that nev
     armed: the ``at`` of the first call that named it, kept durably before this returns, and
     never moved by a later call (two concurrent first calls keep one of their instants). One
     call names every routine a boot arms without a claim, so that a boot costs one read and,
-    for routines armed for the first time, one write. Raises StateFault when the store cannot be read or
-    written.
+    for routines armed for the first time, one write. Raises StateFault when the store
+    cannot be read or written.
 
 Routine names are checked (:func:`trio_routines.names.check_name`) by every call taking one.
 Text that some store cannot hold (NUL, a lone surrogate) gets the same answer from every

@@ -90,7 +90,7 @@ _MIGRATIONS: dict[int, list[str]] = {
             PRIMARY KEY (routine, last_slot))""",
     ],
     # When each routine was first armed: a boot accounts for the slots of one that never
-    # fired (see pgarmed.py). An older trio_routines refuses a version-7 database.
+    # fired (see pggaps.py). An older trio_routines refuses a version-7 database.
     7: [
         """CREATE TABLE IF NOT EXISTS {armed} (
             routine text PRIMARY KEY,
