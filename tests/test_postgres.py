@@ -95,6 +95,7 @@ def test_schema_creation_races_safely_and_is_versioned(url: str, schema: str) ->
         ).fetchall()
     assert versions == [(version,) for version in range(1, SCHEMA_VERSION + 1)]
     assert [t for (t,) in tables] == [
+        "trio_routines_armed",
         "trio_routines_claims",
         "trio_routines_gaps",
         "trio_routines_holds",
@@ -162,6 +163,8 @@ async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
     gap = Gap(T0 + 2 * MINUTE, T0 + 3 * MINUTE, 2, GapReason.DOWN)
     assert await store.record_gap("r", gap)  # version 6: the gaps
     assert await store.gaps("r") == [gap]
+    armed = await store.first_armed(["r"], T0)  # version 7: when each was first armed
+    assert armed == {"r": T0}
     await store.aclose()
     with admin() as conn:
         versions = conn.execute(
@@ -169,8 +172,8 @@ async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
                 sql.Identifier(schema, "trio_routines_schema")
             )
         ).fetchall()
-    assert versions == [(1,), (2,), (3,), (4,), (5,), (6,)]
-    assert SCHEMA_VERSION == 6
+    assert versions == [(1,), (2,), (3,), (4,), (5,), (6,), (7,)]
+    assert SCHEMA_VERSION == 7
 
 
 @pytest.mark.slow

@@ -43,6 +43,7 @@ from .scheduler import Statistics as Statistics
 from .scheduler import Stopping as Stopping
 from .scheduler import UnknownRoutine as UnknownRoutine
 from .scheduler import serve_routines as serve_routines
+from .store import ArmedRecords as ArmedRecords
 from .store import GapRecords as GapRecords
 from .store import Store as Store
 from .stores import open_store as open_store

@@ -13,7 +13,11 @@ Between a routine's first claim and now, every slot of its cron is either claime
   missed slot within the window, once;
 * ``late``: no scheduler ran, and the slot was older than the routine's catch-up window
   (``catchup: 2h``), so it was not fired;
-* ``down``: no scheduler ran, and the routine wants no catch-up (``catchup: none``).
+* ``down``: no scheduler ran, and nothing was caught up: the routine wants no catch-up
+  (``catchup: none``), or it had never fired (a routine that never fired never back-fires;
+  its slots count from when it was first armed, :func:`unfired_gaps`);
+* ``store``: the store did not answer when the slot was to be claimed (recorded once it
+  answers again, and only for slots that have no claim: see ``scheduler.gaps``).
 
 A gap is a range with its count -- not a record per slot -- and consecutive paused slots
 extend one gap. This module is pure: counting slots, the boot's plan, and the rule every
@@ -146,6 +150,36 @@ def plan_boot(
     return BootPlan(next_run(cron, tz, accounted, seed), tuple(gaps), missed)
 
 
+def unfired_gaps(
+    cron: str,
+    tz: str | None,
+    seed: str,
+    *,
+    accounted: datetime,
+    now: datetime,
+    resumed: datetime | None = None,
+    paused: bool = False,
+) -> tuple[Gap, ...]:
+    """The gaps a boot records for a routine that never fired (no claim), and fires nothing.
+
+    ``accounted``: when the routine was first armed, or the newest gap's last slot if later.
+    It is not caught up -- a routine that never fired never back-fires, as on a first boot --
+    so every slot after ``accounted`` up to ``now`` is ``down``; ``paused`` before its latest
+    resume, and all of them while it is paused now.
+    """
+    gaps: list[Gap] = []
+    if resumed is not None and resumed > accounted:
+        gap = passed_over(cron, tz, seed, accounted, min(resumed, now), GapReason.PAUSED)
+        if gap is not None:
+            gaps.append(gap)
+        accounted = resumed
+    reason = GapReason.PAUSED if paused else GapReason.DOWN
+    gap = passed_over(cron, tz, seed, accounted, now, reason)
+    if gap is not None:
+        gaps.append(gap)
+    return tuple(gaps)
+
+
 def add_gap(
     gaps: Sequence[Gap], gap: Gap, extends: datetime | None = None, keep: int = KEEP_GAPS
 ) -> list[Gap] | None:
@@ -156,11 +190,16 @@ def add_gap(
     * With ``extends``: when the newest gap has the same reason and ends at ``extends`` (the
       slot before ``gap``'s first, as the caller knows it), ``gap`` is added to it -- one
       record for a routine paused all week.
+    * A ``store`` gap is recorded late (once the store answers again), so it may be older
+      than the newest: it takes its place in slot order unless a retained gap overlaps it.
     * Beyond ``keep`` gaps, the oldest are dropped.
     """
     newest = gaps[-1] if gaps else None
     if newest is not None and gap.last <= newest.last:
-        return None
+        if gap.reason is not GapReason.STORE or any(_overlap(g, gap) for g in gaps):
+            return None
+        placed = sorted([*gaps, gap], key=lambda g: g.last)[-keep:]
+        return placed if gap in placed else None
     if newest is not None and extends_newest(gaps, gap, extends):
         merged = attrs.evolve(
             newest,
@@ -170,6 +209,10 @@ def add_gap(
         )
         return [*gaps[:-1], merged]
     return [*gaps, gap][-keep:]
+
+
+def _overlap(one: Gap, other: Gap) -> bool:
+    return one.first <= other.last and other.first <= one.last
 
 
 def extends_newest(gaps: Sequence[Gap], gap: Gap, extends: datetime | None) -> bool:

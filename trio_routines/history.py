@@ -18,10 +18,12 @@ from .store import GapRecords, Store
 #: What each reason means, in a history line or a log line.
 GAP_WHY = {
     GapReason.OVERLAP: "the previous turn was still running",
-    GapReason.DOWN: "no scheduler ran (catchup: none)",
+    GapReason.DOWN: "no scheduler ran, and nothing was caught up (catchup: none, or it had "
+    "never fired)",
     GapReason.PAUSED: "the routine was paused",
     GapReason.CAUGHT_UP: "no scheduler ran; the catch-up fired an earlier slot instead",
     GapReason.LATE: "no scheduler ran; older than the catch-up window",
+    GapReason.STORE: "the store did not answer when the slot was due",
 }
 
 

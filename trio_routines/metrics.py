@@ -128,6 +128,12 @@ class Metrics:
         self.last_success.setdefault(routine, at)
         self.failing.setdefault(routine, failing)
 
+    def known_since(self, routine: str, at: datetime) -> None:
+        """``routine`` was first armed at ``at``: with no claim of it, the oldest instant known
+        (so "no success for a day" counts across restarts, not from the latest boot)."""
+        if routine not in self.last_success or at < self.last_success[routine]:
+            self.last_success[routine] = at
+
     def refuse(self, routine: str, reason: str) -> None:
         self.refused[routine, reason] += 1
 

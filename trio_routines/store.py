@@ -77,7 +77,19 @@ Gaps (optional: a store without these records no gaps; every other part works)
     beyond the store's retention (256) the oldest gaps are dropped. Durable before it returns
     True. ``gaps(routine)`` returns the retained gaps, oldest first; a stored gap that cannot
     be read is a warning and is left out. Both raise StateFault when the store cannot be read
-    or written. Gaps never decide a claim: ``claim`` reads claims only.
+    or written. Gaps never decide a claim: ``claim`` reads claims only. A ``store`` gap (the
+    slots whose claim the store did not answer) is recorded late, so it may be older than
+    the newest gap: it takes its place in slot order unless a retained gap overlaps it, and
+    it is recorded only when no claim exists of any slot from its first to its last, checked
+    in the same step (a claim whose answer was lost may have been made: it is not also a gap).
+
+First armed (optional: a store without it records no gaps for a routine that never fired)
+    ``first_armed(routines, at)`` returns, for each routine named, the instant it was first
+    armed: the ``at`` of the first call that named it, kept durably before this returns, and
+    never moved by a later call (two concurrent first calls keep one of their instants). One
+    call names every routine a boot arms without a claim, so that a boot costs one read and,
+    for routines armed for the first time, one write. Raises StateFault when the store
+    cannot be read or written.
 
 Routine names are checked (:func:`trio_routines.names.check_name`) by every call taking one.
 Text that some store cannot hold (NUL, a lone surrogate) gets the same answer from every
@@ -244,6 +256,15 @@ class GapRecords(Protocol):
 
     async def gaps(self, routine: str) -> list[Gap]:
         """The retained gaps of ``routine``, oldest first."""
+        ...
+
+
+@runtime_checkable
+class ArmedRecords(Protocol):
+    """The optional part of the contract that keeps when each routine was first armed."""
+
+    async def first_armed(self, routines: Sequence[str], at: datetime) -> dict[str, datetime]:
+        """When each of ``routines`` was first armed; ``at`` for those named the first time."""
         ...
 
 

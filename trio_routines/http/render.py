@@ -10,12 +10,12 @@ The page works under a strict Content-Security-Policy: no inline script or style
 are CSS classes (``o-completed``, ...) and every outcome also has its own shape and letter, for
 readers who cannot tell the colours apart.
 
-The timeline of a routine spans at most the last 24 hours, and at most its last 50 slots,
-fitted to the marks it has (its caption says since when). Each slot the cron produced in that
-span is one mark: a claim's outcome, or a hollow "missed" mark where no claim exists, which
-says why when the slot lies in a recorded gap (overlap, downtime caught up or too late,
-paused: :mod:`trio_routines.gaps`). Slots older than the routine's oldest kept claim are not counted
-as missed: nothing is known of them.
+The timeline of a routine spans at most the last 24 hours, and at most its last 50 slots, fitted
+to the marks it has (its caption says since when). Each slot the cron produced in that span is
+one mark: a claim's outcome, or a hollow "missed" mark where no claim exists, which says why
+when the slot lies in a recorded gap (overlap, downtime caught up or too late, paused, a store
+that did not answer: :mod:`trio_routines.gaps`), in its hover title. Slots older than the
+routine's oldest kept claim are not counted as missed: nothing is known of them.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import trio
 
 from ..cron import next_run
 from ..errors import StateFault
-from ..gaps import BootPlan, plan_boot
+from ..gaps import BootPlan, plan_boot, unfired_gaps
 from ..history import failing_streak
 from ..instants import format_iso
 from ..records import Fire, Outcome
@@ -100,9 +100,34 @@ class Boot(GapRecording, OpenClaims):
         ]
         resumes = await _for_each(self._resumed_at, catching_up)
         gap_ends = await _for_each(self._newest_gap_end, catching_up)
+        # A routine that never fired is not caught up, but the slots it passed over since it
+        # was first armed are accounted for (one store call for every routine without a claim:
+        # a new one is recorded as armed now). Best effort: a fault leaves them unrecorded.
+        armed = await self._first_armed([name for name in first_due if newest[name] is None])
+        unfired = [name for name in armed if self._passed_since(routines[name], armed[name])]
+        unfired_resumes = await _for_each(self._resumed_at, unfired, on_fault=_unaccounted)
+        unfired_gap_ends = await _for_each(self._newest_gap_end, unfired, on_fault=_unaccounted)
         await self._refresh_paused()  # for statistics too; a fault: taken as pausing none
         paused = self._paused
         plans: dict[str, BootPlan] = {}
+        for name in unfired:
+            if name not in unfired_resumes or name not in unfired_gap_ends:
+                continue
+            routine = routines[name]
+            assert routine.cron is not None
+            gap_end = unfired_gap_ends[name]
+            gaps = unfired_gaps(
+                routine.cron,
+                routine.tz,
+                name,
+                accounted=armed[name]
+                if gap_end is None
+                else max(armed[name], min(gap_end, current)),
+                now=current,
+                resumed=unfired_resumes[name],
+                paused=name in paused,
+            )
+            plans[name] = BootPlan(first_due[name], gaps)
         for name in catching_up:
             routine = routines[name]
             assert routine.cron is not None
@@ -198,11 +223,6 @@ class Boot(GapRecording, OpenClaims):
             else:
                 self.metrics.armed(name, now if fire is None else min(fire.slot, now))
 
-    async def _history(self, name: str) -> list[Fire]:
-        with self._bounded():
-            return await self.store.history(name)
-        raise self._no_answer(f"the history of {name!r} is unreadable")
-
 
 def _ended(fire: Fire) -> datetime:
     return fire.fired_at + timedelta(milliseconds=fire.ms or 0)
@@ -227,6 +247,12 @@ def _log_missed(
         gap_words(missed),
         then,
         name,
+    )
+
+
+def _unaccounted(name: str, fault: StateFault) -> None:
+    log.error(
+        "%s: the slots it passed over since it was first armed are not recorded: %s", name, fault
     )
 
 

@@ -149,6 +149,11 @@ class StoreCalls(SchedulerState):
             return await self.store.latest_fire(routine)
         raise self._no_answer(f"the newest claim of {routine!r} is unreadable")
 
+    async def _history(self, name: str) -> list[Fire]:
+        with self._bounded():
+            return await self.store.history(name)
+        raise self._no_answer(f"the history of {name!r} is unreadable")
+
     async def _resumed_at(self, routine: str) -> datetime | None:
         with self._bounded():
             return await self.store.resumed_at(routine)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from ..cron import next_run
 from ..errors import StateFault
 from ..gaps import passed_over
 from ..history import GAP_WHY as WHY
 from ..instants import format_iso
 from ..records import Gap, GapReason
 from ..routines import Routine
-from ..store import GapRecords
+from ..store import ArmedRecords, GapRecords
 from .calls import StoreCalls
 from .state import FireResult, log
 
@@ -44,20 +45,27 @@ class GapRecording(StoreCalls):
         """Write ``gap`` of routine ``name`` (if any), count it and log it; never raises."""
         if gap is None:
             return
-        recorded = True
-        if isinstance(self.store, GapRecords):
-            try:
-                recorded = await self._store_gap(name, gap, extends)
-            except StateFault as exc:
-                log.error(
-                    "%s: %s passed over (%s) could not be recorded: %s",
-                    name,
-                    gap_words(gap),
-                    gap.reason.value,
-                    exc,
-                )
-        if not recorded:  # another replica recorded these very slots
-            return
+        try:
+            await self._write_gap(name, gap, extends)
+        except StateFault as exc:
+            log.error(
+                "%s: %s passed over (%s) could not be recorded: %s",
+                name,
+                gap_words(gap),
+                gap.reason.value,
+                exc,
+            )
+            self._count_gap(name, gap)
+
+    async def _write_gap(self, name: str, gap: Gap, extends: datetime | None = None) -> bool:
+        """Write ``gap``, then count and log it; False (nothing counted) when the store had it
+        already. StateFault when the store does not answer."""
+        if isinstance(self.store, GapRecords) and not await self._store_gap(name, gap, extends):
+            return False  # another replica recorded these very slots
+        self._count_gap(name, gap)
+        return True
+
+    def _count_gap(self, name: str, gap: Gap) -> None:
         self.metrics.slots_missed(name, gap.reason.value, gap.count)
         level = log.info if gap.reason is GapReason.PAUSED else log.warning
         level(
@@ -82,6 +90,28 @@ class GapRecording(StoreCalls):
             gaps = await self.store.gaps(name)
             return gaps[-1].last if gaps else None
         raise self._no_answer(f"the gaps of {name!r} are unreadable")
+
+    async def _first_armed(self, names: list[str]) -> dict[str, datetime]:
+        """When each of ``names`` was first armed (now, for those armed for the first time);
+        empty for a store that does not keep it, or one that does not answer (logged)."""
+        if not names or not isinstance(self.store, ArmedRecords):
+            return {}
+        try:
+            with self._bounded():
+                armed = await self.store.first_armed(names, self.now())
+                for name, at in armed.items():
+                    self.metrics.known_since(name, at)
+                return armed
+            raise self._no_answer("when the routines were first armed is unknown")
+        except StateFault as exc:
+            log.error("the slots of routines that never fired are not accounted for: %s", exc)
+            return {}
+
+    def _passed_since(self, routine: Routine, armed: datetime) -> bool:
+        """Whether a slot of ``routine`` passed since ``armed`` (cheap: one cron step)."""
+        assert routine.cron is not None
+        first = next_run(routine.cron, routine.tz, armed, routine.name)
+        return first is not None and first <= self.now()
 
     async def _after_slot(
         self,

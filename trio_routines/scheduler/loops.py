@@ -16,17 +16,18 @@ from ..claims import arm_from
 from ..cron import next_run
 from ..errors import StateFault
 from ..gaps import is_late, old_reason, passed_over
+from ..records import Gap
 from ..routines import Routine
 from .clock import ClockWatch
 from .fire import FirePath
-from .gaps import GapRecording
 from .restarts import RESTART_FIRST, Restarts
 from .state import FireResult, NotYetDue, log
+from .unanswered import UnansweredSlots, note_unanswered
 
 _MS = timedelta(milliseconds=1)
 
 
-class CronLoops(FirePath, GapRecording, ClockWatch, Restarts):
+class CronLoops(FirePath, UnansweredSlots, ClockWatch, Restarts):
     async def _cron_loop(self, routine: Routine, due: datetime | None, *, rearm: bool) -> None:
         """Fire ``routine`` at ``due`` and every slot after it; with ``rearm``, plan ``due``.
 
@@ -37,6 +38,7 @@ class CronLoops(FirePath, GapRecording, ClockWatch, Restarts):
         name = routine.name
         backoff = RESTART_FIRST
         paused_tail: datetime | None = None  # the last slot of the paused gap being extended
+        unanswered: list[Gap] = []  # slots the store did not answer, not recorded yet
         while True:
             try:
                 if rearm:
@@ -91,6 +93,7 @@ class CronLoops(FirePath, GapRecording, ClockWatch, Restarts):
                             name,
                             exc,
                         )
+                        unanswered = note_unanswered(routine, due, unanswered)
                     finally:
                         if self._firing.get(name) is firing:  # not a newer version's entry
                             del self._firing[name]
@@ -101,7 +104,9 @@ class CronLoops(FirePath, GapRecording, ClockWatch, Restarts):
                         return
                     if early:
                         continue
-                    if result is not None:
+                    if result is not None:  # the store answered
+                        if unanswered:
+                            unanswered = await self._record_unanswered(routine, unanswered)
                         paused_tail = await self._after_slot(routine, due, result, now, paused_tail)
                     backoff = RESTART_FIRST  # a slot went through: a later fault starts over
                     due = next_run(routine.cron, routine.tz, self.now(), routine.name)

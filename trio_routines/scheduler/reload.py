@@ -3,7 +3,9 @@
 The rules, so that a reload can never fire a slot twice nor back-fire:
 
 * a **new** routine starts a cron loop under first-boot rules: its first slot is the next one
-  after now (or after its newest claim, if one exists from an earlier life and lies ahead);
+  after now (or after its newest claim, if one exists from an earlier life and lies ahead),
+  and the store keeps when it was first armed, unless it kept that already (a routine
+  removed and added again keeps its first instant);
 * a **removed** routine's loop ends; a fire of it in flight finishes and settles first;
 * a **changed** routine (cron, tz, timeout, prompt, any field) is re-armed: its old loop ends
   as a removed one does, and the new one waits for that fire to settle, then arms from its
@@ -89,6 +91,9 @@ class Reload(CronLoops):
                     self.metrics.armed(name, self.now())  # its series exist from now on
         loops = self._loop_nursery
         if loops is not None and not self.external_clock and not self._stopping.value:
+            armed = [name for name in added if self.routines[name].cron is not None]
+            if armed:  # when each was first armed, for a later boot's gaps (never moved)
+                loops.start_soon(self._first_armed, armed)
             for name in added + changed:
                 routine = self.routines[name]
                 if routine.cron is not None:

@@ -7,6 +7,7 @@ other's)::
     <root>/schedule/wakeups.json                   pending wake-ups (see wakeupfile.py)
     <root>/schedule/wakeups.lock                   ours: serializes wake-up writers
     <root>/schedule/gaps/<routine>                 ours: the slots passed over (dirgaps.py)
+    <root>/schedule/armed.json                     ours: when each routine was first armed
 
 Theory of operation. A claim is decided by the filesystem: ``O_CREAT|O_EXCL`` lets exactly
 one creator win, across threads and processes. Before a taken claim is reported, the file and
@@ -93,8 +94,8 @@ class DirectoryStore(WakeupsInFile, Lifetime):
     byte-compatible so that either can read the other's state:
     ``schedule/claims/<routine>/<slot name>`` holds one file per claimed slot and
     ``schedule/wakeups.json`` the pending wake-ups; ``schedule/wakeups.lock``,
-    ``schedule/paused/``, ``schedule/resumed/``, ``schedule/gaps/`` and
-    ``schedule/gaps.lock`` are ours.
+    ``schedule/paused/``, ``schedule/resumed/``, ``schedule/gaps/``, ``schedule/gaps.lock``
+    and ``schedule/armed.json`` are ours.
     """
 
     def __init__(
@@ -429,6 +430,12 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         from .dirgaps import gaps_sync
 
         return await self._run(gaps_sync, self.root, routine)
+
+    async def first_armed(self, routines: Sequence[str], at: datetime) -> dict[str, datetime]:
+        """When each of ``routines`` was first armed; ``at`` for those named the first time."""
+        from .dirarmed import first_armed_sync
+
+        return await self._run(first_armed_sync, self.root, list(routines), at)
 
     async def aclose(self) -> None:
         process = self._process

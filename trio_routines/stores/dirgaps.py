@@ -7,9 +7,11 @@ Outside ``schedule/claims/``, so the original scheduler (and any reader of the 0
 never sees them: it reads claims only. A change reads the routine's file, applies
 :func:`trio_routines.gaps.add_gap` and writes the result to a temp file (fsynced) renamed into
 place (the directory fsynced), all under an exclusive ``flock`` of ``gaps.lock`` taken with a
-bound, so two processes never lose each other's gap. Files are opened as every state file is
-(safefile.py); a file that is not ours (a link, a FIFO, too large, not JSON) reads as no gaps
-with a warning, and is replaced by the next write; an entry that is not a gap is left out.
+bound, so two processes never lose each other's gap. A ``store`` gap is written only when the
+routine's claims directory holds no claim from its first slot to its last. Files are opened as
+every state file is (safefile.py); a file that is not ours (a link, a FIFO, too large, not JSON)
+reads as no gaps with a warning, and is replaced by the next write; an entry that is not a gap
+is left out.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ import os
 from datetime import datetime
 from pathlib import Path
 
+from ..claims import claim_names
 from ..converter import dumps, gap_from_json, gap_to_json, loads
 from ..errors import StateFault
 from ..gaps import add_gap
+from ..instants import slot_name
 from ..names import check_name
-from ..records import Gap
+from ..records import Gap, GapReason
 from .safefile import (
     Refused,
     create_file,
@@ -93,7 +97,7 @@ def record_gap_sync(root: Path, routine: str, gap: Gap, extends: datetime | None
     try:
         schedule = open_dirs(root, ("schedule",), create=True)
         try:
-            lock = _open_lock(schedule, root / "schedule" / "gaps.lock")
+            lock = open_lock(schedule, root / "schedule" / "gaps.lock")
         finally:
             os.close(schedule)
         try:
@@ -102,6 +106,8 @@ def record_gap_sync(root: Path, routine: str, gap: Gap, extends: datetime | None
                     f"could not record a gap of {routine!r}: {where}.lock stayed locked "
                     f"for {LOCK_SECONDS:g} s"
                 )
+            if gap.reason is GapReason.STORE and _claimed_within(root, name, gap):
+                return False
             directory = open_dirs(root, ("schedule", "gaps"), create=True)
             try:
                 changed = add_gap(_read(directory, name, where / name), gap, extends)
@@ -117,7 +123,22 @@ def record_gap_sync(root: Path, routine: str, gap: Gap, extends: datetime | None
         raise StateFault(f"could not record a gap of {routine!r}: {describe(exc)}") from None
 
 
-def _open_lock(schedule: int, path: Path) -> int:
+def _claimed_within(root: Path, name: str, gap: Gap) -> bool:
+    """Whether a claim of ``name`` exists from ``gap``'s first slot to its last (an entry of
+    its claims directory named as a slot: whatever it holds, it is a claim)."""
+    try:
+        directory = open_dirs(root, ("schedule", "claims", name))
+    except FileNotFoundError:
+        return False
+    try:
+        entries = os.listdir(directory)
+    finally:
+        os.close(directory)
+    first, last = slot_name(gap.first), slot_name(gap.last)
+    return any(first <= entry <= last for entry in claim_names(entries))
+
+
+def open_lock(schedule: int, path: Path) -> int:
     """The lock file, created if missing, as ``wakeupfile.py`` opens its own."""
     try:
         return open_file(schedule, path.name, path, os.O_RDWR, 1 << 20)

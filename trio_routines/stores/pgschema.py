@@ -27,7 +27,7 @@ from psycopg import sql
 
 from ..errors import StateFault
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # Advisory lock namespaces (the first key of the two-key form); the second key is a hash of
 # the routine or session. A hash collision only serializes two unrelated callers.
 DDL_LOCK = "trio_routines:schema"
@@ -103,6 +103,13 @@ _MIGRATIONS: dict[int, list[str]] = {
             estimated boolean NOT NULL DEFAULT false,
             PRIMARY KEY (routine, last_slot))""",
     ],
+    # When each routine was first armed: a boot accounts for the slots of one that never
+    # fired (see pggaps.py). An older trio_routines refuses a version-7 database.
+    7: [
+        """CREATE TABLE IF NOT EXISTS {armed} (
+            routine text PRIMARY KEY,
+            armed_at timestamptz NOT NULL)""",
+    ],
 }
 
 
@@ -110,6 +117,7 @@ _MIGRATIONS: dict[int, list[str]] = {
 #: with the version, read by older code). Absent: only code of this version or newer.
 _COMPATIBLE_FROM: dict[int, int] = {
     6: 5,  # gaps: older code records none, and reads and writes everything else as before
+    7: 5,  # first-armed records: older code writes none (its never-fired routines go unseen)
 }
 
 
@@ -134,6 +142,7 @@ class Schema:
             "replicas": name("trio_routines_replicas"),
             "holds": name("trio_routines_holds"),
             "gaps": name("trio_routines_gaps"),
+            "armed": name("trio_routines_armed"),
             "claims_open": sql.Identifier("trio_routines_claims_open"),
             "wakeups_session": sql.Identifier("trio_routines_wakeups_session"),
             "wakeups_id": sql.Identifier("trio_routines_wakeups_id"),

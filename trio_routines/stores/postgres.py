@@ -37,7 +37,6 @@ import psycopg
 
 from ..claims import KEEP_CLAIMS
 from ..errors import StateFault
-from ..gaps import add_gap, extends_newest
 from ..instants import slot_name, truncate_ms
 from ..names import check_name
 from ..records import ClaimResult, Fire, Gap, Outcome, Wakeup
@@ -56,11 +55,12 @@ from .pgclaims import (
     taken_too_late,
 )
 from .pgconn import Call, CallFault, Connections
+from .pggaps import first_armed, read_gaps, record_gap
 from .pgholds import PostgresPresence, claims_alive, replica_rows
 from .pgreads import BATCH, READERS, history, newest_fires, open_claims, read_batch, resumes
 from .pgschema import CLAIM_LOCK as CLAIM_LOCK
-from .pgschema import GAP_LOCK, Migrate, Schema
 from .pgschema import SCHEMA_VERSION as SCHEMA_VERSION
+from .pgschema import Migrate, Schema
 from .pgwakeups import PostgresWakeups
 
 log = logging.getLogger("trio_routines")
@@ -276,63 +276,26 @@ class PostgresStore(Lifetime):
         """Add ``gap`` to ``routine``\'s gaps (the store contract); False when already there."""
         check_name(routine)
         what = f"could not record a gap of {routine!r}"
-        return await self._conns.run(what, self._record_gap, routine, gap, extends)
-
-    def _record_gap(
-        self, conn: Conn, _call: Call, routine: str, gap: Gap, extends: datetime | None
-    ) -> bool:
-        with conn.transaction():
-            conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", (GAP_LOCK, routine)
-            )
-            gaps = self._read_gaps(conn, routine)
-            changed = add_gap(gaps, gap, extends)
-            if changed is None:
-                return False
-            newest = changed[-1]
-            if extends_newest(gaps, gap, extends):
-                conn.execute(  # the newest gap extended
-                    self._tables.sql(
-                        "UPDATE {gaps} SET last_slot = %s, count = %s, estimated = %s "
-                        "WHERE routine = %s AND last_slot = %s"
-                    ),
-                    (newest.last, newest.count, newest.estimated, routine, gaps[-1].last),
-                )
-                return True
-            conn.execute(
-                self._tables.sql(
-                    "INSERT INTO {gaps} (routine, first_slot, last_slot, count, reason, estimated) "
-                    "VALUES (%s, %s, %s, %s, %s, %s)"
-                ),
-                (routine, gap.first, gap.last, gap.count, gap.reason.value, gap.estimated),
-            )
-            conn.execute(  # beyond the retention
-                self._tables.sql("DELETE FROM {gaps} WHERE routine = %s AND last_slot < %s"),
-                (routine, changed[0].last),
-            )
-            return True
+        return await self._conns.run(
+            what, lambda conn, _call: record_gap(conn, self._tables, routine, gap, extends)
+        )
 
     async def gaps(self, routine: str) -> list[Gap]:
         """The retained gaps of ``routine``, oldest first."""
         check_name(routine)
         what = f"the gaps of {routine!r} are unreadable"
-        return await self._conns.run(what, lambda conn, _call: self._read_gaps(conn, routine))
-
-    def _read_gaps(self, conn: Conn, routine: str) -> list[Gap]:
-        rows = conn.execute(
-            self._tables.sql(
-                "SELECT first_slot, last_slot, count, reason, estimated FROM {gaps} "
-                "WHERE routine = %s ORDER BY last_slot"
-            ),
-            (routine,),
+        return await self._conns.run(
+            what, lambda conn, _call: read_gaps(conn, self._tables, routine)
         )
-        gaps = []
-        for first, last, count, reason, estimated in rows:
-            try:
-                gaps.append(Gap(first, last, count, reason, estimated))
-            except (TypeError, ValueError) as exc:
-                log.warning("ignoring a gap of %r that cannot be read: %s", routine, exc)
-        return gaps
+
+    async def first_armed(self, routines: Sequence[str], at: datetime) -> dict[str, datetime]:
+        """When each of ``routines`` was first armed; ``at`` for those named the first time."""
+        names = [check_name(routine) for routine in routines]
+        what = "when the routines were first armed cannot be read or kept"
+        when = truncate_ms(at)
+        return await self._conns.run(
+            what, lambda conn, _call: first_armed(conn, self._tables, names, when)
+        )
 
     # -- wake-ups (see pgwakeups.py) -----------------------------------------------------
 

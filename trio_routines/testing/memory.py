@@ -16,7 +16,7 @@ from ..gaps import add_gap
 from ..instants import slot_name, truncate_ms
 from ..names import check_name
 from ..presence import Presence
-from ..records import ClaimResult, ClaimStatus, Fire, Gap, Outcome, Wakeup
+from ..records import ClaimResult, ClaimStatus, Fire, Gap, GapReason, Outcome, Wakeup
 from ..replicas import ReplicaInfo, claim_key, replica_key
 from ..store import Lifetime
 from ..wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
@@ -29,8 +29,9 @@ class MemoryStore(Lifetime):
 
     ``faults`` maps a method name (``claim``, ``settle``, ``latest_fire``, ``history``,
     ``add_wakeup``, ``take_due_wakeup``, ``defer_wakeup``, ``remove_wakeup``,
-    ``list_wakeups``, ``ready``, ``record_gap``, ``gaps``) to an exception that method raises
-    until the entry is removed: a way to test what a broken disk does without a broken disk.
+    ``list_wakeups``, ``ready``, ``record_gap``, ``gaps``, ``first_armed``) to an exception
+    that method raises until the entry is removed: a way to test what a broken disk does
+    without a broken disk.
     A ``settle`` fault is logged and swallowed, as the contract says. :meth:`fail` sets one
     for a number of calls only; :meth:`hang` makes a method stall until it is cancelled, as a
     silent network does.
@@ -49,6 +50,7 @@ class MemoryStore(Lifetime):
         self.paused_routines: set[str] = set()
         self.resumed: dict[str, datetime] = {}
         self.gap_records: dict[str, list[Gap]] = {}
+        self.armed: dict[str, datetime] = {}  # when each routine was first armed
         self._times: dict[str, int] = {}
         self._only: dict[str, str] = {}
         self._open_after: tuple[str, str] | None = None  # see open_claims
@@ -223,6 +225,10 @@ class MemoryStore(Lifetime):
         check_name(routine)
         await self._enter("record_gap")
         self._fault("record_gap", routine)
+        if gap.reason is GapReason.STORE and any(
+            gap.first <= fire.slot <= gap.last for fire in self.claims.get(routine, {}).values()
+        ):
+            return False  # a claim whose answer was lost: a claim, not a gap
         changed = add_gap(self.gap_records.get(routine, []), gap, extends)
         if changed is None:
             return False
@@ -235,6 +241,14 @@ class MemoryStore(Lifetime):
         await self._enter("gaps")
         self._fault("gaps", routine)
         return list(self.gap_records.get(routine, []))
+
+    async def first_armed(self, routines: Sequence[str], at: datetime) -> dict[str, datetime]:
+        """When each of ``routines`` was first armed; ``at`` for those named the first time."""
+        for routine in routines:
+            check_name(routine)
+        await self._enter("first_armed")
+        self._fault("first_armed")
+        return {name: self.armed.setdefault(name, truncate_ms(at)) for name in routines}
 
     async def paused(self) -> frozenset[str]:
         await self._enter("paused")
