@@ -49,12 +49,14 @@ from ..errors import StateFault
 from ..records import ClaimResult, Fire, Gap, Outcome
 from ..replicas import ReplicaInfo
 from ..store import Lifetime
+from .abandon import run_abandoning
 from .batch import Answer, Batcher, Entry, Turns
 from .claimfiles import (
     ClaimFiles,
     ClaimItem,
     Contended,
     SettleItem,
+    SettleWrite,
     Written,
 )
 from .dirblocking import BlockingClaims
@@ -82,6 +84,8 @@ WRITE_BATCH = 256
 PROCESS_AT = 64
 #: Writer processes started before threads write for good (each start after one ended).
 MAX_STARTS = 4
+#: The longest a taken claim waits for its pruning (``keep=1``), whatever its caller.
+PRUNE_WAIT = 1.0
 #: A write (a batch, a flush) under way this long makes the store not ready (``ready``).
 STALLED_AFTER = 10.0
 
@@ -124,6 +128,7 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         self._commit = GroupCommit(syncfs) if syncfs is not None else None
         self._wakeups = WakeupFile(self.root, lock_timeout)
         self._wakeup_turns = trio.Lock()
+        self._wakeup_ended: trio.Event | None = None
         self._blocking = BlockingClaims(self.root, self._files, syncfs)
         self._writes_begun: dict[object, float] = {}  # thread batches under way (ready())
         self._limiter = limiter or trio.CapacityLimiter(16)
@@ -158,7 +163,9 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         return f"DirectoryStore({str(self.root)!r})"
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+        # Abandoned on cancel (abandon.py): reads, and writes that may land late (a pause, a
+        # gap), each one's own thread; the caller's deadline, or a stop's bound, holds.
+        return await run_abandoning(fn, *args, limiter=self._limiter)
 
     async def _write(
         self, fn: Callable[[Sequence[Any]], Writes[T]], items: Sequence[Any], *, urgent: bool
@@ -170,15 +177,11 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         if len(items) >= PROCESS_AT:
             self._start_writer()
         async with self._writer.hold(urgent=urgent):
-            token = object()
-            self._writes_begun[token] = trio.current_time()
-            try:
-                # Abandoned on cancel: the batch's leader gave up (see __init__).
-                return await trio.to_thread.run_sync(
-                    fn, items, limiter=self._limiter, abandon_on_cancel=True
-                )
-            finally:
-                del self._writes_begun[token]
+            # Abandoned on cancel: the batch's leader gave up (see __init__); the thread then
+            # closes the descriptors nobody will flush, and counts as under way until it ends.
+            return await run_abandoning(
+                fn, items, limiter=self._limiter, late=_close_writes, begun=self._writes_begun
+            )
 
     def _abandoned(self) -> StateFault:
         return StateFault(
@@ -259,14 +262,20 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         except Abandoned:
             raise self._abandoned() from None  # the disk does not answer: nothing to undo now
         except OSError as exc:
-            # Shielded (short local disk work): a caller cancelled while its flush ran must
-            # still take back a claim that is not durable, or the slot would be burned.
-            with trio.CancelScope(shield=True):
-                await self._run(self._files.unclaim_after, routine, slot)
+            # Started even if the caller was cancelled while its flush ran: a claim that is
+            # not durable must be taken back, or the slot would be burned. Not waited for
+            # past a cancellation (a stalled disk): the thread takes it back alone.
+            await run_abandoning(
+                self._files.unclaim_after, routine, slot, limiter=None, must_start=True
+            )
             raise self._files.not_durable(routine, slot, exc) from None
         if call.later:
-            with trio.CancelScope(shield=True):  # the claim is taken: report it, whatever comes
-                await self._run(self._files.prune_later, routine, call.later)
+            # The claim is taken: report it, whatever comes. The pruning (``keep=1`` only) is
+            # waited for a short while at most: past that, a stalled disk's, it goes on alone.
+            with trio.CancelScope(shield=True), trio.move_on_after(PRUNE_WAIT):
+                await run_abandoning(
+                    self._files.prune_later, routine, call.later, limiter=None, must_start=True
+                )
         return result
 
     def claim_sync(
@@ -292,8 +301,15 @@ class DirectoryStore(WakeupsInFile, Lifetime):
             after, batch = call.later, call.flush
         except Contended:
             # Another settle (another process) holds the claim: wait for it in a thread of its
-            # own, up to lock_timeout, never in the writer that the claims need.
-            written, pending = await self._run(self._files.write_outcome, *item)
+            # own, up to lock_timeout, never in the writer that the claims need. Abandoned
+            # on cancel: the outcome may land later, its descriptor then closed by the thread.
+            written, pending = await run_abandoning(
+                self._files.write_outcome,
+                *item,
+                limiter=self._limiter,
+                late=_close_pending,
+                begun=self._writes_begun,
+            )
             if pending is None:
                 return written
             assert self._commit is not None  # a write awaits a flush only with group commit
@@ -438,3 +454,14 @@ class DirectoryStore(WakeupsInFile, Lifetime):
             # in a hung disk is killed, and left if even that does not end it.
             await trio.to_thread.run_sync(process.reap, 5.0, abandon_on_cancel=True)
         await trio.lowlevel.checkpoint()
+
+
+def _close_writes(writes: Writes[Any]) -> None:
+    """A batch's descriptors, which no flush will take over now (its caller gave up)."""
+    for _, fd in writes[1].values():
+        os.close(fd)
+
+
+def _close_pending(write: SettleWrite) -> None:
+    if write[1] is not None:
+        os.close(write[1].fd)
