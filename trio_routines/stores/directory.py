@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -46,7 +45,7 @@ import trio
 
 from ..claims import KEEP_CLAIMS
 from ..errors import StateFault
-from ..records import ClaimResult, Fire, Gap, Outcome
+from ..records import ClaimResult, Fire, Outcome
 from ..replicas import ReplicaInfo
 from ..store import Lifetime
 from .abandon import run_abandoning
@@ -62,8 +61,10 @@ from .claimfiles import (
 from .dirblocking import BlockingClaims
 from .dirholds import DirectoryPresence
 from .dirmembers import DirectoryMembers
+from .dirready import stalled_for, writable
+from .dirrecords import PausesAndGaps
 from .dirwakeups import WakeupsInFile
-from .groupcommit import SYNCFS, Abandoned, Batch, Descriptors, GroupCommit
+from .groupcommit import SYNCFS, Abandoned, Batch, Descriptors, GroupCommit, close_held
 from .newest import BatchedReads, in_threads
 from .safefile import describe
 from .wakeupfile import WakeupFile
@@ -90,7 +91,7 @@ PRUNE_WAIT = 1.0
 STALLED_AFTER = 10.0
 
 
-class DirectoryStore(WakeupsInFile, Lifetime):
+class DirectoryStore(WakeupsInFile, PausesAndGaps, Lifetime):
     """Claims and wake-ups in a state directory.
 
     The layout is that of the TypeScript agent server's routines scheduler (version 0.22), kept
@@ -180,7 +181,11 @@ class DirectoryStore(WakeupsInFile, Lifetime):
             # Abandoned on cancel: the batch's leader gave up (see __init__); the thread then
             # closes the descriptors nobody will flush, and counts as under way until it ends.
             return await run_abandoning(
-                fn, items, limiter=self._limiter, late=_close_writes, begun=self._writes_begun
+                fn,
+                items,
+                limiter=self._limiter,
+                late=lambda writes: close_held(writes[1]),
+                begun=self._writes_begun,
             )
 
     def _abandoned(self) -> StateFault:
@@ -362,41 +367,25 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         return self._blocking.history(routine)
 
     async def ready(self) -> None:
-        stalled = self._stalled_for()
+        process, commit = self._process, self._commit
+        stalled = stalled_for(
+            trio.current_time(),
+            [
+                *self._writes_begun.values(),
+                process.waiting_since() if process is not None else None,
+                commit.flushing_since if commit is not None else None,
+            ],
+        )
         if stalled is not None and stalled > STALLED_AFTER:
             raise StateFault(
                 f"the state directory's writes have not answered for {stalled:.0f}s "
                 f"(a stalled disk, or a stopped writer process): {self.root}"
             )
         # Abandoned on cancel: a hung file system must not hold the caller past its deadline.
-        await trio.to_thread.run_sync(self._ready, limiter=self._limiter, abandon_on_cancel=True)
-
-    def _stalled_for(self) -> float | None:
-        """How long the oldest write under way (a batch in a thread or in the writer process,
-        a flush) has waited, if one is: what a stat of the directory cannot see."""
-        begun = list(self._writes_begun.values())
-        if self._process is not None and (sent := self._process.waiting_since()) is not None:
-            begun.append(sent)
-        if self._commit is not None and self._commit.flushing_since is not None:
-            begun.append(self._commit.flushing_since)
-        return trio.current_time() - min(begun) if begun else None
+        await run_abandoning(self._ready, limiter=self._limiter)
 
     def _ready(self) -> None:
-        # The claims directory, or the nearest parent that will hold it once the first claim
-        # creates it: a directory we may write in.
-        for path in (self._claims, self._claims.parent, self.root, self.root.parent):
-            try:
-                info = os.stat(path)
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                raise StateFault(
-                    f"the state directory {path} is unusable: {describe(exc)}"
-                ) from None
-            if stat.S_ISDIR(info.st_mode) and os.access(path, os.W_OK | os.X_OK):
-                return
-            raise StateFault(f"the state directory {path} is not a writable directory")
-        raise StateFault(f"the state directory {self.root} cannot be created")
+        writable(self.root)
 
     # -- replicas (see replicas.py and dirmembers.py) -------------------------------------
 
@@ -417,35 +406,6 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         """Every member that joined (and was not forgotten), each marked alive or not."""
         return await self._members.replicas()
 
-    # Pause files live in their own module, which builds on safefile.py.
-    async def set_paused(self, routine: str, paused: bool, at: datetime | None = None) -> None:
-        from .dirpause import set_paused_sync
-
-        await self._run(set_paused_sync, self.root, routine, paused, at)
-
-    async def resumed_at(self, routine: str) -> datetime | None:
-        from .dirpause import resumed_at_sync
-
-        return await self._run(resumed_at_sync, self.root, routine)
-
-    async def paused(self) -> frozenset[str]:
-        from .dirpause import paused_sync
-
-        return await self._run(paused_sync, self.root)
-
-    # Gaps too (dirgaps.py): outside claims/, which is all an older reader looks at.
-    async def record_gap(self, routine: str, gap: Gap, *, extends: datetime | None = None) -> bool:
-        """Add ``gap`` to ``routine``\'s gaps (the store contract); False when already there."""
-        from .dirgaps import record_gap_sync
-
-        return await self._run(record_gap_sync, self.root, routine, gap, extends)
-
-    async def gaps(self, routine: str) -> list[Gap]:
-        """The retained gaps of ``routine``, oldest first."""
-        from .dirgaps import gaps_sync
-
-        return await self._run(gaps_sync, self.root, routine)
-
     async def aclose(self) -> None:
         process = self._process
         if process is not None:
@@ -456,12 +416,7 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         await trio.lowlevel.checkpoint()
 
 
-def _close_writes(writes: Writes[Any]) -> None:
-    """A batch's descriptors, which no flush will take over now (its caller gave up)."""
-    for _, fd in writes[1].values():
-        os.close(fd)
-
-
 def _close_pending(write: SettleWrite) -> None:
+    """A settle's descriptor, which no flush will take over now (its caller gave up)."""
     if write[1] is not None:
         os.close(write[1].fd)
