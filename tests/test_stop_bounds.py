@@ -1,5 +1,6 @@
 """A stop ends within its grace plus a small bound whatever the state directory does: real
-processes, a writer child stopped with SIGSTOP while a herd's claims are in it."""
+processes, a writer child stopped with SIGSTOP while a herd's claims are in it, a disk that
+stalls the claims' writes or a wake-up take's rewrite."""
 
 from __future__ import annotations
 
