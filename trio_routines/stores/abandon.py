@@ -25,6 +25,7 @@ stalled for the caller having left.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 from collections.abc import Callable
@@ -113,10 +114,11 @@ async def run_abandoning(
     task = trio.lowlevel.current_task()
     token = trio.lowlevel.current_trio_token()
     result: _Result[T] = _Result()
+    context = contextvars.copy_context()  # as trio.to_thread: a fire's log fields go along
 
     def work() -> None:
         try:
-            result.value = fn(*args)
+            result.value = context.run(fn, *args)
         except BaseException as exc:
             result.error = exc
         if handoff.hand_over():
