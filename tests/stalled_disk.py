@@ -1,6 +1,7 @@
-"""``python tests/stalled_disk.py MARKER ARGS...``: ``python -m trio_routines ARGS...`` whose
-state directory stalls its claim writes while the file MARKER exists, as a frozen file
-system does (a write that does not return until the thaw), for tests/test_stop_bounds.py.
+"""``python tests/stalled_disk.py MARKER [--wakeups] ARGS...``: ``python -m trio_routines
+ARGS...`` whose state directory stalls its claim writes (with ``--wakeups``: its rewrites of
+``wakeups.json``, before the rename) while the file MARKER exists, as a frozen file system
+does (a write that does not return until the thaw), for tests/test_stop_bounds.py.
 """
 
 from __future__ import annotations
@@ -10,10 +11,20 @@ import time
 from pathlib import Path
 
 from trio_routines import cli
-from trio_routines.stores import claimfiles
+from trio_routines.stores import claimfiles, wakeupfile
 
 
 def main(marker: Path, argv: list[str]) -> int:
+    if argv[:1] == ["--wakeups"]:
+        replace_file = wakeupfile.replace_file
+
+        def stalled_rewrite(*args: object) -> None:
+            while marker.exists():
+                time.sleep(0.05)
+            replace_file(*args)  # type: ignore[arg-type]
+
+        wakeupfile.replace_file = stalled_rewrite  # type: ignore[assignment]
+        return cli.main(argv[1:])
     create_each = claimfiles.ClaimFiles.create_each
 
     def stalled(self: claimfiles.ClaimFiles, items: object) -> object:

@@ -26,7 +26,7 @@ from trio_routines.claims import KEEP_CLAIMS
 from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
 from trio_routines.records import ClaimStatus, Outcome
-from trio_routines.stores import claimfiles, directory, safefile
+from trio_routines.stores import claimfiles, dirready, safefile
 from trio_routines.stores.directory import DirectoryStore
 from trio_routines.wakeups import WakeupRequest
 
@@ -101,7 +101,7 @@ async def test_ready_refuses_a_directory_it_may_not_write_in(
 
     proxy = FailingOS()
     proxy.access = access  # type: ignore[method-assign]
-    monkeypatch.setattr(directory, "os", proxy)
+    monkeypatch.setattr(dirready, "os", proxy)
     with pytest.raises(StateFault) as raised:
         await DirectoryStore(tmp_path).ready()
     assert str(raised.value) == f"the state directory {tmp_path} is not a writable directory"

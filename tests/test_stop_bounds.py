@@ -1,5 +1,6 @@
 """A stop ends within its grace plus a small bound whatever the state directory does: real
-processes, a writer child stopped with SIGSTOP while a herd's claims are in it."""
+processes, a writer child stopped with SIGSTOP while a herd's claims are in it, a disk that
+stalls the claims' writes or a wake-up take's rewrite."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from trio_routines.errors import StateFault
 from trio_routines.instants import format_iso
 from trio_routines.stores import directory
 from trio_routines.stores.directory import DirectoryStore
+from trio_routines.wakeups import WakeupRequest
 
 ROUTINES = 120  # more than a boot that starts the writer process reads (PROCESS_AT)
 #: What a stop may take beyond its grace here: the stop's margin (2 s), closing the store
@@ -144,3 +146,36 @@ def test_sigterm_while_the_disk_stalls_the_claims_exits_within_the_grace_and_run
         for fire in env.history(f"m{i}"):
             assert fire["slot"] != herd_slot, fire  # the stalled claims were never made
     assert "firing" not in env.log().split("SIGTERM received")[0].split(herd_slot[:16])[-1]
+
+
+@pytest.mark.slow
+def test_sigterm_while_the_disk_stalls_a_wakeup_take_exits_within_the_grace_and_loses_nothing(
+    env: Env,
+) -> None:
+    # The wake loop's take of a due wake-up stalls before its rename (a frozen file system);
+    # the disk thaws only after the process is gone.
+    past = datetime.now(UTC) - timedelta(hours=1)
+    request = WakeupRequest(session="s", prompt="look again", fire_at=past + timedelta(minutes=2))
+    wakeup = trio.run(DirectoryStore(env.state).add_wakeup, request, past)
+    marker = env.root / "frozen"
+    marker.touch()
+    script = Path(__file__).with_name("stalled_disk.py")
+    serve_argv = env.argv("serve", "--agent", "echo")[3:]
+    argv = [sys.executable, str(script), str(marker), "--wakeups", *serve_argv, "--grace", "2"]
+    try:
+        with (env.root / "serve.log").open("wb") as err:
+            serve = subprocess.Popen(argv, stderr=err, cwd=env.root, env=env.environ())
+        env.procs.append(serve)
+        wait_for(lambda: "wake-ups:" in env.log(), 30, "serve to start")
+        time.sleep(3)  # the take is in the stalled rewrite
+        stopped_at = time.monotonic()
+        serve.send_signal(signal.SIGTERM)
+        # Without a bound of ours this waits for the thaw.
+        serve.wait(timeout=2 + BEYOND_GRACE)
+        took = time.monotonic() - stopped_at
+    finally:
+        marker.unlink()
+    assert serve.returncode == 0, env.log()
+    assert [entry["id"] for entry in env.wakeups()] == [wakeup.id]  # never taken, still there
+    assert "wake-up poll failed" in env.log()
+    print(f"SIGTERM to exit: {took:.1f}s")  # for the record, not asserted

@@ -8,7 +8,7 @@ and a stop pulls every such deadline in to the stop's grace plus ``STOP_MARGIN``
 counts as a fault: a claim, a read or a wake-up poll raises
 :class:`~trio_routines.errors.StateFault` (nothing was claimed, nothing fires); a settle is
 logged. (A store that runs blocking calls in threads must let them be abandoned for the
-deadline to bite: the PostgreSQL store does.)
+deadline to bite: both stores do.)
 
 A settle that cannot be written is retried with a back-off (0.25 s doubling to 4 s) for up to
 the default grace, within a stop's bound; only then is the outcome given up, logged as an

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -47,22 +46,26 @@ import trio
 
 from ..claims import KEEP_CLAIMS
 from ..errors import StateFault
-from ..records import ClaimResult, Fire, Gap, Outcome
+from ..records import ClaimResult, Fire, Outcome
 from ..replicas import ReplicaInfo
 from ..store import Lifetime
+from .abandon import run_abandoning
 from .batch import Answer, Batcher, Entry, Turns
 from .claimfiles import (
     ClaimFiles,
     ClaimItem,
     Contended,
     SettleItem,
+    SettleWrite,
     Written,
 )
 from .dirblocking import BlockingClaims
 from .dirholds import DirectoryPresence
 from .dirmembers import DirectoryMembers
+from .dirready import stalled_for, writable
+from .dirrecords import PausesAndGaps
 from .dirwakeups import WakeupsInFile
-from .groupcommit import SYNCFS, Abandoned, Batch, Descriptors, GroupCommit
+from .groupcommit import SYNCFS, Abandoned, Batch, Descriptors, GroupCommit, close_held
 from .newest import BatchedReads, in_threads
 from .safefile import describe
 from .wakeupfile import WakeupFile
@@ -83,11 +86,13 @@ WRITE_BATCH = 256
 PROCESS_AT = 64
 #: Writer processes started before threads write for good (each start after one ended).
 MAX_STARTS = 4
+#: The longest a taken claim waits for its pruning (``keep=1``), whatever its caller.
+PRUNE_WAIT = 1.0
 #: A write (a batch, a flush) under way this long makes the store not ready (``ready``).
 STALLED_AFTER = 10.0
 
 
-class DirectoryStore(WakeupsInFile, Lifetime):
+class DirectoryStore(WakeupsInFile, PausesAndGaps, Lifetime):
     """Claims and wake-ups in a state directory.
 
     The layout is that of the TypeScript agent server's routines scheduler (version 0.22), kept
@@ -125,6 +130,7 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         self._commit = GroupCommit(syncfs) if syncfs is not None else None
         self._wakeups = WakeupFile(self.root, lock_timeout)
         self._wakeup_turns = trio.Lock()
+        self._wakeup_ended: trio.Event | None = None
         self._blocking = BlockingClaims(self.root, self._files, syncfs)
         self._writes_begun: dict[object, float] = {}  # thread batches under way (ready())
         self._limiter = limiter or trio.CapacityLimiter(16)
@@ -159,7 +165,9 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         return f"DirectoryStore({str(self.root)!r})"
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+        # Abandoned on cancel (abandon.py): reads, and writes that may land late (a pause, a
+        # gap), each one's own thread; the caller's deadline, or a stop's bound, holds.
+        return await run_abandoning(fn, *args, limiter=self._limiter)
 
     async def _write(
         self, fn: Callable[[Sequence[Any]], Writes[T]], items: Sequence[Any], *, urgent: bool
@@ -171,15 +179,15 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         if len(items) >= PROCESS_AT:
             self._start_writer()
         async with self._writer.hold(urgent=urgent):
-            token = object()
-            self._writes_begun[token] = trio.current_time()
-            try:
-                # Abandoned on cancel: the batch's leader gave up (see __init__).
-                return await trio.to_thread.run_sync(
-                    fn, items, limiter=self._limiter, abandon_on_cancel=True
-                )
-            finally:
-                del self._writes_begun[token]
+            # Abandoned on cancel: the batch's leader gave up (see __init__); the thread then
+            # closes the descriptors nobody will flush, and counts as under way until it ends.
+            return await run_abandoning(
+                fn,
+                items,
+                limiter=self._limiter,
+                late=lambda writes: close_held(writes[1]),
+                begun=self._writes_begun,
+            )
 
     def _abandoned(self) -> StateFault:
         return StateFault(
@@ -260,14 +268,20 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         except Abandoned:
             raise self._abandoned() from None  # the disk does not answer: nothing to undo now
         except OSError as exc:
-            # Shielded (short local disk work): a caller cancelled while its flush ran must
-            # still take back a claim that is not durable, or the slot would be burned.
-            with trio.CancelScope(shield=True):
-                await self._run(self._files.unclaim_after, routine, slot)
+            # Started even if the caller was cancelled while its flush ran: a claim that is
+            # not durable must be taken back, or the slot would be burned. Not waited for
+            # past a cancellation (a stalled disk): the thread takes it back alone.
+            await run_abandoning(
+                self._files.unclaim_after, routine, slot, limiter=None, must_start=True
+            )
             raise self._files.not_durable(routine, slot, exc) from None
         if call.later:
-            with trio.CancelScope(shield=True):  # the claim is taken: report it, whatever comes
-                await self._run(self._files.prune_later, routine, call.later)
+            # The claim is taken: report it, whatever comes. The pruning (``keep=1`` only) is
+            # waited for a short while at most: past that, a stalled disk's, it goes on alone.
+            with trio.CancelScope(shield=True), trio.move_on_after(PRUNE_WAIT):
+                await run_abandoning(
+                    self._files.prune_later, routine, call.later, limiter=None, must_start=True
+                )
         return result
 
     def claim_sync(
@@ -293,8 +307,15 @@ class DirectoryStore(WakeupsInFile, Lifetime):
             after, batch = call.later, call.flush
         except Contended:
             # Another settle (another process) holds the claim: wait for it in a thread of its
-            # own, up to lock_timeout, never in the writer that the claims need.
-            written, pending = await self._run(self._files.write_outcome, *item)
+            # own, up to lock_timeout, never in the writer that the claims need. Abandoned
+            # on cancel: the outcome may land later, its descriptor then closed by the thread.
+            written, pending = await run_abandoning(
+                self._files.write_outcome,
+                *item,
+                limiter=self._limiter,
+                late=_close_pending,
+                begun=self._writes_begun,
+            )
             if pending is None:
                 return written
             assert self._commit is not None  # a write awaits a flush only with group commit
@@ -347,41 +368,25 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         return self._blocking.history(routine)
 
     async def ready(self) -> None:
-        stalled = self._stalled_for()
+        process, commit = self._process, self._commit
+        stalled = stalled_for(
+            trio.current_time(),
+            [
+                *self._writes_begun.values(),
+                process.waiting_since() if process is not None else None,
+                commit.flushing_since if commit is not None else None,
+            ],
+        )
         if stalled is not None and stalled > STALLED_AFTER:
             raise StateFault(
                 f"the state directory's writes have not answered for {stalled:.0f}s "
                 f"(a stalled disk, or a stopped writer process): {self.root}"
             )
         # Abandoned on cancel: a hung file system must not hold the caller past its deadline.
-        await trio.to_thread.run_sync(self._ready, limiter=self._limiter, abandon_on_cancel=True)
-
-    def _stalled_for(self) -> float | None:
-        """How long the oldest write under way (a batch in a thread or in the writer process,
-        a flush) has waited, if one is: what a stat of the directory cannot see."""
-        begun = list(self._writes_begun.values())
-        if self._process is not None and (sent := self._process.waiting_since()) is not None:
-            begun.append(sent)
-        if self._commit is not None and self._commit.flushing_since is not None:
-            begun.append(self._commit.flushing_since)
-        return trio.current_time() - min(begun) if begun else None
+        await run_abandoning(self._ready, limiter=self._limiter)
 
     def _ready(self) -> None:
-        # The claims directory, or the nearest parent that will hold it once the first claim
-        # creates it: a directory we may write in.
-        for path in (self._claims, self._claims.parent, self.root, self.root.parent):
-            try:
-                info = os.stat(path)
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                raise StateFault(
-                    f"the state directory {path} is unusable: {describe(exc)}"
-                ) from None
-            if stat.S_ISDIR(info.st_mode) and os.access(path, os.W_OK | os.X_OK):
-                return
-            raise StateFault(f"the state directory {path} is not a writable directory")
-        raise StateFault(f"the state directory {self.root} cannot be created")
+        writable(self.root)
 
     # -- replicas (see replicas.py and dirmembers.py) -------------------------------------
 
@@ -402,41 +407,6 @@ class DirectoryStore(WakeupsInFile, Lifetime):
         """Every member that joined (and was not forgotten), each marked alive or not."""
         return await self._members.replicas()
 
-    # Pause files live in their own module, which builds on safefile.py.
-    async def set_paused(self, routine: str, paused: bool, at: datetime | None = None) -> None:
-        from .dirpause import set_paused_sync
-
-        await self._run(set_paused_sync, self.root, routine, paused, at)
-
-    async def resumed_at(self, routine: str) -> datetime | None:
-        from .dirpause import resumed_at_sync
-
-        return await self._run(resumed_at_sync, self.root, routine)
-
-    async def paused(self) -> frozenset[str]:
-        from .dirpause import paused_sync
-
-        return await self._run(paused_sync, self.root)
-
-    # Gaps too (dirgaps.py): outside claims/, which is all an older reader looks at.
-    async def record_gap(self, routine: str, gap: Gap, *, extends: datetime | None = None) -> bool:
-        """Add ``gap`` to ``routine``\'s gaps (the store contract); False when already there."""
-        from .dirgaps import record_gap_sync
-
-        return await self._run(record_gap_sync, self.root, routine, gap, extends)
-
-    async def gaps(self, routine: str) -> list[Gap]:
-        """The retained gaps of ``routine``, oldest first."""
-        from .dirgaps import gaps_sync
-
-        return await self._run(gaps_sync, self.root, routine)
-
-    async def first_armed(self, routines: Sequence[str], at: datetime) -> dict[str, datetime]:
-        """When each of ``routines`` was first armed; ``at`` for those named the first time."""
-        from .dirarmed import first_armed_sync
-
-        return await self._run(first_armed_sync, self.root, list(routines), at)
-
     async def aclose(self) -> None:
         process = self._process
         if process is not None:
@@ -445,3 +415,9 @@ class DirectoryStore(WakeupsInFile, Lifetime):
             # in a hung disk is killed, and left if even that does not end it.
             await trio.to_thread.run_sync(process.reap, 5.0, abandon_on_cancel=True)
         await trio.lowlevel.checkpoint()
+
+
+def _close_pending(write: SettleWrite) -> None:
+    """A settle's descriptor, which no flush will take over now (its caller gave up)."""
+    if write[1] is not None:
+        os.close(write[1].fd)

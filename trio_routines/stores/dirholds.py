@@ -312,6 +312,10 @@ class DirectoryPresence(Presence):
         )
         self._close()
 
+    def close_sync(self) -> None:
+        """Let go of every hold (a join given up by its caller, in its thread)."""
+        self._close()
+
     def _close(self) -> None:
         fds, self.fds = self.fds, {}
         for fd in fds.values():

@@ -3,7 +3,9 @@ are held, the members, and the open claims a reconcile looks for.
 
 The holds themselves are dirholds.py's, the bounded walk over the claims openscan.py's; this
 part owns what the store keeps of them (this process's presence once joined, the walk), and
-runs each blocking call in a worker thread under the store's capacity limiter.
+runs each blocking call in a worker thread under the store's capacity limiter, left to
+itself when its caller is cancelled (abandon.py): a join given up closes what it opened, and
+a walk given up is waited for by the next one (they share the walk's state).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import trio
 from ..errors import StateFault
 from ..records import Fire
 from ..replicas import ReplicaInfo, claim_key
+from .abandon import run_abandoning
 from .claimfiles import ClaimFiles
 from .dirholds import DirectoryPresence, keys_alive, read_replicas
 from .openscan import OpenScan
@@ -35,16 +38,19 @@ class DirectoryMembers:
         self._limiter = limiter
         self._open_scan = OpenScan(files)
         self._open_scanning = trio.Lock()  # one walk at a time (openscan.py)
+        self._open_scanned: trio.Event | None = None  # set once the last walk's thread ended
         self._presence: DirectoryPresence | None = None  # this process's, once joined
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await run_abandoning(fn, *args, limiter=self._limiter, **kwargs)
 
     async def join(self, info: ReplicaInfo) -> DirectoryPresence:
         """Become a member of the store as ``info.id`` (see :mod:`trio_routines.replicas`)."""
         presence = DirectoryPresence(info, self.root, self._limiter)
         try:
-            await self._run(presence.open)
+            # Given up (a stalled disk), the thread lets go of the holds it took: else this
+            # replica would look alive, its id in use, until the process ends.
+            await self._run(presence.open, late=lambda _: presence.close_sync())
         except OSError as exc:
             raise StateFault(f"could not join {self.root}: {describe(exc)}") from None
         self._presence = presence
@@ -63,8 +69,11 @@ class DirectoryMembers:
         """Open claims of ``routines`` that name their replica, a bounded walk at a time:
         at most ``budget`` directories listed and claims read per call (openscan.py)."""
         async with self._open_scanning:
+            if self._open_scanned is not None:
+                await self._open_scanned.wait()  # a walk given up still runs: not side by side
+            ended = self._open_scanned = trio.Event()
             try:
-                return await self._run(self._open_scan.step, list(routines), budget)
+                return await self._run(self._open_scan.step, list(routines), budget, ended=ended)
             except OSError as exc:
                 raise StateFault(
                     f"the open claims in {self._claims} are unreadable: {describe(exc)}"

@@ -9,22 +9,48 @@ a file near its 16 MiB bound drove a process past 500 MiB), and each would wait 
 for the ``flock`` the one before holds, then time out blaming "another process". Waiting
 for a turn holds no thread and no memory, is bounded by ``lock_timeout`` like the
 ``flock`` after it, and says so when it runs out.
+
+A call's thread may stall in the kernel (a frozen file system), so its caller never waits
+for it past its own cancellation (a deadline of the runtime's, a stop) nor past twice
+``lock_timeout`` (the ``flock``, then as long again for the file): it leaves with a
+:class:`~trio_routines.errors.StateFault` and the thread goes on alone (abandon.py). A
+change whose caller left is never made behind its back, so the caller's error is the truth:
+
+* before its rename, the thread looks whether its caller gave up, and if so makes no change;
+* a rename that was under way when the caller gave up (the stall itself) lands later: the
+  thread learns it when it hands its answer over, still holding the ``flock``, and writes
+  the list as it was back (a WARN names the wake-ups). Holding the lock throughout, nobody
+  else changed the file in between, so putting back is exact: a wake-up taken for nobody is
+  pending again, an add refused is not there, a removal refused is undone. If even that
+  write fails, an ERROR carries the entries that are gone.
+
+A deferral is the exception: it puts back a wake-up already taken, so it is made even when
+its caller gave up (it says so in its error, and a WARN when it lands). The next call of
+this store waits for a thread given up (within its turn's bound) rather than contend with it
+for the ``flock``.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
 import trio
 
+from ..converter import dumps, wakeup_to_json
 from ..errors import InvalidWakeup, StateFault
 from ..records import Wakeup
 from ..wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
+from .abandon import Handoff, run_abandoning
 from .wakeupfile import TooLarge, WakeupFile
 
+log = logging.getLogger("trio_routines")
 T = TypeVar("T")
+Change = Callable[[list[Wakeup]], tuple[list[Wakeup] | None, T]]
+
+UNDONE = "given up — a change that lands later is undone"
 
 
 class WakeupsInFile:
@@ -32,33 +58,94 @@ class WakeupsInFile:
 
     _wakeups: WakeupFile
     _wakeup_turns: trio.Lock  # see the module doc
+    _wakeup_ended: trio.Event | None  # set once the thread of the last call returned
+    _limiter: trio.CapacityLimiter
+    _writes_begun: dict[object, float]  # calls under way, for ready()
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        raise NotImplementedError  # the store's: a call in one of its worker threads
-
-    async def _in_turn(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn`` in a worker thread, once the calls on the file before it are done."""
-        with trio.move_on_after(self._wakeups.lock_timeout) as waited:
+    async def _in_turn(self, fn: Callable[..., T], *args: Any, given_up: str = UNDONE) -> T:
+        """``fn(handoff, *args)`` in a worker thread, once the calls on the file before it
+        are done; ``given_up`` ends the error when its thread does not answer in time."""
+        path, bound = self._wakeups.path, self._wakeups.lock_timeout
+        deadline = trio.current_time() + bound
+        with trio.move_on_at(deadline) as waited:
             await self._wakeup_turns.acquire()
         if waited.cancelled_caught:
             ahead = self._wakeup_turns.statistics().tasks_waiting
             raise StateFault(
-                f"the wake-up store {self._wakeups.path} was busy in this process for "
-                f"{self._wakeups.lock_timeout:g}s (its wake-up calls go one at a time; "
-                f"{ahead} more waiting) — try again"
+                f"the wake-up store {path} was busy in this process for {bound:g}s (its "
+                f"wake-up calls go one at a time; {ahead} more waiting) — try again"
             )
         try:
-            return await self._run(fn, *args)
+            before = self._wakeup_ended
+            if before is not None:
+                with trio.move_on_at(deadline):
+                    await before.wait()
+                if not before.is_set():
+                    raise StateFault(
+                        f"the wake-up store {path}: a call given up earlier is still under way "
+                        f"after {bound:g}s (a stalled disk?) — try again"
+                    )
+            ended = self._wakeup_ended = trio.Event()
+            with trio.move_on_after(2 * bound):
+                return await run_abandoning(
+                    fn,
+                    *args,
+                    limiter=self._limiter,
+                    handoff=Handoff(),
+                    begun=self._writes_begun,
+                    ended=ended,
+                )
+            raise StateFault(
+                f"the wake-up store {path} did not answer within {2 * bound:g}s "
+                f"(a stalled disk?): {given_up}"
+            )
         finally:
             self._wakeup_turns.release()
 
-    def _mutate(self, change: Callable[[list[Wakeup]], tuple[list[Wakeup] | None, T]]) -> T:
+    def _mutate(self, handoff: Handoff, change: Change[T], *, undo: bool = True) -> T:
         with self._wakeups.locked() as directory:
             entries, damaged = self._wakeups.load(directory)
             updated, result = change(entries)
-            if updated is not None:
-                self._wakeups.save(directory, updated, damaged)
+            if updated is None:
+                return result
+            if undo and handoff.gave_up:
+                return result  # nobody waits for it: no change behind the caller's back
+            self._wakeups.save(directory, updated, damaged)
+            if not handoff.hand_over():
+                if undo:
+                    self._undo(directory, entries, updated)
+                else:
+                    log.warning(
+                        "the wake-up store %s: a change given up by its caller was made after "
+                        "all (wake-ups %s)",
+                        self._wakeups.path,
+                        _changed(entries, updated),
+                    )
             return result
+
+    def _undo(self, directory: int, before: list[Wakeup], after: list[Wakeup]) -> None:
+        """Put ``before`` back (a change that landed after its caller gave up)."""
+        changed = _changed(before, after)
+        try:
+            self._wakeups.save(directory, before, False)
+        except StateFault as exc:
+            kept = {w.id for w in after}
+            gone = dumps([wakeup_to_json(w) for w in before if w.id not in kept])
+            log.error(
+                "the wake-up store %s: a change given up by its caller was made after all "
+                "(wake-ups %s) and could not be undone: %s — wake-ups no longer stored: %s",
+                self._wakeups.path,
+                changed,
+                exc,
+                gone,
+            )
+            return
+        log.warning(
+            "the wake-up store %s: a change given up by its caller was made after all "
+            "(wake-ups %s), and undone",
+            self._wakeups.path,
+            changed,
+        )
 
     async def add_wakeup(self, request: WakeupRequest, now: datetime) -> Wakeup:
         def change(entries: list[Wakeup]) -> tuple[list[Wakeup] | None, Wakeup]:
@@ -73,7 +160,7 @@ class WakeupsInFile:
     async def take_due_wakeup(self, now: datetime) -> Wakeup | None:
         return await self._in_turn(self._take_due, now)
 
-    def _take_due(self, now: datetime) -> Wakeup | None:
+    def _take_due(self, handoff: Handoff, now: datetime) -> Wakeup | None:
         entries, _ = self._wakeups.load(cached=True)
         if all(w.fire_at > now for w in entries):
             return None  # the common poll: nothing due, no lock, no write
@@ -82,7 +169,7 @@ class WakeupsInFile:
             rest, wakeup = take_first_due(entries, now)
             return (rest if wakeup is not None else None), wakeup
 
-        return self._mutate(change)
+        return self._mutate(handoff, change)
 
     async def defer_wakeup(self, wakeup: Wakeup, fire_at: datetime) -> bool:
         def change(entries: list[Wakeup]) -> tuple[list[Wakeup] | None, bool]:
@@ -91,7 +178,11 @@ class WakeupsInFile:
                 return None, False
             return [*entries, deferred], True
 
-        return await self._in_turn(self._mutate, change)
+        def defer(handoff: Handoff) -> bool:
+            return self._mutate(handoff, change, undo=False)
+
+        made = f"given up — wake-up {wakeup.id} may still be re-queued"
+        return await self._in_turn(defer, given_up=made)
 
     async def remove_wakeup(self, wakeup_id: str, session: str | None = None) -> bool:
         def change(entries: list[Wakeup]) -> tuple[list[Wakeup] | None, bool]:
@@ -101,5 +192,14 @@ class WakeupsInFile:
         return await self._in_turn(self._mutate, change)
 
     async def list_wakeups(self) -> list[Wakeup]:
-        entries, _ = await self._in_turn(lambda: self._wakeups.load(cached=True))
-        return entries
+        def read(_: Handoff) -> list[Wakeup]:
+            return self._wakeups.load(cached=True)[0]
+
+        return await self._in_turn(read, given_up="given up")
+
+
+def _changed(before: list[Wakeup], after: list[Wakeup]) -> str:
+    """The ids of the wake-ups that differ between two lists (a log line's)."""
+    old = {w.id: w for w in before}
+    new = {w.id: w for w in after}
+    return ", ".join(sorted(i for i in old.keys() | new.keys() if old.get(i) != new.get(i)))

@@ -101,6 +101,12 @@ def hand_in(held: Descriptors, device: int, fd: int, ticket: int) -> None:
         os.close(fd)
 
 
+def close_held(held: Descriptors) -> None:
+    """Close what no flush will take over now (a batch whose caller gave up)."""
+    for _, fd in held.values():
+        os.close(fd)
+
+
 class Abandoned(OSError):
     """A flush given up before it returned (its leader was cancelled): whether the writes it
     covered became durable is unknown."""
