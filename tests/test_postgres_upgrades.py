@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,13 @@ from pg import admin, fresh_schema, require_server
 from procs import Env, one_line, stop
 from psycopg import sql
 
+from trio_routines.errors import StateFault
+from trio_routines.stores import pgconn
 from trio_routines.stores.pgschema import _MIGRATIONS, SCHEMA_VERSION, Schema
+from trio_routines.stores.postgres import PostgresStore
 
 SLOT = "2026-07-07T09:00:00Z"
+T0 = datetime(2026, 7, 7, 9, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -161,3 +166,31 @@ def test_older_code_is_refused_by_a_newer_schema_that_does_not_allow_it(
         assert f"has schema version {future}, newer than this trio_routines understands" in line
         assert "upgrade it" in line
     assert versions(schema) == before
+
+
+@pytest.mark.parametrize("allowed", [True, False])
+async def test_a_running_replica_stops_using_a_database_migrated_beyond_it(
+    schema: str, allowed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An old replica still running while a newer one migrates: it must not go on (firing a
+    # routine the newer one paused, say) unless the migration allows it.
+    store = PostgresStore(require_server(), schema=schema)
+    try:
+        assert (await store.claim("r", T0, T0)).taken
+        monkeypatch.setattr(pgconn, "SCHEMA_RECHECK", 0.0)  # the next call checks again
+        future = newer(schema, compatible_from=SCHEMA_VERSION if allowed else SCHEMA_VERSION + 1)
+        later = T0 + timedelta(minutes=1)
+        if allowed:
+            assert (await store.claim("r", later, later)).taken
+            return
+        with pytest.raises(StateFault, match=f"has schema version {future}, newer than this"):
+            await store.claim("r", later, later)
+        with pytest.raises(StateFault, match="upgrade it"):
+            await store.history("r")
+    finally:
+        await store.aclose()
+    with admin() as conn:
+        rows = conn.execute(
+            sql.SQL("SELECT slot FROM {}").format(sql.Identifier(schema, "trio_routines_claims"))
+        ).fetchall()
+    assert [slot for (slot,) in rows] == [T0]  # nothing claimed once it was refused

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -64,6 +65,10 @@ CLOSE_BOUND = 2.0
 # Every thread that works for a store has a name starting so: our calls' threads and the
 # pools' workers (``<pool name>-worker-N``, ``<pool name>-scheduler``).
 THREAD_NAME = "trio_routines store"
+#: Seconds between two checks of the schema version on a pool's calls (the first call checks
+#: at once): a database a newer replica migrated beyond what we may use stops our calls,
+#: each with the one-line reason, within this long.
+SCHEMA_RECHECK = 30.0
 _POOL_NAMES = (f"trio_routines-{n}" for n in itertools.count(1))
 # How often a call waiting for a connection looks whether an attempt to connect failed.
 _WAIT_SLICE = 0.1
@@ -177,7 +182,7 @@ class Connections:
         self._closed = False
         self._open_lock = threading.Lock()
         self._schema_lock = threading.Lock()
-        self._schema_ready = False
+        self._schema_checked = -math.inf  # time.monotonic() of the last check (see _call)
 
     @property
     def kwargs(self) -> dict[str, Any]:
@@ -228,11 +233,13 @@ class Connections:
                     if attempt < self._sizes[1] and time.monotonic() < deadline:
                         continue
                     raise
-                if not self._schema_ready:
+                # Checked again now and then: a newer replica may migrate the database under
+                # a running one, which must stop using it if it is no longer allowed to.
+                if time.monotonic() - self._schema_checked >= SCHEMA_RECHECK:
                     with self._schema_lock:
-                        if not self._schema_ready:
+                        if time.monotonic() - self._schema_checked >= SCHEMA_RECHECK:
                             self.schema.migrate(conn, self.where)
-                            self._schema_ready = True
+                            self._schema_checked = time.monotonic()
                 return fn(conn, call, *args)
         raise AssertionError("unreachable")
 

@@ -161,7 +161,9 @@ class Schema:
         Only an older (or absent) schema takes the lock and migrates; a database that cannot
         be written then says that, rather than failing the caller's first call obscurely.
         """
-        current = self.found = self.version(conn)
+        current = self.version(conn)
+        if self.found is None:
+            self.found = current
         if current == SCHEMA_VERSION or self._usable_newer(conn, current, where):
             return
         has = f"schema version {current}" if current else "no trio_routines tables yet"
