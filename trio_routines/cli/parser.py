@@ -156,11 +156,13 @@ def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     )
     group.add_argument(
         "--log-format",
-        choices=("text", "json"),
-        default=default("text"),
-        help="stderr as text ('<instant> INFO  digest slot=<slot> completed (1200ms)') or one JSON "
+        choices=("text", "json", "journal"),
+        default=default(None),
+        help="stderr as text ('<instant> INFO  digest slot=<slot> completed (1200ms)'), one JSON "
         "object a line (ts, level, message, host, pid; on fire lines routine, slot, outcome, "
-        "ms, late_ms, error) (default: text)",
+        "ms, late_ms, error), or for systemd's journal the text line without our instant, led "
+        "by its syslog priority ('<6>INFO  digest ...') (default: journal when stderr is the "
+        "journal's stream ($JOURNAL_STREAM), else text)",
     )
     group.add_argument(
         "--log-level",
