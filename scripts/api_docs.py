@@ -31,6 +31,7 @@ MODULES: list[tuple[str, list[str] | None]] = [
         "trio_routines.logs",
         [
             "FireFields",
+            "FireFormatter",
             "JournalFormatter",
             "JsonFormatter",
             "TextFormatter",

@@ -16,6 +16,7 @@ from procs import Env
 from trio_routines.context import FireContext, firing
 from trio_routines.logs import (
     FireFields,
+    FireFormatter,
     JournalFormatter,
     JsonFormatter,
     TextFormatter,
@@ -163,3 +164,16 @@ def test_under_the_journal_the_command_line_writes_journal_lines(env: Env) -> No
         "--log-format", "journal", "fire", "daily", "--slot", "2026-07-09T09:00Z", "--agent", "echo"
     )
     assert explicit.stderr.splitlines()[-1].startswith("<6>INFO  daily slot=2026-07-09T09:00Z")
+
+
+def test_a_hosts_own_format_gets_the_fire_fields_in_its_message() -> None:
+    own = FireFormatter("%(name)s [%(levelname)s] %(message)s")
+    why = FireContext("routine", "routine:digest", routine="digest", slot=SLOT, replica="web-1")
+    with firing(why):
+        made = record("digest: completed (%dms)", 12)
+    assert own.format(made) == (
+        "trio_routines [INFO] digest slot=2026-11-30T09:00Z replica=web-1 completed (12ms)"
+    )
+    assert made.getMessage() == "digest: completed (12ms)"  # the record itself is unchanged
+    outside = own.format(record("clock\njumped \x1b[2J", level=logging.WARNING))
+    assert outside == "trio_routines [WARNING] clock jumped \\x1b[2J"

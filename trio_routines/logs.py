@@ -14,8 +14,9 @@ a stretch of code (the fire path adds ``late_ms``), and the turn's outcome line 
 
 A host that logs through its own handlers gets the same fields on them: add a
 :class:`FireFields` filter to the handler and give it a :class:`TextFormatter`, a
-:class:`JsonFormatter` or a :class:`JournalFormatter` (or read ``record.routine`` and
-``record.slot`` in a formatter of its own). :func:`configure_logging` does that for stderr, as
+:class:`JsonFormatter`, a :class:`JournalFormatter`, or its own format in a
+:class:`FireFormatter` (or read ``record.routine`` and ``record.slot`` in a formatter of its
+own). :func:`configure_logging` does that for stderr, as
 the command line does; under systemd (``$JOURNAL_STREAM`` naming stderr) it writes the journal
 format, which leaves the time stamp to the journal.
 
@@ -150,6 +151,25 @@ def _text(record: logging.LogRecord) -> str:
         who = f" replica={one_line(replica)}" if isinstance(replica, str) else ""
         message = one_line(f"{name} slot={_short(slot)}{who} {rest}")
     return visible(message)
+
+
+class FireFormatter(logging.Formatter):
+    """A host's own format (``logging.Formatter``'s ``fmt``, ``datefmt``, ``style``) with the
+    fire's fields leading the message: ``%(message)s`` reads ``digest slot=<slot>
+    replica=<id> completed (12ms)`` on every line about a fire, one visible line always.
+
+    For a host that keeps its log format and wants the slot in it; the handler needs the
+    :class:`FireFields` filter (or records that carry ``routine`` and ``slot``).
+    """
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        """The format applied with the message as :class:`TextFormatter` writes it."""
+        plain = record.message
+        record.message = _text(record)
+        try:
+            return super().formatMessage(record)
+        finally:
+            record.message = plain
 
 
 class JsonFormatter(logging.Formatter):
