@@ -29,7 +29,16 @@ MODULES: list[tuple[str, list[str] | None]] = [
     ("trio_routines.agent_http", ["HttpAgent"]),
     (
         "trio_routines.logs",
-        ["FireFields", "JsonFormatter", "TextFormatter", "configure_logging", "log_fields"],
+        [
+            "FireFields",
+            "FireFormatter",
+            "JournalFormatter",
+            "JsonFormatter",
+            "TextFormatter",
+            "configure_logging",
+            "journal_stream",
+            "log_fields",
+        ],
     ),
     ("trio_routines.testing", None),
     ("trio_routines.stores", ["DirectoryStore", "open_store"]),

@@ -435,7 +435,13 @@ def test_a_ca_file_that_cannot_be_read_is_invalid(
 
 def test_specs_are_logged_without_query_or_credentials() -> None:
     assert describe_agent("https://u:p@host:8443/turn?key=1#x") == "https://host:8443/turn"
-    assert describe_agent("cmd:secret stuff") == "cmd:…"
+    # A command by its program: never its arguments nor its environment, where secrets go.
+    assert describe_agent("cmd:/opt/agent/run --token s3cret") == "cmd:/opt/agent/run …"
+    assert describe_agent("cmd:API_KEY=s3cret OTHER=x ./agent") == "cmd:./agent"
+    assert describe_agent("cmd:llm") == "cmd:llm"
+    for unclear in ("cmd:$(cat /run/key) x", "cmd:'open quote", "cmd:  ", "cmd:KEY=s3cret"):
+        assert describe_agent(unclear) == "cmd:…", unclear
+    assert describe_agent("cmd:https://u:s3cret@h/x") == "cmd:…"
     assert describe_agent("echo") == "echo"
 
 

@@ -1,10 +1,11 @@
-"""``status`` against a real ``serve --http`` on loopback: the turns it has in flight."""
+"""``status`` against a real ``serve --http`` on loopback: its view, and the turns in flight."""
 
 from __future__ import annotations
 
 import json
 import socket
 import subprocess
+import sys
 
 import pytest
 from procs import Env, one_line, stop, wait_for
@@ -14,15 +15,19 @@ TOKEN = "status-token"
 
 
 def status(env: Env, *args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
+    """``status`` as an operator runs it against a server: from a directory with no routines
+    and no state, with nothing but the URL (and the token)."""
     environ = env.environ()
     if token is not None:
         environ["TRIO_ROUTINES_TOKEN"] = token
+    elsewhere = env.root / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
     return subprocess.run(
-        env.argv("status", *args),
+        [sys.executable, "-m", "trio_routines", "status", *args],
         capture_output=True,
         text=True,
         env=environ,
-        cwd=env.root,
+        cwd=elsewhere,
         timeout=60,
     )
 
@@ -44,9 +49,10 @@ def test_status_shows_the_turns_a_running_serve_has_in_flight(env: Env) -> None:
     port = bound_port(env)
     url = f"http://127.0.0.1:{port}"
 
-    idle = status(env, "--url", url)
+    idle = status(env, "--url", url)  # no routines directory, no state here: the server's
     assert idle.returncode == 0, idle.stderr
     assert idle.stdout.splitlines()[-1] == f"IN FLIGHT  0 turns ({url})"
+    assert [line.split()[0] for line in idle.stdout.splitlines()[1:3]] == ["daily", "slow"]
 
     started = request(port, "POST", "/run", {"name": "slow", "wait": False}, token=TOKEN)
     assert started[0] == 202
@@ -56,43 +62,42 @@ def test_status_shows_the_turns_a_running_serve_has_in_flight(env: Env) -> None:
     as_json = json.loads(status(env, "--url", url, "--json").stdout)
     assert as_json["server"] == {"url": url, "inFlight": 1, "running": ["slow"]}
     assert [r["name"] for r in as_json["routines"]] == ["daily", "slow"]
+    assert [r["id"] for r in as_json["replicas"]] == [f"{socket.gethostname()}:{proc.pid}"]
 
     refused = status(env, "--url", url, token=None)  # GET /routines needs the token
-    assert refused.stdout.splitlines()[-1] == (
-        f"IN FLIGHT  - ({url}: answered 401 Unauthorized — set TRIO_ROUTINES_TOKEN to the "
-        "server's token)"
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert one_line(refused.stderr) == (
+        f"error: {url} answered 401: missing or wrong token: send Authorization: Bearer "
+        "<TRIO_ROUTINES_TOKEN> — set TRIO_ROUTINES_TOKEN to the server's token\n"
     )
 
     assert stop(proc) == 0
     gone = status(env, "--url", url)
-    assert gone.returncode == 0
-    last = gone.stdout.splitlines()[-1]
-    assert last.startswith(f"IN FLIGHT  - ({url}: no answer: ")
-    assert "refused" in last
+    assert (gone.returncode, gone.stdout) == (1, "")
+    assert one_line(gone.stderr).startswith(f"error: {url}: no answer: ")
+    assert "refused" in gone.stderr
 
 
 def test_status_without_a_server_says_so(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *")
-    result = status(env)
+    result = env.cli("status")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == (
         "IN FLIGHT  - (no server asked: pass --url or set TRIO_ROUTINES_URL)"
     )
-    assert json.loads(status(env, "--json").stdout)["server"] is None
+    assert json.loads(env.cli("status", "--json").stdout)["server"] is None
 
 
 @pytest.mark.slow
 def test_a_server_that_never_answers_costs_a_bounded_wait(env: Env) -> None:
-    env.routine("daily", cron="0 9 * * *")
     with socket.socket() as silent:  # accepts connections (the backlog), never answers
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         url = f"http://127.0.0.1:{silent.getsockname()[1]}"
         result = status(env, "--url", url)
-    assert result.returncode == 0, result.stderr
-    last = result.stdout.splitlines()[-1]
-    assert last.startswith(f"IN FLIGHT  - ({url}: no answer")
-    assert "timed out" in last or "within 3s" in last
+    assert (result.returncode, result.stdout) == (1, "")
+    assert one_line(result.stderr).startswith(f"error: {url}: no answer")
+    assert "timed out" in result.stderr or "within 10s" in result.stderr
 
 
 @pytest.mark.parametrize(

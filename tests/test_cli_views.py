@@ -35,6 +35,7 @@ def seed_days(env: Env) -> None:
 
 @pytest.mark.slow
 def test_history_is_a_table_newest_first_with_the_reason(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
     empty = env.cli("history", "daily")
     assert (empty.returncode, empty.stdout) == (0, "")
     assert one_line(empty.stderr).startswith('no recorded fires for "daily" (state: ')
@@ -242,3 +243,31 @@ def test_list_and_serve_count_the_next_instant_from_a_claim_in_the_future(env: E
     assert f'armed minutely: cron "* * * * *" — next {following}' in log
     assert "WARN  minutely: newest claim is in the future (slot " in log
     assert env.history("minutely")[-1]["slot"] == format_iso(ahead)  # nothing fired behind it
+
+
+def test_history_of_a_name_that_is_no_routine_is_an_error(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    typo = env.cli("history", "dialy")
+    assert (typo.returncode, typo.stdout) == (1, "")
+    assert one_line(typo.stderr) == (
+        f'error: unknown routine "dialy" — looked in {env.routines}; available: daily '
+        f"(and no history of it: state: {env.state})\n"
+    )
+    known = env.cli("history", "daily")  # a routine that never fired: an empty history
+    assert (known.returncode, known.stdout) == (0, "")
+    assert one_line(known.stderr).startswith('no recorded fires for "daily"')
+    # A routine whose file is gone keeps its history, and history shows it.
+    env.seed("retired", START, Outcome.COMPLETED)
+    retired = env.cli("history", "retired")
+    assert retired.returncode == 0, retired.stderr
+    assert "completed" in retired.stdout
+    # No routines directory to know the name by, and no history: an error, not an empty list.
+    argv = env.argv("history", "daily")
+    argv[argv.index("--routines") + 1] = str(env.root / "absent")
+    elsewhere = subprocess.run(
+        argv, capture_output=True, text=True, env=env.environ(), cwd=env.root, timeout=60
+    )
+    assert (elsewhere.returncode, elsewhere.stdout) == (1, "")
+    assert one_line(elsewhere.stderr).startswith(
+        f'error: no history of "daily" (state: {env.state}), and no routines directory '
+    )

@@ -1,8 +1,10 @@
-"""examples/deploy: the systemd unit and the Prometheus alert rules are valid and mean it.
+"""examples/deploy: the systemd units, the Prometheus alert rules and scrape configuration are
+valid and mean it.
 
-``systemd-analyze verify`` checks the unit, ``promtool`` checks the rules and runs their unit
-tests (``alerts_test.yml``: each alert fires on the series trio_routines exports). .ci/run
-installs both from Debian's packages, so in CI neither check can be skipped.
+``systemd-analyze verify`` checks both units (a state directory, and PostgreSQL), ``promtool``
+checks the rules, runs their unit tests (``alerts_test.yml``: each alert fires on the series
+trio_routines exports) and checks the scrape configuration. .ci/run installs both from
+Debian's packages, so in CI neither check can be skipped.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from trio_routines.testing import MemoryStore, ScriptedAgent
 
 DEPLOY = Path(__file__).resolve().parent.parent / "examples" / "deploy"
 UNIT = DEPLOY / "trio-routines.service"
+PG_UNIT = DEPLOY / "trio-routines-postgres.service"
+UNITS = [UNIT, PG_UNIT]
 SCRIPT = Path(sys.executable).parent / "trio-routines"
 
 
@@ -34,19 +38,20 @@ def tool(name: str) -> str:
     return found
 
 
-def unit() -> configparser.ConfigParser:
+def unit(path: Path = UNIT) -> configparser.ConfigParser:
     parser = configparser.ConfigParser(interpolation=None, strict=True)
     parser.optionxform = str  # type: ignore[assignment,method-assign]
-    parser.read(UNIT)
+    parser.read(path)
     return parser
 
 
-def test_the_unit_verifies_with_systemd_analyze(tmp_path: Path) -> None:
+@pytest.mark.parametrize("path", UNITS, ids=[u.name for u in UNITS])
+def test_the_unit_verifies_with_systemd_analyze(tmp_path: Path, path: Path) -> None:
     verify = tool("systemd-analyze")
     # The unit names /opt/trio-routines/venv; verify checks that ExecStart exists, so point it
     # at the console script this test runs with.
-    text = UNIT.read_text().replace("/opt/trio-routines/venv/bin/trio-routines", str(SCRIPT))
-    copy = tmp_path / "trio-routines.service"
+    text = path.read_text().replace("/opt/trio-routines/venv/bin/trio-routines", str(SCRIPT))
+    copy = tmp_path / path.name
     copy.write_text(text)
     done = subprocess.run(
         [verify, "verify", str(copy)], capture_output=True, text=True, timeout=120, check=False
@@ -55,10 +60,10 @@ def test_the_unit_verifies_with_systemd_analyze(tmp_path: Path) -> None:
     assert (done.returncode, done.stdout + done.stderr) == (0, "")
 
 
-def test_the_unit_is_hardened_and_outlasts_the_grace() -> None:
-    service = unit()["Service"]
+@pytest.mark.parametrize("path", UNITS, ids=[u.name for u in UNITS])
+def test_the_unit_is_hardened_and_outlasts_the_grace(path: Path) -> None:
+    service = unit(path)["Service"]
     assert service["DynamicUser"] == "yes"
-    assert service["StateDirectory"] == "trio-routines"
     assert service["ProtectSystem"] == "strict"
     assert service["Restart"] == "on-failure"
     assert service["RestartForceExitStatus"] == "SIGHUP"  # a reload before serve's handler
@@ -68,6 +73,63 @@ def test_the_unit_is_hardened_and_outlasts_the_grace() -> None:
     grace = float(re.search(r"--grace (\S+)", service["ExecStart"])[1])  # type: ignore[index]
     assert float(service["TimeoutStopSec"]) > grace + 5
     assert " serve " in service["ExecStart"]
+
+
+def test_the_directory_unit_keeps_its_state_in_the_state_directory() -> None:
+    service = unit()["Service"]
+    assert service["StateDirectory"] == "trio-routines"
+    assert service["Environment"] == "TRIO_ROUTINES_STATE=/var/lib/trio-routines"
+
+
+def test_the_postgresql_unit_starts_after_the_database_and_installs_the_driver() -> None:
+    parsed = unit(PG_UNIT)
+    for key in ("After", "Wants"):
+        assert "postgresql.service" in parsed["Unit"][key].split()
+        assert "network-online.target" in parsed["Unit"][key].split()
+    service = parsed["Service"]
+    assert "StateDirectory" not in service  # the state is the database
+    assert "Environment" not in service  # its URL, with the password, is in the env file only
+    assert service["EnvironmentFile"] == "/etc/trio-routines/env"  # required: no state without
+    text = PG_UNIT.read_text()
+    assert "pip install 'trio-routines[http,postgres]'" in text
+    assert "TRIO_ROUTINES_STATE=postgresql://" in text
+    # Everything but where the state lives is the directory unit's, hardening included.
+    keep = {
+        k: v
+        for k, v in unit()["Service"].items()
+        if k not in ("StateDirectory", "WorkingDirectory", "Environment", "EnvironmentFile")
+    }
+    assert {k: v for k, v in service.items() if k != "EnvironmentFile"} == keep
+
+
+def test_the_scrape_configuration_checks_with_promtool(tmp_path: Path) -> None:
+    promtool = tool("promtool")
+    # promtool checks that the token file exists: point it at one of ours.
+    token = tmp_path / "trio-routines.token"
+    token.write_text("a-token\n")
+    text = (DEPLOY / "prometheus.yml").read_text()
+    assert "credentials_file: /etc/prometheus/trio-routines.token" in text
+    (tmp_path / "prometheus.yml").write_text(
+        text.replace("/etc/prometheus/trio-routines.token", str(token))
+    )
+    shutil.copy(DEPLOY / "alerts.yml", tmp_path / "alerts.yml")
+    done = subprocess.run(
+        [promtool, "check", "config", "prometheus.yml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout
+
+
+def test_the_scrape_configuration_sends_the_token_to_metrics() -> None:
+    text = (DEPLOY / "prometheus.yml").read_text()
+    assert re.search(r"metrics_path: /metrics\n", text)
+    assert re.search(r"authorization:\n\s+type: Bearer\n\s+credentials_file: ", text)
+    assert "alerts.yml" in text
 
 
 def test_the_alert_rules_check_and_fire_with_promtool() -> None:

@@ -7,12 +7,22 @@ import logging
 import os
 import re
 import socket
+import subprocess
 from datetime import UTC, datetime
+from pathlib import Path
 
 from procs import Env
 
 from trio_routines.context import FireContext, firing
-from trio_routines.logs import FireFields, JsonFormatter, TextFormatter, log_fields
+from trio_routines.logs import (
+    FireFields,
+    FireFormatter,
+    JournalFormatter,
+    JsonFormatter,
+    TextFormatter,
+    journal_stream,
+    log_fields,
+)
 
 SLOT = datetime(2026, 11, 30, 9, tzinfo=UTC)
 STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
@@ -107,3 +117,63 @@ def test_a_fire_in_a_real_process_logs_its_fields_and_a_duplicate_only_at_debug(
     assert re.fullmatch(
         STAMP + f" DEBUG daily slot=2026-07-07T09:00Z replica={replica}\\d+ skipping — .*", line
     )
+
+
+def test_the_journal_line_has_no_stamp_of_ours_and_leads_with_the_priority() -> None:
+    with firing(FireContext("routine", "routine:digest", routine="digest", slot=SLOT)):
+        line = JournalFormatter().format(record("digest: completed (%dms)", 12))
+    warning = JournalFormatter().format(record("clock\njumped", level=logging.WARNING))
+    assert line == "<6>INFO  digest slot=2026-11-30T09:00Z completed (12ms)"
+    assert warning == "<4>WARN  clock jumped"
+    assert JournalFormatter().format(record("x", level=logging.ERROR)).startswith("<3>ERROR ")
+    assert JournalFormatter().format(record("x", level=logging.DEBUG)).startswith("<7>DEBUG ")
+
+
+def test_journal_stream_is_stderr_only_when_its_device_and_inode_match(tmp_path: Path) -> None:
+    with (tmp_path / "err").open("w") as stream, (tmp_path / "other").open("w") as other:
+        own = os.fstat(stream.fileno())
+        named = {"JOURNAL_STREAM": f"{own.st_dev}:{own.st_ino}"}
+        assert journal_stream(named, stream)
+        assert not journal_stream(named, other)  # inherited, but stderr went elsewhere
+        assert not journal_stream({}, stream)
+        assert not journal_stream({"JOURNAL_STREAM": "nonsense"}, stream)
+
+
+def test_under_the_journal_the_command_line_writes_journal_lines(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    slot = "2026-07-07T09:00:00.000Z"
+    argv = env.argv("fire", "daily", "--slot", slot, "--agent", "echo")
+    for journal in (True, False):
+        with (env.root / "err").open("w+") as err:
+            environ = env.environ()
+            if journal:
+                own = os.fstat(err.fileno())
+                environ["JOURNAL_STREAM"] = f"{own.st_dev}:{own.st_ino}"
+            done = subprocess.run(argv, stderr=err, env=environ, cwd=env.root, timeout=60)
+            err.seek(0)
+            lines = err.read().splitlines()
+        assert done.returncode == 0
+        completed = [line for line in lines if line.endswith("completed (0ms)")]
+        if journal:
+            assert completed[0].startswith("<6>INFO  daily slot=2026-07-07T09:00Z replica=")
+        else:
+            assert re.match(STAMP + " INFO  daily slot=", completed[0])
+        slot = "2026-07-08T09:00:00.000Z"
+        argv = env.argv("fire", "daily", "--slot", slot, "--agent", "echo")
+    explicit = env.cli(
+        "--log-format", "journal", "fire", "daily", "--slot", "2026-07-09T09:00Z", "--agent", "echo"
+    )
+    assert explicit.stderr.splitlines()[-1].startswith("<6>INFO  daily slot=2026-07-09T09:00Z")
+
+
+def test_a_hosts_own_format_gets_the_fire_fields_in_its_message() -> None:
+    own = FireFormatter("%(name)s [%(levelname)s] %(message)s")
+    why = FireContext("routine", "routine:digest", routine="digest", slot=SLOT, replica="web-1")
+    with firing(why):
+        made = record("digest: completed (%dms)", 12)
+    assert own.format(made) == (
+        "trio_routines [INFO] digest slot=2026-11-30T09:00Z replica=web-1 completed (12ms)"
+    )
+    assert made.getMessage() == "digest: completed (12ms)"  # the record itself is unchanged
+    outside = own.format(record("clock\njumped \x1b[2J", level=logging.WARNING))
+    assert outside == "trio_routines [WARNING] clock jumped \\x1b[2J"

@@ -32,6 +32,8 @@ from __future__ import annotations
 import codecs
 import importlib
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -296,11 +298,33 @@ def agent_from_spec(spec: str) -> Agent:
     )
 
 
+def _command_program(command: str) -> str:
+    """``cmd:<program> …``: what runs, never its arguments or its environment assignments
+    (``KEY=secret ./agent --token x``), where secrets are passed; ``cmd:…`` when no program
+    can be told apart (a quote left open, a shell construct first)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    while words and _ASSIGNMENT.match(words[0]):
+        words.pop(0)
+    if not words or not _PROGRAM.fullmatch(words[0]):
+        return "cmd:…"
+    return f"cmd:{words[0]}" + (" …" if len(words) > 1 else "")
+
+
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+# A program as a person names one: a path or a name, nothing that could be a credential's
+# punctuation (a URL with a password, a header) nor a control character.
+_PROGRAM = re.compile(r"[A-Za-z0-9_./+-]{1,200}")
+
+
 def describe_agent(spec: str) -> str:
-    """``spec`` as safe to log: a command hidden, a URL by its origin and path, no query."""
+    """``spec`` as safe to log: a command by its program alone (``cmd:/opt/agent/run …``), a
+    URL by its origin and path, no query."""
     text = spec.strip()
     if text.startswith("cmd:"):
-        return "cmd:…"
+        return _command_program(text[4:])
     if text.lower().startswith(("http://", "https://")):
         scheme, _, rest = text.partition("://")
         rest = rest.split("?", 1)[0].split("#", 1)[0]

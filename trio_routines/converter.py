@@ -201,3 +201,34 @@ def history_to_json(
         else history_json(entry, entry.slot in running)
         for entry in entries
     ]
+
+
+converter.register_structure_hook(Outcome, lambda value, _t: Outcome(_strict_str(value, str)))
+converter.register_structure_hook(
+    Fire, make_dict_structure_fn(Fire, converter, fired_at=override(rename="firedAt"))
+)
+
+
+def history_from_json(raw: Any) -> tuple[list[Fire], list[Gap], set[datetime]]:
+    """The inverse of :func:`history_to_json` (a server's answer to ``GET …/history``): the
+    fires and the gaps, each oldest first, and the slots marked running. ValueError when
+    anything in it is malformed."""
+    if not isinstance(raw, list):
+        raise ValueError("a history must be an array")
+    fires: list[Fire] = []
+    gaps: list[Gap] = []
+    running: set[datetime] = set()
+    for entry in raw:
+        if not isinstance(entry, dict):
+            raise ValueError("a history entry must be an object")
+        if "gap" in entry:
+            gaps.append(gap_from_json(entry["gap"]))
+            continue
+        try:
+            fire = converter.structure(entry, Fire)
+        except (cattrs.BaseValidationError, TypeError, ValueError) as exc:
+            raise ValueError(f"a malformed fire in the history: {exc}") from None
+        fires.append(fire)
+        if entry.get("running") is True:
+            running.add(fire.slot)
+    return fires, gaps, running

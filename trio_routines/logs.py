@@ -13,9 +13,12 @@ them along; a call outside a turn passes them as ``extra``. :func:`log_fields` a
 a stretch of code (the fire path adds ``late_ms``), and the turn's outcome line carries its own.
 
 A host that logs through its own handlers gets the same fields on them: add a
-:class:`FireFields` filter to the handler and give it a :class:`TextFormatter` or a
-:class:`JsonFormatter` (or read ``record.routine`` and ``record.slot`` in a formatter of its
-own). :func:`configure_logging` does that for stderr, as the command line does.
+:class:`FireFields` filter to the handler and give it a :class:`TextFormatter`, a
+:class:`JsonFormatter`, a :class:`JournalFormatter`, or its own format in a
+:class:`FireFormatter` (or read ``record.routine`` and ``record.slot`` in a formatter of its
+own). :func:`configure_logging` does that for stderr, as
+the command line does; under systemd (``$JOURNAL_STREAM`` naming stderr) it writes the journal
+format, which leaves the time stamp to the journal.
 
 Either way a message is folded onto one line (failure text from a model or a provider may hold
 newlines, U+2028 or U+0085, which many readers take for line breaks) and, in text, control
@@ -115,19 +118,58 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         """``record`` as one line of text."""
-        message = one_line(record.getMessage())
-        routine = getattr(record, "routine", None)
-        slot = getattr(record, "slot", None)
-        if isinstance(routine, str) and isinstance(slot, datetime):
-            # The routine leads the line once, followed by its slot, whatever the message says.
-            name = one_line(routine)
-            rest = (
-                message[len(name) :].lstrip(":").lstrip() if message.startswith(name) else message
-            )
-            replica = getattr(record, "replica", None)
-            who = f" replica={one_line(replica)}" if isinstance(replica, str) else ""
-            message = one_line(f"{name} slot={_short(slot)}{who} {rest}")
-        return f"{_stamp(record)} {_level_name(record):<5} {visible(message)}"
+        return f"{_stamp(record)} {_level_name(record):<5} {_text(record)}"
+
+
+class JournalFormatter(logging.Formatter):
+    """``<6>INFO  digest slot=<slot> completed (12ms)``: the text line for systemd's journal.
+
+    The journal stamps every line itself, so the line carries no instant of ours; its
+    ``<N>`` prefix (the syslog priority, which journald reads from a service's stderr by
+    default) makes ``journalctl -p warning`` and the colours work.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        """``record`` as one line of text, led by its syslog priority."""
+        priority = _PRIORITIES.get(_level_name(record), 6)
+        return f"<{priority}>{_level_name(record):<5} {_text(record)}"
+
+
+_PRIORITIES = {"DEBUG": 7, "INFO": 6, "WARN": 4, "ERROR": 3, "FATAL": 2}
+
+
+def _text(record: logging.LogRecord) -> str:
+    """The message, led by the routine and slot of a fire, as one visible line."""
+    message = one_line(record.getMessage())
+    routine = getattr(record, "routine", None)
+    slot = getattr(record, "slot", None)
+    if isinstance(routine, str) and isinstance(slot, datetime):
+        # The routine leads the line once, followed by its slot, whatever the message says.
+        name = one_line(routine)
+        rest = message[len(name) :].lstrip(":").lstrip() if message.startswith(name) else message
+        replica = getattr(record, "replica", None)
+        who = f" replica={one_line(replica)}" if isinstance(replica, str) else ""
+        message = one_line(f"{name} slot={_short(slot)}{who} {rest}")
+    return visible(message)
+
+
+class FireFormatter(logging.Formatter):
+    """A host's own format (``logging.Formatter``'s ``fmt``, ``datefmt``, ``style``) with the
+    fire's fields leading the message: ``%(message)s`` reads ``digest slot=<slot>
+    replica=<id> completed (12ms)`` on every line about a fire, one visible line always.
+
+    For a host that keeps its log format and wants the slot in it; the handler needs the
+    :class:`FireFields` filter (or records that carry ``routine`` and ``slot``).
+    """
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        """The format applied with the message as :class:`TextFormatter` writes it."""
+        plain = record.message
+        record.message = _text(record)
+        try:
+            return super().formatMessage(record)
+        finally:
+            record.message = plain
 
 
 class JsonFormatter(logging.Formatter):
@@ -153,11 +195,34 @@ class JsonFormatter(logging.Formatter):
         return safe_json(entry)
 
 
-def configure_logging(log_format: str, level: str) -> None:
-    """Send the ``trio_routines`` logger to stderr in ``log_format`` (``text`` or ``json``)."""
+def journal_stream(environ: Mapping[str, str] | None = None, stream: Any = None) -> bool:
+    """Whether ``stream`` (stderr) is connected to systemd's journal: ``$JOURNAL_STREAM``
+    names its device and inode (systemd sets it for a service whose output goes there; a
+    child whose stderr was redirected elsewhere inherits the variable, hence the comparison)."""
+    value = (os.environ if environ is None else environ).get("JOURNAL_STREAM", "")
+    device, sep, inode = value.partition(":")
+    if not sep:
+        return False
+    try:
+        status = os.fstat((sys.stderr if stream is None else stream).fileno())
+        return (status.st_dev, status.st_ino) == (int(device), int(inode))
+    except (OSError, ValueError, AttributeError):  # no descriptor (a test's capture), bad value
+        return False
+
+
+def configure_logging(log_format: str | None, level: str) -> None:
+    """Send the ``trio_routines`` logger to stderr in ``log_format``: ``text``, ``json`` or
+    ``journal`` (:class:`JournalFormatter`); None picks ``journal`` when stderr is the
+    journal's stream (:func:`journal_stream`), else ``text``."""
+    if log_format is None:
+        log_format = "journal" if journal_stream() else "text"
+    formatters: dict[str, type[logging.Formatter]] = {
+        "json": JsonFormatter,
+        "journal": JournalFormatter,
+    }
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(FireFields())
-    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    handler.setFormatter(formatters.get(log_format, TextFormatter)())
     log.handlers[:] = [handler]
     log.setLevel(level.upper())
     log.propagate = False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import datetime
 from typing import Any
 
 from ..agent import Agent
@@ -12,7 +13,9 @@ from ..records import Outcome
 from ..routines import Routine
 from ..scheduler import FireResult, Scheduler
 from ..store import Store
+from .client import Server
 from .output import (
+    CliError,
     agent_arg,
     check_name,
     load,
@@ -22,6 +25,7 @@ from .output import (
     print_line,
     replica_arg,
     report_failures,
+    say,
     state_arg,
     stop_on_signals,
 )
@@ -41,6 +45,9 @@ def _one_shot(args: argparse.Namespace, agent: Agent, store: Store, routine: Rou
 
 async def cmd_run(args: argparse.Namespace) -> int:
     check_name(args.name)
+    server = Server.from_args(args)
+    if server is not None:
+        return await _run_over_http(server, args.name)
     agent = agent_arg(args, "run")
     result = await load(args.routines, report=False)
     routine = pick(result, args.name, args.routines)
@@ -56,7 +63,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
 
     # `run` makes no claim and writes no history; it holds the routine's session in the
     # store, so that it is busy, as every replica's turns are, while one of them runs it.
-    async with open_state(state_arg(args), migrate="create") as store:
+    async with open_state(state_arg(args), writes="run") as store:
         scheduler = _one_shot(args, agent, store, routine)
         turn = await stop_on_signals(
             scheduler, args.grace, lambda: scheduler.run_now(routine.name, on_text=on_text)
@@ -69,17 +76,24 @@ async def cmd_run(args: argparse.Namespace) -> int:
 async def cmd_fire(args: argparse.Namespace) -> int:
     check_name(args.name)
     slot = args.slot
+    server = Server.from_args(args)
+    if server is not None:
+        return _fire_shown(args, await _fire_over_http(server, args.name, slot))
     agent = agent_arg(args, "fire")
     result = await load(args.routines, report=False)
     routine = pick(result, args.name, args.routines)
     report_failures(result)
-    async with open_state(state_arg(args), migrate="create") as store:
+    async with open_state(state_arg(args), writes="fire") as store:
         scheduler = _one_shot(args, agent, store, routine)
 
         async def fire() -> FireResult:
             return await scheduler.fire(routine.name, slot)
 
         fired = await stop_on_signals(scheduler, args.grace, fire)
+    return _fire_shown(args, fired)
+
+
+def _fire_shown(args: argparse.Namespace, fired: FireResult) -> int:
     if args.json:
         print_json(fire_result_json(fired), indent=None)
     elif fired.claimed:
@@ -91,6 +105,48 @@ async def cmd_fire(args: argparse.Namespace) -> int:
     if not fired.claimed:
         return 0
     return 0 if fired.outcome in (Outcome.COMPLETED, Outcome.SKIPPED) else 1
+
+
+async def _run_over_http(server: Server, name: str) -> int:
+    """``POST /run``, waiting for the turn: the reply arrives whole, not streamed."""
+    body = server.ok(
+        await server.call("POST", "/run", {"name": name, "wait": True}, waits=True), 200
+    )
+    if not isinstance(body, dict) or not isinstance(body.get("ran"), bool):
+        raise CliError(f"{server.url}: the answer is not a turn's")
+    if not body["ran"]:  # busy, as a local run: nothing wrong, nothing ran
+        say(f"{name}: not run — {body.get('reason') or 'its session is busy'}")
+        return 0
+    reply = body.get("reply")
+    if isinstance(reply, str) and reply:
+        for line in reply.removesuffix("\n").split("\n"):
+            print_line(line)
+    if body.get("truncated") is True:
+        say("(the reply was cut by the server at 64 KiB)")
+    if body.get("outcome") == Outcome.COMPLETED.value:
+        return 0
+    say(f"{name}: {body.get('outcome')} — {body.get('failed') or 'no reason given'}")
+    return 1
+
+
+async def _fire_over_http(server: Server, name: str, slot: datetime) -> FireResult:
+    """``POST /fire`` with ``wait``: the server claims, runs and settles the slot."""
+    request = {"name": name, "slot": format_iso(slot), "wait": True}
+    body = server.ok(await server.call("POST", "/fire", request, waits=True), 200)
+    try:
+        outcome = body.get("outcome")
+        ms = body.get("ms")
+        return FireResult(
+            name,
+            slot,
+            claimed=body["claimed"] is True,
+            outcome=None if outcome is None else Outcome(outcome),
+            reason=body.get("reason"),
+            ms=ms if isinstance(ms, int) and not isinstance(ms, bool) else None,
+            failed=body.get("failed") if isinstance(body.get("failed"), str) else None,
+        )
+    except (AttributeError, KeyError, TypeError, ValueError):
+        raise CliError(f"{server.url}: the answer is not a fire's") from None
 
 
 def fire_result_json(fired: FireResult) -> dict[str, Any]:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import pwd
 import signal
+import stat
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -31,7 +33,7 @@ from ..routines import LoadResult, Routine, find_routine, load_routines
 from ..scheduler import DEFAULT_GRACE as DEFAULT_GRACE
 from ..scheduler import Scheduler
 from ..store import Store
-from ..stores import open_store
+from ..stores import is_postgres_url, open_store
 from ..stores.credentials import shown_state
 from ..text import safe_json, shown, visible
 
@@ -93,13 +95,56 @@ def describe_agent(args: argparse.Namespace) -> str:
     return agents.describe_agent(spec)
 
 
+def _user(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:  # a systemd DynamicUser= exists only while its service runs
+        return f"uid {uid}"
+
+
+def check_owner(state: str, command: str) -> None:
+    """Refuse to change a state directory that another user owns, before anything is written.
+
+    What the command created there (``schedule/``, a pause file, a lock) would belong to us:
+    the service's own user could then no longer write its state (``/readyz`` not ready, a
+    resume failing with EACCES). Its owner, or the running service over HTTP, does it instead.
+    An absent directory is created as ours; an unusable one is the store's to report.
+    """
+    if is_postgres_url(state):
+        return
+    try:
+        status = os.stat(state)
+    except OSError:
+        return
+    me = os.geteuid()
+    if not stat.S_ISDIR(status.st_mode) or status.st_uid == me:
+        return
+    owner, you = _user(status.st_uid), _user(me)
+    instead = f"run it as {owner}"
+    if command != "serve":
+        instead = f"send it to the running service with --url URL, or {instead}"
+    raise CliError(
+        f"{command} refused: the state directory {state_label(state)} belongs to {owner}, not "
+        f"to {you}, and the service could not change what {command} wrote there — {instead}; "
+        "nothing was changed"
+    )
+
+
 @asynccontextmanager
 async def open_state(
-    state: str, *, migrate: Literal["always", "create", "never"] = "never"
+    state: str,
+    *,
+    writes: str | None = None,
+    migrate: Literal["always", "create", "never"] | None = None,
 ) -> AsyncIterator[Store]:
-    """The store of ``--state``. Only ``serve`` and ``migrate`` upgrade a PostgreSQL schema;
-    a command that changes state may create an empty database's tables; one that only reads
-    never writes a schema (see stores/pgschema.py)."""
+    """The store ``state`` names; ``writes``: the command that will change it (see
+    :func:`check_owner`). A PostgreSQL schema is upgraded only by ``serve`` and ``migrate``
+    (``migrate="always"``); a command that writes may create an empty database's tables; one
+    that only reads never writes a schema (see stores/pgschema.py)."""
+    if writes is not None:
+        check_owner(state, writes)
+    if migrate is None:
+        migrate = "never" if writes is None else "create"
     try:
         store = open_store(state, migrate=migrate)
     except ImportError as exc:

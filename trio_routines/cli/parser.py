@@ -156,11 +156,13 @@ def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     )
     group.add_argument(
         "--log-format",
-        choices=("text", "json"),
-        default=default("text"),
-        help="stderr as text ('<instant> INFO  digest slot=<slot> completed (1200ms)') or one JSON "
+        choices=("text", "json", "journal"),
+        default=default(None),
+        help="stderr as text ('<instant> INFO  digest slot=<slot> completed (1200ms)'), one JSON "
         "object a line (ts, level, message, host, pid; on fire lines routine, slot, outcome, "
-        "ms, late_ms, error) (default: text)",
+        "ms, late_ms, error), or for systemd's journal the text line without our instant, led "
+        "by its syslog priority ('<6>INFO  digest ...') (default: journal when stderr is the "
+        "journal's stream ($JOURNAL_STREAM), else text)",
     )
     group.add_argument(
         "--log-level",
@@ -180,6 +182,17 @@ def _add_turn_grace(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="on SIGINT/SIGTERM, how long the turn may still finish "
         f"(default: {DEFAULT_GRACE:g}; a second signal stops it at once)",
+    )
+
+
+def _add_url(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url",
+        type=server_url,
+        metavar="URL",
+        help="send it to a running serve's HTTP surface instead of touching the state, e.g. "
+        "http://127.0.0.1:8080 (default: $TRIO_ROUTINES_URL; the token from "
+        "$TRIO_ROUTINES_TOKEN)",
     )
 
 
@@ -232,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = command("run", "run one routine's turn now, without a claim; the reply goes to stdout")
     run.add_argument("name", metavar="NAME")
+    _add_url(run)
     _add_turn_grace(run)
 
     fire = command("fire", "claim a slot of a routine, run it, settle it (the external clock)")
@@ -244,12 +258,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="the slot, with its zone: 2026-07-07T10:00Z, 2026-07-07T12:00:00+02:00, ...",
     )
     fire.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    _add_url(fire)
     _add_turn_grace(fire)
 
     history = command(
         "history", "a routine's fires, newest first: slot, lateness, outcome, duration, reason"
     )
     history.add_argument("name", metavar="NAME")
+    _add_url(history)
     history.add_argument(
         "-n",
         type=_count,
@@ -277,15 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
         "list", "routines (next, time left, last outcome, recent outcomes) and pending wake-ups"
     )
     listing.add_argument("--json", action="store_true")
+    _add_url(listing)
 
     status = command("status", "what list shows, then the turns a running serve has in flight")
-    status.add_argument(
-        "--url",
-        type=server_url,
-        metavar="URL",
-        help="the HTTP surface of a running serve, e.g. http://127.0.0.1:8080 "
-        "(default: $TRIO_ROUTINES_URL; the token from $TRIO_ROUTINES_TOKEN)",
-    )
+    _add_url(status)
     status.add_argument("--json", action="store_true")
 
     upcoming = command("next", "the next instants of a routine, or of --cron EXPR [--tz TZ]")
@@ -313,15 +324,19 @@ def build_parser() -> argparse.ArgumentParser:
     wake.add_argument("--tz", metavar="TZ", help="the time zone of --cron (default: UTC)")
     wake.add_argument("--prompt", required=True, help="what the woken turn does (- reads stdin)")
     wake.add_argument("--json", action="store_true", help="print the stored wake-up as JSON")
+    _add_url(wake)
 
     unwake = command("unwake", "cancel a pending wake-up of a session")
     unwake.add_argument("id", metavar="ID")
     unwake.add_argument("--session", required=True)
+    _add_url(unwake)
 
     pause = command("pause", "hold a routine back: no scheduler on this state claims its slots")
     pause.add_argument("name", metavar="NAME")
+    _add_url(pause)
     resume = command("resume", "fire a paused routine again, from its next slot (no back-fire)")
     resume.add_argument("name", metavar="NAME")
+    _add_url(resume)
 
     command("migrate", "bring a PostgreSQL state's tables to this version (serve does it too)")
 

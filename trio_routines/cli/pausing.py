@@ -5,28 +5,48 @@ from __future__ import annotations
 import argparse
 from datetime import UTC, datetime
 
+from .client import Server, path_part
 from .output import check_name, load, open_state, pick, print_line, state_arg
 
 
+def _paused_line(name: str) -> str:
+    return f"{name} paused — no scheduler on this state claims its slots until `resume {name}`"
+
+
+_RESUMED = "resumed — it fires from its next slot; paused slots are not run"
+
+
+async def _over_http(server: Server, name: str, *, paused: bool) -> int:
+    verb = "pause" if paused else "resume"
+    answer = await server.call("POST", f"/routines/{path_part(name)}/{verb}", {})
+    server.ok(answer, 200)
+    print_line(_paused_line(name) if paused else f"{name} {_RESUMED}")
+    return 0
+
+
 async def cmd_pause(args: argparse.Namespace) -> int:
+    check_name(args.name)
+    server = Server.from_args(args)
+    if server is not None:
+        return await _over_http(server, args.name, paused=True)
     routine = pick(await load(args.routines, report=False), args.name, args.routines)
-    async with open_state(state_arg(args), migrate="create") as store:
+    async with open_state(state_arg(args), writes="pause") as store:
         await store.set_paused(routine.name, True)
-    print_line(
-        f"{routine.name} paused — no scheduler on this state claims its slots until "
-        f"`resume {routine.name}`"
-    )
+    print_line(_paused_line(routine.name))
     return 0
 
 
 async def cmd_resume(args: argparse.Namespace) -> int:
     check_name(args.name)
-    async with open_state(state_arg(args), migrate="create") as store:
+    server = Server.from_args(args)
+    if server is not None:
+        return await _over_http(server, args.name, paused=False)
+    async with open_state(state_arg(args), writes="resume") as store:
         if args.name not in await store.paused():
             # A routine whose file is gone or broken may still be resumed; an unknown one not.
             pick(await load(args.routines, report=False), args.name, args.routines)
             print_line(f"{args.name} was not paused")
             return 0
         await store.set_paused(args.name, False, datetime.now(UTC))
-    print_line(f"{args.name} resumed — it fires from its next slot; paused slots are not run")
+    print_line(f"{args.name} {_RESUMED}")
     return 0

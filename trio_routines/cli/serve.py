@@ -21,6 +21,7 @@ from ..scheduler import Scheduler
 from .output import (
     CliError,
     agent_arg,
+    check_owner,
     describe_agent,
     load,
     open_state,
@@ -58,6 +59,7 @@ async def _start(
             f"serve refuses to start: {len(result.failures)} broken routine file(s) in "
             f"{args.routines} (see `python -m trio_routines check`)"
         )
+    check_owner(state_arg(args), "serve")  # before the address is bound or a file written
     agent = agent_arg(args, "serve")
     serve_http: Callable[..., Awaitable[object]] | None = None
     host, port = "", 0

@@ -3,10 +3,12 @@
 One row per routine, as ``systemctl list-timers`` shows timers: NEXT and LEFT (when it fires
 next, and how long until then; ``paused`` for a routine paused in the store), LAST (the newest
 claimed slot and its outcome), a strip of the last ten outcomes, and the schedule. Then the
-pending wake-ups. ``status`` adds what a running ``serve`` is doing, asked over its HTTP
-surface (``--url``, the token from ``$TRIO_ROUTINES_TOKEN``, a few seconds at most): how many
-turns are in flight and of which routines, or ``-`` when no server answers. ``list`` is the
-same view without that question.
+pending wake-ups, then (``status``) the live replicas. With ``--url`` (or
+``$TRIO_ROUTINES_URL``) the whole view comes from a running ``serve``'s HTTP surface (the token
+from ``$TRIO_ROUTINES_TOKEN``; :mod:`.served`), with no routines directory or state needed
+here, and ``status`` adds how many turns it has in flight and of which routines; a server that
+does not answer is an error. Without a URL the view is read from the state and the routines
+directory, and no server is asked.
 
 Everything here reads; nothing claims, settles or fires.
 """
@@ -14,13 +16,8 @@ Everything here reads; nothing claims, settles or fires.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from http import HTTPStatus
 from typing import Any
 
 import attrs
@@ -37,14 +34,13 @@ from ..replicas import ReplicaInfo, replica_json
 from ..routines import Routine, catchup_text
 from ..store import Store
 from ..text import shown
-from .output import CliError, load, open_state, print_json, print_line, say, state_arg, state_label
-from .parser import server_url
+from .client import Server
+from .output import load, open_state, print_json, print_line, say, state_arg, state_label
+from .served import served_in_flight, served_replicas, served_view
 from .table import duration, outcome_word, short_instant, strip, table
 
 STORE_READ = 10.0  # seconds: how long status waits for the store's list of replicas
 RECENT = 10  # outcomes in the strip
-ASK_TIMEOUT = 3.0  # seconds the whole question to a running server may take
-MAX_ANSWER = 1 << 20  # bytes of a server's answer read at most
 PROMPT_SHOWN = 40
 
 
@@ -68,9 +64,8 @@ class InFlight:
     """What a running server said: the turns in flight and the routines whose turn runs."""
 
     url: str
-    count: int | None = None
+    count: int
     running: tuple[str, ...] = ()
-    problem: str | None = None
 
 
 def shown_cron(routine: Routine | Wakeup) -> str:
@@ -218,64 +213,9 @@ def routine_json(row: RoutineRow) -> dict[str, Any]:
     return entry
 
 
-# --- asking a running server ----------------------------------------------------------------
-
-
-def _fetch(url: str, token: str | None) -> Any:
-    """GET ``url`` and parse its JSON (blocking: run in a thread, under our deadline)."""
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    # No proxies from the environment: the question goes to the URL given, and nowhere else.
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(request, timeout=ASK_TIMEOUT) as answer:
-        return json.loads(answer.read(MAX_ANSWER))
-
-
-async def ask_server(url: str, token: str | None) -> InFlight:
-    base = url.rstrip("/")
-    with trio.move_on_after(ASK_TIMEOUT) as deadline:
-        try:
-            health = await trio.to_thread.run_sync(
-                _fetch, f"{base}/healthz", None, abandon_on_cancel=True
-            )
-            listing = await trio.to_thread.run_sync(
-                _fetch, f"{base}/routines", token, abandon_on_cancel=True
-            )
-        except urllib.error.HTTPError as exc:
-            return InFlight(url, problem=_refusal(exc.code))
-        except (OSError, ValueError) as exc:  # refused, unreachable, timed out, not JSON
-            reason = getattr(exc, "reason", None) or exc
-            return InFlight(url, problem=f"no answer: {reason}")
-    if deadline.cancelled_caught:
-        return InFlight(url, problem=f"no answer within {ASK_TIMEOUT:g}s")
-    count = health.get("inFlight") if isinstance(health, dict) else None
-    if not isinstance(count, int) or isinstance(count, bool):
-        return InFlight(url, problem="the answer is not a trio_routines server's")
-    running = tuple(
-        entry["name"]
-        for entry in (listing if isinstance(listing, list) else [])
-        if isinstance(entry, dict)
-        and entry.get("running") is True
-        and isinstance(entry.get("name"), str)
-    )
-    return InFlight(url, count, running)
-
-
-def _refusal(code: int) -> str:
-    try:
-        phrase = HTTPStatus(code).phrase
-    except ValueError:
-        phrase = "an unknown status"
-    hint = " — set TRIO_ROUTINES_TOKEN to the server's token" if code == 401 else ""
-    return f"answered {code} {phrase}{hint}"
-
-
 def in_flight_line(flight: InFlight | None) -> str:
     if flight is None:
         return "IN FLIGHT  - (no server asked: pass --url or set TRIO_ROUTINES_URL)"
-    if flight.count is None:
-        return f"IN FLIGHT  - ({flight.url}: {flight.problem})"
     turns = "1 turn" if flight.count == 1 else f"{flight.count} turns"
     running = f": {', '.join(flight.running)}" if flight.running else ""
     return f"IN FLIGHT  {turns} ({flight.url}){running}"
@@ -297,45 +237,48 @@ async def _view(args: argparse.Namespace) -> tuple[list[RoutineRow], list[Wakeup
 
 
 async def cmd_list(args: argparse.Namespace) -> int:
-    rows, wakeups, now = await _view(args)
+    server = Server.from_args(args)
+    if server is not None:
+        served = await served_view(server)
+        rows, wakeups, now = served.rows, served.wakeups, served.now
+        shown_wakeups = served.wakeups_json
+    else:
+        rows, wakeups, now = await _view(args)
+        shown_wakeups = [wakeup_to_json(w) for w in wakeups]
     if args.json:
-        print_json(
-            {
-                "routines": [routine_json(row) for row in rows],
-                "wakeups": [wakeup_to_json(w) for w in wakeups],
-            }
-        )
+        print_json({"routines": [routine_json(row) for row in rows], "wakeups": shown_wakeups})
         return 0
     if not rows and not wakeups:
-        say(
-            f"nothing scheduled — no routines in {args.routines}, no pending wake-ups "
-            f"(state: {state_label(state_arg(args))})"
-        )
+        where = server.url if server is not None else f"state: {state_label(state_arg(args))}"
+        routines = "" if server is not None else f" in {args.routines}"
+        say(f"nothing scheduled — no routines{routines}, no pending wake-ups ({where})")
         return 0
     _print_tables(rows, wakeups, now)
     return 0
 
 
 async def cmd_status(args: argparse.Namespace) -> int:
-    url = args.url or os.environ.get("TRIO_ROUTINES_URL") or None
-    if url is not None and args.url is None:
-        try:
-            server_url(url)
-        except argparse.ArgumentTypeError as exc:
-            raise CliError(f"TRIO_ROUTINES_URL: {exc}", code=2) from None
-    rows, wakeups, now = await _view(args)
-    members = await _live_replicas(args)
-    flight = await ask_server(url, os.environ.get("TRIO_ROUTINES_TOKEN") or None) if url else None
+    server = Server.from_args(args)
+    flight: InFlight | None = None
+    if server is not None:
+        # Everything from the server: no routines directory or state needed here.
+        served = await served_view(server)
+        rows, wakeups, now = served.rows, served.wakeups, served.now
+        shown_wakeups = served.wakeups_json
+        members = [m for m in await served_replicas(server) if m.alive]
+        flight = InFlight(server.url, await served_in_flight(server), served.running)
+    else:
+        rows, wakeups, now = await _view(args)
+        shown_wakeups = [wakeup_to_json(w) for w in wakeups]
+        members = await _live_replicas(args)
     if args.json:
         asked: dict[str, Any] | None = None
         if flight is not None:
             asked = {"url": flight.url, "inFlight": flight.count, "running": list(flight.running)}
-            if flight.problem is not None:
-                asked["problem"] = flight.problem
         print_json(
             {
                 "routines": [routine_json(row) for row in rows],
-                "wakeups": [wakeup_to_json(w) for w in wakeups],
+                "wakeups": shown_wakeups,
                 "server": asked,
                 "replicas": [replica_json(m) for m in members],
             }

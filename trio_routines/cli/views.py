@@ -7,13 +7,16 @@ import os
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
+import trio
+
 from ..agents import agent_from_spec
-from ..converter import history_to_json
+from ..converter import history_from_json, history_to_json
 from ..cron import cron_error, next_run, resolve_hashed
 from ..history import gap_line, in_slot_order, read_history, running_slots
 from ..instants import format_iso
 from ..records import Gap
 from ..routines import catchup_text
+from .client import Server, path_part
 from .output import (
     CliError,
     check_name,
@@ -35,10 +38,22 @@ HISTORY_TAIL = 20
 
 async def cmd_history(args: argparse.Namespace) -> int:
     check_name(args.name)
-    state = state_arg(args)
-    async with open_state(state) as store:
-        fires, gaps = await read_history(store, args.name)
-        running = await running_slots(store, args.name, fires)
+    server = Server.from_args(args)
+    if server is not None:
+        answer = await server.get(f"/routines/{path_part(args.name)}/history")
+        try:
+            fires, gaps, running = history_from_json(answer)
+        except ValueError as exc:
+            raise CliError(f"{server.url}: the answer is not a history ({exc})") from None
+        where = server.url
+    else:
+        state = state_arg(args)
+        async with open_state(state) as store:
+            fires, gaps = await read_history(store, args.name)
+            running = await running_slots(store, args.name, fires)
+        where = f"state: {state_label(state)}"
+        if not fires and not gaps:
+            await _known_without_history(args, where)
     recorded = len(fires) + len(gaps)
     if args.since is not None:
         fires = [fire for fire in fires if fire.slot >= args.since]
@@ -57,7 +72,7 @@ async def cmd_history(args: argparse.Namespace) -> int:
         return 0
     if not entries:
         what = "recorded fires" if not recorded else "fires matching --since/--outcome"
-        say(f"no {what} for {quoted(args.name)} (state: {state_label(state)})")
+        say(f"no {what} for {quoted(args.name)} ({where})")
         return 0
     rows = [
         [short_instant(entry.first), "-", "-", "missed", "-", "-", gap_line(entry, short_instant)]
@@ -82,6 +97,20 @@ async def cmd_history(args: argparse.Namespace) -> int:
         "the state holds outcomes and reasons only)"
     )
     return 0
+
+
+async def _known_without_history(args: argparse.Namespace, where: str) -> None:
+    """A name with no history must be a routine of the routines directory: a typo, or the
+    wrong ``--state``, is an error, not an empty history."""
+    if not await trio.to_thread.run_sync(os.path.isdir, args.routines):
+        raise CliError(
+            f"no history of {quoted(args.name)} ({where}), and no routines directory "
+            f"{args.routines} to know it by — check the name, --state (or --url) and --routines"
+        )
+    try:
+        pick(await load(args.routines, report=False), args.name, args.routines)
+    except CliError as exc:
+        raise CliError(f"{exc} (and no history of it: {where})") from None
 
 
 async def cmd_next(args: argparse.Namespace) -> int:

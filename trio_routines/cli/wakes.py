@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import UTC, datetime
+from typing import Any
 
 import trio
 
-from ..converter import wakeup_to_json
+from ..converter import wakeup_from_json, wakeup_to_json
 from ..errors import InvalidWakeup
 from ..instants import format_iso
 from ..records import Wakeup
 from ..wakeups import WakeupRequest
+from .client import Server, path_part, query
 from .output import CliError, open_state, print_json, print_line, quoted, state_arg
 
 # The guardrails speak of the request's fields; on the command line they are options.
@@ -38,12 +40,15 @@ async def cmd_wake(args: argparse.Namespace) -> int:
     prompt = args.prompt
     if prompt == "-":
         prompt = await trio.to_thread.run_sync(sys.stdin.read)
+    server = Server.from_args(args)
+    if server is not None:
+        return await _wake_over_http(server, args, prompt)
     now = datetime.now(UTC)
     if args.delay is not None:
         request = WakeupRequest(session=args.session, prompt=prompt, fire_at=now + args.delay)
     else:
         request = WakeupRequest(session=args.session, prompt=prompt, cron=args.cron, tz=args.tz)
-    async with open_state(state_arg(args), migrate="create") as store:
+    async with open_state(state_arg(args), writes="wake") as store:
         try:
             wakeup = await store.add_wakeup(request, now)
         except InvalidWakeup as exc:
@@ -58,9 +63,45 @@ async def cmd_wake(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _wake_over_http(server: Server, args: argparse.Namespace, prompt: str) -> int:
+    body: dict[str, Any] = {"session": args.session, "prompt": prompt}
+    if args.delay is not None:
+        body["in"] = args.delay.total_seconds()
+    else:
+        body["cron"] = args.cron
+        if args.tz is not None:
+            body["tz"] = args.tz
+    answer = await server.call("POST", "/wakeups", body)
+    if answer.status == 400:  # a guardrail: the same words as on the state itself
+        message = answer.error()
+        for field, option in _OPTION_NAMES.items():
+            message = message.replace(field, option)
+        raise CliError(f"wake-up refused: {message}")
+    shown = server.ok(answer, 201)
+    try:
+        # The server never sends a prompt back (it does not show prompts): ours stands in.
+        wakeup = wakeup_from_json({**shown["wakeup"], "prompt": prompt})
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CliError(f"{server.url}: the answer is not a wake-up ({exc})") from None
+    if args.json:
+        print_json(shown["wakeup"], indent=None)
+    else:
+        print_line(added_line(wakeup))
+    return 0
+
+
 async def cmd_unwake(args: argparse.Namespace) -> int:
-    async with open_state(state_arg(args), migrate="create") as store:
-        removed = await store.remove_wakeup(args.id, args.session)
+    server = Server.from_args(args)
+    if server is not None:
+        answer = await server.call(
+            "DELETE", f"/wakeups/{path_part(args.id)}{query(session=args.session)}"
+        )
+        removed = answer.status == 200
+        if answer.status not in (200, 404):
+            raise server.refused(answer)
+    else:
+        async with open_state(state_arg(args), writes="unwake") as store:
+            removed = await store.remove_wakeup(args.id, args.session)
     if not removed:
         raise CliError(
             f"no pending wake-up {quoted(args.id)} for session {quoted(args.session)} "

@@ -1,0 +1,209 @@
+"""Every state command against a running ``serve`` (``--url``), and none against a state
+directory another user owns.
+
+The commands run as an operator runs them against a service: from a directory with no routines
+and no state, with nothing but the URL and the token; what they change, the server changes
+(its state shows it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from procs import Env, one_line, stop
+from test_pinned_processes import bound_port, request
+
+from trio_routines.cli import main
+
+TOKEN = "remote-token"
+
+
+def remote(
+    env: Env, *args: str, token: str | None = TOKEN, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    environ = env.environ()
+    if token is not None:
+        environ["TRIO_ROUTINES_TOKEN"] = token
+    elsewhere = env.root / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
+    return subprocess.run(
+        [sys.executable, "-m", "trio_routines", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=elsewhere,
+        timeout=60,
+    )
+
+
+@pytest.mark.slow
+def test_every_state_command_works_over_http(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    env.routine("adhoc", prompt="say hi")
+    environ = {**env.environ(), "TRIO_ROUTINES_TOKEN": TOKEN}
+    with (env.root / "serve.log").open("wb") as err:
+        proc = subprocess.Popen(
+            env.argv("serve", "--agent", "echo", "--http", "127.0.0.1:0"),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            cwd=env.root,
+            env=environ,
+        )
+    env.procs.append(proc)
+    port = bound_port(env)
+    url = f"http://127.0.0.1:{port}"
+
+    def ok(*args: str, stdin: str | None = None) -> str:
+        done = remote(env, *args, "--url", url, stdin=stdin)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    # history: empty for a routine the server has; an error for one it has not.
+    assert ok("history", "daily") == ""
+    unknown = remote(env, "history", "nosuch", "--url", url)
+    assert (unknown.returncode, unknown.stdout) == (1, "")
+    assert one_line(unknown.stderr).startswith(
+        f'error: {url} answered 404: no routine named "nosuch"'
+    )
+
+    # pause and resume: the server's state holds it.
+    assert ok("pause", "daily").startswith("daily paused")
+    assert request(port, "GET", "/routines", token=TOKEN)[1][1]["paused"] is True
+    assert json.loads(ok("list", "--json"))["routines"][1]["paused"] is True
+    assert ok("resume", "daily").startswith("daily resumed")
+    assert request(port, "GET", "/routines", token=TOKEN)[1][1]["paused"] is False
+
+    # fire: claimed, run and settled by the server; a second time a duplicate.
+    slot = "2026-07-07T09:00:00.000Z"
+    assert ok("fire", "daily", "--slot", slot) == f"daily {slot}: completed (0ms)\n"
+    again = json.loads(ok("fire", "daily", "--slot", slot, "--json"))
+    assert (again["claimed"], again["reason"]) == (False, "duplicate")
+    off_grid = remote(env, "fire", "daily", "--slot", "2026-07-07T09:01Z", "--url", url)
+    assert off_grid.returncode == 1
+    assert "is not on the cron grid" in off_grid.stderr
+    (fired,) = json.loads(ok("history", "daily", "--json"))
+    assert (fired["slot"], fired["outcome"]) == (slot, "completed")
+    row = ok("history", "daily").splitlines()[1].split()
+    assert (row[0], row[1], row[3]) == ("2026-07-07T09:00Z", fired["firedAt"], "completed")
+
+    # run: the server's agent answers; the reply is printed.
+    assert ok("run", "adhoc") == "say hi\n"
+
+    # wake, list, unwake: the server's wake-ups.
+    added = json.loads(
+        ok("wake", "--session", "chat:1", "--in", "30m", "--prompt", "-", "--json", stdin="ping")
+    )
+    assert "prompt" not in added  # the server shows no prompt
+    (pending,) = request(port, "GET", "/wakeups?session=chat:1", token=TOKEN)[1]
+    assert pending["id"] == added["id"]
+    listed = ok("list")
+    assert added["id"] in listed
+    assert "(not shown over HTTP)" in listed
+    assert ok("unwake", added["id"], "--session", "chat:1") == f"wake-up {added['id']} cancelled\n"
+    assert request(port, "GET", "/wakeups", token=TOKEN)[1] == []
+    gone = remote(env, "unwake", added["id"], "--session", "chat:1", "--url", url)
+    assert gone.returncode == 1
+    assert "no pending wake-up" in gone.stderr
+    refused = remote(
+        env, "wake", "--session", "chat:1", "--in", "5s", "--prompt", "x", "--url", url
+    )
+    assert refused.returncode == 1
+    assert one_line(refused.stderr).startswith("error: wake-up refused: ")
+
+    # Without the token: refused by the server, nothing changed.
+    anonymous = remote(env, "pause", "daily", "--url", url, token=None)
+    assert (anonymous.returncode, anonymous.stdout) == (1, "")
+    assert "answered 401" in anonymous.stderr
+    assert "set TRIO_ROUTINES_TOKEN" in anonymous.stderr
+    assert request(port, "GET", "/routines", token=TOKEN)[1][1]["paused"] is False
+
+    # $TRIO_ROUTINES_URL stands for --url.
+    environ["TRIO_ROUTINES_URL"] = url
+    from_env = subprocess.run(
+        [sys.executable, "-m", "trio_routines", "history", "daily", "--json"],
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=env.root / "elsewhere",
+        timeout=60,
+    )
+    assert from_env.returncode == 0, from_env.stderr
+    assert json.loads(from_env.stdout)[0]["slot"] == slot
+    assert stop(proc) == 0
+
+
+@pytest.mark.parametrize("option", ["--state", "--agent"])
+def test_state_or_agent_with_a_url_is_a_usage_error(
+    tmp_path: Path, option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["pause", "daily", option, str(tmp_path), "--url", "http://127.0.0.1:9"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {option} goes to the state itself; with --url")
+    assert list(tmp_path.iterdir()) == []
+
+
+WRITING = [
+    ["pause", "daily"],
+    ["resume", "daily"],
+    ["fire", "daily", "--slot", "2026-07-07T09:00Z", "--agent", "echo"],
+    ["run", "daily", "--agent", "echo"],
+    ["wake", "--session", "s", "--in", "30m", "--prompt", "p"],
+    ["unwake", "some-id", "--session", "s"],
+    ["serve", "--agent", "echo"],
+]
+
+
+@pytest.mark.parametrize("argv", WRITING, ids=[a[0] for a in WRITING])
+def test_a_state_directory_another_user_owns_is_never_written(
+    env: Env, argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    env.state.mkdir()
+    owner = env.state.stat().st_uid
+    monkeypatch.setattr(os, "geteuid", lambda: owner + 1)  # we are someone else
+    code = main([*argv, "--state", str(env.state), "--routines", str(env.routines)])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"error: {argv[0]} refused: the state directory {env.state} belongs to ")
+    assert "nothing was changed" in err
+    if argv[0] != "serve":
+        assert "--url URL" in err
+    assert list(env.state.iterdir()) == []
+
+
+def test_reading_a_state_directory_another_user_owns_is_allowed(
+    env: Env, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    env.state.mkdir()
+    owner = env.state.stat().st_uid
+    monkeypatch.setattr(os, "geteuid", lambda: owner + 1)
+    common = ["--state", str(env.state), "--routines", str(env.routines)]
+    assert main(["list", *common]) == 0
+    assert main(["history", "daily", *common]) == 0
+    assert main(["status", *common]) == 0
+    capsys.readouterr()
+    assert list(env.state.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_root_pausing_a_service_users_state_creates_nothing(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    env.state.mkdir()
+    os.chown(env.state, 61234, 61234)  # a DynamicUser= uid, with no name here
+    done = env.cli("pause", "daily")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert one_line(done.stderr) == (
+        f"error: pause refused: the state directory {env.state} belongs to uid 61234, not to "
+        "root (uid 0), and the service could not change what pause wrote there — send it to "
+        "the running service with --url URL, or run it as uid 61234; nothing was changed\n"
+    )
+    assert list(env.state.iterdir()) == []

@@ -1,0 +1,171 @@
+"""A command sent to a running ``serve`` over its HTTP surface (``--url``), not to the state.
+
+Why: a service's state directory belongs to the service's user (with systemd's
+``DynamicUser=yes``, a user that exists only while the service runs). An operator who ran
+``pause`` as root against it would create files the service can no longer change; over HTTP the
+service makes the change itself, as its own user, through the same gates as any client
+(``$TRIO_ROUTINES_TOKEN`` as the bearer token). Nothing here reads or writes the state.
+
+The server's answers are untrusted like any input: read up to :data:`MAX_ANSWER` bytes, parsed
+with the state's bounded JSON reader, shown through the printing helpers (control characters
+escaped), and an answer of the wrong shape is one line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import urllib.error
+import urllib.request
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import attrs
+import trio
+
+from ..converter import loads
+from .output import CliError
+from .parser import server_url
+
+URL_ENV = "TRIO_ROUTINES_URL"
+ASK_TIMEOUT = 10.0  # seconds a question (not a turn) to the server may take
+MAX_ANSWER = 16 << 20  # bytes of an answer read at most (a history of 512 claims and gaps)
+
+
+def url_arg(args: argparse.Namespace) -> str | None:
+    """``--url``, else ``$TRIO_ROUTINES_URL`` (checked as ``--url`` is), else None."""
+    given: str | None = getattr(args, "url", None)
+    if given:
+        return given
+    from_env = os.environ.get(URL_ENV) or None
+    if from_env is not None:
+        try:
+            server_url(from_env)
+        except argparse.ArgumentTypeError as exc:
+            raise CliError(f"{URL_ENV}: {exc}", code=2) from None
+    return from_env
+
+
+def path_part(text: str) -> str:
+    """A name in a URL path: every character but letters and digits percent-encoded."""
+    return quote(text, safe="")
+
+
+def query(**params: str) -> str:
+    return "?" + urlencode(params)
+
+
+@attrs.frozen
+class Answer:
+    status: int
+    body: Any  # the parsed JSON, or None
+
+    def error(self) -> str:
+        """The server's one-line reason (its ``error`` field), else the status's phrase."""
+        if isinstance(self.body, dict) and isinstance(self.body.get("error"), str):
+            return str(self.body["error"])
+        try:
+            return HTTPStatus(self.status).phrase
+        except ValueError:
+            return "an unknown status"
+
+
+class Server:
+    """One running ``serve``: its base URL and the token to send."""
+
+    def __init__(self, url: str, token: str | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.token = token if token is not None else (os.environ.get("TRIO_ROUTINES_TOKEN") or None)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Server | None:
+        """The server of ``--url``/``$TRIO_ROUTINES_URL``; None to work on the state itself.
+
+        ``--state`` and ``--agent`` mean nothing to a command the server carries out (its own
+        state and agent are used), so giving them with a URL is a usage error, not ignored."""
+        url = url_arg(args)
+        if url is None:
+            return None
+        for option in ("state", "agent"):
+            if getattr(args, option, None):
+                raise CliError(
+                    f"--{option} goes to the state itself; with --url (or {URL_ENV}) the "
+                    f"server uses its own — drop one of them",
+                    code=2,
+                )
+        return cls(url)
+
+    async def call(
+        self, method: str, path: str, body: Any = None, *, waits: bool = False
+    ) -> Answer:
+        """Send one request; ``waits``: it runs a turn, so no deadline but the user's Ctrl-C.
+
+        A server that cannot be reached, or that answers something not JSON, is a CliError."""
+        timeout = None if waits else ASK_TIMEOUT
+        try:
+            with trio.fail_after(ASK_TIMEOUT if not waits else float("inf")):
+                return await trio.to_thread.run_sync(
+                    self._send, method, path, body, timeout, abandon_on_cancel=True
+                )
+        except trio.TooSlowError:
+            raise CliError(f"{self.url}: no answer within {ASK_TIMEOUT:g}s") from None
+        except urllib.error.URLError as exc:
+            raise CliError(f"{self.url}: no answer: {exc.reason}") from None
+        except OSError as exc:  # refused, reset, timed out
+            raise CliError(f"{self.url}: no answer: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise CliError(
+                f"{self.url}: the answer is not a trio_routines server's ({exc})"
+            ) from None
+
+    async def get(self, path: str) -> Any:
+        """GET ``path``'s JSON, which must come with 200 (else the server's reason)."""
+        return self.ok(await self.call("GET", path), 200)
+
+    def ok(self, answer: Answer, *statuses: int) -> Any:
+        if answer.status in statuses:
+            return answer.body
+        raise self.refused(answer)
+
+    def not_ours(self, problem: object = None) -> CliError:
+        """An answer of the wrong shape: not what a trio_routines server says."""
+        why = f" ({problem})" if problem is not None else ""
+        return CliError(f"{self.url}: the answer is not a trio_routines server's{why}")
+
+    def refused(self, answer: Answer) -> CliError:
+        hint = " — set TRIO_ROUTINES_TOKEN to the server's token" if answer.status == 401 else ""
+        return CliError(f"{self.url} answered {answer.status}: {answer.error()}{hint}")
+
+    def _send(self, method: str, path: str, body: Any, timeout: float | None) -> Answer:
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        request = urllib.request.Request(self.url + path, data=data, method=method)
+        request.add_header("Accept", "application/json")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        # No proxies from the environment: the request goes to the URL given, and nowhere else.
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(request, timeout=timeout) as answer:
+                return Answer(answer.status, _parse(answer.read(MAX_ANSWER + 1)))
+        except urllib.error.HTTPError as refusal:
+            with refusal:
+                try:
+                    parsed = _parse(refusal.read(MAX_ANSWER + 1))
+                except ValueError:
+                    parsed = None  # a proxy's or a gateway's page: the status says enough
+            return Answer(refusal.code, parsed)
+
+
+def _parse(raw: bytes) -> Any:
+    if len(raw) > MAX_ANSWER:
+        raise ValueError(f"an answer over {MAX_ANSWER >> 20} MiB")
+    if not raw:
+        return None
+    try:
+        return loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8") from None

@@ -1,0 +1,123 @@
+"""``list`` and ``status`` as a running ``serve`` answers them (``--url``).
+
+The same rows as the state gives, built from the HTTP surface: ``GET /routines`` (schedules,
+next instants, paused, running), each routine's ``GET /routines/{name}/history`` (the recent
+outcomes and the failing streak), ``GET /wakeups`` (never prompts: the server does not show
+them), and for ``status`` ``GET /replicas`` and ``GET /healthz``. Nothing needs the routines
+directory or the state: the server's are the ones that count.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+
+from ..converter import history_from_json, wakeup_from_json
+from ..errors import TrioRoutinesError
+from ..history import failing_streak
+from ..instants import parse_iso
+from ..records import Wakeup
+from ..replicas import ReplicaInfo
+from ..routines import Routine, parse_catchup
+from .client import Server, path_part
+from .output import CliError
+
+RECENT = 10  # outcomes in the strip, as status.py shows them
+HIDDEN = "(not shown over HTTP)"  # a prompt the server keeps to itself
+
+
+@attrs.frozen
+class ServedView:
+    rows: list[Any]  # status.RoutineRow (imported late: status.py imports this module)
+    wakeups: list[Wakeup]
+    wakeups_json: list[dict[str, Any]]
+    running: tuple[str, ...]
+    now: datetime
+
+
+def _instant(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    parsed = parse_iso(value) if isinstance(value, str) else None
+    if parsed is None:
+        raise ValueError(f"not an instant: {str(value)[:40]!r}")
+    return parsed
+
+
+def _routine(entry: dict[str, Any]) -> Routine:
+    catchup = entry.get("catchup")
+    return Routine(
+        name=entry["name"],
+        prompt=HIDDEN,
+        cron=entry.get("cron"),
+        tz=entry.get("tz"),
+        catchup=parse_catchup(catchup) if isinstance(catchup, str) else None,
+    )
+
+
+async def served_view(server: Server) -> ServedView:
+    """The rows and wake-ups of the server's state; a CliError when it does not answer."""
+    from .status import RoutineRow
+
+    listing = await server.get("/routines")
+    pending = await server.get("/wakeups")
+    now = datetime.now(UTC)
+    rows = []
+    running = []
+    try:
+        for entry in listing:
+            routine = _routine(entry)
+            answer = await server.get(f"/routines/{path_part(routine.name)}/history")
+            fires, _, _ = history_from_json(answer)
+            paused = entry.get("paused") is True
+            failing, success = failing_streak(fires)
+            upcoming = None if paused else _instant(entry.get("next"))
+            row = RoutineRow(routine, upcoming, fires[-RECENT:], None, paused, failing, success)
+            rows.append(row)
+            if entry.get("running") is True:
+                running.append(routine.name)
+        wakeups = [wakeup_from_json({**shown, "prompt": HIDDEN}) for shown in pending]
+    except (KeyError, TypeError, ValueError, TrioRoutinesError) as exc:
+        raise CliError(
+            f"{server.url}: the answer is not a trio_routines server's ({exc})"
+        ) from None
+    return ServedView(rows, wakeups, list(pending), tuple(running), now)
+
+
+async def served_in_flight(server: Server) -> int:
+    health = await server.get("/healthz")
+    count = health.get("inFlight") if isinstance(health, dict) else None
+    if not isinstance(count, int) or isinstance(count, bool):
+        raise server.not_ours()
+    return count
+
+
+async def served_replicas(server: Server) -> list[ReplicaInfo]:
+    members = await server.get("/replicas")
+    try:
+        return [
+            ReplicaInfo(
+                id=str(m["id"]),
+                version=str(m["version"]),
+                host=str(m["host"]),
+                pid=int(m["pid"]),
+                started=_required(m["started"]),
+                last_seen=_required(m["lastSeen"]),
+                in_flight=int(m["inFlight"]),
+                alive=m.get("alive", True) is True,
+            )
+            for m in members
+        ]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CliError(
+            f"{server.url}: the answer is not a trio_routines server's ({exc})"
+        ) from None
+
+
+def _required(value: Any) -> datetime:
+    parsed = _instant(value)
+    if parsed is None:
+        raise ValueError("an instant is missing")
+    return parsed
