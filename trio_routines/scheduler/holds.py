@@ -10,7 +10,8 @@ or running that very slot.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from ..agent import Agent
 from ..presence import Presence
@@ -33,12 +34,11 @@ class TurnHold:
         *,
         busy: bool,
         claimed: bool,
-        local: list[int] | None = None,
     ) -> None:
         self._gate_hold: Hold | None = gate_hold
         self._presence = presence
         self._keys = keys
-        self._local = local or []  # held in this process only: the store never heard of them
+        self._local: int | None = None  # held in this process only: the store never heard
         self.agent = agent
         #: The session has a turn in flight, here or in another replica: nothing may start.
         self.busy = busy
@@ -49,7 +49,7 @@ class TurnHold:
         """``key`` is held in this process only: let go of here, the store never told."""
         if key in self._keys:
             self._keys.remove(key)
-            self._local.append(key)
+            self._local = key
 
     def release(self) -> None:
         """Let go of everything this turn holds (once; never raises, never waits)."""
@@ -59,9 +59,9 @@ class TurnHold:
         keys, self._keys = self._keys, []
         if keys:
             self._presence.let_go(keys)
-        local, self._local = self._local, []
-        if local:
-            self._presence.forget(local)
+        local, self._local = self._local, None
+        if local is not None:
+            self._presence.forget((local,))
 
 
 class Holds:
@@ -88,13 +88,16 @@ class Holds:
         self,
         session: str,
         claim: int,
-        decide: Callable[[tuple[int, tuple[int, ...]]], Awaitable[ClaimResult]],
+        decide: Callable[..., Awaitable[ClaimResult]],
+        args: tuple[Any, ...],
+        options: Mapping[str, Any],
     ) -> tuple[TurnHold, ClaimResult | None]:
         """:meth:`enter` for a store whose claims are their own holds (``claims_take_holds``:
-        a claim names its replica, and is alive while that replica is): ``decide(holds)``
-        claims the slot and takes the session's hold in the same step. The claim's key is
-        held in this process only, so that a second fire of the slot here is a duplicate
-        without asking. No claim is asked for when it is held here already (None then)."""
+        a claim names its replica, and is alive while that replica is):
+        ``decide(*args, holds=..., **options)`` claims the slot and takes the session's hold
+        in the same step. The claim's key is held in this process only, so that a second
+        fire of the slot here is a duplicate without asking. No claim is asked for when it is
+        held here already (None then)."""
         presence, gate_hold, agent, wanted = self._begin(session, claim)
         free = presence.reserve(wanted)
         if not free[0]:  # this very slot is being decided or run here
@@ -102,18 +105,19 @@ class Holds:
             return self._finish(
                 presence, gate_hold, agent, wanted, [False] * len(wanted), claim
             ), None
-        sent = [key for key, ok in zip(wanted[1:], free[1:], strict=True) if ok]
+        sent = tuple(key for key, ok in zip(wanted[1:], free[1:], strict=True) if ok)
+        del free
         try:
-            result = await decide((presence.holder, tuple(sent)))
+            result = await decide(*args, holds=(presence.holder, sent), **options)
         except BaseException:
-            presence.forget([claim])
+            presence.forget((claim,))
             presence.abandoned(sent)
             gate_hold.__exit__(None, None, None)
             raise
         answers = dict(zip(sent, result.holds or (False,) * len(sent), strict=True))
         presence.granted(sent, [answers[key] for key in sent])
         if not result.taken:
-            presence.forget([claim])
+            presence.forget((claim,))
         answers[claim] = result.taken
         taken = [answers.get(key, False) for key in wanted]
         hold = self._finish(presence, gate_hold, agent, wanted, taken, claim)

@@ -62,6 +62,8 @@ KEEPALIVE = {
     "tcp_keepalives_count": "3",
     "tcp_user_timeout": "25000",
 }
+#: Seconds a let-go waits for others to travel with it (a session looks busy that much longer).
+LET_GO_AFTER = 0.05
 KEEPALIVE_BOUND = 25.0  # seconds: the longest a dead replica's locks outlive it
 FORGET_AFTER = "1 day"  # a dead replica's row is deleted by the next join after this
 
@@ -169,11 +171,15 @@ class PostgresPresence(Presence):
         self._letting_go: list[int] = []  # let go of here, not yet in the table
         self._sending = False  # a task of ours will send them
         self._namespace = ""  # this store's, once connected (see namespace())
+        self._holder: tuple[str, int] | None = None  # (namespace, our key in it), computed once
 
     @property
     def holder(self) -> int:
         """Our id's key in this store's namespace: the lock we hold, the holder of our rows."""
-        return replica_key(self.replica, self._namespace)
+        key = self._holder
+        if key is None or key[0] != self._namespace:
+            key = self._holder = (self._namespace, replica_key(self.replica, self._namespace))
+        return key[1]
 
     # -- the connection -------------------------------------------------------------------
 
@@ -299,6 +305,8 @@ class PostgresPresence(Presence):
             self._sending = False
 
     async def _sent(self) -> None:
+        # A moment first: the turns of a herd end together, and one statement lets them all go.
+        await trio.sleep(LET_GO_AFTER)
         try:
             while self._letting_go and self._conn is not None and not self.lost.is_set():
                 await self._batches.submit((True, ()))  # a batch that only lets go
