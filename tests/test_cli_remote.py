@@ -207,3 +207,26 @@ def test_root_pausing_a_service_users_state_creates_nothing(env: Env) -> None:
         "the running service with --url URL, or run it as uid 61234; nothing was changed\n"
     )
     assert list(env.state.iterdir()) == []
+
+
+@pytest.mark.parametrize("waits", [False, True])
+async def test_a_server_that_never_answers_is_given_up_at_our_bound(
+    waits: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    import trio
+
+    from trio_routines.cli import client
+    from trio_routines.cli.output import CliError
+
+    monkeypatch.setattr(client, "TURN_WAIT" if waits else "ASK_TIMEOUT", 0.5)
+    with socket.socket() as listener:  # accepts (the kernel's backlog), never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        server = client.Server(f"http://127.0.0.1:{port}", token=None)
+        with trio.fail_after(30):  # a bound for the test itself, not a measurement
+            with pytest.raises(CliError, match=r"no answer within 0\.5s") as caught:
+                await server.call("POST", "/fire", {"name": "x"}, waits=waits)
+    assert ("history" in str(caught.value)) is waits

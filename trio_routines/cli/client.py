@@ -30,6 +30,9 @@ from .output import CliError
 from .parser import server_url
 
 URL_ENV = "TRIO_ROUTINES_URL"
+#: Seconds ``run --url`` and ``fire --url`` wait for the server's answer, which comes when the
+#: turn ends: longer than any sensible turn, and still a bound of ours.
+TURN_WAIT = 3600.0
 ASK_TIMEOUT = 10.0  # seconds a question (not a turn) to the server may take
 MAX_ANSWER = 16 << 20  # bytes of an answer read at most (a history of 512 claims and gaps)
 
@@ -100,17 +103,19 @@ class Server:
     async def call(
         self, method: str, path: str, body: Any = None, *, waits: bool = False
     ) -> Answer:
-        """Send one request; ``waits``: it runs a turn, so no deadline but the user's Ctrl-C.
+        """Send one request; ``waits``: it runs a turn, so the bound is :data:`TURN_WAIT`
+        (and the user's Ctrl-C) instead of :data:`ASK_TIMEOUT`.
 
         A server that cannot be reached, or that answers something not JSON, is a CliError."""
-        timeout = None if waits else ASK_TIMEOUT
+        bound = TURN_WAIT if waits else ASK_TIMEOUT
         try:
-            with trio.fail_after(ASK_TIMEOUT if not waits else float("inf")):
+            with trio.fail_after(bound):
                 return await trio.to_thread.run_sync(
-                    self._send, method, path, body, timeout, abandon_on_cancel=True
+                    self._send, method, path, body, bound, abandon_on_cancel=True
                 )
         except trio.TooSlowError:
-            raise CliError(f"{self.url}: no answer within {ASK_TIMEOUT:g}s") from None
+            after = " (a turn may still be running there: see its history)" if waits else ""
+            raise CliError(f"{self.url}: no answer within {bound:g}s{after}") from None
         except urllib.error.URLError as exc:
             raise CliError(f"{self.url}: no answer: {exc.reason}") from None
         except OSError as exc:  # refused, reset, timed out
