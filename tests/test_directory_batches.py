@@ -22,8 +22,8 @@ import trio.testing
 
 from trio_routines.instants import slot_name
 from trio_routines.records import ClaimStatus, Outcome
-from trio_routines.stores import directory
 from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores.directory import store as directory
 
 SLOT = datetime(2026, 7, 7, 9, tzinfo=UTC)
 

@@ -38,8 +38,9 @@ from trio_routines.instants import format_iso, slot_name
 from trio_routines.records import ClaimStatus, Outcome
 from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
-from trio_routines.stores import claimfiles, directory, groupcommit, safefile, wakeupfile
-from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores import groupcommit, safefile
+from trio_routines.stores.directory import DirectoryStore, claimfiles, wakeupfile
+from trio_routines.stores.directory import store as directory
 from trio_routines.stores.groupcommit import SYNCFS
 from trio_routines.testing import ScriptedAgent
 from trio_routines.wakeups import WakeupRequest

@@ -27,8 +27,8 @@ from oserrors import FailingOS, fail, named
 from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
 from trio_routines.records import ClaimStatus, Outcome
-from trio_routines.stores import claimfiles, safefile
-from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores import safefile
+from trio_routines.stores.directory import DirectoryStore, claimfiles
 from trio_routines.stores.groupcommit import Batch
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)

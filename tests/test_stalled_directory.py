@@ -20,8 +20,8 @@ import trio
 
 from trio_routines.errors import StateFault
 from trio_routines.records import Outcome, Wakeup
-from trio_routines.stores import claimfiles, directory, wakeupfile
-from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores.directory import DirectoryStore, claimfiles, wakeupfile
+from trio_routines.stores.directory import store as directory
 from trio_routines.wakeups import WakeupRequest
 
 NOW = datetime(2026, 7, 7, 9, tzinfo=UTC)

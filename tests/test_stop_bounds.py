@@ -19,8 +19,8 @@ from procs import Env, wait_for
 
 from trio_routines.errors import StateFault
 from trio_routines.instants import format_iso
-from trio_routines.stores import directory
 from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores.directory import store as directory
 from trio_routines.wakeups import WakeupRequest
 
 ROUTINES = 120  # more than a boot that starts the writer process reads (PROCESS_AT)
@@ -40,7 +40,7 @@ def writer_child(parent: int) -> int | None:
         except OSError:
             continue
         ppid = int(stat.rpartition(")")[2].split()[1])
-        if ppid == parent and b"writerchild" in command:
+        if ppid == parent and b"stores.directory.writer.child" in command:
             return int(entry.name)
     return None
 

@@ -26,9 +26,10 @@ from trio_routines import cli
 from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
 from trio_routines.records import ClaimStatus, Outcome
-from trio_routines.stores import directory, writer
 from trio_routines.stores.directory import DirectoryStore
-from trio_routines.stores.writer import WriterProcess
+from trio_routines.stores.directory import store as directory
+from trio_routines.stores.directory.writer import process as writer
+from trio_routines.stores.directory.writer.process import WriterProcess
 
 SLOT = datetime(2026, 7, 7, 9, tzinfo=UTC)
 WRITERS = Path(__file__).with_name("writers.py")

@@ -1,6 +1,6 @@
 """Wake-ups in the state directory: the store's async calls on ``wakeups.json``.
 
-Each call runs in a worker thread of the store's (see directory.py); the file itself --
+Each call runs in a worker thread of the store's (see store.py); the file itself --
 its lock, its bounded reads, its atomic saves -- is handled in wakeupfile.py.
 
 The calls of one store take turns (a ``trio.Lock``, fair) before their thread starts: the
@@ -39,11 +39,11 @@ from typing import Any, TypeVar
 
 import trio
 
-from ..converter import dumps, wakeup_to_json
-from ..errors import InvalidWakeup, StateFault
-from ..records import Wakeup
-from ..wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
-from .abandon import Handoff, run_abandoning
+from ...converter import dumps, wakeup_to_json
+from ...errors import InvalidWakeup, StateFault
+from ...records import Wakeup
+from ...wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
+from ..abandon import Handoff, run_abandoning
 from .wakeupfile import TooLarge, WakeupFile
 
 log = logging.getLogger("trio_routines")

@@ -1,7 +1,8 @@
 """The state directory's pauses, gaps and first-armed records: the store's async calls.
 
-The files themselves are dirpause.py's, dirgaps.py's and dirarmed.py's (all build on
-safefile.py, and live outside ``claims/``, which is all an older reader looks at). Each call
+The files themselves are pause.py's, gaps.py's and armed.py's (all build on
+../safefile.py, and live outside ``claims/``, which is all an older reader looks at). Each
+call
 runs in a worker thread of the store's, left to itself when its caller is cancelled
 (abandon.py): a pause, a gap or a first-armed record given up may still land, which is
 harmless (each is idempotent, and a caller told of a fault may repeat them).
@@ -14,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..records import Gap
+from ...records import Gap
 
 T = TypeVar("T")
 
@@ -28,34 +29,34 @@ class PausesAndGaps:
         raise NotImplementedError  # the store's: a call in one of its worker threads
 
     async def set_paused(self, routine: str, paused: bool, at: datetime | None = None) -> None:
-        from .dirpause import set_paused_sync
+        from .pause import set_paused_sync
 
         await self._run(set_paused_sync, self.root, routine, paused, at)
 
     async def resumed_at(self, routine: str) -> datetime | None:
-        from .dirpause import resumed_at_sync
+        from .pause import resumed_at_sync
 
         return await self._run(resumed_at_sync, self.root, routine)
 
     async def paused(self) -> frozenset[str]:
-        from .dirpause import paused_sync
+        from .pause import paused_sync
 
         return await self._run(paused_sync, self.root)
 
     async def record_gap(self, routine: str, gap: Gap, *, extends: datetime | None = None) -> bool:
         """Add ``gap`` to ``routine``\'s gaps (the store contract); False when already there."""
-        from .dirgaps import record_gap_sync
+        from .gaps import record_gap_sync
 
         return await self._run(record_gap_sync, self.root, routine, gap, extends)
 
     async def gaps(self, routine: str) -> list[Gap]:
         """The retained gaps of ``routine``, oldest first."""
-        from .dirgaps import gaps_sync
+        from .gaps import gaps_sync
 
         return await self._run(gaps_sync, self.root, routine)
 
     async def first_armed(self, routines: Sequence[str], at: datetime) -> dict[str, datetime]:
         """When each of ``routines`` was first armed; ``at`` for those named the first time."""
-        from .dirarmed import first_armed_sync
+        from .armed import first_armed_sync
 
         return await self._run(first_armed_sync, self.root, list(routines), at)

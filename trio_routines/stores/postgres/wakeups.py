@@ -16,8 +16,8 @@ from typing import Any
 import psycopg
 import trio
 
-from ..records import Wakeup
-from ..wakeups import (
+from ...records import Wakeup
+from ...wakeups import (
     WakeupRequest,
     check_request,
     check_stored,
@@ -26,8 +26,8 @@ from ..wakeups import (
     storable,
     take_first_due,
 )
-from .pgconn import Call, Connections
-from .pgschema import SESSION_LOCK, Schema
+from .conn import Call, Connections
+from .schema import SESSION_LOCK, Schema
 
 log = logging.getLogger("trio_routines")
 

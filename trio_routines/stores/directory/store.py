@@ -6,7 +6,7 @@ other's)::
     <root>/schedule/claims/<routine>/<slot name>   one file per claimed slot
     <root>/schedule/wakeups.json                   pending wake-ups (see wakeupfile.py)
     <root>/schedule/wakeups.lock                   ours: serializes wake-up writers
-    <root>/schedule/gaps/<routine>                 ours: the slots passed over (dirgaps.py)
+    <root>/schedule/gaps/<routine>                 ours: the slots passed over (gaps.py)
     <root>/schedule/armed.json                     ours: when each routine was first armed
 
 Theory of operation. A claim is decided by the filesystem: ``O_CREAT|O_EXCL`` lets exactly
@@ -44,13 +44,17 @@ from typing import Any, TypeAlias, TypeVar
 
 import trio
 
-from ..claims import KEEP_CLAIMS
-from ..errors import StateFault
-from ..records import ClaimResult, Fire, Outcome
-from ..replicas import ReplicaInfo
-from ..store import Lifetime
-from .abandon import run_abandoning
-from .batch import Answer, Batcher, Entry, Turns
+from ...claims import KEEP_CLAIMS
+from ...errors import StateFault
+from ...records import ClaimResult, Fire, Outcome
+from ...replicas import ReplicaInfo
+from ...store import Lifetime
+from ..abandon import run_abandoning
+from ..batch import Answer, Batcher, Entry, Turns
+from ..groupcommit import SYNCFS, Abandoned, Batch, Descriptors, GroupCommit, close_held
+from ..newest import BatchedReads, in_threads
+from ..safefile import describe
+from .blocking import BlockingClaims
 from .claimfiles import (
     ClaimFiles,
     ClaimItem,
@@ -59,17 +63,13 @@ from .claimfiles import (
     SettleWrite,
     Written,
 )
-from .dirblocking import BlockingClaims
-from .dirholds import DirectoryPresence
-from .dirmembers import DirectoryMembers
-from .dirready import stalled_for, writable
-from .dirrecords import PausesAndGaps
-from .dirwakeups import WakeupsInFile
-from .groupcommit import SYNCFS, Abandoned, Batch, Descriptors, GroupCommit, close_held
-from .newest import BatchedReads, in_threads
-from .safefile import describe
+from .holds import DirectoryPresence
+from .members import DirectoryMembers
+from .ready import stalled_for, writable
+from .records import PausesAndGaps
 from .wakeupfile import WakeupFile
-from .writer import Call, Unsent, WriterProcess
+from .wakeups import WakeupsInFile
+from .writer.process import Call, Unsent, WriterProcess
 
 __all__ = ["DirectoryStore", "describe"]
 
@@ -116,7 +116,7 @@ class DirectoryStore(WakeupsInFile, PausesAndGaps, Lifetime):
         """``syncfs``: the flush behind group commit; None keeps per-file fsyncs instead.
 
         ``writer_process``: whether a store that serves many routines writes its claims and
-        settles in a child process (writer.py), once it has read :data:`PROCESS_AT` routines
+        settles in a child process (writer/), once it has read :data:`PROCESS_AT` routines
         or met a batch that large; a command line to start it instead of the default one.
         Only with ``syncfs``."""
         if keep < 1:
@@ -388,7 +388,7 @@ class DirectoryStore(WakeupsInFile, PausesAndGaps, Lifetime):
     def _ready(self) -> None:
         writable(self.root)
 
-    # -- replicas (see replicas.py and dirmembers.py) -------------------------------------
+    # -- replicas (see replicas.py and members.py) ----------------------------------------
 
     async def join(self, info: ReplicaInfo) -> DirectoryPresence:
         """Become a member of the store as ``info.id`` (see :mod:`trio_routines.replicas`)."""
