@@ -536,8 +536,8 @@ def store_writes(state: str, n: int) -> dict[str, Any]:
     (``ClaimFiles.create_each``, one thread, ``WRITE_BATCH`` at a time: the no-link opens,
     the stale gate's listing, the exclusive create) and one ``syncfs``; no event loop."""
     from trio_routines.claims import KEEP_CLAIMS
-    from trio_routines.stores.directory import WRITE_BATCH
     from trio_routines.stores.directory.claimfiles import ClaimFiles
+    from trio_routines.stores.directory.writes import WRITE_BATCH
     from trio_routines.stores.groupcommit import SYNCFS, Descriptors, hand_in
 
     names = routine_names(n)

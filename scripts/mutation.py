@@ -124,6 +124,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "directory": (
         [
             "trio_routines/stores/directory/store.py",
+            "trio_routines/stores/directory/writes.py",
             "trio_routines/stores/directory/claimfiles.py",
             "trio_routines/stores/safefile.py",
             "trio_routines/stores/directory/wakeupfile.py",

@@ -40,7 +40,7 @@ from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
 from trio_routines.stores import groupcommit, safefile
 from trio_routines.stores.directory import DirectoryStore, claimfiles, wakeupfile
-from trio_routines.stores.directory import store as directory
+from trio_routines.stores.directory import writes as write_path
 from trio_routines.stores.groupcommit import SYNCFS
 from trio_routines.testing import ScriptedAgent
 from trio_routines.wakeups import WakeupRequest
@@ -179,7 +179,7 @@ class FaultyFcntl:
 def faulty_os(monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultyOS]:
     injector = Injector()
     proxy = FaultyOS(injector)
-    for module in (directory, claimfiles, safefile, wakeupfile, groupcommit):
+    for module in (write_path, claimfiles, safefile, wakeupfile, groupcommit):
         monkeypatch.setattr(module, "os", proxy)
     monkeypatch.setattr(safefile, "fcntl", FaultyFcntl(injector))
     original = Path.mkdir  # the state root itself is made through pathlib
