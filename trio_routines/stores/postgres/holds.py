@@ -315,7 +315,7 @@ class PostgresPresence(Presence):
         await trio.lowlevel.checkpoint()
 
     async def _flush(self, entries: Sequence[Entry[_Ops, list[bool]]]) -> list[Answer[list[bool]]]:
-        """One round trip for every request queued together (see :mod:`.batch`)."""
+        """One round trip for every request queued together (see :mod:`..batch`)."""
         # What was let go first: a key let go and taken again meanwhile was let go first (a
         # take is answered before anyone can let go of what it took).
         released, self._letting_go = self._letting_go, []

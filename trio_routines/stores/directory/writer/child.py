@@ -1,4 +1,4 @@
-"""The writer process's own side (see writer.py): a batch in, its answers out.
+"""The writer process's own side (see process.py): a batch in, its answers out.
 
 Started as ``python -m trio_routines.stores.directory.writer.child FD ROOT KEEP LOCK_TIMEOUT`` by
 :class:`~.process.WriterProcess`, on the Unix socket ``FD`` it inherited. It writes each batch
