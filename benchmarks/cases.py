@@ -31,7 +31,7 @@ import trio
 from trio_routines import Completed, DirectoryStore, Routine, Scheduler
 from trio_routines.converter import claim_text, dumps, wakeup_to_json
 from trio_routines.records import Outcome, Wakeup
-from trio_routines.stores.wakeupfile import RACY_NS
+from trio_routines.stores.directory.wakeupfile import RACY_NS
 from trio_routines.testing import MemoryStore, ScriptedAgent
 from trio_routines.wakeups import WakeupRequest
 
@@ -536,8 +536,8 @@ def store_writes(state: str, n: int) -> dict[str, Any]:
     (``ClaimFiles.create_each``, one thread, ``WRITE_BATCH`` at a time: the no-link opens,
     the stale gate's listing, the exclusive create) and one ``syncfs``; no event loop."""
     from trio_routines.claims import KEEP_CLAIMS
-    from trio_routines.stores.claimfiles import ClaimFiles
-    from trio_routines.stores.directory import WRITE_BATCH
+    from trio_routines.stores.directory.claimfiles import ClaimFiles
+    from trio_routines.stores.directory.writes import WRITE_BATCH
     from trio_routines.stores.groupcommit import SYNCFS, Descriptors, hand_in
 
     names = routine_names(n)
@@ -655,7 +655,7 @@ def seed_claims(state: str, routines: int, claims: int) -> dict[str, Any]:
 
 def boot(state: str, routines: int) -> dict[str, Any]:
     """Start to armed over a seeded state directory, against listing its directories."""
-    import trio_routines.stores.claimfiles as claimfiles
+    import trio_routines.stores.directory.claimfiles as claimfiles
 
     reads = 0
     read_file = claimfiles.read_file

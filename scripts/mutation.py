@@ -107,10 +107,10 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "writer": (
         [
-            "trio_routines/stores/writer.py",
-            "trio_routines/stores/writerchild.py",
-            "trio_routines/stores/writerwire.py",
-            "trio_routines/stores/writercall.py",
+            "trio_routines/stores/directory/writer/process.py",
+            "trio_routines/stores/directory/writer/child.py",
+            "trio_routines/stores/directory/writer/wire.py",
+            "trio_routines/stores/directory/writer/call.py",
         ],
         [
             "tests/test_writer.py",
@@ -123,13 +123,14 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "directory": (
         [
-            "trio_routines/stores/directory.py",
-            "trio_routines/stores/claimfiles.py",
+            "trio_routines/stores/directory/store.py",
+            "trio_routines/stores/directory/writes.py",
+            "trio_routines/stores/directory/claimfiles.py",
             "trio_routines/stores/safefile.py",
-            "trio_routines/stores/wakeupfile.py",
+            "trio_routines/stores/directory/wakeupfile.py",
             "trio_routines/stores/newest.py",
-            "trio_routines/stores/dirpause.py",
-            "trio_routines/stores/dirblocking.py",
+            "trio_routines/stores/directory/pause.py",
+            "trio_routines/stores/directory/blocking.py",
         ],
         [
             "tests/test_directory_store.py",

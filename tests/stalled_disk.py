@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from trio_routines import cli
-from trio_routines.stores import claimfiles, wakeupfile
+from trio_routines.stores.directory import claimfiles, wakeupfile
 
 
 def main(marker: Path, argv: list[str]) -> int:

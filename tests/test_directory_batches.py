@@ -22,8 +22,8 @@ import trio.testing
 
 from trio_routines.instants import slot_name
 from trio_routines.records import ClaimStatus, Outcome
-from trio_routines.stores import directory
 from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores.directory import writes as write_path
 
 SLOT = datetime(2026, 7, 7, 9, tzinfo=UTC)
 
@@ -87,10 +87,10 @@ async def test_a_herd_is_written_in_few_thread_calls_one_at_a_time(tmp_path: Pat
     assert sorted(n for batch in claims for n in batch) == names
     assert sorted(n for batch in settles for n in batch) == names
     # 600 at once: a few batches of at most WRITE_BATCH each, not 1,200 thread hand-offs
-    assert max(len(batch) for batch in claims + settles) <= directory.WRITE_BATCH
+    assert max(len(batch) for batch in claims + settles) <= write_path.WRITE_BATCH
     # (a first batch may be a lone early caller, depending on Trio's order of the herd)
-    assert len(claims) <= 600 // directory.WRITE_BATCH + 3
-    assert len(settles) <= 600 // directory.WRITE_BATCH + 3
+    assert len(claims) <= 600 // write_path.WRITE_BATCH + 3
+    assert len(settles) <= 600 // write_path.WRITE_BATCH + 3
     assert writes.most == 1  # never two writer threads side by side
     for name in names:
         fire_ = (await store.history(name))[-1]
@@ -161,11 +161,11 @@ async def test_a_herds_first_flush_waits_until_all_its_claims_are_written(
         seen.append(len(list((tmp_path / "schedule" / "claims").glob("*/*"))))
 
     store = DirectoryStore(tmp_path, syncfs=syncfs, writer_process=False)  # threads write
-    names = [f"r{i:04}" for i in range(3 * directory.WRITE_BATCH)]
+    names = [f"r{i:04}" for i in range(3 * write_path.WRITE_BATCH)]
     async with trio.open_nursery() as nursery:
         for name in names:
             nursery.start_soon(store.claim, name, SLOT, SLOT)
-    assert store._claim_writes.batches >= 3
+    assert store._writes.claim_writes.batches >= 3
     assert seen == [len(names)]  # one flush, after every write
     assert (await store.claim("lone", SLOT, SLOT)).taken
     assert seen == [len(names), len(names) + 1]

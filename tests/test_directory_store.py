@@ -293,10 +293,10 @@ def test_a_racily_fresh_file_is_read_again_whatever_its_times_say(
         return os.stat_result(list(real_fstat(fd)), {"st_mtime_ns": tick, "st_ctime_ns": tick})
 
     monkeypatch.setattr(os, "fstat", coarse_fstat)
-    assert [w.id for w in store._wakeups.load(cached=True)[0]] == ["aaaa"]
+    assert [w.id for w in store._wakeups.file.load(cached=True)[0]] == ["aaaa"]
     with path.open("r+") as handle:  # same inode, same size, and (here) the same times
         handle.write(f"[{entry % 'bbbb'}]")
-    assert [w.id for w in store._wakeups.load(cached=True)[0]] == ["bbbb"]
+    assert [w.id for w in store._wakeups.file.load(cached=True)[0]] == ["bbbb"]
 
 
 async def test_a_wakeup_lock_held_elsewhere_is_a_bounded_wait(tmp_path: Path) -> None:

@@ -38,8 +38,9 @@ from trio_routines.instants import format_iso, slot_name
 from trio_routines.records import ClaimStatus, Outcome
 from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
-from trio_routines.stores import claimfiles, directory, groupcommit, safefile, wakeupfile
-from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores import groupcommit, safefile
+from trio_routines.stores.directory import DirectoryStore, claimfiles, wakeupfile
+from trio_routines.stores.directory import writes as write_path
 from trio_routines.stores.groupcommit import SYNCFS
 from trio_routines.testing import ScriptedAgent
 from trio_routines.wakeups import WakeupRequest
@@ -178,7 +179,7 @@ class FaultyFcntl:
 def faulty_os(monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultyOS]:
     injector = Injector()
     proxy = FaultyOS(injector)
-    for module in (directory, claimfiles, safefile, wakeupfile, groupcommit):
+    for module in (write_path, claimfiles, safefile, wakeupfile, groupcommit):
         monkeypatch.setattr(module, "os", proxy)
     monkeypatch.setattr(safefile, "fcntl", FaultyFcntl(injector))
     original = Path.mkdir  # the state root itself is made through pathlib

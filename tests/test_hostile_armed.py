@@ -13,8 +13,8 @@ import trio
 from test_hostile_state import DEEP, KINDS, Victim, plant
 
 from trio_routines import StateFault
-from trio_routines.stores.dirarmed import MAX_ARMED_BYTES
 from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores.directory.armed import MAX_ARMED_BYTES
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
 

@@ -246,7 +246,7 @@ async def test_a_planted_lock_link_is_refused(tmp_path: Path) -> None:
 async def test_a_wakeups_file_over_the_bound_is_refused_unread(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from trio_routines.stores import wakeupfile
+    from trio_routines.stores.directory import wakeupfile
 
     monkeypatch.setattr(wakeupfile, "MAX_BYTES", 1000)
     schedule = tmp_path / "schedule"

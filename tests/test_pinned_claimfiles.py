@@ -27,8 +27,8 @@ from oserrors import FailingOS, fail, named
 from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
 from trio_routines.records import ClaimStatus, Outcome
-from trio_routines.stores import claimfiles, safefile
-from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores import safefile
+from trio_routines.stores.directory import DirectoryStore, claimfiles
 from trio_routines.stores.groupcommit import Batch
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
@@ -131,15 +131,15 @@ def test_no_claim_or_settle_leaks_a_descriptor(tmp_path: Path) -> None:
 
 async def test_what_is_flushed_is_the_file_system_the_claims_live_on(tmp_path: Path) -> None:
     store = DirectoryStore(tmp_path, syncfs=lambda fd: None)
-    assert store._commit is not None
+    assert store._writes.commit is not None
     asked: list[tuple[int, int]] = []
-    cover = store._commit.cover
+    cover = store._writes.commit.cover
 
     def spy(fds: dict[int, tuple[int, int]]) -> Batch:
         asked.extend((device, ticket) for device, (ticket, _) in fds.items())
         return cover(fds)
 
-    store._commit.cover = spy  # type: ignore[method-assign]
+    store._writes.commit.cover = spy  # type: ignore[method-assign]
     await store.claim("daily", T0, T0)
     await store.settle("daily", T0, Outcome.COMPLETED, 1)
     (claimed, claim_ticket), (settled, settle_ticket) = asked

@@ -26,8 +26,9 @@ from trio_routines.claims import KEEP_CLAIMS
 from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
 from trio_routines.records import ClaimStatus, Outcome
-from trio_routines.stores import claimfiles, dirready, safefile
-from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores import safefile
+from trio_routines.stores.directory import DirectoryStore, claimfiles
+from trio_routines.stores.directory import ready as dirready
 from trio_routines.wakeups import WakeupRequest
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)

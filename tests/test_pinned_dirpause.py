@@ -19,8 +19,9 @@ from oserrors import fail, named, prefixed
 
 from trio_routines.errors import StateFault
 from trio_routines.instants import format_iso
-from trio_routines.stores import dirpause, safefile
+from trio_routines.stores import safefile
 from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores.directory import pause as dirpause
 
 AT = datetime(2026, 7, 7, 9, tzinfo=UTC)
 EIO = "EIO: Input/output error"

@@ -20,8 +20,8 @@ from oserrors import fail
 from wakeupstate import ASIDE, EIO, T0, entry, ids, request, state, warnings
 
 from trio_routines.errors import StateFault
-from trio_routines.stores import safefile, wakeupfile
-from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores import safefile
+from trio_routines.stores.directory import DirectoryStore, wakeupfile
 
 # -- the parse kept for polls --------------------------------------------------------------------
 

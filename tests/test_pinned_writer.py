@@ -26,10 +26,10 @@ import trio.testing
 from tests.test_pinned_writerwire import open_fds
 from tests.test_writer import SLOT, child_of, misbehaving, up
 from trio_routines.errors import StateFault
-from trio_routines.stores import writer
 from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores.directory.writer import process as writer
+from trio_routines.stores.directory.writer.process import WriterProcess
 from trio_routines.stores.groupcommit import GroupCommit
-from trio_routines.stores.writer import WriterProcess
 
 PACKAGE = str(Path(writer.__file__).resolve().parents[2])
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]  # never up, never ends

@@ -12,8 +12,8 @@ import pytest
 import trio
 import trio.testing
 
-from trio_routines.stores import writerchild
-from trio_routines.stores.writerwire import LENGTH, MAX_FDS, descriptors, receive
+from trio_routines.stores.directory.writer import child as writerchild
+from trio_routines.stores.directory.writer.wire import LENGTH, MAX_FDS, descriptors, receive
 
 
 def message(body: bytes) -> bytes:

@@ -127,7 +127,7 @@ async def test_a_newer_schema_is_refused(url: str, schema: str) -> None:
 async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
     url: str, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from trio_routines.stores import pgschema
+    from trio_routines.stores.postgres import schema as pgschema
 
     monkeypatch.setattr(pgschema, "SCHEMA_VERSION", 1)
     old = PostgresStore(url, schema=schema)

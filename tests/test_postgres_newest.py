@@ -18,8 +18,8 @@ from psycopg import sql
 from trio_routines import Completed, Routine, Scheduler, StateFault
 from trio_routines.records import Fire, Outcome
 from trio_routines.scheduler.boot import BOOT_INTERRUPTED
-from trio_routines.stores.pgreads import BATCH, READERS
 from trio_routines.stores.postgres import PostgresStore
+from trio_routines.stores.postgres.reads import BATCH, READERS
 
 MINUTE = timedelta(minutes=1)
 

@@ -15,9 +15,9 @@ from procs import Env, one_line, stop
 from psycopg import sql
 
 from trio_routines.errors import StateFault
-from trio_routines.stores import pgconn
-from trio_routines.stores.pgschema import _MIGRATIONS, SCHEMA_VERSION, Schema
 from trio_routines.stores.postgres import PostgresStore
+from trio_routines.stores.postgres import conn as pgconn
+from trio_routines.stores.postgres.schema import _MIGRATIONS, SCHEMA_VERSION, Schema
 
 SLOT = "2026-07-07T09:00:00Z"
 T0 = datetime(2026, 7, 7, 9, tzinfo=UTC)

@@ -20,8 +20,8 @@ import trio
 
 from trio_routines.errors import StateFault
 from trio_routines.records import Outcome, Wakeup
-from trio_routines.stores import claimfiles, directory, wakeupfile
-from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores.directory import DirectoryStore, claimfiles, wakeupfile
+from trio_routines.stores.directory import store as directory_store
 from trio_routines.wakeups import WakeupRequest
 
 NOW = datetime(2026, 7, 7, 9, tzinfo=UTC)
@@ -65,10 +65,10 @@ def fds() -> int:
 async def settled(store: DirectoryStore) -> None:
     """Until every thread of the store's, given up or not, has returned."""
     with trio.fail_after(30):
-        while store._writes_begun:  # noqa: ASYNC110 -- threads, not Trio tasks
+        while store._begun:  # noqa: ASYNC110 -- threads, not Trio tasks
             await trio.sleep(0.01)
-        if store._wakeup_ended is not None:
-            await store._wakeup_ended.wait()
+        if store._wakeups._ended is not None:
+            await store._wakeups._ended.wait()
 
 
 async def due(store: DirectoryStore, session: str = "s") -> Wakeup:
@@ -221,7 +221,7 @@ async def test_the_next_call_waits_for_a_call_given_up_and_says_so(
 async def test_the_store_is_not_ready_while_a_wakeup_write_stalls(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stall: Stall
 ) -> None:
-    monkeypatch.setattr(directory, "STALLED_AFTER", 0.2)
+    monkeypatch.setattr(directory_store, "STALLED_AFTER", 0.2)
     store = DirectoryStore(tmp_path, lock_timeout=0.5)
     await due(store)
     await store.ready()

@@ -19,8 +19,9 @@ from procs import Env, wait_for
 
 from trio_routines.errors import StateFault
 from trio_routines.instants import format_iso
-from trio_routines.stores import directory
 from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores.directory import store as directory_store
+from trio_routines.stores.directory import writes as write_path
 from trio_routines.wakeups import WakeupRequest
 
 ROUTINES = 120  # more than a boot that starts the writer process reads (PROCESS_AT)
@@ -40,7 +41,7 @@ def writer_child(parent: int) -> int | None:
         except OSError:
             continue
         ppid = int(stat.rpartition(")")[2].split()[1])
-        if ppid == parent and b"writerchild" in command:
+        if ppid == parent and b"stores.directory.writer.child" in command:
             return int(entry.name)
     return None
 
@@ -87,13 +88,13 @@ async def test_the_store_is_not_ready_while_a_write_goes_unanswered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A stat of the directory still answers; the claim in the stopped writer does not.
-    monkeypatch.setattr(directory, "STALLED_AFTER", 0.2)
+    monkeypatch.setattr(directory_store, "STALLED_AFTER", 0.2)
     hang = [sys.executable, str(Path(__file__).with_name("writers.py")), "hang"]
     async with DirectoryStore(tmp_path, writer_process=hang) as store:
         await store.ready()
-        for i in range(directory.PROCESS_AT):  # as a boot: the writer process starts
+        for i in range(write_path.PROCESS_AT):  # as a boot: the writer process starts
             await store.latest_fire(f"r{i:04}")
-        process = store._process
+        process = store._writes.process
         assert process is not None
         with trio.fail_after(30):
             while not process.ready():  # noqa: ASYNC110 -- another process, not a Trio task

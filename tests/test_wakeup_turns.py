@@ -1,4 +1,4 @@
-"""The state directory's wake-up calls of one process take turns (stores/dirwakeups.py): one
+"""The state directory's wake-up calls of one process take turns (stores/directory/wakeups.py): one
 parse of ``wakeups.json`` at a time, and a wait that runs out says who held it."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import trio
 from trio_routines import DirectoryStore, StateFault
 from trio_routines.converter import dumps, wakeup_to_json
 from trio_routines.records import Wakeup
-from trio_routines.stores import wakeupfile
-from trio_routines.stores.wakeupfile import WakeupFile
+from trio_routines.stores.directory import wakeupfile
+from trio_routines.stores.directory.wakeupfile import WakeupFile
 from trio_routines.wakeups import WakeupRequest
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)

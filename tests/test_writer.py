@@ -26,9 +26,10 @@ from trio_routines import cli
 from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
 from trio_routines.records import ClaimStatus, Outcome
-from trio_routines.stores import directory, writer
 from trio_routines.stores.directory import DirectoryStore
-from trio_routines.stores.writer import WriterProcess
+from trio_routines.stores.directory import writes as write_path
+from trio_routines.stores.directory.writer import process as writer
+from trio_routines.stores.directory.writer.process import WriterProcess
 
 SLOT = datetime(2026, 7, 7, 9, tzinfo=UTC)
 WRITERS = Path(__file__).with_name("writers.py")
@@ -47,10 +48,10 @@ def child_of(process: WriterProcess) -> subprocess.Popen[bytes]:
 
 async def up(store: DirectoryStore) -> WriterProcess:
     """Read as many routines as a boot that starts the writer process, and wait until it is up."""
-    process = store._process
+    process = store._writes.process
     assert process is not None
     assert process.started == 0
-    for i in range(directory.PROCESS_AT):
+    for i in range(write_path.PROCESS_AT):
         await store.latest_fire(f"r{i:04}")
     assert process.started == 1
     with trio.fail_after(30):
@@ -78,12 +79,12 @@ def claim_path(root: Path, routine: str, slot: datetime = SLOT) -> Path:
 
 async def test_a_store_reading_few_routines_starts_no_process(tmp_path: Path) -> None:
     async with DirectoryStore(tmp_path) as store:
-        for i in range(directory.PROCESS_AT - 1):
+        for i in range(write_path.PROCESS_AT - 1):
             await store.latest_fire(f"r{i}")
         assert (await store.claim("r0", SLOT, SLOT)).taken
-        assert store._process is not None
-        assert store._process.started == 0
-        assert store._claim_writes.batches == 1  # written by a thread
+        assert store._writes.process is not None
+        assert store._writes.process.started == 0
+        assert store._writes.claim_writes.batches == 1  # written by a thread
 
 
 async def test_a_herd_is_written_by_the_writer_process(tmp_path: Path) -> None:
@@ -101,8 +102,8 @@ async def test_a_herd_is_written_by_the_writer_process(tmp_path: Path) -> None:
                 nursery.start_soon(fire, name)
         assert all(result.taken for result in results.values())
         # 1,200 writes in batches of at most WRITE_BATCH, none by a thread
-        assert 2 * 600 // directory.WRITE_BATCH <= process.batches <= 2 * 600
-        assert store._claim_writes.batches == store._settle_writes.batches == 0
+        assert 2 * 600 // write_path.WRITE_BATCH <= process.batches <= 2 * 600
+        assert store._writes.claim_writes.batches == store._writes.settle_writes.batches == 0
         assert store.flushes >= 1
         for name in names:
             assert (await store.history(name))[-1].outcome is Outcome.COMPLETED
@@ -165,7 +166,7 @@ async def test_the_childs_log_records_are_logged_here(
         with caplog.at_level(logging.WARNING, logger="trio_routines"):
             assert not await store.settle("r0", SLOT, Outcome.COMPLETED, 1)
         assert "could not open the claim for slot" in caplog.text
-        assert store._settle_writes.batches == 0
+        assert store._writes.settle_writes.batches == 0
 
 
 async def test_a_settle_locked_by_another_waits_in_a_thread_of_its_own(tmp_path: Path) -> None:
@@ -189,8 +190,8 @@ async def test_a_fault_in_the_childs_writes_is_each_claims_fault(tmp_path: Path)
         with pytest.raises(StateFault, match=r"could not stamp the claim .*Input/output error"):
             await store.claim("r0", SLOT, SLOT)
         assert not claim_path(tmp_path, "r0").exists()  # removed again: a retry, not a burn
-        assert store._process is not None
-        assert store._process.ready()  # a fault of one claim, not of the process
+        assert store._writes.process is not None
+        assert store._writes.process.ready()  # a fault of one claim, not of the process
 
 
 async def test_a_child_that_dies_fails_its_batch_and_threads_write_meanwhile(
@@ -206,10 +207,10 @@ async def test_a_child_that_dies_fails_its_batch_and_threads_write_meanwhile(
         assert "writer process ended" in caplog.text
         assert not process.alive
         assert (await store.claim("r1", SLOT, SLOT)).taken  # a thread wrote it
-        assert store._claim_writes.batches == 1
+        assert store._writes.claim_writes.batches == 1
         # a batch as large as a herd's starts a new child
         async with trio.open_nursery() as nursery:
-            for i in range(directory.PROCESS_AT):
+            for i in range(write_path.PROCESS_AT):
                 nursery.start_soon(store.claim, f"n{i}", SLOT, SLOT)
         assert process.started == 2
 
@@ -235,19 +236,19 @@ async def test_a_child_that_never_comes_up_is_given_up_after_a_few_starts(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = DirectoryStore(tmp_path, writer_process=misbehaving("exit"))
-    process = store._process
+    process = store._writes.process
     assert process is not None
     with caplog.at_level(logging.WARNING, logger="trio_routines"):
-        for start in range(1, directory.MAX_STARTS + 1):
-            store._start_writer()
+        for start in range(1, write_path.MAX_STARTS + 1):
+            store._writes.start_writer()
             assert process.started == start
             child = child_of(process)
             child.wait(30)
             assert not process.ready()  # it ended: stopped, and told
             assert not process.alive
-        store._start_writer()
-    assert store._process is None  # threads write for good
-    assert caplog.text.count("ended before it was up") == directory.MAX_STARTS
+        store._writes.start_writer()
+    assert store._writes.process is None  # threads write for good
+    assert caplog.text.count("ended before it was up") == write_path.MAX_STARTS
     assert "keeps ending" in caplog.text
     assert (await store.claim("r0", SLOT, SLOT)).taken
     await store.aclose()
@@ -257,12 +258,12 @@ async def test_a_batch_the_child_went_away_before_is_written_by_a_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with DirectoryStore(tmp_path) as store:
-        process = store._process
+        process = store._writes.process
         assert process is not None
         answers: Iterator[bool] = iter([True, False])  # up when asked, gone when sealed
         monkeypatch.setattr(process, "ready", lambda: next(answers))
         assert (await store.claim("r0", SLOT, SLOT)).taken
-        assert store._claim_writes.batches == 1
+        assert store._writes.claim_writes.batches == 1
         assert process.batches == 0
 
 
@@ -378,11 +379,11 @@ def test_a_short_command_reading_many_routines_starts_no_process(
 ) -> None:
     routines = tmp_path / "routines"
     routines.mkdir()
-    for i in range(directory.PROCESS_AT + 1):
+    for i in range(write_path.PROCESS_AT + 1):
         (routines / f"r{i:03}.md").write_text("---\ncron: 0 9 * * *\n---\nhello\n")
     starts: list[WriterProcess] = []
     monkeypatch.setattr(WriterProcess, "start", lambda process: starts.append(process))
     state = str(tmp_path / "state")
     assert cli.main(["list", "--routines", str(routines), "--state", state]) == 0
-    assert len(capsys.readouterr().out.splitlines()) > directory.PROCESS_AT  # all were read
+    assert len(capsys.readouterr().out.splitlines()) > write_path.PROCESS_AT  # all were read
     assert starts == []

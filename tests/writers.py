@@ -15,7 +15,7 @@ import socket
 import sys
 import time
 
-from trio_routines.stores import writerchild
+from trio_routines.stores.directory.writer import child as writerchild
 
 
 def main(mode: str, argv: list[str]) -> None:

@@ -1,7 +1,7 @@
 """``migrate``: bring a PostgreSQL store's tables to this version's schema, as its own step.
 
 ``serve`` migrates too when it starts; every other command leaves an existing schema alone
-(see ``stores/pgschema.py``), so an upgrade happens when the operator says so.
+(see ``stores/postgres/schema.py``), so an upgrade happens when the operator says so.
 """
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ async def open_state(
     """The store ``state`` names; ``writes``: the command that will change it (see
     :func:`check_owner`). A PostgreSQL schema is upgraded only by ``serve`` and ``migrate``
     (``migrate="always"``); a command that writes may create an empty database's tables; one
-    that only reads never writes a schema (see stores/pgschema.py)."""
+    that only reads never writes a schema (see stores/postgres/schema.py)."""
     if writes is not None:
         check_owner(state, writes)
     if migrate is None:

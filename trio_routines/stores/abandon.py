@@ -12,7 +12,7 @@ not leave (Trio's abort fails): the answer is a scheduling round away, and its c
 is delivered at its next checkpoint, as for any call that completed. A caller that gave up
 first leaves, and the thread learns it when it tries to hand over: it then deals with its
 answer itself -- ``late(answer)`` closes the descriptors nobody will flush, a wake-up change
-is undone under the lock it still holds (dirwakeups.py). Work that has not begun its change
+is undone under the lock it still holds (directory/wakeups.py). Work that has not begun its change
 peeks at :attr:`Handoff.gave_up` and does not begin it.
 
 (``trio.to_thread.run_sync(abandon_on_cancel=True)`` cannot tell the thread: a result that

@@ -164,7 +164,8 @@ class GroupCommit:
         """Return once ``batch`` (from :meth:`cover`) was flushed; raise its ``OSError``.
 
         ``lull``: what a flush this call leads waits for before it starts (the claims of a herd
-        all written, see directory.py); meanwhile no other flush starts. Bounded, as the flush.
+        all written, see directory/store.py); meanwhile no other flush starts. Bounded, as the
+        flush.
         """
         while not batch.done:
             if not self._flushing:

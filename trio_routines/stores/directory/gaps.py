@@ -21,14 +21,14 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-from ..claims import claim_names
-from ..converter import dumps, gap_from_json, gap_to_json, loads
-from ..errors import StateFault
-from ..gaps import add_gap
-from ..instants import slot_name
-from ..names import check_name
-from ..records import Gap, GapReason
-from .safefile import (
+from ...claims import claim_names
+from ...converter import dumps, gap_from_json, gap_to_json, loads
+from ...errors import StateFault
+from ...gaps import add_gap
+from ...instants import slot_name
+from ...names import check_name
+from ...records import Gap, GapReason
+from ..safefile import (
     Refused,
     create_file,
     describe,

@@ -41,12 +41,12 @@ from typing import TypeGuard
 import attrs
 import trio
 
-from ..converter import dumps, loads
-from ..errors import StateFault
-from ..instants import parse_iso
-from ..presence import Presence
-from ..replicas import ReplicaInfo, replica_json, replica_key, stored_replica
-from .safefile import (
+from ...converter import dumps, loads
+from ...errors import StateFault
+from ...instants import parse_iso
+from ...presence import Presence
+from ...replicas import ReplicaInfo, replica_json, replica_key, stored_replica
+from ..safefile import (
     Refused,
     at,
     describe,

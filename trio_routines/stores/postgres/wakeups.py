@@ -1,4 +1,4 @@
-"""Wake-ups in PostgreSQL: rows ordered by an insertion sequence (see :mod:`.postgres`).
+"""Wake-ups in PostgreSQL: rows ordered by an insertion sequence (see :mod:`.store`).
 
 "Stored order" is the ``seq`` column: a recurring entry advanced in place keeps its place, a
 deferred one-shot goes to the end. A take locks the first due row with ``FOR UPDATE SKIP
@@ -16,8 +16,8 @@ from typing import Any
 import psycopg
 import trio
 
-from ..records import Wakeup
-from ..wakeups import (
+from ...records import Wakeup
+from ...wakeups import (
     WakeupRequest,
     check_request,
     check_stored,
@@ -26,8 +26,8 @@ from ..wakeups import (
     storable,
     take_first_due,
 )
-from .pgconn import Call, Connections
-from .pgschema import SESSION_LOCK, Schema
+from .conn import Call, Connections
+from .schema import SESSION_LOCK, Schema
 
 log = logging.getLogger("trio_routines")
 
@@ -63,7 +63,7 @@ def _params(wakeup: Wakeup) -> tuple[Any, ...]:
 
 
 class PostgresWakeups:
-    """The wake-up calls of :class:`~.postgres.PostgresStore`, on its connections and tables."""
+    """The wake-up calls of :class:`~.store.PostgresStore`, on its connections and tables."""
 
     def __init__(self, conns: Connections, tables: Schema) -> None:
         self._conns = conns

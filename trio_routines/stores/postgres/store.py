@@ -1,28 +1,4 @@
-"""The PostgreSQL store: claims and wake-ups as rows, shared by replicas on many machines.
-
-Theory of operation. The layers are: :mod:`.pgschema` (tables and migrations),
-:mod:`.pgconn` (the pool, and every call bounded on our side whatever the network does),
-:mod:`.pgclaims` (claims and settles decided a batch per transaction), :mod:`.batch` (group
-commit: the calls that arrive while a batch is in flight form the next one), :mod:`.pgreads`
-(claims read back; a boot's newest claims and resumes a query per batch, queued as the state
-directory's newest claims are, by :mod:`.newest`), :mod:`.pgwakeups` (wake-up rows) and this
-module, the :class:`~trio_routines.store.Store` itself. Batching is invisible to callers: each
-``claim``, ``settle``, ``latest_fire`` or ``resumed_at`` gets its own answer, as if the calls
-had come one by one.
-
-Claims follow the same pure rules as the state directory: a slot older than the newest claim
-is stale, an existing one a duplicate, otherwise it is taken and the oldest claims beyond the
-retention are pruned. Every claim of one routine, from any process on any machine, is decided
-under that routine's advisory lock, and is durable once the commit returns.
-
-Wake-ups are rows in stored order, taken without waiting on each other (see :mod:`.pgwakeups`).
-
-Faults. Every psycopg error, and every call that outlives our deadline, becomes a one-line
-:class:`~trio_routines.errors.StateFault` (a settle logs it instead). A connection lost in
-the middle of a claim leaves its result unknown: the caller gets a StateFault and so never
-fires, yet the commit may have reached the server -- then the slot is burned (claimed, never
-run, recorded as interrupted). That keeps "at most once" at the price of a missed slot.
-"""
+"""The PostgreSQL store itself: the store contract over the layers this package's doc names."""
 
 from __future__ import annotations
 
@@ -35,18 +11,18 @@ from typing import Any
 
 import psycopg
 
-from ..claims import KEEP_CLAIMS
-from ..errors import StateFault
-from ..instants import slot_name, truncate_ms
-from ..names import check_name
-from ..records import ClaimResult, Fire, Gap, Outcome, Wakeup
-from ..replicas import ReplicaInfo
-from ..store import Lifetime
-from ..text import error_text
-from ..wakeups import WakeupRequest
-from .batch import Answer, Batcher, Entry
-from .newest import BatchedReads
-from .pgclaims import (
+from ...claims import KEEP_CLAIMS
+from ...errors import StateFault
+from ...instants import slot_name, truncate_ms
+from ...names import check_name
+from ...records import ClaimResult, Fire, Gap, Outcome, Wakeup
+from ...replicas import ReplicaInfo
+from ...store import Lifetime
+from ...text import error_text
+from ...wakeups import WakeupRequest
+from ..batch import Answer, Batcher, Entry
+from ..newest import BatchedReads
+from .claims import (
     ClaimItem,
     HoldsWanted,
     SettleItem,
@@ -54,14 +30,14 @@ from .pgclaims import (
     settle_batch,
     taken_too_late,
 )
-from .pgconn import Call, CallFault, Connections
-from .pggaps import first_armed, read_gaps, record_gap
-from .pgholds import PostgresPresence, claims_alive, replica_rows
-from .pgreads import BATCH, READERS, history, newest_fires, open_claims, read_batch, resumes
-from .pgschema import CLAIM_LOCK as CLAIM_LOCK
-from .pgschema import SCHEMA_VERSION as SCHEMA_VERSION
-from .pgschema import Migrate, Schema
-from .pgwakeups import PostgresWakeups
+from .conn import Call, CallFault, Connections
+from .gaps import first_armed, read_gaps, record_gap
+from .holds import PostgresPresence, claims_alive, replica_rows
+from .reads import BATCH, READERS, history, newest_fires, open_claims, read_batch, resumes
+from .schema import CLAIM_LOCK as CLAIM_LOCK
+from .schema import SCHEMA_VERSION as SCHEMA_VERSION
+from .schema import Migrate, Schema
+from .wakeups import PostgresWakeups
 
 log = logging.getLogger("trio_routines")
 
@@ -74,9 +50,9 @@ class PostgresStore(Lifetime):
     ``schema`` names a PostgreSQL schema to keep the tables in (created if missing); without
     it the connection's ``search_path`` decides, so ``?options=-csearch_path%3Dmine`` works.
     ``timeout`` bounds every call: waiting for a connection and the server's work, plus one
-    second of our own (see :mod:`.pgconn`). ``migrate`` says whether the first call may
+    second of our own (see :mod:`.conn`). ``migrate`` says whether the first call may
     create or upgrade the tables (``"always"``, ``"create"`` an empty database's only,
-    ``"never"``: see :mod:`.pgschema`).
+    ``"never"``: see :mod:`.schema`).
     """
 
     def __init__(
@@ -297,7 +273,7 @@ class PostgresStore(Lifetime):
             what, lambda conn, _call: first_armed(conn, self._tables, names, when)
         )
 
-    # -- wake-ups (see pgwakeups.py) -----------------------------------------------------
+    # -- wake-ups (see wakeups.py) -----------------------------------------------------
 
     async def add_wakeup(self, request: WakeupRequest, now: datetime) -> Wakeup:
         return await self._wakeups.add(request, now)
@@ -319,13 +295,13 @@ class PostgresStore(Lifetime):
 
     async def schema_versions(self) -> tuple[int, int]:
         """The schema version the first call found, and the version now (migrated as the
-        store's ``migrate`` allows: see :mod:`.pgschema`). Raises StateFault."""
+        store's ``migrate`` allows: see :mod:`.schema`). Raises StateFault."""
         what = "could not read the schema version"
         now: int = await self._conns.run(what, _version, self._tables)
         found = self._tables.found
         return (now if found is None else found), now
 
-    # -- replicas (see replicas.py and pgholds.py) ----------------------------------------
+    # -- replicas (see replicas.py and holds.py) ----------------------------------------
 
     async def join(self, info: ReplicaInfo) -> PostgresPresence:
         """Become a member of the store as ``info.id`` (see :mod:`trio_routines.replicas`)."""

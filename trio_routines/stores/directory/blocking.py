@@ -12,10 +12,10 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from ..errors import StateFault
-from ..records import ClaimResult, Fire, Outcome
+from ...errors import StateFault
+from ...records import ClaimResult, Fire, Outcome
+from ..safefile import at, describe
 from .claimfiles import ClaimFiles
-from .safefile import at, describe
 
 
 class BlockingClaims:

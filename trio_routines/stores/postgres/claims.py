@@ -30,11 +30,11 @@ from typing import Any, Protocol
 
 import psycopg
 
-from ..instants import slot_name
-from ..records import ClaimResult, ClaimStatus, Outcome
-from .pgconn import Call
-from .pgholds import LOCKS as _HELD_LOCKS
-from .pgschema import CLAIM_LOCK, Schema
+from ...instants import slot_name
+from ...records import ClaimResult, ClaimStatus, Outcome
+from .conn import Call
+from .holds import LOCKS as _HELD_LOCKS
+from .schema import CLAIM_LOCK, Schema
 
 log = logging.getLogger("trio_routines")
 
@@ -97,7 +97,7 @@ def _json(rows: list[list[Any]]) -> str:
     return json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
 
 
-# The holds of the batch, taken in the claim's transaction before its decision (see pgholds.py):
+# The holds of the batch, taken in the claim's transaction before its decision (see holds.py):
 # what comes back is the keys refused.
 _HOLDS = f"""WITH held AS MATERIALIZED ({_HELD_LOCKS}),
     wanted AS (SELECT (e->>0)::bigint AS k, (e->>1)::bigint AS holder
@@ -126,7 +126,7 @@ def claim_batch(
     claims were settled interrupted here because their caller had given up meanwhile.
 
     An item with holds (its session's) takes them in the same transaction, whatever its
-    decision: a claim is held by the replica it names (see :mod:`.pgholds`), so the claim
+    decision: a claim is held by the replica it names (see :mod:`.holds`), so the claim
     needs no hold of its own. Each result says which of its holds were taken
     (``ClaimResult.holds``); the holds of a claim not taken are the caller's to let go."""
     batch = _json(

@@ -1,4 +1,4 @@
-"""Claim files: the synchronous half of the state directory store (see directory.py).
+"""Claim files: the synchronous half of the state directory store (see store.py).
 
 Each call runs in a worker thread. A claim is decided by ``O_CREAT|O_EXCL`` and written
 without an fsync when a group-commit flush will follow (the caller then owns the returned
@@ -19,15 +19,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple, TypeAlias, TypeVar
 
-from ..claims import claim_names, is_stale, names_to_prune, newest_first, parse_claim
-from ..converter import claim_text
-from ..errors import StateFault
-from ..instants import slot_name
-from ..names import check_name
-from ..records import ClaimResult, ClaimStatus, Fire, Outcome
-from .batch import Answer, each
-from .groupcommit import Descriptors, hand_in, opened
-from .safefile import (
+from ...claims import claim_names, is_stale, names_to_prune, newest_first, parse_claim
+from ...converter import claim_text
+from ...errors import StateFault
+from ...instants import slot_name
+from ...names import check_name
+from ...records import ClaimResult, ClaimStatus, Fire, Outcome
+from ..batch import Answer, each
+from ..groupcommit import Descriptors, hand_in, opened
+from ..safefile import (
     Refused,
     at,
     create_file,

@@ -48,10 +48,10 @@ import trio
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ..errors import StateFault
-from ..text import one_line
-from .credentials import shown_message
-from .pgschema import Schema
+from ...errors import StateFault
+from ...text import one_line
+from ..credentials import shown_message
+from .schema import Schema
 
 log = logging.getLogger("trio_routines")
 Ts = TypeVarTuple("Ts")

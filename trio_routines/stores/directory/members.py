@@ -1,7 +1,7 @@
 """The replicas of a state directory, the store's side: joining, whether the holds of claims
 are held, the members, and the open claims a reconcile looks for.
 
-The holds themselves are dirholds.py's, the bounded walk over the claims openscan.py's; this
+The holds themselves are holds.py's, the bounded walk over the claims openscan.py's; this
 part owns what the store keeps of them (this process's presence once joined, the walk), and
 runs each blocking call in a worker thread under the store's capacity limiter, left to
 itself when its caller is cancelled (abandon.py): a join given up closes what it opened, and
@@ -17,14 +17,14 @@ from typing import Any, TypeVar
 
 import trio
 
-from ..errors import StateFault
-from ..records import Fire
-from ..replicas import ReplicaInfo, claim_key
-from .abandon import run_abandoning
+from ...errors import StateFault
+from ...records import Fire
+from ...replicas import ReplicaInfo, claim_key
+from ..abandon import run_abandoning
+from ..safefile import describe
 from .claimfiles import ClaimFiles
-from .dirholds import DirectoryPresence, keys_alive, read_replicas
+from .holds import DirectoryPresence, keys_alive, read_replicas
 from .openscan import OpenScan
-from .safefile import describe
 
 T = TypeVar("T")
 

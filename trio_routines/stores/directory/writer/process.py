@@ -47,12 +47,12 @@ from typing import Any
 import attrs
 import trio
 
-from ..errors import StateFault
-from .groupcommit import Descriptors, GroupCommit
-from .writercall import Call as Call
-from .writercall import Unsent as Unsent
-from .writerwire import LENGTH, READY
-from .writerwire import receive as _receive  # one name, so that tests can hold replies
+from ....errors import StateFault
+from ...groupcommit import Descriptors, GroupCommit
+from .call import Call as Call
+from .call import Unsent as Unsent
+from .wire import LENGTH, READY
+from .wire import receive as _receive  # one name, so that tests can hold replies
 
 log = logging.getLogger("trio_routines")
 _ABORT_FAILED = trio.lowlevel.Abort.FAILED
@@ -64,8 +64,8 @@ GIVEN_UP = "was given up (a caller could not wait for its answer: a deadline, or
 
 
 def command() -> list[str]:
-    """How to start the child: this interpreter, writerchild.py."""
-    return [sys.executable, "-m", "trio_routines.stores.writerchild"]
+    """How to start the child: this interpreter, child.py."""
+    return [sys.executable, "-m", "trio_routines.stores.directory.writer.child"]
 
 
 @attrs.define(eq=False)
@@ -277,7 +277,7 @@ class WriterProcess:
     def _decode(
         self, payload: bytes, fds: list[int], count: int
     ) -> tuple[list[Any], list[Any], dict[int, Exception], Descriptors]:
-        """A reply (see writerchild.py): each item's value and what to prune, the errors by
+        """A reply (see child.py): each item's value and what to prune, the errors by
         index, its log records (logged here), and the descriptors to flush through (ours
         now)."""
         try:

@@ -15,8 +15,8 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..errors import StateFault
-from .safefile import describe
+from ...errors import StateFault
+from ..safefile import describe
 
 
 def stalled_for(now: float, begun: Iterable[float | None]) -> float | None:

@@ -1,4 +1,4 @@
-"""The writer process's wire (see writer.py): one message is an 8-byte big-endian length and
+"""The writer process's wire (see process.py): one message is an 8-byte big-endian length and
 that many bytes; a reply carries its batch's directory descriptors with ``SCM_RIGHTS``.
 
 The parent's end of the socket is non-blocking: :func:`receive` reads one message, never

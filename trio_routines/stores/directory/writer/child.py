@@ -1,7 +1,7 @@
-"""The writer process's own side (see writer.py): a batch in, its answers out.
+"""The writer process's own side (see process.py): a batch in, its answers out.
 
-Started as ``python -m trio_routines.stores.writerchild FD ROOT KEEP LOCK_TIMEOUT`` by
-:class:`~.writer.WriterProcess`, on the Unix socket ``FD`` it inherited. It writes each batch
+Started as ``python -m trio_routines.stores.directory.writer.child FD ROOT KEEP LOCK_TIMEOUT`` by
+:class:`~.process.WriterProcess`, on the Unix socket ``FD`` it inherited. It writes each batch
 with :class:`~.claimfiles.ClaimFiles`, as a worker thread of the store would, and sends back
 the answers, the log records the writes made, and the directory descriptors to flush through
 (``SCM_RIGHTS``). It ignores SIGINT (the parent decides when it stops) and returns when the
@@ -21,9 +21,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .batch import Answer
-from .claimfiles import Batched, ClaimFiles, Written
-from .writerwire import LENGTH, READY
+from ...batch import Answer
+from ..claimfiles import Batched, ClaimFiles, Written
+from .wire import LENGTH, READY
 
 
 class _Records(logging.Handler):

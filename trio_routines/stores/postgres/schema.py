@@ -25,7 +25,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg import sql
 
-from ..errors import StateFault
+from ...errors import StateFault
 
 SCHEMA_VERSION = 7
 # Advisory lock namespaces (the first key of the two-key form); the second key is a hash of
@@ -87,7 +87,7 @@ _MIGRATIONS: dict[int, list[str]] = {
             last_seen timestamptz NOT NULL,
             in_flight integer NOT NULL DEFAULT 0)""",
         "CREATE INDEX IF NOT EXISTS {claims_open} ON {claims} (routine) WHERE outcome IS NULL",
-        # The holds of claims and sessions (pgholds.py): no WAL, emptied by a server crash.
+        # The holds of claims and sessions (holds.py): no WAL, emptied by a server crash.
         """CREATE UNLOGGED TABLE IF NOT EXISTS {holds} (
             key bigint PRIMARY KEY,
             holder bigint NOT NULL)""",
@@ -104,7 +104,7 @@ _MIGRATIONS: dict[int, list[str]] = {
             PRIMARY KEY (routine, last_slot))""",
     ],
     # When each routine was first armed: a boot accounts for the slots of one that never
-    # fired (see pggaps.py). An older trio_routines refuses a version-7 database.
+    # fired (see gaps.py). An older trio_routines refuses a version-7 database.
     7: [
         """CREATE TABLE IF NOT EXISTS {armed} (
             routine text PRIMARY KEY,

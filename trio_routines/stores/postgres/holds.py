@@ -20,7 +20,7 @@ times ``max_connections`` locks, 6,400 by default, which 10,000 fires due at onc
 exhaust.) Unlogged: nothing is written to the WAL, and a server crash empties the table,
 as it ends every holder's connection anyway.
 
-A fire's session hold is taken in its claim's own transaction (``pgclaims.py``), so it costs
+A fire's session hold is taken in its claim's own transaction (``claims.py``), so it costs
 no round trip of its own. The other takes (a run's, a wake-up turn's session) travel together
 on the replica's connection: the calls that arrive while one batch is on it form the next
 (one round trip each); letting go is not waited for, and rides on the next batch. Every use of the
@@ -43,12 +43,12 @@ import attrs
 import psycopg
 import trio
 
-from ..errors import StateFault
-from ..presence import Presence
-from ..replicas import ReplicaInfo, replica_key
-from .batch import Answer, Batcher, Entry
-from .pgconn import THREAD_NAME, Call, Connections, reason
-from .pgschema import Schema
+from ...errors import StateFault
+from ...presence import Presence
+from ...replicas import ReplicaInfo, replica_key
+from ..batch import Answer, Batcher, Entry
+from .conn import THREAD_NAME, Call, Connections, reason
+from .schema import Schema
 
 log = logging.getLogger("trio_routines")
 T = TypeVar("T")
@@ -315,7 +315,7 @@ class PostgresPresence(Presence):
         await trio.lowlevel.checkpoint()
 
     async def _flush(self, entries: Sequence[Entry[_Ops, list[bool]]]) -> list[Answer[list[bool]]]:
-        """One round trip for every request queued together (see :mod:`.batch`)."""
+        """One round trip for every request queued together (see :mod:`..batch`)."""
         # What was let go first: a key let go and taken again meanwhile was let go first (a
         # take is answered before anyone can let go of what it took).
         released, self._letting_go = self._letting_go, []

@@ -23,12 +23,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from ..converter import dumps, loads
-from ..errors import StateFault
-from ..instants import format_iso, parse_iso, truncate_ms
-from ..names import check_name, name_problem
-from .dirgaps import LOCK_SECONDS, open_lock
-from .safefile import Refused, describe, fsync, lock_within, open_dirs, read_file, replace_file
+from ...converter import dumps, loads
+from ...errors import StateFault
+from ...instants import format_iso, parse_iso, truncate_ms
+from ...names import check_name, name_problem
+from ..safefile import Refused, describe, fsync, lock_within, open_dirs, read_file, replace_file
+from .gaps import LOCK_SECONDS, open_lock
 
 log = logging.getLogger("trio_routines")
 

@@ -31,12 +31,12 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..converter import dumps, loads, wakeup_from_json, wakeup_to_json
-from ..errors import StateFault
-from ..instants import slot_name
-from ..records import Wakeup
-from ..wakeups import check_stored
-from .safefile import (
+from ...converter import dumps, loads, wakeup_from_json, wakeup_to_json
+from ...errors import StateFault
+from ...instants import slot_name
+from ...records import Wakeup
+from ...wakeups import check_stored
+from ..safefile import (
     Refused,
     at,
     create_file,

@@ -6,7 +6,7 @@ that would catch up. The store's ``latest_fire`` and ``resumed_at`` go through
 :class:`.newest.BatchedReads`, as the state directory's newest-claim reads do: concurrent calls
 queue, and a reader reads its own routine and up to ``BATCH - 1`` queued ones in one query, so
 10,000 routines cost a handful of round trips instead of 10,000. Routines travel as one JSON
-parameter (see :mod:`.pgclaims`).
+parameter (see :mod:`.claims`).
 
 The newest-claim query probes the primary key ``(routine, slot)`` backwards once per routine,
 with a ``LATERAL ... ORDER BY slot DESC LIMIT 1``: one index descent per routine, whatever the
@@ -26,13 +26,13 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from ..claims import fire_from_record
-from ..errors import StateFault
-from ..instants import format_iso, slot_name, truncate_ms
-from ..records import Fire
-from .newest import Reading
-from .pgconn import Call, CallFault, Connections
-from .pgschema import Schema
+from ...claims import fire_from_record
+from ...errors import StateFault
+from ...instants import format_iso, slot_name, truncate_ms
+from ...records import Fire
+from ..newest import Reading
+from .conn import Call, CallFault, Connections
+from .schema import Schema
 
 BATCH = 1000  # routines per query
 READERS = 4  # queries at once, each on its own connection (the pool holds 8 by default)
@@ -133,7 +133,7 @@ async def read_batch(
     unreadable: str,
     routines: list[str],
 ) -> list[Reading[T]]:
-    """``read`` as one store call (bounded, see :mod:`.pgconn`). When the call fails, each
+    """``read`` as one store call (bounded, see :mod:`.conn`). When the call fails, each
     routine gets the error its own call would have raised: ``unreadable`` names the thing
     read, with ``{routine}`` for the routine's name (quoted)."""
     what = unreadable.format(routine=f"{len(routines)} routine(s)")

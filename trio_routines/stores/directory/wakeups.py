@@ -1,6 +1,6 @@
 """Wake-ups in the state directory: the store's async calls on ``wakeups.json``.
 
-Each call runs in a worker thread of the store's (see directory.py); the file itself --
+Each call runs in a worker thread of the store's (see store.py); the file itself --
 its lock, its bounded reads, its atomic saves -- is handled in wakeupfile.py.
 
 The calls of one store take turns (a ``trio.Lock``, fair) before their thread starts: the
@@ -35,15 +35,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 import trio
 
-from ..converter import dumps, wakeup_to_json
-from ..errors import InvalidWakeup, StateFault
-from ..records import Wakeup
-from ..wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
-from .abandon import Handoff, run_abandoning
+from ...converter import dumps, wakeup_to_json
+from ...errors import InvalidWakeup, StateFault
+from ...records import Wakeup
+from ...wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
+from ..abandon import Handoff, run_abandoning
 from .wakeupfile import TooLarge, WakeupFile
 
 log = logging.getLogger("trio_routines")
@@ -53,30 +54,40 @@ Change = Callable[[list[Wakeup]], tuple[list[Wakeup] | None, T]]
 UNDONE = "given up — a change that lands later is undone"
 
 
-class WakeupsInFile:
-    """The wake-up calls of :class:`~.directory.DirectoryStore`."""
+class Wakeups:
+    """The wake-up calls of :class:`~.store.DirectoryStore`."""
 
-    _wakeups: WakeupFile
-    _wakeup_turns: trio.Lock  # see the module doc
-    _wakeup_ended: trio.Event | None  # set once the thread of the last call returned
-    _limiter: trio.CapacityLimiter
-    _writes_begun: dict[object, float]  # calls under way, for ready()
+    def __init__(
+        self,
+        root: Path,
+        lock_timeout: float,
+        *,
+        limiter: trio.CapacityLimiter,
+        begun: dict[object, float],
+    ) -> None:
+        """``limiter``: the store's worker threads; ``begun``: its thread calls under way, by
+        start time (its ``ready``'s), which this part's calls join."""
+        self.file = WakeupFile(root, lock_timeout)
+        self._limiter = limiter
+        self._begun = begun
+        self._turns = trio.Lock()  # see the module doc
+        self._ended: trio.Event | None = None  # set once the thread of the last call returned
 
     async def _in_turn(self, fn: Callable[..., T], *args: Any, given_up: str = UNDONE) -> T:
         """``fn(handoff, *args)`` in a worker thread, once the calls on the file before it
         are done; ``given_up`` ends the error when its thread does not answer in time."""
-        path, bound = self._wakeups.path, self._wakeups.lock_timeout
+        path, bound = self.file.path, self.file.lock_timeout
         deadline = trio.current_time() + bound
         with trio.move_on_at(deadline) as waited:
-            await self._wakeup_turns.acquire()
+            await self._turns.acquire()
         if waited.cancelled_caught:
-            ahead = self._wakeup_turns.statistics().tasks_waiting
+            ahead = self._turns.statistics().tasks_waiting
             raise StateFault(
                 f"the wake-up store {path} was busy in this process for {bound:g}s (its "
                 f"wake-up calls go one at a time; {ahead} more waiting) — try again"
             )
         try:
-            before = self._wakeup_ended
+            before = self._ended
             if before is not None:
                 with trio.move_on_at(deadline):
                     await before.wait()
@@ -85,14 +96,14 @@ class WakeupsInFile:
                         f"the wake-up store {path}: a call given up earlier is still under way "
                         f"after {bound:g}s (a stalled disk?) — try again"
                     )
-            ended = self._wakeup_ended = trio.Event()
+            ended = self._ended = trio.Event()
             with trio.move_on_after(2 * bound):
                 return await run_abandoning(
                     fn,
                     *args,
                     limiter=self._limiter,
                     handoff=Handoff(),
-                    begun=self._writes_begun,
+                    begun=self._begun,
                     ended=ended,
                 )
             raise StateFault(
@@ -100,17 +111,17 @@ class WakeupsInFile:
                 f"(a stalled disk?): {given_up}"
             )
         finally:
-            self._wakeup_turns.release()
+            self._turns.release()
 
     def _mutate(self, handoff: Handoff, change: Change[T], *, undo: bool = True) -> T:
-        with self._wakeups.locked() as directory:
-            entries, damaged = self._wakeups.load(directory)
+        with self.file.locked() as directory:
+            entries, damaged = self.file.load(directory)
             updated, result = change(entries)
             if updated is None:
                 return result
             if undo and handoff.gave_up:
                 return result  # nobody waits for it: no change behind the caller's back
-            self._wakeups.save(directory, updated, damaged)
+            self.file.save(directory, updated, damaged)
             if not handoff.hand_over():
                 if undo:
                     self._undo(directory, entries, updated)
@@ -118,7 +129,7 @@ class WakeupsInFile:
                     log.warning(
                         "the wake-up store %s: a change given up by its caller was made after "
                         "all (wake-ups %s)",
-                        self._wakeups.path,
+                        self.file.path,
                         _changed(entries, updated),
                     )
             return result
@@ -127,14 +138,14 @@ class WakeupsInFile:
         """Put ``before`` back (a change that landed after its caller gave up)."""
         changed = _changed(before, after)
         try:
-            self._wakeups.save(directory, before, False)
+            self.file.save(directory, before, False)
         except StateFault as exc:
             kept = {w.id for w in after}
             gone = dumps([wakeup_to_json(w) for w in before if w.id not in kept])
             log.error(
                 "the wake-up store %s: a change given up by its caller was made after all "
                 "(wake-ups %s) and could not be undone: %s — wake-ups no longer stored: %s",
-                self._wakeups.path,
+                self.file.path,
                 changed,
                 exc,
                 gone,
@@ -143,7 +154,7 @@ class WakeupsInFile:
         log.warning(
             "the wake-up store %s: a change given up by its caller was made after all "
             "(wake-ups %s), and undone",
-            self._wakeups.path,
+            self.file.path,
             changed,
         )
 
@@ -161,7 +172,7 @@ class WakeupsInFile:
         return await self._in_turn(self._take_due, now)
 
     def _take_due(self, handoff: Handoff, now: datetime) -> Wakeup | None:
-        entries, _ = self._wakeups.load(cached=True)
+        entries, _ = self.file.load(cached=True)
         if all(w.fire_at > now for w in entries):
             return None  # the common poll: nothing due, no lock, no write
 
@@ -193,7 +204,7 @@ class WakeupsInFile:
 
     async def list_wakeups(self) -> list[Wakeup]:
         def read(_: Handoff) -> list[Wakeup]:
-            return self._wakeups.load(cached=True)[0]
+            return self.file.load(cached=True)[0]
 
         return await self._in_turn(read, given_up="given up")
 

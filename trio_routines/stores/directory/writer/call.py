@@ -1,5 +1,5 @@
 """One caller's claim or settle on its way through the state directory's writer process
-(writer.py), and the fault of one that never left."""
+(process.py), and the fault of one that never left."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 if TYPE_CHECKING:
-    from .writer import WriterProcess
+    from .process import WriterProcess
 
 _ABORT_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
 
@@ -35,7 +35,7 @@ class Call:
     def __init__(self, item: Any, owner: WriterProcess | None = None) -> None:
         self.item = item
         self.owner = owner  # the writer process its batch goes to
-        self.threaded = False  # written by a thread of the store instead (see directory.py)
+        self.threaded = False  # written by a thread of the store instead (see ../store.py)
         self.task: trio.lowlevel.Task | None = None
         self.in_flight = self.gave_up = self.done = False
         self.value: Any = None
@@ -44,9 +44,9 @@ class Call:
         self.error: Exception | None = None
 
     def __call__(self, _: Any) -> trio.lowlevel.Abort:
-        """The abort of a parked caller: before its batch is sent it leaves it (writer.py's
+        """The abort of a parked caller: before its batch is sent it leaves it (process.py's
         ``_seal`` skips it); after, it leaves all the same, and the writer process is given up
-        (see writer.py's module doc)."""
+        (see process.py's module doc)."""
         self.gave_up = True
         self.task = None
         if self.in_flight and self.owner is not None:

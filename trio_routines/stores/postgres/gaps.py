@@ -19,9 +19,9 @@ from typing import Any
 
 import psycopg
 
-from ..gaps import add_gap, extends_newest
-from ..records import Gap, GapReason
-from .pgschema import GAP_LOCK, Schema
+from ...gaps import add_gap, extends_newest
+from ...records import Gap, GapReason
+from .schema import GAP_LOCK, Schema
 
 log = logging.getLogger("trio_routines")
 Conn = psycopg.Connection[Any]

@@ -28,11 +28,11 @@ import os
 from collections import deque
 from collections.abc import Sequence
 
-from ..claims import claim_names, parse_claim
-from ..names import check_name
-from ..records import Fire
+from ...claims import claim_names, parse_claim
+from ...names import check_name
+from ...records import Fire
+from ..safefile import Refused, at, read_file
 from .claimfiles import CLAIM_LIMIT, ClaimFiles
-from .safefile import Refused, at, read_file
 
 
 class OpenScan:

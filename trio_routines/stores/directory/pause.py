@@ -20,10 +20,10 @@ import stat
 from datetime import datetime
 from pathlib import Path
 
-from ..errors import StateFault
-from ..instants import format_iso, parse_iso
-from ..names import check_name, name_problem
-from .safefile import (
+from ...errors import StateFault
+from ...instants import format_iso, parse_iso
+from ...names import check_name, name_problem
+from ..safefile import (
     Refused,
     at,
     create_file,

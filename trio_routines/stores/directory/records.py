@@ -1,0 +1,69 @@
+"""The state directory's pauses, gaps and first-armed records: the store's async calls.
+
+The files themselves are pause.py's, gaps.py's and armed.py's (all build on
+../safefile.py, and live outside ``claims/``, which is all an older reader looks at). Each
+call
+runs in a worker thread of the store's, left to itself when its caller is cancelled
+(abandon.py): a pause, a gap or a first-armed record given up may still land, which is
+harmless (each is idempotent, and a caller told of a fault may repeat them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from ...records import Gap
+
+T = TypeVar("T")
+
+
+class Run(Protocol):
+    """The store's thread runner."""
+
+    def __call__(self, fn: Callable[..., T], /, *args: Any) -> Awaitable[T]: ...
+
+
+class Records:
+    """The pause, gap and first-armed calls of :class:`~.store.DirectoryStore`."""
+
+    def __init__(self, root: Path, run: Run) -> None:
+        """``run``: the store's thread runner, ``await run(fn, *args)`` in one of its worker
+        threads, left to itself when its caller is cancelled."""
+        self._root = root
+        self._run = run
+
+    async def set_paused(self, routine: str, paused: bool, at: datetime | None = None) -> None:
+        from .pause import set_paused_sync
+
+        await self._run(set_paused_sync, self._root, routine, paused, at)
+
+    async def resumed_at(self, routine: str) -> datetime | None:
+        from .pause import resumed_at_sync
+
+        return await self._run(resumed_at_sync, self._root, routine)
+
+    async def paused(self) -> frozenset[str]:
+        from .pause import paused_sync
+
+        return await self._run(paused_sync, self._root)
+
+    async def record_gap(self, routine: str, gap: Gap, *, extends: datetime | None = None) -> bool:
+        """Add ``gap`` to ``routine``\'s gaps (the store contract); False when already there."""
+        from .gaps import record_gap_sync
+
+        return await self._run(record_gap_sync, self._root, routine, gap, extends)
+
+    async def gaps(self, routine: str) -> list[Gap]:
+        """The retained gaps of ``routine``, oldest first."""
+        from .gaps import gaps_sync
+
+        return await self._run(gaps_sync, self._root, routine)
+
+    async def first_armed(self, routines: Sequence[str], at: datetime) -> dict[str, datetime]:
+        """When each of ``routines`` was first armed; ``at`` for those named the first time."""
+        from .armed import first_armed_sync
+
+        return await self._run(first_armed_sync, self._root, list(routines), at)
