@@ -119,6 +119,10 @@ class Env:
         entries: list[dict[str, Any]] = json.loads(result.stdout)
         return entries
 
+    def claims(self, name: str) -> list[dict[str, Any]]:
+        """The routine's history without its gaps: the claims, oldest first."""
+        return [entry for entry in self.history(name) if "slot" in entry]
+
     def seed(
         self,
         name: str,

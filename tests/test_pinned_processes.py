@@ -97,14 +97,14 @@ def test_sigint_stops_with_the_grace_and_a_second_signal_stops_at_once(env: Env)
         wait_for(lambda: "SIGINT received — stopping;" in env.log(), 20, "the first SIGINT")
         assert "in-flight turns get 120s to finish" in env.log()
         assert proc.poll() is None  # the turn has its grace: nothing is cut yet
-        assert "outcome" not in env.history("yearly")[1]
+        assert "outcome" not in env.claims("yearly")[1]
         proc.send_signal(signal.SIGINT)
         # Well before the 120 s grace: the second signal does not wait for it.
         assert proc.wait(timeout=30) == 0
         log = env.log()
         assert "SIGINT received — stopping now" in log
         assert "Traceback" not in log
-        _, fire = env.history("yearly")
+        _, fire = env.claims("yearly")
         assert fire["outcome"] == "interrupted"
         wait_for(lambda: not alive(int(pid)), 5, "the command's grandchild to exit")
     finally:
@@ -124,7 +124,7 @@ def test_a_second_signal_of_another_kind_stops_at_once_too(env: Env) -> None:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
         assert "SIGINT received — stopping now" in env.log()
-        assert env.history("yearly")[1]["outcome"] == "interrupted"
+        assert env.claims("yearly")[1]["outcome"] == "interrupted"
     finally:
         if alive(int(pid)):
             os.kill(int(pid), signal.SIGKILL)
