@@ -111,8 +111,8 @@ def _member_doc(cls: type, name: str, value: Any) -> str:
 
 def _own_members(cls: type) -> list[tuple[str, Any]]:
     """Public members defined by ``cls`` or by the package's own bases it is composed of
-    (the scheduler is a stack of mixins, one module each, and so are parts of the state
-    directory store); never those of outside bases."""
+    (parts of the state directory store are mixins, one module each); never those of
+    outside bases."""
     namespace: dict[str, Any] = {}
     for base in reversed(cls.__mro__):
         if base is cls or base.__module__.startswith(

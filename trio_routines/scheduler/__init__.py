@@ -34,12 +34,14 @@ pulled in to the stop's grace plus a small margin once a stop begins; a settle t
 retried with a back-off before its outcome is given up and counted; a loop that dies of an
 unexpected exception is restarted after a back-off, re-armed from its newest claim.
 
-Where each part lives: ``state`` (what the parts share, the records and errors), ``boot``
-(reconcile, plan the first slots), ``loops`` (one cron loop per routine), ``sleepers`` (where
-they sleep, woken by one timer), ``fire`` (claim ->
-turn -> settle), ``calls`` (bounded store calls, settle retries), ``restarts``, ``wake`` (the
-wake loop), ``clock`` (the jump watch) and ``service`` (the :class:`Scheduler` that composes
-them: run, stop, statistics).
+Where each part lives (each an object owning its state, handed its collaborators; see
+docs/design.md, Runtime): ``state`` (the small shared runtime record, the grace, the records
+and errors), ``calls`` (bounded store calls, settle retries), ``membership`` (joined to the
+store), ``fire`` (claim -> turn -> settle), ``loops`` (one cron loop per routine),
+``arming`` (next slots, future claims), ``sleepers`` (where loops sleep, woken by one timer),
+``wake`` (the wake loop), ``clock`` (the jump watch), ``boot`` (reconcile, plan the first
+slots), ``members`` (heartbeat, dead members), ``reload``, ``restarts`` and ``service`` (the
+:class:`Scheduler` that composes them: run, stop, statistics).
 """
 
 from __future__ import annotations

@@ -24,18 +24,42 @@ from ..history import failing_streak
 from ..instants import format_iso
 from ..records import Fire, Outcome
 from ..routines import catchup_text
+from .arming import Arming
+from .calls import StoreCalls
 from .gaps import GapRecording, gap_words
+from .membership import Membership
 from .openclaims import BOOT_BUDGET, OpenClaims
-from .state import log
+from .state import Runtime, log
 
 BOOT_INTERRUPTED = "the process stopped mid-turn (found unsettled at the next boot)"
 T = TypeVar("T")
 
 
-class Boot(GapRecording, OpenClaims):
-    async def _boot(self, *, plan: bool = True) -> dict[str, datetime]:
+class Boot:
+    """The run's first step. Collaborators: the :class:`Runtime` (routines, wall clock,
+    metrics), the :class:`StoreCalls` (reads, the paused routines, settles), the
+    :class:`Membership` (whose open claims live), the :class:`GapRecording`, the
+    :class:`OpenClaims` and the :class:`Arming` (the newest claims read)."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        calls: StoreCalls,
+        membership: Membership,
+        gaps: GapRecording,
+        open_claims: OpenClaims,
+        arming: Arming,
+    ) -> None:
+        self._runtime = runtime
+        self._calls = calls
+        self._membership = membership
+        self._gaps = gaps
+        self._open_claims = open_claims
+        self._arming = arming
+
+    async def run(self, *, plan: bool = True) -> dict[str, datetime]:
         """Reconcile every routine's open claim; with ``plan``, each cron routine's first slot."""
-        routines = dict(self.routines)  # update_routines() may change them meanwhile
+        routines = dict(self._runtime.routines)  # update_routines() may change them meanwhile
         unreadable: dict[str, StateFault] = {}
         newest = await self._read_newest_claims(routines, unreadable, tolerant=not plan)
         latest = {name: fire.fired_at for name, fire in newest.items() if fire is not None}
@@ -44,7 +68,7 @@ class Boot(GapRecording, OpenClaims):
             for name in routines
             if (fire := newest.get(name)) is not None and fire.outcome is None
         }
-        alive = await self._claims_alive(list(open_claims.items()))
+        alive = await self._membership.claims_alive(list(open_claims.items()))
         unsettled = {}
         for (name, fire), live in zip(open_claims.items(), alive, strict=True):
             if live:  # its holder runs it now: another replica, or this one's fire
@@ -67,7 +91,7 @@ class Boot(GapRecording, OpenClaims):
         async def interrupted(name: str) -> None:
             # Only if still unsettled: another scheduler sharing the store may have been the
             # one mid-turn, and may have settled the real outcome just before we write.
-            await self._settle_once(
+            await self._calls.settle_once(
                 name,
                 unsettled[name],
                 Outcome.INTERRUPTED,
@@ -76,17 +100,17 @@ class Boot(GapRecording, OpenClaims):
                 error=BOOT_INTERRUPTED,
             )
 
-        await _for_each(interrupted, unsettled)
-        await self._reconcile_open(BOOT_BUDGET)  # older claims left open (openclaims.py)
+        await for_each(interrupted, unsettled)
+        await self._open_claims.reconcile(BOOT_BUDGET)  # older claims left open (openclaims.py)
         if not plan:  # an external clock decides every slot
-            await self._refresh_paused()  # for statistics
+            await self._calls.refresh_paused()  # for statistics
             return {}
         for name in routines:  # the readable ones are reconciled; now fail, naming the first
             if name in unreadable:
                 raise unreadable[name]
-        current = self.now()
+        current = self._runtime.now()
         for name in routines:
-            self._note_future_claim(name, newest[name], current)
+            self._arming.note_future_claim(name, newest[name], current)
         first_due: dict[str, datetime | None] = {}
         for name, routine in routines.items():
             if routine.cron is not None:
@@ -98,17 +122,17 @@ class Boot(GapRecording, OpenClaims):
         catching_up = [
             name for name, due in first_due.items() if due is not None and due <= current
         ]
-        resumes = await _for_each(self._resumed_at, catching_up)
-        gap_ends = await _for_each(self._newest_gap_end, catching_up)
+        resumes = await for_each(self._calls.resumed_at, catching_up)
+        gap_ends = await for_each(self._gaps.newest_gap_end, catching_up)
         # A routine that never fired is not caught up, but the slots it passed over since it
         # was first armed are accounted for (one store call for every routine without a claim:
         # a new one is recorded as armed now). Best effort: a fault leaves them unrecorded.
-        armed = await self._first_armed([name for name in first_due if newest[name] is None])
-        unfired = [name for name in armed if self._passed_since(routines[name], armed[name])]
-        unfired_resumes = await _for_each(self._resumed_at, unfired, on_fault=_unaccounted)
-        unfired_gap_ends = await _for_each(self._newest_gap_end, unfired, on_fault=_unaccounted)
-        await self._refresh_paused()  # for statistics too; a fault: taken as pausing none
-        paused = self._paused
+        armed = await self._gaps.first_armed([name for name in first_due if newest[name] is None])
+        unfired = [name for name in armed if self._gaps.passed_since(routines[name], armed[name])]
+        unfired_resumes = await for_each(self._calls.resumed_at, unfired, on_fault=_unaccounted)
+        unfired_gap_ends = await for_each(self._gaps.newest_gap_end, unfired, on_fault=_unaccounted)
+        await self._calls.refresh_paused()  # for statistics too; a fault: taken as pausing none
+        paused = self._calls.paused
         plans: dict[str, BootPlan] = {}
         for name in unfired:
             if name not in unfired_resumes or name not in unfired_gap_ends:
@@ -149,9 +173,9 @@ class Boot(GapRecording, OpenClaims):
 
         async def record(name: str) -> None:
             for gap in plans[name].gaps:
-                await self._record_gap(name, gap)
+                await self._gaps.record_gap(name, gap)
 
-        await _for_each(record, [name for name, made in plans.items() if made.gaps])
+        await for_each(record, [name for name, made in plans.items() if made.gaps])
         planned = {}
         for name, routine in routines.items():
             if routine.cron is None:
@@ -190,12 +214,14 @@ class Boot(GapRecording, OpenClaims):
             if tolerant:
                 _not_reconciled(name, exc)
 
-        newest = await _for_each(self._latest_fire, routines, on_fault=fault)
+        newest = await for_each(self._calls.latest_fire, routines, on_fault=fault)
         for name, fire in newest.items():  # /metrics' last success, before this boot
             if fire is not None and fire.outcome is Outcome.COMPLETED:
-                self.metrics.succeeded(name, _ended(fire))
+                self._runtime.metrics.succeeded(name, _ended(fire))
         if not tolerant:
-            cron = {name: fire for name, fire in newest.items() if self.routines[name].cron}
+            cron = {
+                name: fire for name, fire in newest.items() if self._runtime.routines[name].cron
+            }
             await self._seed_failing(cron)
         return newest
 
@@ -209,19 +235,19 @@ class Boot(GapRecording, OpenClaims):
             for name, fire in newest.items()
             if fire is not None and fire.outcome in (Outcome.FAILED, Outcome.INTERRUPTED)
         ]
-        histories = await _for_each(self._history, failing, on_fault=lambda _n, _f: None)
-        now = self.now()
+        histories = await for_each(self._calls.history, failing, on_fault=lambda _n, _f: None)
+        now = self._runtime.now()
         for name, fire in newest.items():
             fires = histories.get(name)
             if fires:
                 count, success = failing_streak(fires)
                 if success is not None:
-                    self.metrics.succeeded(name, _ended(success))
-                self.metrics.armed(name, fires[0].slot, count)
+                    self._runtime.metrics.succeeded(name, _ended(success))
+                self._runtime.metrics.armed(name, fires[0].slot, count)
             elif fire is not None and fire.outcome in (Outcome.FAILED, Outcome.INTERRUPTED):
-                self.metrics.armed(name, fire.slot, 1)
+                self._runtime.metrics.armed(name, fire.slot, 1)
             else:
-                self.metrics.armed(name, now if fire is None else min(fire.slot, now))
+                self._runtime.metrics.armed(name, now if fire is None else min(fire.slot, now))
 
 
 def _ended(fire: Fire) -> datetime:
@@ -265,7 +291,7 @@ def _not_reconciled(name: str, fault: StateFault) -> None:
     )
 
 
-async def _for_each(
+async def for_each(
     call: Callable[[str], Awaitable[T]],
     names: Collection[str],
     *,

@@ -18,10 +18,7 @@ the claim stays unsettled, and the next boot records it as interrupted.
 
 from __future__ import annotations
 
-import os
-import socket
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections import Counter
 from datetime import datetime
 from types import TracebackType
 
@@ -29,12 +26,10 @@ import trio
 
 from ..errors import StateFault
 from ..instants import format_iso
-from ..presence import LocalPresence, Presence
 from ..records import Fire, Outcome, Wakeup
-from ..replicas import ReplicaInfo, claim_key
-from .clock import duration
+from ..store import Store
 from .deadlines import StoreDeadlines
-from .state import SchedulerState, SharedRead, log
+from .state import Grace, Runtime, SharedRead, duration, log
 
 STOP_MARGIN = 2.0  # seconds a store call may take past a stop's grace
 SETTLE_RETRY_FIRST = 0.25
@@ -69,107 +64,71 @@ class Bounded:
         return self._scope.__exit__(kind, error, traceback)
 
 
-class StoreCalls(SchedulerState):
-    def _bounded(self, seconds: float | None = None) -> Bounded:
+class StoreCalls:
+    """The runtime's store calls, each bounded (see the module doc); owns their deadlines,
+    the paused routines as last read, and the count of settles given up.
+
+    Collaborators: the ``store``, the :class:`Runtime` (wall clock, default grace, metrics)
+    and the :class:`Grace` (a stop's deadline bounds every call).
+    """
+
+    def __init__(
+        self, store: Store, runtime: Runtime, grace: Grace, *, store_timeout: float
+    ) -> None:
+        self.store = store
+        self.store_timeout = store_timeout
+        self._runtime = runtime
+        self._grace = grace
+        #: The deadlines of the calls under way; its watch runs with the loops.
+        self.deadlines = StoreDeadlines()
+        #: Outcomes given up after the settle's retries, by routine.
+        self.settle_failures: Counter[str] = Counter()
+        #: The paused routines as last read from the store (or written by pause/resume).
+        self.paused: frozenset[str] = frozenset()
+        self._paused_read: SharedRead | None = None  # the read under way
+
+    def bounded(self, seconds: float | None = None) -> Bounded:
         """A scope for store calls: ``seconds`` (``store_timeout``), and a stop's bound."""
-        return Bounded(self._deadlines, self._store_deadline(seconds))
+        return Bounded(self.deadlines, self.store_deadline(seconds))
 
-    def _store_deadline(self, seconds: float | None = None) -> float:
+    def store_deadline(self, seconds: float | None = None) -> float:
+        """The deadline of a store call starting now (``store_timeout``, or ``seconds``)."""
         limit = self.store_timeout if seconds is None else seconds
-        return min(trio.current_time() + limit, self._grace_deadline + STOP_MARGIN)
+        return min(trio.current_time() + limit, self._grace.deadline + STOP_MARGIN)
 
-    def _no_answer(self, what: str) -> StateFault:
+    def no_answer(self, what: str) -> StateFault:
+        """The fault of a call cut off by its deadline."""
         return StateFault(
             f"{what}: the store did not answer within {duration(self.store_timeout)} "
             "(or before the stop's grace ran out)"
         )
 
-    async def _join(self) -> Presence:
-        """Join the store as this replica: its own hold, and its record (see replicas.py).
-
-        A store without ``join`` gives holds that exclude within this process only.
-        """
-        from .. import __version__
-
-        now = self.now()
-        info = ReplicaInfo(self.replica, __version__, socket.gethostname(), os.getpid(), now, now)
-        join = getattr(self.store, "join", None)
-        if join is None:
-            return LocalPresence(info)
-        with self._bounded():
-            presence: Presence = await join(info)
-            return presence
-        raise self._no_answer(f"could not join the store as replica {self.replica}")
-
-    @asynccontextmanager
-    async def _present(self) -> AsyncIterator[None]:
-        """Joined for the block: :meth:`run`'s, a fire's or a run's. Blocks at once share one
-        membership; the last to end leaves the store (bounded, whatever it does)."""
-        if self._presence is None:
-            async with self._joining:
-                if self._presence is None:
-                    self._presence = await self._join()
-                self._members += 1
-        else:  # joined already: no schedule point (fires that come together stay together)
-            self._members += 1
-        try:
-            yield
-        finally:
-            self._members -= 1
-            if self._members == 0:
-                with trio.CancelScope(shield=True):
-                    async with self._joining:  # a join waits for this leave to finish
-                        if self._members == 0 and self._presence is not None:
-                            presence, self._presence = self._presence, None
-                            with trio.move_on_after(STOP_MARGIN):
-                                await presence.leave()
-
-    async def _claims_alive(self, claims: Sequence[tuple[str, Fire]]) -> list[bool]:
-        """Whether each open claim's holder is alive. A claim naming our own id is alive only
-        if we hold it now (from memory: one naming us that we do not hold was made by an
-        earlier process under our id, which is dead); any other, as the store says."""
-        presence = self._presence
-        alive = [
-            presence is not None and presence.holds(claim_key(routine, fire.slot))
-            for routine, fire in claims
-        ]
-        theirs = [i for i, (_, fire) in enumerate(claims) if fire.replica != self.replica]
-        read = getattr(self.store, "claims_alive", None)
-        if read is None or not theirs:
-            return alive
-        with self._bounded():
-            answers: list[bool] = await read([(claims[i][0], claims[i][1].slot) for i in theirs])
-            for i, live in zip(theirs, answers, strict=True):
-                alive[i] = alive[i] or live
-            return alive
-        raise self._no_answer("the holds of the open claims are unreadable")
-
-    async def _latest_fire(self, routine: str) -> Fire | None:
-        with self._bounded():
+    async def latest_fire(self, routine: str) -> Fire | None:
+        with self.bounded():
             return await self.store.latest_fire(routine)
-        raise self._no_answer(f"the newest claim of {routine!r} is unreadable")
+        raise self.no_answer(f"the newest claim of {routine!r} is unreadable")
 
-    async def _history(self, name: str) -> list[Fire]:
-        with self._bounded():
+    async def history(self, name: str) -> list[Fire]:
+        with self.bounded():
             return await self.store.history(name)
-        raise self._no_answer(f"the history of {name!r} is unreadable")
+        raise self.no_answer(f"the history of {name!r} is unreadable")
 
-    async def _resumed_at(self, routine: str) -> datetime | None:
-        with self._bounded():
+    async def resumed_at(self, routine: str) -> datetime | None:
+        with self.bounded():
             return await self.store.resumed_at(routine)
-        raise self._no_answer(f"the resume of {routine!r} is unreadable")
+        raise self.no_answer(f"the resume of {routine!r} is unreadable")
 
-    async def _take_due_wakeup(self, now: datetime) -> Wakeup | None:
-        with self._bounded():
+    async def take_due_wakeup(self, now: datetime) -> Wakeup | None:
+        with self.bounded():
             return await self.store.take_due_wakeup(now)
-        raise self._no_answer("could not take a due wake-up")
+        raise self.no_answer("could not take a due wake-up")
 
-    async def _defer_wakeup(self, wakeup: Wakeup, fire_at: datetime) -> bool:
-        with self._bounded():
+    async def defer_wakeup(self, wakeup: Wakeup, fire_at: datetime) -> bool:
+        with self.bounded():
             return await self.store.defer_wakeup(wakeup, fire_at)
-        raise self._no_answer(f"could not re-queue wake-up {wakeup.id}")
+        raise self.no_answer(f"could not re-queue wake-up {wakeup.id}")
 
-    async def _read_paused(self) -> frozenset[str]:
+    async def read_paused(self) -> frozenset[str]:
         """The paused routines, as the store says now (remembered for statistics).
 
         One read serves every fire that asks while it is under way: a thousand routines due
@@ -185,10 +144,10 @@ class StoreCalls(SchedulerState):
             # The reader was cancelled (its caller stopped): read again ourselves.
         shared = self._paused_read = SharedRead()
         try:
-            with self._bounded():
-                shared.result = self._paused = await self.store.paused()
+            with self.bounded():
+                shared.result = self.paused = await self.store.paused()
                 return shared.result
-            shared.error = self._no_answer("the paused routines are unreadable")
+            shared.error = self.no_answer("the paused routines are unreadable")
             raise shared.error
         except StateFault as exc:
             shared.error = exc
@@ -197,14 +156,33 @@ class StoreCalls(SchedulerState):
             self._paused_read = None
             shared.finish()
 
-    async def _refresh_paused(self) -> None:
+    async def set_paused(self, name: str, paused: bool) -> None:
+        """Pause or resume ``name`` in the store (a resume stamped now), and remember it."""
+        with self.bounded():
+            if paused:
+                await self.store.set_paused(name, True)
+                self.paused = self.paused | {name}
+            else:
+                await self.store.set_paused(name, False, self._runtime.now())
+                self.paused = self.paused - {name}
+            return
+        raise self.no_answer(f"could not {'pause' if paused else 'resume'} {name!r}")
+
+    async def count_wakeups(self) -> int:
+        """How many wake-ups are pending (a full list: cheap for the state directory, which
+        caches its parse)."""
+        with self.bounded():
+            return len(await self.store.list_wakeups())
+        raise self.no_answer("the pending wake-ups could not be counted")
+
+    async def refresh_paused(self) -> None:
         """Re-read the paused routines for statistics; a fault keeps the last answer."""
         try:
-            await self._read_paused()
+            await self.read_paused()
         except StateFault as exc:
             log.debug("the paused routines could not be re-read: %s", exc)
 
-    async def _settle_once(
+    async def settle_once(
         self,
         routine: str,
         slot: datetime,
@@ -216,7 +194,7 @@ class StoreCalls(SchedulerState):
     ) -> bool:
         """One bounded settle (a retry's, the boot's); False when it failed or was cut off
         (logged)."""
-        with self._bounded():
+        with self.bounded():
             return await self.store.settle(
                 routine, slot, outcome, ms, if_unsettled=if_unsettled, error=error
             )
@@ -231,7 +209,7 @@ class StoreCalls(SchedulerState):
             format_iso(slot),
         )
 
-    async def _settle(
+    async def settle(
         self,
         routine: str,
         slot: datetime,
@@ -248,8 +226,8 @@ class StoreCalls(SchedulerState):
         goes on (the retries, in a shielded scope of their own). A settle given up is logged
         and counted; the fire path goes on either way.
         """
-        give_up = trio.current_time() + self.default_grace
-        self._deadlines.note(within, self._store_deadline())
+        give_up = trio.current_time() + self._runtime.default_grace
+        self.deadlines.note(within, self.store_deadline())
         try:
             if await self.store.settle(routine, slot, outcome, ms, error=error):
                 return
@@ -258,7 +236,7 @@ class StoreCalls(SchedulerState):
                 raise
             self._settle_timed_out(routine, slot, outcome)
         finally:
-            self._deadlines.forget(within)
+            self.deadlines.forget(within)
         with trio.CancelScope(shield=True):  # ``within`` may be cancelled now
             await self._settle_again(routine, slot, outcome, ms, error, give_up)
 
@@ -275,13 +253,13 @@ class StoreCalls(SchedulerState):
         delay = SETTLE_RETRY_FIRST
         attempts = 1
         while True:
-            if trio.current_time() + delay > min(give_up, self._grace_deadline + STOP_MARGIN):
+            if trio.current_time() + delay > min(give_up, self._grace.deadline + STOP_MARGIN):
                 break
-            with self._bounded(delay):  # a stop meanwhile cuts the wait short
+            with self.bounded(delay):  # a stop meanwhile cuts the wait short
                 await trio.sleep_forever()
             delay = min(delay * 2, SETTLE_RETRY_MAX)
             attempts += 1
-            if await self._settle_once(routine, slot, outcome, ms, if_unsettled=False, error=error):
+            if await self.settle_once(routine, slot, outcome, ms, if_unsettled=False, error=error):
                 log.info(
                     "%s: the %s outcome of slot %s recorded at attempt %d",
                     routine,
@@ -290,8 +268,8 @@ class StoreCalls(SchedulerState):
                     attempts,
                 )
                 return
-        self._settle_failures[routine] += 1
-        self.metrics.settle_failed(routine)
+        self.settle_failures[routine] += 1
+        self._runtime.metrics.settle_failed(routine)
         log.error(
             "%s: the %s outcome of slot %s is lost after %d attempts — the claim stays "
             "unsettled and the next boot records it as interrupted",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 
@@ -17,15 +18,63 @@ from ..presence import LocalPresence
 from ..records import ClaimResult, ClaimStatus, Outcome
 from ..replicas import claim_key
 from ..routines import Routine
+from ..store import Store
 from ..turns import TurnResult, run_turn
 from .calls import StoreCalls
-from .holds import TurnHold
-from .state import LOST_HOLD, FireResult, NotOnGrid, NotYetDue, Stopping, busy_reason, log, on_grid
+from .holds import Holds, TurnHold
+from .membership import Membership
+from .state import (
+    LOST_HOLD,
+    FireResult,
+    Grace,
+    NotOnGrid,
+    NotYetDue,
+    Runtime,
+    Stopping,
+    busy_reason,
+    log,
+    on_grid,
+    takes_replica,
+)
 
 CLAIMED_TOO_LATE = "claimed only after the store's deadline (its caller had given up): not run"
 
 
-class FirePath(StoreCalls):
+class FirePath:
+    """Claim -> turn -> settle, and the claim-less runs; owns the outcomes' counts.
+
+    Collaborators: the ``store`` (the claim itself), the :class:`Runtime` (routines, wall
+    clock, stop, turns in flight, the run's nursery, metrics), the :class:`StoreCalls` (the
+    paused read, deadlines, the settle), the :class:`Membership` (joined for an external
+    fire; the presence, for a store whose claims take holds), the :class:`Holds` (one
+    session's turn at a time) and the :class:`Grace` (the turn's scope a stop reaches).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        runtime: Runtime,
+        calls: StoreCalls,
+        membership: Membership,
+        holds: Holds,
+        grace: Grace,
+    ) -> None:
+        self._store = store
+        self._runtime = runtime
+        self._calls = calls
+        self._membership = membership
+        self._holds = holds
+        self._grace = grace
+        # Looked up once: the fire path is hot (10,000 fires at once, see benchmarks/).
+        self._in_flight = runtime.in_flight
+        self._stopping = runtime.stopping
+        self._metrics = runtime.metrics
+        self._deadlines = calls.deadlines
+        # A store written before replicas were recorded takes no ``replica``: it gets none.
+        self._claim_options = {"replica": runtime.replica} if takes_replica(store) else {}
+        #: Outcomes (and refusals: paused, duplicate, stale) counted for the statistics.
+        self.outcomes: Counter[str] = Counter()
+
     async def fire(
         self,
         name: str,
@@ -40,19 +89,19 @@ class FirePath(StoreCalls):
         (``await scheduler.start_fire(...)``). Raises :class:`UnknownRoutine`,
         :class:`NotOnGrid`, :class:`Stopping`, or :class:`StateFault` (nothing was claimed).
         """
-        routine = self.routine(name)
+        routine = self._runtime.routine(name)
         slot = truncate_ms(slot)
         if not on_grid(routine, slot):
             raise NotOnGrid(
                 f"{slot_name(slot)} is not on the cron grid of {name!r} ({routine.cron})"
             )
-        now = self.now()
+        now = self._runtime.now()
         if slot > now:
             raise _not_yet_due(name, slot, now)
         if self._stopping.value:
             raise Stopping("the scheduler is stopping; no new fires are accepted")
-        async with self._present():
-            result = await self._fire(routine, slot, task_status)  # shielded within
+        async with self._membership.present():
+            result = await self.fire_slot(routine, slot, task_status)  # shielded within
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller hears of it now
         return result
 
@@ -61,32 +110,24 @@ class FirePath(StoreCalls):
 
         Raises :class:`UnknownRoutine`, or :class:`StateFault` (nothing changed).
         """
-        self.routine(name)
-        with self._bounded():
-            await self.store.set_paused(name, True)
-            self._paused = self._paused | {name}
-            log.info("%s: paused", name)
-            return
-        raise self._no_answer(f"could not pause {name!r}")
+        self._runtime.routine(name)
+        await self._calls.set_paused(name, True)
+        log.info("%s: paused", name)
 
     async def resume(self, name: str) -> None:
         """Resume routine ``name``: it fires from its next slot on; nothing missed is run."""
-        self.routine(name)
-        with self._bounded():
-            await self.store.set_paused(name, False, self.now())
-            self._paused = self._paused - {name}
-            log.info("%s: resumed", name)
-            return
-        raise self._no_answer(f"could not resume {name!r}")
+        self._runtime.routine(name)
+        await self._calls.set_paused(name, False)
+        log.info("%s: resumed", name)
 
     async def start_fire(self, name: str, slot: datetime) -> ClaimResult:
         """Claim ``slot`` now and let the turn continue in the running scheduler's nursery."""
-        if self._nursery is None:
+        if self._runtime.nursery is None:
             raise Stopping("the scheduler is not running")
-        result: ClaimResult = await self._nursery.start(self.fire, name, slot)
+        result: ClaimResult = await self._runtime.nursery.start(self.fire, name, slot)
         return result
 
-    async def _fire(
+    async def fire_slot(
         self,
         routine: Routine,
         slot: datetime,
@@ -96,17 +137,18 @@ class FirePath(StoreCalls):
         shielded, so a stop never cuts a claim or a settle short (the turn has its own grace).
 
         The shielded scope is also the claim's deadline (see :mod:`.deadlines`), and the
-        settle's first attempt's, which catches its own cancel (see :meth:`_settle`): scopes
-        fewer for each of 10,000 fires due at once. A cancel the scope itself catches is
-        therefore the claim's. One frame from the paused read to the claim: every coroutine a
-        fire holds while 10,000 fires wait together is collector work.
+        settle's first attempt's, which catches its own cancel (see
+        :meth:`StoreCalls.settle`): scopes fewer for each of 10,000 fires due at once. A
+        cancel the scope itself catches is therefore the claim's. One frame from the paused
+        read to the claim: every coroutine a fire holds while 10,000 fires wait together is
+        collector work.
         """
         name = routine.name
-        self._in_flight.value += 1  # as ``with self._working()``, without an object per fire
+        self._in_flight.value += 1  # as ``with runtime.working()``, without an object per fire
         try:
             with trio.CancelScope(shield=True) as scope:
                 try:
-                    paused = await self._read_paused()  # every replica honours it: read first
+                    paused = await self._calls.read_paused()  # every replica honours it: read first
                 except StateFault as exc:
                     raise StateFault(
                         f"could not claim slot {slot_name(slot)} of {name!r}: {exc}"
@@ -114,10 +156,10 @@ class FirePath(StoreCalls):
                 if name in paused:
                     task_status.started(ClaimResult(ClaimStatus.PAUSED))
                     return self._refused(name, slot, ClaimResult(ClaimStatus.PAUSED))
-                now = self.now()
+                now = self._runtime.now()
                 if slot > now:  # the wall clock went back while the paused set was read
                     raise _not_yet_due(name, slot, now)
-                self._deadlines.note(scope, self._store_deadline())
+                self._deadlines.note(scope, self._calls.store_deadline())
                 try:
                     hold, claim = await self._hold_and_claim(routine, slot, now)
                 finally:
@@ -135,7 +177,7 @@ class FirePath(StoreCalls):
                     return await self._turn_and_settle(routine, slot, scope, hold)
                 finally:
                     hold.release()
-            raise self._no_answer(f"could not claim slot {format_iso(slot)} of {name!r}")
+            raise self._calls.no_answer(f"could not claim slot {format_iso(slot)} of {name!r}")
         finally:
             self._in_flight.value -= 1
 
@@ -147,10 +189,10 @@ class FirePath(StoreCalls):
             "recorded as interrupted",
             name,
             format_iso(slot),
-            extra={"routine": name, "slot": slot, "replica": self.replica},
+            extra={"routine": name, "slot": slot, "replica": self._runtime.replica},
         )
-        await self._settle(name, slot, Outcome.INTERRUPTED, None, CLAIMED_TOO_LATE, scope)
-        self._outcomes[Outcome.INTERRUPTED.value] += 1
+        await self._calls.settle(name, slot, Outcome.INTERRUPTED, None, CLAIMED_TOO_LATE, scope)
+        self.outcomes[Outcome.INTERRUPTED.value] += 1
         return FireResult(
             name, slot, claimed=True, outcome=Outcome.INTERRUPTED, failed=CLAIMED_TOO_LATE
         )
@@ -167,7 +209,7 @@ class FirePath(StoreCalls):
                 # No closure per fire: at 10,000 fires at once, every object a fire keeps
                 # while its claim is on its way is the collector's work (benchmarks/).
                 hold, claim = await self._holds.enter_claiming(
-                    routine.session, key, self.store.claim, (name, slot, now), self._claim_options
+                    routine.session, key, self._store.claim, (name, slot, now), self._claim_options
                 )
                 # None: the slot is this process's already.
                 return hold, claim or ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
@@ -177,16 +219,16 @@ class FirePath(StoreCalls):
         if not hold.claimed:  # another replica is deciding or running this very slot
             return hold, ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
         try:
-            return hold, await self.store.claim(name, slot, now, **self._claim_options)
+            return hold, await self._store.claim(name, slot, now, **self._claim_options)
         except BaseException:
             hold.release()
             raise
 
     def _claims_take_holds(self) -> bool:
         """Whether the store takes a claim's holds in the claim's own step, for our presence."""
-        presence = self._presence
+        presence = self._membership.presence
         return (
-            getattr(self.store, "claims_take_holds", False) is True
+            getattr(self._store, "claims_take_holds", False) is True
             and presence is not None
             and not isinstance(presence, LocalPresence)
         )
@@ -205,7 +247,7 @@ class FirePath(StoreCalls):
                     "another scheduler has it",
                     name,
                     format_iso(slot),
-                    extra={"routine": name, "slot": slot, "replica": self.replica},
+                    extra={"routine": name, "slot": slot, "replica": self._runtime.replica},
                 )
             reason = "duplicate"
         else:
@@ -215,30 +257,31 @@ class FirePath(StoreCalls):
                 name,
                 format_iso(slot),
                 claim.newest,
-                extra={"routine": name, "slot": slot, "replica": self.replica},
+                extra={"routine": name, "slot": slot, "replica": self._runtime.replica},
             )
             reason = "stale"
-        self._outcomes[reason] += 1
-        self.metrics.refuse(name, reason)
+        self.outcomes[reason] += 1
+        self._metrics.refuse(name, reason)
         return FireResult(name, slot, claimed=False, reason=reason)
 
     async def _turn_and_settle(
         self, routine: Routine, slot: datetime, scope: trio.CancelScope, hold: TurnHold
     ) -> FireResult:
-        """The turn, then its settle, the last step of ``scope`` (see :meth:`_settle`)."""
+        """The turn, then its settle, the last step of ``scope`` (see :meth:`StoreCalls.settle`)."""
         name = routine.name
-        late = (self.now() - slot).total_seconds()
-        why = FireContext("routine", routine.session, routine=name, slot=slot, replica=self.replica)
+        late = (self._runtime.now() - slot).total_seconds()
+        replica = self._runtime.replica
+        why = FireContext("routine", routine.session, routine=name, slot=slot, replica=replica)
         with log_fields(late_ms=round(late * 1000)):
-            turn = await self._turn(why, name, routine.prompt, routine.timeout, hold=hold)
+            turn = await self.turn(why, name, routine.prompt, routine.timeout, hold=hold)
         # The reason goes with the outcome. A busy session is an overlap, not a failure: when
         # our own previous turn of it runs, nothing is stored (history says it was still
         # running); when the agent said busy, its words are -- a 409 may also mean that it
         # already did this slot, by the idempotency key.
         error = turn.failed
-        await self._settle(name, slot, turn.outcome, turn.ms, error, scope)
-        self._outcomes[turn.outcome.value] += 1
-        self.metrics.fired(name, turn.outcome.value, turn.ms, late, at=self.now())
+        await self._calls.settle(name, slot, turn.outcome, turn.ms, error, scope)
+        self.outcomes[turn.outcome.value] += 1
+        self._metrics.fired(name, turn.outcome.value, turn.ms, late, at=self._runtime.now())
         if turn.busy:  # as the original: skipped with the reason, and no failure
             return FireResult(
                 name, slot, claimed=True, outcome=turn.outcome, ms=turn.ms, reason=busy_reason(name)
@@ -247,7 +290,7 @@ class FirePath(StoreCalls):
             name, slot, claimed=True, outcome=turn.outcome, ms=turn.ms, failed=turn.failed
         )
 
-    async def _turn(
+    async def turn(
         self,
         why: FireContext,
         label: str,
@@ -270,7 +313,7 @@ class FirePath(StoreCalls):
                 log.error("%s: could not hold session %s: %s", label, why.session, exc)
                 return TurnResult(Outcome.FAILED, 0, failed=f"the store did not answer: {exc}")
         try:
-            with self._turn_scope() as grace, firing(why):
+            with self._grace.turn_scope() as grace, firing(why):
                 turn = await run_turn(
                     hold.agent,
                     label,
@@ -285,23 +328,24 @@ class FirePath(StoreCalls):
                 hold.release()
         if hold.busy:  # a turn of ours (any replica's) is in flight: no agent's words to keep
             return attrs.evolve(turn, failed=None)
-        if grace in self._lost_scopes:  # ended because our holds were lost, not by a stop
-            self._lost_scopes.discard(grace)
-            if turn.outcome is Outcome.INTERRUPTED:
-                return attrs.evolve(turn, failed=LOST_HOLD)
+        # Ended because our holds were lost, not by a stop (asked of every turn: it forgets).
+        if self._grace.was_lost(grace) and turn.outcome is Outcome.INTERRUPTED:
+            return attrs.evolve(turn, failed=LOST_HOLD)
         return turn
 
     async def run_now(
         self, name: str, *, on_text: Callable[[str], None] | None = None
     ) -> TurnResult:
         """Run one turn of a routine now, without a claim: no slot, no history."""
-        routine = self.routine(name)
+        routine = self._runtime.routine(name)
         if self._stopping.value:
             raise Stopping("the scheduler is stopping; no new turns are accepted")
-        async with self._present():
-            with trio.CancelScope(shield=True), self._working():
-                why = FireContext("run", routine.session, routine=name, replica=self.replica)
-                result = await self._turn(why, name, routine.prompt, routine.timeout, on_text)
+        async with self._membership.present():
+            with trio.CancelScope(shield=True), self._runtime.working():
+                why = FireContext(
+                    "run", routine.session, routine=name, replica=self._runtime.replica
+                )
+                result = await self.turn(why, name, routine.prompt, routine.timeout, on_text)
         return result
 
     async def start_run(self, name: str) -> bool:
@@ -312,18 +356,18 @@ class FirePath(StoreCalls):
         this returns, so no other turn can slip in between the answer and the start.
         Raises StateFault when the store cannot say.
         """
-        routine = self.routine(name)
-        if self._stopping.value or self._nursery is None:
+        routine = self._runtime.routine(name)
+        if self._stopping.value or self._runtime.nursery is None:
             raise Stopping("the scheduler is stopping; no new turns are accepted")
         hold: TurnHold | None = None
-        with self._bounded():
+        with self._calls.bounded():
             hold = await self._holds.enter(routine.session)
         if hold is None:
-            raise self._no_answer(f"could not hold the session of {name!r}")
+            raise self._calls.no_answer(f"could not hold the session of {name!r}")
         if hold.busy:
             hold.release()
             return False
-        await self._nursery.start(self._run_in_background, routine, hold)
+        await self._runtime.nursery.start(self._run_in_background, routine, hold)
         return True
 
     async def _run_in_background(
@@ -333,11 +377,13 @@ class FirePath(StoreCalls):
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        with trio.CancelScope(shield=True), self._working():
+        with trio.CancelScope(shield=True), self._runtime.working():
             task_status.started()
-            why = FireContext("run", routine.session, routine=routine.name, replica=self.replica)
+            why = FireContext(
+                "run", routine.session, routine=routine.name, replica=self._runtime.replica
+            )
             try:
-                await self._turn(why, routine.name, routine.prompt, routine.timeout, hold=hold)
+                await self.turn(why, routine.name, routine.prompt, routine.timeout, hold=hold)
             finally:
                 hold.release()
 

@@ -1,7 +1,7 @@
 """Recording the slots a routine passed over: the runtime's side of :mod:`trio_routines.gaps`.
 
-The cron loop, after each slot it tried (see :meth:`GapRecording._after_slot`), and the boot
-(:meth:`Boot._boot`) decide what was passed over; this part writes it to the store, counts it
+The cron loop, after each slot it tried (see :meth:`GapRecording.after_slot`), and the boot
+(:meth:`Boot.plan`) decide what was passed over; this part writes it to the store, counts it
 (``trio_routines_slots_missed_total``) and logs it. A gap that cannot be written is logged
 and otherwise forgotten: it never holds up a fire. A store without ``record_gap`` (one of
 yours, written before gaps) still gets the log lines and the counter.
@@ -18,9 +18,9 @@ from ..history import GAP_WHY as WHY
 from ..instants import format_iso
 from ..records import Gap, GapReason
 from ..routines import Routine
-from ..store import ArmedRecords, GapRecords
+from ..store import ArmedRecords, GapRecords, Store
 from .calls import StoreCalls
-from .state import FireResult, log
+from .state import FireResult, Runtime, log
 
 _MS = timedelta(milliseconds=1)
 _MINUTE = timedelta(minutes=1)
@@ -38,15 +38,23 @@ def gap_words(gap: Gap) -> str:
     return f"{about}{gap.count} {slots} {span}"
 
 
-class GapRecording(StoreCalls):
-    async def _record_gap(
+class GapRecording:
+    """Writes, counts and logs the slots passed over; collaborators: the ``store``, the
+    :class:`Runtime` (wall clock, metrics) and the :class:`StoreCalls` (bounds, reads)."""
+
+    def __init__(self, store: Store, runtime: Runtime, calls: StoreCalls) -> None:
+        self._store = store
+        self._runtime = runtime
+        self._calls = calls
+
+    async def record_gap(
         self, name: str, gap: Gap | None, *, extends: datetime | None = None
     ) -> None:
         """Write ``gap`` of routine ``name`` (if any), count it and log it; never raises."""
         if gap is None:
             return
         try:
-            await self._write_gap(name, gap, extends)
+            await self.write_gap(name, gap, extends)
         except StateFault as exc:
             log.error(
                 "%s: %s passed over (%s) could not be recorded: %s",
@@ -57,16 +65,16 @@ class GapRecording(StoreCalls):
             )
             self._count_gap(name, gap)
 
-    async def _write_gap(self, name: str, gap: Gap, extends: datetime | None = None) -> bool:
+    async def write_gap(self, name: str, gap: Gap, extends: datetime | None = None) -> bool:
         """Write ``gap``, then count and log it; False (nothing counted) when the store had it
         already. StateFault when the store does not answer."""
-        if isinstance(self.store, GapRecords) and not await self._store_gap(name, gap, extends):
+        if isinstance(self._store, GapRecords) and not await self._store_gap(name, gap, extends):
             return False  # another replica recorded these very slots
         self._count_gap(name, gap)
         return True
 
     def _count_gap(self, name: str, gap: Gap) -> None:
-        self.metrics.slots_missed(name, gap.reason.value, gap.count)
+        self._runtime.metrics.slots_missed(name, gap.reason.value, gap.count)
         level = log.info if gap.reason is GapReason.PAUSED else log.warning
         level(
             "%s: missed %s — %s (a %s gap in its history)",
@@ -77,43 +85,43 @@ class GapRecording(StoreCalls):
         )
 
     async def _store_gap(self, name: str, gap: Gap, extends: datetime | None) -> bool:
-        assert isinstance(self.store, GapRecords)
-        with self._bounded():
-            return await self.store.record_gap(name, gap, extends=extends)
-        raise self._no_answer(f"could not record a gap of {name!r}")
+        assert isinstance(self._store, GapRecords)
+        with self._calls.bounded():
+            return await self._store.record_gap(name, gap, extends=extends)
+        raise self._calls.no_answer(f"could not record a gap of {name!r}")
 
-    async def _newest_gap_end(self, name: str) -> datetime | None:
+    async def newest_gap_end(self, name: str) -> datetime | None:
         """The last slot of ``name``'s newest gap, or None (none, or a store without gaps)."""
-        if not isinstance(self.store, GapRecords):
+        if not isinstance(self._store, GapRecords):
             return None
-        with self._bounded():
-            gaps = await self.store.gaps(name)
+        with self._calls.bounded():
+            gaps = await self._store.gaps(name)
             return gaps[-1].last if gaps else None
-        raise self._no_answer(f"the gaps of {name!r} are unreadable")
+        raise self._calls.no_answer(f"the gaps of {name!r} are unreadable")
 
-    async def _first_armed(self, names: list[str]) -> dict[str, datetime]:
+    async def first_armed(self, names: list[str]) -> dict[str, datetime]:
         """When each of ``names`` was first armed (now, for those armed for the first time);
         empty for a store that does not keep it, or one that does not answer (logged)."""
-        if not names or not isinstance(self.store, ArmedRecords):
+        if not names or not isinstance(self._store, ArmedRecords):
             return {}
         try:
-            with self._bounded():
-                armed = await self.store.first_armed(names, self.now())
+            with self._calls.bounded():
+                armed = await self._store.first_armed(names, self._runtime.now())
                 for name, at in armed.items():
-                    self.metrics.known_since(name, at)
+                    self._runtime.metrics.known_since(name, at)
                 return armed
-            raise self._no_answer("when the routines were first armed is unknown")
+            raise self._calls.no_answer("when the routines were first armed is unknown")
         except StateFault as exc:
             log.error("the slots of routines that never fired are not accounted for: %s", exc)
             return {}
 
-    def _passed_since(self, routine: Routine, armed: datetime) -> bool:
+    def passed_since(self, routine: Routine, armed: datetime) -> bool:
         """Whether a slot of ``routine`` passed since ``armed`` (cheap: one cron step)."""
         assert routine.cron is not None
         first = next_run(routine.cron, routine.tz, armed, routine.name)
-        return first is not None and first <= self.now()
+        return first is not None and first <= self._runtime.now()
 
-    async def _after_slot(
+    async def after_slot(
         self,
         routine: Routine,
         due: datetime,
@@ -131,26 +139,26 @@ class GapRecording(StoreCalls):
         """
         assert routine.cron is not None
         cron, tz, name = routine.cron, routine.tz, routine.name
-        now = self.now()
+        now = self._runtime.now()
         if result.claimed:
             if started - due >= _MINUTE:  # slots are whole minutes apart: none in between
-                await self._record_gap(
+                await self.record_gap(
                     name, passed_over(cron, tz, name, due, started, GapReason.CAUGHT_UP)
                 )
             overlap = passed_over(cron, tz, name, max(due, started), now, GapReason.OVERLAP)
             if overlap is not None:
                 try:
-                    newest = await self._latest_fire(name)
+                    newest = await self._calls.latest_fire(name)
                 except StateFault:
                     newest = None
                 if newest is not None and newest.slot > due:  # a replica fired while we ran
                     overlap = passed_over(
                         cron, tz, name, max(newest.slot, started), now, GapReason.OVERLAP
                     )
-                await self._record_gap(name, overlap)
+                await self.record_gap(name, overlap)
             return None
         if result.reason == "paused":
             paused = passed_over(cron, tz, name, due - _MS, max(now, due), GapReason.PAUSED)
-            await self._record_gap(name, paused, extends=paused_tail)
+            await self.record_gap(name, paused, extends=paused_tail)
             return paused.last if paused is not None else paused_tail
         return None

@@ -1,7 +1,7 @@
 """Cron loops: one task per routine, sleeping towards its next slot and firing it.
 
 A loop ends when the scheduler stops, when its routine is removed or replaced by
-:meth:`Scheduler.update_routines` (``self.routines[name]`` is no longer the very object it
+:meth:`Scheduler.update_routines` (``runtime.routines[name]`` is no longer the very object it
 runs; a fire in flight finishes and settles first), or when its cron has no next instant.
 An unexpected exception restarts it (see :mod:`.restarts`).
 """
@@ -18,17 +18,56 @@ from ..errors import StateFault
 from ..gaps import is_late, old_reason, passed_over
 from ..records import Gap
 from ..routines import Routine
+from .arming import Arming
+from .calls import StoreCalls
 from .clock import ClockWatch
 from .fire import FirePath
+from .gaps import GapRecording
 from .restarts import RESTART_FIRST, Restarts
-from .state import FireResult, NotYetDue, log
-from .unanswered import UnansweredSlots, note_unanswered
+from .sleepers import Sleepers
+from .state import FireResult, NotYetDue, Runtime, log
+from .unanswered import note_unanswered, record_unanswered
 
 _MS = timedelta(milliseconds=1)
 
 
-class CronLoops(FirePath, UnansweredSlots, ClockWatch, Restarts):
-    async def _cron_loop(self, routine: Routine, due: datetime | None, *, rearm: bool) -> None:
+class CronLoops:
+    """One loop per cron routine; owns which fire each loop has under way.
+
+    Collaborators: the :class:`Runtime` (routines, wall clock, stop), the :class:`FirePath`
+    (each slot's fire), the :class:`StoreCalls` (a re-arm's read), the :class:`GapRecording`
+    (what a loop passed over), the :class:`ClockWatch` (the offset, after every sleep), the
+    :class:`Restarts`, the :class:`Sleepers` (where loops sleep) and the :class:`Arming`
+    (each loop's next slot).
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        fire: FirePath,
+        calls: StoreCalls,
+        gaps: GapRecording,
+        clock: ClockWatch,
+        restarts: Restarts,
+        sleepers: Sleepers,
+        arming: Arming,
+        *,
+        max_wait: float,
+    ) -> None:
+        self._runtime = runtime
+        self._fire = fire
+        self._calls = calls
+        self._gaps = gaps
+        self._clock = clock
+        self._restarts = restarts
+        self._sleepers = sleepers
+        self._arming = arming
+        self._max_wait = max_wait
+        #: A loop's fire under way, by routine: its marker.
+        self.firing: dict[str, object] = {}
+        self._waiters: dict[object, trio.Event] = {}  # marker -> set once that fire settled
+
+    async def loop(self, routine: Routine, due: datetime | None, *, rearm: bool) -> None:
         """Fire ``routine`` at ``due`` and every slot after it; with ``rearm``, plan ``due``.
 
         Everything lives in this one frame, the restart policy included: at 10,000 routines
@@ -42,28 +81,28 @@ class CronLoops(FirePath, UnansweredSlots, ClockWatch, Restarts):
         while True:
             try:
                 if rearm:
-                    previous = self._firing.get(name)
+                    previous = self.firing.get(name)
                     if previous is not None:  # the version this one replaces is still settling
                         await self._settled(previous)
                     due = await self._rearm_due(routine)
                     rearm = False
                     if not self._current(routine):
                         return
-                    self._set_due(routine, due)
+                    self._arming.set_due(routine, due)
                 while due is not None:
                     # Sleep towards the slot, re-reading the wall clock after every wake.
-                    while (remaining := (due - self.now()).total_seconds()) > 0:
+                    while (remaining := (due - self._runtime.now()).total_seconds()) > 0:
                         await self._sleepers.sleep_until(
-                            trio.current_time() + min(remaining, self.max_wait)
+                            trio.current_time() + min(remaining, self._max_wait)
                         )
-                        self._note_offset()
+                        self._clock.note_offset()
                         if not self._current(routine):
                             return
-                    if self._stopping.value or not self._current(routine):
+                    if self._runtime.stopping.value or not self._current(routine):
                         return
-                    now = self.now()
+                    now = self._runtime.now()
                     if is_late(due, now, routine.catchup):  # a loop that woke far too late
-                        await self._record_gap(
+                        await self._gaps.record_gap(
                             name,
                             passed_over(
                                 routine.cron,
@@ -76,15 +115,16 @@ class CronLoops(FirePath, UnansweredSlots, ClockWatch, Restarts):
                         )
                         paused_tail = None
                         due = next_run(routine.cron, routine.tz, now, routine.name)
-                        self._set_due(routine, due)
+                        self._arming.set_due(routine, due)
                         continue
                     # A bare marker: at 10,000 fires at once, an Event each is collector work;
                     # the one a replacement waits on is made only then (see _settled).
-                    firing = self._firing[name] = object()
+                    firing = self.firing[name] = object()
                     early = False
                     result: FireResult | None = None
                     try:
-                        result = await self._fire(routine, due)  # shielded: a stop lets it settle
+                        # Shielded within: a stop lets it settle.
+                        result = await self._fire.fire_slot(routine, due)
                     except NotYetDue:
                         early = True  # the clock went back meanwhile: sleep again
                     except StateFault as exc:
@@ -95,8 +135,8 @@ class CronLoops(FirePath, UnansweredSlots, ClockWatch, Restarts):
                         )
                         unanswered = note_unanswered(routine, due, unanswered)
                     finally:
-                        if self._firing.get(name) is firing:  # not a newer version's entry
-                            del self._firing[name]
+                        if self.firing.get(name) is firing:  # not a newer version's entry
+                            del self.firing[name]
                         waiter = self._waiters.pop(firing, None)
                         if waiter is not None:
                             waiter.set()
@@ -106,29 +146,21 @@ class CronLoops(FirePath, UnansweredSlots, ClockWatch, Restarts):
                         continue
                     if result is not None:  # the store answered
                         if unanswered:
-                            unanswered = await self._record_unanswered(routine, unanswered)
-                        paused_tail = await self._after_slot(routine, due, result, now, paused_tail)
+                            unanswered = await record_unanswered(
+                                self._gaps, self._calls, routine, unanswered
+                            )
+                        paused_tail = await self._gaps.after_slot(
+                            routine, due, result, now, paused_tail
+                        )
                     backoff = RESTART_FIRST  # a slot went through: a later fault starts over
-                    due = next_run(routine.cron, routine.tz, self.now(), routine.name)
-                    self._set_due(routine, due)
+                    due = next_run(routine.cron, routine.tz, self._runtime.now(), routine.name)
+                    self._arming.set_due(routine, due)
                 return
             except Exception as exc:
-                if self._stopping.value or not self._current(routine):
+                if self._runtime.stopping.value or not self._current(routine):
                     return
-                backoff = await self._restart_after(f"cron:{name}", name, exc, backoff)
+                backoff = await self._restarts.restart_after(f"cron:{name}", name, exc, backoff)
                 rearm = True
-
-    async def _watch_clock(self) -> None:
-        """Without a wake loop, something must still look at the clocks every poll interval."""
-        backoff = RESTART_FIRST
-        while True:
-            try:
-                while True:
-                    await trio.sleep(self.poll_interval)
-                    self._note_offset()
-                    await self._refresh_paused()
-            except Exception as exc:
-                backoff = await self._restart_after("clock", "clock watch", exc, backoff)
 
     async def _settled(self, firing: object) -> None:
         """Return once the fire marked ``firing`` has settled."""
@@ -139,22 +171,12 @@ class CronLoops(FirePath, UnansweredSlots, ClockWatch, Restarts):
 
     def _current(self, routine: Routine) -> bool:
         """Whether ``routine`` is still the loaded version of its name (not removed, replaced)."""
-        return self.routines.get(routine.name) is routine
-
-    def _set_due(self, routine: Routine, due: datetime | None) -> None:
-        self._next_due[routine.name] = due
-        if due is None:
-            log.warning(
-                '%s: cron "%s" will never fire again — not armed', routine.name, routine.cron
-            )
-            self._armed.pop(routine.name, None)
-        else:
-            self._armed[routine.name] = None
+        return self._runtime.routines.get(routine.name) is routine
 
     async def _rearm_due(self, routine: Routine) -> datetime | None:
         """The next slot after both the newest claim and now: no double fire, no back-fire."""
         assert routine.cron is not None
-        newest = await self._latest_fire(routine.name)
-        now = self.now()
-        self._note_future_claim(routine.name, newest, now)
+        newest = await self._calls.latest_fire(routine.name)
+        now = self._runtime.now()
+        self._arming.note_future_claim(routine.name, newest, now)
         return next_run(routine.cron, routine.tz, arm_from(newest, now), routine.name)

@@ -21,19 +21,51 @@ import trio
 from ..errors import StateFault
 from ..instants import format_iso
 from ..records import Outcome
-from .boot import _for_each
+from ..store import Store
+from .boot import for_each
+from .calls import StoreCalls
+from .membership import Membership
 from .openclaims import WATCH_BUDGET, OpenClaims
-from .state import log
+from .state import Grace, Runtime, log
 
 WATCH_AT_LEAST = 1.0  # seconds between two looks, whatever the poll interval
 SWEPT_INTERRUPTED = "its replica stopped mid-turn (found by a live replica)"
 
 
-class Members(OpenClaims):
-    async def _watch_presence(self) -> None:
+class MemberWatch:
+    """The heartbeat and the sweep of dead members; owns the members swept already.
+
+    Collaborators: the ``store``, the :class:`Runtime` (routines, wall clock, stop, turns in
+    flight), the :class:`StoreCalls`, the :class:`Membership` (the presence it beats for and
+    replaces), the :class:`Grace` (the turns it ends when the presence is lost) and the
+    :class:`OpenClaims`.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        runtime: Runtime,
+        calls: StoreCalls,
+        membership: Membership,
+        grace: Grace,
+        open_claims: OpenClaims,
+        *,
+        poll_interval: float,
+    ) -> None:
+        self._store = store
+        self._runtime = runtime
+        self._calls = calls
+        self._membership = membership
+        self._grace = grace
+        self._open_claims = open_claims
+        self._poll_interval = poll_interval
+        self._swept: set[str] = set()  # dead replicas whose open claims were reconciled
+
+    async def watch(self) -> None:
         """Run for as long as the loops do (see the module doc)."""
+        runtime = self._runtime
         while True:
-            presence = self._presence
+            presence = self._membership.presence
             if presence is None:
                 return
             with trio.move_on_after(self._watch_interval()):
@@ -42,54 +74,51 @@ class Members(OpenClaims):
                 await self._lost(presence.replica)
                 continue
             try:
-                with self._bounded():
-                    await presence.beat(int(self._in_flight.value), self.now())
+                with self._calls.bounded():
+                    await presence.beat(int(runtime.in_flight.value), runtime.now())
                 await self._sweep()
-                await self._reconcile_open(WATCH_BUDGET)
+                await self._open_claims.reconcile(WATCH_BUDGET)
             except StateFault as exc:
-                log.warning("replica %s: the store did not answer the watch: %s", self.replica, exc)
+                log.warning(
+                    "replica %s: the store did not answer the watch: %s", runtime.replica, exc
+                )
 
     def _watch_interval(self) -> float:
-        return max(WATCH_AT_LEAST, self.poll_interval)
+        return max(WATCH_AT_LEAST, self._poll_interval)
 
     async def _lost(self, replica: str) -> None:
         """End our turns, then join again until the store takes us back."""
-        for scope in list(self._grace_scopes):
-            self._lost_scopes.add(scope)  # the turn says why it ended (see fire.py)
-            scope.cancel()
-        while not self._stopping.value:
+        self._grace.end_lost()  # each turn says why it ended (see fire.py)
+        while not self._runtime.stopping.value:
             await trio.sleep(self._watch_interval())
             try:
-                presence = await self._join()
+                await self._membership.rejoin()
             except StateFault as exc:
                 log.warning("replica %s could not join its store again: %s", replica, exc)
                 continue
-            old, self._presence = self._presence, presence
-            if old is not None:
-                with trio.CancelScope(shield=True), trio.move_on_after(self.store_timeout):
-                    await old.leave()
             log.info("replica %s joined its store again", replica)
             return
 
     async def _sweep(self) -> None:
         """Reconcile the open newest claims left by members found dead since the last look."""
-        read = getattr(self.store, "replicas", None)
+        read = getattr(self._store, "replicas", None)
         if read is None:
             return
         members = []
-        with self._bounded():
+        with self._calls.bounded():
             members = await read()
-        dead = {m.id for m in members if not m.alive and m.id != self.replica} - self._swept
+        replica = self._runtime.replica
+        dead = {m.id for m in members if not m.alive and m.id != replica} - self._swept
         if not dead:
             return
         self._swept |= dead
-        newest = await _for_each(self._latest_fire, list(self.routines))
+        newest = await for_each(self._calls.latest_fire, list(self._runtime.routines))
         suspects = {
             name: fire
             for name, fire in newest.items()
             if fire is not None and fire.outcome is None and fire.replica in dead
         }
-        alive = await self._claims_alive(list(suspects.items()))
+        alive = await self._membership.claims_alive(list(suspects.items()))
         for (name, fire), live in zip(suspects.items(), alive, strict=True):
             if live:
                 continue
@@ -100,7 +129,7 @@ class Members(OpenClaims):
                 format_iso(fire.fired_at),
                 fire.replica,
             )
-            await self._settle_once(
+            await self._calls.settle_once(
                 name,
                 fire.slot,
                 Outcome.INTERRUPTED,
@@ -109,13 +138,13 @@ class Members(OpenClaims):
                 error=SWEPT_INTERRUPTED,
             )
 
-    async def _note_dead_members(self) -> None:
+    async def note_dead_members(self) -> None:
         """At the boot: members already dead were reconciled by it (their newest claims)."""
-        read = getattr(self.store, "replicas", None)
+        read = getattr(self._store, "replicas", None)
         if read is None:
             return
         try:
-            with self._bounded():
+            with self._calls.bounded():
                 members = await read()
                 self._swept |= {m.id for m in members if not m.alive}
         except StateFault as exc:

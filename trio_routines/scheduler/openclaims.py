@@ -19,8 +19,10 @@ import trio
 from ..errors import StateFault
 from ..instants import format_iso
 from ..records import Fire, Outcome
+from ..store import Store
 from .calls import StoreCalls
-from .state import log
+from .membership import Membership
+from .state import Runtime, log
 
 #: Claims (a store's unit: a claim read, a directory listed) looked at by a boot and by each
 #: watch, beyond the newest ones.
@@ -29,23 +31,36 @@ WATCH_BUDGET = 1024
 OPEN_INTERRUPTED = "never settled: its replica stopped mid-turn or could not record the outcome"
 
 
-class OpenClaims(StoreCalls):
-    async def _reconcile_open(self, budget: int) -> None:
+class OpenClaims:
+    """Settles the dead of the open claims the store finds; collaborators: the ``store``,
+    the :class:`Runtime` (the loaded routines), the :class:`StoreCalls` (bounds, settles)
+    and the :class:`Membership` (whose claims live)."""
+
+    def __init__(
+        self, store: Store, runtime: Runtime, calls: StoreCalls, membership: Membership
+    ) -> None:
+        self._store = store
+        self._runtime = runtime
+        self._calls = calls
+        self._membership = membership
+
+    async def reconcile(self, budget: int) -> None:
         """Settle ``interrupted`` the dead ones of the next open claims the store finds.
 
         Never raises: a store that cannot answer now is asked again at the next watch
         (logged as a warning), and a store's bug here is an ERROR, not the end of the boot or
         of the watch that asked (this is housekeeping)."""
-        read = getattr(self.store, "open_claims", None)
-        if read is None or not self.routines:
+        routines = self._runtime.routines
+        read = getattr(self._store, "open_claims", None)
+        if read is None or not routines:
             return
         found: list[tuple[str, Fire]] | None = None
         try:
-            with self._bounded():
-                found = await read(list(self.routines), budget)
+            with self._calls.bounded():
+                found = await read(list(routines), budget)
             if not found:
                 return
-            alive = await self._claims_alive(found)
+            alive = await self._membership.claims_alive(found)
         except StateFault as exc:
             log.warning("the open claims could not be checked (tried again later): %s", exc)
             return
@@ -68,7 +83,7 @@ class OpenClaims(StoreCalls):
 
     async def _interrupted(self, name: str, fire: Fire) -> None:
         try:
-            await self._settle_once(
+            await self._calls.settle_once(
                 name,
                 fire.slot,
                 Outcome.INTERRUPTED,

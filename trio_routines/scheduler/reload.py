@@ -12,7 +12,7 @@ The rules, so that a reload can never fire a slot twice nor back-fire:
   newest claim and now, whichever is later -- no catch-up, no storm;
 * an **unchanged** routine keeps its loop untouched.
 
-Loops notice through identity: a loop runs while ``self.routines[name]`` is the very object it
+Loops notice through identity: a loop runs while ``runtime.routines[name]`` is the very object it
 was started with, and every sleeping loop is woken to look (see :mod:`.loops`). A reload from a
 directory (``SIGHUP`` in ``serve``) keeps the loaded version of a routine whose file is now
 broken, and says why. It changes nothing, and says why, when the directory is gone, cannot be
@@ -32,8 +32,11 @@ import trio
 
 from ..errors import InvalidRoutine
 from ..routines import LoadResult, Routine, load_routines
+from .arming import Arming
+from .clock import ClockWatch
+from .gaps import GapRecording
 from .loops import CronLoops
-from .state import log
+from .state import Runtime, log
 
 NO_ROUTINES = ".no-routines"
 """The file that makes an empty routines directory mean "run none" to a reload."""
@@ -57,8 +60,37 @@ class RoutineChanges:
         return bool(self.added or self.changed or self.removed)
 
 
-class Reload(CronLoops):
-    def update_routines(self, routines: Iterable[Routine]) -> RoutineChanges:
+class Reload:
+    """Changes the loaded routines; owns the broken files the last reload kept.
+
+    Collaborators: the :class:`Runtime` (the routines it replaces, the nurseries, stop,
+    metrics), the :class:`Arming` (what it disarms), the :class:`ClockWatch` (sleepers to
+    wake, the watch to start), the :class:`CronLoops` (the loops it starts) and the
+    :class:`GapRecording` (when a new routine was first armed).
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        arming: Arming,
+        clock: ClockWatch,
+        cron: CronLoops,
+        gaps: GapRecording,
+        *,
+        external_clock: bool,
+        wakeups: bool,
+    ) -> None:
+        self._runtime = runtime
+        self._arming = arming
+        self._clock = clock
+        self._cron = cron
+        self._gaps = gaps
+        self._external_clock = external_clock
+        self._wakeups = wakeups
+        #: Broken files whose previously loaded version the last reload kept running.
+        self.kept_broken: tuple[str, ...] = ()
+
+    def update(self, routines: Iterable[Routine]) -> RoutineChanges:
         """Replace the loaded routines by ``routines``: a new one arms from now, a removed one
         stops once its fire in flight settled, a changed one re-arms from its newest claim or
         now, whichever is later; nothing fires twice or back-fires.
@@ -72,34 +104,33 @@ class Reload(CronLoops):
             if routine.name in wanted:
                 raise InvalidRoutine(f"two routines are named {routine.name!r}")
             wanted[routine.name] = routine
-        old = self.routines
+        runtime = self._runtime
+        old = runtime.routines
         added = tuple(n for n in wanted if n not in old)
         removed = tuple(n for n in old if n not in wanted)
         changed = tuple(n for n in wanted if n in old and old[n] != wanted[n])
         # An unchanged routine keeps its object, so that its loop goes on untouched.
-        self.routines = {
+        runtime.routines = current = {
             n: old[n] if n in old and n not in changed else r for n, r in wanted.items()
         }
         for name in removed + changed:
-            self._next_due.pop(name, None)
-            self._armed.pop(name, None)
-            self._future.pop(name, None)
-        self._wake_sleepers()  # the loops of removed and changed routines end
-        if self._nursery is not None and not self.external_clock:  # running
+            self._arming.forget(name)
+        self._clock.wake_sleepers()  # the loops of removed and changed routines end
+        if runtime.nursery is not None and not self._external_clock:  # running
             for name in added:
-                if self.routines[name].cron is not None:
-                    self.metrics.armed(name, self.now())  # its series exist from now on
-        loops = self._loop_nursery
-        if loops is not None and not self.external_clock and not self._stopping.value:
-            armed = [name for name in added if self.routines[name].cron is not None]
+                if current[name].cron is not None:
+                    runtime.metrics.armed(name, runtime.now())  # its series exist from now on
+        loops = runtime.loop_nursery
+        if loops is not None and not self._external_clock and not runtime.stopping.value:
+            armed = [name for name in added if current[name].cron is not None]
             if armed:  # when each was first armed, for a later boot's gaps (never moved)
-                loops.start_soon(self._first_armed, armed)
+                loops.start_soon(self._gaps.first_armed, armed)
             for name in added + changed:
-                routine = self.routines[name]
+                routine = current[name]
                 if routine.cron is not None:
-                    loops.start_soon(functools.partial(self._cron_loop, routine, None, rearm=True))
-                    if not self.wakeups:
-                        self._start_clock_watch()
+                    loops.start_soon(functools.partial(self._cron.loop, routine, None, rearm=True))
+                    if not self._wakeups:
+                        self._clock.start(loops)
         changes = RoutineChanges(added, changed, removed)
         if changes:
             log.info(
@@ -116,12 +147,7 @@ class Reload(CronLoops):
             )
         return changes
 
-    def _start_clock_watch(self) -> None:
-        if not self._watching and self._loop_nursery is not None:
-            self._watching = True
-            self._loop_nursery.start_soon(self._watch_clock)
-
-    async def reload_routines(self, directory: str | os.PathLike[str]) -> RoutineChanges:
+    async def reload(self, directory: str | os.PathLike[str]) -> RoutineChanges:
         """Load ``directory`` again and :meth:`update_routines` from it (``SIGHUP`` in serve).
 
         A file that does not load now keeps the version of its routine loaded before (logged
@@ -138,24 +164,24 @@ class Reload(CronLoops):
         kept = []
         for failure in result.failures:
             name = os.path.basename(failure.file).removesuffix(".md")
-            previous = self.routines.get(name)
+            previous = self._runtime.routines.get(name)
             if previous is not None and name not in routines:
                 routines[name] = previous
                 kept.append(name)
                 log.error("reload: %s — keeping the version loaded before", failure)
             else:
                 log.error("reload: %s — skipped", failure)
-        if not routines and self.routines and not meant_empty:
+        if not routines and self._runtime.routines and not meant_empty:
             log.error(
                 "reload: %s holds no routine — not removing all %d loaded (to run none, "
                 "create %s in it); the routines loaded before keep running",
                 os.fspath(directory),
-                len(self.routines),
+                len(self._runtime.routines),
                 NO_ROUTINES,
             )
             return RoutineChanges()
-        changes = self.update_routines(routines.values())
-        self._kept_broken = tuple(kept)  # trio_routines_routine_files_kept_broken
+        changes = self.update(routines.values())
+        self.kept_broken = tuple(kept)  # trio_routines_routine_files_kept_broken
         if not changes:
             log.info("reload: no routine changed")
         return attrs.evolve(changes, kept=tuple(kept))

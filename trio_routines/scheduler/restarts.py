@@ -10,29 +10,37 @@ wake loop simply polls again. A slot that goes through resets the back-off.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import trio
 
 from ..logs import one_line
-from .clock import duration
-from .state import SchedulerState, log
+from ..metrics import Metrics
+from .state import duration, log
 
 RESTART_FIRST = 1.0  # seconds before the first restart
 RESTART_MAX = 300.0  # the longest back-off
 
 
-class Restarts(SchedulerState):
-    async def _restart_after(self, key: str, label: str, exc: Exception, backoff: float) -> float:
+class Restarts:
+    """The loops' restarts, counted by loop (``cron:<routine>``, ``wake``, ``clock``)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+        self.counts: Counter[str] = Counter()
+
+    async def restart_after(self, key: str, label: str, exc: Exception, backoff: float) -> float:
         """Log and count one loop's death, sleep the back-off; return the next back-off."""
-        self._restarts[key] += 1
+        self.counts[key] += 1
         loop, _, routine = key.partition(":")
-        self.metrics.restarted(loop, routine or None)
+        self._metrics.restarted(loop, routine or None)
         log.error(
             "%s: stopped unexpectedly: %s: %s — restarting in %s (restart %d)",
             label,
             type(exc).__name__,
             one_line(str(exc)),
             duration(backoff),
-            self._restarts[key],
+            self.counts[key],
         )
         await trio.sleep(backoff)
         return min(backoff * 2, RESTART_MAX)

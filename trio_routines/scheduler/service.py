@@ -1,29 +1,78 @@
-"""The :class:`Scheduler` itself: boot, start the loops, stop with a grace, report."""
+"""The :class:`Scheduler` itself: it composes the parts, starts the loops, stops with a
+grace, and reports. Every part owns its state and is handed what it may use (see
+docs/design.md, Runtime); the scheduler's public methods are theirs, or built on theirs."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from types import MappingProxyType
+from typing import Generic, TypeVar
 
 import trio
 
 from ..agent import Agent
-from ..metrics import Family, render
-from ..records import Fire
-from ..replicas import ReplicaInfo
+from ..errors import InvalidRoutine
+from ..metrics import Family, Metrics, render
+from ..records import ClaimResult, Fire
+from ..replicas import ReplicaInfo, check_replica
 from ..routines import Routine
+from ..sessions import SessionGate
 from ..store import Store
-from .boot import Boot, _for_each
-from .calls import STOP_MARGIN
-from .members import Members
-from .reload import Reload
-from .state import Statistics, Stopping
+from ..turns import TurnResult
+from ..wakeups import POLL_INTERVAL
+from .arming import Arming
+from .boot import Boot, for_each
+from .calls import STOP_MARGIN, StoreCalls
+from .clock import ClockWatch
+from .fire import FirePath
+from .gaps import GapRecording
+from .holds import Holds
+from .loops import CronLoops
+from .members import MemberWatch
+from .membership import Membership
+from .openclaims import OpenClaims
+from .reload import Reload, RoutineChanges
+from .restarts import Restarts
+from .sleepers import Sleepers
+from .state import (
+    DEFAULT_GRACE,
+    JUMP_THRESHOLD,
+    MAX_WAIT,
+    STORE_TIMEOUT,
+    FireResult,
+    Grace,
+    Runtime,
+    Statistics,
+    Stopping,
+    checked_seconds,
+    new_replica_id,
+    system_now,
+)
 from .wake import WakeLoop
 
+T = TypeVar("T")
 
-class Scheduler(Boot, Members, Reload, WakeLoop):
+
+class _Shared(Generic[T]):
+    """An attribute of the scheduler kept in its :class:`Runtime`, where the parts read it:
+    ``scheduler.now = clock`` reaches every part, as a plain attribute did when the
+    scheduler was one object."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, scheduler: Scheduler, owner: type | None = None) -> T:
+        value: T = getattr(scheduler._runtime, self._name)
+        return value
+
+    def __set__(self, scheduler: Scheduler, value: T) -> None:
+        setattr(scheduler._runtime, self._name, value)
+
+
+class Scheduler:
     """Fires routines and wake-ups into an agent; :mod:`trio_routines.scheduler` says how.
 
     Start it inside a nursery: ``scheduler = await nursery.start(serve_routines, ...)``, or
@@ -38,6 +87,114 @@ class Scheduler(Boot, Members, Reload, WakeLoop):
     """
 
     _ran = False  # run() was called: a second call is refused before it touches the store
+    now: _Shared[Callable[[], datetime]] = _Shared()
+    routines: _Shared[dict[str, Routine]] = _Shared()
+    default_grace: _Shared[float] = _Shared()
+
+    def __init__(
+        self,
+        *,
+        agent: Agent,
+        store: Store,
+        routines: Iterable[Routine] = (),
+        now: Callable[[], datetime] = system_now,
+        external_clock: bool = False,
+        wakeups: bool = True,
+        max_wait: float = MAX_WAIT,
+        poll_interval: float = POLL_INTERVAL,
+        jump_threshold: float = JUMP_THRESHOLD,
+        default_grace: float = DEFAULT_GRACE,
+        store_timeout: float = STORE_TIMEOUT,
+        replica: str | None = None,
+    ) -> None:
+        self.agent = SessionGate(agent)
+        self.store = store
+        #: This scheduler's replica id, stored with every claim it makes (replicas.py).
+        self.replica = check_replica(replica) if replica is not None else new_replica_id()
+        loaded: dict[str, Routine] = {}
+        for routine in routines:
+            if routine.name in loaded:
+                raise InvalidRoutine(f"two routines are named {routine.name!r}")
+            loaded[routine.name] = routine
+        self.external_clock = external_clock
+        self.wakeups = wakeups
+        self.max_wait = max_wait
+        self.poll_interval = poll_interval
+        self.jump_threshold = jump_threshold
+        grace = checked_seconds("default_grace", default_grace, zero=True)
+        self.store_timeout = checked_seconds("store_timeout", store_timeout, zero=False)
+        self.metrics = Metrics()
+        # The parts, each handed what it may use (docs/design.md, Runtime).
+        runtime = self._runtime = Runtime(
+            routines=loaded,
+            now=now,
+            replica=self.replica,
+            metrics=self.metrics,
+            default_grace=grace,
+        )
+        self._grace = Grace()
+        calls = self._calls = StoreCalls(
+            store, runtime, self._grace, store_timeout=self.store_timeout
+        )
+        membership = self._membership = Membership(store, runtime, calls)
+        holds = Holds(self.agent, membership.current)
+        self._sleepers = Sleepers()  # where cron loops sleep (see sleepers.py)
+        self._restarts = Restarts(self.metrics)
+        self._clock = ClockWatch(
+            runtime,
+            self._sleepers,
+            calls,
+            self._restarts,
+            jump_threshold=jump_threshold,
+            poll_interval=poll_interval,
+        )
+        self._arming = Arming()
+        self._fire = FirePath(store, runtime, calls, membership, holds, self._grace)
+        gaps = GapRecording(store, runtime, calls)
+        open_claims = OpenClaims(store, runtime, calls, membership)
+        self._boot = Boot(runtime, calls, membership, gaps, open_claims, self._arming)
+        self._members = MemberWatch(
+            store,
+            runtime,
+            calls,
+            membership,
+            self._grace,
+            open_claims,
+            poll_interval=poll_interval,
+        )
+        self._cron = CronLoops(
+            runtime,
+            self._fire,
+            calls,
+            gaps,
+            self._clock,
+            self._restarts,
+            self._sleepers,
+            self._arming,
+            max_wait=max_wait,
+        )
+        self._wake = WakeLoop(
+            runtime, self._fire, calls, self._clock, self._restarts, poll_interval=poll_interval
+        )
+        self._reload = Reload(
+            runtime,
+            self._arming,
+            self._clock,
+            self._cron,
+            gaps,
+            external_clock=external_clock,
+            wakeups=wakeups,
+        )
+        self._loops = trio.CancelScope()  # the loops' scope: stop() cancels it
+
+    @property
+    def stopping(self) -> bool:
+        """Whether a stop was requested (no new fire or turn is accepted then)."""
+        return bool(self._runtime.stopping.value)
+
+    def routine(self, name: str) -> Routine:
+        """The loaded routine ``name``; raises :class:`UnknownRoutine` naming the others."""
+        return self._runtime.routine(name)
 
     async def run(
         self, *, task_status: trio.TaskStatus[Scheduler] = trio.TASK_STATUS_IGNORED
@@ -53,61 +210,62 @@ class Scheduler(Boot, Members, Reload, WakeLoop):
         has run (or runs) already or was stopped: its stop is final, and its loops' cancel
         scope can be entered once.
         """
-        if self._ran or self._stopping.value:
+        runtime = self._runtime
+        if self._ran or runtime.stopping.value:
             what = "has already run" if self._ran else "was stopped"
             raise Stopping(
                 f"this scheduler {what}: a Scheduler runs once — build a new one to run again"
             )
         self._ran = True
-        booted = dict(self.routines)
-        async with self._present():
-            await self._note_dead_members()
-            first_due = await self._boot(plan=not self.external_clock)  # reads the pauses
+        booted = dict(runtime.routines)
+        async with self._membership.present():
+            await self._members.note_dead_members()
+            first_due = await self._boot.run(plan=not self.external_clock)  # reads the pauses
             for name, due in first_due.items():
-                self._armed[name] = None
-                self._next_due[name] = due
-            self._note_offset()
+                self._arming.arm(name, due)
+            self._clock.note_offset()
             async with trio.open_nursery() as nursery:
-                self._nursery = nursery
+                runtime.nursery = nursery
                 nursery.start_soon(self._run_loops, booted, first_due)
                 task_status.started(self)
-            self._nursery = None
+            runtime.nursery = None
 
     async def _run_loops(self, booted: dict[str, Routine], first_due: dict[str, datetime]) -> None:
+        runtime = self._runtime
         with self._loops:
             async with trio.open_nursery() as loops:
                 await loops.start(self._sleepers.run)  # before any loop sleeps
-                await loops.start(self._deadlines.watch)  # before any fire's claim
-                loops.start_soon(self._watch_presence)
+                await loops.start(self._calls.deadlines.watch)  # before any fire's claim
+                loops.start_soon(self._members.watch)
                 # Published only now: an update_routines() during the await above must not
                 # start a loop that the arming below would start a second time.
-                self._loop_nursery = loops
-                for name, routine in self.routines.items():
+                runtime.loop_nursery = loops
+                for name, routine in runtime.routines.items():
                     if self.external_clock or routine.cron is None:
                         continue
                     if booted.get(name) is not routine:  # updated during the boot: arm anew
                         loops.start_soon(
-                            functools.partial(self._cron_loop, routine, None, rearm=True)
+                            functools.partial(self._cron.loop, routine, None, rearm=True)
                         )
                     elif name in first_due:
                         loops.start_soon(
                             functools.partial(
-                                self._cron_loop, routine, first_due[name], rearm=False
+                                self._cron.loop, routine, first_due[name], rearm=False
                             )
                         )
                 if self.wakeups:
-                    loops.start_soon(self._wake_loop)
-                elif first_due or booted != self.routines:
+                    loops.start_soon(self._wake.run)
+                elif first_due or booted != runtime.routines:
                     # A cron loop sleeps (one updated during the boot, too): watch the clocks.
-                    self._start_clock_watch()
+                    self._clock.start(loops)
                 try:
                     await trio.sleep_forever()
                 finally:
-                    self._loop_nursery = None
-                    if not self._stopping.value:
+                    runtime.loop_nursery = None
+                    if not runtime.stopping.value:
                         # Cancelled by the host's scope rather than by stop(): bound the
                         # shielded fires all the same, before waiting for them.
-                        self._begin_stop(self.default_grace)
+                        self._begin_stop(runtime.default_grace)
 
     def stop(self, grace: float | None = None) -> None:
         """Stop arming at once; give in-flight turns ``grace`` seconds, then interrupt them.
@@ -115,34 +273,100 @@ class Scheduler(Boot, Members, Reload, WakeLoop):
         Safe to call from inside a turn (that fire still settles) and more than once (the
         shortest grace wins).
         """
-        self._begin_stop(self.default_grace if grace is None else grace)
+        self._begin_stop(self._runtime.default_grace if grace is None else grace)
         self._loops.cancel()
 
     def _begin_stop(self, grace: float) -> None:
-        self._stopping.value = True
-        self._grace_deadline = min(self._grace_deadline, trio.current_time() + max(0.0, grace))
-        for scope in self._grace_scopes:
-            scope.deadline = min(scope.deadline, self._grace_deadline)
-        self._deadlines.pull_in(self._grace_deadline + STOP_MARGIN)
+        self._runtime.stopping.value = True
+        deadline = self._grace.begin(grace)
+        self._calls.deadlines.pull_in(deadline + STOP_MARGIN)
+
+    async def fire(
+        self,
+        name: str,
+        slot: datetime,
+        *,
+        task_status: trio.TaskStatus[ClaimResult] = trio.TASK_STATUS_IGNORED,
+    ) -> FireResult:
+        """The external-clock path: claim ``slot`` of routine ``name``, run it, settle it.
+
+        Reports the claim decision through ``task_status`` as soon as it is known, so a host
+        can answer its caller and let the turn go on in the runtime's nursery
+        (``await scheduler.start_fire(...)``). Raises :class:`UnknownRoutine`,
+        :class:`NotOnGrid`, :class:`Stopping`, or :class:`StateFault` (nothing was claimed).
+        """
+        return await self._fire.fire(name, slot, task_status=task_status)
+
+    async def start_fire(self, name: str, slot: datetime) -> ClaimResult:
+        """Claim ``slot`` now and let the turn continue in the running scheduler's nursery."""
+        return await self._fire.start_fire(name, slot)
+
+    async def run_now(
+        self, name: str, *, on_text: Callable[[str], None] | None = None
+    ) -> TurnResult:
+        """Run one turn of a routine now, without a claim: no slot, no history."""
+        return await self._fire.run_now(name, on_text=on_text)
+
+    async def start_run(self, name: str) -> bool:
+        """Start one turn of a routine in the running scheduler's nursery, without a claim.
+
+        Returns False, starting nothing, when the routine's session is busy here or in any
+        replica sharing the store; otherwise the session is already held for this turn when
+        this returns, so no other turn can slip in between the answer and the start.
+        Raises StateFault when the store cannot say.
+        """
+        return await self._fire.start_run(name)
+
+    async def pause(self, name: str) -> None:
+        """Pause routine ``name`` in the store: no scheduler sharing it claims its slots.
+
+        Raises :class:`UnknownRoutine`, or :class:`StateFault` (nothing changed).
+        """
+        await self._fire.pause(name)
+
+    async def resume(self, name: str) -> None:
+        """Resume routine ``name``: it fires from its next slot on; nothing missed is run."""
+        await self._fire.resume(name)
+
+    def update_routines(self, routines: Iterable[Routine]) -> RoutineChanges:
+        """Replace the loaded routines by ``routines``: a new one arms from now, a removed one
+        stops once its fire in flight settled, a changed one re-arms from its newest claim or
+        now, whichever is later; nothing fires twice or back-fires.
+
+        Raises :class:`InvalidRoutine`, changing nothing, when two share a name. Works on a
+        scheduler that is not running (nothing is armed then) and with an external clock
+        (the routines change; no loop is started).
+        """
+        return self._reload.update(routines)
+
+    async def reload_routines(self, directory: str | os.PathLike[str]) -> RoutineChanges:
+        """Load ``directory`` again and :meth:`update_routines` from it (``SIGHUP`` in serve).
+
+        A file that does not load now keeps the version of its routine loaded before (logged
+        as an ERROR with the reason); a directory that is gone or cannot be read changes
+        nothing, and neither does one without a routine while some are loaded, unless it holds
+        a file named :data:`NO_ROUTINES` (each an ERROR saying so).
+        """
+        return await self._reload.reload(directory)
 
     async def replicas(self) -> list[ReplicaInfo]:
         """The members of the store, this one included while it runs, each alive or not
         (a store without replicas knows only this one). Raises StateFault."""
         read = getattr(self.store, "replicas", None)
         if read is None:
-            presence = self._presence
+            presence = self._membership.presence
             return [] if presence is None else [presence.info]
-        with self._bounded():
+        with self._calls.bounded():
             members: list[ReplicaInfo] = await read()
             return members
-        raise self._no_answer("the replicas are unreadable")
+        raise self._calls.no_answer("the replicas are unreadable")
 
     async def newest_claims(self, names: Sequence[str]) -> dict[str, tuple[Fire | None, bool]]:
         """Each routine's newest claim (None: none yet) and whether it is open and held by a
         live replica now; the reads go together, bounded. Raises StateFault."""
-        newest = await _for_each(self._latest_fire, names)
+        newest = await for_each(self._calls.latest_fire, names)
         open_claims = [(n, f) for n, f in newest.items() if f is not None and f.outcome is None]
-        answers = await self._claims_alive(open_claims)
+        answers = await self._membership.claims_alive(open_claims)
         alive = {(n, f.slot): live for (n, f), live in zip(open_claims, answers, strict=True)}
         return {
             name: (fire, fire is not None and alive.get((name, fire.slot), False))
@@ -151,8 +375,8 @@ class Scheduler(Boot, Members, Reload, WakeLoop):
 
     async def wait_drained(self) -> None:
         """Return once a stop was requested and no turn is in flight any more."""
-        await self._stopping.wait_value(True)
-        await self._in_flight.wait_value(0)
+        await self._runtime.stopping.wait_value(True)
+        await self._runtime.in_flight.wait_value(0)
 
     def metric_families(self) -> list[Family]:
         """The runtime's series (:mod:`trio_routines.metrics`), one snapshot."""
@@ -164,8 +388,8 @@ class Scheduler(Boot, Members, Reload, WakeLoop):
             future_claims=stats.future_claims,
             next_due=stats.next_due,
             paused=stats.paused,
-            kept_broken=self._kept_broken,
-            pending_wakeups=self._pending_wakeups,
+            kept_broken=self._reload.kept_broken,
+            pending_wakeups=self._wake.pending,
         )
 
     def render_metrics(self) -> str:
@@ -174,17 +398,18 @@ class Scheduler(Boot, Members, Reload, WakeLoop):
 
     def statistics(self) -> Statistics:
         """A snapshot: armed routines, turns in flight, next slots, outcomes, clock jumps."""
+        runtime = self._runtime
         return Statistics(
-            armed=tuple(self._armed),
-            in_flight=int(self._in_flight.value),
-            next_due=MappingProxyType(dict(self._next_due)),
-            outcomes=MappingProxyType(dict(self._outcomes)),
-            clock_jumps=self._jumps,
-            stopping=self._stopping.value,
-            loop_restarts=MappingProxyType(dict(self._restarts)),
-            settle_failures=MappingProxyType(dict(self._settle_failures)),
-            future_claims=MappingProxyType(self._future_claims()),
-            paused=self._paused,
+            armed=tuple(self._arming.armed),
+            in_flight=int(runtime.in_flight.value),
+            next_due=MappingProxyType(dict(self._arming.next_due)),
+            outcomes=MappingProxyType(dict(self._fire.outcomes)),
+            clock_jumps=self._clock.jumps,
+            stopping=runtime.stopping.value,
+            loop_restarts=MappingProxyType(dict(self._restarts.counts)),
+            settle_failures=MappingProxyType(dict(self._calls.settle_failures)),
+            future_claims=MappingProxyType(self._arming.future_claims(runtime.now())),
+            paused=self._calls.paused,
         )
 
 

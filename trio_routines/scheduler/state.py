@@ -1,4 +1,5 @@
-"""What every part of the runtime shares: its state, its records and its errors."""
+"""What the parts of the runtime share: a small runtime record, the grace, the records and
+the errors."""
 
 from __future__ import annotations
 
@@ -6,29 +7,22 @@ import inspect
 import itertools
 import logging
 import math
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 
 import attrs
 import trio
 import trio_util
 
-from ..agent import Agent
 from ..cron import next_run
-from ..errors import InvalidOption, InvalidRoutine, StateFault, TrioRoutinesError
-from ..instants import format_iso, truncate_ms
+from ..errors import InvalidOption, StateFault, TrioRoutinesError
+from ..instants import truncate_ms
 from ..metrics import Metrics
-from ..presence import Presence
-from ..records import Fire, Outcome
-from ..replicas import check_replica, default_replica
+from ..records import Outcome
+from ..replicas import default_replica
 from ..routines import Routine
-from ..sessions import SessionGate
 from ..store import Store
-from ..wakeups import POLL_INTERVAL
-from .deadlines import StoreDeadlines
-from .holds import Holds
-from .sleepers import Sleepers, Unpark
+from .sleepers import Unpark
 
 log = logging.getLogger("trio_routines")
 
@@ -105,6 +99,19 @@ class Statistics:
     paused: frozenset[str] = frozenset()
     #: Outcomes given up after the settle's retries, by routine (the claims stay unsettled).
     settle_failures: Mapping[str, int] = attrs.field(factory=dict)
+
+
+def duration(seconds: float) -> str:
+    """``1h 5m``, ``3s``: a span of seconds for a log line."""
+    seconds = round(seconds)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    if seconds or not parts:
+        parts.append(f"{seconds}s")
+    return " ".join(parts)
 
 
 def busy_reason(name: str) -> str:
@@ -204,13 +211,13 @@ class TurnScope:
 _INSTANCES = itertools.count(1)
 
 
-def _default_replica() -> str:
+def new_replica_id() -> str:
     """``host:pid``; a second scheduler in one process gets ``host:pid.2``, and so on."""
     number = next(_INSTANCES)
     return default_replica() if number == 1 else f"{default_replica()}.{number}"
 
 
-def _takes_replica(store: Store) -> bool:
+def takes_replica(store: Store) -> bool:
     try:
         parameters = inspect.signature(store.claim).parameters
     except (TypeError, ValueError):
@@ -220,7 +227,7 @@ def _takes_replica(store: Store) -> bool:
     )
 
 
-def _seconds(option: str, value: float, *, zero: bool) -> float:
+def checked_seconds(option: str, value: float, *, zero: bool) -> float:
     """``value`` if it is a finite number of seconds (``zero``: 0 allowed), else a one-line
     :class:`InvalidOption`: a NaN deadline, say, would leave store calls without a bound."""
     if not (math.isfinite(value) and (value > 0 or (zero and value == 0))):
@@ -229,114 +236,54 @@ def _seconds(option: str, value: float, *, zero: bool) -> float:
     return float(value)
 
 
-class SchedulerState:
-    """The state the boot, the loops and the fire path share; :class:`Scheduler` is the API."""
+class Runtime:
+    """The little the parts share, each field written by the one part named beside it.
+
+    Everything else is owned by one part and reached through its methods (see
+    docs/design.md, Runtime). The parts keep a reference to the record, never copies of
+    ``now`` or ``routines``: a host (or a test) may swap the wall clock, and a reload swaps
+    the routines, for every part at once.
+    """
+
+    __slots__ = (
+        "default_grace",
+        "in_flight",
+        "loop_nursery",
+        "metrics",
+        "now",
+        "nursery",
+        "replica",
+        "routines",
+        "stopping",
+    )
 
     def __init__(
         self,
         *,
-        agent: Agent,
-        store: Store,
-        routines: Iterable[Routine] = (),
-        now: Callable[[], datetime] = system_now,
-        external_clock: bool = False,
-        wakeups: bool = True,
-        max_wait: float = MAX_WAIT,
-        poll_interval: float = POLL_INTERVAL,
-        jump_threshold: float = JUMP_THRESHOLD,
-        default_grace: float = DEFAULT_GRACE,
-        store_timeout: float = STORE_TIMEOUT,
-        replica: str | None = None,
+        routines: dict[str, Routine],
+        now: Callable[[], datetime],
+        replica: str,
+        metrics: Metrics,
+        default_grace: float,
     ) -> None:
-        self.agent = SessionGate(agent)
-        self.store = store
-        #: This scheduler's replica id, stored with every claim it makes (replicas.py).
-        self.replica = check_replica(replica) if replica is not None else _default_replica()
-        # A store written before replicas were recorded takes no ``replica``: it gets none.
-        self._claim_options = {"replica": self.replica} if _takes_replica(store) else {}
-        self._presence: Presence | None = None  # joined by run() (or for one fire)
-        self._joining = trio.Lock()
-        self._members = 0  # blocks sharing the membership (see calls.py's _present)
-        self._holds = Holds(self.agent, self._current_presence)
-        self._swept: set[str] = set()  # dead replicas whose open claims were reconciled
-        # The turns' scopes ended because the presence was lost: each says so as it settles.
-        self._lost_scopes: set[trio.CancelScope] = set()
-        self.routines: dict[str, Routine] = {}
-        for routine in routines:
-            if routine.name in self.routines:
-                raise InvalidRoutine(f"two routines are named {routine.name!r}")
-            self.routines[routine.name] = routine
+        #: The loaded routines: replaced whole by the reload, read by every part.
+        self.routines = routines
+        #: The wall clock (set by the host; never mixed with Trio's clock).
         self.now = now
-        self.external_clock = external_clock
-        self.wakeups = wakeups
-        self.max_wait = max_wait
-        self.poll_interval = poll_interval
-        self.jump_threshold = jump_threshold
-        self.default_grace = _seconds("default_grace", default_grace, zero=True)
-        self.store_timeout = _seconds("store_timeout", store_timeout, zero=False)
-        self._stopping = trio_util.AsyncBool(False)
-        self._loops = trio.CancelScope()
-        self._grace_deadline = math.inf
-        self._grace_scopes: set[trio.CancelScope] = set()
-        self._deadlines = StoreDeadlines()  # of the store calls under way (deadlines.py)
-        self._settle_failures: Counter[str] = Counter()
-        self._paused: frozenset[str] = frozenset()  # as last read from the store
-        self._kept_broken: tuple[str, ...] = ()  # broken files the last reload kept running
-        self._pending_wakeups: int | None = None  # as last counted by the wake loop
-        self._paused_read: SharedRead | None = None  # the read under way (see calls.py)
-        # The newest claim of each routine as the boot or its last re-arm read it; those
-        # stamped ahead of the wall clock are the future claims (see _future_claims).
-        self._future: dict[str, Fire] = {}
-        self._nursery: trio.Nursery | None = None
-        self._next_due: dict[str, datetime | None] = {}
-        self._armed: dict[str, None] = {}  # an ordered set of the routines with a next slot
-        self._firing: dict[str, object] = {}  # a cron loop's fire under way: its marker
-        self._waiters: dict[object, trio.Event] = {}  # marker -> set once that fire settled
-        self._restarts: Counter[str] = Counter()
-        self._loop_nursery: trio.Nursery | None = None
-        self._watching = False
-        self._outcomes: Counter[str] = Counter()
-        self.metrics = Metrics()
-        self._in_flight = trio_util.AsyncValue(0)
-        self._jumps = 0
-        self._offset: float | None = None
-        self._sleepers = Sleepers()  # where cron loops sleep (see sleepers.py)
-
-    def _current_presence(self) -> Presence:
-        presence = self._presence
-        if presence is None:
-            raise StateFault(f"replica {self.replica} has not joined its store")
-        return presence
-
-    def _note_future_claim(self, name: str, newest: Fire | None, now: datetime) -> None:
-        """Remember the newest claim just read, and warn if it is stamped after ``now``.
-
-        A claim behind ``now`` is kept too: if the wall clock later goes back behind its
-        stamp, it is in the future again, and :meth:`_future_claims` says so.
-        """
-        if newest is None:
-            self._future.pop(name, None)
-            return
-        self._future[name] = newest
-        if newest.fired_at <= now:
-            return
-        log.warning(
-            "%s: newest claim is in the future (slot %s, stamped %s) — the wall clock was ahead "
-            "when it was made; nothing can fire before the first slot after it. If the clock "
-            "is right now, stop and delete that claim (README: A clock that ran ahead)",
-            name,
-            format_iso(newest.slot),
-            format_iso(newest.fired_at),
-        )
-
-    def _future_claims(self) -> dict[str, datetime]:
-        now = self.now()
-        return {n: f.slot for n, f in self._future.items() if f.fired_at > now}
-
-    @property
-    def stopping(self) -> bool:
-        """Whether a stop was requested (no new fire or turn is accepted then)."""
-        return bool(self._stopping.value)
+        #: This scheduler's replica id, stored with every claim it makes (replicas.py).
+        self.replica = replica
+        self.metrics = metrics
+        #: The grace of a stop without one, and how long a failed settle is retried.
+        self.default_grace = default_grace
+        #: A stop was requested: set by the scheduler's stop only, read by every loop.
+        self.stopping = trio_util.AsyncBool(False)
+        #: Fires (claim to settle) and wake-ups (turn to deferral) in flight: counted by the
+        #: fire path and the wake loop, read by the watch's heartbeat and the statistics.
+        self.in_flight = trio_util.AsyncValue(0)
+        #: The run's nursery (fires and runs started for a host) and the loops' nursery,
+        #: while they run: set by the scheduler's run only.
+        self.nursery: trio.Nursery | None = None
+        self.loop_nursery: trio.Nursery | None = None
 
     def routine(self, name: str) -> Routine:
         """The loaded routine ``name``; raises :class:`UnknownRoutine` naming the others."""
@@ -348,10 +295,47 @@ class SchedulerState:
                 f"unknown routine {name[:64]!r} (available: {available})"
             ) from None
 
-    def _working(self) -> Working:
+    def working(self) -> Working:
         """Count one fire (claim to settle) or wake-up (turn to deferral) as in flight."""
-        return Working(self._in_flight)
+        return Working(self.in_flight)
 
-    def _turn_scope(self) -> TurnScope:
+
+class Grace:
+    """The turns' cancel scopes and the stop's grace deadline: what a stop reaches.
+
+    The fire path opens one scope per turn (:meth:`turn_scope`); the scheduler's stop pulls
+    their deadlines in (:meth:`begin`); the member watch ends them all when the store can no
+    longer vouch for our holds (:meth:`end_lost`), and each turn asks, as it ends, whether
+    that is why (:meth:`was_lost`).
+    """
+
+    def __init__(self) -> None:
+        #: When a stop's grace runs out (inf until a stop): the bound of turns and store calls.
+        self.deadline = math.inf
+        #: The scopes of the turns under way.
+        self.scopes: set[trio.CancelScope] = set()
+        self._lost: set[trio.CancelScope] = set()  # ended because the presence was lost
+
+    def turn_scope(self) -> TurnScope:
         """The scope a stop cancels once its grace runs out."""
-        return TurnScope(self._grace_scopes, self._grace_deadline)
+        return TurnScope(self.scopes, self.deadline)
+
+    def begin(self, seconds: float) -> float:
+        """A stop with ``seconds`` of grace (the shortest wins): the new deadline."""
+        self.deadline = min(self.deadline, trio.current_time() + max(0.0, seconds))
+        for scope in self.scopes:
+            scope.deadline = min(scope.deadline, self.deadline)
+        return self.deadline
+
+    def end_lost(self) -> None:
+        """End every turn now: our holds were lost (each says so as it settles)."""
+        for scope in list(self.scopes):
+            self._lost.add(scope)
+            scope.cancel()
+
+    def was_lost(self, scope: trio.CancelScope) -> bool:
+        """Whether ``scope``'s turn was ended by :meth:`end_lost` (asked once, as it ends)."""
+        if scope in self._lost:
+            self._lost.discard(scope)
+            return True
+        return False

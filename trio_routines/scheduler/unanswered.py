@@ -28,6 +28,7 @@ from ..errors import StateFault
 from ..gaps import COUNT_LIMIT
 from ..records import Gap, GapReason
 from ..routines import Routine
+from .calls import StoreCalls
 from .gaps import GapRecording, gap_words
 from .state import log
 
@@ -45,37 +46,41 @@ def note_unanswered(routine: Routine, slot: datetime, runs: list[Gap]) -> list[G
     return [*runs, Gap(slot, slot, 1, GapReason.STORE)][-KEEP_RUNS:]
 
 
-class UnansweredSlots(GapRecording):
-    async def _record_unanswered(self, routine: Routine, runs: list[Gap]) -> list[Gap]:
-        """Record ``runs`` (the store answers again); those it still cannot take stay."""
-        for index, run in enumerate(runs):
-            try:
-                if not await self._write_gap(routine.name, run) and run.count > 1:
-                    await self._record_unclaimed(routine, run)
-            except StateFault as exc:
-                log.warning(
-                    "%s: %s the store did not answer are not recorded yet: %s",
-                    routine.name,
-                    gap_words(run),
-                    exc,
-                )
-                return runs[index:]
-        return []
+async def record_unanswered(
+    gaps: GapRecording, calls: StoreCalls, routine: Routine, runs: list[Gap]
+) -> list[Gap]:
+    """Record ``runs`` (the store answers again); those it still cannot take stay."""
+    for index, run in enumerate(runs):
+        try:
+            if not await gaps.write_gap(routine.name, run) and run.count > 1:
+                await _record_unclaimed(gaps, calls, routine, run)
+        except StateFault as exc:
+            log.warning(
+                "%s: %s the store did not answer are not recorded yet: %s",
+                routine.name,
+                gap_words(run),
+                exc,
+            )
+            return runs[index:]
+    return []
 
-    async def _record_unclaimed(self, routine: Routine, run: Gap) -> None:
-        """The store refused ``run``: record its slots that have no claim, if any."""
-        assert routine.cron is not None
-        fires = await self._history(routine.name)
-        claimed = {fire.slot for fire in fires if run.first <= fire.slot <= run.last}
-        if not claimed:  # a gap recorded already covers it (another replica's)
-            return
-        pieces: list[Gap] = []
-        slot: datetime | None = run.first
-        for _ in range(COUNT_LIMIT):
-            if slot is None or slot > run.last:
-                break
-            if slot not in claimed:
-                pieces = note_unanswered(routine, slot, pieces)
-            slot = next_run(routine.cron, routine.tz, slot, routine.name)
-        for piece in pieces:
-            await self._write_gap(routine.name, piece)
+
+async def _record_unclaimed(
+    gaps: GapRecording, calls: StoreCalls, routine: Routine, run: Gap
+) -> None:
+    """The store refused ``run``: record its slots that have no claim, if any."""
+    assert routine.cron is not None
+    fires = await calls.history(routine.name)
+    claimed = {fire.slot for fire in fires if run.first <= fire.slot <= run.last}
+    if not claimed:  # a gap recorded already covers it (another replica's)
+        return
+    pieces: list[Gap] = []
+    slot: datetime | None = run.first
+    for _ in range(COUNT_LIMIT):
+        if slot is None or slot > run.last:
+            break
+        if slot not in claimed:
+            pieces = note_unanswered(routine, slot, pieces)
+        slot = next_run(routine.cron, routine.tz, slot, routine.name)
+    for piece in pieces:
+        await gaps.write_gap(routine.name, piece)

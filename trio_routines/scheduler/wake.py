@@ -10,41 +10,69 @@ from ..context import FireContext
 from ..errors import StateFault
 from ..records import Wakeup
 from ..wakeups import defer_dropped, envelope
+from .calls import StoreCalls
 from .clock import ClockWatch
 from .fire import FirePath
 from .restarts import RESTART_FIRST, Restarts
-from .state import log
+from .state import Runtime, log
 
 #: Wake-up polls between two counts of the pending wake-ups (a gauge, not a decision).
 COUNT_EVERY = 10
 
 
-class WakeLoop(FirePath, ClockWatch, Restarts):
-    async def _wake_loop(self) -> None:
+class WakeLoop:
+    """Polls for due wake-ups and runs each as a turn; owns the count of pending ones.
+
+    Collaborators: the :class:`Runtime` (wall clock, stop, turns in flight), the
+    :class:`FirePath` (the turn), the :class:`StoreCalls` (take, defer, count), the
+    :class:`ClockWatch` (the offset, each poll) and the :class:`Restarts`.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        fire: FirePath,
+        calls: StoreCalls,
+        clock: ClockWatch,
+        restarts: Restarts,
+        *,
+        poll_interval: float,
+    ) -> None:
+        self._runtime = runtime
+        self._fire = fire
+        self._calls = calls
+        self._clock = clock
+        self._restarts = restarts
+        self._poll_interval = poll_interval
+        #: The pending wake-ups as last counted (None: not yet).
+        self.pending: int | None = None
+
+    async def run(self) -> None:
+        """Poll every poll interval until cancelled or stopped (see the package doc)."""
         backoff = RESTART_FIRST
         polls = 0
+        stopping = self._runtime.stopping
         while True:
             try:
                 while True:
-                    while not self._stopping.value and await self._wake_once():
+                    while not stopping.value and await self._wake_once():
                         backoff = RESTART_FIRST
                     if polls % COUNT_EVERY == 0:
                         await self._count_pending()
                     polls += 1
-                    await trio.sleep(self.poll_interval)
-                    self._note_offset()
-                    await self._refresh_paused()
+                    await trio.sleep(self._poll_interval)
+                    self._clock.note_offset()
+                    await self._calls.refresh_paused()
             except Exception as exc:
-                if self._stopping.value:
+                if stopping.value:
                     return
-                backoff = await self._restart_after("wake", "wake-up poll", exc, backoff)
+                backoff = await self._restarts.restart_after("wake", "wake-up poll", exc, backoff)
 
     async def _count_pending(self) -> None:
         """Count the pending wake-ups for ``trio_routines_pending_wakeups``; a fault keeps the
-        last count (a full list: cheap for the state directory, which caches its parse)."""
+        last count."""
         try:
-            with self._bounded():
-                self._pending_wakeups = len(await self.store.list_wakeups())
+            self.pending = await self._calls.count_wakeups()
         except StateFault as exc:
             log.debug("the pending wake-ups could not be counted: %s", exc)
 
@@ -53,9 +81,9 @@ class WakeLoop(FirePath, ClockWatch, Restarts):
         fired = False
         with trio.CancelScope(shield=True):
             try:
-                wakeup = await self._take_due_wakeup(self.now())
+                wakeup = await self._calls.take_due_wakeup(self._runtime.now())
                 if wakeup is not None:
-                    with self._working():
+                    with self._runtime.working():
                         await self._wake(wakeup)
                     fired = True
             except StateFault as exc:
@@ -64,15 +92,15 @@ class WakeLoop(FirePath, ClockWatch, Restarts):
 
     async def _wake(self, wakeup: Wakeup) -> None:
         label = f"wake {wakeup.id[:8]}"
-        why = FireContext("wakeup", wakeup.session, wakeup=wakeup.id, replica=self.replica)
-        turn = await self._turn(why, label, envelope(wakeup))
+        why = FireContext("wakeup", wakeup.session, wakeup=wakeup.id, replica=self._runtime.replica)
+        turn = await self._fire.turn(why, label, envelope(wakeup))
         if not turn.busy:
             return
         if wakeup.recurring:
             log.info("%s: next fires per cron", label)
             return
-        retry_at = self.now() + timedelta(seconds=self.poll_interval)
-        if await self._defer_wakeup(wakeup, retry_at):
+        retry_at = self._runtime.now() + timedelta(seconds=self._poll_interval)
+        if await self._calls.defer_wakeup(wakeup, retry_at):
             log.info("%s: session busy — retrying next poll", label)
         else:
             log.error("%s: %s", label, defer_dropped(wakeup))

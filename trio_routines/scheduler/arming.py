@@ -1,0 +1,74 @@
+"""What is armed: each cron routine's next slot, and the newest claims that lie ahead.
+
+:class:`Arming` owns the answers :meth:`Scheduler.statistics` gives about the schedule -- the
+armed routines, their next slots, the future claims -- written by the boot (the first
+slots), the cron loops (each slot after) and the reload (a routine removed or changed). It
+reads nothing but the wall clock it is handed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from ..instants import format_iso
+from ..records import Fire
+from ..routines import Routine
+from .state import log
+
+
+class Arming:
+    """The routines armed, their next slots and their newest claims as last read."""
+
+    def __init__(self) -> None:
+        self.next_due: dict[str, datetime | None] = {}
+        self.armed: dict[str, None] = {}  # an ordered set of the routines with a next slot
+        # The newest claim of each routine as the boot or its last re-arm read it; those
+        # stamped ahead of the wall clock are the future claims (see future_claims).
+        self._newest: dict[str, Fire] = {}
+
+    def arm(self, name: str, due: datetime) -> None:
+        """``name`` is armed for ``due`` (the boot's first slot)."""
+        self.armed[name] = None
+        self.next_due[name] = due
+
+    def set_due(self, routine: Routine, due: datetime | None) -> None:
+        """A cron loop's next slot; None: its cron never fires again (said so, unarmed)."""
+        self.next_due[routine.name] = due
+        if due is None:
+            log.warning(
+                '%s: cron "%s" will never fire again — not armed', routine.name, routine.cron
+            )
+            self.armed.pop(routine.name, None)
+        else:
+            self.armed[routine.name] = None
+
+    def forget(self, name: str) -> None:
+        """``name`` was removed or changed: nothing of it is armed until its new loop says."""
+        self.next_due.pop(name, None)
+        self.armed.pop(name, None)
+        self._newest.pop(name, None)
+
+    def note_future_claim(self, name: str, newest: Fire | None, now: datetime) -> None:
+        """Remember the newest claim just read, and warn if it is stamped after ``now``.
+
+        A claim behind ``now`` is kept too: if the wall clock later goes back behind its
+        stamp, it is in the future again, and :meth:`future_claims` says so.
+        """
+        if newest is None:
+            self._newest.pop(name, None)
+            return
+        self._newest[name] = newest
+        if newest.fired_at <= now:
+            return
+        log.warning(
+            "%s: newest claim is in the future (slot %s, stamped %s) — the wall clock was ahead "
+            "when it was made; nothing can fire before the first slot after it. If the clock "
+            "is right now, stop and delete that claim (README: A clock that ran ahead)",
+            name,
+            format_iso(newest.slot),
+            format_iso(newest.fired_at),
+        )
+
+    def future_claims(self, now: datetime) -> dict[str, datetime]:
+        """The claimed slot of each routine whose newest claim is stamped after ``now``."""
+        return {n: f.slot for n, f in self._newest.items() if f.fired_at > now}

@@ -1,0 +1,118 @@
+"""The replica's membership of its store: joined while anything runs, and whose claims live.
+
+:class:`Membership` owns the replica's :class:`~trio_routines.presence.Presence` -- the hold
+of its id in the store -- and who shares it: :meth:`Membership.present` is entered by the
+run, by each external fire and by each claim-less run, and the last block to end leaves the
+store. The holds of turns (:mod:`.holds`) ask it for the current presence, the boot and the
+watches ask it whether an open claim's holder is alive, and the member watch replaces a
+lost presence (:meth:`Membership.rejoin`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import trio
+
+from ..errors import StateFault
+from ..presence import LocalPresence, Presence
+from ..records import Fire
+from ..replicas import ReplicaInfo, claim_key
+from ..store import Store
+from .calls import STOP_MARGIN, StoreCalls
+from .state import Runtime
+
+
+class Membership:
+    """This replica's presence in ``store``; collaborators: the :class:`Runtime` (its id,
+    the wall clock) and the :class:`StoreCalls` (the bound of each call)."""
+
+    def __init__(self, store: Store, runtime: Runtime, calls: StoreCalls) -> None:
+        self._store = store
+        self._runtime = runtime
+        self._calls = calls
+        #: The presence while joined (None before the first block and after the last).
+        self.presence: Presence | None = None
+        self._joining = trio.Lock()
+        self._members = 0  # blocks sharing the membership
+
+    def current(self) -> Presence:
+        """The presence now; StateFault when not joined."""
+        presence = self.presence
+        if presence is None:
+            raise StateFault(f"replica {self._runtime.replica} has not joined its store")
+        return presence
+
+    async def join(self) -> Presence:
+        """Join the store as this replica: its own hold, and its record (see replicas.py).
+
+        A store without ``join`` gives holds that exclude within this process only.
+        """
+        from .. import __version__
+
+        now = self._runtime.now()
+        replica = self._runtime.replica
+        info = ReplicaInfo(replica, __version__, socket.gethostname(), os.getpid(), now, now)
+        join = getattr(self._store, "join", None)
+        if join is None:
+            return LocalPresence(info)
+        with self._calls.bounded():
+            presence: Presence = await join(info)
+            return presence
+        raise self._calls.no_answer(f"could not join the store as replica {replica}")
+
+    async def rejoin(self) -> None:
+        """Join again (a lost presence), then leave the old one (bounded). Raises
+        StateFault, changing nothing, when the store does not take us back."""
+        presence = await self.join()
+        old, self.presence = self.presence, presence
+        if old is not None:
+            with trio.CancelScope(shield=True), trio.move_on_after(self._calls.store_timeout):
+                await old.leave()
+
+    @asynccontextmanager
+    async def present(self) -> AsyncIterator[None]:
+        """Joined for the block: the run's, a fire's or a run's. Blocks at once share one
+        membership; the last to end leaves the store (bounded, whatever it does)."""
+        if self.presence is None:
+            async with self._joining:
+                if self.presence is None:
+                    self.presence = await self.join()
+                self._members += 1
+        else:  # joined already: no schedule point (fires that come together stay together)
+            self._members += 1
+        try:
+            yield
+        finally:
+            self._members -= 1
+            if self._members == 0:
+                with trio.CancelScope(shield=True):
+                    async with self._joining:  # a join waits for this leave to finish
+                        if self._members == 0 and self.presence is not None:
+                            presence, self.presence = self.presence, None
+                            with trio.move_on_after(STOP_MARGIN):
+                                await presence.leave()
+
+    async def claims_alive(self, claims: Sequence[tuple[str, Fire]]) -> list[bool]:
+        """Whether each open claim's holder is alive. A claim naming our own id is alive only
+        if we hold it now (from memory: one naming us that we do not hold was made by an
+        earlier process under our id, which is dead); any other, as the store says."""
+        presence = self.presence
+        alive = [
+            presence is not None and presence.holds(claim_key(routine, fire.slot))
+            for routine, fire in claims
+        ]
+        replica = self._runtime.replica
+        theirs = [i for i, (_, fire) in enumerate(claims) if fire.replica != replica]
+        read = getattr(self._store, "claims_alive", None)
+        if read is None or not theirs:
+            return alive
+        with self._calls.bounded():
+            answers: list[bool] = await read([(claims[i][0], claims[i][1].slot) for i in theirs])
+            for i, live in zip(theirs, answers, strict=True):
+                alive[i] = alive[i] or live
+            return alive
+        raise self._calls.no_answer("the holds of the open claims are unreadable")
