@@ -11,11 +11,9 @@ claims do not leave the others' interrupted fires unreported.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import TypeVar
-
-import trio
 
 from ..cron import next_run
 from ..errors import StateFault
@@ -25,7 +23,7 @@ from ..instants import format_iso
 from ..records import Fire, Outcome
 from ..routines import catchup_text
 from .arming import Arming
-from .calls import StoreCalls
+from .calls import StoreCalls, for_each
 from .gaps import GapRecording, gap_words
 from .membership import Membership
 from .openclaims import BOOT_BUDGET, OpenClaims
@@ -289,32 +287,3 @@ def _not_reconciled(name: str, fault: StateFault) -> None:
         name,
         fault,
     )
-
-
-async def for_each(
-    call: Callable[[str], Awaitable[T]],
-    names: Collection[str],
-    *,
-    on_fault: Callable[[str, StateFault], None] | None = None,
-) -> dict[str, T]:
-    """``call(name)`` for every name at once; the first StateFault in the names' order, as one
-    plain error, if any failed -- or, with ``on_fault``, each fault handed to it and its name
-    left out of the answer."""
-    results: dict[str, T] = {}
-    faults: dict[str, StateFault] = {}
-
-    async def one(name: str) -> None:
-        try:
-            results[name] = await call(name)
-        except StateFault as exc:
-            faults[name] = exc
-
-    async with trio.open_nursery() as nursery:
-        for name in names:
-            nursery.start_soon(one, name)
-    for name in names:
-        if name in faults:
-            if on_fault is None:
-                raise faults[name]
-            on_fault(name, faults[name])
-    return results

@@ -19,8 +19,10 @@ the claim stays unsettled, and the next boot records it as interrupted.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime
 from types import TracebackType
+from typing import TypeVar
 
 import trio
 
@@ -30,6 +32,8 @@ from ..records import Fire, Outcome, Wakeup
 from ..store import Store
 from .deadlines import StoreDeadlines
 from .state import Grace, Runtime, SharedRead, duration, log
+
+T = TypeVar("T")
 
 STOP_MARGIN = 2.0  # seconds a store call may take past a stop's grace
 SETTLE_RETRY_FIRST = 0.25
@@ -278,3 +282,32 @@ class StoreCalls:
             format_iso(slot),
             attempts,
         )
+
+
+async def for_each(
+    call: Callable[[str], Awaitable[T]],
+    names: Collection[str],
+    *,
+    on_fault: Callable[[str, StateFault], None] | None = None,
+) -> dict[str, T]:
+    """``call(name)`` for every name at once; the first StateFault in the names' order, as one
+    plain error, if any failed -- or, with ``on_fault``, each fault handed to it and its name
+    left out of the answer."""
+    results: dict[str, T] = {}
+    faults: dict[str, StateFault] = {}
+
+    async def one(name: str) -> None:
+        try:
+            results[name] = await call(name)
+        except StateFault as exc:
+            faults[name] = exc
+
+    async with trio.open_nursery() as nursery:
+        for name in names:
+            nursery.start_soon(one, name)
+    for name in names:
+        if name in faults:
+            if on_fault is None:
+                raise faults[name]
+            on_fault(name, faults[name])
+    return results

@@ -22,8 +22,7 @@ from ..errors import StateFault
 from ..instants import format_iso
 from ..records import Outcome
 from ..store import Store
-from .boot import for_each
-from .calls import StoreCalls
+from .calls import StoreCalls, for_each
 from .membership import Membership
 from .openclaims import WATCH_BUDGET, OpenClaims
 from .state import Grace, Runtime, log

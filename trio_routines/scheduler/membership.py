@@ -22,7 +22,7 @@ from ..presence import LocalPresence, Presence
 from ..records import Fire
 from ..replicas import ReplicaInfo, claim_key
 from ..store import Store
-from .calls import STOP_MARGIN, StoreCalls
+from .calls import STOP_MARGIN, StoreCalls, for_each
 from .state import Runtime
 
 
@@ -116,3 +116,26 @@ class Membership:
                 alive[i] = alive[i] or live
             return alive
         raise self._calls.no_answer("the holds of the open claims are unreadable")
+
+    async def replicas(self) -> list[ReplicaInfo]:
+        """The members of the store (see ``Scheduler.replicas``). Raises StateFault."""
+        read = getattr(self._store, "replicas", None)
+        if read is None:
+            presence = self.presence
+            return [] if presence is None else [presence.info]
+        with self._calls.bounded():
+            members: list[ReplicaInfo] = await read()
+            return members
+        raise self._calls.no_answer("the replicas are unreadable")
+
+    async def newest_claims(self, names: Sequence[str]) -> dict[str, tuple[Fire | None, bool]]:
+        """Each routine's newest claim and whether it is open and held by a live replica now
+        (see ``Scheduler.newest_claims``). Raises StateFault."""
+        newest = await for_each(self._calls.latest_fire, names)
+        open_claims = [(n, f) for n, f in newest.items() if f is not None and f.outcome is None]
+        answers = await self.claims_alive(open_claims)
+        alive = {(n, f.slot): live for (n, f), live in zip(open_claims, answers, strict=True)}
+        return {
+            name: (fire, fire is not None and alive.get((name, fire.slot), False))
+            for name, fire in newest.items()
+        }

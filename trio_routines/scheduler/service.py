@@ -7,16 +7,15 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import MappingProxyType
-from typing import Generic, TypeVar
 
 import trio
 
 from ..agent import Agent
 from ..errors import InvalidRoutine
 from ..metrics import Family, Metrics, render
-from ..records import ClaimResult, Fire
+from ..records import ClaimResult, Fire, Wakeup
 from ..replicas import ReplicaInfo, check_replica
 from ..routines import Routine
 from ..sessions import SessionGate
@@ -24,7 +23,7 @@ from ..store import Store
 from ..turns import TurnResult
 from ..wakeups import POLL_INTERVAL
 from .arming import Arming
-from .boot import Boot, for_each
+from .boot import Boot
 from .calls import STOP_MARGIN, StoreCalls
 from .clock import ClockWatch
 from .fire import FirePath
@@ -45,6 +44,7 @@ from .state import (
     FireResult,
     Grace,
     Runtime,
+    Shared,
     Statistics,
     Stopping,
     checked_seconds,
@@ -52,24 +52,7 @@ from .state import (
     system_now,
 )
 from .wake import WakeLoop
-
-T = TypeVar("T")
-
-
-class _Shared(Generic[T]):
-    """An attribute of the scheduler kept in its :class:`Runtime`, where the parts read it:
-    ``scheduler.now = clock`` reaches every part, as a plain attribute did when the
-    scheduler was one object."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._name = name
-
-    def __get__(self, scheduler: Scheduler, owner: type | None = None) -> T:
-        value: T = getattr(scheduler._runtime, self._name)
-        return value
-
-    def __set__(self, scheduler: Scheduler, value: T) -> None:
-        setattr(scheduler._runtime, self._name, value)
+from .wakecalls import WakeupCalls
 
 
 class Scheduler:
@@ -87,9 +70,9 @@ class Scheduler:
     """
 
     _ran = False  # run() was called: a second call is refused before it touches the store
-    now: _Shared[Callable[[], datetime]] = _Shared()
-    routines: _Shared[dict[str, Routine]] = _Shared()
-    default_grace: _Shared[float] = _Shared()
+    now: Shared[Callable[[], datetime]] = Shared()
+    routines: Shared[dict[str, Routine]] = Shared()
+    default_grace: Shared[float] = Shared()
 
     def __init__(
         self,
@@ -185,6 +168,7 @@ class Scheduler:
             external_clock=external_clock,
             wakeups=wakeups,
         )
+        self._wakeup_calls = WakeupCalls(store, runtime, calls)
         self._loops = trio.CancelScope()  # the loops' scope: stop() cancels it
 
     @property
@@ -352,26 +336,40 @@ class Scheduler:
     async def replicas(self) -> list[ReplicaInfo]:
         """The members of the store, this one included while it runs, each alive or not
         (a store without replicas knows only this one). Raises StateFault."""
-        read = getattr(self.store, "replicas", None)
-        if read is None:
-            presence = self._membership.presence
-            return [] if presence is None else [presence.info]
-        with self._calls.bounded():
-            members: list[ReplicaInfo] = await read()
-            return members
-        raise self._calls.no_answer("the replicas are unreadable")
+        return await self._membership.replicas()
 
     async def newest_claims(self, names: Sequence[str]) -> dict[str, tuple[Fire | None, bool]]:
         """Each routine's newest claim (None: none yet) and whether it is open and held by a
         live replica now; the reads go together, bounded. Raises StateFault."""
-        newest = await for_each(self._calls.latest_fire, names)
-        open_claims = [(n, f) for n, f in newest.items() if f is not None and f.outcome is None]
-        answers = await self._membership.claims_alive(open_claims)
-        alive = {(n, f.slot): live for (n, f), live in zip(open_claims, answers, strict=True)}
-        return {
-            name: (fire, fire is not None and alive.get((name, fire.slot), False))
-            for name, fire in newest.items()
-        }
+        return await self._membership.newest_claims(names)
+
+    async def add_wakeup(
+        self,
+        session: str,
+        prompt: str,
+        *,
+        delay: float | str | timedelta | None = None,
+        fire_at: datetime | None = None,
+        cron: str | None = None,
+        tz: str | None = None,
+    ) -> Wakeup:
+        """Schedule a turn of ``session`` with ``prompt``: once, after ``delay`` (seconds, or
+        ``"30m"``) or at ``fire_at``, or recurring on ``cron`` (in ``tz``). Callable from
+        inside a turn (``current_fire().session`` is the turn's session). Raises
+        :class:`InvalidWakeup` with a model-facing reason (the guardrails), or StateFault
+        (nothing added). :mod:`trio_routines.tools` offers this to a model."""
+        return await self._wakeup_calls.add(
+            session, prompt, delay=delay, fire_at=fire_at, cron=cron, tz=tz
+        )
+
+    async def list_wakeups(self, session: str | None = None) -> list[Wakeup]:
+        """The pending wake-ups, in stored order; only ``session``'s when given."""
+        return await self._wakeup_calls.pending(session)
+
+    async def remove_wakeup(self, wakeup_id: str, session: str) -> bool:
+        """Cancel the pending wake-up ``wakeup_id`` of ``session``: False when there is none
+        (fired, cancelled, or another session's). Raises StateFault (nothing removed)."""
+        return await self._wakeup_calls.remove(wakeup_id, session)
 
     async def wait_drained(self) -> None:
         """Return once a stop was requested and no turn is in flight any more."""

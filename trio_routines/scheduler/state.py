@@ -9,6 +9,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
+from typing import Any, Generic, TypeVar
 
 import attrs
 import trio
@@ -23,6 +24,8 @@ from ..replicas import default_replica
 from ..routines import Routine
 from ..store import Store
 from .sleepers import Unpark
+
+T = TypeVar("T")
 
 log = logging.getLogger("trio_routines")
 
@@ -339,3 +342,19 @@ class Grace:
             self._lost.discard(scope)
             return True
         return False
+
+
+class Shared(Generic[T]):
+    """An attribute of the scheduler kept in its :class:`Runtime`, where the parts read it:
+    ``scheduler.now = clock`` reaches every part, as a plain attribute did when the
+    scheduler was one object."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, scheduler: Any, owner: type | None = None) -> T:
+        value: T = getattr(scheduler._runtime, self._name)
+        return value
+
+    def __set__(self, scheduler: Any, value: T) -> None:
+        setattr(scheduler._runtime, self._name, value)

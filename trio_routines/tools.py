@@ -1,0 +1,243 @@
+"""Wake-up tools for models: their definitions, and the calls executed for one session.
+
+An agent schedules its own next turn by calling a tool. :func:`definitions` gives the three
+tools (``schedule_wakeup``, ``list_wakeups``, ``cancel_wakeup``) as JSON-schema function
+descriptions in the shape the common model APIs take (``"openai"``: ``{"type": "function",
+"function": {...}}``; ``"anthropic"``: ``{"name", "description", "input_schema"}``; ``"plain"``:
+``{"name", "description", "parameters"}``). :func:`call_tool` executes one call the model made,
+for the session whose turn it is, against a :class:`~trio_routines.Scheduler` (anything with
+its ``add_wakeup``, ``list_wakeups`` and ``remove_wakeup``), and returns the text to give back
+to the model: what was done, or why not and what the limits are. A call the model got wrong
+is answered, never raised; only a failure of ours (the store did not answer) says to try
+again later.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Protocol
+
+from .errors import InvalidWakeup, StateFault
+from .instants import format_iso
+from .records import Wakeup
+from .wakeups import MAX_PENDING_PER_SESSION, MIN_DELAY, MIN_RECURRING_GAP, parse_delay
+
+SCHEDULE, LIST, CANCEL = "schedule_wakeup", "list_wakeups", "cancel_wakeup"
+LIMITS = (
+    f"one-shots at least {int(MIN_DELAY.total_seconds())} s ahead; recurring ones at most "
+    f"every {int(MIN_RECURRING_GAP.total_seconds() // 60)} minutes; at most "
+    f"{MAX_PENDING_PER_SESSION} pending per session"
+)
+_ID_CHARS = 64  # of an id the model sent, echoed back
+
+_TOOLS: list[dict[str, Any]] = [
+    {
+        "name": SCHEDULE,
+        "description": (
+            "Schedule a later turn of this conversation: you will be woken with `prompt` "
+            'as the message. Give `in` for once (a delay such as "30m", "2h", "1d", or '
+            "seconds as a number) or `cron` (with an optional IANA `tz`) to repeat. "
+            f"Limits: {LIMITS}."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "prompt": {
+                    "type": "string",
+                    "description": "What the woken turn should do, written to yourself.",
+                },
+                "in": {
+                    "type": ["string", "number"],
+                    "description": 'Once, after this delay: "90s", "30m", "1.5h", "2d", or '
+                    "a number of seconds.",
+                },
+                "cron": {
+                    "type": "string",
+                    "description": 'Repeat on this 5-field cron, e.g. "0 9 * * 1-5".',
+                },
+                "tz": {
+                    "type": "string",
+                    "description": 'The cron\'s time zone, e.g. "Europe/Berlin" (default UTC).',
+                },
+            },
+            "required": ["prompt"],
+            "additionalProperties": False,
+        },
+    },
+    {
+        "name": LIST,
+        "description": "List the wake-ups this conversation has pending: id, when, what.",
+        "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+    },
+    {
+        "name": CANCEL,
+        "description": "Cancel a pending wake-up of this conversation by its id.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string", "description": "The id schedule_wakeup gave."},
+            },
+            "required": ["id"],
+            "additionalProperties": False,
+        },
+    },
+]
+
+
+def definitions(
+    style: Literal["openai", "anthropic", "plain"] = "plain",
+) -> list[dict[str, Any]]:
+    """The three tools' descriptions, in the shape ``style`` names (a fresh copy each call)."""
+    tools = copy.deepcopy(_TOOLS)
+    if style == "plain":
+        return tools
+    if style == "anthropic":
+        return [
+            {"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
+            for t in tools
+        ]
+    if style == "openai":
+        return [{"type": "function", "function": t} for t in tools]
+    raise ValueError(f"unknown style {style!r}: openai, anthropic or plain")
+
+
+class WakeupApi(Protocol):
+    """What :func:`call_tool` needs: the wake-up methods of a Scheduler."""
+
+    async def add_wakeup(
+        self,
+        session: str,
+        prompt: str,
+        *,
+        delay: float | None = None,
+        cron: str | None = None,
+        tz: str | None = None,
+    ) -> Wakeup:
+        """Add a wake-up of ``session`` (``Scheduler.add_wakeup``)."""
+        ...
+
+    async def list_wakeups(self, session: str | None = None) -> list[Wakeup]:
+        """The pending wake-ups, ``session``'s only when given."""
+        ...
+
+    async def remove_wakeup(self, wakeup_id: str, session: str) -> bool:
+        """Cancel a pending wake-up of ``session``; False when there is none."""
+        ...
+
+
+def _arguments(raw: object) -> Mapping[str, Any] | str:
+    """The call's arguments as a mapping (a JSON text is parsed), or why they are unusable."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            return 'the arguments are not valid JSON; send an object such as {"prompt": ...}.'
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        return "the arguments must be a JSON object."
+    return raw
+
+
+def _unknown(arguments: Mapping[str, Any], allowed: Sequence[str]) -> str | None:
+    extra = sorted(str(key) for key in arguments if key not in allowed)
+    if extra:
+        return f"unknown argument(s) {', '.join(extra)}; this tool takes: {', '.join(allowed)}."
+    return None
+
+
+def _line(wakeup: Wakeup) -> str:
+    when = f"next at {format_iso(wakeup.fire_at)}"
+    if wakeup.cron is not None:
+        zone = f" {wakeup.tz}" if wakeup.tz else ""
+        when = f'recurring (cron "{wakeup.cron}"{zone}), {when}'
+    return f"- {wakeup.id}: {when}: {wakeup.prompt}"
+
+
+async def call_tool(api: WakeupApi, session: str, name: str, arguments: object) -> str:
+    """Execute the model's call of tool ``name`` for ``session``; the text for the model.
+
+    ``arguments``: the call's arguments, a mapping or its JSON text. Raises nothing the model
+    caused; a scheduler that cannot answer is said so in the text.
+    """
+    args = _arguments(arguments)
+    if isinstance(args, str):
+        return f"{name}: {args}"
+    try:
+        if name == SCHEDULE:
+            return await _schedule(api, session, args)
+        if name == LIST:
+            return await _list(api, session, args)
+        if name == CANCEL:
+            return await _cancel(api, session, args)
+    except StateFault:
+        return (
+            f"{name}: the scheduler could not reach its store just now; nothing changed. "
+            "Try again later."
+        )
+    return f"unknown tool {str(name)[:_ID_CHARS]!r}: the tools are {SCHEDULE}, {LIST}, {CANCEL}."
+
+
+async def _schedule(api: WakeupApi, session: str, args: Mapping[str, Any]) -> str:
+    problem = _unknown(args, ("prompt", "in", "cron", "tz"))
+    if problem:
+        return f"{SCHEDULE}: {problem}"
+    prompt = args.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        return f"{SCHEDULE}: give `prompt`, the message you will be woken with."
+    if ("in" in args) == ("cron" in args):
+        return f"{SCHEDULE}: give exactly one of `in` (once, after a delay) or `cron` (to repeat)."
+    tz = args.get("tz")
+    if tz is not None and not isinstance(tz, str):
+        return f'{SCHEDULE}: `tz` must be a time zone name such as "Europe/Berlin".'
+    try:
+        if "in" in args:
+            if tz is not None:
+                return f"{SCHEDULE}: `tz` goes with `cron` only."
+            delay = parse_delay(args["in"])
+            if delay is None:
+                return (
+                    f'{SCHEDULE}: could not read `in`; use a unit like "30m", "2h", "1d", '
+                    "or a number of seconds."
+                )
+            wakeup = await api.add_wakeup(session, prompt, delay=delay)
+        else:
+            cron = args["cron"]
+            if not isinstance(cron, str):
+                return f'{SCHEDULE}: `cron` must be a 5-field cron text such as "0 9 * * 1-5".'
+            wakeup = await api.add_wakeup(session, prompt, cron=cron, tz=tz)
+    except InvalidWakeup as exc:
+        return f"{SCHEDULE}: refused — {exc} (limits: {LIMITS})."
+    except OverflowError:
+        return f"{SCHEDULE}: refused — `in` is too far in the future."
+    what = _line(wakeup)[2:]
+    return f'Scheduled {what}. Cancel it with {CANCEL}(id="{wakeup.id}") if it is no longer needed.'
+
+
+async def _list(api: WakeupApi, session: str, args: Mapping[str, Any]) -> str:
+    problem = _unknown(args, ())
+    if problem:
+        return f"{LIST}: {problem}"
+    pending = await api.list_wakeups(session)
+    if not pending:
+        return "No wake-ups pending for this conversation."
+    lines = "\n".join(_line(wakeup) for wakeup in pending)
+    return f"{len(pending)} pending (at most {MAX_PENDING_PER_SESSION}):\n{lines}"
+
+
+async def _cancel(api: WakeupApi, session: str, args: Mapping[str, Any]) -> str:
+    problem = _unknown(args, ("id",))
+    if problem:
+        return f"{CANCEL}: {problem}"
+    wakeup_id = args.get("id")
+    if not isinstance(wakeup_id, str) or not wakeup_id:
+        return f"{CANCEL}: give `id`, as {SCHEDULE} or {LIST} showed it."
+    shown = json.dumps(wakeup_id[:_ID_CHARS], ensure_ascii=False)
+    if await api.remove_wakeup(wakeup_id, session):
+        return f"Cancelled wake-up {shown}."
+    return (
+        f"{CANCEL}: no pending wake-up {shown} for this conversation (already fired, "
+        f"cancelled, or never scheduled here); {LIST} shows what is pending."
+    )
