@@ -144,3 +144,25 @@ async def test_every_wrong_call_is_answered_and_changes_nothing() -> None:
     assert "could not reach its store" in text
     assert "Try again later" in text
     assert len(await store.list_wakeups()) == 1
+
+
+def test_the_example_agent_schedules_and_cancels_through_the_tools(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    import trio.testing
+
+    path = Path(__file__).parent.parent / "examples" / "self_scheduling.py"
+    spec = importlib.util.spec_from_file_location("self_scheduling", path)
+    assert spec is not None
+    assert spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    trio.run(example.main, clock=trio.testing.MockClock(autojump_threshold=0))
+    out = capsys.readouterr().out
+    assert out.count("schedule_wakeup(") == 2
+    assert "[wakeup turn of routine:deploy-check]" in out
+    assert "Cancelled wake-up" in out
+    assert out.rstrip().endswith("pending at the end: []")

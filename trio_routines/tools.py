@@ -213,7 +213,9 @@ async def _schedule(api: WakeupApi, session: str, args: Mapping[str, Any]) -> st
     except OverflowError:
         return f"{SCHEDULE}: refused — `in` is too far in the future."
     what = _line(wakeup)[2:]
-    return f'Scheduled {what}. Cancel it with {CANCEL}(id="{wakeup.id}") if it is no longer needed.'
+    return (
+        f'Scheduled {what} — cancel it with {CANCEL}(id="{wakeup.id}") if it is no longer needed.'
+    )
 
 
 async def _list(api: WakeupApi, session: str, args: Mapping[str, Any]) -> str:
