@@ -58,16 +58,18 @@ def public_names(module: types.ModuleType) -> list[str]:
     exported = getattr(module, "__all__", None)
     if exported is not None:
         return sorted(exported)
+    reexported = _reexports(module)
+    # dir(), not vars(): a package that imports its names on first use lists them there.
+    values = {name: getattr(module, name) for name in dir(module) if not name.startswith("_")}
     return sorted(
         name
-        for name, value in vars(module).items()
+        for name, value in values.items()
         if (
-            not name.startswith("_")
-            and name != "annotations"
+            name != "annotations"
             and not isinstance(value, types.ModuleType)
             and getattr(value, "__module__", module.__name__).startswith(module.__name__)
         )
-        or (not name.startswith("_") and name in _reexports(module))
+        or name in reexported
     )
 
 

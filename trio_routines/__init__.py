@@ -5,51 +5,120 @@ Every cron slot is claimed in a state store before it runs, so it fires at most 
 
 from __future__ import annotations
 
-from .agent import SESSION_BUSY as SESSION_BUSY
-from .agent import Agent as Agent
-from .agent import Completed as Completed
-from .agent import Event as Event
-from .agent import Failed as Failed
-from .agent import TextDelta as TextDelta
-from .context import FireContext as FireContext
-from .context import current_fire as current_fire
-from .cron import cron_error as cron_error
-from .cron import next_run as next_run
-from .errors import InvalidAgent as InvalidAgent
-from .errors import InvalidCron as InvalidCron
-from .errors import InvalidOption as InvalidOption
-from .errors import InvalidRoutine as InvalidRoutine
-from .errors import InvalidWakeup as InvalidWakeup
-from .errors import StateFault as StateFault
-from .errors import TrioRoutinesError as TrioRoutinesError
-from .errors import UnsafeName as UnsafeName
-from .hosting import serve as serve
-from .records import ClaimResult as ClaimResult
-from .records import ClaimStatus as ClaimStatus
-from .records import Fire as Fire
-from .records import Gap as Gap
-from .records import GapReason as GapReason
-from .records import Outcome as Outcome
-from .records import Wakeup as Wakeup
-from .routines import LoadResult as LoadResult
-from .routines import Routine as Routine
-from .routines import RoutineFailure as RoutineFailure
-from .routines import load_routines as load_routines
-from .scheduler import FireResult as FireResult
-from .scheduler import NotOnGrid as NotOnGrid
-from .scheduler import NotYetDue as NotYetDue
-from .scheduler import Scheduler as Scheduler
-from .scheduler import Statistics as Statistics
-from .scheduler import Stopping as Stopping
-from .scheduler import UnknownRoutine as UnknownRoutine
-from .scheduler import serve_routines as serve_routines
-from .store import ArmedRecords as ArmedRecords
-from .store import GapRecords as GapRecords
-from .store import Store as Store
-from .stores import open_store as open_store
-from .stores.directory import DirectoryStore as DirectoryStore
-from .turns import TurnResult as TurnResult
-from .wakeups import WakeupRequest as WakeupRequest
-from .wakeups import parse_delay as parse_delay
+import importlib
+import typing
+
+if typing.TYPE_CHECKING:  # imported on first use (below): `import trio_routines` stays cheap
+    from .agent import SESSION_BUSY as SESSION_BUSY
+    from .agent import Agent as Agent
+    from .agent import Completed as Completed
+    from .agent import Event as Event
+    from .agent import Failed as Failed
+    from .agent import TextDelta as TextDelta
+    from .context import FireContext as FireContext
+    from .context import current_fire as current_fire
+    from .cron import cron_error as cron_error
+    from .cron import next_run as next_run
+    from .errors import InvalidAgent as InvalidAgent
+    from .errors import InvalidCron as InvalidCron
+    from .errors import InvalidOption as InvalidOption
+    from .errors import InvalidRoutine as InvalidRoutine
+    from .errors import InvalidWakeup as InvalidWakeup
+    from .errors import StateFault as StateFault
+    from .errors import TrioRoutinesError as TrioRoutinesError
+    from .errors import UnsafeName as UnsafeName
+    from .hosting import serve as serve
+    from .records import ClaimResult as ClaimResult
+    from .records import ClaimStatus as ClaimStatus
+    from .records import Fire as Fire
+    from .records import Gap as Gap
+    from .records import GapReason as GapReason
+    from .records import Outcome as Outcome
+    from .records import Wakeup as Wakeup
+    from .routines import LoadResult as LoadResult
+    from .routines import Routine as Routine
+    from .routines import RoutineFailure as RoutineFailure
+    from .routines import load_routines as load_routines
+    from .scheduler import FireResult as FireResult
+    from .scheduler import NotOnGrid as NotOnGrid
+    from .scheduler import NotYetDue as NotYetDue
+    from .scheduler import Scheduler as Scheduler
+    from .scheduler import Statistics as Statistics
+    from .scheduler import Stopping as Stopping
+    from .scheduler import UnknownRoutine as UnknownRoutine
+    from .scheduler import serve_routines as serve_routines
+    from .store import ArmedRecords as ArmedRecords
+    from .store import GapRecords as GapRecords
+    from .store import Store as Store
+    from .stores import open_store as open_store
+    from .stores.directory import DirectoryStore as DirectoryStore
+    from .turns import TurnResult as TurnResult
+    from .wakeups import WakeupRequest as WakeupRequest
+    from .wakeups import parse_delay as parse_delay
+
+# Each public name, and the module it comes from: imported on first use (PEP 562), so a
+# command that needs little (the command line's `history`) does not load the rest.
+_LAZY = {
+    "SESSION_BUSY": ".agent",
+    "Agent": ".agent",
+    "Completed": ".agent",
+    "Event": ".agent",
+    "Failed": ".agent",
+    "TextDelta": ".agent",
+    "FireContext": ".context",
+    "current_fire": ".context",
+    "cron_error": ".cron",
+    "next_run": ".cron",
+    "InvalidAgent": ".errors",
+    "InvalidCron": ".errors",
+    "InvalidOption": ".errors",
+    "InvalidRoutine": ".errors",
+    "InvalidWakeup": ".errors",
+    "StateFault": ".errors",
+    "TrioRoutinesError": ".errors",
+    "UnsafeName": ".errors",
+    "serve": ".hosting",
+    "ClaimResult": ".records",
+    "ClaimStatus": ".records",
+    "Fire": ".records",
+    "Gap": ".records",
+    "GapReason": ".records",
+    "Outcome": ".records",
+    "Wakeup": ".records",
+    "LoadResult": ".routines",
+    "Routine": ".routines",
+    "RoutineFailure": ".routines",
+    "load_routines": ".routines",
+    "FireResult": ".scheduler",
+    "NotOnGrid": ".scheduler",
+    "NotYetDue": ".scheduler",
+    "Scheduler": ".scheduler",
+    "Statistics": ".scheduler",
+    "Stopping": ".scheduler",
+    "UnknownRoutine": ".scheduler",
+    "serve_routines": ".scheduler",
+    "ArmedRecords": ".store",
+    "GapRecords": ".store",
+    "Store": ".store",
+    "open_store": ".stores",
+    "DirectoryStore": ".stores.directory",
+    "TurnResult": ".turns",
+    "WakeupRequest": ".wakeups",
+    "parse_delay": ".wakeups",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __version__ = "0.1.0"

@@ -16,6 +16,7 @@ file is broken; ``run`` and ``fire`` refuse only when the routine they were aske
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import os
 import sys
@@ -26,33 +27,36 @@ import trio
 from ..errors import InvalidWakeup, TrioRoutinesError
 from ..logs import configure_logging
 from ..text import shown
-from .firing import cmd_fire, cmd_run, fire_result_json
-from .migrating import cmd_migrate
 from .output import CliError, state_label
 from .parser import build_parser
-from .pausing import cmd_pause, cmd_resume
-from .serve import cmd_serve
-from .status import cmd_list, cmd_status
-from .views import cmd_check, cmd_history, cmd_next
-from .wakes import cmd_unwake, cmd_wake
 
-__all__ = ["CliError", "build_parser", "fire_result_json", "main", "state_label"]
+__all__ = ["CliError", "build_parser", "main", "state_label"]
 
-_COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
-    "serve": cmd_serve,
-    "run": cmd_run,
-    "fire": cmd_fire,
-    "history": cmd_history,
-    "list": cmd_list,
-    "status": cmd_status,
-    "next": cmd_next,
-    "check": cmd_check,
-    "wake": cmd_wake,
-    "unwake": cmd_unwake,
-    "pause": cmd_pause,
-    "resume": cmd_resume,
-    "migrate": cmd_migrate,
+# Each command's module and function, imported when the command runs: `history` need not
+# load the scheduler, the HTTP surface or the agents (a command starts in about half the time).
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("serve", "cmd_serve"),
+    "run": ("firing", "cmd_run"),
+    "fire": ("firing", "cmd_fire"),
+    "history": ("views", "cmd_history"),
+    "list": ("status", "cmd_list"),
+    "status": ("status", "cmd_status"),
+    "next": ("views", "cmd_next"),
+    "check": ("views", "cmd_check"),
+    "wake": ("wakes", "cmd_wake"),
+    "unwake": ("wakes", "cmd_unwake"),
+    "pause": ("pausing", "cmd_pause"),
+    "resume": ("pausing", "cmd_resume"),
+    "migrate": ("migrating", "cmd_migrate"),
 }
+
+
+def _command(name: str) -> Callable[[argparse.Namespace], Awaitable[int]]:
+    module, function = _COMMANDS[name]
+    command: Callable[[argparse.Namespace], Awaitable[int]] = getattr(
+        importlib.import_module(f".{module}", __name__), function
+    )
+    return command
 
 
 _EXPECTED = (TrioRoutinesError, OSError, InvalidWakeup)
@@ -78,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging(args.log_format, args.log_level)
     try:
-        return trio.run(_COMMANDS[args.command], args)
+        return trio.run(_command(args.command), args)
     except KeyboardInterrupt:
         return 130
     except BaseException as error:

@@ -18,7 +18,7 @@ import stat
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import trio
 
@@ -26,16 +26,17 @@ from .. import agents
 from ..agent import Agent
 from ..agents import agent_from_spec
 from ..errors import TrioRoutinesError
-from ..hosting import watch_signals as watch_signals
 from ..names import name_problem
 from ..replicas import REPLICA_ENV, replica_problem
 from ..routines import LoadResult, Routine, find_routine, load_routines
-from ..scheduler import DEFAULT_GRACE as DEFAULT_GRACE
-from ..scheduler import Scheduler
+from ..scheduler.state import DEFAULT_GRACE as DEFAULT_GRACE
 from ..store import Store
 from ..stores import is_postgres_url, open_store
 from ..stores.credentials import shown_state
 from ..text import safe_json, shown, visible
+
+if TYPE_CHECKING:  # imported where used: a command that fires nothing does not load them
+    from ..scheduler import Scheduler
 
 log = logging.getLogger("trio_routines")
 T = TypeVar("T")
@@ -223,6 +224,8 @@ async def stop_on_signals(
     scheduler: Scheduler, grace: float, body: Callable[[], Awaitable[T]]
 ) -> T:
     """Run ``body``; SIGINT/SIGTERM stop ``scheduler`` with ``grace`` (a second: at once)."""
+    from ..hosting import watch_signals
+
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watch_signals, signals, scheduler, grace)

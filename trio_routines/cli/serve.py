@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 import trio
 
 from ..agent import Agent
-from ..hosting import run_then_end
+from ..hosting import run_then_end, watch_signals
 from ..instants import format_iso
 from ..routines import Routine
 from ..scheduler import Scheduler
@@ -29,7 +29,6 @@ from .output import (
     say,
     state_arg,
     state_label,
-    watch_signals,
 )
 
 log = logging.getLogger("trio_routines")

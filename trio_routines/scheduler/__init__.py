@@ -46,17 +46,53 @@ slots), ``members`` (heartbeat, dead members), ``reload``, ``restarts`` and ``se
 
 from __future__ import annotations
 
-from .reload import RoutineChanges as RoutineChanges
-from .service import Scheduler as Scheduler
-from .service import serve_routines as serve_routines
-from .state import DEFAULT_GRACE as DEFAULT_GRACE
-from .state import JUMP_THRESHOLD as JUMP_THRESHOLD
-from .state import MAX_WAIT as MAX_WAIT
-from .state import FireResult as FireResult
-from .state import NotOnGrid as NotOnGrid
-from .state import NotYetDue as NotYetDue
-from .state import Statistics as Statistics
-from .state import Stopping as Stopping
-from .state import UnknownRoutine as UnknownRoutine
-from .state import on_grid as on_grid
-from .state import system_now as system_now
+import importlib
+import typing
+
+if typing.TYPE_CHECKING:  # imported on first use (below): `import trio_routines` stays cheap
+    from .reload import RoutineChanges as RoutineChanges
+    from .service import Scheduler as Scheduler
+    from .service import serve_routines as serve_routines
+    from .state import DEFAULT_GRACE as DEFAULT_GRACE
+    from .state import JUMP_THRESHOLD as JUMP_THRESHOLD
+    from .state import MAX_WAIT as MAX_WAIT
+    from .state import FireResult as FireResult
+    from .state import NotOnGrid as NotOnGrid
+    from .state import NotYetDue as NotYetDue
+    from .state import Statistics as Statistics
+    from .state import Stopping as Stopping
+    from .state import UnknownRoutine as UnknownRoutine
+    from .state import on_grid as on_grid
+    from .state import system_now as system_now
+
+# Each public name, and the module it comes from: imported on first use (PEP 562), so a
+# command that needs little (the command line's `history`) does not load the rest.
+_LAZY = {
+    "RoutineChanges": ".reload",
+    "Scheduler": ".service",
+    "serve_routines": ".service",
+    "DEFAULT_GRACE": ".state",
+    "JUMP_THRESHOLD": ".state",
+    "MAX_WAIT": ".state",
+    "FireResult": ".state",
+    "NotOnGrid": ".state",
+    "NotYetDue": ".state",
+    "Statistics": ".state",
+    "Stopping": ".state",
+    "UnknownRoutine": ".state",
+    "on_grid": ".state",
+    "system_now": ".state",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
