@@ -132,11 +132,12 @@ class Env:
         fired_at: datetime | None = None,
         ms: int = 5,
         error: str | None = None,
+        output: str | None = None,
     ) -> None:
         store = DirectoryStore(self.state)
         assert store.claim_sync(name, slot, fired_at or slot).taken
         if outcome is not None:
-            store.settle_sync(name, slot, outcome, ms, error=error)
+            store.settle_sync(name, slot, outcome, ms, error=error, output=output)
 
     def wakeups(self) -> list[dict[str, Any]]:
         path = self.state / "schedule" / "wakeups.json"

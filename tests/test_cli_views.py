@@ -73,6 +73,40 @@ def test_history_is_a_table_newest_first_with_the_reason(env: Env) -> None:
     assert entries[21] == {"slot": "2026-07-22T09:00:00.000Z", "firedAt": entries[21]["firedAt"]}
 
 
+HOSTILE_OUTPUT = "All done.\n\x1b[2J\x1b]0;pwned\x07<script>alert(1)</script>\r\n\tend"
+
+
+def test_history_output_shows_each_fires_kept_reply_escaped(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    env.seed("daily", START, ms=7)  # kept nothing
+    env.seed("daily", START + timedelta(days=1), ms=8, output=HOSTILE_OUTPUT)
+    plain = env.cli("history", "daily")
+    assert plain.returncode == 0, plain.stderr
+    assert "pwned" not in plain.stdout  # not shown unless asked for
+    assert "(1 of these kept the end of their reply: --output shows it)" in plain.stderr
+
+    shown = env.cli("history", "daily", "--output")
+    assert shown.returncode == 0, shown.stderr
+    out = shown.stdout.splitlines()
+    assert out[1].startswith("2026-07-02T09:00Z")
+    assert out[2:5] == [
+        "    | All done.",
+        "    | \\x1b[2J\\x1b]0;pwned\\x07<script>alert(1)</script>\\x0d",
+        "    | \\x09end",
+    ]
+    assert out[5].startswith("2026-07-01T09:00Z")  # the fire without output: no lines under it
+    assert len(out) == 6
+    for raw in ("\x1b", "\r", "\x07"):
+        assert raw not in shown.stdout
+
+    entries = json.loads(env.cli("history", "daily", "--json").stdout)
+    assert "output" not in entries[0]  # only when present
+    assert entries[1]["output"] == HOSTILE_OUTPUT
+    raw = env.cli("history", "daily", "--json").stdout
+    assert "\x1b" not in raw  # escaped in JSON
+    assert "\x07" not in raw
+
+
 @pytest.mark.slow
 def test_history_filters_by_count_instant_and_outcome(env: Env) -> None:
     seed_days(env)

@@ -36,6 +36,52 @@ async def test_claim_and_settle_bytes_match_the_original(tmp_path: Path) -> None
     assert path.read_bytes() == b'{"firedAt":"2026-07-07T12:30:00.000Z","outcome":"interrupted"}'
 
 
+async def test_output_is_the_claim_files_last_key_and_only_when_given(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.claim("daily", T0, T0, replica="host-a:1")
+    path = tmp_path / "schedule" / "claims" / "daily" / "2026-07-07T10-00-00-000Z"
+    await store.settle("daily", T0, Outcome.COMPLETED, 12, output="Done.\n\x1b[1m")
+    assert path.read_bytes() == (
+        b'{"firedAt":"2026-07-07T10:00:00.000Z","outcome":"completed","ms":12,'
+        b'"replica":"host-a:1","output":"Done.\\n\\u001b[1m"}'
+    )
+    # An older reader (the original, trio_routines before output) reads the same record: a
+    # JSON object whose keys it knows, and one it passes over.
+    record = json.loads(path.read_text())
+    assert {k: record[k] for k in ("firedAt", "outcome", "ms")} == {
+        "firedAt": "2026-07-07T10:00:00.000Z",
+        "outcome": "completed",
+        "ms": 12,
+    }
+    await store.settle("daily", T0, Outcome.COMPLETED, 12)  # no output: the bytes of before
+    assert path.read_bytes() == (
+        b'{"firedAt":"2026-07-07T10:00:00.000Z","outcome":"completed","ms":12,"replica":"host-a:1"}'
+    )
+
+
+@pytest.mark.parametrize(
+    ("stored", "read"),
+    [
+        ('"output":42', None),  # not text: passed over
+        ('"output":["x"]', None),
+        ('"output":""', None),
+        ('"output":"a\\u0000b\\udcff"', "a\ufffdb\ufffd"),  # what no store can hold
+        ('"output":"' + "x" * 70_000 + '"', "x" * 65_536),  # hand-edited past the bound
+    ],
+)
+async def test_a_hand_edited_output_reads_bounded_and_never_fails(
+    tmp_path: Path, stored: str, read: str | None
+) -> None:
+    directory = tmp_path / "schedule" / "claims" / "daily"
+    directory.mkdir(parents=True)
+    (directory / "2026-07-07T10-00-00-000Z").write_text(
+        '{"firedAt":"2026-07-07T10:00:00.000Z","outcome":"completed",' + stored + "}"
+    )
+    store = DirectoryStore(tmp_path)
+    (fire,) = await store.history("daily")
+    assert (fire.outcome, fire.output) == (Outcome.COMPLETED, read)
+
+
 async def test_the_original_state_reads_back(tmp_path: Path) -> None:
     directory = tmp_path / "schedule" / "claims" / "每日简报"
     directory.mkdir(parents=True)

@@ -471,6 +471,21 @@ async def test_a_pause_the_store_cannot_write_is_503_and_changes_nothing() -> No
         assert await store.paused() == frozenset()
 
 
+async def test_history_carries_a_fires_kept_output_only_when_there_is_one() -> None:
+    store = MemoryStore()
+    said = "<script>alert(1)</script>\n\x1b[31mred\x00"
+    for hour, output in ((10, None), (11, said)):
+        slot = datetime(2026, 7, 7, hour, tzinfo=UTC)
+        await store.claim("adhoc", slot, slot)
+        await store.settle("adhoc", slot, Outcome.COMPLETED, 4, output=output)
+    async with serving(store=store) as server:
+        reply = await server.call("GET", "/routines/adhoc/history")
+        assert reply.status == 200
+        first, second = reply.json
+        assert "output" not in first
+        assert second["output"] == "<script>alert(1)</script>\n\x1b[31mred\ufffd"
+
+
 async def test_history_is_oldest_first_like_history_json() -> None:
     agent = ScriptedAgent()
     agent.script(Complete(), Fail("no"), session="routine:adhoc")

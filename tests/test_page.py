@@ -151,7 +151,7 @@ def test_every_state_of_a_routine_reads_without_colour() -> None:
 def test_hostile_names_reasons_and_crons_are_escaped_everywhere() -> None:
     slot = NOW - timedelta(hours=1)
     failed = fire(slot, Outcome.FAILED)
-    failed = attrs.evolve(failed, error=REASON)
+    failed = attrs.evolve(failed, error=REASON, output=REASON + "\n\x1b[2J" + HOSTILE)
     view = _view(
         name=HOSTILE,
         cron=HOSTILE,
@@ -176,12 +176,32 @@ def test_hostile_names_reasons_and_crons_are_escaped_everywhere() -> None:
         assert raw not in html
     assert "&lt;svg onload=alert(1)&gt;&quot;&#x27;&amp;\\x1b[31m" in html
     assert "&lt;/script&gt;&lt;script&gt;alert(&#x27;x&#x27;)" in html
+    # The kept output: behind a click, escaped, its line breaks kept.
+    assert (
+        "<pre>&lt;/script&gt;&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;&quot;\\x07 "
+        "&amp; more\n\\x1b[2J&lt;svg onload=alert(1)&gt;&quot;&#x27;&amp;\\x1b[31m</pre>"
+    ) in html
+    assert '<details class="output" data-key="&lt;svg onload' in html
     # Every tag in the output is one of ours.
     tags = set(re.findall(r"<([a-zA-Z0-9]+)", html))
     assert tags <= {
         "p", "code", "time", "section", "h2", "h3", "ul", "li", "svg", "g", "circle", "path",
-        "rect", "line", "title", "span", "article", "div",
+        "rect", "line", "title", "span", "article", "div", "details", "summary", "pre",
     }  # fmt: skip
+
+
+def test_only_the_newest_kept_output_is_shown_and_none_without_one() -> None:
+    old, new = NOW - timedelta(hours=2), NOW - timedelta(hours=1)
+    fires = (
+        attrs.evolve(fire(old, Outcome.COMPLETED), output="older"),
+        attrs.evolve(fire(new, Outcome.COMPLETED), output="newer"),
+        fire(NOW, Outcome.COMPLETED),  # kept nothing: the newest that did is shown
+    )
+    html = routine_html(_view(recent=fires), NOW)
+    assert html.count("<details") == 1
+    assert "<pre>newer</pre>" in html
+    assert "older" not in html
+    assert "<details" not in routine_html(_view(recent=(fire(NOW, Outcome.COMPLETED),)), NOW)
 
 
 # -- the page on a real server --------------------------------------------------------------

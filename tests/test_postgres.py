@@ -165,6 +165,8 @@ async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
     assert await store.gaps("r") == [gap]
     armed = await store.first_armed(["r"], T0)  # version 7: when each was first armed
     assert armed == {"r": T0}
+    await store.settle("r", T0 + MINUTE, Outcome.COMPLETED, 9, output="said\nthis")  # version 8
+    assert [f.output for f in await store.history("r")] == [None, "said\nthis"]
     await store.aclose()
     with admin() as conn:
         versions = conn.execute(
@@ -172,8 +174,32 @@ async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
                 sql.Identifier(schema, "trio_routines_schema")
             )
         ).fetchall()
-    assert versions == [(1,), (2,), (3,), (4,), (5,), (6,), (7,)]
-    assert SCHEMA_VERSION == 7
+    assert versions == [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,)]
+    assert SCHEMA_VERSION == 8
+
+
+async def test_version_7_code_may_go_on_using_a_version_8_database(
+    url: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Migration 8 only adds the output column: it records that version 5 code may use it.
+    from trio_routines.stores.postgres import schema as pgschema
+
+    store = PostgresStore(url, schema=schema)
+    await store.claim("r", T0, T0)
+    await store.settle("r", T0, Outcome.COMPLETED, 3, output="kept")
+    await store.aclose()
+    with admin() as conn:
+        row = conn.execute(
+            sql.SQL("SELECT compatible_from FROM {} WHERE version = 8").format(
+                sql.Identifier(schema, "trio_routines_schema")
+            )
+        ).fetchone()
+    assert row == (5,)
+    monkeypatch.setattr(pgschema, "SCHEMA_VERSION", 7)
+    older = PostgresStore(url, schema=schema, migrate="never")
+    taken = await older.claim("r", T0 + MINUTE, T0 + MINUTE)  # not refused
+    assert taken.status is ClaimStatus.TAKEN
+    await older.aclose()
 
 
 @pytest.mark.slow

@@ -337,6 +337,7 @@ def test_load_valid_file(tmp_path: Path) -> None:
         "tz": "Europe/Berlin",
         "timeout": None,
         "catchup": None,
+        "output": None,
     }
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from trio_routines.errors import InvalidWakeup, UnsafeName
 from trio_routines.gaps import KEEP_GAPS
+from trio_routines.output import OUTPUT_MAX, stored_output
 from trio_routines.records import ClaimStatus, Gap, GapReason, Outcome
 from trio_routines.store import GapRecords, Store
 from trio_routines.stores import DirectoryStore, open_store
@@ -135,6 +136,45 @@ async def test_a_settle_without_a_reason_leaves_none(store: Store) -> None:
     assert (fire.outcome, fire.error) == (Outcome.COMPLETED, None)
     await store.settle("daily", T0, Outcome.INTERRUPTED, error="late", if_unsettled=True)
     assert await store.latest_fire("daily") == fire  # settled already: nothing written
+
+
+async def test_settle_keeps_the_output_given_and_history_reads_it_back(store: Store) -> None:
+    await store.claim("daily", T0, T0)
+    said = "Done.\n\x1b[31m<script>alert(1)</script>\r\n每日 ✓"
+    await store.settle("daily", T0, Outcome.COMPLETED, 5, output=said)
+    (fire,) = await store.history("daily")
+    assert (fire.outcome, fire.ms, fire.error, fire.output) == (Outcome.COMPLETED, 5, None, said)
+
+
+async def test_no_output_is_kept_unless_given(store: Store) -> None:
+    await store.claim("daily", T0, T0)
+    await store.settle("daily", T0, Outcome.FAILED, 5, error="boom")
+    (fire,) = await store.history("daily")
+    assert fire.output is None
+    await store.claim("daily", T0 + HOUR, T0 + HOUR)
+    await store.settle("daily", T0 + HOUR, Outcome.COMPLETED, 5, output="first")
+    await store.settle("daily", T0 + HOUR, Outcome.COMPLETED, 6)  # a settle replaces it all
+    assert [f.output for f in await store.history("daily")] == [None, None]
+
+
+async def test_an_oversized_or_unstorable_output_is_cut_never_refused(store: Store) -> None:
+    await store.claim("daily", T0, T0)
+    said = "\x00\udcff" + "é" * 40_000 + "\x1b" * 20_000 + "the end"  # over 64 KiB
+    assert await store.settle("daily", T0, Outcome.COMPLETED, 5, output=said)
+    (fire,) = await store.history("daily")
+    assert fire.output is not None
+    assert fire.output == stored_output(said)
+    assert fire.output.endswith("\x1b" * 20_000 + "the end")
+    assert len(fire.output.encode()) <= OUTPUT_MAX
+    assert "\x00" not in fire.output
+
+
+async def test_if_unsettled_keeps_the_first_output(store: Store) -> None:
+    await store.claim("daily", T0, T0)
+    await store.settle("daily", T0, Outcome.INTERRUPTED, output="late", if_unsettled=True)
+    await store.settle("daily", T0, Outcome.COMPLETED, 1, output="again", if_unsettled=True)
+    (fire,) = await store.history("daily")
+    assert (fire.outcome, fire.output) == (Outcome.INTERRUPTED, "late")
 
 
 async def test_settle_of_a_missing_claim_creates_nothing(store: Store) -> None:

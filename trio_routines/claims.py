@@ -107,7 +107,8 @@ def parse_claim(name: str, text: str, where: str) -> Fire:
 
 
 def fire_from_record(slot: datetime, record: dict[str, object], where: str) -> Fire:
-    """Recover stamp, outcome, duration and reason from a claim's fields, warning about oddities."""
+    """Recover stamp, outcome, duration, reason and output from a claim's fields, warning about
+    oddities."""
     stamp = record.get("firedAt")
     fired_at = parse_iso(stamp) if isinstance(stamp, str) else None
     if fired_at is None:
@@ -117,6 +118,7 @@ def fire_from_record(slot: datetime, record: dict[str, object], where: str) -> F
     outcome: Outcome | None = None
     ms: int | None = None
     error: str | None = None
+    output: str | None = None
     if raw_outcome in _OUTCOMES:
         outcome = Outcome(str(raw_outcome))
     elif raw_outcome is not None:
@@ -137,8 +139,19 @@ def fire_from_record(slot: datetime, record: dict[str, object], where: str) -> F
         raw_error = record.get("error")
         if isinstance(raw_error, str):
             error = raw_error  # the record makes it one visible line of at most 1 KiB
+        raw_output = record.get("output")
+        if isinstance(raw_output, str):
+            output = raw_output  # the record bounds it (output.stored_output)
     replica = stored_replica(record.get("replica"))
-    return Fire(slot=slot, fired_at=fired_at, outcome=outcome, ms=ms, error=error, replica=replica)
+    return Fire(
+        slot=slot,
+        fired_at=fired_at,
+        outcome=outcome,
+        ms=ms,
+        error=error,
+        replica=replica,
+        output=output,
+    )
 
 
 def arm_from(newest: Fire | None, now: datetime) -> datetime:

@@ -3,14 +3,15 @@
 Shapes are those of the original scheduler's state directory, byte for byte:
 
 * a claim file holds ``{"firedAt": ISO, "outcome"?: word, "ms"?: int, "error"?: text,
-  "replica"?: id}`` in that key order (``error``, the failure reason, and ``replica``, who
-  claimed it, are ours: the original ignores unknown keys);
+  "replica"?: id, "output"?: text}`` in that key order (``error``, the failure reason,
+  ``replica``, who claimed it, and ``output``, the end of the turn's reply, are ours: the
+  original ignores unknown keys);
 * ``wakeups.json`` is an array of ``{"id", "session", "prompt", "fireAt", "cron"?, "tz"?,
   "attempts"?}``, absent fields omitted;
 * history (CLI ``--json`` and HTTP) is ``[{"slot", "firedAt", "outcome"?, "ms"?, "error"?,
-  "replica"?, "running"?}]``, with the routine's gaps among the claims in slot order, each
-  ``{"gap": {"from", "to", "count", "reason", "estimated"?}}`` (ours: ``schedule/gaps/<routine>``
-  holds an array of the inner objects).
+  "replica"?, "output"?, "running"?}]``, with the routine's gaps among the claims in slot
+  order, each ``{"gap": {"from", "to", "count", "reason", "estimated"?}}`` (ours:
+  ``schedule/gaps/<routine>`` holds an array of the inner objects).
 
 The converter is strict: cattrs would happily turn ``1`` into ``"1"`` or accept a naive
 datetime; here a wrong type is an error, so a malformed stored entry is dropped, not guessed.
@@ -27,6 +28,7 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from .instants import format_iso, parse_iso
+from .output import stored_output
 from .records import Fire, Gap, GapReason, Outcome, Wakeup
 from .text import error_text
 
@@ -121,7 +123,7 @@ def wakeup_from_json(raw: Any) -> Wakeup:
 
 
 def fire_to_json(fire: Fire) -> dict[str, Any]:
-    """History shape: ``{slot, firedAt, outcome?, ms?, error?, replica?}``."""
+    """History shape: ``{slot, firedAt, outcome?, ms?, error?, replica?, output?}``."""
     result: dict[str, Any] = converter.unstructure(fire)
     return result
 
@@ -141,6 +143,7 @@ def claim_text(
     ms: int | None = None,
     error: str | None = None,
     replica: str | None = None,
+    output: str | None = None,
 ) -> str:
     """The content of a claim file, keys in the order the original writes them, then ours."""
     record: dict[str, Any] = {"firedAt": format_iso(fired_at)}
@@ -152,6 +155,8 @@ def claim_text(
             record["error"] = error_text(error)
     if replica is not None:
         record["replica"] = replica
+    if outcome is not None and output:
+        record["output"] = stored_output(output)
     return dumps(record)
 
 

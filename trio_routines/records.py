@@ -13,6 +13,7 @@ import attrs
 
 from .cron.hashed import resolve_hashed, wakeup_seed
 from .instants import truncate_ms
+from .output import stored_output
 from .text import error_text
 
 
@@ -44,12 +45,22 @@ def _error(value: str | None) -> str | None:
     return error_text(value) or None
 
 
+def _output(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"output must be a string or None, got {type(value).__name__}")
+    return stored_output(value)
+
+
 @attrs.frozen
 class Fire:
     """One claimed slot of one routine, as read back from its claim.
 
     ``error`` is why it did not complete (the failure text, the timeout, the stop), stored as
-    one visible line of at most 1 KiB (:func:`trio_routines.text.error_text`).
+    one visible line of at most 1 KiB (:func:`trio_routines.text.error_text`). ``output`` is
+    the end of the turn's reply, kept only for a routine with ``output:`` (at most 64 KiB, as
+    :func:`trio_routines.output.stored_output` makes it; shown escaped, never raw).
     """
 
     slot: datetime = attrs.field(converter=_utc)
@@ -60,6 +71,8 @@ class Fire:
     #: The replica that claimed it (:mod:`trio_routines.replicas`); None for a claim made
     #: before replicas were recorded, or by a scheduler that names none.
     replica: str | None = None
+    #: The end of the turn's reply (:mod:`trio_routines.output`); None when none was kept.
+    output: str | None = attrs.field(default=None, converter=_output)
 
 
 class ClaimStatus(enum.StrEnum):

@@ -11,11 +11,11 @@ line is the prompt::
     ---
     Summarize yesterday's merged pull requests and post them with the chat tool.
 
-The block is deliberately not YAML. It is a list of ``key: value`` lines with four allowed
-keys (``cron``, ``tz``, ``timeout``, ``catchup``), whole-line ``#`` comments and blank lines,
-and nothing else: no nesting, no escapes, no type guessing, so a value means exactly what it
-looks like. A routine without ``cron`` runs on demand only, and still needs the (empty) block,
-``---`` twice, so that a stray first line of a prompt is never taken for a key.
+The block is deliberately not YAML. It is a list of ``key: value`` lines with five allowed
+keys (``cron``, ``tz``, ``timeout``, ``catchup``, ``output``), whole-line ``#`` comments and
+blank lines, and nothing else: no nesting, no escapes, no type guessing, so a value means
+exactly what it looks like. A routine without ``cron`` runs on demand only, and still needs
+the (empty) block, ``---`` twice, so that a stray first line of a prompt is never taken for a key.
 
 Parsing (:func:`parse_routine_text`) is pure; only :func:`load_routines` touches the file
 system, and it isolates every broken file as a :class:`RoutineFailure` so that its siblings
@@ -36,6 +36,7 @@ import attrs
 from .cron import cron_error, resolve_hashed
 from .errors import InvalidRoutine, UnsafeName
 from .names import check_name, name_problem
+from .output import check_output_size, parse_output_size
 
 __all__ = [
     "MAX_ROUTINE_FILE_BYTES",
@@ -53,7 +54,7 @@ MAX_ROUTINE_FILE_BYTES = 256 * 1024
 
 _SUFFIX = ".md"
 _FENCE = "---"
-_KEYS = ("cron", "tz", "timeout", "catchup")
+_KEYS = ("cron", "tz", "timeout", "catchup", "output")
 _KEY_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)\s*:(.*)")
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smh]?)")
 _UNIT_SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -107,6 +108,8 @@ class Routine:
     runtime. ``catchup`` (seconds) is the catch-up window: after downtime, a missed slot older
     than it is not fired but recorded as a ``late`` gap; ``0`` (``catchup: none``) catches up
     nothing; None (the default) catches up once whatever the age (:mod:`trio_routines.gaps`).
+    ``output`` (bytes) keeps that much of the end of each turn's reply with its claim; None
+    (the default) keeps none (:mod:`trio_routines.output`).
     Construction validates everything: :class:`UnsafeName` for a name that could leave
     the claims directory, :class:`InvalidRoutine` for anything else.
     """
@@ -117,6 +120,7 @@ class Routine:
     tz: str | None = attrs.field(default=None, validator=_check_optional_text)
     timeout: float | None = attrs.field(default=None, validator=_check_timeout)
     catchup: float | None = attrs.field(default=None, validator=_check_catchup)
+    output: int | None = attrs.field(default=None, validator=check_output_size)
 
     def __attrs_post_init__(self) -> None:
         # Cross-field rules; attrs runs this after every field validator has passed.
@@ -166,6 +170,7 @@ def parse_routine_text(name: str, text: str) -> Routine:
       ``30m``, ``1.5h``.
     * ``catchup`` is ``none`` or a duration of 0 or more, as ``timeout`` or in days (``2d``);
       it needs ``cron``.
+    * ``output`` is ``none`` or a size from 1 byte to 64 KiB: ``512``, ``512B``, ``4KiB``.
     * The prompt is the text after the closing line without leading blank lines and trailing
       whitespace; it must not be empty.
     """
@@ -193,7 +198,7 @@ def parse_routine_text(name: str, text: str) -> Routine:
         raise InvalidRoutine("the prompt (the text after the frontmatter) is empty")
 
     timeout = fields.get("timeout")
-    catchup = fields.get("catchup")
+    catchup, output = fields.get("catchup"), fields.get("output")
     if catchup is not None and "cron" not in fields:
         raise InvalidRoutine('"catchup" means nothing without "cron"')
     return Routine(
@@ -203,6 +208,7 @@ def parse_routine_text(name: str, text: str) -> Routine:
         tz=fields.get("tz"),
         timeout=None if timeout is None else _parse_timeout(timeout),
         catchup=None if catchup is None else parse_catchup(catchup),
+        output=None if output is None else parse_output_size(output),
     )
 
 

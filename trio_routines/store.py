@@ -20,18 +20,21 @@ Claims
 
     ``settle(routine, slot, outcome, ms, error=None)`` writes the outcome (and the duration, if
     measured, and the reason it did not complete, if given: stored as one visible line of at
-    most 1 KiB, :func:`trio_routines.text.error_text`) into the existing claim, keeping its
-    stamp (with ``if_unsettled``, only if it has no outcome yet: the check and the write are
-    one atomic step). It never raises: a fault is logged as a warning, the claim stays as it
-    was, and ``settle`` returns False so that the caller may try again; otherwise it returns
-    True. A claim that no longer exists (pruned meanwhile) is not recreated (True: there is
-    nothing left to write).
+    most 1 KiB, :func:`trio_routines.text.error_text`; and with ``output=``, the end of the
+    turn's reply, stored as :func:`trio_routines.output.stored_output` makes it: at most 64 KiB,
+    never a reason to fail) into the existing claim, keeping its stamp (with ``if_unsettled``,
+    only if it has no outcome yet: the check and the write are one atomic step). It never
+    raises: a fault is logged as a warning, the claim stays as it was, and ``settle`` returns
+    False so that the caller may try again; otherwise it returns True. A claim that no longer
+    exists (pruned meanwhile) is not recreated (True: there is nothing left to write).
 
     ``latest_fire(routine)`` reads the newest claim (``None`` when there is none); a fault
-    reading it raises StateFault. Older claims are not read. ``history(routine)`` returns every
-    retained claim, oldest first; a fault on any of them raises StateFault. Content that cannot
-    be a claim record (torn, corrupt, or a state-directory entry that is no regular file) is a
-    warning, not a fault: it reads as a claim of its slot without stamp or outcome.
+    reading it raises StateFault. Older claims are not read, and its ``output`` may be left out
+    (a boot reads every routine's newest claim and needs none). ``history(routine)`` returns
+    every retained claim, oldest first, with its output; a fault on any of them raises
+    StateFault. Content that cannot be a claim record (torn, corrupt, or a state-directory
+    entry that is no regular file) is a warning, not a fault: it reads as a claim of its slot
+    without stamp or outcome.
 
 Wake-ups
     Pending wake-ups form one ordered list. ``add_wakeup`` applies the guardrails of
@@ -140,16 +143,19 @@ class Store(Protocol):
         *,
         if_unsettled: bool = False,
         error: str | None = None,
+        output: str | None = None,
     ) -> bool:
-        """Record how a claimed slot ended, and why when it did not complete. Never raises.
+        """Record how a claimed slot ended, why when it did not complete, and what the turn
+        said when its routine keeps output. Never raises.
 
         Returns False when a fault kept the outcome from being written (logged as a warning;
         the claim stays as it was, so a later settle may still succeed), True otherwise:
         written, or nothing to write (no such claim; with ``if_unsettled``, one already
         settled).
 
-        A settle replaces the outcome, duration and reason together: one without ``error``
-        leaves no reason behind.
+        A settle replaces the outcome, duration, reason and output together: one without
+        ``error`` leaves no reason behind, one without ``output`` no output. A store written
+        before ``output`` may leave the keyword out: the scheduler then passes none.
 
         With ``if_unsettled``, only a claim without an outcome is written, atomically with
         respect to other settles: the boot's "interrupted" never overwrites a real outcome

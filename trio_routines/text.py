@@ -16,6 +16,7 @@ ERROR_LIMIT = 1024  # bytes of UTF-8: how much of a failure reason is stored
 
 _WHITESPACE = re.compile(r"\s+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # What json.dumps(ensure_ascii=False) leaves raw but a terminal or a line splitter obeys.
 _RAW_IN_JSON = re.compile("[\x7f-\x9f\u2028\u2029]")
 
@@ -28,6 +29,14 @@ def one_line(text: str) -> str:
 def visible(text: str) -> str:
     """Control characters (C0, DEL, C1) shown as ``\\xNN``; everything else as it is."""
     return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+
+
+def visible_lines(text: str) -> str:
+    """Multi-line text (a turn's output) made safe to show: line breaks and tabs kept, every
+    other control character (a carriage return, an escape sequence) shown as ``\\xNN``, and
+    the line and paragraph separators as ``\\u2028``/``\\u2029``."""
+    shown_text = _CONTROL_BUT_LINES.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+    return shown_text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
 def safe_json(value: Any, *, indent: int | None = None) -> str:

@@ -286,7 +286,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--json",
         action="store_true",
         help='oldest first, as [{slot, firedAt, outcome, ...} or {"gap": {from, to, count, '
-        "reason}}]",
+        "reason}}]; a fire's kept output, if any, as its output field",
+    )
+    history.add_argument(
+        "--output",
+        action="store_true",
+        help="under each fire, the end of its reply, for a routine that keeps it (output: in "
+        "its file), control characters escaped",
     )
 
     listing = command(

@@ -14,8 +14,9 @@ from ..converter import history_from_json, history_to_json
 from ..cron import cron_error, next_run, resolve_hashed
 from ..history import gap_line, in_slot_order, read_history, running_slots
 from ..instants import format_iso
-from ..records import Gap
+from ..records import Fire, Gap
 from ..routines import catchup_text
+from ..text import visible_lines
 from .client import Server, path_part
 from .output import (
     CliError,
@@ -88,15 +89,29 @@ async def cmd_history(args: argparse.Namespace) -> int:
         ]
         for entry in reversed(entries)
     ]
-    for line in table(["SLOT", "FIRED AT", "LATE", "OUTCOME", "TOOK", "BY", "REASON"], rows):
+    header, *lines = table(["SLOT", "FIRED AT", "LATE", "OUTCOME", "TOOK", "BY", "REASON"], rows)
+    print_line(header)
+    for line, entry in zip(lines, reversed(entries), strict=True):
         print_line(line)
+        if args.output and isinstance(entry, Fire) and entry.output is not None:
+            _print_output(entry.output)
     if matching > len(entries):
         say(f"(the newest {len(entries)} of {matching} — -n N or --json for more)")
-    say(
-        f"(what these runs said: session routine:{args.name} — kept by the agent; "
-        "the state holds outcomes and reasons only)"
-    )
+    kept = sum(1 for entry in entries if isinstance(entry, Fire) and entry.output is not None)
+    if kept and not args.output:
+        say(f"({kept} of these kept the end of their reply: --output shows it)")
+    elif not kept:
+        say(
+            f"(what these runs said: session routine:{args.name} — kept by the agent; "
+            "the state holds outcomes and reasons only, and output for a routine with output:)"
+        )
     return 0
+
+
+def _print_output(output: str) -> None:
+    """A fire's kept output under its row, indented, control characters escaped."""
+    for line in visible_lines(output).split("\n"):
+        print_line(f"    | {line}".rstrip())
 
 
 async def _known_without_history(args: argparse.Namespace, where: str) -> None:

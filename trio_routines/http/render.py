@@ -30,7 +30,7 @@ from ..history import GAP_WHY
 from ..instants import format_iso
 from ..records import Fire, Gap
 from ..replicas import ReplicaInfo
-from ..text import visible
+from ..text import visible, visible_lines
 
 WINDOW = timedelta(hours=24)
 MAX_MARKS = 50  # slots on one timeline, and fires on the strip
@@ -51,6 +51,11 @@ KINDS: dict[str, tuple[str, str]] = {
 def _esc(text: object) -> str:
     """HTML-escaped, quotes included, with control characters made visible."""
     return html.escape(visible(str(text)), quote=True)
+
+
+def _esc_lines(text: str) -> str:
+    """As :func:`_esc`, keeping line breaks and tabs (a turn's output, shown in ``<pre>``)."""
+    return html.escape(visible_lines(text), quote=True)
 
 
 @attrs.frozen
@@ -287,7 +292,20 @@ def routine_html(view: RoutineView, now: datetime) -> str:
         f'<span class="since">since {_time(view.since.replace(second=0, microsecond=0))}'
         "</span></div>"
         f'<p class="strip" aria-label="last fires, oldest first">{_strip(view.recent)}</p>'
-        f"{problem}</article>"
+        f"{_last_output(view)}{problem}</article>"
+    )
+
+
+def _last_output(view: RoutineView) -> str:
+    """The newest kept output, folded away (a click opens it): it may be long, or private."""
+    fire = next((f for f in reversed(view.recent) if f.output is not None), None)
+    if fire is None or fire.output is None:
+        return ""
+    slot = format_iso(fire.slot)
+    return (
+        f'<details class="output" data-key="{_esc(view.name)} {slot}">'
+        f"<summary>output of {_time(fire.slot)}</summary>"
+        f"<pre>{_esc_lines(fire.output)}</pre></details>"
     )
 
 

@@ -31,7 +31,7 @@ from ..instants import format_iso
 from ..records import Fire, Outcome, Wakeup
 from ..store import Store
 from .deadlines import StoreDeadlines
-from .state import Grace, Runtime, SharedRead, duration, log
+from .state import Grace, Runtime, SharedRead, duration, log, takes_keyword
 
 T = TypeVar("T")
 
@@ -90,6 +90,8 @@ class StoreCalls:
         #: The paused routines as last read from the store (or written by pause/resume).
         self.paused: frozenset[str] = frozenset()
         self._paused_read: SharedRead | None = None  # the read under way
+        # A store written before output takes no ``output``: it is given none (keeps none).
+        self._takes_output = takes_keyword(store.settle, "output")
 
     def bounded(self, seconds: float | None = None) -> Bounded:
         """A scope for store calls: ``seconds`` (``store_timeout``), and a stop's bound."""
@@ -195,15 +197,33 @@ class StoreCalls:
         *,
         if_unsettled: bool,
         error: str | None,
+        output: str | None = None,
     ) -> bool:
         """One bounded settle (a retry's, the boot's); False when it failed or was cut off
         (logged)."""
         with self.bounded():
-            return await self.store.settle(
-                routine, slot, outcome, ms, if_unsettled=if_unsettled, error=error
-            )
+            return await self._store_settle(routine, slot, outcome, ms, if_unsettled, error, output)
         self._settle_timed_out(routine, slot, outcome)
         return False
+
+    def _store_settle(
+        self,
+        routine: str,
+        slot: datetime,
+        outcome: Outcome,
+        ms: int | None,
+        if_unsettled: bool,
+        error: str | None,
+        output: str | None,
+    ) -> Awaitable[bool]:
+        """The store's settle, given ``output`` when there is some and the store takes it."""
+        if output is None or not self._takes_output:
+            return self.store.settle(
+                routine, slot, outcome, ms, if_unsettled=if_unsettled, error=error
+            )
+        return self.store.settle(
+            routine, slot, outcome, ms, if_unsettled=if_unsettled, error=error, output=output
+        )
 
     def _settle_timed_out(self, routine: str, slot: datetime, outcome: Outcome) -> None:
         log.warning(
@@ -221,6 +241,7 @@ class StoreCalls:
         ms: int | None,
         error: str | None,
         within: trio.CancelScope,
+        output: str | None = None,
     ) -> None:
         """Settle a fire, retrying with a back-off for up to the default grace.
 
@@ -233,7 +254,7 @@ class StoreCalls:
         give_up = trio.current_time() + self._runtime.default_grace
         self.deadlines.note(within, self.store_deadline())
         try:
-            if await self.store.settle(routine, slot, outcome, ms, error=error):
+            if await self._store_settle(routine, slot, outcome, ms, False, error, output):
                 return
         except* trio.Cancelled:  # bare, or grouped by a nursery inside the store
             if not within.cancel_called:  # not our deadline (it cannot be): never swallowed
@@ -242,7 +263,7 @@ class StoreCalls:
         finally:
             self.deadlines.forget(within)
         with trio.CancelScope(shield=True):  # ``within`` may be cancelled now
-            await self._settle_again(routine, slot, outcome, ms, error, give_up)
+            await self._settle_again(routine, slot, outcome, ms, error, give_up, output)
 
     async def _settle_again(
         self,
@@ -252,6 +273,7 @@ class StoreCalls:
         ms: int | None,
         error: str | None,
         give_up: float,
+        output: str | None,
     ) -> None:
         """The retries after a first settle that failed, each bounded, until ``give_up``."""
         delay = SETTLE_RETRY_FIRST
@@ -263,7 +285,9 @@ class StoreCalls:
                 await trio.sleep_forever()
             delay = min(delay * 2, SETTLE_RETRY_MAX)
             attempts += 1
-            if await self.settle_once(routine, slot, outcome, ms, if_unsettled=False, error=error):
+            if await self.settle_once(
+                routine, slot, outcome, ms, if_unsettled=False, error=error, output=output
+            ):
                 log.info(
                     "%s: the %s outcome of slot %s recorded at attempt %d",
                     routine,

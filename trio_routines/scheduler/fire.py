@@ -14,6 +14,7 @@ from ..context import FireContext, firing
 from ..errors import StateFault
 from ..instants import format_iso, slot_name, truncate_ms
 from ..logs import log_fields
+from ..output import Tail
 from ..presence import LocalPresence
 from ..records import ClaimResult, ClaimStatus, Outcome
 from ..replicas import claim_key
@@ -272,14 +273,18 @@ class FirePath:
         late = (self._runtime.now() - slot).total_seconds()
         replica = self._runtime.replica
         why = FireContext("routine", routine.session, routine=name, slot=slot, replica=replica)
+        # The reply's end, for a routine that keeps output (opt-in: replies may be private).
+        tail = None if routine.output is None else Tail(routine.output)
+        on_text = None if tail is None else tail.add
         with log_fields(late_ms=round(late * 1000)):
-            turn = await self.turn(why, name, routine.prompt, routine.timeout, hold=hold)
+            turn = await self.turn(why, name, routine.prompt, routine.timeout, on_text, hold=hold)
         # The reason goes with the outcome. A busy session is an overlap, not a failure: when
         # our own previous turn of it runs, nothing is stored (history says it was still
         # running); when the agent said busy, its words are -- a 409 may also mean that it
         # already did this slot, by the idempotency key.
         error = turn.failed
-        await self._calls.settle(name, slot, turn.outcome, turn.ms, error, scope)
+        output = None if tail is None else tail.text()
+        await self._calls.settle(name, slot, turn.outcome, turn.ms, error, scope, output)
         self.outcomes[turn.outcome.value] += 1
         self._metrics.fired(name, turn.outcome.value, turn.ms, late, at=self._runtime.now())
         if turn.busy:  # as the original: skipped with the reason, and no failure

@@ -221,11 +221,16 @@ def new_replica_id() -> str:
 
 
 def takes_replica(store: Store) -> bool:
+    return takes_keyword(store.claim, "replica")
+
+
+def takes_keyword(call: Callable[..., object], name: str) -> bool:
+    """Whether ``call`` takes the keyword ``name``: a store written before it does not."""
     try:
-        parameters = inspect.signature(store.claim).parameters
+        parameters = inspect.signature(call).parameters
     except (TypeError, ValueError):
         return False
-    return "replica" in parameters or any(
+    return name in parameters or any(
         p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
     )
 

@@ -130,6 +130,7 @@ class MemoryStore(Lifetime):
         *,
         if_unsettled: bool = False,
         error: str | None = None,
+        output: str | None = None,
     ) -> bool:
         await self._enter("settle")
         check_name(routine)
@@ -148,7 +149,7 @@ class MemoryStore(Lifetime):
         if fire is None or (if_unsettled and fire.outcome is not None):
             return True
         self.claims[routine][name] = attrs.evolve(
-            fire, outcome=outcome, ms=None if ms is None else round(ms), error=error
+            fire, outcome=outcome, ms=None if ms is None else round(ms), error=error, output=output
         )
         return True
 

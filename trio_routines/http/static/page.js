@@ -57,8 +57,16 @@
       skew = Date.parse(state.now) - Date.now();
       if (state.version !== version) {
         version = state.version;
+        // An output opened by a click stays open across the swap.
+        const opened = new Set();
+        for (const el of document.querySelectorAll("details[data-key][open]")) {
+          opened.add(el.dataset.key);
+        }
         // Rendered and escaped by the server, exactly as the first paint was.
         document.getElementById("main").innerHTML = state.main;
+        for (const el of document.querySelectorAll("details[data-key]")) {
+          if (opened.has(el.dataset.key)) el.open = true;
+        }
       }
       body.classList.remove("stale");
       body.dataset.refreshes = String(Number(body.dataset.refreshes || "0") + 1);

@@ -53,10 +53,11 @@ class BlockingClaims:
         ms: int | None,
         if_unsettled: bool = False,
         error: str | None = None,
+        output: str | None = None,
     ) -> bool:
         """The store's ``settle``: False when a fault was logged."""
         written, pending = self._files.write_outcome(
-            routine, slot, outcome, ms, if_unsettled, error
+            routine, slot, outcome, ms, if_unsettled, error, output
         )
         if pending is None:
             return written

@@ -24,6 +24,7 @@ from ...converter import claim_text
 from ...errors import StateFault
 from ...instants import slot_name
 from ...names import check_name
+from ...output import OUTPUT_MAX
 from ...records import ClaimResult, ClaimStatus, Fire, Outcome
 from ..batch import Answer, each
 from ..groupcommit import Descriptors, hand_in, opened
@@ -43,10 +44,12 @@ from ..safefile import (
 )
 
 log = logging.getLogger("trio_routines")
-#: A claim holds ``{"firedAt":…,"outcome":…,"ms":…,"error":…,"replica":…}``; its reason is at
-#: most 1 KiB of text (``text.error_text``), its replica 128 characters: a few KiB at most.
-#: More is not a claim.
-CLAIM_LIMIT = 16384
+#: A claim holds ``{"firedAt":…,"outcome":…,"ms":…,"error":…,"replica":…,"output":…}``; its
+#: reason is at most 1 KiB of text (``text.error_text``), its replica 128 characters, its
+#: output 64 KiB of UTF-8 (``output.OUTPUT_MAX``), which JSON may write six bytes a byte
+#: (``\u001b``): under 400 KiB. More is not a claim. A claim without output stays a few KiB,
+#: within the 16 KiB that releases before output accept (docs/design.md).
+CLAIM_LIMIT = 6 * OUTPUT_MAX + 16384
 
 
 class Pending(NamedTuple):
@@ -61,8 +64,8 @@ class Pending(NamedTuple):
 V = TypeVar("V")
 ClaimItem = tuple[str, datetime, datetime, str | None]  # routine, slot, fired_at, replica
 ClaimWrite = tuple[ClaimResult, Pending | None]
-# routine, slot, outcome, ms, if_unsettled, error
-SettleItem = tuple[str, datetime, Outcome, int | None, bool, str | None]
+# routine, slot, outcome, ms, if_unsettled, error, output
+SettleItem = tuple[str, datetime, Outcome, int | None, bool, str | None, str | None]
 SettleWrite = tuple[bool, Pending | None]  # False: a fault was logged
 # In a batch: a write's value, and what to prune once flushed (None: nothing awaits a flush).
 Written: TypeAlias = tuple[V, list[str] | None]
@@ -311,6 +314,7 @@ class ClaimFiles:
         ms: int | None,
         if_unsettled: bool,
         error: str | None,
+        output: str | None = None,
         *,
         claims: int | None = None,
         wait: bool = True,
@@ -354,7 +358,7 @@ class ClaimFiles:
             if if_unsettled and fire.outcome is not None:
                 return True, None
             rounded = None if ms is None else round(ms)
-            data = claim_text(fire.fired_at, outcome, rounded, error, fire.replica).encode()
+            data = claim_text(fire.fired_at, outcome, rounded, error, fire.replica, output).encode()
             # Write over the stamp, then cut what is left: a write that fails (ENOSPC, EIO)
             # leaves the stamp readable, where truncating first would have erased it.
             at(path, lambda: os.pwrite(fd, data, 0))

@@ -163,9 +163,10 @@ class DirectoryStore(Lifetime):
         *,
         if_unsettled: bool = False,
         error: str | None = None,
+        output: str | None = None,
     ) -> bool:
         return await self._writes.settle(
-            routine, slot, outcome, ms, if_unsettled=if_unsettled, error=error
+            routine, slot, outcome, ms, if_unsettled=if_unsettled, error=error, output=output
         )
 
     def settle_sync(
@@ -176,9 +177,10 @@ class DirectoryStore(Lifetime):
         ms: int | None,
         if_unsettled: bool = False,
         error: str | None = None,
+        output: str | None = None,
     ) -> bool:
         """The store's ``settle``, in the calling thread: False when a fault was logged."""
-        return self._blocking.settle(routine, slot, outcome, ms, if_unsettled, error)
+        return self._blocking.settle(routine, slot, outcome, ms, if_unsettled, error, output)
 
     async def latest_fire(self, routine: str) -> Fire | None:
         self._writes.reading()  # a store serving many routines starts its writer process

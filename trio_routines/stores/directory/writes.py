@@ -239,8 +239,9 @@ class Writes:
         *,
         if_unsettled: bool = False,
         error: str | None = None,
+        output: str | None = None,
     ) -> bool:
-        item: SettleItem = (routine, slot, outcome, ms, if_unsettled, error)
+        item: SettleItem = (routine, slot, outcome, ms, if_unsettled, error, output)
         try:
             call = await self._submit("settles", item, self.settle_writes)
             written: bool = call.value

@@ -43,8 +43,8 @@ ClaimItem = tuple[str, datetime, datetime, str | None, "HoldsWanted | None"]
 #: The holds a claim takes in its own transaction (see :func:`claim_batch`): the holder's key
 #: and the keys to hold (its session's; the claim itself names its replica).
 HoldsWanted = tuple[int, tuple[int, ...]]
-# routine, slot, outcome, ms, if_unsettled, error
-SettleItem = tuple[str, datetime, Outcome, int | None, bool, str | None]
+# routine, slot, outcome, ms, if_unsettled, error, output
+SettleItem = tuple[str, datetime, Outcome, int | None, bool, str | None, str | None]
 
 # DISTINCT: two routines whose keys collide share one lock. The subquery's order is the
 # order in which the aggregate evaluates the lock calls.
@@ -76,9 +76,11 @@ _PRUNE_ALL = "TRUE"
 _PRUNE_OLDER = """c.slot < (SELECT k.slot FROM {claims} AS k WHERE k.routine = t.routine
     ORDER BY k.slot DESC OFFSET %(offset)s LIMIT 1)"""
 
-_SETTLE = """UPDATE {claims} AS c SET outcome = u.outcome, ms = u.ms, error = u.error
+_SETTLE = """UPDATE {claims} AS c
+    SET outcome = u.outcome, ms = u.ms, error = u.error, output = u.output
     FROM (SELECT e->>0 AS routine, (e->>1)::timestamptz AS slot, e->>2 AS outcome,
-        (e->>3)::bigint AS ms, (e->>4)::boolean AS only_unsettled, e->>5 AS error
+        (e->>3)::bigint AS ms, (e->>4)::boolean AS only_unsettled, e->>5 AS error,
+        e->>6 AS output
         FROM jsonb_array_elements(%s::jsonb) AS e) AS u
     WHERE c.routine = u.routine AND c.slot = u.slot
         AND (NOT u.only_unsettled OR c.outcome IS NULL)"""
@@ -183,7 +185,7 @@ def taken_too_late(conn: psycopg.Connection[Any], schema: Schema, late: list[Cla
             slot_name(slot),
         )
     settles: list[SettleItem] = [
-        (routine, slot, Outcome.INTERRUPTED, None, True, None) for routine, slot, *_ in late
+        (routine, slot, Outcome.INTERRUPTED, None, True, None, None) for routine, slot, *_ in late
     ]
     settle_batch(conn, Call(), schema, settles)
 
@@ -197,8 +199,8 @@ def settle_batch(
         (
             _json(
                 [
-                    [routine, slot.isoformat(), outcome.value, ms, only, error]
-                    for routine, slot, outcome, ms, only, error in items
+                    [routine, slot.isoformat(), outcome.value, ms, only, error, output]
+                    for routine, slot, outcome, ms, only, error, output in items
                 ]
             ),
         ),

@@ -27,7 +27,7 @@ from psycopg import sql
 
 from ...errors import StateFault
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # Advisory lock namespaces (the first key of the two-key form); the second key is a hash of
 # the routine or session. A hash collision only serializes two unrelated callers.
 DDL_LOCK = "trio_routines:schema"
@@ -110,6 +110,8 @@ _MIGRATIONS: dict[int, list[str]] = {
             routine text PRIMARY KEY,
             armed_at timestamptz NOT NULL)""",
     ],
+    # The end of a turn's reply, for a routine that keeps output (see output.py).
+    8: ["ALTER TABLE {claims} ADD COLUMN IF NOT EXISTS output text"],
 }
 
 
@@ -118,6 +120,7 @@ _MIGRATIONS: dict[int, list[str]] = {
 _COMPATIBLE_FROM: dict[int, int] = {
     6: 5,  # gaps: older code records none, and reads and writes everything else as before
     7: 5,  # first-armed records: older code writes none (its never-fired routines go unseen)
+    8: 5,  # output: older code neither reads nor writes it (its settles leave it as it was)
 }
 
 

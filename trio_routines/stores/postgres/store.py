@@ -15,6 +15,7 @@ from ...claims import KEEP_CLAIMS
 from ...errors import StateFault
 from ...instants import slot_name, truncate_ms
 from ...names import check_name
+from ...output import stored_output
 from ...records import ClaimResult, Fire, Gap, Outcome, Wakeup
 from ...replicas import ReplicaInfo
 from ...store import Lifetime
@@ -168,13 +169,15 @@ class PostgresStore(Lifetime):
         *,
         if_unsettled: bool = False,
         error: str | None = None,
+        output: str | None = None,
     ) -> bool:
         check_name(routine)
         rounded = None if ms is None else round(ms)
         reason = (error_text(error) or None) if error is not None else None
+        kept = None if output is None else stored_output(output)  # no NUL: text refuses it
         try:
             await self._settles.submit(
-                (routine, truncate_ms(slot), outcome, rounded, if_unsettled, reason)
+                (routine, truncate_ms(slot), outcome, rounded, if_unsettled, reason, kept)
             )
         except StateFault as exc:
             log.warning("%s", exc)
