@@ -266,6 +266,30 @@ class CollectorTime:
         gc.callbacks.remove(self)
 
 
+def set_tracing(mode: str) -> None:
+    """Tracing for a burst: see :func:`burst_routines`. Before the scheduler is built."""
+    if mode == "absent":
+        sys.modules["opentelemetry"] = None  # type: ignore[assignment]  # an import fails
+    elif mode == "on":
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import (
+            BatchSpanProcessor,
+            SpanExporter,
+            SpanExportResult,
+        )
+
+        class Nowhere(SpanExporter):
+            def export(self, spans: Any) -> SpanExportResult:
+                return SpanExportResult.SUCCESS
+
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(Nowhere()))
+        trace.set_tracer_provider(provider)
+    elif mode != "off":
+        raise ValueError(mode)
+
+
 def burst_routines(
     n: int,
     slot: float,
@@ -276,6 +300,7 @@ def burst_routines(
     timeout: float = 60.0,
     freeze: bool = False,
     holds: bool = True,
+    tracing: str = "off",
 ) -> dict[str, Any]:
     """``n`` routines of cron ``* * * * *``, all due at the real instant ``slot``.
 
@@ -284,7 +309,10 @@ def burst_routines(
     or at ``timeout``. With ``freeze``, the armed scheduler's objects are moved out of the
     collector's way (``gc.freeze()``) before the slot, as a host may do after its boot.
     Without ``holds``, the store's replicas part is hidden (see :class:`WithoutHolds`).
+    ``tracing``: ``off`` (no provider set: the API's default), ``absent`` (the ``otel`` extra
+    cannot be imported) or ``on`` (the SDK, its spans batched to an exporter that drops them).
     """
+    set_tracing(tracing)
     names = routine_names(n)
     backend = make_store(store, state, names, schema, holds)
     routines = [Routine(name=name, prompt="p", cron="* * * * *") for name in names]

@@ -40,6 +40,7 @@ from contextlib import aclosing
 
 import httpx
 
+from . import tracing
 from .agent import SESSION_BUSY, Completed, Event, Failed
 from .agent_wire import BUSY_STATUSES as BUSY_STATUSES
 from .agent_wire import REASON_LIMIT as REASON_LIMIT
@@ -142,6 +143,7 @@ class HttpAgent:
             headers["Idempotency-Key"] = key
         if self._token is not None:
             headers["Authorization"] = f"Bearer {self._token}"
+        headers.update(tracing.outgoing())  # the turn's trace context, when there is one
         return headers
 
     async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:

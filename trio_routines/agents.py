@@ -44,6 +44,7 @@ from typing import IO, Any
 
 import trio
 
+from . import tracing
 from .agent import Agent, Completed, Event, Failed, TextDelta
 from .context import current_fire
 from .errors import InvalidAgent
@@ -103,6 +104,12 @@ class CommandAgent:
         slot = fire.slot if fire is not None else None
         env["TRIO_ROUTINES_SLOT"] = format_iso(slot) if slot is not None else ""
         env["TRIO_ROUTINES_WAKEUP"] = (fire.wakeup if fire is not None else None) or ""
+        trace = tracing.outgoing()  # the turn's trace context (W3C), when there is one
+        if trace:
+            env["TRACEPARENT"] = trace["traceparent"]
+            env.pop("TRACESTATE", None)  # ours goes with ours, never an inherited one
+            if "tracestate" in trace:
+                env["TRACESTATE"] = trace["tracestate"]
         return env
 
     async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import trio
 
+from .. import tracing
 from ..converter import history_json, history_to_json, wakeup_to_json
 from ..cron import next_run
 from ..errors import InvalidWakeup, StateFault
@@ -309,7 +310,10 @@ async def wake(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
         cron = required_text(body, "cron", '"0 9 * * 1-5"')
         request = WakeupRequest(session=session, prompt=prompt, cron=cron, tz=tz)
     try:
-        wakeup = await scheduler.store.add_wakeup(request, now)
+        with tracing.step("wakeup.add", {tracing.SESSION: session}) as span:
+            wakeup = await scheduler.store.add_wakeup(request, now)
+            if span is not None:
+                span.set_attribute(tracing.WAKEUP, wakeup.id)
     except InvalidWakeup as exc:
         raise Refusal(400, str(exc)) from None
     except StateFault as exc:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import hmac
 import logging
+from contextlib import AbstractContextManager
 
 import trio
 
+from .. import tracing
 from ..scheduler import Scheduler
 from . import api, page
 from .expected import ExpectedSlots
@@ -180,9 +182,11 @@ class _App:
         if key in ("/fire", "/run") and scheduler.stopping:
             raise unavailable("the scheduler is stopping; no new turns are accepted")
         if key == "/fire":
-            return await api.fire(scheduler, await read_json(scope, receive))
+            with _caller(scope):
+                return await api.fire(scheduler, await read_json(scope, receive))
         if key == "/run":
-            return await api.run(scheduler, await read_json(scope, receive))
+            with _caller(scope):
+                return await api.run(scheduler, await read_json(scope, receive))
         if key == "/routines":
             return await api.routines(scheduler)
         if key == "/replicas":
@@ -198,7 +202,8 @@ class _App:
             wakeup_id = label(param, "id", MAX_ID)
             return await api.unwake(scheduler, wakeup_id, required_session(scope))
         if method == "POST":
-            return await api.wake(scheduler, await read_json(scope, receive))
+            with _caller(scope):
+                return await api.wake(scheduler, await read_json(scope, receive))
         return await api.wakeups(scheduler, session_param(scope))
 
     def _cookie(self, scope: Scope, method: str) -> bool:
@@ -223,6 +228,11 @@ class _App:
                 "missing or wrong token: send Authorization: Bearer <TRIO_ROUTINES_TOKEN>",
                 [("www-authenticate", "Bearer")],
             )
+
+
+def _caller(scope: Scope) -> AbstractContextManager[None]:
+    """The caller's W3C trace context, current for the handler when valid (tracing.py)."""
+    return tracing.caller(headers(scope, b"traceparent"), headers(scope, b"tracestate"))
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

@@ -20,6 +20,7 @@ from ..records import ClaimResult, ClaimStatus, Outcome
 from ..replicas import claim_key
 from ..routines import Routine
 from ..store import Store
+from ..tracing import FireSpans, done, fire_spans, turn_span
 from ..turns import TurnResult, run_turn
 from .calls import StoreCalls
 from .holds import Holds, TurnHold
@@ -102,7 +103,7 @@ class FirePath:
         if self._stopping.value:
             raise Stopping("the scheduler is stopping; no new fires are accepted")
         async with self._membership.present():
-            result = await self.fire_slot(routine, slot, task_status)  # shielded within
+            result = await self.fire_slot(routine, slot, task_status, external=True)  # shielded
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller hears of it now
         return result
 
@@ -133,6 +134,8 @@ class FirePath:
         routine: Routine,
         slot: datetime,
         task_status: trio.TaskStatus[ClaimResult] = trio.TASK_STATUS_IGNORED,
+        *,
+        external: bool = False,
     ) -> FireResult:
         """Read the paused routines, claim ``slot`` unless paused, run the turn, settle it:
         shielded, so a stop never cuts a claim or a settle short (the turn has its own grace).
@@ -142,9 +145,10 @@ class FirePath:
         :meth:`StoreCalls.settle`): scopes fewer for each of 10,000 fires due at once. A
         cancel the scope itself catches is therefore the claim's. One frame from the paused
         read to the claim: every coroutine a fire holds while 10,000 fires wait together is
-        collector work.
+        collector work. ``external``: a caller's fire, traced as the caller's context's child.
         """
         name = routine.name
+        spans = fire_spans(name, slot, self._runtime.replica, external=external)  # None: off
         self._in_flight.value += 1  # as ``with runtime.working()``, without an object per fire
         try:
             with trio.CancelScope(shield=True) as scope:
@@ -156,7 +160,7 @@ class FirePath:
                     ) from None
                 if name in paused:
                     task_status.started(ClaimResult(ClaimStatus.PAUSED))
-                    return self._refused(name, slot, ClaimResult(ClaimStatus.PAUSED))
+                    return done(spans, self._refused(name, slot, ClaimResult(ClaimStatus.PAUSED)))
                 now = self._runtime.now()
                 if slot > now:  # the wall clock went back while the paused set was read
                     raise _not_yet_due(name, slot, now)
@@ -165,20 +169,28 @@ class FirePath:
                     hold, claim = await self._hold_and_claim(routine, slot, now)
                 finally:
                     self._deadlines.forget(scope)
+                if spans is not None:
+                    spans.claimed(claim)
                 try:
                     task_status.started(claim)
                     if claim.status is not ClaimStatus.TAKEN:
-                        return self._refused(name, slot, claim)
+                        return done(spans, self._refused(name, slot, claim))
                     if scope.cancel_called:
                         # The store answered after the claim's deadline (a stalled disk, a
                         # stop's bound): a claim confirmed after its caller gave up must not
                         # start a turn, that late and perhaps during a stop. It is recorded.
                         with trio.CancelScope(shield=True) as scope:
-                            return await self._claimed_too_late(name, slot, scope)
-                    return await self._turn_and_settle(routine, slot, scope, hold)
+                            return done(spans, await self._claimed_too_late(name, slot, scope))
+                    return done(
+                        spans, await self._turn_and_settle(routine, slot, scope, hold, spans)
+                    )
                 finally:
                     hold.release()
             raise self._calls.no_answer(f"could not claim slot {format_iso(slot)} of {name!r}")
+        except BaseException as exc:
+            if spans is not None:
+                spans.raised(exc)
+            raise
         finally:
             self._in_flight.value -= 1
 
@@ -266,7 +278,12 @@ class FirePath:
         return FireResult(name, slot, claimed=False, reason=reason)
 
     async def _turn_and_settle(
-        self, routine: Routine, slot: datetime, scope: trio.CancelScope, hold: TurnHold
+        self,
+        routine: Routine,
+        slot: datetime,
+        scope: trio.CancelScope,
+        hold: TurnHold,
+        spans: FireSpans | None,
     ) -> FireResult:
         """The turn, then its settle, the last step of ``scope`` (see :meth:`StoreCalls.settle`)."""
         name = routine.name
@@ -277,13 +294,17 @@ class FirePath:
         tail = None if routine.output is None else Tail(routine.output)
         on_text = None if tail is None else tail.add
         with log_fields(late_ms=round(late * 1000)):
-            turn = await self.turn(why, name, routine.prompt, routine.timeout, on_text, hold=hold)
+            turn = await self.turn(
+                why, name, routine.prompt, routine.timeout, on_text, hold=hold, spans=spans
+            )
         # The reason goes with the outcome. A busy session is an overlap, not a failure: when
         # our own previous turn of it runs, nothing is stored (history says it was still
         # running); when the agent said busy, its words are -- a 409 may also mean that it
         # already did this slot, by the idempotency key.
         error = turn.failed
         output = None if tail is None else tail.text()
+        if spans is not None:
+            spans.settling()
         await self._calls.settle(name, slot, turn.outcome, turn.ms, error, scope, output)
         self.outcomes[turn.outcome.value] += 1
         self._metrics.fired(name, turn.outcome.value, turn.ms, late, at=self._runtime.now())
@@ -304,11 +325,13 @@ class FirePath:
         on_text: Callable[[str], None] | None = None,
         *,
         hold: TurnHold | None = None,
+        spans: FireSpans | None = None,
     ) -> TurnResult:
         """One turn of ``why.session``; :func:`~trio_routines.current_fire` returns ``why``.
 
         ``hold``: the session already held for it (a fire's); else it is held here, and a
-        store that cannot answer is a failed turn.
+        store that cannot answer is a failed turn. ``spans``: a traced fire's (the turn's
+        span is their child); else the turn is traced by its kind (:mod:`..tracing`).
         """
         own = hold is None
         if hold is None:
@@ -317,8 +340,9 @@ class FirePath:
             except StateFault as exc:
                 log.error("%s: could not hold session %s: %s", label, why.session, exc)
                 return TurnResult(Outcome.FAILED, 0, failed=f"the store did not answer: {exc}")
+        traced = turn_span(why, spans)
         try:
-            with self._grace.turn_scope() as grace, firing(why):
+            with self._grace.turn_scope() as grace, firing(why), traced:
                 turn = await run_turn(
                     hold.agent,
                     label,
@@ -332,10 +356,11 @@ class FirePath:
             if own:
                 hold.release()
         if hold.busy:  # a turn of ours (any replica's) is in flight: no agent's words to keep
-            return attrs.evolve(turn, failed=None)
+            turn = attrs.evolve(turn, failed=None)
         # Ended because our holds were lost, not by a stop (asked of every turn: it forgets).
-        if self._grace.was_lost(grace) and turn.outcome is Outcome.INTERRUPTED:
-            return attrs.evolve(turn, failed=LOST_HOLD)
+        elif self._grace.was_lost(grace) and turn.outcome is Outcome.INTERRUPTED:
+            turn = attrs.evolve(turn, failed=LOST_HOLD)
+        traced.ended(turn)
         return turn
 
     async def run_now(

@@ -20,6 +20,7 @@ from ..replicas import ReplicaInfo, check_replica
 from ..routines import Routine
 from ..sessions import SessionGate
 from ..store import Store
+from ..tracing import load as load_tracing
 from ..turns import TurnResult
 from ..wakeups import POLL_INTERVAL
 from .arming import Arming
@@ -90,6 +91,8 @@ class Scheduler:
         store_timeout: float = STORE_TIMEOUT,
         replica: str | None = None,
     ) -> None:
+        # The OpenTelemetry API, when installed, is imported here, not at a first fire.
+        load_tracing()
         self.agent = SessionGate(agent)
         self.store = store
         #: This scheduler's replica id, stored with every claim it makes (replicas.py).
