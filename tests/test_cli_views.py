@@ -305,3 +305,27 @@ def test_history_of_a_name_that_is_no_routine_is_an_error(env: Env) -> None:
     assert one_line(elsewhere.stderr).startswith(
         f'error: no history of "daily" (state: {env.state}), and no routines directory '
     )
+
+
+@pytest.mark.slow
+def test_a_cmd_agents_stdout_is_kept_as_the_fires_output(env: Env) -> None:
+    # End to end: a real `fire`, a real command, its stdout's last 8 bytes kept with the claim.
+    env.routine("daily", cron="0 9 * * *", output="8")
+    fired = env.cli(
+        "fire",
+        "daily",
+        "--slot",
+        "2026-07-01T09:00Z",
+        "--agent",
+        "cmd:printf 'line one\\nlast: ok'",
+    )
+    assert fired.returncode == 0, fired.stderr
+    (entry,) = json.loads(env.cli("history", "daily", "--json").stdout)
+    assert (entry["outcome"], entry["output"]) == ("completed", "last: ok")
+    env.routine("quiet", cron="0 9 * * *")  # without `output:` nothing is kept
+    assert (
+        env.cli("fire", "quiet", "--slot", "2026-07-01T09:00Z", "--agent", "cmd:echo hi").returncode
+        == 0
+    )
+    (quiet,) = json.loads(env.cli("history", "quiet", "--json").stdout)
+    assert "output" not in quiet
