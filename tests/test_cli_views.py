@@ -160,9 +160,9 @@ def test_list_shows_next_left_last_recent_and_wake_ups(env: Env) -> None:
     ]
     assert out[3].split()[:6] == ["never", "never", "-", "-", "-", "cron"]
     assert out[4] == ""
-    assert out[5].split() == ["WAKE-UP", "SESSION", "NEXT", "LEFT", "KIND", "PROMPT"]
+    assert out[5].split() == ["WAKE-UP", "SESSION", "NEXT", "LEFT", "KIND", "ORIGIN", "PROMPT"]
     assert out[6].startswith(f"{wake_id}  chat     20")
-    assert out[6].endswith("  cron 0 8 * * *  hi")
+    assert out[6].endswith("  cron 0 8 * * *  cli     hi")
 
     data = json.loads(env.cli("list", "--json").stdout)
     assert data["routines"][0] == {
@@ -184,6 +184,7 @@ def test_list_shows_next_left_last_recent_and_wake_ups(env: Env) -> None:
     assert parse_iso(listed["next"]) is not None
     assert data["routines"][2]["next"] is None
     assert data["wakeups"][0]["session"] == "chat"
+    assert data["wakeups"][0]["origin"] == {"kind": "cli", "depth": 0}  # added by `wake`
     assert "prompt" not in listed
 
     assert env.cli("pause", "daily").returncode == 0
