@@ -306,3 +306,38 @@ def test_history_of_a_name_that_is_no_routine_is_an_error(env: Env) -> None:
     assert one_line(elsewhere.stderr).startswith(
         f'error: no history of "daily" (state: {env.state}), and no routines directory '
     )
+
+
+def test_wake_records_cli_and_listings_pass_over_hostile_origins(env: Env) -> None:
+    added = json.loads(
+        env.cli("wake", "--session", "chat", "--in", "2h", "--prompt", "hi", "--json").stdout
+    )
+    assert added["origin"] == {"kind": "cli", "depth": 0}
+    (stored,) = env.wakeups()
+    assert stored["origin"] == {"kind": "cli", "depth": 0}
+    base = {"session": "s", "prompt": "p", "fireAt": "2099-01-01T00:00:00.000Z"}
+    env.write_wakeups(
+        [
+            stored,
+            {**base, "id": "esc", "origin": {"kind": "routine", "depth": 1, "routine": "\x1b[2Jx"}},
+            {**base, "id": "chain", "origin": {"kind": "wakeup", "depth": 9, "parent": "p" * 40}},
+            {**base, "id": "junk1", "origin": {"kind": "robot", "depth": "deep"}},
+            {**base, "id": "junk2", "origin": ["not", "an", "object"]},
+            {**base, "id": "junk3", "origin": {"kind": "http", "depth": 10**400 // 10**399}},
+            {**base, "id": "none"},
+        ]
+    )
+    result = env.cli("list")
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout
+    rows = {line.split()[0]: line for line in result.stdout.splitlines()[3:]}
+    assert "  cli  " in rows[added["id"]]
+    assert "routine \\x1b[2Jx (run)  " in rows["esc"]
+    assert "wake-up pppppppp depth 9  " in rows["chain"]
+    for unknown in ("junk1", "junk2", "junk3", "none"):
+        assert "  unknown  " in rows[unknown]  # passed over: the entry itself is kept
+    listed = json.loads(env.cli("list", "--json").stdout)["wakeups"]
+    assert [w.get("origin", {}).get("kind") for w in listed] == [
+        "cli", "routine", "wakeup", None, None, None, None
+    ]  # fmt: skip
+    assert "dropping a malformed" not in result.stderr
