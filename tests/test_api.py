@@ -14,7 +14,7 @@ PUBLIC = {
     "Event", "Failed",
     "Fire", "FireContext", "FireResult", "Gap", "GapReason", "GapRecords", "InvalidAgent",
     "InvalidCron", "InvalidOption", "InvalidRoutine", "InvalidWakeup", "LoadResult", "NotOnGrid",
-    "NotYetDue", "Outcome", "Routine",
+    "NotYetDue", "Origin", "OriginKind", "Outcome", "Routine",
     "RoutineFailure", "SESSION_BUSY", "Scheduler", "StateFault", "Statistics", "Stopping",
     "Store", "TextDelta", "TrioRoutinesError", "TurnResult", "UnknownRoutine", "UnsafeName",
     "Wakeup", "WakeupRequest", "cron_error", "current_fire", "load_routines", "next_run",

@@ -100,11 +100,13 @@ def test_every_state_command_works_over_http(env: Env) -> None:
         ok("wake", "--session", "chat:1", "--in", "30m", "--prompt", "-", "--json", stdin="ping")
     )
     assert "prompt" not in added  # the server shows no prompt
+    assert added["origin"] == {"kind": "http", "depth": 0}  # the server records http
     (pending,) = request(port, "GET", "/wakeups?session=chat:1", token=TOKEN)[1]
     assert pending["id"] == added["id"]
     listed = ok("list")
     assert added["id"] in listed
     assert "(not shown over HTTP)" in listed
+    assert "  http  " in listed
     assert ok("unwake", added["id"], "--session", "chat:1") == f"wake-up {added['id']} cancelled\n"
     assert request(port, "GET", "/wakeups", token=TOKEN)[1] == []
     gone = remote(env, "unwake", added["id"], "--session", "chat:1", "--url", url)

@@ -160,9 +160,9 @@ def test_list_shows_next_left_last_recent_and_wake_ups(env: Env) -> None:
     ]
     assert out[3].split()[:6] == ["never", "never", "-", "-", "-", "cron"]
     assert out[4] == ""
-    assert out[5].split() == ["WAKE-UP", "SESSION", "NEXT", "LEFT", "KIND", "PROMPT"]
+    assert out[5].split() == ["WAKE-UP", "SESSION", "NEXT", "LEFT", "KIND", "ORIGIN", "PROMPT"]
     assert out[6].startswith(f"{wake_id}  chat     20")
-    assert out[6].endswith("  cron 0 8 * * *  hi")
+    assert out[6].endswith("  cron 0 8 * * *  cli     hi")
 
     data = json.loads(env.cli("list", "--json").stdout)
     assert data["routines"][0] == {
@@ -184,6 +184,7 @@ def test_list_shows_next_left_last_recent_and_wake_ups(env: Env) -> None:
     assert parse_iso(listed["next"]) is not None
     assert data["routines"][2]["next"] is None
     assert data["wakeups"][0]["session"] == "chat"
+    assert data["wakeups"][0]["origin"] == {"kind": "cli", "depth": 0}  # added by `wake`
     assert "prompt" not in listed
 
     assert env.cli("pause", "daily").returncode == 0
@@ -329,3 +330,38 @@ def test_a_cmd_agents_stdout_is_kept_as_the_fires_output(env: Env) -> None:
     )
     (quiet,) = json.loads(env.cli("history", "quiet", "--json").stdout)
     assert "output" not in quiet
+
+
+def test_wake_records_cli_and_listings_pass_over_hostile_origins(env: Env) -> None:
+    added = json.loads(
+        env.cli("wake", "--session", "chat", "--in", "2h", "--prompt", "hi", "--json").stdout
+    )
+    assert added["origin"] == {"kind": "cli", "depth": 0}
+    (stored,) = env.wakeups()
+    assert stored["origin"] == {"kind": "cli", "depth": 0}
+    base = {"session": "s", "prompt": "p", "fireAt": "2099-01-01T00:00:00.000Z"}
+    env.write_wakeups(
+        [
+            stored,
+            {**base, "id": "esc", "origin": {"kind": "routine", "depth": 1, "routine": "\x1b[2Jx"}},
+            {**base, "id": "chain", "origin": {"kind": "wakeup", "depth": 9, "parent": "p" * 40}},
+            {**base, "id": "junk1", "origin": {"kind": "robot", "depth": "deep"}},
+            {**base, "id": "junk2", "origin": ["not", "an", "object"]},
+            {**base, "id": "junk3", "origin": {"kind": "http", "depth": 10**400 // 10**399}},
+            {**base, "id": "none"},
+        ]
+    )
+    result = env.cli("list")
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout
+    rows = {line.split()[0]: line for line in result.stdout.splitlines()[3:]}
+    assert "  cli  " in rows[added["id"]]
+    assert "routine \\x1b[2Jx (run)  " in rows["esc"]
+    assert "wake-up pppppppp depth 9  " in rows["chain"]
+    for unknown in ("junk1", "junk2", "junk3", "none"):
+        assert "  unknown  " in rows[unknown]  # passed over: the entry itself is kept
+    listed = json.loads(env.cli("list", "--json").stdout)["wakeups"]
+    assert [w.get("origin", {}).get("kind") for w in listed] == [
+        "cli", "routine", "wakeup", None, None, None, None
+    ]  # fmt: skip
+    assert "dropping a malformed" not in result.stderr

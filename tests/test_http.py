@@ -32,11 +32,12 @@ from trio_routines.cron import next_run
 from trio_routines.errors import StateFault, TrioRoutinesError
 from trio_routines.http import MAX_BODY, InsecureBind, check_bind, make_app, serve_http
 from trio_routines.instants import format_iso, parse_iso
-from trio_routines.records import Gap, GapReason, Outcome, Wakeup
+from trio_routines.records import Gap, GapReason, Origin, OriginKind, Outcome, Wakeup
 from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
 from trio_routines.store import GapRecords, Store
 from trio_routines.testing import Busy, Complete, Fail, Hang, MemoryStore, ScriptedAgent
+from trio_routines.wakeups import WakeupRequest
 
 SECRET = "PROMPT-SECRET-7f3a"
 LONG = "L" * 80
@@ -580,6 +581,30 @@ async def test_wakeups_add_list_and_remove() -> None:
         assert removed.json["removed"] is True
         assert_error(await server.call("DELETE", f"/wakeups/{wid}?session=chat:1"), 404)
         assert [w.session for w in await server.store.list_wakeups()] == ["chat:2"]
+
+
+async def test_wakeups_record_and_list_who_asked() -> None:
+    store = MemoryStore()
+    chained = Origin(kind=OriginKind.WAKEUP, parent="w-1", depth=3)
+    asked = WakeupRequest(session="chat:1", prompt="p", cron="0 9 * * *", origin=chained)
+    await store.add_wakeup(asked, datetime.now(UTC))
+    await store.add_wakeup(
+        WakeupRequest(session="chat:1", prompt="p", cron="0 8 * * *"), datetime.now(UTC)
+    )
+    async with serving(store=store) as server:
+        body = {"session": "chat:1", "prompt": "p", "in": "2h", "origin": {"kind": "cli"}}
+        added = await server.call("POST", "/wakeups", body)
+        assert added.status == 201
+        # The server records http, whoever the client claims to be.
+        assert added.json["wakeup"]["origin"] == {"kind": "http", "depth": 0}
+        listed = await server.call("GET", "/wakeups?session=chat:1")
+        assert [w.get("origin") for w in listed.json] == [
+            {"kind": "wakeup", "depth": 3, "parent": "w-1"},
+            None,  # stored without one: unknown, no key
+            {"kind": "http", "depth": 0},
+        ]
+        (stored,) = [w for w in await store.list_wakeups() if w.id == added.json["wakeup"]["id"]]
+        assert stored.origin == Origin(kind=OriginKind.HTTP)
 
 
 @pytest.mark.parametrize(

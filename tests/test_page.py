@@ -36,10 +36,11 @@ from trio_routines.http.render import (
     timeline,
 )
 from trio_routines.instants import format_iso
-from trio_routines.records import Fire, Outcome
+from trio_routines.records import Fire, Origin, OriginKind, Outcome
 from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
 from trio_routines.testing import Hang, MemoryStore, ScriptedAgent
+from trio_routines.wakeups import WakeupRequest
 
 NOW = datetime(2026, 11, 30, 12, 0, 30, tzinfo=UTC)
 HOSTILE = "<svg onload=alert(1)>\"'&\x1b[31m"
@@ -572,3 +573,43 @@ async def test_a_timeline_s_slot_searches_are_bounded_by_its_marks_not_the_day_s
     clock[0] = NOW + timedelta(minutes=1)
     await render()
     assert max(calls.values()) <= 2
+
+
+async def test_pending_wakeups_show_who_asked_and_the_deepest_chain_escaped() -> None:
+    store = MemoryStore()
+    origins = [
+        Origin(kind=OriginKind.ROUTINE, routine=HOSTILE, slot=NOW, depth=1),
+        Origin(kind=OriginKind.WAKEUP, parent="w-1", depth=2),
+        Origin(kind=OriginKind.WAKEUP, parent="w-2", depth=5),
+        Origin(kind=OriginKind.HTTP),
+        None,
+    ]
+    for origin in origins:
+        asked = WakeupRequest(
+            session="chat", prompt="p", fire_at=NOW + timedelta(hours=1), origin=origin
+        )
+        await store.add_wakeup(asked, NOW)
+    await store.add_wakeup(
+        WakeupRequest(session="quiet", prompt="p", fire_at=NOW + timedelta(hours=1)), NOW
+    )
+    scheduler = Scheduler(agent=ScriptedAgent(), store=store, external_clock=True, now=lambda: NOW)
+    view = await gather(scheduler)
+    chat, quiet = view.wakeups
+    assert chat.origins == (
+        ("http", 1),
+        (f"routine {HOSTILE}", 1),
+        ("unknown", 1),
+        ("wake-up", 2),
+    )
+    assert (chat.count, chat.deepest) == (5, 5)
+    assert (quiet.origins, quiet.deepest) == ((("unknown", 1),), 0)
+    html = main_html(view)
+    assert (
+        "2026-11-30 13:00:30Z</time> · asked by http ×1, routine "
+        "&lt;svg onload=alert(1)&gt;&quot;&#x27;&amp;\\x1b[31m ×1, unknown ×1, wake-up ×2 · "
+        "chain depth up to 5</li>"
+    ) in html
+    assert "<svg onload" not in html
+    assert "\x1b" not in html
+    assert "<code>chat</code>: 5 pending, next <time" in html
+    assert "13:00:30Z</time> · asked by unknown ×1</li>" in html

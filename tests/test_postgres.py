@@ -19,13 +19,14 @@ from procs import Env, one_line
 from psycopg import sql
 
 from trio_routines.errors import StateFault
-from trio_routines.records import ClaimStatus, Gap, GapReason, Outcome
+from trio_routines.records import ClaimStatus, Gap, GapReason, Origin, Outcome
 from trio_routines.stores import open_store
 from trio_routines.stores.postgres import CLAIM_LOCK, SCHEMA_VERSION, PostgresStore
 from trio_routines.wakeups import WakeupRequest
 
 WORKER = Path(__file__).with_name("pg.py")
 MINUTE = timedelta(minutes=1)
+HOUR = timedelta(hours=1)
 
 
 @pytest.fixture
@@ -149,6 +150,12 @@ async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
             ).format(claims),
             (T0, T0),
         )
+        conn.execute(  # and a version-1 wake-up: no origin
+            sql.SQL(
+                "INSERT INTO {} (id, session, prompt, fire_at) VALUES ('w-old', 's', 'p', %s)"
+            ).format(sql.Identifier(schema, "trio_routines_wakeups")),
+            (T0 + HOUR,),
+        )
     monkeypatch.undo()
 
     store = PostgresStore(url, schema=schema)
@@ -167,6 +174,11 @@ async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
     assert armed == {"r": T0}
     await store.settle("r", T0 + MINUTE, Outcome.COMPLETED, 9, output="said\nthis")  # version 8
     assert [f.output for f in await store.history("r")] == [None, "said\nthis"]
+    (old_wakeup,) = await store.list_wakeups()  # added by version-1 code: who asked is unknown
+    assert (old_wakeup.id, old_wakeup.origin) == ("w-old", None)
+    asked = WakeupRequest(session="s", prompt="p", fire_at=T0 + HOUR, origin=Origin(kind="cli"))
+    added = await store.add_wakeup(asked, T0)  # version 9: who asked for each wake-up
+    assert [w.origin for w in await store.list_wakeups()] == [None, added.origin]
     await store.aclose()
     with admin() as conn:
         versions = conn.execute(
@@ -174,8 +186,72 @@ async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
                 sql.Identifier(schema, "trio_routines_schema")
             )
         ).fetchall()
-    assert versions == [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,)]
-    assert SCHEMA_VERSION == 8
+    assert versions == [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,), (9,)]
+    assert SCHEMA_VERSION == 9
+
+
+async def test_version_8_code_may_go_on_using_a_version_9_database(
+    url: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Migration 9 only adds nullable origin columns: version 5 code may use it, and what it
+    # adds (no origin columns named) reads back as unknown, while what it reads is unchanged.
+    from trio_routines.stores.postgres import schema as pgschema
+
+    store = PostgresStore(url, schema=schema)
+    await store.ready()
+    await store.aclose()
+    wakeups = sql.Identifier(schema, "trio_routines_wakeups")
+    with admin() as conn:
+        row = conn.execute(
+            sql.SQL("SELECT compatible_from FROM {} WHERE version = 9").format(
+                sql.Identifier(schema, "trio_routines_schema")
+            )
+        ).fetchone()
+        assert row == (5,)
+        conn.execute(  # the insert of version-8 code
+            sql.SQL(
+                "INSERT INTO {} (id, session, prompt, fire_at, cron, tz, attempts) "
+                "VALUES ('w8', 's', 'p', %s, NULL, NULL, NULL)"
+            ).format(wakeups),
+            (T0 + HOUR,),
+        )
+    monkeypatch.setattr(pgschema, "SCHEMA_VERSION", 8)
+    older = PostgresStore(url, schema=schema, migrate="never")
+    (listed,) = await older.list_wakeups()  # not refused
+    assert (listed.id, listed.origin) == ("w8", None)
+    await older.aclose()
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [
+        ("bogus", 0, None, None, None),
+        ("routine", 1, None, None, None),  # a routine's origin without its routine
+        ("wakeup", -3, None, None, "p"),
+        ("http", 4, None, None, None),
+        ("wakeup", 2, None, None, "a\x1b[31mb"),  # kept: shown escaped, never raw
+    ],
+)
+async def test_a_malformed_origin_reads_as_unknown_and_keeps_the_wakeup(
+    url: str, schema: str, columns: tuple[object, ...]
+) -> None:
+    store = PostgresStore(url, schema=schema)
+    await store.ready()
+    with admin() as conn:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (id, session, prompt, fire_at, origin, origin_depth, "
+                "origin_routine, origin_slot, origin_parent) "
+                "VALUES ('w', 's', 'p', %s, %s, %s, %s, %s, %s)"
+            ).format(sql.Identifier(schema, "trio_routines_wakeups")),
+            (T0 + HOUR, *columns),
+        )
+    (listed,) = await store.list_wakeups()
+    kept = columns[0] == "wakeup" and columns[1] == 2
+    assert (listed.origin is not None) == kept
+    taken = await store.take_due_wakeup(T0 + HOUR)
+    assert taken == listed
+    await store.aclose()
 
 
 async def test_version_7_code_may_go_on_using_a_version_8_database(

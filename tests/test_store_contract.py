@@ -6,12 +6,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import attrs
 import pytest
 
 from trio_routines.errors import InvalidWakeup, UnsafeName
 from trio_routines.gaps import KEEP_GAPS
 from trio_routines.output import OUTPUT_MAX, stored_output
-from trio_routines.records import ClaimStatus, Gap, GapReason, Outcome
+from trio_routines.records import ClaimStatus, Gap, GapReason, Origin, OriginKind, Outcome
 from trio_routines.store import GapRecords, Store
 from trio_routines.stores import DirectoryStore, open_store
 from trio_routines.wakeups import MAX_PENDING_PER_SESSION, WakeupRequest
@@ -251,6 +252,49 @@ async def test_added_wakeup_is_listed(store: Store) -> None:
     assert added.fire_at == T0 + HOUR
     assert added.session == "s1"
     assert await store.list_wakeups() == [added]
+
+
+ORIGINS = [
+    Origin(kind=OriginKind.ROUTINE, routine="digest", slot=T0 - HOUR, depth=1),
+    Origin(kind=OriginKind.ROUTINE, routine="café report", depth=1),  # an on-demand run
+    Origin(kind=OriginKind.WAKEUP, parent="4f9c-parent", depth=7),
+    Origin(kind=OriginKind.HTTP),
+    Origin(kind=OriginKind.CLI),
+    Origin(kind=OriginKind.API),
+]
+
+
+@pytest.mark.parametrize("origin", ORIGINS, ids=lambda o: f"{o.kind.value}-{o.depth}")
+async def test_origin_is_stored_and_read_back(store: Store, origin: Origin) -> None:
+    request = attrs.evolve(one_shot(), origin=origin)
+    added = await store.add_wakeup(request, T0)
+    assert added.origin == origin
+    assert await store.list_wakeups() == [added]
+    assert await store.take_due_wakeup(T0 + HOUR) == added
+
+
+async def test_a_wakeup_without_origin_reads_as_unknown(store: Store) -> None:
+    added = await store.add_wakeup(one_shot(), T0)
+    assert added.origin is None
+    (listed,) = await store.list_wakeups()
+    assert listed.origin is None
+
+
+async def test_origin_is_kept_across_occurrences_and_deferrals(store: Store) -> None:
+    origin = Origin(kind=OriginKind.WAKEUP, parent="p", depth=2)
+    recurring = WakeupRequest(session="s1", prompt="d", cron="0 9 * * *", origin=origin)
+    added = await store.add_wakeup(recurring, T0)
+    once = await store.add_wakeup(attrs.evolve(one_shot(), origin=Origin(kind="cli")), T0)
+    later = datetime(2026, 7, 9, 12, 0, tzinfo=UTC)
+    assert await store.take_due_wakeup(later) == added
+    taken = await store.take_due_wakeup(later)
+    assert taken == once
+    assert await store.defer_wakeup(taken, later + HOUR)
+    pending = {w.id: w.origin for w in await store.list_wakeups()}
+    assert pending == {added.id: origin, once.id: Origin(kind=OriginKind.CLI)}
+    advanced = await store.take_due_wakeup(datetime(2026, 7, 10, 12, 0, tzinfo=UTC))
+    assert advanced is not None
+    assert advanced.origin == origin
 
 
 async def test_too_soon_is_refused_and_nothing_stored(store: Store) -> None:

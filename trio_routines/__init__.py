@@ -33,6 +33,8 @@ if typing.TYPE_CHECKING:  # imported on first use (below): `import trio_routines
     from .records import Fire as Fire
     from .records import Gap as Gap
     from .records import GapReason as GapReason
+    from .records import Origin as Origin
+    from .records import OriginKind as OriginKind
     from .records import Outcome as Outcome
     from .records import Wakeup as Wakeup
     from .routines import LoadResult as LoadResult
@@ -83,6 +85,8 @@ _LAZY = {
     "Fire": ".records",
     "Gap": ".records",
     "GapReason": ".records",
+    "Origin": ".records",
+    "OriginKind": ".records",
     "Outcome": ".records",
     "Wakeup": ".records",
     "LoadResult": ".routines",

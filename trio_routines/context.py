@@ -19,6 +19,7 @@ from typing import Any, Literal
 import attrs
 
 from .instants import slot_name
+from .records import Origin
 
 __all__ = ["FireContext", "current_fire", "firing"]
 
@@ -38,6 +39,8 @@ def _check(instance: FireContext, attribute: Any, value: Any) -> None:
         raise ValueError(f"a {kind} turn names its routine")
     if instance.slot is not None and instance.slot.utcoffset() is None:
         raise ValueError("the slot must be an aware datetime")
+    if instance.origin is not None and kind != "wakeup":
+        raise ValueError("an origin is given only for a wake-up's turn")
 
 
 @attrs.frozen
@@ -51,7 +54,10 @@ class FireContext:
       ``POST /run``): no slot, nothing claimed.
 
     ``session`` is the session the turn runs in, the same one ``invoke`` is given;
-    ``replica`` the id of the scheduler running it.
+    ``replica`` the id of the scheduler running it. For a wake-up's turn, ``origin`` is who
+    asked for that wake-up (:class:`~trio_routines.Origin`: a routine's turn, an earlier
+    wake-up's, ``POST /wakeups``, the command line or the embedding API; None when unknown),
+    and :attr:`depth` its place in a chain of turns that woke each other.
     """
 
     kind: FireKind
@@ -61,6 +67,15 @@ class FireContext:
     wakeup: str | None = attrs.field(default=None, validator=_check)
     #: The replica running the turn (:mod:`trio_routines.replicas`), when a scheduler runs it.
     replica: str | None = None
+    #: Who asked for the wake-up this turn runs (a wake-up's turn only; None: unknown).
+    origin: Origin | None = None
+
+    @property
+    def depth(self) -> int:
+        """The chain depth of the wake-up this turn runs (its origin's ``depth``); 0 for any
+        other turn, and for a wake-up whose origin is unknown. A wake-up added during this
+        turn gets ``depth + 1``."""
+        return self.origin.depth if self.origin is not None else 0
 
     @property
     def idempotency_key(self) -> str | None:

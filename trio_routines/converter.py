@@ -7,7 +7,9 @@ Shapes are those of the original scheduler's state directory, byte for byte:
   ``replica``, who claimed it, and ``output``, the end of the turn's reply, are ours: the
   original ignores unknown keys);
 * ``wakeups.json`` is an array of ``{"id", "session", "prompt", "fireAt", "cron"?, "tz"?,
-  "attempts"?}``, absent fields omitted;
+  "attempts"?, "origin"?}``, absent fields omitted; ``origin`` (ours: the original passes
+  over keys it does not know and keeps them) is ``{"kind", "depth", "routine"?, "slot"?,
+  "parent"?}``, read leniently: a malformed one reads as unknown and never costs the entry;
 * history (CLI ``--json`` and HTTP) is ``[{"slot", "firedAt", "outcome"?, "ms"?, "error"?,
   "replica"?, "output"?, "running"?}]``, with the routine's gaps among the claims in slot
   order, each ``{"gap": {"from", "to", "count", "reason", "estimated"?}}`` (ours:
@@ -24,12 +26,13 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
+import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from .instants import format_iso, parse_iso
 from .output import stored_output
-from .records import Fire, Gap, GapReason, Outcome, Wakeup
+from .records import Fire, Gap, GapReason, Origin, OriginKind, Outcome, Wakeup
 from .text import error_text
 
 converter = cattrs.Converter(forbid_extra_keys=False)
@@ -68,6 +71,15 @@ converter.register_unstructure_hook(Outcome, lambda o: o.value)
 converter.register_unstructure_hook(GapReason, lambda r: r.value)
 converter.register_structure_hook(bool, lambda v, _t: _strict_bool(v))
 
+converter.register_unstructure_hook(OriginKind, lambda k: k.value)
+converter.register_structure_hook(OriginKind, lambda value, _t: OriginKind(_strict_str(value, str)))
+converter.register_unstructure_hook(
+    Origin,
+    make_dict_unstructure_fn(
+        Origin, converter, _cattrs_omit_if_default=True, depth=override(omit_if_default=False)
+    ),
+)
+converter.register_structure_hook(Origin, make_dict_structure_fn(Origin, converter))
 converter.register_unstructure_hook(
     Wakeup,
     make_dict_unstructure_fn(
@@ -77,8 +89,12 @@ converter.register_unstructure_hook(
         fire_at=override(rename="fireAt", omit_if_default=False),
     ),
 )
+# The origin is read apart (``wakeup_from_json``): a bad one must not cost the entry.
 converter.register_structure_hook(
-    Wakeup, make_dict_structure_fn(Wakeup, converter, fire_at=override(rename="fireAt"))
+    Wakeup,
+    make_dict_structure_fn(
+        Wakeup, converter, fire_at=override(rename="fireAt"), origin=override(omit=True)
+    ),
 )
 converter.register_unstructure_hook(
     Fire,
@@ -116,10 +132,30 @@ def wakeup_from_json(raw: Any) -> Wakeup:
     if not isinstance(raw, dict):
         raise TypeError("a wake-up entry must be an object")
     try:
-        return converter.structure(raw, Wakeup)
+        wakeup = converter.structure(raw, Wakeup)
     except cattrs.BaseValidationError as exc:
         causes = [str(e) for e in exc.exceptions] or [str(exc)]
         raise ValueError("; ".join(causes)) from None
+    origin = origin_from_json(raw.get("origin"))
+    return wakeup if origin is None else attrs.evolve(wakeup, origin=origin)
+
+
+def origin_from_json(raw: Any) -> Origin | None:
+    """An origin from its stored shape; None when absent or malformed (read as unknown: who
+    asked is shown, never trusted to keep a wake-up, so damage there is passed over)."""
+    if not isinstance(raw, dict):
+        return None
+    try:
+        origin: Origin = converter.structure(raw, Origin)
+    except (cattrs.BaseValidationError, ValueError, TypeError, AttributeError):
+        return None
+    return origin
+
+
+def origin_to_json(origin: Origin) -> dict[str, Any]:
+    """``{"kind", "depth", "routine"?, "slot"?, "parent"?}``."""
+    result: dict[str, Any] = converter.unstructure(origin)
+    return result
 
 
 def fire_to_json(fire: Fire) -> dict[str, Any]:

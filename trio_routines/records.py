@@ -13,6 +13,7 @@ import attrs
 
 from .cron.hashed import resolve_hashed, wakeup_seed
 from .instants import truncate_ms
+from .names import is_unicode
 from .output import stored_output
 from .text import error_text
 
@@ -115,12 +116,77 @@ def _non_empty(_i: object, attribute: attrs.Attribute[str], value: str) -> None:
         raise ValueError(f"{attribute.name} must be a non-empty string")
 
 
+class OriginKind(enum.StrEnum):
+    """Who asked for a wake-up: a turn (of a routine, or of an earlier wake-up), or a surface."""
+
+    ROUTINE = "routine"  # a turn of a routine: a cron fire (with its slot) or an on-demand run
+    WAKEUP = "wakeup"  # the turn of an earlier wake-up (its parent)
+    HTTP = "http"  # POST /wakeups
+    CLI = "cli"  # the command line's ``wake`` on a state store
+    API = "api"  # the embedding API (``Scheduler.add_wakeup``, a store's) outside any turn
+
+
+#: The deepest chain an origin records (PostgreSQL's ``integer``); deeper ones stay at it.
+MAX_DEPTH = 2**31 - 1
+_TURNS = (OriginKind.ROUTINE, OriginKind.WAKEUP)
+
+
+def _origin_text(_i: object, attribute: attrs.Attribute[str | None], value: str | None) -> None:
+    if value is not None and (
+        not isinstance(value, str) or not value or "\x00" in value or not is_unicode(value)
+    ):
+        raise ValueError(f"an origin's {attribute.name} must be storable non-empty text")
+
+
+def _optional_utc(value: datetime | None) -> datetime | None:
+    return None if value is None else truncate_ms(value)
+
+
+@attrs.frozen(kw_only=True)
+class Origin:
+    """Who asked for a wake-up, recorded with it when it was added.
+
+    * ``kind="routine"``: a turn of ``routine`` -- its cron fire for ``slot``, or an
+      on-demand run (no slot); ``depth`` 1;
+    * ``kind="wakeup"``: the turn of the wake-up ``parent``; ``depth`` is the parent's + 1
+      (a parent whose origin is unknown counts as depth 0);
+    * ``kind="http"``, ``"cli"``, ``"api"``: ``POST /wakeups``, the command line, or the
+      embedding API outside any turn; ``depth`` 0.
+
+    ``depth`` is the length of the chain of turns behind the wake-up: a runaway agent's
+    wake-ups, each set by the turn of the one before, show a growing depth.
+    """
+
+    kind: OriginKind = attrs.field(converter=OriginKind)
+    depth: int = 0
+    routine: str | None = attrs.field(default=None, validator=_origin_text)
+    slot: datetime | None = attrs.field(default=None, converter=_optional_utc)
+    parent: str | None = attrs.field(default=None, validator=_origin_text)
+
+    def __attrs_post_init__(self) -> None:
+        depth = self.depth
+        if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth <= MAX_DEPTH:
+            raise ValueError(f"an origin's depth must be 0 to {MAX_DEPTH}, got {depth!r}")
+        if (self.kind is OriginKind.ROUTINE) != (self.routine is not None):
+            raise ValueError("a routine is named exactly by a routine's origin")
+        if self.slot is not None and self.kind is not OriginKind.ROUTINE:
+            raise ValueError("only a routine's origin has a slot")
+        if (self.kind is OriginKind.WAKEUP) != (self.parent is not None):
+            raise ValueError("a parent wake-up is named exactly by a wake-up's origin")
+        if self.kind is OriginKind.ROUTINE and depth != 1:
+            raise ValueError("a routine's turn starts a chain: depth 1")
+        if (self.kind in _TURNS) != (depth > 0):
+            raise ValueError("a turn's origin has depth 1 or more, any other depth 0")
+
+
 @attrs.frozen
 class Wakeup:
     """A turn the agent scheduled for itself, aimed back at the session that set it.
 
     ``cron`` present means recurring; ``fire_at`` is then the next occurrence, advanced in
     place each time one is taken. ``attempts`` counts consecutive busy deferrals of a one-shot.
+    ``origin`` is who asked for it (:class:`Origin`), kept across its occurrences and
+    deferrals; None when unknown (stored before origins were recorded, or unreadable).
     """
 
     id: str = attrs.field(validator=_non_empty)
@@ -130,6 +196,9 @@ class Wakeup:
     cron: str | None = None
     tz: str | None = None
     attempts: int | None = attrs.field(default=None, validator=_positive_attempts)
+    origin: Origin | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(Origin))
+    )
 
     @property
     def recurring(self) -> bool:

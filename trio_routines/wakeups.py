@@ -21,12 +21,13 @@ from datetime import datetime, timedelta
 
 import attrs
 
+from .context import FireContext
 from .cron import cron_error, next_run, parse_cron, wakeup_seed
 from .cron.gaps import shortest_gap
 from .errors import InvalidWakeup
 from .instants import format_iso, truncate_ms
 from .names import is_unicode
-from .records import Wakeup
+from .records import MAX_DEPTH, Origin, OriginKind, Wakeup
 
 MIN_DELAY = timedelta(seconds=60)
 MAX_PENDING_PER_SESSION = 20
@@ -48,6 +49,34 @@ class WakeupRequest:
     fire_at: datetime | None = None
     cron: str | None = None
     tz: str | None = None
+    #: Who asks (see :func:`asked_by`); stored with the wake-up. None: unknown.
+    origin: Origin | None = None
+
+
+def asked_by(fire: FireContext | None, outside: OriginKind = OriginKind.API) -> Origin:
+    """The origin of a wake-up added now: the turn in progress (``fire``, what
+    :func:`~trio_routines.current_fire` returns), or ``outside`` (the surface asking) when
+    no turn is. A turn's wake-up is one deeper in the chain than the turn's own wake-up."""
+    if fire is None:
+        return Origin(kind=outside)
+    depth = min(fire.depth + 1, MAX_DEPTH)
+    if fire.kind == "wakeup":
+        return Origin(kind=OriginKind.WAKEUP, parent=fire.wakeup, depth=depth)
+    return Origin(kind=OriginKind.ROUTINE, routine=fire.routine, slot=fire.slot, depth=1)
+
+
+def origin_line(origin: Origin | None) -> str:
+    """Who asked, for a listing: ``routine digest at 2026-07-07T09:00:00.000Z`` (``routine
+    digest (run)`` for an on-demand run), ``wake-up <id> (depth 2)``, ``http``, ``cli``,
+    ``api``, or ``unknown``. Raw text: a surface escapes it as it escapes stored names."""
+    if origin is None:
+        return "unknown"
+    if origin.kind is OriginKind.ROUTINE:
+        when = f"at {format_iso(origin.slot)}" if origin.slot is not None else "(run)"
+        return f"routine {origin.routine} {when}"
+    if origin.kind is OriginKind.WAKEUP:
+        return f"wake-up {origin.parent} (depth {origin.depth})"
+    return origin.kind.value
 
 
 def parse_delay(value: object) -> float | None:
@@ -151,6 +180,7 @@ def plan_add(
         fire_at=fire_at,
         cron=request.cron,
         tz=request.tz if request.cron is not None else None,
+        origin=request.origin,
     )
 
 

@@ -29,7 +29,7 @@ from ..cron import next_run
 from ..errors import StateFault
 from ..history import failing_streak
 from ..instants import format_iso
-from ..records import Fire, Wakeup
+from ..records import Fire, Origin, OriginKind, Wakeup
 from ..replicas import ReplicaInfo, replica_json
 from ..routines import Routine, catchup_text
 from ..store import Store
@@ -42,6 +42,7 @@ from .table import duration, outcome_word, short_instant, strip, table
 STORE_READ = 10.0  # seconds: how long status waits for the store's list of replicas
 RECENT = 10  # outcomes in the strip
 PROMPT_SHOWN = 40
+ORIGIN_SHOWN = 48
 
 
 @attrs.frozen
@@ -180,10 +181,27 @@ def wakeup_lines(wakeups: Sequence[Wakeup], now: datetime) -> list[str]:
                 short_instant(wakeup.fire_at),
                 _left(wakeup.fire_at, now),
                 schedule(wakeup),
+                origin_cell(wakeup.origin),
                 prompt,
             ]
         )
-    return table(["WAKE-UP", "SESSION", "NEXT", "LEFT", "KIND", "PROMPT"], cells)
+    return table(["WAKE-UP", "SESSION", "NEXT", "LEFT", "KIND", "ORIGIN", "PROMPT"], cells)
+
+
+def origin_cell(origin: Origin | None) -> str:
+    """Who asked, short: ``routine daily@2026-07-07T09:00Z``, ``routine daily (run)``,
+    ``wake-up 4f9c1a2b depth 2`` (the parent's id cut to 8: ``--json`` has it whole),
+    ``http``, ``cli``, ``api``, or ``unknown``; cut to 48 characters."""
+    if origin is None:
+        return "unknown"
+    if origin.kind is OriginKind.ROUTINE:
+        when = f"@{short_instant(origin.slot)}" if origin.slot is not None else " (run)"
+        text = f"routine {origin.routine}{when}"
+    elif origin.kind is OriginKind.WAKEUP:
+        text = f"wake-up {(origin.parent or '')[:8]} depth {origin.depth}"
+    else:
+        text = origin.kind.value
+    return text if len(text) <= ORIGIN_SHOWN else text[: ORIGIN_SHOWN - 1] + "…"
 
 
 def routine_json(row: RoutineRow) -> dict[str, Any]:

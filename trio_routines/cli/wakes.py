@@ -12,7 +12,7 @@ import trio
 from ..converter import wakeup_from_json, wakeup_to_json
 from ..errors import InvalidWakeup
 from ..instants import format_iso
-from ..records import Wakeup
+from ..records import Origin, OriginKind, Wakeup
 from ..wakeups import WakeupRequest
 from .client import Server, path_part, query
 from .output import CliError, open_state, print_json, print_line, quoted, state_arg
@@ -44,10 +44,15 @@ async def cmd_wake(args: argparse.Namespace) -> int:
     if server is not None:
         return await _wake_over_http(server, args, prompt)
     now = datetime.now(UTC)
+    asked = Origin(kind=OriginKind.CLI)  # over --url, the server records http
     if args.delay is not None:
-        request = WakeupRequest(session=args.session, prompt=prompt, fire_at=now + args.delay)
+        request = WakeupRequest(
+            session=args.session, prompt=prompt, fire_at=now + args.delay, origin=asked
+        )
     else:
-        request = WakeupRequest(session=args.session, prompt=prompt, cron=args.cron, tz=args.tz)
+        request = WakeupRequest(
+            session=args.session, prompt=prompt, cron=args.cron, tz=args.tz, origin=asked
+        )
     async with open_state(state_arg(args), writes="wake") as store:
         try:
             wakeup = await store.add_wakeup(request, now)

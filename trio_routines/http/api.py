@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+import attrs
 import trio
 
 from .. import tracing
@@ -20,7 +21,7 @@ from ..cron import next_run
 from ..errors import InvalidWakeup, StateFault
 from ..history import in_slot_order, read_history, running_slots
 from ..instants import format_iso
-from ..records import ClaimStatus, Wakeup
+from ..records import ClaimStatus, Origin, OriginKind, Wakeup
 from ..replicas import replica_json
 from ..routines import Routine, catchup_text
 from ..scheduler import FireResult, NotOnGrid, NotYetDue, Scheduler, Stopping, UnknownRoutine
@@ -61,6 +62,10 @@ def _routine(scheduler: Scheduler, name: str) -> Routine:
         raise Refusal(
             404, f"no routine named {quoted(name)} (this deployment has: {listed}{more})"
         ) from None
+
+
+#: Who asks through ``POST /wakeups`` (whatever the client: the server cannot tell).
+ASKED = Origin(kind=OriginKind.HTTP)
 
 
 def _hidden(wakeup: Wakeup) -> dict[str, Any]:
@@ -311,7 +316,7 @@ async def wake(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
         request = WakeupRequest(session=session, prompt=prompt, cron=cron, tz=tz)
     try:
         with tracing.step("wakeup.add", {tracing.SESSION: session}) as span:
-            wakeup = await scheduler.store.add_wakeup(request, now)
+            wakeup = await scheduler.store.add_wakeup(attrs.evolve(request, origin=ASKED), now)
             if span is not None:
                 span.set_attribute(tracing.WAKEUP, wakeup.id)
     except InvalidWakeup as exc:

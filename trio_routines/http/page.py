@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Awaitable
 from datetime import datetime, timedelta
 from importlib import resources
@@ -38,7 +38,7 @@ import trio
 
 from ..cron import next_run
 from ..errors import StateFault, TrioRoutinesError
-from ..records import Fire, Gap
+from ..records import Fire, Gap, Origin, OriginKind, Wakeup
 from ..routines import Routine
 from ..scheduler import Scheduler, Statistics
 from ..store import GapRecords
@@ -156,6 +156,27 @@ async def _bounded_read(call: str, read: Awaitable[T]) -> tuple[T | None, str | 
     return None, f"{call} timed out after {READ_DEADLINE:g} s"
 
 
+def _wakeup_group(session: str, pending: list[Wakeup]) -> WakeupGroup:
+    """A session's pending wake-ups: how many, the next, who asked (by kind, a routine by
+    name) and the deepest chain of turns -- a runaway agent's wake-ups show a growing one."""
+    asked = Counter(_asked(w.origin) for w in pending)
+    return WakeupGroup(
+        session,
+        len(pending),
+        min(w.fire_at for w in pending),
+        origins=tuple(sorted(asked.items())),
+        deepest=max((w.origin.depth for w in pending if w.origin is not None), default=0),
+    )
+
+
+def _asked(origin: Origin | None) -> str:
+    if origin is None:
+        return "unknown"
+    if origin.kind is OriginKind.ROUTINE:
+        return f"routine {origin.routine}"
+    return "wake-up" if origin.kind is OriginKind.WAKEUP else origin.kind.value
+
+
 async def _routine_view(
     scheduler: Scheduler,
     routine: Routine,
@@ -215,9 +236,9 @@ async def gather(
         await trio.lowlevel.checkpoint()
     expected.keep_only(loaded.values())
     found, problem = await _bounded_read("wake-ups", scheduler.store.list_wakeups())
-    groups: dict[str, list[datetime]] = defaultdict(list)
+    groups: dict[str, list[Wakeup]] = defaultdict(list)
     for wakeup in found or []:
-        groups[wakeup.session].append(wakeup.fire_at)
+        groups[wakeup.session].append(wakeup)
     clock = trio.current_time()
     flights = tuple(
         InFlight(session, (now - timedelta(seconds=max(0.0, clock - since))).replace(microsecond=0))
@@ -230,8 +251,7 @@ async def gather(
         routines=tuple(routines),
         in_flight=flights,
         wakeups=tuple(
-            WakeupGroup(session, len(times), min(times))
-            for session, times in sorted(groups.items())
+            _wakeup_group(session, pending) for session, pending in sorted(groups.items())
         ),
         clock_jumps=stats.clock_jumps,
         store=store_label(scheduler),

@@ -94,6 +94,8 @@ class WakeupGroup:
     session: str
     count: int
     next_at: datetime
+    origins: tuple[tuple[str, int], ...] = ()  # who asked (a label, unescaped) and how often
+    deepest: int = 0  # the deepest chain of turns among them
 
 
 @attrs.frozen
@@ -331,7 +333,10 @@ def main_html(view: PageView) -> str:
         for f in view.in_flight
     )
     wakes = "".join(
-        f"<li><code>{_esc(w.session)}</code>: {w.count} pending, next {_time(w.next_at)}</li>"
+        f"<li><code>{_esc(w.session)}</code>: {w.count} pending, next {_time(w.next_at)}"
+        f"{' · asked by ' if w.origins else ''}"
+        f"{', '.join(f'{_esc(label)} ×{n}' for label, n in w.origins)}"
+        f"{f' · chain depth up to {w.deepest}' if w.deepest else ''}</li>"
         for w in view.wakeups
     )
     if view.wakeups_problem:

@@ -92,7 +92,13 @@ class WakeLoop:
 
     async def _wake(self, wakeup: Wakeup) -> None:
         label = f"wake {wakeup.id[:8]}"
-        why = FireContext("wakeup", wakeup.session, wakeup=wakeup.id, replica=self._runtime.replica)
+        why = FireContext(
+            "wakeup",
+            wakeup.session,
+            wakeup=wakeup.id,
+            replica=self._runtime.replica,
+            origin=wakeup.origin,
+        )
         turn = await self._fire.turn(why, label, envelope(wakeup))
         if not turn.busy:
             return

@@ -4,16 +4,21 @@ The store's guardrails apply as for every other way in (:mod:`trio_routines.wake
 minimum delay, the recurring limit, the cap per session), and every call has the deadline of
 every other store call: the store timeout, and a stop's bound. A model-facing surface over
 these is :mod:`trio_routines.tools`.
+
+Each wake-up records who asked (:func:`trio_routines.wakeups.asked_by`): the turn running
+in the calling task -- a routine's, or a wake-up's, one deeper in the chain -- or, outside
+any turn, the embedding API.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from ..context import current_fire
 from ..errors import InvalidWakeup
 from ..records import Wakeup
 from ..store import Store
-from ..wakeups import WakeupRequest, bad_delay_reply, parse_delay
+from ..wakeups import WakeupRequest, asked_by, bad_delay_reply, parse_delay
 from .calls import StoreCalls
 from .state import Runtime
 
@@ -50,7 +55,14 @@ class WakeupCalls:
                 raise InvalidWakeup("the delay is too far in the future.") from None
         if cron is None and tz is not None:
             raise InvalidWakeup("tz goes with cron only.")
-        request = WakeupRequest(session=session, prompt=prompt, fire_at=fire_at, cron=cron, tz=tz)
+        request = WakeupRequest(
+            session=session,
+            prompt=prompt,
+            fire_at=fire_at,
+            cron=cron,
+            tz=tz,
+            origin=asked_by(current_fire()),  # the turn in progress, or the embedding API
+        )
         with self._calls.bounded():
             return await self._store.add_wakeup(request, now)
         raise self._calls.no_answer("the wake-up was not added")

@@ -27,7 +27,7 @@ from psycopg import sql
 
 from ...errors import StateFault
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 # Advisory lock namespaces (the first key of the two-key form); the second key is a hash of
 # the routine or session. A hash collision only serializes two unrelated callers.
 DDL_LOCK = "trio_routines:schema"
@@ -112,6 +112,14 @@ _MIGRATIONS: dict[int, list[str]] = {
     ],
     # The end of a turn's reply, for a routine that keeps output (see output.py).
     8: ["ALTER TABLE {claims} ADD COLUMN IF NOT EXISTS output text"],
+    # Who asked for each wake-up (records.Origin); NULL: unknown (added by older code).
+    9: [
+        "ALTER TABLE {wakeups} ADD COLUMN IF NOT EXISTS origin text",
+        "ALTER TABLE {wakeups} ADD COLUMN IF NOT EXISTS origin_depth integer",
+        "ALTER TABLE {wakeups} ADD COLUMN IF NOT EXISTS origin_routine text",
+        "ALTER TABLE {wakeups} ADD COLUMN IF NOT EXISTS origin_slot timestamptz",
+        "ALTER TABLE {wakeups} ADD COLUMN IF NOT EXISTS origin_parent text",
+    ],
 }
 
 
@@ -121,6 +129,7 @@ _COMPATIBLE_FROM: dict[int, int] = {
     6: 5,  # gaps: older code records none, and reads and writes everything else as before
     7: 5,  # first-armed records: older code writes none (its never-fired routines go unseen)
     8: 5,  # output: older code neither reads nor writes it (its settles leave it as it was)
+    9: 5,  # wake-up origins: older code adds wake-ups without one (read back as unknown)
 }
 
 

@@ -4,7 +4,8 @@
 deferred one-shot goes to the end. A take locks the first due row with ``FOR UPDATE SKIP
 LOCKED``, so concurrent takers each get a different row and never wait on each other. An add
 (and a defer) takes an advisory lock per session before counting that session's rows, which
-keeps the 20-per-session cap exact.
+keeps the 20-per-session cap exact. Who asked for a wake-up is in its ``origin*`` columns
+(schema version 9), all NULL for one added by older code: read as unknown.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import psycopg
 import trio
 
-from ...records import Wakeup
+from ...records import Origin, Wakeup
 from ...wakeups import (
     WakeupRequest,
     check_request,
@@ -31,12 +32,16 @@ from .schema import SESSION_LOCK, Schema
 
 log = logging.getLogger("trio_routines")
 
-_WAKEUP_COLUMNS = "id, session, prompt, fire_at, cron, tz, attempts"
+_WAKEUP_COLUMNS = (
+    "id, session, prompt, fire_at, cron, tz, attempts, "
+    "origin, origin_depth, origin_routine, origin_slot, origin_parent"
+)
+_PLACES = ", ".join(["%s"] * 12)
 Conn = psycopg.Connection[Any]
 
 
 def _wakeup(row: tuple[Any, ...]) -> Wakeup:
-    id_, session, prompt, fire_at, cron, tz, attempts = row
+    id_, session, prompt, fire_at, cron, tz, attempts, *origin = row
     return check_stored(
         Wakeup(
             id=id_,
@@ -46,11 +51,24 @@ def _wakeup(row: tuple[Any, ...]) -> Wakeup:
             cron=cron,
             tz=tz,
             attempts=attempts,
+            origin=_origin(*origin),
         )
     )
 
 
+def _origin(kind: Any, depth: Any, routine: Any, slot: Any, parent: Any) -> Origin | None:
+    """The stored origin; None when there is none (older code added it) or it is malformed
+    (who asked is shown, never trusted to keep a wake-up: damage there is passed over)."""
+    if kind is None:
+        return None
+    try:
+        return Origin(kind=kind, depth=depth, routine=routine, slot=slot, parent=parent)
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
 def _params(wakeup: Wakeup) -> tuple[Any, ...]:
+    origin = wakeup.origin
     return (
         wakeup.id,
         wakeup.session,
@@ -59,6 +77,11 @@ def _params(wakeup: Wakeup) -> tuple[Any, ...]:
         wakeup.cron,
         wakeup.tz,
         wakeup.attempts,
+        *(
+            (origin.kind.value, origin.depth, origin.routine, origin.slot, origin.parent)
+            if origin is not None
+            else (None,) * 5
+        ),
     )
 
 
@@ -98,9 +121,7 @@ class PostgresWakeups:
 
     def _insert(self, conn: Conn, _call: Call, wakeup: Wakeup) -> None:
         conn.execute(
-            self._tables.sql(
-                f"INSERT INTO {{wakeups}} ({_WAKEUP_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)"
-            ),
+            self._tables.sql(f"INSERT INTO {{wakeups}} ({_WAKEUP_COLUMNS}) VALUES ({_PLACES})"),
             _params(wakeup),
         )
 
