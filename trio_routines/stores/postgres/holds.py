@@ -46,6 +46,7 @@ import trio
 from ...errors import StateFault
 from ...presence import Presence
 from ...replicas import ReplicaInfo, replica_key
+from ..abandon import run_abandoning
 from ..batch import Answer, Batcher, Entry
 from .conn import THREAD_NAME, Call, Connections, reason
 from .schema import Schema
@@ -225,8 +226,10 @@ class PostgresPresence(Presence):
         bound = self._conns.timeout + 1.0
         with trio.move_on_after(bound):
             try:
-                self._conn = await trio.to_thread.run_sync(
-                    self._connect, kwargs, abandon_on_cancel=True, thread_name=THREAD_NAME
+                # Left to its thread when we give up; a connection (and its lock) made after
+                # that is closed there, not left to the garbage collector.
+                self._conn = await run_abandoning(
+                    self._connect, kwargs, limiter=None, late=_close_quietly
                 )
             except psycopg.Error as exc:
                 raise StateFault(
@@ -359,3 +362,8 @@ class PostgresPresence(Presence):
 async def _close_in_thread(conn: Conn) -> None:
     with contextlib.suppress(Exception):
         await trio.to_thread.run_sync(conn.close, abandon_on_cancel=True, thread_name=THREAD_NAME)
+
+
+def _close_quietly(conn: Conn) -> None:
+    with contextlib.suppress(Exception):
+        conn.close()
