@@ -1,4 +1,5 @@
-"""The read-only commands as real processes: history, list, status, next, check."""
+"""The read-only commands: history, list, status, next, check; as real processes, or in this
+one (``Env.run_cli``) where a test checks only what a command prints and its status."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Upgrades of the PostgreSQL schema: only ``serve`` and ``migrate`` upgrade it, a command
 that only reads never writes it, and older code runs on where a newer schema allows it
-(real processes on the real server)."""
+(on the real server; ``serve`` as a real process, the other commands, whose output and status
+are what is checked, in this one)."""
 
 from __future__ import annotations
 
