@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
+import locale
+import logging
 import os
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+import traceback
 from collections.abc import Callable
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
+
+import trio
 
 from trio_routines.records import Outcome
 from trio_routines.stores.directory import DirectoryStore
@@ -93,6 +102,11 @@ class Env:
             timeout=60,
         )
 
+    def run_cli(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        """:meth:`cli` in this process (see :func:`in_process`): for a test that checks what a
+        command prints and its exit status, not how the process behaves."""
+        return in_process(self.argv(*args)[3:], cwd=self.root, environ=self.environ(), stdin=stdin)
+
     def start(self, *args: str, log: str = "serve.log") -> subprocess.Popen[bytes]:
         with (self.root / log).open("wb") as err:
             proc = subprocess.Popen(
@@ -114,7 +128,9 @@ class Env:
         return proc
 
     def history(self, name: str) -> list[dict[str, Any]]:
-        result = self.cli("history", name, "--json")
+        """``history NAME --json``: in this process, or as a process from inside a Trio test."""
+        read = self.cli if inside_trio() else self.run_cli
+        result = read("history", name, "--json")
         assert result.returncode == 0, result.stderr
         entries: list[dict[str, Any]] = json.loads(result.stdout)
         return entries
@@ -148,6 +164,122 @@ class Env:
         path = self.state / "schedule" / "wakeups.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(entries))
+
+
+def inside_trio() -> bool:
+    try:
+        trio.lowlevel.current_trio_token()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _stream(fd: int, like: Any, fallback_errors: str) -> io.TextIOWrapper:
+    """A text stream on ``fd`` set up as this interpreter set up ``like`` at its start (the
+    encoding and error handler a ``python -m`` child given the same environment gets)."""
+    encoding = getattr(like, "encoding", None) or locale.getencoding()
+    errors = getattr(like, "errors", None) or fallback_errors
+    return io.TextIOWrapper(
+        io.FileIO(fd, "rb" if fd == 0 else "wb", closefd=False), encoding=encoding, errors=errors
+    )
+
+
+def _interrupt(thread: int, timed_out: threading.Event) -> None:
+    timed_out.set()
+    signal.pthread_kill(thread, signal.SIGINT)
+
+
+def in_process(
+    argv: list[str],
+    *,
+    cwd: Path,
+    environ: dict[str, str],
+    stdin: str | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    """``trio_routines.cli.main(argv)`` run here as ``python -m trio_routines`` would run it
+    with ``environ`` in ``cwd``: descriptors 0, 1 and 2 (and ``sys.std*`` on them) are
+    temporary files, stdin holding ``stdin``; the exit status is what the process would exit
+    with (SystemExit's code, 1 with the traceback on stderr for an uncaught exception); the
+    environment, the working directory and the ``trio_routines`` logger are put back after.
+    Like ``subprocess.run(timeout=60)`` a command still running after ``timeout`` seconds
+    (a ``serve`` that should have refused to start) is interrupted (SIGINT, which ends a
+    command) and raises :class:`subprocess.TimeoutExpired`, never hangs the suite.
+
+    For tests that check a command's output and status. It calls ``trio.run``, so never from
+    inside a Trio test; what concerns the process itself (signals, pipes, inherited
+    environment, process groups, ``serve``) needs :meth:`Env.cli` or :meth:`Env.start`.
+    """
+    if inside_trio():
+        raise RuntimeError("in_process runs trio.run: call Env.cli from inside a Trio test")
+    from trio_routines.cli import main
+
+    logger = logging.getLogger("trio_routines")
+    saved_logger = (logger.handlers[:], logger.level, logger.propagate)
+    saved_environ = dict(os.environ)
+    saved_cwd = os.getcwd()
+    saved_streams = (sys.stdin, sys.stdout, sys.stderr)
+    for stream in saved_streams[1:]:
+        stream.flush()
+    saved_fds = [os.dup(fd) for fd in (0, 1, 2)]
+    timed_out = threading.Event()
+    with ExitStack() as temporary:
+        files = [temporary.enter_context(tempfile.TemporaryFile()) for _ in range(3)]
+        files[0].write((stdin or "").encode(locale.getencoding()))
+        files[0].seek(0)
+        try:
+            for fd, file in enumerate(files):
+                os.dup2(file.fileno(), fd)
+            streams = (
+                _stream(0, sys.__stdin__, "strict"),
+                _stream(1, sys.__stdout__, "strict"),
+                _stream(2, sys.__stderr__, "backslashreplace"),
+            )
+            sys.stdin, sys.stdout, sys.stderr = streams
+            os.environ.clear()
+            os.environ.update(environ)
+            os.chdir(cwd)
+            watchdog = threading.Timer(timeout, _interrupt, (threading.get_ident(), timed_out))
+            watchdog.start()
+            try:
+                status = main(argv)
+            except SystemExit as exit:
+                code = exit.code
+                if code is None or isinstance(code, int):
+                    status = code or 0
+                else:
+                    print(code, file=sys.stderr)
+                    status = 1
+            except BaseException:  # what the interpreter does with an uncaught exception
+                traceback.print_exc()
+                status = 1
+            finally:
+                watchdog.cancel()
+                watchdog.join()
+            for stream in streams[1:]:
+                stream.flush()
+        finally:
+            os.chdir(saved_cwd)
+            os.environ.clear()
+            os.environ.update(saved_environ)
+            sys.stdin, sys.stdout, sys.stderr = saved_streams
+            for fd, saved in enumerate(saved_fds):
+                os.dup2(saved, fd)
+                os.close(saved)
+            logger.handlers[:], saved_level, logger.propagate = saved_logger
+            logger.setLevel(saved_level)
+        outputs = []
+        for file in files[1:]:
+            file.seek(0)
+            outputs.append(file.read())
+    # What subprocess.run(text=True) does with the bytes: the locale's encoding, universal newlines.
+    out, err = (
+        io.TextIOWrapper(io.BytesIO(data), encoding=locale.getencoding()).read() for data in outputs
+    )
+    args = ["python", "-m", "trio_routines", *argv]
+    if timed_out.is_set():
+        raise subprocess.TimeoutExpired(args, timeout, out, err)
+    return subprocess.CompletedProcess(args, status, out, err)
 
 
 def stop(proc: subprocess.Popen[bytes], signum: int = signal.SIGTERM, timeout: float = 20) -> int:

@@ -55,7 +55,7 @@ def test_concurrent_fires_of_one_slot_run_exactly_one_turn(env: Env) -> None:
 
 def test_fire_json_reports_a_failed_turn_and_exits_1(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *")
-    result = env.cli(
+    result = env.run_cli(
         "fire", "daily", "--slot", SLOT, "--json", "--agent", "cmd:echo boom >&2; exit 4"
     )
     assert result.returncode == 1
@@ -76,8 +76,8 @@ def test_fire_json_reports_a_failed_turn_and_exits_1(env: Env) -> None:
 
 def test_fire_of_an_older_slot_is_stale_and_still_success(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *")
-    assert env.cli("fire", "daily", "--slot", SLOT, "--agent", "echo").returncode == 0
-    result = env.cli("fire", "daily", "--slot", "2026-07-06T09:00:00Z", "--agent", "echo")
+    assert env.run_cli("fire", "daily", "--slot", SLOT, "--agent", "echo").returncode == 0
+    result = env.run_cli("fire", "daily", "--slot", "2026-07-06T09:00:00Z", "--agent", "echo")
     assert result.returncode == 0
     assert result.stdout == "daily 2026-07-06T09:00:00.000Z: not claimed (stale)\n"
     assert len(env.history("daily")) == 1
@@ -85,7 +85,9 @@ def test_fire_of_an_older_slot_is_stale_and_still_success(env: Env) -> None:
 
 def test_fire_without_cron_accepts_any_instant(env: Env) -> None:
     env.routine("adhoc")
-    result = env.cli("fire", "adhoc", "--slot", "2026-07-07T09:13:27.5+02:00", "--agent", "echo")
+    result = env.run_cli(
+        "fire", "adhoc", "--slot", "2026-07-07T09:13:27.5+02:00", "--agent", "echo"
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("adhoc 2026-07-07T07:13:27.500Z: completed (")
 
@@ -106,7 +108,7 @@ def test_fire_stopped_by_sigterm_settles_interrupted_and_kills_the_command(env: 
 
 
 def test_serve_refuses_a_public_http_address_without_a_token(env: Env) -> None:
-    result = env.cli("serve", "--agent", "echo", "--http", "0.0.0.0:0")
+    result = env.run_cli("serve", "--agent", "echo", "--http", "0.0.0.0:0")
     assert result.returncode == 1
     assert "without a token" in one_line(result.stderr)
 
@@ -224,7 +226,7 @@ def test_serve_refuses_to_start_with_a_broken_routine_file(env: Env) -> None:
     env.routine("good", cron="0 9 * * *")
     (env.routines / "bad.md").write_text("cron: * * * * *\nno frontmatter\n")
     (env.routines / "worse.md").write_text("---\ncolour: blue\n---\nhi\n")
-    result = env.cli("serve", "--agent", "echo")
+    result = env.run_cli("serve", "--agent", "echo")
     assert result.returncode == 1
     err = result.stderr.splitlines()
     assert len(err) == 3
@@ -341,7 +343,7 @@ def test_two_serves_on_one_state_never_fire_a_wake_up_twice(env: Env) -> None:
 
 def test_run_streams_the_reply_without_a_claim_or_history(env: Env) -> None:
     env.routine("adhoc", prompt="hello from adhoc")
-    result = env.cli("run", "adhoc", "--agent", "echo")
+    result = env.run_cli("run", "adhoc", "--agent", "echo")
     assert result.returncode == 0, result.stderr
     assert result.stdout == "hello from adhoc\n"
     assert "INFO  adhoc completed (" in result.stderr
@@ -349,7 +351,7 @@ def test_run_streams_the_reply_without_a_claim_or_history(env: Env) -> None:
     # record is gone with it.
     assert sorted(p.name for p in (env.state / "schedule").iterdir()) == ["holds", "replicas"]
     assert list((env.state / "schedule" / "replicas").iterdir()) == []
-    failed = env.cli("run", "adhoc", "--agent", "cmd:echo half; exit 2")
+    failed = env.run_cli("run", "adhoc", "--agent", "cmd:echo half; exit 2")
     assert failed.returncode == 1
     assert failed.stdout == "half\n"
     assert "ERROR adhoc failed" in failed.stderr
@@ -418,7 +420,7 @@ def test_serve_binds_http_before_it_touches_the_state(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *")
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
-        result = env.cli("serve", "--agent", "echo", "--http", f"127.0.0.1:{port}")
+        result = env.run_cli("serve", "--agent", "echo", "--http", f"127.0.0.1:{port}")
     assert result.returncode == 1
     line = one_line(result.stderr)
     assert re.fullmatch(

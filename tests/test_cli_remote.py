@@ -201,7 +201,7 @@ def test_root_pausing_a_service_users_state_creates_nothing(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *")
     env.state.mkdir()
     os.chown(env.state, 61234, 61234)  # a DynamicUser= uid, with no name here
-    done = env.cli("pause", "daily")
+    done = env.run_cli("pause", "daily")
     assert (done.returncode, done.stdout) == (1, "")
     assert one_line(done.stderr) == (
         f"error: pause refused: the state directory {env.state} belongs to uid 61234, not to "

@@ -8,20 +8,25 @@ import subprocess
 import sys
 
 import pytest
-from procs import Env, one_line, stop, wait_for
+from procs import Env, in_process, one_line, stop, wait_for
 from test_pinned_processes import bound_port, request
 
 TOKEN = "status-token"
 
 
-def status(env: Env, *args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
+def status(
+    env: Env, *args: str, token: str | None = TOKEN, here: bool = False
+) -> subprocess.CompletedProcess[str]:
     """``status`` as an operator runs it against a server: from a directory with no routines
-    and no state, with nothing but the URL (and the token)."""
+    and no state, with nothing but the URL (and the token); ``here``: in this process
+    (:func:`procs.in_process`), for what it prints."""
     environ = env.environ()
     if token is not None:
         environ["TRIO_ROUTINES_TOKEN"] = token
     elsewhere = env.root / "elsewhere"
     elsewhere.mkdir(exist_ok=True)
+    if here:
+        return in_process(["status", *args], cwd=elsewhere, environ=environ)
     return subprocess.run(
         [sys.executable, "-m", "trio_routines", "status", *args],
         capture_output=True,
@@ -80,12 +85,12 @@ def test_status_shows_the_turns_a_running_serve_has_in_flight(env: Env) -> None:
 
 def test_status_without_a_server_says_so(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *")
-    result = env.cli("status")
+    result = env.run_cli("status")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == (
         "IN FLIGHT  - (no server asked: pass --url or set TRIO_ROUTINES_URL)"
     )
-    assert json.loads(env.cli("status", "--json").stdout)["server"] is None
+    assert json.loads(env.run_cli("status", "--json").stdout)["server"] is None
 
 
 @pytest.mark.slow
@@ -105,12 +110,10 @@ def test_a_server_that_never_answers_costs_a_bounded_wait(env: Env) -> None:
 )
 def test_a_url_that_is_no_http_server_address_is_a_usage_error(env: Env, url: str) -> None:
     env.routine("daily", cron="0 9 * * *")
-    result = status(env, "--url", url)
+    result = status(env, "--url", url, here=True)
     assert (result.returncode, result.stdout) == (2, "")
     assert "argument --url" in one_line(result.stderr)
     environ = {**env.environ(), "TRIO_ROUTINES_URL": url}
-    from_env = subprocess.run(
-        env.argv("status"), capture_output=True, text=True, env=environ, cwd=env.root, timeout=60
-    )
+    from_env = in_process(env.argv("status")[3:], cwd=env.root, environ=environ)
     assert from_env.returncode == 2
     assert one_line(from_env.stderr).startswith("error: TRIO_ROUTINES_URL: ")

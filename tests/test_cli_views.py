@@ -1,4 +1,5 @@
-"""The read-only commands as real processes: history, list, status, next, check."""
+"""The read-only commands: history, list, status, next, check; as real processes, or in this
+one (``Env.run_cli``) where a test checks only what a command prints and its status."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import subprocess
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from procs import Env, one_line, stop
+from procs import Env, in_process, one_line, stop
 
 from trio_routines.instants import format_iso, parse_iso
 from trio_routines.records import Outcome
@@ -80,12 +81,12 @@ def test_history_output_shows_each_fires_kept_reply_escaped(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *")
     env.seed("daily", START, ms=7)  # kept nothing
     env.seed("daily", START + timedelta(days=1), ms=8, output=HOSTILE_OUTPUT)
-    plain = env.cli("history", "daily")
+    plain = env.run_cli("history", "daily")
     assert plain.returncode == 0, plain.stderr
     assert "pwned" not in plain.stdout  # not shown unless asked for
     assert "(1 of these kept the end of their reply: --output shows it)" in plain.stderr
 
-    shown = env.cli("history", "daily", "--output")
+    shown = env.run_cli("history", "daily", "--output")
     assert shown.returncode == 0, shown.stderr
     out = shown.stdout.splitlines()
     assert out[1].startswith("2026-07-02T09:00Z")
@@ -99,10 +100,10 @@ def test_history_output_shows_each_fires_kept_reply_escaped(env: Env) -> None:
     for raw in ("\x1b", "\r", "\x07"):
         assert raw not in shown.stdout
 
-    entries = json.loads(env.cli("history", "daily", "--json").stdout)
+    entries = json.loads(env.run_cli("history", "daily", "--json").stdout)
     assert "output" not in entries[0]  # only when present
     assert entries[1]["output"] == HOSTILE_OUTPUT
-    raw = env.cli("history", "daily", "--json").stdout
+    raw = env.run_cli("history", "daily", "--json").stdout
     assert "\x1b" not in raw  # escaped in JSON
     assert "\x07" not in raw
 
@@ -208,13 +209,13 @@ def test_the_strip_falls_back_to_ascii_when_stdout_is_not_utf8(env: Env) -> None
 def test_list_reports_broken_files_and_goes_on(env: Env) -> None:
     env.routine("adhoc")
     (env.routines / "bad.md").write_text("oops")
-    result = env.cli("list")
+    result = env.run_cli("list")
     assert result.returncode == 0
     assert result.stdout.splitlines()[1].split() == ["adhoc", "-", "-", "-", "-", "on", "demand"]
     assert "bad.md" in one_line(result.stderr)
     (env.root / "empty").mkdir()
     empty = Env(env.root / "empty")
-    nothing = empty.cli("list")
+    nothing = empty.run_cli("list")
     assert nothing.returncode == 0
     assert one_line(nothing.stderr).startswith("nothing scheduled")
 
@@ -222,15 +223,15 @@ def test_list_reports_broken_files_and_goes_on(env: Env) -> None:
 def test_next_lists_instants_of_a_routine_or_an_expression(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *", tz="Europe/Berlin")
     after = ["--after", "2026-03-28T12:00:00Z", "-n", "2"]
-    result = env.cli("next", "daily", *after)
+    result = env.run_cli("next", "daily", *after)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "2026-03-29T07:00:00.000Z  2026-03-29 09:00 CEST (Europe/Berlin)",
         "2026-03-30T07:00:00.000Z  2026-03-30 09:00 CEST (Europe/Berlin)",
     ]
-    result = env.cli("next", "--cron", "*/30 * * * *", *after)
+    result = env.run_cli("next", "--cron", "*/30 * * * *", *after)
     assert result.stdout.splitlines() == ["2026-03-28T12:30:00.000Z", "2026-03-28T13:00:00.000Z"]
-    never = env.cli("next", "--cron", "0 0 30 2 *")
+    never = env.run_cli("next", "--cron", "0 0 30 2 *")
     assert never.returncode == 0
     assert never.stdout == ""
     assert "never fires again" in one_line(never.stderr)
@@ -239,12 +240,12 @@ def test_next_lists_instants_of_a_routine_or_an_expression(env: Env) -> None:
 def test_check_summarizes_or_lists_every_broken_file(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *")
     env.routine("adhoc")
-    result = env.cli("check")
+    result = env.run_cli("check")
     assert result.returncode == 0
     assert result.stdout == f"ok — 2 routine(s) in {env.routines}: 1 on cron, 1 on demand\n"
     (env.routines / "a.md").write_text("---\ntz: UTC\n---\nhi\n")
     (env.routines / "b.md").write_text("---\ncron: 61 * * * *\n---\nhi\n")
-    result = env.cli("check")
+    result = env.run_cli("check")
     assert result.returncode == 1
     err = result.stderr.splitlines()
     assert len(err) == 3
@@ -259,7 +260,7 @@ def test_list_and_serve_count_the_next_instant_from_a_claim_in_the_future(env: E
     env.routine("minutely", cron="* * * * *")
     ahead = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(days=2)
     env.seed("minutely", ahead)
-    data = json.loads(env.cli("list", "--json").stdout)
+    data = json.loads(env.run_cli("list", "--json").stdout)
     assert data["routines"] == [
         {
             "name": "minutely",
@@ -282,26 +283,24 @@ def test_list_and_serve_count_the_next_instant_from_a_claim_in_the_future(env: E
 
 def test_history_of_a_name_that_is_no_routine_is_an_error(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *")
-    typo = env.cli("history", "dialy")
+    typo = env.run_cli("history", "dialy")
     assert (typo.returncode, typo.stdout) == (1, "")
     assert one_line(typo.stderr) == (
         f'error: unknown routine "dialy" — looked in {env.routines}; available: daily '
         f"(and no history of it: state: {env.state})\n"
     )
-    known = env.cli("history", "daily")  # a routine that never fired: an empty history
+    known = env.run_cli("history", "daily")  # a routine that never fired: an empty history
     assert (known.returncode, known.stdout) == (0, "")
     assert one_line(known.stderr).startswith('no recorded fires for "daily"')
     # A routine whose file is gone keeps its history, and history shows it.
     env.seed("retired", START, Outcome.COMPLETED)
-    retired = env.cli("history", "retired")
+    retired = env.run_cli("history", "retired")
     assert retired.returncode == 0, retired.stderr
     assert "completed" in retired.stdout
     # No routines directory to know the name by, and no history: an error, not an empty list.
     argv = env.argv("history", "daily")
     argv[argv.index("--routines") + 1] = str(env.root / "absent")
-    elsewhere = subprocess.run(
-        argv, capture_output=True, text=True, env=env.environ(), cwd=env.root, timeout=60
-    )
+    elsewhere = in_process(argv[3:], cwd=env.root, environ=env.environ())
     assert (elsewhere.returncode, elsewhere.stdout) == (1, "")
     assert one_line(elsewhere.stderr).startswith(
         f'error: no history of "daily" (state: {env.state}), and no routines directory '

@@ -156,7 +156,7 @@ def test_a_conninfo_string_given_as_a_state_is_shown_masked(tmp_path: Path) -> N
     # Not a URL: a directory path to us; shown masked all the same.
     env.state = str(tmp_path / "host=h password=Zq-secret")  # type: ignore[assignment]
     env.routine("daily", cron="0 9 * * *")
-    history = env.cli("history", "daily")
+    history = env.run_cli("history", "daily")
     assert history.returncode == 0, history.stderr
     assert "password=***" in history.stderr
     assert "Zq" not in history.stdout + history.stderr

@@ -47,7 +47,9 @@ async def test_the_scheduler_fires_each_routine_at_its_own_hashed_minute(
 def test_next_shows_the_resolved_schedule_of_a_name(env: Env) -> None:
     after = "2026-07-01T00:00Z"
     resolved = resolve_hashed("H 9 * * *", "digest")
-    result = env.cli("next", "--cron", "H 9 * * *", "--name", "digest", "-n", "2", "--after", after)
+    result = env.run_cli(
+        "next", "--cron", "H 9 * * *", "--name", "digest", "-n", "2", "--after", after
+    )
     assert result.returncode == 0, result.stderr
     minute = int(resolved.split()[0])
     assert result.stdout.splitlines() == [
@@ -57,16 +59,16 @@ def test_next_shows_the_resolved_schedule_of_a_name(env: Env) -> None:
     assert f'H resolved for "digest": "{resolved}"' in result.stderr
     # a routine of that name resolves the same way
     env.routine("digest", cron="H 9 * * *")
-    by_name = env.cli("next", "digest", "-n", "2", "--after", after)
+    by_name = env.run_cli("next", "digest", "-n", "2", "--after", after)
     assert by_name.stdout == result.stdout
 
 
 def test_h_needs_a_name_on_the_command_line(env: Env) -> None:
-    result = env.cli("next", "--cron", "H 9 * * *")
+    result = env.run_cli("next", "--cron", "H 9 * * *")
     assert (result.returncode, result.stdout) == (1, "")
     assert "needs a name to hash" in result.stderr
     env.routine("daily", cron="0 9 * * *")
-    result = env.cli("next", "daily", "--name", "x")
+    result = env.run_cli("next", "daily", "--name", "x")
     assert result.returncode == 2
     assert "--name goes with --cron" in result.stderr
 
@@ -92,7 +94,9 @@ def test_list_and_fire_use_the_resolved_schedule(env: Env) -> None:
 
 def test_a_recurring_wakeup_resolves_from_its_session_and_id(env: Env) -> None:
     before = datetime.now(UTC)
-    added = env.cli("wake", "--session", "chat", "--cron", "H H * * *", "--prompt", "p", "--json")
+    added = env.run_cli(
+        "wake", "--session", "chat", "--cron", "H H * * *", "--prompt", "p", "--json"
+    )
     assert added.returncode == 0, added.stderr
     wakeup = json.loads(added.stdout)
     resolved = resolve_hashed("H H * * *", wakeup_seed("chat", wakeup["id"]))
@@ -101,7 +105,7 @@ def test_a_recurring_wakeup_resolves_from_its_session_and_id(env: Env) -> None:
     fire_at = datetime.fromisoformat(wakeup["fireAt"])
     assert fire_at in (expected, next_run(resolved, None, expected))  # a minute may turn
     assert fire_at - before < timedelta(days=1, minutes=1)
-    listing = env.cli("list")
+    listing = env.run_cli("list")
     assert f"cron H H * * * (= {resolved})" in listing.stdout
 
 

@@ -189,10 +189,10 @@ def test_a_dangling_symlink_as_state_is_one_line_exit_1(env: Env) -> None:
     env.routine("daily", cron='"0 9 * * *"')
     env.state.symlink_to(env.root / "nowhere")
     for args in (["fire", "daily", "--slot", SLOT, "--agent", "echo"], ["history", "daily"]):
-        result = env.cli(*args)
+        result = env.run_cli(*args)
         assert result.returncode in (0, 1), result.stderr
         assert "Traceback" not in result.stderr
-    fire = env.cli("fire", "daily", "--slot", SLOT, "--agent", "echo")
+    fire = env.run_cli("fire", "daily", "--slot", SLOT, "--agent", "echo")
     assert fire.returncode == 1
     assert fire.stderr.startswith("error: ")
     assert len(fire.stderr.splitlines()) == 1
@@ -204,7 +204,7 @@ def test_a_state_symlinked_elsewhere_is_followed(env: Env) -> None:
     real = env.root / "real-state"
     real.mkdir()
     env.state.symlink_to(real)
-    assert env.cli("fire", "daily", "--slot", SLOT, "--agent", "echo").returncode == 0
+    assert env.run_cli("fire", "daily", "--slot", SLOT, "--agent", "echo").returncode == 0
     assert (real / "schedule" / "claims" / "daily" / slot_name(parse_iso(SLOT))).is_file()  # type: ignore[arg-type]
 
 
@@ -212,12 +212,12 @@ def test_a_directory_squatting_on_a_claim_name_is_never_fired_over(env: Env) -> 
     env.routine("daily", cron='"0 9 * * *"')
     squatter = env.state / "schedule" / "claims" / "daily" / slot_name(parse_iso(SLOT))  # type: ignore[arg-type]
     squatter.mkdir(parents=True)
-    fire = env.cli("fire", "daily", "--slot", SLOT, "--agent", f"cmd:echo x >> {env.marker}")
+    fire = env.run_cli("fire", "daily", "--slot", SLOT, "--agent", f"cmd:echo x >> {env.marker}")
     assert fire.returncode == 0
     assert "not claimed (duplicate)" in fire.stdout
     assert lines(env.marker) == []
     # Reading it is one warning naming it; it reads as a claim without outcome.
-    history = env.cli("history", "daily")
+    history = env.run_cli("history", "daily")
     assert history.returncode == 0, history.stderr
     assert f"{squatter} is a directory, not a regular file" in history.stderr
     assert "unreported" in history.stdout
@@ -233,7 +233,7 @@ def test_schedule_being_a_file_is_one_line_exit_1(env: Env) -> None:
         ["wake", "--session", "s", "--in", "5m", "--prompt", "p"],
         ["serve", "--agent", "echo"],
     ):
-        result = env.cli(*args)
+        result = env.run_cli(*args)
         assert result.returncode == 1, (args, result.stderr)
         assert result.stderr.startswith("error: "), result.stderr
         assert len(result.stderr.splitlines()) == 1, result.stderr
@@ -276,7 +276,7 @@ def test_a_binary_routine_file_is_one_failure_and_its_siblings_load(tmp_path: Pa
 
 def test_serve_refuses_a_binary_routine_file_in_one_line_per_file(env: Env) -> None:
     (env.routines / "blob.md").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\xff")
-    result = env.cli("serve", "--agent", "echo")
+    result = env.run_cli("serve", "--agent", "echo")
     assert result.returncode == 1
     assert "blob.md: not UTF-8 text" in result.stderr
     assert "Traceback" not in result.stderr
@@ -286,7 +286,7 @@ def test_check_reports_a_routine_file_symlinked_outside(env: Env) -> None:
     outside = env.root / "secret.md"
     outside.write_text("---\n---\nread me\n")
     (env.routines / "leak.md").symlink_to(outside)
-    result = env.cli("check")
+    result = env.run_cli("check")
     assert result.returncode == 1
     assert "leak.md: is a symlink leading outside" in result.stderr
 

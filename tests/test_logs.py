@@ -109,7 +109,8 @@ def test_a_fire_in_a_real_process_logs_its_fields_and_a_duplicate_only_at_debug(
     assert (outcome["host"], outcome["pid"]) == (socket.gethostname(), outcome["pid"])
     assert {r["pid"] for r in records} == {outcome["pid"]}
 
-    again = env.cli("fire", "daily", "--slot", slot, "--agent", "echo")
+    # What a duplicate logs, not the process: in this one (whose replica is no longer host:pid).
+    again = env.run_cli("fire", "daily", "--slot", slot, "--agent", "echo")
     assert (again.returncode, again.stderr) == (0, "")  # a duplicate is normal: not INFO
     debug = env.cli("--log-level", "debug", "fire", "daily", "--slot", slot, "--agent", "echo")
     (line,) = [line for line in debug.stderr.splitlines() if "already claimed" in line]
@@ -160,7 +161,7 @@ def test_under_the_journal_the_command_line_writes_journal_lines(env: Env) -> No
             assert re.match(STAMP + " INFO  daily slot=", completed[0])
         slot = "2026-07-08T09:00:00.000Z"
         argv = env.argv("fire", "daily", "--slot", slot, "--agent", "echo")
-    explicit = env.cli(
+    explicit = env.run_cli(
         "--log-format", "journal", "fire", "daily", "--slot", "2026-07-09T09:00Z", "--agent", "echo"
     )
     assert explicit.stderr.splitlines()[-1].startswith("<6>INFO  daily slot=2026-07-09T09:00Z")

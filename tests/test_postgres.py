@@ -550,10 +550,10 @@ def test_undecodable_command_line_text_is_one_line_not_a_traceback(
     env = Env(tmp_path)
     env.state = f"{url}?options=-csearch_path%3D{schema}"  # type: ignore[assignment]
     undecodable = "a\udcffb"  # the byte 0xff of an argument, as Python reads it
-    wake = env.cli("wake", "--session", undecodable, "--in", "5m", "--prompt", "p")
+    wake = env.run_cli("wake", "--session", undecodable, "--in", "5m", "--prompt", "p")
     assert wake.returncode != 0
     assert "the session must be text without NUL" in one_line(wake.stderr)
-    unwake = env.cli("unwake", undecodable, "--session", "s")
+    unwake = env.run_cli("unwake", undecodable, "--session", "s")
     assert "Traceback" not in unwake.stderr
     assert "no pending wake-up" in unwake.stdout + unwake.stderr
 
@@ -631,13 +631,13 @@ def test_read_only_commands_work_against_a_read_only_database(
     env.state = f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"  # type: ignore[assignment]
     with admin() as conn:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    fired = env.cli("fire", "daily", "--slot", "2026-07-07T09:00:00Z", "--agent", "echo")
+    fired = env.run_cli("fire", "daily", "--slot", "2026-07-07T09:00:00Z", "--agent", "echo")
     assert fired.returncode == 0, fired.stderr
     env.state = read_only(url, schema)  # type: ignore[assignment]
-    history = env.cli("history", "daily", "--json")
+    history = env.run_cli("history", "daily", "--json")
     assert history.returncode == 0, history.stderr
     assert [entry["outcome"] for entry in json.loads(history.stdout)] == ["completed"]
-    listed = env.cli("list", "--json")
+    listed = env.run_cli("list", "--json")
     assert listed.returncode == 0, listed.stderr
 
 

@@ -1,6 +1,7 @@
 """Upgrades of the PostgreSQL schema: only ``serve`` and ``migrate`` upgrade it, a command
 that only reads never writes it, and older code runs on where a newer schema allows it
-(real processes on the real server)."""
+(on the real server; ``serve`` as a real process, the other commands, whose output and status
+are what is checked, in this one)."""
 
 from __future__ import annotations
 
@@ -92,14 +93,14 @@ def newer(schema: str, compatible_from: int | None) -> int:
 def test_commands_that_only_read_never_create_the_tables(tmp_path: Path, schema: str) -> None:
     env = project(tmp_path, schema)
     for argv in (("history", "daily"), ("list",), ("status",)):
-        result = env.cli(*argv)
+        result = env.run_cli(*argv)
         assert result.returncode == 1, (argv, result.stdout, result.stderr)
         line = one_line(result.stderr)
         assert "no trio_routines tables yet" in line
         assert "migrate" in line
     assert tables(schema) == set()
     # A command that changes state creates an empty database's tables.
-    fired = env.cli("fire", "daily", "--slot", SLOT, "--agent", "echo")
+    fired = env.run_cli("fire", "daily", "--slot", SLOT, "--agent", "echo")
     assert fired.returncode == 0, fired.stderr
     assert "trio_routines_claims" in tables(schema)
     assert versions(schema)[-1][0] == SCHEMA_VERSION
@@ -114,20 +115,20 @@ def test_an_older_schema_is_upgraded_only_by_migrate_or_serve(tmp_path: Path, sc
         ("pause", "daily"),
         ("fire", "daily", "--slot", SLOT, "--agent", "echo"),
     ):
-        result = env.cli(*argv)
+        result = env.run_cli(*argv)
         assert result.returncode == 1, (argv, result.stdout, result.stderr)
         assert "has schema version 5; this trio_routines uses version" in one_line(result.stderr)
     assert (tables(schema), [v for v, _ in versions(schema)]) == (before, [1, 2, 3, 4, 5])
-    migrated = env.cli("migrate")
+    migrated = env.run_cli("migrate")
     assert migrated.returncode == 0, migrated.stderr
     assert f"migrated from schema version 5 to {SCHEMA_VERSION}" in migrated.stdout
     rows = versions(schema)
     assert [v for v, _ in rows] == list(range(1, SCHEMA_VERSION + 1))
     assert all(c is not None and c <= v for v, c in rows[5:])  # each new row says who may read
-    again = env.cli("migrate")
+    again = env.run_cli("migrate")
     assert again.returncode == 0, again.stderr
     assert f"schema version {SCHEMA_VERSION}, nothing to migrate" in again.stdout
-    fired = env.cli("fire", "daily", "--slot", SLOT, "--agent", "echo")
+    fired = env.run_cli("fire", "daily", "--slot", SLOT, "--agent", "echo")
     assert fired.returncode == 0, fired.stderr
 
 
@@ -142,10 +143,10 @@ def test_serve_migrates_an_older_schema(tmp_path: Path, schema: str) -> None:
 def test_older_code_runs_on_a_newer_schema_that_allows_it(tmp_path: Path, schema: str) -> None:
     # A rolling upgrade: a newer replica migrated; this (older) code restarts and goes on.
     env = project(tmp_path, schema)
-    assert env.cli("migrate").returncode == 0
+    assert env.run_cli("migrate").returncode == 0
     newer(schema, compatible_from=SCHEMA_VERSION)
     serve = env.serve("echo")
-    fired = env.cli("fire", "daily", "--slot", SLOT, "--agent", "echo")
+    fired = env.run_cli("fire", "daily", "--slot", SLOT, "--agent", "echo")
     assert fired.returncode == 0, fired.stderr
     assert [entry["outcome"] for entry in env.history("daily")] == ["completed"]
     assert stop(serve, signal.SIGTERM) == 0, env.log()
@@ -156,11 +157,11 @@ def test_older_code_is_refused_by_a_newer_schema_that_does_not_allow_it(
     tmp_path: Path, schema: str
 ) -> None:
     env = project(tmp_path, schema)
-    assert env.cli("migrate").returncode == 0
+    assert env.run_cli("migrate").returncode == 0
     future = newer(schema, compatible_from=SCHEMA_VERSION + 1)
     before = versions(schema)
     for argv in (("serve", "--agent", "echo"), ("history", "daily"), ("migrate",)):
-        result = env.cli(*argv)
+        result = env.run_cli(*argv)
         assert result.returncode == 1, (argv, result.stdout, result.stderr)
         line = one_line(result.stderr)
         assert f"has schema version {future}, newer than this trio_routines understands" in line
