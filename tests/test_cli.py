@@ -276,7 +276,7 @@ def test_a_wake_up_added_with_wake_fires_into_its_session_when_due(env: Env) -> 
     assert added["session"] == "chat-1"
     listed = env.cli("list")
     assert listed.stdout.splitlines()[3].startswith(f"{added['id']}  chat-1   ")
-    assert listed.stdout.splitlines()[3].endswith("  one-shot  check the build")
+    assert listed.stdout.splitlines()[3].endswith("  one-shot  cli     check the build")
 
     make_due(env)  # as if two minutes had passed
     agent = f'cmd:echo "$TRIO_ROUTINES_SESSION" >> {env.marker}; cat >> {env.marker}'
