@@ -112,6 +112,9 @@ _LAZY = {
 }
 
 
+__all__ = sorted(_LAZY)  # what `from trio_routines import *` gives (each loaded then)
+
+
 def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
