@@ -363,60 +363,6 @@ class FirePath:
         traced.ended(turn)
         return turn
 
-    async def run_now(
-        self, name: str, *, on_text: Callable[[str], None] | None = None
-    ) -> TurnResult:
-        """Run one turn of a routine now, without a claim: no slot, no history."""
-        routine = self._runtime.routine(name)
-        if self._stopping.value:
-            raise Stopping("the scheduler is stopping; no new turns are accepted")
-        async with self._membership.present():
-            with trio.CancelScope(shield=True), self._runtime.working():
-                why = FireContext(
-                    "run", routine.session, routine=name, replica=self._runtime.replica
-                )
-                result = await self.turn(why, name, routine.prompt, routine.timeout, on_text)
-        return result
-
-    async def start_run(self, name: str) -> bool:
-        """Start one turn of a routine in the running scheduler's nursery, without a claim.
-
-        Returns False, starting nothing, when the routine's session is busy here or in any
-        replica sharing the store; otherwise the session is already held for this turn when
-        this returns, so no other turn can slip in between the answer and the start.
-        Raises StateFault when the store cannot say.
-        """
-        routine = self._runtime.routine(name)
-        if self._stopping.value or self._runtime.nursery is None:
-            raise Stopping("the scheduler is stopping; no new turns are accepted")
-        hold: TurnHold | None = None
-        with self._calls.bounded():
-            hold = await self._holds.enter(routine.session)
-        if hold is None:
-            raise self._calls.no_answer(f"could not hold the session of {name!r}")
-        if hold.busy:
-            hold.release()
-            return False
-        await self._runtime.nursery.start(self._run_in_background, routine, hold)
-        return True
-
-    async def _run_in_background(
-        self,
-        routine: Routine,
-        hold: TurnHold,
-        *,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-    ) -> None:
-        with trio.CancelScope(shield=True), self._runtime.working():
-            task_status.started()
-            why = FireContext(
-                "run", routine.session, routine=routine.name, replica=self._runtime.replica
-            )
-            try:
-                await self.turn(why, routine.name, routine.prompt, routine.timeout, hold=hold)
-            finally:
-                hold.release()
-
 
 def _not_yet_due(name: str, slot: datetime, now: datetime) -> NotYetDue:
     return NotYetDue(

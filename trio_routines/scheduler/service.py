@@ -36,6 +36,7 @@ from .membership import Membership
 from .openclaims import OpenClaims
 from .reload import Reload, RoutineChanges
 from .restarts import Restarts
+from .runs import OnDemandRuns
 from .sleepers import Sleepers
 from .state import (
     DEFAULT_GRACE,
@@ -172,6 +173,7 @@ class Scheduler:
             wakeups=wakeups,
         )
         self._wakeup_calls = WakeupCalls(store, runtime, calls)
+        self._runs = OnDemandRuns(runtime, calls, membership, holds, self._fire)
         self._loops = trio.CancelScope()  # the loops' scope: stop() cancels it
 
     @property
@@ -292,7 +294,7 @@ class Scheduler:
         self, name: str, *, on_text: Callable[[str], None] | None = None
     ) -> TurnResult:
         """Run one turn of a routine now, without a claim: no slot, no history."""
-        return await self._fire.run_now(name, on_text=on_text)
+        return await self._runs.run_now(name, on_text=on_text)
 
     async def start_run(self, name: str) -> bool:
         """Start one turn of a routine in the running scheduler's nursery, without a claim.
@@ -302,7 +304,7 @@ class Scheduler:
         this returns, so no other turn can slip in between the answer and the start.
         Raises StateFault when the store cannot say.
         """
-        return await self._fire.start_run(name)
+        return await self._runs.start_run(name)
 
     async def pause(self, name: str) -> None:
         """Pause routine ``name`` in the store: no scheduler sharing it claims its slots.
