@@ -126,12 +126,7 @@ def plan_boot(
     recorded by the loop once the catch-up has fired (``caught-up``: see ``scheduler.loops``),
     as the slots a late fire passed over always are.
     """
-    gaps: list[Gap] = []
-    if resumed is not None and resumed > accounted:
-        gap = passed_over(cron, tz, seed, accounted, min(resumed, now), GapReason.PAUSED)
-        if gap is not None:
-            gaps.append(gap)
-        accounted = resumed
+    gaps, accounted = _paused_until_resumed(cron, tz, seed, accounted, now, resumed)
     if paused:
         gap = passed_over(cron, tz, seed, accounted, now, GapReason.PAUSED)
         if gap is not None:
@@ -148,6 +143,22 @@ def plan_boot(
             accounted = old.last
     # The oldest slot within the window is the catch-up; with none left, the next slot.
     return BootPlan(next_run(cron, tz, accounted, seed), tuple(gaps), missed)
+
+
+def _paused_until_resumed(
+    cron: str,
+    tz: str | None,
+    seed: str,
+    accounted: datetime,
+    now: datetime,
+    resumed: datetime | None,
+) -> tuple[list[Gap], datetime]:
+    """The ``paused`` gap of the slots before the latest resume (if any), and what is accounted
+    for after it."""
+    if resumed is None or resumed <= accounted:
+        return [], accounted
+    gap = passed_over(cron, tz, seed, accounted, min(resumed, now), GapReason.PAUSED)
+    return ([] if gap is None else [gap]), resumed
 
 
 def unfired_gaps(
@@ -167,12 +178,7 @@ def unfired_gaps(
     so every slot after ``accounted`` up to ``now`` is ``down``; ``paused`` before its latest
     resume, and all of them while it is paused now.
     """
-    gaps: list[Gap] = []
-    if resumed is not None and resumed > accounted:
-        gap = passed_over(cron, tz, seed, accounted, min(resumed, now), GapReason.PAUSED)
-        if gap is not None:
-            gaps.append(gap)
-        accounted = resumed
+    gaps, accounted = _paused_until_resumed(cron, tz, seed, accounted, now, resumed)
     reason = GapReason.PAUSED if paused else GapReason.DOWN
     gap = passed_over(cron, tz, seed, accounted, now, reason)
     if gap is not None:
