@@ -5,8 +5,9 @@ Every cron slot is claimed in a state store before it runs, so it fires at most 
 
 from __future__ import annotations
 
-import importlib
 import typing
+
+from ._lazy import lazy_names as _lazy_names
 
 if typing.TYPE_CHECKING:  # imported on first use (below): `import trio_routines` stays cheap
     from .agent import SESSION_BUSY as SESSION_BUSY
@@ -58,8 +59,7 @@ if typing.TYPE_CHECKING:  # imported on first use (below): `import trio_routines
     from .wakeups import WakeupRequest as WakeupRequest
     from .wakeups import parse_delay as parse_delay
 
-# Each public name, and the module it comes from: imported on first use (PEP 562), so a
-# command that needs little (the command line's `history`) does not load the rest.
+# Each public name, and the module it comes from: imported on first use (see _lazy.py).
 _LAZY = {
     "SESSION_BUSY": ".agent",
     "Agent": ".agent",
@@ -115,17 +115,7 @@ _LAZY = {
 __all__ = sorted(_LAZY)  # what `from trio_routines import *` gives (each loaded then)
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY, globals())
 
 
 __version__ = "0.1.0"

@@ -47,8 +47,9 @@ slots), ``members`` (heartbeat, dead members), ``reload``, ``restarts`` and ``se
 
 from __future__ import annotations
 
-import importlib
 import typing
+
+from .._lazy import lazy_names as _lazy_names
 
 if typing.TYPE_CHECKING:  # imported on first use (below): `import trio_routines` stays cheap
     from .reload import RoutineChanges as RoutineChanges
@@ -66,8 +67,7 @@ if typing.TYPE_CHECKING:  # imported on first use (below): `import trio_routines
     from .state import on_grid as on_grid
     from .state import system_now as system_now
 
-# Each public name, and the module it comes from: imported on first use (PEP 562), so a
-# command that needs little (the command line's `history`) does not load the rest.
+# Each public name, and the module it comes from: imported on first use (see _lazy.py).
 _LAZY = {
     "RoutineChanges": ".reload",
     "Scheduler": ".service",
@@ -86,14 +86,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY, globals())
