@@ -5,6 +5,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
+import bytecode_cache  # noqa: F401  (first: compiled code is cached, see its doc)
 import pytest
 import trio
 from hypothesis import HealthCheck, settings
