@@ -54,12 +54,12 @@ def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ca
     with ExitStack() as cleanup:
         if kind == "postgres":
             # Imported here: the PostgreSQL extra is optional for the other kinds.
-            from pg import fresh_schema, require_server
+            from pg import pooled_schema, require_server
 
             from trio_routines.stores.postgres import PostgresStore
 
             url = require_server()
-            schema = cleanup.enter_context(fresh_schema())  # one schema per test, dropped after
+            schema = cleanup.enter_context(pooled_schema())  # empty, as a new database's
 
         def build(**kwargs: object) -> Store:
             if kind == "memory":

@@ -352,6 +352,9 @@ class PostgresPresence(Presence):
             me = self.holder
             conn.execute(self._schema.sql("DELETE FROM {holds} WHERE holder = %s"), (me,))
             conn.execute(self._schema.sql("DELETE FROM {replicas} WHERE id = %s"), (self.replica,))
+            # Let go of our lock before closing: the server ends a closed connection's backend
+            # (and so frees its locks) a moment later, in which others would see us alive.
+            conn.execute("SELECT pg_advisory_unlock(%s)", (me,))
             conn.close()
 
         with contextlib.suppress(StateFault):
