@@ -305,7 +305,9 @@ class FirePath:
         output = None if tail is None else tail.text()
         if spans is not None:
             spans.settling()
-        await self._calls.settle(name, slot, turn.outcome, turn.ms, error, scope, output)
+        await self._calls.settle(
+            name, slot, turn.outcome, turn.ms, error, scope, output, turn.usage
+        )
         self.outcomes[turn.outcome.value] += 1
         self._metrics.fired(name, turn.outcome.value, turn.ms, late, at=self._runtime.now())
         if turn.busy:  # as the original: skipped with the reason, and no failure

@@ -19,6 +19,7 @@ from ..presence import Presence
 from ..records import ClaimResult, ClaimStatus, Fire, Gap, GapReason, Outcome, Wakeup
 from ..replicas import ReplicaInfo, claim_key, replica_key
 from ..store import Lifetime
+from ..usage import Usage
 from ..wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
 
 log = logging.getLogger("trio_routines")
@@ -131,6 +132,7 @@ class MemoryStore(Lifetime):
         if_unsettled: bool = False,
         error: str | None = None,
         output: str | None = None,
+        usage: Usage | None = None,
     ) -> bool:
         await self._enter("settle")
         check_name(routine)
@@ -149,7 +151,12 @@ class MemoryStore(Lifetime):
         if fire is None or (if_unsettled and fire.outcome is not None):
             return True
         self.claims[routine][name] = attrs.evolve(
-            fire, outcome=outcome, ms=None if ms is None else round(ms), error=error, output=output
+            fire,
+            outcome=outcome,
+            ms=None if ms is None else round(ms),
+            error=error,
+            output=output,
+            usage=usage,
         )
         return True
 

@@ -52,6 +52,7 @@ from ...errors import StateFault
 from ...records import ClaimResult, Fire, Gap, Outcome, Wakeup
 from ...replicas import ReplicaInfo
 from ...store import Lifetime
+from ...usage import Usage
 from ...wakeups import WakeupRequest
 from ..abandon import run_abandoning
 from ..groupcommit import SYNCFS
@@ -164,9 +165,17 @@ class DirectoryStore(Lifetime):
         if_unsettled: bool = False,
         error: str | None = None,
         output: str | None = None,
+        usage: Usage | None = None,
     ) -> bool:
         return await self._writes.settle(
-            routine, slot, outcome, ms, if_unsettled=if_unsettled, error=error, output=output
+            routine,
+            slot,
+            outcome,
+            ms,
+            if_unsettled=if_unsettled,
+            error=error,
+            output=output,
+            usage=usage,
         )
 
     def settle_sync(
@@ -178,9 +187,10 @@ class DirectoryStore(Lifetime):
         if_unsettled: bool = False,
         error: str | None = None,
         output: str | None = None,
+        usage: Usage | None = None,
     ) -> bool:
         """The store's ``settle``, in the calling thread: False when a fault was logged."""
-        return self._blocking.settle(routine, slot, outcome, ms, if_unsettled, error, output)
+        return self._blocking.settle(routine, slot, outcome, ms, if_unsettled, error, output, usage)
 
     async def latest_fire(self, routine: str) -> Fire | None:
         self._writes.reading()  # a store serving many routines starts its writer process

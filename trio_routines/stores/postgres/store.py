@@ -20,6 +20,7 @@ from ...records import ClaimResult, Fire, Gap, Outcome, Wakeup
 from ...replicas import ReplicaInfo
 from ...store import Lifetime
 from ...text import error_text
+from ...usage import Usage
 from ...wakeups import WakeupRequest
 from ..batch import Answer, Batcher, Entry
 from ..newest import BatchedReads
@@ -170,6 +171,7 @@ class PostgresStore(Lifetime):
         if_unsettled: bool = False,
         error: str | None = None,
         output: str | None = None,
+        usage: Usage | None = None,
     ) -> bool:
         check_name(routine)
         rounded = None if ms is None else round(ms)
@@ -177,7 +179,7 @@ class PostgresStore(Lifetime):
         kept = None if output is None else stored_output(output)  # no NUL: text refuses it
         try:
             await self._settles.submit(
-                (routine, truncate_ms(slot), outcome, rounded, if_unsettled, reason, kept)
+                (routine, truncate_ms(slot), outcome, rounded, if_unsettled, reason, kept, usage)
             )
         except StateFault as exc:
             log.warning("%s", exc)
