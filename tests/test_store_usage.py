@@ -7,10 +7,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from trio_routines import Routine, Scheduler
 from trio_routines.agent import Completed, Event, Usage
+from trio_routines.errors import StateFault
 from trio_routines.records import Outcome
 from trio_routines.store import Store
 from trio_routines.stores import DirectoryStore
@@ -99,3 +101,50 @@ async def test_a_fired_routine_keeps_its_turns_usage_with_its_claim(autojump_clo
         await trio.sleep(2 * 3600)
         scheduler.stop()
     assert [f.usage for f in await store.history("daily")] == [Usage(100, 15, 0.5, "USD")] * 2
+
+
+async def test_turns_usage_goes_to_the_routines_and_the_sessions_ledgers(
+    autojump_clock: Any,
+) -> None:
+    class Spending:
+        async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+            await trio.sleep(1)
+            yield Usage(input_tokens=100, output_tokens=10)
+            yield Completed()
+
+    store = MemoryStore()
+    wall = WallClock(T0 - timedelta(minutes=30))
+    daily = Routine(name="daily", prompt="p", cron="0 * * * *")
+    scheduler = Scheduler(agent=Spending(), store=store, routines=[daily], now=wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await scheduler.add_wakeup("chat-1", "p", delay="5m")
+        await scheduler.run_now("daily")  # an on-demand run spends the routine's too
+        await trio.sleep(3600)
+        scheduler.stop()
+    since = T0 - timedelta(days=1)
+    assert (await store.usage_since("routine", "daily", since)).tokens == 2 * 110
+    assert (await store.usage_since("session", "chat-1", since)).tokens == 110
+    assert (await store.usage_since("session", "routine:daily", since)).tokens == 0
+
+
+async def test_a_ledger_that_fails_costs_a_warning_never_the_turn(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Spending:
+        async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+            yield Usage(input_tokens=3)
+            yield Completed()
+
+    store = MemoryStore()
+    store.fail("record_usage", StateFault("disk full"))
+    wall = WallClock(T0 - timedelta(minutes=30))
+    daily = Routine(name="daily", prompt="p", cron="0 * * * *")
+    scheduler = Scheduler(agent=Spending(), store=store, routines=[daily], now=wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(3600)
+        scheduler.stop()
+    (fire,) = await store.history("daily")
+    assert (fire.outcome, fire.usage) == (Outcome.COMPLETED, Usage(3))
+    assert "routine daily: the turn's usage was not recorded: disk full" in caplog.text

@@ -96,6 +96,16 @@ First armed (optional: a store without it records no gaps for a routine that nev
     for routines armed for the first time, one write. Raises StateFault when the store
     cannot be read or written.
 
+Usage ledger (optional: a store without it keeps no budgets; every other part works)
+    ``record_usage(kind, name, at, usage)`` adds a turn's :class:`~trio_routines.agent.Usage`,
+    spent at ``at``, to the ledger of routine ``name`` (``kind="routine"``) or session
+    ``name`` (``kind="session"``), atomically with respect to every other caller (two records
+    of one key never lose each other's), durable before it returns; what is older than
+    :data:`~trio_routines.ledger.LEDGER_SPAN` before ``at`` may be dropped.
+    ``usage_since(kind, name, since)`` sums, as a :class:`~trio_routines.ledger.Spent`, what
+    was recorded from ``since`` on, to the minute (:mod:`trio_routines.ledger`). Both raise
+    StateFault when the store cannot be read or written.
+
 Routine names are checked (:func:`trio_routines.names.check_name`) by every call taking one.
 Text that some store cannot hold (NUL, a lone surrogate) gets the same answer from every
 store: a wake-up request carrying it is an InvalidWakeup, an id or session carrying it is not
@@ -115,6 +125,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
+from .ledger import Spent
 from .presence import Presence
 from .records import ClaimResult, Fire, Gap, Outcome, Wakeup
 from .replicas import ReplicaInfo
@@ -296,3 +307,16 @@ class Lifetime:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+@runtime_checkable
+class UsageRecords(Protocol):
+    """The optional part of the contract that keeps the usage ledgers (see the module doc)."""
+
+    async def record_usage(self, kind: str, name: str, at: datetime, usage: Usage) -> None:
+        """Add ``usage``, spent at ``at``, to the ledger of a routine or a session."""
+        ...
+
+    async def usage_since(self, kind: str, name: str, since: datetime) -> Spent:
+        """What the turns of a routine or a session spent from ``since`` on."""
+        ...

@@ -25,6 +25,7 @@ from ..turns import TurnResult, run_turn
 from .calls import StoreCalls
 from .holds import Holds, TurnHold
 from .membership import Membership
+from .spending import Spending
 from .state import (
     LOST_HOLD,
     FireResult,
@@ -49,7 +50,8 @@ class FirePath:
     clock, stop, turns in flight, the run's nursery, metrics), the :class:`StoreCalls` (the
     paused read, deadlines, the settle), the :class:`Membership` (joined for an external
     fire; the presence, for a store whose claims take holds), the :class:`Holds` (one
-    session's turn at a time) and the :class:`Grace` (the turn's scope a stop reaches).
+    session's turn at a time), the :class:`Grace` (the turn's scope a stop reaches) and the
+    :class:`Spending` (each turn's usage recorded; budgets).
     """
 
     def __init__(
@@ -60,8 +62,10 @@ class FirePath:
         membership: Membership,
         holds: Holds,
         grace: Grace,
+        spending: Spending | None = None,
     ) -> None:
         self._store = store
+        self.spending = spending or Spending(store, runtime, calls)
         self._runtime = runtime
         self._calls = calls
         self._membership = membership
@@ -363,6 +367,7 @@ class FirePath:
         elif self._grace.was_lost(grace) and turn.outcome is Outcome.INTERRUPTED:
             turn = attrs.evolve(turn, failed=LOST_HOLD)
         traced.ended(turn)
+        await self.spending.record(why, turn.usage)  # shielded and bounded: never raises
         return turn
 
 

@@ -49,6 +49,7 @@ import trio
 
 from ...claims import KEEP_CLAIMS
 from ...errors import StateFault
+from ...ledger import Spent
 from ...records import ClaimResult, Fire, Gap, Outcome, Wakeup
 from ...replicas import ReplicaInfo
 from ...store import Lifetime
@@ -81,8 +82,8 @@ class DirectoryStore(Lifetime):
     byte-compatible so that either can read the other's state:
     ``schedule/claims/<routine>/<slot name>`` holds one file per claimed slot and
     ``schedule/wakeups.json`` the pending wake-ups; ``schedule/wakeups.lock``,
-    ``schedule/paused/``, ``schedule/resumed/``, ``schedule/gaps/``, ``schedule/gaps.lock``
-    and ``schedule/armed.json`` are ours.
+    ``schedule/paused/``, ``schedule/resumed/``, ``schedule/gaps/``, ``schedule/gaps.lock``,
+    ``schedule/armed.json``, ``schedule/usage/`` and ``schedule/usage.lock`` are ours.
     """
 
     def __init__(
@@ -259,6 +260,14 @@ class DirectoryStore(Lifetime):
     async def first_armed(self, routines: Sequence[str], at: datetime) -> dict[str, datetime]:
         """When each of ``routines`` was first armed; ``at`` for those named the first time."""
         return await self._records.first_armed(routines, at)
+
+    async def record_usage(self, kind: str, name: str, at: datetime, usage: Usage) -> None:
+        """Add ``usage``, spent at ``at``, to the ledger of a routine or a session."""
+        await self._records.record_usage(kind, name, at, usage)
+
+    async def usage_since(self, kind: str, name: str, since: datetime) -> Spent:
+        """What the turns of a routine or a session spent from ``since`` on (the ledger)."""
+        return await self._records.usage_since(kind, name, since)
 
     # -- replicas (see replicas.py and members.py) ----------------------------------------
 

@@ -126,6 +126,16 @@ _MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE {claims} ADD COLUMN IF NOT EXISTS tokens_out bigint",
         "ALTER TABLE {claims} ADD COLUMN IF NOT EXISTS cost double precision",
         "ALTER TABLE {claims} ADD COLUMN IF NOT EXISTS currency text",
+        # The usage ledger of routines and sessions, by minute (ledger.py), for budgets.
+        """CREATE TABLE IF NOT EXISTS {usage} (
+            kind text NOT NULL,
+            name text NOT NULL,
+            minute timestamptz NOT NULL,
+            currency text NOT NULL,
+            tokens_in bigint NOT NULL DEFAULT 0,
+            tokens_out bigint NOT NULL DEFAULT 0,
+            cost double precision NOT NULL DEFAULT 0,
+            PRIMARY KEY (kind, name, minute, currency))""",
     ],
 }
 
@@ -163,6 +173,7 @@ class Schema:
             "holds": name("trio_routines_holds"),
             "gaps": name("trio_routines_gaps"),
             "armed": name("trio_routines_armed"),
+            "usage": name("trio_routines_usage"),
             "claims_open": sql.Identifier("trio_routines_claims_open"),
             "wakeups_session": sql.Identifier("trio_routines_wakeups_session"),
             "wakeups_id": sql.Identifier("trio_routines_wakeups_id"),

@@ -14,6 +14,7 @@ import psycopg
 from ...claims import KEEP_CLAIMS
 from ...errors import StateFault
 from ...instants import slot_name, truncate_ms
+from ...ledger import Spent, check_key
 from ...names import check_name
 from ...output import stored_output
 from ...records import ClaimResult, Fire, Gap, Outcome, Wakeup
@@ -35,6 +36,7 @@ from .claims import (
 from .conn import Call, CallFault, Connections
 from .gaps import first_armed, read_gaps, record_gap
 from .holds import PostgresPresence, claims_alive, replica_rows
+from .ledger import record_usage, usage_since
 from .reads import BATCH, READERS, history, newest_fires, open_claims, read_batch, resumes
 from .schema import CLAIM_LOCK as CLAIM_LOCK
 from .schema import SCHEMA_VERSION as SCHEMA_VERSION
@@ -267,6 +269,22 @@ class PostgresStore(Lifetime):
         what = f"the gaps of {routine!r} are unreadable"
         return await self._conns.run(
             what, lambda conn, _call: read_gaps(conn, self._tables, routine)
+        )
+
+    async def record_usage(self, kind: str, name: str, at: datetime, usage: Usage) -> None:
+        """Add ``usage``, spent at ``at``, to the ledger of a routine or a session."""
+        checked = check_key(kind, name)
+        what = f"could not record the usage of {kind} {name!r}"
+        await self._conns.run(
+            what, lambda conn, _call: record_usage(conn, self._tables, checked, name, at, usage)
+        )
+
+    async def usage_since(self, kind: str, name: str, since: datetime) -> Spent:
+        """What the turns of a routine or a session spent from ``since`` on (the ledger)."""
+        checked = check_key(kind, name)
+        what = f"the usage of {kind} {name!r} is unreadable"
+        return await self._conns.run(
+            what, lambda conn, _call: usage_since(conn, self._tables, checked, name, since)
         )
 
     async def first_armed(self, routines: Sequence[str], at: datetime) -> dict[str, datetime]:
