@@ -26,7 +26,8 @@ import attrs
 from .agent import Usage
 from .instants import format_iso, parse_iso, truncate_ms
 from .names import check_name
-from .usage import DEFAULT_CURRENCY, checked
+from .records import Fire
+from .usage import DEFAULT_CURRENCY, checked, cost_text, tokens_text
 
 __all__ = ["LEDGER_SPAN", "Entry", "Kind", "Spent", "add_entry", "spent_since"]
 
@@ -148,3 +149,42 @@ def check_key(kind: str, name: str) -> Kind:
             raise ValueError("a session must be non-empty text")
         return "session"
     raise ValueError(f"a usage ledger is a routine's or a session's, not {kind!r}")
+
+
+def fires_spent(fires: Iterable[Fire], since: datetime) -> Spent:
+    """What the claimed turns among ``fires`` fired from ``since`` on spent (their usage, as
+    the claims keep it: what status and the page show for the last 24 hours)."""
+    entries: list[Entry] = []
+    for fire in fires:
+        if fire.usage is not None and fire.fired_at >= since:
+            usage = fire.usage
+            entries.append(
+                Entry(
+                    minute_of(fire.fired_at),
+                    usage.currency or "",
+                    usage.input_tokens or 0,
+                    usage.output_tokens or 0,
+                    usage.cost or 0.0,
+                )
+            )
+    return spent_since(entries, since - MINUTE)
+
+
+def describe_spent(spent: Spent) -> str:
+    """``12.3k in, 4k out, 0.52 USD``; ``""`` when nothing was spent."""
+    parts = []
+    if spent.input_tokens:
+        parts.append(f"{tokens_text(spent.input_tokens)} in")
+    if spent.output_tokens:
+        parts.append(f"{tokens_text(spent.output_tokens)} out")
+    parts += [cost_text(cost, currency) for currency, cost in spent.costs if cost]
+    return ", ".join(parts)
+
+
+def spent_to_json(spent: Spent) -> dict[str, Any]:
+    """``{"inputTokens", "outputTokens", "costs": {currency: cost}}``."""
+    return {
+        "inputTokens": spent.input_tokens,
+        "outputTokens": spent.output_tokens,
+        "costs": dict(spent.costs),
+    }

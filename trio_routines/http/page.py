@@ -38,6 +38,7 @@ import trio
 
 from ..cron import next_run
 from ..errors import StateFault, TrioRoutinesError
+from ..ledger import describe_spent, fires_spent
 from ..records import Fire, Gap, Origin, OriginKind, Wakeup
 from ..routines import Routine
 from ..scheduler import Scheduler, Statistics
@@ -209,6 +210,7 @@ async def _routine_view(
         recent=tuple(fires[-MAX_MARKS:]),
         since=since,
         problem=problem,
+        spent=describe_spent(fires_spent(fires, now - WINDOW)),
     )
 
 

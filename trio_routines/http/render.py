@@ -81,6 +81,9 @@ class RoutineView:
     since: datetime  # where the timeline starts
     problem: str | None = None  # the history could not be read
     external: bool = False  # fired by an external clock: no loop of ours waits for next_due
+    spent: str = ""  # what its turns of the last 24 hours spent, as text ("" for nothing)
+    budget: str = ""  # its budget's state, as text ("" for no budget)
+    over_budget: bool = False  # a budget is spent: its slots are skipped
 
 
 @attrs.frozen
@@ -294,8 +297,19 @@ def routine_html(view: RoutineView, now: datetime) -> str:
         f'<span class="since">since {_time(view.since.replace(second=0, microsecond=0))}'
         "</span></div>"
         f'<p class="strip" aria-label="last fires, oldest first">{_strip(view.recent)}</p>'
-        f"{_last_output(view)}{problem}</article>"
+        f"{_spent(view)}{_last_output(view)}{problem}</article>"
     )
+
+
+def _spent(view: RoutineView) -> str:
+    """What the routine's turns spent in the last 24 hours, and its budget's state."""
+    parts = []
+    if view.spent:
+        parts.append(f"spent in the last 24 h: {_esc(view.spent)}")
+    if view.budget:
+        kind = "over-budget" if view.over_budget else "budget"
+        parts.append(f'<span class="{kind}">{_esc(view.budget)}</span>')
+    return f'<p class="spent">{" — ".join(parts)}</p>' if parts else ""
 
 
 def _last_output(view: RoutineView) -> str:

@@ -40,8 +40,14 @@ class Spending:
         return self._ledger is not None
 
     async def record(self, why: FireContext, usage: Usage | None) -> None:
-        """Record ``usage`` of the turn ``why`` describes (nothing for None or no ledger)."""
-        if usage is None or self._ledger is None:
+        """Count and record ``usage`` of the turn ``why`` describes (nothing for None)."""
+        if usage is None:
+            return
+        routine = why.routine if why.kind != "wakeup" and why.routine is not None else ""
+        self._runtime.metrics.spent(
+            routine, usage.input_tokens, usage.output_tokens, usage.cost, usage.currency
+        )
+        if self._ledger is None:
             return
         if why.kind == "wakeup":
             kind, name = "session", why.session
