@@ -36,6 +36,7 @@ from urllib.parse import parse_qsl
 
 import trio
 
+from ..budgets import budgets_text
 from ..cron import next_run
 from ..errors import StateFault, TrioRoutinesError
 from ..ledger import describe_spent, fires_spent
@@ -211,6 +212,8 @@ async def _routine_view(
         since=since,
         problem=problem,
         spent=describe_spent(fires_spent(fires, now - WINDOW)),
+        budget=stats.over_budget.get(routine.name) or budgets_text(routine.budgets),
+        over_budget=routine.name in stats.over_budget,
     )
 
 

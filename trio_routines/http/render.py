@@ -306,9 +306,10 @@ def _spent(view: RoutineView) -> str:
     parts = []
     if view.spent:
         parts.append(f"spent in the last 24 h: {_esc(view.spent)}")
-    if view.budget:
-        kind = "over-budget" if view.over_budget else "budget"
-        parts.append(f'<span class="{kind}">{_esc(view.budget)}</span>')
+    if view.over_budget:
+        parts.append(f'<span class="over-budget">{_esc(view.budget)}</span>')
+    elif view.budget:
+        parts.append(f'<span class="budget">budget {_esc(view.budget)}</span>')
     return f'<p class="spent">{" — ".join(parts)}</p>' if parts else ""
 
 

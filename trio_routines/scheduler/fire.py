@@ -289,8 +289,18 @@ class FirePath:
         hold: TurnHold,
         spans: FireSpans | None,
     ) -> FireResult:
-        """The turn, then its settle, the last step of ``scope`` (see :meth:`StoreCalls.settle`)."""
+        """The turn, then its settle, the last step of ``scope`` (see :meth:`StoreCalls.settle`).
+        A routine over its budget runs no turn: the slot is settled skipped with the reason."""
         name = routine.name
+        if routine.budgets:
+            over = await self.spending.over_budget("routine", name, routine.budgets)
+            if over is not None:
+                await self._calls.settle(name, slot, Outcome.SKIPPED, 0, over, scope)
+                self.outcomes[Outcome.SKIPPED.value] += 1
+                self._metrics.fires[name, Outcome.SKIPPED.value] += 1
+                return FireResult(
+                    name, slot, claimed=True, outcome=Outcome.SKIPPED, ms=0, reason=over
+                )
         late = (self._runtime.now() - slot).total_seconds()
         replica = self._runtime.replica
         why = FireContext("routine", routine.session, routine=name, slot=slot, replica=replica)
