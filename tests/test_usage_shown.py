@@ -139,3 +139,64 @@ async def test_a_scheduler_exports_and_pages_what_its_turns_spent(autojump_clock
     (routine,) = view.routines
     assert routine.spent == "4k in, 600 out, 0.04 USD"
     assert "spent in the last 24 h: 4k in, 600 out, 0.04 USD" in routine_html(routine, view.now)
+
+
+async def _get(port: int, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    import http.client
+
+    def go() -> Any:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+        try:
+            data = None if body is None else json.dumps(body).encode()
+            headers = {} if body is None else {"Content-Type": "application/json"}
+            conn.request(method, path, body=data, headers=headers)
+            reply = conn.getresponse()
+            return reply.status, json.loads(reply.read() or b"null")
+        finally:
+            conn.close()
+
+    return await trio.to_thread.run_sync(go)
+
+
+async def test_the_http_api_shows_usage_budgets_and_why_a_slot_was_skipped() -> None:
+    from functools import partial
+
+    from trio_routines.http import serve_http
+
+    class Costly:
+        async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+            await trio.lowlevel.checkpoint()
+            yield Usage(input_tokens=900, output_tokens=200)
+            yield Completed()
+
+    budgeted = Routine(name="daily", prompt="p", cron="0 * * * *", budgets="1k tokens/day")  # type: ignore[arg-type]
+    store = MemoryStore()
+    scheduler = Scheduler(agent=Costly(), store=store, routines=[budgeted], external_clock=True)
+    slot = NOW.replace(minute=0) - timedelta(hours=2)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        port = await nursery.start(partial(serve_http, scheduler, "127.0.0.1", 0))
+        for hour in (0, 1):
+            fired = {
+                "name": "daily",
+                "slot": (slot + timedelta(hours=hour)).isoformat(),
+                "wait": True,
+            }
+            status, _ = await _get(port, "POST", "/fire", fired)
+            assert status == 200
+        status, listing = await _get(port, "GET", "/routines")
+        _, history = await _get(port, "GET", "/routines/daily/history")
+        scheduler.stop(grace=0)
+    assert status == 200
+    (daily,) = listing
+    assert (daily["budget"], daily["overBudget"]) == (
+        "1k tokens/day",
+        "over budget (1.1k of 1k tokens in the last 24 h)",
+    )
+    first, second = history
+    assert first["usage"] == {"inputTokens": 900, "outputTokens": 200}
+    assert (second["outcome"], second["error"], "usage" in second) == (
+        "skipped",
+        "over budget (1.1k of 1k tokens in the last 24 h)",
+        False,
+    )
