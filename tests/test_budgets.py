@@ -246,3 +246,17 @@ def test_a_bad_session_budget_is_refused_by_the_scheduler() -> None:
         rig(session_budget="lots")
     assert rig(session_budget=None)[0] is not None
     _ = timedelta
+
+
+def test_serve_refuses_a_bad_session_budget_as_a_usage_error(env: Any) -> None:
+    result = env.run_cli("serve", "--agent", "echo", "--session-budget", "5 USD/fortnight")
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            "argument --session-budget: a budget's window is hour, day or week, not 'fortnight' "
+            "(see --help)"
+        )
+    )
+    assert not (env.root / "state").exists()  # nothing opened
