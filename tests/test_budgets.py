@@ -260,3 +260,26 @@ def test_serve_refuses_a_bad_session_budget_as_a_usage_error(env: Any) -> None:
         )
     )
     assert not (env.root / "state").exists()  # nothing opened
+
+
+async def test_the_page_shows_a_session_over_its_budget_by_its_pending_wakeups(
+    autojump_clock: Any,
+) -> None:
+    from trio_routines.http.render import main_html
+
+    scheduler, agent, _store, _wall = rig(store=MemoryStore(), session_budget="100 tokens/hour")
+    agent.default = Complete(duration=1, usage=Usage(input_tokens=100))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        for minutes in (1, 2, 30):
+            await scheduler.add_wakeup("chat-1", f"turn {minutes}", delay=f"{minutes}m")
+        await trio.sleep(10 * 60)
+        view = await gather(scheduler)
+        scheduler.stop()
+    (group,) = view.wakeups
+    assert (group.session, group.count) == ("chat-1", 1)
+    assert group.over_budget == "over budget (100 of 100 tokens in the last 1 h)"
+    assert (
+        '· <span class="over-budget">over budget (100 of 100 tokens in the last 1 h)</span></li>'
+        in main_html(view)
+    )

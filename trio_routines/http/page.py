@@ -34,6 +34,7 @@ from importlib import resources
 from typing import TypeVar
 from urllib.parse import parse_qsl
 
+import attrs
 import trio
 
 from ..budgets import budgets_text
@@ -256,7 +257,10 @@ async def gather(
         routines=tuple(routines),
         in_flight=flights,
         wakeups=tuple(
-            _wakeup_group(session, pending) for session, pending in sorted(groups.items())
+            attrs.evolve(group, over_budget=stats.sessions_over_budget.get(group.session, ""))
+            for group in (
+                _wakeup_group(session, pending) for session, pending in sorted(groups.items())
+            )
         ),
         clock_jumps=stats.clock_jumps,
         store=store_label(scheduler),

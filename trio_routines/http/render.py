@@ -99,6 +99,7 @@ class WakeupGroup:
     next_at: datetime
     origins: tuple[tuple[str, int], ...] = ()  # who asked (a label, unescaped) and how often
     deepest: int = 0  # the deepest chain of turns among them
+    over_budget: str = ""  # why its wake-ups are dropped now (its session's budget), if so
 
 
 @attrs.frozen
@@ -313,6 +314,10 @@ def _spent(view: RoutineView) -> str:
     return f'<p class="spent">{" — ".join(parts)}</p>' if parts else ""
 
 
+def _over_budget(reason: str) -> str:
+    return f' · <span class="over-budget">{_esc(reason)}</span>' if reason else ""
+
+
 def _last_output(view: RoutineView) -> str:
     """The newest kept output, folded away (a click opens it): it may be long, or private."""
     fire = next((f for f in reversed(view.recent) if f.output is not None), None)
@@ -351,7 +356,8 @@ def main_html(view: PageView) -> str:
         f"<li><code>{_esc(w.session)}</code>: {w.count} pending, next {_time(w.next_at)}"
         f"{' · asked by ' if w.origins else ''}"
         f"{', '.join(f'{_esc(label)} ×{n}' for label, n in w.origins)}"
-        f"{f' · chain depth up to {w.deepest}' if w.deepest else ''}</li>"
+        f"{f' · chain depth up to {w.deepest}' if w.deepest else ''}"
+        f"{_over_budget(w.over_budget)}</li>"
         for w in view.wakeups
     )
     if view.wakeups_problem:
