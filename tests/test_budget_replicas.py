@@ -1,6 +1,7 @@
 """Two ``serve`` replicas as real processes sharing one budget, on one state directory and on
 one PostgreSQL database: the ledger they share stops the turns of a session once its budget is
-spent, with no overspend beyond one turn in flight per replica."""
+spent, with no overspend beyond one turn in flight per replica; and one routine budget across
+the processes that fire it."""
 
 from __future__ import annotations
 
@@ -107,3 +108,30 @@ def test_two_replicas_share_a_sessions_budget_and_overspend_at_most_a_turn_each(
     logs = env.log("one.log") + env.log("two.log")
     assert "session chat: over budget (" in logs
     assert logs.count("dropped, not run (session chat)") == WAKEUPS - turns
+
+
+@pytest.mark.slow
+def test_a_routines_budget_is_one_across_the_processes_that_fire_it(env: Env) -> None:
+    env.routine("metered", cron="0 * * * *", budget=f"{BUDGET} tokens/day")
+    agent = f"cmd:echo done; echo '{USAGE_LINE} {{\"output_tokens\": {PER_TURN}}}'"
+    top = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    slots = [top - timedelta(hours=back) for back in range(6, 0, -1)]
+    for number, slot in enumerate(slots):  # each slot fired by another process, in turn
+        iso = slot.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+        fired = env.cli(
+            "fire", "metered", "--slot", iso, "--agent", agent, "--replica", f"r{number % 2}"
+        )
+        assert fired.returncode == 0, fired.stderr
+    history = env.history("metered")
+    assert [(h["replica"], h["outcome"]) for h in history] == [
+        ("r0", "completed"),
+        ("r1", "completed"),
+        ("r0", "completed"),
+        ("r1", "skipped"),
+        ("r0", "skipped"),
+        ("r1", "skipped"),
+    ]
+    assert {h.get("error") for h in history[3:]} == {
+        "over budget (300 of 250 tokens in the last 24 h)"
+    }
+    assert [h.get("usage") for h in history[:3]] == [{"outputTokens": PER_TURN}] * 3
