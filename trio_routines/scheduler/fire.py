@@ -377,7 +377,8 @@ class FirePath:
         elif self._grace.was_lost(grace) and turn.outcome is Outcome.INTERRUPTED:
             turn = attrs.evolve(turn, failed=LOST_HOLD)
         traced.ended(turn)
-        await self.spending.record(why, turn.usage)  # shielded and bounded: never raises
+        if turn.usage is not None:  # shielded and bounded: never raises
+            await self.spending.record(why, turn.usage)
         return turn
 
 
