@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from trio_routines.agent import Usage
 from trio_routines.records import Outcome
 from trio_routines.stores.directory import DirectoryStore
 
@@ -149,11 +150,12 @@ class Env:
         ms: int = 5,
         error: str | None = None,
         output: str | None = None,
+        usage: Usage | None = None,
     ) -> None:
         store = DirectoryStore(self.state)
         assert store.claim_sync(name, slot, fired_at or slot).taken
         if outcome is not None:
-            store.settle_sync(name, slot, outcome, ms, error=error, output=output)
+            store.settle_sync(name, slot, outcome, ms, error=error, output=output, usage=usage)
 
     def wakeups(self) -> list[dict[str, Any]]:
         path = self.state / "schedule" / "wakeups.json"

@@ -18,6 +18,7 @@ from pg import T0, admin, fresh_schema, kill_backends, require_server, with_app_
 from procs import Env, one_line
 from psycopg import sql
 
+from trio_routines.agent import Usage
 from trio_routines.errors import StateFault
 from trio_routines.records import ClaimStatus, Gap, GapReason, Origin, Outcome
 from trio_routines.stores import open_store
@@ -104,6 +105,7 @@ def test_schema_creation_races_safely_and_is_versioned(url: str, schema: str) ->
         "trio_routines_replicas",
         "trio_routines_resumed",
         "trio_routines_schema",
+        "trio_routines_usage",
         "trio_routines_wakeups",
     ]
 
@@ -179,6 +181,9 @@ async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
     asked = WakeupRequest(session="s", prompt="p", fire_at=T0 + HOUR, origin=Origin(kind="cli"))
     added = await store.add_wakeup(asked, T0)  # version 9: who asked for each wake-up
     assert [w.origin for w in await store.list_wakeups()] == [None, added.origin]
+    spent = Usage(input_tokens=120, output_tokens=30, cost=0.25, currency="EUR")
+    await store.settle("r", T0 + MINUTE, Outcome.COMPLETED, 9, usage=spent)  # version 10
+    assert [f.usage for f in await store.history("r")] == [None, spent]
     await store.aclose()
     with admin() as conn:
         versions = conn.execute(
@@ -186,8 +191,38 @@ async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
                 sql.Identifier(schema, "trio_routines_schema")
             )
         ).fetchall()
-    assert versions == [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,), (9,)]
-    assert SCHEMA_VERSION == 9
+    assert versions == [(v,) for v in range(1, 11)]
+    assert SCHEMA_VERSION == 10
+
+
+async def test_version_9_code_may_go_on_using_a_version_10_database(
+    url: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Migration 10 only adds nullable usage columns: version 5 code may use it, and its settles
+    # (which name no usage column) leave a turn's usage as it was.
+    from trio_routines.stores.postgres import schema as pgschema
+
+    spent = Usage(input_tokens=5, output_tokens=7)
+    store = PostgresStore(url, schema=schema)
+    await store.claim("r", T0, T0)
+    await store.settle("r", T0, Outcome.COMPLETED, 3, usage=spent)
+    await store.aclose()
+    with admin() as conn:
+        row = conn.execute(
+            sql.SQL("SELECT compatible_from FROM {} WHERE version = 10").format(
+                sql.Identifier(schema, "trio_routines_schema")
+            )
+        ).fetchone()
+    assert row == (5,)
+    monkeypatch.setattr(pgschema, "SCHEMA_VERSION", 9)
+    older = PostgresStore(url, schema=schema, migrate="never")
+    taken = await older.claim("r", T0 + MINUTE, T0 + MINUTE)  # not refused
+    assert taken.status is ClaimStatus.TAKEN
+    await older.aclose()
+    monkeypatch.setattr(pgschema, "SCHEMA_VERSION", 10)
+    store = PostgresStore(url, schema=schema)
+    assert [f.usage for f in await store.history("r")] == [spent, None]
+    await store.aclose()
 
 
 async def test_version_8_code_may_go_on_using_a_version_9_database(

@@ -338,6 +338,7 @@ def test_load_valid_file(tmp_path: Path) -> None:
         "timeout": None,
         "catchup": None,
         "output": None,
+        "budgets": (),
     }
 
 

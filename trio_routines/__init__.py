@@ -16,6 +16,7 @@ if typing.TYPE_CHECKING:  # imported on first use (below): `import trio_routines
     from .agent import Event as Event
     from .agent import Failed as Failed
     from .agent import TextDelta as TextDelta
+    from .agent import Usage as Usage
     from .context import FireContext as FireContext
     from .context import current_fire as current_fire
     from .cron import cron_error as cron_error
@@ -67,6 +68,7 @@ _LAZY = {
     "Event": ".agent",
     "Failed": ".agent",
     "TextDelta": ".agent",
+    "Usage": ".agent",
     "FireContext": ".context",
     "current_fire": ".context",
     "cron_error": ".cron",

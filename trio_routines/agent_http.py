@@ -12,7 +12,9 @@ The answer is classified in one pure function (:func:`classify`, in :mod:`.agent
 the rest of the pure core): 409 and 423 mean the receiver's session is busy (the turn never
 started: the slot settles ``skipped``); other statuses of 300 and up fail the turn with the
 status and the first line of the body; a 2xx ``text/event-stream`` is read as events
-(``data`` deltas, a final ``failed`` or ``busy``); any other 2xx body is the reply text.
+(``data`` deltas, ``usage`` events, a final ``failed`` or ``busy``); any other 2xx body is
+the reply text, and a JSON one (``application/json``) may carry the turn's usage in a
+top-level ``usage`` member (see :mod:`.agent_wire`).
 Only a 307/308 to the same origin is followed (it keeps the POST and the body, and the token
 never leaves the origin it was meant for).
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import logging
 import os
 import ssl
 from collections.abc import AsyncIterator
@@ -51,6 +54,7 @@ from .agent_wire import (
     coding_of,
     event_outcome,
     first_line,
+    is_json,
     reason_of,
     request_body,
 )
@@ -61,6 +65,8 @@ from .logs import one_line
 from .sse import EventStreamParser
 
 __all__ = ["HttpAgent", "classify", "request_body"]
+
+log = logging.getLogger("trio_routines")
 
 TOKEN_VARIABLE = "TRIO_ROUTINES_AGENT_TOKEN"
 CA_VARIABLE = "TRIO_ROUTINES_AGENT_CA"
@@ -213,7 +219,9 @@ class HttpAgent:
             return
         charset = "utf-8" if answer.kind == "events" else response.charset_encoding
         decoder = _decoder(charset)
-        reader = Reader(EventStreamParser() if answer.kind == "events" else None)
+        # A JSON reply is kept whole (within max_reply) to read its usage member at the end.
+        keep = answer.kind == "text" and is_json(response.headers.get("content-type", ""))
+        reader = Reader(EventStreamParser() if answer.kind == "events" else None, keep=keep)
         kept = 0
         cut = False
         async with aclosing(response.aiter_raw()) as chunks:  # type: ignore[type-var]
@@ -234,6 +242,11 @@ class HttpAgent:
         if not reader.overlong:
             for delta in reader.feed(decoder.decode(b"", final=True), final=True):
                 yield delta
+        usage = None if cut else reader.reply_usage()  # a cut JSON reply is no JSON
+        for problem in reader.problems:
+            log.warning("the agent at %s sent usage that is left out: %s", self.origin, problem)
+        if usage is not None:
+            yield usage
         outcome = reader.outcome
         if outcome is not None:  # the server's own words become a stored reason: no token
             outcome = event_outcome(outcome, self._token)

@@ -1,21 +1,29 @@
 """The HTTP agent's pure core (see :mod:`.agent_http`): the body of a turn's POST, what an
 answer's status and content type mean, the reasons kept from a server's words (its token
-masked before they are cut), and an answer's text read as deltas and an outcome event.
+masked before they are cut), and an answer's text read as deltas, usage and an outcome event.
+
+Usage (what the turn spent, :mod:`trio_routines.usage`'s wire shape ``{"input_tokens",
+"output_tokens", "cost", "currency"}``) comes in a ``usage`` event of an event stream (its
+data that JSON object; several add up), or in the ``usage`` member of a JSON reply (a 2xx
+``application/json`` or ``…+json`` body that is an object). A usage that cannot be read is a
+warning; the turn goes on as if it had not been sent.
 
 No IO here: the shell in :mod:`.agent_http` posts, reads and decodes, and calls these.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import attrs
 
-from .agent import SESSION_BUSY, Failed, TextDelta
+from .agent import SESSION_BUSY, Failed, TextDelta, Usage
 from .context import FireContext
 from .instants import format_iso
 from .logs import one_line
 from .sse import EventStreamParser, LineTooLong
+from .usage import from_wire
 
 REASON_LIMIT = 300  # characters of a failure reason kept
 BUSY_STATUSES = frozenset({409, 423})
@@ -103,16 +111,50 @@ def reason_of(text: str, secret: str | None = None, limit: int = REASON_LIMIT) -
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-class Reader:
-    """Turns decoded answer text into deltas; remembers an event stream's outcome event."""
+def is_json(content_type: str) -> bool:
+    """Whether an answer's content type is JSON (``application/json``, ``…+json``)."""
+    media = content_type.partition(";")[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
 
-    def __init__(self, parser: EventStreamParser | None) -> None:
+
+def parse_usage(data: str) -> tuple[Usage | None, str | None]:
+    """A usage event's data (JSON text): the event, or why there is none."""
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):
+        return None, "its usage is not JSON"
+    return from_wire(value)
+
+
+def reply_usage(body: str) -> tuple[Usage | None, str | None]:
+    """The usage in a JSON reply's ``usage`` member: the event, or why there is none (a body
+    that is no JSON object, or has no such member, has none and says nothing)."""
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        return None, None
+    if not isinstance(value, dict) or "usage" not in value:
+        return None, None
+    return from_wire(value["usage"])
+
+
+class Reader:
+    """Turns decoded answer text into deltas and usage; remembers an event stream's outcome
+    event, and keeps a JSON reply's text (``keep``) to read its usage from at the end."""
+
+    def __init__(self, parser: EventStreamParser | None, *, keep: bool = False) -> None:
         self.parser = parser
         self.outcome: Failed | None = None
         self.overlong = False  # a line passed the parser's cap: the stream is unreadable
+        self.problems: list[str] = []  # usage that could not be read: each one a warning
+        self.kept: list[str] | None = [] if keep else None
 
-    def feed(self, piece: str, final: bool = False) -> list[TextDelta]:
+    def feed(self, piece: str, final: bool = False) -> list[TextDelta | Usage]:
         if self.parser is None:
+            if self.kept is not None and piece:
+                self.kept.append(piece)
             return [TextDelta(piece)] if piece else []
         try:
             found = self.parser.feed(piece) + (self.parser.close() if final else [])
@@ -123,12 +165,27 @@ class Reader:
                 f"{self.parser.max_line} characters — stopped reading"
             )
             return []
-        deltas = []
+        deltas: list[TextDelta | Usage] = []
         for kind, data in found:
             self.outcome = _event(kind, data) or self.outcome  # the last one wins
             if kind == "message" and data:
                 deltas.append(TextDelta(data))
+            elif kind == "usage":
+                usage, problem = parse_usage(data)
+                if usage is not None:
+                    deltas.append(usage)
+                if problem is not None:
+                    self.problems.append(problem)
         return deltas
+
+    def reply_usage(self) -> Usage | None:
+        """The usage of a JSON reply kept whole (None: none, or not kept)."""
+        if self.kept is None:
+            return None
+        usage, problem = reply_usage("".join(self.kept))
+        if problem is not None:
+            self.problems.append(problem)
+        return usage
 
 
 def _event(kind: str, data: str) -> Failed | None:

@@ -9,7 +9,10 @@
   fire, else empty) and ``TRIO_ROUTINES_WAKEUP`` (a wake-up's id, else empty); no other
   ``TRIO_ROUTINES_*`` nor any ``PG*`` variable (:data:`HIDDEN_FROM_COMMANDS`). Its stdout is
   the reply, streamed as it comes. Exit status 0 completes the turn; anything else fails it
-  with the exit status and the last lines of stderr.
+  with the exit status and the last lines of stderr. A last line of stdout of
+  ``trio-routines-usage: {"input_tokens": …, "output_tokens": …, "cost": …, "currency": …}``
+  reports what the turn spent (:data:`~trio_routines.usage.USAGE_LINE`): it is not part of
+  the reply (a malformed one is a warning, never a failure).
 * ``py:<module>:<attribute>`` imports any Python agent: an object with ``invoke``, or a class
   or factory taking no arguments that builds one.
 * ``http://…`` and ``https://…`` post each turn to an agent server
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import codecs
 import importlib
+import logging
 import os
 import re
 import shlex
@@ -49,6 +53,10 @@ from .agent import Agent, Completed, Event, Failed, TextDelta
 from .context import current_fire
 from .errors import InvalidAgent
 from .instants import format_iso
+from .logs import one_line
+from .usage import UsageLine
+
+log = logging.getLogger("trio_routines")
 
 __all__ = ["KILL_GRACE", "CommandAgent", "EchoAgent", "InvalidAgent", "agent_from_spec"]
 
@@ -135,13 +143,18 @@ class CommandAgent:
             stdin.close()
             assert process.stdout is not None
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            last = UsageLine()  # a usage line at the end is held back from the reply
             while chunk := await process.stdout.receive_some():
-                piece = decoder.decode(chunk)
+                piece = last.feed(decoder.decode(chunk))
                 if piece:
                     yield TextDelta(piece)
-            piece = decoder.decode(b"", final=True)
+            piece, usage, problem = last.close_after(decoder.decode(b"", final=True))
             if piece:
                 yield TextDelta(piece)
+            if problem is not None:
+                log.warning("the cmd: agent's usage line is left out: %s", one_line(problem))
+            if usage is not None:
+                yield usage
             # The reply is over: the supervisor may now exit with the command (see
             # lifeline.py). Until now it stayed, even if the shell had exited, because
             # something the shell left behind held the reply open: the turn was in flight.

@@ -27,6 +27,7 @@ from .converter import loads
 from .instants import parse_iso, slot_of
 from .records import Fire, Outcome
 from .replicas import stored_replica
+from .usage import Usage, usage_from_json
 
 KEEP_CLAIMS = 512
 _OUTCOMES = frozenset(o.value for o in Outcome)
@@ -107,8 +108,8 @@ def parse_claim(name: str, text: str, where: str) -> Fire:
 
 
 def fire_from_record(slot: datetime, record: dict[str, object], where: str) -> Fire:
-    """Recover stamp, outcome, duration, reason and output from a claim's fields, warning about
-    oddities."""
+    """Recover stamp, outcome, duration, reason, output and usage from a claim's fields, warning
+    about oddities."""
     stamp = record.get("firedAt")
     fired_at = parse_iso(stamp) if isinstance(stamp, str) else None
     if fired_at is None:
@@ -119,6 +120,7 @@ def fire_from_record(slot: datetime, record: dict[str, object], where: str) -> F
     ms: int | None = None
     error: str | None = None
     output: str | None = None
+    usage: Usage | None = None
     if raw_outcome in _OUTCOMES:
         outcome = Outcome(str(raw_outcome))
     elif raw_outcome is not None:
@@ -142,6 +144,7 @@ def fire_from_record(slot: datetime, record: dict[str, object], where: str) -> F
         raw_output = record.get("output")
         if isinstance(raw_output, str):
             output = raw_output  # the record bounds it (output.stored_output)
+        usage = usage_from_json(record.get("usage"))  # a malformed one reads as none
     replica = stored_replica(record.get("replica"))
     return Fire(
         slot=slot,
@@ -151,6 +154,7 @@ def fire_from_record(slot: datetime, record: dict[str, object], where: str) -> F
         error=error,
         replica=replica,
         output=output,
+        usage=usage,
     )
 
 

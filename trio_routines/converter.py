@@ -3,15 +3,16 @@
 Shapes are those of the original scheduler's state directory, byte for byte:
 
 * a claim file holds ``{"firedAt": ISO, "outcome"?: word, "ms"?: int, "error"?: text,
-  "replica"?: id, "output"?: text}`` in that key order (``error``, the failure reason,
-  ``replica``, who claimed it, and ``output``, the end of the turn's reply, are ours: the
+  "replica"?: id, "usage"?: usage, "output"?: text}`` in that key order (``error``, the failure
+  reason, ``replica``, who claimed it, ``usage``, what the turn spent -- the stored shape of
+  :mod:`trio_routines.usage` -- and ``output``, the end of the turn's reply, are ours: the
   original ignores unknown keys);
 * ``wakeups.json`` is an array of ``{"id", "session", "prompt", "fireAt", "cron"?, "tz"?,
   "attempts"?, "origin"?}``, absent fields omitted; ``origin`` (ours: the original passes
   over keys it does not know and keeps them) is ``{"kind", "depth", "routine"?, "slot"?,
   "parent"?}``, read leniently: a malformed one reads as unknown and never costs the entry;
 * history (CLI ``--json`` and HTTP) is ``[{"slot", "firedAt", "outcome"?, "ms"?, "error"?,
-  "replica"?, "output"?, "running"?}]``, with the routine's gaps among the claims in slot
+  "replica"?, "output"?, "usage"?, "running"?}]``, with the routine's gaps among the claims in slot
   order, each ``{"gap": {"from", "to", "count", "reason", "estimated"?}}`` (ours:
   ``schedule/gaps/<routine>`` holds an array of the inner objects).
 
@@ -34,6 +35,7 @@ from .instants import format_iso, parse_iso
 from .output import stored_output
 from .records import Fire, Gap, GapReason, Origin, OriginKind, Outcome, Wakeup
 from .text import error_text
+from .usage import Usage, usage_from_json, usage_to_json
 
 converter = cattrs.Converter(forbid_extra_keys=False)
 
@@ -71,6 +73,8 @@ converter.register_unstructure_hook(Outcome, lambda o: o.value)
 converter.register_unstructure_hook(GapReason, lambda r: r.value)
 converter.register_structure_hook(bool, lambda v, _t: _strict_bool(v))
 
+converter.register_unstructure_hook(Usage, usage_to_json)
+converter.register_structure_hook(Usage, lambda value, _t: usage_from_json(value))
 converter.register_unstructure_hook(OriginKind, lambda k: k.value)
 converter.register_structure_hook(OriginKind, lambda value, _t: OriginKind(_strict_str(value, str)))
 converter.register_unstructure_hook(
@@ -159,7 +163,7 @@ def origin_to_json(origin: Origin) -> dict[str, Any]:
 
 
 def fire_to_json(fire: Fire) -> dict[str, Any]:
-    """History shape: ``{slot, firedAt, outcome?, ms?, error?, replica?, output?}``."""
+    """History shape: ``{slot, firedAt, outcome?, ms?, error?, replica?, output?, usage?}``."""
     result: dict[str, Any] = converter.unstructure(fire)
     return result
 
@@ -180,6 +184,7 @@ def claim_text(
     error: str | None = None,
     replica: str | None = None,
     output: str | None = None,
+    usage: Usage | None = None,
 ) -> str:
     """The content of a claim file, keys in the order the original writes them, then ours."""
     record: dict[str, Any] = {"firedAt": format_iso(fired_at)}
@@ -191,6 +196,8 @@ def claim_text(
             record["error"] = error_text(error)
     if replica is not None:
         record["replica"] = replica
+    if outcome is not None and usage is not None:
+        record["usage"] = usage_to_json(usage)
     if outcome is not None and output:
         record["output"] = stored_output(output)
     return dumps(record)

@@ -98,6 +98,11 @@ class Metrics:
         self.lateness: defaultdict[str, _Histogram] = defaultdict(
             lambda: _Histogram(LATENESS_BUCKETS)
         )
+        #: Tokens by (routine, "in" or "out"), costs by (routine, currency); "" for wake-ups.
+        self.tokens: Counter[tuple[str, str]] = Counter()
+        self.costs: defaultdict[tuple[str, str], float] = defaultdict(float)
+        #: Turns not started over budget, by routine ("" for wake-ups).
+        self.over_budget: Counter[str] = Counter()
 
     def fired(
         self, routine: str, outcome: str, ms: int, late: float, at: datetime | None = None
@@ -140,6 +145,26 @@ class Metrics:
     def slots_missed(self, routine: str, reason: str, count: int) -> None:
         """``count`` slots of ``routine`` were passed over, recorded as a gap with ``reason``."""
         self.missed[routine, reason] += count
+
+    def spent(
+        self,
+        routine: str,
+        input_tokens: int | None,
+        output_tokens: int | None,
+        cost: float | None,
+        currency: str | None,
+    ) -> None:
+        """A turn of ``routine`` (``""``: a wake-up's) reported what it spent."""
+        if input_tokens:
+            self.tokens[routine, "in"] += input_tokens
+        if output_tokens:
+            self.tokens[routine, "out"] += output_tokens
+        if cost is not None and currency:
+            self.costs[routine, currency] += cost
+
+    def budget_stopped(self, routine: str) -> None:
+        """A turn of ``routine`` (``""``: a wake-up's) was not started: over its budget."""
+        self.over_budget[routine] += 1
 
     def restarted(self, loop: str, routine: str | None) -> None:
         """A loop (``cron`` of ``routine``, ``wake`` or ``clock``) died and was restarted."""
@@ -231,6 +256,33 @@ class Metrics:
                         n,
                     )
                     for (loop, owner), n in sorted(self.restarts.items(), key=str)
+                ),
+            ),
+            counter(
+                "tokens",
+                "Tokens the agent reported its turns spent, by routine (empty for wake-up "
+                "turns) and direction (in, out).",
+                (
+                    Sample(PREFIX + "tokens_total", (("routine", r), ("direction", d)), n)
+                    for (r, d), n in sorted(self.tokens.items())
+                ),
+            ),
+            counter(
+                "cost",
+                "Cost the agent reported its turns spent, by routine (empty for wake-up turns) "
+                "and currency.",
+                (
+                    Sample(PREFIX + "cost_total", (("routine", r), ("currency", c)), n)
+                    for (r, c), n in sorted(self.costs.items())
+                ),
+            ),
+            counter(
+                "over_budget",
+                "Turns not started because their budget was spent, by routine (empty for "
+                "wake-up turns).",
+                (
+                    Sample(PREFIX + "over_budget_total", _routine(r), n)
+                    for r, n in sorted(self.over_budget.items())
                 ),
             ),
             counter(

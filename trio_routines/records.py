@@ -16,6 +16,7 @@ from .instants import truncate_ms
 from .names import is_unicode
 from .output import stored_output
 from .text import error_text
+from .usage import Usage, stored_usage
 
 
 class Outcome(enum.StrEnum):
@@ -74,6 +75,9 @@ class Fire:
     replica: str | None = None
     #: The end of the turn's reply (:mod:`trio_routines.output`); None when none was kept.
     output: str | None = attrs.field(default=None, converter=_output)
+    #: What the turn spent, as its agent reported it (:mod:`trio_routines.usage`); None when
+    #: it reported nothing.
+    usage: Usage | None = attrs.field(default=None, converter=stored_usage)
 
 
 class ClaimStatus(enum.StrEnum):

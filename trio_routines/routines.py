@@ -11,11 +11,12 @@ line is the prompt::
     ---
     Summarize yesterday's merged pull requests and post them with the chat tool.
 
-The block is deliberately not YAML. It is a list of ``key: value`` lines with five allowed
-keys (``cron``, ``tz``, ``timeout``, ``catchup``, ``output``), whole-line ``#`` comments and
-blank lines, and nothing else: no nesting, no escapes, no type guessing, so a value means
-exactly what it looks like. A routine without ``cron`` runs on demand only, and still needs
-the (empty) block, ``---`` twice, so that a stray first line of a prompt is never taken for a key.
+The block is deliberately not YAML. It is a list of ``key: value`` lines with six allowed
+keys (``cron``, ``tz``, ``timeout``, ``catchup``, ``output``, ``budget``), whole-line ``#``
+comments and blank lines, and nothing else: no nesting, no escapes, no type guessing, so a
+value means exactly what it looks like. A routine without ``cron`` runs on demand only, and
+still needs the (empty) block, ``---`` twice, so that a stray first line of a prompt is never
+taken for a key.
 
 Parsing (:func:`parse_routine_text`) is pure; only :func:`load_routines` touches the file
 system, and it isolates every broken file as a :class:`RoutineFailure` so that its siblings
@@ -33,8 +34,9 @@ from typing import Any
 
 import attrs
 
+from .budgets import Budget, checked_budgets, parse_budgets
 from .cron import cron_error, resolve_hashed
-from .errors import InvalidRoutine, UnsafeName
+from .errors import InvalidOption, InvalidRoutine, UnsafeName
 from .names import check_name, name_problem
 from .output import check_output_size, parse_output_size
 
@@ -54,7 +56,7 @@ MAX_ROUTINE_FILE_BYTES = 256 * 1024
 
 _SUFFIX = ".md"
 _FENCE = "---"
-_KEYS = ("cron", "tz", "timeout", "catchup", "output")
+_KEYS = ("cron", "tz", "timeout", "catchup", "output", "budget")
 _KEY_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)\s*:(.*)")
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smh]?)")
 _UNIT_SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -88,6 +90,20 @@ def _check_timeout(_inst: Any, _attr: Any, value: float | None) -> None:
         raise InvalidRoutine(f'"timeout" must be a finite number of seconds above 0, not {value}')
 
 
+def _budgets(value: object) -> tuple[Budget, ...]:
+    try:
+        return checked_budgets(value)  # type: ignore[arg-type]
+    except InvalidOption as exc:
+        raise InvalidRoutine(f'"budget": {exc}') from None
+
+
+def _parse_budgets(value: str) -> tuple[Budget, ...]:
+    try:
+        return parse_budgets(value)
+    except InvalidOption as exc:
+        raise InvalidRoutine(f'"budget": {exc}') from None
+
+
 def _check_catchup(_inst: Any, _attr: Any, value: float | None) -> None:
     if value is None:
         return
@@ -109,7 +125,9 @@ class Routine:
     than it is not fired but recorded as a ``late`` gap; ``0`` (``catchup: none``) catches up
     nothing; None (the default) catches up once whatever the age (:mod:`trio_routines.gaps`).
     ``output`` (bytes) keeps that much of the end of each turn's reply with its claim; None
-    (the default) keeps none (:mod:`trio_routines.output`).
+    (the default) keeps none (:mod:`trio_routines.output`). ``budgets``: what its turns may
+    spend per rolling window (:mod:`trio_routines.budgets`); a slot that would start over one
+    is settled ``skipped`` with the reason, its turn not run.
     Construction validates everything: :class:`UnsafeName` for a name that could leave
     the claims directory, :class:`InvalidRoutine` for anything else.
     """
@@ -121,6 +139,7 @@ class Routine:
     timeout: float | None = attrs.field(default=None, validator=_check_timeout)
     catchup: float | None = attrs.field(default=None, validator=_check_catchup)
     output: int | None = attrs.field(default=None, validator=check_output_size)
+    budgets: tuple[Budget, ...] = attrs.field(default=(), converter=_budgets)
 
     def __attrs_post_init__(self) -> None:
         # Cross-field rules; attrs runs this after every field validator has passed.
@@ -171,6 +190,8 @@ def parse_routine_text(name: str, text: str) -> Routine:
     * ``catchup`` is ``none`` or a duration of 0 or more, as ``timeout`` or in days (``2d``);
       it needs ``cron``.
     * ``output`` is ``none`` or a size from 1 byte to 64 KiB: ``512``, ``512B``, ``4KiB``.
+    * ``budget`` is one budget or a comma-separated list: ``200k tokens/day, 5 USD/week``
+      (:mod:`trio_routines.budgets`).
     * The prompt is the text after the closing line without leading blank lines and trailing
       whitespace; it must not be empty.
     """
@@ -199,6 +220,7 @@ def parse_routine_text(name: str, text: str) -> Routine:
 
     timeout = fields.get("timeout")
     catchup, output = fields.get("catchup"), fields.get("output")
+    budget = fields.get("budget")
     if catchup is not None and "cron" not in fields:
         raise InvalidRoutine('"catchup" means nothing without "cron"')
     return Routine(
@@ -209,6 +231,7 @@ def parse_routine_text(name: str, text: str) -> Routine:
         timeout=None if timeout is None else _parse_timeout(timeout),
         catchup=None if catchup is None else parse_catchup(catchup),
         output=None if output is None else parse_output_size(output),
+        budgets=() if budget is None else _parse_budgets(budget),
     )
 
 

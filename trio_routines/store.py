@@ -22,19 +22,21 @@ Claims
     measured, and the reason it did not complete, if given: stored as one visible line of at
     most 1 KiB, :func:`trio_routines.text.error_text`; and with ``output=``, the end of the
     turn's reply, stored as :func:`trio_routines.output.stored_output` makes it: at most 64 KiB,
-    never a reason to fail) into the existing claim, keeping its stamp (with ``if_unsettled``,
-    only if it has no outcome yet: the check and the write are one atomic step). It never
-    raises: a fault is logged as a warning, the claim stays as it was, and ``settle`` returns
-    False so that the caller may try again; otherwise it returns True. A claim that no longer
+    never a reason to fail; and with ``usage=``, what the turn spent, a
+    :class:`~trio_routines.agent.Usage` read back as given) into the existing claim, keeping
+    its stamp (with ``if_unsettled``, only if it has no outcome yet: the check and the write
+    are one atomic step). It never raises: a fault is logged as a warning, the claim stays as
+    it was, and ``settle`` returns False so that the caller may try again; otherwise it
+    returns True. A claim that no longer
     exists (pruned meanwhile) is not recreated (True: there is nothing left to write).
 
     ``latest_fire(routine)`` reads the newest claim (``None`` when there is none); a fault
-    reading it raises StateFault. Older claims are not read, and its ``output`` may be left out
-    (a boot reads every routine's newest claim and needs none). ``history(routine)`` returns
-    every retained claim, oldest first, with its output; a fault on any of them raises
-    StateFault. Content that cannot be a claim record (torn, corrupt, or a state-directory
-    entry that is no regular file) is a warning, not a fault: it reads as a claim of its slot
-    without stamp or outcome.
+    reading it raises StateFault. Older claims are not read, and its ``output`` and ``usage``
+    may be left out (a boot reads every routine's newest claim and needs neither).
+    ``history(routine)`` returns every retained claim, oldest first, with its output and
+    usage; a fault on any of them raises StateFault. Content that cannot be a claim record
+    (torn, corrupt, or a state-directory entry that is no regular file) is a warning, not a
+    fault: it reads as a claim of its slot without stamp or outcome.
 
 Wake-ups
     Pending wake-ups form one ordered list. ``add_wakeup`` applies the guardrails of
@@ -94,6 +96,16 @@ First armed (optional: a store without it records no gaps for a routine that nev
     for routines armed for the first time, one write. Raises StateFault when the store
     cannot be read or written.
 
+Usage ledger (optional: a store without it keeps no budgets; every other part works)
+    ``record_usage(kind, name, at, usage)`` adds a turn's :class:`~trio_routines.agent.Usage`,
+    spent at ``at``, to the ledger of routine ``name`` (``kind="routine"``) or session
+    ``name`` (``kind="session"``), atomically with respect to every other caller (two records
+    of one key never lose each other's), durable before it returns; what is older than
+    :data:`~trio_routines.ledger.LEDGER_SPAN` before ``at`` may be dropped.
+    ``usage_since(kind, name, since)`` sums, as a :class:`~trio_routines.ledger.Spent`, what
+    was recorded from ``since`` on, to the minute (:mod:`trio_routines.ledger`). Both raise
+    StateFault when the store cannot be read or written.
+
 Routine names are checked (:func:`trio_routines.names.check_name`) by every call taking one.
 Text that some store cannot hold (NUL, a lone surrogate) gets the same answer from every
 store: a wake-up request carrying it is an InvalidWakeup, an id or session carrying it is not
@@ -113,9 +125,11 @@ from datetime import datetime
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
+from .ledger import Spent
 from .presence import Presence
 from .records import ClaimResult, Fire, Gap, Outcome, Wakeup
 from .replicas import ReplicaInfo
+from .usage import Usage
 from .wakeups import WakeupRequest
 
 
@@ -144,18 +158,20 @@ class Store(Protocol):
         if_unsettled: bool = False,
         error: str | None = None,
         output: str | None = None,
+        usage: Usage | None = None,
     ) -> bool:
-        """Record how a claimed slot ended, why when it did not complete, and what the turn
-        said when its routine keeps output. Never raises.
+        """Record how a claimed slot ended, why when it did not complete, what the turn
+        said when its routine keeps output, and what it spent. Never raises.
 
         Returns False when a fault kept the outcome from being written (logged as a warning;
         the claim stays as it was, so a later settle may still succeed), True otherwise:
         written, or nothing to write (no such claim; with ``if_unsettled``, one already
         settled).
 
-        A settle replaces the outcome, duration, reason and output together: one without
-        ``error`` leaves no reason behind, one without ``output`` no output. A store written
-        before ``output`` may leave the keyword out: the scheduler then passes none.
+        A settle replaces the outcome, duration, reason, output and usage together: one
+        without ``error`` leaves no reason behind, one without ``output`` no output, one
+        without ``usage`` no usage. A store written before ``output`` or ``usage`` may leave
+        the keyword out: the scheduler then passes none.
 
         With ``if_unsettled``, only a claim without an outcome is written, atomically with
         respect to other settles: the boot's "interrupted" never overwrites a real outcome
@@ -291,3 +307,16 @@ class Lifetime:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+@runtime_checkable
+class UsageRecords(Protocol):
+    """The optional part of the contract that keeps the usage ledgers (see the module doc)."""
+
+    async def record_usage(self, kind: str, name: str, at: datetime, usage: Usage) -> None:
+        """Add ``usage``, spent at ``at``, to the ledger of a routine or a session."""
+        ...
+
+    async def usage_since(self, kind: str, name: str, since: datetime) -> Spent:
+        """What the turns of a routine or a session spent from ``since`` on."""
+        ...

@@ -14,6 +14,11 @@ in the original, which tests the details' truth (JavaScript's: ``""`` is false, 
 blanks true, so details of whitespace alone still fail the turn, logged without a colon). The
 last ``Failed`` event wins, so an empty one after a reasoned one completes the turn too. The
 busy code is the exception: a busy event needs no words to mean busy.
+
+:class:`~trio_routines.agent.Usage` events add up to the turn's usage (the rule is
+:mod:`trio_routines.usage`'s), kept whatever the outcome: a turn that failed or timed out
+still spent what it reported. A bad value is a one-line warning and is left out; it never
+changes the outcome.
 """
 
 from __future__ import annotations
@@ -25,10 +30,11 @@ from collections.abc import AsyncIterator, Callable
 import attrs
 import trio
 
-from .agent import Agent, Completed, Event, Failed, TextDelta
+from .agent import Agent, Completed, Event, Failed, TextDelta, Usage
 from .logs import one_line
 from .records import Outcome
 from .text import error_text
+from .usage import Tally
 
 log = logging.getLogger("trio_routines")
 
@@ -53,6 +59,7 @@ class TurnResult:
     ms: int
     failed: str | None = None  # details when the turn failed, or the agent's when it was busy
     busy: bool = False
+    usage: Usage | None = None  # what the agent reported the turn spent, added up
 
 
 def _elapsed_ms(started: float) -> int:
@@ -82,6 +89,7 @@ async def run_turn(
     started = trio.current_time()
     failed: Failed | None = None
     raised: Exception | None = None
+    tally = Tally()
     grace = grace_scope if grace_scope is not None else trio.CancelScope()
     # No timeout, no scope: a fire enters several already, each a few microseconds.
     timeout_scope = None if timeout is None else trio.move_on_after(timeout)
@@ -97,6 +105,9 @@ async def run_turn(
                 elif isinstance(event, TextDelta):
                     if on_text is not None:
                         on_text(event.text)
+                elif isinstance(event, Usage):
+                    for problem in tally.add(event):
+                        log.warning("%s: usage reported by the agent: %s", label, one_line(problem))
                 elif not isinstance(event, Completed):
                     log.debug("%s: ignoring an unknown event %r", label, event)
             events = None  # exhausted: nothing to close
@@ -112,6 +123,21 @@ async def run_turn(
                     except Exception as exc:
                         raised = raised or exc
     ms = _elapsed_ms(started)
+    result = _classified(label, ms, failed, raised, grace, timeout_scope, timeout)
+    usage = tally.total()
+    return result if usage is None else attrs.evolve(result, usage=usage)
+
+
+def _classified(
+    label: str,
+    ms: int,
+    failed: Failed | None,
+    raised: Exception | None,
+    grace: trio.CancelScope,
+    timeout_scope: trio.CancelScope | None,
+    timeout: float | None,
+) -> TurnResult:
+    """The outcome of a turn that ended, logged on one line."""
     if failed is not None and not failed.busy and not failed.details:
         failed = None  # a failure with nothing to say is none, as in the original (module doc)
     if grace.cancelled_caught:

@@ -9,6 +9,8 @@ from typing import NoReturn
 from urllib.parse import urlsplit
 
 from .. import __version__
+from ..budgets import Budget, parse_budgets
+from ..errors import InvalidOption
 from ..instants import parse_instant
 from ..records import Outcome
 from ..replicas import replica_problem
@@ -97,6 +99,13 @@ def delay(text: str) -> timedelta:
     if datetime.max.replace(tzinfo=UTC) - datetime.now(UTC) <= span:
         raise argparse.ArgumentTypeError(f"{_shown(text)} is too far away")
     return span
+
+
+def _budgets(text: str) -> tuple[Budget, ...]:
+    try:
+        return parse_budgets(text)
+    except InvalidOption as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _replica(text: str) -> str:
@@ -235,6 +244,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=POLL_INTERVAL,
         metavar="SECONDS",
         help=f"wake-up poll interval (default: {POLL_INTERVAL:g})",
+    )
+    serve.add_argument(
+        "--session-budget",
+        type=_budgets,
+        default=(),
+        metavar="BUDGETS",
+        help="what each session's wake-up turns may spend per rolling window, e.g. "
+        '"200k tokens/day, 5 USD/week" (default: no budget)',
     )
     serve.add_argument(
         "--http",

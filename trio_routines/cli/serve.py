@@ -113,6 +113,7 @@ async def _serve(
             poll_interval=args.poll,
             default_grace=args.grace,  # also how long a failed settle is retried
             replica=replica_arg(args),
+            session_budget=args.session_budget,
         )
         async with trio.open_nursery() as nursery:
             await nursery.start(run_then_end, scheduler, nursery)

@@ -18,6 +18,7 @@ from ..converter import history_from_json, wakeup_from_json
 from ..errors import TrioRoutinesError
 from ..history import failing_streak
 from ..instants import parse_iso
+from ..ledger import fires_spent
 from ..records import Wakeup
 from ..replicas import ReplicaInfo
 from ..routines import Routine, parse_catchup
@@ -59,7 +60,7 @@ def _routine(entry: dict[str, Any]) -> Routine:
 
 async def served_view(server: Server) -> ServedView:
     """The rows and wake-ups of the server's state; a CliError when it does not answer."""
-    from .status import RoutineRow
+    from .status import SPENT_WINDOW, RoutineRow
 
     listing = await server.get("/routines")
     pending = await server.get("/wakeups")
@@ -74,7 +75,10 @@ async def served_view(server: Server) -> ServedView:
             paused = entry.get("paused") is True
             failing, success = failing_streak(fires)
             upcoming = None if paused else _instant(entry.get("next"))
-            row = RoutineRow(routine, upcoming, fires[-RECENT:], None, paused, failing, success)
+            spent = fires_spent(fires, now - SPENT_WINDOW)
+            row = RoutineRow(
+                routine, upcoming, fires[-RECENT:], None, paused, failing, success, spent
+            )
             rows.append(row)
             if entry.get("running") is True:
                 running.append(routine.name)

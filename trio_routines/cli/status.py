@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
@@ -29,6 +29,7 @@ from ..cron import next_run
 from ..errors import StateFault
 from ..history import failing_streak
 from ..instants import format_iso
+from ..ledger import Spent, describe_spent, fires_spent, spent_to_json
 from ..records import Fire, Origin, OriginKind, Wakeup
 from ..replicas import ReplicaInfo, replica_json
 from ..routines import Routine, catchup_text
@@ -41,6 +42,7 @@ from .table import duration, outcome_word, short_instant, strip, table
 
 STORE_READ = 10.0  # seconds: how long status waits for the store's list of replicas
 RECENT = 10  # outcomes in the strip
+SPENT_WINDOW = timedelta(hours=24)  # what the SPENT column counts
 PROMPT_SHOWN = 40
 ORIGIN_SHOWN = 48
 
@@ -54,6 +56,7 @@ class RoutineRow:
     paused: bool = False  # paused in the store: no scheduler claims its slots
     failing: int = 0  # claimed slots failed or interrupted since the last completed one
     last_success: Fire | None = None  # the newest completed claim retained
+    spent: Spent = attrs.field(factory=Spent)  # what its claimed turns of the last 24 h spent
 
     @property
     def last(self) -> Fire | None:
@@ -133,6 +136,7 @@ async def routine_rows(
                 held,
                 failing,
                 success,
+                fires_spent(fires, now - SPENT_WINDOW),
             )
         )
     return rows
@@ -167,7 +171,12 @@ def routine_lines(rows: Sequence[RoutineRow], now: datetime) -> list[str]:
                 schedule(row.routine),
             ]
         )
-    return table(["ROUTINE", "NEXT", "LEFT", "LAST", "RECENT", "SCHEDULE"], cells)
+    headers = ["ROUTINE", "NEXT", "LEFT", "LAST", "RECENT", "SCHEDULE"]
+    if any(row.spent != Spent() for row in rows):  # a column only when some turn spent
+        headers.insert(5, "SPENT 24H")
+        for cell, row in zip(cells, rows, strict=True):
+            cell.insert(5, describe_spent(row.spent) or "-")
+    return table(headers, cells)
 
 
 def wakeup_lines(wakeups: Sequence[Wakeup], now: datetime) -> list[str]:
@@ -224,6 +233,8 @@ def routine_json(row: RoutineRow) -> dict[str, Any]:
     entry["paused"] = row.paused
     if routine.catchup is not None:
         entry["catchup"] = catchup_text(routine.catchup)
+    if row.spent != Spent():  # what its claimed turns of the last 24 hours spent
+        entry["spent24h"] = spent_to_json(row.spent)
     if row.failing:  # failed or interrupted since its last success (None: none retained)
         entry["failing"] = row.failing
         success = row.last_success

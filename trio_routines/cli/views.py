@@ -17,6 +17,7 @@ from ..instants import format_iso
 from ..records import Fire, Gap
 from ..routines import catchup_text
 from ..text import visible_lines
+from ..usage import describe as describe_usage
 from .client import Server, path_part
 from .output import (
     CliError,
@@ -89,7 +90,14 @@ async def cmd_history(args: argparse.Namespace) -> int:
         ]
         for entry in reversed(entries)
     ]
-    header, *lines = table(["SLOT", "FIRED AT", "LATE", "OUTCOME", "TOOK", "BY", "REASON"], rows)
+    headers = ["SLOT", "FIRED AT", "LATE", "OUTCOME", "TOOK", "BY", "REASON"]
+    if any(isinstance(entry, Fire) and entry.usage is not None for entry in entries):
+        # What each turn spent, as its agent reported it: a column only when some did.
+        headers.insert(5, "SPENT")
+        for row, entry in zip(rows, reversed(entries), strict=True):
+            spent = describe_usage(entry.usage) if isinstance(entry, Fire) else ""
+            row.insert(5, spent or "-")
+    header, *lines = table(headers, rows)
     print_line(header)
     for line, entry in zip(lines, reversed(entries), strict=True):
         print_line(line)

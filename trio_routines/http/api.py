@@ -16,6 +16,7 @@ import attrs
 import trio
 
 from .. import tracing
+from ..budgets import budgets_text
 from ..converter import history_json, history_to_json, wakeup_to_json
 from ..cron import next_run
 from ..errors import InvalidWakeup, StateFault
@@ -218,7 +219,8 @@ async def run(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
 
 async def routines(scheduler: Scheduler) -> Response:
     """Every loaded routine: schedule, next instant, paused, its newest claim (slot, outcome,
-    the replica that made it) and whether a turn of it runs now on any replica."""
+    the replica that made it), whether a turn of it runs now on any replica, and its budgets
+    (``budget``, and ``overBudget``: why its slots are skipped now, or null)."""
     names = sorted(scheduler.routines)
     try:
         newest = await scheduler.newest_claims(names)
@@ -254,6 +256,9 @@ async def routines(scheduler: Scheduler) -> Response:
             entry["catchup"] = catchup_text(routine.catchup)
         # A turn of its session runs: here, or (its newest claim held) on another replica.
         entry["running"] = scheduler.agent.busy(routine.session) or running
+        if routine.budgets:  # its budgets, and why its slots are skipped now, if they are
+            entry["budget"] = budgets_text(routine.budgets)
+            entry["overBudget"] = stats.over_budget.get(name)
         listing.append(entry)
     return Response(200, listing)
 

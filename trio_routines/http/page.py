@@ -34,10 +34,13 @@ from importlib import resources
 from typing import TypeVar
 from urllib.parse import parse_qsl
 
+import attrs
 import trio
 
+from ..budgets import budgets_text
 from ..cron import next_run
 from ..errors import StateFault, TrioRoutinesError
+from ..ledger import describe_spent, fires_spent
 from ..records import Fire, Gap, Origin, OriginKind, Wakeup
 from ..routines import Routine
 from ..scheduler import Scheduler, Statistics
@@ -209,6 +212,9 @@ async def _routine_view(
         recent=tuple(fires[-MAX_MARKS:]),
         since=since,
         problem=problem,
+        spent=describe_spent(fires_spent(fires, now - WINDOW)),
+        budget=stats.over_budget.get(routine.name) or budgets_text(routine.budgets),
+        over_budget=routine.name in stats.over_budget,
     )
 
 
@@ -251,7 +257,10 @@ async def gather(
         routines=tuple(routines),
         in_flight=flights,
         wakeups=tuple(
-            _wakeup_group(session, pending) for session, pending in sorted(groups.items())
+            attrs.evolve(group, over_budget=stats.sessions_over_budget.get(group.session, ""))
+            for group in (
+                _wakeup_group(session, pending) for session, pending in sorted(groups.items())
+            )
         ),
         clock_jumps=stats.clock_jumps,
         store=store_label(scheduler),

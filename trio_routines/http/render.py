@@ -81,6 +81,9 @@ class RoutineView:
     since: datetime  # where the timeline starts
     problem: str | None = None  # the history could not be read
     external: bool = False  # fired by an external clock: no loop of ours waits for next_due
+    spent: str = ""  # what its turns of the last 24 hours spent, as text ("" for nothing)
+    budget: str = ""  # its budget's state, as text ("" for no budget)
+    over_budget: bool = False  # a budget is spent: its slots are skipped
 
 
 @attrs.frozen
@@ -96,6 +99,7 @@ class WakeupGroup:
     next_at: datetime
     origins: tuple[tuple[str, int], ...] = ()  # who asked (a label, unescaped) and how often
     deepest: int = 0  # the deepest chain of turns among them
+    over_budget: str = ""  # why its wake-ups are dropped now (its session's budget), if so
 
 
 @attrs.frozen
@@ -294,8 +298,24 @@ def routine_html(view: RoutineView, now: datetime) -> str:
         f'<span class="since">since {_time(view.since.replace(second=0, microsecond=0))}'
         "</span></div>"
         f'<p class="strip" aria-label="last fires, oldest first">{_strip(view.recent)}</p>'
-        f"{_last_output(view)}{problem}</article>"
+        f"{_spent(view)}{_last_output(view)}{problem}</article>"
     )
+
+
+def _spent(view: RoutineView) -> str:
+    """What the routine's turns spent in the last 24 hours, and its budget's state."""
+    parts = []
+    if view.spent:
+        parts.append(f"spent in the last 24 h: {_esc(view.spent)}")
+    if view.over_budget:
+        parts.append(f'<span class="over-budget">{_esc(view.budget)}</span>')
+    elif view.budget:
+        parts.append(f'<span class="budget">budget {_esc(view.budget)}</span>')
+    return f'<p class="spent">{" — ".join(parts)}</p>' if parts else ""
+
+
+def _over_budget(reason: str) -> str:
+    return f' · <span class="over-budget">{_esc(reason)}</span>' if reason else ""
 
 
 def _last_output(view: RoutineView) -> str:
@@ -336,7 +356,8 @@ def main_html(view: PageView) -> str:
         f"<li><code>{_esc(w.session)}</code>: {w.count} pending, next {_time(w.next_at)}"
         f"{' · asked by ' if w.origins else ''}"
         f"{', '.join(f'{_esc(label)} ×{n}' for label, n in w.origins)}"
-        f"{f' · chain depth up to {w.deepest}' if w.deepest else ''}</li>"
+        f"{f' · chain depth up to {w.deepest}' if w.deepest else ''}"
+        f"{_over_budget(w.over_budget)}</li>"
         for w in view.wakeups
     )
     if view.wakeups_problem:

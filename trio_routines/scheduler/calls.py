@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import trio
 
@@ -30,6 +30,7 @@ from ..errors import StateFault
 from ..instants import format_iso
 from ..records import Fire, Outcome, Wakeup
 from ..store import Store
+from ..usage import Usage
 from .deadlines import StoreDeadlines
 from .state import Grace, Runtime, SharedRead, duration, log, takes_keyword
 
@@ -90,8 +91,10 @@ class StoreCalls:
         #: The paused routines as last read from the store (or written by pause/resume).
         self.paused: frozenset[str] = frozenset()
         self._paused_read: SharedRead | None = None  # the read under way
-        # A store written before output takes no ``output``: it is given none (keeps none).
+        # A store written before output takes no ``output``: it is given none (keeps none);
+        # the same for ``usage``.
         self._takes_output = takes_keyword(store.settle, "output")
+        self._takes_usage = takes_keyword(store.settle, "usage")
 
     def bounded(self, seconds: float | None = None) -> Bounded:
         """A scope for store calls: ``seconds`` (``store_timeout``), and a stop's bound."""
@@ -198,11 +201,14 @@ class StoreCalls:
         if_unsettled: bool,
         error: str | None,
         output: str | None = None,
+        usage: Usage | None = None,
     ) -> bool:
         """One bounded settle (a retry's, the boot's); False when it failed or was cut off
         (logged)."""
         with self.bounded():
-            return await self._store_settle(routine, slot, outcome, ms, if_unsettled, error, output)
+            return await self._store_settle(
+                routine, slot, outcome, ms, if_unsettled, error, output, usage
+            )
         self._settle_timed_out(routine, slot, outcome)
         return False
 
@@ -215,14 +221,17 @@ class StoreCalls:
         if_unsettled: bool,
         error: str | None,
         output: str | None,
+        usage: Usage | None = None,
     ) -> Awaitable[bool]:
-        """The store's settle, given ``output`` when there is some and the store takes it."""
-        if output is None or not self._takes_output:
-            return self.store.settle(
-                routine, slot, outcome, ms, if_unsettled=if_unsettled, error=error
-            )
+        """The store's settle, given ``output`` and ``usage`` when there are some and the store
+        takes them."""
+        extra: dict[str, Any] = {}
+        if output is not None and self._takes_output:
+            extra["output"] = output
+        if usage is not None and self._takes_usage:
+            extra["usage"] = usage
         return self.store.settle(
-            routine, slot, outcome, ms, if_unsettled=if_unsettled, error=error, output=output
+            routine, slot, outcome, ms, if_unsettled=if_unsettled, error=error, **extra
         )
 
     def _settle_timed_out(self, routine: str, slot: datetime, outcome: Outcome) -> None:
@@ -242,6 +251,7 @@ class StoreCalls:
         error: str | None,
         within: trio.CancelScope,
         output: str | None = None,
+        usage: Usage | None = None,
     ) -> None:
         """Settle a fire, retrying with a back-off for up to the default grace.
 
@@ -254,7 +264,7 @@ class StoreCalls:
         give_up = trio.current_time() + self._runtime.default_grace
         self.deadlines.note(within, self.store_deadline())
         try:
-            if await self._store_settle(routine, slot, outcome, ms, False, error, output):
+            if await self._store_settle(routine, slot, outcome, ms, False, error, output, usage):
                 return
         except* trio.Cancelled:  # bare, or grouped by a nursery inside the store
             if not within.cancel_called:  # not our deadline (it cannot be): never swallowed
@@ -263,7 +273,7 @@ class StoreCalls:
         finally:
             self.deadlines.forget(within)
         with trio.CancelScope(shield=True):  # ``within`` may be cancelled now
-            await self._settle_again(routine, slot, outcome, ms, error, give_up, output)
+            await self._settle_again(routine, slot, outcome, ms, error, give_up, output, usage)
 
     async def _settle_again(
         self,
@@ -274,6 +284,7 @@ class StoreCalls:
         error: str | None,
         give_up: float,
         output: str | None,
+        usage: Usage | None = None,
     ) -> None:
         """The retries after a first settle that failed, each bounded, until ``give_up``."""
         delay = SETTLE_RETRY_FIRST
@@ -286,7 +297,14 @@ class StoreCalls:
             delay = min(delay * 2, SETTLE_RETRY_MAX)
             attempts += 1
             if await self.settle_once(
-                routine, slot, outcome, ms, if_unsettled=False, error=error, output=output
+                routine,
+                slot,
+                outcome,
+                ms,
+                if_unsettled=False,
+                error=error,
+                output=output,
+                usage=usage,
             ):
                 log.info(
                     "%s: the %s outcome of slot %s recorded at attempt %d",

@@ -25,6 +25,7 @@ from ..turns import TurnResult, run_turn
 from .calls import StoreCalls
 from .holds import Holds, TurnHold
 from .membership import Membership
+from .spending import Spending
 from .state import (
     LOST_HOLD,
     FireResult,
@@ -49,7 +50,8 @@ class FirePath:
     clock, stop, turns in flight, the run's nursery, metrics), the :class:`StoreCalls` (the
     paused read, deadlines, the settle), the :class:`Membership` (joined for an external
     fire; the presence, for a store whose claims take holds), the :class:`Holds` (one
-    session's turn at a time) and the :class:`Grace` (the turn's scope a stop reaches).
+    session's turn at a time), the :class:`Grace` (the turn's scope a stop reaches) and the
+    :class:`Spending` (each turn's usage recorded; budgets).
     """
 
     def __init__(
@@ -60,8 +62,10 @@ class FirePath:
         membership: Membership,
         holds: Holds,
         grace: Grace,
+        spending: Spending | None = None,
     ) -> None:
         self._store = store
+        self.spending = spending or Spending(store, runtime, calls)
         self._runtime = runtime
         self._calls = calls
         self._membership = membership
@@ -285,8 +289,18 @@ class FirePath:
         hold: TurnHold,
         spans: FireSpans | None,
     ) -> FireResult:
-        """The turn, then its settle, the last step of ``scope`` (see :meth:`StoreCalls.settle`)."""
+        """The turn, then its settle, the last step of ``scope`` (see :meth:`StoreCalls.settle`).
+        A routine over its budget runs no turn: the slot is settled skipped with the reason."""
         name = routine.name
+        if routine.budgets:
+            over = await self.spending.over_budget("routine", name, routine.budgets)
+            if over is not None:
+                await self._calls.settle(name, slot, Outcome.SKIPPED, 0, over, scope)
+                self.outcomes[Outcome.SKIPPED.value] += 1
+                self._metrics.fires[name, Outcome.SKIPPED.value] += 1
+                return FireResult(
+                    name, slot, claimed=True, outcome=Outcome.SKIPPED, ms=0, reason=over
+                )
         late = (self._runtime.now() - slot).total_seconds()
         replica = self._runtime.replica
         why = FireContext("routine", routine.session, routine=name, slot=slot, replica=replica)
@@ -305,7 +319,9 @@ class FirePath:
         output = None if tail is None else tail.text()
         if spans is not None:
             spans.settling()
-        await self._calls.settle(name, slot, turn.outcome, turn.ms, error, scope, output)
+        await self._calls.settle(
+            name, slot, turn.outcome, turn.ms, error, scope, output, turn.usage
+        )
         self.outcomes[turn.outcome.value] += 1
         self._metrics.fired(name, turn.outcome.value, turn.ms, late, at=self._runtime.now())
         if turn.busy:  # as the original: skipped with the reason, and no failure
@@ -361,6 +377,8 @@ class FirePath:
         elif self._grace.was_lost(grace) and turn.outcome is Outcome.INTERRUPTED:
             turn = attrs.evolve(turn, failed=LOST_HOLD)
         traced.ended(turn)
+        if turn.usage is not None:  # shielded and bounded: never raises
+            await self.spending.record(why, turn.usage)
         return turn
 
 

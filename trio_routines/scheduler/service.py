@@ -13,6 +13,7 @@ from types import MappingProxyType
 import trio
 
 from ..agent import Agent
+from ..budgets import Budget, checked_budgets
 from ..errors import InvalidRoutine
 from ..metrics import Family, Metrics, render
 from ..records import ClaimResult, Fire, Wakeup
@@ -38,6 +39,7 @@ from .reload import Reload, RoutineChanges
 from .restarts import Restarts
 from .runs import OnDemandRuns
 from .sleepers import Sleepers
+from .spending import Spending
 from .state import (
     DEFAULT_GRACE,
     JUMP_THRESHOLD,
@@ -68,6 +70,11 @@ class Scheduler:
     from a :meth:`stop` without one and from a signal to :func:`~trio_routines.serve` (the
     command line's ``--grace`` sets it), and how long a failed settle is retried.
 
+    ``session_budget`` (text such as ``"200k tokens/day, 5 USD/week"``, or
+    :class:`~trio_routines.budgets.Budget` values) is what each session's wake-up turns may
+    spend per rolling window; a wake-up due over it is not run (:mod:`trio_routines.budgets`).
+    Raises :class:`~trio_routines.errors.InvalidOption` for one that cannot be read.
+
     A scheduler runs once: build a new one to run again.
     """
 
@@ -91,6 +98,7 @@ class Scheduler:
         default_grace: float = DEFAULT_GRACE,
         store_timeout: float = STORE_TIMEOUT,
         replica: str | None = None,
+        session_budget: str | Sequence[Budget] | None = None,
     ) -> None:
         # The OpenTelemetry API, when installed, is imported here, not at a first fire.
         load_tracing()
@@ -136,7 +144,8 @@ class Scheduler:
             poll_interval=poll_interval,
         )
         self._arming = Arming()
-        self._fire = FirePath(store, runtime, calls, membership, holds, self._grace)
+        spending = Spending(store, runtime, calls, checked_budgets(session_budget))
+        self._fire = FirePath(store, runtime, calls, membership, holds, self._grace, spending)
         gaps = GapRecording(store, runtime, calls)
         open_claims = OpenClaims(store, runtime, calls, membership)
         self._boot = Boot(runtime, calls, membership, gaps, open_claims, self._arming)
@@ -402,6 +411,7 @@ class Scheduler:
     def statistics(self) -> Statistics:
         """A snapshot: armed routines, turns in flight, next slots, outcomes, clock jumps."""
         runtime = self._runtime
+        spending = self._fire.spending
         return Statistics(
             armed=tuple(self._arming.armed),
             in_flight=int(runtime.in_flight.value),
@@ -413,6 +423,12 @@ class Scheduler:
             settle_failures=MappingProxyType(dict(self._calls.settle_failures)),
             future_claims=MappingProxyType(self._arming.future_claims(runtime.now())),
             paused=self._calls.paused,
+            over_budget=MappingProxyType(
+                {name: why for (kind, name), why in spending.over.items() if kind == "routine"}
+            ),
+            sessions_over_budget=MappingProxyType(
+                {name: why for (kind, name), why in spending.over.items() if kind == "session"}
+            ),
         )
 
 

@@ -102,6 +102,10 @@ class Statistics:
     paused: frozenset[str] = frozenset()
     #: Outcomes given up after the settle's retries, by routine (the claims stay unsettled).
     settle_failures: Mapping[str, int] = attrs.field(factory=dict)
+    #: Routines, and sessions (for their wake-ups), whose turns do not start now: over a
+    #: budget (the reason, as the last check found it; :mod:`trio_routines.budgets`).
+    over_budget: Mapping[str, str] = attrs.field(factory=dict)
+    sessions_over_budget: Mapping[str, str] = attrs.field(factory=dict)
 
 
 def duration(seconds: float) -> str:

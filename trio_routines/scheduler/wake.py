@@ -99,6 +99,19 @@ class WakeLoop:
             replica=self._runtime.replica,
             origin=wakeup.origin,
         )
+        spending = self._fire.spending
+        if spending.session_budgets:
+            over = await spending.over_budget("session", wakeup.session, spending.session_budgets)
+            if over is not None:  # docs/design.md: dropped, not deferred
+                log.info(
+                    "%s: %s — %s",
+                    label,
+                    over,
+                    "this occurrence is not run; the next fires per cron"
+                    if wakeup.recurring
+                    else f"dropped, not run (session {wakeup.session})",
+                )
+                return
         turn = await self._fire.turn(why, label, envelope(wakeup))
         if not turn.busy:
             return

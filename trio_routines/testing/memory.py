@@ -14,11 +14,13 @@ from ..claims import KEEP_CLAIMS, is_stale, names_to_prune
 from ..errors import StateFault
 from ..gaps import add_gap
 from ..instants import slot_name, truncate_ms
+from ..ledger import Entry, Spent, add_entry, check_key, spent_since
 from ..names import check_name
 from ..presence import Presence
 from ..records import ClaimResult, ClaimStatus, Fire, Gap, GapReason, Outcome, Wakeup
 from ..replicas import ReplicaInfo, claim_key, replica_key
 from ..store import Lifetime
+from ..usage import Usage
 from ..wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
 
 log = logging.getLogger("trio_routines")
@@ -51,6 +53,8 @@ class MemoryStore(Lifetime):
         self.resumed: dict[str, datetime] = {}
         self.gap_records: dict[str, list[Gap]] = {}
         self.armed: dict[str, datetime] = {}  # when each routine was first armed
+        #: The usage ledgers: (kind, name) -> entries (see :mod:`trio_routines.ledger`).
+        self.ledgers: dict[tuple[str, str], list[Entry]] = {}
         self._times: dict[str, int] = {}
         self._only: dict[str, str] = {}
         self._open_after: tuple[str, str] | None = None  # see open_claims
@@ -131,6 +135,7 @@ class MemoryStore(Lifetime):
         if_unsettled: bool = False,
         error: str | None = None,
         output: str | None = None,
+        usage: Usage | None = None,
     ) -> bool:
         await self._enter("settle")
         check_name(routine)
@@ -149,7 +154,12 @@ class MemoryStore(Lifetime):
         if fire is None or (if_unsettled and fire.outcome is not None):
             return True
         self.claims[routine][name] = attrs.evolve(
-            fire, outcome=outcome, ms=None if ms is None else round(ms), error=error, output=output
+            fire,
+            outcome=outcome,
+            ms=None if ms is None else round(ms),
+            error=error,
+            output=output,
+            usage=usage,
         )
         return True
 
@@ -242,6 +252,21 @@ class MemoryStore(Lifetime):
         await self._enter("gaps")
         self._fault("gaps", routine)
         return list(self.gap_records.get(routine, []))
+
+    async def record_usage(self, kind: str, name: str, at: datetime, usage: Usage) -> None:
+        """Add ``usage``, spent at ``at``, to the ledger of a routine or a session."""
+        check_key(kind, name)
+        await self._enter("record_usage")
+        self._fault("record_usage", name if kind == "routine" else None)
+        key = (kind, name)
+        self.ledgers[key] = add_entry(self.ledgers.get(key, []), at, usage)
+
+    async def usage_since(self, kind: str, name: str, since: datetime) -> Spent:
+        """What the turns of a routine or a session spent from ``since`` on (the ledger)."""
+        check_key(kind, name)
+        await self._enter("usage_since")
+        self._fault("usage_since", name if kind == "routine" else None)
+        return spent_since(self.ledgers.get((kind, name), []), since)
 
     async def first_armed(self, routines: Sequence[str], at: datetime) -> dict[str, datetime]:
         """When each of ``routines`` was first armed; ``at`` for those named the first time."""

@@ -9,25 +9,29 @@ from datetime import datetime
 import attrs
 import trio
 
-from ..agent import SESSION_BUSY, Completed, Event, Failed, TextDelta
+from ..agent import SESSION_BUSY, Completed, Event, Failed, TextDelta, Usage
 from ..context import FireContext, current_fire
 
 
 @attrs.frozen
 class Complete:
-    """Finish the turn after ``duration`` seconds, having streamed ``reply``."""
+    """Finish the turn after ``duration`` seconds, having streamed ``reply`` (and reported
+    ``usage``, when given)."""
 
     duration: float = 0.0
     reply: str = "ok"
+    usage: Usage | None = None
 
 
 @attrs.frozen
 class Fail:
-    """Fail the turn with ``details`` (and ``code``) after ``duration`` seconds."""
+    """Fail the turn with ``details`` (and ``code``) after ``duration`` seconds, having
+    reported ``usage``, when given."""
 
     details: str = "it failed"
     code: str | None = None
     duration: float = 0.0
+    usage: Usage | None = None
 
 
 @attrs.frozen
@@ -108,6 +112,8 @@ class ScriptedAgent:
         await trio.sleep(getattr(behaviour, "duration", 0.0))
         if isinstance(behaviour, Raise):
             raise behaviour.error
+        if isinstance(behaviour, Complete | Fail) and behaviour.usage is not None:
+            yield behaviour.usage
         if isinstance(behaviour, Fail):
             yield Failed(behaviour.details, behaviour.code)
         else:

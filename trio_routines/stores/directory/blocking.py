@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ...errors import StateFault
 from ...records import ClaimResult, Fire, Outcome
+from ...usage import Usage
 from ..safefile import at, describe
 from .claimfiles import ClaimFiles
 
@@ -54,10 +55,11 @@ class BlockingClaims:
         if_unsettled: bool = False,
         error: str | None = None,
         output: str | None = None,
+        usage: Usage | None = None,
     ) -> bool:
         """The store's ``settle``: False when a fault was logged."""
         written, pending = self._files.write_outcome(
-            routine, slot, outcome, ms, if_unsettled, error, output
+            routine, slot, outcome, ms, if_unsettled, error, output, usage
         )
         if pending is None:
             return written

@@ -26,6 +26,7 @@ from ...instants import slot_name
 from ...names import check_name
 from ...output import OUTPUT_MAX
 from ...records import ClaimResult, ClaimStatus, Fire, Outcome
+from ...usage import Usage
 from ..batch import Answer, each
 from ..groupcommit import Descriptors, hand_in, opened
 from ..safefile import (
@@ -64,8 +65,8 @@ class Pending(NamedTuple):
 V = TypeVar("V")
 ClaimItem = tuple[str, datetime, datetime, str | None]  # routine, slot, fired_at, replica
 ClaimWrite = tuple[ClaimResult, Pending | None]
-# routine, slot, outcome, ms, if_unsettled, error, output
-SettleItem = tuple[str, datetime, Outcome, int | None, bool, str | None, str | None]
+# routine, slot, outcome, ms, if_unsettled, error, output, usage
+SettleItem = tuple[str, datetime, Outcome, int | None, bool, str | None, str | None, Usage | None]
 SettleWrite = tuple[bool, Pending | None]  # False: a fault was logged
 # In a batch: a write's value, and what to prune once flushed (None: nothing awaits a flush).
 Written: TypeAlias = tuple[V, list[str] | None]
@@ -315,6 +316,7 @@ class ClaimFiles:
         if_unsettled: bool,
         error: str | None,
         output: str | None = None,
+        usage: Usage | None = None,
         *,
         claims: int | None = None,
         wait: bool = True,
@@ -358,7 +360,9 @@ class ClaimFiles:
             if if_unsettled and fire.outcome is not None:
                 return True, None
             rounded = None if ms is None else round(ms)
-            data = claim_text(fire.fired_at, outcome, rounded, error, fire.replica, output).encode()
+            data = claim_text(
+                fire.fired_at, outcome, rounded, error, fire.replica, output, usage
+            ).encode()
             # Write over the stamp, then cut what is left: a write that fails (ENOSPC, EIO)
             # leaves the stamp readable, where truncating first would have erased it.
             at(path, lambda: os.pwrite(fd, data, 0))

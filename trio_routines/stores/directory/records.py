@@ -1,11 +1,12 @@
-"""The state directory's pauses, gaps and first-armed records: the store's async calls.
+"""The state directory's pauses, gaps, first-armed records and usage ledgers: the store's
+async calls.
 
-The files themselves are pause.py's, gaps.py's and armed.py's (all build on
+The files themselves are pause.py's, gaps.py's, armed.py's and ledgerfile.py's (all build on
 ../safefile.py, and live outside ``claims/``, which is all an older reader looks at). Each
-call
-runs in a worker thread of the store's, left to itself when its caller is cancelled
+call runs in a worker thread of the store's, left to itself when its caller is cancelled
 (abandon.py): a pause, a gap or a first-armed record given up may still land, which is
-harmless (each is idempotent, and a caller told of a fault may repeat them).
+harmless (each is idempotent, and a caller told of a fault may repeat them). A usage record
+given up may land too; the scheduler never repeats one, so it is counted once or not at all.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from ...agent import Usage
+from ...ledger import Spent, check_key
 from ...records import Gap
 
 T = TypeVar("T")
@@ -67,3 +70,15 @@ class Records:
         from .armed import first_armed_sync
 
         return await self._run(first_armed_sync, self._root, list(routines), at)
+
+    async def record_usage(self, kind: str, name: str, at: datetime, usage: Usage) -> None:
+        """Add ``usage`` to the ledger of routine or session ``name`` (the store contract)."""
+        from .ledgerfile import record_usage_sync
+
+        await self._run(record_usage_sync, self._root, check_key(kind, name), name, at, usage)
+
+    async def usage_since(self, kind: str, name: str, since: datetime) -> Spent:
+        """What the turns of routine or session ``name`` spent from ``since`` on."""
+        from .ledgerfile import spent_since_sync
+
+        return await self._run(spent_since_sync, self._root, check_key(kind, name), name, since)

@@ -49,9 +49,11 @@ import trio
 
 from ...claims import KEEP_CLAIMS
 from ...errors import StateFault
+from ...ledger import Spent
 from ...records import ClaimResult, Fire, Gap, Outcome, Wakeup
 from ...replicas import ReplicaInfo
 from ...store import Lifetime
+from ...usage import Usage
 from ...wakeups import WakeupRequest
 from ..abandon import run_abandoning
 from ..groupcommit import SYNCFS
@@ -80,8 +82,8 @@ class DirectoryStore(Lifetime):
     byte-compatible so that either can read the other's state:
     ``schedule/claims/<routine>/<slot name>`` holds one file per claimed slot and
     ``schedule/wakeups.json`` the pending wake-ups; ``schedule/wakeups.lock``,
-    ``schedule/paused/``, ``schedule/resumed/``, ``schedule/gaps/``, ``schedule/gaps.lock``
-    and ``schedule/armed.json`` are ours.
+    ``schedule/paused/``, ``schedule/resumed/``, ``schedule/gaps/``, ``schedule/gaps.lock``,
+    ``schedule/armed.json``, ``schedule/usage/`` and ``schedule/usage.lock`` are ours.
     """
 
     def __init__(
@@ -164,9 +166,17 @@ class DirectoryStore(Lifetime):
         if_unsettled: bool = False,
         error: str | None = None,
         output: str | None = None,
+        usage: Usage | None = None,
     ) -> bool:
         return await self._writes.settle(
-            routine, slot, outcome, ms, if_unsettled=if_unsettled, error=error, output=output
+            routine,
+            slot,
+            outcome,
+            ms,
+            if_unsettled=if_unsettled,
+            error=error,
+            output=output,
+            usage=usage,
         )
 
     def settle_sync(
@@ -178,9 +188,10 @@ class DirectoryStore(Lifetime):
         if_unsettled: bool = False,
         error: str | None = None,
         output: str | None = None,
+        usage: Usage | None = None,
     ) -> bool:
         """The store's ``settle``, in the calling thread: False when a fault was logged."""
-        return self._blocking.settle(routine, slot, outcome, ms, if_unsettled, error, output)
+        return self._blocking.settle(routine, slot, outcome, ms, if_unsettled, error, output, usage)
 
     async def latest_fire(self, routine: str) -> Fire | None:
         self._writes.reading()  # a store serving many routines starts its writer process
@@ -249,6 +260,14 @@ class DirectoryStore(Lifetime):
     async def first_armed(self, routines: Sequence[str], at: datetime) -> dict[str, datetime]:
         """When each of ``routines`` was first armed; ``at`` for those named the first time."""
         return await self._records.first_armed(routines, at)
+
+    async def record_usage(self, kind: str, name: str, at: datetime, usage: Usage) -> None:
+        """Add ``usage``, spent at ``at``, to the ledger of a routine or a session."""
+        await self._records.record_usage(kind, name, at, usage)
+
+    async def usage_since(self, kind: str, name: str, since: datetime) -> Spent:
+        """What the turns of a routine or a session spent from ``since`` on (the ledger)."""
+        return await self._records.usage_since(kind, name, since)
 
     # -- replicas (see replicas.py and members.py) ----------------------------------------
 

@@ -27,6 +27,7 @@ import trio
 
 from ...errors import StateFault
 from ...records import ClaimResult, Outcome
+from ...usage import Usage
 from ..abandon import run_abandoning
 from ..batch import Answer, Batcher, Entry, Turns
 from ..groupcommit import Abandoned, Batch, Descriptors, GroupCommit, close_held
@@ -240,8 +241,9 @@ class Writes:
         if_unsettled: bool = False,
         error: str | None = None,
         output: str | None = None,
+        usage: Usage | None = None,
     ) -> bool:
-        item: SettleItem = (routine, slot, outcome, ms, if_unsettled, error, output)
+        item: SettleItem = (routine, slot, outcome, ms, if_unsettled, error, output, usage)
         try:
             call = await self._submit("settles", item, self.settle_writes)
             written: bool = call.value

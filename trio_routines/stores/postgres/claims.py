@@ -32,6 +32,7 @@ import psycopg
 
 from ...instants import slot_name
 from ...records import ClaimResult, ClaimStatus, Outcome
+from ...usage import Usage
 from .conn import Call
 from .holds import LOCKS as _HELD_LOCKS
 from .schema import CLAIM_LOCK, Schema
@@ -44,7 +45,8 @@ ClaimItem = tuple[str, datetime, datetime, str | None, "HoldsWanted | None"]
 #: and the keys to hold (its session's; the claim itself names its replica).
 HoldsWanted = tuple[int, tuple[int, ...]]
 # routine, slot, outcome, ms, if_unsettled, error, output
-SettleItem = tuple[str, datetime, Outcome, int | None, bool, str | None, str | None]
+# routine, slot, outcome, ms, if_unsettled, error, output, usage
+SettleItem = tuple[str, datetime, Outcome, int | None, bool, str | None, str | None, Usage | None]
 
 # DISTINCT: two routines whose keys collide share one lock. The subquery's order is the
 # order in which the aggregate evaluates the lock calls.
@@ -77,10 +79,12 @@ _PRUNE_OLDER = """c.slot < (SELECT k.slot FROM {claims} AS k WHERE k.routine = t
     ORDER BY k.slot DESC OFFSET %(offset)s LIMIT 1)"""
 
 _SETTLE = """UPDATE {claims} AS c
-    SET outcome = u.outcome, ms = u.ms, error = u.error, output = u.output
+    SET outcome = u.outcome, ms = u.ms, error = u.error, output = u.output,
+        tokens_in = u.tokens_in, tokens_out = u.tokens_out, cost = u.cost, currency = u.currency
     FROM (SELECT e->>0 AS routine, (e->>1)::timestamptz AS slot, e->>2 AS outcome,
         (e->>3)::bigint AS ms, (e->>4)::boolean AS only_unsettled, e->>5 AS error,
-        e->>6 AS output
+        e->>6 AS output, (e->>7)::bigint AS tokens_in, (e->>8)::bigint AS tokens_out,
+        (e->>9)::double precision AS cost, e->>10 AS currency
         FROM jsonb_array_elements(%s::jsonb) AS e) AS u
     WHERE c.routine = u.routine AND c.slot = u.slot
         AND (NOT u.only_unsettled OR c.outcome IS NULL)"""
@@ -185,7 +189,8 @@ def taken_too_late(conn: psycopg.Connection[Any], schema: Schema, late: list[Cla
             slot_name(slot),
         )
     settles: list[SettleItem] = [
-        (routine, slot, Outcome.INTERRUPTED, None, True, None, None) for routine, slot, *_ in late
+        (routine, slot, Outcome.INTERRUPTED, None, True, None, None, None)
+        for routine, slot, *_ in late
     ]
     settle_batch(conn, Call(), schema, settles)
 
@@ -199,9 +204,25 @@ def settle_batch(
         (
             _json(
                 [
-                    [routine, slot.isoformat(), outcome.value, ms, only, error, output]
-                    for routine, slot, outcome, ms, only, error, output in items
+                    [
+                        routine,
+                        slot.isoformat(),
+                        outcome.value,
+                        ms,
+                        only,
+                        error,
+                        output,
+                        *_usage_columns(usage),
+                    ]
+                    for routine, slot, outcome, ms, only, error, output, usage in items
                 ]
             ),
         ),
     )
+
+
+def _usage_columns(usage: Usage | None) -> list[Any]:
+    """A settle's usage as the columns ``tokens_in, tokens_out, cost, currency``."""
+    if usage is None:
+        return [None, None, None, None]
+    return [usage.input_tokens, usage.output_tokens, usage.cost, usage.currency]

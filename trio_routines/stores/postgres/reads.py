@@ -51,7 +51,13 @@ _NEWEST = f"""SELECT r.routine, c.slot, c.fired_at, c.outcome, c.ms, c.error, c.
 _RESUMED = f"SELECT r.routine, s.resumed_at FROM {_ROUTINES} JOIN {{resumed}} AS s USING (routine)"
 
 
-def _fire(routine: str, row: tuple[Any, ...], where: str, output: str | None = None) -> Fire:
+def _fire(
+    routine: str,
+    row: tuple[Any, ...],
+    where: str,
+    output: str | None = None,
+    usage: tuple[Any, ...] = (),
+) -> Fire:
     slot, fired_at, outcome, ms, error, replica = row
     # The same lenient reading as a claim file: an odd outcome reads as unsettled.
     record: dict[str, object] = {"firedAt": format_iso(fired_at), "outcome": outcome}
@@ -63,15 +69,26 @@ def _fire(routine: str, row: tuple[Any, ...], where: str, output: str | None = N
         record["replica"] = replica
     if output is not None:
         record["output"] = output
+    if any(value is not None for value in usage):
+        tokens_in, tokens_out, cost, currency = usage
+        record["usage"] = {
+            "inputTokens": tokens_in,
+            "outputTokens": tokens_out,
+            "cost": cost,
+            "currency": currency,
+        }
     return fire_from_record(truncate_ms(slot), record, f"{routine}/{slot_name(slot)} in {where}")
 
 
 def history(conn: Conn, _call: Call, schema: Schema, where: str, routine: str) -> list[Fire]:
-    """Every kept claim of ``routine``, oldest first, with its output (the newest-claim reads
-    leave it out: a boot of 10,000 routines needs none of it)."""
-    query = f"SELECT {_COLUMNS}, output FROM {{claims}} WHERE routine = %s ORDER BY slot"
+    """Every kept claim of ``routine``, oldest first, with its output and usage (the
+    newest-claim reads leave them out: a boot of 10,000 routines needs none of it)."""
+    query = (
+        f"SELECT {_COLUMNS}, output, tokens_in, tokens_out, cost, currency FROM {{claims}} "
+        "WHERE routine = %s ORDER BY slot"
+    )
     return [
-        _fire(routine, row[:-1], where, output=row[-1])
+        _fire(routine, row[:6], where, output=row[6], usage=row[7:])
         for row in conn.execute(schema.sql(query), (routine,))
     ]
 

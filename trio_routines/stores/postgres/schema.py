@@ -27,7 +27,7 @@ from psycopg import sql
 
 from ...errors import StateFault
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 # Advisory lock namespaces (the first key of the two-key form); the second key is a hash of
 # the routine or session. A hash collision only serializes two unrelated callers.
 DDL_LOCK = "trio_routines:schema"
@@ -120,6 +120,23 @@ _MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE {wakeups} ADD COLUMN IF NOT EXISTS origin_slot timestamptz",
         "ALTER TABLE {wakeups} ADD COLUMN IF NOT EXISTS origin_parent text",
     ],
+    # What each routine turn spent (usage.py): tokens in and out, a cost and its currency.
+    10: [
+        "ALTER TABLE {claims} ADD COLUMN IF NOT EXISTS tokens_in bigint",
+        "ALTER TABLE {claims} ADD COLUMN IF NOT EXISTS tokens_out bigint",
+        "ALTER TABLE {claims} ADD COLUMN IF NOT EXISTS cost double precision",
+        "ALTER TABLE {claims} ADD COLUMN IF NOT EXISTS currency text",
+        # The usage ledger of routines and sessions, by minute (ledger.py), for budgets.
+        """CREATE TABLE IF NOT EXISTS {usage} (
+            kind text NOT NULL,
+            name text NOT NULL,
+            minute timestamptz NOT NULL,
+            currency text NOT NULL,
+            tokens_in bigint NOT NULL DEFAULT 0,
+            tokens_out bigint NOT NULL DEFAULT 0,
+            cost double precision NOT NULL DEFAULT 0,
+            PRIMARY KEY (kind, name, minute, currency))""",
+    ],
 }
 
 
@@ -130,6 +147,7 @@ _COMPATIBLE_FROM: dict[int, int] = {
     7: 5,  # first-armed records: older code writes none (its never-fired routines go unseen)
     8: 5,  # output: older code neither reads nor writes it (its settles leave it as it was)
     9: 5,  # wake-up origins: older code adds wake-ups without one (read back as unknown)
+    10: 5,  # usage: older code neither reads nor writes it (its turns count as spending none)
 }
 
 
@@ -155,6 +173,7 @@ class Schema:
             "holds": name("trio_routines_holds"),
             "gaps": name("trio_routines_gaps"),
             "armed": name("trio_routines_armed"),
+            "usage": name("trio_routines_usage"),
             "claims_open": sql.Identifier("trio_routines_claims_open"),
             "wakeups_session": sql.Identifier("trio_routines_wakeups_session"),
             "wakeups_id": sql.Identifier("trio_routines_wakeups_id"),

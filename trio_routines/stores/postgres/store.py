@@ -14,12 +14,14 @@ import psycopg
 from ...claims import KEEP_CLAIMS
 from ...errors import StateFault
 from ...instants import slot_name, truncate_ms
+from ...ledger import Spent, check_key
 from ...names import check_name
 from ...output import stored_output
 from ...records import ClaimResult, Fire, Gap, Outcome, Wakeup
 from ...replicas import ReplicaInfo
 from ...store import Lifetime
 from ...text import error_text
+from ...usage import Usage
 from ...wakeups import WakeupRequest
 from ..batch import Answer, Batcher, Entry
 from ..newest import BatchedReads
@@ -34,6 +36,7 @@ from .claims import (
 from .conn import Call, CallFault, Connections
 from .gaps import first_armed, read_gaps, record_gap
 from .holds import PostgresPresence, claims_alive, replica_rows
+from .ledger import record_usage, usage_since
 from .reads import BATCH, READERS, history, newest_fires, open_claims, read_batch, resumes
 from .schema import CLAIM_LOCK as CLAIM_LOCK
 from .schema import SCHEMA_VERSION as SCHEMA_VERSION
@@ -170,6 +173,7 @@ class PostgresStore(Lifetime):
         if_unsettled: bool = False,
         error: str | None = None,
         output: str | None = None,
+        usage: Usage | None = None,
     ) -> bool:
         check_name(routine)
         rounded = None if ms is None else round(ms)
@@ -177,7 +181,7 @@ class PostgresStore(Lifetime):
         kept = None if output is None else stored_output(output)  # no NUL: text refuses it
         try:
             await self._settles.submit(
-                (routine, truncate_ms(slot), outcome, rounded, if_unsettled, reason, kept)
+                (routine, truncate_ms(slot), outcome, rounded, if_unsettled, reason, kept, usage)
             )
         except StateFault as exc:
             log.warning("%s", exc)
@@ -265,6 +269,22 @@ class PostgresStore(Lifetime):
         what = f"the gaps of {routine!r} are unreadable"
         return await self._conns.run(
             what, lambda conn, _call: read_gaps(conn, self._tables, routine)
+        )
+
+    async def record_usage(self, kind: str, name: str, at: datetime, usage: Usage) -> None:
+        """Add ``usage``, spent at ``at``, to the ledger of a routine or a session."""
+        checked = check_key(kind, name)
+        what = f"could not record the usage of {kind} {name!r}"
+        await self._conns.run(
+            what, lambda conn, _call: record_usage(conn, self._tables, checked, name, at, usage)
+        )
+
+    async def usage_since(self, kind: str, name: str, since: datetime) -> Spent:
+        """What the turns of a routine or a session spent from ``since`` on (the ledger)."""
+        checked = check_key(kind, name)
+        what = f"the usage of {kind} {name!r} is unreadable"
+        return await self._conns.run(
+            what, lambda conn, _call: usage_since(conn, self._tables, checked, name, since)
         )
 
     async def first_armed(self, routines: Sequence[str], at: datetime) -> dict[str, datetime]:

@@ -1,0 +1,147 @@
+"""Budgets: how much a routine's turns, or a session's wake-up turns, may spend in a rolling
+window, in tokens or in money.
+
+A budget is written ``<amount> <unit>/<window>``: ``200k tokens/day``, ``5 USD/week``,
+``1.5M tokens/hour``. The amount is a positive number, with ``k``, ``M`` or ``G`` for tokens;
+the unit ``tokens`` (in and out together) or a currency code (1 to 10 letters, any case); the
+window ``hour``, ``day`` or ``week``, a rolling one ending now. Several are written as a list,
+comma-separated (``budget: 200k tokens/day, 5 USD/week``); each holds on its own.
+
+The rule: a turn starts only while what was spent in each budget's window is below its
+amount. The check is made before the turn, against the store's ledger
+(:mod:`trio_routines.ledger`), which every replica shares; a turn's own spending is only
+known when it ends, so a budget can be passed by the turns in flight when it was reached: at
+most one per replica per routine (a routine's turns never overlap) or per session.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import timedelta
+
+import attrs
+
+from .errors import InvalidOption
+from .ledger import Spent
+from .usage import cost_text, tokens_text
+
+__all__ = ["WINDOWS", "Budget", "parse_budgets"]
+
+#: The windows a budget may name, and their length (the longest is the ledger's span).
+WINDOWS = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(days=7)}
+_WINDOW_TEXT = {"hour": "1 h", "day": "24 h", "week": "7 days"}
+_SCALE = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
+_BUDGET = re.compile(
+    r"(?P<amount>\d+(?:\.\d+)?)\s*(?P<scale>[kKmMgG]?)\s+(?P<unit>[A-Za-z]{1,10})\s*/\s*"
+    r"(?P<window>[A-Za-z]+)"
+)
+_EXAMPLE = "like 200k tokens/day or 5 USD/week"
+MAX_AMOUNT = 1e15
+
+
+@attrs.frozen
+class Budget:
+    """At most ``amount`` of ``unit`` (``"tokens"``, or a currency code) per rolling
+    ``window`` (``"hour"``, ``"day"`` or ``"week"``)."""
+
+    amount: float
+    unit: str
+    window: str
+
+    def __attrs_post_init__(self) -> None:
+        if self.window not in WINDOWS:
+            raise InvalidOption(f"a budget's window is hour, day or week, not {self.window!r}")
+        if not 0 < self.amount <= MAX_AMOUNT:
+            raise InvalidOption(f"a budget's amount must be above 0, not {self.amount!r}")
+        if self.unit != "tokens" and not re.fullmatch(r"[A-Z]{1,10}", self.unit):
+            raise InvalidOption(f"a budget's unit is tokens or a currency code, not {self.unit!r}")
+
+    @property
+    def length(self) -> timedelta:
+        """How far back the window reaches."""
+        return WINDOWS[self.window]
+
+    @property
+    def tokens(self) -> bool:
+        """Whether it counts tokens (else money in :attr:`unit`)."""
+        return self.unit == "tokens"
+
+    def used(self, spent: Spent) -> float:
+        """What ``spent`` counts against this budget."""
+        return spent.tokens if self.tokens else spent.cost(self.unit)
+
+    def allows(self, spent: Spent) -> bool:
+        """Whether a turn may start after ``spent`` in the window: below the amount."""
+        return self.used(spent) < self.amount
+
+    def __str__(self) -> str:
+        """``200k tokens/day``: as written, normalised."""
+        if self.tokens:
+            return f"{tokens_text(round(self.amount))} tokens/{self.window}"
+        return f"{cost_text(self.amount, self.unit)}/{self.window}"
+
+    def over_text(self, spent: Spent) -> str:
+        """``over budget (210k of 200k tokens in the last 24 h)``: why a turn did not start."""
+        used = self.used(spent)
+        if self.tokens:
+            what = f"{tokens_text(round(used))} of {tokens_text(round(self.amount))} tokens"
+        else:
+            number = cost_text(used, self.unit).rsplit(" ", 1)[0]
+            what = f"{number} of {cost_text(self.amount, self.unit)}"
+        return f"over budget ({what} in the last {_WINDOW_TEXT[self.window]})"
+
+
+def parse_budget(text: str) -> Budget:
+    """One budget (see the module doc); :class:`InvalidOption` with a one-line reason."""
+    shown = " ".join(text.split())
+    match = _BUDGET.fullmatch(text.strip())
+    if match is None:
+        raise InvalidOption(f"a budget is written {_EXAMPLE}, not {shown!r}")
+    unit, scale = match["unit"], match["scale"].lower()
+    window = match["window"].lower()
+    if window not in WINDOWS:
+        raise InvalidOption(f"a budget's window is hour, day or week, not {match['window']!r}")
+    if unit.lower() in ("token", "tokens"):
+        unit = "tokens"
+    elif scale:
+        raise InvalidOption(f"k, M and G scale tokens, not money: {shown!r}")
+    else:
+        unit = unit.upper()
+    amount = float(match["amount"]) * _SCALE[scale]
+    if amount <= 0:
+        raise InvalidOption(f"a budget's amount must be above 0, not {shown!r}")
+    if amount > MAX_AMOUNT:
+        raise InvalidOption(f"a budget's amount must be at most {MAX_AMOUNT:g}, not {shown!r}")
+    return Budget(amount, unit, window)
+
+
+def parse_budgets(text: str) -> tuple[Budget, ...]:
+    """A comma-separated list of budgets; no two of one unit and window."""
+    budgets = tuple(parse_budget(part) for part in text.split(","))
+    seen = set()
+    for budget in budgets:
+        key = (budget.unit, budget.window)
+        if key in seen:
+            raise InvalidOption(f"two budgets of {budget.unit} per {budget.window}: keep one")
+        seen.add(key)
+    return budgets
+
+
+def checked_budgets(value: str | Sequence[Budget] | None) -> tuple[Budget, ...]:
+    """Budgets as given to the :class:`~trio_routines.Scheduler`: text (:func:`parse_budgets`),
+    a sequence of :class:`Budget`, or None for none."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return parse_budgets(value)
+    budgets = tuple(value)
+    for budget in budgets:
+        if not isinstance(budget, Budget):
+            raise InvalidOption(f"a budget must be a Budget or text, not {type(budget).__name__}")
+    return budgets
+
+
+def budgets_text(budgets: Sequence[Budget]) -> str:
+    """``200k tokens/day, 5 USD/week``."""
+    return ", ".join(str(budget) for budget in budgets)

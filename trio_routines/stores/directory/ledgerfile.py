@@ -1,0 +1,118 @@
+"""The usage ledger in the state directory (:mod:`trio_routines.ledger`): a file per key.
+
+    <root>/schedule/usage/<kind>-<digest>   {"kind", "name", "entries": [[minute, currency,
+                                             in, out, cost], ...]}, by minute
+    <root>/schedule/usage.lock              ours: serializes ledger writers across processes
+
+A key is a routine's name or a session, which may be any text: the file is named by the
+SHA-256 of it (``<digest>``, 40 hex digits), and the file names its key again, so that a file
+found under the wrong name (planted, or copied) reads as an empty ledger with a warning and is
+replaced by the next write, as one that is not ours (a link, a FIFO, too large, not JSON) is;
+an entry that cannot be read is left out. A write reads the file, adds the usage to its
+minute, drops what is older than :data:`~trio_routines.ledger.LEDGER_SPAN`, and writes the
+result to a temp file (fsynced) renamed into place (the directory fsynced), all under an
+exclusive ``flock`` of ``usage.lock`` taken with a bound: two processes never lose each
+other's usage. Bounded: at most one entry per minute of the span per currency.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from datetime import datetime
+from pathlib import Path
+
+from ...agent import Usage
+from ...converter import dumps, loads
+from ...errors import StateFault
+from ...ledger import Entry, Kind, Spent, add_entry, entry_from_json, entry_to_json, spent_since
+from ..safefile import Refused, describe, fsync, lock_within, open_dirs, read_file, replace_file
+from .gaps import open_lock
+
+log = logging.getLogger("trio_routines")
+
+#: A week of minutes, a few currencies, some 60 bytes an entry: anything larger is not ours.
+MAX_LEDGER_BYTES = 8 * 1024 * 1024
+LOCK_SECONDS = 10.0
+
+
+def file_name(kind: Kind, name: str) -> str:
+    digest = hashlib.sha256(name.encode("utf-8", errors="surrogatepass")).hexdigest()[:40]
+    return f"{kind}-{digest}"
+
+
+def _read(directory: int, kind: Kind, name: str, where: Path) -> list[Entry]:
+    path = where / file_name(kind, name)
+    try:
+        data = read_file(directory, path.name, path, MAX_LEDGER_BYTES)
+    except FileNotFoundError:
+        return []
+    except Refused as exc:
+        log.warning("ignoring the usage ledger %s: %s", path, exc)
+        return []
+    try:
+        raw = loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raw = None
+    if not isinstance(raw, dict) or not isinstance(raw.get("entries"), list):
+        log.warning("ignoring the usage ledger %s: not a ledger", path)
+        return []
+    if raw.get("kind") != kind or raw.get("name") != name:
+        log.warning("ignoring the usage ledger %s: it is another %s's", path, kind)
+        return []
+    entries = [entry_from_json(item) for item in raw["entries"]]
+    kept = [entry for entry in entries if entry is not None]
+    if len(kept) != len(entries):
+        log.warning("ignoring %d unreadable entries of %s", len(entries) - len(kept), path)
+    return kept
+
+
+def spent_since_sync(root: Path, kind: Kind, name: str, since: datetime) -> Spent:
+    """What the turns of ``name`` spent from ``since`` on."""
+    try:
+        directory = open_dirs(root, ("schedule", "usage"))
+    except FileNotFoundError:
+        return Spent()
+    except OSError as exc:
+        raise StateFault(f"the usage of {kind} {name!r} is unreadable: {describe(exc)}") from None
+    try:
+        return spent_since(_read(directory, kind, name, root / "schedule" / "usage"), since)
+    except OSError as exc:
+        raise StateFault(f"the usage of {kind} {name!r} is unreadable: {describe(exc)}") from None
+    finally:
+        os.close(directory)
+
+
+def record_usage_sync(root: Path, kind: Kind, name: str, at: datetime, usage: Usage) -> None:
+    """Add ``usage``, spent at ``at``, to the ledger of ``name``; durable when it returns."""
+    where = root / "schedule" / "usage"
+    try:
+        schedule = open_dirs(root, ("schedule",), create=True)
+        try:
+            lock = open_lock(schedule, root / "schedule" / "usage.lock")
+        finally:
+            os.close(schedule)
+        try:
+            if not lock_within(lock, LOCK_SECONDS):
+                raise StateFault(
+                    f"could not record the usage of {kind} {name!r}: {where}.lock stayed "
+                    f"locked for {LOCK_SECONDS:g} s"
+                )
+            directory = open_dirs(root, ("schedule", "usage"), create=True)
+            try:
+                entries = add_entry(_read(directory, kind, name, where), at, usage)
+                text = dumps(
+                    {"kind": kind, "name": name, "entries": [entry_to_json(e) for e in entries]}
+                )
+                data = text.encode("utf-8", errors="surrogatepass")
+                replace_file(directory, file_name(kind, name), where, data, ".usage-")
+                fsync(directory, where)
+            finally:
+                os.close(directory)
+        finally:
+            os.close(lock)  # releases the flock
+    except OSError as exc:
+        raise StateFault(
+            f"could not record the usage of {kind} {name!r}: {describe(exc)}"
+        ) from None

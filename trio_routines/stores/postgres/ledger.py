@@ -1,0 +1,65 @@
+"""The usage ledger in PostgreSQL (:mod:`trio_routines.ledger`): a row per key, minute and
+currency in ``trio_routines_usage``.
+
+A record is one statement: it adds the usage to its minute's row (an upsert that adds, so
+concurrent records of one key never lose each other's) and deletes the key's rows older than
+:data:`~trio_routines.ledger.LEDGER_SPAN`, which no budget can count. A read sums the rows of
+the window by currency, through the primary key ``(kind, name, minute, currency)``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from ...agent import Usage
+from ...ledger import LEDGER_SPAN, MINUTE, Kind, Spent, minute_of
+from ...usage import DEFAULT_CURRENCY, checked
+from .schema import Schema
+
+Conn = psycopg.Connection[Any]
+
+_RECORD = """WITH pruned AS (
+        DELETE FROM {usage} WHERE kind = %(kind)s AND name = %(name)s AND minute < %(oldest)s
+    )
+    INSERT INTO {usage} AS u (kind, name, minute, currency, tokens_in, tokens_out, cost)
+    VALUES (%(kind)s, %(name)s, %(minute)s, %(currency)s, %(in)s, %(out)s, %(cost)s)
+    ON CONFLICT (kind, name, minute, currency) DO UPDATE SET
+        tokens_in = u.tokens_in + EXCLUDED.tokens_in,
+        tokens_out = u.tokens_out + EXCLUDED.tokens_out,
+        cost = u.cost + EXCLUDED.cost"""
+
+_SPENT = """SELECT currency, sum(tokens_in), sum(tokens_out), sum(cost) FROM {usage}
+    WHERE kind = %s AND name = %s AND minute > %s GROUP BY currency"""
+
+
+def record_usage(
+    conn: Conn, schema: Schema, kind: Kind, name: str, at: datetime, usage: Usage
+) -> None:
+    usage, _ = checked(usage)
+    minute = minute_of(at)
+    currency = usage.currency or ("" if usage.cost is None else DEFAULT_CURRENCY)
+    conn.execute(
+        schema.sql(_RECORD),
+        {
+            "kind": kind,
+            "name": name,
+            "oldest": minute - LEDGER_SPAN,
+            "minute": minute,
+            "currency": currency,
+            "in": usage.input_tokens or 0,
+            "out": usage.output_tokens or 0,
+            "cost": usage.cost or 0.0,
+        },
+    )
+
+
+def usage_since(conn: Conn, schema: Schema, kind: Kind, name: str, since: datetime) -> Spent:
+    # A minute counts when it ends after ``since`` (ledger.spent_since).
+    rows = conn.execute(schema.sql(_SPENT), (kind, name, since - MINUTE)).fetchall()
+    tokens_in = sum(int(row[1] or 0) for row in rows)
+    tokens_out = sum(int(row[2] or 0) for row in rows)
+    costs = tuple(sorted((row[0], float(row[3] or 0.0)) for row in rows if row[0]))
+    return Spent(tokens_in, tokens_out, costs)
