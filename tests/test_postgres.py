@@ -179,6 +179,8 @@ async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
     asked = WakeupRequest(session="s", prompt="p", fire_at=T0 + HOUR, origin=Origin(kind="cli"))
     added = await store.add_wakeup(asked, T0)  # version 9: who asked for each wake-up
     assert [w.origin for w in await store.list_wakeups()] == [None, added.origin]
+    await store.note_wake_turn("s", T0)  # version 10: the recent wake-up turns
+    assert await store.wake_turns("s", T0 - HOUR) == [T0]
     await store.aclose()
     with admin() as conn:
         versions = conn.execute(
@@ -186,8 +188,32 @@ async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
                 sql.Identifier(schema, "trio_routines_schema")
             )
         ).fetchall()
-    assert versions == [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,), (9,)]
-    assert SCHEMA_VERSION == 9
+    assert versions == [(version,) for version in range(1, 11)]
+    assert SCHEMA_VERSION == 10
+
+
+async def test_version_9_code_may_go_on_using_a_version_10_database(
+    url: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Migration 10 only adds the table of recent wake-up turns, which older code never reads.
+    from trio_routines.stores.postgres import schema as pgschema
+
+    store = PostgresStore(url, schema=schema)
+    await store.note_wake_turn("s", T0)
+    await store.aclose()
+    with admin() as conn:
+        row = conn.execute(
+            sql.SQL("SELECT compatible_from FROM {} WHERE version = 10").format(
+                sql.Identifier(schema, "trio_routines_schema")
+            )
+        ).fetchone()
+    assert row == (5,)
+    monkeypatch.setattr(pgschema, "SCHEMA_VERSION", 9)
+    older = PostgresStore(url, schema=schema, migrate="never")
+    asked = WakeupRequest(session="s", prompt="p", fire_at=T0 + HOUR)
+    await older.add_wakeup(asked, T0)  # not refused
+    assert len(await older.list_wakeups()) == 1
+    await older.aclose()
 
 
 async def test_version_8_code_may_go_on_using_a_version_9_database(

@@ -94,6 +94,16 @@ First armed (optional: a store without it records no gaps for a routine that nev
     for routines armed for the first time, one write. Raises StateFault when the store
     cannot be read or written.
 
+Wake-up turns (optional: a store without these counts only pending wake-ups for the rate limit)
+    ``note_wake_turn(session, at)`` records that a wake-up turn of ``session`` started at
+    ``at``, durably before it returns, for every replica sharing the store; turns older
+    than :data:`~trio_routines.wakelimits.RATE_WINDOW` before the newest may be forgotten,
+    and a store may keep only the newest :data:`~trio_routines.wakelimits.MAX_TURNS_KEPT`
+    of a session.
+    ``wake_turns(session, since)`` returns the session's recorded turns after ``since``,
+    oldest first. Both raise StateFault when the store cannot be read or written
+    (:class:`~trio_routines.wakelimits.WakeTurns`).
+
 Routine names are checked (:func:`trio_routines.names.check_name`) by every call taking one.
 Text that some store cannot hold (NUL, a lone surrogate) gets the same answer from every
 store: a wake-up request carrying it is an InvalidWakeup, an id or session carrying it is not

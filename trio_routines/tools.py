@@ -22,13 +22,16 @@ from typing import Any, Literal, Protocol
 from .errors import InvalidWakeup, StateFault
 from .instants import format_iso
 from .records import Wakeup
+from .wakelimits import DEFAULT_DEPTH, DEFAULT_RATE
 from .wakeups import MAX_PENDING_PER_SESSION, MIN_DELAY, MIN_RECURRING_GAP, parse_delay
 
 SCHEDULE, LIST, CANCEL = "schedule_wakeup", "list_wakeups", "cancel_wakeup"
 LIMITS = (
     f"one-shots at least {int(MIN_DELAY.total_seconds())} s ahead; recurring ones at most "
     f"every {int(MIN_RECURRING_GAP.total_seconds() // 60)} minutes; at most "
-    f"{MAX_PENDING_PER_SESSION} pending per session"
+    f"{MAX_PENDING_PER_SESSION} pending per session; by default at most {DEFAULT_RATE} "
+    f"self-scheduled turns per session in any hour, and chains of wake-ups set by wake-ups "
+    f"at most {DEFAULT_DEPTH} deep"
 )
 _ID_CHARS = 64  # of an id the model sent, echoed back
 

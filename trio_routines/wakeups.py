@@ -8,7 +8,9 @@ Guardrails (the texts are model-facing, because the agent's ``wake`` tool return
 one-shots at least 60 s ahead; at most 20 pending per session; a recurring cron may fire at
 most every 10 minutes, judged on the smallest gap between any two consecutive occurrences
 (:func:`trio_routines.cron.gaps.shortest_gap`: the whole calendar on the wall clock, plus the
-real instants around the zone's offset changes of the coming year), not just the first two.
+real instants around the zone's offset changes of the coming year), not just the first two;
+and the operator's limits on what turns schedule (:mod:`trio_routines.wakelimits`: a rate
+per session, a chain depth), which the request carries.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .errors import InvalidWakeup
 from .instants import format_iso, truncate_ms
 from .names import is_unicode
 from .records import MAX_DEPTH, Origin, OriginKind, Wakeup
+from .wakelimits import DEFAULT_LIMITS, WakeLimits, check_depth, check_rate
 
 MIN_DELAY = timedelta(seconds=60)
 MAX_PENDING_PER_SESSION = 20
@@ -51,6 +54,11 @@ class WakeupRequest:
     tz: str | None = None
     #: Who asks (see :func:`asked_by`); stored with the wake-up. None: unknown.
     origin: Origin | None = None
+    #: The operator's limits on self-scheduled turns (:mod:`trio_routines.wakelimits`).
+    limits: WakeLimits = DEFAULT_LIMITS
+    #: When the session's wake-up turns of the last hour started (a store's
+    #: :class:`~trio_routines.wakelimits.WakeTurns`), for the rate limit.
+    recent: tuple[datetime, ...] = ()
 
 
 def asked_by(fire: FireContext | None, outside: OriginKind = OriginKind.API) -> Origin:
@@ -166,6 +174,7 @@ def plan_add(
         fire_at = truncate_ms(request.fire_at)
         if fire_at < now + MIN_DELAY:
             raise InvalidWakeup("too soon — the minimum wake delay is 60s.")
+    check_depth(request.origin, request.limits)
     mine = [w for w in pending if w.session == request.session]
     if len(mine) >= MAX_PENDING_PER_SESSION:
         listing = "; ".join(_describe(w) for w in mine)
@@ -173,7 +182,7 @@ def plan_add(
             f"too many pending wake-ups for this session ({MAX_PENDING_PER_SESSION}) — "
             f"wait for some to fire, or cancel one. Pending: {listing}"
         )
-    return Wakeup(
+    wakeup = Wakeup(
         id=wakeup_id,
         session=request.session,
         prompt=request.prompt,
@@ -182,6 +191,8 @@ def plan_add(
         tz=request.tz if request.cron is not None else None,
         origin=request.origin,
     )
+    check_rate(mine, wakeup, request.recent, now, request.limits)
+    return wakeup
 
 
 def check_stored(wakeup: Wakeup) -> Wakeup:

@@ -13,6 +13,7 @@ from ..instants import parse_instant
 from ..records import Outcome
 from ..replicas import replica_problem
 from ..text import shown
+from ..wakelimits import DEFAULT_DEPTH, DEFAULT_RATE
 from ..wakeups import POLL_INTERVAL, parse_delay
 from .output import DEFAULT_GRACE, DEFAULT_ROUTINES, DEFAULT_STATE
 
@@ -39,6 +40,15 @@ def _positive_seconds(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be above 0")
     return value
+
+
+def _limit(text: str) -> int | None:
+    """A count limit: a positive whole number, or ``off``."""
+    if text.strip().lower() == "off":
+        return None
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a positive whole number or off")
+    return int(text)
 
 
 def _shown(text: str) -> str:
@@ -235,6 +245,22 @@ def build_parser() -> argparse.ArgumentParser:
         default=POLL_INTERVAL,
         metavar="SECONDS",
         help=f"wake-up poll interval (default: {POLL_INTERVAL:g})",
+    )
+    serve.add_argument(
+        "--wake-rate",
+        type=_limit,
+        default=DEFAULT_RATE,
+        metavar="N",
+        help="at most N wake-up turns per session in any hour: a turn scheduling more is "
+        f"refused (default: {DEFAULT_RATE}; off: no limit)",
+    )
+    serve.add_argument(
+        "--wake-depth",
+        type=_limit,
+        default=DEFAULT_DEPTH,
+        metavar="N",
+        help="at most N wake-ups in a chain each set by the turn of the one before "
+        f"(default: {DEFAULT_DEPTH}; off: no limit)",
     )
     serve.add_argument(
         "--http",

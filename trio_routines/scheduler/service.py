@@ -22,6 +22,7 @@ from ..sessions import SessionGate
 from ..store import Store
 from ..tracing import load as load_tracing
 from ..turns import TurnResult
+from ..wakelimits import DEFAULT_LIMITS, WakeLimits
 from ..wakeups import POLL_INTERVAL
 from .arming import Arming
 from .boot import Boot
@@ -67,6 +68,7 @@ class Scheduler:
     ``scheduler.default_grace`` (seconds, 10 unless given) is the grace in-flight turns get
     from a :meth:`stop` without one and from a signal to :func:`~trio_routines.serve` (the
     command line's ``--grace`` sets it), and how long a failed settle is retried.
+    ``wake_limits`` are the limits on what turns schedule (:mod:`trio_routines.wakelimits`).
 
     A scheduler runs once: build a new one to run again.
     """
@@ -91,6 +93,7 @@ class Scheduler:
         default_grace: float = DEFAULT_GRACE,
         store_timeout: float = STORE_TIMEOUT,
         replica: str | None = None,
+        wake_limits: WakeLimits = DEFAULT_LIMITS,
     ) -> None:
         # The OpenTelemetry API, when installed, is imported here, not at a first fire.
         load_tracing()
@@ -105,6 +108,7 @@ class Scheduler:
             loaded[routine.name] = routine
         self.external_clock = external_clock
         self.wakeups = wakeups
+        self.wake_limits = wake_limits
         self.max_wait = max_wait
         self.poll_interval = poll_interval
         self.jump_threshold = jump_threshold
@@ -160,8 +164,15 @@ class Scheduler:
             self._arming,
             max_wait=max_wait,
         )
+        self._wakeup_calls = WakeupCalls(store, runtime, calls, wake_limits)
         self._wake = WakeLoop(
-            runtime, self._fire, calls, self._clock, self._restarts, poll_interval=poll_interval
+            runtime,
+            self._fire,
+            calls,
+            self._clock,
+            self._restarts,
+            self._wakeup_calls,
+            poll_interval=poll_interval,
         )
         self._reload = Reload(
             runtime,
@@ -172,7 +183,6 @@ class Scheduler:
             external_clock=external_clock,
             wakeups=wakeups,
         )
-        self._wakeup_calls = WakeupCalls(store, runtime, calls)
         self._runs = OnDemandRuns(runtime, calls, membership, holds, self._fire)
         self._loops = trio.CancelScope()  # the loops' scope: stop() cancels it
 

@@ -1,11 +1,12 @@
-"""The state directory's pauses, gaps and first-armed records: the store's async calls.
+"""The state directory's pauses, gaps, first-armed records and recent wake-up turns: the
+store's async calls.
 
-The files themselves are pause.py's, gaps.py's and armed.py's (all build on
+The files themselves are pause.py's, gaps.py's, armed.py's and waketurns.py's (all build on
 ../safefile.py, and live outside ``claims/``, which is all an older reader looks at). Each
 call
 runs in a worker thread of the store's, left to itself when its caller is cancelled
-(abandon.py): a pause, a gap or a first-armed record given up may still land, which is
-harmless (each is idempotent, and a caller told of a fault may repeat them).
+(abandon.py): a pause, a gap, a first-armed record or a wake-up turn given up may still
+land, which is harmless (each is idempotent but the turn, which the caller does not repeat).
 """
 
 from __future__ import annotations
@@ -67,3 +68,15 @@ class Records:
         from .armed import first_armed_sync
 
         return await self._run(first_armed_sync, self._root, list(routines), at)
+
+    async def note_wake_turn(self, session: str, at: datetime) -> None:
+        """Record a wake-up turn of ``session`` at ``at`` (the rate limit's)."""
+        from .waketurns import note_wake_turn_sync
+
+        await self._run(note_wake_turn_sync, self._root, session, at)
+
+    async def wake_turns(self, session: str, since: datetime) -> list[datetime]:
+        """The recorded wake-up turns of ``session`` after ``since``, oldest first."""
+        from .waketurns import wake_turns_sync
+
+        return await self._run(wake_turns_sync, self._root, session, since)

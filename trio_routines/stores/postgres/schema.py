@@ -27,7 +27,7 @@ from psycopg import sql
 
 from ...errors import StateFault
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 # Advisory lock namespaces (the first key of the two-key form); the second key is a hash of
 # the routine or session. A hash collision only serializes two unrelated callers.
 DDL_LOCK = "trio_routines:schema"
@@ -120,6 +120,13 @@ _MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE {wakeups} ADD COLUMN IF NOT EXISTS origin_slot timestamptz",
         "ALTER TABLE {wakeups} ADD COLUMN IF NOT EXISTS origin_parent text",
     ],
+    # Each session's recent wake-up turns, for the rate limit (wakelimits.py): an hour's.
+    10: [
+        """CREATE TABLE IF NOT EXISTS {wake_turns} (
+            session text NOT NULL,
+            at timestamptz NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS {wake_turns_session} ON {wake_turns} (session, at)",
+    ],
 }
 
 
@@ -130,6 +137,7 @@ _COMPATIBLE_FROM: dict[int, int] = {
     7: 5,  # first-armed records: older code writes none (its never-fired routines go unseen)
     8: 5,  # output: older code neither reads nor writes it (its settles leave it as it was)
     9: 5,  # wake-up origins: older code adds wake-ups without one (read back as unknown)
+    10: 5,  # wake-up turns: older code records none (its turns do not count against the rate)
 }
 
 
@@ -155,9 +163,11 @@ class Schema:
             "holds": name("trio_routines_holds"),
             "gaps": name("trio_routines_gaps"),
             "armed": name("trio_routines_armed"),
+            "wake_turns": name("trio_routines_wake_turns"),
             "claims_open": sql.Identifier("trio_routines_claims_open"),
             "wakeups_session": sql.Identifier("trio_routines_wakeups_session"),
             "wakeups_id": sql.Identifier("trio_routines_wakeups_id"),
+            "wake_turns_session": sql.Identifier("trio_routines_wake_turns_session"),
         }
 
     def sql(self, text: str) -> sql.Composed:
