@@ -1,4 +1,5 @@
-"""Limits on turns an agent schedules for itself: a rate per session, and a chain depth.
+"""Limits on turns an agent schedules for itself: a rate per session, a chain depth, and the
+lifetime of a recurring wake-up.
 
 The rules here are pure, like :mod:`trio_routines.wakeups` (which applies them when a wake-up
 is added): every store gets the same answer. The texts are model-facing: the agent's ``wake``
@@ -12,7 +13,7 @@ session does counts. Counted when a turn asks, at ``now``, for a wake-up first d
 * the session's wake-up turns that started in the hour before ``now`` (each store keeps them,
   bounded to that hour: :class:`WakeTurns`);
 * the session's pending wake-ups, whoever asked: a one-shot at its time, a recurring one at
-  each of its occurrences;
+  each of its occurrences (up to its ``until``);
 * the new wake-up's own occurrences.
 
 It is refused when some hour-long window holding one of the new wake-up's occurrences would
@@ -24,6 +25,12 @@ neither re-schedule itself every minute for long nor queue a burst ahead of time
 Depth (default :data:`DEFAULT_DEPTH`): a wake-up whose origin's chain depth -- turns each
 set by the turn of a wake-up before -- exceeds it is refused. It never resets with time: a
 wake-up set by a routine's turn or by an operator starts a new chain.
+
+Lifetime (default :data:`DEFAULT_LIFETIME`), for every recurring wake-up, whoever asked: it
+ends at its ``until``; one added without gets ``until`` = added + lifetime, and an ``until``
+past that, or before its first occurrence, is refused. Each occurrence up to the ``until``
+fires; when the next would come after it the entry is removed, logged. One found past its
+``until`` when it comes due (:func:`expired`) is removed the same way, never fired.
 """
 
 from __future__ import annotations
@@ -46,6 +53,10 @@ RATE_WINDOW = timedelta(hours=1)
 DEFAULT_RATE = 12
 #: The deepest chain of wake-ups, each set by the turn of the one before, by default.
 DEFAULT_DEPTH = 16
+#: The longest a recurring wake-up lives (its ``until`` at most this after it was added).
+DEFAULT_LIFETIME = timedelta(days=30)
+#: How late after its ``until`` a recurring wake-up's last occurrence may still be taken.
+EXPIRY_GRACE = timedelta(minutes=10)
 #: How far ahead a new recurring wake-up's occurrences are weighed against the rate.
 RATE_HORIZON = 2 * RATE_WINDOW
 #: The most turns a store keeps for one session (far more than any rate allows).
@@ -58,16 +69,23 @@ def _positive_or_none(_i: object, attribute: attrs.Attribute[Any], value: object
         raise ValueError(f"{attribute.name} must be a positive integer or None, got {value!r}")
 
 
+def _lifetime(_i: object, _a: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, timedelta) or value < RATE_WINDOW:
+        raise ValueError(f"lifetime must be a timedelta of an hour or more, got {value!r}")
+
+
 @attrs.frozen(kw_only=True)
 class WakeLimits:
     """The operator's limits on self-scheduled turns (see the module doc for each rule).
 
     ``rate``: wake-up turns a session may have in any rolling hour (None: no limit);
-    ``depth``: the deepest chain a turn may extend (None: no limit).
+    ``depth``: the deepest chain a turn may extend (None: no limit); ``lifetime``: the
+    longest a recurring wake-up lives, and its ``until`` when none is given.
     """
 
     rate: int | None = attrs.field(default=DEFAULT_RATE, validator=_positive_or_none)
     depth: int | None = attrs.field(default=DEFAULT_DEPTH, validator=_positive_or_none)
+    lifetime: timedelta = attrs.field(default=DEFAULT_LIFETIME, validator=_lifetime)
 
 
 #: The limits a scheduler applies unless given others.
@@ -118,7 +136,7 @@ def check_depth(origin: Origin | None, limits: WakeLimits) -> None:
 
 def occurrences(wakeup: Wakeup, start: datetime, end: datetime) -> Iterator[datetime]:
     """The instants in ``[start, end)`` at which ``wakeup`` is due (a recurring one's
-    occurrences from its ``fire_at``)."""
+    occurrences from its ``fire_at``, up to its ``until``)."""
     if wakeup.cron is None:
         if start <= wakeup.fire_at < end:
             yield wakeup.fire_at
@@ -127,7 +145,7 @@ def occurrences(wakeup: Wakeup, start: datetime, end: datetime) -> Iterator[date
     at: datetime | None = wakeup.fire_at
     while at is not None and at < start:
         at = schedule.next_after(max(at, start - timedelta(minutes=1)))
-    while at is not None and at < end:
+    while at is not None and at < end and (wakeup.until is None or at <= wakeup.until):
         yield at
         at = schedule.next_after(at)
 
@@ -180,4 +198,56 @@ def _rate_text(held: list[datetime], ran: list[datetime], now: datetime, rate: i
         )
     return (
         f"{head}; waiting does not make room: cancel a pending wake-up, or schedule this one later."
+    )
+
+
+def plan_until(
+    cron: str | None, until: datetime | None, first: datetime, now: datetime, limits: WakeLimits
+) -> datetime | None:
+    """The ``until`` a new wake-up is stored with: none for a one-shot; for a recurring one
+    the given instant, or ``now + limits.lifetime`` -- or InvalidWakeup."""
+    if cron is None:
+        if until is not None:
+            raise InvalidWakeup("until goes with a recurring wake-up (cron) only.")
+        return None
+    latest = now + limits.lifetime
+    if until is None:
+        return latest
+    if until > latest:
+        raise InvalidWakeup(
+            f"until is too far off — a recurring wake-up lives at most {_days(limits.lifetime)} "
+            f"(until {format_iso(latest)} at the latest)."
+        )
+    if until < first:
+        raise InvalidWakeup(
+            f"until ({format_iso(until)}) comes before the first occurrence "
+            f"({format_iso(first)}): it would never fire."
+        )
+    return until
+
+
+def _days(span: timedelta) -> str:
+    if span % timedelta(days=1):
+        hours = span / timedelta(hours=1)
+        return f"{hours:g} hours"
+    days = span // timedelta(days=1)
+    return "1 day" if days == 1 else f"{days} days"
+
+
+def expired(wakeup: Wakeup, now: datetime) -> bool:
+    """Whether ``wakeup``, due at ``now``, is past its ``until``: removed, never fired.
+
+    That is an occurrence after the ``until`` (one written by a reader that does not know
+    it), or one taken more than :data:`EXPIRY_GRACE` after the ``until`` (no scheduler ran
+    then): the last occurrence still fires when a poll takes it a little late."""
+    if wakeup.until is None:
+        return False
+    return wakeup.fire_at > wakeup.until or now > wakeup.until + EXPIRY_GRACE
+
+
+def expired_line(wakeup: Wakeup) -> str:
+    """The log line of an expired wake-up removed."""
+    return (
+        f"wake-up {wakeup.id} of session {wakeup.session!r} (cron {wakeup.cron!r}) expired at "
+        f"{format_iso(wakeup.until) if wakeup.until else '?'}: removed, not fired"
     )

@@ -13,7 +13,7 @@ from ..instants import parse_instant
 from ..records import Outcome
 from ..replicas import replica_problem
 from ..text import shown
-from ..wakelimits import DEFAULT_DEPTH, DEFAULT_RATE
+from ..wakelimits import DEFAULT_DEPTH, DEFAULT_LIFETIME, DEFAULT_RATE
 from ..wakeups import POLL_INTERVAL, parse_delay
 from .output import DEFAULT_GRACE, DEFAULT_ROUTINES, DEFAULT_STATE
 
@@ -49,6 +49,15 @@ def _limit(text: str) -> int | None:
     if not text.strip().isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{_shown(text)} is not a positive whole number or off")
     return int(text)
+
+
+def _lifetime(text: str) -> timedelta:
+    """The longest life of a recurring wake-up: a delay such as ``30d`` or ``12h``, an hour
+    or more."""
+    seconds = parse_delay(text)
+    if seconds is None or seconds < 3600:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a span of an hour or more")
+    return timedelta(seconds=seconds)
 
 
 def _shown(text: str) -> str:
@@ -263,6 +272,14 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default: {DEFAULT_DEPTH}; off: no limit)",
     )
     serve.add_argument(
+        "--wake-lifetime",
+        type=_lifetime,
+        default=DEFAULT_LIFETIME,
+        metavar="SPAN",
+        help="the longest a recurring wake-up lives, and its until when none is given "
+        f"(default: {DEFAULT_LIFETIME.days}d)",
+    )
+    serve.add_argument(
         "--http",
         type=host_port,
         metavar="HOST:PORT",
@@ -354,6 +371,12 @@ def build_parser() -> argparse.ArgumentParser:
     when.add_argument("--in", dest="delay", type=delay, metavar="DELAY", help="90s, 30m, 1.5h, 2d")
     when.add_argument("--cron", metavar="EXPR", help="recurring, at most every 10 minutes")
     wake.add_argument("--tz", metavar="TZ", help="the time zone of --cron (default: UTC)")
+    wake.add_argument(
+        "--until",
+        type=instant,
+        metavar="ISO",
+        help="with --cron: stop repeating after this instant (default: 30 days from now)",
+    )
     wake.add_argument("--prompt", required=True, help="what the woken turn does (- reads stdin)")
     wake.add_argument("--json", action="store_true", help="print the stored wake-up as JSON")
     _add_url(wake)

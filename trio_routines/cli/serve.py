@@ -114,7 +114,9 @@ async def _serve(
             poll_interval=args.poll,
             default_grace=args.grace,  # also how long a failed settle is retried
             replica=replica_arg(args),
-            wake_limits=WakeLimits(rate=args.wake_rate, depth=args.wake_depth),
+            wake_limits=WakeLimits(
+                rate=args.wake_rate, depth=args.wake_depth, lifetime=args.wake_lifetime
+            ),
         )
         async with trio.open_nursery() as nursery:
             await nursery.start(run_then_end, scheduler, nursery)

@@ -96,6 +96,7 @@ class WakeupGroup:
     next_at: datetime
     origins: tuple[tuple[str, int], ...] = ()  # who asked (a label, unescaped) and how often
     deepest: int = 0  # the deepest chain of turns among them
+    until: datetime | None = None  # when the last of its recurring wake-ups expires
 
 
 @attrs.frozen
@@ -336,7 +337,8 @@ def main_html(view: PageView) -> str:
         f"<li><code>{_esc(w.session)}</code>: {w.count} pending, next {_time(w.next_at)}"
         f"{' · asked by ' if w.origins else ''}"
         f"{', '.join(f'{_esc(label)} ×{n}' for label, n in w.origins)}"
-        f"{f' · chain depth up to {w.deepest}' if w.deepest else ''}</li>"
+        f"{f' · chain depth up to {w.deepest}' if w.deepest else ''}"
+        f"{f' · recurring until {_time(w.until)}' if w.until is not None else ''}</li>"
         for w in view.wakeups
     )
     if view.wakeups_problem:

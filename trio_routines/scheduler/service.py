@@ -367,14 +367,16 @@ class Scheduler:
         fire_at: datetime | None = None,
         cron: str | None = None,
         tz: str | None = None,
+        until: datetime | None = None,
     ) -> Wakeup:
         """Schedule a turn of ``session`` with ``prompt``: once, after ``delay`` (seconds, or
-        ``"30m"``) or at ``fire_at``, or recurring on ``cron`` (in ``tz``). Callable from
-        inside a turn (``current_fire().session`` is the turn's session). Raises
-        :class:`InvalidWakeup` with a model-facing reason (the guardrails), or StateFault
-        (nothing added). :mod:`trio_routines.tools` offers this to a model."""
+        ``"30m"``) or at ``fire_at``, or recurring on ``cron`` (in ``tz``) until ``until``
+        (by default the limits' lifetime from now). Callable from inside a turn
+        (``current_fire().session`` is the turn's session). Raises :class:`InvalidWakeup`
+        with a model-facing reason (the guardrails, the limits), or StateFault (nothing
+        added). :mod:`trio_routines.tools` offers this to a model."""
         return await self._wakeup_calls.add(
-            session, prompt, delay=delay, fire_at=fire_at, cron=cron, tz=tz
+            session, prompt, delay=delay, fire_at=fire_at, cron=cron, tz=tz, until=until
         )
 
     async def list_wakeups(self, session: str | None = None) -> list[Wakeup]:

@@ -53,6 +53,7 @@ class WakeupCalls:
         fire_at: datetime | None = None,
         cron: str | None = None,
         tz: str | None = None,
+        until: datetime | None = None,
     ) -> Wakeup:
         if sum(value is not None for value in (delay, fire_at, cron)) != 1:
             raise InvalidWakeup("give exactly one of delay, fire_at (once) or cron (recurring).")
@@ -67,6 +68,8 @@ class WakeupCalls:
                 raise InvalidWakeup("the delay is too far in the future.") from None
         if cron is None and tz is not None:
             raise InvalidWakeup("tz goes with cron only.")
+        if until is not None and until.tzinfo is None:
+            raise InvalidWakeup("until must be an aware instant (with its zone).")
         origin = asked_by(current_fire())  # the turn in progress, or the embedding API
         with self._calls.bounded():
             recent: tuple[datetime, ...] = ()
@@ -81,6 +84,7 @@ class WakeupCalls:
                 origin=origin,
                 limits=self.limits,
                 recent=recent,
+                until=until,
             )
             return await self._store.add_wakeup(request, now)
         raise self._calls.no_answer("the wake-up was not added")

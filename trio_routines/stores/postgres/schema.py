@@ -120,8 +120,10 @@ _MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE {wakeups} ADD COLUMN IF NOT EXISTS origin_slot timestamptz",
         "ALTER TABLE {wakeups} ADD COLUMN IF NOT EXISTS origin_parent text",
     ],
-    # Each session's recent wake-up turns, for the rate limit (wakelimits.py): an hour's.
+    # Each session's recent wake-up turns, for the rate limit (wakelimits.py): an hour's;
+    # and when each recurring wake-up ends (NULL: never, for one added by older code).
     10: [
+        "ALTER TABLE {wakeups} ADD COLUMN IF NOT EXISTS until_at timestamptz",
         """CREATE TABLE IF NOT EXISTS {wake_turns} (
             session text NOT NULL,
             at timestamptz NOT NULL)""",
@@ -137,7 +139,10 @@ _COMPATIBLE_FROM: dict[int, int] = {
     7: 5,  # first-armed records: older code writes none (its never-fired routines go unseen)
     8: 5,  # output: older code neither reads nor writes it (its settles leave it as it was)
     9: 5,  # wake-up origins: older code adds wake-ups without one (read back as unknown)
-    10: 5,  # wake-up turns: older code records none (its turns do not count against the rate)
+    # wake-up turns: older code records none (its turns do not count against the rate);
+    # until: older code adds none (never expires), and its advances keep it (an UPDATE of
+    # fire_at), though it fires occurrences past it -- a take of ours then removes the entry.
+    10: 5,
 }
 
 

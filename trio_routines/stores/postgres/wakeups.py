@@ -7,9 +7,10 @@ LOCKED``, so concurrent takers each get a different row and never wait on each o
 keeps the 20-per-session cap exact. Who asked for a wake-up is in its ``origin*`` columns
 (schema version 9), all NULL for one added by older code: read as unknown.
 
-Each session's recent wake-up turns, the rate limit's record, are rows of ``wake_turns``
-(schema version 10): a turn inserts its row and deletes every row older than the window, so
-the table holds about an hour of turns.
+The ``until_at`` column (schema version 10) ends a recurring wake-up; NULL for a one-shot
+or one added by older code. Each session's recent wake-up turns, the rate limit's record,
+are rows of ``wake_turns`` (schema version 10 too): a turn inserts its row and deletes
+every row older than the window, so the table holds about an hour of turns.
 """
 
 from __future__ import annotations
@@ -39,14 +40,14 @@ log = logging.getLogger("trio_routines")
 
 _WAKEUP_COLUMNS = (
     "id, session, prompt, fire_at, cron, tz, attempts, "
-    "origin, origin_depth, origin_routine, origin_slot, origin_parent"
+    "origin, origin_depth, origin_routine, origin_slot, origin_parent, until_at"
 )
-_PLACES = ", ".join(["%s"] * 12)
+_PLACES = ", ".join(["%s"] * 13)
 Conn = psycopg.Connection[Any]
 
 
 def _wakeup(row: tuple[Any, ...]) -> Wakeup:
-    id_, session, prompt, fire_at, cron, tz, attempts, *origin = row
+    id_, session, prompt, fire_at, cron, tz, attempts, *origin, until = row
     return check_stored(
         Wakeup(
             id=id_,
@@ -57,6 +58,7 @@ def _wakeup(row: tuple[Any, ...]) -> Wakeup:
             tz=tz,
             attempts=attempts,
             origin=_origin(*origin),
+            until=until,
         )
     )
 
@@ -87,6 +89,7 @@ def _params(wakeup: Wakeup) -> tuple[Any, ...]:
             if origin is not None
             else (None,) * 5
         ),
+        wakeup.until,
     )
 
 
@@ -162,6 +165,8 @@ class PostgresWakeups:
                     )
                 else:
                     conn.execute(delete, (seq,))
+                if taken is None:
+                    continue  # expired (take_first_due logged it): removed, look further
                 return taken
 
     async def defer(self, wakeup: Wakeup, fire_at: datetime) -> bool:
