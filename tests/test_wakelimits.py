@@ -17,7 +17,7 @@ from trio_routines.instants import format_iso
 from trio_routines.records import Origin, OriginKind, Wakeup
 from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
-from trio_routines.testing import MemoryStore, WallClock
+from trio_routines.testing import Complete, MemoryStore, ScriptedAgent, WallClock
 from trio_routines.tools import SCHEDULE, call_tool
 from trio_routines.wakelimits import RATE_WINDOW, WakeLimits, check_depth, check_rate
 from trio_routines.wakeups import WakeupRequest, plan_add
@@ -224,3 +224,26 @@ async def test_a_turn_whose_record_fails_still_runs(
     # The first wake-up turn went unrecorded: one more turn got through before the limit.
     assert len(agent.turns) == 5
     assert any("went unrecorded (rate limit): disk full" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_busy_wake_up_turn_is_not_recorded_until_it_runs(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The routine's turn holds its session for ten minutes; the wake-up set for that session
+    # comes due meanwhile, is deferred while busy, and is recorded once, when it runs.
+    wall = WallClock(START)
+    agent = ScriptedAgent(wall=wall)
+    agent.script(Complete(duration=600), Complete(), session="routine:daily")
+    store = MemoryStore()
+    scheduler = Scheduler(agent=agent, store=store, routines=[DAILY], now=wall, poll_interval=30)
+    await store.add_wakeup(
+        WakeupRequest(session="routine:daily", prompt="p", fire_at=START + 2 * MINUTE), START
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(20 * 60)
+        scheduler.stop()
+    woken = [t for t in agent.turns if "wake-up" in t.text]
+    assert len(woken) == 1
+    assert store.turns["routine:daily"] == [woken[0].wall]
+    assert woken[0].wall >= START + timedelta(minutes=10, seconds=30)

@@ -103,8 +103,11 @@ class WakeLoop:
             replica=self._runtime.replica,
             origin=wakeup.origin,
         )
-        await self._wakeups.note_turn(wakeup.session, self._runtime.now())
-        turn = await self._fire.turn(why, label, envelope(wakeup))
+
+        async def started() -> None:  # recorded once it runs (a busy one never did)
+            await self._wakeups.note_turn(wakeup.session, self._runtime.now())
+
+        turn = await self._fire.turn(why, label, envelope(wakeup), on_start=started)
         if not turn.busy:
             return
         if wakeup.recurring:
