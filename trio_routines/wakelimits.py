@@ -212,7 +212,7 @@ def plan_until(
         return None
     latest = now + limits.lifetime
     if until is None:
-        return latest
+        return latest.replace(microsecond=0)  # to the second: shown in listings
     if until > latest:
         raise InvalidWakeup(
             f"until is too far off — a recurring wake-up lives at most {_days(limits.lifetime)} "
