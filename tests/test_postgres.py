@@ -104,6 +104,7 @@ def test_schema_creation_races_safely_and_is_versioned(url: str, schema: str) ->
         "trio_routines_replicas",
         "trio_routines_resumed",
         "trio_routines_schema",
+        "trio_routines_wake_turns",
         "trio_routines_wakeups",
     ]
 
