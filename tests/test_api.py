@@ -17,7 +17,8 @@ PUBLIC = {
     "NotYetDue", "Origin", "OriginKind", "Outcome", "Routine",
     "RoutineFailure", "SESSION_BUSY", "Scheduler", "StateFault", "Statistics", "Stopping",
     "Store", "TextDelta", "TrioRoutinesError", "TurnResult", "UnknownRoutine", "UnsafeName",
-    "Usage", "Wakeup", "WakeupRequest", "cron_error", "current_fire", "load_routines", "next_run",
+    "Usage", "WakeLimits", "WakeTurns", "Wakeup", "WakeupRequest", "cron_error", "current_fire",
+    "load_routines", "next_run",
     "open_store", "parse_delay", "serve", "serve_routines",
 }  # fmt: skip
 

@@ -163,7 +163,10 @@ def test_list_shows_next_left_last_recent_and_wake_ups(env: Env) -> None:
     assert out[4] == ""
     assert out[5].split() == ["WAKE-UP", "SESSION", "NEXT", "LEFT", "KIND", "ORIGIN", "PROMPT"]
     assert out[6].startswith(f"{wake_id}  chat     20")
-    assert out[6].endswith("  cron 0 8 * * *  cli     hi")
+    # A recurring wake-up ends 30 days on unless told otherwise, to the second.
+    assert re.search(
+        r"  cron 0 8 \* \* \*, until 20\d\d-\d\d-\d\dT\d\d:\d\d(:\d\d)?Z  cli     hi$", out[6]
+    )
 
     data = json.loads(env.cli("list", "--json").stdout)
     assert data["routines"][0] == {

@@ -613,3 +613,21 @@ async def test_pending_wakeups_show_who_asked_and_the_deepest_chain_escaped() ->
     assert "\x1b" not in html
     assert "<code>chat</code>: 5 pending, next <time" in html
     assert "13:00:30Z</time> · asked by unknown ×1</li>" in html
+
+
+async def test_a_sessions_recurring_wakeups_show_when_the_last_expires() -> None:
+    store = MemoryStore()
+    for days in (3, 9):
+        until = NOW + timedelta(days=days)
+        asked = WakeupRequest(session="chat", prompt="p", cron="0 * * * *", until=until)
+        await store.add_wakeup(asked, NOW)
+    once = WakeupRequest(session="once", prompt="p", fire_at=NOW + timedelta(hours=1))
+    await store.add_wakeup(once, NOW)
+    scheduler = Scheduler(agent=ScriptedAgent(), store=store, external_clock=True, now=lambda: NOW)
+    view = await gather(scheduler)
+    chat, single = view.wakeups
+    assert chat.until == NOW + timedelta(days=9)
+    assert single.until is None
+    html = main_html(view)
+    assert "· recurring until <time" in html
+    assert html.count("recurring until") == 1

@@ -106,6 +106,7 @@ def test_schema_creation_races_safely_and_is_versioned(url: str, schema: str) ->
         "trio_routines_resumed",
         "trio_routines_schema",
         "trio_routines_usage",
+        "trio_routines_wake_turns",
         "trio_routines_wakeups",
     ]
 
@@ -184,6 +185,8 @@ async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
     spent = Usage(input_tokens=120, output_tokens=30, cost=0.25, currency="EUR")
     await store.settle("r", T0 + MINUTE, Outcome.COMPLETED, 9, usage=spent)  # version 10
     assert [f.usage for f in await store.history("r")] == [None, spent]
+    await store.note_wake_turn("s", T0)  # version 11: the recent wake-up turns
+    assert await store.wake_turns("s", T0 - HOUR) == [T0]
     await store.aclose()
     with admin() as conn:
         versions = conn.execute(
@@ -191,8 +194,8 @@ async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
                 sql.Identifier(schema, "trio_routines_schema")
             )
         ).fetchall()
-    assert versions == [(v,) for v in range(1, 11)]
-    assert SCHEMA_VERSION == 10
+    assert versions == [(version,) for version in range(1, 12)]
+    assert SCHEMA_VERSION == 11
 
 
 async def test_version_9_code_may_go_on_using_a_version_10_database(
@@ -219,10 +222,35 @@ async def test_version_9_code_may_go_on_using_a_version_10_database(
     taken = await older.claim("r", T0 + MINUTE, T0 + MINUTE)  # not refused
     assert taken.status is ClaimStatus.TAKEN
     await older.aclose()
-    monkeypatch.setattr(pgschema, "SCHEMA_VERSION", 10)
+    monkeypatch.undo()
     store = PostgresStore(url, schema=schema)
     assert [f.usage for f in await store.history("r")] == [spent, None]
     await store.aclose()
+
+
+async def test_version_10_code_may_go_on_using_a_version_11_database(
+    url: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Migration 11 only adds the table of recent wake-up turns, which older code never reads,
+    # and a nullable until, which older code never writes.
+    from trio_routines.stores.postgres import schema as pgschema
+
+    store = PostgresStore(url, schema=schema)
+    await store.note_wake_turn("s", T0)
+    await store.aclose()
+    with admin() as conn:
+        row = conn.execute(
+            sql.SQL("SELECT compatible_from FROM {} WHERE version = 11").format(
+                sql.Identifier(schema, "trio_routines_schema")
+            )
+        ).fetchone()
+    assert row == (5,)
+    monkeypatch.setattr(pgschema, "SCHEMA_VERSION", 10)
+    older = PostgresStore(url, schema=schema, migrate="never")
+    asked = WakeupRequest(session="s", prompt="p", fire_at=T0 + HOUR)
+    await older.add_wakeup(asked, T0)  # not refused
+    assert len(await older.list_wakeups()) == 1
+    await older.aclose()
 
 
 async def test_version_8_code_may_go_on_using_a_version_9_database(

@@ -92,7 +92,8 @@ async def test_an_agent_schedules_lists_and_cancels_its_own_wakeups(autojump_clo
     assert scheduled.startswith("Scheduled ")
     assert "2026-07-07T11:15:00.000Z" in scheduled
     assert f"{CANCEL}(id=" in scheduled
-    assert 'recurring (cron "0 9 * * 1" UTC)' in recurring
+    # The default lifetime: 30 days from the turn that scheduled it (10:45).
+    assert 'recurring (cron "0 9 * * 1" UTC until 2026-08-06T10:45:00.000Z)' in recurring
     assert listed.startswith("2 pending (at most 20):")
     assert "look at the build again" in listed
     assert "weekly report" in listed

@@ -57,6 +57,8 @@ if typing.TYPE_CHECKING:  # imported on first use (below): `import trio_routines
     from .stores import open_store as open_store
     from .stores.directory import DirectoryStore as DirectoryStore
     from .turns import TurnResult as TurnResult
+    from .wakelimits import WakeLimits as WakeLimits
+    from .wakelimits import WakeTurns as WakeTurns
     from .wakeups import WakeupRequest as WakeupRequest
     from .wakeups import parse_delay as parse_delay
 
@@ -109,6 +111,8 @@ _LAZY = {
     "open_store": ".stores",
     "DirectoryStore": ".stores.directory",
     "TurnResult": ".turns",
+    "WakeLimits": ".wakelimits",
+    "WakeTurns": ".wakelimits",
     "WakeupRequest": ".wakeups",
     "parse_delay": ".wakeups",
 }

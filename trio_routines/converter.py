@@ -93,11 +93,16 @@ converter.register_unstructure_hook(
         fire_at=override(rename="fireAt", omit_if_default=False),
     ),
 )
-# The origin is read apart (``wakeup_from_json``): a bad one must not cost the entry.
+# The origin and the until are read apart (``wakeup_from_json``): a bad one must not cost
+# the entry.
 converter.register_structure_hook(
     Wakeup,
     make_dict_structure_fn(
-        Wakeup, converter, fire_at=override(rename="fireAt"), origin=override(omit=True)
+        Wakeup,
+        converter,
+        fire_at=override(rename="fireAt"),
+        origin=override(omit=True),
+        until=override(omit=True),
     ),
 )
 converter.register_unstructure_hook(
@@ -141,7 +146,12 @@ def wakeup_from_json(raw: Any) -> Wakeup:
         causes = [str(e) for e in exc.exceptions] or [str(exc)]
         raise ValueError("; ".join(causes)) from None
     origin = origin_from_json(raw.get("origin"))
-    return wakeup if origin is None else attrs.evolve(wakeup, origin=origin)
+    # A recurring wake-up's end; one unreadable reads as none (the entry is kept, as it is
+    # kept by a reader that does not know ``until``).
+    until = parse_iso(raw["until"]) if isinstance(raw.get("until"), str) else None
+    if origin is None and until is None:
+        return wakeup
+    return attrs.evolve(wakeup, origin=origin or wakeup.origin, until=until)
 
 
 def origin_from_json(raw: Any) -> Origin | None:

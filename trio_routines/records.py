@@ -191,6 +191,8 @@ class Wakeup:
     place each time one is taken. ``attempts`` counts consecutive busy deferrals of a one-shot.
     ``origin`` is who asked for it (:class:`Origin`), kept across its occurrences and
     deferrals; None when unknown (stored before origins were recorded, or unreadable).
+    ``until`` ends a recurring wake-up: no occurrence after it fires, and the entry is removed
+    (:mod:`trio_routines.wakelimits`); None for a one-shot, or one stored before expiry.
     """
 
     id: str = attrs.field(validator=_non_empty)
@@ -203,6 +205,7 @@ class Wakeup:
     origin: Origin | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.instance_of(Origin))
     )
+    until: datetime | None = attrs.field(default=None, converter=_optional_utc)
 
     @property
     def recurring(self) -> bool:

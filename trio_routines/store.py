@@ -105,6 +105,15 @@ Usage ledger (optional: a store without it keeps no budgets; every other part wo
     ``usage_since(kind, name, since)`` sums, as a :class:`~trio_routines.ledger.Spent`, what
     was recorded from ``since`` on, to the minute (:mod:`trio_routines.ledger`). Both raise
     StateFault when the store cannot be read or written.
+Wake-up turns (optional: a store without these counts only pending wake-ups for the rate limit)
+    ``note_wake_turn(session, at)`` records that a wake-up turn of ``session`` started at
+    ``at``, durably before it returns, for every replica sharing the store; turns older
+    than :data:`~trio_routines.wakelimits.RATE_WINDOW` before the newest may be forgotten,
+    and a store may keep only the newest :data:`~trio_routines.wakelimits.MAX_TURNS_KEPT`
+    of a session.
+    ``wake_turns(session, since)`` returns the session's recorded turns after ``since``,
+    oldest first. Both raise StateFault when the store cannot be read or written
+    (:class:`~trio_routines.wakelimits.WakeTurns`).
 
 Routine names are checked (:func:`trio_routines.names.check_name`) by every call taking one.
 Text that some store cannot hold (NUL, a lone surrogate) gets the same answer from every

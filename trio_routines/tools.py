@@ -17,18 +17,23 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from .errors import InvalidWakeup, StateFault
-from .instants import format_iso
+from .instants import format_iso, parse_iso
 from .records import Wakeup
+from .wakelimits import DEFAULT_DEPTH, DEFAULT_LIFETIME, DEFAULT_RATE
 from .wakeups import MAX_PENDING_PER_SESSION, MIN_DELAY, MIN_RECURRING_GAP, parse_delay
 
 SCHEDULE, LIST, CANCEL = "schedule_wakeup", "list_wakeups", "cancel_wakeup"
 LIMITS = (
     f"one-shots at least {int(MIN_DELAY.total_seconds())} s ahead; recurring ones at most "
     f"every {int(MIN_RECURRING_GAP.total_seconds() // 60)} minutes; at most "
-    f"{MAX_PENDING_PER_SESSION} pending per session"
+    f"{MAX_PENDING_PER_SESSION} pending per session; by default at most {DEFAULT_RATE} "
+    f"self-scheduled turns per session in any hour, and chains of wake-ups set by wake-ups "
+    f"at most {DEFAULT_DEPTH} deep; a recurring one ends at its `until`, by default "
+    f"{DEFAULT_LIFETIME.days} days after it was scheduled"
 )
 _ID_CHARS = 64  # of an id the model sent, echoed back
 
@@ -60,6 +65,11 @@ _TOOLS: list[dict[str, Any]] = [
                 "tz": {
                     "type": "string",
                     "description": 'The cron\'s time zone, e.g. "Europe/Berlin" (default UTC).',
+                },
+                "until": {
+                    "type": "string",
+                    "description": "With `cron`: stop repeating after this ISO 8601 instant "
+                    'with its zone, e.g. "2026-07-31T18:00:00Z".',
                 },
             },
             "required": ["prompt"],
@@ -114,6 +124,7 @@ class WakeupApi(Protocol):
         delay: float | None = None,
         cron: str | None = None,
         tz: str | None = None,
+        until: datetime | None = None,
     ) -> Wakeup:
         """Add a wake-up of ``session`` (``Scheduler.add_wakeup``)."""
         ...
@@ -152,7 +163,8 @@ def _line(wakeup: Wakeup) -> str:
     when = f"next at {format_iso(wakeup.fire_at)}"
     if wakeup.cron is not None:
         zone = f" {wakeup.tz}" if wakeup.tz else ""
-        when = f'recurring (cron "{wakeup.cron}"{zone}), {when}'
+        end = f" until {format_iso(wakeup.until)}" if wakeup.until is not None else ""
+        when = f'recurring (cron "{wakeup.cron}"{zone}{end}), {when}'
     return f"- {wakeup.id}: {when}: {wakeup.prompt}"
 
 
@@ -181,7 +193,7 @@ async def call_tool(api: WakeupApi, session: str, name: str, arguments: object) 
 
 
 async def _schedule(api: WakeupApi, session: str, args: Mapping[str, Any]) -> str:
-    problem = _unknown(args, ("prompt", "in", "cron", "tz"))
+    problem = _unknown(args, ("prompt", "in", "cron", "tz", "until"))
     if problem:
         return f"{SCHEDULE}: {problem}"
     prompt = args.get("prompt")
@@ -192,6 +204,16 @@ async def _schedule(api: WakeupApi, session: str, args: Mapping[str, Any]) -> st
     tz = args.get("tz")
     if tz is not None and not isinstance(tz, str):
         return f'{SCHEDULE}: `tz` must be a time zone name such as "Europe/Berlin".'
+    until = args.get("until")
+    if until is not None:
+        if "cron" not in args:
+            return f"{SCHEDULE}: `until` goes with `cron` only (a one-shot fires once)."
+        until = parse_iso(until)
+        if until is None:
+            return (
+                f"{SCHEDULE}: `until` must be an ISO 8601 instant with its zone, such as "
+                '"2026-07-31T18:00:00Z".'
+            )
     try:
         if "in" in args:
             if tz is not None:
@@ -207,7 +229,7 @@ async def _schedule(api: WakeupApi, session: str, args: Mapping[str, Any]) -> st
             cron = args["cron"]
             if not isinstance(cron, str):
                 return f'{SCHEDULE}: `cron` must be a 5-field cron text such as "0 9 * * 1-5".'
-            wakeup = await api.add_wakeup(session, prompt, cron=cron, tz=tz)
+            wakeup = await api.add_wakeup(session, prompt, cron=cron, tz=tz, until=until)
     except InvalidWakeup as exc:
         return f"{SCHEDULE}: refused — {exc} (limits: {LIMITS})."
     except OverflowError:

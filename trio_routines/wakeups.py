@@ -8,11 +8,14 @@ Guardrails (the texts are model-facing, because the agent's ``wake`` tool return
 one-shots at least 60 s ahead; at most 20 pending per session; a recurring cron may fire at
 most every 10 minutes, judged on the smallest gap between any two consecutive occurrences
 (:func:`trio_routines.cron.gaps.shortest_gap`: the whole calendar on the wall clock, plus the
-real instants around the zone's offset changes of the coming year), not just the first two.
+real instants around the zone's offset changes of the coming year), not just the first two;
+and the operator's limits on what turns schedule (:mod:`trio_routines.wakelimits`: a rate
+per session, a chain depth), which the request carries.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import uuid
@@ -28,6 +31,17 @@ from .errors import InvalidWakeup
 from .instants import format_iso, truncate_ms
 from .names import is_unicode
 from .records import MAX_DEPTH, Origin, OriginKind, Wakeup
+from .wakelimits import (
+    DEFAULT_LIMITS,
+    WakeLimits,
+    check_depth,
+    check_rate,
+    expired,
+    expired_line,
+    plan_until,
+)
+
+log = logging.getLogger("trio_routines")
 
 MIN_DELAY = timedelta(seconds=60)
 MAX_PENDING_PER_SESSION = 20
@@ -51,6 +65,13 @@ class WakeupRequest:
     tz: str | None = None
     #: Who asks (see :func:`asked_by`); stored with the wake-up. None: unknown.
     origin: Origin | None = None
+    #: The operator's limits on self-scheduled turns (:mod:`trio_routines.wakelimits`).
+    limits: WakeLimits = DEFAULT_LIMITS
+    #: When the session's wake-up turns of the last hour started (a store's
+    #: :class:`~trio_routines.wakelimits.WakeTurns`), for the rate limit.
+    recent: tuple[datetime, ...] = ()
+    #: When a recurring wake-up ends (None: :attr:`WakeLimits.lifetime` from now).
+    until: datetime | None = None
 
 
 def asked_by(fire: FireContext | None, outside: OriginKind = OriginKind.API) -> Origin:
@@ -166,6 +187,8 @@ def plan_add(
         fire_at = truncate_ms(request.fire_at)
         if fire_at < now + MIN_DELAY:
             raise InvalidWakeup("too soon — the minimum wake delay is 60s.")
+    until = plan_until(request.cron, request.until, fire_at, now, request.limits)
+    check_depth(request.origin, request.limits)
     mine = [w for w in pending if w.session == request.session]
     if len(mine) >= MAX_PENDING_PER_SESSION:
         listing = "; ".join(_describe(w) for w in mine)
@@ -173,7 +196,7 @@ def plan_add(
             f"too many pending wake-ups for this session ({MAX_PENDING_PER_SESSION}) — "
             f"wait for some to fire, or cancel one. Pending: {listing}"
         )
-    return Wakeup(
+    wakeup = Wakeup(
         id=wakeup_id,
         session=request.session,
         prompt=request.prompt,
@@ -181,7 +204,10 @@ def plan_add(
         cron=request.cron,
         tz=request.tz if request.cron is not None else None,
         origin=request.origin,
+        until=until,
     )
+    check_rate(mine, wakeup, request.recent, now, request.limits)
+    return wakeup
 
 
 def check_stored(wakeup: Wakeup) -> Wakeup:
@@ -200,23 +226,44 @@ def take_first_due(pending: Sequence[Wakeup], now: datetime) -> tuple[list[Wakeu
     """Take the first due entry in stored order.
 
     A one-shot leaves the list; a recurring entry is advanced in place to its next occurrence
-    after ``now`` (missed occurrences collapse into one) and leaves only after its last. The
-    returned wake-up is the entry as it was, with the ``fire_at`` that came due.
+    after ``now`` (missed occurrences collapse into one) and leaves only after its last, or
+    when the next would come after its ``until``. The returned wake-up is the entry as it
+    was, with the ``fire_at`` that came due. An expired entry met on the way
+    (:func:`~trio_routines.wakelimits.expired`) leaves the list, logged, and is never
+    returned: the returned list may be shorter with nothing taken.
     """
-    for index, wakeup in enumerate(pending):
+    rest = list(pending)
+    index = 0
+    while index < len(rest):
+        wakeup = rest[index]
         if wakeup.fire_at > now:
+            index += 1
             continue
-        rest = list(pending)
+        if expired(wakeup, now):
+            log.warning("%s", expired_line(wakeup))
+            del rest[index]
+            continue
         if wakeup.cron is not None:
             upcoming = next_run(wakeup.cron, wakeup.tz, now, wakeup_seed(wakeup.session, wakeup.id))
             if upcoming is None:
+                del rest[index]
+            elif wakeup.until is not None and upcoming > wakeup.until:
+                log.info("%s", _ended_line(wakeup))
                 del rest[index]
             else:
                 rest[index] = attrs.evolve(wakeup, fire_at=upcoming, attempts=None)
         else:
             del rest[index]
         return rest, wakeup
-    return list(pending), None
+    return rest, None
+
+
+def _ended_line(wakeup: Wakeup) -> str:
+    until = format_iso(wakeup.until) if wakeup.until is not None else "?"
+    return (
+        f"wake-up {wakeup.id} of session {wakeup.session!r}: its last occurrence before its "
+        f"until ({until}) fires now; it is removed"
+    )
 
 
 def plan_defer(pending: Sequence[Wakeup], wakeup: Wakeup, fire_at: datetime) -> Wakeup | None:
@@ -281,9 +328,10 @@ def added_reply(wakeup: Wakeup) -> str:
             f'{wakeup.prompt}. Use unwake({{ id: "{wakeup.id}" }}) if it becomes unnecessary.'
         )
     zone = f" {wakeup.tz}" if wakeup.tz else ""
+    end = f", until {format_iso(wakeup.until)}" if wakeup.until is not None else ""
     return (
         f'OK — recurring wake {wakeup.id} (cron "{wakeup.cron}"{zone}), first at '
-        f"{format_iso(wakeup.fire_at)}: {wakeup.prompt}. "
+        f"{format_iso(wakeup.fire_at)}{end}: {wakeup.prompt}. "
         f'Use unwake({{ id: "{wakeup.id}" }}) to stop it.'
     )
 

@@ -15,6 +15,7 @@ from ..instants import parse_instant
 from ..records import Outcome
 from ..replicas import replica_problem
 from ..text import shown
+from ..wakelimits import DEFAULT_DEPTH, DEFAULT_LIFETIME, DEFAULT_RATE
 from ..wakeups import POLL_INTERVAL, parse_delay
 from .output import DEFAULT_GRACE, DEFAULT_ROUTINES, DEFAULT_STATE
 
@@ -41,6 +42,24 @@ def _positive_seconds(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be above 0")
     return value
+
+
+def _limit(text: str) -> int | None:
+    """A count limit: a positive whole number, or ``off``."""
+    if text.strip().lower() == "off":
+        return None
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a positive whole number or off")
+    return int(text)
+
+
+def _lifetime(text: str) -> timedelta:
+    """The longest life of a recurring wake-up: a delay such as ``30d`` or ``12h``, an hour
+    or more."""
+    seconds = parse_delay(text)
+    if seconds is None or seconds < 3600:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a span of an hour or more")
+    return timedelta(seconds=seconds)
 
 
 def _shown(text: str) -> str:
@@ -254,6 +273,30 @@ def build_parser() -> argparse.ArgumentParser:
         '"200k tokens/day, 5 USD/week" (default: no budget)',
     )
     serve.add_argument(
+        "--wake-rate",
+        type=_limit,
+        default=DEFAULT_RATE,
+        metavar="N",
+        help="at most N wake-up turns per session in any hour: a turn scheduling more is "
+        f"refused (default: {DEFAULT_RATE}; off: no limit)",
+    )
+    serve.add_argument(
+        "--wake-depth",
+        type=_limit,
+        default=DEFAULT_DEPTH,
+        metavar="N",
+        help="at most N wake-ups in a chain each set by the turn of the one before "
+        f"(default: {DEFAULT_DEPTH}; off: no limit)",
+    )
+    serve.add_argument(
+        "--wake-lifetime",
+        type=_lifetime,
+        default=DEFAULT_LIFETIME,
+        metavar="SPAN",
+        help="the longest a recurring wake-up lives, and its until when none is given "
+        f"(default: {DEFAULT_LIFETIME.days}d)",
+    )
+    serve.add_argument(
         "--http",
         type=host_port,
         metavar="HOST:PORT",
@@ -345,6 +388,12 @@ def build_parser() -> argparse.ArgumentParser:
     when.add_argument("--in", dest="delay", type=delay, metavar="DELAY", help="90s, 30m, 1.5h, 2d")
     when.add_argument("--cron", metavar="EXPR", help="recurring, at most every 10 minutes")
     wake.add_argument("--tz", metavar="TZ", help="the time zone of --cron (default: UTC)")
+    wake.add_argument(
+        "--until",
+        type=instant,
+        metavar="ISO",
+        help="with --cron: stop repeating after this instant (default: 30 days from now)",
+    )
     wake.add_argument("--prompt", required=True, help="what the woken turn does (- reads stdin)")
     wake.add_argument("--json", action="store_true", help="print the stored wake-up as JSON")
     _add_url(wake)

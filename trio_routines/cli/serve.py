@@ -18,6 +18,7 @@ from ..hosting import run_then_end, watch_signals
 from ..instants import format_iso
 from ..routines import Routine
 from ..scheduler import Scheduler
+from ..wakelimits import WakeLimits
 from .output import (
     CliError,
     agent_arg,
@@ -114,6 +115,9 @@ async def _serve(
             default_grace=args.grace,  # also how long a failed settle is retried
             replica=replica_arg(args),
             session_budget=args.session_budget,
+            wake_limits=WakeLimits(
+                rate=args.wake_rate, depth=args.wake_depth, lifetime=args.wake_lifetime
+            ),
         )
         async with trio.open_nursery() as nursery:
             await nursery.start(run_then_end, scheduler, nursery)
@@ -163,7 +167,14 @@ def _log_armed(
     if on_demand:
         log.info("on demand: %s", ", ".join(on_demand))
     if scheduler.wakeups:
-        log.info("wake-ups: polling every %gs", scheduler.poll_interval)
+        limits = scheduler.wake_limits
+        log.info(
+            "wake-ups: polling every %gs; turns may schedule %s an hour per session, "
+            "chains %s deep",
+            scheduler.poll_interval,
+            "any number" if limits.rate is None else f"at most {limits.rate}",
+            "any number" if limits.depth is None else f"at most {limits.depth}",
+        )
     else:
         log.info("wake-ups: off")
 

@@ -85,6 +85,8 @@ def schedule(routine: Routine | Wakeup) -> str:
     shown_schedule = f"cron {shown_cron(routine)}" + (f" {routine.tz}" if routine.tz else "")
     if isinstance(routine, Routine) and routine.catchup is not None:
         shown_schedule += f", catchup {catchup_text(routine.catchup)}"
+    if isinstance(routine, Wakeup) and routine.until is not None:
+        shown_schedule += f", until {short_instant(routine.until)}"
     return shown_schedule
 
 

@@ -28,6 +28,8 @@ def added_line(wakeup: Wakeup) -> str:
     else:
         zone = f" {wakeup.tz}" if wakeup.tz else ""
         when = f'cron "{wakeup.cron}"{zone}, first at {format_iso(wakeup.fire_at)}'
+        if wakeup.until is not None:
+            when += f", until {format_iso(wakeup.until)}"
     return (
         f"wake-up {wakeup.id} {when} for session {quoted(wakeup.session)} — cancel with: "
         f"unwake {wakeup.id} --session {quoted(wakeup.session)}"
@@ -37,6 +39,8 @@ def added_line(wakeup: Wakeup) -> str:
 async def cmd_wake(args: argparse.Namespace) -> int:
     if args.tz is not None and args.cron is None:
         args.command_parser.error("--tz goes with --cron")
+    if args.until is not None and args.cron is None:
+        args.command_parser.error("--until goes with --cron")
     prompt = args.prompt
     if prompt == "-":
         prompt = await trio.to_thread.run_sync(sys.stdin.read)
@@ -51,7 +55,12 @@ async def cmd_wake(args: argparse.Namespace) -> int:
         )
     else:
         request = WakeupRequest(
-            session=args.session, prompt=prompt, cron=args.cron, tz=args.tz, origin=asked
+            session=args.session,
+            prompt=prompt,
+            cron=args.cron,
+            tz=args.tz,
+            origin=asked,
+            until=args.until,
         )
     async with open_state(state_arg(args), writes="wake") as store:
         try:
@@ -76,6 +85,8 @@ async def _wake_over_http(server: Server, args: argparse.Namespace, prompt: str)
         body["cron"] = args.cron
         if args.tz is not None:
             body["tz"] = args.tz
+        if args.until is not None:
+            body["until"] = format_iso(args.until)
     answer = await server.call("POST", "/wakeups", body)
     if answer.status == 400:  # a guardrail: the same words as on the state itself
         message = answer.error()

@@ -21,7 +21,7 @@ from ..converter import history_json, history_to_json, wakeup_to_json
 from ..cron import next_run
 from ..errors import InvalidWakeup, StateFault
 from ..history import in_slot_order, read_history, running_slots
-from ..instants import format_iso
+from ..instants import format_iso, parse_iso
 from ..records import ClaimStatus, Origin, OriginKind, Wakeup
 from ..replicas import replica_json
 from ..routines import Routine, catchup_text
@@ -304,6 +304,7 @@ async def wake(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
     if ("in" in body) == ("cron" in body):
         raise Refusal(400, 'give exactly one of "in" (a delay such as "30m") or "cron"')
     tz = optional_text(body, "tz")
+    until = _until(body)
     now = scheduler.now()
     if "in" in body:
         if tz is not None:
@@ -315,13 +316,16 @@ async def wake(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
             raise Refusal(400, '"in" is too far in the future') from None
         if fire_at is None:
             raise Refusal(400, bad_delay_reply(body["in"]))
+        if until is not None:
+            raise Refusal(400, '"until" goes with "cron" only')
         request = WakeupRequest(session=session, prompt=prompt, fire_at=fire_at)
     else:
         cron = required_text(body, "cron", '"0 9 * * 1-5"')
-        request = WakeupRequest(session=session, prompt=prompt, cron=cron, tz=tz)
+        request = WakeupRequest(session=session, prompt=prompt, cron=cron, tz=tz, until=until)
+    request = attrs.evolve(request, origin=ASKED, limits=scheduler.wake_limits)
     try:
         with tracing.step("wakeup.add", {tracing.SESSION: session}) as span:
-            wakeup = await scheduler.store.add_wakeup(attrs.evolve(request, origin=ASKED), now)
+            wakeup = await scheduler.store.add_wakeup(request, now)
             if span is not None:
                 span.set_attribute(tracing.WAKEUP, wakeup.id)
     except InvalidWakeup as exc:
@@ -330,6 +334,19 @@ async def wake(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
         log.error("POST /wakeups: %s", exc)
         raise unavailable("the wake-up state is unavailable; nothing was added") from None
     return Response(201, {"wakeup": _hidden(wakeup), "reply": added_reply(wakeup)})
+
+
+def _until(body: Mapping[str, Any]) -> datetime | None:
+    """The ``until`` of a recurring wake-up: an ISO 8601 instant with its zone, when given."""
+    given = optional_text(body, "until")
+    if given is None:
+        return None
+    until = parse_iso(given)
+    if until is None:
+        raise Refusal(
+            400, '"until" must be an ISO 8601 instant with its zone, such as "2026-07-31T18:00:00Z"'
+        )
+    return until
 
 
 async def wakeups(scheduler: Scheduler, session: str | None) -> Response:

@@ -169,6 +169,7 @@ def _wakeup_group(session: str, pending: list[Wakeup]) -> WakeupGroup:
         min(w.fire_at for w in pending),
         origins=tuple(sorted(asked.items())),
         deepest=max((w.origin.depth for w in pending if w.origin is not None), default=0),
+        until=max((w.until for w in pending if w.until is not None), default=None),
     )
 
 

@@ -100,6 +100,7 @@ class WakeupGroup:
     origins: tuple[tuple[str, int], ...] = ()  # who asked (a label, unescaped) and how often
     deepest: int = 0  # the deepest chain of turns among them
     over_budget: str = ""  # why its wake-ups are dropped now (its session's budget), if so
+    until: datetime | None = None  # when the last of its recurring wake-ups expires
 
 
 @attrs.frozen
@@ -357,7 +358,8 @@ def main_html(view: PageView) -> str:
         f"{' · asked by ' if w.origins else ''}"
         f"{', '.join(f'{_esc(label)} ×{n}' for label, n in w.origins)}"
         f"{f' · chain depth up to {w.deepest}' if w.deepest else ''}"
-        f"{_over_budget(w.over_budget)}</li>"
+        f"{_over_budget(w.over_budget)}"
+        f"{f' · recurring until {_time(w.until)}' if w.until is not None else ''}</li>"
         for w in view.wakeups
     )
     if view.wakeups_problem:

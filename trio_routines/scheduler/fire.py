@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 import attrs
@@ -342,12 +342,15 @@ class FirePath:
         *,
         hold: TurnHold | None = None,
         spans: FireSpans | None = None,
+        on_start: Callable[[], Awaitable[None]] | None = None,
     ) -> TurnResult:
         """One turn of ``why.session``; :func:`~trio_routines.current_fire` returns ``why``.
 
         ``hold``: the session already held for it (a fire's); else it is held here, and a
         store that cannot answer is a failed turn. ``spans``: a traced fire's (the turn's
         span is their child); else the turn is traced by its kind (:mod:`..tracing`).
+        ``on_start``: awaited once the session is held, before the agent runs, unless the
+        session is busy (a wake-up turn is recorded there: a busy one never ran).
         """
         own = hold is None
         if hold is None:
@@ -358,6 +361,8 @@ class FirePath:
                 return TurnResult(Outcome.FAILED, 0, failed=f"the store did not answer: {exc}")
         traced = turn_span(why, spans)
         try:
+            if on_start is not None and not hold.busy:
+                await on_start()
             with self._grace.turn_scope() as grace, firing(why), traced:
                 turn = await run_turn(
                     hold.agent,

@@ -23,6 +23,7 @@ from ..sessions import SessionGate
 from ..store import Store
 from ..tracing import load as load_tracing
 from ..turns import TurnResult
+from ..wakelimits import DEFAULT_LIMITS, WakeLimits
 from ..wakeups import POLL_INTERVAL
 from .arming import Arming
 from .boot import Boot
@@ -69,6 +70,7 @@ class Scheduler:
     ``scheduler.default_grace`` (seconds, 10 unless given) is the grace in-flight turns get
     from a :meth:`stop` without one and from a signal to :func:`~trio_routines.serve` (the
     command line's ``--grace`` sets it), and how long a failed settle is retried.
+    ``wake_limits`` are the limits on what turns schedule (:mod:`trio_routines.wakelimits`).
 
     ``session_budget`` (text such as ``"200k tokens/day, 5 USD/week"``, or
     :class:`~trio_routines.budgets.Budget` values) is what each session's wake-up turns may
@@ -99,6 +101,7 @@ class Scheduler:
         store_timeout: float = STORE_TIMEOUT,
         replica: str | None = None,
         session_budget: str | Sequence[Budget] | None = None,
+        wake_limits: WakeLimits = DEFAULT_LIMITS,
     ) -> None:
         # The OpenTelemetry API, when installed, is imported here, not at a first fire.
         load_tracing()
@@ -113,6 +116,7 @@ class Scheduler:
             loaded[routine.name] = routine
         self.external_clock = external_clock
         self.wakeups = wakeups
+        self.wake_limits = wake_limits
         self.max_wait = max_wait
         self.poll_interval = poll_interval
         self.jump_threshold = jump_threshold
@@ -169,8 +173,15 @@ class Scheduler:
             self._arming,
             max_wait=max_wait,
         )
+        self._wakeup_calls = WakeupCalls(store, runtime, calls, wake_limits)
         self._wake = WakeLoop(
-            runtime, self._fire, calls, self._clock, self._restarts, poll_interval=poll_interval
+            runtime,
+            self._fire,
+            calls,
+            self._clock,
+            self._restarts,
+            self._wakeup_calls,
+            poll_interval=poll_interval,
         )
         self._reload = Reload(
             runtime,
@@ -181,7 +192,6 @@ class Scheduler:
             external_clock=external_clock,
             wakeups=wakeups,
         )
-        self._wakeup_calls = WakeupCalls(store, runtime, calls)
         self._runs = OnDemandRuns(runtime, calls, membership, holds, self._fire)
         self._loops = trio.CancelScope()  # the loops' scope: stop() cancels it
 
@@ -366,14 +376,16 @@ class Scheduler:
         fire_at: datetime | None = None,
         cron: str | None = None,
         tz: str | None = None,
+        until: datetime | None = None,
     ) -> Wakeup:
         """Schedule a turn of ``session`` with ``prompt``: once, after ``delay`` (seconds, or
-        ``"30m"``) or at ``fire_at``, or recurring on ``cron`` (in ``tz``). Callable from
-        inside a turn (``current_fire().session`` is the turn's session). Raises
-        :class:`InvalidWakeup` with a model-facing reason (the guardrails), or StateFault
-        (nothing added). :mod:`trio_routines.tools` offers this to a model."""
+        ``"30m"``) or at ``fire_at``, or recurring on ``cron`` (in ``tz``) until ``until``
+        (by default the limits' lifetime from now). Callable from inside a turn
+        (``current_fire().session`` is the turn's session). Raises :class:`InvalidWakeup`
+        with a model-facing reason (the guardrails, the limits), or StateFault (nothing
+        added). :mod:`trio_routines.tools` offers this to a model."""
         return await self._wakeup_calls.add(
-            session, prompt, delay=delay, fire_at=fire_at, cron=cron, tz=tz
+            session, prompt, delay=delay, fire_at=fire_at, cron=cron, tz=tz, until=until
         )
 
     async def list_wakeups(self, session: str | None = None) -> list[Wakeup]:

@@ -15,6 +15,7 @@ from .clock import ClockWatch
 from .fire import FirePath
 from .restarts import RESTART_FIRST, Restarts
 from .state import Runtime, log
+from .wakecalls import WakeupCalls
 
 #: Wake-up polls between two counts of the pending wake-ups (a gauge, not a decision).
 COUNT_EVERY = 10
@@ -25,7 +26,8 @@ class WakeLoop:
 
     Collaborators: the :class:`Runtime` (wall clock, stop, turns in flight), the
     :class:`FirePath` (the turn), the :class:`StoreCalls` (take, defer, count), the
-    :class:`ClockWatch` (the offset, each poll) and the :class:`Restarts`.
+    :class:`ClockWatch` (the offset, each poll), the :class:`Restarts`, and the
+    :class:`WakeupCalls` (each turn recorded for the rate limit).
     """
 
     def __init__(
@@ -35,6 +37,7 @@ class WakeLoop:
         calls: StoreCalls,
         clock: ClockWatch,
         restarts: Restarts,
+        wakeups: WakeupCalls,
         *,
         poll_interval: float,
     ) -> None:
@@ -43,6 +46,7 @@ class WakeLoop:
         self._calls = calls
         self._clock = clock
         self._restarts = restarts
+        self._wakeups = wakeups
         self._poll_interval = poll_interval
         #: The pending wake-ups as last counted (None: not yet).
         self.pending: int | None = None
@@ -112,7 +116,11 @@ class WakeLoop:
                     else f"dropped, not run (session {wakeup.session})",
                 )
                 return
-        turn = await self._fire.turn(why, label, envelope(wakeup))
+
+        async def started() -> None:  # recorded once it runs (a busy one never did)
+            await self._wakeups.note_turn(wakeup.session, self._runtime.now())
+
+        turn = await self._fire.turn(why, label, envelope(wakeup), on_start=started)
         if not turn.busy:
             return
         if wakeup.recurring:

@@ -8,6 +8,13 @@ these is :mod:`trio_routines.tools`.
 Each wake-up records who asked (:func:`trio_routines.wakeups.asked_by`): the turn running
 in the calling task -- a routine's, or a wake-up's, one deeper in the chain -- or, outside
 any turn, the embedding API.
+
+The operator's limits on what turns schedule (:mod:`trio_routines.wakelimits`) go with each
+request. For the rate limit a turn's request carries the session's wake-up turns of the last
+hour, read from the store (:class:`~trio_routines.wakelimits.WakeTurns`, shared by every
+replica) just before the add; the wake loop records each turn there before it starts. A turn
+taken by another replica between that read and the add, or whose record is not yet written,
+is not counted: at most one per replica in flight.
 """
 
 from __future__ import annotations
@@ -15,22 +22,27 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from ..context import current_fire
-from ..errors import InvalidWakeup
+from ..errors import InvalidWakeup, StateFault
 from ..records import Wakeup
 from ..store import Store
+from ..wakelimits import RATE_WINDOW, WakeLimits, WakeTurns, by_turn
 from ..wakeups import WakeupRequest, asked_by, bad_delay_reply, parse_delay
 from .calls import StoreCalls
-from .state import Runtime
+from .state import Runtime, log
 
 
 class WakeupCalls:
-    """Adding, listing and removing wake-ups, bounded (owns nothing; handed the store, the
-    runtime for its clock, and the store calls for their deadlines)."""
+    """Adding, listing and removing wake-ups, and recording wake-up turns, bounded (owns
+    only the limits; handed the store, the runtime for its clock, and the store calls for
+    their deadlines)."""
 
-    def __init__(self, store: Store, runtime: Runtime, calls: StoreCalls) -> None:
+    def __init__(
+        self, store: Store, runtime: Runtime, calls: StoreCalls, limits: WakeLimits
+    ) -> None:
         self._store = store
         self._runtime = runtime
         self._calls = calls
+        self.limits = limits
 
     async def add(
         self,
@@ -41,6 +53,7 @@ class WakeupCalls:
         fire_at: datetime | None = None,
         cron: str | None = None,
         tz: str | None = None,
+        until: datetime | None = None,
     ) -> Wakeup:
         if sum(value is not None for value in (delay, fire_at, cron)) != 1:
             raise InvalidWakeup("give exactly one of delay, fire_at (once) or cron (recurring).")
@@ -55,17 +68,44 @@ class WakeupCalls:
                 raise InvalidWakeup("the delay is too far in the future.") from None
         if cron is None and tz is not None:
             raise InvalidWakeup("tz goes with cron only.")
-        request = WakeupRequest(
-            session=session,
-            prompt=prompt,
-            fire_at=fire_at,
-            cron=cron,
-            tz=tz,
-            origin=asked_by(current_fire()),  # the turn in progress, or the embedding API
-        )
+        if until is not None and until.tzinfo is None:
+            raise InvalidWakeup("until must be an aware instant (with its zone).")
+        origin = asked_by(current_fire())  # the turn in progress, or the embedding API
         with self._calls.bounded():
+            recent: tuple[datetime, ...] = ()
+            if by_turn(origin) and self.limits.rate is not None:
+                recent = await self._recent(session, now)
+            request = WakeupRequest(
+                session=session,
+                prompt=prompt,
+                fire_at=fire_at,
+                cron=cron,
+                tz=tz,
+                origin=origin,
+                limits=self.limits,
+                recent=recent,
+                until=until,
+            )
             return await self._store.add_wakeup(request, now)
         raise self._calls.no_answer("the wake-up was not added")
+
+    async def _recent(self, session: str, now: datetime) -> tuple[datetime, ...]:
+        if not isinstance(self._store, WakeTurns):
+            return ()
+        return tuple(await self._store.wake_turns(session, now - RATE_WINDOW))
+
+    async def note_turn(self, session: str, at: datetime) -> None:
+        """Record a wake-up turn of ``session`` starting now, for the rate limit; a fault is
+        logged (the turn runs: a limit is no reason to lose a wake-up already taken)."""
+        if not isinstance(self._store, WakeTurns):
+            return
+        try:
+            with self._calls.bounded():
+                await self._store.note_wake_turn(session, at)
+                return
+            raise self._calls.no_answer("the wake-up turn was not recorded")
+        except StateFault as exc:
+            log.warning("a wake-up turn of %r went unrecorded (rate limit): %s", session, exc)
 
     async def pending(self, session: str | None) -> list[Wakeup]:
         with self._calls.bounded():

@@ -21,6 +21,7 @@ from ..records import ClaimResult, ClaimStatus, Fire, Gap, GapReason, Outcome, W
 from ..replicas import ReplicaInfo, claim_key, replica_key
 from ..store import Lifetime
 from ..usage import Usage
+from ..wakelimits import RATE_WINDOW, kept_turns
 from ..wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
 
 log = logging.getLogger("trio_routines")
@@ -31,7 +32,8 @@ class MemoryStore(Lifetime):
 
     ``faults`` maps a method name (``claim``, ``settle``, ``latest_fire``, ``history``,
     ``add_wakeup``, ``take_due_wakeup``, ``defer_wakeup``, ``remove_wakeup``,
-    ``list_wakeups``, ``ready``, ``record_gap``, ``gaps``, ``first_armed``) to an exception
+    ``list_wakeups``, ``ready``, ``record_gap``, ``gaps``, ``first_armed``,
+    ``note_wake_turn``, ``wake_turns``) to an exception
     that method raises until the entry is removed: a way to test what a broken disk does
     without a broken disk.
     A ``settle`` fault is logged and swallowed, as the contract says. :meth:`fail` sets one
@@ -55,6 +57,8 @@ class MemoryStore(Lifetime):
         self.armed: dict[str, datetime] = {}  # when each routine was first armed
         #: The usage ledgers: (kind, name) -> entries (see :mod:`trio_routines.ledger`).
         self.ledgers: dict[tuple[str, str], list[Entry]] = {}
+        #: Each session's recent wake-up turns (:class:`~trio_routines.wakelimits.WakeTurns`).
+        self.turns: dict[str, list[datetime]] = {}
         self._times: dict[str, int] = {}
         self._only: dict[str, str] = {}
         self._open_after: tuple[str, str] | None = None  # see open_claims
@@ -275,6 +279,24 @@ class MemoryStore(Lifetime):
         await self._enter("first_armed")
         self._fault("first_armed")
         return {name: self.armed.setdefault(name, truncate_ms(at)) for name in routines}
+
+    async def note_wake_turn(self, session: str, at: datetime) -> None:
+        """Record a wake-up turn of ``session`` at ``at`` (the rate limit's)."""
+        await self._enter("note_wake_turn")
+        self._fault("note_wake_turn")
+        self.turns[session] = kept_turns(self.turns.get(session, ()), at)
+        newest = max(max(turns) for turns in self.turns.values())
+        self.turns = {
+            name: kept
+            for name, turns in self.turns.items()
+            if (kept := [t for t in turns if t > newest - RATE_WINDOW])
+        }
+
+    async def wake_turns(self, session: str, since: datetime) -> list[datetime]:
+        """The recorded wake-up turns of ``session`` after ``since``, oldest first."""
+        await self._enter("wake_turns")
+        self._fault("wake_turns")
+        return [t for t in self.turns.get(session, ()) if t > since]
 
     async def paused(self) -> frozenset[str]:
         await self._enter("paused")

@@ -1,12 +1,13 @@
-"""The state directory's pauses, gaps, first-armed records and usage ledgers: the store's
-async calls.
+"""The state directory's pauses, gaps, first-armed records, usage ledgers and recent wake-up
+turns: the store's async calls.
 
-The files themselves are pause.py's, gaps.py's, armed.py's and ledgerfile.py's (all build on
-../safefile.py, and live outside ``claims/``, which is all an older reader looks at). Each
-call runs in a worker thread of the store's, left to itself when its caller is cancelled
-(abandon.py): a pause, a gap or a first-armed record given up may still land, which is
-harmless (each is idempotent, and a caller told of a fault may repeat them). A usage record
-given up may land too; the scheduler never repeats one, so it is counted once or not at all.
+The files themselves are pause.py's, gaps.py's, armed.py's, ledgerfile.py's and waketurns.py's
+(all build on ../safefile.py, and live outside ``claims/``, which is all an older reader looks
+at). Each call runs in a worker thread of the store's, left to itself when its caller is
+cancelled (abandon.py): a pause, a gap or a first-armed record given up may still land, which
+is harmless (each is idempotent, and a caller told of a fault may repeat them). A usage record
+or a wake-up turn given up may land too; the scheduler never repeats one, so it is counted
+once or not at all.
 """
 
 from __future__ import annotations
@@ -82,3 +83,15 @@ class Records:
         from .ledgerfile import spent_since_sync
 
         return await self._run(spent_since_sync, self._root, check_key(kind, name), name, since)
+
+    async def note_wake_turn(self, session: str, at: datetime) -> None:
+        """Record a wake-up turn of ``session`` at ``at`` (the rate limit's)."""
+        from .waketurns import note_wake_turn_sync
+
+        await self._run(note_wake_turn_sync, self._root, session, at)
+
+    async def wake_turns(self, session: str, since: datetime) -> list[datetime]:
+        """The recorded wake-up turns of ``session`` after ``since``, oldest first."""
+        from .waketurns import wake_turns_sync
+
+        return await self._run(wake_turns_sync, self._root, session, since)

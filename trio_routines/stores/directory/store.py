@@ -8,6 +8,7 @@ other's)::
     <root>/schedule/wakeups.lock                   ours: serializes wake-up writers
     <root>/schedule/gaps/<routine>                 ours: the slots passed over (gaps.py)
     <root>/schedule/armed.json                     ours: when each routine was first armed
+    <root>/schedule/wake-turns.json                ours: recent wake-up turns (waketurns.py)
 
 Theory of operation. A claim is decided by the filesystem: ``O_CREAT|O_EXCL`` lets exactly
 one creator win, across threads and processes. Before a taken claim is reported, the file and
@@ -268,6 +269,14 @@ class DirectoryStore(Lifetime):
     async def usage_since(self, kind: str, name: str, since: datetime) -> Spent:
         """What the turns of a routine or a session spent from ``since`` on (the ledger)."""
         return await self._records.usage_since(kind, name, since)
+
+    async def note_wake_turn(self, session: str, at: datetime) -> None:
+        """Record a wake-up turn of ``session`` at ``at``, for the rate limit."""
+        await self._records.note_wake_turn(session, at)
+
+    async def wake_turns(self, session: str, since: datetime) -> list[datetime]:
+        """The recorded wake-up turns of ``session`` after ``since``, oldest first."""
+        return await self._records.wake_turns(session, since)
 
     # -- replicas (see replicas.py and members.py) ----------------------------------------
 

@@ -177,8 +177,9 @@ class Wakeups:
             return None  # the common poll: nothing due, no lock, no write
 
         def change(entries: list[Wakeup]) -> tuple[list[Wakeup] | None, Wakeup | None]:
-            rest, wakeup = take_first_due(entries, now)
-            return (rest if wakeup is not None else None), wakeup
+            rest, wakeup = take_first_due(entries, now)  # expired ones leave, never taken
+            changed = wakeup is not None or len(rest) != len(entries)
+            return (rest if changed else None), wakeup
 
         return self._mutate(handoff, change)
 

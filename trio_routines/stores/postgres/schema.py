@@ -27,7 +27,7 @@ from psycopg import sql
 
 from ...errors import StateFault
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 # Advisory lock namespaces (the first key of the two-key form); the second key is a hash of
 # the routine or session. A hash collision only serializes two unrelated callers.
 DDL_LOCK = "trio_routines:schema"
@@ -137,6 +137,15 @@ _MIGRATIONS: dict[int, list[str]] = {
             cost double precision NOT NULL DEFAULT 0,
             PRIMARY KEY (kind, name, minute, currency))""",
     ],
+    # Each session's recent wake-up turns, for the rate limit (wakelimits.py): an hour's;
+    # and when each recurring wake-up ends (NULL: never, for one added by older code).
+    11: [
+        "ALTER TABLE {wakeups} ADD COLUMN IF NOT EXISTS until_at timestamptz",
+        """CREATE TABLE IF NOT EXISTS {wake_turns} (
+            session text NOT NULL,
+            at timestamptz NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS {wake_turns_session} ON {wake_turns} (session, at)",
+    ],
 }
 
 
@@ -148,6 +157,10 @@ _COMPATIBLE_FROM: dict[int, int] = {
     8: 5,  # output: older code neither reads nor writes it (its settles leave it as it was)
     9: 5,  # wake-up origins: older code adds wake-ups without one (read back as unknown)
     10: 5,  # usage: older code neither reads nor writes it (its turns count as spending none)
+    # wake-up turns: older code records none (its turns do not count against the rate);
+    # until: older code adds none (never expires), and its advances keep it (an UPDATE of
+    # fire_at), though it fires occurrences past it -- a take of ours then removes the entry.
+    11: 5,
 }
 
 
@@ -174,9 +187,11 @@ class Schema:
             "gaps": name("trio_routines_gaps"),
             "armed": name("trio_routines_armed"),
             "usage": name("trio_routines_usage"),
+            "wake_turns": name("trio_routines_wake_turns"),
             "claims_open": sql.Identifier("trio_routines_claims_open"),
             "wakeups_session": sql.Identifier("trio_routines_wakeups_session"),
             "wakeups_id": sql.Identifier("trio_routines_wakeups_id"),
+            "wake_turns_session": sql.Identifier("trio_routines_wake_turns_session"),
         }
 
     def sql(self, text: str) -> sql.Composed:

@@ -298,6 +298,14 @@ class PostgresStore(Lifetime):
 
     # -- wake-ups (see wakeups.py) -----------------------------------------------------
 
+    async def note_wake_turn(self, session: str, at: datetime) -> None:
+        """Record a wake-up turn of ``session`` at ``at``, for the rate limit."""
+        await self._wakeups.note_turn(session, truncate_ms(at))
+
+    async def wake_turns(self, session: str, since: datetime) -> list[datetime]:
+        """The recorded wake-up turns of ``session`` after ``since``, oldest first."""
+        return await self._wakeups.turns(session, since)
+
     async def add_wakeup(self, request: WakeupRequest, now: datetime) -> Wakeup:
         return await self._wakeups.add(request, now)
 

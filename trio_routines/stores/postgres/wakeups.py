@@ -6,6 +6,11 @@ LOCKED``, so concurrent takers each get a different row and never wait on each o
 (and a defer) takes an advisory lock per session before counting that session's rows, which
 keeps the 20-per-session cap exact. Who asked for a wake-up is in its ``origin*`` columns
 (schema version 9), all NULL for one added by older code: read as unknown.
+
+The ``until_at`` column (schema version 11) ends a recurring wake-up; NULL for a one-shot
+or one added by older code. Each session's recent wake-up turns, the rate limit's record,
+are rows of ``wake_turns`` (schema version 11 too): a turn inserts its row and deletes
+every row older than the window, so the table holds about an hour of turns.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import psycopg
 import trio
 
 from ...records import Origin, Wakeup
+from ...wakelimits import RATE_WINDOW
 from ...wakeups import (
     WakeupRequest,
     check_request,
@@ -34,14 +40,14 @@ log = logging.getLogger("trio_routines")
 
 _WAKEUP_COLUMNS = (
     "id, session, prompt, fire_at, cron, tz, attempts, "
-    "origin, origin_depth, origin_routine, origin_slot, origin_parent"
+    "origin, origin_depth, origin_routine, origin_slot, origin_parent, until_at"
 )
-_PLACES = ", ".join(["%s"] * 12)
+_PLACES = ", ".join(["%s"] * 13)
 Conn = psycopg.Connection[Any]
 
 
 def _wakeup(row: tuple[Any, ...]) -> Wakeup:
-    id_, session, prompt, fire_at, cron, tz, attempts, *origin = row
+    id_, session, prompt, fire_at, cron, tz, attempts, *origin, until = row
     return check_stored(
         Wakeup(
             id=id_,
@@ -52,6 +58,7 @@ def _wakeup(row: tuple[Any, ...]) -> Wakeup:
             tz=tz,
             attempts=attempts,
             origin=_origin(*origin),
+            until=until,
         )
     )
 
@@ -82,6 +89,7 @@ def _params(wakeup: Wakeup) -> tuple[Any, ...]:
             if origin is not None
             else (None,) * 5
         ),
+        wakeup.until,
     )
 
 
@@ -157,6 +165,8 @@ class PostgresWakeups:
                     )
                 else:
                     conn.execute(delete, (seq,))
+                if taken is None:
+                    continue  # expired (take_first_due logged it): removed, look further
                 return taken
 
     async def defer(self, wakeup: Wakeup, fire_at: datetime) -> bool:
@@ -198,3 +208,32 @@ class PostgresWakeups:
             except (ValueError, TypeError) as exc:
                 log.warning("skipping a malformed wake-up entry %r: %s", row[0], exc)
         return entries
+
+    async def note_turn(self, session: str, at: datetime) -> None:
+        if not storable(session):
+            await trio.lowlevel.checkpoint()
+            return  # no stored wake-up can have it
+        await self._conns.run("could not record a wake-up turn", self._note_turn, session, at)
+
+    def _note_turn(self, conn: Conn, _call: Call, session: str, at: datetime) -> None:
+        with conn.transaction():
+            conn.execute(
+                self._tables.sql("INSERT INTO {wake_turns} (session, at) VALUES (%s, %s)"),
+                (session, at),
+            )
+            conn.execute(
+                self._tables.sql("DELETE FROM {wake_turns} WHERE at <= %s"), (at - RATE_WINDOW,)
+            )
+
+    async def turns(self, session: str, since: datetime) -> list[datetime]:
+        if not storable(session):
+            await trio.lowlevel.checkpoint()
+            return []
+        what = "the recent wake-up turns are unreadable"
+        return await self._conns.run(what, self._turns, session, since)
+
+    def _turns(self, conn: Conn, _call: Call, session: str, since: datetime) -> list[datetime]:
+        query = self._tables.sql(
+            "SELECT at FROM {wake_turns} WHERE session = %s AND at > %s ORDER BY at"
+        )
+        return [row[0] for row in conn.execute(query, (session, since))]

@@ -1,0 +1,249 @@
+"""The limits on self-scheduled turns (wakelimits.py): the rate per session and the chain
+depth, as pure rules at their window edges and end to end under virtual time."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import trio
+import trio.testing
+
+from trio_routines import Completed, Event, StateFault, TextDelta, current_fire
+from trio_routines.errors import InvalidWakeup
+from trio_routines.instants import format_iso
+from trio_routines.records import Origin, OriginKind, Wakeup
+from trio_routines.routines import Routine
+from trio_routines.scheduler import Scheduler
+from trio_routines.testing import Complete, MemoryStore, ScriptedAgent, WallClock
+from trio_routines.tools import SCHEDULE, call_tool
+from trio_routines.wakelimits import RATE_WINDOW, WakeLimits, check_depth, check_rate
+from trio_routines.wakeups import WakeupRequest, plan_add
+
+NOW = datetime(2026, 7, 7, 10, tzinfo=UTC)
+MINUTE = timedelta(minutes=1)
+MS = timedelta(milliseconds=1)
+BY_TURN = Origin(kind=OriginKind.WAKEUP, parent="w0", depth=1)
+
+
+def one_shot(at: datetime, origin: Origin | None = BY_TURN, wakeup_id: str = "new") -> Wakeup:
+    return Wakeup(id=wakeup_id, session="s", prompt="p", fire_at=at, origin=origin)
+
+
+def check(
+    new: Wakeup, *, recent: tuple[datetime, ...] = (), pending: tuple[Wakeup, ...] = (), rate: int
+) -> None:
+    check_rate(list(pending), new, recent, NOW, WakeLimits(rate=rate))
+
+
+# --- the rate, as a rule -----------------------------------------------------------------------
+
+
+def test_a_turn_run_exactly_an_hour_before_the_new_one_is_out_of_its_window() -> None:
+    new = one_shot(NOW + MINUTE)
+    hour_before = NOW + MINUTE - RATE_WINDOW
+    check(new, recent=(hour_before, NOW), rate=2)  # the older one is out: 2 counted
+    with pytest.raises(InvalidWakeup, match="3 wake-up turns"):
+        check(new, recent=(hour_before + MS, NOW), rate=2)
+
+
+def test_the_reset_is_when_enough_turns_run_have_left_the_hour() -> None:
+    recent = (NOW - 50 * MINUTE, NOW - 40 * MINUTE, NOW - 30 * MINUTE)
+    with pytest.raises(InvalidWakeup) as refused:
+        check(one_shot(NOW + MINUTE), recent=recent, rate=2)  # 4 counted: two must leave
+    assert "resets at 2026-07-07T09:20:00.000Z" not in str(refused.value)
+    assert "it resets at 2026-07-07T10:20:00.000Z" in str(refused.value)
+    assert "rate limit" in str(refused.value)
+
+
+def test_a_queued_burst_counts_whenever_it_is_due() -> None:
+    later = NOW + timedelta(hours=5)
+    burst = tuple(one_shot(later, wakeup_id=f"b{i}") for i in range(3))
+    with pytest.raises(InvalidWakeup, match=r"4 wake-up turns .* waiting does not make room"):
+        check(one_shot(later + RATE_WINDOW - MS), pending=burst, rate=3)
+    check(one_shot(later + RATE_WINDOW), pending=burst, rate=3)  # the next hour is free
+    check(one_shot(later - MS), pending=burst, rate=4)
+
+
+def test_a_one_shot_between_two_bursts_is_weighed_against_both_sides() -> None:
+    early = tuple(one_shot(NOW + 2 * MINUTE, wakeup_id=f"e{i}") for i in range(2))
+    late = tuple(one_shot(NOW + 70 * MINUTE, wakeup_id=f"l{i}") for i in range(2))
+    # 35 minutes on: the hour from the early burst holds 3, the hour to the late one 3.
+    check(one_shot(NOW + 35 * MINUTE), pending=early + late, rate=3)
+    with pytest.raises(InvalidWakeup):
+        check(one_shot(NOW + 35 * MINUTE), pending=early + late, rate=2)
+
+
+def test_a_recurring_wake_up_counts_each_occurrence() -> None:
+    every_ten = Wakeup(
+        id="r", session="s", prompt="p", fire_at=NOW + 10 * MINUTE, cron="*/10 * * * *"
+    )
+    with pytest.raises(InvalidWakeup, match="7 wake-up turns"):
+        check(one_shot(NOW + 15 * MINUTE), pending=(every_ten,), rate=6)
+    check(one_shot(NOW + 15 * MINUTE), pending=(every_ten,), rate=7)
+    # Another session's wake-ups never count.
+    other = Wakeup(id="o", session="t", prompt="p", fire_at=NOW + 2 * MINUTE)
+    check(one_shot(NOW + 5 * MINUTE), pending=(other,) * 5, rate=1)
+
+
+def test_a_new_recurring_wake_up_is_weighed_by_its_occurrences() -> None:
+    new = Wakeup(
+        id="n",
+        session="s",
+        prompt="p",
+        fire_at=NOW + 10 * MINUTE,
+        cron="*/10 * * * *",
+        origin=BY_TURN,
+    )
+    check(new, rate=6)
+    with pytest.raises(InvalidWakeup, match="6 wake-up turns"):
+        check(new, rate=5)
+    with pytest.raises(InvalidWakeup, match="7 wake-up turns"):
+        check(new, rate=6, pending=(one_shot(NOW + 95 * MINUTE, wakeup_id="x"),))
+
+
+def test_only_a_turn_is_refused_and_no_rate_means_no_limit() -> None:
+    recent = tuple(NOW - i * MINUTE for i in range(5))
+    for kind in (OriginKind.HTTP, OriginKind.CLI, OriginKind.API):
+        check(one_shot(NOW + MINUTE, Origin(kind=kind)), recent=recent, rate=1)
+    check(one_shot(NOW + MINUTE, None), recent=recent, rate=1)
+    check_rate([], one_shot(NOW + MINUTE), recent, NOW, WakeLimits(rate=None))
+    routine = Origin(kind=OriginKind.ROUTINE, routine="daily", depth=1)
+    with pytest.raises(InvalidWakeup):
+        check(one_shot(NOW + MINUTE, routine), recent=recent, rate=1)
+
+
+def test_depth_at_the_cap_is_allowed_and_one_more_is_refused() -> None:
+    limits = WakeLimits(depth=3)
+    check_depth(Origin(kind=OriginKind.WAKEUP, parent="p", depth=3), limits)
+    with pytest.raises(InvalidWakeup, match=r"number 4 .*at most 3.* does not reset with time"):
+        check_depth(Origin(kind=OriginKind.WAKEUP, parent="p", depth=4), limits)
+    check_depth(Origin(kind=OriginKind.WAKEUP, parent="p", depth=99), WakeLimits(depth=None))
+    check_depth(None, limits)
+
+
+def test_the_limits_are_checked_before_the_entry_is_made() -> None:
+    request = WakeupRequest(
+        session="s",
+        prompt="p",
+        fire_at=NOW + 2 * MINUTE,
+        origin=BY_TURN,
+        limits=WakeLimits(rate=1),
+        recent=(NOW - MINUTE,),
+    )
+    with pytest.raises(InvalidWakeup, match="rate limit"):
+        plan_add([], request, NOW)
+
+
+@pytest.mark.parametrize(("field", "value"), [("rate", 0), ("depth", -1), ("rate", True)])
+def test_limits_must_be_positive(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=f"{field} must be a positive integer"):
+        WakeLimits(**{field: value})  # type: ignore[arg-type]
+
+
+# --- end to end, under virtual time --------------------------------------------------------------
+
+START = datetime(2026, 7, 7, 8, 59, 30, tzinfo=UTC)
+DAILY = Routine(name="daily", prompt="morning brief", cron="0 9 * * *")
+
+
+class Runaway:
+    """An agent whose every turn asks, through the model-facing tool, to be woken a minute
+    later: the runaway the limits exist for. Notes each turn's time and each tool answer."""
+
+    def __init__(self, wall: WallClock) -> None:
+        self.wall = wall
+        self.scheduler: Scheduler | None = None
+        self.turns: list[datetime] = []
+        self.replies: list[str] = []
+        self.refused = trio.Event()
+
+    async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+        assert self.scheduler is not None
+        assert current_fire() is not None
+        self.turns.append(self.wall())
+        reply = await call_tool(self.scheduler, session, SCHEDULE, {"prompt": "again", "in": 60})
+        self.replies.append(reply)
+        if "refused" in reply:
+            self.refused.set()
+        yield TextDelta("ok")
+        yield Completed()
+
+
+async def _run_until_refused(limits: WakeLimits, store: MemoryStore) -> Runaway:
+    wall = WallClock(START)
+    agent = Runaway(wall)
+    scheduler = Scheduler(
+        agent=agent, store=store, routines=[DAILY], now=wall, poll_interval=5, wake_limits=limits
+    )
+    agent.scheduler = scheduler
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await agent.refused.wait()
+        scheduler.stop()
+    return agent
+
+
+async def test_a_runaway_chain_is_stopped_by_the_rate_with_its_reset(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = MemoryStore()
+    agent = await _run_until_refused(WakeLimits(rate=5, depth=None), store)
+    # The routine's turn and five wake-up turns each scheduled one; the fifth wake-up turn's
+    # would be the sixth within the hour.
+    assert len(agent.turns) == 6
+    *accepted, refused = agent.replies
+    assert all(reply.startswith("Scheduled") for reply in accepted)
+    first_wake = agent.turns[1]
+    reset = format_iso(first_wake + RATE_WINDOW)
+    assert refused.startswith(f"{SCHEDULE}: refused — rate limit — this session would have 6")
+    assert f"it resets at {reset}, when the turns run before then leave the hour" in refused
+    # Each wake-up turn was recorded as it started.
+    assert store.turns["routine:daily"] == agent.turns[1:]
+    assert await store.list_wakeups() == []  # the chain ended
+
+
+async def test_a_chain_too_deep_is_refused_whatever_the_rate(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    agent = await _run_until_refused(WakeLimits(rate=None, depth=3), MemoryStore())
+    # Depth 1 (the routine's), 2 and 3 are added; the third wake-up's turn would add depth 4.
+    assert len(agent.turns) == 4
+    assert "chain-depth limit — this wake-up would be number 4" in agent.replies[-1]
+
+
+async def test_a_turn_whose_record_fails_still_runs(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = MemoryStore()
+    store.fail("note_wake_turn", StateFault("disk full"), times=1)
+    caplog.set_level(logging.WARNING, "trio_routines")
+    agent = await _run_until_refused(WakeLimits(rate=3, depth=None), store)
+    # The first wake-up turn went unrecorded: one more turn got through before the limit.
+    assert len(agent.turns) == 5
+    assert any("went unrecorded (rate limit): disk full" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_busy_wake_up_turn_is_not_recorded_until_it_runs(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The routine's turn holds its session for ten minutes; the wake-up set for that session
+    # comes due meanwhile, is deferred while busy, and is recorded once, when it runs.
+    wall = WallClock(START)
+    agent = ScriptedAgent(wall=wall)
+    agent.script(Complete(duration=600), Complete(), session="routine:daily")
+    store = MemoryStore()
+    scheduler = Scheduler(agent=agent, store=store, routines=[DAILY], now=wall, poll_interval=30)
+    await store.add_wakeup(
+        WakeupRequest(session="routine:daily", prompt="p", fire_at=START + 2 * MINUTE), START
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(20 * 60)
+        scheduler.stop()
+    woken = [t for t in agent.turns if "wake-up" in t.text]
+    assert len(woken) == 1
+    assert store.turns["routine:daily"] == [woken[0].wall]
+    assert woken[0].wall >= START + timedelta(minutes=10, seconds=30)

@@ -1,0 +1,253 @@
+"""Limits on turns an agent schedules for itself: a rate per session, a chain depth, and the
+lifetime of a recurring wake-up.
+
+The rules here are pure, like :mod:`trio_routines.wakeups` (which applies them when a wake-up
+is added): every store gets the same answer. The texts are model-facing: the agent's ``wake``
+tool returns them, so each says which limit was hit and when, if ever, it resets.
+
+Rate (``rate`` turns per session in any rolling hour, default :data:`DEFAULT_RATE`). Only a
+wake-up asked for by a turn (its origin a routine's or a wake-up's turn) is ever refused by
+it; an operator's (HTTP, command line, the API outside a turn) never is, but everything the
+session does counts. Counted when a turn asks, at ``now``, for a wake-up first due at ``F``:
+
+* the session's wake-up turns that started in the hour before ``now`` (each store keeps them,
+  bounded to that hour: :class:`WakeTurns`);
+* the session's pending wake-ups, whoever asked: a one-shot at its time, a recurring one at
+  each of its occurrences (up to its ``until``);
+* the new wake-up's own occurrences.
+
+It is refused when some hour-long window holding one of the new wake-up's occurrences would
+hold more than ``rate`` of these. A one-shot is checked at its time; a recurring one over its
+first :data:`RATE_HORIZON` (past that, its later occurrences were not weighed against the
+one-shots queued then: those were checked when they were added, without it). So an agent can
+neither re-schedule itself every minute for long nor queue a burst ahead of time.
+
+Depth (default :data:`DEFAULT_DEPTH`): a wake-up whose origin's chain depth -- turns each
+set by the turn of a wake-up before -- exceeds it is refused. It never resets with time: a
+wake-up set by a routine's turn or by an operator starts a new chain.
+
+Lifetime (default :data:`DEFAULT_LIFETIME`), for every recurring wake-up, whoever asked: it
+ends at its ``until``; one added without gets ``until`` = added + lifetime, and an ``until``
+past that, or before its first occurrence, is refused. Each occurrence up to the ``until``
+fires; when the next would come after it the entry is removed, logged. One found past its
+``until`` when it comes due (:func:`expired`) is removed the same way, never fired.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+from .cron import parse_cron, wakeup_seed
+from .errors import InvalidWakeup
+from .instants import format_iso, truncate_ms
+from .records import Origin, OriginKind, Wakeup
+
+#: The rolling window of the rate limit (each store keeps this much of each session's turns).
+RATE_WINDOW = timedelta(hours=1)
+#: Wake-up turns a session may have in any rolling hour, by default.
+DEFAULT_RATE = 12
+#: The deepest chain of wake-ups, each set by the turn of the one before, by default.
+DEFAULT_DEPTH = 16
+#: The longest a recurring wake-up lives (its ``until`` at most this after it was added).
+DEFAULT_LIFETIME = timedelta(days=30)
+#: How late after its ``until`` a recurring wake-up's last occurrence may still be taken.
+EXPIRY_GRACE = timedelta(minutes=10)
+#: How far ahead a new recurring wake-up's occurrences are weighed against the rate.
+RATE_HORIZON = 2 * RATE_WINDOW
+#: The most turns a store keeps for one session (far more than any rate allows).
+MAX_TURNS_KEPT = 1000
+_TURNS = (OriginKind.ROUTINE, OriginKind.WAKEUP)
+
+
+def _positive_or_none(_i: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"{attribute.name} must be a positive integer or None, got {value!r}")
+
+
+def _lifetime(_i: object, _a: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, timedelta) or value < RATE_WINDOW:
+        raise ValueError(f"lifetime must be a timedelta of an hour or more, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class WakeLimits:
+    """The operator's limits on self-scheduled turns (see the module doc for each rule).
+
+    ``rate``: wake-up turns a session may have in any rolling hour (None: no limit);
+    ``depth``: the deepest chain a turn may extend (None: no limit); ``lifetime``: the
+    longest a recurring wake-up lives, and its ``until`` when none is given.
+    """
+
+    rate: int | None = attrs.field(default=DEFAULT_RATE, validator=_positive_or_none)
+    depth: int | None = attrs.field(default=DEFAULT_DEPTH, validator=_positive_or_none)
+    lifetime: timedelta = attrs.field(default=DEFAULT_LIFETIME, validator=_lifetime)
+
+
+#: The limits a scheduler applies unless given others.
+DEFAULT_LIMITS = WakeLimits()
+
+
+@runtime_checkable
+class WakeTurns(Protocol):
+    """The optional part of the store contract that keeps each session's recent wake-up
+    turns, shared by every replica, for the rate limit. A store without it counts only the
+    pending wake-ups."""
+
+    async def note_wake_turn(self, session: str, at: datetime) -> None:
+        """Record that a wake-up turn of ``session`` started at ``at`` (durable before it
+        returns); turns older than :data:`RATE_WINDOW` before ``at`` may be forgotten."""
+        ...
+
+    async def wake_turns(self, session: str, since: datetime) -> list[datetime]:
+        """The recorded wake-up turns of ``session`` after ``since``, oldest first."""
+        ...
+
+
+def kept_turns(turns: Iterable[datetime], at: datetime) -> list[datetime]:
+    """A session's recorded turns once one at ``at`` is added: oldest first, only those of
+    the :data:`RATE_WINDOW` before the newest, at most :data:`MAX_TURNS_KEPT` (the newest).
+    Every store keeps a session's turns by this rule."""
+    every = sorted([*turns, truncate_ms(at)])
+    newest = every[-1]
+    return [t for t in every if t > newest - RATE_WINDOW][-MAX_TURNS_KEPT:]
+
+
+def by_turn(origin: Origin | None) -> bool:
+    """Whether a turn (a routine's, or a wake-up's) asked: only those are ever refused."""
+    return origin is not None and origin.kind in _TURNS
+
+
+def check_depth(origin: Origin | None, limits: WakeLimits) -> None:
+    """Refuse a wake-up whose chain would be deeper than ``limits.depth``."""
+    if limits.depth is None or origin is None or origin.depth <= limits.depth:
+        return
+    raise InvalidWakeup(
+        f"chain-depth limit — this wake-up would be number {origin.depth} in a chain of "
+        f"wake-ups, each set by the turn of the one before (at most {limits.depth}). "
+        "This limit does not reset with time: a wake-up set by a routine's turn or by the "
+        "operator starts a new chain."
+    )
+
+
+def occurrences(wakeup: Wakeup, start: datetime, end: datetime) -> Iterator[datetime]:
+    """The instants in ``[start, end)`` at which ``wakeup`` is due (a recurring one's
+    occurrences from its ``fire_at``, up to its ``until``)."""
+    if wakeup.cron is None:
+        if start <= wakeup.fire_at < end:
+            yield wakeup.fire_at
+        return
+    schedule = parse_cron(wakeup.cron, wakeup.tz, wakeup_seed(wakeup.session, wakeup.id))
+    at: datetime | None = wakeup.fire_at
+    while at is not None and at < start:
+        at = schedule.next_after(max(at, start - timedelta(minutes=1)))
+    while at is not None and at < end and (wakeup.until is None or at <= wakeup.until):
+        yield at
+        at = schedule.next_after(at)
+
+
+def check_rate(
+    pending: Sequence[Wakeup],
+    new: Wakeup,
+    recent: Iterable[datetime],
+    now: datetime,
+    limits: WakeLimits,
+) -> None:
+    """Refuse ``new`` (asked for by a turn) when a rolling hour around one of its occurrences
+    would hold more than ``limits.rate`` wake-up turns of its session (see the module doc)."""
+    if limits.rate is None or not by_turn(new.origin):
+        return
+    start = now - RATE_WINDOW
+    ran = sorted(t for t in recent if start < t <= now)
+    horizon = new.fire_at + (RATE_HORIZON if new.recurring else timedelta(0))
+    mine = list(occurrences(new, now, horizon + timedelta(milliseconds=1)))
+    lo, hi = mine[0] - RATE_WINDOW, mine[-1] + RATE_WINDOW
+    queued = [
+        at
+        for w in pending
+        if w.session == new.session
+        for at in occurrences(w, max(lo, now - RATE_WINDOW), hi)
+    ]
+    points = sorted([*ran, *queued, *mine])
+    for at in mine:
+        # Each window holding ``at`` holds no more than the one starting at its first point.
+        lowest = bisect.bisect_right(points, at - RATE_WINDOW)
+        for index in range(lowest, bisect.bisect_right(points, at)):
+            end = bisect.bisect_left(points, points[index] + RATE_WINDOW)
+            if end - index > limits.rate:
+                raise InvalidWakeup(_rate_text(points[index:end], ran, now, limits.rate))
+
+
+def _rate_text(held: list[datetime], ran: list[datetime], now: datetime, rate: int) -> str:
+    past = [p for p in held if p in ran and p <= now]
+    over = len(held) - rate
+    head = (
+        f"rate limit — this session would have {len(held)} wake-up turns within one hour "
+        f"(at most {rate} in any rolling hour, counting the turns run in the last hour and "
+        "the wake-ups pending)"
+    )
+    if len(past) >= over:
+        resets = past[over - 1] + RATE_WINDOW
+        return (
+            f"{head}; it resets at {format_iso(resets)}, when the turns run before then "
+            "leave the hour. Or cancel a pending wake-up, or schedule this one later."
+        )
+    return (
+        f"{head}; waiting does not make room: cancel a pending wake-up, or schedule this one later."
+    )
+
+
+def plan_until(
+    cron: str | None, until: datetime | None, first: datetime, now: datetime, limits: WakeLimits
+) -> datetime | None:
+    """The ``until`` a new wake-up is stored with: none for a one-shot; for a recurring one
+    the given instant, or ``now + limits.lifetime`` -- or InvalidWakeup."""
+    if cron is None:
+        if until is not None:
+            raise InvalidWakeup("until goes with a recurring wake-up (cron) only.")
+        return None
+    latest = now + limits.lifetime
+    if until is None:
+        return latest.replace(microsecond=0)  # to the second: shown in listings
+    if until > latest:
+        raise InvalidWakeup(
+            f"until is too far off — a recurring wake-up lives at most {_days(limits.lifetime)} "
+            f"(until {format_iso(latest)} at the latest)."
+        )
+    if until < first:
+        raise InvalidWakeup(
+            f"until ({format_iso(until)}) comes before the first occurrence "
+            f"({format_iso(first)}): it would never fire."
+        )
+    return until
+
+
+def _days(span: timedelta) -> str:
+    if span % timedelta(days=1):
+        hours = span / timedelta(hours=1)
+        return f"{hours:g} hours"
+    days = span // timedelta(days=1)
+    return "1 day" if days == 1 else f"{days} days"
+
+
+def expired(wakeup: Wakeup, now: datetime) -> bool:
+    """Whether ``wakeup``, due at ``now``, is past its ``until``: removed, never fired.
+
+    That is an occurrence after the ``until`` (one written by a reader that does not know
+    it), or one taken more than :data:`EXPIRY_GRACE` after the ``until`` (no scheduler ran
+    then): the last occurrence still fires when a poll takes it a little late."""
+    if wakeup.until is None:
+        return False
+    return wakeup.fire_at > wakeup.until or now > wakeup.until + EXPIRY_GRACE
+
+
+def expired_line(wakeup: Wakeup) -> str:
+    """The log line of an expired wake-up removed."""
+    return (
+        f"wake-up {wakeup.id} of session {wakeup.session!r} (cron {wakeup.cron!r}) expired at "
+        f"{format_iso(wakeup.until) if wakeup.until else '?'}: removed, not fired"
+    )
