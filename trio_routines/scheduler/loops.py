@@ -154,6 +154,7 @@ class CronLoops:
                         paused_tail = await self._gaps.after_slot(
                             routine, due, result, now, paused_tail
                         )
+                        result = None  # not kept by the sleeping loop: one object per routine
                     backoff = RESTART_FIRST  # a slot went through: a later fault starts over
                     due = next_run(routine.cron, routine.tz, self._runtime.now(), routine.name)
                     self._arming.set_due(routine, due)
