@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, settings
 from mutation_bounds import pytest_runtest_protocol  # noqa: F401  (a hook: bounds under mutation)
 from procs import Env
 
+from trio_routines.cron import days as cron_days
 from trio_routines.cron import schedule as cron_schedule
 from trio_routines.store import Store
 from trio_routines.stores.directory import DirectoryStore
@@ -41,6 +42,8 @@ def _cold_cron_caches() -> None:
     cron_schedule._parse_cached.cache_clear()
     cron_schedule._day_offsets.cache_clear()
     cron_schedule._zone.cache_clear()
+    cron_days._rule.cache_clear()
+    cron_days.bit_list.cache_clear()
 
 
 STORE_KINDS = ["memory", "directory", "postgres"]

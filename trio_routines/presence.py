@@ -58,7 +58,10 @@ class Presence:
 
     def granted(self, keys: Sequence[int], taken: Sequence[bool]) -> None:
         """The store's answer for reserved ``keys``: the taken stay held, the rest are not."""
-        self._held.difference_update(key for key, ok in zip(keys, taken, strict=True) if not ok)
+        if len(keys) != len(taken):
+            raise ValueError(f"{len(taken)} answers for {len(keys)} keys")
+        if not all(taken):  # else nothing to undo: the common case, once per fire
+            self._held.difference_update(key for key, ok in zip(keys, taken, strict=True) if not ok)
 
     def abandoned(self, keys: Sequence[int]) -> None:
         """A decision on reserved ``keys`` was cut off (cancelled, failed): the store may have

@@ -31,6 +31,7 @@ publishes about itself. The holds themselves live with each store.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import socket
@@ -99,6 +100,7 @@ def replica_key(replica: str, namespace: str = "") -> int:
     return key("replica", namespace, replica) if namespace else key("replica", replica)
 
 
+@functools.lru_cache(maxsize=1 << 14)  # asked at every turn, of the same few sessions
 def session_key(session: str) -> int:
     return key("session", session)
 

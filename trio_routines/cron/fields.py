@@ -279,8 +279,9 @@ def parse_fields(cron: str) -> Fields:
     minute, hour, dom, month, dow = _split(cron)
     dom_bits, dom_from_last = _parse_dom(dom)
     dow_bits, dow_last_bits, dow_nth = _parse_dow(dow)
+    expression = " ".join(cron.split())
     return Fields(
-        expression=" ".join(cron.split()),
+        expression=cron if expression == cron else expression,  # kept per routine: share it
         minute_bits=_MINUTE.plain(minute),
         hour_bits=_HOUR.plain(hour),
         dom_bits=dom_bits,

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import functools
 from bisect import bisect_left
-from calendar import monthrange
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
+from trio_routines.cron.days import bit_list, day_rule
 from trio_routines.cron.fields import _quote, parse_fields
 from trio_routines.cron.hashed import resolve_hashed
 from trio_routines.errors import InvalidCron
@@ -26,9 +26,6 @@ __all__ = ["CronSchedule", "cron_error", "next_run", "parse_cron"]
 _ONE_MINUTE = timedelta(minutes=1)
 _ONE_DAY = timedelta(days=1)
 _MINUTES_PER_DAY = 1440
-_SEARCH_MONTHS = 401 * 12
-_MONTH_CACHE_LIMIT = 48
-_LAST_YEAR = 9999
 _CACHED_TEXT_LIMIT = 256
 
 
@@ -42,10 +39,6 @@ def _zone(tz: str | None) -> ZoneInfo:
         return ZoneInfo(tz)
     except Exception:  # ZoneInfoNotFoundError, ValueError, IsADirectoryError, ...
         raise InvalidCron(f"unknown time zone {_quote(tz)}") from None
-
-
-def _days_in_month(year: int, month: int) -> int:
-    return monthrange(year, month)[1]
 
 
 @functools.lru_cache(maxsize=16384)
@@ -91,17 +84,10 @@ class CronSchedule:
     """
 
     __slots__ = (
-        "_day_and",
-        "_dom_bits",
-        "_dom_from_last",
-        "_dow_by_first",
-        "_dow_last_bits",
-        "_dow_nth",
+        "_days",
         "_hour_list",
         "_last",
         "_minute_list",
-        "_month_bits",
-        "_month_cache",
         "_never",
         "_zone",
         "expression",
@@ -114,15 +100,11 @@ class CronSchedule:
         self.tz = "UTC" if tz is None else tz
         fields = parse_fields(cron)
         self.expression = fields.expression
-        self._minute_list = _bit_list(fields.minute_bits)
-        self._hour_list = _bit_list(fields.hour_bits)
-        self._dom_bits, self._dom_from_last = fields.dom_bits, fields.dom_from_last
-        self._month_bits = fields.month_bits
-        self._dow_last_bits, self._dow_nth = fields.dow_last_bits, fields.dow_nth
-        self._dow_by_first = tuple(_weekday_days(fields.dow_bits, first) for first in range(7))
-        self._day_and = fields.day_and
+        # Shared with every schedule of the same fields: one is kept per routine.
+        self._minute_list = bit_list(fields.minute_bits)
+        self._hour_list = bit_list(fields.hour_bits)
+        self._days = day_rule(fields)
         self.specific_time = fields.specific_time
-        self._month_cache: dict[tuple[int, int], int] = {}
         self._never = False
         # The last search, (after, found): any ``after`` from that one up to ``found`` has the
         # same answer, since nothing fires in between. Routines sharing an expression (all of
@@ -133,60 +115,6 @@ class CronSchedule:
         return f"CronSchedule({self.expression!r}, tz={self.tz!r})"
 
     # -- days ------------------------------------------------------------------------------
-
-    def _month_days(self, year: int, month: int) -> int:
-        """Bitmask (bit d = day d) of the local days of a month that match the day fields."""
-        key = (year, month)
-        cached = self._month_cache.get(key)
-        if cached is not None:
-            return cached
-        first = (date(year, month, 1).weekday() + 1) % 7  # Sunday = 0
-        length = _days_in_month(year, month)
-        valid = (1 << (length + 1)) - 2
-        dom = self._dom_bits & valid
-        for offset in self._dom_from_last:
-            if length - offset >= 1:
-                dom |= 1 << (length - offset)
-        dow = self._dow_by_first[first] & valid
-        if self._dow_last_bits:
-            for weekday in range(7):
-                if self._dow_last_bits >> weekday & 1:
-                    dow |= 1 << (length - (first + length - 1 - weekday) % 7)
-        for weekday, k in self._dow_nth:
-            day = 1 + (weekday - first) % 7 + 7 * (k - 1)
-            if day <= length:
-                dow |= 1 << day
-        result = (dom & dow) if self._day_and else (dom | dow)
-        if len(self._month_cache) >= _MONTH_CACHE_LIMIT:
-            self._month_cache.clear()
-        self._month_cache[key] = result
-        return result
-
-    def _days_from(self, start: date) -> Iterator[date]:
-        """Matching local days from ``start`` on, for at most :data:`_SEARCH_MONTHS` months."""
-        year, month, first_day = start.year, start.month, start.day
-        for _ in range(_SEARCH_MONTHS):
-            if self._month_bits >> month & 1:
-                mask = self._month_days(year, month) >> first_day << first_day
-                while mask:
-                    low = mask & -mask
-                    yield date(year, month, low.bit_length() - 1)
-                    mask ^= low
-            first_day = 1
-            month += 1
-            if month == 13:
-                month = 1
-                year += 1
-                if year > _LAST_YEAR:
-                    return
-
-    def _can_ever_match(self) -> bool:
-        """Whether any day matches in a whole 400-year Gregorian cycle."""
-        for year in range(2000, 2400):
-            for month in range(1, 13):
-                if self._month_bits >> month & 1 and self._month_days(year, month):
-                    return True
-        return False
 
     # -- times of day ----------------------------------------------------------------------
 
@@ -272,7 +200,7 @@ class CronSchedule:
         if found is not None:
             self._last = (moment, found)
         if found is None:
-            if not self._can_ever_match():
+            if not self._days.can_ever_match():
                 self._never = True
             return None
         return found.replace(tzinfo=UTC)
@@ -283,7 +211,7 @@ class CronSchedule:
         start = local_day - _ONE_DAY if local_day > date.min else local_day
         best: datetime | None = None
         stop: date | None = None
-        for day in self._days_from(start):
+        for day in self._days.days_from(start):
             if stop is not None and day >= stop:
                 break
             found = self._first_on_day(day, after, best)
@@ -306,13 +234,14 @@ class CronSchedule:
 
     def matching_days(self, year: int, month: int) -> int:
         """Bitmask (bit d = day d) of the local days of a month on which the schedule fires."""
-        if not self._month_bits >> month & 1:
+        days = self._days
+        if not days.month_bits >> month & 1:
             return 0
-        return self._month_days(year, month)
+        return days.month_days(year, month)
 
     def ever_matches(self) -> bool:
         """Whether any day of the calendar matches (otherwise the schedule never fires)."""
-        return not self._never and self._can_ever_match()
+        return not self._never and self._days.can_ever_match()
 
     def iter_after(self, after: datetime) -> Iterator[datetime]:
         """Successive instants strictly after ``after`` (for ``next N`` listings)."""
@@ -325,19 +254,6 @@ class CronSchedule:
         """Whether ``instant`` (aware) is one of this schedule's instants."""
         instant = require_utc(instant, "instant")
         return self.next_after(instant - timedelta(microseconds=1)) == instant
-
-
-def _bit_list(bits: int) -> tuple[int, ...]:
-    return tuple(number for number in range(bits.bit_length()) if bits >> number & 1)
-
-
-def _weekday_days(weekday_bits: int, first: int) -> int:
-    """Days 1-31 (as bits) that fall on the given weekdays when day 1 is weekday ``first``."""
-    days = 0
-    for day in range(1, 32):
-        if weekday_bits >> ((first + day - 1) % 7) & 1:
-            days |= 1 << day
-    return days
 
 
 def _check_types(cron: object, tz: object) -> None:

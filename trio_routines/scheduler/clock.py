@@ -8,6 +8,8 @@ counted, and wakes every sleeping cron loop to re-read the wall clock.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import trio
 
 from .calls import StoreCalls
@@ -44,9 +46,12 @@ class ClockWatch:
         #: Jumps seen since the start.
         self.jumps = 0
 
-    def note_offset(self) -> None:
-        """Compare wall and Trio clocks; log a jump once, whichever loop notices it first."""
-        offset = self._runtime.now().timestamp() - trio.current_time()
+    def note_offset(self, now: datetime | None = None) -> None:
+        """Compare wall and Trio clocks; log a jump once, whichever loop notices it first.
+
+        ``now``: the wall clock, read just now by the caller (else it is read here)."""
+        wall = self._runtime.now() if now is None else now
+        offset = wall.timestamp() - trio.current_time()
         if self._offset is None:
             self._offset = offset
             return

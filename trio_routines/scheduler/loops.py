@@ -90,17 +90,19 @@ class CronLoops:
                         return
                     self._arming.set_due(routine, due)
                 while due is not None:
-                    # Sleep towards the slot, re-reading the wall clock after every wake.
-                    while (remaining := (due - self._runtime.now()).total_seconds()) > 0:
+                    # Sleep towards the slot, re-reading the wall clock after every wake: one
+                    # read serves the wake's jump check, the sleep's end and the fire.
+                    now = self._runtime.now()
+                    while (remaining := (due - now).total_seconds()) > 0:
                         await self._sleepers.sleep_until(
                             trio.current_time() + min(remaining, self._max_wait)
                         )
-                        self._clock.note_offset()
+                        now = self._runtime.now()
+                        self._clock.note_offset(now)
                         if not self._current(routine):
                             return
                     if self._runtime.stopping.value or not self._current(routine):
                         return
-                    now = self._runtime.now()
                     if is_late(due, now, routine.catchup):  # a loop that woke far too late
                         await self._gaps.record_gap(
                             name,
@@ -152,6 +154,7 @@ class CronLoops:
                         paused_tail = await self._gaps.after_slot(
                             routine, due, result, now, paused_tail
                         )
+                        result = None  # not kept by the sleeping loop: one object per routine
                     backoff = RESTART_FIRST  # a slot went through: a later fault starts over
                     due = next_run(routine.cron, routine.tz, self._runtime.now(), routine.name)
                     self._arming.set_due(routine, due)

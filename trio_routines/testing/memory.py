@@ -4,7 +4,7 @@ fault injection, and :class:`MemoryPresence`, a member of one."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from datetime import datetime
 
 import attrs
@@ -62,6 +62,7 @@ class MemoryStore(Lifetime):
         self._times: dict[str, int] = {}
         self._only: dict[str, str] = {}
         self._open_after: tuple[str, str] | None = None  # see open_claims
+        self._named: set[str] = set()  # routine names checked already (every claim, settle)
 
     def fail(
         self,
@@ -89,7 +90,16 @@ class MemoryStore(Lifetime):
         """Make every later call of ``operation`` stall until cancelled (``hangs.discard``)."""
         self.hangs.add(operation)
 
-    async def _enter(self, operation: str) -> None:
+    def _enter(self, operation: str) -> Awaitable[None]:
+        """Await it on the way into ``operation``: a checkpoint, as real IO makes, then a stall
+        when the operation hangs. Not a coroutine of its own while nothing hangs: a claim, a
+        take and a settle per fire each enter, and at 10,000 fires in flight every coroutine
+        is the collector's work."""
+        if not self.hangs:
+            return trio.lowlevel.checkpoint()  # noqa: ASYNC105 -- awaited by the caller
+        return self._enter_hanging(operation)
+
+    async def _enter_hanging(self, operation: str) -> None:
         await trio.lowlevel.checkpoint()
         if operation in self.hangs:
             await trio.sleep_forever()
@@ -110,11 +120,17 @@ class MemoryStore(Lifetime):
         if fault is not None:
             raise fault
 
+    def _check(self, routine: str) -> None:
+        """:func:`check_name`, once per name (a claim and a settle per fire ask again)."""
+        if routine not in self._named:
+            check_name(routine)
+            self._named.add(routine)
+
     async def claim(
         self, routine: str, slot: datetime, fired_at: datetime, *, replica: str | None = None
     ) -> ClaimResult:
         await self._enter("claim")
-        check_name(routine)
+        self._check(routine)
         self._fault("claim", routine)
         claims = self.claims.setdefault(routine, {})
         taken = sorted(claims)
@@ -142,7 +158,7 @@ class MemoryStore(Lifetime):
         usage: Usage | None = None,
     ) -> bool:
         await self._enter("settle")
-        check_name(routine)
+        self._check(routine)
         name = slot_name(slot)
         fault = self._consume("settle", routine)
         if fault is not None:
@@ -157,11 +173,14 @@ class MemoryStore(Lifetime):
         fire = self.claims.get(routine, {}).get(name)
         if fire is None or (if_unsettled and fire.outcome is not None):
             return True
-        self.claims[routine][name] = attrs.evolve(
-            fire,
+        # Built as attrs.evolve would, without its lookups of the fields (a settle per fire).
+        self.claims[routine][name] = Fire(
+            slot=fire.slot,
+            fired_at=fire.fired_at,
             outcome=outcome,
             ms=None if ms is None else round(ms),
             error=error,
+            replica=fire.replica,
             output=output,
             usage=usage,
         )
@@ -358,7 +377,10 @@ class MemoryPresence(Presence):
         self.dead = False
 
     async def _take(self, keys: list[int]) -> list[bool]:
-        await self._store._enter("take")
+        # Decided at once, as the state directory's locks are (they never wait): no yield
+        # unless the take is made to hang. One step fewer for every fire, before its turn.
+        if self._store.hangs:
+            await self._store._enter("take")
         self._store._fault("take")
         holds = self._store.holds
         taken = []
