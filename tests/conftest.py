@@ -46,6 +46,13 @@ def _cold_cron_caches() -> None:
     cron_days.bit_list.cache_clear()
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker more than the cores this process may use. Much of a test's time
+    is spent waiting -- for PostgreSQL, for a child process, for a real deadline to pass -- and
+    a third worker on two cores keeps them busy meanwhile."""
+    return len(os.sched_getaffinity(0)) + 1
+
+
 STORE_KINDS = ["memory", "directory", "postgres"]
 
 
