@@ -48,18 +48,8 @@ from ..store import GapRecords
 from ..stores.directory import DirectoryStore
 from ..text import one_line
 from .expected import ExpectedSlots
-from .render import (
-    MAX_MARKS,
-    WINDOW,
-    InFlight,
-    PageView,
-    RoutineView,
-    WakeupGroup,
-    login_html,
-    main_html,
-    page_html,
-    timeline,
-)
+from .render import login_html, main_html, page_html
+from .views import MAX_MARKS, WINDOW, InFlight, PageView, RoutineView, WakeupGroup, timeline
 from .wire import Raw, Receive, Refusal, Response, Scope, headers, one_header, read_body
 
 T = TypeVar("T")
