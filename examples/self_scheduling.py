@@ -37,8 +37,13 @@ def stand_in_model(text: str, tools: list[dict[str, Any]]) -> list[tuple[str, An
 class ModelAgent:
     def __init__(self) -> None:
         self.scheduler: Scheduler | None = None
-        self.tools = definitions("openai")
+        self.tools: list[dict[str, Any]] = []
         self.recurring: list[str] = []
+
+    def serve(self, scheduler: Scheduler) -> None:
+        """Use ``scheduler``'s tools: their descriptions tell the model its limits."""
+        self.scheduler = scheduler
+        self.tools = definitions("openai", scheduler=scheduler)
 
     async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
         fire = current_fire()
@@ -64,7 +69,7 @@ async def main() -> None:
         routines=[deploy],
         now=WallClock(datetime(2026, 7, 7, 9, 59, tzinfo=UTC)),
     )
-    agent.scheduler = scheduler
+    agent.serve(scheduler)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         await trio.sleep(60 * 60)  # an hour of virtual time: the routine, then the wake-up

@@ -26,6 +26,7 @@ import trio
 from trio_routines.agent import Usage
 from trio_routines.records import Outcome
 from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores.directory.ledgerfile import record_usage_sync
 
 T = TypeVar("T")
 
@@ -156,6 +157,8 @@ class Env:
         assert store.claim_sync(name, slot, fired_at or slot).taken
         if outcome is not None:
             store.settle_sync(name, slot, outcome, ms, error=error, output=output, usage=usage)
+        if usage is not None:  # as the runtime does at the turn's end: the ledger counts it
+            record_usage_sync(self.state, "routine", name, fired_at or slot, usage)
 
     def wakeups(self) -> list[dict[str, Any]]:
         path = self.state / "schedule" / "wakeups.json"

@@ -26,7 +26,8 @@ from trio_routines.gaps import (
     plan_boot,
 )
 from trio_routines.http import api
-from trio_routines.http.render import describe, timeline
+from trio_routines.http.render import describe
+from trio_routines.http.views import timeline
 from trio_routines.stores import DirectoryStore
 from trio_routines.testing import Complete, Fail, MemoryStore, ScriptedAgent, WallClock
 from trio_routines.wakeups import WakeupRequest

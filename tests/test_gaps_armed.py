@@ -22,7 +22,8 @@ from trio_routines import Fire, Gap, GapReason, Outcome, Routine, Scheduler, Sta
 from trio_routines.cli import main
 from trio_routines.gaps import add_gap, unfired_gaps
 from trio_routines.http import api
-from trio_routines.http.render import describe, timeline
+from trio_routines.http.render import describe
+from trio_routines.http.views import timeline
 from trio_routines.records import ClaimResult
 from trio_routines.stores import DirectoryStore
 from trio_routines.testing import MemoryStore, ScriptedAgent, WallClock

@@ -28,7 +28,8 @@ from test_http import ON_GRID, raw_exchange, serving, status_of
 
 from trio_routines.errors import InvalidRoutine
 from trio_routines.instants import parse_iso, slot_name
-from trio_routines.routines import load_routines, parse_routine_text
+from trio_routines.routinedir import load_routines
+from trio_routines.routines import parse_routine_text
 from trio_routines.stores.directory import DirectoryStore
 
 LEVEL = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (DEBUG|INFO |WARN |ERROR|FATAL) ")

@@ -412,6 +412,7 @@ async def test_routines_lists_schedules_and_next_instant_never_prompts() -> None
             "paused": False,
             "running": False,  # whether a turn of its session is in flight
             "last": None,  # its newest claim: none yet
+            "spent24h": {"inputTokens": 0, "outputTokens": 0, "costs": {}},  # the ledger's
         }
         fired = await server.call(
             "POST", "/fire", {"name": "adhoc", "slot": "2026-07-07T10:00:00Z", "wait": True}

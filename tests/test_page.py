@@ -24,17 +24,8 @@ from trio_routines.http import expected as expected_module
 from trio_routines.http import make_app, serve_http
 from trio_routines.http.expected import COUNT, ExpectedSlots
 from trio_routines.http.page import COOKIE, CSP, cookie_value, gather
-from trio_routines.http.render import (
-    MAX_MARKS,
-    WINDOW,
-    Mark,
-    PageView,
-    RoutineView,
-    describe,
-    main_html,
-    routine_html,
-    timeline,
-)
+from trio_routines.http.render import describe, main_html, routine_html
+from trio_routines.http.views import MAX_MARKS, WINDOW, Mark, PageView, RoutineView, timeline
 from trio_routines.instants import format_iso
 from trio_routines.records import Fire, Origin, OriginKind, Outcome
 from trio_routines.routines import Routine

@@ -9,15 +9,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from trio_routines import routines
+from trio_routines import routinedir
 from trio_routines.errors import InvalidRoutine
-from trio_routines.routines import (
-    MAX_ROUTINE_FILE_BYTES,
-    Routine,
-    RoutineFailure,
-    load_routines,
-    parse_routine_text,
-)
+from trio_routines.routinedir import MAX_ROUTINE_FILE_BYTES, RoutineFailure, load_routines
+from trio_routines.routines import Routine, parse_routine_text
 
 
 @pytest.mark.parametrize(
@@ -92,7 +87,9 @@ async def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     with trio.fail_after(30):
         with pytest.raises(InvalidRoutine) as raised:
-            await trio.to_thread.run_sync(routines._read_capped, str(fifo), abandon_on_cancel=True)
+            await trio.to_thread.run_sync(
+                routinedir._read_capped, str(fifo), abandon_on_cancel=True
+            )
     assert str(raised.value) == "is not a regular file"
 
 
@@ -110,7 +107,7 @@ def test_directory_errors_name_the_directory_and_the_cause(
     def refuse(path: object) -> list[str]:
         raise PermissionError(errno.EACCES, "Permission denied", str(path))
 
-    monkeypatch.setattr(routines.os, "listdir", refuse)  # root may list any directory
+    monkeypatch.setattr(routinedir.os, "listdir", refuse)  # root may list any directory
     with pytest.raises(InvalidRoutine) as raised:
         load_routines(tmp_path)
     assert str(raised.value) == (

@@ -192,7 +192,7 @@ async def test_a_first_settle_cut_by_its_deadline_is_retried_and_the_fire_goes_o
     assert [f.outcome for f in await store.history("hourly")] == [Outcome.COMPLETED]
     assert scheduler.statistics().outcomes == {"completed": 1}
     await scheduler.fire("hourly", at(10))  # settled at once: its deadline is dropped with it
-    assert not scheduler._calls.deadlines._open
+    assert not scheduler._parts.calls.deadlines._open
 
 
 class _SlowFirst(MemoryStore):

@@ -64,7 +64,7 @@ async def test_a_slot_that_goes_through_resets_the_back_off(
         for n in (1, 2)
     ]
     assert [t.wall for t in agent.turns] == [at(12)]
-    assert scheduler._cron.firing == {}  # no settled fire's event is kept
+    assert scheduler._parts.cron.firing == {}  # no settled fire's event is kept
 
 
 async def test_a_fire_that_fails_with_a_state_fault_is_logged_whole_and_stays_armed(

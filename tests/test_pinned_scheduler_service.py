@@ -347,7 +347,7 @@ async def test_turns_in_flight_are_counted_and_their_scopes_let_go(autojump_cloc
         await trio.sleep(11)
         assert scheduler.statistics().in_flight == 0
         scheduler.stop()
-    assert scheduler._grace.scopes == set()  # a stop has no ended turn's scope to reach
+    assert scheduler._parts.grace.scopes == set()  # a stop has no ended turn's scope to reach
 
 
 def test_a_scheduler_refuses_two_routines_of_one_name_naming_it() -> None:

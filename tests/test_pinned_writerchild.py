@@ -27,7 +27,7 @@ from tests.test_pinned_writerwire import open_fds
 from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
 from trio_routines.records import ClaimStatus, Outcome
-from trio_routines.stores.directory.claimfiles import Contended
+from trio_routines.stores.directory.claimbatch import Contended
 from trio_routines.stores.directory.writer import child as writerchild
 from trio_routines.stores.directory.writer.wire import LENGTH, MAX_FDS, READY, descriptors
 

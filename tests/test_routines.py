@@ -9,15 +9,14 @@ import attrs
 import pytest
 
 from trio_routines.errors import InvalidRoutine, TrioRoutinesError, UnsafeName
-from trio_routines.routines import (
+from trio_routines.routinedir import (
     MAX_ROUTINE_FILE_BYTES,
     LoadResult,
-    Routine,
     RoutineFailure,
     find_routine,
     load_routines,
-    parse_routine_text,
 )
+from trio_routines.routines import Routine, parse_routine_text
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -16,7 +16,8 @@ from trio_routines import Completed, Routine, Scheduler, current_fire
 from trio_routines.agent import Event
 from trio_routines.errors import StateFault
 from trio_routines.testing import Complete, MemoryStore, WallClock
-from trio_routines.tools import CANCEL, LIST, SCHEDULE, call_tool, definitions
+from trio_routines.tools import CANCEL, LIST, SCHEDULE, call_tool, definitions, limits_text
+from trio_routines.wakelimits import DEFAULT_LIMITS, WakeLimits
 
 
 def test_definitions_come_in_the_shapes_model_apis_take() -> None:
@@ -37,6 +38,48 @@ def test_definitions_come_in_the_shapes_model_apis_take() -> None:
     assert definitions()[0]["parameters"]["required"] == ["prompt"]
     with pytest.raises(ValueError, match="unknown style"):
         definitions("nope")  # type: ignore[arg-type]
+
+
+def test_definitions_tell_the_limits_in_force() -> None:
+    def told(**given: Any) -> str:
+        (schedule, _, _) = definitions("anthropic", **given)
+        description: str = schedule["description"]
+        return description
+
+    default = told()
+    assert "at most 12 self-scheduled turns per session in any hour" in default
+    assert "chains of wake-ups set by wake-ups at most 16 deep" in default
+    assert "by default (and at the latest) 30 days after it was scheduled" in default
+    assert "at most 20 pending per session" in default
+    assert default == told(limits=DEFAULT_LIMITS) == told(scheduler=object())
+    strict = WakeLimits(rate=3, depth=2, lifetime=timedelta(hours=12))
+    store = MemoryStore()
+    scheduler = Scheduler(agent=Complete(), store=store, routines=[], wake_limits=strict)
+    for text in (told(limits=strict), told(scheduler=scheduler)):
+        assert "at most 3 self-scheduled turns per session in any hour" in text
+        assert "chains of wake-ups set by wake-ups at most 2 deep" in text
+        assert "by default (and at the latest) 12 hours after it was scheduled" in text
+        assert "12 self-scheduled" not in text
+        assert "16 deep" not in text
+        assert "30 days" not in text
+    free = told(limits=WakeLimits(rate=None, depth=None, lifetime=timedelta(days=1)))
+    assert "no limit on self-scheduled turns per hour" in free
+    assert "no limit on chains of wake-ups set by wake-ups" in free
+    assert "1 day after" in free
+    assert "90 minutes after" in told(limits=WakeLimits(lifetime=timedelta(minutes=90)))
+    with pytest.raises(ValueError, match="not both"):
+        definitions(scheduler=scheduler, limits=strict)
+
+
+async def test_a_refusal_quotes_the_limits_in_force() -> None:
+    strict = WakeLimits(rate=3, depth=2, lifetime=timedelta(hours=12))
+    scheduler = Scheduler(
+        agent=Complete(), store=MemoryStore(), now=WallClock(T0), wake_limits=strict
+    )
+    text = await call_tool(scheduler, "chat:1", SCHEDULE, {"prompt": "x", "in": 5})
+    assert "refused — too soon" in text
+    assert f"(limits: {limits_text(strict)})." in text
+    assert "at most 3 self-scheduled turns" in text
 
 
 class SelfScheduling:

@@ -14,11 +14,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from trio_routines import Routine, Scheduler
 from trio_routines.agent import Completed, Event, Usage
+from trio_routines.cli.status import routine_json, routine_rows
 from trio_routines.http.page import gather
 from trio_routines.http.render import routine_html
-from trio_routines.ledger import Spent, describe_spent, fires_spent
+from trio_routines.ledger import Spent, describe_spent, fires_spent, spent_from_json, spent_to_json
 from trio_routines.metrics import Metrics
-from trio_routines.records import Fire
+from trio_routines.records import Fire, Outcome
+from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores.directory.ledgerfile import record_usage_sync
 from trio_routines.testing import MemoryStore, WallClock
 
 NOW = datetime.now(UTC).replace(second=0, microsecond=0)
@@ -200,3 +203,101 @@ async def test_the_http_api_shows_usage_budgets_and_why_a_slot_was_skipped() -> 
         "over budget (1.1k of 1k tokens in the last 24 h)",
         False,
     )
+
+
+# -- "spent in the last 24 h" is the ledger's: what the budgets count, not the claims kept --
+
+OFTEN = "*/10 * * * *"
+
+
+def test_status_counts_a_day_of_turns_beyond_the_claims_the_store_keeps(env: Env) -> None:
+    env.routine("often", cron=OFTEN)
+    store = DirectoryStore(env.state, keep=2)  # keeps the newest 2 claims of 6 turns
+    for n in reversed(range(6)):
+        slot = NOW - timedelta(minutes=10 * (n + 1))
+        assert store.claim_sync("often", slot, slot).taken
+        usage = Usage(100, 10, 0.5, "USD")
+        store.settle_sync("often", slot, Outcome.COMPLETED, 5, usage=usage)
+        record_usage_sync(env.state, "routine", "often", slot, usage)  # as a turn's end does
+    history = json.loads(env.run_cli("history", "often", "--json").stdout)
+    assert [entry["usage"]["inputTokens"] for entry in history] == [100, 100]  # per turn
+    (often,) = [line for line in env.run_cli("status").stdout.splitlines() if "often" in line]
+    assert "600 in, 60 out, 3 USD" in often
+    (entry,) = json.loads(env.run_cli("status", "--json").stdout)["routines"]
+    assert entry["spent24h"] == {"inputTokens": 600, "outputTokens": 60, "costs": {"USD": 3.0}}
+
+
+async def test_the_page_and_status_rows_count_the_ledger_not_the_claims_kept(
+    autojump_clock: Any,
+) -> None:
+    store = MemoryStore(keep=3)
+    wall = WallClock(datetime(2026, 7, 7, 9, 55, tzinfo=UTC))
+    often = Routine(name="often", prompt="p", cron=OFTEN)
+    scheduler = Scheduler(agent=Spending(), store=store, routines=[often], now=wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(2 * 3600)  # 12 turns, at 10:00 ... 11:50
+        view = await gather(scheduler)
+        scheduler.stop()
+    assert len(await store.history("often")) == 3
+    (routine,) = view.routines
+    assert routine.spent == "24k in, 3.6k out, 0.24 USD"
+    (row,) = await routine_rows(store, [often], wall())
+    assert (row.spent.input_tokens, row.spent.output_tokens) == (24_000, 3600)
+    assert routine_json(row)["spent24h"]["inputTokens"] == 24_000
+    # A day later the ledger's turns have left the window, as the budget's have.
+    wall.set(wall() + timedelta(hours=24, minutes=1))
+    (row,) = await routine_rows(store, [often], wall())
+    assert row.spent == Spent()
+
+
+async def test_the_http_api_and_status_url_count_the_ledger_not_the_claims_kept() -> None:
+    from functools import partial
+
+    from trio_routines.cli.client import Server
+    from trio_routines.cli.served import served_view
+    from trio_routines.http import serve_http
+
+    class Costly:
+        async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+            await trio.lowlevel.checkpoint()
+            yield Usage(input_tokens=900, output_tokens=200, cost=0.25, currency="EUR")
+            yield Completed()
+
+    often = Routine(name="often", prompt="p", cron=OFTEN)
+    store = MemoryStore(keep=2)
+    scheduler = Scheduler(agent=Costly(), store=store, routines=[often], external_clock=True)
+    first = NOW.replace(minute=NOW.minute - NOW.minute % 10) - timedelta(hours=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        port = await nursery.start(partial(serve_http, scheduler, "127.0.0.1", 0))
+        for n in range(5):
+            fired = {"name": "often", "slot": (first + timedelta(minutes=10 * n)).isoformat()}
+            status, _ = await _get(port, "POST", "/fire", {**fired, "wait": True})
+            assert status == 200
+        status, listing = await _get(port, "GET", "/routines")
+        served = await served_view(Server(f"http://127.0.0.1:{port}", token=None))
+        scheduler.stop(grace=0)
+    assert status == 200
+    assert len(await store.history("often")) == 2
+    (entry,) = listing
+    assert entry["spent24h"] == {"inputTokens": 4500, "outputTokens": 1000, "costs": {"EUR": 1.25}}
+    (row,) = served.rows
+    assert row.spent == Spent(4500, 1000, (("EUR", 1.25),))
+
+
+def test_a_spent_figure_read_back_from_json_is_checked() -> None:
+    spent = Spent(4500, 1000, (("EUR", 1.25), ("USD", 0.0)))
+    assert spent_from_json(spent_to_json(spent)) == spent
+    for bad in (
+        None,
+        [],
+        {"inputTokens": 1, "outputTokens": 2},
+        {"inputTokens": -1, "outputTokens": 2, "costs": {}},
+        {"inputTokens": True, "outputTokens": 2, "costs": {}},
+        {"inputTokens": 1, "outputTokens": 2.5, "costs": {}},
+        {"inputTokens": 1, "outputTokens": 2, "costs": {"EUR": -1}},
+        {"inputTokens": 1, "outputTokens": 2, "costs": {"E U R": 1}},
+        {"inputTokens": 1, "outputTokens": 2, "costs": {"EUR": "1"}},
+    ):
+        assert spent_from_json(bad) is None, bad

@@ -39,10 +39,10 @@ if typing.TYPE_CHECKING:  # imported on first use (below): `import trio_routines
     from .records import OriginKind as OriginKind
     from .records import Outcome as Outcome
     from .records import Wakeup as Wakeup
-    from .routines import LoadResult as LoadResult
+    from .routinedir import LoadResult as LoadResult
+    from .routinedir import RoutineFailure as RoutineFailure
+    from .routinedir import load_routines as load_routines
     from .routines import Routine as Routine
-    from .routines import RoutineFailure as RoutineFailure
-    from .routines import load_routines as load_routines
     from .scheduler import FireResult as FireResult
     from .scheduler import NotOnGrid as NotOnGrid
     from .scheduler import NotYetDue as NotYetDue
@@ -93,10 +93,10 @@ _LAZY = {
     "OriginKind": ".records",
     "Outcome": ".records",
     "Wakeup": ".records",
-    "LoadResult": ".routines",
+    "LoadResult": ".routinedir",
     "Routine": ".routines",
-    "RoutineFailure": ".routines",
-    "load_routines": ".routines",
+    "RoutineFailure": ".routinedir",
+    "load_routines": ".routinedir",
     "FireResult": ".scheduler",
     "NotOnGrid": ".scheduler",
     "NotYetDue": ".scheduler",

@@ -22,7 +22,7 @@ from datetime import timedelta
 
 import attrs
 
-from .errors import InvalidOption
+from .errors import InvalidOption, InvalidRoutine
 from .ledger import Spent
 from .usage import cost_text, tokens_text
 
@@ -145,3 +145,25 @@ def checked_budgets(value: str | Sequence[Budget] | None) -> tuple[Budget, ...]:
 def budgets_text(budgets: Sequence[Budget]) -> str:
     """``200k tokens/day, 5 USD/week``."""
     return ", ".join(str(budget) for budget in budgets)
+
+
+def routine_budgets(value: object) -> tuple[Budget, ...]:
+    """A routine's ``budgets`` field checked (:func:`checked_budgets`), refused as the routine's.
+
+    Raises :class:`~trio_routines.errors.InvalidRoutine` naming the ``budget`` key.
+    """
+    try:
+        return checked_budgets(value)  # type: ignore[arg-type]
+    except InvalidOption as exc:
+        raise InvalidRoutine(f'"budget": {exc}') from None
+
+
+def parse_routine_budgets(text: str) -> tuple[Budget, ...]:
+    """A routine file's ``budget:`` value parsed (:func:`parse_budgets`), refused as the routine's.
+
+    Raises :class:`~trio_routines.errors.InvalidRoutine` naming the ``budget`` key.
+    """
+    try:
+        return parse_budgets(text)
+    except InvalidOption as exc:
+        raise InvalidRoutine(f'"budget": {exc}') from None

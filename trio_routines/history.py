@@ -9,11 +9,16 @@ shows claims only.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from .instants import format_iso
+from .ledger import Kind, Spent, fires_spent
 from .records import Fire, Gap, GapReason, Outcome
-from .store import GapRecords, Store
+from .store import GapRecords, Store, UsageRecords
+
+#: The span of every "spent in the last 24 h" figure shown: ``status``'s SPENT 24H and its
+#: ``spent24h``, the page, ``GET /routines``' ``spent24h``.
+SPENT_SHOWN = timedelta(hours=24)
 
 #: What each reason means, in a history line or a log line.
 GAP_WHY = {
@@ -71,3 +76,16 @@ async def running_slots(store: Store, routine: str, fires: Sequence[Fire]) -> se
         return set()
     alive: list[bool] = await read([(routine, slot) for slot in open_slots])
     return {slot for slot, live in zip(open_slots, alive, strict=True) if live}
+
+
+async def day_spent(
+    store: Store, kind: Kind, name: str, now: datetime, fires: Sequence[Fire] = ()
+) -> Spent:
+    """What the turns of routine (``kind="routine"``) or session ``name`` spent in the
+    :data:`SPENT_SHOWN` before ``now``, from the store's usage ledger: the sums its budgets
+    count, which outlive the claims a store keeps (a routine firing every minute keeps less
+    than a day of them). A store without a ledger keeps no budgets: then what its kept claims
+    ``fires`` say. Raises StateFault when the ledger is unreadable."""
+    if isinstance(store, UsageRecords):
+        return await store.usage_since(kind, name, now - SPENT_SHOWN)
+    return fires_spent(fires, now - SPENT_SHOWN)

@@ -153,7 +153,8 @@ def check_key(kind: str, name: str) -> Kind:
 
 def fires_spent(fires: Iterable[Fire], since: datetime) -> Spent:
     """What the claimed turns among ``fires`` fired from ``since`` on spent (their usage, as
-    the claims keep it: what status and the page show for the last 24 hours)."""
+    the claims keep it). Shown only for a store that keeps no ledger: the claims kept may
+    hold less than the window (see the module doc)."""
     entries: list[Entry] = []
     for fire in fires:
         if fire.usage is not None and fire.fired_at >= since:
@@ -188,3 +189,22 @@ def spent_to_json(spent: Spent) -> dict[str, Any]:
         "outputTokens": spent.output_tokens,
         "costs": dict(spent.costs),
     }
+
+
+def spent_from_json(raw: Any) -> Spent | None:
+    """A :class:`Spent` from :func:`spent_to_json`'s shape; None when it is not one."""
+    if not isinstance(raw, dict):
+        return None
+    tokens_in, tokens_out = raw.get("inputTokens"), raw.get("outputTokens")
+    costs = raw.get("costs")
+    if not isinstance(costs, dict):
+        return None
+    if type(tokens_in) is not int or type(tokens_out) is not int or min(tokens_in, tokens_out) < 0:
+        return None
+    kept = []
+    for currency, cost in costs.items():
+        one, problems = checked(Usage(cost=cost, currency=currency))
+        if problems or one.cost is None or one.currency != currency:
+            return None
+        kept.append((currency, one.cost))
+    return Spent(tokens_in, tokens_out, tuple(sorted(kept)))

@@ -18,43 +18,29 @@ value means exactly what it looks like. A routine without ``cron`` runs on deman
 still needs the (empty) block, ``---`` twice, so that a stray first line of a prompt is never
 taken for a key.
 
-Parsing (:func:`parse_routine_text`) is pure; only :func:`load_routines` touches the file
-system, and it isolates every broken file as a :class:`RoutineFailure` so that its siblings
-still load. Whether a failure is fatal (``serve``) or merely reported (read-only commands) is
-the caller's decision.
+This module owns the record (:class:`Routine`, which validates itself) and the pure parser
+of one file's text (:func:`parse_routine_text`); a value's own rules live with its concept
+(the budgets in :mod:`trio_routines.budgets`, the output size in :mod:`trio_routines.output`).
+Only :mod:`trio_routines.routinedir` touches the file system: it loads a directory and
+isolates every broken file.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import re
-import stat
 from typing import Any
 
 import attrs
 
-from .budgets import Budget, checked_budgets, parse_budgets
+from .budgets import Budget, parse_routine_budgets, routine_budgets
 from .cron import cron_error, resolve_hashed
-from .errors import InvalidOption, InvalidRoutine, UnsafeName
-from .names import check_name, name_problem
+from .errors import InvalidRoutine
+from .names import check_name
 from .output import check_output_size, parse_output_size
 
-__all__ = [
-    "MAX_ROUTINE_FILE_BYTES",
-    "LoadResult",
-    "Routine",
-    "RoutineFailure",
-    "find_routine",
-    "load_routines",
-    "parse_routine_text",
-]
+__all__ = ["Routine", "catchup_text", "parse_catchup", "parse_routine_text"]
 
-#: A routine file larger than this is refused unread: a prompt is text a person writes, and a
-#: huge file is far more likely a mistake (a log, a binary) than a routine.
-MAX_ROUTINE_FILE_BYTES = 256 * 1024
-
-_SUFFIX = ".md"
 _FENCE = "---"
 _KEYS = ("cron", "tz", "timeout", "catchup", "output", "budget")
 _KEY_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)\s*:(.*)")
@@ -88,20 +74,6 @@ def _check_timeout(_inst: Any, _attr: Any, value: float | None) -> None:
         raise InvalidRoutine(f'"timeout" must be a number of seconds, not {type(value).__name__}')
     if not math.isfinite(value) or value <= 0:
         raise InvalidRoutine(f'"timeout" must be a finite number of seconds above 0, not {value}')
-
-
-def _budgets(value: object) -> tuple[Budget, ...]:
-    try:
-        return checked_budgets(value)  # type: ignore[arg-type]
-    except InvalidOption as exc:
-        raise InvalidRoutine(f'"budget": {exc}') from None
-
-
-def _parse_budgets(value: str) -> tuple[Budget, ...]:
-    try:
-        return parse_budgets(value)
-    except InvalidOption as exc:
-        raise InvalidRoutine(f'"budget": {exc}') from None
 
 
 def _check_catchup(_inst: Any, _attr: Any, value: float | None) -> None:
@@ -139,7 +111,7 @@ class Routine:
     timeout: float | None = attrs.field(default=None, validator=_check_timeout)
     catchup: float | None = attrs.field(default=None, validator=_check_catchup)
     output: int | None = attrs.field(default=None, validator=check_output_size)
-    budgets: tuple[Budget, ...] = attrs.field(default=(), converter=_budgets)
+    budgets: tuple[Budget, ...] = attrs.field(default=(), converter=routine_budgets)
 
     def __attrs_post_init__(self) -> None:
         # Cross-field rules; attrs runs this after every field validator has passed.
@@ -231,7 +203,7 @@ def parse_routine_text(name: str, text: str) -> Routine:
         timeout=None if timeout is None else _parse_timeout(timeout),
         catchup=None if catchup is None else parse_catchup(catchup),
         output=None if output is None else parse_output_size(output),
-        budgets=() if budget is None else _parse_budgets(budget),
+        budgets=() if budget is None else parse_routine_budgets(budget),
     )
 
 
@@ -304,136 +276,3 @@ def catchup_text(catchup: float | None) -> str:
         if catchup >= size and catchup % size == 0:
             return f"{catchup / size:g}{unit}"
     return f"{catchup:g}s"
-
-
-# --- the loader ---------------------------------------------------------------------------
-
-
-@attrs.frozen(kw_only=True)
-class RoutineFailure:
-    """A routine file that did not load: its label (``routines/daily.md``) and why."""
-
-    file: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.file}: {self.reason}"
-
-
-@attrs.frozen(kw_only=True)
-class LoadResult:
-    """Every routine that loaded (sorted by name) and every file that did not."""
-
-    routines: tuple[Routine, ...] = ()
-    failures: tuple[RoutineFailure, ...] = ()
-
-
-def find_routine(result: LoadResult, name: str) -> Routine | None:
-    """The loaded routine called ``name``, or ``None``."""
-    for routine in result.routines:
-        if routine.name == name:
-            return routine
-    return None
-
-
-def load_routines(directory: str | os.PathLike[str]) -> LoadResult:
-    """Load every ``<name>.md`` routine file directly inside ``directory``.
-
-    An absent directory holds no routines (and is no failure); a path that is not a directory,
-    or a directory that cannot be listed, raises :class:`InvalidRoutine`. Files starting with
-    ``.`` are ignored (editor droppings), except ``.md``, ``..md`` and ``...md``, whose names
-    are reported as unsafe rather than silently skipped. Subdirectories are ignored. Every other
-    ``*.md`` entry either loads or becomes a :class:`RoutineFailure`: an unsafe or non-UTF-8
-    name, a symlink leading outside ``directory``, anything but a regular file, a file over
-    :data:`MAX_ROUTINE_FILE_BYTES`, text that is not UTF-8, an OS error, or a parse error.
-    """
-    base = os.fspath(directory)
-    try:
-        is_dir = stat.S_ISDIR(os.stat(base).st_mode)
-    except FileNotFoundError:
-        return LoadResult()
-    except OSError as exc:
-        raise InvalidRoutine(f"{base}: cannot read the routines directory: {_why(exc)}") from exc
-    if not is_dir:
-        raise InvalidRoutine(f"{base}: the routines directory is not a directory")
-    try:
-        entries = sorted(os.listdir(base))
-    except OSError as exc:
-        raise InvalidRoutine(f"{base}: cannot list the routines directory: {_why(exc)}") from exc
-
-    real_base = os.path.realpath(base)
-    routines: list[Routine] = []
-    failures: list[RoutineFailure] = []
-    for entry in entries:
-        if not entry.endswith(_SUFFIX):
-            continue
-        name = entry[: -len(_SUFFIX)]
-        if entry.startswith(".") and name not in ("", ".", ".."):
-            continue
-        label = os.path.join(base, entry)
-        try:
-            routine = _load_one(real_base, base, label, name)
-        except (InvalidRoutine, UnsafeName) as exc:
-            failures.append(RoutineFailure(file=label, reason=str(exc)))
-        else:
-            if routine is not None:
-                routines.append(routine)
-    routines.sort(key=lambda r: r.name)
-    return LoadResult(routines=tuple(routines), failures=tuple(failures))
-
-
-def _load_one(real_base: str, base: str, path: str, name: str) -> Routine | None:
-    """One file's routine, ``None`` for an entry to skip silently, or an error to report."""
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        # os.listdir smuggles undecodable bytes in as lone surrogates; such a name could not
-        # be written to JSON, logs or HTTP later, so refuse it here where the author sees it.
-        raise InvalidRoutine("the file name is not UTF-8") from None
-    problem = name_problem(name)
-    if problem is not None:
-        raise UnsafeName(problem)
-    try:
-        if os.path.islink(path):
-            target = os.path.realpath(path)
-            if os.path.commonpath([real_base, target]) != real_base:
-                raise InvalidRoutine(f"is a symlink leading outside {base}")
-        try:
-            mode = os.stat(path).st_mode
-        except FileNotFoundError:
-            raise InvalidRoutine("is a broken symlink") from None
-        if stat.S_ISDIR(mode):
-            return None
-        if not stat.S_ISREG(mode):
-            raise InvalidRoutine("is not a regular file")
-        data = _read_capped(path)
-    except OSError as exc:
-        raise InvalidRoutine(f"cannot be read: {_why(exc)}") from exc
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidRoutine("not UTF-8 text") from None
-    return parse_routine_text(name, text)
-
-
-def _read_capped(path: str) -> bytes:
-    # O_NONBLOCK: should the entry have become a FIFO since it was checked, opening it must not
-    # hang; fstat then confirms we hold a regular file before reading anything.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    with open(fd, "rb", closefd=True) as file:
-        info = os.fstat(file.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise InvalidRoutine("is not a regular file")
-        too_large = InvalidRoutine(
-            f"is larger than {MAX_ROUTINE_FILE_BYTES // 1024} KiB, the limit for a routine file"
-        )
-        if info.st_size > MAX_ROUTINE_FILE_BYTES:
-            raise too_large
-        data = file.read(MAX_ROUTINE_FILE_BYTES + 1)
-    if len(data) > MAX_ROUTINE_FILE_BYTES:
-        raise too_large
-    return data
-
-
-def _why(exc: OSError) -> str:
-    return exc.strerror or str(exc)

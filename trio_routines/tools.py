@@ -4,103 +4,152 @@ An agent schedules its own next turn by calling a tool. :func:`definitions` give
 tools (``schedule_wakeup``, ``list_wakeups``, ``cancel_wakeup``) as JSON-schema function
 descriptions in the shape the common model APIs take (``"openai"``: ``{"type": "function",
 "function": {...}}``; ``"anthropic"``: ``{"name", "description", "input_schema"}``; ``"plain"``:
-``{"name", "description", "parameters"}``). :func:`call_tool` executes one call the model made,
-for the session whose turn it is, against a :class:`~trio_routines.Scheduler` (anything with
-its ``add_wakeup``, ``list_wakeups`` and ``remove_wakeup``), and returns the text to give back
-to the model: what was done, or why not and what the limits are. A call the model got wrong
-is answered, never raised; only a failure of ours (the store did not answer) says to try
-again later.
+``{"name", "description", "parameters"}``); built for a scheduler
+(``definitions(style, scheduler=scheduler)``), ``schedule_wakeup``'s description states the
+limits in force there, as the operator configured them, not the defaults. :func:`call_tool`
+executes one call the model made, for the session whose turn it is, against a
+:class:`~trio_routines.Scheduler` (anything with its ``add_wakeup``, ``list_wakeups`` and
+``remove_wakeup``), and returns the text to give back to the model: what was done, or why
+not and what the limits are. A call the model got wrong is answered, never raised; only a
+failure of ours (the store did not answer) says to try again later.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
 from .errors import InvalidWakeup, StateFault
 from .instants import format_iso, parse_iso
 from .records import Wakeup
-from .wakelimits import DEFAULT_DEPTH, DEFAULT_LIFETIME, DEFAULT_RATE
+from .wakelimits import DEFAULT_LIMITS, WakeLimits
 from .wakeups import MAX_PENDING_PER_SESSION, MIN_DELAY, MIN_RECURRING_GAP, parse_delay
 
 SCHEDULE, LIST, CANCEL = "schedule_wakeup", "list_wakeups", "cancel_wakeup"
-LIMITS = (
-    f"one-shots at least {int(MIN_DELAY.total_seconds())} s ahead; recurring ones at most "
-    f"every {int(MIN_RECURRING_GAP.total_seconds() // 60)} minutes; at most "
-    f"{MAX_PENDING_PER_SESSION} pending per session; by default at most {DEFAULT_RATE} "
-    f"self-scheduled turns per session in any hour, and chains of wake-ups set by wake-ups "
-    f"at most {DEFAULT_DEPTH} deep; a recurring one ends at its `until`, by default "
-    f"{DEFAULT_LIFETIME.days} days after it was scheduled"
-)
 _ID_CHARS = 64  # of an id the model sent, echoed back
 
-_TOOLS: list[dict[str, Any]] = [
-    {
-        "name": SCHEDULE,
-        "description": (
-            "Schedule a later turn of this conversation: you will be woken with `prompt` "
-            'as the message. Give `in` for once (a delay such as "30m", "2h", "1d", or '
-            "seconds as a number) or `cron` (with an optional IANA `tz`) to repeat. "
-            f"Limits: {LIMITS}."
-        ),
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "prompt": {
-                    "type": "string",
-                    "description": "What the woken turn should do, written to yourself.",
+
+def _span(span: timedelta) -> str:
+    """``30 days``, ``1 day``, ``12 hours``, ``90 minutes``: a lifetime as a model reads it."""
+    seconds = int(span.total_seconds())
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds % size == 0:
+            count = seconds // size
+            return f"{count} {unit}" + ("" if count == 1 else "s")
+    return f"{seconds} seconds"
+
+
+def limits_text(limits: WakeLimits = DEFAULT_LIMITS) -> str:
+    """The limits on wake-ups as a model is told them: the fixed guardrails and ``limits``,
+    the operator's (``Scheduler(wake_limits=...)``, ``serve --wake-rate/--wake-depth/
+    --wake-lifetime``)."""
+    rate = (
+        f"at most {limits.rate} self-scheduled turns per session in any hour"
+        if limits.rate is not None
+        else "no limit on self-scheduled turns per hour"
+    )
+    depth = (
+        f"chains of wake-ups set by wake-ups at most {limits.depth} deep"
+        if limits.depth is not None
+        else "no limit on chains of wake-ups set by wake-ups"
+    )
+    return (
+        f"one-shots at least {int(MIN_DELAY.total_seconds())} s ahead; recurring ones at most "
+        f"every {int(MIN_RECURRING_GAP.total_seconds() // 60)} minutes; at most "
+        f"{MAX_PENDING_PER_SESSION} pending per session; {rate}, and {depth}; a recurring one "
+        f"ends at its `until`, by default (and at the latest) {_span(limits.lifetime)} after "
+        "it was scheduled"
+    )
+
+
+#: The limits as :func:`limits_text` tells them with the default :class:`WakeLimits`.
+LIMITS = limits_text()
+
+
+def _tools(limits: WakeLimits) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": SCHEDULE,
+            "description": (
+                "Schedule a later turn of this conversation: you will be woken with `prompt` "
+                'as the message. Give `in` for once (a delay such as "30m", "2h", "1d", or '
+                "seconds as a number) or `cron` (with an optional IANA `tz`) to repeat. "
+                f"Limits: {limits_text(limits)}."
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "prompt": {
+                        "type": "string",
+                        "description": "What the woken turn should do, written to yourself.",
+                    },
+                    "in": {
+                        "type": ["string", "number"],
+                        "description": 'Once, after this delay: "90s", "30m", "1.5h", "2d", '
+                        "or a number of seconds.",
+                    },
+                    "cron": {
+                        "type": "string",
+                        "description": 'Repeat on this 5-field cron, e.g. "0 9 * * 1-5".',
+                    },
+                    "tz": {
+                        "type": "string",
+                        "description": 'The cron\'s time zone, e.g. "Europe/Berlin" (default UTC).',
+                    },
+                    "until": {
+                        "type": "string",
+                        "description": "With `cron`: stop repeating after this ISO 8601 "
+                        'instant with its zone, e.g. "2026-07-31T18:00:00Z".',
+                    },
                 },
-                "in": {
-                    "type": ["string", "number"],
-                    "description": 'Once, after this delay: "90s", "30m", "1.5h", "2d", or '
-                    "a number of seconds.",
-                },
-                "cron": {
-                    "type": "string",
-                    "description": 'Repeat on this 5-field cron, e.g. "0 9 * * 1-5".',
-                },
-                "tz": {
-                    "type": "string",
-                    "description": 'The cron\'s time zone, e.g. "Europe/Berlin" (default UTC).',
-                },
-                "until": {
-                    "type": "string",
-                    "description": "With `cron`: stop repeating after this ISO 8601 instant "
-                    'with its zone, e.g. "2026-07-31T18:00:00Z".',
-                },
+                "required": ["prompt"],
+                "additionalProperties": False,
             },
-            "required": ["prompt"],
-            "additionalProperties": False,
         },
-    },
-    {
-        "name": LIST,
-        "description": "List the wake-ups this conversation has pending: id, when, what.",
-        "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
-    },
-    {
-        "name": CANCEL,
-        "description": "Cancel a pending wake-up of this conversation by its id.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "id": {"type": "string", "description": "The id schedule_wakeup gave."},
+        {
+            "name": LIST,
+            "description": "List the wake-ups this conversation has pending: id, when, what.",
+            "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+        },
+        {
+            "name": CANCEL,
+            "description": "Cancel a pending wake-up of this conversation by its id.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "description": "The id schedule_wakeup gave."},
+                },
+                "required": ["id"],
+                "additionalProperties": False,
             },
-            "required": ["id"],
-            "additionalProperties": False,
         },
-    },
-]
+    ]
+
+
+def limits_of(scheduler: object) -> WakeLimits:
+    """The limits in force in ``scheduler`` (its ``wake_limits``), or the defaults when it
+    has none (an API of yours without them)."""
+    limits = getattr(scheduler, "wake_limits", None)
+    return limits if isinstance(limits, WakeLimits) else DEFAULT_LIMITS
 
 
 def definitions(
     style: Literal["openai", "anthropic", "plain"] = "plain",
+    *,
+    scheduler: object = None,
+    limits: WakeLimits | None = None,
 ) -> list[dict[str, Any]]:
-    """The three tools' descriptions, in the shape ``style`` names (a fresh copy each call)."""
-    tools = copy.deepcopy(_TOOLS)
+    """The three tools' descriptions, in the shape ``style`` names (a fresh list each call).
+
+    ``schedule_wakeup``'s description tells the model the limits in force: those of
+    ``scheduler`` (its ``wake_limits``), or ``limits``, or without either the defaults.
+    Raises ValueError for an unknown style, or both ``scheduler`` and ``limits`` given.
+    """
+    if scheduler is not None and limits is not None:
+        raise ValueError("give the scheduler or the limits, not both")
+    tools = _tools(limits if limits is not None else limits_of(scheduler))
     if style == "plain":
         return tools
     if style == "anthropic":
@@ -171,7 +220,8 @@ def _line(wakeup: Wakeup) -> str:
 async def call_tool(api: WakeupApi, session: str, name: str, arguments: object) -> str:
     """Execute the model's call of tool ``name`` for ``session``; the text for the model.
 
-    ``arguments``: the call's arguments, a mapping or its JSON text. Raises nothing the model
+    ``arguments``: the call's arguments, a mapping or its JSON text. A refusal quotes the
+    limits in force (``api.wake_limits``, when it has them). Raises nothing the model
     caused; a scheduler that cannot answer is said so in the text.
     """
     args = _arguments(arguments)
@@ -231,7 +281,7 @@ async def _schedule(api: WakeupApi, session: str, args: Mapping[str, Any]) -> st
                 return f'{SCHEDULE}: `cron` must be a 5-field cron text such as "0 9 * * 1-5".'
             wakeup = await api.add_wakeup(session, prompt, cron=cron, tz=tz, until=until)
     except InvalidWakeup as exc:
-        return f"{SCHEDULE}: refused — {exc} (limits: {LIMITS})."
+        return f"{SCHEDULE}: refused — {exc} (limits: {limits_text(limits_of(api))})."
     except OverflowError:
         return f"{SCHEDULE}: refused — `in` is too far in the future."
     what = _line(wakeup)[2:]

@@ -27,7 +27,7 @@ import trio
 
 from ..converter import loads
 from .output import CliError
-from .parser import server_url
+from .values import server_url
 
 URL_ENV = "TRIO_ROUTINES_URL"
 #: Seconds ``run --url`` and ``fire --url`` wait for the server's answer, which comes when the

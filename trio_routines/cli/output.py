@@ -28,7 +28,8 @@ from ..agents import agent_from_spec
 from ..errors import TrioRoutinesError
 from ..names import name_problem
 from ..replicas import REPLICA_ENV, replica_problem
-from ..routines import LoadResult, Routine, find_routine, load_routines
+from ..routinedir import LoadResult, find_routine, load_routines
+from ..routines import Routine
 from ..scheduler.state import DEFAULT_GRACE as DEFAULT_GRACE
 from ..store import Store
 from ..stores import is_postgres_url, open_store

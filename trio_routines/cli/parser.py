@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import math
-from datetime import UTC, datetime, timedelta
 from typing import NoReturn
-from urllib.parse import urlsplit
 
 from .. import __version__
-from ..budgets import Budget, parse_budgets
-from ..errors import InvalidOption
-from ..instants import parse_instant
 from ..records import Outcome
-from ..replicas import replica_problem
 from ..text import shown
 from ..wakelimits import DEFAULT_DEPTH, DEFAULT_LIFETIME, DEFAULT_RATE
-from ..wakeups import POLL_INTERVAL, parse_delay
+from ..wakeups import POLL_INTERVAL
+from . import values
 from .output import DEFAULT_GRACE, DEFAULT_ROUTINES, DEFAULT_STATE
 
 
@@ -25,122 +19,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {shown(message)} (see --help)\n")
-
-
-def _non_negative_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds >= 0")
-    return value
-
-
-def _positive_seconds(text: str) -> float:
-    value = _non_negative_seconds(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be above 0")
-    return value
-
-
-def _limit(text: str) -> int | None:
-    """A count limit: a positive whole number, or ``off``."""
-    if text.strip().lower() == "off":
-        return None
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a positive whole number or off")
-    return int(text)
-
-
-def _lifetime(text: str) -> timedelta:
-    """The longest life of a recurring wake-up: a delay such as ``30d`` or ``12h``, an hour
-    or more."""
-    seconds = parse_delay(text)
-    if seconds is None or seconds < 3600:
-        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a span of an hour or more")
-    return timedelta(seconds=seconds)
-
-
-def _shown(text: str) -> str:
-    return '"' + shown(text)[:64] + '"'
-
-
-def instant(text: str) -> datetime:
-    """An ``ISO`` option: any ISO 8601 instant with a zone, as the slot's UTC millisecond."""
-    parsed = parse_instant(text)
-    if parsed is None:
-        raise argparse.ArgumentTypeError(
-            f"{_shown(text)} is not an instant with a zone "
-            "(e.g. 2026-03-28T09:00Z, 2026-03-28T09:00:00.000Z or 2026-03-28T11:00+02:00)"
-        )
-    return parsed
-
-
-def host_port(text: str) -> tuple[str, int]:
-    """``--http HOST:PORT`` (``[::1]:8080`` for IPv6)."""
-    host, sep, port = text.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    # isascii: int() refuses digits such as "²" that isdigit() accepts; len: no int() of a
-    # long digit string (over 4,300 digits it raises, and it is slow before that).
-    digits = port.isascii() and port.isdigit() and len(port) <= 5
-    if not sep or not host or not digits or not 0 <= int(port) <= 65535:
-        raise argparse.ArgumentTypeError(f"{_shown(text)}: expected HOST:PORT, e.g. 127.0.0.1:8080")
-    return host, int(port)
-
-
-def server_url(text: str) -> str:
-    """``status --url``: the HTTP surface of a running serve, ``http(s)://host[:port]``."""
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise argparse.ArgumentTypeError(
-            f"{_shown(text)} is not an http(s) URL, e.g. http://127.0.0.1:8080"
-        )
-    try:
-        valid_port = parts.port is None or parts.port > 0  # out of range raises ValueError
-    except ValueError:
-        valid_port = False
-    if not valid_port:
-        raise argparse.ArgumentTypeError(f"{_shown(text)} has no valid port")
-    return text
-
-
-def delay(text: str) -> timedelta:
-    """``--in``: 90s, 30m, 1.5h, 2d (a bare number is refused: its unit would be a guess)."""
-    seconds = parse_delay(text)
-    if seconds is None:
-        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a delay: use 90s, 30m, 1.5h or 2d")
-    try:
-        span = timedelta(seconds=seconds)
-    except OverflowError:
-        span = timedelta.max
-    if datetime.max.replace(tzinfo=UTC) - datetime.now(UTC) <= span:
-        raise argparse.ArgumentTypeError(f"{_shown(text)} is too far away")
-    return span
-
-
-def _budgets(text: str) -> tuple[Budget, ...]:
-    try:
-        return parse_budgets(text)
-    except InvalidOption as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _replica(text: str) -> str:
-    problem = replica_problem(text)
-    if problem is not None:
-        raise argparse.ArgumentTypeError(problem)
-    return text
-
-
-def _count(text: str) -> int:
-    digits = text.strip()
-    if not (digits.isascii() and digits.isdigit()):
-        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a whole number")
-    if len(digits.lstrip("0")) > 4 or not 1 <= int(digits) <= 1000:
-        raise argparse.ArgumentTypeError(f"{_shown(text)} must be between 1 and 1000")
-    return int(digits)
 
 
 def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
@@ -177,7 +55,7 @@ def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     group.add_argument(
         "--replica",
         metavar="NAME",
-        type=_replica,
+        type=values.replica,
         default=default(None),
         help="this process's replica id, stored with every claim it makes "
         "(default: $TRIO_ROUTINES_REPLICA, else <host>:<pid>)",
@@ -205,7 +83,7 @@ def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
 def _add_turn_grace(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--grace",
-        type=_non_negative_seconds,
+        type=values.non_negative_seconds,
         default=DEFAULT_GRACE,
         metavar="SECONDS",
         help="on SIGINT/SIGTERM, how long the turn may still finish "
@@ -216,7 +94,7 @@ def _add_turn_grace(parser: argparse.ArgumentParser) -> None:
 def _add_url(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url",
-        type=server_url,
+        type=values.server_url,
         metavar="URL",
         help="send it to a running serve's HTTP surface instead of touching the state, e.g. "
         "http://127.0.0.1:8080 (default: $TRIO_ROUTINES_URL; the token from "
@@ -246,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = command("serve", "run the scheduler until SIGINT or SIGTERM, then stop gracefully")
     serve.add_argument(
         "--grace",
-        type=_non_negative_seconds,
+        type=values.non_negative_seconds,
         default=DEFAULT_GRACE,
         metavar="SECONDS",
         help=f"how long in-flight turns may finish on stop (default: {DEFAULT_GRACE:g})",
@@ -259,14 +137,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-wakeups", action="store_true", help="do not fire wake-ups")
     serve.add_argument(
         "--poll",
-        type=_positive_seconds,
+        type=values.positive_seconds,
         default=POLL_INTERVAL,
         metavar="SECONDS",
         help=f"wake-up poll interval (default: {POLL_INTERVAL:g})",
     )
     serve.add_argument(
         "--session-budget",
-        type=_budgets,
+        type=values.budgets,
         default=(),
         metavar="BUDGETS",
         help="what each session's wake-up turns may spend per rolling window, e.g. "
@@ -274,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--wake-rate",
-        type=_limit,
+        type=values.limit,
         default=DEFAULT_RATE,
         metavar="N",
         help="at most N wake-up turns per session in any hour: a turn scheduling more is "
@@ -282,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--wake-depth",
-        type=_limit,
+        type=values.limit,
         default=DEFAULT_DEPTH,
         metavar="N",
         help="at most N wake-ups in a chain each set by the turn of the one before "
@@ -290,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--wake-lifetime",
-        type=_lifetime,
+        type=values.lifetime,
         default=DEFAULT_LIFETIME,
         metavar="SPAN",
         help="the longest a recurring wake-up lives, and its until when none is given "
@@ -298,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--http",
-        type=host_port,
+        type=values.host_port,
         metavar="HOST:PORT",
         help="also serve the HTTP API (token from $TRIO_ROUTINES_TOKEN)",
     )
@@ -313,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     fire.add_argument(
         "--slot",
         required=True,
-        type=instant,
+        type=values.instant,
         metavar="ISO",
         help="the slot, with its zone: 2026-07-07T10:00Z, 2026-07-07T12:00:00+02:00, ...",
     )
@@ -328,12 +206,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_url(history)
     history.add_argument(
         "-n",
-        type=_count,
+        type=values.count,
         metavar="N",
         help="the newest N (default: 20 as text, all as JSON)",
     )
     history.add_argument(
-        "--since", type=instant, metavar="ISO", help="only slots at or after this instant"
+        "--since", type=values.instant, metavar="ISO", help="only slots at or after this instant"
     )
     history.add_argument(
         "--outcome",
@@ -375,9 +253,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="with --cron: the routine name that resolves H fields (as that routine would)",
     )
-    upcoming.add_argument("-n", type=_count, default=5, metavar="N", help="how many (default: 5)")
     upcoming.add_argument(
-        "--after", type=instant, metavar="ISO", help="count from this instant (default: now)"
+        "-n", type=values.count, default=5, metavar="N", help="how many (default: 5)"
+    )
+    upcoming.add_argument(
+        "--after", type=values.instant, metavar="ISO", help="count from this instant (default: now)"
     )
 
     command("check", "validate the routines directory (and the agent spec, when one is given)")
@@ -385,12 +265,14 @@ def build_parser() -> argparse.ArgumentParser:
     wake = command("wake", "add a wake-up for a session")
     wake.add_argument("--session", required=True)
     when = wake.add_mutually_exclusive_group(required=True)
-    when.add_argument("--in", dest="delay", type=delay, metavar="DELAY", help="90s, 30m, 1.5h, 2d")
+    when.add_argument(
+        "--in", dest="delay", type=values.delay, metavar="DELAY", help="90s, 30m, 1.5h, 2d"
+    )
     when.add_argument("--cron", metavar="EXPR", help="recurring, at most every 10 minutes")
     wake.add_argument("--tz", metavar="TZ", help="the time zone of --cron (default: UTC)")
     wake.add_argument(
         "--until",
-        type=instant,
+        type=values.instant,
         metavar="ISO",
         help="with --cron: stop repeating after this instant (default: 30 days from now)",
     )

@@ -16,10 +16,10 @@ import attrs
 
 from ..converter import history_from_json, wakeup_from_json
 from ..errors import TrioRoutinesError
-from ..history import failing_streak
+from ..history import SPENT_SHOWN, failing_streak
 from ..instants import parse_iso
-from ..ledger import fires_spent
-from ..records import Wakeup
+from ..ledger import Spent, fires_spent, spent_from_json
+from ..records import Fire, Wakeup
 from ..replicas import ReplicaInfo
 from ..routines import Routine, parse_catchup
 from .client import Server, path_part
@@ -58,9 +58,23 @@ def _routine(entry: dict[str, Any]) -> Routine:
     )
 
 
+def _spent(entry: dict[str, Any], fires: list[Fire], now: datetime) -> Spent:
+    """What the routine's turns spent in the last 24 h, as the server's ledger says
+    (``spent24h``; null: unreadable there); from its claims for a server without a ledger."""
+    if "spent24h" not in entry:
+        return fires_spent(fires, now - SPENT_SHOWN)
+    raw = entry["spent24h"]
+    if raw is None:
+        return Spent()
+    spent = spent_from_json(raw)
+    if spent is None:
+        raise ValueError(f"not what a routine spent: {str(raw)[:40]!r}")
+    return spent
+
+
 async def served_view(server: Server) -> ServedView:
     """The rows and wake-ups of the server's state; a CliError when it does not answer."""
-    from .status import SPENT_WINDOW, RoutineRow
+    from .status import RoutineRow
 
     listing = await server.get("/routines")
     pending = await server.get("/wakeups")
@@ -75,7 +89,7 @@ async def served_view(server: Server) -> ServedView:
             paused = entry.get("paused") is True
             failing, success = failing_streak(fires)
             upcoming = None if paused else _instant(entry.get("next"))
-            spent = fires_spent(fires, now - SPENT_WINDOW)
+            spent = _spent(entry, fires, now)
             row = RoutineRow(
                 routine, upcoming, fires[-RECENT:], None, paused, failing, success, spent
             )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import attrs
@@ -27,9 +27,9 @@ from ..claims import arm_from
 from ..converter import wakeup_to_json
 from ..cron import next_run
 from ..errors import StateFault
-from ..history import failing_streak
+from ..history import day_spent, failing_streak
 from ..instants import format_iso
-from ..ledger import Spent, describe_spent, fires_spent, spent_to_json
+from ..ledger import Spent, describe_spent, spent_to_json
 from ..records import Fire, Origin, OriginKind, Wakeup
 from ..replicas import ReplicaInfo, replica_json
 from ..routines import Routine, catchup_text
@@ -42,7 +42,6 @@ from .table import duration, outcome_word, short_instant, strip, table
 
 STORE_READ = 10.0  # seconds: how long status waits for the store's list of replicas
 RECENT = 10  # outcomes in the strip
-SPENT_WINDOW = timedelta(hours=24)  # what the SPENT column counts
 PROMPT_SHOWN = 40
 ORIGIN_SHOWN = 48
 
@@ -56,7 +55,7 @@ class RoutineRow:
     paused: bool = False  # paused in the store: no scheduler claims its slots
     failing: int = 0  # claimed slots failed or interrupted since the last completed one
     last_success: Fire | None = None  # the newest completed claim retained
-    spent: Spent = attrs.field(factory=Spent)  # what its claimed turns of the last 24 h spent
+    spent: Spent = attrs.field(factory=Spent)  # what its turns of the last 24 h spent (ledger)
 
     @property
     def last(self) -> Fire | None:
@@ -129,6 +128,11 @@ async def routine_rows(
             upcoming = next_run(routine.cron, routine.tz, after, routine.name)
         held = routine.name in paused
         failing, success = failing_streak(fires)
+        try:
+            spent = await day_spent(store, "routine", routine.name, now, fires)
+        except StateFault as exc:
+            say(f"what the turns of {routine.name} spent is unreadable — {exc}")
+            spent = Spent()
         rows.append(
             RoutineRow(
                 routine,
@@ -138,7 +142,7 @@ async def routine_rows(
                 held,
                 failing,
                 success,
-                fires_spent(fires, now - SPENT_WINDOW),
+                spent,
             )
         )
     return rows
@@ -235,7 +239,7 @@ def routine_json(row: RoutineRow) -> dict[str, Any]:
     entry["paused"] = row.paused
     if routine.catchup is not None:
         entry["catchup"] = catchup_text(routine.catchup)
-    if row.spent != Spent():  # what its claimed turns of the last 24 hours spent
+    if row.spent != Spent():  # what its turns of the last 24 hours spent (the ledger)
         entry["spent24h"] = spent_to_json(row.spent)
     if row.failing:  # failed or interrupted since its last success (None: none retained)
         entry["failing"] = row.failing

@@ -20,12 +20,14 @@ from ..budgets import budgets_text
 from ..converter import history_json, history_to_json, wakeup_to_json
 from ..cron import next_run
 from ..errors import InvalidWakeup, StateFault
-from ..history import in_slot_order, read_history, running_slots
+from ..history import day_spent, in_slot_order, read_history, running_slots
 from ..instants import format_iso, parse_iso
+from ..ledger import spent_to_json
 from ..records import ClaimStatus, Origin, OriginKind, Wakeup
 from ..replicas import replica_json
 from ..routines import Routine, catchup_text
 from ..scheduler import FireResult, NotOnGrid, NotYetDue, Scheduler, Stopping, UnknownRoutine
+from ..store import UsageRecords
 from ..turns import TurnResult
 from ..wakeups import WakeupRequest, added_reply, bad_delay_reply, parse_delay, removed_reply
 from .wire import (
@@ -220,7 +222,9 @@ async def run(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
 async def routines(scheduler: Scheduler) -> Response:
     """Every loaded routine: schedule, next instant, paused, its newest claim (slot, outcome,
     the replica that made it), whether a turn of it runs now on any replica, and its budgets
-    (``budget``, and ``overBudget``: why its slots are skipped now, or null)."""
+    (``budget``, and ``overBudget``: why its slots are skipped now, or null), and, from a
+    store keeping usage ledgers, what its turns spent in the last 24 hours (``spent24h``, as
+    ``status --json``; null when the ledger is unreadable)."""
     names = sorted(scheduler.routines)
     try:
         newest = await scheduler.newest_claims(names)
@@ -256,11 +260,22 @@ async def routines(scheduler: Scheduler) -> Response:
             entry["catchup"] = catchup_text(routine.catchup)
         # A turn of its session runs: here, or (its newest claim held) on another replica.
         entry["running"] = scheduler.agent.busy(routine.session) or running
+        if isinstance(scheduler.store, UsageRecords):  # what its budgets count, shown
+            entry["spent24h"] = await _day_spent(scheduler, name, now)
         if routine.budgets:  # its budgets, and why its slots are skipped now, if they are
             entry["budget"] = budgets_text(routine.budgets)
             entry["overBudget"] = stats.over_budget.get(name)
         listing.append(entry)
     return Response(200, listing)
+
+
+async def _day_spent(scheduler: Scheduler, name: str, now: datetime) -> dict[str, Any] | None:
+    """What the routine's turns spent in the last 24 h, from the ledger (None: unreadable)."""
+    try:
+        return spent_to_json(await day_spent(scheduler.store, "routine", name, now))
+    except StateFault as exc:
+        log.error("GET /routines: what the turns of %s spent: %s", name[:ECHO], exc)
+        return None
 
 
 async def history(scheduler: Scheduler, name: str) -> Response:

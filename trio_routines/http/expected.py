@@ -1,6 +1,6 @@
 """The cron slots each status-page timeline expects, remembered from one render to the next.
 
-A timeline shows at most :data:`~.render.MAX_MARKS` marks, and every slot of the span that is
+A timeline shows at most :data:`~.views.MAX_MARKS` marks, and every slot of the span that is
 older than a minute is a mark (fired, or missed), so only the newest :data:`COUNT` slots of
 the span can be drawn: :func:`~trio_routines.cron.recent.newest_slots` finds those with a
 bounded number of searches, whatever the cron's density.
@@ -24,7 +24,7 @@ from ..cron import next_run
 from ..cron.recent import newest_slots
 from ..errors import TrioRoutinesError
 from ..routines import Routine
-from .render import MAX_MARKS, SETTLING
+from .views import MAX_MARKS, SETTLING
 
 # The marks drawn, plus the slots too fresh to be called missed (one a minute at most).
 COUNT = MAX_MARKS + 1 + int(SETTLING.total_seconds() // 60)

@@ -40,7 +40,8 @@ import trio
 from ..budgets import budgets_text
 from ..cron import next_run
 from ..errors import StateFault, TrioRoutinesError
-from ..ledger import describe_spent, fires_spent
+from ..history import day_spent
+from ..ledger import describe_spent
 from ..records import Fire, Gap, Origin, OriginKind, Wakeup
 from ..routines import Routine
 from ..scheduler import Scheduler, Statistics
@@ -48,18 +49,8 @@ from ..store import GapRecords
 from ..stores.directory import DirectoryStore
 from ..text import one_line
 from .expected import ExpectedSlots
-from .render import (
-    MAX_MARKS,
-    WINDOW,
-    InFlight,
-    PageView,
-    RoutineView,
-    WakeupGroup,
-    login_html,
-    main_html,
-    page_html,
-    timeline,
-)
+from .render import login_html, main_html, page_html
+from .views import MAX_MARKS, WINDOW, InFlight, PageView, RoutineView, WakeupGroup, timeline
 from .wire import Raw, Receive, Refusal, Response, Scope, headers, one_header, read_body
 
 T = TypeVar("T")
@@ -201,6 +192,9 @@ async def _routine_view(
     if fires and isinstance(scheduler.store, GapRecords):  # why a slot was missed, if known
         gaps = (await _bounded_read("gaps", scheduler.store.gaps(routine.name)))[0] or []
     marks, since = timeline(expected, fires, now, gaps)
+    spent, unread = await _bounded_read(
+        "usage", day_spent(scheduler.store, "routine", routine.name, now, fires)
+    )
     return RoutineView(
         name=routine.name,
         cron=routine.cron,
@@ -213,7 +207,7 @@ async def _routine_view(
         recent=tuple(fires[-MAX_MARKS:]),
         since=since,
         problem=problem,
-        spent=describe_spent(fires_spent(fires, now - WINDOW)),
+        spent=f"unknown ({unread})" if spent is None else describe_spent(spent),
         budget=stats.over_budget.get(routine.name) or budgets_text(routine.budgets),
         over_budget=routine.name in stats.over_budget,
     )

@@ -41,8 +41,9 @@ store), ``fire`` (claim -> turn -> settle), ``runs`` (a turn now, unclaimed), ``
 (wake-ups asked for through the scheduler), ``loops`` (one cron loop per routine),
 ``arming`` (next slots, future claims), ``sleepers`` (where loops sleep, woken by one timer),
 ``wake`` (the wake loop), ``clock`` (the jump watch), ``boot`` (reconcile, plan the first
-slots), ``members`` (heartbeat, dead members), ``reload``, ``restarts`` and ``service`` (the
-:class:`Scheduler` that composes them: run, stop, statistics).
+slots), ``members`` (heartbeat, dead members), ``reload``, ``restarts``, ``parts`` (the wiring:
+which part is handed which), ``report`` (statistics, metrics) and ``service`` (the
+:class:`Scheduler` that holds them: run, stop, the public methods).
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ import attrs
 import trio
 
 from ..errors import InvalidRoutine
-from ..routines import LoadResult, Routine, load_routines
+from ..routinedir import LoadResult, load_routines
+from ..routines import Routine
 from .arming import Arming
 from .clock import ClockWatch
 from .gaps import GapRecording

@@ -8,7 +8,6 @@ import functools
 import os
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from types import MappingProxyType
 
 import trio
 
@@ -25,29 +24,16 @@ from ..tracing import load as load_tracing
 from ..turns import TurnResult
 from ..wakelimits import DEFAULT_LIMITS, WakeLimits
 from ..wakeups import POLL_INTERVAL
-from .arming import Arming
-from .boot import Boot
-from .calls import STOP_MARGIN, StoreCalls
-from .clock import ClockWatch
-from .fire import FirePath
-from .gaps import GapRecording
-from .holds import Holds
-from .loops import CronLoops
-from .members import MemberWatch
-from .membership import Membership
-from .openclaims import OpenClaims
-from .reload import Reload, RoutineChanges
-from .restarts import Restarts
-from .runs import OnDemandRuns
-from .sleepers import Sleepers
-from .spending import Spending
+from . import report
+from .calls import STOP_MARGIN
+from .parts import Parts
+from .reload import RoutineChanges
 from .state import (
     DEFAULT_GRACE,
     JUMP_THRESHOLD,
     MAX_WAIT,
     STORE_TIMEOUT,
     FireResult,
-    Grace,
     Runtime,
     Shared,
     Statistics,
@@ -56,8 +42,6 @@ from .state import (
     new_replica_id,
     system_now,
 )
-from .wake import WakeLoop
-from .wakecalls import WakeupCalls
 
 
 class Scheduler:
@@ -123,7 +107,6 @@ class Scheduler:
         grace = checked_seconds("default_grace", default_grace, zero=True)
         self.store_timeout = checked_seconds("store_timeout", store_timeout, zero=False)
         self.metrics = Metrics()
-        # The parts, each handed what it may use (docs/design.md, Runtime).
         runtime = self._runtime = Runtime(
             routines=loaded,
             now=now,
@@ -131,68 +114,21 @@ class Scheduler:
             metrics=self.metrics,
             default_grace=grace,
         )
-        self._grace = Grace()
-        calls = self._calls = StoreCalls(
-            store, runtime, self._grace, store_timeout=self.store_timeout
-        )
-        membership = self._membership = Membership(store, runtime, calls)
-        holds = Holds(self.agent, membership.current)
-        self._sleepers = Sleepers()  # where cron loops sleep (see sleepers.py)
-        self._restarts = Restarts(self.metrics)
-        self._clock = ClockWatch(
-            runtime,
-            self._sleepers,
-            calls,
-            self._restarts,
-            jump_threshold=jump_threshold,
-            poll_interval=poll_interval,
-        )
-        self._arming = Arming()
-        spending = Spending(store, runtime, calls, checked_budgets(session_budget))
-        self._fire = FirePath(store, runtime, calls, membership, holds, self._grace, spending)
-        gaps = GapRecording(store, runtime, calls)
-        open_claims = OpenClaims(store, runtime, calls, membership)
-        self._boot = Boot(runtime, calls, membership, gaps, open_claims, self._arming)
-        self._members = MemberWatch(
-            store,
-            runtime,
-            calls,
-            membership,
-            self._grace,
-            open_claims,
-            poll_interval=poll_interval,
-        )
-        self._cron = CronLoops(
-            runtime,
-            self._fire,
-            calls,
-            gaps,
-            self._clock,
-            self._restarts,
-            self._sleepers,
-            self._arming,
-            max_wait=max_wait,
-        )
-        self._wakeup_calls = WakeupCalls(store, runtime, calls, wake_limits)
-        self._wake = WakeLoop(
-            runtime,
-            self._fire,
-            calls,
-            self._clock,
-            self._restarts,
-            self._wakeup_calls,
-            poll_interval=poll_interval,
-        )
-        self._reload = Reload(
-            runtime,
-            self._arming,
-            self._clock,
-            self._cron,
-            gaps,
+        # The parts, each handed what it may use (docs/design.md, Runtime).
+        self._parts = Parts(
+            agent=self.agent,
+            store=store,
+            runtime=runtime,
+            metrics=self.metrics,
+            session_budgets=checked_budgets(session_budget),
+            wake_limits=wake_limits,
+            store_timeout=self.store_timeout,
             external_clock=external_clock,
             wakeups=wakeups,
+            max_wait=max_wait,
+            poll_interval=poll_interval,
+            jump_threshold=jump_threshold,
         )
-        self._runs = OnDemandRuns(runtime, calls, membership, holds, self._fire)
         self._loops = trio.CancelScope()  # the loops' scope: stop() cancels it
 
     @property
@@ -226,12 +162,12 @@ class Scheduler:
             )
         self._ran = True
         booted = dict(runtime.routines)
-        async with self._membership.present():
-            await self._members.note_dead_members()
-            first_due = await self._boot.run(plan=not self.external_clock)  # reads the pauses
+        async with self._parts.membership.present():
+            await self._parts.members.note_dead_members()
+            first_due = await self._parts.boot.run(plan=not self.external_clock)  # reads the pauses
             for name, due in first_due.items():
-                self._arming.arm(name, due)
-            self._clock.note_offset()
+                self._parts.arming.arm(name, due)
+            self._parts.clock.note_offset()
             async with trio.open_nursery() as nursery:
                 runtime.nursery = nursery
                 nursery.start_soon(self._run_loops, booted, first_due)
@@ -242,9 +178,9 @@ class Scheduler:
         runtime = self._runtime
         with self._loops:
             async with trio.open_nursery() as loops:
-                await loops.start(self._sleepers.run)  # before any loop sleeps
-                await loops.start(self._calls.deadlines.watch)  # before any fire's claim
-                loops.start_soon(self._members.watch)
+                await loops.start(self._parts.sleepers.run)  # before any loop sleeps
+                await loops.start(self._parts.calls.deadlines.watch)  # before any fire's claim
+                loops.start_soon(self._parts.members.watch)
                 # Published only now: an update_routines() during the await above must not
                 # start a loop that the arming below would start a second time.
                 runtime.loop_nursery = loops
@@ -253,19 +189,19 @@ class Scheduler:
                         continue
                     if booted.get(name) is not routine:  # updated during the boot: arm anew
                         loops.start_soon(
-                            functools.partial(self._cron.loop, routine, None, rearm=True)
+                            functools.partial(self._parts.cron.loop, routine, None, rearm=True)
                         )
                     elif name in first_due:
                         loops.start_soon(
                             functools.partial(
-                                self._cron.loop, routine, first_due[name], rearm=False
+                                self._parts.cron.loop, routine, first_due[name], rearm=False
                             )
                         )
                 if self.wakeups:
-                    loops.start_soon(self._wake.run)
+                    loops.start_soon(self._parts.wake.run)
                 elif first_due or booted != runtime.routines:
                     # A cron loop sleeps (one updated during the boot, too): watch the clocks.
-                    self._clock.start(loops)
+                    self._parts.clock.start(loops)
                 try:
                     await trio.sleep_forever()
                 finally:
@@ -286,8 +222,8 @@ class Scheduler:
 
     def _begin_stop(self, grace: float) -> None:
         self._runtime.stopping.value = True
-        deadline = self._grace.begin(grace)
-        self._calls.deadlines.pull_in(deadline + STOP_MARGIN)
+        deadline = self._parts.grace.begin(grace)
+        self._parts.calls.deadlines.pull_in(deadline + STOP_MARGIN)
 
     async def fire(
         self,
@@ -303,17 +239,17 @@ class Scheduler:
         (``await scheduler.start_fire(...)``). Raises :class:`UnknownRoutine`,
         :class:`NotOnGrid`, :class:`Stopping`, or :class:`StateFault` (nothing was claimed).
         """
-        return await self._fire.fire(name, slot, task_status=task_status)
+        return await self._parts.fire.fire(name, slot, task_status=task_status)
 
     async def start_fire(self, name: str, slot: datetime) -> ClaimResult:
         """Claim ``slot`` now and let the turn continue in the running scheduler's nursery."""
-        return await self._fire.start_fire(name, slot)
+        return await self._parts.fire.start_fire(name, slot)
 
     async def run_now(
         self, name: str, *, on_text: Callable[[str], None] | None = None
     ) -> TurnResult:
         """Run one turn of a routine now, without a claim: no slot, no history."""
-        return await self._runs.run_now(name, on_text=on_text)
+        return await self._parts.runs.run_now(name, on_text=on_text)
 
     async def start_run(self, name: str) -> bool:
         """Start one turn of a routine in the running scheduler's nursery, without a claim.
@@ -323,18 +259,18 @@ class Scheduler:
         this returns, so no other turn can slip in between the answer and the start.
         Raises StateFault when the store cannot say.
         """
-        return await self._runs.start_run(name)
+        return await self._parts.runs.start_run(name)
 
     async def pause(self, name: str) -> None:
         """Pause routine ``name`` in the store: no scheduler sharing it claims its slots.
 
         Raises :class:`UnknownRoutine`, or :class:`StateFault` (nothing changed).
         """
-        await self._fire.pause(name)
+        await self._parts.fire.pause(name)
 
     async def resume(self, name: str) -> None:
         """Resume routine ``name``: it fires from its next slot on; nothing missed is run."""
-        await self._fire.resume(name)
+        await self._parts.fire.resume(name)
 
     def update_routines(self, routines: Iterable[Routine]) -> RoutineChanges:
         """Replace the loaded routines by ``routines``: a new one arms from now, a removed one
@@ -345,7 +281,7 @@ class Scheduler:
         scheduler that is not running (nothing is armed then) and with an external clock
         (the routines change; no loop is started).
         """
-        return self._reload.update(routines)
+        return self._parts.reload.update(routines)
 
     async def reload_routines(self, directory: str | os.PathLike[str]) -> RoutineChanges:
         """Load ``directory`` again and :meth:`update_routines` from it (``SIGHUP`` in serve).
@@ -355,17 +291,17 @@ class Scheduler:
         nothing, and neither does one without a routine while some are loaded, unless it holds
         a file named :data:`NO_ROUTINES` (each an ERROR saying so).
         """
-        return await self._reload.reload(directory)
+        return await self._parts.reload.reload(directory)
 
     async def replicas(self) -> list[ReplicaInfo]:
         """The members of the store, this one included while it runs, each alive or not
         (a store without replicas knows only this one). Raises StateFault."""
-        return await self._membership.replicas()
+        return await self._parts.membership.replicas()
 
     async def newest_claims(self, names: Sequence[str]) -> dict[str, tuple[Fire | None, bool]]:
         """Each routine's newest claim (None: none yet) and whether it is open and held by a
         live replica now; the reads go together, bounded. Raises StateFault."""
-        return await self._membership.newest_claims(names)
+        return await self._parts.membership.newest_claims(names)
 
     async def add_wakeup(
         self,
@@ -384,18 +320,18 @@ class Scheduler:
         (``current_fire().session`` is the turn's session). Raises :class:`InvalidWakeup`
         with a model-facing reason (the guardrails, the limits), or StateFault (nothing
         added). :mod:`trio_routines.tools` offers this to a model."""
-        return await self._wakeup_calls.add(
+        return await self._parts.wakeup_calls.add(
             session, prompt, delay=delay, fire_at=fire_at, cron=cron, tz=tz, until=until
         )
 
     async def list_wakeups(self, session: str | None = None) -> list[Wakeup]:
         """The pending wake-ups, in stored order; only ``session``'s when given."""
-        return await self._wakeup_calls.pending(session)
+        return await self._parts.wakeup_calls.pending(session)
 
     async def remove_wakeup(self, wakeup_id: str, session: str) -> bool:
         """Cancel the pending wake-up ``wakeup_id`` of ``session``: False when there is none
         (fired, cancelled, or another session's). Raises StateFault (nothing removed)."""
-        return await self._wakeup_calls.remove(wakeup_id, session)
+        return await self._parts.wakeup_calls.remove(wakeup_id, session)
 
     async def wait_drained(self) -> None:
         """Return once a stop was requested and no turn is in flight any more."""
@@ -404,17 +340,7 @@ class Scheduler:
 
     def metric_families(self) -> list[Family]:
         """The runtime's series (:mod:`trio_routines.metrics`), one snapshot."""
-        stats = self.statistics()
-        return self.metrics.families(
-            in_flight=stats.in_flight,
-            armed=len(stats.armed),
-            clock_jumps=stats.clock_jumps,
-            future_claims=stats.future_claims,
-            next_due=stats.next_due,
-            paused=stats.paused,
-            kept_broken=self._reload.kept_broken,
-            pending_wakeups=self._wake.pending,
-        )
+        return report.metric_families(self._parts, self.metrics)
 
     def render_metrics(self) -> str:
         """The runtime's series in the Prometheus text format (``GET /metrics``)."""
@@ -422,26 +348,7 @@ class Scheduler:
 
     def statistics(self) -> Statistics:
         """A snapshot: armed routines, turns in flight, next slots, outcomes, clock jumps."""
-        runtime = self._runtime
-        spending = self._fire.spending
-        return Statistics(
-            armed=tuple(self._arming.armed),
-            in_flight=int(runtime.in_flight.value),
-            next_due=MappingProxyType(dict(self._arming.next_due)),
-            outcomes=MappingProxyType(dict(self._fire.outcomes)),
-            clock_jumps=self._clock.jumps,
-            stopping=runtime.stopping.value,
-            loop_restarts=MappingProxyType(dict(self._restarts.counts)),
-            settle_failures=MappingProxyType(dict(self._calls.settle_failures)),
-            future_claims=MappingProxyType(self._arming.future_claims(runtime.now())),
-            paused=self._calls.paused,
-            over_budget=MappingProxyType(
-                {name: why for (kind, name), why in spending.over.items() if kind == "routine"}
-            ),
-            sessions_over_budget=MappingProxyType(
-                {name: why for (kind, name), why in spending.over.items() if kind == "session"}
-            ),
-        )
+        return report.statistics(self._parts)
 
 
 async def serve_routines(

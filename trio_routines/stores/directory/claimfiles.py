@@ -6,6 +6,10 @@ without an fsync when a group-commit flush will follow (the caller then owns the
 directory are fsynced here, as they always were. Every file is opened through safefile.py:
 an entry that is not a regular file is never opened or written, and reads as a claim without
 stamp or outcome, with one warning naming it.
+
+:class:`ClaimFiles` owns the claim files' calls (create, settle, prune, read) and the options
+they share; the values a batch of them carries to and from the writer process are in
+:mod:`.claimbatch`.
 """
 
 from __future__ import annotations
@@ -17,17 +21,16 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NamedTuple, TypeAlias, TypeVar
+from typing import Any
 
 from ...claims import claim_names, is_stale, names_to_prune, newest_first, parse_claim
 from ...converter import claim_text
 from ...errors import StateFault
 from ...instants import slot_name
 from ...names import check_name
-from ...output import OUTPUT_MAX
 from ...records import ClaimResult, ClaimStatus, Fire, Outcome
 from ...usage import Usage
-from ..batch import Answer, each
+from ..batch import each
 from ..groupcommit import Descriptors, hand_in, opened
 from ..safefile import (
     Refused,
@@ -43,46 +46,20 @@ from ..safefile import (
     read_file,
     write_all,
 )
+from .claimbatch import (
+    CLAIM_LIMIT,
+    Batched,
+    ClaimItem,
+    ClaimWrite,
+    Contended,
+    Pending,
+    SettleItem,
+    SettleWrite,
+    V,
+    Written,
+)
 
 log = logging.getLogger("trio_routines")
-#: A claim holds ``{"firedAt":…,"outcome":…,"ms":…,"error":…,"replica":…,"output":…}``; its
-#: reason is at most 1 KiB of text (``text.error_text``), its replica 128 characters, its
-#: output 64 KiB of UTF-8 (``output.OUTPUT_MAX``), which JSON may write six bytes a byte
-#: (``\u001b``): under 400 KiB. More is not a claim. A claim without output stays a few KiB,
-#: within the 16 KiB that releases before output accept (docs/design.md).
-CLAIM_LIMIT = 6 * OUTPUT_MAX + 16384
-
-
-class Pending(NamedTuple):
-    """A write awaiting its flush: a directory descriptor on its file system, and more."""
-
-    device: int
-    fd: int
-    ticket: int  # groupcommit.opened(), taken right after ``fd`` was opened
-    prune_later: list[str]
-
-
-V = TypeVar("V")
-ClaimItem = tuple[str, datetime, datetime, str | None]  # routine, slot, fired_at, replica
-ClaimWrite = tuple[ClaimResult, Pending | None]
-# routine, slot, outcome, ms, if_unsettled, error, output, usage
-SettleItem = tuple[str, datetime, Outcome, int | None, bool, str | None, str | None, Usage | None]
-SettleWrite = tuple[bool, Pending | None]  # False: a fault was logged
-# In a batch: a write's value, and what to prune once flushed (None: nothing awaits a flush).
-Written: TypeAlias = tuple[V, list[str] | None]
-Batched: TypeAlias = tuple[list[Answer[Written[V]]], Descriptors]
-
-
-class Contended(Exception):
-    """Another settle holds this claim's lock (a batch does not wait for it)."""
-
-    def __init__(self, routine: str, slot: datetime) -> None:
-        super().__init__(f"{routine}: the claim of slot {slot_name(slot)} is locked by a settle")
-        self.routine = routine
-        self.slot = slot
-
-    def __reduce__(self) -> tuple[type[Contended], tuple[str, datetime]]:
-        return Contended, (self.routine, self.slot)  # passed back by the writer process
 
 
 class ClaimFiles:
@@ -411,5 +388,3 @@ class ClaimFiles:
             return fires
         finally:
             os.close(directory)
-
-    # -- wake-ups -------------------------------------------------------------------------

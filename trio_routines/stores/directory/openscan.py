@@ -32,7 +32,8 @@ from ...claims import claim_names, parse_claim
 from ...names import check_name
 from ...records import Fire
 from ..safefile import Refused, at, read_file
-from .claimfiles import CLAIM_LIMIT, ClaimFiles
+from .claimbatch import CLAIM_LIMIT
+from .claimfiles import ClaimFiles
 
 
 class OpenScan:

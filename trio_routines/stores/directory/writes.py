@@ -32,7 +32,8 @@ from ..abandon import run_abandoning
 from ..batch import Answer, Batcher, Entry, Turns
 from ..groupcommit import Abandoned, Batch, Descriptors, GroupCommit, close_held
 from ..safefile import describe
-from .claimfiles import ClaimFiles, ClaimItem, Contended, SettleItem, SettleWrite, Written
+from .claimbatch import ClaimItem, Contended, SettleItem, SettleWrite, Written
+from .claimfiles import ClaimFiles
 from .writer.process import Call, Unsent, WriterProcess
 
 log = logging.getLogger("trio_routines")

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ...batch import Answer
-from ..claimfiles import Batched, ClaimFiles, Written
+from ..claimbatch import Batched, Written
+from ..claimfiles import ClaimFiles
 from .wire import LENGTH, READY
 
 

@@ -1,0 +1,137 @@
+"""What each command-line option's value may be: argparse ``type=`` functions.
+
+Each takes the text as given and returns the value the command uses, or raises
+:class:`argparse.ArgumentTypeError` with one line naming the text (shown escaped and cut to 64
+characters) and what it should look like; :mod:`.parser` turns that into ``error: ...`` and
+exit status 2. Nothing here knows which option uses it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from datetime import UTC, datetime, timedelta
+from urllib.parse import urlsplit
+
+from ..budgets import Budget, parse_budgets
+from ..errors import InvalidOption
+from ..instants import parse_instant
+from ..replicas import replica_problem
+from ..text import shown
+from ..wakeups import parse_delay
+
+
+def non_negative_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds >= 0")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    value = non_negative_seconds(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be above 0")
+    return value
+
+
+def limit(text: str) -> int | None:
+    """A count limit: a positive whole number, or ``off``."""
+    if text.strip().lower() == "off":
+        return None
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a positive whole number or off")
+    return int(text)
+
+
+def lifetime(text: str) -> timedelta:
+    """The longest life of a recurring wake-up: a delay such as ``30d`` or ``12h``, an hour
+    or more."""
+    seconds = parse_delay(text)
+    if seconds is None or seconds < 3600:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a span of an hour or more")
+    return timedelta(seconds=seconds)
+
+
+def _shown(text: str) -> str:
+    return '"' + shown(text)[:64] + '"'
+
+
+def instant(text: str) -> datetime:
+    """An ``ISO`` option: any ISO 8601 instant with a zone, as the slot's UTC millisecond."""
+    parsed = parse_instant(text)
+    if parsed is None:
+        raise argparse.ArgumentTypeError(
+            f"{_shown(text)} is not an instant with a zone "
+            "(e.g. 2026-03-28T09:00Z, 2026-03-28T09:00:00.000Z or 2026-03-28T11:00+02:00)"
+        )
+    return parsed
+
+
+def host_port(text: str) -> tuple[str, int]:
+    """``--http HOST:PORT`` (``[::1]:8080`` for IPv6)."""
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    # isascii: int() refuses digits such as "²" that isdigit() accepts; len: no int() of a
+    # long digit string (over 4,300 digits it raises, and it is slow before that).
+    digits = port.isascii() and port.isdigit() and len(port) <= 5
+    if not sep or not host or not digits or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: expected HOST:PORT, e.g. 127.0.0.1:8080")
+    return host, int(port)
+
+
+def server_url(text: str) -> str:
+    """``status --url``: the HTTP surface of a running serve, ``http(s)://host[:port]``."""
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(
+            f"{_shown(text)} is not an http(s) URL, e.g. http://127.0.0.1:8080"
+        )
+    try:
+        valid_port = parts.port is None or parts.port > 0  # out of range raises ValueError
+    except ValueError:
+        valid_port = False
+    if not valid_port:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} has no valid port")
+    return text
+
+
+def delay(text: str) -> timedelta:
+    """``--in``: 90s, 30m, 1.5h, 2d (a bare number is refused: its unit would be a guess)."""
+    seconds = parse_delay(text)
+    if seconds is None:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a delay: use 90s, 30m, 1.5h or 2d")
+    try:
+        span = timedelta(seconds=seconds)
+    except OverflowError:
+        span = timedelta.max
+    if datetime.max.replace(tzinfo=UTC) - datetime.now(UTC) <= span:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is too far away")
+    return span
+
+
+def budgets(text: str) -> tuple[Budget, ...]:
+    try:
+        return parse_budgets(text)
+    except InvalidOption as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def replica(text: str) -> str:
+    problem = replica_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def count(text: str) -> int:
+    digits = text.strip()
+    if not (digits.isascii() and digits.isdigit()):
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a whole number")
+    if len(digits.lstrip("0")) > 4 or not 1 <= int(digits) <= 1000:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} must be between 1 and 1000")
+    return int(digits)

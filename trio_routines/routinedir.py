@@ -1,0 +1,164 @@
+"""The routines directory: every ``<name>.md`` file in it loaded, each broken one isolated.
+
+This is the only part of reading routines that touches the file system (the text of one file
+is parsed by :func:`trio_routines.routines.parse_routine_text`, which is pure). It owns what a
+directory entry may be -- a regular UTF-8 file of at most :data:`MAX_ROUTINE_FILE_BYTES`, with
+a safe name, not a symlink leading out -- and turns every file that fails into a
+:class:`RoutineFailure`, so that its siblings still load. Whether a failure is fatal
+(``serve``) or merely reported (read-only commands) is the caller's decision.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import attrs
+
+from .errors import InvalidRoutine, UnsafeName
+from .names import name_problem
+from .routines import Routine, parse_routine_text
+
+__all__ = [
+    "MAX_ROUTINE_FILE_BYTES",
+    "LoadResult",
+    "RoutineFailure",
+    "find_routine",
+    "load_routines",
+]
+
+#: A routine file larger than this is refused unread: a prompt is text a person writes, and a
+#: huge file is far more likely a mistake (a log, a binary) than a routine.
+MAX_ROUTINE_FILE_BYTES = 256 * 1024
+
+_SUFFIX = ".md"
+
+
+@attrs.frozen(kw_only=True)
+class RoutineFailure:
+    """A routine file that did not load: its label (``routines/daily.md``) and why."""
+
+    file: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.reason}"
+
+
+@attrs.frozen(kw_only=True)
+class LoadResult:
+    """Every routine that loaded (sorted by name) and every file that did not."""
+
+    routines: tuple[Routine, ...] = ()
+    failures: tuple[RoutineFailure, ...] = ()
+
+
+def find_routine(result: LoadResult, name: str) -> Routine | None:
+    """The loaded routine called ``name``, or ``None``."""
+    for routine in result.routines:
+        if routine.name == name:
+            return routine
+    return None
+
+
+def load_routines(directory: str | os.PathLike[str]) -> LoadResult:
+    """Load every ``<name>.md`` routine file directly inside ``directory``.
+
+    An absent directory holds no routines (and is no failure); a path that is not a directory,
+    or a directory that cannot be listed, raises :class:`InvalidRoutine`. Files starting with
+    ``.`` are ignored (editor droppings), except ``.md``, ``..md`` and ``...md``, whose names
+    are reported as unsafe rather than silently skipped. Subdirectories are ignored. Every other
+    ``*.md`` entry either loads or becomes a :class:`RoutineFailure`: an unsafe or non-UTF-8
+    name, a symlink leading outside ``directory``, anything but a regular file, a file over
+    :data:`MAX_ROUTINE_FILE_BYTES`, text that is not UTF-8, an OS error, or a parse error.
+    """
+    base = os.fspath(directory)
+    try:
+        is_dir = stat.S_ISDIR(os.stat(base).st_mode)
+    except FileNotFoundError:
+        return LoadResult()
+    except OSError as exc:
+        raise InvalidRoutine(f"{base}: cannot read the routines directory: {_why(exc)}") from exc
+    if not is_dir:
+        raise InvalidRoutine(f"{base}: the routines directory is not a directory")
+    try:
+        entries = sorted(os.listdir(base))
+    except OSError as exc:
+        raise InvalidRoutine(f"{base}: cannot list the routines directory: {_why(exc)}") from exc
+
+    real_base = os.path.realpath(base)
+    routines: list[Routine] = []
+    failures: list[RoutineFailure] = []
+    for entry in entries:
+        if not entry.endswith(_SUFFIX):
+            continue
+        name = entry[: -len(_SUFFIX)]
+        if entry.startswith(".") and name not in ("", ".", ".."):
+            continue
+        label = os.path.join(base, entry)
+        try:
+            routine = _load_one(real_base, base, label, name)
+        except (InvalidRoutine, UnsafeName) as exc:
+            failures.append(RoutineFailure(file=label, reason=str(exc)))
+        else:
+            if routine is not None:
+                routines.append(routine)
+    routines.sort(key=lambda r: r.name)
+    return LoadResult(routines=tuple(routines), failures=tuple(failures))
+
+
+def _load_one(real_base: str, base: str, path: str, name: str) -> Routine | None:
+    """One file's routine, ``None`` for an entry to skip silently, or an error to report."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        # os.listdir smuggles undecodable bytes in as lone surrogates; such a name could not
+        # be written to JSON, logs or HTTP later, so refuse it here where the author sees it.
+        raise InvalidRoutine("the file name is not UTF-8") from None
+    problem = name_problem(name)
+    if problem is not None:
+        raise UnsafeName(problem)
+    try:
+        if os.path.islink(path):
+            target = os.path.realpath(path)
+            if os.path.commonpath([real_base, target]) != real_base:
+                raise InvalidRoutine(f"is a symlink leading outside {base}")
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            raise InvalidRoutine("is a broken symlink") from None
+        if stat.S_ISDIR(mode):
+            return None
+        if not stat.S_ISREG(mode):
+            raise InvalidRoutine("is not a regular file")
+        data = _read_capped(path)
+    except OSError as exc:
+        raise InvalidRoutine(f"cannot be read: {_why(exc)}") from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidRoutine("not UTF-8 text") from None
+    return parse_routine_text(name, text)
+
+
+def _read_capped(path: str) -> bytes:
+    # O_NONBLOCK: should the entry have become a FIFO since it was checked, opening it must not
+    # hang; fstat then confirms we hold a regular file before reading anything.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with open(fd, "rb", closefd=True) as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise InvalidRoutine("is not a regular file")
+        too_large = InvalidRoutine(
+            f"is larger than {MAX_ROUTINE_FILE_BYTES // 1024} KiB, the limit for a routine file"
+        )
+        if info.st_size > MAX_ROUTINE_FILE_BYTES:
+            raise too_large
+        data = file.read(MAX_ROUTINE_FILE_BYTES + 1)
+    if len(data) > MAX_ROUTINE_FILE_BYTES:
+        raise too_large
+    return data
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)
