@@ -23,8 +23,10 @@ from typing import Any, TypeVar
 
 import trio
 
+from trio_routines.converter import wakeup_to_json
 from trio_routines.records import Outcome
 from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores.directory.wakeuplog import WakeupLog
 
 T = TypeVar("T")
 
@@ -156,11 +158,16 @@ class Env:
             store.settle_sync(name, slot, outcome, ms, error=error, output=output)
 
     def wakeups(self) -> list[dict[str, Any]]:
-        path = self.state / "schedule" / "wakeups.json"
-        data: list[dict[str, Any]] = json.loads(path.read_text()) if path.exists() else []
-        return data
+        """The pending wake-ups, in stored order, as the store reads them (a ``wakeups.json``
+        left to take over is taken over first)."""
+        log = WakeupLog(self.state, 10.0)
+        if not log.refresh():
+            log.take_over()
+        return [wakeup_to_json(w) for w in log.index]
 
     def write_wakeups(self, entries: list[dict[str, Any]]) -> None:
+        """Write ``entries`` as an earlier version would (``wakeups.json``): the store takes
+        them over on its next use, except the ids it holds already."""
         path = self.state / "schedule" / "wakeups.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(entries))
