@@ -9,7 +9,9 @@ another, ``--reps`` times:
 * ``add``: ``add_wakeup`` for a new session (one-shot, an hour ahead);
 * ``take``: ``take_due_wakeup`` of a due one (the added ones, made due by asking later);
 * ``defer``: ``defer_wakeup`` of a taken one (a busy session's retry);
-* ``remove``: ``remove_wakeup`` of a deferred one, by id and session.
+* ``remove``: ``remove_wakeup`` of a deferred one, by id and session;
+* ``floor`` (the state directory): a bare 200-byte append and ``fdatasync`` on the same file
+  system, right after: what a durable change cannot go below on this disk at that moment.
 
 It prints the median and the 99th percentile of each, in milliseconds, and for the state
 directory the memory the store's index takes at the largest size: the growth of the
@@ -87,6 +89,23 @@ def _seed_postgres(store: Any, n: int) -> None:
         conn.execute(tables.sql("ANALYZE {wakeups}"))
 
 
+def _floor(root: Path, reps: int) -> dict[str, float]:
+    """What one change cannot go below on this disk: a 200-byte append and its fdatasync."""
+    fd = os.open(root / "floor", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    samples = []
+    try:
+        for _ in range(reps):
+            started = time.perf_counter()
+            os.write(fd, b"x" * 199 + b"\n")
+            os.fdatasync(fd)
+            samples.append((time.perf_counter() - started) * 1e3)
+    finally:
+        os.close(fd)
+        os.unlink(root / "floor")
+    samples.sort()
+    return {"median_ms": samples[len(samples) // 2], "p99_ms": samples[int(len(samples) * 0.99)]}
+
+
 def measure(store_kind: str, n: int, reps: int) -> dict[str, Any]:
     """One store, ``n`` pending: the timings (and, for the directory, its memory)."""
     import tracemalloc
@@ -149,6 +168,8 @@ def measure(store_kind: str, n: int, reps: int) -> dict[str, Any]:
         removes, removed = await timed(lambda w: store.remove_wakeup(w.id, w.session), taken)
         assert all(removed)
         assert len(await store.list_wakeups()) == n
+        if store_kind == "directory":
+            result["floor"] = _floor(root, reps)  # right after, on the same file system
         for name, samples in [
             ("poll", polls),
             ("add", adds),
@@ -187,11 +208,11 @@ def run_case(store: str, n: int, reps: int) -> dict[str, Any]:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    calls = ["add", "take", "defer", "remove", "poll"]
+    calls = ["add", "take", "defer", "remove", "poll", "floor"]
     head = "| store | pending | " + " | ".join(f"{c} median / p99" for c in calls) + " |"
     rows = [head, "|" + "---|" * (2 + len(calls))]
     for r in results:
-        cells = [f"{r[c]['median_ms']:.2f} / {r[c]['p99_ms']:.2f}" for c in calls]
+        cells = [f"{r[c]['median_ms']:.2f} / {r[c]['p99_ms']:.2f}" if c in r else "" for c in calls]
         rows.append(f"| {r['store']} | {r['pending']:,} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
