@@ -123,3 +123,13 @@ def test_a_reader_without_the_lock_never_takes_over(tmp_path: Path) -> None:
     log.take_over()
     assert log.refresh() is True
     assert ids(list(log.index)) == ["a"]
+
+
+async def test_a_journal_removed_by_hand_is_not_brought_back_by_a_writer(
+    tmp_path: Path,
+) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.add_wakeup(WakeupRequest(session="s", prompt="p", fire_at=LATER), T0)
+    (tmp_path / "schedule" / "wakeups.journal").unlink()  # an operator clearing them
+    added = await store.add_wakeup(WakeupRequest(session="s", prompt="q", fire_at=LATER), T0)
+    assert await DirectoryStore(tmp_path).list_wakeups() == [added]

@@ -190,7 +190,8 @@ class WakeupLog:
         ``wakeups.json`` taken over."""
         try:
             fd = self.journal.open(directory, append=True)
-        except FileNotFoundError:
+        except FileNotFoundError:  # none yet (or removed: what it held is gone for all)
+            self._forget()
             fd = self._new_generation(directory)
         except Refused as exc:
             self._refuse(exc)
