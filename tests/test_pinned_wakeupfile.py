@@ -231,3 +231,25 @@ async def test_malformed_entries_are_each_dropped_and_quoted_by_200_characters(
         'dropping a malformed wake-up entry: {"id":"' + "x" * 193,
         'dropping a malformed wake-up entry: {"bad":1}',
     ]
+
+
+async def test_a_line_that_replaced_a_torn_one_of_the_same_length_is_read(
+    tmp_path: Path,
+) -> None:
+    store = DirectoryStore(tmp_path)
+    first = await store.add_wakeup(request("first"), T0)
+    path = tmp_path / "schedule" / "wakeups.journal"
+    size = path.stat().st_size
+    second = await store.add_wakeup(request("second"), T0)
+    line = path.read_bytes()[size:]
+    with path.open("r+b") as handle:  # a torn line of the same length in its place
+        handle.truncate(size)
+        handle.seek(size)
+        handle.write(b"x" * len(line))
+    reader = DirectoryStore(tmp_path)
+    assert ids(await reader.list_wakeups()) == [first.id]
+    with path.open("r+b") as handle:  # a writer cut it and appended exactly as much
+        handle.truncate(size)
+        handle.seek(size)
+        handle.write(line)
+    assert ids(await reader.list_wakeups()) == [first.id, second.id]

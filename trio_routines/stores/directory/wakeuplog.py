@@ -119,8 +119,10 @@ class WakeupLog:
                 or info.st_size < self._offset
             ):
                 self._forget(generation, info.st_ino)
-            elif info.st_size == self._size:
-                return  # the cheap poll: nothing appended
+            elif info.st_size == self._offset:
+                self._size = info.st_size
+                return  # the cheap poll: nothing appended (a torn tail is read again: a
+                # writer may have cut it and appended a line of the same length since)
             data = self.journal.read(fd, self._offset, info.st_size)
         except OSError as exc:
             raise self._unreadable(exc) from None
