@@ -29,9 +29,9 @@ from typing import Any
 import trio
 
 from trio_routines import Completed, DirectoryStore, Routine, Scheduler
-from trio_routines.converter import claim_text, dumps, wakeup_to_json
+from trio_routines.converter import claim_text
 from trio_routines.records import Outcome, Wakeup
-from trio_routines.stores.directory.wakeupfile import RACY_NS
+from trio_routines.stores.directory.wakeupjournal import JOURNAL, snapshot
 from trio_routines.testing import MemoryStore, ScriptedAgent
 from trio_routines.wakeups import WakeupRequest
 
@@ -761,11 +761,8 @@ def wakeups(store: str, state: str | None, n: int, reps: int) -> dict[str, Any]:
         assert state is not None
         schedule = Path(state) / "schedule"
         schedule.mkdir(parents=True, exist_ok=True)
-        entries = [wakeup_to_json(w) for w in [*pending, *due]]
-        (schedule / "wakeups.json").write_text(dumps(entries))
-        # A file changed in the last RACY_NS may change again unseen by its times, so polls
-        # re-parse it until then (wakeupfile.py); a long-lived file is past that window.
-        time.sleep(RACY_NS / 1e9 + 0.1)
+        entries = [*pending, *due]
+        (schedule / JOURNAL).write_bytes(snapshot((w, n) for n, w in enumerate(entries, 1)))
         backend = DirectoryStore(state)
 
     async def timed(call: Callable[[], Any]) -> list[float]:

@@ -1,6 +1,6 @@
 """``python tests/stalled_disk.py MARKER [--wakeups] ARGS...``: ``python -m trio_routines
 ARGS...`` whose state directory stalls its claim writes (with ``--wakeups``: its rewrites of
-``wakeups.json``, before the rename) while the file MARKER exists, as a frozen file system
+``wakeups.journal``, before they land) while the file MARKER exists, as a frozen file system
 does (a write that does not return until the thaw), for tests/test_stop_bounds.py.
 """
 
@@ -11,19 +11,20 @@ import time
 from pathlib import Path
 
 from trio_routines import cli
-from trio_routines.stores.directory import claimfiles, wakeupfile
+from trio_routines.stores.directory import claimfiles
+from trio_routines.stores.directory.wakeupjournal import Journal
 
 
 def main(marker: Path, argv: list[str]) -> int:
     if argv[:1] == ["--wakeups"]:
-        replace_file = wakeupfile.replace_file
+        append = Journal.append
 
-        def stalled_rewrite(*args: object) -> None:
+        def stalled_append(self: Journal, fd: int, data: bytes) -> None:
             while marker.exists():
                 time.sleep(0.05)
-            replace_file(*args)  # type: ignore[arg-type]
+            append(self, fd, data)
 
-        wakeupfile.replace_file = stalled_rewrite  # type: ignore[assignment]
+        Journal.append = stalled_append  # type: ignore[method-assign]
         return cli.main(argv[1:])
     create_each = claimfiles.ClaimFiles.create_each
 

@@ -3,7 +3,7 @@
 Races and kills are real: several ``fire`` processes contend for one slot, ``serve`` is killed
 with SIGKILL mid-turn or stopped with SIGTERM. Crons that would make a test wait are avoided:
 a serve test seeds an old claim so that its routine's catch-up fires at boot, and wake-ups are
-made due by editing ``wakeups.json`` rather than by waiting out the 60 s minimum delay.
+made due by editing the pending wake-ups rather than by waiting out the 60 s minimum delay.
 """
 
 from __future__ import annotations

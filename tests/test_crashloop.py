@@ -16,7 +16,7 @@ file is the truth about which turns started. After every round:
 * no (routine, slot) and no wake-up ever started twice, and every started routine turn has a
   stamped claim behind it (the claim is durable before the turn);
 * every claim file is empty (killed between the exclusive create and the stamp) or a valid
-  claim record, and ``wakeups.json`` is a JSON array;
+  claim record, and the wake-up journal reads back (a fresh store catches up on it);
 * every claim is settled or is the newest of its routine, and a claim left unsettled is
   recorded ``interrupted`` by the next ``serve`` that boots -- without its turn running again;
 * every wake-up added is still pending or has fired, except at most the one a SIGKILLed

@@ -7,11 +7,11 @@ import logging
 import os
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from wakeupstate import pending
 
 from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
@@ -214,17 +214,17 @@ async def test_unusable_wakeups_are_warned_about_and_kept_aside(
     path.parent.mkdir(parents=True)
     path.write_text(content)
     store = DirectoryStore(tmp_path)
-    await store.list_wakeups()
+    good = ["good"] if "good" in content else []
+    assert [w.id for w in await store.list_wakeups()] == good  # taken over on first use
     assert any(warning in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
-    assert path.read_text() == content  # reading changes nothing
+    assert not path.exists()
+    (aside,) = path.parent.glob("wakeups.json.corrupt-*")
+    assert aside.read_text() == content  # the original bytes survive the take-over
     added = await store.add_wakeup(
         WakeupRequest(session="s", prompt="new", fire_at=T0 + timedelta(hours=1)), T0
     )
-    (aside,) = path.parent.glob("wakeups.json.corrupt-*")
-    assert aside.read_text() == content  # the original bytes survive the rewrite
-    ids = [w["id"] for w in json.loads(path.read_text())]
-    assert ids[-1] == added.id
-    assert ids[:-1] == (["good"] if "good" in content else [])
+    assert pending(tmp_path) == [*good, added.id]
+    assert [w.id for w in await DirectoryStore(tmp_path).list_wakeups()] == [*good, added.id]
 
 
 async def test_temp_files_have_unpredictable_names_and_never_follow_a_link(
@@ -236,17 +236,19 @@ async def test_temp_files_have_unpredictable_names_and_never_follow_a_link(
     before = victim.stat().st_mtime_ns
     schedule = tmp_path / "schedule"
     schedule.mkdir()
-    (schedule / "wakeups.json.tmp").symlink_to(victim)  # the name the store once used
-    for hour in (1, 2):
+    for name in ("wakeups.json.tmp", "wakeups.journal.tmp"):  # names a store could guess
+        (schedule / name).symlink_to(victim)
+    for hour in (1, 2):  # the first creates the journal: a temp file renamed into place
         await store.add_wakeup(
             WakeupRequest(session="s", prompt="p", fire_at=T0 + timedelta(hours=hour)), T0
         )
     assert victim.read_text() == "precious"
     assert victim.stat().st_mtime_ns == before
-    assert not (schedule / "wakeups.json").is_symlink()
+    assert not (schedule / "wakeups.journal").is_symlink()
     assert len(await store.list_wakeups()) == 2
     assert sorted(p.name for p in schedule.iterdir()) == [
-        "wakeups.json",
+        "wakeups.journal",
+        "wakeups.journal.tmp",
         "wakeups.json.tmp",
         "wakeups.lock",
     ]
@@ -302,19 +304,19 @@ async def test_duplicate_via_the_filesystem_is_reported_with_the_slot(tmp_path: 
     assert (result.status, result.newest) == (ClaimStatus.DUPLICATE, slot_name(T0))
 
 
-async def test_the_parsed_wakeups_follow_every_change_of_the_file(tmp_path: Path) -> None:
+async def test_the_index_follows_every_change_of_the_journal(tmp_path: Path) -> None:
     store, other = DirectoryStore(tmp_path), DirectoryStore(tmp_path)
     first = await store.add_wakeup(
         WakeupRequest(session="s", prompt="p", fire_at=T0 + timedelta(hours=1)), T0
     )
     assert [w.id for w in await store.list_wakeups()] == [first.id]
-    second = await other.add_wakeup(  # another writer: a rename, a new inode
+    second = await other.add_wakeup(  # another writer: a line appended
         WakeupRequest(session="s", prompt="p", fire_at=T0 + timedelta(hours=1)), T0
     )
     assert [w.id for w in await store.list_wakeups()] == [first.id, second.id]
-    path = tmp_path / "schedule" / "wakeups.json"
+    path = tmp_path / "schedule" / "wakeups.journal"
     edited = path.read_text().replace(first.id, "hand-edited-id")
-    with path.open("r+") as handle:  # an edit in place: same inode, new size and times
+    with path.open("r+") as handle:  # an edit in place: same inode, a shorter file
         handle.write(edited)
         handle.truncate()
     assert [w.id for w in await store.list_wakeups()] == ["hand-edited-id", second.id]
@@ -322,27 +324,33 @@ async def test_the_parsed_wakeups_follow_every_change_of_the_file(tmp_path: Path
     assert (await store.take_due_wakeup(T0 + timedelta(hours=2))) is not None
 
 
-def test_a_racily_fresh_file_is_read_again_whatever_its_times_say(
+def test_a_new_generation_is_read_again_whatever_its_inode_and_size_say(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Coarse file times and a reused inode number: two versions of wakeups.json with the same
-    # key. A parse kept from a file changed just before it was read must not be trusted.
+    # A reused inode number and the same size: two generations of the journal with the same
+    # key. The header (a random id per generation) tells them apart.
+    from trio_routines.stores.directory.wakeupjournal import header
+
     store = DirectoryStore(tmp_path)
-    path = tmp_path / "schedule" / "wakeups.json"
+    path = tmp_path / "schedule" / "wakeups.journal"
     path.parent.mkdir(parents=True)
-    entry = '{"id":"%s","session":"s","prompt":"p","fireAt":"2026-07-07T12:00:00.000Z"}'
-    path.write_text(f"[{entry % 'aaaa'}]")
+    add = '{"op":"add","n":1,"wakeup":{"id":"%s","session":"s","prompt":"p",'
+    add += '"fireAt":"2026-07-07T12:00:00.000Z"}}\n'
+    path.write_bytes(header() + (add % "aaaa").encode())
     real_fstat = os.fstat
-    tick = time.time_ns() // 4_000_000 * 4_000_000  # both writes fall in one 4 ms tick
+    inode = path.stat().st_ino
 
-    def coarse_fstat(fd: int) -> os.stat_result:
-        return os.stat_result(list(real_fstat(fd)), {"st_mtime_ns": tick, "st_ctime_ns": tick})
+    def reused(fd: int) -> os.stat_result:
+        return os.stat_result(list(real_fstat(fd)), {"st_ino": inode})
 
-    monkeypatch.setattr(os, "fstat", coarse_fstat)
-    assert [w.id for w in store._wakeups.file.load(cached=True)[0]] == ["aaaa"]
-    with path.open("r+") as handle:  # same inode, same size, and (here) the same times
-        handle.write(f"[{entry % 'bbbb'}]")
-    assert [w.id for w in store._wakeups.file.load(cached=True)[0]] == ["bbbb"]
+    monkeypatch.setattr(os, "fstat", reused)
+    log = store._wakeups.log
+    assert log.refresh()
+    assert [w.id for w in log.index] == ["aaaa"]
+    path.with_name("next").write_bytes(header() + (add % "bbbb").encode())
+    os.replace(path.with_name("next"), path)  # same size, and (here) the same inode number
+    assert log.refresh()
+    assert [w.id for w in log.index] == ["bbbb"]
 
 
 async def test_a_wakeup_lock_held_elsewhere_is_a_bounded_wait(tmp_path: Path) -> None:

@@ -39,7 +39,13 @@ from trio_routines.records import ClaimStatus, Outcome
 from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
 from trio_routines.stores import groupcommit, safefile
-from trio_routines.stores.directory import DirectoryStore, claimfiles, wakeupfile
+from trio_routines.stores.directory import (
+    DirectoryStore,
+    claimfiles,
+    wakeupfile,
+    wakeupjournal,
+    wakeuplog,
+)
 from trio_routines.stores.directory import writes as write_path
 from trio_routines.stores.groupcommit import SYNCFS
 from trio_routines.testing import ScriptedAgent
@@ -130,6 +136,14 @@ class FaultyOS:
         self._fd("read", fd)
         return real_os.read(fd, size)
 
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        self._fd("read", fd)
+        return real_os.pread(fd, size, offset)
+
+    def fdatasync(self, fd: int) -> None:
+        self._fd("fsync", fd)
+        real_os.fdatasync(fd)
+
     def ftruncate(self, fd: int, length: int) -> None:
         self._fd("truncate", fd)
         real_os.ftruncate(fd, length)
@@ -156,6 +170,12 @@ class FaultyOS:
         self._faults.check("replace", self._path(dst, dst_dir_fd))
         real_os.replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
+    def rename(
+        self, src: Any, dst: Any, *, src_dir_fd: int | None = None, dst_dir_fd: int | None = None
+    ) -> None:
+        self._faults.check("rename", self._path(src, src_dir_fd))
+        real_os.rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
     def syncfs(self, fd: int) -> None:
         """The group-commit flush (the store is built with this as its ``syncfs``)."""
         self._fd("flush", fd)
@@ -179,7 +199,15 @@ class FaultyFcntl:
 def faulty_os(monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultyOS]:
     injector = Injector()
     proxy = FaultyOS(injector)
-    for module in (write_path, claimfiles, safefile, wakeupfile, groupcommit):
+    for module in (
+        write_path,
+        claimfiles,
+        safefile,
+        wakeupfile,
+        wakeupjournal,
+        wakeuplog,
+        groupcommit,
+    ):
         monkeypatch.setattr(module, "os", proxy)
     monkeypatch.setattr(safefile, "fcntl", FaultyFcntl(injector))
     original = Path.mkdir  # the state root itself is made through pathlib
@@ -454,23 +482,30 @@ async def test_a_fault_reading_claims_fails_the_boot_loudly_then_recovers(
     assert (await store.latest_fire(ROUTINE)).slot == SLOT  # type: ignore[union-attr]
 
 
-# --- wake-ups: lock, load, save -------------------------------------------------------------
+# --- wake-ups: lock, journal, take-over ---------------------------------------------------
 
 WAKEUPS = {
     "lock-open": ("open", "wakeups.lock"),
     "lock-flock": ("flock", "wakeups.lock"),
-    "load": ("read", "wakeups.json"),
-    # the temp file's name is unpredictable: "wakeups.json.tmp-" and 16 random hex digits
-    "save-create-temp": ("open", "wakeups.json.tmp-"),
-    "save-write": ("write", "wakeups.json.tmp-"),
-    "save-fsync": ("fsync", "wakeups.json.tmp-"),
-    "save-rename": ("replace", "wakeups.json"),
+    "journal-open": ("open", "wakeups.journal"),
+    "load": ("read", "wakeups.journal"),
+    "append": ("write", "wakeups.journal"),
+}
+# Taking over an earlier version's wakeups.json: read it, write the first generation of the
+# journal (a temp file named "wakeups.journal.tmp-" and 16 random hex digits, renamed over
+# wakeups.journal), then move wakeups.json aside.
+TAKE_OVER = {
+    "legacy-read": ("read", "wakeups.json"),
+    "create-temp": ("open", "wakeups.journal.tmp-"),
+    "write-temp": ("write", "wakeups.journal.tmp-"),
+    "fsync-temp": ("fsync", "wakeups.journal.tmp-"),
+    "rename-temp": ("replace", "wakeups.journal"),
+    "move-aside": ("rename", "wakeups.json"),
 }
 
 
-def _wakeup_store(tmp_path: Path) -> tuple[DirectoryStore, list[dict[str, Any]]]:
-    store = DirectoryStore(tmp_path / "state")
-    entries = [
+def _entries() -> list[dict[str, Any]]:
+    return [
         {"id": "due-one", "session": "s", "prompt": "p", "fireAt": format_iso(NOW)},
         {
             "id": "later-one",
@@ -479,10 +514,27 @@ def _wakeup_store(tmp_path: Path) -> tuple[DirectoryStore, list[dict[str, Any]]]
             "fireAt": format_iso(NOW + timedelta(hours=1)),
         },
     ]
+
+
+def _wakeup_store(tmp_path: Path, *, legacy: bool = False) -> DirectoryStore:
+    """A store holding ``_entries()``: in its journal, or (``legacy``) in a wakeups.json."""
+    store = DirectoryStore(tmp_path / "state")
     schedule = store.root / "schedule"
     schedule.mkdir(parents=True)
-    (schedule / "wakeups.json").write_text(json.dumps(entries))
-    return store, entries
+    if legacy:
+        (schedule / "wakeups.json").write_text(json.dumps(_entries()))
+        return store
+    lines = [{"op": "gen", "id": "0" * 32}]
+    lines += [{"op": "add", "n": n, "wakeup": w} for n, w in enumerate(_entries(), 1)]
+    (schedule / "wakeups.journal").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return store
+
+
+def _matching(schedule: Path, name: str) -> Callable[[str], bool]:
+    target = str(schedule / name)
+    if name.endswith("-"):
+        return lambda path: path.startswith(target)
+    return lambda path: path == target
 
 
 @pytest.mark.parametrize("code", ERRNOS, ids=ERRNO_IDS)
@@ -490,21 +542,18 @@ def _wakeup_store(tmp_path: Path) -> tuple[DirectoryStore, list[dict[str, Any]]]
 async def test_a_wakeup_store_fault_raises_and_loses_nothing(
     tmp_path: Path, faults: Injector, place: str, code: int
 ) -> None:
-    store, entries = _wakeup_store(tmp_path)
+    store = _wakeup_store(tmp_path)
     schedule = store.root / "schedule"
+    journal = (schedule / "wakeups.journal").read_bytes()
     operation, name = WAKEUPS[place]
-    target = str(schedule / name)
-    if name.endswith("-"):
-        faults.arm(operation, lambda path: path.startswith(target), code)
-    else:
-        faults.arm(operation, lambda path: path == target, code)
+    faults.arm(operation, _matching(schedule, name), code)
     request = WakeupRequest(session="s", prompt="r", fire_at=NOW + timedelta(hours=2))
     calls = [
         lambda: store.take_due_wakeup(NOW),
         lambda: store.add_wakeup(request, NOW),
         lambda: store.remove_wakeup("later-one", "s"),
     ]
-    if place == "load":
+    if place in ("load", "journal-open"):
         calls.append(store.list_wakeups)  # reads without the lock
     for call in calls:
         with pytest.raises(StateFault) as raised:
@@ -512,8 +561,8 @@ async def test_a_wakeup_store_fault_raises_and_loses_nothing(
         assert errno.errorcode[code] in str(raised.value)
     assert faults.hits >= len(calls)
     faults.disarm()
-    assert json.loads((schedule / "wakeups.json").read_text()) == entries  # untouched
-    assert list(schedule.glob("wakeups.json.tmp*")) == []
+    assert (schedule / "wakeups.journal").read_bytes() == journal  # untouched
+    assert list(schedule.glob("wakeups.journal.tmp*")) == []
     taken = await store.take_due_wakeup(NOW)
     assert taken is not None
     assert taken.id == "due-one"
@@ -521,11 +570,36 @@ async def test_a_wakeup_store_fault_raises_and_loses_nothing(
 
 
 @pytest.mark.parametrize("code", ERRNOS, ids=ERRNO_IDS)
+@pytest.mark.parametrize("place", list(TAKE_OVER))
+async def test_a_take_over_fault_raises_and_loses_or_repeats_nothing(
+    tmp_path: Path, faults: Injector, place: str, code: int
+) -> None:
+    store = _wakeup_store(tmp_path, legacy=True)
+    schedule = store.root / "schedule"
+    operation, name = TAKE_OVER[place]
+    faults.arm(operation, _matching(schedule, name), code)
+    for call in (lambda: store.take_due_wakeup(NOW), store.list_wakeups):
+        with pytest.raises(StateFault) as raised:
+            await call()
+        assert errno.errorcode[code] in str(raised.value)
+    assert faults.hits >= 2
+    faults.disarm()
+    assert json.loads((schedule / "wakeups.json").read_text()) == _entries()  # still there
+    assert list(schedule.glob("wakeups.journal.tmp*")) == []
+    taken = await store.take_due_wakeup(NOW)
+    assert taken is not None
+    assert taken.id == "due-one"
+    assert not (schedule / "wakeups.json").exists()
+    assert await store.take_due_wakeup(NOW) is None  # taken over once: not again
+    assert [w.id for w in await DirectoryStore(store.root).list_wakeups()] == ["later-one"]
+
+
+@pytest.mark.parametrize("code", ERRNOS, ids=ERRNO_IDS)
 async def test_the_wake_loop_logs_a_store_fault_and_fires_the_wakeup_once_repaired(
     tmp_path: Path, faults: Injector, caplog: pytest.LogCaptureFixture, code: int
 ) -> None:
-    store, _ = _wakeup_store(tmp_path)
-    target = str(store.root / "schedule" / "wakeups.json")
+    store = _wakeup_store(tmp_path)
+    target = str(store.root / "schedule" / "wakeups.journal")
     faults.arm("read", lambda path: path == target, code)
     agent = ScriptedAgent()
     scheduler = Scheduler(agent=agent, store=store, now=lambda: NOW, poll_interval=0.05)
@@ -546,14 +620,14 @@ async def test_the_wake_loop_logs_a_store_fault_and_fires_the_wakeup_once_repair
 
 
 @pytest.mark.parametrize("code", ERRNOS, ids=ERRNO_IDS)
-async def test_a_directory_fsync_fault_after_the_rename_warns_and_keeps_the_change(
+async def test_an_fsync_fault_after_the_append_warns_and_keeps_the_change(
     tmp_path: Path, faults: Injector, caplog: pytest.LogCaptureFixture, code: int
 ) -> None:
-    # Found by this matrix: the rename had already published the new list when the directory
-    # fsync failed, yet the call raised -- so the scheduler never fired the wake-up it had
-    # just taken out of the store. Now the change stands and a warning says what is in doubt.
-    store, _ = _wakeup_store(tmp_path)
-    target = str(store.root / "schedule")
+    # The append had already published the change when its fsync failed: raising would tell
+    # the scheduler it did not take the wake-up it had taken out of the store, which would then
+    # never fire. The change stands and a warning says what is in doubt.
+    store = _wakeup_store(tmp_path)
+    target = str(store.root / "schedule" / "wakeups.journal")
     faults.arm("fsync", lambda path: path == target, code)
     with caplog.at_level(logging.WARNING, logger="trio_routines"):
         taken = await store.take_due_wakeup(NOW)

@@ -203,7 +203,7 @@ def test_the_state_directory_itself_may_be_a_link(tmp_path: Path) -> None:
     assert (real / "schedule" / "claims" / "daily" / slot_name(T0)).is_file()
 
 
-# --- wakeups.json ----------------------------------------------------------------------------
+# --- wakeups.json (an earlier version's layout, taken over) and wakeups.journal -------------
 
 
 @pytest.mark.parametrize("kind", ["fifo", "socket", "device", "symlink"])
@@ -215,19 +215,44 @@ async def test_a_planted_wakeups_file_is_refused_then_kept_aside(
     schedule.mkdir(parents=True)
     plant(kind, schedule / "wakeups.json", victim.path)
     store = DirectoryStore(tmp_path / "state")
-    assert await store.list_wakeups() == []
+    assert await store.list_wakeups() == []  # taken over: nothing usable, moved aside
     assert await store.list_wakeups() == []  # polled again: warned once, not every poll
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= 30]
-    assert len(warnings) == 1
     assert f"wakeups.json is {KINDS[kind]}" in warnings[0]
+    assert len([w for w in warnings if "wakeups.json is" in w]) == 1
+    (aside,) = schedule.glob("wakeups.json.corrupt-*")
+    assert aside.is_symlink() if kind == "symlink" else not aside.is_file()  # the entry itself
+    assert not (schedule / "wakeups.json").exists()
+    assert not (schedule / "wakeups.json").is_symlink()
     added = await store.add_wakeup(
         WakeupRequest(session="s", prompt="p", fire_at=T0 + timedelta(hours=1)), T0
     )
     assert [w.id for w in await store.list_wakeups()] == [added.id]
-    (aside,) = schedule.glob("wakeups.json.corrupt-*")
+    assert victim.untouched()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "device", "symlink"])
+async def test_a_planted_journal_is_refused_then_kept_aside(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, kind: str
+) -> None:
+    victim = Victim(tmp_path / "victim", b"")
+    schedule = tmp_path / "state" / "schedule"
+    schedule.mkdir(parents=True)
+    plant(kind, schedule / "wakeups.journal", victim.path)
+    store = DirectoryStore(tmp_path / "state")
+    assert await store.list_wakeups() == []
+    assert await store.take_due_wakeup(T0) is None  # polled again: warned once
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= 30]
+    assert len(warnings) == 1
+    assert f"wakeups.journal is {KINDS[kind]}" in warnings[0]
+    added = await store.add_wakeup(
+        WakeupRequest(session="s", prompt="p", fire_at=T0 + timedelta(hours=1)), T0
+    )
+    assert [w.id for w in await DirectoryStore(tmp_path / "state").list_wakeups()] == [added.id]
+    (aside,) = schedule.glob("wakeups.journal.corrupt-*")
     assert aside.is_symlink() if kind == "symlink" else not aside.is_file()  # the entry itself
-    assert (schedule / "wakeups.json").is_file()
-    assert not (schedule / "wakeups.json").is_symlink()
+    assert (schedule / "wakeups.journal").is_file()
+    assert not (schedule / "wakeups.journal").is_symlink()
     assert victim.untouched()
 
 
@@ -256,10 +281,12 @@ async def test_a_wakeups_file_over_the_bound_is_refused_unread(
     store = DirectoryStore(tmp_path)
     assert await store.list_wakeups() == []
     assert any("more than 1000 — refused" in r.getMessage() for r in caplog.records)
-    # and no write makes a file it would refuse to read: an add that would is refused
+    (aside,) = schedule.glob("wakeups.json.corrupt-*")
+    assert json.loads(aside.read_text()) == [entry]  # kept, unread
+    # the journal has no such bound: it is read by its appended lines, never whole
     request = WakeupRequest(session="s", prompt="q" * 2000, fire_at=T0 + timedelta(hours=1))
-    with pytest.raises(ValueError, match="would grow past"):
-        await store.add_wakeup(request, T0)
+    added = await store.add_wakeup(request, T0)
+    assert await DirectoryStore(tmp_path).list_wakeups() == [added]
 
 
 # --- nesting too deep ------------------------------------------------------------------------

@@ -1,8 +1,8 @@
-"""``wakeups.json`` of the state directory store, pinned (issue 11): the lock and the writes.
+"""The state directory's wake-up store, pinned (issue 11): the lock and the writes.
 
 The writers' lock is the one in the state directory, bounded in size; a failing write names
-the file that failed (its temp file included) and leaves no temp file behind; a writer reads
-and rewrites the directory it holds locked, and writes only a change.
+the file that failed (a new generation's temp file included) and leaves no temp file behind;
+a writer reads and appends to the directory it holds locked, and writes only a change.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 from oserrors import fail, named, prefixed
-from wakeupstate import ASIDE, EIO, HEX16, T0, entry, ids, request, state, warnings
+from wakeupstate import ASIDE, EIO, HEX16, T0, entry, ids, pending, request, state, warnings
 
-from trio_routines.errors import InvalidWakeup, StateFault
+from trio_routines.errors import StateFault
 from trio_routines.stores import safefile
 from trio_routines.stores.directory import DirectoryStore, wakeupfile
 
@@ -132,55 +132,49 @@ async def test_a_lock_file_that_cannot_be_created_is_named(
     assert str(raised.value) == f"cannot lock the wake-up store {lock}: {EIO}: {lock}"
 
 
-# -- saving: bounded, named when it fails, no temp file left --------------------------------------
+# -- writing: unbounded, named when it fails, no temp file left -----------------------------------
 
 
-async def test_the_size_bound_admits_exactly_its_bytes_and_refuses_one_more(
+async def test_the_journal_has_no_size_bound_only_an_earlier_versions_file_has(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Fifty sessions of twenty 1 KiB wake-ups: a little over 1 MiB once one more is added.
-    big = [entry(f"{n:04}", "p" * 1000, f"s{n // 20}") for n in range(1000)]
+    monkeypatch.setattr(wakeupfile, "MAX_BYTES", 4000)  # what wakeups.json may hold
+    big = [entry(f"{n:04}", "p" * 1000, f"s{n // 20}") for n in range(3)]
     schedule = state(tmp_path, big)
-    original = (schedule / "wakeups.json").read_bytes()
     store = DirectoryStore(tmp_path)
-    await store.add_wakeup(request(), T0)
-    size = (schedule / "wakeups.json").stat().st_size
-    assert 1 << 20 < size < 2 << 20
-    for limit in (size, size - 1):
-        (schedule / "wakeups.json").write_bytes(original)
-        monkeypatch.setattr(wakeupfile, "MAX_BYTES", limit)
-        if limit == size:
-            await store.add_wakeup(request(), T0)
-            continue
-        with pytest.raises(InvalidWakeup) as raised:
-            await store.add_wakeup(request(), T0)
-        assert str(raised.value) == (
-            f"the wake-up store {schedule / 'wakeups.json'} would grow past 1 MiB — refused; "
-            "cancel pending wake-ups first"
-        )
-        assert (schedule / "wakeups.json").read_bytes() == original
+    added = [await store.add_wakeup(request("p" * 1000), T0) for _ in range(5)]
+    assert (schedule / "wakeups.journal").stat().st_size > 8000
+    assert ids(await DirectoryStore(tmp_path).list_wakeups()) == [
+        "0000",
+        "0001",
+        "0002",
+        *ids(added),
+    ]
 
 
 def write_refused(schedule: Path, detail: str) -> str:
-    return f"could not write the wake-up store {schedule / 'wakeups.json'}: {detail}"
+    return f"could not write the wake-up store {schedule / 'wakeups.journal'}: {detail}"
 
 
 @pytest.mark.parametrize("call", ["open", "write", "fsync"])
 async def test_a_temp_file_that_fails_is_named_and_removed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str
 ) -> None:
+    # The journal's first generation (here: taking over an earlier version's file) is a temp
+    # file renamed into place.
     schedule = state(tmp_path, [entry("a")])
     (schedule / "wakeups.lock").write_bytes(b"")
     if call == "open":
-        fail(monkeypatch, safefile, "open", errno.EIO, prefixed("wakeups.json.tmp-"))
-    else:  # the temp file's is the only write and the first fsync of an add
+        fail(monkeypatch, safefile, "open", errno.EIO, prefixed("wakeups.journal.tmp-"))
+    else:  # the temp file's is the first write and the first fsync of a take-over
         fail(monkeypatch, safefile, call, errno.EIO)
     with pytest.raises(StateFault) as raised:
         await DirectoryStore(tmp_path).add_wakeup(request(), T0)
-    temp = re.escape(str(schedule)) + "/wakeups\\.json\\.tmp-" + HEX16
+    temp = re.escape(str(schedule)) + "/wakeups\\.journal\\.tmp-" + HEX16
     expected = re.escape(write_refused(schedule, EIO + ": ")) + temp
     assert re.fullmatch(expected, str(raised.value)), str(raised.value)
     assert sorted(os.listdir(schedule)) == ["wakeups.json", "wakeups.lock"]
+    monkeypatch.undo()  # repaired: taken over now
     assert ids(await DirectoryStore(tmp_path).list_wakeups()) == ["a"]
 
 
@@ -194,44 +188,74 @@ async def test_a_rename_that_fails_is_named_and_its_temp_file_removed(
         proxy.also("unlink", errno.EIO)
     with pytest.raises(StateFault) as raised:
         await DirectoryStore(tmp_path).add_wakeup(request(), T0)
-    path = schedule / "wakeups.json"
+    path = schedule / "wakeups.journal"
     assert str(raised.value) == write_refused(schedule, f"{EIO}: {path}")
-    temps = [n for n in os.listdir(schedule) if n.startswith("wakeups.json.tmp-")]
+    temps = [n for n in os.listdir(schedule) if n.startswith("wakeups.journal.tmp-")]
     assert len(temps) == (1 if unlink_fails else 0)
+    assert (schedule / "wakeups.json").exists()
+    monkeypatch.undo()  # repaired: taken over now
     assert ids(await DirectoryStore(tmp_path).list_wakeups()) == ["a"]
 
 
 async def test_a_directory_fsync_that_fails_after_the_rename_is_one_named_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    schedule = state(tmp_path, [entry("a")])
+    schedule = state(tmp_path)
     (schedule / "wakeups.lock").write_bytes(b"")
     calls = itertools.count()
     fail(monkeypatch, safefile, "fsync", errno.EIO, lambda *a: next(calls) == 1)  # not the temp's
     added = await DirectoryStore(tmp_path).add_wakeup(request(), T0)
     assert warnings(caplog) == [
-        f"wrote the wake-up store {schedule / 'wakeups.json'} but could not fsync its "
+        f"wrote the wake-up store {schedule / 'wakeups.journal'} but could not fsync its "
         f"directory: {EIO}: {schedule}"
     ]
-    assert ids(await DirectoryStore(tmp_path).list_wakeups()) == ["a", added.id]
+    assert ids(await DirectoryStore(tmp_path).list_wakeups()) == [added.id]
+
+
+async def test_an_append_that_fails_is_named_and_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = DirectoryStore(tmp_path)
+    first = await store.add_wakeup(request(), T0)
+    path = tmp_path / "schedule" / "wakeups.journal"
+    before = path.read_bytes()
+    real = os.write
+
+    def half(fd: int, data: bytes) -> int:  # half a line lands, then the disk fails
+        if not half.done:  # type: ignore[attr-defined]
+            half.done = True  # type: ignore[attr-defined]
+            return real(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    half.done = False  # type: ignore[attr-defined]
+    monkeypatch.setattr(safefile.os, "write", half)
+    with pytest.raises(StateFault) as raised:
+        await store.add_wakeup(request(), T0)
+    monkeypatch.setattr(safefile.os, "write", real)
+    assert str(raised.value) == write_refused(tmp_path / "schedule", f"{EIO}: {path}")
+    assert path.read_bytes() == before  # the half line is cut
+    assert ids(await DirectoryStore(tmp_path).list_wakeups()) == [first.id]
 
 
 async def test_damage_that_cannot_be_kept_aside_is_a_fault_naming_the_copy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     schedule = state(tmp_path, b"not json")
-    fail(monkeypatch, wakeupfile, "link", errno.EIO)
+    fail(monkeypatch, wakeupfile, "rename", errno.EIO)
     with pytest.raises(StateFault) as raised:
         await DirectoryStore(tmp_path).add_wakeup(request(), T0)
-    expected = re.escape(write_refused(schedule, f"{EIO}: {schedule}/")) + ASIDE
-    assert re.fullmatch(expected, str(raised.value)), str(raised.value)
+    path = schedule / "wakeups.json"
+    expected = re.escape(
+        f"could not move the taken-over wake-up store {path} aside: {EIO}: {schedule}/"
+    )
+    assert re.fullmatch(expected + ASIDE, str(raised.value)), str(raised.value)
     assert (schedule / "wakeups.json").read_bytes() == b"not json"
 
 
 # -- a writer works on what it holds locked, and writes only a change -----------------------------
 
 
-async def test_a_writer_reads_and_rewrites_the_directory_it_holds_locked(
+async def test_a_writer_reads_and_appends_to_the_directory_it_holds_locked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     schedule = state(tmp_path, [entry("locked")])
@@ -240,35 +264,39 @@ async def test_a_writer_reads_and_rewrites_the_directory_it_holds_locked(
     def lock_then_swap(fd: int, seconds: float) -> bool:
         # Once we hold the lock, someone swaps the schedule directory for another one.
         locked = real(fd, seconds)
-        schedule.rename(tmp_path / "old")
+        (tmp_path / "old").mkdir()
+        schedule.rename(tmp_path / "old" / "schedule")
         state(tmp_path, [entry("swapped")])
         return locked
 
     monkeypatch.setattr(wakeupfile, "lock_within", lock_then_swap)
     added = await DirectoryStore(tmp_path).add_wakeup(request(), T0)
-    kept = json.loads((tmp_path / "old" / "wakeups.json").read_text())
-    assert [e["id"] for e in kept] == ["locked", added.id]
+    assert pending(tmp_path / "old") == ["locked", added.id]
+    assert json.loads((schedule / "wakeups.json").read_text())[0]["id"] == "swapped"
 
 
 async def test_a_take_or_remove_that_changes_nothing_writes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    schedule = state(tmp_path, [entry("due", at=T0), entry("later")])
-    path = schedule / "wakeups.json"
+    state(tmp_path, [entry("due", at=T0), entry("later")])
     store = DirectoryStore(tmp_path)
-    inode = path.stat().st_ino
+    assert ids(await store.list_wakeups()) == ["due", "later"]  # taken over
+    path = tmp_path / "schedule" / "wakeups.journal"
+    size = path.stat().st_size
     assert await store.remove_wakeup("unknown") is False
-    assert path.stat().st_ino == inode
+    assert await store.remove_wakeup("later", "another-session") is False
+    assert path.stat().st_size == size
     real = wakeupfile.lock_within
 
     def lock_then_lose_the_race(fd: int, seconds: float) -> bool:
         # Another process took the due wake-up between our lock-free look and our lock.
         locked = real(fd, seconds)
-        path.write_text(json.dumps([entry("later")]))
+        with path.open("ab") as handle:
+            handle.write(b'{"op":"del","id":"due"}\n')
         return locked
 
     monkeypatch.setattr(wakeupfile, "lock_within", lock_then_lose_the_race)
-    before = path.stat().st_ino
     assert await store.take_due_wakeup(T0) is None
-    assert path.stat().st_ino == before == inode
+    grown = path.stat().st_size
+    assert grown == size + len(b'{"op":"del","id":"due"}\n')  # nothing more than its line
     assert ids(await store.list_wakeups()) == ["later"]

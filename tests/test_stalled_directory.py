@@ -20,8 +20,9 @@ import trio
 
 from trio_routines.errors import StateFault
 from trio_routines.records import Outcome, Wakeup
-from trio_routines.stores.directory import DirectoryStore, claimfiles, wakeupfile
+from trio_routines.stores.directory import DirectoryStore, claimfiles, wakeuplog
 from trio_routines.stores.directory import store as directory_store
+from trio_routines.stores.directory.wakeupjournal import Journal
 from trio_routines.wakeups import WakeupRequest
 
 NOW = datetime(2026, 7, 7, 9, tzinfo=UTC)
@@ -77,26 +78,26 @@ async def due(store: DirectoryStore, session: str = "s") -> Wakeup:
     return await store.add_wakeup(request, NOW - timedelta(hours=1))
 
 
-def stall_renames(monkeypatch: pytest.MonkeyPatch, stall: Stall) -> None:
-    """The next rewrite of ``wakeups.json`` stalls before its rename lands."""
-    monkeypatch.setattr(wakeupfile, "replace_file", stall.wrap(wakeupfile.replace_file))
+def stall_appends(monkeypatch: pytest.MonkeyPatch, stall: Stall) -> None:
+    """The next append to ``wakeups.journal`` stalls before it lands."""
+    monkeypatch.setattr(Journal, "append", stall.wrap(Journal.append))
 
 
-def stall_locked_loads(monkeypatch: pytest.MonkeyPatch, stall: Stall) -> None:
-    """The next read of ``wakeups.json`` under the writers' lock stalls (before any change)."""
-    real = wakeupfile.WakeupFile.load
+def stall_locked_reads(monkeypatch: pytest.MonkeyPatch, stall: Stall) -> None:
+    """The next catch-up under the writers' lock stalls (before any change)."""
+    real = wakeuplog.WakeupLog._writable
 
-    def load(self: wakeupfile.WakeupFile, directory: int | None = None, **kw: Any) -> Any:
-        if directory is not None and stall.calls == 0:
+    def writable(self: wakeuplog.WakeupLog, directory: int) -> int:
+        if stall.calls == 0:
             stall.calls += 1
             stall.entered.set()
             stall.thawed.wait(60)
-        return real(self, directory, **kw)
+        return real(self, directory)
 
-    monkeypatch.setattr(wakeupfile.WakeupFile, "load", load)
+    monkeypatch.setattr(wakeuplog.WakeupLog, "_writable", writable)
 
 
-async def test_a_take_whose_rename_lands_after_its_caller_gave_up_is_undone(
+async def test_a_take_whose_append_lands_after_its_caller_gave_up_is_undone(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     stall: Stall,
@@ -104,13 +105,13 @@ async def test_a_take_whose_rename_lands_after_its_caller_gave_up_is_undone(
 ) -> None:
     store = DirectoryStore(tmp_path, lock_timeout=0.5)
     wakeup = await due(store)
-    stall_renames(monkeypatch, stall)
+    stall_appends(monkeypatch, stall)
     with trio.fail_after(PROMPTLY), pytest.raises(StateFault) as raised:
         await store.take_due_wakeup(NOW)  # the store's own bound: twice lock_timeout
     assert "did not answer within 1s" in str(raised.value)
     assert "undone" in str(raised.value)
     assert stall.entered.is_set()
-    stall.thaw()  # the rename lands now, long after its caller left...
+    stall.thaw()  # the append lands now, long after its caller left...
     with caplog.at_level(logging.WARNING, "trio_routines"):
         await settled(store)
     # ...and is undone under the lock it still held: the wake-up is pending again.
@@ -127,27 +128,27 @@ async def test_a_take_given_up_before_its_change_makes_none(
 ) -> None:
     store = DirectoryStore(tmp_path, lock_timeout=10)
     wakeup = await due(store)
-    stall_locked_loads(monkeypatch, stall)
+    stall_locked_reads(monkeypatch, stall)
     with trio.fail_after(PROMPTLY):
         with trio.move_on_after(0.3) as cut:  # the caller's deadline (a stop's bound)
             await store.take_due_wakeup(NOW)
     assert cut.cancelled_caught
-    writes = stall_renames_counter(monkeypatch)
+    writes = count_appends(monkeypatch)
     stall.thaw()
     await settled(store)
     assert writes == []  # the thread saw its caller gone before any change
     assert await store.take_due_wakeup(NOW) == wakeup
 
 
-def stall_renames_counter(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    writes: list[str] = []
-    real = wakeupfile.replace_file
+def count_appends(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    writes: list[bytes] = []
+    real = Journal.append
 
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        writes.append(str(args[1]))
-        return real(*args, **kwargs)
+    def counted(self: Journal, fd: int, data: bytes) -> None:
+        writes.append(data)
+        real(self, fd, data)
 
-    monkeypatch.setattr(wakeupfile, "replace_file", counted)
+    monkeypatch.setattr(Journal, "append", counted)
     return writes
 
 
@@ -155,7 +156,7 @@ async def test_an_add_given_up_is_an_error_and_never_lands(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stall: Stall
 ) -> None:
     store = DirectoryStore(tmp_path, lock_timeout=0.5)
-    stall_renames(monkeypatch, stall)
+    stall_appends(monkeypatch, stall)
     request = WakeupRequest(session="s", prompt="p", fire_at=NOW + timedelta(hours=1))
     with trio.fail_after(PROMPTLY), pytest.raises(StateFault):
         await store.add_wakeup(request, NOW)
@@ -169,7 +170,7 @@ async def test_a_removal_given_up_is_undone(
 ) -> None:
     store = DirectoryStore(tmp_path, lock_timeout=0.5)
     wakeup = await due(store)
-    stall_renames(monkeypatch, stall)
+    stall_appends(monkeypatch, stall)
     with trio.fail_after(PROMPTLY), pytest.raises(StateFault):
         await store.remove_wakeup(wakeup.id)
     stall.thaw()
@@ -188,7 +189,7 @@ async def test_a_deferral_given_up_is_still_made(
     await due(store)
     taken = await store.take_due_wakeup(NOW)
     assert taken is not None
-    stall_renames(monkeypatch, stall)
+    stall_appends(monkeypatch, stall)
     with trio.fail_after(PROMPTLY), pytest.raises(StateFault) as raised:
         await store.defer_wakeup(taken, NOW + timedelta(minutes=1))
     assert "may still be re-queued" in str(raised.value)
@@ -204,7 +205,7 @@ async def test_the_next_call_waits_for_a_call_given_up_and_says_so(
 ) -> None:
     store = DirectoryStore(tmp_path, lock_timeout=0.5)
     await due(store)
-    stall_renames(monkeypatch, stall)
+    stall_appends(monkeypatch, stall)
     with trio.fail_after(PROMPTLY), pytest.raises(StateFault):
         await store.take_due_wakeup(NOW)
     # Still stalled: the next call does not contend with it for the flock (which would
@@ -225,7 +226,7 @@ async def test_the_store_is_not_ready_while_a_wakeup_write_stalls(
     store = DirectoryStore(tmp_path, lock_timeout=0.5)
     await due(store)
     await store.ready()
-    stall_renames(monkeypatch, stall)
+    stall_appends(monkeypatch, stall)
     with trio.fail_after(PROMPTLY), pytest.raises(StateFault):
         await store.take_due_wakeup(NOW)
     # Given up by its caller, the write is still under way: the disk is no less stalled.

@@ -387,6 +387,31 @@ async def test_a_deferral_never_takes_a_session_past_its_cap(store: Store) -> No
     assert [(w.id, w.attempts) for w in pending[-2:]] == [(first.id, 1), (other.id, 1)]
 
 
+async def test_replicas_share_the_wakeups_their_order_and_each_take(
+    store_factory: Callable[..., Store],
+) -> None:
+    # Two store objects on one state: two replicas, each with what it read so far.
+    one, two = store_factory(), store_factory()
+    first = await one.add_wakeup(one_shot(delay=2 * HOUR), T0)
+    recurring = await two.add_wakeup(WakeupRequest(session="s2", prompt="d", cron="0 12 * * *"), T0)
+    third = await one.add_wakeup(one_shot(delay=HOUR, session="s3"), T0)
+    assert [w.id for w in await two.list_wakeups()] == [first.id, recurring.id, third.id]
+    now = T0 + 3 * HOUR
+    assert await two.take_due_wakeup(now) == first  # first due in stored order
+    taken = await one.take_due_wakeup(now)  # not first again: two took it
+    assert taken is not None
+    assert taken.id == recurring.id
+    assert await two.take_due_wakeup(now) == third
+    assert await one.take_due_wakeup(now) is None
+    # The recurring one was advanced in place; a deferral re-queues at the end.
+    assert await two.defer_wakeup(first, now + HOUR)
+    pending = await one.list_wakeups()
+    assert [(w.id, w.attempts) for w in pending] == [(recurring.id, None), (first.id, 1)]
+    assert await one.remove_wakeup(first.id, "s1")
+    assert not await two.remove_wakeup(first.id, "s1")  # gone for every replica
+    assert [w.id for w in await two.list_wakeups()] == [recurring.id]
+
+
 async def test_remove_is_scoped_to_the_session(store: Store) -> None:
     added = await store.add_wakeup(one_shot(), T0)
     assert not await store.remove_wakeup(added.id, "someone-else")

@@ -1,5 +1,5 @@
 """The state directory's wake-up calls of one process take turns (stores/directory/wakeups.py): one
-parse of ``wakeups.json`` at a time, and a wait that runs out says who held it."""
+call on the index and the journal at a time, and a wait that runs out says who held it."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from trio_routines.converter import dumps, wakeup_to_json
 from trio_routines.records import Wakeup
 from trio_routines.stores.directory import wakeupfile
 from trio_routines.stores.directory.wakeupfile import WakeupFile
+from trio_routines.stores.directory.wakeupjournal import Journal
 from trio_routines.wakeups import WakeupRequest
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
@@ -36,7 +37,7 @@ async def test_concurrent_adds_of_one_process_take_turns_and_all_land(
     most = 0
     guard = threading.Lock()
     locked = WakeupFile.locked
-    save = WakeupFile.save
+    save = Journal.append
 
     @contextlib.contextmanager
     def counted(self: WakeupFile) -> Iterator[int]:
@@ -51,12 +52,12 @@ async def test_concurrent_adds_of_one_process_take_turns_and_all_land(
             with guard:
                 inside -= 1
 
-    def slow_save(self: WakeupFile, *args: Any) -> None:
+    def slow_save(self: Journal, *args: Any) -> None:
         threading.Event().wait(0.05)  # a slow disk: the others arrive meanwhile
         save(self, *args)
 
     monkeypatch.setattr(WakeupFile, "locked", counted)
-    monkeypatch.setattr(WakeupFile, "save", slow_save)
+    monkeypatch.setattr(Journal, "append", slow_save)
     store = DirectoryStore(tmp_path, lock_timeout=60)
     async with trio.open_nursery() as nursery:
         for i in range(8):
@@ -71,14 +72,14 @@ async def test_a_turn_waited_for_too_long_says_this_process_was_busy(
     release = threading.Event()
     entered = trio.Event()
     token = trio.lowlevel.current_trio_token()
-    save = WakeupFile.save
+    save = Journal.append
 
-    def stuck_save(self: WakeupFile, *args: Any) -> None:
+    def stuck_save(self: Journal, *args: Any) -> None:
         trio.from_thread.run_sync(entered.set, trio_token=token)
         release.wait(30)
         save(self, *args)
 
-    monkeypatch.setattr(WakeupFile, "save", stuck_save)
+    monkeypatch.setattr(Journal, "append", stuck_save)
     store = DirectoryStore(tmp_path, lock_timeout=0.2)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(store.add_wakeup, request("first"), T0)
@@ -89,7 +90,7 @@ async def test_a_turn_waited_for_too_long_says_this_process_was_busy(
         finally:
             release.set()
     assert str(raised.value) == (
-        f"the wake-up store {tmp_path / 'schedule' / 'wakeups.json'} was busy in this process "
+        f"the wake-up store {tmp_path / 'schedule' / 'wakeups.journal'} was busy in this process "
         "for 0.2s (its wake-up calls go one at a time; 0 more waiting) — try again"
     )
     assert [w.session for w in await store.list_wakeups()] == ["first"]
@@ -101,15 +102,15 @@ async def test_a_lock_held_by_another_store_of_this_process_is_named_so(
     release = threading.Event()
     entered = trio.Event()
     token = trio.lowlevel.current_trio_token()
-    save = WakeupFile.save
+    save = Journal.append
 
-    def stuck_save(self: WakeupFile, *args: Any) -> None:
+    def stuck_save(self: Journal, *args: Any) -> None:
         if not release.is_set():
             trio.from_thread.run_sync(entered.set, trio_token=token)
             release.wait(30)
         save(self, *args)
 
-    monkeypatch.setattr(WakeupFile, "save", stuck_save)
+    monkeypatch.setattr(Journal, "append", stuck_save)
     holder = DirectoryStore(tmp_path)
     other = DirectoryStore(tmp_path, lock_timeout=0.2)
     async with trio.open_nursery() as nursery:
@@ -154,10 +155,9 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
 def test_concurrent_adds_to_a_file_near_its_bound_keep_memory_bounded_by_its_size(
     tmp_path: Path,
 ) -> None:
-    # 16 adds at once to a 15 MiB file: each parse of it costs several times its size, and
-    # one at a time is what keeps the process's peak a small multiple of the file's size
-    # (side by side they took ~20 times it; measured one at a time: ~6.5 times, most of it
-    # worker threads' malloc arenas).
+    # 16 adds at once to a store taken over from a 15 MiB wakeups.json: it is read once, into
+    # one index, so the process's peak stays a small multiple of the file's size (side by
+    # side, parses of a whole file took ~20 times it).
     schedule = tmp_path / "schedule"
     schedule.mkdir()
     later = T0 + timedelta(days=1)

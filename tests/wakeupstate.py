@@ -1,4 +1,5 @@
-"""Helpers for the pinned tests of ``wakeups.json`` (test_pinned_wakeupfile*.py)."""
+"""Helpers for the tests of the state directory's wake-up store: ``wakeups.journal`` (and
+``wakeups.json``, the layout an earlier version wrote, which the store takes over)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from trio_routines.converter import dumps
+from trio_routines.converter import dumps, loads
 from trio_routines.instants import format_iso
 from trio_routines.wakeups import WakeupRequest
 
@@ -45,4 +46,26 @@ def ids(entries: list[Any]) -> list[str]:
     return [w.id for w in entries]
 
 
-ASIDE = r"wakeups\.json\.corrupt-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d-\d{3}Z"
+ASIDE = r"wakeups\.json\.corrupt-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d-\d{3}Z-[0-9a-f]{4}"
+ASIDE_JOURNAL = r"wakeups\.journal\.corrupt-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d-\d{3}Z-[0-9a-f]{4}"
+IMPORTED = "wakeups.json.imported-*"
+
+
+def journal(root: Path) -> list[dict[str, Any]]:
+    """The complete lines of ``root/schedule/wakeups.journal``, parsed (none if it is absent)."""
+    path = root / "schedule" / "wakeups.journal"
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    return [loads(raw) for raw in data[: data.rfind(b"\n") + 1].decode().splitlines()]
+
+
+def pending(root: Path) -> list[str]:
+    """The ids pending in the journal, in stored order (replaying it as the store does)."""
+    order: dict[str, int] = {}
+    for op in journal(root):
+        if op["op"] == "add":
+            order[op["wakeup"]["id"]] = op["n"]
+        elif op["op"] == "del":
+            del order[op["id"]]
+    return sorted(order, key=order.__getitem__)

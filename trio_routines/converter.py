@@ -7,8 +7,10 @@ Shapes are those of the original scheduler's state directory, byte for byte:
   reason, ``replica``, who claimed it, ``usage``, what the turn spent -- the stored shape of
   :mod:`trio_routines.usage` -- and ``output``, the end of the turn's reply, are ours: the
   original ignores unknown keys);
-* ``wakeups.json`` is an array of ``{"id", "session", "prompt", "fireAt", "cron"?, "tz"?,
-  "attempts"?, "origin"?}``, absent fields omitted; ``origin`` (ours: the original passes
+* a wake-up is ``{"id", "session", "prompt", "fireAt", "cron"?, "tz"?, "attempts"?,
+  "origin"?}``, absent fields omitted: an entry of ``wakeups.json`` (an array of them, the
+  layout the original and earlier versions wrote) and the ``wakeup`` of a line of
+  ``wakeups.journal``; ``origin`` (ours: the original passes
   over keys it does not know and keeps them) is ``{"kind", "depth", "routine"?, "slot"?,
   "parent"?}``, read leniently: a malformed one reads as unknown and never costs the entry;
 * history (CLI ``--json`` and HTTP) is ``[{"slot", "firedAt", "outcome"?, "ms"?, "error"?,

@@ -1,11 +1,12 @@
-"""The state directory store: claims as files, wake-ups as one JSON file.
+"""The state directory store: claims as files, wake-ups as an append-only journal.
 
-Layout (byte-compatible with the original scheduler's 0.22 state, so either can read the
-other's)::
+Layout (the claims byte-compatible with the original scheduler's 0.22 state, so either can
+read the other's; its ``wakeups.json`` is taken over on first use)::
 
     <root>/schedule/claims/<routine>/<slot name>   one file per claimed slot
-    <root>/schedule/wakeups.json                   pending wake-ups (see wakeupfile.py)
-    <root>/schedule/wakeups.lock                   ours: serializes wake-up writers
+    <root>/schedule/wakeups.journal                ours: pending wake-ups (wakeupjournal.py)
+    <root>/schedule/wakeups.json                   an earlier version's: taken over, moved aside
+    <root>/schedule/wakeups.lock                   serializes wake-up writers
     <root>/schedule/gaps/<routine>                 ours: the slots passed over (gaps.py)
     <root>/schedule/armed.json                     ours: when each routine was first armed
     <root>/schedule/wake-turns.json                ours: recent wake-up turns (waketurns.py)
@@ -32,7 +33,7 @@ without stamp or outcome, as a torn write reads.
 This module is the async shell, made of parts that each own their state and are handed what
 they need (the root, the claim files, the store's capacity limiter, its thread runner): the
 claim and settle writes, by threads or the writer process (writes.py), the blocking calls
-(blocking.py), the wake-up file's calls (wakeups.py over wakeupfile.py), the pause, gap and
+(blocking.py), the wake-up calls (wakeups.py over wakeuplog.py), the pause, gap and
 first-armed records (records.py) and the replicas' membership (members.py). Claim files are
 handled in claimfiles.py; every blocking call runs in a worker thread bounded by the store's
 own capacity limiter.
@@ -79,12 +80,14 @@ STALLED_AFTER = 10.0
 class DirectoryStore(Lifetime):
     """Claims and wake-ups in a state directory.
 
-    The layout is that of the TypeScript agent server's routines scheduler (version 0.22), kept
-    byte-compatible so that either can read the other's state:
-    ``schedule/claims/<routine>/<slot name>`` holds one file per claimed slot and
-    ``schedule/wakeups.json`` the pending wake-ups; ``schedule/wakeups.lock``,
-    ``schedule/paused/``, ``schedule/resumed/``, ``schedule/gaps/``, ``schedule/gaps.lock``,
-    ``schedule/armed.json``, ``schedule/usage/`` and ``schedule/usage.lock`` are ours.
+    The claims' layout is that of the TypeScript agent server's routines scheduler (version
+    0.22), kept byte-compatible so that either can read the other's:
+    ``schedule/claims/<routine>/<slot name>`` holds one file per claimed slot. The pending
+    wake-ups are in ``schedule/wakeups.journal``; a ``schedule/wakeups.json`` (where that
+    scheduler and earlier versions kept them) is taken over on first use and moved aside.
+    ``schedule/wakeups.lock``, ``schedule/paused/``, ``schedule/resumed/``,
+    ``schedule/gaps/``, ``schedule/gaps.lock``, ``schedule/armed.json``, ``schedule/usage/``
+    and ``schedule/usage.lock`` are ours.
     """
 
     def __init__(

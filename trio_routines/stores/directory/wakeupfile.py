@@ -1,23 +1,19 @@
-"""``schedule/wakeups.json``: the pending wake-ups of a state directory.
+"""``schedule/wakeups.lock`` and ``schedule/wakeups.json``: the writers' lock, and the file an
+earlier version kept its pending wake-ups in.
 
-The file is one JSON array, rewritten whole: a temp file under an unpredictable name
-(``O_EXCL``), fsync, rename over ``wakeups.json`` (both relative to the opened ``schedule``
-directory, so no link in the path is followed), fsync of the directory. Writers take an
-exclusive ``flock`` on ``wakeups.lock`` first (the rename replaces the inode, so the JSON file
-itself cannot carry the lock), so two processes can add, take and cancel wake-ups without
-losing each other's updates.
+Writers of the wake-up store take an exclusive ``flock`` on ``wakeups.lock`` (an earlier
+version takes the same lock, so a process of each can share a directory without losing each
+other's updates). The pending wake-ups themselves live in ``wakeups.journal``
+(wakeupjournal.py); ``wakeups.json`` -- one JSON array, the layout of an earlier version -- is
+only ever read, to take it over (wakeuplog.py), and then moved aside.
 
-Damage is reported and kept, never fatal and never silently dropped: when a load finds
-something it cannot use -- not JSON (nesting too deep included), not an array, malformed
-entries, or a ``wakeups.json`` that is a link, a FIFO, a device or larger than
-:data:`MAX_BYTES` -- it warns, goes on with the usable entries, and the next write first keeps
-the original entry aside as ``wakeups.json.corrupt-<instant>`` (a hard link of the entry
-itself: a link's target is never touched, a FIFO is never opened).
-
-Lock-free reads (the wake loop's poll, ``list``) may answer from a parse kept from an earlier
-read, keyed on the file's inode, size and times. File times can be as coarse as a clock tick
-and inode numbers are reused, so the key is trusted only for a file last changed well before it
-was read (the "racily clean" rule): any later change then shows in the times.
+Damage is reported and kept, never fatal and never silently dropped: when a ``wakeups.json``
+holds something that cannot be used -- not JSON (nesting too deep included), not an array,
+malformed entries, or a link, a FIFO, a device or larger than :data:`MAX_BYTES` (the most an
+earlier version wrote) -- it warns, the usable entries are taken over, and the entry as found
+is moved aside as ``wakeups.json.corrupt-<instant>`` (a rename of the entry itself: a link's
+target is never touched, a FIFO is never opened). A usable one is moved aside as
+``wakeups.json.imported-<instant>``.
 """
 
 from __future__ import annotations
@@ -25,13 +21,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import threading
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ...converter import dumps, loads, wakeup_from_json, wakeup_to_json
+from ...converter import dumps, loads, wakeup_from_json
 from ...errors import StateFault
 from ...instants import slot_name
 from ...records import Wakeup
@@ -46,19 +42,14 @@ from ..safefile import (
     open_dirs,
     open_file,
     read_fd,
-    replace_file,
 )
 
 log = logging.getLogger("trio_routines")
 
 WAKEUPS = "wakeups.json"
 LOCK = "wakeups.lock"
-TEMP_PREFIX = "wakeups.json.tmp-"
-#: 10,000 pending wake-ups with 1 KiB prompts fit with room to spare; more is refused.
+#: The most an earlier version wrote to ``wakeups.json``; a larger one is refused unread.
 MAX_BYTES = 16 * 1024 * 1024
-RACY_NS = 2_000_000_000  # a file changed this recently may change again unseen by its times
-
-Key = tuple[int, int, int, int]
 
 # The lock files this process holds through a WakeupFile, by (device, inode): a writer that
 # times out can then say truthfully whether the holder is this process (another store object
@@ -67,12 +58,8 @@ _held: set[tuple[int, int]] = set()
 _held_guard = threading.Lock()
 
 
-class TooLarge(StateFault):
-    """Raised when a write would make ``wakeups.json`` larger than :data:`MAX_BYTES`."""
-
-
 class WakeupFile:
-    """Load, lock and rewrite ``<root>/schedule/wakeups.json``."""
+    """The lock of ``<root>/schedule``'s wake-up store, and its ``wakeups.json``."""
 
     def __init__(self, root: Path, lock_timeout: float) -> None:
         self.root = root
@@ -80,9 +67,6 @@ class WakeupFile:
         self.schedule = root / "schedule"
         self.path = self.schedule / WAKEUPS
         self.lock_path = self.schedule / LOCK
-        # (key, entries, damaged, whether the key can be trusted): see load
-        self._parsed: tuple[Key, tuple[Wakeup, ...], bool, bool] | None = None
-        self._refused: str | None = None  # the last refusal warned about (polls repeat it)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[int]:
@@ -148,61 +132,42 @@ class WakeupFile:
             )
         return identity
 
-    def load(
-        self, directory: int | None = None, *, cached: bool = False
-    ) -> tuple[list[Wakeup], bool]:
-        """The valid entries, and whether something stored could not be used.
+    def present(self, directory: int) -> bool:
+        """Whether anything (of any kind) is at ``wakeups.json``."""
+        try:
+            at(self.path, lambda: os.lstat(WAKEUPS, dir_fd=directory))
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise self.unreadable(exc) from None
+        return True
 
-        With ``cached``, a parse kept from an earlier read may answer (see the module doc).
-        Writers pass the ``schedule`` directory they hold locked and never use the cache.
-        """
+    def load(self, directory: int) -> tuple[list[Wakeup], bool]:
+        """The valid entries of ``wakeups.json``, and whether something in it could not be used."""
         try:
             fd = self._open(directory)
         except FileNotFoundError:
             return [], False
         except Refused as exc:
-            if str(exc) != self._refused:
-                self._refused = str(exc)
-                log.warning("unusable wake-up store: %s — ignoring it", describe(exc))
+            log.warning("unusable wake-up store: %s — ignoring it", describe(exc))
             return [], True
         except OSError as exc:
-            raise self._unreadable(exc) from None
+            raise self.unreadable(exc) from None
         try:
-            info = os.fstat(fd)
-            key = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-            kept = self._parsed
-            if cached and kept is not None and kept[0] == key and kept[3]:
-                return list(kept[1]), kept[2]
-            read_at = time.time_ns()
             raw = read_fd(fd, self.path, MAX_BYTES)
         except Refused as exc:  # grew past the bound while read
             log.warning("unusable wake-up store: %s — ignoring it", describe(exc))
             return [], True
         except OSError as exc:
-            raise self._unreadable(exc) from None
+            raise self.unreadable(exc) from None
         finally:
             os.close(fd)
-        self._refused = None
-        entries, damaged = self._parse(raw)
-        settled = max(info.st_mtime_ns, info.st_ctime_ns) < read_at - RACY_NS
-        self._parsed = (key, tuple(entries), damaged, settled)
-        return entries, damaged
+        return self._parse(raw)
 
-    def _open(self, directory: int | None) -> int:
-        if directory is not None:
-            return open_file(directory, WAKEUPS, self.path, os.O_RDONLY, MAX_BYTES)
-        try:
-            directory = open_dirs(self.root, ("schedule",))
-        except FileNotFoundError:
-            raise
-        except OSError as exc:  # a refused schedule directory is a fault, not a damaged file
-            raise self._unreadable(exc) from None
-        try:
-            return open_file(directory, WAKEUPS, self.path, os.O_RDONLY, MAX_BYTES)
-        finally:
-            os.close(directory)
+    def _open(self, directory: int) -> int:
+        return open_file(directory, WAKEUPS, self.path, os.O_RDONLY, MAX_BYTES)
 
-    def _unreadable(self, exc: OSError) -> StateFault:
+    def unreadable(self, exc: OSError) -> StateFault:
         return StateFault(
             f"schedule state {self.path} is unreadable — fix permissions/disk and "
             f"restart: {describe(exc)}"
@@ -231,49 +196,28 @@ class WakeupFile:
             entries.append(wakeup)
         return entries, damaged
 
-    def save(self, directory: int, entries: list[Wakeup], damaged: bool) -> None:
-        """Replace the file with ``entries``; keep a damaged original aside first."""
-        data = dumps([wakeup_to_json(w) for w in entries]).encode()
-        if len(data) > MAX_BYTES:
-            raise TooLarge(
-                f"the wake-up store {self.path} would grow past {MAX_BYTES >> 20} MiB — "
-                "refused; cancel pending wake-ups first"
-            )
-        try:
-            if damaged:
-                self._keep_aside(directory)
-            replace_file(directory, WAKEUPS, self.schedule, data, TEMP_PREFIX)
-        except OSError as exc:
-            raise StateFault(
-                f"could not write the wake-up store {self.path}: {describe(exc)}"
-            ) from None
-        try:
-            fsync(directory, self.schedule)
-        except OSError as exc:
-            # The new list is in place and every reader sees it: failing the call now would
-            # tell the caller a change did not happen when it did (a taken wake-up would then
-            # never fire). Only its durability against a power loss is in doubt.
-            log.warning(
-                "wrote the wake-up store %s but could not fsync its directory: %s",
-                self.path,
-                describe(exc),
-            )
-
-    def _keep_aside(self, directory: int) -> None:
-        aside = f"{WAKEUPS}.corrupt-{slot_name(datetime.now(UTC))}"
+    def retire(self, directory: int, damaged: bool) -> None:
+        """Move ``wakeups.json`` aside (its entries are taken over), durably."""
+        kind = "corrupt" if damaged else "imported"
+        aside = f"{WAKEUPS}.{kind}-{slot_name(datetime.now(UTC))}-{secrets.token_hex(2)}"
         try:
             at(
                 self.schedule / aside,
-                lambda: os.link(
-                    WAKEUPS,
-                    aside,
-                    src_dir_fd=directory,
-                    dst_dir_fd=directory,
-                    follow_symlinks=False,
-                ),
+                lambda: os.rename(WAKEUPS, aside, src_dir_fd=directory, dst_dir_fd=directory),
             )
         except FileNotFoundError:
-            return  # gone meanwhile: nothing left to keep
-        log.warning(
-            "kept the unusable wake-up store's original content as %s", self.schedule / aside
-        )
+            return
+        except OSError as exc:
+            raise StateFault(
+                f"could not move the taken-over wake-up store {self.path} aside: {describe(exc)}"
+            ) from None
+        try:
+            fsync(directory, self.schedule)
+        except OSError as exc:  # moved: only its durability against a power loss is in doubt
+            log.warning(
+                "moved %s aside but could not fsync its directory: %s", self.path, describe(exc)
+            )
+        if damaged:
+            log.warning(
+                "kept the unusable wake-up store's original content as %s", self.schedule / aside
+            )

@@ -1,14 +1,13 @@
-"""Wake-ups in the state directory: the store's async calls on ``wakeups.json``.
+"""Wake-ups in the state directory: the store's async calls.
 
-Each call runs in a worker thread of the store's (see store.py); the file itself --
-its lock, its bounded reads, its atomic saves -- is handled in wakeupfile.py.
+Each call runs in a worker thread of the store's (see store.py); the index, the journal and
+the lock are wakeuplog.py's (over wakeupindex.py, wakeupjournal.py and wakeupfile.py).
 
-The calls of one store take turns (a ``trio.Lock``, fair) before their thread starts: the
-file is read and parsed whole, so calls side by side would each hold a parse of it (16 of
-a file near its 16 MiB bound drove a process past 500 MiB), and each would wait in a thread
-for the ``flock`` the one before holds, then time out blaming "another process". Waiting
-for a turn holds no thread and no memory, is bounded by ``lock_timeout`` like the
-``flock`` after it, and says so when it runs out.
+The calls of one store take turns (a ``trio.Lock``, fair) before their thread starts: they
+share one in-memory index, and calls side by side would each wait in a thread for the
+``flock`` the one before holds, then time out blaming "another process". Waiting for a turn
+holds no thread, is bounded by ``lock_timeout`` like the ``flock`` after it, and says so when
+it runs out.
 
 A call's thread may stall in the kernel (a frozen file system), so its caller never waits
 for it past its own cancellation (a deadline of the runtime's, a stop) nor past twice
@@ -16,13 +15,13 @@ for it past its own cancellation (a deadline of the runtime's, a stop) nor past 
 :class:`~trio_routines.errors.StateFault` and the thread goes on alone (abandon.py). A
 change whose caller left is never made behind its back, so the caller's error is the truth:
 
-* before its rename, the thread looks whether its caller gave up, and if so makes no change;
-* a rename that was under way when the caller gave up (the stall itself) lands later: the
-  thread learns it when it hands its answer over, still holding the ``flock``, and writes
-  the list as it was back (a WARN names the wake-ups). Holding the lock throughout, nobody
-  else changed the file in between, so putting back is exact: a wake-up taken for nobody is
-  pending again, an add refused is not there, a removal refused is undone. If even that
-  write fails, an ERROR carries the entries that are gone.
+* before its append, the thread looks whether its caller gave up, and if so makes no change;
+* an append that was under way when the caller gave up (the stall itself) lands later: the
+  thread learns it when it hands its answer over, still holding the ``flock``, and appends
+  the inverse change (a WARN names the wake-ups). Holding the lock throughout, nobody else
+  changed the store in between, so putting back is exact, stored order included: a wake-up
+  taken for nobody is pending again in its place, an add refused is not there, a removal
+  refused is undone. If even that write fails, an ERROR carries the change made.
 
 A deferral is the exception: it puts back a wake-up already taken, so it is made even when
 its caller gave up (it says so in its error, and a WARN when it lands). The next call of
@@ -40,16 +39,15 @@ from typing import Any, TypeVar
 
 import trio
 
-from ...converter import dumps, wakeup_to_json
-from ...errors import InvalidWakeup, StateFault
+from ...errors import StateFault
 from ...records import Wakeup
 from ...wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
 from ..abandon import Handoff, run_abandoning
-from .wakeupfile import TooLarge, WakeupFile
+from .wakeupindex import Op, WakeupIndex, add_op, del_op, set_op
+from .wakeuplog import WakeupLog
 
 log = logging.getLogger("trio_routines")
 T = TypeVar("T")
-Change = Callable[[list[Wakeup]], tuple[list[Wakeup] | None, T]]
 
 UNDONE = "given up — a change that lands later is undone"
 
@@ -67,7 +65,7 @@ class Wakeups:
     ) -> None:
         """``limiter``: the store's worker threads; ``begun``: its thread calls under way, by
         start time (its ``ready``'s), which this part's calls join."""
-        self.file = WakeupFile(root, lock_timeout)
+        self.log = WakeupLog(root, lock_timeout)
         self._limiter = limiter
         self._begun = begun
         self._turns = trio.Lock()  # see the module doc
@@ -76,7 +74,7 @@ class Wakeups:
     async def _in_turn(self, fn: Callable[..., T], *args: Any, given_up: str = UNDONE) -> T:
         """``fn(handoff, *args)`` in a worker thread, once the calls on the file before it
         are done; ``given_up`` ends the error when its thread does not answer in time."""
-        path, bound = self.file.path, self.file.lock_timeout
+        path, bound = self.log.path, self.log.file.lock_timeout
         deadline = trio.current_time() + bound
         with trio.move_on_at(deadline) as waited:
             await self._turns.acquire()
@@ -113,105 +111,62 @@ class Wakeups:
         finally:
             self._turns.release()
 
-    def _mutate(self, handoff: Handoff, change: Change[T], *, undo: bool = True) -> T:
-        with self.file.locked() as directory:
-            entries, damaged = self.file.load(directory)
-            updated, result = change(entries)
-            if updated is None:
-                return result
-            if undo and handoff.gave_up:
-                return result  # nobody waits for it: no change behind the caller's back
-            self.file.save(directory, updated, damaged)
-            if not handoff.hand_over():
-                if undo:
-                    self._undo(directory, entries, updated)
-                else:
-                    log.warning(
-                        "the wake-up store %s: a change given up by its caller was made after "
-                        "all (wake-ups %s)",
-                        self.file.path,
-                        _changed(entries, updated),
-                    )
-            return result
-
-    def _undo(self, directory: int, before: list[Wakeup], after: list[Wakeup]) -> None:
-        """Put ``before`` back (a change that landed after its caller gave up)."""
-        changed = _changed(before, after)
-        try:
-            self.file.save(directory, before, False)
-        except StateFault as exc:
-            kept = {w.id for w in after}
-            gone = dumps([wakeup_to_json(w) for w in before if w.id not in kept])
-            log.error(
-                "the wake-up store %s: a change given up by its caller was made after all "
-                "(wake-ups %s) and could not be undone: %s — wake-ups no longer stored: %s",
-                self.file.path,
-                changed,
-                exc,
-                gone,
-            )
-            return
-        log.warning(
-            "the wake-up store %s: a change given up by its caller was made after all "
-            "(wake-ups %s), and undone",
-            self.file.path,
-            changed,
-        )
-
     async def add_wakeup(self, request: WakeupRequest, now: datetime) -> Wakeup:
-        def change(entries: list[Wakeup]) -> tuple[list[Wakeup] | None, Wakeup]:
-            wakeup = plan_add(entries, request, now)
-            return [*entries, wakeup], wakeup
+        def plan(index: WakeupIndex) -> tuple[list[Op], Wakeup]:
+            wakeup = plan_add(index.of_session(request.session), request, now)
+            return [add_op(wakeup, index.next_n)], wakeup
 
-        try:
-            return await self._in_turn(self._mutate, change)
-        except TooLarge as exc:
-            raise InvalidWakeup(str(exc)) from None
+        return await self._in_turn(self.log.change, plan)
 
     async def take_due_wakeup(self, now: datetime) -> Wakeup | None:
         return await self._in_turn(self._take_due, now)
 
     def _take_due(self, handoff: Handoff, now: datetime) -> Wakeup | None:
-        entries, _ = self.file.load(cached=True)
-        if all(w.fire_at > now for w in entries):
+        if self.log.refresh() and self.log.index.first_due(now) is None:
             return None  # the common poll: nothing due, no lock, no write
 
-        def change(entries: list[Wakeup]) -> tuple[list[Wakeup] | None, Wakeup | None]:
-            rest, wakeup = take_first_due(entries, now)  # expired ones leave, never taken
-            changed = wakeup is not None or len(rest) != len(entries)
-            return (rest if changed else None), wakeup
+        def plan(index: WakeupIndex) -> tuple[list[Op], Wakeup | None]:
+            ops: list[Op] = []
+            for due in index.due(now):
+                rest, wakeup = take_first_due([due], now)
+                if wakeup is None:  # expired: it leaves (logged), never taken
+                    ops.append(del_op(due.id))
+                    continue
+                ops.append(set_op(rest[0]) if rest else del_op(due.id))
+                return ops, wakeup
+            return ops, None
 
-        return self._mutate(handoff, change)
+        return self.log.change(handoff, plan)
 
     async def defer_wakeup(self, wakeup: Wakeup, fire_at: datetime) -> bool:
-        def change(entries: list[Wakeup]) -> tuple[list[Wakeup] | None, bool]:
-            deferred = plan_defer(entries, wakeup, fire_at)  # under the lock: the cap holds
+        def plan(index: WakeupIndex) -> tuple[list[Op], bool]:
+            # under the lock: the cap holds
+            deferred = plan_defer(index.of_session(wakeup.session), wakeup, fire_at)
             if deferred is None:
-                return None, False
-            return [*entries, deferred], True
+                return [], False
+            gone = [del_op(wakeup.id)] if index.get(wakeup.id) is not None else []
+            return [*gone, add_op(deferred, index.next_n)], True
 
         def defer(handoff: Handoff) -> bool:
-            return self._mutate(handoff, change, undo=False)
+            return self.log.change(handoff, plan, undo=False)
 
         made = f"given up — wake-up {wakeup.id} may still be re-queued"
         return await self._in_turn(defer, given_up=made)
 
     async def remove_wakeup(self, wakeup_id: str, session: str | None = None) -> bool:
-        def change(entries: list[Wakeup]) -> tuple[list[Wakeup] | None, bool]:
-            kept, removed = remove(entries, wakeup_id, session)
-            return (kept if removed else None), removed
+        def plan(index: WakeupIndex) -> tuple[list[Op], bool]:
+            held = index.get(wakeup_id)
+            if held is None:
+                return [], False
+            _, removed = remove([held], wakeup_id, session)
+            return ([del_op(wakeup_id)] if removed else []), removed
 
-        return await self._in_turn(self._mutate, change)
+        return await self._in_turn(self.log.change, plan)
 
     async def list_wakeups(self) -> list[Wakeup]:
         def read(_: Handoff) -> list[Wakeup]:
-            return self.file.load(cached=True)[0]
+            if not self.log.refresh():
+                self.log.take_over()
+            return list(self.log.index)
 
         return await self._in_turn(read, given_up="given up")
-
-
-def _changed(before: list[Wakeup], after: list[Wakeup]) -> str:
-    """The ids of the wake-ups that differ between two lists (a log line's)."""
-    old = {w.id: w for w in before}
-    new = {w.id: w for w in after}
-    return ", ".join(sorted(i for i in old.keys() | new.keys() if old.get(i) != new.get(i)))

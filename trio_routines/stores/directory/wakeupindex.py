@@ -1,0 +1,195 @@
+"""The pending wake-ups of a state directory, held in memory and changed by journal entries.
+
+Each process keeps one :class:`WakeupIndex` per store and brings it up to date from
+``wakeups.journal`` (wakeupjournal.py). The index answers what the rules of
+:mod:`trio_routines.wakeups` ask about, without a pass over every entry:
+
+* **stored order** is an order number (``n``) each entry gets when it is added and keeps when
+  it is changed in place (a recurring entry advanced); the entries are held in that order;
+* **by session**: a session's entries, for the per-session cap (:func:`plan_add`,
+  :func:`plan_defer` are handed only the session's entries, as PostgreSQL hands them);
+* **"anything due?"**: a heap on ``fire_at``. Entries found due move to a second heap on the
+  order number, whose top is the first due entry in stored order (the one a take takes:
+  first in order among those due, not the earliest ``fire_at``). Both heaps drop stale items
+  lazily. A take asked with a ``now`` earlier than one asked before (clocks can step back)
+  is answered by a pass in order instead, which is rare and still right.
+
+The journal's entries are ``add`` (a new entry, with its order number), ``set`` (an entry
+changed in place) and ``del``. An entry that does not fit what the index holds (an ``add`` of an
+id already there, a ``set`` or ``del`` of one that is not) is damage: :meth:`apply` raises
+``ValueError`` and changes nothing.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from ...converter import wakeup_from_json, wakeup_to_json
+from ...records import Wakeup
+from ...wakeups import check_stored
+
+Op = dict[str, Any]
+
+
+def add_op(wakeup: Wakeup, n: int) -> Op:
+    return {"op": "add", "n": n, "wakeup": wakeup_to_json(wakeup)}
+
+
+def set_op(wakeup: Wakeup) -> Op:
+    return {"op": "set", "wakeup": wakeup_to_json(wakeup)}
+
+
+def del_op(wakeup_id: str) -> Op:
+    return {"op": "del", "id": wakeup_id}
+
+
+class WakeupIndex:
+    """Pending wake-ups in stored order, by id, by session and by ``fire_at``."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, Wakeup] = {}  # by id, in stored order
+        self._order: dict[str, int] = {}  # id -> order number
+        self._sessions: dict[str, dict[str, None]] = {}  # session -> its ids, in stored order
+        self._times: list[tuple[datetime, int, str]] = []  # (fire_at, n, id), stale items too
+        self._due: list[tuple[int, str]] = []  # (n, id) found due up to _mark
+        self._mark: datetime | None = None
+        self.next_n = 1
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[Wakeup]:
+        return iter(self._entries.values())
+
+    def get(self, wakeup_id: str) -> Wakeup | None:
+        return self._entries.get(wakeup_id)
+
+    def order_of(self, wakeup_id: str) -> int:
+        return self._order[wakeup_id]
+
+    def of_session(self, session: str) -> list[Wakeup]:
+        """The session's entries, in stored order."""
+        ids = self._sessions.get(session, {})
+        return [self._entries[i] for i in ids]
+
+    # -- changes -----------------------------------------------------------------------------
+
+    def apply(self, op: Any) -> None:
+        """Make one journal entry's change; ``ValueError`` (nothing changed) when it is damage."""
+        if not isinstance(op, dict):
+            raise ValueError("a journal entry must be an object")
+        kind = op.get("op")
+        if kind == "del":
+            wakeup_id = op.get("id")
+            if not isinstance(wakeup_id, str) or wakeup_id not in self._entries:
+                raise ValueError(f"del of a wake-up not pending: {wakeup_id!r}")
+            self._drop(wakeup_id)
+            return
+        if kind not in ("add", "set"):
+            raise ValueError(f"unknown journal entry {kind!r}")
+        try:
+            wakeup = check_stored(wakeup_from_json(op.get("wakeup")))
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
+        if kind == "set":
+            if wakeup.id not in self._entries:
+                raise ValueError(f"set of a wake-up not pending: {wakeup.id!r}")
+            if self._entries[wakeup.id].session != wakeup.session:
+                raise ValueError(f"set of wake-up {wakeup.id!r} moves it to another session")
+            self._entries[wakeup.id] = wakeup  # in place: keeps its stored order
+            self._push(wakeup, self._order[wakeup.id])
+            return
+        n = op.get("n")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"add of wake-up {wakeup.id!r} without a valid order number")
+        if wakeup.id in self._entries:
+            raise ValueError(f"add of a wake-up already pending: {wakeup.id!r}")
+        self.insert(wakeup, n)
+
+    def insert(self, wakeup: Wakeup, n: int) -> None:
+        """Hold ``wakeup`` (not pending yet) at order number ``n``."""
+        late = n < self.next_n - 1 and bool(self._entries)
+        self._entries[wakeup.id] = wakeup
+        self._order[wakeup.id] = n
+        self._sessions.setdefault(wakeup.session, {})[wakeup.id] = None
+        self.next_n = max(self.next_n, n + 1)
+        if late:  # put back among the others (an undone take): rare, so a full re-sort
+            self._entries = dict(sorted(self._entries.items(), key=lambda kv: self._order[kv[0]]))
+            mine = self._sessions[wakeup.session]
+            self._sessions[wakeup.session] = dict.fromkeys(
+                sorted(mine, key=self._order.__getitem__)
+            )
+        self._push(wakeup, n)
+
+    def _drop(self, wakeup_id: str) -> None:
+        wakeup = self._entries.pop(wakeup_id)
+        del self._order[wakeup_id]
+        mine = self._sessions[wakeup.session]
+        del mine[wakeup_id]
+        if not mine:
+            del self._sessions[wakeup.session]
+
+    def _push(self, wakeup: Wakeup, n: int) -> None:
+        if self._mark is not None and wakeup.fire_at <= self._mark:
+            heapq.heappush(self._due, (n, wakeup.id))
+        else:
+            heapq.heappush(self._times, (wakeup.fire_at, n, wakeup.id))
+        if len(self._times) > 2 * len(self._entries) + 1024:
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Drop the heaps' stale items (they grow with every change otherwise)."""
+        self._times, self._due = [], []
+        for wakeup_id, wakeup in self._entries.items():
+            n = self._order[wakeup_id]
+            if self._mark is not None and wakeup.fire_at <= self._mark:
+                self._due.append((n, wakeup_id))
+            else:
+                self._times.append((wakeup.fire_at, n, wakeup_id))
+        heapq.heapify(self._times)
+        heapq.heapify(self._due)
+
+    # -- questions ---------------------------------------------------------------------------
+
+    def _current(self, wakeup_id: str, n: int) -> Wakeup | None:
+        wakeup = self._entries.get(wakeup_id)
+        if wakeup is None or self._order[wakeup_id] != n:
+            return None
+        return wakeup
+
+    def first_due(self, now: datetime) -> Wakeup | None:
+        """The first entry in stored order whose ``fire_at`` is not after ``now``."""
+        if self._mark is not None and now < self._mark:
+            return next((w for w in self._entries.values() if w.fire_at <= now), None)
+        self._mark = now
+        times = self._times
+        while times and times[0][0] <= now:
+            fire_at, n, wakeup_id = heapq.heappop(times)
+            wakeup = self._current(wakeup_id, n)
+            if wakeup is not None and wakeup.fire_at == fire_at:
+                heapq.heappush(self._due, (n, wakeup_id))
+        due = self._due
+        while due:
+            n, wakeup_id = due[0]
+            wakeup = self._current(wakeup_id, n)
+            if wakeup is not None and wakeup.fire_at <= now:
+                return wakeup
+            heapq.heappop(due)  # gone, or moved later (its later time is in _times)
+        return None
+
+    def due(self, now: datetime) -> list[Wakeup]:
+        """Every entry whose ``fire_at`` is not after ``now``, in stored order (usually a few:
+        a take walks them past expired ones)."""
+        if self.first_due(now) is None:
+            return []
+        if self._mark != now:  # a clock gone back: first_due scanned, so does this
+            return [w for w in self._entries.values() if w.fire_at <= now]
+        found = []
+        for n, wakeup_id in sorted(self._due):
+            wakeup = self._current(wakeup_id, n)
+            if wakeup is not None and wakeup.fire_at <= now:
+                found.append(wakeup)
+        return found
