@@ -148,6 +148,19 @@ async def test_every_store_removes_an_expired_entry_unfired(store: Store) -> Non
     assert await store.list_wakeups() == []
 
 
+async def test_every_store_walks_past_expired_entries_to_the_next_due(store: Store) -> None:
+    # Two expired entries stand before a due one-shot in stored order: one take drops both
+    # (never fired) and takes the one-shot, on every store.
+    for _ in range(2):
+        await store.add_wakeup(hourly(T0 + HOUR), T0)
+    late = T0 + HOUR + EXPIRY_GRACE + MS
+    one_shot = await store.add_wakeup(WakeupRequest(session="t", prompt="p", fire_at=late - MS), T0)
+    taken = await store.take_due_wakeup(late)
+    assert taken is not None
+    assert taken.id == one_shot.id
+    assert await store.list_wakeups() == []
+
+
 # --- end to end --------------------------------------------------------------------------------
 
 
