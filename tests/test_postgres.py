@@ -194,8 +194,8 @@ async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
                 sql.Identifier(schema, "trio_routines_schema")
             )
         ).fetchall()
-    assert versions == [(version,) for version in range(1, 12)]
-    assert SCHEMA_VERSION == 11
+    assert versions == [(version,) for version in range(1, 13)]
+    assert SCHEMA_VERSION == 12
 
 
 async def test_version_9_code_may_go_on_using_a_version_10_database(

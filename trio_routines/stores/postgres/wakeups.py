@@ -144,7 +144,9 @@ class PostgresWakeups:
         delete = self._tables.sql("DELETE FROM {wakeups} WHERE seq = %s")
         while True:
             with conn.transaction():
-                row = conn.execute(select, (now,)).fetchone()
+                # Planned for this ``now`` every time: a prepared statement's generic plan
+                # cannot know how few rows are due, and walks the whole table in seq order.
+                row = conn.execute(select, (now,), prepare=False).fetchone()
                 if row is None:
                     return None
                 seq = row[0]
