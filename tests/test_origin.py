@@ -13,9 +13,11 @@ import trio.testing
 
 from trio_routines import Completed, Event, FireContext, TextDelta, current_fire
 from trio_routines.context import firing
+from trio_routines.errors import InvalidWakeup
 from trio_routines.records import MAX_DEPTH, Origin, OriginKind, Wakeup
 from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
+from trio_routines.store import Store
 from trio_routines.testing import MemoryStore, WallClock
 from trio_routines.wakeups import asked_by, origin_line
 
@@ -160,3 +162,55 @@ def test_an_origin_refuses_what_cannot_be(fields: dict[str, Any], message: str) 
 def test_only_a_wakeups_turn_has_an_origin() -> None:
     with pytest.raises(ValueError, match="an origin is given only for a wake-up's turn"):
         FireContext("run", "s", routine="r", origin=Origin(kind="http"))
+
+
+class SelfScheduling:
+    """An agent whose turn schedules, lists and tries to cancel a wake-up of its session
+    through the scheduler's API, and notes what each call answered."""
+
+    def __init__(self) -> None:
+        self.scheduler: Scheduler | None = None
+        self.answers: list[Any] = []
+
+    async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+        assert self.scheduler is not None
+        added = await self.scheduler.add_wakeup(session, "look again", delay="10m")
+        self.answers = [
+            current_fire(),
+            added,
+            await self.scheduler.list_wakeups(session),
+            await self.scheduler.list_wakeups("another session"),
+            await self.scheduler.remove_wakeup(added.id, "another session"),
+        ]
+        yield TextDelta("ok")
+        yield Completed()
+
+
+async def test_every_store_an_agent_schedules_lists_and_cancels_its_own_wakeup(
+    store: Store,
+) -> None:
+    agent = SelfScheduling()
+    scheduler = Scheduler(agent=agent, store=store, routines=[DAILY])
+    agent.scheduler = scheduler
+    outside = await scheduler.add_wakeup("chat-1", "from the host", delay="1d")
+    with pytest.raises(InvalidWakeup, match="too soon"):
+        await scheduler.add_wakeup("chat-1", "now", delay="10s")
+    await scheduler.run_now("daily")
+    fire, added, mine, others, removed = agent.answers
+    assert fire is not None
+    assert fire.session == added.session == "routine:daily"
+    # Who asked: the routine's turn (an on-demand run: no slot), one deep in the chain.
+    assert added.origin == Origin(kind=OriginKind.ROUTINE, routine="daily", depth=1)
+    assert outside.origin == Origin(kind=OriginKind.API)
+    assert [w.id for w in mine] == [added.id]
+    assert others == []
+    assert removed is False  # another session's wake-up is not ours to cancel
+    # The store gives back what was stored, origins included, in stored order.
+    listed = await scheduler.list_wakeups()
+    assert [(w.id, w.origin) for w in listed] == [
+        (outside.id, outside.origin),
+        (added.id, added.origin),
+    ]
+    assert await scheduler.remove_wakeup(added.id, "routine:daily") is True
+    assert await scheduler.remove_wakeup(added.id, "routine:daily") is False
+    assert [w.id for w in await scheduler.list_wakeups()] == [outside.id]
