@@ -16,7 +16,7 @@ Everything here reads; nothing claims, settles or fires.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,7 +27,7 @@ from ..claims import arm_from
 from ..converter import wakeup_to_json
 from ..cron import next_run
 from ..errors import StateFault
-from ..history import day_spent, failing_streak
+from ..history import day_spent, failing_streak, sessions_spent
 from ..instants import format_iso
 from ..ledger import Spent, describe_spent, spent_to_json
 from ..records import Fire, Origin, OriginKind, Wakeup
@@ -185,7 +185,12 @@ def routine_lines(rows: Sequence[RoutineRow], now: datetime) -> list[str]:
     return table(headers, cells)
 
 
-def wakeup_lines(wakeups: Sequence[Wakeup], now: datetime) -> list[str]:
+def wakeup_lines(
+    wakeups: Sequence[Wakeup], now: datetime, spent: Mapping[str, Spent] | None = None
+) -> list[str]:
+    """The wake-up table; a SPENT 24H column (what the session's wake-up turns spent) only
+    when some listed session spent something."""
+    spent = spent or {}
     cells = []
     for wakeup in wakeups:
         prompt = wakeup.prompt if len(wakeup.prompt) <= PROMPT_SHOWN else wakeup.prompt[:39] + "…"
@@ -200,7 +205,33 @@ def wakeup_lines(wakeups: Sequence[Wakeup], now: datetime) -> list[str]:
                 prompt,
             ]
         )
-    return table(["WAKE-UP", "SESSION", "NEXT", "LEFT", "KIND", "ORIGIN", "PROMPT"], cells)
+    headers = ["WAKE-UP", "SESSION", "NEXT", "LEFT", "KIND", "ORIGIN", "PROMPT"]
+    if any(spent.get(w.session, Spent()) != Spent() for w in wakeups):
+        headers.insert(2, "SPENT 24H")
+        for cell, wakeup in zip(cells, wakeups, strict=True):
+            cell.insert(2, describe_spent(spent.get(wakeup.session, Spent())) or "-")
+    return table(headers, cells)
+
+
+def wakeup_json(wakeup: Wakeup, spent: Mapping[str, Spent]) -> dict[str, Any]:
+    """A wake-up as ``--json`` shows it, with ``sessionSpent24h`` when its session's wake-up
+    turns spent something in the last 24 hours (the ledger)."""
+    entry = wakeup_to_json(wakeup)
+    if spent.get(wakeup.session, Spent()) != Spent():
+        entry["sessionSpent24h"] = spent_to_json(spent[wakeup.session])
+    return entry
+
+
+async def session_spent(store: Store, wakeups: Sequence[Wakeup], now: datetime) -> dict[str, Spent]:
+    """What the wake-up turns of each listed session spent in the last 24 hours (an
+    unreadable ledger is said, and shows nothing)."""
+    spent = {}
+    for session, found in (await sessions_spent(store, (w.session for w in wakeups), now)).items():
+        if isinstance(found, StateFault):
+            say(f"what the wake-up turns of session {shown(session)} spent is unreadable — {found}")
+        else:
+            spent[session] = found
+    return spent
 
 
 def origin_cell(origin: Origin | None) -> str:
@@ -259,16 +290,19 @@ def in_flight_line(flight: InFlight | None) -> str:
 # --- the commands ---------------------------------------------------------------------------
 
 
-async def _view(args: argparse.Namespace) -> tuple[list[RoutineRow], list[Wakeup], datetime]:
+async def _view(
+    args: argparse.Namespace,
+) -> tuple[list[RoutineRow], list[Wakeup], datetime, dict[str, Spent]]:
     result = await load(args.routines, report=True)
     async with open_state(state_arg(args)) as store:
         wakeups = await store.list_wakeups()
         now = datetime.now(UTC)
         rows = await routine_rows(store, result.routines, now)
+        spent = await session_spent(store, wakeups, now)
     for row in rows:
         if row.problem is not None:
             say(f"{row.routine.name}: its claims are unreadable — {row.problem}")
-    return rows, wakeups, now
+    return rows, wakeups, now, spent
 
 
 async def cmd_list(args: argparse.Namespace) -> int:
@@ -276,10 +310,10 @@ async def cmd_list(args: argparse.Namespace) -> int:
     if server is not None:
         served = await served_view(server)
         rows, wakeups, now = served.rows, served.wakeups, served.now
-        shown_wakeups = served.wakeups_json
+        shown_wakeups, spent = served.wakeups_json, served.session_spent
     else:
-        rows, wakeups, now = await _view(args)
-        shown_wakeups = [wakeup_to_json(w) for w in wakeups]
+        rows, wakeups, now, spent = await _view(args)
+        shown_wakeups = [wakeup_json(w, spent) for w in wakeups]
     if args.json:
         print_json({"routines": [routine_json(row) for row in rows], "wakeups": shown_wakeups})
         return 0
@@ -288,7 +322,7 @@ async def cmd_list(args: argparse.Namespace) -> int:
         routines = "" if server is not None else f" in {args.routines}"
         say(f"nothing scheduled — no routines{routines}, no pending wake-ups ({where})")
         return 0
-    _print_tables(rows, wakeups, now)
+    _print_tables(rows, wakeups, now, spent)
     return 0
 
 
@@ -299,12 +333,12 @@ async def cmd_status(args: argparse.Namespace) -> int:
         # Everything from the server: no routines directory or state needed here.
         served = await served_view(server)
         rows, wakeups, now = served.rows, served.wakeups, served.now
-        shown_wakeups = served.wakeups_json
+        shown_wakeups, spent = served.wakeups_json, served.session_spent
         members = [m for m in await served_replicas(server) if m.alive]
         flight = InFlight(server.url, await served_in_flight(server), served.running)
     else:
-        rows, wakeups, now = await _view(args)
-        shown_wakeups = [wakeup_to_json(w) for w in wakeups]
+        rows, wakeups, now, spent = await _view(args)
+        shown_wakeups = [wakeup_json(w, spent) for w in wakeups]
         members = await _live_replicas(args)
     if args.json:
         asked: dict[str, Any] | None = None
@@ -319,7 +353,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    _print_tables(rows, wakeups, now)
+    _print_tables(rows, wakeups, now, spent)
     if failing := failing_lines(rows):
         print_line()
         for line in failing:
@@ -361,9 +395,14 @@ def replica_lines(members: Sequence[ReplicaInfo], now: datetime) -> list[str]:
     return out
 
 
-def _print_tables(rows: Sequence[RoutineRow], wakeups: Sequence[Wakeup], now: datetime) -> None:
+def _print_tables(
+    rows: Sequence[RoutineRow],
+    wakeups: Sequence[Wakeup],
+    now: datetime,
+    spent: Mapping[str, Spent],
+) -> None:
     for line in routine_lines(rows, now) if rows else ["(no routines)"]:
         print_line(line)
     print_line()
-    for line in wakeup_lines(wakeups, now) if wakeups else ["(no pending wake-ups)"]:
+    for line in wakeup_lines(wakeups, now, spent) if wakeups else ["(no pending wake-ups)"]:
         print_line(line)
