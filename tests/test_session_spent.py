@@ -17,7 +17,7 @@ from trio_routines import Scheduler
 from trio_routines.agent import Completed, Event, Usage
 from trio_routines.cli.client import Server
 from trio_routines.cli.served import served_view
-from trio_routines.cli.status import wakeup_json, wakeup_lines
+from trio_routines.cli.wakeuprows import wakeup_json, wakeup_lines
 from trio_routines.errors import StateFault
 from trio_routines.history import SPENT_SHOWN, sessions_spent
 from trio_routines.http import serve_http

@@ -24,13 +24,12 @@ import attrs
 import trio
 
 from ..claims import arm_from
-from ..converter import wakeup_to_json
 from ..cron import next_run
 from ..errors import StateFault
-from ..history import day_spent, failing_streak, sessions_spent
+from ..history import day_spent, failing_streak
 from ..instants import format_iso
 from ..ledger import Spent, describe_spent, spent_to_json
-from ..records import Fire, Origin, OriginKind, Wakeup
+from ..records import Fire, Wakeup
 from ..replicas import ReplicaInfo, replica_json
 from ..routines import Routine, catchup_text
 from ..store import Store
@@ -38,12 +37,11 @@ from ..text import shown
 from .client import Server
 from .output import load, open_state, print_json, print_line, say, state_arg, state_label
 from .served import served_in_flight, served_replicas, served_view
-from .table import duration, outcome_word, short_instant, strip, table
+from .table import left, outcome_word, schedule, short_instant, strip, table
+from .wakeuprows import session_spent, wakeup_json, wakeup_lines
 
 STORE_READ = 10.0  # seconds: how long status waits for the store's list of replicas
 RECENT = 10  # outcomes in the strip
-PROMPT_SHOWN = 40
-ORIGIN_SHOWN = 48
 
 
 @attrs.frozen
@@ -69,24 +67,6 @@ class InFlight:
     url: str
     count: int
     running: tuple[str, ...] = ()
-
-
-def shown_cron(routine: Routine | Wakeup) -> str:
-    """The cron as written, and what its ``H`` fields resolve to when it has any."""
-    if routine.resolved_cron != routine.cron:
-        return f"{routine.cron} (= {routine.resolved_cron})"
-    return f"{routine.cron}"
-
-
-def schedule(routine: Routine | Wakeup) -> str:
-    if routine.cron is None:
-        return "on demand" if isinstance(routine, Routine) else "one-shot"
-    shown_schedule = f"cron {shown_cron(routine)}" + (f" {routine.tz}" if routine.tz else "")
-    if isinstance(routine, Routine) and routine.catchup is not None:
-        shown_schedule += f", catchup {catchup_text(routine.catchup)}"
-    if isinstance(routine, Wakeup) and routine.until is not None:
-        shown_schedule += f", until {short_instant(routine.until)}"
-    return shown_schedule
 
 
 def failing_lines(rows: Sequence[RoutineRow]) -> list[str]:
@@ -148,10 +128,6 @@ async def routine_rows(
     return rows
 
 
-def _left(when: datetime | None, now: datetime) -> str:
-    return duration((when - now).total_seconds() * 1000) if when is not None else "-"
-
-
 def _next(row: RoutineRow) -> str:
     if row.paused:
         return "paused"
@@ -171,7 +147,7 @@ def routine_lines(rows: Sequence[RoutineRow], now: datetime) -> list[str]:
             [
                 row.routine.name,
                 _next(row),
-                _left(row.next, now),
+                left(row.next, now),
                 shown_last,
                 strip(row.recent, RECENT),
                 schedule(row.routine),
@@ -183,71 +159,6 @@ def routine_lines(rows: Sequence[RoutineRow], now: datetime) -> list[str]:
         for cell, row in zip(cells, rows, strict=True):
             cell.insert(5, describe_spent(row.spent) or "-")
     return table(headers, cells)
-
-
-def wakeup_lines(
-    wakeups: Sequence[Wakeup], now: datetime, spent: Mapping[str, Spent] | None = None
-) -> list[str]:
-    """The wake-up table; a SPENT 24H column (what the session's wake-up turns spent) only
-    when some listed session spent something."""
-    spent = spent or {}
-    cells = []
-    for wakeup in wakeups:
-        prompt = wakeup.prompt if len(wakeup.prompt) <= PROMPT_SHOWN else wakeup.prompt[:39] + "…"
-        cells.append(
-            [
-                wakeup.id,
-                wakeup.session,
-                short_instant(wakeup.fire_at),
-                _left(wakeup.fire_at, now),
-                schedule(wakeup),
-                origin_cell(wakeup.origin),
-                prompt,
-            ]
-        )
-    headers = ["WAKE-UP", "SESSION", "NEXT", "LEFT", "KIND", "ORIGIN", "PROMPT"]
-    if any(spent.get(w.session, Spent()) != Spent() for w in wakeups):
-        headers.insert(2, "SPENT 24H")
-        for cell, wakeup in zip(cells, wakeups, strict=True):
-            cell.insert(2, describe_spent(spent.get(wakeup.session, Spent())) or "-")
-    return table(headers, cells)
-
-
-def wakeup_json(wakeup: Wakeup, spent: Mapping[str, Spent]) -> dict[str, Any]:
-    """A wake-up as ``--json`` shows it, with ``sessionSpent24h`` when its session's wake-up
-    turns spent something in the last 24 hours (the ledger)."""
-    entry = wakeup_to_json(wakeup)
-    if spent.get(wakeup.session, Spent()) != Spent():
-        entry["sessionSpent24h"] = spent_to_json(spent[wakeup.session])
-    return entry
-
-
-async def session_spent(store: Store, wakeups: Sequence[Wakeup], now: datetime) -> dict[str, Spent]:
-    """What the wake-up turns of each listed session spent in the last 24 hours (an
-    unreadable ledger is said, and shows nothing)."""
-    spent = {}
-    for session, found in (await sessions_spent(store, (w.session for w in wakeups), now)).items():
-        if isinstance(found, StateFault):
-            say(f"what the wake-up turns of session {shown(session)} spent is unreadable — {found}")
-        else:
-            spent[session] = found
-    return spent
-
-
-def origin_cell(origin: Origin | None) -> str:
-    """Who asked, short: ``routine daily@2026-07-07T09:00Z``, ``routine daily (run)``,
-    ``wake-up 4f9c1a2b depth 2`` (the parent's id cut to 8: ``--json`` has it whole),
-    ``http``, ``cli``, ``api``, or ``unknown``; cut to 48 characters."""
-    if origin is None:
-        return "unknown"
-    if origin.kind is OriginKind.ROUTINE:
-        when = f"@{short_instant(origin.slot)}" if origin.slot is not None else " (run)"
-        text = f"routine {origin.routine}{when}"
-    elif origin.kind is OriginKind.WAKEUP:
-        text = f"wake-up {(origin.parent or '')[:8]} depth {origin.depth}"
-    else:
-        text = origin.kind.value
-    return text if len(text) <= ORIGIN_SHOWN else text[: ORIGIN_SHOWN - 1] + "…"
 
 
 def routine_json(row: RoutineRow) -> dict[str, Any]:
