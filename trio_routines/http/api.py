@@ -365,9 +365,8 @@ def _until(body: Mapping[str, Any]) -> datetime | None:
 
 
 async def wakeups(scheduler: Scheduler, session: str | None) -> Response:
-    """The pending wake-ups (of ``session``, if given), without their prompts; from a store
-    keeping usage ledgers, each with what its session's wake-up turns spent in the last 24
-    hours (``sessionSpent24h``, as ``status --json``; null when the ledger is unreadable)."""
+    """The pending wake-ups (``session``'s, if given) without prompts; each with what its
+    session's wake-up turns spent in 24 h (``sessionSpent24h``; null: ledger unreadable)."""
     now = scheduler.now()
     try:
         pending = await scheduler.store.list_wakeups()
