@@ -96,6 +96,42 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "--deselect=tests/test_scheduler.py::test_routine_without_cron_is_never_armed",
         ],
     ),
+    "wakelimits": (
+        ["trio_routines/wakelimits.py"],
+        [
+            "tests/test_wakelimits.py",
+            "tests/test_wakeexpiry.py",
+            "tests/test_store_contract_waketurns.py",
+            "tests/test_pinned_wakelimits.py",
+        ],
+    ),
+    "budgets": (
+        ["trio_routines/budgets.py"],
+        ["tests/test_budgets.py", "tests/test_pinned_budgets.py"],
+    ),
+    "ledger": (
+        ["trio_routines/ledger.py"],
+        [
+            "tests/test_store_ledger.py",
+            "tests/test_budgets.py",
+            "tests/test_usage_shown.py",
+            "tests/test_pinned_ledger.py",
+        ],
+    ),
+    "usage": (
+        ["trio_routines/usage.py"],
+        ["tests/test_usage.py", "tests/test_store_usage.py", "tests/test_pinned_usage.py"],
+    ),
+    "tools": (
+        ["trio_routines/tools.py"],
+        [
+            "tests/test_tools.py",
+            "tests/test_wakelimits.py",
+            "tests/test_pinned_tools.py",
+            # It loads examples/self_scheduling.py, which the copy does not hold.
+            "--deselect=tests/test_tools.py::test_the_example_agent_schedules_and_cancels_through_the_tools",
+        ],
+    ),
     "batch": (
         ["trio_routines/stores/batch.py", "trio_routines/stores/groupcommit.py"],
         [

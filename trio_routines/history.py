@@ -8,16 +8,18 @@ shows claims only.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 
+from .errors import StateFault
 from .instants import format_iso
 from .ledger import Kind, Spent, fires_spent
 from .records import Fire, Gap, GapReason, Outcome
 from .store import GapRecords, Store, UsageRecords
 
 #: The span of every "spent in the last 24 h" figure shown: ``status``'s SPENT 24H and its
-#: ``spent24h``, the page, ``GET /routines``' ``spent24h``.
+#: ``spent24h``, the page, ``GET /routines``' ``spent24h``; and each listed session's
+#: ``sessionSpent24h`` (``status``/``list`` and ``GET /wakeups``).
 SPENT_SHOWN = timedelta(hours=24)
 
 #: What each reason means, in a history line or a log line.
@@ -89,3 +91,21 @@ async def day_spent(
     if isinstance(store, UsageRecords):
         return await store.usage_since(kind, name, now - SPENT_SHOWN)
     return fires_spent(fires, now - SPENT_SHOWN)
+
+
+async def sessions_spent(
+    store: Store, sessions: Iterable[str], now: datetime
+) -> dict[str, Spent | StateFault]:
+    """What the wake-up turns of each of ``sessions`` spent in the :data:`SPENT_SHOWN` before
+    ``now``, from the store's usage ledger: one read per distinct session (only the sessions
+    asked for, never a scan of the ledger), a session whose ledger is unreadable mapped to
+    its StateFault. Empty for a store without a ledger: it keeps no session's spending."""
+    if not isinstance(store, UsageRecords):
+        return {}
+    found: dict[str, Spent | StateFault] = {}
+    for session in sorted(set(sessions)):
+        try:
+            found[session] = await store.usage_since("session", session, now - SPENT_SHOWN)
+        except StateFault as exc:
+            found[session] = exc
+    return found

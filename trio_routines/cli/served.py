@@ -36,6 +36,22 @@ class ServedView:
     wakeups_json: list[dict[str, Any]]
     running: tuple[str, ...]
     now: datetime
+    session_spent: dict[str, Spent] = attrs.field(factory=dict)  # each listed session's 24 h
+
+
+def _session_spent(pending: list[dict[str, Any]]) -> dict[str, Spent]:
+    """What each listed session's wake-up turns spent, as the server's ledger says
+    (``sessionSpent24h``; absent: a server without a ledger; null: unreadable there)."""
+    found = {}
+    for shown in pending:
+        raw = shown.get("sessionSpent24h")
+        if raw is None:
+            continue
+        spent = spent_from_json(raw)
+        if spent is None:
+            raise ValueError(f"not what a session spent: {str(raw)[:40]!r}")
+        found[str(shown["session"])] = spent
+    return found
 
 
 def _instant(value: Any) -> datetime | None:
@@ -97,11 +113,12 @@ async def served_view(server: Server) -> ServedView:
             if entry.get("running") is True:
                 running.append(routine.name)
         wakeups = [wakeup_from_json({**shown, "prompt": HIDDEN}) for shown in pending]
+        session_spent = _session_spent(pending)
     except (KeyError, TypeError, ValueError, TrioRoutinesError) as exc:
         raise CliError(
             f"{server.url}: the answer is not a trio_routines server's ({exc})"
         ) from None
-    return ServedView(rows, wakeups, list(pending), tuple(running), now)
+    return ServedView(rows, wakeups, list(pending), tuple(running), now, session_spent)
 
 
 async def served_in_flight(server: Server) -> int:

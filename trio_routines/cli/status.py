@@ -16,7 +16,7 @@ Everything here reads; nothing claims, settles or fires.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,13 +24,12 @@ import attrs
 import trio
 
 from ..claims import arm_from
-from ..converter import wakeup_to_json
 from ..cron import next_run
 from ..errors import StateFault
 from ..history import day_spent, failing_streak
 from ..instants import format_iso
 from ..ledger import Spent, describe_spent, spent_to_json
-from ..records import Fire, Origin, OriginKind, Wakeup
+from ..records import Fire, Wakeup
 from ..replicas import ReplicaInfo, replica_json
 from ..routines import Routine, catchup_text
 from ..store import Store
@@ -38,12 +37,11 @@ from ..text import shown
 from .client import Server
 from .output import load, open_state, print_json, print_line, say, state_arg, state_label
 from .served import served_in_flight, served_replicas, served_view
-from .table import duration, outcome_word, short_instant, strip, table
+from .table import left, outcome_word, schedule, short_instant, strip, table
+from .wakeuprows import session_spent, wakeup_json, wakeup_lines
 
 STORE_READ = 10.0  # seconds: how long status waits for the store's list of replicas
 RECENT = 10  # outcomes in the strip
-PROMPT_SHOWN = 40
-ORIGIN_SHOWN = 48
 
 
 @attrs.frozen
@@ -69,24 +67,6 @@ class InFlight:
     url: str
     count: int
     running: tuple[str, ...] = ()
-
-
-def shown_cron(routine: Routine | Wakeup) -> str:
-    """The cron as written, and what its ``H`` fields resolve to when it has any."""
-    if routine.resolved_cron != routine.cron:
-        return f"{routine.cron} (= {routine.resolved_cron})"
-    return f"{routine.cron}"
-
-
-def schedule(routine: Routine | Wakeup) -> str:
-    if routine.cron is None:
-        return "on demand" if isinstance(routine, Routine) else "one-shot"
-    shown_schedule = f"cron {shown_cron(routine)}" + (f" {routine.tz}" if routine.tz else "")
-    if isinstance(routine, Routine) and routine.catchup is not None:
-        shown_schedule += f", catchup {catchup_text(routine.catchup)}"
-    if isinstance(routine, Wakeup) and routine.until is not None:
-        shown_schedule += f", until {short_instant(routine.until)}"
-    return shown_schedule
 
 
 def failing_lines(rows: Sequence[RoutineRow]) -> list[str]:
@@ -148,10 +128,6 @@ async def routine_rows(
     return rows
 
 
-def _left(when: datetime | None, now: datetime) -> str:
-    return duration((when - now).total_seconds() * 1000) if when is not None else "-"
-
-
 def _next(row: RoutineRow) -> str:
     if row.paused:
         return "paused"
@@ -171,7 +147,7 @@ def routine_lines(rows: Sequence[RoutineRow], now: datetime) -> list[str]:
             [
                 row.routine.name,
                 _next(row),
-                _left(row.next, now),
+                left(row.next, now),
                 shown_last,
                 strip(row.recent, RECENT),
                 schedule(row.routine),
@@ -183,40 +159,6 @@ def routine_lines(rows: Sequence[RoutineRow], now: datetime) -> list[str]:
         for cell, row in zip(cells, rows, strict=True):
             cell.insert(5, describe_spent(row.spent) or "-")
     return table(headers, cells)
-
-
-def wakeup_lines(wakeups: Sequence[Wakeup], now: datetime) -> list[str]:
-    cells = []
-    for wakeup in wakeups:
-        prompt = wakeup.prompt if len(wakeup.prompt) <= PROMPT_SHOWN else wakeup.prompt[:39] + "…"
-        cells.append(
-            [
-                wakeup.id,
-                wakeup.session,
-                short_instant(wakeup.fire_at),
-                _left(wakeup.fire_at, now),
-                schedule(wakeup),
-                origin_cell(wakeup.origin),
-                prompt,
-            ]
-        )
-    return table(["WAKE-UP", "SESSION", "NEXT", "LEFT", "KIND", "ORIGIN", "PROMPT"], cells)
-
-
-def origin_cell(origin: Origin | None) -> str:
-    """Who asked, short: ``routine daily@2026-07-07T09:00Z``, ``routine daily (run)``,
-    ``wake-up 4f9c1a2b depth 2`` (the parent's id cut to 8: ``--json`` has it whole),
-    ``http``, ``cli``, ``api``, or ``unknown``; cut to 48 characters."""
-    if origin is None:
-        return "unknown"
-    if origin.kind is OriginKind.ROUTINE:
-        when = f"@{short_instant(origin.slot)}" if origin.slot is not None else " (run)"
-        text = f"routine {origin.routine}{when}"
-    elif origin.kind is OriginKind.WAKEUP:
-        text = f"wake-up {(origin.parent or '')[:8]} depth {origin.depth}"
-    else:
-        text = origin.kind.value
-    return text if len(text) <= ORIGIN_SHOWN else text[: ORIGIN_SHOWN - 1] + "…"
 
 
 def routine_json(row: RoutineRow) -> dict[str, Any]:
@@ -259,16 +201,19 @@ def in_flight_line(flight: InFlight | None) -> str:
 # --- the commands ---------------------------------------------------------------------------
 
 
-async def _view(args: argparse.Namespace) -> tuple[list[RoutineRow], list[Wakeup], datetime]:
+async def _view(
+    args: argparse.Namespace,
+) -> tuple[list[RoutineRow], list[Wakeup], datetime, dict[str, Spent]]:
     result = await load(args.routines, report=True)
     async with open_state(state_arg(args)) as store:
         wakeups = await store.list_wakeups()
         now = datetime.now(UTC)
         rows = await routine_rows(store, result.routines, now)
+        spent = await session_spent(store, wakeups, now)
     for row in rows:
         if row.problem is not None:
             say(f"{row.routine.name}: its claims are unreadable — {row.problem}")
-    return rows, wakeups, now
+    return rows, wakeups, now, spent
 
 
 async def cmd_list(args: argparse.Namespace) -> int:
@@ -276,10 +221,10 @@ async def cmd_list(args: argparse.Namespace) -> int:
     if server is not None:
         served = await served_view(server)
         rows, wakeups, now = served.rows, served.wakeups, served.now
-        shown_wakeups = served.wakeups_json
+        shown_wakeups, spent = served.wakeups_json, served.session_spent
     else:
-        rows, wakeups, now = await _view(args)
-        shown_wakeups = [wakeup_to_json(w) for w in wakeups]
+        rows, wakeups, now, spent = await _view(args)
+        shown_wakeups = [wakeup_json(w, spent) for w in wakeups]
     if args.json:
         print_json({"routines": [routine_json(row) for row in rows], "wakeups": shown_wakeups})
         return 0
@@ -288,7 +233,7 @@ async def cmd_list(args: argparse.Namespace) -> int:
         routines = "" if server is not None else f" in {args.routines}"
         say(f"nothing scheduled — no routines{routines}, no pending wake-ups ({where})")
         return 0
-    _print_tables(rows, wakeups, now)
+    _print_tables(rows, wakeups, now, spent)
     return 0
 
 
@@ -299,12 +244,12 @@ async def cmd_status(args: argparse.Namespace) -> int:
         # Everything from the server: no routines directory or state needed here.
         served = await served_view(server)
         rows, wakeups, now = served.rows, served.wakeups, served.now
-        shown_wakeups = served.wakeups_json
+        shown_wakeups, spent = served.wakeups_json, served.session_spent
         members = [m for m in await served_replicas(server) if m.alive]
         flight = InFlight(server.url, await served_in_flight(server), served.running)
     else:
-        rows, wakeups, now = await _view(args)
-        shown_wakeups = [wakeup_to_json(w) for w in wakeups]
+        rows, wakeups, now, spent = await _view(args)
+        shown_wakeups = [wakeup_json(w, spent) for w in wakeups]
         members = await _live_replicas(args)
     if args.json:
         asked: dict[str, Any] | None = None
@@ -319,7 +264,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    _print_tables(rows, wakeups, now)
+    _print_tables(rows, wakeups, now, spent)
     if failing := failing_lines(rows):
         print_line()
         for line in failing:
@@ -361,9 +306,14 @@ def replica_lines(members: Sequence[ReplicaInfo], now: datetime) -> list[str]:
     return out
 
 
-def _print_tables(rows: Sequence[RoutineRow], wakeups: Sequence[Wakeup], now: datetime) -> None:
+def _print_tables(
+    rows: Sequence[RoutineRow],
+    wakeups: Sequence[Wakeup],
+    now: datetime,
+    spent: Mapping[str, Spent],
+) -> None:
     for line in routine_lines(rows, now) if rows else ["(no routines)"]:
         print_line(line)
     print_line()
-    for line in wakeup_lines(wakeups, now) if wakeups else ["(no pending wake-ups)"]:
+    for line in wakeup_lines(wakeups, now, spent) if wakeups else ["(no pending wake-ups)"]:
         print_line(line)

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from ..instants import format_iso
-from ..records import Fire, Outcome
+from ..records import Fire, Outcome, Wakeup
+from ..routines import Routine, catchup_text
 from ..text import shown
 
 # One glyph per outcome for the strip of recent fires, and its ASCII stand-in.
@@ -98,3 +99,27 @@ def legend(*, fancy: bool | None = None) -> str:
     words = ["completed", "failed", "skipped", "interrupted"]
     marks = [_GLYPHS[Outcome(word)][0 if use else 1] for word in words]
     return ", ".join(f"{mark} {word}" for mark, word in zip(marks, words, strict=True))
+
+
+def left(when: datetime | None, now: datetime) -> str:
+    """How long until ``when`` (``-`` for none)."""
+    return duration((when - now).total_seconds() * 1000) if when is not None else "-"
+
+
+def shown_cron(routine: Routine | Wakeup) -> str:
+    """The cron as written, and what its ``H`` fields resolve to when it has any."""
+    if routine.resolved_cron != routine.cron:
+        return f"{routine.cron} (= {routine.resolved_cron})"
+    return f"{routine.cron}"
+
+
+def schedule(routine: Routine | Wakeup) -> str:
+    """``on demand``, ``one-shot``, or ``cron 0 9 * * * Europe/Berlin, catchup 2h``."""
+    if routine.cron is None:
+        return "on demand" if isinstance(routine, Routine) else "one-shot"
+    shown_schedule = f"cron {shown_cron(routine)}" + (f" {routine.tz}" if routine.tz else "")
+    if isinstance(routine, Routine) and routine.catchup is not None:
+        shown_schedule += f", catchup {catchup_text(routine.catchup)}"
+    if isinstance(routine, Wakeup) and routine.until is not None:
+        shown_schedule += f", until {short_instant(routine.until)}"
+    return shown_schedule

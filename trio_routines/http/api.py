@@ -20,9 +20,9 @@ from ..budgets import budgets_text
 from ..converter import history_json, history_to_json, wakeup_to_json
 from ..cron import next_run
 from ..errors import InvalidWakeup, StateFault
-from ..history import day_spent, in_slot_order, read_history, running_slots
+from ..history import day_spent, in_slot_order, read_history, running_slots, sessions_spent
 from ..instants import format_iso, parse_iso
-from ..ledger import spent_to_json
+from ..ledger import Spent, spent_to_json
 from ..records import ClaimStatus, Origin, OriginKind, Wakeup
 from ..replicas import replica_json
 from ..routines import Routine, catchup_text
@@ -365,12 +365,28 @@ def _until(body: Mapping[str, Any]) -> datetime | None:
 
 
 async def wakeups(scheduler: Scheduler, session: str | None) -> Response:
+    """The pending wake-ups (``session``'s, if given) without prompts; each with what its
+    session's wake-up turns spent in 24 h (``sessionSpent24h``; null: ledger unreadable)."""
+    now = scheduler.now()
     try:
         pending = await scheduler.store.list_wakeups()
     except StateFault as exc:
         log.error("GET /wakeups: %s", exc)
         raise unavailable("the wake-up state is unreadable right now") from None
-    return Response(200, [_hidden(w) for w in pending if session is None or w.session == session])
+    listed = [_hidden(w) for w in pending if session is None or w.session == session]
+    if isinstance(scheduler.store, UsageRecords):  # what each listed session spent, shown
+        spent = await sessions_spent(scheduler.store, (e["session"] for e in listed), now)
+        for entry in listed:
+            entry["sessionSpent24h"] = _session_spent(spent[entry["session"]], entry["session"])
+    return Response(200, listed)
+
+
+def _session_spent(spent: Spent | StateFault, session: str) -> dict[str, Any] | None:
+    """What a session's wake-up turns spent in the last 24 h (None: its ledger unreadable)."""
+    if isinstance(spent, StateFault):
+        log.error("GET /wakeups: what the turns of session %r spent: %s", session[:ECHO], spent)
+        return None
+    return spent_to_json(spent)
 
 
 async def unwake(scheduler: Scheduler, wakeup_id: str, session: str) -> Response:

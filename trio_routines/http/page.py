@@ -28,7 +28,7 @@ import hashlib
 import hmac
 import json
 from collections import Counter, defaultdict
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Collection
 from datetime import datetime, timedelta
 from importlib import resources
 from typing import TypeVar
@@ -40,7 +40,7 @@ import trio
 from ..budgets import budgets_text
 from ..cron import next_run
 from ..errors import StateFault, TrioRoutinesError
-from ..history import day_spent
+from ..history import day_spent, sessions_spent
 from ..ledger import describe_spent
 from ..records import Fire, Gap, Origin, OriginKind, Wakeup
 from ..routines import Routine
@@ -213,6 +213,22 @@ async def _routine_view(
     )
 
 
+async def _sessions_spent(
+    scheduler: Scheduler, sessions: Collection[str], now: datetime
+) -> dict[str, str]:
+    """What each listed session's wake-up turns spent in the last 24 hours, as text (a read
+    bounded like the others; ``unknown (why)`` when unreadable; none without a ledger)."""
+    found, unread = await _bounded_read("usage", sessions_spent(scheduler.store, sessions, now))
+    if found is None:
+        return {session: f"unknown ({unread})" for session in sessions}
+    return {
+        session: f"unknown ({one_line(str(spent))})"
+        if isinstance(spent, StateFault)
+        else describe_spent(spent)
+        for session, spent in found.items()
+    }
+
+
 async def gather(
     scheduler: Scheduler, poll: float = POLL, expected: ExpectedSlots | None = None
 ) -> PageView:
@@ -245,6 +261,7 @@ async def gather(
         InFlight(session, (now - timedelta(seconds=max(0.0, clock - since))).replace(microsecond=0))
         for session, since in sorted(scheduler.agent.held().items())
     )
+    spent = await _sessions_spent(scheduler, groups, now)
     members, members_problem = await _bounded_read("replicas", scheduler.replicas())
     stats = scheduler.statistics()
     return PageView(
@@ -252,7 +269,11 @@ async def gather(
         routines=tuple(routines),
         in_flight=flights,
         wakeups=tuple(
-            attrs.evolve(group, over_budget=stats.sessions_over_budget.get(group.session, ""))
+            attrs.evolve(
+                group,
+                over_budget=stats.sessions_over_budget.get(group.session, ""),
+                spent=spent.get(group.session, ""),
+            )
             for group in (
                 _wakeup_group(session, pending) for session, pending in sorted(groups.items())
             )

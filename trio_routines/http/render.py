@@ -247,6 +247,7 @@ def main_html(view: PageView) -> str:
         f"{' · asked by ' if w.origins else ''}"
         f"{', '.join(f'{_esc(label)} ×{n}' for label, n in w.origins)}"
         f"{f' · chain depth up to {w.deepest}' if w.deepest else ''}"
+        f"{f' · spent in the last 24 h: {_esc(w.spent)}' if w.spent else ''}"
         f"{_over_budget(w.over_budget)}"
         f"{f' · recurring until {_time(w.until)}' if w.until is not None else ''}</li>"
         for w in view.wakeups

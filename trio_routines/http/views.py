@@ -71,6 +71,7 @@ class WakeupGroup:
     deepest: int = 0  # the deepest chain of turns among them
     over_budget: str = ""  # why its wake-ups are dropped now (its session's budget), if so
     until: datetime | None = None  # when the last of its recurring wake-ups expires
+    spent: str = ""  # what its wake-up turns spent in the last 24 hours (the ledger), if any
 
 
 @attrs.frozen

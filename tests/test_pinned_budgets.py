@@ -1,0 +1,62 @@
+"""Budgets pinned whole (budgets.py): each refusal's text, the amount's bounds, and how a
+money budget is written and reported over (see docs/mutation.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from trio_routines.budgets import (
+    MAX_AMOUNT,
+    Budget,
+    budgets_text,
+    checked_budgets,
+    parse_budget,
+    routine_budgets,
+)
+from trio_routines.errors import InvalidOption, InvalidRoutine
+from trio_routines.ledger import Spent
+
+
+def test_a_money_budget_is_written_in_its_own_currency() -> None:
+    weekly = Budget(5.0, "EUR", "week")
+    assert str(weekly) == "5 EUR/week"
+    assert budgets_text([Budget(200_000, "tokens", "day"), weekly]) == "200k tokens/day, 5 EUR/week"
+    spent = Spent(costs=(("EUR", 6.25), ("USD", 100.0)))
+    assert weekly.over_text(spent) == "over budget (6.25 of 5 EUR in the last 7 days)"
+
+
+ABOVE_0 = "a budget's amount must be above 0, not "
+
+
+@pytest.mark.parametrize(
+    ("amount", "unit", "window", "message"),
+    [
+        (5.0, "EUR", "month", "a budget's window is hour, day or week, not 'month'"),
+        (0.0, "EUR", "day", f"{ABOVE_0}0.0"),
+        (
+            MAX_AMOUNT * 2,
+            "tokens",
+            "day",
+            "a budget's amount must be above 0, not 2000000000000000.0",
+        ),
+        (5.0, "eur", "day", "a budget's unit is tokens or a currency code, not 'eur'"),
+    ],
+)
+def test_a_bad_budget_is_refused_whole(amount: float, unit: str, window: str, message: str) -> None:
+    with pytest.raises(InvalidOption) as caught:
+        Budget(amount, unit, window)
+    assert str(caught.value) == message
+
+
+def test_the_largest_amount_is_allowed_written_or_built() -> None:
+    assert Budget(MAX_AMOUNT, "tokens", "day").amount == MAX_AMOUNT
+    assert parse_budget("1000000G tokens/day") == Budget(MAX_AMOUNT, "tokens", "day")
+
+
+def test_a_budget_that_is_not_one_is_refused_whole_and_as_the_routines() -> None:
+    with pytest.raises(InvalidOption) as option:
+        checked_budgets([Budget(1.0, "tokens", "day"), 5])  # type: ignore[list-item]
+    assert str(option.value) == "a budget must be a Budget or text, not int"
+    with pytest.raises(InvalidRoutine) as routine:
+        routine_budgets([5])
+    assert str(routine.value) == '"budget": a budget must be a Budget or text, not int'
