@@ -8,7 +8,7 @@
 """
 
 from .clock import WallClock as WallClock
-from .memory import MemoryPresence as MemoryPresence
+from .memberships import MemoryPresence as MemoryPresence
 from .memory import MemoryStore as MemoryStore
 from .scripted import Behaviour as Behaviour
 from .scripted import Busy as Busy

@@ -1,5 +1,5 @@
 """An in-memory store for tests: :class:`MemoryStore`, the store contract kept in memory with
-fault injection, and :class:`MemoryPresence`, a member of one."""
+fault injection. Its members are :class:`~.memberships.MemoryPresence` (memberships.py)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from ..gaps import add_gap
 from ..instants import slot_name, truncate_ms
 from ..ledger import Entry, Spent, add_entry, check_key, spent_since
 from ..names import check_name
-from ..presence import Presence
 from ..records import ClaimResult, ClaimStatus, Fire, Gap, GapReason, Outcome, Wakeup
 from ..replicas import ReplicaInfo, claim_key, replica_key
 from ..store import Lifetime
 from ..usage import Usage
 from ..wakelimits import RATE_WINDOW, kept_turns
 from ..wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
+from .memberships import MemoryPresence
 
 log = logging.getLogger("trio_routines")
 
@@ -364,60 +364,3 @@ class MemoryStore(Lifetime):
 
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()
-
-
-class MemoryPresence(Presence):
-    """A member of a :class:`MemoryStore`. :meth:`vanish` is its process dying (every hold
-    goes, nothing is settled, nobody hears of it); :meth:`lose` is the store dropping its
-    holds while it lives (it hears, as a lost connection is heard)."""
-
-    def __init__(self, store: MemoryStore, info: ReplicaInfo) -> None:
-        super().__init__(info)
-        self._store = store
-        self.dead = False
-
-    async def _take(self, keys: list[int]) -> list[bool]:
-        # Decided at once, as the state directory's locks are (they never wait): no yield
-        # unless the take is made to hang. One step fewer for every fire, before its turn.
-        if self._store.hangs:
-            await self._store._enter("take")
-        self._store._fault("take")
-        holds = self._store.holds
-        taken = []
-        for key in keys:
-            free = key not in holds
-            if free:
-                holds[key] = self
-            taken.append(free)
-        return taken
-
-    def _let_go(self, keys: list[int]) -> None:
-        for key in keys:
-            if self._store.holds.get(key) is self:
-                del self._store.holds[key]
-
-    async def _beat(self, in_flight: int, now: datetime) -> None:
-        await self._store._enter("beat")
-        self._store._fault("beat")
-        self.info = attrs.evolve(self.info, last_seen=now, in_flight=in_flight)
-
-    async def _leave(self) -> None:
-        await trio.lowlevel.checkpoint()
-        self._drop()
-        if self._store.members.get(self.info.id) is self:
-            del self._store.members[self.info.id]
-
-    def vanish(self) -> None:
-        """Die: every hold goes at once; the member stays listed, not alive."""
-        self._drop()
-        self.dead = True
-
-    def lose(self) -> None:
-        """The store drops every hold of ours, and we hear of it."""
-        self.vanish()
-        self.lost.set()
-
-    def _drop(self) -> None:
-        store = self._store
-        for key in [key for key, holder in store.holds.items() if holder is self]:
-            del store.holds[key]
