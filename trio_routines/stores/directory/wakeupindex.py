@@ -163,7 +163,9 @@ class WakeupIndex:
     def first_due(self, now: datetime) -> Wakeup | None:
         """The first entry in stored order whose ``fire_at`` is not after ``now``."""
         if self._mark is not None and now < self._mark:
-            return next((w for w in self._entries.values() if w.fire_at <= now), None)
+            # A clock gone back: what was found due is judged again, once (not every poll).
+            self._mark = None
+            self._rebuild()
         self._mark = now
         times = self._times
         while times and times[0][0] <= now:
@@ -181,15 +183,13 @@ class WakeupIndex:
         return None
 
     def due(self, now: datetime) -> list[Wakeup]:
-        """Every entry whose ``fire_at`` is not after ``now``, in stored order (usually a few:
-        a take walks them past expired ones)."""
+        """Every entry whose ``fire_at`` is not after ``now``, each once, in stored order
+        (usually a few: a take walks them past expired ones)."""
         if self.first_due(now) is None:
             return []
-        if self._mark != now:  # a clock gone back: first_due scanned, so does this
-            return [w for w in self._entries.values() if w.fire_at <= now]
-        found = []
+        found: dict[str, Wakeup] = {}  # an entry set again in place is in the heap twice
         for n, wakeup_id in sorted(self._due):
             wakeup = self._current(wakeup_id, n)
             if wakeup is not None and wakeup.fire_at <= now:
-                found.append(wakeup)
-        return found
+                found.setdefault(wakeup_id, wakeup)
+        return list(found.values())
