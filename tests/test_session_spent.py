@@ -165,3 +165,31 @@ async def test_get_wakeups_the_page_and_status_url_show_each_sessions_spending()
     assert html.count("spent in the last 24 h") == 1
     assert unread_view.wakeups[0].spent == "unknown (the ledger is unreadable)"
     assert unread_view.wakeups[1].spent == ""
+
+
+async def test_a_stalled_ledger_shows_null_figures_and_never_holds_a_listing(
+    monkeypatch: Any, caplog: Any
+) -> None:
+    from trio_routines.http import spending
+    from trio_routines.routines import Routine
+
+    monkeypatch.setattr(spending, "SPENT_DEADLINE", 0.2)
+    store = MemoryStore()
+    await store.add_wakeup(WakeupRequest(session="chat", prompt="p", fire_at=NOW + HOUR), NOW)
+    daily = Routine(name="daily", prompt="p", cron="0 9 * * *")
+    scheduler = Scheduler(agent=Quiet(), store=store, routines=[daily], external_clock=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        port = await nursery.start(partial(serve_http, scheduler, "127.0.0.1", 0))
+        store.hang("usage_since")  # a disk that stopped answering
+        with trio.fail_after(30):  # the figures' deadline is 0.2 s; the rest answers at once
+            wakeups_status, listing = await _get(port, "/wakeups")
+            routines_status, routines = await _get(port, "/routines")
+        store.hangs.discard("usage_since")
+        scheduler.stop(grace=0)
+    assert (wakeups_status, routines_status) == (200, 200)
+    assert [(e["session"], e["sessionSpent24h"]) for e in listing] == [("chat", None)]
+    assert [(r["name"], r["spent24h"]) for r in routines] == [("daily", None)]
+    said = [r.getMessage() for r in caplog.records]
+    assert "GET /wakeups: what the sessions spent was not read within 0.2s" in said
+    assert "GET /routines: what the turns spent was not read within 0.2s (0 of 1 routines)" in said

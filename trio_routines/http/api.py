@@ -20,16 +20,15 @@ from ..budgets import budgets_text
 from ..converter import history_json, history_to_json, wakeup_to_json
 from ..cron import next_run
 from ..errors import InvalidWakeup, StateFault
-from ..history import day_spent, in_slot_order, read_history, running_slots, sessions_spent
+from ..history import in_slot_order, read_history, running_slots
 from ..instants import format_iso, parse_iso
-from ..ledger import Spent, spent_to_json
 from ..records import ClaimStatus, Origin, OriginKind, Wakeup
 from ..replicas import replica_json
 from ..routines import Routine, catchup_text
 from ..scheduler import FireResult, NotOnGrid, NotYetDue, Scheduler, Stopping, UnknownRoutine
-from ..store import UsageRecords
 from ..turns import TurnResult
 from ..wakeups import WakeupRequest, added_reply, bad_delay_reply, parse_delay, removed_reply
+from .spending import listed_sessions_spent, routines_spent
 from .wire import (
     ECHO,
     MAX_SESSION,
@@ -234,6 +233,7 @@ async def routines(scheduler: Scheduler) -> Response:
     now = scheduler.now()
     stats = scheduler.statistics()
     next_due = stats.next_due  # what the loops will really do
+    spent = await routines_spent(scheduler, names, now)
     listing = []
     for name in names:
         routine = scheduler.routines.get(name)
@@ -260,22 +260,13 @@ async def routines(scheduler: Scheduler) -> Response:
             entry["catchup"] = catchup_text(routine.catchup)
         # A turn of its session runs: here, or (its newest claim held) on another replica.
         entry["running"] = scheduler.agent.busy(routine.session) or running
-        if isinstance(scheduler.store, UsageRecords):  # what its budgets count, shown
-            entry["spent24h"] = await _day_spent(scheduler, name, now)
+        if spent is not None:  # what its budgets count, shown
+            entry["spent24h"] = spent.get(name)
         if routine.budgets:  # its budgets, and why its slots are skipped now, if they are
             entry["budget"] = budgets_text(routine.budgets)
             entry["overBudget"] = stats.over_budget.get(name)
         listing.append(entry)
     return Response(200, listing)
-
-
-async def _day_spent(scheduler: Scheduler, name: str, now: datetime) -> dict[str, Any] | None:
-    """What the routine's turns spent in the last 24 h, from the ledger (None: unreadable)."""
-    try:
-        return spent_to_json(await day_spent(scheduler.store, "routine", name, now))
-    except StateFault as exc:
-        log.error("GET /routines: what the turns of %s spent: %s", name[:ECHO], exc)
-        return None
 
 
 async def history(scheduler: Scheduler, name: str) -> Response:
@@ -374,19 +365,11 @@ async def wakeups(scheduler: Scheduler, session: str | None) -> Response:
         log.error("GET /wakeups: %s", exc)
         raise unavailable("the wake-up state is unreadable right now") from None
     listed = [_hidden(w) for w in pending if session is None or w.session == session]
-    if isinstance(scheduler.store, UsageRecords):  # what each listed session spent, shown
-        spent = await sessions_spent(scheduler.store, (e["session"] for e in listed), now)
+    spent = await listed_sessions_spent(scheduler, [e["session"] for e in listed], now)
+    if spent is not None:  # what each listed session spent, shown
         for entry in listed:
-            entry["sessionSpent24h"] = _session_spent(spent[entry["session"]], entry["session"])
+            entry["sessionSpent24h"] = spent.get(entry["session"])
     return Response(200, listed)
-
-
-def _session_spent(spent: Spent | StateFault, session: str) -> dict[str, Any] | None:
-    """What a session's wake-up turns spent in the last 24 h (None: its ledger unreadable)."""
-    if isinstance(spent, StateFault):
-        log.error("GET /wakeups: what the turns of session %r spent: %s", session[:ECHO], spent)
-        return None
-    return spent_to_json(spent)
 
 
 async def unwake(scheduler: Scheduler, wakeup_id: str, session: str) -> Response:
