@@ -61,7 +61,7 @@ def require_server() -> str:
 
 
 def admin() -> psycopg.Connection[tuple[object, ...]]:
-    return psycopg.connect(server_url(), autocommit=True)
+    return psycopg.connect(server_url(), autocommit=True, connect_timeout=10)
 
 
 @contextmanager
@@ -108,7 +108,8 @@ def pooled_schema() -> Iterator[str]:
                         (name, _KEEP),
                     )
                 ]
-                if tables:
+                if tables:  # a connection left holding a table: dropped instead, not waited for
+                    conn.execute("SET lock_timeout = '5s'")
                     conn.execute(sql.SQL("TRUNCATE {}").format(sql.SQL(", ").join(tables)))
         except psycopg.Error:
             _made.remove(name)

@@ -111,7 +111,9 @@ class WakeTurns(Protocol):
 def kept_turns(turns: Iterable[datetime], at: datetime) -> list[datetime]:
     """A session's recorded turns once one at ``at`` is added: oldest first, only those of
     the :data:`RATE_WINDOW` before the newest, at most :data:`MAX_TURNS_KEPT` (the newest).
-    Every store keeps a session's turns by this rule."""
+    The memory store and the state directory keep a session's turns by this rule; PostgreSQL
+    keeps every turn of the window (a row each), which answers the same for any rate up to
+    :data:`MAX_TURNS_KEPT`."""
     every = sorted([*turns, truncate_ms(at)])
     newest = every[-1]
     return [t for t in every if t > newest - RATE_WINDOW][-MAX_TURNS_KEPT:]

@@ -58,11 +58,6 @@ class Spending:
         self._logged: dict[tuple[str, str], datetime] = {}  # when each was last logged
         self._warned_no_ledger = False
 
-    @property
-    def keeps_ledger(self) -> bool:
-        """Whether the store keeps usage ledgers (else no budget is kept)."""
-        return self._ledger is not None
-
     async def record(self, why: FireContext, usage: Usage | None) -> None:
         """Count and record ``usage`` of the turn ``why`` describes (nothing for None)."""
         if usage is None:

@@ -147,8 +147,12 @@ _MIGRATIONS: dict[int, list[str]] = {
         "CREATE INDEX IF NOT EXISTS {wake_turns_session} ON {wake_turns} (session, at)",
     ],
     # The poll's and the take's "anything due?" by an index: without it, each scanned every
-    # pending wake-up (a sequential pass over 100,000 rows when nothing is due).
-    12: ["CREATE INDEX IF NOT EXISTS {wakeups_due} ON {wakeups} (fire_at)"],
+    # pending wake-up (a sequential pass over 100,000 rows when nothing is due); and the
+    # prune of wake-up turns older than the rate's window, at every turn, by one too.
+    12: [
+        "CREATE INDEX IF NOT EXISTS {wakeups_due} ON {wakeups} (fire_at)",
+        "CREATE INDEX IF NOT EXISTS {wake_turns_at} ON {wake_turns} (at)",
+    ],
 }
 
 
@@ -196,6 +200,7 @@ class Schema:
             "wakeups_session": sql.Identifier("trio_routines_wakeups_session"),
             "wakeups_id": sql.Identifier("trio_routines_wakeups_id"),
             "wakeups_due": sql.Identifier("trio_routines_wakeups_due"),
+            "wake_turns_at": sql.Identifier("trio_routines_wake_turns_at"),
             "wake_turns_session": sql.Identifier("trio_routines_wake_turns_session"),
         }
 
