@@ -27,6 +27,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / ".mutation"
 
+# The tests of the state directory's wake-up journal, for each of its three modules (the
+# property test is `slow`: DESELECT leaves it out, as it does every slow test).
+WAKEUP_JOURNAL_TESTS = [
+    "tests/test_wakeup_index.py",
+    "tests/test_pinned_wakeupindex.py",
+    "tests/test_pinned_wakeupjournal.py",
+    "tests/test_pinned_wakeuplog.py",
+    "tests/test_wakeup_journal_properties.py",
+    "tests/test_wakeup_takeover.py",
+    "tests/test_wakeup_turns.py",
+    "tests/test_pinned_wakeupfile.py",
+    "tests/test_pinned_wakeupfile_writes.py",
+    "tests/test_directory_store.py",
+    "tests/test_store_contract.py",
+]
+
 # module -> (files mutmut may mutate, tests that judge its mutants). Small pure modules first.
 # An entry of the tests starting with "-" is a pytest option (a cheaper Hypothesis profile).
 # Only fast tests: no real processes, no PostgreSQL (the store is selected by `-k`).
@@ -186,6 +202,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_newest.py",
         ],
     ),
+    # The wake-up journal of a state directory (the in-memory index, the journal's reading and
+    # writing, the log file under them): one module at a time, the same fast selection.
+    "wakeupindex": (["trio_routines/stores/directory/wakeupindex.py"], WAKEUP_JOURNAL_TESTS),
+    "wakeupjournal": (["trio_routines/stores/directory/wakeupjournal.py"], WAKEUP_JOURNAL_TESTS),
+    "wakeuplog": (["trio_routines/stores/directory/wakeuplog.py"], WAKEUP_JOURNAL_TESTS),
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error

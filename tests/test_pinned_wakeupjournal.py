@@ -1,0 +1,157 @@
+"""``schedule/wakeups.journal``'s file operations (wakeupjournal.py), pinned: a generation's
+header, what is read between two offsets, how the file is opened, and the full path every
+failing call names."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from trio_routines.stores.directory import wakeupjournal
+from trio_routines.stores.directory.wakeupjournal import (
+    CHUNK,
+    HEADER_BYTES,
+    Journal,
+    generation_of,
+    header,
+)
+from trio_routines.stores.safefile import Refused
+
+
+@pytest.fixture
+def schedule(tmp_path: Path) -> Iterator[tuple[Journal, int]]:
+    (tmp_path / "schedule").mkdir()
+    directory = os.open(tmp_path / "schedule", os.O_RDONLY | os.O_DIRECTORY)
+    yield Journal(tmp_path / "schedule"), directory
+    os.close(directory)
+
+
+def eio(*_: object, **__: object) -> None:
+    raise OSError(errno.EIO, "Input/output error")
+
+
+def test_a_header_names_a_generation_of_its_own_and_fits_the_bytes_read_for_it() -> None:
+    first, second = header(), header()
+    assert first != second
+    record = json.loads(first)
+    assert list(record) == ["op", "id"]
+    assert record["op"] == "gen"
+    assert re.fullmatch(r"[0-9a-f]{32}", record["id"])
+    assert first.endswith(b"\n")
+    assert len(first) <= HEADER_BYTES
+    assert generation_of(first + b'{"op":"del","id":"a"}\n') == first
+
+
+@pytest.mark.parametrize(
+    "first",
+    [b'{"op":"gen","id":"ab"', b'{"op":"add","n":1}\n', b"\n", b"", b'{"OP":"GEN"}\n'],
+)
+def test_what_does_not_start_with_a_whole_header_has_no_generation(first: bytes) -> None:
+    assert generation_of(first) == b""
+
+
+def test_the_generation_is_read_from_the_files_start(schedule: tuple[Journal, int]) -> None:
+    journal, directory = schedule
+    first = header()
+    journal.path.write_bytes(first + b'{"op":"del","id":"a"}\n')
+    fd = journal.open(directory)
+    try:
+        assert journal.generation(fd) == first
+    finally:
+        os.close(fd)
+
+
+def test_a_read_takes_the_bytes_between_its_offsets(schedule: tuple[Journal, int]) -> None:
+    journal, directory = schedule
+    content = bytes(range(256)) * (CHUNK // 256 * 2 + 3)  # more than two chunks
+    journal.path.write_bytes(content)
+    fd = journal.open(directory)
+    try:
+        assert journal.read(fd, 0, len(content)) == content
+        assert journal.read(fd, 10, 50) == content[10:50]
+        assert journal.read(fd, CHUNK - 5, CHUNK + 5) == content[CHUNK - 5 : CHUNK + 5]
+        assert journal.read(fd, 7, len(content) + 100) == content[7:]  # the file is shorter
+        assert journal.read(fd, 50, 50) == b""
+    finally:
+        os.close(fd)
+
+
+def test_the_journal_is_opened_for_reading_or_appending(schedule: tuple[Journal, int]) -> None:
+    journal, directory = schedule
+    journal.path.write_bytes(header())
+    for kwargs, flags in (({}, os.O_RDONLY), ({"append": True}, os.O_RDWR | os.O_APPEND)):
+        fd = journal.open(directory, **kwargs)
+        try:
+            got = fcntl.fcntl(fd, fcntl.F_GETFL)
+            assert got & (os.O_ACCMODE | os.O_APPEND) == flags
+        finally:
+            os.close(fd)
+
+
+def test_what_is_no_regular_file_is_refused_by_its_path(schedule: tuple[Journal, int]) -> None:
+    journal, directory = schedule
+    os.mkfifo(journal.path)
+    with pytest.raises(Refused, match=f"^{re.escape(str(journal.path))} is a FIFO"):
+        journal.open(directory)
+
+
+@pytest.mark.parametrize(
+    ("failing", "call"),
+    [
+        ("pread", lambda journal, fd: journal.read(fd, 0, 10)),
+        ("fdatasync", lambda journal, fd: journal.sync(fd)),
+        ("ftruncate", lambda journal, fd: journal.cut(fd, 0)),
+        ("fdatasync", lambda journal, fd: journal.cut(fd, 0)),
+    ],
+)
+def test_a_failing_call_names_the_journal(
+    schedule: tuple[Journal, int],
+    monkeypatch: pytest.MonkeyPatch,
+    failing: str,
+    call: Callable[[Journal, int], object],
+) -> None:
+    journal, directory = schedule
+    journal.path.write_bytes(header())
+    fd = journal.open(directory, append=True)
+    try:
+        monkeypatch.setattr(wakeupjournal.os, failing, eio)
+        with pytest.raises(OSError, match="Input/output error") as raised:
+            call(journal, fd)
+        assert raised.value.filename == str(journal.path)
+    finally:
+        os.close(fd)
+
+
+def test_a_journal_kept_aside_is_the_entry_itself_never_what_it_links_to(
+    schedule: tuple[Journal, int], tmp_path: Path
+) -> None:
+    journal, directory = schedule
+    (tmp_path / "elsewhere").write_bytes(b"not mine")
+    journal.path.symlink_to(tmp_path / "elsewhere")
+    kept = journal.keep_aside(directory)
+    assert kept is not None
+    assert kept.parent == journal.schedule
+    assert re.fullmatch(r"wakeups\.journal\.corrupt-.+-[0-9a-f]{4}", kept.name)
+    assert kept.is_symlink()
+    journal.path.unlink()
+    assert journal.keep_aside(directory) is None
+
+
+def test_a_failing_keep_aside_names_the_copy(
+    schedule: tuple[Journal, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal, directory = schedule
+    journal.path.write_bytes(header())
+    monkeypatch.setattr(wakeupjournal.os, "link", eio)
+    with pytest.raises(OSError, match="Input/output error") as raised:
+        journal.keep_aside(directory)
+    aside = Path(str(raised.value.filename))
+    assert aside.parent == journal.schedule
+    assert aside.name.startswith("wakeups.journal.corrupt-")
