@@ -27,8 +27,8 @@ from ...converter import dumps, loads
 from ...errors import StateFault
 from ...instants import format_iso, parse_iso, truncate_ms
 from ...names import check_name, name_problem
-from ..safefile import Refused, describe, fsync, lock_within, open_dirs, read_file, replace_file
-from .gaps import LOCK_SECONDS, open_lock
+from ..safefile import Refused, describe, fsync, open_dirs, read_file, replace_file
+from .gaps import LOCK_SECONDS, locked_schedule
 
 log = logging.getLogger("trio_routines")
 
@@ -63,27 +63,16 @@ def first_armed_sync(root: Path, routines: Sequence[str], at: datetime) -> dict[
 
 def _add(root: Path, names: list[str], at: datetime) -> dict[str, datetime]:
     where = root / "schedule" / FILE
-    schedule = open_dirs(root, ("schedule",), create=True)
-    try:
-        lock = open_lock(schedule, root / "schedule" / "gaps.lock")
-        try:
-            if not lock_within(lock, LOCK_SECONDS):
-                raise StateFault(
-                    f"could not keep when the routines were first armed: "
-                    f"{root / 'schedule' / 'gaps.lock'} stayed locked for {LOCK_SECONDS:g} s"
-                )
-            known = _read(schedule, where)  # again: another process may have added some
-            new = {name: at for name in names if name not in known}
-            if new:
-                known.update(new)
-                text = dumps({name: format_iso(when) for name, when in known.items()})
-                replace_file(schedule, FILE, where.parent, text.encode("utf-8"), ".armed-")
-                fsync(schedule, where.parent)
-            return {name: known[name] for name in names}
-        finally:
-            os.close(lock)  # releases the flock
-    finally:
-        os.close(schedule)
+    what = "could not keep when the routines were first armed"
+    with locked_schedule(root, "gaps.lock", what, LOCK_SECONDS) as schedule:
+        known = _read(schedule, where)  # again: another process may have added some
+        new = {name: at for name in names if name not in known}
+        if new:
+            known.update(new)
+            text = dumps({name: format_iso(when) for name, when in known.items()})
+            replace_file(schedule, FILE, where.parent, text.encode("utf-8"), ".armed-")
+            fsync(schedule, where.parent)
+        return {name: known[name] for name in names}
 
 
 def _read(schedule: int, where: Path) -> dict[str, datetime]:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -94,18 +96,9 @@ def record_gap_sync(root: Path, routine: str, gap: Gap, extends: datetime | None
     """Add ``gap`` to ``routine``'s gaps (see :func:`add_gap`); durable when it returns True."""
     name = check_name(routine)
     where = root / "schedule" / "gaps"
+    what = f"could not record a gap of {routine!r}"
     try:
-        schedule = open_dirs(root, ("schedule",), create=True)
-        try:
-            lock = open_lock(schedule, root / "schedule" / "gaps.lock")
-        finally:
-            os.close(schedule)
-        try:
-            if not lock_within(lock, LOCK_SECONDS):
-                raise StateFault(
-                    f"could not record a gap of {routine!r}: {where}.lock stayed locked "
-                    f"for {LOCK_SECONDS:g} s"
-                )
+        with locked_schedule(root, "gaps.lock", what, LOCK_SECONDS):
             if gap.reason is GapReason.STORE and _claimed_within(root, name, gap):
                 return False
             directory = open_dirs(root, ("schedule", "gaps"), create=True)
@@ -117,8 +110,6 @@ def record_gap_sync(root: Path, routine: str, gap: Gap, extends: datetime | None
                 return True
             finally:
                 os.close(directory)
-        finally:
-            os.close(lock)  # releases the flock
     except OSError as exc:
         raise StateFault(f"could not record a gap of {routine!r}: {describe(exc)}") from None
 
@@ -136,6 +127,25 @@ def _claimed_within(root: Path, name: str, gap: Gap) -> bool:
         os.close(directory)
     first, last = slot_name(gap.first), slot_name(gap.last)
     return any(first <= entry <= last for entry in claim_names(entries))
+
+
+@contextmanager
+def locked_schedule(root: Path, lock: str, what: str, seconds: float) -> Iterator[int]:
+    """The opened ``schedule`` directory, while the ``flock`` of ``schedule/<lock>`` is held:
+    had within ``seconds``, else a :class:`StateFault` saying ``what`` and that the lock
+    stayed locked. ``OSError`` when the directory or the lock file cannot be opened."""
+    schedule = open_dirs(root, ("schedule",), create=True)
+    try:
+        path = root / "schedule" / lock
+        fd = open_lock(schedule, path)
+        try:
+            if not lock_within(fd, seconds):
+                raise StateFault(f"{what}: {path} stayed locked for {seconds:g} s")
+            yield schedule
+        finally:
+            os.close(fd)  # releases the flock
+    finally:
+        os.close(schedule)
 
 
 def open_lock(schedule: int, path: Path) -> int:

@@ -27,8 +27,8 @@ from ...agent import Usage
 from ...converter import dumps, loads
 from ...errors import StateFault
 from ...ledger import Entry, Kind, Spent, add_entry, entry_from_json, entry_to_json, spent_since
-from ..safefile import Refused, describe, fsync, lock_within, open_dirs, read_file, replace_file
-from .gaps import open_lock
+from ..safefile import Refused, describe, fsync, open_dirs, read_file, replace_file
+from .gaps import locked_schedule
 
 log = logging.getLogger("trio_routines")
 
@@ -87,18 +87,9 @@ def spent_since_sync(root: Path, kind: Kind, name: str, since: datetime) -> Spen
 def record_usage_sync(root: Path, kind: Kind, name: str, at: datetime, usage: Usage) -> None:
     """Add ``usage``, spent at ``at``, to the ledger of ``name``; durable when it returns."""
     where = root / "schedule" / "usage"
+    what = f"could not record the usage of {kind} {name!r}"
     try:
-        schedule = open_dirs(root, ("schedule",), create=True)
-        try:
-            lock = open_lock(schedule, root / "schedule" / "usage.lock")
-        finally:
-            os.close(schedule)
-        try:
-            if not lock_within(lock, LOCK_SECONDS):
-                raise StateFault(
-                    f"could not record the usage of {kind} {name!r}: {where}.lock stayed "
-                    f"locked for {LOCK_SECONDS:g} s"
-                )
+        with locked_schedule(root, "usage.lock", what, LOCK_SECONDS):
             directory = open_dirs(root, ("schedule", "usage"), create=True)
             try:
                 entries = add_entry(_read(directory, kind, name, where), at, usage)
@@ -110,8 +101,6 @@ def record_usage_sync(root: Path, kind: Kind, name: str, at: datetime, usage: Us
                 fsync(directory, where)
             finally:
                 os.close(directory)
-        finally:
-            os.close(lock)  # releases the flock
     except OSError as exc:
         raise StateFault(
             f"could not record the usage of {kind} {name!r}: {describe(exc)}"

@@ -28,8 +28,8 @@ from ...converter import dumps, loads
 from ...errors import StateFault
 from ...instants import format_iso, parse_iso
 from ...wakelimits import RATE_WINDOW, kept_turns
-from ..safefile import Refused, describe, fsync, lock_within, open_dirs, read_file, replace_file
-from .gaps import LOCK_SECONDS, open_lock
+from ..safefile import Refused, describe, fsync, open_dirs, read_file, replace_file
+from .gaps import LOCK_SECONDS, locked_schedule
 
 log = logging.getLogger("trio_routines")
 
@@ -62,32 +62,21 @@ def note_wake_turn_sync(root: Path, session: str, at: datetime) -> None:
     """Add a wake-up turn of ``session`` at ``at``, durably, dropping turns out of the window."""
     where = root / "schedule" / FILE
     try:
-        schedule = open_dirs(root, ("schedule",), create=True)
-        try:
-            lock = open_lock(schedule, root / "schedule" / LOCK)
-            try:
-                if not lock_within(lock, LOCK_SECONDS):
-                    raise StateFault(
-                        f"could not record a wake-up turn: {root / 'schedule' / LOCK} stayed "
-                        f"locked for {LOCK_SECONDS:g} s"
-                    )
-                known = _read(schedule, where)
-                known[session] = kept_turns(known.get(session, ()), at)
-                newest = max(max(turns) for turns in known.values())
-                text = dumps(
-                    {
-                        name: [format_iso(t) for t in turns]
-                        for name, turns in known.items()
-                        if turns and max(turns) > newest - RATE_WINDOW
-                    }
-                )
-                data = text.encode("utf-8", errors="surrogatepass")
-                replace_file(schedule, FILE, where.parent, data, ".wake-turns-")
-                fsync(schedule, where.parent)
-            finally:
-                os.close(lock)  # releases the flock
-        finally:
-            os.close(schedule)
+        what = "could not record a wake-up turn"
+        with locked_schedule(root, LOCK, what, LOCK_SECONDS) as schedule:
+            known = _read(schedule, where)
+            known[session] = kept_turns(known.get(session, ()), at)
+            newest = max(max(turns) for turns in known.values())
+            text = dumps(
+                {
+                    name: [format_iso(t) for t in turns]
+                    for name, turns in known.items()
+                    if turns and max(turns) > newest - RATE_WINDOW
+                }
+            )
+            data = text.encode("utf-8", errors="surrogatepass")
+            replace_file(schedule, FILE, where.parent, data, ".wake-turns-")
+            fsync(schedule, where.parent)
     except OSError as exc:
         raise StateFault(
             f"a wake-up turn could not be recorded in {where}: {describe(exc)}"
