@@ -32,6 +32,7 @@ still passes it on), at no cost to the cron fires, which have none.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
@@ -67,6 +68,7 @@ _untraced_providers: tuple[type, ...] = ()
 _noop: Any = None  # the API's no-op tracer: carries a caller's context when tracing is off
 _provider: Any = None  # the global provider last seen, and our tracer from it (None: off)
 _tracer: Any = None
+_environment_names_provider: bool | None = None  # see _named_in_environment
 _NOTHING = nullcontext()
 _ERRORS = (Outcome.FAILED, Outcome.INTERRUPTED)
 
@@ -87,8 +89,17 @@ def load() -> bool:
 
 
 def _active() -> Any:
-    """Our tracer when a provider is set (tracing is on), else None. The API is loaded."""
+    """Our tracer when a provider is set (tracing is on), else None. The API is loaded.
+
+    While no provider is set, the API's ``get_tracer_provider`` looks the environment up for
+    one on every call (a failed lookup: an exception); asked once per fire, that was most of
+    what tracing off cost a fire. Its global is read first instead, where this version of the
+    API keeps it: unset and no provider named in the environment means off, as the API's own
+    answer (its proxy provider) would say.
+    """
     global _provider, _tracer
+    if getattr(_trace, "_TRACER_PROVIDER", _UNLOADED) is None and not _named_in_environment():
+        return None
     provider = _trace.get_tracer_provider()
     if provider is not _provider:  # a host set one since: look it up once
         from . import __version__
@@ -97,6 +108,15 @@ def _active() -> Any:
         untraced = isinstance(provider, _untraced_providers)
         _tracer = None if untraced else provider.get_tracer(TRACER_NAME, __version__)
     return _tracer
+
+
+def _named_in_environment() -> bool:
+    """Whether the environment names a provider for the API to load (read once: the API loads
+    it at its first call, and the variable is set before a process starts)."""
+    global _environment_names_provider
+    if _environment_names_provider is None:
+        _environment_names_provider = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+    return _environment_names_provider
 
 
 def _caller_tracer() -> Any:

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 import trio
 
 from ..claims import arm_from
-from ..cron import next_run
+from ..cron import next_run, parse_cron
 from ..errors import StateFault
 from ..gaps import is_late, old_reason, passed_over
 from ..records import Gap
@@ -75,6 +75,9 @@ class CronLoops:
         """
         assert routine.cron is not None
         name = routine.name
+        # Parsed once (a fire's next slot skips the checks and the cache's lookup); the
+        # routine's cron, zone and name are those of this very version, checked when loaded.
+        schedule = parse_cron(routine.cron, routine.tz, name)
         backoff = RESTART_FIRST
         paused_tail: datetime | None = None  # the last slot of the paused gap being extended
         unanswered: list[Gap] = []  # slots the store did not answer, not recorded yet
@@ -89,10 +92,11 @@ class CronLoops:
                     if not self._current(routine):
                         return
                     self._arming.set_due(routine, due)
+                now = self._runtime.now()
                 while due is not None:
                     # Sleep towards the slot, re-reading the wall clock after every wake: one
-                    # read serves the wake's jump check, the sleep's end and the fire.
-                    now = self._runtime.now()
+                    # read serves the wake's jump check, the sleep's end and the fire, and the
+                    # read that planned the slot serves the first sleep's length.
                     while (remaining := (due - now).total_seconds()) > 0:
                         await self._sleepers.sleep_until(
                             trio.current_time() + min(remaining, self._max_wait)
@@ -116,7 +120,7 @@ class CronLoops:
                             ),
                         )
                         paused_tail = None
-                        due = next_run(routine.cron, routine.tz, now, routine.name)
+                        due = schedule.next_after(now)
                         self._arming.set_due(routine, due)
                         continue
                     # A bare marker: at 10,000 fires at once, an Event each is collector work;
@@ -145,6 +149,7 @@ class CronLoops:
                     if not self._current(routine):
                         return
                     if early:
+                        now = self._runtime.now()
                         continue
                     if result is not None:  # the store answered
                         if unanswered:
@@ -156,7 +161,8 @@ class CronLoops:
                         )
                         result = None  # not kept by the sleeping loop: one object per routine
                     backoff = RESTART_FIRST  # a slot went through: a later fault starts over
-                    due = next_run(routine.cron, routine.tz, self._runtime.now(), routine.name)
+                    now = self._runtime.now()
+                    due = schedule.next_after(now)
                     self._arming.set_due(routine, due)
                 return
             except Exception as exc:
