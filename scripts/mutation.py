@@ -299,13 +299,13 @@ def main(argv: list[str]) -> int:
                 "TRIO_ROUTINES_TEST_CPU_FACTOR": TEST_CPU_FACTOR,
                 "TRIO_ROUTINES_TEST_IDLE_SECONDS": TEST_IDLE_SECONDS,
             },
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            capture_output=True,  # mutmut reports its own failures on stdout, not on stderr
             text=True,
             check=False,
         )
         if run.returncode != 0:
-            print(f"{module}: mutmut failed ({run.returncode}): {run.stderr[-2000:]}")
+            said = (run.stdout[-1500:] + run.stderr[-1500:]).strip() or "(nothing printed)"
+            print(f"{module}: mutmut failed ({run.returncode}): {said}")
             failed = 1
             continue
         wall = round(time.monotonic() - started)

@@ -19,7 +19,6 @@ from trio_routines.usage import (
     from_wire,
     stored_usage,
     tokens_text,
-    total_tokens,
 )
 
 
@@ -79,13 +78,6 @@ def test_a_usage_is_described_in_its_own_currency() -> None:
 )
 def test_a_count_is_written_short(count: int, text: str) -> None:
     assert tokens_text(count) == text
-
-
-def test_total_tokens_adds_in_and_out() -> None:
-    assert total_tokens(None) == 0
-    assert total_tokens(Usage(3, 4)) == 7
-    assert total_tokens(Usage(None, 4)) == 4
-    assert total_tokens(Usage(3, None)) == 3
 
 
 def test_refusals_of_a_record_and_of_the_wire_are_whole() -> None:

@@ -216,13 +216,6 @@ def describe(usage: Usage | None) -> str:
     return ", ".join(parts)
 
 
-def total_tokens(usage: Usage | None) -> int:
-    """Tokens in and out together (0 for none)."""
-    if usage is None:
-        return 0
-    return (usage.input_tokens or 0) + (usage.output_tokens or 0)
-
-
 #: How a ``cmd:`` agent reports usage: its output's last line (a final line break allowed),
 #: this marker and then the wire shape as JSON. That line is not part of the reply.
 USAGE_LINE = "trio-routines-usage:"
