@@ -957,7 +957,8 @@ PATHS = st.one_of(
     st.sampled_from(
         [
             *("/fire", "/run", "/routines", "/healthz", "/wakeups", "/wakeups/x", "/metrics"),
-            *("/routines/daily/history", "/routines/nope/history", "/", ""),
+            *("/routines/daily/history", "/routines/nope/history", "/", "", "/tools"),
+            *("/tools?style=openai", "/tools?style=x", "/replicas"),
         ]
     ),
     st.text(max_size=30),

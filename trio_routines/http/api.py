@@ -26,6 +26,7 @@ from ..records import ClaimStatus, Origin, OriginKind, Wakeup
 from ..replicas import replica_json
 from ..routines import Routine, catchup_text
 from ..scheduler import FireResult, NotOnGrid, NotYetDue, Scheduler, Stopping, UnknownRoutine
+from ..tools import definitions
 from ..turns import TurnResult
 from ..wakeups import WakeupRequest, added_reply, bad_delay_reply, parse_delay, removed_reply
 from .spending import listed_sessions_spent, routines_spent
@@ -34,6 +35,7 @@ from .wire import (
     MAX_SESSION,
     Refusal,
     Response,
+    ToolStyle,
     flag,
     label,
     optional_text,
@@ -132,6 +134,13 @@ class _Reply:
 def healthz(scheduler: Scheduler) -> Response:
     in_flight = scheduler.statistics().in_flight
     return Response(200, {"status": "busy" if in_flight else "ok", "inFlight": in_flight})
+
+
+def tools(scheduler: Scheduler, style: ToolStyle) -> Response:
+    """The wake-up tools' definitions in ``style``, stating this scheduler's limits: what an
+    agent in another process hands its model (it calls them as ``POST /wakeups`` and
+    ``DELETE /wakeups/{id}``, or through :func:`~trio_routines.tools.call_tool` of its own)."""
+    return Response(200, {"style": style, "tools": definitions(style, scheduler=scheduler)})
 
 
 async def readyz(scheduler: Scheduler) -> Response:

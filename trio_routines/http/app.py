@@ -35,6 +35,7 @@ from .wire import (
     required_session,
     route,
     session_param,
+    style_param,
     unavailable,
 )
 
@@ -191,6 +192,8 @@ class _App:
             return await api.routines(scheduler)
         if key == "/replicas":
             return await api.replicas(scheduler)
+        if key == "/tools":
+            return api.tools(scheduler, style_param(scope))
         if key == "history":
             assert param is not None
             return await api.history(scheduler, param)

@@ -11,7 +11,7 @@ import json
 import unicodedata
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qsl
 
 import attrs
@@ -42,6 +42,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "resume": ("POST",),
     "/wakeups": (*GET, "POST"),
     "wakeup": ("DELETE",),
+    "/tools": GET,
     "/healthz": GET,
     "/readyz": GET,
     "/metrics": GET,
@@ -153,7 +154,7 @@ def route(path: str) -> tuple[str, str | None]:
         404,
         "no such endpoint — the routes are POST /fire, POST /run, GET /routines, "
         "GET /routines/{name}/history, POST /routines/{name}/pause|resume, /wakeups, "
-        "GET /healthz, GET /metrics",
+        "GET /replicas, GET /tools, GET /healthz, GET /readyz, GET /metrics",
     )
 
 
@@ -236,6 +237,18 @@ def session_param(scope: Scope) -> str | None:
     """``?session=`` of ``GET /wakeups``, checked; ``None`` when absent or empty."""
     session = query(scope).get("session") or None
     return None if session is None else label(session, "session", MAX_SESSION)
+
+
+ToolStyle = Literal["plain", "openai", "anthropic"]
+TOOL_STYLES: dict[str, ToolStyle] = {"plain": "plain", "openai": "openai", "anthropic": "anthropic"}
+
+
+def style_param(scope: Scope) -> ToolStyle:
+    """``?style=`` of ``GET /tools``: the shape of the definitions, ``plain`` when absent."""
+    style = query(scope).get("style") or "plain"
+    if style not in TOOL_STYLES:
+        raise Refusal(400, f"style must be one of {', '.join(TOOL_STYLES)}, not {style[:ECHO]!r}")
+    return TOOL_STYLES[style]
 
 
 def required_session(scope: Scope) -> str:
