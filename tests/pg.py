@@ -86,10 +86,12 @@ def pooled_schema() -> Iterator[str]:
     """A schema of this process's, as a new database looks to the store contract: no rows.
 
     Creating and migrating a schema per test, then dropping it, was most of a PostgreSQL
-    contract test's time. A schema given back is emptied (every table but the version table
-    truncated) and handed to the next test of this process; one whose emptying fails is
-    dropped instead. Tests of migrations and of what an empty database does use
-    ``fresh_schema``. The schemas are dropped when the process exits.
+    contract test's time. A schema given back is emptied (every row of every table but the
+    version table deleted, in one transaction) and handed to the next test of this process;
+    one whose emptying fails is dropped instead. ``DELETE``, not ``TRUNCATE``: a test leaves a
+    few rows, and a ``TRUNCATE`` gives each table new files (25-100 ms a schema, against
+    2-13 ms). Tests of migrations and of what an empty database does use ``fresh_schema``.
+    The schemas are dropped when the process exits.
     """
     if not _made:
         atexit.register(_drop_pool)
@@ -108,9 +110,11 @@ def pooled_schema() -> Iterator[str]:
                         (name, _KEEP),
                     )
                 ]
-                if tables:  # a connection left holding a table: dropped instead, not waited for
+                if tables:  # a connection left holding a row: dropped instead, not waited for
                     conn.execute("SET lock_timeout = '5s'")
-                    conn.execute(sql.SQL("TRUNCATE {}").format(sql.SQL(", ").join(tables)))
+                    with conn.transaction():
+                        for table in tables:
+                            conn.execute(sql.SQL("DELETE FROM {}").format(table))
         except psycopg.Error:
             _made.remove(name)
             _drop(name)
