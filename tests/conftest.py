@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack
@@ -68,6 +69,12 @@ def pytest_configure(config: pytest.Config) -> None:
     roomy = room.f_bavail * room.f_frsize >= MEMORY_TEMP_FREE
     if memory and roomy and os.access(MEMORY_TEMP, os.W_OK | os.X_OK):
         os.environ["PYTEST_DEBUG_TEMPROOT"] = str(MEMORY_TEMP)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What the imports and the collection made lives as long as the run: moved out of the
+    collector's sight (``gc.freeze``), a full collection walks only what the tests made."""
+    gc.freeze()
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
