@@ -79,6 +79,17 @@ def fresh_schema() -> Iterator[str]:
 _pool: list[str] = []
 _made: list[str] = []
 _KEEP = "trio_routines_schema"  # the version table: kept, so a reused schema needs no migration
+_emptier: list[psycopg.Connection[tuple[object, ...]]] = []  # the connection that empties them
+
+
+def _emptying() -> psycopg.Connection[tuple[object, ...]]:
+    """This process's connection for emptying pooled schemas, opened once: a connection per
+    test given back was a server process started and ended per test."""
+    if _emptier and not _emptier[0].closed:
+        return _emptier[0]
+    _emptier[:] = [admin()]
+    _emptier[0].execute("SET lock_timeout = '5s'")
+    return _emptier[0]
 
 
 @contextmanager
@@ -102,20 +113,22 @@ def pooled_schema() -> Iterator[str]:
         yield name
     finally:
         try:
-            with admin() as conn:
-                tables = [
-                    sql.Identifier(name, table)
-                    for (table,) in conn.execute(
-                        "SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename <> %s",
-                        (name, _KEEP),
-                    )
-                ]
-                if tables:  # a connection left holding a row: dropped instead, not waited for
-                    conn.execute("SET lock_timeout = '5s'")
-                    with conn.transaction():
-                        for table in tables:
-                            conn.execute(sql.SQL("DELETE FROM {}").format(table))
+            conn = _emptying()
+            tables = [
+                sql.Identifier(name, table)
+                for (table,) in conn.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename <> %s",
+                    (name, _KEEP),
+                )
+            ]
+            # A connection left holding a row: dropped instead, not waited for (lock_timeout).
+            with conn.transaction():
+                for table in tables:
+                    conn.execute(sql.SQL("DELETE FROM {}").format(table))
         except psycopg.Error:
+            for emptier in _emptier:
+                emptier.close()  # a new one next time, whatever state this one is in
+            _emptier.clear()
             _made.remove(name)
             _drop(name)
         else:
@@ -128,6 +141,8 @@ def _drop(name: str) -> None:
 
 
 def _drop_pool() -> None:
+    for emptier in _emptier:
+        emptier.close()
     for name in _made:
         try:
             _drop(name)
