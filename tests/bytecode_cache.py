@@ -2,8 +2,10 @@
 
 Some machines set ``PYTHONDONTWRITEBYTECODE``. Then every test worker, and every command a test
 starts as a process, compiles the package again from source, and pytest rewrites the asserts
-of every test module again, on every run: a few seconds of each run of the fast subset. Imported
-first by the conftest, this module turns the writing back on for this process and the
+of every test module -- and of the plugins installed as packages (hypothesis, anyio, xdist,
+pytest-trio: about a second) -- again, on every run: a few seconds of each run of the fast
+subset. Loaded as a plugin before those (``-p bytecode_cache`` in the pytest options), and
+imported first by the conftest, this module turns the writing back on for this process and the
 processes it starts, into a directory of its own under ``.pytest_cache`` (so the source tree
 stays clean, as the environment asked). Python checks a cached file against its source's size
 and time, so an edited file is compiled again. Under mutation testing (mutmut sets

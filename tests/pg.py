@@ -79,6 +79,17 @@ def fresh_schema() -> Iterator[str]:
 _pool: list[str] = []
 _made: list[str] = []
 _KEEP = "trio_routines_schema"  # the version table: kept, so a reused schema needs no migration
+_emptier: list[psycopg.Connection[tuple[object, ...]]] = []  # the connection that empties them
+
+
+def _emptying() -> psycopg.Connection[tuple[object, ...]]:
+    """This process's connection for emptying pooled schemas, opened once: a connection per
+    test given back was a server process started and ended per test."""
+    if _emptier and not _emptier[0].closed:
+        return _emptier[0]
+    _emptier[:] = [admin()]
+    _emptier[0].execute("SET lock_timeout = '5s'")
+    return _emptier[0]
 
 
 @contextmanager
@@ -86,10 +97,12 @@ def pooled_schema() -> Iterator[str]:
     """A schema of this process's, as a new database looks to the store contract: no rows.
 
     Creating and migrating a schema per test, then dropping it, was most of a PostgreSQL
-    contract test's time. A schema given back is emptied (every table but the version table
-    truncated) and handed to the next test of this process; one whose emptying fails is
-    dropped instead. Tests of migrations and of what an empty database does use
-    ``fresh_schema``. The schemas are dropped when the process exits.
+    contract test's time. A schema given back is emptied (every row of every table but the
+    version table deleted, in one transaction) and handed to the next test of this process;
+    one whose emptying fails is dropped instead. ``DELETE``, not ``TRUNCATE``: a test leaves a
+    few rows, and a ``TRUNCATE`` gives each table new files (25-100 ms a schema, against
+    2-13 ms). Tests of migrations and of what an empty database does use ``fresh_schema``.
+    The schemas are dropped when the process exits.
     """
     if not _made:
         atexit.register(_drop_pool)
@@ -100,18 +113,22 @@ def pooled_schema() -> Iterator[str]:
         yield name
     finally:
         try:
-            with admin() as conn:
-                tables = [
-                    sql.Identifier(name, table)
-                    for (table,) in conn.execute(
-                        "SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename <> %s",
-                        (name, _KEEP),
-                    )
-                ]
-                if tables:  # a connection left holding a table: dropped instead, not waited for
-                    conn.execute("SET lock_timeout = '5s'")
-                    conn.execute(sql.SQL("TRUNCATE {}").format(sql.SQL(", ").join(tables)))
+            conn = _emptying()
+            tables = [
+                sql.Identifier(name, table)
+                for (table,) in conn.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename <> %s",
+                    (name, _KEEP),
+                )
+            ]
+            # A connection left holding a row: dropped instead, not waited for (lock_timeout).
+            with conn.transaction():
+                for table in tables:
+                    conn.execute(sql.SQL("DELETE FROM {}").format(table))
         except psycopg.Error:
+            for emptier in _emptier:
+                emptier.close()  # a new one next time, whatever state this one is in
+            _emptier.clear()
             _made.remove(name)
             _drop(name)
         else:
@@ -124,6 +141,8 @@ def _drop(name: str) -> None:
 
 
 def _drop_pool() -> None:
+    for emptier in _emptier:
+        emptier.close()
     for name in _made:
         try:
             _drop(name)

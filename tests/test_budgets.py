@@ -105,7 +105,8 @@ async def test_a_routine_over_its_daily_token_budget_skips_slots_until_the_windo
 ) -> None:
     caplog.set_level(logging.WARNING, "trio_routines")
     hourly = Routine(name="hourly", prompt="p", cron="0 * * * *", budgets="250 tokens/day")  # type: ignore[arg-type]
-    scheduler, agent, store, _wall = rig(hourly, store=MemoryStore())
+    # Hourly polls (no wake-up is pending): the day passes in fewer ticks of the idle loops.
+    scheduler, agent, store, _wall = rig(hourly, store=MemoryStore(), poll_interval=3600)
     agent.default = Complete(duration=1, usage=Usage(input_tokens=80, output_tokens=20))
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)

@@ -14,11 +14,10 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from procs import Env, alive, lines, one_line, stop, wait_for, years_ago
+from procs import Env, alive, in_process, lines, one_line, stop, wait_for, years_ago
 
 from trio_routines.instants import format_iso, parse_iso
 
@@ -359,23 +358,17 @@ def test_run_streams_the_reply_without_a_claim_or_history(env: Env) -> None:
 
 def test_common_options_work_before_the_command_too(env: Env) -> None:
     env.routine("adhoc", prompt="hi")
-    argv = [sys.executable, "-m", "trio_routines", "--routines", str(env.routines)]
-    argv += ["--agent", "echo", "--log-level", "WARNING", "run", "adhoc"]
-    result = subprocess.run(
-        argv, capture_output=True, text=True, env=env.environ(), cwd=env.root, timeout=60
-    )
+    argv = ["--routines", str(env.routines), "--agent", "echo", "--log-level", "WARNING"]
+    result = in_process([*argv, "run", "adhoc"], cwd=env.root, environ=env.environ())
     assert (result.returncode, result.stdout, result.stderr) == (0, "hi\n", "")
 
 
 def test_agent_from_the_environment(env: Env) -> None:
     env.routine("adhoc", prompt="hi")
-    result = subprocess.run(
-        env.argv("run", "adhoc"),
-        capture_output=True,
-        text=True,
-        env={**env.environ(), "TRIO_ROUTINES_AGENT": "cmd:tr a-z A-Z"},
+    result = in_process(
+        env.argv("run", "adhoc")[3:],
         cwd=env.root,
-        timeout=60,
+        environ={**env.environ(), "TRIO_ROUTINES_AGENT": "cmd:tr a-z A-Z"},
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "HI\n"

@@ -336,7 +336,7 @@ def test_a_cmd_agents_stdout_is_kept_as_the_fires_output(env: Env) -> None:
 
 def test_wake_records_cli_and_listings_pass_over_hostile_origins(env: Env) -> None:
     added = json.loads(
-        env.cli("wake", "--session", "chat", "--in", "2h", "--prompt", "hi", "--json").stdout
+        env.run_cli("wake", "--session", "chat", "--in", "2h", "--prompt", "hi", "--json").stdout
     )
     assert added["origin"] == {"kind": "cli", "depth": 0}
     (stored,) = env.wakeups()
@@ -353,7 +353,7 @@ def test_wake_records_cli_and_listings_pass_over_hostile_origins(env: Env) -> No
             {**base, "id": "none"},
         ]
     )
-    result = env.cli("list")
+    result = env.run_cli("list")
     assert result.returncode == 0, result.stderr
     assert "\x1b" not in result.stdout
     rows = {line.split()[0]: line for line in result.stdout.splitlines()[3:]}
@@ -362,7 +362,7 @@ def test_wake_records_cli_and_listings_pass_over_hostile_origins(env: Env) -> No
     assert "wake-up pppppppp depth 9  " in rows["chain"]
     for unknown in ("junk1", "junk2", "junk3", "none"):
         assert "  unknown  " in rows[unknown]  # passed over: the entry itself is kept
-    listed = json.loads(env.cli("list", "--json").stdout)["wakeups"]
+    listed = json.loads(env.run_cli("list", "--json").stdout)["wakeups"]
     assert [w.get("origin", {}).get("kind") for w in listed] == [
         "cli", "routine", "wakeup", None, None, None, None
     ]  # fmt: skip

@@ -993,31 +993,40 @@ ENDPOINTS = [
 ]
 
 
+# The strategies a request is drawn from, built once: built inside the composite, each example
+# paid for building and validating them again (about half of the test's time).
+TENTHS = st.integers(0, 9)
+ENDPOINT = st.sampled_from(ENDPOINTS)
+ANY_METHOD = st.sampled_from(["GET", "POST", "DELETE", "PUT", "PATCH"]) | st.text()
+FIELDS = st.dictionaries(st.sampled_from(KEYS), VALUES, min_size=1, max_size=5)
+NESTED = st.recursive(VALUES, lambda kids: st.lists(kids) | st.dictionaries(st.text(), kids))
+ANY_BODY = st.binary(max_size=200) | NESTED.map(json.dumps).map(str.encode)
+FEW_HEADERS = st.lists(st.tuples(HEADER_NAMES, HEADER_VALUES), max_size=2)
+MORE_HEADERS = st.lists(st.tuples(HEADER_NAMES, HEADER_VALUES), max_size=5)
+QUERIES = st.sampled_from([b"", b"session=s", b"session=%FF"]) | st.binary(max_size=30)
+
+
 @st.composite
 def requests(draw: st.DrawFn) -> dict[str, Any]:
     """Mostly near-valid requests (a real route, JSON, the token), so the examples reach the
     handlers; the rest anything at all."""
 
     def likely(tenths: int) -> bool:
-        return draw(st.integers(0, 9)) < tenths
+        return draw(TENTHS) < tenths
 
     if likely(7):
-        method, path = draw(st.sampled_from(ENDPOINTS))
+        method, path = draw(ENDPOINT)
     else:
-        method = draw(st.sampled_from(["GET", "POST", "DELETE", "PUT", "PATCH"]) | st.text())
+        method = draw(ANY_METHOD)
         path = draw(PATHS)
     if likely(6):
-        fields = st.dictionaries(st.sampled_from(KEYS), VALUES, min_size=1, max_size=5)
-        body = json.dumps({**draw(fields), **draw(JSON_BODIES)}).encode()
+        body = json.dumps({**draw(FIELDS), **draw(JSON_BODIES)}).encode()
     else:
-        nested = st.recursive(
-            VALUES, lambda kids: st.lists(kids) | st.dictionaries(st.text(), kids)
-        )
-        body = draw(st.binary(max_size=200) | nested.map(json.dumps).map(str.encode))
+        body = draw(ANY_BODY)
     cuts = sorted(draw(st.lists(st.integers(0, len(body)), max_size=3)))
     chunks = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
     token = TOKEN if likely(3) else None
-    headers = draw(st.lists(st.tuples(HEADER_NAMES, HEADER_VALUES), max_size=2 if likely(7) else 5))
+    headers = draw(FEW_HEADERS if likely(7) else MORE_HEADERS)
     if likely(8):
         headers.append((b"content-type", b"application/json"))
     if likely(8):
@@ -1025,9 +1034,7 @@ def requests(draw: st.DrawFn) -> dict[str, Any]:
     return {
         "method": method,
         "path": path,
-        "query": draw(
-            st.sampled_from([b"", b"session=s", b"session=%FF"]) | st.binary(max_size=30)
-        ),
+        "query": draw(QUERIES),
         "headers": draw(st.permutations(headers)),
         "chunks": chunks,
         "token": token,

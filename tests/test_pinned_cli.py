@@ -1,17 +1,18 @@
-"""The command line's defaults, pinned with real processes started without the options.
+"""The command line's defaults, pinned with commands run without the options.
 
 ``--state`` defaults to ``$TRIO_ROUTINES_STATE``, else ``.state``; ``--routines`` defaults to
-``routines``; both relative to the working directory.
+``routines``; both relative to the working directory. Each command runs in this process as
+``python -m trio_routines`` would (``procs.in_process``: its own working directory and
+environment), which is what these defaults are read from.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
-from procs import Env
+from procs import Env, in_process
 
 SLOT = "2026-07-07T09:00:00.000Z"
 CLAIM = "2026-07-07T09-00-00-000Z"
@@ -21,14 +22,7 @@ def run(env: Env, *args: str, state: str | None = None) -> subprocess.CompletedP
     environ = env.environ()
     if state is not None:
         environ["TRIO_ROUTINES_STATE"] = state
-    return subprocess.run(
-        [sys.executable, "-m", "trio_routines", *args],
-        capture_output=True,
-        text=True,
-        cwd=env.root,
-        env=environ,
-        timeout=60,
-    )
+    return in_process(list(args), cwd=env.root, environ=environ)
 
 
 def claims(root: Path) -> list[str]:

@@ -140,7 +140,8 @@ async def test_a_replaced_version_arms_only_once_its_fire_in_flight_settled(
 
 
 async def test_a_re_arm_keeps_to_the_routines_zone_and_hash(autojump_clock: Any) -> None:
-    scheduler, agent, _, wall = rig(BERLIN, wakeups=False)
+    # An hourly clock watch: the wall clock does not jump, and two days pass in fewer ticks.
+    scheduler, agent, _, wall = rig(BERLIN, wakeups=False, poll_interval=3600)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         scheduler.update_routines([attrs.evolve(BERLIN, prompt="new")])

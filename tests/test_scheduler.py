@@ -376,7 +376,8 @@ async def test_a_raising_agent_stores_the_exception_line(autojump_clock: Any) ->
 async def test_routine_without_cron_is_never_armed(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    rig = Rig(Routine(name="manual", prompt="p"))
+    # Hourly polls: no wake-up is pending, and three days pass in fewer ticks of the idle loops.
+    rig = Rig(Routine(name="manual", prompt="p"), poll_interval=3600)
     async with rig.running() as scheduler:
         await trio.sleep(3 * 86400)
         assert scheduler.statistics().armed == ()
@@ -432,7 +433,8 @@ async def test_two_routines_fire_concurrently_and_slow_turns_skip_slots(
 
 
 async def test_a_simulated_day_of_a_minute_cron(autojump_clock: Any) -> None:
-    rig = Rig(Routine(name="minutely", prompt="p", cron="* * * * *"))
+    # Hourly polls: no wake-up is pending, and the day's 1,440 fires share it with fewer idle ticks.
+    rig = Rig(Routine(name="minutely", prompt="p", cron="* * * * *"), poll_interval=3600)
     async with rig.running():
         await sleep_until_wall(rig.wall, T0 + timedelta(days=1, seconds=30))
     assert len(rig.agent.turns) == 1440
