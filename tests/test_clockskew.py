@@ -18,7 +18,6 @@ installs the ``faketime`` package.
 
 from __future__ import annotations
 
-import glob
 import os
 import re
 import signal
@@ -29,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from procs import Env, lines, wait_for
+from procs import Env, FakeClock, faketime_library, lines, wait_for
 
 from trio_routines.instants import format_iso, parse_iso
 
@@ -39,41 +38,15 @@ M1 = datetime(2031, 3, 3, 10, 1, tzinfo=UTC)  # a minute boundary: a slot of "* 
 LEAD = 4.0  # seconds between the faked start and M1: time enough to boot, little to wait
 
 
-def _libfaketime() -> str | None:
-    found = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
-    found += sorted(glob.glob("/usr/lib/faketime/libfaketime.so.1"))
-    return found[0] if found else None
-
-
 @pytest.fixture(scope="module")
 def libfaketime() -> str:
-    path = _libfaketime()
+    path = faketime_library()
     if path is None:
         message = "libfaketime is not installed (apt-get install faketime)"
         if os.environ.get("CI"):
             pytest.fail(message + " -- CI must install it")
         pytest.skip(message)
     return path
-
-
-class FakeClock:
-    """One faked wall clock, shared by every process started with its environment."""
-
-    def __init__(self, path: Path, library: str) -> None:
-        self.path = path
-        self.library = library
-
-    def set(self, when: datetime) -> None:
-        offset = when.timestamp() - time.time()
-        self.path.write_text(f"{offset:+.3f}\n")
-
-    def environ(self) -> dict[str, str]:
-        return {
-            "LD_PRELOAD": self.library,
-            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-            "FAKETIME_TIMESTAMP_FILE": str(self.path),
-            "FAKETIME_NO_CACHE": "1",
-        }
 
 
 class Skew:
