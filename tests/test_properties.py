@@ -276,6 +276,7 @@ def share(shard: int) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.longest
 @pytest.mark.parametrize("shard", range(SHARDS))
 def test_schedulers_sharing_a_store_keep_every_promise(shard: int) -> None:
     @settings(max_examples=share(shard))

@@ -16,6 +16,7 @@ from psycopg import sql
 
 
 @pytest.mark.slow
+@pytest.mark.longest
 def test_a_rolling_restart_of_three_replicas_under_long_turns(tmp_path: Path) -> None:
     url = require_server()
     with fresh_schema() as schema:
