@@ -5,6 +5,7 @@ import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import bytecode_cache  # noqa: F401  (first: compiled code is cached, see its doc)
 import pytest
@@ -82,6 +83,40 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     is spent waiting -- for PostgreSQL, for a child process, for a real deadline to pass -- and
     a third worker on two cores keeps them busy meanwhile."""
     return len(os.sched_getaffinity(0)) + 1
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist worksteal``, each worker's first share starts with its part of the slow
+    tests. The scheduler sends each worker a contiguous share of the collection, and an idle
+    worker steals the back half of the longest queue: in collection order, the slow tests (a
+    few of them over a minute, mostly waiting) sat in one or two shares and started late, and
+    the suite ended with them running alone. Dealt round-robin to the shares' fronts (the
+    ``longest`` first), they start at once, side by side, and the fast tests behind them fill
+    the end. Every worker collects the same order (the scheduler requires it); other runs
+    keep the file order."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None or workerinput.get("dist") != "worksteal":
+        return
+    count = int(workerinput["workercount"])
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    slow.sort(key=lambda item: item.get_closest_marker("longest") is None)  # those first
+    fast = [item for item in items if not item.get_closest_marker("slow")]
+    ordered: list[pytest.Item] = []
+    left = len(items)
+    for worker in range(count):
+        size = left // (count - worker)  # the scheduler's first share for this worker
+        mine = slow[worker::count]
+        take = max(0, size - len(mine))
+        ordered += mine + fast[:take]
+        fast = fast[take:]
+        left -= size
+    items[:] = ordered + fast
+
+
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist, in the controller: tell each worker the distribution mode (a worker's own
+    ``--dist`` reads ``no``), for :func:`pytest_collection_modifyitems`."""
+    node.workerinput["dist"] = node.config.getoption("dist")
 
 
 STORE_KINDS = ["memory", "directory", "postgres"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import io
 import itertools
 import json
@@ -17,7 +18,7 @@ import time
 import traceback
 from collections.abc import Callable
 from contextlib import ExitStack
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -64,8 +65,61 @@ def lines(path: Path) -> list[str]:
         return []
 
 
+def faketime_library() -> str | None:
+    """Debian's ``libfaketime.so.1`` (package ``faketime``), if installed."""
+    found = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
+    found += sorted(glob.glob("/usr/lib/faketime/libfaketime.so.1"))
+    return found[0] if found else None
+
+
+class FakeClock:
+    """A wall clock for the processes started with :meth:`environ`: libfaketime preloaded fakes
+    their wall clock only (``FAKETIME_DONT_FAKE_MONOTONIC=1``: Trio's clock, which the scheduler
+    sleeps on, stays real) as an offset from the real one, read from ``path`` at every call,
+    so :meth:`set` moves it while they run. Without the library (``None``) it is the real clock."""
+
+    def __init__(self, path: Path, library: str | None) -> None:
+        self.path = path
+        self.library = library
+        self.offset = 0.0  # seconds ahead of the real clock
+
+    def set(self, when: datetime) -> None:
+        if self.library is None:
+            raise RuntimeError("libfaketime is not installed: the wall clock cannot be set")
+        self.offset = when.timestamp() - time.time()
+        self.path.write_text(f"{self.offset:+.3f}\n")
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + timedelta(seconds=self.offset)
+
+    def environ(self) -> dict[str, str]:
+        if self.library is None:
+            return {}
+        return {
+            "LD_PRELOAD": self.library,
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+            "FAKETIME_TIMESTAMP_FILE": str(self.path),
+            "FAKETIME_NO_CACHE": "1",
+        }
+
+
+def before_a_minute(path: Path, lead: float) -> FakeClock:
+    """A clock ``lead`` seconds before a minute boundary, for a test that waits for a minute's
+    herd (cron has minute resolution): the processes started with it meet the boundary after
+    ``lead`` seconds rather than up to a minute. The test computes its slots from
+    :meth:`FakeClock.now`. Without libfaketime it is the real clock, and the test waits as long
+    as it would have."""
+    clock = FakeClock(path, faketime_library())
+    if clock.library is not None:
+        ahead = datetime.now(UTC) + timedelta(seconds=lead)
+        boundary = ahead.replace(second=0, microsecond=0) + timedelta(minutes=1)
+        clock.set(boundary - timedelta(seconds=lead))
+    return clock
+
+
 class Env:
-    """A temporary project: a routines directory, a state directory, a marker file."""
+    """A temporary project: a routines directory, a state directory, a marker file; the
+    processes it starts read ``clock`` as their wall clock, when one is set."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -74,6 +128,7 @@ class Env:
         self.state = root / "state"
         self.marker = root / "marker"
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.clock: FakeClock | None = None
 
     def routine(self, name: str, prompt: str = "do the thing", **keys: str) -> None:
         front = "".join(f"{key}: {value}\n" for key, value in keys.items())
@@ -94,6 +149,8 @@ class Env:
     def environ(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_ROUTINES_")}
         env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+        if self.clock is not None:
+            env.update(self.clock.environ())
         return env
 
     def cli(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

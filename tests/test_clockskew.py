@@ -18,9 +18,9 @@ installs the ``faketime`` package.
 
 from __future__ import annotations
 
-import glob
 import os
 import re
+import select
 import signal
 import subprocess
 import time
@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from procs import Env, lines, wait_for
+from procs import Env, FakeClock, faketime_library, lines, wait_for
 
 from trio_routines.instants import format_iso, parse_iso
 
@@ -39,41 +39,15 @@ M1 = datetime(2031, 3, 3, 10, 1, tzinfo=UTC)  # a minute boundary: a slot of "* 
 LEAD = 4.0  # seconds between the faked start and M1: time enough to boot, little to wait
 
 
-def _libfaketime() -> str | None:
-    found = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
-    found += sorted(glob.glob("/usr/lib/faketime/libfaketime.so.1"))
-    return found[0] if found else None
-
-
 @pytest.fixture(scope="module")
 def libfaketime() -> str:
-    path = _libfaketime()
+    path = faketime_library()
     if path is None:
         message = "libfaketime is not installed (apt-get install faketime)"
         if os.environ.get("CI"):
             pytest.fail(message + " -- CI must install it")
         pytest.skip(message)
     return path
-
-
-class FakeClock:
-    """One faked wall clock, shared by every process started with its environment."""
-
-    def __init__(self, path: Path, library: str) -> None:
-        self.path = path
-        self.library = library
-
-    def set(self, when: datetime) -> None:
-        offset = when.timestamp() - time.time()
-        self.path.write_text(f"{offset:+.3f}\n")
-
-    def environ(self) -> dict[str, str]:
-        return {
-            "LD_PRELOAD": self.library,
-            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-            "FAKETIME_TIMESTAMP_FILE": str(self.path),
-            "FAKETIME_NO_CACHE": "1",
-        }
 
 
 class Skew:
@@ -163,12 +137,14 @@ def test_faketime_moves_the_wall_clock_of_a_running_process(skew: Skew) -> None:
         cwd=skew.env.root,
         env={**os.environ, **clock.environ()},
     )
-    wait_for(lambda: proc.poll() is None, 5, "the probe to start")
-    time.sleep(0.3)
+    assert proc.stdout is not None
+    # The first date is out (not merely the process started) before the clock moves.
+    assert select.select([proc.stdout], [], [], 20)[0], "the probe printed nothing"
+    first = proc.stdout.readline()
     clock.set(M1 - timedelta(days=1))
     (skew.env.root / "go").touch()
     out, _ = proc.communicate(timeout=10)
-    assert out.split() == ["2031-03-03T10:01", "2031-03-02T10:01"]
+    assert [first.strip(), *out.split()] == ["2031-03-03T10:01", "2031-03-02T10:01"]
 
 
 def test_a_forward_jump_past_several_slots_fires_the_due_one_once_and_is_logged(

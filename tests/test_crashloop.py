@@ -46,7 +46,7 @@ from procs import Env, alive, lines, wait_for
 
 from trio_routines.instants import format_iso, parse_iso, slot_name, slot_of
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.longest]
 
 ROUNDS = int(os.environ.get("TRIO_ROUTINES_CRASHLOOP_ROUNDS", "20"))
 SEED = int(os.environ.get("TRIO_ROUTINES_CRASHLOOP_SEED", str(random.randrange(2**32))))

@@ -13,7 +13,11 @@ clock, stops a scheduler with a random grace, crashes one, or boots one again. I
 * after a crash (the store raises :class:`Crash` on every call from then on, and the
   scheduler is cancelled), the next boot records the crashed fire ``interrupted``.
 
-The ``ci`` Hypothesis profile (``CI`` set) runs four times as many examples (200, ~16 s).
+The ``ci`` Hypothesis profile (``CI`` set) runs four times as many examples (200). An example
+costs about a second of CPU (a plan covers hours of virtual time, every loop of every scheduler
+waking through it), so the examples are split into :data:`SHARDS` tests, each running its
+share with its own random seed: pytest-xdist runs them side by side, where one test would be
+the suite's longest critical path.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from trio_routines.scheduler import Scheduler
 from trio_routines.testing import Complete, Fail, MemoryStore, ScriptedAgent, Turn, WallClock
 
 EXAMPLES = settings().max_examples // 2  # 50 by default, 200 under the ci profile
+SHARDS = 8  # tests that share the EXAMPLES between them
 BASE = datetime(2026, 7, 7, 9, 3, 17, tzinfo=UTC)
 CRONS = ["* * * * *", "*/2 * * * *", "*/5 * * * *", "*/15 * * * *", "0 * * * *"]
 
@@ -265,8 +270,23 @@ async def _play(plan: dict[str, Any]) -> None:
                 assert owner.crashed, (routine, name)
 
 
-@settings(max_examples=EXAMPLES)
-@given(plans())
+def share(shard: int) -> int:
+    """How many of the :data:`EXAMPLES` the test ``shard`` runs: all of them between the shards."""
+    return EXAMPLES // SHARDS + (shard < EXAMPLES % SHARDS)
+
+
 @pytest.mark.slow
-def test_schedulers_sharing_a_store_keep_every_promise(plan: dict[str, Any]) -> None:
-    trio.run(_play, plan, clock=trio.testing.MockClock(autojump_threshold=0))
+@pytest.mark.longest
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_schedulers_sharing_a_store_keep_every_promise(shard: int) -> None:
+    @settings(max_examples=share(shard))
+    @given(plans())
+    def play(plan: dict[str, Any]) -> None:
+        trio.run(_play, plan, clock=trio.testing.MockClock(autojump_threshold=0))
+
+    play()
+
+
+def test_the_shards_run_every_example_between_them() -> None:
+    assert sum(share(shard) for shard in range(SHARDS)) == EXAMPLES
+    assert all(share(shard) > 0 for shard in range(SHARDS))

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 from pg import admin, fresh_schema, require_server
-from procs import Env, assert_no_overlap, lines, stop, turn_spans, wait_for
+from procs import Env, assert_no_overlap, before_a_minute, lines, stop, turn_spans, wait_for
 from psycopg import sql
 
 
 @pytest.mark.slow
+@pytest.mark.longest
 def test_a_rolling_restart_of_three_replicas_under_long_turns(tmp_path: Path) -> None:
     url = require_server()
     with fresh_schema() as schema:
@@ -24,6 +25,9 @@ def test_a_rolling_restart_of_three_replicas_under_long_turns(tmp_path: Path) ->
         env = Env(tmp_path)
         env.state = f"{url}?options=-csearch_path%3D{schema}"  # type: ignore[assignment]
         env.routine("slow", cron="* * * * *")
+        # The replicas' wall clock starts 6 s before a minute boundary (they boot in ~3.5 s
+        # here), so the first turn starts then; were they slower, it starts a minute later.
+        env.clock = before_a_minute(tmp_path / "wall.faketime", 6)
         # The turn notes its start and its end (a stop's too), in wall seconds.
         note_end = f'echo "end $t $(date +%s.%N)" >> {env.marker}'
         agent = (
@@ -56,7 +60,9 @@ def test_a_rolling_restart_of_three_replicas_under_long_turns(tmp_path: Path) ->
                 assert stop(replicas[n]) == 0  # type: ignore[arg-type]
                 replicas[n] = start(n, 1)
                 wait_for(lambda n=n: "wake-ups:" in env.log(f"r{n}-1.log"), 30, f"r{n} back")
-            time.sleep(15)
+            # The last restart came after the next minute's slot; five of the live replicas'
+            # one-second watches, in which a running turn called dead would be logged.
+            time.sleep(5)
         finally:
             for proc in replicas.values():
                 stop(proc)  # type: ignore[arg-type]

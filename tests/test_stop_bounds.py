@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
-from procs import Env, wait_for
+from procs import Env, before_a_minute, wait_for
 
 from trio_routines.errors import StateFault
 from trio_routines.instants import format_iso
@@ -52,6 +52,9 @@ def test_sigterm_with_a_stopped_writer_child_exits_within_the_grace_and_fires_no
 ) -> None:
     for i in range(ROUTINES):
         env.routine(f"m{i:03}", cron="* * * * *")
+    # serve's wall clock starts 10 s before a minute's herd (~4 s to boot, start the writer
+    # process and let it settle here); were it slower, the test waits for the next herd.
+    env.clock = clock = before_a_minute(env.root / "wall.faketime", 10)
     serve = env.serve("echo", "--grace", "2")
     child = wait_for(lambda: writer_child(serve.pid), 30, "the writer process")
     # Up (it says so once it has imported, ~0.3 s) before it is stopped: else threads write,
@@ -60,7 +63,7 @@ def test_sigterm_with_a_stopped_writer_child_exits_within_the_grace_and_fires_no
     os.kill(child, signal.SIGSTOP)
     try:
         # The next minute's herd: its claims go to the stopped child and are never answered.
-        now = datetime.now(UTC)
+        now = clock.now()
         herd = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
         time.sleep((herd - now).total_seconds() + 3)
         stopped_at = time.monotonic()
@@ -120,6 +123,9 @@ def test_sigterm_while_the_disk_stalls_the_claims_exits_within_the_grace_and_run
     # before a minute's herd, and thaws only after the process is gone.
     for i in range(10):
         env.routine(f"m{i}", cron="* * * * *")
+    # serve's wall clock starts 6 s before a minute's herd (~1.5 s to boot here, 2 s of
+    # freeze before the herd); were it slower, the test waits for the next herd.
+    env.clock = clock = before_a_minute(env.root / "wall.faketime", 6)
     marker = env.root / "frozen"
     script = Path(__file__).with_name("stalled_disk.py")
     serve_argv = env.argv("serve", "--agent", "echo")[3:]  # without "python -m trio_routines"
@@ -130,7 +136,7 @@ def test_sigterm_while_the_disk_stalls_the_claims_exits_within_the_grace_and_run
         )
     env.procs.append(serve)
     wait_for(lambda: "wake-ups:" in env.log(), 30, "serve to start")
-    now = datetime.now(UTC)
+    now = clock.now()
     herd = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
     time.sleep(max(0.0, (herd - now).total_seconds() - 2))
     marker.touch()
