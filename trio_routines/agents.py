@@ -54,6 +54,7 @@ from .context import current_fire
 from .errors import InvalidAgent
 from .instants import format_iso
 from .logs import one_line
+from .procgroup import runs_in_group
 from .usage import UsageLine
 
 log = logging.getLogger("trio_routines")
@@ -195,7 +196,7 @@ class CommandAgent:
             with trio.move_on_after(self.kill_grace) as waited:
                 await process.wait()
                 # Nothing signals when a group empties; its members are not our children.
-                while _group_alive(process.pid):  # noqa: ASYNC110
+                while await trio.to_thread.run_sync(_group_alive, process.pid):  # noqa: ASYNC110
                     await trio.sleep(0.05)
             if not waited.cancelled_caught:
                 return  # the group is gone: its id may already be someone else's
@@ -254,11 +255,13 @@ def _signal_group(pgid: int, signum: int) -> None:
 
 
 def _group_alive(pgid: int) -> bool:
+    """Whether a member of group ``pgid`` still runs; one that exited counts as gone, reaped
+    or not (see :func:`~trio_routines.procgroup.runs_in_group`)."""
     try:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    return True
+    return runs_in_group(pgid)
 
 
 # --- py: ----------------------------------------------------------------------------------

@@ -1,0 +1,82 @@
+"""A process group's members that exited but are not reaped (zombies) do not keep it running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trio_routines.agents import _group_alive
+from trio_routines.procgroup import runs_in_group
+
+
+def state(pid: int) -> str:
+    text = Path(f"/proc/{pid}/stat").read_bytes()
+    return text[text.rfind(b")") + 2 :].split()[0].decode()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_a_group_whose_only_member_exited_unreaped_runs_no_more() -> None:
+    # Our own child, not waited for: once it exits it stays listed, a zombie, as an orphan
+    # does until the init process reaps it.
+    child = subprocess.Popen(["sh", "-c", "exit 0"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while state(child.pid) != "Z":
+            assert time.monotonic() < deadline, "the child never exited"
+            time.sleep(0.01)
+        os.killpg(child.pid, 0)  # the kernel still lists the group...
+        assert not runs_in_group(child.pid)  # ...but nothing in it runs
+        assert not _group_alive(child.pid)
+    finally:
+        child.wait()
+    assert not _group_alive(child.pid)  # reaped: gone from the kernel's list too
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_a_group_with_a_running_member_runs() -> None:
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        assert runs_in_group(child.pid)
+        assert _group_alive(child.pid)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+
+
+def fake_proc(root: Path, entries: dict[str, bytes]) -> str:
+    for name, stat in entries.items():
+        (root / name).mkdir()
+        (root / name / "stat").write_bytes(stat)
+    return str(root)
+
+
+def test_members_are_told_by_their_state_whatever_their_command_is_called(tmp_path: Path) -> None:
+    proc = fake_proc(
+        tmp_path,
+        {
+            "10": b"10 (a) b) c) Z 1 77 77 0 -1\n",  # a command name with ") " in it
+            "11": b"11 (x) S 1 78 78 0 -1\n",  # another group
+            "12": b"12 (y) X 1 77 77 0 -1\n",  # dead
+            "self": b"not a pid\n",
+            "13": b"garbage",
+            "14": b"14 (z) R 1 notanumber\n",
+        },
+    )
+    (tmp_path / "15").mkdir()  # no stat file: left meanwhile
+    assert not runs_in_group(77, proc)  # its members have all exited
+    assert runs_in_group(78, proc)
+    (tmp_path / "16").mkdir()
+    (tmp_path / "16" / "stat").write_bytes(b"16 (sh (x)) S 1 77 77 0 -1\n")
+    assert runs_in_group(77, proc)
+
+
+def test_without_a_listing_or_a_member_in_it_the_kernels_answer_stands(tmp_path: Path) -> None:
+    assert runs_in_group(5, str(tmp_path / "missing"))  # no /proc to read
+    proc = fake_proc(tmp_path, {"10": b"10 (a) S 1 6 6 0 -1\n"})
+    assert runs_in_group(5, proc)  # group 5 not shown (hidden from us): it still counts
