@@ -15,6 +15,7 @@ from procs import Env, wait_for
 from scheduler_rig import at, rig
 
 from trio_routines import Outcome, Routine
+from trio_routines.errors import StateFault
 from trio_routines.instants import format_iso, slot_name
 from trio_routines.replicas import ReplicaInfo, claim_key
 from trio_routines.scheduler.openclaims import OPEN_INTERRUPTED
@@ -155,3 +156,52 @@ def test_serve_records_the_older_open_claims_dead_processes_left_in_a_state_dire
     finally:
         serve.terminate()
         serve.wait(30)
+
+
+class SettledMeanwhile(MemoryStore):
+    """Its holder settles each claim asked about, and leaves, between the listing of the open
+    claims and the check of their holds: a replica's stop, as seen by another's watch."""
+
+    async def claims_alive(self, claims: Any) -> list[bool]:
+        for routine, slot in claims:
+            await self.settle(routine, slot, Outcome.INTERRUPTED, 7, error="interrupted by stop")
+        return await super().claims_alive(claims)
+
+
+async def test_a_claim_its_holder_settled_before_leaving_is_not_called_dead(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = SettledMeanwhile()
+    routine = Routine(name="hourly", prompt="p", cron="0 * * * *")
+    await store.claim("hourly", at(7), at(7), replica="stopping")  # its turn, being settled
+    await store.claim("hourly", at(8), at(8), replica="other")  # the newest: the boot's
+    await MemoryStore.settle(store, "hourly", at(8), Outcome.COMPLETED, 5)
+    scheduler, _, _, _ = rig(routine, store=store, wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        scheduler.stop()
+    assert _fires(store, "hourly")[0] == (at(7), Outcome.INTERRUPTED, "interrupted by stop")
+    assert not [r for r in caplog.records if "never finished" in r.getMessage()]
+
+
+async def test_a_claim_whose_routine_cannot_be_read_again_waits_for_the_next_watch(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = MemoryStore()
+    routine = Routine(name="hourly", prompt="p", cron="0 * * * *")
+    await store.claim("hourly", at(7), at(7), replica="gone")
+    await store.claim("hourly", at(8), at(8), replica="other")  # the newest: the boot's
+    await store.settle("hourly", at(8), Outcome.COMPLETED, 5)
+    store.fail("history", StateFault("disk on fire"), times=1)
+    scheduler, _, _, _ = rig(routine, store=store, wakeups=False, poll_interval=30)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        assert _fires(store, "hourly")[0] == (at(7), None, None)  # not recorded blind
+        await trio.sleep(120)  # a watch later, the history is read: recorded
+        scheduler.stop()
+    assert _fires(store, "hourly")[0] == (at(7), Outcome.INTERRUPTED, OPEN_INTERRUPTED)
+    assert any(
+        "the open claims of hourly could not be checked (tried again later): disk on fire"
+        in r.getMessage()
+        for r in caplog.records
+    )

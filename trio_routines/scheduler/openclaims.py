@@ -67,7 +67,9 @@ class OpenClaims:
         except Exception as exc:
             log.error("the open claims could not be checked: %s: %s", type(exc).__name__, exc)
             return
-        dead = [claim for claim, live in zip(found, alive, strict=True) if not live]
+        dead = await self._still_open(
+            [claim for claim, live in zip(found, alive, strict=True) if not live]
+        )
         for name, fire in dead:
             log.warning(
                 "%s: the fire of slot %s claimed at %s by replica %s never finished and its "
@@ -80,6 +82,24 @@ class OpenClaims:
         async with trio.open_nursery() as nursery:  # settles batch together
             for name, fire in dead:
                 nursery.start_soon(self._interrupted, name, fire)
+
+    async def _still_open(self, dead: list[tuple[str, Fire]]) -> list[tuple[str, Fire]]:
+        """Those of ``dead`` still open when read again. The open claims were read before
+        their holds: a holder may have settled its claim and then left in between (a stop's
+        last settle, then its leave), and is no dead holder. A routine whose history cannot
+        be read now keeps its claims for the next watch."""
+        kept: list[tuple[str, Fire]] = []
+        for name in dict.fromkeys(name for name, _ in dead):
+            try:
+                fires = await self._calls.history(name)
+            except StateFault as exc:
+                log.warning(
+                    "the open claims of %s could not be checked (tried again later): %s", name, exc
+                )
+                continue
+            settled = {fire.slot for fire in fires if fire.outcome is not None}
+            kept += [(n, fire) for n, fire in dead if n == name and fire.slot not in settled]
+        return kept
 
     async def _interrupted(self, name: str, fire: Fire) -> None:
         try:
