@@ -160,11 +160,33 @@ async def store(store_factory: Callable[..., Store]) -> AsyncIterator[Store]:
     await built.aclose()
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    project = Env(tmp_path)
-    yield project
+def _ended(project: Env) -> None:
+    """Every process the test started and left running is killed."""
     for proc in project.procs:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    project = Env(tmp_path)
+    yield project
+    _ended(project)
+
+
+@pytest.fixture(params=["directory", "postgres"])
+def env_on_either_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
+    """An :class:`Env` whose processes share a state directory, or a fresh PostgreSQL schema:
+    replicas' tests run on both (a module takes it as its ``env``)."""
+    project = Env(tmp_path)
+    if request.param == "postgres":
+        from pg import schema_url  # the PostgreSQL extra is optional for the directory
+
+        with schema_url() as url:
+            project.state = url  # type: ignore[assignment]
+            yield project
+            _ended(project)  # before the schema is dropped
+        return
+    yield project
+    _ended(project)

@@ -75,6 +75,19 @@ def fresh_schema() -> Iterator[str]:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
+@contextmanager
+def schema_url(via: str | None = None) -> Iterator[str]:
+    """A fresh schema, created (dropped afterwards), and a URL whose connections work in it:
+    the server's, or ``via`` (a relay's in front of it). What a ``serve`` process is given."""
+    url = require_server()
+    base = via or url
+    with fresh_schema() as schema:
+        with admin() as conn:
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        sep = "&" if "?" in base else "?"
+        yield f"{base}{sep}options=-csearch_path%3D{schema}"
+
+
 #: Schemas this process used and emptied, each at the current version: see ``pooled_schema``.
 _pool: list[str] = []
 _made: list[str] = []

@@ -5,9 +5,7 @@ the processes that fire it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 import trio
@@ -23,26 +21,10 @@ BUDGET = 250  # tokens per day: the third turn passes it
 WAKEUPS = 10
 
 
-@pytest.fixture(params=["directory", "postgres"])
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
-    project = Env(tmp_path)
-    if request.param == "postgres":
-        from pg import admin, fresh_schema, require_server
-        from psycopg import sql
-
-        url = require_server()
-        with fresh_schema() as schema:
-            with admin() as conn:
-                conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-            sep = "&" if "?" in url else "?"
-            project.state = f"{url}{sep}options=-csearch_path%3D{schema}"  # type: ignore[assignment]
-            yield project
-    else:
-        yield project
-    for proc in project.procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+@pytest.fixture
+def env(env_on_either_store: Env) -> Env:
+    """On a state directory and on PostgreSQL (``conftest.py``)."""
+    return env_on_either_store
 
 
 def _spent(state: str) -> int:

@@ -13,9 +13,8 @@ from urllib.parse import quote
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pg import admin, fresh_schema, require_server
+from pg import schema_url
 from procs import Env, stop
-from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from trio_routines.errors import StateFault
@@ -113,15 +112,9 @@ def test_an_unknown_parameter_is_still_named() -> None:
 
 @pytest.fixture
 def pg_state() -> Iterator[str]:
-    url = require_server()
-    with fresh_schema() as schema:
-        with admin() as conn:
-            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    with schema_url() as url:
         # Trust authentication: the password is sent and ignored; the commands work.
-        yield (
-            f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
-            "&password=Zq-secret&sslpassword=Zq-passphrase"
-        )
+        yield f"{url}&password=Zq-secret&sslpassword=Zq-passphrase"
 
 
 @pytest.mark.slow

@@ -6,9 +6,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from pg import admin, fresh_schema, require_server
+from pg import schema_url
 from procs import Env, lines, stop, wait_for, years_ago
-from psycopg import sql
 
 from trio_routines.records import Outcome
 from trio_routines.stores.postgres import PostgresStore
@@ -17,11 +16,7 @@ from trio_routines.wakeups import WakeupRequest
 
 @pytest.mark.slow
 async def test_two_replicas_fire_a_routine_and_a_wakeup_once_each(tmp_path: Path) -> None:
-    url = require_server()
-    with fresh_schema() as schema:
-        with admin() as conn:
-            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-        state = f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
+    with schema_url() as state:
         store = PostgresStore(state)
         try:
             seeded = years_ago(2)

@@ -9,9 +9,7 @@ records the claim ``interrupted`` within its watch interval.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from procs import Env, assert_no_overlap, lines, stop, turn_spans, wait_for
@@ -28,26 +26,10 @@ def _iso(slot: datetime) -> str:
     return slot.strftime("%Y-%m-%dT%H:%M:%S.000Z")
 
 
-@pytest.fixture(params=["directory", "postgres"])
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
-    project = Env(tmp_path)
-    if request.param == "postgres":
-        from pg import admin, fresh_schema, require_server
-        from psycopg import sql
-
-        url = require_server()
-        with fresh_schema() as schema:
-            with admin() as conn:
-                conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-            sep = "&" if "?" in url else "?"
-            project.state = f"{url}{sep}options=-csearch_path%3D{schema}"  # type: ignore[assignment]
-            yield project
-    else:
-        yield project
-    for proc in project.procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+@pytest.fixture
+def env(env_on_either_store: Env) -> Env:
+    """On a state directory and on PostgreSQL (``conftest.py``)."""
+    return env_on_either_store
 
 
 @pytest.mark.slow

@@ -10,20 +10,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from pg import admin, fresh_schema, require_server
+from pg import schema_url
 from procs import Env, assert_no_overlap, before_a_minute, lines, stop, turn_spans, wait_for
-from psycopg import sql
 
 
 @pytest.mark.slow
 @pytest.mark.longest
 def test_a_rolling_restart_of_three_replicas_under_long_turns(tmp_path: Path) -> None:
-    url = require_server()
-    with fresh_schema() as schema:
-        with admin() as conn:
-            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    with schema_url() as url:
         env = Env(tmp_path)
-        env.state = f"{url}?options=-csearch_path%3D{schema}"  # type: ignore[assignment]
+        env.state = url  # type: ignore[assignment]
         env.routine("slow", cron="* * * * *")
         # The replicas' wall clock starts 6 s before a minute boundary (they boot in ~3.5 s
         # here), so the first turn starts then; were they slower, it starts a minute later.

@@ -64,8 +64,7 @@ class Relay:
 
 @pytest.fixture
 def relayed(tmp_path: Path) -> Iterator[tuple[Env, Relay]]:
-    from pg import admin, fresh_schema, require_server
-    from psycopg import sql
+    from pg import require_server, schema_url
 
     url = require_server()
     parts = urlsplit(url)
@@ -73,11 +72,8 @@ def relayed(tmp_path: Path) -> Iterator[tuple[Env, Relay]]:
     user, at, _ = parts.netloc.rpartition("@")
     via = urlunsplit(parts._replace(netloc=f"{user}{at}127.0.0.1:{relay.port}"))
     env = Env(tmp_path)
-    with fresh_schema() as schema:
-        with admin() as conn:
-            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-        sep = "&" if "?" in via else "?"
-        env.state = f"{via}{sep}options=-csearch_path%3D{schema}"  # type: ignore[assignment]
+    with schema_url(via) as state:
+        env.state = state  # type: ignore[assignment]
         try:
             yield env, relay
         finally:
