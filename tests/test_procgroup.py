@@ -71,7 +71,15 @@ def test_members_are_told_by_their_state_whatever_their_command_is_called(tmp_pa
     (tmp_path / "15").mkdir()  # no stat file: left meanwhile
     assert not runs_in_group(77, proc)  # its members have all exited
     assert runs_in_group(78, proc)
-    (tmp_path / "16").mkdir()
+    (tmp_path / "16").mkdir()  # main thread gone, a second thread running: "Z", 2 threads
+    (tmp_path / "16" / "stat").write_bytes(
+        b"16 (sh (x)) Z 1 77 77 0 -1 0 0 0 0 0 0 0 0 0 20 0 2 0\n"
+    )
+    assert runs_in_group(77, proc)
+    (tmp_path / "16" / "stat").write_bytes(
+        b"16 (sh (x)) Z 1 77 77 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0\n"
+    )
+    assert not runs_in_group(77, proc)  # one thread left of a zombie: none running
     (tmp_path / "16" / "stat").write_bytes(b"16 (sh (x)) S 1 77 77 0 -1\n")
     assert runs_in_group(77, proc)
 

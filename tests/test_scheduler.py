@@ -1133,3 +1133,25 @@ async def test_start_run_holds_the_session_before_it_answers(autojump_clock: Any
         assert await scheduler.start_run("manual")
     assert len(rig.agent.turns) == 2
     assert await rig.store.history("manual") == []  # no claim: no history
+
+
+class SlowGaps(MemoryStore):
+    """A store whose gap writes take four seconds."""
+
+    async def record_gap(self, *args: Any, **kwargs: Any) -> Any:
+        await trio.sleep(4)
+        return await super().record_gap(*args, **kwargs)
+
+
+async def test_after_a_late_wake_the_next_slot_fires_on_time_however_long_its_gap_took(
+    autojump_clock: Any,
+) -> None:
+    routine = Routine(name="minutely", prompt="p", cron="* * * * *", catchup=0)
+    rig = Rig(routine, store=SlowGaps())
+    async with rig.running():
+        await trio.sleep(10)  # 10:30:10, sleeping towards 10:31
+        rig.wall.jump(timedelta(seconds=130))  # 10:32:20: 10:31 and 10:32 passed over
+        await trio.sleep(60)
+    fires = await rig.store.history("minutely")
+    assert [f.slot for f in fires][:1] == [T0 + timedelta(minutes=3)]
+    assert fires[0].fired_at == T0 + timedelta(minutes=3)  # not 4 s late, after the gap

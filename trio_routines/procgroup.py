@@ -42,5 +42,8 @@ def runs_in_group(pgid: int, proc: str = "/proc") -> bool:
             continue
         if fields[0].decode("ascii", "replace") not in EXITED:
             return True
+        # A process whose main thread exited reads "Z" too while its other threads run.
+        if len(fields) > 17 and fields[17].isdigit() and int(fields[17]) > 1:
+            return True
         exited = True
     return not exited

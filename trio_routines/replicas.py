@@ -101,7 +101,6 @@ def replica_key(replica: str, namespace: str = "") -> int:
 
 
 @functools.lru_cache(maxsize=1 << 14)  # asked at every turn, of the same few sessions
-@functools.lru_cache(maxsize=16384)
 def session_key(session: str) -> int:
     """A session's hold key, asked for at every turn: remembered for the busiest sessions."""
     return key("session", session)

@@ -1,6 +1,6 @@
 """The HTTP surface: a plain ASGI application over a running :class:`Scheduler`.
 
-Why no framework: the surface is a fixed table of eight routes with JSON in and out. A router,
+Why no framework: the surface is a fixed table of a dozen routes with JSON in and out. A router,
 a request object and a JSON codec fit in this small package, while any framework would bring its
 own body handling (which we need to control byte by byte for the 64 KiB limit) and, for the
 ones that run under Trio at all, an AnyIO layer between hypercorn's Trio worker and our

@@ -154,7 +154,8 @@ def route(path: str) -> tuple[str, str | None]:
         404,
         "no such endpoint — the routes are POST /fire, POST /run, GET /routines, "
         "GET /routines/{name}/history, POST /routines/{name}/pause|resume, /wakeups, "
-        "GET /replicas, GET /tools, GET /healthz, GET /readyz, GET /metrics",
+        "GET /replicas, GET /tools, GET /healthz, GET /readyz, GET /metrics, the page at GET / "
+        "(its data: GET /ui/state)",
     )
 
 

@@ -120,6 +120,7 @@ class CronLoops:
                             ),
                         )
                         paused_tail = None
+                        now = self._runtime.now()  # the gap's write took time
                         due = schedule.next_after(now)
                         self._arming.set_due(routine, due)
                         continue

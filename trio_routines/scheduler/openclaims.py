@@ -97,6 +97,14 @@ class OpenClaims:
                     "the open claims of %s could not be checked (tried again later): %s", name, exc
                 )
                 continue
+            except Exception as exc:  # a store's bug: housekeeping, never the end of a boot
+                log.error(
+                    "the open claims of %s could not be checked: %s: %s",
+                    name,
+                    type(exc).__name__,
+                    exc,
+                )
+                continue
             settled = {fire.slot for fire in fires if fire.outcome is not None}
             kept += [(n, fire) for n, fire in dead if n == name and fire.slot not in settled]
         return kept
