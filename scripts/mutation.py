@@ -138,6 +138,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["trio_routines/usage.py"],
         ["tests/test_usage.py", "tests/test_store_usage.py", "tests/test_pinned_usage.py"],
     ),
+    "procgroup": (["trio_routines/procgroup.py"], ["tests/test_procgroup.py"]),
+    "openclaims": (["trio_routines/scheduler/openclaims.py"], ["tests/test_open_claims.py"]),
     "tools": (
         ["trio_routines/tools.py"],
         [

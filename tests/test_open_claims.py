@@ -184,24 +184,44 @@ async def test_a_claim_its_holder_settled_before_leaving_is_not_called_dead(
     assert not [r for r in caplog.records if "never finished" in r.getMessage()]
 
 
+@pytest.mark.parametrize(
+    ("fault", "level", "said"),
+    [
+        (
+            StateFault("disk on fire"),
+            logging.WARNING,
+            "the open claims of a could not be checked (tried again later): disk on fire",
+        ),
+        (
+            RuntimeError("a bug"),
+            logging.ERROR,
+            "the open claims of a could not be checked: RuntimeError: a bug",
+        ),
+    ],
+)
 async def test_a_claim_whose_routine_cannot_be_read_again_waits_for_the_next_watch(
-    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+    autojump_clock: Any,
+    caplog: pytest.LogCaptureFixture,
+    fault: Exception,
+    level: int,
+    said: str,
 ) -> None:
     store = MemoryStore()
-    routine = Routine(name="hourly", prompt="p", cron="0 * * * *")
-    await store.claim("hourly", at(7), at(7), replica="gone")
-    await store.claim("hourly", at(8), at(8), replica="other")  # the newest: the boot's
-    await store.settle("hourly", at(8), Outcome.COMPLETED, 5)
-    store.fail("history", StateFault("disk on fire"), times=1)
-    scheduler, _, _, _ = rig(routine, store=store, wakeups=False, poll_interval=30)
+    routines = [Routine(name=name, prompt="p", cron="0 * * * *") for name in ("a", "b", "c")]
+    for name in ("a", "b", "c"):
+        await store.claim(name, at(7), at(7), replica="gone")
+        await store.claim(name, at(8), at(8), replica="other")  # the newest: the boot's
+        await store.settle(name, at(8), Outcome.COMPLETED, 5)
+    store.fail("history", fault, times=1, routine="a")
+    scheduler, _, _, _ = rig(*routines, store=store, wakeups=False, poll_interval=30)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
-        assert _fires(store, "hourly")[0] == (at(7), None, None)  # not recorded blind
+        assert _fires(store, "a")[0] == (at(7), None, None)  # not recorded blind
+        for name in ("b", "c"):  # the others are, in the same pass
+            assert _fires(store, name)[0] == (at(7), Outcome.INTERRUPTED, OPEN_INTERRUPTED)
         await trio.sleep(120)  # a watch later, the history is read: recorded
         scheduler.stop()
-    assert _fires(store, "hourly")[0] == (at(7), Outcome.INTERRUPTED, OPEN_INTERRUPTED)
-    assert any(
-        "the open claims of hourly could not be checked (tried again later): disk on fire"
-        in r.getMessage()
-        for r in caplog.records
-    )
+    assert _fires(store, "a")[0] == (at(7), Outcome.INTERRUPTED, OPEN_INTERRUPTED)
+    assert [
+        (r.levelno, r.getMessage()) for r in caplog.records if "could not" in r.getMessage()
+    ] == [(level, said)]

@@ -88,3 +88,27 @@ def test_without_a_listing_or_a_member_in_it_the_kernels_answer_stands(tmp_path:
     assert runs_in_group(5, str(tmp_path / "missing"))  # no /proc to read
     proc = fake_proc(tmp_path, {"10": b"10 (a) S 1 6 6 0 -1\n"})
     assert runs_in_group(5, proc)  # group 5 not shown (hidden from us): it still counts
+
+
+def test_the_fields_are_read_after_the_last_parenthesis_and_by_their_place(tmp_path: Path) -> None:
+    tail = b" 0 0 0 0 0 0 0 0 0 20 0"  # flags .. nice: fields 6 to 16 of what follows ")"
+    proc = fake_proc(
+        tmp_path,
+        {
+            # The command "x) R 1 77 " reads as a running member of 77 to a reader that stops
+            # at the first ")"; it is an exited member of 78 (session 70).
+            "10": b"10 (x) R 1 77 ) Z 1 78 70 0 -1\n",
+            "11": b"11 (y) Z 1 77 70 0 -1\n",  # 77's one member: exited
+            "12": b"12 (w) Z 1 79 70 0 -1" + tail + b" 2\n",  # exactly 18 fields, 2 threads
+            "13": b"13 (v) Z 1 80 70 0 -1" + tail + b"\n",  # 17 fields: no thread count
+            "14": b"14 (u) Z 1 81\n",  # the three fields read, and no more
+            "15": b"15 (t) \xff 1 82 70 0 -1\n",  # a state that is no ASCII letter
+        },
+    )
+    assert not runs_in_group(77, proc)
+    assert not runs_in_group(78, proc)
+    assert runs_in_group(70, proc)  # a session, no group: no member shown, the kernel answers
+    assert runs_in_group(79, proc)  # its main thread exited, another runs
+    assert not runs_in_group(80, proc)
+    assert not runs_in_group(81, proc)
+    assert runs_in_group(82, proc)  # not known to have exited: it counts
