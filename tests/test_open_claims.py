@@ -18,7 +18,7 @@ from trio_routines import Outcome, Routine
 from trio_routines.errors import StateFault
 from trio_routines.instants import format_iso, slot_name
 from trio_routines.replicas import ReplicaInfo, claim_key
-from trio_routines.scheduler.openclaims import OPEN_INTERRUPTED
+from trio_routines.scheduler.openclaims import BOOT_BUDGET, OPEN_INTERRUPTED, WATCH_BUDGET
 from trio_routines.store import Store
 from trio_routines.testing import MemoryStore
 
@@ -225,3 +225,138 @@ async def test_a_claim_whose_routine_cannot_be_read_again_waits_for_the_next_wat
     assert [
         (r.levelno, r.getMessage()) for r in caplog.records if "could not" in r.getMessage()
     ] == [(level, said)]
+
+
+def _older_open_claim_store(store: MemoryStore) -> MemoryStore:
+    """``store`` with "hourly"'s 07:00 left open by a dead replica; 08:00, the newest, settled."""
+
+    async def seed() -> None:
+        await store.claim("hourly", at(7), at(7), replica="gone")
+        await store.claim("hourly", at(8), at(8), replica="other")
+        await MemoryStore.settle(store, "hourly", at(8), Outcome.COMPLETED, 5)
+
+    trio.run(seed)
+    return store
+
+
+HOURLY_ROUTINE = Routine(name="hourly", prompt="p", cron="0 * * * *")
+
+
+async def _boot_and_watch(store: MemoryStore, watches: int = 1) -> None:
+    scheduler, _, _, _ = rig(HOURLY_ROUTINE, store=store, wakeups=False, poll_interval=30)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(60 * watches)
+        scheduler.stop()
+
+
+class WithoutOpenClaims(MemoryStore):
+    """A store written before open claims could be listed: it has no ``open_claims``."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "open_claims":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+def test_a_store_that_cannot_list_open_claims_is_not_asked(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = _older_open_claim_store(WithoutOpenClaims())
+    trio.run(_boot_and_watch, store, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert _fires(store, "hourly")[0] == (at(7), None, None)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+class Budgets(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[int] = []
+
+    async def open_claims(self, routines: Any, budget: int) -> Any:
+        self.asked.append(budget)
+        return await super().open_claims(routines, budget)
+
+
+async def test_a_boot_and_each_watch_ask_for_their_own_budget(autojump_clock: Any) -> None:
+    store = Budgets()
+    await _boot_and_watch(store, watches=2)
+    assert store.asked[0] == BOOT_BUDGET
+    assert set(store.asked[1:]) == {WATCH_BUDGET}
+
+
+class Faulty(MemoryStore):
+    def __init__(self, where: str, fault: Exception) -> None:
+        super().__init__()
+        self.where, self.fault = where, fault
+
+    async def open_claims(self, routines: Any, budget: int) -> Any:
+        if self.where == "open_claims":
+            raise self.fault
+        return await super().open_claims(routines, budget)
+
+    async def claims_alive(self, claims: Any) -> list[bool]:
+        if self.where == "claims_alive":
+            return []  # an answer for no claim, asked about one
+        return await super().claims_alive(claims)
+
+    async def settle(self, routine: str, slot: datetime, *args: Any, **kwargs: Any) -> bool:
+        if self.where == "settle" and kwargs.get("error") == OPEN_INTERRUPTED:
+            raise self.fault
+        return await super().settle(routine, slot, *args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("where", "fault", "level", "said"),
+    [
+        (
+            "open_claims",
+            StateFault("disk on fire"),
+            logging.WARNING,
+            "the open claims could not be checked (tried again later): disk on fire",
+        ),
+        (
+            "open_claims",
+            RuntimeError("a bug"),
+            logging.ERROR,
+            "the open claims could not be checked: RuntimeError: a bug",
+        ),
+        (
+            "claims_alive",
+            RuntimeError("unused"),
+            logging.ERROR,
+            "the open claims could not be checked: ValueError: "
+            "zip() argument 2 is shorter than argument 1",
+        ),
+        (
+            "settle",
+            RuntimeError("a bug"),
+            logging.WARNING,
+            "hourly: slot 2026-07-07T07:00:00.000Z could not be recorded interrupted: "
+            "RuntimeError: a bug",
+        ),
+    ],
+)
+def test_a_store_that_fails_the_housekeeping_is_logged_and_never_ends_the_scheduler(
+    caplog: pytest.LogCaptureFixture, where: str, fault: Exception, level: int, said: str
+) -> None:
+    store = _older_open_claim_store(Faulty(where, fault))
+    trio.run(_boot_and_watch, store, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert _fires(store, "hourly")[0] == (at(7), None, None)  # nothing recorded blind
+    logged = [(r.levelno, r.getMessage()) for r in caplog.records if "could not" in r.getMessage()]
+    assert logged[0] == (level, said)
+
+
+class SettledAfterTheReread(MemoryStore):
+    """The dead-looking claim's holder settles it just after our second read of it."""
+
+    async def history(self, routine: str) -> Any:
+        fires = await super().history(routine)
+        await MemoryStore.settle(self, routine, at(7), Outcome.COMPLETED, 9)
+        return fires
+
+
+def test_a_holders_outcome_is_never_overwritten() -> None:
+    store = _older_open_claim_store(SettledAfterTheReread())
+    trio.run(_boot_and_watch, store, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert _fires(store, "hourly")[0] == (at(7), Outcome.COMPLETED, None)

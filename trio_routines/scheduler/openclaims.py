@@ -54,22 +54,22 @@ class OpenClaims:
         read = getattr(self._store, "open_claims", None)
         if read is None or not routines:
             return
-        found: list[tuple[str, Fire]] | None = None
         try:
+            found: list[tuple[str, Fire]] = []
             with self._calls.bounded():
                 found = await read(list(routines), budget)
             if not found:
                 return
             alive = await self._membership.claims_alive(found)
+            # A store that answers for fewer or more claims than it was asked about: its bug.
+            gone = [claim for claim, live in zip(found, alive, strict=True) if not live]
         except StateFault as exc:
             log.warning("the open claims could not be checked (tried again later): %s", exc)
             return
         except Exception as exc:
             log.error("the open claims could not be checked: %s: %s", type(exc).__name__, exc)
             return
-        dead = await self._still_open(
-            [claim for claim, live in zip(found, alive, strict=True) if not live]
-        )
+        dead = await self._still_open(gone)
         for name, fire in dead:
             log.warning(
                 "%s: the fire of slot %s claimed at %s by replica %s never finished and its "
