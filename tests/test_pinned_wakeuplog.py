@@ -4,6 +4,7 @@ while it was being written is undone, with its whole warning, and the journal sa
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,12 +23,9 @@ def entry(wakeup_id: str, prompt: str = "p") -> Wakeup:
     return Wakeup(id=wakeup_id, session="s", prompt=prompt, fire_at=T0)
 
 
-def test_a_change_given_up_while_written_is_undone_in_the_journal(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    store = WakeupLog(tmp_path, 1.0)
-    store.change(Handoff(), lambda index: ([add_op(entry("a"), 1), add_op(entry("b"), 2)], None))
-    handoff = Handoff()
+def give_up_once_synced(store: WakeupLog, handoff: Handoff) -> Callable[[int], None]:
+    """The journal's next syncs give ``handoff`` up once the data is on disk: a caller who left
+    while the change was written. Returns the real sync, to put back."""
     real_sync = store.journal.sync
 
     def sync_then_give_up(fd: int) -> None:
@@ -35,6 +33,16 @@ def test_a_change_given_up_while_written_is_undone_in_the_journal(
         handoff.give_up()
 
     store.journal.sync = sync_then_give_up  # type: ignore[method-assign]
+    return real_sync
+
+
+def test_a_change_given_up_while_written_is_undone_in_the_journal(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = WakeupLog(tmp_path, 1.0)
+    store.change(Handoff(), lambda index: ([add_op(entry("a"), 1), add_op(entry("b"), 2)], None))
+    handoff = Handoff()
+    real_sync = give_up_once_synced(store, handoff)
 
     def plan(index: WakeupIndex) -> tuple[list[Op], str]:
         return [del_op("a"), set_op(entry("b", "q")), add_op(entry("c"), 3)], "planned"
@@ -75,13 +83,7 @@ def test_a_change_given_up_while_written_without_undo_stays_made_and_is_named(
 ) -> None:
     store = WakeupLog(tmp_path, 1.0)
     handoff = Handoff()
-    real_sync = store.journal.sync
-
-    def sync_then_give_up(fd: int) -> None:
-        real_sync(fd)
-        handoff.give_up()
-
-    store.journal.sync = sync_then_give_up  # type: ignore[method-assign]
+    give_up_once_synced(store, handoff)
     ops = [add_op(entry("b"), 1), add_op(entry("a"), 2)]
     with caplog.at_level(logging.WARNING, logger="trio_routines"):
         assert store.change(handoff, lambda index: (ops, 7), undo=False) == 7
