@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 import trio
 
-from trio_routines import Fire, Gap, GapReason, Outcome, Routine, Scheduler
+from trio_routines import Completed, Event, Fire, Gap, GapReason, Outcome, Routine, Scheduler
 from trio_routines.cli import main
 from trio_routines.gaps import (
     COUNT_LIMIT,
@@ -149,6 +150,48 @@ async def test_an_overlapping_turn_leaves_an_overlap_gap_per_turn(autojump_clock
     assert [f.slot for f in await store.history("r")] == [at(1), at(3), at(5)]
     assert await store.gaps("r") == [gap(2, 2, GapReason.OVERLAP), gap(4, 4, GapReason.OVERLAP)]
     assert missed(sched) == {("r", "overlap"): 2}
+
+
+async def test_a_turn_ending_on_the_next_slot_passes_it_over(autojump_clock: Any) -> None:
+    # The next slot is due the very instant the turn ends: it passed during the turn (a slot
+    # at the end of the turn counts), so it is an overlap and is never fired late.
+    store = MemoryStore()
+    wall = WallClock(at(0, 30))
+    sched, agent = scheduler(store, wall, default=Complete(60))  # exactly one minute each
+    await run_until(sched, wall, at(4, 30))
+    assert [t.wall for t in agent.turns] == [at(1), at(3)]
+    assert await store.gaps("r") == [gap(2, 2, GapReason.OVERLAP), gap(4, 4, GapReason.OVERLAP)]
+
+
+class SetsTheClockBack:
+    """Completes every turn; the first one sets the wall clock back by ``back``."""
+
+    def __init__(self, wall: WallClock, back: timedelta) -> None:
+        self.wall, self.back = wall, back
+        self.turns: list[datetime] = []
+
+    async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+        self.turns.append(self.wall())
+        if len(self.turns) == 1:
+            self.wall.jump(-self.back)
+        yield Completed()
+
+
+async def test_a_clock_set_back_during_a_turn_meets_the_claimed_slots_again(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # As the original's loop: the next slot is planned from the clock after the turn, so the
+    # slots up to the one just fired come due again and are refused by their claims (stale,
+    # then duplicate), never run twice and never counted as passed over.
+    store = MemoryStore()
+    wall = WallClock(at(0, 30))
+    agent = SetsTheClockBack(wall, 3 * MINUTE)  # the 23:01 turn sets the clock to 22:58
+    sched = Scheduler(agent=agent, store=store, routines=[EVERY_MINUTE], now=wall, wakeups=False)
+    await run_until(sched, wall, at(5, 30))  # five minutes on: 23:02:30 on the wall
+    assert agent.turns == [at(1), at(2)]
+    assert [f.slot for f in await store.history("r")] == [at(1), at(2)]
+    assert dict(sched.statistics().outcomes) == {"completed": 2, "stale": 2, "duplicate": 1}
+    assert await store.gaps("r") == []
 
 
 async def test_a_downtime_is_caught_up_once_and_the_rest_recorded(

@@ -152,18 +152,33 @@ class CronLoops:
                     if early:
                         now = self._runtime.now()
                         continue
+                    ended: datetime | None = None  # set when nothing passed during the fire
+                    following: datetime | None = None
                     if result is not None:  # the store answered
                         if unanswered:
                             unanswered = await record_unanswered(
                                 self._gaps, self._calls, routine, unanswered
                             )
-                        paused_tail = await self._gaps.after_slot(
-                            routine, due, result, now, paused_tail
-                        )
+                        if result.claimed:
+                            # The common end: the slot after ``due`` has not come yet, so none
+                            # was passed over (all after_slot looks for) and it is the next.
+                            following = schedule.next_after(due)
+                            ended = self._runtime.now()
+                            if not (due <= ended and (following is None or following > ended)):
+                                ended = None
+                        if ended is None:
+                            paused_tail = await self._gaps.after_slot(
+                                routine, due, result, now, paused_tail
+                            )
+                        else:
+                            paused_tail = None  # as after_slot's answer for a claimed slot
                         result = None  # not kept by the sleeping loop: one object per routine
                     backoff = RESTART_FIRST  # a slot went through: a later fault starts over
-                    now = self._runtime.now()
-                    due = schedule.next_after(now)
+                    if ended is not None:
+                        now, due = ended, following
+                    else:
+                        now = self._runtime.now()
+                        due = schedule.next_after(now)
                     self._arming.set_due(routine, due)
                 return
             except Exception as exc:
