@@ -134,6 +134,8 @@ class Tally:
 
     def total(self) -> Usage | None:
         """What the turn spent, or None when nothing valid was reported."""
+        if not self.seen:  # the common turn: its agent reports no usage
+            return None
         usage = Usage(self.input_tokens, self.output_tokens, self.cost, self.currency)
         return None if usage == Usage() else usage
 
