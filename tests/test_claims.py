@@ -6,8 +6,17 @@ import logging
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from trio_routines.claims import claim_names, is_stale, names_to_prune, newest_first, parse_claim
+from trio_routines.claims import (
+    claim_gate,
+    claim_names,
+    is_stale,
+    names_to_prune,
+    newest_first,
+    parse_claim,
+)
 from trio_routines.converter import claim_text
 from trio_routines.records import Fire, Outcome
 
@@ -36,6 +45,46 @@ def test_pruning_keeps_the_newest() -> None:
 def test_claim_names_drop_foreign_entries_and_sort() -> None:
     entries = [NAME, ".DS_Store", "2026-07-07T09-00-00-000Z", NAME + ".tmp"]
     assert claim_names(entries) == ["2026-07-07T09-00-00-000Z", NAME]
+
+
+# Claim names of a few days, and things that are no claim: foreign files, a temp file beside a
+# claim, a name of the claim shape that is no instant (month 13), one that sorts after all.
+_CLAIMS = st.builds(
+    lambda day, minute: f"2026-07-{day:02d}T{minute // 60:02d}-{minute % 60:02d}-00-000Z",
+    st.integers(1, 3),
+    st.integers(0, 1439),
+)
+_FOREIGN = st.sampled_from(
+    [".DS_Store", NAME + ".tmp", "2026-13-01T00-00-00-000Z", "zz", "", "2026-07-07"]
+)
+
+
+@given(
+    entries=st.lists(st.one_of(_CLAIMS, _CLAIMS, _CLAIMS, _FOREIGN), unique=True, max_size=40),
+    keep=st.integers(1, 45),
+)
+def test_the_claim_gate_is_the_rules_over_the_listing(entries: list[str], keep: int) -> None:
+    # The gate a claim reads from its routine's directory, in whatever order it is listed:
+    # the newest claim and what to prune, exactly as the rules give them over claim_names.
+    taken = claim_names(entries)
+    expected = (taken[-1] if taken else None, names_to_prune(taken, keep))
+    assert claim_gate(entries, keep) == expected
+    assert claim_gate(list(reversed(entries)), keep) == expected
+
+
+def test_the_claim_gate_in_the_steady_state() -> None:
+    names = [f"2026-07-07T{h:02d}-00-00-000Z" for h in range(6)]
+    listed = [names[3], names[0], names[5], names[1], names[4], names[2]]
+    assert claim_gate(listed, keep=6) == (names[5], [names[0]])  # the oldest goes
+    assert claim_gate(listed, keep=4) == (names[5], names[:3])
+    assert claim_gate(listed, keep=7) == (names[5], [])
+    assert claim_gate(listed, keep=1) == (names[5], names)  # the newest too: the caller keeps it
+    assert claim_gate([], keep=1) == (None, [])
+    assert claim_gate([".DS_Store"], keep=1) == (None, [])
+    with pytest.raises(ValueError, match="keep must be at least 1"):
+        claim_gate(listed, keep=0)
+    with pytest.raises(ValueError, match="keep must be at least 1"):
+        claim_gate([".DS_Store"], keep=0)
 
 
 def test_newest_first_skips_foreign_names_and_orders_the_rest() -> None:

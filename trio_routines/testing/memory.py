@@ -10,7 +10,7 @@ from datetime import datetime
 import attrs
 import trio
 
-from ..claims import KEEP_CLAIMS, is_stale, names_to_prune
+from ..claims import KEEP_CLAIMS, claim_gate
 from ..errors import StateFault
 from ..gaps import add_gap
 from ..instants import slot_name, truncate_ms
@@ -133,15 +133,14 @@ class MemoryStore(Lifetime):
         self._check(routine)
         self._fault("claim", routine)
         claims = self.claims.setdefault(routine, {})
-        taken = sorted(claims)
+        newest, prune = claim_gate(claims, self.keep)
         wanted = slot_name(slot)
-        newest = is_stale(taken, wanted)
-        if newest is not None:
+        if newest is not None and wanted < newest:  # stale (claims.py)
             return ClaimResult(ClaimStatus.STALE, newest)
         if wanted in claims:
             return ClaimResult(ClaimStatus.DUPLICATE, wanted)
         claims[wanted] = Fire(slot=slot, fired_at=fired_at, replica=replica)
-        for name in names_to_prune(taken, self.keep):
+        for name in prune:
             del claims[name]
         return ClaimResult(ClaimStatus.TAKEN, wanted)
 

@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ...claims import claim_names, is_stale, names_to_prune, newest_first, parse_claim
+from ...claims import claim_gate, claim_names, newest_first, parse_claim
 from ...converter import claim_text
 from ...errors import StateFault
 from ...instants import slot_name
@@ -169,11 +169,11 @@ class ClaimFiles:
         handed_over = False
         try:
             try:
-                taken = claim_names(at(where, lambda: os.listdir(directory)))
+                entries = at(where, lambda: os.listdir(directory))
             except OSError as exc:
                 raise self.unusable(routine, where, exc) from None
-            newest = is_stale(taken, wanted)
-            if newest is not None:
+            newest, prune = claim_gate(entries, self.keep)
+            if newest is not None and wanted < newest:  # stale (claims.py)
                 return ClaimResult(ClaimStatus.STALE, newest), None
             path = where / wanted
             try:
@@ -196,10 +196,9 @@ class ClaimFiles:
             except OSError as exc:
                 self.unclaim(routine, directory, wanted, path)
                 raise StateFault(f"could not stamp the claim {path}: {describe(exc)}") from None
-            prune = names_to_prune(taken, self.keep)
             # Older claims may go before the new one is durable, but never the newest: if the
             # flush fails (or the power does), it still holds the stale gate.
-            later = [name for name in prune if taken and name == taken[-1]]
+            later = [name for name in prune if name == newest]
             self.prune(directory, where, [name for name in prune if name not in later])
             taken_result = ClaimResult(ClaimStatus.TAKEN, wanted)
             if self._syncfs is None:
