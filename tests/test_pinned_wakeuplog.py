@@ -1,5 +1,6 @@
-"""The state directory's wake-up store (wakeuplog.py), pinned: a change whose caller gave up
-while it was being written is undone, with its whole warning, and the journal says so."""
+"""The state directory's wake-up store (wakeuplog.py), pinned: changes. One whose caller gave
+up while it was being written is undone, with its whole warning, and the journal says so; one
+given up before is not made; an undo, an append or an fsync that fails is reported whole."""
 
 from __future__ import annotations
 
