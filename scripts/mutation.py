@@ -34,6 +34,7 @@ WAKEUP_JOURNAL_TESTS = [
     "tests/test_pinned_wakeupindex.py",
     "tests/test_pinned_wakeupjournal.py",
     "tests/test_pinned_wakeuplog.py",
+    "tests/test_pinned_wakeuplog_reads.py",
     "tests/test_wakeup_journal_properties.py",
     "tests/test_wakeup_takeover.py",
     "tests/test_wakeup_turns.py",
