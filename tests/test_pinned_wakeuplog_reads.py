@@ -183,6 +183,27 @@ def test_a_refused_journal_is_warned_about_once_per_refusal_and_holds_nothing(
     ]
 
 
+def test_a_refused_journal_planted_again_after_it_was_gone_is_warned_about_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The warning is kept from repeating at every poll, not from telling of a second file.
+    reader = WakeupLog(tmp_path, 1.0)
+    (tmp_path / "schedule").mkdir()
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        os.mkfifo(reader.path)
+        assert reader.refresh() is True
+        reader.path.unlink()
+        assert reader.refresh() is True  # no journal at all: nothing to say
+        os.mkfifo(reader.path)
+        assert reader.refresh() is True
+        assert reader.refresh() is True  # the same refusal again: not repeated
+    fifo = (
+        f"unusable wake-up store: {reader.path} is a FIFO, not a regular file — refused; "
+        "remove it — ignoring it"
+    )
+    assert messages(caplog) == [fifo, fifo]
+
+
 def test_a_refused_journal_found_by_a_writer_is_kept_aside_and_replaced(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

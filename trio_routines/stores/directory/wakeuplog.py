@@ -86,6 +86,7 @@ class WakeupLog:
             try:
                 fd = self.journal.open(directory)
             except FileNotFoundError:
+                self._refused = None  # gone: a refused file planted again is warned about
                 self._forget()
                 return True
             except Refused as exc:
