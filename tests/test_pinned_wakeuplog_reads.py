@@ -8,6 +8,7 @@ import errno
 import logging
 import os
 import re
+import shutil
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
@@ -197,11 +198,16 @@ def test_a_refused_journal_planted_again_after_it_was_gone_is_warned_about_again
         os.mkfifo(reader.path)
         assert reader.refresh() is True
         assert reader.refresh() is True  # the same refusal again: not repeated
+        shutil.rmtree(tmp_path / "schedule")
+        assert reader.refresh() is True  # no schedule directory either
+        (tmp_path / "schedule").mkdir()
+        os.mkfifo(reader.path)
+        assert reader.refresh() is True
     fifo = (
         f"unusable wake-up store: {reader.path} is a FIFO, not a regular file — refused; "
         "remove it — ignoring it"
     )
-    assert messages(caplog) == [fifo, fifo]
+    assert messages(caplog) == [fifo, fifo, fifo]
 
 
 def test_a_refused_journal_found_by_a_writer_is_kept_aside_and_replaced(

@@ -76,6 +76,7 @@ class WakeupLog:
         try:
             directory = open_dirs(self.root, ("schedule",))
         except FileNotFoundError:
+            self._refused = None  # as below: nothing is there to refuse any more
             self._forget()
             return True
         except OSError as exc:
