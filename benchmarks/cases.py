@@ -20,8 +20,10 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -243,6 +245,55 @@ def _make_store(kind: str, state: str | None, names: list[str], schema: str | No
     raise ValueError(kind)
 
 
+class Bytecodes:
+    """The Python bytecodes this thread runs while installed, by the file of their code.
+
+    A count, not a time: it does not move with the host's load (CPU time per fire moved by up
+    to 2x between repetitions on a shared host), so two versions of the fire path can be
+    compared in one run each. It leaves out what runs in C (Trio's core is Python; datetime,
+    dicts and the collector are not) and other threads (a store's workers), so it complements
+    the CPU figures rather than replacing them. The tracing makes the burst itself slower:
+    read the count, not the burst's times.
+    """
+
+    def __init__(self) -> None:
+        self.by_file: Counter[str] = Counter()
+
+    def _frame(self, frame: Any, _event: str, _arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        frame.f_trace_lines = False
+        by_file, name = self.by_file, frame.f_code.co_filename
+
+        def step(_frame: Any, event: str, _arg: Any) -> Any:
+            if event == "opcode":
+                by_file[name] += 1
+            return step
+
+        return step
+
+    def __enter__(self) -> Bytecodes:
+        sys.settrace(self._frame)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        sys.settrace(None)
+
+    def per_fire(self, fires: int) -> dict[str, Any]:
+        """The count per fire, and the files that ran the most of it (paths shortened)."""
+        fires = max(1, fires)
+        top = {
+            _short(name): round(count / fires, 1) for name, count in self.by_file.most_common(15)
+        }
+        return {"bytecodes_per_fire": sum(self.by_file.values()) / fires, "bytecodes_by_file": top}
+
+
+def _short(path: str) -> str:
+    for marker in ("site-packages/", "trio_routines/", "benchmarks/"):
+        if marker in path:
+            return (marker if marker != "site-packages/" else "") + path.split(marker, 1)[1]
+    return Path(path).name
+
+
 class CollectorTime:
     """CPU time (this process) spent in the cyclic garbage collector while installed."""
 
@@ -301,6 +352,7 @@ def burst_routines(
     freeze: bool = False,
     holds: bool = True,
     tracing: str = "off",
+    bytecodes: bool = False,
 ) -> dict[str, Any]:
     """``n`` routines of cron ``* * * * *``, all due at the real instant ``slot``.
 
@@ -311,6 +363,7 @@ def burst_routines(
     Without ``holds``, the store's replicas part is hidden (see :class:`WithoutHolds`).
     ``tracing``: ``off`` (no provider set: the API's default), ``absent`` (the ``otel`` extra
     cannot be imported) or ``on`` (the SDK, its spans batched to an exporter that drops them).
+    With ``bytecodes``, the Python bytecodes run in the window are counted (:class:`Bytecodes`).
     """
     set_tracing(tracing)
     names = routine_names(n)
@@ -332,7 +385,12 @@ def burst_routines(
                 gc.freeze()
             await trio.sleep_until(trio_deadline(slot - 0.2))
             cpu["start"] = time.process_time()
-            with CollectorTime() as collector, trio.move_on_at(trio_deadline(slot + timeout)):
+            counter = Bytecodes() if bytecodes else None
+            with (
+                CollectorTime() as collector,
+                counter or nullcontext(),
+                trio.move_on_at(trio_deadline(slot + timeout)),
+            ):
                 # Until every fire is settled: the CPU of a fire includes its settle. The
                 # runtime offers no event for that, so poll its statistics as a host would,
                 # every 50 ms: a snapshot copies every armed routine's next slot, which is the
@@ -356,18 +414,20 @@ def burst_routines(
             "gc_per_fire_us": collector.seconds * 1e6 / fires,
             "gc_collections": collector.collections,
             "outcomes": outcomes,
+            **(counter.per_fire(len(agent.starts)) if counter is not None else {}),
         }
 
     return trio.run(main)
 
 
-def burst_trio_floor(n: int, slot: float) -> dict[str, Any]:
+def burst_trio_floor(n: int, slot: float, bytecodes: bool = False) -> dict[str, Any]:
     """What Trio itself costs for the steps of one fire, with no scheduler logic at all.
 
     Each of ``n`` tasks sleeps to ``slot`` (the wake), then, in a shielded scope as a fire
     runs, yields three times (the shared paused read, the claim and the settle of an
     in-memory store each yield once) and enters two more cancel scopes (the turn's grace and
     the settle's bound): the Trio operations every fire of the runtime makes.
+    ``bytecodes``: as :func:`burst_routines`'s.
     """
     starts: list[float] = []
     checkpoint = trio.lowlevel.checkpoint
@@ -391,6 +451,9 @@ def burst_trio_floor(n: int, slot: float) -> dict[str, Any]:
             await trio.sleep_until(trio_deadline(slot - 0.2))
             cpu = time.process_time()
             collector = CollectorTime().__enter__()  # left once every fire is done
+            counter = Bytecodes().__enter__() if bytecodes else None
+        if counter is not None:
+            counter.__exit__()
         cpu = time.process_time() - cpu
         collector.__exit__()
         fires = max(1, len(starts))
@@ -399,6 +462,7 @@ def burst_trio_floor(n: int, slot: float) -> dict[str, Any]:
             "armed_before_slot_s": slot - armed,
             "cpu_per_fire_us": cpu * 1e6 / fires,
             "gc_per_fire_us": collector.seconds * 1e6 / fires,
+            **(counter.per_fire(len(starts)) if counter is not None else {}),
         }
 
     return trio.run(main)

@@ -1,4 +1,4 @@
-"""PostgreSQL bursts (issue 14): N routines due at one instant, 1, 2 or 4 scheduler processes
+"""PostgreSQL bursts: N routines due at one instant, 1, 2 or 4 scheduler processes
 sharing one database, against APScheduler 4 with its SQLAlchemy data store on the same server.
 
 As a script (``python benchmarks/pgbench.py CASE JSON-PARAMS``) it runs one process's part of
@@ -292,7 +292,7 @@ def _show(values: list[float]) -> str:
 
 
 def bench_postgres(report: Any, sizes: list[int], reps: int, aps_reps: int, tmp: Path) -> None:
-    """Section 7 of the report: the PostgreSQL rows of issue 14."""
+    """Section 7 of the report: the PostgreSQL rows."""
     tmp.mkdir(parents=True, exist_ok=True)
 
     class Rows(list[list[str]]):

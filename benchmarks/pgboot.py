@@ -1,4 +1,4 @@
-"""PostgreSQL boot (issue 14): start → armed for a scheduler with N routines, each with 20
+"""PostgreSQL boot: start → armed for a scheduler with N routines, each with 20
 settled claims, in three states: nothing due (the newest claims read), every routine catching
 up (plus the last resume of each), every newest claim left open (plus the reconcile's settle).
 

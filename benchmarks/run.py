@@ -1,4 +1,4 @@
-"""Run every benchmark of issue 7 and print the tables: ``python benchmarks/run.py [--quick]``.
+"""Run every benchmark and print the tables: ``python benchmarks/run.py [--quick]``.
 
 Each measurement runs in a fresh interpreter (``cases.py``) and is repeated; a figure is the
 median over the repetitions with the minimum and maximum beside it. Comparisons (a floor, the
@@ -423,7 +423,7 @@ def bench_claims(
         target = 150.0 * size / 1000
         report.target(
             f"{size:,} due at once, DirectoryStore, last turn started",
-            f"≤ {target:,.0f} ms (issue 14)",
+            f"≤ {target:,.0f} ms",
             f"{ours.median:.0f} ms; group-commit floor {best:.0f} ms = {ours.median / best:.2f}×",
             ours.median <= target,
         )
@@ -577,13 +577,36 @@ def bench_wakeups(report: Report, state: Path, sizes: list[int], reps: int) -> N
     )
 
 
+def bench_bytecodes(report: Report, n: int) -> None:
+    """Python bytecodes per fire, the floor's and the runtime's (memory store): a count that
+    the host's load does not move, for comparing two versions of the fire path."""
+    floor = case("burst_trio_floor", n=n, slot=slot_in(2 + n / 4000), bytecodes=True)
+    ours = case("burst_routines", n=n, slot=slot_in(2 + n / 4000), bytecodes=True)
+    ratio = ours["bytecodes_per_fire"] / floor["bytecodes_per_fire"]
+    report.table(
+        f"Python bytecodes per fire, {n:,} due at once (one run each; the count, not a time)",
+        ["", "bytecodes per fire", "the most of it, per fire"],
+        [
+            [label, f"{run['bytecodes_per_fire']:,.0f}", _most(run["bytecodes_by_file"])]
+            for label, run in (("a fire's Trio steps (floor)", floor), ("trio_routines", ours))
+        ]
+        + [["ratio", f"{ratio:.2f}×", ""]],
+    )
+
+
+def _most(by_file: dict[str, float]) -> str:
+    return ", ".join(f"{name} {count:,.0f}" for name, count in list(by_file.items())[:5])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sets, one repetition")
     parser.add_argument("--state", type=Path, default=Path("/tmp/trio-routines-bench"))
     parser.add_argument("--clean", action="store_true", help="remove the seeded boot claims")
     parser.add_argument(
-        "--only", nargs="*", help="idle bursts claims directory boot wakeups postgres pgboot"
+        "--only",
+        nargs="*",
+        help="idle bursts claims directory boot wakeups postgres pgboot bytecodes",
     )
     args = parser.parse_args()
     state: Path = args.state
@@ -625,16 +648,18 @@ def main() -> None:
     if "wakeups" in only:
         bench_wakeups(report, state, [1000] if quick else [1000, 10000], 5 if quick else 15)
     if "postgres" in only:
-        from pgbench import bench_postgres  # beside this file: issue 14's PostgreSQL rows
+        from pgbench import bench_postgres  # beside this file: the PostgreSQL rows
 
         bench_postgres(report, [1000] if quick else [1000, 10000], reps, 1, state / "pg")
+    if "bytecodes" in only:
+        bench_bytecodes(report, 1000)
     if "pgboot" in only:
         from pgboot import bench_pg_boot  # beside this file: a PostgreSQL boot's store calls
 
         bench_pg_boot(report, [1000] if quick else [1000, 10000], 1 if quick else 3)
 
     report.table(
-        "Targets (issues 7 and 14)",
+        "Targets",
         ["target", "wanted", "result (median)", "verdict"],
         [list(v) for v in report.verdicts],
     )
