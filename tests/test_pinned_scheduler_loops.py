@@ -334,6 +334,7 @@ async def test_a_clock_gone_back_past_the_previous_slot_keeps_the_slot_it_was_fi
         await until(wall, at(11))
         await trio.sleep(60)  # 09:01 now
         assert scheduler.statistics().next_due == {"hourly": at(11)}  # still 11:00, not 10:00
+        assert scheduler.statistics().loop_restarts == {}  # slept again, nothing broke
         await until(wall, at(11, 30))
         scheduler.stop()
     assert [t.wall for t in agent.turns] == [at(11)]

@@ -14,7 +14,8 @@ import pytest
 import trio
 import trio.testing
 
-from trio_routines import Outcome, Routine, Scheduler, StateFault
+from trio_routines import Gap, GapReason, Outcome, Routine, Scheduler, StateFault
+from trio_routines.cron import next_run
 from trio_routines.instants import slot_name
 from trio_routines.scheduler import NotOnGrid, NotYetDue, Stopping, UnknownRoutine
 from trio_routines.scheduler.boot import BOOT_INTERRUPTED
@@ -1148,10 +1149,36 @@ async def test_after_a_late_wake_the_next_slot_fires_on_time_however_long_its_ga
 ) -> None:
     routine = Routine(name="minutely", prompt="p", cron="* * * * *", catchup=0)
     rig = Rig(routine, store=SlowGaps())
-    async with rig.running():
+    async with rig.running() as scheduler:
         await trio.sleep(10)  # 10:30:10, sleeping towards 10:31
         rig.wall.jump(timedelta(seconds=130))  # 10:32:20: 10:31 and 10:32 passed over
         await trio.sleep(60)
+        assert scheduler.statistics().loop_restarts == {}  # the late wake broke nothing
     fires = await rig.store.history("minutely")
     assert [f.slot for f in fires][:1] == [T0 + timedelta(minutes=3)]
     assert fires[0].fired_at == T0 + timedelta(minutes=3)  # not 4 s late, after the gap
+    # No catch-up window: what a late wake passed over was missed while down, in effect.
+    assert await rig.store.gaps("minutely") == [Gap(at(10, 31), at(10, 32), 2, GapReason.DOWN)]
+
+
+async def test_a_late_wake_accounts_for_the_slots_of_its_routines_zone_and_hash(
+    autojump_clock: Any,
+) -> None:
+    # An hourly slot at a minute of the routine's hash, in a zone half an hour off UTC: the
+    # slots a late wake passes over are that routine's very slots, and the next is on time.
+    cron, tz = "H * * * *", "Asia/Kolkata"
+    routine = Routine(name="hashed", prompt="p", cron=cron, tz=tz, catchup=60)
+    first = next_run(cron, tz, T0, "hashed")
+    assert first is not None
+    third = first + timedelta(hours=2)
+    rig = Rig(routine)
+    async with rig.running() as scheduler:
+        await trio.sleep(1)
+        rig.wall.set(third + timedelta(minutes=10))  # three of its slots passed over
+        await trio.sleep(60)  # the jump is seen, the loop wakes and plans the next slot
+        assert scheduler.statistics().next_due == {"hashed": third + timedelta(hours=1)}
+        await sleep_until_wall(rig.wall, third + timedelta(minutes=70))
+        assert scheduler.statistics().loop_restarts == {}
+    assert await rig.store.gaps("hashed") == [Gap(first, third, 3, GapReason.LATE)]
+    fires = await rig.store.history("hashed")
+    assert [(f.slot, f.fired_at) for f in fires] == [(third + timedelta(hours=1),) * 2]
