@@ -18,6 +18,7 @@ from scheduler_rig import HOURLY, NO_ANSWER, T0, Recording, at, messages, rig
 
 from trio_routines import InvalidRoutine, Outcome, Routine, Scheduler, StateFault
 from trio_routines.scheduler import NotOnGrid, RoutineChanges, UnknownRoutine, serve_routines
+from trio_routines.scheduler.inflight import InFlight, Working
 from trio_routines.scheduler.state import busy_reason, system_now
 from trio_routines.testing import Busy, Complete, ScriptedAgent, WallClock
 from trio_routines.wakeups import WakeupRequest
@@ -127,6 +128,31 @@ async def test_wait_drained_returns_once_stopped_and_the_last_turn_ended(
         await trio.sleep(5)
         scheduler.stop(30)
     assert drained == [start + 10]  # the turn's end, after the stop
+
+
+async def test_the_in_flight_count_and_its_wait_for_none(autojump_clock: Any) -> None:
+    count = InFlight()
+    with trio.testing.assert_checkpoints():
+        await count.wait_none()  # nothing in flight: at once, but a checkpoint all the same
+    ended: list[float] = []
+
+    async def wait() -> None:
+        await count.wait_none()
+        ended.append(trio.current_time())
+
+    start = trio.current_time()
+    for done in (0, 2):  # the second round finds no event left set by the first
+        count.enter()
+        with Working(count):
+            assert count.value == 2
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            nursery.start_soon(wait)  # two waiters share the one event
+            await trio.sleep(3)
+            assert len(ended) == done  # still waiting: one is in flight
+            count.leave()
+        assert count.value == 0
+    assert ended == [start + 3, start + 3, start + 6, start + 6]
 
 
 async def test_wait_drained_waits_for_a_stop(autojump_clock: Any) -> None:

@@ -153,7 +153,7 @@ class FirePath:
         """
         name = routine.name
         spans = fire_spans(name, slot, self._runtime.replica, external=external)  # None: off
-        self._in_flight.value += 1  # as ``with runtime.working()``, without an object per fire
+        self._in_flight.enter()  # as ``with runtime.working()``, without an object per fire
         try:
             with trio.CancelScope(shield=True) as scope:
                 try:
@@ -196,7 +196,7 @@ class FirePath:
                 spans.raised(exc)
             raise
         finally:
-            self._in_flight.value -= 1
+            self._in_flight.leave()
 
     async def _claimed_too_late(
         self, name: str, slot: datetime, scope: trio.CancelScope

@@ -74,7 +74,7 @@ class MemberWatch:
                 continue
             try:
                 with self._calls.bounded():
-                    await presence.beat(int(runtime.in_flight.value), runtime.now())
+                    await presence.beat(runtime.in_flight.value, runtime.now())
                 await self._sweep()
                 await self._open_claims.reconcile(WATCH_BUDGET)
             except StateFault as exc:

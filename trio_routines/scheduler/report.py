@@ -20,7 +20,7 @@ def statistics(parts: Parts) -> Statistics:
     spending = parts.fire.spending
     return Statistics(
         armed=tuple(parts.arming.armed),
-        in_flight=int(runtime.in_flight.value),
+        in_flight=runtime.in_flight.value,
         next_due=MappingProxyType(dict(parts.arming.next_due)),
         outcomes=MappingProxyType(dict(parts.fire.outcomes)),
         clock_jumps=parts.clock.jumps,

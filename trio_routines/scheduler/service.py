@@ -336,7 +336,7 @@ class Scheduler:
     async def wait_drained(self) -> None:
         """Return once a stop was requested and no turn is in flight any more."""
         await self._runtime.stopping.wait_value(True)
-        await self._runtime.in_flight.wait_value(0)
+        await self._runtime.in_flight.wait_none()
 
     def metric_families(self) -> list[Family]:
         """The runtime's series (:mod:`trio_routines.metrics`), one snapshot."""

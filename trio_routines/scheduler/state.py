@@ -23,6 +23,7 @@ from ..records import Outcome
 from ..replicas import default_replica
 from ..routines import Routine
 from ..store import Store
+from .inflight import InFlight, Working
 from .sleepers import Unpark
 
 T = TypeVar("T")
@@ -180,21 +181,6 @@ class SharedRead:
 # once, a generator's frame and wrapper per block are measurable CPU and collector work.
 
 
-class Working:
-    """What ``with self._working():`` enters: one more turn in flight for the block."""
-
-    __slots__ = ("_count",)
-
-    def __init__(self, count: trio_util.AsyncValue[int]) -> None:
-        self._count = count
-
-    def __enter__(self) -> None:
-        self._count.value += 1
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._count.value -= 1
-
-
 class TurnScope:
     """What ``with self._turn_scope() as grace:`` enters: a scope a stop's grace can reach.
 
@@ -291,7 +277,7 @@ class Runtime:
         self.stopping = trio_util.AsyncBool(False)
         #: Fires (claim to settle) and wake-ups (turn to deferral) in flight: counted by the
         #: fire path and the wake loop, read by the watch's heartbeat and the statistics.
-        self.in_flight = trio_util.AsyncValue(0)
+        self.in_flight = InFlight()
         #: The run's nursery (fires and runs started for a host) and the loops' nursery,
         #: while they run: set by the scheduler's run only.
         self.nursery: trio.Nursery | None = None
