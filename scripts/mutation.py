@@ -115,6 +115,29 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "--deselect=tests/test_scheduler.py::test_routine_without_cron_is_never_armed",
         ],
     ),
+    "gaps": (
+        ["trio_routines/gaps.py"],
+        [
+            "tests/test_gaps.py",
+            "tests/test_gaps_armed.py",
+            "tests/test_pinned_gaps.py",
+            "--hypothesis-profile=mutation",
+        ],
+    ),
+    "replicas": (
+        ["trio_routines/replicas.py"],
+        ["tests/test_pinned_replicas.py", "tests/test_replicas_contract.py"],
+    ),
+    "converter": (
+        ["trio_routines/converter.py"],
+        [
+            "tests/test_pinned_converter.py",
+            "tests/test_claims.py",
+            "tests/test_wakeups.py",
+            "tests/test_usage.py",
+            "tests/test_pinned_core.py",
+        ],
+    ),
     "wakelimits": (
         ["trio_routines/wakelimits.py"],
         [

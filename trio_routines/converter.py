@@ -282,7 +282,10 @@ def history_from_json(raw: Any) -> tuple[list[Fire], list[Gap], set[datetime]]:
         if not isinstance(entry, dict):
             raise ValueError("a history entry must be an object")
         if "gap" in entry:
-            gaps.append(gap_from_json(entry["gap"]))
+            try:
+                gaps.append(gap_from_json(entry["gap"]))
+            except TypeError as exc:  # not an object: as malformed as the rest
+                raise ValueError(str(exc)) from None
             continue
         try:
             fire = converter.structure(entry, Fire)
