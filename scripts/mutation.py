@@ -209,6 +209,9 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "wakeupindex": (["trio_routines/stores/directory/wakeupindex.py"], WAKEUP_JOURNAL_TESTS),
     "wakeupjournal": (["trio_routines/stores/directory/wakeupjournal.py"], WAKEUP_JOURNAL_TESTS),
     "wakeuplog": (["trio_routines/stores/directory/wakeuplog.py"], WAKEUP_JOURNAL_TESTS),
+    # The HTTP surface's attacker-facing modules: the Host and Origin checks, the parsing of
+    # every untrusted part of a request (over a real server on a loopback port, in-process).
+    "origin": (["trio_routines/http/origin.py"], ["tests/test_http_origin.py"]),
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
