@@ -212,6 +212,19 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # The HTTP surface's attacker-facing modules: the Host and Origin checks, the parsing of
     # every untrusted part of a request (over a real server on a loopback port, in-process).
     "origin": (["trio_routines/http/origin.py"], ["tests/test_http_origin.py"]),
+    "wire": (
+        ["trio_routines/http/wire.py"],
+        [
+            "tests/test_http.py",
+            "tests/test_http_input.py",
+            "tests/test_http_tools.py",
+            "tests/test_http_mount.py",
+            "tests/test_http_origin.py",
+            "tests/test_http_probes.py",
+            "tests/test_pinned_httpwire.py",
+            "--hypothesis-profile=mutation",
+        ],
+    ),
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
