@@ -225,6 +225,14 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "--hypothesis-profile=mutation",
         ],
     ),
+    "connections": (
+        ["trio_routines/http/connections.py"],
+        [
+            "tests/test_http_connections.py",
+            "tests/test_pinned_httpconnections.py",
+            "tests/test_http_origin.py",
+        ],
+    ),
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
