@@ -225,6 +225,22 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "--hypothesis-profile=mutation",
         ],
     ),
+    "app": (
+        ["trio_routines/http/app.py"],
+        [
+            "tests/test_http.py",
+            "tests/test_http_origin.py",
+            "tests/test_http_mount.py",
+            "tests/test_http_probes.py",
+            "tests/test_http_tools.py",
+            "tests/test_http_connections.py",
+            "tests/test_page.py",
+            "tests/test_tracing.py",
+            "tests/test_pinned_httpwire.py",
+            "tests/test_pinned_httpapp.py",
+            "--hypothesis-profile=mutation",
+        ],
+    ),
     "connections": (
         ["trio_routines/http/connections.py"],
         [
