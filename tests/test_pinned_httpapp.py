@@ -17,8 +17,10 @@ import trio
 import trio.testing
 
 from trio_routines.http import make_app
+from trio_routines.http.page import COOKIE, cookie_value
+from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
-from trio_routines.testing import MemoryStore, ScriptedAgent
+from trio_routines.testing import Complete, MemoryStore, ScriptedAgent
 
 WAKE = b'{"session": "s"}'  # read whole, then refused for its missing prompt
 MISSING_PROMPT = '"prompt" must be a non-empty string, e.g. "check the build"'
@@ -106,11 +108,82 @@ async def test_at_most_body_readers_requests_wait_for_their_body() -> None:
         assert (headers[b"retry-after"], headers[b"connection"]) == (b"1", b"close")
         first.feed.send_nowait({"type": "http.request", "body": WAKE[5:]})
     assert first.answer()[2] == {"error": MISSING_PROMPT}
-    # Both places are back: the next body is read.
-    third = await call(
-        application, scope("POST", "/wakeups"), {"type": "http.request", "body": WAKE}
+    # The place is back, and there is still one: the same again.
+    first = Client()
+    first.feed.send_nowait({"type": "http.request", "body": WAKE[:5], "more_body": True})
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(application, scope("POST", "/wakeups"), first.receive, first.send)
+        await trio.testing.wait_all_tasks_blocked()
+        second = await call(application, scope("POST", "/wakeups"), {"type": "http.request"})
+        assert second.answer()[0] == 503
+        first.feed.send_nowait({"type": "http.request", "body": WAKE[5:]})
+    assert first.answer()[2] == {"error": MISSING_PROMPT}
+
+
+async def test_two_places_for_a_body_hold_two_requests() -> None:
+    application = app(body_readers=2)
+    waiting = [Client(), Client()]
+    async with trio.open_nursery() as nursery:
+        for client in waiting:
+            client.feed.send_nowait({"type": "http.request", "body": b"{", "more_body": True})
+            nursery.start_soon(application, scope("POST", "/wakeups"), client.receive, client.send)
+        await trio.testing.wait_all_tasks_blocked()
+        third = await call(application, scope("POST", "/wakeups"), {"type": "http.request"})
+        assert third.answer()[2] == {
+            "error": "2 requests are sending their body already; try again later"
+        }
+        for client in waiting:
+            client.feed.send_nowait({"type": "http.disconnect"})
+
+
+async def test_once_its_body_is_whole_a_request_holds_no_place_and_no_deadline(
+    autojump_clock: Any,
+) -> None:
+    agent = ScriptedAgent(Complete(duration=60))
+    scheduler = Scheduler(
+        agent=agent,
+        store=MemoryStore(),
+        routines=[Routine(name="adhoc", prompt="p")],
+        external_clock=True,
     )
-    assert third.answer()[2] == {"error": MISSING_PROMPT}
+    application = make_app(scheduler, body_timeout=3, body_readers=1)
+    waiting = Client()
+    waiting.feed.send_nowait({"type": "http.request", "body": b'{"name": "adhoc"}'})
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        nursery.start_soon(application, scope("POST", "/run"), waiting.receive, waiting.send)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(agent.turns) == 1
+        # The waiting request listens for its client going away, past the body's deadline,
+        # and holds no place for a body meanwhile.
+        await trio.sleep(10)
+        whole = {"type": "http.request", "body": WAKE}
+        other = await call(application, scope("POST", "/wakeups"), whole)
+        assert other.answer()[2] == {"error": MISSING_PROMPT}
+        # A stop refuses new fires and turns before their body is read.
+        scheduler.stop(grace=100)
+        for path in ["/fire", "/run"]:
+            broken = {"type": "http.request", "body": b"{"}
+            refused = await call(application, scope("POST", path), broken)
+            status, _, body = refused.answer()
+            assert (status, body) == (
+                503,
+                {"error": "the scheduler is stopping; no new turns are accepted"},
+            ), path
+    status, _, body = waiting.answer()
+    assert (status, body["outcome"]) == (200, "completed")
+
+
+async def test_head_is_answered_without_a_body_and_the_page_cookie_allows_reads() -> None:
+    application = app(token="tok")
+    cookie = (b"cookie", f"{COOKIE}={cookie_value(b'tok')}".encode())
+    for method in ["GET", "HEAD"]:
+        client = await call(application, scope(method, "/ui/state", [cookie]))
+        start, body = client.sent
+        assert start["status"] == 200, method
+        assert (body["body"] == b"") is (method == "HEAD")
+    posted = await call(application, scope("POST", "/fire", [cookie]))
+    assert posted.answer()[0] == 401
 
 
 async def test_a_client_gone_mid_body_frees_its_place_and_is_not_answered() -> None:
