@@ -235,6 +235,48 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "wakeupindex": (["trio_routines/stores/directory/wakeupindex.py"], WAKEUP_JOURNAL_TESTS),
     "wakeupjournal": (["trio_routines/stores/directory/wakeupjournal.py"], WAKEUP_JOURNAL_TESTS),
     "wakeuplog": (["trio_routines/stores/directory/wakeuplog.py"], WAKEUP_JOURNAL_TESTS),
+    # The HTTP surface's attacker-facing modules: the Host and Origin checks, the parsing of
+    # every untrusted part of a request (over a real server on a loopback port, in-process).
+    "origin": (["trio_routines/http/origin.py"], ["tests/test_http_origin.py"]),
+    "wire": (
+        ["trio_routines/http/wire.py"],
+        [
+            "tests/test_http.py",
+            "tests/test_http_input.py",
+            "tests/test_http_tools.py",
+            "tests/test_http_mount.py",
+            "tests/test_http_origin.py",
+            "tests/test_http_probes.py",
+            "tests/test_pinned_httpwire.py",
+            "--hypothesis-profile=mutation",
+        ],
+    ),
+    "app": (
+        ["trio_routines/http/app.py"],
+        [
+            "tests/test_http.py",
+            "tests/test_http_origin.py",
+            "tests/test_http_mount.py",
+            "tests/test_http_probes.py",
+            "tests/test_http_tools.py",
+            "tests/test_http_connections.py",
+            "tests/test_page.py",
+            "tests/test_tracing.py",
+            # It reads docs/, which the copy does not hold.
+            "--deselect=tests/test_tracing.py::test_the_spans_are_named_in_the_docs",
+            "tests/test_pinned_httpwire.py",
+            "tests/test_pinned_httpapp.py",
+            "--hypothesis-profile=mutation",
+        ],
+    ),
+    "connections": (
+        ["trio_routines/http/connections.py"],
+        [
+            "tests/test_http_connections.py",
+            "tests/test_pinned_httpconnections.py",
+            "tests/test_http_origin.py",
+        ],
+    ),
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error

@@ -21,9 +21,17 @@ FOREIGN_HOSTS = [
     "10.0.0.1",
     "::1",  # an IPv6 literal needs its brackets in Host
     "[::1]x",
+    "[::1",  # an unclosed bracket
+    "[::1]:x",  # a port that is not a number after a bracketed literal
+    "::1:8080",  # a bare IPv6 literal with a port
     "127.0.0.1:http",
     "",
 ]
+REFUSED_HOST = (
+    "this server answers only to localhost, 127.0.0.1 or [::1] without a token — "
+    "set TRIO_ROUTINES_TOKEN to reach it by another name"
+)
+REFUSED_ORIGIN = "cross-origin requests are refused: call from a loopback origin"
 
 
 @pytest.mark.parametrize("host", LOOPBACK_HOSTS)
@@ -50,8 +58,7 @@ async def test_a_rebound_host_name_is_refused_on_every_route_and_changes_nothing
                 ("POST", "/wakeups", {"session": "s", "prompt": "p", "in": "1h"}),
             ]:
                 reply = await server.call(method, path, body, headers=headers)
-                message = assert_error(reply, 421)
-                assert "TRIO_ROUTINES_TOKEN" in message, host
+                assert assert_error(reply, 421) == REFUSED_HOST, host
         assert server.agent.turns == []
         assert await server.store.history("adhoc") == []
         assert await server.store.list_wakeups() == []
@@ -59,12 +66,19 @@ async def test_a_rebound_host_name_is_refused_on_every_route_and_changes_nothing
 
 async def test_cross_origin_browser_requests_cannot_change_state() -> None:
     async with serving() as server:
-        for origin in ["https://evil.example", "null", "http://127.0.0.1.evil.example", "x"]:
+        for origin in [
+            "https://evil.example",
+            "null",
+            "http://127.0.0.1.evil.example",
+            "x",
+            "http://localhost:port",  # not a number: no origin at all
+            "http://[::1",  # not a URL
+        ]:
             headers = {"Origin": origin}
             fire = await server.call(
                 "POST", "/fire", {"name": "adhoc", "slot": ON_GRID}, headers=headers
             )
-            assert "origin" in assert_error(fire, 403)
+            assert assert_error(fire, 403) == REFUSED_ORIGIN, origin
             wake = await server.call(
                 "POST", "/wakeups", {"session": "s", "prompt": "p", "in": "1h"}, headers=headers
             )
@@ -100,7 +114,8 @@ async def test_with_a_token_any_host_and_origin_is_served() -> None:
 
 def test_one_helper_for_loopback_names() -> None:
     assert all(is_loopback(h) for h in ["localhost", "127.0.0.1", "127.1.2.3", "::1", "[::1]"])
-    assert not any(is_loopback(h) for h in ["0.0.0.0", "::", "example.com", "", "[::1"])
+    refused = ["0.0.0.0", "::", "example.com", "", "[::1", "::1]", "xlocalhost]", "x::1]"]
+    assert not any(is_loopback(h) for h in refused)
 
 
 def test_a_repeated_host_header_is_refused() -> None:

@@ -50,9 +50,9 @@ class _Body:
     requests may be waiting for a body at once (503 for the next, before it is read).
 
     Every route reads its body through this, so none can be held open by a body that
-    trickles in. Once the body is complete, ``receive`` is the server's own again (a request
-    that waits for a fire listens for the client going away through it, for as long as the
-    fire takes).
+    trickles in. Once the body is complete, ``receive`` is the server's own again, with no
+    deadline and no place held (no handler reads it after its body so far: a request waiting
+    for its fire does not listen for the client going away).
     """
 
     def __init__(self, receive: Receive, timeout: float, readers: _Readers) -> None:
