@@ -194,6 +194,28 @@ async def test_a_clock_set_back_during_a_turn_meets_the_claimed_slots_again(
     assert await store.gaps("r") == []
 
 
+async def test_a_late_fire_records_what_it_passed_over_wherever_its_turn_sets_the_clock(
+    autojump_clock: Any,
+) -> None:
+    # The loop wakes at 23:04:10 for its 23:01 slot (any age catches up): 23:02 to 23:04 were
+    # passed over by that late fire, and are recorded so even when its turn sets the clock
+    # back to before 23:02 (the next slot is then 23:02, come due again).
+    store = MemoryStore()
+    wall = WallClock(at(0, 30))
+    agent = SetsTheClockBack(wall, timedelta(minutes=2, seconds=40))  # to before 23:02
+    sched = Scheduler(agent=agent, store=store, routines=[EVERY_MINUTE], now=wall, wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sched.run)
+        await trio.sleep(10)
+        wall.set(at(4, 10))
+        await trio.sleep(60)
+        sched.stop()
+    assert at(4, 10) <= agent.turns[0] < at(5)  # the late fire, once the jump is seen
+    assert (await store.history("r"))[0].slot == at(1)
+    assert await store.gaps("r") == [gap(2, 4, GapReason.CAUGHT_UP)]
+    assert missed(sched) == {("r", "caught-up"): 3}
+
+
 async def test_a_downtime_is_caught_up_once_and_the_rest_recorded(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -160,11 +160,13 @@ class CronLoops:
                                 self._gaps, self._calls, routine, unanswered
                             )
                         if result.claimed:
-                            # The common end: the slot after ``due`` has not come yet, so none
-                            # was passed over (all after_slot looks for) and it is the next.
+                            # The common end: the slot after ``due`` had not come when the fire
+                            # began (``now``) nor has it yet, so none was passed over (all
+                            # after_slot looks for) and it is the next.
                             following = schedule.next_after(due)
                             ended = self._runtime.now()
-                            if not (due <= ended and (following is None or following > ended)):
+                            latest = max(ended, now)
+                            if not (due <= ended and (following is None or following > latest)):
                                 ended = None
                         if ended is None:
                             paused_tail = await self._gaps.after_slot(
