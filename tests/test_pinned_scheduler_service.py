@@ -343,6 +343,36 @@ async def test_a_wake_up_poll_the_store_never_answers_is_logged_whole(
     ]
 
 
+async def test_a_drain_begun_during_a_wake_up_take_waits_for_that_wake_ups_turn(
+    autojump_clock: Any,
+) -> None:
+    class SlowTake(Recording):
+        async def take_due_wakeup(self, now: datetime) -> Any:
+            await trio.sleep(3)
+            return await super().take_due_wakeup(now)
+
+    store = SlowTake()
+    await store.add_wakeup(
+        WakeupRequest(session="s", prompt="p", fire_at=T0), T0 - timedelta(minutes=2)
+    )
+    scheduler, agent, _, _ = rig(store=store, store_timeout=30.0)
+    agent.default = Complete(duration=10)
+    drained: list[float] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        start = trio.current_time()
+        await trio.sleep(1)  # the poll's take is under way
+        scheduler.stop(60)
+
+        async def drain() -> None:
+            await scheduler.wait_drained()
+            drained.append(trio.current_time() - start)
+
+        nursery.start_soon(drain)
+    assert agent.sessions() == ["s"]  # taken, so it ran, stop or not
+    assert drained == [13]  # its turn's end (3 s of take, 10 of turn), not the stop's instant
+
+
 async def test_a_wake_loop_that_fired_restarts_after_the_first_back_off(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

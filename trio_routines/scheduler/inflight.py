@@ -6,7 +6,7 @@ import trio
 
 
 class InFlight:
-    """Fires (claim to settle) and wake-up turns (turn to deferral) in flight: the count
+    """Fires (claim to settle) and wake-ups (take to deferral) in flight: the count
     ``value``, and :meth:`wait_none` for a stop's drain.
 
     A plain count rather than a ``trio_util.AsyncValue``: every fire changes it twice, and an

@@ -275,7 +275,7 @@ class Runtime:
         self.default_grace = default_grace
         #: A stop was requested: set by the scheduler's stop only, read by every loop.
         self.stopping = trio_util.AsyncBool(False)
-        #: Fires (claim to settle) and wake-ups (turn to deferral) in flight: counted by the
+        #: Fires (claim to settle) and wake-ups (take to deferral) in flight: counted by the
         #: fire path and the wake loop, read by the watch's heartbeat and the statistics.
         self.in_flight = InFlight()
         #: The run's nursery (fires and runs started for a host) and the loops' nursery,
@@ -294,7 +294,7 @@ class Runtime:
             ) from None
 
     def working(self) -> Working:
-        """Count one fire (claim to settle) or wake-up (turn to deferral) as in flight."""
+        """Count one fire (claim to settle) or wake-up (take to deferral) as in flight."""
         return Working(self.in_flight)
 
 

@@ -83,12 +83,13 @@ class WakeLoop:
     async def _wake_once(self) -> bool:
         """Take and fire one due wake-up; False when none was due or the store failed."""
         fired = False
-        with trio.CancelScope(shield=True):
+        # In flight from the take on: a stop's drain that began during the take waits for the
+        # wake-up it returns, whose turn still runs (it was taken: it is not in the store).
+        with trio.CancelScope(shield=True), self._runtime.working():
             try:
                 wakeup = await self._calls.take_due_wakeup(self._runtime.now())
                 if wakeup is not None:
-                    with self._runtime.working():
-                        await self._wake(wakeup)
+                    await self._wake(wakeup)
                     fired = True
             except StateFault as exc:
                 log.error("wake-up poll failed (continuing next poll): %s", exc)
