@@ -26,11 +26,11 @@ STAMP = datetime(2026, 7, 7, 12, 30, tzinfo=UTC)
 
 
 def test_stale_is_strictly_older_than_the_newest() -> None:
-    taken = ["2026-07-07T09-00-00-000Z", NAME]
-    assert is_stale(taken, "2026-07-07T08-00-00-000Z") == NAME
-    assert is_stale(taken, "2026-07-07T09-00-00-000Z") == NAME  # stale wins over duplicate
-    assert is_stale(taken, NAME) is None  # equal is a duplicate, decided by the create
-    assert is_stale([], NAME) is None
+    newest = claim_names(["2026-07-07T09-00-00-000Z", NAME])[-1]
+    assert is_stale(newest, "2026-07-07T08-00-00-000Z") == NAME
+    assert is_stale(newest, "2026-07-07T09-00-00-000Z") == NAME  # stale wins over duplicate
+    assert is_stale(newest, NAME) is None  # equal is a duplicate, decided by the create
+    assert is_stale(None, NAME) is None
 
 
 def test_pruning_keeps_the_newest() -> None:

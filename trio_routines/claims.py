@@ -35,13 +35,11 @@ _OUTCOMES = frozenset(o.value for o in Outcome)
 log = logging.getLogger("trio_routines")
 
 
-def is_stale(taken: Sequence[str], wanted: str) -> str | None:
-    """The newest claim name when ``wanted`` sorts before it (stale), else ``None``.
-
-    ``taken`` is the sorted list of claim names of one routine.
-    """
-    if taken and wanted < taken[-1]:
-        return taken[-1]
+def is_stale(newest: str | None, wanted: str) -> str | None:
+    """``newest``, a routine's newest claim name (None: it has none), when ``wanted`` sorts
+    before it (stale), else ``None``."""
+    if newest is not None and wanted < newest:
+        return newest
     return None
 
 

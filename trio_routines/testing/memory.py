@@ -10,7 +10,7 @@ from datetime import datetime
 import attrs
 import trio
 
-from ..claims import KEEP_CLAIMS, claim_gate
+from ..claims import KEEP_CLAIMS, claim_gate, is_stale
 from ..errors import StateFault
 from ..gaps import add_gap
 from ..instants import slot_name, truncate_ms
@@ -135,8 +135,9 @@ class MemoryStore(Lifetime):
         claims = self.claims.setdefault(routine, {})
         newest, prune = claim_gate(claims, self.keep)
         wanted = slot_name(slot)
-        if newest is not None and wanted < newest:  # stale (claims.py)
-            return ClaimResult(ClaimStatus.STALE, newest)
+        stale = is_stale(newest, wanted)
+        if stale is not None:
+            return ClaimResult(ClaimStatus.STALE, stale)
         if wanted in claims:
             return ClaimResult(ClaimStatus.DUPLICATE, wanted)
         claims[wanted] = Fire(slot=slot, fired_at=fired_at, replica=replica)

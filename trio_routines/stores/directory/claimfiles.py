@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ...claims import claim_gate, claim_names, newest_first, parse_claim
+from ...claims import claim_gate, claim_names, is_stale, newest_first, parse_claim
 from ...converter import claim_text
 from ...errors import StateFault
 from ...instants import slot_name
@@ -173,8 +173,9 @@ class ClaimFiles:
             except OSError as exc:
                 raise self.unusable(routine, where, exc) from None
             newest, prune = claim_gate(entries, self.keep)
-            if newest is not None and wanted < newest:  # stale (claims.py)
-                return ClaimResult(ClaimStatus.STALE, newest), None
+            stale = is_stale(newest, wanted)
+            if stale is not None:
+                return ClaimResult(ClaimStatus.STALE, stale), None
             path = where / wanted
             try:
                 fd = create_file(directory, wanted, path)
