@@ -18,6 +18,7 @@ from trio_routines.cron import days as cron_days
 from trio_routines.cron import schedule as cron_schedule
 from trio_routines.store import Store
 from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores.directory.wakeupjournal import Journal
 from trio_routines.testing import MemoryStore
 
 settings.register_profile("default", max_examples=100, deadline=None)
@@ -190,3 +191,17 @@ def env_on_either_store(request: pytest.FixtureRequest, tmp_path: Path) -> Itera
         return
     yield project
     _ended(project)
+
+
+@pytest.fixture
+def journal_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Every read of the state directory's wake-up journal lines: (from offset, up to size)."""
+    seen: list[tuple[int, int]] = []
+    real = Journal.read
+
+    def counting(self: Journal, fd: int, offset: int, size: int) -> bytes:
+        seen.append((offset, size))
+        return real(self, fd, offset, size)
+
+    monkeypatch.setattr(Journal, "read", counting)
+    return seen

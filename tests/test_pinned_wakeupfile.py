@@ -19,43 +19,28 @@ from wakeupstate import ASIDE, ASIDE_JOURNAL, EIO, T0, entry, ids, request, stat
 from trio_routines.errors import StateFault
 from trio_routines.stores import safefile
 from trio_routines.stores.directory import DirectoryStore, wakeupfile
-from trio_routines.stores.directory.wakeupjournal import Journal
 
 # -- what a reader reads -------------------------------------------------------------------------
 
 
-@pytest.fixture
-def reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
-    """Every read of the journal's lines: (from offset, up to size)."""
-    seen: list[tuple[int, int]] = []
-    real = Journal.read
-
-    def counting(self: Journal, fd: int, offset: int, size: int) -> bytes:
-        seen.append((offset, size))
-        return real(self, fd, offset, size)
-
-    monkeypatch.setattr(Journal, "read", counting)
-    return seen
-
-
 async def test_polls_of_an_unchanged_journal_read_nothing_and_readers_only_what_was_appended(
-    tmp_path: Path, reads: list[tuple[int, int]]
+    tmp_path: Path, journal_reads: list[tuple[int, int]]
 ) -> None:
     store, other = DirectoryStore(tmp_path), DirectoryStore(tmp_path)
     first = await store.add_wakeup(request("first"), T0)  # creates the journal
     path = tmp_path / "schedule" / "wakeups.journal"
     size = path.stat().st_size
-    reads.clear()
+    journal_reads.clear()
     assert ids(await store.list_wakeups()) == [first.id]
     assert await store.take_due_wakeup(T0) is None
-    assert reads == []  # nothing appended since this store's own write: nothing read
+    assert journal_reads == []  # nothing appended since this store's own write: nothing read
     second = await other.add_wakeup(request("second"), T0)  # other reads it all, then appends
-    assert reads == [(0, size)]
+    assert journal_reads == [(0, size)]
     grown = path.stat().st_size
     assert ids(await store.list_wakeups()) == [first.id, second.id]
-    assert reads == [(0, size), (size, grown)]  # only the line appended
+    assert journal_reads == [(0, size), (size, grown)]  # only the line appended
     assert await store.take_due_wakeup(T0) is None
-    assert len(reads) == 2
+    assert len(journal_reads) == 2
 
 
 async def test_a_torn_last_line_is_left_by_readers_and_cut_by_the_next_writer(

@@ -22,7 +22,7 @@ from trio_routines.records import Wakeup
 from trio_routines.stores.abandon import Handoff
 from trio_routines.stores.directory import wakeuplog
 from trio_routines.stores.directory.wakeupindex import Op, add_op, del_op, set_op
-from trio_routines.stores.directory.wakeupjournal import Journal, header, line
+from trio_routines.stores.directory.wakeupjournal import header, line
 from trio_routines.stores.directory.wakeuplog import WakeupLog
 
 T0 = datetime(2026, 7, 7, 9, tzinfo=UTC)
@@ -50,20 +50,6 @@ def messages(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 def unreadable(path: Path, detail: str) -> str:
     return f"schedule state {path} is unreadable — fix permissions/disk and restart: {detail}"
-
-
-@pytest.fixture
-def reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
-    """Every read of the journal's lines: (from offset, up to size)."""
-    seen: list[tuple[int, int]] = []
-    real = Journal.read
-
-    def counting(self: Journal, fd: int, offset: int, size: int) -> bytes:
-        seen.append((offset, size))
-        return real(self, fd, offset, size)
-
-    monkeypatch.setattr(Journal, "read", counting)
-    return seen
 
 
 # -- a poll --------------------------------------------------------------------------------------
@@ -131,7 +117,7 @@ def test_a_new_generation_that_cannot_be_opened_again_is_a_fault_naming_it(
 
 
 def test_a_writer_never_reads_back_a_generation_it_wrote(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reads: list[tuple[int, int]]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, journal_reads: list[tuple[int, int]]
 ) -> None:
     monkeypatch.setattr(wakeuplog, "SLACK", 0)
     store = WakeupLog(tmp_path, 1.0)
@@ -141,7 +127,7 @@ def test_a_writer_never_reads_back_a_generation_it_wrote(
     assert store.path.read_bytes().count(b"\n") == 1
     assert store.refresh()
     change(store, add_op(entry("b"), 2))
-    assert reads == []
+    assert journal_reads == []
 
 
 def test_a_journal_rewritten_in_place_is_read_again_whole_by_its_header(tmp_path: Path) -> None:
