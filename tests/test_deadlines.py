@@ -10,6 +10,10 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from trio.testing import MockClock
 
 from trio_routines import InvalidOption, Outcome, Routine, Scheduler
 from trio_routines.records import ClaimResult
@@ -285,3 +289,64 @@ async def test_a_look_that_cuts_many_calls_prunes_and_still_cuts_the_next_ones(
         await trio.sleep(40)
         nursery.cancel_scope.cancel()
     assert cut == [15.0] * 50
+
+
+# Each step: ("note", seconds from now), ("forget", which open call), ("pull_in", seconds from
+# now) or ("pass", seconds); the watch may start late, so some notes come before it.
+_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("note"), st.integers(0, 40)),
+        st.tuples(st.just("forget"), st.integers(0, 50)),
+        st.tuples(st.just("pull_in"), st.integers(0, 40)),
+        st.tuples(st.just("pass"), st.integers(0, 15)),
+        st.tuples(st.just("watch"), st.just(0)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps=_steps)
+def test_every_open_call_is_cut_exactly_at_its_deadline_and_no_ended_one_ever(
+    steps: list[tuple[str, int]],
+) -> None:
+    """Whatever the order of the deadlines (most in order, some earlier than one before them,
+    some pulled in by a stop), each open call is cut once its deadline has come and not
+    before, with or without the watch, and an ended call is never cut."""
+    clock = MockClock()
+
+    async def main() -> None:
+        deadlines = StoreDeadlines()
+        due: dict[trio.CancelScope, float] = {}  # open calls and their deadlines, as promised
+        ended: dict[trio.CancelScope, bool] = {}  # ended calls: whether cut before they ended
+        async with trio.open_nursery() as nursery:
+            for step, value in steps:
+                now = trio.current_time()
+                if step == "note":
+                    scope = trio.CancelScope()
+                    deadlines.note(scope, now + value)
+                    due[scope] = now + value
+                elif step == "forget" and due:
+                    scope = list(due)[value % len(due)]
+                    cut = scope.cancel_called
+                    deadlines.forget(scope)
+                    del due[scope]
+                    ended[scope] = cut
+                elif step == "pull_in":
+                    deadlines.pull_in(now + value)
+                    due = {scope: min(at, now + value) for scope, at in due.items()}
+                elif step == "pass":
+                    clock.jump(value)
+                elif step == "watch" and not deadlines._watching:
+                    await nursery.start(deadlines.watch)
+                await trio.testing.wait_all_tasks_blocked()
+                now = trio.current_time()
+                for scope, at in due.items():
+                    # Without the watch, Trio keeps the deadline: it is the scope's own.
+                    cut = scope.cancel_called or scope.deadline <= now
+                    assert cut == (at <= now), (at, now)
+                assert all(scope.cancel_called == cut for scope, cut in ended.items())
+                assert all(scope.deadline == math.inf for scope in ended)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=clock)

@@ -22,21 +22,27 @@ import math
 
 import trio
 
-PRUNE_SLACK = 64  # stale heap entries tolerated beyond twice the open calls
+PRUNE_SLACK = 64  # ended calls' heap entries tolerated beyond the open calls (at least)
 
 
 class StoreDeadlines:
     """The open store calls' scopes and deadlines; :meth:`watch` enforces them.
 
-    The deadlines sit in a heap (a stalled store makes thousands of calls time out one after
-    another: each look costs a pop, not a scan); an entry whose call has ended, or whose
-    deadline a stop pulled in, stays in the heap until popped or pruned, and ``_open`` says
-    which entry is current.
+    Nearly every call's deadline is its start plus the same store timeout, so deadlines
+    mostly arrive in order: ``_open`` keeps the open calls in the order they were noted, and
+    while each noted deadline is at least every one before it, the earliest open deadline is
+    the first entry's -- a note and a forget are one dict step each. A deadline earlier than
+    one noted before it (a call with a shorter bound, or a stop that pulled deadlines in) goes
+    into a heap as well, so the watch finds it in time: an entry there whose call has ended,
+    or whose deadline was pulled in since, stays until popped or pruned, and ``_open`` says
+    which is current.
     """
 
     def __init__(self) -> None:
         self._open: dict[trio.CancelScope, float] = {}  # scope -> its current deadline
-        self._heap: list[tuple[float, int, trio.CancelScope]] = []
+        self._latest = -math.inf  # the latest deadline noted in order (``_open``'s order)
+        self._heap: list[tuple[float, int, trio.CancelScope]] = []  # the out-of-order ones
+        self._kept = 0  # the heap's size after its last rebuild
         self._tickets = itertools.count()  # ties in the heap never compare scopes
         self._watching = False
         self._next_look = math.inf  # when the watch looks next (never later than a deadline)
@@ -47,15 +53,26 @@ class StoreDeadlines:
         if not self._watching:
             scope.deadline = deadline  # first: a bad deadline raises before anything is kept
         self._open[scope] = deadline
-        if self._watching:
-            self._push(scope, deadline)
+        if deadline >= self._latest:
+            self._latest = deadline  # in order: ``_open`` itself keeps it
+        elif self._watching:
+            heapq.heappush(self._heap, (deadline, next(self._tickets), scope))
+        if deadline < self._next_look:
+            self._next_look = deadline
+            self._wake.set()
 
     def forget(self, scope: trio.CancelScope) -> None:
         """The call in ``scope`` is over; the scope itself may go on without a deadline."""
-        self._open.pop(scope, None)
+        open_ = self._open
+        open_.pop(scope, None)
         if scope.deadline != math.inf:  # handed to Trio before or after the watch ran
             scope.deadline = math.inf
-        self._prune_if_stale()
+        if not open_:  # nothing open: the next note starts the order afresh
+            self._latest = -math.inf
+            self._heap.clear()
+            self._kept = 0
+        elif self._heap:
+            self._prune_if_stale()
 
     def pull_in(self, latest: float) -> None:
         """No open call may go on past ``latest`` (a stop began)."""
@@ -63,14 +80,12 @@ class StoreDeadlines:
             if deadline > latest:
                 self._open[scope] = latest
                 if self._watching:
-                    self._push(scope, latest)
+                    heapq.heappush(self._heap, (latest, next(self._tickets), scope))
                 else:
                     scope.deadline = min(scope.deadline, latest)
-
-    def _push(self, scope: trio.CancelScope, deadline: float) -> None:
-        heapq.heappush(self._heap, (deadline, next(self._tickets), scope))
-        if deadline < self._next_look:
-            self._next_look = deadline
+        self._latest = min(self._latest, latest)
+        if latest < self._next_look:
+            self._next_look = latest
             self._wake.set()
 
     def _expire(self, now: float) -> float:
@@ -79,28 +94,48 @@ class StoreDeadlines:
         A method, not the watch's own loop: the watch's frame, waiting, must hold no heap
         (pruned away meanwhile) and no scope, or the ended calls' scopes would live on.
         """
-        heap, open_ = self._heap, self._open
+        open_, heap = self._open, self._heap
+        due = []
+        # In order, from the first: an entry not yet due means none after it in order is
+        # (those out of order are in the heap).
+        for scope, deadline in open_.items():
+            if deadline > now:
+                break
+            due.append(scope)
         while heap and heap[0][0] <= now:
             deadline, _, scope = heapq.heappop(heap)
             if open_.get(scope) == deadline:  # else ended, or pulled in since
-                del open_[scope]
+                due.append(scope)
+        for scope in due:
+            if open_.pop(scope, None) is not None:
                 scope.cancel()
         heap = self._prune_if_stale()
-        return heap[0][0] if heap else math.inf
+        first = next(iter(open_.values()), math.inf)
+        if not open_:
+            self._latest = -math.inf
+        return min(first, heap[0][0]) if heap else first
 
     def _prune_if_stale(self) -> list[tuple[float, int, trio.CancelScope]]:
-        """The heap, rebuilt without the entries of ended calls once they outnumber the rest."""
+        """The heap, rebuilt without the entries of ended calls once they may outnumber the
+        open calls by more than the slack, or than the heap's size after the last rebuild
+        (so that each rebuild's work is paid for by the ended entries it drops)."""
         open_ = self._open
-        if len(self._heap) > 2 * len(open_) + PRUNE_SLACK:
+        if not open_:
+            self._heap.clear()
+            self._kept = 0
+        elif len(self._heap) > len(open_) + max(PRUNE_SLACK, self._kept):
             self._heap = [entry for entry in self._heap if open_.get(entry[2]) == entry[0]]
             heapq.heapify(self._heap)
+            self._kept = len(self._heap)
         return self._heap
 
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Cancel each open call at its deadline, until cancelled."""
         self._watching = True
-        for scope, deadline in self._open.items():  # noted before the watch began
-            self._push(scope, deadline)
+        # Noted before the watch began: each one as an entry out of order, whatever its place.
+        for scope, deadline in self._open.items():
+            heapq.heappush(self._heap, (deadline, next(self._tickets), scope))
+        self._next_look = -math.inf
         task_status.started()
         try:
             while True:
