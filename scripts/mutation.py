@@ -115,6 +115,17 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "--deselect=tests/test_scheduler.py::test_routine_without_cron_is_never_armed",
         ],
     ),
+    # The store calls' deadlines alone: a quick run after a change to them (the scheduler's
+    # selection covers them too, with everything else in the package).
+    "deadlines": (
+        ["trio_routines/scheduler/deadlines.py"],
+        [
+            "tests/test_deadlines.py",
+            "tests/test_pinned_scheduler_fire.py",
+            "tests/test_store_bounds.py",
+            "--hypothesis-profile=mutation",
+        ],
+    ),
     "gaps": (
         ["trio_routines/gaps.py"],
         [

@@ -350,3 +350,58 @@ def test_every_open_call_is_cut_exactly_at_its_deadline_and_no_ended_one_ever(
             nursery.cancel_scope.cancel()
 
     trio.run(main, clock=clock)
+
+
+async def test_deadlines_in_order_cost_no_heap_entry_and_one_out_of_order_costs_one(
+    autojump_clock: Any,
+) -> None:
+    """A note whose deadline is no earlier than every open one before it is kept by the
+    order of the open calls alone; the heap holds only those out of order. Once no call is
+    open, the order starts afresh."""
+    deadlines = StoreDeadlines()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(deadlines.watch)
+        start = trio.current_time()
+        scopes = [trio.CancelScope() for _ in range(100)]
+        for i, scope in enumerate(scopes):
+            deadlines.note(scope, start + 30 + i // 10)  # equal ones too
+        assert deadlines._heap == []
+        early = trio.CancelScope()
+        deadlines.note(early, start + 10)
+        assert [entry[2] for entry in deadlines._heap] == [early]
+        for scope in [*scopes, early]:
+            deadlines.forget(scope)
+        assert deadlines._heap == []
+        again = trio.CancelScope()
+        deadlines.note(again, start + 5)  # earlier than any before, but none is open
+        assert deadlines._heap == []
+        await trio.sleep(6)
+        assert again.cancel_called
+        deadlines.forget(again)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_prune_keeps_the_open_calls_out_of_order(autojump_clock: Any) -> None:
+    """Ended calls out of order make the heap rebuild itself; the open ones out of order stay
+    in it and are cut at their own deadlines, not at a later call's."""
+    deadlines = StoreDeadlines()
+    cut: dict[str, float] = {}
+
+    async def call(name: str, after: float) -> None:
+        cut[name] = await _cut_at(deadlines, start + after) - start
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(deadlines.watch)
+        start = trio.current_time()
+        nursery.start_soon(call, "late", 30.0)
+        await trio.sleep(1)
+        nursery.start_soon(call, "early", 10.0)  # out of order: in the heap
+        await trio.sleep(1)
+        for _ in range(4 * PRUNE_SLACK):  # ended, out of order: rebuilds along the way
+            scope = trio.CancelScope()
+            deadlines.note(scope, start + 5)
+            deadlines.forget(scope)
+        assert len(deadlines._heap) <= 1 + PRUNE_SLACK
+        await trio.sleep(40)
+        nursery.cancel_scope.cancel()
+    assert cut == {"early": 10.0, "late": 30.0}

@@ -135,7 +135,6 @@ class StoreDeadlines:
         # Noted before the watch began: each one as an entry out of order, whatever its place.
         for scope, deadline in self._open.items():
             heapq.heappush(self._heap, (deadline, next(self._tickets), scope))
-        self._next_look = -math.inf
         task_status.started()
         try:
             while True:
