@@ -216,6 +216,27 @@ async def test_a_late_fire_records_what_it_passed_over_wherever_its_turn_sets_th
     assert missed(sched) == {("r", "caught-up"): 3}
 
 
+async def test_the_slots_of_a_gap_run_when_the_clock_goes_back_and_the_gap_stays(
+    autojump_clock: Any,
+) -> None:
+    # A gap never holds a slot back (docs/design.md): after the late fire's turn sets the
+    # clock back to before 23:02, 23:02 to 23:04 come due again and each runs once; the gap,
+    # written when the clock said they had passed, is left as it was.
+    store = MemoryStore()
+    wall = WallClock(at(0, 30))
+    agent = SetsTheClockBack(wall, timedelta(minutes=2, seconds=40))
+    sched = Scheduler(agent=agent, store=store, routines=[EVERY_MINUTE], now=wall, wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sched.run)
+        await trio.sleep(10)
+        wall.set(at(4, 10))
+        await trio.sleep(240)  # the clock reads 23:05:30 at the end: 23:05 has come, 23:06 not
+        sched.stop()
+    assert [fire.slot for fire in await store.history("r")] == [at(m) for m in range(1, 6)]
+    assert agent.turns[1:] == [at(m) for m in range(2, 6)]
+    assert await store.gaps("r") == [gap(2, 4, GapReason.CAUGHT_UP)]
+
+
 async def test_a_downtime_is_caught_up_once_and_the_rest_recorded(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
