@@ -198,10 +198,17 @@ class WakeupLog:
             self._forget()
             fd = self._new_generation(directory)
         except Refused as exc:
-            self._refuse(exc)
+            # A writer does not leave it for someone to remove: it moves it aside, says so
+            # (once, on one line) and starts a new journal.
             kept = self._keep_aside(directory)
+            self._refused = None
+            self._forget()
             fd = self._new_generation(directory)
-            log.warning("kept the unusable wake-up journal as %s", kept)
+            log.warning(
+                "unusable wake-up store: %s — kept aside as %s; a new journal is started",
+                describe(exc).removesuffix("; remove it"),
+                kept,
+            )
         except OSError as exc:
             raise self._unreadable(exc) from None
         try:
