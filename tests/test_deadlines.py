@@ -405,3 +405,21 @@ async def test_a_prune_keeps_the_open_calls_out_of_order(autojump_clock: Any) ->
         await trio.sleep(40)
         nursery.cancel_scope.cancel()
     assert cut == {"early": 10.0, "late": 30.0}
+
+
+async def test_a_call_noted_again_while_open_takes_its_new_deadline_and_keeps_the_rest(
+    autojump_clock: Any,
+) -> None:
+    deadlines = StoreDeadlines()
+    first, second = trio.CancelScope(), trio.CancelScope()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(deadlines.watch)
+        start = trio.current_time()
+        deadlines.note(first, start + 10)
+        deadlines.note(second, start + 20)
+        deadlines.note(first, start + 30)  # later than the second now
+        await trio.sleep(25)
+        assert (first.cancel_called, second.cancel_called) == (False, True)
+        await trio.sleep(10)
+        assert first.cancel_called
+        nursery.cancel_scope.cancel()

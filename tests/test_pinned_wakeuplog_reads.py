@@ -223,6 +223,23 @@ def test_a_refused_journal_found_by_a_writer_is_kept_aside_and_replaced(
     assert ids(store) == ["a"]
 
 
+def test_a_refused_journal_gone_before_it_is_kept_aside_is_said_so_and_replaced(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schedule = tmp_path / "schedule"
+    schedule.mkdir()
+    store = WakeupLog(tmp_path, 1.0)
+    os.mkfifo(store.path)
+    monkeypatch.setattr(store.journal, "keep_aside", lambda directory: None)  # removed meanwhile
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        change(store, add_op(entry("a"), 1))
+    assert messages(caplog) == [
+        f"unusable wake-up store: {store.path} is a FIFO, not a regular file — refused — gone "
+        "before it could be kept aside; a new journal is started"
+    ]
+    assert ids(store) == ["a"]
+
+
 def test_a_refused_journal_that_cannot_be_kept_aside_is_a_fault_naming_it(
     tmp_path: Path,
 ) -> None:

@@ -35,7 +35,8 @@ class StoreDeadlines:
     one noted before it (a call with a shorter bound, or a stop that pulled deadlines in) goes
     into a heap as well, so the watch finds it in time: an entry there whose call has ended,
     or whose deadline was pulled in since, stays until popped or pruned, and ``_open`` says
-    which is current.
+    which is current. (After a call with a later deadline than the rest, those noted while it
+    is open go into the heap too, until no call is open: never slower than a heap of all.)
     """
 
     def __init__(self) -> None:
@@ -52,7 +53,9 @@ class StoreDeadlines:
         """``scope`` (holding one store call) is cancelled at ``deadline``."""
         if not self._watching:
             scope.deadline = deadline  # first: a bad deadline raises before anything is kept
-        self._open[scope] = deadline
+        open_ = self._open
+        open_.pop(scope, None)  # noted again while open: its place is the new deadline's
+        open_[scope] = deadline
         if deadline >= self._latest:
             self._latest = deadline  # in order: ``_open`` itself keeps it
         elif self._watching:
@@ -147,5 +150,6 @@ class StoreDeadlines:
             self._watching = False
             self._next_look = math.inf
             self._heap.clear()
+            self._kept = 0
             for scope, deadline in self._open.items():  # Trio keeps them from now on
                 scope.deadline = min(scope.deadline, deadline)

@@ -201,14 +201,14 @@ class WakeupLog:
             # A writer does not leave it for someone to remove: it moves it aside, says so
             # (once, on one line) and starts a new journal.
             kept = self._keep_aside(directory)
+            log.warning(
+                "unusable wake-up store: %s — %s; a new journal is started",
+                describe(exc).removesuffix("; remove it"),
+                "gone before it could be kept aside" if kept is None else f"kept aside as {kept}",
+            )
             self._refused = None
             self._forget()
             fd = self._new_generation(directory)
-            log.warning(
-                "unusable wake-up store: %s — kept aside as %s; a new journal is started",
-                describe(exc).removesuffix("; remove it"),
-                kept,
-            )
         except OSError as exc:
             raise self._unreadable(exc) from None
         try:
