@@ -19,6 +19,7 @@ from wakeupstate import ASIDE, ASIDE_JOURNAL, EIO, T0, entry, ids, request, stat
 from trio_routines.errors import StateFault
 from trio_routines.stores import safefile
 from trio_routines.stores.directory import DirectoryStore, wakeupfile
+from trio_routines.stores.directory.wakeupjournal import Journal
 
 # -- what a reader reads -------------------------------------------------------------------------
 
@@ -95,6 +96,20 @@ async def test_a_damaged_line_is_warned_once_skipped_and_kept_aside_by_the_next_
     assert ids(await DirectoryStore(tmp_path).list_wakeups()) == [first.id, second.id]
     assert ids(await store.list_wakeups()) == [first.id, second.id]  # followed the new one
     assert len(warnings(caplog)) == 2  # a new generation: nothing more to report
+
+
+async def test_a_damaged_journal_gone_before_it_is_kept_aside_is_said_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = DirectoryStore(tmp_path)
+    first = await store.add_wakeup(request("first"), T0)
+    path = tmp_path / "schedule" / "wakeups.journal"
+    with path.open("ab") as handle:
+        handle.write(b'{"op":"del","id":"nobody"}\n')
+    monkeypatch.setattr(Journal, "keep_aside", lambda self, directory: None)  # removed meanwhile
+    second = await store.add_wakeup(request("second"), T0)
+    assert warnings(caplog)[1:] == ["the damaged wake-up journal was gone before it could be kept"]
+    assert ids(await DirectoryStore(tmp_path).list_wakeups()) == [first.id, second.id]
 
 
 async def test_a_journal_read_that_fails_is_a_fault_naming_the_file(

@@ -367,7 +367,10 @@ class WakeupLog:
         try:
             if self._damaged:
                 kept = self._keep_aside(directory)
-                log.warning("kept the damaged wake-up journal as found as %s", kept)
+                if kept is None:
+                    log.warning("the damaged wake-up journal was gone before it could be kept")
+                else:
+                    log.warning("kept the damaged wake-up journal as found as %s", kept)
             os.close(self._new_generation(directory))
         except StateFault as exc:
             log.warning("could not compact the wake-up journal %s: %s", self.path, exc)
