@@ -139,6 +139,35 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["trio_routines/replicas.py"],
         ["tests/test_pinned_replicas.py", "tests/test_replicas_contract.py"],
     ),
+    # A replica's holds, as every store's presence shares them (the store's own part is its
+    # store's: the directory's holds run in the selection, PostgreSQL's do not).
+    "presence": (
+        ["trio_routines/presence.py"],
+        [
+            "tests/test_replicas_contract.py",
+            "tests/test_scheduler_replicas.py",
+            "tests/test_open_claims.py",
+            "tests/test_pinned_presence.py",
+        ],
+    ),
+    # What `history`, `status`, the page and the HTTP API read and show of a routine's past.
+    "history": (
+        ["trio_routines/history.py"],
+        [
+            "tests/test_cli_views.py",
+            "tests/test_gaps.py",
+            "tests/test_http.py",
+            "tests/test_session_spent.py",
+            "tests/test_usage_shown.py",
+            "tests/test_pinned_scheduler_boot.py",
+            "tests/test_pinned_history.py",
+            # It runs the command as a process of its own, which the copy cannot run.
+            "--deselect=tests/test_cli_views.py::test_the_strip_falls_back_to_ascii_when_stdout_is_not_utf8",
+            # Random requests over a real server (3 s): they reach the history only by chance.
+            "--deselect=tests/test_http.py::test_arbitrary_requests_never_fail_the_server_nor_change_state_when_refused",
+            "--hypothesis-profile=mutation",
+        ],
+    ),
     "converter": (
         ["trio_routines/converter.py"],
         [
