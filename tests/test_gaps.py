@@ -101,6 +101,23 @@ def test_adding_gaps_extends_dedupes_and_keeps_the_newest() -> None:
         gap(2, 2, GapReason.OVERLAP),
     ]
     assert add_gap([gap(1, 5, GapReason.DOWN)], gap(3, 5, GapReason.DOWN)) is None
+    # A longer run of the same reason holding all of the newest (another replica's count
+    # from an older view) replaces it; one that starts later, or for another reason, does not.
+    older = gap(0, 0, GapReason.CAUGHT_UP)
+    caught = gap(2, 4, GapReason.CAUGHT_UP)
+    assert add_gap([older, caught], gap(2, 6, GapReason.CAUGHT_UP)) == [
+        older,
+        gap(2, 6, GapReason.CAUGHT_UP),
+    ]
+    assert add_gap([older, caught], gap(1, 5, GapReason.CAUGHT_UP)) == [
+        older,
+        gap(1, 5, GapReason.CAUGHT_UP),
+    ]
+    assert add_gap([caught], gap(3, 6, GapReason.CAUGHT_UP)) == [
+        caught,
+        gap(3, 6, GapReason.CAUGHT_UP),
+    ]
+    assert add_gap([caught], gap(2, 6, GapReason.DOWN)) == [caught, gap(2, 6, GapReason.DOWN)]
     assert add_gap(
         [gap(n, n, GapReason.DOWN) for n in range(3)], gap(9, 9, GapReason.DOWN), keep=2
     ) == [

@@ -133,9 +133,10 @@ def test_a_gap_line_names_its_count_its_span_and_why() -> None:
 
 def test_records_on_the_same_slot_keep_their_order_claims_first() -> None:
     # A gap recorded before the clock went back and a claim of its first slot once it did;
-    # and a gap from that same first slot ending later, which the gap records keep beside it.
+    # and a gap from that same first slot ending later, for another reason, which the gap
+    # records keep beside it.
     first = Gap(T0, T0 + HOUR, 2, GapReason.DOWN)
-    longer = Gap(T0, T0 + 3 * HOUR, 4, GapReason.DOWN)
+    longer = Gap(T0, T0 + 3 * HOUR, 4, GapReason.LATE)
     gaps = add_gap([first], longer)
     assert gaps == [first, longer]
     claim = fire(0, Outcome.COMPLETED)

@@ -548,6 +548,15 @@ async def test_a_gap_already_accounted_for_writes_nothing(store: Store) -> None:
     assert await store.gaps("r") == [_gap(1, 3)]
 
 
+async def test_a_longer_count_of_the_newest_gap_replaces_it(store: Store) -> None:
+    # Two replicas counted one run of missed slots, the second from a view read before the
+    # first had written its count: each slot is in one record.
+    assert isinstance(store, GapRecords)
+    await store.record_gap("r", _gap(1, 3, "caught-up"))
+    assert await store.record_gap("r", _gap(1, 5, "caught-up"))
+    assert await store.gaps("r") == [_gap(1, 5, "caught-up")]
+
+
 async def test_a_gap_extends_the_newest_one_of_its_reason_that_ends_where_it_says(
     store: Store,
 ) -> None:

@@ -198,6 +198,9 @@ def add_gap(
       record for a routine paused all week.
     * A ``store`` gap is recorded late (once the store answers again), so it may be older
       than the newest: it takes its place in slot order unless a retained gap overlaps it.
+    * A gap of the newest's reason that holds all of the newest and ends later (another
+      replica counted from an older view of the same run) replaces it: each slot is in one
+      record, and the count is the longer gap's own.
     * Beyond ``keep`` gaps, the oldest are dropped.
     """
     newest = gaps[-1] if gaps else None
@@ -206,6 +209,8 @@ def add_gap(
             return None
         placed = sorted([*gaps, gap], key=lambda g: g.last)[-keep:]
         return placed if gap in placed else None
+    if newest is not None and gap.first <= newest.first and gap.reason is newest.reason:
+        return [*gaps[:-1], gap]
     if newest is not None and extends_newest(gaps, gap, extends):
         merged = attrs.evolve(
             newest,
