@@ -273,10 +273,10 @@ def test_restarts_and_lost_settles_add_up_and_restarts_are_listed_by_loop_then_r
     ]
     # A loop counted both with and without a routine (the runtime never does): listed still,
     # the one without first.
-    metrics.restarted("wake", "r")
+    metrics.restarted("wake", "Alpha")
     assert lines_of(metrics, 'trio_routines_loop_restarts_total{loop="wake"') == [
         'trio_routines_loop_restarts_total{loop="wake"} 1',
-        'trio_routines_loop_restarts_total{loop="wake",routine="r"} 1',
+        'trio_routines_loop_restarts_total{loop="wake",routine="Alpha"} 1',
     ]
 
 
