@@ -275,6 +275,30 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "wakeupindex": (["trio_routines/stores/directory/wakeupindex.py"], WAKEUP_JOURNAL_TESTS),
     "wakeupjournal": (["trio_routines/stores/directory/wakeupjournal.py"], WAKEUP_JOURNAL_TESTS),
     "wakeuplog": (["trio_routines/stores/directory/wakeuplog.py"], WAKEUP_JOURNAL_TESTS),
+    # The runtime's series (their rendering, and what the scheduler counts into them) and a
+    # turn's kept output.
+    "metrics": (
+        ["trio_routines/metrics.py"],
+        [
+            "tests/test_metrics.py",
+            "tests/test_pinned_metrics.py",
+            "tests/test_usage_shown.py",
+            "tests/test_gaps.py",
+            "tests/test_budgets.py",
+            "tests/test_restarts.py",
+            "tests/test_pause.py",
+            "tests/test_store_bounds.py",
+        ],
+    ),
+    "output": (
+        ["trio_routines/output.py"],
+        [
+            "tests/test_output.py",
+            "tests/test_pinned_output.py",
+            "tests/test_scheduler_output.py",
+            "--hypothesis-profile=mutation",
+        ],
+    ),
     # The HTTP surface's attacker-facing modules: the Host and Origin checks, the parsing of
     # every untrusted part of a request (over a real server on a loopback port, in-process).
     "origin": (["trio_routines/http/origin.py"], ["tests/test_http_origin.py"]),

@@ -74,11 +74,22 @@ class _Histogram:
 
 
 def _number(value: float) -> str:
-    return "+Inf" if math.isinf(value) else repr(float(value)) if value % 1 else str(int(value))
+    if value == math.inf:
+        return "+Inf"
+    if value == -math.inf:
+        return "-Inf"
+    return repr(float(value)) if value % 1 else str(int(value))
 
 
 def _routine(name: str) -> Labels:
     return (("routine", name),)
+
+
+def _by_loop(item: tuple[tuple[str, str | None], int]) -> tuple[str, str]:
+    """A restart count's place: by loop, then routine, like every other family's samples (a
+    loop of no routine sorts as an empty name, never compared with ``None``)."""
+    (loop, owner), _ = item
+    return loop, owner or ""
 
 
 class Metrics:
@@ -255,7 +266,7 @@ class Metrics:
                         (("loop", loop),) + (() if owner is None else _routine(owner)),
                         n,
                     )
-                    for (loop, owner), n in sorted(self.restarts.items(), key=str)
+                    for (loop, owner), n in sorted(self.restarts.items(), key=_by_loop)
                 ),
             ),
             counter(
