@@ -44,6 +44,13 @@ WAKEUP_JOURNAL_TESTS = [
     "tests/test_store_contract.py",
 ]
 
+# The log tests that run the command as a process of their own, which the copy cannot run.
+LOGS_PROCESSES_LEFT_OUT = [
+    "--deselect=tests/test_logs.py::"
+    "test_a_fire_in_a_real_process_logs_its_fields_and_a_duplicate_only_at_debug",
+    "--deselect=tests/test_logs.py::test_under_the_journal_the_command_line_writes_journal_lines",
+]
+
 # module -> (files mutmut may mutate, tests that judge its mutants). Small pure modules first.
 # An entry of the tests starting with "-" is a pytest option (a cheaper Hypothesis profile).
 # Only fast tests: no real processes, no PostgreSQL (the store is selected by `-k`).
@@ -165,6 +172,43 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "--deselect=tests/test_cli_views.py::test_the_strip_falls_back_to_ascii_when_stdout_is_not_utf8",
             # Random requests over a real server (3 s): they reach the history only by chance.
             "--deselect=tests/test_http.py::test_arbitrary_requests_never_fail_the_server_nor_change_state_when_refused",
+            "--hypothesis-profile=mutation",
+        ],
+    ),
+    # The one escaping helper every surface passes outside text through.
+    "text": (
+        ["trio_routines/text.py"],
+        [
+            "tests/test_text.py",
+            "tests/test_output.py",
+            "tests/test_logs.py",
+            "tests/test_pinned_text.py",
+            *LOGS_PROCESSES_LEFT_OUT,
+            "--hypothesis-profile=mutation",
+        ],
+    ),
+    # The log lines: the formatters, the fire's fields on each record, the handler set up.
+    "logs": (
+        ["trio_routines/logs.py"],
+        [
+            "tests/test_logs.py",
+            "tests/test_pinned_scheduler_fire.py",
+            "tests/test_pinned_logs.py",
+            *LOGS_PROCESSES_LEFT_OUT,
+        ],
+    ),
+    # The event-stream reader, alone and under the HTTP agent (a real server on a loopback
+    # port, in-process).
+    "sse": (
+        ["trio_routines/sse.py"],
+        [
+            "tests/test_sse.py",
+            "tests/test_agent_http.py",
+            "tests/test_pinned_sse.py",
+            # It runs the command as a process of its own, which the copy cannot run.
+            "--deselect=tests/test_agent_http.py::test_the_fire_command_posts_a_non_ascii_routine",
+            # It reads docs/, which the copy does not hold.
+            "--deselect=tests/test_agent_http.py::test_the_docs_state_the_limits_the_code_has",
             "--hypothesis-profile=mutation",
         ],
     ),

@@ -178,3 +178,22 @@ def test_a_hosts_own_format_gets_the_fire_fields_in_its_message() -> None:
     assert made.getMessage() == "digest: completed (12ms)"  # the record itself is unchanged
     outside = own.format(record("clock\njumped \x1b[2J", level=logging.WARNING))
     assert outside == "trio_routines [WARNING] clock jumped \\x1b[2J"
+
+
+def test_a_message_that_merely_begins_with_the_routines_letters_is_kept_whole() -> None:
+    # Lines of a store or of the runtime logged during the turn of routine "c", or of "wake".
+    def line(routine: str, message: str) -> str:
+        with firing(FireContext("routine", f"routine:{routine}", routine=routine, slot=SLOT)):
+            made = record(message, level=logging.WARNING)
+        return TextFormatter().format(made).split(" ", 1)[1]
+
+    assert line("c", "could not prune fired-slot claims") == (
+        "WARN  c slot=2026-11-30T09:00Z could not prune fired-slot claims"
+    )
+    assert line("wake", "wake-ups: polling every 30s") == (
+        "WARN  wake slot=2026-11-30T09:00Z wake-ups: polling every 30s"
+    )
+    # Led by the name as a word, it is taken off: alone, before a colon or a space.
+    assert line("c", "c") == "WARN  c slot=2026-11-30T09:00Z"
+    assert line("c", "c: ran") == "WARN  c slot=2026-11-30T09:00Z ran"
+    assert line("c", "c ran") == "WARN  c slot=2026-11-30T09:00Z ran"

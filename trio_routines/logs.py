@@ -144,9 +144,13 @@ def _text(record: logging.LogRecord) -> str:
     routine = getattr(record, "routine", None)
     slot = getattr(record, "slot", None)
     if isinstance(routine, str) and isinstance(slot, datetime):
-        # The routine leads the line once, followed by its slot, whatever the message says.
+        # The routine leads the line once, followed by its slot, whatever the message says:
+        # its name is taken off a message it leads as a word ("digest: …", "digest completed"),
+        # not off one that merely begins with its letters ("could not …" of routine "c").
         name = one_line(routine)
-        rest = message[len(name) :].lstrip(":").lstrip() if message.startswith(name) else message
+        after = message[len(name) :]
+        led = message.startswith(name) and after[:1] in ("", ":", " ")
+        rest = after.lstrip(":").lstrip() if led else message
         replica = getattr(record, "replica", None)
         who = f" replica={one_line(replica)}" if isinstance(replica, str) else ""
         message = one_line(f"{name} slot={_short(slot)}{who} {rest}")
