@@ -1,0 +1,155 @@
+"""Pinned: ``serve`` and its signal watch, to the stop each signal makes and the line it logs.
+
+Written for the mutation run of hosting.py (docs/mutation.md). The suite's tests stop ``serve``
+with one signal and an explicit grace, over HTTP on loopback without a token; here each signal
+of a series is read (the grace, then at once, the same for a third), the scheduler's own
+grace is the default, the signals are the caller's, and the HTTP surface is bound where asked
+with the token asked for.
+
+A signal the code under test failed to watch must not end the test run: SIGTERM gets a Python
+handler of the test's own while it runs, so such a signal is only noted, and the test fails on
+its bound instead.
+"""
+
+from __future__ import annotations
+
+import http.client
+import logging
+import os
+import signal
+import socket
+from collections.abc import AsyncIterator, Iterator
+from functools import partial
+from typing import Any, cast
+
+import pytest
+import trio
+
+from trio_routines import Routine, Scheduler, serve
+from trio_routines.hosting import watch_signals
+from trio_routines.testing import MemoryStore, ScriptedAgent
+
+TOKEN = "pinned-token"
+
+
+class StopRecorder:
+    """Stands for the scheduler in :func:`watch_signals`: each ``stop`` it is asked for."""
+
+    def __init__(self) -> None:
+        self.stops: list[float | None] = []
+
+    def stop(self, grace: float | None = None) -> None:
+        self.stops.append(grace)
+
+
+async def signals_of(*signums: int) -> AsyncIterator[int]:
+    for signum in signums:
+        yield signum
+
+
+async def watched(
+    caplog: pytest.LogCaptureFixture, grace: float, *signums: int
+) -> tuple[list[float | None], list[tuple[int, str]]]:
+    recorder = StopRecorder()
+    with caplog.at_level(logging.INFO, logger="trio_routines"):
+        await watch_signals(signals_of(*signums), cast(Scheduler, recorder), grace)
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "trio_routines"]
+    return recorder.stops, lines
+
+
+async def test_the_first_signal_gives_the_grace_and_every_later_one_stops_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stops, lines = await watched(caplog, 0.5, signal.SIGTERM, signal.SIGINT, signal.SIGTERM)
+    assert stops == [0.5, 0.0, 0.0]
+    assert lines == [
+        (logging.INFO, "SIGTERM received — stopping; in-flight turns get 0.5s to finish"),
+        (logging.WARNING, "SIGINT received — stopping now"),
+        (logging.WARNING, "SIGTERM received — stopping now"),
+    ]
+
+
+async def test_a_grace_of_one_second_is_a_grace_and_of_none_stops_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stops, lines = await watched(caplog, 1, signal.SIGINT)
+    assert stops == [1]
+    assert lines == [(logging.INFO, "SIGINT received — stopping; in-flight turns get 1s to finish")]
+    caplog.clear()
+    stops, lines = await watched(caplog, 0, signal.SIGTERM, signal.SIGINT)
+    assert stops == [0, 0.0]
+    assert lines == [
+        (logging.WARNING, "SIGTERM received — stopping now"),
+        (logging.WARNING, "SIGINT received — stopping now"),
+    ]
+
+
+@pytest.fixture
+def sigterm_noted() -> Iterator[list[int]]:
+    """SIGTERMs that reached a handler of the test's own, not ``serve``'s receiver."""
+    noted: list[int] = []
+
+    def note(signum: int, frame: object) -> None:
+        noted.append(signum)
+
+    previous = signal.signal(signal.SIGTERM, note)
+    try:
+        yield noted
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def scheduler(**options: Any) -> Scheduler:
+    return Scheduler(
+        agent=ScriptedAgent(),
+        store=MemoryStore(),
+        routines=[Routine(name="adhoc", prompt="p")],
+        external_clock=True,
+        **options,
+    )
+
+
+async def test_without_a_grace_a_signal_gives_the_schedulers_own(
+    caplog: pytest.LogCaptureFixture, sigterm_noted: list[int]
+) -> None:
+    served = scheduler(default_grace=2.5)
+    with caplog.at_level(logging.INFO, logger="trio_routines"), trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(partial(serve, served, signals=[signal.SIGTERM]))
+            os.kill(os.getpid(), signal.SIGTERM)
+    assert served.stopping
+    assert sigterm_noted == []  # serve's receiver had it, not the handler around it
+    assert "SIGTERM received — stopping; in-flight turns get 2.5s to finish" in caplog.messages
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def get(port: int, path: str, headers: dict[str, str]) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", path, headers=headers)
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+async def test_http_is_served_where_asked_and_with_the_token_asked_for() -> None:
+    wanted = free_port()
+    served = scheduler()
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            # Every interface: allowed only because there is a token.
+            start = partial(serve, served, http=("0.0.0.0", wanted), token=TOKEN, signals=())
+            port = await nursery.start(start)
+            assert port == wanted
+            without = await trio.to_thread.run_sync(get, port, "/routines", {})
+            bearer = {"Authorization": f"Bearer {TOKEN}"}
+            with_token = await trio.to_thread.run_sync(get, port, "/routines", bearer)
+            served.stop()
+    assert (without, with_token) == (401, 200)
