@@ -212,6 +212,26 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "--hypothesis-profile=mutation",
         ],
     ),
+    # The HTTP agent's pure core (a turn's body, an answer's meaning, its reasons, its usage),
+    # under the HTTP agent over a real server on a loopback port, in-process.
+    "agent_wire": (
+        ["trio_routines/agent_wire.py"],
+        [
+            "tests/test_agent_http.py",
+            "tests/test_usage.py",
+            "tests/test_pinned_agent_wire.py",
+            # It runs the command as a process of its own, which the copy cannot run.
+            "--deselect=tests/test_agent_http.py::test_the_fire_command_posts_a_non_ascii_routine",
+            # It reads docs/, which the copy does not hold.
+            "--deselect=tests/test_agent_http.py::test_the_docs_state_the_limits_the_code_has",
+        ],
+    ),
+    # Serving a scheduler as a service (real signals to this very process, a real server on a
+    # loopback port, in-process).
+    "hosting": (
+        ["trio_routines/hosting.py"],
+        ["tests/test_hosting.py", "tests/test_pinned_hosting.py"],
+    ),
     "converter": (
         ["trio_routines/converter.py"],
         [
