@@ -310,6 +310,10 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_hostile.py::test_a_binary_routine_file_is_one_failure_and_its_siblings_load",
         ],
     ),
+    # The cmd: agent's supervisor. The runtime runs it as a script (`python -I -S`), which
+    # reaches no mutant (and, mutated, cannot even import mutmut): the cmd: tests would fail
+    # in the copy. Its pinned tests run its `main` in a forked child instead (tests/forked.py).
+    "lifeline": (["trio_routines/lifeline.py"], ["tests/test_pinned_lifeline.py"]),
     # The W3C Trace Context headers a caller sends (untrusted text).
     "tracecontext": (
         ["trio_routines/tracecontext.py"],
