@@ -26,13 +26,16 @@ from procs import alive, wait_for
 from trio_routines import lifeline
 
 SHELL = "/bin/sh"
+NOBODY = 65534
 
 
 class Supervisor:
     """``lifeline.main`` supervising ``sh -c command`` in a forked child; the test is the
     runtime: it holds the lifeline's write end and reads the reply."""
 
-    def __init__(self, command: str, cwd: Path, *, prompt: bool = False) -> None:
+    def __init__(
+        self, command: str, cwd: Path, *, prompt: bool = False, no_cores: bool = False
+    ) -> None:
         lifeline_read, self.held = os.pipe()
         stdin_read, self.stdin = os.pipe() if prompt else (os.open(os.devnull, os.O_RDONLY), -1)
         self.stdout, stdout_write = os.pipe()
@@ -61,7 +64,11 @@ class Supervisor:
             for signum in (signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ):
                 signal.signal(signum, signal.SIG_IGN)
             hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
-            resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0) if no_cores else (hard, hard))
+            if no_cores and os.geteuid() == 0:  # a user who may not raise a limit again
+                os.setgroups([])
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
             command_line = command.replace("LIFELINE_FD", str(lifeline_read))
             lifeline.main(["lifeline.py", str(lifeline_read), SHELL, "-c", command_line])
 
@@ -139,15 +146,17 @@ class Supervisor:
 
 
 class Start(Protocol):
-    def __call__(self, command: str, *, prompt: bool = False) -> Supervisor: ...
+    def __call__(
+        self, command: str, *, prompt: bool = False, no_cores: bool = False
+    ) -> Supervisor: ...
 
 
 @pytest.fixture
 def supervise(tmp_path: Path) -> Iterator[Start]:
     started: list[Supervisor] = []
 
-    def start(command: str, *, prompt: bool = False) -> Supervisor:
-        started.append(Supervisor(command, tmp_path, prompt=prompt))
+    def start(command: str, *, prompt: bool = False, no_cores: bool = False) -> Supervisor:
+        started.append(Supervisor(command, tmp_path, prompt=prompt, no_cores=no_cores))
         return started[-1]
 
     yield start
@@ -196,6 +205,14 @@ def test_a_command_killed_by_a_signal_is_passed_on_as_that_signal_without_a_core
     assert killed_by(status) == signum
     assert not os.WCOREDUMP(status)  # the command's death, not a crash of ours
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_signal_is_passed_on_where_core_files_are_forbidden_for_good(supervise: Start) -> None:
+    # A hard limit of 0 (systemd's LimitCORE=0), which an unprivileged supervisor cannot raise
+    # again: its own SIGTERM handler must still give way to the default.
+    sup = supervise("kill -TERM $$; exit 9", no_cores=True)
+    sup.release()
+    assert killed_by(sup.status()) == signal.SIGTERM
 
 
 @pytest.mark.parametrize("name", ["PIPE", "XFSZ", "INT"])
