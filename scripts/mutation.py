@@ -363,6 +363,34 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "--hypothesis-profile=mutation",
         ],
     ),
+    # The routines directory: which entries load, which become failures, and why.
+    "routinedir": (
+        ["trio_routines/routinedir.py"],
+        [
+            "tests/test_routines.py",
+            "tests/test_pinned_routines.py",
+            "tests/test_reload.py",
+            # The one test of the file that runs no command as a process of its own.
+            "tests/test_hostile.py::test_a_binary_routine_file_is_one_failure_and_its_siblings_load",
+        ],
+    ),
+    # The cmd: agent's supervisor. The runtime runs it as a script (`python -I -S`), which
+    # reaches no mutant (and, mutated, cannot even import mutmut): the cmd: tests would fail
+    # in the copy. Its pinned tests run its `main` in a forked child instead (tests/forked.py).
+    "lifeline": (["trio_routines/lifeline.py"], ["tests/test_pinned_lifeline.py"]),
+    # The W3C Trace Context headers a caller sends (untrusted text).
+    "tracecontext": (
+        ["trio_routines/tracecontext.py"],
+        [
+            "tests/test_tracecontext.py",
+            "tests/test_tracing.py",
+            # It runs Python as a process of its own, which the copy cannot run.
+            "--deselect=tests/test_tracing.py::test_without_the_extra_nothing_imports_it_and_a_fire_runs",
+            # It reads docs/, which the copy does not hold.
+            "--deselect=tests/test_tracing.py::test_the_spans_are_named_in_the_docs",
+            "--hypothesis-profile=mutation",
+        ],
+    ),
     # The HTTP surface's attacker-facing modules: the Host and Origin checks, the parsing of
     # every untrusted part of a request (over a real server on a loopback port, in-process).
     "origin": (["trio_routines/http/origin.py"], ["tests/test_http_origin.py"]),

@@ -6,7 +6,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trio_routines.tracecontext import MAX_MEMBERS, parse_traceparent, parse_tracestate
+from trio_routines.tracecontext import (
+    MAX_LENGTH,
+    MAX_MEMBERS,
+    parse_traceparent,
+    parse_tracestate,
+)
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 SPAN = "00f067aa0ba902b7"
@@ -101,3 +106,41 @@ def test_a_valid_tracestate_keeps_its_members_in_order() -> None:
 )
 def test_a_malformed_tracestate_is_none(value: str) -> None:
     assert parse_tracestate([value]) is None
+
+
+@pytest.mark.parametrize("blank", ["\xa0", "\x0b", "\x0c", "\r", "\n", "\u2003"])
+def test_only_space_and_tab_are_stripped_around_a_header(blank: str) -> None:
+    # A header's optional whitespace is SP and HTAB; anything else Python calls whitespace
+    # (a no-break space, which reaches us from an HTTP header's obs-text, a form feed) is
+    # part of the value, and no valid value holds one.
+    assert parse_traceparent([GOOD + blank]) is None
+    assert parse_traceparent([blank + GOOD]) is None
+    assert parse_tracestate([f"congo=t61rcWkgMzE{blank}"]) is None
+    assert parse_tracestate([f"{blank}congo=t61rcWkgMzE"]) is None
+
+
+def test_a_header_of_exactly_max_length_is_read_one_more_character_is_not() -> None:
+    head = f"cc-{TRACE}-{SPAN}-01-"
+    longest = head + "x" * (MAX_LENGTH - len(head))
+    assert parse_traceparent([longest]) == (int(TRACE, 16), int(SPAN, 16), 1)
+    assert parse_traceparent([longest + "x"]) is None
+    # tracestate counts every header line's characters together.
+    members = [f"k{i}={'v' * 100}" for i in range(MAX_MEMBERS)]
+    first, second = ",".join(members[:16]), ",".join(members[16:])
+    room = MAX_LENGTH - len(first) - len(second)
+    assert room > 0
+    second += "," * room  # empty members: skipped, but counted
+    assert sum(map(len, (first, second))) == MAX_LENGTH
+    assert parse_tracestate([first, second]) == tuple(
+        (f"k{i}", "v" * 100) for i in range(MAX_MEMBERS)
+    )
+    assert parse_tracestate([first, second + ","]) is None
+
+
+def test_max_members_are_kept() -> None:
+    members = tuple((f"k{i}", "v") for i in range(MAX_MEMBERS))
+    assert parse_tracestate([",".join(f"{k}={v}" for k, v in members)]) == members
+
+
+def test_an_empty_member_between_two_others_is_skipped_not_the_end() -> None:
+    assert parse_tracestate([" , a=1 ,\t, b=2"]) == (("a", "1"), ("b", "2"))

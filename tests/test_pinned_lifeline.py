@@ -1,0 +1,343 @@
+"""The ``cmd:`` agent's supervisor (lifeline.py) pinned, run in a forked child of the test.
+
+The runtime starts the script as ``python -I -S lifeline.py``, a process no mutation run can
+reach (docs/mutation.md); here its ``main`` runs in a fork (tests/forked.py) set up as the
+runtime sets up the script: the leader of a new process group, holding the read end of a
+pipe whose write end only the test holds, the reply on a pipe. Each test was checked to fail
+with the behaviour it names broken by hand. Waits are bounded polls; none asserts how long
+something took. Every command ends on its own within a minute: a broken supervisor (a mutant)
+may leave its group behind.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import select
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+
+import pytest
+from forked import Child, fork
+from procs import alive, wait_for
+
+from trio_routines import lifeline
+
+SHELL = "/bin/sh"
+NOBODY = 65534
+
+
+class Supervisor:
+    """``lifeline.main`` supervising ``sh -c command`` in a forked child; the test is the
+    runtime: it holds the lifeline's write end and reads the reply."""
+
+    def __init__(
+        self, command: str, cwd: Path, *, prompt: bool = False, no_cores: bool = False
+    ) -> None:
+        lifeline_read, self.held = os.pipe()
+        stdin_read, self.stdin = os.pipe() if prompt else (os.open(os.devnull, os.O_RDONLY), -1)
+        self.stdout, stdout_write = os.pipe()
+        self.stderr, stderr_write = os.pipe()
+        ours = [self.held, self.stdin, self.stdout, self.stderr]
+
+        def supervise() -> None:
+            os.setpgid(0, 0)  # start_new_session: the leader of a group of its own
+            os.chdir(cwd)  # where a core file would go
+            for fd in ours:
+                if fd >= 0:
+                    os.close(fd)
+            for fd, given in enumerate((stdin_read, stdout_write, stderr_write)):
+                os.dup2(given, fd)
+                os.close(given)
+            # close_fds and pass_fds: of what the test process holds, the command could
+            # inherit the lifeline alone (the supervisor holds the rest, as a fork does).
+            for fd in map(int, os.listdir("/proc/self/fd")):
+                if fd > 2:
+                    try:
+                        os.set_inheritable(fd, fd == lifeline_read)
+                    except OSError:
+                        pass  # the directory's own descriptor, closed by now
+            # As the script finds them when the runtime was started in the background
+            # (SIGINT ignored) by Python (SIGPIPE and SIGXFSZ ignored), core files allowed.
+            for signum in (signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(signum, signal.SIG_IGN)
+            hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0) if no_cores else (hard, hard))
+            if no_cores and os.geteuid() == 0:  # a user who may not raise a limit again
+                os.setgroups([])
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+            command_line = command.replace("LIFELINE_FD", str(lifeline_read))
+            lifeline.main(["lifeline.py", str(lifeline_read), SHELL, "-c", command_line])
+
+        self.child: Child = fork(supervise)
+        for fd in (lifeline_read, stdin_read, stdout_write, stderr_write):
+            os.close(fd)
+
+    @property
+    def pid(self) -> int:
+        return self.child.pid
+
+    def read(self, fd: int, timeout: float = 10.0) -> str:
+        """Everything written to ``fd``'s pipe, once every writer has closed it."""
+        data = b""
+        watch = select.poll()
+        watch.register(fd, select.POLLIN)
+        while True:
+            if not watch.poll(timeout * 1000):
+                raise AssertionError(f"the pipe stayed open for {timeout}s")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return data.decode()
+            data += chunk
+
+    def reply(self) -> str:
+        return self.read(self.stdout)
+
+    def first_line(self) -> str:
+        """The reply's first line, read without waiting for its end."""
+        data = b""
+        while not data.endswith(b"\n"):
+            if not select.select([self.stdout], [], [], 10.0)[0]:
+                raise AssertionError("no line on the reply")
+            chunk = os.read(self.stdout, 1)
+            assert chunk, f"the reply ended before a line: {data!r}"
+            data += chunk
+        return data.decode()
+
+    def release(self) -> None:
+        """The runtime read the reply to its end."""
+        os.write(self.held, lifeline.RELEASE)
+
+    def cut(self) -> None:
+        """The runtime is gone: the kernel closes the lifeline's write end."""
+        os.close(self.held)
+        self.held = -1
+
+    def running(self) -> bool:
+        return self.child.poll() is None
+
+    def stays(self, seconds: float = 0.3) -> bool:
+        """Whether the supervisor is still running after ``seconds`` more (a bounded look
+        for an exit that should not come)."""
+        try:
+            wait_for(lambda: not self.running(), seconds)
+        except AssertionError:
+            return True
+        return False
+
+    def reaps(self, pid: int) -> None:
+        """Wait until the supervisor has waited for its child ``pid`` (gone even as a zombie),
+        and fail at once should the supervisor end first (its child is then init's to reap,
+        which in a container may never come)."""
+        wait_for(lambda: not Path(f"/proc/{pid}").exists() or not self.running(), 10)
+        assert self.running(), "the supervisor ended before it reaped its child"
+
+    def status(self) -> int:
+        return self.child.reap()
+
+    def close(self) -> None:
+        self.child.kill()
+        for fd in (self.held, self.stdin, self.stdout, self.stderr):
+            if fd >= 0:
+                os.close(fd)
+
+
+class Start(Protocol):
+    def __call__(
+        self, command: str, *, prompt: bool = False, no_cores: bool = False
+    ) -> Supervisor: ...
+
+
+@pytest.fixture
+def supervise(tmp_path: Path) -> Iterator[Start]:
+    started: list[Supervisor] = []
+
+    def start(command: str, *, prompt: bool = False, no_cores: bool = False) -> Supervisor:
+        started.append(Supervisor(command, tmp_path, prompt=prompt, no_cores=no_cores))
+        return started[-1]
+
+    yield start
+    for each in started:
+        each.close()
+
+
+def exited(status: int) -> int | None:
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+
+
+def killed_by(status: int) -> int | None:
+    return os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+
+
+def test_the_supervisor_exits_as_the_command_did_only_once_released(
+    supervise: Start,
+) -> None:
+    sup = supervise("echo $$; exit 3")
+    shell = int(sup.first_line())
+    sup.reaps(shell)
+    assert sup.stays()  # the command is over, the runtime has not released it yet
+    sup.release()
+    assert exited(sup.status()) == 3
+
+
+def test_a_release_before_the_command_ends_lets_it_go_when_the_command_ends(
+    supervise: Start,
+) -> None:
+    sup = supervise("read line; exit 5", prompt=True)
+    sup.release()
+    assert sup.stays()  # released, but the command still runs
+    os.write(sup.stdin, b"go\n")
+    assert exited(sup.status()) == 5
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP])
+def test_a_command_killed_by_a_signal_is_passed_on_as_that_signal_without_a_core(
+    supervise: Start, tmp_path: Path, signum: int
+) -> None:
+    # SIGTERM: the supervisor's own handler for it is put back to the default first.
+    sup = supervise(f"ulimit -c 0; kill -{signum} $$; exit 9")
+    assert sup.reply() == ""
+    sup.release()
+    status = sup.status()
+    assert killed_by(status) == signum
+    assert not os.WCOREDUMP(status)  # the command's death, not a crash of ours
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_signal_is_passed_on_where_core_files_are_forbidden_for_good(supervise: Start) -> None:
+    # A hard limit of 0 (systemd's LimitCORE=0), which an unprivileged supervisor cannot raise
+    # again: its own SIGTERM handler must still give way to the default.
+    sup = supervise("kill -TERM $$; exit 9", no_cores=True)
+    sup.release()
+    assert killed_by(sup.status()) == signal.SIGTERM
+
+
+@pytest.mark.parametrize("name", ["PIPE", "XFSZ", "INT"])
+def test_the_command_gets_the_default_action_of_signals_python_or_a_shell_ignores(
+    supervise: Start, name: str
+) -> None:
+    sup = supervise(f"kill -{name} $$; exit 9")
+    sup.release()
+    assert killed_by(sup.status()) == getattr(signal, f"SIG{name}")
+
+
+def test_the_supervisor_outlives_a_sigterm_to_its_group_to_pass_on_the_commands_end(
+    supervise: Start,
+) -> None:
+    sup = supervise("echo $$; exec sleep 60")
+    shell = int(sup.first_line())
+    os.killpg(sup.pid, signal.SIGTERM)  # how the runtime ends a turn cut short
+    sup.reaps(shell)
+    assert sup.stays()
+    sup.release()
+    assert killed_by(sup.status()) == signal.SIGTERM
+
+
+def test_the_supervisor_keeps_none_of_its_stdio_once_the_command_runs(
+    supervise: Start,
+) -> None:
+    # Its copies would keep the reply (or the prompt, or stderr) open after the command and
+    # everything it started are gone: the reply would never end, a prompt never refused.
+    sup = supervise("echo $$; echo err >&2", prompt=True)
+    shell = int(sup.reply())
+    assert sup.read(sup.stderr) == "err\n"
+    # A process lets go of its files before it is a zombie, not all before its pipes end.
+    wait_for(lambda: not alive(shell), 10, "the shell to exit")
+    with pytest.raises(BrokenPipeError):
+        os.write(sup.stdin, b"nobody reads this\n")
+    assert sup.running()  # not released yet: the pipes ended with the command alone
+    sup.release()
+    assert exited(sup.status()) == 0
+
+
+def test_the_command_does_not_inherit_the_lifeline(supervise: Start) -> None:
+    # Its read end stays the supervisor's: a command holding it could read the release.
+    sup = supervise("[ -e /proc/$$/fd/2 ] && [ ! -e /proc/$$/fd/LIFELINE_FD ] && echo free")
+    sup.release()
+    assert sup.reply() == "free\n"
+    assert exited(sup.status()) == 0
+
+
+def test_the_runtime_gone_ends_the_whole_group_and_the_supervisor(
+    supervise: Start,
+) -> None:
+    sup = supervise("echo $$; sleep 60 & echo $!; wait")
+    pids = [int(sup.first_line()), int(sup.first_line())]
+    assert sup.stays()
+    sup.cut()
+    assert killed_by(sup.status()) == signal.SIGKILL
+    wait_for(lambda: not any(alive(pid) for pid in pids), 10, "the group to die")
+
+
+def test_the_group_gets_sigterm_and_a_grace_before_sigkill(supervise: Start) -> None:
+    # The command, told to go, takes a quarter of the grace to leave: the SIGKILL waits for
+    # it. (Without a grace, the SIGKILL would have to be held up that long to come after it;
+    # a command that only answers at once can beat a SIGKILL sent right after the SIGTERM.)
+    sup = supervise(
+        f"trap 'sleep {lifeline.GRACE / 4}; echo bye; exit 0' TERM; sleep 60 & echo $$; wait"
+    )
+    sup.first_line()
+    sup.cut()
+    assert killed_by(sup.status()) == signal.SIGKILL
+    assert sup.reply() == "bye\n"
+
+
+# A job the command started in the background, slow to leave on SIGTERM: it would say "late"
+# three quarters of the grace after the SIGTERM (so a kill without the grace has that long to
+# come first, on a loaded machine too).
+SLOW_JOB = (
+    f"(trap 'sleep {lifeline.GRACE * 3 / 4}; echo late; exit 0' TERM; sleep 60 & echo job; wait) &"
+)
+
+
+def shell_pid(sup: Supervisor) -> int:
+    """The shell's pid among the reply's first two lines (the other is the job's "job")."""
+    (pid,) = {sup.first_line(), sup.first_line()} - {"job\n"}
+    return int(pid)
+
+
+def test_once_the_command_has_left_what_it_left_behind_gets_no_grace(
+    supervise: Start,
+) -> None:
+    # The grace is the command's: a member of the group cannot see the group empty, so the
+    # supervisor waits for its child alone, and kills the rest as soon as the child is gone.
+    sup = supervise(f"{SLOW_JOB} echo $$; exec sleep 60")
+    shell_pid(sup)
+    sup.cut()  # the shell dies of the SIGTERM at once
+    assert killed_by(sup.status()) == signal.SIGKILL
+    assert sup.reply() == ""  # the job was killed with it, before it could say "late"
+
+
+def test_a_command_that_left_before_the_runtime_died_leaves_no_grace_to_wait_for(
+    supervise: Start,
+) -> None:
+    sup = supervise(f"{SLOW_JOB} echo $$")
+    shell = shell_pid(sup)
+    sup.reaps(shell)
+    sup.cut()
+    assert killed_by(sup.status()) == signal.SIGKILL
+    assert sup.reply() == ""
+
+
+def test_a_group_ignoring_sigterm_is_killed_after_the_grace(supervise: Start) -> None:
+    sup = supervise("trap '' TERM; echo $$; sleep 60 & echo $!; wait; wait")
+    pids = [int(sup.first_line()), int(sup.first_line())]
+    sup.cut()
+    assert killed_by(sup.status()) == signal.SIGKILL
+    wait_for(lambda: not any(alive(pid) for pid in pids), 10, "the group to die")
+
+
+def test_a_job_left_holding_the_reply_dies_with_the_runtime_after_the_shell_exited(
+    supervise: Start,
+) -> None:
+    sup = supervise("echo $$; sleep 60 & echo $!")
+    shell, job = int(sup.first_line()), int(sup.first_line())
+    sup.reaps(shell)
+    assert sup.stays()  # the reply is still open: the turn is in flight
+    sup.cut()
+    assert killed_by(sup.status()) == signal.SIGKILL
+    wait_for(lambda: not alive(job), 10, "the job to die")
+    assert sup.reply() == ""
