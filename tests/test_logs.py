@@ -8,14 +8,13 @@ import os
 import re
 import socket
 import subprocess
-from datetime import UTC, datetime
 from pathlib import Path
 
+from logrecords import SLOT, STAMP, record
 from procs import Env
 
 from trio_routines.context import FireContext, firing
 from trio_routines.logs import (
-    FireFields,
     FireFormatter,
     JournalFormatter,
     JsonFormatter,
@@ -23,19 +22,6 @@ from trio_routines.logs import (
     journal_stream,
     log_fields,
 )
-
-SLOT = datetime(2026, 11, 30, 9, tzinfo=UTC)
-STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
-
-
-def record(
-    message: str, *args: object, level: int = logging.INFO, **extra: object
-) -> logging.LogRecord:
-    made = logging.LogRecord("trio_routines", level, __file__, 1, message, args, None)
-    for key, value in extra.items():
-        setattr(made, key, value)
-    FireFields().filter(made)
-    return made
 
 
 def test_a_fire_line_carries_the_instant_routine_and_slot() -> None:

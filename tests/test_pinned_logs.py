@@ -17,14 +17,14 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import pytest
+from logrecords import SLOT, STAMP, record
 
 from trio_routines.context import FireContext, firing
 from trio_routines.logs import (
-    FireFields,
     FireFormatter,
     JournalFormatter,
     JsonFormatter,
@@ -34,19 +34,6 @@ from trio_routines.logs import (
     log,
     log_fields,
 )
-
-SLOT = datetime(2026, 11, 30, 9, tzinfo=UTC)
-STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
-
-
-def record(
-    message: str, *args: object, level: int = logging.INFO, **extra: object
-) -> logging.LogRecord:
-    made = logging.LogRecord("trio_routines", level, __file__, 1, message, args, None)
-    for key, value in extra.items():
-        setattr(made, key, value)
-    FireFields().filter(made)
-    return made
 
 
 def text_of(made: logging.LogRecord) -> str:
