@@ -362,6 +362,9 @@ async def test_deadlines_in_order_cost_no_heap_entry_and_one_out_of_order_costs_
     async with trio.open_nursery() as nursery:
         await nursery.start(deadlines.watch)
         start = trio.current_time()
+        first = trio.CancelScope()
+        deadlines.note(first, start + 40)
+        deadlines.forget(first)  # none open, none out of order: the order starts afresh here too
         scopes = [trio.CancelScope() for _ in range(100)]
         for i, scope in enumerate(scopes):
             deadlines.note(scope, start + 30 + i // 10)  # equal ones too
@@ -422,4 +425,29 @@ async def test_a_call_noted_again_while_open_takes_its_new_deadline_and_keeps_th
         assert (first.cancel_called, second.cancel_called) == (False, True)
         await trio.sleep(10)
         assert first.cancel_called
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_watch_begun_again_keeps_the_heap_bounded(autojump_clock: Any) -> None:
+    # What a watch that ended leaves behind sets no bound for the next one: ended calls out of
+    # order are rebuilt away as before.
+    deadlines = StoreDeadlines()
+    held = trio.CancelScope()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(deadlines.watch)
+        deadlines.note(held, trio.current_time() + 60)
+        for _ in range(4 * PRUNE_SLACK):  # out of order, ended: rebuilt along the way
+            scope = trio.CancelScope()
+            deadlines.note(scope, trio.current_time() + 5)
+            deadlines.forget(scope)
+        nursery.cancel_scope.cancel()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(deadlines.watch)  # ``held`` is still open: the order goes on
+        for _ in range(4 * PRUNE_SLACK):
+            scope = trio.CancelScope()
+            deadlines.note(scope, trio.current_time() + 5)
+            deadlines.forget(scope)
+        assert len(deadlines._heap) <= 1 + PRUNE_SLACK
+        await trio.sleep(61)
+        assert held.cancel_called
         nursery.cancel_scope.cancel()

@@ -70,11 +70,7 @@ class StoreDeadlines:
         open_.pop(scope, None)
         if scope.deadline != math.inf:  # handed to Trio before or after the watch ran
             scope.deadline = math.inf
-        if not open_:  # nothing open: the next note starts the order afresh
-            self._latest = -math.inf
-            self._heap.clear()
-            self._kept = 0
-        elif self._heap:
+        if self._heap or not open_:
             self._prune_if_stale()
 
     def pull_in(self, latest: float) -> None:
@@ -114,16 +110,16 @@ class StoreDeadlines:
                 scope.cancel()
         heap = self._prune_if_stale()
         first = next(iter(open_.values()), math.inf)
-        if not open_:
-            self._latest = -math.inf
         return min(first, heap[0][0]) if heap else first
 
     def _prune_if_stale(self) -> list[tuple[float, int, trio.CancelScope]]:
         """The heap, rebuilt without the entries of ended calls once they may outnumber the
         open calls by more than the slack, or than the heap's size after the last rebuild
-        (so that each rebuild's work is paid for by the ended entries it drops)."""
+        (so that each rebuild's work is paid for by the ended entries it drops). With no call
+        open, the heap is emptied and the next note starts the order afresh."""
         open_ = self._open
         if not open_:
+            self._latest = -math.inf
             self._heap.clear()
             self._kept = 0
         elif len(self._heap) > len(open_) + max(PRUNE_SLACK, self._kept):
