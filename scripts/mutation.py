@@ -242,6 +242,33 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_core.py",
         ],
     ),
+    # The values every layer passes around (fires, claim results, origins, wake-ups, gaps) and
+    # their invariants.
+    "records": (
+        ["trio_routines/records.py"],
+        [
+            "tests/test_origin.py",
+            "tests/test_pinned_core.py",
+            "tests/test_pinned_converter.py",
+            "tests/test_claims.py",
+            "tests/test_wakeups.py",
+            "tests/test_pinned_wakeups.py",
+            "tests/test_pinned_gaps.py",
+            "tests/test_pinned_records.py",
+        ],
+    ),
+    # Why a turn runs, as an agent reads it (current_fire), and a cron fire's idempotency key.
+    "context": (
+        ["trio_routines/context.py"],
+        [
+            # First: mutmut's forced-fail run stops at the first failing test, and a scheduler's
+            # test whose every context call raises spins in virtual time until its CPU bound
+            # stops mutmut itself.
+            "tests/test_pinned_context.py",
+            "tests/test_context.py",
+            "tests/test_origin.py",
+        ],
+    ),
     "wakelimits": (
         ["trio_routines/wakelimits.py"],
         [
