@@ -92,7 +92,7 @@ async def run_turn(
     tally = Tally()
     grace = grace_scope if grace_scope is not None else trio.CancelScope()
     # No timeout, no scope: a fire enters several already, each a few microseconds.
-    timeout_scope = None if timeout is None else trio.move_on_after(timeout)
+    timeout_scope = None if timeout is None else trio.move_on_at(started + timeout)
     with grace, timeout_scope or _NO_SCOPE:
         events: AsyncIterator[Event] | None = None
         try:

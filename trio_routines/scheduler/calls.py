@@ -100,10 +100,12 @@ class StoreCalls:
         """A scope for store calls: ``seconds`` (``store_timeout``), and a stop's bound."""
         return Bounded(self.deadlines, self.store_deadline(seconds))
 
-    def store_deadline(self, seconds: float | None = None) -> float:
-        """The deadline of a store call starting now (``store_timeout``, or ``seconds``)."""
+    def store_deadline(self, seconds: float | None = None, *, start: float | None = None) -> float:
+        """The deadline of a store call starting now, or at ``start`` (Trio's clock, read just
+        now by the caller): ``store_timeout`` or ``seconds`` later, a stop's bound at most."""
         limit = self.store_timeout if seconds is None else seconds
-        return min(trio.current_time() + limit, self._grace.deadline + STOP_MARGIN)
+        begun = trio.current_time() if start is None else start
+        return min(begun + limit, self._grace.deadline + STOP_MARGIN)
 
     def no_answer(self, what: str) -> StateFault:
         """The fault of a call cut off by its deadline."""
@@ -261,8 +263,8 @@ class StoreCalls:
         goes on (the retries, in a shielded scope of their own). A settle given up is logged
         and counted; the fire path goes on either way.
         """
-        give_up = trio.current_time() + self._runtime.default_grace
-        self.deadlines.note(within, self.store_deadline())
+        started = trio.current_time()  # one read: the first attempt's deadline, the give-up
+        self.deadlines.note(within, self.store_deadline(start=started))
         try:
             if await self._store_settle(routine, slot, outcome, ms, False, error, output, usage):
                 return
@@ -273,6 +275,7 @@ class StoreCalls:
         finally:
             self.deadlines.forget(within)
         with trio.CancelScope(shield=True):  # ``within`` may be cancelled now
+            give_up = started + self._runtime.default_grace
             await self._settle_again(routine, slot, outcome, ms, error, give_up, output, usage)
 
     async def _settle_again(
