@@ -37,6 +37,13 @@ def test_a_fires_texts_are_strings_or_none(field: str, value: Any, message: str)
         Fire(T0, T0, **{field: value})
 
 
+@pytest.mark.parametrize("ms", [-1, True, False, 1.5, "2"])
+def test_a_fires_ms_is_a_non_negative_integer_and_never_a_bool(ms: Any) -> None:
+    with pytest.raises(ValueError, match=exactly(f"ms must be a non-negative integer, got {ms!r}")):
+        Fire(T0, T0, ms=ms)
+    assert (Fire(T0, T0, ms=0).ms, Fire(T0, T0, ms=7).ms, Fire(T0, T0).ms) == (0, 7, None)
+
+
 def test_a_fires_texts_are_kept_and_none_stays_none() -> None:
     assert (Fire(T0, T0).error, Fire(T0, T0).output) == (None, None)
     fire = Fire(T0, T0, error="boom", output="done")

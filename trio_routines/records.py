@@ -35,7 +35,7 @@ def _utc(value: datetime) -> datetime:
 def _non_negative_ms(
     _instance: object, _attribute: attrs.Attribute[int | None], value: int | None
 ) -> None:
-    if value is not None and (not isinstance(value, int) or value < 0):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
         raise ValueError(f"ms must be a non-negative integer, got {value!r}")
 
 
