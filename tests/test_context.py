@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import unquote
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 import trio_routines
 from trio_routines import Completed, Event, FireContext, TextDelta, current_fire
-from trio_routines.context import firing
+from trio_routines.context import cron_context, firing
 from trio_routines.records import Outcome
 from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
@@ -223,3 +224,15 @@ def test_the_idempotency_key_encodes_only_what_a_header_cannot_carry(
 ) -> None:
     fire = FireContext("routine", f"routine:{name}", routine=name, slot=SLOT)
     assert fire.idempotency_key == f"{encoded}/2026-07-07T09-00-00-000Z"
+
+
+def test_a_cron_fires_context_built_unchecked_is_the_checked_one() -> None:
+    slot = datetime(2026, 7, 7, 9, tzinfo=UTC)
+    fast = cron_context("routine:daily", "daily", slot, "r1")
+    checked = FireContext("routine", "routine:daily", routine="daily", slot=slot, replica="r1")
+    # Every field is set (one added to FireContext and not to cron_context fails here).
+    assert attrs.asdict(fast, recurse=False) == attrs.asdict(checked, recurse=False)
+    assert fast == checked
+    assert hash(fast) == hash(checked)
+    assert (fast.idempotency_key, fast.depth) == ("daily/2026-07-07T09-00-00-000Z", 0)
+    assert cron_context("s", "d", slot, None).replica is None

@@ -103,6 +103,25 @@ def key_part(name: str) -> str:
     )
 
 
+_new = object.__new__
+_set = object.__setattr__
+
+
+def cron_context(session: str, routine: str, slot: datetime, replica: str | None) -> FireContext:
+    """A cron fire's context, built without :class:`FireContext`'s checks: every fire builds
+    one, from values that hold them by construction (the routine's name and session were
+    checked when it was loaded; the slot is an aware instant of its grid)."""
+    context: FireContext = _new(FireContext)
+    _set(context, "kind", "routine")
+    _set(context, "session", session)
+    _set(context, "routine", routine)
+    _set(context, "slot", slot)
+    _set(context, "wakeup", None)
+    _set(context, "replica", replica)
+    _set(context, "origin", None)
+    return context
+
+
 _current: ContextVar[FireContext | None] = ContextVar("trio_routines_current_fire", default=None)
 
 

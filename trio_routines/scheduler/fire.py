@@ -10,7 +10,7 @@ from datetime import datetime
 import attrs
 import trio
 
-from ..context import FireContext, firing
+from ..context import FireContext, cron_context, firing
 from ..errors import StateFault
 from ..instants import format_iso, slot_name, truncate_ms
 from ..logs import log_fields
@@ -303,7 +303,7 @@ class FirePath:
                 )
         late = (self._runtime.now() - slot).total_seconds()
         replica = self._runtime.replica
-        why = FireContext("routine", routine.session, routine=name, slot=slot, replica=replica)
+        why = cron_context(routine.session, name, slot, replica)
         # The reply's end, for a routine that keeps output (opt-in: replies may be private).
         tail = None if routine.output is None else Tail(routine.output)
         on_text = None if tail is None else tail.add
