@@ -111,3 +111,113 @@ async def test_stale_entries_of_cancelled_sleepers_are_pruned(autojump_clock: An
         await sleepers.sleep_until(trio.current_time())  # an earlier deadline: a pass
         assert sleepers._heap == []
         nursery.cancel_scope.cancel()
+
+
+class Fetches:
+    """A prefetch that takes ``seconds`` and counts its calls; answers ``fetched-<n>``."""
+
+    def __init__(self, seconds: float = 0.0) -> None:
+        self.seconds = seconds
+        self.calls = 0
+
+    async def __call__(self) -> str:
+        self.calls += 1
+        await trio.sleep(self.seconds)
+        return f"fetched-{self.calls}"
+
+
+async def note_return(
+    sleepers: Sleepers,
+    deadline: float,
+    at_slot: bool,
+    key: str,
+    got: dict[str, tuple[object, float]],
+) -> None:
+    got[key] = (await sleepers.sleep_until(deadline, at_slot=at_slot), trio.current_time())
+
+
+async def test_loops_due_at_their_slots_are_woken_with_one_prefetch(autojump_clock: Any) -> None:
+    sleepers = Sleepers()
+    fetch = sleepers.prefetch = Fetches(seconds=2)
+    got: dict[str, tuple[object, float]] = {}
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sleepers.run)
+        for key in ("a", "b", "c"):
+            nursery.start_soon(note_return, sleepers, start + 10, True, key, got)
+        nursery.start_soon(note_return, sleepers, start + 10, False, "capped", got)
+        nursery.start_soon(note_return, sleepers, start + 30, True, "later", got)
+        await trio.sleep(33)
+        nursery.cancel_scope.cancel()
+    # One read for the three due together, made before any of them woke; a wake that is not
+    # a slot's (a capped sleep) is not held back and gets nothing; a later slot, a read of its own.
+    assert got == {
+        "a": ("fetched-1", start + 12),
+        "b": ("fetched-1", start + 12),
+        "c": ("fetched-1", start + 12),
+        "capped": (None, start + 10),
+        "later": ("fetched-2", start + 32),
+    }
+    assert fetch.calls == 2
+
+
+async def test_without_a_prefetch_a_slots_sleep_returns_none(autojump_clock: Any) -> None:
+    sleepers = Sleepers()
+    got: dict[str, tuple[object, float]] = {}
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sleepers.run)
+        nursery.start_soon(note_return, sleepers, start + 5, True, "a", got)
+        await trio.sleep(6)
+        nursery.cancel_scope.cancel()
+    assert got == {"a": (None, start + 5)}
+
+
+async def test_a_loop_cancelled_or_woken_during_the_prefetch_is_woken_once(
+    autojump_clock: Any,
+) -> None:
+    sleepers = Sleepers()
+    sleepers.prefetch = Fetches(seconds=5)
+    got: dict[str, tuple[object, float]] = {}
+    start = trio.current_time()
+    cancelled = trio.CancelScope()
+
+    async def cancellable() -> None:
+        with cancelled:
+            await note_return(sleepers, start + 10, True, "cancelled", got)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sleepers.run)
+        nursery.start_soon(note_return, sleepers, start + 10, True, "woken", got)
+        nursery.start_soon(cancellable)
+        await trio.sleep(12)  # the prefetch is under way
+        cancelled.cancel()
+        await trio.sleep(1)
+        sleepers.wake_all()  # the other one, before the prefetch is back
+        await trio.sleep(5)
+        nursery.cancel_scope.cancel()
+    # Cancelled: it left, and the timer did not wake it again (Trio would refuse a second
+    # reschedule); woken by wake_all: it returned None then, not the read later.
+    assert got == {"woken": (None, start + 13)}
+
+
+async def test_a_timer_cancelled_during_the_prefetch_wakes_the_loops_it_held(
+    autojump_clock: Any,
+) -> None:
+    sleepers = Sleepers()
+    sleepers.prefetch = Fetches(seconds=60)
+    got: dict[str, tuple[object, float]] = {}
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        timer = trio.CancelScope()
+
+        async def timed(task_status: trio.TaskStatus[None]) -> None:
+            with timer:
+                await sleepers.run(task_status=task_status)
+
+        await nursery.start(timed)
+        nursery.start_soon(note_return, sleepers, start + 10, True, "held", got)
+        await trio.sleep(15)
+        timer.cancel()
+        await trio.sleep(1)
+        assert got == {"held": (None, start + 15)}

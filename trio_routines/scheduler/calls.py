@@ -32,7 +32,7 @@ from ..records import Fire, Outcome, Wakeup
 from ..store import Store
 from ..usage import Usage
 from .deadlines import StoreDeadlines
-from .state import Grace, Runtime, SharedRead, duration, log, takes_keyword
+from .state import Grace, PausedRead, Runtime, SharedRead, duration, log, takes_keyword
 
 T = TypeVar("T")
 
@@ -139,24 +139,43 @@ class StoreCalls:
             return await self.store.defer_wakeup(wakeup, fire_at)
         raise self.no_answer(f"could not re-queue wake-up {wakeup.id}")
 
-    async def read_paused(self) -> frozenset[str]:
+    async def read_paused(self, since: datetime | None = None) -> frozenset[str]:
         """The paused routines, as the store says now (remembered for statistics).
 
         One read serves every fire that asks while it is under way: a thousand routines due
-        at one instant cost one read, not a thousand. (A pause written meanwhile is as
-        concurrent with those fires as it would be with separate reads.)
+        at one instant cost one read, not a thousand. ``since``: the read must have begun
+        then or later (a fire's slot: a pause written before the slot is honoured), so a
+        read under way since before it is waited out and a new one made.
         """
+        return (await self._read_paused(since)).names
+
+    async def prefetch_paused(self) -> PausedRead | None:
+        """The paused routines, read for the loops the timer is about to wake at their slots
+        (see :class:`~.sleepers.Sleepers`): their fires then need no read of their own.
+        None during a stop, or when the store did not answer or failed: each fire then
+        reads for itself, and meets the fault itself."""
+        if self._runtime.stopping.value:
+            return None
+        try:
+            return await self._read_paused(None)
+        except Exception:  # the fires' own reads report it, each for its slot
+            return None
+
+    async def _read_paused(self, since: datetime | None) -> PausedRead:
         while (shared := self._paused_read) is not None:
             await shared.wait()
-            if shared.error is not None:
-                raise shared.error
-            if shared.result is not None:
-                return shared.result
-            # The reader was cancelled (its caller stopped): read again ourselves.
-        shared = self._paused_read = SharedRead()
+            if since is None or shared.started >= since:
+                if shared.error is not None:
+                    raise shared.error
+                if shared.result is not None:
+                    return shared.result
+            # The reader was cancelled (its caller stopped), or began before ``since``: read
+            # again ourselves.
+        shared = self._paused_read = SharedRead(self._runtime.now())
         try:
             with self.bounded():
-                shared.result = self.paused = await self.store.paused()
+                names = self.paused = await self.store.paused()
+                shared.result = PausedRead(names, shared.started)
                 return shared.result
             shared.error = self.no_answer("the paused routines are unreadable")
             raise shared.error

@@ -32,6 +32,7 @@ from .state import (
     Grace,
     NotOnGrid,
     NotYetDue,
+    PausedRead,
     Runtime,
     Stopping,
     busy_reason,
@@ -140,6 +141,7 @@ class FirePath:
         task_status: trio.TaskStatus[ClaimResult] = trio.TASK_STATUS_IGNORED,
         *,
         external: bool = False,
+        read: PausedRead | None = None,
     ) -> FireResult:
         """Read the paused routines, claim ``slot`` unless paused, run the turn, settle it:
         shielded, so a stop never cuts a claim or a settle short (the turn has its own grace).
@@ -150,6 +152,8 @@ class FirePath:
         cancel the scope itself catches is therefore the claim's. One frame from the paused
         read to the claim: every coroutine a fire holds while 10,000 fires wait together is
         collector work. ``external``: a caller's fire, traced as the caller's context's child.
+        ``read``: the paused routines as the timer read them for the loops it woke at their
+        slots (:meth:`StoreCalls.prefetch_paused`), used when it began at ``slot`` or later.
         """
         name = routine.name
         spans = fire_spans(name, slot, self._runtime.replica, external=external)  # None: off
@@ -157,7 +161,12 @@ class FirePath:
         try:
             with trio.CancelScope(shield=True) as scope:
                 try:
-                    paused = await self._calls.read_paused()  # every replica honours it: read first
+                    # Every replica honours a pause: read first, in a read begun at the slot
+                    # or later, so that a pause written before the slot is seen.
+                    if read is not None and read.started >= slot:
+                        paused = read.names
+                    else:
+                        paused = await self._calls.read_paused(slot)
                 except StateFault as exc:
                     raise StateFault(
                         f"could not claim slot {slot_name(slot)} of {name!r}: {exc}"

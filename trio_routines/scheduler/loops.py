@@ -25,7 +25,7 @@ from .fire import FirePath
 from .gaps import GapRecording
 from .restarts import RESTART_FIRST, Restarts
 from .sleepers import Sleepers
-from .state import FireResult, NotYetDue, Runtime, log
+from .state import FireResult, NotYetDue, PausedRead, Runtime, log
 from .unanswered import note_unanswered, record_unanswered
 
 _MS = timedelta(milliseconds=1)
@@ -97,9 +97,11 @@ class CronLoops:
                     # Sleep towards the slot, re-reading the wall clock after every wake: one
                     # read serves the wake's jump check, the sleep's end and the fire, and the
                     # read that planned the slot serves the first sleep's length.
+                    read: PausedRead | None = None  # the timer's read for this wake, if any
                     while (remaining := (due - now).total_seconds()) > 0:
-                        await self._sleepers.sleep_until(
-                            trio.current_time() + min(remaining, self._max_wait)
+                        read = await self._sleepers.sleep_until(
+                            trio.current_time() + min(remaining, self._max_wait),
+                            at_slot=remaining <= self._max_wait,
                         )
                         now = self._runtime.now()
                         self._clock.note_offset(now)
@@ -131,7 +133,7 @@ class CronLoops:
                     result: FireResult | None = None
                     try:
                         # Shielded within: a stop lets it settle.
-                        result = await self._fire.fire_slot(routine, due)
+                        result = await self._fire.fire_slot(routine, due, read=read)
                     except NotYetDue:
                         early = True  # the clock went back meanwhile: sleep again
                     except StateFault as exc:

@@ -63,6 +63,7 @@ class Parts:
         membership = self.membership = Membership(store, runtime, calls)
         holds = Holds(agent, membership.current)
         self.sleepers = Sleepers()  # where cron loops sleep (see sleepers.py)
+        self.sleepers.prefetch = calls.prefetch_paused  # a herd's one paused read
         self.restarts = Restarts(metrics)
         self.clock = ClockWatch(
             runtime,

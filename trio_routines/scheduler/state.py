@@ -144,16 +144,29 @@ def on_grid(routine: Routine, slot: datetime) -> bool:
         return False
 
 
+class PausedRead:
+    """The paused routines (``names``), as a read begun at ``started`` (the wall clock)
+    found them."""
+
+    __slots__ = ("names", "started")
+
+    def __init__(self, names: frozenset[str], started: datetime) -> None:
+        self.names = names
+        self.started = started
+
+
 class SharedRead:
-    """One store read under way, whose answer (or fault) every waiter shares.
+    """One read of the paused routines under way, begun at ``started`` (the wall clock),
+    whose answer (or fault) every waiter shares.
 
     The waiters park themselves rather than wait on a ``trio.Event``: 9,999 fires of one
     instant wait on the first one's read, and an event's wait is three coroutines and a
     closure each, all in flight at once (see sleepers.py).
     """
 
-    def __init__(self) -> None:
-        self.result: frozenset[str] | None = None
+    def __init__(self, started: datetime) -> None:
+        self.started = started
+        self.result: PausedRead | None = None
         self.error: StateFault | None = None
         self._waiters: dict[trio.lowlevel.Task, int] | None = {}  # None once finished
 

@@ -1,0 +1,129 @@
+"""The paused routines' read on the fire path: one read for a herd, made at the slot by the
+timer before it wakes the herd (scheduler/sleepers.py), and never a read begun before the slot.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import trio
+from scheduler_rig import HOURLY, Recording, at, rig
+
+from trio_routines import Routine
+from trio_routines.scheduler.state import PausedRead
+from trio_routines.testing import WallClock
+
+NAMES = ("a", "b", "c", "d", "e")
+HERD = tuple(Routine(name=name, prompt="p", cron="0 * * * *") for name in NAMES)
+
+
+class TimedReads(Recording):
+    """Notes the wall time of every paused-routine read; with ``hold`` set, a read answers
+    what it found at once only after ``release`` (a store slow to answer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wall: WallClock | None = None
+        self.read_at: list[datetime] = []
+        self.hold = False
+        self.release = trio.Event()
+
+    async def paused(self) -> frozenset[str]:
+        assert self.wall is not None
+        self.read_at.append(self.wall())
+        names = await super().paused()
+        if self.hold:
+            self.hold = False
+            await self.release.wait()
+        return names
+
+
+async def until(wall: WallClock, when: datetime) -> None:
+    await trio.sleep((when - wall()).total_seconds())
+
+
+def timed_rig(*routines: Routine) -> tuple[Any, Any, TimedReads, WallClock]:
+    store = TimedReads()
+    scheduler, agent, _, wall = rig(*routines, store=store, wakeups=False, poll_interval=3600)
+    store.wall = wall
+    return scheduler, agent, store, wall
+
+
+async def test_a_herd_shares_one_read_made_at_its_slot_and_honours_a_pause_before_it(
+    autojump_clock: Any,
+) -> None:
+    scheduler, agent, store, wall = timed_rig(*HERD)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(10, 59))
+        await store.set_paused("c", True)
+        before = len(store.read_at)
+        await until(wall, at(11, 20))  # before the clock watch's poll reads again
+        reads = store.read_at[before:]
+        scheduler.stop()
+    assert reads == [at(11)]  # one read for the five, at the slot
+    assert sorted(t.session.removeprefix("routine:") for t in agent.turns) == ["a", "b", "d", "e"]
+    assert scheduler.statistics().outcomes["paused"] == 1
+
+
+async def test_a_fire_takes_no_read_begun_before_its_slot(autojump_clock: Any) -> None:
+    # A read under way since before the slot (here a statistics refresh's, slow to answer)
+    # does not answer for the fire: a pause written after that read began, and before the
+    # slot, is honoured.
+    scheduler, agent, store, wall = timed_rig()
+    calls = scheduler._parts.calls
+    scheduler._parts.sleepers.prefetch = None  # the loop's fire itself meets the read
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(10, 59) + timedelta(seconds=59))
+        store.hold = True
+        nursery.start_soon(calls.refresh_paused)
+        await trio.sleep(0.5)
+        await store.set_paused("hourly", True)
+        await until(wall, at(11) + timedelta(seconds=1))
+        assert agent.turns == []  # the fire waits for the read under way...
+        store.release.set()
+        await until(wall, at(11, 20))  # before the clock watch's poll reads again
+        reads = store.read_at[-2:]
+        scheduler.stop()
+    # ...and then reads again itself.
+    assert reads == [at(10, 59) + timedelta(seconds=59), at(11) + timedelta(seconds=1)]
+    assert agent.turns == []
+    assert scheduler.statistics().outcomes == {"paused": 1}
+
+
+async def test_a_herd_wakes_once_the_read_at_its_slot_is_back(autojump_clock: Any) -> None:
+    scheduler, agent, store, wall = timed_rig(*HERD)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(10, 59))
+        store.hold = True
+        await until(wall, at(11) + timedelta(seconds=1))
+        assert store.read_at[-1] == at(11)
+        assert scheduler.statistics().in_flight == 0  # no fire woke to wait on it
+        store.release.set()
+        await trio.sleep(1)
+        assert len(agent.turns) == len(HERD)
+        scheduler.stop()
+
+
+async def test_a_fire_given_a_read_begun_before_its_slot_reads_again(autojump_clock: Any) -> None:
+    scheduler, agent, store, wall = timed_rig()
+    fire = scheduler._parts.fire
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(10, 45))
+        await store.set_paused("hourly", True)
+        slot = at(10)
+        stale = PausedRead(frozenset(), slot - timedelta(milliseconds=1))
+        result = await fire.fire_slot(HOURLY, slot, read=stale)
+        assert (result.claimed, result.reason) == (False, "paused")
+        assert store.read_at[-1] == at(10, 45)
+        # A read begun at the slot is the fire's own: it claims on its word, reading nothing.
+        reads = len(store.read_at)
+        result = await fire.fire_slot(HOURLY, slot, read=PausedRead(frozenset(), slot))
+        assert result.claimed
+        assert len(store.read_at) == reads
+        scheduler.stop()
+    assert [t.session.removeprefix("routine:") for t in agent.turns] == ["hourly"]
