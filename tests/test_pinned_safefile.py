@@ -46,6 +46,19 @@ def test_describe_puts_the_errno_name_first_and_the_file_last() -> None:
         "an errno without a name: /x"
     )
     assert describe(Refused("/x is a FIFO")) == "/x is a FIFO"
+    assert describe(Refused("/x is a FIFO", "remove it")) == "/x is a FIFO; remove it"
+
+
+def test_a_refusal_keeps_its_reason_apart_from_its_remedy() -> None:
+    refused = Refused("/x is a FIFO — refused", "remove it")
+    assert (refused.reason, refused.remedy) == ("/x is a FIFO — refused", "remove it")
+    assert str(refused) == "/x is a FIFO — refused; remove it"
+    plain = Refused("/x holds 9 bytes, more than 8 — refused")
+    assert (plain.reason, plain.remedy, str(plain)) == (
+        "/x holds 9 bytes, more than 8 — refused",
+        None,
+        "/x holds 9 bytes, more than 8 — refused",
+    )
 
 
 def test_a_file_of_no_known_kind_is_named_as_such() -> None:

@@ -49,7 +49,16 @@ KINDS = {
 
 
 class Refused(OSError):
-    """A state file that is not what it should be: a link, a FIFO, a device, too large."""
+    """A state file that is not what it should be: a link, a FIFO, a device, too large.
+
+    ``reason`` says what is wrong; ``remedy``, when there is one for an operator, what to do
+    about it (the message is both: ``<reason>; <remedy>``).
+    """
+
+    def __init__(self, reason: str, remedy: str | None = None) -> None:
+        super().__init__(reason if remedy is None else f"{reason}; {remedy}")
+        self.reason = reason
+        self.remedy = remedy
 
 
 def describe(exc: OSError) -> str:
@@ -156,7 +165,7 @@ def _refuse_if_odd(parent: int, name: str, where: Path) -> None:
     info = at(where, lambda: os.stat(name, dir_fd=parent, follow_symlinks=False))
     if not stat.S_ISREG(info.st_mode):
         raise Refused(
-            f"{where} is {kind_of(info.st_mode)}, not a regular file — refused; remove it"
+            f"{where} is {kind_of(info.st_mode)}, not a regular file — refused", "remove it"
         )
 
 

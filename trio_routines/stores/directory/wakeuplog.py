@@ -203,7 +203,7 @@ class WakeupLog:
             kept = self._keep_aside(directory)
             log.warning(
                 "unusable wake-up store: %s — %s; a new journal is started",
-                describe(exc).removesuffix("; remove it"),
+                exc.reason,  # not its remedy: the writer does not leave it to be removed
                 "gone before it could be kept aside" if kept is None else f"kept aside as {kept}",
             )
             self._refused = None
