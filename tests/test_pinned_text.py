@@ -27,6 +27,9 @@ def test_a_cut_inside_a_character_drops_that_character_and_nothing_more() -> Non
 
 def test_a_limit_of_three_bytes_leaves_room_for_the_ellipsis_alone() -> None:
     assert clipped("abcd", 3) == "…"
+    # Under the ellipsis's own 3 bytes, the cut text alone: never more than the limit.
+    assert [clipped("abcd", n) for n in (2, 1, 0, -1)] == ["ab", "a", "", ""]
+    assert clipped("éa", 1) == ""  # half a character is none
     assert clipped("abcd", 4) == "abcd"
     assert clipped("abcde", 4) == "a…"
 

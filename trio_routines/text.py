@@ -51,11 +51,17 @@ def shown(text: str) -> str:
 
 
 def clipped(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` bytes of UTF-8, on a character boundary, ``…`` added."""
+    """``text`` cut to at most ``limit`` bytes of UTF-8, on a character boundary, ``…`` added
+    (when it fits: under 3 bytes, the cut text alone)."""
     data = text.encode()
     if len(data) <= limit:
         return text
-    return data[: max(0, limit - 3)].decode(errors="ignore") + "…"
+    if limit < len(_ELLIPSIS):
+        return data[: max(0, limit)].decode(errors="ignore")
+    return data[: limit - len(_ELLIPSIS)].decode(errors="ignore") + "…"
+
+
+_ELLIPSIS = "…".encode()
 
 
 def error_text(text: str) -> str:
