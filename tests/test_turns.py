@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
-import trio
 
 from trio_routines.agent import SESSION_BUSY, Completed, Event, Failed, TextDelta
 from trio_routines.records import Outcome
@@ -73,45 +72,3 @@ async def test_a_fire_whose_agent_fails_without_words_settles_completed() -> Non
     fire = await store.latest_fire("daily")
     assert fire is not None
     assert (fire.outcome, fire.error) == (Outcome.COMPLETED, None)
-
-
-class _Outcomes(logging.Handler):
-    """Notes each turn's outcome line (``<name> completed``) in ``events`` as it is logged."""
-
-    def __init__(self, events: list[tuple[str, str]]) -> None:
-        super().__init__(logging.INFO)
-        self.events = events
-
-    def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
-        if message.endswith("ms)") and " completed (" in message:
-            self.events.append(("outcome", message.split(" ", 1)[0]))
-
-
-async def test_turns_that_end_at_once_all_start_before_any_outcome_is_kept(
-    autojump_clock: object, caplog: pytest.LogCaptureFixture
-) -> None:
-    # In-process turns that end at once (no IO to yield on): a turn's bookkeeping (its outcome
-    # line, then its settle) waits until the turns due with it have started, so that in a
-    # herd the last start is not late by the bookkeeping of all the turns before it.
-    events: list[tuple[str, str]] = []
-
-    class Noting:
-        async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
-            events.append(("start", session))
-            yield Completed()
-
-    handler = _Outcomes(events)
-    logger = logging.getLogger("trio_routines")
-    logger.addHandler(handler)
-    caplog.set_level(logging.INFO, logger="trio_routines")
-    sessions = [f"routine:r{i}" for i in range(8)]
-    try:
-        async with trio.open_nursery() as nursery:
-            for session in sessions:
-                nursery.start_soon(run_turn, Noting(), session, session, "go")
-    finally:
-        logger.removeHandler(handler)
-    assert sorted(events[: len(sessions)]) == [("start", s) for s in sorted(sessions)]
-    assert sorted(events[len(sessions) :]) == [("outcome", s) for s in sorted(sessions)]
-    assert caplog.text.count(" completed (0ms)") == len(sessions)

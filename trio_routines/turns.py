@@ -123,10 +123,6 @@ async def run_turn(
                     except Exception as exc:
                         raised = raised or exc
     ms = _elapsed_ms(started)
-    # The turn is over: let the turns due with this one start before its bookkeeping (the
-    # outcome line, the settle) runs. In a herd of in-process turns that end at once, every
-    # turn's start otherwise waits for the bookkeeping of all the turns before it.
-    await trio.lowlevel.cancel_shielded_checkpoint()
     result = _classified(label, ms, failed, raised, grace, timeout_scope, timeout)
     usage = tally.total()
     return result if usage is None else attrs.evolve(result, usage=usage)
