@@ -40,6 +40,7 @@ def refusal(spec: str) -> str:
 def test_an_unknown_spec_is_shown_whole_up_to_40_characters_then_cut() -> None:
     forty = "x" * 40
     assert refusal(forty) == f'unknown agent "{forty}" — {KINDS}'
+    assert refusal(forty + "y") == f'unknown agent "{forty}…" — {KINDS}'
     assert refusal(forty + "yz") == f'unknown agent "{forty}…" — {KINDS}'
 
 
