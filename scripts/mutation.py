@@ -226,6 +226,47 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "--deselect=tests/test_agent_http.py::test_the_docs_state_the_limits_the_code_has",
         ],
     ),
+    # The built-in agents (echo, cmd: over real commands under their supervisor, py:, the
+    # spec's parsing and its description for the logs), in-process.
+    "agents": (
+        ["trio_routines/agents.py"],
+        [
+            "tests/test_agents.py",
+            "tests/test_usage.py",
+            "tests/test_procgroup.py",
+            "tests/test_tracing.py",
+            "tests/test_agent_http.py",
+            "tests/test_pinned_agents.py",
+            # It runs the command as a process of its own, which the copy cannot run.
+            "--deselect=tests/test_agents.py::"
+            "test_a_fired_cmd_turn_finds_neither_the_state_nor_a_database_password",
+            "--deselect=tests/test_agent_http.py::test_the_fire_command_posts_a_non_ascii_routine",
+            "--deselect=tests/test_tracing.py::"
+            "test_without_the_extra_nothing_imports_it_and_a_fire_runs",
+            # They read docs/, which the copy does not hold.
+            "--deselect=tests/test_agent_http.py::test_the_docs_state_the_limits_the_code_has",
+            "--deselect=tests/test_tracing.py::test_the_spans_are_named_in_the_docs",
+        ],
+    ),
+    # The HTTP agent's shell (the request, redirects, bounds, errors) over a real server on a
+    # loopback port, in-process.
+    "agent_http": (
+        ["trio_routines/agent_http.py"],
+        [
+            "tests/test_agent_http.py",
+            "tests/test_usage.py",
+            "tests/test_tracing.py",
+            "tests/test_pinned_agent_wire.py",
+            "tests/test_pinned_agent_http.py",
+            # It runs the command as a process of its own, which the copy cannot run.
+            "--deselect=tests/test_agent_http.py::test_the_fire_command_posts_a_non_ascii_routine",
+            "--deselect=tests/test_tracing.py::"
+            "test_without_the_extra_nothing_imports_it_and_a_fire_runs",
+            # They read docs/, which the copy does not hold.
+            "--deselect=tests/test_agent_http.py::test_the_docs_state_the_limits_the_code_has",
+            "--deselect=tests/test_tracing.py::test_the_spans_are_named_in_the_docs",
+        ],
+    ),
     # Serving a scheduler as a service (real signals to this very process, a real server on a
     # loopback port, in-process).
     "hosting": (
@@ -463,6 +504,10 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
+# A mutant's run ended by SIGTERM or SIGKILL: the mutated code signalled its own process group
+# (a cmd: command's supervisor left in ours ends "its" group when the lifeline is cut).
+# tests/mutation_bounds.py gives each mutant's run a group of its own for that.
+KILLED |= {-15, -9}
 # A mutant that makes a test hang is stopped by tests/mutation_bounds.py when that one test has
 # burnt TEST_CPU_SECONDS + TEST_CPU_FACTOR times its clean time in CPU seconds (a loop spinning
 # in MockClock's virtual time) or has used no CPU for TEST_IDLE_SECONDS (a task waiting for what
@@ -551,6 +596,7 @@ def main(argv: list[str]) -> int:
                 "TRIO_ROUTINES_TEST_CPU_SECONDS": TEST_CPU_SECONDS,
                 "TRIO_ROUTINES_TEST_CPU_FACTOR": TEST_CPU_FACTOR,
                 "TRIO_ROUTINES_TEST_IDLE_SECONDS": TEST_IDLE_SECONDS,
+                "TRIO_ROUTINES_TEST_OWN_GROUP": "1",
             },
             capture_output=True,  # mutmut reports its own failures on stdout, not on stderr
             text=True,

@@ -15,6 +15,13 @@ bounds stop the hanging test itself, much sooner; both are off unless the script
   comes. A test slowed by load still gets CPU every second, so it is not taken for idle.
 
 mutmut counts SIGXCPU and exit status 36 as a timeout.
+
+A third guard, ``TRIO_ROUTINES_TEST_OWN_GROUP``, puts each mutant's run (the process mutmut
+forks for it) in a process group of its own before its first test. mutmut, its forks and the
+script share one group otherwise, and a mutant can make the code signal its own group: a
+``cmd:`` command started without a session of its own leaves its supervisor in ours, and the
+supervisor, its lifeline cut, ends "its" group with SIGTERM, then SIGKILL. Then only that
+mutant's run dies (the script counts it as killed), not the whole mutation run with it.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ CPU_SECONDS = float(os.environ.get("TRIO_ROUTINES_TEST_CPU_SECONDS") or 0)
 CPU_FACTOR = float(os.environ.get("TRIO_ROUTINES_TEST_CPU_FACTOR") or 0)
 UNMEASURED_CPU_SECONDS = 60.0
 IDLE_SECONDS = float(os.environ.get("TRIO_ROUTINES_TEST_IDLE_SECONDS") or 0)
+OWN_GROUP = bool(os.environ.get("TRIO_ROUTINES_TEST_OWN_GROUP"))
 TIMEOUT_STATUS = 36  # mutmut's "timeout"
 BUSY = 0.05  # CPU seconds per wall second below which the process counts as idle
 
@@ -65,8 +73,17 @@ def _watch_idle(done: threading.Event) -> None:
             os._exit(TIMEOUT_STATUS)
 
 
+def _own_group() -> None:
+    """A group of its own for a mutant's run (mutmut names the mutant in the environment in
+    the process it forks for it; its own runs, clean or forced to fail, name none)."""
+    if "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", "") and os.getpgrp() != os.getpid():
+        os.setpgid(0, 0)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    if OWN_GROUP:
+        _own_group()
     if not (CPU_SECONDS or IDLE_SECONDS):
         return (yield)
     soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
