@@ -130,6 +130,7 @@ class Sleepers:
                         if parked.get(task) == ticket:
                             del parked[task]
                             trio.lowlevel.reschedule(task, outcome.Value(fetched))
+                    del slots, fetched  # not kept while the herd runs: collector work
                 if len(heap) > 2 * len(parked) + PRUNE_SLACK:
                     self._heap = heap = [
                         entry for entry in heap if parked.get(entry[2]) == entry[1]
