@@ -320,6 +320,7 @@ class FirePath:
             turn = await self.turn(
                 why, name, routine.prompt, routine.timeout, on_text, hold=hold, spans=spans
             )
+        del why, on_text  # not kept through the settle: at 10,000 at once, collector work
         # The reason goes with the outcome. A busy session is an overlap, not a failure: when
         # our own previous turn of it runs, nothing is stored (history says it was still
         # running); when the agent said busy, its words are -- a 409 may also mean that it
