@@ -194,6 +194,7 @@ class FirePath:
                         # start a turn, that late and perhaps during a stop. It is recorded.
                         with trio.CancelScope(shield=True) as scope:
                             return done(spans, await self._claimed_too_late(name, slot, scope))
+                    del claim  # as the context, not kept through the turn
                     return done(
                         spans, await self._turn_and_settle(routine, slot, scope, hold, spans)
                     )
