@@ -10,7 +10,7 @@ from typing import Any
 import trio
 from scheduler_rig import HOURLY, Recording, at, rig
 
-from trio_routines import Routine
+from trio_routines import Routine, StateFault
 from trio_routines.scheduler.state import PausedRead
 from trio_routines.testing import WallClock
 
@@ -127,3 +127,29 @@ async def test_a_fire_given_a_read_begun_before_its_slot_reads_again(autojump_cl
         assert len(store.read_at) == reads
         scheduler.stop()
     assert [t.session.removeprefix("routine:") for t in agent.turns] == ["hourly"]
+
+
+async def test_a_read_that_fails_at_the_slot_leaves_the_timer_to_wake_the_herd(
+    autojump_clock: Any, caplog: Any
+) -> None:
+    # The timer's read fails (a bug, or a store that does not answer): it still wakes the
+    # loops, their fires read for themselves and meet the fault as before, and the next slot
+    # fires.
+    scheduler, agent, store, wall = timed_rig(*HERD[:2])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(10, 59))
+        store.fail("paused", StateFault("the disk is gone"), times=2)
+        await until(wall, at(12, 20))
+        reads = [when for when in store.read_at if at(10, 59) < when]
+        scheduler.stop()
+    # The timer's, then the fires' own (one, shared by both), then 12:00's timer read.
+    assert [when for when in reads if when.minute == 0] == [at(11), at(11), at(12)]
+    errors = sorted(r.getMessage() for r in caplog.records if r.levelname == "ERROR")
+    assert errors == [
+        f"{name}: fire failed (skipping this run, schedule stays armed): could not claim slot "
+        f"2026-07-07T11-00-00-000Z of '{name}': the disk is gone"
+        for name in ("a", "b")
+    ]
+    assert sorted(t.session for t in agent.turns) == ["routine:a", "routine:b"]
+    assert all(t.wall == at(12) for t in agent.turns)
