@@ -285,10 +285,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # The runtime's series in a host's prometheus_client registry.
     "prometheus": (
         ["trio_routines/prometheus.py"],
-        [
-            "tests/test_metrics.py::test_the_collector_gives_a_registry_the_same_series",
-            "tests/test_pinned_prometheus.py",
-        ],
+        ["tests/test_metrics.py::test_the_collector_gives_a_registry_the_same_series"],
     ),
     "wakelimits": (
         ["trio_routines/wakelimits.py"],
