@@ -310,6 +310,24 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_origin.py",
         ],
     ),
+    # Tracing with OpenTelemetry (the SDK's in-memory exporter records the spans): the spans of
+    # fires and turns, the caller's context in through the HTTP surface and out to the agents.
+    "tracing": (
+        ["trio_routines/tracing.py"],
+        [
+            "tests/test_tracing.py",
+            "tests/test_pinned_tracing.py",
+            # It runs Python as a process of its own, which the copy cannot run.
+            "--deselect=tests/test_tracing.py::test_without_the_extra_nothing_imports_it_and_a_fire_runs",
+            # It reads docs/, which the copy does not hold.
+            "--deselect=tests/test_tracing.py::test_the_spans_are_named_in_the_docs",
+        ],
+    ),
+    # The runtime's series in a host's prometheus_client registry.
+    "prometheus": (
+        ["trio_routines/prometheus.py"],
+        ["tests/test_metrics.py::test_the_collector_gives_a_registry_the_same_series"],
+    ),
     "wakelimits": (
         ["trio_routines/wakelimits.py"],
         [
