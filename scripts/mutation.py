@@ -113,6 +113,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_scheduler_service.py",
             "tests/test_pinned_scheduler_boot.py",
             "tests/test_sleepers.py",
+            "tests/test_paused_read.py",
             "tests/test_deadlines.py",
             "tests/test_gaps.py",  # what a loop records after a slot, and when it skips that
             "tests/test_gaps_armed.py",  # the slots a store did not answer, recorded later
