@@ -22,6 +22,8 @@ FOREIGN_HOSTS = [
     "::1",  # an IPv6 literal needs its brackets in Host
     "[::1]x",
     "[::1",  # an unclosed bracket
+    "[localhost]",  # brackets hold an IPv6 address, nothing else
+    "[127.0.0.1]:80",
     "[::1]:x",  # a port that is not a number after a bracketed literal
     "::1:8080",  # a bare IPv6 literal with a port
     "127.0.0.1:http",
@@ -115,6 +117,7 @@ async def test_with_a_token_any_host_and_origin_is_served() -> None:
 def test_one_helper_for_loopback_names() -> None:
     assert all(is_loopback(h) for h in ["localhost", "127.0.0.1", "127.1.2.3", "::1", "[::1]"])
     refused = ["0.0.0.0", "::", "example.com", "", "[::1", "::1]", "xlocalhost]", "x::1]"]
+    refused += ["[localhost]", "[127.0.0.1]", "[]", "[::]", "[::ffff:127.0.0.1]"]
     assert not any(is_loopback(h) for h in refused)
 
 

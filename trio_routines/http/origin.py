@@ -21,10 +21,16 @@ STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 def is_loopback(host: str) -> bool:
-    """Whether a bare host (no port; brackets allowed around IPv6) is a loopback name."""
+    """Whether a bare host (no port; brackets allowed around IPv6) is a loopback name.
+
+    Brackets hold an IPv6 address and nothing else: ``[localhost]`` and ``[127.0.0.1]`` are
+    no host names at all, and are refused like any name that is not loopback."""
     bare = host.strip()
     if bare.startswith("[") and bare.endswith("]"):
-        bare = bare[1:-1]
+        try:
+            return ipaddress.IPv6Address(bare[1:-1]).is_loopback
+        except ValueError:
+            return False
     if bare.lower() == "localhost":
         return True
     try:
