@@ -153,3 +153,38 @@ async def test_a_read_that_fails_at_the_slot_leaves_the_timer_to_wake_the_herd(
     ]
     assert sorted(t.session for t in agent.turns) == ["routine:a", "routine:b"]
     assert all(t.wall == at(12) for t in agent.turns)
+
+
+async def test_a_herd_whose_clock_goes_back_during_a_read_makes_no_read_after_read(
+    autojump_clock: Any,
+) -> None:
+    # The fires met a read begun before their slot; while it was under way the wall clock
+    # went back behind the slot. They do not each make a read of their own (one after the
+    # other, every one begun before the slot by the clock's reading): the slot is not due,
+    # so they sleep again, and fire once it is.
+    # Nor do they take that read's word: "a" was paused when it began and resumed before the
+    # slot, and runs.
+    scheduler, agent, store, wall = timed_rig(*HERD)
+    scheduler._parts.sleepers.prefetch = None  # the fires themselves meet the read
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(10, 59))
+        await store.set_paused("a", True)
+        await until(wall, at(10, 59) + timedelta(seconds=59))
+        store.hold = True
+        before = len(store.read_at)
+        nursery.start_soon(scheduler._parts.calls.refresh_paused)
+        await trio.sleep(0.5)
+        await store.set_paused("a", False)
+        await until(wall, at(11) + timedelta(seconds=0.5))
+        wall.jump(timedelta(seconds=-30))
+        store.release.set()
+        await until(wall, at(10, 59) + timedelta(seconds=50))
+        # The one read under way, and no read after read.
+        assert store.read_at[before:] == [at(10, 59) + timedelta(seconds=59)]
+        assert agent.turns == []
+        await until(wall, at(11, 20))
+        scheduler.stop()
+    assert sorted(t.session for t in agent.turns) == [f"routine:{n}" for n in NAMES]
+    assert all(t.wall is not None and t.wall >= at(11) for t in agent.turns)
+    assert "paused" not in scheduler.statistics().outcomes  # nor counted as refused

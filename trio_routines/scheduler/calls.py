@@ -164,7 +164,10 @@ class StoreCalls:
     async def _read_paused(self, since: datetime | None) -> PausedRead:
         while (shared := self._paused_read) is not None:
             await shared.wait()
-            if since is None or shared.started >= since:
+            # A read begun before ``since`` does not answer, unless the wall clock is behind
+            # ``since`` even now (it went back): a fire then stops at its slot not being due,
+            # before it uses the answer, and a herd makes no read after read for nothing.
+            if since is None or shared.started >= since or self._runtime.now() < since:
                 if shared.error is not None:
                     raise shared.error
                 if shared.result is not None:

@@ -171,12 +171,12 @@ class FirePath:
                     raise StateFault(
                         f"could not claim slot {slot_name(slot)} of {name!r}: {exc}"
                     ) from None
-                if name in paused:
-                    task_status.started(ClaimResult(ClaimStatus.PAUSED))
-                    return done(spans, self._refused(name, slot, ClaimResult(ClaimStatus.PAUSED)))
                 now = self._runtime.now()
                 if slot > now:  # the wall clock went back while the paused set was read
                     raise _not_yet_due(name, slot, now)
+                if name in paused:
+                    task_status.started(ClaimResult(ClaimStatus.PAUSED))
+                    return done(spans, self._refused(name, slot, ClaimResult(ClaimStatus.PAUSED)))
                 self._deadlines.note(scope, self._calls.store_deadline())
                 try:
                     hold, claim = await self._hold_and_claim(routine, slot, now)
