@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+import attrs
 import trio
 from scheduler_rig import HOURLY, Recording, at, rig
 
@@ -28,6 +29,7 @@ class TimedReads(Recording):
         self.read_at: list[datetime] = []
         self.hold = False
         self.release = trio.Event()
+        self.fail_next = False
 
     async def paused(self) -> frozenset[str]:
         assert self.wall is not None
@@ -188,3 +190,95 @@ async def test_a_herd_whose_clock_goes_back_during_a_read_makes_no_read_after_re
     assert sorted(t.session for t in agent.turns) == [f"routine:{n}" for n in NAMES]
     assert all(t.wall is not None and t.wall >= at(11) for t in agent.turns)
     assert "paused" not in scheduler.statistics().outcomes  # nor counted as refused
+
+
+async def test_a_routine_changed_while_its_slots_read_is_under_way_still_fires_that_slot(
+    autojump_clock: Any,
+) -> None:
+    # The timer holds the loop at its slot while it reads the paused routines; a change that
+    # comes then wakes the loop first. The slot had come: it fires, in the version it came in,
+    # as a fire under way would have, and the new version fires the slots after it.
+    scheduler, agent, store, wall = timed_rig()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(10, 59))
+        store.hold = True  # the timer's read at 11:00 is slow
+        await until(wall, at(11) + timedelta(seconds=1))
+        changed = attrs.evolve(HOURLY, prompt="Check the queue again.")
+        scheduler.update_routines([changed])
+        await trio.sleep(1)
+        store.release.set()
+        await until(wall, at(12, 30))
+        scheduler.stop()
+    # (It woke at the change, and joined the timer's read, begun at the slot.)
+    assert [(t.text, t.wall) for t in agent.turns] == [
+        (HOURLY.prompt, at(11) + timedelta(seconds=2)),
+        (changed.prompt, at(12)),
+    ]
+
+
+async def test_a_routine_removed_before_its_slot_came_does_not_fire(autojump_clock: Any) -> None:
+    scheduler, agent, _, wall = timed_rig()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(10, 59))
+        scheduler.update_routines([])
+        await until(wall, at(12, 30))
+        scheduler.stop()
+    assert agent.turns == []
+
+
+async def test_the_timer_does_not_wait_on_a_read_begun_before_the_slot(
+    autojump_clock: Any,
+) -> None:
+    # A statistics refresh's read, under way since before the slot and slow: the timer wakes
+    # the herd at once without a read of its own (each fire waits that read out and reads
+    # again itself), and a loop due a second later is not held behind it.
+    early = Routine(name="early", prompt="p", cron="0 11 * * *")
+    later = Routine(name="later", prompt="p", cron="1 11 * * *")
+    scheduler, agent, store, wall = timed_rig(early, later)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(10, 59) + timedelta(seconds=59))
+        store.hold = True
+        nursery.start_soon(scheduler._parts.calls.refresh_paused)
+        await until(wall, at(11) + timedelta(seconds=0.5))
+        assert scheduler.statistics().in_flight == 1  # awake, and waiting the read out
+        store.release.set()
+        await until(wall, at(11, 30))
+        scheduler.stop()
+    assert [(t.session, t.wall) for t in agent.turns] == [
+        ("routine:early", at(11) + timedelta(seconds=0.5)),
+        ("routine:later", at(11, 1)),
+    ]
+
+
+async def test_a_failed_read_begun_before_the_slot_is_not_the_fires_fault(
+    autojump_clock: Any, caplog: Any
+) -> None:
+    # That read failed, and the wall clock went back behind the slot while it was under way:
+    # its fault belongs to whoever made it, not to the fires of a slot that is not due yet.
+    class FailingLate(TimedReads):
+        async def paused(self) -> frozenset[str]:
+            names = await super().paused()
+            if self.fail_next:
+                self.fail_next = False
+                raise StateFault("the disk hiccupped")
+            return names
+
+    store = FailingLate()
+    scheduler, agent, _, wall = rig(*HERD, store=store, wakeups=False, poll_interval=3600)
+    store.wall = wall
+    scheduler._parts.sleepers.prefetch = None  # the fires themselves meet the read
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(10, 59) + timedelta(seconds=59))
+        store.hold = store.fail_next = True
+        nursery.start_soon(scheduler._parts.calls.refresh_paused)
+        await until(wall, at(11) + timedelta(seconds=0.5))
+        wall.jump(timedelta(seconds=-30))
+        store.release.set()
+        await until(wall, at(11, 20))
+        scheduler.stop()
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+    assert sorted(t.session for t in agent.turns) == [f"routine:{n}" for n in NAMES]

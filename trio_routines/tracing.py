@@ -13,7 +13,8 @@ extra absent, one global read) and each later step tests ``is None``: no span, n
 object per fire.
 
 The spans. A cron fire is ``routine.fire`` with three children: ``claim`` (the paused read,
-the holds and the claim), ``turn`` and ``settle``. An external fire (``Scheduler.fire``,
+unless the timer made it for the whole herd before the fire began; the holds and the claim),
+``turn`` and ``settle``. An external fire (``Scheduler.fire``,
 ``POST /fire``) is the child of the caller's context; the cron loop's own fires are roots (the
 clock caused them, not whoever started the scheduler). A wake-up's turn is ``wakeup.turn``, a
 root (its add request, ``wakeup.add``, is the caller's child: the context is not stored with

@@ -139,41 +139,45 @@ class StoreCalls:
             return await self.store.defer_wakeup(wakeup, fire_at)
         raise self.no_answer(f"could not re-queue wake-up {wakeup.id}")
 
-    async def read_paused(self, since: datetime | None = None) -> frozenset[str]:
-        """The paused routines, as the store says now (remembered for statistics).
+    async def read_paused(self, since: datetime | None = None) -> PausedRead:
+        """The paused routines, as the store says now (remembered for statistics), and when
+        the read that found them began.
 
         One read serves every fire that asks while it is under way: a thousand routines due
         at one instant cost one read, not a thousand. ``since``: the read must have begun
         then or later (a fire's slot: a pause written before the slot is honoured), so a
-        read under way since before it is waited out and a new one made.
+        read under way since before it is waited out and a new one made -- unless the wall
+        clock is behind ``since`` even then (it went back): its answer is returned, and the
+        fire, whose slot is not due, does not use it (a herd makes no read after read).
         """
-        return (await self._read_paused(since)).names
-
-    async def prefetch_paused(self) -> PausedRead | None:
-        """The paused routines, read for the loops the timer is about to wake at their slots
-        (see :class:`~.sleepers.Sleepers`): their fires then need no read of their own.
-        None during a stop, or when the store did not answer or failed: each fire then
-        reads for itself, and meets the fault itself."""
-        if self._runtime.stopping.value:
-            return None
-        try:
-            return await self._read_paused(None)
-        except Exception:  # the fires' own reads report it, each for its slot
-            return None
-
-    async def _read_paused(self, since: datetime | None) -> PausedRead:
         while (shared := self._paused_read) is not None:
             await shared.wait()
-            # A read begun before ``since`` does not answer, unless the wall clock is behind
-            # ``since`` even now (it went back): a fire then stops at its slot not being due,
-            # before it uses the answer, and a herd makes no read after read for nothing.
-            if since is None or shared.started >= since or self._runtime.now() < since:
+            if since is None or shared.started >= since:
                 if shared.error is not None:
                     raise shared.error
                 if shared.result is not None:
                     return shared.result
+            elif shared.result is not None and self._runtime.now() < since:
+                return shared.result
             # The reader was cancelled (its caller stopped), or began before ``since``: read
             # again ourselves.
+        return await self._read_paused()
+
+    async def prefetch_paused(self) -> PausedRead | None:
+        """The paused routines, read for the loops the timer is about to wake at their slots
+        (see :class:`~.sleepers.Sleepers`): their fires then need no read of their own.
+        None during a stop, while another read is under way (the timer does not wait on a
+        read begun before the slot: the fires see to it), or when the store did not answer
+        or failed: each fire then reads for itself, and meets the fault itself."""
+        if self._runtime.stopping.value or self._paused_read is not None:
+            return None
+        try:
+            return await self._read_paused()
+        except Exception:  # the fires' own reads report it, each for its slot
+            return None
+
+    async def _read_paused(self) -> PausedRead:
+        """A read of our own, which others may join while it is under way."""
         shared = self._paused_read = SharedRead(self._runtime.now())
         try:
             with self.bounded():

@@ -160,20 +160,25 @@ class FirePath:
         self._in_flight.enter()  # as ``with runtime.working()``, without an object per fire
         try:
             with trio.CancelScope(shield=True) as scope:
-                try:
-                    # Every replica honours a pause: read first, in a read begun at the slot
-                    # or later, so that a pause written before the slot is seen.
-                    if read is not None and read.started >= slot:
-                        paused = read.names
-                    else:
-                        paused = await self._calls.read_paused(slot)
-                except StateFault as exc:
-                    raise StateFault(
-                        f"could not claim slot {slot_name(slot)} of {name!r}: {exc}"
-                    ) from None
-                now = self._runtime.now()
-                if slot > now:  # the wall clock went back while the paused set was read
-                    raise _not_yet_due(name, slot, now)
+                # Every replica honours a pause: read first, in a read begun at the slot or
+                # later, so that a pause written before the slot is seen.
+                while True:
+                    if read is None or read.started < slot:
+                        try:
+                            read = await self._calls.read_paused(slot)
+                        except StateFault as exc:
+                            raise StateFault(
+                                f"could not claim slot {slot_name(slot)} of {name!r}: {exc}"
+                            ) from None
+                    now = self._runtime.now()
+                    if slot > now:  # the wall clock went back while the paused set was read
+                        raise _not_yet_due(name, slot, now)
+                    if read.started >= slot:
+                        break
+                    # Begun before the slot (the clock was behind it), and the slot has come
+                    # since: that read does not decide it.
+                    read = None
+                paused = read.names
                 if name in paused:
                     task_status.started(ClaimResult(ClaimStatus.PAUSED))
                     return done(spans, self._refused(name, slot, ClaimResult(ClaimStatus.PAUSED)))

@@ -98,6 +98,7 @@ class CronLoops:
                     # read serves the wake's jump check, the sleep's end and the fire, and the
                     # read that planned the slot serves the first sleep's length.
                     read: PausedRead | None = None  # the timer's read for this wake, if any
+                    came = False  # the slot came while this loop slept
                     while (remaining := (due - now).total_seconds()) > 0:
                         read = await self._sleepers.sleep_until(
                             trio.current_time() + min(remaining, self._max_wait),
@@ -105,9 +106,14 @@ class CronLoops:
                         )
                         now = self._runtime.now()
                         self._clock.note_offset(now)
-                        if not self._current(routine):
+                        came = now >= due
+                        if not (came or self._current(routine)):
                             return
-                    if self._runtime.stopping.value or not self._current(routine):
+                    # A slot that came while the loop slept fires in the version it came in,
+                    # even if a change woke the loop first (the timer holds a herd at its slot
+                    # while it reads the paused routines): as a fire under way when the change
+                    # came, it is not lost, and the new version arms after it.
+                    if self._runtime.stopping.value or not (came or self._current(routine)):
                         return
                     if is_late(due, now, routine.catchup):  # a loop that woke far too late
                         await self._gaps.record_gap(
