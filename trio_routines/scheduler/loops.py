@@ -2,7 +2,8 @@
 
 A loop ends when the scheduler stops, when its routine is removed or replaced by
 :meth:`Scheduler.update_routines` (``runtime.routines[name]`` is no longer the very object it
-runs; a fire in flight finishes and settles first), or when its cron has no next instant.
+runs; a fire in flight, or of a slot that came while it slept, finishes and settles first),
+or when its cron has no next instant.
 An unexpected exception restarts it (see :mod:`.restarts`).
 """
 
