@@ -12,6 +12,7 @@ import trio
 from scheduler_rig import HOURLY, Recording, at, rig
 
 from trio_routines import Routine, StateFault
+from trio_routines.scheduler.calls import PREFETCH_LIMIT
 from trio_routines.scheduler.state import PausedRead
 from trio_routines.testing import WallClock
 
@@ -101,12 +102,12 @@ async def test_a_herd_wakes_once_the_read_at_its_slot_is_back(autojump_clock: An
         await nursery.start(scheduler.run)
         await until(wall, at(10, 59))
         store.hold = True
-        await until(wall, at(11) + timedelta(seconds=1))
+        await until(wall, at(11) + timedelta(seconds=0.5))
         assert store.read_at[-1] == at(11)
         assert scheduler.statistics().in_flight == 0  # no fire woke to wait on it
         store.release.set()
-        await trio.sleep(1)
-        assert len(agent.turns) == len(HERD)
+        await trio.sleep(0.1)
+        assert [t.wall for t in agent.turns] == [at(11) + timedelta(seconds=0.5)] * len(HERD)
         scheduler.stop()
 
 
@@ -203,16 +204,16 @@ async def test_a_routine_changed_while_its_slots_read_is_under_way_still_fires_t
         await nursery.start(scheduler.run)
         await until(wall, at(10, 59))
         store.hold = True  # the timer's read at 11:00 is slow
-        await until(wall, at(11) + timedelta(seconds=1))
+        await until(wall, at(11) + timedelta(seconds=0.5))
         changed = attrs.evolve(HOURLY, prompt="Check the queue again.")
         scheduler.update_routines([changed])
-        await trio.sleep(1)
+        await trio.sleep(0.25)
         store.release.set()
         await until(wall, at(12, 30))
         scheduler.stop()
     # (It woke at the change, and joined the timer's read, begun at the slot.)
     assert [(t.text, t.wall) for t in agent.turns] == [
-        (HOURLY.prompt, at(11) + timedelta(seconds=2)),
+        (HOURLY.prompt, at(11) + timedelta(seconds=0.75)),
         (changed.prompt, at(12)),
     ]
 
@@ -282,3 +283,20 @@ async def test_a_failed_read_begun_before_the_slot_is_not_the_fires_fault(
         scheduler.stop()
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
     assert sorted(t.session for t in agent.turns) == [f"routine:{n}" for n in NAMES]
+
+
+async def test_the_timer_gives_up_a_slow_read_and_wakes_the_herd(autojump_clock: Any) -> None:
+    # A store slower than the limit does not hold the herd (nor any other loop's wake): the
+    # timer gives its read up, and each fire reads for itself.
+    scheduler, agent, store, wall = timed_rig(*HERD[:2])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(10, 59))
+        before = len(store.read_at)
+        store.hold = True  # the timer's read hangs
+        await until(wall, at(11, 20))
+        reads = store.read_at[before:]
+        scheduler.stop()
+    late = at(11) + timedelta(seconds=PREFETCH_LIMIT)
+    assert reads == [at(11), late]  # the timer's, then the fires' own (one, shared)
+    assert [t.wall for t in agent.turns] == [late, late]

@@ -39,6 +39,10 @@ T = TypeVar("T")
 STOP_MARGIN = 2.0  # seconds a store call may take past a stop's grace
 SETTLE_RETRY_FIRST = 0.25
 SETTLE_RETRY_MAX = 4.0
+#: Seconds the cron loops' timer waits for a herd's paused read before it wakes the herd
+#: anyway (each fire then reads for itself): a slow store never holds other loops' wakes
+#: for longer.
+PREFETCH_LIMIT = 1.0
 
 
 class Bounded:
@@ -167,14 +171,17 @@ class StoreCalls:
         """The paused routines, read for the loops the timer is about to wake at their slots
         (see :class:`~.sleepers.Sleepers`): their fires then need no read of their own.
         None during a stop, while another read is under way (the timer does not wait on a
-        read begun before the slot: the fires see to it), or when the store did not answer
-        or failed: each fire then reads for itself, and meets the fault itself."""
+        read begun before the slot: the fires see to it), when the read takes longer than
+        :data:`PREFETCH_LIMIT` (it is given up), or when the store did not answer or
+        failed: each fire then reads for itself, and meets the fault itself."""
         if self._runtime.stopping.value or self._paused_read is not None:
             return None
         try:
-            return await self._read_paused()
+            with trio.move_on_after(PREFETCH_LIMIT):
+                return await self._read_paused()
         except Exception:  # the fires' own reads report it, each for its slot
-            return None
+            pass
+        return None
 
     async def _read_paused(self) -> PausedRead:
         """A read of our own, which others may join while it is under way."""

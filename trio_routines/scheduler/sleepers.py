@@ -77,9 +77,8 @@ class Sleepers:
         (any other wake returns None). A herd of routines due at one instant then shares one
         read of the paused routines, made before any of them wakes, instead of each waking
         to park on the first one's read: a task switch fewer per fire. The timer wakes no
-        other loop until the read is back, which the store's timeout bounds: a loop due
-        meanwhile wakes after it, about as late as its own read of a store that slow would
-        have kept it.
+        other loop until the read is back, so the read is bounded short (see
+        :meth:`~.calls.StoreCalls.prefetch_paused`).
         """
         if not self._running:
             return self._sleep_unwatched(deadline)
