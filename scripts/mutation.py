@@ -519,6 +519,31 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_http_origin.py",
         ],
     ),
+    # The command line's option values (argparse type= functions), called directly.
+    "clivalues": (["trio_routines/cli/values.py"], ["tests/test_pinned_cli_values.py"]),
+    # How the command line shows values: columns, instants, durations, the strip, schedules.
+    "clitable": (
+        ["trio_routines/cli/table.py"],
+        ["tests/test_pinned_cli_table.py"],
+    ),
+    # The pending wake-ups as `status` and `list` show them.
+    "cliwakeuprows": (
+        ["trio_routines/cli/wakeuprows.py"],
+        ["tests/test_pinned_cli_wakeuprows.py", "tests/test_session_spent.py"],
+    ),
+    # The commands that change nothing: `history`, `next`, `check` (in-process).
+    "cliviews": (
+        ["trio_routines/cli/views.py"],
+        [
+            "tests/test_cli_views.py",
+            "tests/test_usage_shown.py",
+            "tests/test_cli_remote.py",
+            "tests/test_gaps.py",
+            "tests/test_hashed_runtime.py",
+            # It runs the command as a process of its own, which the copy cannot run.
+            "--deselect=tests/test_cli_views.py::test_the_strip_falls_back_to_ascii_when_stdout_is_not_utf8",
+        ],
+    ),
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
