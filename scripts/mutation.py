@@ -540,8 +540,28 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_cli_remote.py",
             "tests/test_gaps.py",
             "tests/test_hashed_runtime.py",
-            # It runs the command as a process of its own, which the copy cannot run.
+            "tests/test_pinned_cli_views.py",
+            # They run the command as a process of its own, which the copy cannot run (the
+            # second, a `serve`, reaches no command of these).
             "--deselect=tests/test_cli_views.py::test_the_strip_falls_back_to_ascii_when_stdout_is_not_utf8",
+            "--deselect=tests/test_cli_views.py::"
+            "test_list_and_serve_count_the_next_instant_from_a_claim_in_the_future",
+        ],
+    ),
+    # What every command shares: options, the owner check, the store, routines, printing.
+    "clioutput": (
+        ["trio_routines/cli/output.py"],
+        [
+            "tests/test_pinned_cli_output.py",
+            "tests/test_pinned_cli.py",
+            "tests/test_pinned_cli_views.py",
+            "tests/test_cli_views.py",
+            "tests/test_cli_remote.py",
+            # They run the command as a process of its own, which the copy cannot run (the
+            # second, a `serve`, waits idle until the hang bound ends mutmut's first run).
+            "--deselect=tests/test_cli_views.py::test_the_strip_falls_back_to_ascii_when_stdout_is_not_utf8",
+            "--deselect=tests/test_cli_views.py::"
+            "test_list_and_serve_count_the_next_instant_from_a_claim_in_the_future",
         ],
     ),
 }
