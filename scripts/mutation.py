@@ -520,6 +520,51 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_http_origin.py",
         ],
     ),
+    # The command line's option values (argparse type= functions), called directly.
+    "clivalues": (["trio_routines/cli/values.py"], ["tests/test_pinned_cli_values.py"]),
+    # How the command line shows values: columns, instants, durations, the strip, schedules.
+    "clitable": (
+        ["trio_routines/cli/table.py"],
+        ["tests/test_pinned_cli_table.py"],
+    ),
+    # The pending wake-ups as `status` and `list` show them.
+    "cliwakeuprows": (
+        ["trio_routines/cli/wakeuprows.py"],
+        ["tests/test_pinned_cli_wakeuprows.py", "tests/test_session_spent.py"],
+    ),
+    # The commands that change nothing: `history`, `next`, `check` (in-process).
+    "cliviews": (
+        ["trio_routines/cli/views.py"],
+        [
+            "tests/test_cli_views.py",
+            "tests/test_usage_shown.py",
+            "tests/test_cli_remote.py",
+            "tests/test_gaps.py",
+            "tests/test_hashed_runtime.py",
+            "tests/test_pinned_cli_views.py",
+            # They run the command as a process of its own, which the copy cannot run (the
+            # second, a `serve`, reaches no command of these).
+            "--deselect=tests/test_cli_views.py::test_the_strip_falls_back_to_ascii_when_stdout_is_not_utf8",
+            "--deselect=tests/test_cli_views.py::"
+            "test_list_and_serve_count_the_next_instant_from_a_claim_in_the_future",
+        ],
+    ),
+    # What every command shares: options, the owner check, the store, routines, printing.
+    "clioutput": (
+        ["trio_routines/cli/output.py"],
+        [
+            "tests/test_pinned_cli_output.py",
+            "tests/test_pinned_cli.py",
+            "tests/test_pinned_cli_views.py",
+            "tests/test_cli_views.py",
+            "tests/test_cli_remote.py",
+            # They run the command as a process of its own, which the copy cannot run (the
+            # second, a `serve`, waits idle until the hang bound ends mutmut's first run).
+            "--deselect=tests/test_cli_views.py::test_the_strip_falls_back_to_ascii_when_stdout_is_not_utf8",
+            "--deselect=tests/test_cli_views.py::"
+            "test_list_and_serve_count_the_next_instant_from_a_claim_in_the_future",
+        ],
+    ),
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error

@@ -1,0 +1,123 @@
+"""What each command-line option's value may be (``trio_routines.cli.values``), pinned at its
+edges: the value a command gets, and the one line a refused text is told with."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from trio_routines.cli import values
+
+
+def refused(function: Callable[[str], Any], text: str) -> str:
+    with pytest.raises(argparse.ArgumentTypeError) as caught:
+        function(text)
+    # No chained traceback: a caught error is raised `from None`.
+    error = caught.value
+    assert error.__cause__ is None
+    assert error.__context__ is None or error.__suppress_context__
+    return str(caught.value)
+
+
+def test_seconds_are_finite_and_not_negative_and_positive_ones_above_zero() -> None:
+    assert values.non_negative_seconds("0") == 0.0
+    assert values.non_negative_seconds("1.5") == 1.5
+    assert refused(values.non_negative_seconds, "abc") == "'abc' is not a number of seconds"
+    for text in ("-1", "-0.001", "inf", "nan"):
+        assert refused(values.non_negative_seconds, text) == (
+            f"{text!r} must be a finite number of seconds >= 0"
+        )
+    assert values.positive_seconds("0.001") == 0.001
+    assert refused(values.positive_seconds, "0") == "'0' must be above 0"
+    assert refused(values.positive_seconds, "x") == "'x' is not a number of seconds"
+
+
+def test_a_limit_is_a_positive_whole_number_or_off() -> None:
+    assert values.limit("off") is None
+    assert values.limit(" OFF ") is None
+    assert values.limit("1") == 1
+    assert values.limit(" 25 ") == 25
+    for text in ("0", "-1", "1.5", "", "offf"):
+        assert refused(values.limit, text) == f'"{text}" is not a positive whole number or off'
+
+
+def test_a_lifetime_is_an_hour_or_more() -> None:
+    assert values.lifetime("1h") == timedelta(hours=1)
+    assert values.lifetime("30d") == timedelta(days=30)
+    for text in ("59m", "3599s", "3600", "soon"):
+        assert refused(values.lifetime, text) == f'"{text}" is not a span of an hour or more'
+
+
+def test_a_refused_text_is_shown_escaped_and_cut_to_64_characters() -> None:
+    assert refused(values.limit, "a" * 100) == (
+        '"' + "a" * 64 + '" is not a positive whole number or off'
+    )
+    assert refused(values.limit, "\x1b[2J") == '"\\x1b[2J" is not a positive whole number or off'
+
+
+def test_an_instant_needs_a_zone_and_becomes_utc() -> None:
+    assert values.instant("2026-03-28T11:00+02:00") == datetime(2026, 3, 28, 9, tzinfo=UTC)
+    assert refused(values.instant, "2026-03-28T09:00") == (
+        '"2026-03-28T09:00" is not an instant with a zone (e.g. 2026-03-28T09:00Z, '
+        "2026-03-28T09:00:00.000Z or 2026-03-28T11:00+02:00)"
+    )
+
+
+def test_host_port_takes_the_last_colon_brackets_for_ipv6_and_ports_0_to_65535() -> None:
+    assert values.host_port("127.0.0.1:8080") == ("127.0.0.1", 8080)
+    assert values.host_port("[::1]:8080") == ("::1", 8080)
+    assert values.host_port("h:0") == ("h", 0)
+    assert values.host_port("h:65535") == ("h", 65535)
+    assert values.host_port("h:08080") == ("h", 8080)
+    # Only a pair of brackets is taken off.
+    assert values.host_port("[abc:80") == ("[abc", 80)
+    assert values.host_port("abc]:80") == ("abc]", 80)
+    for text in ("h", ":80", "h:", "h:65536", "h:000080", "h:²", "h:-1", "h:8o"):
+        assert refused(values.host_port, text) == (
+            f'"{text}": expected HOST:PORT, e.g. 127.0.0.1:8080'
+        )
+
+
+def test_a_server_url_is_http_or_https_with_a_host_and_a_valid_port() -> None:
+    for text in ("http://127.0.0.1:8080", "https://example.org", "http://h:1", "http://h:65535"):
+        assert values.server_url(text) == text
+    for text in ("ftp://h", "http://", "127.0.0.1:8080", "http:///path"):
+        assert refused(values.server_url, text) == (
+            f'"{text}" is not an http(s) URL, e.g. http://127.0.0.1:8080'
+        )
+    for text in ("http://h:0", "http://h:65536", "http://h:99999"):
+        assert refused(values.server_url, text) == f'"{text}" has no valid port'
+
+
+def test_a_delay_has_a_unit_and_ends_before_the_last_instant() -> None:
+    assert values.delay("90s") == timedelta(seconds=90)
+    assert values.delay("1.5h") == timedelta(minutes=90)
+    for text in ("120", "0s", "later"):
+        assert refused(values.delay, text) == (f'"{text}" is not a delay: use 90s, 30m, 1.5h or 2d')
+    # Beyond datetime's range (3,000,000 days), and beyond timedelta's own (10^11 days).
+    for text in ("3000000d", "100000000000d"):
+        assert refused(values.delay, text) == f'"{text}" is too far away'
+
+
+def test_budgets_and_replicas_are_refused_with_their_own_reasons() -> None:
+    assert len(values.budgets("200k tokens/day, 5 USD/week")) == 2
+    assert refused(values.budgets, "lots") == (
+        "a budget is written like 200k tokens/day or 5 USD/week, not 'lots'"
+    )
+    assert values.replica("replica-1") == "replica-1"
+    assert refused(values.replica, "") == "a replica id must be 1 to 128 characters"
+
+
+def test_a_count_is_a_whole_number_from_1_to_1000() -> None:
+    assert values.count("1") == 1
+    assert values.count(" 7 ") == 7
+    assert values.count("1000") == 1000
+    assert values.count("0001000") == 1000
+    for text in ("0", "1001", "10000", "99999999999999999999"):
+        assert refused(values.count, text) == f'"{text}" must be between 1 and 1000'
+    for text in ("", "-5", "1.5", "²", "seven"):
+        assert refused(values.count, text) == f'"{text}" is not a whole number'

@@ -1,0 +1,279 @@
+"""The commands that change nothing (``trio_routines.cli.views``: ``history``, ``next``,
+``check``), run in this process and compared whole: the history's table and what it says
+under it, its filters and their edges, a gap and a running claim in it, a server's answer,
+``next``'s usage errors and ``check``'s agent and counts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from procs import Env, in_process, one_line
+from test_cli_views import START, seed_days
+
+from trio_routines.agent import Usage
+from trio_routines.cli.client import Server
+from trio_routines.converter import history_to_json
+from trio_routines.records import Fire, Gap, GapReason, Outcome
+from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores.directory.gaps import record_gap_sync
+
+NOTHING_KEPT = (
+    "(what these runs said: session routine:daily — kept by the agent; the state holds "
+    "outcomes and reasons only, and output for a routine with output:)"
+)
+
+
+def test_history_shows_the_newest_20_whole_and_says_how_many_more(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    seed_days(env)
+    result = env.run_cli("history", "daily")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.splitlines()
+    assert len(out) == 21
+    assert out[:6] == [
+        "SLOT               FIRED AT                  LATE  OUTCOME     TOOK   BY  REASON",
+        "2026-07-22T09:00Z  2026-07-22T09:00:00.000Z  0ms   unreported  -      -",
+        "2026-07-21T09:00Z  2026-07-21T09:00:00.000Z  0ms   skipped     3ms    -   "
+        "the previous turn was still running",
+        "2026-07-20T09:00Z  2026-07-20T09:00:00.000Z  0ms   failed      1.2s   -   "
+        "exit status 2: API key \\x1b[31mexpired",
+        "2026-07-19T09:00Z  2026-07-19T09:00:01.200Z  1.2s  completed   1m05s  -",
+        "2026-07-18T09:00Z  2026-07-18T09:00:00.000Z  0ms   completed   5ms    -",
+    ]
+    assert out[-1].startswith("2026-07-03T09:00Z")
+    assert result.stderr.splitlines() == [
+        "(the newest 20 of 22 — -n N or --json for more)",
+        NOTHING_KEPT,
+    ]
+    # --json has every entry, and -n cuts either.
+    assert len(json.loads(env.run_cli("history", "daily", "--json").stdout)) == 22
+    last_two = json.loads(env.run_cli("history", "daily", "-n", "2", "--json").stdout)
+    assert [e["slot"][:10] for e in last_two] == ["2026-07-21", "2026-07-22"]
+    two = env.run_cli("history", "daily", "-n", "2")
+    assert [line[:17] for line in two.stdout.splitlines()[1:]] == [
+        "2026-07-22T09:00Z",
+        "2026-07-21T09:00Z",
+    ]
+    assert two.stderr.splitlines()[0] == "(the newest 2 of 22 — -n N or --json for more)"
+    every = env.run_cli("history", "daily", "-n", "22")
+    assert len(every.stdout.splitlines()) == 23
+    assert every.stderr.splitlines() == [NOTHING_KEPT]
+
+
+def test_a_fire_late_by_under_a_second_shows_its_milliseconds(env: Env) -> None:
+    env.seed("daily", START, fired_at=START + timedelta(milliseconds=999), ms=999)
+    out = env.run_cli("history", "daily").stdout.splitlines()
+    assert out[1] == "2026-07-01T09:00Z  2026-07-01T09:00:00.999Z  999ms  completed  999ms  -"
+
+
+def test_the_filters_keep_their_edges_and_say_when_nothing_matches(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    env.seed("daily", START)
+    env.seed("daily", START + timedelta(days=1), Outcome.FAILED, error="boom")
+    record_gap_sync(
+        env.state,
+        "daily",
+        Gap(START + timedelta(days=2), START + timedelta(days=3), 2, GapReason.DOWN),
+        None,
+    )
+    since = env.run_cli("history", "daily", "--since", "2026-07-02T09:00Z")
+    assert [line[:17] for line in since.stdout.splitlines()[1:]] == [
+        "2026-07-03T09:00Z",
+        "2026-07-02T09:00Z",
+    ]
+    gap_end = env.run_cli("history", "daily", "--since", "2026-07-04T09:00Z")
+    assert [line.split()[3] for line in gap_end.stdout.splitlines()[1:]] == ["missed"]
+    # One fire and one gap recorded, none matching: the filters' message, not "no recorded".
+    for args in (["--since", "2026-07-05T09:00Z"], ["--outcome", "skipped"]):
+        none = env.run_cli("history", "daily", *args)
+        assert (none.returncode, none.stdout) == (0, "")
+        assert one_line(none.stderr) == (
+            f'no fires matching --since/--outcome for "daily" (state: {env.state})\n'
+        )
+    missed = env.run_cli("history", "daily", "--outcome", "missed")
+    assert [line.split()[3] for line in missed.stdout.splitlines()[1:]] == ["missed"]
+    # As many gaps as fires recorded: still recorded, so the filters' message.
+    env.seed("weekly", START)
+    record_gap_sync(env.state, "weekly", Gap(START, START, 1, GapReason.PAUSED), None)
+    none = env.run_cli("history", "weekly", "--since", "2026-07-05T09:00Z")
+    assert one_line(none.stderr).startswith('no fires matching --since/--outcome for "weekly"')
+
+
+def test_the_spent_column_has_a_dash_for_a_gap_and_a_turn_that_reported_nothing(
+    env: Env,
+) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    env.seed("daily", START, usage=Usage(12_345, 678, 0.0421, "USD"))
+    env.seed("daily", START + timedelta(days=1))
+    record_gap_sync(
+        env.state,
+        "daily",
+        Gap(START + timedelta(days=2), START + timedelta(days=2), 1, GapReason.DOWN),
+        None,
+    )
+    assert env.run_cli("history", "daily").stdout.splitlines() == [
+        "SLOT               FIRED AT                  LATE  OUTCOME    TOOK  "
+        "SPENT                          BY  REASON",
+        "2026-07-03T09:00Z  -                         -     missed     -     "
+        "-                              -   missed 1 slot 2026-07-03T09:00Z: no scheduler ran, "
+        "and nothing was caught up (catchup: none, or it had never fired)",
+        "2026-07-02T09:00Z  2026-07-02T09:00:00.000Z  0ms   completed  5ms   "
+        "-                              -",
+        "2026-07-01T09:00Z  2026-07-01T09:00:00.000Z  0ms   completed  5ms   "
+        "12.3k in, 678 out, 0.0421 USD  -",
+    ]
+
+
+def test_an_open_claim_held_by_a_live_replica_shows_running(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    env.seed("daily", START)
+    env.seed("daily", START + timedelta(days=1), outcome=None)
+
+    async def alive(_store: DirectoryStore, claims: Sequence[tuple[str, datetime]]) -> list[bool]:
+        return [routine == "daily" for routine, _ in claims]
+
+    monkeypatch.setattr(DirectoryStore, "claims_alive", alive)
+    out = env.run_cli("history", "daily").stdout.splitlines()
+    assert [line.split()[3] for line in out[1:]] == ["running", "completed"]
+    entries = json.loads(env.run_cli("history", "daily", "--json").stdout)
+    assert [entry.get("running") for entry in entries] == [None, True]
+
+
+def test_kept_replies_are_counted_under_the_table_or_shown_under_their_rows(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    env.seed("daily", START, output="first")
+    env.seed("daily", START + timedelta(days=1))
+    env.seed("daily", START + timedelta(days=2), output="third")
+    plain = env.run_cli("history", "daily")
+    assert plain.stderr == "(2 of these kept the end of their reply: --output shows it)\n"
+    shown = env.run_cli("history", "daily", "--output")
+    assert shown.stderr == ""
+    assert [line for line in shown.stdout.splitlines() if line.startswith("    |")] == [
+        "    | third",
+        "    | first",
+    ]
+
+
+def answering(monkeypatch: pytest.MonkeyPatch, answer: Any) -> list[str]:
+    """``Server.get`` answering every path with ``answer`` (no server is reached); the paths
+    asked for are appended to the list returned."""
+    paths: list[str] = []
+
+    async def get(_server: Server, path: str) -> Any:
+        paths.append(path)
+        return answer
+
+    monkeypatch.setattr(Server, "get", get)
+    return paths
+
+
+def test_a_servers_history_is_shown_with_its_running_slots(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fires = [
+        Fire(slot=START, fired_at=START, outcome=Outcome.COMPLETED, ms=5),
+        Fire(slot=START + timedelta(days=1), fired_at=START + timedelta(days=1)),
+    ]
+    paths = answering(monkeypatch, history_to_json(fires, {START + timedelta(days=1)}))
+
+    def remote(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = ["history", *args, "--url", "http://127.0.0.1:9"]
+        return in_process(argv, cwd=env.root, environ=env.environ())
+
+    done = remote("da ily")
+    assert done.returncode == 0, done.stderr
+    assert paths == ["/routines/da%20ily/history"]
+    assert [line.split()[3] for line in done.stdout.splitlines()[1:]] == ["running", "completed"]
+    entries = json.loads(remote("daily", "--json").stdout)
+    assert entries[1]["running"] is True
+    answering(monkeypatch, {"not": "a history"})
+    refused = remote("daily")
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert one_line(refused.stderr) == (
+        "error: http://127.0.0.1:9: the answer is not a history (a history must be an array)\n"
+    )
+    answering(monkeypatch, [])
+    empty = remote("daily")
+    assert one_line(empty.stderr) == 'no recorded fires for "daily" (http://127.0.0.1:9)\n'
+
+
+def test_a_broken_file_is_not_reported_by_history_and_once_by_next(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    (env.routines / "bad.md").write_text("oops")
+    quiet = env.run_cli("history", "daily")
+    assert quiet.stderr.splitlines() == [f'no recorded fires for "daily" (state: {env.state})']
+    listed = env.run_cli("next", "daily", "--after", "2026-03-28T12:00Z", "-n", "1")
+    assert listed.stdout == "2026-03-29T09:00:00.000Z\n"
+    assert len(listed.stderr.splitlines()) == 1
+    assert "bad.md" in listed.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "next needs either a routine NAME or --cron EXPR (not both)"),
+        (
+            ["daily", "--cron", "0 9 * * *"],
+            "next needs either a routine NAME or --cron EXPR (not both)",
+        ),
+        (["daily", "--tz", "UTC"], "--tz goes with --cron (a routine's own tz is used for NAME)"),
+        (
+            ["daily", "--name", "x"],
+            "--name goes with --cron (it seeds H as a routine of that name would)",
+        ),
+    ],
+)
+def test_next_refuses_a_wrong_mix_of_options(env: Env, args: list[str], message: str) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    done = env.run_cli("next", *args)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.splitlines()[-1].endswith(f"error: {message} (see --help)")
+
+
+def test_next_says_why_it_lists_nothing(env: Env) -> None:
+    env.routine("adhoc")
+    on_demand = env.run_cli("next", "adhoc")
+    assert (on_demand.returncode, on_demand.stdout) == (1, "")
+    assert one_line(on_demand.stderr) == 'error: "adhoc" runs on demand only (it has no cron)\n'
+    unknown = env.run_cli("next", "nope")
+    assert one_line(unknown.stderr) == (
+        f'error: unknown routine "nope" — looked in {env.routines}; available: adhoc\n'
+    )
+    bad_zone = env.run_cli("next", "--cron", "0 9 * * *", "--tz", "Nowhere/Land")
+    assert (bad_zone.returncode, bad_zone.stdout) == (1, "")
+    assert one_line(bad_zone.stderr).startswith("error: invalid cron/tz — ")
+
+
+def test_next_says_what_h_resolved_to_only_for_a_seed(env: Env) -> None:
+    after = ["--after", "2026-03-28T12:00Z", "-n", "1"]
+    unseeded = env.run_cli("next", "--cron", "0 9 * * *", *after)
+    assert unseeded.returncode == 0, unseeded.stderr
+    assert unseeded.stderr == ""
+    plain = env.run_cli("next", "--cron", "0 9 * * *", "--name", "daily", *after)
+    assert plain.stderr == ""
+    seeded = env.run_cli("next", "--cron", "H 9 * * *", "--name", "daily", *after)
+    assert seeded.stderr.startswith('(H resolved for "daily": "')
+
+
+def test_check_counts_routines_on_cron_and_checks_the_agent(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    env.routine("hourly", cron="0 * * * *")
+    env.routine("adhoc")
+    done = env.run_cli("check", "--agent", "echo")
+    assert done.stdout == f"ok — 3 routine(s) in {env.routines}: 2 on cron, 1 on demand\n"
+    for args, environ in (
+        (["--agent", "bogus:"], {}),
+        ([], {"TRIO_ROUTINES_AGENT": "bogus:"}),
+        (["--agent", "bogus:"], {"TRIO_ROUTINES_AGENT": "echo"}),
+    ):
+        argv = env.argv("check", *args)[3:]
+        refused = in_process(argv, cwd=env.root, environ={**env.environ(), **environ})
+        assert (refused.returncode, refused.stdout) == (1, ""), (args, environ)
+        assert one_line(refused.stderr).startswith('error: unknown agent "bogus:"')
