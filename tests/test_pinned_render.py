@@ -22,6 +22,7 @@ from trio_routines.http.render import (
     main_html,
     page_html,
     routine_html,
+    timeline_svg,
 )
 from trio_routines.http.views import (
     SETTLING,
@@ -37,7 +38,7 @@ from trio_routines.records import Fire, Gap, GapReason, Outcome
 from trio_routines.replicas import ReplicaInfo
 
 NOW = datetime(2026, 11, 30, 12, 0, 30, tzinfo=UTC)
-SINCE = NOW - timedelta(hours=2, seconds=15)  # seconds the caption drops
+SINCE = NOW - timedelta(hours=2, seconds=15, microseconds=250_000)  # the caption drops them
 SLOT = datetime(2026, 11, 30, 11, 0, tzinfo=UTC)
 
 DONE = Fire(
@@ -142,6 +143,11 @@ def full_page() -> PageView:
     )
 
 
+def empty_page() -> PageView:
+    page = attrs.evolve(problem_page(), wakeups=(), replicas=())
+    return attrs.evolve(page, wakeups_problem=None, replicas_problem=None)
+
+
 def problem_page() -> PageView:
     return PageView(
         now=NOW,
@@ -170,7 +176,7 @@ FULL_ROUTINE = (
     'imeline" viewBox="0 0 480 28" role="img" aria-label="timeline of diges'
     't&lt;b&gt; since 2026-11-30T10:00Z"><line class="axis" x1="0" y1="14.0'
     '" x2="480" y2="14.0"/><g class="mark o-missed"><title>slot 2026-11-30T'
-    '09:00:15.000Z — missed (no claim)</title><circle cx="7.0" cy="14.0" r='
+    '09:00:14.750Z — missed (no claim)</title><circle cx="7.0" cy="14.0" r='
     '"4" class="hollow"/></g><g class="mark o-missed"><title>slot 2026-11-3'
     "0T10:30:00.000Z — missed (overlap: the previous turn was still running"
     ')</title><circle cx="121.8" cy="14.0" r="4" class="hollow"/></g><g cla'
@@ -243,6 +249,48 @@ NEVER_AGAIN = (
     '1:40:00.000Z — late 0.000 s — took -">▶</span></p></article>'
 )
 
+DUE_ROUTINE = (
+    '<article class="routine active"><h3 class="name">on-demand</h3><p clas'
+    's="schedule"><code>* * * * *</code></p><p class="next"><time datetime='
+    '"2026-11-30T12:01:00.000Z">2026-11-30 12:01Z</time> <span class="left"'
+    ' data-at="2026-11-30T12:01:00.000Z">in <1 min</span></p><div class="li'
+    'ne"><svg class="timeline" viewBox="0 0 480 28" role="img" aria-label="'
+    'timeline of on-demand since 2026-11-29T12:00Z"><line class="axis" x1="'
+    '0" y1="14.0" x2="480" y2="14.0"/></svg><span class="since">since <time'
+    ' datetime="2026-11-29T12:00:00.000Z">2026-11-29 12:00Z</time></span></'
+    'div><p class="strip" aria-label="last fires, oldest first"><span class'
+    '="none">never fired</span></p></article>'
+)
+
+EMPTY_MAIN = (
+    '<p class="meta">store <code>memory</code> · scheduler stopping · clock'
+    ' jumps seen 0</p><section aria-labelledby="h-routines"><h2 id="h-routi'
+    'nes">Routines</h2><ul class="legend"><li><svg viewBox="0 0 14 28" clas'
+    's="key" aria-hidden="true"><g class="mark o-completed"><circle cx="7.0'
+    '" cy="14.0" r="5"/></g></svg><span class="o-completed">✓</span> comple'
+    'ted</li><li><svg viewBox="0 0 14 28" class="key" aria-hidden="true"><g'
+    ' class="mark o-failed"><path d="M2.0 9.0L12.0 19.0M2.0 19.0L12.0 9.0"/'
+    '></g></svg><span class="o-failed">✗</span> failed</li><li><svg viewBox'
+    '="0 0 14 28" class="key" aria-hidden="true"><g class="mark o-skipped">'
+    '<rect x="5.0" y="12.0" width="4" height="4"/></g></svg><span class="o-'
+    'skipped">·</span> skipped (session busy)</li><li><svg viewBox="0 0 14 '
+    '28" class="key" aria-hidden="true"><g class="mark o-interrupted"><path'
+    ' d="M7.0 8.0L13.0 14.0L7.0 20.0L1.0 14.0Z"/></g></svg><span class="o-i'
+    'nterrupted">⊘</span> interrupted</li><li><svg viewBox="0 0 14 28" clas'
+    's="key" aria-hidden="true"><g class="mark o-running"><path d="M3.0 8.0'
+    'L13.0 14.0L3.0 20.0Z"/></g></svg><span class="o-running">▶</span> runn'
+    'ing or unsettled</li><li><svg viewBox="0 0 14 28" class="key" aria-hid'
+    'den="true"><g class="mark o-missed"><circle cx="7.0" cy="14.0" r="4" c'
+    'lass="hollow"/></g></svg><span class="o-missed">○</span> missed (no cl'
+    'aim)</li></ul><p class="none">no routines loaded</p></section><section'
+    ' aria-labelledby="h-flight"><h2 id="h-flight">In flight</h2><ul class='
+    '"flights"><li class=none>none</li></ul></section><section aria-labelle'
+    'dby="h-wake"><h2 id="h-wake">Pending wake-ups</h2><ul class="wakeups">'
+    '<li class=none>none</li></ul></section><section aria-labelledby="h-rep'
+    'licas"><h2 id="h-replicas">Replicas</h2><ul class="replicas"><li class'
+    "=none>none</li></ul></section>"
+)
+
 FULL_MAIN = (
     '<p class="meta">store <code>directory &lt;/code&gt;</code> · scheduler'
     ' running · clock jumps seen 2</p><section aria-labelledby="h-routines"'
@@ -272,7 +320,7 @@ FULL_MAIN = (
     'div class="line"><svg class="timeline" viewBox="0 0 480 28" role="img"'
     ' aria-label="timeline of digest&lt;b&gt; since 2026-11-30T10:00Z"><lin'
     'e class="axis" x1="0" y1="14.0" x2="480" y2="14.0"/><g class="mark o-m'
-    'issed"><title>slot 2026-11-30T09:00:15.000Z — missed (no claim)</title'
+    'issed"><title>slot 2026-11-30T09:00:14.750Z — missed (no claim)</title'
     '><circle cx="7.0" cy="14.0" r="4" class="hollow"/></g><g class="mark o'
     '-missed"><title>slot 2026-11-30T10:30:00.000Z — missed (overlap: the p'
     'revious turn was still running)</title><circle cx="121.8" cy="14.0" r='
@@ -458,8 +506,23 @@ def test_a_cron_that_never_fires_again_and_an_unsettled_fire() -> None:
     assert routine_html(view, NOW) == NEVER_AGAIN
 
 
+def test_a_routine_due_by_its_own_loop() -> None:
+    view = bare_view(cron="* * * * *", next_due=NOW + timedelta(seconds=30))
+    assert routine_html(view, NOW) == DUE_ROUTINE
+
+
+def test_a_timeline_shorter_than_a_second_is_drawn_over_one_second() -> None:
+    since = axis_end(NOW) - timedelta(seconds=0.5)
+    view = bare_view(since=since, marks=(Mark(since + timedelta(seconds=0.5), "completed"),))
+    assert '<circle cx="240.0" cy="14.0" r="5"/>' in timeline_svg(view, NOW)
+
+
 def test_the_main_part_with_every_section_filled() -> None:
     assert main_html(full_page()) == FULL_MAIN
+
+
+def test_empty_sections_say_none() -> None:
+    assert main_html(empty_page()) == EMPTY_MAIN
 
 
 def test_problems_replace_the_wakeups_and_replicas_and_no_routine_is_said() -> None:
@@ -542,12 +605,15 @@ def test_a_slot_exactly_settling_old_is_missed_and_a_claim_at_the_span_s_start_i
     marks, since = timeline([start, settled], [_fire(start)], now)
     assert [(m.slot, m.kind) for m in marks] == [(start, "completed"), (settled, "missed")]
     assert since == start
+    # A slot without a claim at the span's very start, after an older claim: missed.
+    marks, _ = timeline([start], [_fire(start - timedelta(hours=1))], now)
+    assert [(m.slot, m.kind) for m in marks] == [(start, "missed")]
 
 
 def test_a_slot_before_the_span_is_not_called_missed_when_it_was_claimed() -> None:
     # Rendered on a whole minute, the span starts a minute after "24 hours ago", and the slot
     # at "24 hours ago" is among the cron's: its claim is out of the span, and so is the slot.
     now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-    day_ago, later = now - timedelta(hours=24), now - timedelta(hours=1)
-    marks, _ = timeline([day_ago, later], [_fire(day_ago), _fire(later)], now)
-    assert [(m.slot, m.kind) for m in marks] == [(later, "completed")]
+    day_ago, unclaimed, later = (now - timedelta(hours=h) for h in (24, 2, 1))
+    marks, _ = timeline([day_ago, unclaimed, later], [_fire(day_ago), _fire(later)], now)
+    assert [(m.slot, m.kind) for m in marks] == [(unclaimed, "missed"), (later, "completed")]
