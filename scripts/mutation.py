@@ -354,6 +354,22 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "--hypothesis-profile=mutation",
         ],
     ),
+    # The status page's routes and what it gathers from a scheduler (a real server on a
+    # loopback port, in-process).
+    "page": (
+        ["trio_routines/http/page.py"],
+        [
+            # First: mutmut's forced-fail run stops at the first failing test, and a page served
+            # over a real server whose every helper raises waits for an answer that never comes.
+            "tests/test_pinned_page.py",
+            "tests/test_page.py",
+            "tests/test_budgets.py",
+            "tests/test_usage_shown.py",
+            "tests/test_session_spent.py",
+            "tests/test_gaps.py",
+            "tests/test_pinned_httpapp.py",
+        ],
+    ),
     "wakelimits": (
         ["trio_routines/wakelimits.py"],
         [
