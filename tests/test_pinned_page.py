@@ -17,10 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from trio_routines.agent import Usage
+from trio_routines.cron.recent import newest_slots
 from trio_routines.errors import StateFault
+from trio_routines.http import expected as expected_module
 from trio_routines.http import page as page_module
+from trio_routines.http.expected import ExpectedSlots
 from trio_routines.http.page import (
     COOKIE,
     HTML,
@@ -39,7 +43,7 @@ from trio_routines.http.page import (
     store_label,
 )
 from trio_routines.http.render import login_html
-from trio_routines.http.views import Mark, PageView
+from trio_routines.http.views import InFlight, Mark, PageView
 from trio_routines.http.wire import Raw, Refusal, Response
 from trio_routines.records import Gap, GapReason, Origin, OriginKind, Outcome, Wakeup
 from trio_routines.routines import Routine
@@ -79,6 +83,7 @@ def test_the_base_path_ends_with_one_slash() -> None:
     assert base_path({"root_path": ""}) == "/"
     assert base_path({"root_path": "/m"}) == "/m/"
     assert base_path({"root_path": "/m//"}) == "/m/"
+    assert base_path({"root_path": "/boX"}) == "/boX/"
 
 
 def test_the_page_s_paths() -> None:
@@ -216,6 +221,7 @@ async def _route(
     token: bytes | None = TOKEN,
     authorized: bool = True,
     scheduler: Scheduler | None = None,
+    expected: ExpectedSlots | None = None,
     **more: object,
 ) -> Response:
     async def receive() -> dict[str, Any]:
@@ -229,6 +235,7 @@ async def _route(
         method,
         path,
         receive,
+        expected,
     )
 
 
@@ -270,6 +277,33 @@ async def test_a_sign_in_form_of_another_kind_or_not_ascii_is_refused() -> None:
         with pytest.raises(Refusal) as refused:
             await _route("/ui/login", "POST", body, FORM)
         assert _refused(refused) == (400, {"error": "the form is not valid"}, ())
+
+
+async def test_a_form_without_the_token_never_signs_in_whatever_the_token() -> None:
+    scheduler = _scheduler()
+    answer = await _route("/ui/login", "POST", b"other=1", FORM, token=b"XXXX", scheduler=scheduler)
+    page = login_html(scheduler.now(), "/", wrong=True)
+    assert answer == Response(401, Raw(HTML, page.encode()), SECURITY)
+
+
+async def test_the_page_and_its_state_search_the_slots_of_the_application_s_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    searches: list[str] = []
+
+    def counted(*args: Any) -> list[datetime]:
+        searches.append("search")
+        return newest_slots(*args)
+
+    monkeypatch.setattr(expected_module, "newest_slots", counted)
+    scheduler = _gathering(await _stored())
+    for path in ("/", "/ui/state"):
+        expected = ExpectedSlots()
+        for _ in range(2):
+            answer = await _route(path, scheduler=scheduler, expected=expected)
+            assert answer.status == 200
+        assert searches == ["search"], path  # the second render remembered the first's
+        searches.clear()
 
 
 async def test_sign_out_clears_the_cookie() -> None:
@@ -414,3 +448,13 @@ async def test_faults_and_stalls_show_in_place_of_what_could_not_be_read(
     store.hangs.discard("list_wakeups")
     view = await gather(_gathering(store))
     assert view.wakeups[0].spent == "unknown (usage timed out after 0.5 s)"
+
+
+async def test_a_turn_in_flight_shows_since_when_to_the_second(autojump_clock: Any) -> None:
+    scheduler = _gathering(MemoryStore())
+    with scheduler.agent.hold("chat"):
+        await trio.sleep(90.6)
+        with scheduler.agent.hold("new"):
+            view = await gather(scheduler)
+    since = datetime(2026, 11, 30, 11, 58, 59, tzinfo=UTC)  # 90.6 s before, to the second
+    assert view.in_flight == (InFlight("chat", since), InFlight("new", NOW))
