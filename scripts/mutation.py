@@ -329,6 +329,48 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["trio_routines/prometheus.py"],
         ["tests/test_metrics.py::test_the_collector_gives_a_registry_the_same_series"],
     ),
+    # The status page's views (a routine's timeline marks) and their markup, pure values in
+    # and text out, and under the page served over a real server on a loopback port.
+    "render": (
+        ["trio_routines/http/render.py", "trio_routines/http/views.py"],
+        [
+            "tests/test_page.py",
+            "tests/test_gaps.py",
+            "tests/test_budgets.py",
+            "tests/test_usage_shown.py",
+            "tests/test_session_spent.py",
+            "tests/test_pinned_render.py",
+        ],
+    ),
+    # The cron slots each timeline expects, remembered between renders, and what the API's
+    # listings show of what the turns spent.
+    "expected": (
+        ["trio_routines/http/expected.py", "trio_routines/http/spending.py"],
+        [
+            "tests/test_http_expected.py",
+            "tests/test_page.py",
+            "tests/test_usage_shown.py",
+            "tests/test_session_spent.py",
+            "tests/test_pinned_expected.py",
+            "--hypothesis-profile=mutation",
+        ],
+    ),
+    # The status page's routes and what it gathers from a scheduler (a real server on a
+    # loopback port, in-process).
+    "page": (
+        ["trio_routines/http/page.py"],
+        [
+            # First: mutmut's forced-fail run stops at the first failing test, and a page served
+            # over a real server whose every helper raises waits for an answer that never comes.
+            "tests/test_pinned_page.py",
+            "tests/test_page.py",
+            "tests/test_budgets.py",
+            "tests/test_usage_shown.py",
+            "tests/test_session_spent.py",
+            "tests/test_gaps.py",
+            "tests/test_pinned_httpapp.py",
+        ],
+    ),
     "wakelimits": (
         ["trio_routines/wakelimits.py"],
         [

@@ -117,6 +117,8 @@ def timeline(
     known_from = fires[0].slot if fires else None
     marks: dict[datetime, Mark] = {}
     for slot in expected:
+        if slot < start:
+            continue  # a slot before the span, its claim too (an expected list of "24 h ago")
         fire = by_slot.get(slot)
         if fire is not None:
             marks[slot] = Mark(slot, fire_kind(fire), fire)
