@@ -132,6 +132,7 @@ def test_the_scrape_configuration_sends_the_token_to_metrics() -> None:
     assert "alerts.yml" in text
 
 
+@pytest.mark.slow  # two promtool processes: seconds
 def test_the_alert_rules_check_and_fire_with_promtool() -> None:
     promtool = tool("promtool")
     for argv in (["check", "rules", "alerts.yml"], ["test", "rules", "alerts_test.yml"]):

@@ -97,6 +97,7 @@ def stall_locked_reads(monkeypatch: pytest.MonkeyPatch, stall: Stall) -> None:
     monkeypatch.setattr(wakeuplog.WakeupLog, "_writable", writable)
 
 
+@pytest.mark.slow  # a second or more of the real clock: a stall outlived
 async def test_a_take_whose_append_lands_after_its_caller_gave_up_is_undone(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -152,6 +153,7 @@ def count_appends(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     return writes
 
 
+@pytest.mark.slow  # a second or more of the real clock: a stall outlived
 async def test_an_add_given_up_is_an_error_and_never_lands(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stall: Stall
 ) -> None:
@@ -165,6 +167,7 @@ async def test_an_add_given_up_is_an_error_and_never_lands(
     assert await store.list_wakeups() == []  # the caller was told no, and it is no
 
 
+@pytest.mark.slow  # a second or more of the real clock: a stall outlived
 async def test_a_removal_given_up_is_undone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stall: Stall
 ) -> None:
@@ -178,6 +181,7 @@ async def test_a_removal_given_up_is_undone(
     assert await store.list_wakeups() == [wakeup]
 
 
+@pytest.mark.slow  # a second or more of the real clock: a stall outlived
 async def test_a_deferral_given_up_is_still_made(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -200,6 +204,7 @@ async def test_a_deferral_given_up_is_still_made(
     assert any("made after all" in r.message for r in caplog.records)
 
 
+@pytest.mark.slow  # a second or more of the real clock: a stall outlived
 async def test_the_next_call_waits_for_a_call_given_up_and_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stall: Stall
 ) -> None:
@@ -219,6 +224,7 @@ async def test_the_next_call_waits_for_a_call_given_up_and_says_so(
     assert len(await store.list_wakeups()) == 1
 
 
+@pytest.mark.slow  # a second or more of the real clock: a stall outlived
 async def test_the_store_is_not_ready_while_a_wakeup_write_stalls(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stall: Stall
 ) -> None:
