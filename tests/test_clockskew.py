@@ -87,8 +87,10 @@ class Skew:
         return proc
 
     def serving(self, log: str) -> str:
+        # The routine's "armed … — next …" line, which follows the "serving" one: the log is
+        # read as it is written, and the first line alone says nothing of the next slot.
         text = wait_for(
-            lambda: "serving " in self.env.log(log) and self.env.log(log), 20, f"{log} to boot"
+            lambda: " — next " in self.env.log(log) and self.env.log(log), 20, f"{log} to boot"
         )
         # The faked start is close to M1; a boot slower than the lead would make the scenario
         # test something else, so say so rather than pass or fail for the wrong reason.
