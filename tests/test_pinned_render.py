@@ -262,7 +262,9 @@ DUE_ROUTINE = (
     '="none">never fired</span></p></article>'
 )
 
-EMPTY_MAIN = (
+# What an empty page and a page whose wake-ups are unavailable share: the meta line, the
+# legend, no routines, nothing in flight and the wake-ups heading.
+_NO_ROUTINES_HEAD = (
     '<p class="meta">store <code>memory</code> · scheduler stopping · clock'
     ' jumps seen 0</p><section aria-labelledby="h-routines"><h2 id="h-routi'
     'nes">Routines</h2><ul class="legend"><li><svg viewBox="0 0 14 28" clas'
@@ -286,6 +288,10 @@ EMPTY_MAIN = (
     ' aria-labelledby="h-flight"><h2 id="h-flight">In flight</h2><ul class='
     '"flights"><li class=none>none</li></ul></section><section aria-labelle'
     'dby="h-wake"><h2 id="h-wake">Pending wake-ups</h2><ul class="wakeups">'
+)
+
+
+EMPTY_MAIN = _NO_ROUTINES_HEAD + (
     '<li class=none>none</li></ul></section><section aria-labelledby="h-rep'
     'licas"><h2 id="h-replicas">Replicas</h2><ul class="replicas"><li class'
     "=none>none</li></ul></section>"
@@ -387,30 +393,7 @@ FULL_MAIN = (
     "Z</time> · 0 in flight</li></ul></section>"
 )
 
-PROBLEM_MAIN = (
-    '<p class="meta">store <code>memory</code> · scheduler stopping · clock'
-    ' jumps seen 0</p><section aria-labelledby="h-routines"><h2 id="h-routi'
-    'nes">Routines</h2><ul class="legend"><li><svg viewBox="0 0 14 28" clas'
-    's="key" aria-hidden="true"><g class="mark o-completed"><circle cx="7.0'
-    '" cy="14.0" r="5"/></g></svg><span class="o-completed">✓</span> comple'
-    'ted</li><li><svg viewBox="0 0 14 28" class="key" aria-hidden="true"><g'
-    ' class="mark o-failed"><path d="M2.0 9.0L12.0 19.0M2.0 19.0L12.0 9.0"/'
-    '></g></svg><span class="o-failed">✗</span> failed</li><li><svg viewBox'
-    '="0 0 14 28" class="key" aria-hidden="true"><g class="mark o-skipped">'
-    '<rect x="5.0" y="12.0" width="4" height="4"/></g></svg><span class="o-'
-    'skipped">·</span> skipped (session busy)</li><li><svg viewBox="0 0 14 '
-    '28" class="key" aria-hidden="true"><g class="mark o-interrupted"><path'
-    ' d="M7.0 8.0L13.0 14.0L7.0 20.0L1.0 14.0Z"/></g></svg><span class="o-i'
-    'nterrupted">⊘</span> interrupted</li><li><svg viewBox="0 0 14 28" clas'
-    's="key" aria-hidden="true"><g class="mark o-running"><path d="M3.0 8.0'
-    'L13.0 14.0L3.0 20.0Z"/></g></svg><span class="o-running">▶</span> runn'
-    'ing or unsettled</li><li><svg viewBox="0 0 14 28" class="key" aria-hid'
-    'den="true"><g class="mark o-missed"><circle cx="7.0" cy="14.0" r="4" c'
-    'lass="hollow"/></g></svg><span class="o-missed">○</span> missed (no cl'
-    'aim)</li></ul><p class="none">no routines loaded</p></section><section'
-    ' aria-labelledby="h-flight"><h2 id="h-flight">In flight</h2><ul class='
-    '"flights"><li class=none>none</li></ul></section><section aria-labelle'
-    'dby="h-wake"><h2 id="h-wake">Pending wake-ups</h2><ul class="wakeups">'
+PROBLEM_MAIN = _NO_ROUTINES_HEAD + (
     '<li class="problem">unavailable: wake-ups &lt;stalled&gt;</li></ul></s'
     'ection><section aria-labelledby="h-replicas"><h2 id="h-replicas">Repli'
     'cas</h2><ul class="replicas"><li class="problem">unavailable: replicas'
