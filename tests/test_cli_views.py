@@ -34,6 +34,19 @@ def seed_days(env: Env) -> None:
     env.seed("daily", START + timedelta(days=21), outcome=None)
 
 
+#: What ``history`` shows first of :func:`seed_days`'s fires: the header and the five newest.
+SEEDED_HISTORY_TOP = [
+    "SLOT               FIRED AT                  LATE  OUTCOME     TOOK   BY  REASON",
+    "2026-07-22T09:00Z  2026-07-22T09:00:00.000Z  0ms   unreported  -      -",
+    "2026-07-21T09:00Z  2026-07-21T09:00:00.000Z  0ms   skipped     3ms    -   "
+    "the previous turn was still running",
+    "2026-07-20T09:00Z  2026-07-20T09:00:00.000Z  0ms   failed      1.2s   -   "
+    "exit status 2: API key \\x1b[31mexpired",
+    "2026-07-19T09:00Z  2026-07-19T09:00:01.200Z  1.2s  completed   1m05s  -",
+    "2026-07-18T09:00Z  2026-07-18T09:00:00.000Z  0ms   completed   5ms    -",
+]
+
+
 @pytest.mark.slow
 def test_history_is_a_table_newest_first_with_the_reason(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *")
@@ -47,16 +60,7 @@ def test_history_is_a_table_newest_first_with_the_reason(env: Env) -> None:
     assert result.returncode == 0, result.stderr
     out = result.stdout.splitlines()
     assert len(out) == 21  # the header and the newest 20
-    assert out[:6] == [
-        "SLOT               FIRED AT                  LATE  OUTCOME     TOOK   BY  REASON",
-        "2026-07-22T09:00Z  2026-07-22T09:00:00.000Z  0ms   unreported  -      -",
-        "2026-07-21T09:00Z  2026-07-21T09:00:00.000Z  0ms   skipped     3ms    -   "
-        "the previous turn was still running",
-        "2026-07-20T09:00Z  2026-07-20T09:00:00.000Z  0ms   failed      1.2s   -   "
-        "exit status 2: API key \\x1b[31mexpired",
-        "2026-07-19T09:00Z  2026-07-19T09:00:01.200Z  1.2s  completed   1m05s  -",
-        "2026-07-18T09:00Z  2026-07-18T09:00:00.000Z  0ms   completed   5ms    -",
-    ]
+    assert out[:6] == SEEDED_HISTORY_TOP
     assert out[-1].startswith("2026-07-03T09:00Z")
     err = result.stderr.splitlines()
     assert err[0] == "(the newest 20 of 22 — -n N or --json for more)"

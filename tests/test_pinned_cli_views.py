@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from procs import Env, in_process, one_line
-from test_cli_views import START, seed_days
+from test_cli_views import SEEDED_HISTORY_TOP, START, seed_days
 
 from trio_routines.agent import Usage
 from trio_routines.cli.client import Server
@@ -35,16 +35,7 @@ def test_history_shows_the_newest_20_whole_and_says_how_many_more(env: Env) -> N
     assert result.returncode == 0, result.stderr
     out = result.stdout.splitlines()
     assert len(out) == 21
-    assert out[:6] == [
-        "SLOT               FIRED AT                  LATE  OUTCOME     TOOK   BY  REASON",
-        "2026-07-22T09:00Z  2026-07-22T09:00:00.000Z  0ms   unreported  -      -",
-        "2026-07-21T09:00Z  2026-07-21T09:00:00.000Z  0ms   skipped     3ms    -   "
-        "the previous turn was still running",
-        "2026-07-20T09:00Z  2026-07-20T09:00:00.000Z  0ms   failed      1.2s   -   "
-        "exit status 2: API key \\x1b[31mexpired",
-        "2026-07-19T09:00Z  2026-07-19T09:00:01.200Z  1.2s  completed   1m05s  -",
-        "2026-07-18T09:00Z  2026-07-18T09:00:00.000Z  0ms   completed   5ms    -",
-    ]
+    assert out[:6] == SEEDED_HISTORY_TOP
     assert out[-1].startswith("2026-07-03T09:00Z")
     assert result.stderr.splitlines() == [
         "(the newest 20 of 22 — -n N or --json for more)",
