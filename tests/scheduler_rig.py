@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+import trio
 
 from trio_routines import Routine, Scheduler
 from trio_routines.testing import MemoryStore, ScriptedAgent, WallClock
@@ -33,6 +34,11 @@ class Recording(MemoryStore):
     async def settle(self, routine: str, slot: datetime, *args: Any, **options: Any) -> bool:
         self.calls.append(("settle", routine, slot, *args, options))
         return await super().settle(routine, slot, *args, **options)
+
+
+async def until(wall: WallClock, when: datetime) -> None:
+    """Sleep (Trio's clock) until ``wall`` reads ``when``."""
+    await trio.sleep((when - wall()).total_seconds())
 
 
 def rig(

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import trio
+from scheduler_rig import until
 
 from trio_routines import Gap, GapReason, Outcome, Routine, Scheduler, StateFault
 from trio_routines.scheduler import UnknownRoutine
@@ -27,10 +28,6 @@ def replica(store: MemoryStore, wall: WallClock) -> tuple[Scheduler, ScriptedAge
     agent = ScriptedAgent(wall=wall)
     scheduler = Scheduler(agent=agent, store=store, routines=[HOURLY], now=wall, wakeups=False)
     return scheduler, agent
-
-
-async def until(wall: WallClock, when: datetime) -> None:
-    await trio.sleep((when - wall()).total_seconds())
 
 
 async def test_paused_at_boot_nothing_is_caught_up_and_resume_arms_from_now(

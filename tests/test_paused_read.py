@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 import trio
-from scheduler_rig import HOURLY, Recording, at, rig
+from scheduler_rig import HOURLY, Recording, at, rig, until
 
 from trio_routines import Routine, StateFault
 from trio_routines.scheduler.calls import PREFETCH_LIMIT
@@ -40,10 +40,6 @@ class TimedReads(Recording):
             self.hold = False
             await self.release.wait()
         return names
-
-
-async def until(wall: WallClock, when: datetime) -> None:
-    await trio.sleep((when - wall()).total_seconds())
 
 
 def timed_rig(*routines: Routine) -> tuple[Any, Any, TimedReads, WallClock]:

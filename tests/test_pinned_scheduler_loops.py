@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
-from scheduler_rig import HOURLY, T0, Recording, at, messages, rig
+from scheduler_rig import HOURLY, T0, Recording, at, messages, rig, until
 
 from trio_routines import Outcome, Routine, StateFault
 from trio_routines.scheduler.sleepers import PRUNE_SLACK, Sleepers
@@ -23,10 +23,6 @@ BERLIN = Routine(name="report", prompt="p", cron="H 9 * * *", tz="Europe/Berlin"
 @pytest.fixture(autouse=True)
 def _capture(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="trio_routines")
-
-
-async def until(wall: WallClock, when: datetime) -> None:
-    await trio.sleep((when - wall()).total_seconds())
 
 
 class CountingReads(Recording):
