@@ -37,7 +37,8 @@ unexpected exception is restarted after a back-off, re-armed from its newest cla
 Where each part lives (each an object owning its state, handed its collaborators; see
 docs/design.md, Runtime): ``state`` (the small shared runtime record, the grace, the records
 and errors), ``calls`` (bounded store calls, settle retries), ``membership`` (joined to the
-store), ``fire`` (claim -> turn -> settle), ``runs`` (a turn now, unclaimed), ``wakecalls``
+store), ``turning`` (one turn of a session: held, under the grace, traced, its spending
+recorded), ``fire`` (claim -> turn -> settle), ``runs`` (a turn now, unclaimed), ``wakecalls``
 (wake-ups asked for through the scheduler), ``loops`` (one cron loop per routine),
 ``arming`` (next slots, future claims), ``sleepers`` (where loops sleep, woken by one timer),
 ``wake`` (the wake loop), ``clock`` (the jump watch), ``boot`` (reconcile, plan the first

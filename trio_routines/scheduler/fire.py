@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 
-import attrs
 import trio
 
-from ..context import FireContext, cron_context, firing
+from ..context import cron_context
 from ..errors import StateFault
 from ..instants import format_iso, slot_name, truncate_ms
 from ..logs import log_fields
@@ -20,16 +18,12 @@ from ..records import ClaimResult, ClaimStatus, Outcome
 from ..replicas import claim_key
 from ..routines import Routine
 from ..store import Store
-from ..tracing import FireSpans, done, fire_spans, turn_span
-from ..turns import TurnResult, run_turn
+from ..tracing import FireSpans, done, fire_spans
 from .calls import StoreCalls
 from .holds import Holds, TurnHold
 from .membership import Membership
-from .spending import Spending
 from .state import (
-    LOST_HOLD,
     FireResult,
-    Grace,
     NotOnGrid,
     NotYetDue,
     PausedRead,
@@ -40,6 +34,7 @@ from .state import (
     on_grid,
     takes_replica,
 )
+from .turning import SessionTurns
 
 CLAIMED_TOO_LATE = "claimed only after the store's deadline (its caller had given up): not run"
 
@@ -50,9 +45,9 @@ class FirePath:
     Collaborators: the ``store`` (the claim itself), the :class:`Runtime` (routines, wall
     clock, stop, turns in flight, the run's nursery, metrics), the :class:`StoreCalls` (the
     paused read, deadlines, the settle), the :class:`Membership` (joined for an external
-    fire; the presence, for a store whose claims take holds), the :class:`Holds` (one
-    session's turn at a time), the :class:`Grace` (the turn's scope a stop reaches) and the
-    :class:`Spending` (each turn's usage recorded; budgets).
+    fire; the presence, for a store whose claims take holds), the :class:`Holds` (the
+    claim's and the session's, taken with the claim) and the :class:`SessionTurns` (the
+    turn itself; its spending, for a routine's budgets).
     """
 
     def __init__(
@@ -62,16 +57,15 @@ class FirePath:
         calls: StoreCalls,
         membership: Membership,
         holds: Holds,
-        grace: Grace,
-        spending: Spending | None = None,
+        turns: SessionTurns,
     ) -> None:
         self._store = store
-        self.spending = spending or Spending(store, runtime, calls)
+        self._turns = turns
+        self._spending = turns.spending
         self._runtime = runtime
         self._calls = calls
         self._membership = membership
         self._holds = holds
-        self._grace = grace
         # Looked up once: the fire path is hot (10,000 fires at once, see benchmarks/).
         self._in_flight = runtime.in_flight
         self._stopping = runtime.stopping
@@ -308,7 +302,7 @@ class FirePath:
         A routine over its budget runs no turn: the slot is settled skipped with the reason."""
         name = routine.name
         if routine.budgets:
-            over = await self.spending.over_budget("routine", name, routine.budgets)
+            over = await self._spending.over_budget("routine", name, routine.budgets)
             if over is not None:
                 await self._calls.settle(name, slot, Outcome.SKIPPED, 0, over, scope)
                 self.outcomes[Outcome.SKIPPED.value] += 1
@@ -323,7 +317,7 @@ class FirePath:
         tail = None if routine.output is None else Tail(routine.output)
         on_text = None if tail is None else tail.add
         with log_fields(late_ms=round(late * 1000)):
-            turn = await self.turn(
+            turn = await self._turns.turn(
                 why, name, routine.prompt, routine.timeout, on_text, hold=hold, spans=spans
             )
         del why, on_text  # not kept through the settle: at 10,000 at once, collector work
@@ -347,60 +341,6 @@ class FirePath:
         return FireResult(
             name, slot, claimed=True, outcome=turn.outcome, ms=turn.ms, failed=turn.failed
         )
-
-    async def turn(
-        self,
-        why: FireContext,
-        label: str,
-        text: str,
-        timeout: float | None = None,
-        on_text: Callable[[str], None] | None = None,
-        *,
-        hold: TurnHold | None = None,
-        spans: FireSpans | None = None,
-        on_start: Callable[[], Awaitable[None]] | None = None,
-    ) -> TurnResult:
-        """One turn of ``why.session``; :func:`~trio_routines.current_fire` returns ``why``.
-
-        ``hold``: the session already held for it (a fire's); else it is held here, and a
-        store that cannot answer is a failed turn. ``spans``: a traced fire's (the turn's
-        span is their child); else the turn is traced by its kind (:mod:`..tracing`).
-        ``on_start``: awaited once the session is held, before the agent runs, unless the
-        session is busy (a wake-up turn is recorded there: a busy one never ran).
-        """
-        own = hold is None
-        if hold is None:
-            try:
-                hold = await self._holds.enter(why.session)
-            except StateFault as exc:
-                log.error("%s: could not hold session %s: %s", label, why.session, exc)
-                return TurnResult(Outcome.FAILED, 0, failed=f"the store did not answer: {exc}")
-        traced = turn_span(why, spans)
-        try:
-            if on_start is not None and not hold.busy:
-                await on_start()
-            with self._grace.turn_scope() as grace, firing(why), traced:
-                turn = await run_turn(
-                    hold.agent,
-                    label,
-                    why.session,
-                    text,
-                    timeout=timeout,
-                    grace_scope=grace,
-                    on_text=on_text,
-                )
-        finally:
-            if own:
-                hold.release()
-        if hold.busy:  # a turn of ours (any replica's) is in flight: no agent's words to keep
-            turn = attrs.evolve(turn, failed=None)
-        # Ended because our holds were lost, not by a stop (asked of every turn: it forgets).
-        elif self._grace.was_lost(grace) and turn.outcome is Outcome.INTERRUPTED:
-            turn = attrs.evolve(turn, failed=LOST_HOLD)
-        traced.ended(turn)
-        if turn.usage is not None:  # shielded and bounded: never raises
-            await self.spending.record(why, turn.usage)
-        return turn
 
 
 def _not_yet_due(name: str, slot: datetime, now: datetime) -> NotYetDue:

@@ -31,6 +31,7 @@ from .runs import OnDemandRuns
 from .sleepers import Sleepers
 from .spending import Spending
 from .state import Grace, Runtime
+from .turning import SessionTurns
 from .wake import WakeLoop
 from .wakecalls import WakeupCalls
 
@@ -75,7 +76,8 @@ class Parts:
         )
         self.arming = Arming()
         spending = Spending(store, runtime, calls, session_budgets)
-        self.fire = FirePath(store, runtime, calls, membership, holds, self.grace, spending)
+        self.turns = SessionTurns(holds, self.grace, spending)
+        self.fire = FirePath(store, runtime, calls, membership, holds, self.turns)
         gaps = GapRecording(store, runtime, calls)
         open_claims = OpenClaims(store, runtime, calls, membership)
         self.boot = Boot(runtime, calls, membership, gaps, open_claims, self.arming)
@@ -102,7 +104,7 @@ class Parts:
         self.wakeup_calls = WakeupCalls(store, runtime, calls, wake_limits)
         self.wake = WakeLoop(
             runtime,
-            self.fire,
+            self.turns,
             calls,
             self.clock,
             self.restarts,
@@ -118,4 +120,4 @@ class Parts:
             external_clock=external_clock,
             wakeups=wakeups,
         )
-        self.runs = OnDemandRuns(runtime, calls, membership, holds, self.fire)
+        self.runs = OnDemandRuns(runtime, calls, membership, holds, self.turns)

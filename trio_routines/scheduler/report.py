@@ -17,7 +17,7 @@ from .state import Statistics
 def statistics(parts: Parts) -> Statistics:
     """A snapshot: armed routines, turns in flight, next slots, outcomes, clock jumps."""
     runtime = parts.runtime
-    spending = parts.fire.spending
+    spending = parts.turns.spending
     return Statistics(
         armed=tuple(parts.arming.armed),
         in_flight=runtime.in_flight.value,

@@ -11,16 +11,16 @@ from ..context import FireContext
 from ..routines import Routine
 from ..turns import TurnResult
 from .calls import StoreCalls
-from .fire import FirePath
 from .holds import Holds, TurnHold
 from .membership import Membership
 from .state import Runtime, Stopping
+from .turning import SessionTurns
 
 
 class OnDemandRuns:
     """Runs of a routine outside its schedule (owns nothing; handed the runtime, the store
-    calls for their deadlines, the membership, the holds, and the fire path whose ``turn``
-    runs the agent)."""
+    calls for their deadlines, the membership, the holds, and the :class:`SessionTurns` that
+    run the agent)."""
 
     def __init__(
         self,
@@ -28,13 +28,13 @@ class OnDemandRuns:
         calls: StoreCalls,
         membership: Membership,
         holds: Holds,
-        fire: FirePath,
+        turns: SessionTurns,
     ) -> None:
         self._runtime = runtime
         self._calls = calls
         self._membership = membership
         self._holds = holds
-        self._fire = fire
+        self._turns = turns
 
     async def run_now(
         self, name: str, *, on_text: Callable[[str], None] | None = None
@@ -48,7 +48,7 @@ class OnDemandRuns:
                 why = FireContext(
                     "run", routine.session, routine=name, replica=self._runtime.replica
                 )
-                result = await self._fire.turn(why, name, routine.prompt, routine.timeout, on_text)
+                result = await self._turns.turn(why, name, routine.prompt, routine.timeout, on_text)
         return result
 
     async def start_run(self, name: str) -> bool:
@@ -86,6 +86,8 @@ class OnDemandRuns:
                 "run", routine.session, routine=routine.name, replica=self._runtime.replica
             )
             try:
-                await self._fire.turn(why, routine.name, routine.prompt, routine.timeout, hold=hold)
+                await self._turns.turn(
+                    why, routine.name, routine.prompt, routine.timeout, hold=hold
+                )
             finally:
                 hold.release()

@@ -12,9 +12,9 @@ from ..records import Wakeup
 from ..wakeups import defer_dropped, envelope
 from .calls import StoreCalls
 from .clock import ClockWatch
-from .fire import FirePath
 from .restarts import RESTART_FIRST, Restarts
 from .state import Runtime, log
+from .turning import SessionTurns
 from .wakecalls import WakeupCalls
 
 #: Wake-up polls between two counts of the pending wake-ups (a gauge, not a decision).
@@ -25,15 +25,16 @@ class WakeLoop:
     """Polls for due wake-ups and runs each as a turn; owns the count of pending ones.
 
     Collaborators: the :class:`Runtime` (wall clock, stop, turns in flight), the
-    :class:`FirePath` (the turn), the :class:`StoreCalls` (take, defer, count), the
-    :class:`ClockWatch` (the offset, each poll), the :class:`Restarts`, and the
-    :class:`WakeupCalls` (each turn recorded for the rate limit).
+    :class:`SessionTurns` (the turn; its spending, for the session's budgets), the
+    :class:`StoreCalls` (take, defer, count), the :class:`ClockWatch` (the offset, each
+    poll), the :class:`Restarts`, and the :class:`WakeupCalls` (each turn recorded for the
+    rate limit).
     """
 
     def __init__(
         self,
         runtime: Runtime,
-        fire: FirePath,
+        turns: SessionTurns,
         calls: StoreCalls,
         clock: ClockWatch,
         restarts: Restarts,
@@ -42,7 +43,7 @@ class WakeLoop:
         poll_interval: float,
     ) -> None:
         self._runtime = runtime
-        self._fire = fire
+        self._turns = turns
         self._calls = calls
         self._clock = clock
         self._restarts = restarts
@@ -104,7 +105,7 @@ class WakeLoop:
             replica=self._runtime.replica,
             origin=wakeup.origin,
         )
-        spending = self._fire.spending
+        spending = self._turns.spending
         if spending.session_budgets:
             over = await spending.over_budget("session", wakeup.session, spending.session_budgets)
             if over is not None:  # docs/design.md: dropped, not deferred
@@ -121,7 +122,7 @@ class WakeLoop:
         async def started() -> None:  # recorded once it runs (a busy one never did)
             await self._wakeups.note_turn(wakeup.session, self._runtime.now())
 
-        turn = await self._fire.turn(why, label, envelope(wakeup), on_start=started)
+        turn = await self._turns.turn(why, label, envelope(wakeup), on_start=started)
         if not turn.busy:
             return
         if wakeup.recurring:

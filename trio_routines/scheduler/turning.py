@@ -1,0 +1,87 @@
+"""One turn of a session under the runtime's rules, for a cron fire, a wake-up and an
+on-demand run alike: the session held (here and across replicas), the turn in a scope a stop
+reaches, :func:`~trio_routines.current_fire` set, the turn traced, and what it spent recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import attrs
+
+from ..context import FireContext, firing
+from ..errors import StateFault
+from ..records import Outcome
+from ..tracing import FireSpans, turn_span
+from ..turns import TurnResult, run_turn
+from .holds import Holds, TurnHold
+from .spending import Spending
+from .state import LOST_HOLD, Grace, log
+
+
+class SessionTurns:
+    """Runs turns; owns nothing of its own.
+
+    Collaborators: the :class:`Holds` (one turn of a session at a time, here and in every
+    replica), the :class:`Grace` (the turn's scope a stop reaches) and the :class:`Spending`
+    (each turn's usage recorded; the budgets its callers check before a turn).
+    """
+
+    def __init__(self, holds: Holds, grace: Grace, spending: Spending) -> None:
+        self._holds = holds
+        self._grace = grace
+        self.spending = spending
+
+    async def turn(
+        self,
+        why: FireContext,
+        label: str,
+        text: str,
+        timeout: float | None = None,
+        on_text: Callable[[str], None] | None = None,
+        *,
+        hold: TurnHold | None = None,
+        spans: FireSpans | None = None,
+        on_start: Callable[[], Awaitable[None]] | None = None,
+    ) -> TurnResult:
+        """One turn of ``why.session``; :func:`~trio_routines.current_fire` returns ``why``.
+
+        ``hold``: the session already held for it (a fire's); else it is held here, and a
+        store that cannot answer is a failed turn. ``spans``: a traced fire's (the turn's
+        span is their child); else the turn is traced by its kind (:mod:`..tracing`).
+        ``on_start``: awaited once the session is held, before the agent runs, unless the
+        session is busy (a wake-up turn is recorded there: a busy one never ran).
+        """
+        own = hold is None
+        if hold is None:
+            try:
+                hold = await self._holds.enter(why.session)
+            except StateFault as exc:
+                log.error("%s: could not hold session %s: %s", label, why.session, exc)
+                return TurnResult(Outcome.FAILED, 0, failed=f"the store did not answer: {exc}")
+        traced = turn_span(why, spans)
+        try:
+            if on_start is not None and not hold.busy:
+                await on_start()
+            with self._grace.turn_scope() as grace, firing(why), traced:
+                turn = await run_turn(
+                    hold.agent,
+                    label,
+                    why.session,
+                    text,
+                    timeout=timeout,
+                    grace_scope=grace,
+                    on_text=on_text,
+                )
+        finally:
+            if own:
+                hold.release()
+        if hold.busy:  # a turn of ours (any replica's) is in flight: no agent's words to keep
+            turn = attrs.evolve(turn, failed=None)
+        # Ended because our holds were lost, not by a stop (asked of every turn: it forgets).
+        elif self._grace.was_lost(grace) and turn.outcome is Outcome.INTERRUPTED:
+            turn = attrs.evolve(turn, failed=LOST_HOLD)
+        traced.ended(turn)
+        if turn.usage is not None:  # shielded and bounded: never raises
+            await self.spending.record(why, turn.usage)
+        return turn
