@@ -63,8 +63,8 @@ class Parts:
         calls = self.calls = StoreCalls(store, runtime, self.grace, store_timeout=store_timeout)
         membership = self.membership = Membership(store, runtime, calls)
         holds = Holds(agent, membership.current)
-        self.sleepers = Sleepers()  # where cron loops sleep (see sleepers.py)
-        self.sleepers.prefetch = calls.prefetch_paused  # a herd's one paused read
+        # Where cron loops sleep (see sleepers.py); a herd's one paused read made at its slot.
+        self.sleepers = Sleepers(prefetch=calls.prefetch_paused)
         self.restarts = Restarts(metrics)
         self.clock = ClockWatch(
             runtime,

@@ -54,7 +54,7 @@ class Unpark:
 class Sleepers:
     """Where cron loops sleep; :meth:`run` is the timer, in the loops' nursery."""
 
-    def __init__(self) -> None:
+    def __init__(self, prefetch: Callable[[], Awaitable[Any]] | None = None) -> None:
         self._heap: list[tuple[float, int, trio.lowlevel.Task, bool]] = []
         self._parked: dict[trio.lowlevel.Task, int] = {}  # task -> its heap entry's ticket
         self._tickets = itertools.count()
@@ -64,7 +64,7 @@ class Sleepers:
         self._woken = trio.Event()  # for the fallback's sleepers
         #: Awaited by the timer before it wakes the loops whose slot has come (the paused
         #: routines' read: see :meth:`sleep_until`); what it returns, their sleep returns.
-        self.prefetch: Callable[[], Awaitable[Any]] | None = None
+        self.prefetch = prefetch
 
     def sleep_until(self, deadline: float, *, at_slot: bool = False) -> Awaitable[Any]:
         """Await it to return once Trio's clock reaches ``deadline``, or at :meth:`wake_all`.
