@@ -348,7 +348,11 @@ def test_run_streams_the_reply_without_a_claim_or_history(env: Env) -> None:
     assert "INFO  adhoc completed (" in result.stderr
     # Only the session's hold was taken (busy across replicas); no claim, and the replica's
     # record is gone with it.
-    assert sorted(p.name for p in (env.state / "schedule").iterdir()) == ["holds", "replicas"]
+    assert sorted(p.name for p in (env.state / "schedule").iterdir()) == [
+        "holds",
+        "holds2",
+        "replicas",
+    ]
     assert list((env.state / "schedule" / "replicas").iterdir()) == []
     failed = env.run_cli("run", "adhoc", "--agent", "cmd:echo half; exit 2")
     assert failed.returncode == 1

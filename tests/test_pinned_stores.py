@@ -86,7 +86,7 @@ async def test_a_legacy_fires_json_does_not_make_a_slot_a_duplicate(tmp_path: Pa
     assert path.stat().st_mtime_ns == mtime
     # Beside it, only what a fire writes: its claim, and the replica's holds and record.
     names = sorted(p.name for p in path.parent.iterdir())
-    assert names == ["claims", "fires.json", "holds", "replicas"]
+    assert names == ["claims", "fires.json", "holds", "holds2", "replicas"]
 
 
 async def test_a_legacy_fires_json_does_not_plan_a_catch_up(tmp_path: Path) -> None:

@@ -61,6 +61,8 @@ async def held_claim(store: Store, member: Presence, routine: str, slot: datetim
     if getattr(store, "claims_take_holds", False):  # the claim is held by its replica
         holds = (member.holder, (session_key(f"routine:{routine}"),))
         result = await store.claim(routine, slot, slot, replica=member.replica, holds=holds)  # type: ignore[call-arg]
+    elif getattr(store, "claims_live_with_replica", False):  # alive while its replica is
+        result = await store.claim(routine, slot, slot, replica=member.replica)  # type: ignore[call-arg]
     else:
         assert await member.take([claim_key(routine, slot)]) == [True]
         result = await store.claim(routine, slot, slot, replica=member.replica)  # type: ignore[call-arg]
@@ -215,12 +217,15 @@ def test_a_bad_replica_id_is_one_line_and_usage(tmp_path: Path) -> None:
         assert "error: argument --replica: a replica id must be" in result.stderr
 
 
-async def test_a_planted_link_among_the_holds_is_refused_naming_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("folder", ["holds", "holds2"])
+async def test_a_planted_link_among_the_holds_is_refused_naming_it(
+    tmp_path: Path, folder: str
+) -> None:
     state = tmp_path / "state"
-    (state / "schedule" / "holds").mkdir(parents=True)
-    (state / "schedule" / "holds" / "00").symlink_to(tmp_path / "elsewhere")
+    (state / "schedule" / folder).mkdir(parents=True)
+    (state / "schedule" / folder / "0f").symlink_to(tmp_path / "elsewhere")
     store = DirectoryStore(state)
-    with pytest.raises(StateFault, match=r"holds/00 is a symbolic link — refused"):
+    with pytest.raises(StateFault, match=rf"{folder}/0f is a symbolic link — refused"):
         await store.join(info("a"))
     assert not (tmp_path / "elsewhere").exists()  # nothing written through it
     await store.aclose()

@@ -73,6 +73,10 @@ class FirePath:
         self._deadlines = calls.deadlines
         # A store written before replicas were recorded takes no ``replica``: it gets none.
         self._claim_options = {"replica": runtime.replica} if takes_replica(store) else {}
+        #: A claim is alive while the replica it names is: its key is held here only.
+        self._claims_live_with_replica = getattr(
+            store, "claims_live_with_replica", False
+        ) is True and bool(self._claim_options)
         #: Outcomes (and refusals: paused, duplicate, stale) counted for the statistics.
         self.outcomes: Counter[str] = Counter()
 
@@ -227,8 +231,9 @@ class FirePath:
         self, routine: Routine, slot: datetime, now: datetime
     ) -> tuple[TurnHold, ClaimResult]:
         """The claim's hold and the session's, then the claim: while the claim's hold is held,
-        every replica sees the claim alive (replicas.py). A store that takes them in the
-        claim's own step (PostgreSQL) is asked once."""
+        every replica sees the claim alive (replicas.py). Where a claim is alive while the
+        replica it names is, its hold is this process's alone and the store takes only the
+        session's (the state directory), or both in the claim's own step (PostgreSQL)."""
         name, key = routine.name, claim_key(routine.name, slot)
         try:
             if self._claims_take_holds():
@@ -239,7 +244,9 @@ class FirePath:
                 )
                 # None: the slot is this process's already.
                 return hold, claim or ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
-            hold = await self._holds.enter(routine.session, key)
+            hold = await self._holds.enter(
+                routine.session, key, local_claim=self._claims_live_with_replica
+            )
         except StateFault as exc:
             raise StateFault(f"could not claim slot {slot_name(slot)} of {name!r}: {exc}") from None
         if not hold.claimed:  # another replica is deciding or running this very slot

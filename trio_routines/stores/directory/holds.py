@@ -1,10 +1,11 @@
 """Holds in the state directory: ``fcntl`` range locks on one file, and a file per replica.
 
-    <root>/schedule/holds/00 … 0f          one byte range locked per hold (never written)
+    <root>/schedule/holds2/00 … 3f         one byte range locked per hold (never written)
+    <root>/schedule/holds/00 … 0f          the holds of earlier versions: a fence (below)
     <root>/schedule/replicas/<hash>.json   what each replica publishes about itself
 
 Theory of operation. A hold is a write lock on the one byte at its key's offset in one of
-the 16 files of ``schedule/holds/`` (:mod:`trio_routines.replicas` makes keys; the key picks
+the 64 files of ``schedule/holds2/`` (:mod:`trio_routines.replicas` makes keys; the key picks
 the file too). A joined replica opens those files once and takes every lock through those
 descriptors: open-file-description locks
 (``F_OFD_SETLK``) where the kernel has them, which belong to the descriptor rather than the
@@ -13,6 +14,13 @@ which is safe while the replica never opens a file a second time (it does not). 
 releases them when the process dies, however it dies: no timeout, no clock. Taking and
 releasing never wait (``SETLK``, not ``SETLKW``) and never touch the disk, so they run on the
 event loop's thread: a frozen file system does not stall them.
+
+Earlier versions held their locks in the 16 files of ``schedule/holds/`` and took a hold for
+every claim, which this version does not (a claim is alive while the replica it names is):
+the two cannot share a directory. So a joined replica also holds a read lock on the whole of
+each of those 16 files, for its life: an older replica's lock conflicts with it, so an older
+replica cannot join (nor take a hold) while a newer one lives, and a newer one cannot join
+while an older one holds anything there (:data:`OLDER`, one line).
 
 Anyone reads a hold with ``F_OFD_GETLK`` (or ``F_GETLK``): the lock a writer would conflict
 with. A reader that holds nothing sees every hold; a joined replica answers for its own
@@ -58,11 +66,19 @@ from ..safefile import (
 
 log = logging.getLogger("trio_routines")
 
-HOLDS = "holds"
+HOLDS = "holds2"
 #: Holds are spread over this many files: the kernel keeps one list of locks per file and walks
-#: it at every lock, so 20,000 holds in one file cost 0.6 ms each; in 16, about 10 µs. More
-#: files would cost more descriptors, which a small RLIMIT_NOFILE cannot spare.
-SHARDS = 16
+#: it at every lock (a lock costs 7 µs with none held on its file, 26 µs with 1,000, 95 µs with
+#: 3,000), so a herd's lock calls grow with the herd's square. 64 files keep a herd of 10,000
+#: under 200 locks a file; more would cost descriptors a small RLIMIT_NOFILE cannot spare.
+SHARDS = 64
+#: Where earlier versions held their locks, 16 files, each read-locked whole as a fence.
+FENCE, FENCE_SHARDS = "holds", 16
+OLDER = (
+    "a replica of an earlier version of trio_routines is running on this state directory — "
+    "stop every replica of the earlier version before starting this one (where replicas "
+    "hold their locks changed)"
+)
 REPLICAS = "replicas"
 REPLICA_LIMIT = 4096  # bytes of one replica file
 FORGET_AFTER = timedelta(days=1)
@@ -88,12 +104,14 @@ def _shard_name(shard: int) -> str:
     return f"{shard:02x}"
 
 
-def open_holds(root: Path, shards: Iterable[int], *, create: bool) -> dict[int, int]:
+def open_holds(
+    root: Path, shards: Iterable[int], *, create: bool, folder: str = HOLDS
+) -> dict[int, int]:
     """The holds files of ``shards``, opened for locking (blocking). Without ``create``, a
     file that does not exist is left out (no hold can be held in it)."""
-    where = root / "schedule" / HOLDS
+    where = root / "schedule" / folder
     try:
-        parent = open_dirs(root, ("schedule", HOLDS), create=create)
+        parent = open_dirs(root, ("schedule", folder), create=create)
     except FileNotFoundError:
         return {}
     except OSError as exc:
@@ -126,6 +144,23 @@ def open_holds(root: Path, shards: Iterable[int], *, create: bool) -> dict[int, 
         raise
     finally:
         os.close(parent)
+    return fds
+
+
+def fence(root: Path) -> dict[int, int]:
+    """The files of earlier versions' holds, each read-locked whole (see the module doc);
+    StateFault (:data:`OLDER`) when an earlier version's replica holds anything in them."""
+    fds = open_holds(root, range(FENCE_SHARDS), create=True, folder=FENCE)
+    whole = struct.pack(_FLOCK, fcntl.F_RDLCK, os.SEEK_SET, 0, 0, 0)  # length 0: to the end
+    try:
+        for fd in fds.values():
+            fcntl.fcntl(fd, _SETLK, whole)
+    except OSError as exc:
+        for fd in fds.values():
+            os.close(fd)
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            raise StateFault(OLDER) from None
+        raise StateFault(f"could not fence {root / 'schedule' / FENCE}: {describe(exc)}") from None
     return fds
 
 
@@ -242,10 +277,17 @@ class DirectoryPresence(Presence):
         self.root = root
         self._limiter = limiter
         self.fds: dict[int, int] = {}  # shard -> our descriptor of its file, for our life
+        self._fence: dict[int, int] = {}  # the earlier versions' files, read-locked whole
 
     def open(self) -> None:
-        """Open the holds files, take the replica's own hold, publish the replica (blocking)."""
-        self.fds = open_holds(self.root, range(SHARDS), create=True)
+        """Fence the earlier versions off, open the holds files, take the replica's own hold,
+        publish the replica (blocking)."""
+        self._fence = fence(self.root)
+        try:
+            self.fds = open_holds(self.root, range(SHARDS), create=True)
+        except BaseException:
+            self._close()
+            raise
         mine = replica_key(self.replica)
         if not self._lock(mine):
             self._close()
@@ -318,5 +360,6 @@ class DirectoryPresence(Presence):
 
     def _close(self) -> None:
         fds, self.fds = self.fds, {}
-        for fd in fds.values():
+        fenced, self._fence = self._fence, {}
+        for fd in (*fds.values(), *fenced.values()):
             os.close(fd)  # every lock of ours in that file goes with it

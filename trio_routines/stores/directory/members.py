@@ -1,5 +1,5 @@
-"""The replicas of a state directory, the store's side: joining, whether the holds of claims
-are held, the members, and the open claims a reconcile looks for.
+"""The replicas of a state directory, the store's side: joining, whether open claims are
+alive, the members, and the open claims a reconcile looks for.
 
 The holds themselves are holds.py's, the bounded walk over the claims openscan.py's; this
 part owns what the store keeps of them (this process's presence once joined, the walk), and
@@ -10,6 +10,7 @@ a walk given up is waited for by the next one (they share the walk's state).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -17,11 +18,14 @@ from typing import Any, TypeVar
 
 import trio
 
+from ...claims import parse_claim
 from ...errors import StateFault
+from ...instants import slot_name
 from ...records import Fire
-from ...replicas import ReplicaInfo, claim_key
+from ...replicas import ReplicaInfo, replica_key
 from ..abandon import run_abandoning
-from ..safefile import describe
+from ..safefile import Refused, describe, read_file
+from .claimbatch import CLAIM_LIMIT
 from .claimfiles import ClaimFiles
 from .holds import DirectoryPresence, keys_alive, read_replicas
 from .openscan import OpenScan
@@ -36,6 +40,7 @@ class DirectoryMembers:
         self.root = root
         self._claims = root / "schedule" / "claims"
         self._limiter = limiter
+        self._files = files
         self._open_scan = OpenScan(files)
         self._open_scanning = trio.Lock()  # one walk at a time (openscan.py)
         self._open_scanned: trio.Event | None = None  # set once the last walk's thread ended
@@ -57,13 +62,38 @@ class DirectoryMembers:
         return presence
 
     async def claims_alive(self, claims: Sequence[tuple[str, datetime]]) -> list[bool]:
-        """For each ``(routine, slot)``, whether the hold of its claim is held now."""
-        keys = [claim_key(routine, slot) for routine, slot in claims]
+        """For each ``(routine, slot)``, whether it is an open claim whose replica (the one it
+        names) is alive now: a claim takes no hold of its own (holds.py)."""
         own = self._presence if self._presence is not None and self._presence.fds else None
         try:
-            return await self._run(keys_alive, self.root, own, keys)
+            return await self._run(self._claims_alive, own, list(claims))
         except OSError as exc:
             raise StateFault(f"the holds of {self.root} are unreadable: {describe(exc)}") from None
+
+    def _claims_alive(
+        self, own: DirectoryPresence | None, claims: list[tuple[str, datetime]]
+    ) -> list[bool]:
+        holders = [self._holder(routine, slot) for routine, slot in claims]
+        keys = sorted({replica_key(holder) for holder in holders if holder is not None})
+        alive = dict(zip(keys, keys_alive(self.root, own, keys), strict=True))
+        return [holder is not None and alive[replica_key(holder)] for holder in holders]
+
+    def _holder(self, routine: str, slot: datetime) -> str | None:
+        """The replica an open claim names; None when the slot has no open claim that names
+        one (none at all, settled, unreadable, or made before claims named their replica)."""
+        name, where = slot_name(slot), self._files.claim_dir(routine)
+        try:
+            directory = self._files.open_claims(routine)
+        except FileNotFoundError:
+            return None
+        try:
+            raw = read_file(directory, name, where / name, CLAIM_LIMIT)
+        except (FileNotFoundError, Refused):
+            return None
+        finally:
+            os.close(directory)
+        fire = parse_claim(name, raw.decode("utf-8", errors="replace"), str(where / name))
+        return fire.replica if fire.outcome is None else None
 
     async def open_claims(self, routines: Sequence[str], budget: int) -> list[tuple[str, Fire]]:
         """Open claims of ``routines`` that name their replica, a bounded walk at a time:

@@ -90,6 +90,10 @@ class DirectoryStore(Lifetime):
     and ``schedule/usage.lock`` are ours.
     """
 
+    #: An open claim is alive while the replica it names is: a fire takes no hold for its
+    #: claim, only its session's (holds.py).
+    claims_live_with_replica = True
+
     def __init__(
         self,
         root: str | os.PathLike[str],

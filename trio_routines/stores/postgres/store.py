@@ -113,6 +113,7 @@ class PostgresStore(Lifetime):
     #: A claim is held by the replica it names, and takes its session's hold in its own
     #: transaction (``holds=`` of :meth:`claim`).
     claims_take_holds = True
+    claims_live_with_replica = True
 
     async def claim(
         self,

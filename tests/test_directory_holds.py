@@ -1,0 +1,177 @@
+"""The state directory's holds: where they live, the fence against earlier versions' replicas,
+and claims that are alive while the replica they name is (no hold of their own)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import trio
+
+from trio_routines import Outcome, Routine, Scheduler
+from trio_routines.agent import Completed, Event
+from trio_routines.errors import StateFault
+from trio_routines.replicas import ReplicaInfo, claim_key, replica_key, session_key
+from trio_routines.stores import DirectoryStore
+from trio_routines.stores.directory.holds import OLDER, keys_alive
+
+T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
+SLOT = datetime(2026, 7, 7, 9, tzinfo=UTC)
+
+# What a replica of an earlier version does at its join: a write lock on one byte of one of
+# the 16 files of schedule/holds/ (the file and the byte its replica key picks), held until
+# its standard input closes.
+EARLIER = """
+import fcntl, os, struct, sys
+key = int(sys.argv[2])
+fd = os.open(os.path.join(sys.argv[1], "schedule", "holds", f"{key % 16:02x}"),
+             os.O_RDWR | os.O_CREAT, 0o644)
+lock = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, key >> 2, 1, 0)
+try:
+    fcntl.fcntl(fd, fcntl.F_OFD_SETLK, lock)
+except OSError:
+    print("refused", flush=True)
+    sys.exit(0)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def info(replica: str) -> ReplicaInfo:
+    return ReplicaInfo(replica, "0.1.0", "host", 42, T0, T0)
+
+
+def earlier_replica(root: Path, replica: str) -> subprocess.Popen[str]:
+    (root / "schedule" / "holds").mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", EARLIER, str(root), str(replica_key(replica))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def answer(process: subprocess.Popen[str]) -> str:
+    assert process.stdout is not None
+    return process.stdout.readline().strip()
+
+
+def end(process: subprocess.Popen[str]) -> None:
+    assert process.stdin is not None
+    assert process.stdout is not None
+    process.stdin.close()
+    assert process.wait(timeout=30) == 0
+    process.stdout.close()
+
+
+async def test_an_earlier_versions_live_replica_keeps_this_one_from_joining(
+    tmp_path: Path,
+) -> None:
+    earlier = earlier_replica(tmp_path, "old")
+    try:
+        assert answer(earlier) == "held"
+        store = DirectoryStore(tmp_path)
+        with pytest.raises(StateFault) as refused:
+            await store.join(info("new"))
+        assert str(refused.value) == f"could not join {tmp_path}: {OLDER}"
+        assert "\n" not in str(refused.value)
+        # Refused, it holds nothing: the earlier replica's hold is the only one there.
+        assert keys_alive(tmp_path, None, [replica_key("new")]) == [False]
+    finally:
+        end(earlier)
+    member = await store.join(info("new"))  # the earlier one gone, the join goes through
+    assert keys_alive(tmp_path, None, [replica_key("new")]) == [True]
+    await member.leave()
+    await store.aclose()
+
+
+async def test_a_joined_replica_keeps_an_earlier_version_from_joining_until_it_leaves(
+    tmp_path: Path,
+) -> None:
+    first, second = DirectoryStore(tmp_path), DirectoryStore(tmp_path)
+    a = await first.join(info("a"))
+    b = await second.join(info("b"))  # members of this version share the fence
+    await a.leave()
+    for replica in ("old-1", "old-2", "old-3"):  # keys in different files of the old layout
+        earlier = earlier_replica(tmp_path, replica)
+        assert answer(earlier) == "refused"
+        end(earlier)
+    await b.leave()
+    earlier = earlier_replica(tmp_path, "old-1")
+    assert answer(earlier) == "held"
+    end(earlier)
+    await first.aclose()
+    await second.aclose()
+
+
+async def test_a_claim_is_alive_while_the_replica_it_names_is(tmp_path: Path) -> None:
+    first, second = DirectoryStore(tmp_path), DirectoryStore(tmp_path)
+    a = await first.join(info("a"))
+    b = await second.join(info("b"))
+    await first.claim("r", SLOT, SLOT, replica="a")
+    await first.claim("q", SLOT, SLOT)  # made before claims named their replica
+    await first.claim("p", SLOT, SLOT, replica="a")
+    await first.settle("p", SLOT, Outcome.COMPLETED, 5)
+    fifo = tmp_path / "schedule" / "claims" / "f" / "2026-07-07T09-00-00-000Z"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)  # planted where a claim would be: read as none, never waited on
+    claims = [(name, SLOT) for name in ("r", "q", "p", "f", "never")]
+    # No hold is taken for a claim: its replica's is what makes it alive.
+    assert keys_alive(tmp_path, None, [claim_key("r", SLOT)]) == [False]
+    assert await second.claims_alive(claims) == [True, False, False, False, False]
+    assert await DirectoryStore(tmp_path).claims_alive(claims[:1]) == [True]  # not joined
+    await a.leave()
+    assert await second.claims_alive(claims[:1]) == [False]
+    await b.leave()
+    await first.aclose()
+    await second.aclose()
+
+
+class Waiting:
+    """An agent whose turns wait for ``go``."""
+
+    def __init__(self) -> None:
+        self.started = trio.Event()
+        self.go = trio.Event()
+
+    async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+        self.started.set()
+        await self.go.wait()
+        yield Completed()
+
+
+async def test_a_fire_holds_its_session_in_the_store_and_its_claim_here_only(
+    tmp_path: Path,
+) -> None:
+    routine = Routine(name="r", prompt="p", cron="0 * * * *")
+    agent = Waiting()
+    store = DirectoryStore(tmp_path)
+    scheduler = Scheduler(agent=agent, store=store, routines=[routine], now=lambda: T0)
+    other = DirectoryStore(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        fired = []
+
+        async def fire() -> None:
+            fired.append(await scheduler.fire("r", SLOT))
+
+        nursery.start_soon(fire)
+        await agent.started.wait()
+        keys = [claim_key("r", SLOT), session_key(routine.session)]
+        assert keys_alive(tmp_path, None, keys) == [False, True]
+        assert await other.claims_alive([("r", SLOT)]) == [True]
+        again = await scheduler.fire("r", SLOT)  # held here: a duplicate, the store unasked
+        assert (again.claimed, again.reason) == (False, "duplicate")
+        agent.go.set()
+        while not fired:
+            await trio.sleep(0.01)
+        assert (fired[0].claimed, fired[0].outcome) == (True, Outcome.COMPLETED)
+        assert keys_alive(tmp_path, None, keys) == [False, False]
+        assert await other.claims_alive([("r", SLOT)]) == [False]
+        scheduler.stop(0)
+    await other.aclose()
