@@ -2,8 +2,8 @@
 
 Usage: ``python benchmarks/holds.py [--reps 3] [--sizes 1000 10000]``. For each store (the state
 directory, PostgreSQL) and size, the burst of ``cases.burst_routines`` runs alternately with the
-store's holds (every fire holds its claim -- on PostgreSQL through its replica's lock -- and
-takes and lets go of its session's hold) and without them (the store's replicas part hidden:
+store's holds (every fire holds its claim through its replica's lock, and takes and lets go
+of its session's hold) and without them (the store's replicas part hidden:
 holds within the process only, as before replicas had holds), each in a fresh interpreter; the
 medians are printed side by side.
 """

@@ -13,16 +13,16 @@ connection). Never a timeout guessed from wall clocks.
 
 A replica holds, for as long as it runs, the hold of its **id**; and for each fire under way
 the hold of its **claim** (routine and slot: taken before the claim is made, let go after its
-settle -- or, where claims name their replica in the store, as on PostgreSQL, the claim
-itself while its replica lives) and of its **session** (one turn per session across every
-replica). A claim naming a replica's own id is judged by that replica from memory: one it
-does not hold was made by an earlier process under the same id. So:
+settle; where claims name their replica in the store, as in both of ours, only in this
+process, the claim itself being held while its replica lives) and of its **session** (one
+turn per session across every replica). A claim naming a replica's own id is judged by that
+replica from memory: one it does not hold was made by an earlier process under the same id.
+So:
 
-* a claim without an outcome whose claim hold is free is dead -- its holder stopped
-  mid-turn -- and is recorded ``interrupted``; one whose hold is taken is running, and is
-  left alone;
-* a fire whose claim hold is taken elsewhere is another replica's: a duplicate, nothing to
-  do;
+* a claim without an outcome whose holder is gone (its replica's hold, or its claim hold,
+  free) is dead -- its holder stopped mid-turn -- and is recorded ``interrupted``; one whose
+  holder lives is running, and is left alone;
+* a fire whose claim hold is taken elsewhere is another fire's: a duplicate, nothing to do;
 * a turn whose session hold is taken elsewhere is busy, exactly as inside one process.
 
 This module is the pure part: the replica's id, the keys of holds, the record a replica
