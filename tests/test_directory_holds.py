@@ -156,9 +156,11 @@ async def test_a_fire_holds_its_session_in_the_store_and_its_claim_here_only(
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         fired = []
+        done = trio.Event()
 
         async def fire() -> None:
             fired.append(await scheduler.fire("r", SLOT))
+            done.set()
 
         nursery.start_soon(fire)
         await agent.started.wait()
@@ -168,8 +170,7 @@ async def test_a_fire_holds_its_session_in_the_store_and_its_claim_here_only(
         again = await scheduler.fire("r", SLOT)  # held here: a duplicate, the store unasked
         assert (again.claimed, again.reason) == (False, "duplicate")
         agent.go.set()
-        while not fired:
-            await trio.sleep(0.01)
+        await done.wait()
         assert (fired[0].claimed, fired[0].outcome) == (True, Outcome.COMPLETED)
         assert keys_alive(tmp_path, None, keys) == [False, False]
         assert await other.claims_alive([("r", SLOT)]) == [False]
