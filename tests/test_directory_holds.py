@@ -176,3 +176,32 @@ async def test_a_fire_holds_its_session_in_the_store_and_its_claim_here_only(
         assert await other.claims_alive([("r", SLOT)]) == [False]
         scheduler.stop(0)
     await other.aclose()
+    await store.aclose()
+
+
+async def test_a_claim_an_earlier_process_made_under_our_id_is_recorded_interrupted(
+    tmp_path: Path,
+) -> None:
+    from trio_routines.scheduler.boot import BOOT_INTERRUPTED
+
+    store = DirectoryStore(tmp_path)
+    # web-1 claimed, then died; a new process takes the same id (a fixed --replica).
+    await store.claim("r", SLOT, SLOT, replica="web-1")
+    scheduler = Scheduler(
+        agent=Waiting(),
+        store=store,
+        routines=[Routine(name="r", prompt="p", cron="0 0 1 1 *")],  # nothing due
+        now=lambda: T0,
+        wakeups=False,
+        replica="web-1",
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        # Our id's lock is ours now, so the store sees a claim naming web-1 alive: only we
+        # know whether it is one of our turns.
+        await store.claim("other", SLOT, SLOT, replica="web-1")
+        assert await DirectoryStore(tmp_path).claims_alive([("other", SLOT)]) == [True]
+        scheduler.stop(0)
+    (fire,) = await store.history("r")
+    assert (fire.outcome, fire.error) == (Outcome.INTERRUPTED, BOOT_INTERRUPTED)
+    await store.aclose()
