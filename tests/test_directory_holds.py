@@ -16,7 +16,10 @@ import trio
 from trio_routines import Outcome, Routine, Scheduler
 from trio_routines.agent import Completed, Event
 from trio_routines.errors import StateFault
+from trio_routines.presence import Presence
 from trio_routines.replicas import ReplicaInfo, claim_key, replica_key, session_key
+from trio_routines.scheduler.holds import Holds
+from trio_routines.sessions import SessionGate
 from trio_routines.stores import DirectoryStore
 from trio_routines.stores.directory.holds import OLDER, keys_alive
 
@@ -205,3 +208,39 @@ async def test_a_claim_an_earlier_process_made_under_our_id_is_recorded_interrup
     (fire,) = await store.history("r")
     assert (fire.outcome, fire.error) == (Outcome.INTERRUPTED, BOOT_INTERRUPTED)
     await store.aclose()
+
+
+class Refusing(Presence):
+    """A presence whose store cannot answer a take while ``down``."""
+
+    down = True
+
+    async def _take(self, keys: list[int]) -> list[bool]:
+        if self.down:
+            raise StateFault("the store is down")
+        return [True] * len(keys)
+
+
+async def test_a_local_claim_whose_session_take_fails_leaves_nothing_held() -> None:
+    presence = Refusing(info("a"))
+    gate = SessionGate(Waiting())
+    holds = Holds(gate, lambda: presence)
+    with pytest.raises(StateFault, match="the store is down"):
+        await holds.enter("s", 7, local_claim=True)
+    assert not presence.holds(7)
+    assert not gate.busy("s")
+    presence.down = False
+    hold = await holds.enter("s", 7, local_claim=True)
+    assert (hold.claimed, hold.busy) == (True, False)
+    assert presence.holds(7)
+    assert presence.holds(session_key("s"))
+    assert gate.busy("s")
+    again = await holds.enter("t", 7, local_claim=True)  # the same slot, held here
+    assert not again.claimed
+    assert not gate.busy("t")
+    assert not presence.holds(session_key("t"))
+    again.release()
+    hold.release()
+    assert not presence.holds(7)
+    assert not presence.holds(session_key("s"))
+    assert not gate.busy("s")
