@@ -47,6 +47,12 @@ def test_a_short_instant_drops_only_the_zero_seconds_and_milliseconds() -> None:
         (0.4, "0ms"),
         (340, "340ms"),
         (999, "999ms"),
+        (999.4, "999ms"),
+        (999.6, "1.0s"),  # the unit is chosen by what is shown
+        (9_949, "9.9s"),
+        (9_960, "10s"),
+        (59_400, "59s"),
+        (59_600, "1m00s"),
         (-340, "-340ms"),
         (1000, "1.0s"),
         (1234, "1.2s"),

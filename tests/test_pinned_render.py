@@ -548,6 +548,7 @@ def test_the_time_left_before_the_script_counts_it(seconds: float, shown: str) -
         (999, "999 ms"),
         (1000, "1.0 s"),
         (119_949, "119.9 s"),
+        (119_950, "2.0 min"),  # the unit is chosen by what is shown, not 120.0 s
         (120_000, "2.0 min"),
         (90 * 60_000, "90.0 min"),
     ],

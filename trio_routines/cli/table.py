@@ -55,12 +55,15 @@ def duration(ms: int | float | None) -> str:
         return "-"
     if ms < 0:
         return "-" + duration(-ms)
-    if ms < 1000:
+    # Each unit is chosen by the value as it will be shown: 999.6 ms is 1.0s, not 1000ms.
+    if round(ms) < 1000:
         return f"{round(ms)}ms"
     seconds = ms / 1000
-    if seconds < 60:
-        return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
-    whole = int(seconds)
+    if round(seconds, 1) < 10:
+        return f"{seconds:.1f}s"
+    if round(seconds) < 60:
+        return f"{seconds:.0f}s"
+    whole = max(60, int(seconds))
     if whole < 3600:
         return f"{whole // 60}m{whole % 60:02d}s"
     if whole < 86400:
