@@ -112,6 +112,27 @@ async def test_a_joined_replica_keeps_an_earlier_version_from_joining_until_it_l
     await second.aclose()
 
 
+async def test_a_reader_sees_an_earlier_versions_replica_and_its_claim_alive(
+    tmp_path: Path,
+) -> None:
+    # Read between an upgrade and the restart (status, history): the earlier replica runs.
+    store = DirectoryStore(tmp_path)
+    await store.claim("r", SLOT, SLOT, replica="old")
+    earlier = earlier_replica(tmp_path, "old")
+    try:
+        assert answer(earlier) == "held"
+        assert keys_alive(tmp_path, None, [replica_key("old"), replica_key("gone")]) == [
+            True,
+            False,
+        ]
+        assert await store.claims_alive([("r", SLOT)]) == [True]
+    finally:
+        end(earlier)
+    assert keys_alive(tmp_path, None, [replica_key("old")]) == [False]
+    assert await store.claims_alive([("r", SLOT)]) == [False]
+    await store.aclose()
+
+
 async def test_a_claim_is_alive_while_the_replica_it_names_is(tmp_path: Path) -> None:
     first, second = DirectoryStore(tmp_path), DirectoryStore(tmp_path)
     a = await first.join(info("a"))

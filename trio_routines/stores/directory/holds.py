@@ -20,7 +20,10 @@ every claim, which this version does not (a claim is alive while the replica it 
 the two cannot share a directory. So a joined replica also holds a read lock on the whole of
 each of those 16 files, for its life: an older replica's lock conflicts with it, so an older
 replica cannot join (nor take a hold) while a newer one lives, and a newer one cannot join
-while an older one holds anything there (:data:`OLDER`, one line).
+while an older one holds anything there (:data:`OLDER`, one line). A reader that is not a
+member reads both layouts (a write lock in the earlier files is an earlier replica's hold; a
+read lock there is a fence), so that ``status`` run between an upgrade and the restart still
+sees the earlier replicas, and their claims, alive.
 
 Anyone reads a hold with ``F_OFD_GETLK`` (or ``F_GETLK``): the lock a writer would conflict
 with. A reader that holds nothing sees every hold; a joined replica answers for its own
@@ -164,16 +167,21 @@ def fence(root: Path) -> dict[int, int]:
     return fds
 
 
-def held_by_others(fds: dict[int, int], keys: Sequence[int]) -> list[bool]:
-    """Whether a descriptor other than those of ``fds`` holds each key's lock."""
+def held_by_others(
+    fds: dict[int, int], keys: Sequence[int], *, shards: int = SHARDS, earlier: bool = False
+) -> list[bool]:
+    """Whether a descriptor other than those of ``fds`` holds each key's lock. ``earlier``:
+    ``fds`` are the earlier versions' files, where only a write lock is a hold (a read lock
+    there is a fence, which the kernel reports as conflicting with every byte)."""
     answers = []
     for key in keys:
-        fd = fds.get(_shard(key))
+        fd = fds.get(key % shards)
         if fd is None:  # its file does not exist: nobody holds it
             answers.append(False)
             continue
         probe = fcntl.fcntl(fd, _GETLK, _flock(fcntl.F_WRLCK, _offset(key)))
-        answers.append(struct.unpack(_FLOCK, probe)[0] != fcntl.F_UNLCK)
+        found = struct.unpack(_FLOCK, probe)[0]
+        answers.append(found == fcntl.F_WRLCK if earlier else found != fcntl.F_UNLCK)
     return answers
 
 
@@ -261,11 +269,21 @@ def keys_alive(root: Path, own: Presence | None, keys: Sequence[int]) -> list[bo
     if own is not None and isinstance(own, DirectoryPresence) and own.fds:
         others = held_by_others(own.fds, keys)
         return [own.holds(key) or other for key, other in zip(keys, others, strict=True)]
+    # Not a member: the earlier versions' holds are read too, so that an operator who reads
+    # the state after an upgrade but before the restart sees its replicas alive.
     fds = open_holds(root, {_shard(key) for key in keys}, create=False)
     try:
-        return held_by_others(fds, keys)
-    finally:
+        earlier = open_holds(root, {key % FENCE_SHARDS for key in keys}, create=False, folder=FENCE)
+    except BaseException:
         for fd in fds.values():
+            os.close(fd)
+        raise
+    try:
+        now = held_by_others(fds, keys)
+        before = held_by_others(earlier, keys, shards=FENCE_SHARDS, earlier=True)
+        return [one or other for one, other in zip(now, before, strict=True)]
+    finally:
+        for fd in (*fds.values(), *earlier.values()):
             os.close(fd)
 
 
