@@ -607,6 +607,20 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "test_list_and_serve_count_the_next_instant_from_a_claim_in_the_future",
         ],
     ),
+    # The state directory's holds (the files, the fence against earlier versions) and its side
+    # of the replicas (whether an open claim is alive: its replica's hold).
+    "directoryholds": (
+        [
+            "trio_routines/stores/directory/holds.py",
+            "trio_routines/stores/directory/members.py",
+        ],
+        [
+            "tests/test_directory_holds.py",
+            "tests/test_replicas_contract.py",
+            "tests/test_pinned_presence.py",
+            "tests/test_open_claims.py",
+        ],
+    ),
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
