@@ -21,7 +21,7 @@ import trio
 from agent_server import END, Request, Respond, chunk, events, head, reply
 from test_agent_http import collect, serving, text_of
 
-from trio_routines.agent import Completed, Failed, TextDelta
+from trio_routines.agent import Completed, Failed, TextDelta, Usage
 from trio_routines.agent_http import HttpAgent, _detail
 from trio_routines.errors import InvalidAgent
 
@@ -254,13 +254,26 @@ async def test_the_limit_counts_every_piece() -> None:
     assert found[-1] == Completed()
 
 
-async def test_an_event_stream_that_reaches_the_limit_is_not_read_past_it() -> None:
-    async with serving(events("data: x\n\n")) as server:
-        found = await collect(HttpAgent(server.url(), max_reply=9))
+async def test_an_event_stream_that_passes_the_limit_is_not_read_past_it() -> None:
+    async with serving(events("data: x\n\ndata: y\n\n")) as server:
+        found = await collect(HttpAgent(server.url(), max_reply=10))
     assert found == [
         TextDelta("x"),
-        Failed("the agent's event stream passed 9 bytes without ending — stopped reading"),
+        Failed("the agent's event stream passed 10 bytes without ending — stopped reading"),
     ]
+
+
+async def test_an_event_stream_that_ends_exactly_at_the_limit_is_whole() -> None:
+    async with serving(events("data: x\n\n")) as server:
+        found = await collect(HttpAgent(server.url(), max_reply=9))
+    assert found == [TextDelta("x"), Completed()]
+
+
+async def test_a_reply_that_ends_exactly_at_the_limit_keeps_its_usage() -> None:
+    body = '{"usage": {"input_tokens": 5}}'
+    async with serving(reply(200, body)) as server:
+        found = await collect(HttpAgent(server.url(), max_reply=len(body)))
+    assert found == [TextDelta(body), Usage(input_tokens=5), Completed()]
 
 
 async def test_a_json_reply_cut_at_the_limit_reports_no_usage() -> None:

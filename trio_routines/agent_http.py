@@ -226,7 +226,9 @@ class HttpAgent:
         cut = False
         async with aclosing(response.aiter_raw()) as chunks:  # type: ignore[type-var]
             async for chunk in chunks:
-                if len(chunk) >= self.max_reply - kept:
+                # Cut only once a byte past the limit came: a reply of exactly max_reply
+                # bytes that ends there is whole.
+                if chunk and len(chunk) > self.max_reply - kept:
                     chunk, cut = chunk[: self.max_reply - kept], True
                 kept += len(chunk)
                 for delta in reader.feed(decoder.decode(chunk, final=cut)):
