@@ -4,7 +4,11 @@ server on a loopback port (``--url``)."""
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from functools import partial
 
 import pytest
 import trio
@@ -111,19 +115,66 @@ async def test_over_http_the_server_pauses_and_resumes(
     async with serving() as server:
         url = f"http://127.0.0.1:{server.port}"
 
-        def args(*argv: str) -> object:
+        def args(*argv: str) -> argparse.Namespace:
             return build_parser().parse_args([*argv, "--url", url])
 
-        assert await cmd_pause(args("pause", "daily")) == 0  # type: ignore[arg-type]
+        assert await cmd_pause(args("pause", "daily")) == 0
         assert capsys.readouterr().out == PAUSED
         assert await server.store.paused() == {"daily"}
-        assert await cmd_resume(args("resume", "daily")) == 0  # type: ignore[arg-type]
+        assert await cmd_resume(args("resume", "daily")) == 0
         assert capsys.readouterr().out == RESUMED
         assert await server.store.paused() == frozenset()
         assert await server.store.resumed_at("daily") is not None
 
         for command, call in (("pause", cmd_pause), ("resume", cmd_resume)):
             with pytest.raises(CliError) as refused:
-                await call(args(command, "nope"))  # type: ignore[arg-type]
+                await call(args(command, "nope"))
             assert str(refused.value).startswith(f"{url} answered 404: ")
             assert capsys.readouterr().out == ""
+
+
+@asynccontextmanager
+async def recording() -> AsyncIterator[tuple[str, list[tuple[bytes, bytes]]]]:
+    """A server on a loopback port that answers every request 200 with ``{}``: its URL, and
+    each request's first line and body as read off the socket."""
+    seen: list[tuple[bytes, bytes]] = []
+
+    async def answer(stream: trio.SocketStream) -> None:
+        received = b""
+        while b"\r\n\r\n" not in received:
+            received += await stream.receive_some()
+        head, _, body = received.partition(b"\r\n\r\n")
+        length = [
+            int(line.split(b":")[1]) for line in head.lower().split(b"\r\n")
+            if line.startswith(b"content-length:")
+        ]  # fmt: skip
+        while len(body) < sum(length):
+            body += await stream.receive_some()
+        seen.append((head.split(b"\r\n")[0], body))
+        await stream.send_all(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
+            b"Connection: close\r\n\r\n{}"
+        )
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        (listener,) = await nursery.start(partial(trio.serve_tcp, answer, 0, host="127.0.0.1"))
+        yield f"http://127.0.0.1:{listener.socket.getsockname()[1]}", seen
+        nursery.cancel_scope.cancel()
+
+
+async def test_over_http_each_sends_an_empty_json_object_to_its_route(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What reaches the server: the method as sent (HTTP's methods are case-sensitive, though
+    our own server reads them in any case), the route and the body."""
+    monkeypatch.delenv("TRIO_ROUTINES_TOKEN", raising=False)
+    monkeypatch.delenv("TRIO_ROUTINES_URL", raising=False)
+    async with recording() as (url, seen):
+        for command, call in (("pause", cmd_pause), ("resume", cmd_resume)):
+            assert await call(build_parser().parse_args([command, "daily", "--url", url])) == 0
+    assert seen == [
+        (b"POST /routines/daily/pause HTTP/1.1", b"{}"),
+        (b"POST /routines/daily/resume HTTP/1.1", b"{}"),
+    ]
+    assert capsys.readouterr().out == PAUSED + RESUMED

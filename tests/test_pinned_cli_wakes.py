@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from procs import Env, one_line
 from test_http import serving
+from test_pinned_cli_pausing import recording
 
 from trio_routines.cli.client import Answer, Server
 from trio_routines.cli.output import CliError
@@ -239,3 +240,16 @@ async def test_an_answer_that_is_no_wake_up_is_one_line(
     assert str(refused.value).startswith(f"{url}: the answer is not a wake-up (")
     assert sent == [("POST", "/wakeups", {"session": "s", "prompt": "p", "in": 300.0})]
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.usefixtures("no_server_env")
+async def test_over_http_unwake_deletes_the_wake_up_of_its_session(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """What reaches the server: the method as sent (HTTP's methods are case-sensitive, though
+    our own server reads them in any case), the id in the path and the session in the query,
+    both percent-encoded."""
+    async with recording() as (url, seen):
+        assert await cmd_unwake(parsed("unwake", "w/1", "--session", "chat:42", "--url", url)) == 0
+    assert seen == [(b"DELETE /wakeups/w%2F1?session=chat%3A42 HTTP/1.1", b"")]
+    assert capsys.readouterr().out == "wake-up w/1 cancelled\n"
