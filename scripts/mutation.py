@@ -607,6 +607,31 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "test_list_and_serve_count_the_next_instant_from_a_claim_in_the_future",
         ],
     ),
+    # The argument parser: every command's options, parsed and shown in its help (in-process).
+    "cliparser": (
+        ["trio_routines/cli/parser.py"],
+        [
+            "tests/test_pinned_cli_parser.py",
+            "tests/test_pinned_cli.py",
+            "tests/test_pinned_cli_views.py",
+        ],
+    ),
+    # `pause` and `resume`, on a state directory and over a real server on a loopback port,
+    # in-process.
+    "clipausing": (
+        ["trio_routines/cli/pausing.py"],
+        ["tests/test_pinned_cli_pausing.py", "tests/test_cli_remote.py"],
+    ),
+    # `wake` and `unwake`, on a state directory and over a real server on a loopback port,
+    # in-process.
+    "cliwakes": (
+        ["trio_routines/cli/wakes.py"],
+        [
+            "tests/test_pinned_cli_wakes.py",
+            "tests/test_cli_remote.py",
+            "tests/test_session_spent.py",
+        ],
+    ),
     # The state directory's holds (the files, the fence against earlier versions) and its side
     # of the replicas (whether an open claim is alive: its replica's hold).
     "directoryholds": (

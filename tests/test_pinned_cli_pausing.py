@@ -1,0 +1,180 @@
+"""``pause`` and ``resume`` (``trio_routines.cli.pausing``), pinned in this process: on a state
+directory (what each prints, what it writes, what it refuses and why) and against a real
+server on a loopback port (``--url``)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from functools import partial
+
+import pytest
+import trio
+from procs import Env, in_process, one_line
+from test_http import serving
+
+from trio_routines.cli.output import CliError
+from trio_routines.cli.parser import build_parser
+from trio_routines.cli.pausing import cmd_pause, cmd_resume
+from trio_routines.stores.directory import DirectoryStore
+
+PAUSED = "daily paused — no scheduler on this state claims its slots until `resume daily`\n"
+RESUMED = "daily resumed — it fires from its next slot; paused slots are not run\n"
+
+
+def paused(env: Env) -> frozenset[str]:
+    async def read() -> frozenset[str]:
+        async with DirectoryStore(env.state) as store:
+            return await store.paused()
+
+    return trio.run(read)
+
+
+def resumed_at(env: Env, name: str) -> datetime | None:
+    async def read() -> datetime | None:
+        async with DirectoryStore(env.state) as store:
+            return await store.resumed_at(name)
+
+    return trio.run(read)
+
+
+def test_pause_then_resume_on_the_state_say_so_and_record_when(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    env.routine("other", cron="0 9 * * *")
+    (env.routines / "broken.md").write_text("no front matter\n")  # not reported: not asked for
+    done = env.run_cli("pause", "daily")
+    assert (done.returncode, done.stdout, done.stderr) == (0, PAUSED, "")
+    assert paused(env) == {"daily"}
+    again = env.run_cli("pause", "daily")  # idempotent, and says the same
+    assert (again.returncode, again.stdout, again.stderr) == (0, PAUSED, "")
+
+    before = datetime.now(UTC)
+    resumed = env.run_cli("resume", "daily")
+    after = datetime.now(UTC)
+    assert (resumed.returncode, resumed.stdout, resumed.stderr) == (0, RESUMED, "")
+    assert paused(env) == frozenset()
+    when = resumed_at(env, "daily")
+    assert when is not None
+    assert before <= when <= after
+
+    not_paused = env.run_cli("resume", "daily")
+    assert (not_paused.returncode, not_paused.stdout, not_paused.stderr) == (
+        0,
+        "daily was not paused\n",
+        "",
+    )
+    assert resumed_at(env, "daily") == when  # nothing written
+
+
+def test_an_unknown_or_bad_name_is_refused_and_nothing_is_written(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    for command in ("pause", "resume"):
+        unknown = env.run_cli(command, "nope")
+        assert (unknown.returncode, unknown.stdout) == (1, "")
+        assert one_line(unknown.stderr) == (
+            f'error: unknown routine "nope" — looked in {env.routines}; available: daily\n'
+        )
+        bad = env.run_cli(command, "../x")
+        assert (bad.returncode, bad.stdout) == (1, "")
+        assert one_line(bad.stderr) == (
+            'error: "../x" cannot be a routine name (no path separators, "." or "..")\n'
+        )
+    assert paused(env) == frozenset()
+
+
+def test_a_paused_routine_whose_file_is_gone_may_still_be_resumed(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    assert env.run_cli("pause", "daily").returncode == 0
+    (env.routines / "daily.md").unlink()
+    resumed = env.run_cli("resume", "daily")
+    assert (resumed.returncode, resumed.stdout, resumed.stderr) == (0, RESUMED, "")
+    assert paused(env) == frozenset()
+    gone = env.run_cli("pause", "daily")  # but not paused again
+    assert gone.returncode == 1
+    assert one_line(gone.stderr).startswith('error: unknown routine "daily"')
+
+
+def test_a_bad_name_is_refused_before_any_server_is_asked(env: Env) -> None:
+    # Port 9 (discard) on loopback answers nothing: a request would fail otherwise.
+    for command in ("pause", "resume"):
+        argv = [command, "../x", "--url", "http://127.0.0.1:9"]
+        bad = in_process(argv, cwd=env.root, environ=env.environ())
+        assert (bad.returncode, bad.stdout) == (1, "")
+        assert one_line(bad.stderr) == (
+            'error: "../x" cannot be a routine name (no path separators, "." or "..")\n'
+        )
+
+
+async def test_over_http_the_server_pauses_and_resumes(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TRIO_ROUTINES_TOKEN", raising=False)
+    monkeypatch.delenv("TRIO_ROUTINES_URL", raising=False)
+    async with serving() as server:
+        url = f"http://127.0.0.1:{server.port}"
+
+        def args(*argv: str) -> argparse.Namespace:
+            return build_parser().parse_args([*argv, "--url", url])
+
+        assert await cmd_pause(args("pause", "daily")) == 0
+        assert capsys.readouterr().out == PAUSED
+        assert await server.store.paused() == {"daily"}
+        assert await cmd_resume(args("resume", "daily")) == 0
+        assert capsys.readouterr().out == RESUMED
+        assert await server.store.paused() == frozenset()
+        assert await server.store.resumed_at("daily") is not None
+
+        for command, call in (("pause", cmd_pause), ("resume", cmd_resume)):
+            with pytest.raises(CliError) as refused:
+                await call(args(command, "nope"))
+            assert str(refused.value).startswith(f"{url} answered 404: ")
+            assert capsys.readouterr().out == ""
+
+
+@asynccontextmanager
+async def recording() -> AsyncIterator[tuple[str, list[tuple[bytes, bytes]]]]:
+    """A server on a loopback port that answers every request 200 with ``{}``: its URL, and
+    each request's first line and body as read off the socket."""
+    seen: list[tuple[bytes, bytes]] = []
+
+    async def answer(stream: trio.SocketStream) -> None:
+        received = b""
+        while b"\r\n\r\n" not in received:
+            received += await stream.receive_some()
+        head, _, body = received.partition(b"\r\n\r\n")
+        length = [
+            int(line.split(b":")[1]) for line in head.lower().split(b"\r\n")
+            if line.startswith(b"content-length:")
+        ]  # fmt: skip
+        while len(body) < sum(length):
+            body += await stream.receive_some()
+        seen.append((head.split(b"\r\n")[0], body))
+        await stream.send_all(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
+            b"Connection: close\r\n\r\n{}"
+        )
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        (listener,) = await nursery.start(partial(trio.serve_tcp, answer, 0, host="127.0.0.1"))
+        yield f"http://127.0.0.1:{listener.socket.getsockname()[1]}", seen
+        nursery.cancel_scope.cancel()
+
+
+async def test_over_http_each_sends_an_empty_json_object_to_its_route(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What reaches the server: the method as sent (HTTP's methods are case-sensitive, though
+    our own server reads them in any case), the route and the body."""
+    monkeypatch.delenv("TRIO_ROUTINES_TOKEN", raising=False)
+    monkeypatch.delenv("TRIO_ROUTINES_URL", raising=False)
+    async with recording() as (url, seen):
+        for command, call in (("pause", cmd_pause), ("resume", cmd_resume)):
+            assert await call(build_parser().parse_args([command, "daily", "--url", url])) == 0
+    assert seen == [
+        (b"POST /routines/daily/pause HTTP/1.1", b"{}"),
+        (b"POST /routines/daily/resume HTTP/1.1", b"{}"),
+    ]
+    assert capsys.readouterr().out == PAUSED + RESUMED
