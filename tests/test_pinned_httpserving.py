@@ -188,3 +188,19 @@ async def test_a_socket_bound_already_is_taken_over_and_its_port_reported(
         assert recorded.config.bind == [f"fd://{number}"]
         assert sock.fileno() == -1  # detached: the server owns the descriptor now
         assert (await get("127.0.0.1", port)).status == 200
+
+
+async def test_by_default_it_serves_port_8080_on_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+    binds: list[list[str]] = []
+
+    async def serve_connections(
+        app: Any, config: Any, gate: Any, stop: Any, *, task_status: Any
+    ) -> None:
+        binds.append(config.bind)  # nothing bound: the port may be taken on this machine
+        task_status.started(["http://127.0.0.1:8080"])
+
+    monkeypatch.setattr(serving, "serve_connections", serve_connections)
+    scheduler = Scheduler(agent=ScriptedAgent(), store=MemoryStore(), external_clock=True)
+    async with trio.open_nursery() as nursery:
+        assert await nursery.start(serve_http, scheduler) == 8080
+    assert binds == [["127.0.0.1:8080"]]
