@@ -646,6 +646,38 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_open_claims.py",
         ],
     ),
+    # The API handlers (a route's parsed input to its answer), over a real server on a
+    # loopback port, in-process.
+    "api": (
+        ["trio_routines/http/api.py"],
+        [
+            "tests/test_http.py",
+            "tests/test_http_input.py",
+            "tests/test_http_tools.py",
+            "tests/test_http_probes.py",
+            "tests/test_session_spent.py",
+            "tests/test_usage_shown.py",
+            "tests/test_wakeexpiry.py",
+            "tests/test_hashed_runtime.py",
+            "tests/test_pinned_httpwire.py",
+            # The one test of the file that reads the span of POST /wakeups.
+            "tests/test_tracing.py::test_post_run_and_post_wakeups_are_the_callers_children",
+            "tests/test_pinned_httpapi.py",
+            "--hypothesis-profile=mutation",
+        ],
+    ),
+    # Serving the application next to the scheduler: the bind's checks, hypercorn's config.
+    "serving": (
+        ["trio_routines/http/serving.py"],
+        [
+            "tests/test_http.py",
+            "tests/test_http_connections.py",
+            "tests/test_hosting.py",
+            "tests/test_pinned_hosting.py",
+            "tests/test_pinned_httpserving.py",
+            "--hypothesis-profile=mutation",
+        ],
+    ),
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
