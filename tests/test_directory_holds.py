@@ -265,3 +265,22 @@ async def test_a_local_claim_whose_session_take_fails_leaves_nothing_held() -> N
     assert not presence.holds(7)
     assert not presence.holds(session_key("s"))
     assert not gate.busy("s")
+
+
+def test_serve_refuses_in_one_line_beside_an_earlier_versions_replica(tmp_path: Path) -> None:
+    state, routines = tmp_path / "state", tmp_path / "routines"
+    routines.mkdir()
+    (routines / "r.md").write_text('---\ncron: "0 * * * *"\n---\nhello\n')
+    earlier = earlier_replica(state, "old")
+    try:
+        assert answer(earlier) == "held"
+        command = [sys.executable, "-m", "trio_routines", "--state", str(state)]
+        command += ["--routines", str(routines), "--agent", "echo", "serve"]
+        refused = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        end(earlier)
+    assert refused.returncode == 1
+    assert refused.stderr == f"error: could not join {state}: {OLDER}\n"
+    assert not (state / "schedule" / "replicas").exists() or not any(
+        (state / "schedule" / "replicas").iterdir()
+    )  # it published nothing
