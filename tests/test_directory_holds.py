@@ -31,8 +31,8 @@ SLOT = datetime(2026, 7, 7, 9, tzinfo=UTC)
 # its standard input closes.
 EARLIER = """
 import fcntl, os, struct, sys
-key = int(sys.argv[2])
-fd = os.open(os.path.join(sys.argv[1], "schedule", "holds", f"{key % 16:02x}"),
+key, folder, files = int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+fd = os.open(os.path.join(sys.argv[1], "schedule", folder, f"{key % files:02x}"),
              os.O_RDWR | os.O_CREAT, 0o644)
 lock = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, key >> 2, 1, 0)
 try:
@@ -49,14 +49,24 @@ def info(replica: str) -> ReplicaInfo:
     return ReplicaInfo(replica, "0.1.0", "host", 42, T0, T0)
 
 
-def earlier_replica(root: Path, replica: str) -> subprocess.Popen[str]:
-    (root / "schedule" / "holds").mkdir(parents=True, exist_ok=True)
+def locker(root: Path, key: int, folder: str, files: int) -> subprocess.Popen[str]:
+    """Another process holding ``key`` in ``files`` files of ``schedule/<folder>/``."""
+    (root / "schedule" / folder).mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
-        [sys.executable, "-c", EARLIER, str(root), str(replica_key(replica))],
+        [sys.executable, "-c", EARLIER, str(root), str(key), folder, str(files)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
+
+
+def earlier_replica(root: Path, replica: str) -> subprocess.Popen[str]:
+    return locker(root, replica_key(replica), "holds", 16)
+
+
+def maker(root: Path, routine: str, slot: datetime) -> subprocess.Popen[str]:
+    """Another replica of this version making the claim of ``slot``: its hold held."""
+    return locker(root, claim_key(routine, slot), "holds2", 64)
 
 
 def answer(process: subprocess.Popen[str]) -> str:
@@ -231,40 +241,102 @@ async def test_a_claim_an_earlier_process_made_under_our_id_is_recorded_interrup
     await store.aclose()
 
 
-class Refusing(Presence):
-    """A presence whose store cannot answer a take while ``down``."""
+class Plain(Presence):
+    """A presence whose store grants every hold and records what it lets go of."""
 
-    down = True
+    def __init__(self, replica: str) -> None:
+        super().__init__(info(replica))
+        self.gone: list[int] = []
 
-    async def _take(self, keys: list[int]) -> list[bool]:
-        if self.down:
-            raise StateFault("the store is down")
-        return [True] * len(keys)
+    def _let_go(self, keys: list[int]) -> None:
+        self.gone += keys
 
 
-async def test_a_local_claim_whose_session_take_fails_leaves_nothing_held() -> None:
-    presence = Refusing(info("a"))
+async def test_a_claim_written_lets_the_store_go_of_its_hold_and_keeps_it_here() -> None:
+    presence = Plain("a")
     gate = SessionGate(Waiting())
     holds = Holds(gate, lambda: presence)
-    with pytest.raises(StateFault, match="the store is down"):
-        await holds.enter("s", 7, local_claim=True)
-    assert not presence.holds(7)
-    assert not gate.busy("s")
-    presence.down = False
-    hold = await holds.enter("s", 7, local_claim=True)
+    hold = await holds.enter("s", 7)
     assert (hold.claimed, hold.busy) == (True, False)
-    assert presence.holds(7)
-    assert presence.holds(session_key("s"))
-    assert gate.busy("s")
-    again = await holds.enter("t", 7, local_claim=True)  # the same slot, held here
+    hold.let_store_go(7)
+    assert presence.gone == [7]  # the store let go of the claim's hold ...
+    assert presence.holds(7)  # ... which this process keeps
+    again = await holds.enter("t", 7)  # the same slot: a duplicate, here
     assert not again.claimed
-    assert not gate.busy("t")
-    assert not presence.holds(session_key("t"))
     again.release()
+    assert presence.gone == [7, session_key("t")]
+    hold.let_store_go(7)  # once only
+    assert presence.gone == [7, session_key("t")]
     hold.release()
+    assert presence.gone == [7, session_key("t"), session_key("s")]  # only the session's
     assert not presence.holds(7)
-    assert not presence.holds(session_key("s"))
     assert not gate.busy("s")
+
+
+async def test_a_claim_being_made_is_alive_while_its_hold_is_held(tmp_path: Path) -> None:
+    # A claim file is made, then written: between the two it names no replica, and its
+    # maker holds its claim's hold until it is written.
+    claim = tmp_path / "schedule" / "claims" / "r" / "2026-07-07T09-00-00-000Z"
+    claim.parent.mkdir(parents=True)
+    claim.touch()
+    store = DirectoryStore(tmp_path)
+    making = maker(tmp_path, "r", SLOT)
+    try:
+        assert answer(making) == "held"
+        assert await store.claims_alive([("r", SLOT)]) == [True]
+    finally:
+        end(making)
+    assert await store.claims_alive([("r", SLOT)]) == [False]  # its maker died unwritten
+    await store.aclose()
+
+
+async def test_a_claim_written_while_it_was_looked_at_is_judged_by_its_replica(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trio_routines.stores.directory.members import DirectoryMembers
+
+    first, second = DirectoryStore(tmp_path), DirectoryStore(tmp_path)
+    a = await first.join(info("a"))
+    # Read unwritten, then (its maker let go of its hold meanwhile) written: the second
+    # reading decides.
+    readings = iter([None, "a", None, "gone"])
+    monkeypatch.setattr(DirectoryMembers, "_holder", lambda *_: next(readings))
+    assert await second.claims_alive([("r", SLOT)]) == [True]
+    assert await second.claims_alive([("r", SLOT)]) == [False]
+    await a.leave()
+    await first.aclose()
+    await second.aclose()
+
+
+async def test_a_boot_leaves_a_claim_being_made_by_another_replica_alone(
+    tmp_path: Path,
+) -> None:
+    from trio_routines.scheduler.boot import BOOT_INTERRUPTED
+
+    store = DirectoryStore(tmp_path)
+    await store.claim("r", SLOT, SLOT, replica="dead")  # a dead replica's: interrupted
+    claim = tmp_path / "schedule" / "claims" / "q" / "2026-07-07T09-00-00-000Z"
+    claim.parent.mkdir(parents=True)
+    claim.touch()  # made by a live replica, not written yet
+    making = maker(tmp_path, "q", SLOT)
+    try:
+        assert answer(making) == "held"
+        scheduler = Scheduler(
+            agent=Waiting(),
+            store=store,
+            routines=[Routine(name=n, prompt="p", cron="0 0 1 1 *") for n in ("r", "q")],
+            now=lambda: T0,
+            wakeups=False,
+        )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(scheduler.run)
+            scheduler.stop(0)
+    finally:
+        end(making)
+    (fire,) = await store.history("r")
+    assert (fire.outcome, fire.error) == (Outcome.INTERRUPTED, BOOT_INTERRUPTED)
+    assert claim.read_bytes() == b""  # left to its maker
+    await store.aclose()
 
 
 def test_serve_refuses_in_one_line_beside_an_earlier_versions_replica(tmp_path: Path) -> None:
@@ -284,3 +356,31 @@ def test_serve_refuses_in_one_line_beside_an_earlier_versions_replica(tmp_path: 
     assert not (state / "schedule" / "replicas").exists() or not any(
         (state / "schedule" / "replicas").iterdir()
     )  # it published nothing
+
+
+async def test_a_refused_join_locks_nothing_even_for_a_moment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Had it locked file after file until one refused, the earlier replica's holds in the
+    # files locked before would have been refused meanwhile (its fires skipped for nothing).
+    import fcntl
+
+    from trio_routines.stores.directory import holds
+
+    calls: list[int] = []
+    real = fcntl.fcntl
+
+    def recording(fd: int, command: int, arg: bytes) -> bytes:
+        calls.append(command)
+        return real(fd, command, arg)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(holds.fcntl, "fcntl", recording)
+    earlier = earlier_replica(tmp_path, "old-3")  # a key in one of the later files
+    try:
+        assert answer(earlier) == "held"
+        with pytest.raises(StateFault, match="earlier version"):
+            await DirectoryStore(tmp_path).join(info("new"))
+    finally:
+        end(earlier)
+    assert calls
+    assert set(calls) == {holds._GETLK}

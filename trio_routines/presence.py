@@ -92,6 +92,13 @@ class Presence:
         """Let go of ``keys`` held in this process only (the store never heard of them)."""
         self._held.difference_update(keys)
 
+    def keep_here(self, keys: Sequence[int]) -> None:
+        """The store lets go of ``keys`` (as :meth:`let_go`), but this presence still holds
+        them, in this process only, until :meth:`forget`."""
+        mine = [key for key in dict.fromkeys(keys) if key in self._held]
+        if mine and not self._left:
+            self._let_go(mine)
+
     def let_go(self, keys: Sequence[int]) -> None:
         """Let go of ``keys`` (those not held are ignored) without waiting: the store hears of
         it at once or soon after, and always before a later take of ours. Never raises: a

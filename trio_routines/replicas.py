@@ -13,8 +13,9 @@ connection). Never a timeout guessed from wall clocks.
 
 A replica holds, for as long as it runs, the hold of its **id**; and for each fire under way
 the hold of its **claim** (routine and slot: taken before the claim is made, let go after its
-settle; where claims name their replica in the store, as in both of ours, only in this
-process, the claim itself being held while its replica lives) and of its **session** (one
+settle; where a written claim names its replica, as in both of ours, it is held in the store
+only until the claim is written -- on PostgreSQL, never -- and in this process after, the
+claim itself being held while its replica lives) and of its **session** (one
 turn per session across every replica). A claim naming a replica's own id is judged by that
 replica from memory: one it does not hold was made by an earlier process under the same id.
 So:

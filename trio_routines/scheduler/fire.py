@@ -73,7 +73,8 @@ class FirePath:
         self._deadlines = calls.deadlines
         # A store written before replicas were recorded takes no ``replica``: it gets none.
         self._claim_options = {"replica": runtime.replica} if takes_replica(store) else {}
-        #: A claim is alive while the replica it names is: its key is held here only.
+        #: A written claim is alive while the replica it names is: the store lets go of its
+        #: key once it is written, and this process keeps it.
         self._claims_live_with_replica = getattr(
             store, "claims_live_with_replica", False
         ) is True and bool(self._claim_options)
@@ -232,8 +233,8 @@ class FirePath:
     ) -> tuple[TurnHold, ClaimResult]:
         """The claim's hold and the session's, then the claim: while the claim's hold is held,
         every replica sees the claim alive (replicas.py). Where a claim is alive while the
-        replica it names is, its hold is this process's alone and the store takes only the
-        session's (the state directory), or both in the claim's own step (PostgreSQL)."""
+        replica it names is, the store lets go of the claim's hold once the claim is written
+        (the state directory), or never takes it (PostgreSQL: both in the claim's own step)."""
         name, key = routine.name, claim_key(routine.name, slot)
         try:
             if self._claims_take_holds():
@@ -244,18 +245,22 @@ class FirePath:
                 )
                 # None: the slot is this process's already.
                 return hold, claim or ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
-            hold = await self._holds.enter(
-                routine.session, key, local_claim=self._claims_live_with_replica
-            )
+            hold = await self._holds.enter(routine.session, key)
         except StateFault as exc:
             raise StateFault(f"could not claim slot {slot_name(slot)} of {name!r}: {exc}") from None
         if not hold.claimed:  # another replica is deciding or running this very slot
             return hold, ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
         try:
-            return hold, await self._store.claim(name, slot, now, **self._claim_options)
+            claim = await self._store.claim(name, slot, now, **self._claim_options)
         except BaseException:
             hold.release()
             raise
+        if self._claims_live_with_replica:
+            # Written, the claim names this replica, which keeps it alive from now on: the
+            # store's lock of the claim covered only its making (a claim file is made, then
+            # written), and this process keeps the key against a second fire of the slot.
+            hold.let_store_go(key)
+        return hold, claim
 
     def _claims_take_holds(self) -> bool:
         """Whether the store takes a claim's holds in the claim's own step, for our presence."""

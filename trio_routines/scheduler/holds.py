@@ -51,6 +51,14 @@ class TurnHold:
             self._keys.remove(key)
             self._local = key
 
+    def let_store_go(self, key: int) -> None:
+        """The store lets go of ``key`` now; this process holds it until the turn ends (as
+        :meth:`hold_locally`): a claim made and written, which names its replica from then
+        on, needs its own hold no more."""
+        if key in self._keys:
+            self._presence.keep_here((key,))
+            self.hold_locally(key)
+
     def release(self) -> None:
         """Let go of everything this turn holds (once; never raises, never waits)."""
         gate_hold, self._gate_hold = self._gate_hold, None
@@ -71,45 +79,18 @@ class Holds:
         self.gate = gate
         self._presence = presence  # the current one: a lost presence is replaced
 
-    async def enter(
-        self, session: str, claim: int | None = None, *, local_claim: bool = False
-    ) -> TurnHold:
-        """Hold ``session`` (and the claim ``claim``, a key) for one turn. With
-        ``local_claim`` (a store whose claims are alive while the replica they name is), the
-        claim's key is held in this process only, so that a second fire of the slot here is
-        a duplicate without asking, and the store takes the session's hold alone.
+    async def enter(self, session: str, claim: int | None = None) -> TurnHold:
+        """Hold ``session`` (and the claim ``claim``, a key) for one turn.
 
         Raises StateFault when the store cannot answer; nothing is held then.
         """
         presence, gate_hold, agent, wanted = self._begin(session, claim)
-        if local_claim and claim is not None:
-            return await self._enter_local(presence, gate_hold, agent, wanted, claim)
         try:
             taken = await presence.take(wanted)
         except BaseException:
             gate_hold.__exit__(None, None, None)
             raise
         return self._finish(presence, gate_hold, agent, wanted, taken, claim)
-
-    async def _enter_local(
-        self, presence: Presence, gate_hold: Hold, agent: Agent, wanted: list[int], claim: int
-    ) -> TurnHold:
-        try:
-            if not presence.reserve((claim,))[0]:  # this very slot is being decided or run here
-                taken = [False] * len(wanted)
-            else:
-                try:
-                    taken = [True, *await presence.take(wanted[1:])]
-                except BaseException:
-                    presence.forget((claim,))
-                    raise
-        except BaseException:
-            gate_hold.__exit__(None, None, None)
-            raise
-        hold = self._finish(presence, gate_hold, agent, wanted, taken, claim)
-        if taken[0]:
-            hold.hold_locally(claim)
-        return hold
 
     async def enter_claiming(
         self,

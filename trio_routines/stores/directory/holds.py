@@ -156,6 +156,12 @@ def fence(root: Path) -> dict[int, int]:
     fds = open_holds(root, range(FENCE_SHARDS), create=True, folder=FENCE)
     whole = struct.pack(_FLOCK, fcntl.F_RDLCK, os.SEEK_SET, 0, 0, 0)  # length 0: to the end
     try:
+        # Every file asked first, then locked: locked one after another until one refused,
+        # the files locked before it would refuse the earlier replica's holds meanwhile (its
+        # fires skipped as duplicates or busy) for nothing.
+        for fd in fds.values():
+            if struct.unpack(_FLOCK, fcntl.fcntl(fd, _GETLK, whole))[0] != fcntl.F_UNLCK:
+                raise OSError(errno.EAGAIN, "held")
         for fd in fds.values():
             fcntl.fcntl(fd, _SETLK, whole)
     except OSError as exc:

@@ -22,7 +22,7 @@ from ...claims import parse_claim
 from ...errors import StateFault
 from ...instants import slot_name
 from ...records import Fire
-from ...replicas import ReplicaInfo, replica_key
+from ...replicas import ReplicaInfo, claim_key, replica_key
 from ..abandon import run_abandoning
 from ..safefile import Refused, describe, read_file
 from .claimbatch import CLAIM_LIMIT
@@ -63,7 +63,7 @@ class DirectoryMembers:
 
     async def claims_alive(self, claims: Sequence[tuple[str, datetime]]) -> list[bool]:
         """For each ``(routine, slot)``, whether it is an open claim whose replica (the one it
-        names) is alive now: a claim takes no hold of its own (holds.py)."""
+        names) is alive now, or one being made, whose own hold is held (holds.py)."""
         own = self._presence if self._presence is not None and self._presence.fds else None
         try:
             return await self._run(self._claims_alive, own, list(claims))
@@ -73,14 +73,30 @@ class DirectoryMembers:
     def _claims_alive(
         self, own: DirectoryPresence | None, claims: list[tuple[str, datetime]]
     ) -> list[bool]:
-        holders = [self._holder(routine, slot) for routine, slot in claims]
-        keys = sorted({replica_key(holder) for holder in holders if holder is not None})
-        alive = dict(zip(keys, keys_alive(self.root, own, keys), strict=True))
-        return [holder is not None and alive[replica_key(holder)] for holder in holders]
+        names = [self._holder(routine, slot) for routine, slot in claims]
+        alive = [False] * len(claims)
+        # A claim that names no replica may be one being made (its file is made, then
+        # written): alive while its own hold is held. Once that hold is free it is read
+        # again, for its maker wrote it before letting go.
+        unnamed = [i for i, name in enumerate(names) if name is None]
+        if unnamed:
+            making = keys_alive(self.root, own, [claim_key(*claims[i]) for i in unnamed])
+            for i, held in zip(unnamed, making, strict=True):
+                if held:
+                    alive[i] = True
+                else:
+                    names[i] = self._holder(*claims[i])
+        keys = sorted({replica_key(name) for name in names if name is not None})
+        live = dict(zip(keys, keys_alive(self.root, own, keys), strict=True))
+        return [
+            made or (name is not None and live[replica_key(name)])
+            for made, name in zip(alive, names, strict=True)
+        ]
 
     def _holder(self, routine: str, slot: datetime) -> str | None:
         """The replica an open claim names; None when the slot has no open claim that names
-        one (none at all, settled, unreadable, or made before claims named their replica)."""
+        one (none at all, settled, unreadable, being made, or made before claims named their
+        replica)."""
         name, where = slot_name(slot), self._files.claim_dir(routine)
         try:
             directory = self._files.open_claims(routine)
@@ -90,6 +106,8 @@ class DirectoryMembers:
             raw = read_file(directory, name, where / name, CLAIM_LIMIT)
         except (FileNotFoundError, Refused):
             return None
+        except OSError as exc:
+            raise StateFault(f"the claim {where / name} is unreadable: {describe(exc)}") from None
         finally:
             os.close(directory)
         fire = parse_claim(name, raw.decode("utf-8", errors="replace"), str(where / name))

@@ -90,8 +90,8 @@ class DirectoryStore(Lifetime):
     and ``schedule/usage.lock`` are ours.
     """
 
-    #: An open claim is alive while the replica it names is: a fire takes no hold for its
-    #: claim, only its session's (holds.py).
+    #: A written claim is alive while the replica it names is: a fire's hold of its claim
+    #: covers only its making, until the claim is written (members.py).
     claims_live_with_replica = True
 
     def __init__(
