@@ -506,3 +506,25 @@ async def test_claims_or_replicas_that_cannot_be_read_are_a_state_fault(tmp_path
         f"the open claims in {claims} are unreadable: ENOTDIR: Not a directory: {claims / 'r'}"
     )
     await store.aclose()
+
+
+async def test_a_join_whose_own_lock_fails_keeps_nothing_open_and_holds_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = fcntl.fcntl
+
+    def no_locks_left(fd: int, cmd: int, arg: bytes) -> bytes:
+        if cmd == fcntl.F_OFD_SETLK and struct.unpack(FLOCK, arg)[0] == fcntl.F_WRLCK:
+            raise OSError(37, "No locks available")
+        return real(fd, cmd, arg)
+
+    store = DirectoryStore(tmp_path)
+    before = open_fds()
+    monkeypatch.setattr(holds.fcntl, "fcntl", no_locks_left)
+    with pytest.raises(StateFault) as refused:
+        await store.join(info("a"))
+    monkeypatch.undo()
+    assert str(refused.value) == f"could not join {tmp_path}: ENOLCK: No locks available"
+    assert open_fds() == before
+    assert probe(tmp_path / "schedule" / "holds" / "00", 0)[0] == fcntl.F_UNLCK  # no fence
+    await store.aclose()

@@ -301,18 +301,17 @@ class DirectoryPresence(Presence):
         """Fence the earlier versions off, open the holds files, take the replica's own hold,
         publish the replica (blocking)."""
         self._fence = fence(self.root)
+        mine = replica_key(self.replica)
         try:
             self.fds = open_holds(self.root, range(SHARDS), create=True)
-        except BaseException:
+            if not self._lock(mine):
+                raise StateFault(
+                    f"replica id {self.replica!r} is in use by a live replica of {self.root} — "
+                    "give each replica its own --replica"
+                )
+        except BaseException:  # a lock that failed (ENOLCK) too: nothing stays open
             self._close()
             raise
-        mine = replica_key(self.replica)
-        if not self._lock(mine):
-            self._close()
-            raise StateFault(
-                f"replica id {self.replica!r} is in use by a live replica of {self.root} — "
-                "give each replica its own --replica"
-            )
         self._held.add(mine)
         try:
             write_replica(self.root, self.info)
