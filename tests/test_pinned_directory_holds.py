@@ -15,11 +15,15 @@ import logging
 import os
 import shutil
 import struct
+import threading
+import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import trio
+from trio.testing import wait_all_tasks_blocked
 
 from trio_routines.errors import StateFault
 from trio_routines.replicas import ReplicaInfo, replica_key
@@ -527,4 +531,179 @@ async def test_a_join_whose_own_lock_fails_keeps_nothing_open_and_holds_nothing(
     assert str(refused.value) == f"could not join {tmp_path}: ENOLCK: No locks available"
     assert open_fds() == before
     assert probe(tmp_path / "schedule" / "holds" / "00", 0)[0] == fcntl.F_UNLCK  # no fence
+    await store.aclose()
+
+
+# -- threads: the store's limiter, and callers that leave --------------------------------------
+
+
+class Stall:
+    """A blocking call that waits in its thread until ``go``: a stalled disk."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.go = threading.Event()
+        self.calls = 0
+
+    def __call__(self, *args: object) -> None:
+        self.calls += 1
+        self.entered.set()
+        self.go.wait(30)
+
+
+async def test_every_blocking_call_of_the_members_waits_for_the_stores_limiter(
+    tmp_path: Path,
+) -> None:
+    limiter = trio.CapacityLimiter(1)
+    store = DirectoryStore(tmp_path, limiter=limiter)
+    member = await store.join(info("a"))
+    calls = {
+        "join": lambda: DirectoryStore(tmp_path, limiter=limiter).join(info("b")),
+        "claims_alive": lambda: store.claims_alive([("r", SLOT)]),
+        "replicas": store.replicas,
+        "open_claims": lambda: store.open_claims(["r"], 10),
+        "beat": lambda: member.beat(0, T0),
+    }
+    for name, call in calls.items():
+        answers: list[object] = []
+
+        async def run(
+            call: Callable[[], Awaitable[object]] = call, answers: list[object] = answers
+        ) -> None:
+            answers.append(await call())
+
+        async with trio.open_nursery() as nursery, limiter:
+            nursery.start_soon(run)
+            await wait_all_tasks_blocked()
+            waiting = limiter.statistics().tasks_waiting
+        assert (name, waiting, len(answers)) == (name, 1, 1)
+        if name == "join":
+            await answers[0].leave()  # type: ignore[attr-defined]
+    async with trio.open_nursery() as nursery, limiter:
+        nursery.start_soon(member.leave)
+        await wait_all_tasks_blocked()
+        waiting = limiter.statistics().tasks_waiting
+    assert waiting == 1
+    assert keys_alive(tmp_path, None, [replica_key("a")]) == [False]
+    await store.aclose()
+
+
+async def test_a_heartbeat_cut_short_leaves_its_write_to_its_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = DirectoryStore(tmp_path)
+    member = await store.join(info("a"))
+    stall = Stall()
+    monkeypatch.setattr(holds, "write_replica", stall)
+    left = []
+    scope = trio.CancelScope()
+    async with trio.open_nursery() as nursery:
+
+        async def beat() -> None:
+            with scope:
+                await member.beat(1, T0)
+            left.append(True)
+
+        nursery.start_soon(beat)
+        await trio.to_thread.run_sync(stall.entered.wait)
+        scope.cancel()
+        await wait_all_tasks_blocked()
+        early = list(left)
+        stall.go.set()
+    assert early == [True]
+    assert keys_alive(tmp_path, None, [replica_key("a")]) == [True]  # still a member
+    await member.leave()
+    await store.aclose()
+
+
+async def test_a_leave_cut_short_still_lets_go_of_every_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = DirectoryStore(tmp_path)
+    member = await store.join(info("a"))
+    assert await member.take([7]) == [True]
+    before = open_fds()
+    stall = Stall()
+    monkeypatch.setattr(holds, "remove_replica", stall)
+    left = []
+    scope = trio.CancelScope()
+    async with trio.open_nursery() as nursery:
+
+        async def leave() -> None:
+            with scope:
+                await member.leave()
+            left.append(True)
+
+        nursery.start_soon(leave)
+        await trio.to_thread.run_sync(stall.entered.wait)
+        scope.cancel()
+        await wait_all_tasks_blocked()
+        early = list(left)
+        # The id is free at once: the same process may join as it again.
+        alive = keys_alive(tmp_path, None, [replica_key("a"), 7])
+        closed = len(before - open_fds())
+        stall.go.set()
+    assert early == [True]
+    assert alive == [False, False]
+    assert closed == SHARDS + FENCE_SHARDS
+    monkeypatch.undo()
+    again = await store.join(info("a"))
+    await again.leave()
+    await store.aclose()
+
+
+async def test_a_join_given_up_lets_go_of_what_its_thread_took_once_it_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = DirectoryStore(tmp_path)
+    before = open_fds()
+    stall = Stall()
+    monkeypatch.setattr(holds, "write_replica", stall)
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.join, info("a"))
+            await trio.to_thread.run_sync(stall.entered.wait)
+            assert keys_alive(tmp_path, None, [replica_key("a")]) == [True]  # its thread holds it
+            scope.cancel()
+    assert scope.cancelled_caught
+    stall.go.set()
+    for _ in range(100):  # the thread ends on its own: nothing to wait on but its effect
+        if open_fds() == before:
+            break
+        await trio.to_thread.run_sync(time.sleep, 0.05)
+    assert open_fds() == before
+    assert keys_alive(tmp_path, None, [replica_key("a")]) == [False]
+    assert await store.replicas() == []  # no member: the answers are a reader's
+    await store.aclose()
+
+
+async def test_a_walk_given_up_is_waited_for_by_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    limiter = trio.CapacityLimiter(2)
+    store = DirectoryStore(tmp_path, limiter=limiter)
+    stall = Stall()
+    scan = store._members._open_scan
+    running: list[int] = []
+
+    def step(routines: list[str], budget: int) -> list[object]:
+        running.append(len(running))
+        if len(running) == 1:
+            stall()
+        return []
+
+    monkeypatch.setattr(scan, "step", step)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(store.open_claims, ["r"], 10)
+        await trio.to_thread.run_sync(stall.entered.wait)
+        nursery.cancel_scope.cancel()
+    assert running == [0]
+    assert limiter.borrowed_tokens == 1  # the walk given up still runs
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(store.open_claims, ["r"], 10)
+        await wait_all_tasks_blocked()
+        waited = limiter.borrowed_tokens  # not side by side with the walk still under way
+        stall.go.set()
+    assert waited == 1
+    assert running == [0, 1]
     await store.aclose()

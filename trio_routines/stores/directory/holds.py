@@ -366,10 +366,19 @@ class DirectoryPresence(Presence):
             log.warning("could not refresh replica %s's record: %s", self.replica, describe(exc))
 
     async def _leave(self) -> None:
-        await trio.to_thread.run_sync(
-            remove_replica, self.root, self.replica, limiter=self._limiter, abandon_on_cancel=True
-        )
-        self._close()
+        try:
+            await trio.to_thread.run_sync(
+                remove_replica,
+                self.root,
+                self.replica,
+                limiter=self._limiter,
+                abandon_on_cancel=True,
+            )
+        finally:
+            # A leave cut short (a stalled disk, a stop's bound) still lets go of every hold:
+            # else the replica would look alive, its id in use, until the process ends. The
+            # record's removal goes on alone; it touches none of these files.
+            self._close()
 
     def close_sync(self) -> None:
         """Let go of every hold (a join given up by its caller, in its thread)."""
