@@ -707,3 +707,172 @@ async def test_a_walk_given_up_is_waited_for_by_the_next(
     assert waited == 1
     assert running == [0, 1]
     await store.aclose()
+
+
+# -- what a member answers from its own files -----------------------------------------------
+
+
+async def test_a_member_answers_from_the_files_it_opened_for_its_life(tmp_path: Path) -> None:
+    first, second = DirectoryStore(tmp_path), DirectoryStore(tmp_path)
+    a = await first.join(info("a"))
+    b = await second.join(info("b"))
+    await first.claim("r", SLOT, SLOT, replica="b")
+    await first.claim("q", SLOT, SLOT, replica="a")
+    # The holds files unlinked under the members (an operator's clean-up): a reader finds
+    # none, the members still see every hold in the files they hold open.
+    shutil.rmtree(tmp_path / "schedule" / "holds2")
+    claims = [("r", SLOT), ("q", SLOT)]
+    assert await first.claims_alive(claims) == [True, True]
+    assert await DirectoryStore(tmp_path).claims_alive(claims) == [False, False]
+    assert [(m.id, m.alive) for m in await first.replicas()] == [("a", True), ("b", True)]
+    assert [m.alive for m in await DirectoryStore(tmp_path).replicas()] == [False, False]
+    assert keys_alive(tmp_path, a, [replica_key("a"), replica_key("b"), 5]) == [
+        True,
+        True,
+        False,
+    ]
+    await a.leave()
+    await b.leave()
+    await first.aclose()
+    await second.aclose()
+
+
+async def test_a_take_or_a_let_go_the_kernel_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = DirectoryStore(tmp_path)
+    member = await store.join(info("a"))
+    assert await member.take([5]) == [True]
+    real = fcntl.fcntl
+
+    def failing(fd: int, cmd: int, arg: bytes) -> bytes:
+        if cmd == fcntl.F_OFD_SETLK:
+            raise OSError(37, "No locks available")
+        return real(fd, cmd, arg)
+
+    monkeypatch.setattr(holds.fcntl, "fcntl", failing)
+    with pytest.raises(StateFault) as refused:
+        await member.take([6])
+    assert str(refused.value) == f"could not take a hold in {tmp_path}: ENOLCK: No locks available"
+    assert not member.holds(6)
+    member.let_go([5])  # never raises: the lock goes with the process at worst
+    monkeypatch.undo()
+    assert not member.holds(5)
+    await member.leave()
+    await store.aclose()
+
+
+def test_a_reader_makes_nothing_and_closes_what_it_opened_when_a_file_is_refused(
+    tmp_path: Path,
+) -> None:
+    assert keys_alive(tmp_path, None, [1, 2]) == [False, False]
+    assert not tmp_path.joinpath("schedule").exists()
+    (tmp_path / "schedule" / "holds2").mkdir(parents=True)
+    (tmp_path / "schedule" / "holds2" / "01").touch()
+    assert keys_alive(tmp_path, None, [1, 2]) == [False, False]
+    assert os.listdir(tmp_path / "schedule") == ["holds2"]  # no earlier layout made
+    assert os.listdir(tmp_path / "schedule" / "holds2") == ["01"]
+    (tmp_path / "schedule" / "holds").mkdir()
+    os.mkfifo(tmp_path / "schedule" / "holds" / "01")
+    before = open_fds()
+    with pytest.raises(StateFault, match="is a FIFO, not a regular file"):
+        keys_alive(tmp_path, None, [1])
+    assert open_fds() == before
+
+
+def test_a_missing_holds_file_leaves_out_only_itself(tmp_path: Path) -> None:
+    where = tmp_path / "schedule" / "holds2"
+    where.mkdir(parents=True)
+    (where / "05").touch()
+    fds = open_holds(tmp_path, [4, 5], create=False)
+    assert sorted(fds) == [5]
+    os.close(fds[5])
+
+
+async def test_a_record_that_cannot_replace_the_last_names_where_it_failed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = DirectoryStore(tmp_path)
+    member = await store.join(info("a"))
+    where = replicas_dir(tmp_path) / holds._file_name("a")
+    where.unlink()
+    where.mkdir()
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        await member.beat(1, T0)
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("could not refresh replica a's record: ")
+    assert line.endswith(f": {where}")
+    assert os.listdir(replicas_dir(tmp_path)) == [where.name]  # its temp file removed
+    where.rmdir()
+    await member.leave()
+    await store.aclose()
+
+
+async def test_a_claim_is_read_and_warned_about_under_its_path(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.claim("r", SLOT, SLOT, replica="gone")
+    where = tmp_path / "schedule" / "claims" / "r" / "2026-07-07T09-00-00-000Z"
+    body = json.loads(where.read_text())
+    body["firedAt"] = "then"
+    where.write_text(json.dumps(body))
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        assert await store.claims_alive([("r", SLOT)]) == [False]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"claim {where} carries an unreadable stamp — using the slot instant"
+    ]
+    real = os.open
+
+    def refused(path: str, flags: int, *args: object, **kwargs: object) -> int:
+        if path == where.name:
+            raise PermissionError(13, "Permission denied")
+        return real(path, flags, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", refused)
+    with pytest.raises(StateFault) as unreadable:
+        await store.claims_alive([("r", SLOT)])
+    monkeypatch.undo()
+    assert str(unreadable.value) == (
+        f"the holds of {tmp_path} are unreadable: EACCES: Permission denied: {where}"
+    )
+    await store.aclose()
+
+
+async def test_members_that_cannot_be_read_say_so_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = DirectoryStore(tmp_path)
+    (tmp_path / "schedule").mkdir()
+    replicas_dir(tmp_path).touch()
+    with pytest.raises(StateFault) as refused:
+        await store.replicas()
+    assert str(refused.value) == (
+        f"the replicas of {tmp_path} are unreadable: ENOTDIR: Not a directory: "
+        f"{replicas_dir(tmp_path)}"
+    )
+    (tmp_path / "schedule" / "holds2").touch()
+    with pytest.raises(StateFault) as refused:
+        await store.claims_alive([("r", SLOT)])
+    assert str(refused.value) == (
+        f"the holds of {tmp_path} are unusable: ENOTDIR: Not a directory: "
+        f"{tmp_path / 'schedule' / 'holds2'}"
+    )
+    replicas_dir(tmp_path).unlink()
+    replicas_dir(tmp_path).mkdir()
+
+    def unlistable(path: object) -> list[str]:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "listdir", unlistable)
+    with pytest.raises(StateFault) as refused:
+        await store.replicas()
+    monkeypatch.undo()
+    assert str(refused.value) == (
+        f"the replicas of {tmp_path} are unreadable: EACCES: Permission denied"
+    )
+    await store.aclose()
+
+
+def test_a_presence_never_opened_closes_without_a_word(tmp_path: Path) -> None:
+    DirectoryPresence(info("a"), tmp_path, trio.CapacityLimiter(1)).close_sync()
