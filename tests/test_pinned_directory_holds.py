@@ -475,6 +475,7 @@ async def test_claims_alive_reads_each_claims_replica_once_whatever_the_order(
     await a.leave()
     # Left, the store answers as a reader does: the others' claims are still alive.
     assert await first.claims_alive(claims) == [True, False, False, True, True]
+    assert [(m.id, m.alive) for m in await first.replicas()] == [("b", True)]
     await b.leave()
     await first.aclose()
     await second.aclose()
