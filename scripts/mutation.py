@@ -644,6 +644,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_replicas_contract.py",
             "tests/test_pinned_presence.py",
             "tests/test_open_claims.py",
+            "tests/test_pinned_directory_holds.py",
         ],
     ),
     # The API handlers (a route's parsed input to its answer), over a real server on a

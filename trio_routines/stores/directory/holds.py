@@ -307,18 +307,17 @@ class DirectoryPresence(Presence):
         """Fence the earlier versions off, open the holds files, take the replica's own hold,
         publish the replica (blocking)."""
         self._fence = fence(self.root)
+        mine = replica_key(self.replica)
         try:
             self.fds = open_holds(self.root, range(SHARDS), create=True)
-        except BaseException:
+            if not self._lock(mine):
+                raise StateFault(
+                    f"replica id {self.replica!r} is in use by a live replica of {self.root} — "
+                    "give each replica its own --replica"
+                )
+        except BaseException:  # a lock that failed (ENOLCK) too: nothing stays open
             self._close()
             raise
-        mine = replica_key(self.replica)
-        if not self._lock(mine):
-            self._close()
-            raise StateFault(
-                f"replica id {self.replica!r} is in use by a live replica of {self.root} — "
-                "give each replica its own --replica"
-            )
         self._held.add(mine)
         try:
             write_replica(self.root, self.info)
@@ -373,10 +372,19 @@ class DirectoryPresence(Presence):
             log.warning("could not refresh replica %s's record: %s", self.replica, describe(exc))
 
     async def _leave(self) -> None:
-        await trio.to_thread.run_sync(
-            remove_replica, self.root, self.replica, limiter=self._limiter, abandon_on_cancel=True
-        )
-        self._close()
+        try:
+            await trio.to_thread.run_sync(
+                remove_replica,
+                self.root,
+                self.replica,
+                limiter=self._limiter,
+                abandon_on_cancel=True,
+            )
+        finally:
+            # A leave cut short (a stalled disk, a stop's bound) still lets go of every hold:
+            # else the replica would look alive, its id in use, until the process ends. The
+            # record's removal goes on alone; it touches none of these files.
+            self._close()
 
     def close_sync(self) -> None:
         """Let go of every hold (a join given up by its caller, in its thread)."""

@@ -67,6 +67,8 @@ class DirectoryMembers:
         own = self._presence if self._presence is not None and self._presence.fds else None
         try:
             return await self._run(self._claims_alive, own, list(claims))
+        except StateFault:
+            raise  # holds.py's, which says what and where already
         except OSError as exc:
             raise StateFault(f"the holds of {self.root} are unreadable: {describe(exc)}") from None
 
@@ -107,7 +109,7 @@ class DirectoryMembers:
         except (FileNotFoundError, Refused):
             return None
         except OSError as exc:
-            raise StateFault(f"the claim {where / name} is unreadable: {describe(exc)}") from None
+            raise StateFault(f"a claim of {routine!r} is unreadable: {describe(exc)}") from None
         finally:
             os.close(directory)
         fire = parse_claim(name, raw.decode("utf-8", errors="replace"), str(where / name))
@@ -131,6 +133,8 @@ class DirectoryMembers:
         """Every member that joined (and was not forgotten), each marked alive or not."""
         try:
             return await self._run(read_replicas, self.root, self._presence)
+        except StateFault:
+            raise  # holds.py's, which says what and where already
         except OSError as exc:
             why = describe(exc)
             raise StateFault(f"the replicas of {self.root} are unreadable: {why}") from None
