@@ -168,7 +168,7 @@ async def test_connections_over_the_cap_are_refused_and_logged_once(
 @pytest.mark.slow
 def test_serve_derives_its_cap_from_the_descriptor_limit_and_never_runs_out(env: Env) -> None:
     env.routine("adhoc")
-    limit = 64
+    limit = 192  # the store's holds keep about 80 open: the cap is half of what is left
 
     def lower() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
@@ -184,7 +184,8 @@ def test_serve_derives_its_cap_from_the_descriptor_limit_and_never_runs_out(env:
         )
     env.procs.append(proc)
     found = wait_for(lambda: "HTTP surface on" in env.log() and env.log(), 20, "serve")
-    assert "(at most 32 connections open)" in found  # half of the 64 descriptors
+    cap = int(found.split("(at most ")[1].split()[0])
+    assert 0 < cap < limit // 2 - 40  # half of what the store left free, not of the limit
     port = int(found.split("HTTP surface on http://127.0.0.1:")[1].split()[0])
     # Twice the limit in connections: without the cap, accept would run out of descriptors.
     socks = []

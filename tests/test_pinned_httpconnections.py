@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import logging
 import math
+import os
 import resource
 import socket
 from collections.abc import Iterator
@@ -128,10 +129,10 @@ async def test_the_gate_serves_up_to_its_cap_refuses_the_rest_and_counts_each_en
         assert await everything(again_client) == BUSY  # counted, not reported again
         assert reports(caplog) == [
             "HTTP: 1 connection(s) refused since the last report — 2 open, the cap is 2 (half"
-            " of RLIMIT_NOFILE 4) (reported at most every 60s)",
+            " of the 4 descriptors free) (reported at most every 60s)",
             "HTTP: 1 accept(s) failed for lack of descriptors or memory since the last report"
-            " — EMFILE: Too many open files; 2 open, the cap is 2 (half of RLIMIT_NOFILE 4)"
-            " (reported at most every 60s)",
+            " — EMFILE: Too many open files; 2 open, the cap is 2 (half of the 4 descriptors"
+            " free) (reported at most every 60s)",
         ]
 
         # A connection that ends is counted off, and its socket closed by the server.
@@ -252,3 +253,15 @@ def test_an_unlimited_soft_limit_counts_as_unlimited(
 ) -> None:
     monkeypatch.setattr(connections.resource, "getrlimit", lambda _: (soft, resource.RLIM_INFINITY))
     assert descriptor_limit() == counted
+
+
+def test_the_descriptors_open_are_counted() -> None:
+    from trio_routines.http.connections import open_descriptors
+
+    before = open_descriptors()
+    fd = os.open(os.devnull, os.O_RDONLY)
+    try:
+        assert open_descriptors() == before + 1
+    finally:
+        os.close(fd)
+    assert open_descriptors() == before

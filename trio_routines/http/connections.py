@@ -13,7 +13,8 @@ So :func:`serve_connections` runs the accept loop itself, with hypercorn's per-c
 server (``TCPServer``) behind it, and keeps a cap:
 
 * at most :func:`connection_cap` connections are open at once: **half of the descriptors**
-  ``RLIMIT_NOFILE`` allows; the other half stays for the store, the agent and the rest;
+  ``RLIMIT_NOFILE`` leaves free when the surface starts (the store has joined by then, and
+  holds its own); the other half stays for the store, the agent and the rest;
 * a connection over the cap is accepted and closed at once -- one descriptor for the length
   of two system calls -- after a best-effort ``503`` written without waiting;
 * refusals are counted and logged as one WARNING at most once per :data:`REPORT_INTERVAL`,
@@ -65,6 +66,16 @@ def descriptor_limit() -> int:
     return UNLIMITED if soft < 0 or soft == resource.RLIM_INFINITY else int(soft)
 
 
+def open_descriptors() -> int:
+    """How many descriptors the process holds now (0 when it cannot tell)."""
+    for where in ("/proc/self/fd", "/dev/fd"):
+        try:
+            return max(0, len(os.listdir(where)) - 1)  # less the one that lists them
+        except OSError:
+            continue
+    return 0
+
+
 def connection_cap(descriptors: int) -> int:
     """How many connections may be open when the process may hold ``descriptors``: half."""
     return max(1, descriptors // 2)
@@ -100,7 +111,7 @@ class Gate:
     def __init__(self, cap: int, descriptors: int | None = None) -> None:
         self.cap = cap
         self.open = 0
-        where = f" (half of RLIMIT_NOFILE {descriptors})" if descriptors is not None else ""
+        where = f" (half of the {descriptors} descriptors free)" if descriptors is not None else ""
         self._limit = f"{{open}} open, the cap is {cap}{where}"
         self._refused = Counter("connection(s) refused")
         self._starved = Counter("accept(s) failed for lack of descriptors or memory")

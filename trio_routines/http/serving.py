@@ -12,7 +12,13 @@ import trio
 from ..errors import TrioRoutinesError
 from ..scheduler import Scheduler
 from .app import BODY_TIMEOUT, make_app
-from .connections import Gate, connection_cap, descriptor_limit, serve_connections
+from .connections import (
+    Gate,
+    connection_cap,
+    descriptor_limit,
+    open_descriptors,
+    serve_connections,
+)
 from .origin import is_loopback
 
 if TYPE_CHECKING:
@@ -76,8 +82,9 @@ async def serve_http(
     ``nursery.start(serve_http, scheduler, host, 0)`` returns the port actually bound.
     Raises :class:`InsecureBind` before binding anything when ``host`` is not loopback and
     there is no token. ``sock``: a socket :func:`bind_http` bound already (taken over). At
-    most ``max_connections`` connections are open at once (default: half of
-    ``RLIMIT_NOFILE``, the rest kept for the store and the agent); the next one gets a 503
+    most ``max_connections`` connections are open at once (default: half of the descriptors
+    ``RLIMIT_NOFILE`` leaves free when it starts, the rest kept for the store and the
+    agent); the next one gets a 503
     and is closed. At most half of them may be sending a request body, which must arrive
     within ``body_timeout`` seconds.
     """
@@ -85,7 +92,8 @@ async def serve_http(
 
     check_bind(host, token)
     if max_connections is None:
-        descriptors: int | None = descriptor_limit()
+        # What RLIMIT_NOFILE leaves free now: the store (its holds' files) has joined.
+        descriptors: int | None = max(0, descriptor_limit() - open_descriptors())
         cap = connection_cap(descriptors or 0)
     else:
         descriptors, cap = None, max(1, max_connections)
