@@ -119,10 +119,13 @@ def test_the_status_page_in_a_real_browser(env: Env, monkeypatch: pytest.MonkeyP
 
 
 def _run(d: Any, port: int) -> None:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    wait = WebDriverWait(d, 30)
+    # The page's script redraws it every second: an element found may be replaced before
+    # it is read, and is looked up again then.
+    wait = WebDriverWait(d, 30, ignored_exceptions=(StaleElementReferenceException,))
     d.get(f"http://127.0.0.1:{port}/")
     field = d.find_element(By.ID, "token")
     field.send_keys("not the token")
