@@ -141,7 +141,9 @@ def _run(d: Any, port: int) -> None:
     _severe(d)
     d.refresh()
     wait.until(lambda drv: drv.find_elements(By.CSS_SELECTOR, "article.routine"))
-    names = [e.text for e in d.find_elements(By.CSS_SELECTOR, "article.routine h3")]
+    names = wait.until(
+        lambda drv: [e.text for e in drv.find_elements(By.CSS_SELECTOR, "article.routine h3")]
+    )
     assert names == ["digest", "inbox-check", "standup"]
     cookies = d.get_cookies()
     assert [c["name"] for c in cookies] == ["trio_routines_page"]
@@ -149,14 +151,20 @@ def _run(d: Any, port: int) -> None:
     assert cookies[0]["sameSite"] == "Strict"
     assert TOKEN not in cookies[0]["value"]
     assert TOKEN not in d.current_url
-    marks = d.find_elements(By.CSS_SELECTOR, "svg.timeline g.mark")
-    kinds = {m.get_attribute("class").split()[-1] for m in marks}
+    kinds = wait.until(
+        lambda drv: {
+            m.get_attribute("class").split()[-1]
+            for m in drv.find_elements(By.CSS_SELECTOR, "svg.timeline g.mark")
+        }
+    )
     assert {"o-completed", "o-failed", "o-skipped", "o-interrupted", "o-missed"} <= kinds
 
     # A fire made elsewhere shows up without a reload: the marker set now survives it.
     d.execute_script("window.__notReloaded = true;")
     strip = "article.routine:nth-of-type(3) .strip"
-    assert "never fired" in d.find_element(By.CSS_SELECTOR, strip).text
+    assert wait.until(lambda drv: drv.find_element(By.CSS_SELECTOR, strip).text).count(
+        "never fired"
+    )
     slot = datetime.now(UTC) - timedelta(seconds=2)
     answer = _call(
         port, "POST", "/fire", {"name": "standup", "slot": slot.isoformat(), "wait": True}
