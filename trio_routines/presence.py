@@ -103,10 +103,8 @@ class Presence:
         """Let go of ``keys`` (those not held are ignored) without waiting: the store hears of
         it at once or soon after, and always before a later take of ours. Never raises: a
         hold that cannot be let go is let go with the process, or the store's connection."""
-        mine = [key for key in dict.fromkeys(keys) if key in self._held]
-        self._held.difference_update(mine)
-        if mine and not self._left:
-            self._let_go(mine)
+        self.keep_here(keys)
+        self._held.difference_update(keys)
 
     async def release(self, keys: Sequence[int]) -> None:
         """:meth:`let_go`, and return once the store has heard of it."""
