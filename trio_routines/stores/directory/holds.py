@@ -15,12 +15,13 @@ releases them when the process dies, however it dies: no timeout, no clock. Taki
 releasing never wait (``SETLK``, not ``SETLKW``) and never touch the disk, so they run on the
 event loop's thread: a frozen file system does not stall them.
 
-Earlier versions held their locks in the 16 files of ``schedule/holds/`` and took a hold for
-every claim, which this version does not (a claim is alive while the replica it names is):
-the two cannot share a directory. So a joined replica also holds a read lock on the whole of
-each of those 16 files, for its life: an older replica's lock conflicts with it, so an older
-replica cannot join (nor take a hold) while a newer one lives, and a newer one cannot join
-while an older one holds anything there (:data:`OLDER`, one line). A reader that is not a
+Earlier versions held their locks in the 16 files of ``schedule/holds/`` and held a claim's
+hold until its settle, where this version holds it only while the claim is being made (a
+written claim is alive while the replica it names is): the two cannot share a directory.
+So a joined replica also holds a read lock on the whole of each of those 16 files, for its
+life: an older replica's lock conflicts with it, so an older replica cannot join (nor take
+a hold) while a newer one lives, and a newer one cannot join while an older one holds
+anything there (:data:`OLDER`, one line). A reader that is not a
 member reads both layouts (a write lock in the earlier files is an earlier replica's hold; a
 read lock there is a fence), so that ``status`` run between an upgrade and the restart still
 sees the earlier replicas, and their claims, alive.
