@@ -389,6 +389,7 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return cert, key
 
 
+@pytest.mark.slow
 async def test_tls_is_verified_and_a_private_ca_is_taken_from_the_environment(
     certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -741,6 +742,7 @@ async def test_a_cron_fire_of_any_legal_name_reaches_the_server_with_its_key(nam
     assert (unquote(encoded), slot) == (name, "2026-07-07T09-00-00-000Z")
 
 
+@pytest.mark.slow
 def test_the_fire_command_posts_a_non_ascii_routine(env: Env) -> None:
     received: list[Request] = []
 

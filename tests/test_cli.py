@@ -235,6 +235,7 @@ def test_serve_refuses_to_start_with_a_broken_routine_file(env: Env) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_serve_logs_armed_routines_as_text_or_json(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *", tz="Europe/Berlin")
     env.routine("adhoc")

@@ -92,6 +92,7 @@ def test_failure_text_cannot_forge_a_json_log_record(env: Env) -> None:
     assert not re.search(r"[\n\r\u2028\u2029\x85]", failed["message"])
 
 
+@pytest.mark.slow
 def test_a_routine_name_with_line_breaks_stays_on_one_log_line(env: Env) -> None:
     name = "evil\nINFO  forged\u2028x\x1b[2J"
     (env.routines / f"{name}.md").write_text("---\ncron: 0 9 * * *\n---\nhi\n")

@@ -10,6 +10,7 @@ import socket
 import subprocess
 from pathlib import Path
 
+import pytest
 from logrecords import SLOT, STAMP, record
 from procs import Env
 
@@ -76,6 +77,7 @@ def test_hostile_names_and_errors_stay_on_one_line_in_both_formats() -> None:
     assert json.loads(as_json)["routine"] == name  # the exact name, escaped only in transit
 
 
+@pytest.mark.slow
 def test_a_fire_in_a_real_process_logs_its_fields_and_a_duplicate_only_at_debug(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *")
     slot = "2026-07-07T09:00:00.000Z"
@@ -126,6 +128,7 @@ def test_journal_stream_is_stderr_only_when_its_device_and_inode_match(tmp_path:
         assert not journal_stream({"JOURNAL_STREAM": "nonsense"}, stream)
 
 
+@pytest.mark.slow
 def test_under_the_journal_the_command_line_writes_journal_lines(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *")
     slot = "2026-07-07T09:00:00.000Z"

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import trio_routines
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,6 +22,7 @@ def run(*argv: str | Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_the_console_script_runs_commands_like_python_m(tmp_path: Path) -> None:
     assert SCRIPT.exists(), "pip install -e . creates the trio-routines console script"
     by_script = run(SCRIPT, "--routines", ROOT / "examples" / "routines", "check")

@@ -389,6 +389,7 @@ def test_two_processes_taking_100_due_wakeups(url: str, schema: str) -> None:
     assert trio.run(left) == recurring  # advanced in place, not taken again
 
 
+@pytest.mark.slow
 def test_session_cap_holds_across_processes(url: str, schema: str) -> None:
     outputs = race("add", url, schema, [["s1", "15"], ["s1", "15"]])
     lines = [line for out in outputs for line in out.splitlines()]

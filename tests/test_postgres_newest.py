@@ -82,6 +82,7 @@ async def store(url: str, schema: str) -> AsyncIterator[PostgresStore]:
     await store.aclose()
 
 
+@pytest.mark.slow
 async def test_a_herd_of_reads_is_a_few_queries_and_each_reads_as_alone(
     store: PostgresStore,
     schema: str,
@@ -201,6 +202,7 @@ async def test_readers_cancelled_with_their_queries_in_flight_strand_no_one(
     assert answers == expected
 
 
+@pytest.mark.slow
 async def test_a_boot_of_many_routines_reads_every_newest_claim(
     store: PostgresStore, schema: str
 ) -> None:
@@ -273,6 +275,7 @@ async def test_a_batch_that_fails_gives_each_caller_its_own_error(url: str) -> N
     assert errors == dict.fromkeys("ab", f"the PostgreSQL store {closed.where} is closed")
 
 
+@pytest.mark.slow
 async def test_a_boot_reads_the_resumes_of_its_catch_ups_together(
     store: PostgresStore, schema: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -132,6 +132,7 @@ def test_an_older_schema_is_upgraded_only_by_migrate_or_serve(tmp_path: Path, sc
     assert fired.returncode == 0, fired.stderr
 
 
+@pytest.mark.slow
 def test_serve_migrates_an_older_schema(tmp_path: Path, schema: str) -> None:
     env = project(tmp_path, schema)
     build_old(schema, 4)
@@ -140,6 +141,7 @@ def test_serve_migrates_an_older_schema(tmp_path: Path, schema: str) -> None:
     assert versions(schema)[-1][0] == SCHEMA_VERSION
 
 
+@pytest.mark.slow
 def test_older_code_runs_on_a_newer_schema_that_allows_it(tmp_path: Path, schema: str) -> None:
     # A rolling upgrade: a newer replica migrated; this (older) code restarts and goes on.
     env = project(tmp_path, schema)

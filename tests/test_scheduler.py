@@ -433,6 +433,7 @@ async def test_two_routines_fire_concurrently_and_slow_turns_skip_slots(
     assert [f.slot for f in await rig.store.history("slow")] == [at(10, 40), at(11, 10)]
 
 
+@pytest.mark.slow
 async def test_a_simulated_day_of_a_minute_cron(autojump_clock: Any) -> None:
     # Hourly polls: no wake-up is pending, and the day's 1,440 fires share it with fewer idle ticks.
     rig = Rig(Routine(name="minutely", prompt="p", cron="* * * * *"), poll_interval=3600)

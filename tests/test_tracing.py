@@ -225,6 +225,7 @@ async def test_with_no_provider_nothing_is_traced_and_nothing_goes_out(
         assert "TRACEPARENT" not in CommandAgent("true").environment("routine:hourly")
 
 
+@pytest.mark.slow
 def test_without_the_extra_nothing_imports_it_and_a_fire_runs() -> None:
     script = """
 import sys
