@@ -444,6 +444,16 @@ async def test_a_simulated_day_of_a_minute_cron(autojump_clock: Any) -> None:
     assert len(await rig.store.history("minutely")) == 512  # retention
 
 
+async def test_every_fire_of_a_minute_cron_is_counted(autojump_clock: Any) -> None:
+    # The simulated day above is slow; this keeps the count of outcomes in the fast subset.
+    rig = Rig(Routine(name="minutely", prompt="p", cron="* * * * *"), poll_interval=3600)
+    async with rig.running():
+        await sleep_until_wall(rig.wall, T0 + timedelta(minutes=10, seconds=30))
+    assert len(rig.agent.turns) == 10
+    assert rig.scheduler.statistics().outcomes == {"completed": 10}
+    assert len(await rig.store.history("minutely")) == 10
+
+
 # -- the external clock path --------------------------------------------------------------------
 
 
