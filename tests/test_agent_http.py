@@ -389,7 +389,6 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return cert, key
 
 
-@pytest.mark.slow
 async def test_tls_is_verified_and_a_private_ca_is_taken_from_the_environment(
     certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
