@@ -679,6 +679,21 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "--hypothesis-profile=mutation",
         ],
     ),
+    # The worker-thread calls a cancelled caller leaves (the state directory's stalls, with a
+    # thread blocked on an event as a frozen file system blocks it).
+    "abandon": (
+        ["trio_routines/stores/abandon.py"],
+        [
+            "tests/test_abandon.py",
+            "tests/test_stalled_directory.py",
+            "tests/test_replicas_stall.py",
+            "tests/test_pinned_wakeuplog.py",
+            "tests/test_pinned_wakeuplog_reads.py",
+            "tests/test_pinned_claimfiles.py",
+            "tests/test_store_bounds.py",
+            "tests/test_pinned_abandon.py",
+        ],
+    ),
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
