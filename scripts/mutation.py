@@ -694,6 +694,16 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_abandon.py",
         ],
     ),
+    # A state as messages and logs show it, every credential masked.
+    "credentials": (
+        ["trio_routines/stores/credentials.py"],
+        [
+            "tests/test_credentials.py",
+            "tests/test_pinned_cli_output.py",
+            "tests/test_pinned_credentials.py",
+            "--hypothesis-profile=mutation",
+        ],
+    ),
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
