@@ -17,8 +17,10 @@ from trio_routines.claims import (
     newest_first,
     parse_claim,
 )
-from trio_routines.converter import claim_text
+from trio_routines.converter import claim_text, dumps
+from trio_routines.instants import format_iso
 from trio_routines.records import Fire, Outcome
+from trio_routines.replicas import stored_replica
 
 NAME = "2026-07-07T10-00-00-000Z"
 SLOT = datetime(2026, 7, 7, 10, tzinfo=UTC)
@@ -98,6 +100,20 @@ def test_newest_first_skips_foreign_names_and_orders_the_rest() -> None:
     assert list(newest_first([])) == []
     # A name of the claim shape that is no instant (month 13) sorts last and is skipped too.
     assert list(newest_first([older, NAME, "2026-13-01T00-00-00-000Z"])) == [NAME, older]
+
+
+@given(
+    st.datetimes(timezones=st.just(UTC)),
+    st.none() | st.text(),
+)
+def test_a_claim_as_taken_is_its_record_as_json(fired_at: datetime, replica: str | None) -> None:
+    # The claim's own text is built without its record: it must be what the record gives.
+    record = {"firedAt": format_iso(fired_at)}
+    if replica is not None:
+        record["replica"] = replica
+    assert claim_text(fired_at, replica=replica) == dumps(record)
+    fire = parse_claim(NAME, claim_text(fired_at, replica=replica), "c")
+    assert (fire.outcome, fire.replica) == (None, stored_replica(replica))
 
 
 def test_claim_text_keeps_the_original_key_order() -> None:

@@ -296,3 +296,21 @@ def test_making_the_state_directory_names_the_parent_it_cannot_fsync(
     with pytest.raises(StateFault) as raised:
         DirectoryStore(root, syncfs=None).claim_sync("daily", T0, T0)
     assert str(raised.value) == unusable(root, f"{EIO}: {tmp_path}")
+
+
+def test_a_path_joined_when_shown_shows_as_the_path_would(tmp_path: Path) -> None:
+    where = safefile.Within(tmp_path / "claims", "daily")
+    path = where / "2026-07-07T09-00-00-000Z"
+    assert str(where) == str(tmp_path / "claims" / "daily")
+    assert os.fspath(path) == str(tmp_path / "claims" / "daily" / "2026-07-07T09-00-00-000Z")
+    assert (where.parent, where.name) == (tmp_path / "claims", "daily")
+    assert path.parent is where
+    # an error names the whole path, as with a Path
+    directory = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(FileNotFoundError) as caught:
+            safefile.open_dir(directory, "missing", safefile.Within(tmp_path, "missing"))
+    finally:
+        os.close(directory)
+    assert caught.value.filename == str(tmp_path / "missing")
+    assert describe(caught.value) == f"ENOENT: No such file or directory: {tmp_path / 'missing'}"

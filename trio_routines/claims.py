@@ -118,7 +118,6 @@ def parse_claim(name: str, text: str, where: str) -> Fire:
     slot = slot_of(name)
     if slot is None:
         raise ValueError(f"{name!r} is not a claim name")
-    default = Fire(slot=slot, fired_at=slot)
     try:
         record = loads(text)
     except ValueError:  # RecursionError included: converter.loads maps it
@@ -126,7 +125,7 @@ def parse_claim(name: str, text: str, where: str) -> Fire:
     if not isinstance(record, dict):
         if text.strip():
             log.debug("claim %s is not a claim record (torn write, or an earlier format)", where)
-        return default
+        return Fire(slot=slot, fired_at=slot)
     return fire_from_record(slot, record, where)
 
 

@@ -24,6 +24,7 @@ datetime; here a wrong type is an error, so a malformed stored entry is dropped,
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Collection, Sequence
 from datetime import datetime
@@ -189,6 +190,11 @@ def history_json(fire: Fire, running: bool = False) -> dict[str, Any]:
     return entry
 
 
+@functools.lru_cache(maxsize=64)  # a process names one replica, or a few in tests
+def _replica_field(replica: str) -> str:
+    return ',"replica":' + dumps(replica)
+
+
 def claim_text(
     fired_at: datetime,
     outcome: Outcome | None = None,
@@ -199,6 +205,11 @@ def claim_text(
     usage: Usage | None = None,
 ) -> str:
     """The content of a claim file, keys in the order the original writes them, then ours."""
+    if outcome is None:
+        # A claim as it is taken (every fire writes one): the text :func:`dumps` makes of its
+        # two fields, without the record. A stamp holds no character JSON escapes.
+        tail = "" if replica is None else _replica_field(replica)
+        return '{"firedAt":"' + format_iso(fired_at) + '"' + tail + "}"
     record: dict[str, Any] = {"firedAt": format_iso(fired_at)}
     if outcome is not None:
         record["outcome"] = outcome.value

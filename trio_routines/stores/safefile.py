@@ -30,7 +30,7 @@ import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeAlias, TypeVar
 
 T = TypeVar("T")
 
@@ -46,6 +46,34 @@ KINDS = {
     stat.S_IFBLK: "a block device",
     stat.S_IFDIR: "a directory",
 }
+
+
+class Within:
+    """The path ``parent / name``, for the messages that name it: joined only when shown.
+
+    A herd's writes name thousands of files and fail on few: each joined up front as a
+    :class:`~pathlib.Path` was a tenth of a claim's CPU in the writer process. Shown as the
+    ``Path`` would be (its names are single components).
+    """
+
+    __slots__ = ("name", "parent")
+
+    def __init__(self, parent: Path | Within, name: str) -> None:
+        self.parent = parent
+        self.name = name
+
+    def __str__(self) -> str:
+        return os.path.join(str(self.parent), self.name)
+
+    def __fspath__(self) -> str:
+        return str(self)
+
+    def __truediv__(self, name: str) -> Within:
+        return Within(self, name)
+
+
+#: Where a file is, for its messages: a path, or one joined when shown.
+Where: TypeAlias = Path | Within
 
 
 class Refused(OSError):
@@ -75,7 +103,7 @@ def kind_of(mode: int) -> str:
     return KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
-def at(where: Path, call: Callable[[], T]) -> T:
+def at(where: Where, call: Callable[[], T]) -> T:
     """Run ``call``; an ``OSError`` it raises names ``where`` (the full path) as its file."""
     try:
         return call()
@@ -92,7 +120,7 @@ def open_root(root: Path) -> int:
     return at(root, lambda: os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
 
 
-def open_dir(parent: int, name: str, where: Path, *, create: bool = False) -> int:
+def open_dir(parent: int, name: str, where: Where, *, create: bool = False) -> int:
     """The subdirectory ``name`` of ``parent``, never through a link.
 
     With ``create``, a missing directory is made and fsynced into its parent first.
@@ -160,7 +188,7 @@ def _make_root(path: Path) -> None:
         raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
 
 
-def _refuse_if_odd(parent: int, name: str, where: Path) -> None:
+def _refuse_if_odd(parent: int, name: str, where: Where) -> None:
     """``lstat`` ``name``; raise :class:`Refused` unless it is a regular file."""
     info = at(where, lambda: os.stat(name, dir_fd=parent, follow_symlinks=False))
     if not stat.S_ISREG(info.st_mode):
@@ -169,7 +197,7 @@ def _refuse_if_odd(parent: int, name: str, where: Path) -> None:
         )
 
 
-def open_file(parent: int, name: str, where: Path, flags: int, limit: int) -> int:
+def open_file(parent: int, name: str, where: Where, flags: int, limit: int) -> int:
     """Open the existing regular file ``name`` of ``parent`` without following or blocking.
 
     Raises :class:`Refused` for anything else (or a file larger than ``limit`` bytes),
@@ -194,7 +222,7 @@ def open_file(parent: int, name: str, where: Path, flags: int, limit: int) -> in
     return fd
 
 
-def read_fd(fd: int, where: Path, limit: int) -> bytes:
+def read_fd(fd: int, where: Where, limit: int) -> bytes:
     """Everything in ``fd`` from its offset, refusing more than ``limit`` bytes."""
     chunks = []
     size = 0
@@ -212,7 +240,7 @@ def read_fd(fd: int, where: Path, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def read_file(parent: int, name: str, where: Path, limit: int) -> bytes:
+def read_file(parent: int, name: str, where: Where, limit: int) -> bytes:
     """The content of the regular file ``name`` (see :func:`open_file`)."""
     fd = open_file(parent, name, where, os.O_RDONLY, limit)
     try:
@@ -221,20 +249,20 @@ def read_file(parent: int, name: str, where: Path, limit: int) -> bytes:
         os.close(fd)
 
 
-def create_file(parent: int, name: str, where: Path) -> int:
+def create_file(parent: int, name: str, where: Where) -> int:
     """Create ``name`` exclusively (``FileExistsError`` if anything, even a link, is there)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW
     return at(where, lambda: os.open(name, flags, 0o644, dir_fd=parent))
 
 
-def create_temp(parent: int, prefix: str, directory: Path) -> tuple[int, str]:
+def create_temp(parent: int, prefix: str, directory: Where) -> tuple[int, str]:
     """A new file ``<prefix><random>`` in ``parent``: no one can guess or pre-plant it."""
     name = f"{prefix}{secrets.token_hex(8)}"
     return create_file(parent, name, directory / name), name
 
 
 def replace_file(
-    directory: int, name: str, where: Path, data: bytes, prefix: str, *, durable: bool = True
+    directory: int, name: str, where: Where, data: bytes, prefix: str, *, durable: bool = True
 ) -> None:
     """Put ``data`` in place of the file ``name`` of ``directory`` (at ``where``) in one step:
     a temp file under an unpredictable name is written (and, with ``durable``, fsynced) and
@@ -255,7 +283,7 @@ def replace_file(
         raise
 
 
-def write_all(fd: int, data: bytes, where: Path) -> None:
+def write_all(fd: int, data: bytes, where: Where) -> None:
     """``os.write`` until every byte is written (a single call may write fewer)."""
     view = memoryview(data)
     try:
@@ -266,7 +294,7 @@ def write_all(fd: int, data: bytes, where: Path) -> None:
         raise
 
 
-def fsync(fd: int, where: Path) -> None:
+def fsync(fd: int, where: Where) -> None:
     at(where, lambda: os.fsync(fd))
 
 

@@ -34,6 +34,8 @@ from ..batch import each
 from ..groupcommit import Descriptors, hand_in, opened
 from ..safefile import (
     Refused,
+    Where,
+    Within,
     at,
     create_file,
     describe,
@@ -81,7 +83,7 @@ class ClaimFiles:
         *,
         create: bool = False,
         claims: int | None = None,
-        where: Path | None = None,
+        where: Where | None = None,
     ) -> int:
         """The routine's claim directory; through ``claims`` (from :meth:`claims_dir`) if given,
         ``where`` its :meth:`claim_dir` if the caller has it already."""
@@ -159,7 +161,7 @@ class ClaimFiles:
         claims: int | None = None,
     ) -> ClaimWrite:
         """Decide the slot and write the claim; durable already unless a flush is pending."""
-        where = self.claim_dir(routine)
+        where = Within(self._claims, check_name(routine))  # joined if a message names it
         wanted = slot_name(slot)
         try:
             directory = self.open_claims(routine, create=True, claims=claims, where=where)
@@ -212,10 +214,10 @@ class ClaimFiles:
             if not handed_over:
                 os.close(directory)
 
-    def unusable(self, routine: str, where: Path, exc: OSError) -> StateFault:
+    def unusable(self, routine: str, where: Where, exc: OSError) -> StateFault:
         return StateFault(f"claims of {routine!r} are unusable in {where}: {describe(exc)}")
 
-    def unclaim(self, routine: str, directory: int, name: str, path: Path) -> None:
+    def unclaim(self, routine: str, directory: int, name: str, path: Where) -> None:
         # A claim that is not durable must not stand: removing it costs a retry, not the slot.
         try:
             at(path, lambda: os.unlink(name, dir_fd=directory))
@@ -249,7 +251,7 @@ class ClaimFiles:
         finally:
             os.close(directory)
 
-    def prune(self, directory: int, where: Path, names: Sequence[str]) -> None:
+    def prune(self, directory: int, where: Where, names: Sequence[str]) -> None:
         for name in names:
             try:
                 at(where / name, lambda name=name: os.unlink(name, dir_fd=directory))  # type: ignore[misc]
@@ -304,7 +306,7 @@ class ClaimFiles:
         once instead of waiting for it up to ``lock_timeout``.
         """
         name = slot_name(slot)
-        where = self.claim_dir(routine)
+        where = Within(self._claims, check_name(routine))  # joined if a message names it
         path = where / name
         try:
             directory = self.open_claims(routine, claims=claims, where=where)
