@@ -26,7 +26,8 @@ import pytest
 from tests.test_pinned_writerwire import open_fds
 from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
-from trio_routines.records import ClaimStatus, Outcome
+from trio_routines.records import ClaimResult, ClaimStatus, Outcome
+from trio_routines.stores.batch import Answer
 from trio_routines.stores.directory.claimbatch import Contended
 from trio_routines.stores.directory.writer import child as writerchild
 from trio_routines.stores.directory.writer.wire import LENGTH, MAX_FDS, READY, descriptors
@@ -271,3 +272,16 @@ def test_main_whose_parent_went_away_returns_quietly_and_leaks_nothing(
     assert not open_fds() - fds_before  # the reply's descriptors closed though it was not sent
     run_main(tmp_path, batch, peer_closes=True)  # gone before READY
     assert not open_fds() - fds_before  # no descriptor left open
+
+
+def test_equal_claim_results_go_back_as_one_object() -> None:
+    taken = [ClaimResult(ClaimStatus.TAKEN, "2026-07-07T09-00-00-000Z") for _ in range(3)]
+    other = ClaimResult(ClaimStatus.DUPLICATE, "2026-07-07T09-00-00-000Z")
+    answers = [Answer(value=(result, None)) for result in [*taken, other]]
+    values, laters, errors = writerchild._columns(answers)
+    assert values == [*taken, other]
+    assert values[0] is values[1] is values[2]
+    assert values[3] is not values[0]
+    assert (laters, errors) == ([None] * 4, {})
+    # the reply pickles the one object once
+    assert len(pickle.dumps(values)) < len(pickle.dumps([*taken, other]))

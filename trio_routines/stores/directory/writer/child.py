@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ....records import ClaimResult
 from ...batch import Answer
 from ..claimbatch import Batched, Written
 from ..claimfiles import ClaimFiles
@@ -93,6 +94,9 @@ def _columns(
     values: list[Any] = []
     laters: list[tuple[str, ...] | None] = []
     errors: dict[int, Exception] = {}
+    # Equal results sent as one object (a herd's claims are all "taken" of one slot): the
+    # reply pickles it once, and the parent builds it once.
+    shared: dict[ClaimResult, ClaimResult] = {}
     for index, answer in enumerate(answers):
         if answer.error is not None:
             errors[index] = answer.error
@@ -100,6 +104,8 @@ def _columns(
             laters.append(None)
         else:
             value, later = answer.unwrap()
+            if isinstance(value, ClaimResult):
+                value = shared.setdefault(value, value)
             values.append(value)
             laters.append(None if later is None else tuple(later))
     return values, laters, errors
