@@ -1,4 +1,5 @@
-"""``status`` against a real ``serve --http`` on loopback: its view, and the turns in flight."""
+"""``status`` against a real ``serve --http`` on loopback: its view, and the turns in flight;
+and the replicas of a store that does not answer."""
 
 from __future__ import annotations
 
@@ -6,10 +7,16 @@ import json
 import socket
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 from procs import Env, in_process, one_line, stop, wait_for
 from test_pinned_processes import bound_port, request
+
+from trio_routines.cli import status as command
+from trio_routines.cli.parser import build_parser
+from trio_routines.testing.memory import MemoryStore
 
 TOKEN = "status-token"
 
@@ -117,3 +124,25 @@ def test_a_url_that_is_no_http_server_address_is_a_usage_error(env: Env, url: st
     from_env = in_process(env.argv("status")[3:], cwd=env.root, environ=environ)
     assert from_env.returncode == 2
     assert one_line(from_env.stderr).startswith("error: TRIO_ROUTINES_URL: ")
+
+
+async def test_replicas_that_do_not_answer_in_time_are_said_to_give_no_answer(
+    env: Env, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A read cut off by its bound has no text of its own: the line says why instead."""
+    monkeypatch.delenv("TRIO_ROUTINES_URL", raising=False)
+    monkeypatch.setattr(command, "STORE_READ", 0.05)
+    env.routine("adhoc")
+    store = MemoryStore()
+    store.hang("replicas")
+
+    @asynccontextmanager
+    async def open_state(state: str, **_: object) -> AsyncIterator[MemoryStore]:
+        yield store
+
+    monkeypatch.setattr(command, "open_state", open_state)
+    args = ["status", "--state", str(env.state), "--routines", str(env.routines)]
+    assert await command.cmd_status(build_parser().parse_args(args)) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[-3] == "(no live replica)"
+    assert err == "the replicas are unreadable: no answer\n"

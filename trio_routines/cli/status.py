@@ -287,7 +287,7 @@ async def _live_replicas(args: argparse.Namespace) -> list[ReplicaInfo]:
             with trio.fail_after(STORE_READ):
                 members: list[ReplicaInfo] = await read()
         except (StateFault, trio.TooSlowError) as exc:
-            say(f"the replicas are unreadable: {exc or 'no answer'}")
+            say(f"the replicas are unreadable: {str(exc) or 'no answer'}")
             return []
     return [m for m in members if m.alive]
 
