@@ -704,6 +704,24 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "--hypothesis-profile=mutation",
         ],
     ),
+    # `status` and `list` on a state directory, and from a real server on a loopback port
+    # (`--url`), in-process.
+    "clistatus": (
+        ["trio_routines/cli/status.py"],
+        [
+            "tests/test_pinned_cli_status.py",
+            "tests/test_cli_status.py",
+            "tests/test_cli_views.py",
+            "tests/test_usage_shown.py",
+            "tests/test_session_spent.py",
+            "tests/test_cli_remote.py",
+            "tests/test_hashed_runtime.py",
+            # They run the command as a process of its own, which the copy cannot run.
+            "--deselect=tests/test_cli_views.py::test_the_strip_falls_back_to_ascii_when_stdout_is_not_utf8",
+            "--deselect=tests/test_cli_views.py::"
+            "test_list_and_serve_count_the_next_instant_from_a_claim_in_the_future",
+        ],
+    ),
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
