@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from procs import Env, one_line, stop
+from procs import Env, in_process, one_line, stop
 from test_pinned_processes import bound_port, request
 
 from trio_routines.cli import main
@@ -232,3 +232,22 @@ async def test_a_server_that_never_answers_is_given_up_at_our_bound(
             with pytest.raises(CliError, match=r"no answer within 0\.5s") as caught:
                 await server.call("POST", "/fire", {"name": "x"}, waits=waits)
     assert ("history" in str(caught.value)) is waits
+
+
+@pytest.mark.parametrize("listing", ["daily", {"daily": {}}, [["daily"]]])
+def test_a_listing_that_is_no_list_of_routines_is_one_line_not_a_traceback(
+    env: Env, monkeypatch: pytest.MonkeyPatch, listing: object
+) -> None:
+    from trio_routines.cli.client import Server
+
+    async def get(_server: Server, path: str) -> object:
+        return listing if path == "/routines" else []
+
+    monkeypatch.setattr(Server, "get", get)
+    for command in ("list", "status"):
+        argv = [command, "--url", "http://127.0.0.1:9"]
+        done = in_process(argv, cwd=env.root, environ=env.environ())
+        assert (done.returncode, done.stdout) == (1, "")
+        assert one_line(done.stderr).startswith(
+            "error: http://127.0.0.1:9: the answer is not a trio_routines server's ("
+        )

@@ -114,7 +114,7 @@ async def served_view(server: Server) -> ServedView:
                 running.append(routine.name)
         wakeups = [wakeup_from_json({**shown, "prompt": HIDDEN}) for shown in pending]
         session_spent = _session_spent(pending)
-    except (KeyError, TypeError, ValueError, TrioRoutinesError) as exc:
+    except (AttributeError, KeyError, TypeError, ValueError, TrioRoutinesError) as exc:
         raise CliError(
             f"{server.url}: the answer is not a trio_routines server's ({exc})"
         ) from None
