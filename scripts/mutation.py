@@ -722,6 +722,20 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "test_list_and_serve_count_the_next_instant_from_a_claim_in_the_future",
         ],
     ),
+    # A command sent to a running `serve`: the URL and the token, each request as it reaches
+    # a server on a loopback port, and what each answer becomes (in-process).
+    "cliclient": (
+        ["trio_routines/cli/client.py"],
+        [
+            "tests/test_pinned_cli_client.py",
+            "tests/test_cli_remote.py",
+            "tests/test_pinned_cli_pausing.py",
+            "tests/test_pinned_cli_wakes.py",
+            "tests/test_pinned_cli_status.py",
+            "tests/test_cli_status.py",
+            "tests/test_session_spent.py",
+        ],
+    ),
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
