@@ -736,6 +736,22 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_session_spent.py",
         ],
     ),
+    # `run` and `fire`: on a state directory with a scripted agent, and against a server's
+    # answers (in-process; of test_cli only its tests that run no command as a process).
+    "clifiring": (
+        ["trio_routines/cli/firing.py"],
+        [
+            "tests/test_pinned_cli_firing.py",
+            "tests/test_cli.py::test_fire_json_reports_a_failed_turn_and_exits_1",
+            "tests/test_cli.py::test_fire_of_an_older_slot_is_stale_and_still_success",
+            "tests/test_cli.py::test_fire_without_cron_accepts_any_instant",
+            "tests/test_cli.py::test_run_streams_the_reply_without_a_claim_or_history",
+            "tests/test_cli.py::test_common_options_work_before_the_command_too",
+            "tests/test_cli.py::test_agent_from_the_environment",
+            "tests/test_cli_remote.py",
+            "tests/test_pinned_cli.py",
+        ],
+    ),
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
