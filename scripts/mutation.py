@@ -752,6 +752,18 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_cli.py",
         ],
     ),
+    # `list` and `status` as a server answers them (`--url`), in-process.
+    "cliserved": (
+        ["trio_routines/cli/served.py"],
+        [
+            "tests/test_pinned_cli_served.py",
+            "tests/test_pinned_cli_status.py",
+            "tests/test_cli_status.py",
+            "tests/test_cli_remote.py",
+            "tests/test_session_spent.py",
+            "tests/test_usage_shown.py",
+        ],
+    ),
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
