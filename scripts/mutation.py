@@ -704,6 +704,15 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "--hypothesis-profile=mutation",
         ],
     ),
+    # The state directory's bounded walk over the claims for the open ones (the replicas').
+    "openscan": (
+        ["trio_routines/stores/directory/openscan.py"],
+        [
+            "tests/test_open_claims.py",
+            "tests/test_pinned_directory_holds.py",
+            "tests/test_pinned_openscan.py",
+        ],
+    ),
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
