@@ -101,6 +101,8 @@ def record_usage_sync(root: Path, kind: Kind, name: str, at: datetime, usage: Us
                 fsync(directory, where)
             finally:
                 os.close(directory)
+    except StateFault:
+        raise  # the lock's, which says what and where already
     except OSError as exc:
         raise StateFault(
             f"could not record the usage of {kind} {name!r}: {describe(exc)}"
