@@ -713,6 +713,16 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_openscan.py",
         ],
     ),
+    # The state directory's gaps file and the lock its writers share with armed.json's.
+    "directorygaps": (
+        ["trio_routines/stores/directory/gaps.py"],
+        [
+            "tests/test_gaps.py",
+            "tests/test_gaps_armed.py",
+            "tests/test_store_contract.py",
+            "tests/test_pinned_directory_gaps.py",
+        ],
+    ),
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
