@@ -723,6 +723,17 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_directory_gaps.py",
         ],
     ),
+    # When each routine was first armed, in the state directory's armed.json.
+    "armed": (
+        ["trio_routines/stores/directory/armed.py"],
+        [
+            "tests/test_gaps_armed.py",
+            "tests/test_store_contract_armed.py",
+            "tests/test_hostile_armed.py",
+            "tests/test_directory_locks.py",
+            "tests/test_pinned_armed.py",
+        ],
+    ),
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
