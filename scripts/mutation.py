@@ -734,6 +734,16 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_armed.py",
         ],
     ),
+    # Each session's recent wake-up turns, in the state directory's wake-turns.json.
+    "waketurns": (
+        ["trio_routines/stores/directory/waketurns.py"],
+        [
+            "tests/test_store_contract_waketurns.py",
+            "tests/test_wakelimits.py",
+            "tests/test_directory_locks.py",
+            "tests/test_pinned_waketurns.py",
+        ],
+    ),
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
