@@ -52,7 +52,7 @@ def _read(directory: int, kind: Kind, name: str, where: Path) -> list[Entry]:
         log.warning("ignoring the usage ledger %s: %s", path, exc)
         return []
     try:
-        raw = loads(data.decode("utf-8"))
+        raw = loads(data.decode("utf-8", errors="surrogatepass"))  # as written
     except (UnicodeDecodeError, ValueError):
         raw = None
     if not isinstance(raw, dict) or not isinstance(raw.get("entries"), list):
