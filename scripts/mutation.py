@@ -744,6 +744,16 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_waketurns.py",
         ],
     ),
+    # The usage ledgers in the state directory: a file per routine or session.
+    "ledgerfile": (
+        ["trio_routines/stores/directory/ledgerfile.py"],
+        [
+            "tests/test_store_ledger.py",
+            "tests/test_budgets.py",
+            "tests/test_directory_locks.py",
+            "tests/test_pinned_ledgerfile.py",
+        ],
+    ),
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
