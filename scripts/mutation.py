@@ -754,6 +754,17 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_ledgerfile.py",
         ],
     ),
+    # The store's async calls of pauses, gaps, first-armed records, usage and wake-up turns.
+    "directoryrecords": (
+        ["trio_routines/stores/directory/records.py"],
+        [
+            "tests/test_store_contract.py",
+            "tests/test_store_contract_armed.py",
+            "tests/test_store_contract_waketurns.py",
+            "tests/test_store_ledger.py",
+            "tests/test_pinned_dirpause.py",
+        ],
+    ),
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
