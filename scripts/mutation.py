@@ -764,6 +764,67 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_usage_shown.py",
         ],
     ),
+    # The state directory's bounded walk over the claims for the open ones (the replicas').
+    "openscan": (
+        ["trio_routines/stores/directory/openscan.py"],
+        [
+            "tests/test_open_claims.py",
+            "tests/test_pinned_directory_holds.py",
+            "tests/test_pinned_openscan.py",
+        ],
+    ),
+    # The state directory's gaps file and the lock its writers share with armed.json's.
+    "directorygaps": (
+        ["trio_routines/stores/directory/gaps.py"],
+        [
+            "tests/test_gaps.py",
+            "tests/test_gaps_armed.py",
+            "tests/test_store_contract.py",
+            "tests/test_pinned_directory_gaps.py",
+        ],
+    ),
+    # When each routine was first armed, in the state directory's armed.json.
+    "armed": (
+        ["trio_routines/stores/directory/armed.py"],
+        [
+            "tests/test_gaps_armed.py",
+            "tests/test_store_contract_armed.py",
+            "tests/test_hostile_armed.py",
+            "tests/test_directory_locks.py",
+            "tests/test_pinned_armed.py",
+        ],
+    ),
+    # Each session's recent wake-up turns, in the state directory's wake-turns.json.
+    "waketurns": (
+        ["trio_routines/stores/directory/waketurns.py"],
+        [
+            "tests/test_store_contract_waketurns.py",
+            "tests/test_wakelimits.py",
+            "tests/test_directory_locks.py",
+            "tests/test_pinned_waketurns.py",
+        ],
+    ),
+    # The usage ledgers in the state directory: a file per routine or session.
+    "ledgerfile": (
+        ["trio_routines/stores/directory/ledgerfile.py"],
+        [
+            "tests/test_store_ledger.py",
+            "tests/test_budgets.py",
+            "tests/test_directory_locks.py",
+            "tests/test_pinned_ledgerfile.py",
+        ],
+    ),
+    # The store's async calls of pauses, gaps, first-armed records, usage and wake-up turns.
+    "directoryrecords": (
+        ["trio_routines/stores/directory/records.py"],
+        [
+            "tests/test_store_contract.py",
+            "tests/test_store_contract_armed.py",
+            "tests/test_store_contract_waketurns.py",
+            "tests/test_store_ledger.py",
+            "tests/test_pinned_dirpause.py",
+        ],
+    ),
 }
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error

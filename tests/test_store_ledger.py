@@ -166,3 +166,14 @@ async def test_a_link_or_fifo_in_place_of_a_ledger_is_refused(tmp_path: Path) ->
         assert (
             secret.read_text() == '{"kind":"session","name":"a","entries":[]}'
         )  # never written through
+
+
+async def test_a_session_that_is_not_valid_unicode_adds_up_in_its_ledger(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    session = "chat:\udc80"  # a lone surrogate: what an undecodable byte reads as in Python
+    async with DirectoryStore(tmp_path / "state") as store:
+        await store.record_usage("session", session, T0, Usage(1))
+        await store.record_usage("session", session, T0, Usage(2))
+        assert (await store.usage_since("session", session, T0 - HOUR)).tokens == 3
+    assert "not a ledger" not in caplog.text

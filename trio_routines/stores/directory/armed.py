@@ -55,6 +55,8 @@ def first_armed_sync(root: Path, routines: Sequence[str], at: datetime) -> dict[
         if all(name in known for name in names):
             return {name: known[name] for name in names}
         return _add(root, names, truncate_ms(at))
+    except StateFault:
+        raise  # the lock's, which says what and where already
     except OSError as exc:
         raise StateFault(
             f"when the routines were first armed cannot be read or kept in {where}: {describe(exc)}"

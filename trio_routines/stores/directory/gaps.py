@@ -110,6 +110,8 @@ def record_gap_sync(root: Path, routine: str, gap: Gap, extends: datetime | None
                 return True
             finally:
                 os.close(directory)
+    except StateFault:
+        raise  # the lock's, which says what and where already
     except OSError as exc:
         raise StateFault(f"could not record a gap of {routine!r}: {describe(exc)}") from None
 

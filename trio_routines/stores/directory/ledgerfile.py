@@ -52,7 +52,7 @@ def _read(directory: int, kind: Kind, name: str, where: Path) -> list[Entry]:
         log.warning("ignoring the usage ledger %s: %s", path, exc)
         return []
     try:
-        raw = loads(data.decode("utf-8"))
+        raw = loads(data.decode("utf-8", errors="surrogatepass"))  # as written
     except (UnicodeDecodeError, ValueError):
         raw = None
     if not isinstance(raw, dict) or not isinstance(raw.get("entries"), list):
@@ -101,6 +101,8 @@ def record_usage_sync(root: Path, kind: Kind, name: str, at: datetime, usage: Us
                 fsync(directory, where)
             finally:
                 os.close(directory)
+    except StateFault:
+        raise  # the lock's, which says what and where already
     except OSError as exc:
         raise StateFault(
             f"could not record the usage of {kind} {name!r}: {describe(exc)}"

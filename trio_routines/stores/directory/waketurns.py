@@ -77,6 +77,8 @@ def note_wake_turn_sync(root: Path, session: str, at: datetime) -> None:
             data = text.encode("utf-8", errors="surrogatepass")
             replace_file(schedule, FILE, where.parent, data, ".wake-turns-")
             fsync(schedule, where.parent)
+    except StateFault:
+        raise  # the lock's, which says what and where already
     except OSError as exc:
         raise StateFault(
             f"a wake-up turn could not be recorded in {where}: {describe(exc)}"

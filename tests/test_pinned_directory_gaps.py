@@ -1,0 +1,252 @@
+"""Pinned: the state directory's gaps file and the lock its writers take
+(stores/directory/gaps.py), called directly.
+
+Written for the mutation run of that module (docs/mutation.md): which claims keep a ``store``
+gap from being written, the lock file (held here from a descriptor of this process's own,
+which conflicts as another process's would), and the path each warning and fault names.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import logging
+import os
+import stat
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from trio_routines.errors import StateFault
+from trio_routines.instants import slot_name
+from trio_routines.records import Gap, GapReason
+from trio_routines.stores.directory import gaps
+from trio_routines.stores.directory.gaps import gaps_sync, record_gap_sync
+
+T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
+MINUTE = timedelta(minutes=1)
+LIMIT = 1 << 20  # the largest lock file taken for ours
+
+
+def slot(i: int) -> datetime:
+    return T0 + i * MINUTE
+
+
+def gap(first: int, last: int, reason: GapReason = GapReason.STORE) -> Gap:
+    return Gap(slot(first), slot(last), last - first + 1, reason)
+
+
+def claim(root: Path, routine: str, i: int) -> None:
+    path = root / "schedule" / "claims" / routine / slot_name(slot(i))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("")  # whatever it holds, an entry named as a slot is a claim
+
+
+def gaps_file(root: Path, routine: str = "r") -> Path:
+    path = root / "schedule" / "gaps" / routine
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "state"
+
+
+def test_a_store_gap_of_a_routine_never_claimed_is_recorded(root: Path) -> None:
+    assert record_gap_sync(root, "r", gap(1, 3), None) is True
+    assert gaps_sync(root, "r") == [gap(1, 3)]
+
+
+@pytest.mark.parametrize("claimed", [1, 2, 3])
+def test_a_store_gap_with_a_claim_from_its_first_slot_to_its_last_is_not_written(
+    root: Path, claimed: int
+) -> None:
+    claim(root, "r", claimed)
+    assert record_gap_sync(root, "r", gap(1, 3), None) is False
+    assert gaps_sync(root, "r") == []
+    assert not (root / "schedule" / "gaps").exists()
+
+
+def test_a_store_gap_with_claims_only_around_it_is_recorded(root: Path) -> None:
+    claim(root, "r", 0)
+    claim(root, "r", 4)
+    claim(root, "other", 2)
+    assert record_gap_sync(root, "r", gap(1, 3), None) is True
+    assert gaps_sync(root, "r") == [gap(1, 3)]
+
+
+def test_a_gap_of_another_reason_is_recorded_whatever_was_claimed(root: Path) -> None:
+    claim(root, "r", 2)
+    assert record_gap_sync(root, "r", gap(1, 3, GapReason.PAUSED), None) is True
+    assert gaps_sync(root, "r") == [gap(1, 3, GapReason.PAUSED)]
+
+
+def test_a_gaps_file_that_is_not_json_is_named_and_replaced(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = gaps_file(root)
+    path.write_text("not json")
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        assert gaps_sync(root, "r") == []
+    assert caplog.messages == [f"ignoring the gaps in {path}: not a JSON array of gaps"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        assert record_gap_sync(root, "r", gap(1, 1), None) is True
+    assert caplog.messages == [f"ignoring the gaps in {path}: not a JSON array of gaps"]
+    assert gaps_sync(root, "r") == [gap(1, 1)]
+
+
+def test_a_gaps_file_that_is_a_link_is_refused_naming_it(
+    root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = gaps_file(root)
+    (tmp_path / "elsewhere").write_text("[]")
+    path.symlink_to(tmp_path / "elsewhere")
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        assert gaps_sync(root, "r") == []
+    assert caplog.messages == [
+        f"ignoring the gaps in {path}: {path} is a symbolic link, not a regular file — refused;"
+        " remove it"
+    ]
+
+
+def test_an_entry_that_is_not_a_gap_is_left_out_naming_the_file_and_why(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = gaps_file(root)
+    stored = {"from": "2026-07-07T10:01:00.000Z", "to": "2026-07-07T10:01:00.000Z"}
+    path.write_text(json.dumps([42, stored | {"count": 1, "reason": "store"}]))
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        assert gaps_sync(root, "r") == [gap(1, 1)]
+    assert caplog.messages == [
+        f"ignoring a gap in {path} that cannot be read: a gap must be an object"
+    ]
+
+
+def test_gaps_that_cannot_be_opened_are_a_fault_naming_them(root: Path) -> None:
+    (root / "schedule").mkdir(parents=True)
+    (root / "schedule" / "gaps").write_text("")
+    where = root / "schedule" / "gaps"
+    with pytest.raises(StateFault) as caught:
+        gaps_sync(root, "r")
+    assert str(caught.value) == (
+        f"the gaps of 'r' are unreadable: ENOTDIR: Not a directory: {where}"
+    )
+    with pytest.raises(StateFault) as caught:
+        record_gap_sync(root, "r", gap(1, 1, GapReason.PAUSED), None)
+    assert str(caught.value) == (
+        f"could not record a gap of 'r': ENOTDIR: Not a directory: {where}"
+    )
+
+
+def test_a_gaps_file_that_cannot_be_read_is_a_fault_naming_it(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = gaps_file(root)
+    path.write_text("[]")
+
+    def read(_fd: int, _n: int) -> bytes:
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(os, "read", read)
+    with pytest.raises(StateFault) as caught:
+        gaps_sync(root, "r")
+    assert str(caught.value) == f"the gaps of 'r' are unreadable: EIO: I/O error: {path}"
+
+
+def test_a_writer_waits_for_the_gaps_lock_and_says_so_when_it_stays_held(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record_gap_sync(root, "r", gap(1, 1, GapReason.PAUSED), None)  # makes the lock file
+    lock = root / "schedule" / "gaps.lock"
+    (tmp_path / "gaps.lock").write_text("")  # not ours: only the one in schedule/ counts
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(gaps, "LOCK_SECONDS", 0.05)
+    held = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(StateFault) as caught:
+            record_gap_sync(root, "r", gap(3, 3, GapReason.PAUSED), None)
+    finally:
+        os.close(held)
+    assert str(caught.value) == (f"could not record a gap of 'r': {lock} stayed locked for 0.05 s")
+    assert gaps_sync(root, "r") == [gap(1, 1, GapReason.PAUSED)]
+
+
+@pytest.mark.parametrize("meanwhile", [False, True])
+@pytest.mark.parametrize("planted", ["full", "too large", "link"])
+def test_a_lock_file_is_used_up_to_its_bound_and_never_through_a_link(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, meanwhile: bool, planted: str
+) -> None:
+    """The lock file found in place, or made by another process between the look for it and
+    the create (``meanwhile``)."""
+    lock = root / "schedule" / "gaps.lock"
+    lock.parent.mkdir(parents=True)
+
+    def plant() -> None:
+        if planted == "link":
+            (tmp_path / "elsewhere").write_text("")
+            lock.symlink_to(tmp_path / "elsewhere")
+        else:
+            lock.write_bytes(b"x" * (LIMIT + (planted == "too large")))
+
+    if meanwhile:
+        create = gaps.create_file
+
+        def racing(schedule: int, name: str, path: Path) -> int:
+            plant()
+            return create(schedule, name, path)
+
+        monkeypatch.setattr(gaps, "create_file", racing)
+    else:
+        plant()
+    if planted == "full":
+        assert record_gap_sync(root, "r", gap(1, 1, GapReason.PAUSED), None) is True
+        return
+    with pytest.raises(StateFault) as caught:
+        record_gap_sync(root, "r", gap(1, 1, GapReason.PAUSED), None)
+    why = (
+        f"{lock} is a symbolic link, not a regular file — refused; remove it"
+        if planted == "link"
+        else f"{lock} holds {LIMIT + 1} bytes, more than {LIMIT} — refused"
+    )
+    assert str(caught.value) == f"could not record a gap of 'r': {why}"
+
+
+def test_a_lock_file_that_cannot_be_made_is_a_fault_naming_it(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (root / "schedule").mkdir(parents=True)
+    real = os.open
+
+    def failing(path: str, flags: int, *args: object, **kwargs: object) -> int:
+        if flags & os.O_CREAT and path == "gaps.lock":
+            raise OSError(errno.EIO, "I/O error")
+        return real(path, flags, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", failing)
+    with pytest.raises(StateFault) as caught:
+        record_gap_sync(root, "r", gap(1, 1, GapReason.PAUSED), None)
+    lock = root / "schedule" / "gaps.lock"
+    assert str(caught.value) == f"could not record a gap of 'r': EIO: I/O error: {lock}"
+
+
+def test_a_gaps_directory_that_cannot_be_flushed_is_a_fault_naming_it(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gaps_file(root)  # the directories made: only the write's flush is left to fail
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EIO, "I/O error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(StateFault) as caught:
+        record_gap_sync(root, "r", gap(1, 1, GapReason.PAUSED), None)
+    where = root / "schedule" / "gaps"
+    assert str(caught.value) == f"could not record a gap of 'r': EIO: I/O error: {where}"
