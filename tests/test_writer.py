@@ -387,3 +387,65 @@ def test_a_short_command_reading_many_routines_starts_no_process(
     assert cli.main(["list", "--routines", str(routines), "--state", state]) == 0
     assert len(capsys.readouterr().out.splitlines()) > write_path.PROCESS_AT  # all were read
     assert starts == []
+
+
+async def test_settles_wait_for_the_claims_being_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The child answers in order: a settle sent among a herd's claims would hold up the claims
+    # behind it, and the turns they start.
+    async with DirectoryStore(tmp_path) as store:
+        process = await up(store)
+        for name in ("done", "done2"):
+            assert (await store.claim(name, SLOT, SLOT)).taken
+        gate = hold_replies(monkeypatch)
+        monkeypatch.setattr(process, "max_batch", 1)  # a full batch of settles waits too
+        batches = process.batches
+        claimed: dict[str, bool] = {}
+
+        async def claim(name: str) -> None:
+            claimed[name] = (await store.claim(name, SLOT, SLOT)).taken
+
+        async def settle(name: str) -> None:
+            assert await store.settle(name, SLOT, Outcome.COMPLETED, 1)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(claim, "c0")
+            await trio.testing.wait_all_tasks_blocked()
+            assert process.batches == batches + 1  # the claim's batch, its reply held
+            nursery.start_soon(settle, "done")
+            nursery.start_soon(settle, "done2")
+            await trio.testing.wait_all_tasks_blocked()
+            assert process.batches == batches + 1  # the settles are not sent behind it
+            gate.set()
+        assert process.batches == batches + 2  # then both, in one batch
+        assert claimed == {"c0": True}
+        for name in ("done", "done2"):
+            assert (await store.history(name))[-1].outcome is Outcome.COMPLETED
+
+
+async def test_settles_wait_for_claims_a_bounded_while(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(writer, "SETTLES_WAIT", 0.2)
+    async with DirectoryStore(tmp_path) as store:
+        process = await up(store)
+        assert (await store.claim("done", SLOT, SLOT)).taken
+        gate = hold_replies(monkeypatch)
+        batches = process.batches
+
+        async def claim() -> None:
+            assert (await store.claim("c0", SLOT, SLOT)).taken
+
+        async def settle() -> None:
+            assert await store.settle("done", SLOT, Outcome.COMPLETED, 1)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(claim)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(settle)
+            with trio.fail_after(30):
+                while process.batches < batches + 2:  # noqa: ASYNC110 -- sent once the wait is over
+                    await trio.sleep(0.01)
+            gate.set()
+        assert (await store.history("done"))[-1].outcome is Outcome.COMPLETED
