@@ -56,13 +56,10 @@ from .wire import receive as _receive  # one name, so that tests can hold replie
 
 log = logging.getLogger("trio_routines")
 _ABORT_FAILED = trio.lowlevel.Abort.FAILED
-_ABORT_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
 
 
 #: How long a batch may take in the child before it is given up (a stalled disk).
 REPLY_TIMEOUT = 60.0
-#: The longest a batch of settles is held back while claims are being written.
-SETTLES_WAIT = 1.0
 GIVEN_UP = "was given up (a caller could not wait for its answer: a deadline, or a stop)"
 
 
@@ -103,7 +100,6 @@ class WriterProcess:
         self.max_batch = max_batch
         self._open: dict[str, _Batch] = {}  # per kind of write, the batch still filling
         self._flight: collections.deque[_Batch] = collections.deque()  # sent, in order
-        self._after: list[trio.lowlevel.Task] = []  # leaders of settles, held back for claims
         self._out = bytearray()  # requests not yet taken by the socket
         self._queued = self._sent = 0  # bytes queued and sent since the child started
         self._argv = list(argv) if argv is not None else command()
@@ -172,14 +168,12 @@ class WriterProcess:
             batch = self._open[op] = _Batch(op, [call])
             with trio.CancelScope(shield=True):  # one checkpoint: the batch is sent whatever
                 await trio.lowlevel.checkpoint()  # the rest of the herd joins
-                if op != "claims":
-                    await self._after_claims()
                 if not batch.sent:
                     self._seal(batch)
             await self._lead(batch)
         else:
             batch.calls.append(call)
-            if len(batch.calls) >= self.max_batch and (op == "claims" or not self._claiming()):
+            if len(batch.calls) >= self.max_batch:
                 self._seal(batch)  # sent at once: the child starts while the herd queues
             if not call.done:
                 call.task = trio.lowlevel.current_task()
@@ -187,33 +181,6 @@ class WriterProcess:
         if call.error is not None:
             raise call.error
         return call
-
-    def _claiming(self) -> bool:
-        """Whether a batch of claims is filling, or sent and not yet answered."""
-        return "claims" in self._open or any(sent.op == "claims" for sent in self._flight)
-
-    async def _after_claims(self) -> None:
-        """Wait (up to :data:`SETTLES_WAIT`) until no claims are being written: the child
-        answers in order, and a herd's settles sent among its claims would hold up the claims
-        behind them, and so the turns they start. Settles start nothing."""
-        with trio.move_on_after(SETTLES_WAIT):
-            while self._claiming():
-                task = trio.lowlevel.current_task()
-                self._after.append(task)
-
-                def abort(_: Any, task: trio.lowlevel.Task = task) -> trio.lowlevel.Abort:
-                    with contextlib.suppress(ValueError):
-                        self._after.remove(task)
-                    return _ABORT_SUCCEEDED
-
-                await trio.lowlevel.wait_task_rescheduled(abort)
-
-    def _claims_ended(self) -> None:
-        """Wake the settles held back if no claims are being written any more."""
-        if self._after and not self._claiming():
-            waiting, self._after = self._after, []
-            for task in waiting:
-                trio.lowlevel.reschedule(task)
 
     def _seal(self, batch: _Batch) -> None:
         """Close ``batch`` to newcomers and queue it for the child (sent now if the socket
@@ -228,7 +195,6 @@ class WriterProcess:
             unsent = Unsent()
             for call in batch.calls:
                 call.fail(unsent)
-            self._claims_ended()
             return
         items = [call.item for call in batch.calls]
         data = pickle.dumps((batch.op, items), pickle.HIGHEST_PROTOCOL)
@@ -284,7 +250,6 @@ class WriterProcess:
             self._fail(f"{why} ({exc})" if why == "ended" else why, batch)
             return
         self._flight.popleft()
-        self._claims_ended()
         if self._flight and self._flight[0].leader is not None:  # the next reply's reader
             trio.lowlevel.reschedule(self._flight[0].leader)
             self._flight[0].leader = None
@@ -358,7 +323,6 @@ class WriterProcess:
                 trio.lowlevel.reschedule(failed.leader)
                 failed.leader = None
         self._flight.clear()
-        self._claims_ended()
         self._out.clear()  # (the byte counts start again with the next child)
 
     def stop(self, why: str = "") -> None:
