@@ -60,11 +60,10 @@ class Writeback:
 
     A batch is durable once the parent's flush covers it (groupcommit.py), and the parent
     reads a herd's replies only once its event loop is through the herd's wakes: its flush
-    then waited for every write of the herd at once, with the event loop idle. A thread here
-    flushes meanwhile, so that little is left to write when the parent's flush comes. It only
-    starts the work early: it goes through a descriptor of its own, whose error cursor is its
-    own (a failed writeback is still reported by the parent's flush, through the batch's
-    descriptors), and it ignores errors.
+    then waited for every write of the herd at once, with the event loop idle. A thread here flushes meanwhile, so that little is left to
+    write when the parent's flush comes. It only starts the work early: it goes through a
+    descriptor of its own, whose error cursor is its own (a failed writeback is still
+    reported by the parent's flush, through the batch's descriptors), and it ignores errors.
     """
 
     def __init__(self, root: Path, flush: Callable[[int], None] | None = SYNCFS) -> None:
