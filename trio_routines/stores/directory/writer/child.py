@@ -60,7 +60,8 @@ class Writeback:
 
     A batch is durable once the parent's flush covers it (groupcommit.py), and the parent
     reads a herd's replies only once its event loop is through the herd's wakes: its flush
-    then waited for every write of the herd at once, with the event loop idle. A thread here flushes meanwhile, so that little is left to
+    then waited for every write of the herd at once (a third of a second at 10,000 claims,
+    with the event loop idle). A thread here flushes meanwhile, so that little is left to
     write when the parent's flush comes. It only starts the work early: it goes through a
     descriptor of its own, whose error cursor is its own (a failed writeback is still
     reported by the parent's flush, through the batch's descriptors), and it ignores errors.
