@@ -9,7 +9,6 @@ the test holds, so that each answer, descriptor and log record of a reply can be
 from __future__ import annotations
 
 import array
-import errno
 import fcntl
 import logging
 import os
@@ -286,63 +285,3 @@ def test_equal_claim_results_go_back_as_one_object() -> None:
     assert (laters, errors) == ([None] * 4, {})
     # the reply pickles the one object once
     assert len(pickle.dumps(values)) < len(pickle.dumps([*taken, other]))
-
-
-def test_the_writeback_flushes_after_each_nudge_through_a_descriptor_of_its_own(
-    tmp_path: Path,
-) -> None:
-    flushed: list[str] = []
-    done = threading.Semaphore(0)
-
-    def flush(fd: int) -> None:
-        flushed.append(os.readlink(f"/proc/self/fd/{fd}"))
-        done.release()
-        if len(flushed) == 1:
-            raise OSError(errno.EIO, "the first flush fails")  # ignored: the next still runs
-
-    threads = threading.active_count()
-    writeback = writerchild.Writeback(tmp_path, flush)
-    for _ in range(2):
-        writeback.nudge()
-        assert done.acquire(timeout=30)
-    assert flushed == [str(tmp_path)] * 2
-    assert not done.acquire(timeout=0.05)  # nothing more without a nudge
-    writeback.close(30)
-    assert threading.active_count() == threads
-    writeback.nudge()  # closed: nothing
-    assert flushed == [str(tmp_path)] * 2
-
-
-def test_main_nudges_the_writeback_after_a_batch_that_wrote(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    events: list[str] = []
-
-    class Recording:
-        def __init__(self, root: Path) -> None:
-            events.append(f"open {root}")
-
-        def nudge(self) -> None:
-            events.append("nudge")
-
-        def close(self) -> None:
-            events.append("close")
-
-    monkeypatch.setattr(writerchild, "Writeback", Recording)
-    claims = [("r0", SLOT, SLOT)]
-    parent, _ = run_main(tmp_path, request("claims", claims) + request("claims", claims))
-    parent.close()
-    # the second batch is a duplicate: nothing written, nothing to flush
-    assert events == [f"open {tmp_path}", "nudge", "close"]
-
-
-def test_without_syncfs_or_a_directory_the_writeback_does_nothing(tmp_path: Path) -> None:
-    threads = threading.active_count()
-    calls: list[int] = []
-    for writeback in (
-        writerchild.Writeback(tmp_path, None),
-        writerchild.Writeback(tmp_path / "missing", calls.append),
-    ):
-        writeback.nudge()
-    assert threading.active_count() == threads
-    assert calls == []

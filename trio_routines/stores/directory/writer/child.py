@@ -17,14 +17,12 @@ import pickle
 import signal
 import socket
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ....records import ClaimResult
 from ...batch import Answer
-from ...groupcommit import SYNCFS
 from ..claimbatch import Batched, Written
 from ..claimfiles import ClaimFiles
 from .wire import LENGTH, READY
@@ -51,72 +49,6 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes | None:
     return bytes(data)
 
 
-#: How long the child's end waits for a writeback flush under way (a stalled disk's is left).
-CLOSE_WAIT = 1.0
-
-
-class Writeback:
-    """Writeback started as soon as a batch is written, beside the next batch's writes.
-
-    A batch is durable once the parent's flush covers it (groupcommit.py), and the parent
-    reads a herd's replies only once its event loop is through the herd's wakes: its flush
-    then waited for every write of the herd at once (a third of a second at 10,000 claims,
-    with the event loop idle). A thread here flushes meanwhile, so that little is left to
-    write when the parent's flush comes. It only starts the work early: it goes through a
-    descriptor of its own, whose error cursor is its own (a failed writeback is still
-    reported by the parent's flush, through the batch's descriptors), and it ignores errors.
-    """
-
-    def __init__(self, root: Path, flush: Callable[[int], None] | None = SYNCFS) -> None:
-        self._flush = flush
-        self._wanted = threading.Event()
-        self._lock = threading.Lock()
-        self._fd = -1
-        self._thread: threading.Thread | None = None
-        if flush is None:
-            return  # no syncfs: the parent fsyncs each file instead
-        try:
-            self._fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            return  # the batches report what is wrong with the directory
-        self._thread = threading.Thread(target=self._run, name="writeback", daemon=True)
-        self._thread.start()
-
-    def nudge(self) -> None:
-        """Writes were made: flush them (at once, or after the flush under way)."""
-        self._wanted.set()
-
-    def close(self, wait: float = CLOSE_WAIT) -> None:
-        """Stop; a flush under way is waited for up to ``wait`` seconds (a stalled disk's
-        goes on alone, and closes its descriptor when it returns)."""
-        with self._lock:
-            fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
-        self._wanted.set()
-        if self._thread is not None:
-            self._thread.join(wait)
-
-    def _run(self) -> None:
-        assert self._flush is not None
-        while True:
-            self._wanted.wait()
-            self._wanted.clear()
-            with self._lock:
-                if self._fd < 0:
-                    return
-                try:
-                    fd = os.dup(self._fd)  # ours until the flush returns, closed or not
-                except OSError:
-                    continue
-            try:
-                self._flush(fd)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
-
-
 def serve(sock: socket.socket, root: Path, keep: int, lock_timeout: float) -> None:
     """The child's loop: a batch in, its answers out, until the socket closes."""
     files = ClaimFiles(root, keep, lock_timeout, syncfs=True)
@@ -130,43 +62,27 @@ def serve(sock: socket.socket, root: Path, keep: int, lock_timeout: float) -> No
         "settles": files.write_each,
     }
     sock.sendall(READY)
-    writeback = Writeback(root)
-    try:
-        while (wrote := _answer(sock, operations, records)) is not None:
-            if wrote:
-                writeback.nudge()
-    finally:
-        writeback.close()
-
-
-def _answer(
-    sock: socket.socket,
-    operations: dict[str, Callable[[Any], Batched[Any]]],
-    records: _Records,
-) -> bool | None:
-    """One batch read, written and answered: whether it left writes to flush; None once the
-    socket is closed."""
-    header = _read_exactly(sock, LENGTH.size)
-    if header is None:
-        return None
-    body = _read_exactly(sock, LENGTH.unpack(header)[0])
-    if body is None:
-        return None
-    op, items = pickle.loads(body)
-    answers, held = operations[op](items)
-    taken, records.taken = records.taken, []
-    devices = [(device, ticket) for device, (ticket, _) in held.items()]
-    reply = pickle.dumps((*_columns(answers), devices, taken), pickle.HIGHEST_PROTOCOL)
-    fds = [fd for _, fd in held.values()]
-    try:
-        message = LENGTH.pack(len(reply)) + reply
-        sent = sock.sendmsg([message], [_rights(fds)] if fds else [])
-        if sent < len(message):  # (a send of nothing still fails on a closed socket)
-            sock.sendall(message[sent:])
-    finally:
-        for fd in fds:
-            os.close(fd)
-    return bool(fds)
+    while True:
+        header = _read_exactly(sock, LENGTH.size)
+        if header is None:
+            return
+        body = _read_exactly(sock, LENGTH.unpack(header)[0])
+        if body is None:
+            return
+        op, items = pickle.loads(body)
+        answers, held = operations[op](items)
+        taken, records.taken = records.taken, []
+        devices = [(device, ticket) for device, (ticket, _) in held.items()]
+        reply = pickle.dumps((*_columns(answers), devices, taken), pickle.HIGHEST_PROTOCOL)
+        fds = [fd for _, fd in held.values()]
+        try:
+            message = LENGTH.pack(len(reply)) + reply
+            sent = sock.sendmsg([message], [_rights(fds)] if fds else [])
+            if sent < len(message):  # (a send of nothing still fails on a closed socket)
+                sock.sendall(message[sent:])
+        finally:
+            for fd in fds:
+                os.close(fd)
 
 
 def _columns(
