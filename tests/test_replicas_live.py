@@ -15,6 +15,7 @@ import pytest
 from procs import Env, assert_no_overlap, lines, stop, turn_spans, wait_for
 
 from trio_routines.scheduler.members import SWEPT_INTERRUPTED
+from trio_routines.scheduler.openclaims import OPEN_INTERRUPTED
 
 
 def _hour(back: int) -> datetime:
@@ -102,10 +103,10 @@ def test_a_turn_in_flight_is_held_across_another_replicas_boot(env: Env) -> None
         return newest if newest.get("outcome") == "interrupted" else None
 
     newest = wait_for(interrupted, 30, "the killed holder's claim to be recorded interrupted")
-    assert (newest["slot"], newest["replica"], newest["error"]) == (
-        _iso(later),
-        "killed",
-        SWEPT_INTERRUPTED,
-    )
+    assert (newest["slot"], newest["replica"]) == (_iso(later), "killed")
+    # Recorded by the live replica's watch, by whichever of its two looks sees the holder dead
+    # first: the sweep of dead members' newest claims, or the open claims whose hold is free
+    # (a holder that dies between the watch's read of the members and its read of the holds).
+    assert newest["error"] in (SWEPT_INTERRUPTED, OPEN_INTERRUPTED)
     assert stop(other) == 0
     assert_no_overlap(turn_spans(env.marker))
