@@ -4,11 +4,14 @@
 ``unlink`` raises ``OSError(EIO)`` (without a file name: the store must name the file itself)
 for every call whose arguments ``when`` accepts; everything else is the real ``os``. Calls to
 the same proxy can be made to fail one after the other (:meth:`FailingOS.also`).
+:func:`fail_directory_fsyncs` makes every directory's ``fsync`` fail, wherever it is called.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -69,3 +72,16 @@ def fail(
     proxy = FailingOS().also(call, code, when)
     monkeypatch.setattr(module, "os", proxy)
     return proxy
+
+
+def fail_directory_fsyncs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ``os.fsync`` of a directory (the one a rename landed in) fails with ``EIO`` ("I/O
+    error", no file name: the store names it); a file's still flushes."""
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EIO, "I/O error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)

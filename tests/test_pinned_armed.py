@@ -9,16 +9,15 @@ process's would).
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import json
 import logging
 import os
-import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from oserrors import fail_directory_fsyncs
 
 from trio_routines.errors import StateFault
 from trio_routines.stores.directory.armed import first_armed_sync
@@ -93,14 +92,7 @@ def test_routines_all_known_are_answered_without_the_lock(
 def test_an_armed_file_that_cannot_be_flushed_is_a_fault_naming_it(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = os.fsync
-
-    def fsync(fd: int) -> None:
-        if stat.S_ISDIR(os.fstat(fd).st_mode):
-            raise OSError(errno.EIO, "I/O error")
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    fail_directory_fsyncs(monkeypatch)
     with pytest.raises(StateFault) as caught:
         first_armed_sync(root, ["r"], T0)
     schedule = root / "schedule"

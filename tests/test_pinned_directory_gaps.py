@@ -13,11 +13,11 @@ import fcntl
 import json
 import logging
 import os
-import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from oserrors import fail_directory_fsyncs
 
 from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
@@ -238,14 +238,7 @@ def test_a_gaps_directory_that_cannot_be_flushed_is_a_fault_naming_it(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gaps_file(root)  # the directories made: only the write's flush is left to fail
-    real = os.fsync
-
-    def fsync(fd: int) -> None:
-        if stat.S_ISDIR(os.fstat(fd).st_mode):
-            raise OSError(errno.EIO, "I/O error")
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    fail_directory_fsyncs(monkeypatch)
     with pytest.raises(StateFault) as caught:
         record_gap_sync(root, "r", gap(1, 1, GapReason.PAUSED), None)
     where = root / "schedule" / "gaps"

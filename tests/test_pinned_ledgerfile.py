@@ -13,11 +13,11 @@ import hashlib
 import json
 import logging
 import os
-import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from oserrors import fail_directory_fsyncs
 
 from trio_routines.agent import Usage
 from trio_routines.errors import StateFault
@@ -139,14 +139,7 @@ def test_a_ledger_that_cannot_be_read_is_a_fault_naming_it(
 def test_a_ledger_that_cannot_be_flushed_is_a_fault_naming_its_directory(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = os.fsync
-
-    def fsync(fd: int) -> None:
-        if stat.S_ISDIR(os.fstat(fd).st_mode):
-            raise OSError(errno.EIO, "I/O error")
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    fail_directory_fsyncs(monkeypatch)
     with pytest.raises(StateFault) as caught:
         record_usage_sync(root, "session", "s", T0, Usage(input_tokens=1))
     assert str(caught.value) == (

@@ -12,11 +12,11 @@ import errno
 import json
 import logging
 import os
-import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from oserrors import fail_directory_fsyncs
 
 from trio_routines.errors import StateFault
 from trio_routines.stores.directory.waketurns import note_wake_turn_sync, wake_turns_sync
@@ -114,14 +114,7 @@ def test_a_turns_file_that_cannot_be_read_is_a_fault_naming_it(
 def test_a_turns_file_that_cannot_be_flushed_is_a_fault_naming_it(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = os.fsync
-
-    def fsync(fd: int) -> None:
-        if stat.S_ISDIR(os.fstat(fd).st_mode):
-            raise OSError(errno.EIO, "I/O error")
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    fail_directory_fsyncs(monkeypatch)
     with pytest.raises(StateFault) as caught:
         note_wake_turn_sync(root, "s", T0)
     assert str(caught.value) == (
