@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.test_pinned_cli_status import URL, answering
 from trio_routines.agent import Usage
 from trio_routines.cli.client import Server
 from trio_routines.cli.output import CliError
@@ -26,22 +27,9 @@ from trio_routines.records import Fire, Outcome
 from trio_routines.replicas import ReplicaInfo
 from trio_routines.routines import Routine
 
-URL = "http://127.0.0.1:9"  # never reached: Server.get answers here
 SERVER = Server(URL, token=None)
 NOT_OURS = f"{URL}: the answer is not a trio_routines server's"
 WAKEUP = {"id": "w1", "session": "chat", "fireAt": "2099-01-01T00:00:00.000Z"}
-
-
-def answering(monkeypatch: pytest.MonkeyPatch, answers: dict[str, Any]) -> list[str]:
-    """``Server.get`` answering each path from ``answers``; the paths asked for, in order."""
-    asked: list[str] = []
-
-    async def get(_server: Server, path: str) -> Any:
-        asked.append(path)
-        return answers[path]
-
-    monkeypatch.setattr(Server, "get", get)
-    return asked
 
 
 def recent(days: int, outcome: Outcome = Outcome.COMPLETED) -> Fire:
