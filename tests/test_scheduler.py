@@ -433,25 +433,25 @@ async def test_two_routines_fire_concurrently_and_slow_turns_skip_slots(
     assert [f.slot for f in await rig.store.history("slow")] == [at(10, 40), at(11, 10)]
 
 
-@pytest.mark.slow
-async def test_a_simulated_day_of_a_minute_cron(autojump_clock: Any) -> None:
-    # Hourly polls: no wake-up is pending, and the day's 1,440 fires share it with fewer idle ticks.
+@pytest.mark.parametrize(
+    ("until", "fires", "kept"),
+    [
+        (timedelta(minutes=10, seconds=30), 10, 10),
+        pytest.param(timedelta(days=1, seconds=30), 1440, 512, marks=pytest.mark.slow),  # retention
+    ],
+    ids=["ten minutes", "a day"],
+)
+async def test_a_simulated_run_of_a_minute_cron(
+    autojump_clock: Any, until: timedelta, fires: int, kept: int
+) -> None:
+    # Hourly polls: no wake-up is pending, and the fires share it with fewer idle ticks. The
+    # day is slow; the ten minutes keep the count of outcomes in the fast subset.
     rig = Rig(Routine(name="minutely", prompt="p", cron="* * * * *"), poll_interval=3600)
     async with rig.running():
-        await sleep_until_wall(rig.wall, T0 + timedelta(days=1, seconds=30))
-    assert len(rig.agent.turns) == 1440
-    assert rig.scheduler.statistics().outcomes == {"completed": 1440}
-    assert len(await rig.store.history("minutely")) == 512  # retention
-
-
-async def test_every_fire_of_a_minute_cron_is_counted(autojump_clock: Any) -> None:
-    # The simulated day above is slow; this keeps the count of outcomes in the fast subset.
-    rig = Rig(Routine(name="minutely", prompt="p", cron="* * * * *"), poll_interval=3600)
-    async with rig.running():
-        await sleep_until_wall(rig.wall, T0 + timedelta(minutes=10, seconds=30))
-    assert len(rig.agent.turns) == 10
-    assert rig.scheduler.statistics().outcomes == {"completed": 10}
-    assert len(await rig.store.history("minutely")) == 10
+        await sleep_until_wall(rig.wall, T0 + until)
+    assert len(rig.agent.turns) == fires
+    assert rig.scheduler.statistics().outcomes == {"completed": fires}
+    assert len(await rig.store.history("minutely")) == kept
 
 
 # -- the external clock path --------------------------------------------------------------------
