@@ -77,6 +77,10 @@ class ClaimFiles:
     def claim_dir(self, routine: str) -> Path:
         return self._claims / check_name(routine)
 
+    def _claim_place(self, routine: str) -> Within:
+        """:meth:`claim_dir` for a write's messages: joined only if one names it."""
+        return Within(self._claims, check_name(routine))
+
     def open_claims(
         self,
         routine: str,
@@ -161,7 +165,7 @@ class ClaimFiles:
         claims: int | None = None,
     ) -> ClaimWrite:
         """Decide the slot and write the claim; durable already unless a flush is pending."""
-        where = Within(self._claims, check_name(routine))  # joined if a message names it
+        where = self._claim_place(routine)
         wanted = slot_name(slot)
         try:
             directory = self.open_claims(routine, create=True, claims=claims, where=where)
@@ -306,7 +310,7 @@ class ClaimFiles:
         once instead of waiting for it up to ``lock_timeout``.
         """
         name = slot_name(slot)
-        where = Within(self._claims, check_name(routine))  # joined if a message names it
+        where = self._claim_place(routine)
         path = where / name
         try:
             directory = self.open_claims(routine, claims=claims, where=where)
