@@ -210,18 +210,16 @@ def claim_text(
         # two fields, without the record. A stamp holds no character JSON escapes.
         tail = "" if replica is None else _replica_field(replica)
         return '{"firedAt":"' + format_iso(fired_at) + '"' + tail + "}"
-    record: dict[str, Any] = {"firedAt": format_iso(fired_at)}
-    if outcome is not None:
-        record["outcome"] = outcome.value
-        if ms is not None:
-            record["ms"] = ms
-        if error:
-            record["error"] = error_text(error)
+    record: dict[str, Any] = {"firedAt": format_iso(fired_at), "outcome": outcome.value}
+    if ms is not None:
+        record["ms"] = ms
+    if error:
+        record["error"] = error_text(error)
     if replica is not None:
         record["replica"] = replica
-    if outcome is not None and usage is not None:
+    if usage is not None:
         record["usage"] = usage_to_json(usage)
-    if outcome is not None and output:
+    if output:
         record["output"] = stored_output(output)
     return dumps(record)
 
