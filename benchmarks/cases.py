@@ -758,7 +758,7 @@ def seed_claims(state: str, routines: int, claims: int) -> dict[str, Any]:
 
 def boot(state: str, routines: int) -> dict[str, Any]:
     """Start to armed over a seeded state directory, against listing its directories."""
-    import trio_routines.stores.directory.claimfiles as claimfiles
+    import trio_routines.stores.directory.blocking as claimfiles  # where claims are read back
 
     reads = 0
     read_file = claimfiles.read_file

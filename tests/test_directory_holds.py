@@ -21,7 +21,7 @@ from trio_routines.replicas import ReplicaInfo, claim_key, replica_key, session_
 from trio_routines.scheduler.holds import Holds
 from trio_routines.sessions import SessionGate
 from trio_routines.stores import DirectoryStore
-from trio_routines.stores.directory.holds import OLDER, keys_alive
+from trio_routines.stores.directory.holds import OLDER, DirectoryPresence, keys_alive
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
 SLOT = datetime(2026, 7, 7, 9, tzinfo=UTC)
@@ -271,6 +271,81 @@ async def test_a_claim_written_lets_the_store_go_of_its_hold_and_keeps_it_here()
     assert presence.gone == [7, session_key("t"), session_key("s")]  # only the session's
     assert not presence.holds(7)
     assert not gate.busy("s")
+
+
+class Asked(Plain):
+    """:class:`Plain`, recording the keys the store is asked to take (``down``: it fails)."""
+
+    def __init__(self, replica: str, *, down: bool = False) -> None:
+        super().__init__(replica)
+        self.asked: list[int] = []
+        self.down = down
+
+    async def _take(self, keys: list[int]) -> list[bool]:
+        self.asked += keys
+        if self.down:
+            raise StateFault("the store is down")
+        return [True] * len(keys)
+
+
+async def test_a_claim_held_here_only_is_never_asked_of_the_store() -> None:
+    presence = Asked("a")
+    gate = SessionGate(Waiting())
+    holds = Holds(gate, lambda: presence)
+    hold = await holds.enter("s", 7, claim_here=True)
+    assert (hold.claimed, hold.busy) == (True, False)
+    assert presence.asked == [session_key("s")]
+    assert presence.holds(7)
+    again = await holds.enter("t", 7, claim_here=True)  # the same slot, here: a duplicate
+    assert (again.claimed, again.busy) == (False, True)
+    assert not gate.busy("t")
+    again.release()
+    busy = await holds.enter("s", 8, claim_here=True)  # the session runs here: busy, claimed
+    assert (busy.claimed, busy.busy) == (True, True)
+    assert presence.holds(8)
+    busy.release()
+    assert not presence.holds(8)
+    assert presence.asked == [session_key("s")]  # neither asked the store anything
+    hold.release()
+    assert presence.gone == [session_key("s")]  # the claim's key was never the store's
+    assert not presence.holds(7)
+    assert not presence.holds(session_key("s"))
+    assert not gate.busy("s")
+
+
+async def test_a_hold_the_store_cannot_answer_for_keeps_no_claim_here() -> None:
+    presence = Asked("a", down=True)
+    gate = SessionGate(Waiting())
+    holds = Holds(gate, lambda: presence)
+    with pytest.raises(StateFault, match="down"):
+        await holds.enter("s", 7, claim_here=True)
+    assert not presence.holds(7)
+    assert not gate.busy("s")
+
+
+async def test_a_fire_never_asks_the_state_directory_for_its_claims_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[int] = []
+    take = DirectoryPresence._take
+
+    async def recorded(self: DirectoryPresence, keys: list[int]) -> list[bool]:
+        asked.extend(keys)
+        return await take(self, keys)
+
+    monkeypatch.setattr(DirectoryPresence, "_take", recorded)
+    routine = Routine(name="r", prompt="p", cron="0 * * * *")
+    agent = Waiting()
+    agent.go.set()
+    store = DirectoryStore(tmp_path)
+    scheduler = Scheduler(agent=agent, store=store, routines=[routine], now=lambda: T0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        fired = await scheduler.fire("r", SLOT)
+        scheduler.stop(0)
+    assert (fired.claimed, fired.outcome) == (True, Outcome.COMPLETED)
+    assert asked == [session_key(routine.session)]
+    await store.aclose()
 
 
 async def test_a_claim_being_made_is_alive_while_its_hold_is_held(tmp_path: Path) -> None:

@@ -101,21 +101,23 @@ async def test_the_original_state_reads_back(tmp_path: Path) -> None:
 async def test_a_taken_claim_is_fsynced_with_its_directory_without_syncfs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    synced: list[str] = []
+    claim_dir = tmp_path / "schedule" / "claims" / "daily"
+    claim = claim_dir / slot_name(T0)
+    synced: list[tuple[int, bool]] = []  # each fsync's inode, and whether the claim was named
     real_fsync = os.fsync
 
     def fsync(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        synced.append((os.fstat(fd).st_ino, claim.exists()))
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", fsync)
     store = DirectoryStore(tmp_path, syncfs=None)
     await store.claim("daily", T0, T0)
-    claim_dir = tmp_path / "schedule" / "claims" / "daily"
-    # every directory created on the way, the claim file, and the claims directory
-    assert str(claim_dir / slot_name(T0)) in synced
-    assert synced[-1] == str(claim_dir)
-    assert str(tmp_path / "schedule" / "claims") in synced  # the new daily/ entry
+    # every directory created on the way, the claim file before it is named, then the
+    # directory that names it
+    assert (os.stat(claim).st_ino, False) in synced
+    assert synced[-1] == (os.stat(claim_dir).st_ino, True)
+    assert (os.stat(claim_dir.parent).st_ino, False) in synced  # the new daily/ entry
 
 
 async def test_a_taken_claim_is_reported_only_after_a_syncfs_of_its_file_system(

@@ -41,6 +41,7 @@ from trio_routines.scheduler import Scheduler
 from trio_routines.stores import groupcommit, safefile
 from trio_routines.stores.directory import (
     DirectoryStore,
+    blocking,
     claimfiles,
     wakeupfile,
     wakeupjournal,
@@ -156,6 +157,25 @@ class FaultyOS:
         self._faults.check("listdir", self._path(path))
         return real_os.listdir(path)
 
+    def link(
+        self,
+        src: Any,
+        dst: Any,
+        *,
+        src_dir_fd: int | None = None,
+        dst_dir_fd: int | None = None,
+        follow_symlinks: bool = True,
+    ) -> None:
+        """A file written unnamed, named: as an exclusive create of ``dst``."""
+        self._faults.check("create", self._path(dst, dst_dir_fd))
+        real_os.link(
+            src,
+            dst,
+            src_dir_fd=src_dir_fd,
+            dst_dir_fd=dst_dir_fd,
+            follow_symlinks=follow_symlinks,
+        )
+
     def mkdir(self, path: Any, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
         self._faults.check("mkdir", self._path(path, dir_fd))
         real_os.mkdir(path, mode, dir_fd=dir_fd)
@@ -201,6 +221,7 @@ def faulty_os(monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultyOS]:
     proxy = FaultyOS(injector)
     for module in (
         write_path,
+        blocking,
         claimfiles,
         safefile,
         wakeupfile,
@@ -254,8 +275,9 @@ def claims_dir(store: DirectoryStore) -> Path:
 
 
 def is_claim(store: DirectoryStore, slot: datetime) -> Callable[[str], bool]:
-    target = str(claims_dir(store) / slot_name(slot))
-    return lambda path: path == target
+    """The claim of ``slot``, or the unnamed file it is written in before it is named."""
+    targets = {str(claims_dir(store) / slot_name(slot)), f"{claims_dir(store)}/."}
+    return lambda path: path in targets
 
 
 def is_claims_dir(store: DirectoryStore) -> Callable[[str], bool]:

@@ -28,7 +28,7 @@ from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
 from trio_routines.records import ClaimStatus, Outcome
 from trio_routines.stores import safefile
-from trio_routines.stores.directory import DirectoryStore, claimfiles
+from trio_routines.stores.directory import DirectoryStore, blocking, claimfiles
 from trio_routines.stores.groupcommit import Batch
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
@@ -67,6 +67,7 @@ async def test_a_listing_that_fails_is_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fail(monkeypatch, claimfiles, "listdir", errno.EIO)
+    fail(monkeypatch, blocking, "listdir", errno.EIO)
     with pytest.raises(StateFault) as raised:
         await DirectoryStore(tmp_path).claim("daily", T0, T0)
     where = claims(tmp_path)
@@ -81,8 +82,9 @@ async def test_a_listing_that_fails_is_named(
 CLAIM_FAULTS = {
     # place: (safefile's call that fails, which call (by name or count), the message, the file
     # it names)
-    "create": ("open", NAME, "could not claim slot {name} of 'daily'", "file"),
+    "create": ("open", ".", "could not claim slot {name} of 'daily'", "dir"),
     "stamp": ("write", None, "could not stamp the claim {path}", "file"),
+    "name": ("link", None, "could not claim slot {name} of 'daily'", "file"),
     "stamp-fsync": ("fsync", 0, "could not stamp the claim {path}", "file"),
     "dir-fsync": ("fsync", 1, "could not stamp the claim {path}", "dir"),
 }
@@ -107,6 +109,93 @@ def test_a_claim_that_fails_is_named_and_leaves_no_claim(
     named_file = path if failed == "file" else where
     assert str(raised.value) == (message.format(name=NAME, path=path) + f": {EIO}: {named_file}")
     assert os.listdir(where) == []
+
+
+# Where the file system has no unnamed files (or /proc is not there to name one by), a claim
+# is written under a temp name instead; where the O_TMPFILE open is refused, the same.
+MAKING = {
+    "unnamed": lambda monkeypatch: None,
+    "named": lambda monkeypatch: monkeypatch.setattr(safefile, "_UNNAMED", 0),
+    "refused": lambda monkeypatch: fail(
+        monkeypatch, safefile, "open", errno.EOPNOTSUPP, named(".")
+    ),
+}
+
+
+@pytest.mark.parametrize("making", list(MAKING))
+@pytest.mark.parametrize("syncfs", [None, lambda fd: None])
+def test_no_reader_ever_sees_a_claim_half_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, making: str, syncfs: Any
+) -> None:
+    where = claims(tmp_path)
+    where.mkdir(parents=True)
+    MAKING[making](monkeypatch)
+    seen: list[list[str]] = []
+    write_all = claimfiles.write_all
+
+    def looked_at(fd: int, data: bytes, path: Any) -> None:
+        seen.append(os.listdir(where))  # what a reader finds while the claim is written
+        write_all(fd, data, path)
+
+    monkeypatch.setattr(claimfiles, "write_all", looked_at)
+    store = DirectoryStore(tmp_path, syncfs=syncfs, writer_process=False)
+    assert store.claim_sync("daily", T0, T0, replica="web-1").taken
+    (names,) = seen
+    if making == "unnamed":
+        assert names == []
+    else:
+        (temp,) = names
+        assert temp.startswith(claimfiles.NEW_CLAIM)
+    assert os.listdir(where) == [NAME]  # no temp name left behind
+    (fire,) = store.history_sync("daily")
+    assert (fire.slot, fire.fired_at, fire.replica, fire.outcome) == (T0, T0, "web-1", None)
+
+
+@pytest.mark.parametrize("making", list(MAKING))
+def test_a_claim_named_by_another_meanwhile_is_a_duplicate_and_left_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, making: str
+) -> None:
+    where = claims(tmp_path)
+    where.mkdir(parents=True)
+    MAKING[making](monkeypatch)
+    theirs = '{"firedAt":"2026-07-07T10:00:00.000Z","replica":"web-2"}'
+    write_all = claimfiles.write_all
+
+    def racing(fd: int, data: bytes, path: Any) -> None:
+        (where / NAME).write_text(theirs)  # another replica names the slot first
+        write_all(fd, data, path)
+
+    monkeypatch.setattr(claimfiles, "write_all", racing)
+    store = DirectoryStore(tmp_path, syncfs=None, writer_process=False)
+    result = store.claim_sync("daily", T0, T0, replica="web-1")
+    assert (result.status, result.newest) == (ClaimStatus.DUPLICATE, NAME)
+    assert os.listdir(where) == [NAME]
+    assert (where / NAME).read_text() == theirs
+
+
+def test_a_slot_that_is_the_newest_claim_is_a_duplicate_without_a_file_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = DirectoryStore(tmp_path, syncfs=None, writer_process=False)
+    assert store.claim_sync("daily", T0, T0).taken
+    new_file = (".", NAME)  # an unnamed file, or the slot's own name (the way of old)
+    making = fail(monkeypatch, safefile, "open", errno.EIO, lambda name, *a, **kw: name in new_file)
+    monkeypatch.setattr(safefile, "create_temp", lambda *args: pytest.fail("a temp file made"))
+    result = store.claim_sync("daily", T0, T0)
+    assert (result.status, result.newest) == (ClaimStatus.DUPLICATE, NAME)
+    assert making.hits == []
+
+
+def test_a_temp_name_a_crash_left_behind_is_stepped_over(tmp_path: Path) -> None:
+    where = claims(tmp_path)
+    where.mkdir(parents=True)
+    left = where / f"{claimfiles.NEW_CLAIM}0123456789abcdef"
+    left.write_text('{"firedAt":"2026-07-07T09:00:00.000Z"}')
+    store = DirectoryStore(tmp_path, syncfs=None, writer_process=False)
+    assert store.claim_sync("daily", T0, T0).taken
+    assert store.claim_sync("daily", T0 - timedelta(hours=1), T0).status is ClaimStatus.STALE
+    assert [fire.slot for fire in store.history_sync("daily")] == [T0]
+    assert sorted(os.listdir(where)) == [left.name, NAME]
 
 
 def open_descriptors() -> int:
@@ -237,14 +326,14 @@ async def test_a_claim_removed_while_read_is_skipped_and_the_rest_read(
     slots = [T0 - timedelta(hours=h) for h in (2, 1, 0)]
     for slot in slots:
         await store.claim("daily", slot, slot)
-    real = claimfiles.read_file
+    real = blocking.read_file
 
     def pruned_meanwhile(parent: int, name: str, where: Path, limit: int) -> bytes:
         if name == slot_name(slots[0]):
             os.unlink(where)
         return real(parent, name, where, limit)
 
-    monkeypatch.setattr(claimfiles, "read_file", pruned_meanwhile)
+    monkeypatch.setattr(blocking, "read_file", pruned_meanwhile)
     assert [f.slot for f in await store.history("daily")] == slots[1:]
 
 

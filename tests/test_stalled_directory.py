@@ -20,7 +20,7 @@ import trio
 
 from trio_routines.errors import StateFault
 from trio_routines.records import Outcome, Wakeup
-from trio_routines.stores.directory import DirectoryStore, claimfiles, wakeuplog
+from trio_routines.stores.directory import DirectoryStore, blocking, claimfiles, wakeuplog
 from trio_routines.stores.directory import store as directory_store
 from trio_routines.stores.directory.wakeupjournal import Journal
 from trio_routines.wakeups import WakeupRequest
@@ -295,7 +295,7 @@ async def test_a_boot_read_stalled_is_left_at_its_callers_deadline(
 ) -> None:
     store = DirectoryStore(tmp_path, writer_process=False)
     assert (await store.claim("r", SLOT, SLOT)).taken
-    monkeypatch.setattr(claimfiles.ClaimFiles, "read", stall.wrap(claimfiles.ClaimFiles.read))
+    monkeypatch.setattr(blocking, "read_claims", stall.wrap(blocking.read_claims))
     with trio.fail_after(PROMPTLY):
         with trio.move_on_after(0.3) as cut:
             await store.latest_fire("r")

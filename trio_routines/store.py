@@ -69,8 +69,10 @@ Replicas (optional: a store without these gives holds that exclude within one pr
     slot)``, whether its open claim's holder is alive now (its claim's hold is held; for a
     store whose ``claims_live_with_replica`` is true, the replica a written claim names is
     alive: the scheduler then lets the store go of a claim's hold once the claim is made,
-    keeping its key in its own process only, and a store whose ``claims_take_holds`` is true
-    takes no claim hold at all, and the session's hold in the claim's own step);
+    keeping its key in its own process only; a store whose ``claims_appear_whole`` is true as
+    well -- no reader ever sees one of its claims half made -- is never asked for a claim's
+    hold; and a store whose ``claims_take_holds`` is true takes no claim hold at all, and the
+    session's hold in the claim's own step);
     ``replicas()`` lists every member that joined, each marked alive or not by its own hold;
     ``open_claims(routines, budget)`` finds the claims still without an outcome, a bounded
     piece per call, so that every one whose holder is gone is eventually recorded

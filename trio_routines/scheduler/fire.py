@@ -78,6 +78,10 @@ class FirePath:
         self._claims_live_with_replica = getattr(
             store, "claims_live_with_replica", False
         ) is True and bool(self._claim_options)
+        #: No replica sees a claim of the store half made: its key is held here only.
+        self._claims_whole = self._claims_live_with_replica and (
+            getattr(store, "claims_appear_whole", False) is True
+        )
         #: Outcomes (and refusals: paused, duplicate, stale) counted for the statistics.
         self.outcomes: Counter[str] = Counter()
 
@@ -233,8 +237,9 @@ class FirePath:
     ) -> tuple[TurnHold, ClaimResult]:
         """The claim's hold and the session's, then the claim: while the claim's hold is held,
         every replica sees the claim alive (replicas.py). Where a claim is alive while the
-        replica it names is, the store lets go of the claim's hold once the claim is written
-        (the state directory), or never takes it (PostgreSQL: both in the claim's own step)."""
+        replica it names is, the store lets go of the claim's hold once the claim is written,
+        or never takes it: where no replica sees a claim half made (the state directory),
+        or where it takes the session's in the claim's own step (PostgreSQL)."""
         name, key = routine.name, claim_key(routine.name, slot)
         try:
             if self._claims_take_holds():
@@ -245,7 +250,7 @@ class FirePath:
                 )
                 # None: the slot is this process's already.
                 return hold, claim or ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
-            hold = await self._holds.enter(routine.session, key)
+            hold = await self._holds.enter(routine.session, key, claim_here=self._claims_whole)
         except StateFault as exc:
             raise StateFault(f"could not claim slot {slot_name(slot)} of {name!r}: {exc}") from None
         if not hold.claimed:  # another replica is deciding or running this very slot
@@ -255,7 +260,7 @@ class FirePath:
         except BaseException:
             hold.release()
             raise
-        if self._claims_live_with_replica:
+        if self._claims_live_with_replica and not self._claims_whole:
             # Written, the claim names this replica, which keeps it alive from now on: the
             # store's lock of the claim covered only its making (a claim file is made, then
             # written), and this process keeps the key against a second fire of the slot.

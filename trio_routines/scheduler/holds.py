@@ -79,18 +79,33 @@ class Holds:
         self.gate = gate
         self._presence = presence  # the current one: a lost presence is replaced
 
-    async def enter(self, session: str, claim: int | None = None) -> TurnHold:
+    async def enter(
+        self, session: str, claim: int | None = None, *, claim_here: bool = False
+    ) -> TurnHold:
         """Hold ``session`` (and the claim ``claim``, a key) for one turn.
 
-        Raises StateFault when the store cannot answer; nothing is held then.
+        ``claim_here``: the claim's key is held in this process only (a second fire of the
+        slot here is a duplicate without asking), for a store whose claims no replica sees
+        half made (``claims_appear_whole``): each names its replica from the first, and is
+        alive while that replica is. Raises StateFault when the store cannot answer; nothing
+        is held then.
         """
         presence, gate_hold, agent, wanted = self._begin(session, claim)
+        here = claim_here and claim is not None
+        if here and not presence.reserve(wanted[:1])[0]:  # decided or run here already
+            return self._finish(presence, gate_hold, agent, wanted, [False] * len(wanted), claim)
         try:
-            taken = await presence.take(wanted)
+            taken = await presence.take(wanted[1:] if here else wanted)
         except BaseException:
+            if here:
+                presence.forget(wanted[:1])
             gate_hold.__exit__(None, None, None)
             raise
-        return self._finish(presence, gate_hold, agent, wanted, taken, claim)
+        if not here:
+            return self._finish(presence, gate_hold, agent, wanted, taken, claim)
+        hold = self._finish(presence, gate_hold, agent, wanted, [True, *taken], claim)
+        hold.hold_locally(wanted[0])
+        return hold
 
     async def enter_claiming(
         self,

@@ -8,7 +8,8 @@ subdirectory should be. The rules, applied by every helper here:
   relative to their parent (``dir_fd``) with ``O_NOFOLLOW|O_DIRECTORY``; files with
   ``O_NOFOLLOW``. The root itself may be a symlink: where the state lives is the operator's
   choice. New files are created with ``O_EXCL`` (which never follows a link), temp files under
-  unpredictable names.
+  unpredictable names; a file that must never be seen half written (a claim) is written
+  unnamed and linked in under its name, which never follows a link either.
 * **nothing blocks.** A file is looked at (``lstat``) before it is opened, opened with
   ``O_NONBLOCK|O_NOCTTY`` (a FIFO without a writer would block a plain open forever), and
   checked again with ``fstat`` after the open: anything but a regular file is refused.
@@ -259,6 +260,52 @@ def create_temp(parent: int, prefix: str, directory: Where) -> tuple[int, str]:
     """A new file ``<prefix><random>`` in ``parent``: no one can guess or pre-plant it."""
     name = f"{prefix}{secrets.token_hex(8)}"
     return create_file(parent, name, directory / name), name
+
+
+#: Where the kernel names this process's descriptors: an unnamed file is linked in through it.
+_FD_LINKS = "/proc/self/fd"
+_UNNAMED = getattr(os, "O_TMPFILE", 0) and os.path.isdir(_FD_LINKS)
+#: An ``O_TMPFILE`` open's errors where the kernel or the file system has no unnamed files.
+_NO_UNNAMED = frozenset({errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL})
+
+
+def create_unnamed(parent: int, directory: Where, prefix: str) -> tuple[int, str | None]:
+    """A new, empty file in ``parent`` that no reader can reach yet: to be written, then named
+    by :func:`link_new`, so that it is never seen half written. Unnamed (``O_TMPFILE``) where
+    the kernel and the file system can make one; else a temp file under an unpredictable name
+    starting with ``prefix``, which is returned: the caller removes it once it is linked, or
+    not (:func:`remove_temp`)."""
+    if _UNNAMED:
+        flags = os.O_WRONLY | os.O_TMPFILE | os.O_CLOEXEC
+        try:
+            return at(directory, lambda: os.open(".", flags, 0o644, dir_fd=parent)), None
+        except OSError as exc:
+            if exc.errno not in _NO_UNNAMED:
+                raise
+    return create_temp(parent, prefix, directory)
+
+
+def link_new(parent: int, fd: int, temp: str | None, name: str, where: Where) -> None:
+    """Name the file ``fd`` of :func:`create_unnamed` (``temp``: its temp name, if it has one)
+    ``name`` in ``parent``, in one step: ``FileExistsError`` if anything, even a link, is
+    there already."""
+    if temp is None:
+        at(where, lambda: os.link(f"{_FD_LINKS}/{fd}", name, dst_dir_fd=parent))
+    else:
+        at(
+            where,
+            lambda: os.link(
+                temp, name, src_dir_fd=parent, dst_dir_fd=parent, follow_symlinks=False
+            ),
+        )
+
+
+def remove_temp(parent: int, temp: str | None) -> None:
+    """Remove the temp name of :func:`create_unnamed`'s file, if it has one (never raises: a
+    name left behind is not a claim, and every reader steps over it)."""
+    if temp is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=parent)
 
 
 def replace_file(

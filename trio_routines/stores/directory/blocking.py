@@ -1,4 +1,5 @@
-"""The state directory's claims, blocking: for a thread, or a process without Trio.
+"""The state directory's claims, blocking: for a thread, or a process without Trio; and the
+claims of a routine read back (:func:`read_claims`).
 
 The same files as the store's async calls write (claimfiles.py), but each call on its own:
 no batch, no group commit, no writer process; a claim or settle is made durable by its own
@@ -7,16 +8,21 @@ flush (``syncfs`` of its file) before it returns.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
+from ...claims import claim_names, newest_first, parse_claim
 from ...errors import StateFault
 from ...records import ClaimResult, Fire, Outcome
 from ...usage import Usage
-from ..safefile import at, describe
+from ..safefile import Refused, at, describe, read_file
+from .claimbatch import CLAIM_LIMIT
 from .claimfiles import ClaimFiles
+
+log = logging.getLogger("trio_routines")
 
 
 class BlockingClaims:
@@ -77,7 +83,7 @@ class BlockingClaims:
     def latest_fire(self, routine: str) -> Fire | None:
         """The store's ``latest_fire``."""
         try:
-            for fire in self._files.read(routine, newest_only=True):
+            for fire in read_claims(self._files, routine, newest_only=True):
                 return fire
         except OSError as exc:
             raise StateFault(
@@ -89,9 +95,37 @@ class BlockingClaims:
     def history(self, routine: str) -> list[Fire]:
         """The store's ``history``."""
         try:
-            return list(self._files.read(routine))
+            return list(read_claims(self._files, routine))
         except OSError as exc:
             raise StateFault(
                 f"the fired-slot claims for {routine!r} are unreadable (state: {self.root}): "
                 f"{describe(exc)}"
             ) from None
+
+
+def read_claims(files: ClaimFiles, routine: str, *, newest_only: bool = False) -> list[Fire]:
+    """The claims of ``routine`` oldest first (only the newest readable one with
+    ``newest_only``); a damaged one is read leniently, with one warning naming it."""
+    where = files.claim_dir(routine)
+    try:
+        directory = files.open_claims(routine)
+    except FileNotFoundError:
+        return []
+    try:
+        entries = at(where, lambda: os.listdir(directory))
+        fires = []
+        for name in newest_first(entries) if newest_only else claim_names(entries):
+            path = where / name
+            try:
+                raw = read_file(directory, name, path, CLAIM_LIMIT)
+            except FileNotFoundError:
+                continue  # pruned meanwhile
+            except Refused as exc:
+                log.warning("unreadable claim: %s (its slot stays taken; read as unsettled)", exc)
+                raw = b""
+            fires.append(parse_claim(name, raw.decode("utf-8", errors="replace"), str(path)))
+            if newest_only:
+                break
+        return fires
+    finally:
+        os.close(directory)

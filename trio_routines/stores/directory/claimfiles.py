@@ -1,15 +1,16 @@
 """Claim files: the synchronous half of the state directory store (see store.py).
 
-Each call runs in a worker thread. A claim is decided by ``O_CREAT|O_EXCL`` and written
-without an fsync when a group-commit flush will follow (the caller then owns the returned
-:class:`Pending` descriptor and must flush or undo); without ``syncfs`` the file and its
-directory are fsynced here, as they always were. Every file is opened through safefile.py:
-an entry that is not a regular file is never opened or written, and reads as a claim without
-stamp or outcome, with one warning naming it.
+Each call runs in a worker thread. A claim is written unnamed and then linked in under its
+slot's name, which decides the slot as ``O_CREAT|O_EXCL`` would, and no reader ever sees it
+half made; it is not fsynced when a group-commit flush will follow (the caller then owns the
+returned :class:`Pending` descriptor and must flush or undo); without ``syncfs`` the file
+(before it is named) and its directory are fsynced here. Every file is opened through
+safefile.py: an entry that is not a regular file is never opened or written, and reads as a
+claim without stamp or outcome, with one warning naming it.
 
-:class:`ClaimFiles` owns the claim files' calls (create, settle, prune, read) and the options
-they share; the values a batch of them carries to and from the writer process are in
-:mod:`.claimbatch`.
+:class:`ClaimFiles` owns the claim files' calls (create, settle, prune) and the options they
+share (reading them back is blocking.py's :func:`~.blocking.read_claims`); the values a batch
+of them carries to and from the writer process are in :mod:`.claimbatch`.
 """
 
 from __future__ import annotations
@@ -23,29 +24,29 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ...claims import claim_gate, claim_names, is_stale, newest_first, parse_claim
+from ...claims import claim_gate, is_stale, parse_claim
 from ...converter import claim_text
 from ...errors import StateFault
 from ...instants import slot_name
 from ...names import check_name
-from ...records import ClaimResult, ClaimStatus, Fire, Outcome
+from ...records import ClaimResult, ClaimStatus, Outcome
 from ...usage import Usage
 from ..batch import each
 from ..groupcommit import Descriptors, hand_in, opened
 from ..safefile import (
-    Refused,
     Where,
     Within,
     at,
-    create_file,
+    create_unnamed,
     describe,
     fsync,
+    link_new,
     lock_within,
     open_dir,
     open_dirs,
     open_file,
     read_fd,
-    read_file,
+    remove_temp,
     write_all,
 )
 from .claimbatch import (
@@ -62,6 +63,10 @@ from .claimbatch import (
 )
 
 log = logging.getLogger("trio_routines")
+
+#: A claim being written under a temp name, where files cannot be made unnamed (safefile.py):
+#: not a slot's name, so every reader of claims steps over one a crash left behind.
+NEW_CLAIM = ".new-claim-"
 
 
 class ClaimFiles:
@@ -179,30 +184,41 @@ class ClaimFiles:
             except OSError as exc:
                 raise self.unusable(routine, where, exc) from None
             newest, prune = claim_gate(entries, self.keep)
+            if newest == wanted:  # (another replica's, as a rule: every slot, but one)
+                return ClaimResult(ClaimStatus.DUPLICATE, wanted), None
             stale = is_stale(newest, wanted)
             if stale is not None:
                 return ClaimResult(ClaimStatus.STALE, stale), None
             path = where / wanted
+            # Made whole: written where no name reaches it, then named in one step, so that no
+            # replica reads a claim half made (one that names no replica yet) and takes it
+            # for dead: its maker needs no hold of its own for it (safefile.py).
             try:
-                fd = create_file(directory, wanted, path)
-            except FileExistsError:  # a claim, or anything else squatting on its name
-                return ClaimResult(ClaimStatus.DUPLICATE, wanted), None
+                fd, temp = create_unnamed(directory, where, NEW_CLAIM)
             except OSError as exc:
-                raise StateFault(
-                    f"could not claim slot {wanted} of {routine!r}: {describe(exc)}"
-                ) from None
+                raise self.not_claimed(routine, wanted, exc) from None
             try:
                 try:
                     write_all(fd, claim_text(fired_at, replica=replica).encode(), path)
                     if self._syncfs is None:
                         fsync(fd, path)
-                finally:
-                    os.close(fd)
-                if self._syncfs is None:
+                except OSError as exc:
+                    raise self.unstamped(path, exc) from None
+                try:
+                    link_new(directory, fd, temp, wanted, path)
+                except FileExistsError:  # a claim, or anything else squatting on its name
+                    return ClaimResult(ClaimStatus.DUPLICATE, wanted), None
+                except OSError as exc:
+                    raise self.not_claimed(routine, wanted, exc) from None
+            finally:
+                os.close(fd)
+                remove_temp(directory, temp)
+            if self._syncfs is None:
+                try:
                     fsync(directory, where)
-            except OSError as exc:
-                self.unclaim(routine, directory, wanted, path)
-                raise StateFault(f"could not stamp the claim {path}: {describe(exc)}") from None
+                except OSError as exc:
+                    self.unclaim(routine, directory, wanted, path)
+                    raise self.unstamped(path, exc) from None
             # Older claims may go before the new one is durable, but never the newest: if the
             # flush fails (or the power does), it still holds the stale gate.
             later = [name for name in prune if name == newest]
@@ -217,6 +233,12 @@ class ClaimFiles:
         finally:
             if not handed_over:
                 os.close(directory)
+
+    def unstamped(self, path: Where, exc: OSError) -> StateFault:
+        return StateFault(f"could not stamp the claim {path}: {describe(exc)}")
+
+    def not_claimed(self, routine: str, wanted: str, exc: OSError) -> StateFault:
+        return StateFault(f"could not claim slot {wanted} of {routine!r}: {describe(exc)}")
 
     def unusable(self, routine: str, where: Where, exc: OSError) -> StateFault:
         return StateFault(f"claims of {routine!r} are unusable in {where}: {describe(exc)}")
@@ -364,33 +386,3 @@ class ClaimFiles:
                 os.close(fd)
             if not handed_over:
                 os.close(directory)
-
-    # -- reading claims -------------------------------------------------------------------
-
-    def read(self, routine: str, *, newest_only: bool = False) -> list[Fire]:
-        """Claims oldest first (only the newest readable one with ``newest_only``)."""
-        where = self.claim_dir(routine)
-        try:
-            directory = self.open_claims(routine)
-        except FileNotFoundError:
-            return []
-        try:
-            entries = at(where, lambda: os.listdir(directory))
-            fires = []
-            for name in newest_first(entries) if newest_only else claim_names(entries):
-                path = where / name
-                try:
-                    raw = read_file(directory, name, path, CLAIM_LIMIT)
-                except FileNotFoundError:
-                    continue  # pruned meanwhile
-                except Refused as exc:
-                    log.warning(
-                        "unreadable claim: %s (its slot stays taken; read as unsettled)", exc
-                    )
-                    raw = b""
-                fires.append(parse_claim(name, raw.decode("utf-8", errors="replace"), str(path)))
-                if newest_only:
-                    break
-            return fires
-        finally:
-            os.close(directory)

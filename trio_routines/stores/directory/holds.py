@@ -16,8 +16,8 @@ releasing never wait (``SETLK``, not ``SETLKW``) and never touch the disk, so th
 event loop's thread: a frozen file system does not stall them.
 
 Earlier versions held their locks in the 16 files of ``schedule/holds/`` and held a claim's
-hold until its settle, where this version holds it only while the claim is being made (a
-written claim is alive while the replica it names is): the two cannot share a directory.
+hold until its settle, where this version takes none (a claim is never seen half made, and is
+alive while the replica it names is, claimfiles.py): the two cannot share a directory.
 So a joined replica also holds a read lock on the whole of each of those 16 files, for its
 life: an older replica's lock conflicts with it, so an older replica cannot join (nor take
 a hold) while a newer one lives, and a newer one cannot join while an older one holds

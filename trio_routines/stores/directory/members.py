@@ -77,9 +77,11 @@ class DirectoryMembers:
     ) -> list[bool]:
         names = [self._holder(routine, slot) for routine, slot in claims]
         alive = [False] * len(claims)
-        # A claim that names no replica may be one being made (its file is made, then
-        # written): alive while its own hold is held. Once that hold is free it is read
-        # again, for its maker wrote it before letting go.
+        # A claim that names no replica may be one an earlier version's replica is making
+        # (its file made, then written, under a hold of the claim's own, which a reader that
+        # is not a member sees): alive while that hold is held. Once it is free the claim is
+        # read again, for its maker wrote it before letting go. (This version makes a claim
+        # whole: it names its replica from the first, claimfiles.py.)
         unnamed = [i for i, name in enumerate(names) if name is None]
         if unnamed:
             making = keys_alive(self.root, own, [claim_key(*claims[i]) for i in unnamed])

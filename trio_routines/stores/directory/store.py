@@ -11,13 +11,15 @@ read the other's; its ``wakeups.json`` is taken over on first use)::
     <root>/schedule/armed.json                     ours: when each routine was first armed
     <root>/schedule/wake-turns.json                ours: recent wake-up turns (waketurns.py)
 
-Theory of operation. A claim is decided by the filesystem: ``O_CREAT|O_EXCL`` lets exactly
-one creator win, across threads and processes. Before a taken claim is reported, the file and
-its directory entry are durable, so a power loss cannot forget that the slot was decided and
-let it run twice (the original never fsyncs). Durability is shared: the claim is written
-without an fsync, then waits for a group commit (groupcommit.py), one ``syncfs`` covering
-every claim and settle written while the previous one ran. A claim whose flush fails is
-removed again and reported as a state fault: a retry, never a burned slot, and never a turn.
+Theory of operation. A claim is decided by the filesystem: a file written unnamed and then
+linked in under the slot's name lets exactly one maker win, across threads and processes, as
+``O_CREAT|O_EXCL`` would, and no reader ever sees a claim half made (claimfiles.py). Before a
+taken claim is reported, the file and its directory entry are durable, so a power loss cannot
+forget that the slot was decided and let it run twice (the original never fsyncs).
+Durability is shared: the claim is written without an fsync, then waits for a group commit
+(groupcommit.py), one ``syncfs`` covering every claim and settle written while the previous
+one ran. A claim whose flush fails is removed again and reported as a state fault: a retry,
+never a burned slot, and never a turn.
 The writes are batched too (batch.py): the claims (and, apart, the settles) that arrive
 together are written by one worker-thread call, file after file, instead of a thread hand-off
 each; a herd of 10,000 pays a few dozen hand-offs, not 20,000.
@@ -90,9 +92,11 @@ class DirectoryStore(Lifetime):
     and ``schedule/usage.lock`` are ours.
     """
 
-    #: A written claim is alive while the replica it names is: a fire's hold of its claim
-    #: covers only its making, until the claim is written (members.py).
+    #: A written claim is alive while the replica it names is (members.py).
     claims_live_with_replica = True
+    #: No reader sees a claim half made (claimfiles.py): it names its replica from the first,
+    #: so a fire takes no hold of its claim here, only in its own process.
+    claims_appear_whole = True
 
     def __init__(
         self,
