@@ -3,11 +3,12 @@ and claims that are alive while the replica they name is (no hold of their own).
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from trio_routines import Outcome, Routine, Scheduler
 from trio_routines.agent import Completed, Event
 from trio_routines.errors import StateFault
 from trio_routines.presence import Presence
+from trio_routines.records import ClaimResult, ClaimStatus
 from trio_routines.replicas import ReplicaInfo, claim_key, replica_key, session_key
 from trio_routines.scheduler.holds import Holds
 from trio_routines.sessions import SessionGate
@@ -288,24 +290,48 @@ class Asked(Plain):
         return [True] * len(keys)
 
 
-async def test_a_claim_held_here_only_is_never_asked_of_the_store() -> None:
+class Decide:
+    """A store's claim for :meth:`Holds.enter_whole`: answers ``status`` and records the keys
+    the store was asked for by then, or raises ``error``."""
+
+    def __init__(self, presence: Asked, status: ClaimStatus = ClaimStatus.TAKEN) -> None:
+        self.presence = presence
+        self.status = status
+        self.error: BaseException | None = None
+        self.calls: list[list[int]] = []
+
+    async def __call__(self, name: str, slot: datetime, fired_at: datetime) -> ClaimResult:
+        self.calls.append(list(self.presence.asked))
+        if self.error is not None:
+            raise self.error
+        return ClaimResult(self.status, "n")
+
+
+async def test_a_whole_claim_is_held_here_and_its_session_asked_only_once_it_is_taken() -> None:
     presence = Asked("a")
     gate = SessionGate(Waiting())
     holds = Holds(gate, lambda: presence)
-    hold = await holds.enter("s", 7, claim_here=True)
+    decide = Decide(presence)
+    hold, claim = await holds.enter_whole("s", 7, decide, ("r", SLOT, SLOT), {})
+    assert claim is not None
+    assert claim.taken
+    assert decide.calls == [[]]  # the claim first: the store asked nothing before it
     assert (hold.claimed, hold.busy) == (True, False)
     assert presence.asked == [session_key("s")]
     assert presence.holds(7)
-    again = await holds.enter("t", 7, claim_here=True)  # the same slot, here: a duplicate
+    again, none = await holds.enter_whole("t", 7, decide, ("r", SLOT, SLOT), {})  # held here
+    assert none is None
     assert (again.claimed, again.busy) == (False, True)
+    assert len(decide.calls) == 1  # a duplicate here: the store not asked
     assert not gate.busy("t")
     again.release()
-    busy = await holds.enter("s", 8, claim_here=True)  # the session runs here: busy, claimed
+    busy, claim = await holds.enter_whole("s", 8, decide, ("r", SLOT, SLOT), {})  # runs here
+    assert claim is not None
+    assert claim.taken
     assert (busy.claimed, busy.busy) == (True, True)
-    assert presence.holds(8)
     busy.release()
     assert not presence.holds(8)
-    assert presence.asked == [session_key("s")]  # neither asked the store anything
+    assert presence.asked == [session_key("s")]  # neither asked the store for anything
     hold.release()
     assert presence.gone == [session_key("s")]  # the claim's key was never the store's
     assert not presence.holds(7)
@@ -313,14 +339,83 @@ async def test_a_claim_held_here_only_is_never_asked_of_the_store() -> None:
     assert not gate.busy("s")
 
 
-async def test_a_hold_the_store_cannot_answer_for_keeps_no_claim_here() -> None:
+@pytest.mark.parametrize("status", [ClaimStatus.DUPLICATE, ClaimStatus.STALE])
+async def test_a_slot_lost_asks_for_no_session_hold(status: ClaimStatus) -> None:
+    presence = Asked("a")
+    gate = SessionGate(Waiting())
+    holds = Holds(gate, lambda: presence)
+    hold, claim = await holds.enter_whole("s", 7, Decide(presence, status), ("r", SLOT, SLOT), {})
+    assert claim is not None
+    assert claim.status is status
+    assert not hold.claimed
+    assert presence.asked == []  # another replica's fire of this slot never makes ours busy
+    assert not presence.holds(7)
+    hold.release()
+    assert not gate.busy("s")
+
+
+async def test_a_claim_that_fails_keeps_nothing_held() -> None:
+    presence = Asked("a")
+    gate = SessionGate(Waiting())
+    holds = Holds(gate, lambda: presence)
+    decide = Decide(presence)
+    decide.error = StateFault("the disk is gone")
+    with pytest.raises(StateFault, match="gone"):
+        await holds.enter_whole("s", 7, decide, ("r", SLOT, SLOT), {})
+    assert not presence.holds(7)
+    assert not gate.busy("s")
+    assert presence.asked == []
+
+
+async def test_a_session_hold_the_store_cannot_answer_for_makes_a_taken_slot_busy(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     presence = Asked("a", down=True)
     gate = SessionGate(Waiting())
     holds = Holds(gate, lambda: presence)
-    with pytest.raises(StateFault, match="down"):
-        await holds.enter("s", 7, claim_here=True)
-    assert not presence.holds(7)
+    hold, claim = await holds.enter_whole("s", 7, Decide(presence), ("r", SLOT, SLOT), {})
+    assert claim is not None
+    assert claim.taken
+    assert (hold.claimed, hold.busy) == (True, True)  # settled, never left open
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+        "s: could not take the session's hold: the store is down"
+    ]
     assert not gate.busy("s")
+    hold.release()
+    assert not presence.holds(7)
+
+
+async def test_replicas_firing_one_slot_together_run_it_once_and_skip_nothing(
+    tmp_path: Path,
+) -> None:
+    routine = Routine(name="r", prompt="p", cron="* * * * *")
+    stores = [DirectoryStore(tmp_path), DirectoryStore(tmp_path)]
+    agent = Waiting()
+    agent.go.set()
+    replicas = [
+        Scheduler(agent=agent, store=store, routines=[routine], now=lambda: T0, replica=name)
+        for store, name in zip(stores, ("a", "b"), strict=True)
+    ]
+    fired: list[tuple[str, str | None]] = []
+
+    async def fire(scheduler: Scheduler, slot: datetime) -> None:
+        result = await scheduler.fire("r", slot)
+        fired.append((result.outcome.value if result.outcome else "", result.reason))
+
+    async with trio.open_nursery() as nursery:
+        for scheduler in replicas:
+            await nursery.start(scheduler.run)
+        for minute in range(20):
+            slot = SLOT + timedelta(minutes=minute)
+            async with trio.open_nursery() as both:
+                for scheduler in replicas:
+                    both.start_soon(fire, scheduler, slot)
+        for scheduler in replicas:
+            scheduler.stop(0)
+    assert sorted(set(fired)) == [("", "duplicate"), ("completed", None)]
+    assert fired.count(("completed", None)) == 20
+    for store in stores:
+        await store.aclose()
 
 
 async def test_a_fire_never_asks_the_state_directory_for_its_claims_hold(

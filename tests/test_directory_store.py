@@ -113,9 +113,9 @@ async def test_a_taken_claim_is_fsynced_with_its_directory_without_syncfs(
     monkeypatch.setattr(os, "fsync", fsync)
     store = DirectoryStore(tmp_path, syncfs=None)
     await store.claim("daily", T0, T0)
-    # every directory created on the way, the claim file before it is named, then the
-    # directory that names it
-    assert (os.stat(claim).st_ino, False) in synced
+    # every directory created on the way, the claim file (named first: the slot is decided
+    # before anything is flushed), then the directory that names it
+    assert (os.stat(claim).st_ino, True) in synced
     assert synced[-1] == (os.stat(claim_dir).st_ino, True)
     assert (os.stat(claim_dir.parent).st_ino, False) in synced  # the new daily/ entry
 

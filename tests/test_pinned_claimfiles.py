@@ -83,7 +83,7 @@ CLAIM_FAULTS = {
     # place: (safefile's call that fails, which call (by name or count), the message, the file
     # it names)
     "create": ("open", ".", "could not claim slot {name} of 'daily'", "dir"),
-    "stamp": ("write", None, "could not stamp the claim {path}", "file"),
+    "stamp": ("write", None, "could not claim slot {name} of 'daily'", "file"),
     "name": ("link", None, "could not claim slot {name} of 'daily'", "file"),
     "stamp-fsync": ("fsync", 0, "could not stamp the claim {path}", "file"),
     "dir-fsync": ("fsync", 1, "could not stamp the claim {path}", "dir"),
@@ -119,6 +119,10 @@ MAKING = {
     "refused": lambda monkeypatch: fail(
         monkeypatch, safefile, "open", errno.EOPNOTSUPP, named(".")
     ),
+    # written unnamed, but the link through /proc refused (a sandbox): written again, named
+    "unlinkable": lambda monkeypatch: fail(
+        monkeypatch, safefile, "link", errno.EPERM, lambda src, *a, **kw: src.startswith("/proc")
+    ),
 }
 
 
@@ -131,16 +135,17 @@ def test_no_reader_ever_sees_a_claim_half_made(
     where.mkdir(parents=True)
     MAKING[making](monkeypatch)
     seen: list[list[str]] = []
-    write_all = claimfiles.write_all
+    write_all = safefile.write_all
 
     def looked_at(fd: int, data: bytes, path: Any) -> None:
         seen.append(os.listdir(where))  # what a reader finds while the claim is written
         write_all(fd, data, path)
 
-    monkeypatch.setattr(claimfiles, "write_all", looked_at)
+    monkeypatch.setattr(safefile, "write_all", looked_at)
     store = DirectoryStore(tmp_path, syncfs=syncfs, writer_process=False)
     assert store.claim_sync("daily", T0, T0, replica="web-1").taken
-    (names,) = seen
+    *unnamed, names = seen
+    assert unnamed == ([[]] if making == "unlinkable" else [])
     if making == "unnamed":
         assert names == []
     else:
@@ -159,18 +164,35 @@ def test_a_claim_named_by_another_meanwhile_is_a_duplicate_and_left_alone(
     where.mkdir(parents=True)
     MAKING[making](monkeypatch)
     theirs = '{"firedAt":"2026-07-07T10:00:00.000Z","replica":"web-2"}'
-    write_all = claimfiles.write_all
+    write_all = safefile.write_all
 
     def racing(fd: int, data: bytes, path: Any) -> None:
         (where / NAME).write_text(theirs)  # another replica names the slot first
         write_all(fd, data, path)
 
-    monkeypatch.setattr(claimfiles, "write_all", racing)
+    monkeypatch.setattr(safefile, "write_all", racing)
     store = DirectoryStore(tmp_path, syncfs=None, writer_process=False)
     result = store.claim_sync("daily", T0, T0, replica="web-1")
     assert (result.status, result.newest) == (ClaimStatus.DUPLICATE, NAME)
     assert os.listdir(where) == [NAME]
     assert (where / NAME).read_text() == theirs
+
+
+@pytest.mark.parametrize("call", ["write", "link"])
+def test_a_claim_under_a_temp_name_that_fails_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    where = claims(tmp_path)
+    where.mkdir(parents=True)
+    MAKING["named"](monkeypatch)
+    fail(monkeypatch, safefile, call, errno.ENOSPC)
+    store = DirectoryStore(tmp_path, syncfs=None, writer_process=False)
+    with pytest.raises(StateFault) as raised:
+        store.claim_sync("daily", T0, T0)
+    assert str(raised.value) == (
+        f"could not claim slot {NAME} of 'daily': ENOSPC: No space left on device: {where / NAME}"
+    )
+    assert os.listdir(where) == []
 
 
 def test_a_slot_that_is_the_newest_claim_is_a_duplicate_without_a_file_made(

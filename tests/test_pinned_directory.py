@@ -260,12 +260,12 @@ def test_a_claim_that_cannot_be_removed_is_reported_as_burned(
     assert os.listdir(claims(tmp_path)) == [slot_name(T0)]
 
 
-def test_a_claim_whose_stamp_fails_was_never_named_and_burns_nothing(
+def test_an_unstamped_claim_that_cannot_be_removed_is_reported_as_burned(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = DirectoryStore(tmp_path, syncfs=None)
     claims(tmp_path).mkdir(parents=True)  # the only fsync left is the claim's own
-    fail(monkeypatch, claimfiles, "unlink", errno.EIO)  # a removal would be reported
+    fail(monkeypatch, claimfiles, "unlink", errno.EIO)
     fail(monkeypatch, safefile, "fsync", errno.ENOSPC)
     with pytest.raises(StateFault) as raised:
         store.claim_sync("daily", T0, T0)
@@ -273,10 +273,9 @@ def test_a_claim_whose_stamp_fails_was_never_named_and_burns_nothing(
     assert str(raised.value) == (
         f"could not stamp the claim {path}: ENOSPC: No space left on device: {path}"
     )
-    assert warnings(caplog) == []  # written unnamed: nothing to remove, the slot is free
-    assert os.listdir(claims(tmp_path)) == []
-    monkeypatch.undo()
-    assert store.claim_sync("daily", T0, T0).taken
+    assert warnings(caplog) == [
+        f"daily: could not remove the unstamped claim {slot_name(T0)} — {NEVER}: {EIO}: {path}"
+    ]
 
 
 @pytest.mark.parametrize("blocking", [True, False])

@@ -187,9 +187,9 @@ async def test_a_settle_locked_by_another_waits_in_a_thread_of_its_own(tmp_path:
 async def test_a_fault_in_the_childs_writes_is_each_claims_fault(tmp_path: Path) -> None:
     async with DirectoryStore(tmp_path, writer_process=misbehaving("eio")) as store:
         await up(store)
-        with pytest.raises(StateFault, match=r"could not stamp the claim .*Input/output error"):
+        with pytest.raises(StateFault, match=r"could not claim slot .*Input/output error"):
             await store.claim("r0", SLOT, SLOT)
-        assert not claim_path(tmp_path, "r0").exists()  # removed again: a retry, not a burn
+        assert not claim_path(tmp_path, "r0").exists()  # never named: a retry, not a burn
         assert store._writes.process is not None
         assert store._writes.process.ready()  # a fault of one claim, not of the process
 

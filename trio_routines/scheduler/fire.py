@@ -250,7 +250,12 @@ class FirePath:
                 )
                 # None: the slot is this process's already.
                 return hold, claim or ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
-            hold = await self._holds.enter(routine.session, key, claim_here=self._claims_whole)
+            if self._claims_whole:
+                hold, claim = await self._holds.enter_whole(
+                    routine.session, key, self._store.claim, (name, slot, now), self._claim_options
+                )
+                return hold, claim or ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
+            hold = await self._holds.enter(routine.session, key)
         except StateFault as exc:
             raise StateFault(f"could not claim slot {slot_name(slot)} of {name!r}: {exc}") from None
         if not hold.claimed:  # another replica is deciding or running this very slot
@@ -260,7 +265,7 @@ class FirePath:
         except BaseException:
             hold.release()
             raise
-        if self._claims_live_with_replica and not self._claims_whole:
+        if self._claims_live_with_replica:
             # Written, the claim names this replica, which keeps it alive from now on: the
             # store's lock of the claim covered only its making (a claim file is made, then
             # written), and this process keeps the key against a second fire of the slot.

@@ -14,10 +14,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ..agent import Agent
+from ..errors import StateFault
 from ..presence import Presence
 from ..records import ClaimResult
 from ..replicas import session_key
 from ..sessions import Hold, SessionGate
+from .state import log
 
 
 class TurnHold:
@@ -79,33 +81,61 @@ class Holds:
         self.gate = gate
         self._presence = presence  # the current one: a lost presence is replaced
 
-    async def enter(
-        self, session: str, claim: int | None = None, *, claim_here: bool = False
-    ) -> TurnHold:
+    async def enter(self, session: str, claim: int | None = None) -> TurnHold:
         """Hold ``session`` (and the claim ``claim``, a key) for one turn.
 
-        ``claim_here``: the claim's key is held in this process only (a second fire of the
-        slot here is a duplicate without asking), for a store whose claims no replica sees
-        half made (``claims_appear_whole``): each names its replica from the first, and is
-        alive while that replica is. Raises StateFault when the store cannot answer; nothing
-        is held then.
+        Raises StateFault when the store cannot answer; nothing is held then.
         """
         presence, gate_hold, agent, wanted = self._begin(session, claim)
-        here = claim_here and claim is not None
-        if here and not presence.reserve(wanted[:1])[0]:  # decided or run here already
-            return self._finish(presence, gate_hold, agent, wanted, [False] * len(wanted), claim)
         try:
-            taken = await presence.take(wanted[1:] if here else wanted)
+            taken = await presence.take(wanted)
         except BaseException:
-            if here:
-                presence.forget(wanted[:1])
             gate_hold.__exit__(None, None, None)
             raise
-        if not here:
-            return self._finish(presence, gate_hold, agent, wanted, taken, claim)
-        hold = self._finish(presence, gate_hold, agent, wanted, [True, *taken], claim)
-        hold.hold_locally(wanted[0])
-        return hold
+        return self._finish(presence, gate_hold, agent, wanted, taken, claim)
+
+    async def enter_whole(
+        self,
+        session: str,
+        claim: int,
+        decide: Callable[..., Awaitable[ClaimResult]],
+        args: tuple[Any, ...],
+        options: Mapping[str, Any],
+    ) -> tuple[TurnHold, ClaimResult | None]:
+        """:meth:`enter` for a store whose claims no reader sees half made
+        (``claims_appear_whole``): each names its replica from the first, and is alive while
+        that replica is. The claim's key is held in this process only (a second fire of the
+        slot here is a duplicate without asking); ``decide(*args, **options)`` claims the
+        slot, and only then, if it was taken, is the session's hold taken in the store: the
+        replicas that lose the slot never ask for it, so a session found busy is another
+        turn's, never another replica's fire of this very slot. None: the slot is held here
+        already. A session's hold the store cannot answer for after the slot is taken makes
+        the turn busy (the slot is claimed: it is settled, not left open)."""
+        presence, gate_hold, agent, wanted = self._begin(session, claim)
+        try:
+            if not presence.reserve(wanted[:1])[0]:  # this very slot is decided or run here
+                refused = [False] * len(wanted)
+                return self._finish(presence, gate_hold, agent, wanted, refused, claim), None
+            result = await decide(*args, **options)
+        except BaseException:
+            presence.forget(wanted[:1])
+            gate_hold.__exit__(None, None, None)
+            raise
+        taken = [False] * (len(wanted) - 1)
+        if not result.taken:
+            presence.forget(wanted[:1])
+        elif taken:
+            try:
+                taken = await presence.take(wanted[1:])
+            except StateFault as exc:
+                log.warning("%s: could not take the session's hold: %s", session, exc)
+            except BaseException:
+                presence.forget(wanted[:1])
+                gate_hold.__exit__(None, None, None)
+                raise
+        hold = self._finish(presence, gate_hold, agent, wanted, [result.taken, *taken], claim)
+        hold.hold_locally(claim)
+        return hold, result
 
     async def enter_claiming(
         self,

@@ -267,45 +267,63 @@ _FD_LINKS = "/proc/self/fd"
 _UNNAMED = getattr(os, "O_TMPFILE", 0) and os.path.isdir(_FD_LINKS)
 #: An ``O_TMPFILE`` open's errors where the kernel or the file system has no unnamed files.
 _NO_UNNAMED = frozenset({errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL})
+#: A link through ``/proc`` refused (a sandbox, a file system that links no unnamed file).
+_NOT_LINKED = frozenset({errno.ENOENT, errno.EPERM, errno.EACCES, errno.EXDEV, errno.EOPNOTSUPP})
 
 
-def create_unnamed(parent: int, directory: Where, prefix: str) -> tuple[int, str | None]:
-    """A new, empty file in ``parent`` that no reader can reach yet: to be written, then named
-    by :func:`link_new`, so that it is never seen half written. Unnamed (``O_TMPFILE``) where
-    the kernel and the file system can make one; else a temp file under an unpredictable name
-    starting with ``prefix``, which is returned: the caller removes it once it is linked, or
-    not (:func:`remove_temp`)."""
+def create_whole(parent: int, directory: Where, name: str, data: bytes, prefix: str) -> int:
+    """The new file ``name`` of ``parent`` holding ``data``, never seen half written: written
+    unnamed (``O_TMPFILE``) and linked in under ``name`` in one step, or, where the kernel or
+    the file system cannot, written under an unpredictable temp name starting with ``prefix``,
+    linked, and the temp name removed. ``FileExistsError`` if anything, even a link, is at
+    ``name`` already; nothing is left behind on any error. Returns the file's descriptor,
+    open for writing (the caller closes it): not fsynced."""
+    where = directory / name
     if _UNNAMED:
         flags = os.O_WRONLY | os.O_TMPFILE | os.O_CLOEXEC
         try:
-            return at(directory, lambda: os.open(".", flags, 0o644, dir_fd=parent)), None
+            fd = at(directory, lambda: os.open(".", flags, 0o644, dir_fd=parent))
         except OSError as exc:
             if exc.errno not in _NO_UNNAMED:
                 raise
-    return create_temp(parent, prefix, directory)
-
-
-def link_new(parent: int, fd: int, temp: str | None, name: str, where: Where) -> None:
-    """Name the file ``fd`` of :func:`create_unnamed` (``temp``: its temp name, if it has one)
-    ``name`` in ``parent``, in one step: ``FileExistsError`` if anything, even a link, is
-    there already."""
-    if temp is None:
-        at(where, lambda: os.link(f"{_FD_LINKS}/{fd}", name, dst_dir_fd=parent))
-    else:
+        else:
+            try:
+                write_all(fd, data, where)
+                if _link_unnamed(parent, fd, name, where):
+                    return fd
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
+    fd, temp = create_temp(parent, prefix, directory)
+    try:
+        write_all(fd, data, where)
         at(
             where,
             lambda: os.link(
                 temp, name, src_dir_fd=parent, dst_dir_fd=parent, follow_symlinks=False
             ),
         )
-
-
-def remove_temp(parent: int, temp: str | None) -> None:
-    """Remove the temp name of :func:`create_unnamed`'s file, if it has one (never raises: a
-    name left behind is not a claim, and every reader steps over it)."""
-    if temp is not None:
-        with contextlib.suppress(OSError):
+    except BaseException:
+        os.close(fd)
+        raise
+    finally:
+        with contextlib.suppress(OSError):  # left behind, it is no one's name: stepped over
             os.unlink(temp, dir_fd=parent)
+    return fd
+
+
+def _link_unnamed(parent: int, fd: int, name: str, where: Where) -> bool:
+    """Name the unnamed file ``fd``; False when the link through ``/proc`` is refused."""
+    try:
+        at(where, lambda: os.link(f"{_FD_LINKS}/{fd}", name, dst_dir_fd=parent))
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        if exc.errno in _NOT_LINKED:
+            return False
+        raise
+    return True
 
 
 def replace_file(

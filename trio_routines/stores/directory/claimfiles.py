@@ -37,17 +37,14 @@ from ..safefile import (
     Where,
     Within,
     at,
-    create_unnamed,
+    create_whole,
     describe,
     fsync,
-    link_new,
     lock_within,
     open_dir,
     open_dirs,
     open_file,
     read_fd,
-    remove_temp,
-    write_all,
 )
 from .claimbatch import (
     CLAIM_LIMIT,
@@ -192,33 +189,26 @@ class ClaimFiles:
             path = where / wanted
             # Made whole: written where no name reaches it, then named in one step, so that no
             # replica reads a claim half made (one that names no replica yet) and takes it
-            # for dead: its maker needs no hold of its own for it (safefile.py).
+            # for dead: its maker needs no hold of its own for it (safefile.py). Named at
+            # once, before any fsync: the slot is decided right after the listing, as
+            # ``O_EXCL`` did, and a replica that loses it flushes nothing.
+            data = claim_text(fired_at, replica=replica).encode()
             try:
-                fd, temp = create_unnamed(directory, where, NEW_CLAIM)
+                fd = create_whole(directory, where, wanted, data, NEW_CLAIM)
+            except FileExistsError:  # a claim, or anything else squatting on its name
+                return ClaimResult(ClaimStatus.DUPLICATE, wanted), None
             except OSError as exc:
                 raise self.not_claimed(routine, wanted, exc) from None
             try:
-                try:
-                    write_all(fd, claim_text(fired_at, replica=replica).encode(), path)
-                    if self._syncfs is None:
-                        fsync(fd, path)
-                except OSError as exc:
-                    raise self.unstamped(path, exc) from None
-                try:
-                    link_new(directory, fd, temp, wanted, path)
-                except FileExistsError:  # a claim, or anything else squatting on its name
-                    return ClaimResult(ClaimStatus.DUPLICATE, wanted), None
-                except OSError as exc:
-                    raise self.not_claimed(routine, wanted, exc) from None
-            finally:
-                os.close(fd)
-                remove_temp(directory, temp)
-            if self._syncfs is None:
-                try:
+                if self._syncfs is None:
+                    fsync(fd, path)
                     fsync(directory, where)
-                except OSError as exc:
-                    self.unclaim(routine, directory, wanted, path)
-                    raise self.unstamped(path, exc) from None
+            except OSError as exc:
+                self.unclaim(routine, directory, wanted, path)
+                raise self.unstamped(path, exc) from None
+            finally:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
             # Older claims may go before the new one is durable, but never the newest: if the
             # flush fails (or the power does), it still holds the stale gate.
             later = [name for name in prune if name == newest]
