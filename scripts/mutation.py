@@ -67,7 +67,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "sessions": (["trio_routines/sessions.py"], ["tests/test_pinned_core.py"]),
     "turnholds": (
         ["trio_routines/scheduler/holds.py"],
-        ["tests/test_directory_holds.py", "tests/test_pinned_history.py"],
+        [
+            "tests/test_turn_holds.py",
+            "tests/test_directory_holds.py",
+            "tests/test_pinned_history.py",
+        ],
     ),
     "turns": (
         ["trio_routines/turns.py"],
