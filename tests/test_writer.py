@@ -387,3 +387,25 @@ def test_a_short_command_reading_many_routines_starts_no_process(
     assert cli.main(["list", "--routines", str(routines), "--state", state]) == 0
     assert len(capsys.readouterr().out.splitlines()) > write_path.PROCESS_AT  # all were read
     assert starts == []
+
+
+@pytest.mark.parametrize("op", ["claims", "settles"])
+async def test_a_batch_the_writer_process_could_not_send_is_written_by_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, op: str
+) -> None:
+    async with DirectoryStore(tmp_path) as store:
+        process = await up(store)
+        if op == "settles":
+            assert (await store.claim("r0", SLOT, SLOT)).taken
+        sent = process.batches
+        # up when the write is handed to it, gone by the time its batch is sealed
+        answers = iter([True, False])
+        monkeypatch.setattr(process, "ready", lambda: next(answers))
+        if op == "claims":
+            assert (await store.claim("r0", SLOT, SLOT)).taken
+        else:
+            assert await store.settle("r0", SLOT, Outcome.COMPLETED, 5)
+        assert process.batches == sent  # nothing sent: a thread wrote it
+        monkeypatch.undo()
+        (fire,) = await store.history("r0")
+        assert fire.outcome is (Outcome.COMPLETED if op == "settles" else None)

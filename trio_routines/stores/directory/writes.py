@@ -16,9 +16,10 @@ capacity limiter, and the store's record of thread writes under way (its ``ready
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeAlias, TypeVar
@@ -34,7 +35,7 @@ from ..groupcommit import Abandoned, Batch, Descriptors, GroupCommit, close_held
 from ..safefile import describe
 from .claimbatch import ClaimItem, Contended, SettleItem, SettleWrite, Written
 from .claimfiles import ClaimFiles
-from .writer.process import Call, Unsent, WriterProcess
+from .writer.process import Call, WriterProcess
 
 log = logging.getLogger("trio_routines")
 T = TypeVar("T")
@@ -91,6 +92,11 @@ class Writes:
             abandon=self._abandoned,
         )
         self._writer = Turns(urgent_next=lambda: self.claim_writes.queued)
+        #: Each kind of write by a thread (see :meth:`_submit`).
+        self._threaded: dict[str, Callable[[Any], Awaitable[Call]]] = {
+            "claims": functools.partial(self._by_thread, self.claim_writes),
+            "settles": functools.partial(self._by_thread, self.settle_writes),
+        }
         self.process: WriterProcess | None = None
         if writer_process and self.commit is not None:
             argv = None if writer_process is True else writer_process
@@ -168,14 +174,17 @@ class Writes:
             "the write was given up, and may or may not have been made"
         )
 
-    async def _submit(self, op: str, item: I, batcher: Batcher[I, Covered[Written[T]]]) -> Call:
-        """A claim or settle written by the writer process if it is up, else by a thread."""
+    def _submit(self, op: str, item: Any) -> Awaitable[Call]:
+        """A claim or settle written by the writer process if it is up, else by a thread (also
+        when the process went away before its batch was sent: nothing was written then). Not
+        a coroutine of its own: at 10,000 claims at once, every frame a parked claim keeps is
+        the collector's work (benchmarks/README.md)."""
         process = self.process
         if process is not None and process.ready():
-            try:
-                return await process.submit(op, item)
-            except Unsent:
-                pass  # it went away before the batch was sent: nothing was written
+            return process.submit(op, item, self._threaded[op])
+        return self._threaded[op](item)
+
+    async def _by_thread(self, batcher: Batcher[I, Covered[Written[T]]], item: I) -> Call:
         (value, later), flush = await batcher.submit(item)
         call = Call(item)
         call.value, call.later, call.flush, call.threaded = value, later, flush, True
@@ -201,7 +210,7 @@ class Writes:
     async def claim(
         self, routine: str, slot: datetime, fired_at: datetime, *, replica: str | None = None
     ) -> ClaimResult:
-        call = await self._submit("claims", (routine, slot, fired_at, replica), self.claim_writes)
+        call = await self._submit("claims", (routine, slot, fired_at, replica))
         result: ClaimResult = call.value
         if call.later is None:
             return result
@@ -246,7 +255,7 @@ class Writes:
     ) -> bool:
         item: SettleItem = (routine, slot, outcome, ms, if_unsettled, error, output, usage)
         try:
-            call = await self._submit("settles", item, self.settle_writes)
+            call = await self._submit("settles", item)
             written: bool = call.value
             after, batch = call.later, call.flush
         except Contended:

@@ -40,7 +40,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -158,10 +158,12 @@ class WriterProcess:
 
     # -- the pipeline ----------------------------------------------------------------------
 
-    async def submit(self, op: str, item: Any) -> Call:
+    async def submit(
+        self, op: str, item: Any, unsent: Callable[[Any], Awaitable[Call]] | None = None
+    ) -> Call:
         """One item written by the child, batched with the items that arrive with it: its
-        answered :class:`Call`. Raises its error; :class:`Unsent` if the child was gone before
-        its batch could be sent (nothing was written)."""
+        answered :class:`Call`. Raises its error; if the child was gone before its batch could
+        be sent (nothing was written), ``unsent(item)``'s answer, or :class:`Unsent`."""
         call = Call(item, self)
         batch = self._open.get(op)
         if batch is None:  # the first: it leads this batch
@@ -179,6 +181,8 @@ class WriterProcess:
                 call.task = trio.lowlevel.current_task()
                 await trio.lowlevel.wait_task_rescheduled(call)
         if call.error is not None:
+            if unsent is not None and isinstance(call.error, Unsent):
+                return await unsent(item)
             raise call.error
         return call
 
