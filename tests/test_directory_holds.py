@@ -17,6 +17,7 @@ import trio
 from trio_routines import Outcome, Routine, Scheduler
 from trio_routines.agent import Completed, Event
 from trio_routines.errors import StateFault
+from trio_routines.instants import slot_name
 from trio_routines.presence import Presence
 from trio_routines.records import ClaimResult, ClaimStatus
 from trio_routines.replicas import ReplicaInfo, claim_key, replica_key, session_key
@@ -554,3 +555,32 @@ async def test_a_refused_join_locks_nothing_even_for_a_moment(
         end(earlier)
     assert calls
     assert set(calls) == {holds._GETLK}
+
+
+@pytest.mark.parametrize("failing", ["open", "listdir"])
+async def test_a_fire_whose_claim_fails_says_so_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    import errno
+
+    from oserrors import fail
+
+    from trio_routines.stores import safefile
+    from trio_routines.stores.directory import claimfiles
+
+    routine = Routine(name="r", prompt="p", cron="0 * * * *")
+    store = DirectoryStore(tmp_path, writer_process=False)
+    scheduler = Scheduler(agent=Waiting(), store=store, routines=[routine], now=lambda: T0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        if failing == "open":  # the claim's own fault names the slot already
+            fail(monkeypatch, safefile, "open", errno.ENOSPC, lambda name, *a, **kw: name == ".")
+        else:  # a fault of the directory is put in the slot's words
+            fail(monkeypatch, claimfiles, "listdir", errno.EIO)
+        with pytest.raises(StateFault) as raised:
+            await scheduler.fire("r", SLOT)
+        scheduler.stop(0)
+    text = str(raised.value)
+    assert text.startswith(f"could not claim slot {slot_name(SLOT)} of 'r': ")
+    assert text.count("could not claim slot") == 1
+    await store.aclose()

@@ -257,7 +257,10 @@ class FirePath:
                 return hold, claim or ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
             hold = await self._holds.enter(routine.session, key)
         except StateFault as exc:
-            raise StateFault(f"could not claim slot {slot_name(slot)} of {name!r}: {exc}") from None
+            said = f"could not claim slot {slot_name(slot)} of {name!r}"
+            if str(exc).startswith(said):  # the store's own claim said so already
+                raise
+            raise StateFault(f"{said}: {exc}") from None
         if not hold.claimed:  # another replica is deciding or running this very slot
             return hold, ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
         try:

@@ -4,7 +4,7 @@ Each call runs in a worker thread. A claim is written unnamed and then linked in
 slot's name, which decides the slot as ``O_CREAT|O_EXCL`` would, and no reader ever sees it
 half made; it is not fsynced when a group-commit flush will follow (the caller then owns the
 returned :class:`Pending` descriptor and must flush or undo); without ``syncfs`` the file
-(before it is named) and its directory are fsynced here. Every file is opened through
+and its directory are fsynced here, once it is named. Every file is opened through
 safefile.py: an entry that is not a regular file is never opened or written, and reads as a
 claim without stamp or outcome, with one warning naming it.
 
