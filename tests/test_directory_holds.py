@@ -3,7 +3,6 @@ and claims that are alive while the replica they name is (no hold of their own).
 
 from __future__ import annotations
 
-import logging
 import os
 import subprocess
 import sys
@@ -19,7 +18,6 @@ from trio_routines.agent import Completed, Event
 from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
 from trio_routines.presence import Presence
-from trio_routines.records import ClaimResult, ClaimStatus
 from trio_routines.replicas import ReplicaInfo, claim_key, replica_key, session_key
 from trio_routines.scheduler.holds import Holds
 from trio_routines.sessions import SessionGate
@@ -274,116 +272,6 @@ async def test_a_claim_written_lets_the_store_go_of_its_hold_and_keeps_it_here()
     assert presence.gone == [7, session_key("t"), session_key("s")]  # only the session's
     assert not presence.holds(7)
     assert not gate.busy("s")
-
-
-class Asked(Plain):
-    """:class:`Plain`, recording the keys the store is asked to take (``down``: it fails)."""
-
-    def __init__(self, replica: str, *, down: bool = False) -> None:
-        super().__init__(replica)
-        self.asked: list[int] = []
-        self.down = down
-
-    async def _take(self, keys: list[int]) -> list[bool]:
-        self.asked += keys
-        if self.down:
-            raise StateFault("the store is down")
-        return [True] * len(keys)
-
-
-class Decide:
-    """A store's claim for :meth:`Holds.enter_whole`: answers ``status`` and records the keys
-    the store was asked for by then, or raises ``error``."""
-
-    def __init__(self, presence: Asked, status: ClaimStatus = ClaimStatus.TAKEN) -> None:
-        self.presence = presence
-        self.status = status
-        self.error: BaseException | None = None
-        self.calls: list[list[int]] = []
-
-    async def __call__(self, name: str, slot: datetime, fired_at: datetime) -> ClaimResult:
-        self.calls.append(list(self.presence.asked))
-        if self.error is not None:
-            raise self.error
-        return ClaimResult(self.status, "n")
-
-
-async def test_a_whole_claim_is_held_here_and_its_session_asked_only_once_it_is_taken() -> None:
-    presence = Asked("a")
-    gate = SessionGate(Waiting())
-    holds = Holds(gate, lambda: presence)
-    decide = Decide(presence)
-    hold, claim = await holds.enter_whole("s", 7, decide, ("r", SLOT, SLOT), {})
-    assert claim is not None
-    assert claim.taken
-    assert decide.calls == [[]]  # the claim first: the store asked nothing before it
-    assert (hold.claimed, hold.busy) == (True, False)
-    assert presence.asked == [session_key("s")]
-    assert presence.holds(7)
-    again, none = await holds.enter_whole("t", 7, decide, ("r", SLOT, SLOT), {})  # held here
-    assert none is None
-    assert (again.claimed, again.busy) == (False, True)
-    assert len(decide.calls) == 1  # a duplicate here: the store not asked
-    assert not gate.busy("t")
-    again.release()
-    busy, claim = await holds.enter_whole("s", 8, decide, ("r", SLOT, SLOT), {})  # runs here
-    assert claim is not None
-    assert claim.taken
-    assert (busy.claimed, busy.busy) == (True, True)
-    busy.release()
-    assert not presence.holds(8)
-    assert presence.asked == [session_key("s")]  # neither asked the store for anything
-    hold.release()
-    assert presence.gone == [session_key("s")]  # the claim's key was never the store's
-    assert not presence.holds(7)
-    assert not presence.holds(session_key("s"))
-    assert not gate.busy("s")
-
-
-@pytest.mark.parametrize("status", [ClaimStatus.DUPLICATE, ClaimStatus.STALE])
-async def test_a_slot_lost_asks_for_no_session_hold(status: ClaimStatus) -> None:
-    presence = Asked("a")
-    gate = SessionGate(Waiting())
-    holds = Holds(gate, lambda: presence)
-    hold, claim = await holds.enter_whole("s", 7, Decide(presence, status), ("r", SLOT, SLOT), {})
-    assert claim is not None
-    assert claim.status is status
-    assert not hold.claimed
-    assert presence.asked == []  # another replica's fire of this slot never makes ours busy
-    assert not presence.holds(7)
-    hold.release()
-    assert not gate.busy("s")
-
-
-async def test_a_claim_that_fails_keeps_nothing_held() -> None:
-    presence = Asked("a")
-    gate = SessionGate(Waiting())
-    holds = Holds(gate, lambda: presence)
-    decide = Decide(presence)
-    decide.error = StateFault("the disk is gone")
-    with pytest.raises(StateFault, match="gone"):
-        await holds.enter_whole("s", 7, decide, ("r", SLOT, SLOT), {})
-    assert not presence.holds(7)
-    assert not gate.busy("s")
-    assert presence.asked == []
-
-
-async def test_a_session_hold_the_store_cannot_answer_for_makes_a_taken_slot_busy(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    presence = Asked("a", down=True)
-    gate = SessionGate(Waiting())
-    holds = Holds(gate, lambda: presence)
-    hold, claim = await holds.enter_whole("s", 7, Decide(presence), ("r", SLOT, SLOT), {})
-    assert claim is not None
-    assert claim.taken
-    assert (hold.claimed, hold.busy) == (True, True)  # settled, never left open
-    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
-        "s: could not take the session's hold: the store is down"
-    ]
-    assert not gate.busy("s")
-    hold.release()
-    assert not presence.holds(7)
 
 
 async def test_replicas_firing_one_slot_together_run_it_once_and_skip_nothing(

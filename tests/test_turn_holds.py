@@ -6,6 +6,7 @@ presence and the session gate are as they were before it."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
@@ -68,17 +69,25 @@ class Decide:
     with the claim), or raises ``error``; records each call's keyword arguments."""
 
     def __init__(
-        self, status: ClaimStatus = ClaimStatus.TAKEN, holds: tuple[bool, ...] | None = None
+        self,
+        status: ClaimStatus = ClaimStatus.TAKEN,
+        holds: tuple[bool, ...] | None = None,
+        presence: Asked | None = None,
     ) -> None:
         self.status = status
         self.holds = holds
+        self.presence = presence
         self.error: BaseException | None = None
         self.calls: list[dict[str, Any]] = []
         self.args: list[tuple[Any, ...]] = []
+        #: With ``presence``: the keys its store had been asked for at each call.
+        self.asked: list[list[int]] = []
 
     async def __call__(self, *args: Any, **options: Any) -> ClaimResult:
         self.calls.append(options)
         self.args.append(args)
+        if self.presence is not None:
+            self.asked.append(list(self.presence.asked))
         if self.error is not None:
             raise self.error
         return ClaimResult(self.status, "n", self.holds)
@@ -212,13 +221,15 @@ async def test_a_session_key_held_here_outside_the_gate_is_not_asked_and_is_busy
     untouched(presence, gate)
 
 
-async def test_a_slot_held_here_while_its_session_runs_here_answers_busy() -> None:
+@pytest.mark.parametrize("enter", ["enter_claiming", "enter_whole"])
+async def test_a_slot_held_here_while_its_session_runs_here_answers_busy(enter: str) -> None:
     presence, gate, holds = setup()
     first = await holds.enter("s")
     decide = Decide()
-    taken, _ = await holds.enter_claiming("t", CLAIM, decide, (), {})
-    hold, claim = await holds.enter_claiming("s", CLAIM, decide, (), {})
+    taken, _ = await getattr(holds, enter)("t", CLAIM, decide, (), {})
+    hold, claim = await getattr(holds, enter)("s", CLAIM, decide, (), {})
     assert claim is None
+    assert (hold.claimed, hold.busy) == (False, True)
     assert hold.agent is gate.busy_agent
     hold.release()
     taken.release()
@@ -254,18 +265,71 @@ async def test_a_claim_that_fails_lets_go_of_every_hold_it_asked_for() -> None:
 # -- claims never seen half made (the state directory) ---------------------------------------
 
 
-async def test_a_slot_held_here_and_a_session_busy_here_answer_busy() -> None:
+async def test_a_whole_claim_is_held_here_and_its_session_asked_only_once_it_is_taken() -> None:
     presence, gate, holds = setup()
-    first = await holds.enter("s")
-    decide = Decide()
-    taken, _ = await holds.enter_whole("t", CLAIM, decide, (), {})
-    hold, claim = await holds.enter_whole("s", CLAIM, decide, (), {})
-    assert claim is None
-    assert (hold.claimed, hold.busy) == (False, True)
-    assert hold.agent is gate.busy_agent
+    decide = Decide(presence=presence)
+    hold, claim = await holds.enter_whole("s", CLAIM, decide, ("r",), {})
+    assert claim is not None
+    assert claim.taken
+    assert decide.asked == [[]]  # the claim first: the store asked nothing before it
+    assert (hold.claimed, hold.busy) == (True, False)
+    assert presence.asked == [S]
+    assert presence.holds(CLAIM)
+    again, none = await holds.enter_whole("t", CLAIM, decide, ("r",), {})  # held here
+    assert none is None
+    assert (again.claimed, again.busy) == (False, True)
+    assert len(decide.calls) == 1  # a duplicate here: the store not asked
+    assert not gate.busy("t")
+    again.release()
+    busy, claim = await holds.enter_whole("s", 8, decide, ("r",), {})  # the session runs here
+    assert claim is not None
+    assert claim.taken
+    assert (busy.claimed, busy.busy) == (True, True)
+    busy.release()
+    assert not presence.holds(8)
+    assert presence.asked == [S]  # neither asked the store for anything
     hold.release()
-    taken.release()
-    first.release()
+    assert presence.gone == [S]  # the claim's key was never the store's
+    untouched(presence, gate)
+
+
+@pytest.mark.parametrize("status", [ClaimStatus.DUPLICATE, ClaimStatus.STALE])
+async def test_a_slot_lost_asks_for_no_session_hold(status: ClaimStatus) -> None:
+    presence, gate, holds = setup()
+    hold, claim = await holds.enter_whole("s", CLAIM, Decide(status), (), {})
+    assert claim is not None
+    assert claim.status is status
+    assert not hold.claimed
+    assert presence.asked == []  # another replica's fire of this slot never makes ours busy
+    assert not presence.holds(CLAIM)
+    hold.release()
+    untouched(presence, gate)
+
+
+async def test_a_claim_that_fails_keeps_nothing_held() -> None:
+    presence, gate, holds = setup()
+    decide = Decide()
+    decide.error = StateFault("the disk is gone")
+    with pytest.raises(StateFault, match="gone"):
+        await holds.enter_whole("s", CLAIM, decide, (), {})
+    untouched(presence, gate)
+    assert presence.asked == []
+
+
+async def test_a_session_hold_the_store_cannot_answer_for_makes_a_taken_slot_busy(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    presence, gate, holds = setup()
+    presence.error = StateFault("the store is down")
+    hold, claim = await holds.enter_whole("s", CLAIM, Decide(), (), {})
+    assert claim is not None
+    assert claim.taken
+    assert (hold.claimed, hold.busy) == (True, True)  # settled, never left open
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+        "s: could not take the session's hold: the store is down"
+    ]
+    assert not gate.busy("s")
+    hold.release()
     untouched(presence, gate)
 
 
