@@ -117,22 +117,18 @@ class Holds:
                 refused = [False] * len(wanted)
                 return self._finish(presence, gate_hold, agent, wanted, refused, claim), None
             result = await decide(*args, **options)
+            taken = [False] * (len(wanted) - 1)
+            if not result.taken:
+                presence.forget(wanted[:1])
+            elif taken:
+                try:
+                    taken = await presence.take(wanted[1:])
+                except StateFault as exc:
+                    log.warning("%s: could not take the session's hold: %s", session, exc)
         except BaseException:
             presence.forget(wanted[:1])
             gate_hold.__exit__(None, None, None)
             raise
-        taken = [False] * (len(wanted) - 1)
-        if not result.taken:
-            presence.forget(wanted[:1])
-        elif taken:
-            try:
-                taken = await presence.take(wanted[1:])
-            except StateFault as exc:
-                log.warning("%s: could not take the session's hold: %s", session, exc)
-            except BaseException:
-                presence.forget(wanted[:1])
-                gate_hold.__exit__(None, None, None)
-                raise
         hold = self._finish(presence, gate_hold, agent, wanted, [result.taken, *taken], claim)
         hold.hold_locally(claim)
         return hold, result
