@@ -148,7 +148,11 @@ def test_keys_are_stable_63_bit_and_apart_by_kind() -> None:
     assert claim_key("r", T0) != claim_key("r", T0 + timedelta(milliseconds=1))
     assert all(0 <= key("k", str(n)) < 2**63 for n in range(200))
     # Fixed across processes and releases: other replicas compute the same keys.
-    assert session_key("routine:r") == key("session", "routine:r")
+    assert session_key("routine:r") == key("session", "routine:r") == 3026001249204088241
+    assert claim_key("daily", datetime(2026, 7, 7, 9, tzinfo=UTC)) == 514973568066290583
+    assert key("replica", "") == 513780108664010949
+    assert key("k", "é\udcff") == 5633339457938612783  # a lone surrogate, as a name may hold
+    assert key("session", "x") == key("session", "x")  # the shared hasher is never consumed
 
 
 async def test_ten_thousand_fires_at_once_hold_twenty_thousand_keys(

@@ -78,13 +78,17 @@ class Presence:
         store cannot answer (nothing is held then).
         """
         free = self.reserve(keys)
-        wanted = [key for key, ok in zip(keys, free, strict=True) if ok]
+        # Every key free here: the common case, a fire's claim and session.
+        every = all(free)
+        wanted = list(keys) if every else [key for key, ok in zip(keys, free, strict=True) if ok]
         try:
             answers = await self._take(wanted) if wanted else []
         except BaseException:
             self.abandoned(wanted)
             raise
         self.granted(wanted, answers)
+        if every:
+            return list(answers)
         got = iter(answers)
         return [ok and next(got) for ok in free]
 

@@ -90,9 +90,13 @@ def key(kind: str, *parts: str) -> int:
     collide with odds of one in 2**63 per pair: a collision only makes two unrelated holds
     exclude each other.
     """
-    text = "\x00".join((kind, *parts)).encode("utf-8", errors="surrogatepass")
-    digest = hashlib.blake2b(text, digest_size=8, person=b"trio-routines").digest()
-    return int.from_bytes(digest, "big") >> 1
+    hashed = _KEYED.copy()  # the parameters are set once: a copy, not a call with keywords
+    hashed.update("\x00".join((kind, *parts)).encode("utf-8", errors="surrogatepass"))
+    return int.from_bytes(hashed.digest(), "big") >> 1
+
+
+#: BLAKE2b with the keys' digest size and personalization, nothing hashed yet.
+_KEYED = hashlib.blake2b(digest_size=8, person=b"trio-routines")
 
 
 def replica_key(replica: str, namespace: str = "") -> int:
