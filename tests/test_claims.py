@@ -67,22 +67,26 @@ _FOREIGN = st.sampled_from(
 )
 def test_the_claim_gate_is_the_rules_over_the_listing(entries: list[str], keep: int) -> None:
     # The gate a claim reads from its routine's directory, in whatever order it is listed:
-    # the newest claim and what to prune, exactly as the rules give them over claim_names.
+    # the newest claim and what to prune, exactly as the rules give them over claim_names,
+    # and every other name, as listed.
     taken = claim_names(entries)
-    expected = (taken[-1] if taken else None, names_to_prune(taken, keep))
-    assert claim_gate(entries, keep) == expected
-    assert claim_gate(list(reversed(entries)), keep) == expected
+    gate = (taken[-1] if taken else None, names_to_prune(taken, keep))
+    foreign = [entry for entry in entries if entry not in taken]
+    assert claim_gate(entries, keep) == (*gate, foreign)
+    assert claim_gate(list(reversed(entries)), keep) == (*gate, foreign[::-1])
 
 
 def test_the_claim_gate_in_the_steady_state() -> None:
     names = [f"2026-07-07T{h:02d}-00-00-000Z" for h in range(6)]
     listed = [names[3], names[0], names[5], names[1], names[4], names[2]]
-    assert claim_gate(listed, keep=6) == (names[5], [names[0]])  # the oldest goes
-    assert claim_gate(listed, keep=4) == (names[5], names[:3])
-    assert claim_gate(listed, keep=7) == (names[5], [])
-    assert claim_gate(listed, keep=1) == (names[5], names)  # the newest too: the caller keeps it
-    assert claim_gate([], keep=1) == (None, [])
-    assert claim_gate([".DS_Store"], keep=1) == (None, [])
+    assert claim_gate(listed, keep=6) == (names[5], [names[0]], [])  # the oldest goes
+    assert claim_gate(listed, keep=4) == (names[5], names[:3], [])
+    assert claim_gate(listed, keep=7) == (names[5], [], [])
+    # the newest too: the caller keeps it
+    assert claim_gate(listed, keep=1) == (names[5], names, [])
+    assert claim_gate([], keep=1) == (None, [], [])
+    assert claim_gate([".DS_Store"], keep=1) == (None, [], [".DS_Store"])
+    assert claim_gate([*listed, ".DS_Store"], keep=6) == (names[5], [names[0]], [".DS_Store"])
     with pytest.raises(ValueError, match="keep must be at least 1"):
         claim_gate(listed, keep=0)
     with pytest.raises(ValueError, match="keep must be at least 1"):

@@ -54,10 +54,13 @@ def names_to_prune(taken: Sequence[str], keep: int = KEEP_CLAIMS) -> list[str]:
     return list(taken[:excess])
 
 
-def claim_gate(entries: Collection[str], keep: int = KEEP_CLAIMS) -> tuple[str | None, list[str]]:
+def claim_gate(
+    entries: Collection[str], keep: int = KEEP_CLAIMS
+) -> tuple[str | None, list[str], list[str]]:
     """What a claim needs of its routine's directory ``entries``: the newest claim name (None
-    when there is none: the stale gate) and the names to prune once one more claim is added,
-    oldest first -- :func:`claim_names` read by :func:`is_stale` and :func:`names_to_prune`.
+    when there is none: the stale gate), the names to prune once one more claim is added,
+    oldest first -- :func:`claim_names` read by :func:`is_stale` and :func:`names_to_prune` --
+    and the foreign names among them (not claims: a store may know some of its own there).
 
     A directory holding claims only (every one, unless something foreign was put there) is
     judged without a sort or a loop of ours: one check of every name and the newest and oldest
@@ -67,8 +70,9 @@ def claim_gate(entries: Collection[str], keep: int = KEEP_CLAIMS) -> tuple[str |
     if keep < 1:
         raise ValueError("keep must be at least 1")
     if not all(map(slot_of, entries)):  # something foreign among them: the general way
+        foreign = [entry for entry in entries if slot_of(entry) is None]
         taken = claim_names(entries)
-        return (taken[-1] if taken else None), names_to_prune(taken, keep)
+        return (taken[-1] if taken else None), names_to_prune(taken, keep), foreign
     excess = len(entries) + 1 - keep
     if excess <= 0:
         prune = []
@@ -76,7 +80,7 @@ def claim_gate(entries: Collection[str], keep: int = KEEP_CLAIMS) -> tuple[str |
         prune = [min(entries)]
     else:
         prune = sorted(entries)[:excess]
-    return max(entries, default=None), prune
+    return max(entries, default=None), prune, []
 
 
 def claim_names(entries: Collection[str]) -> list[str]:

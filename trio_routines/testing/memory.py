@@ -133,7 +133,7 @@ class MemoryStore(Lifetime):
         self._check(routine)
         self._fault("claim", routine)
         claims = self.claims.setdefault(routine, {})
-        newest, prune = claim_gate(claims, self.keep)
+        newest, prune, _ = claim_gate(claims, self.keep)
         wanted = slot_name(slot)
         stale = is_stale(newest, wanted)
         if stale is not None:

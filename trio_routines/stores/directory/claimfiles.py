@@ -180,7 +180,7 @@ class ClaimFiles:
                 entries = at(where, lambda: os.listdir(directory))
             except OSError as exc:
                 raise self.unusable(routine, where, exc) from None
-            newest, prune = claim_gate(entries, self.keep)
+            newest, prune, _ = claim_gate(entries, self.keep)
             if newest == wanted:  # (another replica's, as a rule: every slot, but one)
                 return ClaimResult(ClaimStatus.DUPLICATE, wanted), None
             stale = is_stale(newest, wanted)
