@@ -256,10 +256,21 @@ def create_file(parent: int, name: str, where: Where) -> int:
     return at(where, lambda: os.open(name, flags, 0o644, dir_fd=parent))
 
 
+#: The random part of a temp name: this many bytes, as twice as many lowercase hex digits.
+_TEMP_BYTES = 8
+_HEX = frozenset("0123456789abcdef")
+
+
 def create_temp(parent: int, prefix: str, directory: Where) -> tuple[int, str]:
     """A new file ``<prefix><random>`` in ``parent``: no one can guess or pre-plant it."""
-    name = f"{prefix}{secrets.token_hex(8)}"
+    name = f"{prefix}{secrets.token_hex(_TEMP_BYTES)}"
     return create_file(parent, name, directory / name), name
+
+
+def is_temp_name(name: str, prefix: str) -> bool:
+    """Whether ``name`` has the shape of one :func:`create_temp` makes with ``prefix``."""
+    rest = name[len(prefix) :]
+    return name.startswith(prefix) and len(rest) == 2 * _TEMP_BYTES and _HEX.issuperset(rest)
 
 
 #: Where the kernel names this process's descriptors: an unnamed file is linked in through it.
@@ -308,7 +319,9 @@ def create_whole(parent: int, directory: Where, name: str, data: bytes, prefix: 
         os.close(fd)
         raise
     finally:
-        with contextlib.suppress(OSError):  # left behind, it is no one's name: stepped over
+        # Left behind (this unlink failed, or a crash came first), it is no one's name:
+        # readers step over it, and a claim removes its own once stale (leftovers.py).
+        with contextlib.suppress(OSError):
             os.unlink(temp, dir_fd=parent)
     return fd
 

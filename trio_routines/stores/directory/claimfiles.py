@@ -58,11 +58,13 @@ from .claimbatch import (
     V,
     Written,
 )
+from .leftovers import Leftovers
 
 log = logging.getLogger("trio_routines")
 
 #: A claim being written under a temp name, where files cannot be made unnamed (safefile.py):
-#: not a slot's name, so every reader of claims steps over one a crash left behind.
+#: not a slot's name, so every reader of claims steps over one a crash left behind, and the
+#: next claim taken in its directory removes it once it is stale (leftovers.py).
 NEW_CLAIM = ".new-claim-"
 
 
@@ -75,6 +77,7 @@ class ClaimFiles:
         self.lock_timeout = lock_timeout
         self._claims = root / "schedule" / "claims"
         self._syncfs = syncfs  # only whether there is one matters here
+        self._leftovers = Leftovers(NEW_CLAIM)
 
     def claim_dir(self, routine: str) -> Path:
         return self._claims / check_name(routine)
@@ -180,7 +183,7 @@ class ClaimFiles:
                 entries = at(where, lambda: os.listdir(directory))
             except OSError as exc:
                 raise self.unusable(routine, where, exc) from None
-            newest, prune, _ = claim_gate(entries, self.keep)
+            newest, prune, foreign = claim_gate(entries, self.keep)
             if newest == wanted:  # (another replica's, as a rule: every slot, but one)
                 return ClaimResult(ClaimStatus.DUPLICATE, wanted), None
             stale = is_stale(newest, wanted)
@@ -213,6 +216,8 @@ class ClaimFiles:
             # flush fails (or the power does), it still holds the stale gate.
             later = [name for name in prune if name == newest]
             self.prune(directory, where, [name for name in prune if name not in later])
+            if foreign:  # never on the hot path, claims only: our leftovers may be among them
+                self._leftovers.remove(directory, where, foreign)
             taken_result = ClaimResult(ClaimStatus.TAKEN, wanted)
             if self._syncfs is None:
                 self.prune(directory, where, later)
