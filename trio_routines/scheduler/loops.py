@@ -81,7 +81,9 @@ class CronLoops:
         schedule = parse_cron(routine.cron, routine.tz, name)
         backoff = RESTART_FIRST
         paused_tail: datetime | None = None  # the last slot of the paused gap being extended
-        unanswered: list[Gap] = []  # slots the store did not answer, not recorded yet
+        # Slots the store did not answer, not recorded yet: a tuple, so that a loop that has
+        # none (nearly every one) keeps the one empty tuple, not a list of its own, asleep.
+        unanswered: tuple[Gap, ...] = ()
         while True:
             try:
                 if rearm:

@@ -37,18 +37,18 @@ KEEP_RUNS = 64
 _MS = timedelta(milliseconds=1)
 
 
-def note_unanswered(routine: Routine, slot: datetime, runs: list[Gap]) -> list[Gap]:
+def note_unanswered(routine: Routine, slot: datetime, runs: tuple[Gap, ...]) -> tuple[Gap, ...]:
     """``runs`` with ``slot`` added: to the newest run when it is that run's next slot."""
     assert routine.cron is not None
     newest = runs[-1] if runs else None
     if newest is not None and next_run(routine.cron, routine.tz, newest.last, routine.name) == slot:
-        return [*runs[:-1], attrs.evolve(newest, last=slot, count=newest.count + 1)]
-    return [*runs, Gap(slot, slot, 1, GapReason.STORE)][-KEEP_RUNS:]
+        return (*runs[:-1], attrs.evolve(newest, last=slot, count=newest.count + 1))
+    return (*runs, Gap(slot, slot, 1, GapReason.STORE))[-KEEP_RUNS:]
 
 
 async def record_unanswered(
-    gaps: GapRecording, calls: StoreCalls, routine: Routine, runs: list[Gap]
-) -> list[Gap]:
+    gaps: GapRecording, calls: StoreCalls, routine: Routine, runs: tuple[Gap, ...]
+) -> tuple[Gap, ...]:
     """Record ``runs`` (the store answers again); those it still cannot take stay."""
     for index, run in enumerate(runs):
         try:
@@ -62,7 +62,7 @@ async def record_unanswered(
                 exc,
             )
             return runs[index:]
-    return []
+    return ()
 
 
 async def _record_unclaimed(
@@ -74,7 +74,7 @@ async def _record_unclaimed(
     claimed = {fire.slot for fire in fires if run.first <= fire.slot <= run.last}
     if not claimed:  # a gap recorded already covers it (another replica's)
         return
-    pieces: list[Gap] = []
+    pieces: tuple[Gap, ...] = ()
     slot: datetime | None = run.first
     for _ in range(COUNT_LIMIT):
         if slot is None or slot > run.last:
