@@ -16,7 +16,7 @@ from procs import wait_for
 from psycopg import sql
 
 from trio_routines import Completed, Routine, Scheduler, StateFault
-from trio_routines.records import Fire, Outcome
+from trio_routines.records import Fire, Gap, GapReason, Outcome
 from trio_routines.scheduler.boot import BOOT_INTERRUPTED
 from trio_routines.stores.postgres import PostgresStore
 from trio_routines.stores.postgres.reads import BATCH, READERS
@@ -321,3 +321,46 @@ async def test_a_boot_reads_the_resumes_of_its_catch_ups_together(
     }
     # Every routine with a claim catches up, but for those resumed since.
     assert catching_up == {name for i, name in enumerate(names) if i % 10 and i % 3}
+
+
+async def test_the_gaps_of_many_routines_asked_at_once_are_read_in_few_queries(
+    store: PostgresStore, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A boot after downtime asks for the gaps of every routine that catches up at once: a
+    # query each, 10,000 at once, outlived the store's deadline and failed the boot.
+    names = [f"g{i:04d}" for i in range(BATCH + 300)]
+    for i, name in enumerate(names[:40]):
+        for k in range(i % 3 + 1):  # one to three gaps, written newest last
+            first = T0 + (10 * k + i % 7) * MINUTE
+            gap = Gap(first, first + 2 * MINUTE, 3, GapReason.DOWN)
+            assert await store.record_gap(name, gap)
+    with admin() as conn:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (routine, first_slot, last_slot, count, reason, estimated) "
+                "VALUES (%s, %s, %s, 1, 'a reason of a newer version', false)"
+            ).format(sql.Identifier(schema, "trio_routines_gaps")),
+            (names[1], T0 + 500 * MINUTE, T0 + 500 * MINUTE),
+        )
+    expected = {}
+    for i, name in enumerate(names):
+        firsts = [T0 + (10 * k + i % 7) * MINUTE for k in range(i % 3 + 1)] if i < 40 else []
+        expected[name] = [Gap(f, f + 2 * MINUTE, 3, GapReason.DOWN) for f in firsts]
+    answers: dict[str, list[Gap]] = {}
+
+    async def ask(name: str) -> None:
+        answers[name] = await store.gaps(name)
+
+    reads = store._gap_reads.reads
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        async with trio.open_nursery() as nursery:
+            for name in [*names, names[2]]:  # one asked twice: each caller its own list
+                nursery.start_soon(ask, name)
+    assert store._gap_reads.reads - reads <= -(-len(names) // BATCH) + READERS
+    assert store._gap_reads.reads - reads < len(names) // 10
+    assert answers == expected
+    (warning,) = [r.getMessage() for r in caplog.records]  # that row, and only its routine's
+    assert warning.startswith(f"ignoring a gap of {names[1]!r} that cannot be read: ")
+    alone = await store.gaps(names[2])
+    alone.clear()  # a caller's list is its own
+    assert await store.gaps(names[2]) == expected[names[2]]

@@ -103,10 +103,13 @@ class CronLoops:
                     read: PausedRead | None = None  # the timer's read for this wake, if any
                     came = False  # the slot came while this loop slept
                     while (remaining := (due - now).total_seconds()) > 0:
-                        read = await self._sleepers.sleep_until(
+                        wait = self._sleepers.sleep_until(
                             trio.current_time() + min(remaining, self._max_wait),
                             at_slot=remaining <= self._max_wait,
                         )
+                        del now, remaining  # read again on waking: not kept asleep
+                        read = await wait
+                        del wait
                         now = self._runtime.now()
                         self._clock.note_offset(now)
                         came = now >= due
@@ -158,6 +161,7 @@ class CronLoops:
                         waiter = self._waiters.pop(firing, None)
                         if waiter is not None:
                             waiter.set()
+                        del firing, waiter
                     if not self._current(routine):
                         return
                     if early:
@@ -176,8 +180,9 @@ class CronLoops:
                             # after_slot looks for) and it is the next.
                             following = schedule.next_after(due)
                             ended = self._runtime.now()
-                            latest = max(ended, now)
-                            if not (due <= ended and (following is None or following > latest)):
+                            if not (
+                                due <= ended and (following is None or following > max(ended, now))
+                            ):
                                 ended = None
                         if ended is None:
                             paused_tail = await self._gaps.after_slot(
@@ -192,6 +197,7 @@ class CronLoops:
                     else:
                         now = self._runtime.now()
                         due = schedule.next_after(now)
+                    ended = following = None  # only ``now`` and ``due`` go on, to the sleep
                     self._arming.set_due(routine, due)
                 return
             except Exception as exc:

@@ -34,7 +34,7 @@ from .claims import (
     taken_too_late,
 )
 from .conn import Call, CallFault, Connections
-from .gaps import first_armed, read_gaps, record_gap
+from .gaps import first_armed, gaps_of, record_gap
 from .holds import PostgresPresence, claims_alive, replica_rows
 from .ledger import record_usage, usage_since
 from .reads import BATCH, READERS, history, newest_fires, open_claims, read_batch, resumes
@@ -91,6 +91,9 @@ class PostgresStore(Lifetime):
         )
         self._resumes: BatchedReads[datetime | None] = self._reads(
             resumes, "the resume of {routine} is unreadable"
+        )
+        self._gap_reads: BatchedReads[list[Gap]] = self._reads(
+            gaps_of, "the gaps of {routine} are unreadable"
         )
         self._open_after: tuple[str, datetime] | None = None  # see open_claims
         self._wakeups = PostgresWakeups(self._conns, self._tables)
@@ -267,10 +270,7 @@ class PostgresStore(Lifetime):
     async def gaps(self, routine: str) -> list[Gap]:
         """The retained gaps of ``routine``, oldest first."""
         check_name(routine)
-        what = f"the gaps of {routine!r} are unreadable"
-        return await self._conns.run(
-            what, lambda conn, _call: read_gaps(conn, self._tables, routine)
-        )
+        return await self._gap_reads.read(routine)  # one query with concurrent calls (a boot's)
 
     async def record_usage(self, kind: str, name: str, at: datetime, usage: Usage) -> None:
         """Add ``usage``, spent at ``at``, to the ledger of a routine or a session."""
