@@ -1,8 +1,9 @@
 """Reads of the PostgreSQL store: claim rows as fires, and the per-routine reads a boot makes
 for every routine at once (newest claims, resumes), many routines per query.
 
-A boot asks for every routine's newest claim at once, and for the last resume of every routine
-that would catch up. The store's ``latest_fire`` and ``resumed_at`` go through
+A boot asks for every routine's newest claim at once, and for the last resume and the gaps of
+every routine that would catch up. The store's ``latest_fire``, ``resumed_at`` and ``gaps``
+(:func:`.gaps.gaps_of`) go through
 :class:`.newest.BatchedReads`, as the state directory's newest-claim reads do: concurrent calls
 queue, and a reader reads its own routine and up to ``BATCH - 1`` queued ones in one query, so
 10,000 routines cost a handful of round trips instead of 10,000. Routines travel as one JSON
