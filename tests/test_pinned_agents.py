@@ -166,6 +166,18 @@ def test_an_inherited_tracestate_never_goes_out_with_our_traceparent(
     assert "TRACESTATE" not in env
 
 
+def test_a_turn_without_a_context_passes_on_none_inherited(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Whoever started the scheduler may have been traced: its context is not the turns'.
+    monkeypatch.setenv("TRACEPARENT", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+    monkeypatch.setenv("TRACESTATE", "inherited=1")
+    env = CommandAgent("true").environment("s")
+    assert "TRACEPARENT" not in env
+    assert "TRACESTATE" not in env
+    assert env["PATH"] == os.environ["PATH"]  # the rest is inherited as before
+
+
 def open_fds() -> set[int]:
     return {int(fd) for fd in os.listdir("/proc/self/fd")}
 

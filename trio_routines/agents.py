@@ -113,10 +113,14 @@ class CommandAgent:
         slot = fire.slot if fire is not None else None
         env["TRIO_ROUTINES_SLOT"] = format_iso(slot) if slot is not None else ""
         env["TRIO_ROUTINES_WAKEUP"] = (fire.wakeup if fire is not None else None) or ""
-        trace = tracing.outgoing()  # the turn's trace context (W3C), when there is one
+        # The turn's trace context (W3C), when there is one; never one inherited from whoever
+        # started us: a cron fire is a root (the clock caused it), and a caller's context is
+        # the caller's turn's alone.
+        env.pop("TRACEPARENT", None)
+        env.pop("TRACESTATE", None)
+        trace = tracing.outgoing()
         if trace:
             env["TRACEPARENT"] = trace["traceparent"]
-            env.pop("TRACESTATE", None)  # ours goes with ours, never an inherited one
             if "tracestate" in trace:
                 env["TRACESTATE"] = trace["tracestate"]
         return env
