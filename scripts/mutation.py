@@ -65,6 +65,10 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["tests/test_claims.py", "tests/test_pinned_core.py", "tests/test_store_contract.py"],
     ),
     "sessions": (["trio_routines/sessions.py"], ["tests/test_pinned_core.py"]),
+    "leftovers": (
+        ["trio_routines/stores/directory/leftovers.py"],
+        ["tests/test_claimfiles_leftovers.py"],
+    ),
     "turnholds": (
         ["trio_routines/scheduler/holds.py"],
         [
