@@ -63,6 +63,9 @@ class Supervisor:
             # (SIGINT ignored) by Python (SIGPIPE and SIGXFSZ ignored), core files allowed.
             for signum in (signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ):
                 signal.signal(signum, signal.SIG_IGN)
+            # SIGHUP as a service manager leaves it, whatever the test run inherited (under
+            # nohup it is ignored, and a shell cannot take back a signal ignored at its start).
+            signal.signal(signal.SIGHUP, signal.SIG_DFL)
             hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0) if no_cores else (hard, hard))
             if no_cores and os.geteuid() == 0:  # a user who may not raise a limit again
