@@ -49,12 +49,18 @@ def store(root: Path) -> DirectoryStore:
     return DirectoryStore(root, syncfs=None, writer_process=False)
 
 
-def test_a_stale_temp_name_is_removed_by_the_next_claim_taken(tmp_path: Path) -> None:
+def test_a_stale_temp_name_is_removed_by_the_next_claim_taken(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     where = claims(tmp_path)
     (where / TEMP).write_text('{"firedAt":"2026-07-07T09:00:00.000Z"}')
     age(where / TEMP, STALE + 5)
-    assert store(tmp_path).claim_sync("daily", T0, T0).taken
+    with caplog.at_level(logging.INFO, logger="trio_routines"):
+        assert store(tmp_path).claim_sync("daily", T0, T0).taken
     assert os.listdir(where) == [slot_name(T0)]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"removed {where / TEMP}, a temp file left behind"
+    ]
 
 
 @pytest.mark.parametrize("seconds", [0, STALE - 5])
@@ -164,6 +170,21 @@ def test_a_temp_name_that_cannot_be_removed_warns_once_and_the_claims_go_on(
         f"EPERM: Operation not permitted: {where / TEMP}"
     ]
     assert sorted(os.listdir(where)) == [TEMP, slot_name(T0), slot_name(T0 + HOUR)]
+
+
+def test_a_temp_name_that_cannot_be_looked_at_is_left_with_a_warning_naming_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    where = claims(tmp_path)
+    (where / TEMP).write_text("{}")
+    age(where / TEMP, STALE + 5)
+    fail(monkeypatch, leftovers, "stat", errno.EACCES, named(TEMP))
+    assert store(tmp_path).claim_sync("daily", T0, T0).taken
+    assert warnings(caplog) == [
+        f"could not remove {where / TEMP}, a temp file left behind: "
+        f"EACCES: Permission denied: {where / TEMP}"
+    ]
+    assert sorted(os.listdir(where)) == [TEMP, slot_name(T0)]
 
 
 def test_a_temp_name_removed_by_another_first_is_no_warning(
