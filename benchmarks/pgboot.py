@@ -65,16 +65,23 @@ def boot_once(n: int, mode: str) -> dict[str, Any]:
             now=lambda: now,
             wakeups=False,
         )
-        reads = store._newest.reads, store._resumes.reads, store._settles.batches
+        counted = (store._newest, store._resumes, store._gap_reads)
+        reads = *(each.reads for each in counted), store._settles.batches
         async with trio.open_nursery() as nursery:
             started = time.perf_counter()
             await nursery.start(scheduler.run)
             booted = time.perf_counter() - started
-            after = store._newest.reads, store._resumes.reads, store._settles.batches
+            after = *(each.reads for each in counted), store._settles.batches
             scheduler.stop(0)
         await store.aclose()
-        newest, resumes, settles = (b - a for a, b in zip(reads, after, strict=True))
-        return {"boot_ms": booted * 1e3, "newest": newest, "resumes": resumes, "settles": settles}
+        newest, resumes, gaps, settles = (b - a for a, b in zip(reads, after, strict=True))
+        return {
+            "boot_ms": booted * 1e3,
+            "newest": newest,
+            "resumes": resumes,
+            "gaps": gaps,
+            "settles": settles,
+        }
 
     try:
         return trio.run(main)
@@ -104,13 +111,18 @@ def bench_pg_boot(report: Any, sizes: list[int], reps: int) -> None:
                     f"{n:,}",
                     mode,
                     f"{statistics.median(times):.0f} ({min(times):.0f}–{max(times):.0f})",
-                    f"{calls['newest']} / {calls['resumes']} / {calls['settles']}",
+                    " / ".join(str(calls[k]) for k in ("newest", "resumes", "gaps", "settles")),
                 ]
             )
             print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
     report.table(
         f"7b. PostgreSQL boot: start → armed, N routines × {CLAIMS} claims (ms)",
-        ["N", "state", "ms", "newest-claim queries / resume queries / settle statements"],
+        [
+            "N",
+            "state",
+            "ms",
+            "newest-claim / resume / gap queries / settle statements",
+        ],
         rows,
     )
 

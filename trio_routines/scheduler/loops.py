@@ -90,6 +90,7 @@ class CronLoops:
                     previous = self.firing.get(name)
                     if previous is not None:  # the version this one replaces is still settling
                         await self._settled(previous)
+                    del previous
                     due = await self._rearm_due(routine)
                     rearm = False
                     if not self._current(routine):

@@ -1,4 +1,4 @@
-"""Reads of one routine's state that arrive together are read together (newest claims, resumes).
+"""One routine's reads that arrive together are read together (newest claims, resumes, gaps).
 
 A boot asks for every routine's newest claim at once: 1,000 routines, 1,000 calls. For the
 state directory, handing each to a worker thread costs about as much as the read itself (one

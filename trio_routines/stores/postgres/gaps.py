@@ -108,7 +108,7 @@ def gaps_of(
     for routine, first, last, count, reason, estimated in rows:
         try:
             gap = Gap(first, last, count, reason, estimated)
-        except (TypeError, ValueError) as exc:
+        except Exception as exc:  # that routine's row alone, never another's reading
             log.warning("ignoring a gap of %r that cannot be read: %s", routine, exc)
             continue
         found.setdefault(routine, []).append(gap)

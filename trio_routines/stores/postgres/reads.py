@@ -7,7 +7,7 @@ every routine that would catch up. The store's ``latest_fire``, ``resumed_at`` a
 :class:`.newest.BatchedReads`, as the state directory's newest-claim reads do: concurrent calls
 queue, and a reader reads its own routine and up to ``BATCH - 1`` queued ones in one query, so
 10,000 routines cost a handful of round trips instead of 10,000. Routines travel as one JSON
-parameter (see :mod:`.claims`).
+parameter (see :mod:`.claims`); the gaps' read sends a text array (a thousand names at most).
 
 The newest-claim query probes the primary key ``(routine, slot)`` backwards once per routine,
 with a ``LATERAL ... ORDER BY slot DESC LIMIT 1``: one index descent per routine, whatever the
