@@ -764,31 +764,27 @@ def seed_claims(state: str, routines: int, claims: int) -> dict[str, Any]:
     return {"seeded": True, "seconds": time.perf_counter() - started}
 
 
+def count_file_reads(module: Any) -> list[int]:
+    """Count the calls of ``module.read_file`` from now on: the one-item list's count."""
+    count = [0]
+    read_file = module.read_file
+
+    def counting(parent: int, name: str, where: Path, limit: int) -> bytes:
+        count[0] += 1
+        return read_file(parent, name, where, limit)  # type: ignore[no-any-return]
+
+    module.read_file = counting
+    return count
+
+
 def boot(state: str, routines: int) -> dict[str, Any]:
     """Start to armed over a seeded state directory, against listing its directories; the
     claim files read for the newest claims, and those the walk for open claims read."""
     import trio_routines.stores.directory.blocking as claimfiles  # where claims are read back
-
-    reads = 0
-    read_file = claimfiles.read_file
-
-    def counting_read(parent: int, name: str, where: Path, limit: int) -> bytes:
-        nonlocal reads
-        reads += 1
-        return read_file(parent, name, where, limit)
-
-    claimfiles.read_file = counting_read  # type: ignore[assignment]
     import trio_routines.stores.directory.openscan as openscan  # the open claims' walk
 
-    scanned = 0
-    scan_read = openscan.read_file
-
-    def counting_scan(parent: int, name: str, where: Path, limit: int) -> bytes:
-        nonlocal scanned
-        scanned += 1
-        return scan_read(parent, name, where, limit)
-
-    openscan.read_file = counting_scan  # type: ignore[assignment]
+    newest = count_file_reads(claimfiles)
+    scanned = count_file_reads(openscan)
     names = routine_names(routines)
     claims = Path(state) / "schedule" / "claims"
 
@@ -825,8 +821,8 @@ def boot(state: str, routines: int) -> dict[str, Any]:
         "listing_ms": min(before, after)[0] * 1e3,
         "boot_cpu_ms": booted_cpu * 1e3,
         "listing_cpu_ms": min(before[1], after[1]) * 1e3,
-        "files_read": reads,
-        "open_scan_reads": scanned,
+        "files_read": newest[0],
+        "open_scan_reads": scanned[0],
     }
 
 
