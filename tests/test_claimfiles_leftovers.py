@@ -155,36 +155,32 @@ def test_a_directory_with_our_name_is_left_alone(
     assert warnings(caplog) == []
 
 
-def test_a_temp_name_that_cannot_be_removed_warns_once_and_the_claims_go_on(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("call", "code", "said"),
+    [
+        ("unlink", errno.EPERM, "EPERM: Operation not permitted"),  # it cannot be removed
+        ("stat", errno.EACCES, "EACCES: Permission denied"),  # it cannot be looked at
+    ],
+)
+def test_a_temp_name_left_for_a_fault_warns_once_naming_it_and_the_claims_go_on(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    call: str,
+    code: int,
+    said: str,
 ) -> None:
     where = claims(tmp_path)
     (where / TEMP).write_text("{}")
     age(where / TEMP, STALE + 5)
-    fail(monkeypatch, leftovers, "unlink", errno.EPERM, named(TEMP))
+    fail(monkeypatch, leftovers, call, code, named(TEMP))
     state = store(tmp_path)
     assert state.claim_sync("daily", T0, T0).taken
     assert state.claim_sync("daily", T0 + HOUR, T0 + HOUR).taken  # tried again, said once
     assert warnings(caplog) == [
-        f"could not remove {where / TEMP}, a temp file left behind: "
-        f"EPERM: Operation not permitted: {where / TEMP}"
+        f"could not remove {where / TEMP}, a temp file left behind: {said}: {where / TEMP}"
     ]
     assert sorted(os.listdir(where)) == [TEMP, slot_name(T0), slot_name(T0 + HOUR)]
-
-
-def test_a_temp_name_that_cannot_be_looked_at_is_left_with_a_warning_naming_it(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    where = claims(tmp_path)
-    (where / TEMP).write_text("{}")
-    age(where / TEMP, STALE + 5)
-    fail(monkeypatch, leftovers, "stat", errno.EACCES, named(TEMP))
-    assert store(tmp_path).claim_sync("daily", T0, T0).taken
-    assert warnings(caplog) == [
-        f"could not remove {where / TEMP}, a temp file left behind: "
-        f"EACCES: Permission denied: {where / TEMP}"
-    ]
-    assert sorted(os.listdir(where)) == [TEMP, slot_name(T0)]
 
 
 def test_a_temp_name_removed_by_another_first_is_no_warning(
