@@ -742,6 +742,26 @@ def test_parse_cron_is_cached_and_reusable() -> None:
     assert schedule.next_after(Z("2026-07-10T12:00")) == Z("2026-07-13T07:00")  # Fri -> Mon
 
 
+def test_the_last_answer_is_shared_and_only_within_its_interval() -> None:
+    # Routines of one expression due at one slot get the very same object (its hash, which
+    # every store's lookup of the slot needs, is computed once); an instant outside the
+    # interval searched last, or given in another zone, is answered afresh and rightly.
+    schedule = CronSchedule("*/10 * * * *", None)
+    first = schedule.next_after(Z("2026-07-07T10:01"))
+    assert first == Z("2026-07-07T10:10") and first.tzinfo is UTC
+    assert schedule.next_after(Z("2026-07-07T10:01")) is first
+    assert schedule.next_after(Z("2026-07-07T10:09:59.999")) is first
+    assert schedule.next_after(Z("2026-07-07T09:55")) == Z("2026-07-07T10:00")  # before it
+    assert schedule.next_after(Z("2026-07-07T10:10")) == Z("2026-07-07T10:20")
+    plus_two = timezone(timedelta(hours=2))
+    local = datetime(2026, 7, 7, 12, 21, tzinfo=plus_two)  # 10:21 UTC
+    assert schedule.next_after(local) == Z("2026-07-07T10:30")
+    assert schedule.next_after(Z("2026-07-07T10:20")) == Z("2026-07-07T10:30")
+    assert schedule.next_after(datetime(2026, 7, 7, 12, 5, tzinfo=plus_two)) == first
+    with pytest.raises(ValueError, match="aware"):
+        schedule.next_after(datetime(2026, 7, 7, 10, 25))  # naive, even inside the interval
+
+
 def test_only_short_expressions_are_cached() -> None:
     # a long but valid expression (as a client may send) must not stay in the cache
     long = ",".join(["0"] * 2000) + " 9 * * *"

@@ -45,6 +45,22 @@ def test_slot_names_sort_in_slot_order(a: datetime, b: datetime) -> None:
     assert (slot_name(a) < slot_name(b)) == (a < b)
 
 
+@given(
+    st.datetimes(
+        min_value=datetime(1, 1, 2),
+        max_value=datetime(9999, 12, 30),
+        timezones=st.sampled_from([UTC, timezone(timedelta(hours=-3, minutes=-30))]),
+    )
+)
+def test_truncate_ms_is_the_same_utc_instant_to_the_millisecond(value: datetime) -> None:
+    truncated = truncate_ms(value)
+    utc = value.astimezone(UTC)
+    assert truncated == utc.replace(microsecond=utc.microsecond // 1000 * 1000)
+    assert truncated.tzinfo is UTC
+    assert truncated.microsecond % 1000 == 0
+    assert truncate_ms(truncated) is truncated
+
+
 @pytest.mark.parametrize(
     "name",
     [

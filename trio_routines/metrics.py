@@ -126,7 +126,7 @@ class Metrics:
         elif outcome in ("failed", "interrupted"):
             self.failing[routine] = self.failing.get(routine, 0) + 1
         self.durations[routine].observe(ms / 1000)
-        self.lateness[routine].observe(max(0.0, late))
+        self.lateness[routine].observe(late if late > 0.0 else 0.0)
         if outcome == "completed" and at is not None:
             self.succeeded(routine, at)
 

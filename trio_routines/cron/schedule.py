@@ -106,9 +106,10 @@ class CronSchedule:
         self._days = day_rule(fields)
         self.specific_time = fields.specific_time
         self._never = False
-        # The last search, (after, found): any ``after`` from that one up to ``found`` has the
-        # same answer, since nothing fires in between. Routines sharing an expression (all of
-        # ``0 9 * * 1-5``) re-arm one after another from nearly the same instant.
+        # The last search, (after, found), both UTC: any ``after`` from that one up to
+        # ``found`` has the same answer, since nothing fires in between. Routines sharing an
+        # expression (all of ``0 9 * * 1-5``) re-arm one after another from nearly the same
+        # instant.
         self._last: tuple[datetime, datetime] | None = None
 
     def __repr__(self) -> str:
@@ -187,23 +188,25 @@ class CronSchedule:
         """
         if not isinstance(after, datetime):
             raise TypeError(f"after must be an aware datetime, got {type(after).__name__}")
+        last = self._last  # one read: a thread may replace it meanwhile
+        if last is not None and after.tzinfo is UTC and last[0] <= after < last[1]:
+            # The answer found last, as the very same object: every routine of this schedule
+            # due at one slot shares it (and its hash, which a datetime computes once).
+            return last[1]
         moment = require_utc(after, "after").replace(tzinfo=None)
         if self._never:
             return None
-        last = self._last  # one read: a thread may replace it meanwhile
-        if last is not None and last[0] <= moment < last[1]:
-            return last[1].replace(tzinfo=UTC)
         try:
             found = self._search(moment)
         except OverflowError:  # the edges of datetime's range (year 1 or 9999)
             found = None
-        if found is not None:
-            self._last = (moment, found)
         if found is None:
             if not self._days.can_ever_match():
                 self._never = True
             return None
-        return found.replace(tzinfo=UTC)
+        found = found.replace(tzinfo=UTC)
+        self._last = (moment.replace(tzinfo=UTC), found)
+        return found
 
     def _search(self, after: datetime) -> datetime | None:
         local_day = after.replace(tzinfo=UTC).astimezone(self._zone).date()

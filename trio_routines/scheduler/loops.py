@@ -103,10 +103,12 @@ class CronLoops:
                     # read that planned the slot serves the first sleep's length.
                     read: PausedRead | None = None  # the timer's read for this wake, if any
                     came = False  # the slot came while this loop slept
-                    while (remaining := (due - now).total_seconds()) > 0:
+                    while now < due:
+                        remaining = (due - now).total_seconds()
+                        at_slot = remaining <= self._max_wait
                         wait = self._sleepers.sleep_until(
-                            trio.current_time() + min(remaining, self._max_wait),
-                            at_slot=remaining <= self._max_wait,
+                            trio.current_time() + (remaining if at_slot else self._max_wait),
+                            at_slot=at_slot,
                         )
                         del now, remaining  # read again on waking: not kept asleep
                         read = await wait
@@ -182,7 +184,8 @@ class CronLoops:
                             following = schedule.next_after(due)
                             ended = self._runtime.now()
                             if not (
-                                due <= ended and (following is None or following > max(ended, now))
+                                due <= ended
+                                and (following is None or (following > ended and following > now))
                             ):
                                 ended = None
                         if ended is None:
