@@ -748,7 +748,8 @@ def test_the_last_answer_is_shared_and_only_within_its_interval() -> None:
     # interval searched last, or given in another zone, is answered afresh and rightly.
     schedule = CronSchedule("*/10 * * * *", None)
     first = schedule.next_after(Z("2026-07-07T10:01"))
-    assert first == Z("2026-07-07T10:10") and first.tzinfo is UTC
+    assert first == Z("2026-07-07T10:10")
+    assert first.tzinfo is UTC
     assert schedule.next_after(Z("2026-07-07T10:01")) is first
     assert schedule.next_after(Z("2026-07-07T10:09:59.999")) is first
     assert schedule.next_after(Z("2026-07-07T09:55")) == Z("2026-07-07T10:00")  # before it

@@ -26,7 +26,7 @@ from trio_routines.http.render import describe
 from trio_routines.http.views import timeline
 from trio_routines.records import ClaimResult
 from trio_routines.stores import DirectoryStore
-from trio_routines.testing import MemoryStore, ScriptedAgent, WallClock
+from trio_routines.testing import Complete, MemoryStore, ScriptedAgent, WallClock
 
 MINUTE = timedelta(minutes=1)
 T0 = datetime(2026, 7, 7, 23, 0, tzinfo=UTC)
@@ -213,6 +213,32 @@ async def test_a_store_gap_that_cannot_be_written_yet_waits_for_the_next_answer(
     assert await store.gaps("r") == [gap(1, 1, GapReason.STORE)]
     assert [f.slot for f in await store.history("r")] == [at(2), at(3)]
     assert dict(sched.metrics.missed) == {("r", "store"): 1}
+
+
+class SlowGaps(MemoryStore):
+    """A store whose gap writes take 25 seconds (within the store's deadline)."""
+
+    async def record_gap(self, routine: str, gap: Gap, *, extends: datetime | None = None) -> bool:
+        await trio.sleep(25)
+        return await super().record_gap(routine, gap, extends=extends)
+
+
+async def test_a_slot_that_passes_while_a_store_gap_is_written_is_passed_over_not_run_late(
+    autojump_clock: Any,
+) -> None:
+    # 23:01's claim fails; 23:02's turn takes 40 s, and then 23:01's gap takes until 23:03:05
+    # to write, so 23:03 came meanwhile: the loop reads the clock again after the write and
+    # records 23:03 as passed over, rather than take the settle's end (23:02:40) for now and
+    # run 23:03 late.
+    store = SlowGaps()
+    store.fail("claim", StateFault("disk full"), times=1)
+    wall = WallClock(at(0, 30))
+    sched, agent = scheduler(store, wall, EVERY_MINUTE)
+    agent.script(Complete(duration=40))
+    await run_until(sched, wall, at(5, 30))
+    assert [t.wall for t in agent.turns] == [at(2), at(4), at(5)]
+    assert [f.slot for f in await store.history("r")] == [at(2), at(4), at(5)]
+    assert await store.gaps("r") == [gap(1, 1, GapReason.STORE), gap(3, 3, GapReason.OVERLAP)]
 
 
 class LostAnswers(MemoryStore):

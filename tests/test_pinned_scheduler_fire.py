@@ -67,8 +67,13 @@ async def test_every_kind_of_fire_result_names_its_routine_and_slot(
     # The turn's lines carry how late it began: 90 minutes for 09:00, 32 for 10:00.
     firing = [r for r in caplog.records if "firing" in r.getMessage()]
     assert [r.late_ms for r in firing] == [5_400_000, 1_802_000]  # type: ignore[attr-defined]
-    # The last success is stamped when the turn ended, on the wall clock.
+    # The last success is stamped when the turn ended, on the wall clock, and so is the
+    # settle's end in the result (not compared: see FireResult.settled_at).
     assert scheduler.metrics.last_success == {"hourly": T0 + timedelta(seconds=2)}
+    assert done.settled_at == T0 + timedelta(seconds=2)
+    assert busy.settled_at is not None
+    assert [duplicate.settled_at, stale.settled_at, paused[0].settled_at] == [None] * 3
+    assert done != FireResult("hourly", at(9), True, outcome=Outcome.FAILED, ms=2000)
 
 
 async def test_start_fire_of_a_paused_routine_answers_paused(autojump_clock: Any) -> None:

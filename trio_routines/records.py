@@ -28,10 +28,6 @@ class Outcome(enum.StrEnum):
     INTERRUPTED = "interrupted"  # recorded by the next boot, or by a stop past its grace
 
 
-def _utc(value: datetime) -> datetime:
-    return truncate_ms(value)
-
-
 def _non_negative_ms(
     _instance: object, _attribute: attrs.Attribute[int | None], value: int | None
 ) -> None:
@@ -65,8 +61,8 @@ class Fire:
     :func:`trio_routines.output.stored_output` makes it; shown escaped, never raw).
     """
 
-    slot: datetime = attrs.field(converter=_utc)
-    fired_at: datetime = attrs.field(converter=_utc)
+    slot: datetime = attrs.field(converter=truncate_ms)
+    fired_at: datetime = attrs.field(converter=truncate_ms)
     outcome: Outcome | None = None
     ms: int | None = attrs.field(default=None, validator=_non_negative_ms)
     error: str | None = attrs.field(default=None, converter=_error)
@@ -198,7 +194,7 @@ class Wakeup:
     id: str = attrs.field(validator=_non_empty)
     session: str = attrs.field(validator=_non_empty)
     prompt: str = attrs.field(validator=attrs.validators.instance_of(str))
-    fire_at: datetime = attrs.field(converter=_utc)
+    fire_at: datetime = attrs.field(converter=truncate_ms)
     cron: str | None = None
     tz: str | None = None
     attempts: int | None = attrs.field(default=None, validator=_positive_attempts)
@@ -244,8 +240,8 @@ class Gap:
     gap: :data:`trio_routines.gaps.COUNT_LIMIT`); ``first`` and ``last`` are always exact.
     """
 
-    first: datetime = attrs.field(converter=_utc)
-    last: datetime = attrs.field(converter=_utc)
+    first: datetime = attrs.field(converter=truncate_ms)
+    last: datetime = attrs.field(converter=truncate_ms)
     count: int = attrs.field(validator=_positive_count)
     reason: GapReason = attrs.field(converter=GapReason)
     estimated: bool = False

@@ -148,7 +148,8 @@ class CronLoops:
                     result: FireResult | None = None
                     try:
                         # Shielded within: a stop lets it settle.
-                        result = await self._fire.fire_slot(routine, due, read=read)
+                        # ``now`` was read on waking, as ``read`` came: nothing awaited since.
+                        result = await self._fire.fire_slot(routine, due, read=read, now=now)
                     except NotYetDue:
                         early = True  # the clock went back meanwhile: sleep again
                     except StateFault as exc:
@@ -173,16 +174,20 @@ class CronLoops:
                     ended: datetime | None = None  # set when nothing passed during the fire
                     following: datetime | None = None
                     if result is not None:  # the store answered
+                        # The settle's end: the wall clock now, unless something is awaited.
+                        ended = result.settled_at
                         if unanswered:
                             unanswered = await record_unanswered(
                                 self._gaps, self._calls, routine, unanswered
                             )
+                            ended = None
                         if result.claimed:
                             # The common end: the slot after ``due`` had not come when the fire
                             # began (``now``) nor has it yet, so none was passed over (all
                             # after_slot looks for) and it is the next.
                             following = schedule.next_after(due)
-                            ended = self._runtime.now()
+                            if ended is None:
+                                ended = self._runtime.now()
                             if not (
                                 due <= ended
                                 and (following is None or (following > ended and following > now))
