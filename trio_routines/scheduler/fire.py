@@ -363,9 +363,10 @@ class FirePath:
         await self._calls.settle(
             name, slot, turn.outcome, turn.ms, error, scope, output, turn.usage
         )
-        self.outcomes[turn.outcome.value] += 1
+        outcome = turn.outcome.value
+        self.outcomes[outcome] += 1
         settled = self._runtime.now()
-        self._metrics.fired(name, turn.outcome.value, turn.ms, late, at=settled)
+        self._metrics.fired(name, outcome, turn.ms, late, at=settled)
         if turn.busy:  # as the original: skipped with the reason, and no failure
             return FireResult(
                 name,

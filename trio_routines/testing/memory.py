@@ -130,8 +130,11 @@ class MemoryStore(Lifetime):
         self, routine: str, slot: datetime, fired_at: datetime, *, replica: str | None = None
     ) -> ClaimResult:
         await self._enter("claim")
-        self._check(routine)
-        self._fault("claim", routine)
+        # A claim and a settle per fire: no call while the name is known and nothing fails.
+        if routine not in self._named:
+            self._check(routine)
+        if self.faults:
+            self._fault("claim", routine)
         claims = self.claims.setdefault(routine, {})
         newest, prune, _ = claim_gate(claims, self.keep)
         wanted = slot_name(slot)
@@ -158,9 +161,10 @@ class MemoryStore(Lifetime):
         usage: Usage | None = None,
     ) -> bool:
         await self._enter("settle")
-        self._check(routine)
+        if routine not in self._named:
+            self._check(routine)
         name = slot_name(slot)
-        fault = self._consume("settle", routine)
+        fault = self._consume("settle", routine) if self.faults else None
         if fault is not None:
             log.warning(
                 "%s: could not record the %s outcome of slot %s: %s",
