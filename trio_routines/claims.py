@@ -80,7 +80,7 @@ def claim_gate(
         prune = [min(entries)]
     else:
         prune = sorted(entries)[:excess]
-    return max(entries, default=None), prune, []
+    return (max(entries) if entries else None), prune, []  # no ``default=``: no keywords
 
 
 def claim_names(entries: Collection[str]) -> list[str]:

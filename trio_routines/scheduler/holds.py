@@ -191,7 +191,11 @@ class Holds:
         taken: list[bool],
         claim: int | None,
     ) -> TurnHold:
-        got = [key for key, ok in zip(wanted, taken, strict=True) if ok]
+        # Every key taken, the common case: no zip (its ``strict=`` is a keyword to parse).
+        if all(taken) and len(taken) == len(wanted):
+            got = list(wanted)
+        else:
+            got = [key for key, ok in zip(wanted, taken, strict=True) if ok]
         claimed = claim is None or taken[0]
         busy = gate_hold.refused or not taken[-1]
         hold = TurnHold(gate_hold, agent, presence, got, busy=busy, claimed=claimed)
