@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import math
 import weakref
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -159,6 +159,7 @@ async def test_a_claim_answered_after_its_deadline_never_runs_and_is_settled_int
     assert result.claimed
     assert result.outcome is Outcome.INTERRUPTED
     assert result.failed == CLAIMED_TOO_LATE
+    assert result.settled_at == T0 + timedelta(seconds=31)  # the answer came; then settled
     assert agent.turns == []
     assert [(f.slot, f.outcome, f.error) for f in await store.history("hourly")] == [
         (slot, Outcome.INTERRUPTED, CLAIMED_TOO_LATE)

@@ -241,6 +241,29 @@ async def test_a_slot_that_passes_while_a_store_gap_is_written_is_passed_over_no
     assert await store.gaps("r") == [gap(1, 1, GapReason.STORE), gap(3, 3, GapReason.OVERLAP)]
 
 
+class SlowSettles(MemoryStore):
+    """A store whose settles take 25 seconds (within the store's deadline)."""
+
+    async def settle(self, routine: str, slot: datetime, *args: Any, **kwargs: Any) -> bool:
+        await trio.sleep(25)
+        return await super().settle(routine, slot, *args, **kwargs)
+
+
+async def test_a_slot_that_passes_while_the_turn_before_it_settles_is_passed_over(
+    autojump_clock: Any,
+) -> None:
+    # 23:01's turn takes 40 s and its settle 25 s: 23:02 came before the settle returned, so
+    # the loop takes the settle's end for now and records 23:02 as passed over (taking the
+    # turn's end instead would run 23:02 late).
+    store = SlowSettles()
+    wall = WallClock(at(0, 30))
+    sched, agent = scheduler(store, wall, EVERY_MINUTE)
+    agent.script(Complete(duration=40))
+    await run_until(sched, wall, at(4, 30))
+    assert [t.wall for t in agent.turns] == [at(1), at(3), at(4)]
+    assert await store.gaps("r") == [gap(2, 2, GapReason.OVERLAP)]
+
+
 class LostAnswers(MemoryStore):
     """A store that makes the claims of ``lost`` and then fails to say so (a write given up)."""
 

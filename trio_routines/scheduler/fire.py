@@ -235,7 +235,12 @@ class FirePath:
         await self._calls.settle(name, slot, Outcome.INTERRUPTED, None, CLAIMED_TOO_LATE, scope)
         self.outcomes[Outcome.INTERRUPTED.value] += 1
         return FireResult(
-            name, slot, claimed=True, outcome=Outcome.INTERRUPTED, failed=CLAIMED_TOO_LATE
+            name,
+            slot,
+            claimed=True,
+            outcome=Outcome.INTERRUPTED,
+            failed=CLAIMED_TOO_LATE,
+            settled_at=self._runtime.now(),
         )
 
     async def _hold_and_claim(
@@ -339,7 +344,13 @@ class FirePath:
                 self.outcomes[Outcome.SKIPPED.value] += 1
                 self._metrics.fires[name, Outcome.SKIPPED.value] += 1
                 return FireResult(
-                    name, slot, claimed=True, outcome=Outcome.SKIPPED, ms=0, reason=over
+                    name,
+                    slot,
+                    claimed=True,
+                    outcome=Outcome.SKIPPED,
+                    ms=0,
+                    reason=over,
+                    settled_at=self._runtime.now(),
                 )
         late = (self._runtime.now() - slot).total_seconds()
         replica = self._runtime.replica

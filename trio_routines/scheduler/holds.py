@@ -191,8 +191,9 @@ class Holds:
         taken: list[bool],
         claim: int | None,
     ) -> TurnHold:
+        # One answer per key, by construction (a store's count is checked by Presence.granted).
         # Every key taken, the common case: no zip (its ``strict=`` is a keyword to parse).
-        if all(taken) and len(taken) == len(wanted):
+        if all(taken):
             got = list(wanted)
         else:
             got = [key for key, ok in zip(wanted, taken, strict=True) if ok]

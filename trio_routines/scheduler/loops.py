@@ -148,7 +148,8 @@ class CronLoops:
                     result: FireResult | None = None
                     try:
                         # Shielded within: a stop lets it settle.
-                        # ``now`` was read on waking, as ``read`` came: nothing awaited since.
+                        # ``now`` serves only with ``read``, which only a wake sets, right
+                        # before ``now`` is read: nothing awaited since.
                         result = await self._fire.fire_slot(routine, due, read=read, now=now)
                     except NotYetDue:
                         early = True  # the clock went back meanwhile: sleep again
@@ -174,8 +175,9 @@ class CronLoops:
                     ended: datetime | None = None  # set when nothing passed during the fire
                     following: datetime | None = None
                     if result is not None:  # the store answered
-                        # The settle's end: the wall clock now, unless something is awaited.
-                        ended = result.settled_at
+                        # A claimed slot's settle's end: the wall clock now, unless something
+                        # is awaited.
+                        ended = result.settled_at if result.claimed else None
                         if unanswered:
                             unanswered = await record_unanswered(
                                 self._gaps, self._calls, routine, unanswered

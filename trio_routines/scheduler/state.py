@@ -80,9 +80,10 @@ class FireResult:
     outcome: Outcome | None = None
     ms: int | None = None
     failed: str | None = None
-    #: When the turn's settle returned, by the scheduler's wall clock; None when no turn was
-    #: settled (refused, skipped over a budget, claimed too late). Not compared: two results
-    #: of one slot are equal whenever they settled.
+    #: When the slot's settle returned, by the scheduler's wall clock as read (not cut to
+    #: milliseconds); None for a slot not claimed, and in a result rebuilt from another
+    #: process's answer (the command line's fire through a served API). Not compared: two
+    #: results of one slot are equal whenever they settled.
     settled_at: datetime | None = attrs.field(default=None, eq=False)
 
 
