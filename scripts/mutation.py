@@ -100,6 +100,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_cron.py",
             "tests/test_cron_gaps.py",
             "tests/test_cron_hashed.py",
+            "tests/test_cron_recent.py",
             "tests/test_pinned_cron.py",
             "tests/test_pinned_cron_fields.py",
             "--hypothesis-profile=mutation",

@@ -95,3 +95,19 @@ def test_the_newest_slots_are_the_walk_s_last_ones_within_the_bound(
     judge = walked(partial_next(*cron), lo, hi)
     assert found == (judge[-n:] if n else [])
     assert counted.calls <= bound(n, hi - lo)
+
+
+def test_slots_on_the_span_s_edges_count_and_none_asked_for_is_none() -> None:
+    # The property above keeps its edges off the minute; here they fall on slots exactly.
+    every = partial_next("* * * * *")
+    at = datetime(2026, 3, 29, 10, 0, tzinfo=UTC)
+    minute = timedelta(minutes=1)
+    assert newest_slots(every, at, at, 5) == [at]  # a span of one instant, a slot
+    assert newest_slots(every, at - timedelta(seconds=30), at, 5) == [at]  # the first is hi
+    assert newest_slots(every, at, at + 3 * minute, 10) == [at + k * minute for k in range(4)]
+    assert newest_slots(every, at, at + 3 * minute, 0) == []
+    assert newest_slots(every, at + minute, at, 5) == []  # hi before lo
+    for n in (1, 2, 3, 5, 8, 13):
+        for length in (7, 16, 20, 64, 100, 1440):
+            lo, hi = at, at + length * minute
+            assert newest_slots(every, lo, hi, n) == walked(every, lo, hi)[-n:], (n, length)
