@@ -378,23 +378,15 @@ class FirePath:
         self.outcomes[outcome] += 1
         settled = self._runtime.now()
         self._metrics.fired(name, outcome, turn.ms, late, at=settled)
-        if turn.busy:  # as the original: skipped with the reason, and no failure
-            return FireResult(
-                name,
-                slot,
-                claimed=True,
-                outcome=turn.outcome,
-                ms=turn.ms,
-                reason=busy_reason(name),
-                settled_at=settled,
-            )
+        busy = turn.busy  # as the original: skipped with the reason, and no failure
         return FireResult(
             name,
             slot,
             claimed=True,
             outcome=turn.outcome,
             ms=turn.ms,
-            failed=turn.failed,
+            reason=busy_reason(name) if busy else None,
+            failed=None if busy else turn.failed,
             settled_at=settled,
         )
 
