@@ -72,31 +72,19 @@ def _claimed_within(conn: Conn, schema: Schema, routine: str, gap: Gap) -> bool:
 
 
 def read_gaps(conn: Conn, schema: Schema, routine: str) -> list[Gap]:
-    """The retained gaps of ``routine``, oldest first; a row that is no gap is left out
-    with a warning (a reason this version does not know, written by a newer one)."""
-    rows = conn.execute(
-        schema.sql(
-            "SELECT first_slot, last_slot, count, reason, estimated FROM {gaps} "
-            "WHERE routine = %s ORDER BY last_slot"
-        ),
-        (routine,),
-    )
-    gaps = []
-    for first, last, count, reason, estimated in rows:
-        try:
-            gaps.append(Gap(first, last, count, reason, estimated))
-        except (TypeError, ValueError) as exc:
-            log.warning("ignoring a gap of %r that cannot be read: %s", routine, exc)
-    return gaps
+    """The retained gaps of ``routine``, oldest first: :func:`gaps_of` for one routine."""
+    return gaps_of(conn, None, schema, "", [routine])[0]
 
 
 def gaps_of(
     conn: Conn, _call: object, schema: Schema, _where: str, routines: list[str]
 ) -> list[list[Gap]]:
     """Each routine's retained gaps, oldest first, in the routines' order (a routine may come
-    more than once): one query, whatever their number. A boot asks for the gaps of every
-    routine that catches up at once (:class:`~trio_routines.stores.newest.BatchedReads`
-    gathers them); a query per routine, 10,000 at once, outlived the store's deadline."""
+    more than once): one query, whatever their number. A row that is no gap is left out with
+    a warning (a reason this version does not know, written by a newer one). A boot asks for
+    the gaps of every routine that catches up at once
+    (:class:`~trio_routines.stores.newest.BatchedReads` gathers them); a query per routine,
+    10,000 at once, outlived the store's deadline."""
     rows = conn.execute(
         schema.sql(
             "SELECT routine, first_slot, last_slot, count, reason, estimated FROM {gaps} "
