@@ -120,11 +120,11 @@ class MemoryStore(Lifetime):
         if fault is not None:
             raise fault
 
-    def _check(self, routine: str) -> None:
-        """:func:`check_name`, once per name (a claim and a settle per fire ask again)."""
-        if routine not in self._named:
-            check_name(routine)
-            self._named.add(routine)
+    def _check_new(self, routine: str) -> None:
+        """:func:`check_name` for a name not checked before, then remembered: a claim and a
+        settle per fire ask only when the name is not in ``_named``."""
+        check_name(routine)
+        self._named.add(routine)
 
     async def claim(
         self, routine: str, slot: datetime, fired_at: datetime, *, replica: str | None = None
@@ -132,7 +132,7 @@ class MemoryStore(Lifetime):
         await self._enter("claim")
         # A claim and a settle per fire: no call while the name is known and nothing fails.
         if routine not in self._named:
-            self._check(routine)
+            self._check_new(routine)
         if self.faults:
             self._fault("claim", routine)
         claims = self.claims.setdefault(routine, {})
@@ -162,7 +162,7 @@ class MemoryStore(Lifetime):
     ) -> bool:
         await self._enter("settle")
         if routine not in self._named:
-            self._check(routine)
+            self._check_new(routine)
         name = slot_name(slot)
         fault = self._consume("settle", routine) if self.faults else None
         if fault is not None:
