@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from procs import Env, wait_for
 from scheduler_rig import at, rig
 
@@ -80,7 +81,7 @@ def _fires(store: MemoryStore, name: str) -> list[tuple[datetime, Outcome | None
     return [(f.slot, f.outcome, f.error) for f in store.claims[name].values()]
 
 
-async def test_a_boot_records_older_open_claims_of_dead_holders_and_leaves_held_ones(
+async def test_a_started_scheduler_records_older_open_claims_of_dead_holders_and_leaves_held_ones(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = MemoryStore()
@@ -93,6 +94,7 @@ async def test_a_boot_records_older_open_claims_of_dead_holders_and_leaves_held_
     scheduler, _, _, _ = rig(routine, store=store, wakeups=False)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
+        await trio.testing.wait_all_tasks_blocked()  # looked for once the loops run
         scheduler.stop()
     assert _fires(store, "hourly")[:3] == [
         (at(7), Outcome.INTERRUPTED, OPEN_INTERRUPTED),
@@ -179,6 +181,7 @@ async def test_a_claim_its_holder_settled_before_leaving_is_not_called_dead(
     scheduler, _, _, _ = rig(routine, store=store, wakeups=False)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
+        await trio.testing.wait_all_tasks_blocked()
         scheduler.stop()
     assert _fires(store, "hourly")[0] == (at(7), Outcome.INTERRUPTED, "interrupted by stop")
     assert not [r for r in caplog.records if "never finished" in r.getMessage()]
@@ -216,6 +219,7 @@ async def test_a_claim_whose_routine_cannot_be_read_again_waits_for_the_next_wat
     scheduler, _, _, _ = rig(*routines, store=store, wakeups=False, poll_interval=30)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
+        await trio.testing.wait_all_tasks_blocked()
         assert _fires(store, "a")[0] == (at(7), None, None)  # not recorded blind
         for name in ("b", "c"):  # the others are, in the same pass
             assert _fires(store, name)[0] == (at(7), Outcome.INTERRUPTED, OPEN_INTERRUPTED)
@@ -283,6 +287,42 @@ async def test_a_boot_and_each_watch_ask_for_their_own_budget(autojump_clock: An
     await _boot_and_watch(store, watches=2)
     assert store.asked[0] == BOOT_BUDGET
     assert set(store.asked[1:]) == {WATCH_BUDGET}
+
+
+class SlowToList(MemoryStore):
+    """Its open claims are listed only once ``listed`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listed = trio.Event()
+
+    async def open_claims(self, routines: Any, budget: int) -> Any:
+        await self.listed.wait()
+        return await super().open_claims(routines, budget)
+
+
+async def test_the_older_open_claims_are_looked_for_after_the_boot_not_in_it(
+    autojump_clock: Any,
+) -> None:
+    # Housekeeping: up to BOOT_BUDGET claim reads that no slot's decision needs. The
+    # scheduler is ready, with no time passed, while the store is still listing them, and
+    # the claim it finds is recorded without waiting for a watch.
+    store = SlowToList()
+    await store.claim("hourly", at(7), at(7), replica="gone")
+    await store.claim("hourly", at(8), at(8), replica="other")
+    await MemoryStore.settle(store, "hourly", at(8), Outcome.COMPLETED, 5)
+    scheduler, _, _, _ = rig(HOURLY_ROUTINE, store=store, wakeups=False, poll_interval=300)
+    async with trio.open_nursery() as nursery:
+        started = trio.current_time()
+        await nursery.start(scheduler.run)
+        assert trio.current_time() == started
+        await trio.testing.wait_all_tasks_blocked()
+        assert _fires(store, "hourly")[0] == (at(7), None, None)
+        store.listed.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert trio.current_time() == started
+        assert _fires(store, "hourly")[0] == (at(7), Outcome.INTERRUPTED, OPEN_INTERRUPTED)
+        scheduler.stop()
 
 
 class Faulty(MemoryStore):

@@ -26,7 +26,6 @@ from .arming import Arming
 from .calls import StoreCalls, for_each
 from .gaps import GapRecording, gap_words
 from .membership import Membership
-from .openclaims import BOOT_BUDGET, OpenClaims
 from .state import Runtime, log
 
 BOOT_INTERRUPTED = "the process stopped mid-turn (found unsettled at the next boot)"
@@ -36,8 +35,8 @@ T = TypeVar("T")
 class Boot:
     """The run's first step. Collaborators: the :class:`Runtime` (routines, wall clock,
     metrics), the :class:`StoreCalls` (reads, the paused routines, settles), the
-    :class:`Membership` (whose open claims live), the :class:`GapRecording`, the
-    :class:`OpenClaims` and the :class:`Arming` (the newest claims read)."""
+    :class:`Membership` (whose open claims live), the :class:`GapRecording` and the
+    :class:`Arming` (the newest claims read)."""
 
     def __init__(
         self,
@@ -45,14 +44,12 @@ class Boot:
         calls: StoreCalls,
         membership: Membership,
         gaps: GapRecording,
-        open_claims: OpenClaims,
         arming: Arming,
     ) -> None:
         self._runtime = runtime
         self._calls = calls
         self._membership = membership
         self._gaps = gaps
-        self._open_claims = open_claims
         self._arming = arming
 
     async def run(self, *, plan: bool = True) -> dict[str, datetime]:
@@ -99,7 +96,6 @@ class Boot:
             )
 
         await for_each(interrupted, unsettled)
-        await self._open_claims.reconcile(BOOT_BUDGET)  # older claims left open (openclaims.py)
         if not plan:  # an external clock decides every slot
             await self._calls.refresh_paused()  # for statistics
             return {}

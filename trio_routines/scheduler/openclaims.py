@@ -3,10 +3,11 @@
 The boot reconciles each routine's newest claim, and the watch the newest claims of members
 found dead. A claim left open further back -- a settle given up on a read-only disk, a claim
 written by a writer process that died before it answered, a turn cut off while later slots
-of its routine went on -- would stay unsettled for good (``unreported`` in history). So the
-boot and every watch also ask the store for open claims (``Store.open_claims``: a bounded
-piece at a time -- the PostgreSQL store through its index of open claims, the state directory
-by a walk over its claims, see ``stores/openscan.py``), and settle ``interrupted`` each one
+of its routine went on -- would stay unsettled for good (``unreported`` in history). So a
+started scheduler (as its loops start: housekeeping that no slot's decision waits for) and
+every watch also ask the store for open claims (``Store.open_claims``: a bounded piece at a
+time -- the PostgreSQL store through its index of open claims, the state directory by a walk
+over its claims, see ``stores/directory/openscan.py``), and settle ``interrupted`` each one
 whose hold is free. A claim whose hold is held is running (or settling) somewhere, and is
 left to its holder. Only claims that name their replica are considered: they were made by a
 version that holds them while they run, so a free hold means a dead holder.
@@ -24,8 +25,8 @@ from .calls import StoreCalls
 from .membership import Membership
 from .state import Runtime, log
 
-#: Claims (a store's unit: a claim read, a directory listed) looked at by a boot and by each
-#: watch, beyond the newest ones.
+#: Claims (a store's unit: a claim read, a directory listed) looked at as the loops start and
+#: by each watch, beyond the newest ones.
 BOOT_BUDGET = 4096
 WATCH_BUDGET = 1024
 OPEN_INTERRUPTED = "never settled: its replica stopped mid-turn or could not record the outcome"

@@ -79,8 +79,8 @@ class Parts:
         self.turns = SessionTurns(holds, self.grace, spending)
         self.fire = FirePath(store, runtime, calls, membership, holds, self.turns)
         gaps = GapRecording(store, runtime, calls)
-        open_claims = OpenClaims(store, runtime, calls, membership)
-        self.boot = Boot(runtime, calls, membership, gaps, open_claims, self.arming)
+        open_claims = self.open_claims = OpenClaims(store, runtime, calls, membership)
+        self.boot = Boot(runtime, calls, membership, gaps, self.arming)
         self.members = MemberWatch(
             store,
             runtime,

@@ -26,6 +26,7 @@ from ..wakelimits import DEFAULT_LIMITS, WakeLimits
 from ..wakeups import POLL_INTERVAL
 from . import report
 from .calls import STOP_MARGIN
+from .openclaims import BOOT_BUDGET
 from .parts import Parts
 from .reload import RoutineChanges
 from .state import (
@@ -181,6 +182,9 @@ class Scheduler:
                 await loops.start(self._parts.sleepers.run)  # before any loop sleeps
                 await loops.start(self._parts.calls.deadlines.watch)  # before any fire's claim
                 loops.start_soon(self._parts.members.watch)
+                # The older claims left open are housekeeping, not a part of the boot: the
+                # scheduler is ready, and its first slots fire, while they are looked for.
+                loops.start_soon(self._parts.open_claims.reconcile, BOOT_BUDGET)
                 # Published only now: an update_routines() during the await above must not
                 # start a loop that the arming below would start a second time.
                 runtime.loop_nursery = loops
