@@ -136,9 +136,11 @@ async def test_a_refusal_is_logged_once_per_window_again_after_it_and_after_a_cl
         "(logged once per window)",
     )
     assert await spending.over_budget("routine", "daily", DAILY) == reason
+    assert await spending.over_budget("routine", "daily", DAILY) == reason  # the same instant
     await trio.sleep(3600)
     assert await spending.over_budget("routine", "daily", DAILY) == reason
-    assert said(caplog) == [warned, (logging.DEBUG, f"routine daily: {reason}")]
+    repeated = (logging.DEBUG, f"routine daily: {reason}")
+    assert said(caplog) == [warned, repeated, repeated]
     wall.jump(timedelta(minutes=-90))  # the clock stepped back past the last warning
     assert await spending.over_budget("routine", "daily", DAILY) == reason
     assert said(caplog) == [warned]
@@ -148,7 +150,7 @@ async def test_a_refusal_is_logged_once_per_window_again_after_it_and_after_a_cl
     wall.jump(timedelta(minutes=1))  # a whole one: the turn at T0 is still within the last day
     assert await spending.over_budget("routine", "daily", DAILY) == reason
     assert said(caplog) == [warned]
-    assert metrics.over_budget == {"daily": 5}
+    assert metrics.over_budget == {"daily": 6}
     assert spending.over == {("routine", "daily"): reason}
 
 
@@ -158,8 +160,9 @@ async def test_a_budget_freed_up_forgets_its_refusal_and_the_next_one_warns_at_o
     store = MemoryStore()
     spending, _, wall = spending_of(store)
     await spending.record(FIRE, TOKENS)
-    assert await spending.over_budget("routine", "daily", DAILY) is not None
-    wall.jump(timedelta(days=1, minutes=1))  # the spending left the window
+    wall.jump(timedelta(hours=23))
+    assert await spending.over_budget("routine", "daily", DAILY) is not None  # warned at 23 h
+    wall.jump(timedelta(hours=1, minutes=1))  # the spending left the window, 61 min later
     assert await spending.over_budget("routine", "daily", DAILY) is None
     assert spending.over == {}
     await spending.record(FIRE, TOKENS)
@@ -209,3 +212,17 @@ async def test_each_window_is_read_once_and_the_first_budget_over_is_the_reason(
     reason = await spending.over_budget("routine", "daily", budgets)
     assert reason == "over budget (100 of 50 tokens in the last 1 h)"
     assert reads == [T0 - timedelta(days=1), T0 - timedelta(hours=1)]
+
+
+async def test_a_record_and_a_budget_read_are_made_whole_under_a_cancelled_scope(
+    autojump_clock: Any,
+) -> None:
+    # A turn that ran is recorded, and a budget is read, even while a stop cancels the fire.
+    store = MemoryStore()
+    spending, _, _ = spending_of(store)
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await spending.record(FIRE, TOKENS)
+        reason = await spending.over_budget("routine", "daily", DAILY)
+    assert (await store.usage_since("routine", "daily", T0 - timedelta(days=1))).tokens == 100
+    assert reason == "over budget (100 of 100 tokens in the last 24 h)"

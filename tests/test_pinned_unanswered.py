@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from trio_routines import Routine
+from trio_routines.cron import next_run
 from trio_routines.errors import StateFault
 from trio_routines.metrics import Metrics
 from trio_routines.records import Gap, GapReason
@@ -24,6 +25,8 @@ from trio_routines.testing import MemoryStore, WallClock
 # 09:30 in Kolkata (UTC+05:30, no daylight saving) is 04:00 UTC: read in UTC, the cron's
 # next slot after one of them would be 09:30 UTC of the same day.
 KOLKATA = Routine(name="chai", prompt="p", cron="30 9 * * *", tz="Asia/Kolkata")
+# Its minute hashed from its name: the name is the cron's seed.
+HASHED = Routine(name="chai", prompt="p", cron="H 9 * * *", tz="Asia/Kolkata")
 
 
 def day(n: int) -> datetime:
@@ -34,11 +37,24 @@ def run(first: int, last: int) -> Gap:
     return Gap(day(first), day(last), last - first + 1, GapReason.STORE)
 
 
+def hashed_slots(count: int) -> list[datetime]:
+    slots = [next_run(HASHED.cron, HASHED.tz, day(1), HASHED.name)]  # type: ignore[arg-type]
+    while len(slots) < count:
+        slots.append(next_run(HASHED.cron, HASHED.tz, slots[-1], HASHED.name))  # type: ignore[arg-type]
+    return slots  # type: ignore[return-value]
+
+
 def test_consecutive_slots_of_the_routines_zone_make_one_run() -> None:
     runs: tuple[Gap, ...] = ()
     for n in (1, 2, 3):
         runs = note_unanswered(KOLKATA, day(n), runs)
     assert runs == (run(1, 3),)
+
+
+def test_consecutive_slots_of_a_hashed_cron_make_one_run() -> None:
+    first, second = hashed_slots(2)
+    runs = note_unanswered(HASHED, second, note_unanswered(HASHED, first, ()))
+    assert runs == (Gap(first, second, 2, GapReason.STORE),)
 
 
 def test_a_slot_after_a_skipped_one_starts_a_run_and_only_the_newest_grows() -> None:
@@ -94,6 +110,25 @@ async def test_a_run_refused_for_a_claim_in_it_records_the_slots_around_the_clai
     assert await record_unanswered(gaps, calls, KOLKATA, (run(1, 3),)) == ()
     expected = {1: [run(2, 3)], 2: [run(1, 1), run(3, 3)], 3: [run(1, 2)]}[claimed]
     assert await store.gaps("chai") == expected
+    assert store.histories == 1
+
+
+async def test_a_refused_run_of_a_hashed_cron_records_its_unclaimed_slots() -> None:
+    store = CountingHistory()
+    slots = hashed_slots(3)
+    await store.claim("chai", slots[0], slots[0])
+    gaps, calls = parts(store)
+    whole = Gap(slots[0], slots[2], 3, GapReason.STORE)
+    assert await record_unanswered(gaps, calls, HASHED, (whole,)) == ()
+    assert await store.gaps("chai") == [Gap(slots[1], slots[2], 2, GapReason.STORE)]
+
+
+async def test_a_refused_run_of_two_slots_is_read_back_too() -> None:
+    store = CountingHistory()
+    await store.claim("chai", day(1), day(1))
+    gaps, calls = parts(store)
+    assert await record_unanswered(gaps, calls, KOLKATA, (run(1, 2),)) == ()
+    assert await store.gaps("chai") == [run(2, 2)]
     assert store.histories == 1
 
 
