@@ -1,0 +1,93 @@
+"""Pins ``scheduler/calls.py`` where the scheduler's selection left it open: a settle retried
+after its first attempt failed, and a settle made once (a retry's, the boot's), each carry
+the turn's output and usage to the store; the faults of the reads that have no caller of
+their own to name them.
+
+The part is driven on its own, over the memory store, under virtual time."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import trio
+
+from trio_routines.agent import Usage
+from trio_routines.errors import StateFault
+from trio_routines.metrics import Metrics
+from trio_routines.records import Outcome
+from trio_routines.scheduler.calls import StoreCalls
+from trio_routines.scheduler.state import Grace, Runtime
+from trio_routines.testing import MemoryStore, WallClock
+
+T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
+NO_ANSWER = "the store did not answer within 5s (or before the stop's grace ran out)"
+SPENT = Usage(input_tokens=12, output_tokens=3)
+
+
+def calls_of(store: MemoryStore) -> StoreCalls:
+    runtime = Runtime(
+        routines={}, now=WallClock(T0), replica="r1", metrics=Metrics(), default_grace=30.0
+    )
+    return StoreCalls(store, runtime, Grace(), store_timeout=5.0)
+
+
+async def test_a_settle_retried_keeps_the_turns_output_and_usage(autojump_clock: Any) -> None:
+    store = MemoryStore()
+    calls = calls_of(store)
+    await store.claim("digest", T0, T0)
+    store.fail("settle", StateFault("disk busy"), times=1)
+    with trio.CancelScope(shield=True) as within:
+        await calls.settle("digest", T0, Outcome.COMPLETED, 7, None, within, "the reply", SPENT)
+    fire = (await store.history("digest"))[0]
+    assert (fire.outcome, fire.ms, fire.output, fire.usage) == (
+        Outcome.COMPLETED,
+        7,
+        "the reply",
+        SPENT,
+    )
+
+
+async def test_a_settle_made_once_carries_the_turns_output_and_usage(autojump_clock: Any) -> None:
+    store = MemoryStore()
+    await store.claim("digest", T0, T0)
+    settled = await calls_of(store).settle_once(
+        "digest",
+        T0,
+        Outcome.FAILED,
+        9,
+        if_unsettled=True,
+        error="exit status 2",
+        output="half a reply",
+        usage=SPENT,
+    )
+    assert settled is True
+    fire = (await store.history("digest"))[0]
+    assert (fire.outcome, fire.error, fire.output, fire.usage) == (
+        Outcome.FAILED,
+        "exit status 2",
+        "half a reply",
+        SPENT,
+    )
+
+
+@pytest.mark.parametrize(
+    ("operation", "call", "what"),
+    [
+        (
+            "list_wakeups",
+            lambda calls: calls.count_wakeups(),
+            "the pending wake-ups could not be counted",
+        ),
+        ("history", lambda calls: calls.history("digest"), "the history of 'digest' is unreadable"),
+    ],
+)
+async def test_a_read_never_answered_fails_at_its_bound_naming_itself(
+    autojump_clock: Any, operation: str, call: Any, what: str
+) -> None:
+    store = MemoryStore()
+    store.hang(operation)
+    with pytest.raises(StateFault) as fault:
+        await call(calls_of(store))
+    assert str(fault.value) == f"{what}: {NO_ANSWER}"
