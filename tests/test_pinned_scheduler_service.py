@@ -411,3 +411,32 @@ def test_a_scheduler_refuses_two_routines_of_one_name_naming_it() -> None:
     with pytest.raises(InvalidRoutine) as caught:
         Scheduler(agent=ScriptedAgent(), store=Recording(), routines=twins)
     assert str(caught.value) == "two routines are named 'twin'"
+
+
+# -- the wake-up calls and fire() through the Scheduler ----------------------------------------
+
+
+async def test_the_schedulers_wakeup_calls_pass_every_argument_on(autojump_clock: Any) -> None:
+    scheduler, _, store, _ = rig()
+    at_noon = await scheduler.add_wakeup("chat:1", "noon", fire_at=at(12))
+    assert at_noon.fire_at == at(12)
+    zoned = await scheduler.add_wakeup("chat:2", "daily", cron="0 9 * * *", tz="Asia/Kolkata")
+    assert (zoned.cron, zoned.tz) == ("0 9 * * *", "Asia/Kolkata")
+    assert await scheduler.list_wakeups("chat:1") == [at_noon]
+    assert await scheduler.list_wakeups() == [at_noon, zoned]
+    assert await scheduler.remove_wakeup(at_noon.id, "chat:2") is False  # another session's
+    assert await scheduler.remove_wakeup(at_noon.id, "chat:1") is True
+    assert await store.list_wakeups() == [zoned]
+
+
+async def test_fire_reports_its_claim_through_nursery_start(autojump_clock: Any) -> None:
+    scheduler, agent, store, _ = rig(external_clock=True)
+    agent.default = Complete(duration=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        claim = await nursery.start(scheduler.fire, "hourly", at(10))
+        assert claim.taken
+        assert (await store.history("hourly"))[0].outcome is None  # reported before its turn
+        await trio.sleep(2)
+        scheduler.stop()
+    assert (await store.history("hourly"))[0].outcome is Outcome.COMPLETED
