@@ -242,6 +242,28 @@ async def test_a_wakeup_over_its_sessions_budget_is_dropped_and_other_sessions_r
     assert 'trio_routines_over_budget_total{routine=""} 1' in scheduler.render_metrics()
 
 
+async def test_each_wakeup_over_budget_says_what_becomes_of_it(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "trio_routines")
+    scheduler, agent, _, _ = rig(store=MemoryStore(), session_budget="50 tokens/hour")
+    agent.default = Complete(duration=1, usage=Usage(input_tokens=100))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        recurring = await scheduler.add_wakeup("chat-1", "every 10", cron="*/10 * * * *")
+        await trio.sleep(25 * 60)  # 10:40 runs (100 of 50), 10:50 does not
+        once = await scheduler.add_wakeup("chat-1", "once", delay="2m")
+        await trio.sleep(3 * 60)
+        scheduler.stop()
+    over = "over budget (100 of 50 tokens in the last 1 h)"
+    assert [r.getMessage() for r in caplog.records if "over budget (" in r.getMessage()] == [
+        f"session chat-1: {over} — its turns do not start until the window frees up "
+        "(logged once per window)",
+        f"wake {recurring.id[:8]}: {over} — this occurrence is not run; the next fires per cron",
+        f"wake {once.id[:8]}: {over} — dropped, not run (session chat-1)",
+    ]
+
+
 def test_a_bad_session_budget_is_refused_by_the_scheduler() -> None:
     with pytest.raises(InvalidOption, match="a budget is written like"):
         rig(session_budget="lots")
