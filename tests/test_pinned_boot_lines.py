@@ -1,0 +1,108 @@
+"""Pins what a boot says and seeds: the line for each routine that missed slots while no
+scheduler ran (one slot fired now, the oldest fired once within or without a window, none
+fired), and each routine's failure streak and last success as /metrics shows them from the
+boot on (read from the history only for a routine whose newest claim failed)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import trio
+from scheduler_rig import T0, at, rig
+
+from trio_routines import Outcome, Routine, StateFault
+from trio_routines.testing import MemoryStore
+
+
+def routine(name: str, cron: str, catchup: float | None = None) -> Routine:
+    return Routine(name=name, prompt="p", cron=cron, catchup=catchup)
+
+
+async def booted(store: MemoryStore, *routines: Routine) -> Any:
+    scheduler, _, _, _ = rig(*routines, store=store, wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        scheduler.stop(0)
+    return scheduler
+
+
+async def test_each_routine_that_missed_slots_says_what_becomes_of_them(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trio_routines")
+    store = MemoryStore()
+    every_ten = "*/10 * * * *"
+    routines = {
+        "single": (routine("single", "0 * * * *"), at(9)),
+        "several": (routine("several", every_ten), at(9, 50)),
+        "window": (routine("window", every_ten, catchup=900), at(9, 50)),
+        # No window: only a slot that is due this very instant (10:30) fires.
+        "edge": (routine("edge", every_ten, catchup=0), at(9, 50)),
+        "none": (routine("none", "5-55/10 * * * *", catchup=0), at(9, 55)),
+    }
+    for name, (_, last) in routines.items():
+        await store.claim(name, last, last)
+        await store.settle(name, last, Outcome.COMPLETED, 5)
+    await booted(store, *(r for r, _ in routines.values()))
+    lines = [r.getMessage() for r in caplog.records if "while no scheduler ran" in r.getMessage()]
+    four = "4 slots 2026-07-07T10:00:00.000Z to 2026-07-07T10:30:00.000Z"
+    assert lines == [
+        "single: missed 1 slot 2026-07-07T10:00:00.000Z while no scheduler ran — firing it now"
+        " (see `python -m trio_routines history single`)",
+        f"several: missed {four} while no scheduler ran — firing the oldest, "
+        "2026-07-07T10:00:00.000Z, once; the others are gaps"
+        " (see `python -m trio_routines history several`)",
+        f"window: missed {four} while no scheduler ran — firing the oldest within the window, "
+        "2026-07-07T10:20:00.000Z, once; the others are gaps"
+        " (see `python -m trio_routines history window`)",
+        f"edge: missed {four} while no scheduler ran — firing the oldest within the window, "
+        "2026-07-07T10:30:00.000Z, once; the others are gaps"
+        " (see `python -m trio_routines history edge`)",
+        "none: missed 3 slots 2026-07-07T10:05:00.000Z to 2026-07-07T10:25:00.000Z while no "
+        "scheduler ran — none fired (catchup none): they are gaps"
+        " (see `python -m trio_routines history none`)",
+    ]
+
+
+class CountingHistory(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.histories: list[str] = []
+
+    async def history(self, routine: str) -> Any:
+        self.histories.append(routine)
+        return await super().history(routine)
+
+
+async def test_the_boot_seeds_each_routines_failure_streak_and_last_success(
+    autojump_clock: Any,
+) -> None:
+    store = CountingHistory()
+    hourly = ["streak", "lonely", "healthy", "fresh"]
+    outcomes: dict[str, list[tuple[int, Outcome, int | None]]] = {
+        "streak": [
+            (7, Outcome.COMPLETED, 1500),
+            (8, Outcome.FAILED, 9),
+            (9, Outcome.INTERRUPTED, None),
+        ],
+        "lonely": [(8, Outcome.COMPLETED, 5), (9, Outcome.FAILED, 9)],
+        "healthy": [(8, Outcome.FAILED, 5), (9, Outcome.COMPLETED, 2000)],
+    }
+    for name, fires in outcomes.items():
+        for hour, outcome, ms in fires:
+            await store.claim(name, at(hour), at(hour))
+            await store.settle(name, at(hour), outcome, ms)
+    store.fail("history", StateFault("unreadable"), routine="lonely")
+    scheduler = await booted(store, *(routine(name, "0 * * * *") for name in hourly))
+    metrics = scheduler._parts.runtime.metrics
+    assert metrics.failing == {"streak": 2, "lonely": 1, "healthy": 0, "fresh": 0}
+    assert metrics.last_success == {
+        "streak": at(7) + timedelta(milliseconds=1500),
+        "lonely": at(9),  # its history unread: the failed claim's slot, the oldest known
+        "healthy": at(9) + timedelta(seconds=2),
+        "fresh": T0,  # never fired: from the boot on
+    }
+    assert sorted(store.histories) == ["lonely", "streak"]  # the failing ones only
