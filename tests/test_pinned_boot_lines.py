@@ -6,7 +6,7 @@ boot on (read from the history only for a routine whose newest claim failed)."""
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -14,6 +14,7 @@ import trio
 from scheduler_rig import T0, at, rig
 
 from trio_routines import Outcome, Routine, StateFault
+from trio_routines.cron import next_run
 from trio_routines.testing import MemoryStore
 
 
@@ -106,3 +107,36 @@ async def test_the_boot_seeds_each_routines_failure_streak_and_last_success(
         "fresh": T0,  # never fired: from the boot on
     }
     assert sorted(store.histories) == ["lonely", "streak"]  # the failing ones only
+
+
+async def test_the_slots_routines_that_never_fired_passed_are_recorded_each_in_its_zone(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = MemoryStore()
+    # Armed two hours before this boot, never fired since. "a" cannot have its resume read:
+    # its slots stay unrecorded, with one error, and the routines after it go on.
+    names = ["a", "b", "c"]
+    assert await store.first_armed(names, T0 - timedelta(hours=2)) == dict.fromkeys(
+        names, T0 - timedelta(hours=2)
+    )
+    store.fail("resumed_at", StateFault("unreadable"), routine="a")
+    routines = [
+        routine("a", "0 * * * *"),
+        Routine(name="b", prompt="p", cron="15 * * * *", tz="Asia/Kathmandu"),  # :30 UTC
+        routine("c", "H * * * *"),  # hashed from its name
+    ]
+    await booted(store, *routines)
+    assert await store.gaps("a") == []
+    b_gaps = await store.gaps("b")
+    assert [(g.first, g.last, g.count) for g in b_gaps] == [(at(9, 30), at(10, 30), 2)]
+    slots: list[datetime] = []
+    following = next_run("H * * * *", None, T0 - timedelta(hours=2), "c")
+    while following is not None and following <= T0:
+        slots.append(following)
+        following = next_run("H * * * *", None, following, "c")
+    assert [(g.first, g.last, g.count) for g in await store.gaps("c")] == [
+        (slots[0], slots[-1], len(slots))
+    ]
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [
+        "a: the slots it passed over since it was first armed are not recorded: unreadable"
+    ]
