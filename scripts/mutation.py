@@ -130,12 +130,88 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_deadlines.py",
             "tests/test_gaps.py",  # what a loop records after a slot, and when it skips that
             "tests/test_gaps_armed.py",  # the slots a store did not answer, recorded later
+            # The parts the package has grown since: the wake loop and its guardrails, the
+            # budgets, the turn holds, the boot's open claims, the replicas' membership, the
+            # stop's bounds, clock jumps, the outcome's reports (metrics, tracing, output).
+            "tests/test_wakeups.py",
+            "tests/test_wakeup_turns.py",
+            "tests/test_wakeexpiry.py",
+            "tests/test_wakelimits.py",
+            "tests/test_pinned_wakelimits.py",
+            "tests/test_budgets.py",
+            "tests/test_pinned_budgets.py",
+            "tests/test_session_spent.py",
+            "tests/test_turn_holds.py",
+            "tests/test_open_claims.py",
+            "tests/test_boot_reconcile.py",
+            "tests/test_scheduler_replicas.py",
+            "tests/test_replicas_contract.py",
+            "tests/test_stop_bounds.py",
+            "tests/test_clockskew.py",
+            "tests/test_hashed_runtime.py",
+            "tests/test_scheduler_output.py",
+            "tests/test_usage_shown.py",
+            "tests/test_metrics.py",
+            "tests/test_tracing.py",
+            "tests/test_crashloop.py",
+            "tests/test_faults.py",
+            "tests/test_pinned_spending.py",
+            "tests/test_pinned_unanswered.py",
+            "tests/test_pinned_wakecalls.py",
+            "tests/test_pinned_scheduler_gaps.py",
+            "tests/test_pinned_store_calls.py",
+            "tests/test_pinned_member_watch.py",
+            "tests/test_pinned_boot_lines.py",
+            # It reads docs/design.md, which the copy leaves out.
+            "--deselect=tests/test_tracing.py::test_the_spans_are_named_in_the_docs",
             # The slowest (1.2 s of the selection's 5.7) kills no mutant the others leave
             # (measured: without it and the next slowest only `+= 1` -> `= 1` in the outcome
             # count survived, which that next one, a simulated day, killed; the day is slow
             # now, and ten simulated minutes of the same test kill it in the fast subset).
             "--deselect=tests/test_scheduler.py::test_routine_without_cron_is_never_armed",
         ],
+    ),
+    # The parts the scheduler's selection reaches only through other surfaces, each with the
+    # tests of those surfaces: the embedding API's wake-up calls and replicas (the HTTP API,
+    # the agent's tools, `status`), what turns spend, and the slots a store did not answer.
+    "wakecalls": (
+        ["trio_routines/scheduler/wakecalls.py", "trio_routines/scheduler/membership.py"],
+        [
+            "tests/test_pinned_wakecalls.py",
+            "tests/test_pinned_httpapi.py",
+            "tests/test_http.py",
+            "tests/test_tools.py",
+            "tests/test_pinned_tools.py",
+            "tests/test_http_tools.py",
+            "tests/test_pinned_cli_status.py",
+            "tests/test_replicas_contract.py",
+            "tests/test_scheduler_replicas.py",
+            "tests/test_open_claims.py",
+            "tests/test_wakeups.py",
+            "tests/test_wakelimits.py",
+            "--deselect=tests/test_http.py::test_arbitrary_requests_never_fail_the_server_nor_change_state_when_refused",
+            # It loads examples/self_scheduling.py, which the copy does not hold.
+            "--deselect=tests/test_tools.py::test_the_example_agent_schedules_and_cancels_through_the_tools",
+            "--hypothesis-profile=mutation",
+        ],
+    ),
+    "schedgaps": (
+        ["trio_routines/scheduler/gaps.py"],
+        [
+            "tests/test_pinned_scheduler_gaps.py",
+            "tests/test_gaps.py",
+            "tests/test_gaps_armed.py",
+            "tests/test_pinned_scheduler_boot.py",
+            "--hypothesis-profile=mutation",
+        ],
+    ),
+    "spending": (
+        ["trio_routines/scheduler/spending.py"],
+        ["tests/test_pinned_spending.py", "tests/test_budgets.py", "tests/test_usage_shown.py"],
+    ),
+    "unanswered": (
+        ["trio_routines/scheduler/unanswered.py"],
+        ["tests/test_pinned_unanswered.py", "tests/test_gaps_armed.py", "tests/test_gaps.py"],
     ),
     # The store calls' deadlines alone: a quick run after a change to them (the scheduler's
     # selection covers them too, with everything else in the package).
