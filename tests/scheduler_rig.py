@@ -1,4 +1,5 @@
-"""What the tests/test_pinned_scheduler*.py files share: one scheduler under virtual time."""
+"""What the tests/test_pinned_scheduler*.py files share: one scheduler under virtual time; and
+what a part of the scheduler driven on its own is handed (:func:`part_rig`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ import pytest
 import trio
 
 from trio_routines import Routine, Scheduler
+from trio_routines.metrics import Metrics
+from trio_routines.scheduler.calls import StoreCalls
+from trio_routines.scheduler.state import Grace, Runtime
+from trio_routines.store import Store
 from trio_routines.testing import MemoryStore, ScriptedAgent, WallClock
 
 T0 = datetime(2026, 7, 7, 10, 30, tzinfo=UTC)
@@ -53,6 +58,18 @@ def rig(
         agent=agent, store=store, routines=routines or (HOURLY,), now=wall, **options
     )
     return scheduler, agent, store, wall
+
+
+def part_rig(
+    store: Store, *, now: datetime = T0, replica: str = "r1", default_grace: float = 1.0
+) -> tuple[Runtime, StoreCalls, WallClock]:
+    """A runtime with no routines on a wall clock at ``now``, and store calls bounded at 5 s
+    (``NO_ANSWER``): what a part of the scheduler is handed when a test drives it alone."""
+    wall = WallClock(now)
+    runtime = Runtime(
+        routines={}, now=wall, replica=replica, metrics=Metrics(), default_grace=default_grace
+    )
+    return runtime, StoreCalls(store, runtime, Grace(), store_timeout=5.0), wall
 
 
 def lines(caplog: pytest.LogCaptureFixture, level: int | None = None) -> list[tuple[int, str]]:

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from scheduler_rig import NO_ANSWER, part_rig
 
 from trio_routines import Routine
 from trio_routines.cron import next_run
@@ -20,14 +21,12 @@ from trio_routines.errors import StateFault
 from trio_routines.history import GAP_WHY as WHY
 from trio_routines.metrics import Metrics
 from trio_routines.records import Gap, GapReason
-from trio_routines.scheduler.calls import StoreCalls
 from trio_routines.scheduler.gaps import GapRecording, gap_words
-from trio_routines.scheduler.state import FireResult, Grace, Runtime
+from trio_routines.scheduler.state import FireResult
 from trio_routines.testing import MemoryStore, WallClock
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
-NO_ANSWER = "the store did not answer within 5s (or before the stop's grace ran out)"
 # Every 20 minutes, at :05, :25 and :45 of the hour in Kathmandu (UTC+05:45): :20, :40 and
 # :00 UTC. Read in UTC instead, its slots would be :05, :25 and :45 UTC.
 KATHMANDU = Routine(name="tea", prompt="p", cron="5,25,45 * * * *", tz="Asia/Kathmandu")
@@ -38,11 +37,8 @@ def at(minute: int) -> datetime:
 
 
 def recording(store: MemoryStore, now: datetime = T0) -> tuple[GapRecording, Metrics, WallClock]:
-    wall = WallClock(now)
-    metrics = Metrics()
-    runtime = Runtime(routines={}, now=wall, replica="r1", metrics=metrics, default_grace=1.0)
-    calls = StoreCalls(store, runtime, Grace(), store_timeout=5.0)
-    return GapRecording(store, runtime, calls), metrics, wall
+    runtime, calls, wall = part_rig(store, now=now)
+    return GapRecording(store, runtime, calls), runtime.metrics, wall
 
 
 def said(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:

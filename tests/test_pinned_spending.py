@@ -12,15 +12,14 @@ from typing import Any
 
 import pytest
 import trio
+from scheduler_rig import part_rig
 
 from trio_routines.agent import Usage
 from trio_routines.budgets import parse_budgets
 from trio_routines.context import FireContext
 from trio_routines.errors import StateFault
 from trio_routines.metrics import Metrics
-from trio_routines.scheduler.calls import StoreCalls
 from trio_routines.scheduler.spending import Spending
-from trio_routines.scheduler.state import Grace, Runtime
 from trio_routines.testing import MemoryStore, WallClock
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
@@ -38,11 +37,8 @@ class NoLedger(MemoryStore):
 
 
 def spending_of(store: MemoryStore) -> tuple[Spending, Metrics, WallClock]:
-    wall = WallClock(T0)
-    metrics = Metrics()
-    runtime = Runtime(routines={}, now=wall, replica="r1", metrics=metrics, default_grace=1.0)
-    calls = StoreCalls(store, runtime, Grace(), store_timeout=5.0)
-    return Spending(store, runtime, calls), metrics, wall
+    runtime, calls, wall = part_rig(store, now=T0)
+    return Spending(store, runtime, calls), runtime.metrics, wall
 
 
 @pytest.fixture(autouse=True)

@@ -12,25 +12,20 @@ from typing import Any
 
 import pytest
 import trio
+from scheduler_rig import NO_ANSWER, part_rig
 
 from trio_routines.agent import Usage
 from trio_routines.errors import StateFault
-from trio_routines.metrics import Metrics
 from trio_routines.records import Outcome
 from trio_routines.scheduler.calls import StoreCalls
-from trio_routines.scheduler.state import Grace, Runtime
-from trio_routines.testing import MemoryStore, WallClock
+from trio_routines.testing import MemoryStore
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
-NO_ANSWER = "the store did not answer within 5s (or before the stop's grace ran out)"
 SPENT = Usage(input_tokens=12, output_tokens=3)
 
 
 def calls_of(store: MemoryStore) -> StoreCalls:
-    runtime = Runtime(
-        routines={}, now=WallClock(T0), replica="r1", metrics=Metrics(), default_grace=30.0
-    )
-    return StoreCalls(store, runtime, Grace(), store_timeout=5.0)
+    return part_rig(store, now=T0, default_grace=30.0)[1]
 
 
 async def test_a_settle_retried_keeps_the_turns_output_and_usage(autojump_clock: Any) -> None:

@@ -10,17 +10,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from scheduler_rig import part_rig
 
 from trio_routines import Routine
 from trio_routines.cron import next_run
 from trio_routines.errors import StateFault
-from trio_routines.metrics import Metrics
 from trio_routines.records import Gap, GapReason
 from trio_routines.scheduler.calls import StoreCalls
 from trio_routines.scheduler.gaps import GapRecording
-from trio_routines.scheduler.state import Grace, Runtime
 from trio_routines.scheduler.unanswered import KEEP_RUNS, note_unanswered, record_unanswered
-from trio_routines.testing import MemoryStore, WallClock
+from trio_routines.testing import MemoryStore
 
 # 09:30 in Kolkata (UTC+05:30, no daylight saving) is 04:00 UTC: read in UTC, the cron's
 # next slot after one of them would be 09:30 UTC of the same day.
@@ -74,10 +73,7 @@ def test_the_oldest_runs_beyond_the_kept_ones_are_forgotten() -> None:
 
 
 def parts(store: MemoryStore) -> tuple[GapRecording, StoreCalls]:
-    runtime = Runtime(
-        routines={}, now=WallClock(day(20)), replica="r1", metrics=Metrics(), default_grace=1.0
-    )
-    calls = StoreCalls(store, runtime, Grace(), store_timeout=5.0)
+    runtime, calls, _ = part_rig(store, now=day(20))
     return GapRecording(store, runtime, calls), calls
 
 

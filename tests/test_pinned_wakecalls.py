@@ -16,24 +16,21 @@ from typing import Any
 
 import pytest
 import trio
+from scheduler_rig import NO_ANSWER, part_rig
 
 from trio_routines import __version__
 from trio_routines.context import FireContext, firing
 from trio_routines.errors import InvalidWakeup, StateFault
-from trio_routines.metrics import Metrics
 from trio_routines.records import Fire, Outcome
 from trio_routines.replicas import ReplicaInfo, claim_key
-from trio_routines.scheduler.calls import StoreCalls
 from trio_routines.scheduler.membership import Membership
-from trio_routines.scheduler.state import Grace, Runtime
 from trio_routines.scheduler.wakecalls import WakeupCalls
-from trio_routines.testing import MemoryStore, WallClock
+from trio_routines.testing import MemoryStore
 from trio_routines.testing.memberships import MemoryPresence
 from trio_routines.wakelimits import DEFAULT_LIMITS
 from trio_routines.wakeups import bad_delay_reply
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
-NO_ANSWER = "the store did not answer within 5s (or before the stop's grace ran out)"
 
 
 class Counting(MemoryStore):
@@ -49,12 +46,8 @@ class Counting(MemoryStore):
 
 
 def calls_of(store: MemoryStore) -> WakeupCalls:
-    runtime = Runtime(
-        routines={}, now=WallClock(T0), replica="r1", metrics=Metrics(), default_grace=1.0
-    )
-    return WakeupCalls(
-        store, runtime, StoreCalls(store, runtime, Grace(), store_timeout=5.0), DEFAULT_LIMITS
-    )
+    runtime, calls, _ = part_rig(store, now=T0)
+    return WakeupCalls(store, runtime, calls, DEFAULT_LIMITS)
 
 
 @pytest.mark.parametrize(
@@ -178,10 +171,8 @@ async def test_a_wakeup_turn_the_store_does_not_record_is_one_warning(
 
 
 def membership_of(store: MemoryStore, replica: str = "r1") -> Membership:
-    runtime = Runtime(
-        routines={}, now=WallClock(T0), replica=replica, metrics=Metrics(), default_grace=1.0
-    )
-    return Membership(store, runtime, StoreCalls(store, runtime, Grace(), store_timeout=5.0))
+    runtime, calls, _ = part_rig(store, now=T0, replica=replica)
+    return Membership(store, runtime, calls)
 
 
 class NoMembers(MemoryStore):
