@@ -53,20 +53,20 @@ class _Histogram:
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
-        self.counts = [0] * len(bounds)
+        # One count per bound, and one past the last for a value above them all (+Inf's own,
+        # never shown): every value is counted without asking which.
+        self.counts = [0] * (len(bounds) + 1)
         self.sum = 0.0
         self.total = 0
 
     def observe(self, value: float) -> None:
         # Counted in the first bucket that holds it; the samples make the counts cumulative.
-        index = bisect.bisect_left(self.bounds, value)
-        if index < len(self.bounds):
-            self.counts[index] += 1
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
         self.sum += value
         self.total += 1
 
     def samples(self, name: str, labels: Labels) -> Iterator[Sample]:
-        for bound, count in zip(self.bounds, itertools.accumulate(self.counts), strict=True):
+        for bound, count in zip(self.bounds, itertools.accumulate(self.counts[:-1]), strict=True):
             yield Sample(f"{name}_bucket", (*labels, ("le", _number(bound))), count)
         yield Sample(f"{name}_bucket", (*labels, ("le", "+Inf")), self.total)
         yield Sample(f"{name}_sum", labels, self.sum)
@@ -123,12 +123,12 @@ class Metrics:
         self.fires[routine, outcome] += 1
         if outcome == "completed":
             self.failing[routine] = 0
+            if at is not None:
+                self.succeeded(routine, at)
         elif outcome in ("failed", "interrupted"):
             self.failing[routine] = self.failing.get(routine, 0) + 1
         self.durations[routine].observe(ms / 1000)
         self.lateness[routine].observe(late if late > 0.0 else 0.0)
-        if outcome == "completed" and at is not None:
-            self.succeeded(routine, at)
 
     def succeeded(self, routine: str, at: datetime) -> None:
         """``routine`` last completed a claimed slot at ``at`` (also seeded at boot)."""

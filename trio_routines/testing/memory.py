@@ -192,7 +192,8 @@ class MemoryStore(Lifetime):
 
     async def latest_fire(self, routine: str) -> Fire | None:
         await self._enter("latest_fire")
-        check_name(routine)
+        if routine not in self._named:  # read at every boot: the first fire's claim asks not
+            self._check_new(routine)
         self._fault("latest_fire", routine)
         claims = self.claims.get(routine, {})
         return claims[max(claims)] if claims else None
@@ -298,7 +299,8 @@ class MemoryStore(Lifetime):
     async def first_armed(self, routines: Sequence[str], at: datetime) -> dict[str, datetime]:
         """When each of ``routines`` was first armed; ``at`` for those named the first time."""
         for routine in routines:
-            check_name(routine)
+            if routine not in self._named:
+                self._check_new(routine)
         await self._enter("first_armed")
         self._fault("first_armed")
         return {name: self.armed.setdefault(name, truncate_ms(at)) for name in routines}
