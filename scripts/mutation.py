@@ -51,6 +51,66 @@ LOGS_PROCESSES_LEFT_OUT = [
     "--deselect=tests/test_logs.py::test_under_the_journal_the_command_line_writes_journal_lines",
 ]
 
+# The scheduler package's tests: its own selection, and the fire path's with PostgreSQL's.
+SCHEDULER_TESTS = [
+    "tests/test_scheduler.py",
+    "tests/test_pinned_runtime.py",
+    "tests/test_restarts.py",
+    "tests/test_store_bounds.py",
+    "tests/test_context.py",
+    "tests/test_reload.py",
+    "tests/test_pause.py",
+    "tests/test_pinned_scheduler.py",
+    "tests/test_pinned_scheduler_fire.py",
+    "tests/test_pinned_scheduler_loops.py",
+    "tests/test_pinned_scheduler_service.py",
+    "tests/test_pinned_scheduler_boot.py",
+    "tests/test_sleepers.py",
+    "tests/test_paused_read.py",
+    "tests/test_deadlines.py",
+    "tests/test_gaps.py",  # what a loop records after a slot, and when it skips that
+    "tests/test_gaps_armed.py",  # the slots a store did not answer, recorded later
+    # The parts the package has grown since: the wake loop and its guardrails, the
+    # budgets, the turn holds, the boot's open claims, the replicas' membership, the
+    # stop's bounds, clock jumps, the outcome's reports (metrics, tracing, output).
+    "tests/test_wakeups.py",
+    "tests/test_wakeup_turns.py",
+    "tests/test_wakeexpiry.py",
+    "tests/test_wakelimits.py",
+    "tests/test_pinned_wakelimits.py",
+    "tests/test_budgets.py",
+    "tests/test_pinned_budgets.py",
+    "tests/test_session_spent.py",
+    "tests/test_turn_holds.py",
+    "tests/test_open_claims.py",
+    "tests/test_boot_reconcile.py",
+    "tests/test_scheduler_replicas.py",
+    "tests/test_replicas_contract.py",
+    "tests/test_stop_bounds.py",
+    "tests/test_clockskew.py",
+    "tests/test_hashed_runtime.py",
+    "tests/test_scheduler_output.py",
+    "tests/test_usage_shown.py",
+    "tests/test_metrics.py",
+    "tests/test_tracing.py",
+    "tests/test_crashloop.py",
+    "tests/test_faults.py",
+    "tests/test_pinned_spending.py",
+    "tests/test_pinned_unanswered.py",
+    "tests/test_pinned_wakecalls.py",
+    "tests/test_pinned_scheduler_gaps.py",
+    "tests/test_pinned_store_calls.py",
+    "tests/test_pinned_member_watch.py",
+    "tests/test_pinned_boot_lines.py",
+    # It reads docs/design.md, which the copy leaves out.
+    "--deselect=tests/test_tracing.py::test_the_spans_are_named_in_the_docs",
+    # The slowest (1.2 s of the selection's 5.7) kills no mutant the others leave
+    # (measured: without it and the next slowest only `+= 1` -> `= 1` in the outcome
+    # count survived, which that next one, a simulated day, killed; the day is slow
+    # now, and ten simulated minutes of the same test kill it in the fast subset).
+    "--deselect=tests/test_scheduler.py::test_routine_without_cron_is_never_armed",
+]
+
 # module -> (files mutmut may mutate, tests that judge its mutants). Small pure modules first.
 # An entry of the tests starting with "-" is a pytest option (a cheaper Hypothesis profile).
 # Only fast tests: no real processes, no PostgreSQL (the store is selected by `-k`).
@@ -112,64 +172,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "scheduler": (
         ["trio_routines/scheduler.py", "trio_routines/scheduler/*"],
-        [
-            "tests/test_scheduler.py",
-            "tests/test_pinned_runtime.py",
-            "tests/test_restarts.py",
-            "tests/test_store_bounds.py",
-            "tests/test_context.py",
-            "tests/test_reload.py",
-            "tests/test_pause.py",
-            "tests/test_pinned_scheduler.py",
-            "tests/test_pinned_scheduler_fire.py",
-            "tests/test_pinned_scheduler_loops.py",
-            "tests/test_pinned_scheduler_service.py",
-            "tests/test_pinned_scheduler_boot.py",
-            "tests/test_sleepers.py",
-            "tests/test_paused_read.py",
-            "tests/test_deadlines.py",
-            "tests/test_gaps.py",  # what a loop records after a slot, and when it skips that
-            "tests/test_gaps_armed.py",  # the slots a store did not answer, recorded later
-            # The parts the package has grown since: the wake loop and its guardrails, the
-            # budgets, the turn holds, the boot's open claims, the replicas' membership, the
-            # stop's bounds, clock jumps, the outcome's reports (metrics, tracing, output).
-            "tests/test_wakeups.py",
-            "tests/test_wakeup_turns.py",
-            "tests/test_wakeexpiry.py",
-            "tests/test_wakelimits.py",
-            "tests/test_pinned_wakelimits.py",
-            "tests/test_budgets.py",
-            "tests/test_pinned_budgets.py",
-            "tests/test_session_spent.py",
-            "tests/test_turn_holds.py",
-            "tests/test_open_claims.py",
-            "tests/test_boot_reconcile.py",
-            "tests/test_scheduler_replicas.py",
-            "tests/test_replicas_contract.py",
-            "tests/test_stop_bounds.py",
-            "tests/test_clockskew.py",
-            "tests/test_hashed_runtime.py",
-            "tests/test_scheduler_output.py",
-            "tests/test_usage_shown.py",
-            "tests/test_metrics.py",
-            "tests/test_tracing.py",
-            "tests/test_crashloop.py",
-            "tests/test_faults.py",
-            "tests/test_pinned_spending.py",
-            "tests/test_pinned_unanswered.py",
-            "tests/test_pinned_wakecalls.py",
-            "tests/test_pinned_scheduler_gaps.py",
-            "tests/test_pinned_store_calls.py",
-            "tests/test_pinned_member_watch.py",
-            "tests/test_pinned_boot_lines.py",
-            # It reads docs/design.md, which the copy leaves out.
-            "--deselect=tests/test_tracing.py::test_the_spans_are_named_in_the_docs",
-            # The slowest (1.2 s of the selection's 5.7) kills no mutant the others leave
-            # (measured: without it and the next slowest only `+= 1` -> `= 1` in the outcome
-            # count survived, which that next one, a simulated day, killed; the day is slow
-            # now, and ten simulated minutes of the same test kill it in the fast subset).
-            "--deselect=tests/test_scheduler.py::test_routine_without_cron_is_never_armed",
-        ],
+        SCHEDULER_TESTS,
     ),
     # The parts the scheduler's selection reaches only through other surfaces, each with the
     # tests of those surfaces: the embedding API's wake-up calls and replicas (the HTTP API,
@@ -236,6 +239,45 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "replicas": (
         ["trio_routines/replicas.py"],
         ["tests/test_pinned_replicas.py", "tests/test_replicas_contract.py"],
+    ),
+    # The fire path and the turn holds over every kind of store: the memory store's holds, the
+    # state directory's (claims that appear whole) and PostgreSQL's (claims that take their
+    # holds in the claim's own step), which only the PostgreSQL tests reach ("+postgres": the
+    # server on 127.0.0.1 is used, as the suite's own tests use it).
+    "firepath": (
+        ["trio_routines/scheduler/fire.py", "trio_routines/scheduler/holds.py"],
+        [
+            *SCHEDULER_TESTS,
+            "+postgres",
+            "tests/test_pinned_fire_paths.py",
+            "tests/test_directory_holds.py",
+            "tests/test_pinned_directory_holds.py",
+            "tests/test_postgres.py",
+            "tests/test_postgres_newest.py",
+            "tests/test_pinned_history.py",
+        ],
+    ),
+    # The boot (the newest claims, the open ones, the gaps and counts seeded) and the replicas'
+    # watch (a dead member's claims swept), each over the scheduler's selection, the state
+    # directory's and PostgreSQL's tests of a boot and of replicas beside it.
+    "schedboot": (
+        ["trio_routines/scheduler/boot.py"],
+        [
+            *SCHEDULER_TESTS,
+            "+postgres",
+            "tests/test_postgres_newest.py",
+            "tests/test_pinned_history.py",
+        ],
+    ),
+    "schedmembers": (
+        ["trio_routines/scheduler/members.py"],
+        [
+            *SCHEDULER_TESTS,
+            "+postgres",
+            "tests/test_directory_holds.py",
+            "tests/test_pinned_directory_holds.py",
+            "tests/test_postgres.py",
+        ],
     ),
     # A replica's holds, as every store's presence shares them (the store's own part is its
     # store's: the directory's holds run in the selection, PostgreSQL's do not).
@@ -955,13 +997,23 @@ def prepare(module: str) -> Path:
     text = re.sub(r"\n\[tool\.mutmut\]\n(?:(?!\n\[).)*", "\n", text, flags=re.S)
     # An entry starting with "-" is a pytest option for every run of the module's tests.
     options = [t for t in tests if t.startswith("-")]
-    present = [t for t in tests if t not in options and (ROOT / t.split("::")[0]).exists()]
+    present = [
+        t
+        for t in tests
+        if t not in options and t != "+postgres" and (ROOT / t.split("::")[0]).exists()
+    ]
+    # "+postgres": the module's PostgreSQL tests run too (the server must be up).
+    deselect = (
+        [a for a in DESELECT if a not in ("-k", "not postgres")]
+        if "+postgres" in tests
+        else DESELECT
+    )
     text += (
         "\n[tool.mutmut]\n"
         f"source_paths = {_toml_list(base['source_paths'])}\n"
         f"only_mutate = {_toml_list(files)}\n"
         f"pytest_add_cli_args = {_toml_list(base.get('pytest_add_cli_args', []) + options)}\n"
-        f"pytest_add_cli_args_test_selection = {_toml_list(DESELECT + present)}\n"
+        f"pytest_add_cli_args_test_selection = {_toml_list(deselect + present)}\n"
         f"timeout_multiplier = {TIMEOUT_MULTIPLIER}\n"
         f"timeout_constant = {TIMEOUT_CONSTANT}\n"
     )

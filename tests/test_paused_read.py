@@ -296,3 +296,29 @@ async def test_the_timer_gives_up_a_slow_read_and_wakes_the_herd(autojump_clock:
     late = at(11) + timedelta(seconds=PREFETCH_LIMIT)
     assert reads == [at(11), late]  # the timer's, then the fires' own (one, shared)
     assert [t.wall for t in agent.turns] == [late, late]
+
+
+async def test_a_fires_own_read_begun_before_its_slot_is_read_again_once_the_slot_came(
+    autojump_clock: Any,
+) -> None:
+    # The wall clock behind the slot when the fire read (a clock stepped back), and at it by
+    # the time the store answered: that read began before the slot, so it does not decide
+    # the slot -- a pause written meanwhile would be missed -- and the fire reads again.
+    scheduler, agent, store, wall = timed_rig()
+    first = True
+
+    async def paused() -> frozenset[str]:
+        nonlocal first
+        names = await TimedReads.paused(store)
+        if first:
+            first = False
+            await store.set_paused("hourly", True)  # written while the first read was out
+            wall.set(at(11) + timedelta(seconds=1))  # and the slot came meanwhile
+        return names
+
+    store.paused = paused  # type: ignore[method-assign]
+    wall.set(at(11) - timedelta(seconds=2))
+    result = await scheduler._parts.fire.fire_slot(HOURLY, at(11))
+    assert store.read_at == [at(11) - timedelta(seconds=2), at(11) + timedelta(seconds=1)]
+    assert result.reason == "paused"  # the second read's answer decided it
+    assert agent.turns == []

@@ -15,6 +15,8 @@ from scheduler_rig import T0, at, rig
 
 from trio_routines import Outcome, Routine, StateFault
 from trio_routines.cron import next_run
+from trio_routines.replicas import ReplicaInfo, claim_key
+from trio_routines.scheduler.boot import BOOT_INTERRUPTED
 from trio_routines.testing import MemoryStore
 
 
@@ -139,4 +141,69 @@ async def test_the_slots_routines_that_never_fired_passed_are_recorded_each_in_i
     ]
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [
         "a: the slots it passed over since it was first armed are not recorded: unreadable"
+    ]
+
+
+async def test_a_routine_that_never_fired_and_whose_gaps_are_unreadable_is_left_unrecorded(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = MemoryStore()
+    await store.first_armed(["a", "b"], T0 - timedelta(hours=2))
+    store.fail("gaps", StateFault("unreadable"), routine="a")
+    await booted(store, routine("a", "0 * * * *"), routine("b", "0 * * * *"))  # it goes on
+    assert store.gap_records.get("a", []) == []
+    assert [(g.first, g.last, g.count) for g in await store.gaps("b")] == [(at(9), at(10), 2)]
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [
+        "a: the slots it passed over since it was first armed are not recorded: unreadable"
+    ]
+
+
+async def test_a_routine_that_never_fired_counts_its_slots_before_its_resume_as_paused(
+    autojump_clock: Any,
+) -> None:
+    store = MemoryStore()
+    await store.first_armed(["a"], T0 - timedelta(hours=4))  # 06:30
+    await store.set_paused("a", True)
+    await store.set_paused("a", False, at=T0 - timedelta(hours=2))  # resumed at 08:30
+    await booted(store, routine("a", "0 * * * *"))
+    gaps = [(g.first, g.last, g.count, g.reason.value) for g in await store.gaps("a")]
+    assert gaps == [(at(7), at(8), 2, "paused"), (at(9), at(10), 2, "down")]
+
+
+async def test_a_boot_leaves_each_live_open_claim_to_its_replica_and_settles_the_dead_ones(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trio_routines")
+    store = MemoryStore()
+    other = await store.join(ReplicaInfo("other", "0.1.0", "host", 7, T0, T0))
+    # "a" and "c": claims another replica runs now (one of a scheduler naming no replica);
+    # "b" between them: its replica is gone.
+    for name, replica in (("a", "other"), ("b", "gone"), ("c", None)):
+        await store.claim(name, at(10), at(10), replica=replica)
+    assert await other.take([claim_key("a", at(10)), claim_key("c", at(10))]) == [True, True]
+    await booted(store, *(routine(name, "0 * * * *") for name in "abc"))
+    assert [(f.outcome, f.error) for name in "ac" for f in await store.history(name)] == [
+        (None, None),
+        (None, None),
+    ]
+    ((outcome, error),) = [(f.outcome, f.error) for f in await store.history("b")]
+    assert (outcome, error) == (Outcome.INTERRUPTED, BOOT_INTERRUPTED)
+    assert [r.getMessage() for r in caplog.records if "left to it" in r.getMessage()] == [
+        "a: slot 2026-07-07T10:00:00.000Z is running on replica other — left to it",
+        "c: slot 2026-07-07T10:00:00.000Z is running on replica (unnamed) — left to it",
+    ]
+
+
+async def test_an_external_clocks_boot_names_each_newest_claim_it_could_not_read(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = MemoryStore()
+    store.fail("latest_fire", StateFault("unreadable"), routine="a")
+    scheduler, _, _, _ = rig(routine("a", "0 * * * *"), store=store, external_clock=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)  # the boot goes on
+        scheduler.stop(0)
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [
+        "a: its newest claim is unreadable, so a fire it left open is not reconciled at this "
+        "boot (its fires will report the fault): unreadable"
     ]

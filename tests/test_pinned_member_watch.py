@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
-from scheduler_rig import T0, at, rig
+from scheduler_rig import NO_ANSWER, T0, at, rig
 
 from trio_routines import Outcome, Routine
 from trio_routines.errors import StateFault
@@ -22,7 +23,7 @@ from trio_routines.instants import format_iso
 from trio_routines.replicas import ReplicaInfo, claim_key
 from trio_routines.scheduler.members import SWEPT_INTERRUPTED
 from trio_routines.scheduler.openclaims import OPEN_INTERRUPTED
-from trio_routines.testing import MemoryPresence, MemoryStore
+from trio_routines.testing import Hang, MemoryPresence, MemoryStore
 
 ROUTINES = [Routine(name=name, prompt="p", cron="0 * * * *") for name in "abcd"]
 
@@ -137,4 +138,164 @@ async def test_a_lost_presence_tries_to_join_again_each_interval_until_the_store
     ]
     assert [r.getMessage() for r in caplog.records if "joined its store" in r.getMessage()] == [
         f"replica {replica} joined its store again"
+    ]
+
+
+class CountedReads(MemoryStore):
+    """Counts the newest-claim reads: a sweep reads every routine's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.newest_reads = 0
+
+    async def latest_fire(self, routine: str) -> Any:
+        self.newest_reads += 1
+        return await super().latest_fire(routine)
+
+
+async def test_each_dead_member_is_swept_once_and_one_dead_at_the_boot_never(
+    autojump_clock: Any,
+) -> None:
+    store = CountedReads()
+    early, first, second = [await member(store, name) for name in ("r0", "r2", "r3")]
+    early.vanish()  # dead before the boot, which reconciled what it left
+    scheduler, _, _, _ = rig(*ROUTINES, external_clock=True, store=store, poll_interval=30)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        booted = store.newest_reads
+        await trio.sleep(61)  # two watches: nobody died since the boot
+        assert store.newest_reads == booted
+        first.vanish()
+        await trio.sleep(30)  # the next watch sweeps it
+        assert store.newest_reads == booted + len(ROUTINES)
+        second.vanish()
+        await trio.sleep(90)  # one sweep for it; none again for the first
+        scheduler.stop(0)
+    assert store.newest_reads == booted + 2 * len(ROUTINES)
+
+
+class ListsEveryoneDead(MemoryStore):
+    """Once ``stale``, a stale view of the members: every one, the reader too, not alive."""
+
+    stale = False
+
+    async def replicas(self) -> list[ReplicaInfo]:
+        members = await super().replicas()
+        return [attrs.evolve(m, alive=False) for m in members] if self.stale else members
+
+
+async def test_a_store_listing_this_replica_dead_never_makes_it_sweep_its_own_claims(
+    autojump_clock: Any,
+) -> None:
+    store = ListsEveryoneDead()
+    await member(store, "r2")
+    scheduler, _, _, _ = rig(*ROUTINES, external_clock=True, store=store, poll_interval=30)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.testing.wait_all_tasks_blocked()
+        await store.claim("a", at(9), at(9), replica=scheduler.replica)  # ours, its hold free
+        await store.claim("b", at(9), at(9), replica="r2")
+        store.stale = True  # r2 is listed dead, and so are we
+        await trio.sleep(31)
+        scheduler.stop(0)
+    # Ours is an open claim no turn of ours holds: the walk's, never taken for a dead one's.
+    assert [(f.outcome, f.error) for n in "ab" for f in await store.history(n)] == [
+        (Outcome.INTERRUPTED, OPEN_INTERRUPTED),
+        (Outcome.INTERRUPTED, SWEPT_INTERRUPTED),
+    ]
+
+
+async def test_a_replicas_read_that_stalls_is_a_warning_and_the_next_watch_sweeps(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = MemoryStore()
+    doomed = await member(store, "r2")
+    scheduler, _, _, _ = rig(*ROUTINES, external_clock=True, store=store, poll_interval=30)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.testing.wait_all_tasks_blocked()
+        await store.claim("a", at(9), at(9), replica="r2")
+        store.hang("replicas")
+        doomed.vanish()
+        await trio.sleep(36)  # one watch, cut at the store calls' bound
+        assert [(f.outcome, f.error) for f in await store.history("a")] == [(None, None)]
+        store.hangs.discard("replicas")
+        await trio.sleep(30)
+        scheduler.stop(0)
+    assert [(f.outcome, f.error) for f in await store.history("a")] == [
+        (Outcome.INTERRUPTED, SWEPT_INTERRUPTED)
+    ]
+    assert warned(caplog, "the watch") == [
+        f"replica {scheduler.replica}: the store did not answer the watch: the replicas are "
+        f"unreadable: {NO_ANSWER}"
+    ]
+
+
+class NoReplicas(MemoryStore):
+    """A store that keeps no members' list (one written before replicas were listed)."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "replicas":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+async def test_a_store_without_a_members_list_is_never_swept_and_the_watch_goes_on(
+    autojump_clock: Any,
+) -> None:
+    store = NoReplicas()
+    doomed = await member(store, "r2")
+    scheduler, _, _, _ = rig(*ROUTINES, external_clock=True, store=store, poll_interval=30)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.testing.wait_all_tasks_blocked()
+        await store.claim("a", at(9), at(9), replica="r2")
+        doomed.vanish()
+        await trio.sleep(61)
+        assert store.members[scheduler.replica].info.last_seen > T0  # it beats all the same
+        scheduler.stop(0)
+    # No sweep: the walk for open claims settles it, in its own words.
+    assert [(f.outcome, f.error) for f in await store.history("a")] == [
+        (Outcome.INTERRUPTED, OPEN_INTERRUPTED)
+    ]
+
+
+async def test_the_boots_unreadable_members_are_a_debug_line_and_the_boot_goes_on(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="trio_routines")
+    store = MemoryStore()
+    store.fail("replicas", StateFault("unreadable"), times=1)
+    scheduler, _, _, _ = rig(*ROUTINES, external_clock=True, store=store, poll_interval=30)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        scheduler.stop(0)
+    assert [r.getMessage() for r in caplog.records if "replicas could not" in r.getMessage()] == [
+        "the replicas could not be read at the boot: unreadable"
+    ]
+
+
+async def test_the_watch_beats_with_the_turns_in_flight_and_goes_on_after_a_rejoin(
+    autojump_clock: Any,
+) -> None:
+    store = MemoryStore()
+    doomed = await member(store, "r2")
+    scheduler, agent, _, _ = rig(*ROUTINES, external_clock=True, store=store, poll_interval=30)
+    agent.script(Hang())
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await scheduler.start_fire("a", at(10))  # its turn hangs
+        await trio.sleep(31)
+        assert store.members[scheduler.replica].info.in_flight == 1
+        lost = store.members[scheduler.replica]
+        assert isinstance(lost, MemoryPresence)
+        lost.lose()  # the turn is ended; the watch joins again
+        await trio.sleep(31)
+        assert store.members[scheduler.replica] is not lost
+        await store.claim("b", at(9), at(9), replica="r2")
+        doomed.vanish()
+        await trio.sleep(31)  # the watch goes on: it sweeps
+        scheduler.stop(0)
+    assert [(f.outcome, f.error) for f in await store.history("b")] == [
+        (Outcome.INTERRUPTED, SWEPT_INTERRUPTED)
     ]

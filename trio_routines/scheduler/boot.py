@@ -52,7 +52,7 @@ class Boot:
         self._gaps = gaps
         self._arming = arming
 
-    async def run(self, *, plan: bool = True) -> dict[str, datetime]:
+    async def run(self, *, plan: bool) -> dict[str, datetime]:
         """Reconcile every routine's open claim; with ``plan``, each cron routine's first slot."""
         routines = dict(self._runtime.routines)  # update_routines() may change them meanwhile
         unreadable: dict[str, StateFault] = {}
@@ -193,7 +193,7 @@ class Boot:
         routines: Collection[str],
         unreadable: dict[str, StateFault],
         *,
-        tolerant: bool = False,
+        tolerant: bool,
     ) -> dict[str, Fire | None]:
         """Every routine's newest claim, read concurrently (the store bounds its threads).
 

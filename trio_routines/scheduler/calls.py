@@ -371,13 +371,14 @@ async def for_each(
 ) -> dict[str, T]:
     """``call(name)`` for every name at once; the first StateFault in the names' order, as one
     plain error, if any failed -- or, with ``on_fault``, each fault handed to it and its name
-    left out of the answer."""
-    results: dict[str, T] = {}
+    left out of the answer. The answer is in the names' order, not the calls' (Trio runs
+    them in an order of its own): what its callers log and settle goes in a known order."""
+    answers: dict[str, T] = {}
     faults: dict[str, StateFault] = {}
 
     async def one(name: str) -> None:
         try:
-            results[name] = await call(name)
+            answers[name] = await call(name)
         except StateFault as exc:
             faults[name] = exc
 
@@ -389,4 +390,4 @@ async def for_each(
             if on_fault is None:
                 raise faults[name]
             on_fault(name, faults[name])
-    return results
+    return {name: answers[name] for name in names if name in answers}

@@ -16,11 +16,14 @@ before their claim (a state fault: nothing is burned).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import trio
 
 from ..errors import StateFault
 from ..instants import format_iso
 from ..records import Outcome
+from ..replicas import ReplicaInfo
 from ..store import Store
 from .calls import StoreCalls, for_each
 from .membership import Membership
@@ -103,9 +106,7 @@ class MemberWatch:
         read = getattr(self._store, "replicas", None)
         if read is None:
             return
-        members = []
-        with self._calls.bounded():
-            members = await read()
+        members = await self._members(read)
         replica = self._runtime.replica
         dead = {m.id for m in members if not m.alive and m.id != replica} - self._swept
         if not dead:
@@ -143,8 +144,14 @@ class MemberWatch:
         if read is None:
             return
         try:
-            with self._calls.bounded():
-                members = await read()
-                self._swept |= {m.id for m in members if not m.alive}
+            members = await self._members(read)
         except StateFault as exc:
             log.debug("the replicas could not be read at the boot: %s", exc)
+            return
+        self._swept |= {m.id for m in members if not m.alive}
+
+    async def _members(self, read: Callable[[], Awaitable[list[ReplicaInfo]]]) -> list[ReplicaInfo]:
+        """Every member the store lists; StateFault when it did not answer in time."""
+        with self._calls.bounded():
+            return await read()
+        raise self._calls.no_answer("the replicas are unreadable")
