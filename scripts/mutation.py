@@ -958,6 +958,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ],
     ),
 }
+# The scheduler's other parts that kept survivors in the package's run, each alone over the
+# package's selection: quicker to rerun after a change to one of them.
+for _part in ("calls", "loops", "wake", "service", "turning"):
+    MODULES[f"sched{_part}"] = ([f"trio_routines/scheduler/{_part}.py"], SCHEDULER_TESTS)
+
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
 # A mutant's run ended by SIGTERM or SIGKILL: the mutated code signalled its own process group

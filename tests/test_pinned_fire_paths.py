@@ -19,8 +19,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
+import trio.testing
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -31,6 +33,7 @@ from trio_routines import Completed, Outcome, Routine, Scheduler
 from trio_routines.instants import format_iso, slot_name
 from trio_routines.presence import Presence
 from trio_routines.records import ClaimResult, ClaimStatus
+from trio_routines.replicas import claim_key
 from trio_routines.scheduler import FireResult
 from trio_routines.scheduler.fire import CLAIMED_TOO_LATE
 from trio_routines.store import Store
@@ -155,17 +158,22 @@ async def test_a_claim_answered_after_its_deadline_is_logged_counted_and_traced(
     caplog.set_level(logging.WARNING, logger="trio_routines")
     wall = WallClock(T0)
     scheduler = Scheduler(
-        agent=Gated(), store=ClaimTooLate(), routines=[YEARLY], now=wall, replica="here"
+        agent=Gated(),
+        store=ClaimTooLate(),
+        routines=[YEARLY, attrs.evolve(YEARLY, name="s")],
+        now=wall,
+        replica="here",
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         result = await scheduler.fire("r", SLOT)
+        await scheduler.fire("s", SLOT)  # counted: one more
         scheduler.stop(0)
     assert result == FireResult(
         "r", SLOT, True, outcome=Outcome.INTERRUPTED, failed=CLAIMED_TOO_LATE
     )
-    assert scheduler.statistics().outcomes == {"interrupted": 1}
-    (line,) = [r for r in caplog.records if "deadline" in r.getMessage()]
+    assert scheduler.statistics().outcomes == {"interrupted": 2}
+    line, _ = [r for r in caplog.records if "deadline" in r.getMessage()]
     assert line.getMessage() == (
         f"r: slot {format_iso(SLOT)} was claimed only after the store's deadline — not run; "
         "recorded as interrupted"
@@ -176,8 +184,9 @@ async def test_a_claim_answered_after_its_deadline_is_logged_counted_and_traced(
         SLOT,
         "here",
     )
-    (fire,) = fires(spans)
-    assert (fire.attributes or {})["trio_routines.outcome"] == "interrupted"
+    assert [(f.attributes or {})["trio_routines.outcome"] for f in fires(spans)] == [
+        "interrupted"
+    ] * 2
 
 
 async def test_a_paused_routines_fire_ends_its_span_as_paused(
@@ -196,18 +205,76 @@ async def test_a_fire_over_its_routines_budget_is_settled_skipped_and_counted(
     hourly = Routine(name="hourly", prompt="p", cron="0 * * * *", budgets="250 tokens/day")
     scheduler, agent, _, wall = rig(hourly, store=MemoryStore())
     agent.script(Complete(duration=1, usage=Usage(input_tokens=300)))
-    spent = await scheduler.fire("hourly", at(9))
+    spent = await scheduler.fire("hourly", at(8))
     wall.jump(timedelta(seconds=5))
-    over = await scheduler.fire("hourly", at(10))
+    over = await scheduler.fire("hourly", at(9))
+    again = await scheduler.fire("hourly", at(10))
     assert spent.outcome is Outcome.COMPLETED
     assert over == FireResult(
         "hourly",
-        at(10),
+        at(9),
         True,
         outcome=Outcome.SKIPPED,
         ms=0,
         reason="over budget (300 of 250 tokens in the last 24 h)",
     )
     assert over.settled_at == wall()
-    assert scheduler.statistics().outcomes == {"completed": 1, "skipped": 1}
+    assert again.outcome is Outcome.SKIPPED
+    assert scheduler.statistics().outcomes == {"completed": 1, "skipped": 2}
     assert len(agent.turns) == 1
+
+
+class SeesItsHolds(MemoryStore):
+    """The memory store, noting at each claim whether the claim's hold is held in it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held_at_claim: list[bool] = []
+
+    async def claim(
+        self, routine: str, slot: datetime, fired_at: datetime, *, replica: str | None = None
+    ) -> ClaimResult:
+        self.held_at_claim.append(claim_key(routine, slot) in self.holds)
+        return await super().claim(routine, slot, fired_at, replica=replica)
+
+
+class LiveWithReplica(SeesItsHolds):
+    """Claims alive while their replica is, made in steps: the claim's hold covers the making."""
+
+    claims_live_with_replica = True
+
+
+class WholeOnly(SeesItsHolds):
+    """Claims no reader sees half made, yet alive only while their own hold is."""
+
+    claims_appear_whole = True
+
+
+@pytest.mark.parametrize(
+    ("kind", "held_in_the_turn"),
+    [(SeesItsHolds, True), (LiveWithReplica, False), (WholeOnly, True)],
+)
+async def test_a_stores_claim_flags_each_decide_where_the_claims_hold_is_kept(
+    autojump_clock: Any, kind: type[SeesItsHolds], held_in_the_turn: bool
+) -> None:
+    # Each flag alone, as a store of someone else's may declare it: the claim's hold is taken
+    # in the store before the claim unless the store's claims both name their replica and
+    # appear whole; the store lets go of it once the claim is written only where a written
+    # claim lives with its replica -- and this process keeps the slot either way.
+    store = kind()
+    agent = Gated()
+    scheduler = Scheduler(agent=agent, store=store, routines=[YEARLY], now=WallClock(T0))
+    key = claim_key("r", SLOT)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await scheduler.start_fire("r", SLOT)
+        await trio.testing.wait_all_tasks_blocked()  # the turn runs
+        in_the_turn = key in store.holds
+        assert await scheduler.fire("r", SLOT) == FireResult("r", SLOT, False, reason="duplicate")
+        agent.go.set()
+        await trio.testing.wait_all_tasks_blocked()
+        scheduler.stop(0)
+    assert store.held_at_claim == [True]
+    assert in_the_turn is held_in_the_turn
+    assert key not in store.holds  # let go with the turn
+    assert agent.turns == 1
