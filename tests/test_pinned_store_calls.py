@@ -7,11 +7,12 @@ The part is driven on its own, over the memory store, under virtual time."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from scheduler_rig import NO_ANSWER, part_rig
 
 from trio_routines.agent import Usage
@@ -86,3 +87,49 @@ async def test_a_read_never_answered_fails_at_its_bound_naming_itself(
     with pytest.raises(StateFault) as fault:
         await call(calls_of(store))
     assert str(fault.value) == f"{what}: {NO_ANSWER}"
+
+
+async def test_a_first_settle_writes_the_outcome_over_an_interrupted_written_meanwhile(
+    autojump_clock: Any,
+) -> None:
+    # While the turn ran, another replica (its boot, its sweep) took this one for dead and
+    # recorded the claim interrupted; the turn's own settle still writes what happened.
+    store = MemoryStore()
+    calls = calls_of(store)
+    await store.claim("digest", T0, T0)
+    await store.settle("digest", T0, Outcome.INTERRUPTED, None, if_unsettled=True, error="boot")
+    with trio.CancelScope(shield=True) as within:
+        await calls.settle("digest", T0, Outcome.COMPLETED, 7, None, within)
+    fire = (await store.history("digest"))[0]
+    assert (fire.outcome, fire.ms, fire.error) == (Outcome.COMPLETED, 7, None)
+
+
+async def test_a_read_begun_before_the_slot_that_was_cut_off_is_made_again_by_the_next_asker(
+    autojump_clock: Any,
+) -> None:
+    # A read under way since before ``since`` is cut off (its caller stopped) while the wall
+    # clock is still behind ``since`` (it went back): it has no answer to give, so the one
+    # waiting on it reads the store itself.
+    store = MemoryStore()
+    _, calls, wall = part_rig(store, now=T0)
+    store.hang("paused")
+    answers: list[Any] = []
+
+    async def ask() -> None:
+        answers.append(await calls.read_paused(T0 + timedelta(hours=1)))
+
+    async def read_first(task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+        with trio.CancelScope() as scope:
+            task_status.started(scope)
+            await calls.read_paused()
+
+    async with trio.open_nursery() as nursery:
+        first = await nursery.start(read_first)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(ask)
+        await trio.testing.wait_all_tasks_blocked()
+        store.hangs.discard("paused")
+        await store.set_paused("digest", True)
+        first.cancel()
+    (answer,) = answers
+    assert (answer.names, answer.started) == (frozenset({"digest"}), wall())
