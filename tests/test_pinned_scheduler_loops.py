@@ -1,5 +1,6 @@
 """Cron loops, the clock watch and reloads pinned whole (issue 11): back-off bookkeeping,
-re-arms (zone, hash, future claims), the clock watch's restarts, reload summaries.
+re-arms (zone, hash, future claims), the clock watch's restarts, reload summaries; and the
+wake loop's count of pending wake-ups.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
+import trio.testing
 from scheduler_rig import HOURLY, T0, Recording, at, messages, rig, until
 
 from trio_routines import Outcome, Routine, StateFault
@@ -395,3 +397,126 @@ async def test_a_sleep_after_the_timer_ended_still_ends(autojump_clock: Any) -> 
     with trio.fail_after(100):
         await sleepers.sleep_until(start + 5)
     assert trio.current_time() == start + 5
+
+
+async def test_a_clock_gone_back_during_the_fires_own_read_sleeps_to_the_same_slot(
+    autojump_clock: Any,
+) -> None:
+    # As above, but the wall clock goes back inside the fire's own paused read (the timer
+    # made none for it): the fire finds its slot not due, and the loop sleeps to that same
+    # slot again rather than planning from the clock's new reading (10:00, claimed already).
+    wall = WallClock(T0)
+
+    class Jumpy(Recording):
+        jumped = False
+
+        async def paused(self) -> frozenset[str]:
+            if wall() == at(11) and not self.jumped:
+                self.jumped = True
+                wall.jump(timedelta(hours=-2))
+            return await super().paused()
+
+    store = Jumpy()
+    await store.claim("hourly", at(10), at(10))
+    await store.settle("hourly", at(10), Outcome.COMPLETED, 1)
+    scheduler, agent, _, _ = rig(store=store, wakeups=False, poll_interval=7)
+    scheduler.now = agent.wall = wall
+    scheduler._parts.sleepers.prefetch = None  # the loop's fire itself meets the read
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(11))
+        await trio.sleep(60)  # 09:01 now
+        assert store.jumped
+        assert scheduler.statistics().next_due == {"hourly": at(11)}
+        await until(wall, at(11, 30))
+        scheduler.stop()
+    assert [t.wall for t in agent.turns] == [at(11)]
+    assert scheduler.statistics().outcomes == {"completed": 1}
+
+
+async def test_a_change_that_comes_as_the_slot_does_lets_the_old_version_fire_it(
+    autojump_clock: Any,
+) -> None:
+    # The herd's read at the slot holds the loop at its slot; the routine is changed
+    # meanwhile, with no time passing. The slot came while the loop slept: it fires, in the
+    # version it came in, and the new version arms after it.
+    class HeldRead(Recording):
+        hold = False
+        release = trio.Event()
+
+        async def paused(self) -> frozenset[str]:
+            names = await super().paused()
+            if self.hold:
+                self.hold = False
+                await self.release.wait()
+            return names
+
+    store = HeldRead()
+    scheduler, agent, _, wall = rig(store=store, wakeups=False, poll_interval=3600)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(10, 59))
+        store.hold = True
+        await until(wall, at(11))
+        await trio.testing.wait_all_tasks_blocked()  # the timer's read, held at the slot
+        scheduler.update_routines([attrs.evolve(HOURLY, prompt="Check the new queue.")])
+        store.release.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert [(t.wall, t.text) for t in agent.turns] == [(at(11), HOURLY.prompt)]
+        await until(wall, at(12, 1))
+        scheduler.stop()
+    assert [(t.wall, t.text) for t in agent.turns] == [
+        (at(11), HOURLY.prompt),
+        (at(12), "Check the new queue."),
+    ]
+
+
+# -- the wake loop's count of pending wake-ups -----------------------------------------------
+
+
+class CountedLists(Recording):
+    """Counts the full lists of wake-ups: the wake loop's count of pending ones reads one."""
+
+    lists = 0
+
+    async def list_wakeups(self) -> Any:
+        self.lists += 1
+        return await super().list_wakeups()
+
+
+async def test_the_pending_wake_ups_are_counted_at_the_first_poll_and_every_tenth_after(
+    autojump_clock: Any,
+) -> None:
+    store = CountedLists()
+    scheduler, _, _, _ = rig(store=store, poll_interval=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.lists == 1  # the first poll's
+        await trio.sleep(9.5)  # polls 2 to 10
+        assert store.lists == 1
+        await trio.sleep(1)  # the 11th
+        assert store.lists == 2
+        await trio.sleep(10)  # the 21st
+        scheduler.stop()
+    assert store.lists == 3
+
+
+async def test_a_count_of_the_pending_wake_ups_that_fails_keeps_the_last_one(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = CountedLists()
+    scheduler, _, _, _ = rig(store=store, poll_interval=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await scheduler.add_wakeup("s", "p", delay=3600)
+        await trio.sleep(10.5)  # the 11th poll counts one
+        assert "trio_routines_pending_wakeups 1\n" in scheduler.render_metrics()
+        store.fail("list_wakeups", StateFault("disk busy"), times=1)
+        await scheduler.add_wakeup("s", "q", delay=3600)
+        await trio.sleep(10)  # the 21st fails
+        scheduler.stop()
+    assert "trio_routines_pending_wakeups 1\n" in scheduler.render_metrics()
+    assert [m for m in messages(caplog, logging.DEBUG) if "counted" in m] == [
+        "the pending wake-ups could not be counted: disk busy"
+    ]
