@@ -520,3 +520,34 @@ async def test_a_count_of_the_pending_wake_ups_that_fails_keeps_the_last_one(
     assert [m for m in messages(caplog, logging.DEBUG) if "counted" in m] == [
         "the pending wake-ups could not be counted: disk busy"
     ]
+
+
+async def test_a_cron_routine_added_between_the_wake_loops_polls_adds_no_clock_watch(
+    autojump_clock: Any,
+) -> None:
+    # Added half a poll after the start: a clock watch of its own would poll (and read the
+    # paused routines) half a poll apart from the wake loop, in reads of its own.
+    store = CountingReads()
+    scheduler, _, _, _ = rig(Routine(name="m", prompt="p"), store=store, poll_interval=60)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(30)
+        scheduler.update_routines([Routine(name="d", prompt="p", cron="0 9 * * *")])
+        await trio.sleep(600 - 30 + 1)
+        scheduler.stop()
+    assert store.reads == 1 + 10  # the wake loop's polls only
+
+
+async def test_a_cron_routine_added_to_an_external_clocks_scheduler_is_never_armed(
+    autojump_clock: Any,
+) -> None:
+    scheduler, agent, _, wall = rig(Routine(name="m", prompt="p"), external_clock=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        changes = scheduler.update_routines([HOURLY])
+        await until(wall, at(12, 1))
+        assert scheduler.statistics().armed == ()
+        assert 'routine="hourly"' not in scheduler.render_metrics()  # no series: never armed
+        scheduler.stop()
+    assert changes.added == ("hourly",)
+    assert agent.turns == []  # its slots are the external clock's to fire

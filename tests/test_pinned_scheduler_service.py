@@ -440,3 +440,17 @@ async def test_fire_reports_its_claim_through_nursery_start(autojump_clock: Any)
         await trio.sleep(2)
         scheduler.stop()
     assert (await store.history("hourly"))[0].outcome is Outcome.COMPLETED
+
+
+async def test_the_scheduler_keeps_its_settings_and_names_its_claims_by_the_replica_given(
+    autojump_clock: Any,
+) -> None:
+    scheduler, _, store, _ = rig(
+        replica="web-1", max_wait=600, jump_threshold=2, poll_interval=15, store_timeout=3
+    )
+    assert (scheduler.replica, scheduler.max_wait, scheduler.jump_threshold) == ("web-1", 600, 2)
+    assert (scheduler.poll_interval, scheduler.store_timeout) == (15, 3)
+    await scheduler.fire("hourly", at(9))
+    assert [f.replica for f in await store.history("hourly")] == ["web-1"]
+    generated, _, _, _ = rig()
+    assert generated.replica not in ("", "web-1")  # made up when none is given
