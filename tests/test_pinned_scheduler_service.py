@@ -21,6 +21,7 @@ from trio_routines.scheduler import NotOnGrid, RoutineChanges, UnknownRoutine, s
 from trio_routines.scheduler.inflight import InFlight, Working
 from trio_routines.scheduler.state import busy_reason, system_now
 from trio_routines.testing import Busy, Complete, ScriptedAgent, WallClock
+from trio_routines.turns import TurnResult
 from trio_routines.wakeups import WakeupRequest
 
 
@@ -454,3 +455,19 @@ async def test_the_scheduler_keeps_its_settings_and_names_its_claims_by_the_repl
     assert [f.replica for f in await store.history("hourly")] == ["web-1"]
     generated, _, _, _ = rig()
     assert generated.replica not in ("", "web-1")  # made up when none is given
+
+
+async def test_a_run_whose_session_the_store_cannot_hold_fails_at_once_and_says_so(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler, agent, store, _ = rig()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)  # joined: the next hold asked for fails
+        store.fail("take", StateFault("disk busy"), times=1)
+        result = await scheduler.run_now("hourly")
+        scheduler.stop(0)
+    assert result == TurnResult(Outcome.FAILED, 0, failed="the store did not answer: disk busy")
+    assert agent.turns == []
+    assert messages(caplog, logging.ERROR) == [
+        "hourly: could not hold session routine:hourly: disk busy"
+    ]
