@@ -134,8 +134,9 @@ async def test_a_second_fire_of_a_slot_under_way_here_is_a_duplicate_naming_it(
         assert (again.status, again.newest) == (ClaimStatus.DUPLICATE, slot_name(SLOT))
         assert await scheduler.fire("r", SLOT) == FireResult("r", SLOT, False, reason="duplicate")
         agent.go.set()
-        while scheduler.statistics().in_flight:  # noqa: ASYNC110 -- no event for a settle
-            await trio.sleep(0.01)
+        with trio.fail_after(10):  # a bound of the test's own, not a timing
+            while scheduler.statistics().in_flight:  # noqa: ASYNC110 -- no event for a settle
+                await trio.sleep(0.01)
         assert await scheduler.fire("r", EARLIER) == FireResult("r", EARLIER, False, reason="stale")
         scheduler.stop(0)
     assert agent.turns == 1
