@@ -962,6 +962,14 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
 # package's selection: quicker to rerun after a change to one of them.
 for _part in ("calls", "loops", "wake", "service", "turning"):
     MODULES[f"sched{_part}"] = ([f"trio_routines/scheduler/{_part}.py"], SCHEDULER_TESTS)
+# And the small parts together, which kept a few survivors each.
+MODULES["schedsmall"] = (
+    [
+        f"trio_routines/scheduler/{part}.py"
+        for part in ("sleepers", "state", "clock", "reload", "arming", "parts", "runs")
+    ],
+    SCHEDULER_TESTS,
+)
 
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error

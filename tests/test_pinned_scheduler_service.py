@@ -6,6 +6,8 @@ clock jumps, unknown routines and the grid.
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from scheduler_rig import HOURLY, NO_ANSWER, T0, Recording, at, messages, rig
 from trio_routines import InvalidRoutine, Outcome, Routine, Scheduler, StateFault
 from trio_routines.scheduler import NotOnGrid, RoutineChanges, UnknownRoutine, serve_routines
 from trio_routines.scheduler.inflight import InFlight, Working
-from trio_routines.scheduler.state import busy_reason, system_now
+from trio_routines.scheduler.state import Grace, busy_reason, system_now, takes_keyword
 from trio_routines.testing import Busy, Complete, ScriptedAgent, WallClock
 from trio_routines.turns import TurnResult
 from trio_routines.wakeups import WakeupRequest
@@ -471,3 +473,43 @@ async def test_a_run_whose_session_the_store_cannot_hold_fails_at_once_and_says_
     assert messages(caplog, logging.ERROR) == [
         "hourly: could not hold session routine:hourly: disk busy"
     ]
+
+
+async def test_a_run_started_whose_session_the_store_does_not_hold_in_time_says_so(
+    autojump_clock: Any,
+) -> None:
+    scheduler, agent, store, _ = rig()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        store.hang("take")
+        with pytest.raises(StateFault) as raised:
+            await scheduler.start_run("hourly")
+        scheduler.stop(0)
+    assert str(raised.value) == f"could not hold the session of 'hourly': {NO_ANSWER}"
+    assert agent.turns == []
+
+
+def test_a_process_names_its_first_scheduler_host_pid_and_numbers_the_next() -> None:
+    # In a process of its own: the count is the process's.
+    script = (
+        "from trio_routines.replicas import default_replica\n"
+        "from trio_routines.scheduler.state import new_replica_id\n"
+        "first, second = new_replica_id(), new_replica_id()\n"
+        "assert (first, second) == (default_replica(), default_replica() + '.2'), (first, second)\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+
+
+def test_a_claim_whose_parameters_cannot_be_read_is_given_no_replica() -> None:
+    # A store's claim written in C, say: no keyword it may not take is passed to it.
+    assert takes_keyword(min, "replica") is False
+    assert takes_keyword(lambda routine, slot, fired_at, **options: None, "replica") is True
+
+
+async def test_a_turn_ended_for_a_lost_presence_says_so_once(autojump_clock: Any) -> None:
+    grace = Grace()
+    with grace.turn_scope() as scope:
+        grace.end_lost()
+        await trio.sleep(1)
+    assert grace.was_lost(scope) is True
+    assert grace.was_lost(scope) is False  # asked once, as the turn ends: then forgotten
