@@ -5,9 +5,8 @@ clock jumps, unknown routines and the grid.
 
 from __future__ import annotations
 
+import itertools
 import logging
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,9 +18,16 @@ import trio.testing
 from scheduler_rig import HOURLY, NO_ANSWER, T0, Recording, at, messages, rig
 
 from trio_routines import InvalidRoutine, Outcome, Routine, Scheduler, StateFault
-from trio_routines.scheduler import NotOnGrid, RoutineChanges, UnknownRoutine, serve_routines
+from trio_routines.replicas import default_replica
+from trio_routines.scheduler import NotOnGrid, RoutineChanges, UnknownRoutine, serve_routines, state
 from trio_routines.scheduler.inflight import InFlight, Working
-from trio_routines.scheduler.state import Grace, busy_reason, system_now, takes_keyword
+from trio_routines.scheduler.state import (
+    Grace,
+    busy_reason,
+    new_replica_id,
+    system_now,
+    takes_keyword,
+)
 from trio_routines.testing import Busy, Complete, ScriptedAgent, WallClock
 from trio_routines.turns import TurnResult
 from trio_routines.wakeups import WakeupRequest
@@ -489,15 +495,15 @@ async def test_a_run_started_whose_session_the_store_does_not_hold_in_time_says_
     assert agent.turns == []
 
 
-def test_a_process_names_its_first_scheduler_host_pid_and_numbers_the_next() -> None:
-    # In a process of its own: the count is the process's.
-    script = (
-        "from trio_routines.replicas import default_replica\n"
-        "from trio_routines.scheduler.state import new_replica_id\n"
-        "first, second = new_replica_id(), new_replica_id()\n"
-        "assert (first, second) == (default_replica(), default_replica() + '.2'), (first, second)\n"
-    )
-    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+def test_a_process_names_its_first_scheduler_host_pid_and_numbers_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(state, "_INSTANCES", itertools.count(1))  # as a new process's count
+    assert [new_replica_id() for _ in range(3)] == [
+        default_replica(),
+        f"{default_replica()}.2",
+        f"{default_replica()}.3",
+    ]
 
 
 def test_a_claim_whose_parameters_cannot_be_read_is_given_no_replica() -> None:
