@@ -16,14 +16,11 @@ before their claim (a state fault: nothing is burned).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 import trio
 
 from ..errors import StateFault
 from ..instants import format_iso
 from ..records import Outcome
-from ..replicas import ReplicaInfo
 from ..store import Store
 from .calls import StoreCalls, for_each
 from .membership import Membership
@@ -103,10 +100,9 @@ class MemberWatch:
 
     async def _sweep(self) -> None:
         """Reconcile the open newest claims left by members found dead since the last look."""
-        read = getattr(self._store, "replicas", None)
-        if read is None:
+        if getattr(self._store, "replicas", None) is None:
             return
-        members = await self._members(read)
+        members = await self._membership.replicas()
         replica = self._runtime.replica
         dead = {m.id for m in members if not m.alive and m.id != replica} - self._swept
         if not dead:
@@ -140,18 +136,11 @@ class MemberWatch:
 
     async def note_dead_members(self) -> None:
         """At the boot: members already dead were reconciled by it (their newest claims)."""
-        read = getattr(self._store, "replicas", None)
-        if read is None:
+        if getattr(self._store, "replicas", None) is None:
             return
         try:
-            members = await self._members(read)
+            members = await self._membership.replicas()
         except StateFault as exc:
             log.debug("the replicas could not be read at the boot: %s", exc)
             return
         self._swept |= {m.id for m in members if not m.alive}
-
-    async def _members(self, read: Callable[[], Awaitable[list[ReplicaInfo]]]) -> list[ReplicaInfo]:
-        """Every member the store lists; StateFault when it did not answer in time."""
-        with self._calls.bounded():
-            return await read()
-        raise self._calls.no_answer("the replicas are unreadable")
