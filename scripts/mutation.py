@@ -113,7 +113,8 @@ SCHEDULER_TESTS = [
 
 # module -> (files mutmut may mutate, tests that judge its mutants). Small pure modules first.
 # An entry of the tests starting with "-" is a pytest option (a cheaper Hypothesis profile).
-# Only fast tests: no real processes, no PostgreSQL (the store is selected by `-k`).
+# Only fast tests: no real processes, and no PostgreSQL (the store is selected by `-k`) unless
+# the entry names "+postgres", whose runs need the server the suite uses (checked first).
 MODULES: dict[str, tuple[list[str], list[str]]] = {
     "names": (["trio_routines/names.py"], ["tests/test_pinned_core.py", "tests/test_routines.py"]),
     "instants": (
@@ -996,6 +997,17 @@ def _toml_list(values: list[str]) -> str:
     return "[" + ", ".join(json.dumps(v) for v in values) + "]"
 
 
+def _require_postgres(module: str) -> None:
+    import psycopg  # the `postgres` extra, as the suite's PostgreSQL tests need
+
+    url = os.environ.get("TRIO_ROUTINES_TEST_PG") or "postgresql://postgres@127.0.0.1:5432/test"
+    try:
+        with psycopg.connect(url, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        raise SystemExit(f"{module}: its selection needs PostgreSQL at {url}: {exc}") from None
+
+
 def prepare(module: str) -> Path:
     files, tests = MODULES[module]
     dest = WORK / module
@@ -1015,7 +1027,10 @@ def prepare(module: str) -> Path:
         for t in tests
         if t not in options and t != "+postgres" and (ROOT / t.split("::")[0]).exists()
     ]
-    # "+postgres": the module's PostgreSQL tests run too (the server must be up).
+    # "+postgres": the module's PostgreSQL tests run too. Outside CI they skip themselves when
+    # the server is down, which would only weaken the score: refuse to run instead.
+    if "+postgres" in tests:
+        _require_postgres(module)
     deselect = (
         [a for a in DESELECT if a not in ("-k", "not postgres")]
         if "+postgres" in tests
