@@ -317,3 +317,18 @@ def test_render_escapes_help_and_labels_and_writes_every_kind_of_number() -> Non
         ({"k": "negative"}, -3.0),
         ({}, 1e20),
     ]
+
+
+def test_a_value_above_every_bound_is_counted_only_in_the_last_bucket() -> None:
+    metrics = Metrics()
+    metrics.fired("r", "completed", 4_000_000, 400.0)  # over an hour, over five minutes late
+    metrics.fired("r", "completed", 3_600_000, 300.0)  # on the last bounds
+    got = values(metrics)
+    r = (("routine", "r"),)
+    for name, last in (
+        ("trio_routines_turn_seconds", "3600"),
+        ("trio_routines_lateness_seconds", "300"),
+    ):
+        assert got[name + "_bucket", (*r, ("le", last))] == 1
+        assert got[name + "_bucket", (*r, ("le", "+Inf"))] == 2
+        assert got[name + "_count", r] == 2
