@@ -299,3 +299,19 @@ async def test_the_watch_beats_with_the_turns_in_flight_and_goes_on_after_a_rejo
     assert [(f.outcome, f.error) for f in await store.history("b")] == [
         (Outcome.INTERRUPTED, SWEPT_INTERRUPTED)
     ]
+
+
+async def test_the_boots_members_read_that_stalls_is_a_debug_line_and_the_boot_goes_on(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="trio_routines")
+    store = MemoryStore()
+    store.hang("replicas")
+    scheduler, _, _, _ = rig(*ROUTINES, external_clock=True, store=store, poll_interval=30)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)  # after the store calls' bound, without the list
+        store.hangs.discard("replicas")
+        scheduler.stop(0)
+    assert [r.getMessage() for r in caplog.records if "replicas could not" in r.getMessage()] == [
+        f"the replicas could not be read at the boot: the replicas are unreadable: {NO_ANSWER}"
+    ]
