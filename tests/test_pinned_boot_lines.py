@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import trio
-from scheduler_rig import T0, at, rig
+from scheduler_rig import T0, at, messages, rig
 
 from trio_routines import Outcome, Routine, StateFault
 from trio_routines.cron import next_run
@@ -24,8 +24,8 @@ def routine(name: str, cron: str, catchup: float | None = None) -> Routine:
     return Routine(name=name, prompt="p", cron=cron, catchup=catchup)
 
 
-async def booted(store: MemoryStore, *routines: Routine) -> Any:
-    scheduler, _, _, _ = rig(*routines, store=store, wakeups=False)
+async def booted(store: MemoryStore, *routines: Routine, **options: Any) -> Any:
+    scheduler, _, _, _ = rig(*routines, store=store, wakeups=False, **options)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         scheduler.stop(0)
@@ -153,7 +153,7 @@ async def test_a_routine_that_never_fired_and_whose_gaps_are_unreadable_is_left_
     await booted(store, routine("a", "0 * * * *"), routine("b", "0 * * * *"))  # it goes on
     assert store.gap_records.get("a", []) == []
     assert [(g.first, g.last, g.count) for g in await store.gaps("b")] == [(at(9), at(10), 2)]
-    assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [
+    assert messages(caplog, logging.ERROR) == [
         "a: the slots it passed over since it was first armed are not recorded: unreadable"
     ]
 
@@ -199,11 +199,8 @@ async def test_an_external_clocks_boot_names_each_newest_claim_it_could_not_read
 ) -> None:
     store = MemoryStore()
     store.fail("latest_fire", StateFault("unreadable"), routine="a")
-    scheduler, _, _, _ = rig(routine("a", "0 * * * *"), store=store, external_clock=True)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)  # the boot goes on
-        scheduler.stop(0)
-    assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [
+    await booted(store, routine("a", "0 * * * *"), external_clock=True)  # the boot goes on
+    assert messages(caplog, logging.ERROR) == [
         "a: its newest claim is unreadable, so a fire it left open is not reconciled at this "
         "boot (its fires will report the fault): unreadable"
     ]
