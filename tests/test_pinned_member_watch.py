@@ -315,3 +315,26 @@ async def test_the_boots_members_read_that_stalls_is_a_debug_line_and_the_boot_g
     assert [r.getMessage() for r in caplog.records if "replicas could not" in r.getMessage()] == [
         f"the replicas could not be read at the boot: the replicas are unreadable: {NO_ANSWER}"
     ]
+
+
+async def test_a_fire_while_the_presence_is_lost_fails_before_its_claim(
+    autojump_clock: Any,
+) -> None:
+    store = MemoryStore()
+    scheduler, agent, _, _ = rig(*ROUTINES, external_clock=True, store=store, poll_interval=30)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        lost = store.members[scheduler.replica]
+        assert isinstance(lost, MemoryPresence)
+        store.fail("join", StateFault("connection refused"), times=1)
+        lost.lose()
+        await trio.sleep(31)  # the watch's first try to join again fails
+        with pytest.raises(StateFault) as raised:
+            await scheduler.start_fire("a", at(10))
+        scheduler.stop(0)
+    assert str(raised.value) == (
+        f"could not claim slot 2026-07-07T10-00-00-000Z of 'a': replica {scheduler.replica} "
+        "lost its hold on the memory store"
+    )
+    assert await store.history("a") == []  # nothing burned
+    assert agent.turns == []

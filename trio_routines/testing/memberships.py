@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from ..errors import StateFault
 from ..presence import Presence
 from ..replicas import ReplicaInfo
 
@@ -32,6 +33,8 @@ class MemoryPresence(Presence):
         # unless the take is made to hang. One step fewer for every fire, before its turn.
         if self._store.hangs:
             await self._store._enter("take")
+        if self.lost.is_set():  # as PostgreSQL's: a presence lost takes no hold again
+            raise StateFault(f"replica {self.replica} lost its hold on the memory store")
         self._store._fault("take")
         holds = self._store.holds
         taken = []
