@@ -13,10 +13,8 @@ span.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
-from contextlib import ExitStack
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -83,25 +81,6 @@ def spans(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
 
 def fires(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
     return [s for s in exporter.get_finished_spans() if s.name == "routine.fire"]
-
-
-@pytest.fixture(params=["memory", "directory", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    with ExitStack() as cleanup:
-        if request.param == "postgres":
-            from pg import pooled_schema, require_server
-
-            from trio_routines.stores.postgres import PostgresStore
-
-            url = require_server()
-            schema = cleanup.enter_context(pooled_schema())
-            built: Store = PostgresStore(url, schema=schema)
-            cleanup.callback(trio.run, built.aclose)
-            yield built
-        elif request.param == "directory":
-            yield DirectoryStore(tmp_path / "state")
-        else:
-            yield MemoryStore()
 
 
 async def test_a_second_fire_of_a_slot_under_way_here_is_a_duplicate_naming_it(
