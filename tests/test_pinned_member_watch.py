@@ -260,21 +260,6 @@ async def test_a_store_without_a_members_list_is_never_swept_and_the_watch_goes_
     ]
 
 
-async def test_the_boots_unreadable_members_are_a_debug_line_and_the_boot_goes_on(
-    autojump_clock: Any, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.DEBUG, logger="trio_routines")
-    store = MemoryStore()
-    store.fail("replicas", StateFault("unreadable"), times=1)
-    scheduler, _, _, _ = rig(*ROUTINES, external_clock=True, store=store, poll_interval=30)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        scheduler.stop(0)
-    assert [r.getMessage() for r in caplog.records if "replicas could not" in r.getMessage()] == [
-        "the replicas could not be read at the boot: unreadable"
-    ]
-
-
 async def test_the_watch_beats_with_the_turns_in_flight_and_goes_on_after_a_rejoin(
     autojump_clock: Any,
 ) -> None:
@@ -301,19 +286,26 @@ async def test_the_watch_beats_with_the_turns_in_flight_and_goes_on_after_a_rejo
     ]
 
 
-async def test_the_boots_members_read_that_stalls_is_a_debug_line_and_the_boot_goes_on(
-    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    ("how", "why"),
+    [("fails", "unreadable"), ("stalls", f"the replicas are unreadable: {NO_ANSWER}")],
+)
+async def test_the_boots_unreadable_members_are_a_debug_line_and_the_boot_goes_on(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture, how: str, why: str
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="trio_routines")
     store = MemoryStore()
-    store.hang("replicas")
+    if how == "fails":
+        store.fail("replicas", StateFault("unreadable"), times=1)
+    else:
+        store.hang("replicas")  # answered by the store calls' bound
     scheduler, _, _, _ = rig(*ROUTINES, external_clock=True, store=store, poll_interval=30)
     async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)  # after the store calls' bound, without the list
+        await nursery.start(scheduler.run)
         store.hangs.discard("replicas")
         scheduler.stop(0)
     assert [r.getMessage() for r in caplog.records if "replicas could not" in r.getMessage()] == [
-        f"the replicas could not be read at the boot: the replicas are unreadable: {NO_ANSWER}"
+        f"the replicas could not be read at the boot: {why}"
     ]
 
 

@@ -307,21 +307,26 @@ async def test_with_a_wake_loop_no_clock_watch_is_added(autojump_clock: Any) -> 
     assert store.reads == 1 + 10  # the wake loop's polls only
 
 
+class JumpsBackAtEleven(Recording):
+    """Sets ``wall`` back two hours in the first paused read made at 11:00."""
+
+    def __init__(self, wall: WallClock) -> None:
+        super().__init__()
+        self.wall = wall
+        self.jumped = False
+
+    async def paused(self) -> frozenset[str]:
+        if self.wall() == at(11) and not self.jumped:
+            self.jumped = True
+            self.wall.jump(timedelta(hours=-2))
+        return await super().paused()
+
+
 async def test_a_clock_gone_back_past_the_previous_slot_keeps_the_slot_it_was_firing(
     autojump_clock: Any,
 ) -> None:
     wall = WallClock(T0)
-
-    class Jumpy(Recording):
-        jumped = False
-
-        async def paused(self) -> frozenset[str]:
-            if wall() == at(11) and not self.jumped:
-                self.jumped = True
-                wall.jump(timedelta(hours=-2))  # 09:00, with 10:00 already claimed
-            return await super().paused()
-
-    store = Jumpy()
+    store = JumpsBackAtEleven(wall)  # to 09:00, with 10:00 already claimed
     await store.claim("hourly", at(10), at(10))
     await store.settle("hourly", at(10), Outcome.COMPLETED, 1)
     # Polls every 7 s: none at 11:00 itself, so the jump comes in the loop's own fire.
@@ -406,17 +411,7 @@ async def test_a_clock_gone_back_during_the_fires_own_read_sleeps_to_the_same_sl
     # made none for it): the fire finds its slot not due, and the loop sleeps to that same
     # slot again rather than planning from the clock's new reading (10:00, claimed already).
     wall = WallClock(T0)
-
-    class Jumpy(Recording):
-        jumped = False
-
-        async def paused(self) -> frozenset[str]:
-            if wall() == at(11) and not self.jumped:
-                self.jumped = True
-                wall.jump(timedelta(hours=-2))
-            return await super().paused()
-
-    store = Jumpy()
+    store = JumpsBackAtEleven(wall)
     await store.claim("hourly", at(10), at(10))
     await store.settle("hourly", at(10), Outcome.COMPLETED, 1)
     scheduler, agent, _, _ = rig(store=store, wakeups=False, poll_interval=7)
