@@ -17,13 +17,13 @@ import trio
 import trio.testing
 from scheduler_rig import NO_ANSWER, T0, at, rig
 
-from trio_routines import Outcome, Routine
+from trio_routines import Outcome, Routine, Scheduler
 from trio_routines.errors import StateFault
 from trio_routines.instants import format_iso
 from trio_routines.replicas import ReplicaInfo, claim_key
 from trio_routines.scheduler.members import SWEPT_INTERRUPTED
 from trio_routines.scheduler.openclaims import OPEN_INTERRUPTED
-from trio_routines.testing import Hang, MemoryPresence, MemoryStore
+from trio_routines.testing import Hang, MemoryPresence, MemoryStore, ScriptedAgent
 
 ROUTINES = [Routine(name=name, prompt="p", cron="0 * * * *") for name in "abcd"]
 
@@ -34,6 +34,12 @@ def warned(caplog: pytest.LogCaptureFixture, part: str) -> list[str]:
         for r in caplog.records
         if r.levelno == logging.WARNING and part in r.getMessage()
     ]
+
+
+def watched(store: MemoryStore) -> tuple[Scheduler, ScriptedAgent]:
+    """A scheduler of ``ROUTINES`` on ``store`` (external clock) whose watch looks every 30 s."""
+    scheduler, agent, _, _ = rig(*ROUTINES, external_clock=True, store=store, poll_interval=30)
+    return scheduler, agent
 
 
 async def member(store: MemoryStore, replica: str) -> MemoryPresence:
@@ -47,7 +53,7 @@ async def test_a_dead_members_free_open_claims_are_swept_and_no_others(
 ) -> None:
     store = MemoryStore()
     doomed, live = await member(store, "r2"), await member(store, "r3")
-    scheduler, _, _, _ = rig(*ROUTINES, external_clock=True, store=store, poll_interval=30)
+    scheduler, _ = watched(store)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         await trio.testing.wait_all_tasks_blocked()  # the first look for open claims is done
@@ -89,7 +95,7 @@ async def test_the_sweep_never_overwrites_an_outcome_written_meanwhile(
 ) -> None:
     store = SettledMeanwhile()
     doomed = await member(store, "r2")
-    scheduler, _, _, _ = rig(*ROUTINES, external_clock=True, store=store, poll_interval=30)
+    scheduler, _ = watched(store)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         await trio.testing.wait_all_tasks_blocked()  # the first look for open claims is done
@@ -159,7 +165,7 @@ async def test_each_dead_member_is_swept_once_and_one_dead_at_the_boot_never(
     store = CountedReads()
     early, first, second = [await member(store, name) for name in ("r0", "r2", "r3")]
     early.vanish()  # dead before the boot, which reconciled what it left
-    scheduler, _, _, _ = rig(*ROUTINES, external_clock=True, store=store, poll_interval=30)
+    scheduler, _ = watched(store)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         booted = store.newest_reads
@@ -189,7 +195,7 @@ async def test_a_store_listing_this_replica_dead_never_makes_it_sweep_its_own_cl
 ) -> None:
     store = ListsEveryoneDead()
     await member(store, "r2")
-    scheduler, _, _, _ = rig(*ROUTINES, external_clock=True, store=store, poll_interval=30)
+    scheduler, _ = watched(store)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         await trio.testing.wait_all_tasks_blocked()
@@ -210,7 +216,7 @@ async def test_a_replicas_read_that_stalls_is_a_warning_and_the_next_watch_sweep
 ) -> None:
     store = MemoryStore()
     doomed = await member(store, "r2")
-    scheduler, _, _, _ = rig(*ROUTINES, external_clock=True, store=store, poll_interval=30)
+    scheduler, _ = watched(store)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         await trio.testing.wait_all_tasks_blocked()
@@ -245,7 +251,7 @@ async def test_a_store_without_a_members_list_is_never_swept_and_the_watch_goes_
 ) -> None:
     store = NoReplicas()
     doomed = await member(store, "r2")
-    scheduler, _, _, _ = rig(*ROUTINES, external_clock=True, store=store, poll_interval=30)
+    scheduler, _ = watched(store)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         await trio.testing.wait_all_tasks_blocked()
@@ -265,7 +271,7 @@ async def test_the_watch_beats_with_the_turns_in_flight_and_goes_on_after_a_rejo
 ) -> None:
     store = MemoryStore()
     doomed = await member(store, "r2")
-    scheduler, agent, _, _ = rig(*ROUTINES, external_clock=True, store=store, poll_interval=30)
+    scheduler, agent = watched(store)
     agent.script(Hang())
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
@@ -299,7 +305,7 @@ async def test_the_boots_unreadable_members_are_a_debug_line_and_the_boot_goes_o
         store.fail("replicas", StateFault("unreadable"), times=1)
     else:
         store.hang("replicas")  # answered by the store calls' bound
-    scheduler, _, _, _ = rig(*ROUTINES, external_clock=True, store=store, poll_interval=30)
+    scheduler, _ = watched(store)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         store.hangs.discard("replicas")
@@ -313,7 +319,7 @@ async def test_a_fire_while_the_presence_is_lost_fails_before_its_claim(
     autojump_clock: Any,
 ) -> None:
     store = MemoryStore()
-    scheduler, agent, _, _ = rig(*ROUTINES, external_clock=True, store=store, poll_interval=30)
+    scheduler, agent = watched(store)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         lost = store.members[scheduler.replica]
