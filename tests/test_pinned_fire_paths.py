@@ -21,11 +21,10 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from scheduler_rig import T0, at, rig
+from span_rig import recorded_spans
 
 from trio_routines import Completed, Outcome, Routine, Scheduler
 from trio_routines.instants import format_iso, slot_name
@@ -72,11 +71,7 @@ class ClaimTooLate(MemoryStore):
 @pytest.fixture
 def spans(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
     """The spans ended while the test runs, kept in memory."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    monkeypatch.setattr(trace, "_TRACER_PROVIDER", provider)
-    return exporter
+    return recorded_spans(monkeypatch)
 
 
 def fires(exporter: InMemorySpanExporter) -> list[ReadableSpan]:

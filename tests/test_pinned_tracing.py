@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from opentelemetry import baggage, context, trace
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from span_rig import recorded_spans
 
 import trio_routines
 from trio_routines import Outcome, tracing
@@ -59,11 +59,7 @@ def state(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def exporter(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
     """The spans ended under the SDK's provider, set for this test."""
-    found = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(found))
-    monkeypatch.setattr(trace, "_TRACER_PROVIDER", provider)
-    return found
+    return recorded_spans(monkeypatch)
 
 
 @pytest.fixture
