@@ -29,14 +29,13 @@ from trio_routines.errors import StateFault
 from trio_routines.stores.directory import DirectoryStore
 from trio_routines.stores.directory.writer import process as writer
 from trio_routines.stores.directory.writer.process import WriterProcess
-from trio_routines.stores.groupcommit import GroupCommit
 
 PACKAGE = str(Path(writer.__file__).resolve().parents[2])
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]  # never up, never ends
 
 
 def process(tmp_path: Path, argv: list[str] | None = None) -> WriterProcess:
-    return WriterProcess(tmp_path, 7, 0.25, GroupCommit(lambda fd: None), max_batch=256, argv=argv)
+    return WriterProcess(tmp_path, 7, 0.25, max_batch=256, argv=argv)
 
 
 def proc(pid: int, name: str) -> list[str]:
@@ -187,29 +186,21 @@ def test_stdin_is_never_the_callers(tmp_path: Path) -> None:
         started.reap(30)
 
 
-def test_a_reply_that_does_not_match_its_batch_is_refused_and_its_files_closed(
+def test_a_reply_that_does_not_match_its_batch_is_refused(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     decoder = process(tmp_path)
 
-    def reply(values: list[object], devices: list[object], records: list[object]) -> bytes:
-        return pickle.dumps((values, [None] * len(values), {}, devices, records))
+    def reply(values: list[object], records: list[object]) -> bytes:
+        return pickle.dumps((values, {}, records))
 
-    read, write = os.pipe()
-    with pytest.raises(ValueError, match=r"^1 answers and 1 files, not 2$"):
-        decoder._decode(reply([True], [(1, 2)], []), [read], 2)
-    with pytest.raises(OSError, match="Bad file descriptor"):
-        os.fstat(read)  # closed: the reply's descriptors are ours once received
-    with pytest.raises(ValueError, match=r"^1 answers and 0 files, not 1$"):
-        decoder._decode(reply([True], [(1, 2)], []), [], 1)  # a device without its file
+    with pytest.raises(ValueError, match=r"^1 answers, not 2$"):
+        decoder._decode(reply([True], []), 2)
     with caplog.at_level(logging.DEBUG, logger="trio_routines"):
-        values, laters, errors, held = decoder._decode(
-            reply([True], [(1, 2)], [(logging.WARNING, "100% of %s")]), [write], 1
-        )
-    assert (values, laters, errors, held) == ([True], [None], {}, {1: (2, write)})
+        values, errors = decoder._decode(reply([True], [(logging.WARNING, "100% of %s")]), 1)
+    assert (values, errors) == ([True], {})
     assert caplog.messages == ["100% of %s"]  # the child's text, logged as it is
     assert caplog.records[0].levelno == logging.WARNING
-    os.close(write)
 
 
 def hold_after(monkeypatch: pytest.MonkeyPatch, then: Callable[[int], None]) -> None:
@@ -217,16 +208,11 @@ def hold_after(monkeypatch: pytest.MonkeyPatch, then: Callable[[int], None]) -> 
     receive = writer._receive
     count = 0
 
-    async def held(sock: socket.socket) -> tuple[bytes, list[int]]:
+    async def held(sock: socket.socket) -> bytes:
         nonlocal count
         count += 1
         got = await receive(sock)
-        try:
-            then(count)
-        except BaseException:
-            for fd in got[1]:  # ours once received: not left open by the reply failed here
-                os.close(fd)
-            raise
+        then(count)
         return got
 
     monkeypatch.setattr(writer, "_receive", held)

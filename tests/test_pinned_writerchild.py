@@ -2,13 +2,13 @@
 
 tests/test_writer.py drives the real child in a process of its own; the same code is run
 here in a thread (``serve``) or on this thread (``main``), over a socket pair whose other end
-the test holds, so that each answer, descriptor and log record of a reply can be looked at
-(and so that mutation testing, which follows only this process, sees the code run).
+the test holds, so that each answer, flush and log record of a reply can be looked at (and
+so that mutation testing, which follows only this process, sees the code run).
 """
 
 from __future__ import annotations
 
-import array
+import errno
 import fcntl
 import logging
 import os
@@ -17,7 +17,7 @@ import signal
 import socket
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from trio_routines.records import ClaimResult, ClaimStatus, Outcome
 from trio_routines.stores.batch import Answer
 from trio_routines.stores.directory.claimbatch import Contended
 from trio_routines.stores.directory.writer import child as writerchild
-from trio_routines.stores.directory.writer.wire import LENGTH, MAX_FDS, READY, descriptors
+from trio_routines.stores.directory.writer.wire import LENGTH, READY
 
 SLOT = datetime(2026, 7, 7, 9, tzinfo=UTC)
 
@@ -55,21 +55,44 @@ def request(op: str, items: list[Any]) -> bytes:
     return LENGTH.pack(len(data)) + data
 
 
-def read_reply(sock: socket.socket) -> tuple[tuple[Any, ...], list[int]]:
-    """One reply: its unpickled columns, and the descriptors that came with it (ours now)."""
+def read_reply(sock: socket.socket) -> tuple[Any, ...]:
+    """One reply: its unpickled columns."""
     data = bytearray()
-    fds: list[int] = []
     wanted = LENGTH.size
     while len(data) < wanted:
-        chunk, ancillary, _, _ = sock.recvmsg(
-            wanted - len(data), socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
-        )
+        chunk = sock.recv(wanted - len(data))
         assert chunk, "the child closed its end before its reply was whole"
-        fds += descriptors(ancillary)
         data += chunk
         if len(data) == LENGTH.size:
             wanted += LENGTH.unpack_from(data)[0]
-    return pickle.loads(bytes(data[LENGTH.size :])), fds
+    result: tuple[Any, ...] = pickle.loads(bytes(data[LENGTH.size :]))
+    return result
+
+
+class Flushes:
+    """``syncfs`` in the child, recorded: the device of each descriptor flushed, and what
+    the state directory's claims held at that moment (routine/slot); it fails with EIO
+    while ``failing``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.devices: list[int] = []
+        self.seen: list[list[str]] = []
+        self.failing = False
+
+    def __call__(self, fd: int) -> None:
+        self.devices.append(os.fstat(fd).st_dev)
+        claims = self.root / "schedule" / "claims"
+        self.seen.append(sorted(f"{p.parent.name}/{p.name}" for p in claims.glob("*/*")))
+        if self.failing:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+
+@pytest.fixture
+def flushes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Flushes:
+    recorded = Flushes(tmp_path)
+    monkeypatch.setattr(writerchild, "syncfs", recorded)
+    return recorded
 
 
 class Served:
@@ -92,7 +115,7 @@ class Served:
         self.thread.start()
         assert self.parent.recv(1) == READY
 
-    def ask(self, op: str, items: list[Any]) -> tuple[tuple[Any, ...], list[int]]:
+    def ask(self, op: str, items: list[Any]) -> tuple[Any, ...]:
         self.parent.sendall(request(op, items))
         return read_reply(self.parent)
 
@@ -103,70 +126,97 @@ class Served:
         return self.returned.is_set()
 
 
-def test_a_claims_batch_is_answered_by_column_with_its_descriptors(tmp_path: Path) -> None:
+def test_a_claims_batch_is_flushed_then_answered_by_column(
+    tmp_path: Path, flushes: Flushes
+) -> None:
     (tmp_path / "schedule" / "claims").mkdir(parents=True)
     (tmp_path / "schedule" / "claims" / "squatted").write_text("a file, not a directory")
     served = Served(tmp_path)
-    (values, laters, errors, devices, records), fds = served.ask(
+    before = open_fds()
+    values, errors, records = served.ask(
         "claims", [("r0", SLOT, SLOT), ("squatted", SLOT, SLOT), ("r0", SLOT, SLOT)]
     )
     assert values[0].status is ClaimStatus.TAKEN
     assert values[0].newest == slot_name(SLOT)
-    assert laters[0] == ()  # nothing to prune once flushed, but a flush awaited
     assert values[1] is None
-    assert laters[1] is None
     assert list(errors) == [1]
     assert isinstance(errors[1], StateFault)
     assert "unusable" in str(errors[1])
     assert values[2].status is ClaimStatus.DUPLICATE
-    assert laters[2] is None
-    # one file system written: its device and ticket, and a descriptor on it
-    assert len(devices) == len(fds) == 1
-    assert devices[0][0] == os.fstat(fds[0]).st_dev == tmp_path.stat().st_dev
-    assert isinstance(devices[0][1], int)
     assert records == []
-    for fd in fds:
-        os.close(fd)
-    assert (tmp_path / "schedule" / "claims" / "r0" / slot_name(SLOT)).exists()
+    # one file system written: one flush on it, after the write, before the answer
+    assert flushes.devices == [tmp_path.stat().st_dev]
+    assert flushes.seen == [[f"r0/{slot_name(SLOT)}"]]
+    assert open_fds() == before  # its descriptor closed once flushed
     assert served.close()
 
 
-class Partial(socket.socket):
-    """A socket whose ``sendmsg`` takes only the first bytes of a message (as a signal
-    arriving mid-send can make it): the rest is the caller's to send."""
-
-    def sendmsg(self, buffers: Any, *args: Any) -> int:
-        return super().sendmsg([b"".join(buffers)[:5]], *args)
-
-
-def test_a_reply_sent_in_part_is_sent_whole(tmp_path: Path) -> None:
-    served = Served(tmp_path, kind=Partial)
-    (values, _, _, devices, _), fds = served.ask("claims", [("r0", SLOT, SLOT)])
-    assert values[0].status is ClaimStatus.TAKEN
-    assert len(devices) == len(fds) == 1  # the descriptors came with the first part
-    for fd in fds:
-        os.close(fd)
-    assert served.close()
-
-
-def test_a_batch_that_awaits_no_flush_comes_without_descriptors(tmp_path: Path) -> None:
+def test_a_batch_that_wrote_nothing_is_not_flushed(tmp_path: Path, flushes: Flushes) -> None:
     served = Served(tmp_path)
-    _, fds = served.ask("claims", [("r0", SLOT, SLOT)])
-    for fd in fds:
-        os.close(fd)
-    (values, laters, errors, devices, records), fds = served.ask("claims", [("r0", SLOT, SLOT)])
+    served.ask("claims", [("r0", SLOT, SLOT)])
+    values, errors, records = served.ask("claims", [("r0", SLOT, SLOT)])
     assert [value.status for value in values] == [ClaimStatus.DUPLICATE]
-    assert (laters, errors, devices, records, fds) == ([None], {}, [], [], [])
+    assert (errors, records) == ({}, [])
+    assert len(flushes.devices) == 1  # the first batch's only
     assert served.close()
 
 
-def test_settles_are_answered_and_their_log_records_sent_once(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_the_newest_claim_is_pruned_only_once_the_new_one_is_flushed(
+    tmp_path: Path, flushes: Flushes
+) -> None:
+    served = Served(tmp_path, keep=1)
+    later = SLOT + timedelta(minutes=1)
+    served.ask("claims", [("r0", SLOT, SLOT)])
+    values, errors, _ = served.ask("claims", [("r0", later, later)])
+    assert values[0].status is ClaimStatus.TAKEN
+    assert errors == {}
+    # the flush saw both: the one before held the stale gate until the new one was durable
+    assert flushes.seen[-1] == [f"r0/{slot_name(SLOT)}", f"r0/{slot_name(later)}"]
+    assert [path.name for path in (tmp_path / "schedule" / "claims" / "r0").iterdir()] == [
+        slot_name(later)
+    ]
+    assert served.close()
+
+
+def test_a_failed_flush_takes_back_its_claims_and_leaves_its_settles_unrecorded(
+    tmp_path: Path, flushes: Flushes
 ) -> None:
     served = Served(tmp_path)
-    _, fds = served.ask("claims", [(name, SLOT, SLOT) for name in ("r0", "r1", "r2")])
-    for fd in fds:
-        os.close(fd)
+    served.ask("claims", [("r0", SLOT, SLOT), ("r1", SLOT, SLOT)])
+    flushes.failing = True
+    before = open_fds()
+    later = SLOT + timedelta(minutes=1)
+    values, errors, records = served.ask(
+        "claims", [("r0", later, later), ("r1", SLOT, SLOT), ("r2", later, later)]
+    )
+    assert values == [None, ClaimResult(ClaimStatus.DUPLICATE, slot_name(SLOT)), None]
+    assert list(errors) == [0, 2]
+    for index, name in ((0, "r0"), (2, "r2")):
+        assert isinstance(errors[index], StateFault)
+        assert str(errors[index]) == (
+            f"could not make the claim {tmp_path}/schedule/claims/{name}/{slot_name(later)}"
+            " durable: EIO: Input/output error"
+        )
+        assert not (tmp_path / "schedule" / "claims" / name / slot_name(later)).exists()
+    assert (tmp_path / "schedule" / "claims" / "r0" / slot_name(SLOT)).exists()  # untouched
+    assert records == []
+    settles = [(name, SLOT, Outcome.COMPLETED, 5, False, None) for name in ("r0", "r1")]
+    values, errors, records = served.ask("settles", settles)
+    assert (values, errors) == ([False, False], {})
+    assert [level for level, _ in records] == [logging.WARNING] * 2
+    assert records[1][1] == (
+        f"r1: could not record the completed outcome of slot {slot_name(SLOT)}:"
+        " EIO: Input/output error"
+    )
+    assert open_fds() == before  # the failed flushes' descriptors closed too
+    assert served.close()
+
+
+def test_settles_are_flushed_answered_and_their_log_records_sent_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, flushes: Flushes
+) -> None:
+    served = Served(tmp_path)
+    served.ask("claims", [(name, SLOT, SLOT) for name in ("r0", "r1", "r2")])
     squatted = tmp_path / "schedule" / "claims" / "r1" / slot_name(SLOT)
     squatted.unlink()
     squatted.mkdir()  # a directory squats on the claim: not a file to settle
@@ -175,25 +225,22 @@ def test_settles_are_answered_and_their_log_records_sent_once(
     settles = [(name, SLOT, Outcome.COMPLETED, 5, False, None) for name in ("r0", "r1", "r2")]
     try:
         with caplog.at_level(logging.DEBUG):
-            (values, laters, errors, devices, records), fds = served.ask("settles", settles)
+            values, errors, records = served.ask("settles", settles)
     finally:
         os.close(locked)
     assert values == [True, False, None]
-    assert laters == [(), None, None]
     assert list(errors) == [2]
     assert isinstance(errors[2], Contended)  # not waited for: the store waits in a thread
-    assert len(devices) == len(fds) == 1
-    for fd in fds:
-        os.close(fd)
+    assert len(flushes.devices) == 2  # the claims', then the one settle written
     assert len(records) == 1
     level, message = records[0]
     assert level == logging.WARNING
     assert "could not open the claim for slot" in message
     assert message.startswith("r1:")
     assert caplog.records == []  # the child's records are sent, not logged where it runs
-    (values, _, _, _, records), fds = served.ask("settles", settles[1:2])
+    values, _, records = served.ask("settles", settles[1:2])
     assert values == [False]
-    assert fds == []
+    assert len(flushes.devices) == 2  # nothing written: nothing flushed
     assert len(records) == 1  # this batch's own record, not the one before it again
     assert served.close()
 
@@ -204,10 +251,8 @@ def test_requests_sent_back_to_back_are_read_one_at_a_time(tmp_path: Path) -> No
     for index in range(0, len(two), 7):  # in small pieces, as a busy socket delivers them
         served.parent.sendall(two[index : index + 7])
     for name in ("r0", "r1"):
-        (values, *_), fds = read_reply(served.parent)
+        values, *_ = read_reply(served.parent)
         assert values[0].status is ClaimStatus.TAKEN
-        for fd in fds:
-            os.close(fd)
         assert (tmp_path / "schedule" / "claims" / name / slot_name(SLOT)).exists()
     assert served.close()
 
@@ -253,10 +298,8 @@ def test_main_serves_its_socket_ignoring_ctrl_c_and_closes_it(tmp_path: Path) ->
     assert handler is signal.SIG_IGN  # Ctrl-C reaches the group; the parent decides
     parent.settimeout(30)
     assert parent.recv(1) == READY
-    (values, *_), fds = read_reply(parent)
+    values, *_ = read_reply(parent)
     assert values[0].status is ClaimStatus.TAKEN
-    for fd in fds:
-        os.close(fd)
     assert parent.recv(1) == b""  # main closed its end
     parent.close()
     assert not open_fds() - fds_before  # no descriptor left open
@@ -269,7 +312,7 @@ def test_main_whose_parent_went_away_returns_quietly_and_leaks_nothing(
     batch = request("claims", [("r0", SLOT, SLOT)])
     run_main(tmp_path, batch, peer_closes=True, monkeypatch=monkeypatch)  # gone before its reply
     assert (tmp_path / "schedule" / "claims" / "r0" / slot_name(SLOT)).exists()
-    assert not open_fds() - fds_before  # the reply's descriptors closed though it was not sent
+    assert not open_fds() - fds_before  # the flushed descriptor closed though no reply was sent
     run_main(tmp_path, batch, peer_closes=True)  # gone before READY
     assert not open_fds() - fds_before  # no descriptor left open
 
@@ -277,11 +320,12 @@ def test_main_whose_parent_went_away_returns_quietly_and_leaks_nothing(
 def test_equal_claim_results_go_back_as_one_object() -> None:
     taken = [ClaimResult(ClaimStatus.TAKEN, "2026-07-07T09-00-00-000Z") for _ in range(3)]
     other = ClaimResult(ClaimStatus.DUPLICATE, "2026-07-07T09-00-00-000Z")
-    answers = [Answer(value=(result, None)) for result in [*taken, other]]
-    values, laters, errors = writerchild._columns(answers)
-    assert values == [*taken, other]
+    fault = StateFault("no")
+    answers: list[Answer[Any]] = [Answer(value=result) for result in [*taken, other]]
+    values, errors = writerchild._columns([*answers, Answer(error=fault)])
+    assert values == [*taken, other, None]
     assert values[0] is values[1] is values[2]
     assert values[3] is not values[0]
-    assert (laters, errors) == ([None] * 4, {})
+    assert errors == {4: fault}
     # the reply pickles the one object once
     assert len(pickle.dumps(values)) < len(pickle.dumps([*taken, other]))

@@ -1,10 +1,9 @@
-"""The writer process's wire, pinned: one message at a time, its descriptors, and every way a
-message can come broken (split headers, a spurious wake-up, cut-off descriptors, an early end).
+"""The writer process's wire, pinned: one message at a time, and every way a message can come
+broken (split headers, a spurious wake-up, an early end).
 """
 
 from __future__ import annotations
 
-import array
 import os
 import socket
 
@@ -13,7 +12,7 @@ import trio
 import trio.testing
 
 from trio_routines.stores.directory.writer import child as writerchild
-from trio_routines.stores.directory.writer.wire import LENGTH, MAX_FDS, descriptors, receive
+from trio_routines.stores.directory.writer.wire import LENGTH, receive
 
 
 def message(body: bytes) -> bytes:
@@ -44,9 +43,7 @@ async def test_a_split_header_is_read_whole_and_never_into_the_next_message() ->
 
     async def read_two() -> None:
         for _ in range(2):
-            body, fds = await receive(ours)
-            assert fds == []
-            got.append(body)
+            got.append(await receive(ours))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(read_two)
@@ -65,49 +62,19 @@ class Spurious(socket.socket):
 
     woken = 0
 
-    def recvmsg(self, *args: int) -> tuple[bytes, list[tuple[int, int, bytes]], int, object]:
+    def recv(self, *args: int) -> bytes:
         self.woken += 1
         if self.woken == 1:
             raise BlockingIOError
-        return super().recvmsg(*args)
+        return super().recv(*args)
 
 
 async def test_a_wake_up_that_finds_nothing_waits_again() -> None:
     plain, theirs = pair()
     ours = Spurious(fileno=plain.detach())
     theirs.sendall(message(b"after all"))
-    assert await receive(ours) == (b"after all", [])
+    assert await receive(ours) == b"after all"
     assert ours.woken == 3  # the spurious one, then the header and the body
-    ours.close()
-    theirs.close()
-
-
-async def test_descriptors_come_with_their_message() -> None:
-    ours, theirs = pair()
-    read, write = os.pipe()
-    rights = array.array("i", [read, write]).tobytes()
-    theirs.sendmsg([message(b"two files")], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
-    body, fds = await receive(ours)
-    assert body == b"two files"
-    assert len(fds) == 2
-    assert [os.stat(fd).st_ino for fd in fds] == [os.stat(read).st_ino, os.stat(write).st_ino]
-    for fd in (*fds, read, write):
-        os.close(fd)
-    ours.close()
-    theirs.close()
-
-
-async def test_descriptors_cut_off_fail_the_message_and_none_is_kept() -> None:
-    ours, theirs = pair()
-    read, write = os.pipe()
-    before = open_fds()
-    rights = array.array("i", [read] * (MAX_FDS + 1)).tobytes()
-    theirs.sendmsg([message(b"too many")], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
-    with pytest.raises(OSError, match=r"^descriptors were cut off$"):
-        await receive(ours)
-    assert not open_fds() - before  # the ones that came were closed
-    for fd in (read, write):
-        os.close(fd)
     ours.close()
     theirs.close()
 
@@ -120,32 +87,6 @@ async def test_an_end_before_the_message_is_whole_is_one_error(sent: bytes) -> N
     with pytest.raises(EOFError, match=r"^the writer process closed its socket$"):
         await receive(ours)
     ours.close()
-
-
-async def test_an_end_after_descriptors_came_closes_them() -> None:
-    ours, theirs = pair()
-    read, write = os.pipe()
-    before = open_fds()
-    rights = array.array("i", [read]).tobytes()
-    whole = message(b"cut short")
-    theirs.sendmsg([whole[:10]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
-    before.discard(theirs.fileno())
-    theirs.close()
-    with pytest.raises(EOFError):
-        await receive(ours)
-    assert not open_fds() - before
-    for fd in (read, write):
-        os.close(fd)
-    ours.close()
-
-
-def test_only_rights_at_the_socket_level_are_descriptors() -> None:
-    two = array.array("i", [5, 6]).tobytes()
-    assert descriptors([(socket.SOL_SOCKET, socket.SCM_RIGHTS, two)]) == [5, 6]
-    assert descriptors([(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, two)]) == []
-    assert descriptors([(socket.IPPROTO_IP, socket.SCM_RIGHTS, two)]) == []
-    # padding the kernel may leave after the last whole descriptor is not one
-    assert descriptors([(socket.SOL_SOCKET, socket.SCM_RIGHTS, two + b"\0\0")]) == [5, 6]
 
 
 class Stream:

@@ -7,7 +7,6 @@ fail with EIO).
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import logging
 import os
@@ -104,7 +103,7 @@ async def test_a_herd_is_written_by_the_writer_process(tmp_path: Path) -> None:
         # 1,200 writes in batches of at most WRITE_BATCH, none by a thread
         assert 2 * 600 // write_path.WRITE_BATCH <= process.batches <= 2 * 600
         assert store._writes.claim_writes.batches == store._writes.settle_writes.batches == 0
-        assert store.flushes >= 1
+        assert store.flushes == 0  # the child flushed each batch itself
         for name in names:
             assert (await store.history(name))[-1].outcome is Outcome.COMPLETED
         # the same decisions as ever
@@ -116,11 +115,17 @@ async def test_a_herd_is_written_by_the_writer_process(tmp_path: Path) -> None:
     assert child.wait(30) == 0  # closing the store ends it
 
 
-async def test_a_batch_is_answered_once_its_flush_is_done(tmp_path: Path) -> None:
-    # Its callers are woken once, when the claims are durable: the leader waited for the flush.
-    async with DirectoryStore(tmp_path) as store:
+def flushes(root: Path) -> list[str]:
+    """What a ``flushes`` writer saw after each of its flushes (see tests/writers.py)."""
+    log = root.with_name(f"{root.name}.flushes")
+    return log.read_text().splitlines() if log.exists() else []
+
+
+async def test_a_batch_is_answered_once_the_child_flushed_it(tmp_path: Path) -> None:
+    # One flush a batch, after its writes and before its answers; none in this process.
+    root = tmp_path / "state"
+    async with DirectoryStore(root, writer_process=misbehaving("flushes")) as store:
         process = await up(store)
-        flushes = store.flushes
         calls = []
 
         async def claim(name: str) -> None:
@@ -130,28 +135,58 @@ async def test_a_batch_is_answered_once_its_flush_is_done(tmp_path: Path) -> Non
             for i in range(3):
                 nursery.start_soon(claim, f"c{i}")
         assert [call.value.taken for call in calls] == [True] * 3
-        assert calls[0].flush is not None
-        assert all(call.flush is calls[0].flush and call.flush.done for call in calls)
-        assert store.flushes == flushes + 1
+        assert process.batches == 1
+        assert flushes(root) == ["c0 c1 c2"]
+        assert [(call.later, call.flush) for call in calls] == [(None, None)] * 3
         calls.clear()
         async with trio.open_nursery() as nursery:
             for i in range(3):
                 nursery.start_soon(claim, f"c{i}")
-        # duplicates: nothing was written, so no flush is awaited
+        # duplicates: nothing was written, so nothing was flushed
         assert [call.value.status for call in calls] == [ClaimStatus.DUPLICATE] * 3
-        assert [call.flush for call in calls] == [None] * 3
-        assert store.flushes == flushes + 1
+        assert flushes(root) == ["c0 c1 c2"]
+        assert await store.settle("c1", SLOT, Outcome.COMPLETED, 1)
+        assert flushes(root) == ["c0 c1 c2"] * 2  # a settle is flushed before it is answered
+        assert store.flushes == 0
+
+
+async def test_the_child_prunes_the_newest_claim_only_once_the_new_one_is_flushed(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "state"
+    async with DirectoryStore(root, keep=1, writer_process=misbehaving("flushes")) as store:
+        assert (await store.claim("r0", SLOT, SLOT)).taken  # by a thread: no child yet
+        await up(store)
+        later = SLOT + timedelta(minutes=1)
+        assert (await store.claim("r0", later, later)).taken
+        # the flush saw both claims: the one before stayed until the new one was durable
+        assert flushes(root) == ["r0 r0"]
+        assert [path.name for path in claim_path(root, "r0").parent.iterdir()] == [slot_name(later)]
 
 
 async def test_a_claim_whose_flush_fails_is_taken_back_and_never_reported(tmp_path: Path) -> None:
-    def failing(fd: int) -> None:
-        raise OSError(errno.EIO, "the flush failed")
-
-    async with DirectoryStore(tmp_path, syncfs=failing) as store:
+    async with DirectoryStore(tmp_path, writer_process=misbehaving("flush-eio")) as store:
         await up(store)
-        with pytest.raises(StateFault, match=r"could not make the claim .* durable"):
+        with pytest.raises(
+            StateFault, match=r"^could not make the claim .*r0.* durable: EIO: Input/output error$"
+        ):
             await store.claim("r0", SLOT, SLOT)
-        assert not claim_path(tmp_path, "r0").exists()  # written by the child, removed here
+        assert not claim_path(tmp_path, "r0").exists()  # written by the child, removed there
+        assert store._writes.process is not None
+        assert store._writes.process.ready()  # a fault of one batch, not of the process
+
+
+async def test_a_settle_whose_flush_fails_is_reported_unrecorded(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with DirectoryStore(tmp_path, writer_process=misbehaving("flush-eio")) as store:
+        assert (await store.claim("r0", SLOT, SLOT)).taken  # by a thread, flushed here
+        await up(store)
+        with caplog.at_level(logging.WARNING, logger="trio_routines"):
+            assert not await store.settle("r0", SLOT, Outcome.COMPLETED, 1)
+        assert "r0: could not record the completed outcome of slot" in caplog.text
+        assert "Input/output error" in caplog.text
+        assert claim_path(tmp_path, "r0").exists()  # the claim stays, taken
 
 
 async def test_the_childs_log_records_are_logged_here(

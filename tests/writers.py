@@ -4,7 +4,9 @@
 writer process, after one of ours. ``exit`` ends before it is up; ``die`` is up, then dies on
 its first batch; ``hang`` is up and never answers; ``eio`` is the real writer, whose every
 ``os.write`` fails with EIO (a fault injected into the child, as tests/test_faults.py does in
-this process).
+this process); ``flush-eio`` is the real writer whose every flush fails with EIO; ``flushes``
+is the real writer that, after each flush, appends a line to ``ROOT.flushes`` naming the
+routines whose claims the state directory holds then, in order.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import socket
 import sys
 import time
+from pathlib import Path
 
 from trio_routines.stores.directory.writer import child as writerchild
 
@@ -27,6 +30,21 @@ def main(mode: str, argv: list[str]) -> None:
             raise OSError(errno.EIO, os.strerror(errno.EIO))
 
         os.write = failing  # type: ignore[assignment]
+        writerchild.main(argv)
+        return
+    if mode in ("flush-eio", "flushes"):
+        flush = writerchild.syncfs
+        root = Path(argv[1])
+
+        def flushed(fd: int) -> None:
+            if mode == "flush-eio":
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
+            flush(fd)
+            held = sorted(path.parent.name for path in root.glob("schedule/claims/*/*"))
+            with root.with_name(f"{root.name}.flushes").open("a") as lines:
+                lines.write(" ".join(held) + "\n")
+
+        writerchild.syncfs = flushed  # type: ignore[assignment]
         writerchild.main(argv)
         return
     sock = socket.socket(fileno=int(argv[0]))

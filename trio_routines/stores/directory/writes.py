@@ -7,7 +7,8 @@ never a turn. The writes are batched (batch.py): the claims (and, apart, the set
 arrive together are written by one worker-thread call, file after file, instead of a thread
 hand-off each; a herd of 10,000 pays a few dozen hand-offs, not 20,000. A store that serves
 many routines hands its batches to a child process instead (writer/), which has an
-interpreter lock of its own; threads write whenever the child is not up.
+interpreter lock of its own and flushes each batch itself before it answers (a flush that
+fails is handled there the same way); threads write whenever the child is not up.
 
 :class:`Writes` owns all of it -- the group commit, the two batchers, the turns of the one
 writer thread, the writer process -- and is handed the rest: the claim files, the store's
@@ -100,9 +101,7 @@ class Writes:
         self.process: WriterProcess | None = None
         if writer_process and self.commit is not None:
             argv = None if writer_process is True else writer_process
-            self.process = WriterProcess(
-                root, keep, lock_timeout, self.commit, max_batch=WRITE_BATCH, argv=argv
-            )
+            self.process = WriterProcess(root, keep, lock_timeout, max_batch=WRITE_BATCH, argv=argv)
         self._reads = 0
 
     @property
@@ -187,7 +186,7 @@ class Writes:
     async def _by_thread(self, batcher: Batcher[I, Covered[Written[T]]], item: I) -> Call:
         (value, later), flush = await batcher.submit(item)
         call = Call(item)
-        call.value, call.later, call.flush, call.threaded = value, later, flush, True
+        call.value, call.later, call.flush = value, later, flush
         return call
 
     def _covered(self, writes: BatchWrites[T]) -> list[Answer[Covered[T]]]:
@@ -212,7 +211,7 @@ class Writes:
     ) -> ClaimResult:
         call = await self._submit("claims", (routine, slot, fired_at, replica))
         result: ClaimResult = call.value
-        if call.later is None:
+        if call.later is None:  # nothing awaits a flush (the writer process's is done)
             return result
         assert self.commit is not None
         assert call.flush is not None
@@ -220,8 +219,8 @@ class Writes:
             # Written by a thread, the flush waits until the herd's claims are written: were
             # the first turns to start meanwhile, the event loop and the writer thread would
             # contend for the interpreter lock at every system call of the writer's (see
-            # docs/design.md). The writer process has its own.
-            await self.commit.wait(call.flush, self.claim_writes.lull if call.threaded else None)
+            # docs/design.md).
+            await self.commit.wait(call.flush, self.claim_writes.lull)
         except Abandoned:
             raise self._abandoned() from None  # the disk does not answer: nothing to undo now
         except OSError as exc:

@@ -20,8 +20,9 @@ class Unsent(Exception):
 
 class Call:
     """One caller's item, and once its batch was answered: its value (a claim's result, or
-    whether a settle was recorded), what to prune once flushed (None: nothing awaits a flush),
-    the flush that covered it (done: the leader waited for it), or its error.
+    whether a settle was recorded) or its error. The writer process's answers are final;
+    one a worker thread wrote (see ../writes.py) also names what to prune once flushed
+    (None: nothing awaits a flush) and the flush to wait for.
 
     A herd makes thousands of these, each alive until its batch is answered: one object, no
     closure and no tuple per call, so that fewer outlive the collector's young generations.
@@ -29,13 +30,12 @@ class Call:
 
     __slots__ = (
         *("done", "error", "flush", "gave_up", "in_flight", "item", "later", "task", "value"),
-        *("owner", "threaded"),
+        "owner",
     )
 
     def __init__(self, item: Any, owner: WriterProcess | None = None) -> None:
         self.item = item
         self.owner = owner  # the writer process its batch goes to
-        self.threaded = False  # written by a thread of the store instead (see ../store.py)
         self.task: trio.lowlevel.Task | None = None
         self.in_flight = self.gave_up = self.done = False
         self.value: Any = None

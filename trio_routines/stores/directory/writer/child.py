@@ -2,15 +2,17 @@
 
 Started as ``python -m trio_routines.stores.directory.writer.child FD ROOT KEEP LOCK_TIMEOUT`` by
 :class:`~.process.WriterProcess`, on the Unix socket ``FD`` it inherited. It writes each batch
-with :class:`~.claimfiles.ClaimFiles`, as a worker thread of the store would, and sends back
-the answers, the log records the writes made, and the directory descriptors to flush through
-(``SCM_RIGHTS``). It ignores SIGINT (the parent decides when it stops) and returns when the
-socket closes.
+with :class:`~.claimfiles.ClaimFiles`, as a worker thread of the store would, makes the
+batch durable with one ``syncfs`` per file system it wrote on, and only then sends back the
+answers and the log records the writes made: an answer is final, and nothing is left for the
+parent to flush. A flush that fails takes back the batch's claims (each one a state fault:
+a retry, never a burned slot) and makes its settles unrecorded, as the store's own group
+commit does for a thread's writes. It ignores SIGINT (the parent decides when it stops) and
+returns when the socket closes.
 """
 
 from __future__ import annotations
 
-import array
 import logging
 import os
 import pickle
@@ -23,6 +25,7 @@ from typing import Any
 
 from ....records import ClaimResult
 from ...batch import Answer
+from ...groupcommit import Descriptors, syncfs
 from ..claimbatch import Batched, Written
 from ..claimfiles import ClaimFiles
 from .wire import LENGTH, READY
@@ -71,28 +74,57 @@ def serve(sock: socket.socket, root: Path, keep: int, lock_timeout: float) -> No
             return
         op, items = pickle.loads(body)
         answers, held = operations[op](items)
+        answers = made_durable(files, op, items, answers, held)
         taken, records.taken = records.taken, []
-        devices = [(device, ticket) for device, (ticket, _) in held.items()]
-        reply = pickle.dumps((*_columns(answers), devices, taken), pickle.HIGHEST_PROTOCOL)
-        fds = [fd for _, fd in held.values()]
-        try:
-            message = LENGTH.pack(len(reply)) + reply
-            sent = sock.sendmsg([message], [_rights(fds)] if fds else [])
-            if sent < len(message):  # (a send of nothing still fails on a closed socket)
-                sock.sendall(message[sent:])
-        finally:
-            for fd in fds:
-                os.close(fd)
+        reply = pickle.dumps((*_columns(answers), taken), pickle.HIGHEST_PROTOCOL)
+        sock.sendall(LENGTH.pack(len(reply)) + reply)
 
 
-def _columns(
+def made_durable(
+    files: ClaimFiles,
+    op: str,
+    items: Sequence[Any],
     answers: list[Answer[Written[Any]]],
-) -> tuple[list[Any], list[tuple[str, ...] | None], dict[int, Exception]]:
-    """A batch's answers as the parent reads them: the values, what to prune once flushed
-    (None: nothing awaits a flush), and the errors by index. Columns, not an object per
-    item: the parent's event loop unpickles them during a herd."""
+    held: Descriptors,
+) -> list[Answer[Any]]:
+    """Each item's final answer once the batch's writes were flushed (``held``: one
+    descriptor per file system, each opened before the batch's first write, so that its
+    ``syncfs`` reports an error in any of them; closed here). What was to be pruned once
+    flushed is pruned now. If the flush fails, each claim written is taken back and answered
+    with its fault, and each settle written is answered unrecorded (False)."""
+    failure: OSError | None = None
+    try:
+        for _, fd in held.values():
+            syncfs(fd)
+    except OSError as exc:
+        failure = exc
+    finally:
+        for _, fd in held.values():
+            os.close(fd)
+    final: list[Answer[Any]] = []
+    for item, answer in zip(items, answers, strict=True):
+        if answer.error is not None:
+            final.append(Answer(error=answer.error))
+            continue
+        value, later = answer.unwrap()
+        if later is None:  # nothing written: nothing awaited the flush
+            final.append(Answer(value=value))
+        elif failure is None:
+            files.prune_later(item[0], later)
+            final.append(Answer(value=value))
+        elif op == "claims":
+            files.unclaim_after(item[0], item[1])
+            final.append(Answer(error=files.not_durable(item[0], item[1], failure)))
+        else:
+            files.settle_warning(item[0], item[1], item[2], failure)
+            final.append(Answer(value=False))
+    return final
+
+
+def _columns(answers: list[Answer[Any]]) -> tuple[list[Any], dict[int, Exception]]:
+    """A batch's answers as the parent reads them: the values, and the errors by index.
+    Columns, not an object per item: the parent's event loop unpickles them during a herd."""
     values: list[Any] = []
-    laters: list[tuple[str, ...] | None] = []
     errors: dict[int, Exception] = {}
     # Equal results sent as one object (a herd's claims are all "taken" of one slot): the
     # reply pickles it once, and the parent builds it once.
@@ -101,18 +133,12 @@ def _columns(
         if answer.error is not None:
             errors[index] = answer.error
             values.append(None)
-            laters.append(None)
         else:
-            value, later = answer.unwrap()
+            value = answer.unwrap()
             if isinstance(value, ClaimResult):
                 value = shared.setdefault(value, value)
             values.append(value)
-            laters.append(None if later is None else tuple(later))
-    return values, laters, errors
-
-
-def _rights(fds: list[int]) -> tuple[int, int, bytes]:
-    return (socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())
+    return values, errors
 
 
 def main(argv: Sequence[str]) -> None:

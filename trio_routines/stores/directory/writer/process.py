@@ -9,11 +9,12 @@ one batch per message over a Unix socket, it writes while the event loop starts 
 the batch before.
 
 Each request is one batch (claims or settles) for :class:`~.claimfiles.ClaimFiles`, which the
-child runs as a worker thread would; the reply carries each item's answer, the log records
-the writes made (logged again here, on ``trio_routines``), and -- passed with
-``SCM_RIGHTS`` -- the directory descriptors the group commit flushes through (see
-groupcommit.py: their tickets are ``CLOCK_MONOTONIC`` readings, comparable across the two
-processes). The flush itself stays in this process.
+child runs as a worker thread would, then makes durable itself (one ``syncfs`` a batch, see
+child.py); the reply carries each item's final answer and the log records the writes made
+(logged again here, on ``trio_routines``). The flush is the child's, not this process's
+group commit: flushing in the child while its next batch waits keeps the writes and the
+flush from contending (a flush running beside the creates of the next batch slows both),
+and a claim is answered durable, ready to start its turn, without a second wake-up here.
 
 Nothing the child does is waited for without a bound: a reply that does not come within
 :data:`REPLY_TIMEOUT` (a stalled disk, a stopped child) and a child that dies fail that batch
@@ -48,7 +49,6 @@ import attrs
 import trio
 
 from ....errors import StateFault
-from ...groupcommit import Descriptors, GroupCommit
 from .call import Call as Call
 from .call import Unsent as Unsent
 from .wire import LENGTH, READY
@@ -87,16 +87,12 @@ class WriterProcess:
         root: Path,
         keep: int,
         lock_timeout: float,
-        commit: GroupCommit,
         *,
         max_batch: int,
         argv: Sequence[str] | None = None,
     ) -> None:
-        """``commit``: the store's group commit, which a reply's descriptors go to; a batch is
-        answered once the flush that covers its writes is done; ``max_batch``: the most items a
-        batch holds (the store's WRITE_BATCH)."""
+        """``max_batch``: the most items a batch holds (the store's WRITE_BATCH)."""
         self._config = [str(root), str(keep), repr(lock_timeout)]
-        self._commit = commit
         self.max_batch = max_batch
         self._open: dict[str, _Batch] = {}  # per kind of write, the batch still filling
         self._flight: collections.deque[_Batch] = collections.deque()  # sent, in order
@@ -243,8 +239,8 @@ class WriterProcess:
                 while self._sent < batch.end:  # our request, and those before it, fully sent
                     await trio.lowlevel.wait_writable(sock)
                     self._push()
-                payload, fds = await _receive(sock)
-            values, laters, errors, held = self._decode(payload, fds, len(batch.calls))
+                payload = await _receive(sock)
+            values, errors = self._decode(payload, len(batch.calls))
         except trio.Cancelled:
             first.gave_up = True
             self._fail(GIVEN_UP, batch)
@@ -257,45 +253,21 @@ class WriterProcess:
         if self._flight and self._flight[0].leader is not None:  # the next reply's reader
             trio.lowlevel.reschedule(self._flight[0].leader)
             self._flight[0].leader = None
-        flush = self._commit.cover(held) if held else None
-        if flush is not None:
-            # Waited for here, once for the batch: its callers are woken once, not once for
-            # the reply and again for the flush (each hears a failed flush from it).
-            try:
-                with contextlib.suppress(OSError):
-                    await self._commit.wait(flush)
-            except trio.Cancelled:  # gave up on a flush that does not return (a stalled disk)
-                first.gave_up = True
-                fault = StateFault(f"the flush of the state directory {GIVEN_UP}")
-                for call in batch.calls:
-                    call.fail(fault)
-                raise
         for index, call in enumerate(batch.calls):
             call.value = values[index]
-            call.later = laters[index]
-            call.flush = flush
             call.error = errors.get(index) if errors else None
             call.done = True
             call.wake()
 
-    def _decode(
-        self, payload: bytes, fds: list[int], count: int
-    ) -> tuple[list[Any], list[Any], dict[int, Exception], Descriptors]:
-        """A reply (see child.py): each item's value and what to prune, the errors by
-        index, its log records (logged here), and the descriptors to flush through (ours
-        now)."""
-        try:
-            values, laters, errors, devices, records = pickle.loads(payload)
-            if not len(values) == len(laters) == count or len(devices) != len(fds):
-                raise ValueError(f"{len(values)} answers and {len(fds)} files, not {count}")
-        except BaseException:
-            for fd in fds:
-                os.close(fd)
-            raise
+    def _decode(self, payload: bytes, count: int) -> tuple[list[Any], dict[int, Exception]]:
+        """A reply (see child.py): each item's value, the errors by index, and its log
+        records (logged here)."""
+        values, errors, records = pickle.loads(payload)
+        if len(values) != count:
+            raise ValueError(f"{len(values)} answers, not {count}")
         for level, message in records:
             log.log(level, "%s", message)
-        pairs = zip(devices, fds, strict=True)
-        return values, laters, errors, {device: (ticket, fd) for (device, ticket), fd in pairs}
+        return values, errors
 
     def waiting_since(self) -> float | None:
         """When the oldest batch still unanswered was sent (Trio time), if one is."""
