@@ -17,6 +17,7 @@ import gc
 import json
 import math
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -671,6 +672,57 @@ def store_writes(state: str, n: int) -> dict[str, Any]:
     return {"total_ms": (ended - started) * 1e3, "writes_ms": (written - started) * 1e3}
 
 
+def writes_at(state: str, n: int, slot: float) -> dict[str, Any]:
+    """The writer process's work for a herd of ``n`` claims, alone in a process: from the real
+    instant ``slot``, the store's batch writes (``ClaimFiles.create_each``, ``WRITE_BATCH`` at
+    a time), each batch flushed (``syncfs``) before the next is written, as the writer process
+    does. When the writes began and ended (real time)."""
+    from trio_routines.claims import KEEP_CLAIMS
+    from trio_routines.stores.directory.claimfiles import ClaimFiles
+    from trio_routines.stores.directory.writes import WRITE_BATCH
+    from trio_routines.stores.groupcommit import SYNCFS
+
+    names = routine_names(n)
+    _claim_dirs(Path(state), names)
+    files = ClaimFiles(Path(state), KEEP_CLAIMS, 10.0, SYNCFS)
+    time.sleep(max(0.0, slot - time.time()))
+    started = time.time()
+    for first in range(0, n, WRITE_BATCH):
+        batch = [(name, SLOT_WALL, SLOT_WALL) for name in names[first : first + WRITE_BATCH]]
+        answers, held = files.create_each(batch)
+        assert all(answer.unwrap()[0].taken for answer in answers)
+        for _, fd in held.values():
+            if SYNCFS is not None:
+                SYNCFS(fd)
+            os.close(fd)
+    return {"start": started, "end": time.time()}
+
+
+def beside_floor(state: str, n: int, slot: float) -> dict[str, Any]:
+    """The two-process floor of a durable burst: the memory-store burst of ``n`` routines
+    and, from the same slot, :func:`writes_at`'s writes of the same claims in a process of
+    their own -- the two kinds of work side by side on two cores, as the writer process
+    runs them, but no turn waits for its claim. Its last turn started (``max_ms``) is the
+    later of the burst's last turn and the last write's flush."""
+    params = json.dumps({"state": state, "n": n, "slot": slot})
+    writer = subprocess.Popen(
+        [sys.executable, __file__, "writes_at", params], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        burst = burst_routines(n, slot)
+        out, _ = writer.communicate(timeout=300)
+    finally:
+        writer.kill()
+    written = json.loads(out.strip().splitlines()[-1])
+    written_ms = (written["end"] - slot) * 1e3
+    return {
+        **burst,
+        "burst_max_ms": burst["max_ms"],
+        "written_ms": written_ms,
+        "max_ms": max(burst["max_ms"], written_ms),
+    }
+
+
 def shared_floor(state: str, n: int, slot: float) -> dict[str, Any]:
     """The one-interpreter floor of a durable burst: the memory-store burst of ``n`` routines
     and, from the same slot, :func:`group_floor`'s ``n`` creates and one ``syncfs`` in a
@@ -975,6 +1027,8 @@ CASES: dict[str, Callable[..., dict[str, Any]]] = {
     "create_floor": create_floor,
     "group_floor": group_floor,
     "shared_floor": shared_floor,
+    "writes_at": writes_at,
+    "beside_floor": beside_floor,
     "store_writes": store_writes,
     "insert_floor": insert_floor,
     "seed_claims": seed_claims,
