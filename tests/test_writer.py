@@ -164,18 +164,6 @@ async def test_the_child_prunes_the_newest_claim_only_once_the_new_one_is_flushe
         assert [path.name for path in claim_path(root, "r0").parent.iterdir()] == [slot_name(later)]
 
 
-async def test_a_claim_whose_flush_fails_is_taken_back_and_never_reported(tmp_path: Path) -> None:
-    async with DirectoryStore(tmp_path, writer_process=misbehaving("flush-eio")) as store:
-        await up(store)
-        with pytest.raises(
-            StateFault, match=r"^could not make the claim .*r0.* durable: EIO: Input/output error$"
-        ):
-            await store.claim("r0", SLOT, SLOT)
-        assert not claim_path(tmp_path, "r0").exists()  # written by the child, removed there
-        assert store._writes.process is not None
-        assert store._writes.process.ready()  # a fault of one batch, not of the process
-
-
 async def test_a_settle_whose_flush_fails_is_reported_unrecorded(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -219,14 +207,25 @@ async def test_a_settle_locked_by_another_waits_in_a_thread_of_its_own(tmp_path:
         assert (await store.history("r0"))[-1].outcome is Outcome.COMPLETED
 
 
-async def test_a_fault_in_the_childs_writes_is_each_claims_fault(tmp_path: Path) -> None:
-    async with DirectoryStore(tmp_path, writer_process=misbehaving("eio")) as store:
+@pytest.mark.parametrize(
+    ("mode", "fault"),
+    [
+        # the write fails: the claim was never named, a retry and not a burn
+        ("eio", r"could not claim slot .*Input/output error"),
+        # the flush fails: the claim the child wrote is removed there
+        ("flush-eio", r"^could not make the claim .*r0.* durable: EIO: Input/output error$"),
+    ],
+)
+async def test_a_fault_in_the_childs_writes_or_flush_is_each_claims_fault(
+    tmp_path: Path, mode: str, fault: str
+) -> None:
+    async with DirectoryStore(tmp_path, writer_process=misbehaving(mode)) as store:
         await up(store)
-        with pytest.raises(StateFault, match=r"could not claim slot .*Input/output error"):
+        with pytest.raises(StateFault, match=fault):
             await store.claim("r0", SLOT, SLOT)
-        assert not claim_path(tmp_path, "r0").exists()  # never named: a retry, not a burn
+        assert not claim_path(tmp_path, "r0").exists()
         assert store._writes.process is not None
-        assert store._writes.process.ready()  # a fault of one claim, not of the process
+        assert store._writes.process.ready()  # a fault of one batch, not of the process
 
 
 async def test_a_child_that_dies_fails_its_batch_and_threads_write_meanwhile(

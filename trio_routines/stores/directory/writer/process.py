@@ -13,7 +13,7 @@ child runs as a worker thread would, then makes durable itself (one ``syncfs`` a
 child.py); the reply carries each item's final answer and the log records the writes made
 (logged again here, on ``trio_routines``). The flush is the child's, not this process's
 group commit: flushing in the child while its next batch waits keeps the writes and the
-flush from contending (a flush running beside the creates of the next batch slows both),
+flush from contending (a flush beside the creates of the next batch slows both),
 and a claim is answered durable, ready to start its turn, without a second wake-up here.
 
 Nothing the child does is waited for without a bound: a reply that does not come within
