@@ -28,6 +28,7 @@ from tests.test_writer import SLOT, child_of, misbehaving, up
 from trio_routines.errors import StateFault
 from trio_routines.stores.directory import DirectoryStore
 from trio_routines.stores.directory.writer import process as writer
+from trio_routines.stores.directory.writer.call import Call
 from trio_routines.stores.directory.writer.process import WriterProcess
 
 PACKAGE = str(Path(writer.__file__).resolve().parents[2])
@@ -344,3 +345,153 @@ def test_reap_kills_what_outlives_its_timeout_and_keeps_what_outlives_the_kill(
     kept: list[object] = list(reaper._ended)
     assert kept == stuck  # kept for the next reap
     ended.stop()
+
+
+class Clock:
+    """``time.monotonic`` for the reaper: a wait that times out has taken its whole timeout."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class SlowStuck(Stuck):
+    """A :class:`Stuck` child whose every wait takes its whole timeout on ``clock``; with
+    ``reaper``, its first wait hands the reaper a child stopped meanwhile (as ``stop`` does from
+    the event loop while a reap runs in its thread)."""
+
+    def __init__(self, clock: Clock, reaper: WriterProcess | None = None) -> None:
+        super().__init__()
+        self.clock = clock
+        self.reaper = reaper
+
+    def wait(self, timeout: float) -> int:
+        self.clock.now += timeout
+        if self.reaper is not None:
+            self.reaper._ended.append(Stuck())  # type: ignore[arg-type]
+            self.reaper = None
+        return super().wait(timeout)
+
+
+def test_reap_waits_until_one_deadline_and_keeps_a_child_stopped_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(writer, "time", clock)
+    reaper = process(tmp_path, SLEEPER)
+    first, second = SlowStuck(clock, reaper), SlowStuck(clock)
+    reaper._ended = [first, second]  # type: ignore[list-item]
+    reaper.reap(5.0)
+    # One deadline per round: the first child's wait used it up, the second gets none left.
+    assert first.waits == [5.0, 5.0]
+    assert second.waits == [0.0, 0.0]
+    # A child stopped during the reap is kept beside those that outlived the kill.
+    kept: list[object] = list(reaper._ended)
+    assert kept[1:] == [first, second]
+    stopped = kept[0]
+    assert isinstance(stopped, Stuck)
+    assert (stopped.killed, stopped.waits) == (0, [])  # not this reap's: left for the next
+
+
+class Owner:
+    """A writer process as a :class:`~trio_routines.stores.directory.writer.call.Call` sees
+    it: what it was told."""
+
+    def __init__(self) -> None:
+        self.given_up = 0
+
+    def give_up_soon(self) -> None:
+        self.given_up += 1
+
+
+@pytest.mark.parametrize(("in_flight", "gives_up"), [(False, 0), (True, 1)])
+def test_a_caller_that_leaves_gives_the_child_up_only_once_its_batch_was_sent(
+    in_flight: bool, gives_up: int
+) -> None:
+    owner = Owner()
+    call = Call(("r0", SLOT, SLOT), owner)  # type: ignore[arg-type]
+    call.task = object()  # type: ignore[assignment] # parked (a stand-in: never woken here)
+    call.in_flight = in_flight
+    assert call(None) is trio.lowlevel.Abort.SUCCEEDED
+    assert call.gave_up is True  # a batch still filling leaves it out when sealed
+    assert call.task is None  # nothing wakes it: it left
+    assert owner.given_up == gives_up
+    assert not call.done
+
+
+def test_a_call_without_a_writer_process_leaves_without_giving_anything_up() -> None:
+    call = Call(("r0", SLOT, SLOT))
+    call.in_flight = True
+    assert call(None) is trio.lowlevel.Abort.SUCCEEDED
+    assert call.gave_up is True
+
+
+async def claim_or_fault(
+    store: DirectoryStore, name: str, got: dict[str, object], scope: trio.CancelScope | None = None
+) -> None:
+    """``store.claim(name)``'s result, or its fault's text, in ``got``; ``"left"`` when
+    ``scope`` (its own) was cancelled."""
+    with scope or trio.CancelScope() as scope:
+        try:
+            got[name] = await store.claim(name, SLOT, SLOT)
+        except StateFault as exc:
+            got[name] = str(exc)
+    if scope.cancelled_caught:
+        got[name] = "left"
+
+
+async def test_the_oldest_batch_in_flight_says_since_when_it_waits(tmp_path: Path) -> None:
+    async with DirectoryStore(tmp_path, writer_process=misbehaving("hang")) as store:
+        process = await up(store)
+        assert process.waiting_since() is None  # nothing in flight
+        got: dict[str, object] = {}
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                before = trio.current_time()
+                nursery.start_soon(claim_or_fault, store, "a", got)
+                await trio.testing.wait_all_tasks_blocked()
+                sent = process.waiting_since()
+                assert sent is not None
+                assert before <= sent <= trio.current_time()
+                await trio.sleep(0.05)
+                nursery.start_soon(claim_or_fault, store, "b", got)
+                await trio.testing.wait_all_tasks_blocked()
+                assert len(process._flight) == 2
+                assert process.waiting_since() == sent  # the oldest batch's, not the newest's
+                assert sent in store._writes.under_way()  # what the store's readiness reads
+                nursery.cancel_scope.cancel()
+        assert process.waiting_since() is None  # given up: nothing in flight any more
+
+
+async def test_a_caller_of_a_later_batch_that_leaves_gives_the_child_up_every_time(
+    tmp_path: Path,
+) -> None:
+    # Its batch was sent: the child may be writing it, and the replies come in order, so
+    # the child is given up; every batch in flight fails, in the words of the oldest.
+    async with DirectoryStore(tmp_path, writer_process=misbehaving("hang")) as store:
+        process = await up(store)
+        for round_ in range(2):  # the second give-up as the first
+            child = child_of(process)
+            first, second, leaving = (f"r{round_}{x}" for x in "abc")
+            got: dict[str, object] = {}
+            cancel = trio.CancelScope()
+            with trio.fail_after(30):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(claim_or_fault, store, first, got)  # alone, read first
+                    await trio.testing.wait_all_tasks_blocked()
+                    nursery.start_soon(claim_or_fault, store, second, got)
+                    nursery.start_soon(claim_or_fault, store, leaving, got, cancel)
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert [len(batch.calls) for batch in process._flight] == [1, 2]
+                    cancel.cancel()
+            assert child.wait(30) == -9  # killed
+            fault = FAULT.format(why=writer.GIVEN_UP, n=1)
+            assert got == {first: fault, second: fault, leaving: "left"}
+            if round_:
+                break  # (a new child left up would make the close wait for it to exit)
+            store._writes.start_writer()
+            with trio.fail_after(30):
+                while not process.ready():  # noqa: ASYNC110 -- another process, not a task
+                    await trio.sleep(0.01)

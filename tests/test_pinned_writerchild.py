@@ -186,8 +186,9 @@ def test_a_failed_flush_takes_back_its_claims_and_leaves_its_settles_unrecorded(
     flushes.failing = True
     before = open_fds()
     later = SLOT + timedelta(minutes=1)
+    fired = later + timedelta(seconds=3)  # fired late: the slot, not this, names the file
     values, errors, records = served.ask(
-        "claims", [("r0", later, later), ("r1", SLOT, SLOT), ("r2", later, later)]
+        "claims", [("r0", later, fired), ("r1", SLOT, SLOT), ("r2", later, fired)]
     )
     assert values == [None, ClaimResult(ClaimStatus.DUPLICATE, slot_name(SLOT)), None]
     assert list(errors) == [0, 2]
