@@ -22,6 +22,7 @@ import trio
 import trio.testing
 from oserrors import FailingOS, fail, named
 
+from trio_routines.agent import Usage
 from trio_routines.claims import KEEP_CLAIMS
 from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
@@ -181,10 +182,16 @@ def test_a_blocking_claim_whose_flush_fails_is_taken_back_and_named(tmp_path: Pa
 def test_blocking_settles_with_a_flush_pass_every_option(tmp_path: Path) -> None:
     store = DirectoryStore(tmp_path, syncfs=flush_ok)
     store.claim_sync("daily", T0, T0)
-    assert store.settle_sync("daily", T0, Outcome.FAILED, 5, error="boom") is True
+    spent = Usage(input_tokens=12, output_tokens=3)
+    assert store.settle_sync("daily", T0, Outcome.COMPLETED, 4) is True
+    # A plain settle writes over the outcome before it; one "if unsettled" never does.
+    assert store.settle_sync(
+        "daily", T0, Outcome.FAILED, 5, error="boom", output="the end", usage=spent
+    )
     assert store.settle_sync("daily", T0, Outcome.INTERRUPTED, None, if_unsettled=True) is True
     (fire,) = store.history_sync("daily")
     assert (fire.outcome, fire.ms, fire.error) == (Outcome.FAILED, 5, "boom")
+    assert (fire.output, fire.usage) == ("the end", spent)
 
 
 def test_a_blocking_settle_whose_flush_fails_warns_in_one_line(

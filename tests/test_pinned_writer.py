@@ -8,6 +8,7 @@ through ``/proc``.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import pickle
@@ -27,6 +28,7 @@ from tests.test_pinned_writerwire import open_fds
 from tests.test_writer import SLOT, child_of, misbehaving, up
 from trio_routines.errors import StateFault
 from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores.directory import writes as write_path
 from trio_routines.stores.directory.writer import process as writer
 from trio_routines.stores.directory.writer.call import Call
 from trio_routines.stores.directory.writer.process import WriterProcess
@@ -495,3 +497,58 @@ async def test_a_caller_of_a_later_batch_that_leaves_gives_the_child_up_every_ti
             with trio.fail_after(30):
                 while not process.ready():  # noqa: ASYNC110 -- another process, not a task
                     await trio.sleep(0.01)
+
+
+class Starts:
+    """A writer process as the store's write path sees it when it asks for a start."""
+
+    def __init__(self, started: int, fails: OSError | None = None) -> None:
+        self.alive = False
+        self.started = started
+        self.fails = fails
+
+    def start(self) -> None:
+        if self.fails is not None:
+            raise self.fails
+        self.started += 1
+        self.alive = True
+
+
+@pytest.mark.parametrize(
+    ("started", "fails", "logged"),
+    [
+        (write_path.MAX_STARTS - 1, None, []),
+        (
+            write_path.MAX_STARTS,
+            None,
+            ["the state directory's writer process keeps ending: threads write now"],
+        ),
+        (
+            0,
+            OSError(errno.EMFILE, "Too many open files", "python3"),
+            [
+                "could not start the writer process (threads write): "
+                "EMFILE: Too many open files: python3"
+            ],
+        ),
+    ],
+    ids=["last-start", "kept-ending", "cannot-start"],
+)
+def test_the_writer_process_starts_until_it_keeps_ending_or_cannot(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    started: int,
+    fails: OSError | None,
+    logged: list[str],
+) -> None:
+    writes = DirectoryStore(tmp_path)._writes
+    starts = Starts(started, fails)
+    writes.process = starts  # type: ignore[assignment]
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        writes.start_writer()
+    assert caplog.messages == logged
+    if logged:  # given up: threads write from now on
+        assert writes.process is None
+    else:
+        assert writes.process is starts
+        assert (starts.started, starts.alive) == (write_path.MAX_STARTS, True)

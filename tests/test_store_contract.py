@@ -422,6 +422,14 @@ async def test_remove_is_scoped_to_the_session(store: Store) -> None:
     assert await store.list_wakeups() == []
 
 
+async def test_a_plain_settle_writes_over_the_outcome_before_it(store: Store) -> None:
+    await store.claim("daily", T0, T0)
+    await store.settle("daily", T0, Outcome.INTERRUPTED, error="stopped")
+    assert await store.settle("daily", T0, Outcome.COMPLETED, 12)
+    (fire,) = await store.history("daily")
+    assert (fire.outcome, fire.ms, fire.error) == (Outcome.COMPLETED, 12, None)
+
+
 async def test_settle_if_unsettled_never_overwrites_an_outcome(store: Store) -> None:
     await store.claim("daily", T0, T0)
     await store.claim("daily", T0 + HOUR, T0)
