@@ -185,8 +185,11 @@ def test_blocking_settles_with_a_flush_pass_every_option(tmp_path: Path) -> None
     spent = Usage(input_tokens=12, output_tokens=3)
     assert store.settle_sync("daily", T0, Outcome.COMPLETED, 4) is True
     # A plain settle writes over the outcome before it; one "if unsettled" never does.
-    assert store.settle_sync(
-        "daily", T0, Outcome.FAILED, 5, error="boom", output="the end", usage=spent
+    assert (
+        store.settle_sync(
+            "daily", T0, Outcome.FAILED, 5, error="boom", output="the end", usage=spent
+        )
+        is True
     )
     assert store.settle_sync("daily", T0, Outcome.INTERRUPTED, None, if_unsettled=True) is True
     (fire,) = store.history_sync("daily")

@@ -467,30 +467,37 @@ async def test_the_oldest_batch_in_flight_says_since_when_it_waits(tmp_path: Pat
         assert process.waiting_since() is None  # given up: nothing in flight any more
 
 
+@pytest.mark.parametrize("who", ["leader", "joined"])
 async def test_a_caller_of_a_later_batch_that_leaves_gives_the_child_up_every_time(
-    tmp_path: Path,
+    tmp_path: Path, who: str
 ) -> None:
     # Its batch was sent: the child may be writing it, and the replies come in order, so
-    # the child is given up; every batch in flight fails, in the words of the oldest.
+    # the child is given up; every batch in flight fails, in the words of the oldest. The one
+    # leaving is the later batch's leader (parked until its reply's turn) or a caller that
+    # joined it (parked until answered): Trio's order decides which is which, so it is looked up.
     async with DirectoryStore(tmp_path, writer_process=misbehaving("hang")) as store:
         process = await up(store)
         for round_ in range(2):  # the second give-up as the first
             child = child_of(process)
-            first, second, leaving = (f"r{round_}{x}" for x in "abc")
+            first, *later = (f"r{round_}{x}" for x in "abc")
             got: dict[str, object] = {}
-            cancel = trio.CancelScope()
+            scopes = {name: trio.CancelScope() for name in later}
             with trio.fail_after(30):
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(claim_or_fault, store, first, got)  # alone, read first
                     await trio.testing.wait_all_tasks_blocked()
-                    nursery.start_soon(claim_or_fault, store, second, got)
-                    nursery.start_soon(claim_or_fault, store, leaving, got, cancel)
+                    for name in later:
+                        nursery.start_soon(claim_or_fault, store, name, got, scopes[name])
                     await trio.testing.wait_all_tasks_blocked()
                     assert [len(batch.calls) for batch in process._flight] == [1, 2]
-                    cancel.cancel()
+                    leader = process._flight[1].calls[0].item[0]
+                    (joined,) = set(later) - {leader}
+                    leaving = leader if who == "leader" else joined
+                    scopes[leaving].cancel()
             assert child.wait(30) == -9  # killed
             fault = FAULT.format(why=writer.GIVEN_UP, n=1)
-            assert got == {first: fault, second: fault, leaving: "left"}
+            (staying,) = set(later) - {leaving}
+            assert got == {first: fault, staying: fault, leaving: "left"}
             if round_:
                 break  # (a new child left up would make the close wait for it to exit)
             store._writes.start_writer()
