@@ -408,12 +408,16 @@ class Owner:
         self.given_up += 1
 
 
-@pytest.mark.parametrize(("in_flight", "gives_up"), [(False, 0), (True, 1)])
+@pytest.mark.parametrize(
+    ("in_flight", "owned", "gives_up"),
+    [(False, True, 0), (True, True, 1), (True, False, 0)],
+    ids=["unsent", "sent", "no-writer-process"],
+)
 def test_a_caller_that_leaves_gives_the_child_up_only_once_its_batch_was_sent(
-    in_flight: bool, gives_up: int
+    in_flight: bool, owned: bool, gives_up: int
 ) -> None:
     owner = Owner()
-    call = Call(("r0", SLOT, SLOT), owner)  # type: ignore[arg-type]
+    call = Call(("r0", SLOT, SLOT), owner if owned else None)  # type: ignore[arg-type]
     call.task = object()  # type: ignore[assignment] # parked (a stand-in: never woken here)
     call.in_flight = in_flight
     assert call(None) is trio.lowlevel.Abort.SUCCEEDED
@@ -421,13 +425,6 @@ def test_a_caller_that_leaves_gives_the_child_up_only_once_its_batch_was_sent(
     assert call.task is None  # nothing wakes it: it left
     assert owner.given_up == gives_up
     assert not call.done
-
-
-def test_a_call_without_a_writer_process_leaves_without_giving_anything_up() -> None:
-    call = Call(("r0", SLOT, SLOT))
-    call.in_flight = True
-    assert call(None) is trio.lowlevel.Abort.SUCCEEDED
-    assert call.gave_up is True
 
 
 async def claim_or_fault(
