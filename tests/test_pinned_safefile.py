@@ -24,6 +24,8 @@ from trio_routines.instants import slot_name
 from trio_routines.records import Outcome
 from trio_routines.stores import safefile
 from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores.directory.pause import set_paused_sync
+from trio_routines.stores.directory.wakeupfile import WakeupFile
 from trio_routines.stores.safefile import Refused, describe, kind_of, lock_within, open_dir, read_fd
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
@@ -107,6 +109,31 @@ def test_a_claim_swapped_for_a_fifo_after_the_look_is_refused_without_blocking(
     assert store.settle_sync("daily", T0, Outcome.COMPLETED, 1) is False
 
 
+def test_a_temp_name_swapped_for_a_link_before_its_link_is_linked_as_the_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, directory: int
+) -> None:
+    """Where no unnamed file can be made, the file is written under a temp name and linked in:
+    a temp name swapped for a symbolic link meanwhile names the link, never its target (a
+    second name for a file outside the state directory)."""
+    monkeypatch.setattr(safefile, "_UNNAMED", 0)
+    victim = tmp_path.parent / f"{tmp_path.name}-victim"
+    victim.write_bytes(b"precious")
+    written = safefile.write_all
+
+    def then_swapped(fd: int, data: bytes, where: safefile.Where) -> None:
+        written(fd, data, where)
+        (temp,) = (p for p in tmp_path.iterdir() if p.name.startswith(".made-"))
+        temp.unlink()
+        temp.symlink_to(victim)
+
+    monkeypatch.setattr(safefile, "write_all", then_swapped)
+    os.close(safefile.create_whole(directory, tmp_path, "made", b"ours", ".made-"))
+    assert stat.S_ISLNK(os.lstat(tmp_path / "made").st_mode)
+    assert os.stat(victim).st_nlink == 1
+    assert victim.read_bytes() == b"precious"
+    assert [p.name for p in tmp_path.iterdir()] == ["made"]  # the temp name is gone
+
+
 def test_refusals_after_the_open_are_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, directory: int
 ) -> None:
@@ -180,18 +207,35 @@ def test_a_lock_wait_polls_until_its_deadline_inclusive(
 # -- modes, and what creating the state directory makes durable ------------------------------------
 
 
-def test_new_files_and_directories_get_their_modes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("unnamed", [True, False], ids=["unnamed", "temp-named"])
+def test_new_files_and_directories_get_their_modes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unnamed: bool
+) -> None:
+    """Every file the store makes is rw-r--r-- (never executable), however it is made: a claim
+    written unnamed or under a temp name, a pause file, the wake-up writers' lock."""
+    if not unnamed:
+        monkeypatch.setattr(safefile, "_UNNAMED", 0)
+    store = DirectoryStore(tmp_path)
     old = os.umask(0)
     try:
-        DirectoryStore(tmp_path).claim_sync("daily", T0, T0)
+        store.claim_sync("daily", T0, T0)
+        set_paused_sync(tmp_path, "daily", True, T0)
+        with WakeupFile(tmp_path, 1.0).locked():
+            pass
     finally:
         os.umask(old)
-    claims = tmp_path / "schedule" / "claims"
+    schedule = tmp_path / "schedule"
+    claims = schedule / "claims"
     modes = [
         stat.S_IMODE(p.stat().st_mode)
-        for p in (tmp_path / "schedule", claims, claims / "daily", claims / "daily" / NAME)
+        for p in (schedule, claims, claims / "daily", claims / "daily" / NAME)
     ]
     assert modes == [0o755, 0o755, 0o755, 0o644]
+    made = sorted(p for p in schedule.rglob("*") if p.is_file())
+    assert {p.name for p in made} >= {NAME, "daily", "wakeups.lock"}
+    assert {p.relative_to(tmp_path).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in made} == {
+        p.relative_to(tmp_path).as_posix(): 0o644 for p in made
+    }
 
 
 def test_creating_the_state_directory_fsyncs_the_parent_of_each_new_directory(
