@@ -208,7 +208,7 @@ def test_a_reply_that_does_not_match_its_batch_is_refused(
 
 def hold_after(monkeypatch: pytest.MonkeyPatch, then: Callable[[int], None]) -> None:
     """Let each reply be read, then do ``then(n)`` (n counting the replies from 1)."""
-    receive = writer._receive
+    receive = writer._receive  # type: ignore[attr-defined]  # the name tests hold replies by
     count = 0
 
     async def held(sock: socket.socket) -> bytes:
@@ -554,5 +554,5 @@ def test_the_writer_process_starts_until_it_keeps_ending_or_cannot(
     if logged:  # given up: threads write from now on
         assert writes.process is None
     else:
-        assert writes.process is starts
+        assert writes.process is starts  # type: ignore[comparison-overlap]  # a stand-in
         assert (starts.started, starts.alive) == (write_path.MAX_STARTS, True)
