@@ -248,7 +248,7 @@ def test_creating_the_state_directory_fsyncs_the_parent_of_each_new_directory(
         os.fsync(fd)
 
     proxy = FailingOS()
-    proxy.fsync = fsync  # type: ignore[method-assign]
+    proxy.fsync = fsync  # type: ignore[attr-defined]
     monkeypatch.setattr(safefile, "os", proxy)
     root = tmp_path / "a" / "state"
     DirectoryStore(root, syncfs=None).claim_sync("daily", T0, T0)
