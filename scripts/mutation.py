@@ -609,6 +609,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_gaps.py",
             "tests/test_open_claims.py",
             "tests/test_directory_holds.py",
+            # Pins written for this module's survivors: its batches, its write path's options
+            # and bounds, the wake-up file's lock and take-over.
+            "tests/test_pinned_claimfiles_batches.py",
+            "tests/test_pinned_writes.py",
+            "tests/test_pinned_wakeupfile_retire.py",
         ],
     ),
     # The wake-up journal of a state directory (the in-memory index, the journal's reading and
