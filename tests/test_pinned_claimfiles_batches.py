@@ -6,8 +6,7 @@ no longer be opened that way (its path's permissions changed meanwhile) fails no
 A settle in a batch never waits for a claim's lock that another settle holds, even a lock that
 would come free at once: it is answered :class:`Contended` and writes nothing (the store then
 waits for it in a thread of its own). A claim whose descriptor fails to close once it is
-durable is taken all the same. ``ClaimFiles.open_claims`` through an opened claims directory
-finds the routine's own, and names it when it is missing.
+durable is taken all the same.
 """
 
 from __future__ import annotations
@@ -147,18 +146,3 @@ def test_a_claim_whose_close_fails_once_durable_is_still_taken(
     assert len(proxy.failed) == 1
     (fire,) = store.history_sync("daily")
     assert (fire.slot, fire.outcome) == (T0, None)
-
-
-def test_a_routines_claims_open_through_an_opened_claims_directory(tmp_path: Path) -> None:
-    claims(tmp_path).mkdir(parents=True)
-    files = files_of(tmp_path)
-    with files.claims_dir() as opened:
-        assert opened is not None
-        directory = files.open_claims("daily", claims=opened)
-        try:
-            assert os.path.samestat(os.fstat(directory), os.stat(claims(tmp_path)))
-        finally:
-            os.close(directory)
-        with pytest.raises(FileNotFoundError) as raised:
-            files.open_claims("weekly", claims=opened)
-    assert raised.value.filename == str(claims(tmp_path, "weekly"))

@@ -11,46 +11,54 @@ fails after the move is one warning naming the file and the directory. A look at
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import re
 from pathlib import Path
 
 import pytest
 from oserrors import fail, fail_directory_fsyncs, named
-from wakeupstate import EIO, T0, entry, ids, request, state, warnings
+from wakeupstate import (
+    EIO,
+    IMPORTED_ASIDE,
+    T0,
+    entry,
+    hold_lock,
+    ids,
+    lock_waits_give_up_at_once,
+    request,
+    state,
+    warnings,
+)
 
 from trio_routines.errors import StateFault
 from trio_routines.stores import safefile
 from trio_routines.stores.directory import DirectoryStore, wakeupfile
 from trio_routines.stores.directory.wakeupfile import WakeupFile
 
-IMPORTED = r"wakeups\.json\.imported-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d-\d{3}Z-[0-9a-f]{4}"
-
 # -- the writers' lock ---------------------------------------------------------------------------
 
 
 async def lock_refusal(root: Path) -> str:
     with pytest.raises(StateFault) as raised:
-        await DirectoryStore(root, lock_timeout=0.05).add_wakeup(request(), T0)
+        await DirectoryStore(root, lock_timeout=10).add_wakeup(request(), T0)
     return str(raised.value)
 
 
 async def test_a_lock_timeout_names_this_process_only_for_a_lock_it_holds_there(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ours, theirs = state(tmp_path / "ours"), state(tmp_path / "theirs")
-    held = os.open(theirs / "wakeups.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    held = hold_lock(theirs)  # as another process holds it: its own open file
     try:
-        fcntl.flock(held, fcntl.LOCK_EX)  # as another process holds it: its own open file
-        with WakeupFile(tmp_path / "ours", 0.05).locked():
+        with WakeupFile(tmp_path / "ours", 10).locked():
+            lock_waits_give_up_at_once(monkeypatch)
             assert await lock_refusal(tmp_path / "ours") == (
-                f"the wake-up store {ours / 'wakeups.lock'} stayed locked for 0.05s — "
+                f"the wake-up store {ours / 'wakeups.lock'} stayed locked for 10s — "
                 "another store object of this process on the same directory holds it"
             )
             # This process holds a lock, but not that one.
             assert await lock_refusal(tmp_path / "theirs") == (
-                f"the wake-up store {theirs / 'wakeups.lock'} stayed locked for 0.05s — "
+                f"the wake-up store {theirs / 'wakeups.lock'} stayed locked for 10s — "
                 "another process holds it"
             )
     finally:
@@ -74,7 +82,7 @@ async def test_a_take_over_whose_directory_fsync_fails_is_one_warning_and_moved_
         f"moved {path} aside but could not fsync its directory: EIO: I/O error: {schedule}"
     ]
     (aside,) = (name for name in os.listdir(schedule) if name.startswith("wakeups.json"))
-    assert re.fullmatch(IMPORTED, aside), aside
+    assert re.fullmatch(IMPORTED_ASIDE, aside), aside
     assert (schedule / aside).read_bytes() == original
 
 

@@ -8,7 +8,6 @@ a writer reads and appends to the directory it holds locked, and writes only a c
 from __future__ import annotations
 
 import errno
-import fcntl
 import itertools
 import json
 import os
@@ -17,20 +16,26 @@ from pathlib import Path
 
 import pytest
 from oserrors import fail, named, prefixed
-from wakeupstate import ASIDE, EIO, HEX16, T0, entry, ids, pending, request, state, warnings
+from wakeupstate import (
+    ASIDE,
+    EIO,
+    HEX16,
+    T0,
+    entry,
+    hold_lock,
+    ids,
+    lock_waits_give_up_at_once,
+    pending,
+    request,
+    state,
+    warnings,
+)
 
 from trio_routines.errors import StateFault
 from trio_routines.stores import safefile
 from trio_routines.stores.directory import DirectoryStore, wakeupfile
 
 # -- the writers' lock -----------------------------------------------------------------------------
-
-
-def hold_lock(schedule: Path) -> int:
-    """Take the writers' lock as another process would (a lock on its own open file)."""
-    fd = os.open(schedule / "wakeups.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    return fd
 
 
 async def test_the_lock_is_the_one_in_the_state_directory_wherever_we_run(
@@ -42,14 +47,15 @@ async def test_the_lock_is_the_one_in_the_state_directory_wherever_we_run(
     monkeypatch.chdir(elsewhere)
     schedule = state(tmp_path / "state")
     held = hold_lock(schedule)
+    lock_waits_give_up_at_once(monkeypatch)
     try:
-        store = DirectoryStore(tmp_path / "state", lock_timeout=0.05)
+        store = DirectoryStore(tmp_path / "state", lock_timeout=10)
         with pytest.raises(StateFault) as raised:
             await store.add_wakeup(request(), T0)
     finally:
         os.close(held)
     assert str(raised.value) == (
-        f"the wake-up store {schedule / 'wakeups.lock'} stayed locked for 0.05s — "
+        f"the wake-up store {schedule / 'wakeups.lock'} stayed locked for 10s — "
         "another process holds it"
     )
     assert os.listdir(schedule) == ["wakeups.lock"]

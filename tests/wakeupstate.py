@@ -3,15 +3,20 @@
 
 from __future__ import annotations
 
+import fcntl
+import itertools
 import logging
+import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from trio_routines.converter import dumps, loads
 from trio_routines.instants import format_iso
+from trio_routines.stores import safefile
 from trio_routines.wakeups import WakeupRequest
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
@@ -49,6 +54,24 @@ def ids(entries: list[Any]) -> list[str]:
 ASIDE = r"wakeups\.json\.corrupt-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d-\d{3}Z-[0-9a-f]{4}"
 ASIDE_JOURNAL = r"wakeups\.journal\.corrupt-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d-\d{3}Z-[0-9a-f]{4}"
 IMPORTED = "wakeups.json.imported-*"
+IMPORTED_ASIDE = r"wakeups\.json\.imported-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d-\d{3}Z-[0-9a-f]{4}"
+
+
+def hold_lock(schedule: Path) -> int:
+    """Take the writers' lock as another process would (a lock on its own open file)."""
+    fd = os.open(schedule / "wakeups.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def lock_waits_give_up_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every read of a lock wait's clock is 10 s later than the last: a wait of 10 s gives up
+    at its first retry, however loaded the machine (a caller's own bound on the wait's
+    thread, twice the wait in real time, is never reached first)."""
+    clock = itertools.count(0.0, 10.0)
+    monkeypatch.setattr(
+        safefile, "time", SimpleNamespace(monotonic=lambda: next(clock), sleep=lambda _s: None)
+    )
 
 
 def journal(root: Path) -> list[dict[str, Any]]:

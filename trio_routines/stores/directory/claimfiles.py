@@ -95,11 +95,12 @@ class ClaimFiles:
         where: Where | None = None,
     ) -> int:
         """The routine's claim directory; through ``claims`` (from :meth:`claims_dir`) if given,
-        ``where`` its :meth:`claim_dir` if the caller has it already."""
+        with ``where``, the caller's :meth:`claim_dir` of it (named in the messages)."""
         if claims is None:
             return open_dirs(self.root, ("schedule", "claims", check_name(routine)), create=create)
-        if where is None:
-            where = self.claim_dir(routine)
+        assert where is not None, (
+            "a claim directory opened through its parent is named by its caller"
+        )
         return open_dir(claims, where.name, where, create=create)
 
     @contextlib.contextmanager
