@@ -330,3 +330,102 @@ def test_equal_claim_results_go_back_as_one_object() -> None:
     assert errors == {4: fault}
     # the reply pickles the one object once
     assert len(pickle.dumps(values)) < len(pickle.dumps([*taken, other]))
+
+
+class Backlog:
+    """``serve`` in a thread, started once the test has queued its batches on the socket: the
+    child finds them all waiting, as a herd's batches are while it writes the one before."""
+
+    def __init__(self, root: Path, *requests: bytes) -> None:
+        self.parent, child = socket.socketpair()
+        self.parent.settimeout(30)
+        for data in requests:
+            self.parent.sendall(data)
+
+        def run() -> None:
+            with child:
+                writerchild.serve(child, root, 3, 0.2)
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        assert self.parent.recv(1) == READY
+
+    def close(self) -> None:
+        self.parent.close()
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+
+
+def test_batches_waiting_are_written_under_one_flush_and_answered_in_order(
+    tmp_path: Path, flushes: Flushes
+) -> None:
+    waiting = writerchild.MERGED + 2
+    slots = [SLOT + timedelta(minutes=i) for i in range(waiting)]
+    backlog = Backlog(
+        tmp_path, *(request("claims", [(f"r{i:02}", slot, slot)]) for i, slot in enumerate(slots))
+    )
+    for slot in slots:  # one reply a batch, in the batches' order
+        values, errors, records = read_reply(backlog.parent)
+        assert (values[0].status, values[0].newest, errors, records) == (
+            ClaimStatus.TAKEN,
+            slot_name(slot),
+            {},
+            [],
+        )
+    backlog.close()
+    # the first MERGED under one flush, made once all of them were written; then the rest
+    assert flushes.devices == [tmp_path.stat().st_dev] * 2
+    made = [f"r{i:02}/{slot_name(slot)}" for i, slot in enumerate(slots)]
+    assert flushes.seen == [made[: writerchild.MERGED], made]
+
+
+def test_a_merged_flush_that_fails_fails_each_batch_in_its_own_reply(
+    tmp_path: Path, flushes: Flushes
+) -> None:
+    served = Served(tmp_path)
+    served.ask("claims", [("r0", SLOT, SLOT)])
+    served.close()
+    flushes.failing = True
+    later = SLOT + timedelta(minutes=1)
+    settle = (("r0", SLOT, Outcome.COMPLETED, 5, False, None),)
+    backlog = Backlog(
+        tmp_path,
+        request("claims", [("r1", later, later)]),
+        request("settles", list(settle)),
+        request("claims", [("r2", later, later)]),
+    )
+    replies = [read_reply(backlog.parent) for _ in range(3)]
+    backlog.close()
+    assert len(flushes.devices) == 2  # the first batch's, then the three waiting together
+    for (values, errors, records), name in ((replies[0], "r1"), (replies[2], "r2")):
+        assert values == [None]
+        assert str(errors[0]) == (
+            f"could not make the claim {tmp_path}/schedule/claims/{name}/{slot_name(later)}"
+            " durable: EIO: Input/output error"
+        )
+        assert records == []  # the settle's warning is its own reply's
+        assert not (tmp_path / "schedule" / "claims" / name / slot_name(later)).exists()
+    values, errors, records = replies[1]
+    assert (values, errors) == ([False], {})
+    assert records == [
+        (
+            logging.WARNING,
+            f"r0: could not record the completed outcome of slot {slot_name(SLOT)}:"
+            " EIO: Input/output error",
+        )
+    ]
+
+
+def test_a_batch_only_partly_sent_is_not_waited_for(tmp_path: Path, flushes: Flushes) -> None:
+    # The parent sends the rest of a batch only once the batches before it are answered: a
+    # child that waited for it before answering those would wait for ever.
+    second = request("claims", [("r1", SLOT, SLOT)])
+    backlog = Backlog(tmp_path, request("claims", [("r0", SLOT, SLOT)]), second[:9])
+    values, *_ = read_reply(backlog.parent)
+    assert values[0].status is ClaimStatus.TAKEN
+    assert len(flushes.devices) == 1  # the first alone
+    backlog.parent.sendall(second[9:])
+    values, *_ = read_reply(backlog.parent)
+    assert values[0].status is ClaimStatus.TAKEN
+    assert len(flushes.devices) == 2
+    backlog.close()
