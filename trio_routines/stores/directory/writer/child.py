@@ -5,10 +5,7 @@ Started as ``python -m trio_routines.stores.directory.writer.child FD ROOT KEEP 
 with :class:`~.claimfiles.ClaimFiles`, as a worker thread of the store would, makes the
 batch durable with one ``syncfs`` per file system it wrote on, and only then sends back the
 answers and the log records the writes made: an answer is final, and nothing is left for the
-parent to flush. Batches that are already waiting when one arrives (a herd's, queued while
-the child wrote the one before) are written with it, up to :data:`MERGED`, under one flush:
-a ``syncfs`` costs milliseconds however little it flushes, and the replies still go back one
-per batch, in order. A flush that fails takes back the batch's claims (each one a state fault:
+parent to flush. A flush that fails takes back the batch's claims (each one a state fault:
 a retry, never a burned slot) and makes its settles unrecorded, as the store's own group
 commit does for a thread's writes. It ignores SIGINT (the parent decides when it stops) and
 returns when the socket closes.
@@ -28,13 +25,10 @@ from typing import Any
 
 from ....records import ClaimResult
 from ...batch import Answer
-from ...groupcommit import Descriptors, hand_in, syncfs
+from ...groupcommit import Descriptors, syncfs
 from ..claimbatch import Batched, Written
 from ..claimfiles import ClaimFiles
 from .wire import LENGTH, READY
-
-#: The most batches written under one flush: those already waiting when one arrives.
-MERGED = 8
 
 
 class _Records(logging.Handler):
@@ -46,10 +40,6 @@ class _Records(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.taken.append((record.levelno, record.getMessage()))
-
-    def take(self) -> list[tuple[int, str]]:
-        taken, self.taken = self.taken, []
-        return taken
 
 
 def _read_exactly(sock: socket.socket, size: int) -> bytes | None:
@@ -76,69 +66,32 @@ def serve(sock: socket.socket, root: Path, keep: int, lock_timeout: float) -> No
     }
     sock.sendall(READY)
     while True:
-        request = _read_request(sock)
-        if request is None:
+        header = _read_exactly(sock, LENGTH.size)
+        if header is None:
             return
-        requests = [request]
-        ended = False  # the socket's end came after them: answer them, then return
-        while len(requests) < MERGED:
-            waiting = _whole_request_waiting(sock)
-            if not waiting:
-                ended = waiting is None
-                break
-            request = _read_request(sock)
-            assert request is not None  # it has come whole
-            requests.append(request)
-        held: Descriptors = {}
-        written = []
-        for op, items in requests:
-            answers, more = operations[op](items)
-            for device, (ticket, fd) in more.items():
-                hand_in(held, device, fd, ticket)
-            written.append((op, items, answers, records.take()))
-        failure = flushed(held)
-        for op, items, answers, taken in written:
-            final = made_durable(files, op, items, answers, failure)
-            reply = (*_columns(final), taken + records.take())
-            data = pickle.dumps(reply, pickle.HIGHEST_PROTOCOL)
-            sock.sendall(LENGTH.pack(len(data)) + data)
-        if ended:
+        body = _read_exactly(sock, LENGTH.unpack(header)[0])
+        if body is None:
             return
+        op, items = pickle.loads(body)
+        answers, held = operations[op](items)
+        answers = made_durable(files, op, items, answers, held)
+        taken, records.taken = records.taken, []
+        reply = pickle.dumps((*_columns(answers), taken), pickle.HIGHEST_PROTOCOL)
+        sock.sendall(LENGTH.pack(len(reply)) + reply)
 
 
-def _read_request(sock: socket.socket) -> tuple[str, list[Any]] | None:
-    """The next batch, ``(op, items)``; None once the socket closes, even mid-message."""
-    header = _read_exactly(sock, LENGTH.size)
-    if header is None:
-        return None
-    body = _read_exactly(sock, LENGTH.unpack(header)[0])
-    if body is None:
-        return None
-    request: tuple[str, list[Any]] = pickle.loads(body)
-    return request
-
-
-def _whole_request_waiting(sock: socket.socket) -> bool | None:
-    """Whether a whole batch has come that a read would not wait for; None at the socket's
-    end. Never a part of one: the parent sends the rest of a batch only once the batches
-    before it are answered, so a read waiting for it would wait for ever."""
-    peek = socket.MSG_PEEK | socket.MSG_DONTWAIT
-    try:
-        header = sock.recv(LENGTH.size, peek)
-        if not header:
-            return None
-        if len(header) < LENGTH.size:
-            return False
-        size: int = LENGTH.size + LENGTH.unpack(header)[0]
-        return len(sock.recv(size, peek)) == size
-    except BlockingIOError:
-        return False
-
-
-def flushed(held: Descriptors) -> OSError | None:
-    """Flush the writes of the batches that ``held`` covers (one descriptor per file system,
-    the earliest opened, before any of their writes, so that its ``syncfs`` reports an error
-    in any of them; closed here): the flush's error, or None."""
+def made_durable(
+    files: ClaimFiles,
+    op: str,
+    items: Sequence[Any],
+    answers: list[Answer[Written[Any]]],
+    held: Descriptors,
+) -> list[Answer[Any]]:
+    """Each item's final answer once the batch's writes were flushed (``held``: one
+    descriptor per file system, each opened before the batch's first write, so that its
+    ``syncfs`` reports an error in any of them; closed here). What was to be pruned once
+    flushed is pruned now. If the flush fails, each claim written is taken back and answered
+    with its fault, and each settle written is answered unrecorded (False)."""
     failure: OSError | None = None
     try:
         for _, fd in held.values():
@@ -148,20 +101,6 @@ def flushed(held: Descriptors) -> OSError | None:
     finally:
         for _, fd in held.values():
             os.close(fd)
-    return failure
-
-
-def made_durable(
-    files: ClaimFiles,
-    op: str,
-    items: Sequence[Any],
-    answers: list[Answer[Written[Any]]],
-    failure: OSError | None,
-) -> list[Answer[Any]]:
-    """Each item's final answer once the batch's writes were flushed, ``failure`` the flush's
-    error. What was to be pruned once flushed is pruned now. If the flush failed, each claim
-    written is taken back and answered with its fault, and each settle written is answered
-    unrecorded (False)."""
     final: list[Answer[Any]] = []
     for item, answer in zip(items, answers, strict=True):
         if answer.error is not None:
