@@ -27,6 +27,7 @@ from wakeupstate import (
     lock_waits_give_up_at_once,
     request,
     state,
+    unreadable,
     warnings,
 )
 
@@ -89,10 +90,6 @@ async def test_a_take_over_whose_directory_fsync_fails_is_one_warning_and_moved_
 # -- looking and reading -------------------------------------------------------------------------
 
 
-def unreadable(path: Path) -> str:
-    return f"schedule state {path} is unreadable — fix permissions/disk and restart: {EIO}: {path}"
-
-
 @pytest.mark.parametrize("call", ["look", "open"])
 async def test_a_look_or_an_open_that_fails_is_a_fault_naming_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str
@@ -104,7 +101,7 @@ async def test_a_look_or_an_open_that_fails_is_a_fault_naming_the_file(
         fail(monkeypatch, safefile, "open", errno.EIO, named("wakeups.json"))
     with pytest.raises(StateFault) as raised:
         await DirectoryStore(tmp_path).add_wakeup(request(), T0)
-    assert str(raised.value) == unreadable(path)
+    assert str(raised.value) == unreadable(path, f"{EIO}: {path}")
     assert path.exists()
 
 

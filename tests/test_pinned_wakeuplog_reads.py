@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from wakeupstate import ASIDE_JOURNAL, EIO
+from wakeupstate import ASIDE_JOURNAL, EIO, unreadable
 
 from trio_routines.converter import dumps, wakeup_to_json
 from trio_routines.errors import StateFault
@@ -46,10 +46,6 @@ def ids(store: WakeupLog) -> list[str]:
 
 def messages(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records]
-
-
-def unreadable(path: Path, detail: str) -> str:
-    return f"schedule state {path} is unreadable — fix permissions/disk and restart: {detail}"
 
 
 # -- a poll --------------------------------------------------------------------------------------

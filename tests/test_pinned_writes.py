@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from test_stalled_directory import settled
 
 from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
@@ -74,13 +75,6 @@ class Gate:
 
     def let_through(self, calls: int = 1) -> None:
         self.passes.release(calls)
-
-
-async def threads_returned(store: DirectoryStore) -> None:
-    """Until every thread of the store's, given up or not, has returned."""
-    with trio.fail_after(30):
-        while store._begun:  # noqa: ASYNC110 -- threads, not Trio tasks
-            await trio.sleep(0.01)
 
 
 @pytest.fixture
@@ -206,7 +200,7 @@ async def test_a_batchs_leader_cancelled_while_it_is_written_leaves_and_the_rest
         await trio.testing.wait_all_tasks_blocked()
         left_at_once = scope.cancelled_caught
         gate.let_through()
-    await threads_returned(store)  # the given-up batch's thread, let through above
+    await settled(store)  # the given-up batch's thread, let through above
     assert left_at_once
     assert gate.calls == [[("first", slot)], [("leader", slot), ("rider", slot)]]
     assert heard == {

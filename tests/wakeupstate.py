@@ -57,6 +57,11 @@ IMPORTED = "wakeups.json.imported-*"
 IMPORTED_ASIDE = r"wakeups\.json\.imported-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d-\d{3}Z-[0-9a-f]{4}"
 
 
+def unreadable(path: Path, detail: str) -> str:
+    """The fault of a wake-up store file that cannot be read: ``detail`` is what failed."""
+    return f"schedule state {path} is unreadable — fix permissions/disk and restart: {detail}"
+
+
 def hold_lock(schedule: Path) -> int:
     """Take the writers' lock as another process would (a lock on its own open file)."""
     fd = os.open(schedule / "wakeups.lock", os.O_RDWR | os.O_CREAT, 0o644)
