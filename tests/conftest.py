@@ -42,7 +42,7 @@ def _cold_cron_caches() -> None:
     exercise. Mutation testing runs a mutant's tests in a process forked after the clean run
     (docs/mutation.md), where every cache holds answers from the unmutated code.
     """
-    cron_schedule._parse_cached.cache_clear()
+    cron_schedule.PARSED.clear()
     cron_schedule._day_offsets.cache_clear()
     cron_schedule._zone.cache_clear()
     cron_days._rule.cache_clear()

@@ -7,6 +7,7 @@ real timeline; cronsim is a second opinion away from its known quirks.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from tests.cron_reference import RefCron, reference_next
 from trio_routines.cron import CronSchedule, cron_error, next_run, parse_cron
+from trio_routines.cron import schedule as cron_schedule
 from trio_routines.errors import InvalidCron, TrioRoutinesError
 
 # --------------------------------------------------------------------------------------------
@@ -769,6 +771,43 @@ def test_only_short_expressions_are_cached() -> None:
     assert parse_cron(long) is not parse_cron(long)
     assert parse_cron(long).next_after(JAN_2026) == Z("2026-01-01T09:00")
     assert parse_cron("0 9 * * *") is parse_cron("0 9 * * *")
+
+
+def test_the_parse_cache_is_bounded_and_lets_its_oldest_go(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cron_schedule, "_PARSED_LIMIT", 3)
+    first = parse_cron("1 * * * *")
+    second = parse_cron("2 * * * *")
+    berlin = parse_cron("2 * * * *", "Europe/Berlin")
+    assert berlin is not second  # one entry per zone
+    assert parse_cron("1 * * * *") is first  # asked again: the entry itself
+    assert parse_cron("3 * * * *") is not None  # a fourth: the oldest entry goes
+    assert len(cron_schedule.PARSED) == 3
+    assert parse_cron("2 * * * *") is second
+    assert parse_cron("2 * * * *", "Europe/Berlin") is berlin
+    again = parse_cron("1 * * * *")
+    assert again is not first
+    assert again.next_after(JAN_2026) == first.next_after(JAN_2026)
+    assert len(cron_schedule.PARSED) == 3
+
+
+def test_threads_parsing_one_expression_share_one_schedule() -> None:
+    barrier = threading.Barrier(8)
+    got: list[CronSchedule] = []
+
+    def parse() -> None:
+        barrier.wait()
+        got.append(parse_cron("7 7 * * *", "Asia/Tokyo"))
+
+    threads = [threading.Thread(target=parse) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(got) == 8
+    assert all(schedule is got[0] for schedule in got)
+    assert cron_schedule.PARSED[("7 7 * * *", "Asia/Tokyo")] is got[0]
 
 
 def test_iter_after_and_fires_at() -> None:

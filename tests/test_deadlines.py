@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import math
+import sys
 import weakref
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -177,6 +178,36 @@ async def test_many_ended_calls_leave_a_bounded_heap(autojump_clock: Any) -> Non
             deadlines.forget(scope)
         assert await _cut_at(deadlines, start + 5) == start + 5  # an earlier one wakes the watch
         assert len(deadlines._heap) <= 64
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_herd_of_calls_leaves_no_room_behind_once_all_have_ended(
+    autojump_clock: Any,
+) -> None:
+    # A dictionary keeps the room of its largest size: the open calls' table is made anew
+    # once the last call of a herd ends, so a sleeping scheduler holds no table sized for it.
+    deadlines = StoreDeadlines()
+    empty = sys.getsizeof({})
+    async with trio.open_nursery() as nursery:
+        await nursery.start(deadlines.watch)
+        start = trio.current_time()
+        scopes = [trio.CancelScope() for _ in range(1000)]
+        for scope in scopes:
+            deadlines.note(scope, start + 30)
+        assert sys.getsizeof(deadlines._open) > empty
+        for scope in scopes[:-1]:
+            deadlines.forget(scope)
+        assert list(deadlines._open) == [scopes[-1]]  # one still open: the table stays
+        deadlines.forget(scopes[-1])
+        assert deadlines._open == {}
+        assert sys.getsizeof(deadlines._open) == empty
+        for scope in scopes[:2]:  # a cut empties it too, and the next note is kept as before
+            deadlines.note(scope, start + 1)
+        await trio.sleep(2)
+        assert all(scope.cancel_called for scope in scopes[:2])
+        assert sys.getsizeof(deadlines._open) == empty
+        deadlines.note(scopes[2], start + 30)
+        assert deadlines._open == {scopes[2]: start + 30}
         nursery.cancel_scope.cancel()
 
 

@@ -16,6 +16,7 @@ import trio.testing
 from scheduler_rig import HOURLY, T0, Recording, at, messages, rig, until
 
 from trio_routines import Outcome, Routine, StateFault
+from trio_routines.scheduler.loops import LOOP_NAME, CronLoops
 from trio_routines.scheduler.sleepers import PRUNE_SLACK, Sleepers
 from trio_routines.testing import Complete, WallClock
 
@@ -275,6 +276,34 @@ async def test_one_clock_watch_however_many_routines_are_added(autojump_clock: A
         await trio.sleep(600)
         scheduler.stop()
     assert store.reads == 1 + 10  # the boot's read, then one per poll
+
+
+def _loop_tasks() -> list[trio.lowlevel.Task]:
+    """The cron loops' tasks under the current root task, found by their coroutines."""
+    found, tasks = [], [trio.lowlevel.current_root_task()]
+    while tasks:
+        task = tasks.pop()
+        if getattr(task.coro, "cr_code", None) is CronLoops.loop.__code__:
+            found.append(task)
+        tasks.extend(child for nursery in task.child_nurseries for child in nursery.child_tasks)
+    return found
+
+
+async def test_every_cron_loop_shares_one_task_name(autojump_clock: Any) -> None:
+    # Named as Trio names a task, with one string for all: a sleeping loop keeps no name of
+    # its own, whether started by the boot or by a change.
+    booted = [Routine(name=f"r{i}", prompt="p", cron="0 9 * * *") for i in range(2)]
+    scheduler, _, _, _wall = rig(*booted, wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(1)
+        scheduler.update_routines([*booted, HOURLY])
+        await trio.sleep(1)
+        tasks = _loop_tasks()
+        scheduler.stop()
+    assert LOOP_NAME == "trio_routines.scheduler.loops.CronLoops.loop"
+    assert len(tasks) == 3
+    assert all(task.name is LOOP_NAME for task in tasks)
 
 
 @pytest.mark.parametrize("settled", [True, False], ids=["running", "starting"])

@@ -7,6 +7,7 @@ returns aware UTC datetimes.
 from __future__ import annotations
 
 import functools
+import threading
 from bisect import bisect_left
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -193,7 +194,8 @@ class CronSchedule:
             # The answer found last, as the very same object: every routine of this schedule
             # due at one slot shares it (and its hash, which a datetime computes once).
             return last[1]
-        moment = require_utc(after, "after").replace(tzinfo=None)
+        after = require_utc(after, "after")  # the very object when it is UTC already
+        moment = after.replace(tzinfo=None)
         if self._never:
             return None
         try:
@@ -205,7 +207,9 @@ class CronSchedule:
                 self._never = True
             return None
         found = found.replace(tzinfo=UTC)
-        self._last = (moment.replace(tzinfo=UTC), found)
+        # ``after`` itself, not a copy: kept by the memo, it is often the caller's own
+        # (the boot's one wall-clock read, a loop's slot) rather than one more instant.
+        self._last = (after, found)
         return found
 
     def _search(self, after: datetime) -> datetime | None:
@@ -266,9 +270,26 @@ def _check_types(cron: object, tz: object) -> None:
         raise InvalidCron(f"time zone must be a string or None, got {type(tz).__name__}")
 
 
-@functools.lru_cache(maxsize=32768)
+#: Parsed schedules by expression (by expression and zone outside UTC), oldest first. A plain
+#: dictionary rather than an LRU cache: at 1,000 routines of distinct expressions the LRU's
+#: link and key tuple per entry were a tenth of a sleeping routine's memory.
+PARSED: dict[str | tuple[str, str], CronSchedule] = {}
+_PARSED_LIMIT = 32768  # entries; past it the oldest goes, whatever was asked for since
+_PARSED_LOCK = threading.Lock()  # stores' threads parse too
+
+
 def _parse_cached(cron: str, tz: str | None) -> CronSchedule:
-    return CronSchedule(cron, tz)
+    key = cron if tz is None else (cron, tz)
+    schedule = PARSED.get(key)
+    if schedule is None:
+        made = CronSchedule(cron, tz)
+        with _PARSED_LOCK:
+            schedule = PARSED.get(key)
+            if schedule is None:
+                if len(PARSED) >= _PARSED_LIMIT:
+                    del PARSED[next(iter(PARSED))]
+                schedule = PARSED[key] = made
+    return schedule
 
 
 def parse_cron(cron: str, tz: str | None = None, seed: str | None = None) -> CronSchedule:

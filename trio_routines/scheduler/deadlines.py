@@ -116,10 +116,13 @@ class StoreDeadlines:
         """The heap, rebuilt without the entries of ended calls once they may outnumber the
         open calls by more than the slack, or than the heap's size after the last rebuild
         (so that each rebuild's work is paid for by the ended entries it drops). With no call
-        open, the heap is emptied and the next note starts the order afresh."""
+        open, both are emptied and the next note starts the order afresh."""
         open_ = self._open
         if not open_:
             self._latest = -math.inf
+            # A new table: a dictionary keeps the room of its largest herd (10,000 claims at
+            # once, or the boot's reads) after its entries are gone.
+            self._open = {}
             self._heap.clear()
             self._kept = 0
         elif len(self._heap) > len(open_) + max(PRUNE_SLACK, self._kept):

@@ -9,6 +9,7 @@ An unexpected exception restarts it (see :mod:`.restarts`).
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timedelta
 
 import trio
@@ -217,6 +218,14 @@ class CronLoops:
                 backoff = await self._restarts.restart_after(f"cron:{name}", name, exc, backoff)
                 rearm = True
 
+    def start(
+        self, nursery: trio.Nursery, routine: Routine, due: datetime | None, *, rearm: bool
+    ) -> None:
+        """Start :meth:`loop` in ``nursery``, named as Trio would name it, with one string
+        shared by every loop: Trio would format that name anew for each task, and at 10,000
+        sleeping routines every object a loop keeps is memory."""
+        nursery.start_soon(functools.partial(self.loop, routine, due, rearm=rearm), name=LOOP_NAME)
+
     async def _settled(self, firing: object) -> None:
         """Return once the fire marked ``firing`` has settled."""
         waiter = self._waiters.get(firing)
@@ -235,3 +244,7 @@ class CronLoops:
         now = self._runtime.now()
         self._arming.note_future_claim(routine.name, newest, now)
         return next_run(routine.cron, routine.tz, arm_from(newest, now), routine.name)
+
+
+#: The name of every cron loop's task (see :meth:`CronLoops.start`).
+LOOP_NAME = f"{CronLoops.loop.__module__}.{CronLoops.loop.__qualname__}"

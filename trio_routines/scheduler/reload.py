@@ -23,7 +23,6 @@ meant: only then does a reload remove every routine.
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Iterable
 
@@ -129,7 +128,7 @@ class Reload:
             for name in added + changed:
                 routine = current[name]
                 if routine.cron is not None:
-                    loops.start_soon(functools.partial(self._cron.loop, routine, None, rearm=True))
+                    self._cron.start(loops, routine, None, rearm=True)
                     if not self._wakeups:
                         self._clock.start(loops)
         changes = RoutineChanges(added, changed, removed)

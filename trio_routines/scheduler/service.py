@@ -4,7 +4,6 @@ docs/design.md, Runtime); the scheduler's public methods are theirs, or built on
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
@@ -172,6 +171,7 @@ class Scheduler:
             async with trio.open_nursery() as nursery:
                 runtime.nursery = nursery
                 nursery.start_soon(self._run_loops, booted, first_due)
+                del booted, first_due  # the boot's maps, not kept for the run (see _run_loops)
                 task_status.started(self)
             runtime.nursery = None
 
@@ -192,20 +192,16 @@ class Scheduler:
                     if self.external_clock or routine.cron is None:
                         continue
                     if booted.get(name) is not routine:  # updated during the boot: arm anew
-                        loops.start_soon(
-                            functools.partial(self._parts.cron.loop, routine, None, rearm=True)
-                        )
+                        self._parts.cron.start(loops, routine, None, rearm=True)
                     elif name in first_due:
-                        loops.start_soon(
-                            functools.partial(
-                                self._parts.cron.loop, routine, first_due[name], rearm=False
-                            )
-                        )
+                        self._parts.cron.start(loops, routine, first_due[name], rearm=False)
                 if self.wakeups:
                     loops.start_soon(self._parts.wake.run)
                 elif first_due or booted != runtime.routines:
                     # A cron loop sleeps (one updated during the boot, too): watch the clocks.
                     self._parts.clock.start(loops)
+                # Not kept while the loops run: an entry per routine in each.
+                del booted, first_due
                 try:
                     await trio.sleep_forever()
                 finally:
