@@ -20,6 +20,7 @@ import attrs
 
 from .instants import slot_name
 from .records import Origin
+from .slots import setters
 
 __all__ = ["FireContext", "current_fire", "firing"]
 
@@ -104,21 +105,23 @@ def key_part(name: str) -> str:
 
 
 _new = object.__new__
-_set = object.__setattr__
+_CONTEXT = setters(FireContext, "kind", "session", "routine", "slot", "wakeup", "replica", "origin")
 
 
 def cron_context(session: str, routine: str, slot: datetime, replica: str | None) -> FireContext:
     """A cron fire's context, built without :class:`FireContext`'s checks: every fire builds
     one, from values that hold them by construction (the routine's name and session were
-    checked when it was loaded; the slot is an aware instant of its grid)."""
+    checked when it was loaded; the slot is an aware instant of its grid). Its fields are
+    set through their slots (:mod:`.slots`)."""
     context: FireContext = _new(FireContext)
-    _set(context, "kind", "routine")
-    _set(context, "session", session)
-    _set(context, "routine", routine)
-    _set(context, "slot", slot)
-    _set(context, "wakeup", None)
-    _set(context, "replica", replica)
-    _set(context, "origin", None)
+    set_kind, set_session, set_routine, set_slot, set_wakeup, set_replica, set_origin = _CONTEXT
+    set_kind(context, "routine")
+    set_session(context, session)
+    set_routine(context, routine)
+    set_slot(context, slot)
+    set_wakeup(context, None)
+    set_replica(context, replica)
+    set_origin(context, None)
     return context
 
 

@@ -33,6 +33,7 @@ import trio
 from .agent import Agent, Completed, Event, Failed, TextDelta, Usage
 from .logs import one_line
 from .records import Outcome
+from .slots import setters
 from .text import error_text
 from .usage import Tally
 
@@ -164,7 +165,23 @@ def _classified(
         return TurnResult(Outcome.FAILED, ms, failed=failed.details)
     if log.isEnabledFor(logging.INFO):  # the common end: build no fields for nobody
         log.info("%s completed (%dms)", label, ms, extra=_fields(Outcome.COMPLETED, ms))
-    return TurnResult(Outcome.COMPLETED, ms)
+    return _completed(ms)
+
+
+_TURN_RESULT = setters(TurnResult, "outcome", "ms", "failed", "busy", "usage")
+
+
+def _completed(ms: int) -> TurnResult:
+    """``TurnResult(Outcome.COMPLETED, ms)``, the common end, its fields set through their
+    slots (:mod:`.slots`)."""
+    result: TurnResult = object.__new__(TurnResult)
+    set_outcome, set_ms, set_failed, set_busy, set_usage = _TURN_RESULT
+    set_outcome(result, Outcome.COMPLETED)
+    set_ms(result, ms)
+    set_failed(result, None)
+    set_busy(result, False)
+    set_usage(result, None)
+    return result
 
 
 def _fields(outcome: Outcome, ms: int, error: str | None = None) -> dict[str, object]:

@@ -32,6 +32,7 @@ from .state import (
     busy_reason,
     log,
     on_grid,
+    settled_result,
     takes_replica,
 )
 from .turning import SessionTurns
@@ -379,15 +380,14 @@ class FirePath:
         settled = self._runtime.now()
         self._metrics.fired(name, outcome, turn.ms, late, at=settled)
         busy = turn.busy  # as the original: skipped with the reason, and no failure
-        return FireResult(
+        return settled_result(
             name,
             slot,
-            claimed=True,
-            outcome=turn.outcome,
-            ms=turn.ms,
-            reason=busy_reason(name) if busy else None,
-            failed=None if busy else turn.failed,
-            settled_at=settled,
+            turn.outcome,
+            turn.ms,
+            busy_reason(name) if busy else None,
+            None if busy else turn.failed,
+            settled,
         )
 
 

@@ -16,7 +16,17 @@ from ..gaps import add_gap
 from ..instants import slot_name, truncate_ms
 from ..ledger import Entry, Spent, add_entry, check_key, spent_since
 from ..names import check_name
-from ..records import ClaimResult, ClaimStatus, Fire, Gap, GapReason, Outcome, Wakeup
+from ..records import (
+    ClaimResult,
+    ClaimStatus,
+    Fire,
+    Gap,
+    GapReason,
+    Outcome,
+    Wakeup,
+    claim_result,
+    fire_record,
+)
 from ..replicas import ReplicaInfo, claim_key, replica_key
 from ..store import Lifetime
 from ..usage import Usage
@@ -143,10 +153,10 @@ class MemoryStore(Lifetime):
             return ClaimResult(ClaimStatus.STALE, stale)
         if wanted in claims:
             return ClaimResult(ClaimStatus.DUPLICATE, wanted)
-        claims[wanted] = Fire(slot=slot, fired_at=fired_at, replica=replica)
+        claims[wanted] = fire_record(slot, fired_at, replica=replica)
         for name in prune:
             del claims[name]
-        return ClaimResult(ClaimStatus.TAKEN, wanted)
+        return claim_result(ClaimStatus.TAKEN, wanted)
 
     async def settle(
         self,
@@ -178,15 +188,15 @@ class MemoryStore(Lifetime):
         if fire is None or (if_unsettled and fire.outcome is not None):
             return True
         # Built as attrs.evolve would, without its lookups of the fields (a settle per fire).
-        self.claims[routine][name] = Fire(
-            slot=fire.slot,
-            fired_at=fire.fired_at,
-            outcome=outcome,
-            ms=None if ms is None else round(ms),
-            error=error,
-            replica=fire.replica,
-            output=output,
-            usage=usage,
+        self.claims[routine][name] = fire_record(
+            fire.slot,
+            fire.fired_at,
+            outcome,
+            None if ms is None else round(ms),
+            error,
+            fire.replica,
+            output,
+            usage,
         )
         return True
 
