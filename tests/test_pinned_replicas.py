@@ -12,8 +12,11 @@ import socket
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from trio_routines.errors import InvalidOption
+from trio_routines.instants import slot_name
 from trio_routines.replicas import (
     REPLICA_LIMIT,
     ReplicaInfo,
@@ -42,6 +45,19 @@ def test_the_keys_of_holds_are_fixed_values() -> None:
     assert key("session", "chat-\ud800") == 8184382045035047948
     session_key.cache_clear()
     assert session_key("chat-\ud800") == 8184382045035047948
+
+
+@given(
+    routine=st.text(max_size=12),
+    slot=st.datetimes(timezones=st.just(UTC)),
+)
+def test_a_claims_key_is_the_key_of_its_routine_and_slot_name(routine: str, slot: datetime) -> None:
+    # Made in one step, not through ``key``: the same text, whatever the routine's name holds.
+    assert claim_key(routine, slot) == key("claim", routine, slot_name(slot))
+
+
+def test_a_claims_key_of_a_name_outside_ascii_is_a_fixed_value() -> None:
+    assert claim_key("é-\ud800", T0.replace(microsecond=123000)) == 7399423198319192450
 
 
 def test_a_replica_key_is_apart_per_namespace_and_without_one() -> None:

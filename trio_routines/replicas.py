@@ -112,7 +112,11 @@ def session_key(session: str) -> int:
 
 
 def claim_key(routine: str, slot: datetime) -> int:
-    return key("claim", routine, slot_name(slot))
+    """``key("claim", routine, slot_name(slot))``, asked for at every fire: its text made in
+    one step rather than joined from a tuple of the parts."""
+    hashed = _KEYED.copy()
+    hashed.update(f"claim\x00{routine}\x00{slot_name(slot)}".encode("utf-8", "surrogatepass"))
+    return int.from_bytes(hashed.digest(), "big") >> 1
 
 
 @attrs.frozen

@@ -90,7 +90,7 @@ async def run_turn(
     started = trio.current_time()
     failed: Failed | None = None
     raised: Exception | None = None
-    tally = Tally()
+    tally: Tally | None = None  # made at the first usage reported: most turns report none
     grace = grace_scope if grace_scope is not None else trio.CancelScope()
     # No timeout, no scope: a fire enters several already, each a few microseconds.
     timeout_scope = None if timeout is None else trio.move_on_at(started + timeout)
@@ -107,6 +107,8 @@ async def run_turn(
                     if on_text is not None:
                         on_text(event.text)
                 elif isinstance(event, Usage):
+                    if tally is None:
+                        tally = Tally()
                     for problem in tally.add(event):
                         log.warning("%s: usage reported by the agent: %s", label, one_line(problem))
                 elif not isinstance(event, Completed):
@@ -125,7 +127,7 @@ async def run_turn(
                         raised = raised or exc
     ms = _elapsed_ms(started)
     result = _classified(label, ms, failed, raised, grace, timeout_scope, timeout)
-    usage = tally.total()
+    usage = None if tally is None else tally.total()
     return result if usage is None else attrs.evolve(result, usage=usage)
 
 
