@@ -102,6 +102,7 @@ SCHEDULER_TESTS = [
     "tests/test_pinned_store_calls.py",
     "tests/test_pinned_member_watch.py",
     "tests/test_pinned_boot_lines.py",
+    "tests/test_slots.py",
     # It reads docs/design.md, which the copy leaves out.
     "--deselect=tests/test_tracing.py::test_the_spans_are_named_in_the_docs",
     # The slowest (1.2 s of the selection's 5.7) kills no mutant the others leave
@@ -145,6 +146,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_runtime.py",
             "tests/test_scheduler.py",
             "tests/test_pinned_turn_fields.py",
+            "tests/test_turns.py",
+            "tests/test_slots.py",
+            # A turn's usage: reported, added up, its bad fields warned of.
+            "tests/test_usage.py",
+            "tests/test_usage_shown.py",
         ],
     ),
     "wakeups": (
@@ -419,9 +425,13 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     # The values every layer passes around (fires, claim results, origins, wake-ups, gaps) and
     # their invariants.
+    # The records built through their slots on every fire, against the ones their classes
+    # build (records, context, turns and the scheduler's state each hold a builder).
+    "slots": (["trio_routines/slots.py"], ["tests/test_slots.py"]),
     "records": (
         ["trio_routines/records.py"],
         [
+            "tests/test_slots.py",
             "tests/test_origin.py",
             "tests/test_pinned_core.py",
             "tests/test_pinned_converter.py",
@@ -442,6 +452,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_context.py",
             "tests/test_context.py",
             "tests/test_origin.py",
+            "tests/test_slots.py",
         ],
     ),
     # Tracing with OpenTelemetry (the SDK's in-memory exporter records the spans): the spans of

@@ -29,7 +29,7 @@ from ...converter import claim_text
 from ...errors import StateFault
 from ...instants import slot_name
 from ...names import check_name
-from ...records import ClaimResult, ClaimStatus, Outcome
+from ...records import ClaimResult, ClaimStatus, Outcome, claim_result
 from ...usage import Usage
 from ..batch import each
 from ..groupcommit import Descriptors, hand_in, opened
@@ -219,7 +219,7 @@ class ClaimFiles:
             self.prune(directory, where, [name for name in prune if name not in later])
             if foreign:  # never on the hot path, claims only: our leftovers may be among them
                 self._leftovers.remove(directory, where, foreign)
-            taken_result = ClaimResult(ClaimStatus.TAKEN, wanted)
+            taken_result = claim_result(ClaimStatus.TAKEN, wanted)  # one per claim: see slots.py
             if self._syncfs is None:
                 self.prune(directory, where, later)
                 return taken_result, None
