@@ -782,6 +782,7 @@ def test_the_parse_cache_is_bounded_and_lets_its_oldest_go(
     berlin = parse_cron("2 * * * *", "Europe/Berlin")
     assert berlin is not second  # one entry per zone
     assert parse_cron("1 * * * *") is first  # asked again: the entry itself
+    assert cron_schedule.PARSED["1 * * * *"] is first  # UTC's key: the expression alone
     assert parse_cron("3 * * * *") is not None  # a fourth: the oldest entry goes
     assert len(cron_schedule.PARSED) == 3
     assert parse_cron("2 * * * *") is second
@@ -792,21 +793,33 @@ def test_the_parse_cache_is_bounded_and_lets_its_oldest_go(
     assert len(cron_schedule.PARSED) == 3
 
 
-def test_threads_parsing_one_expression_share_one_schedule() -> None:
-    barrier = threading.Barrier(8)
+def test_threads_parsing_one_expression_share_one_schedule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Both threads miss the cache and parse before either stores its schedule (each parse
+    # waits for the other's): the one that stores second must hand back the first's.
+    both_parsing = threading.Barrier(2, timeout=10)
+
+    class Parsing(CronSchedule):
+        __slots__ = ()
+
+        def __init__(self, cron: str, tz: str | None) -> None:
+            super().__init__(cron, tz)
+            both_parsing.wait()
+
+    monkeypatch.setattr(cron_schedule, "CronSchedule", Parsing)
     got: list[CronSchedule] = []
 
     def parse() -> None:
-        barrier.wait()
         got.append(parse_cron("7 7 * * *", "Asia/Tokyo"))
 
-    threads = [threading.Thread(target=parse) for _ in range(8)]
+    threads = [threading.Thread(target=parse) for _ in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
-    assert len(got) == 8
-    assert all(schedule is got[0] for schedule in got)
+        thread.join(timeout=10)
+    assert len(got) == 2
+    assert got[0] is got[1]
     assert cron_schedule.PARSED[("7 7 * * *", "Asia/Tokyo")] is got[0]
 
 
