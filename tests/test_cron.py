@@ -785,12 +785,33 @@ def test_the_parse_cache_is_bounded_and_lets_its_oldest_go(
     assert cron_schedule.PARSED["1 * * * *"] is first  # UTC's key: the expression alone
     assert parse_cron("3 * * * *") is not None  # a fourth: the oldest entry goes
     assert len(cron_schedule.PARSED) == 3
+    assert "1 * * * *" not in cron_schedule.PARSED
     assert parse_cron("2 * * * *") is second
     assert parse_cron("2 * * * *", "Europe/Berlin") is berlin
     again = parse_cron("1 * * * *")
     assert again is not first
     assert again.next_after(JAN_2026) == first.next_after(JAN_2026)
     assert len(cron_schedule.PARSED) == 3
+
+
+def test_a_full_parse_cache_lets_its_oldest_eighth_go_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cron_schedule, "_PARSED_LIMIT", 16)
+    for minute in range(16):
+        parse_cron(f"{minute} * * * *")
+    parse_cron("59 * * * *")
+    assert list(cron_schedule.PARSED) == [f"{m} * * * *" for m in range(2, 16)] + ["59 * * * *"]
+
+
+def test_a_schedules_memo_keeps_the_callers_own_utc_instant() -> None:
+    # The instant searched from is kept as given, not copied: a sleeping routine's memory.
+    schedule = parse_cron("0 9 * * *")
+    after = datetime(2026, 7, 7, 10, 17, tzinfo=UTC)
+    found = schedule.next_after(after)
+    assert schedule._last is not None
+    assert schedule._last[0] is after
+    assert schedule._last[1] is found
 
 
 def test_threads_parsing_one_expression_share_one_schedule(

@@ -91,23 +91,32 @@ def fire_record(
     output: str | None = None,
     usage: Usage | None = None,
 ) -> Fire:
-    """``Fire(...)`` of the same values, for a store's claim and settle: the same checks, but
-    made only on the values that are given (a fire's claim and settle, 10,000 at once, give
-    few), and the fields set through their slots (:mod:`.slots`)."""
-    if ms is not None:
-        _non_negative_ms(None, None, ms)  # type: ignore[arg-type]  # as attrs would call it
+    """``Fire(...)`` of the same values, for a store's claim and settle: the same converters,
+    then the same validator, as the class runs them (all converters first), but each only on a
+    value that is given (a fire's claim and settle, 10,000 at once, give few), and the fields
+    set through their slots (:mod:`.slots`)."""
+    slot = truncate_ms(slot)
+    fired_at = truncate_ms(fired_at)
+    if error is not None:
+        error = _error(error)
+    if output is not None:
+        output = _output(output)
+    if usage is not None:
+        usage = stored_usage(usage)
+    if ms is not None and not attrs.validators.get_disabled():
+        _non_negative_ms(None, None, ms)  # type: ignore[arg-type]  # as attrs calls it
     fire: Fire = _new(Fire)
     set_slot, set_fired_at, set_outcome, set_ms, set_error, set_replica, set_output, set_usage = (
         _FIRE
     )
-    set_slot(fire, truncate_ms(slot))
-    set_fired_at(fire, truncate_ms(fired_at))
+    set_slot(fire, slot)
+    set_fired_at(fire, fired_at)
     set_outcome(fire, outcome)
     set_ms(fire, ms)
-    set_error(fire, None if error is None else _error(error))
+    set_error(fire, error)
     set_replica(fire, replica)
-    set_output(fire, None if output is None else _output(output))
-    set_usage(fire, None if usage is None else stored_usage(usage))
+    set_output(fire, output)
+    set_usage(fire, usage)
     return fire
 
 

@@ -22,6 +22,7 @@ from ..tracing import FireSpans, done, fire_spans
 from .calls import StoreCalls
 from .holds import Holds, TurnHold
 from .membership import Membership
+from .results import settled_result
 from .state import (
     FireResult,
     NotOnGrid,
@@ -32,7 +33,6 @@ from .state import (
     busy_reason,
     log,
     on_grid,
-    settled_result,
     takes_replica,
 )
 from .turning import SessionTurns
@@ -385,9 +385,9 @@ class FirePath:
             slot,
             turn.outcome,
             turn.ms,
-            busy_reason(name) if busy else None,
-            None if busy else turn.failed,
-            settled,
+            reason=busy_reason(name) if busy else None,
+            failed=None if busy else turn.failed,
+            settled_at=settled,
         )
 
 

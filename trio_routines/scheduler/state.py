@@ -22,7 +22,6 @@ from ..metrics import Metrics
 from ..records import Outcome
 from ..replicas import default_replica
 from ..routines import Routine
-from ..slots import setters
 from ..store import Store
 from .inflight import InFlight, Working
 from .sleepers import Unpark
@@ -86,38 +85,6 @@ class FireResult:
     #: process's answer (the command line's fire through a served API). Not compared: two
     #: results of one slot are equal whenever they settled.
     settled_at: datetime | None = attrs.field(default=None, eq=False)
-
-
-_new = object.__new__
-_FIRE_RESULT = setters(
-    FireResult, "name", "slot", "claimed", "reason", "outcome", "ms", "failed", "settled_at"
-)
-
-
-def settled_result(
-    name: str,
-    slot: datetime,
-    outcome: Outcome,
-    ms: int,
-    reason: str | None,
-    failed: str | None,
-    settled_at: datetime,
-) -> FireResult:
-    """``FireResult(name, slot, claimed=True, ...)`` of a claimed slot just settled, its fields
-    set through their slots (:mod:`..slots`): every claimed fire returns one."""
-    result: FireResult = _new(FireResult)
-    set_name, set_slot, set_claimed, set_reason, set_outcome, set_ms, set_failed, set_at = (
-        _FIRE_RESULT
-    )
-    set_name(result, name)
-    set_slot(result, slot)
-    set_claimed(result, True)
-    set_reason(result, reason)
-    set_outcome(result, outcome)
-    set_ms(result, ms)
-    set_failed(result, failed)
-    set_at(result, settled_at)
-    return result
 
 
 @attrs.frozen
