@@ -77,7 +77,7 @@ async def test_a_lock_file_is_bounded_in_size(
     content = {"size": 0}
     if raced:
         # Another writer creates the lock file between our look (nothing there) and our create.
-        real = wakeupfile.open_file
+        real = safefile.open_file  # what wakeupfile calls by that name
 
         def open_file(parent: int, name: str, where: Path, flags: int, limit: int) -> int:
             if not lock.exists():
@@ -111,7 +111,7 @@ async def test_a_lock_link_planted_meanwhile_is_refused_by_its_path(
     lock = schedule / "wakeups.lock"
     victim = tmp_path / "victim"
     victim.write_bytes(b"")
-    real = wakeupfile.open_file
+    real = safefile.open_file  # what wakeupfile calls by that name
 
     def open_file(parent: int, name: str, where: Path, flags: int, limit: int) -> int:
         if not lock.is_symlink():
@@ -234,10 +234,10 @@ async def test_an_append_that_fails_is_named_and_cut(
         raise OSError(errno.EIO, os.strerror(errno.EIO))
 
     half.done = False  # type: ignore[attr-defined]
-    monkeypatch.setattr(safefile.os, "write", half)
+    monkeypatch.setattr(os, "write", half)  # the module safefile writes with
     with pytest.raises(StateFault) as raised:
         await store.add_wakeup(request(), T0)
-    monkeypatch.setattr(safefile.os, "write", real)
+    monkeypatch.setattr(os, "write", real)
     assert str(raised.value) == write_refused(tmp_path / "schedule", f"{EIO}: {path}")
     assert path.read_bytes() == before  # the half line is cut
     assert ids(await DirectoryStore(tmp_path).list_wakeups()) == [first.id]
@@ -265,7 +265,7 @@ async def test_a_writer_reads_and_appends_to_the_directory_it_holds_locked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     schedule = state(tmp_path, [entry("locked")])
-    real = wakeupfile.lock_within
+    real = safefile.lock_within  # what wakeupfile calls by that name
 
     def lock_then_swap(fd: int, seconds: float) -> bool:
         # Once we hold the lock, someone swaps the schedule directory for another one.
@@ -292,7 +292,7 @@ async def test_a_take_or_remove_that_changes_nothing_writes_nothing(
     assert await store.remove_wakeup("unknown") is False
     assert await store.remove_wakeup("later", "another-session") is False
     assert path.stat().st_size == size
-    real = wakeupfile.lock_within
+    real = safefile.lock_within  # what wakeupfile calls by that name
 
     def lock_then_lose_the_race(fd: int, seconds: float) -> bool:
         # Another process took the due wake-up between our lock-free look and our lock.
