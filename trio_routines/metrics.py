@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+from array import array
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterator, Mapping
 from datetime import datetime
@@ -48,29 +49,39 @@ class Family:
     samples: tuple[Sample, ...]
 
 
-class _Histogram:
-    __slots__ = ("bounds", "counts", "sum", "total")
+class Histograms:
+    """A histogram per routine over ``bounds``, as one array of floats: a count per bound and
+    one past the last (+Inf's own, never shown), the sum, the count (exact up to 2**53). Not an
+    object holding a list: the collector walks no array, and every routine that fired keeps
+    two (at 10,000, every full collection walked 40,000 objects more)."""
+
+    __slots__ = ("_by_routine", "_empty", "bounds")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
-        # One count per bound, and one past the last for a value above them all (+Inf's own,
-        # never shown): every value is counted without asking which.
-        self.counts = [0] * (len(bounds) + 1)
-        self.sum = 0.0
-        self.total = 0
+        self._empty = array("d", bytes(8 * (len(bounds) + 3)))
+        self._by_routine: dict[str, array[float]] = {}
 
-    def observe(self, value: float) -> None:
-        # Counted in the first bucket that holds it; the samples make the counts cumulative.
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.sum += value
-        self.total += 1
+    def observe(self, routine: str, value: float) -> None:
+        histogram = self._by_routine.get(routine)  # the samples make the counts cumulative
+        if histogram is None:
+            histogram = self._by_routine[routine] = array("d", self._empty)
+        histogram[bisect.bisect_left(self.bounds, value)] += 1
+        histogram[-2] += value
+        histogram[-1] += 1
 
-    def samples(self, name: str, labels: Labels) -> Iterator[Sample]:
-        for bound, count in zip(self.bounds, itertools.accumulate(self.counts[:-1]), strict=True):
-            yield Sample(f"{name}_bucket", (*labels, ("le", _number(bound))), count)
-        yield Sample(f"{name}_bucket", (*labels, ("le", "+Inf")), self.total)
-        yield Sample(f"{name}_sum", labels, self.sum)
-        yield Sample(f"{name}_count", labels, self.total)
+    def samples(self, name: str) -> Iterator[Sample]:
+        """Each routine's buckets (cumulative), sum and count, by routine name."""
+        bounds = self.bounds
+        for routine, histogram in sorted(self._by_routine.items()):
+            labels = _routine(routine)
+            counts = histogram[: len(bounds)]
+            for bound, count in zip(bounds, itertools.accumulate(counts), strict=True):
+                yield Sample(f"{name}_bucket", (*labels, ("le", _number(bound))), int(count))
+            total = int(histogram[-1])
+            yield Sample(f"{name}_bucket", (*labels, ("le", "+Inf")), total)
+            yield Sample(f"{name}_sum", labels, histogram[-2])
+            yield Sample(f"{name}_count", labels, total)
 
 
 def _number(value: float) -> str:
@@ -103,12 +114,8 @@ class Metrics:
         self.missed: Counter[tuple[str, str]] = Counter()
         self.failing: dict[str, int] = {}  # consecutive failed or interrupted outcomes
         self.last_success: dict[str, datetime] = {}
-        self.durations: defaultdict[str, _Histogram] = defaultdict(
-            lambda: _Histogram(DURATION_BUCKETS)
-        )
-        self.lateness: defaultdict[str, _Histogram] = defaultdict(
-            lambda: _Histogram(LATENESS_BUCKETS)
-        )
+        self.durations = Histograms(DURATION_BUCKETS)
+        self.lateness = Histograms(LATENESS_BUCKETS)
         #: Tokens by (routine, "in" or "out"), costs by (routine, currency); "" for wake-ups.
         self.tokens: Counter[tuple[str, str]] = Counter()
         self.costs: defaultdict[tuple[str, str], float] = defaultdict(float)
@@ -127,8 +134,8 @@ class Metrics:
                 self.succeeded(routine, at)
         elif outcome in ("failed", "interrupted"):
             self.failing[routine] = self.failing.get(routine, 0) + 1
-        self.durations[routine].observe(ms / 1000)
-        self.lateness[routine].observe(late if late > 0.0 else 0.0)
+        self.durations.observe(routine, ms / 1000)
+        self.lateness.observe(routine, late if late > 0.0 else 0.0)
 
     def succeeded(self, routine: str, at: datetime) -> None:
         """``routine`` last completed a claimed slot at ``at`` (also seeded at boot)."""
@@ -250,12 +257,9 @@ class Metrics:
                 self.lateness,
             ),
         ):
-            samples = (
-                sample
-                for routine, histogram in sorted(histograms.items())
-                for sample in histogram.samples(PREFIX + name, _routine(routine))
+            found.append(
+                Family(PREFIX + name, "histogram", text, tuple(histograms.samples(PREFIX + name)))
             )
-            found.append(Family(PREFIX + name, "histogram", text, tuple(samples)))
         found += [
             counter(
                 "loop_restarts",
