@@ -52,8 +52,8 @@ class Family:
 class Histograms:
     """A histogram per routine over ``bounds``, as one array of floats: a count per bound and
     one past the last (+Inf's own, never shown), the sum, the count (exact up to 2**53). Not an
-    object holding a list: the collector walks no array, and every routine that fired keeps
-    two (at 10,000, every full collection walked 40,000 objects more)."""
+    object holding a list: every routine that fired keeps two, and every full collection walks
+    them (at 10,000, 40,000 objects for 20,000 arrays, which hold no references to visit)."""
 
     __slots__ = ("_by_routine", "_empty", "bounds")
 

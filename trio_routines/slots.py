@@ -4,8 +4,9 @@ A frozen attrs class's generated ``__init__`` sets each field with ``object.__se
 by name, a lookup and a call per field: at 10,000 fires at once, the records each fire makes
 (its claim's answer, its context, its turn's and its slot's results) were microseconds of
 every fire. :func:`setters` hands out the slots' own setters instead, for the few builders
-that make such a record from values that hold the class's checks by construction; everything
-else builds records as usual, checked.
+on that path: each runs the checks its class would run on the values it is given, or is
+handed values that hold them by construction (see each builder); everything else builds
+records through their classes.
 """
 
 from __future__ import annotations
