@@ -90,8 +90,13 @@ def key(kind: str, *parts: str) -> int:
     collide with odds of one in 2**63 per pair: a collision only makes two unrelated holds
     exclude each other.
     """
+    return _key_of("\x00".join((kind, *parts)))
+
+
+def _key_of(text: str) -> int:
+    """The key of a hold's whole text: its kind and parts, joined by NUL."""
     hashed = _KEYED.copy()  # the parameters are set once: a copy, not a call with keywords
-    hashed.update("\x00".join((kind, *parts)).encode("utf-8", errors="surrogatepass"))
+    hashed.update(text.encode("utf-8", "surrogatepass"))
     return int.from_bytes(hashed.digest(), "big") >> 1
 
 
@@ -114,9 +119,7 @@ def session_key(session: str) -> int:
 def claim_key(routine: str, slot: datetime) -> int:
     """``key("claim", routine, slot_name(slot))``, asked for at every fire: its text made in
     one step rather than joined from a tuple of the parts."""
-    hashed = _KEYED.copy()
-    hashed.update(f"claim\x00{routine}\x00{slot_name(slot)}".encode("utf-8", "surrogatepass"))
-    return int.from_bytes(hashed.digest(), "big") >> 1
+    return _key_of(f"claim\x00{routine}\x00{slot_name(slot)}")
 
 
 @attrs.frozen
