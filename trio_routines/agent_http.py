@@ -81,7 +81,7 @@ MAX_REDIRECTS = 3
 
 
 class HttpAgent:
-    """Posts each turn to ``url``; see the module doc for the contract."""
+    """Posts each turn to ``url``; the contract is :mod:`trio_routines.agent_http`'s text."""
 
     def __init__(
         self,

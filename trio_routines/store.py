@@ -259,7 +259,8 @@ class Store(Protocol):
 
 @runtime_checkable
 class Replicated(Protocol):
-    """The optional part of the contract for stores shared by replicas (see the module doc)."""
+    """The optional part of the contract for stores shared by replicas, as
+    :mod:`trio_routines.store` states it."""
 
     async def join(self, info: ReplicaInfo) -> Presence:
         """Become a member as ``info.id``; StateFault when a live member has that id."""
@@ -284,7 +285,8 @@ class Replicated(Protocol):
 
 @runtime_checkable
 class GapRecords(Protocol):
-    """The optional part of the contract that keeps a routine's gaps (see the module doc)."""
+    """The optional part of the contract that keeps a routine's gaps, as
+    :mod:`trio_routines.store` states it."""
 
     async def record_gap(self, routine: str, gap: Gap, *, extends: datetime | None = None) -> bool:
         """Add ``gap`` to ``routine``'s gaps; False when it was already accounted for."""
@@ -325,7 +327,8 @@ class Lifetime:
 
 @runtime_checkable
 class UsageRecords(Protocol):
-    """The optional part of the contract that keeps the usage ledgers (see the module doc)."""
+    """The optional part of the contract that keeps the usage ledgers, as
+    :mod:`trio_routines.store` states it."""
 
     async def record_usage(self, kind: str, name: str, at: datetime, usage: Usage) -> None:
         """Add ``usage``, spent at ``at``, to the ledger of a routine or a session."""

@@ -76,7 +76,8 @@ def _lifetime(_i: object, _a: attrs.Attribute[Any], value: object) -> None:
 
 @attrs.frozen(kw_only=True)
 class WakeLimits:
-    """The operator's limits on self-scheduled turns (see the module doc for each rule).
+    """The operator's limits on self-scheduled turns (each rule is stated in
+    :mod:`trio_routines.wakelimits`).
 
     ``rate``: wake-up turns a session may have in any rolling hour (None: no limit);
     ``depth``: the deepest chain a turn may extend (None: no limit); ``lifetime``: the
@@ -160,7 +161,7 @@ def check_rate(
     limits: WakeLimits,
 ) -> None:
     """Refuse ``new`` (asked for by a turn) when a rolling hour around one of its occurrences
-    would hold more than ``limits.rate`` wake-up turns of its session (see the module doc)."""
+    would hold more than ``limits.rate`` wake-up turns of its session (the rate rule)."""
     if limits.rate is None or not by_turn(new.origin):
         return
     start = now - RATE_WINDOW

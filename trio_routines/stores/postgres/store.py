@@ -49,7 +49,7 @@ Conn = psycopg.Connection[Any]
 
 
 class PostgresStore(Lifetime):
-    """Claims and wake-ups in a PostgreSQL database (see the module doc above).
+    """Claims and wake-ups in a PostgreSQL database (see :mod:`trio_routines.stores.postgres`).
 
     ``schema`` names a PostgreSQL schema to keep the tables in (created if missing); without
     it the connection's ``search_path`` decides, so ``?options=-csearch_path%3Dmine`` works.
