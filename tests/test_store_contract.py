@@ -36,9 +36,10 @@ async def test_first_claim_is_taken_and_unsettled(store: Store) -> None:
 
 
 async def test_same_slot_twice_is_a_duplicate(store: Store) -> None:
-    await store.claim("daily", T0, T0)
+    first = await store.claim("daily", T0, T0)
+    assert (first.status, first.newest) == (ClaimStatus.TAKEN, "2026-07-07T10-00-00-000Z")
     again = await store.claim("daily", T0, T0 + HOUR)
-    assert again.status is ClaimStatus.DUPLICATE
+    assert (again.status, again.newest) == (ClaimStatus.DUPLICATE, "2026-07-07T10-00-00-000Z")
     (fire,) = await store.history("daily")
     assert fire.fired_at == T0  # the loser wrote nothing
 

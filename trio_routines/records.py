@@ -135,11 +135,12 @@ class ClaimStatus(enum.StrEnum):
 
 @attrs.frozen
 class ClaimResult:
-    """What :meth:`Store.claim <trio_routines.Store.claim>` decided, and for a stale slot the
-    newest claim's slot name."""
+    """What :meth:`Store.claim <trio_routines.Store.claim>` decided, and the routine's newest
+    claim's slot name after it: the slot's own when taken or a duplicate, the newer one that
+    made it stale."""
 
     status: ClaimStatus
-    newest: str | None = None  # for STALE: the newest claim's slot name
+    newest: str | None = None  # the newest claim's slot name (see above)
     #: Which of the holds asked for with the claim were taken, when the store takes them in
     #: the claim's own step (PostgreSQL: see ``Store.claim``); None otherwise.
     holds: tuple[bool, ...] | None = None
