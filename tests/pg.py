@@ -64,10 +64,17 @@ def admin() -> psycopg.Connection[tuple[object, ...]]:
     return psycopg.connect(server_url(), autocommit=True, connect_timeout=10)
 
 
+#: Set by ``scripts/mutation.py`` to the module under test: every schema is made afresh and
+#: dropped after its test, and its name starts with ``trm_<module>_``, so that the script can
+#: drop what a mutant's process killed in the middle of a test left behind.
+MUTATION_RUN = os.environ.get("TRIO_ROUTINES_TEST_MUTATION", "")
+_PREFIX = f"trm_{MUTATION_RUN}_" if MUTATION_RUN else "trt_"
+
+
 @contextmanager
 def fresh_schema() -> Iterator[str]:
     """A uniquely named, not yet existing schema, dropped (with its tables) afterwards."""
-    name = f"trt_{uuid.uuid4().hex[:16]}"
+    name = f"{_PREFIX}{uuid.uuid4().hex[:16]}"
     try:
         yield name
     finally:
@@ -90,6 +97,7 @@ def schema_url(via: str | None = None) -> Iterator[str]:
 
 #: Schemas this process used and emptied, each at the current version: see ``pooled_schema``.
 _pool: list[str] = []
+_owner = os.getpid()  # the process the pool and the emptying connection belong to
 _made: list[str] = []
 _KEEP = "trio_routines_schema"  # the version table: kept, so a reused schema needs no migration
 _emptier: list[psycopg.Connection[tuple[object, ...]]] = []  # the connection that empties them
@@ -116,10 +124,19 @@ def pooled_schema() -> Iterator[str]:
     few rows, and a ``TRUNCATE`` gives each table new files (25-100 ms a schema, against
     2-13 ms). Tests of migrations and of what an empty database does use ``fresh_schema``.
     The schemas are dropped when the process exits.
+
+    Not in a mutation run: each mutant's process is forked, two at a time, and ends without
+    running exit hooks, so a pool would be shared with a sibling (schemas and the emptying
+    connection alike) or left behind. There, and in any process forked from one that pooled,
+    each test gets a schema of its own, dropped after it.
     """
+    if MUTATION_RUN or os.getpid() != _owner:
+        with fresh_schema() as name:
+            yield name
+        return
     if not _made:
         atexit.register(_drop_pool)
-    name = _pool.pop() if _pool else f"trt_{uuid.uuid4().hex[:16]}"
+    name = _pool.pop() if _pool else f"{_PREFIX}{uuid.uuid4().hex[:16]}"
     if name not in _made:
         _made.append(name)
     try:
