@@ -259,3 +259,20 @@ async def test_a_read_that_fails_names_each_routine_and_the_server(
     with pytest.raises(StateFault) as failed:
         await store.latest_fire("r")
     assert str(failed.value).startswith(f"the newest claim of 'r' is unreadable in {WHERE}: ")
+
+
+async def test_an_open_claim_that_cannot_be_read_is_stepped_over(
+    store: PostgresStore, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for routine in ("a", "bad", "c"):
+        seed_claim(schema, routine, T0, None)
+    real = pg_reads.fire_from_record
+
+    def fire_from_record(slot: datetime, record: dict[str, object], where: str) -> Any:
+        if where.startswith("bad/"):
+            raise ValueError("unreadable here")
+        return real(slot, record, where)
+
+    monkeypatch.setattr(pg_reads, "fire_from_record", fire_from_record)
+    found = await store.open_claims(["a", "bad", "c"], 10)
+    assert [routine for routine, _ in found] == ["a", "c"]
