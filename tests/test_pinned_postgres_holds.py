@@ -1,0 +1,501 @@
+"""Pins of the replicas' presence and holds on PostgreSQL (``scripts/mutation.py pgholds``):
+the lock of a replica's id and the connection that holds it, what a failed or stalled call on
+that connection does (the presence lost, the reason said and logged, the connection closed
+in a store thread that the end of the run does not wait for), a join that gives up or is
+refused, a clean leave, the let-gos sent without a take, and the dead replicas a join forgets.
+
+Written for the mutation run of ``stores/postgres/holds.py`` (docs/mutation.md). The timing
+tests run on a MockClock moved by hand: a deadline passes only when the test says so, while
+the server works in real time; ``until`` waits for what the server or a thread does.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
+import trio
+from pg import T0, admin, fresh_schema, require_server
+from procs import wait_for
+from psycopg import sql
+from trio.testing import MockClock, wait_all_tasks_blocked
+
+from trio_routines.errors import StateFault
+from trio_routines.replicas import ReplicaInfo, replica_key
+from trio_routines.stores.postgres import PostgresStore, holds
+from trio_routines.stores.postgres.conn import THREAD_NAME
+from trio_routines.stores.postgres.holds import LET_GO_AFTER, PostgresPresence
+
+T = TypeVar("T")
+BOUND = 31  # seconds: the stores' timeout (30) and our deadline's extra second
+LOST = "— the turns it holds are ended; the server lets its holds go within 25 s"
+
+
+@pytest.fixture
+def url() -> str:
+    return require_server()
+
+
+async def _migrate(schema: str) -> None:
+    store = PostgresStore(require_server(), schema=schema)
+    try:
+        await store.latest_fire("warm-up")
+    finally:
+        await store.aclose()
+
+
+@pytest.fixture(scope="module")
+def tables() -> Iterator[str]:
+    """The file's own schema, made once for its tests: some of them rename a table, which must
+    reach no other file's tests (a pooled schema is handed from test to test)."""
+    require_server()
+    with fresh_schema() as name:
+        trio.run(_migrate, name)
+        yield name
+
+
+@pytest.fixture
+def schema(tables: str) -> Iterator[str]:
+    """The file's schema, every row deleted after the test (a test that changes a table puts
+    it back). Each test joins under ids of its own: a connection closed by one may hold its
+    lock a moment longer."""
+    yield tables
+    with admin() as conn:
+        conn.execute("SET lock_timeout = '5s'")
+        names = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s "
+            "AND tablename <> 'trio_routines_schema'",
+            (tables,),
+        ).fetchall()
+        with conn.transaction():
+            for (name,) in names:
+                conn.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(tables, name)))
+
+
+@pytest.fixture
+async def store(url: str, schema: str) -> AsyncIterator[PostgresStore]:
+    store = PostgresStore(url, schema=schema, timeout=BOUND - 1)
+    await store.latest_fire("warm-up")  # the tables exist, the schema is checked
+    yield store
+    await store.aclose()
+
+
+def info(replica: str, *, seen: datetime = T0) -> ReplicaInfo:
+    return ReplicaInfo(replica, "0.1.0", "host", 42, seen, seen)
+
+
+def table(schema: str, name: str) -> sql.Identifier:
+    return sql.Identifier(schema, f"trio_routines_{name}")
+
+
+def ddl(query: str, schema: str, name: str) -> None:
+    with admin() as conn:
+        conn.execute(sql.SQL(query).format(table(schema, name)))
+
+
+def where(store: PostgresStore) -> str:
+    return store._conns.where
+
+
+def connection(member: PostgresPresence) -> psycopg.Connection[Any]:
+    conn = member._conn
+    assert conn is not None
+    return conn
+
+
+async def until(probe: Callable[[], T], what: str) -> T:
+    """Poll ``probe`` in a thread, in real time, until it is truthy (at most 10 s)."""
+    return await trio.to_thread.run_sync(lambda: wait_for(probe, 10, what))
+
+
+def waiting_for_a_lock(pid: int) -> bool:
+    with admin() as conn:
+        row = conn.execute(
+            "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone()
+    return bool(row and row[0])
+
+
+def replica_lock(schema: str, replica: str) -> int:
+    """The key of ``replica``'s lock in ``schema``'s store: its namespace is the OID of the
+    store's replicas table (advisory locks are per database, a store per schema)."""
+    with admin() as conn:
+        row = conn.execute(
+            "SELECT to_regclass(%s)::oid", (table(schema, "replicas").as_string(conn),)
+        ).fetchone()
+    assert row is not None
+    return replica_key(replica, str(row[0]))
+
+
+def lock_holders(key: int) -> list[str]:
+    """The application names of the connections that hold the advisory lock ``key``."""
+    with admin() as conn:
+        rows = conn.execute(
+            "SELECT a.application_name FROM pg_locks AS l JOIN pg_stat_activity AS a USING (pid) "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+            "AND l.classid::bigint = %s AND l.objid::bigint = %s "
+            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            (key >> 32, key & 0xFFFFFFFF),
+        ).fetchall()
+    return [name for (name,) in rows]
+
+
+def held_keys(schema: str) -> list[int]:
+    with admin() as conn:
+        query = sql.SQL("SELECT key FROM {} ORDER BY key").format(table(schema, "holds"))
+        return [key for (key,) in conn.execute(query)]
+
+
+def lost_record(store: PostgresStore, replica: str, why: str) -> tuple[int, str]:
+    return logging.ERROR, f"replica {replica} lost its connection to {where(store)} ({why}) {LOST}"
+
+
+# -- the replica's lock -----------------------------------------------------------------------
+
+
+async def test_one_id_joins_two_schemas_each_lock_held_by_a_connection_named_for_it(
+    url: str, store: PostgresStore, schema: str
+) -> None:
+    with fresh_schema() as second:
+        other = PostgresStore(url, schema=second, timeout=30)
+        members = [await store.join(info("web-1")), await other.join(info("web-1"))]
+        for name, each in ((schema, store), (second, other)):
+            assert lock_holders(replica_lock(name, "web-1")) == ["trio_routines web-1"]
+            assert [(m.id, m.alive) for m in await each.replicas()] == [("web-1", True)]
+        for member in members:
+            await member.leave()
+        await other.aclose()
+
+
+# -- a call on the replica's connection that fails or stalls -----------------------------------
+
+
+async def test_a_failed_call_loses_the_presence_says_why_and_closes_its_connection(
+    store: PostgresStore, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    member = await store.join(info("failing"))
+    conn = connection(member)
+    threads: list[tuple[str, str]] = []  # (what, the thread's name)
+    execute, close = conn.execute, conn.close
+
+    def spied_execute(*args: Any, **kwargs: Any) -> Any:
+        threads.append(("execute", threading.current_thread().name))
+        return execute(*args, **kwargs)
+
+    def spied_close() -> None:
+        threads.append(("close", threading.current_thread().name))
+        close()
+
+    conn.execute = spied_execute  # type: ignore[method-assign]
+    conn.close = spied_close  # type: ignore[method-assign]
+    ddl("ALTER TABLE {} RENAME TO trio_routines_replicas_away", schema, "replicas")
+    try:
+        with (
+            caplog.at_level(logging.ERROR, logger="trio_routines"),
+            pytest.raises(StateFault) as caught,
+        ):
+            await member.beat(1, T0)
+    finally:
+        ddl("ALTER TABLE {} RENAME TO trio_routines_replicas", schema, "replicas_away")
+    why = f'UndefinedTable: relation "{schema}.trio_routines_replicas" does not exist'
+    assert str(caught.value) == f"could not refresh the replica's record on {where(store)}: {why}"
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        lost_record(store, "failing", why)
+    ]
+    assert member.lost.is_set()
+    await until(lambda: conn.closed, "the lost connection closed")
+    # Every use of the connection, its close too, in a thread named as the store's (the
+    # threads whose psycopg log records are taken off psycopg's loggers: see conn.py).
+    assert threads == [("execute", THREAD_NAME), ("close", THREAD_NAME)]
+    with pytest.raises(StateFault) as refused:
+        await member.take([1])
+    assert str(refused.value) == f"replica failing lost its hold on {where(store)}"
+    await member.leave()  # quietly: there is nothing left to leave
+    # The lock went with the connection: the id joins again.
+    await until(lambda: not lock_holders(member.holder), "the lost connection's lock let go")
+    again = await store.join(info("failing"))
+    await again.leave()
+
+
+async def test_a_call_that_outlives_its_bound_loses_the_presence_at_its_deadline(
+    mock_clock: MockClock, store: PostgresStore, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    member = await store.join(info("stalled"))
+    conn = connection(member)
+    close = conn.close
+
+    def failing_close() -> None:
+        close()
+        raise psycopg.OperationalError("closing failed")  # ignored: the presence is lost anyway
+
+    conn.close = failing_close  # type: ignore[method-assign]
+    said: list[str] = []
+
+    async def beat() -> None:
+        try:
+            await member.beat(1, T0)
+        except StateFault as exc:
+            said.append(str(exc))
+
+    blocker = psycopg.connect(require_server())  # a transaction holding the replica's row
+    try:
+        query = sql.SQL("SELECT 1 FROM {} WHERE id = 'stalled' FOR UPDATE").format(
+            table(schema, "replicas")
+        )
+        blocker.execute(query)
+        with caplog.at_level(logging.ERROR, logger="trio_routines"):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(beat)
+                pid = conn.info.backend_pid
+                await until(lambda: waiting_for_a_lock(pid), "the beat waiting for the row")
+                mock_clock.jump(BOUND)
+                await wait_all_tasks_blocked()
+                at_deadline = list(said)  # not waiting for the thread, still blocked
+                blocker.rollback()
+    finally:
+        blocker.close()
+    why = f"no answer within {BOUND} s"
+    assert at_deadline == [f"could not refresh the replica's record on {where(store)}: {why}"]
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        lost_record(store, "stalled", why)
+    ]
+    await until(lambda: conn.closed, "the lost connection closed")
+
+
+def test_a_lost_connection_whose_close_hangs_does_not_hold_up_the_end_of_the_run(
+    url: str, schema: str
+) -> None:
+    # Closing may block on a stalled socket: the thread is left to it.
+    closing, go_on, closed = threading.Event(), threading.Event(), threading.Event()
+
+    async def lose_the_connection() -> None:
+        store = PostgresStore(url, schema=schema, timeout=30)
+        member = await store.join(info("hanging"))
+        conn = connection(member)
+        close = conn.close
+
+        def hanging_close() -> None:
+            closing.set()
+            go_on.wait(5)
+            close()
+            closed.set()
+
+        conn.close = hanging_close  # type: ignore[method-assign]
+        with admin() as db:
+            db.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        with pytest.raises(StateFault):
+            await member.beat(1, T0)
+        await trio.to_thread.run_sync(closing.wait, 10)
+        await store.aclose()
+
+    try:
+        trio.run(lose_the_connection)
+        ended_while_closing = not closed.is_set()
+    finally:
+        go_on.set()
+    assert closing.is_set()
+    assert ended_while_closing
+    assert closed.wait(10)  # the thread went on to close it
+
+
+# -- joining -------------------------------------------------------------------------------------
+
+
+async def test_a_join_that_outlives_its_bound_gives_up_and_closes_the_connection_made_late(
+    mock_clock: MockClock, store: PostgresStore, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made_late: list[psycopg.Connection[Any]] = []
+    close_quietly = holds._close_quietly
+
+    def closed_late(conn: psycopg.Connection[Any]) -> None:
+        made_late.append(conn)
+        close_quietly(conn)
+
+    monkeypatch.setattr(holds, "_close_quietly", closed_late)
+    said: list[str] = []
+
+    async def join() -> None:
+        try:
+            await store.join(info("late"))
+        except StateFault as exc:
+            said.append(str(exc))
+
+    def join_waiting() -> bool:
+        with admin() as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_locks WHERE relation = %s::regclass AND NOT granted",
+                (table(schema, "replicas").as_string(conn),),
+            ).fetchone()
+        return bool(row and row[0])
+
+    blocker = psycopg.connect(require_server())  # the join's insert waits for the table
+    try:
+        blocker.execute(
+            sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(table(schema, "replicas"))
+        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(join)
+            await until(join_waiting, "the join waiting for the replicas table")
+            mock_clock.jump(BOUND)
+            await wait_all_tasks_blocked()
+            at_deadline = list(said)
+            blocker.rollback()
+    finally:
+        blocker.close()
+    assert at_deadline == [
+        f"could not join {where(store)} as replica late: no answer within {BOUND} s"
+    ]
+    # The thread went on and made the connection (and took the lock): closed there.
+    (late,) = await until(lambda: made_late, "the connection made after the join gave up")
+    assert late.closed
+    await until(lambda: not lock_holders(replica_lock(schema, "late")), "its lock let go")
+    again = await store.join(info("late"))
+    await again.leave()
+
+
+async def test_a_keepalive_setting_the_server_does_not_know_is_passed_over(
+    store: PostgresStore, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As an older server lacks one (tcp_user_timeout came in PostgreSQL 12).
+    monkeypatch.setitem(holds.KEEPALIVE, "tcp_no_such_setting", "1")
+    member = await store.join(info("older"))
+    assert lock_holders(replica_lock(schema, "older")) == ["trio_routines older"]
+    await member.leave()
+
+
+async def test_a_join_the_database_refuses_says_why(store: PostgresStore, schema: str) -> None:
+    ddl("ALTER TABLE {} ADD CONSTRAINT refuse CHECK (id <> 'refused')", schema, "replicas")
+    try:
+        with pytest.raises(StateFault) as caught:
+            await store.join(info("refused"))
+    finally:
+        ddl("ALTER TABLE {} DROP CONSTRAINT refuse", schema, "replicas")
+    assert str(caught.value) == (
+        f"could not join {where(store)} as replica refused: CheckViolation: new row for "
+        'relation "trio_routines_replicas" violates check constraint "refuse"'
+    )
+    assert await store.replicas() == []
+
+
+async def test_a_join_forgets_the_replicas_dead_for_over_a_day_and_keeps_the_rest(
+    store: PostgresStore, schema: str
+) -> None:
+    now = datetime.now(UTC)
+    # Seen two days ago and alive still (it holds its id's lock): kept.
+    old = await store.join(info("old", seen=now - timedelta(days=2)))
+    with admin() as conn:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (id, version, host, pid, started, last_seen, in_flight) VALUES "
+                "('gone', '0', 'h', 1, now() - interval '3 days', now() - interval '2 days', 0),"
+                "('recent', '0', 'h', 2, now() - interval '3 days', now() - interval '1 hour', 0)"
+            ).format(table(schema, "replicas"))
+        )
+    new = await store.join(info("new"))
+    members = sorted((m.id, m.alive) for m in await store.replicas())
+    assert members == [("new", True), ("old", True), ("recent", False)]
+    await new.leave()
+    await old.leave()
+
+
+# -- leaving and letting go ------------------------------------------------------------------------
+
+
+async def test_a_clean_leave_lets_go_of_the_lock_itself_and_refuses_calls_after(
+    store: PostgresStore, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    member = await store.join(info("leaving"))
+    await store.claim("r", T0, T0, replica="leaving")
+    assert await member.take([7]) == [True]
+    assert await store.claims_alive([("r", T0)]) == [True]
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        await member.leave()
+    assert caplog.records == []
+    assert not member.lost.is_set()
+    # Let go of before the connection closed: dead at once to everyone, its rows gone.
+    assert lock_holders(member.holder) == []
+    assert await store.claims_alive([("r", T0)]) == [False]
+    assert held_keys(schema) == []
+    assert await store.replicas() == []
+    with pytest.raises(StateFault) as caught:
+        await member.beat(0, T0)
+    assert str(caught.value) == f"replica leaving lost its hold on {where(store)}"
+
+
+async def test_a_let_go_that_fails_is_logged_at_debug_with_why(
+    store: PostgresStore, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    member = await store.join(info("dropping"))
+    assert await member.take([5]) == [True]
+    ddl("ALTER TABLE {} RENAME TO trio_routines_holds_away", schema, "holds")
+    try:
+        with caplog.at_level(logging.DEBUG, logger="trio_routines"):
+            await member.release([5])  # never raises: the server lets go with the connection
+    finally:
+        ddl("ALTER TABLE {} RENAME TO trio_routines_holds", schema, "holds_away")
+    why = (
+        f"could not take holds on {where(store)}: UndefinedTable: "
+        f'relation "{schema}.trio_routines_holds" does not exist'
+    )
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert f"replica dropping could not let go of holds: {why}" in debug
+    assert member.lost.is_set()
+
+
+async def settled(member: PostgresPresence) -> None:
+    """Wait for the batch on the member's connection, then for its sender to go on."""
+    await wait_all_tasks_blocked()
+    await member._batches.lull()
+    await wait_all_tasks_blocked()
+
+
+async def sent(clock: MockClock, member: PostgresPresence) -> None:
+    """Let the let-gos' moment pass, then wait for their batch and their sender to end."""
+    await wait_all_tasks_blocked()  # the sender waits for its moment
+    clock.jump(LET_GO_AFTER)
+    await settled(member)
+
+
+async def test_let_gos_reach_the_table_without_a_take_those_made_together_in_one_batch(
+    mock_clock: MockClock, store: PostgresStore, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    member = await store.join(info("sender"))
+    assert await member.take([1, 2]) == [True, True]
+    assert held_keys(schema) == [1, 2]
+    before = member._batches.batches
+    with caplog.at_level(logging.DEBUG, logger="trio_routines"):
+        member.let_go([1])
+        member.let_go([2])
+        await sent(mock_clock, member)
+        assert held_keys(schema) == []
+        assert member._batches.batches - before == 1  # one sender, one statement
+        # Again, after the first sender ended: a let-go still needs no take to be sent.
+        assert await member.take([1]) == [True]
+        member.let_go([1])
+        await sent(mock_clock, member)
+        assert held_keys(schema) == []
+        # One made while a let-go is on its way goes right after it, by the same sender
+        # (without a moment waited for, on the MockClock that no longer moves).
+        assert await member.take([1, 2]) == [True, True]
+        blocker = psycopg.connect(require_server())  # key 1's row: the let-go waits for it
+        try:
+            blocker.execute(
+                sql.SQL("SELECT 1 FROM {} WHERE key = 1 FOR UPDATE").format(table(schema, "holds"))
+            )
+            member.let_go([1])
+            await wait_all_tasks_blocked()  # the sender waits for its moment
+            mock_clock.jump(LET_GO_AFTER)
+            pid = connection(member).info.backend_pid
+            await until(lambda: waiting_for_a_lock(pid), "the let-go on the connection")
+            member.let_go([2])
+            blocker.rollback()
+        finally:
+            blocker.close()
+        await until(lambda: held_keys(schema) == [], "both let go")
+    assert not [r for r in caplog.records if "could not let go" in r.getMessage()]
+    await member.leave()
