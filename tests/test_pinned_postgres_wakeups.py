@@ -1,0 +1,217 @@
+"""Pins of the PostgreSQL store's wake-ups (``scripts/mutation.py pgwakeups``): a malformed row,
+skipped by a listing, dropped for good by a take and never counted against its session's cap;
+the time zone a recurring wake-up reads back with; the take's query planned for each ``now``;
+the error of every call naming what it was doing; a turn of a session no store can hold."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import timedelta
+from typing import Any, cast
+
+import psycopg
+import pytest
+import trio
+from pg import T0, admin, fresh_schema, require_server
+from psycopg import sql
+
+from trio_routines import StateFault
+from trio_routines.errors import InvalidWakeup
+from trio_routines.records import Wakeup
+from trio_routines.stores.postgres import PostgresStore
+from trio_routines.stores.postgres.conn import Call, Connections
+from trio_routines.stores.postgres.schema import Schema
+from trio_routines.stores.postgres.wakeups import PostgresWakeups
+from trio_routines.wakeups import MAX_PENDING_PER_SESSION, WakeupRequest, check_stored
+
+HOUR = timedelta(hours=1)
+BAD_CRON = "61 * * * *"  # no minute 61: the row reads as malformed
+REQUEST = WakeupRequest(session="s", prompt="p", fire_at=T0 + HOUR)
+
+
+@pytest.fixture
+def url() -> str:
+    return require_server()
+
+
+@pytest.fixture
+def schema(url: str) -> Iterator[str]:
+    # Fresh, not pooled: a table that never had a row deleted reads its rows in insertion
+    # order, which the test of the cap relies on.
+    with fresh_schema() as name:
+        yield name
+
+
+@pytest.fixture
+async def store(url: str, schema: str) -> AsyncIterator[PostgresStore]:
+    store = PostgresStore(url, schema=schema, timeout=30)
+    await store.ready()  # the tables exist
+    yield store
+    await store.aclose()
+
+
+@pytest.fixture
+def conn(url: str, schema: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection to the schema's tables, made by a store first."""
+
+    async def migrate() -> None:
+        made = PostgresStore(url, schema=schema, timeout=30)
+        try:
+            await made.ready()
+        finally:
+            await made.aclose()
+
+    trio.run(migrate)
+    with psycopg.connect(url, autocommit=True) as connection:
+        yield connection
+
+
+def table(schema: str, name: str) -> sql.Identifier:
+    return sql.Identifier(schema, f"trio_routines_{name}")
+
+
+def seed(schema: str, *rows: tuple[str, str, str | None]) -> None:
+    """Wake-up rows (id, session, cron), due at T0, in this order."""
+    with admin() as db:
+        for id_, session, cron in rows:
+            db.execute(
+                sql.SQL(
+                    "INSERT INTO {} (id, session, prompt, fire_at, cron) "
+                    "VALUES (%s, %s, 'p', %s, %s)"
+                ).format(table(schema, "wakeups")),
+                (id_, session, T0, cron),
+            )
+
+
+def malformed_reason(wakeup_id: str, session: str) -> str:
+    """Why the store cannot read a row of ``BAD_CRON``: what reading it raises."""
+    with pytest.raises(ValueError, match=r"^invalid cron/tz: ") as refused:
+        check_stored(Wakeup(id=wakeup_id, session=session, prompt="p", fire_at=T0, cron=BAD_CRON))
+    return str(refused.value)
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_a_listing_skips_a_malformed_entry_and_names_it_each_time(
+    store: PostgresStore, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    seed(schema, ("w-bad", "s-bad", BAD_CRON), ("w-good", "s-good", None))
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        first = await store.list_wakeups()
+        second = await store.list_wakeups()  # a listing leaves it in place
+    assert [w.id for w in first] == [w.id for w in second] == ["w-good"]
+    line = f"skipping a malformed wake-up entry 'w-bad': {malformed_reason('w-bad', 's-bad')}"
+    assert warnings(caplog) == [line, line]
+
+
+async def test_a_take_drops_a_malformed_entry_for_good_and_takes_the_one_behind_it(
+    store: PostgresStore, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    seed(schema, ("w-bad", "s-bad", BAD_CRON), ("w-good", "s-good", None))
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        taken = await store.take_due_wakeup(T0)
+    assert taken is not None
+    assert (taken.id, taken.session) == ("w-good", "s-good")
+    assert warnings(caplog) == [
+        f"dropping a malformed wake-up entry 'w-bad': {malformed_reason('w-bad', 's-bad')}"
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        assert await store.list_wakeups() == []  # the row is gone, not only passed over
+        assert await store.take_due_wakeup(T0) is None
+    assert warnings(caplog) == []
+
+
+async def test_a_malformed_entry_neither_counts_against_the_cap_nor_hides_those_after_it(
+    store: PostgresStore, schema: str
+) -> None:
+    # The malformed row is read first: the session's valid rows behind it are counted all.
+    valid = [(f"w-{n}", "s", None) for n in range(MAX_PENDING_PER_SESSION - 1)]
+    seed(schema, ("w-bad", "s", BAD_CRON), *valid)
+    await store.add_wakeup(REQUEST, T0)  # the last place: the malformed row takes none
+    with pytest.raises(InvalidWakeup) as refused:
+        await store.add_wakeup(REQUEST, T0)
+    assert str(refused.value).startswith(
+        f"too many pending wake-ups for this session ({MAX_PENDING_PER_SESSION}) — "
+    )
+    busy = Wakeup(id="w-busy", session="s", prompt="p", fire_at=T0)
+    assert await store.defer_wakeup(busy, T0 + HOUR) is False  # a defer counts the same way
+    assert len(await store.list_wakeups()) == MAX_PENDING_PER_SESSION
+
+
+async def test_a_recurring_wakeup_reads_back_with_its_time_zone(store: PostgresStore) -> None:
+    request = WakeupRequest(session="s", prompt="p", cron="0 9 * * *", tz="Asia/Kolkata")
+    added = await store.add_wakeup(request, T0)
+    assert added.tz == "Asia/Kolkata"
+    assert await store.list_wakeups() == [added]
+    taken = await store.take_due_wakeup(added.fire_at)
+    assert taken == added
+    (advanced,) = await store.list_wakeups()  # the next 09:00 in Kolkata, a day later
+    assert (advanced.tz, advanced.fire_at) == ("Asia/Kolkata", added.fire_at + timedelta(days=1))
+
+
+def prepared(conn: psycopg.Connection[Any], text: str) -> list[str]:
+    """The statements prepared on ``conn``'s server session that contain ``text``."""
+    rows = conn.execute("SELECT statement FROM pg_prepared_statements", prepare=False)
+    return [statement for (statement,) in rows if text in statement]
+
+
+def test_the_take_is_planned_for_each_now_never_prepared(
+    conn: psycopg.Connection[Any], schema: str
+) -> None:
+    runs = (conn.prepare_threshold or 0) + 2  # past what psycopg prepares a query after
+    # What the check sees: a query run as often, psycopg left to decide, is prepared.
+    for _ in range(runs):
+        conn.execute("SELECT %s::int AS seen_prepared", (1,))
+    assert prepared(conn, "seen_prepared") != []
+    wakeups = PostgresWakeups(cast(Connections, None), Schema(schema))
+    for _ in range(runs):
+        assert wakeups._take(conn, Call(), T0) is None
+    assert prepared(conn, "SKIP LOCKED") == []
+
+
+async def test_every_failed_call_says_what_it_was_doing(store: PostgresStore, schema: str) -> None:
+    with admin() as db:
+        for name in ("wakeups", "wake_turns"):
+            db.execute(sql.SQL("DROP TABLE {}").format(table(schema, name)))
+
+    wakeup = Wakeup(id="w-1", session="s", prompt="p", fire_at=T0)
+    calls: list[tuple[str, str, Callable[[], Awaitable[object]]]] = [
+        ("could not add a wake-up", "wakeups", lambda: store.add_wakeup(REQUEST, T0)),
+        ("could not take a due wake-up", "wakeups", lambda: store.take_due_wakeup(T0)),
+        (
+            "could not re-queue wake-up w-1",
+            "wakeups",
+            lambda: store.defer_wakeup(wakeup, T0 + HOUR),
+        ),
+        ("could not remove wake-up w-1", "wakeups", lambda: store.remove_wakeup("w-1")),
+        ("the pending wake-ups are unreadable", "wakeups", store.list_wakeups),
+        ("could not record a wake-up turn", "wake_turns", lambda: store.note_wake_turn("s", T0)),
+        (
+            "the recent wake-up turns are unreadable",
+            "wake_turns",
+            lambda: store.wake_turns("s", T0 - HOUR),
+        ),
+    ]
+    for what, name, call in calls:
+        with pytest.raises(StateFault) as failed:
+            await call()
+        assert str(failed.value) == (
+            f'{what} in {store.where}: UndefinedTable: relation "{schema}.trio_routines_{name}" '
+            "does not exist"
+        )
+
+
+async def test_a_turn_of_a_session_no_store_can_hold_is_not_recorded(
+    store: PostgresStore, schema: str
+) -> None:
+    await store.note_wake_turn("bad\x00session", T0)  # not sent: the server would refuse it
+    await store.note_wake_turn("s", T0)
+    with admin() as db:
+        rows = db.execute(
+            sql.SQL("SELECT session FROM {}").format(table(schema, "wake_turns"))
+        ).fetchall()
+    assert rows == [("s",)]
