@@ -112,6 +112,33 @@ SCHEDULER_TESTS = [
     "--deselect=tests/test_scheduler.py::test_routine_without_cron_is_never_armed",
 ]
 
+# The PostgreSQL store's tests: its own, and every contract test run on it.
+POSTGRES_TESTS = [
+    "+postgres",
+    "-kpostgres",
+    "tests/test_postgres.py",
+    "tests/test_postgres_newest.py",
+    "tests/test_postgres_batches.py",
+    "tests/test_postgres_stalls.py",
+    "tests/test_postgres_upgrades.py",
+    "tests/test_store_contract.py",
+    "tests/test_store_contract_armed.py",
+    "tests/test_store_contract_waketurns.py",
+    "tests/test_store_ledger.py",
+    "tests/test_store_usage.py",
+    "tests/test_replicas_contract.py",
+    "tests/test_wakeexpiry.py",
+    "tests/test_open_claims.py",
+    "tests/test_session_spent.py",
+    "tests/test_pinned_stores.py",
+    "tests/test_page.py",
+    "tests/test_pinned_postgres_claims.py",
+    "tests/test_pinned_postgres_wakeups.py",
+    "tests/test_pinned_postgres_holds.py",
+    "tests/test_pinned_postgres_store.py",
+    "tests/test_pinned_postgres_conn.py",
+]
+
 # module -> (files mutmut may mutate, tests that judge its mutants). Small pure modules first.
 # An entry of the tests starting with "-" is a pytest option (a cheaper Hypothesis profile).
 # Only fast tests: no real processes, and no PostgreSQL (the store is selected by `-k`) unless
@@ -989,6 +1016,48 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_dirpause.py",
         ],
     ),
+    # The PostgreSQL store, in five parts, each over the tests that reach it on PostgreSQL
+    # (`-k postgres`: the contract tests' other kinds of store never call it): its claims and
+    # the reads, gaps and ledgers beside them; the replicas' presence and holds; the wake-ups;
+    # the store's own calls; its connections and its schema.
+    "pgclaims": (
+        [
+            "trio_routines/stores/postgres/claims.py",
+            "trio_routines/stores/postgres/reads.py",
+            "trio_routines/stores/postgres/gaps.py",
+            "trio_routines/stores/postgres/ledger.py",
+        ],
+        POSTGRES_TESTS,
+    ),
+    "pgholds": (["trio_routines/stores/postgres/holds.py"], POSTGRES_TESTS),
+    "pgwakeups": (["trio_routines/stores/postgres/wakeups.py"], POSTGRES_TESTS),
+    "pgstore": (["trio_routines/stores/postgres/store.py"], POSTGRES_TESTS),
+    "pgconn": (
+        ["trio_routines/stores/postgres/conn.py", "trio_routines/stores/postgres/schema.py"],
+        POSTGRES_TESTS,
+    ),
+    # The state directory's wake-up calls (their turns, and a caller that leaves), whether it
+    # is ready, and the values a batch carries to and from the writer process.
+    "dirwakeups": (
+        [
+            "trio_routines/stores/directory/wakeups.py",
+            "trio_routines/stores/directory/ready.py",
+            "trio_routines/stores/directory/claimbatch.py",
+        ],
+        [
+            *WAKEUP_JOURNAL_TESTS,
+            "tests/test_stalled_directory.py",
+            "tests/test_abandon.py",
+            "tests/test_pinned_directory.py",
+            "tests/test_pinned_writes.py",
+            "tests/test_writer.py",
+            "tests/test_pinned_writer.py",
+            "tests/test_pinned_claimfiles.py",
+            "tests/test_pinned_claimfiles_batches.py",
+            "tests/test_directory_batches.py",
+            "tests/test_pinned_dirwakeups.py",
+        ],
+    ),
 }
 # The scheduler's other parts that kept survivors in the package's run, each alone over the
 # package's selection: quicker to rerun after a change to one of them.
@@ -1037,6 +1106,22 @@ def _require_postgres(module: str) -> None:
             conn.execute("SELECT 1")
     except psycopg.Error as exc:
         raise SystemExit(f"{module}: its selection needs PostgreSQL at {url}: {exc}") from None
+
+
+def _drop_schemas_left(module: str) -> None:
+    """Drop the schemas of ``module``'s run that a test killed in the middle left behind
+    (tests/pg.py names them ``trm_<module>_...`` in a mutation run)."""
+    import psycopg
+    from psycopg import sql
+
+    url = os.environ.get("TRIO_ROUTINES_TEST_PG") or "postgresql://postgres@127.0.0.1:5432/test"
+    with psycopg.connect(url, autocommit=True, connect_timeout=3) as conn:
+        prefix = f"trm_{module}_"
+        names = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", (prefix,)
+        ).fetchall()
+        for (name,) in names:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
 def prepare(module: str) -> Path:
@@ -1122,11 +1207,14 @@ def main(argv: list[str]) -> int:
                 "TRIO_ROUTINES_TEST_CPU_FACTOR": TEST_CPU_FACTOR,
                 "TRIO_ROUTINES_TEST_IDLE_SECONDS": TEST_IDLE_SECONDS,
                 "TRIO_ROUTINES_TEST_OWN_GROUP": "1",
+                "TRIO_ROUTINES_TEST_MUTATION": module,  # PostgreSQL schemas: see tests/pg.py
             },
             capture_output=True,  # mutmut reports its own failures on stdout, not on stderr
             text=True,
             check=False,
         )
+        if "+postgres" in MODULES[module][1]:
+            _drop_schemas_left(module)
         if run.returncode != 0:
             said = (run.stdout[-1500:] + run.stderr[-1500:]).strip() or "(nothing printed)"
             print(f"{module}: mutmut failed ({run.returncode}): {said}")
