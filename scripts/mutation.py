@@ -1029,7 +1029,10 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ],
         POSTGRES_TESTS,
     ),
-    "pgholds": (["trio_routines/stores/postgres/holds.py"], POSTGRES_TESTS),
+    "pgholds": (
+        ["trio_routines/stores/postgres/holds.py", "trio_routines/stores/postgres/alive.py"],
+        POSTGRES_TESTS,
+    ),
     "pgwakeups": (["trio_routines/stores/postgres/wakeups.py"], POSTGRES_TESTS),
     "pgstore": (["trio_routines/stores/postgres/store.py"], POSTGRES_TESTS),
     "pgconn": (

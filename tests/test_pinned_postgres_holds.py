@@ -12,7 +12,9 @@ the server works in real time; ``until`` waits for what the server or a thread d
 from __future__ import annotations
 
 import logging
+import socket
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -267,6 +269,65 @@ async def test_a_call_that_outlives_its_bound_loses_the_presence_at_its_deadline
     await until(lambda: conn.closed, "the lost connection closed")
 
 
+async def test_a_call_stalled_for_good_is_broken_off_and_only_then_is_its_connection_closed(
+    mock_clock: MockClock, store: PostgresStore, schema: str
+) -> None:
+    # The call never returns by itself (the row stays locked); closing the connection under
+    # it, from another thread, would free what the blocked thread uses inside libpq.
+    member = await store.join(info("wedged"))
+    conn = connection(member)
+    events: list[str] = []
+    wait, close = conn.wait, conn.close
+
+    def spied_wait(*args: Any, **kwargs: Any) -> Any:
+        # psycopg's wait for a call's answer, under the lock it takes for the call: broken
+        # off, the thread lingers in it a moment, as a thread still inside libpq would.
+        events.append("call")
+        try:
+            return wait(*args, **kwargs)
+        except psycopg.OperationalError:
+            time.sleep(0.2)
+            raise
+        finally:
+            events.append("call returned")
+
+    def spied_close() -> None:
+        events.append("close")
+        close()
+
+    conn.wait = spied_wait  # type: ignore[method-assign]
+    conn.close = spied_close  # type: ignore[method-assign]
+    said: list[str] = []
+
+    async def beat() -> None:
+        try:
+            await member.beat(1, T0)
+        except StateFault as exc:
+            said.append(str(exc))
+
+    blocker = psycopg.connect(require_server())
+    try:
+        query = sql.SQL("SELECT 1 FROM {} WHERE id = 'wedged' FOR UPDATE").format(
+            table(schema, "replicas")
+        )
+        blocker.execute(query)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(beat)
+            pid = conn.info.backend_pid
+            await until(lambda: waiting_for_a_lock(pid), "the beat waiting for the row")
+            mock_clock.jump(BOUND)
+            # With the row still locked: the server saw the connection end and let the
+            # replica's lock go, the blocked call returned, and the connection was closed.
+            await until(lambda: conn.closed, "the lost connection closed")
+            await until(lambda: not lock_holders(member.holder), "the lost connection's lock")
+    finally:
+        blocker.close()
+    assert said == [
+        f"could not refresh the replica's record on {where(store)}: no answer within {BOUND} s"
+    ]
+    assert events == ["call", "call returned", "close"]
+
+
 def test_a_lost_connection_whose_close_hangs_does_not_hold_up_the_end_of_the_run(
     url: str, schema: str
 ) -> None:
@@ -309,14 +370,14 @@ def test_a_lost_connection_whose_close_hangs_does_not_hold_up_the_end_of_the_run
 async def test_a_join_that_outlives_its_bound_gives_up_and_closes_the_connection_made_late(
     mock_clock: MockClock, store: PostgresStore, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    made_late: list[psycopg.Connection[Any]] = []
-    close_quietly = holds._close_quietly
+    made_late: list[tuple[psycopg.Connection[Any], socket.socket | None]] = []
+    close_both = holds._close_both
 
-    def closed_late(conn: psycopg.Connection[Any]) -> None:
-        made_late.append(conn)
-        close_quietly(conn)
+    def closed_late(made: tuple[psycopg.Connection[Any], socket.socket | None]) -> None:
+        made_late.append(made)
+        close_both(made)
 
-    monkeypatch.setattr(holds, "_close_quietly", closed_late)
+    monkeypatch.setattr(holds, "_close_both", closed_late)
     said: list[str] = []
 
     async def join() -> None:
@@ -351,8 +412,10 @@ async def test_a_join_that_outlives_its_bound_gives_up_and_closes_the_connection
         f"could not join {where(store)} as replica late: no answer within {BOUND} s"
     ]
     # The thread went on and made the connection (and took the lock): closed there.
-    (late,) = await until(lambda: made_late, "the connection made after the join gave up")
+    ((late, line),) = await until(lambda: made_late, "the connection made after the join gave up")
     assert late.closed
+    assert line is not None
+    assert line.fileno() == -1  # our own descriptor on it closed too
     await until(lambda: not lock_holders(replica_lock(schema, "late")), "its lock let go")
     again = await store.join(info("late"))
     await again.leave()

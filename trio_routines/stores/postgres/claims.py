@@ -33,8 +33,8 @@ import psycopg
 from ...instants import slot_name
 from ...records import ClaimResult, ClaimStatus, Outcome
 from ...usage import Usage
+from .alive import LOCKS as _HELD_LOCKS
 from .conn import Call
-from .holds import LOCKS as _HELD_LOCKS
 from .schema import CLAIM_LOCK, Schema
 
 log = logging.getLogger("trio_routines")

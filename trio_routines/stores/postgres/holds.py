@@ -6,9 +6,9 @@ keeps it for its life. On it, it takes the session-level advisory lock of its id
 connection ends, which is what makes a replica's holds die with it: a killed process closes
 its socket at once; a machine that vanished is noticed by the server's TCP keepalives, which
 this connection sets for itself (``tcp_keepalives_*``, ``tcp_user_timeout``:
-:data:`KEEPALIVE_BOUND` seconds in all). Anyone reads whose lock is held from ``pg_locks``
-(a bigint key shows as its high half in ``classid``, its low half in ``objid``, with
-``objsubid`` 1), which needs no privilege.
+:data:`KEEPALIVE_BOUND` seconds in all), and one in the middle of a statement by checking
+its socket every second (``client_connection_check_interval``). Anyone reads whose lock is
+held (``alive.py``).
 
 A claim is held by the replica it names (its ``replica`` column): an open claim is alive while
 that replica's lock is held (:func:`claims_alive`), so a fire writes no hold for its claim.
@@ -28,18 +28,26 @@ connection has our deadline; a connection that does not answer in time is droppe
 presence is **lost**: the server will let our lock go (at once, or within the keepalive
 bound), so the turns we hold are no longer protected and the scheduler ends them. A heartbeat
 on the same connection notices a stall even between fires.
+
+A connection given up on may still be in use by the thread we stopped waiting for, blocked
+inside libpq; closing it from another thread would free what that thread is using. So a lost
+connection is first *shut down* through a socket of our own on the same connection (a
+duplicate of libpq's descriptor, taken when it connected: it names this connection whatever
+libpq has done with its own descriptor since): the server sees the end and lets our lock go,
+and the blocked call returns with an error. The connection is then closed in a thread, under
+the lock psycopg takes for every call on it, once that call has returned.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
+import os
+import socket
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-import attrs
 import psycopg
 import trio
 
@@ -48,6 +56,7 @@ from ...presence import Presence
 from ...replicas import ReplicaInfo, replica_key
 from ..abandon import run_abandoning
 from ..batch import Answer, Batcher, Entry
+from .alive import COLUMNS, LOCKS, keys_held, namespace
 from .conn import THREAD_NAME, Call, Connections, reason
 from .schema import Schema
 
@@ -56,27 +65,21 @@ T = TypeVar("T")
 Conn = psycopg.Connection[Any]
 
 # The server's side of noticing a vanished replica: idle 10 s, then 3 probes 5 s apart; data
-# unacknowledged for 25 s ends the connection too.
+# unacknowledged for 25 s ends the connection too. A statement the server is still running (a
+# lock wait) reads nothing from the socket: it looks for the end of ours every second
+# (PostgreSQL 14 and later; an older server passes it over).
 KEEPALIVE = {
     "tcp_keepalives_idle": "10",
     "tcp_keepalives_interval": "5",
     "tcp_keepalives_count": "3",
     "tcp_user_timeout": "25000",
+    "client_connection_check_interval": "1000",
 }
 #: Seconds a let-go waits for others to travel with it (a session looks busy that much longer).
 LET_GO_AFTER = 0.05
 KEEPALIVE_BOUND = 25.0  # seconds: the longest a dead replica's locks outlive it
 FORGET_AFTER = "1 day"  # a dead replica's row is deleted by the next join after this
 
-_HELD = """WITH held AS MATERIALIZED (
-        SELECT l.classid::bigint AS hi, l.objid::bigint AS lo FROM pg_locks AS l
-        WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-            AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
-    SELECT EXISTS (SELECT 1 FROM held AS h WHERE h.hi = t.hi AND h.lo = t.lo)
-    FROM unnest(%s::bigint[], %s::bigint[]) WITH ORDINALITY AS t (hi, lo, n) ORDER BY t.n"""
-LOCKS = """SELECT l.classid::bigint AS hi, l.objid::bigint AS lo FROM pg_locks AS l
-    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"""
 # Our rows for the wanted keys; a row of a dead holder is taken over. What comes back is the
 # keys refused (usually none: a herd's keys are not sent back one by one).
 _TAKE = f"""WITH held AS MATERIALIZED ({LOCKS}),
@@ -91,10 +94,6 @@ _TAKE = f"""WITH held AS MATERIALIZED ({LOCKS}),
 _RELEASE = "DELETE FROM {holds} WHERE key = ANY(%(keys)s::bigint[]) AND holder = %(me)s"
 
 
-def _json_array(rows: list[list[str]]) -> str:
-    return json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
-
-
 def _array(keys: Sequence[int]) -> str:
     """A bigint array as one text parameter: psycopg adapts a list item by item in Python,
     which for a herd of 10,000 costs more than the server's work."""
@@ -104,57 +103,6 @@ def _array(keys: Sequence[int]) -> str:
 _FORGET = f"""WITH held AS MATERIALIZED ({LOCKS})
     DELETE FROM {{holds}} AS h WHERE NOT EXISTS (
         SELECT 1 FROM held WHERE held.hi = h.holder >> 32 AND held.lo = h.holder & 4294967295)"""
-_CLAIMED_BY = """SELECT c.replica
-    FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS t (e, n)
-        LEFT JOIN {claims} AS c ON c.routine = t.e->>0 AND c.slot = (t.e->>1)::timestamptz
-            AND c.outcome IS NULL
-    ORDER BY t.n"""
-_COLUMNS = "id, version, host, pid, started, last_seen, in_flight"
-
-
-def claims_alive(
-    conn: Conn, call: Call, schema: Schema, claims: Sequence[tuple[str, datetime]]
-) -> list[bool]:
-    """Whether each claim is open and the replica it names holds its id's lock now."""
-    if not claims:
-        return []
-    rows = conn.execute(
-        schema.sql(_CLAIMED_BY),
-        (_json_array([[routine, slot.isoformat()] for routine, slot in claims]),),
-    ).fetchall()
-    space = namespace(conn, schema)
-    names = sorted({replica for (replica,) in rows if replica is not None})
-    held = dict(
-        zip(names, keys_held(conn, call, [replica_key(n, space) for n in names]), strict=True)
-    )
-    return [replica is not None and held[replica] for (replica,) in rows]
-
-
-def keys_held(conn: Conn, _call: Call, keys: Sequence[int]) -> list[bool]:
-    """Whether some connection to this database holds each advisory lock now."""
-    if not keys:
-        return []
-    rows = conn.execute(_HELD, ([k >> 32 for k in keys], [k & 0xFFFFFFFF for k in keys]))
-    return [bool(held) for (held,) in rows]
-
-
-def namespace(conn: Conn, schema: Schema) -> str:
-    """What sets this store's replica locks apart from another schema's in the same database
-    (advisory locks are per database): the OID of its replicas table."""
-    name = schema.sql("{replicas}").as_string(conn)
-    row = conn.execute("SELECT to_regclass(%s)::oid", (name,)).fetchone()
-    return str(row[0]) if row and row[0] is not None else ""
-
-
-def replica_rows(conn: Conn, call: Call, schema: Schema) -> list[ReplicaInfo]:
-    """Every replica that joined, each marked alive or not by its lock."""
-    rows = conn.execute(schema.sql(f"SELECT {_COLUMNS} FROM {{replicas}} ORDER BY started, id"))
-    infos = [ReplicaInfo(*row) for row in rows]
-    space = namespace(conn, schema)
-    alive = keys_held(conn, call, [replica_key(info.id, space) for info in infos])
-    return [attrs.evolve(info, alive=live) for info, live in zip(infos, alive, strict=True)]
-
-
 # One caller's request: take these keys (a request of none only lets go of what waits).
 _Ops = tuple[bool, tuple[int, ...]]
 
@@ -167,6 +115,7 @@ class PostgresPresence(Presence):
         self._conns = conns
         self._schema = schema
         self._conn: Conn | None = None
+        self._socket: socket.socket | None = None  # ours, on the connection (see the module doc)
         self._using = trio.Lock()  # one use of the connection at a time
         self._batches: Batcher[_Ops, list[bool]] = Batcher(self._flush, key=id)
         self._letting_go: list[int] = []  # let go of here, not yet in the table
@@ -215,8 +164,15 @@ class PostgresPresence(Presence):
         )
         self.lost.set()
         conn, self._conn = self._conn, None
+        line, self._socket = self._socket, None
+        if line is not None:
+            # The end of the connection for the server and for a call blocked on it; the
+            # descriptor is ours, so no other connection can have been given its number.
+            with contextlib.suppress(OSError):
+                line.shutdown(socket.SHUT_RDWR)
+            line.close()
         if conn is not None:
-            # Closing may block on a stalled socket: a daemon thread is left to it.
+            # Closing waits for the call still on it: a daemon thread is left to it.
             trio.lowlevel.spawn_system_task(_close_in_thread, conn)
 
     async def connect(self) -> None:
@@ -228,9 +184,8 @@ class PostgresPresence(Presence):
             try:
                 # Left to its thread when we give up; a connection (and its lock) made after
                 # that is closed there, not left to the garbage collector.
-                self._conn = await run_abandoning(
-                    self._connect, kwargs, limiter=None, late=_close_quietly
-                )
+                made = await run_abandoning(self._connect, kwargs, limiter=None, late=_close_both)
+                self._conn, self._socket = made
             except psycopg.Error as exc:
                 raise StateFault(
                     f"could not join {self._conns.where} as replica {self.replica}: {reason(exc)}"
@@ -241,9 +196,11 @@ class PostgresPresence(Presence):
             f"no answer within {bound:g} s"
         )
 
-    def _connect(self, kwargs: dict[str, Any]) -> Conn:
+    def _connect(self, kwargs: dict[str, Any]) -> tuple[Conn, socket.socket]:
         conn: Conn = psycopg.connect(self._conns.url, **kwargs)
+        line = None
         try:
+            line = socket.socket(fileno=os.dup(conn.pgconn.socket))
             for setting, value in KEEPALIVE.items():
                 with contextlib.suppress(psycopg.errors.UndefinedObject):
                     conn.execute("SELECT set_config(%s, %s, false)", (setting, value))
@@ -259,7 +216,7 @@ class PostgresPresence(Presence):
             info = self.info
             conn.execute(
                 self._schema.sql(
-                    f"INSERT INTO {{replicas}} ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, 0) "
+                    f"INSERT INTO {{replicas}} ({COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, 0) "
                     "ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version, "
                     "host = EXCLUDED.host, pid = EXCLUDED.pid, started = EXCLUDED.started, "
                     "last_seen = EXCLUDED.last_seen, in_flight = 0"
@@ -269,9 +226,9 @@ class PostgresPresence(Presence):
             self._forget_dead(conn)
             conn.execute(self._schema.sql(_FORGET))  # the holds of replicas gone
         except BaseException:
-            conn.close()
+            _close_both((conn, line))
             raise
-        return conn
+        return conn, line
 
     def _forget_dead(self, conn: Conn) -> None:
         """Delete the rows of replicas gone for over a day (their lock free)."""
@@ -355,18 +312,32 @@ class PostgresPresence(Presence):
             # Let go of our lock before closing: the server ends a closed connection's backend
             # (and so frees its locks) a moment later, in which others would see us alive.
             conn.execute("SELECT pg_advisory_unlock(%s)", (me,))
-            conn.close()
+            conn.close()  # a clean end for the server; given up on, the loss ends it
 
         with contextlib.suppress(StateFault):
             await self._on_connection("could not leave", leave)
         self._conn = None
+        line, self._socket = self._socket, None  # only ever touched here, in Trio's thread
+        if line is not None:
+            line.close()
 
 
 async def _close_in_thread(conn: Conn) -> None:
     with contextlib.suppress(Exception):
-        await trio.to_thread.run_sync(conn.close, abandon_on_cancel=True, thread_name=THREAD_NAME)
+        await trio.to_thread.run_sync(
+            _close_after_use, conn, abandon_on_cancel=True, thread_name=THREAD_NAME
+        )
 
 
-def _close_quietly(conn: Conn) -> None:
+def _close_after_use(conn: Conn) -> None:
+    """Close once no call is inside libpq on it (psycopg's own close does not wait)."""
+    with conn.lock:
+        conn.close()
+
+
+def _close_both(made: tuple[Conn, socket.socket | None]) -> None:
+    conn, line = made
     with contextlib.suppress(Exception):
         conn.close()
+    if line is not None:
+        line.close()

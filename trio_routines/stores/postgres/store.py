@@ -25,6 +25,7 @@ from ...usage import Usage
 from ...wakeups import WakeupRequest
 from ..batch import Answer, Batcher, Entry
 from ..newest import BatchedReads
+from .alive import claims_alive, replica_rows
 from .claims import (
     ClaimItem,
     HoldsWanted,
@@ -35,7 +36,7 @@ from .claims import (
 )
 from .conn import Call, CallFault, Connections
 from .gaps import first_armed, gaps_of, record_gap
-from .holds import PostgresPresence, claims_alive, replica_rows
+from .holds import PostgresPresence
 from .ledger import record_usage, usage_since
 from .reads import BATCH, READERS, history, newest_fires, open_claims, read_batch, resumes
 from .schema import CLAIM_LOCK as CLAIM_LOCK
