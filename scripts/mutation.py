@@ -1061,6 +1061,29 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_dirwakeups.py",
         ],
     ),
+    # The memory store that embedders test with (trio_routines.testing): the store contract in
+    # memory, its fault injection, and its members' holds.
+    "memory": (
+        ["trio_routines/testing/memory.py", "trio_routines/testing/memberships.py"],
+        [
+            "tests/test_store_contract.py",
+            "tests/test_store_contract_armed.py",
+            "tests/test_store_contract_waketurns.py",
+            "tests/test_store_ledger.py",
+            "tests/test_store_usage.py",
+            "tests/test_replicas_contract.py",
+            "tests/test_pinned_stores.py",
+            "tests/test_pinned_presence.py",
+            "tests/test_faults.py",
+            "tests/test_store_bounds.py",
+            "tests/test_open_claims.py",
+            "tests/test_session_spent.py",
+            "tests/test_wakeexpiry.py",
+            "tests/test_gaps_armed.py",
+            "tests/test_turn_holds.py",
+            "tests/test_pinned_memory.py",
+        ],
+    ),
 }
 # The scheduler's other parts that kept survivors in the package's run, each alone over the
 # package's selection: quicker to rerun after a change to one of them.

@@ -11,6 +11,7 @@ the server works in real time; ``until`` waits for what the server or a thread d
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 import threading
@@ -418,6 +419,33 @@ async def test_a_join_that_outlives_its_bound_gives_up_and_closes_the_connection
     assert line.fileno() == -1  # our own descriptor on it closed too
     await until(lambda: not lock_holders(replica_lock(schema, "late")), "its lock let go")
     again = await store.join(info("late"))
+    await again.leave()
+
+
+async def test_a_join_with_no_descriptor_left_for_its_socket_says_why_and_closes_the_connection(
+    store: PostgresStore, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[psycopg.Connection[Any]] = []
+    connect = psycopg.connect
+
+    def connect_spied(*args: Any, **kwargs: Any) -> psycopg.Connection[Any]:
+        made.append(connect(*args, **kwargs))
+        return made[-1]
+
+    def no_descriptor(fd: int) -> int:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(holds.psycopg, "connect", connect_spied)
+    monkeypatch.setattr(holds.os, "dup", no_descriptor)
+    with pytest.raises(StateFault) as caught:
+        await store.join(info("crowded"))
+    assert str(caught.value) == (
+        f"could not join {where(store)} as replica crowded: OSError: [Errno 24] Too many open files"
+    )
+    (conn,) = made
+    assert conn.closed
+    monkeypatch.undo()
+    again = await store.join(info("crowded"))
     await again.leave()
 
 

@@ -186,7 +186,7 @@ class PostgresPresence(Presence):
                 # that is closed there, not left to the garbage collector.
                 made = await run_abandoning(self._connect, kwargs, limiter=None, late=_close_both)
                 self._conn, self._socket = made
-            except psycopg.Error as exc:
+            except (psycopg.Error, OSError) as exc:  # OSError: no descriptor left for ours
                 raise StateFault(
                     f"could not join {self._conns.where} as replica {self.replica}: {reason(exc)}"
                 ) from None
