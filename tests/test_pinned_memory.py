@@ -24,6 +24,7 @@ from trio_routines.records import ClaimStatus, Gap, GapReason, Outcome, Wakeup
 from trio_routines.replicas import ReplicaInfo
 from trio_routines.testing import MemoryPresence, MemoryStore
 from trio_routines.usage import Usage
+from trio_routines.wakelimits import RATE_WINDOW
 from trio_routines.wakeups import WakeupRequest
 
 T0 = datetime(2026, 7, 7, 10, 0, tzinfo=UTC)
@@ -239,3 +240,15 @@ async def test_a_member_alive_vanished_and_lost_as_replicas_shows_them() -> None
         await cut.take([1])
     assert str(caught.value) == "replica cut lost its hold on the memory store"
     assert await up.take([1]) == [True]
+
+
+async def test_turns_of_other_sessions_are_kept_only_inside_the_window_before_the_newest() -> None:
+    store = MemoryStore()
+    await store.note_wake_turn("a", T0)
+    await store.note_wake_turn("c", T0 + timedelta(seconds=1))
+    # The newest turn of any session: "a"'s is then exactly a window old, "c"'s inside it.
+    await store.note_wake_turn("b", T0 + RATE_WINDOW)
+    since = T0 - timedelta(hours=2)
+    assert await store.wake_turns("a", since) == []
+    assert await store.wake_turns("c", since) == [T0 + timedelta(seconds=1)]
+    assert sorted(store.turns) == ["b", "c"]  # a session with none left is forgotten
