@@ -1084,6 +1084,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_memory.py",
         ],
     ),
+    # The other test tools: the wall clock that moves with Trio's, and the scripted agent.
+    "testingtools": (
+        ["trio_routines/testing/scripted.py", "trio_routines/testing/clock.py"],
+        ["tests/test_pinned_testing.py", "tests/test_clockskew.py", "tests/test_context.py"],
+    ),
 }
 # The scheduler's other parts that kept survivors in the package's run, each alone over the
 # package's selection: quicker to rerun after a change to one of them.

@@ -109,7 +109,7 @@ class ScriptedAgent:
         behaviour = self._next(session)
         if isinstance(behaviour, Hang):
             await trio.sleep_forever()
-        await trio.sleep(getattr(behaviour, "duration", 0.0))
+        await trio.sleep(behaviour.duration)
         if isinstance(behaviour, Raise):
             raise behaviour.error
         if isinstance(behaviour, Complete | Fail) and behaviour.usage is not None:
