@@ -1089,6 +1089,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["trio_routines/testing/scripted.py", "trio_routines/testing/clock.py"],
         ["tests/test_pinned_testing.py", "tests/test_clockskew.py", "tests/test_context.py"],
     ),
+    # ``serve`` in this process: what it logs, its signals, its refusals before the store.
+    "cliserve": (["trio_routines/cli/serve.py"], ["tests/test_pinned_cli_serve.py"]),
 }
 # The scheduler's other parts that kept survivors in the package's run, each alone over the
 # package's selection: quicker to rerun after a change to one of them.
