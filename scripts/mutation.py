@@ -1091,6 +1091,12 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     # ``serve`` in this process: what it logs, its signals, its refusals before the store.
     "cliserve": (["trio_routines/cli/serve.py"], ["tests/test_pinned_cli_serve.py"]),
+    # The command line's entry (each command's module, the exit status of every failure) and
+    # ``migrate`` (on a state directory and on PostgreSQL schemas).
+    "climain": (
+        ["trio_routines/cli/__init__.py", "trio_routines/cli/migrating.py"],
+        ["+postgres", "tests/test_pinned_cli_main.py"],
+    ),
 }
 # The scheduler's other parts that kept survivors in the package's run, each alone over the
 # package's selection: quicker to rerun after a change to one of them.

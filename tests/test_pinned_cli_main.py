@@ -1,0 +1,256 @@
+"""Pins of the command line's entry and ``migrate``, run in this process (``scripts/mutation.py
+climain``): each command found in its module; the exit status and the one line on stderr for
+every expected failure, alone or in a group; what is re-raised (a bug); an interrupt; a reader
+gone away; streams that cannot take a character; and ``migrate``'s line for a state directory,
+a new PostgreSQL schema, one up to date and one of an older version.
+
+The commands' own work is replaced by a stand-in raising what a case needs; their processes
+are tested in ``test_cli.py`` and ``test_postgres_upgrades.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import importlib
+import io
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pg import admin, fresh_schema, require_server
+from psycopg import sql
+from test_postgres_upgrades import build_old
+
+from trio_routines import cli
+from trio_routines.cli.migrating import cmd_migrate
+from trio_routines.cli.output import CliError, state_label
+from trio_routines.errors import InvalidWakeup, StateFault, TrioRoutinesError
+from trio_routines.stores.postgres.schema import SCHEMA_VERSION
+
+
+@pytest.fixture(autouse=True)
+def no_logging_setup(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """``main`` sets up the process's logging: not this test process's."""
+    calls: list[tuple[str, str]] = []
+    monkeypatch.setattr(cli, "configure_logging", lambda *args: calls.append(args))
+    return calls
+
+
+def commanding(monkeypatch: pytest.MonkeyPatch, error: BaseException | None) -> list[Any]:
+    """Every command replaced by one that raises ``error`` (or returns 7): what it was given."""
+    given: list[Any] = []
+
+    async def command(args: argparse.Namespace) -> int:
+        given.append(args)
+        if error is not None:
+            raise error
+        return 7
+
+    monkeypatch.setattr(cli, "_command", lambda name: command)
+    return given
+
+
+def test_every_command_is_found_in_its_module_and_every_one_the_parser_knows_has_one() -> None:
+    parser_commands = set(cli.build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    assert set(cli._COMMANDS) == parser_commands
+    for name, (module, function) in cli._COMMANDS.items():
+        found = getattr(importlib.import_module(f"trio_routines.cli.{module}"), function)
+        assert cli._command(name) is found
+        assert function == f"cmd_{name}"
+
+
+def test_main_runs_the_command_with_its_arguments_and_logging_set_up_as_asked(
+    monkeypatch: pytest.MonkeyPatch, no_logging_setup: list[tuple[str, str]]
+) -> None:
+    given = commanding(monkeypatch, None)
+    assert cli.main(["--log-level", "debug", "--log-format", "json", "list"]) == 7
+    (args,) = given
+    assert args.command == "list"
+    assert no_logging_setup == [(args.log_format, args.log_level)]
+    assert (args.log_format, args.log_level) == ("json", "debug")
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "line"),
+    [
+        (CliError("no such routine", code=2), 2, "error: no such routine"),
+        (CliError("refused"), 1, "error: refused"),
+        (StateFault("the disk is gone"), 1, "error: the disk is gone"),
+        (OSError(errno.EACCES, "Permission denied"), 1, "error: [Errno 13] Permission denied"),
+        (InvalidWakeup("too deep"), 1, "error: too deep"),
+        (TrioRoutinesError(), 1, "error: TrioRoutinesError"),
+        (StateFault("a\nb\x1b[31m"), 1, "error: a b\\x1b[31m"),
+        (ExceptionGroup("g", [StateFault("first"), CliError("second", code=2)]), 1, "error: first"),
+        (
+            ExceptionGroup(
+                "g", [CliError("outer", code=2), ExceptionGroup("h", [StateFault("x")])]
+            ),
+            2,
+            "error: outer",
+        ),
+    ],
+)
+def test_an_expected_failure_is_one_line_on_stderr_and_its_status(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    error: BaseException,
+    code: int,
+    line: str,
+) -> None:
+    commanding(monkeypatch, error)
+    assert cli.main(["list"]) == code
+    captured = capsys.readouterr()
+    assert captured.err == line + "\n"
+    assert captured.out == ""
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ValueError("a bug"),
+        ExceptionGroup("g", [StateFault("expected"), ValueError("a bug")]),
+        ExceptionGroup("g", [ExceptionGroup("h", [ValueError("a bug")])]),
+    ],
+)
+def test_anything_else_is_raised_as_the_bug_it_is(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], error: BaseException
+) -> None:
+    commanding(monkeypatch, error)
+    with pytest.raises(type(error)) as caught:
+        cli.main(["list"])
+    assert caught.value is error
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        KeyboardInterrupt(),
+        BaseExceptionGroup("g", [StateFault("x"), KeyboardInterrupt()]),
+        BaseExceptionGroup("g", [ValueError("x"), BaseExceptionGroup("h", [KeyboardInterrupt()])]),
+    ],
+)
+def test_an_interrupt_ends_with_130_and_nothing_said(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], error: BaseException
+) -> None:
+    commanding(monkeypatch, error)
+    assert cli.main(["list"]) == 130
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    "error",
+    [BrokenPipeError(errno.EPIPE, "Broken pipe"), ExceptionGroup("g", [BrokenPipeError()])],
+)
+def test_a_reader_gone_away_ends_with_1_its_output_sent_nowhere_and_nothing_said(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], error: BaseException
+) -> None:
+    commanding(monkeypatch, error)
+    nowhere = 10_000  # a descriptor number no test opens: stands for /dev/null
+    opened: list[tuple[str, int]] = []
+    moved: list[tuple[int, int]] = []
+    real_open, real_dup2 = os.open, os.dup2
+
+    def spied_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if path == os.devnull:
+            opened.append((path, flags))
+            return nowhere
+        return real_open(path, flags, *args, **kwargs)
+
+    def spied_dup2(fd: int, fd2: int, *args: Any, **kwargs: Any) -> int:
+        if fd == nowhere:
+            moved.append((fd, fd2))
+            return fd2
+        return real_dup2(fd, fd2, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", spied_open)
+    monkeypatch.setattr(os, "dup2", spied_dup2)
+    assert cli.main(["list"]) == 1
+    assert opened == [(os.devnull, os.O_WRONLY)]
+    assert moved == [(nowhere, sys.stdout.fileno())]
+    assert capfd.readouterr().err == ""
+
+
+def test_streams_that_cannot_take_a_character_get_it_escaped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    out = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+    err = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+
+    async def command(args: argparse.Namespace) -> int:
+        sys.stdout.write("a — b\n")
+        raise StateFault("c — d")
+
+    monkeypatch.setattr(cli, "_command", lambda name: command)
+    assert cli.main(["list"]) == 1
+    for stream, text in ((out, b"a \\u2014 b\n"), (err, b"error: c \\u2014 d\n")):
+        stream.flush()
+        assert stream.buffer.getvalue() == text  # type: ignore[attr-defined]
+
+
+def test_a_stream_that_is_not_a_text_wrapper_is_left_as_it_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    commanding(monkeypatch, None)
+    assert cli.main(["list"]) == 7
+
+
+# -- migrate --------------------------------------------------------------------------------------
+
+
+def migrate_args(state: str) -> argparse.Namespace:
+    return cli.build_parser().parse_args(["migrate", "--state", state])
+
+
+async def test_migrate_on_a_state_directory_says_it_has_no_schema(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = str(tmp_path / "state")
+    assert await cmd_migrate(migrate_args(state)) == 0
+    assert capsys.readouterr().out == (
+        f"{state_label(state)}: a state directory has no schema to migrate — "
+        "its files are read as they are found\n"
+    )
+
+
+@pytest.fixture
+def schema_state() -> Iterator[tuple[str, str]]:
+    url = require_server()
+    with fresh_schema() as name:
+        with admin() as conn:
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+        yield name, f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{name}"
+
+
+async def test_migrate_creates_the_tables_then_has_nothing_to_do(
+    schema_state: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, state = schema_state
+    where = state_label(state)
+    assert await cmd_migrate(migrate_args(state)) == 0
+    assert (
+        capsys.readouterr().out == f"{where}: tables created at schema version {SCHEMA_VERSION}\n"
+    )
+    assert await cmd_migrate(migrate_args(state)) == 0
+    assert capsys.readouterr().out == (
+        f"{where}: schema version {SCHEMA_VERSION}, nothing to migrate\n"
+    )
+
+
+async def test_migrate_brings_an_older_schema_up_and_says_from_which_version(
+    schema_state: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    name, state = schema_state
+    build_old(name, 5)
+    assert await cmd_migrate(migrate_args(state)) == 0
+    assert capsys.readouterr().out == (
+        f"{state_label(state)}: migrated from schema version 5 to {SCHEMA_VERSION}\n"
+    )
