@@ -41,7 +41,8 @@ def no_logging_setup(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
 
 
 def commanding(monkeypatch: pytest.MonkeyPatch, error: BaseException | None) -> list[Any]:
-    """Every command replaced by one that raises ``error`` (or returns 7): what it was given."""
+    """Every command replaced by one that raises ``error`` (or returns 7): the name it was
+    found by, then what it was given."""
     given: list[Any] = []
 
     async def command(args: argparse.Namespace) -> int:
@@ -50,7 +51,11 @@ def commanding(monkeypatch: pytest.MonkeyPatch, error: BaseException | None) -> 
             raise error
         return 7
 
-    monkeypatch.setattr(cli, "_command", lambda name: command)
+    def found(name: str) -> Any:
+        given.append(name)
+        return command
+
+    monkeypatch.setattr(cli, "_command", found)
     return given
 
 
@@ -68,7 +73,8 @@ def test_main_runs_the_command_with_its_arguments_and_logging_set_up_as_asked(
 ) -> None:
     given = commanding(monkeypatch, None)
     assert cli.main(["--log-level", "debug", "--log-format", "json", "list"]) == 7
-    (args,) = given
+    name, args = given
+    assert name == "list"
     assert args.command == "list"
     assert no_logging_setup == [(args.log_format, args.log_level)]
     assert (args.log_format, args.log_level) == ("json", "debug")

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
 import socket
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from procs import wait_for
 from trio_routines.cli import serve
 from trio_routines.cli.output import CliError
 from trio_routines.cli.parser import build_parser
+from trio_routines.errors import StateFault
 
 NEXT_NEW_YEAR = f"{datetime.now(UTC).year + 1}-01-01T00:00:00.000Z"
 
@@ -278,3 +281,225 @@ async def test_serving_http_answers_on_the_address_bound_first_and_closes_it_at_
             await serving.signals[0].send(15)
     assert serving.code == 0
     assert listener.fileno() == -1
+
+
+# -- what reaches the scheduler, the store and the HTTP surface -------------------------------
+
+
+async def test_the_options_reach_the_scheduler_and_the_store_is_opened_to_migrate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    routine(tmp_path / "routines", "yearly", "cron: 0 0 1 1 *\n")
+    made: list[dict[str, Any]] = []
+    opened: list[tuple[str, dict[str, Any]]] = []
+    real_scheduler, real_open = serve.Scheduler, serve.open_state
+
+    def scheduler(**kwargs: Any) -> Any:
+        made.append(kwargs)
+        return real_scheduler(**kwargs)
+
+    def open_state(state: str, **kwargs: Any) -> Any:
+        opened.append((state, kwargs))
+        return real_open(state, **kwargs)
+
+    monkeypatch.setattr(serve, "Scheduler", scheduler)
+    monkeypatch.setattr(serve, "open_state", open_state)
+    args = args_for(
+        tmp_path,
+        "--external-clock",
+        "--no-wakeups",
+        "--poll",
+        "3",
+        "--grace",
+        "4",
+        "--replica",
+        "r-1",
+        "--session-budget",
+        "5 USD/day",
+        "--wake-rate",
+        "6",
+        "--wake-depth",
+        "7",
+        "--wake-lifetime",
+        "8d",
+    )
+    serving = Serving()
+    with caplog.at_level(logging.INFO, logger="trio_routines"):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serving.run, args)
+            await until_logged(caplog, "wake-ups: off")
+            await serving.signals[0].send(15)
+    assert opened == [(str(tmp_path / "state"), {"migrate": "always"})]
+    (options,) = made
+    assert type(options.pop("agent")).__name__ == "EchoAgent"
+    assert type(options.pop("store")).__name__ == "DirectoryStore"
+    assert [r.name for r in options.pop("routines")] == ["yearly"]
+    limits = options.pop("wake_limits")
+    assert (limits.rate, limits.depth, limits.lifetime) == (6, 7, timedelta(days=8))
+    assert options == {
+        "external_clock": True,
+        "wakeups": False,
+        "poll_interval": 3.0,
+        "default_grace": 4.0,
+        "replica": "r-1",
+        "session_budget": args.session_budget,
+    }
+    assert args.session_budget  # parsed: not the default of none
+    assert serving.code == 0
+
+
+async def test_the_token_reaches_the_bind_check_and_the_http_surface(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "routines").mkdir()
+    from trio_routines import http
+
+    checked: list[tuple[str, str | None]] = []
+    served: list[dict[str, Any]] = []
+    check_bind, serve_http = http.check_bind, http.serve_http
+
+    def spied_check(host: str, token: str | None) -> None:
+        checked.append((host, token))
+        check_bind(host, token)
+
+    async def spied_serve(*args: Any, **kwargs: Any) -> None:
+        served.append(kwargs)
+        await serve_http(*args, **kwargs)
+
+    monkeypatch.setattr(http, "check_bind", spied_check)
+    monkeypatch.setattr(http, "serve_http", spied_serve)
+    monkeypatch.setenv("TRIO_ROUTINES_TOKEN", "s3cret")
+    serving = Serving()
+    with caplog.at_level(logging.INFO, logger="trio_routines"):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serving.run, args_for(tmp_path, "--http", "127.0.0.1:0"))
+            await until_logged(caplog, "wake-ups: polling")
+            with trio.fail_after(10):
+                while not served:  # noqa: ASYNC110 -- started in the serve's nursery
+                    await trio.sleep(0.01)
+            await serving.signals[0].send(15)
+    assert checked == [("127.0.0.1", "s3cret")]
+    assert [(kw["token"], type(kw["sock"]).__name__) for kw in served] == [("s3cret", "socket")]
+
+
+async def test_without_a_token_none_is_passed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "routines").mkdir()
+    from trio_routines import http
+
+    checked: list[tuple[str, str | None]] = []
+
+    def refusing(host: str, token: str | None) -> None:
+        checked.append((host, token))
+        raise CliError("refused here")
+
+    monkeypatch.setattr(http, "check_bind", refusing)
+    monkeypatch.setenv("TRIO_ROUTINES_TOKEN", "")
+    with pytest.raises(CliError):
+        await Serving().run(args_for(tmp_path, "--http", "127.0.0.1:0"))
+    assert checked == [("127.0.0.1", None)]
+
+
+async def test_the_listener_is_closed_when_the_store_cannot_be_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "routines").mkdir()
+    (tmp_path / "state").write_text("not a directory")
+    from trio_routines import http
+
+    bound: list[socket.socket] = []
+    bind = http.bind_http
+
+    def spied(host: str, port: int) -> socket.socket:
+        bound.append(bind(host, port))
+        return bound[-1]
+
+    monkeypatch.setattr(http, "bind_http", spied)
+    with pytest.raises(BaseExceptionGroup) as caught:
+        await Serving().run(args_for(tmp_path, "--http", "127.0.0.1:0"))
+    assert caught.group_contains(StateFault)
+    (listener,) = bound
+    assert listener.fileno() == -1
+
+
+async def test_serve_needs_an_agent_and_says_so_naming_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "routines").mkdir()
+    monkeypatch.delenv("TRIO_ROUTINES_AGENT", raising=False)
+    args = args_for(tmp_path)
+    args.agent = None
+    with pytest.raises(CliError) as caught:
+        await Serving().run(args)
+    assert str(caught.value).startswith("serve needs an agent: pass --agent ")
+    assert not (tmp_path / "state").exists()
+
+
+async def test_a_state_directory_of_another_user_is_refused_with_no_url_to_offer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "routines").mkdir()
+    (tmp_path / "state").mkdir()
+    me = os.geteuid()
+    monkeypatch.setattr(os, "geteuid", lambda: me + 4242)
+    with pytest.raises(CliError) as caught:
+        await Serving().run(args_for(tmp_path))
+    assert "run it as" in str(caught.value)
+    assert "--url" not in str(caught.value)  # serve itself is the running service
+    assert list((tmp_path / "state").iterdir()) == []
+
+
+async def test_broken_files_are_said_once_not_also_logged_as_skipped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    routine(tmp_path / "routines", "bad", "cron: 61 * * * *\n")
+    with caplog.at_level(logging.WARNING, logger="trio_routines"), pytest.raises(CliError):
+        await Serving().run(args_for(tmp_path))
+    assert lines(caplog) == []
+
+
+async def test_a_cron_that_never_comes_is_armed_with_next_never(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    routine(tmp_path / "routines", "leap", "cron: 0 0 30 2 *\n")
+    serving = Serving()
+    with caplog.at_level(logging.INFO, logger="trio_routines"):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serving.run, args_for(tmp_path, "--no-wakeups"))
+            await until_logged(caplog, "wake-ups: off")
+            await serving.signals[0].send(15)
+    said = [message for _, message in lines(caplog)]
+    assert 'armed leap: cron "0 0 30 2 *" — next (never)' in said
+    assert "wake-ups: off" in said
+
+
+# -- the process's own signals ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("signum", "name"), [(signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM")]
+)
+async def test_a_stop_signal_to_the_process_stops_serve_and_sighup_reloads(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, signum: int, name: str
+) -> None:
+    routines = tmp_path / "routines"
+    routine(routines, "first", "cron: 0 0 1 1 *\n")
+    code: list[int] = []
+
+    async def run() -> None:
+        code.append(await serve.cmd_serve(args_for(tmp_path)))
+
+    with caplog.at_level(logging.INFO, logger="trio_routines"):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run)
+            await until_logged(caplog, "wake-ups: polling")
+            routine(routines, "second", "cron: 0 0 1 1 *\n")
+            os.kill(os.getpid(), signal.SIGHUP)
+            await until_logged(caplog, "routines updated: added second")
+            os.kill(os.getpid(), signum)
+    assert code == [0]
+    said = [message for _, message in lines(caplog)]
+    assert f"SIGHUP received — reloading the routines from {routines}" in said
+    assert any(message.startswith(f"{name} received — stopping") for message in said)
+    assert said[-1] == "stopped"

@@ -103,3 +103,21 @@ async def test_a_legacy_fires_json_does_not_plan_a_catch_up(tmp_path: Path) -> N
     assert await store.history("daily") == []
     assert path.read_bytes() == text
     assert path.stat().st_mtime_ns == mtime
+
+
+@pytest.mark.parametrize("migrate", ["yes", "ALWAYS", "", None, True])
+@pytest.mark.parametrize("state", ["directory", "postgresql://127.0.0.1:5432/test"])
+def test_a_migrate_that_is_none_of_the_three_is_refused_before_anything_opens(
+    tmp_path: Path, state: str, migrate: object
+) -> None:
+    from trio_routines.stores import open_store
+    from trio_routines.stores.postgres import PostgresStore
+
+    target = str(tmp_path / "state") if state == "directory" else state
+    with pytest.raises(ValueError, match=r"^migrate must be ") as caught:
+        open_store(target, migrate=migrate)  # type: ignore[arg-type]
+    assert str(caught.value) == f"migrate must be always, create or never, not {migrate!r}"
+    assert not (tmp_path / "state").exists()
+    with pytest.raises(ValueError, match=r"^migrate must be ") as direct:
+        PostgresStore("postgresql://127.0.0.1:5432/test", migrate=migrate)  # type: ignore[arg-type]
+    assert str(direct.value) == str(caught.value)

@@ -62,7 +62,6 @@ async def _start(
     check_owner(state_arg(args), "serve")  # before the address is bound or a file written
     agent = agent_arg(args, "serve")
     serve_http: Callable[..., Awaitable[object]] | None = None
-    host, port = "", 0
     listener: socket.socket | None = None
     token = os.environ.get("TRIO_ROUTINES_TOKEN") or None
     if args.http:
@@ -90,7 +89,7 @@ async def _start(
             args, agent, state, result.routines, (serve_http, listener, token), signals, hangups
         )
     finally:
-        if listener is not None and listener.fileno() != -1:
+        if listener is not None:  # serving may have closed it already: closing is idempotent
             listener.close()
 
 

@@ -13,6 +13,16 @@ def is_postgres_url(state: str) -> bool:
     return state.startswith(("postgresql://", "postgres://"))
 
 
+MIGRATES = ("always", "create", "never")
+
+
+def check_migrate(migrate: object) -> None:
+    """Refuse a ``migrate`` that is none of :data:`MIGRATES` (ValueError), rather than read it
+    as one of them."""
+    if migrate not in MIGRATES:
+        raise ValueError(f"migrate must be always, create or never, not {migrate!r}")
+
+
 def open_store(
     state: str | os.PathLike[str], *, migrate: Literal["always", "create", "never"] = "always"
 ) -> Store:
@@ -21,8 +31,9 @@ def open_store(
     Use it as ``async with open_store(state) as store:``, which closes the store on the way
     out; or call ``await store.aclose()`` yourself. ``migrate`` says whether a PostgreSQL
     store may create or upgrade its tables (see ``PostgresStore``); a state directory has no
-    schema.
+    schema. Any other ``migrate`` is a ValueError, for either kind of state.
     """
+    check_migrate(migrate)
     text = os.fspath(state)
     if is_postgres_url(text):
         from .postgres import PostgresStore  # the optional extra: imported only when asked

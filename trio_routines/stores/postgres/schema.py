@@ -26,6 +26,7 @@ import psycopg
 from psycopg import sql
 
 from ...errors import StateFault
+from .. import check_migrate
 
 SCHEMA_VERSION = 12
 # Advisory lock namespaces (the first key of the two-key form); the second key is a hash of
@@ -176,6 +177,7 @@ class Schema:
     """Table names in one PostgreSQL schema (or the ``search_path``'s), and their migration."""
 
     def __init__(self, schema: str | None, migrate: Migrate = "always") -> None:
+        check_migrate(migrate)
         self.schema = schema
         self.migrates: Migrate = migrate
         #: The version found by the first call (before it migrated), once it was made.
