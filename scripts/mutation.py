@@ -1089,6 +1089,17 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["trio_routines/testing/scripted.py", "trio_routines/testing/clock.py"],
         ["tests/test_pinned_testing.py", "tests/test_clockskew.py", "tests/test_context.py"],
     ),
+    # The package's names imported on first use, and the agent's events.
+    "lazy": (
+        ["trio_routines/_lazy.py", "trio_routines/agent.py"],
+        [
+            "tests/test_pinned_lazy.py",
+            "tests/test_turns.py",
+            # A process of its own, which would import the tree, not the copy.
+            "--deselect=tests/test_pinned_lazy.py::"
+            "test_importing_the_package_imports_neither_the_scheduler_nor_the_stores",
+        ],
+    ),
     # ``serve`` in this process: what it logs, its signals, its refusals before the store.
     "cliserve": (["trio_routines/cli/serve.py"], ["tests/test_pinned_cli_serve.py"]),
     # The command line's entry (each command's module, the exit status of every failure) and
