@@ -329,6 +329,49 @@ async def test_a_call_stalled_for_good_is_broken_off_and_only_then_is_its_connec
     assert events == ["call", "call returned", "close"]
 
 
+async def test_a_leave_its_caller_cuts_short_ends_the_connection_and_the_replicas_holds(
+    mock_clock: MockClock, store: PostgresStore, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # As a stop does (its margin is shorter than our bound): the call left in its thread must
+    # not keep the connection, and the replica's lock, open behind it.
+    member = await store.join(info("cut"))
+    conn = connection(member)
+    assert await member.take([31]) == [True]
+    blocker = psycopg.connect(require_server())  # the leave's delete waits for the row
+    try:
+        blocker.execute(
+            sql.SQL("SELECT 1 FROM {} WHERE id = 'cut' FOR UPDATE").format(
+                table(schema, "replicas")
+            )
+        )
+
+        async def leave() -> None:
+            with trio.move_on_after(2):
+                await member.leave()
+
+        with caplog.at_level(logging.INFO, logger="trio_routines"):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(leave)
+                pid = conn.info.backend_pid
+                await until(lambda: waiting_for_a_lock(pid), "the leave waiting for the row")
+                mock_clock.jump(2)
+        assert member.lost.is_set()
+        # With the row still locked: the connection ended, and with it the lock.
+        await until(lambda: conn.closed, "the connection left behind closed")
+        await until(lambda: not lock_holders(member.holder), "the replica's lock let go")
+    finally:
+        blocker.close()
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (
+            logging.INFO,
+            f"replica cut left its connection to {where(store)} while a call was on it — "
+            "the connection is ended, and with it the replica's holds",
+        )
+    ]
+    again = await store.join(info("cut"))  # the id is free again
+    await again.leave()
+
+
 def test_a_lost_connection_whose_close_hangs_does_not_hold_up_the_end_of_the_run(
     url: str, schema: str
 ) -> None:

@@ -148,6 +148,20 @@ class PostgresPresence(Presence):
                 why = f"no answer within {bound:g} s"
             except psycopg.Error as exc:
                 why = reason(exc)
+            except trio.Cancelled:
+                # Our caller left (a stop's bound on a leave or a beat) while the call may
+                # still be on the connection, in its thread: no other call may use it now,
+                # nor may it stay open with our lock on it. Ended as a lost one is; nothing
+                # failed, so it is said at INFO.
+                if not self.lost.is_set():
+                    log.info(
+                        "replica %s left its connection to %s while a call was on it — "
+                        "the connection is ended, and with it the replica's holds",
+                        self.replica,
+                        self._conns.where,
+                    )
+                    self._end()
+                raise
             self._lose(why)
             raise StateFault(f"{what} on {self._conns.where}: {why}")
 
@@ -162,6 +176,10 @@ class PostgresPresence(Presence):
             why,
             KEEPALIVE_BOUND,
         )
+        self._end()
+
+    def _end(self) -> None:
+        """The presence lost, its connection ended (see the module doc)."""
         self.lost.set()
         conn, self._conn = self._conn, None
         line, self._socket = self._socket, None
