@@ -179,9 +179,7 @@ async def test_a_fault_for_some_calls_ends_after_them_and_a_later_fail_replaces_
         assert str(caught.value) == "always"
 
 
-async def test_a_routine_scoped_claim_fault_and_a_routine_named_once(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+async def test_a_routine_scoped_claim_fault_and_every_new_name_checked() -> None:
     store = MemoryStore()
     store.fail("claim", Boom("claim"), routine="a")
     assert (await store.claim("b", T0, T0)).status is ClaimStatus.TAKEN
