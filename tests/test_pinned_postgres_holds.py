@@ -332,8 +332,9 @@ async def test_a_call_stalled_for_good_is_broken_off_and_only_then_is_its_connec
 async def test_a_leave_its_caller_cuts_short_ends_the_connection_and_the_replicas_holds(
     mock_clock: MockClock, store: PostgresStore, schema: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # As a stop does (its margin is shorter than our bound): the call left in its thread must
-    # not keep the connection, and the replica's lock, open behind it.
+    # As a stop does (its margin is shorter than our bound), or the watch's bound on a beat:
+    # the call left in its thread must not keep the connection, and the replica's lock, open
+    # behind it.
     member = await store.join(info("cut"))
     conn = connection(member)
     assert await member.take([31]) == [True]
@@ -363,9 +364,9 @@ async def test_a_leave_its_caller_cuts_short_ends_the_connection_and_the_replica
         blocker.close()
     assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
         (
-            logging.INFO,
-            f"replica cut left its connection to {where(store)} while a call was on it — "
-            "the connection is ended, and with it the replica's holds",
+            logging.WARNING,
+            f"replica cut gave up on a call on its connection to {where(store)} before it "
+            "returned — the connection is ended, and with it the replica's holds",
         )
     ]
     again = await store.join(info("cut"))  # the id is free again

@@ -149,14 +149,14 @@ class PostgresPresence(Presence):
             except psycopg.Error as exc:
                 why = reason(exc)
             except trio.Cancelled:
-                # Our caller left (a stop's bound on a leave or a beat) while the call may
-                # still be on the connection, in its thread: no other call may use it now,
-                # nor may it stay open with our lock on it. Ended as a lost one is; nothing
-                # failed, so it is said at INFO.
+                # Our caller gave up first (the watch's bound on a beat, a stop's margin on a
+                # leave) while the call may still be on the connection, in its thread: no other
+                # call may use it now, nor may it stay open with our lock on it behind a call
+                # that may never return. Ended as a lost one is.
                 if not self.lost.is_set():
-                    log.info(
-                        "replica %s left its connection to %s while a call was on it — "
-                        "the connection is ended, and with it the replica's holds",
+                    log.warning(
+                        "replica %s gave up on a call on its connection to %s before it "
+                        "returned — the connection is ended, and with it the replica's holds",
                         self.replica,
                         self._conns.where,
                     )
