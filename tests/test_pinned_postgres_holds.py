@@ -329,8 +329,13 @@ async def test_a_call_stalled_for_good_is_broken_off_and_only_then_is_its_connec
     assert events == ["call", "call returned", "close"]
 
 
-async def test_a_leave_its_caller_cuts_short_ends_the_connection_and_the_replicas_holds(
-    mock_clock: MockClock, store: PostgresStore, schema: str, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("call", ["leave", "beat"])
+async def test_a_call_its_caller_cuts_short_ends_the_connection_and_the_replicas_holds(
+    mock_clock: MockClock,
+    store: PostgresStore,
+    schema: str,
+    caplog: pytest.LogCaptureFixture,
+    call: str,
 ) -> None:
     # As a stop does (its margin is shorter than our bound), or the watch's bound on a beat:
     # the call left in its thread must not keep the connection, and the replica's lock, open
@@ -338,7 +343,7 @@ async def test_a_leave_its_caller_cuts_short_ends_the_connection_and_the_replica
     member = await store.join(info("cut"))
     conn = connection(member)
     assert await member.take([31]) == [True]
-    blocker = psycopg.connect(require_server())  # the leave's delete waits for the row
+    blocker = psycopg.connect(require_server())  # the leave's delete, the beat's update wait
     try:
         blocker.execute(
             sql.SQL("SELECT 1 FROM {} WHERE id = 'cut' FOR UPDATE").format(
@@ -348,13 +353,16 @@ async def test_a_leave_its_caller_cuts_short_ends_the_connection_and_the_replica
 
         async def leave() -> None:
             with trio.move_on_after(2):
-                await member.leave()
+                if call == "leave":
+                    await member.leave()
+                else:
+                    await member.beat(1, T0)
 
         with caplog.at_level(logging.INFO, logger="trio_routines"):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(leave)
                 pid = conn.info.backend_pid
-                await until(lambda: waiting_for_a_lock(pid), "the leave waiting for the row")
+                await until(lambda: waiting_for_a_lock(pid), "the call waiting for the row")
                 mock_clock.jump(2)
         assert member.lost.is_set()
         # With the row still locked: the connection ended, and with it the lock.
