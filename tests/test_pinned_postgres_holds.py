@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import socket
 import threading
 import time
+import types
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -499,6 +501,41 @@ async def test_a_join_with_no_descriptor_left_for_its_socket_says_why_and_closes
     monkeypatch.undo()
     again = await store.join(info("crowded"))
     await again.leave()
+
+
+async def test_a_socket_that_cannot_be_made_on_the_descriptor_closes_the_duplicate(
+    store: PostgresStore, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    duplicated: list[int] = []
+    closed: list[int] = []
+    dup, close = os.dup, os.close
+
+    def spied_dup(fd: int) -> int:
+        duplicated.append(dup(fd))
+        return duplicated[-1]
+
+    def spied_close(fd: int) -> None:
+        closed.append(fd)
+        close(fd)
+
+    def refusing(*, fileno: int) -> socket.socket:
+        raise OSError(errno.ENOTSOCK, "Socket operation on non-socket")
+
+    monkeypatch.setattr(holds.os, "dup", spied_dup)
+    monkeypatch.setattr(holds.os, "close", spied_close)
+    monkeypatch.setattr(
+        holds, "socket", types.SimpleNamespace(socket=refusing, SHUT_RDWR=socket.SHUT_RDWR)
+    )
+    with pytest.raises(StateFault) as caught:
+        await store.join(info("odd"))
+    monkeypatch.undo()
+    assert str(caught.value) == (
+        f"could not join {where(store)} as replica odd: "
+        "OSError: [Errno 88] Socket operation on non-socket"
+    )
+    (fd,) = duplicated
+    assert fd in closed
+    await until(lambda: not lock_holders(replica_lock(schema, "odd")), "no lock of its left")
 
 
 async def test_a_keepalive_setting_the_server_does_not_know_is_passed_over(

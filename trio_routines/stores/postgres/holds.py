@@ -218,7 +218,7 @@ class PostgresPresence(Presence):
         conn: Conn = psycopg.connect(self._conns.url, **kwargs)
         line = None
         try:
-            line = socket.socket(fileno=os.dup(conn.pgconn.socket))
+            line = _socket_on(conn)
             for setting, value in KEEPALIVE.items():
                 with contextlib.suppress(psycopg.errors.UndefinedObject):
                     conn.execute("SELECT set_config(%s, %s, false)", (setting, value))
@@ -351,6 +351,16 @@ def _close_after_use(conn: Conn) -> None:
     """Close once no call is inside libpq on it (psycopg's own close does not wait)."""
     with conn.lock:
         conn.close()
+
+
+def _socket_on(conn: Conn) -> socket.socket:
+    """A socket of our own on ``conn``'s connection: a duplicate of libpq's descriptor."""
+    fd = os.dup(conn.pgconn.socket)
+    try:
+        return socket.socket(fileno=fd)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _close_both(made: tuple[Conn, socket.socket | None]) -> None:
