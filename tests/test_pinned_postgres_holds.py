@@ -331,56 +331,89 @@ async def test_a_call_stalled_for_good_is_broken_off_and_only_then_is_its_connec
     assert events == ["call", "call returned", "close"]
 
 
+async def cut_short(member: PostgresPresence, call: str) -> None:
+    """``call`` under a bound of its caller's shorter than ours (as a stop's margin on a
+    leave, the watch's bound on a beat)."""
+    with trio.move_on_after(2):
+        if call == "leave":
+            await member.leave()
+        else:
+            await member.beat(1, T0)
+
+
+def row_locked(schema: str, replica: str) -> psycopg.Connection[Any]:
+    """A transaction holding ``replica``'s row: a leave's delete, a beat's update wait."""
+    blocker = psycopg.connect(require_server())
+    blocker.execute(
+        sql.SQL("SELECT 1 FROM {} WHERE id = %s FOR UPDATE").format(table(schema, "replicas")),
+        (replica,),
+    )
+    return blocker
+
+
 @pytest.mark.parametrize("call", ["leave", "beat"])
-async def test_a_call_its_caller_cuts_short_ends_the_connection_and_the_replicas_holds(
+async def test_a_call_cut_short_that_never_returns_loses_the_presence_at_its_own_deadline(
     mock_clock: MockClock,
     store: PostgresStore,
     schema: str,
     caplog: pytest.LogCaptureFixture,
     call: str,
 ) -> None:
-    # As a stop does (its margin is shorter than our bound), or the watch's bound on a beat:
-    # the call left in its thread must not keep the connection, and the replica's lock, open
-    # behind it.
+    # The connection, and the replica's lock on it, must not stay behind such a call.
     member = await store.join(info("cut"))
     conn = connection(member)
     assert await member.take([31]) == [True]
-    blocker = psycopg.connect(require_server())  # the leave's delete, the beat's update wait
+    blocker = row_locked(schema, "cut")
     try:
-        blocker.execute(
-            sql.SQL("SELECT 1 FROM {} WHERE id = 'cut' FOR UPDATE").format(
-                table(schema, "replicas")
-            )
-        )
-
-        async def leave() -> None:
-            with trio.move_on_after(2):
-                if call == "leave":
-                    await member.leave()
-                else:
-                    await member.beat(1, T0)
-
         with caplog.at_level(logging.INFO, logger="trio_routines"):
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(leave)
+                nursery.start_soon(cut_short, member, call)
                 pid = conn.info.backend_pid
                 await until(lambda: waiting_for_a_lock(pid), "the call waiting for the row")
-                mock_clock.jump(2)
-        assert member.lost.is_set()
-        # With the row still locked: the connection ended, and with it the lock.
-        await until(lambda: conn.closed, "the connection left behind closed")
-        await until(lambda: not lock_holders(member.holder), "the replica's lock let go")
+                mock_clock.jump(2)  # its caller gives up
+            await wait_all_tasks_blocked()
+            kept = (member.lost.is_set(), conn.closed, caplog.records[:])
+            mock_clock.jump(BOUND - 2)  # the call's own deadline
+            await wait_all_tasks_blocked()
+            assert member.lost.is_set()
+            # With the row still locked: the connection ended, and with it the lock.
+            await until(lambda: conn.closed, "the connection left behind closed")
+            await until(lambda: not lock_holders(member.holder), "the replica's lock let go")
     finally:
         blocker.close()
-    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
-        (
-            logging.WARNING,
-            f"replica cut gave up on a call on its connection to {where(store)} before it "
-            "returned — the connection is ended, and with it the replica's holds",
-        )
-    ]
+    assert kept == (False, False, [])  # until then, the call is given the rest of its bound
+    why = f"a call given up on by its caller did not return within {BOUND} s"
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [lost_record(store, "cut", why)]
     again = await store.join(info("cut"))  # the id is free again
     await again.leave()
+
+
+async def test_a_call_cut_short_that_returns_in_time_leaves_the_presence_as_it_was(
+    mock_clock: MockClock, store: PostgresStore, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A stop's margin cutting a heartbeat that was about to answer: nothing is lost.
+    member = await store.join(info("brief"))
+    conn = connection(member)
+    blocker = row_locked(schema, "brief")
+    try:
+        with caplog.at_level(logging.INFO, logger="trio_routines"):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(cut_short, member, "beat")
+                pid = conn.info.backend_pid
+                await until(lambda: waiting_for_a_lock(pid), "the beat waiting for the row")
+                mock_clock.jump(2)
+            blocker.rollback()  # the call now returns, its caller gone
+            await until(lambda: not conn.lock.locked(), "the call returned")
+            await wait_all_tasks_blocked()
+            mock_clock.jump(BOUND)  # past what was its deadline
+            await wait_all_tasks_blocked()
+    finally:
+        blocker.close()
+    assert not member.lost.is_set()
+    assert caplog.records == []
+    await member.beat(2, T0)  # the connection is still ours, and answers
+    assert lock_holders(member.holder) == ["trio_routines brief"]
+    await member.leave()
 
 
 def test_a_lost_connection_whose_close_hangs_does_not_hold_up_the_end_of_the_run(

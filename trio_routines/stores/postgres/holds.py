@@ -140,8 +140,9 @@ class PostgresPresence(Presence):
             conn = self._conn
             if conn is None or self.lost.is_set():
                 raise StateFault(f"replica {self.replica} lost its hold on {self._conns.where}")
+            deadline = trio.current_time() + bound
             try:
-                with trio.move_on_after(bound):
+                with trio.move_on_at(deadline):
                     return await trio.to_thread.run_sync(
                         fn, conn, abandon_on_cancel=True, thread_name=THREAD_NAME
                     )
@@ -150,20 +151,26 @@ class PostgresPresence(Presence):
                 why = reason(exc)
             except trio.Cancelled:
                 # Our caller gave up first (the watch's bound on a beat, a stop's margin on a
-                # leave) while the call may still be on the connection, in its thread: no other
-                # call may use it now, nor may it stay open with our lock on it behind a call
-                # that may never return. Ended as a lost one is.
+                # leave) while the call may still be on the connection, in its thread. It
+                # keeps the rest of its bound, as if still waited for: a call that has not
+                # returned by then loses the presence, so that the connection, and our lock
+                # on it, do not stay behind a call that never returns.
                 if not self.lost.is_set():
-                    log.warning(
-                        "replica %s gave up on a call on its connection to %s before it "
-                        "returned — the connection is ended, and with it the replica's holds",
-                        self.replica,
-                        self._conns.where,
-                    )
-                    self._end()
+                    trio.lowlevel.spawn_system_task(self._outlived, conn, deadline, bound)
                 raise
             self._lose(why)
             raise StateFault(f"{what} on {self._conns.where}: {why}")
+
+    async def _outlived(self, conn: Conn, deadline: float, bound: float) -> None:
+        """Lose the presence if a call its caller gave up on is still on ``conn`` at its
+        ``deadline`` (psycopg holds the connection's lock for as long as a call is on it)."""
+        with trio.move_on_at(deadline):
+            await trio.to_thread.run_sync(
+                _once_free, conn, bound, abandon_on_cancel=True, thread_name=THREAD_NAME
+            )
+            return
+        if self._conn is conn:
+            self._lose(f"a call given up on by its caller did not return within {bound:g} s")
 
     def _lose(self, why: str) -> None:
         if self.lost.is_set():
@@ -351,6 +358,13 @@ def _close_after_use(conn: Conn) -> None:
     """Close once no call is inside libpq on it (psycopg's own close does not wait)."""
     with conn.lock:
         conn.close()
+
+
+def _once_free(conn: Conn, bound: float) -> None:
+    """Return once no call is on ``conn`` (at most ``bound`` seconds: the thread is not left
+    waiting for ever when its caller gave up)."""
+    if conn.lock.acquire(timeout=bound):
+        conn.lock.release()
 
 
 def _socket_on(conn: Conn) -> socket.socket:
