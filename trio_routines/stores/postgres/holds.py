@@ -35,7 +35,8 @@ connection is first *shut down* through a socket of our own on the same connecti
 duplicate of libpq's descriptor, taken when it connected: it names this connection whatever
 libpq has done with its own descriptor since): the server sees the end and lets our lock go,
 and the blocked call returns with an error. The connection is then closed in a thread, under
-the lock psycopg takes for every call on it, once that call has returned.
+the lock psycopg takes for every call on it, once that call has returned. A call whose caller
+gave up before our deadline keeps the rest of it: lost only if still on the connection then.
 """
 
 from __future__ import annotations
