@@ -65,6 +65,23 @@ class Serving:
         hangups: AsyncIterator[int] = self.hangups[1]  # type: ignore[assignment]
         self.code = await serve._start(args, signals, hangups)
 
+    async def until_stopped(
+        self,
+        args: argparse.Namespace,
+        caplog: pytest.LogCaptureFixture,
+        started: str,
+        signum: int = 15,
+    ) -> list[tuple[int, str]]:
+        """Serve with ``args`` until a line holding ``started`` is logged, then send
+        ``signum`` and wait for the end: the lines logged by then."""
+        with caplog.at_level(logging.INFO, logger="trio_routines"):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.run, args)
+                await until_logged(caplog, started)
+                seen = lines(caplog)
+                await self.signals[0].send(signum)
+        return seen
+
 
 def lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
     return [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "trio_routines"]
@@ -75,6 +92,23 @@ async def until_logged(caplog: pytest.LogCaptureFixture, text: str) -> None:
     with trio.fail_after(10):
         while not any(text in message for _, message in lines(caplog)):  # noqa: ASYNC110
             await trio.sleep(0.01)
+
+
+def binds_spied(monkeypatch: pytest.MonkeyPatch) -> list[tuple[socket.socket, int]]:
+    """Every listener ``serve`` binds for HTTP, with its port (read at once: serving takes the
+    socket over)."""
+    from trio_routines import http
+
+    bound: list[tuple[socket.socket, int]] = []
+    bind = http.bind_http
+
+    def spied(host: str, port: int) -> socket.socket:
+        listener = bind(host, port)
+        bound.append((listener, listener.getsockname()[1]))
+        return listener
+
+    monkeypatch.setattr(http, "bind_http", spied)
+    return bound
 
 
 async def test_serve_logs_what_it_arms_and_stops_on_a_signal(
@@ -88,12 +122,7 @@ async def test_serve_logs_what_it_arms_and_stops_on_a_signal(
     routine(routines, "later", "")
     serving = Serving()
     args = args_for(tmp_path, "--poll", "7", "--wake-rate", "5", "--wake-depth", "off")
-    with caplog.at_level(logging.INFO, logger="trio_routines"):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(serving.run, args)
-            await until_logged(caplog, "wake-ups: polling")
-            started = lines(caplog)
-            await serving.signals[0].send(15)
+    started = await serving.until_stopped(args, caplog, "wake-ups: polling")
     assert serving.code == 0
     state = tmp_path / "state"
     assert (logging.INFO, f"serving 5 routine(s) from {routines} — agent echo, state {state}") in (
@@ -126,11 +155,7 @@ async def test_serve_says_when_a_clock_outside_fires_and_when_wake_ups_are_off(
     routine(tmp_path / "routines", "yearly", "cron: 0 0 1 1 *\ntz: UTC\n")
     serving = Serving()
     args = args_for(tmp_path, "--external-clock", "--no-wakeups", "--wake-rate", "off")
-    with caplog.at_level(logging.INFO, logger="trio_routines"):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(serving.run, args)
-            await until_logged(caplog, "wake-ups: off")
-            await serving.signals[0].send(2)
+    await serving.until_stopped(args, caplog, "wake-ups: off", signum=2)
     said = [message for _, message in lines(caplog)]
     assert 'yearly: cron "0 0 1 1 *" UTC — fired by the external clock only' in said
     assert not any(message.startswith(("armed ", "on demand")) for message in said)
@@ -143,11 +168,7 @@ async def test_serve_with_no_routines_warns_and_serves_wake_ups_with_any_rate(
     (tmp_path / "routines").mkdir()
     serving = Serving()
     args = args_for(tmp_path, "--wake-rate", "off", "--wake-depth", "3")
-    with caplog.at_level(logging.INFO, logger="trio_routines"):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(serving.run, args)
-            await until_logged(caplog, "wake-ups: polling")
-            await serving.signals[0].send(15)
+    await serving.until_stopped(args, caplog, "wake-ups: polling")
     routines = tmp_path / "routines"
     said = lines(caplog)
     assert (
@@ -254,17 +275,7 @@ async def test_serving_http_answers_on_the_address_bound_first_and_closes_it_at_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     (tmp_path / "routines").mkdir()
-    from trio_routines import http
-
-    bound: list[tuple[socket.socket, int]] = []
-    bind = http.bind_http
-
-    def spied(host: str, port: int) -> socket.socket:
-        listener = bind(host, port)
-        bound.append((listener, listener.getsockname()[1]))
-        return listener
-
-    monkeypatch.setattr(http, "bind_http", spied)
+    bound = binds_spied(monkeypatch)
     serving = Serving()
     with caplog.at_level(logging.INFO, logger="trio_routines"):
         async with trio.open_nursery() as nursery:
@@ -324,11 +335,7 @@ async def test_the_options_reach_the_scheduler_and_the_store_is_opened_to_migrat
         "8d",
     )
     serving = Serving()
-    with caplog.at_level(logging.INFO, logger="trio_routines"):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(serving.run, args)
-            await until_logged(caplog, "wake-ups: off")
-            await serving.signals[0].send(15)
+    await serving.until_stopped(args, caplog, "wake-ups: off")
     assert opened == [(str(tmp_path / "state"), {"migrate": "always"})]
     (options,) = made
     assert type(options.pop("agent")).__name__ == "EchoAgent"
@@ -406,20 +413,11 @@ async def test_the_listener_is_closed_when_the_store_cannot_be_opened(
 ) -> None:
     (tmp_path / "routines").mkdir()
     (tmp_path / "state").write_text("not a directory")
-    from trio_routines import http
-
-    bound: list[socket.socket] = []
-    bind = http.bind_http
-
-    def spied(host: str, port: int) -> socket.socket:
-        bound.append(bind(host, port))
-        return bound[-1]
-
-    monkeypatch.setattr(http, "bind_http", spied)
+    bound = binds_spied(monkeypatch)
     with pytest.raises(BaseExceptionGroup) as caught:
         await Serving().run(args_for(tmp_path, "--http", "127.0.0.1:0"))
     assert caught.group_contains(StateFault)
-    (listener,) = bound
+    ((listener, _),) = bound
     assert listener.fileno() == -1
 
 
@@ -464,11 +462,7 @@ async def test_a_cron_that_never_comes_is_armed_with_next_never(
 ) -> None:
     routine(tmp_path / "routines", "leap", "cron: 0 0 30 2 *\n")
     serving = Serving()
-    with caplog.at_level(logging.INFO, logger="trio_routines"):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(serving.run, args_for(tmp_path, "--no-wakeups"))
-            await until_logged(caplog, "wake-ups: off")
-            await serving.signals[0].send(15)
+    await serving.until_stopped(args_for(tmp_path, "--no-wakeups"), caplog, "wake-ups: off")
     said = [message for _, message in lines(caplog)]
     assert 'armed leap: cron "0 0 30 2 *" — next (never)' in said
     assert "wake-ups: off" in said

@@ -126,6 +126,16 @@ def waiting_for_a_lock(pid: int) -> bool:
     return bool(row and row[0])
 
 
+def row_locked(schema: str, replica: str) -> psycopg.Connection[Any]:
+    """A transaction holding ``replica``'s row: a leave's delete, a beat's update wait."""
+    blocker = psycopg.connect(require_server())
+    blocker.execute(
+        sql.SQL("SELECT 1 FROM {} WHERE id = %s FOR UPDATE").format(table(schema, "replicas")),
+        (replica,),
+    )
+    return blocker
+
+
 def replica_lock(schema: str, replica: str) -> int:
     """The key of ``replica``'s lock in ``schema``'s store: its namespace is the OID of the
     store's replicas table (advisory locks are per database, a store per schema)."""
@@ -247,12 +257,8 @@ async def test_a_call_that_outlives_its_bound_loses_the_presence_at_its_deadline
         except StateFault as exc:
             said.append(str(exc))
 
-    blocker = psycopg.connect(require_server())  # a transaction holding the replica's row
+    blocker = row_locked(schema, "stalled")
     try:
-        query = sql.SQL("SELECT 1 FROM {} WHERE id = 'stalled' FOR UPDATE").format(
-            table(schema, "replicas")
-        )
-        blocker.execute(query)
         with caplog.at_level(logging.ERROR, logger="trio_routines"):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(beat)
@@ -308,12 +314,8 @@ async def test_a_call_stalled_for_good_is_broken_off_and_only_then_is_its_connec
         except StateFault as exc:
             said.append(str(exc))
 
-    blocker = psycopg.connect(require_server())
+    blocker = row_locked(schema, "wedged")
     try:
-        query = sql.SQL("SELECT 1 FROM {} WHERE id = 'wedged' FOR UPDATE").format(
-            table(schema, "replicas")
-        )
-        blocker.execute(query)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(beat)
             pid = conn.info.backend_pid
@@ -339,16 +341,6 @@ async def cut_short(member: PostgresPresence, call: str) -> None:
             await member.leave()
         else:
             await member.beat(1, T0)
-
-
-def row_locked(schema: str, replica: str) -> psycopg.Connection[Any]:
-    """A transaction holding ``replica``'s row: a leave's delete, a beat's update wait."""
-    blocker = psycopg.connect(require_server())
-    blocker.execute(
-        sql.SQL("SELECT 1 FROM {} WHERE id = %s FOR UPDATE").format(table(schema, "replicas")),
-        (replica,),
-    )
-    return blocker
 
 
 @pytest.mark.parametrize("call", ["leave", "beat"])

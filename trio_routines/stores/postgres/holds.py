@@ -184,10 +184,6 @@ class PostgresPresence(Presence):
             why,
             KEEPALIVE_BOUND,
         )
-        self._end()
-
-    def _end(self) -> None:
-        """The presence lost, its connection ended (see the module doc)."""
         self.lost.set()
         conn, self._conn = self._conn, None
         line, self._socket = self._socket, None
