@@ -1030,7 +1030,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         POSTGRES_TESTS,
     ),
     "pgholds": (
-        ["trio_routines/stores/postgres/holds.py", "trio_routines/stores/postgres/alive.py"],
+        [
+            "trio_routines/stores/postgres/holds.py",
+            "trio_routines/stores/postgres/alive.py",
+            "trio_routines/stores/postgres/ending.py",
+        ],
         POSTGRES_TESTS,
     ),
     "pgwakeups": (["trio_routines/stores/postgres/wakeups.py"], POSTGRES_TESTS),

@@ -32,7 +32,7 @@ from trio.testing import MockClock, wait_all_tasks_blocked
 
 from trio_routines.errors import StateFault
 from trio_routines.replicas import ReplicaInfo, replica_key
-from trio_routines.stores.postgres import PostgresStore, holds
+from trio_routines.stores.postgres import PostgresStore, ending, holds
 from trio_routines.stores.postgres.conn import THREAD_NAME
 from trio_routines.stores.postgres.holds import LET_GO_AFTER, PostgresPresence
 
@@ -408,6 +408,77 @@ async def test_a_call_cut_short_that_returns_in_time_leaves_the_presence_as_it_w
     await member.leave()
 
 
+Cut = tuple[PostgresStore, PostgresPresence, psycopg.Connection[Any], psycopg.Connection[Any]]
+
+
+def run_cut_at_its_end(url: str, schema: str, replica: str, call: str, *, returned: bool) -> Cut:
+    """A run whose last act is to give up on ``call`` waiting for its replica's row, the
+    row's lock let go first if ``returned``. Returns the store, the presence, its connection
+    and the one holding the row (still locked unless ``returned``: the caller closes it)."""
+    made: dict[str, Any] = {}
+
+    async def main() -> None:
+        store = made["store"] = PostgresStore(url, schema=schema, timeout=BOUND - 1)
+        member = made["member"] = await store.join(info(replica))
+        conn = made["conn"] = connection(member)
+        blocker = made["blocker"] = row_locked(schema, replica)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cut_short, member, call)
+            pid = conn.info.backend_pid
+            await until(lambda: waiting_for_a_lock(pid), "the call waiting for the row")
+            nursery.cancel_scope.cancel()  # its caller gives up
+        if returned:
+            blocker.rollback()
+            await until(lambda: not conn.lock.locked(), "the call returned")
+        await store.aclose()
+
+    trio.run(main)
+    return made["store"], made["member"], made["conn"], made["blocker"]
+
+
+@pytest.mark.parametrize("call", ["leave", "beat"])
+def test_a_call_cut_short_still_on_the_connection_when_the_run_ends_loses_it_then(
+    url: str, schema: str, caplog: pytest.LogCaptureFixture, call: str
+) -> None:
+    # A host's program may live on after its run: the connection, and the replica's lock,
+    # must not stay behind a call that never returns, with nothing left to wait for its
+    # deadline.
+    with caplog.at_level(logging.INFO, logger="trio_routines"):
+        store, member, conn, blocker = run_cut_at_its_end(
+            url, schema, "ending", call, returned=False
+        )
+    try:
+        wait_for(lambda: not lock_holders(member.holder), 10, "the replica's lock let go")
+        wait_for(lambda: conn.closed, 10, "the connection closed")
+    finally:
+        blocker.close()
+    assert member.lost.is_set()
+    why = "the run ended with a call given up on by its caller on it"
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        lost_record(store, "ending", why)
+    ]
+
+
+def test_a_call_cut_short_that_returned_before_the_run_ended_leaves_the_connection_be(
+    url: str, schema: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The watch has not yet seen the call return when the run ends: the connection is free,
+    # so nothing is lost (it is the host's to leave or to close).
+    monkeypatch.setattr(holds, "once_free", lambda conn, bound: threading.Event().wait(10))
+    with caplog.at_level(logging.INFO, logger="trio_routines"):
+        _, member, conn, blocker = run_cut_at_its_end(url, schema, "calm", "beat", returned=True)
+    blocker.close()
+    try:
+        assert not member.lost.is_set()
+        assert caplog.records == []
+        assert lock_holders(member.holder) == ["trio_routines calm"]
+        assert not conn.closed
+    finally:
+        conn.close()
+        if member._socket is not None:  # our socket on it, left to the host as well
+            member._socket.close()
+
+
 def test_a_lost_connection_whose_close_hangs_does_not_hold_up_the_end_of_the_run(
     url: str, schema: str
 ) -> None:
@@ -451,13 +522,13 @@ async def test_a_join_that_outlives_its_bound_gives_up_and_closes_the_connection
     mock_clock: MockClock, store: PostgresStore, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     made_late: list[tuple[psycopg.Connection[Any], socket.socket | None]] = []
-    close_both = holds._close_both
+    close_both = holds.close_both
 
     def closed_late(made: tuple[psycopg.Connection[Any], socket.socket | None]) -> None:
         made_late.append(made)
         close_both(made)
 
-    monkeypatch.setattr(holds, "_close_both", closed_late)
+    monkeypatch.setattr(holds, "close_both", closed_late)
     said: list[str] = []
 
     async def join() -> None:
@@ -515,7 +586,7 @@ async def test_a_join_with_no_descriptor_left_for_its_socket_says_why_and_closes
         raise OSError(errno.EMFILE, "Too many open files")
 
     monkeypatch.setattr(holds.psycopg, "connect", connect_spied)
-    monkeypatch.setattr(holds.os, "dup", no_descriptor)
+    monkeypatch.setattr(ending.os, "dup", no_descriptor)
     with pytest.raises(StateFault) as caught:
         await store.join(info("crowded"))
     assert str(caught.value) == (
@@ -546,10 +617,10 @@ async def test_a_socket_that_cannot_be_made_on_the_descriptor_closes_the_duplica
     def refusing(*, fileno: int) -> socket.socket:
         raise OSError(errno.ENOTSOCK, "Socket operation on non-socket")
 
-    monkeypatch.setattr(holds.os, "dup", spied_dup)
-    monkeypatch.setattr(holds.os, "close", spied_close)
+    monkeypatch.setattr(ending.os, "dup", spied_dup)
+    monkeypatch.setattr(ending.os, "close", spied_close)
     monkeypatch.setattr(
-        holds, "socket", types.SimpleNamespace(socket=refusing, SHUT_RDWR=socket.SHUT_RDWR)
+        ending, "socket", types.SimpleNamespace(socket=refusing, SHUT_RDWR=socket.SHUT_RDWR)
     )
     with pytest.raises(StateFault) as caught:
         await store.join(info("odd"))

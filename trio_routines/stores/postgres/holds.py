@@ -35,15 +35,16 @@ connection is first *shut down* through a socket of our own on the same connecti
 duplicate of libpq's descriptor, taken when it connected: it names this connection whatever
 libpq has done with its own descriptor since): the server sees the end and lets our lock go,
 and the blocked call returns with an error. The connection is then closed in a thread, under
-the lock psycopg takes for every call on it, once that call has returned. A call whose caller
-gave up before our deadline keeps the rest of it: lost only if still on the connection then.
+the lock psycopg takes for every call on it, once that call has returned (``ending.py``). A
+call whose caller gave up before our deadline keeps the rest of it: lost only if still on the
+connection then, or when the Trio run ends first (nothing is left to wait for the deadline
+then, and a host's process may live on after its run).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import socket
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -59,6 +60,7 @@ from ..abandon import run_abandoning
 from ..batch import Answer, Batcher, Entry
 from .alive import COLUMNS, LOCKS, keys_held, namespace
 from .conn import THREAD_NAME, Call, Connections, reason
+from .ending import close_both, close_later, in_use, once_free, shut_down, socket_on
 from .schema import Schema
 
 log = logging.getLogger("trio_routines")
@@ -164,12 +166,20 @@ class PostgresPresence(Presence):
 
     async def _outlived(self, conn: Conn, deadline: float, bound: float) -> None:
         """Lose the presence if a call its caller gave up on is still on ``conn`` at its
-        ``deadline`` (psycopg holds the connection's lock for as long as a call is on it)."""
-        with trio.move_on_at(deadline):
-            await trio.to_thread.run_sync(
-                _once_free, conn, bound, abandon_on_cancel=True, thread_name=THREAD_NAME
-            )
-            return
+        ``deadline`` (psycopg holds the connection's lock for as long as a call is on it),
+        or when the run ends before that: a system task is cancelled only then, and nothing
+        would be left to end the connection, and our lock on it, behind a call that never
+        returns."""
+        try:
+            with trio.move_on_at(deadline):
+                await trio.to_thread.run_sync(
+                    once_free, conn, bound, abandon_on_cancel=True, thread_name=THREAD_NAME
+                )
+                return
+        except trio.Cancelled:
+            if self._conn is conn and in_use(conn):
+                self._lose("the run ended with a call given up on by its caller on it")
+            raise
         if self._conn is conn:
             self._lose(f"a call given up on by its caller did not return within {bound:g} s")
 
@@ -188,14 +198,9 @@ class PostgresPresence(Presence):
         conn, self._conn = self._conn, None
         line, self._socket = self._socket, None
         if line is not None:
-            # The end of the connection for the server and for a call blocked on it; the
-            # descriptor is ours, so no other connection can have been given its number.
-            with contextlib.suppress(OSError):
-                line.shutdown(socket.SHUT_RDWR)
-            line.close()
+            shut_down(line)
         if conn is not None:
-            # Closing waits for the call still on it: a daemon thread is left to it.
-            trio.lowlevel.spawn_system_task(_close_in_thread, conn)
+            close_later(conn)  # once the call still on it, if any, has returned
 
     async def connect(self) -> None:
         """Open our connection and take the replica's own lock (StateFault: id in use)."""
@@ -206,7 +211,7 @@ class PostgresPresence(Presence):
             try:
                 # Left to its thread when we give up; a connection (and its lock) made after
                 # that is closed there, not left to the garbage collector.
-                made = await run_abandoning(self._connect, kwargs, limiter=None, late=_close_both)
+                made = await run_abandoning(self._connect, kwargs, limiter=None, late=close_both)
                 self._conn, self._socket = made
             except (psycopg.Error, OSError) as exc:  # OSError: no descriptor left for ours
                 raise StateFault(
@@ -222,7 +227,7 @@ class PostgresPresence(Presence):
         conn: Conn = psycopg.connect(self._conns.url, **kwargs)
         line = None
         try:
-            line = _socket_on(conn)
+            line = socket_on(conn)
             for setting, value in KEEPALIVE.items():
                 with contextlib.suppress(psycopg.errors.UndefinedObject):
                     conn.execute("SELECT set_config(%s, %s, false)", (setting, value))
@@ -248,7 +253,7 @@ class PostgresPresence(Presence):
             self._forget_dead(conn)
             conn.execute(self._schema.sql(_FORGET))  # the holds of replicas gone
         except BaseException:
-            _close_both((conn, line))
+            close_both((conn, line))
             raise
         return conn, line
 
@@ -342,41 +347,3 @@ class PostgresPresence(Presence):
         line, self._socket = self._socket, None  # only ever touched here, in Trio's thread
         if line is not None:
             line.close()
-
-
-async def _close_in_thread(conn: Conn) -> None:
-    with contextlib.suppress(Exception):
-        await trio.to_thread.run_sync(
-            _close_after_use, conn, abandon_on_cancel=True, thread_name=THREAD_NAME
-        )
-
-
-def _close_after_use(conn: Conn) -> None:
-    """Close once no call is inside libpq on it (psycopg's own close does not wait)."""
-    with conn.lock:
-        conn.close()
-
-
-def _once_free(conn: Conn, bound: float) -> None:
-    """Return once no call is on ``conn`` (at most ``bound`` seconds: the thread is not left
-    waiting for ever when its caller gave up)."""
-    if conn.lock.acquire(timeout=bound):
-        conn.lock.release()
-
-
-def _socket_on(conn: Conn) -> socket.socket:
-    """A socket of our own on ``conn``'s connection: a duplicate of libpq's descriptor."""
-    fd = os.dup(conn.pgconn.socket)
-    try:
-        return socket.socket(fileno=fd)
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _close_both(made: tuple[Conn, socket.socket | None]) -> None:
-    conn, line = made
-    with contextlib.suppress(Exception):
-        conn.close()
-    if line is not None:
-        line.close()
