@@ -15,6 +15,8 @@ import errno
 import logging
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 import types
@@ -513,6 +515,22 @@ def test_a_lost_connection_whose_close_hangs_does_not_hold_up_the_end_of_the_run
     assert closing.is_set()
     assert ended_while_closing
     assert closed.wait(10)  # the thread went on to close it
+
+
+def test_a_close_waiting_for_a_call_that_never_returns_does_not_keep_the_process_alive() -> None:
+    # A host's process exits whatever a call left on a lost connection does.
+    script = (
+        "import threading, types\n"
+        "from trio_routines.stores.postgres import ending\n"
+        "busy = threading.Lock()\n"
+        "busy.acquire()  # a call on the connection, for good\n"
+        "ending.close_later(types.SimpleNamespace(lock=busy, close=lambda: None))\n"
+        "print('left to close')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "left to close\n", "")
 
 
 # -- joining -------------------------------------------------------------------------------------
