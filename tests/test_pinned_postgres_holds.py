@@ -533,6 +533,24 @@ def test_a_close_waiting_for_a_call_that_never_returns_does_not_keep_the_process
     assert (done.returncode, done.stdout, done.stderr) == (0, "left to close\n", "")
 
 
+def test_a_close_left_waiting_runs_in_a_daemon_thread_of_the_stores_name() -> None:
+    # What the test above sees from outside, here where mutation testing sees it too: the
+    # interpreter joins every thread but daemon ones at its exit. The name marks the threads
+    # whose psycopg log records are taken off psycopg's loggers (conn.py).
+    busy = threading.Lock()
+    busy.acquire()
+    before = set(threading.enumerate())
+    closed = threading.Event()
+    ending.close_later(types.SimpleNamespace(lock=busy, close=closed.set))
+    (thread,) = set(threading.enumerate()) - before
+    try:
+        assert (thread.daemon, thread.name, closed.is_set()) == (True, THREAD_NAME, False)
+    finally:
+        busy.release()
+    assert closed.wait(10)  # closed once the call has left it
+    thread.join(10)
+
+
 # -- joining -------------------------------------------------------------------------------------
 
 
