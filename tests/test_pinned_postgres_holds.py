@@ -1,10 +1,12 @@
 """Pins of the replicas' presence and holds on PostgreSQL (``scripts/mutation.py pgholds``):
 the lock of a replica's id and the connection that holds it, what a failed or stalled call on
 that connection does (the presence lost, the reason said and logged, the connection closed
-in a store thread that the end of the run does not wait for), a join that gives up or is
-refused, a clean leave, the let-gos sent without a take, and the dead replicas a join forgets.
+in a daemon thread that neither the end of the run nor the process's exit waits for; a call
+cut short and still on it when the run ends lost then), a join that gives up or is refused,
+a clean leave, the let-gos sent without a take, and the dead replicas a join forgets.
 
-Written for the mutation run of ``stores/postgres/holds.py`` (docs/mutation.md). The timing
+Written for the mutation run of ``stores/postgres/holds.py`` and ``ending.py``
+(docs/mutation.md). The timing
 tests run on a MockClock moved by hand: a deadline passes only when the test says so, while
 the server works in real time; ``until`` waits for what the server or a thread does.
 """
