@@ -130,6 +130,17 @@ def waiting_for_a_lock(pid: int) -> bool:
     return bool(row and row[0])
 
 
+def waiting_on(pid: int, name: str) -> bool:
+    """Whether ``pid``'s statement on the table ``name`` waits for a row lock."""
+    with admin() as conn:
+        row = conn.execute(
+            "SELECT wait_event_type = 'Lock' AND query LIKE %s FROM pg_stat_activity "
+            "WHERE pid = %s",
+            (f"%trio_routines_{name}%", pid),
+        ).fetchone()
+    return bool(row and row[0])
+
+
 def row_locked(schema: str, replica: str) -> psycopg.Connection[Any]:
     """A transaction holding ``replica``'s row: a leave's delete, a beat's update wait."""
     blocker = psycopg.connect(require_server())
@@ -384,6 +395,57 @@ async def test_a_call_cut_short_that_never_returns_loses_the_presence_at_its_own
     await again.leave()
 
 
+async def test_a_call_cut_short_between_two_statements_is_still_on_the_connection(
+    mock_clock: MockClock,
+    store: PostgresStore,
+    schema: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A leave is several statements, and psycopg's lock on the connection is free between
+    # them: a call is on the connection until it returns, whatever that lock says.
+    member = await store.join(info("steps"))
+    conn = connection(member)
+    assert await member.take([31]) == [True]
+    execute = conn.execute
+
+    def execute_then_pause(*args: Any, **kwargs: Any) -> Any:
+        cursor = execute(*args, **kwargs)
+        time.sleep(0.2)  # a while between two statements, the lock free (as it is, briefly)
+        return cursor
+
+    monkeypatch.setattr(conn, "execute", execute_then_pause)
+    holds_row = psycopg.connect(require_server())
+    holds_row.execute(
+        sql.SQL("SELECT 1 FROM {} WHERE holder = %s FOR UPDATE").format(table(schema, "holds")),
+        (member.holder,),
+    )
+    replica_row = row_locked(schema, "steps")
+    try:
+        with caplog.at_level(logging.INFO, logger="trio_routines"):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(cut_short, member, "leave")
+                pid = conn.info.backend_pid
+                await until(lambda: waiting_on(pid, "holds"), "the leave's first statement")
+                mock_clock.jump(2)  # its caller gives up
+            holds_row.rollback()  # the first statement ends; the second waits in its turn
+            await until(lambda: waiting_on(pid, "replicas"), "the leave's second statement")
+            await wait_all_tasks_blocked()
+            kept = member.lost.is_set()
+            mock_clock.jump(BOUND - 2)  # the call's own deadline
+            await wait_all_tasks_blocked()
+            assert member.lost.is_set()
+            await until(lambda: not lock_holders(member.holder), "the replica's lock let go")
+    finally:
+        replica_row.close()
+        holds_row.close()
+    assert not kept
+    why = f"a call given up on by its caller did not return within {BOUND} s"
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        lost_record(store, "steps", why)
+    ]
+
+
 async def test_a_call_cut_short_that_returns_in_time_leaves_the_presence_as_it_was(
     mock_clock: MockClock, store: PostgresStore, schema: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -468,7 +530,7 @@ def test_a_call_cut_short_that_returned_before_the_run_ended_leaves_the_connecti
 ) -> None:
     # The watch has not yet seen the call return when the run ends: the connection is free,
     # so nothing is lost (it is the host's to leave or to close).
-    monkeypatch.setattr(holds, "once_free", lambda conn, bound: threading.Event().wait(10))
+    monkeypatch.setattr(holds, "finished", lambda done, bound: threading.Event().wait(10))
     with caplog.at_level(logging.INFO, logger="trio_routines"):
         _, member, conn, blocker = run_cut_at_its_end(url, schema, "calm", "beat", returned=True)
     blocker.close()

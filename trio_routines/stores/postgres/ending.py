@@ -4,8 +4,12 @@ A connection given up on may still be in use by a thread blocked inside libpq, a
 ``close()`` takes no lock: closing it from another thread would free what that thread uses.
 So a lost connection is first shut down through a socket of our own on it (:func:`socket_on`,
 taken when it connected), which ends it for the server and wakes the blocked call, and only
-then closed, in a thread of its own, under the lock psycopg takes for every call on it
-(:func:`close_after_use`).
+then closed, in a thread of its own, under the lock psycopg takes for each statement on it
+(:func:`close_after_use`): a statement after that finds the connection closed and raises.
+
+Whether a call is still on the connection is told by an event of our own set as it ends
+(:func:`marking_done`), not by that lock: a call of several statements (a leave) lets go of
+it between them.
 """
 
 from __future__ import annotations
@@ -14,13 +18,15 @@ import contextlib
 import os
 import socket
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import psycopg
 
 from .conn import THREAD_NAME
 
 Conn = psycopg.Connection[Any]
+T = TypeVar("T")
 
 
 def socket_on(conn: Conn) -> socket.socket:
@@ -57,21 +63,21 @@ def close_later(conn: Conn) -> None:
 
 
 def close_after_use(conn: Conn) -> None:
-    """Close once no call is inside libpq on it (psycopg's own close does not wait)."""
+    """Close once no statement is inside libpq on it (psycopg's own close does not wait)."""
     with contextlib.suppress(Exception), conn.lock:
         conn.close()
 
 
-def once_free(conn: Conn, bound: float) -> None:
-    """Return once no call is on ``conn`` (at most ``bound`` seconds: the thread is not left
-    waiting for ever when its caller gave up)."""
-    if conn.lock.acquire(timeout=bound):
-        conn.lock.release()
+def marking_done(fn: Callable[[Conn], T], conn: Conn, done: threading.Event) -> T:
+    """``fn(conn)``, ``done`` set once it has returned or raised: the end of a whole call,
+    which ``conn.lock`` does not tell, psycopg taking it for each statement in turn."""
+    try:
+        return fn(conn)
+    finally:
+        done.set()
 
 
-def in_use(conn: Conn) -> bool:
-    """Whether a call is on ``conn`` now."""
-    if conn.lock.acquire(blocking=False):
-        conn.lock.release()
-        return False
-    return True
+def finished(done: threading.Event, bound: float) -> bool:
+    """Wait for ``done`` at most ``bound`` seconds (a thread is not left waiting for ever
+    when its caller gave up)."""
+    return done.wait(bound)

@@ -35,10 +35,11 @@ connection is first *shut down* through a socket of our own on the same connecti
 duplicate of libpq's descriptor, taken when it connected: it names this connection whatever
 libpq has done with its own descriptor since): the server sees the end and lets our lock go,
 and the blocked call returns with an error. The connection is then closed in a thread, under
-the lock psycopg takes for every call on it, once that call has returned (``ending.py``). A
-call whose caller gave up before our deadline keeps the rest of it: lost only if still on the
-connection then, or when the Trio run ends first (nothing is left to wait for the deadline
-then, and a host's process may live on after its run).
+the lock psycopg takes for each statement on it (``ending.py``). A call whose caller gave up
+before our deadline keeps the rest of it: lost only if still on the connection then (it has
+not returned: an event of ours says so, not psycopg's lock, which a call of several
+statements lets go of between them), or when the Trio run ends first (nothing is left to
+wait for the deadline then, and a host's process may live on after its run).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -60,7 +62,7 @@ from ..abandon import run_abandoning
 from ..batch import Answer, Batcher, Entry
 from .alive import COLUMNS, LOCKS, keys_held, namespace
 from .conn import THREAD_NAME, Call, Connections, reason
-from .ending import close_both, close_later, in_use, once_free, shut_down, socket_on
+from .ending import close_both, close_later, finished, marking_done, shut_down, socket_on
 from .schema import Schema
 
 log = logging.getLogger("trio_routines")
@@ -144,10 +146,16 @@ class PostgresPresence(Presence):
             if conn is None or self.lost.is_set():
                 raise StateFault(f"replica {self.replica} lost its hold on {self._conns.where}")
             deadline = trio.current_time() + bound
+            done = threading.Event()  # the call has left the connection
             try:
                 with trio.move_on_at(deadline):
                     return await trio.to_thread.run_sync(
-                        fn, conn, abandon_on_cancel=True, thread_name=THREAD_NAME
+                        marking_done,
+                        fn,
+                        conn,
+                        done,
+                        abandon_on_cancel=True,
+                        thread_name=THREAD_NAME,
                     )
                 why = f"no answer within {bound:g} s"
             except psycopg.Error as exc:
@@ -159,25 +167,26 @@ class PostgresPresence(Presence):
                 # returned by then loses the presence, so that the connection, and our lock
                 # on it, do not stay behind a call that never returns.
                 if not self.lost.is_set():
-                    trio.lowlevel.spawn_system_task(self._outlived, conn, deadline, bound)
+                    trio.lowlevel.spawn_system_task(self._outlived, conn, done, deadline, bound)
                 raise
             self._lose(why)
             raise StateFault(f"{what} on {self._conns.where}: {why}")
 
-    async def _outlived(self, conn: Conn, deadline: float, bound: float) -> None:
-        """Lose the presence if a call its caller gave up on is still on ``conn`` at its
-        ``deadline`` (psycopg holds the connection's lock for as long as a call is on it),
-        or when the run ends before that: a system task is cancelled only then, and nothing
-        would be left to end the connection, and our lock on it, behind a call that never
-        returns."""
+    async def _outlived(
+        self, conn: Conn, done: threading.Event, deadline: float, bound: float
+    ) -> None:
+        """Lose the presence if a call its caller gave up on is still on ``conn`` (``done``
+        not set) at its ``deadline``, or when the run ends before that: a system task is
+        cancelled only then, and nothing would be left to end the connection, and our lock
+        on it, behind a call that never returns."""
         try:
             with trio.move_on_at(deadline):
                 await trio.to_thread.run_sync(
-                    once_free, conn, bound, abandon_on_cancel=True, thread_name=THREAD_NAME
+                    finished, done, bound, abandon_on_cancel=True, thread_name=THREAD_NAME
                 )
                 return
         except trio.Cancelled:
-            if self._conn is conn and in_use(conn):
+            if self._conn is conn and not done.is_set():
                 self._lose("the run ended with a call given up on by its caller on it")
             raise
         if self._conn is conn:
