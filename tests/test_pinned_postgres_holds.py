@@ -545,6 +545,34 @@ def test_a_call_cut_short_that_returned_before_the_run_ended_leaves_the_connecti
             member._socket.close()
 
 
+async def test_a_leave_cut_short_that_returns_in_time_lets_its_connection_go(
+    mock_clock: MockClock, store: PostgresStore, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The leave closed the connection itself: nothing is lost, and our socket on it is closed
+    # rather than left to the garbage collector.
+    member = await store.join(info("late-leave"))
+    conn = connection(member)
+    line = member._socket
+    assert line is not None
+    blocker = row_locked(schema, "late-leave")
+    try:
+        with caplog.at_level(logging.INFO, logger="trio_routines"):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(cut_short, member, "leave")
+                pid = conn.info.backend_pid
+                await until(lambda: waiting_for_a_lock(pid), "the leave waiting for the row")
+                mock_clock.jump(2)
+            assert member._conn is conn  # still watched
+            blocker.rollback()  # the leave now ends, its caller gone
+            await until(lambda: member._socket is None, "our socket let go")
+    finally:
+        blocker.close()
+    assert (member._conn, line.fileno(), conn.closed) == (None, -1, True)
+    assert not member.lost.is_set()
+    assert caplog.records == []
+    assert not lock_holders(member.holder)
+
+
 def test_a_lost_connection_whose_close_hangs_does_not_hold_up_the_end_of_the_run(
     url: str, schema: str
 ) -> None:
@@ -597,22 +625,45 @@ def test_a_close_waiting_for_a_call_that_never_returns_does_not_keep_the_process
     assert (done.returncode, done.stdout, done.stderr) == (0, "left to close\n", "")
 
 
-def test_a_close_left_waiting_runs_in_a_daemon_thread_of_the_stores_name() -> None:
+def test_a_close_left_waiting_runs_in_a_daemon_thread_of_the_stores_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # What the test above sees from outside, here where mutation testing sees it too: the
     # interpreter joins every thread but daemon ones at its exit. The name marks the threads
     # whose psycopg log records are taken off psycopg's loggers (conn.py).
+    made: list[threading.Thread] = []
+
+    class Recorded(threading.Thread):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(ending, "threading", types.SimpleNamespace(Thread=Recorded))
     busy = threading.Lock()
     busy.acquire()
-    before = set(threading.enumerate())
     closed = threading.Event()
     ending.close_later(types.SimpleNamespace(lock=busy, close=closed.set))
-    (thread,) = set(threading.enumerate()) - before
+    (thread,) = made
     try:
         assert (thread.daemon, thread.name, closed.is_set()) == (True, THREAD_NAME, False)
     finally:
         busy.release()
     assert closed.wait(10)  # closed once the call has left it
     thread.join(10)
+
+
+def test_a_close_with_no_thread_to_run_in_is_left_to_the_garbage_collector(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Out of threads, the loss still ends (its connection already shut down), with no error.
+    class NoThread(threading.Thread):
+        def start(self) -> None:
+            raise RuntimeError("can't start new thread")
+
+    closed = threading.Event()
+    monkeypatch.setattr(ending, "threading", types.SimpleNamespace(Thread=NoThread))
+    ending.close_later(types.SimpleNamespace(lock=threading.Lock(), close=closed.set))
+    assert not closed.is_set()  # never closed here, where a call may still be on it
 
 
 # -- joining -------------------------------------------------------------------------------------

@@ -58,8 +58,12 @@ def shut_down(line: socket.socket) -> None:
 
 def close_later(conn: Conn) -> None:
     """:func:`close_after_use` in a daemon thread: it may wait for a call that never returns,
-    and it must run even when the Trio run that lost the connection is ending."""
-    threading.Thread(target=close_after_use, args=(conn,), name=THREAD_NAME, daemon=True).start()
+    and it must run even when the Trio run that lost the connection is ending. Where no
+    thread can be started, the connection is left to the garbage collector, which closes it
+    once the last call on it has let go of it (the connection is shut down already)."""
+    closing = threading.Thread(target=close_after_use, args=(conn,), name=THREAD_NAME, daemon=True)
+    with contextlib.suppress(RuntimeError):  # "can't start new thread"
+        closing.start()
 
 
 def close_after_use(conn: Conn) -> None:

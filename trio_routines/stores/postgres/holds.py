@@ -184,6 +184,8 @@ class PostgresPresence(Presence):
                 await trio.to_thread.run_sync(
                     finished, done, bound, abandon_on_cancel=True, thread_name=THREAD_NAME
                 )
+                if self._conn is conn and conn.closed:  # a leave, ended after its caller left
+                    self._let_connection_go()
                 return
         except trio.Cancelled:
             if self._conn is conn and not done.is_set():
@@ -352,7 +354,12 @@ class PostgresPresence(Presence):
 
         with contextlib.suppress(StateFault):
             await self._on_connection("could not leave", leave)
+        self._let_connection_go()
+
+    def _let_connection_go(self) -> None:
+        """Forget a connection that has ended (closed by a leave, or lost) and close our
+        socket on it (only ever touched in Trio's thread)."""
         self._conn = None
-        line, self._socket = self._socket, None  # only ever touched here, in Trio's thread
+        line, self._socket = self._socket, None
         if line is not None:
             line.close()
