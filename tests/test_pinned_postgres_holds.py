@@ -446,6 +446,35 @@ async def test_a_call_cut_short_between_two_statements_is_still_on_the_connectio
     ]
 
 
+async def test_a_call_cut_short_that_then_fails_on_the_connection_loses_the_presence(
+    mock_clock: MockClock,
+    store: PostgresStore,
+    schema: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # As it would have with its caller still waiting: the connection is not kept behind it.
+    member = await store.join(info("failing"))
+    conn = connection(member)
+    blocker = row_locked(schema, "failing")
+    try:
+        with caplog.at_level(logging.INFO, logger="trio_routines"):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(cut_short, member, "beat")
+                pid = conn.info.backend_pid
+                await until(lambda: waiting_for_a_lock(pid), "the beat waiting for the row")
+                mock_clock.jump(2)
+            with admin() as db:  # the call now fails, its caller gone
+                db.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            await until(lambda: member.lost.is_set(), "the presence lost")
+            await until(lambda: conn.closed, "the connection closed")
+    finally:
+        blocker.close()
+    why = "AdminShutdown: terminating connection due to administrator command"
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        lost_record(store, "failing", why)
+    ]
+
+
 async def test_a_call_cut_short_that_returns_in_time_leaves_the_presence_as_it_was(
     mock_clock: MockClock, store: PostgresStore, schema: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -530,7 +559,7 @@ def test_a_call_cut_short_that_returned_before_the_run_ended_leaves_the_connecti
 ) -> None:
     # The watch has not yet seen the call return when the run ends: the connection is free,
     # so nothing is lost (it is the host's to leave or to close).
-    monkeypatch.setattr(holds, "finished", lambda done, bound: threading.Event().wait(10))
+    monkeypatch.setattr(holds, "finished", lambda end, bound: threading.Event().wait(10))
     with caplog.at_level(logging.INFO, logger="trio_routines"):
         _, member, conn, blocker = run_cut_at_its_end(url, schema, "calm", "beat", returned=True)
     blocker.close()

@@ -7,9 +7,9 @@ taken when it connected), which ends it for the server and wakes the blocked cal
 then closed, in a thread of its own, under the lock psycopg takes for each statement on it
 (:func:`close_after_use`): a statement after that finds the connection closed and raises.
 
-Whether a call is still on the connection is told by an event of our own set as it ends
-(:func:`marking_done`), not by that lock: a call of several statements (a leave) lets go of
-it between them.
+Whether a call is still on the connection is told by the call's own thread as it ends
+(:class:`CallEnd`), not by that lock: a call of several statements (a leave) lets go of it
+between them.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from .conn import THREAD_NAME
+from .conn import THREAD_NAME, reason
 
 Conn = psycopg.Connection[Any]
 T = TypeVar("T")
@@ -72,16 +72,28 @@ def close_after_use(conn: Conn) -> None:
         conn.close()
 
 
-def marking_done(fn: Callable[[Conn], T], conn: Conn, done: threading.Event) -> T:
-    """``fn(conn)``, ``done`` set once it has returned or raised: the end of a whole call,
+class CallEnd:
+    """How a call on the connection ended, as the thread running it tells: whether it has
+    (``done``), and, if it failed on the connection, why (one line)."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.why: str | None = None
+
+
+def marking_end(fn: Callable[[Conn], T], conn: Conn, end: CallEnd) -> T:
+    """``fn(conn)``, ``end`` told once it has returned or raised: the end of a whole call,
     which ``conn.lock`` does not tell, psycopg taking it for each statement in turn."""
     try:
         return fn(conn)
+    except psycopg.Error as exc:
+        end.why = reason(exc)
+        raise
     finally:
-        done.set()
+        end.done.set()
 
 
-def finished(done: threading.Event, bound: float) -> bool:
-    """Wait for ``done`` at most ``bound`` seconds (a thread is not left waiting for ever
-    when its caller gave up)."""
-    return done.wait(bound)
+def finished(end: CallEnd, bound: float) -> bool:
+    """Wait for the call's end at most ``bound`` seconds (a thread is not left waiting for
+    ever when its caller gave up)."""
+    return end.done.wait(bound)

@@ -36,10 +36,11 @@ duplicate of libpq's descriptor, taken when it connected: it names this connecti
 libpq has done with its own descriptor since): the server sees the end and lets our lock go,
 and the blocked call returns with an error. The connection is then closed in a thread, under
 the lock psycopg takes for each statement on it (``ending.py``). A call whose caller gave up
-before our deadline keeps the rest of it: lost only if still on the connection then (it has
-not returned: an event of ours says so, not psycopg's lock, which a call of several
-statements lets go of between them), or when the Trio run ends first (nothing is left to
-wait for the deadline then, and a host's process may live on after its run).
+before our deadline keeps the rest of it: lost if still on the connection then (it has not
+returned: its thread tells, not psycopg's lock, which a call of several statements lets go
+of between them) or when the Trio run ends first (nothing is left to wait for the deadline
+then, and a host's process may live on after its run), and lost if it fails on the
+connection meanwhile, as it would have been with its caller still there.
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
-import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -62,7 +62,15 @@ from ..abandon import run_abandoning
 from ..batch import Answer, Batcher, Entry
 from .alive import COLUMNS, LOCKS, keys_held, namespace
 from .conn import THREAD_NAME, Call, Connections, reason
-from .ending import close_both, close_later, finished, marking_done, shut_down, socket_on
+from .ending import (
+    CallEnd,
+    close_both,
+    close_later,
+    finished,
+    marking_end,
+    shut_down,
+    socket_on,
+)
 from .schema import Schema
 
 log = logging.getLogger("trio_routines")
@@ -146,14 +154,14 @@ class PostgresPresence(Presence):
             if conn is None or self.lost.is_set():
                 raise StateFault(f"replica {self.replica} lost its hold on {self._conns.where}")
             deadline = trio.current_time() + bound
-            done = threading.Event()  # the call has left the connection
+            end = CallEnd()  # told by the call's thread as it ends
             try:
                 with trio.move_on_at(deadline):
                     return await trio.to_thread.run_sync(
-                        marking_done,
+                        marking_end,
                         fn,
                         conn,
-                        done,
+                        end,
                         abandon_on_cancel=True,
                         thread_name=THREAD_NAME,
                     )
@@ -167,28 +175,30 @@ class PostgresPresence(Presence):
                 # returned by then loses the presence, so that the connection, and our lock
                 # on it, do not stay behind a call that never returns.
                 if not self.lost.is_set():
-                    trio.lowlevel.spawn_system_task(self._outlived, conn, done, deadline, bound)
+                    trio.lowlevel.spawn_system_task(self._outlived, conn, end, deadline, bound)
                 raise
             self._lose(why)
             raise StateFault(f"{what} on {self._conns.where}: {why}")
 
-    async def _outlived(
-        self, conn: Conn, done: threading.Event, deadline: float, bound: float
-    ) -> None:
-        """Lose the presence if a call its caller gave up on is still on ``conn`` (``done``
-        not set) at its ``deadline``, or when the run ends before that: a system task is
-        cancelled only then, and nothing would be left to end the connection, and our lock
-        on it, behind a call that never returns."""
+    async def _outlived(self, conn: Conn, end: CallEnd, deadline: float, bound: float) -> None:
+        """Lose the presence if a call its caller gave up on is still on ``conn`` at its
+        ``deadline``, or when the run ends before that (a system task is cancelled only then,
+        and nothing would be left to end the connection, and our lock on it, behind a call
+        that never returns), or if it failed on the connection, as its caller would have."""
         try:
             with trio.move_on_at(deadline):
                 await trio.to_thread.run_sync(
-                    finished, done, bound, abandon_on_cancel=True, thread_name=THREAD_NAME
+                    finished, end, bound, abandon_on_cancel=True, thread_name=THREAD_NAME
                 )
-                if self._conn is conn and conn.closed:  # a leave, ended after its caller left
+                if self._conn is not conn:
+                    return
+                if end.why is not None:
+                    self._lose(end.why)
+                elif conn.closed:  # a leave, ended after its caller left
                     self._let_connection_go()
                 return
         except trio.Cancelled:
-            if self._conn is conn and not done.is_set():
+            if self._conn is conn and not end.done.is_set():
                 self._lose("the run ended with a call given up on by its caller on it")
             raise
         if self._conn is conn:
@@ -211,7 +221,7 @@ class PostgresPresence(Presence):
         if line is not None:
             shut_down(line)
         if conn is not None:
-            close_later(conn)  # once the call still on it, if any, has returned
+            close_later(conn)  # once no statement is inside libpq on it
 
     async def connect(self) -> None:
         """Open our connection and take the replica's own lock (StateFault: id in use)."""
