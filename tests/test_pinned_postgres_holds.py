@@ -506,11 +506,26 @@ async def test_a_call_cut_short_that_returns_in_time_leaves_the_presence_as_it_w
 Cut = tuple[PostgresStore, PostgresPresence, psycopg.Connection[Any], psycopg.Connection[Any]]
 
 
-def run_cut_at_its_end(url: str, schema: str, replica: str, call: str, *, returned: bool) -> Cut:
-    """A run whose last act is to give up on ``call`` waiting for its replica's row, the
-    row's lock let go first if ``returned``. Returns the store, the presence, its connection
-    and the one holding the row (still locked unless ``returned``: the caller closes it)."""
+def run_cut_at_its_end(
+    monkeypatch: pytest.MonkeyPatch, url: str, schema: str, replica: str, call: str, then: str
+) -> Cut:
+    """A run whose last act is to give up on ``call`` waiting for its replica's row; then
+    (``then``) the call ``stalls`` on, or ``returns`` (the row's lock let go) or ``fails``
+    (its backend ended) before the run ends, in its thread, unseen by the watch, which
+    waits for it no more. Returns the store, the presence, its connection and the one
+    holding the row (still locked unless the call returned: the caller closes it)."""
     made: dict[str, Any] = {}
+    ended = threading.Event()  # the call's thread is done, its end told
+
+    def told_then_ended(fn: Any, conn: Any, end: ending.CallEnd) -> Any:
+        try:
+            return ending.marking_end(fn, conn, end)
+        finally:
+            ended.set()
+
+    monkeypatch.setattr(holds, "marking_end", told_then_ended)
+    if then != "stalls":
+        monkeypatch.setattr(holds, "finished", lambda end, bound: threading.Event().wait(10))
 
     async def main() -> None:
         store = made["store"] = PostgresStore(url, schema=schema, timeout=BOUND - 1)
@@ -522,9 +537,13 @@ def run_cut_at_its_end(url: str, schema: str, replica: str, call: str, *, return
             pid = conn.info.backend_pid
             await until(lambda: waiting_for_a_lock(pid), "the call waiting for the row")
             nursery.cancel_scope.cancel()  # its caller gives up
-        if returned:
+        if then == "returns":
             blocker.rollback()
-            await until(lambda: not conn.lock.locked(), "the call returned")
+        elif then == "fails":
+            with admin() as db:
+                db.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        if then != "stalls":
+            await until(ended.is_set, "the call's end")
         await store.aclose()
 
     trio.run(main)
@@ -533,14 +552,18 @@ def run_cut_at_its_end(url: str, schema: str, replica: str, call: str, *, return
 
 @pytest.mark.parametrize("call", ["leave", "beat"])
 def test_a_call_cut_short_still_on_the_connection_when_the_run_ends_loses_it_then(
-    url: str, schema: str, caplog: pytest.LogCaptureFixture, call: str
+    monkeypatch: pytest.MonkeyPatch,
+    url: str,
+    schema: str,
+    caplog: pytest.LogCaptureFixture,
+    call: str,
 ) -> None:
     # A host's program may live on after its run: the connection, and the replica's lock,
     # must not stay behind a call that never returns, with nothing left to wait for its
     # deadline.
     with caplog.at_level(logging.INFO, logger="trio_routines"):
         store, member, conn, blocker = run_cut_at_its_end(
-            url, schema, "ending", call, returned=False
+            monkeypatch, url, schema, "ending", call, "stalls"
         )
     try:
         wait_for(lambda: not lock_holders(member.holder), 10, "the replica's lock let go")
@@ -559,9 +582,10 @@ def test_a_call_cut_short_that_returned_before_the_run_ended_leaves_the_connecti
 ) -> None:
     # The watch has not yet seen the call return when the run ends: the connection is free,
     # so nothing is lost (it is the host's to leave or to close).
-    monkeypatch.setattr(holds, "finished", lambda end, bound: threading.Event().wait(10))
     with caplog.at_level(logging.INFO, logger="trio_routines"):
-        _, member, conn, blocker = run_cut_at_its_end(url, schema, "calm", "beat", returned=True)
+        _, member, conn, blocker = run_cut_at_its_end(
+            monkeypatch, url, schema, "calm", "beat", "returns"
+        )
     blocker.close()
     try:
         assert not member.lost.is_set()
@@ -572,6 +596,24 @@ def test_a_call_cut_short_that_returned_before_the_run_ended_leaves_the_connecti
         conn.close()
         if member._socket is not None:  # our socket on it, left to the host as well
             member._socket.close()
+
+
+def test_a_call_cut_short_that_failed_before_the_run_ended_loses_the_presence_then(
+    url: str, schema: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The watch has not yet seen the call fail when the run ends: lost for that, as it would
+    # have been with its caller there.
+    with caplog.at_level(logging.INFO, logger="trio_routines"):
+        store, member, conn, blocker = run_cut_at_its_end(
+            monkeypatch, url, schema, "failed", "beat", "fails"
+        )
+    blocker.close()
+    assert member.lost.is_set()
+    why = "AdminShutdown: terminating connection due to administrator command"
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        lost_record(store, "failed", why)
+    ]
+    wait_for(lambda: conn.closed, 10, "the connection closed")
 
 
 async def test_a_leave_cut_short_that_returns_in_time_lets_its_connection_go(

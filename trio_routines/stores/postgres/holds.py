@@ -200,6 +200,8 @@ class PostgresPresence(Presence):
         except trio.Cancelled:
             if self._conn is conn and not end.done.is_set():
                 self._lose("the run ended with a call given up on by its caller on it")
+            elif self._conn is conn and end.why is not None:
+                self._lose(end.why)
             raise
         if self._conn is conn:
             self._lose(f"a call given up on by its caller did not return within {bound:g} s")
