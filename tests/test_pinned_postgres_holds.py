@@ -475,6 +475,62 @@ async def test_a_call_cut_short_that_then_fails_on_the_connection_loses_the_pres
     ]
 
 
+async def test_a_call_given_up_on_before_its_thread_started_leaves_the_presence_as_it_was(
+    mock_clock: MockClock, store: PostgresStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its caller gave up while it waited for a thread (Trio's limiter, shared with the host):
+    # it never reached the connection, so there is nothing to watch, and nothing to lose.
+    member = await store.join(info("queued"))
+    limiter = trio.to_thread.current_default_thread_limiter()
+    tokens, release = limiter.total_tokens, threading.Event()
+    try:
+        limiter.total_tokens = 1
+        with caplog.at_level(logging.INFO, logger="trio_routines"):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trio.to_thread.run_sync, release.wait)  # the one thread
+                await wait_all_tasks_blocked()
+                nursery.start_soon(cut_short, member, "beat")
+                await wait_all_tasks_blocked()
+                mock_clock.jump(2)  # its caller gives up, the beat still waiting for a thread
+                await wait_all_tasks_blocked()
+                mock_clock.jump(BOUND)  # past what would have been its deadline
+                await wait_all_tasks_blocked()
+                lost = member.lost.is_set()
+                release.set()
+    finally:
+        release.set()
+        limiter.total_tokens = tokens
+    assert not lost
+    assert caplog.records == []
+    await member.beat(2, T0)  # the connection is still ours, and answers
+    await member.leave()
+
+
+async def test_a_leave_given_up_on_before_it_could_start_ends_the_connection(
+    mock_clock: MockClock, store: PostgresStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Another call held the connection past the stop's margin: the replica is leaving, so its
+    # connection, and the lock on it, end here rather than stay open behind it.
+    member = await store.join(info("stuck-leave"))
+    conn = connection(member)
+    await member._using.acquire()  # a call of another task on the connection meanwhile
+    try:
+        with caplog.at_level(logging.INFO, logger="trio_routines"):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(cut_short, member, "leave")
+                await wait_all_tasks_blocked()
+                mock_clock.jump(2)  # a stop's margin
+    finally:
+        member._using.release()
+    assert member.lost.is_set()
+    await until(lambda: not lock_holders(member.holder), "the replica's lock let go")
+    await until(lambda: conn.closed, "the connection closed")
+    why = "its leave was given up on before it could start"
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        lost_record(store, "stuck-leave", why)
+    ]
+
+
 async def test_a_call_cut_short_that_returns_in_time_leaves_the_presence_as_it_was(
     mock_clock: MockClock, store: PostgresStore, schema: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -525,7 +581,8 @@ def run_cut_at_its_end(
 
     monkeypatch.setattr(holds, "marking_end", told_then_ended)
     if then != "stalls":
-        monkeypatch.setattr(holds, "finished", lambda end, bound: threading.Event().wait(10))
+        # The call's end is told, but the watch is not woken by it.
+        monkeypatch.setattr(ending.CallEnd, "tell", lambda end: end.done.set())
 
     async def main() -> None:
         store = made["store"] = PostgresStore(url, schema=schema, timeout=BOUND - 1)

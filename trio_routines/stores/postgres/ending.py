@@ -19,9 +19,10 @@ import os
 import socket
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import psycopg
+import trio
 
 from .conn import THREAD_NAME, reason
 
@@ -73,12 +74,46 @@ def close_after_use(conn: Conn) -> None:
 
 
 class CallEnd:
-    """How a call on the connection ended, as the thread running it tells: whether it has
-    (``done``), and, if it failed on the connection, why (one line)."""
+    """How a call on the connection went, as the threads involved tell it: whether its thread
+    was started (:attr:`launched`), whether the call has ended (``done``, and :attr:`seen`
+    in Trio's thread), and, if it failed on the connection, why (one line)."""
 
     def __init__(self) -> None:
+        self.launched = False
         self.done = threading.Event()
+        self.seen = trio.Event()
         self.why: str | None = None
+        self._token = trio.lowlevel.current_trio_token()
+
+    def tell(self) -> None:
+        """In the call's thread, as it ends."""
+        self.done.set()
+        with contextlib.suppress(trio.RunFinishedError):
+            self._token.run_sync_soon(self.seen.set)
+
+    def limiter(self) -> trio.CapacityLimiter:
+        """The limiter that the call's thread is started under (Trio takes any object with
+        a limiter's two methods; its annotation names the class it ships)."""
+        return cast(
+            trio.CapacityLimiter, Launching(trio.to_thread.current_default_thread_limiter(), self)
+        )
+
+
+class Launching:
+    """A thread limiter that notes in ``end`` that the call's thread is started: Trio starts
+    it as soon as its limiter is acquired, with nothing in between that a cancel can stop. A
+    call cancelled before that never reaches the connection."""
+
+    def __init__(self, inner: trio.CapacityLimiter, end: CallEnd) -> None:
+        self._inner = inner
+        self._end = end
+
+    async def acquire_on_behalf_of(self, borrower: object) -> None:
+        await self._inner.acquire_on_behalf_of(borrower)
+        self._end.launched = True
+
+    def release_on_behalf_of(self, borrower: object) -> None:
+        self._inner.release_on_behalf_of(borrower)
 
 
 def marking_end(fn: Callable[[Conn], T], conn: Conn, end: CallEnd) -> T:
@@ -90,10 +125,4 @@ def marking_end(fn: Callable[[Conn], T], conn: Conn, end: CallEnd) -> T:
         end.why = reason(exc)
         raise
     finally:
-        end.done.set()
-
-
-def finished(end: CallEnd, bound: float) -> bool:
-    """Wait for the call's end at most ``bound`` seconds (a thread is not left waiting for
-    ever when its caller gave up)."""
-    return end.done.wait(bound)
+        end.tell()

@@ -40,7 +40,9 @@ before our deadline keeps the rest of it: lost if still on the connection then (
 returned: its thread tells, not psycopg's lock, which a call of several statements lets go
 of between them) or when the Trio run ends first (nothing is left to wait for the deadline
 then, and a host's process may live on after its run), and lost if it fails on the
-connection meanwhile, as it would have been with its caller still there.
+connection meanwhile, as it would have been with its caller still there. A call given up on
+before its thread started never reached the connection: nothing is watched, except that a
+leave so given up on ends the connection (the replica is on its way out).
 """
 
 from __future__ import annotations
@@ -62,15 +64,7 @@ from ..abandon import run_abandoning
 from ..batch import Answer, Batcher, Entry
 from .alive import COLUMNS, LOCKS, keys_held, namespace
 from .conn import THREAD_NAME, Call, Connections, reason
-from .ending import (
-    CallEnd,
-    close_both,
-    close_later,
-    finished,
-    marking_end,
-    shut_down,
-    socket_on,
-)
+from .ending import CallEnd, close_both, close_later, marking_end, shut_down, socket_on
 from .schema import Schema
 
 log = logging.getLogger("trio_routines")
@@ -146,16 +140,19 @@ class PostgresPresence(Presence):
 
     # -- the connection -------------------------------------------------------------------
 
-    async def _on_connection(self, what: str, fn: Callable[[Conn], T]) -> T:
-        """``fn(conn)`` in a thread within our deadline; a fault loses the presence."""
+    async def _on_connection(self, what: str, fn: Callable[[Conn], T], *, leave: bool = False) -> T:
+        """``fn(conn)`` in a thread within our deadline; a fault loses the presence. A
+        ``leave``, given up on by its caller before it could start, ends the connection."""
         bound = self._conns.timeout + 1.0
-        async with self._using:
-            conn = self._conn
-            if conn is None or self.lost.is_set():
-                raise StateFault(f"replica {self.replica} lost its hold on {self._conns.where}")
-            deadline = trio.current_time() + bound
-            end = CallEnd()  # told by the call's thread as it ends
-            try:
+        end = CallEnd()  # told by the call's threads
+        conn: Conn | None = None
+        deadline = trio.current_time() + bound
+        try:
+            async with self._using:
+                conn = self._conn
+                if conn is None or self.lost.is_set():
+                    raise StateFault(f"replica {self.replica} lost its hold on {self._conns.where}")
+                deadline = trio.current_time() + bound
                 with trio.move_on_at(deadline):
                     return await trio.to_thread.run_sync(
                         marking_end,
@@ -164,47 +161,54 @@ class PostgresPresence(Presence):
                         end,
                         abandon_on_cancel=True,
                         thread_name=THREAD_NAME,
+                        limiter=end.limiter(),
                     )
                 why = f"no answer within {bound:g} s"
-            except psycopg.Error as exc:
-                why = reason(exc)
-            except trio.Cancelled:
-                # Our caller gave up first (the watch's bound on a beat, a stop's margin on a
-                # leave) while the call may still be on the connection, in its thread. It
-                # keeps the rest of its bound, as if still waited for: a call that has not
-                # returned by then loses the presence, so that the connection, and our lock
-                # on it, do not stay behind a call that never returns.
-                if not self.lost.is_set():
-                    trio.lowlevel.spawn_system_task(self._outlived, conn, end, deadline, bound)
-                raise
-            self._lose(why)
-            raise StateFault(f"{what} on {self._conns.where}: {why}")
+        except psycopg.Error as exc:
+            why = reason(exc)
+        except trio.Cancelled:
+            # Our caller gave up first (the watch's bound on a beat, a stop's margin on a
+            # leave). A call already on the connection, in its thread, keeps the rest of its
+            # bound, as if still waited for: one that has not returned by then loses the
+            # presence, so that the connection, and our lock on it, do not stay behind a
+            # call that never returns. A call that never started touched nothing.
+            if self.lost.is_set():
+                pass
+            elif end.launched:
+                assert conn is not None, "a call is started on the connection it took"
+                trio.lowlevel.spawn_system_task(self._outlived, conn, end, deadline, bound)
+            elif leave and self._conn is not None:
+                self._lose("its leave was given up on before it could start")
+            raise
+        self._lose(why)
+        raise StateFault(f"{what} on {self._conns.where}: {why}")
 
     async def _outlived(self, conn: Conn, end: CallEnd, deadline: float, bound: float) -> None:
-        """Lose the presence if a call its caller gave up on is still on ``conn`` at its
-        ``deadline``, or when the run ends before that (a system task is cancelled only then,
-        and nothing would be left to end the connection, and our lock on it, behind a call
-        that never returns), or if it failed on the connection, as its caller would have."""
+        """Watch a call its caller gave up on until it ends or its ``deadline`` passes, or
+        the run ends first (a system task is cancelled only then, and nothing would be left
+        to end the connection, and our lock on it, behind a call that never returns); then
+        judge what it left (:meth:`_judge`)."""
         try:
             with trio.move_on_at(deadline):
-                await trio.to_thread.run_sync(
-                    finished, end, bound, abandon_on_cancel=True, thread_name=THREAD_NAME
-                )
-                if self._conn is not conn:
-                    return
-                if end.why is not None:
-                    self._lose(end.why)
-                elif conn.closed:  # a leave, ended after its caller left
-                    self._let_connection_go()
-                return
+                await end.seen.wait()
         except trio.Cancelled:
-            if self._conn is conn and not end.done.is_set():
-                self._lose("the run ended with a call given up on by its caller on it")
-            elif self._conn is conn and end.why is not None:
-                self._lose(end.why)
+            self._judge(conn, end, "the run ended with a call given up on by its caller on it")
             raise
-        if self._conn is conn:
-            self._lose(f"a call given up on by its caller did not return within {bound:g} s")
+        why = f"a call given up on by its caller did not return within {bound:g} s"
+        self._judge(conn, end, why)
+
+    def _judge(self, conn: Conn, end: CallEnd, still_on: str) -> None:
+        """After a call its caller gave up on: lose the presence if the call is still on
+        ``conn`` (``still_on`` says why) or failed on it, as with its caller there; forget
+        ``conn`` if the call closed it (a leave that ended after its caller left)."""
+        if self._conn is not conn:
+            return
+        if not end.done.is_set():
+            self._lose(still_on)
+        elif end.why is not None:
+            self._lose(end.why)
+        elif conn.closed:
+            self._let_connection_go()
 
     def _lose(self, why: str) -> None:
         if self.lost.is_set():
@@ -365,7 +369,7 @@ class PostgresPresence(Presence):
             conn.close()  # a clean end for the server; given up on, the loss ends it
 
         with contextlib.suppress(StateFault):
-            await self._on_connection("could not leave", leave)
+            await self._on_connection("could not leave", leave, leave=True)
         self._let_connection_go()
 
     def _let_connection_go(self) -> None:
