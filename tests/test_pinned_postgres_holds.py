@@ -794,6 +794,17 @@ def test_a_close_with_no_thread_to_run_in_is_left_to_the_garbage_collector(
     assert not closed.is_set()  # never closed here, where a call may still be on it
 
 
+def test_a_call_that_ends_after_the_run_tells_its_end_without_an_error() -> None:
+    # The watch's run is gone: nothing to wake, and nothing raised in the call's thread.
+    async def made() -> ending.CallEnd:
+        return ending.CallEnd()
+
+    end = trio.run(made)
+    end.tell()
+    assert end.done.is_set()
+    assert not end.seen.is_set()
+
+
 # -- joining -------------------------------------------------------------------------------------
 
 
