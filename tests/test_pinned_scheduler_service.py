@@ -20,7 +20,7 @@ from scheduler_rig import HOURLY, NO_ANSWER, T0, Recording, at, messages, rig
 from trio_routines import InvalidRoutine, Outcome, Routine, Scheduler, StateFault
 from trio_routines.replicas import default_replica
 from trio_routines.scheduler import NotOnGrid, RoutineChanges, UnknownRoutine, serve_routines, state
-from trio_routines.scheduler.inflight import InFlight, Working
+from trio_routines.scheduler.inflight import InFlight, Taking, Working
 from trio_routines.scheduler.state import (
     Grace,
     busy_reason,
@@ -162,6 +162,36 @@ async def test_the_in_flight_count_and_its_wait_for_none(autojump_clock: Any) ->
             count.leave()
         assert count.value == 0
     assert ended == [start + 3, start + 3, start + 6, start + 6]
+
+
+async def test_a_take_under_way_is_waited_for_but_not_counted(autojump_clock: Any) -> None:
+    count = InFlight()
+    ended: list[float] = []
+
+    async def wait() -> None:
+        await count.wait_none()
+        ended.append(trio.current_time())
+
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        with Taking(count):
+            assert count.value == 0  # no turn
+            nursery.start_soon(wait)
+            await trio.sleep(2)
+            assert ended == []  # but a drain waits for it
+            count.enter()  # it found one: a turn, counted before the take ends
+        await trio.sleep(3)
+        assert ended == []
+        count.leave()
+    async with trio.open_nursery() as nursery:
+        count.begin_take()  # and a turn's end alone does not end a drain while a take runs
+        nursery.start_soon(wait)
+        count.enter()
+        count.leave()
+        await trio.sleep(1)
+        assert len(ended) == 1
+        count.end_take()
+    assert ended == [start + 5, start + 6]
 
 
 async def test_wait_drained_waits_for_a_stop(autojump_clock: Any) -> None:
@@ -380,6 +410,55 @@ async def test_a_drain_begun_during_a_wake_up_take_waits_for_that_wake_ups_turn(
         nursery.start_soon(drain)
     assert agent.sessions() == ["s"]  # taken, so it ran, stop or not
     assert drained == [13]  # its turn's end (3 s of take, 10 of turn), not the stop's instant
+
+
+async def test_a_wake_up_take_is_no_turn_in_flight_but_its_wake_ups_turn_is(
+    autojump_clock: Any,
+) -> None:
+    # /healthz and the heartbeat report turns: a poll under way is none, whatever it finds.
+    class SlowTake(Recording):
+        async def take_due_wakeup(self, now: datetime) -> Any:
+            await trio.sleep(3)
+            return await super().take_due_wakeup(now)
+
+    store = SlowTake()
+    scheduler, agent, _, _ = rig(store=store, poll_interval=60)
+    agent.default = Complete(duration=10)
+    samples: list[int] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(1)  # the first poll's take is under way, and will find nothing
+        samples.append(scheduler.statistics().in_flight)
+        await trio.sleep(4)
+        await store.add_wakeup(
+            WakeupRequest(session="s", prompt="p", fire_at=T0), T0 - timedelta(minutes=2)
+        )
+        for _ in range(90):  # the next poll: 3 s of take, then a turn of 10
+            await trio.sleep(1)
+            samples.append(scheduler.statistics().in_flight)
+        scheduler.stop()
+    assert agent.sessions() == ["s"]
+    assert [value for value, _ in itertools.groupby(samples)] == [0, 1, 0]
+    assert samples.count(1) in (9, 10)  # the turn, never the take before it
+
+
+async def test_a_drain_begun_during_a_take_that_finds_nothing_waits_for_its_end(
+    autojump_clock: Any,
+) -> None:
+    class SlowTake(Recording):
+        async def take_due_wakeup(self, now: datetime) -> Any:
+            await trio.sleep(3)
+            return await super().take_due_wakeup(now)
+
+    scheduler, _, _, _ = rig(store=SlowTake(), poll_interval=60)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        start = trio.current_time()
+        await trio.sleep(1)  # the poll's take is under way
+        scheduler.stop(60)
+        await scheduler.wait_drained()
+        drained = trio.current_time() - start
+    assert drained == 3  # the take's end
 
 
 async def test_a_wake_loop_that_fired_restarts_after_the_first_back_off(

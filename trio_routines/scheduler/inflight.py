@@ -6,34 +6,46 @@ import trio
 
 
 class InFlight:
-    """Fires (claim to settle) and wake-ups (take to deferral) in flight: the count
-    ``value``, and :meth:`wait_none` for a stop's drain.
+    """Fires (claim to settle) and wake-up turns in flight: the count ``value`` (what the
+    statistics, ``/healthz`` and the heartbeat report), the wake-up takes under way (not
+    turns: most find nothing due), and :meth:`wait_none` for a stop's drain, which waits for
+    both (a take under way may yet return a wake-up whose turn must run).
 
     A plain count rather than a ``trio_util.AsyncValue``: every fire changes it twice, and an
     AsyncValue's setter looks through its waiters at every change. The one waiter there is (a
     drain) makes its event only when it waits.
     """
 
-    __slots__ = ("_none", "value")
+    __slots__ = ("_none", "_taking", "value")
 
     def __init__(self) -> None:
         self.value = 0
-        self._none: trio.Event | None = None  # a drain's: set when the count reaches 0
+        self._taking = 0
+        self._none: trio.Event | None = None  # a drain's: set when both counts reach 0
 
     def enter(self) -> None:
         self.value += 1
 
     def leave(self) -> None:
         self.value -= 1
-        if not self.value and self._none is not None:
+        if not self.value and not self._taking and self._none is not None:
+            self._none.set()
+            self._none = None
+
+    def begin_take(self) -> None:
+        self._taking += 1
+
+    def end_take(self) -> None:
+        self._taking -= 1
+        if not self.value and not self._taking and self._none is not None:
             self._none.set()
             self._none = None
 
     async def wait_none(self) -> None:
-        """Return once nothing is in flight: at once if nothing is, else when the count next
-        reaches 0 (a fire may start right after: a drain begins after a stop, which starts
-        none)."""
-        if not self.value:
+        """Return once nothing is in flight nor being taken: at once if so, else when both
+        counts next reach 0 (a fire may start right after: a drain begins after a stop,
+        which starts none)."""
+        if not self.value and not self._taking:
             await trio.lowlevel.checkpoint()
             return
         if self._none is None:
@@ -54,3 +66,19 @@ class Working:
 
     def __exit__(self, *exc_info: object) -> None:
         self._count.leave()
+
+
+class Taking:
+    """What ``with runtime.taking():`` enters: a wake-up take under way, which a stop's drain
+    waits for but which is no turn in flight."""
+
+    __slots__ = ("_count",)
+
+    def __init__(self, count: InFlight) -> None:
+        self._count = count
+
+    def __enter__(self) -> None:
+        self._count.begin_take()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._count.end_take()

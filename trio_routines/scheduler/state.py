@@ -23,7 +23,7 @@ from ..records import Outcome
 from ..replicas import default_replica
 from ..routines import Routine
 from ..store import Store
-from .inflight import InFlight, Working
+from .inflight import InFlight, Taking, Working
 from .sleepers import Unpark
 
 T = TypeVar("T")
@@ -293,8 +293,9 @@ class Runtime:
         self.default_grace = default_grace
         #: A stop was requested: set by the scheduler's stop only, read by every loop.
         self.stopping = trio_util.AsyncBool(False)
-        #: Fires (claim to settle) and wake-ups (take to deferral) in flight: counted by the
-        #: fire path and the wake loop, read by the watch's heartbeat and the statistics.
+        #: Fires (claim to settle) and wake-up turns in flight, and wake-up takes under way:
+        #: counted by the fire path and the wake loop, read by the watch's heartbeat and the
+        #: statistics (turns), and waited for by a stop's drain (both).
         self.in_flight = InFlight()
         #: The run's nursery (fires and runs started for a host) and the loops' nursery,
         #: while they run: set by the scheduler's run only.
@@ -312,8 +313,12 @@ class Runtime:
             ) from None
 
     def working(self) -> Working:
-        """Count one fire (claim to settle) or wake-up (take to deferral) as in flight."""
+        """Count one fire (claim to settle) or wake-up turn as in flight."""
         return Working(self.in_flight)
+
+    def taking(self) -> Taking:
+        """Count a wake-up take as under way: a drain waits for it; no turn yet."""
+        return Taking(self.in_flight)
 
 
 class Grace:

@@ -83,18 +83,25 @@ class WakeLoop:
 
     async def _wake_once(self) -> bool:
         """Take and fire one due wake-up; False when none was due or the store failed."""
-        fired = False
-        # In flight from the take on: a stop's drain that began during the take waits for the
-        # wake-up it returns, whose turn still runs (it was taken: it is not in the store).
-        with trio.CancelScope(shield=True), self._runtime.working():
+        # A stop's drain that began during the take waits for the wake-up it returns, whose
+        # turn still runs (it was taken: it is not in the store); a take that finds none is
+        # no turn in flight (``/healthz`` says "ok" through the polls).
+        in_flight = self._runtime.in_flight
+        with trio.CancelScope(shield=True):
             try:
-                wakeup = await self._calls.take_due_wakeup(self._runtime.now())
-                if wakeup is not None:
+                with self._runtime.taking():
+                    wakeup = await self._calls.take_due_wakeup(self._runtime.now())
+                    if wakeup is None:
+                        return False
+                    in_flight.enter()  # before the take ends: the drain never sees 0 between
+                try:
                     await self._wake(wakeup)
-                    fired = True
+                finally:
+                    in_flight.leave()
             except StateFault as exc:
                 log.error("wake-up poll failed (continuing next poll): %s", exc)
-        return fired
+                return False
+        return True
 
     async def _wake(self, wakeup: Wakeup) -> None:
         label = f"wake {wakeup.id[:8]}"
