@@ -358,6 +358,23 @@ async def cut_short(member: PostgresPresence, call: str) -> None:
             await member.beat(1, T0)
 
 
+async def given_up_waiting(
+    mock_clock: MockClock,
+    member: PostgresPresence,
+    call: str,
+    waiting: Callable[[int], bool] = waiting_for_a_lock,
+) -> int:
+    """``call`` under :func:`cut_short`, its caller giving up once the call's backend waits in
+    the server (``waiting(pid)``: for a row lock, by default); the call goes on in its
+    thread. Returns the backend's pid."""
+    pid = connection(member).info.backend_pid
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cut_short, member, call)
+        await until(lambda: waiting(pid), f"the {call} waiting in the server")
+        mock_clock.jump(2)  # its caller gives up
+    return pid
+
+
 @pytest.mark.parametrize("call", ["leave", "beat"])
 async def test_a_call_cut_short_that_never_returns_loses_the_presence_at_its_own_deadline(
     mock_clock: MockClock,
@@ -373,11 +390,7 @@ async def test_a_call_cut_short_that_never_returns_loses_the_presence_at_its_own
     blocker = row_locked(schema, "cut")
     try:
         with caplog.at_level(logging.INFO, logger="trio_routines"):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(cut_short, member, call)
-                pid = conn.info.backend_pid
-                await until(lambda: waiting_for_a_lock(pid), "the call waiting for the row")
-                mock_clock.jump(2)  # its caller gives up
+            await given_up_waiting(mock_clock, member, call)
             await wait_all_tasks_blocked()
             kept = (member.lost.is_set(), conn.closed, caplog.records[:])
             mock_clock.jump(BOUND - 2)  # the call's own deadline
@@ -423,11 +436,9 @@ async def test_a_call_cut_short_between_two_statements_is_still_on_the_connectio
     replica_row = row_locked(schema, "steps")
     try:
         with caplog.at_level(logging.INFO, logger="trio_routines"):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(cut_short, member, "leave")
-                pid = conn.info.backend_pid
-                await until(lambda: waiting_on(pid, "holds"), "the leave's first statement")
-                mock_clock.jump(2)  # its caller gives up
+            pid = await given_up_waiting(
+                mock_clock, member, "leave", lambda pid: waiting_on(pid, "holds")
+            )
             holds_row.rollback()  # the first statement ends; the second waits in its turn
             await until(lambda: waiting_on(pid, "replicas"), "the leave's second statement")
             await wait_all_tasks_blocked()
@@ -458,11 +469,7 @@ async def test_a_call_cut_short_that_then_fails_on_the_connection_loses_the_pres
     blocker = row_locked(schema, "failing")
     try:
         with caplog.at_level(logging.INFO, logger="trio_routines"):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(cut_short, member, "beat")
-                pid = conn.info.backend_pid
-                await until(lambda: waiting_for_a_lock(pid), "the beat waiting for the row")
-                mock_clock.jump(2)
+            pid = await given_up_waiting(mock_clock, member, "beat")
             with admin() as db:  # the call now fails, its caller gone
                 db.execute("SELECT pg_terminate_backend(%s)", (pid,))
             await until(lambda: member.lost.is_set(), "the presence lost")
@@ -540,11 +547,7 @@ async def test_a_call_cut_short_that_returns_in_time_leaves_the_presence_as_it_w
     blocker = row_locked(schema, "brief")
     try:
         with caplog.at_level(logging.INFO, logger="trio_routines"):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(cut_short, member, "beat")
-                pid = conn.info.backend_pid
-                await until(lambda: waiting_for_a_lock(pid), "the beat waiting for the row")
-                mock_clock.jump(2)
+            await given_up_waiting(mock_clock, member, "beat")
             blocker.rollback()  # the call now returns, its caller gone
             await until(lambda: not conn.lock.locked(), "the call returned")
             await wait_all_tasks_blocked()
@@ -685,11 +688,7 @@ async def test_a_leave_cut_short_that_returns_in_time_lets_its_connection_go(
     blocker = row_locked(schema, "late-leave")
     try:
         with caplog.at_level(logging.INFO, logger="trio_routines"):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(cut_short, member, "leave")
-                pid = conn.info.backend_pid
-                await until(lambda: waiting_for_a_lock(pid), "the leave waiting for the row")
-                mock_clock.jump(2)
+            await given_up_waiting(mock_clock, member, "leave")
             assert member._conn is conn  # still watched
             blocker.rollback()  # the leave now ends, its caller gone
             await until(lambda: member._socket is None, "our socket let go")
