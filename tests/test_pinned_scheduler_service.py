@@ -382,14 +382,17 @@ async def test_a_wake_up_poll_the_store_never_answers_is_logged_whole(
     ]
 
 
+class SlowTake(Recording):
+    """A store whose every take of a due wake-up takes 3 s."""
+
+    async def take_due_wakeup(self, now: datetime) -> Any:
+        await trio.sleep(3)
+        return await super().take_due_wakeup(now)
+
+
 async def test_a_drain_begun_during_a_wake_up_take_waits_for_that_wake_ups_turn(
     autojump_clock: Any,
 ) -> None:
-    class SlowTake(Recording):
-        async def take_due_wakeup(self, now: datetime) -> Any:
-            await trio.sleep(3)
-            return await super().take_due_wakeup(now)
-
     store = SlowTake()
     await store.add_wakeup(
         WakeupRequest(session="s", prompt="p", fire_at=T0), T0 - timedelta(minutes=2)
@@ -416,11 +419,6 @@ async def test_a_wake_up_take_is_no_turn_in_flight_but_its_wake_ups_turn_is(
     autojump_clock: Any,
 ) -> None:
     # /healthz and the heartbeat report turns: a poll under way is none, whatever it finds.
-    class SlowTake(Recording):
-        async def take_due_wakeup(self, now: datetime) -> Any:
-            await trio.sleep(3)
-            return await super().take_due_wakeup(now)
-
     store = SlowTake()
     scheduler, agent, _, _ = rig(store=store, poll_interval=60)
     agent.default = Complete(duration=10)
@@ -445,11 +443,6 @@ async def test_a_wake_up_take_is_no_turn_in_flight_but_its_wake_ups_turn_is(
 async def test_a_drain_begun_during_a_take_that_finds_nothing_waits_for_its_end(
     autojump_clock: Any,
 ) -> None:
-    class SlowTake(Recording):
-        async def take_due_wakeup(self, now: datetime) -> Any:
-            await trio.sleep(3)
-            return await super().take_due_wakeup(now)
-
     scheduler, _, _, _ = rig(store=SlowTake(), poll_interval=60)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
