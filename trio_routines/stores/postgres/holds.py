@@ -145,39 +145,39 @@ class PostgresPresence(Presence):
         ``leave``, given up on by its caller before it could start, ends the connection."""
         bound = self._conns.timeout + 1.0
         end = CallEnd()  # told by the call's threads
-        conn: Conn | None = None
-        deadline = trio.current_time() + bound
         try:
             async with self._using:
                 conn = self._conn
                 if conn is None or self.lost.is_set():
                     raise StateFault(f"replica {self.replica} lost its hold on {self._conns.where}")
                 deadline = trio.current_time() + bound
-                with trio.move_on_at(deadline):
-                    return await trio.to_thread.run_sync(
-                        marking_end,
-                        fn,
-                        conn,
-                        end,
-                        abandon_on_cancel=True,
-                        thread_name=THREAD_NAME,
-                        limiter=end.limiter(),
-                    )
+                try:
+                    with trio.move_on_at(deadline):
+                        return await trio.to_thread.run_sync(
+                            marking_end,
+                            fn,
+                            conn,
+                            end,
+                            abandon_on_cancel=True,
+                            thread_name=THREAD_NAME,
+                            limiter=end.limiter(),
+                        )
+                except trio.Cancelled:
+                    # Our caller gave up first (the watch's bound on a beat, a stop's margin
+                    # on a leave). A call already on the connection, in its thread, keeps the
+                    # rest of its bound, as if still waited for: one that has not returned by
+                    # then loses the presence, so that the connection, and our lock on it, do
+                    # not stay behind a call that never returns.
+                    if end.launched and not self.lost.is_set():
+                        trio.lowlevel.spawn_system_task(self._outlived, conn, end, deadline, bound)
+                    raise
                 why = f"no answer within {bound:g} s"
         except psycopg.Error as exc:
             why = reason(exc)
         except trio.Cancelled:
-            # Our caller gave up first (the watch's bound on a beat, a stop's margin on a
-            # leave). A call already on the connection, in its thread, keeps the rest of its
-            # bound, as if still waited for: one that has not returned by then loses the
-            # presence, so that the connection, and our lock on it, do not stay behind a
-            # call that never returns. A call that never started touched nothing.
-            if self.lost.is_set():
-                pass
-            elif end.launched:
-                assert conn is not None, "a call is started on the connection it took"
-                trio.lowlevel.spawn_system_task(self._outlived, conn, end, deadline, bound)
-            elif leave and self._conn is not None:
+            # A call given up on before its thread started touched nothing; but a leave so
+            # given up on ends the connection, the replica being on its way out.
+            if leave and not end.launched and not self.lost.is_set() and self._conn is not None:
                 self._lose("its leave was given up on before it could start")
             raise
         self._lose(why)
