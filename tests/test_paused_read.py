@@ -8,11 +8,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
+import pytest
 import trio
 from scheduler_rig import HOURLY, Recording, at, rig, until
 
 from trio_routines import Routine, StateFault
 from trio_routines.scheduler.calls import PREFETCH_LIMIT
+from trio_routines.scheduler.sleepers import Sleepers
 from trio_routines.scheduler.state import PausedRead
 from trio_routines.testing import WallClock
 
@@ -322,3 +324,34 @@ async def test_a_fires_own_read_begun_before_its_slot_is_read_again_once_the_slo
     assert store.read_at == [at(11) - timedelta(seconds=2), at(11) + timedelta(seconds=1)]
     assert result.reason == "paused"  # the second read's answer decided it
     assert agent.turns == []
+
+
+async def test_a_herds_loops_are_woken_in_the_order_of_their_names(
+    autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Loaded in another order; the timer wakes the herd in its names' order (a state
+    # directory then writes neighbouring claim directories together: scheduler/sleepers.py).
+    # Recorded as the timer wakes them: Trio then runs a batch in its own (under test,
+    # shuffled) order.
+    routines = [Routine(name=name, prompt="p", cron="0 * * * *") for name in "dbeac"]
+    scheduler, _, _, wall = timed_rig(*routines)
+    parked: dict[trio.lowlevel.Task, str] = {}
+    woken: list[str] = []
+    sleep_until, reschedule = Sleepers.sleep_until, trio.lowlevel.reschedule
+
+    def noting_sleep(self: Sleepers, deadline: float, **options: Any) -> Any:
+        parked[trio.lowlevel.current_task()] = options.get("order", "")
+        return sleep_until(self, deadline, **options)
+
+    def noting_wake(task: trio.lowlevel.Task, *args: Any) -> None:
+        if task in parked and args:  # a slot's wake (with the read): not a capped sleep's
+            woken.append(parked[task])
+        reschedule(task, *args)
+
+    monkeypatch.setattr(Sleepers, "sleep_until", noting_sleep)
+    monkeypatch.setattr(trio.lowlevel, "reschedule", noting_wake)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(11, 0, day=7) + timedelta(seconds=5))
+        scheduler.stop(0)
+    assert woken == ["a", "b", "c", "d", "e"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
@@ -221,3 +222,43 @@ async def test_a_timer_cancelled_during_the_prefetch_wakes_the_loops_it_held(
         timer.cancel()
         await trio.sleep(1)
         assert got == {"held": (None, start + 15)}
+
+
+async def test_loops_due_together_are_woken_in_their_order_not_their_parking_or_deadlines(
+    autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A herd's loops park in whatever order their boots' reads came back, each with a deadline
+    # a few nanoseconds off the others' (Trio's clock read against the wall clock's); the
+    # timer wakes them in the order of their names, so that a state directory writes
+    # neighbours together. Capped sleeps (not a slot's) are not held for the read, and are
+    # woken first. (The loop due first holds the timer in its read while the herd's deadlines
+    # pass, as a real timer's wake comes after all of them.) What is recorded is the timer's
+    # order of waking: the order woken tasks then run in is Trio's (shuffled under test).
+    sleepers = Sleepers()
+    sleepers.prefetch = Fetches(seconds=1)
+    names: dict[trio.lowlevel.Task, str] = {}
+    woken: list[str] = []
+    reschedule = trio.lowlevel.reschedule
+
+    def noting(task: trio.lowlevel.Task, *args: Any) -> None:
+        woken.append(names[task])
+        reschedule(task, *args)
+
+    monkeypatch.setattr(trio.lowlevel, "reschedule", noting)
+    start = trio.current_time()
+
+    async def sleep(name: str, jitter: float, at_slot: bool) -> None:
+        names[trio.lowlevel.current_task()] = name
+        await sleepers.sleep_until(start + 10 + jitter, at_slot=at_slot, order=name)
+
+    parked = [("first", -0.5, True), ("r3", 3e-9, True), ("r1", 9e-9, True)]
+    parked += [("capped", 5e-9, False)]
+    parked += [("r4", 1e-9, True), ("r0", 7e-9, True), ("r2", 0.0, True)]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sleepers.run)
+        for name, jitter, at_slot in parked:
+            nursery.start_soon(sleep, name, jitter, at_slot)
+            await trio.sleep(0.1)  # parked in this order
+        await trio.sleep(12)
+        assert woken == ["first", "capped", "r0", "r1", "r2", "r3", "r4"]
+        nursery.cancel_scope.cancel()

@@ -110,6 +110,7 @@ class CronLoops:
                         wait = self._sleepers.sleep_until(
                             trio.current_time() + (remaining if at_slot else self._max_wait),
                             at_slot=at_slot,
+                            order=name,
                         )
                         del now, remaining  # read again on waking: not kept asleep
                         read = await wait
