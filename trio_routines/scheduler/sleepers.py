@@ -85,11 +85,8 @@ class Sleepers:
 
         ``order``: where this loop wakes among those due with it (``at_slot`` only): in the
         order of their ``order``, not of their deadlines' last digits. A cron loop gives its
-        routine's name, so that a herd claims its slots in the order of the routines' names
-        -- in a state directory, the order their claim directories were made in when they
-        were first claimed together, which the file system lays out side by side: a flush of
-        a batch of neighbours writes far fewer blocks than one of strangers (benchmarks/
-        README.md).
+        routine's name, so that a herd claims its slots in its names' order, and a state
+        directory writes neighbouring claim directories together (docs/design.md).
         """
         if not self._running:
             return self._sleep_unwatched(deadline)
