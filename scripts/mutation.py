@@ -1115,7 +1115,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
 }
 # The scheduler's other parts that kept survivors in the package's run, each alone over the
 # package's selection: quicker to rerun after a change to one of them.
-for _part in ("calls", "loops", "wake", "service", "turning"):
+for _part in ("calls", "loops", "wake", "service", "turning", "sleepers"):
     MODULES[f"sched{_part}"] = ([f"trio_routines/scheduler/{_part}.py"], SCHEDULER_TESTS)
 # And the small parts together, which kept a few survivors each.
 MODULES["schedsmall"] = (

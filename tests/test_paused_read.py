@@ -333,14 +333,16 @@ async def test_a_herds_loops_are_woken_in_the_order_of_their_names(
     # directory then writes neighbouring claim directories together: scheduler/sleepers.py).
     # Recorded as the timer wakes them: Trio then runs a batch in its own (under test,
     # shuffled) order.
-    routines = [Routine(name=name, prompt="p", cron="0 * * * *") for name in "dbeac"]
+    # Twenty, so that no shuffle of their parking comes out sorted by chance.
+    names = "qdbtkeaslgcroimhpfjn"
+    routines = [Routine(name=name, prompt="p", cron="0 * * * *") for name in names]
     scheduler, _, _, wall = timed_rig(*routines)
     parked: dict[trio.lowlevel.Task, str] = {}
     woken: list[str] = []
     sleep_until, reschedule = Sleepers.sleep_until, trio.lowlevel.reschedule
 
     def noting_sleep(self: Sleepers, deadline: float, **options: Any) -> Any:
-        parked[trio.lowlevel.current_task()] = options.get("order", "")
+        parked[trio.lowlevel.current_task()] = options.get("slot") or ""
         return sleep_until(self, deadline, **options)
 
     def noting_wake(task: trio.lowlevel.Task, *args: Any) -> None:
@@ -354,4 +356,21 @@ async def test_a_herds_loops_are_woken_in_the_order_of_their_names(
         await nursery.start(scheduler.run)
         await until(wall, at(11, 0, day=7) + timedelta(seconds=5))
         scheduler.stop(0)
-    assert woken == ["a", "b", "c", "d", "e"]
+    assert woken == sorted(names)
+
+
+async def test_the_pieces_of_a_long_sleep_before_the_slot_read_nothing(
+    autojump_clock: Any,
+) -> None:
+    # A slot further away than the longest sleep is slept toward in pieces: only the piece
+    # that ends at the slot is the slot's (held for the herd's read, and woken in its order);
+    # the others wake the loop alone, without a read of the paused routines.
+    store = TimedReads()
+    scheduler, _, _, wall = rig(store=store, wakeups=False, poll_interval=3600, max_wait=600)
+    store.wall = wall
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        booted = len(store.read_at)
+        await until(wall, at(11) + timedelta(seconds=5))  # pieces end at 10:40 and 10:50
+        scheduler.stop(0)
+    assert store.read_at[booted:] == [at(11)]

@@ -109,8 +109,7 @@ class CronLoops:
                         at_slot = remaining <= self._max_wait
                         wait = self._sleepers.sleep_until(
                             trio.current_time() + (remaining if at_slot else self._max_wait),
-                            at_slot=at_slot,
-                            order=name,
+                            slot=name if at_slot else None,
                         )
                         del now, remaining  # read again on waking: not kept asleep
                         read = await wait

@@ -7,7 +7,8 @@ the first claim, and much of what the collector then does during the burst.
 
 Here a sleeping loop parks itself (``trio.lowlevel.wait_task_rescheduled``) in a heap ordered
 by its deadline on Trio's clock; one timer task sleeps towards the earliest deadline and
-reschedules every loop whose deadline has come, in one pass. A cancellation (a stop, the loop
+reschedules every loop whose deadline has come, in one pass (the loops due at their slot
+together in their routines' order). A cancellation (a stop, the loop
 nursery ending) still reaches a parked loop through its abort function, and :meth:`wake_all`
 (the wall clock jumped, the routines changed) reschedules every one. A loop re-reads the wall
 clock after every wake, so a wake too early costs one more turn of its loop, never an early
@@ -55,7 +56,7 @@ class Sleepers:
     """Where cron loops sleep; :meth:`run` is the timer, in the loops' nursery."""
 
     def __init__(self, prefetch: Callable[[], Awaitable[Any]] | None = None) -> None:
-        # (deadline, ticket, task, the order of a slot's wake; None: not a slot's deadline)
+        # (deadline, ticket, task, its ``slot``: None if not a slot's deadline)
         self._heap: list[tuple[float, int, trio.lowlevel.Task, str | None]] = []
         self._parked: dict[trio.lowlevel.Task, int] = {}  # task -> its heap entry's ticket
         self._tickets = itertools.count()
@@ -67,32 +68,29 @@ class Sleepers:
         #: routines' read: see :meth:`sleep_until`); what it returns, their sleep returns.
         self.prefetch = prefetch
 
-    def sleep_until(
-        self, deadline: float, *, at_slot: bool = False, order: str = ""
-    ) -> Awaitable[Any]:
+    def sleep_until(self, deadline: float, *, slot: str | None = None) -> Awaitable[Any]:
         """Await it to return once Trio's clock reaches ``deadline``, or at :meth:`wake_all`.
 
         Not a coroutine of its own: it parks the calling task and hands back Trio's wait,
         which the task awaits at once, so a sleeping loop holds one coroutine fewer.
 
-        ``at_slot``: the deadline is the loop's slot. When it comes, the timer first awaits
-        :attr:`prefetch` once for every loop due with it, and their sleeps return its answer
-        (any other wake returns None). A herd of routines due at one instant then shares one
-        read of the paused routines, made before any of them wakes, instead of each waking
-        to park on the first one's read: a task switch fewer per fire. The timer wakes no
-        other loop until the read is back, so the read is bounded short (see
-        :meth:`~.calls.StoreCalls.prefetch_paused`).
-
-        ``order``: where this loop wakes among those due with it (``at_slot`` only): in the
-        order of their ``order``, not of their deadlines' last digits. A cron loop gives its
-        routine's name, so that a herd claims its slots in its names' order, and a state
-        directory writes neighbouring claim directories together (docs/design.md).
+        ``slot``: given when the deadline is the loop's slot (a cron loop gives its
+        routine's name). When it comes, the timer first awaits :attr:`prefetch` once for
+        every loop due with it, and their sleeps return its answer (any other wake returns
+        None). A herd of routines due at one instant then shares one read of the paused
+        routines, made before any of them wakes, instead of each waking to park on the first
+        one's read: a task switch fewer per fire. The timer wakes no other loop until the
+        read is back, so the read is bounded short (see
+        :meth:`~.calls.StoreCalls.prefetch_paused`). It then wakes them in the order of
+        their ``slot``, not of their deadlines' last digits: a herd claims its slots in its
+        names' order, and a state directory writes neighbouring claim directories together
+        (docs/design.md).
         """
         if not self._running:
             return self._sleep_unwatched(deadline)
         task = trio.lowlevel.current_task()
         ticket = next(self._tickets)
-        heapq.heappush(self._heap, (deadline, ticket, task, order if at_slot else None))
+        heapq.heappush(self._heap, (deadline, ticket, task, slot))
         self._parked[task] = ticket
         if deadline < self._timer_at:
             self._replan.set()
@@ -120,19 +118,19 @@ class Sleepers:
                 now = trio.current_time()
                 heap, parked = self._heap, self._parked
                 fetch = self.prefetch
-                # Woken once fetched, in their order (the ticket breaks a tie; never the task).
+                # Woken once fetched, in their slots' order (a tie goes to the ticket, never to
+                # the task).
                 slots: list[tuple[str, int, trio.lowlevel.Task]] = []
                 while heap and heap[0][0] <= now:
-                    _, ticket, task, order = heapq.heappop(heap)
+                    _, ticket, task, slot = heapq.heappop(heap)
                     if parked.get(task) == ticket:  # else cancelled, or parked again since
-                        if order is not None and fetch is not None:
-                            slots.append((order, ticket, task))  # still parked: cancellable
+                        if slot is not None:
+                            slots.append((slot, ticket, task))  # still parked: cancellable
                         else:
                             del parked[task]
                             trio.lowlevel.reschedule(task)
                 if slots:
-                    assert fetch is not None
-                    fetched = await fetch()
+                    fetched = await fetch() if fetch is not None else None
                     slots.sort()
                     for _, ticket, task in slots:
                         # Not if cancelled meanwhile, or woken by wake_all (then without it).
