@@ -7,13 +7,12 @@ the first claim, and much of what the collector then does during the burst.
 
 Here a sleeping loop parks itself (``trio.lowlevel.wait_task_rescheduled``) in a heap ordered
 by its deadline on Trio's clock; one timer task sleeps towards the earliest deadline and
-reschedules every loop whose deadline has come, in one pass (the loops due at their slot
-together in their routines' order). A cancellation (a stop, the loop
-nursery ending) still reaches a parked loop through its abort function, and :meth:`wake_all`
-(the wall clock jumped, the routines changed) reschedules every one. A loop re-reads the wall
-clock after every wake, so a wake too early costs one more turn of its loop, never an early
-fire. Without a running timer, :meth:`sleep_until` falls back to a plain timed wait, so no
-loop can sleep for ever.
+reschedules every loop whose deadline has come, in one pass (those due at their slot together
+in their routines' order). A cancellation (a stop, the loop nursery ending) still reaches a
+parked loop through its abort function, and :meth:`wake_all` (the wall clock jumped, the
+routines changed) reschedules every one. A loop re-reads the wall clock after every wake, so
+a wake too early costs one more turn of its loop, never an early fire. Without a running
+timer, :meth:`sleep_until` falls back to a plain timed wait, so no loop can sleep for ever.
 """
 
 from __future__ import annotations
