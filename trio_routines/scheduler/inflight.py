@@ -28,16 +28,20 @@ class InFlight:
 
     def leave(self) -> None:
         self.value -= 1
-        if not self.value and not self._taking and self._none is not None:
-            self._none.set()
-            self._none = None
+        if not self.value:
+            self._drained()
 
     def begin_take(self) -> None:
         self._taking += 1
 
     def end_take(self) -> None:
         self._taking -= 1
-        if not self.value and not self._taking and self._none is not None:
+        if not self._taking:
+            self._drained()
+
+    def _drained(self) -> None:
+        """One count reached 0: a drain waiting returns if the other is 0 too."""
+        if not (self.value or self._taking) and self._none is not None:
             self._none.set()
             self._none = None
 
