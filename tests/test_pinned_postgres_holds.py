@@ -562,6 +562,104 @@ async def test_a_call_cut_short_that_returns_in_time_leaves_the_presence_as_it_w
     await member.leave()
 
 
+def calls_watched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Watch the calls on replicas' connections: the names of those started while another
+    was still on its connection. (psycopg's lock on a connection is taken per statement:
+    two calls at once would interleave their statements, and a leave's close would free
+    what the other one's thread is using.)"""
+    marking_end = holds.marking_end
+    on: list[Any] = []
+    beside: list[str] = []
+
+    def watched(fn: Callable[[Any], T], conn: Any, end: Any) -> T:
+        if any(other is conn for other in on):
+            beside.append(fn.__name__)
+        on.append(conn)
+        try:
+            return marking_end(fn, conn, end)
+        finally:
+            on.remove(conn)
+
+    monkeypatch.setattr(holds, "marking_end", watched)
+    return beside
+
+
+async def test_a_later_call_waits_until_a_call_cut_short_has_left_the_connection(
+    mock_clock: MockClock,
+    store: PostgresStore,
+    schema: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    member = await store.join(info("later"))
+    beside = calls_watched(monkeypatch)
+    blocker = row_locked(schema, "later")
+    taken: list[list[bool]] = []
+
+    async def take() -> None:
+        taken.append(await member.take([41]))
+
+    try:
+        with caplog.at_level(logging.INFO, logger="trio_routines"):
+            await given_up_waiting(mock_clock, member, "beat")
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(take)
+                await wait_all_tasks_blocked()
+                # A thread started for the take would be on the connection by now.
+                await trio.to_thread.run_sync(time.sleep, 0.3)
+                waited = (taken[:], beside[:])
+                blocker.rollback()  # the beat returns, and then the take goes on
+    finally:
+        blocker.close()
+    assert waited == ([], [])
+    assert taken == [[True]]
+    assert beside == []
+    assert not member.lost.is_set()
+    assert caplog.records == []
+    await member.leave()
+
+
+async def test_a_later_call_behind_a_call_cut_short_that_never_returns_finds_the_presence_lost(
+    mock_clock: MockClock,
+    store: PostgresStore,
+    schema: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # It waits for the call before it until that call's own deadline, as the watch does.
+    member = await store.join(info("behind"))
+    conn = connection(member)
+    beside = calls_watched(monkeypatch)
+    blocker = row_locked(schema, "behind")
+    try:
+        with caplog.at_level(logging.INFO, logger="trio_routines"):
+            await given_up_waiting(mock_clock, member, "beat")
+            async with trio.open_nursery() as nursery:
+
+                async def take() -> None:
+                    with pytest.raises(StateFault, match="lost its hold") as refused:
+                        await member.take([41])
+                    said.append(str(refused.value))
+
+                said: list[str] = []
+                nursery.start_soon(take)
+                await wait_all_tasks_blocked()
+                mock_clock.jump(BOUND - 3)  # a second before the cut call's deadline
+                await wait_all_tasks_blocked()
+                kept = (said[:], member.lost.is_set())
+                mock_clock.jump(1)  # its deadline
+            await until(lambda: conn.closed, "the connection left behind closed")
+    finally:
+        blocker.close()
+    assert kept == ([], False)
+    assert said == [f"replica behind lost its hold on {where(store)}"]
+    assert beside == []
+    why = f"a call given up on by its caller did not return within {BOUND} s"
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        lost_record(store, "behind", why)
+    ]
+
+
 Cut = tuple[PostgresStore, PostgresPresence, psycopg.Connection[Any], psycopg.Connection[Any]]
 
 

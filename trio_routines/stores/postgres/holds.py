@@ -36,13 +36,15 @@ duplicate of libpq's descriptor, taken when it connected: it names this connecti
 libpq has done with its own descriptor since): the server sees the end and lets our lock go,
 and the blocked call returns with an error. The connection is then closed in a thread, under
 the lock psycopg takes for each statement on it (``ending.py``). A call whose caller gave up
-before our deadline keeps the rest of it: lost if still on the connection then (it has not
-returned: its thread tells, not psycopg's lock, which a call of several statements lets go
-of between them) or when the Trio run ends first (nothing is left to wait for the deadline
-then, and a host's process may live on after its run), and lost if it fails on the
-connection meanwhile, as it would have been with its caller still there. A call given up on
-before its thread started never reached the connection: nothing is watched, except that a
-leave so given up on ends the connection (the replica is on its way out).
+before our deadline keeps the rest of it, and the connection to itself until then: a later
+call waits for it to return (psycopg's lock, taken per statement, would let the two
+interleave). It is lost if still on the connection then (it has not returned: its thread
+tells, not psycopg's lock, which a call of several statements lets go of between them) or
+when the Trio run ends first (nothing is left to wait for the deadline then, and a host's
+process may live on after its run), and lost if it fails on the connection meanwhile, as it
+would have been with its caller still there. A call given up on before its thread started
+never reached the connection: nothing is watched, except that a leave so given up on ends
+the connection (the replica is on its way out).
 """
 
 from __future__ import annotations
@@ -101,6 +103,10 @@ _TAKE = f"""WITH held AS MATERIALIZED ({LOCKS}),
 _RELEASE = "DELETE FROM {holds} WHERE key = ANY(%(keys)s::bigint[]) AND holder = %(me)s"
 
 
+def _outlived_why(bound: float) -> str:
+    return f"a call given up on by its caller did not return within {bound:g} s"
+
+
 def _array(keys: Sequence[int]) -> str:
     """A bigint array as one text parameter: psycopg adapts a list item by item in Python,
     which for a herd of 10,000 costs more than the server's work."""
@@ -124,6 +130,9 @@ class PostgresPresence(Presence):
         self._conn: Conn | None = None
         self._socket: socket.socket | None = None  # ours, on the connection (see the module doc)
         self._using = trio.Lock()  # one use of the connection at a time
+        # A call given up on by its caller, maybe still on the connection: (the connection,
+        # its end, its deadline, its bound); the next use waits for it (_left_behind_ended).
+        self._left_behind: tuple[Conn, CallEnd, float, float] | None = None
         self._batches: Batcher[_Ops, list[bool]] = Batcher(self._flush, key=id)
         self._letting_go: list[int] = []  # let go of here, not yet in the table
         self._sending = False  # a task of ours will send them
@@ -147,6 +156,7 @@ class PostgresPresence(Presence):
         end = CallEnd()  # told by the call's threads
         try:
             async with self._using:
+                await self._left_behind_ended()
                 conn = self._conn
                 if conn is None or self.lost.is_set():
                     raise StateFault(f"replica {self.replica} lost its hold on {self._conns.where}")
@@ -169,6 +179,7 @@ class PostgresPresence(Presence):
                     # then loses the presence, so that the connection, and our lock on it, do
                     # not stay behind a call that never returns.
                     if end.launched and not self.lost.is_set():
+                        self._left_behind = (conn, end, deadline, bound)
                         trio.lowlevel.spawn_system_task(self._outlived, conn, end, deadline, bound)
                     raise
                 why = f"no answer within {bound:g} s"
@@ -183,6 +194,21 @@ class PostgresPresence(Presence):
         self._lose(why)
         raise StateFault(f"{what} on {self._conns.where}: {why}")
 
+    async def _left_behind_ended(self) -> None:
+        """Before a use of the connection: wait until a call given up on by its caller has
+        left it, or until that call's deadline, and judge it (:meth:`_judge`) as its watch
+        does. Two calls on one connection would interleave their statements: psycopg locks it
+        per statement, not per call."""
+        left = self._left_behind
+        if left is None:
+            return
+        conn, end, deadline, bound = left
+        with trio.move_on_at(deadline):
+            await end.seen.wait()
+        if self._left_behind is left:
+            self._left_behind = None
+        self._judge(conn, end, _outlived_why(bound))
+
     async def _outlived(self, conn: Conn, end: CallEnd, deadline: float, bound: float) -> None:
         """Watch a call its caller gave up on until it ends or its ``deadline`` passes, or
         the run ends first (a system task is cancelled only then, and nothing would be left
@@ -194,8 +220,7 @@ class PostgresPresence(Presence):
         except trio.Cancelled:
             self._judge(conn, end, "the run ended with a call given up on by its caller on it")
             raise
-        why = f"a call given up on by its caller did not return within {bound:g} s"
-        self._judge(conn, end, why)
+        self._judge(conn, end, _outlived_why(bound))
 
     def _judge(self, conn: Conn, end: CallEnd, still_on: str) -> None:
         """After a call its caller gave up on: lose the presence if the call is still on
