@@ -619,44 +619,115 @@ async def test_a_later_call_waits_until_a_call_cut_short_has_left_the_connection
     await member.leave()
 
 
-async def test_a_later_call_behind_a_call_cut_short_that_never_returns_finds_the_presence_lost(
+def beats_stuck(
+    monkeypatch: pytest.MonkeyPatch, member: PostgresPresence
+) -> tuple[threading.Event, threading.Event]:
+    """Make ``member``'s beats never return until released (they ignore the shutdown of the
+    connection: they never touch it), and take out the watch of a call cut short, so that
+    nothing but a later call judges it. Returns (a beat is stuck, release them)."""
+    stuck, release = threading.Event(), threading.Event()
+    marking_end = holds.marking_end
+
+    def beat_stuck(fn: Callable[[Any], T], conn: Any, end: Any) -> T:
+        if fn.__name__ != "beat":
+            return marking_end(fn, conn, end)
+
+        def never_returning(_: Any) -> T:
+            stuck.set()
+            release.wait(10)
+            return None  # type: ignore[return-value]  # a beat returns nothing
+
+        return marking_end(never_returning, conn, end)
+
+    async def unwatched(*_: Any) -> None:
+        pass
+
+    monkeypatch.setattr(holds, "marking_end", beat_stuck)
+    monkeypatch.setattr(member, "_outlived", unwatched)
+    return stuck, release
+
+
+async def refused(member: PostgresPresence, said: list[str], call: str = "take") -> None:
+    """A take (or ``call="beat"``) that must fail, the presence lost: its message in
+    ``said``."""
+    made = member.beat(2, T0) if call == "beat" else member.take([41])
+    with pytest.raises(StateFault, match="lost its hold") as refusal:
+        await made
+    said.append(str(refusal.value))
+
+
+async def test_a_later_call_behind_a_call_cut_short_judges_it_at_that_calls_deadline(
     mock_clock: MockClock,
     store: PostgresStore,
-    schema: str,
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # It waits for the call before it until that call's own deadline, as the watch does.
+    # It waits for the call before it until that call's own deadline, not longer, and judges
+    # it then itself (nothing else ends the wait here: see beats_stuck).
     member = await store.join(info("behind"))
     conn = connection(member)
-    beside = calls_watched(monkeypatch)
-    blocker = row_locked(schema, "behind")
+    stuck, release = beats_stuck(monkeypatch, member)
+    said: list[str] = []
+
     try:
         with caplog.at_level(logging.INFO, logger="trio_routines"):
-            await given_up_waiting(mock_clock, member, "beat")
+            await given_up_waiting(mock_clock, member, "beat", lambda _: stuck.is_set())
             async with trio.open_nursery() as nursery:
-
-                async def take() -> None:
-                    with pytest.raises(StateFault, match="lost its hold") as refused:
-                        await member.take([41])
-                    said.append(str(refused.value))
-
-                said: list[str] = []
-                nursery.start_soon(take)
+                nursery.start_soon(refused, member, said)
                 await wait_all_tasks_blocked()
                 mock_clock.jump(BOUND - 3)  # a second before the cut call's deadline
                 await wait_all_tasks_blocked()
                 kept = (said[:], member.lost.is_set())
                 mock_clock.jump(1)  # its deadline
+                await wait_all_tasks_blocked()
+                then = (said[:], member.lost.is_set())
+                release.set()
             await until(lambda: conn.closed, "the connection left behind closed")
     finally:
-        blocker.close()
+        release.set()
     assert kept == ([], False)
-    assert said == [f"replica behind lost its hold on {where(store)}"]
-    assert beside == []
+    assert then == ([f"replica behind lost its hold on {where(store)}"], True)
     why = f"a call given up on by its caller did not return within {BOUND} s"
     assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
         lost_record(store, "behind", why)
+    ]
+
+
+async def test_a_call_on_a_presence_lost_behind_a_call_cut_short_fails_at_once(
+    mock_clock: MockClock,
+    store: PostgresStore,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A stop: its margin cuts the leave short while it waits behind a beat cut short. The
+    # connection ends then (as for any leave given up on before it could start), and a call
+    # on the connection after that fails at once, not at the deadline of the beat cut short.
+    member = await store.join(info("leaving"))
+    conn = connection(member)
+    stuck, release = beats_stuck(monkeypatch, member)
+    said: list[str] = []
+    try:
+        with caplog.at_level(logging.INFO, logger="trio_routines"):
+            await given_up_waiting(mock_clock, member, "beat", lambda _: stuck.is_set())
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(cut_short, member, "leave")
+                await wait_all_tasks_blocked()
+                mock_clock.jump(2)  # the stop's margin
+            lost = member.lost.is_set()
+            async with trio.open_nursery() as nursery:
+                # (A take is refused by the leave itself; a beat goes to the connection.)
+                nursery.start_soon(refused, member, said, "beat")
+                await wait_all_tasks_blocked()
+                at_once = said[:]
+                release.set()  # (else the beat would wait for the one cut short)
+            await until(lambda: conn.closed, "the connection closed")
+    finally:
+        release.set()
+    assert lost
+    assert at_once == [f"replica leaving lost its hold on {where(store)}"]
+    why = "its leave was given up on before it could start"
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        lost_record(store, "leaving", why)
     ]
 
 

@@ -36,15 +36,17 @@ duplicate of libpq's descriptor, taken when it connected: it names this connecti
 libpq has done with its own descriptor since): the server sees the end and lets our lock go,
 and the blocked call returns with an error. The connection is then closed in a thread, under
 the lock psycopg takes for each statement on it (``ending.py``). A call whose caller gave up
-before our deadline keeps the rest of it, and the connection to itself until then: a later
-call waits for it to return (psycopg's lock, taken per statement, would let the two
-interleave). It is lost if still on the connection then (it has not returned: its thread
-tells, not psycopg's lock, which a call of several statements lets go of between them) or
-when the Trio run ends first (nothing is left to wait for the deadline then, and a host's
-process may live on after its run), and lost if it fails on the connection meanwhile, as it
-would have been with its caller still there. A call given up on before its thread started
-never reached the connection: nothing is watched, except that a leave so given up on ends
-the connection (the replica is on its way out).
+before our deadline keeps the rest of it, as if still waited for. The presence is lost if
+the call is still on the connection at its deadline (it has not returned: its thread tells,
+not psycopg's lock, which a call of several statements lets go of between them) or when the
+Trio run ends first (nothing is left to wait for the deadline then, and a host's process may
+live on after its run), and lost if the call fails on the connection meanwhile, as it would
+have been with its caller still there. Until the call returns or its deadline passes, the
+connection is still its own: a later call waits (psycopg's lock, taken per statement, would
+let the two interleave), its own bound starting after the wait, and then fails if the
+presence was lost. A call given up on before its thread started never reached the
+connection: nothing is watched, except that a leave so given up on ends the connection (the
+replica is on its way out), waiting behind a call given up on earlier included.
 """
 
 from __future__ import annotations
@@ -200,13 +202,12 @@ class PostgresPresence(Presence):
         does. Two calls on one connection would interleave their statements: psycopg locks it
         per statement, not per call."""
         left = self._left_behind
-        if left is None:
-            return
+        if left is None or self.lost.is_set():
+            return  # (lost: the call fails at once)
         conn, end, deadline, bound = left
         with trio.move_on_at(deadline):
             await end.seen.wait()
-        if self._left_behind is left:
-            self._left_behind = None
+        self._left_behind = None
         self._judge(conn, end, _outlived_why(bound))
 
     async def _outlived(self, conn: Conn, end: CallEnd, deadline: float, bound: float) -> None:
