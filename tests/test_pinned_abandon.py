@@ -110,3 +110,35 @@ async def test_a_thread_that_cannot_start_leaves_nothing_under_way_nor_a_place_t
         await run_abandoning(lambda: None, limiter=limiter, begun=begun)
     assert begun == {}
     assert limiter.borrowed_tokens == 0
+
+
+@pytest.mark.parametrize("where", ["before", "waiting for its place"])
+async def test_a_call_given_up_before_its_thread_started_is_ended(where: str) -> None:
+    # Whoever waits for the end of a call given up (the next wake-up call, the next walk of
+    # open claims) must not wait for a thread that never was.
+    limiter = trio.CapacityLimiter(1)
+    await limiter.acquire_on_behalf_of("another call")
+    ended = trio.Event()
+    ran = threading.Event()
+    with trio.CancelScope() as scope:
+        if where == "before":
+            scope.cancel()
+        else:
+            scope.deadline = trio.current_time() + 0.01
+        await run_abandoning(ran.set, limiter=limiter, ended=ended)
+    assert scope.cancelled_caught
+    assert ended.is_set()
+    assert not ran.is_set()
+    limiter.release_on_behalf_of("another call")
+    assert limiter.borrowed_tokens == 0  # and took no place
+
+
+async def test_a_thread_that_cannot_start_is_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(fn: Callable[..., Any], deliver: Callable[..., Any]) -> None:
+        raise RuntimeError("no thread for you")
+
+    monkeypatch.setattr(trio.lowlevel, "start_thread_soon", refuse)
+    ended = trio.Event()
+    with pytest.raises(RuntimeError, match=r"^no thread for you$"):
+        await run_abandoning(lambda: None, limiter=None, ended=ended)
+    assert ended.is_set()

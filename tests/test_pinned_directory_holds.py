@@ -710,6 +710,25 @@ async def test_a_walk_given_up_is_waited_for_by_the_next(
     await store.aclose()
 
 
+async def test_a_walk_given_up_before_its_thread_started_leaves_none_to_wait_for(
+    tmp_path: Path,
+) -> None:
+    # Every place in the limiter taken (threads stalled on a frozen disk, say): a walk given
+    # up while it waits for one started no thread, and the walks after it do not wait for one.
+    limiter = trio.CapacityLimiter(1)
+    store = DirectoryStore(tmp_path, limiter=limiter)
+    await limiter.acquire_on_behalf_of("a stalled thread")
+    with trio.move_on_after(0.01) as first:
+        await store.open_claims(["r"], 10)
+    limiter.release_on_behalf_of("a stalled thread")
+    walked = None
+    with trio.move_on_after(10):  # (for ever, were the first walk's thread awaited)
+        walked = await store.open_claims(["r"], 10)
+    assert first.cancelled_caught
+    assert walked == []
+    await store.aclose()
+
+
 # -- what a member answers from its own files -----------------------------------------------
 
 

@@ -173,6 +173,31 @@ async def test_a_call_after_one_given_up_waits_for_its_thread_and_says_so(
     assert len(await store.list_wakeups()) == 1
 
 
+async def test_a_call_given_up_before_its_thread_started_leaves_none_to_wait_for(
+    tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    # Every place in the store's limiter taken (threads stalled on a frozen disk, say): a call
+    # given up while it waits for one started no thread, and once the places are free again,
+    # the calls after it answer, rather than each waiting for a thread that never was.
+    limiter = trio.CapacityLimiter(1)
+    store = DirectoryStore(tmp_path, lock_timeout=BOUND, writer_process=False, limiter=limiter)
+    wakeup = await due(store)
+    await limiter.acquire_on_behalf_of("a stalled thread")
+    first = Call()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(first.run, store.take_due_wakeup, NOW)
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(2 * BOUND + 0.25)
+    limiter.release_on_behalf_of("a stalled thread")
+    assert "did not answer within 1s (a stalled disk?): given up" in str(first.error)
+    after = Call()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(after.run, store.list_wakeups)
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(BOUND + 0.25)  # as long as a call waits for one given up before it
+    assert (after.error, after.value) == (None, [wakeup])
+
+
 async def test_a_list_given_up_says_only_given_up(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

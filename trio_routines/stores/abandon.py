@@ -92,22 +92,29 @@ async def run_abandoning(
     otherwise its answer is handed over once it returns. ``late(answer)``: what the thread
     does with an answer its caller gave up (an error is logged at DEBUG). ``begun``: the
     call is noted there, by a key of its own, from its start until the thread returns;
-    ``ended`` is set then. ``must_start``: the thread starts even if the caller is cancelled
-    already, and without a place in ``limiter`` (work that must be done, such as taking back
-    a claim that is not durable: rare, and it must not wait behind stalled calls).
+    ``ended`` is set then, or at once if no thread was started (the caller was cancelled
+    before, while it waited for its place in ``limiter`` say, or the thread could not start):
+    whoever waits for it must not wait for ever. ``must_start``: the thread starts even if
+    the caller is cancelled already, and without a place in ``limiter`` (work that must be
+    done, such as taking back a claim that is not durable: rare, and it must not wait behind
+    stalled calls).
     """
     if handoff is None:
         handoff = Handoff()
     else:
         args = (handoff, *args)
-    if not must_start:
-        await trio.lowlevel.checkpoint_if_cancelled()
     borrower = object()
-    if limiter is not None and not must_start:
-        await limiter.acquire_on_behalf_of(borrower)
-        release: Callable[[], None] = lambda: limiter.release_on_behalf_of(borrower)  # noqa: E731
-    else:
-        release = lambda: None  # noqa: E731
+    release: Callable[[], None] = lambda: None  # noqa: E731
+    try:
+        if not must_start:
+            await trio.lowlevel.checkpoint_if_cancelled()
+            if limiter is not None:
+                await limiter.acquire_on_behalf_of(borrower)
+                release = lambda: limiter.release_on_behalf_of(borrower)  # noqa: E731
+    except BaseException:
+        if ended is not None:
+            ended.set()  # no thread was started: none is under way
+        raise
     key = object()
     if begun is not None:
         begun[key] = trio.current_time()
@@ -154,6 +161,8 @@ async def run_abandoning(
         release()
         if begun is not None:
             begun.pop(key, None)
+        if ended is not None:
+            ended.set()
         raise
     await trio.lowlevel.wait_task_rescheduled(abort)
     if result.error is not None:
