@@ -137,6 +137,26 @@ async def test_a_take_given_up_says_its_bound_and_that_a_late_change_is_undone(
     assert await store.list_wakeups() == [wakeup]
 
 
+async def test_a_change_whose_compaction_stalls_is_left_at_its_bound_and_undone(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    mock_clock: trio.testing.MockClock,
+    stall: Stall,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A new generation is written within the change, before its answer is handed over: a
+    # disk that stalls it holds the caller no longer than any other write would.
+    monkeypatch.setattr(wakeuplog, "SLACK", 0)  # the take's line makes the journal due
+    store = DirectoryStore(tmp_path, lock_timeout=BOUND, writer_process=False)
+    wakeup = await due(store)
+    monkeypatch.setattr(Journal, "write_generation", stall.wrap(Journal.write_generation))
+    text = await given_up(mock_clock, stall, store.take_due_wakeup, NOW)
+    assert text.endswith("given up — a change that lands later is undone")
+    await ended(store)
+    assert await store.list_wakeups() == [wakeup]  # the take, made and compacted, undone
+    assert "and undone" in caplog.text
+
+
 async def test_a_call_after_one_given_up_waits_for_its_thread_and_says_so(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

@@ -10,7 +10,9 @@ poll with nothing due neither reads nor parses. A change is made under the write
 3. plan the change with the rules of :mod:`trio_routines.wakeups` on the index, append its line
    and ``fdatasync`` it, then apply it to the index;
 4. when the journal holds well more lines than there are pending wake-ups (or damage), write a
-   new generation: a header and one line per pending wake-up, renamed over the journal.
+   new generation: a header and one line per pending wake-up, renamed over the journal;
+5. hand the answer over to the caller (../abandon.py), last: until then a caller may leave,
+   and a change whose caller left is undone (appended inverted) or warned about.
 
 A line that is not a valid change is damage: warned about once by each process that reads it,
 stepped over, and kept aside with the journal as found when the next writer compacts it.
@@ -168,6 +170,12 @@ class WakeupLog:
                     return result
                 inverse = self._inverse(ops)
                 self._write(fd, ops)
+                # Before the hand-over, while the caller may still leave: after it, a caller
+                # could not leave a compaction the disk stalls (run_abandoning).
+                fresh = self._compact(directory)
+                if fresh is not None:
+                    os.close(fd)
+                    fd = fresh
                 if not handoff.hand_over():
                     if undo:
                         self._undo(fd, ops, inverse)
@@ -180,14 +188,15 @@ class WakeupLog:
                         )
             finally:
                 os.close(fd)
-            self._compact(directory)
             return result
 
     def take_over(self) -> None:
         """Take over a ``wakeups.json`` under the lock (and catch up meanwhile)."""
         with self.file.locked() as directory:
             os.close(self._writable(directory))
-            self._compact(directory)
+            fresh = self._compact(directory)
+            if fresh is not None:
+                os.close(fresh)
 
     def _writable(self, directory: int) -> int:
         """The journal open for appending, caught up, its torn tail cut, and any
@@ -359,11 +368,12 @@ class WakeupLog:
         self.file.retire(directory, damaged)
         log.info("took over %d wake-ups from %s", len(ops), self.file.path)
 
-    def _compact(self, directory: int) -> None:
+    def _compact(self, directory: int) -> int | None:
         """A new generation, when the journal has grown well past the pending wake-ups or
-        holds damage (kept aside first). Failing is no fault: the change is made."""
+        holds damage (kept aside first): the new journal, open for appending (the caller
+        closes it), or None if none was written. Failing is no fault: the change is made."""
         if not self._damaged and self._lines <= 2 * len(self.index) + SLACK:
-            return
+            return None
         try:
             if self._damaged:
                 kept = self._keep_aside(directory)
@@ -371,9 +381,10 @@ class WakeupLog:
                     log.warning("the damaged wake-up journal was gone before it could be kept")
                 else:
                     log.warning("kept the damaged wake-up journal as found as %s", kept)
-            os.close(self._new_generation(directory))
+            return self._new_generation(directory)
         except StateFault as exc:
             log.warning("could not compact the wake-up journal %s: %s", self.path, exc)
+            return None
 
 
 def _ids(ops: list[Op]) -> str:
