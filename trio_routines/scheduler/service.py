@@ -264,7 +264,9 @@ class Scheduler:
     async def pause(self, name: str) -> None:
         """Pause routine ``name`` in the store: no scheduler sharing it claims its slots.
 
-        Raises :class:`UnknownRoutine`, or :class:`StateFault` (nothing changed).
+        Raises :class:`UnknownRoutine`, or :class:`StateFault`: nothing changed, but for a
+        store whose disk stalled the change itself, where it may land later; it then lands
+        before any later pause or resume of this process.
         """
         await self._parts.fire.pause(name)
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from ...errors import StateFault
 from ...instants import format_iso, parse_iso
 from ...names import check_name, name_problem
+from ..abandon import Handoff
 from ..safefile import (
     Refused,
     at,
@@ -35,11 +36,27 @@ from ..safefile import (
 )
 
 
-def set_paused_sync(root: Path, routine: str, paused: bool, when: datetime | None = None) -> None:
-    """Pause or resume ``routine`` (keeping the resume's instant ``when``); durable."""
-    _set_paused(root, routine, paused)
+def set_paused_sync(
+    root: Path,
+    routine: str,
+    paused: bool,
+    when: datetime | None = None,
+    handoff: Handoff | None = None,
+) -> None:
+    """Pause or resume ``routine`` (keeping the resume's instant ``when``); durable. With
+    ``handoff``, a change whose caller gave up (../abandon.py) before it began is not begun."""
+    if not _set_paused(root, routine, paused, handoff):
+        return
     if not paused and when is not None:
         _write_resumed(root, routine, when)
+
+
+def set_paused_handing(
+    handoff: Handoff, root: Path, routine: str, paused: bool, when: datetime | None
+) -> None:
+    """:func:`set_paused_sync` in a thread its caller may leave (``run_abandoning``)."""
+    set_paused_sync(root, routine, paused, when, handoff)
+    handoff.hand_over()
 
 
 def _write_resumed(root: Path, routine: str, when: datetime) -> None:
@@ -83,19 +100,22 @@ def resumed_at_sync(root: Path, routine: str) -> datetime | None:
     return parse_iso(data.decode("ascii", errors="replace").strip())
 
 
-def _set_paused(root: Path, routine: str, paused: bool) -> None:
-    """Pause (create the file) or resume (remove it) ``routine``; durable when it returns."""
+def _set_paused(root: Path, routine: str, paused: bool, handoff: Handoff | None) -> bool:
+    """Pause (create the file) or resume (remove it) ``routine``; durable when it returns.
+    False if not begun: its caller gave up (``handoff``) before."""
     where = root / "schedule" / "paused"
     name = check_name(routine)
     path = where / name
     try:
         directory = open_dirs(root, ("schedule", "paused"), create=paused)
     except FileNotFoundError:
-        return  # resuming where nothing was ever paused
+        return True  # resuming where nothing was ever paused
     except OSError as exc:
         what = "pause" if paused else "resume"
         raise StateFault(f"could not {what} {routine!r} in {where}: {describe(exc)}") from None
     try:
+        if handoff is not None and handoff.gave_up:
+            return False
         if paused:
             try:
                 fd = create_file(directory, name, path)
@@ -105,7 +125,7 @@ def _set_paused(root: Path, routine: str, paused: bool) -> None:
                     raise StateFault(
                         f"cannot pause {routine!r}: {path} exists and is not a regular file"
                     ) from None
-                return  # paused already
+                return True  # paused already
             try:
                 fsync(fd, path)
             finally:
@@ -114,8 +134,9 @@ def _set_paused(root: Path, routine: str, paused: bool) -> None:
             try:
                 at(path, lambda: os.unlink(name, dir_fd=directory))
             except FileNotFoundError:
-                return  # not paused
+                return True  # not paused
         fsync(directory, where)
+        return True
     except OSError as exc:
         what = "pause" if paused else "resume"
         raise StateFault(f"could not {what} {routine!r} in {where}: {describe(exc)}") from None

@@ -4,10 +4,11 @@ turns: the store's async calls.
 The files themselves are pause.py's, gaps.py's, armed.py's, ledgerfile.py's and waketurns.py's
 (all build on ../safefile.py, and live outside ``claims/``, which is all an older reader looks
 at). Each call runs in a worker thread of the store's, left to itself when its caller is
-cancelled (abandon.py): a pause, a gap or a first-armed record given up may still land, which
-is harmless (each is idempotent, and a caller told of a fault may repeat them). A usage record
-or a wake-up turn given up may land too; the scheduler never repeats one, so it is counted
-once or not at all.
+cancelled (abandon.py): a gap or a first-armed record given up may still land, which is
+harmless (each is idempotent, and a caller told of a fault may repeat them). A pause or resume
+given up before it began is not begun, and the next one waits for its thread: a late one must
+not undo a later one. A usage record or a wake-up turn given up may land too; the scheduler
+never repeats one, so it is counted once or not at all.
 """
 
 from __future__ import annotations
@@ -17,9 +18,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+import trio
+
 from ...agent import Usage
+from ...errors import StateFault
 from ...ledger import Spent, check_key
 from ...records import Gap
+from ..abandon import Handoff, run_abandoning
 
 T = TypeVar("T")
 
@@ -33,16 +38,48 @@ class Run(Protocol):
 class Records:
     """The pause, gap and first-armed calls of :class:`~.store.DirectoryStore`."""
 
-    def __init__(self, root: Path, run: Run) -> None:
+    def __init__(
+        self, root: Path, run: Run, *, limiter: trio.CapacityLimiter, bound: float
+    ) -> None:
         """``run``: the store's thread runner, ``await run(fn, *args)`` in one of its worker
-        threads, left to itself when its caller is cancelled."""
+        threads (``limiter``'s), left to itself when its caller is cancelled. ``bound``: how
+        long a pause or resume waits for the thread of one given up before it."""
         self._root = root
         self._run = run
+        self._limiter = limiter
+        self._bound = bound
+        self._pausing = trio.Lock()
+        self._paused_ended: trio.Event | None = None
 
     async def set_paused(self, routine: str, paused: bool, at: datetime | None = None) -> None:
-        from .pause import set_paused_sync
+        """One pause or resume at a time, in the order asked, each after the thread of the one
+        before has ended, even one whose caller gave up (a stalled disk): a late pause must
+        not land after a resume asked later, nor a late resume after a later pause. One given
+        up before it began is not begun."""
+        from .pause import set_paused_handing
 
-        await self._run(set_paused_sync, self._root, routine, paused, at)
+        async with self._pausing:
+            before = self._paused_ended
+            if before is not None and not before.is_set():
+                with trio.move_on_after(self._bound):
+                    await before.wait()
+                if not before.is_set():
+                    what = "pause" if paused else "resume"
+                    raise StateFault(
+                        f"could not {what} {routine!r}: a pause or resume given up earlier is "
+                        f"still under way after {self._bound:g}s (a stalled disk?) — try again"
+                    )
+            ended = self._paused_ended = trio.Event()
+            await run_abandoning(
+                set_paused_handing,
+                self._root,
+                routine,
+                paused,
+                at,
+                limiter=self._limiter,
+                handoff=Handoff(),
+                ended=ended,
+            )
 
     async def resumed_at(self, routine: str) -> datetime | None:
         from .pause import resumed_at_sync

@@ -1,0 +1,127 @@
+"""A pause or resume of the state directory given up while the disk stalls it
+(stores/directory/records.py, pause.py): one given up before it began is not begun, and the
+next one waits for the thread of one given up, so that a late pause never lands after a later
+resume. Virtual time: the clock is moved by hand once the thread is stalled."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from trio_routines.errors import StateFault
+from trio_routines.stores.directory import DirectoryStore, pause
+
+BOUND = 0.5  # the store's lock_timeout: how long the next call waits for a thread given up
+
+
+class Stall:
+    """Makes a patched function block (in its thread) on its first call until :meth:`thaw`."""
+
+    def __init__(self) -> None:
+        self.thawed = threading.Event()
+        self.entered = threading.Event()
+        self.calls = 0
+
+    def wrap(self, real: Callable[..., Any]) -> Callable[..., Any]:
+        def stalled(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            if self.calls == 1:
+                self.entered.set()
+                self.thawed.wait(30)
+            return real(*args, **kwargs)
+
+        return stalled
+
+    def thaw(self) -> None:
+        self.thawed.set()
+
+
+@pytest.fixture
+def stall() -> Iterator[Stall]:
+    stall = Stall()
+    yield stall
+    stall.thaw()  # never leave a thread blocked
+
+
+async def given_up(store: DirectoryStore, stall: Stall, paused: bool) -> None:
+    """``set_paused`` whose thread stalls, its caller giving up (a deadline of 1 s)."""
+    with trio.move_on_after(1) as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.set_paused, "r", paused)
+            assert await trio.to_thread.run_sync(stall.entered.wait, 10)
+            await trio.testing.wait_all_tasks_blocked()
+            trio.lowlevel.current_clock().jump(1)  # type: ignore[attr-defined]
+            await trio.sleep(1)
+    assert scope.cancelled_caught
+
+
+async def thread_ended(limiter: trio.CapacityLimiter) -> None:
+    """Until the store's threads (of ``limiter``) have all returned."""
+
+    def idle() -> None:
+        deadline = time.monotonic() + 10
+        while limiter.borrowed_tokens and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    await trio.to_thread.run_sync(idle)  # (its own thread takes no place in ``limiter``)
+    assert limiter.borrowed_tokens == 0
+
+
+async def test_a_pause_given_up_before_it_began_is_not_begun(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    mock_clock: trio.testing.MockClock,
+    stall: Stall,
+) -> None:
+    limiter = trio.CapacityLimiter(4)
+    store = DirectoryStore(tmp_path, lock_timeout=BOUND, writer_process=False, limiter=limiter)
+    monkeypatch.setattr(pause, "open_dirs", stall.wrap(pause.open_dirs))
+    await given_up(store, stall, True)
+    stall.thaw()  # the disk answers: the thread finds its caller gone
+    await thread_ended(limiter)
+    assert await store.paused() == frozenset()
+    await store.aclose()
+
+
+async def test_a_resume_after_a_pause_given_up_waits_for_its_thread_and_never_lands_before_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    mock_clock: trio.testing.MockClock,
+    stall: Stall,
+) -> None:
+    limiter = trio.CapacityLimiter(4)
+    store = DirectoryStore(tmp_path, lock_timeout=BOUND, writer_process=False, limiter=limiter)
+    monkeypatch.setattr(pause, "create_file", stall.wrap(pause.create_file))
+    await given_up(store, stall, True)  # stalled in the pause itself: it may still land
+    said: list[str] = []
+
+    async def resume() -> None:
+        with pytest.raises(StateFault) as refused:
+            await store.set_paused("r", False)
+        said.append(str(refused.value))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(resume)
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(BOUND - 0.1)
+        await trio.testing.wait_all_tasks_blocked()
+        kept = said[:]
+        mock_clock.jump(0.2)
+    assert kept == []  # it waited for the pause's thread...
+    assert said == [  # ...for as long as the bound, changing nothing
+        "could not resume 'r': a pause or resume given up earlier is still under way after "
+        "0.5s (a stalled disk?) — try again"
+    ]
+    stall.thaw()
+    await thread_ended(limiter)
+    assert await store.paused() == {"r"}  # the pause given up landed, before any resume
+    await store.set_paused("r", False)  # asked again, the resume comes after it
+    assert await store.paused() == frozenset()
+    await store.aclose()
