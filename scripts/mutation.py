@@ -828,6 +828,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "directoryholds": (
         [
             "trio_routines/stores/directory/holds.py",
+            "trio_routines/stores/directory/lockfiles.py",
             "trio_routines/stores/directory/members.py",
         ],
         [

@@ -22,7 +22,8 @@ from trio_routines.replicas import ReplicaInfo, claim_key, replica_key, session_
 from trio_routines.scheduler.holds import Holds
 from trio_routines.sessions import SessionGate
 from trio_routines.stores import DirectoryStore
-from trio_routines.stores.directory.holds import OLDER, DirectoryPresence, keys_alive
+from trio_routines.stores.directory.holds import DirectoryPresence, keys_alive
+from trio_routines.stores.directory.lockfiles import GETLK, OLDER
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
 SLOT = datetime(2026, 7, 7, 9, tzinfo=UTC)
@@ -442,7 +443,7 @@ async def test_a_refused_join_locks_nothing_even_for_a_moment(
     finally:
         end(earlier)
     assert calls
-    assert set(calls) == {holds._GETLK}
+    assert set(calls) == {GETLK}
 
 
 @pytest.mark.parametrize("failing", ["open", "listdir"])

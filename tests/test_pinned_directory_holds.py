@@ -30,16 +30,18 @@ from trio_routines.replicas import ReplicaInfo, replica_key
 from trio_routines.stores import DirectoryStore
 from trio_routines.stores.directory import holds
 from trio_routines.stores.directory.holds import (
-    FENCE_SHARDS,
-    SHARDS,
     DirectoryPresence,
-    fence,
-    held_by_others,
     keys_alive,
-    open_holds,
     read_replicas,
     remove_replica,
     write_replica,
+)
+from trio_routines.stores.directory.lockfiles import (
+    FENCE_SHARDS,
+    SHARDS,
+    fence,
+    held_by_others,
+    open_holds,
 )
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
@@ -726,6 +728,51 @@ async def test_a_walk_given_up_before_its_thread_started_leaves_none_to_wait_for
         walked = await store.open_claims(["r"], 10)
     assert first.cancelled_caught
     assert walked == []
+    await store.aclose()
+
+
+def is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+async def test_a_leave_closes_no_descriptor_a_reader_in_a_thread_still_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A reader of who is alive (the status, the reconcile) reads the locks through our own
+    # descriptors: closed under it, a descriptor's number could be taken by another open,
+    # and a live replica read through the wrong file would look dead.
+    store, other = DirectoryStore(tmp_path), DirectoryStore(tmp_path)
+    member = await store.join(info("leaving"))
+    await other.join(info("staying"))
+    inside, go = threading.Event(), threading.Event()
+    real = holds.held_by_others
+
+    def held_slowly(fds: dict[int, int], keys: list[int], **kwargs: object) -> list[bool]:
+        inside.set()
+        go.wait(10)
+        return real(fds, keys, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(holds, "held_by_others", held_slowly)
+    read: list[list[ReplicaInfo]] = []
+
+    async def replicas() -> None:
+        read.append(await store.replicas())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(replicas)
+        await trio.to_thread.run_sync(inside.wait, 10)
+        fds = [*member.fds.values()]
+        await member.leave()
+        kept = all(is_open(fd) for fd in fds)
+        go.set()
+    assert kept  # left open while the reader was on them...
+    assert not any(is_open(fd) for fd in fds)  # ...and closed by it once done
+    assert {replica.id: replica.alive for replica in read[0]}["staying"]
+    await other.aclose()
     await store.aclose()
 
 

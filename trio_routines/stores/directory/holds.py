@@ -28,7 +28,10 @@ sees the earlier replicas, and their claims, alive.
 
 Anyone reads a hold with ``F_OFD_GETLK`` (or ``F_GETLK``): the lock a writer would conflict
 with. A reader that holds nothing sees every hold; a joined replica answers for its own
-holds from memory, since a lock never conflicts with its own descriptor.
+holds from memory, since a lock never conflicts with its own descriptor, and reads the others'
+through its own descriptors, in a worker thread: a leave meanwhile leaves their close to the
+last such reader, since a descriptor closed under it could be reused by another open, and a
+live replica read through the wrong file would look dead. (The files: lockfiles.py.)
 
 Replica files are rewritten (temp file and rename) at each heartbeat; a file whose replica's
 lock is free is a dead replica, deleted by a join once it is a day old. They are read as
@@ -43,9 +46,8 @@ import fcntl
 import hashlib
 import logging
 import os
-import stat
-import struct
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TypeGuard
@@ -58,138 +60,25 @@ from ...errors import StateFault
 from ...instants import parse_iso
 from ...presence import Presence
 from ...replicas import ReplicaInfo, replica_json, replica_key, stored_replica
-from ..safefile import (
-    Refused,
-    at,
-    describe,
-    kind_of,
-    open_dirs,
-    read_file,
-    replace_file,
+from ..safefile import Refused, describe, open_dirs, read_file, replace_file
+from .lockfiles import (
+    FENCE,
+    FENCE_SHARDS,
+    SETLK,
+    SHARDS,
+    fence,
+    held_by_others,
+    lock_range,
+    offset_of,
+    open_holds,
+    shard_of,
 )
 
 log = logging.getLogger("trio_routines")
 
-HOLDS = "holds2"
-#: Holds are spread over this many files: the kernel keeps one list of locks per file and walks
-#: it at every lock (a lock costs 7 µs with none held on its file, 26 µs with 1,000, 95 µs with
-#: 3,000), so a herd's lock calls grow with the herd's square. 64 files keep a herd of 10,000
-#: under 200 locks a file; more would cost descriptors a small RLIMIT_NOFILE cannot spare.
-SHARDS = 64
-#: Where earlier versions held their locks, 16 files, each read-locked whole as a fence.
-FENCE, FENCE_SHARDS = "holds", 16
-OLDER = (
-    "a replica of an earlier version of trio_routines is running on this state directory — "
-    "stop every replica of the earlier version before starting this one (where replicas "
-    "hold their locks changed)"
-)
 REPLICAS = "replicas"
 REPLICA_LIMIT = 4096  # bytes of one replica file
 FORGET_AFTER = timedelta(days=1)
-
-_SETLK = getattr(fcntl, "F_OFD_SETLK", fcntl.F_SETLK)
-_GETLK = getattr(fcntl, "F_OFD_GETLK", fcntl.F_GETLK)
-_FLOCK = "hhqqi4x"  # struct flock on Linux and the BSDs' order: type, whence, start, len, pid
-
-
-def _flock(kind: int, key: int) -> bytes:
-    return struct.pack(_FLOCK, kind, os.SEEK_SET, key, 1, 0)
-
-
-def _shard(key: int) -> int:
-    return key % SHARDS
-
-
-def _offset(key: int) -> int:
-    return key >> 2  # 61 bits: the byte after it is still a valid offset
-
-
-def _shard_name(shard: int) -> str:
-    return f"{shard:02x}"
-
-
-def open_holds(
-    root: Path, shards: Iterable[int], *, create: bool, folder: str = HOLDS
-) -> dict[int, int]:
-    """The holds files of ``shards``, opened for locking (blocking). Without ``create``, a
-    file that does not exist is left out (no hold can be held in it)."""
-    where = root / "schedule" / folder
-    try:
-        parent = open_dirs(root, ("schedule", folder), create=create)
-    except FileNotFoundError:
-        return {}
-    except OSError as exc:
-        raise StateFault(f"the holds of {root} are unusable: {describe(exc)}") from None
-    # A reader only asks (F_GETLK needs no write access: an operator reading the state of a
-    # service that runs as another user can); a member takes locks, which needs it.
-    flags = os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
-    flags |= os.O_RDWR | os.O_CREAT if create else os.O_RDONLY
-    fds: dict[int, int] = {}
-    try:
-        for shard in shards:
-            name = _shard_name(shard)
-            try:
-                fd = at(where / name, lambda name=name: os.open(name, flags, 0o644, dir_fd=parent))  # type: ignore[misc]
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                if exc.errno == errno.ELOOP:
-                    raise StateFault(f"{where / name} is a symbolic link — refused") from None
-                raise StateFault(
-                    f"the holds file {where / name} is unusable: {describe(exc)}"
-                ) from None
-            fds[shard] = fd
-            mode = os.fstat(fd).st_mode
-            if not stat.S_ISREG(mode):
-                raise StateFault(f"{where / name} is {kind_of(mode)}, not a regular file — refused")
-    except BaseException:
-        for fd in fds.values():
-            os.close(fd)
-        raise
-    finally:
-        os.close(parent)
-    return fds
-
-
-def fence(root: Path) -> dict[int, int]:
-    """The files of earlier versions' holds, each read-locked whole (see the module doc);
-    StateFault (:data:`OLDER`) when an earlier version's replica holds anything in them."""
-    fds = open_holds(root, range(FENCE_SHARDS), create=True, folder=FENCE)
-    whole = struct.pack(_FLOCK, fcntl.F_RDLCK, os.SEEK_SET, 0, 0, 0)  # length 0: to the end
-    try:
-        # Every file asked first, then locked: locked one after another until one refused,
-        # the files locked before it would refuse the earlier replica's holds meanwhile (its
-        # fires skipped as duplicates or busy) for nothing.
-        for fd in fds.values():
-            if struct.unpack(_FLOCK, fcntl.fcntl(fd, _GETLK, whole))[0] != fcntl.F_UNLCK:
-                raise OSError(errno.EAGAIN, "held")
-        for fd in fds.values():
-            fcntl.fcntl(fd, _SETLK, whole)
-    except OSError as exc:
-        for fd in fds.values():
-            os.close(fd)
-        if exc.errno in (errno.EAGAIN, errno.EACCES):
-            raise StateFault(OLDER) from None
-        raise StateFault(f"could not fence {root / 'schedule' / FENCE}: {describe(exc)}") from None
-    return fds
-
-
-def held_by_others(
-    fds: dict[int, int], keys: Sequence[int], *, shards: int = SHARDS, earlier: bool = False
-) -> list[bool]:
-    """Whether a descriptor other than those of ``fds`` holds each key's lock. ``earlier``:
-    ``fds`` are the earlier versions' files, where only a write lock is a hold (a read lock
-    there is a fence, which the kernel reports as conflicting with every byte)."""
-    answers = []
-    for key in keys:
-        fd = fds.get(key % shards)
-        if fd is None:  # its file does not exist: nobody holds it
-            answers.append(False)
-            continue
-        probe = fcntl.fcntl(fd, _GETLK, _flock(fcntl.F_WRLCK, _offset(key)))
-        found = struct.unpack(_FLOCK, probe)[0]
-        answers.append(found == fcntl.F_WRLCK if earlier else found != fcntl.F_UNLCK)
-    return answers
 
 
 def _file_name(replica: str) -> str:
@@ -273,12 +162,13 @@ def read_replicas(root: Path, own: Presence | None) -> list[ReplicaInfo]:
 
 def keys_alive(root: Path, own: Presence | None, keys: Sequence[int]) -> list[bool]:
     """Whether some process holds each key (``own``: a presence of this process, if any)."""
-    if own is not None and isinstance(own, DirectoryPresence) and own.fds:
-        others = held_by_others(own.fds, keys)
+    others = own.held_elsewhere(keys) if isinstance(own, DirectoryPresence) else None
+    if others is not None:
+        assert own is not None
         return [own.holds(key) or other for key, other in zip(keys, others, strict=True)]
     # Not a member: the earlier versions' holds are read too, so that an operator who reads
     # the state after an upgrade but before the restart sees its replicas alive.
-    fds = open_holds(root, {_shard(key) for key in keys}, create=False)
+    fds = open_holds(root, {shard_of(key) for key in keys}, create=False)
     try:
         earlier = open_holds(root, {key % FENCE_SHARDS for key in keys}, create=False, folder=FENCE)
     except BaseException:
@@ -303,6 +193,11 @@ class DirectoryPresence(Presence):
         self._limiter = limiter
         self.fds: dict[int, int] = {}  # shard -> our descriptor of its file, for our life
         self._fence: dict[int, int] = {}  # the earlier versions' files, read-locked whole
+        # Readers of ``fds`` in worker threads (held_elsewhere), and what the last of them
+        # closes: a descriptor closed under a reader could be reused by another open.
+        self._guard = threading.Lock()
+        self._readers = 0
+        self._doomed: list[int] = []
 
     def open(self) -> None:
         """Fence the earlier versions off, open the holds files, take the replica's own hold,
@@ -337,7 +232,7 @@ class DirectoryPresence(Presence):
 
     def _lock(self, key: int) -> bool:
         try:
-            fcntl.fcntl(self.fds[_shard(key)], _SETLK, _flock(fcntl.F_WRLCK, _offset(key)))
+            fcntl.fcntl(self.fds[shard_of(key)], SETLK, lock_range(fcntl.F_WRLCK, offset_of(key)))
         except OSError as exc:
             if exc.errno in (errno.EAGAIN, errno.EACCES):
                 return False
@@ -357,10 +252,10 @@ class DirectoryPresence(Presence):
     def _let_go(self, keys: list[int]) -> None:
         fds = self.fds
         for key in keys:
-            fd = fds.get(_shard(key))
+            fd = fds.get(shard_of(key))
             if fd is not None:
                 with contextlib.suppress(OSError):
-                    fcntl.fcntl(fd, _SETLK, _flock(fcntl.F_UNLCK, _offset(key)))
+                    fcntl.fcntl(fd, SETLK, lock_range(fcntl.F_UNLCK, offset_of(key)))
 
     async def _beat(self, in_flight: int, now: datetime) -> None:
         self.info = attrs.evolve(self.info, last_seen=now, in_flight=in_flight)
@@ -391,8 +286,32 @@ class DirectoryPresence(Presence):
         """Let go of every hold (a join given up by its caller, in its thread)."""
         self._close()
 
+    def held_elsewhere(self, keys: Sequence[int]) -> list[bool] | None:
+        """Whether another process holds each of ``keys``, read through our descriptors (in a
+        worker thread); None once we have left."""
+        with self._guard:
+            fds = self.fds
+            if not fds:
+                return None
+            self._readers += 1
+        try:
+            return held_by_others(fds, keys)
+        finally:
+            doomed: list[int] = []
+            with self._guard:
+                self._readers -= 1
+                if not self._readers:
+                    doomed, self._doomed = self._doomed, []
+            for fd in doomed:
+                os.close(fd)
+
     def _close(self) -> None:
-        fds, self.fds = self.fds, {}
-        fenced, self._fence = self._fence, {}
-        for fd in (*fds.values(), *fenced.values()):
+        with self._guard:
+            fds, self.fds = self.fds, {}
+            fenced, self._fence = self._fence, {}
+            doomed = [*fds.values(), *fenced.values()]
+            if self._readers:  # the last of them closes them, a moment later
+                self._doomed += doomed
+                doomed = []
+        for fd in doomed:
             os.close(fd)  # every lock of ours in that file goes with it
