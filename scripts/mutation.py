@@ -42,6 +42,7 @@ WAKEUP_JOURNAL_TESTS = [
     "tests/test_pinned_wakeupfile_writes.py",
     "tests/test_directory_store.py",
     "tests/test_store_contract.py",
+    "tests/test_pinned_dirwakeups.py",
 ]
 
 # The log tests that run the command as a process of their own, which the copy cannot run.
@@ -630,6 +631,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_wakeupfile.py",
             "tests/test_pinned_wakeupfile_writes.py",
             "tests/test_pinned_dirpause.py",
+            "tests/test_pinned_dirpause_given_up.py",
             "tests/test_pinned_safefile.py",
             "tests/test_pinned_newest.py",
             # The write path's own (writes.py, blocking.py) and the claim files' later tests.
@@ -884,6 +886,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_claimfiles.py",
             "tests/test_store_bounds.py",
             "tests/test_pinned_abandon.py",
+            "tests/test_pinned_dirwakeups.py",
+            "tests/test_pinned_directory_holds.py",
         ],
     ),
     # A state as messages and logs show it, every credential masked.
@@ -1015,6 +1019,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_store_contract_waketurns.py",
             "tests/test_store_ledger.py",
             "tests/test_pinned_dirpause.py",
+            "tests/test_pinned_dirpause_given_up.py",
         ],
     ),
     # The PostgreSQL store, in five parts, each over the tests that reach it on PostgreSQL
