@@ -54,9 +54,9 @@ def set_paused_sync(
 def set_paused_handing(
     handoff: Handoff, root: Path, routine: str, paused: bool, when: datetime | None
 ) -> None:
-    """:func:`set_paused_sync` in a thread its caller may leave (``run_abandoning``)."""
+    """:func:`set_paused_sync` in a thread its caller may leave (``run_abandoning``, which
+    hands its answer over once it returns)."""
     set_paused_sync(root, routine, paused, when, handoff)
-    handoff.hand_over()
 
 
 def _write_resumed(root: Path, routine: str, when: datetime) -> None:
