@@ -731,6 +731,13 @@ async def test_a_walk_given_up_before_its_thread_started_leaves_none_to_wait_for
     await store.aclose()
 
 
+def wait_for(probe: Callable[[], bool]) -> None:
+    """Until ``probe()`` is true (in a thread, in real time; at most 10 s)."""
+    deadline = time.monotonic() + 10
+    while not probe() and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 def is_open(fd: int) -> bool:
     try:
         os.fstat(fd)
@@ -744,16 +751,20 @@ async def test_a_leave_closes_no_descriptor_a_reader_in_a_thread_still_uses(
 ) -> None:
     # A reader of who is alive (the status, the reconcile) reads the locks through our own
     # descriptors: closed under it, a descriptor's number could be taken by another open,
-    # and a live replica read through the wrong file would look dead.
+    # and a live replica read through the wrong file would look dead. Two readers at once:
+    # the last one out closes them.
     store, other = DirectoryStore(tmp_path), DirectoryStore(tmp_path)
     member = await store.join(info("leaving"))
     await other.join(info("staying"))
-    inside, go = threading.Event(), threading.Event()
+    entered = [threading.Event(), threading.Event()]
+    go = [threading.Event(), threading.Event()]
+    order = iter(range(2))
     real = holds.held_by_others
 
     def held_slowly(fds: dict[int, int], keys: list[int], **kwargs: object) -> list[bool]:
-        inside.set()
-        go.wait(10)
+        mine = next(order)
+        entered[mine].set()
+        go[mine].wait(10)
         return real(fds, keys, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(holds, "held_by_others", held_slowly)
@@ -763,15 +774,20 @@ async def test_a_leave_closes_no_descriptor_a_reader_in_a_thread_still_uses(
         read.append(await store.replicas())
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(replicas)
-        await trio.to_thread.run_sync(inside.wait, 10)
+        for reader in range(2):
+            nursery.start_soon(replicas)
+            await trio.to_thread.run_sync(entered[reader].wait, 10)
         fds = [*member.fds.values()]
         await member.leave()
-        kept = all(is_open(fd) for fd in fds)
-        go.set()
-    assert kept  # left open while the reader was on them...
-    assert not any(is_open(fd) for fd in fds)  # ...and closed by it once done
-    assert {replica.id: replica.alive for replica in read[0]}["staying"]
+        member.close_sync()  # (again: nothing more to let go of)
+        kept = [all(is_open(fd) for fd in fds)]
+        go[0].set()
+        await trio.to_thread.run_sync(wait_for, lambda: len(read) == 1)
+        kept.append(all(is_open(fd) for fd in fds))
+        go[1].set()
+    assert kept == [True, True]  # left open while a reader was on them...
+    assert not any(is_open(fd) for fd in fds)  # ...and closed by the last one out
+    assert all({replica.id: replica.alive for replica in answer}["staying"] for answer in read)
     await other.aclose()
     await store.aclose()
 

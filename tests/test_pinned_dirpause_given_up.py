@@ -90,38 +90,69 @@ async def test_a_pause_given_up_before_it_began_is_not_begun(
     await store.aclose()
 
 
-async def test_a_resume_after_a_pause_given_up_waits_for_its_thread_and_never_lands_before_it(
+@pytest.mark.parametrize("first", ["pause", "resume"])
+async def test_the_next_change_waits_for_one_given_up_and_never_lands_before_it(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     mock_clock: trio.testing.MockClock,
     stall: Stall,
+    first: str,
 ) -> None:
+    # A pause given up then a resume, or a resume given up then a pause: the first is stalled
+    # in its change itself (its flush), so it may still land; the second must not land first.
     limiter = trio.CapacityLimiter(4)
     store = DirectoryStore(tmp_path, lock_timeout=BOUND, writer_process=False, limiter=limiter)
-    monkeypatch.setattr(pause, "create_file", stall.wrap(pause.create_file))
-    await given_up(store, stall, True)  # stalled in the pause itself: it may still land
+    if first == "resume":
+        await store.set_paused("r", True)
+    monkeypatch.setattr(pause, "fsync", stall.wrap(pause.fsync))
+    await given_up(store, stall, first == "pause")
+    then = "resume" if first == "pause" else "pause"
     said: list[str] = []
 
-    async def resume() -> None:
+    async def second() -> None:
         with pytest.raises(StateFault) as refused:
-            await store.set_paused("r", False)
+            await store.set_paused("r", then == "pause")
         said.append(str(refused.value))
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(resume)
+        nursery.start_soon(second)
         await trio.testing.wait_all_tasks_blocked()
         mock_clock.jump(BOUND - 0.1)
         await trio.testing.wait_all_tasks_blocked()
         kept = said[:]
         mock_clock.jump(0.2)
-    assert kept == []  # it waited for the pause's thread...
+    assert kept == []  # it waited for the first one's thread...
     assert said == [  # ...for as long as the bound, changing nothing
-        "could not resume 'r': a pause or resume given up earlier is still under way after "
+        f"could not {then} 'r': a pause or resume given up earlier is still under way after "
         "0.5s (a stalled disk?) — try again"
     ]
     stall.thaw()
     await thread_ended(limiter)
-    assert await store.paused() == {"r"}  # the pause given up landed, before any resume
-    await store.set_paused("r", False)  # asked again, the resume comes after it
-    assert await store.paused() == frozenset()
+    landed = {"r"} if first == "pause" else set()
+    assert await store.paused() == landed  # the first one landed, before the second
+    await store.set_paused("r", then == "pause")  # asked again, it comes after it
+    assert await store.paused() == ({"r"} if then == "pause" else set())
+    await store.aclose()
+
+
+async def test_a_pause_or_resume_takes_a_place_in_the_stores_thread_limiter(
+    tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    limiter = trio.CapacityLimiter(1)
+    store = DirectoryStore(tmp_path, lock_timeout=BOUND, writer_process=False, limiter=limiter)
+    await limiter.acquire_on_behalf_of("a stalled thread")
+    done: list[bool] = []
+
+    async def pause_it() -> None:
+        await store.set_paused("r", True)
+        done.append(True)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pause_it)
+        await trio.testing.wait_all_tasks_blocked()
+        waited = done[:]
+        limiter.release_on_behalf_of("a stalled thread")
+    assert waited == []
+    assert done == [True]
+    assert await store.paused() == {"r"}
     await store.aclose()
