@@ -781,10 +781,17 @@ async def test_a_leave_closes_no_descriptor_a_reader_in_a_thread_still_uses(
         await member.leave()
         member.close_sync()  # (again: nothing more to let go of)
         kept = [all(is_open(fd) for fd in fds)]
+        reader = open_holds(tmp_path, range(SHARDS), create=False)
+        try:  # its holds went at once all the same: its id is free
+            let_go = held_by_others(reader, [replica_key("leaving")]) == [False]
+        finally:
+            for fd in reader.values():
+                os.close(fd)
         go[0].set()
         await trio.to_thread.run_sync(wait_for, lambda: len(read) == 1)
         kept.append(all(is_open(fd) for fd in fds))
         go[1].set()
+    assert let_go
     assert kept == [True, True]  # left open while a reader was on them...
     assert not any(is_open(fd) for fd in fds)  # ...and closed by the last one out
     assert all({replica.id: replica.alive for replica in answer}["staying"] for answer in read)

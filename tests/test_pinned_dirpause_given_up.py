@@ -156,3 +156,67 @@ async def test_a_pause_or_resume_takes_a_place_in_the_stores_thread_limiter(
     assert done == [True]
     assert await store.paused() == {"r"}
     await store.aclose()
+
+
+async def test_the_next_change_goes_on_once_the_one_given_up_ends_within_the_bound(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    mock_clock: trio.testing.MockClock,
+    stall: Stall,
+) -> None:
+    limiter = trio.CapacityLimiter(4)
+    store = DirectoryStore(tmp_path, lock_timeout=BOUND, writer_process=False, limiter=limiter)
+    monkeypatch.setattr(pause, "fsync", stall.wrap(pause.fsync))
+    await given_up(store, stall, True)  # a pause, stalled in its flush
+    done: list[bool] = []
+
+    async def resume() -> None:
+        await store.set_paused("r", False)
+        done.append(True)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(resume)
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(BOUND / 2)
+        await trio.testing.wait_all_tasks_blocked()
+        waited = done[:]
+        stall.thaw()  # the disk answers within the bound: the pause lands, then the resume
+    assert waited == []
+    assert done == [True]
+    assert await store.paused() == frozenset()
+    await store.aclose()
+
+
+async def test_a_change_waits_its_turn_behind_another_in_flight_for_at_most_the_bound(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    mock_clock: trio.testing.MockClock,
+    stall: Stall,
+) -> None:
+    # A pause whose caller still waits for it (an embedder's call without a deadline), its
+    # disk stalled: a resume behind it in this process waits for its turn no longer than
+    # the bound, and says so.
+    store = DirectoryStore(tmp_path, lock_timeout=BOUND, writer_process=False)
+    monkeypatch.setattr(pause, "fsync", stall.wrap(pause.fsync))
+    said: list[str] = []
+
+    async def resume() -> None:
+        with pytest.raises(StateFault) as refused:
+            await store.set_paused("r", False)
+        said.append(str(refused.value))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(store.set_paused, "r", True)
+        assert await trio.to_thread.run_sync(stall.entered.wait, 10)
+        nursery.start_soon(resume)
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(BOUND + 0.1)
+        await trio.testing.wait_all_tasks_blocked()
+        kept = said[:]
+        stall.thaw()
+    assert kept == [
+        "could not resume 'r': another pause or resume was under way in this process for "
+        "0.5s (a stalled disk?) — try again"
+    ]
+    assert await store.paused() == {"r"}
+    await store.aclose()

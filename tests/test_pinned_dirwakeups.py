@@ -157,6 +157,50 @@ async def test_a_change_whose_compaction_stalls_is_left_at_its_bound_and_undone(
     assert "and undone" in caplog.text
 
 
+@pytest.mark.parametrize("reopened", [True, False])
+async def test_a_change_given_up_after_a_compaction_not_reopened_is_undone_in_the_new_journal(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    mock_clock: trio.testing.MockClock,
+    stall: Stall,
+    caplog: pytest.LogCaptureFixture,
+    reopened: bool,
+) -> None:
+    # The new generation renamed in, then its opening failed (no descriptor left, say): the
+    # undo goes to the journal opened again, never to the file the rename replaced; and if
+    # it cannot be opened at all, the change is reported made, not undone.
+    monkeypatch.setattr(wakeuplog, "SLACK", 0)
+    store = DirectoryStore(tmp_path, lock_timeout=BOUND, writer_process=False)
+    wakeup = await due(store)
+    real_write, real_open = Journal.write_generation, Journal.open
+    refusing = [False]
+
+    def write_generation(self: Journal, directory: int, data: bytes) -> None:
+        real_write(self, directory, data)
+        refusing[0] = True
+
+    def open_journal(self: Journal, directory: int, *, append: bool = False) -> int:
+        if append and refusing[0]:
+            refusing[0] = not reopened  # once, or every time
+            raise OSError(24, "Too many open files")
+        return real_open(self, directory, append=append)
+
+    monkeypatch.setattr(Journal, "write_generation", stall.wrap(write_generation))
+    monkeypatch.setattr(Journal, "open", open_journal)
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        await given_up(mock_clock, stall, store.take_due_wakeup, NOW)
+        await ended(store)
+    refusing[0] = False
+    said = [r.getMessage() for r in caplog.records if "given up by its caller" in r.getMessage()]
+    assert len(said) == 1
+    if reopened:
+        assert said[0].endswith("), and undone")
+        assert await store.list_wakeups() == [wakeup]
+    else:
+        assert "could not be undone" in said[0]
+        assert await store.list_wakeups() == []  # taken, and told so
+
+
 async def test_a_call_after_one_given_up_waits_for_its_thread_and_says_so(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

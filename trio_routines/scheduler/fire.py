@@ -119,7 +119,7 @@ class FirePath:
     async def pause(self, name: str) -> None:
         """Pause routine ``name`` in the store: no scheduler sharing it claims its slots.
 
-        Raises :class:`UnknownRoutine`, or :class:`StateFault` (nothing changed).
+        Raises :class:`UnknownRoutine`, or :class:`StateFault` (see ``Scheduler.pause``).
         """
         self._runtime.routine(name)
         await self._calls.set_paused(name, True)

@@ -264,14 +264,17 @@ class Scheduler:
     async def pause(self, name: str) -> None:
         """Pause routine ``name`` in the store: no scheduler sharing it claims its slots.
 
-        Raises :class:`UnknownRoutine`, or :class:`StateFault`: nothing changed, but for a
-        store whose disk stalled the change itself, where it may land later; it then lands
-        before any later pause or resume of this process.
+        Raises :class:`UnknownRoutine`, or :class:`StateFault`: nothing changed, unless the
+        store stalled during the change itself (a frozen disk), when it may land later, though
+        before any later pause or resume asked of this process.
         """
         await self._parts.fire.pause(name)
 
     async def resume(self, name: str) -> None:
-        """Resume routine ``name``: it fires from its next slot on; nothing missed is run."""
+        """Resume routine ``name``: it fires from its next slot on; nothing missed is run.
+
+        Raises :class:`UnknownRoutine`, or :class:`StateFault`, as :meth:`pause` does.
+        """
         await self._parts.fire.resume(name)
 
     def update_routines(self, routines: Iterable[Routine]) -> RoutineChanges:

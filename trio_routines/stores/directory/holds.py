@@ -72,6 +72,7 @@ from .lockfiles import (
     offset_of,
     open_holds,
     shard_of,
+    unlock_all,
 )
 
 log = logging.getLogger("trio_routines")
@@ -311,6 +312,8 @@ class DirectoryPresence(Presence):
             fenced, self._fence = self._fence, {}
             doomed = [*fds.values(), *fenced.values()]
             if self._readers:  # the last of them closes them, a moment later
+                for fd in doomed:
+                    unlock_all(fd)  # our holds go now all the same
                 self._doomed += doomed
                 doomed = []
         for fd in doomed:

@@ -10,6 +10,7 @@ and letting go are the presence's (holds.py).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -41,6 +42,12 @@ FLOCK = "hhqqi4x"  # struct flock on Linux and the BSDs' order: type, whence, st
 
 def lock_range(kind: int, key: int) -> bytes:
     return struct.pack(FLOCK, kind, os.SEEK_SET, key, 1, 0)
+
+
+def unlock_all(fd: int) -> None:
+    """Let go of every lock taken through ``fd`` on its file (the descriptor stays open)."""
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(fd, SETLK, struct.pack(FLOCK, fcntl.F_UNLCK, os.SEEK_SET, 0, 0, 0))
 
 
 def shard_of(key: int) -> int:

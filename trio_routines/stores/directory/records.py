@@ -58,13 +58,20 @@ class Records:
         up before it began is not begun."""
         from .pause import set_paused_handing
 
-        async with self._pausing:
+        what = "pause" if paused else "resume"
+        with trio.move_on_after(self._bound) as waited:
+            await self._pausing.acquire()
+        if waited.cancelled_caught:
+            raise StateFault(
+                f"could not {what} {routine!r}: another pause or resume was under way in this "
+                f"process for {self._bound:g}s (a stalled disk?) — try again"
+            )
+        try:
             before = self._paused_ended
             if before is not None and not before.is_set():
                 with trio.move_on_after(self._bound):
                     await before.wait()
                 if not before.is_set():
-                    what = "pause" if paused else "resume"
                     raise StateFault(
                         f"could not {what} {routine!r}: a pause or resume given up earlier is "
                         f"still under way after {self._bound:g}s (a stalled disk?) — try again"
@@ -80,6 +87,8 @@ class Records:
                 handoff=Handoff(),
                 ended=ended,
             )
+        finally:
+            self._pausing.release()
 
     async def resumed_at(self, routine: str) -> datetime | None:
         from .pause import resumed_at_sync

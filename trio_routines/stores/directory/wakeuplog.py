@@ -170,15 +170,20 @@ class WakeupLog:
                     return result
                 inverse = self._inverse(ops)
                 self._write(fd, ops)
-                # Before the hand-over, while the caller may still leave: after it, a caller
-                # could not leave a compaction the disk stalls (run_abandoning).
-                fresh = self._compact(directory)
-                if fresh is not None:
-                    os.close(fd)
-                    fd = fresh
+                unwritable: StateFault | None = None
+                if self._compaction_due():
+                    # Before the hand-over, while the caller may still leave: after it, a
+                    # caller could not leave a compaction the disk stalls (run_abandoning).
+                    stale, fd = fd, -1
+                    os.close(stale)
+                    fresh = self._compact(directory)
+                    try:  # one that failed may have renamed the new generation in: reopen
+                        fd = fresh if fresh is not None else self._writable(directory)
+                    except StateFault as exc:
+                        unwritable = exc  # the change stands; only an undo needs the file
                 if not handoff.hand_over():
                     if undo:
-                        self._undo(fd, ops, inverse)
+                        self._undo(fd, ops, inverse, unwritable)
                     else:
                         log.warning(
                             "the wake-up store %s: a change given up by its caller was made "
@@ -187,7 +192,8 @@ class WakeupLog:
                             _ids(ops),
                         )
             finally:
-                os.close(fd)
+                if fd >= 0:
+                    os.close(fd)
             return result
 
     def take_over(self) -> None:
@@ -332,8 +338,10 @@ class WakeupLog:
                 state[wakeup_id] = (wakeup, before[1])
         return undo[::-1]
 
-    def _undo(self, fd: int, ops: list[Op], inverse: list[Op]) -> None:
+    def _undo(self, fd: int, ops: list[Op], inverse: list[Op], lost: StateFault | None) -> None:
         try:
+            if lost is not None:  # (the journal could not be opened again)
+                raise lost
             self._write(fd, inverse)
         except StateFault as exc:
             log.error(
@@ -368,11 +376,15 @@ class WakeupLog:
         self.file.retire(directory, damaged)
         log.info("took over %d wake-ups from %s", len(ops), self.file.path)
 
+    def _compaction_due(self) -> bool:
+        """Whether the journal has grown well past the pending wake-ups, or holds damage."""
+        return self._damaged or self._lines > 2 * len(self.index) + SLACK
+
     def _compact(self, directory: int) -> int | None:
-        """A new generation, when the journal has grown well past the pending wake-ups or
-        holds damage (kept aside first): the new journal, open for appending (the caller
-        closes it), or None if none was written. Failing is no fault: the change is made."""
-        if not self._damaged and self._lines <= 2 * len(self.index) + SLACK:
+        """A new generation, when one is due (kept aside first if damaged): the new journal,
+        open for appending (the caller closes it), or None if none was made and opened.
+        Failing is no fault: the change is made."""
+        if not self._compaction_due():
             return None
         try:
             if self._damaged:
