@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import trio.testing
 from trio_routines.errors import StateFault
 from trio_routines.stores.directory import DirectoryStore, pause
 
+AT = datetime(2026, 7, 7, 9, tzinfo=UTC)
 BOUND = 0.5  # the store's lock_timeout: how long the next call waits for a thread given up
 
 
@@ -50,11 +52,13 @@ def stall() -> Iterator[Stall]:
     stall.thaw()  # never leave a thread blocked
 
 
-async def given_up(store: DirectoryStore, stall: Stall, paused: bool) -> None:
+async def given_up(
+    store: DirectoryStore, stall: Stall, paused: bool, at: datetime | None = None
+) -> None:
     """``set_paused`` whose thread stalls, its caller giving up (a deadline of 1 s)."""
     with trio.move_on_after(1) as scope:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(store.set_paused, "r", paused)
+            nursery.start_soon(store.set_paused, "r", paused, at)
             assert await trio.to_thread.run_sync(stall.entered.wait, 10)
             await trio.testing.wait_all_tasks_blocked()
             trio.lowlevel.current_clock().jump(1)  # type: ignore[attr-defined]
@@ -72,6 +76,32 @@ async def thread_ended(limiter: trio.CapacityLimiter) -> None:
 
     await trio.to_thread.run_sync(idle)  # (its own thread takes no place in ``limiter``)
     assert limiter.borrowed_tokens == 0
+
+
+async def test_a_resume_given_up_before_it_began_keeps_no_instant(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    mock_clock: trio.testing.MockClock,
+    stall: Stall,
+) -> None:
+    limiter = trio.CapacityLimiter(4)
+    store = DirectoryStore(tmp_path, lock_timeout=BOUND, writer_process=False, limiter=limiter)
+    await store.set_paused("r", True)
+    monkeypatch.setattr(pause, "open_dirs", stall.wrap(pause.open_dirs))
+    await given_up(store, stall, False, AT)
+    stall.thaw()
+    await thread_ended(limiter)
+    assert await store.paused() == {"r"}
+    assert await store.resumed_at("r") is None
+    await store.aclose()
+
+
+async def test_a_resume_of_a_routine_not_paused_keeps_its_instant(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path, writer_process=False)
+    await store.set_paused("other", True)  # (the pauses' directory is there)
+    await store.set_paused("r", False, AT)
+    assert await store.resumed_at("r") == AT
+    await store.aclose()
 
 
 async def test_a_pause_given_up_before_it_began_is_not_begun(
