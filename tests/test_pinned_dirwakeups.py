@@ -9,6 +9,7 @@ Trio's MockClock, moved by hand once the thread is stalled, so each bound is met
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import threading
 from collections.abc import Callable, Iterator
@@ -150,9 +151,11 @@ async def test_a_change_whose_compaction_stalls_is_left_at_its_bound_and_undone(
     store = DirectoryStore(tmp_path, lock_timeout=BOUND, writer_process=False)
     wakeup = await due(store)
     monkeypatch.setattr(Journal, "write_generation", stall.wrap(Journal.write_generation))
+    before = set(os.listdir("/proc/self/fd"))
     text = await given_up(mock_clock, stall, store.take_due_wakeup, NOW)
     assert text.endswith("given up — a change that lands later is undone")
     await ended(store)
+    assert set(os.listdir("/proc/self/fd")) == before  # the new journal's descriptor closed
     assert await store.list_wakeups() == [wakeup]  # the take, made and compacted, undone
     assert "and undone" in caplog.text
 
@@ -187,17 +190,20 @@ async def test_a_change_given_up_after_a_compaction_not_reopened_is_undone_in_th
 
     monkeypatch.setattr(Journal, "write_generation", stall.wrap(write_generation))
     monkeypatch.setattr(Journal, "open", open_journal)
+    before = set(os.listdir("/proc/self/fd"))
     with caplog.at_level(logging.WARNING, logger="trio_routines"):
         await given_up(mock_clock, stall, store.take_due_wakeup, NOW)
         await ended(store)
+    assert set(os.listdir("/proc/self/fd")) == before  # none left open, none closed twice
     refusing[0] = False
     said = [r.getMessage() for r in caplog.records if "given up by its caller" in r.getMessage()]
     assert len(said) == 1
     if reopened:
         assert said[0].endswith("), and undone")
         assert await store.list_wakeups() == [wakeup]
-    else:
-        assert "could not be undone" in said[0]
+    else:  # why: the journal could not be opened again
+        assert "could not be undone: schedule state " in said[0]
+        assert "EMFILE: Too many open files" in said[0]
         assert await store.list_wakeups() == []  # taken, and told so
 
 
