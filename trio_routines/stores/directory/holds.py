@@ -29,9 +29,10 @@ sees the earlier replicas, and their claims, alive.
 Anyone reads a hold with ``F_OFD_GETLK`` (or ``F_GETLK``): the lock a writer would conflict
 with. A reader that holds nothing sees every hold; a joined replica answers for its own
 holds from memory, since a lock never conflicts with its own descriptor, and reads the others'
-through its own descriptors, in a worker thread: a leave meanwhile leaves their close to the
-last such reader, since a descriptor closed under it could be reused by another open, and a
-live replica read through the wrong file would look dead. (The files: lockfiles.py.)
+through its own descriptors, in a worker thread: a leave meanwhile lets go of its locks at
+once but leaves the descriptors' close to the last such reader, since a descriptor closed
+under it could be reused by another open, and a live replica read through the wrong file
+would look dead. (The files: lockfiles.py.)
 
 Replica files are rewritten (temp file and rename) at each heartbeat; a file whose replica's
 lock is free is a dead replica, deleted by a join once it is a day old. They are read as

@@ -106,7 +106,7 @@ def open_holds(
 
 
 def fence(root: Path) -> dict[int, int]:
-    """The files of earlier versions' holds, each read-locked whole (see the module doc);
+    """The files of earlier versions' holds, each read-locked whole (see holds.py's doc);
     StateFault (:data:`OLDER`) when an earlier version's replica holds anything in them."""
     fds = open_holds(root, range(FENCE_SHARDS), create=True, folder=FENCE)
     whole = struct.pack(FLOCK, fcntl.F_RDLCK, os.SEEK_SET, 0, 0, 0)  # length 0: to the end
