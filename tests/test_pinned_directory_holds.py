@@ -799,6 +799,50 @@ async def test_a_leave_closes_no_descriptor_a_reader_in_a_thread_still_uses(
     await store.aclose()
 
 
+async def test_a_heartbeat_given_up_never_brings_back_the_record_of_a_replica_that_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its rewrite stalled (a frozen disk), its caller gone, then a leave: the leave's removal
+    # comes after the rewrite, never before it.
+    store = DirectoryStore(tmp_path)
+    member = await store.join(info("leaving"))
+    entered, go, returned = threading.Event(), threading.Event(), threading.Event()
+    real = holds.write_replica
+
+    def stalled(root: Path, record: ReplicaInfo) -> None:
+        entered.set()
+        go.wait(10)
+        real(root, record)
+        returned.set()
+
+    monkeypatch.setattr(holds, "write_replica", stalled)
+    async with trio.open_nursery() as nursery:
+        beat = trio.CancelScope()
+
+        async def beating() -> None:
+            with beat:
+                await member.beat(1, T0 + timedelta(minutes=1))
+
+        left = trio.Event()
+
+        async def leaving() -> None:
+            await member.leave()
+            left.set()
+
+        nursery.start_soon(beating)
+        await trio.to_thread.run_sync(entered.wait, 10)
+        beat.cancel()  # its caller gives up; the rewrite goes on in its thread
+        nursery.start_soon(leaving)
+        with trio.move_on_after(0.5):  # a leave not held back by the rewrite is done by now
+            await left.wait()
+        go.set()
+    await trio.to_thread.run_sync(returned.wait, 10)
+    records = tmp_path / "schedule" / "replicas"
+    assert holds._file_name("leaving") not in os.listdir(records)
+    assert [replica.id for replica in await store.replicas()] == []
+    await store.aclose()
+
+
 # -- what a member answers from its own files -----------------------------------------------
 
 

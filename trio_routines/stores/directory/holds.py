@@ -200,6 +200,10 @@ class DirectoryPresence(Presence):
         self._guard = threading.Lock()
         self._readers = 0
         self._doomed: list[int] = []
+        # The replica's record: a heartbeat's rewrite given up (a stalled disk) must not land
+        # after the leave's removal, and bring a replica that left back as a dead one.
+        self._record = threading.Lock()
+        self._gone = False
 
     def open(self) -> None:
         """Fence the earlier versions off, open the holds files, take the replica's own hold,
@@ -263,7 +267,7 @@ class DirectoryPresence(Presence):
         self.info = attrs.evolve(self.info, last_seen=now, in_flight=in_flight)
         try:
             await trio.to_thread.run_sync(
-                write_replica, self.root, self.info, limiter=self._limiter, abandon_on_cancel=True
+                self._publish, self.info, limiter=self._limiter, abandon_on_cancel=True
             )
         except OSError as exc:
             # The record is for people; the holds are the kernel's and still stand.
@@ -272,17 +276,25 @@ class DirectoryPresence(Presence):
     async def _leave(self) -> None:
         try:
             await trio.to_thread.run_sync(
-                remove_replica,
-                self.root,
-                self.replica,
-                limiter=self._limiter,
-                abandon_on_cancel=True,
+                self._unpublish, limiter=self._limiter, abandon_on_cancel=True
             )
         finally:
             # A leave cut short (a stalled disk, a stop's bound) still lets go of every hold:
             # else the replica would look alive, its id in use, until the process ends. The
             # record's removal goes on alone; it touches none of these files.
             self._close()
+
+    def _publish(self, info: ReplicaInfo) -> None:
+        """Rewrite the replica's record (in a worker thread), unless it has left."""
+        with self._record:
+            if not self._gone:
+                write_replica(self.root, info)
+
+    def _unpublish(self) -> None:
+        """Remove the replica's record (in a worker thread), after any rewrite under way."""
+        with self._record:
+            self._gone = True
+            remove_replica(self.root, self.replica)
 
     def close_sync(self) -> None:
         """Let go of every hold (a join given up by its caller, in its thread)."""
