@@ -839,6 +839,9 @@ async def test_a_heartbeat_given_up_never_brings_back_the_record_of_a_replica_th
     await trio.to_thread.run_sync(returned.wait, 10)
     records = tmp_path / "schedule" / "replicas"
     assert holds._file_name("leaving") not in os.listdir(records)
+    monkeypatch.undo()
+    await member.beat(2, T0 + timedelta(minutes=2))  # one more, late: it writes nothing
+    assert holds._file_name("leaving") not in os.listdir(records)
     assert [replica.id for replica in await store.replicas()] == []
     await store.aclose()
 
