@@ -265,3 +265,75 @@ def test_the_descriptors_open_are_counted() -> None:
     finally:
         os.close(fd)
     assert open_descriptors() == before
+
+
+@pytest.mark.parametrize("when", ["running", "stopping"])
+async def test_a_client_that_reads_nothing_is_closed_at_a_deadline_of_ours(
+    mock_clock: trio.testing.MockClock, when: str
+) -> None:
+    """Hypercorn sends under a shielded scope with no deadline: a client that asks for a
+    response and never reads it is closed after ``SEND_TIMEOUT`` (and its connection let go
+    within hypercorn's ``keep_alive_timeout``), or at the end of a stop's graceful time if
+    that comes first, rather than held (and the stop with it) for ever."""
+    from hypercorn.config import Config
+
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.graceful_timeout = 2.0  # shorter than SEND_TIMEOUT: the stop's end comes first
+    config.accesslog = None
+    body = b"x" * (16 << 20)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        length = str(len(body)).encode()
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-length", length)]}
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    gate, stop, served = Gate(4), trio.Event(), trio.Event()
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    async with trio.open_nursery() as nursery:
+        try:
+
+            async def serving(task_status: trio.TaskStatus[list[str]]) -> None:
+                await connections.serve_connections(
+                    app, config, gate, stop.wait, task_status=task_status
+                )
+                served.set()
+
+            [bound] = await nursery.start(serving)
+            client.connect(("127.0.0.1", int(bound.rsplit(":", 1)[1])))
+            client.sendall(b"GET / HTTP/1.1\r\nhost: localhost\r\n\r\n")  # and never reads
+            await trio.to_thread.run_sync(wait_for_sending, gate)
+            await trio.testing.wait_all_tasks_blocked()
+            if when == "running":
+                mock_clock.jump(connections.SEND_TIMEOUT - 0.5)
+                await trio.testing.wait_all_tasks_blocked()
+                held = gate.open
+                mock_clock.jump(1)  # closed; hypercorn lets the connection go once it is idle
+                await trio.testing.wait_all_tasks_blocked()
+                mock_clock.jump(config.keep_alive_timeout)
+            else:
+                stop.set()
+                await trio.testing.wait_all_tasks_blocked()
+                held = gate.open
+                mock_clock.jump(config.graceful_timeout + 0.5)
+            await trio.testing.wait_all_tasks_blocked()
+            closed = gate.open == 0 and not gate.sending
+            ended = served.is_set()
+        finally:  # (without a deadline of ours the send would wait for ever: end it here)
+            client.close()
+            stop.set()
+    assert held == 1  # until the deadline...
+    assert closed  # ...then closed by us
+    assert ended == (when == "stopping")  # and a stop ends with it
+
+
+def wait_for_sending(gate: Gate) -> None:
+    """Until a send of ``gate``'s connections waits for its client (in a thread, real time)."""
+    import time
+
+    deadline = time.monotonic() + 10
+    while not gate.sending and time.monotonic() < deadline:
+        time.sleep(0.005)

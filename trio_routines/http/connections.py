@@ -23,8 +23,12 @@ server (``TCPServer``) behind it, and keeps a cap:
   same way, without a traceback, and retried after a short pause.
 
 How long a connection may be held is hypercorn's ``keep_alive_timeout`` (the request line and
-headers, and idleness between requests) and the application's body deadline (see
-:func:`~trio_routines.http.make_app`); this module only counts.
+headers, and idleness between requests), the application's body deadline (see
+:func:`~trio_routines.http.make_app`), and, for a client that stops reading what it asked
+for, :data:`SEND_TIMEOUT`: hypercorn sends under a shielded cancel scope with no deadline,
+so a response the client never reads would hold its connection, and a stop, for ever. Each
+send here has a deadline of ours, brought forward to the end of the stop's graceful time;
+when it passes, the connection is closed.
 
 ``TCPServer`` and ``WorkerContext`` are hypercorn internals; the serving loop below mirrors
 hypercorn's own ``worker_serve`` for the Trio worker (no lifespan: the application needs
@@ -51,6 +55,7 @@ log = logging.getLogger("trio_routines.http")
 
 REPORT_INTERVAL = 60.0  # seconds between two WARNINGs about refused connections
 ACCEPT_PAUSE = 0.1  # seconds, after an accept that failed for lack of descriptors or memory
+SEND_TIMEOUT = 10.0  # seconds a send may wait for a client that reads nothing
 UNLIMITED = 1 << 20  # what an RLIMIT_NOFILE of "unlimited" counts as
 _STARVED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _BUSY = (
@@ -115,6 +120,14 @@ class Gate:
         self._limit = f"{{open}} open, the cap is {cap}{where}"
         self._refused = Counter("connection(s) refused")
         self._starved = Counter("accept(s) failed for lack of descriptors or memory")
+        self.closing_at = math.inf  # the end of a stop's graceful time, once there is one
+        self.sending: set[trio.CancelScope] = set()  # the sends waiting for their client
+
+    def closing(self, deadline: float) -> None:
+        """The stop's graceful time ends at ``deadline``: no send waits past it."""
+        self.closing_at = deadline
+        for scope in self.sending:
+            scope.deadline = min(scope.deadline, deadline)
 
     async def accept_loop(
         self,
@@ -164,6 +177,39 @@ class Gate:
             self.open -= 1
 
 
+class BoundedSends:
+    """A connection's stream as hypercorn's ``TCPServer`` uses it, each send bounded (see the
+    module doc); a send that times out closes the connection and fails as a broken one."""
+
+    __slots__ = ("_gate", "_stream", "socket")
+
+    def __init__(self, stream: trio.SocketStream, gate: Gate) -> None:
+        self._stream = stream
+        self._gate = gate
+        self.socket = stream.socket  # (no ``do_handshake``: hypercorn takes it for plain TCP)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        deadline = min(trio.current_time() + SEND_TIMEOUT, self._gate.closing_at)
+        with trio.CancelScope(deadline=deadline) as scope:
+            self._gate.sending.add(scope)
+            try:
+                await self._stream.send_all(data)
+            finally:
+                self._gate.sending.discard(scope)
+        if scope.cancelled_caught:
+            self.socket.close()
+            raise trio.BrokenResourceError("the client read nothing in time; connection closed")
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self._stream.receive_some(max_bytes)
+
+    async def send_eof(self) -> None:
+        await self._stream.send_eof()
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
 async def serve_connections(
     app: Any,
     config: Config,
@@ -189,9 +235,13 @@ async def serve_connections(
         binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
     context = WorkerContext(None)
     # The connection state is a dict per server, as hypercorn's worker_serve hands it over.
-    handler = partial(
+    server = partial(
         TCPServer, wrap_app(app, config.wsgi_max_body_size, "asgi"), config, context, {}
     )
+
+    def handler(stream: trio.SocketStream) -> Awaitable[object]:
+        return server(BoundedSends(stream, gate))  # type: ignore[arg-type]  # duck-typed
+
     async with trio.open_nursery() as connections:
         try:
             async with trio.open_nursery() as accepting:
@@ -203,3 +253,4 @@ async def serve_connections(
         finally:
             await context.terminated.set()
             connections.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+            gate.closing(connections.cancel_scope.deadline)
