@@ -232,3 +232,34 @@ async def test_a_job_outliving_the_sigterm_is_killed_after_the_grace(pid_file: P
     )
     (job,) = await _cancel_mid_turn(agent, pid_file, expect=1)
     wait_for(lambda: not alive(job), 10, "the job to die")
+
+
+async def test_a_turn_whose_scratch_files_hang_is_left_at_once_when_cancelled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A frozen file system under TMPDIR holds the making of the prompt's file: the turn's
+    # grace must still end it, the files made later dropped.
+    import threading
+
+    from trio_routines import agents
+
+    entered, thaw, returned = threading.Event(), threading.Event(), threading.Event()
+    real = agents._scratch_files
+
+    def hung(text: str) -> object:
+        entered.set()
+        thaw.wait(10)
+        returned.set()
+        return real(text)
+
+    monkeypatch.setattr(agents, "_scratch_files", hung)
+    try:
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(collect, agent_from_spec("cmd:true"))
+                await trio.to_thread.run_sync(entered.wait, 10)
+                scope.cancel()  # the turn's grace ran out
+        left = not returned.is_set()
+    finally:
+        thaw.set()
+    assert left  # before the file system answered

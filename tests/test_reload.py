@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
+import trio.testing
 
 from trio_routines import InvalidRoutine, Outcome, Routine, Scheduler
 from trio_routines.testing import Complete, MemoryStore, ScriptedAgent, WallClock
@@ -269,3 +270,37 @@ async def test_a_reload_that_would_remove_every_routine_needs_the_no_routines_fi
     (tmp_path / ".no-routines").write_text("")
     write(tmp_path, "a", "0 * * * *")
     assert (await rig.scheduler.reload_routines(tmp_path)).added == ("a",)
+
+
+async def test_a_reload_given_up_while_its_directory_does_not_answer_leaves_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mock_clock: trio.testing.MockClock
+) -> None:
+    # A SIGHUP, then a stop, while the routines' file system holds every read (a dead
+    # mount): the reload is left to its thread, and what it reads later changes nothing.
+    import threading
+
+    from trio_routines.scheduler import reload as reloading
+
+    write(tmp_path, "a", "0 * * * *")
+    rig = Rig()
+    entered, thaw, returned = threading.Event(), threading.Event(), threading.Event()
+    real = reloading._load_again
+
+    def hung(directory: Any) -> Any:
+        entered.set()
+        thaw.wait(10)
+        returned.set()
+        return real(directory)
+
+    monkeypatch.setattr(reloading, "_load_again", hung)
+    try:
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(rig.scheduler.reload_routines, tmp_path)
+                await trio.to_thread.run_sync(entered.wait, 10)
+                scope.cancel()  # the stop
+        left = not returned.is_set()
+    finally:
+        thaw.set()
+    assert left  # it left before the directory answered
+    assert "a" not in rig.scheduler.routines

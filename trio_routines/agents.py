@@ -55,6 +55,7 @@ from .errors import InvalidAgent
 from .instants import format_iso
 from .logs import one_line
 from .procgroup import runs_in_group
+from .stores.abandon import run_abandoning
 from .usage import UsageLine
 
 log = logging.getLogger("trio_routines")
@@ -71,6 +72,8 @@ HIDDEN_FROM_COMMANDS = ("TRIO_ROUTINES_", "PG")
 #: How much of the end of stderr a failed command reports, in bytes and in lines.
 STDERR_TAIL_BYTES = 4096
 STDERR_TAIL_LINES = 5
+#: Seconds a turn waits for its scratch files to close (a frozen disk may hold the close).
+CLOSE_WAIT = 1.0
 
 _SHELL = "/bin/sh"
 _LIFELINE = str(Path(__file__).with_name("lifeline.py"))
@@ -126,7 +129,14 @@ class CommandAgent:
         return env
 
     async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
-        stdin, stderr = await trio.to_thread.run_sync(_scratch_files, text)
+        # In a thread its caller may leave (a frozen disk under TMPDIR must not hold a turn past
+        # its grace): files made for a caller gone are closed by the thread.
+        stdin, stderr = await run_abandoning(
+            _scratch_files,
+            text,
+            limiter=trio.to_thread.current_default_thread_limiter(),
+            late=_close_both,
+        )
         process: trio.Process | None = None
         finished = False
         lifeline = held = -1
@@ -169,7 +179,7 @@ class CommandAgent:
             if status == 0:
                 yield Completed()
             else:
-                tail = await trio.to_thread.run_sync(_tail, stderr)
+                tail = await trio.to_thread.run_sync(_tail, stderr, abandon_on_cancel=True)
                 yield Failed(_describe_status(status) + (f": {tail}" if tail else ""))
         finally:
             if process is not None:
@@ -177,8 +187,10 @@ class CommandAgent:
             for fd in (lifeline, held):
                 if fd >= 0:
                     os.close(fd)
-            stdin.close()
-            stderr.close()
+            # Closed in a thread, waited for a moment: the last close of an unnamed file frees
+            # it on the disk, which a frozen file system makes wait, and the event loop must not.
+            with trio.CancelScope(deadline=trio.current_time() + CLOSE_WAIT, shield=True):
+                await trio.to_thread.run_sync(_close_all, stdin, stderr, abandon_on_cancel=True)
 
     async def _end(self, process: trio.Process, finished: bool, held: int) -> None:
         """Close our pipe; unless the turn ran to its end, end the command's process group.
@@ -231,6 +243,15 @@ def _scratch_files(prompt: str) -> tuple[IO[bytes], IO[bytes]]:
     except BaseException:
         stdin.close()
         raise
+
+
+def _close_all(*files: IO[bytes]) -> None:
+    for file in files:
+        file.close()
+
+
+def _close_both(files: tuple[IO[bytes], IO[bytes]]) -> None:
+    _close_all(*files)
 
 
 def _tail(stderr: IO[bytes]) -> str:

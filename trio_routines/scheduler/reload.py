@@ -156,7 +156,11 @@ class Reload:
         a file named :data:`NO_ROUTINES` (each an ERROR saying so).
         """
         try:
-            result, meant_empty = await trio.to_thread.run_sync(_load_again, directory)
+            # Left to its thread when cancelled (a stop during a reload of a directory that
+            # does not answer): it only reads, and what it reads is then dropped.
+            result, meant_empty = await trio.to_thread.run_sync(
+                _load_again, directory, abandon_on_cancel=True
+            )
         except InvalidRoutine as exc:
             log.error("reload: %s — the routines loaded before keep running", exc)
             return RoutineChanges()
