@@ -5,51 +5,22 @@ resume. Virtual time: the clock is moved by hand once the thread is stalled."""
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
 import trio.testing
+from test_pinned_dirwakeups import Stall, stall
 
 from trio_routines.errors import StateFault
 from trio_routines.stores.directory import DirectoryStore, pause
 
+__all__ = ["stall"]  # a fixture of test_pinned_dirwakeups, used here
+
 AT = datetime(2026, 7, 7, 9, tzinfo=UTC)
 BOUND = 0.5  # the store's lock_timeout: how long the next call waits for a thread given up
-
-
-class Stall:
-    """Makes a patched function block (in its thread) on its first call until :meth:`thaw`."""
-
-    def __init__(self) -> None:
-        self.thawed = threading.Event()
-        self.entered = threading.Event()
-        self.calls = 0
-
-    def wrap(self, real: Callable[..., Any]) -> Callable[..., Any]:
-        def stalled(*args: Any, **kwargs: Any) -> Any:
-            self.calls += 1
-            if self.calls == 1:
-                self.entered.set()
-                self.thawed.wait(30)
-            return real(*args, **kwargs)
-
-        return stalled
-
-    def thaw(self) -> None:
-        self.thawed.set()
-
-
-@pytest.fixture
-def stall() -> Iterator[Stall]:
-    stall = Stall()
-    yield stall
-    stall.thaw()  # never leave a thread blocked
 
 
 async def given_up(
