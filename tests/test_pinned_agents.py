@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -263,4 +264,51 @@ async def test_a_turn_whose_scratch_files_hang_is_left_at_once_when_cancelled(
         left = not returned.is_set()
     finally:
         thaw.set()
+    # Until its thread has ended, the files it made closed (else it would call the next
+    # test's patched functions).
+    limiter = trio.to_thread.current_default_thread_limiter()
+    with trio.fail_after(10):
+        while limiter.borrowed_tokens:  # noqa: ASYNC110 -- released by the thread's end
+            await trio.sleep(0.01)
     assert left  # before the file system answered
+
+
+async def test_a_turn_waits_for_its_scratch_files_to_close_no_longer_than_close_wait(
+    monkeypatch: pytest.MonkeyPatch, mock_clock: trio.testing.MockClock
+) -> None:
+    # The last close of an unnamed file may wait for a frozen disk: the turn's end waits for it
+    # CLOSE_WAIT at most, the files left to their thread.
+    import threading
+
+    from trio_routines import agents
+
+    entered, thaw, returned = threading.Event(), threading.Event(), threading.Event()
+    real = agents._close_all
+
+    def hung(*files: Any) -> None:
+        entered.set()
+        thaw.wait(10)
+        real(*files)
+        returned.set()
+
+    monkeypatch.setattr(agents, "_close_all", hung)
+    events: list[object] = []
+    try:
+        async with trio.open_nursery() as nursery:
+
+            async def turn() -> None:
+                events.extend(await collect(agent_from_spec("cmd:true")))
+
+            nursery.start_soon(turn)
+            await trio.to_thread.run_sync(entered.wait, 10)
+            await trio.testing.wait_all_tasks_blocked()
+            mock_clock.jump(agents.CLOSE_WAIT - 0.1)
+            await trio.testing.wait_all_tasks_blocked()
+            waited = events[:]
+            mock_clock.jump(0.2)
+        left = not returned.is_set()
+    finally:
+        thaw.set()
+    assert waited == []  # it waited for the close...
+    assert events == [Completed()]  # ...then ended, the close still under way
+    assert left
