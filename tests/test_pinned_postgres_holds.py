@@ -572,13 +572,16 @@ def calls_watched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     beside: list[str] = []
 
     def watched(fn: Callable[[Any], T], conn: Any, end: Any) -> T:
-        if any(other is conn for other in on):
-            beside.append(fn.__name__)
-        on.append(conn)
-        try:
-            return marking_end(fn, conn, end)
-        finally:
-            on.remove(conn)
+        def on_it(conn: Any) -> T:  # on the connection: from the call's start to its return,
+            if any(other is conn for other in on):  # before its end is told
+                beside.append(fn.__name__)
+            on.append(conn)
+            try:
+                return fn(conn)
+            finally:
+                on.remove(conn)
+
+        return marking_end(on_it, conn, end)
 
     monkeypatch.setattr(holds, "marking_end", watched)
     return beside
