@@ -109,7 +109,7 @@ async def given_up(
 
 async def ended(store: DirectoryStore) -> None:
     """Until the thread of the store's last wake-up call, given up or not, has returned."""
-    last = store._wakeups._ended
+    last = store._wakeups._turns.ended
     if last is not None:
         await last.wait()
 

@@ -68,8 +68,8 @@ async def settled(store: DirectoryStore) -> None:
     with trio.fail_after(30):
         while store._begun:  # noqa: ASYNC110 -- threads, not Trio tasks
             await trio.sleep(0.01)
-        if store._wakeups._ended is not None:
-            await store._wakeups._ended.wait()
+        if store._wakeups._turns.ended is not None:
+            await store._wakeups._turns.ended.wait()
 
 
 async def due(store: DirectoryStore, session: str = "s") -> Wakeup:

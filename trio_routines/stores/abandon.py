@@ -25,10 +25,11 @@ stalled for the caller having left.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Generic, TypeVar
 
 import trio
@@ -168,3 +169,40 @@ async def run_abandoning(
     if result.error is not None:
         raise result.error
     return result.value  # type: ignore[return-value]  # a value when there is no error
+
+
+class OneAtATime:
+    """Calls that go one at a time, each only once the thread of the one before has ended,
+    even one its caller gave up on: a change given up that lands late must not land after a
+    later one. The thread is :func:`run_abandoning`'s, given the event :meth:`turn` yields as
+    its ``ended``."""
+
+    def __init__(self) -> None:
+        self._lock = trio.Lock()
+        self.ended: trio.Event | None = None  # set once the thread of the last call returned
+
+    @contextlib.asynccontextmanager
+    async def turn(
+        self,
+        deadline: float,
+        busy: Callable[[int], Exception],
+        still_under_way: Callable[[], Exception],
+    ) -> AsyncIterator[trio.Event]:
+        """This call's turn, by ``deadline``: ``busy(waiting)`` is raised if another call of
+        this process held it until then (``waiting``: how many more wait), and
+        ``still_under_way()`` if the thread of one given up had not ended by then."""
+        with trio.move_on_at(deadline) as waited:
+            await self._lock.acquire()
+        if waited.cancelled_caught:
+            raise busy(self._lock.statistics().tasks_waiting)
+        try:
+            before = self.ended
+            if before is not None:
+                with trio.move_on_at(deadline):
+                    await before.wait()
+                if not before.is_set():
+                    raise still_under_way()
+            ended = self.ended = trio.Event()
+            yield ended
+        finally:
+            self._lock.release()

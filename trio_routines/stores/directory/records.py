@@ -24,7 +24,7 @@ from ...agent import Usage
 from ...errors import StateFault
 from ...ledger import Spent, check_key
 from ...records import Gap
-from ..abandon import Handoff, run_abandoning
+from ..abandon import Handoff, OneAtATime, run_abandoning
 
 T = TypeVar("T")
 
@@ -48,8 +48,7 @@ class Records:
         self._run = run
         self._limiter = limiter
         self._bound = bound
-        self._pausing = trio.Lock()
-        self._paused_ended: trio.Event | None = None
+        self._pausing = OneAtATime()
 
     async def set_paused(self, routine: str, paused: bool, at: datetime | None = None) -> None:
         """One pause or resume at a time, in the order asked, each after the thread of the one
@@ -59,24 +58,21 @@ class Records:
         from .pause import set_paused_handing
 
         what = "pause" if paused else "resume"
-        with trio.move_on_after(self._bound) as waited:
-            await self._pausing.acquire()
-        if waited.cancelled_caught:
-            raise StateFault(
+
+        def busy(_: int) -> StateFault:
+            return StateFault(
                 f"could not {what} {routine!r}: another pause or resume was under way in this "
                 f"process for {self._bound:g}s (a stalled disk?) — try again"
             )
-        try:
-            before = self._paused_ended
-            if before is not None and not before.is_set():
-                with trio.move_on_after(self._bound):
-                    await before.wait()
-                if not before.is_set():
-                    raise StateFault(
-                        f"could not {what} {routine!r}: a pause or resume given up earlier is "
-                        f"still under way after {self._bound:g}s (a stalled disk?) — try again"
-                    )
-            ended = self._paused_ended = trio.Event()
+
+        def still_under_way() -> StateFault:
+            return StateFault(
+                f"could not {what} {routine!r}: a pause or resume given up earlier is "
+                f"still under way after {self._bound:g}s (a stalled disk?) — try again"
+            )
+
+        deadline = trio.current_time() + self._bound
+        async with self._pausing.turn(deadline, busy, still_under_way) as ended:
             await run_abandoning(
                 set_paused_handing,
                 self._root,
@@ -87,8 +83,6 @@ class Records:
                 handoff=Handoff(),
                 ended=ended,
             )
-        finally:
-            self._pausing.release()
 
     async def resumed_at(self, routine: str) -> datetime | None:
         from .pause import resumed_at_sync

@@ -42,7 +42,7 @@ import trio
 from ...errors import StateFault
 from ...records import Wakeup
 from ...wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
-from ..abandon import Handoff, run_abandoning
+from ..abandon import Handoff, OneAtATime, run_abandoning
 from .wakeupindex import Op, WakeupIndex, add_op, del_op, set_op
 from .wakeuplog import WakeupLog
 
@@ -68,33 +68,27 @@ class Wakeups:
         self.log = WakeupLog(root, lock_timeout)
         self._limiter = limiter
         self._begun = begun
-        self._turns = trio.Lock()  # see the module doc
-        self._ended: trio.Event | None = None  # set once the thread of the last call returned
+        self._turns = OneAtATime()  # see the module doc
 
     async def _in_turn(self, fn: Callable[..., T], *args: Any, given_up: str = UNDONE) -> T:
         """``fn(handoff, *args)`` in a worker thread, once the calls on the file before it
         are done; ``given_up`` ends the error when its thread does not answer in time."""
         path, bound = self.log.path, self.log.file.lock_timeout
-        deadline = trio.current_time() + bound
-        with trio.move_on_at(deadline) as waited:
-            await self._turns.acquire()
-        if waited.cancelled_caught:
-            ahead = self._turns.statistics().tasks_waiting
-            raise StateFault(
+
+        def busy(ahead: int) -> StateFault:
+            return StateFault(
                 f"the wake-up store {path} was busy in this process for {bound:g}s (its "
                 f"wake-up calls go one at a time; {ahead} more waiting) — try again"
             )
-        try:
-            before = self._ended
-            if before is not None:
-                with trio.move_on_at(deadline):
-                    await before.wait()
-                if not before.is_set():
-                    raise StateFault(
-                        f"the wake-up store {path}: a call given up earlier is still under way "
-                        f"after {bound:g}s (a stalled disk?) — try again"
-                    )
-            ended = self._ended = trio.Event()
+
+        def still_under_way() -> StateFault:
+            return StateFault(
+                f"the wake-up store {path}: a call given up earlier is still under way "
+                f"after {bound:g}s (a stalled disk?) — try again"
+            )
+
+        deadline = trio.current_time() + bound
+        async with self._turns.turn(deadline, busy, still_under_way) as ended:
             with trio.move_on_after(2 * bound):
                 return await run_abandoning(
                     fn,
@@ -108,8 +102,6 @@ class Wakeups:
                 f"the wake-up store {path} did not answer within {2 * bound:g}s "
                 f"(a stalled disk?): {given_up}"
             )
-        finally:
-            self._turns.release()
 
     async def add_wakeup(self, request: WakeupRequest, now: datetime) -> Wakeup:
         def plan(index: WakeupIndex) -> tuple[list[Op], Wakeup]:
