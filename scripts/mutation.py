@@ -77,6 +77,7 @@ SCHEDULER_TESTS = [
     "tests/test_wakeups.py",
     "tests/test_wakeup_turns.py",
     "tests/test_wakeexpiry.py",
+    "tests/test_wake_timeout.py",
     "tests/test_wakelimits.py",
     "tests/test_pinned_wakelimits.py",
     "tests/test_budgets.py",

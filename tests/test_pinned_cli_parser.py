@@ -33,6 +33,7 @@ DEFAULTS: list[tuple[list[str], dict[str, Any]]] = [
             "external_clock": False,
             "no_wakeups": False,
             "poll": 30.0,
+            "wakeup_timeout": None,
             "session_budget": (),
             "wake_rate": 12,
             "wake_depth": 16,
@@ -105,14 +106,15 @@ EVERY_OPTION: list[tuple[list[str], dict[str, Any]]] = [
     (
         [
             "serve", "--grace", "2.5", "--external-clock", "--no-wakeups", "--poll", "0.5",
-            "--session-budget", "5 USD/day", "--wake-rate", "off", "--wake-depth", "3",
-            "--wake-lifetime", "2d", "--http", "127.0.0.1:0",
+            "--wakeup-timeout", "90.5", "--session-budget", "5 USD/day", "--wake-rate", "off",
+            "--wake-depth", "3", "--wake-lifetime", "2d", "--http", "127.0.0.1:0",
         ],
         {
             "grace": 2.5,
             "external_clock": True,
             "no_wakeups": True,
             "poll": 0.5,
+            "wakeup_timeout": 90.5,
             "session_budget": budgets("5 USD/day"),
             "wake_rate": None,
             "wake_depth": 3,
@@ -235,6 +237,13 @@ REFUSED = [
     (["history", "d", "--outcome", "lost"], "argument --outcome: invalid choice: 'lost'"),
     (["serve", "--poll", "0"], "argument --poll:"),
     (["serve", "--grace", "-1"], "argument --grace:"),
+    (["serve", "--wakeup-timeout", "-1"],
+     "argument --wakeup-timeout: '-1' must be a finite number of seconds >= 0"),
+    (["serve", "--wakeup-timeout", "0"], "argument --wakeup-timeout: '0' must be above 0"),
+    (["serve", "--wakeup-timeout", "5m"],
+     "argument --wakeup-timeout: '5m' is not a number of seconds"),
+    (["serve", "--wakeup-timeout", "inf"],
+     "argument --wakeup-timeout: 'inf' must be a finite number of seconds >= 0"),
     (["run", "d", "--grace", "-1"], "argument --grace:"),
     (["serve", "--http", "nowhere"], "argument --http:"),
     (["serve", "--wake-rate", "x"], "argument --wake-rate:"),
@@ -335,12 +344,14 @@ DESCRIPTIONS = {
 OPTIONS_HELP = {
     "serve": [
         "[--grace SECONDS] [--external-clock] [--no-wakeups] [--poll SECONDS] "
-        "[--session-budget BUDGETS] [--wake-rate N] [--wake-depth N] [--wake-lifetime SPAN] "
-        "[--http HOST:PORT]",
+        "[--wakeup-timeout SECONDS] [--session-budget BUDGETS] [--wake-rate N] [--wake-depth N] "
+        "[--wake-lifetime SPAN] [--http HOST:PORT]",
         "--grace SECONDS how long in-flight turns may finish on stop (default: 10)",
         "--external-clock arm no cron loops: slots arrive through `fire` or POST /fire",
         "--no-wakeups do not fire wake-ups",
         "--poll SECONDS wake-up poll interval (default: 30)",
+        "--wakeup-timeout SECONDS end a wake-up turn that runs longer, as failed, so that the "
+        "wake-ups due after it run (default: no timeout)",
         "--session-budget BUDGETS what each session's wake-up turns may spend per rolling "
         'window, e.g. "200k tokens/day, 5 USD/week" (default: no budget)',
         "--wake-rate N at most N wake-up turns per session in any hour: a turn scheduling more "

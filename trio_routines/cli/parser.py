@@ -143,6 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"wake-up poll interval (default: {POLL_INTERVAL:g})",
     )
     serve.add_argument(
+        "--wakeup-timeout",
+        type=values.positive_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="end a wake-up turn that runs longer, as failed, so that the wake-ups due after "
+        "it run (default: no timeout)",
+    )
+    serve.add_argument(
         "--session-budget",
         type=values.budgets,
         default=(),

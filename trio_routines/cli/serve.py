@@ -111,6 +111,7 @@ async def _serve(
             external_clock=args.external_clock,
             wakeups=not args.no_wakeups,
             poll_interval=args.poll,
+            wakeup_timeout=args.wakeup_timeout,
             default_grace=args.grace,  # also how long a failed settle is retried
             replica=replica_arg(args),
             session_budget=args.session_budget,

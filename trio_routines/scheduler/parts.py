@@ -57,6 +57,7 @@ class Parts:
         max_wait: float,
         poll_interval: float,
         jump_threshold: float,
+        wakeup_timeout: float | None,
     ) -> None:
         self.runtime = runtime
         self.grace = Grace()
@@ -110,6 +111,7 @@ class Parts:
             self.restarts,
             self.wakeup_calls,
             poll_interval=poll_interval,
+            turn_timeout=wakeup_timeout,
         )
         self.reload = Reload(
             runtime,

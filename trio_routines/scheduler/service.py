@@ -56,6 +56,12 @@ class Scheduler:
     command line's ``--grace`` sets it), and how long a failed settle is retried.
     ``wake_limits`` are the limits on what turns schedule (:mod:`trio_routines.wakelimits`).
 
+    ``wakeup_timeout`` (seconds, none unless given; the command line's ``--wakeup-timeout``)
+    bounds each wake-up turn as a routine's ``timeout`` bounds its fires: a longer turn is
+    cancelled and ends ``failed`` (``timed out after <n>s``). Due wake-ups run one at a time,
+    so without it a turn that never returns holds back every wake-up due after it. None by
+    default, as for routines: an agent's turn may legitimately be long.
+
     ``session_budget`` (text such as ``"200k tokens/day, 5 USD/week"``, or
     :class:`~trio_routines.budgets.Budget` values) is what each session's wake-up turns may
     spend per rolling window; a wake-up due over it is not run (:mod:`trio_routines.budgets`).
@@ -86,6 +92,7 @@ class Scheduler:
         replica: str | None = None,
         session_budget: str | Sequence[Budget] | None = None,
         wake_limits: WakeLimits = DEFAULT_LIMITS,
+        wakeup_timeout: float | None = None,
     ) -> None:
         # The OpenTelemetry API, when installed, is imported here, not at a first fire.
         load_tracing()
@@ -106,6 +113,11 @@ class Scheduler:
         self.jump_threshold = jump_threshold
         grace = checked_seconds("default_grace", default_grace, zero=True)
         self.store_timeout = checked_seconds("store_timeout", store_timeout, zero=False)
+        self.wakeup_timeout = (
+            None
+            if wakeup_timeout is None
+            else checked_seconds("wakeup_timeout", wakeup_timeout, zero=False)
+        )
         self.metrics = Metrics()
         runtime = self._runtime = Runtime(
             routines=loaded,
@@ -128,6 +140,7 @@ class Scheduler:
             max_wait=max_wait,
             poll_interval=poll_interval,
             jump_threshold=jump_threshold,
+            wakeup_timeout=self.wakeup_timeout,
         )
         self._loops = trio.CancelScope()  # the loops' scope: stop() cancels it
 

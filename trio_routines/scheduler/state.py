@@ -7,6 +7,7 @@ import inspect
 import itertools
 import logging
 import math
+import numbers
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
@@ -245,8 +246,10 @@ def takes_keyword(call: Callable[..., object], name: str) -> bool:
 
 def checked_seconds(option: str, value: float, *, zero: bool) -> float:
     """``value`` if it is a finite number of seconds (``zero``: 0 allowed), else a one-line
-    :class:`InvalidOption`: a NaN deadline, say, would leave store calls without a bound."""
-    if not (math.isfinite(value) and (value > 0 or (zero and value == 0))):
+    :class:`InvalidOption`: a NaN deadline, say, would leave store calls without a bound, and
+    ``True`` (a switch taken for a number) or ``"30"`` is no number of seconds."""
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not (number and math.isfinite(value) and (value > 0 or (zero and value == 0))):
         wanted = "0 or more" if zero else "more than 0"
         raise InvalidOption(f"{option} must be a finite number of seconds, {wanted}: {value!r}")
     return float(value)

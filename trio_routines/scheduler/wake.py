@@ -1,4 +1,11 @@
-"""The wake loop: poll the store for due wake-ups and fire them, one at a time."""
+"""The wake loop: poll the store for due wake-ups and fire them, one at a time.
+
+One at a time, so a turn that never returns holds back every wake-up due after it on this
+replica. The scheduler's optional ``wakeup_timeout`` bounds each turn, as a routine's
+``timeout`` bounds its fires: the turn is cancelled and ends ``failed``, ``timed out after
+<n>s`` (:func:`~trio_routines.turns.run_turn`, the path a cron fire takes), and the next due
+wake-up runs. None by default: an agent's turn may legitimately be long.
+"""
 
 from __future__ import annotations
 
@@ -28,7 +35,7 @@ class WakeLoop:
     :class:`SessionTurns` (the turn; its spending, for the session's budgets), the
     :class:`StoreCalls` (take, defer, count), the :class:`ClockWatch` (the offset, each
     poll), the :class:`Restarts`, and the :class:`WakeupCalls` (each turn recorded for the
-    rate limit).
+    rate limit). ``turn_timeout``: the seconds each turn may take (None: no bound).
     """
 
     def __init__(
@@ -41,6 +48,7 @@ class WakeLoop:
         wakeups: WakeupCalls,
         *,
         poll_interval: float,
+        turn_timeout: float | None,
     ) -> None:
         self._runtime = runtime
         self._turns = turns
@@ -49,6 +57,7 @@ class WakeLoop:
         self._restarts = restarts
         self._wakeups = wakeups
         self._poll_interval = poll_interval
+        self._turn_timeout = turn_timeout
         #: The pending wake-ups as last counted (None: not yet).
         self.pending: int | None = None
 
@@ -129,7 +138,9 @@ class WakeLoop:
         async def started() -> None:  # recorded once it runs (a busy one never did)
             await self._wakeups.note_turn(wakeup.session, self._runtime.now())
 
-        turn = await self._turns.turn(why, label, envelope(wakeup), on_start=started)
+        turn = await self._turns.turn(
+            why, label, envelope(wakeup), self._turn_timeout, on_start=started
+        )
         if not turn.busy:
             return
         if wakeup.recurring:

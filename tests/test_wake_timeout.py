@@ -1,0 +1,155 @@
+"""The wake-up turn timeout (``Scheduler(wakeup_timeout=...)``, ``serve --wakeup-timeout``),
+under virtual time: the wake loop runs due wake-ups one at a time, so a turn whose agent never
+returns holds back every wake-up due after it, unless the timeout ends that turn as a
+routine's ``timeout`` ends a fire (failed, ``timed out after <n>s``)."""
+
+from __future__ import annotations
+
+import logging
+import math
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import trio
+from opentelemetry.trace import StatusCode
+from scheduler_rig import HOURLY, T0, at, rig, until
+from span_rig import recorded_spans
+
+from trio_routines import InvalidOption, Outcome, Routine, Scheduler
+from trio_routines.records import Wakeup
+from trio_routines.testing import Complete, Hang, MemoryStore, ScriptedAgent
+from trio_routines.wakeups import WakeupRequest
+
+MANUAL = Routine(name="m", prompt="p")  # on demand: no cron fire while a test runs
+
+
+async def add_due(store: MemoryStore, session: str, minutes_ago: int) -> Wakeup:
+    """A one-shot of ``session`` that came due ``minutes_ago`` before T0 (stored in call order,
+    the order the wake loop takes due ones in)."""
+    fire_at = T0 - timedelta(minutes=minutes_ago)
+    request = WakeupRequest(session=session, prompt="look again", fire_at=fire_at)
+    return await store.add_wakeup(request, fire_at - timedelta(minutes=2))
+
+
+def turn_lines(caplog: pytest.LogCaptureFixture, wakeup: Wakeup) -> list[logging.LogRecord]:
+    """The outcome lines of ``wakeup``'s turn (its start line left out)."""
+    label = f"wake {wakeup.id[:8]} "
+    return [
+        r
+        for r in caplog.records
+        if r.getMessage().startswith(label) and "firing" not in r.getMessage()
+    ]
+
+
+async def test_a_stuck_wake_up_turn_ends_at_the_timeout_and_the_next_due_one_runs(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level(logging.INFO, logger="trio_routines")
+    spans = recorded_spans(monkeypatch)
+    scheduler, agent, store, _ = rig(MANUAL, wakeup_timeout=90)
+    assert scheduler.wakeup_timeout == 90.0
+    agent.script(Hang(), session="stuck")
+    # 89 s: under the bound of its own turn, though past 90 s from the stuck turn's start.
+    agent.script(Complete(duration=89), session="next")
+    stuck = await add_due(store, "stuck", 2)
+    after = await add_due(store, "next", 1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(600)
+        scheduler.stop(1)
+    first, second = agent.turns
+    assert (first.session, second.session) == ("stuck", "next")
+    assert second.started_at == first.started_at + 90  # at the timeout, not a poll later
+    assert second.wall == T0 + timedelta(seconds=90)
+    assert agent.finished == [second]  # the next one's turn ran whole
+    assert await store.list_wakeups() == []  # a one-shot that failed is not retried
+    # Logged as a routine's timed-out turn is: one ERROR line with the outcome's fields.
+    (line,) = turn_lines(caplog, stuck)
+    assert (line.levelno, line.getMessage()) == (
+        logging.ERROR,
+        f"wake {stuck.id[:8]} failed (90000ms): timed out after 90s",
+    )
+    assert (line.outcome, line.ms, line.error) == ("failed", 90000, "timed out after 90s")  # type: ignore[attr-defined]
+    (done,) = turn_lines(caplog, after)
+    assert done.getMessage() == f"wake {after.id[:8]} completed (89000ms)"
+    # Traced as failed, with the reason.
+    traced = {
+        dict(s.attributes or {})["trio_routines.wakeup"]: s
+        for s in spans.get_finished_spans()
+        if s.name == "wakeup.turn"
+    }
+    assert traced[stuck.id].attributes["trio_routines.outcome"] == "failed"  # type: ignore[index]
+    assert traced[stuck.id].status.status_code is StatusCode.ERROR
+    assert traced[stuck.id].status.description == "timed out after 90s"
+    assert traced[after.id].attributes["trio_routines.outcome"] == "completed"  # type: ignore[index]
+
+
+async def test_without_the_option_a_stuck_wake_up_turn_holds_the_next_one_back(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trio_routines")
+    scheduler, agent, store, _ = rig(MANUAL)
+    agent.script(Hang(), session="stuck")
+    stuck = await add_due(store, "stuck", 2)
+    after = await add_due(store, "next", 1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(7 * 24 * 3600)  # a week: no bound of any length ended the turn
+        assert [t.session for t in agent.turns] == ["stuck"]
+        assert turn_lines(caplog, stuck) == []
+        assert await store.list_wakeups() == [after]  # still due, still waiting
+        scheduler.stop(1)
+    # Only the stop's grace ends it.
+    (line,) = turn_lines(caplog, stuck)
+    assert line.getMessage().startswith(f"wake {stuck.id[:8]} interrupted: the stop's grace")
+    assert [t.session for t in agent.turns] == ["stuck"]
+
+
+async def test_the_wake_up_timeout_does_not_bound_a_routines_fire(
+    autojump_clock: Any,
+) -> None:
+    """Scheduler-wide for wake-up turns only: a routine's fire keeps its own ``timeout``."""
+    scheduler, agent, store, wall = rig(HOURLY, wakeup_timeout=60)
+    agent.script(Hang(), session=HOURLY.session)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(12, 30))  # the 11:00 fire runs on: 12:00 overlaps it
+        (fire,) = [f for f in await store.history("hourly") if f.slot == at(11)]
+        assert fire.outcome is None
+        scheduler.stop(0)
+    (fire,) = [f for f in await store.history("hourly") if f.slot == at(11)]
+    assert fire.outcome is Outcome.INTERRUPTED
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "wanted"),
+    [
+        ("wakeup_timeout", 0, "more than 0"),
+        ("wakeup_timeout", -5.0, "more than 0"),
+        ("wakeup_timeout", math.nan, "more than 0"),
+        ("wakeup_timeout", math.inf, "more than 0"),
+        ("wakeup_timeout", True, "more than 0"),  # a switch taken for a number: 1 s
+        ("wakeup_timeout", "30", "more than 0"),
+        ("store_timeout", True, "more than 0"),  # the same check, shared
+        ("default_grace", "10", "0 or more"),
+    ],
+)
+def test_a_bad_seconds_option_is_refused_in_one_line_naming_it(
+    option: str, value: Any, wanted: str
+) -> None:
+    with pytest.raises(InvalidOption) as refused:
+        Scheduler(agent=ScriptedAgent(), store=MemoryStore(), **{option: value})
+    assert str(refused.value) == (
+        f"{option} must be a finite number of seconds, {wanted}: {value!r}"
+    )
+
+
+def test_a_wake_up_timeout_is_kept_as_seconds() -> None:
+    def made(**options: Any) -> Scheduler:
+        return Scheduler(agent=ScriptedAgent(), store=MemoryStore(), **options)
+
+    assert made().wakeup_timeout is None
+    assert made(wakeup_timeout=None).wakeup_timeout is None
+    kept = made(wakeup_timeout=45).wakeup_timeout
+    assert (kept, type(kept)) == (45.0, float)
