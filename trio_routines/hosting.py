@@ -6,6 +6,8 @@ command line's: the scheduler boots first; the HTTP surface starts once it runs;
 signal stops the scheduler with the grace (new fires are answered 503, in-flight turns get the
 grace to finish, then are interrupted and settled), a second signal stops it at once; once the
 last turn has settled, the HTTP server and the signal watch end and :func:`serve` returns.
+The signals are watched from before the boot: one during the boot gives the boot up at once
+(each of its store calls may otherwise take the store timeout), and nothing is served.
 """
 
 from __future__ import annotations
@@ -25,12 +27,22 @@ log = logging.getLogger("trio_routines")
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-async def watch_signals(signals: AsyncIterator[int], scheduler: Scheduler, grace: float) -> None:
-    """The first signal stops ``scheduler`` with ``grace``; another one stops it at once."""
+async def watch_signals(
+    signals: AsyncIterator[int],
+    scheduler: Scheduler,
+    grace: float,
+    booted: trio.Event | None = None,
+) -> None:
+    """The first signal stops ``scheduler`` with ``grace``; another one stops it at once.
+
+    ``booted``: set once the scheduler runs; a signal before that stops it during its boot,
+    which it gives up at once (``Scheduler.run``)."""
     remaining = grace
     async for signum in signals:
         name = signal.Signals(signum).name
-        if remaining > 0:
+        if booted is not None and not booted.is_set():
+            log.info("%s received during the boot — stopping before anything is armed", name)
+        elif remaining > 0:
             log.info("%s received — stopping; in-flight turns get %gs to finish", name, remaining)
         else:
             log.warning("%s received — stopping now", name)
@@ -56,6 +68,30 @@ async def run_then_end(
     nursery.cancel_scope.cancel()
 
 
+async def start_watched(
+    nursery: trio.Nursery,
+    scheduler: Scheduler,
+    signals: AsyncIterator[int] | None,
+    grace: float,
+) -> bool:
+    """Start ``scheduler`` in ``nursery`` (:func:`run_then_end`), ``signals`` watched from
+    the start of its boot (:func:`watch_signals`). False when one came before the boot ended:
+    the boot was given up, nothing runs, and the nursery ends."""
+    booted = trio.Event()
+
+    async def run(*, task_status: trio.TaskStatus[Scheduler]) -> None:
+        if signals is not None:
+            # Started from here: the watch runs from this task's first checkpoint, which is
+            # inside run(), so a signal already waiting stops a boot begun (a stop before
+            # run() would make it refuse to run).
+            nursery.start_soon(watch_signals, signals, scheduler, grace, booted)
+        await run_then_end(scheduler, nursery, task_status=task_status)
+
+    await nursery.start(run)
+    booted.set()
+    return not scheduler.stopping
+
+
 async def serve(
     scheduler: Scheduler,
     *,
@@ -72,7 +108,8 @@ async def serve(
     :class:`~trio_routines.http.InsecureBind` before anything starts. ``signals`` (SIGINT and
     SIGTERM; empty for none, e.g. outside the main thread) stop the scheduler with ``grace``
     seconds for in-flight turns (default: the scheduler's ``default_grace``, 10 s, the same as
-    the command line's ``--grace``); a second signal stops it at once.
+    the command line's ``--grace``); a second signal stops it at once. A signal during the
+    boot gives the boot up at once, and nothing is served.
     ``await nursery.start(serve, scheduler, ...)`` returns the HTTP port bound, or ``None``.
     """
     if http is not None:
@@ -84,12 +121,10 @@ async def serve(
     receiver = trio.open_signal_receiver(*wanted) if wanted else contextlib.nullcontext(None)
     with receiver as received:
         async with trio.open_nursery() as nursery:
-            await nursery.start(run_then_end, scheduler, nursery)
+            runs = await start_watched(nursery, scheduler, received, stop_grace)
             port: int | None = None
-            if http is not None:
+            if runs and http is not None:
                 from .http import serve_http
 
                 port = await nursery.start(partial(serve_http, scheduler, *http, token=token))
-            if received is not None:
-                nursery.start_soon(watch_signals, received, scheduler, stop_grace)
             task_status.started(port)

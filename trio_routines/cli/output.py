@@ -31,6 +31,7 @@ from ..replicas import REPLICA_ENV, replica_problem
 from ..routinedir import LoadResult, find_routine, load_routines
 from ..routines import Routine
 from ..scheduler.state import DEFAULT_GRACE as DEFAULT_GRACE
+from ..scheduler.state import STORE_TIMEOUT, duration
 from ..store import Store
 from ..stores import is_postgres_url, open_store
 from ..stores.credentials import shown_state
@@ -159,6 +160,29 @@ async def open_state(
     finally:
         with trio.CancelScope(shield=True):
             await store.aclose()
+
+
+class StoreDeadline:
+    """The deadline of a command's store calls on ``state`` (None: a state not named): each
+    read or write within :data:`~trio_routines.scheduler.state.STORE_TIMEOUT`, the deadline
+    the runtime gives each of its own (scheduler/calls.py). A store that does not answer by
+    then ends the command, in one line naming the store and what it was asked (both stores
+    let a call cut off be left to its thread); Ctrl-C still ends the wait at once.
+    """
+
+    def __init__(self, state: str | None) -> None:
+        self.store = "the state store" + ("" if state is None else f" {state_label(state)}")
+
+    async def __call__(
+        self, asked: str, call: Awaitable[T], then: str = "try again once it answers"
+    ) -> T:
+        """``await call``, the store asked ``asked`` (``reading the paused routines``);
+        ``then``: what to do when it does not answer."""
+        with trio.move_on_after(STORE_TIMEOUT):
+            return await call
+        raise CliError(
+            f"{self.store} did not answer within {duration(STORE_TIMEOUT)} ({asked}) — {then}"
+        )
 
 
 async def load(directory: str, *, report: bool) -> LoadResult:

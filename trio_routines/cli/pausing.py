@@ -6,7 +6,16 @@ import argparse
 from datetime import UTC, datetime
 
 from .client import Server, path_part
-from .output import check_name, load, open_state, pick, print_line, state_arg
+from .output import (
+    StoreDeadline,
+    check_name,
+    load,
+    open_state,
+    pick,
+    print_line,
+    quoted,
+    state_arg,
+)
 
 
 def _paused_line(name: str) -> str:
@@ -14,6 +23,9 @@ def _paused_line(name: str) -> str:
 
 
 _RESUMED = "resumed — it fires from its next slot; paused slots are not run"
+# A change cut off by our deadline: the store may not have made it, or (a state directory
+# whose disk froze in the middle of it) may still make it; asking again is harmless.
+_NOT_CONFIRMED = "the {} is not confirmed: try again once it answers"
 
 
 async def _over_http(server: Server, name: str, *, paused: bool) -> int:
@@ -30,8 +42,14 @@ async def cmd_pause(args: argparse.Namespace) -> int:
     if server is not None:
         return await _over_http(server, args.name, paused=True)
     routine = pick(await load(args.routines, report=False), args.name, args.routines)
-    async with open_state(state_arg(args), writes="pause") as store:
-        await store.set_paused(routine.name, True)
+    state = state_arg(args)
+    asked = StoreDeadline(state)
+    async with open_state(state, writes="pause") as store:
+        await asked(
+            f"pausing {quoted(routine.name)}",
+            store.set_paused(routine.name, True),
+            _NOT_CONFIRMED.format("pause"),
+        )
     print_line(_paused_line(routine.name))
     return 0
 
@@ -41,12 +59,18 @@ async def cmd_resume(args: argparse.Namespace) -> int:
     server = Server.from_args(args)
     if server is not None:
         return await _over_http(server, args.name, paused=False)
-    async with open_state(state_arg(args), writes="resume") as store:
-        if args.name not in await store.paused():
+    state = state_arg(args)
+    asked = StoreDeadline(state)
+    async with open_state(state, writes="resume") as store:
+        if args.name not in await asked("reading the paused routines", store.paused()):
             # A routine whose file is gone or broken may still be resumed; an unknown one not.
             pick(await load(args.routines, report=False), args.name, args.routines)
             print_line(f"{args.name} was not paused")
             return 0
-        await store.set_paused(args.name, False, datetime.now(UTC))
+        await asked(
+            f"resuming {quoted(args.name)}",
+            store.set_paused(args.name, False, datetime.now(UTC)),
+            _NOT_CONFIRMED.format("resume"),
+        )
     print_line(f"{args.name} {_RESUMED}")
     return 0

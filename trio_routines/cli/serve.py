@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 import trio
 
 from ..agent import Agent
-from ..hosting import run_then_end, watch_signals
+from ..hosting import start_watched
 from ..instants import format_iso
 from ..routines import Routine
 from ..scheduler import Scheduler
@@ -38,8 +38,9 @@ log = logging.getLogger("trio_routines")
 async def cmd_serve(args: argparse.Namespace) -> int:
     # The signal handlers come first, before the routines are read (1.5 s for 10,000 files):
     # SIGHUP's default action ends the process, and systemd counts that as a clean exit, so an
-    # early `systemctl reload` would leave the service dead. A SIGHUP (or a stop) that arrives
-    # during the start-up waits in the receiver and is handled once the runtime runs.
+    # early `systemctl reload` would leave the service dead. A SIGHUP that arrives during the
+    # start-up waits in the receiver and is handled once the runtime runs; a stop, once the
+    # scheduler's boot begins (which it then gives up at once).
     with (
         trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals,
         trio.open_signal_receiver(signal.SIGHUP) as hangups,
@@ -120,17 +121,19 @@ async def _serve(
             ),
         )
         async with trio.open_nursery() as nursery:
-            await nursery.start(run_then_end, scheduler, nursery)
-            _log_armed(args, state, scheduler, routines)
-            # --- hook: the HTTP surface, in the same nursery as the runtime ---------------
-            if serve_http is not None:
-                await nursery.start(
-                    functools.partial(serve_http, scheduler, token=token, sock=listener)
-                )
-            # -------------------------------------------------------------------------------
-            nursery.start_soon(watch_signals, signals, scheduler, args.grace)
-            nursery.start_soon(_reload_on_hangup, hangups, scheduler, args.routines)
-    log.info("stopped")
+            # The stop signals are watched from before the boot, whose store calls may each
+            # take the store timeout: one during the boot gives it up at once.
+            runs = await start_watched(nursery, scheduler, signals, args.grace)
+            if runs:
+                _log_armed(args, state, scheduler, routines)
+                # --- hook: the HTTP surface, in the same nursery as the runtime -----------
+                if serve_http is not None:
+                    await nursery.start(
+                        functools.partial(serve_http, scheduler, token=token, sock=listener)
+                    )
+                # ---------------------------------------------------------------------------
+                nursery.start_soon(_reload_on_hangup, hangups, scheduler, args.routines)
+    log.info("stopped" if runs else "stopped during the boot: nothing was armed or fired")
     return 0
 
 

@@ -35,7 +35,17 @@ from ..routines import Routine, catchup_text
 from ..store import Store
 from ..text import shown
 from .client import Server
-from .output import load, open_state, print_json, print_line, say, state_arg, state_label
+from .output import (
+    StoreDeadline,
+    load,
+    open_state,
+    print_json,
+    print_line,
+    quoted,
+    say,
+    state_arg,
+    state_label,
+)
 from .served import served_in_flight, served_replicas, served_view
 from .table import left, outcome_word, schedule, short_instant, strip, table
 from .wakeuprows import session_spent, wakeup_json, wakeup_lines
@@ -86,18 +96,22 @@ def failing_lines(rows: Sequence[RoutineRow]) -> list[str]:
 
 
 async def routine_rows(
-    store: Store, routines: Sequence[Routine], now: datetime
+    store: Store, routines: Sequence[Routine], now: datetime, asked: StoreDeadline | None = None
 ) -> list[RoutineRow]:
+    """Each routine's row, every read within ``asked`` (the store's deadline)."""
+    asked = asked or StoreDeadline(None)
     rows = []
     try:
-        paused = await store.paused()
+        paused = await asked("reading the paused routines", store.paused())
     except StateFault as exc:
         say(f"which routines are paused is unreadable — {exc}")
         paused = frozenset()
     for routine in routines:
         problem = None
         try:
-            fires = await store.history(routine.name)
+            fires = await asked(
+                f"reading the claims of {quoted(routine.name)}", store.history(routine.name)
+            )
         except StateFault as exc:
             fires, problem = [], str(exc)
         upcoming = None
@@ -109,7 +123,10 @@ async def routine_rows(
         held = routine.name in paused
         failing, success = failing_streak(fires)
         try:
-            spent = await day_spent(store, "routine", routine.name, now, fires)
+            spent = await asked(
+                f"reading what the turns of {quoted(routine.name)} spent",
+                day_spent(store, "routine", routine.name, now, fires),
+            )
         except StateFault as exc:
             say(f"what the turns of {routine.name} spent is unreadable — {exc}")
             spent = Spent()
@@ -205,11 +222,13 @@ async def _view(
     args: argparse.Namespace,
 ) -> tuple[list[RoutineRow], list[Wakeup], datetime, dict[str, Spent]]:
     result = await load(args.routines, report=True)
-    async with open_state(state_arg(args)) as store:
-        wakeups = await store.list_wakeups()
+    state = state_arg(args)
+    asked = StoreDeadline(state)
+    async with open_state(state) as store:
+        wakeups = await asked("reading the pending wake-ups", store.list_wakeups())
         now = datetime.now(UTC)
-        rows = await routine_rows(store, result.routines, now)
-        spent = await session_spent(store, wakeups, now)
+        rows = await routine_rows(store, result.routines, now, asked)
+        spent = await asked("reading what the sessions spent", session_spent(store, wakeups, now))
     for row in rows:
         if row.problem is not None:
             say(f"{row.routine.name}: its claims are unreadable — {row.problem}")

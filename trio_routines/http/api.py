@@ -279,14 +279,19 @@ async def routines(scheduler: Scheduler) -> Response:
 
 
 async def history(scheduler: Scheduler, name: str) -> Response:
+    """A routine's claims and gaps, read within the scheduler's ``store_timeout``."""
     _routine(scheduler, name)
-    try:
-        fires, gaps = await read_history(scheduler.store, name)
-        running = await running_slots(scheduler.store, name, fires)
-    except StateFault as exc:
-        log.error("GET /routines/%s/history: %s", name[:ECHO], exc)
-        raise unavailable(f"the history of {quoted(name)} is unreadable right now") from None
-    return Response(200, history_to_json(in_slot_order(fires, gaps), running))
+    problem = f"the store did not answer within {scheduler.store_timeout:g}s"
+    with trio.move_on_after(scheduler.store_timeout):
+        try:
+            fires, gaps = await read_history(scheduler.store, name)
+            running = await running_slots(scheduler.store, name, fires)
+        except StateFault as exc:
+            problem = str(exc)
+        else:
+            return Response(200, history_to_json(in_slot_order(fires, gaps), running))
+    log.error("GET /routines/%s/history: %s", name[:ECHO], problem)
+    raise unavailable(f"the history of {quoted(name)} is unreadable right now")
 
 
 async def replicas(scheduler: Scheduler) -> Response:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AsyncExitStack
 from datetime import datetime, timedelta
 
 import trio
@@ -143,6 +144,7 @@ class Scheduler:
             wakeup_timeout=self.wakeup_timeout,
         )
         self._loops = trio.CancelScope()  # the loops' scope: stop() cancels it
+        self._booting = trio.CancelScope()  # the boot's scope: stop() cancels it too
 
     @property
     def stopping(self) -> bool:
@@ -165,7 +167,8 @@ class Scheduler:
 
         Raises :class:`Stopping`, before anything is read or written, on a scheduler that
         has run (or runs) already or was stopped: its stop is final, and its loops' cancel
-        scope can be entered once.
+        scope can be entered once. A :meth:`stop` during the boot gives the boot up at once:
+        nothing is armed, and ``run`` reports started and returns once it left the store.
         """
         runtime = self._runtime
         if self._ran or runtime.stopping.value:
@@ -175,18 +178,33 @@ class Scheduler:
             )
         self._ran = True
         booted = dict(runtime.routines)
-        async with self._parts.membership.present():
-            await self._parts.members.note_dead_members()
-            first_due = await self._parts.boot.run(plan=not self.external_clock)  # reads the pauses
-            for name, due in first_due.items():
-                self._parts.arming.arm(name, due)
-            self._parts.clock.note_offset()
+        async with AsyncExitStack() as joined:
+            first_due = await self._boot(joined)
+            if first_due is None:  # given up by a stop: reported once the store was left
+                await joined.aclose()
+                task_status.started(self)
+                return
             async with trio.open_nursery() as nursery:
                 runtime.nursery = nursery
                 nursery.start_soon(self._run_loops, booted, first_due)
                 del booted, first_due  # the boot's maps, not kept for the run (see _run_loops)
                 task_status.started(self)
             runtime.nursery = None
+
+    async def _boot(self, joined: AsyncExitStack) -> dict[str, datetime] | None:
+        """Join the store (left as ``joined`` ends), reconcile, plan and arm: each routine's
+        first slot, or None when a stop gave the boot up. A stop cuts the boot's store calls
+        off as their own deadlines would (none leaves a record half written); what the boot
+        did not reach, the next boot does."""
+        with self._booting:
+            await joined.enter_async_context(self._parts.membership.present())
+            await self._parts.members.note_dead_members()
+            first_due = await self._parts.boot.run(plan=not self.external_clock)  # reads the pauses
+            for name, due in first_due.items():
+                self._parts.arming.arm(name, due)
+            self._parts.clock.note_offset()
+            return first_due
+        return None
 
     async def _run_loops(self, booted: dict[str, Routine], first_due: dict[str, datetime]) -> None:
         runtime = self._runtime
@@ -228,9 +246,10 @@ class Scheduler:
         """Stop arming at once; give in-flight turns ``grace`` seconds, then interrupt them.
 
         Safe to call from inside a turn (that fire still settles) and more than once (the
-        shortest grace wins).
+        shortest grace wins). During the boot, it gives the boot up at once (see :meth:`run`).
         """
         self._begin_stop(self._runtime.default_grace if grace is None else grace)
+        self._booting.cancel()
         self._loops.cancel()
 
     def _begin_stop(self, grace: float) -> None:

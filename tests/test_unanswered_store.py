@@ -1,0 +1,174 @@
+"""A store that does not answer a command's or a request's call: our deadline ends the wait.
+
+``pause``, ``resume`` and ``status`` (processes of their own) and ``GET /routines/{name}/history``
+(a real server on loopback) against a real PostgreSQL whose table the call needs is locked by
+the test. The deadline is the one of the runtime's store calls (``STORE_TIMEOUT``, a
+scheduler's ``store_timeout``), set to a second here. The store's own bound (5 s, the server's
+lock timeout) is longer: only our deadline can end the wait with the line it says. A command
+cut off ends in one line and changes nothing; the request gets a 503 of one line.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+
+import psycopg
+import pytest
+import trio
+from pg import schema_url, server_url, with_app_name
+from procs import Env, one_line, wait_for
+from psycopg import sql
+
+from trio_routines import Routine, Scheduler, serve
+from trio_routines.stores.postgres import PostgresStore
+from trio_routines.testing import ScriptedAgent
+
+pytestmark = pytest.mark.slow  # processes, and a real second of waiting each
+
+# ``python -m trio_routines`` with the command line's store deadline at the first argument.
+WITH_DEADLINE = (
+    "import sys; from trio_routines.cli import main, output; "
+    "output.STORE_TIMEOUT = float(sys.argv.pop(1)); sys.exit(main(sys.argv[1:]))"
+)
+
+
+@pytest.fixture
+def app_url() -> Iterator[tuple[str, str, str]]:
+    """A fresh schema with the store's tables: (its URL naming our application, the
+    application's name, the schema)."""
+    with schema_url() as url:
+        app = f"unanswered_{uuid.uuid4().hex[:12]}"
+
+        async def tables() -> None:
+            store = PostgresStore(url)
+            await store.paused()  # the first call makes the tables
+            await store.aclose()
+
+        trio.run(tables)
+        yield with_app_name(url, app), app, url.rpartition("%3D")[2]
+
+
+def _locked(schema: str, table: str) -> psycopg.Connection[tuple[object, ...]]:
+    """A connection whose open transaction holds ``table`` locked against every use."""
+    conn = psycopg.connect(server_url(), connect_timeout=10)
+    name = sql.Identifier(schema, f"trio_routines_{table}")
+    conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(name))
+    return conn
+
+
+def _gone(app: str) -> bool:
+    with psycopg.connect(server_url(), autocommit=True, connect_timeout=10) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (app,)
+        ).fetchone()
+    return row is not None and row[0] == 0
+
+
+def _rows(schema: str, table: str) -> list[tuple[object, ...]]:
+    with psycopg.connect(server_url(), autocommit=True, connect_timeout=10) as conn:
+        name = sql.Identifier(schema, f"trio_routines_{table}")
+        return conn.execute(sql.SQL("SELECT routine FROM {}").format(name)).fetchall()
+
+
+def _command(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-c", WITH_DEADLINE, "1", *env.argv(*args)[3:]]
+    return subprocess.run(
+        argv, capture_output=True, text=True, cwd=env.root, env=env.environ(), timeout=60
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "locked", "paused", "asked"),
+    [
+        (("pause", "daily"), "paused", [], 'pausing "daily") — the pause is not confirmed'),
+        # Its read of the paused routines answers; its change waits (its DELETE made, its
+        # INSERT of the resume's instant waiting): never committed.
+        (("resume", "daily"), "resumed", [("daily",)], 'resuming "daily") — the resume is not'),
+        (("status",), "claims", [], 'reading the claims of "daily") — try again once it answers'),
+    ],
+)
+def test_a_command_whose_store_does_not_answer_ends_in_one_line_changing_nothing(
+    tmp_path: Path,
+    app_url: tuple[str, str, str],
+    args: tuple[str, ...],
+    locked: str,
+    paused: list[tuple[object, ...]],
+    asked: str,
+) -> None:
+    url, app, schema = app_url
+    env = Env(tmp_path)
+    env.state = url  # type: ignore[assignment]
+    env.routine("daily", cron="0 9 * * *")
+    if paused:
+        assert env.cli("pause", "daily").returncode == 0
+    assert _rows(schema, "paused") == paused
+    blocker = _locked(schema, locked)
+    try:
+        result = _command(env, *args)
+    finally:
+        blocker.rollback()
+        blocker.close()
+    assert (result.returncode, result.stdout) == (1, "")
+    line = one_line(result.stderr)
+    assert line.startswith("error: the state store postgresql://")
+    assert f" did not answer within 1s ({asked}" in line
+    # Nothing changed: the command's connection ended with its process, its change never
+    # committed, even now that the lock is gone.
+    wait_for(lambda: _gone(app), 30, "the command's connections to end")
+    assert _rows(schema, "paused") == paused
+    assert _rows(schema, "resumed") == []
+
+
+def _get(port: int, path: str) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        headers = {k.lower(): v for k, v in response.getheaders()}
+        return response.status, headers, response.read()
+    finally:
+        conn.close()
+
+
+async def test_a_history_read_the_store_does_not_answer_is_a_503_of_one_line(
+    app_url: tuple[str, str, str],
+) -> None:
+    url, _, schema = app_url
+    # The store's own bound is a minute: only the scheduler's deadline can end the read.
+    store = PostgresStore(url, timeout=60)
+    daily = Routine(name="daily", prompt="p", cron="0 9 * * *")
+    scheduler = Scheduler(
+        agent=ScriptedAgent(), store=store, routines=[daily], external_clock=True, store_timeout=1
+    )
+    try:
+        async with trio.open_nursery() as nursery:
+            start = partial(serve, scheduler, http=("127.0.0.1", 0), signals=())
+            port = await nursery.start(start)
+            assert isinstance(port, int)
+            ok, _, body = await trio.to_thread.run_sync(_get, port, "/routines/daily/history")
+            assert (ok, json.loads(body)) == (200, [])
+            blocker = await trio.to_thread.run_sync(_locked, schema, "claims")
+            try:
+                status, headers, body = await trio.to_thread.run_sync(
+                    _get, port, "/routines/daily/history"
+                )
+            finally:
+                blocker.rollback()
+                blocker.close()
+            scheduler.stop(0)
+    finally:
+        await store.aclose()
+    assert (status, headers["content-type"], headers["retry-after"]) == (
+        503,
+        "application/json",
+        "5",
+    )
+    assert b"\n" not in body
+    assert json.loads(body) == {"error": 'the history of "daily" is unreadable right now'}
