@@ -24,6 +24,7 @@ import pytest
 import trio
 import trio.testing
 
+import trio_routines
 from tests.test_pinned_writerwire import open_fds
 from tests.test_writer import SLOT, child_of, misbehaving, up
 from trio_routines.errors import StateFault
@@ -33,7 +34,7 @@ from trio_routines.stores.directory.writer import process as writer
 from trio_routines.stores.directory.writer.call import Call
 from trio_routines.stores.directory.writer.process import WriterProcess
 
-PACKAGE = str(Path(writer.__file__).resolve().parents[2])
+PACKAGE = str(Path(trio_routines.__file__).resolve().parent.parent)
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]  # never up, never ends
 
 
@@ -69,6 +70,7 @@ def test_a_child_finds_this_package_first_and_its_socket(
         pid = child_of(started).pid
         expected = PACKAGE if inherited is None else f"{PACKAGE}{os.pathsep}{inherited}"
         assert environ(pid)["PYTHONPATH"] == expected
+        assert (Path(PACKAGE) / "trio_routines" / "__init__.py").is_file()
         *command, fd, root, keep, lock_timeout = proc(pid, "cmdline")
         assert command == SLEEPER
         assert (root, keep, lock_timeout) == (str(tmp_path), "7", "0.25")

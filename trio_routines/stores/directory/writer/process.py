@@ -63,6 +63,11 @@ REPLY_TIMEOUT = 60.0
 GIVEN_UP = "was given up (a caller could not wait for its answer: a deadline, or a stop)"
 
 
+#: The directory trio_routines is found in, first on the child's path: the child runs the
+#: parent's own code, whatever else the environment names.
+PACKAGE_ROOT = Path(__file__).resolve().parents[4]
+
+
 def command() -> list[str]:
     """How to start the child: this interpreter, child.py."""
     return [sys.executable, "-m", "trio_routines.stores.directory.writer.child"]
@@ -115,7 +120,7 @@ class WriterProcess:
         """Start a child (blocking for the fork and exec only; it signals when it is up)."""
         self._ended = [child for child in self._ended if child.poll() is None]
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        package = str(Path(__file__).resolve().parents[2])  # where trio_routines is found
+        package = str(PACKAGE_ROOT)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package, env.get("PYTHONPATH")) if p)
         try:
