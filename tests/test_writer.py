@@ -443,3 +443,22 @@ async def test_a_batch_the_writer_process_could_not_send_is_written_by_a_thread(
         monkeypatch.undo()
         (fire,) = await store.history("r0")
         assert fire.outcome is (Outcome.COMPLETED if op == "settles" else None)
+
+
+async def test_the_child_runs_this_package_whatever_the_working_directory_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A trio_routines in the working directory (another version's checkout, say) whose child
+    # module would write nothing: the child must run the parent's own code, not that one.
+    shadow = tmp_path / "cwd" / "trio_routines" / "stores" / "directory" / "writer"
+    shadow.mkdir(parents=True)
+    for package in shadow.parents[:4]:
+        (package / "__init__.py").write_text("")
+    (shadow / "child.py").write_text("import sys\nsys.exit(3)\n")
+    monkeypatch.chdir(tmp_path / "cwd")
+    root = tmp_path / "state"
+    async with DirectoryStore(root) as store:
+        await up(store)
+        assert (await store.claim("r0000", SLOT, SLOT)).taken
+        assert store._writes.claim_writes.batches == 0  # written by the child, not a thread
+    assert claim_path(root, "r0000").exists()

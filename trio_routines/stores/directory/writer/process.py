@@ -69,8 +69,10 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[4]
 
 
 def command() -> list[str]:
-    """How to start the child: this interpreter, child.py."""
-    return [sys.executable, "-m", "trio_routines.stores.directory.writer.child"]
+    """How to start the child: this interpreter, child.py. ``-P``: ``-m`` would put the working
+    directory first on the child's path, and a ``trio_routines`` found there (a checkout of
+    another version, say) would be run instead of the parent's own."""
+    return [sys.executable, "-P", "-m", "trio_routines.stores.directory.writer.child"]
 
 
 @attrs.define(eq=False)
