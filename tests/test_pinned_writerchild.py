@@ -330,3 +330,103 @@ def test_equal_claim_results_go_back_as_one_object() -> None:
     assert errors == {4: fault}
     # the reply pickles the one object once
     assert len(pickle.dumps(values)) < len(pickle.dumps([*taken, other]))
+
+
+class HeldFlush:
+    """``syncfs`` in the child that holds its first call until :attr:`release` is set."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.calls = 0
+
+    def __call__(self, fd: int) -> None:
+        self.calls += 1
+        if self.calls == 1:
+            self.entered.set()
+            assert self.release.wait(30), "the test never let the flush go"
+
+
+def wait_for(condition: Any) -> None:
+    for _ in range(3000):
+        if condition():
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("never came")
+
+
+def test_the_next_batch_is_written_while_the_one_before_is_flushed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = HeldFlush()
+    monkeypatch.setattr(writerchild, "syncfs", held)
+    served = Served(tmp_path)
+    served.parent.sendall(request("claims", [("r0", SLOT, SLOT)]))
+    assert held.entered.wait(30)
+    served.parent.sendall(request("claims", [("r1", SLOT, SLOT)]))
+    second = tmp_path / "schedule" / "claims" / "r1" / slot_name(SLOT)
+    wait_for(second.exists)  # written beside the first batch's flush, which still waits
+    served.parent.setblocking(False)
+    with pytest.raises(BlockingIOError):  # and no answer goes out before its flush returns
+        served.parent.recv(1)
+    served.parent.settimeout(30)
+    held.release.set()
+    first_values, *_ = read_reply(served.parent)
+    second_values, *_ = read_reply(served.parent)
+    assert [first_values[0].status, second_values[0].status] == [ClaimStatus.TAKEN] * 2
+    assert held.calls == 2  # each batch its own flush, in the order they came
+    assert served.close()
+
+
+class Warned(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_each_reply_carries_the_log_records_of_its_own_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, our_logger: logging.Logger
+) -> None:
+    served = Served(tmp_path)
+    warned = Warned()
+    our_logger.addHandler(warned)  # beside the child's own: says when the writes warned
+    served.ask("claims", [(name, SLOT, SLOT) for name in ("r0", "r1", "r2")])
+    for name in ("r1", "r2"):  # a directory squats on each claim: a settle's warning each
+        squatted = tmp_path / "schedule" / "claims" / name / slot_name(SLOT)
+        squatted.unlink()
+        squatted.mkdir()
+    held = HeldFlush()
+    monkeypatch.setattr(writerchild, "syncfs", held)
+    settle = [("r0", SLOT, Outcome.COMPLETED, 5, False, None)]
+    served.parent.sendall(request("settles", settle))  # written, then its flush held
+    assert held.entered.wait(30)
+    for name in ("r1", "r2"):  # each written (and warned) while the first flush waits
+        served.parent.sendall(request("settles", [(name, SLOT, Outcome.COMPLETED, 5, False, None)]))
+    wait_for(lambda: len(warned.records) == 2)
+    held.release.set()
+    replies = [read_reply(served.parent) for _ in range(3)]
+    assert [values for values, _, _ in replies] == [[True], [False], [False]]
+    assert replies[0][2] == []
+    assert [message.split(":")[0] for _, message in replies[1][2]] == ["r1"]
+    assert [message.split(":")[0] for _, message in replies[2][2]] == ["r2"]
+    assert served.close()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_fault_in_the_flush_thread_ends_the_child_and_leaks_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("a bug of ours in the flush thread, once the batch was flushed")
+
+    monkeypatch.setattr(writerchild, "_columns", broken)
+    served = Served(tmp_path)
+    before = open_fds()
+    served.parent.sendall(request("claims", [("r0", SLOT, SLOT)]))
+    assert served.parent.recv(1) == b""  # no answer: the child's end is shut at once
+    assert served.returned.wait(30)  # and its reading thread returned, the parent's end open
+    assert not open_fds() - before  # the batch's descriptor closed, the thread gone
+    assert served.close()

@@ -12,9 +12,9 @@ Each request is one batch (claims or settles) for :class:`~.claimfiles.ClaimFile
 child runs as a worker thread would, then makes durable itself (one ``syncfs`` a batch, see
 child.py); the reply carries each item's final answer and the log records the writes made
 (logged again here, on ``trio_routines``). The flush is the child's, not this process's
-group commit: flushing in the child while its next batch waits keeps the writes and the
-flush from contending (a flush beside the creates of the next batch slows both),
-and a claim is answered durable, ready to start its turn, without a second wake-up here.
+group commit: a claim is answered durable, ready to start its turn, without a second
+wake-up here; the child flushes each batch in a thread of its own while it writes the next
+(child.py).
 
 Nothing the child does is waited for without a bound: a reply that does not come within
 :data:`REPLY_TIMEOUT` (a stalled disk, a stopped child) and a child that dies fail that batch
