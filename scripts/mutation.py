@@ -440,7 +440,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # loopback port, in-process).
     "hosting": (
         ["trio_routines/hosting.py"],
-        ["tests/test_hosting.py", "tests/test_pinned_hosting.py"],
+        ["tests/test_hosting.py", "tests/test_pinned_hosting.py", "tests/test_boot_stop.py"],
     ),
     "converter": (
         ["trio_routines/converter.py"],
@@ -845,7 +845,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # The API handlers (a route's parsed input to its answer), over a real server on a
     # loopback port, in-process.
     "api": (
-        ["trio_routines/http/api.py"],
+        [
+            "trio_routines/http/api.py",
+            "trio_routines/http/wakeupapi.py",
+            "trio_routines/http/storecall.py",
+        ],
         [
             "tests/test_http.py",
             "tests/test_http_input.py",

@@ -47,6 +47,13 @@ def writer_child(parent: int) -> int | None:
 
 
 @pytest.mark.slow
+def threads_of(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no thread count for {pid}")
+
+
 def test_sigterm_with_a_stopped_writer_child_exits_within_the_grace_and_fires_nothing(
     env: Env,
 ) -> None:
@@ -57,9 +64,10 @@ def test_sigterm_with_a_stopped_writer_child_exits_within_the_grace_and_fires_no
     env.clock = clock = before_a_minute(env.root / "wall.faketime", 10)
     serve = env.serve("echo", "--grace", "2")
     child = wait_for(lambda: writer_child(serve.pid), 30, "the writer process")
-    # Up (it says so once it has imported, ~0.3 s) before it is stopped: else threads write,
-    # and the log's "given up" below would be missing.
-    time.sleep(3)
+    # Up before it is stopped: else threads write, and the log's "given up" below would be
+    # missing. Its flush thread starts right after it said it is up (child.py), so a second
+    # thread is the sign, however long its imports took on a loaded machine.
+    wait_for(lambda: threads_of(child) >= 2, 30, "the writer process up")
     os.kill(child, signal.SIGSTOP)
     try:
         # The next minute's herd: its claims go to the stopped child and are never answered.
