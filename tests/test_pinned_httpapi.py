@@ -1,4 +1,4 @@
-"""The API handlers' answers, pinned whole (http/api.py).
+"""The API handlers' answers, pinned whole (http/api.py, http/wakeupapi.py).
 
 The HTTP tests (``test_http`` and its siblings, over a real server on a loopback port) sample
 each answer: a status, a word of the message, a key of the body. Here each handler is called
@@ -23,7 +23,7 @@ from trio_routines import Routine, Scheduler
 from trio_routines.agent import Completed, Event, TextDelta
 from trio_routines.cron import next_run
 from trio_routines.errors import StateFault
-from trio_routines.http import api
+from trio_routines.http import api, wakeupapi
 from trio_routines.http.api import MAX_REPLY
 from trio_routines.http.wire import Refusal, Response
 from trio_routines.instants import format_iso
@@ -429,18 +429,18 @@ async def test_read_faults_are_503_with_their_log_lines_whole(
         "the replicas are unreadable right now",
         retry,
     )
-    assert await refused(api.wakeups(scheduler, None)) == (
+    assert await refused(wakeupapi.wakeups(scheduler, None)) == (
         503,
         "the wake-up state is unreadable right now",
         retry,
     )
-    assert await refused(api.unwake(scheduler, "w" * 70, "s")) == (
+    assert await refused(wakeupapi.unwake(scheduler, "w" * 70, "s")) == (
         503,
         "the wake-up state is unavailable; nothing was removed",
         retry,
     )
     wake = {"session": "s", "prompt": "p", "in": "2h"}
-    assert await refused(api.wake(scheduler, wake)) == (
+    assert await refused(wakeupapi.wake(scheduler, wake)) == (
         503,
         "the wake-up state is unavailable; nothing was added",
         retry,
@@ -453,6 +453,55 @@ async def test_read_faults_are_503_with_their_log_lines_whole(
         (logging.ERROR, f"DELETE /wakeups/{'w' * 64}: EIO: disk on fire"),
         (logging.ERROR, "POST /wakeups: EIO: disk on fire"),
     ]
+
+
+async def test_reads_and_wakeup_changes_the_store_leaves_unanswered_are_503_at_its_timeout(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = MemoryStore()
+    scheduler, *_ = rig(ADHOC, store=store, external_clock=True)  # store_timeout=5
+    added = await wakeupapi.wake(scheduler, WAKE | {"in": "2h"})
+    wid = added.body["wakeup"]["id"]
+    for operation in ("history", "list_wakeups", "remove_wakeup", "add_wakeup"):
+        store.hang(operation)
+    retry = (("retry-after", "5"),)
+    not_confirmed = (
+        "the wake-up state did not answer within 5s; the {} is not confirmed — try again"
+    )
+    caplog.clear()
+    before = trio.current_time()
+    with trio.fail_after(60):  # a handler without the deadline would wait for ever
+        assert await refused(api.history(scheduler, "adhoc")) == (
+            503,
+            'the history of "adhoc" is unreadable right now',
+            retry,
+        )
+        assert trio.current_time() - before == pytest.approx(5.0)
+        assert await refused(wakeupapi.wakeups(scheduler, "chat:1")) == (
+            503,
+            "the wake-up state is unreadable right now",
+            retry,
+        )
+        assert trio.current_time() - before == pytest.approx(10.0)
+        assert await refused(wakeupapi.unwake(scheduler, wid, "chat:1")) == (
+            503,
+            not_confirmed.format("cancellation"),
+            retry,
+        )
+        assert await refused(wakeupapi.wake(scheduler, WAKE | {"in": "3h"})) == (
+            503,
+            not_confirmed.format("wake-up"),
+            retry,
+        )
+        assert trio.current_time() - before == pytest.approx(20.0)
+    slow = "the store did not answer within 5s"
+    assert errors(caplog) == [
+        (logging.ERROR, f"GET /routines/adhoc/history: {slow}"),
+        (logging.ERROR, f"GET /wakeups: {slow}"),
+        (logging.ERROR, f"DELETE /wakeups/{wid}: {slow}"),
+        (logging.ERROR, f"POST /wakeups: {slow}"),
+    ]
+    assert [w.id for w in store.wakeups] == [wid]
 
 
 async def test_a_pause_or_resume_fault_is_logged_naming_which(
@@ -509,17 +558,18 @@ ONE_OF = 'give exactly one of "in" (a delay such as "30m") or "cron"'
 )  # fmt: skip
 async def test_wake_refusals_whole(autojump_clock: Any, body: dict[str, Any], message: str) -> None:
     scheduler, _, store, _ = rig(ADHOC, external_clock=True)
-    assert await refused(api.wake(scheduler, body)) == (400, message, ())
+    assert await refused(wakeupapi.wake(scheduler, body)) == (400, message, ())
     assert store.wakeups == []
 
 
 async def test_wake_applies_the_schedulers_limits(autojump_clock: Any) -> None:
     limits = WakeLimits(lifetime=timedelta(days=2))
     scheduler, _, store, _ = rig(ADHOC, external_clock=True, wake_limits=limits)
-    added = await api.wake(scheduler, WAKE | {"cron": "0 9 * * *"})
+    added = await wakeupapi.wake(scheduler, WAKE | {"cron": "0 9 * * *"})
     assert (added.status, added.body["wakeup"]["until"]) == (201, iso(T0 + timedelta(days=2)))
     too_far = iso(T0 + timedelta(days=3))
-    assert await refused(api.wake(scheduler, WAKE | {"cron": "0 9 * * *", "until": too_far})) == (
+    late = WAKE | {"cron": "0 9 * * *", "until": too_far}
+    assert await refused(wakeupapi.wake(scheduler, late)) == (
         400,
         "until is too far off — a recurring wake-up lives at most 2 days "
         f"(until {iso(T0 + timedelta(days=2))} at the latest).",
@@ -530,15 +580,15 @@ async def test_wake_applies_the_schedulers_limits(autojump_clock: Any) -> None:
 
 async def test_unwake_answers_whole(autojump_clock: Any) -> None:
     scheduler, _, store, _ = rig(ADHOC, external_clock=True)
-    added = await api.wake(scheduler, WAKE | {"in": "2h"})
+    added = await wakeupapi.wake(scheduler, WAKE | {"in": "2h"})
     wid = added.body["wakeup"]["id"]
-    assert await refused(api.unwake(scheduler, wid, "another")) == (
+    assert await refused(wakeupapi.unwake(scheduler, wid, "another")) == (
         404,
         f"no pending wake-up {wid} for this session "
         "(already fired, cancelled, or another session's)",
         (),
     )
-    removed = await api.unwake(scheduler, wid, "chat:1")
+    removed = await wakeupapi.unwake(scheduler, wid, "chat:1")
     assert (removed.status, removed.body) == (
         200,
         {"removed": True, "reply": f"OK — wake-up {wid} cancelled."},

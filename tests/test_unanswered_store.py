@@ -1,11 +1,13 @@
 """A store that does not answer a command's or a request's call: our deadline ends the wait.
 
-``pause``, ``resume`` and ``status`` (processes of their own) and ``GET /routines/{name}/history``
-(a real server on loopback) against a real PostgreSQL whose table the call needs is locked by
-the test. The deadline is the one of the runtime's store calls (``STORE_TIMEOUT``, a
-scheduler's ``store_timeout``), set to a second here. The store's own bound (5 s, the server's
-lock timeout) is longer: only our deadline can end the wait with the line it says. A command
-cut off ends in one line and changes nothing; the request gets a 503 of one line.
+``pause``, ``resume``, ``status``, ``history``, ``wake`` and ``unwake`` (processes of their own),
+and ``GET /routines/{name}/history`` and the wake-up routes (a real server on loopback), against
+a real PostgreSQL whose table the call needs is locked by the test. The deadline is the one of
+the runtime's store calls (``STORE_TIMEOUT``, a scheduler's ``store_timeout``), set to a second
+here. The store's own bound (5 s, the server's lock timeout, for a command; a minute for the
+server) is longer: only our deadline can end the wait with the line it says. A command cut off
+ends in one line and changes nothing; the request gets a 503 of one line, and a change it
+asked for is not made once the lock is gone either (the thread left with it rolls it back).
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ def _command(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
         # INSERT of the resume's instant waiting): never committed.
         (("resume", "daily"), "resumed", [("daily",)], 'resuming "daily") — the resume is not'),
         (("status",), "claims", [], 'reading the claims of "daily") — try again once it answers'),
+        (("history", "daily"), "claims", [], 'reading the history of "daily") — try again once'),
     ],
 )
 def test_a_command_whose_store_does_not_answer_ends_in_one_line_changing_nothing(
@@ -126,10 +129,62 @@ def test_a_command_whose_store_does_not_answer_ends_in_one_line_changing_nothing
     assert _rows(schema, "resumed") == []
 
 
-def _get(port: int, path: str) -> tuple[int, dict[str, str], bytes]:
+def _wakeup_ids(schema: str) -> list[object]:
+    with psycopg.connect(server_url(), autocommit=True, connect_timeout=10) as conn:
+        name = sql.Identifier(schema, "trio_routines_wakeups")
+        rows = conn.execute(sql.SQL("SELECT id FROM {} ORDER BY seq").format(name)).fetchall()
+    return [row[0] for row in rows]
+
+
+WAKE = ("wake", "--session", "chat:1", "--in", "2h", "--prompt")
+NOT_CONFIRMED = "is not confirmed: try again once it answers"
+
+
+@pytest.mark.parametrize(
+    ("args", "asked"),
+    [
+        ((*WAKE, "again"), f'adding a wake-up for session "chat:1") — the wake-up {NOT_CONFIRMED}'),
+        (
+            ("unwake", "{id}", "--session", "chat:1"),
+            f'cancelling wake-up "{{id}}" of session "chat:1") — the cancellation {NOT_CONFIRMED}',
+        ),
+    ],
+)
+def test_a_wakeup_change_whose_store_does_not_answer_ends_in_one_line_changing_nothing(
+    tmp_path: Path, app_url: tuple[str, str, str], args: tuple[str, ...], asked: str
+) -> None:
+    url, app, schema = app_url
+    env = Env(tmp_path)
+    env.state = url  # type: ignore[assignment]
+    added = env.cli(*WAKE, "first", "--json")
+    assert added.returncode == 0, added.stderr
+    wid = json.loads(added.stdout)["id"]
+    blocker = _locked(schema, "wakeups")
+    try:
+        result = _command(env, *(arg.format(id=wid) for arg in args))
+    finally:
+        blocker.rollback()
+        blocker.close()
+    assert (result.returncode, result.stdout) == (1, "")
+    line = one_line(result.stderr)
+    assert line.startswith("error: the state store postgresql://")
+    assert line.endswith(f" did not answer within 1s ({asked.format(id=wid)}\n")
+    # Nothing changed: the command's connection ended with its process, its change never
+    # committed, even now that the lock is gone.
+    wait_for(lambda: _gone(app), 30, "the command's connections to end")
+    assert _wakeup_ids(schema) == [wid]
+
+
+def _request(
+    port: int, path: str, method: str = "GET", body: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
-        conn.request("GET", path)
+        if body is None:
+            conn.request(method, path)
+        else:
+            sent = json.dumps(body).encode()
+            conn.request(method, path, sent, {"Content-Type": "application/json"})
         response = conn.getresponse()
         headers = {k.lower(): v for k, v in response.getheaders()}
         return response.status, headers, response.read()
@@ -152,12 +207,12 @@ async def test_a_history_read_the_store_does_not_answer_is_a_503_of_one_line(
             start = partial(serve, scheduler, http=("127.0.0.1", 0), signals=())
             port = await nursery.start(start)
             assert isinstance(port, int)
-            ok, _, body = await trio.to_thread.run_sync(_get, port, "/routines/daily/history")
+            ok, _, body = await trio.to_thread.run_sync(_request, port, "/routines/daily/history")
             assert (ok, json.loads(body)) == (200, [])
             blocker = await trio.to_thread.run_sync(_locked, schema, "claims")
             try:
                 status, headers, body = await trio.to_thread.run_sync(
-                    _get, port, "/routines/daily/history"
+                    _request, port, "/routines/daily/history"
                 )
             finally:
                 blocker.rollback()
@@ -172,3 +227,89 @@ async def test_a_history_read_the_store_does_not_answer_is_a_503_of_one_line(
     )
     assert b"\n" not in body
     assert json.loads(body) == {"error": 'the history of "daily" is unreadable right now'}
+
+
+def _locks_on_wakeups(app: str, schema: str) -> list[bool]:
+    """Whether each lock our application's connections hold or wait for on the wake-ups
+    table is granted: a call waits while one is not; none once its transaction ended."""
+    with psycopg.connect(server_url(), autocommit=True, connect_timeout=10) as conn:
+        rows = conn.execute(
+            "SELECT l.granted FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE a.application_name = %s AND n.nspname = %s "
+            "AND c.relname = 'trio_routines_wakeups'",
+            (app, schema),
+        ).fetchall()
+    return [bool(row[0]) for row in rows]
+
+
+NOT_ANSWERED = "the wake-up state did not answer within 1s; the {} is not confirmed — try again"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "error"),
+    [
+        (
+            "POST",
+            "/wakeups",
+            {"session": "chat:1", "prompt": "again", "in": "3h"},
+            NOT_ANSWERED.format("wake-up"),
+        ),
+        ("GET", "/wakeups?session=chat:1", None, "the wake-up state is unreadable right now"),
+        ("DELETE", "/wakeups/{id}?session=chat:1", None, NOT_ANSWERED.format("cancellation")),
+    ],
+)
+async def test_a_wakeup_call_the_store_does_not_answer_is_a_503_of_one_line_changing_nothing(
+    app_url: tuple[str, str, str],
+    method: str,
+    path: str,
+    body: dict[str, str] | None,
+    error: str,
+) -> None:
+    url, app, schema = app_url
+    # The store's own bound is a minute: only the scheduler's deadline can end the call.
+    store = PostgresStore(url, timeout=60)
+    scheduler = Scheduler(
+        agent=ScriptedAgent(), store=store, external_clock=True, wakeups=False, store_timeout=1
+    )
+    first = {"session": "chat:1", "prompt": "first", "in": "2h"}
+    locks = partial(_locks_on_wakeups, app, schema)
+    try:
+        async with trio.open_nursery() as nursery:
+            start = partial(serve, scheduler, http=("127.0.0.1", 0), signals=())
+            port = await nursery.start(start)
+            assert isinstance(port, int)
+            added, _, made = await trio.to_thread.run_sync(
+                _request, port, "/wakeups", "POST", first
+            )
+            assert added == 201, made
+            wid = json.loads(made)["wakeup"]["id"]
+            blocker = await trio.to_thread.run_sync(_locked, schema, "wakeups")
+            try:
+                status, headers, answer = await trio.to_thread.run_sync(
+                    _request, port, path.format(id=wid), method, body
+                )
+                # The call cut off still waits for the lock, in the thread it was left to.
+                await trio.to_thread.run_sync(
+                    wait_for, lambda: False in locks(), 30, "the call left to wait for the lock"
+                )
+            finally:
+                blocker.rollback()
+                blocker.close()
+            await trio.to_thread.run_sync(
+                wait_for, lambda: not locks(), 30, "the call left to end its transaction"
+            )
+            _, _, listed = await trio.to_thread.run_sync(_request, port, "/wakeups")
+            scheduler.stop(0)
+    finally:
+        await store.aclose()
+    assert (status, headers["content-type"], headers["retry-after"]) == (
+        503,
+        "application/json",
+        "5",
+    )
+    assert b"\n" not in answer
+    assert json.loads(answer) == {"error": error}
+    # Nothing changed, now that the lock is gone and the call left to its thread has ended.
+    assert _wakeup_ids(schema) == [wid]
+    assert [entry["id"] for entry in json.loads(listed)] == [wid]

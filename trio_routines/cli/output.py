@@ -162,6 +162,15 @@ async def open_state(
             await store.aclose()
 
 
+# What a change cut off by our deadline tells the user ("the pause", "the wake-up"): the
+# store may not have made it, or (a state directory whose disk froze in the middle of it) may
+# still make it. Asking again is harmless: a pause or a resume is idempotent, and neither
+# store makes a wake-up change behind a caller that left (a state directory undoes one that
+# lands late, PostgreSQL rolls it back), but for a write still in the kernel when the
+# command's process ends.
+NOT_CONFIRMED = "the {} is not confirmed: try again once it answers"
+
+
 class StoreDeadline:
     """The deadline of a command's store calls on ``state`` (None: a state not named): each
     read or write within :data:`~trio_routines.scheduler.state.STORE_TIMEOUT`, the deadline

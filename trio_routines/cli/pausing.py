@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 from .client import Server, path_part
 from .output import (
+    NOT_CONFIRMED,
     StoreDeadline,
     check_name,
     load,
@@ -23,9 +24,6 @@ def _paused_line(name: str) -> str:
 
 
 _RESUMED = "resumed — it fires from its next slot; paused slots are not run"
-# A change cut off by our deadline: the store may not have made it, or (a state directory
-# whose disk froze in the middle of it) may still make it; asking again is harmless.
-_NOT_CONFIRMED = "the {} is not confirmed: try again once it answers"
 
 
 async def _over_http(server: Server, name: str, *, paused: bool) -> int:
@@ -48,7 +46,7 @@ async def cmd_pause(args: argparse.Namespace) -> int:
         await asked(
             f"pausing {quoted(routine.name)}",
             store.set_paused(routine.name, True),
-            _NOT_CONFIRMED.format("pause"),
+            NOT_CONFIRMED.format("pause"),
         )
     print_line(_paused_line(routine.name))
     return 0
@@ -70,7 +68,7 @@ async def cmd_resume(args: argparse.Namespace) -> int:
         await asked(
             f"resuming {quoted(args.name)}",
             store.set_paused(args.name, False, datetime.now(UTC)),
-            _NOT_CONFIRMED.format("resume"),
+            NOT_CONFIRMED.format("resume"),
         )
     print_line(f"{args.name} {_RESUMED}")
     return 0

@@ -21,6 +21,7 @@ from ..usage import describe as describe_usage
 from .client import Server, path_part
 from .output import (
     CliError,
+    StoreDeadline,
     check_name,
     load,
     open_state,
@@ -50,9 +51,15 @@ async def cmd_history(args: argparse.Namespace) -> int:
         where = server.url
     else:
         state = state_arg(args)
+        asked = StoreDeadline(state)
         async with open_state(state) as store:
-            fires, gaps = await read_history(store, args.name)
-            running = await running_slots(store, args.name, fires)
+            fires, gaps = await asked(
+                f"reading the history of {quoted(args.name)}", read_history(store, args.name)
+            )
+            running = await asked(
+                f"reading which turns of {quoted(args.name)} run now",
+                running_slots(store, args.name, fires),
+            )
         where = f"state: {state_label(state)}"
         if not fires and not gaps:
             await _known_without_history(args, where)

@@ -15,7 +15,16 @@ from ..instants import format_iso
 from ..records import Origin, OriginKind, Wakeup
 from ..wakeups import WakeupRequest
 from .client import Server, path_part, query
-from .output import CliError, open_state, print_json, print_line, quoted, state_arg
+from .output import (
+    NOT_CONFIRMED,
+    CliError,
+    StoreDeadline,
+    open_state,
+    print_json,
+    print_line,
+    quoted,
+    state_arg,
+)
 
 # The guardrails speak of the request's fields; on the command line they are options.
 _OPTION_NAMES = {"`in`": "--in", '"in"': "--in"}
@@ -62,9 +71,15 @@ async def cmd_wake(args: argparse.Namespace) -> int:
             origin=asked,
             until=args.until,
         )
-    async with open_state(state_arg(args), writes="wake") as store:
+    state = state_arg(args)
+    deadline = StoreDeadline(state)
+    async with open_state(state, writes="wake") as store:
         try:
-            wakeup = await store.add_wakeup(request, now)
+            wakeup = await deadline(
+                f"adding a wake-up for session {quoted(args.session)}",
+                store.add_wakeup(request, now),
+                NOT_CONFIRMED.format("wake-up"),
+            )
         except InvalidWakeup as exc:
             message = str(exc)
             for field, option in _OPTION_NAMES.items():
@@ -116,8 +131,14 @@ async def cmd_unwake(args: argparse.Namespace) -> int:
         if answer.status not in (200, 404):
             raise server.refused(answer)
     else:
-        async with open_state(state_arg(args), writes="unwake") as store:
-            removed = await store.remove_wakeup(args.id, args.session)
+        state = state_arg(args)
+        deadline = StoreDeadline(state)
+        async with open_state(state, writes="unwake") as store:
+            removed = await deadline(
+                f"cancelling wake-up {quoted(args.id)} of session {quoted(args.session)}",
+                store.remove_wakeup(args.id, args.session),
+                NOT_CONFIRMED.format("cancellation"),
+            )
     if not removed:
         raise CliError(
             f"no pending wake-up {quoted(args.id)} for session {quoted(args.session)} "

@@ -9,8 +9,9 @@ nursery. A host that already runs a Trio ASGI server mounts :func:`make_app`'s a
 
 Layout: :mod:`.wire` reads requests into values and writes answers (pure), :mod:`.origin`
 checks ``Host`` and ``Origin``, :mod:`.app` holds the gates and the routing, :mod:`.api` one
-handler per route, :mod:`.serving` runs the application on hypercorn. Users import from
-``trio_routines.http`` only.
+handler per route (:mod:`.wakeupapi` the wake-up routes'; :mod:`.storecall` bounds a
+handler's own call on the store), :mod:`.serving` runs the application on hypercorn. Users
+import from ``trio_routines.http`` only.
 
 Theory of operation
 -------------------
@@ -36,8 +37,10 @@ changes nothing:
 5. the fields: missing or of the wrong type (400); unknown fields are ignored, as the
    TypeScript agent server's routines scheduler does, so a newer client can talk to an older
    server;
-6. the action. A state fault is 503 with ``Retry-After`` (nothing was claimed or changed);
-   anything unexpected is logged and answered 500 with a generic message.
+6. the action. A state fault is 503 with ``Retry-After`` (nothing was claimed or changed),
+   and so is a store that has not answered a handler's call within the scheduler's
+   ``store_timeout`` (a change then is not confirmed); anything unexpected is logged and
+   answered 500 with a generic message.
 
 Decisions (also in docs/http.md):
 

@@ -1,4 +1,5 @@
-"""The API handlers: one function per route, each from parsed input to a :class:`Response`.
+"""The API handlers: one function per route, each from parsed input to a :class:`Response`
+(the wake-up routes': :mod:`.wakeupapi`).
 
 Only the handlers read or write the state store, and only after every gate of the package
 doc has passed; each answers a store fault with 503 (nothing claimed or changed).
@@ -9,36 +10,31 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-import attrs
 import trio
 
-from .. import tracing
 from ..budgets import budgets_text
-from ..converter import history_json, history_to_json, wakeup_to_json
+from ..converter import history_json, history_to_json
 from ..cron import next_run
-from ..errors import InvalidWakeup, StateFault
+from ..errors import StateFault
 from ..history import in_slot_order, read_history, running_slots
-from ..instants import format_iso, parse_iso
-from ..records import ClaimStatus, Origin, OriginKind, Wakeup
+from ..instants import format_iso
+from ..records import ClaimStatus, Fire, Gap
 from ..replicas import replica_json
 from ..routines import Routine, catchup_text
 from ..scheduler import FireResult, NotOnGrid, NotYetDue, Scheduler, Stopping, UnknownRoutine
 from ..tools import definitions
 from ..turns import TurnResult
-from ..wakeups import WakeupRequest, added_reply, bad_delay_reply, parse_delay, removed_reply
-from .spending import listed_sessions_spent, routines_spent
+from .spending import routines_spent
+from .storecall import store_call
 from .wire import (
     ECHO,
-    MAX_SESSION,
     Refusal,
     Response,
     ToolStyle,
     flag,
-    label,
-    optional_text,
     quoted,
     required_text,
     slot,
@@ -66,17 +62,6 @@ def _routine(scheduler: Scheduler, name: str) -> Routine:
         raise Refusal(
             404, f"no routine named {quoted(name)} (this deployment has: {listed}{more})"
         ) from None
-
-
-#: Who asks through ``POST /wakeups`` (whatever the client: the server cannot tell).
-ASKED = Origin(kind=OriginKind.HTTP)
-
-
-def _hidden(wakeup: Wakeup) -> dict[str, Any]:
-    """A wake-up as the HTTP surface shows it: everything but the prompt."""
-    shown = wakeup_to_json(wakeup)
-    shown.pop("prompt", None)
-    return shown
 
 
 def _fire_body(name: str, at: datetime, result: FireResult) -> dict[str, Any]:
@@ -281,17 +266,18 @@ async def routines(scheduler: Scheduler) -> Response:
 async def history(scheduler: Scheduler, name: str) -> Response:
     """A routine's claims and gaps, read within the scheduler's ``store_timeout``."""
     _routine(scheduler, name)
-    problem = f"the store did not answer within {scheduler.store_timeout:g}s"
-    with trio.move_on_after(scheduler.store_timeout):
-        try:
-            fires, gaps = await read_history(scheduler.store, name)
-            running = await running_slots(scheduler.store, name, fires)
-        except StateFault as exc:
-            problem = str(exc)
-        else:
-            return Response(200, history_to_json(in_slot_order(fires, gaps), running))
-    log.error("GET /routines/%s/history: %s", name[:ECHO], problem)
-    raise unavailable(f"the history of {quoted(name)} is unreadable right now")
+
+    async def read() -> tuple[list[Fire], list[Gap], set[datetime]]:
+        fires, gaps = await read_history(scheduler.store, name)
+        return fires, gaps, await running_slots(scheduler.store, name, fires)
+
+    fires, gaps, running = await store_call(
+        scheduler,
+        f"GET /routines/{name[:ECHO]}/history",
+        read(),
+        f"the history of {quoted(name)} is unreadable right now",
+    )
+    return Response(200, history_to_json(in_slot_order(fires, gaps), running))
 
 
 async def replicas(scheduler: Scheduler) -> Response:
@@ -316,82 +302,3 @@ async def pause(scheduler: Scheduler, name: str, *, paused: bool) -> Response:
         log.error("POST /routines/%s/%s: %s", name[:ECHO], "pause" if paused else "resume", exc)
         raise unavailable(f"could not change {quoted(name)} right now") from None
     return Response(200, {"name": routine.name, "paused": paused})
-
-
-async def wake(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
-    session = label(required_text(body, "session", '"chat:42"'), "session", MAX_SESSION)
-    prompt = required_text(body, "prompt", '"check the build"')
-    if ("in" in body) == ("cron" in body):
-        raise Refusal(400, 'give exactly one of "in" (a delay such as "30m") or "cron"')
-    tz = optional_text(body, "tz")
-    until = _until(body)
-    now = scheduler.now()
-    if "in" in body:
-        if tz is not None:
-            raise Refusal(400, '"tz" goes with "cron" only')
-        try:
-            seconds = parse_delay(body["in"])
-            fire_at = None if seconds is None else now + timedelta(seconds=seconds)
-        except OverflowError:
-            raise Refusal(400, '"in" is too far in the future') from None
-        if fire_at is None:
-            raise Refusal(400, bad_delay_reply(body["in"]))
-        if until is not None:
-            raise Refusal(400, '"until" goes with "cron" only')
-        request = WakeupRequest(session=session, prompt=prompt, fire_at=fire_at)
-    else:
-        cron = required_text(body, "cron", '"0 9 * * 1-5"')
-        request = WakeupRequest(session=session, prompt=prompt, cron=cron, tz=tz, until=until)
-    request = attrs.evolve(request, origin=ASKED, limits=scheduler.wake_limits)
-    try:
-        with tracing.step("wakeup.add", {tracing.SESSION: session}) as span:
-            wakeup = await scheduler.store.add_wakeup(request, now)
-            if span is not None:
-                span.set_attribute(tracing.WAKEUP, wakeup.id)
-    except InvalidWakeup as exc:
-        raise Refusal(400, str(exc)) from None
-    except StateFault as exc:
-        log.error("POST /wakeups: %s", exc)
-        raise unavailable("the wake-up state is unavailable; nothing was added") from None
-    return Response(201, {"wakeup": _hidden(wakeup), "reply": added_reply(wakeup)})
-
-
-def _until(body: Mapping[str, Any]) -> datetime | None:
-    """The ``until`` of a recurring wake-up: an ISO 8601 instant with its zone, when given."""
-    given = optional_text(body, "until")
-    if given is None:
-        return None
-    until = parse_iso(given)
-    if until is None:
-        raise Refusal(
-            400, '"until" must be an ISO 8601 instant with its zone, such as "2026-07-31T18:00:00Z"'
-        )
-    return until
-
-
-async def wakeups(scheduler: Scheduler, session: str | None) -> Response:
-    """The pending wake-ups (``session``'s, if given) without prompts; each with what its
-    session's wake-up turns spent in 24 h (``sessionSpent24h``; null: ledger unreadable)."""
-    now = scheduler.now()
-    try:
-        pending = await scheduler.store.list_wakeups()
-    except StateFault as exc:
-        log.error("GET /wakeups: %s", exc)
-        raise unavailable("the wake-up state is unreadable right now") from None
-    listed = [_hidden(w) for w in pending if session is None or w.session == session]
-    spent = await listed_sessions_spent(scheduler, [e["session"] for e in listed], now)
-    if spent is not None:  # what each listed session spent, shown
-        for entry in listed:
-            entry["sessionSpent24h"] = spent.get(entry["session"])
-    return Response(200, listed)
-
-
-async def unwake(scheduler: Scheduler, wakeup_id: str, session: str) -> Response:
-    try:
-        removed = await scheduler.store.remove_wakeup(wakeup_id, session)
-    except StateFault as exc:
-        log.error("DELETE /wakeups/%s: %s", wakeup_id[:ECHO], exc)
-        raise unavailable("the wake-up state is unavailable; nothing was removed") from None
-    if not removed:
-        raise Refusal(404, removed_reply(wakeup_id[:ECHO], False))
-    return Response(200, {"removed": True, "reply": removed_reply(wakeup_id[:ECHO], True)})

@@ -11,7 +11,7 @@ import trio
 
 from .. import tracing
 from ..scheduler import Scheduler
-from . import api, page
+from . import api, page, wakeupapi
 from .expected import ExpectedSlots
 from .origin import check_origin
 from .wire import (
@@ -203,11 +203,11 @@ class _App:
         if key == "wakeup":
             assert param is not None
             wakeup_id = label(param, "id", MAX_ID)
-            return await api.unwake(scheduler, wakeup_id, required_session(scope))
+            return await wakeupapi.unwake(scheduler, wakeup_id, required_session(scope))
         if method == "POST":
             with _caller(scope):
-                return await api.wake(scheduler, await read_json(scope, receive))
-        return await api.wakeups(scheduler, session_param(scope))
+                return await wakeupapi.wake(scheduler, await read_json(scope, receive))
+        return await wakeupapi.wakeups(scheduler, session_param(scope))
 
     def _cookie(self, scope: Scope, method: str) -> bool:
         """A read carrying the status page's cookie needs no bearer header; nothing else."""

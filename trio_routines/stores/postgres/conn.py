@@ -17,8 +17,8 @@ bound, because calls run inside shielded fires and a stop's grace must hold:
   keepalives and ``tcp_user_timeout`` make the kernel drop a connection whose peer vanished,
   which is what eventually frees an abandoned thread and its connection.
 * **A caller that gave up.** The thread sees the call's ``abandoned`` event. Work that has
-  not committed checks it before committing and rolls back instead (see the claims module);
-  a commit whose answer was lost is dealt with there as well.
+  not committed checks it before committing and rolls back instead (see the claims and
+  wake-ups modules); the claims module deals with a commit whose answer was lost as well.
 
 A connection that died while idle (a killed backend, a restarted server) fails the empty
 query each call starts with, before anything of ours was sent, so the call moves on to the

@@ -11,6 +11,12 @@ The ``until_at`` column (schema version 11) ends a recurring wake-up; NULL for a
 or one added by older code. Each session's recent wake-up turns, the rate limit's record,
 are rows of ``wake_turns`` (schema version 11 too): a turn inserts its row and deletes
 every row older than the window, so the table holds about an hour of turns.
+
+An add or a removal whose caller gave up while it waited (a table locked, a stalled server:
+the caller's deadline passed first) is rolled back rather than committed behind its back,
+as the state directory undoes such a change: the caller's "not confirmed" then means not
+made, and a retry is safe. Only a caller giving up in the instant between that look and the
+commit is not seen.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any
 import psycopg
 import trio
 
+from ...errors import StateFault
 from ...records import Origin, Wakeup
 from ...wakelimits import RATE_WINDOW
 from ...wakeups import (
@@ -93,6 +100,13 @@ def _params(wakeup: Wakeup) -> tuple[Any, ...]:
     )
 
 
+def _unless_given_up(call: Call) -> None:
+    """Before an add or a removal commits: its caller gave up (a deadline, a stop), so the
+    change is rolled back rather than made behind its back (nobody reads this error)."""
+    if call.abandoned.is_set():
+        raise StateFault("abandoned by its caller: rolled back")
+
+
 class PostgresWakeups:
     """The wake-up calls of :class:`~.store.PostgresStore`, on its connections and tables."""
 
@@ -104,10 +118,11 @@ class PostgresWakeups:
         check_request(request)  # before the session's lock, which hashes it on the server
         return await self._conns.run("could not add a wake-up", self._add, request, now)
 
-    def _add(self, conn: Conn, _call: Call, request: WakeupRequest, now: datetime) -> Wakeup:
+    def _add(self, conn: Conn, call: Call, request: WakeupRequest, now: datetime) -> Wakeup:
         with conn.transaction():
             wakeup = plan_add(self._sessions_wakeups(conn, request.session), request, now)
-            self._insert(conn, _call, wakeup)
+            self._insert(conn, call, wakeup)
+            _unless_given_up(call)
         return wakeup
 
     def _sessions_wakeups(self, conn: Conn, session: str) -> list[Wakeup]:
@@ -190,13 +205,16 @@ class PostgresWakeups:
         what = f"could not remove wake-up {wakeup_id}"
         return await self._conns.run(what, self._remove, wakeup_id, session)
 
-    def _remove(self, conn: Conn, _call: Call, wakeup_id: str, session: str | None) -> bool:
+    def _remove(self, conn: Conn, call: Call, wakeup_id: str, session: str | None) -> bool:
         query = "DELETE FROM {wakeups} WHERE id = %s"
         params: tuple[str, ...] = (wakeup_id,)
         if session is not None:
             query += " AND session = %s"
             params += (session,)
-        return conn.execute(self._tables.sql(query), params).rowcount > 0
+        with conn.transaction():
+            removed = conn.execute(self._tables.sql(query), params).rowcount > 0
+            _unless_given_up(call)
+        return removed
 
     async def pending(self) -> list[Wakeup]:
         return await self._conns.run("the pending wake-ups are unreadable", self._list)

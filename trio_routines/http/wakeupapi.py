@@ -1,0 +1,135 @@
+"""The wake-up API handlers: ``POST /wakeups``, ``GET /wakeups``, ``DELETE /wakeups/{id}``.
+
+As :mod:`.api`'s, one function per route, each from parsed input to a :class:`Response`, run
+once every gate of the package doc has passed. Each call on the store is bounded by the
+scheduler's ``store_timeout`` (:mod:`.storecall`): a fault is a 503 saying nothing was
+changed; no answer by then, a 503 saying the change is not confirmed (a wake-up change that
+lands after its caller left is not kept: both stores undo or roll it back), to try again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+import attrs
+
+from .. import tracing
+from ..converter import wakeup_to_json
+from ..errors import InvalidWakeup
+from ..instants import parse_iso
+from ..records import Origin, OriginKind, Wakeup
+from ..scheduler import Scheduler
+from ..wakeups import WakeupRequest, added_reply, bad_delay_reply, parse_delay, removed_reply
+from .spending import listed_sessions_spent
+from .storecall import store_call
+from .wire import ECHO, MAX_SESSION, Refusal, Response, label, optional_text, required_text
+
+#: Who asks through ``POST /wakeups`` (whatever the client: the server cannot tell).
+ASKED = Origin(kind=OriginKind.HTTP)
+
+
+def _hidden(wakeup: Wakeup) -> dict[str, Any]:
+    """A wake-up as the HTTP surface shows it: everything but the prompt."""
+    shown = wakeup_to_json(wakeup)
+    shown.pop("prompt", None)
+    return shown
+
+
+def _not_confirmed(scheduler: Scheduler, change: str) -> str:
+    """The 503 of a change the store did not answer within its deadline."""
+    return (
+        f"the wake-up state did not answer within {scheduler.store_timeout:g}s; "
+        f"the {change} is not confirmed — try again"
+    )
+
+
+async def wake(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
+    session = label(required_text(body, "session", '"chat:42"'), "session", MAX_SESSION)
+    prompt = required_text(body, "prompt", '"check the build"')
+    if ("in" in body) == ("cron" in body):
+        raise Refusal(400, 'give exactly one of "in" (a delay such as "30m") or "cron"')
+    tz = optional_text(body, "tz")
+    until = _until(body)
+    now = scheduler.now()
+    if "in" in body:
+        if tz is not None:
+            raise Refusal(400, '"tz" goes with "cron" only')
+        try:
+            seconds = parse_delay(body["in"])
+            fire_at = None if seconds is None else now + timedelta(seconds=seconds)
+        except OverflowError:
+            raise Refusal(400, '"in" is too far in the future') from None
+        if fire_at is None:
+            raise Refusal(400, bad_delay_reply(body["in"]))
+        if until is not None:
+            raise Refusal(400, '"until" goes with "cron" only')
+        request = WakeupRequest(session=session, prompt=prompt, fire_at=fire_at)
+    else:
+        cron = required_text(body, "cron", '"0 9 * * 1-5"')
+        request = WakeupRequest(session=session, prompt=prompt, cron=cron, tz=tz, until=until)
+    request = attrs.evolve(request, origin=ASKED, limits=scheduler.wake_limits)
+
+    async def add() -> Wakeup:
+        with tracing.step("wakeup.add", {tracing.SESSION: session}) as span:
+            added = await scheduler.store.add_wakeup(request, now)
+            if span is not None:
+                span.set_attribute(tracing.WAKEUP, added.id)
+            return added
+
+    try:
+        wakeup = await store_call(
+            scheduler,
+            "POST /wakeups",
+            add(),
+            "the wake-up state is unavailable; nothing was added",
+            _not_confirmed(scheduler, "wake-up"),
+        )
+    except InvalidWakeup as exc:
+        raise Refusal(400, str(exc)) from None
+    return Response(201, {"wakeup": _hidden(wakeup), "reply": added_reply(wakeup)})
+
+
+def _until(body: Mapping[str, Any]) -> datetime | None:
+    """The ``until`` of a recurring wake-up: an ISO 8601 instant with its zone, when given."""
+    given = optional_text(body, "until")
+    if given is None:
+        return None
+    until = parse_iso(given)
+    if until is None:
+        raise Refusal(
+            400, '"until" must be an ISO 8601 instant with its zone, such as "2026-07-31T18:00:00Z"'
+        )
+    return until
+
+
+async def wakeups(scheduler: Scheduler, session: str | None) -> Response:
+    """The pending wake-ups (``session``'s, if given) without prompts; each with what its
+    session's wake-up turns spent in 24 h (``sessionSpent24h``; null: ledger unreadable)."""
+    now = scheduler.now()
+    pending = await store_call(
+        scheduler,
+        "GET /wakeups",
+        scheduler.store.list_wakeups(),
+        "the wake-up state is unreadable right now",
+    )
+    listed = [_hidden(w) for w in pending if session is None or w.session == session]
+    spent = await listed_sessions_spent(scheduler, [e["session"] for e in listed], now)
+    if spent is not None:  # what each listed session spent, shown
+        for entry in listed:
+            entry["sessionSpent24h"] = spent.get(entry["session"])
+    return Response(200, listed)
+
+
+async def unwake(scheduler: Scheduler, wakeup_id: str, session: str) -> Response:
+    removed = await store_call(
+        scheduler,
+        f"DELETE /wakeups/{wakeup_id[:ECHO]}",
+        scheduler.store.remove_wakeup(wakeup_id, session),
+        "the wake-up state is unavailable; nothing was removed",
+        _not_confirmed(scheduler, "cancellation"),
+    )
+    if not removed:
+        raise Refusal(404, removed_reply(wakeup_id[:ECHO], False))
+    return Response(200, {"removed": True, "reply": removed_reply(wakeup_id[:ECHO], True)})
