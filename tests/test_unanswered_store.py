@@ -18,6 +18,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from psycopg import sql
 from trio_routines import Routine, Scheduler, serve
 from trio_routines.stores.postgres import PostgresStore
 from trio_routines.testing import ScriptedAgent
+from trio_routines.wakeups import WakeupRequest
 
 pytestmark = pytest.mark.slow  # processes, and a real second of waiting each
 
@@ -313,3 +315,40 @@ async def test_a_wakeup_call_the_store_does_not_answer_is_a_503_of_one_line_chan
     # Nothing changed, now that the lock is gone and the call left to its thread has ended.
     assert _wakeup_ids(schema) == [wid]
     assert [entry["id"] for entry in json.loads(listed)] == [wid]
+
+
+async def test_a_due_wakeup_taken_for_a_caller_that_gave_up_stays_pending(
+    app_url: tuple[str, str, str],
+) -> None:
+    # The wake loop's take cut off by its deadline: the thread it was left to takes the
+    # wake-up once the lock is gone, for nobody. Rolled back, it stays for the next poll.
+    url, app, schema = app_url
+    store = PostgresStore(url, timeout=60)
+    locks = partial(_locks_on_wakeups, app, schema)
+    try:
+        now = datetime.now(UTC)
+        request = WakeupRequest(
+            session="chat:1", prompt="again", fire_at=now + timedelta(minutes=2)
+        )
+        added = await store.add_wakeup(request, now)
+        due = now + timedelta(minutes=3)
+        blocker = await trio.to_thread.run_sync(_locked, schema, "wakeups")
+        try:
+            with trio.move_on_after(1) as cut:
+                await store.take_due_wakeup(due)
+            assert cut.cancelled_caught
+            await trio.to_thread.run_sync(
+                wait_for, lambda: False in locks(), 30, "the take left to wait for the lock"
+            )
+        finally:
+            blocker.rollback()
+            blocker.close()
+        await trio.to_thread.run_sync(
+            wait_for, lambda: not locks(), 30, "the take left to end its transaction"
+        )
+        assert _wakeup_ids(schema) == [added.id]
+        taken = await store.take_due_wakeup(due)  # the next poll's take finds it
+        assert taken is not None
+        assert taken.id == added.id
+    finally:
+        await store.aclose()

@@ -12,11 +12,13 @@ or one added by older code. Each session's recent wake-up turns, the rate limit'
 are rows of ``wake_turns`` (schema version 11 too): a turn inserts its row and deletes
 every row older than the window, so the table holds about an hour of turns.
 
-An add or a removal whose caller gave up while it waited (a table locked, a stalled server:
-the caller's deadline passed first) is rolled back rather than committed behind its back,
-as the state directory undoes such a change: the caller's "not confirmed" then means not
-made, and a retry is safe. Only a caller giving up in the instant between that look and the
-commit is not seen.
+An add, a removal or a take whose caller gave up while it waited (a table locked, a stalled
+server: the caller's deadline passed first) is rolled back rather than committed behind its
+back, as the state directory undoes such a change: the caller's "not confirmed" then means
+not made, a retry is safe, and a wake-up taken for nobody is not lost (the next poll takes
+it). Only a caller giving up in the instant between that look and the commit is not seen.
+A deferral is committed even so: it puts back a wake-up that was taken, which is better
+made late than lost.
 """
 
 from __future__ import annotations
@@ -151,7 +153,7 @@ class PostgresWakeups:
     async def take_due(self, now: datetime) -> Wakeup | None:
         return await self._conns.run("could not take a due wake-up", self._take, now)
 
-    def _take(self, conn: Conn, _call: Call, now: datetime) -> Wakeup | None:
+    def _take(self, conn: Conn, call: Call, now: datetime) -> Wakeup | None:
         select = self._tables.sql(
             f"SELECT seq, {_WAKEUP_COLUMNS} FROM {{wakeups}} WHERE fire_at <= %s "
             "ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED"
@@ -184,6 +186,7 @@ class PostgresWakeups:
                     conn.execute(delete, (seq,))
                 if taken is None:
                     continue  # expired (take_first_due logged it): removed, look further
+                _unless_given_up(call)  # else it would be taken for nobody: never run
                 return taken
 
     async def defer(self, wakeup: Wakeup, fire_at: datetime) -> bool:
