@@ -430,3 +430,65 @@ def test_a_fault_in_the_flush_thread_ends_the_child_and_leaks_nothing(
     assert served.returned.wait(30)  # and its reading thread returned, the parent's end open
     assert not open_fds() - before  # the batch's descriptor closed, the thread gone
     assert served.close()
+
+
+def test_the_writes_wait_once_two_written_batches_wait_for_the_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = HeldFlush()
+    monkeypatch.setattr(writerchild, "syncfs", held)
+    monkeypatch.setattr(writerchild, "HAND_POLL", 0.01)  # many a wait for room meanwhile
+    served = Served(tmp_path)
+    claims = tmp_path / "schedule" / "claims"
+    for name in ("r0", "r1", "r2", "r3", "r4"):
+        served.parent.sendall(request("claims", [(name, SLOT, SLOT)]))
+    assert held.entered.wait(30)  # r0's flush, held
+    wait_for((claims / "r3" / slot_name(SLOT)).exists)  # r1, r2 wait for it; r3 for room
+    threading.Event().wait(0.2)  # (room is looked for every 10 ms meanwhile)
+    assert not (claims / "r4").exists()  # not read while three written batches wait
+    held.release.set()
+    for _ in range(5):
+        values, *_ = read_reply(served.parent)
+        assert values[0].status is ClaimStatus.TAKEN
+    assert (claims / "r4" / slot_name(SLOT)).exists()
+    assert served.close()
+
+
+def test_a_first_batchs_flush_sends_the_records_its_thread_made(
+    tmp_path: Path, flushes: Flushes
+) -> None:
+    claim = tmp_path / "schedule" / "claims" / "r0" / slot_name(SLOT)
+    claim.parent.mkdir(parents=True)
+    claim.write_text('{"firedAt":"2026-07-07T09:00:00.000Z"}')
+    flushes.failing = True  # the flush thread's warning is the first record it makes
+    served = Served(tmp_path)
+    values, errors, records = served.ask(
+        "settles", [("r0", SLOT, Outcome.COMPLETED, 5, False, None)]
+    )
+    assert (values, errors) == ([False], {})
+    assert records == [
+        (
+            logging.WARNING,
+            f"r0: could not record the completed outcome of slot {slot_name(SLOT)}:"
+            " EIO: Input/output error",
+        )
+    ]
+    assert served.close()
+
+
+def test_batches_written_for_a_parent_that_went_away_leave_no_descriptor_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = HeldFlush()
+    monkeypatch.setattr(writerchild, "syncfs", held)
+    served = Served(tmp_path)
+    before = open_fds()
+    claims = tmp_path / "schedule" / "claims"
+    for name in ("r0", "r1", "r2"):
+        served.parent.sendall(request("claims", [(name, SLOT, SLOT)]))
+    assert held.entered.wait(30)
+    wait_for((claims / "r2" / slot_name(SLOT)).exists)  # written: two wait for the flush
+    served.parent.close()  # the parent goes away; the flush returns, its answer goes nowhere
+    held.release.set()
+    assert served.returned.wait(30)
+    assert not open_fds() - before  # the two batches nobody flushes now closed too
