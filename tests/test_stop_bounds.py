@@ -46,7 +46,6 @@ def writer_child(parent: int) -> int | None:
     return None
 
 
-@pytest.mark.slow
 def threads_of(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("Threads:"):
@@ -54,6 +53,7 @@ def threads_of(pid: int) -> int:
     raise AssertionError(f"no thread count for {pid}")
 
 
+@pytest.mark.slow
 def test_sigterm_with_a_stopped_writer_child_exits_within_the_grace_and_fires_nothing(
     env: Env,
 ) -> None:
