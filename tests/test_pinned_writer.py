@@ -13,6 +13,7 @@ import logging
 import os
 import pickle
 import signal
+import site
 import socket
 import subprocess
 import sys
@@ -558,3 +559,20 @@ def test_the_writer_process_starts_until_it_keeps_ending_or_cannot(
     else:
         assert writes.process is starts  # type: ignore[comparison-overlap]  # a stand-in
         assert (starts.started, starts.alive) == (write_path.MAX_STARTS, True)
+
+
+def test_an_installed_package_is_found_where_the_interpreter_finds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Installed, its directory is the interpreter's site-packages: named first on the path,
+    # it would come before the standard library there, so it is not named at all.
+    installed = Path(site.getsitepackages()[0]).resolve()
+    monkeypatch.setattr(writer, "PACKAGE_ROOT", installed)
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    started = process(tmp_path, SLEEPER)
+    started.start()
+    try:
+        assert environ(child_of(started).pid)["PYTHONPATH"] == "/elsewhere"
+    finally:
+        started.stop("was told to stop by the test")
+        started.reap(30)

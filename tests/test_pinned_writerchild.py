@@ -492,3 +492,41 @@ def test_batches_written_for_a_parent_that_went_away_leave_no_descriptor_open(
     held.release.set()
     assert served.returned.wait(30)
     assert not open_fds() - before  # the two batches nobody flushes now closed too
+
+
+class FailedHeldFlush(HeldFlush):
+    """:class:`HeldFlush` whose first flush, once let go, fails with EIO."""
+
+    def __call__(self, fd: int) -> None:
+        super().__call__(fd)
+        if self.calls == 1:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+
+def test_a_claim_is_decided_only_once_its_routines_claim_before_it_is_flushed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A later slot's claim is written, and its flush will fail (it is taken back); an
+    # earlier slot's claim for the same routine comes in the next batch (a fire asked for,
+    # a second scheduler). Judged beside that flush, it would be stale by a claim that is
+    # never made: it waits for the flush, and is taken.
+    held = FailedHeldFlush()
+    monkeypatch.setattr(writerchild, "syncfs", held)
+    served = Served(tmp_path)
+    later = SLOT + timedelta(minutes=1)
+    served.parent.sendall(request("claims", [("r0", later, later)]))
+    assert held.entered.wait(30)
+    served.parent.sendall(request("claims", [("r1", SLOT, SLOT), ("r0", SLOT, SLOT)]))
+    threading.Event().wait(0.2)  # (time enough to write it, were it not held back)
+    assert not (tmp_path / "schedule" / "claims" / "r1").exists()  # the whole batch waits
+    held.release.set()
+    values, errors, _ = read_reply(served.parent)
+    assert values == [None]
+    assert isinstance(errors[0], StateFault)  # taken back: not durable
+    values, errors, _ = read_reply(served.parent)
+    assert [value.status for value in values] == [ClaimStatus.TAKEN, ClaimStatus.TAKEN]
+    assert errors == {}
+    assert sorted(p.name for p in (tmp_path / "schedule" / "claims" / "r0").iterdir()) == [
+        slot_name(SLOT)
+    ]
+    assert served.close()

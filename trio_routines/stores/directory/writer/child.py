@@ -14,6 +14,7 @@ the socket closes (once the batches it read are answered).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
@@ -96,8 +97,13 @@ def serve(sock: socket.socket, root: Path, keep: int, lock_timeout: float) -> No
             if body is None:
                 return
             op, items = pickle.loads(body)
+            claimed = {item[0] for item in items} if op == "claims" else set()
+            if not flushes.after_flushes_of(claimed):
+                return  # the parent went away: nothing left to answer
             answers, held = operations[op](items)
-            if not flushes.hand(_Written(op, items, answers, held, records.take())):
+            written = _Written(op, items, answers, held, records.take(), claimed)
+            if not flushes.hand(written):
+                close_held(held)
                 return  # the parent went away: nothing left to answer
     finally:
         flushes.close()
@@ -112,6 +118,7 @@ class _Written(NamedTuple):
     answers: list[Answer[Written[Any]]]
     held: Descriptors
     taken: list[tuple[int, str]]
+    claimed: set[str]  # the routines it claims for
 
 
 class _Flushes:
@@ -122,7 +129,12 @@ class _Flushes:
     µs a claim against 74–80 one after the other; benchmarks/README.md). A batch's answers
     still go out only once its own flush returned, each flush through descriptors opened
     before its batch's first write (groupcommit.py), and in the order the batches came.
-    At most :data:`AHEAD` batches wait for it; the writes wait beyond that."""
+    At most :data:`AHEAD` batches wait for it; the writes wait beyond that.
+
+    A batch that claims for a routine whose claim waits for its flush is written once that
+    flush returned: its listing must not decide a slot (stale, or what to prune) by a claim
+    that a failed flush may yet take back. A herd claims for each routine once: its batches
+    do not wait for each other."""
 
     def __init__(self, sock: socket.socket, files: ClaimFiles, records: _Records) -> None:
         self._sock = sock
@@ -130,12 +142,28 @@ class _Flushes:
         self._records = records
         self._waiting: queue.Queue[_Written | None] = queue.Queue(AHEAD)
         self._ended = threading.Event()
+        #: The routines claimed for in batches handed and not yet flushed, how many each.
+        self._unflushed: collections.Counter[str] = collections.Counter()
+        self._flushed = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="flushes", daemon=True)
         self._thread.start()
+
+    def after_flushes_of(self, routines: set[str]) -> bool:
+        """Wait until no claim for ``routines`` waits for its flush; False if the thread ended
+        (the parent went away) first."""
+        with self._flushed:
+            while not self._ended.is_set():
+                if self._unflushed.keys().isdisjoint(routines):
+                    return True
+                self._flushed.wait(HAND_POLL)
+        return False
 
     def hand(self, written: _Written | None) -> bool:
         """Queue ``written`` (None: no more), waiting for room; False if the thread ended (the
         parent went away) and never will take it."""
+        if written is not None and written.claimed:
+            with self._flushed:
+                self._unflushed.update(written.claimed)
         while not self._ended.is_set():
             try:
                 self._waiting.put(written, timeout=HAND_POLL)
@@ -157,6 +185,11 @@ class _Flushes:
                 final = made_durable(
                     self._files, written.op, written.items, written.answers, written.held
                 )
+                if written.claimed:
+                    with self._flushed:
+                        self._unflushed.subtract(written.claimed)
+                        self._unflushed += collections.Counter()  # (drops the zeros)
+                        self._flushed.notify_all()
                 taken = written.taken + self._records.take()
                 reply = pickle.dumps((*_columns(final), taken), pickle.HIGHEST_PROTOCOL)
                 self._sock.sendall(LENGTH.pack(len(reply)) + reply)
@@ -166,6 +199,8 @@ class _Flushes:
             # Ended (the parent gone, or a fault of ours, which the thread's hook prints):
             # the reading thread hears it at once, and the parent sees the child end.
             self._ended.set()
+            with self._flushed:
+                self._flushed.notify_all()  # a write waiting for a flush hears it at once
             with contextlib.suppress(OSError):
                 self._sock.shutdown(socket.SHUT_RDWR)
             self._close_waiting()

@@ -27,7 +27,8 @@ the child is taken for stalled, killed, and every batch in flight fails as above
 for its reply instead would hold a stop for up to :data:`REPLY_TIMEOUT`, and a claim
 answered after its caller left must not start a turn anyway. The child ignores SIGINT
 (Ctrl-C reaches the whole process group: the parent decides) and exits when its socket
-closes, so it never outlives the store's process for longer than its current batch.
+closes, so it never outlives the store's process for longer than the batches it has read
+(its writes of one, and the flushes of the few written before it).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import contextlib
 import logging
 import os
 import pickle
+import site
 import socket
 import subprocess
 import sys
@@ -66,6 +68,11 @@ GIVEN_UP = "was given up (a caller could not wait for its answer: a deadline, or
 #: The directory trio_routines is found in, first on the child's path: the child runs the
 #: parent's own code, whatever else the environment names.
 PACKAGE_ROOT = Path(__file__).resolve().parents[4]
+
+
+def _is_site_dir(path: Path) -> bool:
+    sites = [*site.getsitepackages(), site.getusersitepackages()]
+    return any(os.path.realpath(place) == str(path) for place in sites)
 
 
 def command() -> list[str]:
@@ -122,7 +129,9 @@ class WriterProcess:
         """Start a child (blocking for the fork and exec only; it signals when it is up)."""
         self._ended = [child for child in self._ended if child.poll() is None]
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        package = str(PACKAGE_ROOT)
+        # Named first unless it is one of the interpreter's own site directories (an installed
+        # package), which come after the standard library as they are.
+        package = "" if _is_site_dir(PACKAGE_ROOT) else str(PACKAGE_ROOT)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package, env.get("PYTHONPATH")) if p)
         try:
