@@ -52,6 +52,7 @@ async def test_a_stop_during_the_boot_gives_it_up_at_the_stops_instant(autojump_
         assert await nursery.start(scheduler.run) is scheduler
         assert trio.current_time() == start + 1  # not the read's bound, nor the stop's
     assert trio.current_time() == start + 1  # run() returned too, having left the store
+    assert not scheduler.booted
     assert scheduler.statistics().armed == ()
     assert agent.turns == []
     store.hangs.clear()
@@ -195,3 +196,15 @@ def test_a_stop_signal_during_the_boot_ends_serve_at_once_and_changes_nothing(
                 if started.poll() is None:
                     started.kill()
                     started.wait()
+
+
+async def test_a_boot_that_completes_says_so_before_its_run_is_reported_started(
+    autojump_clock: Any,
+) -> None:
+    scheduler, _, _, _ = rig(wakeups=False)
+    assert not scheduler.booted
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        assert scheduler.booted
+        scheduler.stop(0)
+    assert scheduler.booted  # a stop after the boot does not take it back

@@ -35,8 +35,13 @@ TOKEN = "pinned-token"
 class StopRecorder:
     """Stands for the scheduler in :func:`watch_signals`: each ``stop`` it is asked for."""
 
-    def __init__(self) -> None:
+    def __init__(self, booted_after: int = 0) -> None:
         self.stops: list[float | None] = []
+        self._booted_after = booted_after  # how many stops before its boot completed
+
+    @property
+    def booted(self) -> bool:
+        return len(self.stops) >= self._booted_after
 
     def stop(self, grace: float | None = None) -> None:
         self.stops.append(grace)
@@ -153,3 +158,20 @@ async def test_http_is_served_where_asked_and_with_the_token_asked_for() -> None
             with_token = await trio.to_thread.run_sync(get, port, "/routines", bearer)
             served.stop()
     assert (without, with_token) == (401, 200)
+
+
+async def test_a_signal_before_the_boot_completed_says_so_and_one_after_it_does_not(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The boot completes after the first stop (as a stop that lands during its last step
+    # lets it): only that one is said to come during the boot.
+    recorder = StopRecorder(booted_after=1)
+    with caplog.at_level(logging.INFO, logger="trio_routines"):
+        signals = signals_of(signal.SIGTERM, signal.SIGINT)
+        await watch_signals(signals, cast(Scheduler, recorder), 2, during_boot=True)
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "trio_routines"]
+    assert recorder.stops == [2, 0.0]
+    assert lines == [
+        (logging.INFO, "SIGTERM received during the boot — stopping before anything is armed"),
+        (logging.WARNING, "SIGINT received — stopping now"),
+    ]

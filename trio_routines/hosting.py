@@ -31,16 +31,16 @@ async def watch_signals(
     signals: AsyncIterator[int],
     scheduler: Scheduler,
     grace: float,
-    booted: trio.Event | None = None,
+    during_boot: bool = False,
 ) -> None:
     """The first signal stops ``scheduler`` with ``grace``; another one stops it at once.
 
-    ``booted``: set once the scheduler runs; a signal before that stops it during its boot,
-    which it gives up at once (``Scheduler.run``)."""
+    ``during_boot``: watched from the start of the scheduler's boot; a signal before the boot
+    completed (``Scheduler.booted``) stops it there, and the boot is given up at once."""
     remaining = grace
     async for signum in signals:
         name = signal.Signals(signum).name
-        if booted is not None and not booted.is_set():
+        if during_boot and not scheduler.booted:
             log.info("%s received during the boot — stopping before anything is armed", name)
         elif remaining > 0:
             log.info("%s received — stopping; in-flight turns get %gs to finish", name, remaining)
@@ -75,21 +75,19 @@ async def start_watched(
     grace: float,
 ) -> bool:
     """Start ``scheduler`` in ``nursery`` (:func:`run_then_end`), ``signals`` watched from
-    the start of its boot (:func:`watch_signals`). False when one came before the boot ended:
-    the boot was given up, nothing runs, and the nursery ends."""
-    booted = trio.Event()
+    the start of its boot (:func:`watch_signals`). False when one came before the boot
+    completed: the boot was given up, nothing runs, and the nursery ends."""
 
     async def run(*, task_status: trio.TaskStatus[Scheduler]) -> None:
         if signals is not None:
             # Started from here: the watch runs from this task's first checkpoint, which is
             # inside run(), so a signal already waiting stops a boot begun (a stop before
             # run() would make it refuse to run).
-            nursery.start_soon(watch_signals, signals, scheduler, grace, booted)
+            nursery.start_soon(watch_signals, signals, scheduler, grace, True)
         await run_then_end(scheduler, nursery, task_status=task_status)
 
     await nursery.start(run)
-    booted.set()
-    return not scheduler.stopping
+    return scheduler.booted
 
 
 async def serve(

@@ -145,6 +145,13 @@ class Scheduler:
         )
         self._loops = trio.CancelScope()  # the loops' scope: stop() cancels it
         self._booting = trio.CancelScope()  # the boot's scope: stop() cancels it too
+        self._booted = False
+
+    @property
+    def booted(self) -> bool:
+        """Whether :meth:`run`'s boot completed: its loops run (until a stop). False before,
+        and for good when a stop gave the boot up."""
+        return self._booted
 
     @property
     def stopping(self) -> bool:
@@ -184,6 +191,7 @@ class Scheduler:
                 await joined.aclose()
                 task_status.started(self)
                 return
+            self._booted = True
             async with trio.open_nursery() as nursery:
                 runtime.nursery = nursery
                 nursery.start_soon(self._run_loops, booted, first_due)
