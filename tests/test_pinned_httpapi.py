@@ -490,7 +490,9 @@ async def test_reads_and_wakeup_changes_the_store_leaves_unanswered_are_503_at_i
         )
         assert await refused(wakeupapi.wake(scheduler, WAKE | {"in": "3h"})) == (
             503,
-            not_confirmed.format("wake-up"),
+            not_confirmed.format("wake-up").replace(
+                "try again", "list the session's wake-ups before adding it again"
+            ),
             retry,
         )
         assert trio.current_time() - before == pytest.approx(20.0)

@@ -145,7 +145,11 @@ NOT_CONFIRMED = "is not confirmed: try again once it answers"
 @pytest.mark.parametrize(
     ("args", "asked"),
     [
-        ((*WAKE, "again"), f'adding a wake-up for session "chat:1") — the wake-up {NOT_CONFIRMED}'),
+        (
+            (*WAKE, "again"),
+            'adding a wake-up for session "chat:1") — the wake-up is not confirmed: once the'
+            " store answers, look for it before adding it again",
+        ),
         (
             ("unwake", "{id}", "--session", "chat:1"),
             f'cancelling wake-up "{{id}}" of session "chat:1") — the cancellation {NOT_CONFIRMED}',
@@ -255,7 +259,9 @@ NOT_ANSWERED = "the wake-up state did not answer within 1s; the {} is not confir
             "POST",
             "/wakeups",
             {"session": "chat:1", "prompt": "again", "in": "3h"},
-            NOT_ANSWERED.format("wake-up"),
+            NOT_ANSWERED.format("wake-up").replace(
+                "try again", "list the session's wake-ups before adding it again"
+            ),
         ),
         ("GET", "/wakeups?session=chat:1", None, "the wake-up state is unreadable right now"),
         ("DELETE", "/wakeups/{id}?session=chat:1", None, NOT_ANSWERED.format("cancellation")),

@@ -169,6 +169,10 @@ async def open_state(
 # lands late, PostgreSQL rolls it back), but for a write still in the kernel when the
 # command's process ends.
 NOT_CONFIRMED = "the {} is not confirmed: try again once it answers"
+#: An add cut off so: asking again could add it twice, were the first to land after all.
+ADD_NOT_CONFIRMED = (
+    "the {} is not confirmed: once the store answers, look for it before adding it again"
+)
 
 
 class StoreDeadline:

@@ -16,6 +16,7 @@ from ..records import Origin, OriginKind, Wakeup
 from ..wakeups import WakeupRequest
 from .client import Server, path_part, query
 from .output import (
+    ADD_NOT_CONFIRMED,
     NOT_CONFIRMED,
     CliError,
     StoreDeadline,
@@ -78,7 +79,7 @@ async def cmd_wake(args: argparse.Namespace) -> int:
             wakeup = await deadline(
                 f"adding a wake-up for session {quoted(args.session)}",
                 store.add_wakeup(request, now),
-                NOT_CONFIRMED.format("wake-up"),
+                ADD_NOT_CONFIRMED.format("wake-up"),
             )
         except InvalidWakeup as exc:
             message = str(exc)

@@ -37,12 +37,16 @@ def _hidden(wakeup: Wakeup) -> dict[str, Any]:
     return shown
 
 
-def _not_confirmed(scheduler: Scheduler, change: str) -> str:
+def _not_confirmed(scheduler: Scheduler, change: str, then: str = "try again") -> str:
     """The 503 of a change the store did not answer within its deadline."""
     return (
         f"the wake-up state did not answer within {scheduler.store_timeout:g}s; "
-        f"the {change} is not confirmed — try again"
+        f"the {change} is not confirmed — {then}"
     )
+
+
+#: An add cut off: asked again, it could be made twice, were the first to land after all.
+LIST_FIRST = "list the session's wake-ups before adding it again"
 
 
 async def wake(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
@@ -84,7 +88,7 @@ async def wake(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
             "POST /wakeups",
             add(),
             "the wake-up state is unavailable; nothing was added",
-            _not_confirmed(scheduler, "wake-up"),
+            _not_confirmed(scheduler, "wake-up", LIST_FIRST),
         )
     except InvalidWakeup as exc:
         raise Refusal(400, str(exc)) from None

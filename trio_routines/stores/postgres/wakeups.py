@@ -16,7 +16,8 @@ An add, a removal or a take whose caller gave up while it waited (a table locked
 server: the caller's deadline passed first) is rolled back rather than committed behind its
 back, as the state directory undoes such a change: the caller's "not confirmed" then means
 not made, a retry is safe, and a wake-up taken for nobody is not lost (the next poll takes
-it). Only a caller giving up in the instant between that look and the commit is not seen.
+it). A caller that gives up once the commit was sent is not seen: a server whose commits
+stall (a synchronous standby gone, a disk that does not answer) may still make the change.
 A deferral is committed even so: it puts back a wake-up that was taken, which is better
 made late than lost.
 """
