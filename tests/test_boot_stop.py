@@ -208,3 +208,23 @@ async def test_a_boot_that_completes_says_so_before_its_run_is_reported_started(
         assert scheduler.booted
         scheduler.stop(0)
     assert scheduler.booted  # a stop after the boot does not take it back
+
+
+async def test_a_stop_that_lands_past_the_boots_last_cancel_point_gives_it_up(
+    autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stop can come when no await of the boot is left to cancel it (here: while it arms
+    # its routines, which awaits nothing); the boot then ends all the same, and is given up.
+    scheduler, agent, _, _ = rig(wakeups=False)
+    arming = scheduler._parts.arming
+    arm = arming.arm
+
+    def arm_and_stop(name: str, due: Any) -> None:
+        scheduler.stop()
+        arm(name, due)
+
+    monkeypatch.setattr(arming, "arm", arm_and_stop)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+    assert not scheduler.booted  # what serve tells its log and its HTTP surface by
+    assert agent.turns == []

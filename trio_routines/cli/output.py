@@ -162,12 +162,11 @@ async def open_state(
             await store.aclose()
 
 
-# What a change cut off by our deadline tells the user ("the pause", "the wake-up"): the
-# store may not have made it, or (a state directory whose disk froze in the middle of it) may
-# still make it. Asking again is harmless: a pause or a resume is idempotent, and neither
-# store makes a wake-up change behind a caller that left (a state directory undoes one that
-# lands late, PostgreSQL rolls it back), but for a write still in the kernel when the
-# command's process ends.
+# What a change cut off by our deadline tells the user ("the pause", "the cancellation"): the
+# store may not have made it, or may still make it (a state directory's write still in the
+# kernel when the command's process ends; a PostgreSQL commit already sent to a server whose
+# commits stall). Asking again is harmless for a pause, a resume or a removal, which are
+# idempotent; an add asked again could be made twice, so it says to look first.
 NOT_CONFIRMED = "the {} is not confirmed: try again once it answers"
 #: An add cut off so: asking again could add it twice, were the first to land after all.
 ADD_NOT_CONFIRMED = (

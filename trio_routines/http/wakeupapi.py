@@ -4,7 +4,8 @@ As :mod:`.api`'s, one function per route, each from parsed input to a :class:`Re
 once every gate of the package doc has passed. Each call on the store is bounded by the
 scheduler's ``store_timeout`` (:mod:`.storecall`): a fault is a 503 saying nothing was
 changed; no answer by then, a 503 saying the change is not confirmed (a wake-up change that
-lands after its caller left is not kept: both stores undo or roll it back), to try again.
+lands after its caller left is undone or rolled back, but for a PostgreSQL commit already
+sent), and to try a removal again, or to list the session's wake-ups before adding one again.
 """
 
 from __future__ import annotations

@@ -187,7 +187,9 @@ class Scheduler:
         booted = dict(runtime.routines)
         async with AsyncExitStack() as joined:
             first_due = await self._boot(joined)
-            if first_due is None:  # given up by a stop: reported once the store was left
+            # Given up by a stop (one that came at the boot's last step, past its last cancel
+            # point, too): reported once the store was left; no loop starts.
+            if first_due is None or self._booting.cancel_called:
                 await joined.aclose()
                 task_status.started(self)
                 return
