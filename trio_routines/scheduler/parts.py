@@ -30,6 +30,7 @@ from .restarts import Restarts
 from .runs import OnDemandRuns
 from .sleepers import Sleepers
 from .spending import Spending
+from .starting import Starting
 from .state import Grace, Runtime
 from .turning import SessionTurns
 from .wake import WakeLoop
@@ -90,6 +91,9 @@ class Parts:
             self.grace,
             open_claims,
             poll_interval=poll_interval,
+        )
+        self.starting = Starting(
+            membership, self.members, self.boot, self.arming, self.clock, plan=not external_clock
         )
         self.cron = CronLoops(
             runtime,

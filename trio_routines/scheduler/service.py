@@ -144,14 +144,12 @@ class Scheduler:
             wakeup_timeout=self.wakeup_timeout,
         )
         self._loops = trio.CancelScope()  # the loops' scope: stop() cancels it
-        self._booting = trio.CancelScope()  # the boot's scope: stop() cancels it too
-        self._booted = False
 
     @property
     def booted(self) -> bool:
         """Whether :meth:`run`'s boot completed: its loops run (until a stop). False before,
         and for good when a stop gave the boot up."""
-        return self._booted
+        return self._parts.starting.completed
 
     @property
     def stopping(self) -> bool:
@@ -186,35 +184,17 @@ class Scheduler:
         self._ran = True
         booted = dict(runtime.routines)
         async with AsyncExitStack() as joined:
-            first_due = await self._boot(joined)
-            # Given up by a stop (one that came at the boot's last step, past its last cancel
-            # point, too): reported once the store was left; no loop starts.
-            if first_due is None or self._booting.cancel_called:
+            first_due = await self._parts.starting.run(joined)
+            if first_due is None:  # given up by a stop: reported once the store was left
                 await joined.aclose()
                 task_status.started(self)
                 return
-            self._booted = True
             async with trio.open_nursery() as nursery:
                 runtime.nursery = nursery
                 nursery.start_soon(self._run_loops, booted, first_due)
                 del booted, first_due  # the boot's maps, not kept for the run (see _run_loops)
                 task_status.started(self)
             runtime.nursery = None
-
-    async def _boot(self, joined: AsyncExitStack) -> dict[str, datetime] | None:
-        """Join the store (left as ``joined`` ends), reconcile, plan and arm: each routine's
-        first slot, or None when a stop gave the boot up. A stop cuts the boot's store calls
-        off as their own deadlines would (none leaves a record half written); what the boot
-        did not reach, the next boot does."""
-        with self._booting:
-            await joined.enter_async_context(self._parts.membership.present())
-            await self._parts.members.note_dead_members()
-            first_due = await self._parts.boot.run(plan=not self.external_clock)  # reads the pauses
-            for name, due in first_due.items():
-                self._parts.arming.arm(name, due)
-            self._parts.clock.note_offset()
-            return first_due
-        return None
 
     async def _run_loops(self, booted: dict[str, Routine], first_due: dict[str, datetime]) -> None:
         runtime = self._runtime
@@ -259,7 +239,7 @@ class Scheduler:
         shortest grace wins). During the boot, it gives the boot up at once (see :meth:`run`).
         """
         self._begin_stop(self._runtime.default_grace if grace is None else grace)
-        self._booting.cancel()
+        self._parts.starting.give_up()
         self._loops.cancel()
 
     def _begin_stop(self, grace: float) -> None:
