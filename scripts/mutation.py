@@ -305,6 +305,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_history.py",
         ],
     ),
+    # The boot as run starts it and a stop gives it up.
+    "schedstarting": (
+        ["trio_routines/scheduler/starting.py"],
+        [*SCHEDULER_TESTS, "tests/test_boot_stop.py", "tests/test_hosting.py"],
+    ),
     "schedmembers": (
         ["trio_routines/scheduler/members.py"],
         [

@@ -52,7 +52,7 @@ async def test_a_stop_during_the_boot_gives_it_up_at_the_stops_instant(autojump_
         assert await nursery.start(scheduler.run) is scheduler
         assert trio.current_time() == start + 1  # not the read's bound, nor the stop's
     assert trio.current_time() == start + 1  # run() returned too, having left the store
-    assert not scheduler.booted
+    assert scheduler.booted is False
     assert scheduler.statistics().armed == ()
     assert agent.turns == []
     store.hangs.clear()
@@ -202,7 +202,7 @@ async def test_a_boot_that_completes_says_so_before_its_run_is_reported_started(
     autojump_clock: Any,
 ) -> None:
     scheduler, _, _, _ = rig(wakeups=False)
-    assert not scheduler.booted
+    assert scheduler.booted is False
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         assert scheduler.booted
@@ -226,5 +226,5 @@ async def test_a_stop_that_lands_past_the_boots_last_cancel_point_gives_it_up(
     monkeypatch.setattr(arming, "arm", arm_and_stop)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
-    assert not scheduler.booted  # what serve tells its log and its HTTP surface by
+    assert scheduler.booted is False  # what serve tells its log and its HTTP surface by
     assert agent.turns == []

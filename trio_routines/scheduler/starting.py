@@ -58,7 +58,6 @@ class Starting:
     async def run(self, joined: AsyncExitStack) -> dict[str, datetime] | None:
         """Each routine's first slot, or None when a stop gave the boot up. The store's
         presence is entered on ``joined``, which the caller leaves."""
-        first_due: dict[str, datetime] = {}
         with self._scope:
             await joined.enter_async_context(self._membership.present())
             await self._members.note_dead_members()
