@@ -215,3 +215,35 @@ async def test_a_turn_of_a_session_no_store_can_hold_is_not_recorded(
             sql.SQL("SELECT session FROM {}").format(table(schema, "wake_turns"))
         ).fetchall()
     assert rows == [("s",)]
+
+
+def ids(schema: str) -> list[str]:
+    with admin() as db:
+        rows = db.execute(
+            sql.SQL("SELECT id FROM {} ORDER BY seq").format(table(schema, "wakeups"))
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+def test_a_change_whose_caller_gave_up_is_rolled_back_whole(
+    conn: psycopg.Connection[Any], schema: str
+) -> None:
+    # Each call's thread, once its caller left (a deadline, a stop), changes nothing: a take
+    # would take a wake-up for nobody, an add or a removal be made behind a "not confirmed".
+    seed(schema, ("w1", "s", None), ("w2", "s", None))
+    wakeups = PostgresWakeups(cast(Connections, None), Schema(schema))
+    given_up = Call()
+    given_up.abandoned.set()
+    calls: list[Callable[[], object]] = [
+        lambda: wakeups._take(conn, given_up, T0),
+        lambda: wakeups._add(conn, given_up, REQUEST, T0),
+        lambda: wakeups._remove(conn, given_up, "w1", "s"),
+    ]
+    for call in calls:
+        with pytest.raises(StateFault, match=r"^abandoned by its caller: rolled back$"):
+            call()
+        assert ids(schema) == ["w1", "w2"]
+    taken = wakeups._take(conn, Call(), T0)  # a caller that waits: taken, in order
+    assert taken is not None
+    assert taken.id == "w1"
+    assert ids(schema) == ["w2"]
