@@ -293,3 +293,35 @@ async def test_a_signal_during_the_body_stops_the_scheduler_with_the_grace(signu
         return 3
 
     assert await output.stop_on_signals(scheduler, 1, quick) == 3  # type: ignore[arg-type]
+
+
+async def never() -> str:
+    await trio.sleep_forever()
+    raise AssertionError("unreachable")
+
+
+async def test_a_store_call_that_does_not_answer_ends_at_the_deadline_in_one_line(
+    autojump_clock: Any,
+) -> None:
+    start = trio.current_time()
+    with pytest.raises(CliError) as unnamed:
+        await output.StoreDeadline(None)("reading the paused routines", never())
+    assert trio.current_time() - start == output.STORE_TIMEOUT  # the runtime's bound, no other
+    assert str(unnamed.value) == (
+        "the state store did not answer within 30s (reading the paused routines)"
+        " — try again once it answers"
+    )
+    assert unnamed.value.code == 1
+    with pytest.raises(CliError) as named:
+        await output.StoreDeadline("postgresql://u:secret@db/x")("pausing", never(), "look")
+    assert str(named.value) == (
+        "the state store postgresql://u:***@db/x did not answer within 30s (pausing) — look"
+    )
+
+
+async def test_a_store_call_that_answers_in_time_gives_its_answer(autojump_clock: Any) -> None:
+    async def slow() -> str:
+        await trio.sleep(output.STORE_TIMEOUT - 1)
+        return "answered"
+
+    assert await output.StoreDeadline(None)("reading", slow()) == "answered"

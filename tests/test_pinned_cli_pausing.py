@@ -15,6 +15,7 @@ import trio
 from procs import Env, in_process, one_line
 from test_http import serving
 
+from trio_routines.cli import output
 from trio_routines.cli.output import CliError
 from trio_routines.cli.parser import build_parser
 from trio_routines.cli.pausing import cmd_pause, cmd_resume
@@ -178,3 +179,41 @@ async def test_over_http_each_sends_an_empty_json_object_to_its_route(
         (b"POST /routines/daily/resume HTTP/1.1", b"{}"),
     ]
     assert capsys.readouterr().out == PAUSED + RESUMED
+
+
+async def never(*args: object, **kwargs: object) -> None:
+    await trio.sleep_forever()
+
+
+@pytest.mark.parametrize(
+    ("command", "hung", "asked"),
+    [
+        (
+            ("pause", "daily"),
+            "set_paused",
+            '(pausing "daily") — the pause is not confirmed: try again once it answers',
+        ),
+        (
+            ("resume", "daily"),
+            "paused",
+            "(reading the paused routines) — try again once it answers",
+        ),
+        (
+            ("resume", "daily"),
+            "set_paused",
+            '(resuming "daily") — the resume is not confirmed: try again once it answers',
+        ),
+    ],
+)
+def test_a_state_that_does_not_answer_ends_the_command_in_one_line(
+    env: Env, monkeypatch: pytest.MonkeyPatch, command: tuple[str, ...], hung: str, asked: str
+) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    assert env.run_cli("pause", "daily").returncode == 0  # resume finds it paused
+    monkeypatch.setattr(output, "STORE_TIMEOUT", 0.2)
+    monkeypatch.setattr(DirectoryStore, hung, never)
+    done = env.run_cli(*command)
+    assert (done.returncode, done.stdout) == (1, "")
+    line = one_line(done.stderr)
+    assert line.startswith(f"error: the state store {env.state} did not answer within ")
+    assert line.endswith(f" {asked}\n")

@@ -12,14 +12,16 @@ from typing import Any
 import pytest
 from procs import Env, one_line
 from test_http import serving
-from test_pinned_cli_pausing import recording
+from test_pinned_cli_pausing import never, recording
 
+from trio_routines.cli import output
 from trio_routines.cli.client import Answer, Server
 from trio_routines.cli.output import CliError
 from trio_routines.cli.parser import build_parser
 from trio_routines.cli.wakes import added_line, cmd_unwake, cmd_wake
 from trio_routines.instants import format_iso, parse_iso
 from trio_routines.records import Wakeup
+from trio_routines.stores.directory import DirectoryStore
 
 FIRE_AT = datetime(2026, 7, 7, 9, tzinfo=UTC)
 NEVER = "0 0 31 2 *"  # 31 February: never fires
@@ -253,3 +255,32 @@ async def test_over_http_unwake_deletes_the_wake_up_of_its_session(
         assert await cmd_unwake(parsed("unwake", "w/1", "--session", "chat:42", "--url", url)) == 0
     assert seen == [(b"DELETE /wakeups/w%2F1?session=chat%3A42 HTTP/1.1", b"")]
     assert capsys.readouterr().out == "wake-up w/1 cancelled\n"
+
+
+@pytest.mark.parametrize(
+    ("command", "hung", "asked"),
+    [
+        (
+            ("wake", "--session", "chat", "--in", "30m", "--prompt", "look again"),
+            "add_wakeup",
+            '(adding a wake-up for session "chat") — the wake-up is not confirmed: once the'
+            " store answers, look for it before adding it again",
+        ),
+        (
+            ("unwake", "w1", "--session", "chat"),
+            "remove_wakeup",
+            '(cancelling wake-up "w1" of session "chat") — the cancellation is not'
+            " confirmed: try again once it answers",
+        ),
+    ],
+)
+def test_a_state_that_does_not_answer_ends_a_wake_up_command_in_one_line(
+    env: Env, monkeypatch: pytest.MonkeyPatch, command: tuple[str, ...], hung: str, asked: str
+) -> None:
+    monkeypatch.setattr(output, "STORE_TIMEOUT", 0.2)
+    monkeypatch.setattr(DirectoryStore, hung, never)
+    done = env.run_cli(*command)
+    assert (done.returncode, done.stdout) == (1, "")
+    line = one_line(done.stderr)
+    assert line.startswith(f"error: the state store {env.state} did not answer within ")
+    assert line.endswith(f" {asked}\n")
