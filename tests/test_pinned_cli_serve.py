@@ -500,3 +500,31 @@ async def test_a_stop_signal_to_the_process_stops_serve_and_sighup_reloads(
     assert f"SIGHUP received — reloading the routines from {routines}" in said
     assert any(message.startswith(f"{name} received — stopping") for message in said)
     assert said[-1] == "stopped"
+
+
+async def test_a_stop_signal_during_the_boot_ends_serve_saying_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trio_routines.stores.directory import DirectoryStore
+
+    reading = trio.Event()
+
+    async def never(self: DirectoryStore, routine: str) -> None:
+        reading.set()
+        await trio.sleep_forever()
+
+    monkeypatch.setattr(DirectoryStore, "latest_fire", never)  # the boot's read never answers
+    routine(tmp_path / "routines", "yearly", "cron: 0 0 1 1 *\n")
+    serving = Serving()
+    with caplog.at_level(logging.INFO, logger="trio_routines"):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serving.run, args_for(tmp_path))
+            await reading.wait()
+            await serving.signals[0].send(15)
+    assert serving.code == 0
+    logged = lines(caplog)
+    assert not any(message.startswith("armed ") for _, message in logged)
+    assert logged[-2:] == [
+        (logging.INFO, "SIGTERM received during the boot — stopping before anything is armed"),
+        (logging.INFO, "stopped during the boot: nothing was armed or fired"),
+    ]
