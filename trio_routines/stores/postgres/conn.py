@@ -130,6 +130,12 @@ class Call:
     def __init__(self) -> None:
         self.abandoned = threading.Event()
 
+    def unless_given_up(self, then: str = "") -> None:
+        """Go on only if the caller still waits; else raise (nobody reads it): work that has
+        not committed then rolls back (``then``: what became of it, for the message)."""
+        if self.abandoned.is_set():
+            raise StateFault(f"abandoned by its caller{then}")
+
 
 class Connections:
     """The pool of one store and the bounded way every call goes through it."""
@@ -224,8 +230,7 @@ class Connections:
         pool = self._pool_ready()
         deadline = time.monotonic() + self.timeout
         for attempt in itertools.count():
-            if call.abandoned.is_set():
-                raise StateFault("abandoned by its caller")  # nobody reads it
+            call.unless_given_up()
             with self._connection(pool, deadline) as conn:
                 try:
                     conn.execute("")

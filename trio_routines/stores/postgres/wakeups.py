@@ -31,7 +31,6 @@ from typing import Any
 import psycopg
 import trio
 
-from ...errors import StateFault
 from ...records import Origin, Wakeup
 from ...wakelimits import RATE_WINDOW
 from ...wakeups import (
@@ -103,11 +102,8 @@ def _params(wakeup: Wakeup) -> tuple[Any, ...]:
     )
 
 
-def _unless_given_up(call: Call) -> None:
-    """Before an add or a removal commits: its caller gave up (a deadline, a stop), so the
-    change is rolled back rather than made behind its back (nobody reads this error)."""
-    if call.abandoned.is_set():
-        raise StateFault("abandoned by its caller: rolled back")
+#: Before an add, a removal or a take commits: a caller that gave up has it rolled back.
+ROLLED_BACK = ": rolled back"
 
 
 class PostgresWakeups:
@@ -125,7 +121,7 @@ class PostgresWakeups:
         with conn.transaction():
             wakeup = plan_add(self._sessions_wakeups(conn, request.session), request, now)
             self._insert(conn, call, wakeup)
-            _unless_given_up(call)
+            call.unless_given_up(ROLLED_BACK)
         return wakeup
 
     def _sessions_wakeups(self, conn: Conn, session: str) -> list[Wakeup]:
@@ -187,7 +183,7 @@ class PostgresWakeups:
                     conn.execute(delete, (seq,))
                 if taken is None:
                     continue  # expired (take_first_due logged it): removed, look further
-                _unless_given_up(call)  # else it would be taken for nobody: never run
+                call.unless_given_up(ROLLED_BACK)  # else it would be taken for nobody: never run
                 return taken
 
     async def defer(self, wakeup: Wakeup, fire_at: datetime) -> bool:
@@ -217,7 +213,7 @@ class PostgresWakeups:
             params += (session,)
         with conn.transaction():
             removed = conn.execute(self._tables.sql(query), params).rowcount > 0
-            _unless_given_up(call)
+            call.unless_given_up(ROLLED_BACK)
         return removed
 
     async def pending(self) -> list[Wakeup]:
