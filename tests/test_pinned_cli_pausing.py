@@ -212,6 +212,12 @@ def test_a_state_that_does_not_answer_ends_the_command_in_one_line(
     assert env.run_cli("pause", "daily").returncode == 0  # resume finds it paused
     monkeypatch.setattr(output, "STORE_TIMEOUT", 0.2)
     monkeypatch.setattr(DirectoryStore, hung, never)
+    assert_unanswered(env, command, asked)
+
+
+def assert_unanswered(env: Env, command: tuple[str, ...], asked: str) -> None:
+    """``command`` on a state that does not answer: exit 1, the one line naming the state
+    and what it was ``asked``, nothing printed on standard output."""
     done = env.run_cli(*command)
     assert (done.returncode, done.stdout) == (1, "")
     line = one_line(done.stderr)

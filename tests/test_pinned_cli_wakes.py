@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from procs import Env, one_line
 from test_http import serving
-from test_pinned_cli_pausing import never, recording
+from test_pinned_cli_pausing import assert_unanswered, never, recording
 
 from trio_routines.cli import output
 from trio_routines.cli.client import Answer, Server
@@ -279,8 +279,4 @@ def test_a_state_that_does_not_answer_ends_a_wake_up_command_in_one_line(
 ) -> None:
     monkeypatch.setattr(output, "STORE_TIMEOUT", 0.2)
     monkeypatch.setattr(DirectoryStore, hung, never)
-    done = env.run_cli(*command)
-    assert (done.returncode, done.stdout) == (1, "")
-    line = one_line(done.stderr)
-    assert line.startswith(f"error: the state store {env.state} did not answer within ")
-    assert line.endswith(f" {asked}\n")
+    assert_unanswered(env, command, asked)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from procs import wait_for
 
 from tests.test_pinned_writerwire import open_fds
 from trio_routines.errors import StateFault
@@ -347,25 +348,24 @@ class HeldFlush:
             assert self.release.wait(30), "the test never let the flush go"
 
 
-def wait_for(condition: Any) -> None:
-    for _ in range(3000):
-        if condition():
-            return
-        threading.Event().wait(0.01)
-    raise AssertionError("never came")
+@pytest.fixture
+def held(monkeypatch: pytest.MonkeyPatch) -> HeldFlush:
+    """The child's ``syncfs``, its first call held (see :class:`HeldFlush`)."""
+    flush = HeldFlush()
+    monkeypatch.setattr(writerchild, "syncfs", flush)
+    return flush
 
 
 def test_the_next_batch_is_written_while_the_one_before_is_flushed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: HeldFlush
 ) -> None:
-    held = HeldFlush()
-    monkeypatch.setattr(writerchild, "syncfs", held)
     served = Served(tmp_path)
     served.parent.sendall(request("claims", [("r0", SLOT, SLOT)]))
     assert held.entered.wait(30)
     served.parent.sendall(request("claims", [("r1", SLOT, SLOT)]))
     second = tmp_path / "schedule" / "claims" / "r1" / slot_name(SLOT)
-    wait_for(second.exists)  # written beside the first batch's flush, which still waits
+    # written beside the first batch's flush, which still waits
+    wait_for(second.exists, 30, "the second batch written")
     served.parent.setblocking(False)
     with pytest.raises(BlockingIOError):  # and no answer goes out before its flush returns
         served.parent.recv(1)
@@ -398,14 +398,14 @@ def test_each_reply_carries_the_log_records_of_its_own_batch(
         squatted = tmp_path / "schedule" / "claims" / name / slot_name(SLOT)
         squatted.unlink()
         squatted.mkdir()
-    held = HeldFlush()
+    held = HeldFlush()  # from here on: the claims above were flushed as ever
     monkeypatch.setattr(writerchild, "syncfs", held)
     settle = [("r0", SLOT, Outcome.COMPLETED, 5, False, None)]
     served.parent.sendall(request("settles", settle))  # written, then its flush held
     assert held.entered.wait(30)
     for name in ("r1", "r2"):  # each written (and warned) while the first flush waits
         served.parent.sendall(request("settles", [(name, SLOT, Outcome.COMPLETED, 5, False, None)]))
-    wait_for(lambda: len(warned.records) == 2)
+    wait_for(lambda: len(warned.records) == 2, 30, "both settles warned")
     held.release.set()
     replies = [read_reply(served.parent) for _ in range(3)]
     assert [values for values, _, _ in replies] == [[True], [False], [False]]
@@ -433,17 +433,16 @@ def test_a_fault_in_the_flush_thread_ends_the_child_and_leaks_nothing(
 
 
 def test_the_writes_wait_once_two_written_batches_wait_for_the_flush(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: HeldFlush
 ) -> None:
-    held = HeldFlush()
-    monkeypatch.setattr(writerchild, "syncfs", held)
     monkeypatch.setattr(writerchild, "HAND_POLL", 0.01)  # many a wait for room meanwhile
     served = Served(tmp_path)
     claims = tmp_path / "schedule" / "claims"
     for name in ("r0", "r1", "r2", "r3", "r4"):
         served.parent.sendall(request("claims", [(name, SLOT, SLOT)]))
     assert held.entered.wait(30)  # r0's flush, held
-    wait_for((claims / "r3" / slot_name(SLOT)).exists)  # r1, r2 wait for it; r3 for room
+    # r1, r2 wait for it; r3 for room
+    wait_for((claims / "r3" / slot_name(SLOT)).exists, 30, "r3 written")
     threading.Event().wait(0.2)  # (room is looked for every 10 ms meanwhile)
     assert not (claims / "r4").exists()  # not read while three written batches wait
     held.release.set()
@@ -477,17 +476,16 @@ def test_a_first_batchs_flush_sends_the_records_its_thread_made(
 
 
 def test_batches_written_for_a_parent_that_went_away_leave_no_descriptor_open(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, held: HeldFlush
 ) -> None:
-    held = HeldFlush()
-    monkeypatch.setattr(writerchild, "syncfs", held)
     served = Served(tmp_path)
     before = open_fds()
     claims = tmp_path / "schedule" / "claims"
     for name in ("r0", "r1", "r2"):
         served.parent.sendall(request("claims", [(name, SLOT, SLOT)]))
     assert held.entered.wait(30)
-    wait_for((claims / "r2" / slot_name(SLOT)).exists)  # written: two wait for the flush
+    # written: two wait for the flush
+    wait_for((claims / "r2" / slot_name(SLOT)).exists, 30, "r2 written")
     served.parent.close()  # the parent goes away; the flush returns, its answer goes nowhere
     held.release.set()
     assert served.returned.wait(30)

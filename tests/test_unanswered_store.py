@@ -226,13 +226,18 @@ async def test_a_history_read_the_store_does_not_answer_is_a_503_of_one_line(
             scheduler.stop(0)
     finally:
         await store.aclose()
+    assert_503(status, headers, body, 'the history of "daily" is unreadable right now')
+
+
+def assert_503(status: int, headers: dict[str, str], body: bytes, error: str) -> None:
+    """A 503 to try again in 5 s, its body the one-line JSON ``error``."""
     assert (status, headers["content-type"], headers["retry-after"]) == (
         503,
         "application/json",
         "5",
     )
     assert b"\n" not in body
-    assert json.loads(body) == {"error": 'the history of "daily" is unreadable right now'}
+    assert json.loads(body) == {"error": error}
 
 
 def _locks_on_wakeups(app: str, schema: str) -> list[bool]:
@@ -311,13 +316,7 @@ async def test_a_wakeup_call_the_store_does_not_answer_is_a_503_of_one_line_chan
             scheduler.stop(0)
     finally:
         await store.aclose()
-    assert (status, headers["content-type"], headers["retry-after"]) == (
-        503,
-        "application/json",
-        "5",
-    )
-    assert b"\n" not in answer
-    assert json.loads(answer) == {"error": error}
+    assert_503(status, headers, answer, error)
     # Nothing changed, now that the lock is gone and the call left to its thread has ended.
     assert _wakeup_ids(schema) == [wid]
     assert [entry["id"] for entry in json.loads(listed)] == [wid]
