@@ -9,11 +9,11 @@ through ``/proc``.
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import pickle
 import signal
-import site
 import socket
 import subprocess
 import sys
@@ -58,7 +58,7 @@ def environ(pid: int) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("inherited", [None, "/elsewhere"])
-def test_a_child_finds_this_package_first_and_its_socket(
+def test_a_child_is_given_this_process_module_path_and_its_socket(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inherited: str | None
 ) -> None:
     if inherited is None:
@@ -69,8 +69,9 @@ def test_a_child_finds_this_package_first_and_its_socket(
     started.start()
     try:
         pid = child_of(started).pid
-        expected = PACKAGE if inherited is None else f"{PACKAGE}{os.pathsep}{inherited}"
-        assert environ(pid)["PYTHONPATH"] == expected
+        given = environ(pid)
+        assert json.loads(given[writer.PATH_VARIABLE]) == writer.child_path()
+        assert given.get("PYTHONPATH") == inherited  # left as it was: -I ignores it
         assert (Path(PACKAGE) / "trio_routines" / "__init__.py").is_file()
         *command, fd, root, keep, lock_timeout = proc(pid, "cmdline")
         assert command == SLEEPER
@@ -82,6 +83,57 @@ def test_a_child_finds_this_package_first_and_its_socket(
         started.stop("was told to stop by the test")
         started.reap(30)
     assert not started.alive
+
+
+def test_the_child_runs_isolated_and_sets_its_path_before_importing() -> None:
+    executable, isolated, dash_c, bootstrap = writer.command()
+    assert (executable, isolated, dash_c) == (sys.executable, "-I", "-c")
+    assert bootstrap.index("sys.path[:]") < bootstrap.index("import main")
+    assert f"os.environ.pop({writer.PATH_VARIABLE!r})" in bootstrap
+    assert not writer.PATH_VARIABLE.startswith("PYTHON")  # -I would drop it
+
+
+def package_at(entry: Path) -> Path:
+    (entry / "trio_routines").mkdir(parents=True)
+    return entry
+
+
+def test_the_child_path_is_this_process_own_when_it_finds_this_package(tmp_path: Path) -> None:
+    root, other = tmp_path / "root", tmp_path / "other"
+    root.mkdir()
+    other.mkdir()  # no trio_routines in it
+    path = ["/stdlib", str(other), str(root), "/site"]
+    assert writer.child_path(path, root) == path
+
+
+def test_the_child_path_leaves_relative_entries_out(tmp_path: Path) -> None:
+    # "" and "lib" name the working directory as it is when the child imports: not this
+    # process's, whatever it imported from there.
+    root = package_at(tmp_path / "root")
+    assert writer.child_path(["", "/stdlib", "lib", str(root)], root) == ["/stdlib", str(root)]
+
+
+def test_the_child_path_names_this_package_first_when_it_lacks_it(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    assert writer.child_path(["/stdlib", "/site"], root) == [str(root), "/stdlib", "/site"]
+
+
+def test_the_child_path_names_this_package_first_before_another_copy(tmp_path: Path) -> None:
+    # Another trio_routines before this process's (a path changed since it imported): this
+    # process's own comes first, once, and the rest keep their order.
+    root, other = package_at(tmp_path / "root"), package_at(tmp_path / "other")
+    path = ["/stdlib", str(other), str(root), "/site"]
+    assert writer.child_path(path, root) == [str(root), "/stdlib", str(other), "/site"]
+
+
+def test_the_child_path_knows_this_package_through_a_link(tmp_path: Path) -> None:
+    root = package_at(tmp_path / "root")
+    (tmp_path / "link").symlink_to(root)
+    path = ["/stdlib", str(tmp_path / "link")]
+    assert writer.child_path(path, root) == path
+    other = package_at(tmp_path / "other")
+    shadowed = [str(other), str(tmp_path / "link")]
+    assert writer.child_path(shadowed, root) == [str(root), str(other)]
 
 
 def test_a_child_that_cannot_be_started_leaves_no_socket_open(tmp_path: Path) -> None:
@@ -559,20 +611,3 @@ def test_the_writer_process_starts_until_it_keeps_ending_or_cannot(
     else:
         assert writes.process is starts  # type: ignore[comparison-overlap]  # a stand-in
         assert (starts.started, starts.alive) == (write_path.MAX_STARTS, True)
-
-
-def test_an_installed_package_is_found_where_the_interpreter_finds_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Installed, its directory is the interpreter's site-packages: named first on the path,
-    # it would come before the standard library there, so it is not named at all.
-    installed = Path(site.getsitepackages()[0]).resolve()
-    monkeypatch.setattr(writer, "PACKAGE_ROOT", installed)
-    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
-    started = process(tmp_path, SLEEPER)
-    started.start()
-    try:
-        assert environ(child_of(started).pid)["PYTHONPATH"] == "/elsewhere"
-    finally:
-        started.stop("was told to stop by the test")
-        started.reap(30)

@@ -445,17 +445,23 @@ async def test_a_batch_the_writer_process_could_not_send_is_written_by_a_thread(
         assert fire.outcome is (Outcome.COMPLETED if op == "settles" else None)
 
 
-async def test_the_child_runs_this_package_whatever_the_working_directory_holds(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("where", ["working directory", "PYTHONPATH"])
+async def test_the_child_runs_this_package_whatever_else_is_on_its_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
-    # A trio_routines in the working directory (another version's checkout, say) whose child
-    # module would write nothing: the child must run the parent's own code, not that one.
+    # A trio_routines in the working directory, or named by a PYTHONPATH this process did not
+    # read (set after it started, as for a process run with -E or -I), another version's
+    # checkout say, whose child module would write nothing: the child must run the parent's
+    # own code, not that one.
     shadow = tmp_path / "cwd" / "trio_routines" / "stores" / "directory" / "writer"
     shadow.mkdir(parents=True)
     for package in shadow.parents[:4]:
         (package / "__init__.py").write_text("")
     (shadow / "child.py").write_text("import sys\nsys.exit(3)\n")
-    monkeypatch.chdir(tmp_path / "cwd")
+    if where == "PYTHONPATH":
+        monkeypatch.setenv("PYTHONPATH", str(tmp_path / "cwd"))
+    else:
+        monkeypatch.chdir(tmp_path / "cwd")
     root = tmp_path / "state"
     async with DirectoryStore(root) as store:
         await up(store)

@@ -35,10 +35,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import logging
 import os
 import pickle
-import site
 import socket
 import subprocess
 import sys
@@ -65,21 +65,48 @@ REPLY_TIMEOUT = 60.0
 GIVEN_UP = "was given up (a caller could not wait for its answer: a deadline, or a stop)"
 
 
-#: The directory trio_routines is found in, first on the child's path: the child runs the
-#: parent's own code, whatever else the environment names.
+#: The directory this process found trio_routines in: the child must import the same code.
 PACKAGE_ROOT = Path(__file__).resolve().parents[4]
-
-
-def _is_site_dir(path: Path) -> bool:
-    sites = [*site.getsitepackages(), site.getusersitepackages()]
-    return any(os.path.realpath(place) == str(path) for place in sites)
+#: Where the child reads its module path (see :func:`child_path`): not a ``PYTHON*`` name,
+#: which ``-I`` would ignore.
+PATH_VARIABLE = "TRIO_ROUTINES_WRITER_PATH"
+#: What the child runs: its module path set to the parent's, then child.py's ``main``.
+BOOTSTRAP = (
+    "import json, os, sys; "
+    f"sys.path[:] = json.loads(os.environ.pop({PATH_VARIABLE!r})); "
+    "from trio_routines.stores.directory.writer.child import main; "
+    "main(sys.argv[1:])"
+)
 
 
 def command() -> list[str]:
-    """How to start the child: this interpreter, child.py. ``-P``: ``-m`` would put the working
-    directory first on the child's path, and a ``trio_routines`` found there (a checkout of
-    another version, say) would be run instead of the parent's own."""
-    return [sys.executable, "-P", "-m", "trio_routines.stores.directory.writer.child"]
+    """How to start the child: this interpreter, isolated (``-I``: neither ``PYTHONPATH`` nor
+    the working directory nor the user's site directory decides what it imports), given
+    this process's own module path (:func:`child_path`). ``python -m`` with ``PYTHONPATH``
+    let a ``trio_routines`` found in the working directory, or named by a ``PYTHONPATH`` this
+    process ignored (``-E``, ``-I``), run in the child instead of the parent's own code."""
+    return [sys.executable, "-I", "-c", BOOTSTRAP]
+
+
+def child_path(path: Sequence[str] | None = None, root: Path = PACKAGE_ROOT) -> list[str]:
+    """The child's module path: this process's own (``path``, by default ``sys.path``), so
+    that it imports what this process imported, in the same order -- the standard library
+    before any site directory. Relative entries are left out: they name the working
+    directory, which may hold something else now than when this process imported from it.
+    ``root`` (the directory this process's ``trio_routines`` came from) is put first when
+    the path does not name it, or names another ``trio_routines`` before it."""
+    entries = [entry for entry in (sys.path if path is None else path) if os.path.isabs(entry)]
+    here = str(root)
+    resolved = [os.path.realpath(entry) for entry in entries]
+    if here in resolved:
+        at = resolved.index(here)
+        if not any(_has_package(entry) for entry in entries[:at]):
+            return entries
+    return [here, *(entry for entry, real in zip(entries, resolved, strict=True) if real != here)]
+
+
+def _has_package(entry: str) -> bool:
+    return os.path.exists(os.path.join(entry, "trio_routines"))
 
 
 @attrs.define(eq=False)
@@ -129,11 +156,8 @@ class WriterProcess:
         """Start a child (blocking for the fork and exec only; it signals when it is up)."""
         self._ended = [child for child in self._ended if child.poll() is None]
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        # Named first unless it is one of the interpreter's own site directories (an installed
-        # package), which come after the standard library as they are.
-        package = "" if _is_site_dir(PACKAGE_ROOT) else str(PACKAGE_ROOT)
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package, env.get("PYTHONPATH")) if p)
+        env[PATH_VARIABLE] = json.dumps(child_path())
         try:
             self._child = subprocess.Popen(
                 [*self._argv, str(theirs.fileno()), *self._config],
