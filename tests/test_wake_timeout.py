@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import math
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -133,6 +134,11 @@ async def test_the_wake_up_timeout_does_not_bound_a_routines_fire(
         ("wakeup_timeout", "30", "more than 0"),
         ("store_timeout", True, "more than 0"),  # the same check, shared
         ("default_grace", "10", "0 or more"),
+        ("wakeup_timeout", Decimal("NaN"), "more than 0"),
+        ("default_grace", Decimal("-1"), "0 or more"),
+        ("wakeup_timeout", Decimal("sNaN"), "more than 0"),  # no float: refused all the same
+        ("store_timeout", 10**400, "more than 0"),  # too large for a float
+        ("default_grace", Decimal("1e400"), "0 or more"),
     ],
 )
 def test_a_bad_seconds_option_is_refused_in_one_line_naming_it(
@@ -153,3 +159,5 @@ def test_a_wake_up_timeout_is_kept_as_seconds() -> None:
     assert made(wakeup_timeout=None).wakeup_timeout is None
     kept = made(wakeup_timeout=45).wakeup_timeout
     assert (kept, type(kept)) == (45.0, float)
+    exact = made(wakeup_timeout=Decimal("2.5")).wakeup_timeout  # a number of seconds too
+    assert (exact, type(exact)) == (2.5, float)

@@ -3,6 +3,8 @@ the errors."""
 
 from __future__ import annotations
 
+import contextlib
+import decimal
 import inspect
 import itertools
 import logging
@@ -247,12 +249,17 @@ def takes_keyword(call: Callable[..., object], name: str) -> bool:
 def checked_seconds(option: str, value: float, *, zero: bool) -> float:
     """``value`` if it is a finite number of seconds (``zero``: 0 allowed), else a one-line
     :class:`InvalidOption`: a NaN deadline, say, would leave store calls without a bound, and
-    ``True`` (a switch taken for a number) or ``"30"`` is no number of seconds."""
-    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if not (number and math.isfinite(value) and (value > 0 or (zero and value == 0))):
+    ``True`` (a switch taken for a number) or ``"30"`` is no number of seconds; a
+    :class:`~decimal.Decimal` is (a configuration read exactly, say)."""
+    seconds = math.nan
+    if isinstance(value, numbers.Real | decimal.Decimal) and not isinstance(value, bool):
+        # A number too large for a float, or a signalling NaN, is no more a bound than NaN.
+        with contextlib.suppress(OverflowError, ValueError):
+            seconds = float(value)
+    if not (math.isfinite(seconds) and (seconds > 0 or (zero and seconds == 0))):
         wanted = "0 or more" if zero else "more than 0"
         raise InvalidOption(f"{option} must be a finite number of seconds, {wanted}: {value!r}")
-    return float(value)
+    return seconds
 
 
 class Runtime:
