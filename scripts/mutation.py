@@ -613,7 +613,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             # Its child runs in another working directory, where mutmut's trampolines find
             # no configuration of mutmut's (they look for it there): the child cannot start.
             "--deselect=tests/test_writer.py::"
-            "test_the_child_runs_this_package_whatever_the_working_directory_holds",
+            "test_the_child_runs_this_package_whatever_else_is_on_its_way[working directory]",
         ],
     ),
     "directory": (
