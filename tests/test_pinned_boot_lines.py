@@ -6,7 +6,7 @@ boot on (read from the history only for a routine whose newest claim failed)."""
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -109,6 +109,29 @@ async def test_the_boot_seeds_each_routines_failure_streak_and_last_success(
         "fresh": T0,  # never fired: from the boot on
     }
     assert sorted(store.histories) == ["lonely", "streak"]  # the failing ones only
+
+
+@pytest.mark.parametrize(
+    ("fired_at", "ms"),
+    [
+        (None, 300_000_000_000_000),  # a duration past the calendar's end
+        (None, 10**17),  # past what a timedelta holds
+        (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC), 5),  # the calendar's last day
+    ],
+    ids=["long", "past-timedelta", "last-day"],
+)
+async def test_a_stored_duration_past_the_calendar_s_end_seeds_the_claim_s_instant(
+    autojump_clock: Any, fired_at: datetime | None, ms: int
+) -> None:
+    # A state file is not trusted: one hand-edited number must not keep every boot from
+    # coming up (it raised OverflowError through the run).
+    store = MemoryStore()
+    fired = at(9) if fired_at is None else fired_at
+    await store.claim("odd", at(9), fired)
+    await store.settle("odd", at(9), Outcome.COMPLETED, ms)
+    scheduler = await booted(store, routine("odd", "0 * * * *"))
+    assert scheduler.booted
+    assert scheduler._parts.runtime.metrics.last_success == {"odd": fired}
 
 
 async def test_the_slots_routines_that_never_fired_passed_are_recorded_each_in_its_zone(

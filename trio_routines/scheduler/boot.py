@@ -245,7 +245,12 @@ class Boot:
 
 
 def _ended(fire: Fire) -> datetime:
-    return fire.fired_at + timedelta(milliseconds=fire.ms or 0)
+    """When ``fire``'s turn ended: its claim's instant and its duration. A stored duration
+    that runs past the calendar's end (a hand-edited or damaged record) is no duration."""
+    try:
+        return fire.fired_at + timedelta(milliseconds=fire.ms or 0)
+    except OverflowError:
+        return fire.fired_at
 
 
 def _log_missed(
