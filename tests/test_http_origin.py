@@ -33,7 +33,9 @@ REFUSED_HOST = (
     "this server answers only to localhost, 127.0.0.1 or [::1] without a token — "
     "set TRIO_ROUTINES_TOKEN to reach it by another name"
 )
-REFUSED_ORIGIN = "cross-origin requests are refused: call from a loopback origin"
+REFUSED_ORIGIN = (
+    "cross-origin requests are refused: call from this server's own page, or without a browser"
+)
 
 
 @pytest.mark.parametrize("host", LOOPBACK_HOSTS)
@@ -92,9 +94,64 @@ async def test_cross_origin_browser_requests_cannot_change_state() -> None:
         assert server.agent.turns == []
         assert await server.store.history("adhoc") == []
         assert await server.store.list_wakeups() == []
-        for origin in ["http://localhost:3000", "http://127.0.0.1", "https://[::1]:8443"]:
+        # Its own page (the origin its Host names) may; a page of another local server may not.
+        own = f"http://127.0.0.1:{server.port}"  # http.client names the server so in Host
+        for origin in [own, f" {own} "]:
             reply = await server.call("POST", "/run", {"name": "adhoc"}, headers={"Origin": origin})
             assert reply.status == 200, (origin, reply.raw)
+        assert len(server.agent.turns) == 2
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "http://localhost:3000",  # another local server's page
+        "http://127.0.0.1",  # port 80
+        "https://[::1]:8443",
+        "http://localhost:{port}",  # another name for this port: another origin to a browser
+        "http://[::1]:{port}",
+        "https://127.0.0.1:{port}",  # another scheme
+        "http://127.0.0.1:{port}/page",  # no origin: a path
+        "http://127.0.0.1:{port}?x",
+    ],
+)
+async def test_a_page_of_another_local_origin_cannot_change_state(origin: str) -> None:
+    async with serving() as server:
+        headers = {"Origin": origin.format(port=server.port)}
+        fire = await server.call(
+            "POST", "/fire", {"name": "adhoc", "slot": ON_GRID}, headers=headers
+        )
+        assert assert_error(fire, 403) == REFUSED_ORIGIN
+        run = await server.call("POST", "/run", {"name": "adhoc"}, headers=headers)
+        assert_error(run, 403)
+        assert server.agent.turns == []
+        assert await server.store.history("adhoc") == []
+
+
+def test_without_a_host_any_loopback_origin_may_and_no_other() -> None:
+    # HTTP/1.0 sends no Host: no browser's request, and no origin of its own to compare with.
+    for origin in ["http://localhost:3000", "https://[::1]", "http://127.0.0.1:1"]:
+        check_origin({"headers": [(b"origin", origin.encode())]}, "POST")
+    for origin in ["https://evil.example", "null", "http://10.0.0.1:80"]:
+        with pytest.raises(Refusal) as refused:
+            check_origin({"headers": [(b"origin", origin.encode())]}, "POST")
+        assert refused.value.response.status == 403
+
+
+def test_an_https_request_takes_its_own_scheme_and_default_port() -> None:
+    scope = {"scheme": "https", "headers": [(b"host", b"localhost"), (b"origin", b"")]}
+    for origin, ours in [
+        (b"https://localhost", True),
+        (b"https://localhost:443", True),
+        (b"http://localhost", False),
+        (b"https://localhost:80", False),
+    ]:
+        scope["headers"][1] = (b"origin", origin)
+        if ours:
+            check_origin(scope, "DELETE")
+        else:
+            with pytest.raises(Refusal):
+                check_origin(scope, "DELETE")
 
 
 async def test_with_a_token_any_host_and_origin_is_served() -> None:

@@ -5,9 +5,11 @@ for that: a web page whose domain re-resolves to 127.0.0.1 (DNS rebinding) makes
 send its requests to our port, with the attacker's name in ``Host``. So, without a token, a
 request must name a loopback host (``localhost``, ``127.0.0.1``, ``[::1]``, with or without a
 port) and a state-changing request that a browser marks with an ``Origin`` must come from a
-loopback origin too (a cross-origin form or ``fetch`` from any other site is refused). With a
-token, the token is the proof and neither header is checked: the server may then be reached by
-any name.
+origin, and the very origin the request names in ``Host`` (its scheme, name and port): a form
+or ``fetch`` from any other site is refused, and so is one from another local server's page
+(``localhost:3000``, a notebook, a development server), which a browser sends to our port as
+readily as a remote site's. With a token, the token is the proof and neither header is
+checked: the server may then be reached by any name.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from urllib.parse import urlsplit
 from .wire import Refusal, Scope, one_header
 
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+CROSS_ORIGIN = (
+    "cross-origin requests are refused: call from this server's own page, or without a browser"
+)
 
 
 def is_loopback(host: str) -> bool:
@@ -59,21 +64,38 @@ def _host_is_loopback(value: str) -> bool:
     return bool(host) and is_loopback(host)
 
 
-def _origin_is_loopback(value: str) -> bool:
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin(scheme: str, authority: str) -> tuple[str, str, int] | None:
+    """``(scheme, host, port)`` of ``scheme://authority``, the port filled in; None when it
+    is no web origin (another scheme, no host, a port that is not a number)."""
     try:
-        parts = urlsplit(value.strip())
-        host = parts.hostname
-        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number
+        parts = urlsplit(f"{scheme}://{authority}")
+        host, port = parts.hostname, parts.port  # the port raises ValueError if not a number
     except ValueError:
+        return None
+    if scheme not in _DEFAULT_PORTS or host is None or parts.path or parts.query:
+        return None
+    return scheme, host, _DEFAULT_PORTS[scheme] if port is None else port
+
+
+def _origin_is_ours(value: str, host: str | None, scheme: str) -> bool:
+    """``Origin: value`` is a loopback origin, and the one ``Host: host`` names for this
+    request's ``scheme`` (any loopback origin for a request without ``Host``)."""
+    kind, _, authority = value.strip().partition("://")
+    origin = _origin(kind, authority)
+    if origin is None or not is_loopback(origin[1]):
         return False
-    return parts.scheme in ("http", "https") and host is not None and is_loopback(host)
+    return host is None or origin == _origin(scheme, host.strip())
 
 
 def check_origin(scope: Scope, method: str) -> None:
     """Refuse a request a browser could have been tricked into sending (no token configured).
 
     ``Host`` not loopback: 421 (every route, so a rebound page cannot read either).
-    ``Origin`` present and not loopback on a state-changing method: 403.
+    ``Origin`` present on a state-changing method, and not this server's own as ``Host``
+    names it (nor loopback, without ``Host``): 403.
     A request without ``Host`` (HTTP/1.0) is no browser's and passes.
     """
     host = one_header(scope, b"host")
@@ -85,5 +107,5 @@ def check_origin(scope: Scope, method: str) -> None:
         )
     if method in STATE_CHANGING:
         origin = one_header(scope, b"origin")
-        if origin is not None and not _origin_is_loopback(origin):
-            raise Refusal(403, "cross-origin requests are refused: call from a loopback origin")
+        if origin is not None and not _origin_is_ours(origin, host, scope.get("scheme", "http")):
+            raise Refusal(403, CROSS_ORIGIN)
