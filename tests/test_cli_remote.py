@@ -254,3 +254,61 @@ def test_a_listing_that_is_no_list_of_routines_is_one_line_not_a_traceback(
         assert one_line(done.stderr).startswith(
             "error: http://127.0.0.1:9: the answer is not a trio_routines server's ("
         )
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_a_redirect_is_not_followed_and_the_token_stays_home(env: Env, code: int) -> None:
+    import http.server
+    import threading
+
+    reached: list[tuple[str, str, str | None]] = []
+
+    class Elsewhere(http.server.BaseHTTPRequestHandler):
+        def answer(self) -> None:
+            reached.append((self.command, self.path, self.headers.get("Authorization")))
+            body = json.dumps({"name": "daily", "paused": True}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = answer
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    elsewhere = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Elsewhere)
+    target = f"http://localhost:{elsewhere.server_address[1]}"
+
+    class Redirecting(http.server.BaseHTTPRequestHandler):
+        def answer(self) -> None:
+            self.send_response(code)
+            self.send_header("Location", target + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_POST = answer
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    redirecting = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
+    url = f"http://127.0.0.1:{redirecting.server_address[1]}"
+    servers = [elsewhere, redirecting]
+    threads = [threading.Thread(target=server.serve_forever, daemon=True) for server in servers]
+    for thread in threads:
+        thread.start()
+    try:
+        environ = {**env.environ(), "TRIO_ROUTINES_TOKEN": TOKEN}
+        done = in_process(["pause", "daily", "--url", url], cwd=env.root, environ=environ)
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+    assert (done.returncode, done.stdout) == (1, "")
+    assert one_line(done.stderr) == (
+        f"error: {url} answered {code}: {http.HTTPStatus(code).phrase} — a redirect, not "
+        "followed: give --url the server's own address\n"
+    )
+    assert reached == []  # neither the request nor the token went on

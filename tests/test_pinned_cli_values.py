@@ -91,6 +91,45 @@ def test_a_server_url_is_http_or_https_with_a_host_and_a_valid_port() -> None:
         )
     for text in ("http://h:0", "http://h:65536", "http://h:99999"):
         assert refused(values.server_url, text) == f'"{text}" has no valid port'
+    # Below a proxy's path, and an IPv6 literal, are addresses too.
+    for text in ("http://h/trio", "https://h:8443/a/b/", "http://[::1]:80"):
+        assert values.server_url(text) == text
+    assert refused(values.server_url, "http://[::1") == (
+        '"http://[::1" is not an http(s) URL, e.g. http://127.0.0.1:8080'
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["http://h/ ", "http://h/a b", "http://h/\r\nX: y", "http://h\t", "http://hé", "http://h/\x00"],
+)
+def test_a_server_url_is_printable_ascii(text: str) -> None:
+    # A request line cannot carry these: http.client raised InvalidURL, a traceback.
+    assert refused(values.server_url, text).endswith(
+        " has a space, a control character or a character outside ASCII — write the "
+        "server's address as http(s)://host[:port]"
+    )
+
+
+@pytest.mark.parametrize("text", ["http://h/?x=1", "http://h#top", "http://h/?", "https://h/#"])
+def test_a_server_url_has_no_query_or_fragment(text: str) -> None:
+    # The command's own path goes after the URL: after a query or a fragment it was lost.
+    assert refused(values.server_url, text) == (
+        f'"{text}" has a query or a fragment — give the server\'s address alone'
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["http://user:s3cret@h:8080", "http://s3cret@h", "http://u:s3cret@h/ x", "ftp://u:s3cret@h"],
+)
+def test_a_server_url_with_credentials_is_refused_without_repeating_them(text: str) -> None:
+    message = refused(values.server_url, text)
+    assert message == (
+        "a server URL with a user name or password is refused — give http(s)://host[:port], "
+        "and the token in TRIO_ROUTINES_TOKEN"
+    )
+    assert "s3cret" not in message
 
 
 def test_a_delay_has_a_unit_and_ends_before_the_last_instant() -> None:

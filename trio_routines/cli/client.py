@@ -140,7 +140,11 @@ class Server:
         return CliError(f"{self.url}: the answer is not a trio_routines server's{why}")
 
     def refused(self, answer: Answer) -> CliError:
-        hint = " — set TRIO_ROUTINES_TOKEN to the server's token" if answer.status == 401 else ""
+        hint = ""
+        if answer.status == 401:
+            hint = " — set TRIO_ROUTINES_TOKEN to the server's token"
+        elif 300 <= answer.status < 400:
+            hint = " — a redirect, not followed: give --url the server's own address"
         return CliError(f"{self.url} answered {answer.status}: {answer.error()}{hint}")
 
     def _send(self, method: str, path: str, body: Any, timeout: float | None) -> Answer:
@@ -151,8 +155,9 @@ class Server:
             request.add_header("Content-Type", "application/json")
         if self.token:
             request.add_header("Authorization", f"Bearer {self.token}")
-        # No proxies from the environment: the request goes to the URL given, and nowhere else.
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        # No proxies from the environment and no redirects: the request, and its token, go to
+        # the URL given and nowhere else (a redirect comes back as the answer, a refusal).
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirects())
         try:
             with opener.open(request, timeout=timeout) as answer:
                 return Answer(answer.status, _parse(answer.read(MAX_ANSWER + 1)))
@@ -163,6 +168,13 @@ class Server:
                 except ValueError:
                     parsed = None  # a proxy's or a gateway's page: the status says enough
             return Answer(refusal.code, parsed)
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows no redirect: a 3xx is raised as an HTTPError, as any refusal is."""
+
+    def redirect_request(self, *_: object) -> None:
+        return None
 
 
 def _parse(raw: bytes) -> Any:

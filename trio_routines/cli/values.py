@@ -85,8 +85,29 @@ def host_port(text: str) -> tuple[str, int]:
 
 
 def server_url(text: str) -> str:
-    """``status --url``: the HTTP surface of a running serve, ``http(s)://host[:port]``."""
-    parts = urlsplit(text)
+    """``status --url``: the HTTP surface of a running serve, ``http(s)://host[:port]``, with a
+    path if a proxy serves it below one. Printable ASCII only (a request line cannot carry a
+    space or a control character); no query or fragment (the command's own path goes after
+    the URL); no user name or password, which the refusal does not repeat (the token goes in
+    ``$TRIO_ROUTINES_TOKEN``)."""
+    try:
+        parts = urlsplit(text)
+    except ValueError:  # an unclosed IPv6 bracket
+        parts = urlsplit("")
+    if "@" in parts.netloc:  # checked first: the refusals after it show the text
+        raise argparse.ArgumentTypeError(
+            "a server URL with a user name or password is refused — "
+            "give http(s)://host[:port], and the token in TRIO_ROUTINES_TOKEN"
+        )
+    if not all("!" <= char <= "~" for char in text):
+        raise argparse.ArgumentTypeError(
+            f"{_shown(text)} has a space, a control character or a character outside ASCII — "
+            "write the server's address as http(s)://host[:port]"
+        )
+    if parts.query or parts.fragment or text.endswith(("?", "#")):
+        raise argparse.ArgumentTypeError(
+            f"{_shown(text)} has a query or a fragment — give the server's address alone"
+        )
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise argparse.ArgumentTypeError(
             f"{_shown(text)} is not an http(s) URL, e.g. http://127.0.0.1:8080"
