@@ -312,3 +312,24 @@ def test_a_redirect_is_not_followed_and_the_token_stays_home(env: Env, code: int
         "followed: give --url the server's own address\n"
     )
     assert reached == []  # neither the request nor the token went on
+
+
+@pytest.mark.parametrize("token", [" ", "a b", "a\nb", "tökén"])
+def test_a_token_no_client_can_send_is_one_line_for_serve_and_for_a_command(
+    env: Env, token: str
+) -> None:
+    from test_http import TOKEN_REFUSED
+
+    env.routine("daily", cron="0 9 * * *")
+    environ = {**env.environ(), "TRIO_ROUTINES_TOKEN": token}
+    served = in_process(
+        ["serve", "--agent", "echo", "--http", "127.0.0.1:0"], cwd=env.root, environ=environ
+    )
+    assert (served.returncode, served.stdout) == (1, "")
+    assert one_line(served.stderr) == f"error: {TOKEN_REFUSED}\n"
+    assert not env.state.exists()  # nothing bound, nothing written
+    asked = in_process(
+        ["pause", "daily", "--url", "http://127.0.0.1:9"], cwd=env.root, environ=environ
+    )
+    assert (asked.returncode, asked.stdout) == (2, "")
+    assert one_line(asked.stderr) == f"error: {TOKEN_REFUSED}\n"

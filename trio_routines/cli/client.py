@@ -81,6 +81,12 @@ class Server:
     def __init__(self, url: str, token: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.token = token if token is not None else (os.environ.get("TRIO_ROUTINES_TOKEN") or None)
+        if self.token:
+            from ..http.origin import token_problem  # the server's own rule
+
+            problem = token_problem(self.token)
+            if problem is not None:
+                raise CliError(problem, code=2)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Server | None:

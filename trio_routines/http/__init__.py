@@ -67,12 +67,14 @@ Decisions (also in docs/http.md):
 from __future__ import annotations
 
 from .app import make_app
+from .origin import BadToken
 from .serving import InsecureBind, bind_http, check_bind, serve_http
 from .wire import MAX_BODY, ASGIApp
 
 __all__ = [
     "MAX_BODY",
     "ASGIApp",
+    "BadToken",
     "InsecureBind",
     "bind_http",
     "check_bind",

@@ -13,7 +13,7 @@ from .. import tracing
 from ..scheduler import Scheduler
 from . import api, page, wakeupapi
 from .expected import ExpectedSlots
-from .origin import check_origin
+from .origin import check_origin, check_token
 from .wire import (
     ECHO,
     MAX_ID,
@@ -117,8 +117,9 @@ class _App:
         body_timeout: float = BODY_TIMEOUT,
         body_readers: int | None = None,
     ) -> None:
+        check_token(token)
         self.scheduler = scheduler
-        self._token = token.encode("utf-8") if token else None
+        self._token = token.encode("ascii") if token else None
         self._body_timeout = body_timeout
         self._readers = _Readers(body_readers)
         self._expected = ExpectedSlots()  # the status page's timelines, between renders
@@ -264,6 +265,7 @@ def make_app(
     scheduler running (``await nursery.start(scheduler.run)``); before that, and once it
     stops, fires are answered 503. A request body must arrive within ``body_timeout``
     seconds of the request (408 otherwise), and at most ``body_readers`` requests (no limit
-    when ``None``) may be waiting for theirs at once (503 for the next).
+    when ``None``) may be waiting for theirs at once (503 for the next). A token with a space,
+    a control character or a character outside ASCII raises :class:`BadToken`.
     """
     return _App(scheduler, token, body_timeout, body_readers)

@@ -17,12 +17,41 @@ from __future__ import annotations
 import ipaddress
 from urllib.parse import urlsplit
 
+from ..errors import TrioRoutinesError
 from .wire import Refusal, Scope, one_header
 
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 CROSS_ORIGIN = (
     "cross-origin requests are refused: call from this server's own page, or without a browser"
 )
+
+
+def token_problem(token: str) -> str | None:
+    """Why ``token`` cannot be the surface's bearer token, or None. A token is sent in a
+    header and typed into the status page's form as it is, so it must be printable ASCII
+    with no space: one padded with white space was trimmed from a bearer header and not from
+    the form (the API refused everyone, while a form of spaces logged in), and a control
+    character or a character outside ASCII cannot be sent in a header at all."""
+    if all("!" <= char <= "~" for char in token):
+        return None
+    return (
+        "TRIO_ROUTINES_TOKEN has a space, a control character or a character outside ASCII "
+        "— use letters, digits and punctuation only, e.g. the output of "
+        '`python -c "import secrets; print(secrets.token_urlsafe(32))"`'
+    )
+
+
+class BadToken(TrioRoutinesError, ValueError):
+    """Raised by :func:`check_bind` and :func:`~trio_routines.http.make_app` for a token no
+    client can send as it is (see :func:`~trio_routines.http.origin.token_problem`)."""
+
+
+def check_token(token: str | None) -> None:
+    """Refuse (:class:`BadToken`) a token with a space, a control character or a character
+    outside ASCII; an empty one means none."""
+    problem = token_problem(token) if token else None
+    if problem is not None:
+        raise BadToken(problem)
 
 
 def is_loopback(host: str) -> bool:

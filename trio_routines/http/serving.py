@@ -19,7 +19,7 @@ from .connections import (
     open_descriptors,
     serve_connections,
 )
-from .origin import is_loopback
+from .origin import check_token, is_loopback
 
 if TYPE_CHECKING:
     from hypercorn.typing import ASGIFramework
@@ -34,7 +34,9 @@ class InsecureBind(TrioRoutinesError, ValueError):
 
 
 def check_bind(host: str, token: str | None) -> None:
-    """Refuse (:class:`InsecureBind`) to serve on a non-loopback ``host`` without a token."""
+    """Refuse to serve with a token no client can send (:class:`BadToken`), or on a
+    non-loopback ``host`` without a token (:class:`InsecureBind`)."""
+    check_token(token)
     if not token and not is_loopback(host):
         raise InsecureBind(
             f"refusing to serve HTTP on {host or '(all interfaces)'} without a token — "
