@@ -132,6 +132,17 @@ def test_a_server_url_with_credentials_is_refused_without_repeating_them(text: s
     assert "s3cret" not in message
 
 
+def test_a_poll_interval_is_within_its_range() -> None:
+    assert values.poll_seconds("0.05") == 0.05
+    assert values.poll_seconds("86400") == 86400.0
+    for text in ("1e-9", "0.049", "86400.5", "1e308"):
+        assert refused(values.poll_seconds, text) == (
+            f"{text!r} must be between 0.05 and 86400 seconds"
+        )
+    assert refused(values.poll_seconds, "0") == "'0' must be above 0"
+    assert refused(values.poll_seconds, "inf") == "'inf' must be a finite number of seconds >= 0"
+
+
 def test_a_delay_has_a_unit_and_ends_before_the_last_instant() -> None:
     assert values.delay("90s") == timedelta(seconds=90)
     assert values.delay("1.5h") == timedelta(minutes=90)

@@ -64,9 +64,9 @@ def scheduler(
 
 async def test_one_sleep_lasts_six_hours_at_most(autojump_clock: Any) -> None:
     # Nothing else looks at the clocks here: no wake loop, and a clock watch that polls once a
-    # month. Only the cap on one sleep can notice that the wall clock passed the slot.
+    # day (the longest poll there is). Only the cap on one sleep can notice that the wall clock passed the slot.
     daily = Routine(name="daily", prompt="p", cron="0 9 * * *")  # next: tomorrow, 22.5 h away
-    sched, agent, store, wall = scheduler(daily, wakeups=False, poll_interval=30 * 24 * HOUR)
+    sched, agent, store, wall = scheduler(daily, wakeups=False, poll_interval=24 * HOUR)
     async with trio.open_nursery() as nursery:
         await nursery.start(sched.run)
         booted = trio.current_time()
@@ -85,7 +85,7 @@ async def test_one_sleep_lasts_six_hours_at_most(autojump_clock: Any) -> None:
 
 async def test_a_sleep_shorter_than_the_cap_ends_on_the_slot(autojump_clock: Any) -> None:
     hourly = Routine(name="hourly", prompt="p", cron="0 * * * *")  # 11:00, 30 min away
-    sched, agent, _, _ = scheduler(hourly, wakeups=False, poll_interval=30 * 24 * HOUR)
+    sched, agent, _, _ = scheduler(hourly, wakeups=False, poll_interval=24 * HOUR)
     async with trio.open_nursery() as nursery:
         await nursery.start(sched.run)
         booted = trio.current_time()

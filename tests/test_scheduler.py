@@ -828,7 +828,8 @@ async def test_failed_deferral_loses_that_wake_up_only(
 async def test_a_wake_loop_that_breaks_is_restarted_with_a_doubling_back_off(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    rig = Rig(Routine(name="m", prompt="p"), poll_interval=-1.0)  # every poll raises
+    rig = Rig(Routine(name="m", prompt="p"), poll_interval=3600)
+    rig.store.fail("take_due_wakeup", ValueError("broken"))  # every poll raises
     async with rig.running() as scheduler:
         await trio.sleep(1 + 2 + 4 + 8 + 16 + 32 + 64 + 128 + 256 + 300 + 300 + 0.5)
         assert scheduler.statistics().loop_restarts == {"wake": 12}

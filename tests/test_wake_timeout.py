@@ -161,3 +161,23 @@ def test_a_wake_up_timeout_is_kept_as_seconds() -> None:
     assert (kept, type(kept)) == (45.0, float)
     exact = made(wakeup_timeout=Decimal("2.5")).wakeup_timeout  # a number of seconds too
     assert (exact, type(exact)) == (2.5, float)
+
+
+@pytest.mark.parametrize("value", [1e-9, 0.049, 86_400.5, 1e308, math.nan, 0, True, "30"])
+def test_a_poll_interval_out_of_its_range_is_refused_in_one_line(value: Any) -> None:
+    # 1e-9 read the store in a busy loop; 1e308 left due wake-ups waiting for ever.
+    with pytest.raises(InvalidOption) as refused:
+        Scheduler(agent=ScriptedAgent(), store=MemoryStore(), poll_interval=value)
+    message = str(refused.value)
+    assert message in (
+        f"poll_interval must be between 0.05 and 86400 seconds: {value!r}",
+        f"poll_interval must be a finite number of seconds, more than 0: {value!r}",
+    )
+    in_range = isinstance(value, float) and math.isfinite(value) and value > 0
+    assert message.startswith("poll_interval must be between") is in_range
+
+
+@pytest.mark.parametrize("value", [0.05, 30, 86_400])
+def test_a_poll_interval_within_its_range_is_kept(value: float) -> None:
+    kept = Scheduler(agent=ScriptedAgent(), store=MemoryStore(), poll_interval=value).poll_interval
+    assert (kept, type(kept)) == (value, float)

@@ -49,6 +49,9 @@ MIN_RECURRING_GAP = timedelta(minutes=10)
 GAP_HORIZON = timedelta(days=366)  # offset changes this far ahead are checked on real time
 MAX_ATTEMPTS = 120
 POLL_INTERVAL = 30.0  # seconds between polls, and the delay of a busy one-shot's retry
+#: The poll intervals taken, in seconds: a shorter one reads the store in a busy loop, a longer
+#: one leaves due wake-ups (and a dead replica's claims) waiting for more than a day.
+POLL_RANGE = (0.05, 86_400.0)
 
 _DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([smhd])\s*$", re.IGNORECASE)
 _UNIT = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}

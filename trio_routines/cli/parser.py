@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-wakeups", action="store_true", help="do not fire wake-ups")
     serve.add_argument(
         "--poll",
-        type=values.positive_seconds,
+        type=values.poll_seconds,
         default=POLL_INTERVAL,
         metavar="SECONDS",
         help=f"wake-up poll interval (default: {POLL_INTERVAL:g})",

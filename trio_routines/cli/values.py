@@ -18,7 +18,7 @@ from ..errors import InvalidOption
 from ..instants import parse_instant
 from ..replicas import replica_problem
 from ..text import shown
-from ..wakeups import parse_delay
+from ..wakeups import POLL_RANGE, parse_delay
 
 
 def non_negative_seconds(text: str) -> float:
@@ -35,6 +35,15 @@ def positive_seconds(text: str) -> float:
     value = non_negative_seconds(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be above 0")
+    return value
+
+
+def poll_seconds(text: str) -> float:
+    """``serve --poll``: seconds within :data:`~trio_routines.wakeups.POLL_RANGE`."""
+    value = positive_seconds(text)
+    low, high = POLL_RANGE
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"{text!r} must be between {low:g} and {high:g} seconds")
     return value
 
 

@@ -39,6 +39,7 @@ from .state import (
     Shared,
     Statistics,
     Stopping,
+    checked_poll,
     checked_seconds,
     new_replica_id,
     system_now,
@@ -110,7 +111,7 @@ class Scheduler:
         self.wakeups = wakeups
         self.wake_limits = wake_limits
         self.max_wait = max_wait
-        self.poll_interval = poll_interval
+        self.poll_interval = checked_poll(poll_interval)
         self.jump_threshold = jump_threshold
         grace = checked_seconds("default_grace", default_grace, zero=True)
         self.store_timeout = checked_seconds("store_timeout", store_timeout, zero=False)

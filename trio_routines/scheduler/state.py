@@ -26,6 +26,7 @@ from ..records import Outcome
 from ..replicas import default_replica
 from ..routines import Routine
 from ..store import Store
+from ..wakeups import POLL_RANGE
 from .inflight import InFlight, Taking, Working
 from .sleepers import Unpark
 
@@ -259,6 +260,18 @@ def checked_seconds(option: str, value: float, *, zero: bool) -> float:
     if not (math.isfinite(seconds) and (seconds > 0 or (zero and seconds == 0))):
         wanted = "0 or more" if zero else "more than 0"
         raise InvalidOption(f"{option} must be a finite number of seconds, {wanted}: {value!r}")
+    return seconds
+
+
+def checked_poll(value: float) -> float:
+    """``poll_interval`` if it is a number of seconds within :data:`POLL_RANGE`, else a
+    one-line :class:`InvalidOption`."""
+    seconds = checked_seconds("poll_interval", value, zero=False)
+    low, high = POLL_RANGE
+    if not low <= seconds <= high:
+        raise InvalidOption(
+            f"poll_interval must be between {low:g} and {high:g} seconds: {value!r}"
+        )
     return seconds
 
 
