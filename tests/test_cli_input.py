@@ -6,6 +6,7 @@ with its control characters live.
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -188,6 +189,57 @@ def test_names_and_reasons_never_reach_the_terminal_with_live_control_characters
     assert "bad\\x1b]0;owned\\x07.md" in checked.stderr
     assert "evil\\u001b[2J\\u009b31m" in listed_json.stdout
     assert "no\\x1b[5m" in runs[3].stdout
+
+
+def test_a_name_that_reorders_what_follows_it_is_shown_escaped(env: Env) -> None:
+    # A right-to-left override makes "rlo\u202etxt.md" read as another name.
+    (env.routines / "rlo\u202exe.md").write_text("---\ncron: 0 9 * * *\n---\nhi\n")
+    listed, listed_json = env.run_cli("list"), env.run_cli("list", "--json")
+    assert "rlo\\u202exe" in listed.stdout
+    assert "rlo\\u202exe" in listed_json.stdout
+    for result in (listed, listed_json):
+        assert "\u202e" not in result.stdout + result.stderr
+
+
+def test_run_shows_an_agents_escape_sequences_escaped_on_a_terminal_and_as_they_are_else(
+    env: Env,
+) -> None:
+    import pty
+    import subprocess
+
+    (env.routines / "big.md").write_text("---\n---\nhi\n")
+    agent = "cmd:printf 'hi\\033]0;pwned\\007\\033[31mred\\n\\tok\\n'"
+    piped = env.cli("run", "big", "--agent", agent)
+    assert (piped.returncode, piped.stdout) == (0, "hi\x1b]0;pwned\x07\x1b[31mred\n\tok\n")
+    ours, theirs = pty.openpty()
+    try:
+        done = subprocess.run(
+            env.argv("run", "big", "--agent", agent),
+            stdout=theirs,
+            stderr=subprocess.DEVNULL,
+            cwd=env.root,
+            env=env.environ(),
+            timeout=60,
+            check=False,
+        )
+        os.close(theirs)
+        theirs = -1
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(ours, 4096)
+            except OSError:  # EIO: the terminal's other end is closed and read out
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(ours)
+        if theirs >= 0:
+            os.close(theirs)
+    assert done.returncode == 0
+    # The terminal turns "\n" into "\r\n" itself; nothing else was left to obey.
+    assert shown.decode() == "hi\\x1b]0;pwned\\x07\\x1b[31mred\r\n\tok\r\n"
 
 
 def test_operator_surfaces_never_cite_the_specification_or_speak_to_the_model() -> None:

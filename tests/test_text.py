@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trio_routines.text import ERROR_LIMIT, clipped, error_text, one_line, shown, visible
+from trio_routines.text import (
+    ERROR_LIMIT,
+    clipped,
+    error_text,
+    one_line,
+    safe_json,
+    shown,
+    visible,
+    visible_lines,
+)
 
 
 def test_control_characters_are_shown_not_obeyed() -> None:
@@ -28,3 +39,29 @@ def test_error_text_is_one_bounded_visible_line_and_stable(text: str) -> None:
     assert stored == one_line(stored)
     assert visible(stored) == stored
     assert error_text(stored) == stored  # read back and stored again: unchanged
+
+
+BIDI = ["\u061c", "\u200e", "\u200f", "\u202a", "\u202b", "\u202c", "\u202d", "\u202e"]
+BIDI += ["\u2066", "\u2067", "\u2068", "\u2069"]
+
+
+def test_what_reorders_or_breaks_a_shown_line_is_shown_not_obeyed() -> None:
+    # A name with a right-to-left override reads as another ("Trojan source"), and some
+    # terminals and log viewers break a line at U+2028/U+2029.
+    for char in [*BIDI, "\u2028", "\u2029"]:
+        escaped = f"\\u{ord(char):04x}"
+        assert visible(f"a{char}b") == f"a{escaped}b"
+        assert visible_lines(f"a{char}b\n\tc") == f"a{escaped}b\n\tc"
+        assert safe_json({"k": f"a{char}b"}) == f'{{"k": "a{escaped}b"}}'
+        assert json.loads(safe_json(f"a{char}b")) == f"a{char}b"  # still the same text
+    for char in BIDI:
+        assert shown(f"a{char}b") == f"a\\u{ord(char):04x}b"
+    # Their neighbours, and the letters of right-to-left scripts, are text like any other.
+    for char in ["\u061b", "\u061d", "\u200d", "\u202f", "\u2065", "\u206a", "שלום"]:
+        assert visible(char) == char
+
+
+@given(st.text())
+def test_a_visible_text_holds_no_control_left_to_obey(text: str) -> None:
+    for escaped in (visible(text), visible_lines(text)):
+        assert not any(char in escaped for char in [*BIDI, "\u2028", "\u2029", "\x1b", "\x9b"])

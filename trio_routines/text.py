@@ -15,10 +15,19 @@ from typing import Any
 ERROR_LIMIT = 1024  # bytes of UTF-8: how much of a failure reason is stored
 
 _WHITESPACE = re.compile(r"\s+")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: What reorders the text shown around it (the bidirectional embeddings, overrides, isolates
+#: and marks: a name can read as another), and the line and paragraph separators, which some
+#: terminals, editors and log viewers break a line at.
+_UNICODE_CONTROLS = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029"
+_CONTROL = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_UNICODE_CONTROLS}]")
+_CONTROL_BUT_LINES = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_UNICODE_CONTROLS}]")
 # What json.dumps(ensure_ascii=False) leaves raw but a terminal or a line splitter obeys.
-_RAW_IN_JSON = re.compile("[\x7f-\x9f\u2028\u2029]")
+_RAW_IN_JSON = re.compile(f"[\\x7f-\\x9f{_UNICODE_CONTROLS}]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def one_line(text: str) -> str:
@@ -27,20 +36,21 @@ def one_line(text: str) -> str:
 
 
 def visible(text: str) -> str:
-    """Control characters (C0, DEL, C1) shown as ``\\xNN``; everything else as it is."""
-    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+    """Control characters (C0, DEL, C1) shown as ``\\xNN``, the bidirectional controls and the
+    line and paragraph separators as ``\\uNNNN``; everything else as it is."""
+    return _CONTROL.sub(_escaped, text)
 
 
 def visible_lines(text: str) -> str:
     """Multi-line text (a turn's output) made safe to show: line breaks and tabs kept, every
     other control character (a carriage return, an escape sequence) shown as ``\\xNN``, and
-    the line and paragraph separators as ``\\u2028``/``\\u2029``."""
-    shown_text = _CONTROL_BUT_LINES.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
-    return shown_text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    the bidirectional controls and the line and paragraph separators as ``\\uNNNN``."""
+    return _CONTROL_BUT_LINES.sub(_escaped, text)
 
 
 def safe_json(value: Any, *, indent: int | None = None) -> str:
-    """JSON (non-ASCII kept) with every control character and line separator escaped."""
+    """JSON (non-ASCII kept) with every control character, bidirectional control and line
+    separator escaped."""
     text = json.dumps(value, ensure_ascii=False, indent=indent)
     return _RAW_IN_JSON.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 

@@ -13,6 +13,7 @@ from ..records import Outcome
 from ..routines import Routine
 from ..scheduler import FireResult, Scheduler
 from ..store import Store
+from ..text import visible_lines
 from .client import Server
 from .output import (
     CliError,
@@ -53,11 +54,15 @@ async def cmd_run(args: argparse.Namespace) -> int:
     routine = pick(result, args.name, args.routines)
     report_failures(result)
     wrote = ""
+    # The agent's words go out as they are, unless to a terminal: there, an escape sequence
+    # in them (a window title, a colour, a cursor move) would be obeyed, so control characters
+    # other than line breaks and tabs are shown as \xNN, as every other line shows them.
+    terminal = sys.stdout.isatty()
 
     def on_text(text: str) -> None:
         nonlocal wrote
         if text:
-            sys.stdout.write(text)
+            sys.stdout.write(visible_lines(text) if terminal else text)
             sys.stdout.flush()
             wrote = text
 
