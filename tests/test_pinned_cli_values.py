@@ -34,6 +34,8 @@ def test_seconds_are_finite_and_not_negative_and_positive_ones_above_zero() -> N
     assert values.positive_seconds("0.001") == 0.001
     assert refused(values.positive_seconds, "0") == "'0' must be above 0"
     assert refused(values.positive_seconds, "x") == "'x' is not a number of seconds"
+    for text in ("٥", "５", "1.٥", "٥e1"):  # float() reads them; no other value does
+        assert refused(values.non_negative_seconds, text) == f"{text!r} is not a number of seconds"
 
 
 def test_a_limit_is_a_positive_whole_number_or_off() -> None:
@@ -76,7 +78,9 @@ def test_host_port_takes_the_last_colon_brackets_for_ipv6_and_ports_0_to_65535()
     # Only a pair of brackets is taken off.
     assert values.host_port("[abc:80") == ("[abc", 80)
     assert values.host_port("abc]:80") == ("abc]", 80)
-    for text in ("h", ":80", "h:", "h:65536", "h:000080", "h:²", "h:-1", "h:8o"):
+    assert values.host_port("::1:8080") == ("::1", 8080)  # a bare IPv6 address still reads
+    two_ports = ("127.0.0.1:8080:1", "h:80:1", "a:b:c:1")  # not an IPv6 address: a port twice
+    for text in ("h", ":80", "h:", "h:65536", "h:000080", "h:²", "h:-1", "h:8o", *two_ports):
         assert refused(values.host_port, text) == (
             f'"{text}": expected HOST:PORT, e.g. 127.0.0.1:8080'
         )

@@ -64,7 +64,8 @@ def scheduler(
 
 async def test_one_sleep_lasts_six_hours_at_most(autojump_clock: Any) -> None:
     # Nothing else looks at the clocks here: no wake loop, and a clock watch that polls once a
-    # day (the longest poll there is). Only the cap on one sleep can notice that the wall clock passed the slot.
+    # day (the longest poll there is). Only the cap on one sleep can notice that the wall
+    # clock passed the slot.
     daily = Routine(name="daily", prompt="p", cron="0 9 * * *")  # next: tomorrow, 22.5 h away
     sched, agent, store, wall = scheduler(daily, wakeups=False, poll_interval=24 * HOUR)
     async with trio.open_nursery() as nursery:

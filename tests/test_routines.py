@@ -310,6 +310,8 @@ def test_parse_timeout_forms(value: str, seconds: float) -> None:
         "5 s m",
         "9" * 400,
         "9" * 5000,  # past int()'s 4,300-digit limit: parsed as a float, never as an int
+        "٣m",  # other scripts' digits
+        "３０s",
     ],
 )
 def test_parse_refuses_bad_timeouts(value: str) -> None:
@@ -556,3 +558,8 @@ def test_find_routine(tmp_path: Path) -> None:
 def test_failure_str_is_one_line() -> None:
     failure = RoutineFailure(file="routines/x.md", reason="not UTF-8 text")
     assert str(failure) == "routines/x.md: not UTF-8 text"
+
+
+@pytest.mark.parametrize("value", ["٢h", "２h", "1.٥d"])
+def test_parse_refuses_a_catchup_window_in_other_scripts_digits(value: str) -> None:
+    assert '"catchup"' in refused(f"---\ncron: 0 9 * * *\ncatchup: {value}\n---\nhi\n")

@@ -43,7 +43,11 @@ def test_delays_that_parse(value: object, seconds: float) -> None:
 
 
 @pytest.mark.parametrize(
-    "value", ["120", "soon", -5, 0, "0m", "-1h", True, None, float("nan"), float("inf"), 10**400]
+    "value",
+    [
+        *("120", "soon", -5, 0, "0m", "-1h", True, None, float("nan"), float("inf"), 10**400),
+        *("٣m", "３０m", "1.٥h"),  # other scripts' digits: refused, as every other value does
+    ],
 )
 def test_delays_that_do_not(value: object) -> None:
     assert parse_delay(value) is None

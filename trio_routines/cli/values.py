@@ -9,6 +9,7 @@ exit status 2. Nothing here knows which option uses it.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import math
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
@@ -23,6 +24,8 @@ from ..wakeups import POLL_RANGE, parse_delay
 
 def non_negative_seconds(text: str) -> float:
     try:
+        if not text.isascii():  # float() also reads other scripts' digits ("٥"): no value does
+            raise ValueError(text)
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
@@ -85,12 +88,22 @@ def host_port(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
+    elif ":" in host and not _is_ipv6(host):  # two ports, as 127.0.0.1:8080:1
+        host = ""
     # isascii: int() refuses digits such as "²" that isdigit() accepts; len: no int() of a
     # long digit string (over 4,300 digits it raises, and it is slow before that).
     digits = port.isascii() and port.isdigit() and len(port) <= 5
     if not sep or not host or not digits or not 0 <= int(port) <= 65535:
         raise argparse.ArgumentTypeError(f"{_shown(text)}: expected HOST:PORT, e.g. 127.0.0.1:8080")
     return host, int(port)
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def server_url(text: str) -> str:
