@@ -38,7 +38,7 @@ from trio_routines.http import (
     make_app,
     serve_http,
 )
-from trio_routines.instants import format_iso, parse_iso
+from trio_routines.instants import format_iso, parse_iso, truncate_ms
 from trio_routines.records import Gap, GapReason, Origin, OriginKind, Outcome, Wakeup
 from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
@@ -453,6 +453,26 @@ async def test_routines_counts_the_next_instant_from_a_claim_in_the_future() -> 
         assert listing["daily"]["next"] == format_iso(ahead + timedelta(days=1))
         metrics = (await server.call("GET", "/metrics")).raw.decode()
         assert 'trio_routines_future_claim_timestamp_seconds{routine="daily"}' in metrics
+
+
+@pytest.mark.parametrize("stamped_days", [3, None], ids=["days-ahead", "calendar-end"])
+async def test_routines_counts_from_a_claim_in_the_future_when_nothing_is_armed_too(
+    stamped_days: int | None,
+) -> None:
+    # With an external clock no loop is armed: the next instant is counted as `list` counts
+    # it, from the claim's stamp, not from now (a claim stamped at the calendar's end: none).
+    store = MemoryStore()
+    slot = next_run("0 9 * * *", "Europe/Berlin", datetime.now(UTC) - timedelta(days=2))
+    assert slot is not None
+    far = datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC)
+    stamp = far if stamped_days is None else datetime.now(UTC) + timedelta(days=stamped_days)
+    await store.claim("daily", slot, stamp)
+    async with serving(store=store, external_clock=True) as server:
+        listing = {item["name"]: item for item in (await server.call("GET", "/routines")).json}
+        expected = next_run("0 9 * * *", "Europe/Berlin", truncate_ms(stamp))
+        assert listing["daily"]["next"] == (None if expected is None else format_iso(expected))
+        assert (stamped_days is None) is (expected is None)
+        assert listing["adhoc"]["next"] is None  # no cron: no next instant
 
 
 async def test_pause_and_resume_over_http_hold_a_routine_back_for_every_replica() -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import trio
 
 from ..budgets import budgets_text
+from ..claims import arm_from
 from ..converter import history_json, history_to_json
 from ..cron import next_run
 from ..errors import StateFault
@@ -235,10 +236,11 @@ async def routines(scheduler: Scheduler) -> Response:
             continue
         if name in next_due:
             upcoming = next_due[name]
-        else:  # not armed here: an external clock, or a scheduler not running
-            upcoming = (
-                next_run(routine.cron, routine.tz, now, routine.name) if routine.cron else None
-            )
+        elif routine.cron is None:
+            upcoming = None
+        else:  # not armed here: an external clock, a scheduler not running, or never (as list)
+            after = arm_from(newest.get(name, (None, False))[0], now)
+            upcoming = next_run(routine.cron, routine.tz, after, routine.name)
         entry: dict[str, Any] = {
             "name": name,
             "cron": routine.cron,
