@@ -958,6 +958,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_cli.py::test_run_streams_the_reply_without_a_claim_or_history",
             "tests/test_cli.py::test_common_options_work_before_the_command_too",
             "tests/test_cli.py::test_agent_from_the_environment",
+            "tests/test_cli_input.py::"
+            "test_run_shows_an_agents_escape_sequences_escaped_on_a_terminal_and_as_they_are_else",
             "tests/test_cli_remote.py",
             "tests/test_pinned_cli.py",
         ],

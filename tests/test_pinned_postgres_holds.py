@@ -13,6 +13,7 @@ the server works in real time; ``until`` waits for what the server or a thread d
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -1138,6 +1139,37 @@ async def test_a_join_forgets_the_replicas_dead_for_over_a_day_and_keeps_the_res
     assert members == [("new", True), ("old", True), ("recent", False)]
     await new.leave()
     await old.leave()
+
+
+async def test_a_join_under_the_id_of_a_process_that_died_drops_the_holds_it_left(
+    url: str, schema: str
+) -> None:
+    # A replica killed mid-turn and started again under its id (a fixed --replica, or the
+    # default host:1 of a container): its rows' holder is our lock now, so without this they
+    # read as held for as long as we live, and every slot of their sessions as busy.
+    first = PostgresStore(url, schema=schema, timeout=BOUND - 1)
+    dead = await first.join(info("again"))
+    assert await dead.take([41, 42]) == [True, True]
+    with admin() as conn:  # the process dies: its connection and its lock go, its rows stay
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = 'trio_routines again'"
+        )
+    with trio.fail_after(10):
+        while lock_holders(dead.holder):  # noqa: ASYNC110 -- the server frees it, no event
+            await trio.sleep(0.05)
+    assert held_keys(schema) == [41, 42]
+    second = PostgresStore(url, schema=schema, timeout=BOUND - 1)
+    try:
+        alive = await second.join(info("again"))
+        assert held_keys(schema) == []  # dropped at the join, before anything is taken
+        assert await alive.take([41, 42]) == [True, True]
+        await alive.leave()
+    finally:
+        await second.aclose()
+        with contextlib.suppress(StateFault):
+            await dead.leave()
+        await first.aclose()
 
 
 # -- leaving and letting go ------------------------------------------------------------------------

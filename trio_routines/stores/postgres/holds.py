@@ -305,6 +305,10 @@ class PostgresPresence(Presence):
             )
             self._forget_dead(conn)
             conn.execute(self._schema.sql(_FORGET))  # the holds of replicas gone
+            # And those of an earlier process under our id (killed, then started again): its
+            # lock is ours now, so they would read as held for as long as we live, and each of
+            # their sessions as busy. None is a live one's: that would hold our lock.
+            conn.execute(self._schema.sql("DELETE FROM {holds} WHERE holder = %s"), (self.holder,))
         except BaseException:
             close_both((conn, line))
             raise
