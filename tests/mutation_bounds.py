@@ -20,7 +20,7 @@ A third guard, ``TRIO_ROUTINES_TEST_OWN_GROUP``, puts each mutant's run (the pro
 forks for it) in a process group of its own before its first test. mutmut, its forks and the
 script share one group otherwise, and a mutant can make the code signal its own group: a
 ``cmd:`` command started without a session of its own leaves its supervisor in ours, and the
-supervisor, its lifeline cut, ends "its" group with SIGTERM, then SIGKILL. Then only that
+supervisor, its lifeline cut, kills "its" group. Then only that
 mutant's run dies (the script counts it as killed), not the whole mutation run with it.
 """
 

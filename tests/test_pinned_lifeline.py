@@ -275,25 +275,20 @@ def test_the_runtime_gone_ends_the_whole_group_and_the_supervisor(
     wait_for(lambda: not any(alive(pid) for pid in pids), 10, "the group to die")
 
 
-def test_the_group_gets_sigterm_and_a_grace_before_sigkill(supervise: Start) -> None:
-    # The command, told to go, takes a quarter of the grace to leave: the SIGKILL waits for
-    # it. (Without a grace, the SIGKILL would have to be held up that long to come after it;
-    # a command that only answers at once can beat a SIGKILL sent right after the SIGTERM.)
-    sup = supervise(
-        f"trap 'sleep {lifeline.GRACE / 4}; echo bye; exit 0' TERM; sleep 60 & echo $$; wait"
-    )
+def test_the_group_is_killed_at_once_with_no_sigterm_and_no_grace(supervise: Start) -> None:
+    # The runtime's session holds died with it: another replica may start the session's next
+    # turn now. A command told to go first (SIGTERM) and given a grace would run beside it;
+    # this one would say "bye" on a SIGTERM, and never gets one.
+    sup = supervise("trap 'echo bye; exit 0' TERM; sleep 60 & echo $$; wait")
     sup.first_line()
     sup.cut()
     assert killed_by(sup.status()) == signal.SIGKILL
-    assert sup.reply() == "bye\n"
+    assert sup.reply() == ""
 
 
 # A job the command started in the background, slow to leave on SIGTERM: it would say "late"
-# three quarters of the grace after the SIGTERM (so a kill without the grace has that long to
-# come first, on a loaded machine too).
-SLOW_JOB = (
-    f"(trap 'sleep {lifeline.GRACE * 3 / 4}; echo late; exit 0' TERM; sleep 60 & echo job; wait) &"
-)
+# 0.75 s after a SIGTERM (so a kill has that long to come first, on a loaded machine too).
+SLOW_JOB = "(trap 'sleep 0.75; echo late; exit 0' TERM; sleep 60 & echo job; wait) &"
 
 
 def shell_pid(sup: Supervisor) -> int:
@@ -302,19 +297,15 @@ def shell_pid(sup: Supervisor) -> int:
     return int(pid)
 
 
-def test_once_the_command_has_left_what_it_left_behind_gets_no_grace(
-    supervise: Start,
-) -> None:
-    # The grace is the command's: a member of the group cannot see the group empty, so the
-    # supervisor waits for its child alone, and kills the rest as soon as the child is gone.
+def test_what_the_command_left_running_is_killed_with_it(supervise: Start) -> None:
     sup = supervise(f"{SLOW_JOB} echo $$; exec sleep 60")
     shell_pid(sup)
-    sup.cut()  # the shell dies of the SIGTERM at once
+    sup.cut()
     assert killed_by(sup.status()) == signal.SIGKILL
     assert sup.reply() == ""  # the job was killed with it, before it could say "late"
 
 
-def test_a_command_that_left_before_the_runtime_died_leaves_no_grace_to_wait_for(
+def test_what_a_command_that_left_before_the_runtime_died_left_running_is_killed(
     supervise: Start,
 ) -> None:
     sup = supervise(f"{SLOW_JOB} echo $$")
@@ -325,7 +316,7 @@ def test_a_command_that_left_before_the_runtime_died_leaves_no_grace_to_wait_for
     assert sup.reply() == ""
 
 
-def test_a_group_ignoring_sigterm_is_killed_after_the_grace(supervise: Start) -> None:
+def test_a_group_ignoring_sigterm_is_killed(supervise: Start) -> None:
     sup = supervise("trap '' TERM; echo $$; sleep 60 & echo $!; wait; wait")
     pids = [int(sup.first_line()), int(sup.first_line())]
     sup.cut()

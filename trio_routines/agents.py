@@ -23,7 +23,8 @@ own, so that a cancelled turn can end everything it started -- the shell and wha
 -- and not just the shell: the group gets SIGTERM, up to :data:`KILL_GRACE` seconds to leave,
 then SIGKILL. The group's leader is a small supervisor (:mod:`trio_routines.lifeline`) holding
 the read end of a pipe whose write end only this process holds: if this process dies, even by
-SIGKILL, the supervisor sees end-of-file and ends the group, so no turn outlives its runtime.
+SIGKILL, the supervisor sees end-of-file and kills the group at once, so no turn outlives its
+runtime (nor the session holds that died with it).
 The prompt is handed over through an unlinked temporary file and stderr goes to another, so
 the only pipe is stdout, read by the task that iterates the events. That keeps the event
 generator free of background tasks (Trio forbids yielding from inside a nursery there) and

@@ -17,9 +17,12 @@ the command in its own group and waits for whichever comes first:
   the command left in the group may still hold the reply open (``(sleep 60; echo x) & echo
   started``), and the turn is in flight until the reply ends -- the group must still die
   with the runtime then;
-* the lifeline reads end-of-file: the runtime is gone and nobody will ever read the reply
-  (or the runtime ended the turn early). The whole group gets SIGTERM, up to :data:`GRACE`
-  seconds to leave, then SIGKILL (which ends this script too).
+* the lifeline reads end-of-file before any release: the runtime is gone, and nobody will
+  ever read the reply. The whole group gets SIGKILL at once (this script included), with no
+  grace: the runtime's holds on the turn's session went with it, so another replica may
+  start the next turn of that session now, and two turns of one session must never run side
+  by side. (A turn the runtime ends itself gets SIGTERM and a grace from the runtime, which
+  releases this script first.)
 
 Why not ``PR_SET_PDEATHSIG``: Linux sends that signal when the *thread* that forked the child
 exits, not the process, and Trio forks from worker threads that exit after idling; a
@@ -38,9 +41,7 @@ import os
 import select
 import signal
 import sys
-import time
 
-GRACE = 1.0  # seconds between SIGTERM and SIGKILL once the runtime is gone
 RELEASE = b"r"  # the runtime read the reply to its end: exit with the command
 
 
@@ -56,23 +57,9 @@ def _detach_stdio() -> None:
     os.close(null)
 
 
-def _end_group(child: int) -> None:
-    group = os.getpgrp()
-    try:
-        os.killpg(group, signal.SIGTERM)  # our own handler ignores it
-    except ProcessLookupError:
-        pass
-    deadline = time.monotonic() + GRACE
-    while time.monotonic() < deadline:
-        try:
-            done, _ = os.waitpid(child, os.WNOHANG)
-        except ChildProcessError:
-            done = child
-        if done:
-            break
-        time.sleep(0.02)
-    # The command's own children may still be about; everyone goes, this script included.
-    os.killpg(group, signal.SIGKILL)
+def _end_group() -> None:
+    """Everyone in the group goes at once, this script included (see the module doc)."""
+    os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
 def _exit_like(status: int) -> None:
@@ -122,7 +109,7 @@ def main(argv: list[str]) -> None:
                 continue
             byte = os.read(lifeline, 1)
             if not byte:  # end-of-file (POLLHUP reads as it too)
-                _end_group(child)
+                _end_group()
             released = True
 
 
