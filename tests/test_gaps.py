@@ -317,6 +317,37 @@ async def test_a_loop_that_wakes_past_the_window_fires_nothing(autojump_clock: A
     assert [f.slot for f in await store.history("r")] == [at(50), at(60), at(70)]
 
 
+@pytest.mark.parametrize(
+    ("fired_by_others", "expected"),
+    [
+        ([10, 20, 30, 40], []),  # another replica fired every one: nothing was missed
+        ([10, 20], [Gap(at(30), at(40), 2, GapReason.LATE)]),  # only the rest were
+        ([], [Gap(at(10), at(40), 4, GapReason.LATE)]),  # nobody: all of them
+    ],
+    ids=["all", "some", "none"],
+)
+async def test_a_loop_that_wakes_past_the_window_leaves_out_what_other_replicas_fired(
+    autojump_clock: Any, fired_by_others: list[int], expected: list[Gap]
+) -> None:
+    # A replica stopped (SIGSTOP, a suspended machine) while the others fired its slots: on
+    # waking, the slots they claimed were not missed, and history must not say they were.
+    store = MemoryStore()
+    wall = WallClock(at(0, 30))
+    routine = Routine(name="r", prompt="go", cron="*/10 * * * *", catchup=300)
+    sched, _agent = scheduler(store, wall, routine)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sched.run)
+        await trio.sleep(60)
+        for minute in fired_by_others:
+            await store.claim("r", at(minute), at(minute), replica="other")
+        wall.jump(timedelta(minutes=40))  # 23:10 .. 23:40 pass at once
+        await trio.sleep(60 * 30)
+        sched.stop()
+    assert await store.gaps("r") == expected
+    mine = [f.slot for f in await store.history("r") if f.replica != "other"]
+    assert mine == [at(50), at(60), at(70)]
+
+
 async def test_paused_slots_extend_one_gap(autojump_clock: Any) -> None:
     store = MemoryStore()
     wall = WallClock(at(0, 30))

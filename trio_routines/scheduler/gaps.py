@@ -115,6 +115,16 @@ class GapRecording:
             log.error("the slots of routines that never fired are not accounted for: %s", exc)
             return {}
 
+    async def after_claims(self, name: str, after: datetime) -> datetime:
+        """``after``, or ``name``'s newest claim's slot if it is later: every slot up to that
+        claim was claimed by some replica, or is stale, so none was passed over. ``after`` as
+        it is when the store does not answer."""
+        try:
+            newest = await self._calls.latest_fire(name)
+        except StateFault:
+            return after
+        return newest.slot if newest is not None and newest.slot > after else after
+
     def passed_since(self, routine: Routine, armed: datetime) -> bool:
         """Whether a slot of ``routine`` passed since ``armed`` (cheap: one cron step)."""
         assert routine.cron is not None
@@ -146,16 +156,9 @@ class GapRecording:
                     name, passed_over(cron, tz, name, due, started, GapReason.CAUGHT_UP)
                 )
             overlap = passed_over(cron, tz, name, max(due, started), now, GapReason.OVERLAP)
-            if overlap is not None:
-                try:
-                    newest = await self._calls.latest_fire(name)
-                except StateFault:
-                    newest = None
-                if newest is not None and newest.slot > due:  # a replica fired while we ran
-                    overlap = passed_over(
-                        cron, tz, name, max(newest.slot, started), now, GapReason.OVERLAP
-                    )
-                await self.record_gap(name, overlap)
+            if overlap is not None:  # less what a replica fired while we ran
+                after = await self.after_claims(name, max(due, started))
+                await self.record_gap(name, passed_over(cron, tz, name, after, now, overlap.reason))
             return None
         if result.reason == "paused":
             paused = passed_over(cron, tz, name, due - _MS, max(now, due), GapReason.PAUSED)

@@ -126,17 +126,13 @@ class CronLoops:
                     if self._runtime.stopping.value or not (came or self._current(routine)):
                         return
                     if is_late(due, now, routine.catchup):  # a loop that woke far too late
+                        # Less the slots other replicas fired meanwhile (a stopped process).
+                        after = await self._gaps.after_claims(name, due - _MS)
+                        reason = old_reason(routine.catchup)
                         await self._gaps.record_gap(
-                            name,
-                            passed_over(
-                                routine.cron,
-                                routine.tz,
-                                name,
-                                due - _MS,
-                                now,
-                                old_reason(routine.catchup),
-                            ),
+                            name, passed_over(routine.cron, routine.tz, name, after, now, reason)
                         )
+                        del after, reason
                         paused_tail = None
                         now = self._runtime.now()  # the gap's write took time
                         due = schedule.next_after(now)
