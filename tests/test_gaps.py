@@ -26,6 +26,7 @@ from trio_routines.gaps import (
     passed_over,
     plan_boot,
 )
+from trio_routines.history import read_history, unclaimed
 from trio_routines.http import api
 from trio_routines.http.render import describe
 from trio_routines.http.views import timeline
@@ -583,3 +584,34 @@ async def test_get_routines_shows_a_catch_up_window() -> None:
     listing = {entry["name"]: entry for entry in (await api.routines(sched)).body}
     assert listing["daily"]["catchup"] == "2h"
     assert "catchup" not in listing["r"]
+
+
+async def test_history_leaves_out_a_gap_whose_every_slot_another_replica_claimed_after(
+    tmp_path: Path,
+) -> None:
+    # A replica ends a long turn and records 23:01 as passed over while its peer, stalled,
+    # has not claimed 23:01 yet; the peer then claims and runs it. Its claim is what happened.
+    store = MemoryStore()
+    await store.claim("r", at(0), at(0), replica="a")
+    await store.settle("r", at(0), Outcome.COMPLETED, 70_000)
+    await store.record_gap("r", gap(1, 1, GapReason.OVERLAP))
+    await store.record_gap("r", gap(3, 5, GapReason.OVERLAP))  # 23:04 alone claimed later
+    await store.claim("r", at(1), at(1, 20), replica="b")
+    await store.claim("r", at(4), at(4, 20), replica="b")
+    fires, gaps = await read_history(store, "r")
+    assert [f.slot for f in fires] == [at(0), at(1), at(4)]
+    assert gaps == [gap(3, 5, GapReason.OVERLAP)]  # only partly claimed: kept as recorded
+    assert await store.gaps("r") == [gap(1, 1, GapReason.OVERLAP), gap(3, 5, GapReason.OVERLAP)]
+
+
+def test_unclaimed_keeps_what_no_claim_covers_and_an_estimated_gap() -> None:
+    fires = [Fire(slot=at(m), fired_at=at(m)) for m in (1, 2, 3)]
+    whole, part, none = (
+        gap(1, 3, GapReason.DOWN),
+        gap(2, 4, GapReason.DOWN),
+        gap(5, 6, GapReason.LATE),
+    )
+    estimated = Gap(at(1), at(3), 3, GapReason.DOWN, estimated=True)
+    assert unclaimed([whole, part, none, estimated], fires) == [part, none, estimated]
+    assert unclaimed([whole], []) == [whole]
+    assert unclaimed([], fires) == []

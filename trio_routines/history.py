@@ -8,6 +8,7 @@ shows claims only.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 
@@ -35,10 +36,27 @@ GAP_WHY = {
 
 
 async def read_history(store: Store, routine: str) -> tuple[list[Fire], list[Gap]]:
-    """Every retained claim and gap of ``routine``, each oldest first (StateFault if unreadable)."""
+    """Every retained claim and gap of ``routine``, each oldest first (StateFault if unreadable),
+    but a gap whose every slot was claimed (see :func:`unclaimed`)."""
     fires = await store.history(routine)
     gaps = await store.gaps(routine) if isinstance(store, GapRecords) else []
-    return fires, gaps
+    return fires, unclaimed(gaps, fires)
+
+
+def unclaimed(gaps: Sequence[Gap], fires: Sequence[Fire]) -> list[Gap]:
+    """``gaps`` less those whose every slot has a claim: a replica that ended a long turn
+    recorded the slots that came during it as passed over, and a stalled replica claimed one
+    of them after that (its claim is what happened). A gap only some of whose slots were
+    claimed is kept as recorded."""
+    if not gaps or not fires:
+        return list(gaps)
+    claimed = sorted({fire.slot for fire in fires})
+    kept = []
+    for gap in gaps:
+        inside = bisect.bisect_right(claimed, gap.last) - bisect.bisect_left(claimed, gap.first)
+        if gap.estimated or inside < gap.count:
+            kept.append(gap)
+    return kept
 
 
 def in_slot_order(fires: Sequence[Fire], gaps: Sequence[Gap]) -> list[Fire | Gap]:
