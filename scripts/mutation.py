@@ -725,7 +725,15 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     # The HTTP surface's attacker-facing modules: the Host and Origin checks, the parsing of
     # every untrusted part of a request (over a real server on a loopback port, in-process).
-    "origin": (["trio_routines/http/origin.py"], ["tests/test_http_origin.py"]),
+    "origin": (
+        ["trio_routines/http/origin.py"],
+        [
+            "tests/test_http_origin.py",
+            "tests/test_http.py::"
+            "test_a_token_no_client_can_send_as_it_is_is_refused_before_anything_serves",
+            "tests/test_http.py::test_every_printable_ascii_token_is_taken",
+        ],
+    ),
     "wire": (
         ["trio_routines/http/wire.py"],
         [

@@ -957,7 +957,7 @@ def test_other_binds_need_a_token(host: str) -> None:
     check_bind(host, TOKEN)
 
 
-BAD_TOKENS = [" ", "  ", " padded ", "a b", "a\tb", "a\nb", "\x00", "tökén", "\u202etoken"]
+BAD_TOKENS = [" ", "  ", " padded ", "a b", "a\tb", "a\nb", "\x00", "\x7f", "tökén", "\u202etoken"]
 TOKEN_REFUSED = (
     "TRIO_ROUTINES_TOKEN has a space, a control character or a character outside ASCII — use "
     "letters, digits and punctuation only, e.g. the output of "

@@ -132,7 +132,7 @@ def test_without_a_host_any_loopback_origin_may_and_no_other() -> None:
     # HTTP/1.0 sends no Host: no browser's request, and no origin of its own to compare with.
     for origin in ["http://localhost:3000", "https://[::1]", "http://127.0.0.1:1"]:
         check_origin({"headers": [(b"origin", origin.encode())]}, "POST")
-    for origin in ["https://evil.example", "null", "http://10.0.0.1:80"]:
+    for origin in ["https://evil.example", "null", "http://10.0.0.1:80", "ftp://localhost:3000"]:
         with pytest.raises(Refusal) as refused:
             check_origin({"headers": [(b"origin", origin.encode())]}, "POST")
         assert refused.value.response.status == 403
@@ -183,3 +183,12 @@ def test_a_repeated_host_header_is_refused() -> None:
     with pytest.raises(Refusal) as refused:
         check_origin(scope, "GET")
     assert refused.value.response.status == 400
+
+
+def test_a_scope_without_a_scheme_is_taken_for_http() -> None:
+    # ASGI's default: a server may leave the scheme out of the scope.
+    scope = {"headers": [(b"host", b"localhost:8080"), (b"origin", b"http://localhost:8080")]}
+    check_origin(scope, "POST")
+    scope["headers"][1] = (b"origin", b"https://localhost:8080")
+    with pytest.raises(Refusal):
+        check_origin(scope, "POST")

@@ -149,6 +149,14 @@ def test_a_refusal_names_the_status_and_the_reason_and_a_401_the_token() -> None
         "http://h:1 answered 401: no token — set TRIO_ROUTINES_TOKEN to the server's token"
     )
     assert str(server.refused(Answer(403, None))) == "http://h:1 answered 403: Forbidden"
+    # Every 3xx is a redirect not followed; a 400 or a 299 is no redirect.
+    hint = " — a redirect, not followed: give --url the server's own address"
+    for status, phrase in [(300, "Multiple Choices"), (399, "an unknown status")]:
+        assert str(server.refused(Answer(status, None))) == (
+            f"http://h:1 answered {status}: {phrase}{hint}"
+        )
+    assert str(server.refused(Answer(400, None))) == "http://h:1 answered 400: Bad Request"
+    assert str(server.refused(Answer(299, None))) == "http://h:1 answered 299: an unknown status"
     assert server.ok(Answer(201, {"a": 1}), 200, 201) == {"a": 1}
     with pytest.raises(CliError, match=r"^http://h:1 answered 201: Created$"):
         server.ok(Answer(201, {"a": 1}), 200)

@@ -60,6 +60,37 @@ def test_run_prints_the_reply_and_ends_it_with_one_newline(env: Env, agent: Scri
     assert "adhoc failed" in failed.stderr
 
 
+class _Terminal:
+    """This process's stdout, as a terminal would be: ``isatty`` is all that differs."""
+
+    def isatty(self) -> bool:
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(sys.stdout, name)
+
+
+class _SysOnATerminal:
+    stdout = _Terminal()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(sys, name)
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_run_shows_a_replys_escape_sequences_escaped_only_on_a_terminal(
+    env: Env, agent: ScriptedAgent, monkeypatch: pytest.MonkeyPatch, terminal: bool
+) -> None:
+    env.routine("adhoc", prompt="hello")
+    if terminal:
+        monkeypatch.setattr(firing, "sys", _SysOnATerminal())
+    agent.script(Complete(reply="hi\x1b]0;pwned\x07\x1b[31mred\n\tok\u202e\n"))
+    done = env.run_cli("run", "adhoc", "--agent", SPEC, "--log-level", "WARNING")
+    shown = "hi\\x1b]0;pwned\\x07\\x1b[31mred\n\tok\\u202e\n"
+    raw = "hi\x1b]0;pwned\x07\x1b[31mred\n\tok\u202e\n"
+    assert (done.returncode, done.stdout) == (0, shown if terminal else raw)
+
+
 def test_fire_prints_the_outcome_and_exits_by_it(env: Env, agent: ScriptedAgent) -> None:
     env.routine("daily", cron="0 9 * * *")
     agent.script(Fail("it broke"))

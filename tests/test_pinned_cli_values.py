@@ -96,7 +96,7 @@ def test_a_server_url_is_http_or_https_with_a_host_and_a_valid_port() -> None:
     for text in ("http://h:0", "http://h:65536", "http://h:99999"):
         assert refused(values.server_url, text) == f'"{text}" has no valid port'
     # Below a proxy's path, and an IPv6 literal, are addresses too.
-    for text in ("http://h/trio", "https://h:8443/a/b/", "http://[::1]:80"):
+    for text in ("http://h/trio", "https://h:8443/a/b/", "http://[::1]:80", "http://h/!~"):
         assert values.server_url(text) == text
     assert refused(values.server_url, "http://[::1") == (
         '"http://[::1" is not an http(s) URL, e.g. http://127.0.0.1:8080'
