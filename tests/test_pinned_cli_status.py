@@ -231,6 +231,49 @@ async def test_the_rows_hold_the_next_slot_the_last_ten_and_the_failing_streak()
     assert fourth == RoutineRow(routines[3], None, [])
 
 
+class Alive(MemoryStore):
+    """Every open claim of ``daily`` held by a live replica; ``fails``: the holds unreadable."""
+
+    fails = False
+
+    async def claims_alive(self, claims: Sequence[tuple[str, datetime]]) -> list[bool]:
+        if self.fails:
+            raise StateFault("the holds are unreadable")
+        return [routine == "daily" for routine, _ in claims]
+
+
+@pytest.mark.usefixtures("ascii_strip")
+async def test_an_open_claim_a_live_replica_holds_is_running_and_one_none_holds_unreported(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # As history says it: status called a turn in flight on another replica "unreported".
+    store = Alive()
+    for name in ("daily", "crashed"):
+        await store.claim(name, SLOT, SLOT)
+        await store.settle(name, SLOT, Outcome.COMPLETED, 5)
+        await store.claim(name, NINE - timedelta(hours=1), NINE - timedelta(hours=1))
+    routines = [daily(), Routine(name="crashed", prompt="p", cron="0 * * * *")]
+    running, crashed = await routine_rows(store, routines, NOW)
+    assert (running.running, crashed.running) == (
+        frozenset({NINE - timedelta(hours=1)}),
+        frozenset(),
+    )
+    lines = routine_lines([running, crashed], NOW)
+    assert [line.split()[3:6] for line in lines[1:]] == [
+        ["2026-07-07T08:00Z", "running", "+>"],
+        ["2026-07-07T08:00Z", "unreported", "+?"],
+    ]
+    assert routine_json(running)["recent"] == ["completed", "running"]
+    assert routine_json(running)["last"]["outcome"] == "running"
+    assert routine_json(crashed)["recent"] == ["completed", "unreported"]
+    store.fails = True
+    (unread,) = await routine_rows(store, routines[:1], NOW)
+    assert unread.running == frozenset()
+    assert capsys.readouterr().err == (
+        "which turns of daily run now is unreadable — the holds are unreadable\n"
+    )
+
+
 class NoLedger(MemoryStore):
     """A store that keeps no usage ledger: what its kept claims say is what was spent (a
     protocol's member set to None is one the class does not have)."""

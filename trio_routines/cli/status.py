@@ -26,7 +26,7 @@ import trio
 from ..claims import arm_from
 from ..cron import next_run
 from ..errors import StateFault
-from ..history import day_spent, failing_streak
+from ..history import day_spent, failing_streak, running_slots
 from ..instants import format_iso
 from ..ledger import Spent, describe_spent, spent_to_json
 from ..records import Fire, Wakeup
@@ -64,6 +64,8 @@ class RoutineRow:
     failing: int = 0  # claimed slots failed or interrupted since the last completed one
     last_success: Fire | None = None  # the newest completed claim retained
     spent: Spent = attrs.field(factory=Spent)  # what its turns of the last 24 h spent (ledger)
+    #: The slots among ``recent`` whose claim is open and held by a live replica: running.
+    running: frozenset[datetime] = frozenset()
 
     @property
     def last(self) -> Fire | None:
@@ -114,6 +116,14 @@ async def routine_rows(
             )
         except StateFault as exc:
             fires, problem = [], str(exc)
+        try:  # an open claim: a turn a live replica runs now, or one a crash left
+            running = await asked(
+                f"reading which turns of {quoted(routine.name)} run now",
+                running_slots(store, routine.name, fires[-RECENT:]),
+            )
+        except StateFault as exc:
+            say(f"which turns of {routine.name} run now is unreadable — {exc}")
+            running = set()
         upcoming = None
         if routine.cron is not None:
             # A newest claim stamped in the future (a clock that ran ahead) holds back every
@@ -140,6 +150,7 @@ async def routine_rows(
                 failing,
                 success,
                 spent,
+                frozenset(running),
             )
         )
     return rows
@@ -157,7 +168,9 @@ def routine_lines(rows: Sequence[RoutineRow], now: datetime) -> list[str]:
     cells = []
     for row in rows:
         last = row.last
-        shown_last = f"{short_instant(last.slot)} {outcome_word(last)}" if last else "-"
+        shown_last = (
+            f"{short_instant(last.slot)} {outcome_word(last, row.running)}" if last else "-"
+        )
         if row.problem is not None:
             shown_last = "unreadable"
         cells.append(
@@ -166,7 +179,7 @@ def routine_lines(rows: Sequence[RoutineRow], now: datetime) -> list[str]:
                 _next(row),
                 left(row.next, now),
                 shown_last,
-                strip(row.recent, RECENT),
+                strip(row.recent, RECENT, running=row.running),
                 schedule(row.routine),
             ]
         )
@@ -191,10 +204,10 @@ def routine_json(row: RoutineRow) -> dict[str, Any]:
     last = row.last
     entry["last"] = None
     if last is not None:
-        entry["last"] = {"slot": format_iso(last.slot), "outcome": outcome_word(last)}
+        entry["last"] = {"slot": format_iso(last.slot), "outcome": outcome_word(last, row.running)}
         if last.replica is not None:
             entry["last"]["replica"] = last.replica
-    entry["recent"] = [outcome_word(fire) for fire in row.recent]
+    entry["recent"] = [outcome_word(fire, row.running) for fire in row.recent]
     entry["paused"] = row.paused
     if routine.catchup is not None:
         entry["catchup"] = catchup_text(routine.catchup)

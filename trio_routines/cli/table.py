@@ -8,7 +8,7 @@ aligned on the widest cell, the last column left ragged. Every cell that comes f
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from ..instants import format_iso
@@ -22,8 +22,9 @@ _GLYPHS: dict[Outcome | None, tuple[str, str]] = {
     Outcome.FAILED: ("✗", "x"),
     Outcome.SKIPPED: ("·", "."),
     Outcome.INTERRUPTED: ("⊘", "!"),
-    None: ("?", "?"),  # claimed, never settled (in flight, or a crash not yet reconciled)
+    None: ("?", "?"),  # claimed, never settled, and no live replica runs it (a crash)
 }
+_RUNNING = ("▸", ">")  # claimed, not settled yet: a live replica runs its turn now
 BUSY_REASON = "the previous turn was still running"
 
 
@@ -71,8 +72,12 @@ def duration(ms: int | float | None) -> str:
     return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
 
 
-def outcome_word(fire: Fire) -> str:
-    return fire.outcome.value if fire.outcome is not None else "unreported"
+def outcome_word(fire: Fire, running: Collection[datetime] = ()) -> str:
+    """Its outcome; ``running`` when a live replica runs its turn (its slot in ``running``),
+    ``unreported`` when it was claimed and never settled."""
+    if fire.outcome is not None:
+        return fire.outcome.value
+    return "running" if fire.slot in running else "unreported"
 
 
 def reason(fire: Fire) -> str:
@@ -90,10 +95,20 @@ def unicode_out() -> bool:
     return encoding in ("utf8", "utf8sig")
 
 
-def strip(fires: Sequence[Fire], width: int = 10, *, fancy: bool | None = None) -> str:
-    """The last ``width`` outcomes, oldest left (``-`` when there are none)."""
-    use = unicode_out() if fancy is None else fancy
-    glyphs = [_GLYPHS[fire.outcome][0 if use else 1] for fire in fires[-width:]]
+def strip(
+    fires: Sequence[Fire],
+    width: int = 10,
+    *,
+    fancy: bool | None = None,
+    running: Collection[datetime] = (),
+) -> str:
+    """The last ``width`` outcomes, oldest left (``-`` when there are none); a claim whose
+    slot is in ``running`` (a live replica runs its turn) is shown as such."""
+    use = 0 if (unicode_out() if fancy is None else fancy) else 1
+    glyphs = [
+        (_RUNNING if fire.slot in running else _GLYPHS[fire.outcome])[use]
+        for fire in fires[-width:]
+    ]
     return "".join(glyphs) or "-"
 
 
