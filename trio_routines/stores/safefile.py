@@ -376,12 +376,15 @@ def fsync(fd: int, where: Where) -> None:
     at(where, lambda: os.fsync(fd))
 
 
-def lock_within(fd: int, seconds: float) -> bool:
+def lock_within(fd: int, seconds: float, *, first: float = 0.005) -> bool:
     """An exclusive ``flock`` with a bound: a holder that hangs must not hang a shielded fire.
 
-    False when ``seconds`` passed without the lock; other failures raise ``OSError``.
+    False when ``seconds`` passed without the lock; other failures raise ``OSError``. Asked
+    again after ``first`` seconds, then twice as long each time, up to 5 ms: a lock held for
+    microseconds (a claim's decision) is waited for about as long.
     """
     deadline = time.monotonic() + seconds
+    pause = first
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -389,4 +392,5 @@ def lock_within(fd: int, seconds: float) -> bool:
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 return False
-            time.sleep(0.005)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.005)

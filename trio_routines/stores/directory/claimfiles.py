@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -66,6 +67,10 @@ log = logging.getLogger("trio_routines")
 #: not a slot's name, so every reader of claims steps over one a crash left behind, and the
 #: next claim taken in its directory removes it once it is stale (leftovers.py).
 NEW_CLAIM = ".new-claim-"
+#: Seconds before a claim asks again for its routine's directory that another process is
+#: deciding a slot in (doubling up to 5 ms): a decision takes tens of microseconds.
+DECIDING = 0.0001
+LOCKED = "its routine's claims stayed locked by another process (a stalled disk?)"
 
 
 class ClaimFiles:
@@ -180,29 +185,38 @@ class ClaimFiles:
         ticket = opened()
         handed_over = False
         try:
+            # The listing, the decision and the naming as one step among processes: between
+            # another replica's listing and its naming of an older slot, ours of a newer one
+            # would leave the older taken after the newer (a stale slot run).
+            if not lock_within(directory, self.lock_timeout, first=DECIDING):
+                raise self.not_claimed(routine, wanted, TimeoutError(LOCKED))
             try:
-                entries = at(where, lambda: os.listdir(directory))
-            except OSError as exc:
-                raise self.unusable(routine, where, exc) from None
-            newest, prune, foreign = claim_gate(entries, self.keep)
-            if newest == wanted:  # (another replica's, as a rule: every slot, but one)
-                return ClaimResult(ClaimStatus.DUPLICATE, wanted), None
-            stale = is_stale(newest, wanted)
-            if stale is not None:
-                return ClaimResult(ClaimStatus.STALE, stale), None
-            path = where / wanted
-            # Made whole: written where no name reaches it, then named in one step, so that no
-            # replica reads a claim half made (one that names no replica yet) and takes it
-            # for dead: its maker needs no hold of its own for it (safefile.py). Named at
-            # once, before any fsync: the slot is decided right after the listing, as
-            # ``O_EXCL`` did, and a replica that loses it flushes nothing.
-            data = claim_text(fired_at, replica=replica).encode()
-            try:
-                fd = create_whole(directory, where, wanted, data, NEW_CLAIM)
-            except FileExistsError:  # a claim, or anything else squatting on its name
-                return ClaimResult(ClaimStatus.DUPLICATE, wanted), None
-            except OSError as exc:
-                raise self.not_claimed(routine, wanted, exc) from None
+                try:
+                    entries = at(where, lambda: os.listdir(directory))
+                except OSError as exc:
+                    raise self.unusable(routine, where, exc) from None
+                newest, prune, foreign = claim_gate(entries, self.keep)
+                if newest == wanted:  # (another replica's, as a rule: every slot, but one)
+                    return ClaimResult(ClaimStatus.DUPLICATE, wanted), None
+                stale = is_stale(newest, wanted)
+                if stale is not None:
+                    return ClaimResult(ClaimStatus.STALE, stale), None
+                path = where / wanted
+                # Made whole: written where no name reaches it, then named in one step, so
+                # that no replica reads a claim half made (one that names no replica yet) and
+                # takes it for dead: its maker needs no hold of its own for it (safefile.py).
+                # Named at once, before any fsync: the slot is decided right after the
+                # listing, as ``O_EXCL`` did, and a replica that loses it flushes nothing.
+                data = claim_text(fired_at, replica=replica).encode()
+                try:
+                    fd = create_whole(directory, where, wanted, data, NEW_CLAIM)
+                except FileExistsError:  # a claim, or anything else squatting on its name
+                    return ClaimResult(ClaimStatus.DUPLICATE, wanted), None
+                except OSError as exc:
+                    raise self.not_claimed(routine, wanted, exc) from None
+            finally:
+                with contextlib.suppress(OSError):
+                    fcntl.flock(directory, fcntl.LOCK_UN)
             try:
                 if self._syncfs is None:
                     fsync(fd, path)
