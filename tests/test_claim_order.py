@@ -100,3 +100,25 @@ def test_a_newer_slot_waits_while_another_claimant_decides_an_older_one(
         thread.join(30)
     assert results == {"older": ClaimStatus.TAKEN, "newer": ClaimStatus.TAKEN}
     assert named == [slot_name(older), slot_name(newer)]
+
+
+def test_a_file_system_without_locks_is_one_state_fault_and_nothing_claimed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from trio_routines.stores.directory import claimfiles
+
+    store = DirectoryStore(tmp_path)
+    assert store.claim_sync("r", BASE, BASE).taken
+
+    def no_locks(fd: int, seconds: float, *, first: float) -> bool:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(claimfiles, "lock_within", no_locks)
+    later = BASE + timedelta(minutes=1)
+    with pytest.raises(StateFault) as refused:
+        store.claim_sync("r", later, later)
+    assert "ENOLCK: No locks available" in str(refused.value)
+    assert "\n" not in str(refused.value)
+    assert os.listdir(store.claim_dir("r")) == [slot_name(BASE)]

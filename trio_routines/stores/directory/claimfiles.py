@@ -188,7 +188,11 @@ class ClaimFiles:
             # The listing, the decision and the naming as one step among processes: between
             # another replica's listing and its naming of an older slot, ours of a newer one
             # would leave the older taken after the newer (a stale slot run).
-            if not lock_within(directory, self.lock_timeout, first=DECIDING):
+            try:
+                locked = lock_within(directory, self.lock_timeout, first=DECIDING)
+            except OSError as exc:  # a file system without flock (ENOLCK)
+                raise self.unusable(routine, where, exc) from None
+            if not locked:
                 raise self.not_claimed(routine, wanted, TimeoutError(LOCKED))
             try:
                 try:
