@@ -268,3 +268,32 @@ def test_check_counts_routines_on_cron_and_checks_the_agent(env: Env) -> None:
         refused = in_process(argv, cwd=env.root, environ={**env.environ(), **environ})
         assert (refused.returncode, refused.stdout) == (1, ""), (args, environ)
         assert one_line(refused.stderr).startswith('error: unknown agent "bogus:"')
+
+
+def test_unreadable_gaps_leave_the_claims_shown_with_one_line_and_exit_1(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    env.seed("daily", START)
+    env.seed("daily", START + timedelta(days=1), outcome=Outcome.FAILED)
+    gaps = env.state / "schedule" / "gaps"
+    elsewhere = env.root / "elsewhere"
+    elsewhere.mkdir()
+    if gaps.exists():
+        gaps.rmdir()
+    gaps.symlink_to(elsewhere)  # refused, as every link in the state is
+    for json_out in (False, True):
+        done = env.run_cli("history", "daily", *(["--json"] if json_out else []))
+        assert done.returncode == 1
+        said = done.stderr.splitlines()[0]
+        assert said.startswith(f"the gaps of 'daily' are unreadable: {gaps} is a symbolic link")
+        assert said.endswith(" — its claims alone are shown")
+        if json_out:
+            assert [entry["outcome"] for entry in json.loads(done.stdout)] == [
+                "completed",  # oldest first, as --json lists them
+                "failed",
+            ]
+        else:
+            assert [line.split()[3] for line in done.stdout.splitlines()[1:]] == [
+                "failed",
+                "completed",
+            ]
+    assert list(elsewhere.iterdir()) == []  # nothing written through the link

@@ -35,11 +35,21 @@ GAP_WHY = {
 }
 
 
-async def read_history(store: Store, routine: str) -> tuple[list[Fire], list[Gap]]:
+async def read_history(
+    store: Store, routine: str, gaps_unread: Callable[[StateFault], None] | None = None
+) -> tuple[list[Fire], list[Gap]]:
     """Every retained claim and gap of ``routine``, each oldest first (StateFault if unreadable),
-    but a gap whose every slot was claimed (see :func:`unclaimed`)."""
+    but a gap whose every slot was claimed (see :func:`unclaimed`). ``gaps_unread``: told why
+    the gaps are unreadable, which then reads as none (else that is a StateFault too)."""
     fires = await store.history(routine)
-    gaps = await store.gaps(routine) if isinstance(store, GapRecords) else []
+    gaps: list[Gap] = []
+    if isinstance(store, GapRecords):
+        try:
+            gaps = await store.gaps(routine)
+        except StateFault as exc:
+            if gaps_unread is None:
+                raise
+            gaps_unread(exc)
     return fires, unclaimed(gaps, fires)
 
 

@@ -12,6 +12,7 @@ import trio
 from ..agents import agent_from_spec
 from ..converter import history_from_json, history_to_json
 from ..cron import cron_error, next_run, resolve_hashed
+from ..errors import StateFault
 from ..history import gap_line, in_slot_order, read_history, running_slots
 from ..instants import format_iso
 from ..records import Fire, Gap
@@ -41,6 +42,7 @@ HISTORY_TAIL = 20
 
 async def cmd_history(args: argparse.Namespace) -> int:
     check_name(args.name)
+    unread: list[StateFault] = []  # the gaps, when only they cannot be read: claims shown
     server = Server.from_args(args)
     if server is not None:
         answer = await server.get(f"/routines/{path_part(args.name)}/history")
@@ -54,14 +56,17 @@ async def cmd_history(args: argparse.Namespace) -> int:
         asked = StoreDeadline(state)
         async with open_state(state) as store:
             fires, gaps = await asked(
-                f"reading the history of {quoted(args.name)}", read_history(store, args.name)
+                f"reading the history of {quoted(args.name)}",
+                read_history(store, args.name, unread.append),
             )
             running = await asked(
                 f"reading which turns of {quoted(args.name)} run now",
                 running_slots(store, args.name, fires),
             )
         where = f"state: {state_label(state)}"
-        if not fires and not gaps:
+        for fault in unread:
+            say(f"{fault} — its claims alone are shown")
+        if not fires and not gaps and not unread:
             await _known_without_history(args, where)
     recorded = len(fires) + len(gaps)
     if args.since is not None:
@@ -76,13 +81,14 @@ async def cmd_history(args: argparse.Namespace) -> int:
     matching = len(entries)
     if limit is not None:
         entries = entries[-limit:]
+    status = 1 if unread else 0  # shown, but not all of it
     if args.json:
         print_json(history_to_json(entries, running))
-        return 0
+        return status
     if not entries:
         what = "recorded fires" if not recorded else "fires matching --since/--outcome"
         say(f"no {what} for {quoted(args.name)} ({where})")
-        return 0
+        return status
     rows = [
         [short_instant(entry.first), "-", "-", "missed", "-", "-", gap_line(entry, short_instant)]
         if isinstance(entry, Gap)
@@ -120,7 +126,7 @@ async def cmd_history(args: argparse.Namespace) -> int:
             f"(what these runs said: session routine:{args.name} — kept by the agent; "
             "the state holds outcomes and reasons only, and output for a routine with output:)"
         )
-    return 0
+    return status
 
 
 def _print_output(output: str) -> None:
