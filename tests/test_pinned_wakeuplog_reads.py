@@ -251,6 +251,27 @@ def test_a_refused_journal_that_cannot_be_kept_aside_is_a_fault_naming_it(
     assert stat.S_ISFIFO(store.path.lstat().st_mode)  # left as found
 
 
+def test_a_journal_that_is_a_directory_says_to_move_it_away_and_is_left_as_found(
+    tmp_path: Path,
+) -> None:
+    # A directory cannot be linked aside (EPERM): the operator must move it, and is told so.
+    (tmp_path / "schedule").mkdir()
+    store = WakeupLog(tmp_path, 1.0)
+    store.path.mkdir()
+    (store.path / "kept").write_text("x")
+    with pytest.raises(StateFault) as raised:
+        change(store, add_op(entry("a"), 1))
+    assert str(raised.value) == (
+        f"could not keep the unusable wake-up journal {store.path} aside: EPERM: it is a "
+        "directory, not a file — move it away; nothing is written until then"
+    )
+    assert (store.path / "kept").read_text() == "x"  # left as found
+    assert sorted(p.name for p in store.path.parent.iterdir()) == [
+        "wakeups.journal",
+        "wakeups.lock",
+    ]
+
+
 # -- damage --------------------------------------------------------------------------------------
 
 

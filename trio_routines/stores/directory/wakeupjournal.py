@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import os
 import secrets
+import stat
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +32,7 @@ from ...records import Wakeup
 from ..safefile import (
     at,
     fsync,
+    kind_of,
     open_file,
     replace_file,
     write_all,
@@ -132,4 +134,16 @@ class Journal:
             )
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            # Not a file (a directory cannot be linked, EPERM): the operator must move it.
+            try:
+                mode = os.stat(JOURNAL, dir_fd=directory, follow_symlinks=False).st_mode
+            except OSError:
+                raise exc from None
+            if stat.S_ISREG(mode):
+                raise
+            raise OSError(
+                exc.errno,
+                f"it is {kind_of(mode)}, not a file — move it away; nothing is written until then",
+            ) from None
         return self.schedule / aside
