@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -71,6 +72,9 @@ def test_a_child_is_given_this_process_module_path_and_its_socket(
         pid = child_of(started).pid
         given = environ(pid)
         assert json.loads(given[writer.PATH_VARIABLE]) == writer.child_path()
+        assert given["TRIO_ROUTINES_WRITER_ENCODING"] == (
+            f"{sys.getfilesystemencoding()}/{sys.getfilesystemencodeerrors()}"
+        )
         assert given.get("PYTHONPATH") == inherited  # left as it was: -I ignores it
         assert (Path(PACKAGE) / "trio_routines" / "__init__.py").is_file()
         *command, fd, root, keep, lock_timeout = proc(pid, "cmdline")
@@ -86,8 +90,9 @@ def test_a_child_is_given_this_process_module_path_and_its_socket(
 
 
 def test_the_child_runs_isolated_and_sets_its_path_before_importing() -> None:
-    executable, isolated, dash_c, bootstrap = writer.command()
+    executable, isolated, dash_x, utf8, dash_c, bootstrap = writer.command()
     assert (executable, isolated, dash_c) == (sys.executable, "-I", "-c")
+    assert (dash_x, utf8) == ("-X", f"utf8={sys.flags.utf8_mode}")  # -I drops PYTHONUTF8
     assert bootstrap.index("sys.path[:]") < bootstrap.index("import main")
     assert f"os.environ.pop({writer.PATH_VARIABLE!r})" in bootstrap
     assert not writer.PATH_VARIABLE.startswith("PYTHON")  # -I would drop it
@@ -113,27 +118,41 @@ def test_the_child_path_leaves_relative_entries_out(tmp_path: Path) -> None:
     assert writer.child_path(["", "/stdlib", "lib", str(root)], root) == ["/stdlib", str(root)]
 
 
-def test_the_child_path_names_this_package_first_when_it_lacks_it(tmp_path: Path) -> None:
+def test_the_child_path_names_this_package_last_when_it_lacks_it(tmp_path: Path) -> None:
+    # Found through an import hook (an editable install): no other copy on the path, so the
+    # standard library keeps its place before it.
     root = tmp_path / "root"
-    assert writer.child_path(["/stdlib", "/site"], root) == [str(root), "/stdlib", "/site"]
+    assert writer.child_path(["/stdlib", "/site"], root) == ["/stdlib", "/site", str(root)]
 
 
-def test_the_child_path_names_this_package_first_before_another_copy(tmp_path: Path) -> None:
+def test_the_child_path_names_this_package_before_another_copy(tmp_path: Path) -> None:
     # Another trio_routines before this process's (a path changed since it imported): this
-    # process's own comes first, once, and the rest keep their order.
+    # process's own comes just before it, once, and the rest keep their order.
     root, other = package_at(tmp_path / "root"), package_at(tmp_path / "other")
-    path = ["/stdlib", str(other), str(root), "/site"]
-    assert writer.child_path(path, root) == [str(root), "/stdlib", str(other), "/site"]
+    path = ["/stdlib", str(other), str(root), "/site", str(root)]
+    assert writer.child_path(path, root) == ["/stdlib", str(root), str(other), "/site"]
+    lacking = ["/stdlib", str(other), "/site"]
+    assert writer.child_path(lacking, root) == ["/stdlib", str(root), str(other), "/site"]
+    after = ["/stdlib", str(root), str(other)]  # the other copy after it: nothing moves
+    assert writer.child_path(after, root) == after
 
 
 def test_the_child_path_knows_this_package_through_a_link(tmp_path: Path) -> None:
     root = package_at(tmp_path / "root")
     (tmp_path / "link").symlink_to(root)
-    path = ["/stdlib", str(tmp_path / "link")]
-    assert writer.child_path(path, root) == path
+    path = ["/stdlib", str(tmp_path / "link"), "/site"]
+    assert writer.child_path(path, root) == ["/stdlib", str(root), "/site"]
     other = package_at(tmp_path / "other")
     shadowed = [str(other), str(tmp_path / "link")]
     assert writer.child_path(shadowed, root) == [str(root), str(other)]
+
+
+def test_the_child_path_passes_over_what_is_no_string(tmp_path: Path) -> None:
+    # A host may put a Path on sys.path; imports pass over it, and so does the child's path
+    # (JSON could not carry it: the store's read that starts the child raised TypeError).
+    root = package_at(tmp_path / "root")
+    path: list[Any] = ["/stdlib", Path("/plugins"), b"/bytes", str(root)]
+    assert writer.child_path(path, root) == ["/stdlib", str(root)]
 
 
 def test_a_child_that_cannot_be_started_leaves_no_socket_open(tmp_path: Path) -> None:
@@ -611,3 +630,22 @@ def test_the_writer_process_starts_until_it_keeps_ending_or_cannot(
     else:
         assert writes.process is starts  # type: ignore[comparison-overlap]  # a stand-in
         assert (starts.started, starts.alive) == (write_path.MAX_STARTS, True)
+
+
+def test_a_child_that_would_make_other_file_names_does_not_start(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # -I drops PYTHONCOERCECLOCALE too: in a C locale the child may encode names as UTF-8
+    # where the parent does ASCII, and a routine's name would be another file. The parent's
+    # threads write then (the child ends before it is up).
+    from trio_routines.stores.directory.writer import child
+
+    monkeypatch.setenv("TRIO_ROUTINES_WRITER_ENCODING", "ascii/strict")
+    with pytest.raises(SystemExit) as ended:
+        child.main(["0", "/nowhere", "1", "1.0"])
+    assert ended.value.code == 2
+    mine = f"{sys.getfilesystemencoding()}/{sys.getfilesystemencodeerrors()}"
+    assert capsys.readouterr().err == (
+        f"trio_routines writer: file names are {mine} here, ascii/strict in the parent: "
+        "not started\n"
+    )

@@ -135,8 +135,9 @@ class Writes:
             return
         try:
             process.start()
-        except OSError as exc:
-            log.warning("could not start the writer process (threads write): %s", describe(exc))
+        except (OSError, ValueError) as exc:  # ValueError: an environment it cannot be given
+            why = describe(exc) if isinstance(exc, OSError) else str(exc)
+            log.warning("could not start the writer process (threads write): %s", why)
             self.process = None
 
     async def aclose(self) -> None:

@@ -1,7 +1,9 @@
 """The writer process's own side (see process.py): a batch in, its answers out.
 
-Started as ``python -P -m trio_routines.stores.directory.writer.child FD ROOT KEEP
-LOCK_TIMEOUT`` by :class:`~.process.WriterProcess`, on the Unix socket ``FD`` it inherited. It
+Started as ``python -I -X utf8=N -c BOOTSTRAP FD ROOT KEEP LOCK_TIMEOUT`` by
+:class:`~.process.WriterProcess` (``BOOTSTRAP`` sets the parent's module path, then calls
+:func:`main`), on the Unix socket ``FD`` it inherited; it starts only if it makes file names
+of text as the parent does. It
 writes each batch with :class:`~.claimfiles.ClaimFiles`, as a worker thread of the store
 would; a thread of its own (:class:`_Flushes`) makes the batch durable with one ``syncfs`` per
 file system it wrote on while the next batch is written, and only then sends back the answers
@@ -33,7 +35,7 @@ from ...batch import Answer
 from ...groupcommit import Descriptors, close_held, syncfs
 from ..claimbatch import Batched, Written
 from ..claimfiles import ClaimFiles
-from .wire import LENGTH, READY
+from .wire import ENCODING_VARIABLE, LENGTH, READY, file_names
 
 #: Batches written and waiting for their flush, at most, before the next one is read.
 AHEAD = 2
@@ -280,6 +282,14 @@ def _columns(answers: list[Answer[Any]]) -> tuple[list[Any], dict[int, Exception
 def main(argv: Sequence[str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
     fd, root, keep, lock_timeout = argv
+    parents = os.environ.pop(ENCODING_VARIABLE, None)
+    if parents is not None and parents != file_names():
+        # A routine's name would make another file name here: the parent's threads write.
+        sys.stderr.write(
+            f"trio_routines writer: file names are {file_names()} here, {parents} in the "
+            "parent: not started\n"
+        )
+        sys.exit(2)
     with socket.socket(fileno=int(fd)) as sock:
         try:
             serve(sock, Path(root), int(keep), float(lock_timeout))

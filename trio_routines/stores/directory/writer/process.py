@@ -53,7 +53,7 @@ import trio
 from ....errors import StateFault
 from .call import Call as Call
 from .call import Unsent as Unsent
-from .wire import LENGTH, READY
+from .wire import ENCODING_VARIABLE, LENGTH, READY, file_names
 from .wire import receive as _receive  # one name, so that tests can hold replies
 
 log = logging.getLogger("trio_routines")
@@ -84,25 +84,36 @@ def command() -> list[str]:
     the working directory nor the user's site directory decides what it imports), given
     this process's own module path (:func:`child_path`). ``python -m`` with ``PYTHONPATH``
     let a ``trio_routines`` found in the working directory, or named by a ``PYTHONPATH`` this
-    process ignored (``-E``, ``-I``), run in the child instead of the parent's own code."""
-    return [sys.executable, "-I", "-c", BOOTSTRAP]
+    process ignored (``-E``, ``-I``), run in the child instead of the parent's own code.
+    ``-I`` also drops ``PYTHONUTF8``: this process's UTF-8 mode is passed on as ``-X utf8``,
+    and the child checks that it encodes file names as this process does (see child.py)."""
+    utf8 = f"utf8={sys.flags.utf8_mode}"
+    return [sys.executable, "-I", "-X", utf8, "-c", BOOTSTRAP]
 
 
 def child_path(path: Sequence[str] | None = None, root: Path = PACKAGE_ROOT) -> list[str]:
     """The child's module path: this process's own (``path``, by default ``sys.path``), so
     that it imports what this process imported, in the same order -- the standard library
     before any site directory. Relative entries are left out: they name the working
-    directory, which may hold something else now than when this process imported from it.
-    ``root`` (the directory this process's ``trio_routines`` came from) is put first when
-    the path does not name it, or names another ``trio_routines`` before it."""
-    entries = [entry for entry in (sys.path if path is None else path) if os.path.isabs(entry)]
-    here = str(root)
-    resolved = [os.path.realpath(entry) for entry in entries]
-    if here in resolved:
-        at = resolved.index(here)
-        if not any(_has_package(entry) for entry in entries[:at]):
-            return entries
-    return [here, *(entry for entry, real in zip(entries, resolved, strict=True) if real != here)]
+    directory, which may hold something else now than when this process imported from it; so
+    is anything but a string (a ``Path`` a host put there, which imports pass over). ``root``
+    (the directory this process's ``trio_routines`` came from) keeps its place, once; it goes
+    before the first entry holding another ``trio_routines`` if one comes before it, and
+    last if the path does not name it (found through an import hook, say)."""
+    given = sys.path if path is None else path
+    others: list[str] = []
+    named: int | None = None  # where the path names ``root``, among the other entries
+    for entry in given:
+        if not (isinstance(entry, str) and os.path.isabs(entry)):
+            continue
+        if os.path.realpath(entry) == str(root):
+            named = len(others) if named is None else named
+        else:
+            others.append(entry)
+    shadow = next((i for i, entry in enumerate(others) if _has_package(entry)), None)
+    places = [place for place in (named, shadow) if place is not None]
+    at = min(places) if places else len(others)
+    return [*others[:at], str(root), *others[at:]]
 
 
 def _has_package(entry: str) -> bool:
@@ -158,6 +169,7 @@ class WriterProcess:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ)
         env[PATH_VARIABLE] = json.dumps(child_path())
+        env[ENCODING_VARIABLE] = file_names()
         try:
             self._child = subprocess.Popen(
                 [*self._argv, str(theirs.fileno()), *self._config],

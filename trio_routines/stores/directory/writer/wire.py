@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import sys
 
 import trio
 
@@ -34,3 +35,13 @@ async def receive(sock: socket.socket) -> bytes:
         if wanted is None and len(data) >= LENGTH.size:
             wanted = LENGTH.size + LENGTH.unpack_from(data)[0]
     return bytes(data[LENGTH.size :])
+
+
+#: Where the child reads the parent's file system encoding, which it must share: a routine's
+#: name is a file name, and the two must make the same one of it.
+ENCODING_VARIABLE = "TRIO_ROUTINES_WRITER_ENCODING"
+
+
+def file_names() -> str:
+    """How this process makes file names of text: its encoding and its error handler."""
+    return f"{sys.getfilesystemencoding()}/{sys.getfilesystemencodeerrors()}"
