@@ -20,7 +20,7 @@ from trio_routines.cli.served import (
     served_replicas,
     served_view,
 )
-from trio_routines.cli.status import RoutineRow
+from trio_routines.cli.status import RoutineRow, routine_json
 from trio_routines.converter import history_to_json, wakeup_from_json
 from trio_routines.ledger import Spent
 from trio_routines.records import Fire, Outcome
@@ -260,3 +260,19 @@ async def test_a_replica_of_the_wrong_shape_is_one_line(
     answering(monkeypatch, {"/replicas": None})
     with pytest.raises(CliError, match=r"^http://127"):
         await served_replicas(SERVER)
+
+
+async def test_a_claim_the_server_marks_running_is_running_in_the_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As on the state itself: an open claim a live replica runs is no crash's.
+    settled, open_claim = recent(2), Fire(recent(1).slot, recent(1).slot)
+    answers = {
+        "/routines": [{"name": "daily", "cron": "0 9 * * *", "next": None, "paused": False}],
+        "/routines/daily/history": history_to_json(
+            [settled, open_claim], running={open_claim.slot}
+        ),
+    }
+    (row,) = (await view(monkeypatch, answers)).rows
+    assert row.running == frozenset({open_claim.slot})
+    assert routine_json(row)["recent"] == ["completed", "running"]

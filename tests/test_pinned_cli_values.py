@@ -125,7 +125,13 @@ def test_a_server_url_has_no_query_or_fragment(text: str) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["http://user:s3cret@h:8080", "http://s3cret@h", "http://u:s3cret@h/ x", "ftp://u:s3cret@h"],
+    [
+        "http://user:s3cret@h:8080",
+        "http://s3cret@h",
+        "http://u:s3cret@h/ x",
+        "ftp://u:s3cret@h",
+        "http://user:s3cret@[::1",  # no URL at all: still not repeated
+    ],
 )
 def test_a_server_url_with_credentials_is_refused_without_repeating_them(text: str) -> None:
     message = refused(values.server_url, text)

@@ -286,6 +286,7 @@ def test_parse_invalid_cron_refused() -> None:
         ("2.", 2.0),
         ("10 m", 600.0),
         ('"45m"', 2700.0),
+        ("5\u00a0m", 300.0),  # a no-break space is white space, as it always was
     ],
 )
 def test_parse_timeout_forms(value: str, seconds: float) -> None:

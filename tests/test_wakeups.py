@@ -35,6 +35,7 @@ NOW = datetime(2026, 7, 7, 10, tzinfo=UTC)
         (120, 120),
         ("1.5h", 5400),
         (" 10 M ", 600),
+        ("10\u00a0m", 600),  # a no-break space is white space
         (0.5, 0.5),
     ],
 )

@@ -8,7 +8,6 @@ shows claims only.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 
@@ -54,19 +53,15 @@ async def read_history(
 
 
 def unclaimed(gaps: Sequence[Gap], fires: Sequence[Fire]) -> list[Gap]:
-    """``gaps`` less those whose every slot has a claim: a replica that ended a long turn
-    recorded the slots that came during it as passed over, and a stalled replica claimed one
-    of them after that (its claim is what happened). A gap only some of whose slots were
-    claimed is kept as recorded."""
+    """``gaps`` less a gap of one slot that has a claim: a replica that ended a long turn
+    recorded the slot that came during it as passed over, and a stalled replica claimed it
+    after that (its claim is what happened). A gap of several slots is kept as recorded: its
+    slots between the first and the last are the cron's, which a claim's slot (one fired by
+    hand, or before the cron was changed) need not be."""
     if not gaps or not fires:
         return list(gaps)
-    claimed = sorted({fire.slot for fire in fires})
-    kept = []
-    for gap in gaps:
-        inside = bisect.bisect_right(claimed, gap.last) - bisect.bisect_left(claimed, gap.first)
-        if gap.estimated or inside < gap.count:
-            kept.append(gap)
-    return kept
+    claimed = {fire.slot for fire in fires}
+    return [gap for gap in gaps if gap.count != 1 or gap.first not in claimed]
 
 
 def in_slot_order(fires: Sequence[Fire], gaps: Sequence[Gap]) -> list[Fire | Gap]:

@@ -44,9 +44,9 @@ __all__ = ["Routine", "catchup_text", "parse_catchup", "parse_routine_text"]
 _FENCE = "---"
 _KEYS = ("cron", "tz", "timeout", "catchup", "output", "budget")
 _KEY_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)\s*:(.*)")
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smh]?)", re.ASCII)
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([smh]?)")
 _UNIT_SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_WINDOW = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)", re.ASCII)
+_WINDOW = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([smhd]?)")
 _QUOTES = ("'", '"')
 
 

@@ -53,7 +53,7 @@ POLL_INTERVAL = 30.0  # seconds between polls, and the delay of a busy one-shot'
 #: one leaves due wake-ups (and a dead replica's claims) waiting for more than a day.
 POLL_RANGE = (0.05, 86_400.0)
 
-_DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([smhd])\s*$", re.IGNORECASE | re.ASCII)
+_DELAY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)\s*([smhd])\s*$", re.IGNORECASE)
 _UNIT = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 

@@ -101,13 +101,22 @@ async def served_view(server: Server) -> ServedView:
         for entry in listing:
             routine = _routine(entry)
             answer = await server.get(f"/routines/{path_part(routine.name)}/history")
-            fires, _, _ = history_from_json(answer)
+            fires, _, turning = history_from_json(answer)
             paused = entry.get("paused") is True
             failing, success = failing_streak(fires)
             upcoming = None if paused else _instant(entry.get("next"))
             spent = _spent(entry, fires, now)
+            recent = fires[-RECENT:]
             row = RoutineRow(
-                routine, upcoming, fires[-RECENT:], None, paused, failing, success, spent
+                routine,
+                upcoming,
+                recent,
+                None,
+                paused,
+                failing,
+                success,
+                spent,
+                frozenset(turning) & {fire.slot for fire in recent},
             )
             rows.append(row)
             if entry.get("running") is True:

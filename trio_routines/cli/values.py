@@ -116,7 +116,8 @@ def server_url(text: str) -> str:
         parts = urlsplit(text)
     except ValueError:  # an unclosed IPv6 bracket
         parts = urlsplit("")
-    if "@" in parts.netloc:  # checked first: the refusals after it show the text
+    authority = text.partition("://")[2].partition("/")[0]  # as written, parsed or not
+    if "@" in parts.netloc or "@" in authority:  # first: the refusals after it show the text
         raise argparse.ArgumentTypeError(
             "a server URL with a user name or password is refused — "
             "give http(s)://host[:port], and the token in TRIO_ROUTINES_TOKEN"
