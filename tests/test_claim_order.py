@@ -122,3 +122,21 @@ def test_a_file_system_without_locks_is_one_state_fault_and_nothing_claimed(
     assert "ENOLCK: No locks available" in str(refused.value)
     assert "\n" not in str(refused.value)
     assert os.listdir(store.claim_dir("r")) == [slot_name(BASE)]
+
+
+def test_the_lock_is_let_go_before_the_claim_waits_for_its_flush(tmp_path: Path) -> None:
+    # With group commit the claim directory's descriptor goes on to the flush, open for as
+    # long as it takes: the lock must not go with it, or every other claimant of the routine
+    # (another replica, the next batch) would wait for that flush.
+    from trio_routines.stores.directory.claimfiles import ClaimFiles
+
+    files = ClaimFiles(tmp_path, 7, 1.0, syncfs=object())  # a flush pending after each claim
+    result, pending = files.create("r", BASE, BASE)
+    assert result.taken
+    assert pending is not None
+    other = os.open(files.claim_dir("r"), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free, though the flush waits
+    finally:
+        os.close(other)
+        os.close(pending.fd)
