@@ -161,3 +161,20 @@ def test_the_schedule_reads_as_its_kind_cron_zone_window_and_end() -> None:
     assert t.schedule(recurring) == "cron 0 9 * * * UTC, until 2026-12-30T09:00Z"
     endless = Wakeup(id="w3", session="s", prompt="p", fire_at=SLOT, cron="0 9 * * *")
     assert t.schedule(endless) == "cron 0 9 * * *"
+
+
+def test_an_open_claim_a_live_replica_runs_is_running_and_any_other_unreported() -> None:
+    running, crashed, settled = (
+        Fire(SLOT + timedelta(hours=h), SLOT + timedelta(hours=h), outcome)
+        for h, outcome in ((1, None), (2, None), (3, Outcome.COMPLETED))
+    )
+    live = {running.slot, settled.slot}  # a settled claim is its outcome whatever is held
+    assert t.strip([running, crashed, settled], fancy=True, running=live) == "▸?✓"
+    assert t.strip([running, crashed, settled], fancy=False, running=live) == ">?+"
+    assert t.strip([running], fancy=False) == "?"  # nothing said to run
+    assert [t.outcome_word(f, live) for f in (running, crashed, settled)] == [
+        "running",
+        "unreported",
+        "completed",
+    ]
+    assert t.outcome_word(running) == "unreported"

@@ -14,6 +14,7 @@ from typing import cast
 import pytest
 
 from trio_routines.agent import Usage
+from trio_routines.errors import StateFault
 from trio_routines.gaps import add_gap
 from trio_routines.history import day_spent, gap_line, in_slot_order, read_history, running_slots
 from trio_routines.ledger import Spent
@@ -24,6 +25,9 @@ from trio_routines.testing import MemoryStore
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
 HOUR = timedelta(hours=1)
+
+
+SLOT = datetime(2026, 11, 30, 9, tzinfo=UTC)
 
 
 class ClaimsOnly:
@@ -142,3 +146,16 @@ def test_records_on_the_same_slot_keep_their_order_claims_first() -> None:
     claim = fire(0, Outcome.COMPLETED)
     before = fire(-1, Outcome.FAILED)
     assert in_slot_order([before, claim], gaps) == [before, claim, first, longer]
+
+
+async def test_unreadable_gaps_are_a_fault_unless_the_caller_takes_them_as_none() -> None:
+    store = MemoryStore()
+    await store.claim("r", SLOT, SLOT)
+    fault = StateFault("the gaps are torn")
+    store.fail("gaps", fault)
+    with pytest.raises(StateFault) as raised:
+        await read_history(store, "r")  # the HTTP history: whole, or nothing
+    assert raised.value is fault
+    told: list[StateFault] = []
+    fires, gaps = await read_history(store, "r", told.append)  # the command: its claims
+    assert ([f.slot for f in fires], gaps, told) == ([SLOT], [], [fault])

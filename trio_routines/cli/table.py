@@ -102,11 +102,11 @@ def strip(
     fancy: bool | None = None,
     running: Collection[datetime] = (),
 ) -> str:
-    """The last ``width`` outcomes, oldest left (``-`` when there are none); a claim whose
-    slot is in ``running`` (a live replica runs its turn) is shown as such."""
+    """The last ``width`` outcomes, oldest left (``-`` when there are none); an open claim
+    whose slot is in ``running`` (a live replica runs its turn) is shown as such."""
     use = 0 if (unicode_out() if fancy is None else fancy) else 1
     glyphs = [
-        (_RUNNING if fire.slot in running else _GLYPHS[fire.outcome])[use]
+        (_RUNNING if fire.outcome is None and fire.slot in running else _GLYPHS[fire.outcome])[use]
         for fire in fires[-width:]
     ]
     return "".join(glyphs) or "-"
