@@ -38,8 +38,8 @@ async def read_history(
     store: Store, routine: str, gaps_unread: Callable[[StateFault], None] | None = None
 ) -> tuple[list[Fire], list[Gap]]:
     """Every retained claim and gap of ``routine``, each oldest first (StateFault if unreadable),
-    but a gap whose every slot was claimed (see :func:`unclaimed`). ``gaps_unread``: told why
-    the gaps are unreadable, which then reads as none (else that is a StateFault too)."""
+    but a one-slot gap whose slot was claimed (see :func:`unclaimed`). ``gaps_unread``: told
+    why the gaps are unreadable, which then read as none (else that is a StateFault too)."""
     fires = await store.history(routine)
     gaps: list[Gap] = []
     if isinstance(store, GapRecords):
