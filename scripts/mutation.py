@@ -1151,7 +1151,7 @@ for _part in ("calls", "loops", "wake", "service", "turning", "sleepers"):
 MODULES["schedsmall"] = (
     [
         f"trio_routines/scheduler/{part}.py"
-        for part in ("sleepers", "state", "clock", "reload", "arming", "parts", "runs")
+        for part in ("sleepers", "state", "options", "clock", "reload", "arming", "parts", "runs")
     ],
     SCHEDULER_TESTS,
 )

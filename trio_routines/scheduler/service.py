@@ -27,6 +27,7 @@ from ..wakeups import POLL_INTERVAL
 from . import report
 from .calls import STOP_MARGIN
 from .openclaims import BOOT_BUDGET
+from .options import checked_poll, checked_seconds
 from .parts import Parts
 from .reload import RoutineChanges
 from .state import (
@@ -39,8 +40,6 @@ from .state import (
     Shared,
     Statistics,
     Stopping,
-    checked_poll,
-    checked_seconds,
     new_replica_id,
     system_now,
 )

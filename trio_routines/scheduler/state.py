@@ -3,13 +3,10 @@ the errors."""
 
 from __future__ import annotations
 
-import contextlib
-import decimal
 import inspect
 import itertools
 import logging
 import math
-import numbers
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
@@ -19,14 +16,13 @@ import trio
 import trio_util
 
 from ..cron import next_run
-from ..errors import InvalidOption, StateFault, TrioRoutinesError
+from ..errors import StateFault, TrioRoutinesError
 from ..instants import truncate_ms
 from ..metrics import Metrics
 from ..records import Outcome
 from ..replicas import default_replica
 from ..routines import Routine
 from ..store import Store
-from ..wakeups import POLL_RANGE
 from .inflight import InFlight, Taking, Working
 from .sleepers import Unpark
 
@@ -245,34 +241,6 @@ def takes_keyword(call: Callable[..., object], name: str) -> bool:
     return name in parameters or any(
         p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
     )
-
-
-def checked_seconds(option: str, value: float, *, zero: bool) -> float:
-    """``value`` if it is a finite number of seconds (``zero``: 0 allowed), else a one-line
-    :class:`InvalidOption`: a NaN deadline, say, would leave store calls without a bound, and
-    ``True`` (a switch taken for a number) or ``"30"`` is no number of seconds; a
-    :class:`~decimal.Decimal` is (a configuration read exactly, say)."""
-    seconds = math.nan
-    if isinstance(value, numbers.Real | decimal.Decimal) and not isinstance(value, bool):
-        # A number too large for a float, or a signalling NaN, is no more a bound than NaN.
-        with contextlib.suppress(OverflowError, ValueError):
-            seconds = float(value)
-    if not (math.isfinite(seconds) and (seconds > 0 or (zero and seconds == 0))):
-        wanted = "0 or more" if zero else "more than 0"
-        raise InvalidOption(f"{option} must be a finite number of seconds, {wanted}: {value!r}")
-    return seconds
-
-
-def checked_poll(value: float) -> float:
-    """``poll_interval`` if it is a number of seconds within :data:`POLL_RANGE`, else a
-    one-line :class:`InvalidOption`."""
-    seconds = checked_seconds("poll_interval", value, zero=False)
-    low, high = POLL_RANGE
-    if not low <= seconds <= high:
-        raise InvalidOption(
-            f"poll_interval must be between {low:g} and {high:g} seconds: {value!r}"
-        )
-    return seconds
 
 
 class Runtime:
