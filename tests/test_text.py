@@ -12,6 +12,7 @@ from trio_routines.text import (
     clipped,
     error_text,
     one_line,
+    printable_ascii,
     safe_json,
     shown,
     visible,
@@ -65,3 +66,10 @@ def test_what_reorders_or_breaks_a_shown_line_is_shown_not_obeyed() -> None:
 def test_a_visible_text_holds_no_control_left_to_obey(text: str) -> None:
     for escaped in (visible(text), visible_lines(text)):
         assert not any(char in escaped for char in [*BIDI, "\u2028", "\u2029", "\x1b", "\x9b"])
+
+
+def test_printable_ascii_is_every_character_from_bang_to_tilde() -> None:
+    assert printable_ascii("".join(chr(code) for code in range(0x21, 0x7F)))
+    assert printable_ascii("")
+    for char in (" ", "\x20", "\x7f", "\x00", "\t", "é", "\u202e"):
+        assert not printable_ascii(f"a{char}b")

@@ -30,6 +30,12 @@ def _escaped(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
+def printable_ascii(text: str) -> bool:
+    """Whether every character of ``text`` is a visible ASCII one: no space, no control
+    character, nothing beyond ASCII (what a header value or a request line carries as is)."""
+    return all("!" <= char <= "~" for char in text)
+
+
 def one_line(text: str) -> str:
     """Every run of whitespace (line breaks included) as one space, trimmed."""
     return _WHITESPACE.sub(" ", text).strip()

@@ -18,7 +18,7 @@ from ..budgets import Budget, parse_budgets
 from ..errors import InvalidOption
 from ..instants import parse_instant
 from ..replicas import replica_problem
-from ..text import shown
+from ..text import printable_ascii, shown
 from ..wakeups import POLL_RANGE, parse_delay
 
 
@@ -122,7 +122,7 @@ def server_url(text: str) -> str:
             "a server URL with a user name or password is refused — "
             "give http(s)://host[:port], and the token in TRIO_ROUTINES_TOKEN"
         )
-    if not all("!" <= char <= "~" for char in text):
+    if not printable_ascii(text):
         raise argparse.ArgumentTypeError(
             f"{_shown(text)} has a space, a control character or a character outside ASCII — "
             "write the server's address as http(s)://host[:port]"

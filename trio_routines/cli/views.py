@@ -96,7 +96,7 @@ async def cmd_history(args: argparse.Namespace) -> int:
             short_instant(entry.slot),
             format_iso(entry.fired_at),
             duration((entry.fired_at - entry.slot).total_seconds() * 1000),
-            "running" if entry.slot in running else outcome_word(entry),
+            outcome_word(entry, running),
             duration(entry.ms),
             entry.replica or "-",
             reason(entry),

@@ -18,6 +18,7 @@ import ipaddress
 from urllib.parse import urlsplit
 
 from ..errors import TrioRoutinesError
+from ..text import printable_ascii
 from .wire import Refusal, Scope, one_header
 
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -32,7 +33,7 @@ def token_problem(token: str) -> str | None:
     with no space: one padded with white space was trimmed from a bearer header and not from
     the form (the API refused everyone, while a form of spaces logged in), and a control
     character or a character outside ASCII cannot be sent in a header at all."""
-    if all("!" <= char <= "~" for char in token):
+    if printable_ascii(token):
         return None
     return (
         "TRIO_ROUTINES_TOKEN has a space, a control character or a character outside ASCII "
