@@ -17,7 +17,8 @@ import json
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -254,6 +255,28 @@ def _locks_on_wakeups(app: str, schema: str) -> list[bool]:
     return [bool(row[0]) for row in rows]
 
 
+@asynccontextmanager
+async def cut_off_while_locked(
+    schema: str, locks: Callable[[], list[bool]], what: str
+) -> AsyncIterator[None]:
+    """The wake-ups table locked through the block, where a call is cut off by its deadline;
+    then until that call, left to its thread, waits for the lock, and once the lock is gone
+    until it has ended its transaction (``what`` names it in a bound's message)."""
+    blocker = await trio.to_thread.run_sync(_locked, schema, "wakeups")
+    try:
+        yield
+        # The call cut off still waits for the lock, in the thread it was left to.
+        await trio.to_thread.run_sync(
+            wait_for, lambda: False in locks(), 30, f"{what} left to wait for the lock"
+        )
+    finally:
+        blocker.rollback()
+        blocker.close()
+    await trio.to_thread.run_sync(
+        wait_for, lambda: not locks(), 30, f"{what} left to end its transaction"
+    )
+
+
 NOT_ANSWERED = "the wake-up state did not answer within 1s; the {} is not confirmed — try again"
 
 
@@ -297,21 +320,10 @@ async def test_a_wakeup_call_the_store_does_not_answer_is_a_503_of_one_line_chan
             )
             assert added == 201, made
             wid = json.loads(made)["wakeup"]["id"]
-            blocker = await trio.to_thread.run_sync(_locked, schema, "wakeups")
-            try:
+            async with cut_off_while_locked(schema, locks, "the call"):
                 status, headers, answer = await trio.to_thread.run_sync(
                     _request, port, path.format(id=wid), method, body
                 )
-                # The call cut off still waits for the lock, in the thread it was left to.
-                await trio.to_thread.run_sync(
-                    wait_for, lambda: False in locks(), 30, "the call left to wait for the lock"
-                )
-            finally:
-                blocker.rollback()
-                blocker.close()
-            await trio.to_thread.run_sync(
-                wait_for, lambda: not locks(), 30, "the call left to end its transaction"
-            )
             _, _, listed = await trio.to_thread.run_sync(_request, port, "/wakeups")
             scheduler.stop(0)
     finally:
@@ -337,20 +349,10 @@ async def test_a_due_wakeup_taken_for_a_caller_that_gave_up_stays_pending(
         )
         added = await store.add_wakeup(request, now)
         due = now + timedelta(minutes=3)
-        blocker = await trio.to_thread.run_sync(_locked, schema, "wakeups")
-        try:
+        async with cut_off_while_locked(schema, locks, "the take"):
             with trio.move_on_after(1) as cut:
                 await store.take_due_wakeup(due)
             assert cut.cancelled_caught
-            await trio.to_thread.run_sync(
-                wait_for, lambda: False in locks(), 30, "the take left to wait for the lock"
-            )
-        finally:
-            blocker.rollback()
-            blocker.close()
-        await trio.to_thread.run_sync(
-            wait_for, lambda: not locks(), 30, "the take left to end its transaction"
-        )
         assert _wakeup_ids(schema) == [added.id]
         taken = await store.take_due_wakeup(due)  # the next poll's take finds it
         assert taken is not None
