@@ -51,6 +51,13 @@ def our_logger() -> Iterator[logging.Logger]:
     ours.propagate = propagate
 
 
+@pytest.fixture(autouse=True)
+def no_idle_spares(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No spare claim file is made while the child is idle (a test of spares sets its own
+    lull): the listings these tests look at hold claims only, however slow the machine."""
+    monkeypatch.setattr(writerchild, "LULL", 3600.0)
+
+
 def request(op: str, items: list[Any]) -> bytes:
     data = pickle.dumps((op, items))
     return LENGTH.pack(len(data)) + data

@@ -22,6 +22,7 @@ import trio
 import trio.testing
 
 from trio_routines import cli
+from trio_routines.claims import SPARE_CLAIM
 from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
 from trio_routines.records import ClaimStatus, Outcome
@@ -468,3 +469,53 @@ async def test_the_child_runs_this_package_whatever_else_is_on_its_way(
         assert (await store.claim("r0000", SLOT, SLOT)).taken
         assert store._writes.claim_writes.batches == 0  # written by the child, not a thread
     assert claim_path(root, "r0000").exists()
+
+
+# -- spare claim files (spares.py) ---------------------------------------------------------
+
+
+def spare_of(root: Path, routine: str) -> Path:
+    return root / "schedule" / "claims" / routine / SPARE_CLAIM
+
+
+async def test_the_routines_a_boot_reads_get_spares_that_their_claims_take(
+    tmp_path: Path,
+) -> None:
+    async with DirectoryStore(tmp_path) as store:
+        await up(store)  # reads r0000 ... r0063; the last read starts the writer process
+        names = [f"r{i:04}" for i in range(write_path.PROCESS_AT)]
+        with trio.fail_after(30):
+            while not all(spare_of(tmp_path, name).exists() for name in names):  # noqa: ASYNC110
+                await trio.sleep(0.02)
+        made = spare_of(tmp_path, "r0007").stat().st_ino
+        assert (await store.claim("r0007", SLOT, SLOT)).taken
+        claim = tmp_path / "schedule" / "claims" / "r0007" / slot_name(SLOT)
+        assert claim.stat().st_ino == made
+        assert store._writes._read == {}  # every name sent
+
+
+async def test_a_store_whose_threads_write_makes_no_spares_and_keeps_no_names(
+    tmp_path: Path,
+) -> None:
+    async with DirectoryStore(tmp_path, writer_process=False) as store:
+        for i in range(write_path.PROCESS_AT + 1):
+            await store.latest_fire(f"r{i:04}")
+        assert store._writes._read == {}
+        assert (await store.claim("r0000", SLOT, SLOT)).taken
+        assert not spare_of(tmp_path, "r0000").exists()
+
+
+async def test_a_child_killed_while_idle_fails_the_next_batch_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its socket refuses the request (EPIPE): the batch fails as the child's end, where it
+    # used to be retried on a socket that is always writable until the reply's deadline.
+    monkeypatch.setattr(writer, "REPLY_TIMEOUT", 20.0)
+    async with DirectoryStore(tmp_path) as store:
+        process = await up(store)
+        child = child_of(process)
+        child.kill()
+        child.wait(30)
+        with pytest.raises(StateFault, match="writer process ended"):
+            await store.claim("r0", SLOT, SLOT)
+        assert (await store.claim("r0", SLOT, SLOT)).taken  # a thread wrote it

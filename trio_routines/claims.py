@@ -30,6 +30,9 @@ from .replicas import stored_replica
 from .usage import Usage, usage_from_json
 
 KEEP_CLAIMS = 512
+#: The name of a store's spare claim file beside a routine's claims (see the directory store's
+#: spares.py): never a claim, and passed over without a word.
+SPARE_CLAIM = ".next-claim"
 _OUTCOMES = frozenset(o.value for o in Outcome)
 
 log = logging.getLogger("trio_routines")
@@ -90,7 +93,7 @@ def claim_names(entries: Collection[str]) -> list[str]:
     names = [entry for entry in entries if slot_of(entry) is not None]
     if len(names) != len(entries):
         for entry in entries:
-            if slot_of(entry) is None:
+            if slot_of(entry) is None and entry != SPARE_CLAIM:
                 log.debug("ignoring %s: not a fired-slot claim", entry)
     names.sort()
     return names

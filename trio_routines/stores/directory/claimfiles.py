@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ...claims import claim_gate, is_stale, parse_claim
+from ...claims import SPARE_CLAIM, claim_gate, is_stale, parse_claim
 from ...converter import claim_text
 from ...errors import StateFault
 from ...instants import slot_name
@@ -60,6 +60,7 @@ from .claimbatch import (
     Written,
 )
 from .leftovers import Leftovers
+from .spares import Spares
 
 log = logging.getLogger("trio_routines")
 
@@ -83,6 +84,7 @@ class ClaimFiles:
         self._claims = root / "schedule" / "claims"
         self._syncfs = syncfs  # only whether there is one matters here
         self._leftovers = Leftovers(NEW_CLAIM)
+        self.spares = Spares(NEW_CLAIM)
 
     def claim_dir(self, routine: str) -> Path:
         return self._claims / check_name(routine)
@@ -199,6 +201,8 @@ class ClaimFiles:
                     entries = at(where, lambda: os.listdir(directory))
                 except OSError as exc:
                     raise self.unusable(routine, where, exc) from None
+                if spare := SPARE_CLAIM in entries:  # a file made ahead (spares.py)
+                    entries.remove(SPARE_CLAIM)
                 newest, prune, foreign = claim_gate(entries, self.keep)
                 if newest == wanted:  # (another replica's, as a rule: every slot, but one)
                     return ClaimResult(ClaimStatus.DUPLICATE, wanted), None
@@ -206,14 +210,17 @@ class ClaimFiles:
                 if stale is not None:
                     return ClaimResult(ClaimStatus.STALE, stale), None
                 path = where / wanted
-                # Made whole: written where no name reaches it, then named in one step, so
-                # that no replica reads a claim half made (one that names no replica yet) and
-                # takes it for dead: its maker needs no hold of its own for it (safefile.py).
-                # Named at once, before any fsync: the slot is decided right after the
-                # listing, as ``O_EXCL`` did, and a replica that loses it flushes nothing.
+                # Made whole: written where no claim's name reaches it (the spare, or a new
+                # file), then named in one step, so that no replica reads a claim half made
+                # (one that names no replica yet) and takes it for dead: its maker needs no
+                # hold of its own for it (safefile.py). Named at once, before any fsync: the
+                # slot is decided right after the listing, as ``O_EXCL`` did, and a replica
+                # that loses it flushes nothing.
                 data = claim_text(fired_at, replica=replica).encode()
                 try:
-                    fd = create_whole(directory, where, wanted, data, NEW_CLAIM)
+                    fd = self.spares.take(directory, where, wanted, data) if spare else None
+                    if fd is None:
+                        fd = create_whole(directory, where, wanted, data, NEW_CLAIM)
                 except FileExistsError:  # a claim, or anything else squatting on its name
                     return ClaimResult(ClaimStatus.DUPLICATE, wanted), None
                 except OSError as exc:

@@ -206,8 +206,10 @@ class DirectoryStore(Lifetime):
         return self._blocking.settle(routine, slot, outcome, ms, if_unsettled, error, output, usage)
 
     async def latest_fire(self, routine: str) -> Fire | None:
-        self._writes.reading()  # a store serving many routines starts its writer process
-        return await self._newest.read(routine)  # batched with concurrent calls (a boot's)
+        self._writes.reading(routine)  # a store serving many routines starts its writer
+        fire = await self._newest.read(routine)  # batched with concurrent calls (a boot's)
+        self._writes.read_done()
+        return fire
 
     def latest_fire_sync(self, routine: str) -> Fire | None:
         """:meth:`latest_fire`, blocking: for a thread, or a process without Trio."""

@@ -103,6 +103,8 @@ class Writes:
             argv = None if writer_process is True else writer_process
             self.process = WriterProcess(root, keep, lock_timeout, max_batch=WRITE_BATCH, argv=argv)
         self._reads = 0
+        #: The routines read since, each once, for the writer process's spares (read_done).
+        self._read: dict[str, None] = {}
 
     @property
     def flushes(self) -> int:
@@ -118,12 +120,24 @@ class Writes:
             commit.flushing_since if commit is not None else None,
         ]
 
-    def reading(self) -> None:
-        """A newest claim is being read: the :data:`PROCESS_AT`-th starts the writer process
-        (a store serving many routines: herds to come)."""
+    def reading(self, routine: str) -> None:
+        """``routine``'s newest claim is being read: the :data:`PROCESS_AT`-th read starts
+        the writer process (a store serving many routines: herds to come)."""
         self._reads += 1
+        self._read[routine] = None
         if self._reads == PROCESS_AT:
             self.start_writer()
+
+    def read_done(self) -> None:
+        """Ask the writer process for a spare claim file (spares.py) for each routine read
+        since: one message for the reads answered together (a boot's). Kept until a writer
+        process is up; dropped when threads write, which make no spares."""
+        process = self.process
+        if not self._read or (process is not None and not process.alive):
+            return
+        if process is not None:
+            process.hint("spares", list(self._read))
+        self._read = {}
 
     def start_writer(self) -> None:
         process = self.process

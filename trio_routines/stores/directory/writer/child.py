@@ -18,15 +18,19 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import logging
+import math
 import os
 import pickle
 import queue
+import select
 import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -41,6 +45,11 @@ from .wire import ENCODING_VARIABLE, LENGTH, READY, file_names
 AHEAD = 2
 #: How often a write waiting for room checks that the flushes' thread still runs.
 HAND_POLL = 0.5
+#: Spare claim files (spares.py) are made once no request came for this long: never between
+#: the batches of a herd, which come milliseconds apart.
+LULL = 0.05
+#: Spares made between two looks for a request: a request waits for about this many at most.
+SPARES_AT_ONCE = 16
 
 
 class _Records(logging.Handler):
@@ -90,25 +99,74 @@ def serve(sock: socket.socket, root: Path, keep: int, lock_timeout: float) -> No
     }
     sock.sendall(READY)
     flushes = _Flushes(sock, files, records)
+    idle = _Idle(sock, files)
     try:
         while True:
+            idle.until_request()
             header = _read_exactly(sock, LENGTH.size)
             if header is None:
                 return
             body = _read_exactly(sock, LENGTH.unpack(header)[0])
             if body is None:
                 return
+            idle.heard()
             op, items = pickle.loads(body)
+            if op == "spares":  # the routines a boot read: no answer is awaited
+                idle.want(items)
+                continue
             claimed = {item[0] for item in items} if op == "claims" else set()
             if not flushes.after_flushes_of(claimed):
                 return  # the parent went away: nothing left to answer
             answers, held = operations[op](items)
+            if claimed:
+                idle.want(taken_for(items, answers))
             written = _Written(op, items, answers, held, records.take(), claimed)
             if not flushes.hand(written):
                 close_held(held)
                 return  # the parent went away: nothing left to answer
     finally:
         flushes.close()
+
+
+def taken_for(items: Sequence[Any], answers: list[Answer[Written[Any]]]) -> list[str]:
+    """The routines of a batch of claims whose slot was taken: each has used its spare."""
+    return [
+        item[0]
+        for item, answer in zip(items, answers, strict=True)
+        if answer.error is None and answer.unwrap()[0].taken
+    ]
+
+
+class _Idle:
+    """The spare claim files to make while no request comes (spares.py): those of the
+    routines a boot read (the parent sends their names) and of each routine claimed for."""
+
+    def __init__(self, sock: socket.socket, files: ClaimFiles) -> None:
+        self._files = files
+        self._poll = select.poll()
+        self._poll.register(sock, select.POLLIN)
+        self._wanted: dict[str, None] = {}  # in the order asked, each once
+        self._heard = time.monotonic()
+
+    def want(self, routines: Iterable[str]) -> None:
+        self._wanted.update(dict.fromkeys(routines))
+
+    def heard(self) -> None:
+        """A request came: no spare is made until :data:`LULL` passed without one."""
+        self._heard = time.monotonic()
+
+    def until_request(self) -> None:
+        """Return once a request (or the socket's end) can be read, making spares meanwhile,
+        :data:`SPARES_AT_ONCE` between two looks, once :data:`LULL` passed without one."""
+        while self._wanted:
+            wait = self._heard + LULL - time.monotonic()
+            if self._poll.poll(max(0, math.ceil(wait * 1000))):
+                return
+            if wait <= 0:
+                batch = list(itertools.islice(self._wanted, SPARES_AT_ONCE))
+                for routine in batch:
+                    del self._wanted[routine]
+                self._files.spares.make(self._files, batch)
 
 
 class _Written(NamedTuple):

@@ -150,6 +150,7 @@ class WriterProcess:
         self._flight: collections.deque[_Batch] = collections.deque()  # sent, in order
         self._out = bytearray()  # requests not yet taken by the socket
         self._queued = self._sent = 0  # bytes queued and sent since the child started
+        self._broken: OSError | None = None  # why the socket took no more (the child gone)
         self._argv = list(argv) if argv is not None else command()
         self._child: subprocess.Popen[bytes] | None = None
         self._ended: list[subprocess.Popen[bytes]] = []  # killed, not yet reaped
@@ -185,6 +186,7 @@ class WriterProcess:
         ours.setblocking(False)
         self._sock = ours
         self._queued = self._sent = 0
+        self._broken = None
         self._ready = False
         self.started += 1
 
@@ -258,12 +260,27 @@ class WriterProcess:
         self.batches += 1
         self._push()
 
+    def hint(self, op: str, items: Sequence[Any]) -> None:
+        """Send the child a request it answers nothing to (``"spares"``: the routines whose
+        spare claim files it makes while idle, spares.py), behind those queued before. Lost
+        with the child if it ends first; dropped if none is started."""
+        if self._sock is None or not items:
+            return
+        data = pickle.dumps((op, list(items)), pickle.HIGHEST_PROTOCOL)
+        self._out += LENGTH.pack(len(data)) + data
+        self._queued += LENGTH.size + len(data)
+        self._push()
+
     def _push(self) -> None:
-        """Send what the socket takes now, from the front: requests go in order."""
+        """Send what the socket takes now, from the front: requests go in order. A socket the
+        child closed (it died) is remembered for the reader, :meth:`_lead`."""
         while self._out and self._sock is not None:
             try:
                 sent = self._sock.send(self._out)
-            except OSError:  # full (BlockingIOError), or gone: the reader finds out
+            except BlockingIOError:  # full: the reader sends the rest
+                return
+            except OSError as exc:
+                self._broken = exc
                 return
             del self._out[:sent]
             self._sent += sent
@@ -291,6 +308,8 @@ class WriterProcess:
                 while self._sent < batch.end:  # our request, and those before it, fully sent
                     await trio.lowlevel.wait_writable(sock)
                     self._push()
+                    if self._broken is not None:  # else writable at once, again and again
+                        raise self._broken
                 payload = await _receive(sock)
             values, errors = self._decode(payload, len(batch.calls))
         except trio.Cancelled:

@@ -1,0 +1,250 @@
+"""Spare claim files (stores/directory/spares.py): a claim renames its routine's spare.
+
+A claim that finds a spare writes its text over the spare's and renames it to its slot's
+name; one that finds none, or one it cannot trust (a link, a FIFO, a directory, a hard link
+to some other file), or a file system that cannot rename without replacing, makes its own file
+as before. Readers pass over a spare without a word.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from trio_routines.claims import SPARE_CLAIM, claim_names
+from trio_routines.converter import claim_text
+from trio_routines.instants import slot_name
+from trio_routines.records import ClaimStatus
+from trio_routines.stores.directory import DirectoryStore, spares
+from trio_routines.stores.directory.blocking import read_claims
+from trio_routines.stores.directory.claimfiles import NEW_CLAIM, ClaimFiles
+from trio_routines.stores.safefile import open_dirs
+
+T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
+T1 = T0 + timedelta(minutes=1)
+T2 = T1 + timedelta(minutes=1)
+
+
+def files_in(root: Path, keep: int = 512) -> ClaimFiles:
+    return ClaimFiles(root, keep, 1.0, syncfs=None)  # each claim fsynced: nothing pending
+
+
+def routine_dir(root: Path, routine: str = "r0") -> Path:
+    return root / "schedule" / "claims" / routine
+
+
+def claim(files: ClaimFiles, slot: datetime, routine: str = "r0") -> ClaimStatus:
+    result, pending = files.create(routine, slot, slot, "host:1")
+    assert pending is None
+    return result.status
+
+
+def test_a_claim_renames_its_routines_spare_and_leaves_no_spare_behind(tmp_path: Path) -> None:
+    files = files_in(tmp_path)
+    assert files.spares.make(files, ["r0"]) == 1
+    spare = routine_dir(tmp_path) / SPARE_CLAIM
+    assert spare.read_bytes() == spares.BLANK
+    made = spare.stat().st_ino
+    assert claim(files, T0) is ClaimStatus.TAKEN
+    taken = routine_dir(tmp_path) / slot_name(T0)
+    assert taken.stat().st_ino == made  # the very file, renamed
+    assert taken.read_bytes() == claim_text(T0, replica="host:1").encode()
+    assert sorted(os.listdir(routine_dir(tmp_path))) == [slot_name(T0)]
+    # the next claim has no spare: it makes its own file
+    assert claim(files, T1) is ClaimStatus.TAKEN
+    assert (routine_dir(tmp_path) / slot_name(T1)).read_bytes() == claim_text(
+        T1, replica="host:1"
+    ).encode()
+
+
+def test_a_spare_longer_than_the_claim_is_cut_to_the_claims_text(tmp_path: Path) -> None:
+    files = files_in(tmp_path)
+    routine_dir(tmp_path).mkdir(parents=True)
+    (routine_dir(tmp_path) / SPARE_CLAIM).write_bytes(b"x" * 3000)
+    assert claim(files, T0) is ClaimStatus.TAKEN
+    taken = routine_dir(tmp_path) / slot_name(T0)
+    assert taken.read_bytes() == claim_text(T0, replica="host:1").encode()
+    assert read_claims(files, "r0")[0].replica == "host:1"
+
+
+def test_a_spare_is_made_once_and_kept_until_a_claim_takes_it(tmp_path: Path) -> None:
+    files = files_in(tmp_path)
+    assert files.spares.make(files, ["r0", "r1", "r0"]) == 2
+    made = (routine_dir(tmp_path) / SPARE_CLAIM).stat().st_ino
+    assert files.spares.make(files, ["r0"]) == 0
+    assert (routine_dir(tmp_path) / SPARE_CLAIM).stat().st_ino == made
+    assert (routine_dir(tmp_path, "r1") / SPARE_CLAIM).read_bytes() == spares.BLANK
+    assert not [name for name in os.listdir(routine_dir(tmp_path)) if name.startswith(NEW_CLAIM)]
+
+
+def test_a_duplicate_or_stale_claim_leaves_the_spare_as_it_was(tmp_path: Path) -> None:
+    files = files_in(tmp_path)
+    assert claim(files, T1) is ClaimStatus.TAKEN
+    files.spares.make(files, ["r0"])
+    made = (routine_dir(tmp_path) / SPARE_CLAIM).stat().st_ino
+    assert claim(files, T1) is ClaimStatus.DUPLICATE
+    assert claim(files, T0) is ClaimStatus.STALE
+    assert (routine_dir(tmp_path) / SPARE_CLAIM).stat().st_ino == made
+    assert (routine_dir(tmp_path) / SPARE_CLAIM).read_bytes() == spares.BLANK
+
+
+def test_the_spare_is_no_claim_for_the_gate_nor_for_the_pruning(tmp_path: Path) -> None:
+    files = files_in(tmp_path, keep=2)
+    claim(files, T0)
+    claim(files, T1)
+    files.spares.make(files, ["r0"])
+    assert claim(files, T2) is ClaimStatus.TAKEN  # T1 is the newest, not the spare
+    assert sorted(os.listdir(routine_dir(tmp_path))) == [slot_name(T1), slot_name(T2)]
+
+
+def take_into(tmp_path: Path, name: str) -> int | None:
+    """:meth:`Spares.take` of routine r0's spare under ``name``, as a claim calls it."""
+    files = files_in(tmp_path)
+    directory = open_dirs(tmp_path, ("schedule", "claims", "r0"))
+    try:
+        return files.spares.take(directory, routine_dir(tmp_path), name, b"claim\n")
+    finally:
+        os.close(directory)
+
+
+def test_a_spare_whose_slot_name_is_taken_stays_a_spare(tmp_path: Path) -> None:
+    files = files_in(tmp_path)
+    files.spares.make(files, ["r0"])
+    (routine_dir(tmp_path) / slot_name(T0)).write_bytes(b"theirs\n")
+    with pytest.raises(FileExistsError):
+        take_into(tmp_path, slot_name(T0))
+    assert (routine_dir(tmp_path) / slot_name(T0)).read_bytes() == b"theirs\n"
+    assert (routine_dir(tmp_path) / SPARE_CLAIM).is_file()
+
+
+def test_a_spare_taken_returns_the_claims_descriptor_open_for_writing(tmp_path: Path) -> None:
+    files = files_in(tmp_path)
+    files.spares.make(files, ["r0"])
+    fd = take_into(tmp_path, slot_name(T0))
+    assert fd is not None
+    try:
+        assert os.fstat(fd).st_ino == (routine_dir(tmp_path) / slot_name(T0)).stat().st_ino
+        os.write(fd, b"more\n")  # open for writing, at the claim's end
+    finally:
+        os.close(fd)
+    assert (routine_dir(tmp_path) / slot_name(T0)).read_bytes() == b"claim\nmore\n"
+
+
+def plant(tmp_path: Path, kind: str, outside: Path) -> None:
+    spare = routine_dir(tmp_path) / SPARE_CLAIM
+    routine_dir(tmp_path).mkdir(parents=True)
+    if kind == "symlink":
+        spare.symlink_to(outside)
+    elif kind == "hard link":
+        os.link(outside, spare)
+    elif kind == "fifo":
+        os.mkfifo(spare)
+    else:
+        spare.mkdir()
+
+
+@pytest.mark.parametrize("kind", ["symlink", "hard link", "fifo", "directory"])
+def test_a_spare_that_is_not_a_file_of_its_own_is_left_alone_and_the_claim_is_made(
+    tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"not yours\n")
+    plant(tmp_path / "state", kind, outside)
+    files = files_in(tmp_path / "state")
+    with caplog.at_level(logging.DEBUG, logger="trio_routines"):
+        assert claim(files, T0) is ClaimStatus.TAKEN
+    taken = routine_dir(tmp_path / "state") / slot_name(T0)
+    assert not taken.is_symlink()
+    assert taken.read_bytes() == claim_text(T0, replica="host:1").encode()
+    assert outside.read_bytes() == b"not yours\n"
+    assert os.path.lexists(routine_dir(tmp_path / "state") / SPARE_CLAIM)  # left as it was
+    assert files.spares.usable  # a planted spare says nothing of the file system
+    assert "the spare claim file" in caplog.text
+    assert files.spares.make(files, ["r0"]) == 0  # its name stays taken: none made over it
+
+
+def test_a_file_system_that_cannot_rename_without_replacing_makes_claims_as_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = files_in(tmp_path)
+    files.spares.make(files, ["r0", "r1"])
+
+    def cannot(directory: int, old: str, new: str) -> None:
+        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+
+    monkeypatch.setattr(spares, "rename_new", cannot)
+    assert claim(files, T0) is ClaimStatus.TAKEN
+    assert (routine_dir(tmp_path) / slot_name(T0)).read_bytes() == claim_text(
+        T0, replica="host:1"
+    ).encode()
+    assert not files.spares.usable
+    assert files.spares.make(files, ["r2"]) == 0  # none made any more
+    assert not routine_dir(tmp_path, "r2").exists()
+    monkeypatch.undo()
+    assert claim(files, T0, "r1") is ClaimStatus.TAKEN  # nor taken: r1's stays
+    assert (routine_dir(tmp_path, "r1") / SPARE_CLAIM).exists()
+
+
+def test_without_renameat2_no_spare_is_made_or_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(spares, "_RENAMEAT2", None)
+    (tmp_path / "a").write_text("a")
+    directory = os.open(tmp_path, os.O_RDONLY)
+    try:
+        with pytest.raises(OSError, match="not implemented") as raised:
+            spares.rename_new(directory, "a", "b")
+    finally:
+        os.close(directory)
+    assert raised.value.errno == errno.ENOSYS
+    assert (tmp_path / "a").exists()
+    files = files_in(tmp_path)
+    assert not files.spares.usable
+    assert files.spares.make(files, ["r0"]) == 0
+
+
+def test_rename_new_names_a_file_and_never_replaces_one(tmp_path: Path) -> None:
+    directory = os.open(tmp_path, os.O_RDONLY)
+    try:
+        (tmp_path / "a").write_text("a")
+        (tmp_path / "b").write_text("b")
+        with pytest.raises(FileExistsError):
+            spares.rename_new(directory, "a", "b")
+        assert (tmp_path / "b").read_text() == "b"
+        spares.rename_new(directory, "a", "c")
+        assert sorted(os.listdir(tmp_path)) == ["b", "c"]
+        with pytest.raises(FileNotFoundError):
+            spares.rename_new(directory, "a", "d")
+    finally:
+        os.close(directory)
+
+
+def test_a_spare_that_cannot_be_made_is_passed_over(tmp_path: Path) -> None:
+    (tmp_path / "schedule").write_text("")  # no directory can be made under it
+    files = files_in(tmp_path)
+    assert files.spares.make(files, ["r0"]) == 0
+    assert files.spares.make(files, ["../escape"]) == 0
+
+
+async def test_readers_pass_over_the_spare_without_a_word(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    files = files_in(tmp_path)
+    files.spares.make(files, ["r0", "r1"])
+    claim(files, T0, "r1")
+    files.spares.make(files, ["r1"])
+    async with DirectoryStore(tmp_path, writer_process=False) as store:
+        with caplog.at_level(logging.DEBUG, logger="trio_routines"):
+            assert await store.latest_fire("r0") is None
+            assert await store.history("r0") == []
+            fire = await store.latest_fire("r1")
+            assert fire is not None
+            assert fire.slot == T0
+            assert [f.slot for f in await store.history("r1")] == [T0]
+            assert claim_names([SPARE_CLAIM, slot_name(T0)]) == [slot_name(T0)]
+    assert SPARE_CLAIM not in caplog.text

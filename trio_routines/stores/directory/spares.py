@@ -1,0 +1,162 @@
+"""Spare claim files: a routine's next claim file made ahead of its slot.
+
+    <root>/schedule/claims/<routine>/.next-claim    a spare: never a claim, never read as one
+
+Making a file is most of what a claim costs the disk: an inode to allocate, a directory entry
+to add, a block to allocate at the flush. A claim that finds a spare in its routine's
+directory (under that directory's lock, claimfiles.py) writes its text over the spare's,
+cuts what is left, and renames the spare to its slot's name with ``renameat2``'s
+``RENAME_NOREPLACE``: the slot is still decided by the name, as the link of a new file
+decides it (the rename fails if anything is at the slot's name already), and no reader ever
+sees the claim half made, since the spare's name is no claim's. The writer process makes the
+spares while it is idle (writer/child.py): those of the routines a boot read, and the next
+one of every routine it claimed for. So a herd's claims rename files made during the quiet
+before it (the measurements are in benchmarks/README.md).
+
+A spare is never trusted: one that is not a regular file with a single link (a symbolic
+link, a FIFO or a directory planted there, a hard link to some other file), a rename the file
+system cannot make, and the claim makes its own file, as it does when there is no spare. It
+is made whole (written, then linked under its name: the moment it has its name another
+replica may take it) and not flushed: a crash before the next flush may lose it (the claim
+then makes its file) or leave it empty. A crash between a claim's rename and its flush
+(its turn has not started: the turn waits for the flush) may leave the slot's file holding
+the spare's blank line, which reads as a claim without stamp, as a new file would if it
+lost its text. Every replica sharing the directory makes and takes the same one: made under
+a name nobody else can reach and linked in, it is one file or none. Earlier versions see a
+foreign name, which they pass over and leave alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import logging
+import os
+import stat
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from ...claims import SPARE_CLAIM
+from ..safefile import Where, create_whole, describe, write_all
+
+if TYPE_CHECKING:
+    from .claimfiles import ClaimFiles
+
+log = logging.getLogger("trio_routines")
+
+#: A spare's text until a claim writes over it: a blank line, which reads as no claim
+#: record at all. One byte, so that the file has its block before a claim takes it.
+BLANK = b"\n"
+#: ``renameat2``'s flag: fail with ``EEXIST`` rather than replace what is at the new name.
+_NOREPLACE = 1
+#: The errors of a rename the kernel or the file system cannot make without replacing.
+_CANNOT = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
+
+_OPEN = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+def _libc_renameat2() -> Callable[..., int] | None:
+    """The C library's ``renameat2`` (Linux, glibc 2.28 and later), or None."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        function = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p]
+    function.argtypes += [ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+_RENAMEAT2 = _libc_renameat2()
+
+
+def rename_new(directory: int, old: str, new: str) -> None:
+    """Rename ``old`` to ``new`` in ``directory`` unless something is at ``new``
+    (``FileExistsError`` then); ``OSError`` with ``ENOSYS`` where there is no such call."""
+    if _RENAMEAT2 is None:
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+    if _RENAMEAT2(directory, os.fsencode(old), directory, os.fsencode(new), _NOREPLACE) != 0:
+        code = ctypes.get_errno() or errno.EIO
+        raise OSError(code, os.strerror(code))
+
+
+class Spares:
+    """Taking and making the spare claim files of one store (see the module doc)."""
+
+    def __init__(self, prefix: str) -> None:
+        """``prefix``: the temp names a spare is made under where the kernel has no unnamed
+        files (those of claims, which a claim removes once stale if a crash left one)."""
+        self._prefix = prefix
+        #: False once a rename could not be made: every claim makes its own file from then.
+        self.usable = _RENAMEAT2 is not None
+
+    def take(self, directory: int, where: Where, name: str, data: bytes) -> int | None:
+        """The spare of the routine whose claim directory is ``directory`` (at ``where``),
+        holding ``data`` and named ``name``: its descriptor, open for writing. None when it
+        cannot be used (the caller makes the claim's file). ``FileExistsError`` when
+        something is at ``name``; the spare then stays a spare. The caller holds the
+        directory's lock and saw the spare in its listing."""
+        if not self.usable:
+            return None
+        try:
+            fd = os.open(SPARE_CLAIM, _OPEN, dir_fd=directory)
+        except OSError as exc:  # gone, a link (ELOOP), a FIFO without a reader (ENXIO) ...
+            log.debug("%s: the spare claim file is unusable: %s", where, describe(exc))
+            return None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+                log.debug("%s: the spare claim file is not a file of its own", where)
+                os.close(fd)
+                return None
+            # Written over, then cut: the spare's block is kept, not freed and allocated again.
+            write_all(fd, data, where / name)
+            os.ftruncate(fd, len(data))
+            rename_new(directory, SPARE_CLAIM, name)
+        except FileExistsError:
+            os.close(fd)
+            raise
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in _CANNOT:
+                self.usable = False
+                log.info("claims make their own files here (no renameat2): %s", describe(exc))
+            else:
+                log.debug("%s: the spare claim file is unusable: %s", where, describe(exc))
+            return None
+        return fd
+
+    def make(self, files: ClaimFiles, routines: Iterable[str]) -> int:
+        """Make the spare of each of ``routines`` that has none (blocking; in the writer
+        process, while it is idle): how many were made. Never raises ``OSError``: a spare
+        that cannot be made is only a claim that makes its own file."""
+        if not self.usable:
+            return 0
+        made = 0
+        with files.claims_dir(create=True) as claims:
+            for routine in routines:
+                made += self._make_one(files, routine, claims)
+        return made
+
+    def _make_one(self, files: ClaimFiles, routine: str, claims: int | None) -> int:
+        try:
+            where = files.claim_dir(routine)
+            directory = files.open_claims(routine, create=True, claims=claims, where=where)
+        except (OSError, ValueError) as exc:  # ValueError: a name no routine may have
+            log.debug("could not make a spare claim file for %r: %s", routine, exc)
+            return 0
+        try:
+            fd = create_whole(directory, where, SPARE_CLAIM, BLANK, self._prefix)
+        except FileExistsError:
+            return 0  # one is there (or something squats on its name: left as it is)
+        except OSError as exc:
+            log.debug("could not make a spare claim file in %s: %s", where, describe(exc))
+            return 0
+        finally:
+            os.close(directory)
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        return 1
