@@ -8,6 +8,8 @@ comes meanwhile waits for a few spares at most.
 
 from __future__ import annotations
 
+import errno
+import os
 import socket
 from datetime import timedelta
 from pathlib import Path
@@ -16,6 +18,7 @@ import pytest
 from procs import wait_for
 
 from tests.test_pinned_writerchild import SLOT, Served, our_logger, request
+from tests.test_pinned_writerwire import open_fds
 from trio_routines.claims import SPARE_CLAIM
 from trio_routines.instants import slot_name
 from trio_routines.records import ClaimStatus
@@ -173,3 +176,40 @@ def test_a_claim_takes_the_spare_made_for_it_and_its_next_one_is_made(tmp_path: 
     wait_for(lambda: spare(tmp_path, "r5").exists())
     assert spare(tmp_path, "r5").stat().st_ino != first
     assert served.close()
+
+
+def test_the_spares_made_are_flushed_once_none_is_left_to_make(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flushed: list[int] = []
+    monkeypatch.setattr(writerchild, "syncfs", lambda fd: flushed.append(os.fstat(fd).st_ino))
+    monkeypatch.setattr(writerchild, "SPARES_AT_ONCE", 2)
+    rig = Idle(tmp_path)
+    made = ClaimFiles(tmp_path, 3, 0.2, syncfs=True).spares.make
+    rig.files.spares.make = made  # type: ignore[method-assign]
+    rig.idle.want(["a", "b", "c"])
+    rig.idle.until_request()
+    wait_for(lambda: flushed)
+    assert flushed == [(tmp_path / "schedule" / "claims").stat().st_ino]  # once, after all
+    rig.idle.want(["a", "b"])  # there already: none made, nothing to flush
+    rig.idle.until_request()
+    assert spare(tmp_path, "c").exists()
+    assert flushed == [(tmp_path / "schedule" / "claims").stat().st_ino]
+    rig.close()
+
+
+def test_spares_that_cannot_be_flushed_are_left_as_they_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(writerchild, "syncfs", failing)
+    before = open_fds()
+    rig = Idle(tmp_path)
+    rig.files.spares.make = ClaimFiles(tmp_path, 3, 0.2, syncfs=True).spares.make  # type: ignore[method-assign]
+    rig.idle.want(["a"])
+    rig.idle.until_request()
+    rig.close()
+    wait_for(lambda: open_fds() == before)  # the thread closed its descriptor
+    assert spare(tmp_path, "a").exists()

@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 from ....records import ClaimResult
 from ...batch import Answer
 from ...groupcommit import Descriptors, close_held, syncfs
+from ...safefile import open_dirs
 from ..claimbatch import Batched, Written
 from ..claimfiles import ClaimFiles
 from .wire import ENCODING_VARIABLE, LENGTH, READY, file_names
@@ -146,6 +147,7 @@ class _Idle:
         self._poll = select.poll()
         self._poll.register(sock, select.POLLIN)
         self._wanted: dict[str, None] = {}  # in the order asked, each once
+        self._made = 0  # spares made since the last flush of them
         self._heard = time.monotonic()
 
     def want(self, routines: Iterable[str]) -> None:
@@ -166,7 +168,29 @@ class _Idle:
                 batch = list(itertools.islice(self._wanted, SPARES_AT_ONCE))
                 for routine in batch:
                     del self._wanted[routine]
-                self._files.spares.make(self._files, batch)
+                self._made += self._files.spares.make(self._files, batch)
+                if self._made and not self._wanted:
+                    self._made = 0
+                    self._flush()
+
+    def _flush(self) -> None:
+        """Make the spares made durable, in a thread of its own (the writes go on): a herd's
+        flush that found them still to write, their blocks still to allocate, took longer."""
+        try:
+            fd = open_dirs(self._files.root, ("schedule", "claims"))
+        except OSError:
+            return
+        threading.Thread(target=_flush_quietly, args=(fd,), name="spares", daemon=True).start()
+
+
+def _flush_quietly(fd: int) -> None:
+    """``syncfs`` on ``fd``, then close it; a failure is nobody's: a spare is not a claim."""
+    try:
+        syncfs(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 class _Written(NamedTuple):
