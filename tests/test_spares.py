@@ -174,7 +174,7 @@ def test_a_file_system_that_cannot_rename_without_replacing_makes_claims_as_befo
     files = files_in(tmp_path)
     files.spares.make(files, ["r0", "r1"])
 
-    def cannot(directory: int, old: str, new: str) -> None:
+    def cannot(directory: int, old: bytes, new: bytes) -> None:
         raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
 
     monkeypatch.setattr(spares, "rename_new", cannot)
@@ -198,7 +198,7 @@ def test_without_renameat2_no_spare_is_made_or_taken(
     directory = os.open(tmp_path, os.O_RDONLY)
     try:
         with pytest.raises(OSError, match="not implemented") as raised:
-            spares.rename_new(directory, "a", "b")
+            spares.rename_new(directory, b"a", b"b")
     finally:
         os.close(directory)
     assert raised.value.errno == errno.ENOSYS
@@ -214,12 +214,12 @@ def test_rename_new_names_a_file_and_never_replaces_one(tmp_path: Path) -> None:
         (tmp_path / "a").write_text("a")
         (tmp_path / "b").write_text("b")
         with pytest.raises(FileExistsError):
-            spares.rename_new(directory, "a", "b")
+            spares.rename_new(directory, b"a", b"b")
         assert (tmp_path / "b").read_text() == "b"
-        spares.rename_new(directory, "a", "c")
+        spares.rename_new(directory, b"a", b"c")
         assert sorted(os.listdir(tmp_path)) == ["b", "c"]
         with pytest.raises(FileNotFoundError):
-            spares.rename_new(directory, "a", "d")
+            spares.rename_new(directory, b"a", b"d")
     finally:
         os.close(directory)
 

@@ -54,6 +54,7 @@ _NOREPLACE = 1
 #: The errors of a rename the kernel or the file system cannot make without replacing.
 _CANNOT = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
 
+_SPARE = os.fsencode(SPARE_CLAIM)
 _OPEN = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
@@ -73,12 +74,12 @@ def _libc_renameat2() -> Callable[..., int] | None:
 _RENAMEAT2 = _libc_renameat2()
 
 
-def rename_new(directory: int, old: str, new: str) -> None:
+def rename_new(directory: int, old: bytes, new: bytes) -> None:
     """Rename ``old`` to ``new`` in ``directory`` unless something is at ``new``
     (``FileExistsError`` then); ``OSError`` with ``ENOSYS`` where there is no such call."""
     if _RENAMEAT2 is None:
         raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
-    if _RENAMEAT2(directory, os.fsencode(old), directory, os.fsencode(new), _NOREPLACE) != 0:
+    if _RENAMEAT2(directory, old, directory, new, _NOREPLACE) != 0:
         code = ctypes.get_errno() or errno.EIO
         raise OSError(code, os.strerror(code))
 
@@ -112,10 +113,11 @@ class Spares:
                 log.debug("%s: the spare claim file is not a file of its own", where)
                 os.close(fd)
                 return None
-            # Written over, then cut: the spare's block is kept, not freed and allocated again.
+            # Written over, then cut if longer: its block is kept, not freed and allocated anew.
             write_all(fd, data, where / name)
-            os.ftruncate(fd, len(data))
-            rename_new(directory, SPARE_CLAIM, name)
+            if info.st_size > len(data):
+                os.ftruncate(fd, len(data))
+            rename_new(directory, _SPARE, name.encode())  # a slot's name: ASCII digits
         except FileExistsError:
             os.close(fd)
             raise
