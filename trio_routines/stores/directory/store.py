@@ -4,6 +4,7 @@ Layout (the claims byte-compatible with the original scheduler's 0.22 state, so 
 read the other's; its ``wakeups.json`` is taken over on first use)::
 
     <root>/schedule/claims/<routine>/<slot name>   one file per claimed slot
+    <root>/schedule/claims/<routine>/.next-claim   ours: the next claim's file (spares.py)
     <root>/schedule/wakeups.journal                ours: pending wake-ups (wakeupjournal.py)
     <root>/schedule/wakeups.json                   an earlier version's: taken over, moved aside
     <root>/schedule/wakeups.lock                   serializes wake-up writers
@@ -84,7 +85,9 @@ class DirectoryStore(Lifetime):
 
     The claims' layout is that of the TypeScript agent server's routines scheduler (version
     0.22), kept byte-compatible so that either can read the other's:
-    ``schedule/claims/<routine>/<slot name>`` holds one file per claimed slot. The pending
+    ``schedule/claims/<routine>/<slot name>`` holds one file per claimed slot, and
+    ``schedule/claims/<routine>/.next-claim`` the file the routine's next claim will take
+    (made ahead by the writer process; a name that scheduler passes over). The pending
     wake-ups are in ``schedule/wakeups.journal``; a ``schedule/wakeups.json`` (where that
     scheduler and earlier versions kept them) is taken over on first use and moved aside.
     ``schedule/wakeups.lock``, ``schedule/paused/``, ``schedule/resumed/``,
