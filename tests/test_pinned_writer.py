@@ -649,3 +649,24 @@ def test_a_child_that_would_make_other_file_names_does_not_start(
         f"trio_routines writer: file names are {mine} here, ascii/strict in the parent: "
         "not started\n"
     )
+
+
+async def test_a_new_child_gets_none_of_what_the_child_before_did_not_take(
+    tmp_path: Path,
+) -> None:
+    started = process(tmp_path, SLEEPER)  # never reads its socket
+    started.start()
+    names = [f"routine-{i:06}" for i in range(writer.HINTED)]
+    while not started._out:  # its socket full: the rest waits in the queue
+        started.hint("spares", names)
+    started._out[:0] = b"\xff\xff\xff"  # where the socket cut the request before it
+    started.stop("was replaced")
+    started._argv = writer.command()
+    started.start()
+    with trio.fail_after(30):
+        while not started.ready():  # noqa: ASYNC110 -- another process, not a Trio task
+            await trio.sleep(0.01)
+        call = await started.submit("claims", ("r0", SLOT, SLOT, None))
+    assert call.value.taken  # the new child read our request, not the old queue's tail
+    started.stop()
+    await trio.to_thread.run_sync(started.reap, 5.0)

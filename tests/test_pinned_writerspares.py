@@ -13,6 +13,7 @@ import os
 import socket
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from procs import wait_for
@@ -20,8 +21,10 @@ from procs import wait_for
 from tests.test_pinned_writerchild import SLOT, Served, our_logger, request
 from tests.test_pinned_writerwire import open_fds
 from trio_routines.claims import SPARE_CLAIM
+from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
-from trio_routines.records import ClaimStatus
+from trio_routines.records import ClaimResult, ClaimStatus
+from trio_routines.stores.batch import Answer
 from trio_routines.stores.directory.claimfiles import ClaimFiles
 from trio_routines.stores.directory.writer import child as writerchild
 
@@ -38,6 +41,8 @@ def short_lull(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_routines_a_boot_read_get_spares_and_no_answer(tmp_path: Path) -> None:
+    for routine in ("a", "b"):
+        (tmp_path / "schedule" / "claims" / routine).mkdir(parents=True)
     served = Served(tmp_path)
     served.parent.sendall(request("spares", ["a", "b"]))
     wait_for(lambda: spare(tmp_path, "a").exists() and spare(tmp_path, "b").exists())
@@ -65,22 +70,22 @@ def test_a_routine_whose_slot_was_taken_gets_its_next_spare(tmp_path: Path) -> N
         ClaimStatus.STALE,
     ]
     wait_for(lambda: spare(tmp_path, "r2").exists())
+    (tmp_path / "schedule" / "claims" / "r3").mkdir()
     served.parent.sendall(request("spares", ["r3"]))  # made after any queued before it
     wait_for(lambda: spare(tmp_path, "r3").exists())
     assert not spare(tmp_path, "r1").exists()
     assert served.close()
 
 
-def test_a_failed_claim_queues_no_spare(tmp_path: Path) -> None:
-    (tmp_path / "schedule" / "claims").mkdir(parents=True)
-    (tmp_path / "schedule" / "claims" / "squatted").write_text("a file, not a directory")
-    served = Served(tmp_path)
-    _, errors, _ = served.ask("claims", [("squatted", SLOT, SLOT)])
-    assert list(errors) == [0]
-    served.parent.sendall(request("spares", ["r0"]))
-    wait_for(lambda: spare(tmp_path, "r0").exists())
-    assert (tmp_path / "schedule" / "claims" / "squatted").is_file()
-    assert served.close()
+def test_only_the_routines_whose_slot_was_taken_have_used_their_spare() -> None:
+    items = [("a", SLOT, SLOT), ("b", SLOT, SLOT), ("c", SLOT, SLOT), ("d", SLOT, SLOT)]
+    answers: list[Answer[Any]] = [
+        Answer(value=(ClaimResult(ClaimStatus.TAKEN, "x"), None)),
+        Answer(value=(ClaimResult(ClaimStatus.DUPLICATE, "x"), None)),
+        Answer(error=StateFault("no")),
+        Answer(value=(ClaimResult(ClaimStatus.TAKEN, "x"), ["old"])),
+    ]
+    assert writerchild.taken_for(items, answers) == ["a", "d"]
 
 
 class Idle:
@@ -165,6 +170,8 @@ def test_a_request_that_came_during_the_lull_is_read_without_making_spares(
 
 
 def test_a_claim_takes_the_spare_made_for_it_and_its_next_one_is_made(tmp_path: Path) -> None:
+    for i in range(40):
+        (tmp_path / "schedule" / "claims" / f"r{i}").mkdir(parents=True)
     served = Served(tmp_path)
     served.parent.sendall(request("spares", [f"r{i}" for i in range(40)]))
     wait_for(lambda: spare(tmp_path, "r39").exists())
@@ -187,6 +194,8 @@ def test_the_spares_made_are_flushed_once_none_is_left_to_make(
     rig = Idle(tmp_path)
     made = ClaimFiles(tmp_path, 3, 0.2, syncfs=True).spares.make
     rig.files.spares.make = made  # type: ignore[method-assign]
+    for routine in ("a", "b", "c"):
+        (tmp_path / "schedule" / "claims" / routine).mkdir(parents=True)
     rig.idle.want(["a", "b", "c"])
     rig.idle.until_request()
     wait_for(lambda: flushed)
@@ -201,15 +210,20 @@ def test_the_spares_made_are_flushed_once_none_is_left_to_make(
 def test_spares_that_cannot_be_flushed_are_left_as_they_are(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    failed: list[int] = []
+
     def failing(fd: int) -> None:
+        failed.append(fd)
         raise OSError(errno.EIO, os.strerror(errno.EIO))
 
     monkeypatch.setattr(writerchild, "syncfs", failing)
     before = open_fds()
     rig = Idle(tmp_path)
     rig.files.spares.make = ClaimFiles(tmp_path, 3, 0.2, syncfs=True).spares.make  # type: ignore[method-assign]
+    (tmp_path / "schedule" / "claims" / "a").mkdir(parents=True)
     rig.idle.want(["a"])
     rig.idle.until_request()
     rig.close()
+    wait_for(lambda: failed)
     wait_for(lambda: open_fds() == before)  # the thread closed its descriptor
     assert spare(tmp_path, "a").exists()

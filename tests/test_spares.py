@@ -22,6 +22,7 @@ from trio_routines.instants import slot_name
 from trio_routines.records import ClaimStatus
 from trio_routines.stores.directory import DirectoryStore, spares
 from trio_routines.stores.directory.blocking import read_claims
+from trio_routines.stores.directory.claimbatch import CLAIM_LIMIT
 from trio_routines.stores.directory.claimfiles import NEW_CLAIM, ClaimFiles
 from trio_routines.stores.safefile import open_dirs
 
@@ -38,6 +39,13 @@ def routine_dir(root: Path, routine: str = "r0") -> Path:
     return root / "schedule" / "claims" / routine
 
 
+def make(files: ClaimFiles, *routines: str) -> int:
+    """The spares of ``routines``, whose claims directories are made first."""
+    for routine in routines:
+        routine_dir(files.root, routine).mkdir(parents=True, exist_ok=True)
+    return files.spares.make(files, list(routines))
+
+
 def claim(files: ClaimFiles, slot: datetime, routine: str = "r0") -> ClaimStatus:
     result, pending = files.create(routine, slot, slot, "host:1")
     assert pending is None
@@ -46,7 +54,7 @@ def claim(files: ClaimFiles, slot: datetime, routine: str = "r0") -> ClaimStatus
 
 def test_a_claim_renames_its_routines_spare_and_leaves_no_spare_behind(tmp_path: Path) -> None:
     files = files_in(tmp_path)
-    assert files.spares.make(files, ["r0"]) == 1
+    assert make(files, "r0") == 1
     spare = routine_dir(tmp_path) / SPARE_CLAIM
     assert spare.read_bytes() == spares.BLANK
     made = spare.stat().st_ino
@@ -74,7 +82,7 @@ def test_a_spare_longer_than_the_claim_is_cut_to_the_claims_text(tmp_path: Path)
 
 def test_a_spare_is_made_once_and_kept_until_a_claim_takes_it(tmp_path: Path) -> None:
     files = files_in(tmp_path)
-    assert files.spares.make(files, ["r0", "r1", "r0"]) == 2
+    assert make(files, "r0", "r1", "r0") == 2
     made = (routine_dir(tmp_path) / SPARE_CLAIM).stat().st_ino
     assert files.spares.make(files, ["r0"]) == 0
     assert (routine_dir(tmp_path) / SPARE_CLAIM).stat().st_ino == made
@@ -85,7 +93,7 @@ def test_a_spare_is_made_once_and_kept_until_a_claim_takes_it(tmp_path: Path) ->
 def test_a_duplicate_or_stale_claim_leaves_the_spare_as_it_was(tmp_path: Path) -> None:
     files = files_in(tmp_path)
     assert claim(files, T1) is ClaimStatus.TAKEN
-    files.spares.make(files, ["r0"])
+    make(files, "r0")
     made = (routine_dir(tmp_path) / SPARE_CLAIM).stat().st_ino
     assert claim(files, T1) is ClaimStatus.DUPLICATE
     assert claim(files, T0) is ClaimStatus.STALE
@@ -97,7 +105,7 @@ def test_the_spare_is_no_claim_for_the_gate_nor_for_the_pruning(tmp_path: Path) 
     files = files_in(tmp_path, keep=2)
     claim(files, T0)
     claim(files, T1)
-    files.spares.make(files, ["r0"])
+    make(files, "r0")
     assert claim(files, T2) is ClaimStatus.TAKEN  # T1 is the newest, not the spare
     assert sorted(os.listdir(routine_dir(tmp_path))) == [slot_name(T1), slot_name(T2)]
 
@@ -114,7 +122,7 @@ def take_into(tmp_path: Path, name: str) -> int | None:
 
 def test_a_spare_whose_slot_name_is_taken_stays_a_spare(tmp_path: Path) -> None:
     files = files_in(tmp_path)
-    files.spares.make(files, ["r0"])
+    make(files, "r0")
     (routine_dir(tmp_path) / slot_name(T0)).write_bytes(b"theirs\n")
     with pytest.raises(FileExistsError):
         take_into(tmp_path, slot_name(T0))
@@ -124,7 +132,7 @@ def test_a_spare_whose_slot_name_is_taken_stays_a_spare(tmp_path: Path) -> None:
 
 def test_a_spare_taken_returns_the_claims_descriptor_open_for_writing(tmp_path: Path) -> None:
     files = files_in(tmp_path)
-    files.spares.make(files, ["r0"])
+    make(files, "r0")
     fd = take_into(tmp_path, slot_name(T0))
     assert fd is not None
     try:
@@ -165,14 +173,14 @@ def test_a_spare_that_is_not_a_file_of_its_own_is_left_alone_and_the_claim_is_ma
     assert os.path.lexists(routine_dir(tmp_path / "state") / SPARE_CLAIM)  # left as it was
     assert files.spares.usable  # a planted spare says nothing of the file system
     assert "the spare claim file" in caplog.text
-    assert files.spares.make(files, ["r0"]) == 0  # its name stays taken: none made over it
+    assert make(files, "r0") == 0  # its name stays taken: none made over it
 
 
 def test_a_file_system_that_cannot_rename_without_replacing_makes_claims_as_before(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     files = files_in(tmp_path)
-    files.spares.make(files, ["r0", "r1"])
+    make(files, "r0", "r1")
 
     def cannot(directory: int, old: bytes, new: bytes) -> None:
         raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
@@ -183,8 +191,8 @@ def test_a_file_system_that_cannot_rename_without_replacing_makes_claims_as_befo
         T0, replica="host:1"
     ).encode()
     assert not files.spares.usable
-    assert files.spares.make(files, ["r2"]) == 0  # none made any more
-    assert not routine_dir(tmp_path, "r2").exists()
+    assert make(files, "r2") == 0  # none made any more
+    assert not (routine_dir(tmp_path, "r2") / SPARE_CLAIM).exists()
     monkeypatch.undo()
     assert claim(files, T0, "r1") is ClaimStatus.TAKEN  # nor taken: r1's stays
     assert (routine_dir(tmp_path, "r1") / SPARE_CLAIM).exists()
@@ -235,9 +243,9 @@ async def test_readers_pass_over_the_spare_without_a_word(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     files = files_in(tmp_path)
-    files.spares.make(files, ["r0", "r1"])
+    make(files, "r0", "r1")
     claim(files, T0, "r1")
-    files.spares.make(files, ["r1"])
+    make(files, "r1")
     async with DirectoryStore(tmp_path, writer_process=False) as store:
         with caplog.at_level(logging.DEBUG, logger="trio_routines"):
             assert await store.latest_fire("r0") is None
@@ -248,3 +256,50 @@ async def test_readers_pass_over_the_spare_without_a_word(
             assert [f.slot for f in await store.history("r1")] == [T0]
             assert claim_names([SPARE_CLAIM, slot_name(T0)]) == [slot_name(T0)]
     assert SPARE_CLAIM not in caplog.text
+
+
+def test_no_spare_is_made_where_a_routine_has_no_claims_directory(tmp_path: Path) -> None:
+    files = files_in(tmp_path)
+    assert files.spares.make(files, ["r0"]) == 0
+    assert not (tmp_path / "schedule").exists()
+    (tmp_path / "schedule" / "claims").mkdir(parents=True)
+    assert files.spares.make(files, ["r0"]) == 0
+    assert not routine_dir(tmp_path).exists()  # its first claim makes it
+
+
+@pytest.mark.parametrize("why", ["another owner", "too large"])
+def test_a_spare_not_ours_or_too_large_is_left_alone(tmp_path: Path, why: str) -> None:
+    files = files_in(tmp_path)
+    make(files, "r0")
+    spare = routine_dir(tmp_path) / SPARE_CLAIM
+    if why == "another owner":
+        files.spares._uid = os.geteuid() + 1
+    else:
+        spare.write_bytes(b" " * (CLAIM_LIMIT + 1))
+    made = spare.stat().st_ino
+    assert claim(files, T0) is ClaimStatus.TAKEN
+    assert (routine_dir(tmp_path) / slot_name(T0)).stat().st_ino != made
+    assert spare.stat().st_ino == made
+
+
+def test_a_spare_replaced_while_it_is_written_is_not_the_claim(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = files_in(tmp_path)
+    make(files, "r0")
+    rename = spares.rename_new
+
+    def replaced_first(directory: int, old: bytes, new: bytes) -> None:
+        # removed by hand, and made again by another replica, after the claim opened it
+        os.unlink(old, dir_fd=directory)
+        fd = os.open(old, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=directory)
+        os.write(fd, b"another\n")
+        os.close(fd)
+        rename(directory, old, new)
+
+    monkeypatch.setattr(spares, "rename_new", replaced_first)
+    assert claim(files, T0) is ClaimStatus.TAKEN
+    assert (routine_dir(tmp_path) / slot_name(T0)).read_bytes() == claim_text(
+        T0, replica="host:1"
+    ).encode()
+    assert sorted(os.listdir(routine_dir(tmp_path))) == [slot_name(T0)]

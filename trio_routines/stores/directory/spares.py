@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 
 from ...claims import SPARE_CLAIM
 from ..safefile import Where, create_whole, describe, write_all
+from .claimbatch import CLAIM_LIMIT
 
 if TYPE_CHECKING:
     from .claimfiles import ClaimFiles
@@ -91,6 +92,7 @@ class Spares:
         """``prefix``: the temp names a spare is made under where the kernel has no unnamed
         files (those of claims, which a claim removes once stale if a crash left one)."""
         self._prefix = prefix
+        self._uid = os.geteuid()
         #: False once a rename could not be made: every claim makes its own file from then.
         self.usable = _RENAMEAT2 is not None
 
@@ -109,8 +111,8 @@ class Spares:
             return None
         try:
             info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-                log.debug("%s: the spare claim file is not a file of its own", where)
+            if not self._own(info):
+                log.debug("%s: the spare claim file is not a file of ours alone", where)
                 os.close(fd)
                 return None
             # Written over, then cut if longer: its block is kept, not freed and allocated anew.
@@ -118,6 +120,12 @@ class Spares:
             if info.st_size > len(data):
                 os.ftruncate(fd, len(data))
             rename_new(directory, _SPARE, name.encode())  # a slot's name: ASCII digits
+            named = os.stat(name, dir_fd=directory, follow_symlinks=False)
+            if (named.st_ino, named.st_dev) != (info.st_ino, info.st_dev):
+                # Another file took the spare's name between our open and our rename (one
+                # removed by hand, then made again by another replica): it is not a claim.
+                os.unlink(name, dir_fd=directory)
+                raise OSError(errno.ESTALE, "the spare was replaced while it was written")
         except FileExistsError:
             os.close(fd)
             raise
@@ -131,14 +139,25 @@ class Spares:
             return None
         return fd
 
+    def _own(self, info: os.stat_result) -> bool:
+        """Whether a spare opened is a file we may take: a regular file of one link (no link
+        to a file elsewhere), ours, of a claim's size at most."""
+        return (
+            stat.S_ISREG(info.st_mode)
+            and info.st_nlink == 1
+            and info.st_uid == self._uid
+            and info.st_size <= CLAIM_LIMIT
+        )
+
     def make(self, files: ClaimFiles, routines: Iterable[str]) -> int:
         """Make the spare of each of ``routines`` that has none (blocking; in the writer
         process, while it is idle): how many were made. Never raises ``OSError``: a spare
-        that cannot be made is only a claim that makes its own file."""
+        that cannot be made is only a claim that makes its own file. None is made for a
+        routine that has no claims directory yet: its first claim makes one."""
         if not self.usable:
             return 0
         made = 0
-        with files.claims_dir(create=True) as claims:
+        with files.claims_dir() as claims:
             for routine in routines:
                 made += self._make_one(files, routine, claims)
         return made
@@ -146,9 +165,21 @@ class Spares:
     def _make_one(self, files: ClaimFiles, routine: str, claims: int | None) -> int:
         try:
             where = files.claim_dir(routine)
-            directory = files.open_claims(routine, create=True, claims=claims, where=where)
+            directory = files.open_claims(routine, claims=claims, where=where)
         except (OSError, ValueError) as exc:  # ValueError: a name no routine may have
             log.debug("could not make a spare claim file for %r: %s", routine, exc)
+            return 0
+        try:
+            # Looked for first: making one where one is costs an inode made and freed.
+            os.stat(SPARE_CLAIM, dir_fd=directory, follow_symlinks=False)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.debug("could not make a spare claim file in %s: %s", where, describe(exc))
+            os.close(directory)
+            return 0
+        else:
+            os.close(directory)
             return 0
         try:
             fd = create_whole(directory, where, SPARE_CLAIM, BLANK, self._prefix)

@@ -134,6 +134,8 @@ class Writes:
         process is up; dropped when threads write, which make no spares."""
         process = self.process
         if not self._read or (process is not None and not process.alive):
+            if process is not None:
+                process.push()  # what an earlier call's requests left in the socket's queue
             return
         if process is not None:
             process.hint("spares", list(self._read))

@@ -180,7 +180,10 @@ class _Idle:
             fd = open_dirs(self._files.root, ("schedule", "claims"))
         except OSError:
             return
-        threading.Thread(target=_flush_quietly, args=(fd,), name="spares", daemon=True).start()
+        try:
+            threading.Thread(target=_flush_quietly, args=(fd,), name="spares", daemon=True).start()
+        except RuntimeError:  # no thread to be had: they are flushed with the next batch
+            os.close(fd)
 
 
 def _flush_quietly(fd: int) -> None:

@@ -62,6 +62,8 @@ _ABORT_FAILED = trio.lowlevel.Abort.FAILED
 
 #: How long a batch may take in the child before it is given up (a stalled disk).
 REPLY_TIMEOUT = 60.0
+#: The most items one request the child answers nothing to carries (see ``hint``).
+HINTED = 1024
 GIVEN_UP = "was given up (a caller could not wait for its answer: a deadline, or a stop)"
 
 
@@ -185,6 +187,7 @@ class WriterProcess:
             theirs.close()
         ours.setblocking(False)
         self._sock = ours
+        self._out.clear()  # what the child before did not take: none of it is this one's
         self._queued = self._sent = 0
         self._broken = None
         self._ready = False
@@ -261,15 +264,23 @@ class WriterProcess:
         self._push()
 
     def hint(self, op: str, items: Sequence[Any]) -> None:
-        """Send the child a request it answers nothing to (``"spares"``: the routines whose
-        spare claim files it makes while idle, spares.py), behind those queued before. Lost
+        """Send the child requests it answers nothing to (``"spares"``: the routines whose
+        spare claim files it makes while idle, spares.py), behind those queued before, at
+        most :data:`HINTED` items each: the child reads a request whole before it makes any
+        spare, and what the socket did not take waits for the next push (:meth:`push`). Lost
         with the child if it ends first; dropped if none is started."""
-        if self._sock is None or not items:
+        if self._sock is None:
             return
-        data = pickle.dumps((op, list(items)), pickle.HIGHEST_PROTOCOL)
-        self._out += LENGTH.pack(len(data)) + data
-        self._queued += LENGTH.size + len(data)
+        for first in range(0, len(items), HINTED):
+            data = pickle.dumps((op, list(items[first : first + HINTED])), pickle.HIGHEST_PROTOCOL)
+            self._out += LENGTH.pack(len(data)) + data
+            self._queued += LENGTH.size + len(data)
         self._push()
+
+    def push(self) -> None:
+        """Send what is queued for the child, as far as its socket takes it (never waits)."""
+        if self._out:
+            self._push()
 
     def _push(self) -> None:
         """Send what the socket takes now, from the front: requests go in order. A socket the
@@ -364,8 +375,10 @@ class WriterProcess:
             "interrupted at the next boot)"
         )
         for failed in self._flight:
+            # A request the child did not get whole was written by nobody: a thread writes it.
+            error = Unsent() if failed.end > self._sent else fault
             for call in failed.calls:
-                call.fail(fault)
+                call.fail(error)
             if failed.leader is not None:
                 trio.lowlevel.reschedule(failed.leader)
                 failed.leader = None
