@@ -160,6 +160,10 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["trio_routines/stores/directory/leftovers.py"],
         ["tests/test_claimfiles_leftovers.py"],
     ),
+    "spares": (
+        ["trio_routines/stores/directory/spares.py"],
+        ["tests/test_spares.py", "tests/test_pinned_writerspares.py"],
+    ),
     "turnholds": (
         ["trio_routines/scheduler/holds.py"],
         [
@@ -607,6 +611,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_writer.py",
             "tests/test_pinned_writer.py",
             "tests/test_pinned_writerchild.py",
+            "tests/test_pinned_writerspares.py",
             "tests/test_pinned_writerwire.py",
             "tests/test_directory_batches.py",
             "tests/test_groupcommit.py",
