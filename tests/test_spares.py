@@ -172,12 +172,22 @@ def test_a_spare_that_is_not_a_file_of_its_own_is_left_alone_and_the_claim_is_ma
     assert outside.read_bytes() == b"not yours\n"
     assert os.path.lexists(routine_dir(tmp_path / "state") / SPARE_CLAIM)  # left as it was
     assert files.spares.usable  # a planted spare says nothing of the file system
-    assert "the spare claim file" in caplog.text
+    where = routine_dir(tmp_path / "state")
+    said = {
+        "symlink": f"{where}: the spare claim file is unusable: ELOOP: Too many levels of "
+        f"symbolic links: {SPARE_CLAIM}",
+        "hard link": f"{where}: the spare claim file is not a file of ours alone",
+        "fifo": f"{where}: the spare claim file is unusable: ENXIO: No such device or address: "
+        f"{SPARE_CLAIM}",
+        "directory": f"{where}: the spare claim file is unusable: EISDIR: Is a directory: "
+        f"{SPARE_CLAIM}",
+    }
+    assert said[kind] in [record.getMessage() for record in caplog.records]
     assert make(files, "r0") == 0  # its name stays taken: none made over it
 
 
 def test_a_file_system_that_cannot_rename_without_replacing_makes_claims_as_before(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     files = files_in(tmp_path)
     make(files, "r0", "r1")
@@ -186,7 +196,12 @@ def test_a_file_system_that_cannot_rename_without_replacing_makes_claims_as_befo
         raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
 
     monkeypatch.setattr(spares, "rename_new", cannot)
-    assert claim(files, T0) is ClaimStatus.TAKEN
+    with caplog.at_level(logging.INFO, logger="trio_routines"):
+        assert claim(files, T0) is ClaimStatus.TAKEN
+    assert [record.getMessage() for record in caplog.records] == [
+        "claims make their own files here (no renameat2): EINVAL: Invalid argument"
+    ]
+    assert files.spares.usable is False
     assert (routine_dir(tmp_path) / slot_name(T0)).read_bytes() == claim_text(
         T0, replica="host:1"
     ).encode()
@@ -216,13 +231,19 @@ def test_without_renameat2_no_spare_is_made_or_taken(
     assert files.spares.make(files, ["r0"]) == 0
 
 
-def test_rename_new_names_a_file_and_never_replaces_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("found", ["at import", "again"])
+def test_rename_new_names_a_file_and_never_replaces_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, found: str
+) -> None:
+    if found == "again":  # looked up in a test, where mutation testing sees it run
+        monkeypatch.setattr(spares, "_RENAMEAT2", spares._libc_renameat2())
     directory = os.open(tmp_path, os.O_RDONLY)
     try:
         (tmp_path / "a").write_text("a")
         (tmp_path / "b").write_text("b")
-        with pytest.raises(FileExistsError):
+        with pytest.raises(FileExistsError) as raised:
             spares.rename_new(directory, b"a", b"b")
+        assert str(raised.value) == "[Errno 17] File exists"
         assert (tmp_path / "b").read_text() == "b"
         spares.rename_new(directory, b"a", b"c")
         assert sorted(os.listdir(tmp_path)) == ["b", "c"]
@@ -232,11 +253,33 @@ def test_rename_new_names_a_file_and_never_replaces_one(tmp_path: Path) -> None:
         os.close(directory)
 
 
-def test_a_spare_that_cannot_be_made_is_passed_over(tmp_path: Path) -> None:
-    (tmp_path / "schedule").write_text("")  # no directory can be made under it
+def test_a_spare_that_cannot_be_made_is_passed_over(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "schedule").write_text("")  # no directory can be opened under it
     files = files_in(tmp_path)
-    assert files.spares.make(files, ["r0"]) == 0
-    assert files.spares.make(files, ["../escape"]) == 0
+    with caplog.at_level(logging.DEBUG, logger="trio_routines"):
+        assert files.spares.make(files, ["r0"]) == 0
+        assert files.spares.make(files, ["../escape"]) == 0
+    said = [record.getMessage() for record in caplog.records]
+    assert said[0].startswith("could not make a spare claim file for 'r0': [Errno 20] Not a")
+    assert said[1] == (
+        "could not make a spare claim file for '../escape': \"../escape\" cannot be a routine "
+        'name (no path separators, "." or "..")'
+    )
+    caplog.clear()
+    (tmp_path / "schedule").unlink()
+    routine_dir(tmp_path).mkdir(parents=True)
+
+    def failing(*args: object) -> int:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(spares, "create_whole", failing)
+    with caplog.at_level(logging.DEBUG, logger="trio_routines"):
+        assert files.spares.make(files, ["r0"]) == 0
+    assert [record.getMessage() for record in caplog.records] == [
+        f"could not make a spare claim file in {routine_dir(tmp_path)}: EIO: Input/output error"
+    ]
 
 
 async def test_readers_pass_over_the_spare_without_a_word(
@@ -267,6 +310,15 @@ def test_no_spare_is_made_where_a_routine_has_no_claims_directory(tmp_path: Path
     assert not routine_dir(tmp_path).exists()  # its first claim makes it
 
 
+def test_a_spare_of_a_claims_largest_size_is_taken(tmp_path: Path) -> None:
+    files = files_in(tmp_path)
+    make(files, "r0")
+    (routine_dir(tmp_path) / SPARE_CLAIM).write_bytes(b" " * CLAIM_LIMIT)
+    made = (routine_dir(tmp_path) / SPARE_CLAIM).stat().st_ino
+    assert claim(files, T0) is ClaimStatus.TAKEN
+    assert (routine_dir(tmp_path) / slot_name(T0)).stat().st_ino == made
+
+
 @pytest.mark.parametrize("why", ["another owner", "too large"])
 def test_a_spare_not_ours_or_too_large_is_left_alone(tmp_path: Path, why: str) -> None:
     files = files_in(tmp_path)
@@ -282,8 +334,9 @@ def test_a_spare_not_ours_or_too_large_is_left_alone(tmp_path: Path, why: str) -
     assert spare.stat().st_ino == made
 
 
+@pytest.mark.parametrize("by", ["a file", "a dangling link"])
 def test_a_spare_replaced_while_it_is_written_is_not_the_claim(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, by: str
 ) -> None:
     files = files_in(tmp_path)
     make(files, "r0")
@@ -292,14 +345,47 @@ def test_a_spare_replaced_while_it_is_written_is_not_the_claim(
     def replaced_first(directory: int, old: bytes, new: bytes) -> None:
         # removed by hand, and made again by another replica, after the claim opened it
         os.unlink(old, dir_fd=directory)
-        fd = os.open(old, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=directory)
-        os.write(fd, b"another\n")
-        os.close(fd)
+        if by == "a file":
+            fd = os.open(old, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=directory)
+            os.write(fd, b"another\n")
+            os.close(fd)
+        else:
+            os.symlink(tmp_path / "nowhere", old, dir_fd=directory)
         rename(directory, old, new)
 
     monkeypatch.setattr(spares, "rename_new", replaced_first)
-    assert claim(files, T0) is ClaimStatus.TAKEN
+    with caplog.at_level(logging.DEBUG, logger="trio_routines"):
+        assert claim(files, T0) is ClaimStatus.TAKEN
+    assert (
+        f"{routine_dir(tmp_path)}: the spare claim file is unusable: ESTALE: the spare was "
+        "replaced while it was written" in [record.getMessage() for record in caplog.records]
+    )
     assert (routine_dir(tmp_path) / slot_name(T0)).read_bytes() == claim_text(
         T0, replica="host:1"
     ).encode()
     assert sorted(os.listdir(routine_dir(tmp_path))) == [slot_name(T0)]
+
+
+def test_a_spare_that_cannot_be_looked_for_is_not_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    files = files_in(tmp_path)
+    routine_dir(tmp_path).mkdir(parents=True)
+    before = set(os.listdir("/proc/self/fd"))
+    real = os.stat
+
+    def failing(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        if path == SPARE_CLAIM:
+            raise OSError(errno.EIO, os.strerror(errno.EIO), path)
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "stat", failing)
+    with caplog.at_level(logging.DEBUG, logger="trio_routines"):
+        assert files.spares.make(files, ["r0"]) == 0
+    monkeypatch.undo()
+    assert [record.getMessage() for record in caplog.records] == [
+        f"could not make a spare claim file in {routine_dir(tmp_path)}: EIO: Input/output "
+        f"error: {SPARE_CLAIM}"
+    ]
+    assert os.listdir(routine_dir(tmp_path)) == []
+    assert set(os.listdir("/proc/self/fd")) == before  # the directory closed
