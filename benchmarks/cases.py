@@ -643,10 +643,12 @@ def group_floor(state: str, n: int, threads: int) -> dict[str, Any]:
     }
 
 
-def store_writes(state: str, n: int) -> dict[str, Any]:
+def store_writes(state: str, n: int, spares: bool = False) -> dict[str, Any]:
     """The state directory store's own writes of ``n`` claims, alone: its batch writes
     (``ClaimFiles.create_each``, one thread, ``WRITE_BATCH`` at a time: the no-link opens,
-    the stale gate's listing, the exclusive create) and one ``syncfs``; no event loop."""
+    the stale gate's listing, the exclusive create) and one ``syncfs``; no event loop. With
+    ``spares``, each routine's spare claim file is made (and made durable) first, as the
+    writer process makes them while idle, and each claim renames its own."""
     from trio_routines.claims import KEEP_CLAIMS
     from trio_routines.stores.directory.claimfiles import ClaimFiles
     from trio_routines.stores.directory.writes import WRITE_BATCH
@@ -655,6 +657,9 @@ def store_writes(state: str, n: int) -> dict[str, Any]:
     names = routine_names(n)
     _claim_dirs(Path(state), names)
     files = ClaimFiles(Path(state), KEEP_CLAIMS, 10.0, SYNCFS)
+    if spares:
+        files.spares.make(files, names)
+        os.sync()
     started = time.perf_counter()
     held: Descriptors = {}
     for first in range(0, n, WRITE_BATCH):

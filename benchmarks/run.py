@@ -430,6 +430,7 @@ def bench_claims(
         grouped = repeat(reps, lambda size=size: floor("group_floor", size, threads=1))
         grouped16 = repeat(reps, lambda size=size: floor("group_floor", size, threads=16))
         writes = repeat(reps, lambda size=size: floor("store_writes", size))
+        renames = repeat(reps, lambda size=size: floor("store_writes", size, spares=True))
         shared = repeat(
             reps,
             lambda size=size: floor("shared_floor", size, slot=slot_in(2.0 + size / 4000)),
@@ -453,6 +454,7 @@ def bench_claims(
                 "(no event loop)",
                 stat(writes, "total_ms").show(),
             ],
+            ["the same, each claim renaming its routine's spare", stat(renames, "total_ms").show()],
             [
                 f"the memory-store burst of {size:,} and, in a thread of the same process, "
                 "the group-commit floor's creates and syncfs (one-interpreter floor)",
