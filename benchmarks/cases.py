@@ -681,7 +681,9 @@ def writes_at(state: str, n: int, slot: float) -> dict[str, Any]:
     """The writer process's work for a herd of ``n`` claims, alone in a process: from the real
     instant ``slot``, the store's batch writes (``ClaimFiles.create_each``, ``WRITE_BATCH`` at
     a time), each batch flushed (``syncfs``) before the next is written, as the writer process
-    does. When the writes began and ended (real time)."""
+    does; each claim renames its routine's spare claim file, made (and made durable) before
+    the slot, as the writer process makes them while idle. When the writes began and ended
+    (real time)."""
     from trio_routines.claims import KEEP_CLAIMS
     from trio_routines.stores.directory.claimfiles import ClaimFiles
     from trio_routines.stores.directory.writes import WRITE_BATCH
@@ -690,6 +692,8 @@ def writes_at(state: str, n: int, slot: float) -> dict[str, Any]:
     names = routine_names(n)
     _claim_dirs(Path(state), names)
     files = ClaimFiles(Path(state), KEEP_CLAIMS, 10.0, SYNCFS)
+    files.spares.make(files, names)
+    os.sync()
     time.sleep(max(0.0, slot - time.time()))
     started = time.time()
     for first in range(0, n, WRITE_BATCH):
