@@ -13,9 +13,11 @@ spares while it is idle (writer/child.py): those of the routines a boot read, an
 one of every routine it claimed for. So a herd's claims rename files made during the quiet
 before it (the measurements are in benchmarks/README.md).
 
-A spare is never trusted: one that is not a regular file with a single link (a symbolic
-link, a FIFO or a directory planted there, a hard link to some other file), a rename the file
-system cannot make, and the claim makes its own file, as it does when there is no spare. It
+A spare is never trusted: one that is not a regular file with a single link, ours and of a
+claim's size at most (a symbolic link, a FIFO or a directory planted there, a hard link to
+some other file, another user's file), one replaced between its open and its rename (the
+slot's name is checked to hold the file written), a rename the file system cannot make, and
+the claim makes its own file, as it does when there is no spare. It
 is made whole (written, then linked under its name: the moment it has its name another
 replica may take it) and not flushed: a crash before the next flush may lose it (the claim
 then makes its file) or leave it empty. A crash between a claim's rename and its flush

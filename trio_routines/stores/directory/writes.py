@@ -130,7 +130,7 @@ class Writes:
 
     def read_done(self) -> None:
         """Ask the writer process for a spare claim file (spares.py) for each routine read
-        since: one message for the reads answered together (a boot's). Kept until a writer
+        since, sent together (a boot's reads are answered in batches). Kept until a writer
         process is up; dropped when threads write, which make no spares."""
         process = self.process
         if not self._read or (process is not None and not process.alive):
