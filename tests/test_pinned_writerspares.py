@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import threading
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -227,3 +228,26 @@ def test_spares_that_cannot_be_flushed_are_left_as_they_are(
     wait_for(lambda: failed)
     wait_for(lambda: open_fds() == before)  # the thread closed its descriptor
     assert spare(tmp_path, "a").exists()
+
+
+def test_spares_are_flushed_when_some_round_made_one_and_not_when_none_did(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flushed: list[int] = []
+    monkeypatch.setattr(writerchild, "syncfs", lambda fd: flushed.append(fd))
+    monkeypatch.setattr(writerchild, "SPARES_AT_ONCE", 2)
+    rig = Idle(tmp_path)
+    rig.files.spares.make = ClaimFiles(tmp_path, 3, 0.2, syncfs=True).spares.make  # type: ignore[method-assign]
+    for routine in ("a", "b", "c"):
+        (tmp_path / "schedule" / "claims" / routine).mkdir(parents=True)
+    (tmp_path / "schedule" / "claims" / "c" / SPARE_CLAIM).write_bytes(b"\n")
+    rig.idle.want(["c"])  # there already: nothing made, nothing to flush
+    rig.idle.until_request()
+    rig.idle.want(["a", "b", "c"])  # two made in the first round, none in the last
+    rig.idle.until_request()
+    for thread in threading.enumerate():
+        if thread.name == "spares":  # each flush's own, a daemon
+            assert thread.daemon
+            thread.join(30)
+    assert len(flushed) == 1
+    rig.close()
