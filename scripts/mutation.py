@@ -153,7 +153,13 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "claims": (
         ["trio_routines/claims.py"],
-        ["tests/test_claims.py", "tests/test_pinned_core.py", "tests/test_store_contract.py"],
+        [
+            "tests/test_claims.py",
+            "tests/test_pinned_core.py",
+            "tests/test_store_contract.py",
+            "tests/test_spares.py",
+            "tests/test_store_usage.py",
+        ],
     ),
     "sessions": (["trio_routines/sessions.py"], ["tests/test_pinned_core.py"]),
     "leftovers": (
@@ -649,6 +655,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_dirpause_given_up.py",
             "tests/test_pinned_safefile.py",
             "tests/test_pinned_newest.py",
+            "tests/test_spares.py",
             # The write path's own (writes.py, blocking.py) and the claim files' later tests.
             "tests/test_directory_batches.py",
             "tests/test_writer.py",

@@ -18,7 +18,7 @@ from trio_routines.claims import (
     parse_claim,
 )
 from trio_routines.converter import claim_text, dumps
-from trio_routines.instants import format_iso
+from trio_routines.instants import format_iso, slot_name
 from trio_routines.records import Fire, Outcome
 from trio_routines.replicas import stored_replica
 
@@ -201,3 +201,14 @@ def test_fire_validators_refuse_bad_values() -> None:
     with pytest.raises(TypeError, match="error"):
         Fire(slot=SLOT, fired_at=STAMP, error=7)  # type: ignore[arg-type]
     assert Fire(slot=SLOT, fired_at=STAMP, error=" \n ").error is None
+
+
+def test_the_gate_prunes_every_claim_past_keep_when_a_directory_holds_more() -> None:
+    names = [slot_name(datetime(2026, 7, 7, hour, tzinfo=UTC)) for hour in range(9, 13)]
+    newest, prune, foreign = claim_gate(list(reversed(names)), keep=2)
+    assert (newest, prune, foreign) == (names[-1], names[:3], [])  # keep lowered: three go
+    assert claim_gate(names[:1], keep=2) == (names[0], [], [])
+    assert claim_gate(names[:2], keep=2) == (names[1], names[:1], [])
+    assert claim_gate(names[:3], keep=2) == (names[2], names[:2], [])
+    with pytest.raises(ValueError, match=r"^keep must be at least 1$"):
+        claim_gate(names, keep=0)
