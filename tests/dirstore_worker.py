@@ -4,6 +4,11 @@
                                                    appending "<slot>\n" per taken claim
     wake  <state> <count> <taken file>             take due wake-ups until none is left,
                                                    appending "<id>\n" per take; add <count> first
+    herd  <state> <routines> <minutes> <turns file>  read routines r000.. (the writer process
+                                                   and its spares start), then claim every
+                                                   routine's slot of each minute at once, as a
+                                                   herd, appending "<routine> <slot> <replica>\n"
+                                                   per taken claim
 Each waits for a line on stdin before starting, so all workers race from the same moment.
 """
 
@@ -53,11 +58,33 @@ async def wake(state: str, count: int, taken: str) -> None:
         append(taken, wakeup.id)
 
 
+async def herd(state: str, routines: int, minutes: int, turns: str) -> None:
+    names = [f"r{i:03}" for i in range(routines)]
+    replica = f"worker:{os.getpid()}"
+    async with DirectoryStore(state) as store:
+        async with trio.open_nursery() as nursery:
+            for name in names:
+                nursery.start_soon(store.latest_fire, name)
+        for minute in range(minutes):
+            await trio.sleep(0.3)  # a lull: the writer process makes the spares taken
+            slot = T0 + timedelta(minutes=minute)
+
+            async def one(name: str, slot: datetime = slot) -> None:
+                if (await store.claim(name, slot, slot, replica=replica)).taken:
+                    append(turns, f"{name} {slot.isoformat()} {replica}")
+
+            async with trio.open_nursery() as nursery:
+                for name in names:
+                    nursery.start_soon(one, name)
+
+
 def main() -> None:
     sys.stdin.readline()
     kind, *args = sys.argv[1:]
     if kind == "claim":
         trio.run(claim, args[0], args[1], int(args[2]), args[3])
+    elif kind == "herd":
+        trio.run(herd, args[0], int(args[1]), int(args[2]), args[3])
     else:
         trio.run(wake, args[0], int(args[1]), args[2])
 

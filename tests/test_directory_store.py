@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from wakeupstate import pending
 
+from trio_routines.claims import SPARE_CLAIM, parse_claim
 from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
 from trio_routines.records import ClaimStatus, Outcome
@@ -21,6 +22,7 @@ from trio_routines.wakeups import WakeupRequest
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
 WORKER = Path(__file__).with_name("dirstore_worker.py")
+T0_WORKER = datetime(2026, 7, 7, tzinfo=UTC)  # dirstore_worker.py's T0
 
 
 async def test_claim_and_settle_bytes_match_the_original(tmp_path: Path) -> None:
@@ -287,6 +289,37 @@ async def test_eight_processes_claim_two_hundred_slots_each_exactly_once(tmp_pat
     history = await store.history("race")
     assert len(history) == 200
     assert all(f.outcome is None for f in history)
+
+
+@pytest.mark.slow
+async def test_two_replicas_herds_take_each_slot_once_through_spares_both_make(
+    tmp_path: Path,
+) -> None:
+    # Two processes, each with its writer process making spares for the same routines, claim
+    # every routine's slot of three minutes at once: each slot once, its file whole and naming
+    # its taker, however the spares were made and taken between them.
+    turns = tmp_path / "turns"
+    state = tmp_path / "state"
+    for i in range(80):  # routines that have claimed before: their spares are made at boot
+        (state / "schedule" / "claims" / f"r{i:03}").mkdir(parents=True)
+    race(*[["herd", str(state), "80", "3", str(turns)] for _ in range(2)])
+    taken = [line.split() for line in turns.read_text().splitlines()]
+    assert sorted((name, slot) for name, slot, _ in taken) == sorted(
+        (f"r{i:03}", (T0_WORKER + timedelta(minutes=m)).isoformat())
+        for i in range(80)
+        for m in range(3)
+    )
+    for name, slot, replica in taken:
+        fire = parse_claim(
+            slot_name(datetime.fromisoformat(slot)),
+            (
+                state / "schedule" / "claims" / name / slot_name(datetime.fromisoformat(slot))
+            ).read_text(),
+            name,
+        )
+        assert (fire.fired_at, fire.replica) == (datetime.fromisoformat(slot), replica)
+    spares = [path.name for path in (state / "schedule" / "claims").glob("*/.*")]
+    assert set(spares) <= {SPARE_CLAIM}  # no temp name left behind
 
 
 @pytest.mark.slow
