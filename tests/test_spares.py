@@ -52,7 +52,9 @@ def claim(files: ClaimFiles, slot: datetime, routine: str = "r0") -> ClaimStatus
     return result.status
 
 
-def test_a_claim_renames_its_routines_spare_and_leaves_no_spare_behind(tmp_path: Path) -> None:
+def test_a_claim_renames_its_routines_spare_and_leaves_no_spare_behind(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     files = files_in(tmp_path)
     assert make(files, "r0") == 1
     spare = routine_dir(tmp_path) / SPARE_CLAIM
@@ -63,11 +65,14 @@ def test_a_claim_renames_its_routines_spare_and_leaves_no_spare_behind(tmp_path:
     assert taken.stat().st_ino == made  # the very file, renamed
     assert taken.read_bytes() == claim_text(T0, replica="host:1").encode()
     assert sorted(os.listdir(routine_dir(tmp_path))) == [slot_name(T0)]
-    # the next claim has no spare: it makes its own file
+    # the next claim has no spare: it makes its own file, and looks for none
     assert claim(files, T1) is ClaimStatus.TAKEN
     assert (routine_dir(tmp_path) / slot_name(T1)).read_bytes() == claim_text(
         T1, replica="host:1"
     ).encode()
+    with caplog.at_level(logging.DEBUG, logger="trio_routines"):
+        assert claim(files, T2) is ClaimStatus.TAKEN
+    assert "spare" not in caplog.text
 
 
 def test_a_spare_longer_than_the_claim_is_cut_to_the_claims_text(tmp_path: Path) -> None:
