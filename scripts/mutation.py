@@ -661,6 +661,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_writer.py",
             "tests/test_pinned_writer.py",
             "tests/test_claimfiles_leftovers.py",
+            "tests/test_claim_order.py",
             # As in the writer's selection: the shadow-copy case cannot start its child here.
             "--deselect=tests/test_writer.py::"
             "test_the_child_runs_this_package_whatever_else_is_on_its_way[working directory]",
