@@ -17,15 +17,15 @@ A spare is never trusted: one that is not a regular file with a single link, our
 claim's size at most (a symbolic link, a FIFO or a directory planted there, a hard link to
 some other file, another user's file), one replaced between its open and its rename (the
 slot's name is checked to hold the file written), a rename the file system cannot make, and
-the claim makes its own file, as it does when there is no spare. It
-is made whole (written, then linked under its name: the moment it has its name another
-replica may take it) and not flushed: a crash before the next flush may lose it (the claim
-then makes its file) or leave it empty. A crash between a claim's rename and its flush
-(its turn has not started: the turn waits for the flush) may leave the slot's file holding
-the spare's blank line, which reads as a claim without stamp, as a new file would if it
-lost its text. Every replica sharing the directory makes and takes the same one: made under
-a name nobody else can reach and linked in, it is one file or none. Earlier versions see a
-foreign name, which they pass over and leave alone.
+the claim makes its own file, as it does when there is no spare. It is made whole (written,
+then linked under its name: the moment it has its name another replica may take it) and
+flushed once a round of spares is made, which nothing waits for: a crash before that may
+lose it (the claim then makes its file) or leave it empty. A crash between a claim's rename
+and its flush (its turn has not started: the turn waits for the flush) may leave the slot's
+file holding the spare's blank line, which reads as a claim without stamp, as a new file
+would if it lost its text. Every replica sharing the directory makes and takes the same one:
+made under a name nobody else can reach and linked in, it is one file or none. Earlier
+versions see a foreign name, which they pass over and leave alone.
 """
 
 from __future__ import annotations
