@@ -670,3 +670,24 @@ async def test_a_new_child_gets_none_of_what_the_child_before_did_not_take(
     assert call.value.taken  # the new child read our request, not the old queue's tail
     started.stop()
     await trio.to_thread.run_sync(started.reap, 5.0)
+
+
+class RefusingSocket:
+    """A socket whose every send fails with ``code``."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def send(self, data: bytes) -> int:
+        raise OSError(self.code, os.strerror(self.code))
+
+
+@pytest.mark.parametrize(("code", "gone"), [(errno.EPIPE, True), (errno.ENOBUFS, False)])
+def test_only_a_send_the_closed_end_refused_marks_the_child_gone(
+    tmp_path: Path, code: int, gone: bool
+) -> None:
+    started = process(tmp_path)
+    started._sock = RefusingSocket(code)  # type: ignore[assignment]
+    started.hint("spares", ["a"])
+    assert (started._broken is not None) is gone
+    assert started._out  # kept: sent again later, or dropped with the child

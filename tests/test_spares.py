@@ -362,8 +362,8 @@ def test_a_spare_replaced_while_it_is_written_is_not_the_claim(
     with caplog.at_level(logging.DEBUG, logger="trio_routines"):
         assert claim(files, T0) is ClaimStatus.TAKEN
     assert (
-        f"{routine_dir(tmp_path)}: the spare claim file is unusable: ESTALE: the spare was "
-        "replaced while it was written" in [record.getMessage() for record in caplog.records]
+        f"{routine_dir(tmp_path)}: the spare claim file is unusable: it was replaced while it "
+        "was written" in [record.getMessage() for record in caplog.records]
     )
     assert (routine_dir(tmp_path) / slot_name(T0)).read_bytes() == claim_text(
         T0, replica="host:1"
@@ -394,3 +394,22 @@ def test_a_spare_that_cannot_be_looked_for_is_not_made(
     ]
     assert os.listdir(routine_dir(tmp_path)) == []
     assert set(os.listdir("/proc/self/fd")) == before  # the directory closed
+
+
+def test_a_spare_renamed_that_cannot_be_looked_at_after_is_the_claim_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = files_in(tmp_path)
+    make(files, "r0")
+    made = (routine_dir(tmp_path) / SPARE_CLAIM).stat().st_ino
+    real = os.stat
+
+    def failing(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        if path == slot_name(T0):
+            raise OSError(errno.EIO, os.strerror(errno.EIO), path)
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "stat", failing)
+    assert claim(files, T0) is ClaimStatus.TAKEN  # decided by the rename: never a duplicate
+    monkeypatch.undo()
+    assert (routine_dir(tmp_path) / slot_name(T0)).stat().st_ino == made

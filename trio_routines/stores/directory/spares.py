@@ -122,12 +122,6 @@ class Spares:
             if info.st_size > len(data):
                 os.ftruncate(fd, len(data))
             rename_new(directory, _SPARE, name.encode())  # a slot's name: ASCII digits
-            named = os.stat(name, dir_fd=directory, follow_symlinks=False)
-            if (named.st_ino, named.st_dev) != (info.st_ino, info.st_dev):
-                # Another file took the spare's name between our open and our rename (one
-                # removed by hand, then made again by another replica): it is not a claim.
-                os.unlink(name, dir_fd=directory)
-                raise OSError(errno.ESTALE, "the spare was replaced while it was written")
         except FileExistsError:
             os.close(fd)
             raise
@@ -138,6 +132,23 @@ class Spares:
                 log.info("claims make their own files here (no renameat2): %s", describe(exc))
             else:
                 log.debug("%s: the spare claim file is unusable: %s", where, describe(exc))
+            return None
+        # Named: the slot is decided, and nothing from here falls back to making a file.
+        try:
+            named = os.stat(name, dir_fd=directory, follow_symlinks=False)
+        except OSError:
+            return fd  # not to be looked at: the file renamed is taken for the one written
+        if (named.st_ino, named.st_dev) != (info.st_ino, info.st_dev):
+            # Another file took the spare's name between our open and our rename (one removed
+            # by hand, then made again by another replica): it is not a claim. Removed, the
+            # slot's name is free again for the claim's own file; if it cannot be, the claim
+            # fails (a retry), never reported a duplicate of itself.
+            os.close(fd)
+            log.debug(
+                "%s: the spare claim file is unusable: it was replaced while it was written",
+                where,
+            )
+            os.unlink(name, dir_fd=directory)
             return None
         return fd
 

@@ -46,8 +46,8 @@ from .wire import ENCODING_VARIABLE, LENGTH, READY, file_names
 AHEAD = 2
 #: How often a write waiting for room checks that the flushes' thread still runs.
 HAND_POLL = 0.5
-#: Spare claim files (spares.py) are made once no request came for this long: never between
-#: the batches of a herd, which come milliseconds apart.
+#: Spare claim files (spares.py) are made once no request came for this long after the last
+#: was handled: not between the batches of a herd, as a rule, which come milliseconds apart.
 LULL = 0.05
 #: Spares made between two looks for a request: a request waits for about this many at most.
 SPARES_AT_ONCE = 16
@@ -110,7 +110,6 @@ def serve(sock: socket.socket, root: Path, keep: int, lock_timeout: float) -> No
             body = _read_exactly(sock, LENGTH.unpack(header)[0])
             if body is None:
                 return
-            idle.heard()
             op, items = pickle.loads(body)
             if op == "spares":  # the routines a boot read: no answer is awaited
                 idle.want(items)
@@ -159,7 +158,9 @@ class _Idle:
 
     def until_request(self) -> None:
         """Return once a request (or the socket's end) can be read, making spares meanwhile,
-        :data:`SPARES_AT_ONCE` between two looks, once :data:`LULL` passed without one."""
+        :data:`SPARES_AT_ONCE` between two looks, once :data:`LULL` passed without one since
+        the last was handled (this is called once it was)."""
+        self.heard()
         while self._wanted:
             wait = self._heard + LULL - time.monotonic()
             if self._poll.poll(max(0, math.ceil(wait * 1000))):

@@ -23,7 +23,9 @@ file was made, its slot is burned and recorded interrupted (by the next boot, or
 reconcile of open claims, scheduler/openclaims.py), as after a crash -- and the child is
 killed; the next batch starts a new one. A caller cancelled while its batch is in flight
 (its deadline passed, or a stop's grace ran out) gives up at once, and so does this end:
-the child is taken for stalled, killed, and every batch in flight fails as above. Waiting
+the child is taken for stalled, killed, and every batch in flight fails as above -- but for
+a batch whose request the child never got whole, which nothing wrote: a thread writes it, as
+one sealed while no child was up. Waiting
 for its reply instead would hold a stop for up to :data:`REPLY_TIMEOUT`, and a claim
 answered after its caller left must not start a turn anyway. The child ignores SIGINT
 (Ctrl-C reaches the whole process group: the parent decides) and exits when its socket
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -62,6 +65,8 @@ _ABORT_FAILED = trio.lowlevel.Abort.FAILED
 
 #: How long a batch may take in the child before it is given up (a stalled disk).
 REPLY_TIMEOUT = 60.0
+#: A send's errors that say the child's end is closed.
+_GONE = frozenset({errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.EBADF})
 #: The most items one request the child answers nothing to carries (see ``hint``).
 HINTED = 1024
 GIVEN_UP = "was given up (a caller could not wait for its answer: a deadline, or a stop)"
@@ -291,7 +296,8 @@ class WriterProcess:
             except BlockingIOError:  # full: the reader sends the rest
                 return
             except OSError as exc:
-                self._broken = exc
+                if exc.errno in _GONE:  # else a passing shortage (ENOBUFS): sent again later
+                    self._broken = exc
                 return
             del self._out[:sent]
             self._sent += sent
