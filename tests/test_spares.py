@@ -413,3 +413,24 @@ def test_a_spare_renamed_that_cannot_be_looked_at_after_is_the_claim_taken(
     assert claim(files, T0) is ClaimStatus.TAKEN  # decided by the rename: never a duplicate
     monkeypatch.undo()
     assert (routine_dir(tmp_path) / slot_name(T0)).stat().st_ino == made
+
+
+def test_a_spare_whose_rename_fails_otherwise_is_left_and_the_claim_makes_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    files = files_in(tmp_path)
+    make(files, "r0")
+
+    def failing(directory: int, old: bytes, new: bytes) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(spares, "rename_new", failing)
+    with caplog.at_level(logging.DEBUG, logger="trio_routines"):
+        assert claim(files, T0) is ClaimStatus.TAKEN
+    assert [record.getMessage() for record in caplog.records] == [
+        f"{routine_dir(tmp_path)}: the spare claim file is unusable: EIO: Input/output error"
+    ]
+    assert files.spares.usable  # a passing failure: spares are still taken
+    assert (routine_dir(tmp_path) / slot_name(T0)).read_bytes() == claim_text(
+        T0, replica="host:1"
+    ).encode()
