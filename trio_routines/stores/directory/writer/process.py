@@ -258,10 +258,7 @@ class WriterProcess:
             for call in batch.calls:
                 call.fail(unsent)
             return
-        items = [call.item for call in batch.calls]
-        data = pickle.dumps((batch.op, items), pickle.HIGHEST_PROTOCOL)
-        self._out += LENGTH.pack(len(data)) + data
-        self._queued += LENGTH.size + len(data)
+        self._queue(batch.op, [call.item for call in batch.calls])
         batch.end = self._queued
         batch.sent_at = trio.current_time()
         self._flight.append(batch)
@@ -277,10 +274,14 @@ class WriterProcess:
         if self._sock is None:
             return
         for first in range(0, len(items), HINTED):
-            data = pickle.dumps((op, list(items[first : first + HINTED])), pickle.HIGHEST_PROTOCOL)
-            self._out += LENGTH.pack(len(data)) + data
-            self._queued += LENGTH.size + len(data)
+            self._queue(op, list(items[first : first + HINTED]))
         self._push()
+
+    def _queue(self, op: str, items: list[Any]) -> None:
+        """One request, behind those queued before: its length, then its pickle."""
+        data = pickle.dumps((op, items), pickle.HIGHEST_PROTOCOL)
+        self._out += LENGTH.pack(len(data)) + data
+        self._queued += LENGTH.size + len(data)
 
     def push(self) -> None:
         """Send what is queued for the child, as far as its socket takes it (never waits)."""
