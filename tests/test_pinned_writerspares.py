@@ -90,14 +90,19 @@ def test_only_the_routines_whose_slot_was_taken_have_used_their_spare() -> None:
 
 
 class Idle:
-    """``_Idle`` on one end of a socket pair, its spares recorded instead of made."""
+    """``_Idle`` on one end of a socket pair, its spares recorded instead of made (with
+    ``real``, made, in the claims directories of ``real``'s routines, made first)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, real: tuple[str, ...] = ()) -> None:
         self.parent, self.child = socket.socketpair()
         self.files = ClaimFiles(root, 3, 0.2, syncfs=True)
         self.made: list[list[str]] = []
         self.idle = writerchild._Idle(self.child, self.files)
-        self.files.spares.make = self.record  # type: ignore[method-assign]
+        if real:
+            for routine in real:
+                (root / "schedule" / "claims" / routine).mkdir(parents=True)
+        else:
+            self.files.spares.make = self.record  # type: ignore[method-assign]
 
     def record(self, files: ClaimFiles, routines: list[str]) -> int:
         assert files is self.files
@@ -192,11 +197,7 @@ def test_the_spares_made_are_flushed_once_none_is_left_to_make(
     flushed: list[int] = []
     monkeypatch.setattr(writerchild, "syncfs", lambda fd: flushed.append(os.fstat(fd).st_ino))
     monkeypatch.setattr(writerchild, "SPARES_AT_ONCE", 2)
-    rig = Idle(tmp_path)
-    made = ClaimFiles(tmp_path, 3, 0.2, syncfs=True).spares.make
-    rig.files.spares.make = made  # type: ignore[method-assign]
-    for routine in ("a", "b", "c"):
-        (tmp_path / "schedule" / "claims" / routine).mkdir(parents=True)
+    rig = Idle(tmp_path, real=("a", "b", "c"))
     rig.idle.want(["a", "b", "c"])
     rig.idle.until_request()
     wait_for(lambda: flushed)
@@ -219,9 +220,7 @@ def test_spares_that_cannot_be_flushed_are_left_as_they_are(
 
     monkeypatch.setattr(writerchild, "syncfs", failing)
     before = open_fds()
-    rig = Idle(tmp_path)
-    rig.files.spares.make = ClaimFiles(tmp_path, 3, 0.2, syncfs=True).spares.make  # type: ignore[method-assign]
-    (tmp_path / "schedule" / "claims" / "a").mkdir(parents=True)
+    rig = Idle(tmp_path, real=("a",))
     rig.idle.want(["a"])
     rig.idle.until_request()
     rig.close()
@@ -236,10 +235,7 @@ def test_spares_are_flushed_when_some_round_made_one_and_not_when_none_did(
     flushed: list[int] = []
     monkeypatch.setattr(writerchild, "syncfs", lambda fd: flushed.append(fd))
     monkeypatch.setattr(writerchild, "SPARES_AT_ONCE", 2)
-    rig = Idle(tmp_path)
-    rig.files.spares.make = ClaimFiles(tmp_path, 3, 0.2, syncfs=True).spares.make  # type: ignore[method-assign]
-    for routine in ("a", "b", "c"):
-        (tmp_path / "schedule" / "claims" / routine).mkdir(parents=True)
+    rig = Idle(tmp_path, real=("a", "b", "c"))
     (tmp_path / "schedule" / "claims" / "c" / SPARE_CLAIM).write_bytes(b"\n")
     rig.idle.want(["c"])  # there already: nothing made, nothing to flush
     rig.idle.until_request()

@@ -52,6 +52,27 @@ def claim(files: ClaimFiles, slot: datetime, routine: str = "r0") -> ClaimStatus
     return result.status
 
 
+def stat_failing_for(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """``os.stat`` of ``name`` (and of nothing else) fails with EIO until the patch is undone."""
+    real = os.stat
+
+    def failing(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        if path == name:
+            raise OSError(errno.EIO, os.strerror(errno.EIO), path)
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "stat", failing)
+
+
+def rename_failing(monkeypatch: pytest.MonkeyPatch, code: int) -> None:
+    """Every rename of a spare fails with ``code``."""
+
+    def failing(directory: int, old: bytes, new: bytes) -> None:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(spares, "rename_new", failing)
+
+
 def test_a_claim_renames_its_routines_spare_and_leaves_no_spare_behind(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -196,11 +217,7 @@ def test_a_file_system_that_cannot_rename_without_replacing_makes_claims_as_befo
 ) -> None:
     files = files_in(tmp_path)
     make(files, "r0", "r1")
-
-    def cannot(directory: int, old: bytes, new: bytes) -> None:
-        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
-
-    monkeypatch.setattr(spares, "rename_new", cannot)
+    rename_failing(monkeypatch, errno.EINVAL)
     with caplog.at_level(logging.INFO, logger="trio_routines"):
         assert claim(files, T0) is ClaimStatus.TAKEN
     assert [record.getMessage() for record in caplog.records] == [
@@ -377,14 +394,7 @@ def test_a_spare_that_cannot_be_looked_for_is_not_made(
     files = files_in(tmp_path)
     routine_dir(tmp_path).mkdir(parents=True)
     before = set(os.listdir("/proc/self/fd"))
-    real = os.stat
-
-    def failing(path: object, *args: object, **kwargs: object) -> os.stat_result:
-        if path == SPARE_CLAIM:
-            raise OSError(errno.EIO, os.strerror(errno.EIO), path)
-        return real(path, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(os, "stat", failing)
+    stat_failing_for(monkeypatch, SPARE_CLAIM)
     with caplog.at_level(logging.DEBUG, logger="trio_routines"):
         assert files.spares.make(files, ["r0"]) == 0
     monkeypatch.undo()
@@ -402,14 +412,7 @@ def test_a_spare_renamed_that_cannot_be_looked_at_after_is_the_claim_taken(
     files = files_in(tmp_path)
     make(files, "r0")
     made = (routine_dir(tmp_path) / SPARE_CLAIM).stat().st_ino
-    real = os.stat
-
-    def failing(path: object, *args: object, **kwargs: object) -> os.stat_result:
-        if path == slot_name(T0):
-            raise OSError(errno.EIO, os.strerror(errno.EIO), path)
-        return real(path, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(os, "stat", failing)
+    stat_failing_for(monkeypatch, slot_name(T0))
     assert claim(files, T0) is ClaimStatus.TAKEN  # decided by the rename: never a duplicate
     monkeypatch.undo()
     assert (routine_dir(tmp_path) / slot_name(T0)).stat().st_ino == made
@@ -420,11 +423,7 @@ def test_a_spare_whose_rename_fails_otherwise_is_left_and_the_claim_makes_its_fi
 ) -> None:
     files = files_in(tmp_path)
     make(files, "r0")
-
-    def failing(directory: int, old: bytes, new: bytes) -> None:
-        raise OSError(errno.EIO, os.strerror(errno.EIO))
-
-    monkeypatch.setattr(spares, "rename_new", failing)
+    rename_failing(monkeypatch, errno.EIO)
     with caplog.at_level(logging.DEBUG, logger="trio_routines"):
         assert claim(files, T0) is ClaimStatus.TAKEN
     assert [record.getMessage() for record in caplog.records] == [
