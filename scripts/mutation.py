@@ -610,6 +610,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         [
             "trio_routines/stores/directory/writer/process.py",
             "trio_routines/stores/directory/writer/child.py",
+            "trio_routines/stores/directory/writer/startline.py",
             "trio_routines/stores/directory/writer/wire.py",
             "trio_routines/stores/directory/writer/call.py",
         ],

@@ -1,6 +1,6 @@
 """The writer process's own side (see process.py): a batch in, its answers out.
 
-Started as ``python -I -X utf8=N -c BOOTSTRAP FD ROOT KEEP LOCK_TIMEOUT`` by
+Started as ``python -I -X utf8=N -c BOOTSTRAP FD ROOT KEEP LOCK_TIMEOUT`` (startline.py) by
 :class:`~.process.WriterProcess` (``BOOTSTRAP`` sets the parent's module path, then calls
 :func:`main`), on the Unix socket ``FD`` it inherited; it starts only if it makes file names
 of text as the parent does. It
