@@ -80,10 +80,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: one worker more than the cores this process may use. Much of a test's time
-    is spent waiting -- for PostgreSQL, for a child process, for a real deadline to pass -- and
-    a third worker on two cores keeps them busy meanwhile."""
-    return len(os.sched_getaffinity(0)) + 1
+    """``-n auto``: two workers for each core this process may use. Much of a test's time is
+    spent waiting -- for PostgreSQL, for a child process, for a real deadline to pass -- and
+    the other workers keep the cores busy meanwhile."""
+    return 2 * len(os.sched_getaffinity(0))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
