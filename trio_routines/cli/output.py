@@ -33,7 +33,7 @@ from ..routines import Routine
 from ..scheduler.state import DEFAULT_GRACE as DEFAULT_GRACE
 from ..scheduler.state import STORE_TIMEOUT, duration
 from ..store import Store
-from ..stores import is_postgres_url, open_store
+from ..stores import is_postgres_url, open_store, state_problem
 from ..stores.credentials import shown_state
 from ..text import safe_json, shown, visible
 
@@ -61,7 +61,13 @@ def quoted(text: str) -> str:
 
 
 def state_arg(args: argparse.Namespace) -> str:
+    """``--state``, else ``$TRIO_ROUTINES_STATE``, else the default; a URL of no store is
+    refused (see :func:`~trio_routines.stores.state_problem`)."""
     state: str = args.state or os.environ.get("TRIO_ROUTINES_STATE") or DEFAULT_STATE
+    problem = state_problem(state)
+    if problem is not None:
+        source = "--state" if args.state else "$TRIO_ROUTINES_STATE"
+        raise CliError(f"{source}: {problem}", 2)
     return state
 
 

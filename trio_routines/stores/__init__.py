@@ -3,14 +3,31 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Literal
 
 from ..store import Store
+from .credentials import shown_state
 from .directory import DirectoryStore as DirectoryStore
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")  # a scheme, then "//" (RFC 3986)
 
 
 def is_postgres_url(state: str) -> bool:
     return state.startswith(("postgresql://", "postgres://"))
+
+
+def state_problem(state: str) -> str | None:
+    """Why ``state`` names no store, or None. A URL of another scheme (a mistyped
+    ``postgresq://``, ``mysql://``) would otherwise be read as a directory path, and replicas
+    meant to share a database would each keep a state of their own, every one firing every
+    slot. A directory whose name starts so is still given as ``./name``."""
+    if is_postgres_url(state) or _URL.match(state) is None:
+        return None
+    return (
+        f"{shown_state(state)} is a URL of no store (a PostgreSQL URL starts with "
+        "postgresql:// or postgres://); for a directory of that name, write ./ before it"
+    )
 
 
 MIGRATES = ("always", "create", "never")
@@ -31,10 +48,14 @@ def open_store(
     Use it as ``async with open_store(state) as store:``, which closes the store on the way
     out; or call ``await store.aclose()`` yourself. ``migrate`` says whether a PostgreSQL
     store may create or upgrade its tables (see ``PostgresStore``); a state directory has no
-    schema. Any other ``migrate`` is a ValueError, for either kind of state.
+    schema. Any other ``migrate`` is a ValueError, for either kind of state, and so is a URL
+    of another scheme (see :func:`state_problem`).
     """
     check_migrate(migrate)
     text = os.fspath(state)
+    problem = state_problem(text)
+    if problem is not None:
+        raise ValueError(problem)
     if is_postgres_url(text):
         from .postgres import PostgresStore  # the optional extra: imported only when asked
 

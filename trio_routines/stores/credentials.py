@@ -10,7 +10,8 @@ before its path (libpq stops at the first, so a password with a raw ``@`` is sti
 whole), key names are compared without case, and a query piece without ``=`` (the rest of a
 password whose ``&`` was not encoded) is masked too. :func:`shown_message` does the same for
 a message quoting pieces of a state (libpq's parse errors quote the token they stumble on).
-Only what the shown state shows may appear in a message about it.
+Only what the shown state shows may appear in a message about it. A URL of any other scheme is
+masked as a PostgreSQL URL is: it is shown only to be refused, perhaps a database's URL mistyped.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ MASK = "***"
 # "a" would shred the message, and a password that short is no secret anyway.
 MIN_UNQUOTED = 4
 
-_SCHEME = re.compile(r"(?i)^postgres(?:ql)?://")
+# Any URL, not only libpq's: a mistyped scheme is refused with the state shown (stores/__init__).
+_SCHEME = re.compile(r"(?i)^[a-z][a-z0-9+.-]*://")
 # libpq's key=value syntax: a key, "=" with optional blanks, then a value either quoted
 # (backslash escapes; an unterminated quote runs to the end) or up to the next blank.
 _PAIR = re.compile(

@@ -1,0 +1,132 @@
+"""A ``--state`` that is a URL of no store is refused, never read as a directory path.
+
+Read as a path, ``postgresq://db.example/prod`` is the directory ``postgresq:/db.example/prod``
+under the working directory: replicas meant to share a database would each keep a state of
+their own, and every one would fire every slot. Only ``postgresql://`` and ``postgres://``
+(libpq's two prefixes, in its case) name a database; any other ``scheme://`` is an error, with
+its credentials masked; a directory whose name starts so is given as ``./name``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from procs import Env, in_process, one_line
+
+from trio_routines import open_store
+from trio_routines.stores import DirectoryStore, state_problem
+
+REFUSED = [
+    "postgresq://db.example/prod",
+    "postgresl://db.example/prod",
+    "PostgreSQL://db.example/prod",  # libpq reads its prefixes in lower case only
+    "POSTGRES://db.example/prod",
+    "mysql://db.example/prod",
+    "file:///var/lib/trio-routines",
+    "sqlite:///state.db",
+    "redis://localhost:6379/0",
+    "x://",
+    "a+b.c-d://host",
+]
+
+TAKEN_AS_PATHS = [
+    "state",
+    "./state",
+    "/var/lib/trio-routines",
+    "./postgresq://db.example/prod",  # a directory whose name looks like a URL, as asked
+    "dir:name",
+    "C:/state",  # a drive letter has no "//"
+    "1http://x",  # a scheme starts with a letter
+    "my state://x",  # nor holds a blank
+    "",
+]
+
+
+@pytest.mark.parametrize("state", REFUSED)
+def test_a_url_of_another_scheme_is_a_problem(state: str) -> None:
+    problem = state_problem(state)
+    assert problem == (
+        f"{state} is a URL of no store (a PostgreSQL URL starts with postgresql:// or "
+        "postgres://); for a directory of that name, write ./ before it"
+    )
+
+
+@pytest.mark.parametrize("state", ["postgresql://db/x", "postgres://u@db:5433/x?sslmode=off"])
+def test_a_postgresql_url_is_no_problem(state: str) -> None:
+    assert state_problem(state) is None
+
+
+@pytest.mark.parametrize("state", TAKEN_AS_PATHS)
+def test_a_path_is_no_problem(state: str) -> None:
+    assert state_problem(state) is None
+
+
+def test_a_scheme_needs_its_two_slashes() -> None:
+    # "state://" starts with a scheme and "//": refused like any URL (./state:// is the path).
+    assert state_problem("state://") is not None
+    assert state_problem("state:/x") is None
+    assert state_problem("./state://") is None
+
+
+def test_the_credentials_of_a_refused_url_are_masked() -> None:
+    problem = state_problem("mysql://admin:hunter22@db/prod?password=s3cret&sslmode=off")
+    assert problem is not None
+    assert problem.startswith("mysql://admin:***@db/prod?password=***&sslmode=off is a URL")
+    assert "hunter22" not in problem
+    assert "s3cret" not in problem
+
+
+def test_open_store_refuses_it_and_creates_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"^postgresq://db/prod is a URL of no store \("):
+        open_store("postgresq://db/prod")
+    assert list(tmp_path.iterdir()) == []
+    # A path of that look, asked for as one, is a state directory.
+    store = open_store("./postgresq://db/prod")
+    assert isinstance(store, DirectoryStore)
+
+
+COMMANDS = [
+    ["list"],
+    ["history", "daily"],
+    ["pause", "daily"],
+    ["resume", "daily"],
+    ["fire", "daily", "--slot", "2026-07-07T09:00Z", "--agent", "echo"],
+    ["run", "daily", "--agent", "echo"],
+    ["wake", "--session", "s", "--in", "5m", "--prompt", "p"],
+    ["serve", "--agent", "echo"],
+    ["migrate"],
+    ["status"],
+]
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=lambda args: args[0])
+def test_every_command_refuses_it_in_one_line_and_writes_nothing(env: Env, args: list[str]) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    before = sorted(env.root.rglob("*"))
+    argv = env.argv(*args)[3:]
+    argv[argv.index("--state") + 1] = "postgresq://admin:hunter22@db.example/prod"
+    result = in_process(argv, cwd=env.root, environ=env.environ())
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert one_line(result.stderr) == (
+        "error: --state: postgresq://admin:***@db.example/prod is a URL of no store "
+        "(a PostgreSQL URL starts with postgresql:// or postgres://); for a directory of "
+        "that name, write ./ before it\n"
+    )
+    assert sorted(env.root.rglob("*")) == before
+
+
+def test_the_environment_variable_is_named_when_it_gave_the_url(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    argv = env.argv("list")[3:]
+    index = argv.index("--state")
+    del argv[index : index + 2]
+    result = in_process(
+        argv, cwd=env.root, environ={**env.environ(), "TRIO_ROUTINES_STATE": "redis://r/0"}
+    )
+    assert result.returncode == 2
+    assert one_line(result.stderr).startswith("error: $TRIO_ROUTINES_STATE: redis://r/0 is a URL")
+    assert not (env.root / "redis:").exists()
