@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import trio
 from agent_server import AgentServer, Respond, events, reply
+from hypothesis import given
+from hypothesis import strategies as st
 
 from trio_routines.agent import Agent, Completed, Event, Failed, TextDelta, Usage
 from trio_routines.agent_http import HttpAgent
@@ -312,3 +314,28 @@ async def test_usage_on_a_failed_stream_still_counts() -> None:
     async with serving(respond) as server:
         turn = await run_turn(HttpAgent(server.url()), "t", "chat-1", "go")
     assert (turn.outcome, turn.failed, turn.usage) == (Outcome.FAILED, "quota", Usage(3))
+
+
+@given(
+    st.lists(
+        st.sampled_from(["reply", "\n", USAGE_LINE, " ", '{"input_tokens": 7}', "trio-", "x\n"]),
+        max_size=8,
+    ),
+    st.data(),
+)
+def test_the_answer_is_the_same_however_the_output_is_cut(
+    parts: list[str], data: st.DataObject
+) -> None:
+    """A pipe's reads fall anywhere: a piece starts a line only where the output before it
+    ended one, so a usage marker after text on the same line is never a usage line."""
+    output = "".join(parts)
+    cuts = sorted(data.draw(st.sets(st.integers(0, len(output)))))
+    pieces = [output[a:b] for a, b in zip([0, *cuts], [*cuts, len(output)], strict=True)]
+    assert split(*pieces) == split(output)
+
+
+def test_a_marker_after_text_on_its_line_is_reply_even_in_a_piece_of_its_own() -> None:
+    wire = '{"input_tokens": 7}'
+    assert split("reply", f"{USAGE_LINE} {wire}\n") == (f"reply{USAGE_LINE} {wire}\n", None, None)
+    assert split("reply\n", f"{USAGE_LINE} {wire}\n") == ("reply\n", Usage(7), None)
+    assert split("", f"{USAGE_LINE} {wire}") == ("", Usage(7), None)  # the first line is one

@@ -230,21 +230,27 @@ class UsageLine:
 
     :meth:`feed` returns what may be shown now: everything but a last line that is, or may
     still become, a usage line, held back until more output shows it was not the last.
-    :meth:`close` ends the output: the held text (to show) and the usage it reported.
+    :meth:`close` ends the output: the held text (to show) and the usage it reported. The
+    answer is the same however the output is cut into pieces: a piece starts a line only
+    where the output before it ended one (a pipe's reads fall anywhere).
     """
 
     def __init__(self) -> None:
-        self._held = ""
+        self._held = ""  # a line start, or ""
+        self._line_start = True  # whether the text after what was returned starts a line
 
     def feed(self, piece: str) -> str:
         text = self._held + piece
         start = text.rfind("\n", 0, len(text) - 1) + 1
-        tail = text[start:]
-        could_be = tail.startswith(USAGE_LINE) or USAGE_LINE.startswith(tail)
-        if could_be and len(tail) <= USAGE_LINE_LIMIT:
-            self._held = tail
-            return text[:start]
+        if start or self._line_start:
+            tail = text[start:]
+            could_be = tail.startswith(USAGE_LINE) or USAGE_LINE.startswith(tail)
+            if could_be and len(tail) <= USAGE_LINE_LIMIT:
+                self._held = tail
+                self._line_start = True
+                return text[:start]
         self._held = ""
+        self._line_start = text.endswith("\n")
         return text
 
     def close_after(self, piece: str) -> tuple[str, Usage | None, str | None]:
