@@ -263,6 +263,31 @@ async def test_fire_slot_must_be_on_the_grid_of_a_cron_routine() -> None:
         assert len(await server.store.history("daily")) == 1
 
 
+async def test_fire_and_a_wake_ups_until_take_an_instant_as_the_command_line_does() -> None:
+    """``2026-07-07T07:00Z`` without seconds, a space for ``T``, ``+02`` or ``+0200``: what
+    ``fire --slot`` and ``wake --until`` take, an external clock and a client may send too."""
+    same_slot = ["2026-07-07 09:00+02", "2026-07-07T09:00+0200", "2026-07-07t07:00:00,0001z"]
+    async with serving() as server:
+        first = await server.call("POST", "/fire", {"name": "daily", "slot": "2026-07-07T07:00Z"})
+        assert (first.status, first.json["slot"]) == (202, ON_GRID)
+        for typed in same_slot:
+            again = await server.call("POST", "/fire", {"name": "daily", "slot": typed})
+            assert (again.status, again.json["reason"], again.json["slot"]) == (
+                200,
+                "duplicate",
+                ON_GRID,
+            ), typed
+        await server.settled("daily")
+        body = {"session": "chat:1", "prompt": "p", "cron": "0 9 * * *"}
+        until = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(days=2)
+        added = await server.call(
+            "POST", "/wakeups", body | {"until": until.strftime("%Y-%m-%dT%H:%MZ")}
+        )
+        assert added.status == 201, added.json
+        (stored,) = await server.store.list_wakeups()
+        assert stored.until == until
+
+
 async def test_fire_on_demand_accepts_any_instant_truncated_to_ms() -> None:
     async with serving() as server:
         first = await server.call(

@@ -3,7 +3,7 @@ answer's text, and ``until`` carried from the call to the wake-up (see docs/muta
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -109,6 +109,17 @@ async def test_a_recurring_wake_up_keeps_the_until_the_model_gave() -> None:
         "2026-07-10T12:00:00.000Z), next at 2026-07-08T07:00:00.000Z: p — cancel it with "
         f'cancel_wakeup(id="{wakeup.id}") if it is no longer needed.'
     )
+
+
+@pytest.mark.parametrize(
+    "until", ["2026-07-10T12:00Z", "2026-07-10 14:00+02", "2026-07-10T14:00+0200"]
+)
+async def test_the_until_may_be_written_as_a_person_writes_an_instant(until: str) -> None:
+    sched, store = scheduler()
+    arguments = {"prompt": "p", "cron": "0 9 * * *", "until": until}
+    text = await call_tool(sched, "chat", SCHEDULE, arguments)
+    (wakeup,) = await store.list_wakeups()
+    assert wakeup.until == datetime(2026, 7, 10, 12, tzinfo=UTC), text
 
 
 @pytest.mark.parametrize(

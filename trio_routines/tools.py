@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
 from .errors import InvalidWakeup, StateFault
-from .instants import format_iso, parse_iso
+from .instants import format_iso, parse_instant
 from .records import Wakeup
 from .wakelimits import DEFAULT_LIMITS, WakeLimits
 from .wakeups import MAX_PENDING_PER_SESSION, MIN_DELAY, MIN_RECURRING_GAP, parse_delay
@@ -258,7 +258,7 @@ async def _schedule(api: WakeupApi, session: str, args: Mapping[str, Any]) -> st
     if until is not None:
         if "cron" not in args:
             return f"{SCHEDULE}: `until` goes with `cron` only (a one-shot fires once)."
-        until = parse_iso(until)
+        until = parse_instant(until)
         if until is None:
             return (
                 f"{SCHEDULE}: `until` must be an ISO 8601 instant with its zone, such as "

@@ -19,7 +19,7 @@ import attrs
 from .. import tracing
 from ..converter import wakeup_to_json
 from ..errors import InvalidWakeup
-from ..instants import parse_iso
+from ..instants import parse_instant
 from ..records import Origin, OriginKind, Wakeup
 from ..scheduler import Scheduler
 from ..wakeups import WakeupRequest, added_reply, bad_delay_reply, parse_delay, removed_reply
@@ -101,7 +101,7 @@ def _until(body: Mapping[str, Any]) -> datetime | None:
     given = optional_text(body, "until")
     if given is None:
         return None
-    until = parse_iso(given)
+    until = parse_instant(given)
     if until is None:
         raise Refusal(
             400, '"until" must be an ISO 8601 instant with its zone, such as "2026-07-31T18:00:00Z"'

@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl
 
 import attrs
 
-from ..instants import parse_iso
+from ..instants import parse_instant
 from ..logs import one_line
 
 MAX_BODY = 64 * 1024  # bytes
@@ -271,7 +271,7 @@ def slot(body: Mapping[str, Any]) -> datetime:
     example = '"2026-07-07T10:00:00.000Z"'
     given = required_text(body, "slot", example)
     try:
-        parsed = parse_iso(given)
+        parsed = parse_instant(given)
     except (ValueError, OverflowError):
         parsed = None
     if parsed is None:
