@@ -80,6 +80,19 @@ def test_main_runs_the_command_with_its_arguments_and_logging_set_up_as_asked(
     assert (args.log_format, args.log_level) == ("json", "debug")
 
 
+def test_main_refuses_a_url_before_a_command_that_cannot_send_itself_and_runs_nothing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    given = commanding(monkeypatch, None)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--url", "http://127.0.0.1:8080", "check"])
+    assert exited.value.code == 2
+    assert "error: --url does not go with check: " in capsys.readouterr().err
+    assert given == []
+    assert cli.main(["--url", "http://127.0.0.1:8080", "list"]) == 7
+    assert given[1].url == "http://127.0.0.1:8080"
+
+
 @pytest.mark.parametrize(
     ("error", "code", "line"),
     [

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from trio_routines import __version__
-from trio_routines.cli.parser import build_parser
+from trio_routines.cli.parser import build_parser, check_url_goes
 from trio_routines.cli.values import budgets
 
 SLOT = datetime(2026, 7, 7, 9, tzinfo=UTC)
@@ -22,6 +22,7 @@ COMMON = {
     "replica": None,
     "log_format": None,
     "log_level": "info",
+    "url": None,
 }
 
 # Each command with the least it needs, and every field it then reads (past the common ones).
@@ -41,16 +42,17 @@ DEFAULTS: list[tuple[list[str], dict[str, Any]]] = [
             "http": None,
         },
     ),
-    (["run", "d"], {"name": "d", "url": None, "grace": 10.0}),
+    (["run", "d"], {"name": "d", "url": None, "takes_url": True, "grace": 10.0}),
     (
         ["fire", "d", "--slot", "2026-07-07T09:00Z"],
-        {"name": "d", "slot": SLOT, "json": False, "url": None, "grace": 10.0},
+        {"name": "d", "slot": SLOT, "json": False, "url": None, "takes_url": True, "grace": 10.0},
     ),
     (
         ["history", "d"],
         {
             "name": "d",
             "url": None,
+            "takes_url": True,
             "n": None,
             "since": None,
             "outcome": None,
@@ -58,8 +60,8 @@ DEFAULTS: list[tuple[list[str], dict[str, Any]]] = [
             "output": False,
         },
     ),
-    (["list"], {"json": False, "url": None}),
-    (["status"], {"url": None, "json": False}),
+    (["list"], {"json": False, "url": None, "takes_url": True}),
+    (["status"], {"url": None, "takes_url": True, "json": False}),
     (
         ["next"],
         {"name": None, "cron": None, "tz": None, "seed_name": None, "n": 5, "after": None},
@@ -76,11 +78,15 @@ DEFAULTS: list[tuple[list[str], dict[str, Any]]] = [
             "prompt": "p",
             "json": False,
             "url": None,
+            "takes_url": True,
         },
     ),
-    (["unwake", "i", "--session", "s"], {"id": "i", "session": "s", "url": None}),
-    (["pause", "d"], {"name": "d", "url": None}),
-    (["resume", "d"], {"name": "d", "url": None}),
+    (
+        ["unwake", "i", "--session", "s"],
+        {"id": "i", "session": "s", "url": None, "takes_url": True},
+    ),
+    (["pause", "d"], {"name": "d", "url": None, "takes_url": True}),
+    (["resume", "d"], {"name": "d", "url": None, "takes_url": True}),
     (["migrate"], {}),
 ]
 
@@ -122,10 +128,11 @@ EVERY_OPTION: list[tuple[list[str], dict[str, Any]]] = [
             "http": ("127.0.0.1", 0),
         },
     ),
-    (["run", "d", "--url", URL, "--grace", "0"], {"name": "d", "url": URL, "grace": 0.0}),
+    (["run", "d", "--url", URL, "--grace", "0"],
+     {"name": "d", "url": URL, "takes_url": True, "grace": 0.0}),
     (
         ["fire", "d", "--slot", "2026-07-07T11:00+02:00", "--json", "--url", URL, "--grace", "1"],
-        {"name": "d", "slot": SLOT, "json": True, "url": URL, "grace": 1.0},
+        {"name": "d", "slot": SLOT, "json": True, "url": URL, "takes_url": True, "grace": 1.0},
     ),
     (
         [
@@ -134,7 +141,7 @@ EVERY_OPTION: list[tuple[list[str], dict[str, Any]]] = [
         ],
         {
             "name": "d",
-            "url": URL,
+            "url": URL, "takes_url": True,
             "n": 3,
             "since": SLOT,
             "outcome": ["failed", "missed"],
@@ -142,8 +149,8 @@ EVERY_OPTION: list[tuple[list[str], dict[str, Any]]] = [
             "output": True,
         },
     ),
-    (["list", "--json", "--url", URL], {"json": True, "url": URL}),
-    (["status", "--url", URL, "--json"], {"url": URL, "json": True}),
+    (["list", "--json", "--url", URL], {"json": True, "url": URL, "takes_url": True}),
+    (["status", "--url", URL, "--json"], {"url": URL, "takes_url": True, "json": True}),
     (
         [
             "next", "d", "--cron", "H 9 * * *", "--tz", "Europe/Berlin", "--name", "seed",
@@ -171,12 +178,13 @@ EVERY_OPTION: list[tuple[list[str], dict[str, Any]]] = [
             "until": SLOT,
             "prompt": "p",
             "json": True,
-            "url": URL,
+            "url": URL, "takes_url": True,
         },
     ),
-    (["unwake", "i", "--session", "s", "--url", URL], {"id": "i", "session": "s", "url": URL}),
-    (["pause", "d", "--url", URL], {"name": "d", "url": URL}),
-    (["resume", "d", "--url", URL], {"name": "d", "url": URL}),
+    (["unwake", "i", "--session", "s", "--url", URL],
+     {"id": "i", "session": "s", "url": URL, "takes_url": True}),
+    (["pause", "d", "--url", URL], {"name": "d", "url": URL, "takes_url": True}),
+    (["resume", "d", "--url", URL], {"name": "d", "url": URL, "takes_url": True}),
 ]  # fmt: skip
 
 
@@ -199,6 +207,7 @@ def test_the_common_options_are_read_before_or_after_the_command() -> None:
         "replica": "r1",
         "log_format": "json",
         "log_level": "debug",  # read in any case
+        "url": None,
         "command": "check",
     }
     assert parsed(*given, "check") == want
@@ -208,6 +217,46 @@ def test_the_common_options_are_read_before_or_after_the_command() -> None:
     assert parsed("--routines", "a", "check", "--routines", "b")["routines"] == "b"
     assert parsed("--log-level", "error", "list")["log_level"] == "error"
     assert parsed("--log-format", "journal", "list")["log_format"] == "journal"
+
+
+URL_TAKERS = [
+    "run d",
+    "fire d --slot 2026-07-07T09:00Z",
+    "history d",
+    "list",
+    "status",
+    "wake --session s --in 5m --prompt p",
+    "unwake i --session s",
+    "pause d",
+    "resume d",
+]
+
+
+@pytest.mark.parametrize("command", URL_TAKERS)
+def test_a_url_before_the_command_goes_with_it(command: str) -> None:
+    args = build_parser().parse_args(["--url", URL, *command.split()])
+    check_url_goes(build_parser(), args)
+    assert (args.url, args.takes_url) == (URL, True)
+    later = build_parser().parse_args(["--url", URL, *command.split(), "--url", "http://[::1]:9"])
+    assert later.url == "http://[::1]:9"  # given after too, the later one wins
+
+
+@pytest.mark.parametrize("command", ["serve", "next d", "check", "migrate"])
+def test_a_url_before_a_command_that_cannot_send_itself_is_refused(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = build_parser()
+    args = parser.parse_args(["--url", URL, *command.split()])
+    with pytest.raises(SystemExit) as exited:
+        check_url_goes(parser, args)
+    assert exited.value.code == 2
+    assert capsys.readouterr() == (
+        "",
+        f"python -m trio_routines: error: --url does not go with {command.split()[0]}: it "
+        "sends run, fire, history, list, status, wake, unwake, pause and resume to a running "
+        "serve (see --help)\n",
+    )
+    check_url_goes(parser, parser.parse_args(command.split()))  # without it: nothing said
 
 
 def refusal(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -417,7 +466,7 @@ def test_the_program_lists_every_command_and_the_common_options(
     assert shown.startswith(
         "usage: python -m trio_routines [-h] [--state PATH_OR_URL] [--routines DIR] "
         "[--agent SPEC] [--replica NAME] [--log-format {text,json,journal}] [--log-level "
-        "{debug,info,warning,error}] [--version] COMMAND ... Fire cron routines and "
+        "{debug,info,warning,error}] [--url URL] [--version] COMMAND ... Fire cron routines and "
         "self-scheduled wake-ups into an agent, each cron slot at most once."
     )
     listing = " ".join(f"{name} {what}" for name, what in DESCRIPTIONS.items())

@@ -28,7 +28,7 @@ from ..errors import InvalidWakeup, TrioRoutinesError
 from ..logs import configure_logging
 from ..text import shown
 from .output import CliError, state_label
-from .parser import build_parser
+from .parser import build_parser, check_url_goes
 
 __all__ = ["CliError", "build_parser", "main", "state_label"]
 
@@ -80,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _tolerant_streams()
     parser = build_parser()
     args = parser.parse_args(argv)
+    check_url_goes(parser, args)
     configure_logging(args.log_format, args.log_level)
     try:
         return trio.run(_command(args.command), args)

@@ -91,15 +91,31 @@ def _add_turn_grace(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_url(parser: argparse.ArgumentParser) -> None:
+def _add_url(parser: argparse.ArgumentParser, *, before: bool = False) -> None:
+    """``--url`` on a command that can ask a running ``serve``; with ``before``, on the
+    program, for a ``--url`` given before the command's name (then checked to go with it:
+    :func:`check_url_goes`). The command's copy defaults to SUPPRESS, as the common options'
+    do, so that it keeps a ``--url`` given before the name."""
     parser.add_argument(
         "--url",
         type=values.server_url,
         metavar="URL",
+        default=None if before else argparse.SUPPRESS,
         help="send it to a running serve's HTTP surface instead of touching the state, e.g. "
         "http://127.0.0.1:8080 (default: $TRIO_ROUTINES_URL; the token from "
         "$TRIO_ROUTINES_TOKEN)",
     )
+    if not before:
+        parser.set_defaults(takes_url=True)
+
+
+def check_url_goes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse a ``--url`` given before a command that cannot send itself to a server."""
+    if args.url is not None and not getattr(args, "takes_url", False):
+        parser.error(
+            f"--url does not go with {args.command}: it sends run, fire, history, list, "
+            "status, wake, unwake, pause and resume to a running serve"
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         "each cron slot at most once.",
     )
     _add_common(parser, suppress=False)
+    _add_url(parser, before=True)
     parser.add_argument("--version", action="version", version=f"trio-routines {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
