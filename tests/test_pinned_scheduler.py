@@ -36,7 +36,7 @@ async def test_fire_refuses_a_slot_off_the_grid_naming_it(autojump_clock: Any) -
     with pytest.raises(NotOnGrid) as caught:
         await scheduler.fire("hourly", at(9, 30))
     assert str(caught.value) == (
-        "2026-07-07T09-30-00-000Z is not on the cron grid of 'hourly' (0 * * * *)"
+        "slot 2026-07-07T09:30:00.000Z is not on the cron grid of 'hourly' (0 * * * *)"
     )
     assert agent.turns == []
 

@@ -104,7 +104,7 @@ class FirePath:
         slot = truncate_ms(slot)
         if not on_grid(routine, slot):
             raise NotOnGrid(
-                f"{slot_name(slot)} is not on the cron grid of {name!r} ({routine.cron})"
+                f"slot {format_iso(slot)} is not on the cron grid of {name!r} ({routine.cron})"
             )
         now = self._runtime.now()
         if slot > now:
