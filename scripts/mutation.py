@@ -586,6 +586,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["tests/test_usage.py", "tests/test_store_usage.py", "tests/test_pinned_usage.py"],
     ),
     "procgroup": (["trio_routines/procgroup.py"], ["tests/test_procgroup.py"]),
+    # The store a --state names (open_store, the URLs refused), in-process.
+    "storesopen": (
+        ["trio_routines/stores/__init__.py"],
+        ["tests/test_state_urls.py", "tests/test_pinned_stores.py", "tests/test_pinned_cli_output.py"],
+    ),
     "openclaims": (["trio_routines/scheduler/openclaims.py"], ["tests/test_open_claims.py"]),
     "tools": (
         ["trio_routines/tools.py"],
@@ -828,6 +833,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_cli_views.py",
             "tests/test_cli_views.py",
             "tests/test_cli_remote.py",
+            "tests/test_state_urls.py",
             # They run the command as a process of its own, which the copy cannot run (the
             # second, a `serve`, waits idle until the hang bound ends mutmut's first run).
             "--deselect=tests/test_cli_views.py::test_the_strip_falls_back_to_ascii_when_stdout_is_not_utf8",
@@ -936,6 +942,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_credentials.py",
             "tests/test_pinned_cli_output.py",
             "tests/test_pinned_credentials.py",
+            "tests/test_state_urls.py",
             "--hypothesis-profile=mutation",
         ],
     ),

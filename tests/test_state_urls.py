@@ -52,9 +52,17 @@ def test_a_url_of_another_scheme_is_a_problem(state: str) -> None:
     )
 
 
-@pytest.mark.parametrize("state", ["postgresql://db/x", "postgres://u@db:5433/x?sslmode=off"])
-def test_a_postgresql_url_is_no_problem(state: str) -> None:
+DATABASES = ["postgresql://db/x", "postgres://u@db:5433/x?sslmode=off"]
+
+
+@pytest.mark.parametrize("state", DATABASES, ids=["long-prefix", "short-prefix"])
+def test_a_database_url_is_no_problem_and_opens_the_database_store(state: str) -> None:
+    from trio_routines.stores.postgres import PostgresStore
+
     assert state_problem(state) is None
+    store = open_store(state, migrate="never")  # nothing is connected before it is used
+    assert isinstance(store, PostgresStore)
+    assert (store.url, store._tables.migrates) == (state, "never")
 
 
 @pytest.mark.parametrize("state", TAKEN_AS_PATHS)
