@@ -589,7 +589,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # The store a --state names (open_store, the URLs refused), in-process.
     "storesopen": (
         ["trio_routines/stores/__init__.py"],
-        ["tests/test_state_urls.py", "tests/test_pinned_stores.py", "tests/test_pinned_cli_output.py"],
+        [
+            "tests/test_state_urls.py",
+            "tests/test_pinned_stores.py",
+            "tests/test_pinned_cli_output.py",
+        ],
     ),
     "openclaims": (["trio_routines/scheduler/openclaims.py"], ["tests/test_open_claims.py"]),
     "tools": (

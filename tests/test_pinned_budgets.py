@@ -15,6 +15,7 @@ from trio_routines.budgets import (
 )
 from trio_routines.errors import InvalidOption, InvalidRoutine
 from trio_routines.ledger import Spent
+from trio_routines.routines import Routine
 
 
 def test_a_money_budget_is_written_in_its_own_currency() -> None:
@@ -56,7 +57,12 @@ def test_the_largest_amount_is_allowed_written_or_built() -> None:
 def test_a_budget_that_is_not_one_is_refused_whole_and_as_the_routines() -> None:
     with pytest.raises(InvalidOption) as option:
         checked_budgets([Budget(1.0, "tokens", "day"), 5])  # type: ignore[list-item]
-    assert str(option.value) == "a budget must be a Budget or text, not int"
+    wanted = "budgets must be text ('200k tokens/day, 5 USD/week') or a sequence of Budget, not "
+    assert str(option.value) == wanted + "int in a sequence"
     with pytest.raises(InvalidRoutine) as routine:
-        routine_budgets([5])
-    assert str(routine.value) == '"budget": a budget must be a Budget or text, not int'
+        routine_budgets(["200k tokens/day"])
+    assert str(routine.value) == f'"budget": {wanted}str in a sequence'
+    for scalar in (5, 2.5, object()):
+        with pytest.raises(InvalidRoutine) as unlisted:
+            Routine(name="r", prompt="p", budgets=scalar)
+        assert str(unlisted.value) == f'"budget": {wanted}{type(scalar).__name__}'

@@ -312,6 +312,33 @@ async def test_readyz_refusals_and_their_log_lines_whole(
         assert errors(caplog) == []
 
 
+async def test_before_its_run_a_scheduler_is_not_ready_and_starts_nothing_in_the_background(
+    autojump_clock: Any,
+) -> None:
+    """Mounted in a host before ``run`` (or while it boots): not ready, and a fire or a run that
+    would go on in the running scheduler says it is not running, not that it is stopping."""
+    store = MemoryStore()
+    scheduler, agent, *_ = rig(ADHOC, store=store, external_clock=True)
+    not_yet = "the scheduler is not running yet: its boot has not completed"
+    assert await refused(api.readyz(scheduler)) == (503, not_yet, (("retry-after", "5"),))
+    fire = {"name": "adhoc", "slot": iso(T0), "wait": False}
+    assert await refused(api.fire(scheduler, fire)) == (
+        503,
+        "the scheduler is not running",
+        (("retry-after", "5"),),
+    )
+    assert await refused(api.run(scheduler, {"name": "adhoc", "wait": False})) == (
+        503,
+        "the scheduler is not running; no turn can be started in it",
+        (("retry-after", "5"),),
+    )
+    assert (agent.turns, await store.history("adhoc")) == ([], [])
+    async with trio.open_nursery() as nursery:
+        await started(scheduler, nursery)
+        assert (await api.readyz(scheduler)).status == 200
+        scheduler.stop(grace=0)
+
+
 # -- GET /routines, history, replicas, pause -----------------------------------------------------
 
 

@@ -198,6 +198,19 @@ def test_each_format_is_written_to_stderr_with_the_fires_fields(tmp_path: Path) 
     assert len(stderr.read_text().splitlines()) == 3  # one handler at a time
 
 
+@pytest.mark.parametrize("bad", ["bogus", "Text", ""])
+def test_a_format_that_is_none_of_the_three_is_refused_and_the_handlers_kept(
+    tmp_path: Path, bad: str
+) -> None:
+    with stderr_in(tmp_path / "stderr"):
+        configure_logging("text", "info")
+        handlers = log.handlers[:]
+        with pytest.raises(ValueError, match=r"^log_format must be ") as refused:
+            configure_logging(bad, "info")
+        assert log.handlers == handlers
+    assert str(refused.value) == f"log_format must be text, json, journal or None, not {bad!r}"
+
+
 def test_no_format_named_is_text_unless_stderr_is_the_journals(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

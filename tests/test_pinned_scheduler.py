@@ -7,17 +7,17 @@ Every test runs under virtual time and was checked against the product broken by
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 import trio
 from scheduler_rig import HOURLY, NO_ANSWER, T0, at, lines, rig
 
-from trio_routines import Outcome, Routine, StateFault
+from trio_routines import InvalidOption, Outcome, Routine, Scheduler, StateFault
 from trio_routines.records import ClaimResult, ClaimStatus
 from trio_routines.scheduler import NotOnGrid, NotYetDue, Stopping
-from trio_routines.testing import Complete, Hang
+from trio_routines.testing import Complete, Hang, MemoryStore, ScriptedAgent, WallClock
 
 SLOW = Routine(name="slow", prompt="Think.", cron="0 * * * *", timeout=2.0)
 STOPPING = "the scheduler is stopping; no new turns are accepted"
@@ -79,7 +79,7 @@ async def test_a_scheduler_that_is_not_running_starts_nothing(autojump_clock: An
     with pytest.raises(Stopping) as run:
         await scheduler.start_run("hourly")
     assert str(fire.value) == "the scheduler is not running"
-    assert str(run.value) == STOPPING
+    assert str(run.value) == "the scheduler is not running; no turn can be started in it"
     assert agent.turns == []
     assert await store.history("hourly") == []
 
@@ -91,8 +91,28 @@ async def test_a_scheduler_that_ran_and_stopped_starts_nothing(autojump_clock: A
         scheduler.stop(0)
     with pytest.raises(Stopping) as fire:
         await scheduler.start_fire("hourly", at(10))
-    assert str(fire.value) == "the scheduler is not running"
+    assert str(fire.value) == "the scheduler is stopping; no new fires are accepted"
     assert agent.turns == []
+
+
+@pytest.mark.parametrize("reading", [datetime(2026, 7, 7, 9), "2026-07-07T09:00Z", None])
+async def test_a_clock_of_naive_datetimes_is_refused_as_the_run_begins(
+    autojump_clock: Any, reading: object
+) -> None:
+    store = MemoryStore()
+    scheduler = Scheduler(
+        agent=ScriptedAgent(), store=store, routines=[HOURLY], now=lambda: reading
+    )
+    with pytest.raises(InvalidOption) as refused:
+        await scheduler.run()
+    assert str(refused.value) == (
+        f"now must be a clock of aware datetimes (with their zone, e.g. UTC); it read {reading!r}"
+    )
+    assert (store.members, store.claims) == ({}, {})  # nothing joined, nothing read
+    scheduler.now = WallClock(T0)
+    async with trio.open_nursery() as nursery:  # the same scheduler, given a clock, runs
+        await nursery.start(scheduler.run)
+        scheduler.stop(0)
 
 
 # -- start_fire and start_run: answer at once, the turn goes on ------------------------------

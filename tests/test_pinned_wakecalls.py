@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 import pytest
@@ -50,6 +50,16 @@ def calls_of(store: MemoryStore) -> WakeupCalls:
     return WakeupCalls(store, runtime, calls, DEFAULT_LIMITS)
 
 
+class _NoOffset(tzinfo):
+    """A zone that knows no offset: ``datetime`` reads its instants as naive."""
+
+    def utcoffset(self, dt: datetime | None) -> None:
+        return None
+
+    def dst(self, dt: datetime | None) -> None:
+        return None
+
+
 @pytest.mark.parametrize(
     ("options", "reply"),
     [
@@ -68,6 +78,15 @@ def calls_of(store: MemoryStore) -> WakeupCalls:
         (
             {"delay": 90, "until": datetime(2026, 7, 8)},
             "until must be an aware instant (with its zone).",
+        ),
+        (
+            {"cron": "0 9 * * *", "until": datetime(2026, 7, 8)},
+            "until must be an aware instant (with its zone).",
+        ),
+        ({"fire_at": datetime(2026, 7, 8)}, "fire_at must be an aware instant (with its zone)."),
+        (
+            {"fire_at": datetime(2026, 7, 8, tzinfo=_NoOffset())},
+            "fire_at must be an aware instant (with its zone).",
         ),
     ],
 )

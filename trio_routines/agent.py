@@ -74,6 +74,12 @@ class Agent(Protocol):
     :class:`Completed` or :class:`Failed` (a ``Failed`` with the busy code means the session
     already has a turn in flight). Raising from the iterator fails the turn; the runtime
     cancels it on a routine's timeout or at the end of a stop's grace, and closes it.
+
+    The runtime reads the stream to its end and is lenient about its shape: a stream that
+    ends without ``Completed`` or ``Failed`` completes; events after the first of them are
+    still read (text after ``Completed`` goes to a kept output; the last ``Failed`` wins, and
+    one with empty details is no failure); anything that is not an event is passed over,
+    logged at DEBUG.
     """
 
     def invoke(self, session: str, text: str) -> AsyncIterator[Event]:

@@ -128,6 +128,11 @@ def parse_budgets(text: str) -> tuple[Budget, ...]:
     return budgets
 
 
+_NOT_BUDGETS = (
+    "budgets must be text ('200k tokens/day, 5 USD/week') or a sequence of Budget, not {}"
+)
+
+
 def checked_budgets(value: str | Sequence[Budget] | None) -> tuple[Budget, ...]:
     """Budgets as given to the :class:`~trio_routines.Scheduler`: text (:func:`parse_budgets`),
     a sequence of :class:`Budget`, or None for none."""
@@ -135,10 +140,13 @@ def checked_budgets(value: str | Sequence[Budget] | None) -> tuple[Budget, ...]:
         return ()
     if isinstance(value, str):
         return parse_budgets(value)
-    budgets = tuple(value)
+    try:
+        budgets = tuple(value)
+    except TypeError:
+        raise InvalidOption(_NOT_BUDGETS.format(type(value).__name__)) from None
     for budget in budgets:
         if not isinstance(budget, Budget):
-            raise InvalidOption(f"a budget must be a Budget or text, not {type(budget).__name__}")
+            raise InvalidOption(_NOT_BUDGETS.format(f"{type(budget).__name__} in a sequence"))
     return budgets
 
 

@@ -217,16 +217,21 @@ def journal_stream(environ: Mapping[str, str] | None = None, stream: Any = None)
 def configure_logging(log_format: str | None, level: str) -> None:
     """Send the ``trio_routines`` logger to stderr in ``log_format``: ``text``, ``json`` or
     ``journal`` (:class:`JournalFormatter`); None picks ``journal`` when stderr is the
-    journal's stream (:func:`journal_stream`), else ``text``."""
+    journal's stream (:func:`journal_stream`), else ``text``. The logger's handlers are
+    replaced by that one, and its records no longer propagate to the root logger. Any other
+    format is a ValueError, and so is a level that is none of logging's names."""
     if log_format is None:
         log_format = "journal" if journal_stream() else "text"
     formatters: dict[str, type[logging.Formatter]] = {
+        "text": TextFormatter,
         "json": JsonFormatter,
         "journal": JournalFormatter,
     }
+    if log_format not in formatters:
+        raise ValueError(f"log_format must be text, json, journal or None, not {log_format!r}")
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(FireFields())
-    handler.setFormatter(formatters.get(log_format, TextFormatter)())
+    handler.setFormatter(formatters[log_format]())
     log.handlers[:] = [handler]
     log.setLevel(level.upper())
     log.propagate = False

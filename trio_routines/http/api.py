@@ -130,9 +130,12 @@ def tools(scheduler: Scheduler, style: ToolStyle) -> Response:
 
 
 async def readyz(scheduler: Scheduler) -> Response:
-    """Ready when running and the store answers within :data:`READY_DEADLINE` seconds."""
+    """Ready when running (its boot done, no stop asked) and the store answers within
+    :data:`READY_DEADLINE` seconds."""
     if scheduler.stopping:
         raise unavailable("the scheduler is stopping")
+    if not scheduler.booted:
+        raise unavailable("the scheduler is not running yet: its boot has not completed")
     problem = f"the state store did not answer within {READY_DEADLINE:g}s"
     with trio.move_on_after(READY_DEADLINE):
         try:
@@ -172,8 +175,8 @@ async def fire(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
         raise Refusal(400, str(exc)) from None
     except OverflowError:
         raise Refusal(400, f"slot {format_iso(at)} is out of range") from None
-    except Stopping:
-        raise unavailable("the scheduler is stopping; no new fires are accepted") from None
+    except Stopping as exc:  # stopping, or not running (yet) for a fire without ``wait``
+        raise unavailable(str(exc)) from None
     except StateFault as exc:
         log.error("POST /fire %s at %s: %s", name[:ECHO], format_iso(at), exc)
         raise unavailable(
@@ -189,8 +192,8 @@ async def run(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
     if not wait:
         try:
             started = await scheduler.start_run(name)
-        except Stopping:
-            raise unavailable("the scheduler is stopping; no new turns are accepted") from None
+        except Stopping as exc:  # stopping, or not running (yet)
+            raise unavailable(str(exc)) from None
         if not started:
             return Response(
                 200,

@@ -133,6 +133,8 @@ class FirePath:
 
     async def start_fire(self, name: str, slot: datetime) -> ClaimResult:
         """Claim ``slot`` now and let the turn continue in the running scheduler's nursery."""
+        if self._stopping.value:
+            raise Stopping("the scheduler is stopping; no new fires are accepted")
         if self._runtime.nursery is None:
             raise Stopping("the scheduler is not running")
         result: ClaimResult = await self._runtime.nursery.start(self.fire, name, slot)

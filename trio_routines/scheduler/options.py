@@ -8,6 +8,7 @@ import contextlib
 import decimal
 import math
 import numbers
+from datetime import datetime
 
 from ..errors import InvalidOption
 from ..wakeups import POLL_RANGE
@@ -39,3 +40,13 @@ def checked_poll(value: float) -> float:
             f"poll_interval must be between {low:g} and {high:g} seconds: {value!r}"
         )
     return seconds
+
+
+def checked_now(value: object) -> None:
+    """A reading of the scheduler's ``now`` clock: an aware :class:`~datetime.datetime`, else a
+    one-line :class:`InvalidOption` (read once as :meth:`Scheduler.run` begins: a naive
+    instant would fail later, deep in the boot's cron arithmetic, without naming the clock)."""
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise InvalidOption(
+            f"now must be a clock of aware datetimes (with their zone, e.g. UTC); it read {value!r}"
+        )

@@ -60,8 +60,10 @@ class OnDemandRuns:
         Raises StateFault when the store cannot say.
         """
         routine = self._runtime.routine(name)
-        if self._runtime.stopping.value or self._runtime.nursery is None:
+        if self._runtime.stopping.value:
             raise Stopping("the scheduler is stopping; no new turns are accepted")
+        if self._runtime.nursery is None:
+            raise Stopping("the scheduler is not running; no turn can be started in it")
         hold: TurnHold | None = None
         with self._calls.bounded():
             hold = await self._holds.enter(routine.session)

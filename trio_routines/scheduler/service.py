@@ -27,7 +27,7 @@ from ..wakeups import POLL_INTERVAL
 from . import report
 from .calls import STOP_MARGIN
 from .openclaims import BOOT_BUDGET
-from .options import checked_poll, checked_seconds
+from .options import checked_now, checked_poll, checked_seconds
 from .parts import Parts
 from .reload import RoutineChanges
 from .state import (
@@ -48,8 +48,9 @@ from .state import (
 class Scheduler:
     """Fires routines and wake-ups into an agent; :mod:`trio_routines.scheduler` says how.
 
-    Start it inside a nursery: ``scheduler = await nursery.start(serve_routines, ...)``, or
-    ``await nursery.start(scheduler.run)``. :meth:`fire` and :meth:`run_now` also work on a
+    Start it inside a nursery: ``scheduler = await nursery.start(partial(serve_routines,
+    ...))`` (its options are keywords: ``functools.partial`` carries them), or ``await
+    nursery.start(scheduler.run)``. :meth:`fire` and :meth:`run_now` also work on a
     scheduler that was never started (the command line's one-shot paths use them so).
 
     ``scheduler.default_grace`` (seconds, 10 unless given) is the grace in-flight turns get
@@ -181,6 +182,7 @@ class Scheduler:
             raise Stopping(
                 f"this scheduler {what}: a Scheduler runs once — build a new one to run again"
             )
+        checked_now(runtime.now())  # before anything is read or written
         self._ran = True
         booted = dict(runtime.routines)
         async with AsyncExitStack() as joined:
@@ -345,8 +347,9 @@ class Scheduler:
         ``"30m"``) or at ``fire_at``, or recurring on ``cron`` (in ``tz``) until ``until``
         (by default the limits' lifetime from now). Callable from inside a turn
         (``current_fire().session`` is the turn's session). Raises :class:`InvalidWakeup`
-        with a model-facing reason (the guardrails, the limits), or StateFault (nothing
-        added). :mod:`trio_routines.tools` offers this to a model."""
+        with a model-facing reason (the guardrails, the limits; it names the tool's
+        parameters, ``in`` for ``delay``; a naive ``fire_at`` or ``until``), or StateFault
+        (nothing added). :mod:`trio_routines.tools` offers this to a model."""
         return await self._parts.wakeup_calls.add(
             session, prompt, delay=delay, fire_at=fire_at, cron=cron, tz=tz, until=until
         )

@@ -68,8 +68,9 @@ class WakeupCalls:
                 raise InvalidWakeup("the delay is too far in the future.") from None
         if cron is None and tz is not None:
             raise InvalidWakeup("tz goes with cron only.")
-        if until is not None and until.tzinfo is None:
-            raise InvalidWakeup("until must be an aware instant (with its zone).")
+        for what, instant in (("fire_at", fire_at), ("until", until)):
+            if instant is not None and instant.utcoffset() is None:
+                raise InvalidWakeup(f"{what} must be an aware instant (with its zone).")
         origin = asked_by(current_fire())  # the turn in progress, or the embedding API
         with self._calls.bounded():
             recent: tuple[datetime, ...] = ()

@@ -73,6 +73,10 @@ class ScriptedAgent:
     ``default`` applies to every turn; :meth:`script` queues one-off behaviours for a session
     (or for any session with ``session=None``), consumed in order. ``on_turn`` is called at the
     start of each turn, e.g. to stop the scheduler from inside one.
+
+    ``turns`` lists every turn asked for, in order, as a :class:`Turn` (its ``fire`` says why
+    it ran: a routine's slot, a wake-up, a run); ``finished``, those whose events all went
+    out (neither cut short nor failing by raising).
     """
 
     def __init__(
