@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 from prometheus_client import CollectorRegistry, generate_latest
@@ -137,3 +138,20 @@ async def test_the_collector_gives_a_registry_the_same_series(
     }
     registry.unregister(collector)
     assert list(registry.collect()) == []
+
+
+async def test_a_registry_refuses_the_series_a_second_time_and_keeps_one_copy(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    scheduler = await _scheduler_after_a_fire(autojump_clock)
+    registry = CollectorRegistry()  # describes nothing by itself: the collector must
+    collector = register(scheduler, registry)
+    once = generate_latest(registry)
+    with pytest.raises(ValueError, match=r"^Duplicated timeseries in CollectorRegistry: "):
+        register(scheduler, registry)
+    assert generate_latest(registry) == once
+    assert {f.name for f in collector.describe()} == {f.name for f in collector.collect()}
+    assert all(f.samples == [] for f in collector.describe())
+    registry.unregister(collector)
+    register(scheduler, registry)  # once let go, it may be registered again
+    assert generate_latest(registry) == once

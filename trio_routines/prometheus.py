@@ -25,6 +25,12 @@ class Collector:
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
 
+    def describe(self) -> Iterator[Metric]:
+        """The families without their samples: the names the registry checks when the
+        collector is registered, so that a second registration of them is refused."""
+        for family in self.scheduler.metric_families():
+            yield Metric(family.name, family.help, family.kind)
+
     def collect(self) -> Iterator[Metric]:
         """The scheduler's families, read now (``prometheus_client`` calls it per scrape)."""
         for family in self.scheduler.metric_families():
@@ -36,7 +42,9 @@ class Collector:
 
 def register(scheduler: Scheduler, registry: CollectorRegistry = REGISTRY) -> Collector:
     """Add ``scheduler``'s series to ``registry`` (the default one unless given); returns the
-    collector, for ``registry.unregister``."""
+    collector, for ``registry.unregister``. A registry that holds any of those series already
+    (this scheduler's, registered twice, or another's) refuses them: ``prometheus_client``'s
+    ValueError."""
     collector = Collector(scheduler)
     registry.register(collector)
     return collector
