@@ -515,7 +515,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # The runtime's series in a host's prometheus_client registry.
     "prometheus": (
         ["trio_routines/prometheus.py"],
-        ["tests/test_metrics.py::test_the_collector_gives_a_registry_the_same_series"],
+        [
+            "tests/test_metrics.py::test_the_collector_gives_a_registry_the_same_series",
+            "tests/test_metrics.py::"
+            "test_a_registry_refuses_the_series_a_second_time_and_keeps_one_copy",
+        ],
     ),
     # The status page's views (a routine's timeline marks) and their markup, pure values in
     # and text out, and under the page served over a real server on a loopback port.

@@ -150,8 +150,52 @@ async def test_a_registry_refuses_the_series_a_second_time_and_keeps_one_copy(
     with pytest.raises(ValueError, match=r"^Duplicated timeseries in CollectorRegistry: "):
         register(scheduler, registry)
     assert generate_latest(registry) == once
-    assert {f.name for f in collector.describe()} == {f.name for f in collector.collect()}
+    described = {(f.name, f.documentation, f.type) for f in collector.describe()}
+    assert described == {(f.name, f.documentation, f.type) for f in collector.collect()}
     assert all(f.samples == [] for f in collector.describe())
     registry.unregister(collector)
     register(scheduler, registry)  # once let go, it may be registered again
     assert generate_latest(registry) == once
+
+
+# -- a turn that died with its process -----------------------------------------------------------
+
+
+def _series(scheduler: Scheduler, name: str, routine: str) -> dict[str, float]:
+    """The samples of family ``name`` for ``routine``: by outcome, or ``""`` when unlabelled."""
+    family = _parsed(scheduler.render_metrics())[name]
+    return {
+        s.labels.get("outcome", ""): s.value
+        for s in family.samples
+        if s.labels.get("routine") == routine and not s.name.endswith("_created")
+    }
+
+
+async def test_a_turn_that_died_with_its_process_counts_as_interrupted_at_the_next_boot(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A restarted replica records the claim its process left open ``interrupted``: counted,
+    in the failure streak, and the last success stays the last completed turn's end, not the
+    open claim's slot (the boot read the newest claim before recording it)."""
+    hour = timedelta(hours=1)
+    t0 = datetime(2026, 7, 7, 9, tzinfo=UTC)
+    store = MemoryStore()
+    await store.claim("hourly", t0 - 3 * hour, t0 - 3 * hour, replica="gone:1")
+    await store.settle("hourly", t0 - 3 * hour, Outcome.COMPLETED, 2000)
+    await store.claim("hourly", t0 - 2 * hour, t0 - 2 * hour, replica="gone:1")
+    await store.settle("hourly", t0 - 2 * hour, Outcome.FAILED, 10, error="no")
+    await store.claim("hourly", t0 - hour, t0 - hour, replica="gone:1")  # its process died
+    routines = [Routine(name="hourly", prompt="p", cron="0 * * * *")]
+    wall = WallClock(t0 - hour + timedelta(minutes=5))
+    scheduler = Scheduler(agent=ScriptedAgent(), store=store, routines=routines, now=wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        [*_, open_one] = await store.history("hourly")
+        assert open_one.outcome is Outcome.INTERRUPTED
+        assert _series(scheduler, "trio_routines_fires", "hourly") == {"interrupted": 1.0}
+        assert _series(scheduler, "trio_routines_consecutive_failures", "hourly") == {"": 2.0}
+        last = (t0 - 3 * hour + timedelta(seconds=2)).timestamp()
+        assert _series(scheduler, "trio_routines_last_success_timestamp_seconds", "hourly") == {
+            "": last
+        }
+        nursery.cancel_scope.cancel()

@@ -101,6 +101,8 @@ async def test_a_started_scheduler_records_older_open_claims_of_dead_holders_and
         (at(8), None, None),
         (at(9), Outcome.COMPLETED, None),
     ]
+    # Counted as this replica's record of an interrupted fire; the one held elsewhere is not.
+    assert scheduler.metrics.fires["hourly", "interrupted"] == 1
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warned == [
         "hourly: the fire of slot 2026-07-07T07:00:00.000Z claimed at "

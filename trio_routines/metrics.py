@@ -137,6 +137,14 @@ class Metrics:
         self.durations.observe(routine, ms / 1000)
         self.lateness.observe(routine, late if late > 0.0 else 0.0)
 
+    def found_interrupted(self, routine: str) -> None:
+        """A claimed slot whose turn died with its process (this one's before a restart, or
+        another replica's) was recorded ``interrupted`` here: counted as a fire of that
+        outcome, and in the routine's failure streak. Two replicas that record one at the
+        same moment (the store writes it once) may both count it."""
+        self.fires[routine, "interrupted"] += 1
+        self.failing[routine] = self.failing.get(routine, 0) + 1
+
     def succeeded(self, routine: str, at: datetime) -> None:
         """``routine`` last completed a claimed slot at ``at`` (also seeded at boot)."""
         if routine not in self.last_success or self.last_success[routine] < at:

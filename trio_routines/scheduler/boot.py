@@ -86,14 +86,15 @@ class Boot:
         async def interrupted(name: str) -> None:
             # Only if still unsettled: another scheduler sharing the store may have been the
             # one mid-turn, and may have settled the real outcome just before we write.
-            await self._calls.settle_once(
+            if await self._calls.settle_once(
                 name,
                 unsettled[name],
                 Outcome.INTERRUPTED,
                 None,  # no duration: the turn's end was never seen
                 if_unsettled=True,
                 error=BOOT_INTERRUPTED,
-            )
+            ):
+                self._runtime.metrics.found_interrupted(name)
 
         await for_each(interrupted, unsettled)
         if not plan:  # an external clock decides every slot
@@ -222,12 +223,14 @@ class Boot:
     async def _seed_failing(self, newest: dict[str, Fire | None]) -> None:
         """Seed each routine's failure streak and last success for /metrics, so that a routine
         failing since its first run has both series from the boot on. Only a routine whose
-        newest claim failed has its history read (a boot of 10,000 healthy routines reads none);
-        a history that cannot be read seeds what the newest claim says."""
+        newest claim failed, or is open (a turn running elsewhere, or one its process died in,
+        which the boot then records interrupted and counts), has its history read (a boot of
+        10,000 healthy routines reads none); a history that cannot be read seeds what the
+        newest claim says."""
         failing = [
             name
             for name, fire in newest.items()
-            if fire is not None and fire.outcome in (Outcome.FAILED, Outcome.INTERRUPTED)
+            if fire is not None and fire.outcome in (None, Outcome.FAILED, Outcome.INTERRUPTED)
         ]
         histories = await for_each(self._calls.history, failing, on_fault=lambda _n, _f: None)
         now = self._runtime.now()

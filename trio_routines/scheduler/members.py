@@ -125,14 +125,15 @@ class MemberWatch:
                 format_iso(fire.fired_at),
                 fire.replica,
             )
-            await self._calls.settle_once(
+            if await self._calls.settle_once(
                 name,
                 fire.slot,
                 Outcome.INTERRUPTED,
                 None,
                 if_unsettled=True,
                 error=SWEPT_INTERRUPTED,
-            )
+            ):
+                self._runtime.metrics.found_interrupted(name)
 
     async def note_dead_members(self) -> None:
         """At the boot: members already dead were reconciled by it (their newest claims)."""

@@ -112,14 +112,15 @@ class OpenClaims:
 
     async def _interrupted(self, name: str, fire: Fire) -> None:
         try:
-            await self._calls.settle_once(
+            if await self._calls.settle_once(
                 name,
                 fire.slot,
                 Outcome.INTERRUPTED,
                 None,
                 if_unsettled=True,
                 error=OPEN_INTERRUPTED,
-            )
+            ):
+                self._runtime.metrics.found_interrupted(name)
         except Exception as exc:  # a store's bug (settle never raises): a failed settle's WARN
             log.warning(
                 "%s: slot %s could not be recorded interrupted: %s: %s",
