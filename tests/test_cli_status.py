@@ -63,14 +63,16 @@ def test_status_shows_the_turns_a_running_serve_has_in_flight(env: Env) -> None:
 
     idle = status(env, "--url", url)  # no routines directory, no state here: the server's
     assert idle.returncode == 0, idle.stderr
-    assert idle.stdout.splitlines()[-1] == f"IN FLIGHT  0 turns ({url})"
+    assert idle.stdout.splitlines()[-1] == f"IN FLIGHT  0 turns on {url}"
     assert [line.split()[0] for line in idle.stdout.splitlines()[1:3]] == ["daily", "slow"]
 
     started = request(port, "POST", "/run", {"name": "slow", "wait": False}, token=TOKEN)
     assert started[0] == 202
     wait_for(lambda: request(port, "GET", "/healthz")[1]["inFlight"] == 1, 20, "the turn")
     busy = status(env, "--url", url)
-    assert busy.stdout.splitlines()[-1] == f"IN FLIGHT  1 turn ({url}): slow"
+    assert (
+        busy.stdout.splitlines()[-1] == f"IN FLIGHT  1 turn on {url}; running on any replica: slow"
+    )
     as_json = json.loads(status(env, "--url", url, "--json").stdout)
     assert as_json["server"] == {"url": url, "inFlight": 1, "running": ["slow"]}
     assert [r["name"] for r in as_json["routines"]] == ["daily", "slow"]

@@ -87,10 +87,13 @@ def test_the_in_flight_line_counts_turns_and_names_what_runs() -> None:
     assert in_flight_line(None) == (
         "IN FLIGHT  - (no server asked: pass --url or set TRIO_ROUTINES_URL)"
     )
-    assert in_flight_line(InFlight("http://h", 0)) == "IN FLIGHT  0 turns (http://h)"
-    assert in_flight_line(InFlight("http://h", 1, ("a",))) == "IN FLIGHT  1 turn (http://h): a"
+    assert in_flight_line(InFlight("http://h", 0)) == "IN FLIGHT  0 turns on http://h"
+    assert (
+        in_flight_line(InFlight("http://h", 1, ("a",)))
+        == "IN FLIGHT  1 turn on http://h; running on any replica: a"
+    )
     assert in_flight_line(InFlight("http://h", 2, ("a", "b"))) == (
-        "IN FLIGHT  2 turns (http://h): a, b"
+        "IN FLIGHT  2 turns on http://h; running on any replica: a, b"
     )
 
 
@@ -582,7 +585,7 @@ async def test_status_from_a_server_shows_its_live_replicas_and_turns_in_flight(
         "replicas (1 live):\n"
         "  a:1  v1.2.3  started 2026-07-01T00:00:00.000Z  seen 0s ago  1 in flight\n"
         "\n"
-        f"IN FLIGHT  1 turn ({URL}): adhoc\n",
+        f"IN FLIGHT  1 turn on {URL}; running on any replica: adhoc\n",
         "",
     )
     assert await cmd_status(remote("status", "--json")) == 0

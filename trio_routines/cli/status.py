@@ -223,9 +223,11 @@ def routine_json(row: RoutineRow) -> dict[str, Any]:
 def in_flight_line(flight: InFlight | None) -> str:
     if flight is None:
         return "IN FLIGHT  - (no server asked: pass --url or set TRIO_ROUTINES_URL)"
+    # The count is the asked server's own; the routines running are the store's, whichever
+    # replica runs them.
     turns = "1 turn" if flight.count == 1 else f"{flight.count} turns"
-    running = f": {', '.join(flight.running)}" if flight.running else ""
-    return f"IN FLIGHT  {turns} ({flight.url}){running}"
+    running = f"; running on any replica: {', '.join(flight.running)}" if flight.running else ""
+    return f"IN FLIGHT  {turns} on {flight.url}{running}"
 
 
 # --- the commands ---------------------------------------------------------------------------
