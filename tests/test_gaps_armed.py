@@ -198,7 +198,7 @@ async def test_slots_the_store_did_not_answer_become_a_store_gap_once_it_answers
     assert [f.slot for f in await store.history("r")] == [at(3), at(4)]
     assert [t.wall for t in agent.turns] == [at(3), at(4)]
     assert dict(sched.metrics.missed) == {("r", "store"): 2}
-    assert "the store did not answer when the slot was due (a store gap" in caplog.text
+    assert "the store failed or did not answer when the slot was due (a store gap" in caplog.text
 
 
 async def test_a_store_gap_that_cannot_be_written_yet_waits_for_the_next_answer(
@@ -319,8 +319,8 @@ def test_a_store_gap_is_shown_by_history_the_api_and_the_page(
     assert main(["history", "r", "--state", str(state)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[2].endswith(
-        "missed 2 slots 2026-07-07T23:01Z–2026-07-07T23:02Z: the store did not answer when "
-        "the slot was due"
+        "missed 2 slots 2026-07-07T23:01Z–2026-07-07T23:02Z: the store failed or did not "
+        "answer when the slot was due"
     )
     assert main(["history", "r", "--state", str(state), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[1] == {
@@ -348,4 +348,6 @@ def test_a_store_gap_is_shown_by_history_the_api_and_the_page(
     }
     fires = [Fire(at(0), at(0), Outcome.COMPLETED, 1), Fire(at(3), at(3), Outcome.COMPLETED, 1)]
     marks, _ = timeline([at(n) for n in range(4)], fires, at(10), [gap(1, 2, GapReason.STORE)])
-    assert "missed (store: the store did not answer when the slot was due)" in describe(marks[1])
+    assert "missed (store: the store failed or did not answer when the slot was due)" in describe(
+        marks[1]
+    )

@@ -16,8 +16,8 @@ Between a routine's first claim and now, every slot of its cron is either claime
 * ``down``: no scheduler ran, and nothing was caught up: the routine wants no catch-up
   (``catchup: none``), or it had never fired (a routine that never fired never back-fires;
   its slots count from when it was first armed, :func:`unfired_gaps`);
-* ``store``: the store did not answer when the slot was to be claimed (recorded once it
-  answers again, and only for slots that have no claim: see ``scheduler.gaps``).
+* ``store``: the store failed or did not answer when the slot was to be claimed (recorded
+  once it answers again, and only for slots that have no claim: see ``scheduler.gaps``).
 
 A gap is a range with its count -- not a record per slot -- and consecutive paused slots
 extend one gap. This module is pure: counting slots, the boot's plan, and the rule every

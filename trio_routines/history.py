@@ -30,7 +30,7 @@ GAP_WHY = {
     GapReason.PAUSED: "the routine was paused",
     GapReason.CAUGHT_UP: "no scheduler ran; the catch-up fired an earlier slot instead",
     GapReason.LATE: "no scheduler ran; older than the catch-up window",
-    GapReason.STORE: "the store did not answer when the slot was due",
+    GapReason.STORE: "the store failed or did not answer when the slot was due",
 }
 
 

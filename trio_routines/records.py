@@ -283,7 +283,7 @@ class GapReason(enum.StrEnum):
     PAUSED = "paused"  # the routine was paused
     CAUGHT_UP = "caught-up"  # no scheduler ran; the catch-up fired an earlier slot instead
     LATE = "late"  # no scheduler ran; older than the routine's catch-up window
-    STORE = "store"  # the store did not answer when the slot was to be claimed
+    STORE = "store"  # the store failed or did not answer when the slot was to be claimed
 
 
 def _positive_count(_i: object, _a: attrs.Attribute[int], value: int) -> None:
