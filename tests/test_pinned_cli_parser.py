@@ -398,7 +398,8 @@ OPTIONS_HELP = {
         "--grace SECONDS how long in-flight turns may finish on stop (default: 10)",
         "--external-clock arm no cron loops: slots arrive through `fire` or POST /fire",
         "--no-wakeups do not fire wake-ups",
-        "--poll SECONDS wake-up poll interval (default: 30)",
+        "--poll SECONDS how often due wake-ups are looked for, and the replica's heartbeat and "
+        "its look for dead replicas' claims (default: 30)",
         "--wakeup-timeout SECONDS end a wake-up turn that runs longer, as failed, so that the "
         "wake-ups due after it run (default: no timeout)",
         "--session-budget BUDGETS what each session's wake-up turns may spend per rolling "

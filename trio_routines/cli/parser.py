@@ -157,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=values.poll_seconds,
         default=POLL_INTERVAL,
         metavar="SECONDS",
-        help=f"wake-up poll interval (default: {POLL_INTERVAL:g})",
+        help="how often due wake-ups are looked for, and the replica's heartbeat and its look "
+        f"for dead replicas' claims (default: {POLL_INTERVAL:g})",
     )
     serve.add_argument(
         "--wakeup-timeout",
