@@ -332,3 +332,14 @@ def test_a_value_above_every_bound_is_counted_only_in_the_last_bucket() -> None:
         assert got[name + "_bucket", (*r, ("le", last))] == 1
         assert got[name + "_bucket", (*r, ("le", "+Inf"))] == 2
         assert got[name + "_count", r] == 2
+
+
+def test_a_turn_found_interrupted_counts_as_a_fire_of_that_outcome_and_a_failure() -> None:
+    metrics = Metrics()
+    metrics.found_interrupted("r")  # a routine this process knew nothing of yet
+    metrics.found_interrupted("r")
+    assert (metrics.fires["r", "interrupted"], metrics.failing["r"]) == (2, 2)
+    metrics.fired("r", "completed", 10, 0.0)
+    metrics.found_interrupted("r")
+    assert (metrics.fires["r", "interrupted"], metrics.failing["r"]) == (3, 1)
+    assert dict(metrics.fires) == {("r", "interrupted"): 3, ("r", "completed"): 1}
