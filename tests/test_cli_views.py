@@ -39,7 +39,7 @@ SEEDED_HISTORY_TOP = [
     "SLOT               FIRED AT                  LATE  OUTCOME     TOOK   BY  REASON",
     "2026-07-22T09:00Z  2026-07-22T09:00:00.000Z  0ms   unreported  -      -",
     "2026-07-21T09:00Z  2026-07-21T09:00:00.000Z  0ms   skipped     3ms    -   "
-    "the previous turn was still running",
+    "its session was busy: another turn of it was still running",
     "2026-07-20T09:00Z  2026-07-20T09:00:00.000Z  0ms   failed      1.2s   -   "
     "exit status 2: API key \\x1b[31mexpired",
     "2026-07-19T09:00Z  2026-07-19T09:00:01.200Z  1.2s  completed   1m05s  -",

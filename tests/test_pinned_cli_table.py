@@ -79,7 +79,9 @@ def test_an_outcome_and_its_reason() -> None:
     assert t.outcome_word(fire(None)) == "unreported"
     assert t.outcome_word(fire(Outcome.COMPLETED)) == "completed"
     assert t.reason(fire(Outcome.FAILED, "exit status 2")) == "exit status 2"
-    assert t.reason(fire(Outcome.SKIPPED)) == "the previous turn was still running"
+    assert t.reason(fire(Outcome.SKIPPED)) == (
+        "its session was busy: another turn of it was still running"
+    )
     assert t.reason(fire(Outcome.SKIPPED, "over budget")) == "over budget"
     assert t.reason(fire(Outcome.FAILED)) == ""
     assert t.reason(fire(Outcome.COMPLETED)) == ""

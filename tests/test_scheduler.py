@@ -410,7 +410,7 @@ async def test_a_fire_refused_by_our_own_turn_of_its_session_stores_no_reason(
         "the next fires per cron"
     )
     fires = {f.slot: (f.outcome, f.error) for f in await rig.store.history("hourly")}
-    # history shows the runtime's own "the previous turn was still running" for it
+    # history shows its own reason for it: the session was busy with another turn
     assert fires == {at(9): (Outcome.COMPLETED, None), at(10): (Outcome.SKIPPED, None)}
     assert len(rig.agent.turns) == 1
 

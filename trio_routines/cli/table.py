@@ -25,7 +25,9 @@ _GLYPHS: dict[Outcome | None, tuple[str, str]] = {
     None: ("?", "?"),  # claimed, never settled, and no live replica runs it (a crash)
 }
 _RUNNING = ("▸", ">")  # claimed, not settled yet: a live replica runs its turn now
-BUSY_REASON = "the previous turn was still running"
+# A skipped claim stores no reason when a turn of its session ran in this or another replica:
+# the routine's previous turn, or a `run`, or a wake-up's turn in that session.
+BUSY_REASON = "its session was busy: another turn of it was still running"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
