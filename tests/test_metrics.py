@@ -199,3 +199,34 @@ async def test_a_turn_that_died_with_its_process_counts_as_interrupted_at_the_ne
             "": last
         }
         nursery.cancel_scope.cancel()
+
+
+class SettledMeanwhile(MemoryStore):
+    """A store where the turn's own process settles it ``completed`` just before the boot's
+    ``interrupted`` arrives (a rolling restart): the boot's settle then writes nothing, and
+    answers True all the same, as the contract says."""
+
+    async def settle(
+        self, routine: str, slot: datetime, outcome: Outcome, *args: Any, **kw: Any
+    ) -> bool:
+        if kw.get("if_unsettled"):
+            await super().settle(routine, slot, Outcome.COMPLETED, 1000)
+        return await super().settle(routine, slot, outcome, *args, **kw)
+
+
+async def test_a_claim_settled_meanwhile_by_its_own_process_is_not_counted_interrupted(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    t0 = datetime(2026, 7, 7, 9, tzinfo=UTC)
+    store = SettledMeanwhile()
+    await store.claim("hourly", t0 - timedelta(hours=1), t0 - timedelta(hours=1), replica="old:1")
+    routines = [Routine(name="hourly", prompt="p", cron="0 * * * *")]
+    wall = WallClock(t0 - timedelta(minutes=55))
+    scheduler = Scheduler(agent=ScriptedAgent(), store=store, routines=routines, now=wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        [fire] = await store.history("hourly")
+        assert fire.outcome is Outcome.COMPLETED  # the real outcome stands
+        assert _series(scheduler, "trio_routines_fires", "hourly") == {}
+        assert _series(scheduler, "trio_routines_consecutive_failures", "hourly") == {"": 0.0}
+        nursery.cancel_scope.cancel()

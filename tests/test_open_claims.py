@@ -102,7 +102,9 @@ async def test_a_started_scheduler_records_older_open_claims_of_dead_holders_and
         (at(9), Outcome.COMPLETED, None),
     ]
     # Counted as this replica's record of an interrupted fire; the one held elsewhere is not.
+    # Behind a newer completed claim, it is no failure in a row: the streak stays 0.
     assert scheduler.metrics.fires["hourly", "interrupted"] == 1
+    assert scheduler.metrics.failing["hourly"] == 0
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warned == [
         "hourly: the fire of slot 2026-07-07T07:00:00.000Z claimed at "

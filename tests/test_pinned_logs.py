@@ -211,6 +211,21 @@ def test_a_format_that_is_none_of_the_three_is_refused_and_the_handlers_kept(
     assert str(refused.value) == f"log_format must be text, json, journal or None, not {bad!r}"
 
 
+@pytest.mark.parametrize("bad", ["loud", "", "info "])
+def test_a_level_that_is_none_of_loggings_is_refused_and_the_handlers_kept(
+    tmp_path: Path, bad: str
+) -> None:
+    with stderr_in(tmp_path / "stderr"):
+        configure_logging("text", "warning")
+        handlers, level = log.handlers[:], log.level
+        with pytest.raises(ValueError, match=r"^level must be ") as refused:
+            configure_logging("json", bad)
+        assert (log.handlers, log.level) == (handlers, level)
+    assert str(refused.value) == (
+        f"level must be a name of logging's levels (debug, info…), not {bad!r}"
+    )
+
+
 def test_no_format_named_is_text_unless_stderr_is_the_journals(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -334,12 +334,17 @@ def test_a_value_above_every_bound_is_counted_only_in_the_last_bucket() -> None:
         assert got[name + "_count", r] == 2
 
 
-def test_a_turn_found_interrupted_counts_as_a_fire_of_that_outcome_and_a_failure() -> None:
+def test_a_turn_found_interrupted_counts_as_a_fire_and_takes_the_streak_it_is_given() -> None:
     metrics = Metrics()
     metrics.found_interrupted("r")  # a routine this process knew nothing of yet
     metrics.found_interrupted("r")
-    assert (metrics.fires["r", "interrupted"], metrics.failing["r"]) == (2, 2)
-    metrics.fired("r", "completed", 10, 0.0)
-    metrics.found_interrupted("r")
-    assert (metrics.fires["r", "interrupted"], metrics.failing["r"]) == (3, 1)
-    assert dict(metrics.fires) == {("r", "interrupted"): 3, ("r", "completed"): 1}
+    assert (metrics.fires["r", "interrupted"], metrics.failing.get("r")) == (2, None)
+    ended = datetime(2026, 7, 7, 9, tzinfo=UTC)
+    metrics.found_interrupted("r", (3, ended))  # as the history holding it reads
+    assert (metrics.fires["r", "interrupted"], metrics.failing["r"]) == (3, 3)
+    assert metrics.last_success["r"] == ended
+    metrics.found_interrupted("r", (1, ended - timedelta(hours=1)))  # never moves it back
+    assert (metrics.failing["r"], metrics.last_success["r"]) == (1, ended)
+    metrics.found_interrupted("r", (4, None))
+    assert (metrics.failing["r"], metrics.last_success["r"]) == (4, ended)
+    assert dict(metrics.fires) == {("r", "interrupted"): 5}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any
 
 import pytest
@@ -84,6 +84,11 @@ class _NoOffset(tzinfo):
             "until must be an aware instant (with its zone).",
         ),
         ({"fire_at": datetime(2026, 7, 8)}, "fire_at must be an aware instant (with its zone)."),
+        ({"fire_at": "2026-07-08T09:00Z"}, "fire_at must be an aware instant (with its zone)."),
+        (
+            {"cron": "0 9 * * *", "until": date(2026, 7, 8)},
+            "until must be an aware instant (with its zone).",
+        ),
         (
             {"fire_at": datetime(2026, 7, 8, tzinfo=_NoOffset())},
             "fire_at must be an aware instant (with its zone).",

@@ -28,6 +28,10 @@ REFUSED = [
     "redis://localhost:6379/0",
     "x://",
     "a+b.c-d://host",
+    " postgresql://db.example/prod",  # a blank before it: not libpq's prefix
+    "\tpostgres://db.example/prod",
+    "postgresql:/db.example/prod",  # a slash short
+    "Postgres:db",
 ]
 
 TAKEN_AS_PATHS = [
@@ -75,6 +79,13 @@ def test_a_scheme_needs_its_two_slashes() -> None:
     assert state_problem("state://") is not None
     assert state_problem("state:/x") is None
     assert state_problem("./state://") is None
+
+
+def test_a_password_with_a_slash_or_an_at_sign_is_masked_whole() -> None:
+    problem = state_problem("mysql://admin:hun/t@r@db/prod")
+    assert problem is not None
+    assert problem.startswith("mysql://admin:***@db/prod is a URL")
+    assert "hun" not in problem
 
 
 def test_the_credentials_of_a_refused_url_are_masked() -> None:

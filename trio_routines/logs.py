@@ -229,9 +229,12 @@ def configure_logging(log_format: str | None, level: str) -> None:
     }
     if log_format not in formatters:
         raise ValueError(f"log_format must be text, json, journal or None, not {log_format!r}")
+    numeric = logging.getLevelName(level.upper()) if isinstance(level, str) else None
+    if not isinstance(numeric, int):  # checked before the handlers are replaced
+        raise ValueError(f"level must be a name of logging's levels (debug, info…), not {level!r}")
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(FireFields())
     handler.setFormatter(formatters[log_format]())
     log.handlers[:] = [handler]
-    log.setLevel(level.upper())
+    log.setLevel(numeric)
     log.propagate = False

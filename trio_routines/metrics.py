@@ -137,13 +137,21 @@ class Metrics:
         self.durations.observe(routine, ms / 1000)
         self.lateness.observe(routine, late if late > 0.0 else 0.0)
 
-    def found_interrupted(self, routine: str) -> None:
+    def found_interrupted(
+        self, routine: str, streak: tuple[int, datetime | None] | None = None
+    ) -> None:
         """A claimed slot whose turn died with its process (this one's before a restart, or
         another replica's) was recorded ``interrupted`` here: counted as a fire of that
-        outcome, and in the routine's failure streak. Two replicas that record one at the
-        same moment (the store writes it once) may both count it."""
+        outcome. ``streak``: the routine's failures since its newest completed turn and that
+        turn's end, as its history reads with this record in it (the newest claim's; an older
+        one found open leaves the streak as it was). Two replicas that record one at the same
+        moment with the same words may both count it."""
         self.fires[routine, "interrupted"] += 1
-        self.failing[routine] = self.failing.get(routine, 0) + 1
+        if streak is not None:
+            failing, success = streak
+            self.failing[routine] = failing
+            if success is not None:
+                self.succeeded(routine, success)
 
     def succeeded(self, routine: str, at: datetime) -> None:
         """``routine`` last completed a claimed slot at ``at`` (also seeded at boot)."""

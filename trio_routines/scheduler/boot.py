@@ -12,7 +12,7 @@ claims do not leave the others' interrupted fires unreported.
 from __future__ import annotations
 
 from collections.abc import Collection
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TypeVar
 
 from ..cron import next_run
@@ -26,6 +26,7 @@ from .arming import Arming
 from .calls import StoreCalls, for_each
 from .gaps import GapRecording, gap_words
 from .membership import Membership
+from .openclaims import count_interrupted, ended
 from .state import Runtime, log
 
 BOOT_INTERRUPTED = "the process stopped mid-turn (found unsettled at the next boot)"
@@ -67,6 +68,8 @@ class Boot:
         unsettled = {}
         for (name, fire), live in zip(open_claims.items(), alive, strict=True):
             if live:  # its holder runs it now: another replica, or this one's fire
+                if plan and routines[name].cron is not None:  # seeded as _seed_failing would
+                    self._runtime.metrics.armed(name, min(fire.slot, self._runtime.now()))
                 log.info(
                     "%s: slot %s is running on replica %s — left to it",
                     name,
@@ -86,15 +89,25 @@ class Boot:
         async def interrupted(name: str) -> None:
             # Only if still unsettled: another scheduler sharing the store may have been the
             # one mid-turn, and may have settled the real outcome just before we write.
-            if await self._calls.settle_once(
-                name,
-                unsettled[name],
-                Outcome.INTERRUPTED,
-                None,  # no duration: the turn's end was never seen
-                if_unsettled=True,
-                error=BOOT_INTERRUPTED,
+            slot = unsettled[name]
+            seeded = plan and routines[name].cron is not None  # as _seed_failing's routines
+            if (
+                not (
+                    await self._calls.settle_once(
+                        name,
+                        slot,
+                        Outcome.INTERRUPTED,
+                        None,  # no duration: the turn's end was never seen
+                        if_unsettled=True,
+                        error=BOOT_INTERRUPTED,
+                    )
+                    and await count_interrupted(
+                        self._calls, self._runtime.metrics, name, slot, BOOT_INTERRUPTED, arm=seeded
+                    )
+                )
+                and seeded
             ):
-                self._runtime.metrics.found_interrupted(name)
+                self._runtime.metrics.armed(name, min(slot, self._runtime.now()))
 
         await for_each(interrupted, unsettled)
         if not plan:  # an external clock decides every slot
@@ -212,7 +225,7 @@ class Boot:
         newest = await for_each(self._calls.latest_fire, routines, on_fault=fault)
         for name, fire in newest.items():  # /metrics' last success, before this boot
             if fire is not None and fire.outcome is Outcome.COMPLETED:
-                self._runtime.metrics.succeeded(name, _ended(fire))
+                self._runtime.metrics.succeeded(name, ended(fire))
         if not tolerant:
             cron = {
                 name: fire for name, fire in newest.items() if self._runtime.routines[name].cron
@@ -223,14 +236,14 @@ class Boot:
     async def _seed_failing(self, newest: dict[str, Fire | None]) -> None:
         """Seed each routine's failure streak and last success for /metrics, so that a routine
         failing since its first run has both series from the boot on. Only a routine whose
-        newest claim failed, or is open (a turn running elsewhere, or one its process died in,
-        which the boot then records interrupted and counts), has its history read (a boot of
-        10,000 healthy routines reads none); a history that cannot be read seeds what the
-        newest claim says."""
+        newest claim failed has its history read (a boot of 10,000 healthy routines reads none);
+        a history that cannot be read seeds what the newest claim says. A routine whose newest
+        claim is open is seeded once the boot knows whether its turn runs elsewhere (from that
+        claim) or died (from its history, when the boot records it interrupted)."""
         failing = [
             name
             for name, fire in newest.items()
-            if fire is not None and fire.outcome in (None, Outcome.FAILED, Outcome.INTERRUPTED)
+            if fire is not None and fire.outcome in (Outcome.FAILED, Outcome.INTERRUPTED)
         ]
         histories = await for_each(self._calls.history, failing, on_fault=lambda _n, _f: None)
         now = self._runtime.now()
@@ -239,21 +252,14 @@ class Boot:
             if fires:
                 count, success = failing_streak(fires)
                 if success is not None:
-                    self._runtime.metrics.succeeded(name, _ended(success))
+                    self._runtime.metrics.succeeded(name, ended(success))
                 self._runtime.metrics.armed(name, fires[0].slot, count)
             elif fire is not None and fire.outcome in (Outcome.FAILED, Outcome.INTERRUPTED):
                 self._runtime.metrics.armed(name, fire.slot, 1)
+            elif fire is not None and fire.outcome is None:
+                continue  # open: seeded by the reconcile (see the docstring)
             else:
                 self._runtime.metrics.armed(name, now if fire is None else min(fire.slot, now))
-
-
-def _ended(fire: Fire) -> datetime:
-    """When ``fire``'s turn ended: its claim's instant and its duration. A stored duration
-    that runs past the calendar's end (a hand-edited or damaged record) is no duration."""
-    try:
-        return fire.fired_at + timedelta(milliseconds=fire.ms or 0)
-    except OverflowError:
-        return fire.fired_at
 
 
 def _log_missed(

@@ -24,7 +24,7 @@ from ..records import Outcome
 from ..store import Store
 from .calls import StoreCalls, for_each
 from .membership import Membership
-from .openclaims import WATCH_BUDGET, OpenClaims
+from .openclaims import WATCH_BUDGET, OpenClaims, count_interrupted
 from .state import Grace, Runtime, log
 
 WATCH_AT_LEAST = 1.0  # seconds between two looks, whatever the poll interval
@@ -133,7 +133,14 @@ class MemberWatch:
                 if_unsettled=True,
                 error=SWEPT_INTERRUPTED,
             ):
-                self._runtime.metrics.found_interrupted(name)
+                await count_interrupted(
+                    self._calls,
+                    self._runtime.metrics,
+                    name,
+                    fire.slot,
+                    SWEPT_INTERRUPTED,
+                    arm=getattr(self._runtime.routines.get(name), "cron", None) is not None,
+                )
 
     async def note_dead_members(self) -> None:
         """At the boot: members already dead were reconciled by it (their newest claims)."""

@@ -15,10 +15,14 @@ version that holds them while they run, so a free hold means a dead holder.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 import trio
 
 from ..errors import StateFault
+from ..history import failing_streak
 from ..instants import format_iso
+from ..metrics import Metrics
 from ..records import Fire, Outcome
 from ..store import Store
 from .calls import StoreCalls
@@ -120,6 +124,7 @@ class OpenClaims:
                 if_unsettled=True,
                 error=OPEN_INTERRUPTED,
             ):
+                # Counted, not in the streak: a claim behind newer ones is no run in a row.
                 self._runtime.metrics.found_interrupted(name)
         except Exception as exc:  # a store's bug (settle never raises): a failed settle's WARN
             log.warning(
@@ -129,3 +134,35 @@ class OpenClaims:
                 type(exc).__name__,
                 exc,
             )
+
+
+def ended(fire: Fire) -> datetime:
+    """When ``fire``'s turn ended: its claim's instant and its duration. A stored duration
+    that runs past the calendar's end (a hand-edited or damaged record) is no duration."""
+    try:
+        return fire.fired_at + timedelta(milliseconds=fire.ms or 0)
+    except OverflowError:
+        return fire.fired_at
+
+
+async def count_interrupted(
+    calls: StoreCalls, metrics: Metrics, name: str, slot: datetime, error: str, *, arm: bool
+) -> bool:
+    """Count the newest claim of ``name``, at ``slot``, recorded interrupted with ``error``
+    by this process: only if the store holds that very record (a settle ``if_unsettled`` of
+    a claim settled meanwhile writes nothing, and answers True all the same), its failure
+    streak and last success read from the history that holds it; with ``arm``, the routine's
+    series made (:meth:`Metrics.armed`) as a boot makes a cron routine's. False when it was
+    not counted (not this record, or the history unreadable)."""
+    try:
+        fires = await calls.history(name)
+    except StateFault:
+        return False
+    mine = [fire for fire in fires if fire.slot == slot]
+    if not mine or mine[-1].outcome is not Outcome.INTERRUPTED or mine[-1].error != error:
+        return False
+    failing, success = failing_streak(fires)
+    metrics.found_interrupted(name, (failing, None if success is None else ended(success)))
+    if arm:  # with no success known, the last success reads the oldest instant known
+        metrics.armed(name, fires[0].slot, failing)
+    return True

@@ -69,7 +69,9 @@ class WakeupCalls:
         if cron is None and tz is not None:
             raise InvalidWakeup("tz goes with cron only.")
         for what, instant in (("fire_at", fire_at), ("until", until)):
-            if instant is not None and instant.utcoffset() is None:
+            if instant is not None and (
+                not isinstance(instant, datetime) or instant.utcoffset() is None
+            ):
                 raise InvalidWakeup(f"{what} must be an aware instant (with its zone).")
         origin = asked_by(current_fire())  # the turn in progress, or the embedding API
         with self._calls.bounded():

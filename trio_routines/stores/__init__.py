@@ -10,7 +10,8 @@ from ..store import Store
 from .credentials import shown_state
 from .directory import DirectoryStore as DirectoryStore
 
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")  # a scheme, then "//" (RFC 3986)
+_URL = re.compile(r"\s*[A-Za-z][A-Za-z0-9+.-]*://")  # a scheme, then "//" (RFC 3986)
+_ALMOST = re.compile(r"(?i)\s*postgres(?:ql)?:")  # PostgreSQL's, a slash short or cased so
 
 
 def is_postgres_url(state: str) -> bool:
@@ -22,12 +23,23 @@ def state_problem(state: str) -> str | None:
     ``postgresq://``, ``mysql://``) would otherwise be read as a directory path, and replicas
     meant to share a database would each keep a state of their own, every one firing every
     slot. A directory whose name starts so is still given as ``./name``."""
-    if is_postgres_url(state) or _URL.match(state) is None:
+    if is_postgres_url(state) or (_URL.match(state) is None and _ALMOST.match(state) is None):
         return None
     return (
-        f"{shown_state(state)} is a URL of no store (a PostgreSQL URL starts with "
+        f"{_shown(state)} is a URL of no store (a PostgreSQL URL starts with "
         "postgresql:// or postgres://); for a directory of that name, write ./ before it"
     )
+
+
+def _shown(state: str) -> str:
+    """A refused URL as its message shows it: the password of its user-info masked up to
+    the last ``@`` (a raw ``/`` in it included), then as :func:`shown_state` masks a state."""
+    head, slashes, rest = state.partition("://")
+    if slashes and "@" in rest:
+        userinfo, _, after = rest.rpartition("@")
+        user, colon, _ = userinfo.partition(":")
+        rest = f"{user}:***@{after}" if colon else rest
+    return shown_state(head + slashes + rest)
 
 
 MIGRATES = ("always", "create", "never")
