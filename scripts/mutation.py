@@ -599,7 +599,17 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_cli_output.py",
         ],
     ),
-    "openclaims": (["trio_routines/scheduler/openclaims.py"], ["tests/test_open_claims.py"]),
+    # The walk for older open claims, and the count of a fire recorded interrupted that the
+    # boot and the member watch share (with their tests).
+    "openclaims": (
+        ["trio_routines/scheduler/openclaims.py"],
+        [
+            "tests/test_open_claims.py",
+            "tests/test_metrics.py",
+            "tests/test_pinned_member_watch.py",
+            "tests/test_pinned_scheduler_boot.py",
+        ],
+    ),
     "tools": (
         ["trio_routines/tools.py"],
         [

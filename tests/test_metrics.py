@@ -12,7 +12,7 @@ import trio.testing
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from trio_routines import Outcome, Routine, Scheduler
+from trio_routines import Outcome, Routine, Scheduler, StateFault
 from trio_routines.metrics import Metrics
 from trio_routines.prometheus import register
 from trio_routines.testing import Complete, MemoryStore, ScriptedAgent, WallClock
@@ -202,23 +202,33 @@ async def test_a_turn_that_died_with_its_process_counts_as_interrupted_at_the_ne
 
 
 class SettledMeanwhile(MemoryStore):
-    """A store where the turn's own process settles it ``completed`` just before the boot's
-    ``interrupted`` arrives (a rolling restart): the boot's settle then writes nothing, and
-    answers True all the same, as the contract says."""
+    """A store where another process settles the claim just before the boot's
+    ``interrupted`` arrives: the turn's own process ``completed`` (a rolling restart), or
+    another replica's watch ``interrupted`` in its own words. The boot's settle then writes
+    nothing, and answers True all the same, as the contract says."""
+
+    def __init__(self, outcome: Outcome, error: str | None) -> None:
+        super().__init__()
+        self.meanwhile = (outcome, error)
 
     async def settle(
         self, routine: str, slot: datetime, outcome: Outcome, *args: Any, **kw: Any
     ) -> bool:
         if kw.get("if_unsettled"):
-            await super().settle(routine, slot, Outcome.COMPLETED, 1000)
+            done, why = self.meanwhile
+            await super().settle(routine, slot, done, 1000, error=why)
         return await super().settle(routine, slot, outcome, *args, **kw)
 
 
-async def test_a_claim_settled_meanwhile_by_its_own_process_is_not_counted_interrupted(
-    autojump_clock: trio.testing.MockClock,
+@pytest.mark.parametrize(
+    ("outcome", "error"),
+    [(Outcome.COMPLETED, None), (Outcome.INTERRUPTED, "another replica's words")],
+)
+async def test_a_claim_settled_meanwhile_by_another_process_is_not_counted_here(
+    autojump_clock: trio.testing.MockClock, outcome: Outcome, error: str | None
 ) -> None:
     t0 = datetime(2026, 7, 7, 9, tzinfo=UTC)
-    store = SettledMeanwhile()
+    store = SettledMeanwhile(outcome, error)
     await store.claim("hourly", t0 - timedelta(hours=1), t0 - timedelta(hours=1), replica="old:1")
     routines = [Routine(name="hourly", prompt="p", cron="0 * * * *")]
     wall = WallClock(t0 - timedelta(minutes=55))
@@ -226,7 +236,27 @@ async def test_a_claim_settled_meanwhile_by_its_own_process_is_not_counted_inter
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         [fire] = await store.history("hourly")
-        assert fire.outcome is Outcome.COMPLETED  # the real outcome stands
+        assert (fire.outcome, fire.error) == (outcome, error)  # the other's record stands
         assert _series(scheduler, "trio_routines_fires", "hourly") == {}
         assert _series(scheduler, "trio_routines_consecutive_failures", "hourly") == {"": 0.0}
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_history_unreadable_after_the_record_seeds_the_series_from_the_claim(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The boot recorded the claim interrupted, then cannot read the history to count it: the
+    routine's series are made as for any open claim (from its slot), nothing counted."""
+    t0 = datetime(2026, 7, 7, 9, tzinfo=UTC)
+    slot = t0 - timedelta(hours=1)
+    store = MemoryStore()
+    await store.claim("hourly", slot, slot, replica="old:1")
+    store.fail("history", StateFault("the disk went away"))
+    routines = [Routine(name="hourly", prompt="p", cron="0 * * * *")]
+    wall = WallClock(t0 - timedelta(minutes=55))
+    scheduler = Scheduler(agent=ScriptedAgent(), store=store, routines=routines, now=wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        assert _series(scheduler, "trio_routines_fires", "hourly") == {}
+        assert scheduler.metrics.last_success == {"hourly": slot}
         nursery.cancel_scope.cancel()

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from logrecords import SLOT, STAMP, record
@@ -211,9 +212,9 @@ def test_a_format_that_is_none_of_the_three_is_refused_and_the_handlers_kept(
     assert str(refused.value) == f"log_format must be text, json, journal or None, not {bad!r}"
 
 
-@pytest.mark.parametrize("bad", ["loud", "", "info "])
+@pytest.mark.parametrize("bad", ["loud", "", "info ", 20])
 def test_a_level_that_is_none_of_loggings_is_refused_and_the_handlers_kept(
-    tmp_path: Path, bad: str
+    tmp_path: Path, bad: Any
 ) -> None:
     with stderr_in(tmp_path / "stderr"):
         configure_logging("text", "warning")

@@ -81,6 +81,12 @@ def test_a_scheme_needs_its_two_slashes() -> None:
     assert state_problem("./state://") is None
 
 
+def test_a_user_without_a_password_is_shown_as_given() -> None:
+    problem = state_problem("mysql://admin@db/prod")
+    assert problem is not None
+    assert problem.startswith("mysql://admin@db/prod is a URL")
+
+
 def test_a_password_with_a_slash_or_an_at_sign_is_masked_whole() -> None:
     problem = state_problem("mysql://admin:hun/t@r@db/prod")
     assert problem is not None

@@ -164,5 +164,5 @@ async def count_interrupted(
     failing, success = failing_streak(fires)
     metrics.found_interrupted(name, (failing, None if success is None else ended(success)))
     if arm:  # with no success known, the last success reads the oldest instant known
-        metrics.armed(name, fires[0].slot, failing)
+        metrics.armed(name, fires[0].slot)
     return True
