@@ -72,6 +72,11 @@ def test_every_form_libpq_reads_a_credential_from_is_masked(form: str, secret: s
         ("postgresql://h/db?password=Zq&ss", "postgresql://h/db?password=***&***"),
         # libpq reads the user-info up to an "@" past a "?": a user name, still masked.
         ("postgresql://h?password=Zq@b", "postgresql://h?password=***@b"),
+        # A raw "/" in a password: the user-info runs to the last "@" before the query.
+        ("postgresql://me:Zq/rs@h/db", "postgresql://me:***@h/db"),
+        ("postgresql://me:Zq/r@s@h/db?sslmode=off", "postgresql://me:***@h/db?sslmode=off"),
+        # An "@" in the path, no user-info: shown as it is.
+        ("postgresql://h/db@x", "postgresql://h/db@x"),
         ("host=h PASSWORD=Zq", "host=h PASSWORD=***"),
         ("host=h password='Zq unterminated", "host=h password=***"),
         ("user=me passwords=x", "user=me passwords=x"),

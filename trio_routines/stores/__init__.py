@@ -26,20 +26,9 @@ def state_problem(state: str) -> str | None:
     if is_postgres_url(state) or (_URL.match(state) is None and _ALMOST.match(state) is None):
         return None
     return (
-        f"{_shown(state)} is a URL of no store (a PostgreSQL URL starts with "
+        f"{shown_state(state)} is a URL of no store (a PostgreSQL URL starts with "
         "postgresql:// or postgres://); for a directory of that name, write ./ before it"
     )
-
-
-def _shown(state: str) -> str:
-    """A refused URL as its message shows it: the password of its user-info masked up to
-    the last ``@`` (a raw ``/`` in it included), then as :func:`shown_state` masks a state."""
-    head, slashes, rest = state.partition("://")
-    if slashes and "@" in rest:
-        userinfo, _, after = rest.rpartition("@")
-        user, colon, _ = userinfo.partition(":")
-        rest = f"{user}:***@{after}" if colon else rest
-    return shown_state(head + slashes + rest)
 
 
 MIGRATES = ("always", "create", "never")

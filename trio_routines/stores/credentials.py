@@ -68,6 +68,8 @@ def _masked(state: str) -> tuple[str, set[str]]:
         return _masked_pairs(state, secrets), secrets
     head, rest = state[: scheme.end()], state[scheme.end() :]
     authority = rest.split("/", 1)[0]
+    if "@" not in authority:  # a password with a raw "/": its user-info runs to the last "@"
+        authority = rest.split("?", 1)[0]  # before the query, masked whole all the same
     user_end = authority.rfind("@")
     if user_end >= 0:
         user, colon, password = authority[:user_end].partition(":")
