@@ -80,6 +80,15 @@ def gap_line(gap: Gap, show: Callable[[datetime], str] = format_iso) -> str:
     return f"missed {about}{gap.count} {slots} {span}: {GAP_WHY[gap.reason]}"
 
 
+def ended(fire: Fire) -> datetime:
+    """When ``fire``'s turn ended: its claim's instant and its duration. A stored duration
+    that runs past the calendar's end (a hand-edited or damaged record) is no duration."""
+    try:
+        return fire.fired_at + timedelta(milliseconds=fire.ms or 0)
+    except OverflowError:
+        return fire.fired_at
+
+
 def failing_streak(fires: Sequence[Fire]) -> tuple[int, Fire | None]:
     """How many claimed slots ended failed or interrupted since the newest completed one, and
     that one (None when none is retained). Skipped and unsettled claims are passed over."""

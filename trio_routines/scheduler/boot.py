@@ -18,7 +18,7 @@ from typing import TypeVar
 from ..cron import next_run
 from ..errors import StateFault
 from ..gaps import BootPlan, plan_boot, unfired_gaps
-from ..history import failing_streak
+from ..history import ended, failing_streak
 from ..instants import format_iso
 from ..records import Fire, Outcome
 from ..routines import catchup_text
@@ -26,7 +26,7 @@ from .arming import Arming
 from .calls import StoreCalls, for_each
 from .gaps import GapRecording, gap_words
 from .membership import Membership
-from .openclaims import count_interrupted, ended
+from .openclaims import count_interrupted
 from .state import Runtime, log
 
 BOOT_INTERRUPTED = "the process stopped mid-turn (found unsettled at the next boot)"
@@ -91,23 +91,21 @@ class Boot:
             # one mid-turn, and may have settled the real outcome just before we write.
             slot = unsettled[name]
             seeded = plan and routines[name].cron is not None  # as _seed_failing's routines
-            if (
-                not (
-                    await self._calls.settle_once(
-                        name,
-                        slot,
-                        Outcome.INTERRUPTED,
-                        None,  # no duration: the turn's end was never seen
-                        if_unsettled=True,
-                        error=BOOT_INTERRUPTED,
-                    )
-                    and await count_interrupted(
-                        self._calls, self._runtime.metrics, name, slot, BOOT_INTERRUPTED, arm=seeded
-                    )
-                )
-                and seeded
+            recorded = await self._calls.settle_once(
+                name,
+                slot,
+                Outcome.INTERRUPTED,
+                None,  # no duration: the turn's end was never seen
+                if_unsettled=True,
+                error=BOOT_INTERRUPTED,
+            )
+            metrics = self._runtime.metrics
+            if recorded and await count_interrupted(
+                self._calls, metrics, name, slot, BOOT_INTERRUPTED, arm=seeded
             ):
-                self._runtime.metrics.armed(name, min(slot, self._runtime.now()))
+                return  # counted, its series seeded from the history holding the record
+            if seeded:  # not counted here: seeded from the claim, as one left to its holder
+                metrics.armed(name, min(slot, self._runtime.now()))
 
         await for_each(interrupted, unsettled)
         if not plan:  # an external clock decides every slot

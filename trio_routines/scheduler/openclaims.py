@@ -15,12 +15,12 @@ version that holds them while they run, so a free hold means a dead holder.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import trio
 
 from ..errors import StateFault
-from ..history import failing_streak
+from ..history import ended, failing_streak
 from ..instants import format_iso
 from ..metrics import Metrics
 from ..records import Fire, Outcome
@@ -134,15 +134,6 @@ class OpenClaims:
                 type(exc).__name__,
                 exc,
             )
-
-
-def ended(fire: Fire) -> datetime:
-    """When ``fire``'s turn ended: its claim's instant and its duration. A stored duration
-    that runs past the calendar's end (a hand-edited or damaged record) is no duration."""
-    try:
-        return fire.fired_at + timedelta(milliseconds=fire.ms or 0)
-    except OverflowError:
-        return fire.fired_at
 
 
 async def count_interrupted(
