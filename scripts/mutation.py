@@ -717,7 +717,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # The runtime's series (their rendering, and what the scheduler counts into them) and a
     # turn's kept output.
     "metrics": (
-        ["trio_routines/metrics.py"],
+        ["trio_routines/metrics.py", "trio_routines/exposition.py"],
         [
             "tests/test_metrics.py",
             "tests/test_pinned_metrics.py",

@@ -4,49 +4,30 @@ The runtime records what happens to each fire -- its outcome, its turn's duratio
 started behind its slot, when a routine last succeeded -- and every refused claim, restarted
 loop, lost settle and clock jump. :meth:`Metrics.families` turns that, plus a snapshot of the
 scheduler, into :class:`Family` values (name, type, help, samples); both ways out are made
-from them, so they cannot disagree: :func:`render` writes the text exposition format (0.0.4)
-for ``GET /metrics`` with no dependency, and :mod:`trio_routines.prometheus` (the ``metrics``
-extra) hands the same families to a host's ``prometheus_client`` registry.
+from them, so they cannot disagree: :func:`render` (:mod:`trio_routines.exposition`, the
+format's own layer) writes the text exposition format (0.0.4) for ``GET /metrics`` with no
+dependency, and :mod:`trio_routines.prometheus` (the ``metrics`` extra) hands the same
+families to a host's ``prometheus_client`` registry.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
-import math
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
-import attrs
+from .exposition import Family, Labels, Sample, number, render
+
+__all__ = ["Family", "Histograms", "Labels", "Metrics", "Sample", "render"]
 
 #: Bucket bounds in seconds for turn durations and for lateness behind the slot.
 DURATION_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
 LATENESS_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0)
 PREFIX = "trio_routines_"
-
-Labels = tuple[tuple[str, str], ...]
-
-
-@attrs.frozen
-class Sample:
-    """One line of a family: its full name (with ``_total``, ``_bucket``, ...), labels, value."""
-
-    name: str
-    labels: Labels
-    value: float
-
-
-@attrs.frozen
-class Family:
-    """One metric: ``name`` without the ``_total`` of a counter, its type and help text."""
-
-    name: str
-    kind: str  # "counter", "gauge" or "histogram"
-    help: str
-    samples: tuple[Sample, ...]
 
 
 class Histograms:
@@ -77,19 +58,11 @@ class Histograms:
             labels = _routine(routine)
             counts = histogram[: len(bounds)]
             for bound, count in zip(bounds, itertools.accumulate(counts), strict=True):
-                yield Sample(f"{name}_bucket", (*labels, ("le", _number(bound))), int(count))
+                yield Sample(f"{name}_bucket", (*labels, ("le", number(bound))), int(count))
             total = int(histogram[-1])
             yield Sample(f"{name}_bucket", (*labels, ("le", "+Inf")), total)
             yield Sample(f"{name}_sum", labels, histogram[-2])
             yield Sample(f"{name}_count", labels, total)
-
-
-def _number(value: float) -> str:
-    if value == math.inf:
-        return "+Inf"
-    if value == -math.inf:
-        return "-Inf"
-    return repr(float(value)) if value % 1 else str(int(value))
 
 
 def _routine(name: str) -> Labels:
@@ -388,28 +361,3 @@ class Metrics:
     def render(self, **snapshot: Any) -> str:
         """:func:`render` of :meth:`families` (same arguments)."""
         return render(self.families(**snapshot))
-
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def render(families: list[Family]) -> str:
-    """The text exposition format (0.0.4): ``# HELP`` and ``# TYPE`` before every family."""
-    lines: list[str] = []
-    for family in families:
-        shown = family.name + "_total" if family.kind == "counter" else family.name
-        lines.append(f"# HELP {shown} {_help(family.help)}")
-        lines.append(f"# TYPE {shown} {family.kind}")
-        for sample in family.samples:
-            labels = ",".join(f'{key}="{_label(value)}"' for key, value in sample.labels)
-            lines.append(
-                f"{sample.name}{{{labels}}} {_number(sample.value)}"
-                if labels
-                else f"{sample.name} {_number(sample.value)}"
-            )
-    return "\n".join(lines) + "\n"
