@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import math
 import os
 import subprocess
@@ -895,6 +896,56 @@ def boot(state: str, routines: int) -> dict[str, Any]:
     }
 
 
+def seed_herd(state: str, routines: int, claims: int, newest: str) -> None:
+    """``claims`` settled claims for each of ``routines``, the newest of them ``"completed"``,
+    ``"failed"`` or ``"open"`` (no fsync: this is setup); once per ``state`` directory."""
+    from trio_routines.instants import slot_name
+
+    marker = Path(state) / f"seeded-{routines}x{claims}-{newest}"
+    if marker.exists():
+        return
+    first = SLOT_WALL - timedelta(minutes=claims)
+    slots = [first + timedelta(minutes=k) for k in range(claims)]
+    last = {
+        "completed": claim_text(slots[-1], Outcome.COMPLETED, 12),
+        "failed": claim_text(slots[-1], Outcome.FAILED, 12),
+        "open": claim_text(slots[-1]),
+    }[newest]
+    texts = [claim_text(slot, Outcome.COMPLETED, 12) for slot in slots[:-1]] + [last]
+    for name in routine_names(routines):
+        directory = Path(state) / "schedule" / "claims" / name
+        directory.mkdir(parents=True, exist_ok=True)
+        for slot, text in zip(slots, texts, strict=True):
+            (directory / slot_name(slot)).write_bytes(text.encode())
+    marker.touch()
+
+
+def boot_after_herd(state: str, routines: int, claims: int, newest: str) -> dict[str, Any]:
+    """Start to armed over a state directory seeded by :func:`seed_herd`: after a herd that
+    ran, failed, or died with its process (the boot records each interrupted, so the state
+    is no longer the one seeded: copy a seeded one for each run). The wall clock's time."""
+    seed_herd(state, routines, claims, newest)
+    names = routine_names(routines)
+
+    async def main() -> float:
+        scheduler = Scheduler(
+            agent=RecordingAgent(),
+            store=DirectoryStore(state),
+            routines=[Routine(name=name, prompt="p", cron="0 0 1 1 *") for name in names],
+            now=shifted_clock(SLOT_WALL - timedelta(seconds=30)),
+            wakeups=False,
+        )
+        async with trio.open_nursery() as nursery:
+            started = time.perf_counter()
+            await nursery.start(scheduler.run)
+            elapsed = time.perf_counter() - started
+            scheduler.stop(0)
+        return elapsed
+
+    logging.getLogger("trio_routines").setLevel(logging.ERROR)  # a line per interrupted fire
+    return {"boot_s": trio.run(main)}
+
+
 # -- 6. wake-ups -----------------------------------------------------------------------------
 
 
@@ -1042,6 +1093,8 @@ CASES: dict[str, Callable[..., dict[str, Any]]] = {
     "insert_floor": insert_floor,
     "seed_claims": seed_claims,
     "boot": boot,
+    "boot_after_herd": boot_after_herd,
+    "seed_herd": seed_herd,
     "wakeups": wakeups,
 }
 

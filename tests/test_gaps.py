@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from trio_routines import Completed, Event, Fire, Gap, GapReason, Outcome, Routine, Scheduler
 from trio_routines.cli import main
@@ -472,6 +473,7 @@ async def test_a_routine_failing_since_its_first_run_has_both_series(
     agent.script(Fail(), Complete(), session="routine:r")
     async with trio.open_nursery() as nursery:
         await nursery.start(sched.run)
+        await trio.testing.wait_all_tasks_blocked()  # its history, read after the boot
         text = sched.render_metrics()
         assert 'trio_routines_consecutive_failures{routine="r"} 3' in text
         # Never completed: the series exists, from the oldest claim on.

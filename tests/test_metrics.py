@@ -190,6 +190,10 @@ async def test_a_turn_that_died_with_its_process_counts_as_interrupted_at_the_ne
     scheduler = Scheduler(agent=ScriptedAgent(), store=store, routines=routines, now=wall)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
+        # Counted by the boot, one failure more; its history is read after the boot.
+        assert _series(scheduler, "trio_routines_fires", "hourly") == {"interrupted": 1.0}
+        assert _series(scheduler, "trio_routines_consecutive_failures", "hourly") == {"": 1.0}
+        await trio.testing.wait_all_tasks_blocked()
         [*_, open_one] = await store.history("hourly")
         assert open_one.outcome is Outcome.INTERRUPTED
         assert _series(scheduler, "trio_routines_fires", "hourly") == {"interrupted": 1.0}
@@ -242,14 +246,45 @@ async def test_a_claim_settled_meanwhile_by_another_process_is_not_counted_here(
         nursery.cancel_scope.cancel()
 
 
-async def test_a_history_unreadable_after_the_record_seeds_the_series_from_the_claim(
+class UnreadableAfterTheRecord(MemoryStore):
+    """A store whose newest claims become unreadable once the boot recorded one interrupted."""
+
+    async def settle(self, routine: str, slot: datetime, *args: Any, **kw: Any) -> bool:
+        written = await super().settle(routine, slot, *args, **kw)
+        if kw.get("if_unsettled"):
+            self.fail("latest_fire", StateFault("the disk went away"))
+        return written
+
+
+async def test_a_record_unreadable_after_it_was_written_seeds_the_series_from_the_claim(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """The boot recorded the claim interrupted, then cannot read the history to count it: the
+    """The boot recorded the claim interrupted, then cannot read it back to count it: the
     routine's series are made as for any open claim (from its slot), nothing counted."""
     t0 = datetime(2026, 7, 7, 9, tzinfo=UTC)
     slot = t0 - timedelta(hours=1)
+    store = UnreadableAfterTheRecord()
+    await store.claim("hourly", slot, slot, replica="old:1")
+    routines = [Routine(name="hourly", prompt="p", cron="0 * * * *")]
+    wall = WallClock(t0 - timedelta(minutes=55))
+    scheduler = Scheduler(agent=ScriptedAgent(), store=store, routines=routines, now=wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        assert _series(scheduler, "trio_routines_fires", "hourly") == {}
+        assert scheduler.metrics.last_success == {"hourly": slot}
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_history_unreadable_after_the_boot_leaves_the_record_s_own_streak(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    """Counted from the record read back; its history cannot be read after the boot: the
+    streak stays the one failure the record is, failing since its slot."""
+    t0 = datetime(2026, 7, 7, 9, tzinfo=UTC)
+    slot = t0 - timedelta(hours=1)
     store = MemoryStore()
+    await store.claim("hourly", slot - timedelta(hours=1), slot, replica="old:1")
+    await store.settle("hourly", slot - timedelta(hours=1), Outcome.FAILED, 5, error="no")
     await store.claim("hourly", slot, slot, replica="old:1")
     store.fail("history", StateFault("the disk went away"))
     routines = [Routine(name="hourly", prompt="p", cron="0 * * * *")]
@@ -257,6 +292,9 @@ async def test_a_history_unreadable_after_the_record_seeds_the_series_from_the_c
     scheduler = Scheduler(agent=ScriptedAgent(), store=store, routines=routines, now=wall)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
-        assert _series(scheduler, "trio_routines_fires", "hourly") == {}
+        await trio.testing.wait_all_tasks_blocked()
+        assert scheduler._parts.streaks.waiting == 0
+        assert _series(scheduler, "trio_routines_fires", "hourly") == {"interrupted": 1.0}
+        assert _series(scheduler, "trio_routines_consecutive_failures", "hourly") == {"": 1.0}
         assert scheduler.metrics.last_success == {"hourly": slot}
         nursery.cancel_scope.cancel()

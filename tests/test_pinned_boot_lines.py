@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from scheduler_rig import T0, at, messages, rig
 
 from trio_routines import Outcome, Routine, StateFault
@@ -81,7 +82,7 @@ class CountingHistory(MemoryStore):
 
 
 async def test_the_boot_seeds_each_routines_failure_streak_and_last_success(
-    autojump_clock: Any,
+    mock_clock: Any,
 ) -> None:
     store = CountingHistory()
     hourly = ["streak", "lonely", "healthy", "fresh"]
@@ -99,8 +100,20 @@ async def test_the_boot_seeds_each_routines_failure_streak_and_last_success(
             await store.claim(name, at(hour), at(hour))
             await store.settle(name, at(hour), outcome, ms)
     store.fail("history", StateFault("unreadable"), routine="lonely")
-    scheduler = await booted(store, *(routine(name, "0 * * * *") for name in hourly))
+    scheduler, _, _, _ = rig(  # catchup none: no fire changes the series meanwhile
+        *(routine(name, "0 * * * *", catchup=0) for name in hourly), store=store, wakeups=False
+    )
     metrics = scheduler._parts.runtime.metrics
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        # The boot seeds from the newest claims alone: no history read before the first slot.
+        assert store.histories == []
+        assert metrics.failing == {"streak": 1, "lonely": 1, "healthy": 0, "fresh": 0}
+        assert metrics.last_success["streak"] == at(9)
+        assert scheduler._parts.streaks.waiting == 2
+        await trio.testing.wait_all_tasks_blocked()  # the failing ones' histories, read after
+        assert scheduler._parts.streaks.waiting == 0
+        scheduler.stop(0)
     assert metrics.failing == {"streak": 2, "lonely": 1, "healthy": 0, "fresh": 0}
     assert metrics.last_success == {
         "streak": at(7) + timedelta(milliseconds=1500),
@@ -227,3 +240,72 @@ async def test_an_external_clocks_boot_names_each_newest_claim_it_could_not_read
         "a: its newest claim is unreadable, so a fire it left open is not reconciled at this "
         "boot (its fires will report the fault): unreadable"
     ]
+
+
+async def test_a_boot_after_a_herd_died_reads_no_history_before_its_loops_run(
+    mock_clock: Any,
+) -> None:
+    # Every routine's turn died with its process: the boot records each one interrupted and
+    # counts it from the record read back, one failure more; the histories (every retained
+    # claim of each) are read once the loops run, and make each streak exact.
+    store = CountingHistory()
+    names = ["a", "b", "c"]
+    await store.claim("a", at(8), at(8))
+    await store.settle("a", at(8), Outcome.FAILED, 5)
+    await store.claim("b", at(8), at(8))
+    await store.settle("b", at(8), Outcome.COMPLETED, 3000)
+    for name in names:
+        await store.claim(name, at(10), at(10), replica="gone:1")
+    scheduler, _, _, _ = rig(
+        *(routine(name, "0 * * * *", catchup=0) for name in names), store=store, wakeups=False
+    )
+    metrics = scheduler._parts.runtime.metrics
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        assert store.histories == []
+        assert metrics.failing == {"a": 1, "b": 1, "c": 1}
+        assert metrics.last_success == {name: at(10) for name in names}
+        await trio.testing.wait_all_tasks_blocked()
+        scheduler.stop(0)
+    assert sorted(store.histories) == names
+    assert metrics.fires == {(name, "interrupted"): 1 for name in names}
+    assert metrics.failing == {"a": 2, "b": 1, "c": 1}
+    assert metrics.last_success == {"a": at(8), "b": at(8, 0) + timedelta(seconds=3), "c": at(10)}
+
+
+class HeldHistory(MemoryStore):
+    """A store whose history answers only once ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = trio.Event()
+        self.asked = trio.Event()
+
+    async def history(self, routine: str) -> Any:
+        self.asked.set()
+        await self.release.wait()
+        return await super().history(routine)
+
+
+async def test_a_streak_read_while_the_routine_fired_is_left_to_the_fire(
+    autojump_clock: Any,
+) -> None:
+    # The history was read before the routine's next turn completed, and answered after: the
+    # fire's series are newer than the read, which must not set the streak back to failing.
+    store = HeldHistory()
+    for hour in (8, 9):
+        await store.claim("r", at(hour), at(hour))
+        await store.settle("r", at(hour), Outcome.FAILED, 5)
+    scheduler, _, _, _ = rig(routine("r", "*/5 * * * *", catchup=0), store=store)
+    metrics = scheduler._parts.runtime.metrics
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await store.asked.wait()
+        assert metrics.failing == {"r": 1}
+        await trio.sleep(5 * 60)  # 10:35 fires and completes
+        assert metrics.failing == {"r": 0}
+        store.release.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert metrics.failing == {"r": 0}
+        assert metrics.last_success["r"] >= at(10, 35)
+        scheduler.stop(0)

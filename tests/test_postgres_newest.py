@@ -225,7 +225,10 @@ async def test_a_boot_of_many_routines_reads_every_newest_claim(
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         scheduler.stop(0)
-    assert store._newest.reads - reads == -(-len(names) // BATCH)
+    # Every routine's newest claim, then the interrupted ones' again (their records checked):
+    # batched too, the first read back perhaps alone (it leads a batch as the others come).
+    read_back = store._newest.reads - reads - -(-len(names) // BATCH)
+    assert 1 <= read_back <= 2
     assert store._settles.batches - settles == 1  # every open claim interrupted, together
     newest = {name: (await store.history(name) or [None])[-1] for name in names}
     # Each unsettled newest claim was recorded interrupted, and only those.

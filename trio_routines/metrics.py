@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from .exposition import Family, Labels, Sample, number, render
+from .records import Outcome
 
 __all__ = ["Family", "Histograms", "Labels", "Metrics", "Sample", "render"]
 
@@ -28,6 +29,7 @@ __all__ = ["Family", "Histograms", "Labels", "Metrics", "Sample", "render"]
 DURATION_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
 LATENESS_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0)
 PREFIX = "trio_routines_"
+_OUTCOMES = tuple(outcome.value for outcome in Outcome)
 
 
 class Histograms:
@@ -125,6 +127,25 @@ class Metrics:
             self.failing[routine] = failing
             if success is not None:
                 self.succeeded(routine, success)
+
+    def tally(self, routine: str) -> int:
+        """How many outcomes of ``routine`` were counted (a change says a fire was counted)."""
+        fires = self.fires
+        return sum(fires.get((routine, outcome), 0) for outcome in _OUTCOMES)
+
+    def streak_read(
+        self, routine: str, failing: int, success: datetime | None, *, oldest: datetime | None
+    ) -> None:
+        """``routine``'s failures in a row and its last success as its history reads them, in
+        place of what a boot seeded from its newest claim: ``failing`` since its newest
+        completed turn, which ended at ``success``. With none retained, the last success
+        reads ``oldest`` (the oldest claim's slot; None: shown only once one is known), or
+        the older instant known already."""
+        self.failing[routine] = failing
+        if success is not None:
+            self.last_success[routine] = success
+        elif oldest is not None:
+            self.known_since(routine, oldest)
 
     def succeeded(self, routine: str, at: datetime) -> None:
         """``routine`` last completed a claimed slot at ``at`` (also seeded at boot)."""

@@ -18,7 +18,7 @@ from typing import TypeVar
 from ..cron import next_run
 from ..errors import StateFault
 from ..gaps import BootPlan, plan_boot, unfired_gaps
-from ..history import ended, failing_streak
+from ..history import ended
 from ..instants import format_iso
 from ..records import Fire, Outcome
 from ..routines import catchup_text
@@ -28,6 +28,7 @@ from .gaps import GapRecording, gap_words
 from .membership import Membership
 from .openclaims import count_interrupted
 from .state import Runtime, log
+from .streaks import Streaks
 
 BOOT_INTERRUPTED = "the process stopped mid-turn (found unsettled at the next boot)"
 T = TypeVar("T")
@@ -36,8 +37,9 @@ T = TypeVar("T")
 class Boot:
     """The run's first step. Collaborators: the :class:`Runtime` (routines, wall clock,
     metrics), the :class:`StoreCalls` (reads, the paused routines, settles), the
-    :class:`Membership` (whose open claims live), the :class:`GapRecording` and the
-    :class:`Arming` (the newest claims read)."""
+    :class:`Membership` (whose open claims live), the :class:`GapRecording`, the
+    :class:`Arming` (the newest claims read) and the :class:`Streaks` (histories read once
+    the loops run)."""
 
     def __init__(
         self,
@@ -46,12 +48,14 @@ class Boot:
         membership: Membership,
         gaps: GapRecording,
         arming: Arming,
+        streaks: Streaks,
     ) -> None:
         self._runtime = runtime
         self._calls = calls
         self._membership = membership
         self._gaps = gaps
         self._arming = arming
+        self._streaks = streaks
 
     async def run(self, *, plan: bool) -> dict[str, datetime]:
         """Reconcile every routine's open claim; with ``plan``, each cron routine's first slot."""
@@ -101,9 +105,9 @@ class Boot:
             )
             metrics = self._runtime.metrics
             if recorded and await count_interrupted(
-                self._calls, metrics, name, slot, BOOT_INTERRUPTED, arm=seeded
+                self._calls, metrics, self._streaks, name, slot, BOOT_INTERRUPTED, arm=seeded
             ):
-                return  # counted, its series seeded from the history holding the record
+                return  # counted, its series seeded from the record (its history: later)
             if seeded:  # not counted here: seeded from the claim, as one left to its holder
                 metrics.armed(name, min(slot, self._runtime.now()))
 
@@ -228,36 +232,26 @@ class Boot:
             cron = {
                 name: fire for name, fire in newest.items() if self._runtime.routines[name].cron
             }
-            await self._seed_failing(cron)
+            self._seed_failing(cron)
         return newest
 
-    async def _seed_failing(self, newest: dict[str, Fire | None]) -> None:
-        """Seed each routine's failure streak and last success for /metrics, so that a routine
-        failing since its first run has both series from the boot on. Only a routine whose
-        newest claim failed has its history read (a boot of 10,000 healthy routines reads none);
-        a history that cannot be read seeds what the newest claim says. A routine whose newest
-        claim is open is seeded once the boot knows whether its turn runs elsewhere (from that
-        claim) or died (from its history, when the boot records it interrupted)."""
-        failing = [
-            name
-            for name, fire in newest.items()
-            if fire is not None and fire.outcome in (Outcome.FAILED, Outcome.INTERRUPTED)
-        ]
-        histories = await for_each(self._calls.history, failing, on_fault=lambda _n, _f: None)
-        now = self._runtime.now()
+    def _seed_failing(self, newest: dict[str, Fire | None]) -> None:
+        """Seed each routine's failure streak and last success for /metrics from its newest
+        claim, so that a routine failing since its first run has both series from the boot
+        on: a routine whose newest claim failed reads one failure, since its slot, until its
+        history is read after the boot (:class:`Streaks`; a boot after a herd failed would
+        otherwise read every retained claim of thousands of routines before its first slot).
+        A routine whose newest claim is open is seeded once the boot knows whether its turn
+        runs elsewhere (from that claim) or died (when the boot records it interrupted)."""
+        metrics, now = self._runtime.metrics, self._runtime.now()
         for name, fire in newest.items():
-            fires = histories.get(name)
-            if fires:
-                count, success = failing_streak(fires)
-                if success is not None:
-                    self._runtime.metrics.succeeded(name, ended(success))
-                self._runtime.metrics.armed(name, fires[0].slot, count)
-            elif fire is not None and fire.outcome in (Outcome.FAILED, Outcome.INTERRUPTED):
-                self._runtime.metrics.armed(name, fire.slot, 1)
+            if fire is not None and fire.outcome in (Outcome.FAILED, Outcome.INTERRUPTED):
+                metrics.armed(name, fire.slot, 1)
+                self._streaks.later(name, armed=True)
             elif fire is not None and fire.outcome is None:
                 continue  # open: seeded by the reconcile (see the docstring)
             else:
-                self._runtime.metrics.armed(name, now if fire is None else min(fire.slot, now))
+                metrics.armed(name, now if fire is None else min(fire.slot, now))
 
 
 def _log_missed(

@@ -26,6 +26,7 @@ from .calls import StoreCalls, for_each
 from .membership import Membership
 from .openclaims import WATCH_BUDGET, OpenClaims, count_interrupted
 from .state import Grace, Runtime, log
+from .streaks import Streaks
 
 WATCH_AT_LEAST = 1.0  # seconds between two looks, whatever the poll interval
 SWEPT_INTERRUPTED = "its replica stopped mid-turn (found by a live replica)"
@@ -36,8 +37,8 @@ class MemberWatch:
 
     Collaborators: the ``store``, the :class:`Runtime` (routines, wall clock, stop, turns in
     flight), the :class:`StoreCalls`, the :class:`Membership` (the presence it beats for and
-    replaces), the :class:`Grace` (the turns it ends when the presence is lost) and the
-    :class:`OpenClaims`.
+    replaces), the :class:`Grace` (the turns it ends when the presence is lost), the
+    :class:`OpenClaims` and the :class:`Streaks` (the histories of the turns found dead).
     """
 
     def __init__(
@@ -48,6 +49,7 @@ class MemberWatch:
         membership: Membership,
         grace: Grace,
         open_claims: OpenClaims,
+        streaks: Streaks,
         *,
         poll_interval: float,
     ) -> None:
@@ -57,6 +59,7 @@ class MemberWatch:
         self._membership = membership
         self._grace = grace
         self._open_claims = open_claims
+        self._streaks = streaks
         self._poll_interval = poll_interval
         self._swept: set[str] = set()  # dead replicas whose open claims were reconciled
 
@@ -136,6 +139,7 @@ class MemberWatch:
                 await count_interrupted(
                     self._calls,
                     self._runtime.metrics,
+                    self._streaks,
                     name,
                     fire.slot,
                     SWEPT_INTERRUPTED,

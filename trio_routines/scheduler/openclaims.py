@@ -28,6 +28,7 @@ from ..store import Store
 from .calls import StoreCalls
 from .membership import Membership
 from .state import Runtime, log
+from .streaks import Streaks
 
 #: Claims (a store's unit: a claim read, a directory listed) looked at as the loops start and
 #: by each watch, beyond the newest ones.
@@ -137,23 +138,46 @@ class OpenClaims:
 
 
 async def count_interrupted(
-    calls: StoreCalls, metrics: Metrics, name: str, slot: datetime, error: str, *, arm: bool
+    calls: StoreCalls,
+    metrics: Metrics,
+    streaks: Streaks,
+    name: str,
+    slot: datetime,
+    error: str,
+    *,
+    arm: bool,
 ) -> bool:
     """Count the newest claim of ``name``, at ``slot``, recorded interrupted with ``error``
     by this process: only if the store holds that very record (a settle ``if_unsettled`` of
-    a claim settled meanwhile writes nothing, and answers True all the same), its failure
-    streak and last success read from the history that holds it; with ``arm``, the routine's
+    a claim settled meanwhile writes nothing, and answers True all the same). Read as the
+    routine's newest claim, one read; its failure streak and last success are then one more
+    failure until its history is read (:class:`Streaks`, after the boot). With a newer claim
+    made meanwhile, read from the history, streak and all. With ``arm``, the routine's
     series made (:meth:`Metrics.armed`) as a boot makes a cron routine's. False when it was
-    not counted (not this record, or the history unreadable)."""
+    not counted (not this record, or unreadable)."""
     try:
+        newest = await calls.latest_fire(name)
+        if newest is not None and newest.slot == slot:
+            if not _recorded(newest, error):
+                return False
+            metrics.found_interrupted(name, (metrics.failing.get(name, 0) + 1, None))
+            if arm:
+                metrics.armed(name, slot)
+            streaks.later(name, armed=arm)
+            return True
         fires = await calls.history(name)
     except StateFault:
         return False
     mine = [fire for fire in fires if fire.slot == slot]
-    if not mine or mine[-1].outcome is not Outcome.INTERRUPTED or mine[-1].error != error:
+    if not mine or not _recorded(mine[-1], error):
         return False
     failing, success = failing_streak(fires)
     metrics.found_interrupted(name, (failing, None if success is None else ended(success)))
     if arm:  # with no success known, the last success reads the oldest instant known
         metrics.armed(name, fires[0].slot)
     return True
+
+
+def _recorded(fire: Fire, error: str) -> bool:
+    """Whether ``fire`` is the interrupted record written with ``error``."""
+    return fire.outcome is Outcome.INTERRUPTED and fire.error == error

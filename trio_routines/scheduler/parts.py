@@ -32,6 +32,7 @@ from .sleepers import Sleepers
 from .spending import Spending
 from .starting import Starting
 from .state import Grace, Runtime
+from .streaks import Streaks
 from .turning import SessionTurns
 from .wake import WakeLoop
 from .wakecalls import WakeupCalls
@@ -82,7 +83,8 @@ class Parts:
         self.fire = FirePath(store, runtime, calls, membership, holds, self.turns)
         gaps = GapRecording(store, runtime, calls)
         open_claims = self.open_claims = OpenClaims(store, runtime, calls, membership)
-        self.boot = Boot(runtime, calls, membership, gaps, self.arming)
+        self.streaks = Streaks(calls, metrics)
+        self.boot = Boot(runtime, calls, membership, gaps, self.arming, self.streaks)
         self.members = MemberWatch(
             store,
             runtime,
@@ -90,6 +92,7 @@ class Parts:
             membership,
             self.grace,
             open_claims,
+            self.streaks,
             poll_interval=poll_interval,
         )
         self.starting = Starting(

@@ -208,6 +208,8 @@ class Scheduler:
                 # The older claims left open are housekeeping, not a part of the boot: the
                 # scheduler is ready, and its first slots fire, while they are looked for.
                 loops.start_soon(self._parts.open_claims.reconcile, BOOT_BUDGET)
+                # So is the failure streaks' history, read after the boot seeded them.
+                loops.start_soon(self._parts.streaks.run)
                 # Published only now: an update_routines() during the await above must not
                 # start a loop that the arming below would start a second time.
                 runtime.loop_nursery = loops
