@@ -106,9 +106,24 @@ async def test_a_resume_whose_instant_has_no_safe_place_says_so(tmp_path: Path) 
     with pytest.raises(StateFault) as raised:
         await DirectoryStore(tmp_path).set_paused("r", False, AT)
     assert str(raised.value) == (
-        f"'r' is resumed, but its instant cannot be kept in {where}: "
+        f"could not resume 'r': its instant cannot be kept in {where}: "
         f"{where} is a symbolic link, not a directory — refused"
     )
+
+
+async def test_a_resume_whose_instant_cannot_be_kept_leaves_the_routine_paused(
+    tmp_path: Path,
+) -> None:
+    # Else the next boot reads the slots passed while it was paused as missed while no
+    # scheduler ran, and catches one of them up.
+    store = DirectoryStore(tmp_path)
+    await store.set_paused("r", True)
+    (tmp_path / "schedule" / "resumed").mkdir()
+    (tmp_path / "schedule" / "resumed" / "r").mkdir()  # no file can be renamed over it
+    with pytest.raises(StateFault, match=r"^could not resume 'r': its instant cannot be kept"):
+        await store.set_paused("r", False, AT)
+    assert await store.paused() == frozenset({"r"})
+    assert await store.resumed_at("r") is None
 
 
 @pytest.mark.parametrize("place", ["create", "write", "temp-fsync", "dir-fsync"])
@@ -125,7 +140,7 @@ async def test_an_instant_that_cannot_be_written_names_the_temp_file_and_removes
         fail(monkeypatch, safefile, "fsync", errno.EIO, nth(0 if place == "temp-fsync" else 1))
     with pytest.raises(StateFault) as raised:
         await DirectoryStore(tmp_path).set_paused("r", False, AT)
-    prefix = re.escape(f"'r' is resumed, but its instant cannot be kept in {where}: {EIO}: ")
+    prefix = re.escape(f"could not resume 'r': its instant cannot be kept in {where}: {EIO}: ")
     failed = re.escape(str(where)) + ("" if place == "dir-fsync" else "/" + TEMP)
     assert re.fullmatch(prefix + failed, str(raised.value)), str(raised.value)
     assert os.listdir(where) == (["r"] if place == "dir-fsync" else [])
@@ -142,7 +157,7 @@ async def test_an_instant_that_cannot_be_renamed_into_place_leaves_no_temp_file(
     with pytest.raises(StateFault) as raised:
         await DirectoryStore(tmp_path).set_paused("r", False, AT)
     assert str(raised.value) == (
-        f"'r' is resumed, but its instant cannot be kept in {where}: {EIO}: {where / 'r'}"
+        f"could not resume 'r': its instant cannot be kept in {where}: {EIO}: {where / 'r'}"
     )
     left = os.listdir(where)
     assert len(left) == (1 if unlink_fails else 0)

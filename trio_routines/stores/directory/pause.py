@@ -44,11 +44,14 @@ def set_paused_sync(
     handoff: Handoff | None = None,
 ) -> None:
     """Pause or resume ``routine`` (keeping the resume's instant ``when``); durable. With
-    ``handoff``, a change whose caller gave up (../abandon.py) before it began is not begun."""
-    if not _set_paused(root, routine, paused, handoff):
+    ``handoff``, a change whose caller gave up (../abandon.py) before it began is not begun.
+
+    A resume keeps its instant before it removes the pause: a resume whose instant cannot be
+    kept changes nothing (the routine stays paused), since a boot would otherwise read the
+    slots passed while it was paused as missed while no scheduler ran, and catch one up."""
+    if not paused and when is not None and not _write_resumed(root, routine, when, handoff):
         return
-    if not paused and when is not None:
-        _write_resumed(root, routine, when)
+    _set_paused(root, routine, paused, handoff)
 
 
 def set_paused_handing(
@@ -59,21 +62,26 @@ def set_paused_handing(
     set_paused_sync(root, routine, paused, when, handoff)
 
 
-def _write_resumed(root: Path, routine: str, when: datetime) -> None:
+def _write_resumed(root: Path, routine: str, when: datetime, handoff: Handoff | None) -> bool:
+    """Keep ``when`` as ``routine``'s latest resume; durable. False if not begun: its caller
+    gave up (``handoff``) before."""
     where = root / "schedule" / "resumed"
     name = check_name(routine)
     try:
         directory = open_dirs(root, ("schedule", "resumed"), create=True)
     except OSError as exc:
         raise StateFault(
-            f"{routine!r} is resumed, but its instant cannot be kept in {where}: {describe(exc)}"
+            f"could not resume {routine!r}: its instant cannot be kept in {where}: {describe(exc)}"
         ) from None
     try:
+        if handoff is not None and handoff.gave_up:
+            return False
         replace_file(directory, name, where, format_iso(when).encode(), ".resume-")
         fsync(directory, where)
+        return True
     except OSError as exc:
         raise StateFault(
-            f"{routine!r} is resumed, but its instant cannot be kept in {where}: {describe(exc)}"
+            f"could not resume {routine!r}: its instant cannot be kept in {where}: {describe(exc)}"
         ) from None
     finally:
         os.close(directory)
