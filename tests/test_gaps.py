@@ -79,6 +79,18 @@ def test_the_catch_up_window_and_its_minute_of_grace() -> None:
     assert is_late(at(0), at(121), 7200)
 
 
+@pytest.mark.parametrize("days", [800_000, 10**9, 1e300])
+def test_a_window_longer_than_the_calendar_fires_any_age(days: float) -> None:
+    # `catchup: 800000d` is a valid routine file: its window reaches past the calendar's
+    # first day (or past what a timedelta holds), so no slot is too old. It raised
+    # OverflowError through the boot.
+    catchup = days * 86400
+    assert not is_late(datetime(1, 1, 1, tzinfo=UTC), at(600), catchup)
+    down = {"accounted": at(0, 46), "now": at(3, 30)}
+    plan = plan_boot("* * * * *", None, "r", catchup=catchup, **down)
+    assert (plan.due, plan.gaps, plan.missed) == (at(1), (), gap(1, 3, GapReason.CAUGHT_UP))
+
+
 def test_the_boot_plan_of_each_catch_up_setting() -> None:
     down = {"accounted": at(0, 46), "now": at(3, 30)}  # 23:00:46 to 23:03:30: 01, 02, 03
     plan = plan_boot("* * * * *", None, "r", **down)

@@ -85,9 +85,19 @@ def _last_slot(cron: str, tz: str | None, seed: str, slot: datetime, upto: datet
 def is_late(slot: datetime, now: datetime, catchup: float | None) -> bool:
     """Whether ``slot`` is too old to fire at ``now`` under a catch-up window of ``catchup``
     seconds (None: no window, any age fires; 0: ``none``). :data:`ON_TIME` is never late."""
+    cutoff = window_start(now, catchup)
+    return cutoff is not None and slot < cutoff
+
+
+def window_start(now: datetime, catchup: float | None) -> datetime | None:
+    """The oldest slot a catch-up window of ``catchup`` seconds fires at ``now``: None when
+    any age fires (no window, or one reaching past the calendar's first day)."""
     if catchup is None:
-        return False
-    return now - slot > max(timedelta(seconds=catchup), ON_TIME)
+        return None
+    try:
+        return now - max(timedelta(seconds=catchup), ON_TIME)
+    except OverflowError:  # longer than the calendar holds (a timedelta's, or now's past)
+        return None
 
 
 def old_reason(catchup: float | None) -> GapReason:
@@ -135,8 +145,8 @@ def plan_boot(
     missed = passed_over(cron, tz, seed, accounted, now, GapReason.CAUGHT_UP)
     if missed is None:
         return BootPlan(next_run(cron, tz, accounted, seed), tuple(gaps))
-    if catchup is not None:
-        cutoff = now - max(timedelta(seconds=catchup), ON_TIME)
+    cutoff = window_start(now, catchup)
+    if cutoff is not None:
         old = passed_over(cron, tz, seed, accounted, cutoff - _MS, old_reason(catchup))
         if old is not None:
             gaps.append(old)
