@@ -10,6 +10,7 @@ import pytest
 
 from trio_routines.cron import parse_cron
 from trio_routines.errors import InvalidWakeup
+from trio_routines.instants import format_iso
 from trio_routines.records import Origin, OriginKind, Wakeup
 from trio_routines.wakelimits import (
     WakeLimits,
@@ -153,4 +154,23 @@ def test_a_lifetime_of_exactly_an_hour_is_allowed_and_a_number_is_refused_whole(
     assert WakeLimits(lifetime=HOUR).lifetime == HOUR
     with pytest.raises(ValueError, match=r"^lifetime must") as caught:
         WakeLimits(lifetime=3600)  # type: ignore[arg-type]
-    assert str(caught.value) == "lifetime must be a timedelta of an hour or more, got 3600"
+    assert str(caught.value) == ("lifetime must be a timedelta of an hour to 36500 days, got 3600")
+    assert WakeLimits(lifetime=timedelta(days=36_500)).lifetime.days == 36_500
+    with pytest.raises(ValueError, match=r"^lifetime must"):
+        WakeLimits(lifetime=timedelta(days=36_501))
+
+
+def test_a_recurring_wake_up_first_due_past_its_lifetime_is_refused() -> None:
+    # Stored, it would never fire, and hold one of its session's places until it expired.
+    limits = WakeLimits(lifetime=timedelta(days=30))
+    leap_day = datetime(2028, 2, 29, tzinfo=UTC)
+    with pytest.raises(InvalidWakeup) as caught:
+        plan_until("0 0 29 2 *", None, leap_day, NOW, limits)
+    assert str(caught.value) == (
+        f"its first occurrence (2028-02-29T00:00:00.000Z) comes after the longest a recurring "
+        f"wake-up lives (30 days, until {format_iso(NOW + timedelta(days=30))}): it would "
+        "never fire."
+    )
+    assert plan_until("0 0 29 2 *", None, NOW + timedelta(days=30), NOW, limits) == (
+        NOW + timedelta(days=30)
+    )

@@ -55,6 +55,8 @@ DEFAULT_RATE = 12
 DEFAULT_DEPTH = 16
 #: The longest a recurring wake-up lives (its ``until`` at most this after it was added).
 DEFAULT_LIFETIME = timedelta(days=30)
+#: The longest lifetime an operator may set: far past any session, well inside the calendar.
+MAX_LIFETIME = timedelta(days=36_500)
 #: How late after its ``until`` a recurring wake-up's last occurrence may still be taken.
 EXPIRY_GRACE = timedelta(minutes=10)
 #: How far ahead a new recurring wake-up's occurrences are weighed against the rate.
@@ -70,8 +72,10 @@ def _positive_or_none(_i: object, attribute: attrs.Attribute[Any], value: object
 
 
 def _lifetime(_i: object, _a: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, timedelta) or value < RATE_WINDOW:
-        raise ValueError(f"lifetime must be a timedelta of an hour or more, got {value!r}")
+    if not isinstance(value, timedelta) or not RATE_WINDOW <= value <= MAX_LIFETIME:
+        raise ValueError(
+            f"lifetime must be a timedelta of an hour to {MAX_LIFETIME.days} days, got {value!r}"
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -215,6 +219,12 @@ def plan_until(
         return None
     latest = now + limits.lifetime
     if until is None:
+        if latest < first:
+            raise InvalidWakeup(
+                f"its first occurrence ({format_iso(first)}) comes after the longest a "
+                f"recurring wake-up lives ({_days(limits.lifetime)}, until "
+                f"{format_iso(latest)}): it would never fire."
+            )
         return latest.replace(microsecond=0)  # to the second: shown in listings
     if until > latest:
         raise InvalidWakeup(

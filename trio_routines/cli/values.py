@@ -19,6 +19,7 @@ from ..errors import InvalidOption
 from ..instants import parse_instant
 from ..replicas import replica_problem
 from ..text import printable_ascii, shown
+from ..wakelimits import MAX_LIFETIME
 from ..wakeups import POLL_RANGE, parse_delay
 
 
@@ -63,8 +64,10 @@ def lifetime(text: str) -> timedelta:
     """The longest life of a recurring wake-up: a delay such as ``30d`` or ``12h``, an hour
     or more."""
     seconds = parse_delay(text)
-    if seconds is None or seconds < 3600:
-        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a span of an hour or more")
+    if seconds is None or not 3600 <= seconds <= MAX_LIFETIME.total_seconds():
+        raise argparse.ArgumentTypeError(
+            f"{_shown(text)} is not a span of an hour to {MAX_LIFETIME.days}d"
+        )
     return timedelta(seconds=seconds)
 
 
