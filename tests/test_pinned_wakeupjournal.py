@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trio_routines.stores.directory import wakeupjournal
 from trio_routines.stores.directory.wakeupjournal import (
@@ -155,3 +157,43 @@ def test_a_failing_keep_aside_names_the_copy(
     aside = Path(str(raised.value.filename))
     assert aside.parent == journal.schedule
     assert aside.name.startswith("wakeups.journal.corrupt-")
+
+
+@given(
+    data=st.lists(st.sampled_from([b"\n", b"a", b"bb", b"c" * 9, b"d" * 23]), max_size=40).map(
+        b"".join
+    ),
+    chunk=st.integers(1, 16),
+)
+@settings(max_examples=300, deadline=None)
+def test_a_scan_takes_every_complete_line_and_passes_over_those_too_long(
+    tmp_path_factory: pytest.TempPathFactory, data: bytes, chunk: int
+) -> None:
+    # A line is held whole only up to MAX_LINE bytes, whatever the chunks: a journal of
+    # gigabytes without a newline (a planted sparse file) is read, never held.
+    schedule = tmp_path_factory.mktemp("scan") / "schedule"
+    schedule.mkdir()
+    (schedule / wakeupjournal.JOURNAL).write_bytes(b"skip\n" + data)
+    journal = Journal(schedule)
+    taken: list[tuple[bytes, int]] = []
+    long: list[int] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(wakeupjournal, "CHUNK", chunk)
+        patch.setattr(wakeupjournal, "MAX_LINE", 10)
+        fd = os.open(schedule / wakeupjournal.JOURNAL, os.O_RDONLY)
+        try:
+            end = journal.scan(
+                fd, 5, 5 + len(data), lambda line, at: taken.append((line, at)), long.append
+            )
+        finally:
+            os.close(fd)
+    expected_taken: list[tuple[bytes, int]] = []
+    expected_long: list[int] = []
+    start = 5
+    for line in data.split(b"\n")[:-1]:
+        if len(line) <= 10:
+            expected_taken.append((line, start))
+        else:
+            expected_long.append(start)
+        start += len(line) + 1
+    assert (taken, long, end) == (expected_taken, expected_long, start)

@@ -203,3 +203,14 @@ def test_a_stored_hashed_wake_up_is_valid_and_advances_on_its_own_instants() -> 
     assert check_stored(stored) is stored
     (advanced,), _ = take_first_due([stored], NOW)
     assert advanced.fire_at == datetime(2026, 7, 8, 2, 54, tzinfo=UTC)
+
+
+def test_a_prompt_or_session_longer_than_an_http_body_takes_is_refused_from_every_caller() -> None:
+    # The tool and the API took 50 MiB prompts, kept in the journal and in every index.
+    request = WakeupRequest(session="s", prompt="p" * 65_536, fire_at=LATER)
+    assert plan_add([], request, NOW).prompt == request.prompt
+    too_long = WakeupRequest(session="s", prompt="p" * 65_537, fire_at=LATER)
+    assert refused(too_long) == "the prompt is too long: at most 65,536 characters, not 65,537."
+    assert plan_add([], WakeupRequest(session="s" * 512, prompt="p", fire_at=LATER), NOW)
+    long_session = WakeupRequest(session="s" * 513, prompt="p", fire_at=LATER)
+    assert refused(long_session) == "the session is too long: at most 512 characters, not 513."

@@ -156,6 +156,8 @@ async def test_every_wrong_call_is_answered_and_changes_nothing() -> None:
 
     cases = [
         (SCHEDULE, "{not json", "not valid JSON"),
+        (SCHEDULE, "[" * 100_000, "not valid JSON"),  # nested past the parser's recursion
+        (SCHEDULE, {"prompt": "x" * 65_537, "in": "30m"}, "at most 65,536 characters"),
         (SCHEDULE, "[1]", "must be a JSON object"),
         (SCHEDULE, {"in": "30m"}, "give `prompt`"),
         (SCHEDULE, {"prompt": "x"}, "exactly one of `in`"),

@@ -192,7 +192,7 @@ def _arguments(raw: object) -> Mapping[str, Any] | str:
     if isinstance(raw, str):
         try:
             raw = json.loads(raw) if raw.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: "[" nested a thousand deep
             return 'the arguments are not valid JSON; send an object such as {"prompt": ...}.'
     if raw is None:
         return {}

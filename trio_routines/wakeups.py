@@ -138,6 +138,12 @@ def _describe(wakeup: Wakeup) -> str:
     return f"{wakeup.id}{kind} at {format_iso(wakeup.fire_at)}: {prompt}"
 
 
+#: The longest prompt a wake-up keeps, in characters (an HTTP body's 64 KiB).
+MAX_PROMPT = 64 * 1024
+#: The longest session name a wake-up resumes, in characters (as the HTTP surface takes).
+MAX_SESSION = 512
+
+
 def storable(text: str | None) -> bool:
     """Whether every store can hold ``text`` as it is: no NUL (PostgreSQL text cannot), and
     valid Unicode (no lone surrogate). An id or session that is not can match nothing."""
@@ -145,12 +151,21 @@ def storable(text: str | None) -> bool:
 
 
 def check_request(request: WakeupRequest) -> None:
-    """Refuse, the same way on every store, text that some store could not hold."""
+    """Refuse, the same way on every store and from every caller, text that some store could
+    not hold, and a prompt or session longer than :data:`MAX_PROMPT` or :data:`MAX_SESSION`
+    characters (what an HTTP body holds: the tool, the API and the command line take no
+    more than it)."""
     for field in ("session", "prompt", "cron", "tz"):
         value = getattr(request, field)
         if not storable(value):
             raise InvalidWakeup(
                 f"the {field} must be text without NUL characters or undecodable bytes."
+            )
+    for field, most in (("prompt", MAX_PROMPT), ("session", MAX_SESSION)):
+        value = getattr(request, field)
+        if isinstance(value, str) and len(value) > most:
+            raise InvalidWakeup(
+                f"the {field} is too long: at most {most:,} characters, not {len(value):,}."
             )
 
 

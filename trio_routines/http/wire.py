@@ -18,12 +18,13 @@ import attrs
 
 from ..instants import parse_instant
 from ..logs import one_line
+from ..wakeups import MAX_SESSION as WAKEUP_SESSION
 
 MAX_BODY = 64 * 1024  # bytes
 RETRY_AFTER = "5"  # seconds: what a 503 suggests
 ECHO = 64  # characters of a caller's routine name echoed back
 MAX_ID = 128  # characters of a wake-up id (ours are 36)
-MAX_SESSION = 512  # characters of a session name
+MAX_SESSION = WAKEUP_SESSION  # characters of a session name (wakeups.py: one bound)
 
 Scope = Mapping[str, Any]
 Message = Mapping[str, Any]

@@ -22,7 +22,7 @@ import functools
 import os
 import secrets
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -44,6 +44,9 @@ TEMP_PREFIX = "wakeups.journal.tmp-"
 HEADER_BYTES = 64  # a header line is shorter; read this much to know a generation
 NO_LIMIT = 1 << 62  # the journal has no size bound: it is read incrementally, never whole
 CHUNK = 1 << 20
+#: The longest line taken: a wake-up's prompt and session are bounded (wakeups.py), so a
+#: longer one is damage (or planted), skipped without being held whole.
+MAX_LINE = 4 << 20
 
 
 def header() -> bytes:
@@ -92,6 +95,42 @@ class Journal:
             chunks.append(chunk)
             offset += len(chunk)
         return b"".join(chunks)
+
+    def scan(
+        self,
+        fd: int,
+        offset: int,
+        size: int,
+        take: Callable[[bytes, int], None],
+        too_long: Callable[[int], None],
+    ) -> int:
+        """Hand each complete line from ``offset`` up to ``size`` to ``take(line, at)``, a
+        chunk at a time: never more than :data:`CHUNK` and one line of :data:`MAX_LINE` held.
+        A line longer than that goes to ``too_long(at)`` instead, unread. Returns the end of
+        the last complete line (a torn tail after it is read again next time, until a writer
+        cuts it)."""
+        start, line, long = offset, bytearray(), False
+        at_byte = offset
+        while at_byte < size:
+            chunk = self.read(fd, at_byte, min(size, at_byte + CHUNK))
+            if not chunk:
+                break
+            index = 0
+            while (newline := chunk.find(b"\n", index)) >= 0:
+                if long or len(line) + newline - index > MAX_LINE:
+                    too_long(start)
+                else:
+                    line += chunk[index:newline]
+                    take(bytes(line), start)
+                start, index, long = at_byte + newline + 1, newline + 1, False
+                line.clear()
+            if not long:
+                line += chunk[index:]
+                if len(line) > MAX_LINE:
+                    long = True
+                    line.clear()
+            at_byte += len(chunk)
+        return start
 
     def generation(self, fd: int) -> bytes:
         return generation_of(at(self.path, lambda: os.pread(fd, HEADER_BYTES, 0)))

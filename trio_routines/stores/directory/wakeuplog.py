@@ -34,7 +34,7 @@ from ..abandon import Handoff
 from ..safefile import Refused, describe, open_dirs
 from .wakeupfile import WakeupFile
 from .wakeupindex import Op, WakeupIndex, add_op, del_op, set_op
-from .wakeupjournal import Journal, generation_of, line, snapshot
+from .wakeupjournal import MAX_LINE, Journal, generation_of, line, snapshot
 
 log = logging.getLogger("trio_routines")
 T = TypeVar("T")
@@ -127,17 +127,22 @@ class WakeupLog:
                 self._size = info.st_size
                 return  # the cheap poll: nothing appended (a torn tail is read again: a
                 # writer may have cut it and appended a line of the same length since)
-            data = self.journal.read(fd, self._offset, info.st_size)
+            end = self.journal.scan(fd, self._offset, info.st_size, self._take_line, self._too_long)
         except OSError as exc:
             raise self._unreadable(exc) from None
-        end = data.rfind(b"\n") + 1
-        start = 0
-        while start < end:
-            stop = data.index(b"\n", start)
-            self._take_line(data[start:stop], self._offset + start)
-            start = stop + 1
-        self._offset += end
+        self._offset = end
         self._size = info.st_size
+
+    def _too_long(self, at: int) -> None:
+        self._lines += 1
+        self._damaged = True
+        log.warning(
+            "damaged wake-up journal line at byte %d of %s — longer than %d bytes: skipped "
+            "(kept aside at the next compaction)",
+            at,
+            self.path,
+            MAX_LINE,
+        )
 
     def _take_line(self, raw: bytes, at: int) -> None:
         self._lines += 1
