@@ -1,8 +1,21 @@
-"""``python -m trio_routines``: see :mod:`trio_routines.cli`."""
+"""``python -m trio_routines``: see :mod:`trio_routines.cli`.
+
+Ctrl-C before the command runs (while the command line's modules load, which can take
+seconds on a loaded host) ends it quietly with status 130, as it does once it runs: no
+traceback of an import cut short.
+"""
 
 from __future__ import annotations
 
-from .cli import main
+
+def _run() -> int:
+    try:
+        from .cli import main
+
+        return main()
+    except KeyboardInterrupt:
+        return 130
+
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(_run())
