@@ -32,7 +32,7 @@ from trio_routines.http import api
 from trio_routines.http.render import describe
 from trio_routines.http.views import timeline
 from trio_routines.stores import DirectoryStore
-from trio_routines.testing import Complete, Fail, MemoryStore, ScriptedAgent, WallClock
+from trio_routines.testing import Complete, Fail, Hang, MemoryStore, ScriptedAgent, WallClock
 from trio_routines.wakeups import WakeupRequest
 
 MINUTE = timedelta(minutes=1)
@@ -192,6 +192,31 @@ async def test_a_turn_ending_on_the_next_slot_passes_it_over(autojump_clock: Any
     await run_until(sched, wall, at(4, 30))
     assert [t.wall for t in agent.turns] == [at(1), at(3)]
     assert await store.gaps("r") == [gap(2, 2, GapReason.OVERLAP), gap(4, 4, GapReason.OVERLAP)]
+
+
+async def test_slots_passed_while_a_turn_a_stop_cut_short_ran_are_its_overlap(
+    autojump_clock: Any,
+) -> None:
+    # A turn hung from 23:01; a stop at 23:08:30 ended it (interrupted, after its grace). Its
+    # loop, stopped, never recorded 02-08 as the turn's overlap: the next boot took them for
+    # slots missed while no scheduler ran, and fired 02 seven minutes late.
+    store = MemoryStore()
+    wall = WallClock(at(0, 30))
+    sched, _agent = scheduler(store, wall, default=Hang())
+    await run_until(sched, wall, at(8, 30))
+    [hung] = await store.history("r")
+    assert (hung.slot, hung.outcome) == (at(1), Outcome.INTERRUPTED)
+    assert await store.gaps("r") == []
+    wall.set(at(12, 30))  # down for four minutes after the stop
+    again, agent = scheduler(store, wall)
+    await run_until(again, wall, at(12, 40))
+    overlap, down = await store.gaps("r")
+    assert overlap.reason is GapReason.OVERLAP
+    assert (overlap.first, overlap.last) == (at(2), at(8))
+    assert down.reason is GapReason.CAUGHT_UP
+    assert (down.first, down.last) == (at(10), at(12))
+    assert [t.wall for t in agent.turns] == [at(12, 30)]  # 09, caught up: the first missed
+    assert [f.slot for f in await store.history("r")] == [at(1), at(9)]
 
 
 class SetsTheClockBack:

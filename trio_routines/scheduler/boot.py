@@ -17,11 +17,11 @@ from typing import TypeVar
 
 from ..cron import next_run
 from ..errors import StateFault
-from ..gaps import BootPlan, plan_boot, unfired_gaps
+from ..gaps import BootPlan, passed_over, plan_boot, unfired_gaps
 from ..history import ended
 from ..instants import format_iso
-from ..records import Fire, Outcome
-from ..routines import catchup_text
+from ..records import Fire, GapReason, Outcome
+from ..routines import Routine, catchup_text
 from .arming import Arming
 from .calls import StoreCalls, for_each
 from .gaps import GapRecording, gap_words
@@ -121,6 +121,7 @@ class Boot:
         current = self._runtime.now()
         for name in routines:
             self._arming.note_future_claim(name, newest[name], current)
+        await self._overlapped(routines, newest, latest, current)
         first_due: dict[str, datetime | None] = {}
         for name, routine in routines.items():
             if routine.cron is not None:
@@ -203,6 +204,43 @@ class Boot:
                 _log_missed(name, planned_here, due, current, routine.catchup)
             planned[name] = due
         return planned
+
+    async def _overlapped(
+        self,
+        routines: dict[str, Routine],
+        newest: dict[str, Fire | None],
+        latest: dict[str, datetime],
+        current: datetime,
+    ) -> None:
+        """The slots that passed while a turn a stop cut short still ran: its loop, stopped,
+        could not record them as the turn's ``overlap``, and the boot must not take them
+        for slots missed while no scheduler ran, nor catch one up. Recorded here (unless a
+        gap already reaches them), and accounted for: ``latest`` moves to the turn's end."""
+        cut = {
+            name: (fire, min(ended(fire), current))
+            for name, fire in newest.items()
+            if fire is not None
+            and fire.outcome is Outcome.INTERRUPTED
+            and routines[name].cron is not None
+            and ended(fire) > fire.fired_at
+        }
+
+        async def one(name: str) -> None:
+            fire, end = cut[name]
+            routine = routines[name]
+            assert routine.cron is not None
+            gap = passed_over(routine.cron, routine.tz, name, fire.fired_at, end, GapReason.OVERLAP)
+            if gap is None:
+                return
+            latest[name] = max(latest[name], end)
+            try:
+                recorded = await self._gaps.newest_gap_end(name)
+            except StateFault:
+                recorded = None  # written, at worst twice: the store keeps one of equal gaps
+            if recorded is None or recorded < gap.last:
+                await self._gaps.record_gap(name, gap)
+
+        await for_each(one, cut)
 
     async def _read_newest_claims(
         self,
