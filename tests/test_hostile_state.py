@@ -437,3 +437,48 @@ async def test_the_wake_loop_polls_on_past_deep_nesting(
         scheduler.stop(1)
     assert [t.session for t in agent.turns] == ["s"]
     assert not any("stopped unexpectedly" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_claim_hard_linked_to_a_file_elsewhere_is_not_written_through(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A settle writes its claim in place: planted as a second name of a file outside the
+    # state directory, the claim would rewrite that file.
+    state, outside = tmp_path / "state", tmp_path / "victim.json"
+    store = DirectoryStore(state, writer_process=False)
+    await store.claim("a", T0, T0)
+    claim = state / "schedule" / "claims" / "a" / slot_name(T0)
+    outside.write_bytes(claim.read_bytes())
+    claim.unlink()
+    os.link(outside, claim)
+    before = outside.read_bytes()
+    assert not await store.settle("a", T0, Outcome.COMPLETED, 5)
+    assert outside.read_bytes() == before
+    assert "has 2 names: a hard link to a file elsewhere — refused, not written" in caplog.text
+    await store.aclose()
+
+
+async def test_a_journal_hard_linked_to_a_file_elsewhere_is_not_appended_to(
+    tmp_path: Path,
+) -> None:
+    state, outside = tmp_path / "state", tmp_path / "victim"
+    store = DirectoryStore(state, writer_process=False)
+    first = await store.add_wakeup(
+        WakeupRequest(session="s", prompt="one", fire_at=T0 + timedelta(hours=1)), T0
+    )
+    journal = state / "schedule" / "wakeups.journal"
+    outside.write_bytes(journal.read_bytes())
+    journal.unlink()
+    os.link(outside, journal)
+    before = outside.read_bytes()
+    fresh = DirectoryStore(state, writer_process=False)
+    second = await fresh.add_wakeup(
+        WakeupRequest(session="s", prompt="two", fire_at=T0 + timedelta(hours=1)), T0
+    )
+    assert outside.read_bytes() == before
+    # Read, and written anew to a file of the store's own: nothing lost, nothing written out.
+    assert {w.id for w in await fresh.list_wakeups()} == {first.id, second.id}
+    assert os.stat(journal).st_nlink == 1
+    assert {w.id for w in await DirectoryStore(state).list_wakeups()} == {first.id, second.id}
+    await store.aclose()
+    await fresh.aclose()

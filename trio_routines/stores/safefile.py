@@ -90,6 +90,10 @@ class Refused(OSError):
         self.remedy = remedy
 
 
+class Shared(Refused):
+    """A file to be written in place that has other names (a hard link to it elsewhere)."""
+
+
 def describe(exc: OSError) -> str:
     """``EISDIR: Is a directory: <path>`` -- the errno name first, as operators grep for it."""
     if isinstance(exc, Refused):
@@ -198,11 +202,15 @@ def _refuse_if_odd(parent: int, name: str, where: Where) -> None:
         )
 
 
-def open_file(parent: int, name: str, where: Where, flags: int, limit: int) -> int:
+def open_file(
+    parent: int, name: str, where: Where, flags: int, limit: int, *, alone: bool = False
+) -> int:
     """Open the existing regular file ``name`` of ``parent`` without following or blocking.
 
     Raises :class:`Refused` for anything else (or a file larger than ``limit`` bytes),
-    ``FileNotFoundError`` when it is gone.
+    ``FileNotFoundError`` when it is gone. ``alone``: the file is to be written in place, so
+    one with another name too is refused (a hard link planted to a file outside the state
+    directory would be written through).
     """
     _refuse_if_odd(parent, name, where)
     try:
@@ -217,6 +225,11 @@ def open_file(parent: int, name: str, where: Where, flags: int, limit: int) -> i
             raise Refused(f"{where} is {kind_of(info.st_mode)}, not a regular file — refused")
         if info.st_size > limit:
             raise Refused(f"{where} holds {info.st_size} bytes, more than {limit} — refused")
+        if alone and info.st_nlink > 1:
+            raise Shared(
+                f"{where} has {info.st_nlink} names: a hard link to a file elsewhere — "
+                "refused, not written"
+            )
     except BaseException:
         os.close(fd)
         raise

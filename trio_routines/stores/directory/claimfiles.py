@@ -359,7 +359,7 @@ class ClaimFiles:
             directory = self.open_claims(routine, claims=claims, where=where)
             ticket = opened()
             try:
-                fd = open_file(directory, name, path, os.O_RDWR, CLAIM_LIMIT)
+                fd = open_file(directory, name, path, os.O_RDWR, CLAIM_LIMIT, alone=True)
             except BaseException:
                 os.close(directory)
                 raise

@@ -81,7 +81,7 @@ class Journal:
         """Open the journal (``FileNotFoundError`` if there is none, ``Refused`` if what is
         there is no regular file)."""
         flags = os.O_RDWR | os.O_APPEND if append else os.O_RDONLY
-        return open_file(directory, JOURNAL, self.path, flags, NO_LIMIT)
+        return open_file(directory, JOURNAL, self.path, flags, NO_LIMIT, alone=append)
 
     def read(self, fd: int, offset: int, size: int) -> bytes:
         """The bytes from ``offset`` up to ``size``."""

@@ -31,7 +31,7 @@ from ...converter import dumps, loads, wakeup_from_json
 from ...errors import StateFault
 from ...records import Wakeup
 from ..abandon import Handoff
-from ..safefile import Refused, describe, open_dirs
+from ..safefile import Refused, Shared, describe, open_dirs
 from .wakeupfile import WakeupFile
 from .wakeupindex import Op, WakeupIndex, add_op, del_op, set_op
 from .wakeupjournal import MAX_LINE, Journal, generation_of, line, snapshot
@@ -217,6 +217,8 @@ class WakeupLog:
         except FileNotFoundError:  # none yet (or removed: what it held is gone for all)
             self._forget()
             fd = self._new_generation(directory)
+        except Shared:
+            fd = self._unshared(directory)
         except Refused as exc:
             # A writer does not leave it for someone to remove: it moves it aside, says so
             # (once, on one line) and starts a new journal.
@@ -255,6 +257,25 @@ class WakeupLog:
             raise StateFault(
                 f"could not write the wake-up store {self.path}: {describe(exc)}"
             ) from None
+
+    def _unshared(self, directory: int) -> int:
+        """A journal with other names (a hard link planted to a file elsewhere) is read, never
+        written through: its wake-ups go to a new generation under its name, the other
+        file left as it was."""
+        try:
+            read = self.journal.open(directory)
+            try:
+                self._follow(read)
+            finally:
+                os.close(read)
+        except OSError as exc:
+            raise self._unreadable(exc) from None
+        log.warning(
+            "the wake-up journal %s has other names (a hard link to a file elsewhere): its "
+            "wake-ups are written anew to a file of its own",
+            self.path,
+        )
+        return self._new_generation(directory)
 
     def _keep_aside(self, directory: int) -> Path | None:
         try:
