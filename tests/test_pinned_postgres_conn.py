@@ -359,6 +359,7 @@ class Asked:
 
     def __init__(self) -> None:
         self.asked: list[tuple[str, Any]] = []
+        self.adapters = psycopg.adapt.AdaptersMap(psycopg.adapters)  # (instants' loader)
 
     def execute(self, query: str, params: Any = None) -> None:
         self.asked.append((query, params))

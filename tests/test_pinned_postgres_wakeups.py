@@ -20,7 +20,7 @@ from trio_routines import StateFault
 from trio_routines.errors import InvalidWakeup
 from trio_routines.records import Wakeup
 from trio_routines.stores.postgres import PostgresStore
-from trio_routines.stores.postgres.conn import Call, Connections
+from trio_routines.stores.postgres.conn import FIRST_INSTANT, LAST_INSTANT, Call, Connections
 from trio_routines.stores.postgres.schema import Schema
 from trio_routines.stores.postgres.wakeups import PostgresWakeups
 from trio_routines.wakeups import MAX_PENDING_PER_SESSION, WakeupRequest, check_stored
@@ -247,3 +247,44 @@ def test_a_change_whose_caller_gave_up_is_rolled_back_whole(
     assert taken is not None
     assert taken.id == "w1"
     assert ids(schema) == ["w2"]
+
+
+async def test_an_instant_no_datetime_holds_reads_as_the_calendar_s_edge(
+    store: PostgresStore, schema: str
+) -> None:
+    # A row written by hand with fire_at '-infinity' made every poll, listing and take fail
+    # (psycopg's DataError), so no wake-up fired again; 'infinity' in a claim made its
+    # routine's history unreadable and its boot fail.
+    seed(schema, ("w-good", "s-good", None))
+    with admin() as db:
+        for id_, when in (
+            ("w-first", "-infinity"),
+            ("w-last", "infinity"),
+            ("w-bc", "0100-01-01 BC"),
+        ):
+            db.execute(
+                sql.SQL(
+                    "INSERT INTO {} (id, session, prompt, fire_at) VALUES (%s, 's', 'p', %s)"
+                ).format(table(schema, "wakeups")),
+                (id_, when),
+            )
+        db.execute(
+            sql.SQL("INSERT INTO {} (routine, slot, fired_at) VALUES ('r', %s, 'infinity')").format(
+                table(schema, "claims")
+            ),
+            (T0,),
+        )
+    listed = {w.id: w.fire_at for w in await store.list_wakeups()}
+    assert listed == {
+        "w-good": T0,
+        "w-first": FIRST_INSTANT,
+        "w-bc": FIRST_INSTANT,
+        "w-last": LAST_INSTANT,
+    }
+    taken = []
+    while (wakeup := await store.take_due_wakeup(T0)) is not None:
+        taken.append(wakeup.id)
+    assert sorted(taken) == ["w-bc", "w-first", "w-good"]  # due; the last instant is not
+    [claim] = await store.history("r")
+    assert (claim.slot, claim.fired_at) == (T0, LAST_INSTANT)
+    assert (await store.latest_fire("r")) == claim

@@ -41,11 +41,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any, TypeVar, TypeVarTuple
 
 import psycopg
 import trio
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.types.datetime import TimestamptzLoader
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...errors import StateFault
@@ -290,6 +292,7 @@ class Connections:
             return self._pool
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        bounded_instants(conn)
         # A claim must be durable before it is reported taken: refuse a server-wide "off".
         conn.execute(
             "SELECT set_config('synchronous_commit', 'on', false) "
@@ -317,3 +320,25 @@ class Connections:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close(timeout=CLOSE_BOUND)
+
+
+#: What a ``timestamptz`` past what a datetime holds reads as (see :func:`bounded_instants`).
+FIRST_INSTANT = datetime.min.replace(tzinfo=UTC)
+LAST_INSTANT = datetime.max.replace(microsecond=999_000, tzinfo=UTC)  # an instant: whole ms
+
+
+class _BoundedLoader(TimestamptzLoader):
+    def load(self, data: Any) -> datetime:
+        try:
+            return super().load(data)
+        except psycopg.DataError:  # "too small (before year 1)", or "too large"
+            before = bytes(data).startswith(b"-") or bytes(data).endswith(b" BC")
+            return FIRST_INSTANT if before else LAST_INSTANT
+
+
+def bounded_instants(conn: psycopg.Connection[Any]) -> None:
+    """Read a ``timestamptz`` that no datetime holds (``infinity``, ``-infinity``, a year
+    BC or past 9999: a row written by hand) as the calendar's first or last instant, as the
+    state directory reads an instant at its edge, instead of failing every query that
+    returns it (a poll of every wake-up, a routine's whole history, a boot)."""
+    conn.adapters.register_loader("timestamptz", _BoundedLoader)

@@ -67,7 +67,7 @@ from ...replicas import ReplicaInfo, replica_key
 from ..abandon import run_abandoning
 from ..batch import Answer, Batcher, Entry
 from .alive import COLUMNS, LOCKS, keys_held, namespace
-from .conn import THREAD_NAME, Call, Connections, reason
+from .conn import THREAD_NAME, Call, Connections, bounded_instants, reason
 from .ending import CallEnd, close_both, close_later, marking_end, shut_down, socket_on
 from .schema import Schema
 
@@ -280,6 +280,7 @@ class PostgresPresence(Presence):
         conn: Conn = psycopg.connect(self._conns.url, **kwargs)
         line = None
         try:
+            bounded_instants(conn)
             line = socket_on(conn)
             for setting, value in KEEPALIVE.items():
                 with contextlib.suppress(psycopg.errors.UndefinedObject):
