@@ -356,3 +356,33 @@ async def test_a_whole_claim_not_taken_lets_go_of_its_own_key_only(ends: str) ->
     assert presence.holds(S)  # the other turn's, untouched
     presence.forget([S])
     untouched(presence, gate)
+
+
+@pytest.mark.parametrize("path", ["enter", "enter_claiming", "enter_whole"])
+async def test_a_lost_presence_holds_nothing_and_claims_nothing(path: str) -> None:
+    # Until the store takes the replica back, a fire fails before its claim: a claim whose
+    # session's hold the store then refuses would burn its slot as busy (PostgreSQL's own
+    # hold rows, of the presence before, answered "busy").
+    presence, gate, holds = setup()
+    presence.lost.set()
+    decided: list[Any] = []
+
+    async def decide(*args: Any, **options: Any) -> ClaimResult:
+        decided.append(args)
+        return ClaimResult(ClaimStatus.TAKEN, "slot", holds=(True,))
+
+    call = (
+        holds.enter("s", CLAIM)
+        if path == "enter"
+        else getattr(holds, path)("s", CLAIM, decide, (), {})
+    )
+    with pytest.raises(StateFault) as raised:
+        await call
+    assert str(raised.value) == "replica a lost its hold on its store"
+    assert decided == []
+    assert presence.asked == []
+    assert not presence.holds(CLAIM)
+    free = gate.hold("s")  # the session is free here too
+    free.__enter__()
+    assert not free.refused
+    free.__exit__(None, None, None)

@@ -30,9 +30,16 @@ class Presence:
         #: under way may now be seen as dead by the other replicas.
         self.lost = trio.Event()
 
+    #: Where its holds are, as its messages name it.
+    held_in = "its store"
+
     @property
     def replica(self) -> str:
         return self.info.id
+
+    def lost_fault(self) -> StateFault:
+        """What a hold asked of a lost presence answers (until the store takes us back)."""
+        return StateFault(f"replica {self.replica} lost its hold on {self.held_in}")
 
     def holds(self, key: int) -> bool:
         """Whether this presence holds ``key`` now."""

@@ -175,6 +175,10 @@ class Holds:
 
     def _begin(self, session: str, claim: int | None) -> tuple[Presence, Hold, Agent, list[int]]:
         presence = self._presence()
+        if presence.lost.is_set():
+            # Until the store takes us back, nothing is held, so nothing is claimed: a claim
+            # whose session's hold the store then refused would burn its slot as busy.
+            raise presence.lost_fault()
         gate_hold = self.gate.hold(session)
         agent = gate_hold.__enter__()
         wanted = [] if claim is None else [claim]

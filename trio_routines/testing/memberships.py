@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from ..errors import StateFault
 from ..presence import Presence
 from ..replicas import ReplicaInfo
 
@@ -26,6 +25,7 @@ class MemoryPresence(Presence):
     def __init__(self, store: MemoryStore, info: ReplicaInfo) -> None:
         super().__init__(info)
         self._store = store
+        self.held_in = "the memory store"
         self.dead = False
 
     async def _take(self, keys: list[int]) -> list[bool]:
@@ -34,7 +34,7 @@ class MemoryPresence(Presence):
         if self._store.hangs:
             await self._store._enter("take")
         if self.lost.is_set():  # as PostgreSQL's: a presence lost takes no hold again
-            raise StateFault(f"replica {self.replica} lost its hold on the memory store")
+            raise self.lost_fault()
         self._store._fault("take")
         holds = self._store.holds
         taken = []

@@ -128,6 +128,7 @@ class PostgresPresence(Presence):
     def __init__(self, info: ReplicaInfo, conns: Connections, schema: Schema) -> None:
         super().__init__(info)
         self._conns = conns
+        self.held_in = conns.where
         self._schema = schema
         self._conn: Conn | None = None
         self._socket: socket.socket | None = None  # ours, on the connection (see the module doc)
@@ -161,7 +162,7 @@ class PostgresPresence(Presence):
                 await self._left_behind_ended()
                 conn = self._conn
                 if conn is None or self.lost.is_set():
-                    raise StateFault(f"replica {self.replica} lost its hold on {self._conns.where}")
+                    raise self.lost_fault()
                 deadline = trio.current_time() + bound
                 try:
                     with trio.move_on_at(deadline):
