@@ -20,7 +20,9 @@ import trio
 
 from trio_routines.errors import StateFault
 from trio_routines.records import Outcome, Wakeup
+from trio_routines.replicas import ReplicaInfo
 from trio_routines.stores.directory import DirectoryStore, blocking, claimfiles, wakeuplog
+from trio_routines.stores.directory import holds as directory_holds
 from trio_routines.stores.directory import store as directory_store
 from trio_routines.stores.directory.wakeupjournal import Journal
 from trio_routines.wakeups import WakeupRequest
@@ -305,3 +307,27 @@ async def test_a_boot_read_stalled_is_left_at_its_callers_deadline(
     fire = await store.latest_fire("r")
     assert fire is not None
     assert fire.slot == SLOT
+
+
+@pytest.mark.slow  # a second or more of the real clock: a stall outlived
+async def test_the_store_is_not_ready_while_a_heartbeat_stalls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stall: Stall
+) -> None:
+    # A frozen file system held the replica's heartbeat (its record's rewrite) while every
+    # replica said ready: no claim or settle happened to be under way.
+    monkeypatch.setattr(directory_store, "STALLED_AFTER", 0.2)
+    store = DirectoryStore(tmp_path, lock_timeout=0.5)
+    presence = await store.join(ReplicaInfo("a", "0.1.0", "host", 1, NOW, NOW))
+    await store.ready()
+    monkeypatch.setattr(directory_holds, "write_replica", stall.wrap(directory_holds.write_replica))
+    with trio.move_on_after(0.1) as cut:  # the watch's deadline: it leaves the thread
+        await presence.beat(0, NOW)
+    assert cut.cancelled_caught
+    await trio.sleep(0.3)
+    with pytest.raises(StateFault, match="have not answered"):
+        await store.ready()
+    stall.thaw()
+    await settled(store)
+    await store.ready()
+    await presence.leave()
+    await store.aclose()

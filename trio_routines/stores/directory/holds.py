@@ -61,6 +61,7 @@ from ...errors import StateFault
 from ...instants import parse_iso
 from ...presence import Presence
 from ...replicas import ReplicaInfo, replica_json, replica_key, stored_replica
+from ..abandon import run_abandoning
 from ..safefile import Refused, describe, open_dirs, read_file, replace_file
 from .lockfiles import (
     FENCE,
@@ -189,10 +190,19 @@ def keys_alive(root: Path, own: Presence | None, keys: Sequence[int]) -> list[bo
 class DirectoryPresence(Presence):
     """A replica's holds in a state directory (see the module doc)."""
 
-    def __init__(self, info: ReplicaInfo, root: Path, limiter: trio.CapacityLimiter) -> None:
+    def __init__(
+        self,
+        info: ReplicaInfo,
+        root: Path,
+        limiter: trio.CapacityLimiter,
+        begun: dict[object, float] | None = None,
+    ) -> None:
+        """``begun``: the store's thread calls under way (its ``ready``): a heartbeat that a
+        frozen file system holds is one of them."""
         super().__init__(info)
         self.root = root
         self._limiter = limiter
+        self._begun = begun
         self.fds: dict[int, int] = {}  # shard -> our descriptor of its file, for our life
         self._fence: dict[int, int] = {}  # the earlier versions' files, read-locked whole
         # Readers of ``fds`` in worker threads (held_elsewhere), and what the last of them
@@ -266,9 +276,7 @@ class DirectoryPresence(Presence):
     async def _beat(self, in_flight: int, now: datetime) -> None:
         self.info = attrs.evolve(self.info, last_seen=now, in_flight=in_flight)
         try:
-            await trio.to_thread.run_sync(
-                self._publish, self.info, limiter=self._limiter, abandon_on_cancel=True
-            )
+            await run_abandoning(self._publish, self.info, limiter=self._limiter, begun=self._begun)
         except OSError as exc:
             # The record is for people; the holds are the kernel's and still stand.
             log.warning("could not refresh replica %s's record: %s", self.replica, describe(exc))

@@ -36,8 +36,16 @@ T = TypeVar("T")
 class DirectoryMembers:
     """The replicas of the state directory at ``root`` (see :class:`.directory.DirectoryStore`)."""
 
-    def __init__(self, root: Path, files: ClaimFiles, limiter: trio.CapacityLimiter) -> None:
+    def __init__(
+        self,
+        root: Path,
+        files: ClaimFiles,
+        limiter: trio.CapacityLimiter,
+        begun: dict[object, float] | None = None,
+    ) -> None:
+        """``begun``: the store's thread calls under way (its ``ready``)."""
         self.root = root
+        self._begun = begun
         self._claims = root / "schedule" / "claims"
         self._limiter = limiter
         self._files = files
@@ -51,7 +59,7 @@ class DirectoryMembers:
 
     async def join(self, info: ReplicaInfo) -> DirectoryPresence:
         """Become a member of the store as ``info.id`` (see :mod:`trio_routines.replicas`)."""
-        presence = DirectoryPresence(info, self.root, self._limiter)
+        presence = DirectoryPresence(info, self.root, self._limiter, self._begun)
         try:
             # Given up (a stalled disk), the thread lets go of the holds it took: else this
             # replica would look alive, its id in use, until the process ends.

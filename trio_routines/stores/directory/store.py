@@ -139,7 +139,7 @@ class DirectoryStore(Lifetime):
         self._newest = BatchedReads(in_threads(self.latest_fire_sync, self._run))
         self._wakeups = Wakeups(self.root, lock_timeout, limiter=self._limiter, begun=self._begun)
         self._records = Records(self.root, self._run, limiter=self._limiter, bound=lock_timeout)
-        self._members = DirectoryMembers(self.root, self._files, self._limiter)
+        self._members = DirectoryMembers(self.root, self._files, self._limiter, self._begun)
 
     def __repr__(self) -> str:
         return f"DirectoryStore({str(self.root)!r})"
