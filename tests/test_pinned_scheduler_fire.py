@@ -160,6 +160,28 @@ async def test_a_stop_bounds_the_settles_retries_by_its_grace_and_margin(
     assert "is lost after 4 attempts" in error
 
 
+async def test_a_settle_a_stop_ended_says_so_rather_than_blame_the_store(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A second Ctrl-C (a stop of no grace) ends the turn and then its settle: the store was
+    # not the one that failed to answer.
+    scheduler, agent, store, _ = rig(external_clock=True)
+    agent.default = Complete(duration=1)
+    store.hang("settle")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await scheduler.start_fire("hourly", at(10))
+        await trio.sleep(1.5)  # the turn ended; its settle waits for the store
+        scheduler.stop(0)
+    assert [m for level, m in lines(caplog) if level >= logging.WARNING] == [
+        "hourly: could not record the completed outcome of slot 2026-07-07T10:00:00.000Z: "
+        "the stop ended it before the store answered",
+        "hourly: the completed outcome of slot 2026-07-07T10:00:00.000Z is lost after 1 "
+        "attempts, the stop ending the last — the claim stays unsettled and the next boot "
+        "records it as interrupted",
+    ]
+
+
 async def test_a_settle_the_store_never_answers_is_logged_per_attempt(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -270,12 +270,20 @@ class StoreCalls:
             routine, slot, outcome, ms, if_unsettled=if_unsettled, error=error, **extra
         )
 
+    def _stop_passed(self) -> bool:
+        """Whether a stop's bound on store calls has passed (a second interrupt, or a stop of
+        no grace): what cut a call then is the stop, not the store."""
+        return trio.current_time() >= self._grace.deadline + STOP_MARGIN
+
     def _settle_timed_out(self, routine: str, slot: datetime, outcome: Outcome) -> None:
         log.warning(
-            "%s: could not record the %s outcome of slot %s: the store did not answer in time",
+            "%s: could not record the %s outcome of slot %s: %s",
             routine,
             outcome.value,
             format_iso(slot),
+            "the stop ended it before the store answered"
+            if self._stop_passed()
+            else "the store did not answer in time",
         )
 
     async def settle(
@@ -354,12 +362,13 @@ class StoreCalls:
         self.settle_failures[routine] += 1
         self._runtime.metrics.settle_failed(routine)
         log.error(
-            "%s: the %s outcome of slot %s is lost after %d attempts — the claim stays "
+            "%s: the %s outcome of slot %s is lost after %d attempts%s — the claim stays "
             "unsettled and the next boot records it as interrupted",
             routine,
             outcome.value,
             format_iso(slot),
             attempts,
+            ", the stop ending the last" if self._stop_passed() else "",
         )
 
 
