@@ -7,6 +7,7 @@ import itertools
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 import trio
 from scheduler_rig import HOURLY, T0, at, rig
 
@@ -87,7 +88,9 @@ async def test_a_dead_members_open_claim_is_recorded_interrupted_by_a_live_one(
         second.stop(0)
 
 
-async def test_a_lost_presence_ends_the_turns_it_held(autojump_clock: Any) -> None:
+async def test_a_lost_presence_ends_the_turns_it_held(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     store = MemoryStore()
     scheduler, agent, _, _ = rig(external_clock=True, store=store, poll_interval=30)
     agent.default = Complete(duration=3600)
@@ -101,6 +104,9 @@ async def test_a_lost_presence_ends_the_turns_it_held(autojump_clock: Any) -> No
         await trio.sleep(5)
         (fire,) = await store.history("hourly")
         assert (fire.outcome, fire.error) == (Outcome.INTERRUPTED, LOST_HOLD)
+        # Its line says what ended it: no stop was under way.
+        [line] = [r.getMessage() for r in caplog.records if " interrupted: " in r.getMessage()]
+        assert line.startswith("hourly interrupted: this replica lost its hold on the store (")
         await trio.sleep(60)  # it joins again
         assert scheduler.replica in store.members
         scheduler.stop(0)

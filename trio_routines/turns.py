@@ -80,11 +80,14 @@ async def run_turn(
     timeout: float | None = None,
     grace_scope: trio.CancelScope | None = None,
     on_text: Callable[[str], None] | None = None,
+    ended_by: Callable[[], str | None] | None = None,
 ) -> TurnResult:
     """Run one turn of ``session`` and log its one outcome line.
 
     ``grace_scope`` is the scope a stop cancels once its grace runs out; the turn then counts
-    as interrupted. ``timeout`` (seconds) cancels the turn and counts it as failed.
+    as interrupted. ``ended_by``: why that scope was cancelled, when it was not a stop (the
+    replica's holds lost), for the log line. ``timeout`` (seconds) cancels the turn and
+    counts it as failed.
     """
     if log.isEnabledFor(logging.INFO):  # one call fewer a turn when INFO is not shown
         log.info("%s firing (session=%s)", label, session)
@@ -127,7 +130,8 @@ async def run_turn(
                     except Exception as exc:
                         raised = raised or exc
     ms = _elapsed_ms(started)
-    result = _classified(label, ms, failed, raised, grace, timeout_scope, timeout)
+    why = ended_by() if ended_by is not None and grace.cancelled_caught else None
+    result = _classified(label, ms, failed, raised, grace, timeout_scope, timeout, why)
     usage = None if tally is None else tally.total()
     return result if usage is None else attrs.evolve(result, usage=usage)
 
@@ -140,13 +144,16 @@ def _classified(
     grace: trio.CancelScope,
     timeout_scope: trio.CancelScope | None,
     timeout: float | None,
+    why: str | None = None,
 ) -> TurnResult:
-    """The outcome of a turn that ended, logged on one line."""
+    """The outcome of a turn that ended, logged on one line (``why``: what ended it, when
+    its grace scope was cancelled by something other than a stop)."""
     if failed is not None and not failed.busy and not failed.details:
         failed = None  # a failure with nothing to say is none, as in the original (module doc)
     if grace.cancelled_caught:
         extra = _fields(Outcome.INTERRUPTED, ms, "interrupted by stop")
-        log.warning("%s interrupted: the stop's grace ran out (%dms)", label, ms, extra=extra)
+        why = why or "the stop's grace ran out"
+        log.warning("%s interrupted: %s (%dms)", label, why, ms, extra=extra)
         return TurnResult(Outcome.INTERRUPTED, ms, failed="interrupted by stop")
     if timeout_scope is not None and timeout_scope.cancelled_caught:
         details = f"timed out after {_describe_seconds(timeout or 0)}"

@@ -36,6 +36,8 @@ JUMP_THRESHOLD = 5.0
 STORE_TIMEOUT = 30.0  # seconds: the longest we wait for one store call
 #: Why a turn was ended when the store could no longer vouch for our holds (presence.py).
 LOST_HOLD = "interrupted: this replica lost its hold on the store, so the turn was ended"
+#: What a turn's log line says ended it then.
+LOST_ENDED = "this replica lost its hold on the store"
 
 
 def system_now() -> datetime:
@@ -344,6 +346,10 @@ class Grace:
         for scope in list(self.scopes):
             self._lost.add(scope)
             scope.cancel()
+
+    def lost(self, scope: trio.CancelScope) -> bool:
+        """Whether ``scope``'s turn was ended by :meth:`end_lost` (not forgotten: see below)."""
+        return scope in self._lost
 
     def was_lost(self, scope: trio.CancelScope) -> bool:
         """Whether ``scope``'s turn was ended by :meth:`end_lost` (asked once, as it ends)."""

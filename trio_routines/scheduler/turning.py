@@ -16,7 +16,7 @@ from ..tracing import FireSpans, turn_span
 from ..turns import TurnResult, run_turn
 from .holds import Holds, TurnHold
 from .spending import Spending
-from .state import LOST_HOLD, Grace, log
+from .state import LOST_ENDED, LOST_HOLD, Grace, log
 
 
 class SessionTurns:
@@ -72,6 +72,7 @@ class SessionTurns:
                     timeout=timeout,
                     grace_scope=grace,
                     on_text=on_text,
+                    ended_by=lambda: LOST_ENDED if self._grace.lost(grace) else None,
                 )
         finally:
             if own:
