@@ -23,7 +23,10 @@ from trio_routines.text import (
 def test_control_characters_are_shown_not_obeyed() -> None:
     assert visible("a\x1b[31mb\x07\x9bc\x7f") == "a\\x1b[31mb\\x07\\x9bc\\x7f"
     assert visible("café ✓") == "café ✓"
-    assert shown("one\ntwo\u2028three\r\n\tfour") == "one two three four"
+    assert shown("one\ntwo\u2028three\r\n\tfour") == "one two\\u2028three four"
+    # A break only some readers obey is shown, not read as a space: "s\u2028x" is no "s x".
+    assert shown(" s\u2028x\x85y\vz\u2029 ") == "s\\u2028x\\x85y\\x0bz\\u2029"
+    assert shown("a\xa0\u2003 b") == "a b"
 
 
 def test_clipping_counts_bytes_and_keeps_characters_whole() -> None:

@@ -15,6 +15,10 @@ from typing import Any
 ERROR_LIMIT = 1024  # bytes of UTF-8: how much of a failure reason is stored
 
 _WHITESPACE = re.compile(r"\s+")
+#: Whitespace read as a space where text is shown: all but the breaks only some readers
+#: take for line breaks (vertical tab, form feed, the information separators, U+0085,
+#: U+2028, U+2029), which :func:`visible` shows escaped instead.
+_PLAIN_WHITESPACE = re.compile("[^\\S\x0b\x0c\x1c-\x1f\x85\u2028\u2029]+")
 #: What reorders the text shown around it (the bidirectional embeddings, overrides, isolates
 #: and marks: a name can read as another), and the line and paragraph separators, which some
 #: terminals, editors and log viewers break a line at.
@@ -62,8 +66,10 @@ def safe_json(value: Any, *, indent: int | None = None) -> str:
 
 
 def shown(text: str) -> str:
-    """``text`` as one visible line: what a terminal or a log line may carry."""
-    return visible(one_line(text))
+    """``text`` as one visible line: what a terminal or a log line may carry. Runs of spaces,
+    tabs and newlines read as one space; a break only some readers obey (U+2028, U+0085, a
+    vertical tab) is shown escaped, so that two sessions differing only in it stay apart."""
+    return visible(_PLAIN_WHITESPACE.sub(" ", text).strip(" "))
 
 
 def clipped(text: str, limit: int) -> str:
