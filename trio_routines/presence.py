@@ -37,6 +37,12 @@ class Presence:
     def replica(self) -> str:
         return self.info.id
 
+    async def stirred(self) -> None:
+        """Return once this presence is lost, or something suggests the store may have
+        dropped it (a store that can tell: PostgreSQL): the watch then looks at once rather
+        than at its next beat."""
+        await self.lost.wait()
+
     def lost_fault(self) -> StateFault:
         """What a hold asked of a lost presence answers (until the store takes us back)."""
         return StateFault(f"replica {self.replica} lost its hold on {self.held_in}")

@@ -16,6 +16,8 @@ before their claim (a state fault: nothing is burned).
 
 from __future__ import annotations
 
+import math
+
 import trio
 
 from ..errors import StateFault
@@ -66,15 +68,19 @@ class MemberWatch:
     async def watch(self) -> None:
         """Run for as long as the loops do (see the module doc)."""
         runtime = self._runtime
+        looked = -math.inf
         while True:
             presence = self._membership.presence
             if presence is None:
                 return
             with trio.move_on_after(self._watch_interval()):
-                await presence.lost.wait()
+                await presence.stirred()  # lost, or a hint that it may be: look now
             if presence.lost.is_set():
                 await self._lost(presence.replica)
                 continue
+            # A hint sooner than WATCH_AT_LEAST after the last look waits for it: never a spin.
+            await trio.sleep_until(looked + WATCH_AT_LEAST)
+            looked = trio.current_time()
             try:
                 with self._calls.bounded():
                     await presence.beat(runtime.in_flight.value, runtime.now())

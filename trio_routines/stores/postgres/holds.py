@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -88,6 +89,7 @@ KEEPALIVE = {
 }
 #: Seconds a let-go waits for others to travel with it (a session looks busy that much longer).
 LET_GO_AFTER = 0.05
+STIR_PAUSE = 0.05  # seconds: how long a stir that is a call's own reply is let be
 KEEPALIVE_BOUND = 25.0  # seconds: the longest a dead replica's locks outlive it
 FORGET_AFTER = "1 day"  # a dead replica's row is deleted by the next join after this
 
@@ -141,6 +143,35 @@ class PostgresPresence(Presence):
         self._sending = False  # a task of ours will send them
         self._namespace = ""  # this store's, once connected (see namespace())
         self._holder: tuple[str, int] | None = None  # (namespace, our key in it), computed once
+
+    async def stirred(self) -> None:
+        """Return once the presence is lost, or once our connection became readable with no
+        call of ours on it: the server may have ended it (a terminated backend says so, then
+        closes; a proxy that restarts closes), and with it our lock: another replica may
+        already see our turns dead. The watch then checks the connection at once, rather
+        than at its next beat a poll interval later. Waits on a descriptor of its own,
+        closed once the wait is over: nothing else closes it under the wait."""
+        sock = self._socket
+        if sock is None or self.lost.is_set():
+            await self.lost.wait()
+            return
+        watch = socket.socket(fileno=os.dup(sock.fileno()))
+        try:
+            async with trio.open_nursery() as nursery:
+
+                async def lost() -> None:
+                    await self.lost.wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(lost)
+                while True:
+                    await trio.lowlevel.wait_readable(watch)
+                    if not self._using.locked():
+                        break
+                    await trio.sleep(STIR_PAUSE)  # a reply to a call of ours: it reads it
+                nursery.cancel_scope.cancel()
+        finally:
+            watch.close()
 
     @property
     def holder(self) -> int:
