@@ -142,13 +142,17 @@ def timeline_svg(view: RoutineView, now: datetime) -> str:
     return "".join(out)
 
 
-def _strip(fires: Iterable[Fire]) -> str:
+def _strip(fires: Iterable[Fire], unread: bool = False) -> str:
+    """The last fires, oldest first; with ``unread`` (the history could not be read), none
+    is shown as unknown, never as "never fired"."""
     cells = []
     for fire in fires:
         kind = fire_kind(fire)
         title = describe(Mark(fire.slot, kind, fire))
         cells.append(f'<span class="o-{kind}" title="{_esc(title)}">{KINDS[kind][0]}</span>')
-    return "".join(cells) or '<span class="none">never fired</span>'
+    if cells or not unread:
+        return "".join(cells) or '<span class="none">never fired</span>'
+    return '<span class="none">unknown</span>'
 
 
 def _schedule(view: RoutineView) -> str:
@@ -188,7 +192,8 @@ def routine_html(view: RoutineView, now: datetime) -> str:
         f'<div class="line">{timeline_svg(view, now)}'
         f'<span class="since">since {_time(view.since.replace(second=0, microsecond=0))}'
         "</span></div>"
-        f'<p class="strip" aria-label="last fires, oldest first">{_strip(view.recent)}</p>'
+        '<p class="strip" aria-label="last fires, oldest first">'
+        f"{_strip(view.recent, bool(view.problem))}</p>"
         f"{_spent(view)}{_last_output(view)}{problem}</article>"
     )
 
