@@ -157,6 +157,19 @@ def test_a_hand_edited_reason_is_made_safe_on_reading() -> None:
 
 
 @pytest.mark.parametrize(
+    ("ms", "read"),
+    [("1e308", None), ("315537897600001", None), ("315537897600000", 315_537_897_600_000)],
+)
+def test_a_hand_edited_duration_past_the_calendar_s_span_reads_as_none(
+    ms: str, read: int | None
+) -> None:
+    # 1e308 filled the TOOK column with hundreds of digits, and --json with the same.
+    text = '{"firedAt":"2026-07-07T12:30:00.000Z","outcome":"failed","ms":' + ms + "}"
+    fire = parse_claim(NAME, text, "c")
+    assert (fire.outcome, fire.ms) == (Outcome.FAILED, read)
+
+
+@pytest.mark.parametrize(
     "text", ['{"firedAt":"2026-07-0', "2026-07-07T10:00:00.000Z", "null", "12", "", "[]"]
 )
 def test_torn_and_older_formats_read_as_unsettled_quietly(

@@ -30,6 +30,10 @@ from .replicas import stored_replica
 from .usage import Usage, usage_from_json
 
 KEEP_CLAIMS = 512
+#: The longest duration a claim is read with, in milliseconds: the calendar's whole span. A
+#: longer one (a hand-edited ``1e308``) reads as none, as a negative one does.
+MAX_MS = 315_537_897_600_000
+
 #: The name of a store's spare claim file beside a routine's claims (see the directory store's
 #: spares.py): never a claim, and passed over without a word.
 SPARE_CLAIM = ".next-claim"
@@ -164,7 +168,7 @@ def fire_from_record(slot: datetime, record: dict[str, object], where: str) -> F
             isinstance(raw_ms, int | float)
             and not isinstance(raw_ms, bool)
             and math.isfinite(raw_ms)
-            and raw_ms >= 0
+            and 0 <= raw_ms <= MAX_MS
         ):
             ms = round(raw_ms)
         raw_error = record.get("error")
