@@ -611,6 +611,16 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_metrics.py",
             "tests/test_pinned_member_watch.py",
             "tests/test_pinned_scheduler_boot.py",
+            "tests/test_pinned_boot_lines.py",
+        ],
+    ),
+    # The failure streaks read from the history after the boot (with the boot's tests).
+    "streaks": (
+        ["trio_routines/scheduler/streaks.py"],
+        [
+            "tests/test_pinned_boot_lines.py",
+            "tests/test_metrics.py",
+            "tests/test_gaps.py",
         ],
     ),
     "tools": (

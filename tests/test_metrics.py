@@ -298,3 +298,54 @@ async def test_a_history_unreadable_after_the_boot_leaves_the_record_s_own_strea
         assert _series(scheduler, "trio_routines_consecutive_failures", "hourly") == {"": 1.0}
         assert scheduler.metrics.last_success == {"hourly": slot}
         nursery.cancel_scope.cancel()
+
+
+class ClaimedNext(MemoryStore):
+    """A store where another replica claims the routine's next slot just after the boot
+    recorded its open claim interrupted: the newest claim read back is then that one."""
+
+    def __init__(self, after: datetime) -> None:
+        super().__init__()
+        self.after = after
+
+    async def settle(
+        self, routine: str, slot: datetime, outcome: Outcome, *args: Any, **kw: Any
+    ) -> bool:
+        written = await super().settle(routine, slot, outcome, *args, **kw)
+        if kw.get("if_unsettled"):
+            await super().claim(routine, self.after, self.after, replica="other:1")
+        return written
+
+
+@pytest.mark.parametrize("completed_before", [True, False])
+async def test_a_record_behind_a_newer_claim_is_counted_from_the_history(
+    autojump_clock: trio.testing.MockClock, completed_before: bool
+) -> None:
+    """The newest claim read back is another replica's, made meanwhile: the record is looked
+    for in the history, which gives the streak and the last success at once."""
+    hour = timedelta(hours=1)
+    t0 = datetime(2026, 7, 7, 9, tzinfo=UTC)
+    store = ClaimedNext(after=t0)
+    first = t0 - 3 * hour
+    await store.claim("hourly", first, first, replica="gone:1")
+    await store.settle(
+        "hourly", first, Outcome.COMPLETED if completed_before else Outcome.FAILED, 2000
+    )
+    await store.claim("hourly", t0 - 2 * hour, t0 - 2 * hour, replica="gone:1")
+    await store.settle("hourly", t0 - 2 * hour, Outcome.FAILED, 10, error="no")
+    await store.claim("hourly", t0 - hour, t0 - hour, replica="gone:1")  # its process died
+    routines = [Routine(name="hourly", prompt="p", cron="0 * * * *")]
+    wall = WallClock(t0 - hour + timedelta(minutes=5))
+    scheduler = Scheduler(agent=ScriptedAgent(), store=store, routines=routines, now=wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        # Counted at the boot itself, from the history: no read left for after it.
+        assert scheduler._parts.streaks.waiting == 0
+        assert _series(scheduler, "trio_routines_fires", "hourly") == {"interrupted": 1.0}
+        failing = 2.0 if completed_before else 3.0
+        assert _series(scheduler, "trio_routines_consecutive_failures", "hourly") == {"": failing}
+        last = (first + timedelta(seconds=2)) if completed_before else first
+        assert _series(scheduler, "trio_routines_last_success_timestamp_seconds", "hourly") == {
+            "": last.timestamp()
+        }
+        nursery.cancel_scope.cancel()

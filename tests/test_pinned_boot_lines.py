@@ -16,8 +16,10 @@ from scheduler_rig import T0, at, messages, rig
 
 from trio_routines import Outcome, Routine, StateFault
 from trio_routines.cron import next_run
+from trio_routines.metrics import Metrics
 from trio_routines.replicas import ReplicaInfo, claim_key
 from trio_routines.scheduler.boot import BOOT_INTERRUPTED
+from trio_routines.scheduler.streaks import Streaks
 from trio_routines.testing import MemoryStore
 
 
@@ -313,3 +315,61 @@ async def test_a_streak_read_while_the_routine_fired_is_left_to_the_fire(
         assert metrics.failing == {"r": 0}
         assert metrics.last_success["r"] >= at(10, 35)
         scheduler.stop(0)
+
+
+def test_a_routine_asked_for_twice_is_read_once_armed_if_either_asked_so() -> None:
+    streaks = Streaks(None, Metrics())  # type: ignore[arg-type]  # (nothing read here)
+    streaks.later("a", armed=False)
+    streaks.later("b", armed=True)
+    streaks.later("b", armed=False)  # (a watch's count after the boot's, say)
+    assert streaks._waiting == {"a": False, "b": True}
+    assert streaks.waiting == 2
+
+
+class OddHistories(MemoryStore):
+    """``broken``'s history raises a store's bug; ``unreadable``'s a StateFault."""
+
+    async def history(self, routine: str) -> Any:
+        if routine == "broken":
+            raise RuntimeError("a store's bug")
+        if routine == "unreadable":
+            raise StateFault("the disk went away")
+        return await super().history(routine)
+
+
+async def test_a_history_that_cannot_be_read_leaves_the_seed_and_says_why(
+    mock_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="trio_routines")
+    store = OddHistories()
+    names = ["broken", "unreadable", "on-demand"]
+    for name in names:
+        for hour in (8, 9):
+            await store.claim(name, at(hour), at(hour))
+            await store.settle(name, at(hour), Outcome.FAILED, 5)
+        await store.claim(name, at(10), at(10), replica="gone:1")
+    routines = [routine(name, "0 * * * *", catchup=0) for name in names[:2]]
+    routines.append(Routine(name="on-demand", prompt="p"))  # no cron: its series not armed
+    scheduler, _, _, _ = rig(*routines, store=store, wakeups=False)
+    metrics = scheduler._parts.runtime.metrics
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.testing.wait_all_tasks_blocked()
+        scheduler.stop(0)
+    # The seeds stand where the history could not be read; the readable one is exact.
+    assert metrics.failing == {"broken": 1, "unreadable": 1, "on-demand": 3}
+    assert "on-demand" not in metrics.last_success  # a routine of no cron shows none
+    logged = [
+        (r.levelno, r.getMessage()) for r in caplog.records if "failure streak" in r.getMessage()
+    ]
+    assert sorted(logged) == [
+        (
+            logging.DEBUG,
+            "unreadable: the failure streak stays as its newest claim says: the disk went away",
+        ),
+        (
+            logging.ERROR,
+            "broken: the history for the failure streak could not be read: RuntimeError: "
+            "a store's bug",
+        ),
+    ]
