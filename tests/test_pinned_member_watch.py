@@ -20,6 +20,7 @@ from scheduler_rig import NO_ANSWER, T0, at, rig
 from trio_routines import Outcome, Routine, Scheduler
 from trio_routines.errors import StateFault
 from trio_routines.instants import format_iso
+from trio_routines.presence import IdInUse
 from trio_routines.replicas import ReplicaInfo, claim_key
 from trio_routines.scheduler.members import SWEPT_INTERRUPTED
 from trio_routines.scheduler.openclaims import OPEN_INTERRUPTED
@@ -342,3 +343,25 @@ async def test_a_fire_while_the_presence_is_lost_fails_before_its_claim(
     )
     assert await store.history("a") == []  # nothing burned
     assert agent.turns == []
+
+
+async def test_a_join_again_refused_for_its_own_id_says_whose_it_may_be(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The server had not yet let go of the replica's earlier connection: "give each replica
+    # its own --replica" sent operators looking for a twin that did not exist.
+    store = MemoryStore()
+    scheduler, _ = watched(store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        lost = store.members[scheduler.replica]
+        assert isinstance(lost, MemoryPresence)
+        store.fail("join", IdInUse("replica id in use"), times=1)
+        lost.lose()
+        await trio.sleep(31)  # the watch's first try to join again is refused
+        scheduler.stop(0)
+    assert (
+        f"replica {scheduler.replica} could not join its store again yet: its id is still held "
+        "there, by its own earlier connection until the server lets that go (or by another "
+        "replica given the same --replica)"
+    ) in [record.getMessage() for record in caplog.records]

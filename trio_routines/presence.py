@@ -19,6 +19,11 @@ from .errors import StateFault
 from .replicas import ReplicaInfo, replica_key
 
 
+class IdInUse(StateFault):
+    """A join refused: the replica's id is held in the store (by a live replica, or by this
+    replica's own earlier connection until the server lets it go)."""
+
+
 class Presence:
     """One replica's membership of a store. Subclasses say how a hold is taken and seen."""
 

@@ -22,6 +22,7 @@ import trio
 
 from ..errors import StateFault
 from ..instants import format_iso
+from ..presence import IdInUse
 from ..records import Outcome
 from ..store import Store
 from .calls import StoreCalls, for_each
@@ -101,6 +102,14 @@ class MemberWatch:
             await trio.sleep(self._watch_interval())
             try:
                 await self._membership.rejoin()
+            except IdInUse:
+                log.warning(
+                    "replica %s could not join its store again yet: its id is still held "
+                    "there, by its own earlier connection until the server lets that go (or "
+                    "by another replica given the same --replica)",
+                    replica,
+                )
+                continue
             except StateFault as exc:
                 log.warning("replica %s could not join its store again: %s", replica, exc)
                 continue

@@ -11,11 +11,11 @@ import attrs
 import trio
 
 from ..claims import KEEP_CLAIMS, claim_gate, is_stale
-from ..errors import StateFault
 from ..gaps import add_gap
 from ..instants import slot_name, truncate_ms
 from ..ledger import Entry, Spent, add_entry, check_key, spent_since
 from ..names import check_name
+from ..presence import IdInUse
 from ..records import (
     ClaimResult,
     ClaimStatus,
@@ -344,7 +344,7 @@ class MemoryStore(Lifetime):
         self._fault("join")
         presence = MemoryPresence(self, info)
         if not (await presence.take([replica_key(info.id)]))[0]:
-            raise StateFault(f"replica id {info.id!r} is in use by a live replica")
+            raise IdInUse(f"replica id {info.id!r} is in use by a live replica")
         self.members[info.id] = presence
         return presence
 

@@ -59,7 +59,7 @@ import trio
 from ...converter import dumps, loads
 from ...errors import StateFault
 from ...instants import parse_iso
-from ...presence import Presence
+from ...presence import IdInUse, Presence
 from ...replicas import ReplicaInfo, replica_json, replica_key, stored_replica
 from ..abandon import run_abandoning
 from ..safefile import Refused, describe, open_dirs, read_file, replace_file
@@ -223,7 +223,7 @@ class DirectoryPresence(Presence):
         try:
             self.fds = open_holds(self.root, range(SHARDS), create=True)
             if not self._lock(mine):
-                raise StateFault(
+                raise IdInUse(
                     f"replica id {self.replica!r} is in use by a live replica of {self.root} — "
                     "give each replica its own --replica"
                 )

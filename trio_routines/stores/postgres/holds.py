@@ -63,7 +63,7 @@ import psycopg
 import trio
 
 from ...errors import StateFault
-from ...presence import Presence
+from ...presence import IdInUse, Presence
 from ...replicas import ReplicaInfo, replica_key
 from ..abandon import run_abandoning
 from ..batch import Answer, Batcher, Entry
@@ -322,7 +322,7 @@ class PostgresPresence(Presence):
                 "SELECT pg_try_advisory_lock(%s)", (self.holder,)
             ).fetchone() or (False,)
             if not mine:
-                raise StateFault(
+                raise IdInUse(
                     f"replica id {self.replica!r} is in use by a live replica of "
                     f"{self._conns.where} — give each replica its own --replica"
                 )
