@@ -1117,6 +1117,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "pgholds": (
         [
             "trio_routines/stores/postgres/holds.py",
+            "trio_routines/stores/postgres/joining.py",
             "trio_routines/stores/postgres/alive.py",
             "trio_routines/stores/postgres/ending.py",
         ],

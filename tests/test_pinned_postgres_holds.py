@@ -37,7 +37,7 @@ from trio.testing import MockClock, wait_all_tasks_blocked
 
 from trio_routines.errors import StateFault
 from trio_routines.replicas import ReplicaInfo, replica_key
-from trio_routines.stores.postgres import PostgresStore, ending, holds
+from trio_routines.stores.postgres import PostgresStore, ending, holds, joining
 from trio_routines.stores.postgres.conn import THREAD_NAME
 from trio_routines.stores.postgres.holds import LET_GO_AFTER, PostgresPresence
 
@@ -1100,7 +1100,7 @@ async def test_a_keepalive_setting_the_server_does_not_know_is_passed_over(
     store: PostgresStore, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # As an older server lacks one (tcp_user_timeout came in PostgreSQL 12).
-    monkeypatch.setitem(holds.KEEPALIVE, "tcp_no_such_setting", "1")
+    monkeypatch.setitem(joining.KEEPALIVE, "tcp_no_such_setting", "1")
     member = await store.join(info("older"))
     assert lock_holders(replica_lock(schema, "older")) == ["trio_routines older"]
     await member.leave()

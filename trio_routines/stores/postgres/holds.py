@@ -63,35 +63,24 @@ import psycopg
 import trio
 
 from ...errors import StateFault
-from ...presence import IdInUse, Presence
+from ...presence import Presence
 from ...replicas import ReplicaInfo, replica_key
 from ..abandon import run_abandoning
 from ..batch import Answer, Batcher, Entry
-from .alive import COLUMNS, LOCKS, keys_held, namespace
-from .conn import THREAD_NAME, Call, Connections, bounded_instants, reason
+from .alive import LOCKS
+from .conn import THREAD_NAME, Connections, bounded_instants, reason
 from .ending import CallEnd, close_both, close_later, marking_end, shut_down, socket_on
+from .joining import join_on
 from .schema import Schema
 
 log = logging.getLogger("trio_routines")
 T = TypeVar("T")
 Conn = psycopg.Connection[Any]
 
-# The server's side of noticing a vanished replica: idle 10 s, then 3 probes 5 s apart; data
-# unacknowledged for 25 s ends the connection too. A statement the server is still running (a
-# lock wait) reads nothing from the socket: it looks for the end of ours every second
-# (PostgreSQL 14 and later; an older server passes it over).
-KEEPALIVE = {
-    "tcp_keepalives_idle": "10",
-    "tcp_keepalives_interval": "5",
-    "tcp_keepalives_count": "3",
-    "tcp_user_timeout": "25000",
-    "client_connection_check_interval": "1000",
-}
 #: Seconds a let-go waits for others to travel with it (a session looks busy that much longer).
 LET_GO_AFTER = 0.05
 STIR_PAUSE = 0.05  # seconds: how long a stir that is a call's own reply is let be
 KEEPALIVE_BOUND = 25.0  # seconds: the longest a dead replica's locks outlive it
-FORGET_AFTER = "1 day"  # a dead replica's row is deleted by the next join after this
 
 # Our rows for the wanted keys; a row of a dead holder is taken over. What comes back is the
 # keys refused (usually none: a herd's keys are not sent back one by one).
@@ -117,9 +106,6 @@ def _array(keys: Sequence[int]) -> str:
     return "{" + ",".join(map(str, keys)) + "}"
 
 
-_FORGET = f"""WITH held AS MATERIALIZED ({LOCKS})
-    DELETE FROM {{holds}} AS h WHERE NOT EXISTS (
-        SELECT 1 FROM held WHERE held.hi = h.holder >> 32 AND held.lo = h.holder & 4294967295)"""
 # One caller's request: take these keys (a request of none only lets go of what waits).
 _Ops = tuple[bool, tuple[int, ...]]
 
@@ -314,52 +300,11 @@ class PostgresPresence(Presence):
         try:
             bounded_instants(conn)
             line = socket_on(conn)
-            for setting, value in KEEPALIVE.items():
-                with contextlib.suppress(psycopg.errors.UndefinedObject):
-                    conn.execute("SELECT set_config(%s, %s, false)", (setting, value))
-            self._namespace = namespace(conn, self._schema)
-            (mine,) = conn.execute(
-                "SELECT pg_try_advisory_lock(%s)", (self.holder,)
-            ).fetchone() or (False,)
-            if not mine:
-                raise IdInUse(
-                    f"replica id {self.replica!r} is in use by a live replica of "
-                    f"{self._conns.where} — give each replica its own --replica"
-                )
-            info = self.info
-            conn.execute(
-                self._schema.sql(
-                    f"INSERT INTO {{replicas}} ({COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, 0) "
-                    "ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version, "
-                    "host = EXCLUDED.host, pid = EXCLUDED.pid, started = EXCLUDED.started, "
-                    "last_seen = EXCLUDED.last_seen, in_flight = 0"
-                ),
-                (info.id, info.version, info.host, info.pid, info.started, info.last_seen),
-            )
-            self._forget_dead(conn)
-            conn.execute(self._schema.sql(_FORGET))  # the holds of replicas gone
-            # And those of an earlier process under our id (killed, then started again): its
-            # lock is ours now, so they would read as held for as long as we live, and each of
-            # their sessions as busy. None is a live one's: that would hold our lock.
-            conn.execute(self._schema.sql("DELETE FROM {holds} WHERE holder = %s"), (self.holder,))
+            self._namespace = join_on(conn, self._schema, self.info, self._conns.where)
         except BaseException:
             close_both((conn, line))
             raise
         return conn, line
-
-    def _forget_dead(self, conn: Conn) -> None:
-        """Delete the rows of replicas gone for over a day (their lock free)."""
-        rows = conn.execute(
-            self._schema.sql(
-                f"SELECT id FROM {{replicas}} WHERE last_seen < now() - interval '{FORGET_AFTER}'"
-            )
-        ).fetchall()
-        ids = [replica_id for (replica_id,) in rows]
-        space = self._namespace
-        held = keys_held(conn, Call(), [replica_key(replica_id, space) for replica_id in ids])
-        dead = [replica_id for replica_id, live in zip(ids, held, strict=True) if not live]
-        if dead:
-            conn.execute(self._schema.sql("DELETE FROM {replicas} WHERE id = ANY(%s)"), (dead,))
 
     # -- holds ----------------------------------------------------------------------------
 
