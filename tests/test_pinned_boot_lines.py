@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 from scheduler_rig import T0, at, messages, rig
 
@@ -20,7 +21,7 @@ from trio_routines.metrics import Metrics
 from trio_routines.replicas import ReplicaInfo, claim_key
 from trio_routines.scheduler.boot import BOOT_INTERRUPTED
 from trio_routines.scheduler.streaks import Streaks
-from trio_routines.testing import MemoryStore
+from trio_routines.testing import Fail, MemoryStore
 
 
 def routine(name: str, cron: str, catchup: float | None = None) -> Routine:
@@ -319,11 +320,63 @@ async def test_a_streak_read_while_the_routine_fired_is_left_to_the_fire(
 
 def test_a_routine_asked_for_twice_is_read_once_armed_if_either_asked_so() -> None:
     streaks = Streaks(None, Metrics())  # type: ignore[arg-type]  # (nothing read here)
-    streaks.later("a", armed=False)
-    streaks.later("b", armed=True)
-    streaks.later("b", armed=False)  # (a watch's count after the boot's, say)
-    assert streaks._waiting == {"a": False, "b": True}
+    streaks.later("a", armed=False, newest=at(9))
+    streaks.later("b", armed=True, newest=at(9))
+    streaks.later("b", armed=False, newest=at(10))  # (a watch's count after the boot's, say)
+    streaks.later("a", armed=False, newest=at(8))
+    assert streaks._waiting == {"a": (False, at(9)), "b": (True, at(10))}
     assert streaks.waiting == 2
+
+
+class SettledBeforeCounted(HeldHistory):
+    """A store whose settle is in the history before the scheduler counts it (the state
+    directory writes an outcome, then waits for its flush): the history is read, and
+    answered, in between."""
+
+    async def settle(self, routine: str, slot: datetime, *args: Any, **kw: Any) -> bool:
+        written = await super().settle(routine, slot, *args, **kw)
+        if slot == at(10, 35):
+            self.settled.set()
+            await self.release.wait()  # the read answers before this settle returns
+        return written
+
+    async def history(self, routine: str) -> Any:
+        await self.settled.wait()
+        fires = await MemoryStore.history(self, routine)
+        self.read.set()
+        return fires
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.settled = trio.Event()
+        self.read = trio.Event()
+
+
+async def test_a_streak_read_that_sees_a_fire_not_yet_counted_is_left_to_the_fire(
+    autojump_clock: Any,
+) -> None:
+    # The history holds the 10:35 failure before its fire is counted: set from it, the
+    # streak would be 3, and then the fire's own count would make it 4.
+    store = SettledBeforeCounted()
+    for hour in (8, 9):
+        await store.claim("r", at(hour), at(hour))
+        await store.settle("r", at(hour), Outcome.FAILED, 5)
+    scheduler, agent, _, _ = rig(
+        routine("r", "35 * * * *", catchup=0), store=store, store_timeout=3600.0
+    )
+    agent.default = Fail()
+    metrics = scheduler._parts.runtime.metrics
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await store.settled.wait()  # 10:35 failed, written, not yet counted
+        await store.read.wait()  # the history read answers (no time passes meanwhile)
+        for _ in range(10):
+            await trio.lowlevel.checkpoint()  # and its answer is weighed
+        store.release.set()
+        while not metrics.tally("r"):
+            await trio.lowlevel.checkpoint()
+        assert metrics.failing == {"r": 2}  # the seed's one, and the fire's
+        scheduler.stop(0)
 
 
 class OddHistories(MemoryStore):

@@ -285,7 +285,7 @@ class Boot:
         for name, fire in newest.items():
             if fire is not None and fire.outcome in (Outcome.FAILED, Outcome.INTERRUPTED):
                 metrics.armed(name, fire.slot, 1)
-                self._streaks.later(name, armed=True)
+                self._streaks.later(name, armed=True, newest=fire.slot)
             elif fire is not None and fire.outcome is None:
                 continue  # open: seeded by the reconcile (see the docstring)
             else:

@@ -163,7 +163,7 @@ async def count_interrupted(
             metrics.found_interrupted(name, (metrics.failing.get(name, 0) + 1, None))
             if arm:
                 metrics.armed(name, slot)
-            streaks.later(name, armed=arm)
+            streaks.later(name, armed=arm, newest=slot)
             return True
         fires = await calls.history(name)
     except StateFault:

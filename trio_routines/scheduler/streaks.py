@@ -6,13 +6,16 @@ slot) and leaves the history to this part: reading it is a listing and a read of
 retained claim, up to 512 a routine, and a boot after an outage that failed or cut short a
 herd of thousands would otherwise read all of theirs before its first slot could fire (the
 measurements are in benchmarks/README.md). So the histories are read beside the first fires,
-a few at a time, and each one's streak replaces the seed -- unless a fire of that routine was
-counted while its history was read: that routine's series are newer than the read, and left
-as they are. A history that cannot be read leaves the seed (logged at debug: the streak is
-the metrics' only loss).
+a few at a time, and each one's streak replaces the seed -- unless the routine fired since
+the claim its seed was made from (the history holds a newer claim, whose settle may or may
+not be counted yet) or a fire of it was counted while its history was read: its series are
+then newer than the read, and left as they are. A history that cannot be read leaves the
+seed (logged at debug: the streak is the metrics' only loss).
 """
 
 from __future__ import annotations
+
+from datetime import datetime
 
 import trio
 
@@ -33,9 +36,10 @@ class Streaks:
     def __init__(self, calls: StoreCalls, metrics: Metrics) -> None:
         self._calls = calls
         self._metrics = metrics
-        #: Each routine waiting for its read, and whether its series are a cron routine's
-        #: (armed: a last success is shown even when none is retained).
-        self._waiting: dict[str, bool] = {}
+        #: Each routine waiting for its read: whether its series are a cron routine's (armed:
+        #: a last success is shown even when none is retained), and the newest claim its seed
+        #: was made from.
+        self._waiting: dict[str, tuple[bool, datetime]] = {}
         self._more = trio.Event()
 
     @property
@@ -43,9 +47,11 @@ class Streaks:
         """How many routines' streaks are still the seed (tests look)."""
         return len(self._waiting)
 
-    def later(self, name: str, *, armed: bool) -> None:
-        """Read ``name``'s history once the loops run, and set its streak from it."""
-        self._waiting[name] = self._waiting.get(name, False) or armed
+    def later(self, name: str, *, armed: bool, newest: datetime) -> None:
+        """Read ``name``'s history once the loops run, and set its streak from it: the seed
+        was made from its claim of slot ``newest``."""
+        was_armed, seeded = self._waiting.get(name, (False, newest))
+        self._waiting[name] = (was_armed or armed, max(seeded, newest))
         self._more.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -58,11 +64,13 @@ class Streaks:
                 self._more = trio.Event()
                 while self._waiting:
                     name = next(iter(self._waiting))
-                    armed = self._waiting.pop(name)
+                    armed, newest = self._waiting.pop(name)
                     await readers.acquire()
-                    nursery.start_soon(self._read, name, armed, readers)
+                    nursery.start_soon(self._read, name, armed, newest, readers)
 
-    async def _read(self, name: str, armed: bool, readers: trio.Semaphore) -> None:
+    async def _read(
+        self, name: str, armed: bool, newest: datetime, readers: trio.Semaphore
+    ) -> None:
         try:
             counted = self._metrics.tally(name)
             try:
@@ -78,8 +86,10 @@ class Streaks:
                     exc,
                 )
                 return
-            if not fires or self._metrics.tally(name) != counted:
-                return  # a fire counted meanwhile: the series are newer than this read
+            if not fires or fires[-1].slot > newest or self._metrics.tally(name) != counted:
+                # A claim newer than the seed's (a fire since, whose settle may be counted
+                # yet, or not), or a fire counted meanwhile: the series are newer than this.
+                return
             failing, success = failing_streak(fires)
             self._metrics.streak_read(
                 name,
