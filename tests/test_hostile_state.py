@@ -482,3 +482,21 @@ async def test_a_journal_hard_linked_to_a_file_elsewhere_is_not_appended_to(
     assert {w.id for w in await DirectoryStore(state).list_wakeups()} == {first.id, second.id}
     await store.aclose()
     await fresh.aclose()
+
+
+async def test_a_claim_s_leftover_temp_name_does_not_keep_it_from_its_settle(
+    tmp_path: Path,
+) -> None:
+    # A claim's making cut short between its link and the temp name's removal leaves the
+    # temp name as a second name of the claim: not another file, so the settle goes on.
+    state = tmp_path / "state"
+    store = DirectoryStore(state, writer_process=False)
+    await store.claim("a", T0, T0)
+    claim = state / "schedule" / "claims" / "a" / slot_name(T0)
+    leftover = claim.parent / ".new-claim-0123456789abcdef"
+    os.link(claim, leftover)
+    assert await store.settle("a", T0, Outcome.COMPLETED, 5)
+    [fire] = await store.history("a")
+    assert fire.outcome is Outcome.COMPLETED
+    assert not leftover.exists()
+    await store.aclose()

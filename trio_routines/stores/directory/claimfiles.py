@@ -35,6 +35,7 @@ from ...usage import Usage
 from ..batch import each
 from ..groupcommit import Descriptors, hand_in, opened
 from ..safefile import (
+    Shared,
     Where,
     Within,
     at,
@@ -59,7 +60,7 @@ from .claimbatch import (
     V,
     Written,
 )
-from .leftovers import Leftovers
+from .leftovers import Leftovers, remove_twins
 from .spares import Spares
 
 log = logging.getLogger("trio_routines")
@@ -359,7 +360,12 @@ class ClaimFiles:
             directory = self.open_claims(routine, claims=claims, where=where)
             ticket = opened()
             try:
-                fd = open_file(directory, name, path, os.O_RDWR, CLAIM_LIMIT, alone=True)
+                try:
+                    fd = open_file(directory, name, path, os.O_RDWR, CLAIM_LIMIT, alone=True)
+                except Shared:  # a temp name left beside it is no other file's: ours again
+                    if not remove_twins(directory, name, NEW_CLAIM):
+                        raise
+                    fd = open_file(directory, name, path, os.O_RDWR, CLAIM_LIMIT, alone=True)
             except BaseException:
                 os.close(directory)
                 raise

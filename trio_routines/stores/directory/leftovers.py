@@ -90,3 +90,21 @@ class Leftovers:
             self._warned.clear()
         self._warned.add(path)
         log.warning("could not remove %s, a temp file left behind: %s", path, describe(exc))
+
+
+def remove_twins(directory: int, name: str, prefix: str) -> bool:
+    """Remove the temp names (``prefix``) in ``directory`` that are second names of its file
+    ``name``: a claim's making cut short between its link and the temp name's removal leaves
+    one (its settle would otherwise refuse a file with two names). Whether one was removed;
+    ``OSError`` from the file system."""
+    info = os.stat(name, dir_fd=directory, follow_symlinks=False)
+    removed = False
+    for entry in os.listdir(directory):
+        if not is_temp_name(entry, prefix):
+            continue
+        twin = os.stat(entry, dir_fd=directory, follow_symlinks=False)
+        if (twin.st_ino, twin.st_dev) == (info.st_ino, info.st_dev):
+            os.unlink(entry, dir_fd=directory)
+            log.info("removed %s beside the claim %s, a temp name left behind", entry, name)
+            removed = True
+    return removed
