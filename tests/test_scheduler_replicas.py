@@ -105,8 +105,11 @@ async def test_a_lost_presence_ends_the_turns_it_held(
         (fire,) = await store.history("hourly")
         assert (fire.outcome, fire.error) == (Outcome.INTERRUPTED, LOST_HOLD)
         # Its line says what ended it: no stop was under way.
-        [line] = [r.getMessage() for r in caplog.records if " interrupted: " in r.getMessage()]
-        assert line.startswith("hourly interrupted: this replica lost its hold on the store (")
+        [record] = [r for r in caplog.records if " interrupted: " in r.getMessage()]
+        assert record.getMessage().startswith(
+            "hourly interrupted: this replica lost its hold on the store ("
+        )
+        assert record.error == "interrupted: this replica lost its hold on the store"
         await trio.sleep(60)  # it joins again
         assert scheduler.replica in store.members
         scheduler.stop(0)

@@ -151,10 +151,11 @@ def _classified(
     if failed is not None and not failed.busy and not failed.details:
         failed = None  # a failure with nothing to say is none, as in the original (module doc)
     if grace.cancelled_caught:
-        extra = _fields(Outcome.INTERRUPTED, ms, "interrupted by stop")
+        details = "interrupted by stop" if why is None else f"interrupted: {why}"
+        extra = _fields(Outcome.INTERRUPTED, ms, details)
         why = why or "the stop's grace ran out"
         log.warning("%s interrupted: %s (%dms)", label, why, ms, extra=extra)
-        return TurnResult(Outcome.INTERRUPTED, ms, failed="interrupted by stop")
+        return TurnResult(Outcome.INTERRUPTED, ms, failed=details)
     if timeout_scope is not None and timeout_scope.cancelled_caught:
         details = f"timed out after {_describe_seconds(timeout or 0)}"
         extra = _fields(Outcome.FAILED, ms, details)

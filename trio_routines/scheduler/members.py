@@ -82,6 +82,8 @@ class MemberWatch:
             # A hint sooner than WATCH_AT_LEAST after the last look waits for it: never a spin.
             await trio.sleep_until(looked + WATCH_AT_LEAST)
             looked = trio.current_time()
+            if presence.lost.is_set():  # meanwhile
+                continue
             try:
                 with self._calls.bounded():
                     await presence.beat(runtime.in_flight.value, runtime.now())

@@ -152,9 +152,16 @@ class PostgresPresence(Presence):
                 nursery.start_soon(lost)
                 while True:
                     await trio.lowlevel.wait_readable(watch)
-                    if not self._using.locked():
-                        break
-                    await trio.sleep(STIR_PAUSE)  # a reply to a call of ours: it reads it
+                    if self._using.locked():  # a reply to a call of ours: it reads it
+                        await trio.sleep(STIR_PAUSE)
+                        continue
+                    try:  # still there once no call is on it (a reply read meanwhile is not)
+                        watch.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        pass  # the connection broke: the watch's check will say so
+                    break
                 nursery.cancel_scope.cancel()
         finally:
             watch.close()
