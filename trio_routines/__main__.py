@@ -8,7 +8,8 @@ traceback of an import cut short.
 from __future__ import annotations
 
 
-def _run() -> int:
+def run() -> int:
+    """The command line, as ``python -m trio_routines`` and the ``trio-routines`` script run it."""
     try:
         from .cli import main
 
@@ -18,4 +19,4 @@ def _run() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(_run())
+    raise SystemExit(run())
