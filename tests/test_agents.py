@@ -310,9 +310,11 @@ def agent_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[st
             """
         )
     )
+    (tmp_path / f"{name}_exits.py").write_text("import sys\nsys.exit(3)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     yield name
     sys.modules.pop(name, None)
+    sys.modules.pop(f"{name}_exits", None)
 
 
 @pytest.mark.parametrize("attribute", ["Shouter", "make", "instance", "holder.agent"])
@@ -331,6 +333,9 @@ async def test_py_loads_an_object_a_class_or_a_factory(agent_module: str, attrib
         ("py:{m}:number", "is not an agent"),
         ("py:{m}:broken", "could not be built with no arguments: no key configured"),
         ("py:{m}:make_with", "could not be built with no arguments"),
+        # An exit is no agent: the process went on as if nothing had been asked, status 0.
+        ("py:sys:exit", "could not be built with no arguments: it exited (SystemExit None)"),
+        ("py:{m}_exits:x", "it exited (SystemExit 3)"),
         ("cmd:", '"cmd:" needs a shell command'),
         ("cmd:   ", '"cmd:" needs a shell command'),
         ("", "unknown agent"),

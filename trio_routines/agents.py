@@ -300,8 +300,10 @@ def load_python_agent(target: str) -> Agent:
         raise InvalidAgent(f'"py:{target}" must name a module and an attribute: py:module:attr')
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:
-        raise InvalidAgent(f'cannot import module "{module_name}" for py: agent: {exc}') from None
+    except (Exception, SystemExit) as exc:  # SystemExit: a module that exits as it loads
+        raise InvalidAgent(
+            f'cannot import module "{module_name}" for py: agent: {_failed(exc)}'
+        ) from None
     obj: Any = module
     for part in attribute.split("."):
         try:
@@ -311,14 +313,21 @@ def load_python_agent(target: str) -> Agent:
     if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "invoke")):
         try:
             obj = obj()
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # SystemExit: py:sys:exit ended the process
             raise InvalidAgent(
-                f'"py:{target}" could not be built with no arguments: {exc}'
+                f'"py:{target}" could not be built with no arguments: {_failed(exc)}'
             ) from None
     if not callable(getattr(obj, "invoke", None)):
         raise InvalidAgent(f'"py:{target}" is not an agent (it has no invoke method)')
     agent: Agent = obj
     return agent
+
+
+def _failed(exc: BaseException) -> str:
+    """What a failed import or build says: an exit, or the error's own words."""
+    if isinstance(exc, SystemExit):
+        return f"it exited (SystemExit {exc.code!r})"
+    return str(exc)
 
 
 def agent_from_spec(spec: str) -> Agent:
