@@ -121,7 +121,7 @@ class Boot:
         current = self._runtime.now()
         for name in routines:
             self._arming.note_future_claim(name, newest[name], current)
-        await self._overlapped(routines, newest, latest, current)
+        overlap_ends = await self._overlapped(routines, newest, latest, current)
         first_due: dict[str, datetime | None] = {}
         for name, routine in routines.items():
             if routine.cron is not None:
@@ -134,7 +134,14 @@ class Boot:
             name for name, due in first_due.items() if due is not None and due <= current
         ]
         resumes = await for_each(self._calls.resumed_at, catching_up)
-        gap_ends = await for_each(self._gaps.newest_gap_end, catching_up)
+        # A routine whose overlap was just looked at: its gaps read once (its newest gap then
+        # ends at the latest accounted for, which ``latest`` holds already).
+        gap_ends: dict[str, datetime | None] = {
+            name: overlap_ends[name] for name in catching_up if name in overlap_ends
+        }
+        gap_ends |= await for_each(
+            self._gaps.newest_gap_end, [name for name in catching_up if name not in gap_ends]
+        )
         # A routine that never fired is not caught up, but the slots it passed over since it
         # was first armed are accounted for (one store call for every routine without a claim:
         # a new one is recorded as armed now). Best effort: a fault leaves them unrecorded.
@@ -211,11 +218,13 @@ class Boot:
         newest: dict[str, Fire | None],
         latest: dict[str, datetime],
         current: datetime,
-    ) -> None:
+    ) -> dict[str, datetime | None]:
         """The slots that passed while a turn a stop cut short still ran: its loop, stopped,
         could not record them as the turn's ``overlap``, and the boot must not take them
         for slots missed while no scheduler ran, nor catch one up. Recorded here (unless a
-        gap already reaches them), and accounted for: ``latest`` moves to the turn's end."""
+        gap already reaches them), and accounted for: ``latest`` moves to the turn's end.
+        Returns the newest gap's end read for each routine with such slots (None: none),
+        for the plan to reuse."""
         cut = {
             name: (fire, min(ended(fire), current))
             for name, fire in newest.items()
@@ -224,6 +233,8 @@ class Boot:
             and routines[name].cron is not None
             and ended(fire) > fire.fired_at
         }
+
+        read: dict[str, datetime | None] = {}
 
         async def one(name: str) -> None:
             fire, end = cut[name]
@@ -234,13 +245,14 @@ class Boot:
                 return
             latest[name] = max(latest[name], end)
             try:
-                recorded = await self._gaps.newest_gap_end(name)
-            except StateFault:
+                recorded = read[name] = await self._gaps.newest_gap_end(name)
+            except StateFault:  # read again by the plan, which fails the boot if it must
                 recorded = None  # written, at worst twice: the store keeps one of equal gaps
             if recorded is None or recorded < gap.last:
                 await self._gaps.record_gap(name, gap)
 
         await for_each(one, cut)
+        return read
 
     async def _read_newest_claims(
         self,
