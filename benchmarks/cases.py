@@ -839,6 +839,18 @@ def count_file_reads(module: Any) -> list[int]:
     return count
 
 
+def _booting(state: str, names: list[str]) -> Scheduler:
+    """A scheduler of yearly routines ``names`` on the state directory ``state``, its clock
+    just before the slot after the newest seeded claim: nothing is a catch-up."""
+    return Scheduler(
+        agent=RecordingAgent(),
+        store=DirectoryStore(state),
+        routines=[Routine(name=name, prompt="p", cron="0 0 1 1 *") for name in names],
+        now=shifted_clock(SLOT_WALL - timedelta(seconds=30)),
+        wakeups=False,
+    )
+
+
 def boot(state: str, routines: int) -> dict[str, Any]:
     """Start to armed over a seeded state directory, against listing its directories; the
     claim files read for the newest claims, and those the walk for open claims read, which
@@ -860,14 +872,7 @@ def boot(state: str, routines: int) -> dict[str, Any]:
         return time.perf_counter() - started, time.process_time() - cpu
 
     async def main() -> tuple[float, float, float]:
-        scheduler = Scheduler(
-            agent=RecordingAgent(),
-            store=DirectoryStore(state),
-            routines=[Routine(name=name, prompt="p", cron="0 0 1 1 *") for name in names],
-            # Just before the slot after the newest seeded claim: nothing is a catch-up.
-            now=shifted_clock(SLOT_WALL - timedelta(seconds=30)),
-            wakeups=False,
-        )
+        scheduler = _booting(state, names)
         async with trio.open_nursery() as nursery:
             started, cpu = time.perf_counter(), time.process_time()
             await nursery.start(scheduler.run)
@@ -928,13 +933,7 @@ def boot_after_herd(state: str, routines: int, claims: int, newest: str) -> dict
     names = routine_names(routines)
 
     async def main() -> float:
-        scheduler = Scheduler(
-            agent=RecordingAgent(),
-            store=DirectoryStore(state),
-            routines=[Routine(name=name, prompt="p", cron="0 0 1 1 *") for name in names],
-            now=shifted_clock(SLOT_WALL - timedelta(seconds=30)),
-            wakeups=False,
-        )
+        scheduler = _booting(state, names)
         async with trio.open_nursery() as nursery:
             started = time.perf_counter()
             await nursery.start(scheduler.run)

@@ -171,6 +171,20 @@ def _series(scheduler: Scheduler, name: str, routine: str) -> dict[str, float]:
     }
 
 
+async def died_mid_turn(store: MemoryStore, t0: datetime, first: Outcome) -> Scheduler:
+    """An hourly routine's claims three hours before ``t0`` (``first``, 2 s), two (failed)
+    and one, left open by a replica that died mid-turn; and a scheduler five minutes after."""
+    hour = timedelta(hours=1)
+    await store.claim("hourly", t0 - 3 * hour, t0 - 3 * hour, replica="gone:1")
+    await store.settle("hourly", t0 - 3 * hour, first, 2000)
+    await store.claim("hourly", t0 - 2 * hour, t0 - 2 * hour, replica="gone:1")
+    await store.settle("hourly", t0 - 2 * hour, Outcome.FAILED, 10, error="no")
+    await store.claim("hourly", t0 - hour, t0 - hour, replica="gone:1")  # its process died
+    routines = [Routine(name="hourly", prompt="p", cron="0 * * * *")]
+    wall = WallClock(t0 - hour + timedelta(minutes=5))
+    return Scheduler(agent=ScriptedAgent(), store=store, routines=routines, now=wall)
+
+
 async def test_a_turn_that_died_with_its_process_counts_as_interrupted_at_the_next_boot(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -180,14 +194,7 @@ async def test_a_turn_that_died_with_its_process_counts_as_interrupted_at_the_ne
     hour = timedelta(hours=1)
     t0 = datetime(2026, 7, 7, 9, tzinfo=UTC)
     store = MemoryStore()
-    await store.claim("hourly", t0 - 3 * hour, t0 - 3 * hour, replica="gone:1")
-    await store.settle("hourly", t0 - 3 * hour, Outcome.COMPLETED, 2000)
-    await store.claim("hourly", t0 - 2 * hour, t0 - 2 * hour, replica="gone:1")
-    await store.settle("hourly", t0 - 2 * hour, Outcome.FAILED, 10, error="no")
-    await store.claim("hourly", t0 - hour, t0 - hour, replica="gone:1")  # its process died
-    routines = [Routine(name="hourly", prompt="p", cron="0 * * * *")]
-    wall = WallClock(t0 - hour + timedelta(minutes=5))
-    scheduler = Scheduler(agent=ScriptedAgent(), store=store, routines=routines, now=wall)
+    scheduler = await died_mid_turn(store, t0, Outcome.COMPLETED)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         # Counted by the boot, one failure more; its history is read after the boot.
@@ -323,20 +330,11 @@ async def test_a_record_behind_a_newer_claim_is_counted_from_the_history(
 ) -> None:
     """The newest claim read back is another replica's, made meanwhile: the record is looked
     for in the history, which gives the streak and the last success at once."""
-    hour = timedelta(hours=1)
     t0 = datetime(2026, 7, 7, 9, tzinfo=UTC)
     store = ClaimedNext(after=t0)
-    first = t0 - 3 * hour
-    await store.claim("hourly", first, first, replica="gone:1")
-    await store.settle(
-        "hourly", first, Outcome.COMPLETED if completed_before else Outcome.FAILED, 2000
-    )
-    await store.claim("hourly", t0 - 2 * hour, t0 - 2 * hour, replica="gone:1")
-    await store.settle("hourly", t0 - 2 * hour, Outcome.FAILED, 10, error="no")
-    await store.claim("hourly", t0 - hour, t0 - hour, replica="gone:1")  # its process died
-    routines = [Routine(name="hourly", prompt="p", cron="0 * * * *")]
-    wall = WallClock(t0 - hour + timedelta(minutes=5))
-    scheduler = Scheduler(agent=ScriptedAgent(), store=store, routines=routines, now=wall)
+    first = t0 - timedelta(hours=3)
+    outcome = Outcome.COMPLETED if completed_before else Outcome.FAILED
+    scheduler = await died_mid_turn(store, t0, outcome)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         # Counted at the boot itself, from the history: no read left for after it.

@@ -322,6 +322,16 @@ async def test_the_boots_unreadable_members_are_a_debug_line_and_the_boot_goes_o
     ]
 
 
+async def lose_then_refuse(store: MemoryStore, scheduler: Scheduler, error: StateFault) -> None:
+    """``scheduler``'s presence is lost, and the watch's first try to join again (after its
+    30 s) fails with ``error``."""
+    lost = store.members[scheduler.replica]
+    assert isinstance(lost, MemoryPresence)
+    store.fail("join", error, times=1)
+    lost.lose()
+    await trio.sleep(31)
+
+
 async def test_a_fire_while_the_presence_is_lost_fails_before_its_claim(
     autojump_clock: Any,
 ) -> None:
@@ -329,11 +339,7 @@ async def test_a_fire_while_the_presence_is_lost_fails_before_its_claim(
     scheduler, agent = watched(store)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
-        lost = store.members[scheduler.replica]
-        assert isinstance(lost, MemoryPresence)
-        store.fail("join", StateFault("connection refused"), times=1)
-        lost.lose()
-        await trio.sleep(31)  # the watch's first try to join again fails
+        await lose_then_refuse(store, scheduler, StateFault("connection refused"))
         with pytest.raises(StateFault) as raised:
             await scheduler.start_fire("a", at(10))
         scheduler.stop(0)
@@ -354,11 +360,7 @@ async def test_a_join_again_refused_for_its_own_id_says_whose_it_may_be(
     scheduler, _ = watched(store)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
-        lost = store.members[scheduler.replica]
-        assert isinstance(lost, MemoryPresence)
-        store.fail("join", IdInUse("replica id in use"), times=1)
-        lost.lose()
-        await trio.sleep(31)  # the watch's first try to join again is refused
+        await lose_then_refuse(store, scheduler, IdInUse("replica id in use"))
         scheduler.stop(0)
     assert (
         f"replica {scheduler.replica} could not join its store again yet: its id is still held "

@@ -74,6 +74,17 @@ async def settled(store: DirectoryStore) -> None:
             await store._wakeups._turns.ended.wait()
 
 
+async def not_ready_until_thawed(store: DirectoryStore, stall: Stall) -> None:
+    """Past ``STALLED_AFTER`` (made 0.2 s), the store is not ready while the stalled call is
+    under way, and is again once it is thawed and has returned."""
+    await trio.sleep(0.3)
+    with pytest.raises(StateFault, match="have not answered"):
+        await store.ready()
+    stall.thaw()
+    await settled(store)
+    await store.ready()
+
+
 async def due(store: DirectoryStore, session: str = "s") -> Wakeup:
     """A wake-up due at NOW (added an hour before)."""
     request = WakeupRequest(session=session, prompt="p", fire_at=NOW)
@@ -238,12 +249,7 @@ async def test_the_store_is_not_ready_while_a_wakeup_write_stalls(
     with trio.fail_after(PROMPTLY), pytest.raises(StateFault):
         await store.take_due_wakeup(NOW)
     # Given up by its caller, the write is still under way: the disk is no less stalled.
-    await trio.sleep(0.3)
-    with pytest.raises(StateFault, match="have not answered"):
-        await store.ready()
-    stall.thaw()
-    await settled(store)
-    await store.ready()
+    await not_ready_until_thawed(store, stall)
 
 
 async def test_a_contended_settle_is_left_at_its_callers_deadline_and_closes_its_descriptor(
@@ -323,11 +329,6 @@ async def test_the_store_is_not_ready_while_a_heartbeat_stalls(
     with trio.move_on_after(0.1) as cut:  # the watch's deadline: it leaves the thread
         await presence.beat(0, NOW)
     assert cut.cancelled_caught
-    await trio.sleep(0.3)
-    with pytest.raises(StateFault, match="have not answered"):
-        await store.ready()
-    stall.thaw()
-    await settled(store)
-    await store.ready()
+    await not_ready_until_thawed(store, stall)
     await presence.leave()
     await store.aclose()
