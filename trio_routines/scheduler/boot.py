@@ -23,7 +23,8 @@ from ..instants import format_iso
 from ..records import Fire, GapReason, Outcome
 from ..routines import Routine, catchup_text
 from .arming import Arming
-from .calls import StoreCalls, for_each
+from .calls import StoreCalls
+from .foreach import for_each
 from .gaps import GapRecording, gap_words
 from .membership import Membership
 from .openclaims import count_interrupted

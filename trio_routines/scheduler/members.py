@@ -25,7 +25,8 @@ from ..instants import format_iso
 from ..presence import IdInUse
 from ..records import Outcome
 from ..store import Store
-from .calls import StoreCalls, for_each
+from .calls import StoreCalls
+from .foreach import for_each
 from .membership import Membership
 from .openclaims import WATCH_BUDGET, OpenClaims, count_interrupted
 from .state import Grace, Runtime, log

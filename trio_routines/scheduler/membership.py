@@ -22,7 +22,8 @@ from ..presence import LocalPresence, Presence
 from ..records import Fire
 from ..replicas import ReplicaInfo, claim_key
 from ..store import Store
-from .calls import STOP_MARGIN, StoreCalls, for_each
+from .calls import STOP_MARGIN, StoreCalls
+from .foreach import for_each
 from .state import Runtime
 
 
