@@ -17,7 +17,8 @@ Each process keeps one :class:`WakeupIndex` per store and brings it up to date f
 The journal's entries are ``add`` (a new entry, with its order number), ``set`` (an entry
 changed in place) and ``del``. An entry that does not fit what the index holds (an ``add`` of an
 id already there, a ``set`` or ``del`` of one that is not) is damage: :meth:`apply` raises
-``ValueError`` and changes nothing.
+``ValueError`` and changes nothing. :meth:`inverse` gives the entries that put back what a
+change did, for a writer whose caller gave up before the change landed.
 """
 
 from __future__ import annotations
@@ -193,3 +194,35 @@ class WakeupIndex:
             if wakeup is not None and wakeup.fire_at <= now:
                 found.setdefault(wakeup_id, wakeup)
         return list(found.values())
+
+    def inverse(self, ops: list[Op]) -> list[Op]:
+        """The changes that put back what ``ops`` change (applied after them)."""
+        state: dict[str, tuple[Wakeup, int] | None] = {}
+        undo: list[Op] = []
+        for op in ops:
+            wakeup = None if op["op"] == "del" else wakeup_from_json(op["wakeup"])
+            wakeup_id = op["id"] if wakeup is None else wakeup.id
+            if wakeup_id not in state:
+                held = self.get(wakeup_id)
+                state[wakeup_id] = None if held is None else (held, self.order_of(wakeup_id))
+            before = state[wakeup_id]
+            if op["op"] == "add":
+                assert wakeup is not None
+                undo.append(del_op(wakeup_id))
+                state[wakeup_id] = (wakeup, op["n"])
+            elif op["op"] == "del":
+                assert before is not None
+                undo.append(add_op(*before))
+                state[wakeup_id] = None
+            else:
+                assert before is not None
+                assert wakeup is not None
+                undo.append(set_op(before[0]))
+                state[wakeup_id] = (wakeup, before[1])
+        return undo[::-1]
+
+
+def op_ids(ops: list[Op]) -> str:
+    """The ids of the wake-ups ``ops`` change, for a message."""
+    ids = {op["id"] if op["op"] == "del" else op["wakeup"]["id"] for op in ops}
+    return ", ".join(sorted(ids))

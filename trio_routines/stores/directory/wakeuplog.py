@@ -27,13 +27,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from ...converter import dumps, loads, wakeup_from_json
+from ...converter import dumps, loads
 from ...errors import StateFault
-from ...records import Wakeup
 from ..abandon import Handoff
 from ..safefile import Refused, Shared, describe, open_dirs
 from .wakeupfile import WakeupFile
-from .wakeupindex import Op, WakeupIndex, add_op, del_op, set_op
+from .wakeupindex import Op, WakeupIndex, add_op, op_ids
 from .wakeupjournal import MAX_LINE, Journal, generation_of, line, snapshot
 
 log = logging.getLogger("trio_routines")
@@ -173,7 +172,7 @@ class WakeupLog:
                 ops, result = plan(self.index)
                 if not ops or (undo and handoff.gave_up):
                     return result
-                inverse = self._inverse(ops)
+                inverse = self.index.inverse(ops)
                 self._write(fd, ops)
                 unwritable: StateFault | None = None
                 if self._compaction_due():
@@ -194,7 +193,7 @@ class WakeupLog:
                             "the wake-up store %s: a change given up by its caller was made "
                             "after all (wake-ups %s)",
                             self.path,
-                            _ids(ops),
+                            op_ids(ops),
                         )
             finally:
                 if fd >= 0:
@@ -338,32 +337,6 @@ class WakeupLog:
         self._size = self._offset
         self._lines += len(ops)
 
-    def _inverse(self, ops: list[Op]) -> list[Op]:
-        """The changes that put back what ``ops`` change (applied after them)."""
-        state: dict[str, tuple[Wakeup, int] | None] = {}
-        undo: list[Op] = []
-        for op in ops:
-            wakeup = None if op["op"] == "del" else wakeup_from_json(op["wakeup"])
-            wakeup_id = op["id"] if wakeup is None else wakeup.id
-            if wakeup_id not in state:
-                held = self.index.get(wakeup_id)
-                state[wakeup_id] = None if held is None else (held, self.index.order_of(wakeup_id))
-            before = state[wakeup_id]
-            if op["op"] == "add":
-                assert wakeup is not None
-                undo.append(del_op(wakeup_id))
-                state[wakeup_id] = (wakeup, op["n"])
-            elif op["op"] == "del":
-                assert before is not None
-                undo.append(add_op(*before))
-                state[wakeup_id] = None
-            else:
-                assert before is not None
-                assert wakeup is not None
-                undo.append(set_op(before[0]))
-                state[wakeup_id] = (wakeup, before[1])
-        return undo[::-1]
-
     def _undo(self, fd: int, ops: list[Op], inverse: list[Op], lost: StateFault | None) -> None:
         try:
             if lost is not None:  # (the journal could not be opened again)
@@ -374,7 +347,7 @@ class WakeupLog:
                 "the wake-up store %s: a change given up by its caller was made after all "
                 "(wake-ups %s) and could not be undone: %s — the change made: %s",
                 self.path,
-                _ids(ops),
+                op_ids(ops),
                 exc,
                 dumps(ops),
             )
@@ -383,7 +356,7 @@ class WakeupLog:
             "the wake-up store %s: a change given up by its caller was made after all "
             "(wake-ups %s), and undone",
             self.path,
-            _ids(ops),
+            op_ids(ops),
         )
 
     def _import(self, directory: int, fd: int) -> None:
@@ -423,8 +396,3 @@ class WakeupLog:
         except StateFault as exc:
             log.warning("could not compact the wake-up journal %s: %s", self.path, exc)
             return None
-
-
-def _ids(ops: list[Op]) -> str:
-    ids = {op["id"] if op["op"] == "del" else op["wakeup"]["id"] for op in ops}
-    return ", ".join(sorted(ids))
