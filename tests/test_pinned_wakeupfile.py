@@ -19,7 +19,7 @@ from wakeupstate import ASIDE, ASIDE_JOURNAL, EIO, T0, entry, ids, request, stat
 from trio_routines.errors import StateFault
 from trio_routines.stores import safefile
 from trio_routines.stores.directory import DirectoryStore, wakeupfile
-from trio_routines.stores.directory.wakeupjournal import Journal
+from trio_routines.stores.directory.wakeupjournal import CHUNK, Journal
 
 # -- what a reader reads -------------------------------------------------------------------------
 
@@ -64,6 +64,27 @@ async def test_a_torn_last_line_is_left_by_readers_and_cut_by_the_next_writer(
     assert path.read_bytes().startswith(whole)
     assert torn not in path.read_bytes()
     assert ids(await store.list_wakeups()) == [first.id, second.id]
+
+
+async def test_a_planted_terabyte_of_zeros_is_passed_over_unread_and_cut_by_the_next_writer(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, journal_reads: list[tuple[int, int]]
+) -> None:
+    # A sparse file costs the planter no disk; read, it would keep every poll and every
+    # change busy for hours, each given up at the store's deadline.
+    store = DirectoryStore(tmp_path)
+    first = await store.add_wakeup(request("first"), T0)
+    path = tmp_path / "schedule" / "wakeups.journal"
+    whole = path.read_bytes()
+    os.truncate(path, len(whole) + (1 << 40))
+    reader = DirectoryStore(tmp_path)
+    assert ids(await reader.list_wakeups()) == [first.id]
+    second = await reader.add_wakeup(request("second"), T0)
+    assert warnings(caplog) == [
+        f"cut a wake-up journal line torn by a crash ({1 << 40} bytes) off {path}"
+    ]
+    assert path.read_bytes().startswith(whole)
+    assert ids(await store.list_wakeups()) == [first.id, second.id]
+    assert sum(size - offset for offset, size in journal_reads) < 4 * CHUNK  # not a terabyte
 
 
 async def test_a_damaged_line_is_warned_once_skipped_and_kept_aside_by_the_next_writer(

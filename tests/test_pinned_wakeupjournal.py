@@ -197,3 +197,111 @@ def test_a_scan_takes_every_complete_line_and_passes_over_those_too_long(
             expected_long.append(start)
         start += len(line) + 1
     assert (taken, long, end) == (expected_taken, expected_long, start)
+
+
+class CountedReads:
+    """``os.pread`` for the journal, counting the bytes it returned."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self._pread = os.pread
+
+    def __call__(self, fd: int, length: int, offset: int) -> bytes:
+        data = self._pread(fd, length, offset)
+        self.bytes += len(data)
+        return data
+
+
+def scan_all(path: Path, offset: int = 0) -> tuple[list[tuple[bytes, int]], list[int], int, int]:
+    """Every line of ``path`` a scan takes from ``offset``, the long ones, where it ended, and
+    the bytes it read."""
+    taken: list[tuple[bytes, int]] = []
+    long: list[int] = []
+    reads = CountedReads()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(wakeupjournal.os, "pread", reads)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            end = Journal(path.parent).scan(
+                fd, offset, os.fstat(fd).st_size, lambda *line: taken.append(line), long.append
+            )
+        finally:
+            os.close(fd)
+    return taken, long, end, reads.bytes
+
+
+TERABYTE = 1 << 40
+
+
+def test_a_hole_of_a_terabyte_in_a_line_is_passed_over_unread(tmp_path: Path) -> None:
+    # A planted sparse file: a "line" of a terabyte of zeros, then a line of a writer's.
+    path = tmp_path / wakeupjournal.JOURNAL
+    with path.open("wb") as planted:
+        planted.write(b"a\n")
+        planted.truncate(TERABYTE)
+        planted.seek(0, os.SEEK_END)
+        planted.write(b"\nb\n")
+    taken, long, end, read = scan_all(path)
+    assert (taken, long, end) == ([(b"a", 0), (b"b", TERABYTE + 1)], [2], TERABYTE + 3)
+    assert read < 3 * CHUNK  # the pages with data, not the terabyte
+
+
+def test_a_torn_tail_of_a_terabyte_of_zeros_is_left_unread(tmp_path: Path) -> None:
+    path = tmp_path / wakeupjournal.JOURNAL
+    with path.open("wb") as planted:
+        planted.write(b"a\n")
+        planted.truncate(TERABYTE)
+    taken, long, end, read = scan_all(path)
+    assert (taken, long, end) == ([(b"a", 0)], [], 2)
+    assert read <= CHUNK
+
+
+def test_a_hole_is_zeros_of_the_line_it_is_in(tmp_path: Path) -> None:
+    # Zeros are bytes like any other: a line holding a hole is taken with them (as damage,
+    # later: no change is written with a NUL), and one that grows too long with them is long.
+    path = tmp_path / wakeupjournal.JOURNAL
+    with path.open("wb") as planted:
+        planted.write(b"x")
+        planted.seek(CHUNK + 3)
+        planted.write(b"y\n")
+        planted.seek(CHUNK + 5 + wakeupjournal.MAX_LINE + 10)  # a line of zeros, too long
+        planted.write(b"z\nw\n")
+    data = path.read_bytes()
+    first = data.index(b"\n")
+    taken, long, end, read = scan_all(path)
+    assert taken == [(data[:first], 0), (b"w", len(data) - 2)]
+    assert long == [first + 1]
+    assert end == len(data)
+    assert read < len(data)  # the holes were not read
+
+
+def test_a_file_system_that_cannot_tell_its_holes_has_every_byte_read(tmp_path: Path) -> None:
+    path = tmp_path / wakeupjournal.JOURNAL
+    with path.open("wb") as planted:
+        planted.write(b"x")
+        planted.seek(3 * CHUNK)
+        planted.write(b"y\n")
+
+    def unsupported(*_: object) -> int:
+        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(wakeupjournal.os, "lseek", unsupported)
+        taken, long, end, read = scan_all(path)
+    assert (taken, long, end, read) == (
+        [(path.read_bytes()[:-1], 0)],
+        [],
+        3 * CHUNK + 2,
+        3 * CHUNK + 2,
+    )
+
+
+def test_a_hole_from_where_a_scan_begins_counts_from_there(tmp_path: Path) -> None:
+    path = tmp_path / wakeupjournal.JOURNAL
+    with path.open("wb") as planted:
+        planted.write(b"a\n")
+        planted.seek(5 * CHUNK)
+        planted.write(b"\nb\n")
+    taken, long, end, read = scan_all(path, offset=2)
+    assert (taken, long, end) == ([(b"b", 5 * CHUNK + 1)], [2], 5 * CHUNK + 3)
+    assert read < 2 * CHUNK

@@ -18,6 +18,7 @@ writers' ``flock`` (wakeupfile.py); reading needs no lock:
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import secrets
@@ -106,12 +107,22 @@ class Journal:
     ) -> int:
         """Hand each complete line from ``offset`` up to ``size`` to ``take(line, at)``, a
         chunk at a time: never more than :data:`CHUNK` and one line of :data:`MAX_LINE` held.
-        A line longer than that goes to ``too_long(at)`` instead, unread. Returns the end of
-        the last complete line (a torn tail after it is read again next time, until a writer
-        cuts it)."""
+        A line longer than that goes to ``too_long(at)`` instead, unread; a hole in the file
+        (:meth:`hole`) is passed over unread. Returns the end of the last complete line (a
+        torn tail after it is read again next time, until a writer cuts it)."""
         start, line, long = offset, bytearray(), False
         at_byte = offset
         while at_byte < size:
+            zeros = self.hole(fd, at_byte, size)
+            if zeros:  # read as zeros, never stored: no newline in it, nothing to read
+                if not long:
+                    if len(line) + zeros > MAX_LINE:
+                        long = True
+                        line.clear()
+                    else:
+                        line += bytes(zeros)
+                at_byte += zeros
+                continue
             chunk = self.read(fd, at_byte, min(size, at_byte + CHUNK))
             if not chunk:
                 break
@@ -131,6 +142,18 @@ class Journal:
                     line.clear()
             at_byte += len(chunk)
         return start
+
+    def hole(self, fd: int, offset: int, size: int) -> int:
+        """How many bytes from ``offset`` (up to ``size``) lie in a hole of the file: a planted
+        sparse file of terabytes holds no data to read, and is passed over without reading
+        it. 0 where the file system cannot tell (every byte is read then)."""
+        try:
+            data = os.lseek(fd, offset, os.SEEK_DATA)
+        except OSError as exc:
+            # ENXIO: no data at or after ``offset`` (a hole to the end, or a file cut shorter
+            # since, which has no complete line there either).
+            return size - offset if exc.errno == errno.ENXIO else 0
+        return min(data, size) - offset
 
     def generation(self, fd: int) -> bytes:
         return generation_of(at(self.path, lambda: os.pread(fd, HEADER_BYTES, 0)))
