@@ -548,7 +548,10 @@ async def test_paused_routines_kept_broken_files_and_pending_wakeups_are_gauges(
     sched = Scheduler(agent=agent, store=store, routines=[EVERY_MINUTE], now=wall)
     async with trio.open_nursery() as nursery:
         await nursery.start(sched.run)
-        await store.add_wakeup(WakeupRequest(session="s", prompt="later", fire_at=at(60)), wall())
+        # A day ahead: the reload reads the files in a thread, and the clock jumps past the
+        # routine's slots (paused: each a gap) until it returns, more of them on a slow host.
+        later = WakeupRequest(session="s", prompt="later", fire_at=at(24 * 60))
+        await store.add_wakeup(later, wall())
         await sched.pause("r")
         (tmp_path / "r.md").write_text("---\ncron: * * * * * *\n---\ngo\n")  # broken now
         changes = await sched.reload_routines(tmp_path)
