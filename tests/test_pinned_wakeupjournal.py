@@ -233,24 +233,29 @@ def scan_all(path: Path, offset: int = 0) -> tuple[list[tuple[bytes, int]], list
 TERABYTE = 1 << 40
 
 
+def sparse(directory: Path, pieces: dict[int, bytes], size: int | None = None) -> Path:
+    """A journal holding each of ``pieces`` at its offset and holes between them (no disk
+    spent on them), ``size`` bytes long when given."""
+    path = directory / wakeupjournal.JOURNAL
+    with path.open("wb") as planted:
+        for offset, data in pieces.items():
+            planted.seek(offset)
+            planted.write(data)
+        if size is not None:
+            planted.truncate(size)
+    return path
+
+
 def test_a_hole_of_a_terabyte_in_a_line_is_passed_over_unread(tmp_path: Path) -> None:
     # A planted sparse file: a "line" of a terabyte of zeros, then a line of a writer's.
-    path = tmp_path / wakeupjournal.JOURNAL
-    with path.open("wb") as planted:
-        planted.write(b"a\n")
-        planted.truncate(TERABYTE)
-        planted.seek(0, os.SEEK_END)
-        planted.write(b"\nb\n")
+    path = sparse(tmp_path, {0: b"a\n", TERABYTE: b"\nb\n"})
     taken, long, end, read = scan_all(path)
     assert (taken, long, end) == ([(b"a", 0), (b"b", TERABYTE + 1)], [2], TERABYTE + 3)
     assert read < 3 * CHUNK  # the pages with data, not the terabyte
 
 
 def test_a_torn_tail_of_a_terabyte_of_zeros_is_left_unread(tmp_path: Path) -> None:
-    path = tmp_path / wakeupjournal.JOURNAL
-    with path.open("wb") as planted:
-        planted.write(b"a\n")
-        planted.truncate(TERABYTE)
+    path = sparse(tmp_path, {0: b"a\n"}, size=TERABYTE)
     taken, long, end, read = scan_all(path)
     assert (taken, long, end) == ([(b"a", 0)], [], 2)
     assert read <= CHUNK
@@ -259,13 +264,8 @@ def test_a_torn_tail_of_a_terabyte_of_zeros_is_left_unread(tmp_path: Path) -> No
 def test_a_hole_is_zeros_of_the_line_it_is_in(tmp_path: Path) -> None:
     # Zeros are bytes like any other: a line holding a hole is taken with them (as damage,
     # later: no change is written with a NUL), and one that grows too long with them is long.
-    path = tmp_path / wakeupjournal.JOURNAL
-    with path.open("wb") as planted:
-        planted.write(b"x")
-        planted.seek(CHUNK + 3)
-        planted.write(b"y\n")
-        planted.seek(CHUNK + 5 + wakeupjournal.MAX_LINE + 10)  # a line of zeros, too long
-        planted.write(b"z\nw\n")
+    too_long = CHUNK + 5 + wakeupjournal.MAX_LINE + 10  # the second line's end: zeros
+    path = sparse(tmp_path, {0: b"x", CHUNK + 3: b"y\n", too_long: b"z\nw\n"})
     data = path.read_bytes()
     first = data.index(b"\n")
     taken, long, end, read = scan_all(path)
@@ -276,11 +276,7 @@ def test_a_hole_is_zeros_of_the_line_it_is_in(tmp_path: Path) -> None:
 
 
 def test_a_file_system_that_cannot_tell_its_holes_has_every_byte_read(tmp_path: Path) -> None:
-    path = tmp_path / wakeupjournal.JOURNAL
-    with path.open("wb") as planted:
-        planted.write(b"x")
-        planted.seek(3 * CHUNK)
-        planted.write(b"y\n")
+    path = sparse(tmp_path, {0: b"x", 3 * CHUNK: b"y\n"})
 
     def unsupported(*_: object) -> int:
         raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
@@ -297,11 +293,7 @@ def test_a_file_system_that_cannot_tell_its_holes_has_every_byte_read(tmp_path: 
 
 
 def test_a_hole_from_where_a_scan_begins_counts_from_there(tmp_path: Path) -> None:
-    path = tmp_path / wakeupjournal.JOURNAL
-    with path.open("wb") as planted:
-        planted.write(b"a\n")
-        planted.seek(5 * CHUNK)
-        planted.write(b"\nb\n")
+    path = sparse(tmp_path, {0: b"a\n", 5 * CHUNK: b"\nb\n"})
     taken, long, end, read = scan_all(path, offset=2)
     assert (taken, long, end) == ([(b"b", 5 * CHUNK + 1)], [2], 5 * CHUNK + 3)
     assert read < 2 * CHUNK
