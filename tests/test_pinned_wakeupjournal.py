@@ -24,7 +24,7 @@ from trio_routines.stores.directory.wakeupjournal import (
     generation_of,
     header,
 )
-from trio_routines.stores.safefile import Refused
+from trio_routines.stores.safefile import Refused, Shared
 
 
 @pytest.fixture
@@ -102,6 +102,18 @@ def test_what_is_no_regular_file_is_refused_by_its_path(schedule: tuple[Journal,
     os.mkfifo(journal.path)
     with pytest.raises(Refused, match=f"^{re.escape(str(journal.path))} is a FIFO"):
         journal.open(directory)
+
+
+def test_a_journal_with_other_names_is_read_but_never_opened_for_appending(
+    schedule: tuple[Journal, int], tmp_path: Path
+) -> None:
+    journal, directory = schedule
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_bytes(header())
+    os.link(elsewhere, journal.path)
+    os.close(journal.open(directory))
+    with pytest.raises(Shared):
+        journal.open(directory, append=True)
 
 
 @pytest.mark.parametrize(
@@ -297,3 +309,46 @@ def test_a_hole_from_where_a_scan_begins_counts_from_there(tmp_path: Path) -> No
     taken, long, end, read = scan_all(path, offset=2)
     assert (taken, long, end) == ([(b"b", 5 * CHUNK + 1)], [2], 5 * CHUNK + 3)
     assert read < 2 * CHUNK
+
+
+def test_a_hole_is_measured_from_the_offset_to_the_next_data_or_the_size(tmp_path: Path) -> None:
+    path = sparse(tmp_path, {0: b"a\n", 3 * CHUNK: b"b\n"}, size=TERABYTE)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        journal = Journal(tmp_path)
+        assert journal.hole(fd, 1, TERABYTE) == 0  # data here
+        assert journal.hole(fd, CHUNK, TERABYTE) == 2 * CHUNK  # up to the next data
+        assert journal.hole(fd, CHUNK, 2 * CHUNK) == CHUNK  # up to the size asked
+        assert journal.hole(fd, 4 * CHUNK, TERABYTE) == TERABYTE - 4 * CHUNK  # none after it
+    finally:
+        os.close(fd)
+
+
+def test_a_line_of_exactly_the_longest_length_with_a_hole_in_it_is_taken(
+    tmp_path: Path,
+) -> None:
+    page = 4096  # holes are whole pages
+    path = sparse(tmp_path, {0: b"x", 2 * page: b"\n"})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(wakeupjournal, "CHUNK", page)
+        patch.setattr(wakeupjournal, "MAX_LINE", 2 * page)
+        taken, long, end, read = scan_all(path)
+    assert (taken, long, end) == ([(b"x" + bytes(2 * page - 1), 0)], [], 2 * page + 1)
+    assert read == page + 1  # the hole between was not read
+
+
+def test_a_scan_past_the_end_of_a_file_cut_shorter_ends_at_its_last_line(tmp_path: Path) -> None:
+    path = sparse(tmp_path, {0: b"a\nbc"})
+
+    def unsupported(*_: object) -> int:
+        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+
+    taken: list[tuple[bytes, int]] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(wakeupjournal.os, "lseek", unsupported)  # every byte read, none found
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            end = Journal(tmp_path).scan(fd, 0, 100, lambda *line: taken.append(line), print)
+        finally:
+            os.close(fd)
+    assert (taken, end) == ([(b"a", 0)], 2)
