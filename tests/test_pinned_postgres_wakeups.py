@@ -1,7 +1,8 @@
 """Pins of the PostgreSQL store's wake-ups (``scripts/mutation.py pgwakeups``): a malformed row,
-skipped by a listing, dropped for good by a take and never counted against its session's cap;
-the time zone a recurring wake-up reads back with; the take's query planned for each ``now``;
-the error of every call naming what it was doing; a turn of a session no store can hold."""
+skipped by a listing, counted by a count, dropped for good by a take and never counted against
+its session's cap; the time zone a recurring wake-up reads back with; the take's query planned
+for each ``now``; the error of every call naming what it was doing; a turn of a session no
+store can hold."""
 
 from __future__ import annotations
 
@@ -107,6 +108,18 @@ async def test_a_listing_skips_a_malformed_entry_and_names_it_each_time(
     assert warnings(caplog) == [line, line]
 
 
+async def test_a_count_reads_no_row_and_counts_a_malformed_one_too(
+    store: PostgresStore, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert await store.count_wakeups() == 0
+    seed(schema, ("w-bad", "s-bad", BAD_CRON), ("w-good", "s-good", None))
+    await store.add_wakeup(REQUEST, T0)
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        assert await store.count_wakeups() == 3
+    assert warnings(caplog) == []  # nothing read, nothing to warn of
+    assert len(await store.list_wakeups()) == 2
+
+
 async def test_a_take_drops_a_malformed_entry_for_good_and_takes_the_one_behind_it(
     store: PostgresStore, schema: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -189,6 +202,7 @@ async def test_every_failed_call_says_what_it_was_doing(store: PostgresStore, sc
         ),
         ("could not remove wake-up w-1", "wakeups", lambda: store.remove_wakeup("w-1")),
         ("the pending wake-ups are unreadable", "wakeups", store.list_wakeups),
+        ("the pending wake-ups could not be counted", "wakeups", store.count_wakeups),
         ("could not record a wake-up turn", "wake_turns", lambda: store.note_wake_turn("s", T0)),
         (
             "the recent wake-up turns are unreadable",

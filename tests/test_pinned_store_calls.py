@@ -89,6 +89,32 @@ async def test_a_read_never_answered_fails_at_its_bound_naming_itself(
     assert str(fault.value) == f"{what}: {NO_ANSWER}"
 
 
+class Counting(MemoryStore):
+    """A store that counts its pending wake-ups itself (as PostgreSQL does), never listing
+    them for a count; ``stalled``: its count never answers."""
+
+    stalled = False
+
+    async def count_wakeups(self) -> int:
+        if self.stalled:
+            await trio.sleep_forever()
+        return 41
+
+    async def list_wakeups(self) -> Any:
+        raise AssertionError("listed to be counted")
+
+
+async def test_a_store_that_counts_its_wake_ups_is_asked_for_its_count(
+    autojump_clock: Any,
+) -> None:
+    store = Counting()
+    assert await calls_of(store).count_wakeups() == 41
+    store.stalled = True
+    with pytest.raises(StateFault) as fault:
+        await calls_of(store).count_wakeups()
+    assert str(fault.value) == f"the pending wake-ups could not be counted: {NO_ANSWER}"
+
+
 async def test_a_first_settle_writes_the_outcome_over_an_interrupted_written_meanwhile(
     autojump_clock: Any,
 ) -> None:

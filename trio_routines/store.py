@@ -110,6 +110,10 @@ Usage ledger (optional: a store without it keeps no budgets; every other part wo
     ``usage_since(kind, name, since)`` sums, as a :class:`~trio_routines.ledger.Spent`, what
     was recorded from ``since`` on, to the minute (:mod:`trio_routines.ledger`). Both raise
     StateFault when the store cannot be read or written.
+Pending count (optional: a store without it is counted by a full list)
+    ``count_wakeups()`` returns how many wake-ups are pending, for the runtime's gauge, without
+    reading them (a list of 100,000 reads every prompt); an entry ``list_wakeups`` would skip
+    as malformed may be counted. Raises StateFault when the store cannot be read.
 Wake-up turns (optional: a store without these counts only pending wake-ups for the rate limit)
     ``note_wake_turn(session, at)`` records that a wake-up turn of ``session`` started at
     ``at``, durably before it returns, for every replica sharing the store; turns older

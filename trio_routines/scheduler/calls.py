@@ -214,9 +214,14 @@ class StoreCalls:
         raise self.no_answer(f"could not {'pause' if paused else 'resume'} {name!r}")
 
     async def count_wakeups(self) -> int:
-        """How many wake-ups are pending (a full list: cheap for the state directory, which
-        caches its parse)."""
+        """How many wake-ups are pending: the store's count where it offers one (PostgreSQL
+        counts rows, not reading a prompt), else a full list (cheap for the state directory,
+        which keeps its parse)."""
+        count = getattr(self.store, "count_wakeups", None)
         with self.bounded():
+            if count is not None:
+                counted: int = await count()
+                return counted
             return len(await self.store.list_wakeups())
         raise self.no_answer("the pending wake-ups could not be counted")
 

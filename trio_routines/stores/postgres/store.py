@@ -323,6 +323,9 @@ class PostgresStore(Lifetime):
     async def list_wakeups(self) -> list[Wakeup]:
         return await self._wakeups.pending()
 
+    async def count_wakeups(self) -> int:
+        return await self._wakeups.count()
+
     async def ready(self) -> None:
         await self._conns.run("the database does not answer", _select_one)
 

@@ -219,6 +219,14 @@ class PostgresWakeups:
     async def pending(self) -> list[Wakeup]:
         return await self._conns.run("the pending wake-ups are unreadable", self._list)
 
+    async def count(self) -> int:
+        """How many rows are pending, none of them read (a malformed one counts too)."""
+        return await self._conns.run("the pending wake-ups could not be counted", self._count)
+
+    def _count(self, conn: Conn, _call: Call) -> int:
+        row = conn.execute(self._tables.sql("SELECT count(*) FROM {wakeups}")).fetchone()
+        return 0 if row is None else int(row[0])
+
     def _list(self, conn: Conn, _call: Call) -> list[Wakeup]:
         query = self._tables.sql(f"SELECT {_WAKEUP_COLUMNS} FROM {{wakeups}} ORDER BY seq")
         entries = []
