@@ -20,6 +20,7 @@ from psycopg import sql
 from trio_routines import StateFault
 from trio_routines.agent import Usage
 from trio_routines.instants import slot_name
+from trio_routines.output import stored_output
 from trio_routines.records import ClaimStatus, Gap, GapReason
 from trio_routines.stores.postgres import PostgresStore
 from trio_routines.stores.postgres import reads as pg_reads
@@ -28,6 +29,7 @@ from trio_routines.stores.postgres.conn import Call
 from trio_routines.stores.postgres.gaps import gaps_of
 from trio_routines.stores.postgres.ledger import record_usage, usage_since
 from trio_routines.stores.postgres.schema import Schema
+from trio_routines.text import error_text
 
 MINUTE = timedelta(minutes=1)
 WHERE = "postgresql://127.0.0.1:5432/test"
@@ -215,6 +217,37 @@ async def test_every_read_names_the_row_it_warns_about(
     assert newest.outcome is None
     assert kept.outcome is None
     assert [r.getMessage() for r in caplog.records] == [odd_outcome_warning("r", T0)] * 2
+
+
+async def test_a_reason_and_an_output_edited_huge_are_read_bounded_as_the_record_keeps_them(
+    store: PostgresStore, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Hand-edited to megabytes: the server sends what the record keeps of them and a little
+    # more, for every read (a boot's newest claims, the open claims' walk, a history).
+    error = "why " * 1_000_000
+    output = "é" + "said " * 1_000_000
+    seed_claim(schema, "r", T0, "failed")
+    with admin() as db:
+        db.execute(
+            sql.SQL("UPDATE {} SET error = %s, output = %s").format(
+                sql.Identifier(schema, "trio_routines_claims")
+            ),
+            (error, output),
+        )
+    sent: list[tuple[int, int]] = []
+    read = pg_reads._fire
+
+    def measured(routine: str, row: Any, where: str, output: Any = None, usage: Any = ()) -> Any:
+        sent.append((len(row[4]), -1 if output is None else len(output)))
+        return read(routine, row, where, output=output, usage=usage)
+
+    monkeypatch.setattr(pg_reads, "_fire", measured)
+    newest = await store.latest_fire("r")
+    (kept,) = await store.history("r")
+    assert newest is not None
+    assert newest.error == kept.error == error_text(error)
+    assert kept.output == stored_output(output)
+    assert sent == [(pg_reads.ERROR_READ, -1), (pg_reads.ERROR_READ, pg_reads.OUTPUT_READ)]
 
 
 async def test_the_open_claims_start_from_below_every_name(

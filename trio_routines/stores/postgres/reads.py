@@ -30,7 +30,9 @@ import psycopg
 from ...claims import fire_from_record
 from ...errors import StateFault
 from ...instants import format_iso, slot_name, truncate_ms
+from ...output import OUTPUT_MAX
 from ...records import Fire
+from ...text import ERROR_LIMIT
 from ..newest import Reading
 from .conn import Call, CallFault, Connections
 from .schema import Schema
@@ -41,7 +43,12 @@ READERS = 4  # queries at once, each on its own connection (the pool holds 8 by 
 T = TypeVar("T")
 Conn = psycopg.Connection[Any]
 
-_COLUMNS = "slot, fired_at, outcome, ms, error, replica"
+#: A reason and an output are read bounded on the server: a row edited by hand to hold a
+#: gigabyte would otherwise come whole to every boot, history and status page. What the
+#: record keeps of them (the first KiB of a reason, the last 64 KiB of an output) lies within.
+ERROR_READ = 16 * ERROR_LIMIT  # characters, each of a byte at least
+OUTPUT_READ = OUTPUT_MAX
+_COLUMNS = f"slot, fired_at, outcome, ms, left(error, {ERROR_READ}) AS error, replica"
 _ROUTINES = "jsonb_array_elements_text(%s::jsonb) AS r (routine)"
 _NEWEST = f"""SELECT r.routine, c.slot, c.fired_at, c.outcome, c.ms, c.error, c.replica
     FROM {_ROUTINES}
@@ -85,7 +92,8 @@ def history(conn: Conn, _call: Call, schema: Schema, where: str, routine: str) -
     """Every kept claim of ``routine``, oldest first, with its output and usage (the
     newest-claim reads leave them out: a boot of 10,000 routines needs none of it)."""
     query = (
-        f"SELECT {_COLUMNS}, output, tokens_in, tokens_out, cost, currency FROM {{claims}} "
+        f"SELECT {_COLUMNS}, right(output, {OUTPUT_READ}), tokens_in, tokens_out, cost, currency "
+        "FROM {claims} "
         "WHERE routine = %s ORDER BY slot"
     )
     return [
