@@ -224,8 +224,8 @@ class PostgresWakeups:
         return await self._conns.run("the pending wake-ups could not be counted", self._count)
 
     def _count(self, conn: Conn, _call: Call) -> int:
-        row = conn.execute(self._tables.sql("SELECT count(*) FROM {wakeups}")).fetchone()
-        return 0 if row is None else int(row[0])
+        ((count,),) = conn.execute(self._tables.sql("SELECT count(*) FROM {wakeups}")).fetchall()
+        return int(count)
 
     def _list(self, conn: Conn, _call: Call) -> list[Wakeup]:
         query = self._tables.sql(f"SELECT {_WAKEUP_COLUMNS} FROM {{wakeups}} ORDER BY seq")
