@@ -176,9 +176,9 @@ async def test_a_settle_a_stop_ended_says_so_rather_than_blame_the_store(
     assert [m for level, m in lines(caplog) if level >= logging.WARNING] == [
         "hourly: could not record the completed outcome of slot 2026-07-07T10:00:00.000Z: "
         "the stop ended it before the store answered",
-        "hourly: the completed outcome of slot 2026-07-07T10:00:00.000Z is lost after 1 "
-        "attempts, the stop ending the last — the claim stays unsettled and the next boot "
-        "records it as interrupted",
+        "hourly: the completed outcome of slot 2026-07-07T10:00:00.000Z is not recorded "
+        "after 1 attempts, the stop ending the last — if that write never lands, the claim "
+        "stays unsettled and the next boot records it as interrupted",
     ]
 
 
@@ -191,6 +191,33 @@ async def test_a_settle_the_store_never_answers_is_logged_per_attempt(
     assert [m for level, m in lines(caplog) if level == logging.WARNING] == [
         "hourly: could not record the completed outcome of slot 2026-07-07T09:00:00.000Z: "
         "the store did not answer in time"
+    ]
+    # Not "lost": a write the store has not answered may still land (a stalled disk).
+    assert [m for level, m in lines(caplog) if level == logging.ERROR] == [
+        "hourly: the completed outcome of slot 2026-07-07T09:00:00.000Z is not recorded "
+        "after 1 attempts, the store not answering the last — if that write never lands, "
+        "the claim stays unsettled and the next boot records it as interrupted"
+    ]
+
+
+async def test_a_settle_refused_after_one_the_store_never_answered_is_lost(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The last attempt decides the words: one the store answered with a failure wrote nothing.
+    class SlowThenDown(MemoryStore):
+        calls = 0
+
+        async def settle(self, *args: Any, **kwargs: Any) -> bool:
+            self.calls += 1
+            if self.calls == 1:
+                await trio.sleep_forever()
+            return False
+
+    scheduler, _, _, _ = rig(store=SlowThenDown(), default_grace=20)
+    await scheduler.fire("hourly", at(9))
+    assert [m for level, m in lines(caplog) if level == logging.ERROR] == [
+        "hourly: the completed outcome of slot 2026-07-07T09:00:00.000Z is lost after 7 "
+        "attempts — the claim stays unsettled and the next boot records it as interrupted"
     ]
 
 

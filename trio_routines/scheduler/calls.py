@@ -243,15 +243,15 @@ class StoreCalls:
         error: str | None,
         output: str | None = None,
         usage: Usage | None = None,
-    ) -> bool:
-        """One bounded settle (a retry's, the boot's); False when it failed or was cut off
-        (logged)."""
+    ) -> bool | None:
+        """One bounded settle (a retry's, the boot's); False when it failed, None when the
+        store did not answer it (logged): a write that may still land."""
         with self.bounded():
             return await self._store_settle(
                 routine, slot, outcome, ms, if_unsettled, error, output, usage
             )
         self._settle_timed_out(routine, slot, outcome)
-        return False
+        return None
 
     def _store_settle(
         self,
@@ -319,11 +319,16 @@ class StoreCalls:
             if not within.cancel_called:  # not our deadline (it cannot be): never swallowed
                 raise
             self._settle_timed_out(routine, slot, outcome)
+            unanswered = True
+        else:
+            unanswered = False
         finally:
             self.deadlines.forget(within)
         with trio.CancelScope(shield=True):  # ``within`` may be cancelled now
             give_up = started + self._runtime.default_grace
-            await self._settle_again(routine, slot, outcome, ms, error, give_up, output, usage)
+            await self._settle_again(
+                routine, slot, outcome, ms, error, give_up, output, usage, unanswered
+            )
 
     async def _settle_again(
         self,
@@ -334,9 +339,11 @@ class StoreCalls:
         error: str | None,
         give_up: float,
         output: str | None,
-        usage: Usage | None = None,
+        usage: Usage | None,
+        unanswered: bool,
     ) -> None:
-        """The retries after a first settle that failed, each bounded, until ``give_up``."""
+        """The retries after a first settle that failed, each bounded, until ``give_up``;
+        ``unanswered``: the store did not answer the first."""
         delay = SETTLE_RETRY_FIRST
         attempts = 1
         while True:
@@ -346,7 +353,7 @@ class StoreCalls:
                 await trio.sleep_forever()
             delay = min(delay * 2, SETTLE_RETRY_MAX)
             attempts += 1
-            if await self.settle_once(
+            settled = await self.settle_once(
                 routine,
                 slot,
                 outcome,
@@ -355,7 +362,9 @@ class StoreCalls:
                 error=error,
                 output=output,
                 usage=usage,
-            ):
+            )
+            unanswered = settled is None
+            if settled:
                 log.info(
                     "%s: the %s outcome of slot %s recorded at attempt %d",
                     routine,
@@ -366,12 +375,27 @@ class StoreCalls:
                 return
         self.settle_failures[routine] += 1
         self._runtime.metrics.settle_failed(routine)
+        if unanswered:
+            # The last write may still be under way (a stalled disk or database): what
+            # happens to the claim is not known here.
+            log.error(
+                "%s: the %s outcome of slot %s is not recorded after %d attempts, %s — if "
+                "that write never lands, the claim stays unsettled and the next boot records "
+                "it as interrupted",
+                routine,
+                outcome.value,
+                format_iso(slot),
+                attempts,
+                "the stop ending the last"
+                if self._stop_passed()
+                else "the store not answering the last",
+            )
+            return
         log.error(
-            "%s: the %s outcome of slot %s is lost after %d attempts%s — the claim stays "
+            "%s: the %s outcome of slot %s is lost after %d attempts — the claim stays "
             "unsettled and the next boot records it as interrupted",
             routine,
             outcome.value,
             format_iso(slot),
             attempts,
-            ", the stop ending the last" if self._stop_passed() else "",
         )
