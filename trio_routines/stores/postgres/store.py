@@ -324,6 +324,8 @@ class PostgresStore(Lifetime):
         return await self._wakeups.pending()
 
     async def count_wakeups(self) -> int:
+        """How many wake-ups are pending: a count of the rows, none of them read (a malformed
+        one, which a listing skips, is counted too)."""
         return await self._wakeups.count()
 
     async def ready(self) -> None:
