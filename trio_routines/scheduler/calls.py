@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Awaitable
 from datetime import datetime
-from types import TracebackType
 from typing import Any, TypeVar
 
 import trio
@@ -31,7 +30,7 @@ from ..instants import format_iso
 from ..records import Fire, Outcome, Wakeup
 from ..store import Store
 from ..usage import Usage
-from .deadlines import StoreDeadlines
+from .deadlines import Bounded, StoreDeadlines
 from .state import Grace, PausedRead, Runtime, SharedRead, duration, log, takes_keyword
 
 T = TypeVar("T")
@@ -43,34 +42,6 @@ SETTLE_RETRY_MAX = 4.0
 #: anyway (each fire then reads for itself): a slow store never holds other loops' wakes
 #: for longer.
 PREFETCH_LIMIT = 1.0
-
-
-class Bounded:
-    """A store call's cancel scope, its deadline noted with the store deadlines while open.
-
-    A class rather than a generator: every fire enters one, and at 10,000 fires at once the
-    generator's frame and wrapper are measurable CPU and garbage-collector work.
-    """
-
-    __slots__ = ("_deadline", "_deadlines", "_scope")
-
-    def __init__(self, deadlines: StoreDeadlines, deadline: float) -> None:
-        self._deadlines = deadlines
-        self._deadline = deadline
-        self._scope = trio.CancelScope()
-
-    def __enter__(self) -> trio.CancelScope:
-        self._deadlines.note(self._scope, self._deadline)
-        return self._scope.__enter__()
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> bool:
-        self._deadlines.forget(self._scope)
-        return self._scope.__exit__(kind, error, traceback)
 
 
 class StoreCalls:

@@ -11,7 +11,8 @@ catches the ``Cancelled``.
 
 The watch runs with the loops. Before it starts and once it has stopped (a scheduler never
 started, or one whose loops ended while a settle is still under way), every noted deadline is
-handed to Trio as usual, so no store call is ever without a bound.
+handed to Trio as usual, so no store call is ever without a bound. A call enters its scope
+through :class:`Bounded`, which notes it and forgets it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from types import TracebackType
 
 import trio
 
@@ -152,3 +154,31 @@ class StoreDeadlines:
             self._kept = 0
             for scope, deadline in self._open.items():  # Trio keeps them from now on
                 scope.deadline = min(scope.deadline, deadline)
+
+
+class Bounded:
+    """A store call's cancel scope, its deadline noted with the store deadlines while open.
+
+    A class rather than a generator: every fire enters one, and at 10,000 fires at once the
+    generator's frame and wrapper are measurable CPU and garbage-collector work.
+    """
+
+    __slots__ = ("_deadline", "_deadlines", "_scope")
+
+    def __init__(self, deadlines: StoreDeadlines, deadline: float) -> None:
+        self._deadlines = deadlines
+        self._deadline = deadline
+        self._scope = trio.CancelScope()
+
+    def __enter__(self) -> trio.CancelScope:
+        self._deadlines.note(self._scope, self._deadline)
+        return self._scope.__enter__()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        self._deadlines.forget(self._scope)
+        return self._scope.__exit__(kind, error, traceback)
