@@ -31,6 +31,7 @@ from scheduler_rig import Recording, at, rig
 from test_postgres import _waiting_on_lock
 
 from trio_routines import Routine, Scheduler, serve
+from trio_routines.errors import StateFault
 from trio_routines.hosting import start_watched
 from trio_routines.records import Fire
 from trio_routines.testing import MemoryStore, ScriptedAgent
@@ -228,3 +229,33 @@ async def test_a_stop_that_lands_past_the_boots_last_cancel_point_gives_it_up(
         await nursery.start(scheduler.run)
     assert scheduler.booted is False  # what serve tells its log and its HTTP surface by
     assert agent.turns == []
+
+
+async def test_a_hosts_calls_after_the_run_are_bounded_by_the_store_timeout_not_the_stop(
+    autojump_clock: Any,
+) -> None:
+    # A stop bounds the store calls of the run's drain. Once the run is over, a host's own
+    # call (a list of wake-ups as it shuts down, say) answers however long after the stop
+    # it comes, and one the store never answers is cut at the store's timeout.
+    scheduler, _, store, _ = rig()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        scheduler.stop(0)
+    await trio.sleep(60)  # far past the stop's grace and its margin
+    added = await scheduler.add_wakeup("s", "later", delay="1h")
+    assert [w.id for w in await scheduler.list_wakeups("s")] == [added.id]
+    store.hang("list_wakeups")
+    began = trio.current_time()
+    with pytest.raises(StateFault, match="did not answer within 5s"):
+        await scheduler.list_wakeups("s")
+    assert trio.current_time() - began == 5.0
+
+
+async def test_a_hosts_calls_after_a_stop_of_a_scheduler_never_run_are_not_cut(
+    autojump_clock: Any,
+) -> None:
+    scheduler, _, _, _ = rig()
+    scheduler.stop(0)
+    await trio.sleep(60)
+    added = await scheduler.add_wakeup("s", "later", delay="1h")
+    assert [w.id for w in await scheduler.list_wakeups("s")] == [added.id]

@@ -61,6 +61,9 @@ class StoreCalls:
         self._grace = grace
         #: The deadlines of the calls under way; its watch runs with the loops.
         self.deadlines = StoreDeadlines()
+        #: Set once no run is under way or to come (it ended, or a stop came first): a stop
+        #: bounds the calls of a run's drain, not a host's calls after it.
+        self.run_over = False
         #: Outcomes given up after the settle's retries, by routine.
         self.settle_failures: Counter[str] = Counter()
         #: The paused routines as last read from the store (or written by pause/resume).
@@ -80,7 +83,10 @@ class StoreCalls:
         now by the caller): ``store_timeout`` or ``seconds`` later, a stop's bound at most."""
         limit = self.store_timeout if seconds is None else seconds
         begun = trio.current_time() if start is None else start
-        ours, stops = begun + limit, self._grace.deadline + STOP_MARGIN
+        ours = begun + limit
+        if self.run_over:
+            return ours
+        stops = self._grace.deadline + STOP_MARGIN
         return stops if stops < ours else ours  # as min(), without its keyword parsing
 
     def no_answer(self, what: str) -> StateFault:
@@ -249,7 +255,7 @@ class StoreCalls:
     def _stop_passed(self) -> bool:
         """Whether a stop's bound on store calls has passed (a second interrupt, or a stop of
         no grace): what cut a call then is the stop, not the store."""
-        return trio.current_time() >= self._grace.deadline + STOP_MARGIN
+        return not self.run_over and trio.current_time() >= self._grace.deadline + STOP_MARGIN
 
     def _settle_timed_out(self, routine: str, slot: datetime, outcome: Outcome) -> None:
         log.warning(

@@ -184,6 +184,13 @@ class Scheduler:
             )
         checked_now(runtime.now())  # before anything is read or written
         self._ran = True
+        try:
+            await self._run(task_status)
+        finally:
+            self._parts.calls.run_over = True  # a host's calls after it: store_timeout alone
+
+    async def _run(self, task_status: trio.TaskStatus[Scheduler]) -> None:
+        runtime = self._runtime
         booted = dict(runtime.routines)
         async with AsyncExitStack() as joined:
             first_due = await self._parts.starting.run(joined)
@@ -245,6 +252,8 @@ class Scheduler:
         self._begin_stop(self._runtime.default_grace if grace is None else grace)
         self._parts.starting.give_up()
         self._loops.cancel()
+        if not self._ran:  # no run to drain, nor any to come
+            self._parts.calls.run_over = True
 
     def _begin_stop(self, grace: float) -> None:
         self._runtime.stopping.value = True
