@@ -320,6 +320,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["trio_routines/scheduler/starting.py"],
         [*SCHEDULER_TESTS, "tests/test_boot_stop.py", "tests/test_hosting.py"],
     ),
+    # The run: its boot and loops started, its stop, a host's calls after it.
+    "schedrunning": (
+        ["trio_routines/scheduler/running.py"],
+        [*SCHEDULER_TESTS, "tests/test_boot_stop.py", "tests/test_hosting.py"],
+    ),
     "schedmembers": (
         ["trio_routines/scheduler/members.py"],
         [

@@ -12,7 +12,7 @@ from scheduler_rig import T0
 from trio_routines import Scheduler
 from trio_routines.errors import StateFault
 from trio_routines.records import Wakeup
-from trio_routines.testing import Complete, MemoryStore, WallClock
+from trio_routines.testing import MemoryStore, ScriptedAgent, WallClock
 from trio_routines.tools import CANCEL, LIST, SCHEDULE, call_tool, definitions, limits_text
 from trio_routines.wakelimits import WakeLimits
 
@@ -94,7 +94,7 @@ def test_the_limits_without_a_rate_or_a_depth_whole() -> None:
 
 def scheduler() -> tuple[Scheduler, MemoryStore]:
     store = MemoryStore()
-    return Scheduler(agent=Complete(), store=store, routines=[], now=WallClock(T0)), store
+    return Scheduler(agent=ScriptedAgent(), store=store, routines=[], now=WallClock(T0)), store
 
 
 async def test_a_recurring_wake_up_keeps_the_until_the_model_gave() -> None:

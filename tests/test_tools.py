@@ -15,7 +15,7 @@ from scheduler_rig import T0
 from trio_routines import Completed, Routine, Scheduler, current_fire
 from trio_routines.agent import Event
 from trio_routines.errors import StateFault
-from trio_routines.testing import Complete, MemoryStore, WallClock
+from trio_routines.testing import MemoryStore, ScriptedAgent, WallClock
 from trio_routines.tools import CANCEL, LIST, SCHEDULE, call_tool, definitions, limits_text
 from trio_routines.wakelimits import DEFAULT_LIMITS, WakeLimits
 
@@ -54,7 +54,7 @@ def test_definitions_tell_the_limits_in_force() -> None:
     assert default == told(limits=DEFAULT_LIMITS) == told(scheduler=object())
     strict = WakeLimits(rate=3, depth=2, lifetime=timedelta(hours=12))
     store = MemoryStore()
-    scheduler = Scheduler(agent=Complete(), store=store, routines=[], wake_limits=strict)
+    scheduler = Scheduler(agent=ScriptedAgent(), store=store, routines=[], wake_limits=strict)
     for text in (told(limits=strict), told(scheduler=scheduler)):
         assert "at most 3 self-scheduled turns per session in any hour" in text
         assert "chains of wake-ups set by wake-ups at most 2 deep" in text
@@ -74,7 +74,7 @@ def test_definitions_tell_the_limits_in_force() -> None:
 async def test_a_refusal_quotes_the_limits_in_force() -> None:
     strict = WakeLimits(rate=3, depth=2, lifetime=timedelta(hours=12))
     scheduler = Scheduler(
-        agent=Complete(), store=MemoryStore(), now=WallClock(T0), wake_limits=strict
+        agent=ScriptedAgent(), store=MemoryStore(), now=WallClock(T0), wake_limits=strict
     )
     text = await call_tool(scheduler, "chat:1", SCHEDULE, {"prompt": "x", "in": 5})
     assert "refused — too soon" in text
@@ -149,7 +149,7 @@ async def test_an_agent_schedules_lists_and_cancels_its_own_wakeups(autojump_clo
 
 async def test_every_wrong_call_is_answered_and_changes_nothing() -> None:
     store = MemoryStore()
-    scheduler = Scheduler(agent=Complete(), store=store, routines=[], now=WallClock(T0))
+    scheduler = Scheduler(agent=ScriptedAgent(), store=store, routines=[], now=WallClock(T0))
 
     async def answer(name: str, arguments: Any) -> str:
         return await call_tool(scheduler, "chat:1", name, arguments)

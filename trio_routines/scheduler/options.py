@@ -1,6 +1,6 @@
-"""The :class:`~trio_routines.Scheduler`'s numeric options, checked as it is made: each a
-number of seconds it can keep as a float and bound a wait with, or a one-line
-:class:`~trio_routines.errors.InvalidOption` naming it."""
+"""The :class:`~trio_routines.Scheduler`'s arguments, checked as it is made: each numeric
+option a number of seconds it can keep as a float and bound a wait with, the agent, the store,
+the routines and the wake-up limits what they must be; else a one-line error naming it."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ import contextlib
 import decimal
 import math
 import numbers
+from collections.abc import Iterable
 from datetime import datetime
 
-from ..errors import InvalidOption
+from ..errors import InvalidAgent, InvalidOption, InvalidRoutine
+from ..routines import Routine
+from ..wakelimits import WakeLimits
 from ..wakeups import POLL_RANGE
 
 
@@ -50,3 +53,61 @@ def checked_now(value: object) -> None:
         raise InvalidOption(
             f"now must be a clock of aware datetimes (with their zone, e.g. UTC); it read {value!r}"
         )
+
+
+def checked_agent(agent: object) -> None:
+    """An agent: an object with an ``invoke`` method, else a one-line
+    :class:`~trio_routines.errors.InvalidAgent` (a class given for its instance would fail
+    every turn of every slot it claimed, each slot then spent)."""
+    if isinstance(agent, type):
+        raise InvalidAgent(
+            f"agent must be an agent object, not a class: {agent.__name__}() builds one"
+        )
+    if not callable(getattr(agent, "invoke", None)):
+        raise InvalidAgent(f"agent has no invoke method: {agent!r:.100}")
+
+
+def checked_store(store: object) -> None:
+    """A store: an object that claims and settles, else a one-line :class:`InvalidOption`."""
+    if not all(callable(getattr(store, call, None)) for call in ("claim", "settle")):
+        raise InvalidOption(
+            "store must be a store (DirectoryStore, PostgresStore, open_store(...), or one "
+            f"keeping the contract of trio_routines.store): {store!r:.100}"
+        )
+
+
+def checked_routines(routines: Iterable[Routine]) -> dict[str, Routine]:
+    """The routines by name: :class:`~trio_routines.routines.Routine` objects of distinct
+    names, else a one-line :class:`~trio_routines.errors.InvalidRoutine`."""
+    if isinstance(routines, Routine | str | bytes):
+        raise InvalidRoutine(
+            f"routines must be a collection of Routine objects (routines=[...]): {routines!r:.100}"
+        )
+    loaded: dict[str, Routine] = {}
+    for routine in routines:
+        if not isinstance(routine, Routine):
+            raise InvalidRoutine(f"routines must be Routine objects: {routine!r:.100}")
+        if routine.name in loaded:
+            raise InvalidRoutine(f"two routines are named {routine.name!r}")
+        loaded[routine.name] = routine
+    return loaded
+
+
+def checked_limits(limits: object) -> WakeLimits:
+    """The wake-up guardrails: a :class:`~trio_routines.wakelimits.WakeLimits`, else a
+    one-line :class:`InvalidOption`."""
+    if not isinstance(limits, WakeLimits):
+        raise InvalidOption(f"wake_limits must be a WakeLimits: {limits!r:.100}")
+    return limits
+
+
+def checked_grace(grace: float) -> float:
+    """A stop's grace: a number of seconds (below 0 is none, ``inf`` waits for every turn),
+    else a one-line :class:`InvalidOption`, raised before the stop changes anything."""
+    seconds = math.nan
+    if isinstance(grace, numbers.Real | decimal.Decimal) and not isinstance(grace, bool):
+        with contextlib.suppress(OverflowError, ValueError):
+            seconds = float(grace)
+    if math.isnan(seconds):
+        raise InvalidOption(f"a stop's grace must be a number of seconds: {grace!r:.100}")
+    return seconds

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import AsyncExitStack
 from datetime import datetime, timedelta
 
 import trio
 
 from ..agent import Agent
 from ..budgets import Budget, checked_budgets
-from ..errors import InvalidRoutine
 from ..metrics import Family, Metrics, render
 from ..records import ClaimResult, Fire, Wakeup
 from ..replicas import ReplicaInfo, check_replica
@@ -25,11 +23,18 @@ from ..turns import TurnResult
 from ..wakelimits import DEFAULT_LIMITS, WakeLimits
 from ..wakeups import POLL_INTERVAL
 from . import report
-from .calls import STOP_MARGIN
-from .openclaims import BOOT_BUDGET
-from .options import checked_now, checked_poll, checked_seconds
+from .options import (
+    checked_agent,
+    checked_grace,
+    checked_limits,
+    checked_poll,
+    checked_routines,
+    checked_seconds,
+    checked_store,
+)
 from .parts import Parts
 from .reload import RoutineChanges
+from .running import Run
 from .state import (
     DEFAULT_GRACE,
     JUMP_THRESHOLD,
@@ -39,7 +44,6 @@ from .state import (
     Runtime,
     Shared,
     Statistics,
-    Stopping,
     new_replica_id,
     system_now,
 )
@@ -72,7 +76,6 @@ class Scheduler:
     A scheduler runs once: build a new one to run again.
     """
 
-    _ran = False  # run() was called: a second call is refused before it touches the store
     now: Shared[Callable[[], datetime]] = Shared()
     routines: Shared[dict[str, Routine]] = Shared()
     default_grace: Shared[float] = Shared()
@@ -98,21 +101,19 @@ class Scheduler:
     ) -> None:
         # The OpenTelemetry API, when installed, is imported here, not at a first fire.
         load_tracing()
+        checked_agent(agent)
+        checked_store(store)
         self.agent = SessionGate(agent)
         self.store = store
         #: This scheduler's replica id, stored with every claim it makes (replicas.py).
         self.replica = check_replica(replica) if replica is not None else new_replica_id()
-        loaded: dict[str, Routine] = {}
-        for routine in routines:
-            if routine.name in loaded:
-                raise InvalidRoutine(f"two routines are named {routine.name!r}")
-            loaded[routine.name] = routine
+        loaded = checked_routines(routines)
         self.external_clock = external_clock
         self.wakeups = wakeups
-        self.wake_limits = wake_limits
-        self.max_wait = max_wait
+        self.wake_limits = checked_limits(wake_limits)
+        self.max_wait = checked_seconds("max_wait", max_wait, zero=False)
         self.poll_interval = checked_poll(poll_interval)
-        self.jump_threshold = jump_threshold
+        self.jump_threshold = checked_seconds("jump_threshold", jump_threshold, zero=False)
         grace = checked_seconds("default_grace", default_grace, zero=True)
         self.store_timeout = checked_seconds("store_timeout", store_timeout, zero=False)
         self.wakeup_timeout = (
@@ -135,16 +136,16 @@ class Scheduler:
             runtime=runtime,
             metrics=self.metrics,
             session_budgets=checked_budgets(session_budget),
-            wake_limits=wake_limits,
+            wake_limits=self.wake_limits,
             store_timeout=self.store_timeout,
             external_clock=external_clock,
             wakeups=wakeups,
-            max_wait=max_wait,
-            poll_interval=poll_interval,
-            jump_threshold=jump_threshold,
+            max_wait=self.max_wait,
+            poll_interval=self.poll_interval,
+            jump_threshold=self.jump_threshold,
             wakeup_timeout=self.wakeup_timeout,
         )
-        self._loops = trio.CancelScope()  # the loops' scope: stop() cancels it
+        self._run = Run(self._parts, runtime, external_clock=external_clock, wakeups=wakeups)
 
     @property
     def booted(self) -> bool:
@@ -176,89 +177,19 @@ class Scheduler:
         scope can be entered once. A :meth:`stop` during the boot gives the boot up at once:
         nothing is armed, and ``run`` reports started and returns once it left the store.
         """
-        runtime = self._runtime
-        if self._ran or runtime.stopping.value:
-            what = "has already run" if self._ran else "was stopped"
-            raise Stopping(
-                f"this scheduler {what}: a Scheduler runs once — build a new one to run again"
-            )
-        checked_now(runtime.now())  # before anything is read or written
-        self._ran = True
-        try:
-            await self._run(task_status)
-        finally:
-            self._parts.calls.run_over = True  # a host's calls after it: store_timeout alone
-
-    async def _run(self, task_status: trio.TaskStatus[Scheduler]) -> None:
-        runtime = self._runtime
-        booted = dict(runtime.routines)
-        async with AsyncExitStack() as joined:
-            first_due = await self._parts.starting.run(joined)
-            if first_due is None:  # given up by a stop: reported once the store was left
-                await joined.aclose()
-                task_status.started(self)
-                return
-            async with trio.open_nursery() as nursery:
-                runtime.nursery = nursery
-                nursery.start_soon(self._run_loops, booted, first_due)
-                del booted, first_due  # the boot's maps, not kept for the run (see _run_loops)
-                task_status.started(self)
-            runtime.nursery = None
-
-    async def _run_loops(self, booted: dict[str, Routine], first_due: dict[str, datetime]) -> None:
-        runtime = self._runtime
-        with self._loops:
-            async with trio.open_nursery() as loops:
-                await loops.start(self._parts.sleepers.run)  # before any loop sleeps
-                await loops.start(self._parts.calls.deadlines.watch)  # before any fire's claim
-                loops.start_soon(self._parts.members.watch)
-                # The older claims left open are housekeeping, not a part of the boot: the
-                # scheduler is ready, and its first slots fire, while they are looked for.
-                loops.start_soon(self._parts.open_claims.reconcile, BOOT_BUDGET)
-                # So is the failure streaks' history, read after the boot seeded them.
-                loops.start_soon(self._parts.streaks.run)
-                # Published only now: an update_routines() during the await above must not
-                # start a loop that the arming below would start a second time.
-                runtime.loop_nursery = loops
-                for name, routine in runtime.routines.items():
-                    if self.external_clock or routine.cron is None:
-                        continue
-                    if booted.get(name) is not routine:  # updated during the boot: arm anew
-                        self._parts.cron.start(loops, routine, None, rearm=True)
-                    elif name in first_due:
-                        self._parts.cron.start(loops, routine, first_due[name], rearm=False)
-                if self.wakeups:
-                    loops.start_soon(self._parts.wake.run)
-                elif first_due or booted != runtime.routines:
-                    # A cron loop sleeps (one updated during the boot, too): watch the clocks.
-                    self._parts.clock.start(loops)
-                # Not kept while the loops run: an entry per routine in each.
-                del booted, first_due
-                try:
-                    await trio.sleep_forever()
-                finally:
-                    runtime.loop_nursery = None
-                    if not runtime.stopping.value:
-                        # Cancelled by the host's scope rather than by stop(): bound the
-                        # shielded fires all the same, before waiting for them.
-                        self._begin_stop(runtime.default_grace)
+        await self._run.run(self, task_status)
 
     def stop(self, grace: float | None = None) -> None:
         """Stop arming at once; give in-flight turns ``grace`` seconds, then interrupt them.
 
         Safe to call from inside a turn (that fire still settles) and more than once (the
         shortest grace wins). During the boot, it gives the boot up at once (see :meth:`run`).
+        A grace that is no number of seconds is an :class:`InvalidOption`, and a call from
+        outside the scheduler's Trio thread a ``RuntimeError`` (from another thread:
+        ``trio.from_thread.run_sync(scheduler.stop)``), each changing nothing.
         """
-        self._begin_stop(self._runtime.default_grace if grace is None else grace)
-        self._parts.starting.give_up()
-        self._loops.cancel()
-        if not self._ran:  # no run to drain, nor any to come
-            self._parts.calls.run_over = True
-
-    def _begin_stop(self, grace: float) -> None:
-        self._runtime.stopping.value = True
-        deadline = self._parts.grace.begin(grace)
-        self._parts.calls.deadlines.pull_in(deadline + STOP_MARGIN)
+        seconds = self._runtime.default_grace if grace is None else checked_grace(grace)
+        self._run.stop(seconds)
 
     async def fire(
         self,

@@ -334,9 +334,10 @@ class Grace:
         """The scope a stop cancels once its grace runs out."""
         return TurnScope(self.scopes, self.deadline)
 
-    def begin(self, seconds: float) -> float:
-        """A stop with ``seconds`` of grace (the shortest wins): the new deadline."""
-        self.deadline = min(self.deadline, trio.current_time() + max(0.0, seconds))
+    def begin(self, seconds: float, now: float) -> float:
+        """A stop with ``seconds`` of grace from ``now`` (Trio's clock; the shortest wins): the
+        new deadline."""
+        self.deadline = min(self.deadline, now + max(0.0, seconds))
         for scope in self.scopes:
             scope.deadline = min(scope.deadline, self.deadline)
         return self.deadline
