@@ -399,6 +399,18 @@ async def test_run_without_wait_is_202_and_a_busy_session_is_not_run() -> None:
         assert len(agent.turns) == 1  # the gate answered; the agent was never asked again
 
 
+async def test_a_run_whose_session_the_store_cannot_hold_is_503_and_runs_nothing() -> None:
+    async with serving() as server:
+        for wait in (True, False):
+            server.store.fail("take", StateFault("disk busy"), times=1)
+            refused = await server.call("POST", "/run", {"name": "daily", "wait": wait})
+            assert refused.status == 503
+            assert refused.json == {
+                "error": 'the session of "daily" could not be held; nothing ran — retry'
+            }
+        assert server.agent.turns == []
+
+
 async def test_run_unknown_routine_is_404_listing_the_names() -> None:
     async with serving() as server:
         message = assert_error(await server.call("POST", "/run", {"name": "nope"}), 404)

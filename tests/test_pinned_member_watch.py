@@ -21,7 +21,7 @@ from trio_routines import Outcome, Routine, Scheduler
 from trio_routines.errors import StateFault
 from trio_routines.instants import format_iso
 from trio_routines.presence import IdInUse
-from trio_routines.replicas import ReplicaInfo, claim_key
+from trio_routines.replicas import ReplicaInfo, claim_key, session_key
 from trio_routines.scheduler.members import SWEPT_INTERRUPTED
 from trio_routines.scheduler.openclaims import OPEN_INTERRUPTED
 from trio_routines.testing import Hang, MemoryPresence, MemoryStore, ScriptedAgent
@@ -367,3 +367,85 @@ async def test_a_join_again_refused_for_its_own_id_says_whose_it_may_be(
         "there, by its own earlier connection until the server lets that go (or by another "
         "replica given the same --replica)"
     ) in [record.getMessage() for record in caplog.records]
+
+
+class ClaimAnsweredLate(MemoryStore):
+    """A store whose claims wait for ``answer`` (a commit under way when the presence goes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = trio.Event()
+        self.answer = trio.Event()
+
+    async def claim(self, *args: Any, **kwargs: Any) -> Any:
+        self.asked.set()
+        await self.answer.wait()
+        return await super().claim(*args, **kwargs)
+
+
+async def test_a_claim_answered_after_the_presence_was_lost_runs_no_turn(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The loss ended the turns in flight, and this one was not yet: started now, it would run
+    # while another replica may take its session (the store no longer vouches for our holds).
+    store = ClaimAnsweredLate()
+    scheduler, agent = watched(store)
+    fired = trio.Event()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+
+        async def fire() -> None:
+            await scheduler.fire("a", at(10))
+            fired.set()
+
+        nursery.start_soon(fire)
+        await store.asked.wait()
+        presence = store.members[scheduler.replica]
+        assert isinstance(presence, MemoryPresence)
+        presence.lose()
+        await trio.sleep(1)  # the watch heard of it and ended the turns under way: none yet
+        store.answer.set()
+        await fired.wait()
+        scheduler.stop(0)
+    assert agent.turns == []
+    (fire,) = await store.history("a")
+    assert (fire.outcome, fire.error) == (
+        Outcome.INTERRUPTED,
+        "interrupted: this replica lost its hold on the store before the turn began: not run",
+    )
+    assert (
+        "a: interrupted: this replica lost its hold on the store before the turn began: not run"
+        in warned(caplog, "before the turn began")
+    )
+
+
+async def test_a_hold_granted_to_a_lost_presence_is_let_go_by_the_replicas_next(
+    autojump_clock: Any,
+) -> None:
+    # The claim committed after the replica joined again, its session's hold naming this
+    # replica: left, every replica would take the session for busy while this one lives.
+    store = ClaimAnsweredLate()
+    scheduler, _, _, _ = rig(
+        *ROUTINES, external_clock=True, store=store, poll_interval=30, store_timeout=60
+    )
+    fired = trio.Event()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+
+        async def fire() -> None:
+            await scheduler.fire("a", at(10))
+            fired.set()
+
+        nursery.start_soon(fire)
+        await store.asked.wait()
+        lost = store.members[scheduler.replica]
+        assert isinstance(lost, MemoryPresence)
+        lost.lose()
+        await trio.sleep(31)  # joined again (the watch waits its interval first)
+        rejoined = store.members[scheduler.replica]
+        assert rejoined is not lost
+        store.holds[session_key(ROUTINES[0].session)] = rejoined  # what the late commit wrote
+        store.answer.set()
+        await fired.wait()
+        assert session_key(ROUTINES[0].session) not in store.holds
+        scheduler.stop(0)

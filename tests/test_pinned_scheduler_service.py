@@ -29,7 +29,6 @@ from trio_routines.scheduler.state import (
     takes_keyword,
 )
 from trio_routines.testing import Busy, Complete, ScriptedAgent, WallClock
-from trio_routines.turns import TurnResult
 from trio_routines.wakeups import WakeupRequest
 
 
@@ -537,20 +536,19 @@ async def test_the_scheduler_keeps_its_settings_and_names_its_claims_by_the_repl
     assert generated.replica.startswith(default_replica())  # made up when none is given
 
 
-async def test_a_run_whose_session_the_store_cannot_hold_fails_at_once_and_says_so(
-    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+async def test_a_run_whose_session_the_store_cannot_hold_raises_at_once_running_nothing(
+    autojump_clock: Any,
 ) -> None:
+    # Not a failed turn: none ran (an HTTP caller gets 503 and may retry, not "ran": true).
     scheduler, agent, store, _ = rig()
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)  # joined: the next hold asked for fails
         store.fail("take", StateFault("disk busy"), times=1)
-        result = await scheduler.run_now("hourly")
+        with pytest.raises(StateFault) as raised:
+            await scheduler.run_now("hourly")
         scheduler.stop(0)
-    assert result == TurnResult(Outcome.FAILED, 0, failed="the store did not answer: disk busy")
+    assert str(raised.value) == "could not hold the session of 'hourly': disk busy"
     assert agent.turns == []
-    assert messages(caplog, logging.ERROR) == [
-        "hourly: could not hold session routine:hourly: disk busy"
-    ]
 
 
 async def test_a_run_started_whose_session_the_store_does_not_hold_in_time_says_so(

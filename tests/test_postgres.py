@@ -11,7 +11,9 @@ import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 import trio
 from pg import T0, admin, fresh_schema, kill_backends, require_server, with_app_name
@@ -769,3 +771,76 @@ async def test_a_claim_an_earlier_process_made_under_our_id_is_recorded_interrup
     (fire,) = await store.history("r")
     assert (fire.outcome, fire.error) == (Outcome.INTERRUPTED, BOOT_INTERRUPTED)
     await store.aclose()
+
+
+async def test_back_to_back_fires_of_one_routine_each_run_their_turn(url: str, schema: str) -> None:
+    # The let-go of a turn's session hold travels a moment later (with others): the next
+    # fire's claim, on another connection, found our own row and took the session for busy.
+    from trio_routines import Completed, Routine, Scheduler
+
+    class Agent:
+        async def invoke(self, session: str, text: str):  # type: ignore[no-untyped-def]
+            yield Completed()
+
+    store = PostgresStore(url, schema=schema)
+    scheduler = Scheduler(
+        agent=Agent(),
+        store=store,
+        routines=[Routine(name="quick", prompt="p", cron="* * * * *")],
+        now=lambda: T0 + timedelta(hours=1),
+        external_clock=True,
+        wakeups=False,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        results = [
+            await scheduler.fire("quick", T0 + timedelta(minutes=minute)) for minute in range(5)
+        ]
+        scheduler.stop(0)
+    assert [result.outcome for result in results] == [Outcome.COMPLETED] * 5
+    await store.aclose()
+
+
+async def test_two_replicas_taking_two_holds_in_opposite_orders_never_deadlock(
+    url: str, schema: str
+) -> None:
+    # The rows are locked in the keys' order whatever order the callers gave: a replica
+    # waiting for the first row holds none of the others. A deadlock was taken for a lost
+    # connection: every turn of the replica ended.
+    from trio_routines.replicas import ReplicaInfo, session_key
+
+    first, second = PostgresStore(url, schema=schema), PostgresStore(url, schema=schema)
+    a = await first.join(ReplicaInfo("a", "0", "h", 1, T0, T0))
+    b = await second.join(ReplicaInfo("b", "0", "h", 2, T0, T0))
+    low, high = sorted(session_key(f"s{i}") for i in range(2))
+    holds = sql.Identifier(schema, "trio_routines_holds")
+    with admin() as db:  # rows of a holder long gone: each take locks the row it takes over
+        for key in (low, high):
+            db.execute(sql.SQL("INSERT INTO {} (key, holder) VALUES (%s, 1)").format(holds), (key,))
+    answers: dict[str, list[bool]] = {}
+
+    async def take(presence: Any, keys: list[int]) -> None:
+        answers[presence.replica] = await presence.take(keys)
+
+    async def waiting(app: str) -> None:
+        for _ in range(1000):
+            if await trio.to_thread.run_sync(_waiting_on_lock, app):
+                return
+            await trio.sleep(0.01)
+        raise AssertionError(f"{app} never waited for the locked row")
+
+    with psycopg.connect(url) as blocker:  # a transaction holding the lower key's row
+        blocker.execute(sql.SQL("SELECT 1 FROM {} WHERE key = %s FOR UPDATE").format(holds), (low,))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(take, a, [low, high])
+            await waiting("trio_routines a")
+            nursery.start_soon(take, b, [high, low])  # the other order
+            await waiting("trio_routines b")
+            blocker.commit()  # a goes first, wanting the higher key next
+    assert not a.lost.is_set()
+    assert not b.lost.is_set()
+    assert sorted(answers.values()) == [[False, False], [True, True]]
+    await a.leave()
+    await b.leave()
+    await first.aclose()
+    await second.aclose()

@@ -128,6 +128,14 @@ class Presence:
         self.keep_here(keys)
         self._held.difference_update(keys)
 
+    def let_go_orphans(self, keys: Sequence[int]) -> None:
+        """Let go in the store of ``keys`` this presence does not hold: holds an earlier,
+        lost presence of this replica was granted after this one joined, each naming this
+        replica (a key held here now is left alone)."""
+        orphans = [key for key in dict.fromkeys(keys) if key not in self._held]
+        if orphans and not self._left and not self.lost.is_set():
+            self._let_go(orphans)
+
     async def release(self, keys: Sequence[int]) -> None:
         """:meth:`let_go`, and return once the store has heard of it."""
         self.let_go(keys)

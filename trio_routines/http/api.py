@@ -194,6 +194,8 @@ async def run(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
             started = await scheduler.start_run(name)
         except Stopping as exc:  # stopping, or not running (yet)
             raise unavailable(str(exc)) from None
+        except StateFault as exc:
+            raise _unheld(name, exc) from None
         if not started:
             return Response(
                 200,
@@ -210,10 +212,18 @@ async def run(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
         turn = await scheduler.run_now(name, on_text=reply.add)
     except Stopping:
         raise unavailable("the scheduler is stopping; no new turns are accepted") from None
+    except StateFault as exc:
+        raise _unheld(name, exc) from None
     body = _run_body(routine, name, turn)
     if body["ran"]:
         body.update(reply=reply.text(), truncated=reply.truncated)
     return Response(200, body)
+
+
+def _unheld(name: str, exc: StateFault) -> Refusal:
+    """A run whose session the store could not hold: nothing ran, a retry is safe."""
+    log.error("POST /run %s: %s", name[:ECHO], exc)
+    return unavailable(f"the session of {quoted(name)} could not be held; nothing ran — retry")
 
 
 async def routines(scheduler: Scheduler) -> Response:

@@ -25,7 +25,16 @@ from .state import log
 class TurnHold:
     """One turn's holds: ``agent`` to run it with (the busy answer when ``busy``)."""
 
-    __slots__ = ("_gate_hold", "_keys", "_local", "_presence", "agent", "busy", "claimed")
+    __slots__ = (
+        "_current",
+        "_gate_hold",
+        "_keys",
+        "_local",
+        "_presence",
+        "agent",
+        "busy",
+        "claimed",
+    )
 
     def __init__(
         self,
@@ -36,9 +45,11 @@ class TurnHold:
         *,
         busy: bool,
         claimed: bool,
+        current: Callable[[], Presence],
     ) -> None:
         self._gate_hold: Hold | None = gate_hold
         self._presence = presence
+        self._current = current  # the replica's presence now: another once this one is lost
         self._keys = keys
         self._local: int | None = None  # held in this process only: the store never heard
         self.agent = agent
@@ -61,6 +72,11 @@ class TurnHold:
             self._presence.keep_here((key,))
             self.hold_locally(key)
 
+    def lost(self) -> bool:
+        """Whether the store stopped vouching for this turn's holds (its presence was lost,
+        perhaps while the claim was on its way): the turn must not start."""
+        return self._presence.lost.is_set()
+
     def release(self) -> None:
         """Let go of everything this turn holds (once; never raises, never waits)."""
         gate_hold, self._gate_hold = self._gate_hold, None
@@ -69,6 +85,13 @@ class TurnHold:
         keys, self._keys = self._keys, []
         if keys:
             self._presence.let_go(keys)
+            if self.lost():
+                # A hold written for the lost presence after the replica joined again (a
+                # claim committed late) names this replica as the holder: nobody else could
+                # take its session while the replica lives. The presence now lets it go.
+                now = self._current()
+                if now is not self._presence:
+                    now.let_go_orphans(keys)
         local, self._local = self._local, None
         if local is not None:
             self._presence.forget((local,))
@@ -203,7 +226,9 @@ class Holds:
             got = [key for key, ok in zip(wanted, taken, strict=True) if ok]
         claimed = claim is None or taken[0]
         busy = gate_hold.refused or not taken[-1]
-        hold = TurnHold(gate_hold, agent, presence, got, busy=busy, claimed=claimed)
+        hold = TurnHold(
+            gate_hold, agent, presence, got, busy=busy, claimed=claimed, current=self._presence
+        )
         if busy and not gate_hold.refused:
             # Another replica runs a turn of the session: answer busy, as the gate does here.
             gate_hold.__exit__(None, None, None)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import trio
 
 from ..context import FireContext
+from ..errors import StateFault
 from ..routines import Routine
 from ..turns import TurnResult
 from .calls import StoreCalls
@@ -39,17 +40,35 @@ class OnDemandRuns:
     async def run_now(
         self, name: str, *, on_text: Callable[[str], None] | None = None
     ) -> TurnResult:
-        """Run one turn of a routine now, without a claim: no slot, no history."""
+        """Run one turn of a routine now, without a claim: no slot, no history. Raises
+        StateFault, nothing run, when the store cannot hold the routine's session."""
         routine = self._runtime.routine(name)
         if self._runtime.stopping.value:
             raise Stopping("the scheduler is stopping; no new turns are accepted")
         async with self._membership.present():
             with trio.CancelScope(shield=True), self._runtime.working():
+                hold = await self._hold(routine)
                 why = FireContext(
                     "run", routine.session, routine=name, replica=self._runtime.replica
                 )
-                result = await self._turns.turn(why, name, routine.prompt, routine.timeout, on_text)
+                try:
+                    result = await self._turns.turn(
+                        why, name, routine.prompt, routine.timeout, on_text, hold=hold
+                    )
+                finally:
+                    hold.release()
         return result
+
+    async def _hold(self, routine: Routine) -> TurnHold:
+        """The routine's session held for one turn (perhaps busy); StateFault, nothing held,
+        when the store cannot answer in time."""
+        said = f"could not hold the session of {routine.name!r}"
+        try:
+            with self._calls.bounded():
+                return await self._holds.enter(routine.session)
+        except StateFault as exc:
+            raise StateFault(f"{said}: {exc}") from None
+        raise self._calls.no_answer(said)
 
     async def start_run(self, name: str) -> bool:
         """Start one turn of a routine in the running scheduler's nursery, without a claim.
@@ -64,11 +83,7 @@ class OnDemandRuns:
             raise Stopping("the scheduler is stopping; no new turns are accepted")
         if self._runtime.nursery is None:
             raise Stopping("the scheduler is not running; no turn can be started in it")
-        hold: TurnHold | None = None
-        with self._calls.bounded():
-            hold = await self._holds.enter(routine.session)
-        if hold is None:
-            raise self._calls.no_answer(f"could not hold the session of {name!r}")
+        hold = await self._hold(routine)
         if hold.busy:
             hold.release()
             return False

@@ -36,6 +36,8 @@ JUMP_THRESHOLD = 5.0
 STORE_TIMEOUT = 30.0  # seconds: the longest we wait for one store call
 #: Why a turn was ended when the store could no longer vouch for our holds (presence.py).
 LOST_HOLD = "interrupted: this replica lost its hold on the store, so the turn was ended"
+#: The reason of a turn whose holds the store stopped vouching for before it began.
+LOST_BEFORE = "interrupted: this replica lost its hold on the store before the turn began: not run"
 #: What a turn's log line says ended it then.
 LOST_ENDED = "this replica lost its hold on the store"
 

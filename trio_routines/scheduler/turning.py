@@ -16,7 +16,7 @@ from ..tracing import FireSpans, turn_span
 from ..turns import TurnResult, run_turn
 from .holds import Holds, TurnHold
 from .spending import Spending
-from .state import LOST_ENDED, LOST_HOLD, Grace, log
+from .state import LOST_BEFORE, LOST_ENDED, LOST_HOLD, Grace, log
 
 
 class SessionTurns:
@@ -64,16 +64,23 @@ class SessionTurns:
             if on_start is not None and not hold.busy:
                 await on_start()
             with self._grace.turn_scope() as grace, firing(why), traced:
-                turn = await run_turn(
-                    hold.agent,
-                    label,
-                    why.session,
-                    text,
-                    timeout=timeout,
-                    grace_scope=grace,
-                    on_text=on_text,
-                    ended_by=lambda: LOST_ENDED if self._grace.lost(grace) else None,
-                )
+                # Asked once the scope is where a loss ends every turn: a loss before it is
+                # seen here, one after it ends the turn. A claim answered after the loss is
+                # not run (another replica may take the session now).
+                if not hold.busy and hold.lost():
+                    log.warning("%s: %s", label, LOST_BEFORE)
+                    turn = TurnResult(Outcome.INTERRUPTED, 0, failed=LOST_BEFORE)
+                else:
+                    turn = await run_turn(
+                        hold.agent,
+                        label,
+                        why.session,
+                        text,
+                        timeout=timeout,
+                        grace_scope=grace,
+                        on_text=on_text,
+                        ended_by=lambda: LOST_ENDED if self._grace.lost(grace) else None,
+                    )
         finally:
             if own:
                 hold.release()
