@@ -449,3 +449,42 @@ async def test_a_hold_granted_to_a_lost_presence_is_let_go_by_the_replicas_next(
         await fired.wait()
         assert session_key(ROUTINES[0].session) not in store.holds
         scheduler.stop(0)
+
+
+@pytest.mark.parametrize("call", ["fire", "run_now"])
+async def test_a_one_shot_turn_is_ended_when_its_presence_is_lost(
+    autojump_clock: Any, call: str
+) -> None:
+    # No run, so no member watch (the command line's fire and run): a guard of the one-shot
+    # ends its turn all the same, as another replica may now take its session.
+    store = MemoryStore()
+    bounded = Routine(name="a", prompt="p", cron="0 * * * *", timeout=7200)  # else: failed
+    scheduler, agent, _, _ = rig(bounded, external_clock=True, store=store, poll_interval=30)
+    agent.script(Hang(), session=bounded.session)
+    results: list[Any] = []
+
+    async def one_shot() -> None:
+        if call == "fire":
+            results.append(await scheduler.fire("a", at(10)))
+        else:
+            results.append(await scheduler.run_now("a"))
+
+    await guarded_one_shot(one_shot, agent, store, scheduler)
+    (result,) = results
+    assert (result.outcome, result.failed) == (
+        Outcome.INTERRUPTED,
+        "interrupted: this replica lost its hold on the store, so the turn was ended",
+    )
+
+
+async def guarded_one_shot(
+    one_shot: Any, agent: ScriptedAgent, store: MemoryStore, scheduler: Scheduler
+) -> None:
+    """``one_shot`` under way; once its turn runs, the presence is lost."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(one_shot)
+        while not agent.turns:  # noqa: ASYNC110 -- the agent offers no event
+            await trio.sleep(1)
+        presence = store.members[scheduler.replica]
+        assert isinstance(presence, MemoryPresence)
+        presence.lose()

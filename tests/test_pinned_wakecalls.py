@@ -24,6 +24,7 @@ from trio_routines.errors import InvalidWakeup, StateFault
 from trio_routines.records import Fire, Outcome
 from trio_routines.replicas import ReplicaInfo, claim_key
 from trio_routines.scheduler.membership import Membership
+from trio_routines.scheduler.state import Grace
 from trio_routines.scheduler.wakecalls import WakeupCalls
 from trio_routines.testing import MemoryStore
 from trio_routines.testing.memberships import MemoryPresence
@@ -196,7 +197,7 @@ async def test_a_wakeup_turn_the_store_does_not_record_is_one_warning(
 
 def membership_of(store: MemoryStore, replica: str = "r1") -> Membership:
     runtime, calls, _ = part_rig(store, now=T0, replica=replica)
-    return Membership(store, runtime, calls)
+    return Membership(store, runtime, calls, Grace())
 
 
 class NoMembers(MemoryStore):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import Counter
 from datetime import datetime
@@ -112,7 +113,9 @@ class FirePath:
         if self._stopping.value:
             raise Stopping("the scheduler is stopping; no new fires are accepted")
         async with self._membership.present():
-            result = await self.fire_slot(routine, slot, task_status, external=True)  # shielded
+            result = await self._membership.guarded(  # outside a run: our presence watched
+                functools.partial(self.fire_slot, routine, slot, task_status, external=True)
+            )  # shielded
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller hears of it now
         return result
 

@@ -71,6 +71,7 @@ class MemberWatch:
         """Run for as long as the loops do (see the module doc)."""
         runtime = self._runtime
         looked = -math.inf
+        self._membership.watched = True  # for as long as the loops run: never set back
         while True:
             presence = self._membership.presence
             if presence is None:

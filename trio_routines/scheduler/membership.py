@@ -10,11 +10,14 @@ lost presence (:meth:`Membership.rejoin`).
 
 from __future__ import annotations
 
+import math
 import os
 import socket
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
+import outcome
 import trio
 
 from ..errors import StateFault
@@ -24,19 +27,28 @@ from ..replicas import ReplicaInfo, claim_key
 from ..store import Store
 from .calls import STOP_MARGIN, StoreCalls
 from .foreach import for_each
-from .state import Runtime
+from .state import Grace, Runtime, log
+
+T = TypeVar("T")
+#: Seconds between two looks of a one-shot's guard at its presence, besides every hint.
+GUARD_EVERY = 30.0
+GUARD_AT_LEAST = 1.0  # seconds between two looks, whatever the hints
 
 
 class Membership:
     """This replica's presence in ``store``; collaborators: the :class:`Runtime` (its id,
-    the wall clock) and the :class:`StoreCalls` (the bound of each call)."""
+    the wall clock, the turns in flight), the :class:`StoreCalls` (the bound of each call)
+    and the :class:`Grace` (whose turns a one-shot's guard ends, see :meth:`guard`)."""
 
-    def __init__(self, store: Store, runtime: Runtime, calls: StoreCalls) -> None:
+    def __init__(self, store: Store, runtime: Runtime, calls: StoreCalls, grace: Grace) -> None:
         self._store = store
         self._runtime = runtime
         self._calls = calls
+        self._grace = grace
         #: The presence while joined (None before the first block and after the last).
         self.presence: Presence | None = None
+        #: Whether the run's member watch looks at the presence (else a one-shot's guard).
+        self.watched = False
         self._joining = trio.Lock()
         self._members = 0  # blocks sharing the membership
 
@@ -96,6 +108,36 @@ class Membership:
                             presence, self.presence = self.presence, None
                             with trio.move_on_after(STOP_MARGIN):
                                 await presence.leave()
+
+    async def guarded(self, block: Callable[[], Awaitable[T]]) -> T:
+        """``block()``; outside a run (a one-shot ``fire`` or ``run``), with the presence
+        watched meanwhile and the block's turn ended once the store stops vouching for its
+        holds, as the run's member watch does: another replica may then take its session.
+        What ``block`` raises comes out as it is."""
+        presence = self.presence
+        if self.watched or presence is None or isinstance(presence, LocalPresence):
+            return await block()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._guard, presence)
+            done = await outcome.acapture(block)
+            nursery.cancel_scope.cancel()
+        return done.unwrap()
+
+    async def _guard(self, presence: Presence) -> None:
+        looked = -math.inf
+        while not presence.lost.is_set():
+            with trio.move_on_after(GUARD_EVERY):
+                await presence.stirred()  # lost, or a hint that it may be: look now
+            await trio.sleep_until(looked + GUARD_AT_LEAST)  # a hint never makes a spin
+            looked = trio.current_time()
+            if presence.lost.is_set():
+                break
+            try:
+                with self._calls.bounded():
+                    await presence.beat(self._runtime.in_flight.value, self._runtime.now())
+            except StateFault as exc:  # a store that loses us says so with ``lost``
+                log.warning("replica %s: the store did not answer: %s", presence.replica, exc)
+        self._grace.end_lost()
 
     async def claims_alive(self, claims: Sequence[tuple[str, Fire]]) -> list[bool]:
         """Whether each open claim's holder is alive. A claim naming our own id is alive only

@@ -64,7 +64,7 @@ class Parts:
         self.runtime = runtime
         self.grace = Grace()
         calls = self.calls = StoreCalls(store, runtime, self.grace, store_timeout=store_timeout)
-        membership = self.membership = Membership(store, runtime, calls)
+        membership = self.membership = Membership(store, runtime, calls, self.grace)
         holds = Holds(agent, membership.current)
         # Where cron loops sleep (see sleepers.py); a herd's one paused read made at its slot.
         self.sleepers = Sleepers(prefetch=calls.prefetch_paused)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import trio
@@ -46,17 +47,22 @@ class OnDemandRuns:
         if self._runtime.stopping.value:
             raise Stopping("the scheduler is stopping; no new turns are accepted")
         async with self._membership.present():
-            with trio.CancelScope(shield=True), self._runtime.working():
-                hold = await self._hold(routine)
-                why = FireContext(
-                    "run", routine.session, routine=name, replica=self._runtime.replica
+            # Outside a run, our presence is watched meanwhile.
+            return await self._membership.guarded(functools.partial(self._run, routine, on_text))
+
+    async def _run(self, routine: Routine, on_text: Callable[[str], None] | None) -> TurnResult:
+        """The run's turn, its session held first (shielded: the turn has its own grace)."""
+        with trio.CancelScope(shield=True), self._runtime.working():
+            hold = await self._hold(routine)
+            why = FireContext(
+                "run", routine.session, routine=routine.name, replica=self._runtime.replica
+            )
+            try:
+                result = await self._turns.turn(
+                    why, routine.name, routine.prompt, routine.timeout, on_text, hold=hold
                 )
-                try:
-                    result = await self._turns.turn(
-                        why, name, routine.prompt, routine.timeout, on_text, hold=hold
-                    )
-                finally:
-                    hold.release()
+            finally:
+                hold.release()
         return result
 
     async def _hold(self, routine: Routine) -> TurnHold:
