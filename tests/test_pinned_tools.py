@@ -66,7 +66,10 @@ PLAIN = [
     },
     {
         "name": "cancel_wakeup",
-        "description": "Cancel a pending wake-up of this conversation by its id.",
+        "description": (
+            "Cancel a pending wake-up of this conversation by its id (what the text of a "
+            "recurring wake-up's turn calls unwake)."
+        ),
         "parameters": {
             "type": "object",
             "properties": {"id": {"type": "string", "description": "The id schedule_wakeup gave."}},

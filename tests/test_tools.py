@@ -14,7 +14,7 @@ from scheduler_rig import T0
 
 from trio_routines import Completed, Routine, Scheduler, current_fire
 from trio_routines.agent import Event
-from trio_routines.errors import StateFault
+from trio_routines.errors import InvalidWakeup, StateFault
 from trio_routines.testing import MemoryStore, ScriptedAgent, WallClock
 from trio_routines.tools import CANCEL, LIST, SCHEDULE, call_tool, definitions, limits_text
 from trio_routines.wakelimits import DEFAULT_LIMITS, WakeLimits
@@ -173,7 +173,9 @@ async def test_every_wrong_call_is_answered_and_changes_nothing() -> None:
         (LIST, {"session": "other"}, "unknown argument(s) session"),
         (CANCEL, {}, "give `id`"),
         (CANCEL, {"id": "nope"}, "no pending wake-up"),
-        ("wake", {}, "unknown tool 'wake'"),
+        ("sleep", {}, "unknown tool 'sleep'"),
+        ("wake", {}, "schedule_wakeup: give `prompt`"),  # the reference's names: ours
+        ("unwake", {"id": "nope"}, "no pending wake-up"),
     ]
     for name, arguments, expected in cases:
         text = await answer(name, arguments)
@@ -183,6 +185,15 @@ async def test_every_wrong_call_is_answered_and_changes_nothing() -> None:
     theirs = await scheduler.add_wakeup("chat:2", "theirs", delay=3600)
     assert await answer(LIST, {}) == "No wake-ups pending for this conversation."
     assert "no pending wake-up" in await answer(CANCEL, {"id": theirs.id})
+    assert "no pending wake-up" in await answer("unwake", {"id": theirs.id})
+    assert [w.id for w in await store.list_wakeups()] == [theirs.id]
+    # A host that has no session to give (a turn of no fire) gets an error, not every
+    # session's wake-ups.
+    for none in (None, ""):
+        with pytest.raises(ValueError, match="call_tool needs the session whose turn it is"):
+            await call_tool(scheduler, none, LIST, {})  # type: ignore[arg-type]
+        with pytest.raises(InvalidWakeup, match="remove_wakeup needs the session it is of"):
+            await scheduler.remove_wakeup(theirs.id, none)  # type: ignore[arg-type]
     assert [w.id for w in await store.list_wakeups()] == [theirs.id]
     # The store not answering is ours to say, and nothing changed.
     store.fail("add_wakeup", StateFault("down"), times=1)

@@ -28,6 +28,9 @@ from .wakelimits import DEFAULT_LIMITS, WakeLimits
 from .wakeups import MAX_PENDING_PER_SESSION, MIN_DELAY, MIN_RECURRING_GAP, parse_delay
 
 SCHEDULE, LIST, CANCEL = "schedule_wakeup", "list_wakeups", "cancel_wakeup"
+#: The names the texts a model is woken with use (``unwake({ id: ... })``, as the reference's
+#: tools were named): a call by them is the call of ours they name.
+_ALIASES = {"wake": SCHEDULE, "unwake": CANCEL}
 _ID_CHARS = 64  # of an id the model sent, echoed back
 
 
@@ -115,7 +118,10 @@ def _tools(limits: WakeLimits) -> list[dict[str, Any]]:
         },
         {
             "name": CANCEL,
-            "description": "Cancel a pending wake-up of this conversation by its id.",
+            "description": (
+                "Cancel a pending wake-up of this conversation by its id (what the text of a "
+                "recurring wake-up's turn calls unwake)."
+            ),
             "parameters": {
                 "type": "object",
                 "properties": {
@@ -222,8 +228,16 @@ async def call_tool(api: WakeupApi, session: str, name: str, arguments: object) 
 
     ``arguments``: the call's arguments, a mapping or its JSON text. A refusal quotes the
     limits in force (``api.wake_limits``, when it has them). Raises nothing the model
-    caused; a scheduler that cannot answer is said so in the text.
+    caused; a scheduler that cannot answer is said so in the text. ``wake`` and ``unwake``
+    (the names a woken turn's text uses) are taken for ``schedule_wakeup`` and
+    ``cancel_wakeup``. A ``session`` that is no non-empty text is a ``ValueError`` (the
+    host's mistake: a list or a cancel of no session would reach every session's).
     """
+    if not isinstance(session, str) or not session:
+        # The host's mistake, not the model's: with no session, a list or a cancel would reach
+        # every session's wake-ups.
+        raise ValueError(f"call_tool needs the session whose turn it is, as text: {session!r:.80}")
+    name = _ALIASES.get(name, name) if isinstance(name, str) else name
     args = _arguments(arguments)
     if isinstance(args, str):
         return f"{name}: {args}"

@@ -117,6 +117,11 @@ class WakeupCalls:
         raise self._calls.no_answer("the wake-ups are unreadable")
 
     async def remove(self, wakeup_id: str, session: str) -> bool:
+        if not isinstance(session, str) or not session:
+            # The store would take None for "any session's": another session's wake-up gone.
+            raise InvalidWakeup(
+                f"remove_wakeup needs the session it is of, as text: {session!r:.80}"
+            )
         with self._calls.bounded():
             return await self._store.remove_wakeup(wakeup_id, session)
         raise self._calls.no_answer("the wake-up was not removed")
