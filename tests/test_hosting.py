@@ -100,6 +100,27 @@ async def test_an_open_bind_without_a_token_starts_nothing() -> None:
     assert scheduler.statistics().in_flight == 0
 
 
+async def test_a_taken_address_fails_at_once_before_the_boot_touches_the_store() -> None:
+    # Booted first, the scheduler claimed the catch-up of an hour-old slot and started its
+    # turn, which the failed bind then cut short: that slot was lost.
+    store = MemoryStore()
+    hourly = Routine(name="hourly", prompt="p", cron="0 * * * *")
+    now = datetime.now(UTC)
+    await store.claim(
+        "hourly", now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=2), now
+    )
+    scheduler = Scheduler(agent=ScriptedAgent(), store=store, routines=[hourly])
+    with trio.socket.socket() as taken:
+        await taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(OSError, match="Address already in use") as refused:  # bare
+            await serve(scheduler, http=("127.0.0.1", taken.getsockname()[1]), signals=())
+    assert type(refused.value) is not BaseExceptionGroup
+    assert len(await store.history("hourly")) == 1  # nothing claimed: the old claim alone
+    assert store.members == {}  # never joined
+    assert scheduler.booted is False
+
+
 @pytest.mark.slow
 def test_one_default_grace_for_the_library_and_the_command_line() -> None:
     from trio_routines.cli.parser import build_parser

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import socket
 from collections.abc import AsyncIterator, Iterable
 from functools import partial
 
@@ -110,19 +111,29 @@ async def serve(
     boot gives the boot up at once, and nothing is served.
     ``await nursery.start(serve, scheduler, ...)`` returns the HTTP port bound, or ``None``.
     """
+    listener: socket.socket | None = None
     if http is not None:
-        from .http import check_bind  # the optional extra: imported only when asked for
+        from .http import bind_http, check_bind  # the optional extra: only when asked for
 
         check_bind(http[0], token)
-    wanted = tuple(signals)
-    stop_grace = scheduler.default_grace if grace is None else grace
-    receiver = trio.open_signal_receiver(*wanted) if wanted else contextlib.nullcontext(None)
-    with receiver as received:
-        async with trio.open_nursery() as nursery:
-            runs = await start_watched(nursery, scheduler, received, stop_grace)
-            port: int | None = None
-            if runs and http is not None:
-                from .http import serve_http
+        # Bound before the boot touches the store: a taken address fails here, at once,
+        # before a catch-up could be claimed and then cut short by the failure.
+        listener = bind_http(*http)
+    try:
+        wanted = tuple(signals)
+        stop_grace = scheduler.default_grace if grace is None else grace
+        receiver = trio.open_signal_receiver(*wanted) if wanted else contextlib.nullcontext(None)
+        with receiver as received:
+            async with trio.open_nursery() as nursery:
+                runs = await start_watched(nursery, scheduler, received, stop_grace)
+                port: int | None = None
+                if runs and http is not None:
+                    from .http import serve_http
 
-                port = await nursery.start(partial(serve_http, scheduler, *http, token=token))
-            task_status.started(port)
+                    port = await nursery.start(
+                        partial(serve_http, scheduler, *http, token=token, sock=listener)
+                    )
+                task_status.started(port)
+    finally:
+        if listener is not None:
+            listener.close()  # served from, or never (a boot given up): closed either way
