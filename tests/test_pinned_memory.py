@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
@@ -250,3 +251,19 @@ async def test_turns_of_other_sessions_are_kept_only_inside_the_window_before_th
     assert await store.wake_turns("a", since) == []
     assert await store.wake_turns("c", since) == [T0 + timedelta(seconds=1)]
     assert sorted(store.turns) == ["b", "c"]  # a session with none left is forgotten
+
+
+def test_only_the_stores_own_operations_can_be_made_to_fail_or_hang() -> None:
+    # A misspelt one ("claims") did nothing: a test then passed for the wrong reason.
+    from trio_routines.testing.memory import OPERATIONS
+
+    assert set(CALLS) | {"settle"} == OPERATIONS  # (a settle that fails answers False)
+    store = MemoryStore()
+    for misspelt in ("claims", "Claim", ""):
+        said = f"the memory store has no operation {misspelt!r}: one of add_wakeup, beat, claim,"
+        with pytest.raises(ValueError, match=f"^{re.escape(said)}"):
+            store.fail(misspelt, StateFault("x"))
+        with pytest.raises(ValueError, match=f"^{re.escape(said)}"):
+            store.hang(misspelt)
+    assert store.faults == {}
+    assert store.hangs == set()

@@ -10,6 +10,7 @@ Written for the mutation run of ``trio_routines/testing/scripted.py`` and ``cloc
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 import trio
@@ -40,6 +41,16 @@ def test_a_wall_clock_refuses_a_naive_start_and_keeps_an_aware_one_in_utc() -> N
     berlin = WallClock(datetime(2026, 7, 7, 12, 0, tzinfo=timezone(timedelta(hours=2))))
     assert berlin.start == T0
     assert berlin.start.tzinfo is UTC
+
+
+async def test_a_wall_clock_refuses_to_be_set_to_a_naive_instant(autojump_clock: Any) -> None:
+    # It was read as the machine's local time: 12:00 became 16:00Z in New York.
+    wall = WallClock(T0)
+    with pytest.raises(ValueError, match=r"^when must be an aware datetime$"):
+        wall.set(datetime(2026, 7, 7, 12, 0))
+    assert wall() == T0
+    wall.set(datetime(2026, 7, 7, 12, 0, tzinfo=timezone(timedelta(hours=2))))
+    assert wall() == T0
 
 
 async def test_a_wall_clock_moves_with_trios_from_its_first_reading_and_jumps_on_its_own(

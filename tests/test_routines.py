@@ -95,6 +95,12 @@ def test_record_refuses_tz_without_cron() -> None:
         Routine(name="r", prompt="hi", tz="Europe/Berlin")
 
 
+def test_record_refuses_catchup_without_cron_as_a_file_is_refused() -> None:
+    with pytest.raises(InvalidRoutine, match='^"catchup" means nothing without "cron"$'):
+        Routine(name="r", prompt="hi", catchup=3600)
+    assert Routine(name="r", prompt="hi", cron="0 * * * *", catchup=0).catchup == 0
+
+
 @pytest.mark.parametrize(
     ("cron", "tz"), [("not a cron", None), ("0 9 * * *", "Mars/Olympus"), ("61 * * * *", "UTC")]
 )
@@ -261,6 +267,7 @@ def test_parse_body_keeps_inner_layout() -> None:
 
 def test_parse_tz_without_cron_refused() -> None:
     assert refused("---\ntz: Europe/Berlin\n---\nhi\n") == '"tz" means nothing without "cron"'
+    assert refused("---\ncatchup: 2h\n---\nhi\n") == '"catchup" means nothing without "cron"'
 
 
 def test_parse_invalid_cron_refused() -> None:

@@ -118,6 +118,8 @@ class Routine:
         if self.cron is None:
             if self.tz is not None:
                 raise InvalidRoutine('"tz" means nothing without "cron"')
+            if self.catchup is not None:  # as a routine file says it
+                raise InvalidRoutine('"catchup" means nothing without "cron"')
             return
         problem = cron_error(self.cron, self.tz, seed=self.name)
         if problem is not None:
@@ -193,8 +195,6 @@ def parse_routine_text(name: str, text: str) -> Routine:
     timeout = fields.get("timeout")
     catchup, output = fields.get("catchup"), fields.get("output")
     budget = fields.get("budget")
-    if catchup is not None and "cron" not in fields:
-        raise InvalidRoutine('"catchup" means nothing without "cron"')
     return Routine(
         name=name,
         prompt=prompt,

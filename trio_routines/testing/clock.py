@@ -34,5 +34,7 @@ class WallClock:
         self._offset += delta
 
     def set(self, when: datetime) -> None:
-        """Make the wall clock read ``when`` now."""
+        """Make the wall clock read ``when`` now (an aware datetime, as for the start)."""
+        if when.tzinfo is None:
+            raise ValueError("when must be an aware datetime")
         self.jump(when.astimezone(UTC) - self())

@@ -84,8 +84,11 @@ class MemoryStore(Lifetime):
     ) -> None:
         """Make ``operation`` raise ``error``: for the next ``times`` calls, or until removed.
 
-        With ``routine``, only calls about that routine fail (and count).
+        With ``routine``, only calls about that routine fail (and count). An operation the
+        store has not (a misspelt one would make a test pass for the wrong reason) is a
+        ``ValueError`` naming those it has.
         """
+        _check_operation(operation)
         self.faults[operation] = error
         if times is None:
             self._times.pop(operation, None)
@@ -97,7 +100,9 @@ class MemoryStore(Lifetime):
             self._only[operation] = routine
 
     def hang(self, operation: str) -> None:
-        """Make every later call of ``operation`` stall until cancelled (``hangs.discard``)."""
+        """Make every later call of ``operation`` stall until cancelled (``hangs.discard``);
+        ``ValueError`` for an operation the store has not, as :meth:`fail`."""
+        _check_operation(operation)
         self.hangs.add(operation)
 
     def _enter(self, operation: str) -> Awaitable[None]:
@@ -380,3 +385,21 @@ class MemoryStore(Lifetime):
 
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()
+
+
+#: What :meth:`MemoryStore.fail` and :meth:`MemoryStore.hang` can be asked of: each call of the
+#: store (and ``take``, ``beat``, ``join``, ``paused`` of its members and pause reads).
+OPERATIONS = frozenset(
+    (  # noqa: SIM905 -- 26 names, one a line, would be a tenth of the module
+        "add_wakeup beat claim claims_alive defer_wakeup first_armed gaps history join "
+        "latest_fire list_wakeups note_wake_turn open_claims paused ready record_gap "
+        "record_usage remove_wakeup replicas resumed_at set_paused settle take "
+        "take_due_wakeup usage_since wake_turns"
+    ).split()
+)
+
+
+def _check_operation(operation: str) -> None:
+    if operation not in OPERATIONS:
+        known = ", ".join(sorted(OPERATIONS))
+        raise ValueError(f"the memory store has no operation {operation!r}: one of {known}")
