@@ -96,7 +96,7 @@ def test_record_refuses_tz_without_cron() -> None:
 
 
 def test_record_refuses_catchup_without_cron_as_a_file_is_refused() -> None:
-    with pytest.raises(InvalidRoutine, match='^"catchup" means nothing without "cron"$'):
+    with pytest.raises(InvalidRoutine, match=r'^"catchup" means nothing without "cron"$'):
         Routine(name="r", prompt="hi", catchup=3600)
     assert Routine(name="r", prompt="hi", cron="0 * * * *", catchup=0).catchup == 0
 
