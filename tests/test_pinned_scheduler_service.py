@@ -28,7 +28,7 @@ from trio_routines.scheduler.state import (
     system_now,
     takes_keyword,
 )
-from trio_routines.testing import Busy, Complete, ScriptedAgent, WallClock
+from trio_routines.testing import Busy, Complete, MemoryStore, ScriptedAgent, WallClock
 from trio_routines.wakeups import WakeupRequest
 
 
@@ -589,3 +589,24 @@ async def test_a_turn_ended_for_a_lost_presence_says_so_once(autojump_clock: Any
         await trio.sleep(1)
     assert grace.was_lost(scope) is True
     assert grace.was_lost(scope) is False  # asked once, as the turn ends: then forgotten
+
+
+class WithoutReplicas(MemoryStore):
+    """A store with no ``join``: its holds exclude within the process (no presence to
+    guard, so nothing awaited after the turn)."""
+
+    join = None  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize("store", [MemoryStore, WithoutReplicas])
+async def test_a_run_whose_caller_was_cancelled_meanwhile_raises_once_its_turn_ended(
+    autojump_clock: Any, store: type[MemoryStore]
+) -> None:
+    # The turn is shielded; its caller's cancel is not swallowed: it is heard after it.
+    scheduler, agent, _, _ = rig(store=store())
+    agent.script(Complete(duration=5), session="routine:hourly")
+    with trio.move_on_after(1) as cancelled:
+        await scheduler.run_now("hourly")
+    assert cancelled.cancelled_caught
+    assert trio.current_time() == 5.0  # the turn ran its whole length
+    assert len(agent.turns) == 1

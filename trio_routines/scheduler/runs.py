@@ -42,13 +42,18 @@ class OnDemandRuns:
         self, name: str, *, on_text: Callable[[str], None] | None = None
     ) -> TurnResult:
         """Run one turn of a routine now, without a claim: no slot, no history. Raises
-        StateFault, nothing run, when the store cannot hold the routine's session."""
+        StateFault, nothing run, when the store cannot hold the routine's session. The turn
+        is shielded (a host's cancel does not end it; a stop does, after its grace, and so
+        does the routine's timeout), and a caller cancelled meanwhile hears of it once the
+        turn has ended, as from ``fire``."""
         routine = self._runtime.routine(name)
         if self._runtime.stopping.value:
             raise Stopping("the scheduler is stopping; no new turns are accepted")
         async with self._membership.present():
             # Outside a run, our presence is watched meanwhile.
-            return await self._membership.guarded(functools.partial(self._run, routine, on_text))
+            result = await self._membership.guarded(functools.partial(self._run, routine, on_text))
+        await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller hears of it now
+        return result
 
     async def _run(self, routine: Routine, on_text: Callable[[str], None] | None) -> TurnResult:
         """The run's turn, its session held first (shielded: the turn has its own grace)."""

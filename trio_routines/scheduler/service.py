@@ -214,7 +214,13 @@ class Scheduler:
     async def run_now(
         self, name: str, *, on_text: Callable[[str], None] | None = None
     ) -> TurnResult:
-        """Run one turn of a routine now, without a claim: no slot, no history."""
+        """Run one turn of a routine now, without a claim: no slot, no history.
+
+        Raises StateFault, nothing run, when the store cannot hold the routine's session.
+        The turn is shielded: a host's cancel does not end it (a :meth:`stop` does, after its
+        grace, and so does the routine's ``timeout``); a caller cancelled meanwhile hears of
+        it once the turn has ended, as from :meth:`fire`.
+        """
         return await self._parts.runs.run_now(name, on_text=on_text)
 
     async def start_run(self, name: str) -> bool:
