@@ -488,3 +488,25 @@ async def guarded_one_shot(
         presence = store.members[scheduler.replica]
         assert isinstance(presence, MemoryPresence)
         presence.lose()
+
+
+async def test_a_lost_holds_release_with_no_presence_joined_now_never_raises(
+    autojump_clock: Any,
+) -> None:
+    from trio_routines.scheduler.holds import Holds
+    from trio_routines.sessions import SessionGate
+
+    store = MemoryStore()
+    presence = await member(store, "r1")
+    joined = [presence]
+
+    def current() -> MemoryPresence:
+        if not joined:
+            raise StateFault("replica r1 has not joined its store")
+        return joined[0]
+
+    hold = await Holds(SessionGate(ScriptedAgent()), current).enter("s")
+    presence.lose()
+    joined.clear()  # the last block left: nothing joined
+    hold.release()  # never raises
+    assert store.holds == {}

@@ -89,7 +89,10 @@ class TurnHold:
                 # A hold written for the lost presence after the replica joined again (a
                 # claim committed late) names this replica as the holder: nobody else could
                 # take its session while the replica lives. The presence now lets it go.
-                now = self._current()
+                try:
+                    now = self._current()
+                except StateFault:  # not joined now: a join after this drops our rows
+                    now = self._presence
                 if now is not self._presence:
                     now.let_go_orphans(keys)
         local, self._local = self._local, None

@@ -128,10 +128,10 @@ class Membership:
         while not presence.lost.is_set():
             with trio.move_on_after(GUARD_EVERY):
                 await presence.stirred()  # lost, or a hint that it may be: look now
-            await trio.sleep_until(looked + GUARD_AT_LEAST)  # a hint never makes a spin
-            looked = trio.current_time()
             if presence.lost.is_set():
                 break
+            await trio.sleep_until(looked + GUARD_AT_LEAST)  # a hint never makes a spin
+            looked = trio.current_time()
             try:
                 with self._calls.bounded():
                     await presence.beat(self._runtime.in_flight.value, self._runtime.now())
