@@ -18,6 +18,7 @@ import pytest
 import trio
 
 from trio_routines import Routine, Scheduler, serve
+from trio_routines.errors import StateFault
 from trio_routines.http import InsecureBind
 from trio_routines.records import Outcome
 from trio_routines.scheduler import DEFAULT_GRACE
@@ -119,6 +120,17 @@ async def test_a_taken_address_fails_at_once_before_the_boot_touches_the_store()
     assert len(await store.history("hourly")) == 1  # nothing claimed: the old claim alone
     assert store.members == {}  # never joined
     assert scheduler.booted is False
+
+
+async def test_a_boot_that_fails_comes_out_of_serve_as_run_raises_it() -> None:
+    # Not inside the nurseries' exception groups: except StateFault catches it, as around
+    # scheduler.run().
+    store = MemoryStore()
+    store.fail("latest_fire", StateFault("disk on fire"))
+    hourly = Routine(name="hourly", prompt="p", cron="0 * * * *")
+    scheduler = Scheduler(agent=ScriptedAgent(), store=store, routines=[hourly])
+    with pytest.raises(StateFault, match="disk on fire"):
+        await serve(scheduler, signals=())
 
 
 @pytest.mark.slow

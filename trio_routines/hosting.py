@@ -110,6 +110,9 @@ async def serve(
     the command line's ``--grace``); a second signal stops it at once. A signal during the
     boot gives the boot up at once, and nothing is served.
     ``await nursery.start(serve, scheduler, ...)`` returns the HTTP port bound, or ``None``.
+    An error comes out as :meth:`~trio_routines.Scheduler.run` raises it (a failed boot's
+    :class:`~trio_routines.errors.StateFault`, a taken address's ``OSError``), not inside the
+    exception groups of its nurseries; several at once stay grouped.
     """
     listener: socket.socket | None = None
     if http is not None:
@@ -120,20 +123,49 @@ async def serve(
         # before a catch-up could be claimed and then cut short by the failure.
         listener = bind_http(*http)
     try:
-        wanted = tuple(signals)
-        stop_grace = scheduler.default_grace if grace is None else grace
-        receiver = trio.open_signal_receiver(*wanted) if wanted else contextlib.nullcontext(None)
-        with receiver as received:
-            async with trio.open_nursery() as nursery:
-                runs = await start_watched(nursery, scheduler, received, stop_grace)
-                port: int | None = None
-                if runs and http is not None:
-                    from .http import serve_http
-
-                    port = await nursery.start(
-                        partial(serve_http, scheduler, *http, token=token, sock=listener)
-                    )
-                task_status.started(port)
+        await _serve(scheduler, http, token, signals, grace, listener, task_status)
+    except BaseExceptionGroup as group:
+        sole = _sole(group)
+        if sole is None:
+            raise
+        raise sole from None  # as run() raises it: except StateFault catches it
     finally:
         if listener is not None:
             listener.close()  # served from, or never (a boot given up): closed either way
+
+
+def _sole(group: BaseExceptionGroup[BaseException]) -> Exception | None:
+    """The one error ``group`` holds however deep (its nurseries' wrapping), or None when it
+    holds several, or something that is no error (a cancel, an interrupt): kept grouped."""
+    found: BaseException = group
+    while isinstance(found, BaseExceptionGroup):
+        if len(found.exceptions) != 1:
+            return None
+        found = found.exceptions[0]
+    return found if isinstance(found, Exception) else None
+
+
+async def _serve(
+    scheduler: Scheduler,
+    http: tuple[str, int] | None,
+    token: str | None,
+    signals: Iterable[int],
+    grace: float | None,
+    listener: socket.socket | None,
+    task_status: trio.TaskStatus[int | None],
+) -> None:
+    """:func:`serve`'s run, its HTTP address bound already (``listener``)."""
+    wanted = tuple(signals)
+    stop_grace = scheduler.default_grace if grace is None else grace
+    receiver = trio.open_signal_receiver(*wanted) if wanted else contextlib.nullcontext(None)
+    with receiver as received:
+        async with trio.open_nursery() as nursery:
+            runs = await start_watched(nursery, scheduler, received, stop_grace)
+            port: int | None = None
+            if runs and http is not None:
+                from .http import serve_http
+
+                port = await nursery.start(
+                    partial(serve_http, scheduler, *http, token=token, sock=listener)
+                )
+            task_status.started(port)
