@@ -323,7 +323,12 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # The run: its boot and loops started, its stop, a host's calls after it.
     "schedrunning": (
         ["trio_routines/scheduler/running.py"],
-        [*SCHEDULER_TESTS, "tests/test_boot_stop.py", "tests/test_hosting.py"],
+        [
+            *SCHEDULER_TESTS,
+            "tests/test_boot_stop.py",
+            "tests/test_hosting.py",
+            "tests/test_scheduler_arguments.py",
+        ],
     ),
     "schedmembers": (
         ["trio_routines/scheduler/members.py"],
