@@ -236,6 +236,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_replicas_contract.py",
             "tests/test_scheduler_replicas.py",
             "tests/test_open_claims.py",
+            "tests/test_pinned_member_watch.py",
             "tests/test_wakeups.py",
             "tests/test_wakelimits.py",
             "--deselect=tests/test_http.py::test_arbitrary_requests_never_fail_the_server_nor_change_state_when_refused",
@@ -349,6 +350,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_scheduler_replicas.py",
             "tests/test_open_claims.py",
             "tests/test_pinned_presence.py",
+            "tests/test_pinned_member_watch.py",
         ],
     ),
     # What `history`, `status`, the page and the HTTP API read and show of a routine's past.

@@ -9,6 +9,7 @@ memory store."""
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Any
 
 import attrs
@@ -510,3 +511,37 @@ async def test_a_lost_holds_release_with_no_presence_joined_now_never_raises(
     joined.clear()  # the last block left: nothing joined
     hold.release()  # never raises
     assert store.holds == {}
+
+
+async def test_a_one_shots_guard_beats_while_its_turn_runs_and_says_when_the_store_is_silent(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from trio_routines.testing import Complete
+
+    store = MemoryStore()
+    scheduler, agent, _, wall = rig(*ROUTINES, external_clock=True, store=store)
+    agent.script(Complete(duration=95), session=ROUTINES[0].session)
+    seen: list[tuple[Any, int]] = []
+
+    async def look() -> None:
+        await trio.sleep(0.5)  # joined, the turn under way
+        presence = store.members[scheduler.replica]
+        store.fail("beat", StateFault("disk busy"), times=1)  # the first beat, at 30 s
+        for _ in range(3):
+            await trio.sleep(30)
+            seen.append((presence.info.last_seen, presence.info.in_flight))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(look)
+        result = await scheduler.fire("a", at(10))
+    assert result.outcome is Outcome.COMPLETED
+    # A look every 30 s, each telling the turn in flight; the first refused (the join's
+    # record stands).
+    assert [in_flight for _, in_flight in seen] == [0, 1, 1]
+    assert [when - wall.start for when, _ in seen[1:]] == [
+        timedelta(seconds=60),
+        timedelta(seconds=90),
+    ]
+    assert warned(caplog, "did not answer") == [
+        f"replica {scheduler.replica}: the store did not answer: disk busy"
+    ]

@@ -116,3 +116,31 @@ async def test_a_presence_that_left_lets_go_once_and_takes_nothing_more() -> Non
         await presence.take([2])
     assert str(raised.value) == "replica a has left its store"
     assert not presence.holds(2)
+
+
+async def test_orphans_are_let_go_of_each_once_and_keys_held_here_are_kept() -> None:
+    # Rows naming this replica that this presence does not hold (granted late to a lost
+    # presence of ours): let go of; a key held here now is another turn's, left alone.
+    presence = Recording()
+    assert await presence.take([1]) == [True]
+    presence.let_go_orphans([1, 3, 3, 4])
+    presence.let_go_orphans([1])
+    assert presence.calls == [("take", [1]), ("let go", [3, 4])]
+    assert presence.holds(1)
+
+
+async def test_a_presence_lost_or_left_lets_go_of_no_orphan() -> None:
+    lost = Recording()
+    lost.lost.set()
+    lost.let_go_orphans([3])
+    assert lost.calls == []
+    left = Recording()
+    await left.leave()
+    left.let_go_orphans([3])
+    assert left.calls == [("leave", [])]
+
+
+def test_a_lost_presence_says_where_it_lost_its_holds() -> None:
+    presence = Recording()
+    presence.held_in = "postgresql://db:5432/app"
+    assert str(presence.lost_fault()) == "replica a lost its hold on postgresql://db:5432/app"

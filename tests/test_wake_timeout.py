@@ -18,6 +18,7 @@ from scheduler_rig import HOURLY, T0, at, rig, until
 from span_rig import recorded_spans
 
 from trio_routines import InvalidOption, Outcome, Routine, Scheduler
+from trio_routines.errors import StateFault
 from trio_routines.records import Wakeup
 from trio_routines.testing import Complete, Hang, MemoryStore, ScriptedAgent
 from trio_routines.wakeups import WakeupRequest
@@ -181,3 +182,22 @@ def test_a_poll_interval_out_of_its_range_is_refused_in_one_line(value: Any) -> 
 def test_a_poll_interval_within_its_range_is_kept(value: float) -> None:
     kept = Scheduler(agent=ScriptedAgent(), store=MemoryStore(), poll_interval=value).poll_interval
     assert (kept, type(kept)) == (value, float)
+
+
+async def test_a_wake_up_whose_session_the_store_cannot_hold_fails_without_a_turn(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trio_routines")
+    scheduler, agent, store, _ = rig(MANUAL)
+    due = await add_due(store, "s", 1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)  # joined: the next hold asked for fails
+        store.fail("take", StateFault("disk busy"), times=1)
+        await trio.sleep(60)
+        scheduler.stop(0)
+    assert agent.turns == []
+    label = f"wake {due.id[:8]}"
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [
+        f"{label}: could not hold session s: disk busy"
+    ]
+    assert await store.list_wakeups() == []  # taken, as a failed turn's is: not replayed
