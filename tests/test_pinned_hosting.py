@@ -177,3 +177,13 @@ async def test_a_signal_before_the_boot_completed_says_so_and_one_after_it_does_
         (logging.INFO, "SIGTERM received during the boot — stopping before anything is armed"),
         (logging.WARNING, "SIGINT received — stopping now"),
     ]
+
+
+def test_only_a_sole_error_is_taken_out_of_its_groups() -> None:
+    from trio_routines.hosting import _sole
+
+    error = ValueError("boot")
+    assert _sole(ExceptionGroup("", [ExceptionGroup("", [error])])) is error
+    assert _sole(ExceptionGroup("", [error, KeyError("x")])) is None
+    # A cancel or an interrupt is no error of the run's: it stays as it came.
+    assert _sole(BaseExceptionGroup("", [KeyboardInterrupt()])) is None

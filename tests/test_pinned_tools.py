@@ -213,3 +213,11 @@ async def test_the_listing_shows_each_wake_up_on_its_line() -> None:
         "- a: next at 2026-07-07T11:30:00.000Z: once\n"
         '- b: recurring (cron "0 9 * * *"), next at 2026-07-07T10:30:00.000Z: daily'
     )
+
+
+async def test_a_tool_name_that_is_no_text_is_an_unknown_tool() -> None:
+    made, _ = scheduler()
+    answer = await call_tool(made, "chat:1", ["unwake"], {})  # type: ignore[arg-type]
+    assert answer == (
+        "unknown tool \"['unwake']\": the tools are schedule_wakeup, list_wakeups, cancel_wakeup."
+    )
