@@ -22,7 +22,7 @@ from trio_routines import Outcome, Routine, Scheduler
 from trio_routines.errors import StateFault
 from trio_routines.instants import format_iso
 from trio_routines.presence import IdInUse
-from trio_routines.replicas import ReplicaInfo, claim_key, session_key
+from trio_routines.replicas import ReplicaInfo, claim_key, replica_key, session_key
 from trio_routines.scheduler.members import SWEPT_INTERRUPTED
 from trio_routines.scheduler.openclaims import OPEN_INTERRUPTED
 from trio_routines.testing import Hang, MemoryPresence, MemoryStore, ScriptedAgent
@@ -545,3 +545,39 @@ async def test_a_one_shots_guard_beats_while_its_turn_runs_and_says_when_the_sto
     assert warned(caplog, "did not answer") == [
         f"replica {scheduler.replica}: the store did not answer: disk busy"
     ]
+
+
+class Hinting(MemoryPresence):
+    """A presence whose store hints at a loss at every look (a connection that keeps being
+    readable): the guard must not look more than once a second."""
+
+    beats = 0
+
+    async def stirred(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def _beat(self, in_flight: int, now: Any) -> None:
+        self.beats += 1
+        await super()._beat(in_flight, now)
+
+
+async def test_a_one_shots_guard_looks_at_most_once_a_second_however_often_hinted(
+    autojump_clock: Any,
+) -> None:
+    from trio_routines.testing import Complete
+
+    class HintingStore(MemoryStore):
+        joined: Hinting
+
+        async def join(self, info: ReplicaInfo) -> MemoryPresence:
+            presence = Hinting(self, info)
+            assert await presence.take([replica_key(info.id)]) == [True]
+            self.members[info.id] = self.joined = presence
+            return presence
+
+    store = HintingStore()
+    scheduler, agent, _, _ = rig(*ROUTINES, external_clock=True, store=store)
+    agent.script(Complete(duration=10), session=ROUTINES[0].session)
+    result = await scheduler.fire("a", at(10))
+    assert result.outcome is Outcome.COMPLETED
+    assert 9 <= store.joined.beats <= 11  # one a second through the turn's 10 s
