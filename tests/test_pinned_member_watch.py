@@ -410,8 +410,9 @@ async def test_a_claim_answered_after_the_presence_was_lost_runs_no_turn(
         scheduler.stop(0)
     assert agent.turns == []
     (fire,) = await store.history("a")
-    assert (fire.outcome, fire.error) == (
+    assert (fire.outcome, fire.ms, fire.error) == (
         Outcome.INTERRUPTED,
+        0,  # no turn ran
         "interrupted: this replica lost its hold on the store before the turn began: not run",
     )
     assert (
