@@ -109,7 +109,7 @@ class FirePath:
             )
         now = self._runtime.now()
         if slot > now:
-            raise _not_yet_due(name, slot, now)
+            raise NotYetDue.of(name, slot, now)
         if self._stopping.value:
             raise Stopping("the scheduler is stopping; no new fires are accepted")
         async with self._membership.present():
@@ -187,7 +187,7 @@ class FirePath:
                     if now is None:
                         now = self._runtime.now()
                     if slot > now:  # the wall clock went back while the paused set was read
-                        raise _not_yet_due(name, slot, now)
+                        raise NotYetDue.of(name, slot, now)
                     if read.started >= slot:
                         break
                     # Begun before the slot (the clock was behind it), and the slot has come
@@ -394,11 +394,3 @@ class FirePath:
             failed=None if busy else turn.failed,
             settled_at=settled,
         )
-
-
-def _not_yet_due(name: str, slot: datetime, now: datetime) -> NotYetDue:
-    return NotYetDue(
-        f"slot {format_iso(slot)} of {name!r} has not arrived yet — "
-        "a slot never fires before its instant",
-        (slot - now).total_seconds(),
-    )

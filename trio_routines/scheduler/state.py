@@ -17,7 +17,7 @@ import trio_util
 
 from ..cron import next_run
 from ..errors import StateFault, TrioRoutinesError
-from ..instants import truncate_ms
+from ..instants import format_iso, truncate_ms
 from ..metrics import Metrics
 from ..records import Outcome
 from ..replicas import default_replica
@@ -65,6 +65,15 @@ class NotYetDue(TrioRoutinesError, ValueError):
     def __init__(self, message: str, wait: float) -> None:
         super().__init__(message)
         self.wait = wait
+
+    @classmethod
+    def of(cls, name: str, slot: datetime, now: datetime) -> NotYetDue:
+        """The refusal of ``slot`` of routine ``name`` while the wall clock reads ``now``."""
+        return cls(
+            f"slot {format_iso(slot)} of {name!r} has not arrived yet — "
+            "a slot never fires before its instant",
+            (slot - now).total_seconds(),
+        )
 
 
 class Stopping(TrioRoutinesError, RuntimeError):
