@@ -34,7 +34,7 @@ from trio_routines import Routine, Scheduler, serve
 from trio_routines.errors import StateFault
 from trio_routines.hosting import start_watched
 from trio_routines.records import Fire
-from trio_routines.testing import MemoryStore, ScriptedAgent
+from trio_routines.testing import Hang, MemoryStore, ScriptedAgent
 
 
 async def test_a_stop_during_the_boot_gives_it_up_at_the_stops_instant(autojump_clock: Any) -> None:
@@ -259,3 +259,31 @@ async def test_a_hosts_calls_after_a_stop_of_a_scheduler_never_run_are_not_cut(
     await trio.sleep(60)
     added = await scheduler.add_wakeup("s", "later", delay="1h")
     assert [w.id for w in await scheduler.list_wakeups("s")] == [added.id]
+
+
+@pytest.mark.parametrize("call", ["fire", "run_now"])
+async def test_a_stop_bounds_the_settle_of_a_one_shot_still_in_flight(
+    autojump_clock: Any, call: str
+) -> None:
+    # No run, so the stop comes first (the command line's second Ctrl-C); the one-shot's
+    # store calls after it are its drain's, bounded by the stop, not a host's.
+    hourly = Routine(name="a", prompt="p", cron="0 * * * *", timeout=7200)
+    scheduler, agent, store, _ = rig(hourly, external_clock=True, store_timeout=60)
+    agent.script(Hang(), session=hourly.session)
+    ended: list[float] = []
+
+    async def one_shot() -> None:
+        if call == "fire":
+            await scheduler.fire("a", at(10))
+        else:
+            await scheduler.run_now("a")
+        ended.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(one_shot)
+        await trio.sleep(5)
+        assert len(agent.turns) == 1
+        store.hang("settle")
+        stopped = trio.current_time()
+        scheduler.stop(0)  # at once
+    assert ended[0] - stopped <= 2.0  # the stop's margin, not the store's 60 s

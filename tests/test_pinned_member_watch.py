@@ -582,3 +582,33 @@ async def test_a_one_shots_guard_looks_at_most_once_a_second_however_often_hinte
     result = await scheduler.fire("a", at(10))
     assert result.outcome is Outcome.COMPLETED
     assert 9 <= store.joined.beats <= 11  # one a second through the turn's 10 s
+
+
+@pytest.mark.parametrize("call", ["fire", "run_now"])
+async def test_a_one_shots_guard_outlives_its_callers_cancel_while_the_turn_runs(
+    autojump_clock: Any, call: str
+) -> None:
+    # The turn is shielded and runs on when its caller is cancelled: so must its guard, or a
+    # loss of the presence then would never end it.
+    store = MemoryStore()
+    bounded = Routine(name="a", prompt="p", cron="0 * * * *", timeout=7200)
+    scheduler, agent, _, _ = rig(bounded, external_clock=True, store=store, poll_interval=30)
+    agent.script(Hang(), session=bounded.session)
+    ended: list[float] = []
+
+    async def one_shot() -> None:
+        with trio.move_on_after(1):  # the caller gives up, the turn goes on
+            if call == "fire":
+                await scheduler.fire("a", at(10))
+            else:
+                await scheduler.run_now("a")
+        ended.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(one_shot)
+        await trio.sleep(5)
+        assert len(agent.turns) == 1
+        presence = store.members[scheduler.replica]
+        assert isinstance(presence, MemoryPresence)
+        presence.lose()
+    assert ended[0] < 10  # ended at the loss, not at the routine's timeout (7200 s)

@@ -801,6 +801,62 @@ async def test_back_to_back_fires_of_one_routine_each_run_their_turn(url: str, s
     await store.aclose()
 
 
+async def test_the_next_turn_of_a_session_keeps_its_hold_after_the_last_ones_let_go(
+    url: str, schema: str
+) -> None:
+    # The let-go of the first turn's hold travels a moment later, on the replica's own
+    # connection; the second fire's claim takes the hold on another. Sent after it, the
+    # let-go would delete the second turn's hold: another replica could then take the
+    # session while that turn runs.
+    from trio_routines import Completed, Routine, Scheduler
+    from trio_routines.replicas import ReplicaInfo, session_key
+
+    second_began, go_on = trio.Event(), trio.Event()
+    began: list[str] = []
+
+    class Agent:
+        async def invoke(self, session: str, text: str):  # type: ignore[no-untyped-def]
+            began.append(session)
+            if len(began) == 2:
+                second_began.set()
+                await go_on.wait()
+            yield Completed()
+
+    store, other = PostgresStore(url, schema=schema), PostgresStore(url, schema=schema)
+    routine = Routine(name="quick", prompt="p", cron="* * * * *")
+    scheduler = Scheduler(
+        agent=Agent(),
+        store=store,
+        routines=[routine],
+        now=lambda: T0 + timedelta(hours=1),
+        external_clock=True,
+        wakeups=False,
+    )
+    results: list[Any] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        results.append(await scheduler.fire("quick", T0))
+        done = trio.Event()
+
+        async def second() -> None:
+            results.append(await scheduler.fire("quick", T0 + timedelta(minutes=1)))
+            done.set()
+
+        nursery.start_soon(second)
+        await second_began.wait()
+        await trio.sleep(0.5)  # ten times the let-go's delay
+        b = await other.join(ReplicaInfo("b", "0", "h", 2, T0, T0))
+        theirs = await b.take([session_key(routine.session)])
+        go_on.set()
+        await done.wait()
+        scheduler.stop(0)
+    assert theirs == [False]  # the session was ours while our turn of it ran
+    assert [result.outcome for result in results] == [Outcome.COMPLETED] * 2
+    await b.leave()
+    await other.aclose()
+    await store.aclose()
+
+
 async def test_two_replicas_taking_two_holds_in_opposite_orders_never_deadlock(
     url: str, schema: str
 ) -> None:

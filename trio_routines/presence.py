@@ -136,6 +136,16 @@ class Presence:
         if orphans and not self._left and not self.lost.is_set():
             self._let_go(orphans)
 
+    def letting_go(self, keys: Sequence[int]) -> bool:
+        """Whether a let-go of one of ``keys`` is on its way to the store, not there yet."""
+        return False
+
+    async def let_go_now(self) -> None:
+        """Send every let-go on its way now (before a claim takes one of those keys on another
+        connection: there the let-go, come later, would delete the new turn's hold).
+        Raises StateFault when the store cannot answer."""
+        await trio.lowlevel.checkpoint()
+
     async def release(self, keys: Sequence[int]) -> None:
         """:meth:`let_go`, and return once the store has heard of it."""
         self.let_go(keys)

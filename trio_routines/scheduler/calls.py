@@ -62,7 +62,8 @@ class StoreCalls:
         #: The deadlines of the calls under way; its watch runs with the loops.
         self.deadlines = StoreDeadlines()
         #: Set once no run is under way or to come (it ended, or a stop came first): a stop
-        #: bounds the calls of a run's drain, not a host's calls after it.
+        #: bounds the calls of a drain (a run's, a one-shot fire's or turn's still in flight),
+        #: not a host's calls after it.
         self.run_over = False
         #: Outcomes given up after the settle's retries, by routine.
         self.settle_failures: Counter[str] = Counter()
@@ -84,7 +85,7 @@ class StoreCalls:
         limit = self.store_timeout if seconds is None else seconds
         begun = trio.current_time() if start is None else start
         ours = begun + limit
-        if self.run_over:
+        if self.run_over and not self._runtime.in_flight.value:  # a host's call, no drain
             return ours
         stops = self._grace.deadline + STOP_MARGIN
         return stops if stops < ours else ours  # as min(), without its keyword parsing
@@ -255,7 +256,8 @@ class StoreCalls:
     def _stop_passed(self) -> bool:
         """Whether a stop's bound on store calls has passed (a second interrupt, or a stop of
         no grace): what cut a call then is the stop, not the store."""
-        return not self.run_over and trio.current_time() >= self._grace.deadline + STOP_MARGIN
+        bounds = not self.run_over or self._runtime.in_flight.value
+        return bool(bounds) and trio.current_time() >= self._grace.deadline + STOP_MARGIN
 
     def _settle_timed_out(self, routine: str, slot: datetime, outcome: Outcome) -> None:
         log.warning(

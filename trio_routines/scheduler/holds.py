@@ -183,6 +183,8 @@ class Holds:
         sent = tuple(key for key, ok in zip(wanted[1:], free[1:], strict=True) if ok)
         del free
         try:
+            if presence.letting_go(sent):  # our previous turn's, say: it reaches the store first
+                await presence.let_go_now()
             result = await decide(*args, holds=(presence.holder, sent), **options)
         except BaseException:
             presence.forget((claim,))

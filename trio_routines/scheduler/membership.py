@@ -38,7 +38,7 @@ GUARD_AT_LEAST = 1.0  # seconds between two looks, whatever the hints
 class Membership:
     """This replica's presence in ``store``; collaborators: the :class:`Runtime` (its id,
     the wall clock, the turns in flight), the :class:`StoreCalls` (the bound of each call)
-    and the :class:`Grace` (whose turns a one-shot's guard ends, see :meth:`guard`)."""
+    and the :class:`Grace` (whose turns a one-shot's guard ends, see :meth:`guarded`)."""
 
     def __init__(self, store: Store, runtime: Runtime, calls: StoreCalls, grace: Grace) -> None:
         self._store = store
@@ -117,10 +117,13 @@ class Membership:
         presence = self.presence
         if self.watched or presence is None or isinstance(presence, LocalPresence):
             return await block()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._guard, presence)
-            done = await outcome.acapture(block)
-            nursery.cancel_scope.cancel()
+        # Shielded as the block is (a fire, a run): a caller's cancel must not end the guard
+        # while the turn it guards runs on.
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._guard, presence)
+                done = await outcome.acapture(block)
+                nursery.cancel_scope.cancel()
         return done.unwrap()
 
     async def _guard(self, presence: Presence) -> None:
@@ -133,8 +136,10 @@ class Membership:
             await trio.sleep_until(looked + GUARD_AT_LEAST)  # a hint never makes a spin
             looked = trio.current_time()
             try:
-                with self._calls.bounded():
+                with self._calls.bounded() as bound:
                     await presence.beat(self._runtime.in_flight.value, self._runtime.now())
+                if bound.cancelled_caught:
+                    raise self._calls.no_answer("the replica's record was not refreshed")
             except StateFault as exc:  # a store that loses us says so with ``lost``
                 log.warning("replica %s: the store did not answer: %s", presence.replica, exc)
         self._grace.end_lost()

@@ -111,9 +111,11 @@ class Scheduler:
         self.external_clock = external_clock
         self.wakeups = wakeups
         self.wake_limits = checked_limits(wake_limits)
-        self.max_wait = checked_seconds("max_wait", max_wait, zero=False)
+        self.max_wait = checked_seconds("max_wait", max_wait, zero=False, endless=True)
         self.poll_interval = checked_poll(poll_interval)
-        self.jump_threshold = checked_seconds("jump_threshold", jump_threshold, zero=False)
+        self.jump_threshold = checked_seconds(
+            "jump_threshold", jump_threshold, zero=False, endless=True
+        )
         grace = checked_seconds("default_grace", default_grace, zero=True)
         self.store_timeout = checked_seconds("store_timeout", store_timeout, zero=False)
         self.wakeup_timeout = (
@@ -308,7 +310,9 @@ class Scheduler:
 
     async def remove_wakeup(self, wakeup_id: str, session: str) -> bool:
         """Cancel the pending wake-up ``wakeup_id`` of ``session``: False when there is none
-        (fired, cancelled, or another session's). Raises StateFault (nothing removed)."""
+        (fired, cancelled, or another session's). Raises StateFault (nothing removed), or
+        :class:`InvalidWakeup` for a ``session`` that is no non-empty text (``None`` would
+        reach every session's)."""
         return await self._parts.wakeup_calls.remove(wakeup_id, session)
 
     async def wait_drained(self) -> None:

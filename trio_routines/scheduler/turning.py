@@ -61,8 +61,8 @@ class SessionTurns:
                 return TurnResult(Outcome.FAILED, 0, failed=f"the store did not answer: {exc}")
         traced = turn_span(why, spans)
         try:
-            if on_start is not None and not hold.busy:
-                await on_start()
+            if on_start is not None and not hold.busy and not hold.lost():
+                await on_start()  # (a turn that will not begin is not recorded as one)
             with self._grace.turn_scope() as grace, firing(why), traced:
                 # Asked once the scope is where a loss ends every turn: a loss before it is
                 # seen here, one after it ends the turn. A claim answered after the loss is

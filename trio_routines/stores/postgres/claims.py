@@ -104,15 +104,16 @@ def _json(rows: list[list[Any]]) -> str:
 
 
 # The holds of the batch, taken in the claim's transaction before its decision (see holds.py,
-# whose take takes over our own rows too, and locks them in the keys' order as this does):
-# what comes back is the keys refused.
+# whose take locks its rows in the keys' order as this does): what comes back is the keys
+# refused. A let-go of ours on its way is sent before (Holds.enter_claiming): a row of ours
+# taken over here would be deleted by it, under the new turn.
 _HOLDS = f"""WITH held AS MATERIALIZED ({_HELD_LOCKS}),
     wanted AS (SELECT (e->>0)::bigint AS k, (e->>1)::bigint AS holder
         FROM jsonb_array_elements(%s::jsonb) AS e),
     taken AS (
         INSERT INTO {{holds}} AS h (key, holder) SELECT k, holder FROM wanted ORDER BY k
         ON CONFLICT (key) DO UPDATE SET holder = EXCLUDED.holder
-            WHERE h.holder = EXCLUDED.holder OR NOT EXISTS (SELECT 1 FROM held
+            WHERE NOT EXISTS (SELECT 1 FROM held
                 WHERE held.hi = h.holder >> 32 AND held.lo = h.holder & 4294967295)
         RETURNING h.key)
     SELECT k FROM wanted WHERE k NOT IN (SELECT key FROM taken)"""

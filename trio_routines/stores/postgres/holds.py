@@ -82,17 +82,16 @@ LET_GO_AFTER = 0.05
 STIR_PAUSE = 0.05  # seconds: how long a stir that is a call's own reply is let be
 KEEPALIVE_BOUND = 25.0  # seconds: the longest a dead replica's locks outlive it
 
-# Our rows for the wanted keys; a row of a dead holder is taken over, and so is one of ours
-# (a let-go on its way, or a hold a lost presence of ours was granted late): this process
-# decided the key is free here. The rows are locked in the keys' order, as the claims'
-# holds are (claims.py): two replicas taking the same keys never deadlock. What comes back
-# is the keys refused (usually none: a herd's keys are not sent back one by one).
+# Our rows for the wanted keys; a row of a dead holder is taken over. The rows are locked in
+# the keys' order, as the claims' holds are (claims.py): two replicas taking the same keys
+# never deadlock. What comes back is the keys refused (usually none: a herd's keys are not
+# sent back one by one).
 _TAKE = f"""WITH held AS MATERIALIZED ({LOCKS}),
     wanted AS (SELECT unnest(%(keys)s::bigint[]) AS k),
     taken AS (
         INSERT INTO {{holds}} AS h (key, holder) SELECT k, %(me)s FROM wanted ORDER BY k
         ON CONFLICT (key) DO UPDATE SET holder = EXCLUDED.holder
-            WHERE h.holder = EXCLUDED.holder OR NOT EXISTS (SELECT 1 FROM held
+            WHERE NOT EXISTS (SELECT 1 FROM held
                 WHERE held.hi = h.holder >> 32 AND held.lo = h.holder & 4294967295)
         RETURNING h.key)
     SELECT k FROM wanted WHERE k NOT IN (SELECT key FROM taken)"""
@@ -329,6 +328,13 @@ class PostgresPresence(Presence):
         if not self._sending:
             self._sending = True
             trio.lowlevel.spawn_system_task(self._send)
+
+    def letting_go(self, keys: Sequence[int]) -> bool:
+        return bool(self._letting_go) and not set(self._letting_go).isdisjoint(keys)
+
+    async def let_go_now(self) -> None:
+        if self._letting_go and self._conn is not None and not self.lost.is_set():
+            await self._batches.submit((True, ()))  # a batch that only lets go
 
     async def _send(self) -> None:
         try:
