@@ -9,6 +9,7 @@ memory store."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -384,13 +385,16 @@ class ClaimAnsweredLate(MemoryStore):
         return await super().claim(*args, **kwargs)
 
 
-async def test_a_claim_answered_after_the_presence_was_lost_runs_no_turn(
-    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+async def lose_while_claiming(
+    store: ClaimAnsweredLate,
+    scheduler: Scheduler,
+    wait: float,
+    meanwhile: Callable[[], None] = lambda: None,
+    after: Callable[[], None] = lambda: None,
 ) -> None:
-    # The loss ended the turns in flight, and this one was not yet: started now, it would run
-    # while another replica may take its session (the store no longer vouches for our holds).
-    store = ClaimAnsweredLate()
-    scheduler, agent = watched(store)
+    """Run ``scheduler`` and fire ``a`` at 10:00; while its claim is on its way, lose the
+    presence, wait ``wait`` s, call ``meanwhile``, let the claim answer, and once the fire
+    ended call ``after`` (before the stop, whose leave drops every hold)."""
     fired = trio.Event()
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
@@ -401,13 +405,25 @@ async def test_a_claim_answered_after_the_presence_was_lost_runs_no_turn(
 
         nursery.start_soon(fire)
         await store.asked.wait()
-        presence = store.members[scheduler.replica]
-        assert isinstance(presence, MemoryPresence)
-        presence.lose()
-        await trio.sleep(1)  # the watch heard of it and ended the turns under way: none yet
+        lost = store.members[scheduler.replica]
+        assert isinstance(lost, MemoryPresence)
+        lost.lose()
+        await trio.sleep(wait)
+        meanwhile()
         store.answer.set()
         await fired.wait()
+        after()
         scheduler.stop(0)
+
+
+async def test_a_claim_answered_after_the_presence_was_lost_runs_no_turn(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The loss ended the turns in flight, and this one was not yet: started now, it would run
+    # while another replica may take its session (the store no longer vouches for our holds).
+    store = ClaimAnsweredLate()
+    scheduler, agent = watched(store)
+    await lose_while_claiming(store, scheduler, 1)  # the watch ended the turns: none yet
     assert agent.turns == []
     (fire,) = await store.history("a")
     assert (fire.outcome, fire.ms, fire.error) == (
@@ -430,27 +446,16 @@ async def test_a_hold_granted_to_a_lost_presence_is_let_go_by_the_replicas_next(
     scheduler, _, _, _ = rig(
         *ROUTINES, external_clock=True, store=store, poll_interval=30, store_timeout=60
     )
-    fired = trio.Event()
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
+    key = session_key(ROUTINES[0].session)
 
-        async def fire() -> None:
-            await scheduler.fire("a", at(10))
-            fired.set()
+    def late_commit() -> None:
+        rejoined = store.members[scheduler.replica]  # joined again after the watch's 30 s
+        store.holds[key] = rejoined  # what the late commit wrote, naming this replica
 
-        nursery.start_soon(fire)
-        await store.asked.wait()
-        lost = store.members[scheduler.replica]
-        assert isinstance(lost, MemoryPresence)
-        lost.lose()
-        await trio.sleep(31)  # joined again (the watch waits its interval first)
-        rejoined = store.members[scheduler.replica]
-        assert rejoined is not lost
-        store.holds[session_key(ROUTINES[0].session)] = rejoined  # what the late commit wrote
-        store.answer.set()
-        await fired.wait()
-        assert session_key(ROUTINES[0].session) not in store.holds
-        scheduler.stop(0)
+    def let_go() -> None:
+        assert key not in store.holds
+
+    await lose_while_claiming(store, scheduler, 31, late_commit, let_go)
 
 
 @pytest.mark.parametrize("call", ["fire", "run_now"])
