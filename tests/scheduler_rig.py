@@ -81,3 +81,11 @@ def lines(caplog: pytest.LogCaptureFixture, level: int | None = None) -> list[tu
 
 def messages(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
     return [m for _, m in lines(caplog, level)]
+
+
+async def one_shot(scheduler: Scheduler, call: str, name: str, slot: datetime) -> Any:
+    """One turn of ``name`` outside a run: ``call`` is ``"fire"`` (its ``slot`` claimed) or
+    ``"run_now"`` (no claim); what the call returns."""
+    if call == "fire":
+        return await scheduler.fire(name, slot)
+    return await scheduler.run_now(name)

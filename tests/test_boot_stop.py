@@ -27,7 +27,7 @@ import trio
 from pg import schema_url, server_url, with_app_name
 from procs import Env, stop, wait_for
 from psycopg import sql
-from scheduler_rig import Recording, at, rig
+from scheduler_rig import Recording, at, one_shot, rig
 from test_postgres import _waiting_on_lock
 
 from trio_routines import Routine, Scheduler, serve
@@ -272,15 +272,12 @@ async def test_a_stop_bounds_the_settle_of_a_one_shot_still_in_flight(
     agent.script(Hang(), session=hourly.session)
     ended: list[float] = []
 
-    async def one_shot() -> None:
-        if call == "fire":
-            await scheduler.fire("a", at(10))
-        else:
-            await scheduler.run_now("a")
+    async def turn() -> None:
+        await one_shot(scheduler, call, "a", at(10))
         ended.append(trio.current_time())
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(one_shot)
+        nursery.start_soon(turn)
         await trio.sleep(5)
         assert len(agent.turns) == 1
         store.hang("settle")

@@ -17,7 +17,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from scheduler_rig import NO_ANSWER, T0, at, rig
+from scheduler_rig import NO_ANSWER, T0, at, one_shot, rig
 
 from trio_routines import Outcome, Routine, Scheduler
 from trio_routines.errors import StateFault
@@ -470,13 +470,10 @@ async def test_a_one_shot_turn_is_ended_when_its_presence_is_lost(
     agent.script(Hang(), session=bounded.session)
     results: list[Any] = []
 
-    async def one_shot() -> None:
-        if call == "fire":
-            results.append(await scheduler.fire("a", at(10)))
-        else:
-            results.append(await scheduler.run_now("a"))
+    async def turn() -> None:
+        results.append(await one_shot(scheduler, call, "a", at(10)))
 
-    await guarded_one_shot(one_shot, agent, store, scheduler)
+    await guarded_one_shot(turn, agent, store, scheduler)
     (result,) = results
     assert (result.outcome, result.failed) == (
         Outcome.INTERRUPTED,
@@ -485,11 +482,11 @@ async def test_a_one_shot_turn_is_ended_when_its_presence_is_lost(
 
 
 async def guarded_one_shot(
-    one_shot: Any, agent: ScriptedAgent, store: MemoryStore, scheduler: Scheduler
+    turn: Any, agent: ScriptedAgent, store: MemoryStore, scheduler: Scheduler
 ) -> None:
-    """``one_shot`` under way; once its turn runs, the presence is lost."""
+    """``turn`` under way; once the agent runs it, the presence is lost."""
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(one_shot)
+        nursery.start_soon(turn)
         while not agent.turns:  # noqa: ASYNC110 -- the agent offers no event
             await trio.sleep(1)
         presence = store.members[scheduler.replica]
@@ -601,16 +598,13 @@ async def test_a_one_shots_guard_outlives_its_callers_cancel_while_the_turn_runs
     agent.script(Hang(), session=bounded.session)
     ended: list[float] = []
 
-    async def one_shot() -> None:
+    async def turn() -> None:
         with trio.move_on_after(1):  # the caller gives up, the turn goes on
-            if call == "fire":
-                await scheduler.fire("a", at(10))
-            else:
-                await scheduler.run_now("a")
+            await one_shot(scheduler, call, "a", at(10))
         ended.append(trio.current_time())
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(one_shot)
+        nursery.start_soon(turn)
         await trio.sleep(5)
         assert len(agent.turns) == 1
         presence = store.members[scheduler.replica]
