@@ -707,14 +707,56 @@ def test_read_only_commands_work_against_a_read_only_database(
     assert listed.returncode == 0, listed.stderr
 
 
-async def test_a_claim_takes_its_sessions_hold_in_its_own_transaction(
-    url: str, schema: str
-) -> None:
-    from trio_routines.replicas import ReplicaInfo, session_key
+class Completing:
+    """An agent that completes every turn at once; the ``waits_at``-th (counted from 1), once
+    begun (``began``), waits for ``go_on`` first."""
+
+    def __init__(self, waits_at: int = 0) -> None:
+        self.sessions: list[str] = []
+        self.waits_at = waits_at
+        self.began, self.go_on = trio.Event(), trio.Event()
+
+    async def invoke(self, session: str, text: str):  # type: ignore[no-untyped-def]
+        from trio_routines import Completed
+
+        self.sessions.append(session)
+        if len(self.sessions) == self.waits_at:
+            self.began.set()
+            await self.go_on.wait()
+        yield Completed()
+
+
+def fired_from_outside(agent: Any, store: PostgresStore, routine: Any, later: timedelta) -> Any:
+    """A scheduler of ``routine`` on ``store`` whose slots are fired by an external clock, its
+    wall clock ``later`` past T0, no wake-ups."""
+    from trio_routines import Scheduler
+
+    return Scheduler(
+        agent=agent,
+        store=store,
+        routines=[routine],
+        now=lambda: T0 + later,
+        external_clock=True,
+        wakeups=False,
+    )
+
+
+async def two_members(url: str, schema: str) -> tuple[PostgresStore, PostgresStore, Any, Any]:
+    """Two stores on one schema, replica ``a`` joined through the first, ``b`` the second."""
+    from trio_routines.replicas import ReplicaInfo
 
     first, second = PostgresStore(url, schema=schema), PostgresStore(url, schema=schema)
     a = await first.join(ReplicaInfo("a", "0", "h", 1, T0, T0))
     b = await second.join(ReplicaInfo("b", "0", "h", 2, T0, T0))
+    return first, second, a, b
+
+
+async def test_a_claim_takes_its_sessions_hold_in_its_own_transaction(
+    url: str, schema: str
+) -> None:
+    from trio_routines.replicas import session_key
+
+    first, second, a, b = await two_members(url, schema)
     session = (session_key("routine:r"),)
     taken = await first.claim("r", T0, T0, replica="a", holds=(a.holder, session))
     assert (taken.status, taken.holds) == (ClaimStatus.TAKEN, (True,))
@@ -742,19 +784,14 @@ async def test_a_claim_takes_its_sessions_hold_in_its_own_transaction(
 async def test_a_claim_an_earlier_process_made_under_our_id_is_recorded_interrupted(
     url: str, schema: str
 ) -> None:
-    from trio_routines import Completed, Routine, Scheduler
+    from trio_routines import Routine, Scheduler
     from trio_routines.scheduler.boot import BOOT_INTERRUPTED
 
     store = PostgresStore(url, schema=schema)
     # web-1 claimed, then died; a new process takes the same id (a fixed --replica).
     await store.claim("r", T0, T0, replica="web-1")
-
-    class Agent:
-        async def invoke(self, session: str, text: str):  # type: ignore[no-untyped-def]
-            yield Completed()
-
     scheduler = Scheduler(
-        agent=Agent(),
+        agent=Completing(),
         store=store,
         routines=[Routine(name="r", prompt="p", cron="0 0 1 1 *")],  # nothing due
         now=lambda: T0 + timedelta(days=1),
@@ -776,21 +813,11 @@ async def test_a_claim_an_earlier_process_made_under_our_id_is_recorded_interrup
 async def test_back_to_back_fires_of_one_routine_each_run_their_turn(url: str, schema: str) -> None:
     # The let-go of a turn's session hold travels a moment later (with others): the next
     # fire's claim, on another connection, found our own row and took the session for busy.
-    from trio_routines import Completed, Routine, Scheduler
-
-    class Agent:
-        async def invoke(self, session: str, text: str):  # type: ignore[no-untyped-def]
-            yield Completed()
+    from trio_routines import Routine
 
     store = PostgresStore(url, schema=schema)
-    scheduler = Scheduler(
-        agent=Agent(),
-        store=store,
-        routines=[Routine(name="quick", prompt="p", cron="* * * * *")],
-        now=lambda: T0 + timedelta(hours=1),
-        external_clock=True,
-        wakeups=False,
-    )
+    quick = Routine(name="quick", prompt="p", cron="* * * * *")
+    scheduler = fired_from_outside(Completing(), store, quick, timedelta(hours=1))
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         results = [
@@ -808,30 +835,13 @@ async def test_the_next_turn_of_a_session_keeps_its_hold_after_the_last_ones_let
     # connection; the second fire's claim takes the hold on another. Sent after it, the
     # let-go would delete the second turn's hold: another replica could then take the
     # session while that turn runs.
-    from trio_routines import Completed, Routine, Scheduler
+    from trio_routines import Routine
     from trio_routines.replicas import ReplicaInfo, session_key
 
-    second_began, go_on = trio.Event(), trio.Event()
-    began: list[str] = []
-
-    class Agent:
-        async def invoke(self, session: str, text: str):  # type: ignore[no-untyped-def]
-            began.append(session)
-            if len(began) == 2:
-                second_began.set()
-                await go_on.wait()
-            yield Completed()
-
+    agent = Completing(waits_at=2)
     store, other = PostgresStore(url, schema=schema), PostgresStore(url, schema=schema)
     routine = Routine(name="quick", prompt="p", cron="* * * * *")
-    scheduler = Scheduler(
-        agent=Agent(),
-        store=store,
-        routines=[routine],
-        now=lambda: T0 + timedelta(hours=1),
-        external_clock=True,
-        wakeups=False,
-    )
+    scheduler = fired_from_outside(agent, store, routine, timedelta(hours=1))
     results: list[Any] = []
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
@@ -843,11 +853,11 @@ async def test_the_next_turn_of_a_session_keeps_its_hold_after_the_last_ones_let
             done.set()
 
         nursery.start_soon(second)
-        await second_began.wait()
+        await agent.began.wait()
         await trio.sleep(0.5)  # ten times the let-go's delay
         b = await other.join(ReplicaInfo("b", "0", "h", 2, T0, T0))
         theirs = await b.take([session_key(routine.session)])
-        go_on.set()
+        agent.go_on.set()
         await done.wait()
         scheduler.stop(0)
     assert theirs == [False]  # the session was ours while our turn of it ran
@@ -863,11 +873,9 @@ async def test_two_replicas_taking_two_holds_in_opposite_orders_never_deadlock(
     # The rows are locked in the keys' order whatever order the callers gave: a replica
     # waiting for the first row holds none of the others. A deadlock was taken for a lost
     # connection: every turn of the replica ended.
-    from trio_routines.replicas import ReplicaInfo, session_key
+    from trio_routines.replicas import session_key
 
-    first, second = PostgresStore(url, schema=schema), PostgresStore(url, schema=schema)
-    a = await first.join(ReplicaInfo("a", "0", "h", 1, T0, T0))
-    b = await second.join(ReplicaInfo("b", "0", "h", 2, T0, T0))
+    first, second, a, b = await two_members(url, schema)
     low, high = sorted(session_key(f"s{i}") for i in range(2))
     holds = sql.Identifier(schema, "trio_routines_holds")
     with admin() as db:  # rows of a holder long gone: each take locks the row it takes over
