@@ -209,6 +209,12 @@ async def test_a_claim_that_is_no_file_is_reported_and_read_as_unsettled(
             '"cron":"61 * * * *"}]',
             "dropping a malformed wake-up entry",
         ),
+        (  # longer than any add makes: edited by hand
+            '[{"id":"good","session":"s","prompt":"p","fireAt":"2026-07-07T12:00:00.000Z"},'
+            '{"id":"long","session":"s","prompt":"' + "p" * 65_537 + '",'
+            '"fireAt":"2026-07-07T12:00:00.000Z"}]',
+            "dropping a malformed wake-up entry",
+        ),
     ],
 )
 async def test_unusable_wakeups_are_warned_about_and_kept_aside(

@@ -108,6 +108,98 @@ async def test_a_listing_skips_a_malformed_entry_and_names_it_each_time(
     assert warnings(caplog) == [line, line]
 
 
+def edit(schema: str, wakeup_id: str, column: str, length: int) -> None:
+    """Set ``column`` of a row to ``length`` characters, as by hand (over any bound of ours)."""
+    with admin() as db:
+        db.execute(
+            sql.SQL("UPDATE {} SET {} = repeat('x', %s) WHERE id = %s").format(
+                table(schema, "wakeups"), sql.Identifier(column)
+            ),
+            (length, wakeup_id),
+        )
+
+
+#: What an indexed column holds at most when it repeats one character (the index's row bound
+#: is about 8 KB, compressed); the prompt is not indexed.
+INDEXED = 100_000
+
+
+@pytest.mark.parametrize(
+    ("column", "most", "length"), [("prompt", 65_536, 4_000_000), ("session", 512, INDEXED)]
+)
+async def test_a_row_edited_to_megabytes_comes_cut_and_is_dropped_as_malformed(
+    store: PostgresStore,
+    schema: str,
+    caplog: pytest.LogCaptureFixture,
+    column: str,
+    most: int,
+    length: int,
+) -> None:
+    # A 4 MB prompt came whole to every take and listing of every replica. The server now
+    # sends one character past the bound (the message says so: not 4,000,000), and the row
+    # reads as malformed: skipped by a listing, dropped for good by a take.
+    seed(schema, ("w-big", "s", None), ("w-good", "s-good", None))
+    edit(schema, "w-big", column, length)
+    reason = f"the {column} is too long: at most {most:,} characters, not {most + 1:,}."
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        assert [w.id for w in await store.list_wakeups()] == ["w-good"]
+        taken = await store.take_due_wakeup(T0)
+    assert taken is not None
+    assert taken.id == "w-good"
+    assert warnings(caplog) == [
+        f"skipping a malformed wake-up entry 'w-big': {reason}",
+        f"dropping a malformed wake-up entry 'w-big': {reason}",
+    ]
+    assert await store.count_wakeups() == 0
+
+
+async def test_a_row_at_the_bound_is_read_whole(store: PostgresStore, schema: str) -> None:
+    seed(schema, ("w-full", "s", None))
+    edit(schema, "w-full", "prompt", 65_536)
+    (listed,) = await store.list_wakeups()
+    assert listed.prompt == "x" * 65_536
+    taken = await store.take_due_wakeup(T0)
+    assert taken is not None
+    assert taken.prompt == "x" * 65_536
+
+
+async def test_an_id_edited_to_a_hundred_thousand_characters_is_named_cut_in_the_warning(
+    store: PostgresStore, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    seed(schema, ("w-big", "s", None))
+    edit(schema, "w-big", "id", INDEXED)
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        assert await store.take_due_wakeup(T0) is None
+    (line,) = warnings(caplog)
+    assert line == (
+        f"dropping a malformed wake-up entry {'x' * 129!r}: "
+        "the id is too long: at most 128 characters, not 129."
+    )
+
+
+@pytest.mark.parametrize("column", ["origin_routine", "origin_parent"])
+async def test_an_origin_edited_to_megabytes_reads_as_unknown_and_keeps_its_wake_up(
+    store: PostgresStore, schema: str, column: str
+) -> None:
+    added = await store.add_wakeup(REQUEST, T0)
+    kind = "routine" if column == "origin_routine" else "wakeup"
+    with admin() as db:
+        db.execute(
+            sql.SQL("UPDATE {} SET origin = %s, origin_depth = 1 WHERE id = %s").format(
+                table(schema, "wakeups")
+            ),
+            (kind, added.id),
+        )
+    edit(schema, added.id, column, 65_536)  # at the bound: read
+    (kept,) = await store.list_wakeups()
+    assert kept.origin is not None
+    assert getattr(kept.origin, column.removeprefix("origin_")) == "x" * 65_536
+    edit(schema, added.id, column, 4_000_000)  # over it: who asked is unknown, the rest kept
+    (kept,) = await store.list_wakeups()
+    assert kept.origin is None
+    assert (kept.id, kept.prompt) == (added.id, added.prompt)
+
+
 async def test_a_count_reads_no_row_and_counts_a_malformed_one_too(
     store: PostgresStore, schema: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -214,3 +214,36 @@ def test_a_prompt_or_session_longer_than_an_http_body_takes_is_refused_from_ever
     assert plan_add([], WakeupRequest(session="s" * 512, prompt="p", fire_at=LATER), NOW)
     long_session = WakeupRequest(session="s" * 513, prompt="p", fire_at=LATER)
     assert refused(long_session) == "the session is too long: at most 512 characters, not 513."
+
+
+def test_a_cron_or_time_zone_longer_than_a_prompt_is_refused_before_it_is_parsed() -> None:
+    # A valid cron can be long (every minute listed: 170 characters), never 64 KiB: a list of
+    # that length repeating one minute parses, and would be kept whole in every index.
+    cron = ",".join(["0"] * 32_768) + " * * * *"
+    assert len(cron) == 65_543
+    request = WakeupRequest(session="s", prompt="p", cron=cron)
+    assert refused(request) == "the cron is too long: at most 65,536 characters, not 65,543."
+    zone = WakeupRequest(session="s", prompt="p", cron="0 * * * *", tz="Z" * 65_537)
+    assert refused(zone) == "the tz is too long: at most 65,536 characters, not 65,537."
+
+
+@pytest.mark.parametrize(
+    ("field", "most"),
+    [("id", 128), ("session", 512), ("prompt", 65_536), ("cron", 65_536), ("tz", 65_536)],
+)
+def test_a_stored_entry_longer_than_any_add_makes_is_malformed(field: str, most: int) -> None:
+    # Edited by hand: refused as a cron that no longer parses is (each store drops it, logged),
+    # at one character past the bound; at the bound, kept.
+    fields = {"id": "w1", "session": "s", "prompt": "p", "cron": None, "tz": None}
+    at_bound = Wakeup(**{**fields, field: "x" * most}, fire_at=NOW)  # type: ignore[arg-type]
+    over = Wakeup(**{**fields, field: "x" * (most + 1)}, fire_at=NOW)  # type: ignore[arg-type]
+    if field == "cron":  # at the bound, a cron that parses is not this test's case
+        with pytest.raises(ValueError, match=r"^invalid cron/tz: "):
+            check_stored(at_bound)
+    else:
+        assert check_stored(at_bound) is at_bound
+    with pytest.raises(ValueError, match=r"^the \w+ is too long: ") as raised:
+        check_stored(over)
+    assert str(raised.value) == (
+        f"the {field} is too long: at most {most:,} characters, not {most + 1:,}."
+    )

@@ -142,6 +142,12 @@ def _describe(wakeup: Wakeup) -> str:
 MAX_PROMPT = 64 * 1024
 #: The longest session name a wake-up resumes, in characters (as the HTTP surface takes).
 MAX_SESSION = 512
+#: The longest id a stored wake-up may have, in characters (ours are 36: a UUID).
+MAX_ID = 128
+#: The longest text of each field a wake-up keeps, in characters: a stored entry over one is
+#: damage (no add makes it), read no further than one character past it (PostgreSQL).
+MOST = {"id": MAX_ID, "session": MAX_SESSION, "prompt": MAX_PROMPT}
+MOST |= {"cron": MAX_PROMPT, "tz": MAX_PROMPT}
 
 
 def storable(text: str | None) -> bool:
@@ -154,19 +160,27 @@ def check_request(request: WakeupRequest) -> None:
     """Refuse, the same way on every store and from every caller, text that some store could
     not hold, and a prompt or session longer than :data:`MAX_PROMPT` or :data:`MAX_SESSION`
     characters (what an HTTP body holds: the tool, the API and the command line take no
-    more than it)."""
+    more than it; a cron or time zone no longer than a prompt)."""
     for field in ("session", "prompt", "cron", "tz"):
         value = getattr(request, field)
         if not storable(value):
             raise InvalidWakeup(
                 f"the {field} must be text without NUL characters or undecodable bytes."
             )
-    for field, most in (("prompt", MAX_PROMPT), ("session", MAX_SESSION)):
-        value = getattr(request, field)
-        if isinstance(value, str) and len(value) > most:
-            raise InvalidWakeup(
-                f"the {field} is too long: at most {most:,} characters, not {len(value):,}."
+    problem = _too_long(request, ("session", "prompt", "cron", "tz"))
+    if problem is not None:
+        raise InvalidWakeup(problem)
+
+
+def _too_long(entry: WakeupRequest | Wakeup, fields: tuple[str, ...]) -> str | None:
+    """Which of ``fields`` of ``entry`` is longer than :data:`MOST` lets it be, said."""
+    for field in fields:
+        value = getattr(entry, field)
+        if isinstance(value, str) and len(value) > MOST[field]:
+            return (
+                f"the {field} is too long: at most {MOST[field]:,} characters, not {len(value):,}."
             )
+    return None
 
 
 def plan_add(
@@ -229,10 +243,14 @@ def plan_add(
 
 
 def check_stored(wakeup: Wakeup) -> Wakeup:
-    """Refuse a stored recurring entry whose cron no longer parses.
+    """Refuse a stored recurring entry whose cron no longer parses, and an entry with text no
+    add makes (a field longer than :data:`MOST` lets it be: edited by hand).
 
     Such an entry would raise inside every take and block each wake-up queued behind it.
     """
+    problem = _too_long(wakeup, ("id", "session", "prompt", "cron", "tz"))
+    if problem is not None:
+        raise ValueError(problem)
     if wakeup.cron is not None:
         problem = cron_error(wakeup.cron, wakeup.tz, wakeup_seed(wakeup.session, wakeup.id))
         if problem is not None:

@@ -34,6 +34,8 @@ import trio
 from ...records import Origin, Wakeup
 from ...wakelimits import RATE_WINDOW
 from ...wakeups import (
+    MAX_PROMPT,
+    MOST,
     WakeupRequest,
     check_request,
     check_stored,
@@ -52,6 +54,15 @@ _WAKEUP_COLUMNS = (
     "origin, origin_depth, origin_routine, origin_slot, origin_parent, until_at"
 )
 _PLACES = ", ".join(["%s"] * 13)
+#: The same columns as read: no text longer than one character past what a wake-up keeps
+#: (wakeups.py's ``MOST``) comes from the server, so that a row edited by hand to megabytes
+#: costs no more than a malformed one to every take and listing.
+_READ_COLUMNS = ", ".join(
+    f"left({column}, {MOST.get(column, MAX_PROMPT) + 1})"
+    if column in (*MOST, "origin", "origin_routine", "origin_parent")
+    else column
+    for column in _WAKEUP_COLUMNS.split(", ")
+)
 Conn = psycopg.Connection[Any]
 
 
@@ -77,6 +88,8 @@ def _origin(kind: Any, depth: Any, routine: Any, slot: Any, parent: Any) -> Orig
     (who asked is shown, never trusted to keep a wake-up: damage there is passed over)."""
     if kind is None:
         return None
+    if any(isinstance(text, str) and len(text) > MAX_PROMPT for text in (routine, parent)):
+        return None  # read no further than one character past it: cut, not theirs
     try:
         return Origin(kind=kind, depth=depth, routine=routine, slot=slot, parent=parent)
     except (ValueError, TypeError, AttributeError):
@@ -130,7 +143,7 @@ class PostgresWakeups:
             "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", (SESSION_LOCK, session)
         )
         rows = conn.execute(
-            self._tables.sql(f"SELECT {_WAKEUP_COLUMNS} FROM {{wakeups}} WHERE session = %s"),
+            self._tables.sql(f"SELECT {_READ_COLUMNS} FROM {{wakeups}} WHERE session = %s"),
             (session,),
         ).fetchall()
         mine = []
@@ -152,7 +165,7 @@ class PostgresWakeups:
 
     def _take(self, conn: Conn, call: Call, now: datetime) -> Wakeup | None:
         select = self._tables.sql(
-            f"SELECT seq, {_WAKEUP_COLUMNS} FROM {{wakeups}} WHERE fire_at <= %s "
+            f"SELECT seq, {_READ_COLUMNS} FROM {{wakeups}} WHERE fire_at <= %s "
             "ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED"
         )
         delete = self._tables.sql("DELETE FROM {wakeups} WHERE seq = %s")
@@ -228,7 +241,7 @@ class PostgresWakeups:
         return int(count)
 
     def _list(self, conn: Conn, _call: Call) -> list[Wakeup]:
-        query = self._tables.sql(f"SELECT {_WAKEUP_COLUMNS} FROM {{wakeups}} ORDER BY seq")
+        query = self._tables.sql(f"SELECT {_READ_COLUMNS} FROM {{wakeups}} ORDER BY seq")
         entries = []
         for row in conn.execute(query):
             try:
