@@ -16,8 +16,6 @@ before their claim (a state fault: nothing is burned).
 
 from __future__ import annotations
 
-import math
-
 import trio
 
 from ..errors import StateFault
@@ -27,12 +25,11 @@ from ..records import Outcome
 from ..store import Store
 from .calls import StoreCalls
 from .foreach import for_each
-from .membership import Membership
+from .membership import LOOK_AT_LEAST, Looks, Membership
 from .openclaims import WATCH_BUDGET, OpenClaims, count_interrupted
 from .state import Grace, Runtime, log
 from .streaks import Streaks
 
-WATCH_AT_LEAST = 1.0  # seconds between two looks, whatever the poll interval
 SWEPT_INTERRUPTED = "its replica stopped mid-turn (found by a live replica)"
 
 
@@ -69,35 +66,27 @@ class MemberWatch:
 
     async def watch(self) -> None:
         """Run for as long as the loops do (see the module doc)."""
-        runtime = self._runtime
-        looked = -math.inf
         self._membership.watched = True  # for as long as the loops run: never set back
         while True:
             presence = self._membership.presence
             if presence is None:
                 return
-            with trio.move_on_after(self._watch_interval()):
-                await presence.stirred()  # lost, or a hint that it may be: look now
-            if presence.lost.is_set():
-                await self._lost(presence.replica)
-                continue
-            # A hint sooner than WATCH_AT_LEAST after the last look waits for it: never a spin.
-            await trio.sleep_until(looked + WATCH_AT_LEAST)
-            looked = trio.current_time()
-            if presence.lost.is_set():  # meanwhile
-                continue
-            try:
-                with self._calls.bounded():
-                    await presence.beat(runtime.in_flight.value, runtime.now())
-                await self._sweep()
-                await self._open_claims.reconcile(WATCH_BUDGET)
-            except StateFault as exc:
-                log.warning(
-                    "replica %s: the store did not answer the watch: %s", runtime.replica, exc
-                )
+            looks = Looks(presence, self._watch_interval())
+            while await looks.next():
+                try:
+                    await self._membership.beat(presence)
+                    await self._sweep()
+                    await self._open_claims.reconcile(WATCH_BUDGET)
+                except StateFault as exc:
+                    log.warning(
+                        "replica %s: the store did not answer the watch: %s",
+                        self._runtime.replica,
+                        exc,
+                    )
+            await self._lost(presence.replica)
 
     def _watch_interval(self) -> float:
-        return max(WATCH_AT_LEAST, self._poll_interval)
+        return max(LOOK_AT_LEAST, self._poll_interval)
 
     async def _lost(self, replica: str) -> None:
         """End our turns, then join again until the store takes us back."""

@@ -32,7 +32,30 @@ from .state import Grace, Runtime, log
 T = TypeVar("T")
 #: Seconds between two looks of a one-shot's guard at its presence, besides every hint.
 GUARD_EVERY = 30.0
-GUARD_AT_LEAST = 1.0  # seconds between two looks, whatever the hints
+LOOK_AT_LEAST = 1.0  # seconds between two looks at a presence, whatever the hints
+
+
+class Looks:
+    """The pace at which a watch looks at ``presence``: at each hint that it may be lost
+    (:meth:`~trio_routines.presence.Presence.stirred`) and every ``every`` seconds, never
+    sooner than :data:`LOOK_AT_LEAST` after the last look (a hint never makes a spin)."""
+
+    def __init__(self, presence: Presence, every: float) -> None:
+        self._presence = presence
+        self._every = every
+        self._looked = -math.inf
+
+    async def next(self) -> bool:
+        """Wait for the next look: True when it is time for one, False (at once) once the
+        presence is lost."""
+        lost = self._presence.lost
+        with trio.move_on_after(self._every):
+            await self._presence.stirred()  # lost, or a hint that it may be: look now
+        if lost.is_set():
+            return False
+        await trio.sleep_until(self._looked + LOOK_AT_LEAST)
+        self._looked = trio.current_time()
+        return not lost.is_set()  # lost meanwhile
 
 
 class Membership:
@@ -127,22 +150,22 @@ class Membership:
         return done.unwrap()
 
     async def _guard(self, presence: Presence) -> None:
-        looked = -math.inf
-        while not presence.lost.is_set():
-            with trio.move_on_after(GUARD_EVERY):
-                await presence.stirred()  # lost, or a hint that it may be: look now
-            if presence.lost.is_set():
-                break
-            await trio.sleep_until(looked + GUARD_AT_LEAST)  # a hint never makes a spin
-            looked = trio.current_time()
+        looks = Looks(presence, GUARD_EVERY)
+        while await looks.next():
             try:
-                with self._calls.bounded() as bound:
-                    await presence.beat(self._runtime.in_flight.value, self._runtime.now())
-                if bound.cancelled_caught:
-                    raise self._calls.no_answer("the replica's record was not refreshed")
+                await self.beat(presence)
             except StateFault as exc:  # a store that loses us says so with ``lost``
                 log.warning("replica %s: the store did not answer: %s", presence.replica, exc)
         self._grace.end_lost()
+
+    async def beat(self, presence: Presence) -> None:
+        """Tell the store we are here (last seen, turns in flight), bounded; on PostgreSQL
+        this also proves that the connection carrying our holds still answers. Raises
+        StateFault."""
+        with self._calls.bounded() as bound:
+            await presence.beat(self._runtime.in_flight.value, self._runtime.now())
+        if bound.cancelled_caught:
+            raise self._calls.no_answer("the replica's record was not refreshed")
 
     async def claims_alive(self, claims: Sequence[tuple[str, Fire]]) -> list[bool]:
         """Whether each open claim's holder is alive. A claim naming our own id is alive only
