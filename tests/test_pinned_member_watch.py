@@ -132,6 +132,25 @@ async def test_a_watch_the_store_does_not_answer_is_a_warning_and_the_next_one_g
     ]
 
 
+async def test_a_watch_beat_the_store_never_answers_is_given_up_at_its_bound_and_said(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # It passed silently to the sweep: a store that never answers looked like one that did.
+    store = MemoryStore()
+    scheduler, _, _, _ = rig(external_clock=True, store=store, poll_interval=30)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        store.hang("beat")
+        await trio.sleep(30 + 5 + 1)  # the look at 30 s, given up 5 s later (store_timeout)
+        store.hangs.discard("beat")
+        assert warned(caplog, "the watch") == [
+            f"replica {scheduler.replica}: the store did not answer the watch: the replica's "
+            "record was not refreshed: the store did not answer within 5s (or before the "
+            "stop's grace ran out)"
+        ]
+        scheduler.stop(0)
+
+
 async def test_a_lost_presence_tries_to_join_again_each_interval_until_the_store_takes_it(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
