@@ -56,8 +56,9 @@ class CliError(TrioRoutinesError):
 
 
 def quoted(text: str) -> str:
-    """A name from outside, quoted for a message: one visible line, at most 64 characters."""
-    return '"' + shown(text)[:64] + '"'
+    """A name from outside, quoted for a message: one visible line that no other name shows
+    as (see :class:`~.table.Name`), at most 64 characters."""
+    return '"' + visible(text)[:64] + '"'
 
 
 def state_arg(args: argparse.Namespace) -> str:

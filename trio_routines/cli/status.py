@@ -33,7 +33,7 @@ from ..records import Fire, Wakeup
 from ..replicas import ReplicaInfo, replica_json
 from ..routines import Routine, catchup_text
 from ..store import Store
-from ..text import shown
+from ..text import shown, visible
 from .client import Server
 from .output import (
     StoreDeadline,
@@ -47,7 +47,7 @@ from .output import (
     state_label,
 )
 from .served import served_in_flight, served_replicas, served_view
-from .table import left, outcome_word, schedule, short_instant, strip, table
+from .table import Name, left, outcome_word, schedule, short_instant, strip, table
 from .wakeuprows import session_spent, wakeup_json, wakeup_lines
 
 STORE_READ = 10.0  # seconds: how long status waits for the store's list of replicas
@@ -93,7 +93,7 @@ def failing_lines(rows: Sequence[RoutineRow]) -> list[str]:
                 if success is not None
                 else "no success in its history"
             )
-            out.append(f"{shown(row.routine.name)}: failing for {row.failing} {runs} — {since}")
+            out.append(f"{visible(row.routine.name)}: failing for {row.failing} {runs} — {since}")
     return out
 
 
@@ -175,7 +175,7 @@ def routine_lines(rows: Sequence[RoutineRow], now: datetime) -> list[str]:
             shown_last = "unreadable"
         cells.append(
             [
-                row.routine.name,
+                Name(row.routine.name),
                 _next(row),
                 left(row.next, now),
                 shown_last,
@@ -334,7 +334,7 @@ def replica_lines(members: Sequence[ReplicaInfo], now: datetime) -> list[str]:
     for m in members:
         seen = max(0, round((now - m.last_seen).total_seconds()))
         out.append(
-            f"  {shown(m.id)}  v{shown(m.version)}  started {format_iso(m.started)}  "
+            f"  {visible(m.id)}  v{shown(m.version)}  started {format_iso(m.started)}  "
             f"seen {seen}s ago  {m.in_flight} in flight"
         )
     return out

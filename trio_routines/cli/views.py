@@ -35,7 +35,7 @@ from .output import (
     state_arg,
     state_label,
 )
-from .table import duration, outcome_word, reason, short_instant, table
+from .table import Name, duration, outcome_word, reason, short_instant, table
 
 HISTORY_TAIL = 20
 
@@ -98,7 +98,7 @@ async def cmd_history(args: argparse.Namespace) -> int:
             duration((entry.fired_at - entry.slot).total_seconds() * 1000),
             outcome_word(entry, running),
             duration(entry.ms),
-            entry.replica or "-",
+            Name(entry.replica or "-"),
             reason(entry),
         ]
         for entry in reversed(entries)

@@ -15,7 +15,7 @@ from ..records import Origin, OriginKind, Wakeup
 from ..store import Store
 from ..text import shown
 from .output import say
-from .table import left, schedule, short_instant, table
+from .table import Name, left, schedule, short_instant, table
 
 PROMPT_SHOWN = 40
 ORIGIN_SHOWN = 48
@@ -32,8 +32,8 @@ def wakeup_lines(
         prompt = wakeup.prompt if len(wakeup.prompt) <= PROMPT_SHOWN else wakeup.prompt[:39] + "…"
         cells.append(
             [
-                wakeup.id,
-                wakeup.session,
+                Name(wakeup.id),
+                Name(wakeup.session),
                 short_instant(wakeup.fire_at),
                 left(wakeup.fire_at, now),
                 schedule(wakeup),
