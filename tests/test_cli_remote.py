@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from procs import Env, in_process, one_line, stop
+from procs import Env, in_process, one_line, stop, wait_for
 from test_pinned_processes import bound_port, request
 
 from trio_routines.cli import main
@@ -333,3 +333,43 @@ def test_a_token_no_client_can_send_is_one_line_for_serve_and_for_a_command(
     )
     assert (asked.returncode, asked.stdout) == (2, "")
     assert one_line(asked.stderr) == f"error: {TOKEN_REFUSED}\n"
+
+
+@pytest.mark.slow
+def test_a_run_over_http_hears_its_turn_end_when_the_server_stops_meanwhile(env: Env) -> None:
+    # The turn completed in the stop's grace and the client heard "no answer: Remote end
+    # closed connection without response" (exit 1): serve ended its HTTP surface first.
+    env.routine("adhoc", prompt="say hi")
+    marker = env.root / "started"
+    agent = f"cmd:touch {marker}; sleep 2; echo hi"
+    with (env.root / "serve.log").open("wb") as err:
+        proc = subprocess.Popen(
+            env.argv("serve", "--agent", agent, "--http", "127.0.0.1:0"),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            cwd=env.root,
+            env=env.environ(),
+        )
+    env.procs.append(proc)
+    port = bound_port(env)
+    client = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trio_routines",
+            "run",
+            "adhoc",
+            "--url",
+            f"http://127.0.0.1:{port}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env.environ(),
+        cwd=env.root,
+    )
+    env.procs.append(client)  # type: ignore[arg-type]
+    wait_for(marker.exists, 20, "the turn to start")
+    assert stop(proc) == 0
+    out, err_text = client.communicate(timeout=30)
+    assert (client.returncode, out) == (0, "hi\n"), err_text

@@ -22,7 +22,7 @@ from trio_routines.errors import StateFault
 from trio_routines.http import InsecureBind
 from trio_routines.records import Outcome
 from trio_routines.scheduler import DEFAULT_GRACE
-from trio_routines.testing import Hang, MemoryStore, ScriptedAgent
+from trio_routines.testing import Complete, Hang, MemoryStore, ScriptedAgent
 
 ROUTINES = [Routine(name="adhoc", prompt="p")]
 SLOT = "2026-07-07T10:00:00.000Z"
@@ -81,6 +81,34 @@ async def test_a_second_signal_stops_at_once() -> None:
             os.kill(os.getpid(), signal.SIGINT)
     [fire] = await store.history("adhoc")
     assert fire.outcome is Outcome.INTERRUPTED
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [("/run", {"name": "adhoc"}), ("/fire", {"name": "adhoc", "slot": SLOT, "wait": True})],
+)
+async def test_a_request_that_waited_for_its_turn_is_answered_when_a_stop_comes_meanwhile(
+    path: str, body: dict[str, Any]
+) -> None:
+    # The turn completed in its grace, and the client got no answer: the HTTP server was
+    # ended with the rest of serve's nursery the moment the scheduler had drained.
+    agent, store = ScriptedAgent(Complete(duration=0.5, reply="done")), MemoryStore()
+    scheduler = scheduler_with(agent, store)
+    answers: list[tuple[int, Any]] = []
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(partial(serve, scheduler, http=("127.0.0.1", 0)))
+
+            async def ask() -> None:
+                answers.append(await call(port, "POST", path, body))
+
+            nursery.start_soon(ask)
+            while not agent.turns:  # noqa: ASYNC110 -- the agent offers no event
+                await trio.sleep(0.01)
+            scheduler.stop()  # the default grace: the turn ends well within it
+    ((status, answer),) = answers
+    assert status == 200, answer
+    assert answer["outcome"] == "completed"
 
 
 async def test_the_host_stopping_the_scheduler_ends_serve_and_without_signals() -> None:

@@ -5,7 +5,8 @@ wiring a signal receiver, the HTTP server and the shutdown order by hand. The or
 command line's: the scheduler boots first; the HTTP surface starts once it runs; the first
 signal stops the scheduler with the grace (new fires are answered 503, in-flight turns get the
 grace to finish, then are interrupted and settled), a second signal stops it at once; once the
-last turn has settled, the HTTP server and the signal watch end and :func:`serve` returns.
+last turn has settled and the HTTP server has answered the requests that waited for one
+(:class:`Answering`), the signal watch ends and :func:`serve` returns.
 The signals are watched from before the boot: one during the boot gives the boot up at once
 (each of its store calls may otherwise take the store timeout), and nothing is served.
 """
@@ -16,8 +17,9 @@ import contextlib
 import logging
 import signal
 import socket
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from functools import partial
+from typing import Any
 
 import trio
 
@@ -51,21 +53,60 @@ async def watch_signals(
         remaining = 0.0
 
 
+class Answering:
+    """The HTTP surfaces of a served scheduler, as :func:`run_then_end` waits for them.
+
+    A request that waited for a fire (``"wait": true``, ``POST /run``) is answered once the
+    fire settled, which may be the last thing the scheduler does before it has drained: the
+    surface then stops accepting, closes its idle connections and finishes its answers (its
+    graceful timeout bounds that), and ends on its own. Ending it with the rest of the nursery
+    instead would drop those answers, the turns they waited for completed."""
+
+    def __init__(self) -> None:
+        self._serving = 0
+        self._ended = trio.Event()
+
+    async def serve(
+        self,
+        surface: Callable[..., Awaitable[object]],
+        *,
+        task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """``await nursery.start(answering.serve, surface)``: run ``surface(task_status=)``,
+        counted until it returns."""
+        self._serving += 1
+        try:
+            await surface(task_status=task_status)
+        finally:
+            self._serving -= 1
+            if self._serving == 0:
+                self._ended.set()
+
+    async def ended(self) -> None:
+        """Return once no surface serves (at once when none was started)."""
+        if self._serving:
+            await self._ended.wait()
+
+
 async def run_then_end(
     scheduler: Scheduler,
     nursery: trio.Nursery,
+    answering: Answering | None = None,
     *,
     task_status: trio.TaskStatus[Scheduler] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run ``scheduler`` in ``nursery``; once it stopped and settled, cancel the nursery.
+    """Run ``scheduler`` in ``nursery``; once it stopped and settled, and ``answering``'s
+    surfaces answered (:class:`Answering`), cancel the nursery.
 
     ``await nursery.start(run_then_end, scheduler, nursery)`` returns once it runs; whatever
-    else the nursery serves (HTTP, the signal watch) then ends with it.
+    else the nursery serves (the signal watch, a reload on SIGHUP) then ends with it.
     """
     await scheduler.run(task_status=task_status)
     # The loops have ended, but a fire the host (or an HTTP request) started may still be in
     # its grace: a second signal must still reach it.
     await scheduler.wait_drained()
+    if answering is not None:
+        await answering.ended()
     nursery.cancel_scope.cancel()
 
 
@@ -74,10 +115,12 @@ async def start_watched(
     scheduler: Scheduler,
     signals: AsyncIterator[int] | None,
     grace: float,
+    answering: Answering | None = None,
 ) -> bool:
-    """Start ``scheduler`` in ``nursery`` (:func:`run_then_end`), ``signals`` watched from
-    the start of its boot (:func:`watch_signals`). False when one came before the boot
-    completed: the boot was given up, nothing runs, and the nursery ends."""
+    """Start ``scheduler`` in ``nursery`` (:func:`run_then_end`, waiting for ``answering``),
+    ``signals`` watched from the start of its boot (:func:`watch_signals`). False when one
+    came before the boot completed: the boot was given up, nothing runs, and the nursery
+    ends."""
 
     async def run(*, task_status: trio.TaskStatus[Scheduler]) -> None:
         if signals is not None:
@@ -85,7 +128,7 @@ async def start_watched(
             # inside run(), so a signal already waiting stops a boot begun (a stop before
             # run() would make it refuse to run).
             nursery.start_soon(watch_signals, signals, scheduler, grace, True)
-        await run_then_end(scheduler, nursery, task_status=task_status)
+        await run_then_end(scheduler, nursery, answering, task_status=task_status)
 
     await nursery.start(run)
     return scheduler.booted
@@ -159,13 +202,13 @@ async def _serve(
     stop_grace = scheduler.default_grace if grace is None else grace
     receiver = trio.open_signal_receiver(*wanted) if wanted else contextlib.nullcontext(None)
     with receiver as received:
+        answering = Answering()
         async with trio.open_nursery() as nursery:
-            runs = await start_watched(nursery, scheduler, received, stop_grace)
+            runs = await start_watched(nursery, scheduler, received, stop_grace, answering)
             port: int | None = None
             if runs and http is not None:
                 from .http import serve_http
 
-                port = await nursery.start(
-                    partial(serve_http, scheduler, *http, token=token, sock=listener)
-                )
+                surface = partial(serve_http, scheduler, *http, token=token, sock=listener)
+                port = await nursery.start(answering.serve, surface)
             task_status.started(port)

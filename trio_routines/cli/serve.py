@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 import trio
 
 from ..agent import Agent
-from ..hosting import start_watched
+from ..hosting import Answering, start_watched
 from ..instants import format_iso
 from ..routines import Routine
 from ..scheduler import Scheduler
@@ -120,17 +120,17 @@ async def _serve(
                 rate=args.wake_rate, depth=args.wake_depth, lifetime=args.wake_lifetime
             ),
         )
+        answering = Answering()
         async with trio.open_nursery() as nursery:
             # The stop signals are watched from before the boot, whose store calls may each
             # take the store timeout: one during the boot gives it up at once.
-            runs = await start_watched(nursery, scheduler, signals, args.grace)
+            runs = await start_watched(nursery, scheduler, signals, args.grace, answering)
             if runs:
                 _log_armed(args, state, scheduler, routines)
                 # --- hook: the HTTP surface, in the same nursery as the runtime -----------
                 if serve_http is not None:
-                    await nursery.start(
-                        functools.partial(serve_http, scheduler, token=token, sock=listener)
-                    )
+                    surface = functools.partial(serve_http, scheduler, token=token, sock=listener)
+                    await nursery.start(answering.serve, surface)
                 # ---------------------------------------------------------------------------
                 nursery.start_soon(_reload_on_hangup, hangups, scheduler, args.routines)
     log.info("stopped" if runs else "stopped during the boot: nothing was armed or fired")
