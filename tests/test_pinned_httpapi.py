@@ -28,7 +28,7 @@ from trio_routines.http.api import MAX_REPLY
 from trio_routines.http.wire import Refusal, Response
 from trio_routines.instants import format_iso
 from trio_routines.routines import catchup_text
-from trio_routines.testing import Hang, MemoryStore, ScriptedAgent
+from trio_routines.testing import Busy, Hang, MemoryStore, ScriptedAgent
 from trio_routines.wakelimits import WakeLimits
 
 ADHOC = Routine(name="adhoc", prompt="go")
@@ -275,6 +275,25 @@ async def test_run_refusals_and_a_busy_session_whole(autojump_clock: Any) -> Non
             STOPPING_TURNS,
             (("retry-after", "5"),),
         )
+
+
+async def test_a_run_the_agent_says_busy_answers_with_the_agents_words(autojump_clock: Any) -> None:
+    # It said "the previous turn of "adhoc" is still running", where none of ours ran.
+    agent = ScriptedAgent()
+    agent.script(Busy(), session="routine:adhoc")
+    scheduler = Scheduler(agent=agent, store=MemoryStore(), routines=[ADHOC], external_clock=True)
+    async with trio.open_nursery() as nursery:
+        await started(scheduler, nursery)
+        waited = await api.run(scheduler, {"name": "adhoc"})
+        scheduler.stop(grace=0)
+    assert waited.status == 200
+    assert waited.body == {
+        "name": "adhoc",
+        "session": "routine:adhoc",
+        "ran": False,
+        "reason": "the session already has a turn in flight",
+        "ms": 0,
+    }
 
 
 # -- GET /readyz ---------------------------------------------------------------------------------
