@@ -278,7 +278,7 @@ async def test_run_refusals_and_a_busy_session_whole(autojump_clock: Any) -> Non
 
 
 async def test_a_run_the_agent_says_busy_answers_with_the_agents_words(autojump_clock: Any) -> None:
-    # It said "the previous turn of "adhoc" is still running", where none of ours ran.
+    # It said "the previous turn of "adhoc" is still running" alone, where none of ours ran.
     agent = ScriptedAgent()
     agent.script(Busy(), session="routine:adhoc")
     scheduler = Scheduler(agent=agent, store=MemoryStore(), routines=[ADHOC], external_clock=True)
@@ -291,7 +291,8 @@ async def test_a_run_the_agent_says_busy_answers_with_the_agents_words(autojump_
         "name": "adhoc",
         "session": "routine:adhoc",
         "ran": False,
-        "reason": "the session already has a turn in flight",
+        "reason": 'the previous turn of "adhoc" is still running '
+        "(the session already has a turn in flight)",
         "ms": 0,
     }
 

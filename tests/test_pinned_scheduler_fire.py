@@ -44,9 +44,11 @@ async def test_every_kind_of_fire_result_names_its_routine_and_slot(
     assert done == FireResult("hourly", at(9), True, outcome=Outcome.COMPLETED, ms=2000)
     assert duplicate == FireResult("hourly", at(9), False, reason="duplicate")
     assert stale == FireResult("hourly", at(8), False, reason="stale")
+    said = "the session already has a turn in flight"  # the agent's own words, after ours
     assert busy == FireResult(
-        "hourly", at(10), True, reason=busy_reason("hourly"), outcome=Outcome.SKIPPED, ms=0
+        "hourly", at(10), True, reason=busy_reason("hourly", said), outcome=Outcome.SKIPPED, ms=0
     )
+    assert busy.reason == f"{busy_reason('hourly')} ({said})"
     assert paused == [FireResult("hourly", at(10), False, reason="paused")] * 2
     assert scheduler.statistics().outcomes == {
         "completed": 1,

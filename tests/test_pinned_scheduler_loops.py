@@ -16,6 +16,7 @@ import trio.testing
 from scheduler_rig import HOURLY, T0, Recording, at, messages, rig, until
 
 from trio_routines import Outcome, Routine, StateFault
+from trio_routines.records import GapReason
 from trio_routines.scheduler.loops import LOOP_NAME, CronLoops
 from trio_routines.scheduler.sleepers import PRUNE_SLACK, Sleepers
 from trio_routines.testing import Complete, WallClock
@@ -575,3 +576,100 @@ async def test_a_cron_routine_added_to_an_external_clocks_scheduler_is_never_arm
         scheduler.stop()
     assert changes.added == ("hourly",)
     assert agent.turns == []  # its slots are the external clock's to fire
+
+
+# -- what a re-arm accounts for, and updates that race the boot -------------------------------
+
+MINUTELY = Routine(name="m", prompt="p", cron="* * * * *")
+
+
+def _gaps(gaps: list[Any]) -> list[tuple[datetime, datetime, int, GapReason]]:
+    return [(g.first, g.last, g.count, g.reason) for g in gaps]
+
+
+async def test_a_restart_records_the_slot_its_loop_was_at(
+    autojump_clock: Any,
+) -> None:
+    # A claim that raised (a custom store's bug) restarted the loop, which re-armed from now:
+    # 11:00 was neither claimed nor inside a gap.
+    scheduler, agent, store, wall = rig(wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        store.fail("claim", RuntimeError("bug"), times=1)
+        await until(wall, at(12, 30))
+        scheduler.stop()
+    assert [t.wall for t in agent.turns] == [at(12)]
+    assert _gaps(await store.gaps("hourly")) == [(at(11), at(11), 1, GapReason.STORE)]
+
+
+@pytest.mark.parametrize("change", ["changed", "removed and added again"])
+async def test_the_slots_a_turn_overlaps_are_recorded_when_its_routine_changes_meanwhile(
+    autojump_clock: Any, change: str
+) -> None:
+    # A 150 s turn from 10:31: 10:32 and 10:33 pass while it runs. Its loop records them as
+    # the turn's overlap; a change during the turn ended that loop, and its successor armed
+    # from the newest claim and now, recording nothing.
+    scheduler, agent, store, wall = rig(MINUTELY, wakeups=False)
+    agent.script(Complete(duration=150), session=MINUTELY.session)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, datetime(2026, 7, 7, 10, 31, 10, tzinfo=UTC))
+        if change == "changed":
+            scheduler.update_routines([attrs.evolve(MINUTELY, prompt="q")])
+        else:
+            scheduler.update_routines([])
+            scheduler.update_routines([MINUTELY])
+        await until(wall, datetime(2026, 7, 7, 10, 35, 30, tzinfo=UTC))
+        tasks = _loop_tasks()
+        scheduler.stop()
+    assert len(tasks) == 1  # the old loop ended: never two for one routine
+    history = await store.history("m")
+    assert [(f.slot, f.outcome) for f in history] == [
+        (at(10, 31), Outcome.COMPLETED),
+        (at(10, 34), Outcome.COMPLETED),
+        (at(10, 35), Outcome.COMPLETED),
+    ]
+    assert _gaps(await store.gaps("m")) == [(at(10, 32), at(10, 33), 2, GapReason.OVERLAP)]
+
+
+class SlowBoot(Recording):
+    """A store that takes 3 s to answer one of the boot's reads (``slow``)."""
+
+    def __init__(self, slow: str) -> None:
+        super().__init__()
+        self.slow = slow
+
+    async def latest_fire(self, routine: str) -> Any:
+        if self.slow == "latest_fire":
+            await trio.sleep(3)
+        return await super().latest_fire(routine)
+
+    async def first_armed(self, names: Any, now: datetime) -> Any:
+        if self.slow == "first_armed":
+            await trio.sleep(3)
+        return await super().first_armed(names, now)
+
+
+@pytest.mark.parametrize("slow", ["latest_fire", "first_armed"])
+async def test_routines_replaced_during_the_boot_arm_as_updated(
+    autojump_clock: Any, slow: str
+) -> None:
+    # The boot read the newest claims of the routines it began with: one removed meanwhile
+    # was a KeyError that ended run(), or stayed armed at a slot long past, never firing.
+    other = Routine(name="b", prompt="p", cron="* * * * *")
+    scheduler, agent, _, wall = rig(MINUTELY, store=SlowBoot(slow), wakeups=False)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(scheduler.run)
+        await trio.sleep(0.5)  # the boot waits for the store
+        changes = scheduler.update_routines([other])
+        await until(wall, datetime(2026, 7, 7, 10, 33, 30, tzinfo=UTC))
+        statistics = scheduler.statistics()
+        scheduler.stop()
+    assert (changes.added, changes.removed) == (("b",), ("m",))
+    assert statistics.armed == ("b",)
+    assert dict(statistics.next_due) == {"b": at(10, 34)}
+    assert [(t.session, t.wall) for t in agent.turns] == [
+        ("routine:b", at(10, 31)),
+        ("routine:b", at(10, 32)),
+        ("routine:b", at(10, 33)),
+    ]

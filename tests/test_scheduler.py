@@ -473,7 +473,7 @@ async def test_busy_turn_is_skipped_not_failed(
     assert (result.claimed, result.outcome, result.failed) == (True, Outcome.SKIPPED, None)
     assert result.reason == (
         'the previous turn of "hourly" is still running — this occurrence is skipped, '
-        "the next fires per cron"
+        "the next fires per cron (the session already has a turn in flight)"
     )
     assert await rig.fires() == [(at(9), T0, Outcome.SKIPPED)]
     # An overlap, no failure; the history keeps the agent's own words (it said why, we cannot)

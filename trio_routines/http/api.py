@@ -81,8 +81,9 @@ def _fire_body(name: str, at: datetime, result: FireResult) -> dict[str, Any]:
 
 def _run_body(routine: Routine, name: str, turn: TurnResult) -> dict[str, Any]:
     body: dict[str, Any] = {"name": name[:ECHO], "session": routine.session}
-    if turn.busy:  # the agent's words when it said busy (a 409), else our own turn's
-        body.update(ran=False, reason=turn.failed or _busy_reason(name), ms=turn.ms)
+    if turn.busy:  # with the agent's words when it was the agent that said busy (a 409)
+        said = "" if turn.failed is None else f" ({turn.failed})"
+        body.update(ran=False, reason=_busy_reason(name) + said, ms=turn.ms)
         return body
     body.update(ran=True, outcome=turn.outcome.value, ms=turn.ms)
     if turn.failed is not None:

@@ -11,7 +11,7 @@ claims do not leave the others' interrupted fires unreported.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TypeVar
 
@@ -211,7 +211,10 @@ class Boot:
             if planned_here is not None and planned_here.missed is not None:
                 _log_missed(name, planned_here, due, current, routine.catchup)
             planned[name] = due
-        return planned
+        # Those an update_routines() removed or replaced meanwhile are not armed from here:
+        # a replaced one's loop arms anew once the loops run.
+        loaded = self._runtime.routines
+        return {name: due for name, due in planned.items() if loaded.get(name) is routines[name]}
 
     async def _overlapped(
         self,
@@ -257,7 +260,7 @@ class Boot:
 
     async def _read_newest_claims(
         self,
-        routines: Collection[str],
+        routines: Mapping[str, Routine],
         unreadable: dict[str, StateFault],
         *,
         tolerant: bool,
@@ -280,9 +283,7 @@ class Boot:
             if fire is not None and fire.outcome is Outcome.COMPLETED:
                 self._runtime.metrics.succeeded(name, ended(fire))
         if not tolerant:
-            cron = {
-                name: fire for name, fire in newest.items() if self._runtime.routines[name].cron
-            }
+            cron = {name: fire for name, fire in newest.items() if routines[name].cron is not None}
             self._seed_failing(cron)
         return newest
 

@@ -390,8 +390,7 @@ class FirePath:
             slot,
             turn.outcome,
             turn.ms,
-            # The agent's words when it said busy, as the history has them; else our own turn.
-            reason=(turn.failed or busy_reason(name)) if busy else None,
+            reason=busy_reason(name, turn.failed) if busy else None,
             failed=None if busy else turn.failed,
             settled_at=settled,
         )

@@ -18,7 +18,7 @@ from ..claims import arm_from
 from ..cron import next_run, parse_cron
 from ..errors import StateFault
 from ..gaps import is_late, old_reason, passed_over
-from ..records import Gap
+from ..records import Fire, Gap, GapReason
 from ..routines import Routine
 from .arming import Arming
 from .calls import StoreCalls
@@ -69,8 +69,17 @@ class CronLoops:
         self.firing: dict[str, object] = {}
         self._waiters: dict[object, trio.Event] = {}  # marker -> set once that fire settled
 
-    async def loop(self, routine: Routine, due: datetime | None, *, rearm: bool) -> None:
-        """Fire ``routine`` at ``due`` and every slot after it; with ``rearm``, plan ``due``.
+    async def loop(
+        self,
+        routine: Routine,
+        due: datetime | None,
+        *,
+        rearm: bool,
+        passed: GapReason | None = None,
+    ) -> None:
+        """Fire ``routine`` at ``due`` and every slot after it; with ``rearm``, plan ``due``,
+        the slots passed over since the newest claim recorded as ``passed`` (a changed
+        routine's: those its previous version's turn overlapped) when it is given.
 
         Everything lives in this one frame, the restart policy included: at 10,000 routines
         every sleeping frame is memory.
@@ -92,8 +101,8 @@ class CronLoops:
                     if previous is not None:  # the version this one replaces is still settling
                         await self._settled(previous)
                     del previous
-                    due = await self._rearm_due(routine)
-                    rearm = False
+                    due = await self._rearm_due(routine, passed, due)
+                    rearm, passed = False, None
                     if not self._current(routine):
                         return
                     self._arming.set_due(routine, due)
@@ -212,15 +221,23 @@ class CronLoops:
                 if self._runtime.stopping.value or not self._current(routine):
                     return
                 backoff = await self._restarts.restart_after(f"cron:{name}", name, exc, backoff)
-                rearm = True
+                # From the slot it was at: those that pass meanwhile are the fault's.
+                rearm, passed = True, GapReason.STORE
 
     def start(
-        self, nursery: trio.Nursery, routine: Routine, due: datetime | None, *, rearm: bool
+        self,
+        nursery: trio.Nursery,
+        routine: Routine,
+        due: datetime | None,
+        *,
+        rearm: bool,
+        passed: GapReason | None = None,
     ) -> None:
         """Start :meth:`loop` in ``nursery``, named as Trio would name it, with one string
         shared by every loop: Trio would format that name anew for each task, and at 10,000
         sleeping routines every object a loop keeps is memory."""
-        nursery.start_soon(functools.partial(self.loop, routine, due, rearm=rearm), name=LOOP_NAME)
+        loop = functools.partial(self.loop, routine, due, rearm=rearm, passed=passed)
+        nursery.start_soon(loop, name=LOOP_NAME)
 
     async def _settled(self, firing: object) -> None:
         """Return once the fire marked ``firing`` has settled."""
@@ -233,13 +250,44 @@ class CronLoops:
         """Whether ``routine`` is still the loaded version of its name (not removed, replaced)."""
         return self._runtime.routines.get(routine.name) is routine
 
-    async def _rearm_due(self, routine: Routine) -> datetime | None:
-        """The next slot after both the newest claim and now: no double fire, no back-fire."""
+    async def _rearm_due(
+        self, routine: Routine, passed: GapReason | None, at: datetime | None
+    ) -> datetime | None:
+        """The next slot after both the newest claim and now: no double fire, no back-fire.
+        With ``passed``, the slots from the newest claim (or from ``at``, the slot the loop
+        was at, if it is later) to now that no claim nor gap accounts for are recorded as
+        ``passed``: every slot is a claim or inside a gap."""
         assert routine.cron is not None
-        newest = await self._calls.latest_fire(routine.name)
+        name = routine.name
+        newest = await self._calls.latest_fire(name)
         now = self._runtime.now()
-        self._arming.note_future_claim(routine.name, newest, now)
-        return next_run(routine.cron, routine.tz, arm_from(newest, now), routine.name)
+        self._arming.note_future_claim(name, newest, now)
+        if passed is not None:
+            await self._account(routine, newest, at, now, passed)
+        return next_run(routine.cron, routine.tz, arm_from(newest, now), name)
+
+    async def _account(
+        self,
+        routine: Routine,
+        newest: Fire | None,
+        at: datetime | None,
+        now: datetime,
+        reason: GapReason,
+    ) -> None:
+        assert routine.cron is not None
+        marks = [] if newest is None else [newest.slot]
+        if at is not None:
+            marks.append(at - _MS)  # the slot the loop was at is not accounted for
+        if not marks:
+            return  # a version that never fired, the loop at no slot: nothing was passed
+        try:
+            gap_end = await self._gaps.newest_gap_end(routine.name)
+        except StateFault:
+            gap_end = None  # written at worst twice: the store keeps one of equal gaps
+        if gap_end is not None:
+            marks.append(gap_end)
+        gap = passed_over(routine.cron, routine.tz, routine.name, max(marks), now, reason)
+        await self._gaps.record_gap(routine.name, gap)
 
 
 #: The name of every cron loop's task (see :meth:`CronLoops.start`).

@@ -13,8 +13,9 @@ The rules, so that a reload can never fire a slot twice nor back-fire:
 * an **unchanged** routine keeps its loop untouched.
 
 Loops notice through identity: a loop runs while ``runtime.routines[name]`` is the very object it
-was started with, and every sleeping loop is woken to look (see :mod:`.loops`). A reload from a
-directory (``SIGHUP`` in ``serve``) keeps the loaded version of a routine whose file is now
+was started with, and every sleeping loop is woken to look (see :mod:`.loops`); an added or
+changed routine is loaded as a copy of the one given, so that no older loop holds it. A reload
+from a directory (``SIGHUP`` in ``serve``) keeps the loaded version of a routine whose file is now
 broken, and says why. It changes nothing, and says why, when the directory is gone, cannot be
 read, or holds no routine while some are loaded -- a directory swapped for an empty one, a
 mount that did not happen -- unless a file named :data:`NO_ROUTINES` in it says that empty is
@@ -30,6 +31,7 @@ import attrs
 import trio
 
 from ..errors import InvalidRoutine
+from ..records import GapReason
 from ..routinedir import LoadResult, load_routines
 from ..routines import Routine
 from .arming import Arming
@@ -109,9 +111,14 @@ class Reload:
         added = tuple(n for n in wanted if n not in old)
         removed = tuple(n for n in old if n not in wanted)
         changed = tuple(n for n in wanted if n in old and old[n] != wanted[n])
-        # An unchanged routine keeps its object, so that its loop goes on untouched.
+        # An unchanged routine keeps its object, so that its loop goes on untouched; an added
+        # or changed one is loaded as a copy, an object no loop has: the caller's own may be
+        # the one an older loop of that name still holds, not yet woken to see it removed
+        # (a routine removed and added again, or changed and changed back), which would then
+        # go on beside the new one.
         runtime.routines = current = {
-            n: old[n] if n in old and n not in changed else r for n, r in wanted.items()
+            n: old[n] if n in old and n not in changed else attrs.evolve(r)
+            for n, r in wanted.items()
         }
         for name in removed + changed:
             self._arming.forget(name)
@@ -128,7 +135,12 @@ class Reload:
             for name in added + changed:
                 routine = current[name]
                 if routine.cron is not None:
-                    self._cron.start(loops, routine, None, rearm=True)
+                    # A changed one's slots that passed while its previous version's turn ran
+                    # are that turn's overlap, as its own loop would have recorded them; so
+                    # are those of one removed and added again while its turn still runs.
+                    overlapped = name in changed or name in self._cron.firing
+                    passed = GapReason.OVERLAP if overlapped else None
+                    self._cron.start(loops, routine, None, rearm=True, passed=passed)
                     if not self._wakeups:
                         self._clock.start(loops)
         changes = RoutineChanges(added, changed, removed)

@@ -140,12 +140,15 @@ def duration(seconds: float) -> str:
     return " ".join(parts)
 
 
-def busy_reason(name: str) -> str:
-    """Why a claimed slot was skipped: its routine's session still had a turn in flight."""
-    return (
+def busy_reason(name: str, said: str | None = None) -> str:
+    """Why a claimed slot was skipped: its routine's session still had a turn in flight; with
+    what the agent ``said`` when it was the agent that answered busy (a 409 may also mean
+    that it did this slot already, by its idempotency key: the history keeps its words)."""
+    reason = (
         f'the previous turn of "{name[:64]}" is still running — this occurrence is skipped, '
         "the next fires per cron"
     )
+    return reason if said is None else f"{reason} ({said})"
 
 
 def on_grid(routine: Routine, slot: datetime) -> bool:
