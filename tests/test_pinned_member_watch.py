@@ -84,6 +84,11 @@ async def test_a_dead_members_free_open_claims_are_swept_and_no_others(
     counted = {key: n for key, n in scheduler.metrics.fires.items() if n}
     assert counted == {("b", "interrupted"): 1, ("c", "interrupted"): 1}
     assert {name: scheduler.metrics.failing.get(name) for name in "bc"} == {"b": 1, "c": None}
+    # A cron routine's series made from the slot recorded, as a boot makes them.
+    assert {name: scheduler.metrics.last_success.get(name) for name in "bc"} == {
+        "b": at(9),
+        "c": None,
+    }
     assert warned(caplog, "that replica stopped") == [
         f"b: the fire claimed at {format_iso(at(9))} by replica r2 never finished — that "
         "replica stopped mid-turn; recorded as interrupted"
