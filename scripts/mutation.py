@@ -198,6 +198,10 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_wakeups.py",
             "tests/test_pinned_wakeups.py",
             "tests/test_store_contract.py",
+            "tests/test_origin.py",
+            "tests/test_wakeexpiry.py",
+            "tests/test_pinned_wakecalls.py",
+            "tests/test_wakeup_journal_properties.py",
         ],
     ),
     "cron": (

@@ -113,6 +113,31 @@ async def test_a_started_scheduler_records_older_open_claims_of_dead_holders_and
     ]
 
 
+async def test_an_open_claim_naming_this_replica_is_not_said_to_have_a_holder_gone(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its own turn, whose settle the store never took, read "its holder is gone": this very
+    # replica, alive, was named as a dead one.
+    store = MemoryStore()
+    routine = Routine(name="hourly", prompt="p", cron="0 * * * *")
+    scheduler, _, _, _ = rig(routine, store=store, wakeups=False)
+    for hour in (7, 8):
+        await store.claim("hourly", at(hour), at(hour), replica=scheduler.replica)
+    await store.settle("hourly", at(8), Outcome.COMPLETED, 5)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.testing.wait_all_tasks_blocked()  # looked for once the loops run
+        scheduler.stop()
+    assert _fires(store, "hourly")[0] == (at(7), Outcome.INTERRUPTED, OPEN_INTERRUPTED)
+    warned = [r.getMessage() for r in caplog.records if "never finished" in r.getMessage()]
+    assert warned == [
+        "hourly: the fire of slot 2026-07-07T07:00:00.000Z claimed at "
+        f"2026-07-07T07:00:00.000Z by replica {scheduler.replica} never finished and this "
+        "replica holds no turn of it (its outcome was never recorded, or an earlier process "
+        "under this id made it); recorded as interrupted"
+    ]
+
+
 async def test_the_watch_records_an_open_claim_whose_holder_died_since_the_boot(
     autojump_clock: Any,
 ) -> None:

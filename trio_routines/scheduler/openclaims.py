@@ -37,6 +37,13 @@ WATCH_BUDGET = 1024
 OPEN_INTERRUPTED = "never settled: its replica stopped mid-turn or could not record the outcome"
 
 
+#: Why an open claim naming this replica, which it does not hold, is recorded interrupted.
+OURS_UNSETTLED = (
+    "this replica holds no turn of it (its outcome was never recorded, or an earlier process "
+    "under this id made it)"
+)
+
+
 class OpenClaims:
     """Settles the dead of the open claims the store finds; collaborators: the ``store``,
     the :class:`Runtime` (the loaded routines), the :class:`StoreCalls` (bounds, settles)
@@ -76,14 +83,19 @@ class OpenClaims:
             log.error("the open claims could not be checked: %s: %s", type(exc).__name__, exc)
             return
         dead = await self._still_open(gone)
+        replica = self._runtime.replica
         for name, fire in dead:
+            # Ours and not held: a turn of this process whose settle the store never took
+            # (its outcome was logged then), or of an earlier process under our id.
+            whose = "its holder is gone" if fire.replica != replica else OURS_UNSETTLED
             log.warning(
-                "%s: the fire of slot %s claimed at %s by replica %s never finished and its "
-                "holder is gone; recorded as interrupted",
+                "%s: the fire of slot %s claimed at %s by replica %s never finished and %s; "
+                "recorded as interrupted",
                 name,
                 format_iso(fire.slot),
                 format_iso(fire.fired_at),
                 fire.replica,
+                whose,
             )
         async with trio.open_nursery() as nursery:  # settles batch together
             for name, fire in dead:
