@@ -6,20 +6,27 @@ interface; these tests are also what mutation testing runs against ``wakeups``.
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import UTC, datetime, timedelta
 
+import attrs
 import pytest
 
 from trio_routines.errors import InvalidWakeup
-from trio_routines.records import Wakeup
+from trio_routines.records import Origin, OriginKind, Wakeup
+from trio_routines.wakelimits import WakeLimits
 from trio_routines.wakeups import (
+    MAX_ATTEMPTS,
+    MAX_PENDING_PER_SESSION,
     WakeupRequest,
     added_reply,
     bad_delay_reply,
     check_stored,
+    defer_dropped,
     envelope,
     plan_add,
+    plan_defer,
     remove,
     take_first_due,
 )
@@ -247,3 +254,44 @@ def test_a_stored_entry_longer_than_any_add_makes_is_malformed(field: str, most:
     assert str(raised.value) == (
         f"the {field} is too long: at most {most:,} characters, not {most + 1:,}."
     )
+
+
+def test_a_busy_one_shot_is_dropped_past_its_last_retry_and_says_which_limit_dropped_it() -> None:
+    # The 120th deferral is kept, the 121st is not: the log names the retries, not the cap.
+    kept = Wakeup(id="w1", session="s", prompt="p", fire_at=NOW, attempts=MAX_ATTEMPTS - 1)
+    deferred = plan_defer([], kept, LATER)
+    assert deferred is not None
+    assert deferred.attempts == MAX_ATTEMPTS
+    assert plan_defer([], deferred, LATER) is None
+    assert defer_dropped(deferred) == "dropped after too many busy retries"
+    assert defer_dropped(kept) == (  # not its retries: its session's cap dropped it
+        f"dropped: session busy, and it already has {MAX_PENDING_PER_SESSION} pending "
+        "wake-ups (the most it may have)"
+    )
+    assert defer_dropped(attrs.evolve(kept, attempts=None)) == defer_dropped(kept)
+
+
+def test_a_recurring_wake_up_whose_next_occurrence_passes_its_until_ends_with_a_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    until = NOW + timedelta(minutes=30)
+    last = Wakeup(id="w1", session="s%d", prompt="p", fire_at=NOW, cron="0 * * * *", until=until)
+    with caplog.at_level(logging.INFO, logger="trio_routines"):
+        rest, taken = take_first_due([last], NOW)
+    assert (rest, taken) == ([], last)
+    assert [r.getMessage() for r in caplog.records] == [
+        "wake-up w1 of session 's%d': its last occurrence before its until "
+        "(2026-07-07T10:30:00.000Z) fires now; it is removed"
+    ]
+
+
+def test_an_add_deeper_than_the_chain_limit_is_refused() -> None:
+    deep = Origin(kind=OriginKind.WAKEUP, depth=6, parent="w0")
+    request = WakeupRequest(
+        session="s", prompt="p", fire_at=LATER, origin=deep, limits=WakeLimits(depth=5)
+    )
+    assert refused(request).startswith(
+        "chain-depth limit — this wake-up would be number 6 in a chain of wake-ups"
+    )
+    at_limit = attrs.evolve(request, origin=attrs.evolve(deep, depth=5))
+    assert plan_add([], at_limit, NOW).origin == at_limit.origin

@@ -284,7 +284,7 @@ def take_first_due(pending: Sequence[Wakeup], now: datetime) -> tuple[list[Wakeu
             if upcoming is None:
                 del rest[index]
             elif wakeup.until is not None and upcoming > wakeup.until:
-                log.info("%s", _ended_line(wakeup))
+                log.info("%s", _ended_line(wakeup, wakeup.until))
                 del rest[index]
             else:
                 rest[index] = attrs.evolve(wakeup, fire_at=upcoming, attempts=None)
@@ -294,11 +294,10 @@ def take_first_due(pending: Sequence[Wakeup], now: datetime) -> tuple[list[Wakeu
     return rest, None
 
 
-def _ended_line(wakeup: Wakeup) -> str:
-    until = format_iso(wakeup.until) if wakeup.until is not None else "?"
+def _ended_line(wakeup: Wakeup, until: datetime) -> str:
     return (
         f"wake-up {wakeup.id} of session {wakeup.session!r}: its last occurrence before its "
-        f"until ({until}) fires now; it is removed"
+        f"until ({format_iso(until)}) fires now; it is removed"
     )
 
 
