@@ -16,7 +16,7 @@ import trio.testing
 from scheduler_rig import HOURLY, T0, Recording, at, messages, rig, until
 
 from trio_routines import Outcome, Routine, StateFault
-from trio_routines.records import GapReason
+from trio_routines.records import Gap, GapReason
 from trio_routines.scheduler.loops import LOOP_NAME, CronLoops
 from trio_routines.scheduler.sleepers import PRUNE_SLACK, Sleepers
 from trio_routines.testing import Complete, WallClock
@@ -587,19 +587,28 @@ def _gaps(gaps: list[Any]) -> list[tuple[datetime, datetime, int, GapReason]]:
     return [(g.first, g.last, g.count, g.reason) for g in gaps]
 
 
+@pytest.mark.parametrize(
+    ("routine", "slot"),
+    [
+        (HOURLY, at(11)),
+        (attrs.evolve(HOURLY, tz="Asia/Kolkata"), at(11, 30)),  # UTC+05:30
+        (attrs.evolve(HOURLY, name="hashed", cron="H * * * *"), at(10, 36)),
+    ],
+    ids=["utc", "zone", "hashed"],
+)
 async def test_a_restart_records_the_slot_its_loop_was_at(
-    autojump_clock: Any,
+    autojump_clock: Any, routine: Routine, slot: datetime
 ) -> None:
     # A claim that raised (a custom store's bug) restarted the loop, which re-armed from now:
-    # 11:00 was neither claimed nor inside a gap.
-    scheduler, agent, store, wall = rig(wakeups=False)
+    # the slot was neither claimed nor inside a gap. Its zone and its hash name the slot.
+    scheduler, agent, store, wall = rig(routine, wakeups=False)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         store.fail("claim", RuntimeError("bug"), times=1)
-        await until(wall, at(12, 30))
+        await until(wall, slot + timedelta(minutes=90))
         scheduler.stop()
-    assert [t.wall for t in agent.turns] == [at(12)]
-    assert _gaps(await store.gaps("hourly")) == [(at(11), at(11), 1, GapReason.STORE)]
+    assert [t.wall for t in agent.turns] == [slot + timedelta(hours=1)]
+    assert _gaps(await store.gaps(routine.name)) == [(slot, slot, 1, GapReason.STORE)]
 
 
 @pytest.mark.parametrize("change", ["changed", "removed and added again"])
@@ -630,6 +639,35 @@ async def test_the_slots_a_turn_overlaps_are_recorded_when_its_routine_changes_m
         (at(10, 35), Outcome.COMPLETED),
     ]
     assert _gaps(await store.gaps("m")) == [(at(10, 32), at(10, 33), 2, GapReason.OVERLAP)]
+
+
+@pytest.mark.parametrize("read", ["answered", "failed"])
+async def test_a_change_records_only_the_overlapped_slots_no_gap_holds_yet(
+    autojump_clock: Any, read: str
+) -> None:
+    # 10:32 recorded already (another replica's record, or a change before this one): the
+    # re-arm records 10:33 alone. A store that fails the read of the gaps: both, once more,
+    # which the store keeps as one record of the two.
+    scheduler, agent, store, wall = rig(MINUTELY, wakeups=False)
+    agent.script(Complete(duration=150), session=MINUTELY.session)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, datetime(2026, 7, 7, 10, 31, 10, tzinfo=UTC))
+        await store.record_gap("m", Gap(at(10, 32), at(10, 32), 1, GapReason.OVERLAP))
+        if read == "failed":
+            store.fail("gaps", StateFault("disk busy"), times=1)
+        scheduler.update_routines([attrs.evolve(MINUTELY, prompt="q")])
+        scheduler.update_routines([attrs.evolve(MINUTELY, prompt="r")])  # the last one counts
+        await until(wall, datetime(2026, 7, 7, 10, 34, 30, tzinfo=UTC))
+        scheduler.stop()
+    assert _gaps(await store.gaps("m")) == (
+        [
+            (at(10, 32), at(10, 32), 1, GapReason.OVERLAP),
+            (at(10, 33), at(10, 33), 1, GapReason.OVERLAP),
+        ]
+        if read == "answered"
+        else [(at(10, 32), at(10, 33), 2, GapReason.OVERLAP)]
+    )
 
 
 class SlowBoot(Recording):

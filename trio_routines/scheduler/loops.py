@@ -262,7 +262,7 @@ class CronLoops:
         newest = await self._calls.latest_fire(name)
         now = self._runtime.now()
         self._arming.note_future_claim(name, newest, now)
-        if passed is not None:
+        if passed is not None and self._current(routine):  # else a newer version's to do
             await self._account(routine, newest, at, now, passed)
         return next_run(routine.cron, routine.tz, arm_from(newest, now), name)
 
