@@ -5,7 +5,9 @@ deferred one-shot goes to the end. A take locks the first due row with ``FOR UPD
 LOCKED``, so concurrent takers each get a different row and never wait on each other. An add
 (and a defer) takes an advisory lock per session before counting that session's rows, which
 keeps the 20-per-session cap exact. Who asked for a wake-up is in its ``origin*`` columns
-(schema version 9), all NULL for one added by older code: read as unknown.
+(schema version 9), all NULL for one added by older code: read as unknown. A row this process
+cannot read (a cron or zone its zone data does not know, text edited by hand) is kept: a take
+passes it over from then on, logged once, and a listing skips it, each time.
 
 The ``until_at`` column (schema version 11) ends a recurring wake-up; NULL for a one-shot
 or one added by older code. Each session's recent wake-up turns, the rate limit's record,
@@ -115,6 +117,8 @@ def _params(wakeup: Wakeup) -> tuple[Any, ...]:
     )
 
 
+#: A take's line for a row it cannot read, which it then passes over (once per process).
+PASSED_OVER = "passing over a wake-up entry this replica cannot read, %r (kept in the store): %s"
 #: Before an add, a removal or a take commits: a caller that gave up has it rolled back.
 ROLLED_BACK = ": rolled back"
 
@@ -125,6 +129,11 @@ class PostgresWakeups:
     def __init__(self, conns: Connections, tables: Schema) -> None:
         self._conns = conns
         self._tables = tables
+        #: The rows a take found unreadable here, by ``seq``: kept in the table (another
+        #: replica may read them: one whose zone data knows a zone ours does not) and passed
+        #: over by this process's takes. Replaced whole, never changed in place: the takes run
+        #: in worker threads.
+        self._unreadable: frozenset[int] = frozenset()
 
     async def add(self, request: WakeupRequest, now: datetime) -> Wakeup:
         check_request(request)  # before the session's lock, which hashes it on the server
@@ -151,7 +160,7 @@ class PostgresWakeups:
             try:
                 mine.append(_wakeup(row))
             except (ValueError, TypeError):
-                continue  # dropped by the next take; it does not count against the cap
+                continue  # kept, passed over by takes; it does not count against the cap
         return mine
 
     def _insert(self, conn: Conn, _call: Call, wakeup: Wakeup) -> None:
@@ -166,23 +175,25 @@ class PostgresWakeups:
     def _take(self, conn: Conn, call: Call, now: datetime) -> Wakeup | None:
         select = self._tables.sql(
             f"SELECT seq, {_READ_COLUMNS} FROM {{wakeups}} WHERE fire_at <= %s "
-            "ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED"
+            "AND seq <> ALL(%s) ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED"
         )
         delete = self._tables.sql("DELETE FROM {wakeups} WHERE seq = %s")
         while True:
             with conn.transaction():
                 # Planned for this ``now`` every time: a prepared statement's generic plan
                 # cannot know how few rows are due, and walks the whole table in seq order.
-                row = conn.execute(select, (now,), prepare=False).fetchone()
+                unreadable = self._unreadable
+                row = conn.execute(select, (now, list(unreadable)), prepare=False).fetchone()
                 if row is None:
                     return None
                 seq = row[0]
                 try:
                     wakeup = _wakeup(row[1:])
                 except (ValueError, TypeError) as exc:
-                    # It would fail every take and hide nothing behind it; drop it for good.
-                    log.warning("dropping a malformed wake-up entry %r: %s", row[1], exc)
-                    conn.execute(delete, (seq,))
+                    # Passed over from now on, never deleted: nothing stored is lost, and a
+                    # replica whose zone data is newer than ours may well read it.
+                    log.warning(PASSED_OVER, row[1], exc)
+                    self._unreadable = unreadable | {seq}
                     continue
                 rest, taken = take_first_due([wakeup], now)
                 if rest:
