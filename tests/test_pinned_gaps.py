@@ -63,12 +63,13 @@ def reference_plan(
     paused: bool,
     catchup: float | None,
 ) -> BootPlan:
-    """plan_boot's docstring, told with lists of slots."""
+    """plan_boot's docstring, told with lists of slots; a resume stamped after now is taken as
+    made now."""
     gaps: list[Gap] = []
     if resumed is not None and resumed > accounted:
         before = as_gap(slots(cron, tz, seed, accounted, min(resumed, now)), GapReason.PAUSED)
         gaps += [before] if before is not None else []
-        accounted = resumed
+        accounted = max(min(resumed, now), accounted)
     missed = slots(cron, tz, seed, accounted, now)
     if paused:
         gaps += [Gap(missed[0], missed[-1], len(missed), GapReason.PAUSED)] if missed else []
@@ -131,7 +132,8 @@ def test_the_boot_plan_and_passed_over_match_a_count_of_slots(
     after = accounted
     if resumed_at is not None and resumed_at > accounted:
         before = as_gap(slots(cron, tz, seed, accounted, min(resumed_at, now)), GapReason.PAUSED)
-        head, after = ((before,) if before is not None else ()), resumed_at
+        head = (before,) if before is not None else ()
+        after = max(min(resumed_at, now), accounted)
     tail = as_gap(slots(cron, tz, seed, after, now), GapReason.PAUSED if paused else GapReason.DOWN)
     expected = head + ((tail,) if tail is not None else ())
     assert unfired == expected
@@ -168,6 +170,17 @@ def test_a_resume_with_no_slot_before_it_records_nothing() -> None:
 def test_a_resume_after_the_last_missed_slot_keeps_its_paused_gap() -> None:
     plan = plan_boot("* * * * *", None, "r", accounted=at(0, 30), now=at(3, 30), resumed=at(3, 10))
     assert plan == BootPlan(at(4), (gap(1, 3, GapReason.PAUSED),))
+
+
+def test_a_resume_stamped_after_now_is_taken_as_made_now() -> None:
+    # A clock that ran ahead stamped it a day on: the plan counted from there, and the
+    # routine did not fire for a day ("never fires again" for one stamped infinitely far).
+    for ahead in (at(3, 31), at(24 * 60), datetime.max.replace(tzinfo=UTC)):
+        plan = plan_boot("* * * * *", None, "r", accounted=at(0, 30), now=at(3, 30), resumed=ahead)
+        assert plan == BootPlan(at(4), (gap(1, 3, GapReason.PAUSED),))
+        assert unfired_gaps(
+            "* * * * *", None, "r", accounted=at(0, 30), now=at(3, 30), resumed=ahead
+        ) == (gap(1, 3, GapReason.PAUSED),)
 
 
 def test_a_store_gap_touching_a_kept_one_is_already_accounted_for() -> None:

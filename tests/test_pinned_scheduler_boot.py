@@ -132,6 +132,29 @@ async def test_a_resume_re_plans_in_the_routines_zone_with_its_hash(autojump_clo
     assert agent.turns == []
 
 
+async def test_a_resume_stamped_ahead_is_warned_of_and_holds_nothing_back(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Stamped a day ahead (a clock that ran ahead at the resume): the boot planned from it,
+    # and an hourly routine did not fire for a day, with only an INFO line of a pause.
+    store = Recording()
+    await store.claim("hourly", at(9), at(9))
+    await store.settle("hourly", at(9), Outcome.COMPLETED, 1)
+    await store.set_paused("hourly", True, at(9, 30))
+    await store.set_paused("hourly", False, at(10, day=8))
+    scheduler, agent, _, _ = rig(store=store, wakeups=False)  # booted at 10:30 on the 7th
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        assert scheduler.statistics().next_due == {"hourly": at(11)}
+        await trio.sleep(3600)
+        scheduler.stop()
+    assert [t.wall for t in agent.turns] == [at(11)]
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        "hourly: its resume is stamped 2026-07-08T10:00:00.000Z, after now "
+        "(2026-07-07T10:30:00.000Z) — a clock that ran ahead? Taken as made now"
+    ]
+
+
 async def test_a_slot_at_the_very_instant_of_the_resume_is_not_caught_up(
     autojump_clock: Any,
 ) -> None:

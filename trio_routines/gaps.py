@@ -164,11 +164,13 @@ def _paused_until_resumed(
     resumed: datetime | None,
 ) -> tuple[list[Gap], datetime]:
     """The ``paused`` gap of the slots before the latest resume (if any), and what is accounted
-    for after it."""
+    for after it. A resume stamped after ``now`` (by a clock that ran ahead) is taken as made
+    now: it holds nothing back beyond it."""
     if resumed is None or resumed <= accounted:
         return [], accounted
-    gap = passed_over(cron, tz, seed, accounted, min(resumed, now), GapReason.PAUSED)
-    return ([] if gap is None else [gap]), resumed
+    resumed = min(resumed, now)
+    gap = passed_over(cron, tz, seed, accounted, resumed, GapReason.PAUSED)
+    return ([] if gap is None else [gap]), max(resumed, accounted)
 
 
 def unfired_gaps(

@@ -135,6 +135,7 @@ class Boot:
             name for name, due in first_due.items() if due is not None and due <= current
         ]
         resumes = await for_each(self._calls.resumed_at, catching_up)
+        _future_resumes(resumes, current)
         # A routine whose overlap was just looked at: its gaps read once (its newest gap then
         # ends at the latest accounted for, which ``latest`` holds already).
         gap_ends: dict[str, datetime | None] = {
@@ -149,6 +150,7 @@ class Boot:
         armed = await self._gaps.first_armed([name for name in first_due if newest[name] is None])
         unfired = [name for name in armed if self._gaps.passed_since(routines[name], armed[name])]
         unfired_resumes = await for_each(self._calls.resumed_at, unfired, on_fault=_unaccounted)
+        _future_resumes(unfired_resumes, current)
         unfired_gap_ends = await for_each(self._gaps.newest_gap_end, unfired, on_fault=_unaccounted)
         await self._calls.refresh_paused()  # for statistics too; a fault: taken as pausing none
         paused = self._calls.paused
@@ -341,3 +343,17 @@ def _not_reconciled(name: str, fault: StateFault) -> None:
         name,
         fault,
     )
+
+
+def _future_resumes(resumes: dict[str, datetime | None], now: datetime) -> None:
+    """Warn of each resume stamped after ``now``: made by a clock that ran ahead (the plan
+    takes it as made now, gaps.py), as a claim stamped ahead is warned of."""
+    for name, resumed in resumes.items():
+        if resumed is not None and resumed > now:
+            log.warning(
+                "%s: its resume is stamped %s, after now (%s) — a clock that ran ahead? "
+                "Taken as made now",
+                name,
+                format_iso(resumed),
+                format_iso(now),
+            )
