@@ -84,19 +84,61 @@ def test_a_gap_of_another_reason_is_recorded_whatever_was_claimed(root: Path) ->
     assert gaps_sync(root, "r") == [gap(1, 3, GapReason.PAUSED)]
 
 
-def test_a_gaps_file_that_is_not_json_is_named_and_replaced(
+def aside(root: Path, routine: str = "r") -> list[Path]:
+    return sorted((root / "schedule" / "gaps").glob(f"{routine}.corrupt-*"))
+
+
+def test_a_gaps_file_that_is_not_json_is_named_and_kept_aside_by_the_next_write(
     root: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # A torn file (a gap readable by hand in it) was written over by the next gap: every
+    # gap it held was lost.
     path = gaps_file(root)
-    path.write_text("not json")
+    torn = '[{"from":"2026-07-07T10:01:00.000Z","to":"2026-07-07T10:01:00.000Z","count":1,'
+    path.write_text(torn)
     with caplog.at_level(logging.WARNING, logger="trio_routines"):
         assert gaps_sync(root, "r") == []
     assert caplog.messages == [f"ignoring the gaps in {path}: not a JSON array of gaps"]
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="trio_routines"):
-        assert record_gap_sync(root, "r", gap(1, 1), None) is True
-    assert caplog.messages == [f"ignoring the gaps in {path}: not a JSON array of gaps"]
-    assert gaps_sync(root, "r") == [gap(1, 1)]
+        assert record_gap_sync(root, "r", gap(2, 2), None) is True
+    (kept,) = aside(root)
+    assert kept.read_text() == torn
+    assert caplog.messages == [
+        f"ignoring the gaps in {path}: not a JSON array of gaps",
+        f"kept the damaged gaps file {path} as {kept}",
+    ]
+    assert gaps_sync(root, "r") == [gap(2, 2)]
+    assert record_gap_sync(root, "r", gap(3, 3), None) is True  # whole now: nothing more aside
+    assert aside(root) == [kept]
+
+
+def test_a_gaps_file_with_an_entry_that_is_not_a_gap_is_kept_aside_by_the_next_write(
+    root: Path,
+) -> None:
+    path = gaps_file(root)
+    readable = {"from": "2026-07-07T10:01:00.000Z", "to": "2026-07-07T10:01:00.000Z"}
+    original = json.dumps([{**readable, "count": 1, "reason": "store"}, {"count": "many"}])
+    path.write_text(original)
+    assert record_gap_sync(root, "r", gap(2, 2), None) is True
+    (kept,) = aside(root)
+    assert kept.read_text() == original
+    assert gaps_sync(root, "r") == [gap(1, 1), gap(2, 2)]  # the readable one carried on
+
+
+def test_a_gaps_file_that_is_a_link_is_renamed_aside_its_target_untouched(
+    root: Path, tmp_path: Path
+) -> None:
+    path = gaps_file(root)
+    target = tmp_path / "elsewhere"
+    target.write_text("[]")
+    path.symlink_to(target)
+    assert record_gap_sync(root, "r", gap(2, 2), None) is True
+    (kept,) = aside(root)
+    assert kept.is_symlink()
+    assert target.read_text() == "[]"
+    assert not path.is_symlink()
+    assert gaps_sync(root, "r") == [gap(2, 2)]
 
 
 def test_a_gaps_file_that_is_a_link_is_refused_naming_it(

@@ -10,17 +10,20 @@ place (the directory fsynced), all under an exclusive ``flock`` of ``gaps.lock``
 bound, so two processes never lose each other's gap. A ``store`` gap is written only when the
 routine's claims directory holds no claim from its first slot to its last. Files are opened as
 every state file is (safefile.py); a file that is not ours (a link, a FIFO, too large, not JSON)
-reads as no gaps with a warning, and is replaced by the next write; an entry that is not a gap
-is left out.
+reads as no gaps with a warning, and an entry that is not a gap is left out. The next write
+keeps such a file aside first, as ``<routine>.corrupt-<instant>-<hex>`` (a rename of the entry
+itself: a link's target is never touched), so that what could still be read of it by hand is
+not written over.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ...claims import claim_names
@@ -32,6 +35,7 @@ from ...names import check_name
 from ...records import Gap, GapReason
 from ..safefile import (
     Refused,
+    at,
     create_file,
     describe,
     fsync,
@@ -68,28 +72,41 @@ def gaps_sync(root: Path, routine: str) -> list[Gap]:
 
 
 def _read(directory: int, name: str, path: Path) -> list[Gap]:
+    return _read_whole(directory, name, path)[0]
+
+
+def _read_whole(directory: int, name: str, path: Path) -> tuple[list[Gap], bool]:
+    """The gaps, and whether the file held anything else (damage: not all of it was read)."""
     try:
         data = read_file(directory, name, path, MAX_GAPS_BYTES)
     except FileNotFoundError:
-        return []
+        return [], False
     except Refused as exc:
         log.warning("ignoring the gaps in %s: %s", path, exc)
-        return []
+        return [], True
     try:
         raw = loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         raw = None
     if not isinstance(raw, list):
         log.warning("ignoring the gaps in %s: not a JSON array of gaps", path)
-        return []
-    gaps = []
+        return [], True
+    gaps, damaged = [], False
     for entry in raw:
         try:
             gaps.append(gap_from_json(entry))
         except (TypeError, ValueError) as exc:
             log.warning("ignoring a gap in %s that cannot be read: %s", path, exc)
+            damaged = True
     gaps.sort(key=lambda gap: gap.last)
-    return gaps
+    return gaps, damaged
+
+
+def _keep_aside(directory: int, name: str, where: Path) -> None:
+    """Rename the damaged gaps file ``name`` aside, before a write replaces it."""
+    aside = f"{name}.corrupt-{slot_name(datetime.now(UTC))}-{secrets.token_hex(2)}"
+    at(where / aside, lambda: os.rename(name, aside, src_dir_fd=directory, dst_dir_fd=directory))
+    log.warning("kept the damaged gaps file %s as %s", where / name, where / aside)
 
 
 def record_gap_sync(root: Path, routine: str, gap: Gap, extends: datetime | None) -> bool:
@@ -103,9 +120,12 @@ def record_gap_sync(root: Path, routine: str, gap: Gap, extends: datetime | None
                 return False
             directory = open_dirs(root, ("schedule", "gaps"), create=True)
             try:
-                changed = add_gap(_read(directory, name, where / name), gap, extends)
+                gaps, damaged = _read_whole(directory, name, where / name)
+                changed = add_gap(gaps, gap, extends)
                 if changed is None:
                     return False
+                if damaged:
+                    _keep_aside(directory, name, where)
                 _replace(directory, name, where, dumps([gap_to_json(g) for g in changed]))
                 return True
             finally:
