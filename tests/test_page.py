@@ -91,6 +91,19 @@ def test_timeline_draws_claims_off_the_grid_and_running_ones() -> None:
     assert [(m.slot, m.kind) for m in marks] == [(odd, "running")]
 
 
+def test_timeline_leaves_out_a_claim_after_its_end_up_to_the_calendars_last_minute() -> None:
+    # A claim of 9999-12-31T23:59 (planted, or stamped by a clock that ran far ahead) made
+    # the page's span start past the calendar: every GET / and /ui/state answered 500.
+    older = NOW - timedelta(minutes=5)
+    ahead = [NOW + timedelta(minutes=2), datetime(9999, 12, 31, 23, 59, tzinfo=UTC)]
+    end = NOW.replace(second=0) + timedelta(minutes=1)
+    for last in ahead:
+        marks, since = timeline([older], [fire(older, Outcome.COMPLETED), fire(last, None)], NOW)
+        assert [(m.slot, m.kind) for m in marks] == [(older, "completed")]
+        assert since == older - (end - older) / 20
+        assert timeline([], [fire(last, None)], NOW) == ((), end - WINDOW)
+
+
 def test_describe_says_slot_fired_lateness_duration_and_reason() -> None:
     slot = NOW - timedelta(hours=1)
     failed = attrs.evolve(fire(slot, Outcome.FAILED, 1500), fired_at=slot + timedelta(seconds=2))

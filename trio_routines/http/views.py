@@ -113,7 +113,9 @@ def timeline(
     """
     end = axis_end(now)
     start = end - WINDOW
-    by_slot = {fire.slot: fire for fire in fires if fire.slot >= start}
+    # Within the axis: a claim of a slot after its end (stamped by a clock that ran ahead, or
+    # planted, up to the calendar's last minute) is not drawn, nor made the span's start.
+    by_slot = {fire.slot: fire for fire in fires if start <= fire.slot <= end}
     known_from = fires[0].slot if fires else None
     marks: dict[datetime, Mark] = {}
     for slot in expected:
