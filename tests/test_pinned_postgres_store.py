@@ -10,6 +10,7 @@ import logging
 import socket
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -309,3 +310,31 @@ async def test_a_late_claim_that_cannot_be_settled_is_left_open_for_the_next_boo
     # The leader's claim is answered all the same; the late one waits for the reconcile.
     assert getattr(result, "status", result) == ClaimStatus.TAKEN
     assert sorted(outcomes(schema)) == sorted([(led, None), (gone, None)])
+
+
+async def test_ledger_rows_edited_by_hand_are_left_out_of_what_was_spent(
+    store: PostgresStore, schema: str
+) -> None:
+    # NaN and infinite costs came out of the sums into JSON answers (invalid JSON), and every
+    # `status --url` then failed; a negative count lowered a budget's spending.
+    await store.record_usage("routine", "r", T0, Usage(input_tokens=5, cost=1.5, currency="EUR"))
+    minute = T0.replace(second=0, microsecond=0)
+    rows = [
+        (minute - timedelta(minutes=1), "EUR", 1, 1, "NaN"),
+        (minute - timedelta(minutes=2), "USD", 1, 1, "Infinity"),
+        (minute - timedelta(minutes=3), "USD", -100, 0, "1"),
+        (minute - timedelta(minutes=4), "GBP", 0, 0, "-Infinity"),
+        (minute - timedelta(minutes=5), "EUR", 10**16, 0, "1"),
+        (minute - timedelta(minutes=6), "eu$", 1, 1, "1"),
+    ]
+    with admin() as db:
+        for at, currency, tokens_in, tokens_out, cost in rows:
+            db.execute(
+                sql.SQL(
+                    "INSERT INTO {} (kind, name, minute, currency, tokens_in, tokens_out, cost) "
+                    "VALUES ('routine', 'r', %s, %s, %s, %s, %s::float8)"
+                ).format(sql.Identifier(schema, "trio_routines_usage")),
+                (at, currency, tokens_in, tokens_out, cost),
+            )
+    spent = await store.usage_since("routine", "r", T0 - timedelta(hours=1))
+    assert (spent.input_tokens, spent.output_tokens, spent.costs) == (5, 0, (("EUR", 1.5),))

@@ -17,6 +17,7 @@ from trio_routines.records import Outcome
 from trio_routines.store import Store
 from trio_routines.stores import DirectoryStore
 from trio_routines.testing import MemoryStore, WallClock
+from trio_routines.usage import MAX_COST, MAX_TOKENS
 
 T0 = datetime(2026, 7, 7, 10, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -148,3 +149,14 @@ async def test_a_ledger_that_fails_costs_a_warning_never_the_turn(
     (fire,) = await store.history("daily")
     assert (fire.outcome, fire.usage) == (Outcome.COMPLETED, Usage(3))
     assert "routine daily: the turn's usage was not recorded: disk full" in caplog.text
+
+
+async def test_a_minute_holds_at_most_what_one_event_may_and_reads_it_back(store: Store) -> None:
+    # Two events of 9e11 in one minute summed to 1.8e12, which the state directory then read
+    # as damage: the minute's spending vanished, and a budget let the next fire through.
+    big = Usage(input_tokens=MAX_TOKENS, output_tokens=1, cost=9e11, currency="USD")
+    for second in (0, 10):
+        await store.record_usage("routine", "r", T0 + timedelta(seconds=second), big)  # type: ignore[attr-defined]
+    spent = await store.usage_since("routine", "r", T0 - HOUR)  # type: ignore[attr-defined]
+    assert (spent.input_tokens, spent.output_tokens) == (MAX_TOKENS, 2)
+    assert spent.cost("USD") == MAX_COST

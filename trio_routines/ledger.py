@@ -27,7 +27,7 @@ from .agent import Usage
 from .instants import format_iso, parse_iso, truncate_ms
 from .names import check_name
 from .records import Fire
-from .usage import DEFAULT_CURRENCY, checked, cost_text, tokens_text
+from .usage import DEFAULT_CURRENCY, MAX_COST, MAX_TOKENS, checked, cost_text, tokens_text
 
 __all__ = ["LEDGER_SPAN", "Entry", "Kind", "Spent", "add_entry", "spent_since"]
 
@@ -83,12 +83,14 @@ def add_entry(entries: Iterable[Entry], at: datetime, usage: Usage) -> list[Entr
         (e.minute, e.currency): e for e in entries if e.minute >= oldest
     }
     found = kept.get((minute, currency), Entry(minute, currency))
+    # A minute holds at most what one event may (usage.py's bounds, far past any budget): a
+    # sum past them would read back as damage, and the minute's spending would be lost.
     kept[(minute, currency)] = Entry(
         minute,
         currency,
-        found.input_tokens + (usage.input_tokens or 0),
-        found.output_tokens + (usage.output_tokens or 0),
-        found.cost + (usage.cost or 0.0),
+        min(found.input_tokens + (usage.input_tokens or 0), MAX_TOKENS),
+        min(found.output_tokens + (usage.output_tokens or 0), MAX_TOKENS),
+        min(found.cost + (usage.cost or 0.0), MAX_COST),
     )
     return sorted(kept.values(), key=lambda e: (e.minute, e.currency))
 

@@ -64,7 +64,8 @@ def _cost(value: object) -> float | None:
     return cost if math.isfinite(cost) and 0 <= cost <= MAX_COST else None
 
 
-def _currency(value: object) -> str | None:
+def checked_currency(value: object) -> str | None:
+    """``value`` as a currency (1 to 10 letters, upper case), or None when it is not one."""
     if isinstance(value, str) and _CURRENCY.fullmatch(value):
         return value.upper()
     return None
@@ -85,7 +86,7 @@ def checked(event: Usage) -> tuple[Usage, list[str]]:
     raw_currency = event.currency
     currency = None
     if raw_currency is not None:
-        currency = _currency(raw_currency)
+        currency = checked_currency(raw_currency)
         if currency is None:
             problems.append(f"currency {_shown(raw_currency)} is not 1 to 10 letters")
             if fields.get("cost") is not None:

@@ -16,7 +16,7 @@ import psycopg
 
 from ...agent import Usage
 from ...ledger import LEDGER_SPAN, MINUTE, Kind, Spent, minute_of
-from ...usage import DEFAULT_CURRENCY, checked
+from ...usage import DEFAULT_CURRENCY, MAX_COST, MAX_TOKENS, checked, checked_currency
 from .schema import Schema
 
 Conn = psycopg.Connection[Any]
@@ -27,12 +27,17 @@ _RECORD = """WITH pruned AS (
     INSERT INTO {usage} AS u (kind, name, minute, currency, tokens_in, tokens_out, cost)
     VALUES (%(kind)s, %(name)s, %(minute)s, %(currency)s, %(in)s, %(out)s, %(cost)s)
     ON CONFLICT (kind, name, minute, currency) DO UPDATE SET
-        tokens_in = u.tokens_in + EXCLUDED.tokens_in,
-        tokens_out = u.tokens_out + EXCLUDED.tokens_out,
-        cost = u.cost + EXCLUDED.cost"""
+        tokens_in = least(u.tokens_in + EXCLUDED.tokens_in, %(most_tokens)s),
+        tokens_out = least(u.tokens_out + EXCLUDED.tokens_out, %(most_tokens)s),
+        cost = least(u.cost + EXCLUDED.cost, %(most_cost)s)"""
 
+# A row no record makes (edited by hand: negative, NaN, infinite, past a minute's bound) is
+# left out, as the state directory's ledger leaves out an entry it cannot read: in
+# PostgreSQL NaN sorts above every number, so the bounds leave it out too.
 _SPENT = """SELECT currency, sum(tokens_in), sum(tokens_out), sum(cost) FROM {usage}
-    WHERE kind = %s AND name = %s AND minute > %s GROUP BY currency"""
+    WHERE kind = %s AND name = %s AND minute > %s
+        AND tokens_in BETWEEN 0 AND %s AND tokens_out BETWEEN 0 AND %s AND cost BETWEEN 0 AND %s
+    GROUP BY currency"""
 
 
 def record_usage(
@@ -52,13 +57,19 @@ def record_usage(
             "in": usage.input_tokens or 0,
             "out": usage.output_tokens or 0,
             "cost": usage.cost or 0.0,
+            # A minute holds at most what one event may, as the state directory's ledger.
+            "most_tokens": MAX_TOKENS,
+            "most_cost": MAX_COST,
         },
     )
 
 
 def usage_since(conn: Conn, schema: Schema, kind: Kind, name: str, since: datetime) -> Spent:
     # A minute counts when it ends after ``since`` (ledger.spent_since).
-    rows = conn.execute(schema.sql(_SPENT), (kind, name, since - MINUTE)).fetchall()
+    bounds = (MAX_TOKENS, MAX_TOKENS, MAX_COST)
+    rows = conn.execute(schema.sql(_SPENT), (kind, name, since - MINUTE, *bounds)).fetchall()
+    # A currency no record writes (edited by hand) is left out with its row.
+    rows = [row for row in rows if row[0] == "" or checked_currency(row[0]) == row[0]]
     tokens_in = sum(int(row[1] or 0) for row in rows)
     tokens_out = sum(int(row[2] or 0) for row in rows)
     costs = tuple(sorted((row[0], float(row[3] or 0.0)) for row in rows if row[0]))
