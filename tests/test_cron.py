@@ -629,6 +629,11 @@ def test_leading_zeros_and_large_steps_stay_valid() -> None:
         ("/etc/localtime", 'unknown time zone "/etc/localtime"'),
         ("utc", 'unknown time zone "utc"'),
         ("localtime", 'time zone "localtime" is the host zone; name an IANA zone instead'),
+        (  # zoneinfo reads its leap seconds as offsets: 09:00 in December came at 07:00Z
+            "right/Europe/Berlin",
+            'time zone "right/Europe/Berlin" counts leap seconds, which cron time does not; '
+            'name the zone without "right/"',
+        ),
     ],
 )
 def test_unknown_zones(tz: str, message: str) -> None:

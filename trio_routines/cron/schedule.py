@@ -37,6 +37,11 @@ def _zone(tz: str | None) -> ZoneInfo:
         return ZoneInfo("UTC")
     if tz == "localtime":
         raise InvalidCron('time zone "localtime" is the host zone; name an IANA zone instead')
+    if tz.startswith("right/"):  # zoneinfo reads their leap seconds as offsets: hours off
+        raise InvalidCron(
+            f"time zone {_quote(tz)} counts leap seconds, which cron time does not; "
+            f"name the zone without \"right/\""
+        )
     try:
         return ZoneInfo(tz)
     except Exception:  # ZoneInfoNotFoundError, ValueError, IsADirectoryError, ...
