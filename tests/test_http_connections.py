@@ -7,6 +7,7 @@ process whose ``RLIMIT_NOFILE`` is lowered, so that the cap is the one it derive
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import resource
 import socket
@@ -160,7 +161,7 @@ async def test_connections_over_the_cap_are_refused_and_logged_once(
         for stream in held:
             await stream.aclose()
         with trio.fail_after(10):
-            while status(await get(port)) != 200:  # noqa: ASYNC110 -- nothing to wait on
+            while status(await get(port)) != 200:  # noqa: ASYNC110 -- the server offers no event  # noqa: ASYNC110 -- nothing to wait on
                 await trio.sleep(0.05)
     assert not [r for r in caplog.records if r.exc_info]
 
@@ -228,3 +229,51 @@ async def test_a_server_cancelled_with_connections_open_closes_every_one() -> No
         with trio.fail_after(5):
             assert await client.receive_some(10) == b""
         await client.aclose()
+
+
+async def answered(port: int) -> None:
+    """Return once ``GET /healthz`` is answered 200 (the connections before it let go)."""
+    with trio.fail_after(20):
+        while status(await get(port)) != 200:  # noqa: ASYNC110 -- the server offers no event
+            await trio.sleep(0.05)
+
+
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+EMPTY_SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # a SETTINGS frame, no parameter
+UPGRADE = (
+    b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: Upgrade, HTTP2-Settings\r\n"
+    b"upgrade: h2c\r\nhttp2-settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n"
+)
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "a byte at a time"])
+async def test_a_connection_that_speaks_http2_is_closed_and_the_cap_stays_free(
+    split: bool,
+) -> None:
+    # Hypercorn took an HTTP/2 connection with no stream open for busy: an idle one was never
+    # closed (115 s and counting), and the cap's worth of them answered /healthz with 503.
+    async with serving(cap=2) as port:
+        for _ in range(4):  # more than the cap, one after another
+            await answered(port)  # the one before was let go: there is room under the cap
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with stream:
+                with contextlib.suppress(trio.BrokenResourceError):  # closed under the sends
+                    if split:
+                        for byte in H2_PREFACE:
+                            await stream.send_all(bytes([byte]))
+                    else:
+                        await stream.send_all(H2_PREFACE + EMPTY_SETTINGS)
+                assert await read_all(stream) == b""  # not even the server's SETTINGS
+        # Each was let go: /healthz answers once the server has counted the last one out.
+        await answered(port)
+
+
+async def test_an_upgrade_to_h2c_is_closed_without_switching() -> None:
+    # One connection allowed: the upgrade's must be let go at once, its request included
+    # (hypercorn has started it as an HTTP/2 stream), for /healthz to be answered.
+    async with serving(cap=1) as port:
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            await stream.send_all(UPGRADE)
+            assert await read_all(stream) == b""  # no 101, and no HTTP/2 after it
+        await answered(port)

@@ -40,7 +40,7 @@ def _zone(tz: str | None) -> ZoneInfo:
     if tz.startswith("right/"):  # zoneinfo reads their leap seconds as offsets: hours off
         raise InvalidCron(
             f"time zone {_quote(tz)} counts leap seconds, which cron time does not; "
-            f"name the zone without \"right/\""
+            'name the zone without "right/"'
         )
     try:
         return ZoneInfo(tz)

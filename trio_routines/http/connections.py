@@ -58,6 +58,10 @@ ACCEPT_PAUSE = 0.1  # seconds, after an accept that failed for lack of descripto
 SEND_TIMEOUT = 10.0  # seconds a send may wait for a client that reads nothing
 UNLIMITED = 1 << 20  # what an RLIMIT_NOFILE of "unlimited" counts as
 _STARVED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+#: How an HTTP/2 connection starts (its method, ``PRI``, is reserved to it), and the status
+#: line of a switch of protocols, which hypercorn makes only to h2c.
+_PREFACE = b"PRI * HTTP/2.0\r\n"
+_SWITCHING = b"HTTP/1.1 101 "
 _BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
     b"content-length: 54\r\nretry-after: 1\r\nconnection: close\r\n\r\n"
@@ -179,16 +183,35 @@ class Gate:
 
 class BoundedSends:
     """A connection's stream as hypercorn's ``TCPServer`` uses it, each send bounded (see the
-    module doc); a send that times out closes the connection and fails as a broken one."""
+    module doc); a send that times out closes the connection and fails as a broken one.
 
-    __slots__ = ("_gate", "_stream", "socket")
+    HTTP/1.1 only: a connection that starts with HTTP/2's preface, or a request whose
+    ``Upgrade: h2c`` hypercorn would answer with ``101``, is closed instead. Hypercorn's
+    HTTP/2 takes a connection with no stream open for busy, so an idle one was never closed,
+    and enough of them held every connection the cap allows (``/healthz`` included)."""
 
-    def __init__(self, stream: trio.SocketStream, gate: Gate) -> None:
+    __slots__ = ("_ended", "_gate", "_head", "_stream", "socket")
+
+    def __init__(
+        self, stream: trio.SocketStream, gate: Gate, ended: trio.CancelScope | None = None
+    ) -> None:
+        """``ended``: the scope of the connection's whole service, cancelled when it is
+        refused."""
         self._stream = stream
         self._gate = gate
+        self._ended = ended
         self.socket = stream.socket  # (no ``do_handshake``: hypercorn takes it for plain TCP)
+        self._head: bytes | None = b""  # the connection's first bytes, until it is HTTP/1's
+
+    def _refuse_h2(self) -> None:
+        if self._ended is not None:
+            self._ended.cancel()  # hypercorn may have started a request's task for it
+        self.socket.close()
+        raise trio.BrokenResourceError("HTTP/2 is not served here; connection closed")
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if bytes(data[: len(_SWITCHING)]) == _SWITCHING:
+            self._refuse_h2()  # the only protocol switch hypercorn makes is to h2c
         deadline = min(trio.current_time() + SEND_TIMEOUT, self._gate.closing_at)
         with trio.CancelScope(deadline=deadline) as scope:
             self._gate.sending.add(scope)
@@ -201,7 +224,17 @@ class BoundedSends:
             raise trio.BrokenResourceError("the client read nothing in time; connection closed")
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        return await self._stream.receive_some(max_bytes)
+        data = await self._stream.receive_some(max_bytes)
+        head = self._head
+        if head is not None:
+            head += bytes(data[: len(_PREFACE) - len(head)])
+            if not data or head != _PREFACE[: len(head)]:
+                self._head = None  # HTTP/1's (or closed): nothing more to look at
+            elif len(head) == len(_PREFACE):
+                self._refuse_h2()
+            else:
+                self._head = head
+        return data
 
     async def send_eof(self) -> None:
         await self._stream.send_eof()
@@ -239,8 +272,11 @@ async def serve_connections(
         TCPServer, wrap_app(app, config.wsgi_max_body_size, "asgi"), config, context, {}
     )
 
-    def handler(stream: trio.SocketStream) -> Awaitable[object]:
-        return server(BoundedSends(stream, gate))  # type: ignore[arg-type]  # duck-typed
+    async def handler(stream: trio.SocketStream) -> None:
+        # The connection's own scope: one it refuses (HTTP/2) ends here and now, whatever
+        # hypercorn has started for it.
+        with trio.CancelScope() as ended:
+            await server(BoundedSends(stream, gate, ended))  # type: ignore[arg-type]  # duck-typed
 
     async with trio.open_nursery() as connections:
         try:
