@@ -28,7 +28,7 @@ import hashlib
 import hmac
 import json
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Collection
+from collections.abc import Awaitable, Collection, Coroutine
 from datetime import datetime, timedelta
 from importlib import resources
 from typing import TypeVar
@@ -140,14 +140,28 @@ def _next_due(routine: Routine, stats: Statistics, now: datetime) -> datetime | 
         return None
 
 
-async def _bounded_read(call: str, read: Awaitable[T]) -> tuple[T | None, str | None]:
-    """Await ``read`` within READ_DEADLINE: (result, None) or (None, the problem)."""
-    with trio.move_on_after(READ_DEADLINE):
-        try:
-            return await read, None
-        except StateFault as exc:
-            return None, one_line(str(exc))
-    return None, f"{call} timed out after {READ_DEADLINE:g} s"
+class _Reads:
+    """The store reads of one render: each within READ_DEADLINE, and none more once one was
+    not answered in time. A stalled store was asked read after read, 5 s each, two a routine:
+    minutes for a page of a few dozen routines."""
+
+    def __init__(self) -> None:
+        self._stalled = False
+
+    async def read(self, call: str, read: Awaitable[T]) -> tuple[T | None, str | None]:
+        """``read`` awaited within READ_DEADLINE: (result, None) or (None, the problem)."""
+        if self._stalled:
+            if isinstance(read, Coroutine):
+                read.close()  # never started: not left to warn that it was never awaited
+            await trio.lowlevel.checkpoint()
+            return None, f"{call} not read: the store did not answer within {READ_DEADLINE:g} s"
+        with trio.move_on_after(READ_DEADLINE):
+            try:
+                return await read, None
+            except StateFault as exc:
+                return None, one_line(str(exc))
+        self._stalled = True
+        return None, f"{call} timed out after {READ_DEADLINE:g} s"
 
 
 def _wakeup_group(session: str, pending: list[Wakeup]) -> WakeupGroup:
@@ -173,6 +187,7 @@ def _asked(origin: Origin | None) -> str:
 
 
 async def _routine_view(
+    reads: _Reads,
     scheduler: Scheduler,
     routine: Routine,
     stats: Statistics,
@@ -180,7 +195,7 @@ async def _routine_view(
     paused: bool,
     expected_slots: ExpectedSlots,
 ) -> RoutineView:
-    found, problem = await _bounded_read("history", scheduler.store.history(routine.name))
+    found, problem = await reads.read("history", scheduler.store.history(routine.name))
     fires: list[Fire] = found or []
     start = now - WINDOW
     if len(fires) >= MAX_MARKS:
@@ -190,9 +205,9 @@ async def _routine_view(
     expected = expected_slots.slots(routine, start, now) if fires else ()
     gaps: list[Gap] = []
     if fires and isinstance(scheduler.store, GapRecords):  # why a slot was missed, if known
-        gaps = (await _bounded_read("gaps", scheduler.store.gaps(routine.name)))[0] or []
+        gaps = (await reads.read("gaps", scheduler.store.gaps(routine.name)))[0] or []
     marks, since = timeline(expected, fires, now, gaps)
-    spent, unread = await _bounded_read(
+    spent, unread = await reads.read(
         "usage", day_spent(scheduler.store, "routine", routine.name, now, fires)
     )
     return RoutineView(
@@ -214,11 +229,11 @@ async def _routine_view(
 
 
 async def _sessions_spent(
-    scheduler: Scheduler, sessions: Collection[str], now: datetime
+    reads: _Reads, scheduler: Scheduler, sessions: Collection[str], now: datetime
 ) -> dict[str, str]:
     """What each listed session's wake-up turns spent in the last 24 hours, as text (a read
     bounded like the others; ``unknown (why)`` when unreadable; none without a ledger)."""
-    found, unread = await _bounded_read("usage", sessions_spent(scheduler.store, sessions, now))
+    found, unread = await reads.read("usage", sessions_spent(scheduler.store, sessions, now))
     if found is None:
         return {session: f"unknown ({unread})" for session in sessions}
     return {
@@ -238,21 +253,22 @@ async def gather(
     :mod:`.expected`); without one, they are searched afresh.
     """
     now = scheduler.now()
+    reads = _Reads()
     expected = ExpectedSlots() if expected is None else expected
     # Read from the store, not remembered: another replica may have paused a routine.
-    stored, _ = await _bounded_read("paused", scheduler.store.paused())
+    stored, _ = await reads.read("paused", scheduler.store.paused())
     stats = scheduler.statistics()  # one snapshot for every row
     paused = stats.paused if stored is None else stored
     routines = []
     loaded = dict(scheduler.routines)  # a reload during the awaits below changes nothing here
     for name in sorted(loaded):
         routine = loaded[name]
-        view = await _routine_view(scheduler, routine, stats, now, name in paused, expected)
+        view = await _routine_view(reads, scheduler, routine, stats, now, name in paused, expected)
         routines.append(view)
         # A first render searches every routine's slots: let fires and probes run between.
         await trio.lowlevel.checkpoint()
     expected.keep_only(loaded.values())
-    found, problem = await _bounded_read("wake-ups", scheduler.store.list_wakeups())
+    found, problem = await reads.read("wake-ups", scheduler.store.list_wakeups())
     groups: dict[str, list[Wakeup]] = defaultdict(list)
     for wakeup in found or []:
         groups[wakeup.session].append(wakeup)
@@ -261,8 +277,8 @@ async def gather(
         InFlight(session, (now - timedelta(seconds=max(0.0, clock - since))).replace(microsecond=0))
         for session, since in sorted(scheduler.agent.held().items())
     )
-    spent = await _sessions_spent(scheduler, groups, now)
-    members, members_problem = await _bounded_read("replicas", scheduler.replicas())
+    spent = await _sessions_spent(reads, scheduler, groups, now)
+    members, members_problem = await reads.read("replicas", scheduler.replicas())
     stats = scheduler.statistics()
     return PageView(
         now=now,
