@@ -670,6 +670,21 @@ async def test_a_change_records_only_the_overlapped_slots_no_gap_holds_yet(
     )
 
 
+async def test_a_routine_added_again_after_a_while_records_no_overlap(autojump_clock: Any) -> None:
+    # Nothing of it ran while it was not loaded: its slots then were no turn's overlap.
+    scheduler, agent, store, wall = rig(wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(11, 30))  # 11:00 fired
+        scheduler.update_routines([])
+        await until(wall, at(13, 30))
+        scheduler.update_routines([HOURLY])
+        await until(wall, at(14, 30))
+        scheduler.stop()
+    assert [t.wall for t in agent.turns] == [at(11), at(14)]
+    assert await store.gaps("hourly") == []
+
+
 class SlowBoot(Recording):
     """A store that takes 3 s to answer one of the boot's reads (``slow``)."""
 
