@@ -55,6 +55,7 @@ LOGS_PROCESSES_LEFT_OUT = [
 # The scheduler package's tests: its own selection, and the fire path's with PostgreSQL's.
 SCHEDULER_TESTS = [
     "tests/test_scheduler.py",
+    "tests/test_scheduler_arguments.py",
     "tests/test_pinned_runtime.py",
     "tests/test_restarts.py",
     "tests/test_store_bounds.py",

@@ -95,6 +95,35 @@ async def test_a_dead_members_free_open_claims_are_swept_and_no_others(
     ]
 
 
+class RemovedMeanwhile(MemoryStore):
+    """The routines are updated (``b`` removed) just as the sweep asks whether a claim lives."""
+
+    scheduler: Scheduler
+
+    async def claims_alive(self, claims: Any) -> list[bool]:
+        self.scheduler.update_routines([r for r in ROUTINES if r.name != "b"])
+        return await super().claims_alive(claims)
+
+
+async def test_a_routine_removed_while_the_sweep_reads_is_swept_and_not_armed(
+    autojump_clock: Any,
+) -> None:
+    store = RemovedMeanwhile()
+    doomed = await member(store, "r2")
+    scheduler, _ = watched(store)
+    store.scheduler = scheduler
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.testing.wait_all_tasks_blocked()  # the first look for open claims is done
+        await store.claim("b", at(9), at(9), replica="r2")
+        doomed.vanish()
+        await trio.sleep(31)  # one watch
+        scheduler.stop(0)
+    ((fire_outcome, error),) = [(f.outcome, f.error) for f in await store.history("b")]
+    assert (fire_outcome, error) == (Outcome.INTERRUPTED, SWEPT_INTERRUPTED)
+    assert "b" not in scheduler.metrics.last_success  # no longer loaded: no series made
+
+
 class SettledMeanwhile(MemoryStore):
     """The holder settles its claim just as the sweep asks whether it lives."""
 
