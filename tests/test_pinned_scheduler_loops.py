@@ -685,6 +685,23 @@ async def test_a_routine_added_again_after_a_while_records_no_overlap(autojump_c
     assert await store.gaps("hourly") == []
 
 
+async def test_a_cron_changed_while_no_turn_runs_records_no_overlap(autojump_clock: Any) -> None:
+    # Every change recorded the new cron's slots since the newest claim as "overlap": a
+    # weekly routine made minutely claimed 1,540 slots missed while a turn ran.
+    store = Recording()
+    await store.claim("hourly", at(9), at(9))
+    await store.settle("hourly", at(9), Outcome.COMPLETED, 1)
+    scheduler, agent, _, wall = rig(attrs.evolve(HOURLY, cron="0 9 * * *"), store=store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(10, 40))
+        scheduler.update_routines([HOURLY])
+        await until(wall, at(11, 30))
+        scheduler.stop()
+    assert [t.wall for t in agent.turns] == [at(11)]
+    assert await store.gaps("hourly") == []
+
+
 class SlowBoot(Recording):
     """A store that takes 3 s to answer one of the boot's reads (``slow``)."""
 
@@ -701,6 +718,11 @@ class SlowBoot(Recording):
         if self.slow == "first_armed":
             await trio.sleep(3)
         return await super().first_armed(names, now)
+
+    async def resumed_at(self, routine: str) -> Any:
+        if self.slow == "resumed_at":
+            await trio.sleep(3)
+        return await super().resumed_at(routine)
 
 
 @pytest.mark.parametrize("slow", ["latest_fire", "first_armed"])
@@ -726,3 +748,41 @@ async def test_routines_replaced_during_the_boot_arm_as_updated(
         ("routine:b", at(10, 32)),
         ("routine:b", at(10, 33)),
     ]
+
+
+@pytest.mark.parametrize("slow", ["latest_fire", "resumed_at"])
+async def test_a_routine_changed_during_the_boot_accounts_for_what_its_plan_would_have(
+    autojump_clock: Any, slow: str
+) -> None:
+    # Booted at 10:30 with 10:00 to catch up, its prompt changed meanwhile: the plan of the
+    # version replaced was dropped and the new one armed from now, 10:00 in neither a claim
+    # nor a gap. A change never catches up: 10:00 is recorded as passed while none ran.
+    store = SlowBoot(slow)
+    await store.claim("hourly", at(9), at(9))
+    await store.settle("hourly", at(9), Outcome.COMPLETED, 1)
+    scheduler, agent, _, wall = rig(HOURLY, store=store, wakeups=False)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(scheduler.run)
+        await trio.sleep(0.5)  # the boot waits for the store
+        scheduler.update_routines([attrs.evolve(HOURLY, prompt="new")])
+        await until(wall, at(11, 30))
+        scheduler.stop()
+    assert [(t.wall, t.text) for t in agent.turns] == [(at(11), "new")]
+    assert _gaps(await store.gaps("hourly")) == [(at(10), at(10), 1, GapReason.DOWN)]
+
+
+async def test_a_fault_of_the_re_arm_itself_keeps_the_overlap_it_was_to_record(
+    autojump_clock: Any,
+) -> None:
+    # The re-arm's own read raised (a store's bug): the restart took its slots for the
+    # fault's, and the turn's overlap was recorded as a "store" gap.
+    scheduler, agent, store, wall = rig(MINUTELY, wakeups=False)
+    agent.script(Complete(duration=150), session=MINUTELY.session)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, datetime(2026, 7, 7, 10, 31, 10, tzinfo=UTC))
+        store.fail("latest_fire", RuntimeError("bug"), times=1)
+        scheduler.update_routines([attrs.evolve(MINUTELY, prompt="q")])
+        await until(wall, datetime(2026, 7, 7, 10, 35, 30, tzinfo=UTC))
+        scheduler.stop()
+    assert _gaps(await store.gaps("m")) == [(at(10, 32), at(10, 33), 2, GapReason.OVERLAP)]

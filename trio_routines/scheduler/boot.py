@@ -57,10 +57,14 @@ class Boot:
         self._gaps = gaps
         self._arming = arming
         self._streaks = streaks
+        #: The routines the last boot read and planned, as they were loaded when it began.
+        self.booted: dict[str, Routine] = {}
 
     async def run(self, *, plan: bool) -> dict[str, datetime]:
-        """Reconcile every routine's open claim; with ``plan``, each cron routine's first slot."""
-        routines = dict(self._runtime.routines)  # update_routines() may change them meanwhile
+        """Reconcile every routine's open claim; with ``plan``, each cron routine's first slot
+        (of the routines still loaded as :attr:`booted` holds them)."""
+        # update_routines() may change them meanwhile: what was booted is kept for the loops.
+        self.booted = routines = dict(self._runtime.routines)
         unreadable: dict[str, StateFault] = {}
         newest = await self._read_newest_claims(routines, unreadable, tolerant=not plan)
         latest = {name: fire.fired_at for name, fire in newest.items() if fire is not None}

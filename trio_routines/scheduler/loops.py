@@ -221,8 +221,9 @@ class CronLoops:
                 if self._runtime.stopping.value or not self._current(routine):
                     return
                 backoff = await self._restarts.restart_after(f"cron:{name}", name, exc, backoff)
-                # From the slot it was at: those that pass meanwhile are the fault's.
-                rearm, passed = True, GapReason.STORE
+                # From the slot it was at: those that pass meanwhile are the fault's (unless a
+                # re-arm's own reason was still to be recorded: a fault of the re-arm itself).
+                rearm, passed = True, passed or GapReason.STORE
 
     def start(
         self,

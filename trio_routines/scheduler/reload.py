@@ -135,10 +135,11 @@ class Reload:
             for name in added + changed:
                 routine = current[name]
                 if routine.cron is not None:
-                    # A changed one's slots that passed while its previous version's turn ran
-                    # are that turn's overlap, as its own loop would have recorded them; so
-                    # are those of one removed and added again while its turn still runs.
-                    overlapped = name in changed or name in self._cron.firing
+                    # The slots that pass while its previous version's fire is still in flight
+                    # (a change, or a removal and an add, during its turn) are that turn's
+                    # overlap, as its own loop would have recorded them. With none in flight,
+                    # nothing passed: the new version arms from its newest claim and now.
+                    overlapped = name in self._cron.firing
                     passed = GapReason.OVERLAP if overlapped else None
                     self._cron.start(loops, routine, None, rearm=True, passed=passed)
                     if not self._wakeups:

@@ -13,6 +13,7 @@ from typing import Any
 
 import trio
 
+from ..records import GapReason
 from ..routines import Routine
 from .calls import STOP_MARGIN
 from .openclaims import BOOT_BUDGET
@@ -58,13 +59,13 @@ class Run:
 
     async def _boot_and_loops(self, handle: Any, task_status: trio.TaskStatus[Any]) -> None:
         runtime = self._runtime
-        booted = dict(runtime.routines)
         async with AsyncExitStack() as joined:
             first_due = await self._parts.starting.run(joined)
             if first_due is None:  # given up by a stop: reported once the store was left
                 await joined.aclose()
                 task_status.started(handle)
                 return
+            booted = self._parts.boot.booted  # the very routines the boot planned
             async with trio.open_nursery() as nursery:
                 runtime.nursery = nursery
                 nursery.start_soon(self._run_loops, booted, first_due)
@@ -91,7 +92,10 @@ class Run:
                     if self._external_clock or routine.cron is None:
                         continue
                     if booted.get(name) is not routine:  # updated during the boot: arm anew
-                        parts.cron.start(loops, routine, None, rearm=True)
+                        # A replaced one's plan is not taken: what passed since its newest
+                        # claim (a catch-up it would have fired, too) is recorded instead.
+                        passed = GapReason.DOWN if name in booted else None
+                        parts.cron.start(loops, routine, None, rearm=True, passed=passed)
                     elif name in first_due:
                         parts.cron.start(loops, routine, first_due[name], rearm=False)
                 if self._wakeups:
