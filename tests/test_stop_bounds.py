@@ -158,8 +158,9 @@ def test_sigterm_while_the_disk_stalls_the_claims_exits_within_the_grace_and_run
     assert serve.returncode == 0, env.log()
     herd_slot = format_iso(herd)
     for i in range(10):
-        for fire in env.history(f"m{i}"):
-            assert fire["slot"] != herd_slot, fire  # the stalled claims were never made
+        for entry in env.history(f"m{i}"):
+            # The stalled claims were never made (the slot may be in a "store" gap instead).
+            assert entry.get("slot") != herd_slot, entry
     assert "firing" not in env.log().split("SIGTERM received")[0].split(herd_slot[:16])[-1]
 
 
