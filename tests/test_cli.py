@@ -297,7 +297,7 @@ def test_unwake_cancels_a_wake_up_before_it_fires(env: Env) -> None:
     (added,) = result.stdout.splitlines()
     ids["a"] = added.split()[1]
     assert added.startswith(f"wake-up {ids['a']} at 20")
-    assert added.endswith(f'for session "a" — cancel with: unwake {ids["a"]} --session "a"')
+    assert added.endswith(f'for session "a" — cancel with: unwake {ids["a"]} --session a')
     result = env.cli("wake", "--session", "b", "--in", "5m", "--prompt", "p", "--json")
     ids["b"] = json.loads(result.stdout)["id"]
     wrong = env.cli("unwake", ids["b"], "--session", "a")

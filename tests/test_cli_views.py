@@ -380,14 +380,18 @@ def test_two_names_that_differ_in_a_line_break_or_a_space_never_show_alike(env: 
     env.routine("a b", cron="0 * * * *")
     base = {"prompt": "p", "fireAt": "2099-01-01T00:00:00.000Z"}
     env.write_wakeups(
-        [{**base, "id": "w1", "session": "chat\n42"}, {**base, "id": "w2", "session": "chat 42"}]
+        [
+            {**base, "id": "w1", "session": "chat\n42"},
+            {**base, "id": "w2", "session": "chat 42"},
+            {**base, "id": "w3", "session": "chat\\x0a42"},  # what the first shows as, typed
+        ]
     )
     result = env.run_cli("list")
     assert result.returncode == 0, result.stderr
     lines = [re.split(r"\s{2,}", line) for line in result.stdout.splitlines()]
     assert sorted(cells[0] for cells in lines[1:3]) == ["a b", "a\\x0ab"]
-    sessions = {cells[0]: cells[1] for cells in lines[5:7]}
-    assert sessions == {"w1": "chat\\x0a42", "w2": "chat 42"}
+    sessions = {cells[0]: cells[1] for cells in lines[5:8]}
+    assert sessions == {"w1": "chat\\x0a42", "w2": "chat 42", "w3": "chat\\\\x0a42"}
     missing = env.run_cli("history", "a\tb")
     assert missing.returncode != 0
     assert '"a\\x09b"' in missing.stderr  # quoted as it is, not as "a b"

@@ -161,7 +161,7 @@ async def test_connections_over_the_cap_are_refused_and_logged_once(
         for stream in held:
             await stream.aclose()
         with trio.fail_after(10):
-            while status(await get(port)) != 200:  # noqa: ASYNC110 -- the server offers no event  # noqa: ASYNC110 -- nothing to wait on
+            while status(await get(port)) != 200:  # noqa: ASYNC110 -- nothing to wait on
                 await trio.sleep(0.05)
     assert not [r for r in caplog.records if r.exc_info]
 

@@ -32,12 +32,12 @@ def test_the_added_line_says_when_for_whom_and_how_to_cancel() -> None:
     once = Wakeup(id="w1", session="chat:42", prompt="p", fire_at=FIRE_AT)
     assert added_line(once) == (
         'wake-up w1 at 2026-07-07T09:00:00.000Z for session "chat:42" — cancel with: '
-        'unwake w1 --session "chat:42"'
+        "unwake w1 --session chat:42"
     )
     cron = Wakeup(id="w2", session="s", prompt="p", fire_at=FIRE_AT, cron="0 9 * * *")
     assert added_line(cron) == (
         'wake-up w2 cron "0 9 * * *", first at 2026-07-07T09:00:00.000Z for session "s" — '
-        'cancel with: unwake w2 --session "s"'
+        "cancel with: unwake w2 --session s"
     )
     zoned = Wakeup(
         id="w3",
@@ -51,8 +51,19 @@ def test_the_added_line_says_when_for_whom_and_how_to_cancel() -> None:
     assert added_line(zoned) == (
         'wake-up w3 cron "0 11 * * *" Europe/Berlin, first at 2026-07-07T09:00:00.000Z, until '
         '2026-07-09T09:00:00.000Z for session "s\\x1b" — cancel with: unwake w3 --session '
-        '"s\\x1b"'
+        "$'s\\x1b'"  # a word bash reads back as the session, never the escape itself
     )
+
+
+def test_the_cancel_command_is_one_shell_word_whatever_the_session() -> None:
+    for session, word in [
+        ("chat 42", "'chat 42'"),
+        ("it's $HOME", "'it'\"'\"'s $HOME'"),
+        ("a\nb", "$'a\\x0ab'"),
+        ("a\\b'", "$'a\\\\b\\''"),
+    ]:
+        line = added_line(Wakeup(id="w1", session=session, prompt="p", fire_at=FIRE_AT))
+        assert line.endswith(f"unwake w1 --session {word}")
 
 
 def test_a_one_shot_is_stored_from_now_said_and_cancelled(env: Env) -> None:
@@ -72,7 +83,7 @@ def test_a_one_shot_is_stored_from_now_said_and_cancelled(env: Env) -> None:
     assert before - timedelta(milliseconds=1) <= fire_at - timedelta(minutes=30) <= after
     assert added.stdout == (
         f'wake-up {stored["id"]} at {stored["fireAt"]} for session "chat" — cancel with: '
-        f'unwake {stored["id"]} --session "chat"\n'
+        f"unwake {stored['id']} --session chat\n"
     )
 
     other = env.run_cli("unwake", stored["id"], "--session", "other")

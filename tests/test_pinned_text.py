@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from trio_routines.text import clipped, error_text, safe_json, visible_lines
+from trio_routines.text import clipped, error_text, name_shown, safe_json, visible_lines
 
 
 def test_a_text_of_exactly_the_limit_is_kept_whole() -> None:
@@ -58,3 +58,19 @@ def test_json_escapes_what_a_terminal_or_a_line_splitter_would_obey() -> None:
 def test_the_line_and_paragraph_separators_of_an_output_are_both_shown() -> None:
     assert visible_lines("a\u2028b\u2029c\n\td") == "a\\u2028b\\u2029c\n\td"
     assert visible_lines("\u2029\u2029") == "\\u2029\\u2029"
+
+
+def test_a_name_is_shown_so_that_no_two_names_show_alike() -> None:
+    names = ["a b", "a  b", "a\nb", "a\\x0ab", "a\\\\x0ab", "a\tb", "a\u2028b", "a\x1b[2Jb"]
+    shown = [name_shown(name) for name in names]
+    assert shown == [
+        "a b",
+        "a  b",
+        "a\\x0ab",
+        "a\\\\x0ab",
+        "a\\\\\\\\x0ab",
+        "a\\x09b",
+        "a\\u2028b",
+        "a\\x1b[2Jb",
+    ]
+    assert len(set(shown)) == len(names)

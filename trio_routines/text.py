@@ -58,6 +58,13 @@ def visible_lines(text: str) -> str:
     return _CONTROL_BUT_LINES.sub(_escaped, text)
 
 
+def name_shown(text: str) -> str:
+    """A name (a routine's, a session, a wake-up's id, a replica's) as one visible line that
+    no other name shows as: a backslash doubled, every control character escaped as by
+    :func:`visible` (a line break as ``\\x0a``), its spaces as they are."""
+    return visible(text.replace("\\", "\\\\"))
+
+
 def safe_json(value: Any, *, indent: int | None = None) -> str:
     """JSON (non-ASCII kept) with every control character, bidirectional control and line
     separator escaped."""

@@ -35,7 +35,7 @@ from ..scheduler.state import STORE_TIMEOUT, duration
 from ..store import Store
 from ..stores import is_postgres_url, open_store, state_problem
 from ..stores.credentials import shown_state
-from ..text import safe_json, shown, visible
+from ..text import name_shown, safe_json, shown, visible
 
 if TYPE_CHECKING:  # imported where used: a command that fires nothing does not load them
     from ..scheduler import Scheduler
@@ -58,7 +58,7 @@ class CliError(TrioRoutinesError):
 def quoted(text: str) -> str:
     """A name from outside, quoted for a message: one visible line that no other name shows
     as (see :class:`~.table.Name`), at most 64 characters."""
-    return '"' + visible(text)[:64] + '"'
+    return '"' + name_shown(text)[:64] + '"'
 
 
 def state_arg(args: argparse.Namespace) -> str:

@@ -33,7 +33,7 @@ from ..records import Fire, Wakeup
 from ..replicas import ReplicaInfo, replica_json
 from ..routines import Routine, catchup_text
 from ..store import Store
-from ..text import shown, visible
+from ..text import name_shown, shown
 from .client import Server
 from .output import (
     StoreDeadline,
@@ -93,7 +93,8 @@ def failing_lines(rows: Sequence[RoutineRow]) -> list[str]:
                 if success is not None
                 else "no success in its history"
             )
-            out.append(f"{visible(row.routine.name)}: failing for {row.failing} {runs} — {since}")
+            name = name_shown(row.routine.name)
+            out.append(f"{name}: failing for {row.failing} {runs} — {since}")
     return out
 
 
@@ -334,7 +335,7 @@ def replica_lines(members: Sequence[ReplicaInfo], now: datetime) -> list[str]:
     for m in members:
         seen = max(0, round((now - m.last_seen).total_seconds()))
         out.append(
-            f"  {visible(m.id)}  v{shown(m.version)}  started {format_iso(m.started)}  "
+            f"  {name_shown(m.id)}  v{shown(m.version)}  started {format_iso(m.started)}  "
             f"seen {seen}s ago  {m.in_flight} in flight"
         )
     return out

@@ -14,7 +14,7 @@ from datetime import datetime
 from ..instants import format_iso
 from ..records import Fire, Outcome, Wakeup
 from ..routines import Routine, catchup_text
-from ..text import shown, visible
+from ..text import name_shown, shown
 
 # One glyph per outcome for the strip of recent fires, and its ASCII stand-in.
 _GLYPHS: dict[Outcome | None, tuple[str, str]] = {
@@ -31,10 +31,9 @@ BUSY_REASON = "its session was busy: another turn of it was still running"
 
 
 class Name(str):
-    """A cell that names something (a routine, a session, a wake-up, a replica): shown with
-    every control character escaped (a line break as ``\x0a``) and its spaces as they are,
-    so that no two names show alike, where free text reads each run of whitespace as one
-    space."""
+    """A cell that names something (a routine, a session, a wake-up, a replica): shown as
+    :func:`~trio_routines.text.name_shown` shows it, so that no two names show alike, where
+    free text reads each run of whitespace as one space."""
 
     __slots__ = ()
 
@@ -43,7 +42,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     """Lines of aligned columns: the header, then the rows; cells are shown safely (a
     :class:`Name` as one, any other as free text)."""
     cells = [list(headers)] + [
-        [visible(cell) if isinstance(cell, Name) else shown(cell) for cell in row] for row in rows
+        [name_shown(cell) if isinstance(cell, Name) else shown(cell) for cell in row]
+        for row in rows
     ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers) - 1)]
     lines = []

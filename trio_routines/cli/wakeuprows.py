@@ -13,7 +13,7 @@ from ..history import sessions_spent
 from ..ledger import Spent, describe_spent, spent_to_json
 from ..records import Origin, OriginKind, Wakeup
 from ..store import Store
-from ..text import shown
+from ..text import name_shown
 from .output import say
 from .table import Name, left, schedule, short_instant, table
 
@@ -64,7 +64,8 @@ async def session_spent(store: Store, wakeups: Sequence[Wakeup], now: datetime) 
     spent = {}
     for session, found in (await sessions_spent(store, (w.session for w in wakeups), now)).items():
         if isinstance(found, StateFault):
-            say(f"what the wake-up turns of session {shown(session)} spent is unreadable — {found}")
+            shown_session = name_shown(session)
+            say(f"what the wake-up turns of session {shown_session} spent is unreadable — {found}")
         else:
             spent[session] = found
     return spent
