@@ -6,8 +6,9 @@ LOCKED``, so concurrent takers each get a different row and never wait on each o
 (and a defer) takes an advisory lock per session before counting that session's rows, which
 keeps the 20-per-session cap exact. Who asked for a wake-up is in its ``origin*`` columns
 (schema version 9), all NULL for one added by older code: read as unknown. A row this process
-cannot read (a cron or zone its zone data does not know, text edited by hand) is kept: a take
-passes it over from then on, logged once, and a listing skips it, each time.
+cannot read (a cron or zone its zone data does not know, text edited by hand) is kept: takes
+pass it over and listings skip it, with one warning, until it is edited (a repair in place is
+read again).
 
 The ``until_at`` column (schema version 11) ends a recurring wake-up; NULL for a one-shot
 or one added by older code. Each session's recent wake-up turns, the rate limit's record,
@@ -27,6 +28,7 @@ made late than lost.
 from __future__ import annotations
 
 import logging
+import threading
 from datetime import datetime
 from typing import Any
 
@@ -117,8 +119,12 @@ def _params(wakeup: Wakeup) -> tuple[Any, ...]:
     )
 
 
-#: A take's line for a row it cannot read, which it then passes over (once per process).
+#: A take's line for a row it cannot read, which it then passes over, and a listing's: each a
+#: WARNING the first time this process meets the row as it is, DEBUG after.
 PASSED_OVER = "passing over a wake-up entry this replica cannot read, %r (kept in the store): %s"
+SKIPPED = "skipping a malformed wake-up entry %r: %s"
+#: A row's version: its ``seq`` and the transaction that last wrote it (``xmin``), as text.
+_VERSION = "seq::text || ':' || xmin::text"
 #: Before an add, a removal or a take commits: a caller that gave up has it rolled back.
 ROLLED_BACK = ": rolled back"
 
@@ -129,11 +135,12 @@ class PostgresWakeups:
     def __init__(self, conns: Connections, tables: Schema) -> None:
         self._conns = conns
         self._tables = tables
-        #: The rows a take found unreadable here, by ``seq``: kept in the table (another
-        #: replica may read them: one whose zone data knows a zone ours does not) and passed
-        #: over by this process's takes. Replaced whole, never changed in place: the takes run
-        #: in worker threads.
-        self._unreadable: frozenset[int] = frozenset()
+        #: The rows found unreadable here, each as it was (``seq:xmin``: one edited since is
+        #: read again): kept in the table (another replica may read them: one whose zone data
+        #: knows a zone ours does not), passed over by this process's takes, and warned of
+        #: once. Changed under the lock: the calls run in worker threads.
+        self._unreadable: frozenset[str] = frozenset()
+        self._noting = threading.Lock()
 
     async def add(self, request: WakeupRequest, now: datetime) -> Wakeup:
         check_request(request)  # before the session's lock, which hashes it on the server
@@ -174,26 +181,25 @@ class PostgresWakeups:
 
     def _take(self, conn: Conn, call: Call, now: datetime) -> Wakeup | None:
         select = self._tables.sql(
-            f"SELECT seq, {_READ_COLUMNS} FROM {{wakeups}} WHERE fire_at <= %s "
-            "AND seq <> ALL(%s) ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED"
+            f"SELECT seq, {_VERSION}, {_READ_COLUMNS} FROM {{wakeups}} WHERE fire_at <= %s "
+            f"AND {_VERSION} <> ALL(%s) ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED"
         )
         delete = self._tables.sql("DELETE FROM {wakeups} WHERE seq = %s")
         while True:
             with conn.transaction():
                 # Planned for this ``now`` every time: a prepared statement's generic plan
                 # cannot know how few rows are due, and walks the whole table in seq order.
-                unreadable = self._unreadable
-                row = conn.execute(select, (now, list(unreadable)), prepare=False).fetchone()
+                passed_over = list(self._unreadable)
+                row = conn.execute(select, (now, passed_over), prepare=False).fetchone()
                 if row is None:
                     return None
                 seq = row[0]
                 try:
-                    wakeup = _wakeup(row[1:])
+                    wakeup = _wakeup(row[2:])
                 except (ValueError, TypeError) as exc:
                     # Passed over from now on, never deleted: nothing stored is lost, and a
                     # replica whose zone data is newer than ours may well read it.
-                    log.warning(PASSED_OVER, row[1], exc)
-                    self._unreadable = unreadable | {seq}
+                    self._note_unreadable(row[1], PASSED_OVER, row[2], exc)
                     continue
                 rest, taken = take_first_due([wakeup], now)
                 if rest:
@@ -252,14 +258,24 @@ class PostgresWakeups:
         return int(count)
 
     def _list(self, conn: Conn, _call: Call) -> list[Wakeup]:
-        query = self._tables.sql(f"SELECT {_READ_COLUMNS} FROM {{wakeups}} ORDER BY seq")
+        query = self._tables.sql(
+            f"SELECT {_VERSION}, {_READ_COLUMNS} FROM {{wakeups}} ORDER BY seq"
+        )
         entries = []
         for row in conn.execute(query):
             try:
-                entries.append(_wakeup(row))
+                entries.append(_wakeup(row[1:]))
             except (ValueError, TypeError) as exc:
-                log.warning("skipping a malformed wake-up entry %r: %s", row[0], exc)
+                self._note_unreadable(row[0], SKIPPED, row[1], exc)
         return entries
+
+    def _note_unreadable(self, version: str, line: str, wakeup_id: object, exc: Exception) -> None:
+        """Remember a row found unreadable, as it is; warn of it the first time only (a listing
+        is every refresh of the status page), later at DEBUG."""
+        with self._noting:
+            first = version not in self._unreadable
+            self._unreadable |= {version}
+        (log.warning if first else log.debug)(line, wakeup_id, exc)
 
     async def note_turn(self, session: str, at: datetime) -> None:
         if not storable(session):
