@@ -11,9 +11,9 @@ bound, so two processes never lose each other's gap. A ``store`` gap is written 
 routine's claims directory holds no claim from its first slot to its last. Files are opened as
 every state file is (safefile.py); a file that is not ours (a link, a FIFO, too large, not JSON)
 reads as no gaps with a warning, and an entry that is not a gap is left out. The next write
-keeps such a file aside first, as ``<routine>.corrupt-<instant>-<hex>`` (a rename of the entry
-itself: a link's target is never touched), so that what could still be read of it by hand is
-not written over.
+keeps such a file aside first, as ``<routine>.corrupt-<instant>-<hex>`` (a hard link to the
+entry itself: a link's target is never touched), so that what could still be read of it by
+hand is not written over.
 """
 
 from __future__ import annotations
@@ -103,9 +103,15 @@ def _read_whole(directory: int, name: str, path: Path) -> tuple[list[Gap], bool]
 
 
 def _keep_aside(directory: int, name: str, where: Path) -> None:
-    """Rename the damaged gaps file ``name`` aside, before a write replaces it."""
+    """Link the damaged gaps file ``name`` aside (the entry itself, a link as a link), before
+    a write replaces it: readers, who take no lock, see it or the new file, never neither."""
     aside = f"{name}.corrupt-{slot_name(datetime.now(UTC))}-{secrets.token_hex(2)}"
-    at(where / aside, lambda: os.rename(name, aside, src_dir_fd=directory, dst_dir_fd=directory))
+    at(
+        where / aside,
+        lambda: os.link(
+            name, aside, src_dir_fd=directory, dst_dir_fd=directory, follow_symlinks=False
+        ),
+    )
     log.warning("kept the damaged gaps file %s as %s", where / name, where / aside)
 
 
