@@ -634,6 +634,11 @@ def test_leading_zeros_and_large_steps_stay_valid() -> None:
             'time zone "right/Europe/Berlin" counts leap seconds, which cron time does not; '
             'name the zone without "right/"',
         ),
+        (  # as a case-insensitive file system finds it
+            "Right/UTC",
+            'time zone "Right/UTC" counts leap seconds, which cron time does not; '
+            'name the zone without "right/"',
+        ),
     ],
 )
 def test_unknown_zones(tz: str, message: str) -> None:

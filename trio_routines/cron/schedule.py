@@ -37,7 +37,7 @@ def _zone(tz: str | None) -> ZoneInfo:
         return ZoneInfo("UTC")
     if tz == "localtime":
         raise InvalidCron('time zone "localtime" is the host zone; name an IANA zone instead')
-    if tz.startswith("right/"):  # zoneinfo reads their leap seconds as offsets: hours off
+    if tz.lower().startswith("right/"):  # zoneinfo reads their leap seconds as offsets
         raise InvalidCron(
             f"time zone {_quote(tz)} counts leap seconds, which cron time does not; "
             'name the zone without "right/"'
