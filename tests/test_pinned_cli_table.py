@@ -28,6 +28,12 @@ def test_columns_align_on_the_widest_cell_and_the_last_is_left_ragged() -> None:
     # Cells are shown as one visible line; the headers are the command's own.
     assert t.table(["K", "V"], [["a\x1b[2J", "b\nc"]]) == ["K         V", "a\\x1b[2J  b c"]
     assert t.table(["ONLY"], [["x"], ["y "]]) == ["ONLY", "x", "y"]
+    # A name is shown so that no other name shows alike: its line break escaped, its spaces
+    # kept, beside free text whose whitespace reads as one space.
+    assert t.table(["N", "T"], [[t.Name("a\n  b\\"), "b\n  c"]]) == [
+        "N           T",
+        "a\\x0a  b\\\\  b c",
+    ]
 
 
 def test_a_short_instant_drops_only_the_zero_seconds_and_milliseconds() -> None:
