@@ -156,7 +156,7 @@ async def test_a_resume_stamped_ahead_is_warned_of_and_holds_nothing_back(
 
 
 async def test_a_slot_at_the_very_instant_of_the_resume_is_not_caught_up(
-    autojump_clock: Any,
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = Recording()
     await store.claim("hourly", at(9), at(9))
@@ -171,6 +171,7 @@ async def test_a_slot_at_the_very_instant_of_the_resume_is_not_caught_up(
         await trio.sleep(60)
         scheduler.stop()
     assert agent.turns == []
+    assert not [r for r in caplog.records if "stamped" in r.getMessage()]  # now is not ahead
 
 
 async def test_a_boot_on_a_slots_very_instant_catches_it_up(
