@@ -6,6 +6,7 @@ wake loop's count of pending wake-ups.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,6 +18,7 @@ from scheduler_rig import HOURLY, T0, Recording, at, messages, rig, until
 
 from trio_routines import Outcome, Routine, StateFault
 from trio_routines.records import Gap, GapReason
+from trio_routines.scheduler import Scheduler
 from trio_routines.scheduler.loops import LOOP_NAME, CronLoops
 from trio_routines.scheduler.sleepers import PRUNE_SLACK, Sleepers
 from trio_routines.testing import Complete, WallClock
@@ -611,26 +613,41 @@ async def test_a_restart_records_the_slot_its_loop_was_at(
     assert _gaps(await store.gaps(routine.name)) == [(slot, slot, 1, GapReason.STORE)]
 
 
-@pytest.mark.parametrize("change", ["changed", "removed and added again"])
-async def test_the_slots_a_turn_overlaps_are_recorded_when_its_routine_changes_meanwhile(
-    autojump_clock: Any, change: str
-) -> None:
-    # A 150 s turn from 10:31: 10:32 and 10:33 pass while it runs. Its loop records them as
-    # the turn's overlap; a change during the turn ended that loop, and its successor armed
-    # from the newest claim and now, recording nothing.
+async def during_a_long_turn(
+    change: Callable[[Scheduler, Any], Awaitable[None]],
+) -> tuple[Any, list[trio.lowlevel.Task]]:
+    """``MINUTELY`` with a 150 s turn from 10:31, ``change`` made at 10:31:10 (10:32 and
+    10:33 pass while the turn runs), run to 10:35:30: the store, and the cron loops then."""
     scheduler, agent, store, wall = rig(MINUTELY, wakeups=False)
     agent.script(Complete(duration=150), session=MINUTELY.session)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         await until(wall, datetime(2026, 7, 7, 10, 31, 10, tzinfo=UTC))
+        await change(scheduler, store)
+        await until(wall, datetime(2026, 7, 7, 10, 35, 30, tzinfo=UTC))
+        tasks = _loop_tasks()
+        scheduler.stop()
+    return store, tasks
+
+
+OVERLAPPED = [(at(10, 32), at(10, 33), 2, GapReason.OVERLAP)]
+
+
+@pytest.mark.parametrize("change", ["changed", "removed and added again"])
+async def test_the_slots_a_turn_overlaps_are_recorded_when_its_routine_changes_meanwhile(
+    autojump_clock: Any, change: str
+) -> None:
+    # Its loop records 10:32 and 10:33 as the turn's overlap; a change during the turn ended
+    # that loop, and its successor armed from the newest claim and now, recording nothing.
+
+    async def update(scheduler: Scheduler, _store: Any) -> None:
         if change == "changed":
             scheduler.update_routines([attrs.evolve(MINUTELY, prompt="q")])
         else:
             scheduler.update_routines([])
             scheduler.update_routines([MINUTELY])
-        await until(wall, datetime(2026, 7, 7, 10, 35, 30, tzinfo=UTC))
-        tasks = _loop_tasks()
-        scheduler.stop()
+
+    store, tasks = await during_a_long_turn(update)
     assert len(tasks) == 1  # the old loop ended: never two for one routine
     history = await store.history("m")
     assert [(f.slot, f.outcome) for f in history] == [
@@ -638,7 +655,7 @@ async def test_the_slots_a_turn_overlaps_are_recorded_when_its_routine_changes_m
         (at(10, 34), Outcome.COMPLETED),
         (at(10, 35), Outcome.COMPLETED),
     ]
-    assert _gaps(await store.gaps("m")) == [(at(10, 32), at(10, 33), 2, GapReason.OVERLAP)]
+    assert _gaps(await store.gaps("m")) == OVERLAPPED
 
 
 @pytest.mark.parametrize("read", ["answered", "failed"])
@@ -648,25 +665,22 @@ async def test_a_change_records_only_the_overlapped_slots_no_gap_holds_yet(
     # 10:32 recorded already (another replica's record, or a change before this one): the
     # re-arm records 10:33 alone. A store that fails the read of the gaps: both, once more,
     # which the store keeps as one record of the two.
-    scheduler, agent, store, wall = rig(MINUTELY, wakeups=False)
-    agent.script(Complete(duration=150), session=MINUTELY.session)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        await until(wall, datetime(2026, 7, 7, 10, 31, 10, tzinfo=UTC))
+
+    async def update(scheduler: Scheduler, store: Any) -> None:
         await store.record_gap("m", Gap(at(10, 32), at(10, 32), 1, GapReason.OVERLAP))
         if read == "failed":
             store.fail("gaps", StateFault("disk busy"), times=1)
         scheduler.update_routines([attrs.evolve(MINUTELY, prompt="q")])
         scheduler.update_routines([attrs.evolve(MINUTELY, prompt="r")])  # the last one counts
-        await until(wall, datetime(2026, 7, 7, 10, 34, 30, tzinfo=UTC))
-        scheduler.stop()
+
+    store, _ = await during_a_long_turn(update)
     assert _gaps(await store.gaps("m")) == (
         [
             (at(10, 32), at(10, 32), 1, GapReason.OVERLAP),
             (at(10, 33), at(10, 33), 1, GapReason.OVERLAP),
         ]
         if read == "answered"
-        else [(at(10, 32), at(10, 33), 2, GapReason.OVERLAP)]
+        else OVERLAPPED
     )
 
 
@@ -776,13 +790,10 @@ async def test_a_fault_of_the_re_arm_itself_keeps_the_overlap_it_was_to_record(
 ) -> None:
     # The re-arm's own read raised (a store's bug): the restart took its slots for the
     # fault's, and the turn's overlap was recorded as a "store" gap.
-    scheduler, agent, store, wall = rig(MINUTELY, wakeups=False)
-    agent.script(Complete(duration=150), session=MINUTELY.session)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        await until(wall, datetime(2026, 7, 7, 10, 31, 10, tzinfo=UTC))
+
+    async def update(scheduler: Scheduler, store: Any) -> None:
         store.fail("latest_fire", RuntimeError("bug"), times=1)
         scheduler.update_routines([attrs.evolve(MINUTELY, prompt="q")])
-        await until(wall, datetime(2026, 7, 7, 10, 35, 30, tzinfo=UTC))
-        scheduler.stop()
-    assert _gaps(await store.gaps("m")) == [(at(10, 32), at(10, 33), 2, GapReason.OVERLAP)]
+
+    store, _ = await during_a_long_turn(update)
+    assert _gaps(await store.gaps("m")) == OVERLAPPED
