@@ -24,9 +24,10 @@ from typing import Any, cast
 
 import pytest
 import trio
+import trio.testing
 
 from trio_routines import Routine, Scheduler, serve
-from trio_routines.hosting import watch_signals
+from trio_routines.hosting import Answering, watch_signals
 from trio_routines.testing import MemoryStore, ScriptedAgent
 
 TOKEN = "pinned-token"
@@ -187,3 +188,41 @@ def test_only_a_sole_error_is_taken_out_of_its_groups() -> None:
     assert _sole(ExceptionGroup("", [error, KeyError("x")])) is None
     # A cancel or an interrupt is no error of the run's: it stays as it came.
     assert _sole(BaseExceptionGroup("", [KeyboardInterrupt()])) is None
+
+
+async def test_a_second_signal_cuts_the_http_surface_short_and_the_first_does_not() -> None:
+    # Once the scheduler had drained, serve waited for the HTTP surface's graceful end (a
+    # client still reading: up to the grace and 2 s more), and a second Ctrl-C did nothing.
+    answering = Answering()
+    ended: list[str] = []
+
+    async def surface(*, task_status: trio.TaskStatus[int]) -> None:
+        task_status.started(1)
+        try:
+            await trio.sleep_forever()  # a client that never finishes reading
+        finally:
+            ended.append("surface")
+
+    first, second = trio.open_memory_channel[int](2)
+    recorder = StopRecorder()
+    async with trio.open_nursery() as nursery:
+        assert await nursery.start(answering.serve, surface) == 1
+        nursery.start_soon(watch_signals, second, cast(Scheduler, recorder), 2, False, answering)
+        await first.send(signal.SIGTERM)
+        await trio.testing.wait_all_tasks_blocked()
+        assert ended == []  # the first signal stops the scheduler, and lets the answers go out
+        await first.send(signal.SIGINT)
+        with trio.fail_after(5):
+            await answering.ended()
+        nursery.cancel_scope.cancel()
+    assert (ended, recorder.stops) == (["surface"], [2, 0.0])
+    # A surface started after the cut ends at once, its start reported (no port).
+    assert await _started_after_a_cut(answering) is None
+
+
+async def _started_after_a_cut(answering: Answering) -> object:
+    async def never(*, task_status: trio.TaskStatus[int]) -> None:
+        raise AssertionError("a surface started after the cut")
+
+    async with trio.open_nursery() as nursery:
+        return await nursery.start(answering.serve, never)

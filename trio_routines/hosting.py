@@ -35,13 +35,19 @@ async def watch_signals(
     scheduler: Scheduler,
     grace: float,
     during_boot: bool = False,
+    answering: Answering | None = None,
 ) -> None:
-    """The first signal stops ``scheduler`` with ``grace``; another one stops it at once.
+    """The first signal stops ``scheduler`` with ``grace``; another one stops it at once,
+    and cuts ``answering``'s surfaces short (:meth:`Answering.cut`).
 
     ``during_boot``: watched from the start of the scheduler's boot; a signal before the boot
     completed (``Scheduler.booted``) stops it there, and the boot is given up at once."""
     remaining = grace
+    seen = 0
     async for signum in signals:
+        seen += 1
+        if seen > 1 and answering is not None:
+            answering.cut()
         name = signal.Signals(signum).name
         if during_boot and not scheduler.booted:
             log.info("%s received during the boot — stopping before anything is armed", name)
@@ -60,11 +66,14 @@ class Answering:
     fire settled, which may be the last thing the scheduler does before it has drained: the
     surface then stops accepting, closes its idle connections and finishes its answers (its
     graceful timeout bounds that), and ends on its own. Ending it with the rest of the nursery
-    instead would drop those answers, the turns they waited for completed."""
+    instead would drop those answers, the turns they waited for completed. A second signal
+    cuts it short (:meth:`cut`)."""
 
     def __init__(self) -> None:
         self._serving = 0
         self._ended = trio.Event()
+        self._scopes: set[trio.CancelScope] = set()
+        self._cut = False
 
     async def serve(
         self,
@@ -73,14 +82,28 @@ class Answering:
         task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """``await nursery.start(answering.serve, surface)``: run ``surface(task_status=)``,
-        counted until it returns."""
+        counted until it returns, or until :meth:`cut`."""
+        if self._cut:
+            task_status.started(None)
+            return
         self._serving += 1
         try:
-            await surface(task_status=task_status)
+            with trio.CancelScope() as scope:
+                self._scopes.add(scope)
+                try:
+                    await surface(task_status=task_status)
+                finally:
+                    self._scopes.discard(scope)
         finally:
             self._serving -= 1
             if self._serving == 0:
                 self._ended.set()
+
+    def cut(self) -> None:
+        """End every surface now, answered or not (a second signal: stop at once)."""
+        self._cut = True
+        for scope in self._scopes:
+            scope.cancel()
 
     async def ended(self) -> None:
         """Return once no surface serves (at once when none was started)."""
@@ -127,7 +150,7 @@ async def start_watched(
             # Started from here: the watch runs from this task's first checkpoint, which is
             # inside run(), so a signal already waiting stops a boot begun (a stop before
             # run() would make it refuse to run).
-            nursery.start_soon(watch_signals, signals, scheduler, grace, True)
+            nursery.start_soon(watch_signals, signals, scheduler, grace, True, answering)
         await run_then_end(scheduler, nursery, answering, task_status=task_status)
 
     await nursery.start(run)
