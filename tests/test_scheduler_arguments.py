@@ -114,7 +114,12 @@ async def test_a_poll_interval_given_as_a_decimal_polls(autojump_clock: Any) -> 
     assert [turn.session for turn in agent.turns] == ["s"]
 
 
-@pytest.mark.parametrize("grace", ["5", timedelta(seconds=5), math.nan, None.__class__])
+@pytest.mark.parametrize(
+    "grace",
+    # a float cannot hold 10**400 (OverflowError), nor a signaling NaN (ValueError)
+    ["5", timedelta(seconds=5), math.nan, None.__class__, 10**400, Decimal("sNaN")],
+    ids=["text", "timedelta", "nan", "class", "huge", "snan"],
+)
 async def test_a_stop_with_a_grace_that_is_no_number_changes_nothing(
     autojump_clock: Any, grace: Any
 ) -> None:
@@ -123,7 +128,7 @@ async def test_a_stop_with_a_grace_that_is_no_number_changes_nothing(
         await nursery.start(scheduler.run)
         with pytest.raises(InvalidOption) as refused:
             scheduler.stop(grace)
-        assert str(refused.value) == f"a stop's grace must be a number of seconds: {grace!r}"
+        assert str(refused.value) == f"a stop's grace must be a number of seconds: {grace!r:.100}"
         assert scheduler.stopping is False
         assert scheduler.booted is True
         scheduler.stop(Decimal("1"))  # a number of seconds: this one stops it
