@@ -454,6 +454,14 @@ async def test_faults_and_stalls_show_in_place_of_what_could_not_be_read(
     assert view.wakeups_problem is None
     assert view.replicas_problem == "replicas timed out after 0.5 s"  # the last read: its own
     assert [group.spent for group in view.wakeups] == [""]  # read: nothing spent
+    # With no routine to read first, the sessions' spending is the read that times out.
+    store.hang("usage_since")
+    alone = Scheduler(
+        agent=ScriptedAgent(), store=store, routines=[], external_clock=True, now=lambda: NOW
+    )
+    view = await gather(alone)
+    assert [group.spent for group in view.wakeups] == ["unknown (usage timed out after 0.5 s)"]
+    assert view.replicas_problem == f"replicas {unread}"
 
 
 async def test_a_turn_in_flight_shows_since_when_to_the_second(autojump_clock: Any) -> None:
