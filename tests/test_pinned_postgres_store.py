@@ -338,3 +338,24 @@ async def test_ledger_rows_edited_by_hand_are_left_out_of_what_was_spent(
             )
     spent = await store.usage_since("routine", "r", T0 - timedelta(hours=1))
     assert (spent.input_tokens, spent.output_tokens, spent.costs) == (5, 0, (("EUR", 1.5),))
+
+
+async def test_a_record_added_to_a_row_edited_by_hand_counts_only_itself(
+    store: PostgresStore, schema: str
+) -> None:
+    # NaN sorts above every number: least(NaN + 1.5, bound) made the minute's row the bound,
+    # which then counted as spent, and spent a budget at once.
+    minute = T0.replace(second=0, microsecond=0)
+    with admin() as db:
+        for currency, tokens_in, cost in (("EUR", -7, "NaN"), ("USD", 10**16, "Infinity")):
+            db.execute(
+                sql.SQL(
+                    "INSERT INTO {} (kind, name, minute, currency, tokens_in, tokens_out, cost) "
+                    "VALUES ('routine', 'r', %s, %s, %s, 0, %s::float8)"
+                ).format(sql.Identifier(schema, "trio_routines_usage")),
+                (minute, currency, tokens_in, cost),
+            )
+    await store.record_usage("routine", "r", T0, Usage(input_tokens=5, cost=1.5, currency="EUR"))
+    await store.record_usage("routine", "r", T0, Usage(input_tokens=2, cost=0.5, currency="USD"))
+    spent = await store.usage_since("routine", "r", T0 - timedelta(hours=1))
+    assert (spent.input_tokens, spent.costs) == (7, (("EUR", 1.5), ("USD", 0.5)))

@@ -21,15 +21,30 @@ from .schema import Schema
 
 Conn = psycopg.Connection[Any]
 
-_RECORD = """WITH pruned AS (
+# What a minute's row holds, as a record adds to it: a value no record writes (edited by hand:
+# negative, NaN, infinite) counts as none, not as the bound (NaN sorts above every number).
+_KEPT = "(CASE WHEN u.{column} BETWEEN 0 AND %({most})s THEN u.{column} ELSE 0 END)"
+
+_RECORD = (
+    """WITH pruned AS (
         DELETE FROM {usage} WHERE kind = %(kind)s AND name = %(name)s AND minute < %(oldest)s
     )
     INSERT INTO {usage} AS u (kind, name, minute, currency, tokens_in, tokens_out, cost)
     VALUES (%(kind)s, %(name)s, %(minute)s, %(currency)s, %(in)s, %(out)s, %(cost)s)
     ON CONFLICT (kind, name, minute, currency) DO UPDATE SET
-        tokens_in = least(u.tokens_in + EXCLUDED.tokens_in, %(most_tokens)s),
-        tokens_out = least(u.tokens_out + EXCLUDED.tokens_out, %(most_tokens)s),
-        cost = least(u.cost + EXCLUDED.cost, %(most_cost)s)"""
+        tokens_in = least("""
+    + _KEPT.format(column="tokens_in", most="most_tokens")
+    + """
+            + EXCLUDED.tokens_in, %(most_tokens)s),
+        tokens_out = least("""
+    + _KEPT.format(column="tokens_out", most="most_tokens")
+    + """
+            + EXCLUDED.tokens_out, %(most_tokens)s),
+        cost = least("""
+    + _KEPT.format(column="cost", most="most_cost")
+    + """
+            + EXCLUDED.cost, %(most_cost)s)"""
+)
 
 # A row no record makes (edited by hand: negative, NaN, infinite, past a minute's bound) is
 # left out, as the state directory's ledger leaves out an entry it cannot read: in
