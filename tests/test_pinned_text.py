@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from trio_routines.text import clipped, error_text, name_shown, safe_json, visible_lines
+from trio_routines.text import clipped, error_text, name_shown, safe_json, shown, visible_lines
 
 
 def test_a_text_of_exactly_the_limit_is_kept_whole() -> None:
@@ -74,3 +74,8 @@ def test_a_name_is_shown_so_that_no_two_names_show_alike() -> None:
         "a\\x1b[2Jb",
     ]
     assert len(set(shown)) == len(names)
+
+
+def test_shown_trims_spaces_alone_never_the_text_itself() -> None:
+    assert shown("  XaX  ") == "XaX"
+    assert shown("X a\nX") == "X a X"
