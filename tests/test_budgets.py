@@ -11,14 +11,14 @@ import pytest
 import trio
 from scheduler_rig import rig
 
-from trio_routines import Outcome, Routine
-from trio_routines.agent import Usage
+from trio_routines import Outcome, Routine, Scheduler
+from trio_routines.agent import Completed, Usage
 from trio_routines.budgets import Budget, parse_budgets
 from trio_routines.errors import InvalidOption, InvalidRoutine, StateFault
 from trio_routines.http.page import gather
 from trio_routines.http.render import routine_html
 from trio_routines.routines import parse_routine_text
-from trio_routines.testing import Complete, MemoryStore
+from trio_routines.testing import Complete, MemoryStore, WallClock
 
 T0 = datetime(2026, 7, 7, 10, 30, tzinfo=UTC)  # the rig's wall clock starts here
 
@@ -147,6 +147,45 @@ async def test_a_routine_over_its_daily_token_budget_skips_slots_until_the_windo
     assert f'trio_routines_fires_total{{routine="hourly",outcome="skipped"}} {skips}' in (
         scheduler.render_metrics()
     )
+
+
+class TwoHalves:
+    """An agent whose every turn reports two events, each valid alone, past the bound together."""
+
+    def __init__(self) -> None:
+        self.turns = 0
+
+    async def invoke(self, session: str, text: str) -> Any:
+        self.turns += 1
+        yield Usage(input_tokens=6 * 10**14)
+        yield Usage(input_tokens=6 * 10**14)
+        yield Completed()
+
+
+async def test_a_turn_that_reports_past_the_bound_in_two_events_spends_the_budget(
+    autojump_clock: Any,
+) -> None:
+    # Its total read back as a bad value: the ledger counted nothing, and every slot ran (the
+    # memory store's settle raised, restarting the loop at each slot; a state directory's and
+    # PostgreSQL's ledger counted nothing either). What each store keeps of a total at the
+    # bound: test_store_usage.
+    hourly = Routine(name="hourly", prompt="p", cron="0 * * * *", budgets="1M tokens/day")  # type: ignore[arg-type]
+    store = MemoryStore()
+    agent = TwoHalves()
+    scheduler = Scheduler(
+        agent=agent, store=store, routines=[hourly], now=WallClock(T0), poll_interval=3600
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep((at(13, 30) - T0).total_seconds())
+        scheduler.stop()
+    outcomes = [(fire.slot, fire.outcome) for fire in await store.history("hourly")]
+    assert outcomes == [
+        (at(11), Outcome.COMPLETED),
+        (at(12), Outcome.SKIPPED),
+        (at(13), Outcome.SKIPPED),
+    ]
+    assert agent.turns == 1
 
 
 async def test_a_money_budget_counts_its_currency_alone_per_rolling_hour(

@@ -23,9 +23,12 @@ from trio_routines.converter import claim_text, history_from_json, history_to_js
 from trio_routines.records import Fire, Outcome
 from trio_routines.turns import run_turn
 from trio_routines.usage import (
+    MAX_COST,
+    MAX_TOKENS,
     USAGE_LINE,
     Tally,
     UsageLine,
+    checked,
     describe,
     from_wire,
     usage_from_json,
@@ -61,6 +64,18 @@ def test_events_add_up_tokens_to_tokens_and_costs_within_the_first_currency() ->
     (problem,) = tally.add(Usage(output_tokens=1, cost=9.0, currency="USD"))
     assert "a cost in USD after one in EUR is dropped" in problem
     assert tally.total() == Usage(150, 26, 0.75, "EUR")
+
+
+def test_a_turns_total_holds_at_most_what_one_event_may_and_stays_a_valid_usage() -> None:
+    # Two events of 6e14 tokens, each valid, summed past the bound: the total read back as a
+    # bad value, the turn counted as having spent nothing, and every budget let it through.
+    tally = Tally()
+    half = Usage(input_tokens=6 * 10**14, output_tokens=6 * 10**14, cost=6e11)
+    assert tally.add(half) == []
+    assert tally.add(half) == []
+    total = tally.total()
+    assert total == Usage(MAX_TOKENS, MAX_TOKENS, MAX_COST, "USD")
+    assert checked(total) == (total, [])
 
 
 def test_a_cost_without_a_currency_is_in_usd_and_tokens_alone_name_none() -> None:

@@ -118,10 +118,12 @@ class Tally:
         """Count ``event``; the problems found in it (each dropped field), for a warning."""
         usage, problems = checked(event)
         self.seen = True
+        # A turn's total holds at most what one event may (far past any budget): a sum past it
+        # would read back as a bad value, and the turn would count as having spent nothing.
         if usage.input_tokens is not None:
-            self.input_tokens = (self.input_tokens or 0) + usage.input_tokens
+            self.input_tokens = min((self.input_tokens or 0) + usage.input_tokens, MAX_TOKENS)
         if usage.output_tokens is not None:
-            self.output_tokens = (self.output_tokens or 0) + usage.output_tokens
+            self.output_tokens = min((self.output_tokens or 0) + usage.output_tokens, MAX_TOKENS)
         if usage.cost is not None:
             if self.currency is not None and usage.currency != self.currency:
                 problems.append(
@@ -130,7 +132,7 @@ class Tally:
                 )
             else:
                 self.currency = usage.currency
-                self.cost = (self.cost or 0.0) + usage.cost
+                self.cost = min((self.cost or 0.0) + usage.cost, MAX_COST)
         return problems
 
     def total(self) -> Usage | None:
