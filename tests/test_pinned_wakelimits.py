@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import attrs
 import pytest
 
 from trio_routines.cron import parse_cron
@@ -68,6 +69,28 @@ def test_only_windows_holding_an_occurrence_of_the_new_wake_up_are_weighed() -> 
     queued += [one_shot(NOW + 3 * HOUR, None, f"b{i}") for i in range(3)]
     new = recurring("0 */2 * * *", NOW + 2 * HOUR, origin=BY_TURN)
     check_rate(queued, new, (), NOW, WakeLimits(rate=3))
+
+
+def test_recurring_wake_ups_are_weighed_together_at_every_hour_of_the_week() -> None:
+    # Added in the morning, each first due at 23:00: only the first two hours after it were
+    # weighed against the others, and three of them ran 18 turns in that hour every night.
+    evening = datetime(2026, 7, 7, 23, tzinfo=UTC)
+    first = recurring("*/10 23 * * *", evening, origin=BY_TURN)
+    second = attrs.evolve(first, id="r2")
+    check_rate([first], second, (), NOW, WakeLimits(rate=12))  # 12 in that hour: allowed
+    # One more, first due in the morning: its 23:00 occurrences make 18 that evening.
+    third = recurring("*/10 9,23 * * *", datetime(2026, 7, 8, 9, tzinfo=UTC), origin=BY_TURN)
+    with pytest.raises(InvalidWakeup, match=r"^rate limit — this session would have 18 "):
+        check_rate([first, second], attrs.evolve(third, id="r3"), (), NOW, WakeLimits(rate=12))
+    # A daily one meets two weekly ones on Monday night, six days after its first occurrence.
+    monday = datetime(2026, 7, 13, 23, tzinfo=UTC)
+    weekly = [
+        attrs.evolve(recurring("*/10 23 * * MON", monday, origin=BY_TURN), id=f"w{i}")
+        for i in range(2)
+    ]
+    daily = attrs.evolve(recurring("0 23 * * *", evening, origin=BY_TURN), id="d")
+    with pytest.raises(InvalidWakeup, match=r"^rate limit — this session would have 13 "):
+        check_rate(weekly, daily, (), NOW, WakeLimits(rate=12))
 
 
 def test_the_chain_depth_refusal_whole() -> None:

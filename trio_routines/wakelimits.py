@@ -18,9 +18,12 @@ session does counts. Counted when a turn asks, at ``now``, for a wake-up first d
 
 It is refused when some hour-long window holding one of the new wake-up's occurrences would
 hold more than ``rate`` of these. A one-shot is checked at its time; a recurring one over its
-first :data:`RATE_HORIZON` (past that, its later occurrences were not weighed against the
-one-shots queued then: those were checked when they were added, without it). So an agent can
-neither re-schedule itself every minute for long nor queue a burst ahead of time.
+first :data:`RATE_HORIZON`, eight days: every hour of every day of the week, where the
+session's other recurring wake-ups meet it (two hours were checked before, and three crons
+of the same evening hour, each added in the morning, ran 18 turns in that hour every night).
+A cron that fires only in some months or on some days of the month is weighed over its first
+eight days alone. So an agent can neither re-schedule itself every minute for long nor queue
+a burst ahead of time.
 
 Depth (default :data:`DEFAULT_DEPTH`): a wake-up whose origin's chain depth -- turns each
 set by the turn of a wake-up before -- exceeds it is refused. It never resets with time: a
@@ -59,8 +62,10 @@ DEFAULT_LIFETIME = timedelta(days=30)
 MAX_LIFETIME = timedelta(days=36_500)
 #: How late after its ``until`` a recurring wake-up's last occurrence may still be taken.
 EXPIRY_GRACE = timedelta(minutes=10)
-#: How far ahead a new recurring wake-up's occurrences are weighed against the rate.
-RATE_HORIZON = 2 * RATE_WINDOW
+#: How far ahead a new recurring wake-up's occurrences are weighed against the rate: a week
+#: and a day, so that every hour of every day of the week meets the session's other
+#: recurring wake-ups (whose occurrences the rate itself keeps sparse: a few thousand at most).
+RATE_HORIZON = timedelta(days=8)
 #: The most turns a store keeps for one session (far more than any rate allows).
 MAX_TURNS_KEPT = 1000
 _TURNS = (OriginKind.ROUTINE, OriginKind.WAKEUP)
