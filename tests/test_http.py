@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -399,7 +400,9 @@ async def test_run_without_wait_is_202_and_a_busy_session_is_not_run() -> None:
         assert len(agent.turns) == 1  # the gate answered; the agent was never asked again
 
 
-async def test_a_run_whose_session_the_store_cannot_hold_is_503_and_runs_nothing() -> None:
+async def test_a_run_whose_session_the_store_cannot_hold_is_503_and_runs_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     async with serving() as server:
         for wait in (True, False):
             server.store.fail("take", StateFault("disk busy"), times=1)
@@ -409,6 +412,8 @@ async def test_a_run_whose_session_the_store_cannot_hold_is_503_and_runs_nothing
                 "error": 'the session of "daily" could not be held; nothing ran — retry'
             }
         assert server.agent.turns == []
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors == ["POST /run daily: could not hold the session of 'daily': disk busy"] * 2
 
 
 async def test_run_unknown_routine_is_404_listing_the_names() -> None:
