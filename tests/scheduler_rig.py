@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import trio
 
-from trio_routines import Routine, Scheduler
+from trio_routines import Outcome, Routine, Scheduler
 from trio_routines.metrics import Metrics
 from trio_routines.scheduler.calls import StoreCalls
 from trio_routines.scheduler.state import Grace, Runtime
@@ -39,6 +39,12 @@ class Recording(MemoryStore):
     async def settle(self, routine: str, slot: datetime, *args: Any, **options: Any) -> bool:
         self.calls.append(("settle", routine, slot, *args, options))
         return await super().settle(routine, slot, *args, **options)
+
+
+async def completed(store: Any, name: str, slot: datetime) -> None:
+    """A claim of ``name`` for ``slot``, made at the slot and settled completed in 1 ms."""
+    await store.claim(name, slot, slot)
+    await store.settle(name, slot, Outcome.COMPLETED, 1)
 
 
 async def until(wall: WallClock, when: datetime) -> None:

@@ -59,6 +59,14 @@ async def started(scheduler: Scheduler, nursery: trio.Nursery) -> None:
     await nursery.start(scheduler.run)
 
 
+def adhoc_answering(behaviour: Any) -> Scheduler:
+    """A scheduler of ``ADHOC`` (external clock) whose agent answers its turns with
+    ``behaviour``."""
+    agent = ScriptedAgent()
+    agent.script(behaviour, session="routine:adhoc")
+    return Scheduler(agent=agent, store=MemoryStore(), routines=[ADHOC], external_clock=True)
+
+
 # -- POST /fire ----------------------------------------------------------------------------------
 
 
@@ -241,9 +249,7 @@ async def test_run_keeps_the_reply_up_to_the_bound_in_bytes(
 
 
 async def test_run_refusals_and_a_busy_session_whole(autojump_clock: Any) -> None:
-    agent = ScriptedAgent()
-    agent.script(Hang(), session="routine:adhoc")
-    scheduler = Scheduler(agent=agent, store=MemoryStore(), routines=[ADHOC], external_clock=True)
+    scheduler = adhoc_answering(Hang())
     async with trio.open_nursery() as nursery:
         await started(scheduler, nursery)
         assert await refused(api.run(scheduler, {})) == (
@@ -279,9 +285,7 @@ async def test_run_refusals_and_a_busy_session_whole(autojump_clock: Any) -> Non
 
 async def test_a_run_the_agent_says_busy_answers_with_the_agents_words(autojump_clock: Any) -> None:
     # It said "the previous turn of "adhoc" is still running" alone, where none of ours ran.
-    agent = ScriptedAgent()
-    agent.script(Busy(), session="routine:adhoc")
-    scheduler = Scheduler(agent=agent, store=MemoryStore(), routines=[ADHOC], external_clock=True)
+    scheduler = adhoc_answering(Busy())
     async with trio.open_nursery() as nursery:
         await started(scheduler, nursery)
         waited = await api.run(scheduler, {"name": "adhoc"})

@@ -51,6 +51,19 @@ async def member(store: MemoryStore, replica: str) -> MemoryPresence:
     return presence
 
 
+async def swept_once(store: MemoryStore, scheduler: Scheduler, name: str) -> None:
+    """Run ``scheduler`` (a :func:`watched` one) through one watch, while member r2, holding
+    an open claim of ``name`` at 9:00 made after the boot's first look, dies."""
+    doomed = await member(store, "r2")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.testing.wait_all_tasks_blocked()  # the first look for open claims is done
+        await store.claim(name, at(9), at(9), replica="r2")
+        doomed.vanish()
+        await trio.sleep(31)  # one watch
+        scheduler.stop(0)
+
+
 async def test_a_dead_members_free_open_claims_are_swept_and_no_others(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -109,16 +122,9 @@ async def test_a_routine_removed_while_the_sweep_reads_is_swept_and_not_armed(
     autojump_clock: Any,
 ) -> None:
     store = RemovedMeanwhile()
-    doomed = await member(store, "r2")
     scheduler, _ = watched(store)
     store.scheduler = scheduler
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        await trio.testing.wait_all_tasks_blocked()  # the first look for open claims is done
-        await store.claim("b", at(9), at(9), replica="r2")
-        doomed.vanish()
-        await trio.sleep(31)  # one watch
-        scheduler.stop(0)
+    await swept_once(store, scheduler, "b")
     ((fire_outcome, error),) = [(f.outcome, f.error) for f in await store.history("b")]
     assert (fire_outcome, error) == (Outcome.INTERRUPTED, SWEPT_INTERRUPTED)
     assert "b" not in scheduler.metrics.last_success  # no longer loaded: no series made
@@ -137,15 +143,8 @@ async def test_the_sweep_never_overwrites_an_outcome_written_meanwhile(
     autojump_clock: Any,
 ) -> None:
     store = SettledMeanwhile()
-    doomed = await member(store, "r2")
     scheduler, _ = watched(store)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        await trio.testing.wait_all_tasks_blocked()  # the first look for open claims is done
-        await store.claim("a", at(9), at(9), replica="r2")
-        doomed.vanish()
-        await trio.sleep(31)
-        scheduler.stop(0)
+    await swept_once(store, scheduler, "a")
     (fire,) = await store.history("a")
     assert (fire.outcome, fire.ms) == (Outcome.COMPLETED, 7)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import trio
-from scheduler_rig import HOURLY, T0, Recording, at, messages, rig
+from scheduler_rig import HOURLY, T0, Recording, at, completed, messages, rig
 
 from trio_routines import Outcome, Routine, StateFault
 from trio_routines.scheduler.boot import BOOT_INTERRUPTED
@@ -118,8 +118,7 @@ async def test_a_boot_raises_the_first_broken_routines_fault_in_order(
 async def test_a_resume_re_plans_in_the_routines_zone_with_its_hash(autojump_clock: Any) -> None:
     report = Routine(name="report", prompt="p", cron="H 9 * * *", tz="Europe/Berlin")  # 07:31Z
     store = Recording()
-    await store.claim("report", at(7, 31), at(7, 31))
-    await store.settle("report", at(7, 31), Outcome.COMPLETED, 1)
+    await completed(store, "report", at(7, 31))
     await store.set_paused("report", True, at(8))
     await store.set_paused("report", False, at(8, day=8))  # day 8's 07:31 passed while paused
     scheduler, agent, _, _ = rig(report, store=store, wakeups=False)
@@ -138,8 +137,7 @@ async def test_a_resume_stamped_ahead_is_warned_of_and_holds_nothing_back(
     # Stamped a day ahead (a clock that ran ahead at the resume): the boot planned from it,
     # and an hourly routine did not fire for a day, with only an INFO line of a pause.
     store = Recording()
-    await store.claim("hourly", at(9), at(9))
-    await store.settle("hourly", at(9), Outcome.COMPLETED, 1)
+    await completed(store, "hourly", at(9))
     await store.set_paused("hourly", True, at(9, 30))
     await store.set_paused("hourly", False, at(10, day=8))
     scheduler, agent, _, _ = rig(store=store, wakeups=False)  # booted at 10:30 on the 7th
@@ -159,8 +157,7 @@ async def test_a_slot_at_the_very_instant_of_the_resume_is_not_caught_up(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = Recording()
-    await store.claim("hourly", at(9), at(9))
-    await store.settle("hourly", at(9), Outcome.COMPLETED, 1)
+    await completed(store, "hourly", at(9))
     await store.set_paused("hourly", True, at(9, 30))
     await store.set_paused("hourly", False, at(10))
     scheduler, agent, _, _ = rig(store=store, wakeups=False)
@@ -178,8 +175,7 @@ async def test_a_boot_on_a_slots_very_instant_catches_it_up(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = Recording()
-    await store.claim("hourly", at(9), at(9))
-    await store.settle("hourly", at(9), Outcome.COMPLETED, 1)
+    await completed(store, "hourly", at(9))
     store.fail("paused", StateFault("unreadable"), times=1)  # the boot's re-read of pauses
     scheduler, agent, _, _ = rig(store=store, wakeups=False)
     scheduler.now = agent.wall = WallClock(at(10))

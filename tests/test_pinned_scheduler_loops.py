@@ -14,7 +14,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from scheduler_rig import HOURLY, T0, Recording, at, messages, rig, until
+from scheduler_rig import HOURLY, T0, Recording, at, completed, messages, rig, until
 
 from trio_routines import Outcome, Routine, StateFault
 from trio_routines.records import Gap, GapReason
@@ -703,8 +703,7 @@ async def test_a_cron_changed_while_no_turn_runs_records_no_overlap(autojump_clo
     # Every change recorded the new cron's slots since the newest claim as "overlap": a
     # weekly routine made minutely claimed 1,540 slots missed while a turn ran.
     store = Recording()
-    await store.claim("hourly", at(9), at(9))
-    await store.settle("hourly", at(9), Outcome.COMPLETED, 1)
+    await completed(store, "hourly", at(9))
     scheduler, agent, _, wall = rig(attrs.evolve(HOURLY, cron="0 9 * * *"), store=store)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
@@ -772,8 +771,7 @@ async def test_a_routine_changed_during_the_boot_accounts_for_what_its_plan_woul
     # version replaced was dropped and the new one armed from now, 10:00 in neither a claim
     # nor a gap. A change never catches up: 10:00 is recorded as passed while none ran.
     store = SlowBoot(slow)
-    await store.claim("hourly", at(9), at(9))
-    await store.settle("hourly", at(9), Outcome.COMPLETED, 1)
+    await completed(store, "hourly", at(9))
     scheduler, agent, _, wall = rig(HOURLY, store=store, wakeups=False)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(scheduler.run)
