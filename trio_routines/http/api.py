@@ -26,6 +26,7 @@ from ..records import ClaimStatus, Fire, Gap
 from ..replicas import replica_json
 from ..routines import Routine, catchup_text
 from ..scheduler import FireResult, NotOnGrid, NotYetDue, Scheduler, Stopping, UnknownRoutine
+from ..scheduler.state import with_agents_words
 from ..tools import definitions
 from ..turns import TurnResult
 from .spending import routines_spent
@@ -81,9 +82,9 @@ def _fire_body(name: str, at: datetime, result: FireResult) -> dict[str, Any]:
 
 def _run_body(routine: Routine, name: str, turn: TurnResult) -> dict[str, Any]:
     body: dict[str, Any] = {"name": name[:ECHO], "session": routine.session}
-    if turn.busy:  # with the agent's words when it was the agent that said busy (a 409)
-        said = "" if turn.failed is None else f" ({turn.failed})"
-        body.update(ran=False, reason=_busy_reason(name) + said, ms=turn.ms)
+    if turn.busy:
+        reason = with_agents_words(_busy_reason(name), turn.failed)
+        body.update(ran=False, reason=reason, ms=turn.ms)
         return body
     body.update(ran=True, outcome=turn.outcome.value, ms=turn.ms)
     if turn.failed is not None:

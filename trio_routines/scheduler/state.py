@@ -148,6 +148,12 @@ def busy_reason(name: str, said: str | None = None) -> str:
         f'the previous turn of "{name[:64]}" is still running — this occurrence is skipped, '
         "the next fires per cron"
     )
+    return with_agents_words(reason, said)
+
+
+def with_agents_words(reason: str, said: str | None) -> str:
+    """``reason`` of a busy turn, with what the agent ``said`` when it was the agent that
+    answered busy (None: our own turn of the session held it)."""
     return reason if said is None else f"{reason} ({said})"
 
 
