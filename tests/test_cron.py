@@ -709,6 +709,64 @@ def test_end_of_the_datetime_range_is_none_not_an_error() -> None:
     )
 
 
+def _walk_to_calendar_edge(cron: str, tz: str | None, after: datetime) -> datetime | None:
+    """Every minute after ``after`` up to the calendar's last minute (or eight days on),
+    read as its wall time in ``tz``: the first whose wall matches."""
+    reference = RefCron.parse(cron)
+    zone = ZoneInfo(tz or "UTC")
+    instant = after.replace(second=0, microsecond=0)
+    for _ in range(8 * 24 * 60):
+        try:
+            instant += timedelta(minutes=1)
+            wall = instant.astimezone(zone).replace(tzinfo=None)
+        except OverflowError:
+            if instant.year == 1:
+                continue  # read before the first local day
+            return None  # past the last minute, or read past the last local day
+        if reference.matches(wall):
+            return instant
+    raise AssertionError("no answer within eight days: widen the walk")
+
+
+EDGE_CRONS = [
+    "* * * * *",
+    "0 12 * * *",
+    "30 23 * * *",
+    "0 0 * * *",
+    "59 23 31 12 *",
+    "0 0 30 12 *",
+    "*/7 1,22 * * FRI",
+    "15 4 29-31 * *",
+]
+# Whole-hour offsets from -12 to +14 (the Etc zones have no local mean time at year 1).
+EDGE_ZONES = [None, "Etc/GMT+12", "Etc/GMT+5", "Etc/GMT-9", "Etc/GMT-14"]
+
+
+@pytest.mark.parametrize("tz", EDGE_ZONES)
+@pytest.mark.parametrize("cron", EDGE_CRONS)
+def test_the_calendars_last_days_fire_as_every_other_day(cron: str, tz: str | None) -> None:
+    # Its last two days once answered "never": the search's look one day past a found
+    # instant, and its probe of the next day's offset, stepped off the calendar.
+    for after in (
+        Z("9999-12-28T23:59:30"),
+        Z("9999-12-29T13:00"),
+        Z("9999-12-30T00:00"),
+        Z("9999-12-30T21:17"),
+        Z("9999-12-31T00:00"),
+        Z("9999-12-31T11:59"),
+        Z("9999-12-31T23:58"),
+    ):
+        assert next_run(cron, tz, after) == _walk_to_calendar_edge(cron, tz, after), after
+
+
+@pytest.mark.parametrize("tz", EDGE_ZONES)
+@pytest.mark.parametrize("cron", [*EDGE_CRONS[:4], EDGE_CRONS[6]])
+def test_the_calendars_first_day_fires_as_every_other_day(cron: str, tz: str | None) -> None:
+    # An instant of year 1 read west of Greenwich falls before the first local day.
+    for after in (Z("0001-01-01T00:00"), Z("0001-01-01T13:30")):
+        assert next_run(cron, tz, after) == _walk_to_calendar_edge(cron, tz, after), after
+
+
 # --------------------------------------------------------------------------------------------
 # next_run contract
 

@@ -56,13 +56,22 @@ def _day_offsets(zone: ZoneInfo, day: date) -> tuple[timedelta, timedelta]:
     wall time minus that offset. The end probe is the next day's midnight, both folds.
     """
     start = datetime(day.year, day.month, day.day)
-    end = start + _ONE_DAY
+    # The calendar's last day has no next midnight: its last instant stands in for it.
+    end = start + _ONE_DAY if day < date.max else datetime.max
     offsets = [
         wall.replace(tzinfo=zone, fold=fold).utcoffset() or timedelta(0)
         for wall in (start, end)
         for fold in (0, 1)
     ]
     return min(offsets), max(offsets)
+
+
+def _instant(wall: datetime, offset: timedelta) -> datetime | None:
+    """The (naive UTC) instant of ``wall`` on ``offset``; None past the calendar's last one."""
+    try:
+        return wall - offset
+    except OverflowError:  # a wall of 9999-12-31 west of Greenwich
+        return None
 
 
 def _gap_end(zone: ZoneInfo, wall: datetime, before: timedelta, after: timedelta) -> datetime:
@@ -164,22 +173,28 @@ class CronSchedule:
         """First (naive UTC) instant > ``after`` contributed by the walls of local ``day``."""
         low, high = _day_offsets(self._zone, day)
         midnight = datetime(day.year, day.month, day.day)
-        if best is not None and midnight - high >= best:
+        # Differences of instants, never an instant moved by an offset: at the ends of the
+        # calendar (years 1 and 9999) the moved instant may not exist.
+        if best is not None and midnight - best >= high:
             return None
         # Only walls w with w - low > after can contribute (every instant of w is <= w - low).
-        threshold = after + low - midnight
+        threshold = (after - midnight) + low
         start = 0 if threshold < timedelta(0) else int(threshold // _ONE_MINUTE) + 1
         moment = self._next_time(start)
         if low == high:
             if moment is None:
                 return None
-            return midnight + timedelta(minutes=moment) - low
+            return _instant(midnight + timedelta(minutes=moment), low)
         found = best
         while moment is not None:
             wall = midnight + timedelta(minutes=moment)
-            if found is not None and wall - high >= found:
+            if found is not None and wall - found >= high:
                 break
-            for instant in self._instants_at(wall):
+            try:
+                instants = self._instants_at(wall)
+            except OverflowError:  # past the calendar's last instant, as every later wall
+                break
+            for instant in instants:
                 if instant > after and (found is None or instant < found):
                     found = instant
             moment = self._next_time(moment + 1)
@@ -219,7 +234,12 @@ class CronSchedule:
         return found
 
     def _search(self, after: datetime) -> datetime | None:
-        local_day = after.replace(tzinfo=UTC).astimezone(self._zone).date()
+        try:
+            local_day = after.replace(tzinfo=UTC).astimezone(self._zone).date()
+        except OverflowError:  # `after` read in the zone falls outside the calendar
+            if after.year > 1:
+                return None  # after its last day: every wall of it is past already
+            local_day = date.min  # before its first day: every wall of it is still to come
         # A fold may carry the previous local day's walls past `after`: start a day early.
         start = local_day - _ONE_DAY if local_day > date.min else local_day
         best: datetime | None = None
@@ -233,7 +253,9 @@ class CronSchedule:
                 # A later local day can still hold an earlier instant only through a fold
                 # across midnight: look one more day past the winner's own local day.
                 winner_day = found.replace(tzinfo=UTC).astimezone(self._zone).date()
-                stop = max(winner_day, day) + timedelta(days=2)
+                last = max(winner_day, day)
+                # None past the calendar's end: its days run out before any stop would come.
+                stop = last + timedelta(days=2) if last < date.max - _ONE_DAY else None
         return best
 
     @property
