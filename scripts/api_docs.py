@@ -29,6 +29,7 @@ MODULES: list[tuple[str, list[str] | None]] = [
     ("trio_routines.agent_http", ["HttpAgent"]),
     ("trio_routines.wakelimits", []),  # the limits' rules; WakeLimits is documented above
     ("trio_routines.tools", ["definitions", "call_tool", "WakeupApi"]),
+    ("trio_routines.tickets", None),
     (
         "trio_routines.logs",
         [

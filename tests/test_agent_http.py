@@ -40,6 +40,7 @@ from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
 from trio_routines.sse import MAX_LINE
 from trio_routines.testing import MemoryStore, WallClock
+from trio_routines.tickets import read_ticket
 
 SLOT = datetime(2026, 7, 7, 9, 0, tzinfo=UTC)
 DAILY = FireContext("routine", "routine:daily", routine="daily", slot=SLOT)
@@ -81,7 +82,9 @@ async def test_a_cron_fire_posts_json_with_the_idempotency_key_and_takes_a_json_
     (request,) = server.requests
     assert request.method == "POST"
     assert request.path == "/turn"
-    assert request.json == {
+    body = dict(request.json)
+    assert read_ticket(body.pop("turn")) == DAILY  # the turn's ticket for its tool calls
+    assert body == {
         "session": "routine:daily",
         "prompt": "good morning",
         "routine": "daily",
@@ -109,12 +112,17 @@ async def test_a_cron_fire_posts_json_with_the_idempotency_key_and_takes_a_json_
 async def test_wakeups_runs_and_plain_calls_say_why_and_carry_no_key(
     fire: FireContext | None, body: dict[str, object]
 ) -> None:
-    assert request_body(fire.session if fire else "chat-1", "p", fire) == body
+    made = request_body(fire.session if fire else "chat-1", "p", fire)
+    assert (made.pop("turn", None) is None) == (fire is None)  # a ticket exactly for a turn
+    assert made == body
     async with serving(reply(200, "ok", "text/plain")) as server:
         found = await collect(HttpAgent(server.url()), fire, text="p")
     assert found == [TextDelta("ok"), Completed()]
     (request,) = server.requests
-    assert request.json == body
+    sent = dict(request.json)
+    if fire is not None:
+        assert read_ticket(sent.pop("turn")) == fire
+    assert sent == body
     assert "idempotency-key" not in request.headers
 
 
@@ -510,9 +518,12 @@ async def test_replicas_racing_for_a_slot_post_once_and_share_the_idempotency_ke
     first, again = server.requests
     assert first.headers["idempotency-key"] == again.headers["idempotency-key"]
     assert first.headers["idempotency-key"] == "daily/2026-01-05T09-00-00-000Z"
+    bodies = [dict(first.json), dict(again.json)]
+    for body in bodies:  # each process signs its turn's ticket with a key of its own
+        assert isinstance(body.pop("turn"), str)
     assert (
-        first.json
-        == again.json
+        bodies[0]
+        == bodies[1]
         == {
             "session": "routine:daily",
             "prompt": "do the thing",

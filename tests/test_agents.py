@@ -20,7 +20,8 @@ from trio_routines.agent import Agent, Completed, Event, Failed, TextDelta
 from trio_routines.agents import CommandAgent, EchoAgent, InvalidAgent, agent_from_spec
 from trio_routines.context import FireContext, current_fire, firing
 from trio_routines.errors import TrioRoutinesError
-from trio_routines.records import Outcome
+from trio_routines.records import Origin, OriginKind, Outcome
+from trio_routines.tickets import read_ticket
 from trio_routines.turns import run_turn
 
 
@@ -111,6 +112,18 @@ async def test_cmd_environment_says_why_the_turn_runs() -> None:
     assert reply(events) == "team|run|standup||\n"
     events = await collect(agent, session="chat-42")
     assert reply(events) == "chat-42||||\n"
+
+
+async def test_cmd_environment_carries_the_turns_ticket_and_none_outside_a_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TRIO_ROUTINES_TURN", "inherited.ticket")  # never passed on
+    agent = agent_from_spec('cmd:printf %s "$TRIO_ROUTINES_TURN"')
+    why = FireContext("wakeup", "chat-7", wakeup="w-9", origin=Origin(kind=OriginKind.HTTP))
+    with firing(why):
+        events = await collect(agent, session="chat-7")
+    assert read_ticket(reply(events)) == why
+    assert reply(await collect(agent, session="chat-7")) == ""
 
 
 @pytest.fixture
@@ -382,6 +395,7 @@ async def test_cmd_never_inherits_the_stores_credentials(monkeypatch: pytest.Mon
         "TRIO_ROUTINES_ROUTINE",
         "TRIO_ROUTINES_SLOT",
         "TRIO_ROUTINES_WAKEUP",
+        "TRIO_ROUTINES_TURN",
     }
 
 

@@ -10,6 +10,7 @@ import http.client
 import json
 import os
 import signal
+import sys
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 import trio
 
-from trio_routines import Routine, Scheduler, serve
+from trio_routines import Routine, Scheduler, serve, tickets
 from trio_routines.errors import StateFault
 from trio_routines.http import InsecureBind
 from trio_routines.records import Outcome
@@ -170,3 +171,41 @@ def test_one_default_grace_for_the_library_and_the_command_line() -> None:
     for command in (["serve"], ["run", "x"], ["fire", "x", "--slot", SLOT]):
         args = build_parser().parse_args(command)
         assert args.grace == DEFAULT_GRACE, command
+
+
+async def test_serve_with_a_token_honours_the_tickets_another_process_made_with_it() -> None:
+    # An embedded replica: its turns' tickets are signed with a key made from its token, as
+    # every other replica given the token signs theirs.
+    token = "a-hosts-token-shared-by-its-replicas"
+    made = await trio.run_process(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from trio_routines.context import FireContext; "
+            "from trio_routines.tickets import make_ticket, share_key; share_key(sys.argv[1]); "
+            "print(make_ticket(FireContext('wakeup', 'chat:9', wakeup='w-1')))",
+            token,
+        ],
+        capture_stdout=True,
+    )
+    ticket = made.stdout.decode().strip()
+    kept = tickets._key
+    store = MemoryStore()
+    scheduler = scheduler_with(ScriptedAgent(), store)
+    try:
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                port = await nursery.start(
+                    partial(serve, scheduler, http=("127.0.0.1", 0), token=token, signals=())
+                )
+                arguments = {"prompt": "p", "in": "1h"}
+                ask = {"turn": ticket, "name": "schedule_wakeup", "arguments": arguments}
+                status, answer = await call(port, "POST", "/tools/call", ask)
+                scheduler.stop()
+    finally:
+        tickets._key = kept
+    assert status == 200, answer
+    (added,) = await store.list_wakeups()
+    assert added.session == "chat:9"
+    assert added.origin is not None
+    assert (added.origin.kind, added.origin.parent, added.origin.depth) == ("wakeup", "w-1", 1)

@@ -19,11 +19,12 @@ import httpx
 import pytest
 import trio
 from agent_server import END, Request, Respond, chunk, events, head, reply
-from test_agent_http import collect, serving, text_of
+from test_agent_http import DAILY, collect, serving, text_of
 
 from trio_routines.agent import Completed, Failed, TextDelta, Usage
 from trio_routines.agent_http import HttpAgent, _detail
 from trio_routines.errors import InvalidAgent
+from trio_routines.tickets import read_ticket
 
 TOKEN = "s3cret-token"
 
@@ -73,11 +74,13 @@ async def test_the_request_is_pinned_whole() -> None:
         "authorization": "Bearer !tok~",
         "content-length": str(len(request.body)),
     }
+    ticket = request.json["turn"]
+    assert read_ticket(ticket) == DAILY
     assert (
         request.body
         == (
             '{"session": "routine:daily", "prompt": "café", "routine": "daily", '
-            '"slot": "2026-07-07T09:00:00.000Z"}'
+            f'"slot": "2026-07-07T09:00:00.000Z", "turn": "{ticket}"}}'
         ).encode()
     )
 

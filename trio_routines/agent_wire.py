@@ -23,6 +23,7 @@ from .context import FireContext
 from .instants import format_iso
 from .logs import one_line
 from .sse import EventStreamParser, LineTooLong
+from .tickets import make_ticket
 from .usage import from_wire
 
 REASON_LIMIT = 300  # characters of a failure reason kept
@@ -43,6 +44,7 @@ def request_body(session: str, prompt: str, fire: FireContext | None) -> dict[st
     else:
         body["run"] = True
         body["routine"] = fire.routine
+    body["turn"] = make_ticket(fire)
     return body
 
 

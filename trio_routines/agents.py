@@ -6,7 +6,8 @@
   ``TRIO_ROUTINES_SESSION``, ``TRIO_ROUTINES_FIRE`` (``routine``, ``wakeup``, ``run``, or empty
   outside the runtime), ``TRIO_ROUTINES_ROUTINE`` (the routine's name; for a wake-up, the name
   in a ``routine:<name>`` session, else empty), ``TRIO_ROUTINES_SLOT`` (the slot of a cron
-  fire, else empty) and ``TRIO_ROUTINES_WAKEUP`` (a wake-up's id, else empty); no other
+  fire, else empty), ``TRIO_ROUTINES_WAKEUP`` (a wake-up's id, else empty) and
+  ``TRIO_ROUTINES_TURN`` (the turn's ticket for its wake-up tools: :mod:`.tickets`); no other
   ``TRIO_ROUTINES_*`` nor any ``PG*`` variable (:data:`HIDDEN_FROM_COMMANDS`). Its stdout is
   the reply, streamed as it comes. Exit status 0 completes the turn; anything else fails it
   with the exit status and the last lines of stderr. A last line of stdout of
@@ -57,6 +58,7 @@ from .instants import format_iso
 from .logs import one_line
 from .procgroup import runs_in_group
 from .stores.abandon import run_abandoning
+from .tickets import make_ticket
 from .usage import UsageLine
 
 log = logging.getLogger("trio_routines")
@@ -117,6 +119,8 @@ class CommandAgent:
         slot = fire.slot if fire is not None else None
         env["TRIO_ROUTINES_SLOT"] = format_iso(slot) if slot is not None else ""
         env["TRIO_ROUTINES_WAKEUP"] = (fire.wakeup if fire is not None else None) or ""
+        # The turn's ticket: the wake-up tools of this session alone, as this turn (tickets.py).
+        env["TRIO_ROUTINES_TURN"] = make_ticket(fire) if fire is not None else ""
         # The turn's trace context (W3C), when there is one; never one inherited from whoever
         # started us: a cron fire is a root (the clock caused it), and a caller's context is
         # the caller's turn's alone.

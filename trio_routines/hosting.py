@@ -24,6 +24,7 @@ from typing import Any
 import trio
 
 from .scheduler import Scheduler
+from .tickets import share_key
 
 log = logging.getLogger("trio_routines")
 
@@ -169,7 +170,8 @@ async def serve(
     """Run ``scheduler`` until a signal or ``scheduler.stop()``, then return once it settled.
 
     ``http=(host, port)`` also serves the HTTP surface there (the ``http`` extra), with
-    ``token`` required as a bearer token when given; a non-loopback host without a token raises
+    ``token`` required as a bearer token when given (and the key of this process's turn
+    tickets: :func:`~trio_routines.tickets.share_key`); a non-loopback host without a token raises
     :class:`~trio_routines.http.InsecureBind` before anything starts. ``signals`` (SIGINT and
     SIGTERM; empty for none, e.g. outside the main thread) stop the scheduler with ``grace``
     seconds for in-flight turns (default: the scheduler's ``default_grace``, 10 s, the same as
@@ -188,6 +190,8 @@ async def serve(
         # Bound before the boot touches the store: a taken address fails here, at once,
         # before a catch-up could be claimed and then cut short by the failure.
         listener = bind_http(*http)
+    if token:
+        share_key(token)  # its turns' tickets, honoured by every replica given the token
     try:
         await _serve(scheduler, http, token, signals, grace, listener, task_status)
     except BaseExceptionGroup as group:

@@ -126,8 +126,8 @@ def healthz(scheduler: Scheduler) -> Response:
 
 def tools(scheduler: Scheduler, style: ToolStyle) -> Response:
     """The wake-up tools' definitions in ``style``, stating this scheduler's limits: what an
-    agent in another process hands its model (it calls them as ``POST /wakeups`` and
-    ``DELETE /wakeups/{id}``, or through :func:`~trio_routines.tools.call_tool` of its own)."""
+    agent in another process hands its model (it carries the model's calls out as
+    ``POST /tools/call`` with its turn's ticket, under the same limits)."""
     return Response(200, {"style": style, "tools": definitions(style, scheduler=scheduler)})
 
 

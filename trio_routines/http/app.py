@@ -168,7 +168,9 @@ class _App:
                 self._expected,
             )
         probe = path in ("/healthz", "/readyz")
-        if self._token is not None and not probe and not self._cookie(scope, method):
+        # A tool call's credential is its turn ticket (tickets.py), checked by its handler.
+        ticketed = path == "/tools/call"
+        if self._token is not None and not (probe or ticketed) and not self._cookie(scope, method):
             self._authorize(scope)
         key, param = route(path)
         allowed = ROUTES[key]
@@ -195,6 +197,9 @@ class _App:
             return await api.replicas(scheduler)
         if key == "/tools":
             return api.tools(scheduler, style_param(scope))
+        if key == "/tools/call":
+            with _caller(scope):
+                return await wakeupapi.tool_call(scheduler, await read_json(scope, receive))
         if key == "history":
             assert param is not None
             return await api.history(scheduler, param)

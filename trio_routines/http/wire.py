@@ -44,6 +44,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "/wakeups": (*GET, "POST"),
     "wakeup": ("DELETE",),
     "/tools": GET,
+    "/tools/call": ("POST",),
     "/healthz": GET,
     "/readyz": GET,
     "/metrics": GET,

@@ -1,0 +1,72 @@
+"""A turn's ticket across real ``serve`` replicas, on one state directory and on one PostgreSQL
+database: a turn run by one replica calls the wake-up tools through another's HTTP surface, as
+that turn; a replica given another token refuses the ticket."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+from procs import Env, stop, wait_for
+from test_pinned_processes import request
+
+TOKEN = "replicas-share-this-token"
+
+
+@pytest.fixture
+def env(env_on_either_store: Env) -> Env:
+    """On a state directory and on PostgreSQL (``conftest.py``)."""
+    return env_on_either_store
+
+
+def _replica(env: Env, name: str, agent: str, token: str) -> tuple[subprocess.Popen[bytes], int]:
+    """``serve --http`` as replica ``name`` with ``token``; the process and its port."""
+    log = env.root / f"{name}.log"
+    with log.open("wb") as err:
+        proc = subprocess.Popen(
+            env.argv("serve", "--agent", agent, "--replica", name, "--http", "127.0.0.1:0"),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            cwd=env.root,
+            env={**env.environ(), "TRIO_ROUTINES_TOKEN": token},
+        )
+    env.procs.append(proc)
+    bound = re.compile(r"HTTP surface on http://127\.0\.0\.1:(\d+)")
+    found = wait_for(lambda: bound.search(log.read_text()), 30, f"{name}'s HTTP bind")
+    return proc, int(found.group(1))
+
+
+@pytest.mark.slow
+def test_a_turns_ticket_is_honoured_by_every_replica_sharing_the_token(env: Env) -> None:
+    env.routine("adhoc", prompt="say hi")
+    ticket_file = env.root / "ticket"
+    agent = f'cmd:printf %s "$TRIO_ROUTINES_TURN" > {ticket_file}'
+    one, one_port = _replica(env, "one", agent, TOKEN)
+    two, two_port = _replica(env, "two", agent, TOKEN)
+    three, three_port = _replica(env, "three", agent, "another-deployments-token")
+
+    status, started = request(one_port, "POST", "/run", {"name": "adhoc"}, token=TOKEN)
+    assert (status, started["outcome"]) == (200, "completed"), started
+    ticket = wait_for(lambda: ticket_file.exists() and ticket_file.read_text(), 30, "the ticket")
+
+    ask = {
+        "turn": ticket,
+        "name": "schedule_wakeup",
+        "arguments": {"prompt": "follow up", "in": "2h"},
+    }
+    status, answered = request(two_port, "POST", "/tools/call", ask)  # no bearer: the ticket
+    assert status == 200, answered
+    assert answered["text"].startswith("Scheduled ")
+    status, refused = request(three_port, "POST", "/tools/call", ask)
+    assert status == 403
+    assert "give every replica the same TRIO_ROUTINES_TOKEN" in refused["error"]
+
+    for proc in (one, two, three):
+        assert stop(proc) == 0
+    listed = env.cli("list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (wakeup,) = json.loads(listed.stdout)["wakeups"]
+    assert wakeup["session"] == "routine:adhoc"
+    assert wakeup["origin"] == {"kind": "routine", "depth": 1, "routine": "adhoc"}
