@@ -640,6 +640,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_gaps.py",
         ],
     ),
+    # A turn's ticket for an agent in another process, and the call it makes with it.
+    "tickets": (
+        ["trio_routines/tickets.py"],
+        ["tests/test_tickets.py", "tests/test_http_tools.py", "tests/test_pinned_agent_http.py"],
+    ),
     "tools": (
         ["trio_routines/tools.py"],
         [

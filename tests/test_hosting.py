@@ -29,12 +29,15 @@ ROUTINES = [Routine(name="adhoc", prompt="p")]
 SLOT = "2026-07-07T10:00:00.000Z"
 
 
-async def call(port: int, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+async def call(
+    port: int, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+) -> tuple[int, Any]:
     def go() -> tuple[int, Any]:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
         try:
             data = None if body is None else json.dumps(body).encode()
-            conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+            sent = {"Content-Type": "application/json", **(headers or {})}
+            conn.request(method, path, body=data, headers=sent)
             response = conn.getresponse()
             return response.status, json.loads(response.read())
         finally:
@@ -198,9 +201,10 @@ async def test_serve_with_a_token_honours_the_tickets_another_process_made_with_
                 port = await nursery.start(
                     partial(serve, scheduler, http=("127.0.0.1", 0), token=token, signals=())
                 )
-                arguments = {"prompt": "p", "in": "1h"}
-                ask = {"turn": ticket, "name": "schedule_wakeup", "arguments": arguments}
-                status, answer = await call(port, "POST", "/tools/call", ask)
+                body = {"name": "schedule_wakeup", "arguments": {"prompt": "p", "in": "1h"}}
+                status, answer = await call(
+                    port, "POST", "/tools/call", body, {"Authorization": f"Ticket {ticket}"}
+                )
                 scheduler.stop()
     finally:
         tickets._key = kept

@@ -13,7 +13,16 @@ from functools import partial
 import pytest
 import trio
 from agent_server import AgentServer, Request, reply
-from test_http import ROUTINES, TOKEN, Server, assert_error, serving
+from test_http import (
+    ROUTINES,
+    TOKEN,
+    Reply,
+    Server,
+    assert_error,
+    raw_exchange,
+    serving,
+    status_of,
+)
 
 from trio_routines import Scheduler
 from trio_routines.agent_http import HttpAgent
@@ -95,23 +104,28 @@ def chained(depth: int, session: str = "chat:42") -> FireContext:
     return FireContext("wakeup", session, wakeup="w-1", origin=origin)
 
 
-def call(turn: FireContext | str, name: str, **arguments: object) -> dict[str, object]:
-    ticket = turn if isinstance(turn, str) else make_ticket(turn)
-    return {"turn": ticket, "name": name, "arguments": arguments}
+async def call(
+    server: Server, turn: FireContext | str | None, name: str, **arguments: object
+) -> Reply:
+    """``POST /tools/call`` of ``name`` as ``turn`` (its ticket, or the text given as one)."""
+    ticket = turn if turn is None or isinstance(turn, str) else make_ticket(turn)
+    sent = {} if ticket is None else {"Authorization": f"Ticket {ticket}"}
+    body = {"name": name, "arguments": arguments}
+    return await server.call("POST", "/tools/call", body, headers=sent)
+
+
+async def text_of(server: Server, turn: FireContext, name: str, **arguments: object) -> str:
+    reply = await call(server, turn, name, **arguments)
+    assert reply.status == 200, reply.raw
+    text: str = reply.json["text"]
+    return text
 
 
 async def test_a_tool_call_with_a_routines_ticket_adds_the_turns_wake_up() -> None:
     async with limited() as server:
-        reply = await server.call(
-            "POST",
-            "/tools/call",
-            call(DAILY, "schedule_wakeup", prompt="check again", **{"in": "2h"}),
-        )
-        assert reply.status == 200, reply.raw
-        text = reply.json["text"]
+        text = await text_of(server, DAILY, "schedule_wakeup", prompt="check", **{"in": "2h"})
         (added,) = await server.store.list_wakeups()
-    assert text.startswith("Scheduled ")
-    assert f'cancel_wakeup(id="{added.id}")' in text
+    assert text.startswith(f"Scheduled {added.id}: next at ")
     assert added.session == "routine:daily"  # the ticket's session: the body names none
     assert added.origin == Origin(kind=OriginKind.ROUTINE, routine="daily", slot=SLOT, depth=1)
 
@@ -119,79 +133,109 @@ async def test_a_tool_call_with_a_routines_ticket_adds_the_turns_wake_up() -> No
 async def test_the_rate_and_the_depth_refuse_a_ticketed_call_as_they_refuse_the_turns_own() -> None:
     async with limited() as server:
         for minutes in (10, 20, 30):
-            body = call(DAILY, "schedule_wakeup", prompt="p", **{"in": f"{minutes}m"})
-            assert (
-                (await server.call("POST", "/tools/call", body))
-                .json["text"]
-                .startswith("Scheduled")
+            text = await text_of(
+                server, DAILY, "schedule_wakeup", prompt="p", **{"in": f"{minutes}m"}
             )
-        body = call(DAILY, "schedule_wakeup", prompt="p", **{"in": "40m"})
-        refused = (await server.call("POST", "/tools/call", body)).json["text"]
+            assert text.startswith("Scheduled")
+        refused = await text_of(server, DAILY, "schedule_wakeup", prompt="p", **{"in": "40m"})
         assert refused.startswith("schedule_wakeup: refused — rate limit — this session would")
         # The operator's call is counted, never refused: the ticket is what makes it the turn's.
         operator = {"session": "routine:daily", "prompt": "p", "in": "40m"}
         assert (await server.call("POST", "/wakeups", operator)).status == 201
-        deep = call(chained(LIMITS.depth), "schedule_wakeup", prompt="p", **{"in": "1h"})
-        refused = (await server.call("POST", "/tools/call", deep)).json["text"]
+        deep = chained(LIMITS.depth)
+        refused = await text_of(server, deep, "schedule_wakeup", prompt="p", **{"in": "1h"})
         assert refused.startswith("schedule_wakeup: refused — chain-depth limit — this wake-up")
-        shallow = call(chained(LIMITS.depth - 1), "schedule_wakeup", prompt="p", **{"in": "1h"})
-        assert (
-            (await server.call("POST", "/tools/call", shallow)).json["text"].startswith("Scheduled")
-        )
+        shallow = chained(LIMITS.depth - 1)
+        text = await text_of(server, shallow, "schedule_wakeup", prompt="p", **{"in": "1h"})
+        assert text.startswith("Scheduled")
         pending = await server.store.list_wakeups()
-    depths = sorted(w.origin.depth for w in pending if w.session == "chat:42")  # type: ignore[union-attr]
-    assert depths == [LIMITS.depth]
+    chain = [w.origin for w in pending if w.session == "chat:42"]
+    assert chain == [Origin(kind=OriginKind.WAKEUP, parent="w-1", depth=LIMITS.depth)]
 
 
 async def test_a_ticket_lists_and_cancels_its_own_sessions_wake_ups_alone() -> None:
     async with limited() as server:
         theirs = {"session": "chat:other", "prompt": "p", "in": "1h"}
         other_id = (await server.call("POST", "/wakeups", theirs)).json["wakeup"]["id"]
-        mine = call(chained(1), "schedule_wakeup", prompt="mine", **{"in": "1h"})
-        assert (await server.call("POST", "/tools/call", mine)).status == 200
-        listed = (await server.call("POST", "/tools/call", call(chained(1), "list_wakeups"))).json
-        assert listed["text"].startswith("1 pending")
-        assert other_id not in listed["text"]
-        cancel = call(chained(1), "cancel_wakeup", id=other_id)
-        refused = (await server.call("POST", "/tools/call", cancel)).json["text"]
+        mine = await text_of(server, chained(1), "schedule_wakeup", prompt="mine", **{"in": "1h"})
+        assert mine.startswith("Scheduled")
+        listed = await text_of(server, chained(1), "list_wakeups")
+        assert listed.startswith("1 pending")
+        assert other_id not in listed
+        refused = await text_of(server, chained(1), "cancel_wakeup", id=other_id)
         assert refused.startswith(f'cancel_wakeup: no pending wake-up "{other_id}"')
         assert other_id in [w.id for w in await server.store.list_wakeups()]
 
 
 async def test_no_valid_ticket_no_call_and_a_bad_call_is_said_in_one_line() -> None:
     async with limited() as server:
-        for body in (
-            {"name": "list_wakeups"},
-            call("forged.ticket", "list_wakeups"),
-            call(make_ticket(DAILY, now=0.0), "list_wakeups"),  # long ended
-        ):
-            message = assert_error(await server.call("POST", "/tools/call", body), 403)
-            assert message.startswith("the turn ticket ")
-        message = assert_error(
-            await server.call("POST", "/tools/call", {"turn": make_ticket(DAILY)}), 400
+        message = assert_error(await call(server, None, "list_wakeups"), 403)
+        assert message == (
+            "a tool call is made as a turn: send Authorization: Ticket <the ticket the turn was "
+            "given>"
         )
-        assert message == '"name" must be a non-empty string, e.g. "schedule_wakeup"'
-        unknown = (await server.call("POST", "/tools/call", call(DAILY, "rm -rf"))).json["text"]
+        for ticket, said in (
+            ("forged.ticket", "the turn ticket is damaged or not one of this scheduler's"),
+            ("x" * 12_289, "the turn ticket is longer than any of ours (12288 characters)"),
+            (make_ticket(DAILY, now=0.0), "the turn ticket ended at 1970-01-01T01:00:00.000Z"),
+        ):
+            message = assert_error(await call(server, ticket, "list_wakeups"), 403)
+            assert message.startswith(said)
+        latin = await server.call(
+            "POST",
+            "/tools/call",
+            {"name": "list_wakeups"},
+            raw=None,
+            headers={"Authorization": "Ticket caf\xe9.x"},
+        )
+        assert (
+            assert_error(latin, 403) == "the turn ticket is damaged or not one of this scheduler's"
+        )
+        ticket = {"Authorization": f"Ticket {make_ticket(DAILY)}"}
+        nameless = await server.call("POST", "/tools/call", {"arguments": {}}, headers=ticket)
+        assert (
+            assert_error(nameless, 400)
+            == '"name" must be a non-empty string, e.g. "schedule_wakeup"'
+        )
+        unknown = await text_of(server, DAILY, "rm -rf")
         assert unknown == (
             "unknown tool 'rm -rf': the tools are schedule_wakeup, list_wakeups, cancel_wakeup."
         )
-        assert (await server.call("GET", "/tools/call")).status == 405
+        assert (await server.call("GET", "/tools/call", headers=ticket)).status == 405
         assert await server.store.list_wakeups() == []
 
 
-async def test_with_a_token_the_ticket_is_the_tool_calls_credential() -> None:
+async def test_with_a_token_the_ticket_is_the_tool_calls_credential_read_before_its_body() -> None:
     async with serving(token=TOKEN) as server:
-        body = call(DAILY, "schedule_wakeup", prompt="p", **{"in": "1h"})
-        assert (await server.call("POST", "/tools/call", body)).status == 200  # no bearer
-        assert_error(await server.call("POST", "/tools/call", call("x.y", "list_wakeups")), 403)
+        text = await text_of(
+            server, DAILY, "schedule_wakeup", prompt="p", **{"in": "1h"}
+        )  # no bearer
+        assert text.startswith("Scheduled")
+        assert_error(await call(server, "x.y", "list_wakeups"), 403)
+        # Without a ticket, whoever is not the operator hears what every other path says.
+        assert (await call(server, None, "list_wakeups")).status == 401
+        assert (await server.call("GET", "/tools/call")).status == 401
+        operator = {"Authorization": f"Bearer {TOKEN}"}
+        told = await server.call("POST", "/tools/call", {"name": "list_wakeups"}, headers=operator)
+        assert assert_error(told, 403).startswith("a tool call is made as a turn")
+        # A caller without a valid ticket is answered before its body is read: a body that
+        # never comes holds nothing.
+        head = b"POST /tools/call HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        for auth in (b"", b"Authorization: Ticket x.y\r\n"):
+            answered = await raw_exchange(
+                server.port, head + auth + b"Content-Length: 100\r\n\r\n{", hold_open
+            )
+            assert status_of(answered) in (401, 403)
         # Every other path still asks for the token.
         assert (await server.call("GET", "/wakeups")).status == 401
-        assert (
-            await server.call("POST", "/wakeups", {"session": "s", "prompt": "p"})
-        ).status == 401
         (added,) = await server.store.list_wakeups()
     assert added.origin is not None
     assert added.origin.kind is OriginKind.ROUTINE
+
+
+async def hold_open(stream: trio.abc.Stream) -> None:
+    """Send nothing more: a body that never comes."""
+    await trio.sleep(30)
 
 
 async def test_an_agent_in_another_process_calls_back_with_the_ticket_its_turn_brought() -> None:
@@ -201,9 +245,9 @@ async def test_an_agent_in_another_process_calls_back_with_the_ticket_its_turn_b
     scheduler_port: list[int] = []
 
     async def agent_server(request: Request, stream: trio.abc.Stream) -> None:
-        body = call(request.json["turn"], "schedule_wakeup", prompt="follow up", **{"in": "3h"})
-        answer = await Server(scheduler_port[0], None, None, None).call(  # type: ignore[arg-type]
-            "POST", "/tools/call", body
+        back = Server(scheduler_port[0], None, None, None)  # type: ignore[arg-type]
+        answer = await call(
+            back, request.json["turn"], "schedule_wakeup", prompt="follow up", **{"in": "3h"}
         )
         answers.append(answer.json)
         await reply(200, "asked for a follow-up", "text/plain")(request, stream)

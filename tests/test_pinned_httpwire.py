@@ -30,8 +30,8 @@ from trio_routines.http.wire import (
 NO_ENDPOINT = (
     "no such endpoint — the routes are POST /fire, POST /run, GET /routines, "
     "GET /routines/{name}/history, POST /routines/{name}/pause|resume, /wakeups, "
-    "GET /replicas, GET /tools, GET /healthz, GET /readyz, GET /metrics, the page at GET / "
-    "(its data: GET /ui/state)"
+    "GET /replicas, GET /tools, POST /tools/call, GET /healthz, GET /readyz, GET /metrics, "
+    "the page at GET / (its data: GET /ui/state)"
 )
 WAKE = {"session": "s", "prompt": "p", "cron": "0 9 * * *"}
 

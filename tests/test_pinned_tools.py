@@ -179,8 +179,12 @@ async def test_a_store_that_does_not_answer_is_said_whole() -> None:
     sched, store = scheduler()
     store.fail("list_wakeups", StateFault("down"), times=1)
     assert await call_tool(sched, "chat", LIST, {}) == (
-        "list_wakeups: the scheduler could not reach its store just now; nothing changed. "
-        "Try again later."
+        "list_wakeups: the scheduler could not read its store just now; try again later."
+    )
+    store.fail("remove_wakeup", StateFault("down"), times=1)
+    assert await call_tool(sched, "chat", CANCEL, {"id": "w-1"}) == (
+        "cancel_wakeup: the scheduler's store did not confirm this just now; try again (a "
+        "second cancel of the same id is harmless)."
     )
 
 

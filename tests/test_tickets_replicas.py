@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import urllib.error
+import urllib.request
+from typing import Any
 
 import pytest
 from procs import Env, stop, wait_for
@@ -38,6 +41,21 @@ def _replica(env: Env, name: str, agent: str, token: str) -> tuple[subprocess.Po
     return proc, int(found.group(1))
 
 
+def tool_call(port: int, ticket: str, body: dict[str, Any]) -> tuple[int, Any]:
+    """``POST /tools/call`` with ``ticket`` as its credential."""
+    sent = urllib.request.Request(
+        f"http://127.0.0.1:{port}/tools/call",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Authorization": f"Ticket {ticket}"},
+    )
+    try:
+        with urllib.request.urlopen(sent, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
 @pytest.mark.slow
 def test_a_turns_ticket_is_honoured_by_every_replica_sharing_the_token(env: Env) -> None:
     env.routine("adhoc", prompt="say hi")
@@ -51,15 +69,11 @@ def test_a_turns_ticket_is_honoured_by_every_replica_sharing_the_token(env: Env)
     assert (status, started["outcome"]) == (200, "completed"), started
     ticket = wait_for(lambda: ticket_file.exists() and ticket_file.read_text(), 30, "the ticket")
 
-    ask = {
-        "turn": ticket,
-        "name": "schedule_wakeup",
-        "arguments": {"prompt": "follow up", "in": "2h"},
-    }
-    status, answered = request(two_port, "POST", "/tools/call", ask)  # no bearer: the ticket
+    ask = {"name": "schedule_wakeup", "arguments": {"prompt": "follow up", "in": "2h"}}
+    status, answered = tool_call(two_port, ticket, ask)  # no bearer: the ticket is the credential
     assert status == 200, answered
     assert answered["text"].startswith("Scheduled ")
-    status, refused = request(three_port, "POST", "/tools/call", ask)
+    status, refused = tool_call(three_port, ticket, ask)
     assert status == 403
     assert "give every replica the same TRIO_ROUTINES_TOKEN" in refused["error"]
 
@@ -70,3 +84,24 @@ def test_a_turns_ticket_is_honoured_by_every_replica_sharing_the_token(env: Env)
     (wakeup,) = json.loads(listed.stdout)["wakeups"]
     assert wakeup["session"] == "routine:adhoc"
     assert wakeup["origin"] == {"kind": "routine", "depth": 1, "routine": "adhoc"}
+
+
+@pytest.mark.slow
+def test_a_run_on_the_command_line_signs_its_turns_ticket_with_the_token(env: Env) -> None:
+    # Not only serve: a `run` (or a `fire`) by hand hands its agent a ticket that the
+    # replicas serving the same token honour.
+    env.routine("adhoc", prompt="say hi")
+    ticket_file = env.root / "ticket"
+    agent = f'cmd:printf %s "$TRIO_ROUTINES_TURN" > {ticket_file}'
+    done = subprocess.run(
+        env.argv("run", "adhoc", "--agent", agent),
+        capture_output=True,
+        text=True,
+        cwd=env.root,
+        env={**env.environ(), "TRIO_ROUTINES_TOKEN": TOKEN},
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    _, port = _replica(env, "one", "echo", TOKEN)
+    status, listed = tool_call(port, ticket_file.read_text(), {"name": "list_wakeups"})
+    assert (status, listed) == (200, {"text": "No wake-ups pending for this conversation."})

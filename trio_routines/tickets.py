@@ -5,22 +5,25 @@ turn, and what it adds is the turn's: its origin is recorded, and the rate and t
 depth apply (:mod:`trio_routines.wakelimits`). An agent in another process has no turn of
 ours around its calls. So every turn it is asked for carries a *ticket* -- the HTTP agent's
 request body as ``turn``, a ``cmd:`` command's environment as ``TRIO_ROUTINES_TURN`` -- and
-it hands the ticket back with each tool call (``POST /tools/call``): the call then runs as
-the turn's, with the same texts and the same limits as ``call_tool`` inside the turn.
+it hands the ticket back with each tool call (``POST /tools/call``, in its ``Authorization:
+Ticket <ticket>`` header): the call then runs as the turn's, with the same texts and the same
+limits as ``call_tool`` inside the turn.
 
 A ticket is the turn's :class:`~trio_routines.FireContext` (its kind, session, routine,
 slot, wake-up and that wake-up's origin) and an end, signed with HMAC-SHA256. Any replica
 holding the same key honours it, whichever replica ran the turn; the key is this process's
-own random one unless :func:`share_key` was given a secret (``serve`` gives it
-``TRIO_ROUTINES_TOKEN``, which every replica behind one address shares). A ticket holds for
-:data:`TICKET_LIFETIME` after it was made: an agent may still act for its turn once the
-turn has answered (a queue, a retry), and a ticket kept longer is refused.
+own random one unless :func:`share_key` was given a secret (the command line gives it
+``TRIO_ROUTINES_TOKEN``, which every replica behind one address shares, and so does
+:func:`~trio_routines.serve` its ``token``). One key serves the whole process.
 
-What a ticket can do: a tool call needs the API's own authorization first, and a caller
-that has it may add wake-ups without any ticket (origin ``http``, never refused by the rate
-or the depth). A ticket only makes a call the turn's: limited as the turn, recorded as asked
-by it. The signature keeps a caller from naming a turn that never ran (a routine's cron
-fire it never had, a shallower chain) in what the history and the listings show.
+A ticket is a credential of its own, narrower than the API's token: the wake-up tools of one
+session, called as one turn, limited as that turn. The signature keeps a holder from naming a
+turn that never ran, another session, or a shallower chain than its turn's. A ticket holds
+for :data:`TICKET_LIFETIME` after its turn began, whether or not the turn still runs (a
+replica that did not run it cannot know): code that keeps a ticket may use it from a later
+turn of the same session within that hour, and what it adds then counts as the kept
+ticket's turn, no deeper. The rate, the cap of pending wake-ups per session and the
+lifetime of recurring ones bound it still.
 """
 
 from __future__ import annotations
@@ -39,13 +42,13 @@ from .context import FireContext
 from .converter import origin_from_json, origin_to_json
 from .instants import format_iso, parse_iso
 
-__all__ = ["TICKET_LIFETIME", "BadTicket", "make_ticket", "read_ticket", "share_key"]
+__all__ = ["DAMAGED", "TICKET_LIFETIME", "BadTicket", "make_ticket", "read_ticket", "share_key"]
 
-#: How long a ticket is honoured after it was made.
-TICKET_LIFETIME = timedelta(hours=24)
-#: The longest ticket read: far past any turn's (a session and a routine name of the most
-#: characters each, escaped), short of a body a client could fill.
-MAX_TICKET = 16_384
+#: How long a ticket is honoured after it was made (its turn's start).
+TICKET_LIFETIME = timedelta(hours=1)
+#: The longest ticket read: a header's worth (the HTTP server reads at most 16 KiB of them),
+#: far past a turn's whose session and routine names take a few KiB of UTF-8 each.
+MAX_TICKET = 12_288
 _VERSION = 1
 _DOMAIN = b"trio_routines turn ticket v1"
 
@@ -79,7 +82,12 @@ def _b64(data: bytes) -> str:
 
 def _unb64(text: str) -> bytes:
     padded = text + "=" * (-len(text) % 4)
-    return base64.urlsafe_b64decode(padded.encode("ascii"))
+    # Strict: a character outside the alphabet is damage, and one ticket has one text (the
+    # one ours encodes: no padding, no stray bits in the last character).
+    data = base64.b64decode(padded.encode("ascii"), altchars=b"-_", validate=True)
+    if _b64(data) != text:
+        raise ValueError("not the text this encoding makes")
+    return data
 
 
 def make_ticket(fire: FireContext, now: float | None = None) -> str:
@@ -97,12 +105,16 @@ def make_ticket(fire: FireContext, now: float | None = None) -> str:
     if fire.origin is not None:
         fields["origin"] = origin_to_json(fire.origin)
     fields["ends"] = format_iso(ends)
-    payload = json.dumps(fields, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    # UTF-8, not escapes: a name of emoji would take twelve bytes a character (surrogatepass:
+    # a name read from undecodable bytes holds lone surrogates, and round-trips).
+    text = json.dumps(fields, separators=(",", ":"), ensure_ascii=False)
+    payload = text.encode("utf-8", "surrogatepass")
     signature = hmac.new(_key, payload, hashlib.sha256).digest()
     return f"{_b64(payload)}.{_b64(signature)}"
 
 
-_DAMAGED = "the turn ticket is damaged or not one of this scheduler's"
+#: What a ticket not signed by this process's key, or not readable, is told.
+DAMAGED = "the turn ticket is damaged or not one of this scheduler's"
 
 
 def read_ticket(ticket: object, now: float | None = None) -> FireContext:
@@ -114,14 +126,14 @@ def read_ticket(ticket: object, now: float | None = None) -> FireContext:
         raise BadTicket(f"the turn ticket is longer than any of ours ({MAX_TICKET} characters)")
     head, dot, tail = ticket.rpartition(".")
     if not dot or not ticket.isascii():
-        raise BadTicket(_DAMAGED)
+        raise BadTicket(DAMAGED)
     try:
         payload, signature = _unb64(head), _unb64(tail)
     except (binascii.Error, ValueError):
-        raise BadTicket(_DAMAGED) from None
+        raise BadTicket(DAMAGED) from None
     if not hmac.compare_digest(hmac.new(_key, payload, hashlib.sha256).digest(), signature):
         raise BadTicket(
-            f"{_DAMAGED} (a replica with another key made it: give every replica the same "
+            f"{DAMAGED} (a replica with another key made it: give every replica the same "
             "TRIO_ROUTINES_TOKEN)"
         )
     fire, ends = _fields(payload)
@@ -129,7 +141,7 @@ def read_ticket(ticket: object, now: float | None = None) -> FireContext:
     if ends <= datetime.fromtimestamp(at, UTC):
         raise BadTicket(
             f"the turn ticket ended at {format_iso(ends)} (a ticket holds for "
-            f"{TICKET_LIFETIME.total_seconds() / 3600:g} hours after its turn began)"
+            f"{TICKET_LIFETIME.total_seconds() / 60:g} minutes after its turn began)"
         )
     return fire
 
@@ -137,7 +149,7 @@ def read_ticket(ticket: object, now: float | None = None) -> FireContext:
 def _fields(payload: bytes) -> tuple[FireContext, datetime]:
     """A signed payload's turn and end. Ours, so malformed only across versions."""
     try:
-        fields = json.loads(payload)
+        fields = json.loads(payload.decode("utf-8", "surrogatepass"))
         if fields.get("v") != _VERSION:
             raise ValueError("another version")
         slot = fields.get("slot")
@@ -153,6 +165,6 @@ def _fields(payload: bytes) -> tuple[FireContext, datetime]:
         ends = parse_iso(fields["ends"])
         if not isinstance(fire.session, str) or ends is None:
             raise ValueError("no session or end")
-    except (ValueError, TypeError, KeyError, AttributeError):
-        raise BadTicket(_DAMAGED) from None
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        raise BadTicket(DAMAGED) from None
     return fire, ends

@@ -249,11 +249,25 @@ async def call_tool(api: WakeupApi, session: str, name: str, arguments: object) 
         if name == CANCEL:
             return await _cancel(api, session, args)
     except StateFault:
-        return (
-            f"{name}: the scheduler could not reach its store just now; nothing changed. "
-            "Try again later."
-        )
+        return _unanswered(name)
     return f"unknown tool {str(name)[:_ID_CHARS]!r}: the tools are {SCHEDULE}, {LIST}, {CANCEL}."
+
+
+def _unanswered(name: str) -> str:
+    """What a call the store failed, or did not answer in time, may have done. A change cut
+    off by the deadline may still land (a commit already under way): so the model looks
+    before asking again, rather than being told that nothing changed."""
+    if name == SCHEDULE:
+        return (
+            f"{name}: the scheduler's store did not confirm this just now, so it may or may "
+            f"not have been added; call {LIST} before asking again."
+        )
+    if name == CANCEL:
+        return (
+            f"{name}: the scheduler's store did not confirm this just now; try again (a "
+            "second cancel of the same id is harmless)."
+        )
+    return f"{name}: the scheduler could not read its store just now; try again later."
 
 
 async def _schedule(api: WakeupApi, session: str, args: Mapping[str, Any]) -> str:

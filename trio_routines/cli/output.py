@@ -36,6 +36,7 @@ from ..store import Store
 from ..stores import is_postgres_url, open_store, state_problem
 from ..stores.credentials import shown_state
 from ..text import name_shown, safe_json, shown, visible
+from ..tickets import share_key
 
 if TYPE_CHECKING:  # imported where used: a command that fires nothing does not load them
     from ..scheduler import Scheduler
@@ -97,6 +98,11 @@ def agent_arg(args: argparse.Namespace, command: str) -> Agent:
             "or set TRIO_ROUTINES_AGENT",
             code=2,
         )
+    token = os.environ.get("TRIO_ROUTINES_TOKEN")
+    if token:
+        # Its turns' tickets are honoured by every replica given the token (tickets.py):
+        # serve's, and a run's or a fire's on the command line.
+        share_key(token)
     return agent_from_spec(spec)
 
 

@@ -18,7 +18,6 @@ from ..hosting import Answering, start_watched
 from ..instants import format_iso
 from ..routines import Routine
 from ..scheduler import Scheduler
-from ..tickets import share_key
 from ..wakelimits import WakeLimits
 from .output import (
     CliError,
@@ -66,9 +65,6 @@ async def _start(
     serve_http: Callable[..., Awaitable[object]] | None = None
     listener: socket.socket | None = None
     token = os.environ.get("TRIO_ROUTINES_TOKEN") or None
-    if token is not None:
-        # Turn tickets made here are honoured by every replica sharing the token (tickets.py).
-        share_key(token)
     if args.http:
         host, port = args.http
         # The HTTP surface is optional (hypercorn is an extra): import it only when asked for.

@@ -23,10 +23,12 @@ changes nothing:
 1. authorization (``Authorization: Bearer <token>``, constant-time compare) when a token is
    configured, on every path but ``/healthz`` -- before routing, so an anonymous caller
    cannot even learn which paths exist. ``POST /tools/call`` is the one path whose credential
-   is another: the turn ticket in its body (:mod:`trio_routines.tickets`), checked by its
-   handler (403). Without a token, :mod:`.origin` instead refuses a
-   ``Host`` that is not loopback (421) and, on ``POST``/``DELETE``, an ``Origin`` that is not
-   loopback (403): the defence against DNS rebinding and cross-site requests;
+   is another: a turn's ticket, ``Authorization: Ticket <ticket>``
+   (:mod:`trio_routines.tickets`; 403 for one that is not valid, and for the operator's call
+   without one; anyone else without one hears the 401). Without a token, :mod:`.origin`
+   instead refuses a ``Host`` that is not loopback (421) and, on ``POST``/``DELETE``, an
+   ``Origin`` that is not loopback (403): the defence against DNS rebinding and cross-site
+   requests;
 2. the route (404) and the method (405 with ``Allow``);
 3. ``POST /fire`` and ``POST /run`` while the scheduler stops: 503 with ``Retry-After``;
 4. the body, for requests that need one: ``Content-Type`` must be JSON (415); a declared

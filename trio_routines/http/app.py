@@ -10,7 +10,9 @@ from contextlib import AbstractContextManager
 import trio
 
 from .. import tracing
+from ..context import FireContext
 from ..scheduler import Scheduler
+from ..tickets import DAMAGED, BadTicket, read_ticket
 from . import api, page, wakeupapi
 from .expected import ExpectedSlots
 from .origin import check_origin, check_token
@@ -168,9 +170,10 @@ class _App:
                 self._expected,
             )
         probe = path in ("/healthz", "/readyz")
-        # A tool call's credential is its turn ticket (tickets.py), checked by its handler.
-        ticketed = path == "/tools/call"
-        if self._token is not None and not (probe or ticketed) and not self._cookie(scope, method):
+        turn: FireContext | None = None
+        if path == "/tools/call":  # its credential is a turn's ticket, read before the body
+            turn = self._turn(scope)
+        elif self._token is not None and not probe and not self._cookie(scope, method):
             self._authorize(scope)
         key, param = route(path)
         allowed = ROUTES[key]
@@ -198,8 +201,9 @@ class _App:
         if key == "/tools":
             return api.tools(scheduler, style_param(scope))
         if key == "/tools/call":
+            assert turn is not None
             with _caller(scope):
-                return await wakeupapi.tool_call(scheduler, await read_json(scope, receive))
+                return await wakeupapi.tool_call(scheduler, turn, await read_json(scope, receive))
         if key == "history":
             assert param is not None
             return await api.history(scheduler, param)
@@ -227,6 +231,27 @@ class _App:
         # compare_digest is constant-time in the token; the scheme is not a secret.
         good = hmac.compare_digest(credentials.strip(), self._token)
         return good and scheme.lower() == b"bearer"
+
+    def _turn(self, scope: Scope) -> FireContext:
+        """The turn whose ticket ``Authorization: Ticket <ticket>`` carries (a tool call's
+        credential); 403 for one that is not a valid ticket of ours. Without a ticket, the
+        operator learns that a call needs one, and anyone else, with a token set, the 401
+        every other path answers."""
+        given = headers(scope, b"authorization")
+        scheme, _, credentials = (given[0] if len(given) == 1 else b"").partition(b" ")
+        if scheme.lower() != b"ticket":
+            self._authorize(scope)
+            raise Refusal(
+                403,
+                "a tool call is made as a turn: send Authorization: Ticket <the ticket the "
+                "turn was given>",
+            )
+        try:
+            return read_ticket(credentials.strip().decode("ascii"))
+        except UnicodeDecodeError:
+            raise Refusal(403, DAMAGED) from None
+        except BadTicket as exc:
+            raise Refusal(403, str(exc)) from None
 
     def _authorize(self, scope: Scope) -> None:
         if self._token is None:

@@ -18,13 +18,12 @@ from typing import Any
 import attrs
 
 from .. import tracing
-from ..context import firing
+from ..context import FireContext, firing
 from ..converter import wakeup_to_json
 from ..errors import InvalidWakeup
 from ..instants import parse_instant
 from ..records import Origin, OriginKind, Wakeup
 from ..scheduler import Scheduler
-from ..tickets import BadTicket, read_ticket
 from ..tools import call_tool
 from ..wakeups import WakeupRequest, added_reply, bad_delay_reply, parse_delay, removed_reply
 from .spending import listed_sessions_spent
@@ -144,15 +143,11 @@ async def unwake(scheduler: Scheduler, wakeup_id: str, session: str) -> Response
     return Response(200, {"removed": True, "reply": removed_reply(wakeup_id[:ECHO], True)})
 
 
-async def tool_call(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
-    """``{"turn", "name", "arguments"}``: the wake-up tool ``name`` called as the turn whose
-    ticket ``turn`` is, for that turn's session alone; ``{"text"}``, what
+async def tool_call(scheduler: Scheduler, fire: FireContext, body: Mapping[str, Any]) -> Response:
+    """``{"name", "arguments"}``: the wake-up tool ``name`` called as the turn ``fire`` (read
+    from its ticket by the gate), for that turn's session alone; ``{"text"}``, what
     :func:`~trio_routines.tools.call_tool` says to the model inside the turn (a refusal by
-    the limits included). A ticket that is not a valid one of ours is a 403."""
-    try:
-        fire = read_ticket(body.get("turn"))
-    except BadTicket as exc:
-        raise Refusal(403, str(exc)) from None
+    the limits included)."""
     name = required_text(body, "name", '"schedule_wakeup"')
     with firing(fire):
         text = await call_tool(scheduler, fire.session, name, body.get("arguments"))
