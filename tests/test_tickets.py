@@ -66,6 +66,33 @@ def test_a_ticket_reads_back_as_its_turn(turn: FireContext) -> None:
     assert read_ticket(ticket, now=T0) == turn  # the replica is not carried: it is not asked
 
 
+def test_a_tickets_text_is_fixed_so_that_two_releases_given_one_token_agree() -> None:
+    # Replicas of two releases behind one address read each other's tickets: the key's
+    # derivation, the payload's JSON (compact, UTF-8) and the unpadded encoding are all pinned.
+    share_key("one token for every version")
+    turn = FireContext(
+        "wakeup",
+        "café:42",
+        wakeup="w-1",
+        origin=Origin(kind=OriginKind.ROUTINE, routine="daily", slot=SLOT, depth=1),
+    )
+    ticket = make_ticket(turn, now=T0)
+    assert ticket == (
+        "eyJ2IjoxLCJraW5kIjoid2FrZXVwIiwic2Vzc2lvbiI6ImNhZsOpOjQyIiwid2FrZXVwIjoidy0xIiwib3Jp"
+        "Z2luIjp7ImtpbmQiOiJyb3V0aW5lIiwiZGVwdGgiOjEsInJvdXRpbmUiOiJkYWlseSIsInNsb3QiOiIyMDI2"
+        "LTA3LTA3VDA5OjAwOjAwLjAwMFoifSwiZW5kcyI6IjIwMjYtMDUtMjhUMjE6MjY6NDAuMDAwWiJ9"
+        ".BjJW_WdWe6c9RIUKLroLPB3g-4UffhSKMtCixOJRQ44"
+    )
+    payload = tickets._unb64(ticket.partition(".")[0])
+    assert payload.decode() == (
+        '{"v":1,"kind":"wakeup","session":"café:42","wakeup":"w-1","origin":{"kind":"routine",'
+        '"depth":1,"routine":"daily","slot":"2026-07-07T09:00:00.000Z"},'
+        '"ends":"2026-05-28T21:26:40.000Z"}'
+    )
+    assert "=" not in ticket
+    assert read_ticket(ticket, now=T0) == turn
+
+
 def test_a_ticket_of_the_longest_names_fits_a_header_and_reads_back() -> None:
     # Names of astral characters: UTF-8 in the ticket, not twelve bytes of escapes each.
     name = "\U0001f600" * 512 + "\udcff"  # and a lone surrogate, as undecodable bytes read
@@ -146,6 +173,7 @@ def test_every_change_to_a_ticket_is_refused() -> None:
         (b"abc.def", "the turn ticket must be the text the turn was given"),
         ("", "the turn ticket must be the text the turn was given"),
         ("x" * 12_289, "the turn ticket is longer than any of ours (12288 characters)"),
+        ("x" * 12_287 + ".", "the turn ticket is damaged or not one of this scheduler's"),
         ("no-dot-at-all", "the turn ticket is damaged or not one of this scheduler's"),
         ("é.é", "the turn ticket is damaged or not one of this scheduler's"),
         ("a!b.c", "the turn ticket is damaged or not one of this scheduler's"),
@@ -190,5 +218,16 @@ def test_any_text_is_a_ticket_or_a_bad_ticket_and_nothing_else(text: str) -> Non
 
 @pytest.mark.parametrize("secret", ["", b"", None, 5])
 def test_a_secret_must_be_text_or_bytes_not_empty(secret: object) -> None:
-    with pytest.raises(ValueError, match="a ticket secret must be non-empty text or bytes"):
+    with pytest.raises(ValueError, match=r"^a ticket secret must be non-empty text or bytes$"):
         share_key(secret)  # type: ignore[arg-type]
+
+
+def test_any_text_is_a_secret_even_one_read_from_undecodable_bytes() -> None:
+    share_key("token \udcff")  # a lone surrogate: an environment of undecodable bytes
+    ticket = make_ticket(TURNS[1], now=T0)
+    share_key(b"token \xff")  # the same bytes, given as bytes
+    assert read_ticket(ticket, now=T0) == TURNS[1]
+    share_key("token \ud800")  # no byte of any environment: taken as it is
+    ticket = make_ticket(TURNS[1], now=T0)
+    share_key(b"token \xed\xa0\x80")
+    assert read_ticket(ticket, now=T0) == TURNS[1]

@@ -29,7 +29,6 @@ lifetime of recurring ones bound it still.
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import hmac
 import json
@@ -65,11 +64,20 @@ def _derived(secret: bytes) -> bytes:
 _key = _derived(secrets.token_bytes(32))
 
 
+def _secret_bytes(secret: str) -> bytes:
+    """The bytes a text secret was read from: an environment's undecodable bytes come as
+    lone surrogates (U+DC80..U+DCFF), each one byte again; any other lone surrogate as itself."""
+    try:
+        return secret.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return secret.encode("utf-8", "surrogatepass")
+
+
 def share_key(secret: str | bytes) -> None:
     """Sign and check tickets with a key made from ``secret`` (text or bytes, not empty), so
     that every process given the same secret honours the others' tickets: replicas behind
     one address. Without it each process has a random key of its own."""
-    raw = secret.encode("utf-8", "surrogatepass") if isinstance(secret, str) else secret
+    raw = _secret_bytes(secret) if isinstance(secret, str) else secret
     if not isinstance(raw, bytes) or not raw:
         raise ValueError("a ticket secret must be non-empty text or bytes")
     global _key
@@ -81,12 +89,13 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
+    """The bytes of ``text`` when it is the very text :func:`_b64` makes of them, so that one
+    ticket has one spelling: a character outside the alphabet (which the decoder would pass
+    over), padding, or stray bits in the last character are a ``ValueError``."""
     padded = text + "=" * (-len(text) % 4)
-    # Strict: a character outside the alphabet is damage, and one ticket has one text (the
-    # one ours encodes: no padding, no stray bits in the last character).
-    data = base64.b64decode(padded.encode("ascii"), altchars=b"-_", validate=True)
+    data = base64.b64decode(padded.encode("ascii"), altchars=b"-_")
     if _b64(data) != text:
-        raise ValueError("not the text this encoding makes")
+        raise ValueError(text)
     return data
 
 
@@ -124,12 +133,12 @@ def read_ticket(ticket: object, now: float | None = None) -> FireContext:
         raise BadTicket("the turn ticket must be the text the turn was given")
     if len(ticket) > MAX_TICKET:
         raise BadTicket(f"the turn ticket is longer than any of ours ({MAX_TICKET} characters)")
-    head, dot, tail = ticket.rpartition(".")
-    if not dot or not ticket.isascii():
+    head, dot, tail = ticket.partition(".")
+    if not dot:
         raise BadTicket(DAMAGED)
     try:
         payload, signature = _unb64(head), _unb64(tail)
-    except (binascii.Error, ValueError):
+    except ValueError:  # binascii.Error; UnicodeEncodeError for a character beyond ASCII
         raise BadTicket(DAMAGED) from None
     if not hmac.compare_digest(hmac.new(_key, payload, hashlib.sha256).digest(), signature):
         raise BadTicket(
@@ -151,20 +160,18 @@ def _fields(payload: bytes) -> tuple[FireContext, datetime]:
     try:
         fields = json.loads(payload.decode("utf-8", "surrogatepass"))
         if fields.get("v") != _VERSION:
-            raise ValueError("another version")
-        slot = fields.get("slot")
-        origin = fields.get("origin")
+            raise ValueError(fields)  # another version's
         fire = FireContext(
             fields["kind"],
             fields["session"],
             routine=fields.get("routine"),
-            slot=None if slot is None else parse_iso(slot),
+            slot=parse_iso(fields.get("slot")),  # None for none (a slot is not optional text)
             wakeup=fields.get("wakeup"),
-            origin=None if origin is None else origin_from_json(origin),
+            origin=origin_from_json(fields.get("origin")),
         )
         ends = parse_iso(fields["ends"])
         if not isinstance(fire.session, str) or ends is None:
-            raise ValueError("no session or end")
+            raise ValueError(fields)
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         raise BadTicket(DAMAGED) from None
     return fire, ends
