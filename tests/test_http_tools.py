@@ -191,6 +191,10 @@ async def test_no_valid_ticket_no_call_and_a_bad_call_is_said_in_one_line() -> N
         assert (
             assert_error(latin, 403) == "the turn ticket is damaged or not one of this scheduler's"
         )
+        # The scheme's name in any case, and any spaces before the credentials (RFC 9110).
+        spaced = {"Authorization": f"ticket   {make_ticket(DAILY)}"}
+        listed = await server.call("POST", "/tools/call", {"name": "list_wakeups"}, headers=spaced)
+        assert listed.json == {"text": "No wake-ups pending for this conversation."}
         ticket = {"Authorization": f"Ticket {make_ticket(DAILY)}"}
         nameless = await server.call("POST", "/tools/call", {"arguments": {}}, headers=ticket)
         assert (
@@ -226,8 +230,15 @@ async def test_with_a_token_the_ticket_is_the_tool_calls_credential_read_before_
                 server.port, head + auth + b"Content-Length: 100\r\n\r\n{", hold_open
             )
             assert status_of(answered) in (401, 403)
-        # Every other path still asks for the token.
+        # The definitions are the tools' too: a turn's holder reads them with its ticket.
+        held = {"Authorization": f"Ticket {make_ticket(DAILY)}"}
+        defined = await server.call("GET", "/tools?style=openai", headers=held)
+        assert defined.json == {"style": "openai", "tools": definitions("openai")}
+        forged = {"Authorization": "Ticket x.y"}
+        assert_error(await server.call("GET", "/tools", headers=forged), 403)
+        # Every other path still asks for the token, a ticket or none.
         assert (await server.call("GET", "/wakeups")).status == 401
+        assert (await server.call("GET", "/wakeups", headers=held)).status == 401
         (added,) = await server.store.list_wakeups()
     assert added.origin is not None
     assert added.origin.kind is OriginKind.ROUTINE

@@ -120,8 +120,9 @@ def test_a_ticket_signed_with_another_key_is_refused_and_says_how_to_share_one()
     with pytest.raises(BadTicket) as caught:
         read_ticket(ticket, now=T0)
     assert str(caught.value) == (
-        "the turn ticket is damaged or not one of this scheduler's (a replica with another key "
-        "made it: give every replica the same TRIO_ROUTINES_TOKEN)"
+        "the turn ticket is damaged or not one of this scheduler's: its signature is not this "
+        "process's (it was changed, or made by a process given another TRIO_ROUTINES_TOKEN, "
+        "or none: replicas share one)"
     )
     share_key(b"a test's own secret")  # the same secret makes the same key again
     assert read_ticket(ticket, now=T0) == TURNS[0]

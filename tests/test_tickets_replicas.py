@@ -75,7 +75,7 @@ def test_a_turns_ticket_is_honoured_by_every_replica_sharing_the_token(env: Env)
     assert answered["text"].startswith("Scheduled ")
     status, refused = tool_call(three_port, ticket, ask)
     assert status == 403
-    assert "give every replica the same TRIO_ROUTINES_TOKEN" in refused["error"]
+    assert "made by a process given another TRIO_ROUTINES_TOKEN" in refused["error"]
 
     for proc in (one, two, three):
         assert stop(proc) == 0

@@ -142,8 +142,8 @@ def read_ticket(ticket: object, now: float | None = None) -> FireContext:
         raise BadTicket(DAMAGED) from None
     if not hmac.compare_digest(hmac.new(_key, payload, hashlib.sha256).digest(), signature):
         raise BadTicket(
-            f"{DAMAGED} (a replica with another key made it: give every replica the same "
-            "TRIO_ROUTINES_TOKEN)"
+            f"{DAMAGED}: its signature is not this process's (it was changed, or made by a "
+            "process given another TRIO_ROUTINES_TOKEN, or none: replicas share one)"
         )
     fire, ends = _fields(payload)
     at = time.time() if now is None else now

@@ -25,7 +25,8 @@ changes nothing:
    cannot even learn which paths exist. ``POST /tools/call`` is the one path whose credential
    is another: a turn's ticket, ``Authorization: Ticket <ticket>``
    (:mod:`trio_routines.tickets`; 403 for one that is not valid, and for the operator's call
-   without one; anyone else without one hears the 401). Without a token, :mod:`.origin`
+   without one; anyone else without one hears the 401). ``GET /tools`` takes a valid ticket
+   as well as the token. Without a token, :mod:`.origin`
    instead refuses a ``Host`` that is not loopback (421) and, on ``POST``/``DELETE``, an
    ``Origin`` that is not loopback (403): the defence against DNS rebinding and cross-site
    requests;

@@ -173,6 +173,8 @@ class _App:
         turn: FireContext | None = None
         if path == "/tools/call":  # its credential is a turn's ticket, read before the body
             turn = self._turn(scope)
+        elif path == "/tools" and self._ticketed(scope):
+            self._turn(scope)  # the definitions, for a turn's holder: no token needed
         elif self._token is not None and not probe and not self._cookie(scope, method):
             self._authorize(scope)
         key, param = route(path)
@@ -231,6 +233,11 @@ class _App:
         # compare_digest is constant-time in the token; the scheme is not a secret.
         good = hmac.compare_digest(credentials.strip(), self._token)
         return good and scheme.lower() == b"bearer"
+
+    def _ticketed(self, scope: Scope) -> bool:
+        """Whether the request's credential is a ticket (``Authorization: Ticket …``)."""
+        given = headers(scope, b"authorization")
+        return len(given) == 1 and given[0].partition(b" ")[0].lower() == b"ticket"
 
     def _turn(self, scope: Scope) -> FireContext:
         """The turn whose ticket ``Authorization: Ticket <ticket>`` carries (a tool call's
