@@ -234,6 +234,8 @@ async def test_with_a_token_the_ticket_is_the_tool_calls_credential_read_before_
         held = {"Authorization": f"Ticket {make_ticket(DAILY)}"}
         defined = await server.call("GET", "/tools?style=openai", headers=held)
         assert defined.json == {"style": "openai", "tools": definitions("openai")}
+        spaced = {"Authorization": f"TICKET  {make_ticket(DAILY)}"}
+        assert (await server.call("GET", "/tools", headers=spaced)).status == 200
         forged = {"Authorization": "Ticket x.y"}
         assert_error(await server.call("GET", "/tools", headers=forged), 403)
         # Every other path still asks for the token, a ticket or none.
