@@ -19,6 +19,7 @@ from test_http import (
     Reply,
     Server,
     assert_error,
+    body_of,
     raw_exchange,
     serving,
     status_of,
@@ -176,7 +177,7 @@ async def test_no_valid_ticket_no_call_and_a_bad_call_is_said_in_one_line() -> N
         )
         for ticket, said in (
             ("forged.ticket", "the turn ticket is damaged or not one of this scheduler's"),
-            ("x" * 12_289, "the turn ticket is longer than any of ours (12288 characters)"),
+            ("x" * 12_289, "the turn ticket is longer than 12288 characters"),
             (make_ticket(DAILY, now=0.0), "the turn ticket ended at 1970-01-01T01:00:00.000Z"),
         ):
             message = assert_error(await call(server, ticket, "list_wakeups"), 403)
@@ -191,6 +192,10 @@ async def test_no_valid_ticket_no_call_and_a_bad_call_is_said_in_one_line() -> N
         assert (
             assert_error(latin, 403) == "the turn ticket is damaged or not one of this scheduler's"
         )
+        twice = [("authorization", f"Ticket {make_ticket(DAILY)}")] * 2
+        repeated = await raw_exchange(server.port, raw_request(twice))
+        assert status_of(repeated) == 400
+        assert body_of(repeated) == {"error": "the authorization header is repeated"}
         # The scheme's name in any case, and any spaces before the credentials (RFC 9110).
         spaced = {"Authorization": f"ticket   {make_ticket(DAILY)}"}
         listed = await server.call("POST", "/tools/call", {"name": "list_wakeups"}, headers=spaced)
@@ -219,6 +224,8 @@ async def test_with_a_token_the_ticket_is_the_tool_calls_credential_read_before_
         # Without a ticket, whoever is not the operator hears what every other path says.
         assert (await call(server, None, "list_wakeups")).status == 401
         assert (await server.call("GET", "/tools/call")).status == 401
+        twice = [("authorization", f"Ticket {make_ticket(DAILY)}")] * 2
+        assert status_of(await raw_exchange(server.port, raw_request(twice))) == 401
         operator = {"Authorization": f"Bearer {TOKEN}"}
         told = await server.call("POST", "/tools/call", {"name": "list_wakeups"}, headers=operator)
         assert assert_error(told, 403).startswith("a tool call is made as a turn")
@@ -244,6 +251,16 @@ async def test_with_a_token_the_ticket_is_the_tool_calls_credential_read_before_
         (added,) = await server.store.list_wakeups()
     assert added.origin is not None
     assert added.origin.kind is OriginKind.ROUTINE
+
+
+def raw_request(extra: list[tuple[str, str]]) -> bytes:
+    """A tool call's request as bytes, with ``extra`` headers (repeated ones included)."""
+    body = b'{"name": "list_wakeups"}'
+    head = "".join(f"{name}: {value}\r\n" for name, value in extra)
+    return (
+        f"POST /tools/call HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"{head}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode() + body
 
 
 async def hold_open(stream: trio.abc.Stream) -> None:

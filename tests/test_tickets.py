@@ -173,7 +173,7 @@ def test_every_change_to_a_ticket_is_refused() -> None:
         (42, "the turn ticket must be the text the turn was given"),
         (b"abc.def", "the turn ticket must be the text the turn was given"),
         ("", "the turn ticket must be the text the turn was given"),
-        ("x" * 12_289, "the turn ticket is longer than any of ours (12288 characters)"),
+        ("x" * 12_289, "the turn ticket is longer than 12288 characters, more than a header"),
         ("x" * 12_287 + ".", "the turn ticket is damaged or not one of this scheduler's"),
         ("no-dot-at-all", "the turn ticket is damaged or not one of this scheduler's"),
         ("é.é", "the turn ticket is damaged or not one of this scheduler's"),
@@ -201,6 +201,8 @@ def test_what_is_no_ticket_is_refused_in_one_line(ticket: object, said: str) -> 
         b' "ends": "2099-01-01T00:00:00Z"}',
         b'{"v": 1, "kind": "run", "session": 7, "routine": "r", "ends": "2099-01-01T00:00:00Z"}',
         b'{"v": 1, "kind": "routine", "session": "s", "routine": "r", "slot": 5,'
+        b' "ends": "2099-01-01T00:00:00Z"}',
+        b'{"v": 1, "kind": "wakeup", "session": "s", "wakeup": "w", "origin": {"kind": "bot"},'
         b' "ends": "2099-01-01T00:00:00Z"}',
     ],
 )

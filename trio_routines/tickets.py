@@ -132,7 +132,11 @@ def read_ticket(ticket: object, now: float | None = None) -> FireContext:
     if not isinstance(ticket, str) or not ticket:
         raise BadTicket("the turn ticket must be the text the turn was given")
     if len(ticket) > MAX_TICKET:
-        raise BadTicket(f"the turn ticket is longer than any of ours ({MAX_TICKET} characters)")
+        raise BadTicket(
+            f"the turn ticket is longer than {MAX_TICKET} characters, more than a header "
+            "carries (a turn whose session and routine names take more than a few KiB has "
+            "no ticket that can be sent back)"
+        )
     head, dot, tail = ticket.partition(".")
     if not dot:
         raise BadTicket(DAMAGED)
@@ -171,6 +175,10 @@ def _fields(payload: bytes) -> tuple[FireContext, datetime]:
         )
         ends = parse_iso(fields["ends"])
         if not isinstance(fire.session, str) or ends is None:
+            raise ValueError(fields)
+        if fire.origin is None and fields.get("origin") is not None:
+            # An origin another release wrote and this one cannot read: read as none, the
+            # turn's chain would start again at 0.
             raise ValueError(fields)
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         raise BadTicket(DAMAGED) from None

@@ -245,7 +245,10 @@ class _App:
         operator learns that a call needs one, and anyone else, with a token set, the 401
         every other path answers."""
         given = headers(scope, b"authorization")
-        scheme, _, credentials = (given[0] if len(given) == 1 else b"").partition(b" ")
+        if len(given) > 1:
+            self._authorize(scope)  # anyone but the operator hears the 401 of every path
+            raise Refusal(400, "the authorization header is repeated")
+        scheme, _, credentials = (given[0] if given else b"").partition(b" ")
         if scheme.lower() != b"ticket":
             self._authorize(scope)
             raise Refusal(

@@ -5,12 +5,12 @@ knows in full. A boot seeds both from the newest claim alone (one failure, faili
 slot) and leaves the history to this part: reading it is a listing and a read of every
 retained claim, up to 512 a routine, and a boot after an outage that failed or cut short a
 herd of thousands would otherwise read all of theirs before its first slot could fire (the
-measurements are in benchmarks/README.md). So the histories are read beside the first fires,
-a few at a time, and each one's streak replaces the seed -- unless the routine fired since
-the claim its seed was made from (the history holds a newer claim, whose settle may or may
-not be counted yet) or a fire of it was counted while its history was read: its series are
-then newer than the read, and left as they are. A history that cannot be read leaves the
-seed (logged at debug: the streak is the metrics' only loss).
+measurements are in the git history of benchmarks/README.md). So the histories are read
+beside the first fires, a few at a time, and each one's streak replaces the seed -- unless
+the routine fired since the claim its seed was made from (the history holds a newer claim,
+whose settle may or may not be counted yet) or a fire of it was counted while its history
+was read: its series are then newer than the read, and left as they are. A history that
+cannot be read leaves the seed (logged at debug: the streak is the metrics' only loss).
 """
 
 from __future__ import annotations

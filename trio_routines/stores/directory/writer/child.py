@@ -214,10 +214,10 @@ class _Flushes:
 
     A ``syncfs`` mostly waits for the disk: run beside the writes of the next batch, that
     wait is no longer the writer's (a herd's writes and flushes, alone in a process: 58–64
-    µs a claim against 74–80 one after the other; benchmarks/README.md). A batch's answers
-    still go out only once its own flush returned, each flush through descriptors opened
-    before its batch's first write (groupcommit.py), and in the order the batches came.
-    At most :data:`AHEAD` batches wait for it; the writes wait beyond that.
+    µs a claim against 74–80 one after the other; the git history of benchmarks/README.md).
+    A batch's answers still go out only once its own flush returned, each flush through
+    descriptors opened before its batch's first write (groupcommit.py), and in the order the
+    batches came. At most :data:`AHEAD` batches wait for it; the writes wait beyond that.
 
     A batch that claims for a routine whose claim waits for its flush is written once that
     flush returned: its listing must not decide a slot (stale, or what to prune) by a claim
