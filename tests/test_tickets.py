@@ -173,7 +173,12 @@ def test_every_change_to_a_ticket_is_refused() -> None:
         (42, "the turn ticket must be the text the turn was given"),
         (b"abc.def", "the turn ticket must be the text the turn was given"),
         ("", "the turn ticket must be the text the turn was given"),
-        ("x" * 12_289, "the turn ticket is longer than 12288 characters, more than a header"),
+        (
+            "x" * 12_289,
+            "the turn ticket is longer than 12288 characters, more than a header carries (a turn "
+            "whose session and routine names take more than a few KiB has no ticket that can be "
+            "sent back)",
+        ),
         ("x" * 12_287 + ".", "the turn ticket is damaged or not one of this scheduler's"),
         ("no-dot-at-all", "the turn ticket is damaged or not one of this scheduler's"),
         ("é.é", "the turn ticket is damaged or not one of this scheduler's"),
@@ -184,8 +189,7 @@ def test_every_change_to_a_ticket_is_refused() -> None:
 def test_what_is_no_ticket_is_refused_in_one_line(ticket: object, said: str) -> None:
     with pytest.raises(BadTicket) as caught:
         read_ticket(ticket, now=T0)
-    assert str(caught.value).startswith(said)
-    assert "\n" not in str(caught.value)
+    assert str(caught.value) == said
 
 
 @pytest.mark.parametrize(
