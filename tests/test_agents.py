@@ -126,6 +126,16 @@ async def test_cmd_environment_carries_the_turns_ticket_and_none_outside_a_turn(
     assert reply(await collect(agent, session="chat-7")) == ""
 
 
+async def test_cmd_environment_says_where_the_scheduler_answers_when_it_serves_http(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TRIO_ROUTINES_URL", "http://inherited.example")  # never passed on
+    command = 'cmd:printf %s "$TRIO_ROUTINES_URL"'
+    served = CommandAgent(command[4:], scheduler_url="http://127.0.0.1:8080")
+    assert reply(await collect(served, session="chat-7")) == "http://127.0.0.1:8080"
+    assert reply(await collect(agent_from_spec(command), session="chat-7")) == ""
+
+
 @pytest.fixture
 def pid_file(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "pids"
@@ -396,6 +406,7 @@ async def test_cmd_never_inherits_the_stores_credentials(monkeypatch: pytest.Mon
         "TRIO_ROUTINES_SLOT",
         "TRIO_ROUTINES_WAKEUP",
         "TRIO_ROUTINES_TURN",
+        "TRIO_ROUTINES_URL",
     }
 
 

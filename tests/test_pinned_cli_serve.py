@@ -26,6 +26,7 @@ from procs import wait_for
 from trio_routines.cli import serve
 from trio_routines.cli.output import CliError
 from trio_routines.cli.parser import build_parser
+from trio_routines.cli.serve import local_url
 from trio_routines.errors import StateFault
 
 NEXT_NEW_YEAR = f"{datetime.now(UTC).year + 1}-01-01T00:00:00.000Z"
@@ -528,3 +529,21 @@ async def test_a_stop_signal_during_the_boot_ends_serve_saying_so(
         (logging.INFO, "SIGTERM received during the boot — stopping before anything is armed"),
         (logging.INFO, "stopped during the boot: nothing was armed or fired"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("127.0.0.1", "http://127.0.0.1:8080"),
+        ("0.0.0.0", "http://127.0.0.1:8080"),
+        ("", "http://127.0.0.1:8080"),
+        ("::", "http://[::1]:8080"),
+        ("::1", "http://[::1]:8080"),
+        ("10.1.2.3", "http://10.1.2.3:8080"),
+        ("localhost", "http://localhost:8080"),
+    ],
+)
+def test_a_command_reaches_the_surface_on_loopback_when_it_is_bound_to_every_address(
+    host: str, url: str
+) -> None:
+    assert local_url(host, 8080) == url

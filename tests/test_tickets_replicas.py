@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 from typing import Any
@@ -105,3 +106,26 @@ def test_a_run_on_the_command_line_signs_its_turns_ticket_with_the_token(env: En
     _, port = _replica(env, "one", "echo", TOKEN)
     status, listed = tool_call(port, ticket_file.read_text(), {"name": "list_wakeups"})
     assert (status, listed) == (200, {"text": "No wake-ups pending for this conversation."})
+
+
+@pytest.mark.slow
+def test_a_command_calls_the_tools_back_where_serve_answers(env: Env) -> None:
+    # serve --http tells its cmd: commands where it answers; the command sends its ticket there.
+    env.routine("adhoc", prompt="say hi")
+    call_back = (
+        "import json, os, urllib.request; "
+        "body = json.dumps({'name': 'schedule_wakeup', "
+        "'arguments': {'prompt': 'again', 'in': '1h'}}).encode(); "
+        "sent = urllib.request.Request(os.environ['TRIO_ROUTINES_URL'] + '/tools/call', "
+        "data=body, method='POST', headers={'Content-Type': 'application/json', "
+        "'Authorization': 'Ticket ' + os.environ['TRIO_ROUTINES_TURN']}); "
+        "print(json.load(urllib.request.urlopen(sent, timeout=30))['text'])"
+    )
+    agent = f'cmd:{sys.executable} -c "{call_back}"'
+    one, port = _replica(env, "one", agent, TOKEN)
+    status, ran = request(port, "POST", "/run", {"name": "adhoc"}, token=TOKEN)
+    assert (status, ran["outcome"]) == (200, "completed"), ran
+    assert ran["reply"].startswith("Scheduled ")
+    assert stop(one) == 0
+    (wakeup,) = json.loads(env.cli("list", "--json").stdout)["wakeups"]
+    assert wakeup["origin"] == {"kind": "routine", "depth": 1, "routine": "adhoc"}

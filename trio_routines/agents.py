@@ -7,7 +7,8 @@
   outside the runtime), ``TRIO_ROUTINES_ROUTINE`` (the routine's name; for a wake-up, the name
   in a ``routine:<name>`` session, else empty), ``TRIO_ROUTINES_SLOT`` (the slot of a cron
   fire, else empty), ``TRIO_ROUTINES_WAKEUP`` (a wake-up's id, else empty) and
-  ``TRIO_ROUTINES_TURN`` (the turn's ticket for its wake-up tools: :mod:`.tickets`); no other
+  ``TRIO_ROUTINES_TURN`` (the turn's ticket for its wake-up tools: :mod:`.tickets`) with
+  ``TRIO_ROUTINES_URL`` (where ``serve --http`` answers, else empty); no other
   ``TRIO_ROUTINES_*`` nor any ``PG*`` variable (:data:`HIDDEN_FROM_COMMANDS`). Its stdout is
   the reply, streamed as it comes. Exit status 0 completes the turn; anything else fails it
   with the exit status and the last lines of stderr. A last line of stdout of
@@ -95,11 +96,15 @@ class EchoAgent:
 class CommandAgent:
     """Runs a shell command per turn; see the module doc."""
 
-    def __init__(self, command: str, *, kill_grace: float = KILL_GRACE) -> None:
+    def __init__(
+        self, command: str, *, kill_grace: float = KILL_GRACE, scheduler_url: str | None = None
+    ) -> None:
         if not command.strip():
             raise InvalidAgent('"cmd:" needs a shell command after the colon, e.g. cmd:cat')
         self.command = command
         self.kill_grace = kill_grace
+        #: Where the command reaches the scheduler's HTTP surface (``serve --http`` sets it).
+        self.scheduler_url = scheduler_url
 
     def __repr__(self) -> str:
         return f"CommandAgent({self.command!r})"
@@ -121,6 +126,7 @@ class CommandAgent:
         env["TRIO_ROUTINES_WAKEUP"] = (fire.wakeup if fire is not None else None) or ""
         # The turn's ticket: the wake-up tools of this session alone, as this turn (tickets.py).
         env["TRIO_ROUTINES_TURN"] = make_ticket(fire) if fire is not None else ""
+        env["TRIO_ROUTINES_URL"] = self.scheduler_url or ""  # where to send it
         # The turn's trace context (W3C), when there is one; never one inherited from whoever
         # started us: a cron fire is a root (the clock caused it), and a caller's context is
         # the caller's turn's alone.

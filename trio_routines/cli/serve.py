@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 import trio
 
 from ..agent import Agent
+from ..agents import CommandAgent
 from ..hosting import Answering, start_watched
 from ..instants import format_iso
 from ..routines import Routine
@@ -80,6 +81,8 @@ async def _start(
             shown_host = f"[{host}]" if ":" in host else host
             log.error("cannot serve HTTP on %s:%d: %s", shown_host, port, exc.strerror or exc)
             return 1
+        if isinstance(agent, CommandAgent):  # its commands call back here with their tickets
+            agent.scheduler_url = local_url(host, listener.getsockname()[1])
     state = state_arg(args)
     if not result.routines:
         log.warning(
@@ -185,3 +188,11 @@ def _log_armed(
 def _cron(routine: Routine) -> str:
     resolved = f" (= {routine.resolved_cron})" if routine.resolved_cron != routine.cron else ""
     return f'"{routine.cron}"{resolved}' + (f" {routine.tz}" if routine.tz else "")
+
+
+def local_url(host: str, port: int) -> str:
+    """The HTTP surface's address as a command on this host reaches it: a wildcard bind is
+    reached on loopback."""
+    reached = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host)
+    shown = f"[{reached}]" if ":" in reached else reached
+    return f"http://{shown}:{port}"
