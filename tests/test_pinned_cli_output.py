@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 import trio
 
+from trio_routines import tickets
 from trio_routines.agents import EchoAgent
 from trio_routines.cli import output
 from trio_routines.cli.output import CliError
+from trio_routines.context import FireContext
 from trio_routines.names import name_problem
 from trio_routines.routinedir import load_routines
 
@@ -88,6 +90,31 @@ def test_the_agent_comes_from_the_option_else_the_environment(
     assert isinstance(output.agent_arg(ns(agent=None), "fire"), EchoAgent)
     assert output.describe_agent(ns(agent=None)) == "echo"
     assert output.describe_agent(ns(agent="https://u:p@h/a?k=1")) == "https://h/a"
+
+
+@pytest.mark.parametrize("token", ["", None])
+def test_without_a_token_the_agents_tickets_keep_this_processs_key(
+    monkeypatch: pytest.MonkeyPatch, token: str | None
+) -> None:
+    if token is None:
+        monkeypatch.delenv("TRIO_ROUTINES_TOKEN", raising=False)
+    else:
+        monkeypatch.setenv("TRIO_ROUTINES_TOKEN", token)
+    monkeypatch.setattr(tickets, "_key", b"this process's own key")
+    output.agent_arg(ns(agent="echo"), "run")
+    assert tickets._key == b"this process's own key"
+
+
+def test_with_a_token_the_agents_tickets_are_signed_as_every_replica_given_it_signs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TRIO_ROUTINES_TOKEN", "the-token-of-every-replica")
+    monkeypatch.setattr(tickets, "_key", b"this process's own key")
+    output.agent_arg(ns(agent="echo"), "run")
+    ticket = tickets.make_ticket(FireContext("run", "team", routine="standup"))
+    monkeypatch.setattr(tickets, "_key", b"another process's key")
+    tickets.share_key("the-token-of-every-replica")  # a replica given the same token
+    assert tickets.read_ticket(ticket) == FireContext("run", "team", routine="standup")
 
 
 def test_a_user_is_named_with_its_uid_or_by_its_uid_alone() -> None:
