@@ -547,3 +547,24 @@ def test_a_command_reaches_the_surface_on_loopback_when_it_is_bound_to_every_add
     host: str, url: str
 ) -> None:
     assert local_url(host, 8080) == url
+
+
+async def test_a_cmd_agent_is_told_the_address_serve_answers_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "routines").mkdir()
+    bound = binds_spied(monkeypatch)
+    made: list[Any] = []
+    build = serve.agent_arg
+
+    def spied(args: argparse.Namespace, command: str) -> Any:
+        made.append(build(args, command))
+        return made[-1]
+
+    monkeypatch.setattr(serve, "agent_arg", spied)
+    serving = Serving()
+    args = args_for(tmp_path, "--http", "127.0.0.1:0", "--agent", "cmd:true")
+    await serving.until_stopped(args, caplog, "wake-ups: polling")
+    ((_, port),) = bound
+    (agent,) = made
+    assert agent.scheduler_url == f"http://127.0.0.1:{port}"
