@@ -1,7 +1,7 @@
 """An agent server that trio_routines' HTTP agent can fire into: the standard library only.
 
-    python examples/agent_server.py --port 8765 --db turns.sqlite
-    python -m trio_routines serve --agent http://127.0.0.1:8765/turn
+    python examples/agent_server.py --port 8765 --db turns.sqlite --scheduler http://127.0.0.1:8080
+    python -m trio_routines serve --agent http://127.0.0.1:8765/turn --http 127.0.0.1:8080
 
 Each turn is one ``POST`` with a JSON body (``session``, ``prompt``, and ``routine``+``slot``,
 ``wakeup`` or ``run``). This server streams a made-up reply as server-sent events. It shows the
@@ -16,6 +16,11 @@ three things a receiver is responsible for:
 * **One turn per session.** A session already in a turn answers 409 too (busy).
 * **The token.** With ``AGENT_TOKEN`` set, a request without ``Authorization: Bearer <it>`` is
   answered 401 (set the same value as ``TRIO_ROUTINES_AGENT_TOKEN`` for the scheduler).
+
+And, with ``--scheduler URL`` (the scheduler's HTTP surface), what a model's tool call does:
+the stand-in asks for a follow-up an hour after each turn that is not itself a wake-up's,
+with ``POST /tools/call`` and the turn's ticket (the body's ``turn``) as its only credential.
+The scheduler records the turn as the follow-up's origin and applies its limits to it.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ import sqlite3
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -74,7 +81,24 @@ class Turns:
                 raise
 
 
-def think(body: dict[str, Any]) -> list[str]:
+def call_tool(scheduler: str, ticket: str, name: str, arguments: dict[str, Any]) -> str:
+    """One wake-up tool call made as the turn whose ticket this is: the text for the model."""
+    request = urllib.request.Request(
+        f"{scheduler.rstrip('/')}/tools/call",
+        data=json.dumps({"name": name, "arguments": arguments}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Authorization": f"Ticket {ticket}"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return str(json.load(answer)["text"])
+    except urllib.error.HTTPError as error:  # a ticket refused: 403 and why
+        return f"the scheduler answered {error.code}: {error.read(300).decode(errors='replace')}"
+    except (OSError, ValueError, KeyError) as error:
+        return f"the scheduler could not be asked: {error}"
+
+
+def think(body: dict[str, Any], scheduler: str | None = None) -> list[str]:
     """A stand-in for the real agent: the reply, in pieces."""
     if "slot" in body:
         why = f"routine {body.get('routine')} for {body['slot']}"
@@ -82,7 +106,13 @@ def think(body: dict[str, Any]) -> list[str]:
         why = f"wake-up {body['wakeup']}"
     else:
         why = "an on-demand run"
-    return [f"Working on {why}: ", str(body.get("prompt", ""))[:200], " — done."]
+    prompt = str(body.get("prompt", ""))[:200]
+    pieces = [f"Working on {why}: ", prompt, " — done."]
+    if scheduler and isinstance(body.get("turn"), str) and "wakeup" not in body:
+        # What a model's call of the tool does: a follow-up of this very session, as this turn.
+        asked = {"prompt": f"Follow up on: {prompt}", "in": "1h"}
+        pieces.append(" " + call_tool(scheduler, body["turn"], "schedule_wakeup", asked))
+    return pieces
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -107,10 +137,11 @@ class Handler(BaseHTTPRequestHandler):
             return self.answer(409, f"session {session} already has a turn in flight")
         try:
             key = self.headers.get("Idempotency-Key")
+            scheduler = self.server.scheduler
             if key is None:  # a wake-up or an on-demand run: nothing to deduplicate
-                pieces: list[str] | None = think(body)
+                pieces: list[str] | None = think(body, scheduler)
             else:
-                pieces = self.server.turns.do_once(key, lambda: think(body))
+                pieces = self.server.turns.do_once(key, lambda: think(body, scheduler))
             if pieces is None:
                 return self.answer(409, f"{key} was already done")
             self.stream(pieces)
@@ -145,10 +176,13 @@ class Handler(BaseHTTPRequestHandler):
 class Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], turns: Turns, pause: float) -> None:
+    def __init__(
+        self, address: tuple[str, int], turns: Turns, pause: float, scheduler: str | None = None
+    ) -> None:
         super().__init__(address, Handler)
         self.turns = turns
         self.pause = pause
+        self.scheduler = scheduler
 
 
 def main() -> None:
@@ -157,8 +191,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8765, help="0 picks a free port")
     parser.add_argument("--db", default=":memory:", help="where done keys are kept")
     parser.add_argument("--pause", type=float, default=0.2, help="seconds between pieces")
+    parser.add_argument("--scheduler", help="the scheduler's HTTP surface, for the tool calls")
     args = parser.parse_args()
-    server = Server((args.host, args.port), Turns(args.db), args.pause)
+    server = Server((args.host, args.port), Turns(args.db), args.pause, args.scheduler)
     port = server.server_address[1]
     print(f"listening on http://{args.host}:{port}/turn", flush=True)
     try:

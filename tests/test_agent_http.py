@@ -13,6 +13,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -35,7 +36,7 @@ from trio_routines.agents import agent_from_spec, describe_agent
 from trio_routines.cli.table import reason as history_reason
 from trio_routines.context import FireContext, firing
 from trio_routines.errors import InvalidAgent
-from trio_routines.records import ClaimStatus, Outcome
+from trio_routines.records import ClaimStatus, Origin, OriginKind, Outcome
 from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
 from trio_routines.sse import MAX_LINE
@@ -582,6 +583,56 @@ async def test_the_example_receiver_turns_at_most_once_into_exactly_once(tmp_pat
             await proc.stdout.aclose()
     assert "POST /turn" in errors.read_text()
     assert "t-1" not in errors.read_text()
+
+
+@pytest.mark.slow
+async def test_the_example_receiver_asks_for_a_follow_up_with_the_turns_ticket(
+    tmp_path: Path,
+) -> None:
+    from trio_routines.http import serve_http
+
+    store = MemoryStore()
+    routine = Routine(name="daily", prompt="summarize", cron="0 9 * * *")
+    async with trio.open_nursery() as nursery:
+        scheduler: Scheduler | None = None
+        port = 0
+        proc = None
+        try:
+            # The scheduler's surface first: the example is told where it answers.
+            listener = trio.socket.socket()
+            await listener.bind(("127.0.0.1", 0))
+            port = listener.getsockname()[1]
+            listener.close()
+            argv = [sys.executable, str(EXAMPLE), "--port", "0", "--pause", "0.01"]
+            argv += ["--scheduler", f"http://127.0.0.1:{port}"]
+            proc = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE)
+            assert proc.stdout is not None
+            line = b""
+            with trio.fail_after(30):
+                while not line.endswith(b"\n"):
+                    line += await proc.stdout.receive_some(1)
+            url = line.decode().removeprefix("listening on ").strip()
+            scheduler = Scheduler(
+                agent=HttpAgent(url), store=store, routines=[routine], external_clock=True
+            )
+            await nursery.start(scheduler.run)
+            await nursery.start(partial(serve_http, scheduler, "127.0.0.1", port))
+            with trio.fail_after(30):
+                result = await scheduler.fire("daily", SLOT)
+        finally:
+            if scheduler is not None:
+                scheduler.stop(grace=0)
+            if proc is not None:
+                proc.terminate()
+                with trio.fail_after(10):
+                    await proc.wait()
+                if proc.stdout is not None:
+                    await proc.stdout.aclose()
+            nursery.cancel_scope.cancel()
+    assert result.outcome is Outcome.COMPLETED
+    (added,) = await store.list_wakeups()
+    assert added.prompt == "Follow up on: summarize"
+    assert added.origin == Origin(kind=OriginKind.ROUTINE, routine="daily", slot=SLOT, depth=1)
 
 
 async def test_no_turn_loads_certificates_on_the_trio_thread(
