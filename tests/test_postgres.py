@@ -422,17 +422,20 @@ async def test_a_killed_idle_connection_is_replaced(url: str, schema: str) -> No
 async def test_a_claim_killed_mid_transaction_faults_and_leaves_no_claim(
     url: str, schema: str
 ) -> None:
+    routine = f"held-{schema}"  # held by a blocker: no other test claims it
     app = f"app_{schema}"
     store = PostgresStore(with_app_name(url, app), schema=schema)
-    await store.latest_fire("r")  # schema in place, pool open
+    await store.latest_fire(routine)  # schema in place, pool open
     with admin() as blocker:
         # Hold the routine's claim lock, so the store's claim waits inside its transaction.
-        blocker.execute("SELECT pg_advisory_lock(hashtext(%s), hashtext(%s))", (CLAIM_LOCK, "r"))
+        blocker.execute(
+            "SELECT pg_advisory_lock(hashtext(%s), hashtext(%s))", (CLAIM_LOCK, routine)
+        )
         outcome: list[BaseException | ClaimStatus] = []
 
         async def claim() -> None:
             try:
-                outcome.append((await store.claim("r", T0, T0)).status)
+                outcome.append((await store.claim(routine, T0, T0)).status)
             except StateFault as exc:
                 outcome.append(exc)
 
@@ -447,25 +450,28 @@ async def test_a_claim_killed_mid_transaction_faults_and_leaves_no_claim(
             assert await trio.to_thread.run_sync(kill_backends, app) >= 1
     (fault,) = outcome
     assert isinstance(fault, StateFault)
-    assert "could not claim slot 2026-07-07T10-00-00-000Z of 'r'" in str(fault)
+    assert f"could not claim slot 2026-07-07T10-00-00-000Z of '{routine}'" in str(fault)
     assert "\n" not in str(fault)
-    assert await store.history("r") == []  # nothing committed: the slot is not burned
-    assert (await store.claim("r", T0, T0)).taken
+    assert await store.history(routine) == []  # nothing committed: the slot is not burned
+    assert (await store.claim(routine, T0, T0)).taken
     await store.aclose()
 
 
 @pytest.mark.slow
 async def test_a_lock_held_by_a_stalled_replica_is_a_bounded_wait(url: str, schema: str) -> None:
+    routine = f"held-{schema}"  # held by a blocker: no other test claims it
     # Claims run inside shielded fires: the server must not make them wait without end.
     store = PostgresStore(url, schema=schema, timeout=1.0)
-    await store.latest_fire("r")
+    await store.latest_fire(routine)
     with admin() as blocker:
-        blocker.execute("SELECT pg_advisory_lock(hashtext(%s), hashtext(%s))", (CLAIM_LOCK, "r"))
+        blocker.execute(
+            "SELECT pg_advisory_lock(hashtext(%s), hashtext(%s))", (CLAIM_LOCK, routine)
+        )
         with trio.fail_after(30):  # generous: the point is that it ends, and how
             with pytest.raises(StateFault, match="could not claim slot"):
-                await store.claim("r", T0, T0)
-    assert await store.history("r") == []
-    assert (await store.claim("r", T0, T0)).taken  # the lock released: the slot is still there
+                await store.claim(routine, T0, T0)
+    assert await store.history(routine) == []
+    assert (await store.claim(routine, T0, T0)).taken  # the lock released: the slot is still there
     await store.aclose()
 
 

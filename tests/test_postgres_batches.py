@@ -110,12 +110,14 @@ async def test_a_herd_of_settles_is_one_statement(url: str, schema: str) -> None
 async def test_a_caller_that_gives_up_while_its_batch_is_in_flight_leaves_no_open_claim(
     url: str, schema: str
 ) -> None:
+    # Names of this test alone: the locks it holds are the database's, whatever the schema.
+    q, r, s = (f"{name}-{schema}" for name in "qrs")
     app = f"app_{schema}"
     store = PostgresStore(with_app_name(url, app), schema=schema)
-    await store.latest_fire("r")
+    await store.latest_fire(r)
     outcome: dict[str, object] = {}
-    scopes = {name: trio.CancelScope() for name in "qrs"}
-    decided = {name: trio.Event() for name in "qrs"}
+    scopes = {name: trio.CancelScope() for name in (q, r, s)}
+    decided = {name: trio.Event() for name in (q, r, s)}
 
     async def claim(routine: str) -> None:
         with scopes[routine]:
@@ -126,26 +128,26 @@ async def test_a_caller_that_gives_up_while_its_batch_is_in_flight_leaves_no_ope
         wait_for(lambda: _waiting_on_lock(app), 30, "a batch on a routine's lock")
 
     with admin() as blocker:
-        for routine in "qr":
+        for routine in (q, r):
             blocker.execute(
                 "SELECT pg_advisory_lock(hashtext(%s), hashtext(%s))", (CLAIM_LOCK, routine)
             )
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(claim, "q")  # a first batch, parked on q's lock
+            nursery.start_soon(claim, q)  # a first batch, parked on q's lock
             await trio.to_thread.run_sync(parked)
-            for routine in "rs":  # the next batch, led by r
+            for routine in (r, s):  # the next batch, led by r
                 nursery.start_soon(claim, routine)
                 await trio.lowlevel.checkpoint()
             unlock = "SELECT pg_advisory_unlock(hashtext(%s), hashtext(%s))"
-            blocker.execute(unlock, (CLAIM_LOCK, "q"))
-            await decided["q"].wait()
+            blocker.execute(unlock, (CLAIM_LOCK, q))
+            await decided[q].wait()
             await trio.to_thread.run_sync(parked)  # r and s on their way, parked on r's lock
-            assert outcome == {"q": ClaimStatus.TAKEN}
-            scopes["s"].cancel()  # s gives up while its claim is in flight
+            assert outcome == {q: ClaimStatus.TAKEN}
+            scopes[s].cancel()  # s gives up while its claim is in flight
             await trio.sleep(0.1)
-            blocker.execute(unlock, (CLAIM_LOCK, "r"))
-    assert outcome == {"q": ClaimStatus.TAKEN, "r": ClaimStatus.TAKEN}
-    (fire,) = await store.history("s")
+            blocker.execute(unlock, (CLAIM_LOCK, r))
+    assert outcome == {q: ClaimStatus.TAKEN, r: ClaimStatus.TAKEN}
+    (fire,) = await store.history(s)
     assert fire.outcome is Outcome.INTERRUPTED  # taken for nobody: never run, not in flight
     await store.aclose()
 
@@ -159,7 +161,7 @@ async def test_overlapping_herds_of_two_stores_never_deadlock(url: str, schema: 
     stores = [PostgresStore(with_app_name(url, app), schema=schema) for _ in range(2)]
     for store in stores:
         await store.latest_fire("warm")
-    names = [f"r{n}" for n in range(150)]
+    names = [f"r{n}-{schema}" for n in range(150)]  # the locks are the database's: ours
     middle = names[75]
     taken: list[str] = []
     faults: list[StateFault] = []

@@ -66,17 +66,20 @@ async def test_every_call_on_a_frozen_connection_ends_within_its_bound(
 async def test_a_claim_committed_after_its_caller_gave_up_is_recorded_interrupted(
     schema: str, proxy: Proxy
 ) -> None:
+    routine = f"held-{schema}"  # held by a blocker: no other test claims it
     app = f"app_{schema}"
     store = PostgresStore(with_app_name(proxy.url, app), schema=schema, timeout=5)
-    await store.latest_fire("r")
+    await store.latest_fire(routine)
     with admin() as blocker:
         # Park the claim on the routine's lock inside the server, its whole pipeline sent.
-        blocker.execute("SELECT pg_advisory_lock(hashtext(%s), hashtext(%s))", (CLAIM_LOCK, "r"))
+        blocker.execute(
+            "SELECT pg_advisory_lock(hashtext(%s), hashtext(%s))", (CLAIM_LOCK, routine)
+        )
         outcome: list[BaseException | ClaimStatus] = []
 
         async def claim() -> None:
             try:
-                outcome.append((await store.claim("r", T0, T0)).status)
+                outcome.append((await store.claim(routine, T0, T0)).status)
             except StateFault as exc:
                 outcome.append(exc)
 
@@ -104,7 +107,7 @@ async def test_a_claim_committed_after_its_caller_gave_up_is_recorded_interrupte
     await trio.to_thread.run_sync(lambda: wait_for(interrupted, 30, "the late claim settled"))
     direct = PostgresStore(require_server(), schema=schema)
     # Never run, never claimable again: at most once.
-    assert (await direct.claim("r", T0, T0)).status is ClaimStatus.DUPLICATE
+    assert (await direct.claim(routine, T0, T0)).status is ClaimStatus.DUPLICATE
     await direct.aclose()
     await store.aclose()
 
