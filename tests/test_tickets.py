@@ -204,6 +204,7 @@ def test_what_is_no_ticket_is_refused_in_one_line(ticket: object, said: str) -> 
         b'{"v": 1, "kind": "routine", "session": "s", "routine": "r",'
         b' "ends": "2099-01-01T00:00:00Z"}',
         b'{"v": 1, "kind": "run", "session": 7, "routine": "r", "ends": "2099-01-01T00:00:00Z"}',
+        b'{"v": 1, "kind": "run", "session": "", "routine": "r", "ends": "2099-01-01T00:00:00Z"}',
         b'{"v": 1, "kind": "routine", "session": "s", "routine": "r", "slot": 5,'
         b' "ends": "2099-01-01T00:00:00Z"}',
         b'{"v": 1, "kind": "wakeup", "session": "s", "wakeup": "w", "origin": {"kind": "bot"},'

@@ -174,7 +174,7 @@ def _fields(payload: bytes) -> tuple[FireContext, datetime]:
             origin=origin_from_json(fields.get("origin")),
         )
         ends = parse_iso(fields["ends"])
-        if not isinstance(fire.session, str) or ends is None:
+        if not isinstance(fire.session, str) or not fire.session or ends is None:
             raise ValueError(fields)
         if fire.origin is None and fields.get("origin") is not None:
             # An origin another release wrote and this one cannot read: read as none, the
