@@ -541,23 +541,40 @@ async def test_replicas_racing_for_a_slot_post_once_and_share_the_idempotency_ke
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "agent_server.py"
 
 
-@pytest.mark.slow
-async def test_the_example_receiver_turns_at_most_once_into_exactly_once(tmp_path: Path) -> None:
-    argv = [sys.executable, str(EXAMPLE), "--port", "0", "--pause", "0.01"]
-    argv += ["--db", str(tmp_path / "turns.sqlite")]
-    environ = {k: v for k, v in os.environ.items() if k != "AGENT_TOKEN"} | {"AGENT_TOKEN": "t-1"}
-    errors = tmp_path / "server.log"
-    with errors.open("wb") as log:
-        proc = await trio.lowlevel.open_process(
-            argv, stdout=subprocess.PIPE, stderr=log, env=environ
-        )
+@asynccontextmanager
+async def example_server(
+    *options: str, env: dict[str, str] | None = None, log: Path | None = None
+) -> AsyncIterator[str]:
+    """``examples/agent_server.py`` with ``options``, as a process: the URL it listens on."""
+    argv = [sys.executable, str(EXAMPLE), "--port", "0", "--pause", "0.01", *options]
+    if log is None:
+        proc = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE, env=env)
+    else:
+        with log.open("wb") as errors:
+            proc = await trio.lowlevel.open_process(
+                argv, stdout=subprocess.PIPE, stderr=errors, env=env
+            )
     try:
         assert proc.stdout is not None
         line = b""
         with trio.fail_after(30):
             while not line.endswith(b"\n"):
                 line += await proc.stdout.receive_some(1)
-        url = line.decode().removeprefix("listening on ").strip()
+        yield line.decode().removeprefix("listening on ").strip()
+    finally:
+        proc.terminate()
+        with trio.fail_after(10):
+            await proc.wait()
+        if proc.stdout is not None:
+            await proc.stdout.aclose()
+
+
+@pytest.mark.slow
+async def test_the_example_receiver_turns_at_most_once_into_exactly_once(tmp_path: Path) -> None:
+    environ = {k: v for k, v in os.environ.items() if k != "AGENT_TOKEN"} | {"AGENT_TOKEN": "t-1"}
+    errors = tmp_path / "server.log"
+    database = ("--db", str(tmp_path / "turns.sqlite"))
+    async with example_server(*database, env=environ, log=errors) as url:
         agent = HttpAgent(url, token="t-1")
         first = await collect(agent, text="summarize")
         assert text_of(first) == (
@@ -575,60 +592,34 @@ async def test_the_example_receiver_turns_at_most_once_into_exactly_once(tmp_pat
         assert text_of(woken) == "Working on wake-up w-9: ping — done."
         (refused,) = await collect(HttpAgent(url, token="not-the-right-one"))
         assert refused == Failed("the agent answered 401: missing or wrong bearer token")
-    finally:
-        proc.terminate()
-        with trio.fail_after(10):
-            await proc.wait()
-        if proc.stdout is not None:
-            await proc.stdout.aclose()
     assert "POST /turn" in errors.read_text()
     assert "t-1" not in errors.read_text()
 
 
 @pytest.mark.slow
-async def test_the_example_receiver_asks_for_a_follow_up_with_the_turns_ticket(
-    tmp_path: Path,
-) -> None:
-    from trio_routines.http import serve_http
+async def test_the_example_receiver_asks_for_a_follow_up_with_the_turns_ticket() -> None:
+    from trio_routines.http import bind_http, serve_http
 
     store = MemoryStore()
     routine = Routine(name="daily", prompt="summarize", cron="0 9 * * *")
-    async with trio.open_nursery() as nursery:
-        scheduler: Scheduler | None = None
-        port = 0
-        proc = None
-        try:
-            # The scheduler's surface first: the example is told where it answers.
-            listener = trio.socket.socket()
-            await listener.bind(("127.0.0.1", 0))
-            port = listener.getsockname()[1]
-            listener.close()
-            argv = [sys.executable, str(EXAMPLE), "--port", "0", "--pause", "0.01"]
-            argv += ["--scheduler", f"http://127.0.0.1:{port}"]
-            proc = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE)
-            assert proc.stdout is not None
-            line = b""
-            with trio.fail_after(30):
-                while not line.endswith(b"\n"):
-                    line += await proc.stdout.receive_some(1)
-            url = line.decode().removeprefix("listening on ").strip()
+    # The scheduler's address first, held open: the example is told where it answers.
+    listener = bind_http("127.0.0.1", 0)
+    scheduler_url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        async with (
+            example_server("--scheduler", scheduler_url) as url,
+            trio.open_nursery() as nursery,
+        ):
             scheduler = Scheduler(
                 agent=HttpAgent(url), store=store, routines=[routine], external_clock=True
             )
             await nursery.start(scheduler.run)
-            await nursery.start(partial(serve_http, scheduler, "127.0.0.1", port))
+            await nursery.start(partial(serve_http, scheduler, sock=listener))
             with trio.fail_after(30):
                 result = await scheduler.fire("daily", SLOT)
-        finally:
-            if scheduler is not None:
-                scheduler.stop(grace=0)
-            if proc is not None:
-                proc.terminate()
-                with trio.fail_after(10):
-                    await proc.wait()
-                if proc.stdout is not None:
-                    await proc.stdout.aclose()
-            nursery.cancel_scope.cancel()
+            scheduler.stop(grace=0)
+    finally:
+        listener.close()
     assert result.outcome is Outcome.COMPLETED
     (added,) = await store.list_wakeups()
     assert added.prompt == "Follow up on: summarize"
