@@ -228,28 +228,30 @@ class _App:
 
     def _bearer(self, scope: Scope) -> bool:
         assert self._token is not None
-        given = headers(scope, b"authorization")
-        scheme, _, credentials = (given[0] if len(given) == 1 else b"").partition(b" ")
+        given = _authorization(scope)
+        if given is None:  # repeated: no single credential to take
+            return False
+        scheme, credentials = given
         # compare_digest is constant-time in the token; the scheme is not a secret.
-        good = hmac.compare_digest(credentials.strip(), self._token)
-        return good and scheme.lower() == b"bearer"
+        good = hmac.compare_digest(credentials, self._token)
+        return good and scheme == b"bearer"
 
     def _ticketed(self, scope: Scope) -> bool:
         """Whether the request's credential is a ticket (``Authorization: Ticket …``)."""
-        given = headers(scope, b"authorization")
-        return len(given) == 1 and given[0].partition(b" ")[0].lower() == b"ticket"
+        given = _authorization(scope)
+        return given is not None and given[0] == b"ticket"
 
     def _turn(self, scope: Scope) -> FireContext:
         """The turn whose ticket ``Authorization: Ticket <ticket>`` carries (a tool call's
         credential); 403 for one that is not a valid ticket of ours. Without a ticket, the
         operator learns that a call needs one, and anyone else, with a token set, the 401
         every other path answers."""
-        given = headers(scope, b"authorization")
-        if len(given) > 1:
+        given = _authorization(scope)
+        if given is None:
             self._authorize(scope)  # anyone but the operator hears the 401 of every path
             raise Refusal(400, "the authorization header is repeated")
-        scheme, _, credentials = (given[0] if given else b"").partition(b" ")
-        if scheme.lower() != b"ticket":
+        scheme, credentials = given
+        if scheme != b"ticket":
             self._authorize(scope)
             raise Refusal(
                 403,
@@ -257,7 +259,7 @@ class _App:
                 "turn was given>",
             )
         try:
-            return read_ticket(credentials.strip().decode("ascii"))
+            return read_ticket(credentials.decode("ascii"))
         except UnicodeDecodeError:
             raise Refusal(403, DAMAGED) from None
         except BadTicket as exc:
@@ -272,6 +274,16 @@ class _App:
                 "missing or wrong token: send Authorization: Bearer <TRIO_ROUTINES_TOKEN>",
                 [("www-authenticate", "Bearer")],
             )
+
+
+def _authorization(scope: Scope) -> tuple[bytes, bytes] | None:
+    """The ``Authorization`` header's scheme (lower case) and credentials, each empty when
+    there is none; None when the header is repeated."""
+    given = headers(scope, b"authorization")
+    if len(given) > 1:
+        return None
+    scheme, _, credentials = (given[0] if given else b"").partition(b" ")
+    return scheme.lower(), credentials.strip()
 
 
 def _caller(scope: Scope) -> AbstractContextManager[None]:
