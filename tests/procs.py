@@ -169,14 +169,18 @@ class Env:
         command prints and its exit status, not how the process behaves."""
         return in_process(self.argv(*args)[3:], cwd=self.root, environ=self.environ(), stdin=stdin)
 
-    def start(self, *args: str, log: str = "serve.log") -> subprocess.Popen[bytes]:
+    def start(
+        self, *args: str, log: str = "serve.log", extra: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """The command as a process of its own, its stderr in ``log``; ``extra`` variables
+        added to its environment (which holds no ``TRIO_ROUTINES_*`` of ours otherwise)."""
         with (self.root / log).open("wb") as err:
             proc = subprocess.Popen(
                 self.argv(*args),
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 cwd=self.root,
-                env=self.environ(),
+                env={**self.environ(), **(extra or {})},
             )
         self.procs.append(proc)
         return proc

@@ -48,15 +48,9 @@ def test_every_state_command_works_over_http(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *")
     env.routine("adhoc", prompt="say hi")
     environ = {**env.environ(), "TRIO_ROUTINES_TOKEN": TOKEN}
-    with (env.root / "serve.log").open("wb") as err:
-        proc = subprocess.Popen(
-            env.argv("serve", "--agent", "echo", "--http", "127.0.0.1:0"),
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            cwd=env.root,
-            env=environ,
-        )
-    env.procs.append(proc)
+    proc = env.start(
+        "serve", "--agent", "echo", "--http", "127.0.0.1:0", extra={"TRIO_ROUTINES_TOKEN": TOKEN}
+    )
     port = bound_port(env)
     url = f"http://127.0.0.1:{port}"
 
@@ -342,15 +336,7 @@ def test_a_run_over_http_hears_its_turn_end_when_the_server_stops_meanwhile(env:
     env.routine("adhoc", prompt="say hi")
     marker = env.root / "started"
     agent = f"cmd:touch {marker}; sleep 2; echo hi"
-    with (env.root / "serve.log").open("wb") as err:
-        proc = subprocess.Popen(
-            env.argv("serve", "--agent", agent, "--http", "127.0.0.1:0"),
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            cwd=env.root,
-            env=env.environ(),
-        )
-    env.procs.append(proc)
+    proc = env.start("serve", "--agent", agent, "--http", "127.0.0.1:0")
     port = bound_port(env)
     client = subprocess.Popen(
         [

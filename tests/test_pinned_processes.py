@@ -154,9 +154,9 @@ def request(
         return status, text
 
 
-def bound_port(env: Env) -> int:
+def bound_port(env: Env, log: str = "serve.log") -> int:
     bound = re.compile(r"HTTP surface on http://127\.0\.0\.1:(\d+)")
-    found = wait_for(lambda: bound.search(env.log()), 20, "the HTTP bind")
+    found = wait_for(lambda: bound.search(env.log(log)), 20, f"the HTTP bind ({log})")
     return int(found.group(1))
 
 

@@ -5,7 +5,6 @@ that turn; a replica given another token refuses the ticket."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import urllib.error
@@ -14,7 +13,7 @@ from typing import Any
 
 import pytest
 from procs import Env, stop, wait_for
-from test_pinned_processes import request
+from test_pinned_processes import bound_port, request
 
 TOKEN = "replicas-share-this-token"
 
@@ -27,19 +26,10 @@ def env(env_on_either_store: Env) -> Env:
 
 def _replica(env: Env, name: str, agent: str, token: str) -> tuple[subprocess.Popen[bytes], int]:
     """``serve --http`` as replica ``name`` with ``token``; the process and its port."""
-    log = env.root / f"{name}.log"
-    with log.open("wb") as err:
-        proc = subprocess.Popen(
-            env.argv("serve", "--agent", agent, "--replica", name, "--http", "127.0.0.1:0"),
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            cwd=env.root,
-            env={**env.environ(), "TRIO_ROUTINES_TOKEN": token},
-        )
-    env.procs.append(proc)
-    bound = re.compile(r"HTTP surface on http://127\.0\.0\.1:(\d+)")
-    found = wait_for(lambda: bound.search(log.read_text()), 30, f"{name}'s HTTP bind")
-    return proc, int(found.group(1))
+    argv = ("serve", "--agent", agent, "--replica", name, "--http", "127.0.0.1:0")
+    log = f"{name}.log"
+    proc = env.start(*argv, log=log, extra={"TRIO_ROUTINES_TOKEN": token})
+    return proc, bound_port(env, log)
 
 
 def tool_call(port: int, ticket: str, body: dict[str, Any]) -> tuple[int, Any]:
