@@ -205,7 +205,9 @@ class CronSchedule:
     def next_after(self, after: datetime) -> datetime | None:
         """The first instant strictly after ``after`` at which this schedule fires.
 
-        An aware UTC datetime with whole minutes, or ``None`` when it never fires again.
+        An aware UTC datetime on a whole minute of the zone's wall clock (in UTC a whole
+        minute too, unless the zone's offset then had seconds: local mean time, before about
+        1900), or ``None`` when it never fires again.
         ``after`` must be aware (any zone); a naive one is refused with ``ValueError``.
         """
         if not isinstance(after, datetime):
@@ -357,7 +359,8 @@ def next_run(
     """First instant strictly after ``after`` at which ``cron`` fires in ``tz``.
 
     ``tz=None`` is UTC (never the host zone); ``seed`` resolves ``H`` fields. Returns an aware
-    UTC datetime on a whole minute, or ``None`` when the expression never fires again. Raises
+    UTC datetime on a whole minute of ``tz``'s wall clock (see :meth:`CronSchedule.next_after`),
+    or ``None`` when the expression never fires again. Raises
     :class:`InvalidCron` for a bad expression or zone and ``ValueError`` for a naive ``after``.
     """
     return parse_cron(cron, tz, seed).next_after(after)
