@@ -596,7 +596,7 @@ def _floor_files(state: str, n: int) -> tuple[Path, list[str], bytes]:
 def _creates_then_syncfs(claims: Path, names: list[str], data: bytes, threads: int) -> float:
     """One new claim file per routine (exclusive create, its text, no fsync), by ``threads``
     workers, then one ``syncfs`` if there is one: the seconds the ``syncfs`` took."""
-    from trio_routines.stores.groupcommit import SYNCFS
+    from trio_routines.stores.durable import SYNCFS
 
     def create(name: str) -> None:
         fd = os.open(
@@ -629,7 +629,7 @@ def group_floor(state: str, n: int, threads: int) -> dict[str, Any]:
     The same files as :func:`create_floor`, made durable the way the store's group commit
     does when every claim lands in one batch: no per-file fsync, one journal commit.
     """
-    from trio_routines.stores.groupcommit import SYNCFS
+    from trio_routines.stores.durable import SYNCFS
 
     if SYNCFS is None:
         return {"total_ms": math.nan, "per_create_ms": math.nan}
@@ -653,7 +653,7 @@ def store_writes(state: str, n: int, spares: bool = False) -> dict[str, Any]:
     from trio_routines.claims import KEEP_CLAIMS
     from trio_routines.stores.directory.claimfiles import ClaimFiles
     from trio_routines.stores.directory.writes import WRITE_BATCH
-    from trio_routines.stores.groupcommit import SYNCFS, Descriptors, hand_in
+    from trio_routines.stores.durable import SYNCFS, Descriptors, hand_in
 
     names = routine_names(n)
     _claim_dirs(Path(state), names)
@@ -688,7 +688,7 @@ def writes_at(state: str, n: int, slot: float) -> dict[str, Any]:
     from trio_routines.claims import KEEP_CLAIMS
     from trio_routines.stores.directory.claimfiles import ClaimFiles
     from trio_routines.stores.directory.writes import WRITE_BATCH
-    from trio_routines.stores.groupcommit import SYNCFS
+    from trio_routines.stores.durable import SYNCFS
 
     names = routine_names(n)
     _claim_dirs(Path(state), names)

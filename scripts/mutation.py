@@ -656,7 +656,12 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ],
     ),
     "batch": (
-        ["trio_routines/stores/batch.py", "trio_routines/stores/groupcommit.py"],
+        [
+            "trio_routines/stores/batch.py",
+            "trio_routines/stores/answers.py",
+            "trio_routines/stores/groupcommit.py",
+            "trio_routines/stores/durable.py",
+        ],
         [
             "tests/test_batch.py",
             "tests/test_directory_batches.py",
@@ -670,6 +675,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "trio_routines/stores/directory/writer/child.py",
             "trio_routines/stores/directory/writer/startline.py",
             "trio_routines/stores/directory/writer/wire.py",
+            "trio_routines/stores/directory/writer/replies.py",
             "trio_routines/stores/directory/writer/call.py",
         ],
         [

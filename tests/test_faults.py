@@ -38,7 +38,7 @@ from trio_routines.instants import format_iso, slot_name
 from trio_routines.records import ClaimStatus, Outcome
 from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
-from trio_routines.stores import groupcommit, safefile
+from trio_routines.stores import durable, groupcommit, safefile
 from trio_routines.stores.directory import (
     DirectoryStore,
     blocking,
@@ -48,7 +48,7 @@ from trio_routines.stores.directory import (
     wakeuplog,
 )
 from trio_routines.stores.directory import writes as write_path
-from trio_routines.stores.groupcommit import SYNCFS
+from trio_routines.stores.durable import SYNCFS
 from trio_routines.testing import ScriptedAgent
 from trio_routines.wakeups import WakeupRequest
 
@@ -228,6 +228,7 @@ def faulty_os(monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultyOS]:
         wakeupjournal,
         wakeuplog,
         groupcommit,
+        durable,
     ):
         monkeypatch.setattr(module, "os", proxy)
     monkeypatch.setattr(safefile, "fcntl", FaultyFcntl(injector))

@@ -31,7 +31,8 @@ from trio_routines.records import ClaimStatus, Outcome
 from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
 from trio_routines.stores.directory import DirectoryStore
-from trio_routines.stores.groupcommit import SYNCFS, GroupCommit, opened
+from trio_routines.stores.durable import SYNCFS, opened
+from trio_routines.stores.groupcommit import GroupCommit
 from trio_routines.testing import ScriptedAgent
 
 pytestmark = pytest.mark.skipif(SYNCFS is None, reason="group commit needs syncfs (Linux)")
@@ -223,28 +224,28 @@ def directory(path: Path) -> int:
 
 
 def test_syncfs_raises_the_errno_of_a_failed_call_with_its_text() -> None:
-    from trio_routines.stores import groupcommit
+    from trio_routines.stores import durable
 
     with pytest.raises(OSError, match="Bad file descriptor") as failed:
-        groupcommit.syncfs(-1)
+        durable.syncfs(-1)
     assert failed.value.errno == errno.EBADF
     assert failed.value.strerror == os.strerror(errno.EBADF)
 
 
 def test_without_a_libc_syncfs_syncfs_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    from trio_routines.stores import groupcommit
+    from trio_routines.stores import durable
 
-    monkeypatch.setattr(groupcommit, "_SYNCFS", None)
+    monkeypatch.setattr(durable, "_SYNCFS", None)
     with pytest.raises(OSError, match=r"^\[Errno 38\] syncfs is not available on this platform$"):
-        groupcommit.syncfs(0)
+        durable.syncfs(0)
 
 
 def test_syncfs_is_found_in_the_c_library_on_linux_only(monkeypatch: pytest.MonkeyPatch) -> None:
     import ctypes
 
-    from trio_routines.stores import groupcommit
+    from trio_routines.stores import durable
 
-    found = groupcommit._libc_syncfs()
+    found = durable._libc_syncfs()
     assert found is not None
     assert found.argtypes == [ctypes.c_int]
     assert found.restype is ctypes.c_int
@@ -252,17 +253,17 @@ def test_syncfs_is_found_in_the_c_library_on_linux_only(monkeypatch: pytest.Monk
     assert found(-1) == -1
     assert ctypes.get_errno() == errno.EBADF  # the C library's errno is kept for syncfs
     # where the linker cache cannot name the C library, its usual name is tried
-    monkeypatch.setattr(groupcommit.ctypes.util, "find_library", lambda name: None)
-    assert groupcommit._libc_syncfs() is not None
-    monkeypatch.setattr(groupcommit.sys, "platform", "darwin")
-    assert groupcommit._libc_syncfs() is None
-    monkeypatch.setattr(groupcommit.sys, "platform", "linux")
+    monkeypatch.setattr(durable.ctypes.util, "find_library", lambda name: None)
+    assert durable._libc_syncfs() is not None
+    monkeypatch.setattr(durable.sys, "platform", "darwin")
+    assert durable._libc_syncfs() is None
+    monkeypatch.setattr(durable.sys, "platform", "linux")
 
     def no_library(*args: object, **kwargs: object) -> None:
         raise OSError("no such library")
 
-    monkeypatch.setattr(groupcommit.ctypes, "CDLL", no_library)
-    assert groupcommit._libc_syncfs() is None
+    monkeypatch.setattr(durable.ctypes, "CDLL", no_library)
+    assert durable._libc_syncfs() is None
 
 
 async def test_a_flush_that_breaks_leaves_its_batch_not_durable(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ import trio
 import trio.testing
 
 from trio_routines.stores.directory.writer import child as writerchild
-from trio_routines.stores.directory.writer.wire import LENGTH, receive
+from trio_routines.stores.directory.writer.replies import receive
+from trio_routines.stores.directory.writer.wire import LENGTH
 
 
 def message(body: bytes) -> bytes:

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from ..store import Store
+from .._lazy import lazy_names as _lazy_names
 from .credentials import shown_state
-from .directory import DirectoryStore as DirectoryStore
+
+if TYPE_CHECKING:  # imported on first use: the writer process imports this package, and
+    # needs none of the store (docs/design.md, "The writer process")
+    from ..store import Store
+    from .directory import DirectoryStore as DirectoryStore
+
+__getattr__, __dir__ = _lazy_names(__name__, {"DirectoryStore": ".directory"}, globals())
 
 _URL = re.compile(r"\s*[A-Za-z][A-Za-z0-9+.-]*://")  # a scheme, then "//" (RFC 3986)
 _ALMOST = re.compile(r"(?i)\s*postgres(?:ql)?:")  # PostgreSQL's, a slash short or cased so
@@ -61,4 +67,6 @@ def open_store(
         from .postgres import PostgresStore  # the optional extra: imported only when asked
 
         return PostgresStore(text, migrate=migrate)
+    from .directory import DirectoryStore
+
     return DirectoryStore(text)

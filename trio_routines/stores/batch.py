@@ -36,6 +36,9 @@ from typing import Any, Generic, TypeVar
 import attrs
 import trio
 
+from .answers import Answer as Answer
+from .answers import each as each
+
 I = TypeVar("I")  # noqa: E741 -- the item a caller brings
 R = TypeVar("R")  # what it gets back
 
@@ -43,19 +46,6 @@ LULL_BATCHES = 16
 
 _ABORT_FAILED = trio.lowlevel.Abort.FAILED
 _ABORT_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
-
-
-@attrs.define  # not frozen: a herd makes thousands, and a frozen init costs twice as much
-class Answer(Generic[R]):
-    """What a flush gives one caller: a value, or the error to raise at it."""
-
-    value: R | None = None
-    error: Exception | None = None
-
-    def unwrap(self) -> R:
-        if self.error is not None:
-            raise self.error
-        return self.value  # type: ignore[return-value]  # None only with an error
 
 
 @attrs.define(eq=False)
@@ -67,17 +57,6 @@ class Entry(Generic[I, R]):
     answer: Answer[R] | None = None
     in_flight: bool = False
     task: trio.lowlevel.Task | None = None  # while its caller is parked
-
-
-def each(call: Callable[[I], R], items: Sequence[I]) -> list[Answer[R]]:
-    """``call`` on every item in turn (in a worker thread): each one's value or error."""
-    answers: list[Answer[R]] = []
-    for item in items:
-        try:
-            answers.append(Answer(value=call(item)))
-        except Exception as exc:
-            answers.append(Answer(error=exc))
-    return answers
 
 
 class Batcher(Generic[I, R]):

@@ -14,11 +14,13 @@ The flush is ``syncfs(2)`` on a directory of the state's file system: one journa
 every file and directory entry created there durable, whatever their number. Its error
 reporting covers writeback errors since the descriptor was opened (Linux 5.8), so each batch
 syncs through the earliest opened of its writers' descriptors: each writer opens its own
-before its writes and takes an :func:`opened` ticket right after, so the one with the lowest
-ticket was opened before every write of the batch began, and its flush reports an error in
-any of them. (The first caller's descriptor may have been opened after another's write, and
+before its writes and takes an :func:`.durable.opened` ticket right after, so the one with
+the lowest ticket was opened before every write of the batch began, and its flush reports an
+error in any of them. (The first caller's descriptor may have been opened after another's write, and
 an error in that write's writeback in between would go unreported.) Without ``syncfs`` (not
-Linux, or an old C library) :data:`SYNCFS` is None and the store keeps per-file fsyncs.
+Linux, or an old C library) :data:`.durable.SYNCFS` is None and the store keeps per-file
+fsyncs. What needs no event loop (the call itself, the tickets, the descriptors a flush goes
+through) is durable.py's, which the writer process imports alone.
 
 A flush that fails fails its whole batch: every writer of the batch gets the ``OSError`` and
 must treat its write as not durable (a claim is removed again and reported as a state fault).
@@ -33,78 +35,15 @@ minutes) and closes its descriptors when it returns, and every writer of its bat
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import errno
 import os
-import sys
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
 
-
-def _libc_syncfs() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        function = libc.syncfs
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = [ctypes.c_int]
-    function.restype = ctypes.c_int
-    return function
-
-
-_SYNCFS = _libc_syncfs()
-
-
-def syncfs(fd: int) -> None:
-    """``syncfs(2)``: make everything written on ``fd``'s file system durable."""
-    if _SYNCFS is None:
-        raise OSError(errno.ENOSYS, "syncfs is not available on this platform")
-    if _SYNCFS(fd) != 0:
-        code = ctypes.get_errno() or errno.EIO
-        raise OSError(code, os.strerror(code))
-
-
-#: :func:`syncfs`, or None where the platform has none (then the store fsyncs per file).
-SYNCFS: Callable[[int], None] | None = syncfs if _SYNCFS is not None else None
-
-
-def opened() -> int:
-    """A ticket for a descriptor just opened: take it after the open, before the writes.
-
-    A ``CLOCK_MONOTONIC`` reading, comparable across processes (the writer process's
-    descriptors meet ours in one flush). Equal tickets are safe: each was read after its own
-    open and before the other's writes began.
-    """
-    return time.monotonic_ns()
-
-
-#: Descriptors a flush goes through: per file system (``st_dev``), the earliest opened one
-#: and its :func:`opened` ticket.
-Descriptors = dict[int, tuple[int, int]]
-
-
-def hand_in(held: Descriptors, device: int, fd: int, ticket: int) -> None:
-    """Add ``fd`` to ``held`` (taking it over): keep the earliest opened per file system."""
-    kept = held.get(device)
-    if kept is None or ticket < kept[0]:
-        held[device] = (ticket, fd)
-        if kept is not None:
-            os.close(kept[1])
-    else:
-        os.close(fd)
-
-
-def close_held(held: Descriptors) -> None:
-    """Close what no flush will take over now (a batch whose caller gave up)."""
-    for _, fd in held.values():
-        os.close(fd)
+from .durable import Descriptors, hand_in
 
 
 class Abandoned(OSError):
@@ -144,7 +83,7 @@ class GroupCommit:
         """Return once a flush that started after this call covered ``device``.
 
         Takes ownership of ``fd`` (a descriptor on that file system, opened before the write
-        it must cover, ``ticket`` from :func:`opened` right after). Raises the flush's
+        it must cover, ``ticket`` from :func:`.durable.opened` right after). Raises the flush's
         ``OSError`` if it failed.
         """
         await self.wait(self.cover({device: (ticket, fd)}))

@@ -8,7 +8,16 @@ replicas' membership (members.py over holds.py and openscan.py). The files of cl
 claimfiles.py's; everything below the root is opened through ``stores/safefile.py``.
 """
 
-from ..safefile import describe as describe
-from .store import DirectoryStore as DirectoryStore
+from typing import TYPE_CHECKING
+
+from ..._lazy import lazy_names as _lazy_names
+
+if TYPE_CHECKING:  # imported on first use: the writer process, started as a module of this
+    # package, needs none of the store
+    from ..safefile import describe as describe
+    from .store import DirectoryStore as DirectoryStore
 
 __all__ = ["DirectoryStore", "describe"]
+__getattr__, __dir__ = _lazy_names(
+    __name__, {"DirectoryStore": ".store", "describe": "..safefile"}, globals()
+)

@@ -14,8 +14,8 @@ from ...instants import slot_name
 from ...output import OUTPUT_MAX
 from ...records import ClaimResult, Outcome
 from ...usage import Usage
-from ..batch import Answer
-from ..groupcommit import Descriptors
+from ..answers import Answer
+from ..durable import Descriptors
 
 #: A claim holds ``{"firedAt":…,"outcome":…,"ms":…,"error":…,"replica":…,"output":…}``; its
 #: reason is at most 1 KiB of text (``text.error_text``), its replica 128 characters, its
@@ -30,7 +30,7 @@ class Pending(NamedTuple):
 
     device: int
     fd: int
-    ticket: int  # groupcommit.opened(), taken right after ``fd`` was opened
+    ticket: int  # durable.opened(), taken right after ``fd`` was opened
     prune_later: list[str]
 
 

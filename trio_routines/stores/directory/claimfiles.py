@@ -32,8 +32,8 @@ from ...instants import slot_name
 from ...names import check_name
 from ...records import ClaimResult, ClaimStatus, Outcome, claim_result
 from ...usage import Usage
-from ..batch import each
-from ..groupcommit import Descriptors, hand_in, opened
+from ..answers import each
+from ..durable import Descriptors, hand_in, opened
 from ..safefile import (
     Shared,
     Where,

@@ -61,7 +61,7 @@ from ...store import Lifetime
 from ...usage import Usage
 from ...wakeups import WakeupRequest
 from ..abandon import run_abandoning
-from ..groupcommit import SYNCFS
+from ..durable import SYNCFS
 from ..newest import BatchedReads, in_threads
 from .blocking import BlockingClaims
 from .claimfiles import ClaimFiles

@@ -32,7 +32,8 @@ from ...records import ClaimResult, Outcome
 from ...usage import Usage
 from ..abandon import run_abandoning
 from ..batch import Answer, Batcher, Entry, Turns
-from ..groupcommit import Abandoned, Batch, Descriptors, GroupCommit, close_held
+from ..durable import Descriptors, close_held
+from ..groupcommit import Abandoned, Batch, GroupCommit
 from ..safefile import describe
 from .claimbatch import ClaimItem, Contended, SettleItem, SettleWrite, Written
 from .claimfiles import ClaimFiles

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ....records import ClaimResult
-from ...batch import Answer
-from ...groupcommit import Descriptors, close_held, syncfs
+from ...answers import Answer
+from ...durable import Descriptors, close_held, syncfs
 from ...safefile import open_dirs
 from ..claimbatch import Batched, Written
 from ..claimfiles import ClaimFiles

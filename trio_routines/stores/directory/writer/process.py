@@ -55,9 +55,9 @@ import trio
 from ....errors import StateFault
 from .call import Call as Call
 from .call import Unsent as Unsent
+from .replies import receive as _receive  # one name, so that tests can hold replies
 from .startline import PATH_VARIABLE, child_path, command
 from .wire import ENCODING_VARIABLE, LENGTH, READY, file_names
-from .wire import receive as _receive  # one name, so that tests can hold replies
 
 log = logging.getLogger("trio_routines")
 _ABORT_FAILED = trio.lowlevel.Abort.FAILED
