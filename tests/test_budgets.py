@@ -44,6 +44,11 @@ def at(hour: int, minute: int = 0, *, day: int = 7) -> datetime:
                 Budget(1, "tokens", "hour"),
             ),
         ),
+        # A code in capitals, of any length an agent reports, and one far from "tokens".
+        ("100 CREDITS/day", (Budget(100, "CREDITS", "day"),)),
+        ("1 X/day", (Budget(1, "X", "day"),)),
+        ("1 tok/day", (Budget(1, "TOK", "day"),)),
+        ("1 TOKENLIKE/day", (Budget(1, "TOKENLIKE", "day"),)),
     ],
 )
 def test_budgets_parse(text: str, budgets: tuple[Budget, ...]) -> None:
@@ -62,6 +67,23 @@ def test_budgets_parse(text: str, budgets: tuple[Budget, ...]) -> None:
         ("1 tokens/day, 2 tokens/day", "two budgets of tokens per day: keep one"),
         ("200k tokens/day,", "a budget is written like 200k tokens/day or 5 USD/week, not ''"),
         ("9" * 30 + " tokens/day", "at most"),
+        # A misspelt "tokens" (any case, two letters off at most) is no currency.
+        ("1000 tokns/day", "a budget's unit is tokens or a currency code, not 'tokns'"),
+        ("1000 TOKNS/day", "not 'TOKNS'"),
+        ("1000 toekns/day", "not 'toekns'"),
+        ("1000 tokenz/day", "not 'tokenz'"),
+        ("1000 okens/day", "not 'okens'"),
+        ("1000 tokensss/day", "not 'tokensss'"),
+        ("1k tokns/day", "not 'tokns'"),
+        # A lower-case word that is no three-letter code: no agent reports it.
+        (
+            "5 bananas/day",
+            "(USD, eur, or any code in capitals as the agent reports it, like "
+            "CREDITS), not 'bananas'",
+        ),
+        ("5 dollars/day", "not 'dollars'"),
+        ("5 Credits/day", "not 'Credits'"),
+        ("5 us/day", "not 'us'"),
     ],
 )
 def test_a_bad_budget_is_one_clear_line(text: str, error: str) -> None:

@@ -3,8 +3,11 @@ window, in tokens or in money.
 
 A budget is written ``<amount> <unit>/<window>``: ``200k tokens/day``, ``5 USD/week``,
 ``1.5M tokens/hour``. The amount is a positive number, with ``k``, ``M`` or ``G`` for tokens;
-the unit ``tokens`` (in and out together) or a currency code (1 to 10 letters, any case); the
-window ``hour``, ``day`` or ``week``, a rolling one ending now. Several are written as a list,
+the unit ``tokens`` (in and out together) or a currency code (three letters in any case, like
+``USD`` or ``eur``, or 1 to 10 in capitals as the agent reports it, like ``CREDITS``; a
+lower-case word that is no code, and anything within two letters of ``tokens``, is refused:
+a budget in a unit no agent reports would never hold); the window ``hour``, ``day`` or
+``week``, a rolling one ending now. Several are written as a list,
 comma-separated (``budget: 200k tokens/day, 5 USD/week``); each holds on its own.
 
 The rule: a turn starts only while what was spent in each budget's window is below its
@@ -104,16 +107,37 @@ def parse_budget(text: str) -> Budget:
         raise InvalidOption(f"a budget's window is hour, day or week, not {match['window']!r}")
     if unit.lower() in ("token", "tokens"):
         unit = "tokens"
+    elif _near(unit.lower(), "tokens"):
+        raise InvalidOption(f"a budget's unit is tokens or a currency code, not {unit!r}")
     elif scale:
         raise InvalidOption(f"k, M and G scale tokens, not money: {shown!r}")
-    else:
+    elif len(unit) == 3 or unit.isupper():
         unit = unit.upper()
+    else:
+        # A word that is no code (``dollars``, ``credits``): no agent reports it, and a budget
+        # in it would never hold. A currency of another length is written as agents report it.
+        raise InvalidOption(
+            f"a budget's unit is tokens or a currency code (USD, eur, or any code in capitals "
+            f"as the agent reports it, like CREDITS), not {unit!r}"
+        )
     amount = float(match["amount"]) * _SCALE[scale]
     if amount <= 0:
         raise InvalidOption(f"a budget's amount must be above 0, not {shown!r}")
     if amount > MAX_AMOUNT:
         raise InvalidOption(f"a budget's amount must be at most {MAX_AMOUNT:g}, not {shown!r}")
     return Budget(amount, unit, window)
+
+
+def _near(word: str, target: str) -> bool:
+    """Whether ``word`` is at most two edits (a letter added, left out or changed) from
+    ``target``: a misspelling, which must not become a currency no agent reports."""
+    previous = list(range(len(target) + 1))
+    for i, letter in enumerate(word, 1):
+        row = [i]
+        for j, wanted in enumerate(target, 1):
+            row.append(min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + (letter != wanted)))
+        previous = row
+    return previous[-1] <= 2
 
 
 def parse_budgets(text: str) -> tuple[Budget, ...]:
