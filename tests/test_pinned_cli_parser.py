@@ -283,6 +283,11 @@ REFUSED = [
     (["unwake", "i"], "the following arguments are required: --session"),
     (["list", "--log-format", "xml"], "argument --log-format: invalid choice: 'xml'"),
     (["--log-level", "loud", "list"], "argument --log-level: invalid choice: 'loud'"),
+    # An empty value is no value: never the environment's or the default store or agent.
+    (["--state", "", "list"], "argument --state: '' is empty (a variable that is not set?)"),
+    (["pause", "d", "--state", " "], "argument --state: ' ' is empty"),
+    (["--agent", "", "check"], "argument --agent: '' is empty (a variable that is not set?)"),
+    (["run", "d", "--agent", "\t"], "argument --agent: '\\t' is empty"),
     (["history", "d", "--outcome", "lost"], "argument --outcome: invalid choice: 'lost'"),
     (["serve", "--poll", "0"], "argument --poll:"),
     (["serve", "--grace", "-1"], "argument --grace:"),

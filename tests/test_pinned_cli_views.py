@@ -270,6 +270,21 @@ def test_check_counts_routines_on_cron_and_checks_the_agent(env: Env) -> None:
         assert one_line(refused.stderr).startswith('error: unknown agent "bogus:"')
 
 
+def test_check_lists_every_broken_file_before_a_bad_agent(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    (env.routines / "broken.md").write_text("---\ncron: nope\n---\nhi\n")
+    (env.routines / "zoned.md").write_text("---\ncron: 0 9 * * *\ntz: Nowhere/Land\n---\nhi\n")
+    refused = env.run_cli("check", "--agent", "bogus:")
+    assert (refused.returncode, refused.stdout) == (1, "")
+    lines = refused.stderr.splitlines()
+    assert [line.split(":", 1)[0] for line in lines[:2]] == sorted(
+        [str(env.routines / "broken.md"), str(env.routines / "zoned.md")]
+    ), refused.stderr
+    assert lines[2] == f"2 broken routine file(s) in {env.routines}"
+    assert lines[3].startswith('error: unknown agent "bogus:"')
+    assert len(lines) == 4
+
+
 def test_unreadable_gaps_leave_the_claims_shown_with_one_line_and_exit_1(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *")
     env.seed("daily", START)

@@ -35,6 +35,7 @@ def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     group.add_argument(
         "--state",
         metavar="PATH_OR_URL",
+        type=values.given,
         default=default(None),
         help="state directory, or a postgresql:// URL "
         f"(default: $TRIO_ROUTINES_STATE, else {DEFAULT_STATE})",
@@ -48,6 +49,7 @@ def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     group.add_argument(
         "--agent",
         metavar="SPEC",
+        type=values.given,
         default=default(None),
         help="echo, cmd:<shell command>, py:<module>:<attribute> or an http(s):// URL "
         "(default: $TRIO_ROUTINES_AGENT; needed by serve, run and fire)",

@@ -23,6 +23,14 @@ from ..wakelimits import MAX_LIFETIME
 from ..wakeups import POLL_RANGE, parse_delay
 
 
+def given(text: str) -> str:
+    """A value that must say something: an empty one (``--state "$UNSET"``) would otherwise
+    read as not given, and the environment's or the default state or agent be used instead."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is empty (a variable that is not set?)")
+    return text
+
+
 def non_negative_seconds(text: str) -> float:
     try:
         if not text.isascii():  # float() also reads other scripts' digits ("٥"): no value does

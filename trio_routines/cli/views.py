@@ -190,13 +190,14 @@ async def cmd_next(args: argparse.Namespace) -> int:
 
 async def cmd_check(args: argparse.Namespace) -> int:
     result = await load(args.routines, report=False)
+    for failure in result.failures:
+        say(str(failure))
+    if result.failures:
+        say(f"{len(result.failures)} broken routine file(s) in {args.routines}")
     spec = args.agent or os.environ.get("TRIO_ROUTINES_AGENT")
     if spec:
-        agent_from_spec(spec)
+        agent_from_spec(spec)  # a bad one is one more line, after every broken file's
     if result.failures:
-        for failure in result.failures:
-            say(str(failure))
-        say(f"{len(result.failures)} broken routine file(s) in {args.routines}")
         return 1
     on_cron = sum(1 for r in result.routines if r.cron is not None)
     print_line(
