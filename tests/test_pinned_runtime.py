@@ -244,7 +244,7 @@ async def test_duplicate_and_stale_are_each_logged_once(
     assert [m for m in messages(caplog) if "skipping" in m] == [
         "hourly: skipping — slot 2026-07-07T09:00:00.000Z is already claimed — a duplicate "
         "delivery, or another scheduler has it",
-        "hourly: skipping — slot 2026-07-07T08:00:00.000Z is stale: 2026-07-07T10-00-00-000Z "
+        "hourly: skipping — slot 2026-07-07T08:00:00.000Z is stale: 2026-07-07T10:00:00.000Z "
         "was already claimed, so this instant is skipped",
     ]
 

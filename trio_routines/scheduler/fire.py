@@ -11,7 +11,7 @@ import trio
 
 from ..context import cron_context
 from ..errors import StateFault
-from ..instants import format_iso, slot_name, truncate_ms
+from ..instants import format_iso, slot_name, slot_of, truncate_ms
 from ..logs import log_fields
 from ..output import Tail
 from ..presence import LocalPresence
@@ -319,12 +319,13 @@ class FirePath:
                 )
             reason = "duplicate"
         else:
+            newest = slot_of(claim.newest or "")  # a claim's name: shown as every instant is
             log.warning(
                 "%s: skipping — slot %s is stale: %s was already claimed, "
                 "so this instant is skipped",
                 name,
                 format_iso(slot),
-                claim.newest,
+                claim.newest if newest is None else format_iso(newest),
                 extra={"routine": name, "slot": slot, "replica": self._runtime.replica},
             )
             reason = "stale"
