@@ -285,6 +285,21 @@ def test_check_lists_every_broken_file_before_a_bad_agent(env: Env) -> None:
     assert len(lines) == 4
 
 
+def test_check_refuses_a_routine_whose_cron_never_fires(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    env.routine("feb", cron="0 9 31 2 *")
+    env.routine("april", cron="H 9 31 4 *", tz="Europe/Berlin")
+    refused = env.run_cli("check", "--agent", "echo")
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert refused.stderr.splitlines() == [
+        '"april": cron "H 9 31 4 *" never fires: no day matches it',
+        '"feb": cron "0 9 31 2 *" never fires: no day matches it',
+    ]
+    (env.routines / "feb.md").unlink()
+    (env.routines / "april.md").unlink()
+    assert env.run_cli("check", "--agent", "echo").returncode == 0
+
+
 def test_unreadable_gaps_leave_the_claims_shown_with_one_line_and_exit_1(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *")
     env.seed("daily", START)

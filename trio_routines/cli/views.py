@@ -194,10 +194,16 @@ async def cmd_check(args: argparse.Namespace) -> int:
         say(str(failure))
     if result.failures:
         say(f"{len(result.failures)} broken routine file(s) in {args.routines}")
+    # Loaded, and shown as "never fires again" by list and the page, but never run: for a
+    # check, a mistake (February 30, April 31) as much as a broken file.
+    now = datetime.now(UTC)
+    never = [r for r in result.routines if r.cron and next_run(r.cron, r.tz, now, r.name) is None]
+    for routine in never:
+        say(f'{quoted(routine.name)}: cron "{routine.cron}" never fires: no day matches it')
     spec = args.agent or os.environ.get("TRIO_ROUTINES_AGENT")
     if spec:
         agent_from_spec(spec)  # a bad one is one more line, after every broken file's
-    if result.failures:
+    if result.failures or never:
         return 1
     on_cron = sum(1 for r in result.routines if r.cron is not None)
     print_line(
