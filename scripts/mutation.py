@@ -666,6 +666,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_batch.py",
             "tests/test_directory_batches.py",
             "tests/test_groupcommit.py",
+            "tests/test_pinned_groupcommit.py",
             "tests/test_pinned_claimfiles.py",
             # A flush given up, a stalled disk's flush and a store stopped during one.
             "tests/test_stalled_directory.py",
