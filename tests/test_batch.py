@@ -331,3 +331,20 @@ async def test_a_flush_cut_short_wakes_its_riders_with_an_error() -> None:
             release.set()
     assert sorted(heard.values()) == ["stopped", "the batch's flush was interrupted"]
     assert not batches.queued
+
+
+async def test_a_leader_cancelled_before_it_leads_still_takes_and_flushes_its_batch() -> None:
+    # Its one yield is shielded: a leader whose deadline had passed when it arrived still
+    # takes the queue, flushes it and hands the lead on; else its own entry would stay queued
+    # with nobody to lead it, and every later caller would wait for ever.
+    flushes = Flushes()
+    flushes.go.set()
+    calls = batcher(flushes)
+    got: str | None = None
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        got = await calls.submit("a")
+    assert got == "done a"
+    with trio.fail_after(5):
+        assert await calls.submit("b") == "done b"
+    assert flushes.batches == [["a"], ["b"]]
