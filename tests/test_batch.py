@@ -348,3 +348,37 @@ async def test_a_leader_cancelled_before_it_leads_still_takes_and_flushes_its_ba
     with trio.fail_after(5):
         assert await calls.submit("b") == "done b"
     assert flushes.batches == [["a"], ["b"]]
+
+
+async def test_a_flush_abandoned_by_its_leader_answers_every_rider_with_the_stores_error() -> None:
+    # A flush that cannot bound itself (a write in a worker thread) is abandoned when its
+    # leader is cancelled: every other caller of the batch gets the store's own error.
+    flushes = Flushes()
+    leading: list[trio.lowlevel.Task] = []
+
+    async def flush(entries: Sequence[Entry[str, str]]) -> list[Answer[str]]:
+        leading.append(trio.lowlevel.current_task())  # whoever arrived first leads
+        return await flushes(entries)
+
+    def abandoned() -> Exception:
+        return OSError("the write was given up: it may or may not have landed")
+
+    calls: Batcher[str, str] = Batcher(flush, key=lambda item: item, abandon=abandoned)
+    scopes: dict[trio.lowlevel.Task, trio.CancelScope] = {}
+    heard: list[str] = []
+
+    async def caller(item: str) -> None:
+        with trio.CancelScope() as scopes[trio.lowlevel.current_task()]:
+            try:
+                await calls.submit(item)
+            except OSError as exc:
+                heard.append(f"{item}: {exc}")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(caller, "a")
+        nursery.start_soon(caller, "b")
+        await flushes.started.wait()
+        assert sorted(flushes.batches[0]) == ["a", "b"]
+        scopes[leading[0]].cancel()
+    assert len(heard) == 1
+    assert heard[0].endswith(": the write was given up: it may or may not have landed")

@@ -184,3 +184,34 @@ async def test_a_writer_that_leaves_while_it_waits_is_not_woken_by_the_flush(
         flush.release.set()
     assert flush.flushed == [first]
     assert outcomes == ["left"]
+
+
+async def test_a_lull_that_fails_wakes_the_writers_waiting_and_one_leads_the_flush(
+    tmp_path: Path,
+) -> None:
+    flushed: list[int] = []
+    commit = GroupCommit(flushed.append)
+    fd = os.open(tmp_path, os.O_RDONLY)
+    batch = commit.cover({DEVICE: (opened(), fd)})
+    lulled = trio.Event()
+    broken: list[str] = []
+
+    async def broken_lull() -> None:
+        lulled.set()
+        await trio.testing.wait_all_tasks_blocked()
+        raise RuntimeError("the lull broke")
+
+    async def leader() -> None:
+        try:
+            await commit.wait(batch, broken_lull)
+        except RuntimeError as exc:
+            broken.append(str(exc))
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(leader)
+            await lulled.wait()
+            nursery.start_soon(commit.wait, batch)  # waits while the lull runs, then leads
+    assert broken == ["the lull broke"]
+    assert flushed == [fd]
+    assert batch.done
