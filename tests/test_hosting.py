@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from trio_routines import Routine, Scheduler, serve, tickets
-from trio_routines.errors import StateFault
+from trio_routines.errors import InvalidOption, StateFault
 from trio_routines.http import InsecureBind
 from trio_routines.records import Outcome
 from trio_routines.scheduler import DEFAULT_GRACE
@@ -129,6 +129,34 @@ async def test_an_open_bind_without_a_token_starts_nothing() -> None:
     scheduler = scheduler_with(ScriptedAgent(), store)
     with pytest.raises(InsecureBind):
         await serve(scheduler, http=("0.0.0.0", 0))
+    assert not scheduler.stopping
+    assert scheduler.statistics().in_flight == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"grace": float("nan")}, "a stop's grace must be a number of seconds: nan"),
+        ({"grace": "10"}, "a stop's grace must be a number of seconds: '10'"),
+        ({"http": "127.0.0.1:0"}, "http must be a (host, port) pair"),
+        ({"http": ("127.0.0.1",)}, "http must be a (host, port) pair"),
+        ({"http": ("127.0.0.1", 65536)}, "a port from 0 to 65535: ('127.0.0.1', 65536)"),
+        ({"http": ("127.0.0.1", -1)}, "http must be a (host, port) pair"),
+        ({"http": ("127.0.0.1", True)}, "http must be a (host, port) pair"),
+        ({"http": ("127.0.0.1", "80")}, "http must be a (host, port) pair"),
+        ({"http": (b"127.0.0.1", 80)}, "http must be a (host, port) pair"),
+    ],
+)
+async def test_a_bad_grace_or_address_is_refused_before_anything_starts(
+    options: dict[str, Any], error: str
+) -> None:
+    # Not at the first signal, after the scheduler ran: then in the host's nursery.
+    store = MemoryStore()
+    scheduler = scheduler_with(ScriptedAgent(), store)
+    with trio.fail_after(10), pytest.raises(InvalidOption) as refused:
+        await serve(scheduler, signals=(), **options)
+    assert error in str(refused.value)
+    assert "\n" not in str(refused.value)
     assert not scheduler.stopping
     assert scheduler.statistics().in_flight == 0
 

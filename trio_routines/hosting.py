@@ -23,7 +23,9 @@ from typing import Any
 
 import trio
 
+from .errors import InvalidOption
 from .scheduler import Scheduler
+from .scheduler.options import checked_grace
 from .tickets import share_key
 
 log = logging.getLogger("trio_routines")
@@ -180,10 +182,15 @@ async def serve(
     ``await nursery.start(serve, scheduler, ...)`` returns the HTTP port bound, or ``None``.
     An error comes out as :meth:`~trio_routines.Scheduler.run` raises it (a failed boot's
     :class:`~trio_routines.errors.StateFault`, a taken address's ``OSError``), not inside the
-    exception groups of its nurseries; several at once stay grouped.
+    exception groups of its nurseries; several at once stay grouped. A ``grace`` that is no
+    number of seconds, or an ``http`` that is no ``(host, port)`` pair, is an
+    :class:`~trio_routines.errors.InvalidOption` before anything starts.
     """
     listener: socket.socket | None = None
+    if grace is not None:
+        grace = checked_grace(grace)  # now, not at the first signal
     if http is not None:
+        http = _address(http)
         from .http import bind_http, check_bind  # the optional extra: only when asked for
 
         check_bind(http[0], token)
@@ -213,6 +220,18 @@ def _sole(group: BaseExceptionGroup[BaseException]) -> Exception | None:
             return None
         found = found.exceptions[0]
     return found if isinstance(found, Exception) else None
+
+
+def _address(http: object) -> tuple[str, int]:
+    """``http=``, checked: a host and a port from 0 to 65535 (0: any free port)."""
+    if isinstance(http, tuple | list) and len(http) == 2:
+        host, port = http
+        if isinstance(host, str) and type(port) is int and 0 <= port <= 65535:
+            return host, port
+    raise InvalidOption(
+        f"http must be a (host, port) pair, like ('127.0.0.1', 8080), a port from 0 to "
+        f"65535: {http!r:.100}"
+    )
 
 
 async def _serve(
