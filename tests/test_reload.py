@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -155,6 +156,28 @@ async def test_two_routines_of_one_name_change_nothing(autojump_clock: Any) -> N
             [HOURLY, Routine(name="x", prompt="a"), Routine(name="x", prompt="b")]
         )
     assert list(rig.scheduler.routines) == ["hourly"]
+
+
+@pytest.mark.parametrize(
+    ("routines", "error"),
+    [
+        ("abc", "routines must be a collection of Routine objects (routines=[...]): 'abc'"),
+        (None, "routines must be a collection of Routine objects (routines=[...]): None"),
+        (5, "routines must be a collection of Routine objects (routines=[...]): 5"),
+        ([HOURLY, None], "routines must be Routine objects: None"),
+        ([HOURLY, "x"], "routines must be Routine objects: 'x'"),
+    ],
+)
+async def test_what_is_no_routine_is_refused_as_the_constructor_does(
+    autojump_clock: Any, routines: Any, error: str
+) -> None:
+    rig = Rig(HOURLY)
+    with pytest.raises(InvalidRoutine) as refused:
+        rig.scheduler.update_routines(routines)
+    assert str(refused.value) == error
+    assert list(rig.scheduler.routines) == ["hourly"]
+    with pytest.raises(InvalidRoutine, match=re.escape(error)):
+        Scheduler(agent=ScriptedAgent(), store=MemoryStore(), routines=routines)
 
 
 async def test_with_an_external_clock_routines_change_and_nothing_is_armed(

@@ -83,12 +83,15 @@ def checked_store(store: object) -> None:
 def checked_routines(routines: Iterable[Routine]) -> dict[str, Routine]:
     """The routines by name: :class:`~trio_routines.routines.Routine` objects of distinct
     names, else a one-line :class:`~trio_routines.errors.InvalidRoutine`."""
+    shape = f"routines must be a collection of Routine objects (routines=[...]): {routines!r:.100}"
     if isinstance(routines, Routine | str | bytes):
-        raise InvalidRoutine(
-            f"routines must be a collection of Routine objects (routines=[...]): {routines!r:.100}"
-        )
+        raise InvalidRoutine(shape)
+    try:
+        each = iter(routines)
+    except TypeError:  # None, a number
+        raise InvalidRoutine(shape) from None
     loaded: dict[str, Routine] = {}
-    for routine in routines:
+    for routine in each:
         if not isinstance(routine, Routine):
             raise InvalidRoutine(f"routines must be Routine objects: {routine!r:.100}")
         if routine.name in loaded:

@@ -38,6 +38,7 @@ from .arming import Arming
 from .clock import ClockWatch
 from .gaps import GapRecording
 from .loops import CronLoops
+from .options import checked_routines
 from .state import Runtime, log
 
 NO_ROUTINES = ".no-routines"
@@ -97,15 +98,12 @@ class Reload:
         stops once its fire in flight settled, a changed one re-arms from its newest claim or
         now, whichever is later; nothing fires twice or back-fires.
 
-        Raises :class:`InvalidRoutine`, changing nothing, when two share a name. Works on a
-        scheduler that is not running (nothing is armed then) and with an external clock
-        (the routines change; no loop is started).
+        Raises :class:`InvalidRoutine`, changing nothing, when two share a name or one is not
+        a :class:`Routine`, as the constructor does. Works on a scheduler that is not running
+        (nothing is armed then) and with an external clock (the routines change; no loop is
+        started).
         """
-        wanted: dict[str, Routine] = {}
-        for routine in routines:
-            if routine.name in wanted:
-                raise InvalidRoutine(f"two routines are named {routine.name!r}")
-            wanted[routine.name] = routine
+        wanted = checked_routines(routines)
         runtime = self._runtime
         old = runtime.routines
         added = tuple(n for n in wanted if n not in old)

@@ -256,9 +256,10 @@ class Scheduler:
         stops once its fire in flight settled, a changed one re-arms from its newest claim or
         now, whichever is later; nothing fires twice or back-fires.
 
-        Raises :class:`InvalidRoutine`, changing nothing, when two share a name. Works on a
-        scheduler that is not running (nothing is armed then) and with an external clock
-        (the routines change; no loop is started).
+        Raises :class:`InvalidRoutine`, changing nothing, when two share a name or one is not
+        a :class:`Routine`, as the constructor does. Works on a scheduler that is not running
+        (nothing is armed then) and with an external clock (the routines change; no loop is
+        started).
         """
         return self._parts.reload.update(routines)
 
