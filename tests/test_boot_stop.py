@@ -284,3 +284,17 @@ async def test_a_stop_bounds_the_settle_of_a_one_shot_still_in_flight(
         stopped = trio.current_time()
         scheduler.stop(0)  # at once
     assert ended[0] - stopped <= 2.0  # the stop's margin, not the store's 60 s
+
+
+@pytest.mark.parametrize(
+    ("timeout", "said"), [(0.5, "within 0.5s"), (2.25, "within 2.25s"), (90, "within 1m 30s")]
+)
+async def test_a_store_timeout_is_said_as_given_never_rounded_away(
+    autojump_clock: Any, timeout: float, said: str
+) -> None:
+    store = MemoryStore()
+    scheduler = Scheduler(agent=ScriptedAgent(), store=store, store_timeout=timeout)
+    store.hang("list_wakeups")
+    with pytest.raises(StateFault) as refused:
+        await scheduler.list_wakeups("s")
+    assert f"the store did not answer {said} (or before" in str(refused.value)

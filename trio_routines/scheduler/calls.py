@@ -92,9 +92,10 @@ class StoreCalls:
 
     def no_answer(self, what: str) -> StateFault:
         """The fault of a call cut off by its deadline."""
+        timeout = self.store_timeout  # under a minute as given (0.5s), never rounded to 0s
+        within = f"{timeout:g}s" if timeout < 60 else duration(timeout)
         return StateFault(
-            f"{what}: the store did not answer within {duration(self.store_timeout)} "
-            "(or before the stop's grace ran out)"
+            f"{what}: the store did not answer within {within} (or before the stop's grace ran out)"
         )
 
     async def latest_fire(self, routine: str) -> Fire | None:
