@@ -3,8 +3,13 @@ money budget is written and reported over (see docs/mutation.md)."""
 
 from __future__ import annotations
 
-import pytest
+import functools
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trio_routines import budgets
 from trio_routines.budgets import (
     MAX_AMOUNT,
     Budget,
@@ -66,3 +71,50 @@ def test_a_budget_that_is_not_one_is_refused_whole_and_as_the_routines() -> None
         with pytest.raises(InvalidRoutine) as unlisted:
             Routine(name="r", prompt="p", budgets=scalar)
         assert str(unlisted.value) == f'"budget": {wanted}{type(scalar).__name__}'
+
+
+def _distance(word: str, target: str) -> int:
+    """Edit distance, the plain recursive way: the judge of ``_near``."""
+
+    @functools.cache
+    def d(i: int, j: int) -> int:
+        if i == len(word) or j == len(target):
+            return len(word) - i + len(target) - j
+        return min(
+            d(i + 1, j) + 1,  # a letter of the word left out
+            d(i, j + 1) + 1,  # a letter of the target added
+            d(i + 1, j + 1) + (word[i] != target[j]),
+        )
+
+    return d(0, 0)
+
+
+@given(
+    st.one_of(
+        st.text(alphabet="tokensabx", max_size=10),
+        st.sampled_from(["tok", "toke", "kens", "ens", "xxtokens", "xxxtokens", "tokensss"]),
+    )
+)
+def test_a_misspelling_is_two_edits_from_tokens_at_most(word: str) -> None:
+    assert budgets._near(word, "tokens") == (_distance(word, "tokens") <= 2)
+
+
+@pytest.mark.parametrize(
+    ("word", "near"),
+    [
+        ("tokens", True),
+        ("toke", True),  # two left out
+        ("tok", False),  # three
+        ("kens", True),  # two left out at the start
+        ("ens", False),
+        ("xxtokens", True),  # two added at the start
+        ("xxxtokens", False),
+        ("tokensss", True),  # two added at the end
+        ("tokenssss", False),
+        ("takans", True),  # two changed
+        ("takanz", False),  # three
+        ("", False),
+    ],
+)
+def test_the_edges_of_a_misspelling(word: str, near: bool) -> None:
+    assert budgets._near(word, "tokens") is near
