@@ -183,3 +183,11 @@ def test_a_count_is_a_whole_number_from_1_to_1000() -> None:
         assert refused(values.count, text) == f'"{text}" must be between 1 and 1000'
     for text in ("", "-5", "1.5", "²", "seven"):
         assert refused(values.count, text) == f'"{text}" is not a whole number'
+
+
+def test_a_value_that_must_say_something_is_kept_as_given_and_an_empty_one_refused() -> None:
+    assert values.given("state") == "state"
+    assert values.given(" ./state ") == " ./state "  # as typed: a path may hold spaces
+    assert values.given("postgresql://db/x") == "postgresql://db/x"
+    assert refused(values.given, "") == "'' is empty (a variable that is not set?)"
+    assert refused(values.given, " \t") == "' \\t' is empty (a variable that is not set?)"
