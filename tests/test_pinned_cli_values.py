@@ -191,3 +191,10 @@ def test_a_value_that_must_say_something_is_kept_as_given_and_an_empty_one_refus
     assert values.given("postgresql://db/x") == "postgresql://db/x"
     assert refused(values.given, "") == "'' is empty (a variable that is not set?)"
     assert refused(values.given, " \t") == "' \\t' is empty (a variable that is not set?)"
+
+
+def test_an_at_sign_after_the_host_is_no_user_name() -> None:
+    # Only the authority (between :// and the first /) is looked at for credentials.
+    assert values.server_url("http://127.0.0.1:8080/a@b") == "http://127.0.0.1:8080/a@b"
+    assert values.server_url("http://h:1/x://u@y") == "http://h:1/x://u@y"
+    assert "user name or password" in refused(values.server_url, "http://u@h:1")
