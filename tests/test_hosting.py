@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import trio
 
-from trio_routines import Routine, Scheduler, serve, tickets
+from trio_routines import Routine, Scheduler, hosting, serve, tickets
 from trio_routines.errors import InvalidOption, StateFault
 from trio_routines.http import InsecureBind
 from trio_routines.records import Outcome
@@ -241,3 +241,8 @@ async def test_serve_with_a_token_honours_the_tickets_another_process_made_with_
     assert added.session == "chat:9"
     assert added.origin is not None
     assert (added.origin.kind, added.origin.parent, added.origin.depth) == ("wakeup", "w-1", 1)
+
+
+def test_every_port_of_the_range_is_an_address() -> None:
+    assert hosting._address(("127.0.0.1", 0)) == ("127.0.0.1", 0)
+    assert hosting._address(["::1", 65535]) == ("::1", 65535)

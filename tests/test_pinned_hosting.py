@@ -226,3 +226,26 @@ async def _started_after_a_cut(answering: Answering) -> object:
 
     async with trio.open_nursery() as nursery:
         return await nursery.start(answering.serve, never)
+
+
+async def test_the_signal_watch_is_started_for_the_boot_with_the_surfaces_to_cut(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The wiring of start_watched: the watch runs from the boot's start (a signal then gives
+    # the boot up) and holds the surfaces a second signal cuts short.
+    from trio_routines import hosting
+
+    watched: list[tuple[Any, ...]] = []
+
+    async def watch(*args: Any) -> None:
+        watched.append(args)
+
+    monkeypatch.setattr(hosting, "watch_signals", watch)
+    scheduler = Scheduler(agent=ScriptedAgent(), store=MemoryStore())
+    answering = Answering()
+    signals = cast(AsyncIterator[int], object())
+    async with trio.open_nursery() as nursery:
+        assert await hosting.start_watched(nursery, scheduler, signals, 7.5, answering)
+        await trio.testing.wait_all_tasks_blocked()
+        scheduler.stop()
+    assert watched == [(signals, scheduler, 7.5, True, answering)]
