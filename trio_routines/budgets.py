@@ -3,11 +3,10 @@ window, in tokens or in money.
 
 A budget is written ``<amount> <unit>/<window>``: ``200k tokens/day``, ``5 USD/week``,
 ``1.5M tokens/hour``. The amount is a positive number, with ``k``, ``M`` or ``G`` for tokens;
-the unit ``tokens`` (in and out together) or a currency code (three letters in any case, like
-``USD`` or ``eur``, or 1 to 10 in capitals as the agent reports it, like ``CREDITS``; a
-lower-case word that is no code, and anything within two letters of ``tokens``, is refused:
-a budget in a unit no agent reports would never hold); the window ``hour``, ``day`` or
-``week``, a rolling one ending now. Several are written as a list,
+the unit ``tokens`` (in and out together) or a currency code (1 to 10 letters, any case, read
+in capitals as a reported currency is; a unit that reads as ``tokens`` mistyped or cut short,
+``tokns`` or ``tok``, is refused: a budget in a currency no agent reports would never hold);
+the window ``hour``, ``day`` or ``week``, a rolling one ending now. Several are written as a list,
 comma-separated (``budget: 200k tokens/day, 5 USD/week``); each holds on its own.
 
 The rule: a turn starts only while what was spent in each budget's window is below its
@@ -57,7 +56,9 @@ class Budget:
             raise InvalidOption(f"a budget's window is hour, day or week, not {self.window!r}")
         if not 0 < self.amount <= MAX_AMOUNT:
             raise InvalidOption(f"a budget's amount must be above 0, not {self.amount!r}")
-        if self.unit != "tokens" and not re.fullmatch(r"[A-Z]{1,10}", self.unit):
+        if self.unit != "tokens" and (
+            not re.fullmatch(r"[A-Z]{1,10}", self.unit) or misspelt(self.unit)
+        ):
             raise InvalidOption(f"a budget's unit is tokens or a currency code, not {self.unit!r}")
 
     @property
@@ -107,25 +108,30 @@ def parse_budget(text: str) -> Budget:
         raise InvalidOption(f"a budget's window is hour, day or week, not {match['window']!r}")
     if unit.lower() in ("token", "tokens"):
         unit = "tokens"
-    elif _near(unit.lower(), "tokens"):
+    elif misspelt(unit):
         raise InvalidOption(f"a budget's unit is tokens or a currency code, not {unit!r}")
     elif scale:
         raise InvalidOption(f"k, M and G scale tokens, not money: {shown!r}")
-    elif len(unit) == 3 or unit.isupper():
-        unit = unit.upper()
     else:
-        # A word that is no code (``dollars``, ``credits``): no agent reports it, and a budget
-        # in it would never hold. A currency of another length is written as agents report it.
-        raise InvalidOption(
-            f"a budget's unit is tokens or a currency code (USD, eur, or any code in capitals "
-            f"as the agent reports it, like CREDITS), not {unit!r}"
-        )
+        unit = unit.upper()  # as a reported currency is read (usage.py)
     amount = float(match["amount"]) * _SCALE[scale]
     if amount <= 0:
         raise InvalidOption(f"a budget's amount must be above 0, not {shown!r}")
     if amount > MAX_AMOUNT:
         raise InvalidOption(f"a budget's amount must be at most {MAX_AMOUNT:g}, not {shown!r}")
     return Budget(amount, unit, window)
+
+
+def misspelt(unit: str) -> bool:
+    """Whether ``unit`` (any case) reads as ``tokens`` mistyped or cut short (``tokns``,
+    ``tokenz``, ``tok``, ``tkns``): taken for a currency, no agent would report it, and its
+    budget would never hold."""
+    word = unit.lower()
+    return word in _SHORT_FOR_TOKENS or (word not in ("token", "tokens") and _near(word, "tokens"))
+
+
+#: How ``tokens`` is cut short (a code of three letters otherwise, like TON, is a currency).
+_SHORT_FOR_TOKENS = frozenset({"tok", "toks", "tkn", "tkns", "tks"})
 
 
 def _near(word: str, target: str) -> bool:

@@ -1,6 +1,6 @@
 """Log records as the command line writes them to stderr: one line per record, always.
 
-Text: ``2026-11-30T09:00:00.012Z INFO  digest slot=2026-11-30T09:00Z replica=web-1 completed
+Text: ``2026-11-30T08:00:00.012Z INFO  digest slot=2026-11-30T08:00Z replica=web-1 completed
 (1200ms)``: the instant, the level padded to 5, and, on every line about a fire, the routine,
 the slot and the replica firing it before the message. JSON lines: ``{"ts", "level",
 "message", "host", "pid"}`` and, about a fire, ``routine``, ``slot``, ``replica``, and on its

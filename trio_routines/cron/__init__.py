@@ -56,7 +56,7 @@ start day (or the next matching day) with a few bisections, without walking minu
 Known approximation: a day is examined wall-minute by wall-minute only when its start and end
 disagree on the UTC offset (or sit in a gap or fold); two transitions that cancel out inside one
 local day (no real zone has them in its modern rules) would go unnoticed. Zone offsets with
-seconds (local mean time before ~1900) give instants with seconds.
+seconds (local mean time, in some zones into the 1970s) give instants with seconds.
 """
 
 from trio_routines.cron.fields import FIELD_NAMES as FIELD_NAMES

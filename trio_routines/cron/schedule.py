@@ -206,8 +206,8 @@ class CronSchedule:
         """The first instant strictly after ``after`` at which this schedule fires.
 
         An aware UTC datetime on a whole minute of the zone's wall clock (in UTC a whole
-        minute too, unless the zone's offset then had seconds: local mean time, before about
-        1900), or ``None`` when it never fires again.
+        minute too, unless the zone's offset then had seconds, as local mean time did, in some
+        zones into the 1970s), or ``None`` when it never fires again.
         ``after`` must be aware (any zone); a naive one is refused with ``ValueError``.
         """
         if not isinstance(after, datetime):
