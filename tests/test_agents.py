@@ -360,9 +360,10 @@ async def test_py_loads_an_object_a_class_or_a_factory(agent_module: str, attrib
         ("py:{m}:broken", "could not be built with no arguments: no key configured"),
         ("py:{m}:make_with", "could not be built with no arguments"),
         # The words of an error from outside, folded onto the one line, controls shown.
-        ("py:{m}:broken_lines", "arguments: no key configured \\x1b[2Jtoday"),
-        ("py:no_such\nmodule:x", 'cannot import module "no_such module"'),
-        ("py:{m}:missing\nline", 'has no attribute "missing line"'),
+        ("py:{m}:broken_lines", "arguments: no key\\x0aconfigured\\x0d\\x0a\\x1b[2Jtoday"),
+        ("py:no_such\nmodule:x", 'cannot import module "no_such\\x0amodule"'),
+        ("py:{m}:missing\nline", 'has no attribute "missing\\x0aline"'),
+        ("bogus:a\nb", 'unknown agent "bogus:a\\x0ab"'),
         # An exit is no agent: the process went on as if nothing had been asked, status 0.
         ("py:sys:exit", "could not be built with no arguments: it exited (SystemExit None)"),
         ("py:{m}_exits:x", "it exited (SystemExit 3)"),

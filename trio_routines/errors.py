@@ -44,15 +44,16 @@ class InvalidWakeup(TrioRoutinesError, ValueError):
 class InvalidAgent(TrioRoutinesError, ValueError):
     """Raised by ``agent_from_spec`` and the built-in agents for a spec they cannot use.
 
-    The message is one line naming the spec (an ``http(s)://`` URL only by its origin): what
-    it carries from outside (the spec itself, the words of a module's or a factory's own
-    error) is folded onto it, every control character shown escaped.
+    The message is one line naming the spec (an ``http(s)://`` URL only by its origin): in
+    what it carries from outside (the spec itself, the words of a module's or a factory's own
+    error), every control character is shown escaped, a line break as ``\x0a``, so that two
+    specs never read alike.
     """
 
     def __init__(self, message: str) -> None:
-        from .text import shown  # a leaf module, imported by nearly every other
+        from .text import visible  # a leaf module, imported by nearly every other
 
-        super().__init__(shown(message))
+        super().__init__(visible(message))
 
 
 class InvalidOption(TrioRoutinesError, ValueError):
