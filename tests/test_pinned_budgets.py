@@ -120,7 +120,7 @@ def test_the_edges_of_a_misspelling(word: str, near: bool) -> None:
     assert budgets._near(word, "tokens") is near
 
 
-@pytest.mark.parametrize("unit", ["TOKNS", "TOK", "TKNS", "TOKENSSS"])
+@pytest.mark.parametrize("unit", ["TOKNS", "TOK", "TKNS", "TOKENSSS", "TOKEN", "TOKENS"])
 def test_a_budget_made_directly_refuses_tokens_misspelt_as_a_currency(unit: str) -> None:
     with pytest.raises(InvalidOption, match=f"not '{unit}'"):
         Budget(5, unit, "day")

@@ -123,11 +123,11 @@ def parse_budget(text: str) -> Budget:
 
 
 def misspelt(unit: str) -> bool:
-    """Whether ``unit`` (any case) reads as ``tokens`` mistyped or cut short (``tokns``,
-    ``tokenz``, ``tok``, ``tkns``): taken for a currency, no agent would report it, and its
-    budget would never hold."""
+    """Whether ``unit`` (any case) reads as ``tokens``, mistyped or cut short (``TOKENS``,
+    ``tokns``, ``tok``, ``tkns``): taken for a currency, no agent would report it, and its
+    budget would never hold. (The unit ``tokens`` itself is its caller's to tell apart.)"""
     word = unit.lower()
-    return word in _SHORT_FOR_TOKENS or (word not in ("token", "tokens") and _near(word, "tokens"))
+    return word in _SHORT_FOR_TOKENS or _near(word, "tokens")
 
 
 #: How ``tokens`` is cut short (a code of three letters otherwise, like TON, is a currency).
