@@ -46,7 +46,7 @@ class InvalidAgent(TrioRoutinesError, ValueError):
 
     The message is one line naming the spec (an ``http(s)://`` URL only by its origin): in
     what it carries from outside (the spec itself, the words of a module's or a factory's own
-    error), every control character is shown escaped, a line break as ``\x0a``, so that two
+    error), every control character is shown escaped, a line break as ``\\x0a``, so that two
     specs never read alike.
     """
 
