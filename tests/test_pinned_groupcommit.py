@@ -14,6 +14,7 @@ from pathlib import Path
 
 import trio
 import trio.testing
+from test_groupcommit import wait_for
 
 from trio_routines.stores.durable import opened
 from trio_routines.stores.groupcommit import Abandoned, GroupCommit
@@ -47,12 +48,6 @@ def is_open(fd: int) -> bool:
     return True
 
 
-async def until(predicate: object) -> None:
-    with trio.fail_after(20):
-        while not predicate():  # type: ignore[operator]  # noqa: ASYNC110 -- a worker thread
-            await trio.sleep(0.005)
-
-
 async def test_a_flush_given_up_while_it_runs_tells_every_writer_and_closes_when_it_returns(
     tmp_path: Path,
 ) -> None:
@@ -76,7 +71,7 @@ async def test_a_flush_given_up_while_it_runs_tells_every_writer_and_closes_when
                 await commit.wait(batch)
 
         nursery.start_soon(lead)
-        await until(flush.started.is_set)
+        await wait_for(flush.started.is_set)
         nursery.start_soon(rider)
         await trio.testing.wait_all_tasks_blocked()
         assert commit.flushing_since is not None
@@ -94,7 +89,7 @@ async def test_a_flush_given_up_while_it_runs_tells_every_writer_and_closes_when
     # The thread still flushes through the descriptor, and closes it once it returns.
     assert is_open(fd)
     flush.release.set()
-    await until(lambda: not is_open(fd))
+    await wait_for(lambda: not is_open(fd))
     assert flush.flushed == [fd]
 
 
@@ -175,7 +170,7 @@ async def test_a_writer_that_leaves_while_it_waits_is_not_woken_by_the_flush(
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(commit.wait, running)
-        await until(flush.started.is_set)
+        await wait_for(flush.started.is_set)
         nursery.start_soon(leaving)
         await trio.testing.wait_all_tasks_blocked()
         left.cancel()
