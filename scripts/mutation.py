@@ -702,6 +702,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "trio_routines/stores/directory/store.py",
             "trio_routines/stores/directory/writes.py",
             "trio_routines/stores/directory/claimfiles.py",
+            "trio_routines/stores/directory/settlefiles.py",
             "trio_routines/stores/safefile.py",
             "trio_routines/stores/directory/wakeupfile.py",
             "trio_routines/stores/newest.py",

@@ -39,7 +39,8 @@ class Writes:
         self.passes: threading.Semaphore | None = None  # with hold(): one write per pass
         files = store._files
         files.create_each = self.wrap("claims", files.create_each)  # type: ignore[method-assign]
-        files.write_each = self.wrap("settles", files.write_each)  # type: ignore[method-assign]
+        settles = store._writes._settles
+        settles.write_each = self.wrap("settles", settles.write_each)  # type: ignore[method-assign]
 
     def wrap(self, kind: str, write: Callable[[Any], Any]) -> Callable[[Any], Any]:
         def spy(items: Any) -> Any:

@@ -28,7 +28,7 @@ from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
 from trio_routines.records import ClaimStatus, Outcome
 from trio_routines.stores import safefile
-from trio_routines.stores.directory import DirectoryStore, blocking, claimfiles
+from trio_routines.stores.directory import DirectoryStore, blocking, claimfiles, settlefiles
 from trio_routines.stores.groupcommit import Batch
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
@@ -420,8 +420,8 @@ async def test_a_settle_that_waits_too_long_for_the_claim_says_who_holds_it(
 
 SETTLE_FAULTS: dict[str, tuple[Any, str]] = {
     "read": (safefile, "read"),
-    "write": (claimfiles, "pwrite"),
-    "truncate": (claimfiles, "ftruncate"),
+    "write": (settlefiles, "pwrite"),
+    "truncate": (settlefiles, "ftruncate"),
     "fsync": (safefile, "fsync"),
 }
 
@@ -454,7 +454,7 @@ def test_a_claim_whose_close_fails_after_its_settle_is_still_settled(
 
     proxy = FailingOS()
     proxy.close = close  # type: ignore[method-assign]
-    monkeypatch.setattr(claimfiles, "os", proxy)
+    monkeypatch.setattr(settlefiles, "os", proxy)
     assert store.settle_sync("daily", T0, Outcome.COMPLETED, 1) is True
     assert len(closes) == 2  # the claim's descriptor, then its directory's
     (fire,) = store.history_sync("daily")

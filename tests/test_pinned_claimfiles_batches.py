@@ -29,6 +29,7 @@ from trio_routines.stores import safefile
 from trio_routines.stores.directory import DirectoryStore, claimfiles
 from trio_routines.stores.directory.claimbatch import ClaimItem, Contended, SettleItem
 from trio_routines.stores.directory.claimfiles import ClaimFiles
+from trio_routines.stores.directory.settlefiles import SettleFiles
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
 NAME = slot_name(T0)
@@ -76,7 +77,7 @@ def test_a_batch_writes_every_item_through_the_claims_directory_it_opened_once(
     settled: list[SettleItem] = [
         (routine, T0, Outcome.COMPLETED, 1, False, None, None, None) for routine in ROUTINES
     ]
-    written, held = files.write_each(settled)
+    written, held = SettleFiles(files).write_each(settled)
     assert [answer.unwrap() for answer in written] == [(True, None)] * 2
     assert held == {}
     monkeypatch.undo()
@@ -112,7 +113,7 @@ def test_a_batchs_settle_of_a_locked_claim_is_contended_at_once(
         # Were the batch to wait for the lock at all, it would get it: it comes free then.
         monkeypatch.setattr(safefile, "time", FreedAtFirstWait(holder))
         item: SettleItem = ("daily", T0, Outcome.COMPLETED, 1, False, None, None, None)
-        (answer,), held = files.write_each([item])
+        (answer,), held = SettleFiles(files).write_each([item])
     finally:
         os.close(holder)
     assert isinstance(answer.error, Contended)

@@ -35,7 +35,7 @@ from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
 from trio_routines.records import ClaimStatus, Outcome
 from trio_routines.stores import safefile
-from trio_routines.stores.directory import DirectoryStore, claimfiles
+from trio_routines.stores.directory import DirectoryStore, settlefiles
 from trio_routines.stores.directory.writer import process as writer_process
 from trio_routines.stores.directory.writes import PROCESS_AT
 
@@ -186,7 +186,8 @@ async def test_a_batchs_leader_cancelled_while_it_is_written_leaves_and_the_rest
     if kind == "claims":
         files.create_each = gate.wrap(files.create_each)  # type: ignore[method-assign]
     else:
-        files.write_each = gate.wrap(files.write_each)  # type: ignore[method-assign]
+        settles = store._writes._settles
+        settles.write_each = gate.wrap(settles.write_each)  # type: ignore[method-assign]
     async with trio.open_nursery() as nursery:
         nursery.start_soon(write, "first")
         await gate.wait_entered()  # its batch holds the writer
@@ -325,7 +326,7 @@ async def test_a_contended_settle_holds_a_worker_thread_and_waits_for_its_flush(
         assert go.wait(30)
         return real(fd, seconds)
 
-    monkeypatch.setattr(claimfiles, "lock_within", lock_within)
+    monkeypatch.setattr(settlefiles, "lock_within", lock_within)
     settled: list[bool] = []
     try:
         async with trio.open_nursery() as nursery:
@@ -356,7 +357,8 @@ async def test_settles_of_one_routines_slots_share_a_batch_but_one_slots_never_d
     store.claim_sync("first", T0, T0)
     store.claim_sync("daily", T0, T0)
     store.claim_sync("daily", T1, T1)
-    store._files.write_each = gate.wrap(store._files.write_each)  # type: ignore[method-assign]
+    settles = store._writes._settles
+    settles.write_each = gate.wrap(settles.write_each)  # type: ignore[method-assign]
     heard: list[bool] = []
 
     async def settle(routine: str, slot: datetime, outcome: Outcome) -> None:

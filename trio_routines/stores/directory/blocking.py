@@ -21,6 +21,7 @@ from ...usage import Usage
 from ..safefile import Refused, at, describe, read_file
 from .claimbatch import CLAIM_LIMIT
 from .claimfiles import ClaimFiles
+from .settlefiles import SettleFiles, settle_warning
 
 log = logging.getLogger("trio_routines")
 
@@ -31,6 +32,7 @@ class BlockingClaims:
     def __init__(self, root: Path, files: ClaimFiles, syncfs: Callable[[int], None] | None) -> None:
         self.root = root
         self._files = files
+        self._settles = SettleFiles(files)
         self._syncfs = syncfs
 
     def claim(
@@ -64,7 +66,7 @@ class BlockingClaims:
         usage: Usage | None = None,
     ) -> bool:
         """The store's ``settle``: False when a fault was logged."""
-        written, pending = self._files.write_outcome(
+        written, pending = self._settles.write_outcome(
             routine, slot, outcome, ms, if_unsettled, error, output, usage
         )
         if pending is None:
@@ -74,7 +76,7 @@ class BlockingClaims:
         try:
             at(directory, lambda: self._syncfs(pending.fd))  # type: ignore[misc]
         except OSError as exc:
-            self._files.settle_warning(routine, slot, outcome, exc)
+            settle_warning(routine, slot, outcome, exc)
             return False
         finally:
             os.close(pending.fd)

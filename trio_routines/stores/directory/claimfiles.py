@@ -8,15 +8,15 @@ and its directory are fsynced here, once it is named. Every file is opened throu
 safefile.py: an entry that is not a regular file is never opened or written, and reads as a
 claim without stamp or outcome, with one warning naming it.
 
-:class:`ClaimFiles` owns the claim files' calls (create, settle, prune) and the options they
-share (reading them back is blocking.py's :func:`~.blocking.read_claims`); the values a batch
-of them carries to and from the writer process are in :mod:`.claimbatch`.
+:class:`ClaimFiles` owns the claim files' calls (create, prune) and the options they share;
+an outcome written into a claim is settlefiles.py's, reading them back blocking.py's
+(:func:`~.blocking.read_claims`), and the values a batch of them carries to and from the
+writer process are in :mod:`.claimbatch`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import logging
 import os
@@ -25,17 +25,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ...claims import SPARE_CLAIM, claim_gate, is_stale, parse_claim
+from ...claims import SPARE_CLAIM, claim_gate, is_stale
 from ...converter import claim_text
 from ...errors import StateFault
 from ...instants import slot_name
 from ...names import check_name
-from ...records import ClaimResult, ClaimStatus, Outcome, claim_result
-from ...usage import Usage
+from ...records import ClaimResult, ClaimStatus, claim_result
 from ..answers import each
 from ..durable import Descriptors, hand_in, opened
 from ..safefile import (
-    Shared,
     Where,
     Within,
     at,
@@ -45,22 +43,16 @@ from ..safefile import (
     lock_within,
     open_dir,
     open_dirs,
-    open_file,
-    read_fd,
 )
 from .claimbatch import (
-    CLAIM_LIMIT,
     Batched,
     ClaimItem,
     ClaimWrite,
-    Contended,
     Pending,
-    SettleItem,
-    SettleWrite,
     V,
     Written,
 )
-from .leftovers import Leftovers, remove_twins
+from .leftovers import Leftovers
 from .spares import Spares
 
 log = logging.getLogger("trio_routines")
@@ -83,14 +75,14 @@ class ClaimFiles:
         self.keep = keep
         self.lock_timeout = lock_timeout
         self._claims = root / "schedule" / "claims"
-        self._syncfs = syncfs  # only whether there is one matters here
+        self.syncfs = syncfs  # only whether there is one matters here
         self._leftovers = Leftovers(NEW_CLAIM)
         self.spares = Spares(NEW_CLAIM)
 
     def claim_dir(self, routine: str) -> Path:
         return self._claims / check_name(routine)
 
-    def _claim_place(self, routine: str) -> Within:
+    def claim_place(self, routine: str) -> Within:
         """:meth:`claim_dir` for a write's messages: joined only if one names it."""
         return Within(self._claims, check_name(routine))
 
@@ -127,22 +119,12 @@ class ClaimFiles:
                 os.close(claims)
 
     def create_each(self, items: Sequence[ClaimItem]) -> Batched[ClaimResult]:
-        """:meth:`create` for every item of a batch (see :meth:`_each_in_batch`)."""
-        return self._each_in_batch(
+        """:meth:`create` for every item of a batch (see :meth:`each_in_batch`)."""
+        return self.each_in_batch(
             lambda item, claims: self.create(*item, claims=claims), items, create=True
         )
 
-    def write_each(self, items: Sequence[SettleItem]) -> Batched[bool]:
-        """:meth:`write_outcome` for every item of a batch (see :meth:`_each_in_batch`). A
-        claim whose lock another settle holds is answered :class:`Contended`, not waited for:
-        the one writer thread would hold up every claim."""
-        return self._each_in_batch(
-            lambda item, claims: self.write_outcome(*item, claims=claims, wait=False),
-            items,
-            create=False,
-        )
-
-    def _each_in_batch(
+    def each_in_batch(
         self,
         write: Callable[[Any, int | None], tuple[V, Pending | None]],
         items: Sequence[Any],
@@ -179,7 +161,7 @@ class ClaimFiles:
         claims: int | None = None,
     ) -> ClaimWrite:
         """Decide the slot and write the claim; durable already unless a flush is pending."""
-        where = self._claim_place(routine)
+        where = self.claim_place(routine)
         wanted = slot_name(slot)
         try:
             directory = self.open_claims(routine, create=True, claims=claims, where=where)
@@ -230,7 +212,7 @@ class ClaimFiles:
                 with contextlib.suppress(OSError):
                     fcntl.flock(directory, fcntl.LOCK_UN)
             try:
-                if self._syncfs is None:
+                if self.syncfs is None:
                     fsync(fd, path)
                     fsync(directory, where)
             except OSError as exc:
@@ -246,7 +228,7 @@ class ClaimFiles:
             if foreign:  # never on the hot path, claims only: our leftovers may be among them
                 self._leftovers.remove(directory, where, foreign)
             taken_result = claim_result(ClaimStatus.TAKEN, wanted)  # one per claim: see slots.py
-            if self._syncfs is None:
+            if self.syncfs is None:
                 self.prune(directory, where, later)
                 return taken_result, None
             pending = Pending(os.fstat(directory).st_dev, directory, ticket, later)
@@ -322,94 +304,3 @@ class ClaimFiles:
             self.prune(directory, where, names)
         finally:
             os.close(directory)
-
-    # -- settles --------------------------------------------------------------------------
-
-    def settle_warning(self, routine: str, slot: datetime, outcome: Outcome, exc: OSError) -> None:
-        log.warning(
-            "%s: could not record the %s outcome of slot %s: %s",
-            routine,
-            outcome.value,
-            slot_name(slot),
-            describe(exc),
-        )
-
-    def write_outcome(
-        self,
-        routine: str,
-        slot: datetime,
-        outcome: Outcome,
-        ms: int | None,
-        if_unsettled: bool,
-        error: str | None,
-        output: str | None = None,
-        usage: Usage | None = None,
-        *,
-        claims: int | None = None,
-        wait: bool = True,
-    ) -> SettleWrite:
-        """Write the outcome into the claim: (False if a fault was logged, what is to flush).
-
-        Without ``wait``, a claim whose lock another settle holds raises :class:`Contended` at
-        once instead of waiting for it up to ``lock_timeout``.
-        """
-        name = slot_name(slot)
-        where = self._claim_place(routine)
-        path = where / name
-        try:
-            directory = self.open_claims(routine, claims=claims, where=where)
-            ticket = opened()
-            try:
-                try:
-                    fd = open_file(directory, name, path, os.O_RDWR, CLAIM_LIMIT, alone=True)
-                except Shared:  # a temp name left beside it is no other file's: ours again
-                    if not remove_twins(directory, name, NEW_CLAIM):
-                        raise
-                    fd = open_file(directory, name, path, os.O_RDWR, CLAIM_LIMIT, alone=True)
-            except BaseException:
-                os.close(directory)
-                raise
-        except FileNotFoundError:
-            return True, None  # pruned while the turn ran: its outcome goes with it
-        except OSError as exc:
-            log.warning(
-                "%s: could not open the claim for slot %s to settle it: %s",
-                routine,
-                name,
-                describe(exc),
-            )
-            return False, None
-        handed_over = False
-        try:
-            # Settles of one claim take turns (the lock goes with the descriptor), so the
-            # read-check-write of ``if_unsettled`` is one step against every other settle.
-            if not lock_within(fd, self.lock_timeout if wait else 0):
-                if not wait:
-                    raise Contended(routine, slot)
-                raise TimeoutError(errno.ETIMEDOUT, "another settle holds the claim", str(path))
-            text = read_fd(fd, path, CLAIM_LIMIT).decode("utf-8", errors="replace")
-            fire = parse_claim(name, text, str(path))
-            if if_unsettled and fire.outcome is not None:
-                return True, None
-            rounded = None if ms is None else round(ms)
-            data = claim_text(
-                fire.fired_at, outcome, rounded, error, fire.replica, output, usage
-            ).encode()
-            # Write over the stamp, then cut what is left: a write that fails (ENOSPC, EIO)
-            # leaves the stamp readable, where truncating first would have erased it.
-            at(path, lambda: os.pwrite(fd, data, 0))
-            at(path, lambda: os.ftruncate(fd, len(data)))
-            if self._syncfs is None:
-                fsync(fd, path)
-                return True, None
-            pending = Pending(os.fstat(directory).st_dev, directory, ticket, [])
-            handed_over = True
-            return True, pending
-        except OSError as exc:
-            self.settle_warning(routine, slot, outcome, exc)
-            return False, None
-        finally:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-            if not handed_over:
-                os.close(directory)

@@ -37,6 +37,7 @@ from ..groupcommit import Abandoned, Batch, GroupCommit
 from ..safefile import describe
 from .claimbatch import ClaimItem, Contended, SettleItem, SettleWrite, Written
 from .claimfiles import ClaimFiles
+from .settlefiles import SettleFiles, settle_warning
 from .writer.process import Call, WriterProcess
 
 log = logging.getLogger("trio_routines")
@@ -74,6 +75,7 @@ class Writes:
         """``begun``: the store's thread calls under way, by start time (its ``ready``)."""
         self._root = root
         self._files = files
+        self._settles = SettleFiles(files)
         self._limiter = limiter
         self._begun = begun
         self.commit = GroupCommit(syncfs) if syncfs is not None else None
@@ -280,7 +282,7 @@ class Writes:
             # own, up to lock_timeout, never in the writer that the claims need. Abandoned
             # on cancel: the outcome may land later, its descriptor then closed by the thread.
             written, pending = await run_abandoning(
-                self._files.write_outcome,
+                self._settles.write_outcome,
                 *item,
                 limiter=self._limiter,
                 late=_close_pending,
@@ -298,7 +300,7 @@ class Writes:
         try:
             await self.commit.wait(batch)
         except OSError as exc:
-            self._files.settle_warning(routine, slot, outcome, exc)
+            settle_warning(routine, slot, outcome, exc)
             return False
         return True
 
@@ -306,7 +308,7 @@ class Writes:
         self, entries: Sequence[Entry[SettleItem, Covered[Written[bool]]]]
     ) -> list[Answer[Covered[Written[bool]]]]:
         items = [entry.item for entry in entries]
-        return self._covered(await self._write(self._files.write_each, items, urgent=False))
+        return self._covered(await self._write(self._settles.write_each, items, urgent=False))
 
 
 def _close_pending(write: SettleWrite) -> None:

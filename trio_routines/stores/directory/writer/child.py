@@ -40,6 +40,7 @@ from ...durable import Descriptors, close_held, syncfs
 from ...safefile import open_dirs
 from ..claimbatch import Batched, Written
 from ..claimfiles import ClaimFiles
+from ..settlefiles import SettleFiles, settle_warning
 from .wire import ENCODING_VARIABLE, LENGTH, READY, file_names
 
 #: Batches written and waiting for their flush, at most, before the next one is read.
@@ -96,7 +97,7 @@ def serve(sock: socket.socket, root: Path, keep: int, lock_timeout: float) -> No
     ours.propagate = False
     operations: dict[str, Callable[[Any], Batched[Any]]] = {
         "claims": files.create_each,
-        "settles": files.write_each,
+        "settles": SettleFiles(files).write_each,
     }
     sock.sendall(READY)
     flushes = _Flushes(sock, files, records)
@@ -340,7 +341,7 @@ def made_durable(
             files.unclaim_after(item[0], item[1])
             final.append(Answer(error=files.not_durable(item[0], item[1], failure)))
         else:
-            files.settle_warning(item[0], item[1], item[2], failure)
+            settle_warning(item[0], item[1], item[2], failure)
             final.append(Answer(value=False))
     return final
 
