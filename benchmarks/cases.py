@@ -400,6 +400,7 @@ def burst_routines(
             await trio.sleep_until(trio_deadline(herd_slot - 0.2))
             earlier = len(agent.starts)  # the turns of the herds before, left out
             cpu["start"] = time.process_time()
+            times_at_start = os.times()
             counter = Bytecodes() if bytecodes else None
             with (
                 CollectorTime() as collector,
@@ -416,6 +417,7 @@ def burst_routines(
                 while sum(scheduler.statistics().outcomes.values()) < n * herd:  # noqa: ASYNC110
                     await trio.sleep(0.05)
             cpu["end"] = time.process_time()
+            times_at_end = os.times()
             outcomes = dict(scheduler.statistics().outcomes)
             scheduler.stop(0)
         await backend.aclose()
@@ -427,6 +429,9 @@ def burst_routines(
             "boot_s": armed - booted,
             "armed_before_slot_s": slot - armed,
             "cpu_per_fire_us": (cpu["end"] - cpu["start"]) * 1e6 / fires,
+            # The same window split into user and kernel time (os.times(): this process).
+            "user_per_fire_us": (times_at_end.user - times_at_start.user) * 1e6 / fires,
+            "kernel_per_fire_us": (times_at_end.system - times_at_start.system) * 1e6 / fires,
             "gc_per_fire_us": collector.seconds * 1e6 / fires,
             "gc_collections": collector.collections,
             "outcomes": outcomes,
