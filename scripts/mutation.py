@@ -1188,7 +1188,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # The memory store that embedders test with (trio_routines.testing): the store contract in
     # memory, its fault injection, and its members' holds.
     "memory": (
-        ["trio_routines/testing/memory.py", "trio_routines/testing/memberships.py"],
+        [
+            "trio_routines/testing/memory.py",
+            "trio_routines/testing/faults.py",
+            "trio_routines/testing/memberships.py",
+        ],
         [
             "tests/test_store_contract.py",
             "tests/test_store_contract_armed.py",

@@ -255,7 +255,7 @@ async def test_turns_of_other_sessions_are_kept_only_inside_the_window_before_th
 
 def test_only_the_stores_own_operations_can_be_made_to_fail_or_hang() -> None:
     # A misspelt one ("claims") did nothing: a test then passed for the wrong reason.
-    from trio_routines.testing.memory import OPERATIONS
+    from trio_routines.testing.faults import OPERATIONS
 
     assert set(CALLS) | {"settle"} == OPERATIONS  # (a settle that fails answers False)
     store = MemoryStore()

@@ -32,10 +32,10 @@ class MemoryPresence(Presence):
         # Decided at once, as the state directory's locks are (they never wait): no yield
         # unless the take is made to hang. One step fewer for every fire, before its turn.
         if self._store.hangs:
-            await self._store._enter("take")
+            await self._store.injected.enter("take")
         if self.lost.is_set():  # as PostgreSQL's: a presence lost takes no hold again
             raise self.lost_fault()
-        self._store._fault("take")
+        self._store.injected.check("take")
         holds = self._store.holds
         taken = []
         for key in keys:
@@ -51,8 +51,8 @@ class MemoryPresence(Presence):
                 del self._store.holds[key]
 
     async def _beat(self, in_flight: int, now: datetime) -> None:
-        await self._store._enter("beat")
-        self._store._fault("beat")
+        await self._store.injected.enter("beat")
+        self._store.injected.check("beat")
         self.info = attrs.evolve(self.info, last_seen=now, in_flight=in_flight)
 
     async def _leave(self) -> None:

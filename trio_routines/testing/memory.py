@@ -4,7 +4,7 @@ fault injection. Its members are :class:`~.memberships.MemoryPresence` (membersh
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
 import attrs
@@ -32,6 +32,7 @@ from ..store import Lifetime
 from ..usage import Usage
 from ..wakelimits import RATE_WINDOW, kept_turns
 from ..wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
+from .faults import Faults
 from .memberships import MemoryPresence
 
 log = logging.getLogger("trio_routines")
@@ -59,8 +60,11 @@ class MemoryStore(Lifetime):
         self.holds: dict[int, MemoryPresence] = {}
         self.members: dict[str, MemoryPresence] = {}
         self.wakeups: list[Wakeup] = []
-        self.faults: dict[str, Exception] = {}
-        self.hangs: set[str] = set()
+        #: The faults it is told to inject (:meth:`fail`, :meth:`hang`), which its members ask
+        #: too; ``faults`` and ``hangs`` are theirs, open to a test as they are.
+        self.injected = Faults()
+        self.faults: dict[str, Exception] = self.injected.errors
+        self.hangs: set[str] = self.injected.hangs
         self.paused_routines: set[str] = set()
         self.resumed: dict[str, datetime] = {}
         self.gap_records: dict[str, list[Gap]] = {}
@@ -69,8 +73,6 @@ class MemoryStore(Lifetime):
         self.ledgers: dict[tuple[str, str], list[Entry]] = {}
         #: Each session's recent wake-up turns (:class:`~trio_routines.wakelimits.WakeTurns`).
         self.turns: dict[str, list[datetime]] = {}
-        self._times: dict[str, int] = {}
-        self._only: dict[str, str] = {}
         self._open_after: tuple[str, str] | None = None  # see open_claims
         self._named: set[str] = set()  # routine names checked already (every claim, settle)
 
@@ -88,52 +90,12 @@ class MemoryStore(Lifetime):
         store has not (a misspelt one would make a test pass for the wrong reason) is a
         ``ValueError`` naming those it has.
         """
-        _check_operation(operation)
-        self.faults[operation] = error
-        if times is None:
-            self._times.pop(operation, None)
-        else:
-            self._times[operation] = times
-        if routine is None:
-            self._only.pop(operation, None)
-        else:
-            self._only[operation] = routine
+        self.injected.fail(operation, error, times=times, routine=routine)
 
     def hang(self, operation: str) -> None:
         """Make every later call of ``operation`` stall until cancelled (``hangs.discard``);
         ``ValueError`` for an operation the store has not, as :meth:`fail`."""
-        _check_operation(operation)
-        self.hangs.add(operation)
-
-    def _enter(self, operation: str) -> Awaitable[None]:
-        """Await it on the way into ``operation``: a checkpoint, as real IO makes, then a stall
-        when the operation hangs. Not a coroutine of its own while nothing hangs: a claim, a
-        take and a settle per fire each enter, and at 10,000 fires in flight every coroutine
-        is the collector's work."""
-        if not self.hangs:
-            return trio.lowlevel.checkpoint()  # noqa: ASYNC105 -- awaited by the caller
-        return self._enter_hanging(operation)
-
-    async def _enter_hanging(self, operation: str) -> None:
-        await trio.lowlevel.checkpoint()
-        if operation in self.hangs:
-            await trio.sleep_forever()
-
-    def _consume(self, operation: str, routine: str | None = None) -> Exception | None:
-        fault = self.faults.get(operation)
-        if fault is None or self._only.get(operation, routine) != routine:
-            return None
-        if operation in self._times:
-            self._times[operation] -= 1
-            if self._times[operation] <= 0:
-                del self._times[operation]
-                del self.faults[operation]
-        return fault
-
-    def _fault(self, operation: str, routine: str | None = None) -> None:
-        fault = self._consume(operation, routine)
-        if fault is not None:
-            raise fault
+        self.injected.hang(operation)
 
     def _check_new(self, routine: str) -> None:
         """:func:`check_name` for a name not checked before, then remembered: a claim and a
@@ -144,12 +106,12 @@ class MemoryStore(Lifetime):
     async def claim(
         self, routine: str, slot: datetime, fired_at: datetime, *, replica: str | None = None
     ) -> ClaimResult:
-        await self._enter("claim")
+        await self.injected.enter("claim")
         # A claim and a settle per fire: no call while the name is known and nothing fails.
         if routine not in self._named:
             self._check_new(routine)
         if self.faults:
-            self._fault("claim", routine)
+            self.injected.check("claim", routine)
         claims = self.claims.setdefault(routine, {})
         newest, prune, _ = claim_gate(claims, self.keep)
         wanted = slot_name(slot)
@@ -175,11 +137,11 @@ class MemoryStore(Lifetime):
         output: str | None = None,
         usage: Usage | None = None,
     ) -> bool:
-        await self._enter("settle")
+        await self.injected.enter("settle")
         if routine not in self._named:
             self._check_new(routine)
         name = slot_name(slot)
-        fault = self._consume("settle", routine) if self.faults else None
+        fault = self.injected.consume("settle", routine) if self.faults else None
         if fault is not None:
             log.warning(
                 "%s: could not record the %s outcome of slot %s: %s",
@@ -206,61 +168,61 @@ class MemoryStore(Lifetime):
         return True
 
     async def latest_fire(self, routine: str) -> Fire | None:
-        await self._enter("latest_fire")
+        await self.injected.enter("latest_fire")
         if routine not in self._named:  # read at every boot: the first fire's claim asks not
             self._check_new(routine)
-        self._fault("latest_fire", routine)
+        self.injected.check("latest_fire", routine)
         claims = self.claims.get(routine, {})
         return claims[max(claims)] if claims else None
 
     async def history(self, routine: str) -> list[Fire]:
-        await self._enter("history")
+        await self.injected.enter("history")
         check_name(routine)
-        self._fault("history", routine)
+        self.injected.check("history", routine)
         claims = self.claims.get(routine, {})
         return [claims[name] for name in sorted(claims)]
 
     async def add_wakeup(self, request: WakeupRequest, now: datetime) -> Wakeup:
-        await self._enter("add_wakeup")
-        self._fault("add_wakeup")
+        await self.injected.enter("add_wakeup")
+        self.injected.check("add_wakeup")
         wakeup = plan_add(self.wakeups, request, now)
         self.wakeups = [*self.wakeups, wakeup]
         return wakeup
 
     async def take_due_wakeup(self, now: datetime) -> Wakeup | None:
-        await self._enter("take_due_wakeup")
-        self._fault("take_due_wakeup")
+        await self.injected.enter("take_due_wakeup")
+        self.injected.check("take_due_wakeup")
         self.wakeups, wakeup = take_first_due(self.wakeups, now)
         return wakeup
 
     async def defer_wakeup(self, wakeup: Wakeup, fire_at: datetime) -> bool:
-        await self._enter("defer_wakeup")
+        await self.injected.enter("defer_wakeup")
         deferred = plan_defer(self.wakeups, wakeup, fire_at)
         if deferred is None:
             return False
-        self._fault("defer_wakeup")
+        self.injected.check("defer_wakeup")
         self.wakeups = [*self.wakeups, deferred]
         return True
 
     async def remove_wakeup(self, wakeup_id: str, session: str | None = None) -> bool:
-        await self._enter("remove_wakeup")
-        self._fault("remove_wakeup")
+        await self.injected.enter("remove_wakeup")
+        self.injected.check("remove_wakeup")
         self.wakeups, removed = remove(self.wakeups, wakeup_id, session)
         return removed
 
     async def list_wakeups(self) -> list[Wakeup]:
-        await self._enter("list_wakeups")
-        self._fault("list_wakeups")
+        await self.injected.enter("list_wakeups")
+        self.injected.check("list_wakeups")
         return list(self.wakeups)
 
     async def ready(self) -> None:
-        await self._enter("ready")
-        self._fault("ready")
+        await self.injected.enter("ready")
+        self.injected.check("ready")
 
     async def set_paused(self, routine: str, paused: bool, at: datetime | None = None) -> None:
-        await self._enter("set_paused")
+        await self.injected.enter("set_paused")
         check_name(routine)
-        self._fault("set_paused", routine)
+        self.injected.check("set_paused", routine)
         if paused:
             self.paused_routines.add(routine)
         else:
@@ -269,16 +231,16 @@ class MemoryStore(Lifetime):
                 self.resumed[routine] = truncate_ms(at)
 
     async def resumed_at(self, routine: str) -> datetime | None:
-        await self._enter("resumed_at")
+        await self.injected.enter("resumed_at")
         check_name(routine)
-        self._fault("resumed_at", routine)
+        self.injected.check("resumed_at", routine)
         return self.resumed.get(routine)
 
     async def record_gap(self, routine: str, gap: Gap, *, extends: datetime | None = None) -> bool:
         """Add ``gap`` to ``routine``\'s gaps (the store contract); False when already there."""
         check_name(routine)
-        await self._enter("record_gap")
-        self._fault("record_gap", routine)
+        await self.injected.enter("record_gap")
+        self.injected.check("record_gap", routine)
         if gap.reason is GapReason.STORE and any(
             gap.first <= fire.slot <= gap.last for fire in self.claims.get(routine, {}).values()
         ):
@@ -292,23 +254,23 @@ class MemoryStore(Lifetime):
     async def gaps(self, routine: str) -> list[Gap]:
         """The retained gaps of ``routine``, oldest first."""
         check_name(routine)
-        await self._enter("gaps")
-        self._fault("gaps", routine)
+        await self.injected.enter("gaps")
+        self.injected.check("gaps", routine)
         return list(self.gap_records.get(routine, []))
 
     async def record_usage(self, kind: str, name: str, at: datetime, usage: Usage) -> None:
         """Add ``usage``, spent at ``at``, to the ledger of a routine or a session."""
         check_key(kind, name)
-        await self._enter("record_usage")
-        self._fault("record_usage", name if kind == "routine" else None)
+        await self.injected.enter("record_usage")
+        self.injected.check("record_usage", name if kind == "routine" else None)
         key = (kind, name)
         self.ledgers[key] = add_entry(self.ledgers.get(key, []), at, usage)
 
     async def usage_since(self, kind: str, name: str, since: datetime) -> Spent:
         """What the turns of a routine or a session spent from ``since`` on (the ledger)."""
         check_key(kind, name)
-        await self._enter("usage_since")
-        self._fault("usage_since", name if kind == "routine" else None)
+        await self.injected.enter("usage_since")
+        self.injected.check("usage_since", name if kind == "routine" else None)
         return spent_since(self.ledgers.get((kind, name), []), since)
 
     async def first_armed(self, routines: Sequence[str], at: datetime) -> dict[str, datetime]:
@@ -316,14 +278,14 @@ class MemoryStore(Lifetime):
         for routine in routines:
             if routine not in self._named:
                 self._check_new(routine)
-        await self._enter("first_armed")
-        self._fault("first_armed")
+        await self.injected.enter("first_armed")
+        self.injected.check("first_armed")
         return {name: self.armed.setdefault(name, truncate_ms(at)) for name in routines}
 
     async def note_wake_turn(self, session: str, at: datetime) -> None:
         """Record a wake-up turn of ``session`` at ``at`` (the rate limit's)."""
-        await self._enter("note_wake_turn")
-        self._fault("note_wake_turn")
+        await self.injected.enter("note_wake_turn")
+        self.injected.check("note_wake_turn")
         self.turns[session] = kept_turns(self.turns.get(session, ()), at)
         newest = max(max(turns) for turns in self.turns.values())
         self.turns = {
@@ -334,19 +296,19 @@ class MemoryStore(Lifetime):
 
     async def wake_turns(self, session: str, since: datetime) -> list[datetime]:
         """The recorded wake-up turns of ``session`` after ``since``, oldest first."""
-        await self._enter("wake_turns")
-        self._fault("wake_turns")
+        await self.injected.enter("wake_turns")
+        self.injected.check("wake_turns")
         return [t for t in self.turns.get(session, ()) if t > since]
 
     async def paused(self) -> frozenset[str]:
-        await self._enter("paused")
-        self._fault("paused")
+        await self.injected.enter("paused")
+        self.injected.check("paused")
         return frozenset(self.paused_routines)
 
     async def join(self, info: ReplicaInfo) -> MemoryPresence:
         """Become a member: the replica's own hold, then its holds (see ``replicas.py``)."""
-        await self._enter("join")
-        self._fault("join")
+        await self.injected.enter("join")
+        self.injected.check("join")
         presence = MemoryPresence(self, info)
         if not (await presence.take([replica_key(info.id)]))[0]:
             raise IdInUse(f"replica id {info.id!r} is in use by a live replica")
@@ -356,10 +318,10 @@ class MemoryStore(Lifetime):
     async def open_claims(self, routines: Sequence[str], budget: int) -> list[tuple[str, Fire]]:
         """Open claims of ``routines`` that name their replica, at most ``budget`` per call,
         going on after the last one returned and starting over once all were returned."""
-        await self._enter("open_claims")
+        await self.injected.enter("open_claims")
         for routine in routines:
             check_name(routine)
-        self._fault("open_claims")
+        self.injected.check("open_claims")
         found = sorted(
             ((routine, name), fire)
             for routine in set(routines)
@@ -373,33 +335,15 @@ class MemoryStore(Lifetime):
 
     async def claims_alive(self, claims: Sequence[tuple[str, datetime]]) -> list[bool]:
         """For each ``(routine, slot)``, whether the hold of its claim is held now."""
-        await self._enter("claims_alive")
-        self._fault("claims_alive")
+        await self.injected.enter("claims_alive")
+        self.injected.check("claims_alive")
         return [claim_key(routine, slot) in self.holds for routine, slot in claims]
 
     async def replicas(self) -> list[ReplicaInfo]:
         """Every member that joined (and was not forgotten), each marked alive or not."""
-        await self._enter("replicas")
-        self._fault("replicas")
+        await self.injected.enter("replicas")
+        self.injected.check("replicas")
         return [attrs.evolve(m.info, alive=not m.dead) for m in self.members.values()]
 
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()
-
-
-#: What :meth:`MemoryStore.fail` and :meth:`MemoryStore.hang` can be asked of: each call of the
-#: store (and ``take``, ``beat``, ``join``, ``paused`` of its members and pause reads).
-OPERATIONS = frozenset(
-    (  # noqa: SIM905 -- 26 names, one a line, would be a tenth of the module
-        "add_wakeup beat claim claims_alive defer_wakeup first_armed gaps history join "
-        "latest_fire list_wakeups note_wake_turn open_claims paused ready record_gap "
-        "record_usage remove_wakeup replicas resumed_at set_paused settle take "
-        "take_due_wakeup usage_since wake_turns"
-    ).split()
-)
-
-
-def _check_operation(operation: str) -> None:
-    if operation not in OPERATIONS:
-        known = ", ".join(sorted(OPERATIONS))
-        raise ValueError(f"the memory store has no operation {operation!r}: one of {known}")
