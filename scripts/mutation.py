@@ -90,6 +90,7 @@ SCHEDULER_TESTS = [
     "tests/test_scheduler_replicas.py",
     "tests/test_replicas_contract.py",
     "tests/test_stop_bounds.py",
+    "tests/test_boot_stop.py",  # the stop's bound on store calls, and a host's calls after it
     "tests/test_clockskew.py",
     "tests/test_hashed_runtime.py",
     "tests/test_scheduler_output.py",
@@ -324,16 +325,14 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # The boot as run starts it and a stop gives it up.
     "schedstarting": (
         ["trio_routines/scheduler/starting.py"],
-        [*SCHEDULER_TESTS, "tests/test_boot_stop.py", "tests/test_hosting.py"],
+        [*SCHEDULER_TESTS, "tests/test_hosting.py"],
     ),
     # The run: its boot and loops started, its stop, a host's calls after it.
     "schedrunning": (
         ["trio_routines/scheduler/running.py"],
         [
             *SCHEDULER_TESTS,
-            "tests/test_boot_stop.py",
             "tests/test_hosting.py",
-            "tests/test_scheduler_arguments.py",
         ],
     ),
     "schedmembers": (

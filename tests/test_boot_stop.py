@@ -287,7 +287,14 @@ async def test_a_stop_bounds_the_settle_of_a_one_shot_still_in_flight(
 
 
 @pytest.mark.parametrize(
-    ("timeout", "said"), [(0.5, "within 0.5s"), (2.25, "within 2.25s"), (90, "within 1m 30s")]
+    ("timeout", "said"),
+    [
+        (0.5, "within 0.5s"),
+        (2.25, "within 2.25s"),
+        (59.5, "within 59.5s"),
+        (60, "within 1m"),  # a minute and more: as durations are said elsewhere
+        (90, "within 1m 30s"),
+    ],
 )
 async def test_a_store_timeout_is_said_as_given_never_rounded_away(
     autojump_clock: Any, timeout: float, said: str
