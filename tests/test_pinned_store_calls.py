@@ -160,3 +160,22 @@ async def test_a_read_begun_before_the_slot_that_was_cut_off_is_made_again_by_th
         first.cancel()
     (answer,) = answers
     assert (answer.names, answer.started) == (frozenset({"digest"}), T0 + timedelta(minutes=30))
+
+
+async def test_a_settle_refused_with_no_time_left_to_retry_is_said_lost_not_unanswered(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The store answered the one attempt (it refused the write): the outcome is lost, which
+    # is not the "not known" of a write that may still land.
+    store = MemoryStore()
+    calls = part_rig(store, now=T0, default_grace=0.01)[1]  # shorter than the first back-off
+    await store.claim("digest", T0, T0)
+    store.fail("settle", StateFault("disk full"))
+    with trio.CancelScope(shield=True) as within:
+        await calls.settle("digest", T0, Outcome.COMPLETED, 7, None, within)
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors == [
+        "digest: the completed outcome of slot 2026-07-07T10:00:00.000Z is lost after 1 "
+        "attempts — the claim stays unsettled and the next boot records it as interrupted"
+    ]
+    assert calls.settle_failures["digest"] == 1
