@@ -103,6 +103,14 @@ def test_the_timers_options_are_kept_as_floats_infinity_meaning_never() -> None:
     assert (endless.max_wait, endless.jump_threshold) == (math.inf, math.inf)
 
 
+def test_the_clock_and_wake_up_switches_are_readable_as_given() -> None:
+    # A host reads them back (to say how its scheduler runs): each as given, its default else.
+    given = made(external_clock=True, wakeups=False)
+    assert (given.external_clock, given.wakeups) == (True, False)
+    default = made()
+    assert (default.external_clock, default.wakeups) == (False, True)
+
+
 async def test_a_poll_interval_given_as_a_decimal_polls(autojump_clock: Any) -> None:
     # It was checked, then handed on unconverted: the wake loop died at every poll.
     scheduler, agent, _, _ = rig(poll_interval=Decimal("60"))
