@@ -19,9 +19,10 @@ from psycopg import sql
 
 from trio_routines import StateFault
 from trio_routines.errors import InvalidWakeup
+from trio_routines.instants import FIRST_INSTANT, LAST_INSTANT
 from trio_routines.records import Wakeup
 from trio_routines.stores.postgres import PostgresStore
-from trio_routines.stores.postgres.conn import FIRST_INSTANT, LAST_INSTANT, Call, Connections
+from trio_routines.stores.postgres.conn import Call, Connections
 from trio_routines.stores.postgres.schema import Schema
 from trio_routines.stores.postgres.wakeups import PostgresWakeups
 from trio_routines.wakeups import MAX_PENDING_PER_SESSION, WakeupRequest, check_stored

@@ -7,20 +7,23 @@ import json
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 from test_http import assert_error, serving
+from wakeupstate import entry, state
 
 from trio_routines.errors import InvalidWakeup
-from trio_routines.instants import format_iso
+from trio_routines.instants import LAST_INSTANT, format_iso
 from trio_routines.records import Wakeup
 from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
 from trio_routines.store import Store
+from trio_routines.stores import DirectoryStore
 from trio_routines.testing import MemoryStore, ScriptedAgent, WallClock
-from trio_routines.wakelimits import DEFAULT_LIFETIME, EXPIRY_GRACE, WakeLimits
+from trio_routines.wakelimits import DEFAULT_LIFETIME, EXPIRY_GRACE, WakeLimits, expired
 from trio_routines.wakeups import WakeupRequest, plan_add, take_first_due
 
 T0 = datetime(2026, 7, 7, 10, 0, tzinfo=UTC)
@@ -123,6 +126,37 @@ def test_an_until_is_weighed_by_the_rate() -> None:
         plan_add([_recurring(None, T0 + HOUR, f"r{i}") for i in range(3)], late, T0)
 
 
+def test_an_until_at_the_calendars_end_never_expires_and_the_rest_are_taken() -> None:
+    # Stored by hand (a journal line, a row set to 'infinity'): its expiry fell past the
+    # calendar, which stopped every wake-up of every session.
+    forever = _recurring(LAST_INSTANT, fire_at=T0 + HOUR, wakeup_id="forever")
+    assert not expired(forever, T0 + 2 * HOUR)
+    one_shot = Wakeup(id="once", session="t", prompt="p", fire_at=T0)
+    assert take_first_due([forever, one_shot], T0)[1] == one_shot
+    rest, taken = take_first_due([forever], T0 + 2 * HOUR)
+    assert taken == forever  # it fires, and goes on
+    assert [w.fire_at for w in rest] == [T0 + 3 * HOUR]
+
+
+def test_a_turns_wake_up_near_the_calendars_end_is_weighed_by_the_rate() -> None:
+    from trio_routines.records import Origin, OriginKind
+
+    by_turn = Origin(kind=OriginKind.WAKEUP, parent="w", depth=1)
+    end = datetime(9999, 12, 31, 23, 50, tzinfo=UTC)
+
+    def asked(at: datetime) -> WakeupRequest:
+        limits = WakeLimits(rate=1)
+        return WakeupRequest(session="s", prompt="p", fire_at=at, origin=by_turn, limits=limits)
+
+    first = plan_add([], asked(end), T0)  # its hour runs past the calendar: no OverflowError
+    assert first.fire_at == end
+    with pytest.raises(InvalidWakeup, match="rate limit"):
+        plan_add([first], asked(LAST_INSTANT), T0)
+    with pytest.raises(InvalidWakeup, match="rate limit"):
+        plan_add([first], asked(end - HOUR + MS), T0)
+    plan_add([first], asked(end - HOUR), T0)  # an hour before: the next window
+
+
 # --- every store -------------------------------------------------------------------------------
 
 
@@ -159,6 +193,20 @@ async def test_every_store_walks_past_expired_entries_to_the_next_due(store: Sto
     assert taken is not None
     assert taken.id == one_shot.id
     assert await store.list_wakeups() == []
+
+
+async def test_the_state_directory_takes_past_a_stored_until_at_the_calendars_end(
+    tmp_path: Path,
+) -> None:
+    forever = {**entry("forever", at=T0), "cron": "0 * * * *", "until": format_iso(LAST_INSTANT)}
+    state(tmp_path, [forever, entry("once", session="t", at=T0)])
+    store = DirectoryStore(tmp_path)
+    try:
+        taken = [await store.take_due_wakeup(T0) for _ in range(3)]
+        assert [w.id if w else None for w in taken] == ["forever", "once", None]
+        assert [(w.id, w.fire_at) for w in await store.list_wakeups()] == [("forever", T0 + HOUR)]
+    finally:
+        await store.aclose()
 
 
 # --- end to end --------------------------------------------------------------------------------

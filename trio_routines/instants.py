@@ -49,6 +49,24 @@ def truncate_ms(value: datetime) -> datetime:
 _MICROSECONDS = tuple(timedelta(microseconds=k) for k in range(1000))
 
 
+#: The calendar's first and last instants, in UTC (whole milliseconds, as every instant).
+FIRST_INSTANT = datetime.min.replace(tzinfo=UTC)
+LAST_INSTANT = datetime.max.replace(microsecond=999_000, tzinfo=UTC)
+
+
+def shifted(value: datetime, delta: timedelta) -> datetime:
+    """``value + delta``, held at the calendar's first or last microsecond where it would fall
+    outside (a stored instant near year 9999 is hostile input, not a reason to crash): past
+    every instant, as the sum would be."""
+    try:
+        return value + delta
+    except OverflowError:
+        return _CALENDAR_END if delta > timedelta(0) else FIRST_INSTANT
+
+
+_CALENDAR_END = datetime.max.replace(tzinfo=UTC)
+
+
 def format_iso(value: datetime) -> str:
     """``2026-07-07T10:00:00.000Z`` for any aware datetime."""
     return _format_utc(value if value.tzinfo is UTC else require_utc(value))

@@ -47,7 +47,7 @@ import attrs
 
 from .cron import parse_cron, wakeup_seed
 from .errors import InvalidWakeup
-from .instants import format_iso, truncate_ms
+from .instants import format_iso, shifted, truncate_ms
 from .records import Origin, OriginKind, Wakeup
 
 #: The rolling window of the rate limit (each store keeps this much of each session's turns).
@@ -175,9 +175,10 @@ def check_rate(
         return
     start = now - RATE_WINDOW
     ran = sorted(t for t in recent if start < t <= now)
-    horizon = new.fire_at + (RATE_HORIZON if new.recurring else timedelta(0))
-    mine = list(occurrences(new, now, horizon + timedelta(milliseconds=1)))
-    lo, hi = mine[0] - RATE_WINDOW, mine[-1] + RATE_WINDOW
+    # Near the calendar's last instant each bound is held there (shifted), never past it.
+    horizon = shifted(new.fire_at, RATE_HORIZON) if new.recurring else new.fire_at
+    mine = list(occurrences(new, now, shifted(horizon, timedelta(milliseconds=1))))
+    lo, hi = shifted(mine[0], -RATE_WINDOW), shifted(mine[-1], RATE_WINDOW)
     queued = [
         at
         for w in pending
@@ -189,7 +190,7 @@ def check_rate(
         # Each window holding ``at`` holds no more than the one starting at its first point.
         lowest = bisect.bisect_right(points, at - RATE_WINDOW)
         for index in range(lowest, bisect.bisect_right(points, at)):
-            end = bisect.bisect_left(points, points[index] + RATE_WINDOW)
+            end = bisect.bisect_left(points, shifted(points[index], RATE_WINDOW))
             if end - index > limits.rate:
                 raise InvalidWakeup(_rate_text(points[index:end], ran, now, limits.rate))
 
@@ -260,7 +261,7 @@ def expired(wakeup: Wakeup, now: datetime) -> bool:
     then): the last occurrence still fires when a poll takes it a little late."""
     if wakeup.until is None:
         return False
-    return wakeup.fire_at > wakeup.until or now > wakeup.until + EXPIRY_GRACE
+    return wakeup.fire_at > wakeup.until or now > shifted(wakeup.until, EXPIRY_GRACE)
 
 
 def expired_line(wakeup: Wakeup) -> str:

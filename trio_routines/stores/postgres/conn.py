@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar, TypeVarTuple
 
 import psycopg
@@ -51,6 +51,7 @@ from psycopg.types.datetime import TimestamptzLoader
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...errors import StateFault
+from ...instants import FIRST_INSTANT, LAST_INSTANT
 from ...text import one_line
 from ..credentials import shown_message
 from .schema import Schema
@@ -322,9 +323,8 @@ class Connections:
             pool.close(timeout=CLOSE_BOUND)
 
 
-#: What a ``timestamptz`` past what a datetime holds reads as (see :func:`bounded_instants`).
-FIRST_INSTANT = datetime.min.replace(tzinfo=UTC)
-LAST_INSTANT = datetime.max.replace(microsecond=999_000, tzinfo=UTC)  # an instant: whole ms
+# What a ``timestamptz`` past what a datetime holds reads as (see :func:`bounded_instants`):
+# the calendar's first or last instant (instants.py).
 
 
 class _BoundedLoader(TimestamptzLoader):
