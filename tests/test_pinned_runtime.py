@@ -17,6 +17,7 @@ import trio.testing
 
 from trio_routines import Outcome, Routine, Scheduler
 from trio_routines.agent import SESSION_BUSY, Completed, Event, Failed, TextDelta
+from trio_routines.records import ClaimResult, ClaimStatus
 from trio_routines.scheduler.clock import duration
 from trio_routines.testing import Busy, Complete, Fail, MemoryStore, ScriptedAgent, WallClock
 from trio_routines.turns import run_turn
@@ -246,6 +247,23 @@ async def test_duplicate_and_stale_are_each_logged_once(
         "delivery, or another scheduler has it",
         "hourly: skipping — slot 2026-07-07T08:00:00.000Z is stale: 2026-07-07T10:00:00.000Z "
         "was already claimed, so this instant is skipped",
+    ]
+
+
+async def test_a_stale_answer_naming_no_slot_is_shown_as_the_store_gave_it(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A store of one's own may name its newest claim otherwise than by a slot's file name.
+    class OddStore(MemoryStore):
+        async def claim(self, *args: Any, **kwargs: Any) -> ClaimResult:
+            return ClaimResult(ClaimStatus.STALE, newest="claim-7")
+
+    hourly = Routine(name="hourly", prompt="p", cron="0 * * * *")
+    sched, _, _, _ = scheduler(hourly, store=OddStore())
+    await sched.fire("hourly", datetime(2026, 7, 7, 9, tzinfo=UTC))
+    assert [m for m in messages(caplog) if "skipping" in m] == [
+        "hourly: skipping — slot 2026-07-07T09:00:00.000Z is stale: claim-7 was already "
+        "claimed, so this instant is skipped"
     ]
 
 
