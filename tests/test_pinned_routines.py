@@ -28,7 +28,7 @@ from trio_routines.routines import Routine, parse_routine_text
         ("---\ntimeout: 0\n---\np", "\"timeout\" must be above 0 and finite, not '0'"),
         (
             f"---\ntimeout: {'9' * 400}\n---\np",
-            f"\"timeout\" must be above 0 and finite, not '{'9' * 400}'",
+            f"\"timeout\" must be above 0 and finite, not '{'9' * 40}'… (400 characters)",
         ),
     ],
 )

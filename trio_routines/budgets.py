@@ -26,6 +26,7 @@ import attrs
 
 from .errors import InvalidOption, InvalidRoutine
 from .ledger import Spent
+from .text import quoted
 from .usage import cost_text, tokens_text
 
 __all__ = ["WINDOWS", "Budget", "parse_budgets"]
@@ -101,24 +102,28 @@ def parse_budget(text: str) -> Budget:
     shown = " ".join(text.split())
     match = _BUDGET.fullmatch(text.strip())
     if match is None:
-        raise InvalidOption(f"a budget is written {_EXAMPLE}, not {shown!r}")
+        raise InvalidOption(f"a budget is written {_EXAMPLE}, not {quoted(shown)}")
     unit, scale = match["unit"], match["scale"].lower()
     window = match["window"].lower()
     if window not in WINDOWS:
-        raise InvalidOption(f"a budget's window is hour, day or week, not {match['window']!r}")
+        raise InvalidOption(
+            f"a budget's window is hour, day or week, not {quoted(match['window'])}"
+        )
     if unit.lower() in ("token", "tokens"):
         unit = "tokens"
     elif misspelt(unit):
-        raise InvalidOption(f"a budget's unit is tokens or a currency code, not {unit!r}")
+        raise InvalidOption(f"a budget's unit is tokens or a currency code, not {quoted(unit)}")
     elif scale:
-        raise InvalidOption(f"k, M and G scale tokens, not money: {shown!r}")
+        raise InvalidOption(f"k, M and G scale tokens, not money: {quoted(shown)}")
     else:
         unit = unit.upper()  # as a reported currency is read (usage.py)
     amount = float(match["amount"]) * _SCALE[scale]
     if amount <= 0:
-        raise InvalidOption(f"a budget's amount must be above 0, not {shown!r}")
+        raise InvalidOption(f"a budget's amount must be above 0, not {quoted(shown)}")
     if amount > MAX_AMOUNT:
-        raise InvalidOption(f"a budget's amount must be at most {MAX_AMOUNT:g}, not {shown!r}")
+        raise InvalidOption(
+            f"a budget's amount must be at most {MAX_AMOUNT:g}, not {quoted(shown)}"
+        )
     return Budget(amount, unit, window)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 
 from .errors import InvalidRoutine
+from .text import quoted
 
 __all__ = [
     "OUTPUT_MAX",
@@ -54,22 +55,16 @@ def parse_output_size(value: str) -> int | None:
     match = _SIZE.fullmatch(text)
     if match is None:
         raise InvalidRoutine(
-            f'"output" must be "none" or a size like 512, 4KiB or 64KiB, not {_quoted(value)}'
+            f'"output" must be "none" or a size like 512, 4KiB or 64KiB, not {quoted(value)}'
         )
     size = int(match.group(1)) * (1024 if (match.group(2) or "").lower() == "kib" else 1)
     if size == 0:
         raise InvalidRoutine('"output" must be at least 1 byte (write "none" to keep nothing)')
     if size > OUTPUT_MAX:
         raise InvalidRoutine(
-            f'"output" must be at most {OUTPUT_MAX // 1024}KiB, not {_quoted(value)}'
+            f'"output" must be at most {OUTPUT_MAX // 1024}KiB, not {quoted(value)}'
         )
     return size
-
-
-def _quoted(value: str) -> str:
-    if len(value) <= 40:
-        return repr(value)
-    return f"{value[:40]!r}… ({len(value)} characters)"
 
 
 def check_output_size(_inst: object, _attr: object, value: int | None) -> None:

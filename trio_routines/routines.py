@@ -38,6 +38,7 @@ from .cron import cron_error, resolve_hashed
 from .errors import InvalidRoutine
 from .names import check_name
 from .output import check_output_size, parse_output_size
+from .text import quoted
 
 __all__ = ["Routine", "catchup_text", "parse_catchup", "parse_routine_text"]
 
@@ -215,16 +216,16 @@ def _parse_frontmatter(lines: list[str]) -> dict[str, str]:
             continue
         match = _KEY_LINE.fullmatch(line)
         if match is None:
-            raise InvalidRoutine(f"line {number}: expected 'key: value', got {line!r}")
+            raise InvalidRoutine(f"line {number}: expected 'key: value', got {quoted(line)}")
         key, value = match.group(1), _unquote(number, match.group(2).strip())
         if key not in _KEYS:
             raise InvalidRoutine(
-                f"line {number}: unknown key {key!r} (allowed keys: {', '.join(_KEYS)})"
+                f"line {number}: unknown key {quoted(key)} (allowed keys: {', '.join(_KEYS)})"
             )
         if key in fields:
-            raise InvalidRoutine(f"line {number}: duplicate key {key!r}")
+            raise InvalidRoutine(f"line {number}: duplicate key {quoted(key)}")
         if not value.strip():
-            raise InvalidRoutine(f"line {number}: {key!r} has an empty value")
+            raise InvalidRoutine(f"line {number}: {quoted(key)} has an empty value")
         fields[key] = value
     return fields
 
@@ -235,18 +236,18 @@ def _unquote(number: int, value: str) -> str:
         return value
     if len(value) >= 2 and first == last:
         return value[1:-1]
-    raise InvalidRoutine(f"line {number}: unmatched quote in {value!r}")
+    raise InvalidRoutine(f"line {number}: unmatched quote in {quoted(value)}")
 
 
 def _parse_timeout(value: str) -> float:
     match = _DURATION.fullmatch(value.strip())
     if match is None:
         raise InvalidRoutine(
-            f'"timeout" must be seconds or a duration like 90s, 30m or 1.5h, not {value!r}'
+            f'"timeout" must be seconds or a duration like 90s, 30m or 1.5h, not {quoted(value)}'
         )
     seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
     if not math.isfinite(seconds) or seconds <= 0:
-        raise InvalidRoutine(f'"timeout" must be above 0 and finite, not {value!r}')
+        raise InvalidRoutine(f'"timeout" must be above 0 and finite, not {quoted(value)}')
     return seconds
 
 
@@ -258,11 +259,11 @@ def parse_catchup(value: str) -> float:
     match = _WINDOW.fullmatch(text)
     if match is None:
         raise InvalidRoutine(
-            f'"catchup" must be "none" or a duration like 30m, 2h or 1d, not {value!r}'
+            f'"catchup" must be "none" or a duration like 30m, 2h or 1d, not {quoted(value)}'
         )
     seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
     if not math.isfinite(seconds):
-        raise InvalidRoutine(f'"catchup" must be finite, not {value!r}')
+        raise InvalidRoutine(f'"catchup" must be finite, not {quoted(value)}')
     return seconds
 
 

@@ -13,6 +13,8 @@ import re
 from typing import Any
 
 ERROR_LIMIT = 1024  # bytes of UTF-8: how much of a failure reason is stored
+#: Characters of a value from outside that an error message quotes (:func:`quoted`).
+QUOTE_LIMIT = 40
 
 _WHITESPACE = re.compile(r"\s+")
 #: Whitespace read as a space where text is shown: all but the breaks only some readers
@@ -77,6 +79,23 @@ def shown(text: str) -> str:
     tabs and newlines read as one space; a break only some readers obey (U+2028, U+0085, a
     vertical tab) is shown escaped, so that two sessions differing only in it stay apart."""
     return visible(_PLAIN_WHITESPACE.sub(" ", text).strip(" "))
+
+
+def quoted(value: str) -> str:
+    """``value``, from outside, as an error message quotes it: its ``repr`` (one line, its
+    controls escaped), cut to :data:`QUOTE_LIMIT` characters with its length said, so that
+    a hostile value cannot make the message itself huge."""
+    if len(value) <= QUOTE_LIMIT:
+        return repr(value)
+    return f"{value[:QUOTE_LIMIT]!r}… ({len(value)} characters)"
+
+
+def cut(text: str) -> str:
+    """``text`` (already one line, quoted as its caller writes it) cut as :func:`quoted`
+    cuts a value."""
+    if len(text) <= QUOTE_LIMIT:
+        return text
+    return f"{text[:QUOTE_LIMIT]}… ({len(text)} characters)"
 
 
 def clipped(text: str, limit: int) -> str:

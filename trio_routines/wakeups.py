@@ -31,6 +31,7 @@ from .errors import InvalidWakeup
 from .instants import format_iso, truncate_ms
 from .names import is_unicode
 from .records import MAX_DEPTH, Origin, OriginKind, Wakeup
+from .text import cut
 from .wakelimits import (
     DEFAULT_LIMITS,
     WakeLimits,
@@ -384,8 +385,9 @@ def removed_reply(wakeup_id: str, removed: bool) -> str:
 def bad_delay_reply(value: object) -> str:
     import json
 
+    given = json.dumps(value, ensure_ascii=False, default=str)
     return (
-        f'couldn\'t parse "in" ({json.dumps(value, ensure_ascii=False, default=str)}) — use a unit '
+        f'couldn\'t parse "in" ({cut(given)}) — use a unit '
         'like "30m" / "2h" / "1d", or a number of seconds (a bare number as text like "120" is '
         "rejected)."
     )

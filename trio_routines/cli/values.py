@@ -18,7 +18,7 @@ from ..budgets import Budget, parse_budgets
 from ..errors import InvalidOption
 from ..instants import parse_instant
 from ..replicas import replica_problem
-from ..text import printable_ascii, shown
+from ..text import printable_ascii, quoted, shown
 from ..wakelimits import MAX_LIFETIME
 from ..wakeups import POLL_RANGE, parse_delay
 
@@ -27,7 +27,7 @@ def given(text: str) -> str:
     """A value that must say something: an empty one (``--state "$UNSET"``) would otherwise
     read as not given, and the environment's or the default state or agent be used instead."""
     if not text.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} is empty (a variable that is not set?)")
+        raise argparse.ArgumentTypeError(f"{quoted(text)} is empty (a variable that is not set?)")
     return text
 
 
@@ -37,16 +37,16 @@ def non_negative_seconds(text: str) -> float:
             raise ValueError(text)
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        raise argparse.ArgumentTypeError(f"{quoted(text)} is not a number of seconds") from None
     if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds >= 0")
+        raise argparse.ArgumentTypeError(f"{quoted(text)} must be a finite number of seconds >= 0")
     return value
 
 
 def positive_seconds(text: str) -> float:
     value = non_negative_seconds(text)
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be above 0")
+        raise argparse.ArgumentTypeError(f"{quoted(text)} must be above 0")
     return value
 
 
@@ -55,7 +55,9 @@ def poll_seconds(text: str) -> float:
     value = positive_seconds(text)
     low, high = POLL_RANGE
     if not low <= value <= high:
-        raise argparse.ArgumentTypeError(f"{text!r} must be between {low:g} and {high:g} seconds")
+        raise argparse.ArgumentTypeError(
+            f"{quoted(text)} must be between {low:g} and {high:g} seconds"
+        )
     return value
 
 
