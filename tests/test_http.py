@@ -787,6 +787,9 @@ async def test_unknown_route_is_404_and_wrong_method_405_with_allow() -> None:
         (b'{"name": "daily", "slot": "2026-07-07T07:00:00Z", "wait": "yes"}', '"wait"'),
         (b'{"name": "daily", "slot": "2026-07-07T07:00:00Z", "wait": null}', '"wait"'),
         (b'{"name": "\\ud800", "slot": "2026-07-07T07:00:00Z"}', "not valid Unicode"),
+        # A key twice: the last would win here, a proxy or a log may read the first.
+        (b'{"name": "x", "slot": "2026-07-07T07:00:00Z", "name": "daily"}', '"name" twice'),
+        (b'{"name": "daily", "slot": "2026-07-07T07:00:00Z", "o": {"a": 1, "a": 1}}', '"a" twice'),
     ],
 )
 async def test_malformed_fire_is_400_and_changes_nothing(raw: bytes, expected: str) -> None:

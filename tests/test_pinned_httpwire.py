@@ -108,6 +108,14 @@ async def test_the_body_refusals_are_their_whole_line() -> None:
             "POST", "/fire", raw=b"{", headers={"Content-Type": "application/json"}
         )
         assert assert_error(broken, 400) == "the body is not valid JSON (UTF-8)"
+        twice = await server.call(
+            "POST",
+            "/wakeups",
+            raw=b'{"session": "a", "prompt": "p", "in": "1h", "session": "b"}',
+            headers={"Content-Type": "application/json"},
+        )
+        assert assert_error(twice, 400) == 'the body names the key "session" twice'
+        assert await server.store.list_wakeups() == []
 
 
 async def test_a_routine_name_is_echoed_as_it_was_written() -> None:

@@ -153,6 +153,10 @@ async def test_the_until_may_be_written_as_a_person_writes_an_instant(until: str
             "...}.",
         ),
         ([1, 2], "schedule_wakeup: the arguments must be a JSON object."),
+        (
+            '{"prompt": "p", "in": "30m", "in": "1d"}',
+            "schedule_wakeup: the arguments name the key 'in' twice; send each once.",
+        ),
     ],
 )
 async def test_a_wrong_schedule_call_is_answered_whole(arguments: Any, answer: str) -> None:

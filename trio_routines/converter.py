@@ -121,6 +121,35 @@ def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+class DuplicateKey(ValueError):
+    """A JSON object from outside names a key twice (see :func:`loads_request`)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _one_of_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    made = dict(pairs)
+    if len(made) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
+    return made
+
+
+def loads_request(text: str) -> Any:
+    """Parse JSON that a request carries: :func:`loads`, and an object naming a key twice, at
+    any depth, is a :class:`DuplicateKey`. A parser keeps the last, another reader (a proxy,
+    a log, an audit) may take the first: the two would act on different requests."""
+    try:
+        return json.loads(text, object_pairs_hook=_one_of_each)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to parse") from None
+
+
 def loads(text: str) -> Any:
     """Parse stored JSON; nesting too deep for the parser is a ValueError like other damage.
 

@@ -21,9 +21,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
+from .converter import DuplicateKey, loads_request
 from .errors import InvalidWakeup, StateFault
 from .instants import format_iso, parse_instant
 from .records import Wakeup
+from .text import quoted
 from .wakelimits import DEFAULT_LIMITS, WakeLimits
 from .wakeups import MAX_PENDING_PER_SESSION, MIN_DELAY, MIN_RECURRING_GAP, parse_delay
 
@@ -197,8 +199,10 @@ def _arguments(raw: object) -> Mapping[str, Any] | str:
     """The call's arguments as a mapping (a JSON text is parsed), or why they are unusable."""
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw) if raw.strip() else {}
-        except (ValueError, RecursionError):  # RecursionError: "[" nested a thousand deep
+            raw = loads_request(raw) if raw.strip() else {}
+        except DuplicateKey as twice:
+            return f"the arguments name the key {quoted(twice.key)} twice; send each once."
+        except ValueError:  # not JSON, or nested too deep
             return 'the arguments are not valid JSON; send an object such as {"prompt": ...}.'
     if raw is None:
         return {}

@@ -16,6 +16,7 @@ from urllib.parse import parse_qsl
 
 import attrs
 
+from ..converter import DuplicateKey, loads_request
 from ..instants import parse_instant
 from ..logs import one_line
 from ..wakeups import MAX_SESSION as WAKEUP_SESSION
@@ -316,8 +317,10 @@ async def read_json(scope: Scope, receive: Receive) -> Mapping[str, Any]:
         raise Refusal(415, "send a JSON body with Content-Type: application/json")
     body = await read_body(scope, receive)
     try:
-        parsed = json.loads(body.decode("utf-8"))
-    except (ValueError, RecursionError):  # RecursionError: 64 KiB of "[" nests too deep
+        parsed = loads_request(body.decode("utf-8"))
+    except DuplicateKey as twice:  # the last would win here, the first elsewhere
+        raise Refusal(400, f"the body names the key {quoted(twice.key)} twice") from None
+    except ValueError:  # not JSON, not UTF-8, or nested too deep
         raise Refusal(400, "the body is not valid JSON (UTF-8)") from None
     if not isinstance(parsed, dict):
         raise Refusal(400, "the body must be a JSON object")
