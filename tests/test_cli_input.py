@@ -6,8 +6,10 @@ with its control characters live.
 
 from __future__ import annotations
 
+import json
 import os
-from datetime import UTC, datetime
+import subprocess
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -253,3 +255,44 @@ def test_operator_surfaces_never_cite_the_specification_or_speak_to_the_model() 
             text = source.read_text()
             for phrase in ("SPEC §", "conversation", "unwake({"):
                 assert phrase not in text, f"{source.name}: {phrase}"
+
+
+def _closing(env: Env, closed: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The command run with ``closed`` (``>&-``, ``2>&-``, ``<&-`` …) applied by a shell."""
+    return subprocess.run(
+        ["/bin/sh", "-c", f'exec "$@" {closed}', "sh", *env.argv(*args)],
+        capture_output=True,
+        text=True,
+        cwd=env.root,
+        env=env.environ(),
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("command", ["list", "status", "history", "next", "check"])
+def test_a_command_that_only_reads_with_stdout_closed_says_so(env: Env, command: str) -> None:
+    (env.routines / "hourly.md").write_text("---\ncron: 0 * * * *\n---\nhi\n")
+    args = [command, "hourly"] if command == "history" else [command]
+    done = _closing(env, ">&-", *args)
+    assert (done.returncode, done.stderr) == (
+        1,
+        f"error: stdout is closed: {command} has nowhere to write\n",
+    )
+    quiet = _closing(env, ">&- 2>&-", *args)  # nowhere to say it either: the exit status
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (1, "", "")
+
+
+def test_a_command_that_acts_with_its_streams_closed_does_it(env: Env) -> None:
+    # No traceback from a stream that is None, and no file of ours on descriptor 0, 1 or 2.
+    (env.routines / "minutely.md").write_text("---\ncron: '* * * * *'\n---\nhi\n")
+    slot = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=1)
+    iso = slot.strftime("%Y-%m-%dT%H:%MZ")
+    fired = _closing(env, "<&- >&-", "fire", "minutely", "--slot", iso, "--agent", "echo")
+    assert fired.returncode == 0
+    assert "Traceback" not in fired.stderr
+    assert "completed" in fired.stderr  # its log lines
+    ran = _closing(env, "<&- >&- 2>&-", "run", "minutely", "--agent", "echo")
+    assert ran.returncode == 0
+    history = env.cli("history", "minutely", "--json")
+    assert [fire["outcome"] for fire in json.loads(history.stdout)] == ["completed"]

@@ -59,6 +59,9 @@ def _command(name: str) -> Callable[[argparse.Namespace], Awaitable[int]]:
     return command
 
 
+#: The commands that only read: with stdout closed they would do nothing (one that acts does
+#: what it does, and what it would print goes nowhere).
+_READS = frozenset({"history", "list", "status", "next", "check"})
 _EXPECTED = (TrioRoutinesError, OSError, InvalidWakeup)
 
 
@@ -76,10 +79,36 @@ def _tolerant_streams() -> None:
             stream.reconfigure(errors="backslashreplace")
 
 
+def _fill_closed() -> set[int]:
+    """Put ``/dev/null`` on each of descriptors 0, 1 and 2 that was closed when we started
+    (``list >&-``), and a stream on it: the next file we open would take that number, and a
+    line printed would land in a claim file. Which were closed."""
+    closed = set()
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.add(fd)
+    for fd in sorted(closed):
+        null = os.open(os.devnull, os.O_RDWR)  # the lowest free number: ``fd`` itself
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+    if 1 in closed:
+        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 -- the process's own stream
+    if 2 in closed:
+        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115 -- the process's own stream
+    return closed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    closed = _fill_closed()
     _tolerant_streams()
     parser = build_parser()
     args = parser.parse_args(argv)
+    if 1 in closed and args.command in _READS:  # what it prints is all it does
+        sys.stderr.write(f"error: stdout is closed: {args.command} has nowhere to write\n")
+        return 1
     check_url_goes(parser, args)
     configure_logging(args.log_format, args.log_level)
     try:
