@@ -184,6 +184,25 @@ async def test_a_settle_a_stop_ended_says_so_rather_than_blame_the_store(
     ]
 
 
+async def test_a_settle_its_store_timeout_cut_before_the_stops_bound_blames_the_store(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Store calls are bounded at 5 s: the settle begun at 1 s is cut at 6 s, within the stop's
+    # grace (1.5 s + 4 s) and its margin (2 s more): the store did not answer, not the stop.
+    scheduler, agent, store, _ = rig(external_clock=True)
+    agent.default = Complete(duration=1)
+    store.hang("settle")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await scheduler.start_fire("hourly", at(10))
+        await trio.sleep(1.5)  # the turn ended; its settle waits for the store
+        scheduler.stop(4)
+    assert next(m for level, m in lines(caplog) if level == logging.WARNING) == (
+        "hourly: could not record the completed outcome of slot 2026-07-07T10:00:00.000Z: "
+        "the store did not answer in time"
+    )
+
+
 async def test_a_settle_the_store_never_answers_is_logged_per_attempt(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
