@@ -174,9 +174,9 @@ async def test_a_re_arm_stays_behind_a_future_claim_and_reports_it(
     assert agent.turns == []
     warning = (
         "hourly: newest claim is in the future (slot 2026-07-07T13:00:00.000Z, stamped "
-        "2026-07-07T13:00:00.000Z) — the wall clock was ahead when it was made; nothing can "
-        "fire before the first slot after it. If the clock is right now, stop and delete that "
-        "claim (README: A clock that ran ahead)"
+        "2026-07-07T13:00:00.000Z) — made while the wall clock was ahead, or by hand; nothing "
+        "can fire before the first slot after it. If the clock is right now, stop and delete "
+        "that claim (docs/command-line.md: A clock that ran ahead)"
     )
     assert messages(caplog, logging.WARNING) == [warning, warning]  # at boot, at the re-arm
 

@@ -133,6 +133,45 @@ async def test_unsettled_newest_claim_is_interrupted_at_boot_and_not_replayed(
     assert await again.fires() == [(at(10), at(10), Outcome.INTERRUPTED)]
 
 
+async def test_a_claim_made_by_hand_for_a_slot_ahead_is_announced_though_stamped_before(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its stamp is now: only its slot lies ahead, and every slot before it is stale.
+    rig = Rig()
+    await rig.store.claim("hourly", at(13), T0)
+    await rig.store.settle("hourly", at(13), Outcome.COMPLETED, 5)
+    async with rig.running() as scheduler:
+        stats = scheduler.statistics()
+        assert stats.next_due == {"hourly": at(14)}
+        assert stats.future_claims == {"hourly": at(13)}
+        (warning,) = [m for m in messages(caplog, logging.WARNING) if "future" in m]
+        assert warning.startswith(
+            "hourly: newest claim is in the future (slot 2026-07-07T13:00:00.000Z, "
+            "stamped 2026-07-07T10:30:00.000Z) — made while the wall clock was ahead, or by hand"
+        )
+        await sleep_until_wall(rig.wall, at(13, 30))
+        assert scheduler.statistics().future_claims == {}
+    assert rig.agent.turns == []
+
+
+async def test_a_claim_stamped_before_its_slot_is_caught_up_from_its_slot(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A hand-made stamp of year 1: the catch-up counts from the claim's slot, not from the
+    # stamp, whose "missed" slots the claim itself made stale.
+    rig = Rig()
+    await rig.store.claim("hourly", at(8), datetime(1, 1, 1, tzinfo=UTC))
+    await rig.store.settle("hourly", at(8), Outcome.COMPLETED, 5)
+    async with rig.running():
+        await trio.sleep(1)
+    assert [t.text for t in rig.agent.turns] == [HOURLY.prompt]  # 09:00, the oldest missed
+    assert [(slot, outcome) for slot, _, outcome in await rig.fires()] == [
+        (at(8), Outcome.COMPLETED),
+        (at(9), Outcome.COMPLETED),
+    ]
+    assert not [m for m in messages(caplog) if "0001-" in m and "missed" in m]
+
+
 async def test_a_claim_in_the_future_is_announced_and_honestly_waited_for(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -153,7 +192,7 @@ async def test_a_claim_in_the_future_is_announced_and_honestly_waited_for(
             "hourly: newest claim is in the future (slot 2026-07-07T13:00:00.000Z, "
             "stamped 2026-07-07T13:00:00.000Z)"
         )
-        assert "delete that claim (README: A clock that ran ahead)" in warning
+        assert "delete that claim (docs/command-line.md: A clock that ran ahead)" in warning
         await sleep_until_wall(rig.wall, at(13, 30))
         assert rig.agent.turns == []  # 11:00 and 12:00 are stale behind the claim
         assert scheduler.statistics().future_claims == {}  # the instant has passed

@@ -191,13 +191,21 @@ def fire_from_record(slot: datetime, record: dict[str, object], where: str) -> F
     )
 
 
+def claimed_through(fire: Fire) -> datetime:
+    """The instant a claim accounts for, from which later slots count as missed: its stamp,
+    or its slot where the stamp lies before it (a claim made by hand: no fire is stamped
+    before its slot)."""
+    return fire.fired_at if fire.fired_at >= fire.slot else fire.slot
+
+
 def arm_from(newest: Fire | None, now: datetime) -> datetime:
     """The instant a routine's next slot is counted from, when no catch-up is due.
 
-    ``now``, unless the newest claim is stamped later: a wall clock that ran ahead when it was
-    made, and was corrected since. Every slot up to that claim is stale, so the routine can
-    fire nothing before the first slot after it -- the honest "next" to show anyone.
+    ``now``, unless the newest claim lies later (:func:`claimed_through`): a wall clock that
+    ran ahead when it was made, and was corrected since, or a claim made by hand. Every slot up
+    to that claim is stale, so the routine can fire nothing before the first slot after it --
+    the honest "next" to show anyone.
     """
-    if newest is not None and newest.fired_at > now:
-        return newest.fired_at
+    if newest is not None and (through := claimed_through(newest)) > now:
+        return through
     return now

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from ..claims import claimed_through
 from ..instants import format_iso
 from ..records import Fire
 from ..routines import Routine
@@ -58,17 +59,19 @@ class Arming:
             self._newest.pop(name, None)
             return
         self._newest[name] = newest
-        if newest.fired_at <= now:
+        if claimed_through(newest) <= now:
             return
         log.warning(
-            "%s: newest claim is in the future (slot %s, stamped %s) — the wall clock was ahead "
-            "when it was made; nothing can fire before the first slot after it. If the clock "
-            "is right now, stop and delete that claim (README: A clock that ran ahead)",
+            "%s: newest claim is in the future (slot %s, stamped %s) — made while the wall "
+            "clock was ahead, or by hand; nothing can fire before the first slot after it. If "
+            "the clock is right now, stop and delete that claim (docs/command-line.md: A clock "
+            "that ran ahead)",
             name,
             format_iso(newest.slot),
             format_iso(newest.fired_at),
         )
 
     def future_claims(self, now: datetime) -> dict[str, datetime]:
-        """The claimed slot of each routine whose newest claim is stamped after ``now``."""
-        return {n: f.slot for n, f in self._newest.items() if f.fired_at > now}
+        """The claimed slot of each routine whose newest claim lies after ``now`` (its stamp,
+        or its slot: :func:`~trio_routines.claims.claimed_through`)."""
+        return {n: f.slot for n, f in self._newest.items() if claimed_through(f) > now}

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TypeVar
 
+from ..claims import claimed_through
 from ..cron import next_run
 from ..errors import StateFault
 from ..gaps import BootPlan, passed_over, plan_boot, unfired_gaps
@@ -67,7 +68,7 @@ class Boot:
         self.booted = routines = dict(self._runtime.routines)
         unreadable: dict[str, StateFault] = {}
         newest = await self._read_newest_claims(routines, unreadable, tolerant=not plan)
-        latest = {name: fire.fired_at for name, fire in newest.items() if fire is not None}
+        latest = {name: claimed_through(fire) for name, fire in newest.items() if fire is not None}
         open_claims = {
             name: fire
             for name in routines
