@@ -12,7 +12,16 @@ from test_http import ON_GRID, TOKEN, assert_error, serving
 from trio_routines.http.origin import check_origin, is_loopback
 from trio_routines.http.wire import Refusal
 
-LOOPBACK_HOSTS = ["localhost", "LocalHost:8080", "127.0.0.1", "127.0.0.1:80", "[::1]", "[::1]:9"]
+LOOPBACK_HOSTS = [
+    "localhost",
+    "LocalHost:8080",
+    "127.0.0.1",
+    "127.0.0.1:80",
+    "127.0.0.2:65535",  # every address of 127.0.0.0/8 is this machine
+    "127.0.0.1:0080",
+    "[::1]",
+    "[::1]:9",
+]
 FOREIGN_HOSTS = [
     "evil.example",
     "evil.example:8080",
@@ -27,6 +36,10 @@ FOREIGN_HOSTS = [
     "[::1]:x",  # a port that is not a number after a bracketed literal
     "::1:8080",  # a bare IPv6 literal with a port
     "127.0.0.1:http",
+    "127.0.0.1:65536",  # no port
+    "127.0.0.1:99999",
+    "[::1]:0065536",
+    "127.0.0.1:1000080",  # not port 80
     "",
 ]
 REFUSED_HOST = (

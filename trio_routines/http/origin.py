@@ -89,9 +89,14 @@ def _host_is_loopback(value: str) -> bool:
         host, _, port = value.rpartition(":")
         if ":" in host:  # a bare IPv6 literal is not a valid Host header
             return False
-    if port and not (port.isascii() and port.isdigit()):
+    if port and not (port.isascii() and port.isdigit() and _is_port(port.lstrip("0"))):
         return False
     return bool(host) and is_loopback(host)
+
+
+def _is_port(digits: str) -> bool:
+    """Whether ``digits`` (no zeros in front) number a port: past 65535 names no socket."""
+    return len(digits) <= 5 and int(digits or "0") <= 65535  # int() of 5 digits at most
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
