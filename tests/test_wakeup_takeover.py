@@ -67,6 +67,36 @@ async def test_an_earlier_versions_file_is_taken_over_whole_and_moved_aside(
     assert ids(await DirectoryStore(tmp_path).list_wakeups()) == ["cron-1", "plain"]
 
 
+async def test_another_users_read_lists_the_file_and_journal_and_takes_nothing_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An operator's `list` as root on the service's state: taking over would leave the
+    # journal and its lock owned by root, which the service could then not write.
+    schedule = state(tmp_path, FULL)
+    owner = DirectoryStore(tmp_path)
+    await owner.list_wakeups()  # taken over by its owner: now in the journal
+    (schedule / "wakeups.json").write_text(json.dumps([entry("later", at=LATER)]))
+    before = sorted(p.name for p in schedule.iterdir())
+    monkeypatch.setattr(os, "geteuid", lambda: os.stat(schedule).st_uid + 1)
+    reader = DirectoryStore(tmp_path)
+    assert ids(await reader.list_wakeups()) == [*(e["id"] for e in FULL), "later"]
+    assert sorted(p.name for p in schedule.iterdir()) == before  # nothing made, moved or taken
+    assert pending(tmp_path) == [e["id"] for e in FULL]
+    monkeypatch.undo()
+    assert ids(await owner.list_wakeups()) == [*(e["id"] for e in FULL), "later"]
+    assert pending(tmp_path) == [*(e["id"] for e in FULL), "later"]  # its owner takes it over
+    assert not (schedule / "wakeups.json").exists()
+
+
+async def test_another_users_read_of_a_file_never_taken_over_creates_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schedule = state(tmp_path, FULL)
+    monkeypatch.setattr(os, "geteuid", lambda: os.stat(schedule).st_uid + 1)
+    assert ids(await DirectoryStore(tmp_path).list_wakeups()) == [e["id"] for e in FULL]
+    assert sorted(p.name for p in schedule.iterdir()) == ["wakeups.json"]
+
+
 async def test_what_an_earlier_version_writes_later_is_taken_over_by_the_next_call(
     tmp_path: Path,
 ) -> None:

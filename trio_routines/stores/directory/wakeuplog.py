@@ -85,24 +85,28 @@ class WakeupLog:
         try:
             if self.file.present(directory):
                 return False
-            try:
-                fd = self.journal.open(directory)
-            except FileNotFoundError:
-                self._refused = None  # gone: a refused file planted again is warned about
-                self._forget()
-                return True
-            except Refused as exc:
-                self._refuse(exc)
-                return True
-            except OSError as exc:
-                raise self._unreadable(exc) from None
-            try:
-                self._follow(fd)
-            finally:
-                os.close(fd)
+            self.catch_up(directory)
         finally:
             os.close(directory)
         return True
+
+    def catch_up(self, directory: int) -> None:
+        """Take what was appended to the journal since last read (none: nothing pending)."""
+        try:
+            fd = self.journal.open(directory)
+        except FileNotFoundError:
+            self._refused = None  # gone: a refused file planted again is warned about
+            self._forget()
+            return
+        except Refused as exc:
+            self._refuse(exc)
+            return
+        except OSError as exc:
+            raise self._unreadable(exc) from None
+        try:
+            self._follow(fd)
+        finally:
+            os.close(fd)
 
     def _refuse(self, exc: Refused) -> None:
         if str(exc) != self._refused:

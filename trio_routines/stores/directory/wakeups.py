@@ -32,6 +32,7 @@ for the ``flock``.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -43,6 +44,7 @@ from ...errors import StateFault
 from ...records import Wakeup
 from ...wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
 from ..abandon import Handoff, OneAtATime, run_abandoning
+from ..safefile import open_dirs
 from .wakeupindex import Op, WakeupIndex, add_op, del_op, set_op
 from .wakeuplog import WakeupLog
 
@@ -158,7 +160,30 @@ class Wakeups:
     async def list_wakeups(self) -> list[Wakeup]:
         def read(_: Handoff) -> list[Wakeup]:
             if not self.log.refresh():
+                found = self._as_found()
+                if found is not None:
+                    return found
                 self.log.take_over()
             return list(self.log.index)
 
         return await self._in_turn(read, given_up="given up")
+
+    def _as_found(self) -> list[Wakeup] | None:
+        """What a process that may not take a waiting ``wakeups.json`` over reads: the
+        journal's wake-ups and the file's, nothing written. A process of another user than the
+        state's owner (an operator's ``list`` as root, say) would leave the journal and its
+        lock owned by that user, which the service could then not write. None: this process
+        owns the state, and takes the file over."""
+        log = self.log
+        try:
+            directory = open_dirs(log.root, ("schedule",))
+        except OSError as exc:
+            raise log.file.unreadable(exc) from None
+        try:
+            if os.fstat(directory).st_uid == os.geteuid():
+                return None
+            log.catch_up(directory)
+            entries, _ = log.file.load(directory)
+        finally:
+            os.close(directory)
+        return [*log.index, *(e for e in entries if log.index.get(e.id) is None)]
