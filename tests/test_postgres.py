@@ -834,6 +834,50 @@ async def test_back_to_back_fires_of_one_routine_each_run_their_turn(url: str, s
     await store.aclose()
 
 
+async def test_a_let_go_on_its_way_is_waited_for_before_its_key_is_taken_again(
+    url: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Once the let-go's statement was on its way, it was no longer "letting go": the next
+    # claim, on another connection, found the row still there and took the session for busy.
+    from trio_routines.replicas import session_key
+
+    first, second, a, b = await two_members(url, schema)
+    key = session_key("routine:quick")
+    assert await a.take([key]) == [True]
+    on_its_way, arrive = trio.Event(), trio.Event()
+    sent = a._on_connection
+
+    async def held_up(what: str, fn: Any, **kwargs: Any) -> Any:
+        on_its_way.set()
+        await arrive.wait()
+        return await sent(what, fn, **kwargs)
+
+    monkeypatch.setattr(a, "_on_connection", held_up)
+    a.let_go([key])
+    waited = trio.Event()
+
+    async def let_go_now() -> None:
+        await a.let_go_now()
+        waited.set()
+
+    try:
+        await on_its_way.wait()
+        assert a.letting_go([key])  # on its way: not yet in the table
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(let_go_now)
+            await trio.sleep(0.2)
+            assert not waited.is_set()  # the round trip under way has not come back
+            arrive.set()
+    finally:
+        arrive.set()  # a failure above leaves nothing waiting
+    assert not a.letting_go([key])
+    assert await b.take([key]) == [True]  # gone from the table
+    await a.leave()
+    await b.leave()
+    await first.aclose()
+    await second.aclose()
+
+
 async def test_the_next_turn_of_a_session_keeps_its_hold_after_the_last_ones_let_go(
     url: str, schema: str
 ) -> None:

@@ -133,6 +133,39 @@ async def test_unsettled_newest_claim_is_interrupted_at_boot_and_not_replayed(
     assert await again.fires() == [(at(10), at(10), Outcome.INTERRUPTED)]
 
 
+async def test_a_callers_fire_after_a_downtime_records_the_slots_it_passed_over(
+    autojump_clock: Any,
+) -> None:
+    # Nothing ran after 07:00; a caller fires 10:00 (`fire --slot`, `POST /fire`): 08:00 and
+    # 09:00 are neither claims nor, but for this, gaps -- the next boot starts after 10:00.
+    rig = Rig()
+    await rig.store.claim("hourly", at(7), at(7))
+    await rig.store.settle("hourly", at(7), Outcome.COMPLETED, 5)
+    await rig.scheduler.fire("hourly", at(10))
+    assert await rig.store.gaps("hourly") == [Gap(at(8), at(9), 2, GapReason.DOWN)]
+    await rig.scheduler.fire("hourly", at(10))  # a duplicate records nothing more
+    assert len(await rig.store.gaps("hourly")) == 1
+    assert 'trio_routines_slots_missed_total{routine="hourly",reason="down"} 2' in (
+        rig.scheduler.render_metrics()
+    )
+    async with rig.running():  # the boot finds every slot accounted for
+        await trio.sleep(1)
+    assert await rig.store.gaps("hourly") == [Gap(at(8), at(9), 2, GapReason.DOWN)]
+
+
+async def test_a_callers_fire_counts_from_a_gap_newer_than_the_claim(autojump_clock: Any) -> None:
+    rig = Rig()
+    await rig.store.claim("hourly", at(6), at(6))
+    await rig.store.settle("hourly", at(6), Outcome.COMPLETED, 5)
+    paused = Gap(at(7), at(8), 2, GapReason.PAUSED)
+    await rig.store.record_gap("hourly", paused)
+    await rig.scheduler.fire("hourly", at(10))
+    assert await rig.store.gaps("hourly") == [paused, Gap(at(9), at(9), 1, GapReason.DOWN)]
+    await sleep_until_wall(rig.wall, at(11))
+    await rig.scheduler.fire("hourly", at(11))  # the slot right after: nothing passed
+    assert len(await rig.store.gaps("hourly")) == 2
+
+
 async def test_a_claim_made_by_hand_for_a_slot_ahead_is_announced_though_stamped_before(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -25,8 +25,8 @@ SPENT_SHOWN = timedelta(hours=24)
 #: What each reason means, in a history line or a log line.
 GAP_WHY = {
     GapReason.OVERLAP: "the previous turn was still running",
-    GapReason.DOWN: "no scheduler ran, and nothing was caught up (catchup: none, or it had "
-    "never fired)",
+    GapReason.DOWN: "no scheduler ran, and nothing was caught up (catchup: none, it had never "
+    "fired, or a later slot was fired by hand)",
     GapReason.PAUSED: "the routine was paused",
     GapReason.CAUGHT_UP: "no scheduler ran; the catch-up fired an earlier slot instead",
     GapReason.LATE: "no scheduler ran; older than the catch-up window",

@@ -279,7 +279,7 @@ class GapReason(enum.StrEnum):
     """Why a run of slots was passed over (never claimed): see :mod:`trio_routines.gaps`."""
 
     OVERLAP = "overlap"  # the routine's previous turn was still running
-    DOWN = "down"  # no scheduler ran, and no catch-up was wanted (``catchup: none``)
+    DOWN = "down"  # no scheduler ran, and nothing was caught up (see history.GAP_WHY)
     PAUSED = "paused"  # the routine was paused
     CAUGHT_UP = "caught-up"  # no scheduler ran; the catch-up fired an earlier slot instead
     LATE = "late"  # no scheduler ran; older than the routine's catch-up window

@@ -21,6 +21,7 @@ from ..routines import Routine
 from ..store import Store
 from ..tracing import FireSpans, done, fire_spans
 from .calls import StoreCalls
+from .gaps import GapRecording
 from .holds import Holds, TurnHold
 from .membership import Membership
 from .results import settled_result
@@ -48,8 +49,9 @@ class FirePath:
     clock, stop, turns in flight, the run's nursery, metrics), the :class:`StoreCalls` (the
     paused read, deadlines, the settle), the :class:`Membership` (joined for an external
     fire; the presence, for a store whose claims take holds), the :class:`Holds` (the
-    claim's and the session's, taken with the claim) and the :class:`SessionTurns` (the
-    turn itself; its spending, for a routine's budgets).
+    claim's and the session's, taken with the claim), the :class:`SessionTurns` (the
+    turn itself; its spending, for a routine's budgets) and the :class:`GapRecording` (the
+    slots a caller's fire passed over).
     """
 
     def __init__(
@@ -60,8 +62,10 @@ class FirePath:
         membership: Membership,
         holds: Holds,
         turns: SessionTurns,
+        gaps: GapRecording,
     ) -> None:
         self._store = store
+        self._gaps = gaps
         self._turns = turns
         self._spending = turns.spending
         self._runtime = runtime
@@ -113,26 +117,17 @@ class FirePath:
         if self._stopping.value:
             raise Stopping("the scheduler is stopping; no new fires are accepted")
         async with self._membership.present():
+            # What the claims and gaps account for before this slot: a caller's slot after a
+            # downtime passes over those since, which no boot would see behind its claim.
+            accounted = await self._gaps.accounted_for(name)
             result = await self._membership.guarded(  # outside a run: our presence watched
                 functools.partial(self.fire_slot, routine, slot, task_status, external=True)
             )  # shielded
+            if result.claimed:
+                with trio.CancelScope(shield=True):
+                    await self._gaps.passed_before(routine, accounted, slot)
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller hears of it now
         return result
-
-    async def pause(self, name: str) -> None:
-        """Pause routine ``name`` in the store: no scheduler sharing it claims its slots.
-
-        Raises :class:`UnknownRoutine`, or :class:`StateFault` (see ``Scheduler.pause``).
-        """
-        self._runtime.routine(name)
-        await self._calls.set_paused(name, True)
-        log.info("%s: paused", name)
-
-    async def resume(self, name: str) -> None:
-        """Resume routine ``name``: it fires from its next slot on; nothing missed is run."""
-        self._runtime.routine(name)
-        await self._calls.set_paused(name, False)
-        log.info("%s: resumed", name)
 
     async def start_fire(self, name: str, slot: datetime) -> ClaimResult:
         """Claim ``slot`` now and let the turn continue in the running scheduler's nursery."""

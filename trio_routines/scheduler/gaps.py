@@ -125,6 +125,33 @@ class GapRecording:
             return after
         return newest.slot if newest is not None and newest.slot > after else after
 
+    async def accounted_for(self, name: str) -> datetime | None:
+        """The last slot of ``name`` that a claim or a gap accounts for (its newest claim's
+        slot or its newest gap's end, the later); None when neither is known, or the store
+        does not answer (then nothing is recorded from it: see :meth:`passed_before`)."""
+        try:
+            newest = await self._calls.latest_fire(name)
+            gap_end = await self.newest_gap_end(name)
+        except StateFault:
+            return None
+        marks = [gap_end] if gap_end is not None else []
+        if newest is not None:
+            marks.append(newest.slot)
+        return max(marks) if marks else None
+
+    async def passed_before(
+        self, routine: Routine, accounted: datetime | None, slot: datetime
+    ) -> None:
+        """A caller's fire of ``slot`` was claimed: record the slots after ``accounted`` (as
+        :meth:`accounted_for` read it before the claim) and before ``slot`` as passed over
+        while no scheduler fired them (``down``), as a boot would have, had it run first."""
+        if accounted is None or routine.cron is None:
+            return
+        cron, tz, name = routine.cron, routine.tz, routine.name
+        await self.record_gap(
+            name, passed_over(cron, tz, name, accounted, slot - _MS, GapReason.DOWN)
+        )
+
     def passed_since(self, routine: Routine, armed: datetime) -> bool:
         """Whether a slot of ``routine`` passed since ``armed`` (cheap: one cron step)."""
         assert routine.cron is not None

@@ -44,6 +44,7 @@ from .state import (
     Runtime,
     Shared,
     Statistics,
+    log,
     new_replica_id,
     system_now,
 )
@@ -242,14 +243,18 @@ class Scheduler:
         store stalled during the change itself (a frozen disk), when it may land later, though
         before any later pause or resume asked of this process.
         """
-        await self._parts.fire.pause(name)
+        self._parts.runtime.routine(name)
+        await self._parts.calls.set_paused(name, True)
+        log.info("%s: paused", name)
 
     async def resume(self, name: str) -> None:
         """Resume routine ``name``: it fires from its next slot on; nothing missed is run.
 
         Raises :class:`UnknownRoutine`, or :class:`StateFault`, as :meth:`pause` does.
         """
-        await self._parts.fire.resume(name)
+        self._parts.runtime.routine(name)
+        await self._parts.calls.set_paused(name, False)
+        log.info("%s: resumed", name)
 
     def update_routines(self, routines: Iterable[Routine]) -> RoutineChanges:
         """Replace the loaded routines by ``routines``: a new one arms from now, a removed one

@@ -128,6 +128,7 @@ class PostgresPresence(Presence):
         self._left_behind: tuple[Conn, CallEnd, float, float] | None = None
         self._batches: Batcher[_Ops, list[bool]] = Batcher(self._flush, key=id)
         self._letting_go: list[int] = []  # let go of here, not yet in the table
+        self._releasing: list[int] = []  # let go of in the round trip under way
         self._sending = False  # a task of ours will send them
         self._namespace = ""  # this store's, once connected (see namespace())
         self._holder: tuple[str, int] | None = None  # (namespace, our key in it), computed once
@@ -330,11 +331,15 @@ class PostgresPresence(Presence):
             trio.lowlevel.spawn_system_task(self._send)
 
     def letting_go(self, keys: Sequence[int]) -> bool:
-        return bool(self._letting_go) and not set(self._letting_go).isdisjoint(keys)
+        # Not yet sent, or on its way: a claim on another connection must wait for both.
+        going = self._letting_go + self._releasing
+        return bool(going) and not set(going).isdisjoint(keys)
 
     async def let_go_now(self) -> None:
-        if self._letting_go and self._conn is not None and not self.lost.is_set():
-            await self._batches.submit((True, ()))  # a batch that only lets go
+        # A batch that only lets go: it starts once the one under way has ended.
+        going = self._letting_go or self._releasing
+        if going and self._conn is not None and not self.lost.is_set():
+            await self._batches.submit((True, ()))
 
     async def _send(self) -> None:
         try:
@@ -368,7 +373,11 @@ class PostgresPresence(Presence):
                     rows = conn.execute(self._schema.sql(_TAKE), {"keys": _array(wanted), "me": me})
             return {key for (key,) in rows.fetchall()} if wanted else set()
 
-        refused = await self._on_connection("could not take holds", run)
+        self._releasing = released
+        try:
+            refused = await self._on_connection("could not take holds", run)
+        finally:
+            self._releasing = []
         return [Answer(value=[key not in refused for key in entry.item[1]]) for entry in entries]
 
     async def _beat(self, in_flight: int, now: datetime) -> None:
