@@ -133,6 +133,26 @@ async def test_unsettled_newest_claim_is_interrupted_at_boot_and_not_replayed(
     assert await again.fires() == [(at(10), at(10), Outcome.INTERRUPTED)]
 
 
+async def test_a_routine_whose_turn_runs_shows_the_slot_after_now_as_next(
+    autojump_clock: Any,
+) -> None:
+    # A turn of 20 minutes from 11:00: at 11:15 the next slot is 12:00, not the 11:00 the
+    # loop is at (an alert on a next slot long past would take a long turn for a stuck one).
+    rig = Rig()
+    rig.agent.default = Complete(duration=20 * 60)
+    async with rig.running() as scheduler:
+        assert scheduler.statistics().next_due == {"hourly": at(11)}
+        await sleep_until_wall(rig.wall, at(11, 15))
+        assert scheduler.statistics().in_flight == 1
+        assert scheduler.statistics().next_due == {"hourly": at(12)}
+        assert (
+            'trio_routines_next_fire_timestamp_seconds{routine="hourly"} '
+            f"{int(at(12).timestamp())}" in scheduler.render_metrics()
+        )
+        await sleep_until_wall(rig.wall, at(11, 30))  # the turn ended: the loop is at 12:00
+        assert scheduler.statistics().next_due == {"hourly": at(12)}
+
+
 async def test_a_callers_fire_after_a_downtime_records_the_slots_it_passed_over(
     autojump_clock: Any,
 ) -> None:

@@ -8,9 +8,11 @@ reads nothing but the wall clock it is handed.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from datetime import datetime
 
 from ..claims import claimed_through
+from ..cron import next_run
 from ..instants import format_iso
 from ..records import Fire
 from ..routines import Routine
@@ -42,6 +44,20 @@ class Arming:
             self.armed.pop(routine.name, None)
         else:
             self.armed[routine.name] = None
+
+    def shown_due(
+        self, now: datetime, firing: Collection[str], routines: Mapping[str, Routine]
+    ) -> dict[str, datetime | None]:
+        """Each armed routine's next slot as reported: a routine whose slot is firing now
+        (``firing``, its turn perhaps long) shows the first slot after ``now``, as a reader of
+        its cron would, not the slot it is at; one whose slot has passed unfired (a loop held
+        up) still shows that slot, which an alert on overdue slots reads."""
+        shown = dict(self.next_due)
+        for name in firing:
+            due, routine = shown.get(name), routines.get(name)
+            if due is not None and due <= now and routine is not None and routine.cron:
+                shown[name] = next_run(routine.cron, routine.tz, now, name)
+        return shown
 
     def forget(self, name: str) -> None:
         """``name`` was removed or changed: nothing of it is armed until its new loop says."""

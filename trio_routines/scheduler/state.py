@@ -106,6 +106,8 @@ class Statistics:
 
     armed: tuple[str, ...]
     in_flight: int
+    #: Each cron routine's next slot (None: its cron never fires again); while a slot's turn
+    #: runs, the first slot after now, as ``list`` computes it.
     next_due: Mapping[str, datetime | None]
     outcomes: Mapping[str, int]
     clock_jumps: int
