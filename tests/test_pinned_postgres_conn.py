@@ -222,6 +222,27 @@ def test_another_record_of_our_threads_is_logged_again_and_not_kept(
     assert records.connect_errors == {}
 
 
+async def test_the_pools_close_runs_in_a_thread_of_ours(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # What the close logs ("couldn't stop thread … within 2.0 seconds") is ours to log again:
+    # passed through, it was a bare line among the JSON ones.
+    conns = pgconn.Connections(
+        "postgresql://h/db", NoTables(None), min_size=1, max_size=1, timeout=1
+    )
+
+    class Pool:
+        def close(self, timeout: float) -> None:
+            logging.getLogger("psycopg.pool").warning("couldn't stop %r", "its worker")
+
+    conns._pool = Pool()  # type: ignore[assignment]
+    with caplog.at_level(logging.DEBUG):
+        await conns.aclose()
+    assert [
+        (r.name, r.levelno, r.getMessage()) for r in caplog.records if "stop" in r.getMessage()
+    ] == [("trio_routines", logging.DEBUG, "PostgreSQL: couldn't stop 'its worker'")]
+
+
 @pytest.mark.parametrize("thread", ["MainThread", "worker", None])
 def test_a_record_of_the_host_s_own_threads_is_left_to_psycopg(
     caplog: pytest.LogCaptureFixture, thread: str | None

@@ -313,7 +313,9 @@ class Connections:
     async def aclose(self) -> None:
         """Close the pool, waiting at most a short bound: a stalled thread is left behind."""
         with trio.move_on_after(CLOSE_BOUND + SERVER_FIRST):
-            await trio.to_thread.run_sync(self._close, abandon_on_cancel=True)
+            await trio.to_thread.run_sync(
+                self._close, abandon_on_cancel=True, thread_name=THREAD_NAME
+            )  # ours: what the pool logs meanwhile is logged again as ours (_OurRecords)
 
     def _close(self) -> None:
         with self._open_lock:
