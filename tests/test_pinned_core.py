@@ -299,7 +299,7 @@ async def test_a_cancelled_grace_scope_interrupts_the_turn(
     )
     assert records(caplog)[-1] == (
         logging.WARNING,
-        "r interrupted: the stop's grace ran out (3000ms)",
+        "r interrupted: the stop ended it: its grace ran out, or a second stop came (3000ms)",
     )
 
 

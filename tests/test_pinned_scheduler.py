@@ -175,7 +175,7 @@ async def test_a_stop_interrupts_a_started_run_at_its_grace(
         scheduler.stop(grace)
     assert lines(caplog)[-1] == (
         logging.WARNING,
-        f"hourly interrupted: the stop's grace ran out ({ms}ms)",
+        f"hourly interrupted: the stop ended it: its grace ran out, or a second stop came ({ms}ms)",
     )
     assert scheduler.statistics().in_flight == 0
 

@@ -64,6 +64,6 @@ async def test_each_end_of_a_turn_logs_its_fields(
     )
     grace = trio.CancelScope(deadline=trio.current_time() + 3)  # the turn enters it
     assert await outcome_fields(caplog, Agent(sleep=10), grace_scope=grace) == (
-        "daily interrupted: the stop's grace ran out (3000ms)",
+        "daily interrupted: the stop ended it: its grace ran out, or a second stop came (3000ms)",
         {"outcome": "interrupted", "ms": 3000, "error": "interrupted by stop"},
     )

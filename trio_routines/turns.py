@@ -153,7 +153,7 @@ def _classified(
     if grace.cancelled_caught:
         details = "interrupted by stop" if why is None else f"interrupted: {why}"
         extra = _fields(Outcome.INTERRUPTED, ms, details)
-        why = why or "the stop's grace ran out"
+        why = why or "the stop ended it: its grace ran out, or a second stop came"
         log.warning("%s interrupted: %s (%dms)", label, why, ms, extra=extra)
         return TurnResult(Outcome.INTERRUPTED, ms, failed=details)
     if timeout_scope is not None and timeout_scope.cancelled_caught:
