@@ -67,6 +67,7 @@ def test_the_unit_is_hardened_and_outlasts_the_grace(path: Path) -> None:
     assert service["ProtectSystem"] == "strict"
     assert service["Restart"] == "on-failure"
     assert service["RestartForceExitStatus"] == "SIGHUP"  # a reload before serve's handler
+    assert service["RestartPreventExitStatus"] == "2"  # a usage error: restarting repeats it
     assert int(service["LimitNOFILE"]) >= 8192  # half for connections, half for the rest
     assert service["ExecReload"] == "/bin/kill -HUP $MAINPID"
     assert service["KillMode"] == "mixed"  # the agents' groups are serve's to end, in the grace
