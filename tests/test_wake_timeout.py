@@ -104,7 +104,7 @@ async def test_without_the_option_a_stuck_wake_up_turn_holds_the_next_one_back(
         scheduler.stop(1)
     # Only the stop's grace ends it.
     (line,) = turn_lines(caplog, stuck)
-    assert line.getMessage().startswith(f"wake {stuck.id[:8]} interrupted: the stop's grace")
+    assert line.getMessage().startswith(f"wake {stuck.id[:8]} interrupted: the stop ended it")
     assert [t.session for t in agent.turns] == ["stuck"]
 
 
