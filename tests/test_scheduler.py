@@ -133,6 +133,26 @@ async def test_unsettled_newest_claim_is_interrupted_at_boot_and_not_replayed(
     assert await again.fires() == [(at(10), at(10), Outcome.INTERRUPTED)]
 
 
+async def test_a_session_is_free_for_its_next_turn_while_a_settle_is_under_way(
+    autojump_clock: Any,
+) -> None:
+    # A stalled disk holds the 10:00 settle: the turn is over, so the session's next turn
+    # (a run now) is not busy; the slot's claim is still held here (a second fire of it is a
+    # duplicate).
+    rig = Rig(store_timeout=60.0)
+    async with rig.running(grace=0) as scheduler:
+        rig.store.hang("settle")
+        await scheduler.start_fire("hourly", at(10))
+        await trio.sleep(1)
+        assert scheduler.statistics().in_flight == 1  # its settle waits
+        ran = await scheduler.run_now("hourly")
+        assert (ran.outcome, ran.busy) == (Outcome.COMPLETED, False)
+        again = await scheduler.fire("hourly", at(10))
+        assert (again.claimed, again.reason) == (False, "duplicate")
+        rig.store.hangs.discard("settle")
+    assert len(rig.agent.turns) == 2
+
+
 async def test_a_routine_whose_turn_runs_shows_the_slot_after_now_as_next(
     autojump_clock: Any,
 ) -> None:

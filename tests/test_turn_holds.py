@@ -386,3 +386,46 @@ async def test_a_lost_presence_holds_nothing_and_claims_nothing(path: str) -> No
     free.__enter__()
     assert not free.refused
     free.__exit__(None, None, None)
+
+
+# -- a turn that ended, its settle under way --------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["plain", "claiming", "whole"])
+async def test_a_turn_that_ended_lets_its_session_go_and_keeps_its_claim(path: str) -> None:
+    # The session's next turn need not wait for this one's settle; a second fire of the slot
+    # still finds the claim held until the settle.
+    presence, gate, holds = setup()
+    if path == "plain":
+        hold = await holds.enter("s", CLAIM)
+    elif path == "claiming":
+        hold, _ = await holds.enter_claiming("s", CLAIM, Decide(holds=(True,)), (), {})
+    else:
+        hold, _ = await holds.enter_whole("s", CLAIM, Decide(), (), {})
+    assert gate.busy("s")
+    hold.end_turn()
+    assert not gate.busy("s")
+    assert not presence.holds(S)
+    assert presence.gone == [S]
+    assert presence.holds(CLAIM)
+    hold.end_turn()  # once: nothing more to let go of
+    assert presence.gone == [S]
+    nxt = await holds.enter("s")  # the session's next turn, here
+    assert (nxt.claimed, nxt.busy) == (True, False)
+    nxt.release()
+    hold.release()
+    assert presence.gone == ([S, S, CLAIM] if path == "plain" else [S, S])
+    untouched(presence, gate)
+
+
+async def test_a_busy_turn_that_ended_lets_go_of_nothing_it_did_not_take() -> None:
+    presence, gate, holds = setup()
+    first = await holds.enter("s")
+    busy = await holds.enter("s", CLAIM)  # the session runs here: busy, its claim taken
+    busy.end_turn()
+    assert gate.busy("s")  # the first turn's, still running
+    assert presence.holds(S)
+    assert presence.gone == []
+    busy.release()
+    first.release()
+    untouched(presence, gate)

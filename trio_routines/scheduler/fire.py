@@ -364,6 +364,9 @@ class FirePath:
             turn = await self._turns.turn(
                 why, name, routine.prompt, routine.timeout, on_text, hold=hold, spans=spans
             )
+        # The turn is over and its usage recorded: its session is free (here and in every
+        # replica) while the outcome is written; the claim's own hold waits for the settle.
+        hold.end_turn()
         del why, on_text  # not kept through the settle: at 10,000 at once, collector work
         # The reason goes with the outcome. A busy session is an overlap, not a failure: when
         # our own previous turn of it runs, nothing is stored (history says it was still

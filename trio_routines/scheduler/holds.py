@@ -31,6 +31,7 @@ class TurnHold:
         "_keys",
         "_local",
         "_presence",
+        "_session",
         "agent",
         "busy",
         "claimed",
@@ -46,8 +47,10 @@ class TurnHold:
         busy: bool,
         claimed: bool,
         current: Callable[[], Presence],
+        session: int | None = None,
     ) -> None:
         self._gate_hold: Hold | None = gate_hold
+        self._session = session  # the session's key, when it is among ``keys``
         self._presence = presence
         self._current = current  # the replica's presence now: another once this one is lost
         self._keys = keys
@@ -77,6 +80,17 @@ class TurnHold:
         perhaps while the claim was on its way): the turn must not start."""
         return self._presence.lost.is_set()
 
+    def end_turn(self) -> None:
+        """The turn ended (its usage recorded): let go of its session, here and in the
+        store, so that the session's next turn need not wait for this one's settle; the
+        claim's hold stays until :meth:`release`. Never raises, never waits."""
+        gate_hold, self._gate_hold = self._gate_hold, None
+        if gate_hold is not None:
+            gate_hold.__exit__(None, None, None)
+        if self._session is not None and self._session in self._keys:
+            self._keys.remove(self._session)
+            self._let_go([self._session])
+
     def release(self) -> None:
         """Let go of everything this turn holds (once; never raises, never waits)."""
         gate_hold, self._gate_hold = self._gate_hold, None
@@ -84,20 +98,23 @@ class TurnHold:
             gate_hold.__exit__(None, None, None)
         keys, self._keys = self._keys, []
         if keys:
-            self._presence.let_go(keys)
-            if self.lost():
-                # A hold written for the lost presence after the replica joined again (a
-                # claim committed late) names this replica as the holder: nobody else could
-                # take its session while the replica lives. The presence now lets it go.
-                try:
-                    now = self._current()
-                except StateFault:  # not joined now: a join after this drops our rows
-                    now = self._presence
-                if now is not self._presence:
-                    now.let_go_orphans(keys)
+            self._let_go(keys)
         local, self._local = self._local, None
         if local is not None:
             self._presence.forget((local,))
+
+    def _let_go(self, keys: list[int]) -> None:
+        self._presence.let_go(keys)
+        if self.lost():
+            # A hold written for the lost presence after the replica joined again (a claim
+            # committed late) names this replica as the holder: nobody else could take its
+            # session while the replica lives. The presence now lets it go.
+            try:
+                now = self._current()
+            except StateFault:  # not joined now: a join after this drops our rows
+                now = self._presence
+            if now is not self._presence:
+                now.let_go_orphans(keys)
 
 
 class Holds:
@@ -231,8 +248,16 @@ class Holds:
             got = [key for key, ok in zip(wanted, taken, strict=True) if ok]
         claimed = claim is None or taken[0]
         busy = gate_hold.refused or not taken[-1]
+        session = wanted[-1] if wanted and not gate_hold.refused else None
         hold = TurnHold(
-            gate_hold, agent, presence, got, busy=busy, claimed=claimed, current=self._presence
+            gate_hold,
+            agent,
+            presence,
+            got,
+            busy=busy,
+            claimed=claimed,
+            current=self._presence,
+            session=session,
         )
         if busy and not gate_hold.refused:
             # Another replica runs a turn of the session: answer busy, as the gate does here.
