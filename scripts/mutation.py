@@ -386,6 +386,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_output.py",
             "tests/test_logs.py",
             "tests/test_pinned_text.py",
+            "tests/test_long_values.py",
             *LOGS_PROCESSES_LEFT_OUT,
             "--hypothesis-profile=mutation",
         ],

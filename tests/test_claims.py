@@ -10,8 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trio_routines.claims import (
+    arm_from,
     claim_gate,
     claim_names,
+    claimed_through,
     is_stale,
     names_to_prune,
     newest_first,
@@ -225,3 +227,15 @@ def test_the_gate_prunes_every_claim_past_keep_when_a_directory_holds_more() -> 
     assert claim_gate(names[:3], keep=2) == (names[2], names[:2], [])
     with pytest.raises(ValueError, match=r"^keep must be at least 1$"):
         claim_gate(names, keep=0)
+
+
+def test_a_claim_accounts_through_its_stamp_or_its_slot_whichever_is_later() -> None:
+    later = datetime(2026, 7, 7, 11, tzinfo=UTC)
+    early = datetime(2026, 7, 7, 9, tzinfo=UTC)
+    assert claimed_through(Fire(slot=SLOT, fired_at=later)) == later  # fired late: its stamp
+    assert claimed_through(Fire(slot=SLOT, fired_at=SLOT)) == SLOT
+    assert claimed_through(Fire(slot=SLOT, fired_at=early)) == SLOT  # stamped by hand before
+    now = datetime(2026, 7, 7, 8, tzinfo=UTC)
+    assert arm_from(Fire(slot=SLOT, fired_at=early), now) == SLOT  # its slot lies ahead
+    assert arm_from(Fire(slot=SLOT, fired_at=SLOT), later) == later  # behind: now
+    assert arm_from(None, now) == now

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from trio_routines.converter import (
+    DuplicateKey,
     claim_text,
     dumps,
     fire_to_json,
@@ -22,6 +23,7 @@ from trio_routines.converter import (
     history_json,
     history_to_json,
     loads,
+    loads_request,
     origin_from_json,
     origin_to_json,
     wakeup_from_json,
@@ -208,3 +210,28 @@ def test_history_from_a_server_with_a_malformed_gap_is_a_one_line_error(
     assert capsys.readouterr().err == (
         f"error: {url}: the answer is not a history (a gap must be an object)\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('{"a": 1, "a": 2}', "a"),
+        ('{"o": {"b": 1, "c": 2, "b": 1}}', "b"),
+        ('[{"x": 1}, {"y": 1, "y": 2}]', "y"),
+    ],
+)
+def test_a_request_naming_a_key_twice_is_refused_naming_it(text: str, key: str) -> None:
+    with pytest.raises(DuplicateKey) as twice:
+        loads_request(text)
+    assert twice.value.key == key
+    assert str(twice.value) == key
+    assert isinstance(twice.value, ValueError)
+
+
+def test_a_request_naming_each_key_once_reads_as_json_does() -> None:
+    text = '[{"x": 1}, {"x": 2, "o": {"x": [3]}}, {}]'
+    assert loads_request(text) == [{"x": 1}, {"x": 2, "o": {"x": [3]}}, {}]
+    with pytest.raises(ValueError, match="nested too deeply"):
+        loads_request("[" * 100_000)
+    with pytest.raises(ValueError, match="Expecting property name"):
+        loads_request("{")
