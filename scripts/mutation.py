@@ -258,6 +258,9 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_gaps.py",
             "tests/test_gaps_armed.py",
             "tests/test_pinned_scheduler_boot.py",
+            # A caller's fire after a downtime, and the slots it passed over.
+            "tests/test_scheduler.py::test_a_callers_fire_after_a_downtime_records_the_slots_it_passed_over",
+            "tests/test_scheduler.py::test_a_callers_fire_counts_from_a_gap_newer_than_the_claim",
             "--hypothesis-profile=mutation",
         ],
     ),

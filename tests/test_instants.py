@@ -9,9 +9,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trio_routines.instants import (
+    FIRST_INSTANT,
+    LAST_INSTANT,
     format_iso,
     parse_instant,
     parse_iso,
+    shifted,
     slot_name,
     slot_of,
     truncate_ms,
@@ -145,3 +148,14 @@ def test_what_is_not_an_instant_is_refused(typed: str) -> None:
 @given(instants)
 def test_the_stored_form_is_read_by_the_typed_parser(instant: datetime) -> None:
     assert parse_instant(format_iso(instant)) == truncate_ms(instant)
+
+
+def test_a_shift_past_the_calendar_is_held_at_its_end() -> None:
+    at = datetime(2026, 7, 7, 10, tzinfo=UTC)
+    assert shifted(at, timedelta(hours=1)) == at + timedelta(hours=1)
+    assert shifted(at, -timedelta(hours=1)) == at - timedelta(hours=1)
+    end = datetime.max.replace(tzinfo=UTC)  # past every instant, as the sum would be
+    assert shifted(LAST_INSTANT, timedelta(milliseconds=1)) == end
+    assert shifted(LAST_INSTANT, timedelta(days=400)) == end
+    assert shifted(FIRST_INSTANT, -timedelta(milliseconds=1)) == FIRST_INSTANT
+    assert shifted(FIRST_INSTANT + timedelta(hours=1), -timedelta(days=1)) == FIRST_INSTANT

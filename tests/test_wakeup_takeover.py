@@ -75,7 +75,8 @@ async def test_another_users_read_lists_the_file_and_journal_and_takes_nothing_o
     schedule = state(tmp_path, FULL)
     owner = DirectoryStore(tmp_path)
     await owner.list_wakeups()  # taken over by its owner: now in the journal
-    (schedule / "wakeups.json").write_text(json.dumps([entry("later", at=LATER)]))
+    # An earlier version writes again: a new one, and one of those taken over (listed once).
+    (schedule / "wakeups.json").write_text(json.dumps([entry("later", at=LATER), FULL[2]]))
     before = sorted(p.name for p in schedule.iterdir())
     monkeypatch.setattr(os, "geteuid", lambda: os.stat(schedule).st_uid + 1)
     reader = DirectoryStore(tmp_path)
