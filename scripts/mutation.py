@@ -220,7 +220,16 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "routines": (
         ["trio_routines/routines.py"],
-        ["tests/test_routines.py", "tests/test_pinned_routines.py"],
+        [
+            "tests/test_routines.py",
+            "tests/test_pinned_routines.py",
+            # What the frontmatter's catchup, output and budget keys are read as.
+            "tests/test_pinned_gaps.py",
+            "tests/test_output.py",
+            "tests/test_budgets.py",
+            "tests/test_long_values.py",
+            "--hypothesis-profile=mutation",
+        ],
     ),
     "scheduler": (
         ["trio_routines/scheduler.py", "trio_routines/scheduler/*"],
