@@ -270,6 +270,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             # A caller's fire after a downtime, and the slots it passed over.
             "tests/test_scheduler.py::test_a_callers_fire_after_a_downtime_records_the_slots_it_passed_over",
             "tests/test_scheduler.py::test_a_callers_fire_counts_from_a_gap_newer_than_the_claim",
+            "tests/test_scheduler.py::test_a_callers_fire_reads_the_passed_slots_as_its_routine_does",
+            "tests/test_scheduler.py::test_a_callers_first_fire_of_a_routine_records_no_gap",
             "--hypothesis-profile=mutation",
         ],
     ),

@@ -206,6 +206,38 @@ async def test_a_callers_fire_counts_from_a_gap_newer_than_the_claim(autojump_cl
     assert len(await rig.store.gaps("hourly")) == 2
 
 
+@pytest.mark.parametrize(
+    ("cron", "tz", "first", "due", "passed"),
+    [
+        # Read in the routine's zone: 09:00 in Berlin is 07:00Z in July.
+        ("0 9 * * *", "Europe/Berlin", at(7, day=4), at(7), (at(7, day=5), at(7, day=6), 2)),
+        # An H field is the routine's own minute, its name the seed: 39 for "hourly".
+        ("H * * * *", None, at(6, 39), at(9, 39), (at(7, 39), at(8, 39), 2)),
+    ],
+)
+async def test_a_callers_fire_reads_the_passed_slots_as_its_routine_does(
+    autojump_clock: Any,
+    cron: str,
+    tz: str | None,
+    first: datetime,
+    due: datetime,
+    passed: tuple[datetime, datetime, int],
+) -> None:
+    rig = Rig(Routine(name="hourly", prompt="p", cron=cron, tz=tz))
+    await rig.store.claim("hourly", first, first)
+    await rig.store.settle("hourly", first, Outcome.COMPLETED, 5)
+    await rig.scheduler.fire("hourly", due)
+    assert [(g.first, g.last, g.count) for g in await rig.store.gaps("hourly")] == [passed]
+
+
+async def test_a_callers_first_fire_of_a_routine_records_no_gap(autojump_clock: Any) -> None:
+    # Nothing accounted for before it (no claim, no gap): nothing is said to have passed.
+    rig = Rig()
+    result = await rig.scheduler.fire("hourly", at(10))
+    assert result.claimed
+    assert await rig.store.gaps("hourly") == []
+
+
 async def test_a_claim_made_by_hand_for_a_slot_ahead_is_announced_though_stamped_before(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
