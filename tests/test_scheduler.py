@@ -14,7 +14,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_routines import Gap, GapReason, Outcome, Routine, Scheduler, StateFault
+from trio_routines import Completed, Gap, GapReason, Outcome, Routine, Scheduler, StateFault
 from trio_routines.cron import next_run
 from trio_routines.instants import format_iso, slot_name
 from trio_routines.scheduler import NotOnGrid, NotYetDue, Stopping, UnknownRoutine
@@ -228,6 +228,36 @@ async def test_a_callers_fire_reads_the_passed_slots_as_its_routine_does(
     await rig.store.settle("hourly", first, Outcome.COMPLETED, 5)
     await rig.scheduler.fire("hourly", due)
     assert [(g.first, g.last, g.count) for g in await rig.store.gaps("hourly")] == [passed]
+
+
+async def test_a_callers_fire_records_what_it_passed_before_its_turn_less_a_slot_claimed_meanwhile(
+    autojump_clock: Any,
+) -> None:
+    # Another replica claims 08:00 while this fire of 10:00 is on its way: 08:00 is a claim,
+    # not a gap, and what lies before it is that replica's to account for (its boot's). The
+    # gap is written once the slot is claimed, before the turn (a process killed during the
+    # turn would have lost it).
+    class Meanwhile(MemoryStore):
+        async def claim(self, routine: str, slot: datetime, *args: Any, **kw: Any) -> Any:
+            if slot == at(10):
+                await super().claim(routine, at(8), at(8), replica="other")
+            return await super().claim(routine, slot, *args, **kw)
+
+    store = Meanwhile()
+    seen: list[list[Gap]] = []
+
+    class Looks:
+        async def invoke(self, session: str, text: str) -> AsyncIterator[Any]:
+            seen.append(await store.gaps("hourly"))
+            yield Completed()
+
+    await store.claim("hourly", at(6), at(6))
+    await store.settle("hourly", at(6), Outcome.COMPLETED, 5)
+    scheduler = Scheduler(agent=Looks(), store=store, routines=[HOURLY], now=WallClock(T0))
+    await scheduler.fire("hourly", at(10))
+    passed = Gap(at(9), at(9), 1, GapReason.DOWN)
+    assert await store.gaps("hourly") == [passed]
+    assert seen == [[passed]]
 
 
 async def test_a_callers_first_fire_of_a_routine_records_no_gap(autojump_clock: Any) -> None:

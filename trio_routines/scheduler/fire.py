@@ -120,12 +120,10 @@ class FirePath:
             # What the claims and gaps account for before this slot: a caller's slot after a
             # downtime passes over those since, which no boot would see behind its claim.
             accounted = await self._gaps.accounted_for(name)
-            result = await self._membership.guarded(  # outside a run: our presence watched
-                functools.partial(self.fire_slot, routine, slot, task_status, external=True)
-            )  # shielded
-            if result.claimed:
-                with trio.CancelScope(shield=True):
-                    await self._gaps.passed_before(routine, accounted, slot)
+            fire = functools.partial(
+                self.fire_slot, routine, slot, task_status, external=True, passed_from=accounted
+            )
+            result = await self._membership.guarded(fire)  # our presence watched; shielded
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller hears of it now
         return result
 
@@ -147,6 +145,7 @@ class FirePath:
         external: bool = False,
         read: PausedRead | None = None,
         now: datetime | None = None,
+        passed_from: datetime | None = None,
     ) -> FireResult:
         """Read the paused routines, claim ``slot`` unless paused, run the turn, settle it:
         shielded, so a stop never cuts a claim or a settle short (the turn has its own grace).
@@ -161,7 +160,9 @@ class FirePath:
         slots (:meth:`StoreCalls.prefetch_paused`), used when it began at ``slot`` or later;
         ``now``: the wall clock, read by the caller since ``read`` came, with nothing awaited
         in between (one read fewer per fire); used only with that ``read``, never after a
-        read of the fire's own.
+        read of the fire's own. ``passed_from``: for a caller's fire, the last slot the claims
+        and gaps accounted for before it: once the slot is claimed, and before its turn, the
+        slots since are recorded as passed over (:meth:`GapRecording.passed_before`).
         """
         name = routine.name
         spans = fire_spans(name, slot, self._runtime.replica, external=external)  # None: off
@@ -203,6 +204,8 @@ class FirePath:
                     task_status.started(claim)
                     if claim.status is not ClaimStatus.TAKEN:
                         return done(spans, self._refused(name, slot, claim))
+                    if passed_from is not None:  # a caller's slot, perhaps after a downtime
+                        await self._gaps.passed_before(routine, passed_from, slot)
                     if scope.cancel_called:
                         # The store answered after the claim's deadline (a stalled disk, a
                         # stop's bound): a claim confirmed after its caller gave up must not

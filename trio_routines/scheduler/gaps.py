@@ -125,31 +125,44 @@ class GapRecording:
             return after
         return newest.slot if newest is not None and newest.slot > after else after
 
-    async def accounted_for(self, name: str) -> datetime | None:
+    async def accounted_for(self, name: str, before: datetime | None = None) -> datetime | None:
         """The last slot of ``name`` that a claim or a gap accounts for (its newest claim's
-        slot or its newest gap's end, the later); None when neither is known, or the store
-        does not answer (then nothing is recorded from it: see :meth:`passed_before`)."""
+        slot or its newest gap's end, the later; with ``before``, of those before it, which
+        reads the whole history); None when neither is known, or the store does not answer
+        (logged: nothing is recorded from it, see :meth:`passed_before`). A routine that
+        never fired and has no gap has nothing accounted for: the slots before its first
+        claim are a boot's to count, from when it was first armed."""
         try:
-            newest = await self._calls.latest_fire(name)
+            if before is None:
+                newest = await self._calls.latest_fire(name)
+                slots = [] if newest is None else [newest.slot]
+            else:
+                slots = [f.slot for f in await self._calls.history(name) if f.slot < before]
             gap_end = await self.newest_gap_end(name)
-        except StateFault:
+        except StateFault as exc:
+            log.warning("%s: the slots a caller's fire passed over are not recorded: %s", name, exc)
             return None
-        marks = [gap_end] if gap_end is not None else []
-        if newest is not None:
-            marks.append(newest.slot)
-        return max(marks) if marks else None
+        if gap_end is not None and (before is None or gap_end < before):
+            slots.append(gap_end)
+        return max(slots) if slots else None
 
-    async def passed_before(
-        self, routine: Routine, accounted: datetime | None, slot: datetime
-    ) -> None:
+    async def passed_before(self, routine: Routine, accounted: datetime, slot: datetime) -> None:
         """A caller's fire of ``slot`` was claimed: record the slots after ``accounted`` (as
         :meth:`accounted_for` read it before the claim) and before ``slot`` as passed over
-        while no scheduler fired them (``down``), as a boot would have, had it run first."""
-        if accounted is None or routine.cron is None:
-            return
+        while no scheduler fired them (``down``), as a boot would have, had it run first --
+        less any claimed or recorded meanwhile (a loop, a replica, a caller's earlier slot),
+        read again once something looks passed."""
         cron, tz, name = routine.cron, routine.tz, routine.name
+        if (
+            cron is None
+            or passed_over(cron, tz, name, accounted, slot - _MS, GapReason.DOWN) is None
+        ):
+            return  # nothing passed: the common case, one cron step
+        since = await self.accounted_for(name, before=slot)
+        if since is None:
+            return
         await self.record_gap(
-            name, passed_over(cron, tz, name, accounted, slot - _MS, GapReason.DOWN)
+            name, passed_over(cron, tz, name, max(accounted, since), slot - _MS, GapReason.DOWN)
         )
 
     def passed_since(self, routine: Routine, armed: datetime) -> bool:
