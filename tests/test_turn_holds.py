@@ -429,3 +429,35 @@ async def test_a_busy_turn_that_ended_lets_go_of_nothing_it_did_not_take() -> No
     busy.release()
     first.release()
     untouched(presence, gate)
+
+
+async def test_a_wake_up_turn_records_what_it_spent_before_its_session_goes(
+    autojump_clock: Any,
+) -> None:
+    # The session's next turn, on any replica, checks its budget against the ledger: a turn
+    # that let go first could be followed by one that does not yet see what it spent.
+    import trio
+
+    from trio_routines import Scheduler
+    from trio_routines.agent import Usage
+    from trio_routines.testing import MemoryStore, WallClock
+
+    held_then: list[bool] = []
+
+    class Ledger(MemoryStore):
+        async def record_usage(self, kind: str, name: str, at: Any, usage: Any) -> None:
+            held_then.append(S in self.holds)
+            await super().record_usage(kind, name, at, usage)
+
+    class Spends:
+        async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+            yield Usage(input_tokens=5, output_tokens=1)
+            yield Completed()
+
+    scheduler = Scheduler(agent=Spends(), store=Ledger(), now=WallClock(T0), poll_interval=5)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await scheduler.add_wakeup("s", "p", delay="1m")
+        await trio.sleep(120)
+        scheduler.stop()
+    assert held_then == [True]  # the session's ledger, written while the session is held

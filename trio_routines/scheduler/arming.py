@@ -28,6 +28,8 @@ class Arming:
         # The newest claim of each routine as the boot or its last re-arm read it; those
         # stamped ahead of the wall clock are the future claims (see future_claims).
         self._newest: dict[str, Fire] = {}
+        # The slot shown after a slot whose turn runs: (that slot, the one after now then).
+        self._after: dict[str, tuple[datetime, datetime | None]] = {}
 
     def arm(self, name: str, due: datetime) -> None:
         """``name`` is armed for ``due`` (the boot's first slot)."""
@@ -56,7 +58,11 @@ class Arming:
         for name in firing:
             due, routine = shown.get(name), routines.get(name)
             if due is not None and due <= now and routine is not None and routine.cron:
-                shown[name] = next_run(routine.cron, routine.tz, now, name)
+                # Once per slot passed, not per snapshot: a scrape during a herd of 10,000.
+                known = self._after.get(name)
+                if known is None or known[0] != due or (known[1] is not None and known[1] <= now):
+                    known = self._after[name] = (due, next_run(routine.cron, routine.tz, now, name))
+                shown[name] = known[1]
         return shown
 
     def forget(self, name: str) -> None:
@@ -64,6 +70,7 @@ class Arming:
         self.next_due.pop(name, None)
         self.armed.pop(name, None)
         self._newest.pop(name, None)
+        self._after.pop(name, None)
 
     def note_future_claim(self, name: str, newest: Fire | None, now: datetime) -> None:
         """Remember the newest claim just read, and warn if it is stamped after ``now``.

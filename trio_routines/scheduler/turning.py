@@ -81,15 +81,16 @@ class SessionTurns:
                         on_text=on_text,
                         ended_by=lambda: LOST_ENDED if self._grace.lost(grace) else None,
                     )
+            if hold.busy:  # a turn of ours (any replica's) is in flight: no agent's words
+                turn = attrs.evolve(turn, failed=None)
+            # Ended because our holds were lost, not by a stop (asked of every turn: it forgets).
+            elif self._grace.was_lost(grace) and turn.outcome is Outcome.INTERRUPTED:
+                turn = attrs.evolve(turn, failed=LOST_HOLD)
+            traced.ended(turn)
+            if turn.usage is not None:  # shielded and bounded: never raises
+                # Before the session goes: its next turn's budget sees what this one spent.
+                await self.spending.record(why, turn.usage)
         finally:
             if own:
                 hold.release()
-        if hold.busy:  # a turn of ours (any replica's) is in flight: no agent's words to keep
-            turn = attrs.evolve(turn, failed=None)
-        # Ended because our holds were lost, not by a stop (asked of every turn: it forgets).
-        elif self._grace.was_lost(grace) and turn.outcome is Outcome.INTERRUPTED:
-            turn = attrs.evolve(turn, failed=LOST_HOLD)
-        traced.ended(turn)
-        if turn.usage is not None:  # shielded and bounded: never raises
-            await self.spending.record(why, turn.usage)
         return turn
