@@ -325,11 +325,10 @@ class Connections:
             pool.close(timeout=CLOSE_BOUND)
 
 
-# What a ``timestamptz`` past what a datetime holds reads as (see :func:`bounded_instants`):
-# the calendar's first or last instant (instants.py).
-
-
 class _BoundedLoader(TimestamptzLoader):
+    """A ``timestamptz`` past what a datetime holds reads as the calendar's first or last
+    instant (instants.py; see :func:`bounded_instants`)."""
+
     def load(self, data: Any) -> datetime:
         try:
             return super().load(data)
