@@ -296,3 +296,26 @@ def test_a_command_that_acts_with_its_streams_closed_does_it(env: Env) -> None:
     assert ran.returncode == 0
     history = env.cli("history", "minutely", "--json")
     assert [fire["outcome"] for fire in json.loads(history.stdout)] == ["completed"]
+
+
+def test_a_closed_stream_that_cannot_be_filled_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trio_routines import cli
+
+    fstat = os.fstat
+
+    def closed_stdin(fd: int) -> os.stat_result:
+        if fd == 0:
+            raise OSError(9, "Bad file descriptor")
+        return fstat(fd)
+
+    def no_descriptor_left(*args: object, **kwargs: object) -> int:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(os, "fstat", closed_stdin)
+    monkeypatch.setattr(os, "open", no_descriptor_left)
+    assert cli.main(["list"]) == 1
+    assert capsys.readouterr().err == (
+        "error: a standard stream is closed and cannot be filled: [Errno 24] Too many open files\n"
+    )

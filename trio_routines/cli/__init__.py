@@ -102,7 +102,12 @@ def _fill_closed() -> set[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    closed = _fill_closed()
+    try:
+        closed = _fill_closed()
+    except OSError as exc:  # no /dev/null to put there, or no descriptor left
+        if sys.stderr is not None:
+            sys.stderr.write(f"error: a standard stream is closed and cannot be filled: {exc}\n")
+        return 1
     _tolerant_streams()
     parser = build_parser()
     args = parser.parse_args(argv)
