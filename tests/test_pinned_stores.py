@@ -84,9 +84,19 @@ async def test_a_legacy_fires_json_does_not_make_a_slot_a_duplicate(tmp_path: Pa
     assert (result.claimed, result.outcome) == (True, Outcome.COMPLETED)
     assert path.read_bytes() == text
     assert path.stat().st_mtime_ns == mtime
-    # Beside it, only what a fire writes: its claim, and the replica's holds and record.
+    # Beside it, only what a fire writes: its claim, the replica's holds and record, and when
+    # the routine was first armed (its first fire: its missed slots count from then; written
+    # under the gaps' lock).
     names = sorted(p.name for p in path.parent.iterdir())
-    assert names == ["claims", "fires.json", "holds", "holds2", "replicas"]
+    assert names == [
+        "armed.json",
+        "claims",
+        "fires.json",
+        "gaps.lock",
+        "holds",
+        "holds2",
+        "replicas",
+    ]
 
 
 async def test_a_legacy_fires_json_does_not_plan_a_catch_up(tmp_path: Path) -> None:

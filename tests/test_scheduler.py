@@ -260,12 +260,18 @@ async def test_a_callers_fire_records_what_it_passed_before_its_turn_less_a_slot
     assert seen == [[passed]]
 
 
-async def test_a_callers_first_fire_of_a_routine_records_no_gap(autojump_clock: Any) -> None:
-    # Nothing accounted for before it (no claim, no gap): nothing is said to have passed.
+async def test_a_callers_first_fire_of_a_routine_counts_from_when_it_was_first_armed(
+    autojump_clock: Any,
+) -> None:
+    # Never fired, no gap: as a boot does, from its first arming (none kept: from now).
     rig = Rig()
     result = await rig.scheduler.fire("hourly", at(10))
     assert result.claimed
-    assert await rig.store.gaps("hourly") == []
+    assert await rig.store.gaps("hourly") == []  # first armed now: nothing passed before
+    armed = Rig(Routine(name="daily", prompt="p", cron="0 * * * *"), store=rig.store)
+    await rig.store.first_armed(["daily"], at(7, 30))
+    await armed.scheduler.fire("daily", at(10))
+    assert await rig.store.gaps("daily") == [Gap(at(8), at(9), 2, GapReason.DOWN)]
 
 
 async def test_a_claim_made_by_hand_for_a_slot_ahead_is_announced_though_stamped_before(

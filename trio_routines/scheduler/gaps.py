@@ -129,9 +129,9 @@ class GapRecording:
         """The last slot of ``name`` that a claim or a gap accounts for (its newest claim's
         slot or its newest gap's end, the later; with ``before``, of those before it, which
         reads the whole history); None when neither is known, or the store does not answer
-        (logged: nothing is recorded from it, see :meth:`passed_before`). A routine that
-        never fired and has no gap has nothing accounted for: the slots before its first
-        claim are a boot's to count, from when it was first armed."""
+        (logged: see :meth:`passed_before`). A routine that
+        never fired and has no gap counts from when it was first armed, as a boot does (a
+        store that does not keep it: nothing accounted for)."""
         try:
             if before is None:
                 newest = await self._calls.latest_fire(name)
@@ -140,10 +140,12 @@ class GapRecording:
                 slots = [f.slot for f in await self._calls.history(name) if f.slot < before]
             gap_end = await self.newest_gap_end(name)
         except StateFault as exc:
-            log.warning("%s: the slots a caller's fire passed over are not recorded: %s", name, exc)
+            log.warning("%s: what a caller's fire passed over is unread: %s", name, exc)
             return None
         if gap_end is not None and (before is None or gap_end < before):
             slots.append(gap_end)
+        if not slots and before is None:  # never fired: from when it was first armed, if kept
+            return (await self.first_armed([name])).get(name)  # as a boot counts (gaps.py)
         return max(slots) if slots else None
 
     async def passed_before(self, routine: Routine, accounted: datetime, slot: datetime) -> None:
@@ -159,11 +161,10 @@ class GapRecording:
         ):
             return  # nothing passed: the common case, one cron step
         since = await self.accounted_for(name, before=slot)
-        if since is None:
-            return
-        await self.record_gap(
-            name, passed_over(cron, tz, name, max(accounted, since), slot - _MS, GapReason.DOWN)
-        )
+        if since is not None:  # else nothing newer was found (or the store did not say: logged)
+            accounted = max(accounted, since)
+        passed = passed_over(cron, tz, name, accounted, slot - _MS, GapReason.DOWN)
+        await self.record_gap(name, passed)
 
     def passed_since(self, routine: Routine, armed: datetime) -> bool:
         """Whether a slot of ``routine`` passed since ``armed`` (cheap: one cron step)."""
