@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import errno
+import math
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -12,7 +14,7 @@ import trio
 from trio_routines import routinedir
 from trio_routines.errors import InvalidRoutine
 from trio_routines.routinedir import MAX_ROUTINE_FILE_BYTES, RoutineFailure, load_routines
-from trio_routines.routines import Routine, parse_routine_text
+from trio_routines.routines import Routine, catchup_text, parse_catchup, parse_routine_text
 
 
 @pytest.mark.parametrize(
@@ -126,3 +128,52 @@ def test_loading_leaves_no_descriptor_open(tmp_path: Path) -> None:
     before = len(os.listdir("/proc/self/fd"))
     assert len(load_routines(tmp_path).routines) == 5
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("none", 0.0), (" NONE ", 0.0), ("None", 0.0), ("90s", 90.0), ("30m", 1800.0), ("2h", 7200.0),
+     ("1d", 86400.0), ("1.5h", 5400.0)],
+)  # fmt: skip
+def test_a_catchup_reads_as_seconds(text: str, seconds: float) -> None:
+    assert parse_catchup(text) == seconds
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("soon", '"catchup" must be "none" or a duration like 30m, 2h or 1d, not \'soon\''),
+        ("", '"catchup" must be "none" or a duration like 30m, 2h or 1d, not \'\''),
+        ("1" * 400 + "d", '"catchup" must be finite, not \'' + "1" * 40 + "'… (401 characters)"),
+    ],
+)
+def test_a_catchup_that_is_no_window_is_refused_saying_why(text: str, said: str) -> None:
+    with pytest.raises(InvalidRoutine) as refused:
+        parse_catchup(text)
+    assert str(refused.value) == said
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("2h", '"catchup" must be a number of seconds, not str'),
+        (True, '"catchup" must be a number of seconds, not bool'),
+        (-1, '"catchup" must be a finite number of seconds, 0 or more, not -1'),
+        (math.inf, '"catchup" must be a finite number of seconds, 0 or more, not inf'),
+        (math.nan, '"catchup" must be a finite number of seconds, 0 or more, not nan'),
+    ],
+)
+def test_a_routine_made_in_code_refuses_a_catchup_that_is_no_window(value: Any, said: str) -> None:
+    with pytest.raises(InvalidRoutine) as refused:
+        Routine(name="r", prompt="p", cron="0 * * * *", catchup=value)
+    assert str(refused.value) == said
+    assert Routine(name="r", prompt="p", cron="0 * * * *", catchup=0).catchup == 0
+
+
+@pytest.mark.parametrize(
+    ("catchup", "text"),
+    [(None, "once, any age"), (0, "none"), (90, "90s"), (60, "1m"), (5400, "90m"),
+     (7200, "2h"), (86400, "1d"), (172800, "2d"), (90000, "25h"), (1.5, "1.5s")],
+)  # fmt: skip
+def test_a_catchup_window_reads_in_its_largest_whole_unit(catchup: float | None, text: str) -> None:
+    assert catchup_text(catchup) == text
