@@ -162,11 +162,9 @@ async def test_a_stop_bounds_the_settles_retries_by_its_grace_and_margin(
     assert "is lost after 4 attempts" in error
 
 
-async def test_a_settle_a_stop_ended_says_so_rather_than_blame_the_store(
-    autojump_clock: Any, caplog: pytest.LogCaptureFixture
-) -> None:
-    # A second Ctrl-C (a stop of no grace) ends the turn and then its settle: the store was
-    # not the one that failed to answer.
+async def settle_hung_then_stopped(grace: float) -> None:
+    """A fire of 10:00 whose one-second turn ended and whose settle the store never answers,
+    stopped with ``grace`` half a second later."""
     scheduler, agent, store, _ = rig(external_clock=True)
     agent.default = Complete(duration=1)
     store.hang("settle")
@@ -174,7 +172,15 @@ async def test_a_settle_a_stop_ended_says_so_rather_than_blame_the_store(
         await nursery.start(scheduler.run)
         await scheduler.start_fire("hourly", at(10))
         await trio.sleep(1.5)  # the turn ended; its settle waits for the store
-        scheduler.stop(0)
+        scheduler.stop(grace)
+
+
+async def test_a_settle_a_stop_ended_says_so_rather_than_blame_the_store(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A second Ctrl-C (a stop of no grace) ends the turn and then its settle: the store was
+    # not the one that failed to answer.
+    await settle_hung_then_stopped(grace=0)
     assert [m for level, m in lines(caplog) if level >= logging.WARNING] == [
         "hourly: could not record the completed outcome of slot 2026-07-07T10:00:00.000Z: "
         "the stop ended it before the store answered",
@@ -189,14 +195,7 @@ async def test_a_settle_its_store_timeout_cut_before_the_stops_bound_blames_the_
 ) -> None:
     # Store calls are bounded at 5 s: the settle begun at 1 s is cut at 6 s, within the stop's
     # grace (1.5 s + 4 s) and its margin (2 s more): the store did not answer, not the stop.
-    scheduler, agent, store, _ = rig(external_clock=True)
-    agent.default = Complete(duration=1)
-    store.hang("settle")
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        await scheduler.start_fire("hourly", at(10))
-        await trio.sleep(1.5)  # the turn ended; its settle waits for the store
-        scheduler.stop(4)
+    await settle_hung_then_stopped(grace=4)
     assert next(m for level, m in lines(caplog) if level == logging.WARNING) == (
         "hourly: could not record the completed outcome of slot 2026-07-07T10:00:00.000Z: "
         "the store did not answer in time"
