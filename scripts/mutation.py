@@ -43,6 +43,7 @@ WAKEUP_JOURNAL_TESTS = [
     "tests/test_directory_store.py",
     "tests/test_store_contract.py",
     "tests/test_pinned_dirwakeups.py",
+    "tests/test_hostile_state.py",  # a journal hard linked elsewhere, a line too long
 ]
 
 # The log tests that run the command as a process of their own, which the copy cannot run.

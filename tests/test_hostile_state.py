@@ -484,6 +484,29 @@ async def test_a_journal_hard_linked_to_a_file_elsewhere_is_not_appended_to(
     await fresh.aclose()
 
 
+async def test_a_journal_line_too_long_is_skipped_with_one_warning_and_nothing_lost(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from trio_routines.stores.directory.wakeupjournal import MAX_LINE
+
+    state = tmp_path / "state"
+    store = DirectoryStore(state, writer_process=False)
+    hour = T0 + timedelta(hours=1)
+    first = await store.add_wakeup(WakeupRequest(session="s", prompt="one", fire_at=hour), T0)
+    journal = state / "schedule" / "wakeups.journal"
+    with journal.open("ab") as planted:
+        planted.write(b"{" + b"x" * (MAX_LINE + 10) + b"}\n")
+    fresh = DirectoryStore(state, writer_process=False)
+    second = await fresh.add_wakeup(WakeupRequest(session="t", prompt="two", fire_at=hour), T0)
+    assert {w.id for w in await fresh.list_wakeups()} == {first.id, second.id}
+    warned = [r.getMessage() for r in caplog.records if "longer than" in r.getMessage()]
+    assert len(warned) == 1
+    assert warned[0].startswith("damaged wake-up journal line at byte ")
+    assert f"longer than {MAX_LINE} bytes: skipped (kept aside at the next compaction)" in warned[0]
+    await store.aclose()
+    await fresh.aclose()
+
+
 async def test_a_claim_s_leftover_temp_name_does_not_keep_it_from_its_settle(
     tmp_path: Path,
 ) -> None:
