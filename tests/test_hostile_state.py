@@ -459,7 +459,7 @@ async def test_a_claim_hard_linked_to_a_file_elsewhere_is_not_written_through(
 
 
 async def test_a_journal_hard_linked_to_a_file_elsewhere_is_not_appended_to(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     state, outside = tmp_path / "state", tmp_path / "victim"
     store = DirectoryStore(state, writer_process=False)
@@ -476,6 +476,10 @@ async def test_a_journal_hard_linked_to_a_file_elsewhere_is_not_appended_to(
         WakeupRequest(session="s", prompt="two", fire_at=T0 + timedelta(hours=1)), T0
     )
     assert outside.read_bytes() == before
+    assert (
+        f"the wake-up journal {journal} has other names (a hard link to a file elsewhere): "
+        "its wake-ups are written anew to a file of its own"
+    ) in [r.getMessage() for r in caplog.records]
     # Read, and written anew to a file of the store's own: nothing lost, nothing written out.
     assert {w.id for w in await fresh.list_wakeups()} == {first.id, second.id}
     assert os.stat(journal).st_nlink == 1
@@ -502,7 +506,11 @@ async def test_a_journal_line_too_long_is_skipped_with_one_warning_and_nothing_l
     warned = [r.getMessage() for r in caplog.records if "longer than" in r.getMessage()]
     assert len(warned) == 1
     assert warned[0].startswith("damaged wake-up journal line at byte ")
-    assert f"longer than {MAX_LINE} bytes: skipped (kept aside at the next compaction)" in warned[0]
+    assert f" of {journal} — longer than {MAX_LINE} bytes: skipped (kept aside" in warned[0]
+    # The change after it wrote a new generation: the damaged journal is kept aside whole.
+    (aside,) = journal.parent.glob("wakeups.journal.corrupt-*")
+    assert b"x" * MAX_LINE in aside.read_bytes()
+    assert b"x" * 100 not in journal.read_bytes()
     await store.aclose()
     await fresh.aclose()
 
