@@ -273,6 +273,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_scheduler.py::test_a_callers_fire_counts_from_a_gap_newer_than_the_claim",
             "tests/test_scheduler.py::test_a_callers_fire_reads_the_passed_slots_as_its_routine_does",
             "tests/test_scheduler.py::test_a_callers_first_fire_of_a_routine_counts_from_when_it_was_first_armed",
+            "tests/test_scheduler.py::test_a_callers_fire_whose_gaps_are_unreadable_fires_and_says_so",
             "tests/test_scheduler.py::test_a_callers_fire_records_what_it_passed_before_its_turn_less_a_slot_claimed_meanwhile",
             "--hypothesis-profile=mutation",
         ],

@@ -260,6 +260,18 @@ async def test_a_callers_fire_records_what_it_passed_before_its_turn_less_a_slot
     assert seen == [[passed]]
 
 
+async def test_a_callers_fire_whose_gaps_are_unreadable_fires_and_says_so(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = Rig()
+    rig.store.fail("gaps", StateFault("gaps unreadable"))
+    result = await rig.scheduler.fire("hourly", at(10))
+    assert result.claimed  # the slot fires; only what it passed over goes unrecorded
+    assert "hourly: what a caller's fire passed over is unread: gaps unreadable" in [
+        r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
+    ]
+
+
 async def test_a_callers_first_fire_of_a_routine_counts_from_when_it_was_first_armed(
     autojump_clock: Any,
 ) -> None:
