@@ -153,24 +153,42 @@ async def test_a_session_is_free_for_its_next_turn_while_a_settle_is_under_way(
     assert len(rig.agent.turns) == 2
 
 
+@pytest.mark.parametrize(
+    ("cron", "tz", "due", "looks"),
+    [
+        # A turn of 90 minutes from its slot, looked at 15 and 70 minutes in (the slot after
+        # the first look passes while it runs: the next is read again).
+        ("0 * * * *", None, at(11), [(at(11, 15), at(12)), (at(12, 10), at(13))]),
+        (
+            "0 * * * *",
+            "Asia/Kolkata",
+            at(11, 30),
+            [(at(11, 45), at(12, 30)), (at(12, 40), at(13, 30))],
+        ),
+        ("H * * * *", None, at(10, 39), [(at(10, 54), at(11, 39)), (at(11, 49), at(12, 39))]),
+    ],
+)
 async def test_a_routine_whose_turn_runs_shows_the_slot_after_now_as_next(
     autojump_clock: Any,
+    cron: str,
+    tz: str | None,
+    due: datetime,
+    looks: list[tuple[datetime, datetime]],
 ) -> None:
-    # A turn of 20 minutes from 11:00: at 11:15 the next slot is 12:00, not the 11:00 the
-    # loop is at (an alert on a next slot long past would take a long turn for a stuck one).
-    rig = Rig()
-    rig.agent.default = Complete(duration=20 * 60)
+    # Not the slot the loop is at: an alert on a next slot long past would take a long turn
+    # for a stuck one.
+    rig = Rig(Routine(name="hourly", prompt="p", cron=cron, tz=tz))
+    rig.agent.default = Complete(duration=90 * 60)
     async with rig.running() as scheduler:
-        assert scheduler.statistics().next_due == {"hourly": at(11)}
-        await sleep_until_wall(rig.wall, at(11, 15))
-        assert scheduler.statistics().in_flight == 1
-        assert scheduler.statistics().next_due == {"hourly": at(12)}
-        assert (
-            'trio_routines_next_fire_timestamp_seconds{routine="hourly"} '
-            f"{int(at(12).timestamp())}" in scheduler.render_metrics()
-        )
-        await sleep_until_wall(rig.wall, at(11, 30))  # the turn ended: the loop is at 12:00
-        assert scheduler.statistics().next_due == {"hourly": at(12)}
+        assert scheduler.statistics().next_due == {"hourly": due}
+        for when, shown in looks:
+            await sleep_until_wall(rig.wall, when)
+            assert scheduler.statistics().in_flight == 1
+            assert scheduler.statistics().next_due == {"hourly": shown}
+            assert (
+                'trio_routines_next_fire_timestamp_seconds{routine="hourly"} '
+                f"{int(shown.timestamp())}" in scheduler.render_metrics()
+            )
 
 
 async def test_a_callers_fire_after_a_downtime_records_the_slots_it_passed_over(
