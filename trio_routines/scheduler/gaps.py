@@ -129,9 +129,9 @@ class GapRecording:
         """The last slot of ``name`` that a claim or a gap accounts for (its newest claim's
         slot or its newest gap's end, the later; with ``before``, of those before it, which
         reads the whole history); None when neither is known, or the store does not answer
-        (logged: see :meth:`passed_before`). A routine that
-        never fired and has no gap counts from when it was first armed, as a boot does (a
-        store that does not keep it: nothing accounted for)."""
+        (logged: see :meth:`passed_before`). A routine that never fired and has no gap counts
+        from when it was first armed, as a boot does (a store that does not keep it: nothing
+        accounted for)."""
         try:
             if before is None:
                 newest = await self._calls.latest_fire(name)
