@@ -1176,6 +1176,22 @@ async def test_cancelling_the_host_scope_is_bounded_too(autojump_clock: Any) -> 
     assert (fire.outcome, fire.ms) == (Outcome.INTERRUPTED, 33000)
 
 
+async def test_a_host_cancel_right_after_the_start_is_a_stop(autojump_clock: Any) -> None:
+    # Cancelled before the loops took their first step: the run still ends as a stop does.
+    rig = Rig(HOURLY, Routine(name="od", prompt="p"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(rig.scheduler.run)
+        nursery.cancel_scope.cancel()
+    assert rig.scheduler.statistics().stopping
+    with trio.fail_after(1):
+        await rig.scheduler.wait_drained()
+    with pytest.raises(Stopping):
+        await rig.scheduler.start_run("od")
+    with pytest.raises(Stopping):
+        await rig.scheduler.fire("hourly", at(9))
+    assert await rig.store.history("hourly") == []
+
+
 async def test_routine_timeout_fails_the_turn(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -66,53 +66,69 @@ class Run:
                 task_status.started(handle)
                 return
             booted = self._parts.boot.booted  # the very routines the boot planned
-            async with trio.open_nursery() as nursery:
-                runtime.nursery = nursery
-                nursery.start_soon(self._run_loops, booted, first_due)
-                del booted, first_due  # the boot's maps, not kept for the run (see _run_loops)
-                task_status.started(handle)
-            runtime.nursery = None
+            try:
+                async with trio.open_nursery() as nursery:
+                    runtime.nursery = nursery
+                    nursery.start_soon(self._run_loops, booted, first_due)
+                    del booted, first_due  # the boot's maps, not kept for the run (see _run_loops)
+                    task_status.started(handle)
+            finally:
+                # However the run ended (a host's cancel may come before the loops' first
+                # step): nothing starts in its nursery any more, and it counts as stopped.
+                runtime.nursery = None
+                self._host_stop()
 
     async def _run_loops(self, booted: dict[str, Routine], first_due: dict[str, datetime]) -> None:
-        runtime, parts = self._runtime, self._parts
+        runtime = self._runtime
         with self._loops:
             async with trio.open_nursery() as loops:
-                await loops.start(parts.sleepers.run)  # before any loop sleeps
-                await loops.start(parts.calls.deadlines.watch)  # before any fire's claim
-                loops.start_soon(parts.members.watch)
-                # The older claims left open are housekeeping, not a part of the boot: the
-                # scheduler is ready, and its first slots fire, while they are looked for.
-                loops.start_soon(parts.open_claims.reconcile, BOOT_BUDGET)
-                # So is the failure streaks' history, read after the boot seeded them.
-                loops.start_soon(parts.streaks.run)
-                # Published only now: an update_routines() during the await above must not
-                # start a loop that the arming below would start a second time.
-                runtime.loop_nursery = loops
-                for name, routine in runtime.routines.items():
-                    if self._external_clock or routine.cron is None:
-                        continue
-                    if booted.get(name) is not routine:  # updated during the boot: arm anew
-                        # A replaced one's plan is not taken: what passed since its newest
-                        # claim (a catch-up it would have fired, too) is recorded instead.
-                        passed = GapReason.DOWN if name in booted else None
-                        parts.cron.start(loops, routine, None, rearm=True, passed=passed)
-                    elif name in first_due:
-                        parts.cron.start(loops, routine, first_due[name], rearm=False)
-                if self._wakeups:
-                    loops.start_soon(parts.wake.run)
-                elif first_due or booted != runtime.routines:
-                    # A cron loop sleeps (one updated during the boot, too): watch the clocks.
-                    parts.clock.start(loops)
-                # Not kept while the loops run: an entry per routine in each.
-                del booted, first_due
                 try:
+                    await self._arm(loops, booted, first_due)
+                    del booted, first_due  # not kept while the loops run: an entry per routine
                     await trio.sleep_forever()
                 finally:
                     runtime.loop_nursery = None
-                    if not runtime.stopping.value:
-                        # Cancelled by the host's scope rather than by stop(): bound the
-                        # shielded fires all the same, before waiting for them.
-                        self._begin_stop(runtime.default_grace)
+                    # Cancelled by the host's scope rather than by stop() (at any step of the
+                    # arming, too): bound the shielded fires all the same, before waiting for
+                    # them.
+                    self._host_stop()
+
+    async def _arm(
+        self, loops: trio.Nursery, booted: dict[str, Routine], first_due: dict[str, datetime]
+    ) -> None:
+        runtime, parts = self._runtime, self._parts
+        await loops.start(parts.sleepers.run)  # before any loop sleeps
+        await loops.start(parts.calls.deadlines.watch)  # before any fire's claim
+        loops.start_soon(parts.members.watch)
+        # The older claims left open are housekeeping, not a part of the boot: the
+        # scheduler is ready, and its first slots fire, while they are looked for.
+        loops.start_soon(parts.open_claims.reconcile, BOOT_BUDGET)
+        # So is the failure streaks' history, read after the boot seeded them.
+        loops.start_soon(parts.streaks.run)
+        # Published only now: an update_routines() during the await above must not
+        # start a loop that the arming below would start a second time.
+        runtime.loop_nursery = loops
+        for name, routine in runtime.routines.items():
+            if self._external_clock or routine.cron is None:
+                continue
+            if booted.get(name) is not routine:  # updated during the boot: arm anew
+                # A replaced one's plan is not taken: what passed since its newest
+                # claim (a catch-up it would have fired, too) is recorded instead.
+                passed = GapReason.DOWN if name in booted else None
+                parts.cron.start(loops, routine, None, rearm=True, passed=passed)
+            elif name in first_due:
+                parts.cron.start(loops, routine, first_due[name], rearm=False)
+        if self._wakeups:
+            loops.start_soon(parts.wake.run)
+        elif first_due or booted != runtime.routines:
+            # A cron loop sleeps (one updated during the boot, too): watch the clocks.
+            parts.clock.start(loops)
+
+    def _host_stop(self) -> None:
+        """The run ends without a stop (its host's scope was cancelled): begin one, with the
+        default grace, as a stop would."""
+        if not self._runtime.stopping.value:
+            self._begin_stop(self._runtime.default_grace)
 
     def stop(self, grace: float) -> None:
         """Stop arming; give the turns ``grace`` seconds (see ``Scheduler.stop``). Called in
