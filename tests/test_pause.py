@@ -133,6 +133,30 @@ async def test_the_state_directory_counts_only_regular_pause_files(tmp_path: Pat
     assert await store.paused() == frozenset()
 
 
+async def test_a_state_directory_that_cannot_be_made_pauses_nothing_and_joins_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The root cannot be made (its parent, the working directory, was removed): that is no
+    # state "with nothing in it", for a pause or for a replica's holds.
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    store = DirectoryStore(".state")
+    with pytest.raises(StateFault, match=r"^could not pause 'a' in .*ENOENT"):
+        await store.set_paused("a", True)
+    await store.set_paused("a", False)  # resuming where nothing was paused: nothing to do
+    scheduler = Scheduler(
+        agent=ScriptedAgent(),
+        store=store,
+        routines=[Routine(name="a", prompt="p", cron="0 9 * * *")],
+    )
+    with pytest.raises(
+        StateFault, match=r"^could not join .*: the holds of .* are unusable: ENOENT"
+    ):
+        await scheduler.run()
+
+
 async def test_routines_due_at_one_instant_share_one_paused_read(autojump_clock: Any) -> None:
     reads: list[datetime] = []
     wall = WallClock(T0)

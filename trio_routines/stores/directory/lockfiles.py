@@ -70,8 +70,10 @@ def open_holds(
     where = root / "schedule" / folder
     try:
         parent = open_dirs(root, ("schedule", folder), create=create)
-    except FileNotFoundError:
-        return {}
+    except FileNotFoundError as exc:
+        if not create:
+            return {}  # nothing was ever held here
+        raise StateFault(f"the holds of {root} are unusable: {describe(exc)}") from None
     except OSError as exc:
         raise StateFault(f"the holds of {root} are unusable: {describe(exc)}") from None
     # A reader only asks (F_GETLK needs no write access: an operator reading the state of a

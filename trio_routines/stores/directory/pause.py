@@ -116,8 +116,10 @@ def _set_paused(root: Path, routine: str, paused: bool, handoff: Handoff | None)
     path = where / name
     try:
         directory = open_dirs(root, ("schedule", "paused"), create=paused)
-    except FileNotFoundError:
-        return True  # resuming where nothing was ever paused
+    except FileNotFoundError as exc:
+        if not paused:
+            return True  # resuming where nothing was ever paused
+        raise StateFault(f"could not pause {routine!r} in {where}: {describe(exc)}") from None
     except OSError as exc:
         what = "pause" if paused else "resume"
         raise StateFault(f"could not {what} {routine!r} in {where}: {describe(exc)}") from None
