@@ -12,7 +12,8 @@ import trio
 from trio_routines import Outcome, Routine, Scheduler
 from trio_routines.metrics import Metrics
 from trio_routines.scheduler.calls import StoreCalls
-from trio_routines.scheduler.state import Grace, Runtime
+from trio_routines.scheduler.grace import Grace
+from trio_routines.scheduler.state import Runtime
 from trio_routines.store import Store
 from trio_routines.testing import MemoryStore, ScriptedAgent, WallClock
 

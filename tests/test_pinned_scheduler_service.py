@@ -20,9 +20,9 @@ from scheduler_rig import HOURLY, NO_ANSWER, T0, Recording, at, messages, rig
 from trio_routines import InvalidRoutine, Outcome, Routine, Scheduler, StateFault
 from trio_routines.replicas import default_replica
 from trio_routines.scheduler import NotOnGrid, RoutineChanges, UnknownRoutine, serve_routines, state
+from trio_routines.scheduler.grace import Grace
 from trio_routines.scheduler.inflight import InFlight, Taking, Working
 from trio_routines.scheduler.state import (
-    Grace,
     busy_reason,
     new_replica_id,
     system_now,

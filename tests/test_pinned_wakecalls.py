@@ -23,8 +23,8 @@ from trio_routines.context import FireContext, firing
 from trio_routines.errors import InvalidWakeup, StateFault
 from trio_routines.records import Fire, Outcome
 from trio_routines.replicas import ReplicaInfo, claim_key
+from trio_routines.scheduler.grace import Grace
 from trio_routines.scheduler.membership import Membership
-from trio_routines.scheduler.state import Grace
 from trio_routines.scheduler.wakecalls import WakeupCalls
 from trio_routines.testing import MemoryStore
 from trio_routines.testing.memberships import MemoryPresence

@@ -807,7 +807,8 @@ async def test_external_fire_refuses_bad_requests(autojump_clock: Any) -> None:
 
 
 async def test_cancelled_caller_still_gets_the_fire_settled(autojump_clock: Any) -> None:
-    rig = Rig(agent=ScriptedAgent(Complete(duration=60)))
+    # The turn ends within the grace a caller's cancel leaves it.
+    rig = Rig(agent=ScriptedAgent(Complete(duration=60)), default_grace=120)
     seen: list[Outcome | None] = []
 
     async def watch() -> None:
@@ -1174,6 +1175,59 @@ async def test_cancelling_the_host_scope_is_bounded_too(autojump_clock: Any) -> 
         await rig.scheduler.run()
     (fire,) = await rig.store.history("hourly")
     assert (fire.outcome, fire.ms) == (Outcome.INTERRUPTED, 33000)
+
+
+async def test_a_caller_that_gives_up_on_its_fire_leaves_the_turn_the_grace(
+    autojump_clock: Any,
+) -> None:
+    rig = Rig(agent=ScriptedAgent(Hang()), default_grace=3)
+    began = trio.current_time()
+    with trio.move_on_after(10) as waited:
+        await rig.scheduler.fire("hourly", at(9))
+    assert waited.cancelled_caught
+    assert trio.current_time() - began == pytest.approx(13)
+    (fire,) = await rig.store.history("hourly")
+    assert (fire.outcome, fire.ms, fire.error) == (
+        Outcome.INTERRUPTED,
+        13000,
+        "interrupted: its caller gave up",
+    )
+
+
+async def test_a_turn_ending_within_the_callers_grace_completes(autojump_clock: Any) -> None:
+    rig = Rig(agent=ScriptedAgent(Complete(duration=5)), default_grace=10)
+    with trio.move_on_after(2) as waited:
+        await rig.scheduler.fire("hourly", at(9))
+    assert waited.cancelled_caught
+    assert trio.current_time() == pytest.approx(5)
+    (fire,) = await rig.store.history("hourly")
+    assert (fire.outcome, fire.ms, fire.error) == (Outcome.COMPLETED, 5000, None)
+
+
+async def test_a_caller_that_gives_up_on_its_run_leaves_the_turn_the_grace(
+    autojump_clock: Any,
+) -> None:
+    agent = ScriptedAgent(Hang())
+    rig = Rig(Routine(name="od", prompt="p"), agent=agent, default_grace=4)
+    with trio.move_on_after(1):
+        await rig.scheduler.run_now("od")
+    assert trio.current_time() == pytest.approx(5)
+    assert rig.scheduler.statistics().in_flight == 0
+
+
+async def test_a_stop_sooner_than_the_callers_grace_is_why_its_turn_ended(
+    autojump_clock: Any,
+) -> None:
+    rig = Rig(agent=ScriptedAgent(Hang()), default_grace=30)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(rig.scheduler.run)
+        with trio.move_on_after(10):
+            async with trio.open_nursery() as caller:
+                caller.start_soon(rig.scheduler.fire, "hourly", at(9))
+                await trio.sleep(5)
+                rig.scheduler.stop(grace=1)
+    (fire,) = await rig.store.history("hourly")
+    assert (fire.outcome, fire.error) == (Outcome.INTERRUPTED, "interrupted by stop")
 
 
 async def test_a_host_cancel_right_after_the_start_is_a_stop(autojump_clock: Any) -> None:

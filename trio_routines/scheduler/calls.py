@@ -31,7 +31,8 @@ from ..records import Fire, Outcome, Wakeup
 from ..store import Store
 from ..usage import Usage
 from .deadlines import Bounded, StoreDeadlines
-from .state import Grace, PausedRead, Runtime, SharedRead, duration, log, takes_keyword
+from .grace import Grace
+from .state import PausedRead, Runtime, SharedRead, duration, log, takes_keyword
 
 T = TypeVar("T")
 

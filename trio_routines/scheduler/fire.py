@@ -22,6 +22,7 @@ from ..store import Store
 from ..tracing import FireSpans, done, fire_spans
 from .calls import StoreCalls
 from .gaps import GapRecording
+from .grace import bounded_by_caller
 from .holds import Holds, TurnHold
 from .membership import Membership
 from .results import settled_result
@@ -123,7 +124,11 @@ class FirePath:
             fire = functools.partial(
                 self.fire_slot, routine, slot, task_status, external=True, passed_from=accounted
             )
-            result = await self._membership.guarded(fire)  # our presence watched; shielded
+            # Our presence watched; shielded, its turn bounded by the grace once we are
+            # cancelled (a caller that gave up does not wait on a hung agent).
+            result = await bounded_by_caller(
+                functools.partial(self._membership.guarded, fire), self._runtime.default_grace
+            )
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller hears of it now
         return result
 

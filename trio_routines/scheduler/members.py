@@ -25,9 +25,10 @@ from ..records import Outcome
 from ..store import Store
 from .calls import StoreCalls
 from .foreach import for_each
+from .grace import Grace
 from .membership import LOOK_AT_LEAST, Looks, Membership
 from .openclaims import WATCH_BUDGET, OpenClaims, count_interrupted
-from .state import Grace, Runtime, log
+from .state import Runtime, log
 from .streaks import Streaks
 
 SWEPT_INTERRUPTED = "its replica stopped mid-turn (found by a live replica)"

@@ -27,7 +27,8 @@ from ..replicas import ReplicaInfo, claim_key
 from ..store import Store
 from .calls import STOP_MARGIN, StoreCalls
 from .foreach import for_each
-from .state import Grace, Runtime, log
+from .grace import Grace
+from .state import Runtime, log
 
 T = TypeVar("T")
 #: Seconds between two looks of a one-shot's guard at its presence, besides every hint.

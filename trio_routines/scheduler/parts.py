@@ -20,6 +20,7 @@ from .calls import StoreCalls
 from .clock import ClockWatch
 from .fire import FirePath
 from .gaps import GapRecording
+from .grace import Grace
 from .holds import Holds
 from .loops import CronLoops
 from .members import MemberWatch
@@ -31,7 +32,7 @@ from .runs import OnDemandRuns
 from .sleepers import Sleepers
 from .spending import Spending
 from .starting import Starting
-from .state import Grace, Runtime
+from .state import Runtime
 from .streaks import Streaks
 from .turning import SessionTurns
 from .wake import WakeLoop

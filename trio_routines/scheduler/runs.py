@@ -13,6 +13,7 @@ from ..errors import StateFault
 from ..routines import Routine
 from ..turns import TurnResult
 from .calls import StoreCalls
+from .grace import bounded_by_caller
 from .holds import Holds, TurnHold
 from .membership import Membership
 from .state import Runtime, Stopping
@@ -43,15 +44,20 @@ class OnDemandRuns:
     ) -> TurnResult:
         """Run one turn of a routine now, without a claim: no slot, no history. Raises
         StateFault, nothing run, when the store cannot hold the routine's session. The turn
-        is shielded (a host's cancel does not end it; a stop does, after its grace, and so
-        does the routine's timeout), and a caller cancelled meanwhile hears of it once the
-        turn has ended, as from ``fire``."""
+        is shielded (a stop ends it after its grace, and so does the routine's timeout; a
+        caller's cancel leaves it the default grace, then ends it too: :mod:`.grace`), and a
+        caller cancelled meanwhile hears of it once the turn has ended, as from ``fire``."""
         routine = self._runtime.routine(name)
         if self._runtime.stopping.value:
             raise Stopping("the scheduler is stopping; no new turns are accepted")
         async with self._membership.present():
             # Outside a run, our presence is watched meanwhile.
-            result = await self._membership.guarded(functools.partial(self._run, routine, on_text))
+            result = await bounded_by_caller(
+                functools.partial(
+                    self._membership.guarded, functools.partial(self._run, routine, on_text)
+                ),
+                self._runtime.default_grace,
+            )
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller hears of it now
         return result
 

@@ -207,6 +207,9 @@ class Scheduler:
         can answer its caller and let the turn go on in the runtime's nursery
         (``await scheduler.start_fire(...)``). Raises :class:`UnknownRoutine`,
         :class:`NotOnGrid`, :class:`Stopping`, or :class:`StateFault` (nothing was claimed).
+        The claim, turn and settle are shielded: a :meth:`stop` ends the turn after its grace;
+        a caller's cancel leaves it ``default_grace`` seconds, then ends it too (recorded
+        ``interrupted: its caller gave up``); the caller hears of its cancel once it settled.
         """
         return await self._parts.fire.fire(name, slot, task_status=task_status)
 
@@ -220,9 +223,9 @@ class Scheduler:
         """Run one turn of a routine now, without a claim: no slot, no history.
 
         Raises StateFault, nothing run, when the store cannot hold the routine's session.
-        The turn is shielded: a host's cancel does not end it (a :meth:`stop` does, after its
-        grace, and so does the routine's ``timeout``); a caller cancelled meanwhile hears of
-        it once the turn has ended, as from :meth:`fire`.
+        The turn is shielded, as :meth:`fire`'s: a :meth:`stop` ends it after its grace, and
+        so does the routine's ``timeout``; a caller's cancel leaves it ``default_grace``
+        seconds, then ends it too; the caller hears of its cancel once the turn has ended.
         """
         return await self._parts.runs.run_now(name, on_text=on_text)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import inspect
 import itertools
 import logging
-import math
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
@@ -219,30 +218,6 @@ class SharedRead:
             trio.lowlevel.reschedule(task)
 
 
-# The context managers of every fire are classes rather than generators: at 10,000 fires at
-# once, a generator's frame and wrapper per block are measurable CPU and collector work.
-
-
-class TurnScope:
-    """What ``with self._turn_scope() as grace:`` enters: a scope a stop's grace can reach.
-
-    The scope itself is entered by the turn (:func:`~trio_routines.turns.run_turn`).
-    """
-
-    __slots__ = ("_scope", "_scopes")
-
-    def __init__(self, scopes: set[trio.CancelScope], deadline: float) -> None:
-        self._scopes = scopes
-        self._scope = trio.CancelScope(deadline=deadline)
-
-    def __enter__(self) -> trio.CancelScope:
-        self._scopes.add(self._scope)
-        return self._scope
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._scopes.discard(self._scope)
-
-
 _INSTANCES = itertools.count(1)
 
 
@@ -334,52 +309,6 @@ class Runtime:
     def taking(self) -> Taking:
         """Count a wake-up take as under way: a drain waits for it; no turn yet."""
         return Taking(self.in_flight)
-
-
-class Grace:
-    """The turns' cancel scopes and the stop's grace deadline: what a stop reaches.
-
-    The fire path opens one scope per turn (:meth:`turn_scope`); the scheduler's stop pulls
-    their deadlines in (:meth:`begin`); the member watch ends them all when the store can no
-    longer vouch for our holds (:meth:`end_lost`), and each turn asks, as it ends, whether
-    that is why (:meth:`was_lost`).
-    """
-
-    def __init__(self) -> None:
-        #: When a stop's grace runs out (inf until a stop): the bound of turns and store calls.
-        self.deadline = math.inf
-        #: The scopes of the turns under way.
-        self.scopes: set[trio.CancelScope] = set()
-        self._lost: set[trio.CancelScope] = set()  # ended because the presence was lost
-
-    def turn_scope(self) -> TurnScope:
-        """The scope a stop cancels once its grace runs out."""
-        return TurnScope(self.scopes, self.deadline)
-
-    def begin(self, seconds: float, now: float) -> float:
-        """A stop with ``seconds`` of grace from ``now`` (Trio's clock; the shortest wins): the
-        new deadline."""
-        self.deadline = min(self.deadline, now + max(0.0, seconds))
-        for scope in self.scopes:
-            scope.deadline = min(scope.deadline, self.deadline)
-        return self.deadline
-
-    def end_lost(self) -> None:
-        """End every turn now: our holds were lost (each says so as it settles)."""
-        for scope in list(self.scopes):
-            self._lost.add(scope)
-            scope.cancel()
-
-    def lost(self, scope: trio.CancelScope) -> bool:
-        """Whether ``scope``'s turn was ended by :meth:`end_lost` (not forgotten: see below)."""
-        return scope in self._lost
-
-    def was_lost(self, scope: trio.CancelScope) -> bool:
-        """Whether ``scope``'s turn was ended by :meth:`end_lost` (asked once, as it ends)."""
-        if scope in self._lost:
-            self._lost.discard(scope)
-            return True
-        return False
 
 
 class Shared(Generic[T]):

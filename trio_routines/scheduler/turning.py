@@ -8,15 +8,17 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 import attrs
+import trio
 
 from ..context import FireContext, firing
 from ..errors import StateFault
 from ..records import Outcome
 from ..tracing import FireSpans, turn_span
 from ..turns import TurnResult, run_turn
+from .grace import CALLER, CALLER_ENDED, Grace
 from .holds import Holds, TurnHold
 from .spending import Spending
-from .state import LOST_BEFORE, LOST_ENDED, LOST_HOLD, Grace, log
+from .state import LOST_BEFORE, LOST_ENDED, LOST_HOLD, log
 
 
 class SessionTurns:
@@ -79,7 +81,7 @@ class SessionTurns:
                         timeout=timeout,
                         grace_scope=grace,
                         on_text=on_text,
-                        ended_by=lambda: LOST_ENDED if self._grace.lost(grace) else None,
+                        ended_by=lambda: self._ended_by(grace),
                     )
             if hold.busy:  # a turn of ours (any replica's) is in flight: no agent's words
                 turn = attrs.evolve(turn, failed=None)
@@ -94,3 +96,13 @@ class SessionTurns:
             if own:
                 hold.release()
         return turn
+
+    def _ended_by(self, scope: trio.CancelScope) -> str | None:
+        """Why ``scope``'s turn was ended early when a stop did not end it: our holds lost, or
+        the caller of a fire or run by hand gave up (:mod:`.grace`)."""
+        if self._grace.lost(scope):
+            return LOST_ENDED
+        caller = CALLER.get()
+        if caller is not None and caller.ended(scope) and scope.deadline < self._grace.deadline:
+            return CALLER_ENDED
+        return None
