@@ -198,7 +198,10 @@ async def test_slots_the_store_did_not_answer_become_a_store_gap_once_it_answers
     assert [f.slot for f in await store.history("r")] == [at(3), at(4)]
     assert [t.wall for t in agent.turns] == [at(3), at(4)]
     assert dict(sched.metrics.missed) == {("r", "store"): 2}
-    assert "the store failed or did not answer when the slot was due (a store gap" in caplog.text
+    assert (
+        "the store failed or did not answer when the slot was due (in its history as a gap, "
+        "reason store)" in caplog.text
+    )
 
 
 async def test_a_store_gap_that_cannot_be_written_yet_waits_for_the_next_answer(

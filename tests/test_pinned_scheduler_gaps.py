@@ -82,11 +82,11 @@ async def test_a_gap_written_is_counted_and_logged_and_one_written_already_is_no
     assert [level for level, _ in logged] == [logging.WARNING, logging.INFO]
     assert logged[0][1] == (
         "tea: missed 2 slots 2026-07-07T10:01:00.000Z to 2026-07-07T10:02:00.000Z — "
-        f"{WHY[GapReason.OVERLAP]} (a overlap gap in its history)"
+        f"{WHY[GapReason.OVERLAP]} (in its history as a gap, reason overlap)"
     )
     assert logged[1][1] == (
         f"tea: missed 1 slot 2026-07-07T10:05:00.000Z — {WHY[GapReason.PAUSED]} "
-        "(a paused gap in its history)"
+        "(in its history as a gap, reason paused)"
     )
 
 

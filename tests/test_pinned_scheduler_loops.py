@@ -633,27 +633,32 @@ async def during_a_long_turn(
 OVERLAPPED = [(at(10, 32), at(10, 33), 2, GapReason.OVERLAP)]
 
 
-@pytest.mark.parametrize("change", ["changed", "removed and added again"])
+@pytest.mark.parametrize("change", ["changed", "removed and added again", "removed"])
 async def test_the_slots_a_turn_overlaps_are_recorded_when_its_routine_changes_meanwhile(
     autojump_clock: Any, change: str
 ) -> None:
     # Its loop records 10:32 and 10:33 as the turn's overlap; a change during the turn ended
-    # that loop, and its successor armed from the newest claim and now, recording nothing.
+    # that loop, and its successor armed from the newest claim and now, recording nothing. A
+    # removed one stops once its fire settled: its turn's overlap is recorded all the same.
 
     async def update(scheduler: Scheduler, _store: Any) -> None:
         if change == "changed":
             scheduler.update_routines([attrs.evolve(MINUTELY, prompt="q")])
         else:
             scheduler.update_routines([])
-            scheduler.update_routines([MINUTELY])
+            if change != "removed":
+                scheduler.update_routines([MINUTELY])
 
     store, tasks = await during_a_long_turn(update)
-    assert len(tasks) == 1  # the old loop ended: never two for one routine
+    assert len(tasks) == (0 if change == "removed" else 1)  # never two loops for one routine
     history = await store.history("m")
     assert [(f.slot, f.outcome) for f in history] == [
         (at(10, 31), Outcome.COMPLETED),
-        (at(10, 34), Outcome.COMPLETED),
-        (at(10, 35), Outcome.COMPLETED),
+        *(
+            []
+            if change == "removed"
+            else [(at(10, 34), Outcome.COMPLETED), (at(10, 35), Outcome.COMPLETED)]
+        ),
     ]
     assert _gaps(await store.gaps("m")) == OVERLAPPED
 

@@ -77,7 +77,7 @@ class GapRecording:
         self._runtime.metrics.slots_missed(name, gap.reason.value, gap.count)
         level = log.info if gap.reason is GapReason.PAUSED else log.warning
         level(
-            "%s: missed %s — %s (a %s gap in its history)",
+            "%s: missed %s — %s (in its history as a gap, reason %s)",
             name,
             gap_words(gap),
             WHY[gap.reason],

@@ -174,6 +174,11 @@ class CronLoops:
                             waiter.set()
                         del firing, waiter
                     if not self._current(routine):
+                        if result is not None and routine.name not in self._runtime.routines:
+                            # Removed during the fire: it stopped once the fire settled, and
+                            # what its turn passed over is still its own to record (a changed
+                            # one's successor records it: see Reload.update).
+                            await self._gaps.after_slot(routine, due, result, now, paused_tail)
                         return
                     if early:
                         now = self._runtime.now()
