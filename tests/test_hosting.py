@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -145,6 +146,11 @@ async def test_an_open_bind_without_a_token_starts_nothing() -> None:
         ({"http": ("127.0.0.1", True)}, "http must be a (host, port) pair"),
         ({"http": ("127.0.0.1", "80")}, "http must be a (host, port) pair"),
         ({"http": (b"127.0.0.1", 80)}, "http must be a (host, port) pair"),
+        ({"signals": 2}, "signals must be signal numbers a process can catch"),
+        ({"signals": (999,)}, "signals must be signal numbers a process can catch"),
+        ({"signals": "2"}, "signals must be signal numbers a process can catch"),
+        ({"signals": (signal.SIGTERM, signal.SIGKILL)}, "a process can catch, like"),
+        ({"signals": (None,)}, "or () for none: (None,)"),
     ],
 )
 async def test_a_bad_grace_or_address_is_refused_before_anything_starts(
@@ -154,11 +160,33 @@ async def test_a_bad_grace_or_address_is_refused_before_anything_starts(
     store = MemoryStore()
     scheduler = scheduler_with(ScriptedAgent(), store)
     with trio.fail_after(10), pytest.raises(InvalidOption) as refused:
-        await serve(scheduler, signals=(), **options)
+        await serve(scheduler, **{"signals": (), **options})
     assert error in str(refused.value)
     assert "\n" not in str(refused.value)
     assert not scheduler.stopping
     assert scheduler.statistics().in_flight == 0
+
+
+def test_signals_outside_the_main_thread_are_refused_before_anything_starts() -> None:
+    store = MemoryStore()
+    scheduler = scheduler_with(ScriptedAgent(), store)
+    raised: list[BaseException] = []
+
+    def elsewhere() -> None:
+        try:
+            trio.run(serve, scheduler)  # the default signals
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join(30)
+    (error,) = raised
+    assert isinstance(error, InvalidOption)
+    assert str(error) == (
+        "signals are caught in the main thread only: serve in another thread with signals=()"
+    )
+    assert not scheduler.stopping
 
 
 async def test_a_taken_address_fails_at_once_before_the_boot_touches_the_store() -> None:

@@ -824,6 +824,15 @@ async def test_cancelled_caller_still_gets_the_fire_settled(autojump_clock: Any)
     assert (await rig.fires())[0][2] is Outcome.COMPLETED  # ...and the fire still settled
 
 
+@pytest.mark.parametrize("slot", ["2026-07-07T09:00Z", None, 1783414800])
+async def test_a_slot_that_is_no_datetime_is_one_clear_error(slot: Any) -> None:
+    rig = Rig()
+    with pytest.raises(TypeError) as refused:
+        await rig.scheduler.fire("hourly", slot)
+    assert str(refused.value) == f"the slot must be an aware datetime, not {type(slot).__name__}"
+    assert await rig.store.history("hourly") == []
+
+
 async def test_concurrent_duplicate_is_skipped_without_invoking(autojump_clock: Any) -> None:
     rig = Rig(agent=ScriptedAgent(Complete(duration=10)))
     results = []

@@ -43,7 +43,6 @@ TAKEN_AS_PATHS = [
     "C:/state",  # a drive letter has no "//"
     "1http://x",  # a scheme starts with a letter
     "my state://x",  # nor holds a blank
-    "",
 ]
 
 
@@ -72,6 +71,22 @@ def test_a_database_url_is_no_problem_and_opens_the_database_store(state: str) -
 @pytest.mark.parametrize("state", TAKEN_AS_PATHS)
 def test_a_path_is_no_problem(state: str) -> None:
     assert state_problem(state) is None
+
+
+@pytest.mark.parametrize("state", ["", " ", "\t"])
+def test_an_empty_state_names_nothing_not_the_working_directory(
+    state: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    empty = "the state is empty: name a directory (. for this one) or a postgresql:// URL"
+    assert state_problem(state) == empty
+    with pytest.raises(ValueError, match=r"^the state is empty") as refused:
+        open_store(state)
+    assert str(refused.value) == empty
+    with pytest.raises(ValueError, match=r"^the state directory is empty") as refused:
+        DirectoryStore(state)
+    assert str(refused.value) == "the state directory is empty: name one (. for this directory)"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_scheme_needs_its_two_slashes() -> None:

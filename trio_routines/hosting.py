@@ -17,6 +17,7 @@ import contextlib
 import logging
 import signal
 import socket
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from functools import partial
 from typing import Any
@@ -183,10 +184,12 @@ async def serve(
     An error comes out as :meth:`~trio_routines.Scheduler.run` raises it (a failed boot's
     :class:`~trio_routines.errors.StateFault`, a taken address's ``OSError``), not inside the
     exception groups of its nurseries; several at once stay grouped. A ``grace`` that is no
-    number of seconds, or an ``http`` that is no ``(host, port)`` pair, is an
+    number of seconds, an ``http`` that is no ``(host, port)`` pair, or ``signals`` that are
+    no signal numbers (or any outside the main thread), is an
     :class:`~trio_routines.errors.InvalidOption` before anything starts.
     """
     listener: socket.socket | None = None
+    signals = _signals(signals)
     if grace is not None:
         grace = checked_grace(grace)  # now, not at the first signal
     if http is not None:
@@ -220,6 +223,24 @@ def _sole(group: BaseExceptionGroup[BaseException]) -> Exception | None:
             return None
         found = found.exceptions[0]
     return found if isinstance(found, Exception) else None
+
+
+def _signals(signals: object) -> tuple[int, ...]:
+    """``signals=``, checked: signal numbers this process can catch (in its main thread)."""
+    try:
+        checked = tuple(signal.Signals(number) for number in signals)  # type: ignore[attr-defined]
+        if signal.SIGKILL in checked or signal.SIGSTOP in checked:  # never delivered to us
+            raise ValueError
+    except (TypeError, ValueError):
+        raise InvalidOption(
+            "signals must be signal numbers a process can catch, like (signal.SIGINT, "
+            f"signal.SIGTERM), or () for none: {signals!r:.100}"
+        ) from None
+    if checked and threading.current_thread() is not threading.main_thread():
+        raise InvalidOption(
+            "signals are caught in the main thread only: serve in another thread with signals=()"
+        )
+    return checked
 
 
 def _address(http: object) -> tuple[str, int]:

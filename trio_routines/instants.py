@@ -27,7 +27,10 @@ _SLOT_NAME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2})-(\d{2})-(\d{2})-(\d{3
 
 
 def require_utc(value: datetime, what: str = "instant") -> datetime:
-    """Return ``value`` converted to UTC; refuse a naive datetime (its zone is a guess)."""
+    """Return ``value`` converted to UTC; refuse a naive datetime (its zone is a guess), and
+    anything else that is no datetime (a TypeError)."""
+    if not isinstance(value, datetime):
+        raise TypeError(f"{what} must be an aware datetime, not {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"{what} must be an aware datetime, got naive {value.isoformat()}")
     return value.astimezone(UTC)
@@ -35,8 +38,8 @@ def require_utc(value: datetime, what: str = "instant") -> datetime:
 
 def truncate_ms(value: datetime) -> datetime:
     """Drop sub-millisecond precision: the stores keep milliseconds, nothing finer."""
-    if value.tzinfo is not UTC:
-        value = require_utc(value)
+    if type(value) is not datetime or value.tzinfo is not UTC:
+        value = require_utc(value)  # (a TypeError for what is no datetime)
     below = value.microsecond % 1000
     if not below:
         return value  # already a UTC millisecond instant: every record field, every fire

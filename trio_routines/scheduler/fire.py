@@ -11,7 +11,7 @@ import trio
 
 from ..context import cron_context
 from ..errors import StateFault
-from ..instants import format_iso, slot_name, slot_of, truncate_ms
+from ..instants import format_iso, require_utc, slot_name, slot_of, truncate_ms
 from ..logs import log_fields
 from ..output import Tail
 from ..presence import LocalPresence
@@ -107,7 +107,7 @@ class FirePath:
         :class:`NotOnGrid`, :class:`Stopping`, or :class:`StateFault` (nothing was claimed).
         """
         routine = self._runtime.routine(name)
-        slot = truncate_ms(slot)
+        slot = truncate_ms(require_utc(slot, "the slot"))  # (a clear error for a wrong type)
         if not on_grid(routine, slot):
             raise NotOnGrid(
                 f"slot {format_iso(slot)} is not on the cron grid of {name!r} ({routine.cron})"

@@ -28,7 +28,10 @@ def state_problem(state: str) -> str | None:
     """Why ``state`` names no store, or None. A URL of another scheme (a mistyped
     ``postgresq://``, ``mysql://``) would otherwise be read as a directory path, and replicas
     meant to share a database would each keep a state of their own, every one firing every
-    slot. A directory whose name starts so is still given as ``./name``."""
+    slot. A directory whose name starts so is still given as ``./name``. An empty or blank
+    text (a variable that is not set) names nothing, not the working directory."""
+    if not state.strip():
+        return "the state is empty: name a directory (. for this one) or a postgresql:// URL"
     if is_postgres_url(state) or (_URL.match(state) is None and _ALMOST.match(state) is None):
         return None
     return (

@@ -119,6 +119,8 @@ class DirectoryStore(Lifetime):
         one. Only with ``syncfs``."""
         if keep < 1:
             raise ValueError("keep must be at least 1")
+        if not os.fspath(root).strip():  # Path("") is the working directory: never meant
+            raise ValueError("the state directory is empty: name one (. for this directory)")
         self.root = Path(root)
         self.keep = keep
         self.lock_timeout = lock_timeout
