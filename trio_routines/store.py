@@ -244,7 +244,8 @@ class Store(Protocol):
         ...
 
     async def aclose(self) -> None:
-        """Release connections and threads. The store is unusable afterwards."""
+        """Release connections and threads: the store is not to be used afterwards (a state
+        directory's calls would still work, starting what they need again; PostgreSQL's fail)."""
         ...
 
     async def __aenter__(self) -> Self:
