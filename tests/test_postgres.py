@@ -580,6 +580,19 @@ async def test_search_path_in_the_url_selects_the_schema(url: str, schema: str) 
     assert claimed_slots(schema, "r") == [0]
 
 
+async def test_a_search_path_to_a_schema_that_does_not_exist_says_so(url: str, schema: str) -> None:
+    # The database answered: what is missing is the schema, which the store never creates.
+    store = open_store(f"{url}?options=-csearch_path%3D{schema}")
+    with pytest.raises(StateFault) as refused:
+        await store.latest_fire("r")
+    await store.aclose()
+    assert str(refused.value).endswith(
+        ": InvalidSchemaName: no schema has been selected to create in — does the schema the "
+        "URL's search_path names exist? Create it first"
+    )
+    assert "\n" not in str(refused.value)
+
+
 async def test_unknown_outcomes_read_as_unsettled(url: str, schema: str) -> None:
     store = PostgresStore(url, schema=schema)
     await store.claim("r", T0, T0)

@@ -111,6 +111,10 @@ def reason(exc: BaseException) -> str:
     primary = exc.diag.message_primary if isinstance(exc, psycopg.Error) else None
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     text = primary or (lines[0] if lines else "no details")
+    if isinstance(exc, psycopg.errors.InvalidSchemaName):
+        # The database answered; the schema the URL's search_path (options) names does not
+        # exist there, and the store creates tables, never schemas.
+        text += " — does the schema the URL's search_path names exist? Create it first"
     return f"{type(exc).__name__}: {text[:300]}"
 
 
