@@ -94,7 +94,7 @@ class EchoAgent:
 
 
 class CommandAgent:
-    """Runs a shell command per turn; see the module doc."""
+    """Runs a shell command per turn (this module's text above says how)."""
 
     def __init__(
         self, command: str, *, kill_grace: float = KILL_GRACE, scheduler_url: str | None = None
@@ -110,9 +110,9 @@ class CommandAgent:
         return f"CommandAgent({self.command!r})"
 
     def environment(self, session: str) -> dict[str, str]:
-        # The command gets our environment but not the store's credentials nor our tokens: a
-        # turn steered by its prompt must not find the store to write into (its claims, its
-        # wake-ups) nor a token to call us back with.
+        """The command's environment: ours without the store's credentials nor our tokens (a
+        turn steered by its prompt must not find the store to write into, its claims, its
+        wake-ups, nor a token to call us back with), and the turn's own variables."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(HIDDEN_FROM_COMMANDS)}
         fire = current_fire()
         routine = fire.routine if fire is not None else None

@@ -40,6 +40,7 @@ class Presence:
 
     @property
     def replica(self) -> str:
+        """This replica's id (its :class:`~trio_routines.replicas.ReplicaInfo`'s)."""
         return self.info.id
 
     async def stirred(self) -> None:

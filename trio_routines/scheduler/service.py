@@ -75,6 +75,11 @@ class Scheduler:
     Raises :class:`~trio_routines.errors.InvalidOption` for one that cannot be read.
 
     A scheduler runs once: build a new one to run again.
+
+    Its attributes, read by the parts as they run: ``scheduler.now`` (the wall clock it was
+    given), ``scheduler.routines`` (the routines loaded, by name: read it, change it through
+    :meth:`update_routines` only), ``scheduler.default_grace`` and ``scheduler.wake_limits``
+    (as given, or the defaults).
     """
 
     now: Shared[Callable[[], datetime]] = Shared()
