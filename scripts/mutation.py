@@ -344,9 +344,14 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["trio_routines/scheduler/starting.py"],
         [*SCHEDULER_TESTS, "tests/test_hosting.py"],
     ),
-    # The run: its boot and loops started, its stop, a host's calls after it.
+    # The run: its boot and loops started, its stop, a host's calls after it; what bounds a
+    # turn (a stop's grace, a lost presence, a caller who gave up); a fire's result.
     "schedrunning": (
-        ["trio_routines/scheduler/running.py"],
+        [
+            "trio_routines/scheduler/running.py",
+            "trio_routines/scheduler/grace.py",
+            "trio_routines/scheduler/results.py",
+        ],
         [
             *SCHEDULER_TESTS,
             "tests/test_hosting.py",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import logging
 from collections import Counter
 from datetime import datetime
 
@@ -11,7 +10,7 @@ import trio
 
 from ..context import cron_context
 from ..errors import StateFault
-from ..instants import format_iso, require_utc, slot_name, slot_of, truncate_ms
+from ..instants import format_iso, require_utc, slot_name, truncate_ms
 from ..logs import log_fields
 from ..output import Tail
 from ..presence import LocalPresence
@@ -25,7 +24,7 @@ from .gaps import GapRecording
 from .grace import bounded_by_caller
 from .holds import Holds, TurnHold
 from .membership import Membership
-from .results import settled_result
+from .results import refused_result, settled_result
 from .state import (
     FireResult,
     NotOnGrid,
@@ -306,35 +305,8 @@ class FirePath:
 
     def _refused(self, name: str, slot: datetime, claim: ClaimResult) -> FireResult:
         """Log and count a slot not claimed: paused, a duplicate, or stale."""
-        if claim.status is ClaimStatus.PAUSED:
-            log.info("%s: paused — slot %s is not claimed", name, format_iso(slot))
-            reason = "paused"
-        elif claim.status is ClaimStatus.DUPLICATE:
-            # Normal with replicas (every one but the winner sees it, every slot): DEBUG, and
-            # nothing formatted unless it is shown.
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug(
-                    "%s: skipping — slot %s is already claimed — a duplicate delivery, or "
-                    "another scheduler has it",
-                    name,
-                    format_iso(slot),
-                    extra={"routine": name, "slot": slot, "replica": self._runtime.replica},
-                )
-            reason = "duplicate"
-        else:
-            newest = slot_of(claim.newest or "")  # a claim's name: shown as every instant is
-            log.warning(
-                "%s: skipping — slot %s is stale: %s was already claimed, "
-                "so this instant is skipped",
-                name,
-                format_iso(slot),
-                claim.newest if newest is None else format_iso(newest),
-                extra={"routine": name, "slot": slot, "replica": self._runtime.replica},
-            )
-            reason = "stale"
-        self.outcomes[reason] += 1
-        self._metrics.refuse(name, reason)
-        return FireResult(name, slot, claimed=False, reason=reason)
+        replica = self._runtime.replica
+        return refused_result(name, slot, claim, replica, self.outcomes, self._metrics)
 
     async def _turn_and_settle(
         self,

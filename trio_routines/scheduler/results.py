@@ -1,12 +1,17 @@
-"""A claimed slot's result, built on every fire (see :mod:`trio_routines.slots`)."""
+"""A fire's result: a claimed slot's, built on every fire (see :mod:`trio_routines.slots`),
+and a refused slot's, logged and counted."""
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from datetime import datetime
 
-from ..records import Outcome
+from ..instants import format_iso, slot_of
+from ..metrics import Metrics
+from ..records import ClaimResult, ClaimStatus, Outcome
 from ..slots import setters
-from .state import FireResult
+from .state import FireResult, log
 
 _new = object.__new__
 _FIRE_RESULT = setters(
@@ -39,3 +44,42 @@ def settled_result(
     set_failed(result, failed)
     set_at(result, settled_at)
     return result
+
+
+def refused_result(
+    name: str,
+    slot: datetime,
+    claim: ClaimResult,
+    replica: str,
+    outcomes: Counter[str],
+    metrics: Metrics,
+) -> FireResult:
+    """Log and count a slot not claimed: paused, a duplicate, or stale."""
+    if claim.status is ClaimStatus.PAUSED:
+        log.info("%s: paused — slot %s is not claimed", name, format_iso(slot))
+        reason = "paused"
+    elif claim.status is ClaimStatus.DUPLICATE:
+        # Normal with replicas (every one but the winner sees it, every slot): DEBUG, and
+        # nothing formatted unless it is shown.
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "%s: skipping — slot %s is already claimed — a duplicate delivery, or "
+                "another scheduler has it",
+                name,
+                format_iso(slot),
+                extra={"routine": name, "slot": slot, "replica": replica},
+            )
+        reason = "duplicate"
+    else:
+        newest = slot_of(claim.newest or "")  # a claim's name: shown as every instant is
+        log.warning(
+            "%s: skipping — slot %s is stale: %s was already claimed, so this instant is skipped",
+            name,
+            format_iso(slot),
+            claim.newest if newest is None else format_iso(newest),
+            extra={"routine": name, "slot": slot, "replica": replica},
+        )
+        reason = "stale"
+    outcomes[reason] += 1
+    metrics.refuse(name, reason)
+    return FireResult(name, slot, claimed=False, reason=reason)
