@@ -984,13 +984,13 @@ async def test_a_join_that_outlives_its_bound_gives_up_and_closes_the_connection
     mock_clock: MockClock, store: PostgresStore, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     made_late: list[tuple[psycopg.Connection[Any], socket.socket | None]] = []
-    close_both = holds.close_both
+    close_both = joining.close_both
 
     def closed_late(made: tuple[psycopg.Connection[Any], socket.socket | None]) -> None:
         made_late.append(made)
         close_both(made)
 
-    monkeypatch.setattr(holds, "close_both", closed_late)
+    monkeypatch.setattr(joining, "close_both", closed_late)
     said: list[str] = []
 
     async def join() -> None:

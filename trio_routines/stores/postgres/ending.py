@@ -126,3 +126,38 @@ def marking_end(fn: Callable[[Conn], T], conn: Conn, end: CallEnd) -> T:
         raise
     finally:
         end.tell()
+
+
+#: Seconds a stir that is a call's own reply is let be (the call reads it).
+STIR_PAUSE = 0.05
+
+
+async def stirred_on(sock: socket.socket, busy: Callable[[], bool], lost: trio.Event) -> None:
+    """Return once ``sock``'s connection became readable while ``busy()`` is false (no call
+    of ours on it, whose reply it would be: the server ended it, or said why first), or once
+    ``lost`` is set. Waits on a descriptor of its own, closed once the wait is over: nothing
+    else closes it under the wait."""
+    watch = socket.socket(fileno=os.dup(sock.fileno()))
+    try:
+        async with trio.open_nursery() as nursery:
+
+            async def ended() -> None:
+                await lost.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(ended)
+            while True:
+                await trio.lowlevel.wait_readable(watch)
+                if busy():  # a reply to a call of ours: it reads it
+                    await trio.sleep(STIR_PAUSE)
+                    continue
+                try:  # still there once no call is on it (a reply read meanwhile is not)
+                    watch.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    pass  # the connection broke: the watch's check will say so
+                break
+            nursery.cancel_scope.cancel()
+    finally:
+        watch.close()

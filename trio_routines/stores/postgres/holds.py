@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import socket
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -68,9 +67,9 @@ from ...replicas import ReplicaInfo, replica_key
 from ..abandon import run_abandoning
 from ..batch import Answer, Batcher, Entry
 from .alive import LOCKS
-from .conn import THREAD_NAME, Connections, bounded_instants, reason
-from .ending import CallEnd, close_both, close_later, marking_end, shut_down, socket_on
-from .joining import join_on
+from .conn import THREAD_NAME, Connections, reason
+from .ending import CallEnd, close_later, marking_end, shut_down, stirred_on
+from .joining import close_line, open_line
 from .schema import Schema
 
 log = logging.getLogger("trio_routines")
@@ -79,7 +78,6 @@ Conn = psycopg.Connection[Any]
 
 #: Seconds a let-go waits for others to travel with it (a session looks busy that much longer).
 LET_GO_AFTER = 0.05
-STIR_PAUSE = 0.05  # seconds: how long a stir that is a call's own reply is let be
 KEEPALIVE_BOUND = 25.0  # seconds: the longest a dead replica's locks outlive it
 
 # Our rows for the wanted keys; a row of a dead holder is taken over. The rows are locked in
@@ -144,30 +142,7 @@ class PostgresPresence(Presence):
         if sock is None or self.lost.is_set():
             await self.lost.wait()
             return
-        watch = socket.socket(fileno=os.dup(sock.fileno()))
-        try:
-            async with trio.open_nursery() as nursery:
-
-                async def lost() -> None:
-                    await self.lost.wait()
-                    nursery.cancel_scope.cancel()
-
-                nursery.start_soon(lost)
-                while True:
-                    await trio.lowlevel.wait_readable(watch)
-                    if self._using.locked():  # a reply to a call of ours: it reads it
-                        await trio.sleep(STIR_PAUSE)
-                        continue
-                    try:  # still there once no call is on it (a reply read meanwhile is not)
-                        watch.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-                    except BlockingIOError:
-                        continue
-                    except OSError:
-                        pass  # the connection broke: the watch's check will say so
-                    break
-                nursery.cancel_scope.cancel()
-        finally:
-            watch.close()
+        await stirred_on(sock, self._using.locked, self.lost)
 
     @property
     def holder(self) -> int:
@@ -292,8 +267,17 @@ class PostgresPresence(Presence):
             try:
                 # Left to its thread when we give up; a connection (and its lock) made after
                 # that is closed there, not left to the garbage collector.
-                made = await run_abandoning(self._connect, kwargs, limiter=None, late=close_both)
-                self._conn, self._socket = made
+                made = await run_abandoning(
+                    open_line,
+                    self._conns.url,
+                    kwargs,
+                    self._schema,
+                    self.info,
+                    self._conns.where,
+                    limiter=None,
+                    late=close_line,
+                )
+                self._conn, self._socket, self._namespace = made
             except (psycopg.Error, OSError) as exc:  # OSError: no descriptor left for ours
                 raise StateFault(
                     f"could not join {self._conns.where} as replica {self.replica}: {reason(exc)}"
@@ -303,18 +287,6 @@ class PostgresPresence(Presence):
             f"could not join {self._conns.where} as replica {self.replica}: "
             f"no answer within {bound:g} s"
         )
-
-    def _connect(self, kwargs: dict[str, Any]) -> tuple[Conn, socket.socket]:
-        conn: Conn = psycopg.connect(self._conns.url, **kwargs)
-        line = None
-        try:
-            bounded_instants(conn)
-            line = socket_on(conn)
-            self._namespace = join_on(conn, self._schema, self.info, self._conns.where)
-        except BaseException:
-            close_both((conn, line))
-            raise
-        return conn, line
 
     # -- holds ----------------------------------------------------------------------------
 

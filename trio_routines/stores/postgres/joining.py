@@ -5,14 +5,16 @@ replicas gone before it. Each step is a statement on the one connection, in its 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+import socket
+from typing import Any, NamedTuple
 
 import psycopg
 
 from ...presence import IdInUse
 from ...replicas import ReplicaInfo, replica_key
 from .alive import COLUMNS, LOCKS, keys_held, namespace
-from .conn import Call
+from .conn import Call, bounded_instants
+from .ending import close_both, socket_on
 from .schema import Schema
 
 Conn = psycopg.Connection[Any]
@@ -33,6 +35,35 @@ FORGET_AFTER = "1 day"  # a dead replica's row is deleted by the next join after
 _FORGET = f"""WITH held AS MATERIALIZED ({LOCKS})
     DELETE FROM {{holds}} AS h WHERE NOT EXISTS (
         SELECT 1 FROM held WHERE held.hi = h.holder >> 32 AND held.lo = h.holder & 4294967295)"""
+
+
+class Line(NamedTuple):
+    """A replica's own connection, our socket on it, and the store's namespace it joined."""
+
+    conn: Conn
+    sock: socket.socket
+    namespace: str
+
+
+def open_line(
+    url: str, kwargs: dict[str, Any], schema: Schema, info: ReplicaInfo, where: str
+) -> Line:
+    """Connect (``kwargs``: the pool's settings and our own), and join on that connection
+    (:func:`join_on`). In a thread: a blocking call."""
+    conn: Conn = psycopg.connect(url, **kwargs)
+    line = None
+    try:
+        bounded_instants(conn)
+        line = socket_on(conn)
+        return Line(conn, line, join_on(conn, schema, info, where))
+    except BaseException:
+        close_both((conn, line))
+        raise
+
+
+def close_line(made: Line) -> None:
+    """A line made after its caller gave up: closed, which lets the replica's lock go."""
+    close_both((made.conn, made.sock))
 
 
 def join_on(conn: Conn, schema: Schema, info: ReplicaInfo, where: str) -> str:
