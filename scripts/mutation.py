@@ -315,7 +315,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # holds in the claim's own step), which only the PostgreSQL tests reach ("+postgres": the
     # server on 127.0.0.1 is used, as the suite's own tests use it).
     "firepath": (
-        ["trio_routines/scheduler/fire.py", "trio_routines/scheduler/holds.py"],
+        [
+            "trio_routines/scheduler/fire.py",
+            "trio_routines/scheduler/holds.py",
+            "trio_routines/scheduler/results.py",
+        ],
         [
             *SCHEDULER_TESTS,
             "+postgres",
@@ -345,13 +349,9 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         [*SCHEDULER_TESTS, "tests/test_hosting.py"],
     ),
     # The run: its boot and loops started, its stop, a host's calls after it; what bounds a
-    # turn (a stop's grace, a lost presence, a caller who gave up); a fire's result.
+    # turn (a stop's grace, a lost presence, a caller who gave up).
     "schedrunning": (
-        [
-            "trio_routines/scheduler/running.py",
-            "trio_routines/scheduler/grace.py",
-            "trio_routines/scheduler/results.py",
-        ],
+        ["trio_routines/scheduler/running.py", "trio_routines/scheduler/grace.py"],
         [
             *SCHEDULER_TESTS,
             "tests/test_hosting.py",

@@ -1203,6 +1203,17 @@ async def test_a_caller_that_gives_up_on_its_fire_leaves_the_turn_the_grace(
     )
 
 
+async def test_a_caller_that_gives_up_with_no_grace_ends_its_turn_at_once(
+    autojump_clock: Any,
+) -> None:
+    rig = Rig(agent=ScriptedAgent(Hang()), default_grace=0)
+    with trio.move_on_after(10):
+        await rig.scheduler.fire("hourly", at(9))
+    assert trio.current_time() == pytest.approx(10)
+    (fire,) = await rig.store.history("hourly")
+    assert (fire.outcome, fire.error) == (Outcome.INTERRUPTED, "interrupted: its caller gave up")
+
+
 async def test_a_turn_ending_within_the_callers_grace_completes(autojump_clock: Any) -> None:
     rig = Rig(agent=ScriptedAgent(Complete(duration=5)), default_grace=10)
     with trio.move_on_after(2) as waited:

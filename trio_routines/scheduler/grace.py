@@ -45,9 +45,10 @@ class CallerGrace:
         for scope in self.scopes:
             scope.deadline = min(scope.deadline, self.deadline)
 
-    def ended(self, scope: trio.CancelScope) -> bool:
-        """Whether ``scope`` (one of this call's turns) was ended by the caller's bound."""
-        return scope.cancelled_caught and trio.current_time() >= self.deadline
+    def passed(self) -> bool:
+        """Whether the caller's bound has passed (asked of a turn of the call that was ended
+        by its scope's deadline: then it was the caller's, unless a stop's came first)."""
+        return trio.current_time() >= self.deadline
 
 
 CALLER: ContextVar[CallerGrace | None] = ContextVar("trio_routines_caller", default=None)

@@ -103,6 +103,6 @@ class SessionTurns:
         if self._grace.lost(scope):
             return LOST_ENDED
         caller = CALLER.get()
-        if caller is not None and caller.ended(scope) and scope.deadline < self._grace.deadline:
+        if caller is not None and caller.passed() and scope.deadline < self._grace.deadline:
             return CALLER_ENDED
         return None
