@@ -80,6 +80,52 @@ async def test_a_pause_made_on_one_replica_is_honoured_by_the_other(autojump_clo
     assert len(first_agent.turns) + len(second_agent.turns) == 1
 
 
+class CountedResumes(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.resumes_read: list[str] = []
+
+    async def resumed_at(self, routine: str) -> datetime | None:
+        self.resumes_read.append(routine)
+        return await super().resumed_at(routine)
+
+
+async def test_a_slot_paused_when_it_came_stays_so_for_a_replica_that_reads_it_after_a_resume(
+    autojump_clock: Any,
+) -> None:
+    # Paused before 11:00 and resumed at 11:00:10 (another replica, a command), while this one
+    # was held up: its read, made after the resume, no longer sees the pause that held 11:00.
+    store = CountedResumes()
+    wall = WallClock(T0)
+    scheduler, agent = replica(store, wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(10, 59) + timedelta(seconds=50))
+        await store.set_paused("hourly", True)
+        await store.set_paused("hourly", False, at(11) + timedelta(seconds=10))
+        wall.jump(timedelta(seconds=30))  # this replica comes to 11:00 at 11:00:20
+        await until(wall, at(12, 30))
+        scheduler.stop()
+    assert [t.wall for t in agent.turns] == [at(12)]
+    assert [f.slot for f in await store.history("hourly")] == [at(12)]
+    assert await store.gaps("hourly") == [Gap(at(11), at(11), 1, GapReason.PAUSED)]
+    assert store.resumes_read == ["hourly"]  # once, for the late read; never on time (12:00)
+
+
+async def test_a_boot_catching_up_asks_for_no_resume_its_plan_did_not(autojump_clock: Any) -> None:
+    store = CountedResumes()
+    await store.claim("hourly", at(9), at(9))
+    await store.settle("hourly", at(9), Outcome.COMPLETED, 1)
+    wall = WallClock(T0)
+    scheduler, agent = replica(store, wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(10, 40))
+        scheduler.stop()
+    assert [t.wall for t in agent.turns] == [T0]  # 10:00 caught up, late
+    assert store.resumes_read == ["hourly"]  # the boot's read, not the fire's again
+
+
 async def test_an_external_fire_of_a_paused_routine_claims_nothing(autojump_clock: Any) -> None:
     store = MemoryStore()
     wall = WallClock(T0)

@@ -174,9 +174,10 @@ async def test_a_re_arm_stays_behind_a_future_claim_and_reports_it(
     assert agent.turns == []
     warning = (
         "hourly: newest claim is in the future (slot 2026-07-07T13:00:00.000Z, stamped "
-        "2026-07-07T13:00:00.000Z) — made while the wall clock was ahead, or by hand; nothing "
-        "can fire before the first slot after it. If the clock is right now, stop and delete "
-        "that claim (docs/command-line.md: A clock that ran ahead)"
+        "2026-07-07T13:00:00.000Z by an unnamed replica) — made while a wall clock was ahead "
+        "(this one's, or that replica's), or by hand; nothing can fire before the first slot "
+        "after it. If this clock is behind the other replicas', set it right; if every clock "
+        "is right, stop and delete that claim (docs/command-line.md: A clock that ran ahead)"
     )
     assert messages(caplog, logging.WARNING) == [warning, warning]  # at boot, at the re-arm
 

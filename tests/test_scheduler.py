@@ -318,7 +318,8 @@ async def test_a_claim_made_by_hand_for_a_slot_ahead_is_announced_though_stamped
         (warning,) = [m for m in messages(caplog, logging.WARNING) if "future" in m]
         assert warning.startswith(
             "hourly: newest claim is in the future (slot 2026-07-07T13:00:00.000Z, "
-            "stamped 2026-07-07T10:30:00.000Z) — made while the wall clock was ahead, or by hand"
+            "stamped 2026-07-07T10:30:00.000Z by an unnamed replica) — made while a wall clock "
+            "was ahead (this one's, or that replica's), or by hand"
         )
         await sleep_until_wall(rig.wall, at(13, 30))
         assert scheduler.statistics().future_claims == {}
@@ -348,7 +349,7 @@ async def test_a_claim_in_the_future_is_announced_and_honestly_waited_for(
 ) -> None:
     rig = Rig()
     # The clock ran 2.5 hours ahead when the 13:00 slot was claimed, and was corrected since.
-    await rig.store.claim("hourly", at(13), at(13))
+    await rig.store.claim("hourly", at(13), at(13), replica="box:7")
     await rig.store.settle("hourly", at(13), Outcome.COMPLETED, 5)
     async with rig.running() as scheduler:
         stats = scheduler.statistics()
@@ -361,7 +362,7 @@ async def test_a_claim_in_the_future_is_announced_and_honestly_waited_for(
         (warning,) = [m for m in messages(caplog, logging.WARNING) if "future" in m]
         assert warning.startswith(
             "hourly: newest claim is in the future (slot 2026-07-07T13:00:00.000Z, "
-            "stamped 2026-07-07T13:00:00.000Z)"
+            "stamped 2026-07-07T13:00:00.000Z by box:7) — made while a wall clock was ahead"
         )
         assert "delete that claim (docs/command-line.md: A clock that ran ahead)" in warning
         await sleep_until_wall(rig.wall, at(13, 30))

@@ -85,13 +85,15 @@ class Arming:
         if claimed_through(newest) <= now:
             return
         log.warning(
-            "%s: newest claim is in the future (slot %s, stamped %s) — made while the wall "
-            "clock was ahead, or by hand; nothing can fire before the first slot after it. If "
-            "the clock is right now, stop and delete that claim (docs/command-line.md: A clock "
-            "that ran ahead)",
+            "%s: newest claim is in the future (slot %s, stamped %s by %s) — made while a "
+            "wall clock was ahead (this one's, or that replica's), or by hand; nothing can fire "
+            "before the first slot after it. If this clock is behind the other replicas', set "
+            "it right; if every clock is right, stop and delete that claim "
+            "(docs/command-line.md: A clock that ran ahead)",
             name,
             format_iso(newest.slot),
             format_iso(newest.fired_at),
+            newest.replica or "an unnamed replica",
         )
 
     def future_claims(self, now: datetime) -> dict[str, datetime]:

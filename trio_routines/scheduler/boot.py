@@ -140,6 +140,7 @@ class Boot:
             name for name, due in first_due.items() if due is not None and due <= current
         ]
         resumes = await for_each(self._calls.resumed_at, catching_up)
+        self._calls.resumes_read_at = current
         _future_resumes(resumes, current)
         # A routine whose overlap was just looked at: its gaps read once (its newest gap then
         # ends at the latest accounted for, which ``latest`` holds already).

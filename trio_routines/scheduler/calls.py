@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import trio
 
 from ..errors import StateFault
-from ..instants import format_iso
+from ..instants import FIRST_INSTANT, format_iso
 from ..records import Fire, Outcome, Wakeup
 from ..store import Store
 from ..usage import Usage
@@ -70,6 +70,9 @@ class StoreCalls:
         self.settle_failures: Counter[str] = Counter()
         #: The paused routines as last read from the store (or written by pause/resume).
         self.paused: frozenset[str] = frozenset()
+        #: The wall clock when the boot read the resumes of the routines it catches up: a
+        #: slot before it was planned knowing them (the fire path asks again after it).
+        self.resumes_read_at = FIRST_INSTANT
         self._paused_read: SharedRead | None = None  # the read under way
         # A store written before output takes no ``output``: it is given none (keeps none);
         # the same for ``usage``.

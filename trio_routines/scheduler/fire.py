@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import trio
 
@@ -40,6 +40,8 @@ from .state import (
 from .turning import SessionTurns
 
 CLAIMED_TOO_LATE = "claimed only after the store's deadline (its caller had given up): not run"
+#: How long after its slot a paused read begins before the slot's fire asks for a resume since.
+LATE_READ = timedelta(seconds=1)
 
 
 class FirePath:
@@ -193,8 +195,14 @@ class FirePath:
                     # Begun before the slot (the clock was behind it), and the slot has come
                     # since: that read does not decide it.
                     read = None
-                paused = read.names
-                if name in paused:
+                if name in read.names or (
+                    # Read a while after its slot (this replica stalled, its loop held up): a
+                    # pause that held the slot when it came may have been resumed since.
+                    not external
+                    and read.started - slot >= LATE_READ
+                    and slot > self._calls.resumes_read_at
+                    and await self._resumed_since(name, slot)
+                ):
                     task_status.started(ClaimResult(ClaimStatus.PAUSED))
                     return done(spans, self._refused(name, slot, ClaimResult(ClaimStatus.PAUSED)))
                 self._deadlines.note(scope, self._calls.store_deadline())
@@ -229,6 +237,17 @@ class FirePath:
             raise
         finally:
             self._in_flight.leave()
+
+    async def _resumed_since(self, name: str, slot: datetime) -> bool:
+        """Whether ``name`` was resumed after ``slot`` (by any replica or command): the pause
+        that ended held the slot when it came, which a read made now cannot see. Such a slot
+        stays paused, never run, as on a replica that read in time. (A caller's fire names its
+        slot and is not asked; a slot the boot planned knew the resumes already.)"""
+        try:
+            resumed = await self._calls.resumed_at(name)
+        except StateFault as exc:
+            raise StateFault(f"could not claim slot {slot_name(slot)} of {name!r}: {exc}") from None
+        return resumed is not None and resumed > slot
 
     async def _claimed_too_late(
         self, name: str, slot: datetime, scope: trio.CancelScope
