@@ -485,6 +485,20 @@ async def test_routines_lists_schedules_and_next_instant_never_prompts() -> None
         assert head.raw == b""
 
 
+async def test_routines_says_paused_as_the_store_does_now() -> None:
+    # Paused through another replica (or a command): said at once, not at this one's next
+    # poll; a store that cannot say is a 503, never a stale answer.
+    store = MemoryStore()
+    async with serving(store=store, external_clock=False) as server:
+        await store.set_paused("daily", True)
+        listing = {item["name"]: item for item in (await server.call("GET", "/routines")).json}
+        assert (listing["daily"]["paused"], listing["adhoc"]["paused"]) == (True, False)
+        store.fail("paused", StateFault("disk busy"), times=1)
+        refused = await server.call("GET", "/routines")
+        assert refused.status == 503
+        assert refused.json["error"] == "the paused routines are unreadable right now"
+
+
 async def test_routines_counts_the_next_instant_from_a_claim_in_the_future() -> None:
     store = MemoryStore()
     ahead = next_run("0 9 * * *", "Europe/Berlin", datetime.now(UTC) + timedelta(days=3))

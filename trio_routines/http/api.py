@@ -240,6 +240,11 @@ async def routines(scheduler: Scheduler) -> Response:
     except StateFault as exc:
         log.error("GET /routines: %s", exc)
         raise unavailable("the routines' claims are unreadable right now") from None
+    try:
+        paused = await scheduler.paused()  # read now: another replica may have paused one
+    except StateFault as exc:
+        log.error("GET /routines: %s", exc)
+        raise unavailable("the paused routines are unreadable right now") from None
     now = scheduler.now()
     stats = scheduler.statistics()
     next_due = stats.next_due  # what the loops will really do
@@ -261,7 +266,7 @@ async def routines(scheduler: Scheduler) -> Response:
             "cron": routine.cron,
             "tz": routine.tz,
             "next": format_iso(upcoming) if upcoming is not None else None,
-            "paused": name in stats.paused,
+            "paused": name in paused,
         }
         if routine.resolved_cron != routine.cron:
             entry["resolved_cron"] = routine.resolved_cron

@@ -264,6 +264,12 @@ class Scheduler:
         await self._parts.calls.set_paused(name, False)
         log.info("%s: resumed", name)
 
+    async def paused(self) -> frozenset[str]:
+        """The paused routines as the store says now, whichever replica or command paused
+        them (``statistics().paused`` is the last read: each poll's, or a fire's); bounded
+        by ``store_timeout``. Raises :class:`StateFault`."""
+        return (await self._parts.calls.read_paused()).names
+
     def update_routines(self, routines: Iterable[Routine]) -> RoutineChanges:
         """Replace the loaded routines by ``routines``: a new one arms from now, a removed one
         stops once its fire in flight settled, a changed one re-arms from its newest claim or
