@@ -198,9 +198,10 @@ def seed_claim(schema: str, routine: str, slot: datetime, outcome: str | None) -
         )
 
 
-def odd_outcome_warning(routine: str, slot: datetime) -> str:
+def odd_outcome_warning(routine: str, slot: datetime, schema: str) -> str:
     return (
-        f"claim {routine}/{slot_name(slot)} in {WHERE} carries an unknown outcome — reading "
+        f"claim {routine}/{slot_name(slot)} in {WHERE} (schema {schema}) carries an unknown "
+        "outcome — reading "
         'it as unsettled: "exploded"'
     )
 
@@ -208,7 +209,7 @@ def odd_outcome_warning(routine: str, slot: datetime) -> str:
 async def test_every_read_names_the_row_it_warns_about(
     store: PostgresStore, schema: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    assert store.where == WHERE
+    assert store.where == f"{WHERE} (schema {schema})"  # two stores in one database differ
     seed_claim(schema, "r", T0, "exploded")
     with caplog.at_level(logging.WARNING, logger="trio_routines"):
         newest = await store.latest_fire("r")
@@ -216,7 +217,7 @@ async def test_every_read_names_the_row_it_warns_about(
     assert newest is not None
     assert newest.outcome is None
     assert kept.outcome is None
-    assert [r.getMessage() for r in caplog.records] == [odd_outcome_warning("r", T0)] * 2
+    assert [r.getMessage() for r in caplog.records] == [odd_outcome_warning("r", T0, schema)] * 2
 
 
 async def test_a_reason_and_an_output_edited_huge_are_read_bounded_as_the_record_keeps_them(
@@ -291,7 +292,9 @@ async def test_a_read_that_fails_names_each_routine_and_the_server(
         db.execute(sql.SQL("DROP TABLE {}").format(table(schema, "claims")))
     with pytest.raises(StateFault) as failed:
         await store.latest_fire("r")
-    assert str(failed.value).startswith(f"the newest claim of 'r' is unreadable in {WHERE}: ")
+    assert str(failed.value).startswith(
+        f"the newest claim of 'r' is unreadable in {WHERE} (schema {schema}): "
+    )
 
 
 async def test_an_open_claim_that_cannot_be_read_is_stepped_over(

@@ -22,7 +22,9 @@ from psycopg import sql
 
 from trio_routines.agent import Usage
 from trio_routines.errors import StateFault
+from trio_routines.presence import IdInUse
 from trio_routines.records import ClaimStatus, Gap, GapReason, Origin, Outcome
+from trio_routines.replicas import ReplicaInfo
 from trio_routines.stores import open_store
 from trio_routines.stores.postgres import CLAIM_LOCK, SCHEMA_VERSION, PostgresStore
 from trio_routines.wakeups import WakeupRequest
@@ -576,6 +578,17 @@ async def test_search_path_in_the_url_selects_the_schema(url: str, schema: str) 
     store = open_store(f"{url}?options=-csearch_path%3D{schema}")
     assert isinstance(store, PostgresStore)
     assert (await store.claim("r", T0, T0)).taken
+    # Named in every message with its schema: two stores in one database differ by it.
+    assert store.where.endswith(f"/test (schema {schema})")
+    # A second replica of one id is refused as such (a rejoin waits on that), in one line.
+    first = await store.join(ReplicaInfo("twin", "0", "h", 1, T0, T0))
+    with pytest.raises(IdInUse) as refused:
+        await store.join(ReplicaInfo("twin", "0", "h", 2, T0, T0))
+    assert str(refused.value) == (
+        f"could not join {store.where}: replica id 'twin' is in use by a live replica — give "
+        "each replica its own --replica"
+    )
+    await first.leave()
     await store.aclose()
     assert claimed_slots(schema, "r") == [0]
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -98,6 +99,15 @@ class _OurRecords(logging.Filter):
 _records = _OurRecords()
 for _name in ("psycopg", "psycopg.pool"):
     logging.getLogger(_name).addFilter(_records)
+
+
+_SEARCH_PATH = re.compile(r"-c\s*search_path\s*=\s*(\S+)")
+
+
+def _search_path(options: str) -> str | None:
+    """The ``search_path`` a URL's ``options`` set (``-csearch_path=mine``), if any."""
+    found = _SEARCH_PATH.search(options)
+    return found.group(1) if found else None
 
 
 class _NoConnection(Exception):
@@ -172,9 +182,13 @@ class Connections:
         self.url = url
         self.schema = schema
         self.timeout = timeout
-        self.where = "postgresql://{}:{}/{}".format(
+        #: The server and database, without credentials; ``where``: and the schema, if chosen
+        #: (two stores in one database differ by it), as every message names the store.
+        self.server = "postgresql://{}:{}/{}".format(
             info.get("host", ""), info.get("port", "5432"), info.get("dbname", "")
         )
+        chosen = schema.schema or _search_path(str(info.get("options") or ""))
+        self.where = f"{self.server} (schema {chosen[:64]})" if chosen else self.server
         # Anything the URL sets wins over our defaults.
         defaults: dict[str, Any] = {
             "connect_timeout": max(1, round(timeout)),

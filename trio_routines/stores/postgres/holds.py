@@ -62,7 +62,7 @@ import psycopg
 import trio
 
 from ...errors import StateFault
-from ...presence import Presence
+from ...presence import IdInUse, Presence
 from ...replicas import ReplicaInfo, replica_key
 from ..abandon import run_abandoning
 from ..batch import Answer, Batcher, Entry
@@ -278,6 +278,8 @@ class PostgresPresence(Presence):
                     late=close_line,
                 )
                 self._conn, self._socket, self._namespace = made
+            except IdInUse as exc:  # kept as such: a rejoin waits for our own earlier lock
+                raise IdInUse(f"could not join {self._conns.where}: {exc}") from None
             except (psycopg.Error, OSError) as exc:  # OSError: no descriptor left for ours
                 raise StateFault(
                     f"could not join {self._conns.where} as replica {self.replica}: {reason(exc)}"

@@ -78,8 +78,8 @@ def join_on(conn: Conn, schema: Schema, info: ReplicaInfo, where: str) -> str:
     (mine,) = conn.execute("SELECT pg_try_advisory_lock(%s)", (holder,)).fetchone() or (False,)
     if not mine:
         raise IdInUse(
-            f"replica id {info.id!r} is in use by a live replica of {where} — give each "
-            "replica its own --replica"
+            f"replica id {info.id!r} is in use by a live replica — give each replica its own "
+            "--replica"
         )
     conn.execute(
         schema.sql(

@@ -106,7 +106,7 @@ class PostgresStore(Lifetime):
 
     def __repr__(self) -> str:
         schema = f", schema={self.schema!r}" if self.schema else ""
-        return f"PostgresStore({self._conns.where!r}{schema})"
+        return f"PostgresStore({self._conns.server!r}{schema})"
 
     @property
     def where(self) -> str:
