@@ -323,8 +323,8 @@ async def test_a_downtime_is_caught_up_once_and_the_rest_recorded(
     assert missed(sched) == {("r", "caught-up"): 2}
     said = [r.getMessage() for r in caplog.records]
     assert (
-        "r: missed 3 slots 2026-07-07T22:57:00.000Z to 2026-07-07T22:59:00.000Z while no "
-        "scheduler ran — firing the oldest, 2026-07-07T22:57:00.000Z, once; the others are "
+        "r: missed 3 slots 2026-07-07T22:57:00.000Z to 2026-07-07T22:59:00.000Z, claimed by no "
+        "scheduler — catching up the oldest, 2026-07-07T22:57:00.000Z, once; the others are "
         "gaps (see `python -m trio_routines history r`)"
     ) in said
 

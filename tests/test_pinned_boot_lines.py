@@ -54,22 +54,22 @@ async def test_each_routine_that_missed_slots_says_what_becomes_of_them(
         await store.claim(name, last, last)
         await store.settle(name, last, Outcome.COMPLETED, 5)
     await booted(store, *(r for r, _ in routines.values()))
-    lines = [r.getMessage() for r in caplog.records if "while no scheduler ran" in r.getMessage()]
+    lines = [r.getMessage() for r in caplog.records if "claimed by no scheduler" in r.getMessage()]
     four = "4 slots 2026-07-07T10:00:00.000Z to 2026-07-07T10:30:00.000Z"
     assert lines == [
-        "single: missed 1 slot 2026-07-07T10:00:00.000Z while no scheduler ran — firing it now"
-        " (see `python -m trio_routines history single`)",
-        f"several: missed {four} while no scheduler ran — firing the oldest, "
+        "single: missed 1 slot 2026-07-07T10:00:00.000Z, claimed by no scheduler — catching it "
+        "up now (see `python -m trio_routines history single`)",
+        f"several: missed {four}, claimed by no scheduler — catching up the oldest, "
         "2026-07-07T10:00:00.000Z, once; the others are gaps"
         " (see `python -m trio_routines history several`)",
-        f"window: missed {four} while no scheduler ran — firing the oldest within the window, "
-        "2026-07-07T10:20:00.000Z, once; the others are gaps"
+        f"window: missed {four}, claimed by no scheduler — catching up the oldest within the "
+        "window, 2026-07-07T10:20:00.000Z, once; the others are gaps"
         " (see `python -m trio_routines history window`)",
-        f"edge: missed {four} while no scheduler ran — firing the oldest within the window, "
-        "2026-07-07T10:30:00.000Z, once; the others are gaps"
+        f"edge: missed {four}, claimed by no scheduler — catching up the oldest within the "
+        "window, 2026-07-07T10:30:00.000Z, once; the others are gaps"
         " (see `python -m trio_routines history edge`)",
-        "none: missed 3 slots 2026-07-07T10:05:00.000Z to 2026-07-07T10:25:00.000Z while no "
-        "scheduler ran — none fired (catchup none): they are gaps"
+        "none: missed 3 slots 2026-07-07T10:05:00.000Z to 2026-07-07T10:25:00.000Z, claimed by no "
+        "scheduler — none caught up (catchup none): they are gaps"
         " (see `python -m trio_routines history none`)",
     ]
 

@@ -317,18 +317,20 @@ class Boot:
 def _log_missed(
     name: str, plan: BootPlan, due: datetime, now: datetime, catchup: float | None
 ) -> None:
-    """How many slots passed while no scheduler ran, from when, and what becomes of them."""
+    """How many slots passed since the newest claim with none claiming them, from when, and
+    what becomes of them. (Replicas booting together each say so: the catch-up is claimed,
+    and run, by one of them.)"""
     missed = plan.missed
     assert missed is not None
     if missed.count == 1 and due == missed.first:
-        then = "firing it now"
+        then = "catching it up now"
     elif due <= now:
         within = "" if catchup is None else " within the window"
-        then = f"firing the oldest{within}, {format_iso(due)}, once; the others are gaps"
+        then = f"catching up the oldest{within}, {format_iso(due)}, once; the others are gaps"
     else:
-        then = f"none fired (catchup {catchup_text(catchup)}): they are gaps"
+        then = f"none caught up (catchup {catchup_text(catchup)}): they are gaps"
     log.info(
-        "%s: missed %s while no scheduler ran — %s (see `python -m trio_routines history %s`)",
+        "%s: missed %s, claimed by no scheduler — %s (see `python -m trio_routines history %s`)",
         name,
         gap_words(missed),
         then,
