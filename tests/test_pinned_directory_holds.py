@@ -421,8 +421,8 @@ async def test_a_join_refused_keeps_nothing_open_and_holds_nothing(tmp_path: Pat
     with pytest.raises(StateFault) as refused:
         await second.join(info("a"))
     assert str(refused.value) == (
-        f"could not join {tmp_path}: replica id 'a' is in use by a live replica of {tmp_path}"
-        " — give each replica its own --replica"
+        f"could not join {tmp_path}: replica id 'a' is in use by a live replica — give each "
+        "replica its own --replica"
     )
     assert open_fds() == before
     await member.leave()

@@ -1215,6 +1215,70 @@ async def test_a_caller_that_gives_up_with_no_grace_ends_its_turn_at_once(
     assert (fire.outcome, fire.error) == (Outcome.INTERRUPTED, "interrupted: its caller gave up")
 
 
+class StartsAnotherRun:
+    """A turn of ``od`` starts one of ``bg`` (20 s) from within itself and completes; ``bg``'s
+    own turn is that: 20 s."""
+
+    def __init__(self) -> None:
+        self.scheduler: Scheduler | None = None
+        self.ended: list[tuple[str, float, str]] = []
+
+    async def invoke(self, session: str, text: str) -> AsyncIterator[Any]:
+        began = trio.current_time()
+        try:
+            if session == "routine:od":
+                assert self.scheduler is not None
+                assert await self.scheduler.start_run("bg")
+            else:
+                await trio.sleep(20)
+            yield Completed()
+        finally:
+            self.ended.append((session, trio.current_time() - began, "done"))
+
+
+async def test_a_turn_started_from_within_a_callers_run_is_not_bound_by_that_caller(
+    autojump_clock: Any,
+) -> None:
+    # The call's bound is its own turn's: a run the agent starts meanwhile (its context
+    # copied from the call's) outlives the call, and was cut at its end + the grace.
+    agent = StartsAnotherRun()
+    store = MemoryStore()
+    scheduler = Scheduler(
+        agent=agent,
+        store=store,
+        routines=[Routine(name="od", prompt="p"), Routine(name="bg", prompt="q")],
+        now=WallClock(T0),
+        default_grace=3,
+    )
+    agent.scheduler = scheduler
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        with trio.move_on_after(1):
+            await scheduler.run_now("od")
+        await trio.sleep(60)
+        scheduler.stop()
+    assert [(s, round(took)) for s, took, _ in agent.ended] == [
+        ("routine:od", 0),
+        ("routine:bg", 20),
+    ]
+
+
+async def test_a_cancelled_caller_hears_a_bare_cancel(autojump_clock: Any) -> None:
+    # As from any Trio call: `except trio.Cancelled` catches it (not an exception group).
+    rig = Rig(agent=ScriptedAgent(Complete(duration=5)), default_grace=10)
+    caught: list[BaseException] = []
+    with trio.CancelScope() as scope:
+        scope.deadline = trio.current_time() + 2
+        try:
+            await rig.scheduler.fire("hourly", at(9))
+        except trio.Cancelled as exc:
+            caught.append(exc)
+            raise
+    assert len(caught) == 1
+    (fire,) = await rig.store.history("hourly")
+    assert fire.outcome is Outcome.COMPLETED
+
+
 async def test_a_turn_ending_within_the_callers_grace_completes(autojump_clock: Any) -> None:
     rig = Rig(agent=ScriptedAgent(Complete(duration=5)), default_grace=10)
     with trio.move_on_after(2) as waited:
@@ -1236,19 +1300,29 @@ async def test_a_caller_that_gives_up_on_its_run_leaves_the_turn_the_grace(
     assert rig.scheduler.statistics().in_flight == 0
 
 
-async def test_a_stop_sooner_than_the_callers_grace_is_why_its_turn_ended(
-    autojump_clock: Any,
+@pytest.mark.parametrize(
+    ("stop_grace", "error"),
+    [(2.5, "interrupted by stop"), (30, "interrupted: its caller gave up")],
+    ids=["stop-as-near", "caller-first"],
+)
+async def test_the_nearer_of_a_stop_and_a_callers_bound_is_why_its_turn_ended(
+    autojump_clock: Any, stop_grace: float, error: str
 ) -> None:
-    rig = Rig(agent=ScriptedAgent(Hang()), default_grace=30)
+    # The caller gives up at 2 s (its turn has until 5 s), a stop comes at 3 s: with 2.5 s
+    # of grace its deadline (5.5 s) is as near, and the stop is named; with 30 s the caller's.
+    rig = Rig(agent=ScriptedAgent(Hang()), default_grace=3)
     async with trio.open_nursery() as nursery:
         await nursery.start(rig.scheduler.run)
-        with trio.move_on_after(10):
-            async with trio.open_nursery() as caller:
-                caller.start_soon(rig.scheduler.fire, "hourly", at(9))
-                await trio.sleep(5)
-                rig.scheduler.stop(grace=1)
+        with trio.move_on_after(2):
+            nursery.start_soon(_stop_at, rig.scheduler, 3, stop_grace)
+            await rig.scheduler.fire("hourly", at(9))
     (fire,) = await rig.store.history("hourly")
-    assert (fire.outcome, fire.error) == (Outcome.INTERRUPTED, "interrupted by stop")
+    assert (fire.outcome, fire.ms, fire.error) == (Outcome.INTERRUPTED, 5000, error)
+
+
+async def _stop_at(scheduler: Scheduler, when: float, grace: float) -> None:
+    await trio.sleep_until(when)
+    scheduler.stop(grace)
 
 
 async def test_a_host_cancel_right_after_the_start_is_a_stop(autojump_clock: Any) -> None:

@@ -29,21 +29,35 @@ T = TypeVar("T")
 
 #: Why a turn whose caller gave up was interrupted (its history's error).
 CALLER_ENDED = "its caller gave up"
+#: Seconds: a turn ended by its caller's bound is said to be the stop's when a stop's
+#: deadline came no later than this after it (a host's cancel begins both at once).
+STOP_FIRST = 1.0
 
 
 class CallerGrace:
-    """The deadline a caller's cancel set, and the turn scopes of its call meanwhile."""
+    """The deadline a caller's cancel set, and the turn scopes of its call meanwhile.
 
-    __slots__ = ("deadline", "scopes")
+    It bounds the turns of the caller's own task only, while the call lasts: a task started
+    from within the call (by the agent, say) inherits the context variable, not the bound.
+    """
+
+    __slots__ = ("deadline", "over", "scopes", "task")
 
     def __init__(self) -> None:
         self.deadline = math.inf
         self.scopes: set[trio.CancelScope] = set()
+        self.task = trio.lowlevel.current_task()
+        self.over = False  # the call returned: nothing is bounded any more
 
-    def begin(self, deadline: float) -> None:
+    def bound_at(self, deadline: float) -> None:
+        """The caller gave up: each turn of the call ends by ``deadline`` (Trio's clock)."""
         self.deadline = min(self.deadline, deadline)
         for scope in self.scopes:
             scope.deadline = min(scope.deadline, self.deadline)
+
+    def applies(self) -> bool:
+        """Whether a turn beginning now is one of the call's (in its task, while it lasts)."""
+        return not self.over and trio.lowlevel.current_task() is self.task
 
     def passed(self) -> bool:
         """Whether the caller's bound has passed (asked of a turn of the call that was ended
@@ -59,6 +73,7 @@ async def bounded_by_caller(call: Callable[[], Awaitable[T]], grace: float) -> T
     has ``grace`` seconds left from then (see the module doc)."""
     bound = CallerGrace()
     token = CALLER.set(bound)
+    ended: outcome.Outcome[T] | None = None
     try:
         async with trio.open_nursery() as watch:
             watch.start_soon(_watch, bound, grace)
@@ -66,18 +81,36 @@ async def bounded_by_caller(call: Callable[[], Awaitable[T]], grace: float) -> T
                 # Its error, if any, raised as it came (not in the watch's exception group).
                 ended = await outcome.acapture(call)
             finally:
+                bound.over = True
                 watch.cancel_scope.cancel()  # the call is over: so is the watch
+    except BaseExceptionGroup as group:
+        # The watch's nursery lets only the caller's cancel out (its checkpoint as it
+        # closes): raised bare, as the call alone would have let the caller hear of it --
+        # unless the call itself failed, which the caller hears of first, as before.
+        cancels, rest = group.split(trio.Cancelled)
+        if rest is not None or cancels is None:
+            raise
+        if isinstance(ended, outcome.Error):
+            ended.unwrap()
+        raise _first(cancels) from None
     finally:
         CALLER.reset(token)
+    assert ended is not None
     return ended.unwrap()
+
+
+def _first(group: BaseException) -> BaseException:
+    while isinstance(group, BaseExceptionGroup):
+        group = group.exceptions[0]
+    return group
 
 
 async def _watch(bound: CallerGrace, grace: float) -> None:
     try:
         await trio.sleep_forever()
     finally:
-        # Cancelled by the caller's scope, or by the call's end (no turn of it is left then).
-        bound.begin(trio.current_time() + max(0.0, grace))
+        if not bound.over:  # cancelled by the caller's scope, not by the call's end
+            bound.bound_at(trio.current_time() + max(0.0, grace))
 
 
 # The context managers of every fire are classes rather than generators: at 10,000 fires at
@@ -92,7 +125,8 @@ class TurnScope:
 
     def __init__(self, scopes: set[trio.CancelScope], deadline: float) -> None:
         self._scopes = scopes
-        self._caller = CALLER.get()  # a fire or run by hand: its caller's cancel reaches it
+        caller = CALLER.get()  # a fire or run by hand: its caller's cancel reaches it
+        self._caller = caller if caller is not None and caller.applies() else None
         if self._caller is not None:
             deadline = min(deadline, self._caller.deadline)
         self._scope = trio.CancelScope(deadline=deadline)

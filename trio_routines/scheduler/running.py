@@ -73,8 +73,9 @@ class Run:
                     del booted, first_due  # the boot's maps, not kept for the run (see _run_loops)
                     task_status.started(handle)
             finally:
-                # However the run ended (a host's cancel may come before the loops' first
-                # step): nothing starts in its nursery any more, and it counts as stopped.
+                # However the run ended, nothing starts in its nursery any more; and it counts
+                # as stopped (the loops' own end began the stop as a rule, bounding the turns
+                # before the nursery waited for them: this is the backstop).
                 runtime.nursery = None
                 self._host_stop()
 

@@ -15,7 +15,7 @@ from ..errors import StateFault
 from ..records import Outcome
 from ..tracing import FireSpans, turn_span
 from ..turns import TurnResult, run_turn
-from .grace import CALLER, CALLER_ENDED, Grace
+from .grace import CALLER, CALLER_ENDED, STOP_FIRST, Grace
 from .holds import Holds, TurnHold
 from .spending import Spending
 from .state import LOST_BEFORE, LOST_ENDED, LOST_HOLD, log
@@ -103,6 +103,12 @@ class SessionTurns:
         if self._grace.lost(scope):
             return LOST_ENDED
         caller = CALLER.get()
-        if caller is not None and caller.passed() and scope.deadline < self._grace.deadline:
+        if (
+            caller is not None
+            and caller.applies()
+            and caller.passed()
+            # A stop's deadline as near (both began at a host's cancel, say) names the stop.
+            and caller.deadline < self._grace.deadline - STOP_FIRST
+        ):
             return CALLER_ENDED
         return None

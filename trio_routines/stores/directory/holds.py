@@ -224,8 +224,8 @@ class DirectoryPresence(Presence):
             self.fds = open_holds(self.root, range(SHARDS), create=True)
             if not self._lock(mine):
                 raise IdInUse(
-                    f"replica id {self.replica!r} is in use by a live replica of {self.root} — "
-                    "give each replica its own --replica"
+                    f"replica id {self.replica!r} is in use by a live replica — give each "
+                    "replica its own --replica"
                 )
         except BaseException:  # a lock that failed (ENOLCK) too: nothing stays open
             self._close()

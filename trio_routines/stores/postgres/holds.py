@@ -273,7 +273,6 @@ class PostgresPresence(Presence):
                     kwargs,
                     self._schema,
                     self.info,
-                    self._conns.where,
                     limiter=None,
                     late=close_line,
                 )

@@ -45,9 +45,7 @@ class Line(NamedTuple):
     namespace: str
 
 
-def open_line(
-    url: str, kwargs: dict[str, Any], schema: Schema, info: ReplicaInfo, where: str
-) -> Line:
+def open_line(url: str, kwargs: dict[str, Any], schema: Schema, info: ReplicaInfo) -> Line:
     """Connect (``kwargs``: the pool's settings and our own), and join on that connection
     (:func:`join_on`). In a thread: a blocking call."""
     conn: Conn = psycopg.connect(url, **kwargs)
@@ -55,7 +53,7 @@ def open_line(
     try:
         bounded_instants(conn)
         line = socket_on(conn)
-        return Line(conn, line, join_on(conn, schema, info, where))
+        return Line(conn, line, join_on(conn, schema, info))
     except BaseException:
         close_both((conn, line))
         raise
@@ -66,7 +64,7 @@ def close_line(made: Line) -> None:
     close_both((made.conn, made.sock))
 
 
-def join_on(conn: Conn, schema: Schema, info: ReplicaInfo, where: str) -> str:
+def join_on(conn: Conn, schema: Schema, info: ReplicaInfo) -> str:
     """Join as ``info`` on ``conn``: its keepalives set, our id's lock taken (or
     :class:`IdInUse`), our row written, and the rows and holds of replicas gone forgotten.
     Returns the store's namespace (our key in it is our lock and our rows' holder)."""
