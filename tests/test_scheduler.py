@@ -1216,8 +1216,8 @@ async def test_a_caller_that_gives_up_with_no_grace_ends_its_turn_at_once(
 
 
 class StartsAnotherRun:
-    """A turn of ``od`` starts one of ``bg`` (20 s) from within itself and completes; ``bg``'s
-    own turn is that: 20 s."""
+    """A turn of ``od`` starts one of ``bg`` from within itself and completes 2 s later; a
+    turn of ``bg`` takes 20 s."""
 
     def __init__(self) -> None:
         self.scheduler: Scheduler | None = None
@@ -1229,6 +1229,7 @@ class StartsAnotherRun:
             if session == "routine:od":
                 assert self.scheduler is not None
                 assert await self.scheduler.start_run("bg")
+                await trio.sleep(2)
             else:
                 await trio.sleep(20)
             yield Completed()
@@ -1240,7 +1241,8 @@ async def test_a_turn_started_from_within_a_callers_run_is_not_bound_by_that_cal
     autojump_clock: Any,
 ) -> None:
     # The call's bound is its own turn's: a run the agent starts meanwhile (its context
-    # copied from the call's) outlives the call, and was cut at its end + the grace.
+    # copied from the call's) is not held to it. The caller gives up at 1 s: od has until
+    # 4 s and completes at 2 s; bg was cut at 4 s, or at the call's end + the grace.
     agent = StartsAnotherRun()
     store = MemoryStore()
     scheduler = Scheduler(
@@ -1258,7 +1260,7 @@ async def test_a_turn_started_from_within_a_callers_run_is_not_bound_by_that_cal
         await trio.sleep(60)
         scheduler.stop()
     assert [(s, round(took)) for s, took, _ in agent.ended] == [
-        ("routine:od", 0),
+        ("routine:od", 2),
         ("routine:bg", 20),
     ]
 

@@ -37,17 +37,17 @@ STOP_FIRST = 1.0
 class CallerGrace:
     """The deadline a caller's cancel set, and the turn scopes of its call meanwhile.
 
-    It bounds the turns of the caller's own task only, while the call lasts: a task started
-    from within the call (by the agent, say) inherits the context variable, not the bound.
+    It bounds the turns of the caller's own task only: a task started from within the call
+    (by the agent, say) inherits the context variable, not the bound; and once the call
+    returned, the variable is the caller's again.
     """
 
-    __slots__ = ("deadline", "over", "scopes", "task")
+    __slots__ = ("deadline", "scopes", "task")
 
     def __init__(self) -> None:
         self.deadline = math.inf
         self.scopes: set[trio.CancelScope] = set()
         self.task = trio.lowlevel.current_task()
-        self.over = False  # the call returned: nothing is bounded any more
 
     def bound_at(self, deadline: float) -> None:
         """The caller gave up: each turn of the call ends by ``deadline`` (Trio's clock)."""
@@ -56,8 +56,8 @@ class CallerGrace:
             scope.deadline = min(scope.deadline, self.deadline)
 
     def applies(self) -> bool:
-        """Whether a turn beginning now is one of the call's (in its task, while it lasts)."""
-        return not self.over and trio.lowlevel.current_task() is self.task
+        """Whether a turn beginning now is one of the call's (in the caller's task)."""
+        return trio.lowlevel.current_task() is self.task
 
     def passed(self) -> bool:
         """Whether the caller's bound has passed (asked of a turn of the call that was ended
@@ -81,15 +81,15 @@ async def bounded_by_caller(call: Callable[[], Awaitable[T]], grace: float) -> T
                 # Its error, if any, raised as it came (not in the watch's exception group).
                 ended = await outcome.acapture(call)
             finally:
-                bound.over = True
                 watch.cancel_scope.cancel()  # the call is over: so is the watch
     except BaseExceptionGroup as group:
         # The watch's nursery lets only the caller's cancel out (its checkpoint as it
         # closes): raised bare, as the call alone would have let the caller hear of it --
         # unless the call itself failed, which the caller hears of first, as before.
         cancels, rest = group.split(trio.Cancelled)
-        if rest is not None or cancels is None:
+        if rest is not None:
             raise
+        assert cancels is not None  # (a group holds one exception at least)
         if isinstance(ended, outcome.Error):
             ended.unwrap()
         raise _first(cancels) from None
@@ -109,8 +109,8 @@ async def _watch(bound: CallerGrace, grace: float) -> None:
     try:
         await trio.sleep_forever()
     finally:
-        if not bound.over:  # cancelled by the caller's scope, not by the call's end
-            bound.bound_at(trio.current_time() + max(0.0, grace))
+        # Cancelled by the caller's scope; or by the call's end, when it bounds nothing left.
+        bound.bound_at(trio.current_time() + max(0.0, grace))
 
 
 # The context managers of every fire are classes rather than generators: at 10,000 fires at
