@@ -112,6 +112,50 @@ async def test_a_slot_paused_when_it_came_stays_so_for_a_replica_that_reads_it_a
     assert store.resumes_read == ["hourly"]  # once, for the late read; never on time (12:00)
 
 
+@pytest.mark.parametrize(
+    ("resumed", "fired"),
+    [(at(11), [at(11), at(12)]), (at(11) + timedelta(milliseconds=1), [at(12)])],
+    ids=["at-the-slot", "after-it"],
+)
+async def test_a_late_read_runs_a_slot_resumed_at_its_instant_not_one_resumed_after(
+    autojump_clock: Any, resumed: datetime, fired: list[datetime]
+) -> None:
+    store = MemoryStore()
+    wall = WallClock(T0)
+    scheduler, agent = replica(store, wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(10, 59) + timedelta(seconds=50))
+        await store.set_paused("hourly", True)
+        await store.set_paused("hourly", False, resumed)
+        wall.jump(timedelta(seconds=30))
+        await until(wall, at(12, 30))
+        scheduler.stop()
+    assert [f.slot for f in await store.history("hourly")] == fired
+    assert len(agent.turns) == len(fired)
+
+
+async def test_a_late_read_whose_resume_cannot_be_read_claims_nothing_and_says_why(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = MemoryStore()
+    wall = WallClock(T0)
+    scheduler, agent = replica(store, wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(10, 59) + timedelta(seconds=50))
+        store.fail("resumed_at", StateFault("disk busy"), times=1)
+        wall.jump(timedelta(seconds=30))
+        await until(wall, at(11, 30))
+        scheduler.stop()
+    assert agent.turns == []
+    assert await store.history("hourly") == []
+    assert any(
+        "could not claim slot 2026-07-07T11-00-00-000Z of 'hourly': disk busy" in m
+        for m in (r.getMessage() for r in caplog.records)
+    )
+
+
 async def test_a_boot_catching_up_asks_for_no_resume_its_plan_did_not(autojump_clock: Any) -> None:
     store = CountedResumes()
     await store.claim("hourly", at(9), at(9))
