@@ -99,8 +99,11 @@ def test_naive_instants_are_refused() -> None:
     with pytest.raises(ValueError, match="naive"):
         format_iso(datetime(2026, 7, 7))
     for wrong in ("2026-07-07T10:00Z", None, 1783418400):
-        with pytest.raises(TypeError, match=r"^instant must be an aware datetime, not \w+$"):
+        with pytest.raises(TypeError) as refused:
             truncate_ms(wrong)  # type: ignore[arg-type]
+        assert str(refused.value) == (
+            f"instant must be an aware datetime, not {type(wrong).__name__}"
+        )
     assert format_iso(datetime(2026, 7, 7, 12, tzinfo=timezone(timedelta(hours=2)))) == (
         "2026-07-07T10:00:00.000Z"
     )
