@@ -167,6 +167,16 @@ async def test_a_bad_grace_or_address_is_refused_before_anything_starts(
     assert scheduler.statistics().in_flight == 0
 
 
+async def test_signals_that_are_none_are_refused_in_these_words() -> None:
+    scheduler = scheduler_with(ScriptedAgent(), MemoryStore())
+    with pytest.raises(InvalidOption) as refused:
+        await serve(scheduler, signals=2)  # type: ignore[arg-type]
+    assert str(refused.value) == (
+        "signals must be signal numbers a process can catch, like (signal.SIGINT, "
+        "signal.SIGTERM), or () for none: 2"
+    )
+
+
 def test_signals_outside_the_main_thread_are_refused_before_anything_starts() -> None:
     store = MemoryStore()
     scheduler = scheduler_with(ScriptedAgent(), store)
