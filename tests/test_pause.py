@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -90,22 +91,36 @@ class CountedResumes(MemoryStore):
         return await super().resumed_at(routine)
 
 
+async def held_up_at_eleven(
+    store: MemoryStore, meanwhile: Callable[[], Awaitable[None]], end: datetime
+) -> ScriptedAgent:
+    """A replica of ``store`` run until ``end``, held up just before 11:00: at 10:59:50
+    ``meanwhile()`` is done (another replica's pause and resume, say), and its wall clock
+    jumps 30 s, so that it comes to 11:00 at 11:00:20 and reads the paused set late."""
+    wall = WallClock(T0)
+    scheduler, agent = replica(store, wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(10, 59) + timedelta(seconds=50))
+        await meanwhile()
+        wall.jump(timedelta(seconds=30))
+        await until(wall, end)
+        scheduler.stop()
+    return agent
+
+
 async def test_a_slot_paused_when_it_came_stays_so_for_a_replica_that_reads_it_after_a_resume(
     autojump_clock: Any,
 ) -> None:
     # Paused before 11:00 and resumed at 11:00:10 (another replica, a command), while this one
     # was held up: its read, made after the resume, no longer sees the pause that held 11:00.
     store = CountedResumes()
-    wall = WallClock(T0)
-    scheduler, agent = replica(store, wall)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        await until(wall, at(10, 59) + timedelta(seconds=50))
+
+    async def meanwhile() -> None:
         await store.set_paused("hourly", True)
         await store.set_paused("hourly", False, at(11) + timedelta(seconds=10))
-        wall.jump(timedelta(seconds=30))  # this replica comes to 11:00 at 11:00:20
-        await until(wall, at(12, 30))
-        scheduler.stop()
+
+    agent = await held_up_at_eleven(store, meanwhile, at(12, 30))
     assert [t.wall for t in agent.turns] == [at(12)]
     assert [f.slot for f in await store.history("hourly")] == [at(12)]
     assert await store.gaps("hourly") == [Gap(at(11), at(11), 1, GapReason.PAUSED)]
@@ -121,16 +136,12 @@ async def test_a_late_read_runs_a_slot_resumed_at_its_instant_not_one_resumed_af
     autojump_clock: Any, resumed: datetime, fired: list[datetime]
 ) -> None:
     store = MemoryStore()
-    wall = WallClock(T0)
-    scheduler, agent = replica(store, wall)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        await until(wall, at(10, 59) + timedelta(seconds=50))
+
+    async def meanwhile() -> None:
         await store.set_paused("hourly", True)
         await store.set_paused("hourly", False, resumed)
-        wall.jump(timedelta(seconds=30))
-        await until(wall, at(12, 30))
-        scheduler.stop()
+
+    agent = await held_up_at_eleven(store, meanwhile, at(12, 30))
     assert [f.slot for f in await store.history("hourly")] == fired
     assert len(agent.turns) == len(fired)
 
@@ -139,15 +150,11 @@ async def test_a_late_read_whose_resume_cannot_be_read_claims_nothing_and_says_w
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = MemoryStore()
-    wall = WallClock(T0)
-    scheduler, agent = replica(store, wall)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        await until(wall, at(10, 59) + timedelta(seconds=50))
+
+    async def meanwhile() -> None:
         store.fail("resumed_at", StateFault("disk busy"), times=1)
-        wall.jump(timedelta(seconds=30))
-        await until(wall, at(11, 30))
-        scheduler.stop()
+
+    agent = await held_up_at_eleven(store, meanwhile, at(11, 30))
     assert agent.turns == []
     assert await store.history("hourly") == []
     assert any(
