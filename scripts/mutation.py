@@ -455,7 +455,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # The built-in agents (echo, cmd: over real commands under their supervisor, py:, the
     # spec's parsing and its description for the logs), in-process.
     "agents": (
-        ["trio_routines/agents.py"],
+        ["trio_routines/agents.py", "trio_routines/agentspec.py"],
         [
             "tests/test_agents.py",
             "tests/test_usage.py",

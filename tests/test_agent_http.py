@@ -32,7 +32,8 @@ from trio_routines.agent_http import (
     reason_of,
     request_body,
 )
-from trio_routines.agents import agent_from_spec, describe_agent
+from trio_routines.agents import agent_from_spec
+from trio_routines.agentspec import describe_agent
 from trio_routines.cli.table import reason as history_reason
 from trio_routines.context import FireContext, firing
 from trio_routines.errors import InvalidAgent

@@ -22,7 +22,8 @@ from test_agents import _cancel_mid_turn, collect, pid_file, reply
 
 from trio_routines import tracing
 from trio_routines.agent import Completed, Failed, TextDelta
-from trio_routines.agents import CommandAgent, InvalidAgent, agent_from_spec, describe_agent
+from trio_routines.agents import CommandAgent, InvalidAgent, agent_from_spec
+from trio_routines.agentspec import describe_agent
 
 __all__ = ["pid_file"]  # a fixture of test_agents, used here
 

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import trio
 
-from .. import agents
 from ..agent import Agent
 from ..agents import agent_from_spec
+from ..agentspec import describe_agent as describe_spec
 from ..errors import TrioRoutinesError
 from ..names import name_problem
 from ..replicas import REPLICA_ENV, replica_problem
@@ -108,7 +108,7 @@ def agent_arg(args: argparse.Namespace, command: str) -> Agent:
 
 def describe_agent(args: argparse.Namespace) -> str:
     spec: str = args.agent or os.environ.get("TRIO_ROUTINES_AGENT") or ""
-    return agents.describe_agent(spec)
+    return describe_spec(spec)
 
 
 def _user(uid: int) -> str:
