@@ -4,6 +4,7 @@ and the replicas of a store that does not answer."""
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -74,7 +75,7 @@ def test_status_shows_the_turns_a_running_serve_has_in_flight(env: Env) -> None:
         busy.stdout.splitlines()[-1] == f"IN FLIGHT  1 turn on {url}; running on any replica: slow"
     )
     as_json = json.loads(status(env, "--url", url, "--json").stdout)
-    assert as_json["server"] == {"url": url, "inFlight": 1, "running": ["slow"]}
+    assert as_json["server"] == {"url": url, "inFlight": 1, "running": ["slow"], "stopping": False}
     assert [r["name"] for r in as_json["routines"]] == ["daily", "slow"]
     assert [r["id"] for r in as_json["replicas"]] == [f"{socket.gethostname()}:{proc.pid}"]
 
@@ -90,6 +91,38 @@ def test_status_shows_the_turns_a_running_serve_has_in_flight(env: Env) -> None:
     assert (gone.returncode, gone.stdout) == (1, "")
     assert one_line(gone.stderr).startswith(f"error: {url}: no answer: ")
     assert "refused" in gone.stderr
+
+
+@pytest.mark.slow
+def test_status_says_a_server_that_drains_its_turns_is_stopping(env: Env) -> None:
+    env.routine("slow", prompt="take your time")
+    environ = {**env.environ(), "TRIO_ROUTINES_TOKEN": TOKEN}
+    with (env.root / "serve.log").open("wb") as err:
+        proc = subprocess.Popen(
+            env.argv("serve", "--agent", "cmd:sleep 60", "--http", "127.0.0.1:0", "--grace", "60"),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            cwd=env.root,
+            env=environ,
+        )
+    env.procs.append(proc)
+    port = bound_port(env)
+    url = f"http://127.0.0.1:{port}"
+    assert request(port, "POST", "/run", {"name": "slow", "wait": False}, token=TOKEN)[0] == 202
+    wait_for(lambda: request(port, "GET", "/healthz")[1]["inFlight"] == 1, 20, "the turn")
+
+    proc.send_signal(signal.SIGTERM)  # the turn has its grace: the server drains it
+    wait_for(lambda: request(port, "GET", "/healthz")[1]["stopping"], 20, "the stop")
+    draining = status(env, "--url", url)
+    assert draining.returncode == 0, draining.stderr
+    assert draining.stdout.splitlines()[-1] == (
+        f"IN FLIGHT  1 turn on {url} (stopping: it starts no new turns); "
+        "running on any replica: slow"
+    )
+    as_json = json.loads(status(env, "--url", url, "--json").stdout)
+    assert as_json["server"] == {"url": url, "inFlight": 1, "running": ["slow"], "stopping": True}
+    assert stop(proc) == 0  # a second stop ends the turn now: a stop asked for is no failure
+    assert "slow interrupted" in (env.root / "serve.log").read_text()
 
 
 def test_status_without_a_server_says_so(env: Env) -> None:

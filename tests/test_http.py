@@ -389,7 +389,7 @@ async def test_run_without_wait_is_202_and_a_busy_session_is_not_run() -> None:
         assert started.json == {"name": "adhoc", "session": "routine:adhoc", "started": True}
         await until(lambda: agent.turns)
         health = await server.call("GET", "/healthz")
-        assert health.json == {"status": "busy", "inFlight": 1}
+        assert health.json == {"status": "busy", "inFlight": 1, "stopping": False}
         busy = await server.call("POST", "/run", {"name": "adhoc"})
         assert busy.status == 200
         assert busy.json["ran"] is False
@@ -738,12 +738,16 @@ async def test_healthz_reports_busy_while_a_fire_is_in_flight() -> None:
     async with serving(agent=agent, token=TOKEN) as server:
         idle = await server.call("GET", "/healthz")  # no token needed here
         assert idle.status == 200
-        assert idle.json == {"status": "ok", "inFlight": 0}
+        assert idle.json == {"status": "ok", "inFlight": 0, "stopping": False}
         auth = {"Authorization": f"Bearer {TOKEN}"}
         fired = await server.call("POST", "/fire", {"name": "adhoc", "slot": ON_GRID}, headers=auth)
         assert fired.status == 202
         await until(lambda: server.scheduler.statistics().in_flight)
-        assert (await server.call("GET", "/healthz")).json == {"status": "busy", "inFlight": 1}
+        assert (await server.call("GET", "/healthz")).json == {
+            "status": "busy",
+            "inFlight": 1,
+            "stopping": False,
+        }
         assert (await server.call("HEAD", "/healthz")).raw == b""
 
 
@@ -755,7 +759,11 @@ async def test_healthz_reports_busy_while_a_wakeup_turn_is_in_flight() -> None:
     agent.script(Hang(), session="chat:9")
     async with serving(agent=agent, store=store) as server:
         await until(lambda: agent.turns)
-        assert (await server.call("GET", "/healthz")).json == {"status": "busy", "inFlight": 1}
+        assert (await server.call("GET", "/healthz")).json == {
+            "status": "busy",
+            "inFlight": 1,
+            "stopping": False,
+        }
         assert (await server.call("GET", "/wakeups")).json == []
 
 
@@ -943,7 +951,11 @@ async def test_once_stopping_fires_and_runs_are_503_until_drained() -> None:
             reply = await server.call("POST", path, body)
             assert "stopping" in assert_error(reply, 503)
             assert reply.headers["retry-after"] == "5"
-        assert (await server.call("GET", "/healthz")).json == {"status": "busy", "inFlight": 1}
+        assert (await server.call("GET", "/healthz")).json == {
+            "status": "busy",
+            "inFlight": 1,
+            "stopping": True,
+        }
         assert (await server.call("GET", "/routines")).status == 200
         scheduler.stop(grace=0)  # the hung turn is interrupted, then the server goes
     [fire] = await store.history("adhoc")

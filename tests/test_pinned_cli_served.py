@@ -183,11 +183,24 @@ async def test_a_history_of_the_wrong_shape_is_one_line(
 async def test_the_turns_in_flight_are_the_health_checks_count(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for health, count in (({"inFlight": 3}, 3), ({"inFlight": 0, "ok": False}, 0)):
+    for health, said in (
+        ({"inFlight": 3}, (3, False)),  # a server that does not say whether it stops
+        ({"inFlight": 0, "ok": False}, (0, False)),
+        ({"inFlight": 2, "stopping": True}, (2, True)),
+        ({"inFlight": 2, "stopping": False}, (2, False)),
+    ):
         asked = answering(monkeypatch, {"/healthz": health})
-        assert await served_in_flight(SERVER) == count
+        assert await served_in_flight(SERVER) == said
         assert asked == ["/healthz"]
-    for health in ({"inFlight": True}, {"inFlight": "3"}, {"ok": True}, [3], None):
+    for health in (
+        {"inFlight": True},
+        {"inFlight": "3"},
+        {"ok": True},
+        [3],
+        None,
+        {"inFlight": 1, "stopping": "yes"},
+        {"inFlight": 1, "stopping": None},
+    ):
         answering(monkeypatch, {"/healthz": health})
         with pytest.raises(CliError) as refused:
             await served_in_flight(SERVER)

@@ -95,6 +95,10 @@ def test_the_in_flight_line_counts_turns_and_names_what_runs() -> None:
     assert in_flight_line(InFlight("http://h", 2, ("a", "b"))) == (
         "IN FLIGHT  2 turns on http://h; running on any replica: a, b"
     )
+    assert in_flight_line(InFlight("http://h", 1, ("a",), stopping=True)) == (
+        "IN FLIGHT  1 turn on http://h (stopping: it starts no new turns); "
+        "running on any replica: a"
+    )
 
 
 def test_replica_lines_round_the_seconds_and_never_go_below_zero() -> None:
@@ -590,7 +594,7 @@ async def test_status_from_a_server_shows_its_live_replicas_and_turns_in_flight(
     )
     assert await cmd_status(remote("status", "--json")) == 0
     shown = json.loads(capsys.readouterr().out)
-    assert shown["server"] == {"url": URL, "inFlight": 1, "running": ["adhoc"]}
+    assert shown["server"] == {"url": URL, "inFlight": 1, "running": ["adhoc"], "stopping": False}
     assert shown["replicas"] == [replica_json(alive)]
     assert [r["name"] for r in shown["routines"]] == ["adhoc", "other"]
     assert shown["wakeups"] == []

@@ -166,7 +166,10 @@ def test_serve_http_answers_real_requests_and_stops_on_sigterm(env: Env) -> None
     proc = env.start("serve", "--agent", agent, "--http", "127.0.0.1:0")
     port = bound_port(env)
 
-    assert request(port, "GET", "/healthz") == (200, {"status": "ok", "inFlight": 0})
+    assert request(port, "GET", "/healthz") == (
+        200,
+        {"status": "ok", "inFlight": 0, "stopping": False},
+    )
     status, routines = request(port, "GET", "/routines")
     assert status == 200
     assert [r["name"] for r in routines] == ["daily"]

@@ -130,12 +130,17 @@ async def served_view(server: Server) -> ServedView:
     return ServedView(rows, wakeups, list(pending), tuple(running), now, session_spent)
 
 
-async def served_in_flight(server: Server) -> int:
+async def served_in_flight(server: Server) -> tuple[int, bool]:
+    """The asked server's turns in flight, and whether it is stopping (an older server does
+    not say: not stopping)."""
     health = await server.get("/healthz")
     count = health.get("inFlight") if isinstance(health, dict) else None
     if not isinstance(count, int) or isinstance(count, bool):
         raise server.not_ours()
-    return count
+    stopping = health.get("stopping", False)
+    if not isinstance(stopping, bool):
+        raise server.not_ours()
+    return count, stopping
 
 
 async def served_replicas(server: Server) -> list[ReplicaInfo]:

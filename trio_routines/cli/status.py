@@ -79,6 +79,7 @@ class InFlight:
     url: str
     count: int
     running: tuple[str, ...] = ()
+    stopping: bool = False
 
 
 def failing_lines(rows: Sequence[RoutineRow]) -> list[str]:
@@ -228,7 +229,8 @@ def in_flight_line(flight: InFlight | None) -> str:
     # replica runs them.
     turns = "1 turn" if flight.count == 1 else f"{flight.count} turns"
     running = f"; running on any replica: {', '.join(flight.running)}" if flight.running else ""
-    return f"IN FLIGHT  {turns} on {flight.url}{running}"
+    stopping = " (stopping: it starts no new turns)" if flight.stopping else ""
+    return f"IN FLIGHT  {turns} on {flight.url}{stopping}{running}"
 
 
 # --- the commands ---------------------------------------------------------------------------
@@ -281,7 +283,8 @@ async def cmd_status(args: argparse.Namespace) -> int:
         rows, wakeups, now = served.rows, served.wakeups, served.now
         shown_wakeups, spent = served.wakeups_json, served.session_spent
         members = [m for m in await served_replicas(server) if m.alive]
-        flight = InFlight(server.url, await served_in_flight(server), served.running)
+        count, stopping = await served_in_flight(server)
+        flight = InFlight(server.url, count, served.running, stopping)
     else:
         rows, wakeups, now, spent = await _view(args)
         shown_wakeups = [wakeup_json(w, spent) for w in wakeups]
@@ -289,7 +292,12 @@ async def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         asked: dict[str, Any] | None = None
         if flight is not None:
-            asked = {"url": flight.url, "inFlight": flight.count, "running": list(flight.running)}
+            asked = {
+                "url": flight.url,
+                "inFlight": flight.count,
+                "running": list(flight.running),
+                "stopping": flight.stopping,
+            }
         print_json(
             {
                 "routines": [routine_json(row) for row in rows],

@@ -121,7 +121,8 @@ class _Reply:
 
 def healthz(scheduler: Scheduler) -> Response:
     in_flight = scheduler.statistics().in_flight
-    return Response(200, {"status": "busy" if in_flight else "ok", "inFlight": in_flight})
+    status = "busy" if in_flight else "ok"
+    return Response(200, {"status": status, "inFlight": in_flight, "stopping": scheduler.stopping})
 
 
 def tools(scheduler: Scheduler, style: ToolStyle) -> Response:
