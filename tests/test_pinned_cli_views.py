@@ -6,6 +6,7 @@ under it, its filters and their edges, a gap and a running claim in it, a server
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -269,6 +270,32 @@ def test_check_counts_routines_on_cron_and_checks_the_agent(env: Env) -> None:
         refused = in_process(argv, cwd=env.root, environ={**env.environ(), **environ})
         assert (refused.returncode, refused.stdout) == (1, ""), (args, environ)
         assert one_line(refused.stderr).startswith('error: unknown agent "bogus:"')
+
+
+def test_check_names_the_files_it_passed_over(env: Env) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    (env.routines / "weekly.toml").write_text('cron = "0 9 * * 1"\n')
+    (env.routines / "UPPER.MD").write_text("---\n---\nhi\n")
+    (env.routines / ".hidden").write_text("x")  # an editor's: not named
+    (env.routines / "drafts").mkdir()  # a subdirectory: kept there on purpose
+    with open(os.path.join(os.fsencode(env.routines), b"caf\xe9\n.txt"), "w"):
+        pass  # a name that is no UTF-8, with a line break: one visible line still
+    done = env.run_cli("check")
+    assert done.stdout == (
+        "passed over (a routine file is named <name>.md): "
+        '"UPPER.MD", "caf\\\\xe9\\x0a.txt", "weekly.toml"\n'
+        f"ok — 1 routine(s) in {env.routines}: 1 on cron, 0 on demand\n"
+    )
+    assert done.returncode == 0
+    for n in range(5):
+        (env.routines / f"f{n}.txt").write_text("x")
+    (env.routines / "broken.md").write_text("no frontmatter\n")
+    refused = env.run_cli("check")
+    assert refused.returncode == 1
+    assert refused.stdout == (
+        "passed over (a routine file is named <name>.md): "
+        '"UPPER.MD", "caf\\\\xe9\\x0a.txt", "f0.txt", "f1.txt", "f2.txt" and 3 more\n'
+    )
 
 
 def test_check_lists_every_broken_file_before_a_bad_agent(env: Env) -> None:

@@ -434,7 +434,9 @@ def test_load_ignores_other_entries(tmp_path: Path) -> None:
     write(tmp_path / "x.md", "inner.md", "---\n---\nnested\n")
     (tmp_path / "sub").mkdir()
     write(tmp_path / "sub", "deep.md", "---\n---\nnested\n")
-    assert load_routines(tmp_path) == LoadResult()
+    # Loaded from none; the files of other names are listed for ``check``, not the hidden
+    # one nor the subdirectories.
+    assert load_routines(tmp_path) == LoadResult(others=("daily.md.swp", "notes.txt", "upper.MD"))
 
 
 def test_load_sorts_by_name(tmp_path: Path) -> None:

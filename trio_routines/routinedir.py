@@ -51,6 +51,9 @@ class LoadResult:
 
     routines: tuple[Routine, ...] = ()
     failures: tuple[RoutineFailure, ...] = ()
+    #: The entries passed over that a person may have meant as routines: files (not
+    #: subdirectories, not hidden) whose names do not end in ``.md`` (``daily.toml``).
+    others: tuple[str, ...] = ()
 
 
 def find_routine(result: LoadResult, name: str) -> Routine | None:
@@ -67,8 +70,9 @@ def load_routines(directory: str | os.PathLike[str]) -> LoadResult:
     An absent directory holds no routines (and is no failure); a path that is not a directory,
     or a directory that cannot be listed, raises :class:`InvalidRoutine`. Files starting with
     ``.`` are ignored (editor droppings), except ``.md``, ``..md`` and ``...md``, whose names
-    are reported as unsafe rather than silently skipped. Subdirectories are ignored. Every other
-    ``*.md`` entry either loads or becomes a :class:`RoutineFailure`: an unsafe or non-UTF-8
+    are reported as unsafe rather than silently skipped. Subdirectories are ignored, and so are
+    files of other names, which :attr:`LoadResult.others` lists (``check`` names them). Every
+    other ``*.md`` entry either loads or becomes a :class:`RoutineFailure`: an unsafe or non-UTF-8
     name, a symlink leading outside ``directory``, anything but a regular file, a file over
     :data:`MAX_ROUTINE_FILE_BYTES`, text that is not UTF-8, an OS error, or a parse error.
     """
@@ -89,8 +93,11 @@ def load_routines(directory: str | os.PathLike[str]) -> LoadResult:
     real_base = os.path.realpath(base)
     routines: list[Routine] = []
     failures: list[RoutineFailure] = []
+    others: list[str] = []
     for entry in entries:
         if not entry.endswith(_SUFFIX):
+            if not entry.startswith(".") and not os.path.isdir(os.path.join(base, entry)):
+                others.append(entry)
             continue
         name = entry[: -len(_SUFFIX)]
         if entry.startswith(".") and name not in ("", ".", ".."):
@@ -104,7 +111,7 @@ def load_routines(directory: str | os.PathLike[str]) -> LoadResult:
             if routine is not None:
                 routines.append(routine)
     routines.sort(key=lambda r: r.name)
-    return LoadResult(routines=tuple(routines), failures=tuple(failures))
+    return LoadResult(routines=tuple(routines), failures=tuple(failures), others=tuple(others))
 
 
 def _load_one(real_base: str, base: str, path: str, name: str) -> Routine | None:
