@@ -113,7 +113,7 @@ def test_the_spent_column_has_a_dash_for_a_gap_and_a_turn_that_reported_nothing(
         "SPENT                          BY  REASON",
         "2026-07-03T09:00Z  -                         -     missed     -     "
         "-                              -   missed 1 slot 2026-07-03T09:00Z: no scheduler ran, "
-        "and nothing was caught up (catchup: none, it had never fired, or a later slot was "
+        "and nothing was caught up (catchup: none, it had never fired, or another slot was "
         "fired by hand)",
         "2026-07-02T09:00Z  2026-07-02T09:00:00.000Z  0ms   completed  5ms   "
         "-                              -",

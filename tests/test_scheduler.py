@@ -211,6 +211,82 @@ async def test_a_callers_fire_after_a_downtime_records_the_slots_it_passed_over(
     assert await rig.store.gaps("hourly") == [Gap(at(8), at(9), 2, GapReason.DOWN)]
 
 
+async def test_a_callers_fire_of_a_slot_the_next_ones_passed_records_those_too(
+    autojump_clock: Any,
+) -> None:
+    # Nothing ran after 07:00; at 12:30 a caller fires 09:00 by hand. 08:00 lies before it;
+    # 10:00 to 12:00 came before its claim, which a boot counts from: each is a gap, written
+    # before the turn (a process killed during it would have lost them), and the boot after
+    # finds every slot accounted for, catching nothing up.
+    store = MemoryStore()
+    seen: list[list[Gap]] = []
+
+    class Looks:
+        async def invoke(self, session: str, text: str) -> AsyncIterator[Any]:
+            seen.append(await store.gaps("hourly"))
+            yield Completed()
+
+    await store.claim("hourly", at(7), at(7))
+    await store.settle("hourly", at(7), Outcome.COMPLETED, 5)
+    wall = WallClock(at(12, 30))
+    scheduler = Scheduler(agent=Looks(), store=store, routines=[HOURLY], now=wall)
+    assert (await scheduler.fire("hourly", at(9))).claimed
+    gaps = [Gap(at(8), at(8), 1, GapReason.DOWN), Gap(at(10), at(12), 3, GapReason.DOWN)]
+    assert await store.gaps("hourly") == gaps
+    assert seen == [gaps]
+    assert 'trio_routines_slots_missed_total{routine="hourly",reason="down"} 4' in (
+        scheduler.render_metrics()
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(1)
+        scheduler.stop(0)
+    assert await store.gaps("hourly") == gaps
+    assert [f.slot for f in await store.history("hourly")] == [at(7), at(9)]
+
+
+async def test_what_a_callers_fire_passed_after_its_slot_stops_at_a_slot_claimed_meanwhile(
+    autojump_clock: Any,
+) -> None:
+    # A loop late to 11:00 claims it right after this caller's claim of 09:00, at 12:30:
+    # 10:00 is passed over, 11:00 is a claim, 12:00 is the loop's to account for.
+    class Meanwhile(MemoryStore):
+        async def claim(self, routine: str, slot: datetime, *args: Any, **kw: Any) -> Any:
+            result = await super().claim(routine, slot, *args, **kw)
+            if slot == at(9):
+                await super().claim(routine, at(11), at(12, 30), replica="other")
+            return result
+
+    store = Meanwhile()
+    await store.claim("hourly", at(8), at(8))
+    await store.settle("hourly", at(8), Outcome.COMPLETED, 5)
+    scheduler = Scheduler(
+        agent=ScriptedAgent(), store=store, routines=[HOURLY], now=WallClock(at(12, 30))
+    )
+    assert (await scheduler.fire("hourly", at(9))).claimed
+    assert await store.gaps("hourly") == [Gap(at(10), at(10), 1, GapReason.DOWN)]
+
+
+async def test_a_callers_fire_whose_newest_claim_is_unreadable_after_it_fires_and_says_so(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Unread(MemoryStore):
+        async def latest_fire(self, routine: str) -> Any:
+            if await self.history(routine):  # the claim made: what came since is unread
+                raise StateFault("claims unreadable")
+            return await super().latest_fire(routine)
+
+    store = Unread()
+    scheduler = Scheduler(
+        agent=ScriptedAgent(), store=store, routines=[HOURLY], now=WallClock(at(12, 30))
+    )
+    assert (await scheduler.fire("hourly", at(9))).claimed
+    assert await store.gaps("hourly") == []
+    assert "hourly: what a caller's fire passed over is unread: claims unreadable" in [
+        r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
+    ]
+
+
 async def test_a_callers_fire_counts_from_a_gap_newer_than_the_claim(autojump_clock: Any) -> None:
     rig = Rig()
     await rig.store.claim("hourly", at(6), at(6))

@@ -129,7 +129,7 @@ class GapRecording:
         """The last slot of ``name`` that a claim or a gap accounts for (its newest claim's
         slot or its newest gap's end, the later; with ``before``, of those before it, which
         reads the whole history); None when neither is known, or the store does not answer
-        (logged: see :meth:`passed_before`). A routine that never fired and has no gap counts
+        (logged: see :meth:`passed_around`). A routine that never fired and has no gap counts
         from when it was first armed, as a boot does (a store that does not keep it: nothing
         accounted for)."""
         try:
@@ -148,23 +148,43 @@ class GapRecording:
             return (await self.first_armed([name])).get(name)  # as a boot counts (gaps.py)
         return max(slots) if slots else None
 
-    async def passed_before(self, routine: Routine, accounted: datetime, slot: datetime) -> None:
-        """A caller's fire of ``slot`` was claimed: record the slots after ``accounted`` (as
-        :meth:`accounted_for` read it before the claim) and before ``slot`` as passed over
-        while no scheduler fired them (``down``), as a boot would have, had it run first --
-        less any claimed or recorded meanwhile (a loop, a replica, a caller's earlier slot),
-        read again once something looks passed."""
+    async def passed_around(
+        self, routine: Routine, accounted: datetime, slot: datetime, stamp: datetime
+    ) -> None:
+        """A caller's fire of ``slot`` was claimed, stamped ``stamp``: record as passed over
+        while no scheduler fired them (``down``) the slots after ``accounted`` (as
+        :meth:`accounted_for` read it before the claim) and before ``slot``, as a boot would
+        have, had it run first -- less any claimed or recorded meanwhile (a loop, a replica, a
+        caller's earlier slot), read again once something looks passed -- and those after
+        ``slot`` up to ``stamp`` (a slot fired by hand after the next ones had come): a boot
+        counts missed slots from a claim's stamp (:func:`~..claims.claimed_through`), so no
+        boot would ever see them."""
         cron, tz, name = routine.cron, routine.tz, routine.name
-        if (
-            cron is None
-            or passed_over(cron, tz, name, accounted, slot - _MS, GapReason.DOWN) is None
-        ):
-            return  # nothing passed: the common case, one cron step
-        since = await self.accounted_for(name, before=slot)
-        if since is not None:  # else nothing newer was found (or the store did not say: logged)
-            accounted = max(accounted, since)
-        passed = passed_over(cron, tz, name, accounted, slot - _MS, GapReason.DOWN)
-        await self.record_gap(name, passed)
+        if cron is None:
+            return
+        if passed_over(cron, tz, name, accounted, slot - _MS, GapReason.DOWN) is not None:
+            since = await self.accounted_for(name, before=slot)
+            if since is not None:  # else nothing newer was found (or the store did not say)
+                accounted = max(accounted, since)
+            await self.record_gap(
+                name, passed_over(cron, tz, name, accounted, slot - _MS, GapReason.DOWN)
+            )
+        if passed_over(cron, tz, name, slot, stamp, GapReason.DOWN) is not None:
+            await self._passed_after(routine, slot, stamp)
+
+    async def _passed_after(self, routine: Routine, slot: datetime, stamp: datetime) -> None:
+        """The slots after ``slot`` up to ``stamp``, less those a scheduler claimed since the
+        claim of ``slot`` (a loop late to its slot: the newest claim, read again)."""
+        cron, tz, name = routine.cron, routine.tz, routine.name
+        assert cron is not None
+        try:
+            newest = await self._calls.latest_fire(name)
+        except StateFault as exc:
+            log.warning("%s: what a caller's fire passed over is unread: %s", name, exc)
+            return
+        if newest is not None and newest.slot > slot:
+            stamp = min(stamp, newest.slot - _MS)
+        await self.record_gap(name, passed_over(cron, tz, name, slot, stamp, GapReason.DOWN))
 
     def passed_since(self, routine: Routine, armed: datetime) -> bool:
         """Whether a slot of ``routine`` passed since ``armed`` (cheap: one cron step)."""
