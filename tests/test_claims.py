@@ -208,6 +208,29 @@ def test_unknown_outcome_reads_as_unsettled_with_a_warning(
     assert "unknown outcome" in record.getMessage()
 
 
+@pytest.mark.parametrize(
+    ("outcome", "shown"),
+    [
+        ("{}", "{}"),
+        ('["completed"]', '["completed"]'),
+        ('{"a": [1, {"b": null}]}', '{"a": [1, {"b": null}]}'),
+        ("7", "7"),
+        ("true", "true"),
+        ('"' + "x" * 100 + '"', '"' + "x" * 63 + "…"),
+    ],
+)
+def test_an_outcome_of_any_other_json_type_reads_as_unsettled_with_a_warning(
+    caplog: pytest.LogCaptureFixture, outcome: str, shown: str
+) -> None:
+    text = f'{{"firedAt":"2026-07-07T12:30:00.000Z","outcome":{outcome},"ms":5}}'
+    fire = parse_claim(NAME, text, "c")
+    assert (fire.fired_at, fire.outcome, fire.ms) == (STAMP, None, None)
+    (record,) = caplog.records
+    assert record.getMessage() == (
+        f"claim c carries an unknown outcome — reading it as unsettled: {shown}"
+    )
+
+
 def test_fire_validators_refuse_bad_values() -> None:
     with pytest.raises(ValueError, match="naive"):
         Fire(slot=datetime(2026, 1, 1), fired_at=STAMP)

@@ -415,6 +415,27 @@ def test_history_and_serve_survive_deep_nesting_in_claims_and_wakeups(env: Env) 
     assert "Traceback" not in log
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("outcome", ["{}", '["completed"]'])
+def test_history_and_serve_go_on_past_a_claim_whose_outcome_is_no_string(
+    env: Env, outcome: str
+) -> None:
+    planted = _yearly(env)  # the newest claim: the one the boot reads
+    planted.write_text(f'{{"firedAt": "2026-01-01T00:00:00.000Z", "outcome": {outcome}}}')
+
+    history = _run(env, "history", "daily", "--json")
+    assert history.returncode == 0, history.stderr
+    assert [entry.get("outcome") for entry in json.loads(history.stdout)] == ["completed", None]
+    assert f"carries an unknown outcome — reading it as unsettled: {outcome}" in history.stderr
+    assert "Traceback" not in history.stderr
+
+    proc = env.serve("echo")  # booted past it (waits for its "wake-ups:" line)
+    assert stop(proc) == 0
+    log = env.log()
+    assert "Traceback" not in log
+    assert "could not be checked" not in log
+
+
 async def test_the_wake_loop_polls_on_past_deep_nesting(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

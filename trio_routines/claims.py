@@ -140,6 +140,10 @@ def parse_claim(name: str, text: str, where: str) -> Fire:
     return fire_from_record(slot, record, where)
 
 
+#: The most characters of an unknown outcome a warning shows.
+SHOWN_OUTCOME = 64
+
+
 def fire_from_record(slot: datetime, record: dict[str, object], where: str) -> Fire:
     """Recover stamp, outcome, duration, reason, output and usage from a claim's fields, warning
     about oddities."""
@@ -154,13 +158,14 @@ def fire_from_record(slot: datetime, record: dict[str, object], where: str) -> F
     error: str | None = None
     output: str | None = None
     usage: Usage | None = None
-    if raw_outcome in _OUTCOMES:
-        outcome = Outcome(str(raw_outcome))
+    if isinstance(raw_outcome, str) and raw_outcome in _OUTCOMES:  # (an array is no key)
+        outcome = Outcome(raw_outcome)
     elif raw_outcome is not None:
+        shown = json.dumps(raw_outcome, ensure_ascii=False)
         log.warning(
             "claim %s carries an unknown outcome — reading it as unsettled: %s",
             where,
-            json.dumps(raw_outcome, ensure_ascii=False),
+            shown if len(shown) <= SHOWN_OUTCOME else shown[:SHOWN_OUTCOME] + "…",
         )
     if outcome is not None:
         raw_ms = record.get("ms")
