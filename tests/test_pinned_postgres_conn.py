@@ -856,6 +856,43 @@ async def test_an_empty_version_table_is_no_tables_yet(url: str, schema: str) ->
     )
 
 
+@pytest.mark.parametrize(
+    ("column", "value", "shown"),
+    [
+        ("text", "'twelve'", "'twelve'"),
+        ("text", "'12'", "'12'"),
+        ("integer", "-3", "-3"),
+        ("numeric", "12.5", "Decimal('12.5')"),
+        ("text", "repeat('x', 100)", "'" + "x" * 39 + "…"),
+    ],
+)
+@pytest.mark.parametrize("migrate", ["never", "always"])
+async def test_a_version_table_of_another_shape_is_refused_in_one_line(
+    url: str, schema: str, column: str, value: str, shown: str, migrate: str
+) -> None:
+    # A table of that name made by hand holds no version of ours: every command said so with
+    # a traceback (int() of its text), and a migration would have run from it.
+    with admin() as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        conn.execute(Schema(schema).sql(f"CREATE TABLE {{version}} (version {column})"))
+        conn.execute(Schema(schema).sql(f"INSERT INTO {{version}} VALUES ({value})"))
+    store = PostgresStore(url, schema=schema, timeout=30, migrate=migrate)  # type: ignore[arg-type]
+    try:
+        with pytest.raises(StateFault) as caught:
+            await store.history("r")
+    finally:
+        await store.aclose()
+    assert str(caught.value) == (
+        f'the version table "{schema}"."trio_routines_schema" holds {shown}, which is no schema '
+        "version of trio_routines: the table is not its own — restore it, or use another schema"
+    )
+    with admin() as conn:  # nothing was made beside it
+        tables = conn.execute(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = %s", (schema,)
+        ).fetchone()
+    assert tables == (1,)
+
+
 async def test_a_schema_to_create_on_a_read_only_database_says_why_in_one_line(
     url: str, schema: str
 ) -> None:

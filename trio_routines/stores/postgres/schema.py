@@ -267,7 +267,21 @@ class Schema:
         if not row or not row[0]:
             return 0
         row = conn.execute(self.sql("SELECT max(version) FROM {version}")).fetchone()
-        return int((row[0] if row else None) or 0)
+        return self._recorded(conn, row[0] if row else None)
+
+    def _recorded(self, conn: psycopg.Connection[Any], value: object) -> int:
+        """The version read from the version table (none: 0); a StateFault when the table
+        holds no version of ours (a table of that name made by hand, of another shape)."""
+        if value is None:
+            return 0
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        table = self._names["version"].as_string(conn)
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "…"
+        raise StateFault(
+            f"the version table {table} holds {shown}, which is no schema version of "
+            "trio_routines: the table is not its own — restore it, or use another schema"
+        )
 
     def _migrate(self, conn: psycopg.Connection[Any], where: str) -> None:
         with conn.transaction():
@@ -286,7 +300,8 @@ class Schema:
                 self.sql("ALTER TABLE {version} ADD COLUMN IF NOT EXISTS compatible_from integer")
             )
             row = conn.execute(self.sql("SELECT max(version) FROM {version}")).fetchone()
-            current = (row[0] if row else None) or 0  # again: another process may have migrated
+            # Again: another process may have migrated.
+            current = self._recorded(conn, row[0] if row else None)
             if self._usable_newer(conn, current, where):
                 return
             for version in range(current + 1, SCHEMA_VERSION + 1):
