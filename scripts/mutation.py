@@ -278,6 +278,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_scheduler.py::test_a_callers_fire_of_a_slot_the_next_ones_passed_records_those_too",
             "tests/test_scheduler.py::test_what_a_callers_fire_passed_after_its_slot_stops_at_a_slot_claimed_meanwhile",
             "tests/test_scheduler.py::test_a_callers_fire_whose_newest_claim_is_unreadable_after_it_fires_and_says_so",
+            "tests/test_scheduler.py::test_what_a_callers_fire_passed_after_its_slot_starts_once_the_routine_was_armed",
             "--hypothesis-profile=mutation",
         ],
     ),

@@ -226,6 +226,7 @@ async def test_a_callers_fire_of_a_slot_the_next_ones_passed_records_those_too(
             seen.append(await store.gaps("hourly"))
             yield Completed()
 
+    await store.first_armed(["hourly"], at(6))
     await store.claim("hourly", at(7), at(7))
     await store.settle("hourly", at(7), Outcome.COMPLETED, 5)
     wall = WallClock(at(12, 30))
@@ -258,6 +259,7 @@ async def test_what_a_callers_fire_passed_after_its_slot_stops_at_a_slot_claimed
             return result
 
     store = Meanwhile()
+    await store.first_armed(["hourly"], at(6))
     await store.claim("hourly", at(8), at(8))
     await store.settle("hourly", at(8), Outcome.COMPLETED, 5)
     scheduler = Scheduler(
@@ -265,6 +267,20 @@ async def test_what_a_callers_fire_passed_after_its_slot_stops_at_a_slot_claimed
     )
     assert (await scheduler.fire("hourly", at(9))).claimed
     assert await store.gaps("hourly") == [Gap(at(10), at(10), 1, GapReason.DOWN)]
+
+
+async def test_what_a_callers_fire_passed_after_its_slot_starts_once_the_routine_was_armed(
+    autojump_clock: Any,
+) -> None:
+    # First armed at 10:30 (a routine added then), 09:00 fired by hand at 12:30: 11:00 and
+    # 12:00 passed over, 10:00 came before it was armed, as a boot counts them.
+    store = MemoryStore()
+    await store.first_armed(["hourly"], at(10, 30))
+    scheduler = Scheduler(
+        agent=ScriptedAgent(), store=store, routines=[HOURLY], now=WallClock(at(12, 30))
+    )
+    assert (await scheduler.fire("hourly", at(9))).claimed
+    assert await store.gaps("hourly") == [Gap(at(11), at(12), 2, GapReason.DOWN)]
 
 
 async def test_a_callers_fire_whose_newest_claim_is_unreadable_after_it_fires_and_says_so(

@@ -174,7 +174,9 @@ class GapRecording:
 
     async def _passed_after(self, routine: Routine, slot: datetime, stamp: datetime) -> None:
         """The slots after ``slot`` up to ``stamp``, less those a scheduler claimed since the
-        claim of ``slot`` (a loop late to its slot: the newest claim, read again)."""
+        claim of ``slot`` (a loop late to its slot: the newest claim, read again), and those
+        before the routine was first armed (none of its slots passed over then, as a boot
+        counts them: a slot of months ago fired by hand on a routine armed today)."""
         cron, tz, name = routine.cron, routine.tz, routine.name
         assert cron is not None
         try:
@@ -184,7 +186,9 @@ class GapRecording:
             return
         if newest is not None and newest.slot > slot:
             stamp = min(stamp, newest.slot - _MS)
-        await self.record_gap(name, passed_over(cron, tz, name, slot, stamp, GapReason.DOWN))
+        armed = (await self.first_armed([name])).get(name)
+        start = slot if armed is None else max(slot, armed)
+        await self.record_gap(name, passed_over(cron, tz, name, start, stamp, GapReason.DOWN))
 
     def passed_since(self, routine: Routine, armed: datetime) -> bool:
         """Whether a slot of ``routine`` passed since ``armed`` (cheap: one cron step)."""
