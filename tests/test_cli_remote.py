@@ -308,6 +308,56 @@ def test_a_redirect_is_not_followed_and_the_token_stays_home(env: Env, code: int
     assert reached == []  # neither the request nor the token went on
 
 
+@pytest.mark.parametrize(
+    ("argv", "body", "problem"),
+    [
+        (["pause", "daily"], {}, "not the pause of 'daily'"),
+        (["pause", "daily"], {"name": "daily", "paused": False}, "not the pause of 'daily'"),
+        (["pause", "daily"], {"name": "other", "paused": True}, "not the pause of 'daily'"),
+        (["pause", "daily"], [], "not the pause of 'daily'"),
+        (["resume", "daily"], {"name": "daily", "paused": True}, "not the resume of 'daily'"),
+        (["resume", "daily"], {"name": "daily", "paused": 0}, "not the resume of 'daily'"),
+        (["unwake", "w1", "--session", "s"], {}, "not a wake-up's removal"),
+        (["unwake", "w1", "--session", "s"], {"removed": "yes"}, "not a wake-up's removal"),
+    ],
+)
+def test_a_200_that_is_not_the_change_asked_for_is_no_success(
+    env: Env, argv: list[str], body: object, problem: str
+) -> None:
+    # Another service on that port, or a proxy answering for it: it says 200 and did nothing.
+    import http.server
+    import threading
+
+    class Other(http.server.BaseHTTPRequestHandler):
+        def answer(self) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_POST = do_DELETE = answer
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Other)
+    url = f"http://127.0.0.1:{other.server_address[1]}"
+    thread = threading.Thread(target=other.serve_forever, daemon=True)
+    thread.start()
+    try:
+        environ = {**env.environ(), "TRIO_ROUTINES_TOKEN": TOKEN}
+        done = in_process([*argv, "--url", url], cwd=env.root, environ=environ)
+    finally:
+        other.shutdown()
+        other.server_close()
+    assert (done.returncode, done.stdout) == (1, "")
+    assert one_line(done.stderr) == (
+        f"error: {url}: the answer is not a trio_routines server's ({problem})\n"
+    )
+
+
 @pytest.mark.parametrize("token", [" ", "a b", "a\nb", "tökén"])
 def test_a_token_no_client_can_send_is_one_line_for_serve_and_for_a_command(
     env: Env, token: str

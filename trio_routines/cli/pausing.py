@@ -29,7 +29,11 @@ _RESUMED = "resumed — it fires from its next slot; paused slots are not run"
 async def _over_http(server: Server, name: str, *, paused: bool) -> int:
     verb = "pause" if paused else "resume"
     answer = await server.call("POST", f"/routines/{path_part(name)}/{verb}", {})
-    server.ok(answer, 200)
+    said = server.ok(answer, 200)
+    # Said by this very server of this routine, or not done: a proxy's or another service's
+    # 200 is no pause.
+    if not isinstance(said, dict) or said.get("name") != name or said.get("paused") is not paused:
+        raise server.not_ours(f"not the {verb} of {name!r}")
     print_line(_paused_line(name) if paused else f"{name} {_RESUMED}")
     return 0
 

@@ -139,9 +139,13 @@ async def cmd_unwake(args: argparse.Namespace) -> int:
         answer = await server.call(
             "DELETE", f"/wakeups/{path_part(args.id)}{query(session=args.session)}"
         )
-        removed = answer.status == 200
         if answer.status not in (200, 404):
             raise server.refused(answer)
+        removed = answer.status == 200
+        if removed and (
+            not isinstance(answer.body, dict) or answer.body.get("removed") is not True
+        ):
+            raise server.not_ours("not a wake-up's removal")
     else:
         state = state_arg(args)
         deadline = StoreDeadline(state)
