@@ -156,6 +156,38 @@ def test_under_the_journal_the_command_line_writes_journal_lines(env: Env) -> No
     assert explicit.stderr.splitlines()[-1].startswith("<6>INFO  daily slot=2026-07-09T09:00Z")
 
 
+@pytest.mark.parametrize("level", ["info", "error"])
+def test_the_errors_that_end_a_command_are_written_in_the_logs_format(env: Env, level: str) -> None:
+    # A service that refuses to start says why where its log is: with a priority in the
+    # journal (`journalctl -p err` shows it), as JSON for a collector.
+    (env.routines / "broken.md").write_text("---\ncron: nope\n---\nhi\n")
+    said = "invalid cron/tz — expected 5 fields"
+    refusal = (
+        f"serve refuses to start: 1 broken routine file(s) in {env.routines} "
+        "(see `python -m trio_routines check`)"
+    )
+    base = ("--log-level", level, "--agent", "echo")
+    plain = env.run_cli(*base, "--log-format", "text", "serve")
+    assert plain.returncode == 1
+    assert plain.stderr.splitlines() == [
+        f"error: {env.routines / 'broken.md'}: {said} (minute hour day-of-month month "
+        "day-of-week), got 1",
+        f"error: {refusal}",
+    ]
+    journal = env.run_cli(*base, "--log-format", "journal", "serve")
+    assert journal.returncode == 1
+    lines = journal.stderr.splitlines()
+    assert [line[:9] for line in lines] == ["<3>ERROR ", "<3>ERROR "]
+    assert said in lines[0]
+    assert lines[1].endswith(refusal)
+    as_json = env.run_cli(*base, "--log-format", "json", "serve")
+    assert as_json.returncode == 1
+    entries = [json.loads(line) for line in as_json.stderr.splitlines()]
+    assert [(e["level"], e["message"]) for e in entries][1] == ("ERROR", refusal)
+    assert entries[0]["level"] == "ERROR"
+    assert said in entries[0]["message"]
+
+
 def test_a_hosts_own_format_gets_the_fire_fields_in_its_message() -> None:
     own = FireFormatter("%(name)s [%(levelname)s] %(message)s")
     why = FireContext("routine", "routine:digest", routine="digest", slot=SLOT, replica="web-1")

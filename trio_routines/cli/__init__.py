@@ -27,7 +27,7 @@ import trio
 from ..errors import InvalidWakeup, TrioRoutinesError
 from ..logs import configure_logging
 from ..text import shown
-from .output import CliError, state_label
+from .output import CliError, say_error, state_label
 from .parser import build_parser, check_url_goes
 
 __all__ = ["CliError", "build_parser", "main", "state_label"]
@@ -132,5 +132,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not expected or len(expected) != len(leaves):
             raise
         first = expected[0]
-        sys.stderr.write(f"error: {shown(str(first)) or type(first).__name__}\n")
+        say_error(shown(str(first)) or type(first).__name__)
         return first.code if isinstance(first, CliError) else 1

@@ -26,6 +26,7 @@ from ..agent import Agent
 from ..agents import agent_from_spec
 from ..agentspec import describe_agent as describe_spec
 from ..errors import TrioRoutinesError
+from ..logs import TextFormatter
 from ..names import name_problem
 from ..replicas import REPLICA_ENV, replica_problem
 from ..routinedir import LoadResult, find_routine, load_routines
@@ -268,6 +269,17 @@ def say(text: str) -> None:
     """One line for the operator on stderr (hints, summaries), shown safely."""
     sys.stderr.write(shown(text) + "\n")
     sys.stderr.flush()
+
+
+def say_error(text: str) -> None:
+    """``error: <text>`` on stderr: a plain line, or, where the log is written as JSON or for
+    the journal (``--log-format``), an ERROR record in that format: a service's reason to
+    stop is read where its log is (``journalctl -p err``)."""
+    if all(isinstance(handler.formatter, TextFormatter) for handler in log.handlers):
+        sys.stderr.write(f"error: {shown(text)}\n")
+        sys.stderr.flush()
+        return
+    log.error("%s", shown(text))
 
 
 async def stop_on_signals(

@@ -28,7 +28,7 @@ from .output import (
     load,
     open_state,
     replica_arg,
-    say,
+    say_error,
     state_arg,
     state_label,
 )
@@ -56,7 +56,7 @@ async def _start(
     result = await load(args.routines, report=False)
     if result.failures:
         for failure in result.failures:
-            say(f"error: {failure}")
+            say_error(str(failure))
         raise CliError(
             f"serve refuses to start: {len(result.failures)} broken routine file(s) in "
             f"{args.routines} (see `python -m trio_routines check`)"
