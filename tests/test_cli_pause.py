@@ -8,6 +8,7 @@ from procs import Env, one_line
 
 @pytest.mark.slow
 def test_pause_and_resume_from_the_command_line(env: Env) -> None:
+    env.state.mkdir()  # a state some scheduler made
     env.routine("daily", cron="0 9 * * *")
     paused = env.cli("pause", "daily")
     assert paused.returncode == 0, paused.stderr

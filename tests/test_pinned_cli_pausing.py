@@ -5,6 +5,7 @@ server on a loopback port (``--url``)."""
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -42,6 +43,7 @@ def resumed_at(env: Env, name: str) -> datetime | None:
 
 
 def test_pause_then_resume_on_the_state_say_so_and_record_when(env: Env) -> None:
+    env.state.mkdir()  # a state some scheduler made
     env.routine("daily", cron="0 9 * * *")
     env.routine("other", cron="0 9 * * *")
     (env.routines / "broken.md").write_text("no front matter\n")  # not reported: not asked for
@@ -70,6 +72,7 @@ def test_pause_then_resume_on_the_state_say_so_and_record_when(env: Env) -> None
 
 
 def test_an_unknown_or_bad_name_is_refused_and_nothing_is_written(env: Env) -> None:
+    env.state.mkdir()
     env.routine("daily", cron="0 9 * * *")
     for command in ("pause", "resume"):
         unknown = env.run_cli(command, "nope")
@@ -85,7 +88,29 @@ def test_an_unknown_or_bad_name_is_refused_and_nothing_is_written(env: Env) -> N
     assert paused(env) == frozenset()
 
 
+@pytest.mark.parametrize(
+    "command",
+    [("pause", "daily"), ("resume", "daily"), ("unwake", "w1", "--session", "chat")],
+)
+@pytest.mark.parametrize("where", ["state", "typo/deep/state"])
+def test_a_change_to_a_state_directory_that_is_not_there_is_refused_and_makes_none(
+    env: Env, command: tuple[str, ...], where: str
+) -> None:
+    # A mistyped --state made the whole path anew and said the pause was done, while the
+    # service's own state went on firing.
+    env.routine("daily", cron="0 9 * * *")
+    env.state = state = env.root / where
+    done = env.run_cli(*command)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert one_line(done.stderr) == (
+        f"error: --state {state}: no state directory there — {command[0]} changes the state "
+        "a scheduler keeps, which `serve` makes: is --state (or TRIO_ROUTINES_STATE) right?\n"
+    )
+    assert not (env.root / where.split("/")[0]).exists()
+
+
 def test_a_paused_routine_whose_file_is_gone_may_still_be_resumed(env: Env) -> None:
+    env.state.mkdir()
     env.routine("daily", cron="0 9 * * *")
     assert env.run_cli("pause", "daily").returncode == 0
     (env.routines / "daily.md").unlink()
@@ -136,8 +161,9 @@ async def test_over_http_the_server_pauses_and_resumes(
 
 @asynccontextmanager
 async def recording() -> AsyncIterator[tuple[str, list[tuple[bytes, bytes]]]]:
-    """A server on a loopback port that answers every request 200 with ``{}``: its URL, and
-    each request's first line and body as read off the socket."""
+    """A server on a loopback port that answers every request 200 with what our server says
+    when it did what was asked (a pause, a resume of routine "daily", a wake-up's removal):
+    its URL, and each request's first line and body as read off the socket."""
     seen: list[tuple[bytes, bytes]] = []
 
     async def answer(stream: trio.SocketStream) -> None:
@@ -151,10 +177,18 @@ async def recording() -> AsyncIterator[tuple[str, list[tuple[bytes, bytes]]]]:
         ]  # fmt: skip
         while len(body) < sum(length):
             body += await stream.receive_some()
-        seen.append((head.split(b"\r\n")[0], body))
+        line = head.split(b"\r\n")[0]
+        seen.append((line, body))
+        said = (
+            {"removed": True}
+            if line.startswith(b"DELETE")
+            else {"name": "daily", "paused": b"/pause " in line}
+        )
+        data = json.dumps(said).encode()
         await stream.send_all(
-            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
-            b"Connection: close\r\n\r\n{}"
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
+            + data
         )
         await stream.aclose()
 
@@ -208,6 +242,7 @@ async def never(*args: object, **kwargs: object) -> None:
 def test_a_state_that_does_not_answer_ends_the_command_in_one_line(
     env: Env, monkeypatch: pytest.MonkeyPatch, command: tuple[str, ...], hung: str, asked: str
 ) -> None:
+    env.state.mkdir()
     env.routine("daily", cron="0 9 * * *")
     assert env.run_cli("pause", "daily").returncode == 0  # resume finds it paused
     monkeypatch.setattr(output, "STORE_TIMEOUT", 0.2)

@@ -288,6 +288,7 @@ async def test_over_http_unwake_deletes_the_wake_up_of_its_session(
 def test_a_state_that_does_not_answer_ends_a_wake_up_command_in_one_line(
     env: Env, monkeypatch: pytest.MonkeyPatch, command: tuple[str, ...], hung: str, asked: str
 ) -> None:
+    env.state.mkdir()  # a state some scheduler made (unwake refuses one that is not there)
     monkeypatch.setattr(output, "STORE_TIMEOUT", 0.2)
     monkeypatch.setattr(DirectoryStore, hung, never)
     assert_unanswered(env, command, asked)

@@ -214,6 +214,23 @@ def journal_stream(environ: Mapping[str, str] | None = None, stream: Any = None)
         return False
 
 
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler :func:`configure_logging` puts on the logger, knowing its format's name."""
+
+    def __init__(self, format_name: str) -> None:
+        super().__init__(sys.stderr)
+        self.format_name = format_name
+
+
+def configured_format() -> str | None:
+    """The format of the handler :func:`configure_logging` put on the ``trio_routines``
+    logger (``text``, ``json`` or ``journal``); None when there is none of ours there."""
+    for handler in log.handlers:
+        if isinstance(handler, _Stderr):
+            return handler.format_name
+    return None
+
+
 def configure_logging(log_format: str | None, level: str) -> None:
     """Send the ``trio_routines`` logger to stderr in ``log_format``: ``text``, ``json`` or
     ``journal`` (:class:`JournalFormatter`); None picks ``journal`` when stderr is the
@@ -232,7 +249,7 @@ def configure_logging(log_format: str | None, level: str) -> None:
     numeric = logging.getLevelName(level.upper()) if isinstance(level, str) else None
     if not isinstance(numeric, int):  # checked before the handlers are replaced
         raise ValueError(f"level must be a name of logging's levels (debug, info…), not {level!r}")
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr(log_format)
     handler.addFilter(FireFields())
     handler.setFormatter(formatters[log_format]())
     log.handlers[:] = [handler]

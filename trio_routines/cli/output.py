@@ -26,7 +26,7 @@ from ..agent import Agent
 from ..agents import agent_from_spec
 from ..agentspec import describe_agent as describe_spec
 from ..errors import TrioRoutinesError
-from ..logs import TextFormatter
+from ..logs import configured_format
 from ..names import name_problem
 from ..replicas import REPLICA_ENV, replica_problem
 from ..routinedir import LoadResult, find_routine, load_routines
@@ -117,6 +117,19 @@ def _user(uid: int) -> str:
         return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
     except KeyError:  # a systemd DynamicUser= exists only while its service runs
         return f"uid {uid}"
+
+
+def check_exists(state: str, command: str) -> None:
+    """Refuse to change a state directory that does not exist: a command that acts on what a
+    scheduler keeps there (a pause, a resume, a wake-up's removal) made it anew, parents and
+    all, at a mistyped path, and said it was done. ``serve`` makes it; so do ``fire``, ``run``
+    and ``wake``, which may come first."""
+    if is_postgres_url(state) or os.path.isdir(state):
+        return
+    raise CliError(
+        f"--state {state_label(state)}: no state directory there — {command} changes the state "
+        "a scheduler keeps, which `serve` makes: is --state (or TRIO_ROUTINES_STATE) right?"
+    )
 
 
 def check_owner(state: str, command: str) -> None:
@@ -275,7 +288,7 @@ def say_error(text: str) -> None:
     """``error: <text>`` on stderr: a plain line, or, where the log is written as JSON or for
     the journal (``--log-format``), an ERROR record in that format: a service's reason to
     stop is read where its log is (``journalctl -p err``)."""
-    if all(isinstance(handler.formatter, TextFormatter) for handler in log.handlers):
+    if configured_format() in (None, "text"):
         sys.stderr.write(f"error: {shown(text)}\n")
         sys.stderr.flush()
         return

@@ -9,6 +9,7 @@ from .client import Server, path_part
 from .output import (
     NOT_CONFIRMED,
     StoreDeadline,
+    check_exists,
     check_name,
     load,
     open_state,
@@ -45,6 +46,7 @@ async def cmd_pause(args: argparse.Namespace) -> int:
         return await _over_http(server, args.name, paused=True)
     routine = pick(await load(args.routines, report=False), args.name, args.routines)
     state = state_arg(args)
+    check_exists(state, "pause")
     asked = StoreDeadline(state)
     async with open_state(state, writes="pause") as store:
         await asked(
@@ -62,6 +64,7 @@ async def cmd_resume(args: argparse.Namespace) -> int:
     if server is not None:
         return await _over_http(server, args.name, paused=False)
     state = state_arg(args)
+    check_exists(state, "resume")
     asked = StoreDeadline(state)
     async with open_state(state, writes="resume") as store:
         if args.name not in await asked("reading the paused routines", store.paused()):

@@ -22,6 +22,7 @@ from .output import (
     NOT_CONFIRMED,
     CliError,
     StoreDeadline,
+    check_exists,
     open_state,
     print_json,
     print_line,
@@ -148,6 +149,7 @@ async def cmd_unwake(args: argparse.Namespace) -> int:
             raise server.not_ours("not a wake-up's removal")
     else:
         state = state_arg(args)
+        check_exists(state, "unwake")
         deadline = StoreDeadline(state)
         async with open_state(state, writes="unwake") as store:
             removed = await deadline(
