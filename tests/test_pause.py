@@ -307,6 +307,7 @@ async def test_a_resume_made_while_no_scheduler_ran_never_back_fires_at_boot(
 
 async def test_the_state_directory_reads_a_resume_safely(tmp_path: Path) -> None:
     store = DirectoryStore(tmp_path)
+    await store.set_paused("a", True)
     await store.set_paused("a", False, at(9))
     assert await store.resumed_at("a") == at(9)
     resumed = tmp_path / "schedule" / "resumed"

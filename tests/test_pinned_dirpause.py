@@ -103,6 +103,7 @@ async def test_a_resume_whose_instant_has_no_safe_place_says_so(tmp_path: Path) 
     where = tmp_path / "schedule" / "resumed"
     where.parent.mkdir()
     where.symlink_to(tmp_path)
+    await DirectoryStore(tmp_path).set_paused("r", True)  # what a resume changes
     with pytest.raises(StateFault) as raised:
         await DirectoryStore(tmp_path).set_paused("r", False, AT)
     assert str(raised.value) == (
@@ -132,6 +133,7 @@ async def test_an_instant_that_cannot_be_written_names_the_temp_file_and_removes
 ) -> None:
     where = tmp_path / "schedule" / "resumed"
     where.mkdir(parents=True)
+    await DirectoryStore(tmp_path).set_paused("r", True)  # what a resume changes
     if place == "create":
         fail(monkeypatch, safefile, "open", errno.EIO, prefixed(".resume-"))
     elif place == "write":
@@ -151,6 +153,7 @@ async def test_an_instant_that_cannot_be_renamed_into_place_leaves_no_temp_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unlink_fails: bool
 ) -> None:
     where = tmp_path / "schedule" / "resumed"
+    await DirectoryStore(tmp_path).set_paused("r", True)  # what a resume changes
     proxy = fail(monkeypatch, safefile, "replace", errno.EIO)  # the rename is safefile's
     if unlink_fails:
         proxy.also("unlink", errno.EIO)
@@ -166,6 +169,7 @@ async def test_an_instant_that_cannot_be_renamed_into_place_leaves_no_temp_file(
 
 async def test_an_instant_is_read_from_at_most_64_bytes_of_ascii(tmp_path: Path) -> None:
     store = DirectoryStore(tmp_path)
+    await store.set_paused("r", True)
     await store.set_paused("r", False, AT)
     path = tmp_path / "schedule" / "resumed" / "r"
     assert path.read_bytes() == format_iso(AT).encode()
@@ -183,6 +187,7 @@ async def test_an_instant_that_cannot_be_read_is_a_fault_naming_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = DirectoryStore(tmp_path)
+    await store.set_paused("r", True)
     await store.set_paused("r", False, AT)
     fail(monkeypatch, safefile, "read", errno.EIO)
     with pytest.raises(StateFault) as raised:

@@ -6,7 +6,7 @@ resume. Virtual time: the clock is moved by hand once the thread is stalled."""
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -67,10 +67,16 @@ async def test_a_resume_given_up_before_it_began_keeps_no_instant(
     await store.aclose()
 
 
-async def test_a_resume_of_a_routine_not_paused_keeps_its_instant(tmp_path: Path) -> None:
+async def test_a_resume_of_a_routine_not_paused_keeps_no_instant(tmp_path: Path) -> None:
     store = DirectoryStore(tmp_path, writer_process=False)
     await store.set_paused("other", True)  # (the pauses' directory is there)
     await store.set_paused("r", False, AT)
+    assert await store.resumed_at("r") is None
+    await store.set_paused("r", True)
+    await store.set_paused("r", False, AT)
+    assert await store.resumed_at("r") == AT
+    (tmp_path / "schedule" / "paused" / "r").mkdir()  # no pause of ours: no file
+    await store.set_paused("r", False, AT + timedelta(hours=1))
     assert await store.resumed_at("r") == AT
     await store.aclose()
 

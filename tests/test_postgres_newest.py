@@ -286,6 +286,7 @@ async def test_a_boot_reads_the_resumes_of_its_catch_ups_together(
     now = T0 + timedelta(days=1, minutes=30)
     resumed = [name for i, name in enumerate(names) if i % 3 == 0]
     for name in resumed:  # after every slot it missed: no catch-up
+        await store.set_paused(name, True)
         await store.set_paused(name, False, now - timedelta(minutes=10))
     answers: dict[str, object] = {}
 

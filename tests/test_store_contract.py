@@ -528,6 +528,17 @@ async def test_a_resume_keeps_its_instant_for_the_next_boot(store: Store) -> Non
     assert await store.resumed_at("other") is None
 
 
+async def test_a_resume_of_a_routine_that_is_not_paused_keeps_no_instant(store: Store) -> None:
+    # Its instant would hold back, on a replica late to them, slots that no pause held.
+    await store.set_paused("daily", False, T0)
+    assert await store.resumed_at("daily") is None
+    await store.set_paused("daily", True)
+    await store.set_paused("daily", False, T0 + HOUR)
+    await store.set_paused("daily", False, T0 + 2 * HOUR)  # resumed already: nothing
+    assert await store.resumed_at("daily") == T0 + HOUR
+    assert await store.paused() == frozenset()
+
+
 # --- gaps (the optional GapRecords part: every store of ours keeps them) -------------------
 
 MINUTE = timedelta(minutes=1)

@@ -53,9 +53,10 @@ Wake-ups
 Pause
     ``set_paused(routine, paused, at)`` pauses (True) or resumes (False) a routine for every
     scheduler sharing the store; it is idempotent, and durable before it returns. A resume
-    given ``at`` (the wall-clock instant) keeps it: ``resumed_at(routine)`` returns the latest
-    one (``None`` when there is none), so that a boot after a resume catches up nothing from
-    before it. ``paused()`` returns the names of the paused routines. A scheduler reads it
+    of a paused routine given ``at`` (the wall-clock instant) keeps it: ``resumed_at(routine)``
+    returns the latest one (``None`` when there is none), so that a boot after a resume
+    catches up nothing from before it; a resume of a routine that is not paused changes
+    nothing. ``paused()`` returns the names of the paused routines. A scheduler reads it
     before every claim, so a paused routine claims nothing. All raise StateFault when the
     store cannot be read or written.
 

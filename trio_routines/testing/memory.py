@@ -225,7 +225,7 @@ class MemoryStore(Lifetime):
         self.injected.check("set_paused", routine)
         if paused:
             self.paused_routines.add(routine)
-        else:
+        elif routine in self.paused_routines:  # a resume of a routine not paused: nothing
             self.paused_routines.discard(routine)
             if at is not None:
                 self.resumed[routine] = truncate_ms(at)

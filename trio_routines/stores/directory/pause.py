@@ -48,10 +48,38 @@ def set_paused_sync(
 
     A resume keeps its instant before it removes the pause: a resume whose instant cannot be
     kept changes nothing (the routine stays paused), since a boot would otherwise read the
-    slots passed while it was paused as missed while no scheduler ran, and catch one up."""
-    if not paused and when is not None and not _write_resumed(root, routine, when, handoff):
+    slots passed while it was paused as missed while no scheduler ran, and catch one up. A
+    resume of a routine that is not paused changes nothing either: its instant would hold
+    back the slots before it on a replica that comes to them late (scheduler/fire.py)."""
+    if (
+        not paused
+        and when is not None
+        and (not _is_paused(root, routine) or not _write_resumed(root, routine, when, handoff))
+    ):
         return
     _set_paused(root, routine, paused, handoff)
+
+
+def _is_paused(root: Path, routine: str) -> bool:
+    """Whether ``routine``'s pause file is there (a regular file, as :func:`paused_sync`
+    counts them)."""
+    where = root / "schedule" / "paused"
+    name = check_name(routine)
+    try:
+        directory = open_dirs(root, ("schedule", "paused"))
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise StateFault(f"could not resume {routine!r} in {where}: {describe(exc)}") from None
+    try:
+        info = os.stat(name, dir_fd=directory, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise StateFault(f"could not resume {routine!r} in {where}: {describe(exc)}") from None
+    finally:
+        os.close(directory)
+    return stat.S_ISREG(info.st_mode)
 
 
 def set_paused_handing(

@@ -238,8 +238,8 @@ class PostgresStore(Lifetime):
                 query = "INSERT INTO {paused} (routine) VALUES (%s) ON CONFLICT DO NOTHING"
             else:
                 query = "DELETE FROM {paused} WHERE routine = %s"
-            conn.execute(self._tables.sql(query), (routine,))
-            if not paused and at is not None:
+            changed = conn.execute(self._tables.sql(query), (routine,)).rowcount
+            if not paused and at is not None and changed:  # (a routine not paused: nothing)
                 conn.execute(
                     self._tables.sql(
                         "INSERT INTO {resumed} (routine, resumed_at) VALUES (%s, %s) "
