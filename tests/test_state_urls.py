@@ -89,6 +89,28 @@ def test_an_empty_state_names_nothing_not_the_working_directory(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("state", ["a\x00b", "\x00", "postgresql://h/db\x00"])
+def test_a_state_with_a_nul_is_refused_where_it_is_opened(
+    state: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Else accepted, and each call of the store failed on it with a bare ValueError.
+    monkeypatch.chdir(tmp_path)
+    said = "the state holds a NUL character: no directory or URL can"
+    assert state_problem(state) == said
+    with pytest.raises(ValueError, match="NUL") as refused:
+        open_store(state)
+    assert str(refused.value) == said
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_state_given_as_bytes_is_a_type_error_saying_so() -> None:
+    with pytest.raises(TypeError) as refused:
+        open_store(b"state")  # type: ignore[arg-type]
+    assert str(refused.value) == (
+        "the state must be text, a path or a postgresql:// URL, not b'state'"
+    )
+
+
 def test_a_scheme_needs_its_two_slashes() -> None:
     # "state://" starts with a scheme and "//": refused like any URL (./state:// is the path).
     assert state_problem("state://") is not None

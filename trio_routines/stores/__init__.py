@@ -32,6 +32,8 @@ def state_problem(state: str) -> str | None:
     text (a variable that is not set) names nothing, not the working directory."""
     if not state.strip():
         return "the state is empty: name a directory (. for this one) or a postgresql:// URL"
+    if "\x00" in state:  # no path nor URL holds one: each call would fail on it
+        return "the state holds a NUL character: no directory or URL can"
     if is_postgres_url(state) or (_URL.match(state) is None and _ALMOST.match(state) is None):
         return None
     return (
@@ -63,6 +65,8 @@ def open_store(
     """
     check_migrate(migrate)
     text = os.fspath(state)
+    if not isinstance(text, str):
+        raise TypeError(f"the state must be text, a path or a postgresql:// URL, not {text!r}")
     problem = state_problem(text)
     if problem is not None:
         raise ValueError(problem)
