@@ -112,6 +112,27 @@ def binds_spied(monkeypatch: pytest.MonkeyPatch) -> list[tuple[socket.socket, in
     return bound
 
 
+async def test_serve_says_which_armed_routines_are_paused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from trio_routines.stores import DirectoryStore
+
+    routines = tmp_path / "routines"
+    routine(routines, "yearly", "cron: 0 0 1 1 *\n")
+    routine(routines, "held", "cron: 0 0 1 1 *\n")
+    store = DirectoryStore(tmp_path / "state")
+    await store.set_paused("held", True)
+    await store.aclose()
+    serving = Serving()
+    started = await serving.until_stopped(args_for(tmp_path), caplog, "wake-ups: polling")
+    assert serving.code == 0
+    armed = sorted(message for _, message in started if message.startswith("armed "))
+    assert armed == [
+        f'armed held: cron "0 0 1 1 *" — next {NEXT_NEW_YEAR} (paused: not run until `resume`)',
+        f'armed yearly: cron "0 0 1 1 *" — next {NEXT_NEW_YEAR}',
+    ]
+
+
 async def test_serve_logs_what_it_arms_and_stops_on_a_signal(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -159,7 +159,8 @@ def _log_armed(
         describe_agent(args),
         state_label(state),
     )
-    next_due = scheduler.statistics().next_due  # what the loops will really do
+    statistics = scheduler.statistics()
+    next_due, paused = statistics.next_due, statistics.paused  # what the loops will really do
     on_demand = []
     for routine in routines:
         if routine.cron is None:
@@ -169,6 +170,8 @@ def _log_armed(
         else:
             upcoming = next_due.get(routine.name)
             shown = format_iso(upcoming) if upcoming is not None else "(never)"
+            if routine.name in paused:  # its slots come and are skipped until a resume
+                shown += " (paused: not run until `resume`)"
             log.info("armed %s: cron %s — next %s", routine.name, _cron(routine), shown)
     if on_demand:
         log.info("on demand: %s", ", ".join(on_demand))
