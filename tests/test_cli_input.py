@@ -77,7 +77,11 @@ BAD_INPUT = [
     (["serve", "--agent", "echo", "--http", "127.0.0.1:" + "8" * 5000], 2, "expected HOST:PORT"),
     (["serve", "--agent", "echo", "--http", "127.0.0.1:²"], 2, "expected HOST:PORT"),
     (["serve", "--agent", "echo", "--grace", "-1"], 2, "must be a finite number"),
-    (["serve", "--agent", "echo", "--wakeup-timeout", "0"], 2, "'0' must be above 0"),
+    (
+        ["serve", "--agent", "echo", "--wakeup-timeout", "0"],
+        2,
+        "'0' must be a finite number of seconds above 0",
+    ),
     (["serve", "--agent", "echo", "--wakeup-timeout", "soon"], 2, "is not a number of seconds"),
     (["frobnicate"], 2, "invalid choice"),
 ]

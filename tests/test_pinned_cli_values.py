@@ -32,7 +32,10 @@ def test_seconds_are_finite_and_not_negative_and_positive_ones_above_zero() -> N
             f"{text!r} must be a finite number of seconds >= 0"
         )
     assert values.positive_seconds("0.001") == 0.001
-    assert refused(values.positive_seconds, "0") == "'0' must be above 0"
+    for text in ("0", "-5", "-0.001", "inf", "nan"):
+        assert refused(values.positive_seconds, text) == (
+            f"{text!r} must be a finite number of seconds above 0"
+        )
     assert refused(values.positive_seconds, "x") == "'x' is not a number of seconds"
     for text in ("٥", "５", "1.٥", "٥e1"):  # float() reads them; no other value does
         assert refused(values.non_negative_seconds, text) == f"{text!r} is not a number of seconds"
@@ -151,8 +154,8 @@ def test_a_poll_interval_is_within_its_range() -> None:
         assert refused(values.poll_seconds, text) == (
             f"{text!r} must be between 0.05 and 86400 seconds"
         )
-    assert refused(values.poll_seconds, "0") == "'0' must be above 0"
-    assert refused(values.poll_seconds, "inf") == "'inf' must be a finite number of seconds >= 0"
+    assert refused(values.poll_seconds, "0") == "'0' must be a finite number of seconds above 0"
+    assert refused(values.poll_seconds, "inf") == "'inf' must be a finite number of seconds above 0"
 
 
 def test_a_delay_has_a_unit_and_ends_before_the_last_instant() -> None:
@@ -179,9 +182,9 @@ def test_a_count_is_a_whole_number_from_1_to_1000() -> None:
     assert values.count(" 7 ") == 7
     assert values.count("1000") == 1000
     assert values.count("0001000") == 1000
-    for text in ("0", "1001", "10000", "99999999999999999999"):
+    for text in ("0", "1001", "10000", "99999999999999999999", "-5", "-0"):
         assert refused(values.count, text) == f'"{text}" must be between 1 and 1000'
-    for text in ("", "-5", "1.5", "²", "seven"):
+    for text in ("", "-", "--5", "-1.5", "1.5", "²", "-²", "seven"):
         assert refused(values.count, text) == f'"{text}" is not a whole number'
 
 

@@ -149,6 +149,8 @@ def test_an_expired_line_without_an_until_says_so() -> None:
         (timedelta(days=1), "1 day"),
         (timedelta(days=2), "2 days"),
         (timedelta(hours=36), "36 hours"),
+        (timedelta(hours=1), "1 hour"),
+        (timedelta(minutes=90), "1.5 hours"),
     ],
 )
 def test_an_until_too_far_off_names_the_lifetime(lifetime: timedelta, shown: str) -> None:

@@ -248,7 +248,7 @@ def plan_until(
 def _days(span: timedelta) -> str:
     if span % timedelta(days=1):
         hours = span / timedelta(hours=1)
-        return f"{hours:g} hours"
+        return "1 hour" if hours == 1 else f"{hours:g} hours"
     days = span // timedelta(days=1)
     return "1 day" if days == 1 else f"{days} days"
 

@@ -31,22 +31,30 @@ def given(text: str) -> str:
     return text
 
 
-def non_negative_seconds(text: str) -> float:
+def _seconds(text: str) -> float:
     try:
         if not text.isascii():  # float() also reads other scripts' digits ("٥"): no value does
             raise ValueError(text)
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{quoted(text)} is not a number of seconds") from None
+
+
+def non_negative_seconds(text: str) -> float:
+    value = _seconds(text)
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"{quoted(text)} must be a finite number of seconds >= 0")
     return value
 
 
 def positive_seconds(text: str) -> float:
-    value = non_negative_seconds(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{quoted(text)} must be above 0")
+    """Seconds above 0: a negative value is refused in the same words as 0, not as one that
+    only had to be 0 or more."""
+    value = _seconds(text)
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"{quoted(text)} must be a finite number of seconds above 0"
+        )
     return value
 
 
@@ -187,6 +195,8 @@ def replica(text: str) -> str:
 
 def count(text: str) -> int:
     digits = text.strip()
+    if digits.startswith("-") and digits[1:].isascii() and digits[1:].isdigit():
+        raise argparse.ArgumentTypeError(f"{_shown(text)} must be between 1 and 1000")
     if not (digits.isascii() and digits.isdigit()):
         raise argparse.ArgumentTypeError(f"{_shown(text)} is not a whole number")
     if len(digits.lstrip("0")) > 4 or not 1 <= int(digits) <= 1000:
