@@ -25,7 +25,7 @@ from trio_routines.stores.directory.gaps import record_gap_sync
 
 NOTHING_KEPT = (
     "(what these runs said: session routine:daily — kept by the agent; the state holds "
-    "outcomes and reasons only, and output for a routine with output:)"
+    "outcomes and reasons, and a reply's end only for a routine whose file sets output:)"
 )
 
 

@@ -124,7 +124,8 @@ async def cmd_history(args: argparse.Namespace) -> int:
     elif not kept:
         say(
             f"(what these runs said: session routine:{args.name} — kept by the agent; "
-            "the state holds outcomes and reasons only, and output for a routine with output:)"
+            "the state holds outcomes and reasons, and a reply's end only for a routine whose "
+            "file sets output:)"
         )
     return status
 
