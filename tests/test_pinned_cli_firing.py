@@ -238,6 +238,11 @@ def test_a_fires_result_line_and_exit_status(capsys: pytest.CaptureFixture[str])
         0,
         f"daily {SLOT}: skipped (0ms)\n",
     )
+    over = "over its budget: 1.2k of 1k tokens/day spent"
+    assert shown(fired(outcome=Outcome.SKIPPED, ms=0, reason=over), capsys) == (
+        0,
+        f"daily {SLOT}: skipped (0ms): {over}\n",
+    )
     assert shown(fired(outcome=Outcome.FAILED), capsys) == (1, f"daily {SLOT}: failed\n")
     assert shown(fired(outcome=Outcome.INTERRUPTED, ms=7), capsys)[0] == 1
     assert shown(fired(), capsys) == (1, f"daily {SLOT}: unreported\n")
@@ -407,7 +412,7 @@ async def test_fire_over_http_posts_the_slot_and_shows_the_servers_result(
         "ms": None,
     }
     assert await cmd_fire(remote("fire", "daily", "--slot", SLOT)) == 0
-    assert capsys.readouterr().out == f"daily {SLOT}: skipped (0ms)\n"
+    assert capsys.readouterr().out == f"daily {SLOT}: skipped (0ms): busy\n"
     assert calls == [("POST", "/fire", {"name": "daily", "slot": SLOT, "wait": True}, True)] * 4
 
 

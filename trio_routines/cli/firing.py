@@ -104,7 +104,9 @@ def _fire_shown(args: argparse.Namespace, fired: FireResult) -> int:
     elif fired.claimed:
         ms = f" ({fired.ms}ms)" if fired.ms is not None else ""
         outcome = fired.outcome.value if fired.outcome is not None else "unreported"
-        print_line(f"{fired.name} {format_iso(fired.slot)}: {outcome}{ms}")
+        # Why a claimed slot was skipped (its session busy, the routine over its budget).
+        why = f": {fired.reason}" if fired.reason is not None else ""
+        print_line(f"{fired.name} {format_iso(fired.slot)}: {outcome}{ms}{why}")
     else:
         print_line(f"{fired.name} {format_iso(fired.slot)}: not claimed ({fired.reason})")
     if not fired.claimed:
