@@ -74,6 +74,43 @@ async def test_each_routine_that_missed_slots_says_what_becomes_of_them(
     ]
 
 
+@pytest.mark.parametrize(("late", "said"), [(0.27, False), (59.9, False), (60, True), (61, True)])
+async def test_a_boot_just_after_a_slot_says_nothing_of_a_slot_missed(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture, late: float, said: bool
+) -> None:
+    # Started a moment after 10:30: its 10:30 is on time (a minute's grace), fired as any
+    # loop's, not a slot "missed … caught up now".
+    from trio_routines import Scheduler
+    from trio_routines.testing import ScriptedAgent, WallClock
+
+    caplog.set_level(logging.INFO, logger="trio_routines")
+    store = MemoryStore()
+    await store.claim("ontime", at(9, 30), at(9, 30))
+    await store.settle("ontime", at(9, 30), Outcome.COMPLETED, 5)
+    wall = WallClock(T0 + timedelta(seconds=late))
+    scheduler = Scheduler(
+        agent=ScriptedAgent(wall=wall),
+        store=store,
+        routines=[routine("ontime", "30 * * * *")],
+        now=wall,
+        wakeups=False,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(1)
+        scheduler.stop(0)
+    lines = [r.getMessage() for r in caplog.records if "claimed by no scheduler" in r.getMessage()]
+    assert lines == (
+        [
+            "ontime: missed 1 slot 2026-07-07T10:30:00.000Z, claimed by no scheduler — "
+            "catching it up now (see `python -m trio_routines history ontime`)"
+        ]
+        if said
+        else []
+    )
+    assert [f.slot for f in await store.history("ontime")] == [at(9, 30), T0]  # fired either way
+
+
 class CountingHistory(MemoryStore):
     def __init__(self) -> None:
         super().__init__()

@@ -18,7 +18,7 @@ from typing import TypeVar
 from ..claims import claimed_through
 from ..cron import next_run
 from ..errors import StateFault
-from ..gaps import BootPlan, passed_over, plan_boot, unfired_gaps
+from ..gaps import ON_TIME, BootPlan, passed_over, plan_boot, unfired_gaps
 from ..history import ended
 from ..instants import format_iso
 from ..records import Fire, GapReason, Outcome
@@ -318,11 +318,14 @@ def _log_missed(
     name: str, plan: BootPlan, due: datetime, now: datetime, catchup: float | None
 ) -> None:
     """How many slots passed since the newest claim with none claiming them, from when, and
-    what becomes of them. (Replicas booting together each say so: the catch-up is claimed,
-    and run, by one of them.)"""
+    what becomes of them; nothing for one slot less than :data:`~..gaps.ON_TIME` old, which
+    is on time. (Replicas booting together each say so: the catch-up is claimed, and run, by
+    one of them.)"""
     missed = plan.missed
     assert missed is not None
     if missed.count == 1 and due == missed.first:
+        if now - due < ON_TIME:  # a boot a moment after its slot: on time, as a loop's fire
+            return
         then = "catching it up now"
     elif due <= now:
         within = "" if catchup is None else " within the window"
