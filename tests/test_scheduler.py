@@ -211,96 +211,75 @@ async def test_a_callers_fire_after_a_downtime_records_the_slots_it_passed_over(
     assert await rig.store.gaps("hourly") == [Gap(at(8), at(9), 2, GapReason.DOWN)]
 
 
-async def test_a_callers_fire_of_a_slot_the_next_ones_passed_records_those_too(
-    autojump_clock: Any,
-) -> None:
-    # Nothing ran after 07:00; at 12:30 a caller fires 09:00 by hand. 08:00 lies before it;
-    # 10:00 to 12:00 came before its claim, which a boot counts from: each is a gap, written
-    # before the turn (a process killed during it would have lost them), and the boot after
-    # finds every slot accounted for, catching nothing up.
-    store = MemoryStore()
-    seen: list[list[Gap]] = []
-
-    class Looks:
-        async def invoke(self, session: str, text: str) -> AsyncIterator[Any]:
-            seen.append(await store.gaps("hourly"))
-            yield Completed()
-
-    await store.first_armed(["hourly"], at(6))
-    await store.claim("hourly", at(7), at(7))
-    await store.settle("hourly", at(7), Outcome.COMPLETED, 5)
-    wall = WallClock(at(12, 30))
-    scheduler = Scheduler(agent=Looks(), store=store, routines=[HOURLY], now=wall)
-    assert (await scheduler.fire("hourly", at(9))).claimed
-    gaps = [Gap(at(8), at(8), 1, GapReason.DOWN), Gap(at(10), at(12), 3, GapReason.DOWN)]
-    assert await store.gaps("hourly") == gaps
-    assert seen == [gaps]
-    assert 'trio_routines_slots_missed_total{routine="hourly",reason="down"} 4' in (
-        scheduler.render_metrics()
-    )
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        await trio.sleep(1)
-        scheduler.stop(0)
-    assert await store.gaps("hourly") == gaps
-    assert [f.slot for f in await store.history("hourly")] == [at(7), at(9)]
-
-
-async def test_what_a_callers_fire_passed_after_its_slot_stops_at_a_slot_claimed_meanwhile(
-    autojump_clock: Any,
-) -> None:
-    # A loop late to 11:00 claims it right after this caller's claim of 09:00, at 12:30:
-    # 10:00 is passed over, 11:00 is a claim, 12:00 is the loop's to account for.
-    class Meanwhile(MemoryStore):
-        async def claim(self, routine: str, slot: datetime, *args: Any, **kw: Any) -> Any:
-            result = await super().claim(routine, slot, *args, **kw)
-            if slot == at(9):
-                await super().claim(routine, at(11), at(12, 30), replica="other")
-            return result
-
-    store = Meanwhile()
-    await store.first_armed(["hourly"], at(6))
-    await store.claim("hourly", at(8), at(8))
-    await store.settle("hourly", at(8), Outcome.COMPLETED, 5)
-    scheduler = Scheduler(
-        agent=ScriptedAgent(), store=store, routines=[HOURLY], now=WallClock(at(12, 30))
-    )
-    assert (await scheduler.fire("hourly", at(9))).claimed
-    assert await store.gaps("hourly") == [Gap(at(10), at(10), 1, GapReason.DOWN)]
-
-
-async def test_what_a_callers_fire_passed_after_its_slot_starts_once_the_routine_was_armed(
-    autojump_clock: Any,
-) -> None:
-    # First armed at 10:30 (a routine added then), 09:00 fired by hand at 12:30: 11:00 and
-    # 12:00 passed over, 10:00 came before it was armed, as a boot counts them.
-    store = MemoryStore()
-    await store.first_armed(["hourly"], at(10, 30))
-    scheduler = Scheduler(
-        agent=ScriptedAgent(), store=store, routines=[HOURLY], now=WallClock(at(12, 30))
-    )
-    assert (await scheduler.fire("hourly", at(9))).claimed
-    assert await store.gaps("hourly") == [Gap(at(11), at(12), 2, GapReason.DOWN)]
-
-
-async def test_a_callers_fire_whose_newest_claim_is_unreadable_after_it_fires_and_says_so(
+async def test_a_boot_records_the_slots_a_hand_fire_came_after_as_no_claim_holds_them(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    class Unread(MemoryStore):
-        async def latest_fire(self, routine: str) -> Any:
-            if await self.history(routine):  # the claim made: what came since is unread
-                raise StateFault("claims unreadable")
-            return await super().latest_fire(routine)
+    # Nothing ran after 07:00; at 12:30 a caller fires 09:00 by hand. 08:00 lies before it
+    # (its gap written by the fire); 10:00 to 12:00 came before its claim, from whose instant
+    # a boot counts: the next boot records them, and catches none of them up.
+    rig = Rig(wall=WallClock(at(12, 30)))
+    await rig.store.claim("hourly", at(7), at(7))
+    await rig.store.settle("hourly", at(7), Outcome.COMPLETED, 5)
+    assert (await rig.scheduler.fire("hourly", at(9))).claimed
+    assert await rig.store.gaps("hourly") == [Gap(at(8), at(8), 1, GapReason.DOWN)]
+    async with rig.running():
+        await trio.sleep(1)
+    gaps = [Gap(at(8), at(8), 1, GapReason.DOWN), Gap(at(10), at(12), 3, GapReason.DOWN)]
+    assert await rig.store.gaps("hourly") == gaps
+    assert [f.slot for f in await rig.store.history("hourly")] == [at(7), at(9)]
+    again = Rig(store=rig.store, wall=rig.wall)
+    async with again.running():  # a boot after it finds them recorded
+        await trio.sleep(1)
+    assert await rig.store.gaps("hourly") == gaps
+    assert not [m for m in messages(caplog) if "not recorded" in m]
 
-    store = Unread()
-    scheduler = Scheduler(
-        agent=ScriptedAgent(), store=store, routines=[HOURLY], now=WallClock(at(12, 30))
-    )
-    assert (await scheduler.fire("hourly", at(9))).claimed
-    assert await store.gaps("hourly") == []
-    assert "hourly: what a caller's fire passed over is unread: claims unreadable" in [
-        r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
+
+async def test_callers_that_fire_a_backlog_of_slots_late_record_no_gap_between_them(
+    autojump_clock: Any,
+) -> None:
+    # An external clock (one caller a slot) running late: 09:00 is fired at 12:10, then 10:00,
+    # 11:00 and 12:00 by their own callers. None of them was passed over.
+    rig = Rig(wall=WallClock(at(12, 10)))
+    await rig.store.claim("hourly", at(8), at(8))
+    for hour in (9, 10, 11, 12):
+        assert (await rig.scheduler.fire("hourly", at(hour))).claimed
+    assert await rig.store.gaps("hourly") == []
+
+
+async def test_a_boot_records_the_slots_behind_a_hand_fire_paused_before_a_resume(
+    autojump_clock: Any,
+) -> None:
+    # Every 5 minutes; claimed 11:55, paused, resumed at 12:22 while no scheduler ran; at
+    # 12:30:10 12:00 is fired by hand. Behind it: 12:05 to 12:20 were paused, 12:25 and
+    # 12:30 not.
+    every_five = Routine(name="five", prompt="p", cron="*/5 * * * *")
+    rig = Rig(every_five, wall=WallClock(at(12, 30, 10)))
+    await rig.store.claim("five", at(11, 55), at(11, 55))
+    await rig.store.settle("five", at(11, 55), Outcome.COMPLETED, 5)
+    await rig.store.set_paused("five", True)
+    await rig.store.set_paused("five", False, at(12, 22))
+    assert (await rig.scheduler.fire("five", at(12))).claimed
+    async with rig.running():
+        await trio.sleep(1)
+    assert await rig.store.gaps("five") == [
+        Gap(at(12, 5), at(12, 20), 4, GapReason.PAUSED),
+        Gap(at(12, 25), at(12, 30), 2, GapReason.DOWN),
     ]
+
+
+async def test_the_slots_behind_a_hand_fire_unreadable_at_the_boot_are_said_so(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = Rig(wall=WallClock(at(12, 30)))
+    await rig.store.claim("hourly", at(9), at(12, 29))
+    await rig.store.settle("hourly", at(9), Outcome.COMPLETED, 5)
+    rig.store.fail("resumed_at", StateFault("resumes unreadable"))
+    async with rig.running():
+        await trio.sleep(1)
+    assert await rig.store.gaps("hourly") == []
+    assert (
+        "hourly: the slots behind its newest claim's instant are not recorded: resumes unreadable"
+    ) in messages(caplog)
 
 
 async def test_a_callers_fire_counts_from_a_gap_newer_than_the_claim(autojump_clock: Any) -> None:

@@ -127,6 +127,7 @@ class Boot:
         current = self._runtime.now()
         for name in routines:
             self._arming.note_future_claim(name, newest[name], current)
+        await self._gaps.behind_stamps(routines, newest, current)  # before the overlaps after
         overlap_ends = await self._overlapped(routines, newest, latest, current)
         first_due: dict[str, datetime | None] = {}
         for name, routine in routines.items():

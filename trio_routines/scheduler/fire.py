@@ -168,8 +168,7 @@ class FirePath:
         in between (one read fewer per fire); used only with that ``read``, never after a
         read of the fire's own. ``passed_from``: for a caller's fire, the last slot the claims
         and gaps accounted for before it: once the slot is claimed, and before its turn, the
-        slots since, and those after it up to the claim, are recorded as passed over
-        (:meth:`GapRecording.passed_around`).
+        slots since are recorded as passed over (:meth:`GapRecording.passed_before`).
         """
         name = routine.name
         spans = fire_spans(name, slot, self._runtime.replica, external=external)  # None: off
@@ -218,7 +217,7 @@ class FirePath:
                     if claim.status is not ClaimStatus.TAKEN:
                         return done(spans, self._refused(name, slot, claim))
                     if passed_from is not None:  # a caller's slot, perhaps after a downtime
-                        await self._gaps.passed_around(routine, passed_from, slot, now)
+                        await self._gaps.passed_before(routine, passed_from, slot)
                     if scope.cancel_called:
                         # The store answered after the claim's deadline (a stalled disk, a
                         # stop's bound): a claim confirmed after its caller gave up must not

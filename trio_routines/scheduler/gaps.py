@@ -9,17 +9,20 @@ yours, written before gaps) still gets the log lines and the counter.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
+from ..claims import claimed_through
 from ..cron import next_run
 from ..errors import StateFault
-from ..gaps import passed_over
+from ..gaps import passed_over, unfired_gaps
 from ..history import GAP_WHY as WHY
 from ..instants import format_iso
-from ..records import Gap, GapReason
+from ..records import Fire, Gap, GapReason
 from ..routines import Routine
 from ..store import ArmedRecords, GapRecords, Store
 from .calls import StoreCalls
+from .foreach import for_each
 from .state import FireResult, Runtime, log
 
 _MS = timedelta(milliseconds=1)
@@ -129,7 +132,7 @@ class GapRecording:
         """The last slot of ``name`` that a claim or a gap accounts for (its newest claim's
         slot or its newest gap's end, the later; with ``before``, of those before it, which
         reads the whole history); None when neither is known, or the store does not answer
-        (logged: see :meth:`passed_around`). A routine that never fired and has no gap counts
+        (logged: see :meth:`passed_before`). A routine that never fired and has no gap counts
         from when it was first armed, as a boot does (a store that does not keep it: nothing
         accounted for)."""
         try:
@@ -148,47 +151,59 @@ class GapRecording:
             return (await self.first_armed([name])).get(name)  # as a boot counts (gaps.py)
         return max(slots) if slots else None
 
-    async def passed_around(
-        self, routine: Routine, accounted: datetime, slot: datetime, stamp: datetime
-    ) -> None:
-        """A caller's fire of ``slot`` was claimed, stamped ``stamp``: record as passed over
-        while no scheduler fired them (``down``) the slots after ``accounted`` (as
-        :meth:`accounted_for` read it before the claim) and before ``slot``, as a boot would
-        have, had it run first -- less any claimed or recorded meanwhile (a loop, a replica, a
-        caller's earlier slot), read again once something looks passed -- and those after
-        ``slot`` up to ``stamp`` (a slot fired by hand after the next ones had come): a boot
-        counts missed slots from a claim's stamp (:func:`~..claims.claimed_through`), so no
-        boot would ever see them."""
+    async def passed_before(self, routine: Routine, accounted: datetime, slot: datetime) -> None:
+        """A caller's fire of ``slot`` was claimed: record the slots after ``accounted`` (as
+        :meth:`accounted_for` read it before the claim) and before ``slot`` as passed over
+        while no scheduler fired them (``down``), as a boot would have, had it run first --
+        less any claimed or recorded meanwhile (a loop, a replica, a caller's earlier slot),
+        read again once something looks passed."""
         cron, tz, name = routine.cron, routine.tz, routine.name
-        if cron is None:
-            return
-        if passed_over(cron, tz, name, accounted, slot - _MS, GapReason.DOWN) is not None:
-            since = await self.accounted_for(name, before=slot)
-            if since is not None:  # else nothing newer was found (or the store did not say)
-                accounted = max(accounted, since)
-            await self.record_gap(
-                name, passed_over(cron, tz, name, accounted, slot - _MS, GapReason.DOWN)
-            )
-        if passed_over(cron, tz, name, slot, stamp, GapReason.DOWN) is not None:
-            await self._passed_after(routine, slot, stamp)
+        if (
+            cron is None
+            or passed_over(cron, tz, name, accounted, slot - _MS, GapReason.DOWN) is None
+        ):
+            return  # nothing passed: the common case, one cron step
+        since = await self.accounted_for(name, before=slot)
+        if since is not None:  # else nothing newer was found (or the store did not say: logged)
+            accounted = max(accounted, since)
+        passed = passed_over(cron, tz, name, accounted, slot - _MS, GapReason.DOWN)
+        await self.record_gap(name, passed)
 
-    async def _passed_after(self, routine: Routine, slot: datetime, stamp: datetime) -> None:
-        """The slots after ``slot`` up to ``stamp``, less those a scheduler claimed since the
-        claim of ``slot`` (a loop late to its slot: the newest claim, read again), and those
-        before the routine was first armed (none of its slots passed over then, as a boot
-        counts them: a slot of months ago fired by hand on a routine armed today)."""
-        cron, tz, name = routine.cron, routine.tz, routine.name
-        assert cron is not None
-        try:
-            newest = await self._calls.latest_fire(name)
-        except StateFault as exc:
-            log.warning("%s: what a caller's fire passed over is unread: %s", name, exc)
-            return
-        if newest is not None and newest.slot > slot:
-            stamp = min(stamp, newest.slot - _MS)
-        armed = (await self.first_armed([name])).get(name)
-        start = slot if armed is None else max(slot, armed)
-        await self.record_gap(name, passed_over(cron, tz, name, start, stamp, GapReason.DOWN))
+    async def behind_stamps(
+        self, routines: Mapping[str, Routine], newest: Mapping[str, Fire | None], now: datetime
+    ) -> None:
+        """A boot's: record the slots that came after a routine's newest claim's slot and
+        before its stamp, which no gap holds: a slot fired by hand once the next ones had come
+        (``fire --slot`` after a downtime), or a catch-up whose loop never recorded what it
+        passed over (its process died). The boot counts missed slots from a claim's stamp
+        (:func:`~..claims.claimed_through`) and arms after it: they would be neither claims
+        nor gaps. ``down`` (``paused`` before a resume after them, as a boot records them);
+        best effort, as the other gaps of a boot."""
+        behind: dict[str, tuple[Routine, datetime, datetime]] = {}
+        for name, fire in newest.items():
+            routine = routines.get(name)
+            if fire is None or routine is None or routine.cron is None:
+                continue
+            end = min(claimed_through(fire), now)
+            if passed_over(routine.cron, routine.tz, name, fire.slot, end, GapReason.DOWN):
+                behind[name] = (routine, fire.slot, end)
+        if not behind:
+            return  # the rule: each stamp within a cron step of its slot
+        gap_ends = await for_each(self.newest_gap_end, behind, on_fault=_unread)
+        resumes = await for_each(self._calls.resumed_at, gap_ends, on_fault=_unread)
+        for name, resumed in resumes.items():
+            routine, slot, end = behind[name]
+            assert routine.cron is not None
+            gap_end = gap_ends[name]
+            for gap in unfired_gaps(
+                routine.cron,
+                routine.tz,
+                name,
+                accounted=slot if gap_end is None else max(slot, min(gap_end, now)),
+                now=end,
+                resumed=resumed,
+            ):
+                await self.record_gap(name, gap)
 
     def passed_since(self, routine: Routine, armed: datetime) -> bool:
         """Whether a slot of ``routine`` passed since ``armed`` (cheap: one cron step)."""
@@ -230,3 +245,7 @@ class GapRecording:
             await self.record_gap(name, paused, extends=paused_tail)
             return paused.last if paused is not None else paused_tail
         return None
+
+
+def _unread(name: str, fault: StateFault) -> None:
+    log.error("%s: the slots behind its newest claim's instant are not recorded: %s", name, fault)
