@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from functools import partial
+from pathlib import Path
 
 import pytest
 import trio
@@ -103,10 +104,40 @@ def test_a_change_to_a_state_directory_that_is_not_there_is_refused_and_makes_no
     done = env.run_cli(*command)
     assert (done.returncode, done.stdout) == (1, "")
     assert one_line(done.stderr) == (
-        f"error: --state {state}: no state directory there — {command[0]} changes the state "
-        "a scheduler keeps, which `serve` makes: is --state (or TRIO_ROUTINES_STATE) right?\n"
+        f"error: no state directory at {state} — {command[0]} changes the state a scheduler "
+        "keeps, which `serve` makes: is --state (or TRIO_ROUTINES_STATE) right?\n"
     )
     assert not (env.root / where.split("/")[0]).exists()
+
+
+def test_a_state_that_cannot_be_looked_at_is_the_stores_to_refuse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # EACCES on the way (a parent of mode 0700): not "no state directory", which would send
+    # the operator to look for a typo.
+    def denied(path: object, *args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(output.os, "stat", denied)
+    output.check_exists(str(tmp_path / "state"), "pause")  # no refusal of its own
+    monkeypatch.undo()
+    link = tmp_path / "dangling"
+    link.symlink_to(tmp_path / "nowhere")
+    output.check_exists(str(link), "pause")  # there: the store names what it is
+    with pytest.raises(CliError, match=r"^no state directory at "):
+        output.check_exists(str(tmp_path / "nowhere"), "pause")
+    output.check_exists("postgresql://db/x", "pause")  # a database: always there to ask
+
+
+@pytest.mark.parametrize("command", [("pause", "daily"), ("resume", "daily")])
+def test_a_state_that_is_a_file_is_the_stores_to_refuse(env: Env, command: tuple[str, ...]) -> None:
+    env.routine("daily", cron="0 9 * * *")
+    env.state.write_text("not a directory")
+    done = env.run_cli(*command)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert "no state directory" not in one_line(done.stderr)
+    assert "ENOTDIR" in done.stderr
+    assert env.state.read_text() == "not a directory"
 
 
 def test_a_paused_routine_whose_file_is_gone_may_still_be_resumed(env: Env) -> None:

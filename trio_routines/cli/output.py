@@ -124,12 +124,18 @@ def check_exists(state: str, command: str) -> None:
     scheduler keeps there (a pause, a resume, a wake-up's removal) made it anew, parents and
     all, at a mistyped path, and said it was done. ``serve`` makes it; so do ``fire``, ``run``
     and ``wake``, which may come first."""
-    if is_postgres_url(state) or os.path.isdir(state):
+    if is_postgres_url(state):
         return
-    raise CliError(
-        f"--state {state_label(state)}: no state directory there — {command} changes the state "
-        "a scheduler keeps, which `serve` makes: is --state (or TRIO_ROUTINES_STATE) right?"
-    )
+    try:
+        os.stat(state)
+    except FileNotFoundError:
+        if not os.path.lexists(state):  # (a dangling link is there: the store names it)
+            raise CliError(
+                f"no state directory at {state_label(state)} — {command} changes the state a "
+                "scheduler keeps, which `serve` makes: is --state (or TRIO_ROUTINES_STATE) right?"
+            ) from None
+    except OSError:
+        pass  # there, but not to be looked at (EACCES): the store's to refuse, in its words
 
 
 def check_owner(state: str, command: str) -> None:
