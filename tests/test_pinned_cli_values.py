@@ -154,8 +154,11 @@ def test_a_poll_interval_is_within_its_range() -> None:
         assert refused(values.poll_seconds, text) == (
             f"{text!r} must be between 0.05 and 86400 seconds"
         )
-    assert refused(values.poll_seconds, "0") == "'0' must be a finite number of seconds above 0"
-    assert refused(values.poll_seconds, "inf") == "'inf' must be a finite number of seconds above 0"
+    for text in ("0", "-1", "0.01", "inf", "nan", "86401"):
+        assert refused(values.poll_seconds, text) == (
+            f"{text!r} must be between 0.05 and 86400 seconds"
+        )
+    assert refused(values.poll_seconds, "x") == "'x' is not a number of seconds"
 
 
 def test_a_delay_has_a_unit_and_ends_before_the_last_instant() -> None:

@@ -59,10 +59,11 @@ def positive_seconds(text: str) -> float:
 
 
 def poll_seconds(text: str) -> float:
-    """``serve --poll``: seconds within :data:`~trio_routines.wakeups.POLL_RANGE`."""
-    value = positive_seconds(text)
+    """``serve --poll``: seconds within :data:`~trio_routines.wakeups.POLL_RANGE` (0 or less,
+    or no finite number, is out of it too)."""
+    value = _seconds(text)
     low, high = POLL_RANGE
-    if not low <= value <= high:
+    if not low <= value <= high:  # (NaN compares false: out of it)
         raise argparse.ArgumentTypeError(
             f"{quoted(text)} must be between {low:g} and {high:g} seconds"
         )
