@@ -520,6 +520,7 @@ async def test_a_resume_keeps_its_instant_for_the_next_boot(store: Store) -> Non
     assert await store.resumed_at("daily") is None
     await store.set_paused("daily", False, T0 + timedelta(milliseconds=1500, microseconds=7))
     assert await store.resumed_at("daily") == T0 + timedelta(milliseconds=1500)
+    assert await store.paused() == frozenset()  # kept, and resumed
     await store.set_paused("daily", True, T0 + HOUR)
     await store.set_paused("daily", False, T0 + 2 * HOUR)
     await store.set_paused("daily", False)  # no instant given: the last one stays
