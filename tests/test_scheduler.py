@@ -218,6 +218,7 @@ async def test_a_boot_records_the_slots_a_hand_fire_came_after_as_no_claim_holds
     # (its gap written by the fire); 10:00 to 12:00 came before its claim, from whose instant
     # a boot counts: the next boot records them, and catches none of them up.
     rig = Rig(wall=WallClock(at(12, 30)))
+    await rig.store.first_armed(["hourly"], at(6))  # a scheduler armed it then
     await rig.store.claim("hourly", at(7), at(7))
     await rig.store.settle("hourly", at(7), Outcome.COMPLETED, 5)
     assert (await rig.scheduler.fire("hourly", at(9))).claimed
@@ -254,6 +255,7 @@ async def test_a_boot_records_the_slots_behind_a_hand_fire_paused_before_a_resum
     # 12:30 not.
     every_five = Routine(name="five", prompt="p", cron="*/5 * * * *")
     rig = Rig(every_five, wall=WallClock(at(12, 30, 10)))
+    await rig.store.first_armed(["five"], at(6))
     await rig.store.claim("five", at(11, 55), at(11, 55))
     await rig.store.settle("five", at(11, 55), Outcome.COMPLETED, 5)
     await rig.store.set_paused("five", True)
@@ -265,6 +267,57 @@ async def test_a_boot_records_the_slots_behind_a_hand_fire_paused_before_a_resum
         Gap(at(12, 5), at(12, 20), 4, GapReason.PAUSED),
         Gap(at(12, 25), at(12, 30), 2, GapReason.DOWN),
     ]
+
+
+async def test_the_slots_behind_a_hand_fire_count_from_when_the_routine_was_first_armed(
+    autojump_clock: Any,
+) -> None:
+    # A routine added at 10:30; at 12:30 a slot of the day before is fired by hand. Only the
+    # slots since 10:30 passed over, as a boot counts them: 11:00 and 12:00.
+    rig = Rig(wall=WallClock(at(12, 30)))
+    await rig.store.first_armed(["hourly"], at(10, 30))
+    assert (await rig.scheduler.fire("hourly", at(9, day=6))).claimed
+    async with rig.running():
+        await trio.sleep(1)
+    assert await rig.store.gaps("hourly") == [Gap(at(11), at(12), 2, GapReason.DOWN)]
+
+
+async def test_a_pause_after_a_hand_fire_leaves_the_slots_behind_it_down(
+    autojump_clock: Any,
+) -> None:
+    # 09:00 fired by hand at 12:30, so not paused then; paused at 12:40, resumed at 12:45.
+    rig = Rig(wall=WallClock(at(12, 30)))
+    await rig.store.first_armed(["hourly"], at(6))
+    await rig.store.claim("hourly", at(8), at(8))
+    assert (await rig.scheduler.fire("hourly", at(9))).claimed
+    await rig.store.set_paused("hourly", True)
+    await rig.store.set_paused("hourly", False, at(12, 45))
+    rig.wall.jump(timedelta(minutes=20))
+    async with Rig(store=rig.store, wall=rig.wall).running():
+        await trio.sleep(1)
+    assert await rig.store.gaps("hourly") == [Gap(at(10), at(12), 3, GapReason.DOWN)]
+
+
+async def test_a_replica_that_boots_during_anothers_catch_up_leaves_its_gap_to_it(
+    autojump_clock: Any,
+) -> None:
+    # Replica a boots at 10:30 and catches up 08:00, a turn of 40 minutes; b boots at 10:40,
+    # while it runs. What a passed over is its loop's to record once its turn ends.
+    wall = WallClock(at(10, 30))
+    store = MemoryStore()
+    await store.first_armed(["hourly"], at(6))
+    await store.claim("hourly", at(7), at(7))
+    await store.settle("hourly", at(7), Outcome.COMPLETED, 5)
+    slow = ScriptedAgent(wall=wall)
+    slow.default = Complete(duration=40 * 60)
+    a = Rig(store=store, wall=wall, agent=slow, replica="a")
+    b = Rig(store=store, wall=wall, replica="b")
+    async with a.running():
+        await sleep_until_wall(wall, at(10, 40))
+        async with b.running():
+            await sleep_until_wall(wall, at(11, 30))
+    # (11:00 came while a's turn ran: b claimed it, and skipped it, its session busy.)
+    assert await store.gaps("hourly") == [Gap(at(9), at(10), 2, GapReason.CAUGHT_UP)]
 
 
 async def test_the_slots_behind_a_hand_fire_unreadable_at_the_boot_are_said_so(

@@ -75,9 +75,10 @@ class Boot:
             if (fire := newest.get(name)) is not None and fire.outcome is None
         }
         alive = await self._membership.claims_alive(list(open_claims.items()))
-        unsettled = {}
+        unsettled, running = {}, set()
         for (name, fire), live in zip(open_claims.items(), alive, strict=True):
             if live:  # its holder runs it now: another replica, or this one's fire
+                running.add(name)
                 if plan and routines[name].cron is not None:  # seeded as _seed_failing would
                     self._runtime.metrics.armed(name, min(fire.slot, self._runtime.now()))
                 log.info(
@@ -127,7 +128,7 @@ class Boot:
         current = self._runtime.now()
         for name in routines:
             self._arming.note_future_claim(name, newest[name], current)
-        await self._gaps.behind_stamps(routines, newest, current)  # before the overlaps after
+        await self._gaps.behind_stamps(routines, newest, current, running)  # before overlaps
         overlap_ends = await self._overlapped(routines, newest, latest, current)
         first_due: dict[str, datetime | None] = {}
         for name, routine in routines.items():

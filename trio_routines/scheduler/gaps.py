@@ -9,7 +9,7 @@ yours, written before gaps) still gets the log lines and the counter.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
 
 from ..claims import claimed_through
@@ -102,15 +102,17 @@ class GapRecording:
             return gaps[-1].last if gaps else None
         raise self._calls.no_answer(f"the gaps of {name!r} are unreadable")
 
-    async def first_armed(self, names: list[str]) -> dict[str, datetime]:
+    async def first_armed(self, names: list[str], *, seen: bool = True) -> dict[str, datetime]:
         """When each of ``names`` was first armed (now, for those armed for the first time);
-        empty for a store that does not keep it, or one that does not answer (logged)."""
+        empty for a store that does not keep it, or one that does not answer (logged).
+        ``seen``: each is known from then (its metric's seed); not for a routine with claims,
+        whose series its newest claim seeds."""
         if not names or not isinstance(self._store, ArmedRecords):
             return {}
         try:
             with self._calls.bounded():
                 armed = await self._store.first_armed(names, self._runtime.now())
-                for name, at in armed.items():
+                for name, at in armed.items() if seen else ():
                     self._runtime.metrics.known_since(name, at)
                 return armed
             raise self._calls.no_answer("when the routines were first armed is unknown")
@@ -170,19 +172,26 @@ class GapRecording:
         await self.record_gap(name, passed)
 
     async def behind_stamps(
-        self, routines: Mapping[str, Routine], newest: Mapping[str, Fire | None], now: datetime
+        self,
+        routines: Mapping[str, Routine],
+        newest: Mapping[str, Fire | None],
+        now: datetime,
+        running: Collection[str] = (),
     ) -> None:
         """A boot's: record the slots that came after a routine's newest claim's slot and
         before its stamp, which no gap holds: a slot fired by hand once the next ones had come
         (``fire --slot`` after a downtime), or a catch-up whose loop never recorded what it
         passed over (its process died). The boot counts missed slots from a claim's stamp
         (:func:`~..claims.claimed_through`) and arms after it: they would be neither claims
-        nor gaps. ``down`` (``paused`` before a resume after them, as a boot records them);
-        best effort, as the other gaps of a boot."""
+        nor gaps. ``down``, or ``paused`` before a resume that came between them and the
+        stamp (a claim made at the stamp shows no pause held the routine then); only those
+        since the routine was first armed, as a boot counts; best effort, as the other gaps of
+        a boot. ``running``: the routines whose newest claim a live replica's turn still holds
+        (its loop records what it passed over, as ``caught-up`` or ``overlap``, at its end)."""
         behind: dict[str, tuple[Routine, datetime, datetime]] = {}
         for name, fire in newest.items():
             routine = routines.get(name)
-            if fire is None or routine is None or routine.cron is None:
+            if fire is None or routine is None or routine.cron is None or name in running:
                 continue
             end = min(claimed_through(fire), now)
             if passed_over(routine.cron, routine.tz, name, fire.slot, end, GapReason.DOWN):
@@ -190,18 +199,20 @@ class GapRecording:
         if not behind:
             return  # the rule: each stamp within a cron step of its slot
         gap_ends = await for_each(self.newest_gap_end, behind, on_fault=_unread)
+        armed = await self.first_armed(list(gap_ends), seen=False)
         resumes = await for_each(self._calls.resumed_at, gap_ends, on_fault=_unread)
         for name, resumed in resumes.items():
             routine, slot, end = behind[name]
             assert routine.cron is not None
-            gap_end = gap_ends[name]
+            gap_end, since = gap_ends[name], armed.get(name, slot)
+            accounted = max(slot, since) if gap_end is None else max(slot, since, min(gap_end, now))
             for gap in unfired_gaps(
                 routine.cron,
                 routine.tz,
                 name,
-                accounted=slot if gap_end is None else max(slot, min(gap_end, now)),
+                accounted=accounted,
                 now=end,
-                resumed=resumed,
+                resumed=resumed if resumed is not None and resumed <= end else None,
             ):
                 await self.record_gap(name, gap)
 
