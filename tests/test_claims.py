@@ -217,6 +217,8 @@ def test_unknown_outcome_reads_as_unsettled_with_a_warning(
         ("7", "7"),
         ("true", "true"),
         ('"' + "x" * 100 + '"', '"' + "x" * 63 + "…"),
+        ('"' + "y" * 62 + '"', '"' + "y" * 62 + '"'),  # 64 characters: shown whole
+        ('"' + "z" * 63 + '"', '"' + "z" * 63 + "…"),
     ],
 )
 def test_an_outcome_of_any_other_json_type_reads_as_unsettled_with_a_warning(
