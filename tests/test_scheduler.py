@@ -320,6 +320,55 @@ async def test_a_replica_that_boots_during_anothers_catch_up_leaves_its_gap_to_i
     assert await store.gaps("hourly") == [Gap(at(9), at(10), 2, GapReason.CAUGHT_UP)]
 
 
+async def test_the_slots_behind_hand_fires_are_read_in_each_routines_zone_and_seed(
+    autojump_clock: Any,
+) -> None:
+    # Several routines at one boot: one that never fired comes first; one in Berlin's zone
+    # (09:00 there is 07:00Z in July) and one with an H field (its minute: 45 for "seeded").
+    # A gap already recorded holds the slots behind the last one's stamp: nothing more.
+    berlin = Routine(name="berlin", prompt="p", cron="0 9 * * *", tz="Europe/Berlin")
+    seeded = Routine(name="seeded", prompt="p", cron="H * * * *")
+    held = Routine(name="held", prompt="p", cron="0 * * * *")
+    fresh = Routine(name="a-fresh", prompt="p", cron="0 * * * *")
+    rig = Rig(fresh, berlin, seeded, held, wall=WallClock(at(12, 30, day=9)))
+    await rig.store.first_armed(["berlin", "seeded", "held"], at(6, day=1))
+    await rig.store.claim("berlin", at(7, day=6), at(12, 30, day=9))
+    await rig.store.claim("seeded", at(9, 21), at(12, 30, day=7))
+    await rig.store.claim("held", at(9), at(12, 30, day=9))
+    await rig.store.record_gap("held", Gap(at(10), at(12, day=9), 51, GapReason.CAUGHT_UP))
+    async with rig.running():
+        await trio.sleep(1)
+    assert await rig.store.gaps("berlin") == [Gap(at(7, day=7), at(7, day=9), 3, GapReason.DOWN)]
+    # (its own minute is 45: 09:45 to 11:45 behind its stamp; the boot's plan goes on after)
+    assert (await rig.store.gaps("seeded"))[0] == Gap(at(9, 45), at(11, 45), 3, GapReason.DOWN)
+    assert await rig.store.gaps("held") == [Gap(at(10), at(12, day=9), 51, GapReason.CAUGHT_UP)]
+
+
+async def test_the_slots_behind_a_hand_fire_count_from_its_slot_when_first_armed_is_unknown(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = Rig(wall=WallClock(at(12, 30)))
+    await rig.store.claim("hourly", at(9), at(12, 29))
+    rig.store.fail("first_armed", StateFault("armed unreadable"))
+    async with rig.running():
+        await trio.sleep(1)
+    assert await rig.store.gaps("hourly") == [Gap(at(10), at(12), 3, GapReason.DOWN)]
+
+
+async def test_the_slots_behind_a_hand_fire_whose_gaps_are_unreadable_are_said_so(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = Rig(wall=WallClock(at(12, 30)))
+    await rig.store.first_armed(["hourly"], at(6))
+    await rig.store.claim("hourly", at(9), at(12, 29))
+    rig.store.fail("gaps", StateFault("gaps unreadable"), times=1)
+    async with rig.running():  # the boot goes on
+        await trio.sleep(1)
+    assert (
+        "hourly: the slots behind its newest claim's instant are not recorded: gaps unreadable"
+    ) in messages(caplog)
+
+
 async def test_the_slots_behind_a_hand_fire_unreadable_at_the_boot_are_said_so(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
