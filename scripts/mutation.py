@@ -286,6 +286,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_scheduler.py::test_the_slots_behind_hand_fires_are_read_in_each_routines_zone_and_seed",
             "tests/test_scheduler.py::test_the_slots_behind_a_hand_fire_count_from_its_slot_when_first_armed_is_unknown",
             "tests/test_scheduler.py::test_the_slots_behind_a_hand_fire_whose_gaps_are_unreadable_are_said_so",
+            "tests/test_scheduler.py::test_the_first_armed_read_behind_a_stamp_moves_no_routines_series",
             "--hypothesis-profile=mutation",
         ],
     ),

@@ -355,6 +355,19 @@ async def test_the_slots_behind_a_hand_fire_count_from_its_slot_when_first_armed
     assert await rig.store.gaps("hourly") == [Gap(at(10), at(12), 3, GapReason.DOWN)]
 
 
+async def test_the_first_armed_read_behind_a_stamp_moves_no_routines_series(
+    autojump_clock: Any,
+) -> None:
+    # A claim stamped ahead of now (a clock that ran ahead), completed: its stamp seeds the
+    # last success. Asking when the routine was first armed (none kept: now) seeds nothing.
+    rig = Rig(wall=WallClock(at(12, 30)))
+    await rig.store.claim("hourly", at(9), at(15))
+    await rig.store.settle("hourly", at(9), Outcome.COMPLETED, 5)
+    async with rig.running():
+        ended = at(15) + timedelta(milliseconds=5)  # its stamp and its duration
+        assert rig.scheduler._parts.runtime.metrics.last_success["hourly"] == ended
+
+
 async def test_the_slots_behind_a_hand_fire_whose_gaps_are_unreadable_are_said_so(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
