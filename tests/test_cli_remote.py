@@ -290,7 +290,10 @@ def test_a_redirect_is_not_followed_and_the_token_stays_home(env: Env, code: int
     redirecting = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
     url = f"http://127.0.0.1:{redirecting.server_address[1]}"
     servers = [elsewhere, redirecting]
-    threads = [threading.Thread(target=server.serve_forever, daemon=True) for server in servers]
+    threads = [
+        threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
+        for server in servers
+    ]
     for thread in threads:
         thread.start()
     try:
@@ -344,7 +347,7 @@ def test_a_200_that_is_not_the_change_asked_for_is_no_success(
 
     other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Other)
     url = f"http://127.0.0.1:{other.server_address[1]}"
-    thread = threading.Thread(target=other.serve_forever, daemon=True)
+    thread = threading.Thread(target=other.serve_forever, args=(0.01,), daemon=True)
     thread.start()
     try:
         environ = {**env.environ(), "TRIO_ROUTINES_TOKEN": TOKEN}
