@@ -45,14 +45,13 @@ def status(
     )
 
 
-@pytest.mark.slow
-def test_status_shows_the_turns_a_running_serve_has_in_flight(env: Env) -> None:
-    env.routine("slow", prompt="take your time")
-    env.routine("daily", cron="0 9 * * *")
+def serving(env: Env, grace: str) -> tuple[subprocess.Popen[bytes], int, str]:
+    """``serve --http`` on a loopback port with a ``cmd:sleep 60`` agent and ``--grace``:
+    the process, its port and its URL (its log in ``serve.log``)."""
     environ = {**env.environ(), "TRIO_ROUTINES_TOKEN": TOKEN}
     with (env.root / "serve.log").open("wb") as err:
         proc = subprocess.Popen(
-            env.argv("serve", "--agent", "cmd:sleep 60", "--http", "127.0.0.1:0", "--grace", "0"),
+            env.argv("serve", "--agent", "cmd:sleep 60", "--http", "127.0.0.1:0", "--grace", grace),
             stdout=subprocess.DEVNULL,
             stderr=err,
             cwd=env.root,
@@ -60,7 +59,14 @@ def test_status_shows_the_turns_a_running_serve_has_in_flight(env: Env) -> None:
         )
     env.procs.append(proc)
     port = bound_port(env)
-    url = f"http://127.0.0.1:{port}"
+    return proc, port, f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.slow
+def test_status_shows_the_turns_a_running_serve_has_in_flight(env: Env) -> None:
+    env.routine("slow", prompt="take your time")
+    env.routine("daily", cron="0 9 * * *")
+    proc, port, url = serving(env, grace="0")
 
     idle = status(env, "--url", url)  # no routines directory, no state here: the server's
     assert idle.returncode == 0, idle.stderr
@@ -96,22 +102,11 @@ def test_status_shows_the_turns_a_running_serve_has_in_flight(env: Env) -> None:
 @pytest.mark.slow
 def test_status_says_a_server_that_drains_its_turns_is_stopping(env: Env) -> None:
     env.routine("slow", prompt="take your time")
-    environ = {**env.environ(), "TRIO_ROUTINES_TOKEN": TOKEN}
-    with (env.root / "serve.log").open("wb") as err:
-        proc = subprocess.Popen(
-            env.argv("serve", "--agent", "cmd:sleep 60", "--http", "127.0.0.1:0", "--grace", "60"),
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            cwd=env.root,
-            env=environ,
-        )
-    env.procs.append(proc)
-    port = bound_port(env)
-    url = f"http://127.0.0.1:{port}"
+    proc, port, url = serving(env, grace="60")  # the turn has its grace: the server drains it
     assert request(port, "POST", "/run", {"name": "slow", "wait": False}, token=TOKEN)[0] == 202
     wait_for(lambda: request(port, "GET", "/healthz")[1]["inFlight"] == 1, 20, "the turn")
 
-    proc.send_signal(signal.SIGTERM)  # the turn has its grace: the server drains it
+    proc.send_signal(signal.SIGTERM)
     wait_for(lambda: request(port, "GET", "/healthz")[1]["stopping"], 20, "the stop")
     draining = status(env, "--url", url)
     assert draining.returncode == 0, draining.stderr
