@@ -119,14 +119,15 @@ def test_a_state_that_cannot_be_looked_at_is_the_stores_to_refuse(
         raise PermissionError(13, "Permission denied", str(path))
 
     monkeypatch.setattr(output.os, "stat", denied)
-    output.check_exists(str(tmp_path / "state"), "pause")  # no refusal of its own
+    output.check_owner(str(tmp_path / "state"), "pause", existing=True)  # no refusal of its own
     monkeypatch.undo()
     link = tmp_path / "dangling"
     link.symlink_to(tmp_path / "nowhere")
-    output.check_exists(str(link), "pause")  # there: the store names what it is
+    output.check_owner(str(link), "pause", existing=True)  # there: the store names what it is
     with pytest.raises(CliError, match=r"^no state directory at "):
-        output.check_exists(str(tmp_path / "nowhere"), "pause")
-    output.check_exists("postgresql://db/x", "pause")  # a database: always there to ask
+        output.check_owner(str(tmp_path / "nowhere"), "pause", existing=True)
+    # A database is always there to ask.
+    output.check_owner("postgresql://db/x", "pause", existing=True)
 
 
 @pytest.mark.parametrize("command", [("pause", "daily"), ("resume", "daily")])

@@ -119,37 +119,29 @@ def _user(uid: int) -> str:
         return f"uid {uid}"
 
 
-def check_exists(state: str, command: str) -> None:
-    """Refuse to change a state directory that does not exist: a command that acts on what a
-    scheduler keeps there (a pause, a resume, a wake-up's removal) made it anew, parents and
-    all, at a mistyped path, and said it was done. ``serve`` makes it; so do ``fire``, ``run``
-    and ``wake``, which may come first."""
-    if is_postgres_url(state):
-        return
-    try:
-        os.stat(state)
-    except FileNotFoundError:
-        if not os.path.lexists(state):  # (a dangling link is there: the store names it)
-            raise CliError(
-                f"no state directory at {state_label(state)} — {command} changes the state a "
-                "scheduler keeps, which `serve` makes: is --state (or TRIO_ROUTINES_STATE) right?"
-            ) from None
-    except OSError:
-        pass  # there, but not to be looked at (EACCES): the store's to refuse, in its words
-
-
-def check_owner(state: str, command: str) -> None:
+def check_owner(state: str, command: str, *, existing: bool = False) -> None:
     """Refuse to change a state directory that another user owns, before anything is written.
 
     What the command created there (``schedule/``, a pause file, a lock) would belong to us:
     the service's own user could then no longer write its state (``/readyz`` not ready, a
     resume failing with EACCES). Its owner, or the running service over HTTP, does it instead.
-    An absent directory is created as ours; an unusable one is the store's to report.
+    An absent directory is created as ours, unless ``existing``: a command that acts on what
+    a scheduler keeps there (a pause, a resume, a wake-up's removal) made it anew, parents and
+    all, at a mistyped path, and said it was done (``serve`` makes it; so do ``fire``, ``run``
+    and ``wake``, which may come first). An unusable one (EACCES, a file, a dangling link) is
+    the store's to report, in its own words.
     """
     if is_postgres_url(state):
         return
     try:
         status = os.stat(state)
+    except FileNotFoundError:
+        if existing and not os.path.lexists(state):
+            raise CliError(
+                f"no state directory at {state_label(state)} — {command} changes the state a "
+                "scheduler keeps, which `serve` makes: is --state (or TRIO_ROUTINES_STATE) right?"
+            ) from None
+        return
     except OSError:
         return
     me = os.geteuid()
@@ -171,14 +163,16 @@ async def open_state(
     state: str,
     *,
     writes: str | None = None,
+    existing: bool = False,
     migrate: Literal["always", "create", "never"] | None = None,
 ) -> AsyncIterator[Store]:
-    """The store ``state`` names; ``writes``: the command that will change it (see
-    :func:`check_owner`). A PostgreSQL schema is upgraded only by ``serve`` and ``migrate``
-    (``migrate="always"``); a command that writes may create an empty database's tables; one
-    that only reads never writes a schema (see stores/postgres/schema.py)."""
+    """The store ``state`` names; ``writes``: the command that will change it, ``existing``:
+    a state it must find there (see :func:`check_owner`). A PostgreSQL schema is upgraded
+    only by ``serve`` and ``migrate`` (``migrate="always"``); a command that writes may
+    create an empty database's tables; one that only reads never writes a schema (see
+    stores/postgres/schema.py)."""
     if writes is not None:
-        check_owner(state, writes)
+        check_owner(state, writes, existing=existing)
     if migrate is None:
         migrate = "never" if writes is None else "create"
     try:

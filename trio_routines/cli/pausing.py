@@ -9,7 +9,6 @@ from .client import Server, path_part
 from .output import (
     NOT_CONFIRMED,
     StoreDeadline,
-    check_exists,
     check_name,
     load,
     open_state,
@@ -46,9 +45,8 @@ async def cmd_pause(args: argparse.Namespace) -> int:
         return await _over_http(server, args.name, paused=True)
     routine = pick(await load(args.routines, report=False), args.name, args.routines)
     state = state_arg(args)
-    check_exists(state, "pause")
     asked = StoreDeadline(state)
-    async with open_state(state, writes="pause") as store:
+    async with open_state(state, writes="pause", existing=True) as store:
         await asked(
             f"pausing {quoted(routine.name)}",
             store.set_paused(routine.name, True),
@@ -64,9 +62,8 @@ async def cmd_resume(args: argparse.Namespace) -> int:
     if server is not None:
         return await _over_http(server, args.name, paused=False)
     state = state_arg(args)
-    check_exists(state, "resume")
     asked = StoreDeadline(state)
-    async with open_state(state, writes="resume") as store:
+    async with open_state(state, writes="resume", existing=True) as store:
         if args.name not in await asked("reading the paused routines", store.paused()):
             # A routine whose file is gone or broken may still be resumed; an unknown one not.
             pick(await load(args.routines, report=False), args.name, args.routines)

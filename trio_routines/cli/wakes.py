@@ -22,7 +22,6 @@ from .output import (
     NOT_CONFIRMED,
     CliError,
     StoreDeadline,
-    check_exists,
     open_state,
     print_json,
     print_line,
@@ -149,9 +148,8 @@ async def cmd_unwake(args: argparse.Namespace) -> int:
             raise server.not_ours("not a wake-up's removal")
     else:
         state = state_arg(args)
-        check_exists(state, "unwake")
         deadline = StoreDeadline(state)
-        async with open_state(state, writes="unwake") as store:
+        async with open_state(state, writes="unwake", existing=True) as store:
             removed = await deadline(
                 f"cancelling wake-up {quoted(args.id)} of session {quoted(args.session)}",
                 store.remove_wakeup(args.id, args.session),
