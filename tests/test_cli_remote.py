@@ -322,6 +322,12 @@ def test_a_redirect_is_not_followed_and_the_token_stays_home(env: Env, code: int
         (["resume", "daily"], {"name": "daily", "paused": 0}, "not the resume of 'daily'"),
         (["unwake", "w1", "--session", "s"], {}, "not a wake-up's removal"),
         (["unwake", "w1", "--session", "s"], {"removed": "yes"}, "not a wake-up's removal"),
+        # A wake-up's addition answers 201: a 200 is another server's, whatever it says.
+        (
+            ["wake", "--session", "s", "--in", "2m", "--prompt", "p"],
+            {"wakeup": {"id": "w1"}},
+            "it said 200 where this request is answered 201",
+        ),
     ],
 )
 def test_a_200_that_is_not_the_change_asked_for_is_no_success(

@@ -158,8 +158,20 @@ def test_a_refusal_names_the_status_and_the_reason_and_a_401_the_token() -> None
     assert str(server.refused(Answer(400, None))) == "http://h:1 answered 400: Bad Request"
     assert str(server.refused(Answer(299, None))) == "http://h:1 answered 299: an unknown status"
     assert server.ok(Answer(201, {"a": 1}), 200, 201) == {"a": 1}
-    with pytest.raises(CliError, match=r"^http://h:1 answered 201: Created$"):
+    # Another success than the request's: another server answered (never ours).
+    not_ours = "http://h:1: the answer is not a trio_routines server's"
+    with pytest.raises(CliError) as other:
         server.ok(Answer(201, {"a": 1}), 200)
+    assert str(other.value) == f"{not_ours} (it said 201 where this request is answered 200)"
+    with pytest.raises(CliError) as other:
+        server.ok(Answer(200, {"a": 1}), 201, 202)
+    assert str(other.value) == (
+        f"{not_ours} (it said 200 where this request is answered 201 or 202)"
+    )
+    for status in (299, 300, 199):  # the edges: 2xx is a success, neither side is
+        with pytest.raises(CliError) as other:
+            server.ok(Answer(status, None), 200)
+        assert ("not a trio_routines" in str(other.value)) is (status == 299)
     assert str(server.not_ours()) == "http://h:1: the answer is not a trio_routines server's"
     assert str(server.not_ours("no id")) == (
         "http://h:1: the answer is not a trio_routines server's (no id)"
@@ -222,7 +234,10 @@ async def test_a_refusal_is_an_answer_with_its_status_and_its_body_when_json() -
         assert await server.call("GET", "/d") == Answer(500, None)
         with pytest.raises(CliError) as refused:
             await server.get("/e")
-    assert str(refused.value) == f"{url} answered 201: Created"
+    assert str(refused.value) == (
+        f"{url}: the answer is not a trio_routines server's "
+        "(it said 201 where this request is answered 200)"
+    )
 
 
 @pytest.mark.parametrize(

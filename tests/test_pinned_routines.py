@@ -173,7 +173,9 @@ def test_a_routine_made_in_code_refuses_a_catchup_that_is_no_window(value: Any, 
 @pytest.mark.parametrize(
     ("catchup", "text"),
     [(None, "once, any age"), (0, "none"), (90, "90s"), (60, "1m"), (5400, "90m"),
-     (7200, "2h"), (86400, "1d"), (172800, "2d"), (90000, "25h"), (1.5, "1.5s")],
+     (7200, "2h"), (86400, "1d"), (172800, "2d"), (90000, "25h"), (1.5, "1.5s"),
+     (1234567, "1234567s"), (1234567.25, "1234567.25s"), (86400 * 1234567, "1234567d"),
+     (parse_catchup("99999999999999d"), "99999999999999d"), (30.0, "30s"), (0.001, "0.001s")],
 )  # fmt: skip
 def test_a_catchup_window_reads_in_its_largest_whole_unit(catchup: float | None, text: str) -> None:
     assert catchup_text(catchup) == text

@@ -273,7 +273,12 @@ def catchup_text(catchup: float | None) -> str:
         return "once, any age"
     if catchup == 0:
         return "none"
+    # Every digit of it, never an exponent: a window read back from a file says what it said
+    # (``99999999999999d``, ``1234567s``), whatever the float's rounding of its seconds.
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if catchup >= size and catchup % size == 0:
-            return f"{catchup / size:g}{unit}"
-    return f"{catchup:g}s"
+        count = round(catchup / size)
+        if count >= 1 and float(count) * size == catchup:
+            return f"{count}{unit}"
+    if float(catchup).is_integer():
+        return f"{int(catchup)}s"
+    return f"{catchup!r}s"

@@ -136,8 +136,14 @@ class Server:
         return self.ok(await self.call("GET", path), 200)
 
     def ok(self, answer: Answer, *statuses: int) -> Any:
+        """The body of an answer of one of ``statuses``; a refusal's words otherwise, and for
+        another success (a 200 where an addition answers 201), not ours: no server of ours
+        says that, so what answered is another server."""
         if answer.status in statuses:
             return answer.body
+        if 200 <= answer.status < 300:
+            wanted = " or ".join(map(str, statuses))
+            raise self.not_ours(f"it said {answer.status} where this request is answered {wanted}")
         raise self.refused(answer)
 
     def not_ours(self, problem: object = None) -> CliError:
