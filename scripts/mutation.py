@@ -933,6 +933,10 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_cli_views.py",
             "tests/test_cli_remote.py",
             "tests/test_state_urls.py",
+            # The owner check's refusal of a state directory that is not there (pause, resume
+            # and unwake), and the errors in the log's format (in-process).
+            "tests/test_pinned_cli_pausing.py",
+            "tests/test_logs.py",
             # They run the command as a process of its own, which the copy cannot run (the
             # second, a `serve`, waits idle until the hang bound ends mutmut's first run).
             "--deselect=tests/test_cli_views.py::test_the_strip_falls_back_to_ascii_when_stdout_is_not_utf8",
@@ -963,6 +967,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_cli_wakes.py",
             "tests/test_cli_remote.py",
             "tests/test_session_spent.py",
+            # unwake's refusal of a state directory that is not there.
+            "tests/test_pinned_cli_pausing.py",
         ],
     ),
     # The state directory's holds (the files, the fence against earlier versions) and its side
