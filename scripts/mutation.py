@@ -738,6 +738,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "trio_routines/stores/directory/claimfiles.py",
             "trio_routines/stores/directory/settlefiles.py",
             "trio_routines/stores/safefile.py",
+            "trio_routines/stores/fileplaces.py",
             "trio_routines/stores/directory/wakeupfile.py",
             "trio_routines/stores/newest.py",
             "trio_routines/stores/directory/pause.py",

@@ -29,95 +29,21 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeAlias, TypeVar
 
-T = TypeVar("T")
+# The words of its messages, used by every module that touches a state file through this one.
+from .fileplaces import KINDS as KINDS
+from .fileplaces import Refused as Refused
+from .fileplaces import Shared as Shared
+from .fileplaces import Where as Where
+from .fileplaces import Within as Within
+from .fileplaces import at as at
+from .fileplaces import describe as describe
+from .fileplaces import kind_of as kind_of
 
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW
-KINDS = {
-    stat.S_IFREG: "a regular file",
-    stat.S_IFLNK: "a symbolic link",
-    stat.S_IFIFO: "a FIFO",
-    stat.S_IFSOCK: "a socket",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-    stat.S_IFDIR: "a directory",
-}
-
-
-class Within:
-    """The path ``parent / name``, for the messages that name it: joined only when shown.
-
-    A herd's writes name thousands of files and fail on few: each joined up front as a
-    :class:`~pathlib.Path` was a tenth of a claim's CPU in the writer process. Shown as the
-    ``Path`` would be (its names are single components).
-    """
-
-    __slots__ = ("name", "parent")
-
-    def __init__(self, parent: Path | Within, name: str) -> None:
-        self.parent = parent
-        self.name = name
-
-    def __str__(self) -> str:
-        return os.path.join(str(self.parent), self.name)
-
-    def __fspath__(self) -> str:
-        return str(self)
-
-    def __truediv__(self, name: str) -> Within:
-        return Within(self, name)
-
-
-#: Where a file is, for its messages: a path, or one joined when shown.
-Where: TypeAlias = Path | Within
-
-
-class Refused(OSError):
-    """A state file that is not what it should be: a link, a FIFO, a device, too large.
-
-    ``reason`` says what is wrong; ``remedy``, when there is one for an operator, what to do
-    about it (the message is both: ``<reason>; <remedy>``).
-    """
-
-    def __init__(self, reason: str, remedy: str | None = None) -> None:
-        super().__init__(reason if remedy is None else f"{reason}; {remedy}")
-        self.reason = reason
-        self.remedy = remedy
-
-
-class Shared(Refused):
-    """A file to be written in place that has other names (a hard link to it elsewhere)."""
-
-
-def describe(exc: OSError) -> str:
-    """``EISDIR: Is a directory: <path>`` -- the errno name first, as operators grep for it."""
-    if isinstance(exc, Refused):
-        return str(exc)
-    code = errno.errorcode.get(exc.errno or 0, "") if exc.errno else ""
-    text = exc.strerror or str(exc)
-    where = f": {exc.filename}" if exc.filename else ""
-    return f"{code}: {text}{where}" if code else f"{text}{where}"
-
-
-def kind_of(mode: int) -> str:
-    return KINDS.get(stat.S_IFMT(mode), "not a regular file")
-
-
-def at(where: Where, call: Callable[[], T]) -> T:
-    """Run ``call``; an ``OSError`` it raises names ``where`` (the full path) as its file."""
-    try:
-        return call()
-    except Refused:
-        raise
-    except OSError as exc:
-        exc.filename = str(where)
-        exc.filename2 = None
-        raise
 
 
 def open_root(root: Path) -> int:
