@@ -598,6 +598,11 @@ async def test_status_from_a_server_shows_its_live_replicas_and_turns_in_flight(
     assert shown["replicas"] == [replica_json(alive)]
     assert [r["name"] for r in shown["routines"]] == ["adhoc", "other"]
     assert shown["wakeups"] == []
+    # A server that drains its turns says so, and status says it after the count.
+    answers["/healthz"] = {"ok": True, "inFlight": 1, "stopping": True}
+    assert await cmd_status(remote("status", "--json")) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["server"] == {"url": URL, "inFlight": 1, "running": ["adhoc"], "stopping": True}
 
 
 async def test_list_from_a_server_shows_its_wakeups_as_it_sent_them(

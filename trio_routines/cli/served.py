@@ -57,7 +57,7 @@ def _session_spent(pending: list[dict[str, Any]]) -> dict[str, Spent]:
 def _instant(value: Any) -> datetime | None:
     if value is None:
         return None
-    parsed = parse_iso(value) if isinstance(value, str) else None
+    parsed = parse_iso(value)  # (None for a value that is not text)
     if parsed is None:
         raise ValueError(f"not an instant: {str(value)[:40]!r}")
     return parsed
