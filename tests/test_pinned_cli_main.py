@@ -11,7 +11,9 @@ are tested in ``test_cli.py`` and ``test_postgres_upgrades.py``.
 from __future__ import annotations
 
 import argparse
+import ast
 import errno
+import fcntl
 import importlib
 import io
 import os
@@ -273,3 +275,114 @@ async def test_migrate_brings_an_older_schema_up_and_says_from_which_version(
     assert capsys.readouterr().out == (
         f"{state_label(state)}: migrated from schema version 5 to {SCHEMA_VERSION}\n"
     )
+
+
+# --- standard streams closed at the start ----------------------------------------------------
+
+
+def _in_a_fork(closing: tuple[int, ...], body: Any) -> Any:
+    """``body()``'s answer, run in a child of this process started with ``closing`` closed
+    (``list >&-``): the descriptors of this test process are left alone."""
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover -- the child's, reported through the pipe
+        code = 1
+        try:
+            os.close(read)
+            for fd in closing:
+                os.close(fd)
+            answer = body()
+            os.write(write, repr(answer).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        said = pipe.read()
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, said
+    return ast.literal_eval(said.decode())
+
+
+def _standard_fds() -> list[tuple[int, int]]:
+    """Device and inode of descriptors 0, 1 and 2."""
+    return [(os.fstat(fd).st_dev, os.fstat(fd).st_ino) for fd in (0, 1, 2)]
+
+
+@pytest.mark.parametrize("closing", [(0,), (1,), (2,), (0, 2), (1, 2), (0, 1, 2)])
+def test_each_closed_standard_descriptor_gets_dev_null_and_a_stream_on_it(
+    closing: tuple[int, ...],
+) -> None:
+    def body() -> Any:
+        before = sys.stdout, sys.stderr
+        closed = cli._fill_closed()
+        null = os.stat(os.devnull)
+        on_null = [
+            fd
+            for fd in (0, 1, 2)
+            if (os.fstat(fd).st_dev, os.fstat(fd).st_ino) == (null.st_dev, null.st_ino)
+        ]
+        spare = os.open(os.devnull, os.O_RDONLY)  # the next descriptor: none of 0-2
+        streams = [  # a new stream only on a descriptor filled, and on that one
+            (stream is not old, stream.fileno() if stream is not old else None)
+            for stream, old in zip((sys.stdout, sys.stderr), before, strict=True)
+        ]
+        writable = [stream.writable() for stream in (sys.stdout, sys.stderr)]
+        os.close(spare)
+        modes = [os.O_ACCMODE & fcntl.fcntl(fd, fcntl.F_GETFL) for fd in sorted(closed)]
+        return sorted(closed), on_null, spare > 2, streams, writable, modes
+
+    closed, on_null, spare_above, streams, writable, modes = _in_a_fork(closing, body)
+    assert closed == list(closing)
+    assert set(closing) <= set(on_null)
+    assert spare_above
+    assert streams == [
+        (1 in closing, 1 if 1 in closing else None),
+        (2 in closing, 2 if 2 in closing else None),
+    ]
+    assert writable == [True, True]
+    assert modes == [os.O_RDWR] * len(closing)  # readable for stdin, writable for the others
+
+
+def test_nothing_closed_is_filled_and_no_stream_replaced() -> None:
+    def body() -> Any:
+        before = _standard_fds(), sys.stdout, sys.stderr
+        closed = cli._fill_closed()
+        return closed, before[0] == _standard_fds(), (sys.stdout, sys.stderr) == before[1:]
+
+    assert _in_a_fork((), body) == (set(), True, True)
+
+
+def test_a_command_that_only_reads_refuses_a_closed_stdout_and_one_that_acts_runs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    given = commanding(monkeypatch, None)
+    for closed, command, status in [({1}, "list", 1), ({2}, "list", 7), ({1}, "pause", 7)]:
+        monkeypatch.setattr(cli, "_fill_closed", lambda closed=closed: set(closed))
+        argv = [command] if command == "list" else [command, "daily"]
+        assert cli.main(argv) == status
+        said = capsys.readouterr().err
+        if status == 1:
+            assert said == "error: stdout is closed: list has nowhere to write\n"
+        else:
+            assert said == ""
+    assert [g for g in given if isinstance(g, str)] == ["list", "pause"]
+
+
+def test_a_closed_stream_that_cannot_be_filled_is_one_line_and_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    given = commanding(monkeypatch, None)
+
+    def no_null() -> set[int]:
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", os.devnull)
+
+    monkeypatch.setattr(cli, "_fill_closed", no_null)
+    assert cli.main(["list"]) == 1
+    assert capsys.readouterr().err == (
+        "error: a standard stream is closed and cannot be filled: "
+        "[Errno 2] No such file or directory: '/dev/null'\n"
+    )
+    monkeypatch.setattr(sys, "stderr", None)  # the stream closed was stderr: nothing to say
+    assert cli.main(["list"]) == 1
+    assert given == []
