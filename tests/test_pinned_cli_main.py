@@ -346,6 +346,46 @@ def test_each_closed_standard_descriptor_gets_dev_null_and_a_stream_on_it(
     assert modes == [os.O_RDWR] * len(closing)  # readable for stdin, writable for the others
 
 
+def test_a_descriptor_filled_at_a_higher_number_is_moved_to_its_own() -> None:
+    # Another thread took the lowest free number first: /dev/null opens above it, and is
+    # moved down to the closed descriptor, its higher number let go.
+    def body() -> Any:
+        real_open = os.open
+
+        def opened_high(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+            low = real_open(path, flags, *args, **kwargs)
+            high = fcntl.fcntl(low, fcntl.F_DUPFD, 20)
+            os.close(low)
+            return high
+
+        os.open = opened_high  # (this child's own module, gone with it)
+        closed = cli._fill_closed()
+        null = os.stat(os.devnull)
+        filled = (os.fstat(1).st_dev, os.fstat(1).st_ino) == (null.st_dev, null.st_ino)
+        high_open = True
+        try:
+            os.fstat(20)
+        except OSError:
+            high_open = False
+        return closed, filled, high_open
+
+    assert cli._fill_closed() == set()
+    assert _in_a_fork((1,), body) == ({1}, True, False)
+
+
+def test_the_streams_put_on_filled_descriptors_leave_them_open_when_closed() -> None:
+    # The process's own streams: closing one (at exit, or by a library) must not free 1 or 2
+    # for the next file opened.
+    def body() -> Any:
+        cli._fill_closed()
+        sys.stdout.close()
+        sys.stderr.close()
+        return [os.fstat(fd).st_ino == os.stat(os.devnull).st_ino for fd in (1, 2)]
+
+    assert cli._fill_closed() == set()
+    assert _in_a_fork((1, 2), body) == [True, True]
+
+
 def test_nothing_closed_is_filled_and_no_stream_replaced() -> None:
     def body() -> Any:
         before = _standard_fds(), sys.stdout, sys.stderr
