@@ -296,6 +296,25 @@ def test_check_names_the_files_it_passed_over(env: Env) -> None:
         "passed over (a routine file is named <name>.md): "
         '"UPPER.MD", "caf\\\\xe9\\x0a.txt", "f0.txt", "f1.txt", "f2.txt" and 3 more\n'
     )
+    # The edges: five names are all shown, a sixth is "and 1 more".
+    for name in ("UPPER.MD", "weekly.toml", "f0.txt", "f1.txt", "f2.txt"):
+        (env.routines / name).unlink()
+    os.unlink(os.path.join(os.fsencode(env.routines), b"caf\xe9\n.txt"))
+    assert env.run_cli("check").stdout == (
+        "passed over (a routine file is named <name>.md): "
+        '"f3.txt", "f4.txt"\n'
+    )
+    for n in range(5, 8):
+        (env.routines / f"f{n}.txt").write_text("x")
+    assert env.run_cli("check").stdout == (
+        "passed over (a routine file is named <name>.md): "
+        '"f3.txt", "f4.txt", "f5.txt", "f6.txt", "f7.txt"\n'
+    )
+    (env.routines / "f8.txt").write_text("x")
+    assert env.run_cli("check").stdout == (
+        "passed over (a routine file is named <name>.md): "
+        '"f3.txt", "f4.txt", "f5.txt", "f6.txt", "f7.txt" and 1 more\n'
+    )
 
 
 def test_check_lists_every_broken_file_before_a_bad_agent(env: Env) -> None:
