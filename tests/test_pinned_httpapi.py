@@ -504,6 +504,16 @@ async def test_read_faults_are_503_with_their_log_lines_whole(
         (logging.ERROR, f"DELETE /wakeups/{'w' * 64}: EIO: disk on fire"),
         (logging.ERROR, "POST /wakeups: EIO: disk on fire"),
     ]
+    # The claims read, the paused routines not: that read's own words, in the log too.
+    del store.faults["latest_fire"]
+    store.faults["paused"] = EIO
+    caplog.clear()
+    assert await refused(api.routines(scheduler)) == (
+        503,
+        "the paused routines are unreadable right now",
+        retry,
+    )
+    assert errors(caplog) == [(logging.ERROR, "GET /routines: EIO: disk on fire")]
 
 
 async def test_reads_and_wakeup_changes_the_store_leaves_unanswered_are_503_at_its_timeout(
