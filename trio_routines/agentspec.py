@@ -78,7 +78,7 @@ def describe_agent(spec: str) -> str:
         return _command_program(text[4:])
     if text.lower().startswith(("http://", "https://")):
         scheme, _, rest = text.partition("://")
-        rest = rest.split("?", 1)[0].split("#", 1)[0]
+        rest = rest.partition("?")[0].partition("#")[0]
         host, slash, path = rest.partition("/")
         return f"{scheme}://{host.rpartition('@')[2]}{slash}{path}"
     return text
