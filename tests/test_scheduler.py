@@ -1120,10 +1120,50 @@ async def test_busy_one_shot_is_deferred(
         (pending,) = await rig.store.list_wakeups()
         assert (pending.id, pending.attempts) == (wakeup.id, 1)
         assert pending.fire_at == T0 + timedelta(seconds=30)
-        assert f"wake {wakeup.id[:8]}: session busy — retrying next poll" in messages(caplog)
+        assert (
+            f"wake {wakeup.id[:8]}: session busy — retrying each poll, up to 120 times "
+            "(logged at DEBUG)" in messages(caplog)
+        )
         await trio.sleep(31)
     assert len(agent.turns) == 2
     assert await rig.store.list_wakeups() == []
+
+
+async def test_a_one_shot_retried_while_its_session_stays_busy_says_so_once(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A turn that runs for an hour would otherwise log three lines every poll.
+    caplog.set_level(logging.DEBUG, "trio_routines")
+    agent = ScriptedAgent()
+    for _ in range(3):
+        agent.script(Busy(), session="chat-1")
+    rig = Rig(Routine(name="m", prompt="p"), agent=agent)
+    wakeup = await add_due(rig)
+    label = f"wake {wakeup.id[:8]}"
+    async with rig.running():
+        await trio.sleep(100)  # busy at 0, 30 and 60 s; run at 90
+    assert len(agent.turns) == 4
+    lines = [
+        (r.levelname, r.getMessage())
+        for r in caplog.records
+        if r.name == "trio_routines" and r.getMessage().startswith(label)
+    ]
+    busy = [
+        ("INFO", f"{label} firing (session=chat-1)"),
+        ("INFO", f"{label}: occurrence skipped (session busy) (0ms)"),
+        ("INFO", f"{label}: session busy — retrying each poll, up to 120 times (logged at DEBUG)"),
+    ]
+    for attempt in (1, 2):
+        busy += [
+            ("DEBUG", f"{label} firing (session=chat-1)"),
+            ("DEBUG", f"{label}: occurrence skipped (session busy) (0ms)"),
+            ("DEBUG", f"{label}: session busy — retry {attempt}, next poll"),
+        ]
+    assert lines == [
+        *busy,
+        ("DEBUG", f"{label} firing (session=chat-1)"),  # the retry that runs: its end says so
+        ("INFO", f"{label} completed (0ms)"),
+    ]
 
 
 async def test_failed_one_shot_is_dropped(autojump_clock: Any) -> None:

@@ -81,16 +81,19 @@ async def run_turn(
     grace_scope: trio.CancelScope | None = None,
     on_text: Callable[[str], None] | None = None,
     ended_by: Callable[[], str | None] | None = None,
+    quiet: bool = False,
 ) -> TurnResult:
     """Run one turn of ``session`` and log its one outcome line.
 
     ``grace_scope`` is the scope a stop cancels once its grace runs out; the turn then counts
     as interrupted. ``ended_by``: why that scope was cancelled, when it was not a stop (the
     replica's holds lost), for the log line. ``timeout`` (seconds) cancels the turn and
-    counts it as failed.
+    counts it as failed. ``quiet``: a retry whose busy session was said already (a deferred
+    wake-up's): its start and a busy end are logged at DEBUG, any other end as always.
     """
-    if log.isEnabledFor(logging.INFO):  # one call fewer a turn when INFO is not shown
-        log.info("%s firing (session=%s)", label, session)
+    level = logging.DEBUG if quiet else logging.INFO
+    if log.isEnabledFor(level):  # one call fewer a turn when INFO is not shown
+        log.log(level, "%s firing (session=%s)", label, session)
     started = trio.current_time()
     failed: Failed | None = None
     raised: Exception | None = None
@@ -131,7 +134,7 @@ async def run_turn(
                         raised = raised or exc
     ms = _elapsed_ms(started)
     why = ended_by() if ended_by is not None and grace.cancelled_caught else None
-    result = _classified(label, ms, failed, raised, grace, timeout_scope, timeout, why)
+    result = _classified(label, ms, failed, raised, grace, timeout_scope, timeout, why, level)
     usage = None if tally is None else tally.total()
     return result if usage is None else attrs.evolve(result, usage=usage)
 
@@ -145,9 +148,11 @@ def _classified(
     timeout_scope: trio.CancelScope | None,
     timeout: float | None,
     why: str | None = None,
+    busy_level: int = logging.INFO,
 ) -> TurnResult:
     """The outcome of a turn that ended, logged on one line (``why``: what ended it, when
-    its grace scope was cancelled by something other than a stop)."""
+    its grace scope was cancelled by something other than a stop; ``busy_level``: a busy
+    session's line's)."""
     if failed is not None and not failed.busy and not failed.details:
         failed = None  # a failure with nothing to say is none, as in the original (module doc)
     if grace.cancelled_caught:
@@ -168,7 +173,7 @@ def _classified(
         return TurnResult(Outcome.FAILED, ms, failed=details)
     if failed is not None and failed.busy:
         extra = _fields(Outcome.SKIPPED, ms)
-        log.info("%s: occurrence skipped (session busy) (%dms)", label, ms, extra=extra)
+        log.log(busy_level, "%s: occurrence skipped (session busy) (%dms)", label, ms, extra=extra)
         return TurnResult(Outcome.SKIPPED, ms, failed=failed.details, busy=True)
     if failed is not None:
         extra = _fields(Outcome.FAILED, ms, failed.details)

@@ -45,6 +45,7 @@ class SessionTurns:
         hold: TurnHold | None = None,
         spans: FireSpans | None = None,
         on_start: Callable[[], Awaitable[None]] | None = None,
+        quiet: bool = False,
     ) -> TurnResult:
         """One turn of ``why.session``; :func:`~trio_routines.current_fire` returns ``why``.
 
@@ -53,6 +54,7 @@ class SessionTurns:
         span is their child); else the turn is traced by its kind (:mod:`..tracing`).
         ``on_start``: awaited once the session is held, before the agent runs, unless the
         session is busy (a wake-up turn is recorded there: a busy one never ran).
+        ``quiet``: a retry of a deferred wake-up (see :func:`~trio_routines.turns.run_turn`).
         """
         own = hold is None
         if hold is None:
@@ -82,6 +84,7 @@ class SessionTurns:
                         grace_scope=grace,
                         on_text=on_text,
                         ended_by=lambda: self._ended_by(grace),
+                        quiet=quiet,
                     )
             if hold.busy:  # a turn of ours (any replica's) is in flight: no agent's words
                 turn = attrs.evolve(turn, failed=None)

@@ -16,7 +16,7 @@ import trio
 from ..context import FireContext
 from ..errors import StateFault
 from ..records import Wakeup
-from ..wakeups import defer_dropped, envelope
+from ..wakeups import MAX_ATTEMPTS, defer_dropped, envelope
 from .calls import StoreCalls
 from .clock import ClockWatch
 from .restarts import RESTART_FIRST, Restarts
@@ -138,8 +138,11 @@ class WakeLoop:
         async def started() -> None:  # recorded once it runs (a busy one never did)
             await self._wakeups.note_turn(wakeup.session, self._runtime.now())
 
+        # A one-shot retried while its session stays busy says so once, at its first
+        # deferral: a turn that runs for an hour would otherwise fill the log every poll.
+        retry = bool(wakeup.attempts)
         turn = await self._turns.turn(
-            why, label, envelope(wakeup), self._turn_timeout, on_start=started
+            why, label, envelope(wakeup), self._turn_timeout, on_start=started, quiet=retry
         )
         if not turn.busy:
             return
@@ -147,7 +150,13 @@ class WakeLoop:
             log.info("%s: next fires per cron", label)
             return
         retry_at = self._runtime.now() + timedelta(seconds=self._poll_interval)
-        if await self._calls.defer_wakeup(wakeup, retry_at):
-            log.info("%s: session busy — retrying next poll", label)
-        else:
+        if not await self._calls.defer_wakeup(wakeup, retry_at):
             log.error("%s: %s", label, defer_dropped(wakeup))
+        elif retry:
+            log.debug("%s: session busy — retry %d, next poll", label, wakeup.attempts)
+        else:
+            log.info(
+                "%s: session busy — retrying each poll, up to %d times (logged at DEBUG)",
+                label,
+                MAX_ATTEMPTS,
+            )
