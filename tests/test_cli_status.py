@@ -8,10 +8,11 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
 import pytest
+from pg import schema_url
 from procs import Env, in_process, one_line, stop, wait_for
 from test_pinned_processes import bound_port, request
 
@@ -60,6 +61,48 @@ def serving(env: Env, grace: str) -> tuple[subprocess.Popen[bytes], int, str]:
     env.procs.append(proc)
     port = bound_port(env)
     return proc, port, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(params=["directory", "postgres"])
+def shared_state(request: pytest.FixtureRequest, env: Env) -> Iterator[Env]:
+    """``env`` with its state a state directory, or a fresh PostgreSQL schema."""
+    if request.param == "directory":
+        yield env
+        return
+    with schema_url() as url:
+        env.state = url  # type: ignore[assignment]  # --state takes a URL as well as a path
+        yield env
+
+
+@pytest.mark.slow
+def test_status_of_one_replica_shows_a_turn_that_another_runs(shared_state: Env) -> None:
+    # A run on one replica: the other runs nothing and claims nothing, yet its listing and
+    # `status --url` say the routine runs on a replica, as its `POST /run` says busy.
+    env = shared_state
+    env.routine("slow", prompt="take your time")
+    environ = {"TRIO_ROUTINES_TOKEN": TOKEN}
+    ports = []
+    for name in ("one", "two"):
+        env.start(
+            "serve", "--agent", "cmd:sleep 60", "--http", "127.0.0.1:0", "--grace", "0",
+            "--replica", name, log=f"{name}.log", extra=environ,
+        )  # fmt: skip
+        ports.append(bound_port(env, f"{name}.log"))
+    one, two = ports
+    started = request(one, "POST", "/run", {"name": "slow", "wait": False}, token=TOKEN)
+    assert started[0] == 202
+    wait_for(lambda: request(one, "GET", "/healthz")[1]["inFlight"] == 1, 20, "the turn")
+    url = f"http://127.0.0.1:{two}"
+    seen = status(env, "--url", url)
+    assert seen.stdout.splitlines()[-1] == (
+        f"IN FLIGHT  0 turns on {url}; running on any replica: slow"
+    )
+    listing = request(two, "GET", "/routines", token=TOKEN)[1]
+    assert [(r["name"], r["running"]) for r in listing] == [("slow", True)]
+    busy = request(two, "POST", "/run", {"name": "slow"}, token=TOKEN)[1]
+    assert busy["ran"] is False
+    for proc in env.procs:
+        assert stop(proc) == 0
 
 
 @pytest.mark.slow

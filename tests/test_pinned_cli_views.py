@@ -301,8 +301,7 @@ def test_check_names_the_files_it_passed_over(env: Env) -> None:
         (env.routines / name).unlink()
     os.unlink(os.path.join(os.fsencode(env.routines), b"caf\xe9\n.txt"))
     assert env.run_cli("check").stdout == (
-        "passed over (a routine file is named <name>.md): "
-        '"f3.txt", "f4.txt"\n'
+        'passed over (a routine file is named <name>.md): "f3.txt", "f4.txt"\n'
     )
     for n in range(5, 8):
         (env.routines / f"f{n}.txt").write_text("x")

@@ -27,6 +27,7 @@ from trio_routines.http import api, wakeupapi
 from trio_routines.http.api import MAX_REPLY
 from trio_routines.http.wire import Refusal, Response
 from trio_routines.instants import format_iso
+from trio_routines.replicas import ReplicaInfo, session_key
 from trio_routines.routines import catchup_text
 from trio_routines.testing import Busy, Hang, MemoryStore, ScriptedAgent
 from trio_routines.wakelimits import WakeLimits
@@ -421,6 +422,36 @@ async def test_routines_show_a_turn_running_without_a_claim_and_a_claim_held(
         )
         history = (await api.history(scheduler, "plain")).body
         assert [(h["slot"], h["running"]) for h in history] == [(iso(slot), True)]
+        scheduler.stop(grace=0)
+
+
+async def test_routines_show_a_turn_of_their_session_on_another_replica(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Another replica runs a turn of the session (a run, a wake-up, or a fire whose newest
+    # claim is settled since): no claim of ours says so, its session's hold does.
+    store = MemoryStore()
+    scheduler = Scheduler(
+        agent=ScriptedAgent(), store=store, routines=[ADHOC, PLAIN], external_clock=True
+    )
+    other = await store.join(ReplicaInfo("other", "0.1.0", "host", 7, T0, T0))
+    async with trio.open_nursery() as nursery:
+        await started(scheduler, nursery)
+        assert await other.take([session_key(ADHOC.session)]) == [True]
+        listing = {entry["name"]: entry for entry in (await api.routines(scheduler)).body}
+        assert (listing["adhoc"]["running"], listing["plain"]["running"]) == (True, False)
+        await other.release([session_key(ADHOC.session)])
+        listing = {entry["name"]: entry for entry in (await api.routines(scheduler)).body}
+        assert (listing["adhoc"]["running"], listing["plain"]["running"]) == (False, False)
+        # Unreadable, they are said so, as the other reads of the listing.
+        store.faults["sessions_held"] = EIO
+        caplog.clear()
+        assert await refused(api.routines(scheduler)) == (
+            503,
+            "the sessions' holds are unreadable right now",
+            (("retry-after", "5"),),
+        )
+        assert errors(caplog) == [(logging.ERROR, "GET /routines: EIO: disk on fire")]
         scheduler.stop(grace=0)
 
 

@@ -56,6 +56,33 @@ async def test_a_hold_is_granted_once_across_members_and_freed_by_release(
     await second.aclose()
 
 
+async def test_a_sessions_hold_is_seen_by_every_member_and_by_a_reader(
+    store_factory: Callable[..., Store],
+) -> None:
+    # What status and GET /routines say runs "on any replica": a turn of the session holds it.
+    first, second, reader = store_factory(), store_factory(), store_factory()
+    assert isinstance(first, Replicated)
+    assert isinstance(second, Replicated)
+    assert isinstance(reader, Replicated)
+    a = await first.join(info("a"))
+    b = await second.join(info("b"))
+    chat, other = "chat:1", "routine:r"
+    assert await first.sessions_held([chat, other]) == [False, False]
+    assert await first.sessions_held([]) == []
+    assert await a.take([session_key(chat)]) == [True]
+    for store in (first, second, reader):  # the holder, another member, one never joined
+        assert await store.sessions_held([other, chat, chat]) == [False, True, True]
+    assert await b.take([session_key(other)]) == [True]
+    assert await reader.sessions_held([chat, other]) == [True, True]
+    await a.release([session_key(chat)])
+    assert await second.sessions_held([chat, other]) == [False, True]
+    await b.leave()  # leaving lets its holds go, for every reader
+    assert await first.sessions_held([chat, other]) == [False, False]
+    await a.leave()
+    for store in (first, second, reader):
+        await store.aclose()
+
+
 async def held_claim(store: Store, member: Presence, routine: str, slot: datetime) -> None:
     """Claim ``slot`` as a scheduler of ``member`` does, holding the claim."""
     if getattr(store, "claims_take_holds", False):  # the claim is held by its replica

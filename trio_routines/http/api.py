@@ -246,6 +246,12 @@ async def routines(scheduler: Scheduler) -> Response:
     except StateFault as exc:
         log.error("GET /routines: %s", exc)
         raise unavailable("the paused routines are unreadable right now") from None
+    try:  # a turn of a routine's session on any replica: a fire, a run, a wake-up
+        sessions = sorted({r.session for r in scheduler.routines.values()})
+        busy = await scheduler.sessions_running(sessions)
+    except StateFault as exc:
+        log.error("GET /routines: %s", exc)
+        raise unavailable("the sessions' holds are unreadable right now") from None
     now = scheduler.now()
     stats = scheduler.statistics()
     next_due = stats.next_due  # what the loops will really do
@@ -276,7 +282,7 @@ async def routines(scheduler: Scheduler) -> Response:
         if routine.catchup is not None:  # the catch-up window (gaps.py); absent: any age
             entry["catchup"] = catchup_text(routine.catchup)
         # A turn of its session runs: here, or (its newest claim held) on another replica.
-        entry["running"] = scheduler.agent.busy(routine.session) or running
+        entry["running"] = routine.session in busy or running
         if spent is not None:  # what its budgets count, shown
             entry["spent24h"] = spent.get(name)
         if routine.budgets:  # its budgets, and why its slots are skipped now, if they are

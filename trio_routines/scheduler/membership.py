@@ -200,6 +200,17 @@ class Membership:
             return members
         raise self._calls.no_answer("the replicas are unreadable")
 
+    async def sessions_held(self, sessions: Sequence[str]) -> frozenset[str]:
+        """Those of ``sessions`` whose hold is held now, by any member of the store (a turn
+        of it under way there); a store without holds answers none. Raises StateFault."""
+        read = getattr(self._store, "sessions_held", None)
+        if read is None or not sessions:
+            return frozenset()
+        with self._calls.bounded():
+            answers: list[bool] = await read(list(sessions))
+            return frozenset(s for s, held in zip(sessions, answers, strict=True) if held)
+        raise self._calls.no_answer("the sessions' holds are unreadable")
+
     async def newest_claims(self, names: Sequence[str]) -> dict[str, tuple[Fire | None, bool]]:
         """Each routine's newest claim and whether it is open and held by a live replica now
         (see ``Scheduler.newest_claims``). Raises StateFault."""

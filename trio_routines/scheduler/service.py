@@ -297,6 +297,13 @@ class Scheduler:
         (a store without replicas knows only this one). Raises StateFault."""
         return await self._parts.membership.replicas()
 
+    async def sessions_running(self, sessions: Sequence[str]) -> frozenset[str]:
+        """Those of ``sessions`` with a turn under way now, here or on any replica of the
+        store (its session's hold is held: a fire's, a run's, a wake-up's); bounded by
+        ``store_timeout``. Raises StateFault."""
+        here = frozenset(s for s in sessions if self.agent.busy(s))
+        return here | await self._parts.membership.sessions_held(sessions)
+
     async def newest_claims(self, names: Sequence[str]) -> dict[str, tuple[Fire | None, bool]]:
         """Each routine's newest claim (None: none yet) and whether it is open and held by a
         live replica now; the reads go together, bounded. Raises StateFault."""

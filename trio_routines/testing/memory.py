@@ -27,7 +27,7 @@ from ..records import (
     claim_result,
     fire_record,
 )
-from ..replicas import ReplicaInfo, claim_key, replica_key
+from ..replicas import ReplicaInfo, claim_key, replica_key, session_key
 from ..store import Lifetime
 from ..usage import Usage
 from ..wakelimits import RATE_WINDOW, kept_turns
@@ -338,6 +338,12 @@ class MemoryStore(Lifetime):
         await self.injected.enter("claims_alive")
         self.injected.check("claims_alive")
         return [claim_key(routine, slot) in self.holds for routine, slot in claims]
+
+    async def sessions_held(self, sessions: Sequence[str]) -> list[bool]:
+        """For each session, whether its hold is held now (a turn of it under way)."""
+        await self.injected.enter("sessions_held")
+        self.injected.check("sessions_held")
+        return [session_key(session) in self.holds for session in sessions]
 
     async def replicas(self) -> list[ReplicaInfo]:
         """Every member that joined (and was not forgotten), each marked alive or not."""

@@ -22,7 +22,7 @@ from ...claims import parse_claim
 from ...errors import StateFault
 from ...instants import slot_name
 from ...records import Fire
-from ...replicas import ReplicaInfo, claim_key, replica_key
+from ...replicas import ReplicaInfo, claim_key, replica_key, session_key
 from ..abandon import run_abandoning
 from ..safefile import Refused, describe, read_file
 from .claimbatch import CLAIM_LIMIT
@@ -77,6 +77,18 @@ class DirectoryMembers:
             return await self._run(self._claims_alive, own, list(claims))
         except StateFault:
             raise  # holds.py's, which says what and where already
+        except OSError as exc:
+            raise StateFault(f"the holds of {self.root} are unreadable: {describe(exc)}") from None
+
+    async def sessions_held(self, sessions: Sequence[str]) -> list[bool]:
+        """For each session, whether some process holds its hold now (holds.py): a turn of it
+        runs there. Our own holds are answered from memory."""
+        own = self._presence if self._presence is not None and self._presence.fds else None
+        keys = [session_key(session) for session in sessions]
+        try:
+            return await self._run(keys_alive, self.root, own, keys)
+        except StateFault:
+            raise
         except OSError as exc:
             raise StateFault(f"the holds of {self.root} are unreadable: {describe(exc)}") from None
 

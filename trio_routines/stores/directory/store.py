@@ -306,6 +306,10 @@ class DirectoryStore(Lifetime):
         """For each ``(routine, slot)``, whether the hold of its claim is held now."""
         return await self._members.claims_alive(claims)
 
+    async def sessions_held(self, sessions: Sequence[str]) -> list[bool]:
+        """For each session, whether a process holds its hold now (a turn of it under way)."""
+        return await self._members.sessions_held(sessions)
+
     async def open_claims(self, routines: Sequence[str], budget: int) -> list[tuple[str, Fire]]:
         """Open claims of ``routines`` that name their replica, a bounded walk at a time:
         at most ``budget`` directories listed and claims read per call (openscan.py)."""

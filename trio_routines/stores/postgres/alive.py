@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import psycopg
 
-from ...replicas import ReplicaInfo, replica_key
+from ...replicas import ReplicaInfo, replica_key, session_key
 from .conn import Call
 from .schema import Schema
 
@@ -40,6 +40,14 @@ _CLAIMED_BY = """SELECT c.replica
     ORDER BY t.n"""
 
 
+# A session's hold is a row of the holds table whose holder's lock is held (holds.py).
+_SESSIONS_HELD = f"""WITH held AS MATERIALIZED ({LOCKS})
+    SELECT EXISTS (SELECT 1 FROM {{holds}} AS h JOIN held
+            ON held.hi = h.holder >> 32 AND held.lo = h.holder & 4294967295
+        WHERE h.key = t.k)
+    FROM unnest(%s::bigint[]) WITH ORDINALITY AS t (k, n) ORDER BY t.n"""
+
+
 def _json_array(rows: list[list[str]]) -> str:
     return json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
 
@@ -60,6 +68,15 @@ def claims_alive(
         zip(names, keys_held(conn, call, [replica_key(n, space) for n in names]), strict=True)
     )
     return [replica is not None and held[replica] for (replica,) in rows]
+
+
+def sessions_held(conn: Conn, _call: Call, schema: Schema, sessions: Sequence[str]) -> list[bool]:
+    """Whether each session's hold is held now: its row, and its holder's lock."""
+    if not sessions:
+        return []
+    keys = [session_key(session) for session in sessions]
+    rows = conn.execute(schema.sql(_SESSIONS_HELD), (keys,)).fetchall()
+    return [bool(held) for (held,) in rows]
 
 
 def keys_held(conn: Conn, _call: Call, keys: Sequence[int]) -> list[bool]:

@@ -25,7 +25,7 @@ from ...usage import Usage
 from ...wakeups import WakeupRequest
 from ..batch import Answer, Batcher, Entry
 from ..newest import BatchedReads
-from .alive import claims_alive, replica_rows
+from .alive import claims_alive, replica_rows, sessions_held
 from .claims import (
     ClaimItem,
     HoldsWanted,
@@ -356,6 +356,11 @@ class PostgresStore(Lifetime):
         life under the same id, which only it can tell (the scheduler asks it, not us)."""
         what = "could not read the holds"
         return await self._conns.run(what, claims_alive, self._tables, list(claims))
+
+    async def sessions_held(self, sessions: Sequence[str]) -> list[bool]:
+        """For each session, whether a live replica holds its hold now (a turn of it)."""
+        what = "could not read the holds"
+        return await self._conns.run(what, sessions_held, self._tables, list(sessions))
 
     async def open_claims(self, routines: Sequence[str], budget: int) -> list[tuple[str, Fire]]:
         """Open claims of ``routines`` that name their replica, at most ``budget`` per call,
