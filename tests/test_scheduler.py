@@ -878,6 +878,13 @@ async def test_busy_turn_is_skipped_not_failed(
         "the session already has a turn in flight"
     ]
     assert any(m.startswith("hourly: occurrence skipped (session busy)") for m in messages(caplog))
+    # A routine without a cron has no next slot "per cron": a caller fires it again.
+    adhoc = Rig(Routine(name="od", prompt="p"), agent=ScriptedAgent(Busy()))
+    skipped = await adhoc.scheduler.fire("od", at(9))
+    assert skipped.reason == (
+        'the previous turn of "od" is still running — this occurrence is skipped '
+        "(the session already has a turn in flight)"
+    )
     assert messages(caplog, logging.ERROR) == []
     assert not [m for m in messages(caplog) if "failed" in m]
 

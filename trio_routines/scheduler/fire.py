@@ -388,7 +388,9 @@ class FirePath:
             slot,
             turn.outcome,
             turn.ms,
-            reason=busy_reason(name, turn.failed) if busy else None,
+            reason=busy_reason(name, turn.failed, on_cron=routine.cron is not None)
+            if busy
+            else None,
             failed=None if busy else turn.failed,
             settled_at=settled,
         )

@@ -141,14 +141,15 @@ def duration(seconds: float) -> str:
     return " ".join(parts)
 
 
-def busy_reason(name: str, said: str | None = None) -> str:
+def busy_reason(name: str, said: str | None = None, *, on_cron: bool = True) -> str:
     """Why a claimed slot was skipped: its routine's session still had a turn in flight; with
     what the agent ``said`` when it was the agent that answered busy (a 409 may also mean
-    that it did this slot already, by its idempotency key: the history keeps its words)."""
-    reason = (
-        f'the previous turn of "{name[:64]}" is still running — this occurrence is skipped, '
-        "the next fires per cron"
-    )
+    that it did this slot already, by its idempotency key: the history keeps its words).
+    ``on_cron``: whether the routine has a cron, whose next slot fires (one without fires only
+    when a caller asks again)."""
+    reason = f'the previous turn of "{name[:64]}" is still running — this occurrence is skipped'
+    if on_cron:
+        reason += ", the next fires per cron"
     return with_agents_words(reason, said)
 
 
