@@ -211,7 +211,10 @@ class Scheduler:
         Reports the claim decision through ``task_status`` as soon as it is known, so a host
         can answer its caller and let the turn go on in the runtime's nursery
         (``await scheduler.start_fire(...)``). Raises :class:`UnknownRoutine`,
-        :class:`NotOnGrid`, :class:`Stopping`, or :class:`StateFault` (nothing was claimed).
+        :class:`NotOnGrid`, :class:`NotYetDue` (a slot after the scheduler's clock),
+        :class:`Stopping`, or :class:`StateFault` (nothing was claimed); a ``slot`` that is not
+        an aware datetime is a ``TypeError`` (no datetime) or a ``ValueError`` (naive), as a
+        wrong argument is in Python.
         The claim, turn and settle are shielded: a :meth:`stop` ends the turn after its grace;
         a caller's cancel leaves it ``default_grace`` seconds, then ends it too (recorded
         ``interrupted: its caller gave up``); the caller hears of its cancel once it settled.

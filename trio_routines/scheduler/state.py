@@ -76,8 +76,10 @@ class NotYetDue(TrioRoutinesError, ValueError):
 
 
 class Stopping(TrioRoutinesError, RuntimeError):
-    """Raised when a fire is requested from a scheduler that is stopping, and by ``run()`` on
-    a scheduler that has run already or was stopped (a scheduler runs once)."""
+    """Raised when a fire is requested from a scheduler that is stopping, when a turn is to be
+    started in a scheduler that is not running (``start_fire``, ``start_run`` before ``run()``
+    or after it returned: the message says which), and by ``run()`` on a scheduler that has
+    run already or was stopped (a scheduler runs once)."""
 
 
 @attrs.frozen
