@@ -27,6 +27,7 @@ from trio_routines.records import ClaimStatus, Gap, GapReason, Origin, Outcome
 from trio_routines.replicas import ReplicaInfo
 from trio_routines.stores import open_store
 from trio_routines.stores.postgres import CLAIM_LOCK, SCHEMA_VERSION, PostgresStore
+from trio_routines.stores.postgres.schema import Migrate
 from trio_routines.wakeups import WakeupRequest
 
 WORKER = Path(__file__).with_name("pg.py")
@@ -593,17 +594,26 @@ async def test_search_path_in_the_url_selects_the_schema(url: str, schema: str) 
     assert claimed_slots(schema, "r") == [0]
 
 
-async def test_a_search_path_to_a_schema_that_does_not_exist_says_so(url: str, schema: str) -> None:
-    # The database answered: what is missing is the schema, which the store never creates.
-    store = open_store(f"{url}?options=-csearch_path%3D{schema}")
+@pytest.mark.parametrize("migrate", ["always", "never"])
+async def test_a_search_path_to_a_schema_that_does_not_exist_says_so(
+    url: str, schema: str, migrate: Migrate
+) -> None:
+    # The database answered: what is missing is the schema, which the store never creates
+    # from a search_path. A command that only reads says so too, rather than send the
+    # operator to `migrate`, which would fail on it.
+    store = PostgresStore(f"{url}?options=-csearch_path%3D{schema}", migrate=migrate)
     with pytest.raises(StateFault) as refused:
         await store.latest_fire("r")
     await store.aclose()
-    assert str(refused.value).endswith(
-        ": InvalidSchemaName: no schema has been selected to create in — does the schema the "
-        "URL's search_path names exist? Create it first"
+    assert str(refused.value) == (
+        f"the PostgreSQL state {store.where} has no schema to keep its tables in: no schema "
+        f"its search_path names ({schema}) exists — create it first (CREATE SCHEMA), then run "
+        "`python -m trio_routines migrate`"
     )
-    assert "\n" not in str(refused.value)
+    with admin() as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,)
+        ).fetchone() == (0,)
 
 
 async def test_unknown_outcomes_read_as_unsettled(url: str, schema: str) -> None:

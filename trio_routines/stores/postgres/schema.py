@@ -225,6 +225,16 @@ class Schema:
         if current == SCHEMA_VERSION or self._usable_newer(conn, current, where):
             return
         has = f"schema version {current}" if current else "no trio_routines tables yet"
+        if not current and not self.schema and not self._search_path_exists(conn):
+            # A store given its schema creates it; one that takes the search_path's cannot, and
+            # a migration would fail on it too: say what to do first.
+            row = conn.execute("SHOW search_path").fetchone()
+            path = str(row[0]) if row else ""
+            raise StateFault(
+                f"the PostgreSQL state {where} has no schema to keep its tables in: no schema "
+                f"its search_path names ({path[:80]}) exists — create it first (CREATE SCHEMA), "
+                "then run `python -m trio_routines migrate`"
+            )
         if self.migrates == "never" or (self.migrates == "create" and current):
             raise StateFault(
                 f"the PostgreSQL state {where} has {has}; this trio_routines uses version "
@@ -259,6 +269,12 @@ class Schema:
             return True
         _refuse_newer(current, where)
         return False  # not reached
+
+    def _search_path_exists(self, conn: psycopg.Connection[Any]) -> bool:
+        """Whether a schema of the ``search_path`` exists: ``current_schema()``, the first that
+        does, is null when none does."""
+        row = conn.execute("SELECT current_schema() IS NOT NULL").fetchone()
+        return bool(row and row[0])
 
     def version(self, conn: psycopg.Connection[Any]) -> int:
         """The schema version recorded (0 when there is no version table): reads only."""
