@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -50,7 +51,10 @@ def _samples(families: Iterable[Any]) -> set[tuple[str, tuple[tuple[str, str], .
     return {(s.name, tuple(sorted(s.labels.items())), s.value) for f in families for s in f.samples}
 
 
-async def _scheduler_after_a_fire(clock: trio.testing.MockClock) -> Scheduler:
+@asynccontextmanager
+async def _scheduler_after_a_fire(clock: trio.testing.MockClock) -> AsyncIterator[Scheduler]:
+    """A scheduler an hour into its run, after its fire: still running (a stopped one has
+    nothing armed), until the block ends."""
     wall = WallClock(datetime(2026, 7, 7, 6, 59, 50, tzinfo=UTC))
     store = MemoryStore()
     # Completed on a previous run: seeds the last success at boot.
@@ -69,93 +73,93 @@ async def _scheduler_after_a_fire(clock: trio.testing.MockClock) -> Scheduler:
         await trio.sleep(3600)  # virtual: the 09:00 Berlin slot fires 10 s in, 2 s long
         [fire] = await store.history("daily")
         assert fire.outcome is Outcome.COMPLETED
+        yield scheduler
         nursery.cancel_scope.cancel()
-    return scheduler
 
 
 async def test_the_text_parses_with_prometheus_clients_own_parser_help_and_type_on_every_family(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    scheduler = await _scheduler_after_a_fire(autojump_clock)
-    text = scheduler.render_metrics()
-    families = _parsed(text)
-    ours = scheduler.metric_families()
-    assert {f.name for f in ours} == set(families)
-    for family in ours:
-        parsed = families[family.name]
-        assert parsed.type == family.kind
-        assert parsed.documentation == family.help
-        assert family.help
-    # Every family announces itself before its samples, once.
-    for family in ours:
-        shown = family.name + ("_total" if family.kind == "counter" else "")
-        assert text.count(f"# HELP {shown} ") == 1
-        assert text.count(f"# TYPE {shown} {family.kind}\n") == 1
-    fired_at = datetime(2026, 7, 7, 7, tzinfo=UTC) + timedelta(seconds=2)
-    samples = _samples(families.values())
-    assert (
-        "trio_routines_last_success_timestamp_seconds",
-        (("routine", "daily"),),
-        fired_at.timestamp(),
-    ) in samples
-    seeded = datetime(2026, 7, 6, 8, 0, 1, 500_000, tzinfo=UTC).timestamp()
-    assert (
-        "trio_routines_last_success_timestamp_seconds",
-        (("routine", "weekly"),),
-        seeded,
-    ) in samples
-    # Next: tomorrow 09:00 Berlin (07:00Z) and Monday 10:00 Berlin (08:00Z).
-    assert (
-        "trio_routines_next_fire_timestamp_seconds",
-        (("routine", "daily"),),
-        datetime(2026, 7, 8, 7, tzinfo=UTC).timestamp(),
-    ) in samples
-    assert (
-        "trio_routines_next_fire_timestamp_seconds",
-        (("routine", "weekly"),),
-        datetime(2026, 7, 13, 8, tzinfo=UTC).timestamp(),
-    ) in samples
-    assert (
-        "trio_routines_fires_total",
-        (("outcome", "completed"), ("routine", "daily")),
-        1.0,
-    ) in samples
+    async with _scheduler_after_a_fire(autojump_clock) as scheduler:
+        text = scheduler.render_metrics()
+        families = _parsed(text)
+        ours = scheduler.metric_families()
+        assert {f.name for f in ours} == set(families)
+        for family in ours:
+            parsed = families[family.name]
+            assert parsed.type == family.kind
+            assert parsed.documentation == family.help
+            assert family.help
+        # Every family announces itself before its samples, once.
+        for family in ours:
+            shown = family.name + ("_total" if family.kind == "counter" else "")
+            assert text.count(f"# HELP {shown} ") == 1
+            assert text.count(f"# TYPE {shown} {family.kind}\n") == 1
+        fired_at = datetime(2026, 7, 7, 7, tzinfo=UTC) + timedelta(seconds=2)
+        samples = _samples(families.values())
+        assert (
+            "trio_routines_last_success_timestamp_seconds",
+            (("routine", "daily"),),
+            fired_at.timestamp(),
+        ) in samples
+        seeded = datetime(2026, 7, 6, 8, 0, 1, 500_000, tzinfo=UTC).timestamp()
+        assert (
+            "trio_routines_last_success_timestamp_seconds",
+            (("routine", "weekly"),),
+            seeded,
+        ) in samples
+        # Next: tomorrow 09:00 Berlin (07:00Z) and Monday 10:00 Berlin (08:00Z).
+        assert (
+            "trio_routines_next_fire_timestamp_seconds",
+            (("routine", "daily"),),
+            datetime(2026, 7, 8, 7, tzinfo=UTC).timestamp(),
+        ) in samples
+        assert (
+            "trio_routines_next_fire_timestamp_seconds",
+            (("routine", "weekly"),),
+            datetime(2026, 7, 13, 8, tzinfo=UTC).timestamp(),
+        ) in samples
+        assert (
+            "trio_routines_fires_total",
+            (("outcome", "completed"), ("routine", "daily")),
+            1.0,
+        ) in samples
 
 
 async def test_the_collector_gives_a_registry_the_same_series(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    scheduler = await _scheduler_after_a_fire(autojump_clock)
-    registry = CollectorRegistry()
-    collector = register(scheduler, registry)
-    through_client = generate_latest(registry).decode()
-    ours = scheduler.render_metrics()
-    assert _samples(text_string_to_metric_families(through_client)) == _samples(
-        text_string_to_metric_families(ours)
-    )
-    assert {(f.name, f.type, f.documentation) for f in text_string_to_metric_families(ours)} == {
-        (f.name, f.type, f.documentation) for f in registry.collect()
-    }
-    registry.unregister(collector)
-    assert list(registry.collect()) == []
+    async with _scheduler_after_a_fire(autojump_clock) as scheduler:
+        registry = CollectorRegistry()
+        collector = register(scheduler, registry)
+        through_client = generate_latest(registry).decode()
+        ours = scheduler.render_metrics()
+        assert _samples(text_string_to_metric_families(through_client)) == _samples(
+            text_string_to_metric_families(ours)
+        )
+        assert {
+            (f.name, f.type, f.documentation) for f in text_string_to_metric_families(ours)
+        } == {(f.name, f.type, f.documentation) for f in registry.collect()}
+        registry.unregister(collector)
+        assert list(registry.collect()) == []
 
 
 async def test_a_registry_refuses_the_series_a_second_time_and_keeps_one_copy(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    scheduler = await _scheduler_after_a_fire(autojump_clock)
-    registry = CollectorRegistry()  # describes nothing by itself: the collector must
-    collector = register(scheduler, registry)
-    once = generate_latest(registry)
-    with pytest.raises(ValueError, match=r"^Duplicated timeseries in CollectorRegistry: "):
-        register(scheduler, registry)
-    assert generate_latest(registry) == once
-    described = {(f.name, f.documentation, f.type) for f in collector.describe()}
-    assert described == {(f.name, f.documentation, f.type) for f in collector.collect()}
-    assert all(f.samples == [] for f in collector.describe())
-    registry.unregister(collector)
-    register(scheduler, registry)  # once let go, it may be registered again
-    assert generate_latest(registry) == once
+    async with _scheduler_after_a_fire(autojump_clock) as scheduler:
+        registry = CollectorRegistry()  # describes nothing by itself: the collector must
+        collector = register(scheduler, registry)
+        once = generate_latest(registry)
+        with pytest.raises(ValueError, match=r"^Duplicated timeseries in CollectorRegistry: "):
+            register(scheduler, registry)
+        assert generate_latest(registry) == once
+        described = {(f.name, f.documentation, f.type) for f in collector.describe()}
+        assert described == {(f.name, f.documentation, f.type) for f in collector.collect()}
+        assert all(f.samples == [] for f in collector.describe())
+        registry.unregister(collector)
+        register(scheduler, registry)  # once let go, it may be registered again
+        assert generate_latest(registry) == once
 
 
 # -- a turn that died with its process -----------------------------------------------------------

@@ -107,8 +107,15 @@ async def test_statistics_and_metrics_say_what_is_armed_and_whether_it_stops(
         await nursery.start(scheduler.run)
         assert scheduler.statistics().stopping is False
         metrics = scheduler.render_metrics()
+        assert scheduler.statistics().armed == ("hourly",)
         scheduler.stop()
         assert scheduler.statistics().stopping is True
+    # The run is over: no loop is left, nothing is armed and no slot comes next.
+    after = scheduler.statistics()
+    assert (after.armed, dict(after.next_due), after.stopping) == ((), {}, True)
+    samples = [m for m in scheduler.render_metrics().splitlines() if not m.startswith("#")]
+    assert "trio_routines_armed_routines 0" in samples
+    assert not [m for m in samples if m.startswith("trio_routines_next_fire")]
     (line,) = [m for m in metrics.splitlines() if m.startswith("trio_routines_next_fire")]
     assert line.split() == [
         'trio_routines_next_fire_timestamp_seconds{routine="hourly"}',

@@ -65,6 +65,12 @@ class Arming:
                 shown[name] = known[1]
         return shown
 
+    def disarm(self) -> None:
+        """The run ended: no loop is left, so nothing is armed and no slot comes next."""
+        self.next_due.clear()
+        self.armed.clear()
+        self._after.clear()
+
     def forget(self, name: str) -> None:
         """``name`` was removed or changed: nothing of it is armed until its new loop says."""
         self.next_due.pop(name, None)

@@ -56,6 +56,7 @@ class Run:
             await self._boot_and_loops(handle, task_status)
         finally:
             self._parts.calls.run_over = True  # a host's calls after it: store_timeout alone
+            self._parts.arming.disarm()  # statistics() after the run: nothing armed
 
     async def _boot_and_loops(self, handle: Any, task_status: trio.TaskStatus[Any]) -> None:
         runtime = self._runtime
