@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import trio
 
-from trio_routines import Outcome, Routine, Scheduler
+from trio_routines import Outcome, Routine, Scheduler, Statistics
 from trio_routines.testing import MemoryStore, ScriptedAgent, WallClock
 
 T0 = datetime(2026, 7, 7, 10, 30, tzinfo=UTC)
@@ -27,11 +27,15 @@ def rig(store: MemoryStore, *names: str) -> tuple[Scheduler, ScriptedAgent, Wall
     return scheduler, agent, wall
 
 
-async def run_until(scheduler: Scheduler, wall: WallClock, until: datetime) -> None:
+async def run_until(scheduler: Scheduler, wall: WallClock, until: datetime) -> Statistics:
+    """Run ``scheduler`` until ``until``: its statistics then, before it stops (a scheduler
+    whose run ended has nothing armed)."""
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         await trio.sleep((until - wall()).total_seconds())
+        stats = scheduler.statistics()
         scheduler.stop()
+    return stats
 
 
 @pytest.fixture(autouse=True)
@@ -49,14 +53,14 @@ async def test_a_cron_loop_that_dies_before_its_claim_is_restarted_and_fires_nex
     store = MemoryStore()
     store.fail("claim", RuntimeError("a bug, not a state fault"), times=1, routine="broken")
     scheduler, agent, wall = rig(store, "broken", "fine")
-    await run_until(scheduler, wall, at(13, 30))
+    stats = await run_until(scheduler, wall, at(13, 30))
     # 11:00 died before anything was claimed, and is skipped like any failed fire; the loop
     # came back a second later, re-armed from the wall clock: no back-fire of 11:00.
     assert [f.slot for f in await store.history("broken")] == [at(12), at(13)]
     assert [t.wall for t in agent.turns if t.session == "routine:broken"] == [at(12), at(13)]
     assert [f.slot for f in await store.history("fine")] == [at(11), at(12), at(13)]
-    assert scheduler.statistics().loop_restarts == {"cron:broken": 1}
-    assert scheduler.statistics().armed == ("broken", "fine")
+    assert stats.loop_restarts == {"cron:broken": 1}
+    assert stats.armed == ("broken", "fine")
     assert errors(caplog) == [
         "broken: stopped unexpectedly: RuntimeError: a bug, not a state fault "
         "— restarting in 1s (restart 1)"
