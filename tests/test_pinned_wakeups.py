@@ -15,6 +15,7 @@ import pytest
 
 from trio_routines.errors import InvalidWakeup
 from trio_routines.records import Origin, OriginKind, Wakeup
+from trio_routines.text import cut
 from trio_routines.wakelimits import WakeLimits
 from trio_routines.wakeups import (
     MAX_ATTEMPTS,
@@ -157,6 +158,16 @@ def test_the_bad_delay_reply_whole() -> None:
     )
     assert bad_delay_reply("ñ120") == expected.format('"ñ120"')
     assert bad_delay_reply(b"x") == expected.format("\"b'x'\"")
+    assert bad_delay_reply(10**400) == expected.format(cut("1" + "0" * 400))
+    ahead = (
+        '"in" ({}) is no delay ahead — a one-shot wakes at least 60s from now: give a positive '
+        'number of seconds, or a unit like "30m" / "2h" / "1d".'
+    )
+    numbers = [(-100, "-100"), (0, "0"), (-0.5, "-0.5"), (float("nan"), "NaN")]
+    numbers += [(float("-inf"), "-Infinity"), (-(10**400), "-1" + "0" * 400)]
+    for number, given in numbers:
+        assert bad_delay_reply(number) == ahead.format(cut(given)), number
+    assert bad_delay_reply(True).startswith("couldn't parse")  # no number, whatever Python says
 
 
 def test_the_first_due_entry_in_stored_order_is_taken() -> None:

@@ -386,6 +386,14 @@ def bad_delay_reply(value: object) -> str:
     import json
 
     given = json.dumps(value, ensure_ascii=False, default=str)
+    if isinstance(value, float) or (
+        isinstance(value, int) and not isinstance(value, bool) and value <= 0
+    ):  # a number, but none of seconds ahead (0, negative, NaN, infinite)
+        return (
+            f'"in" ({cut(given)}) is no delay ahead — a one-shot wakes at least '
+            f"{MIN_DELAY.seconds}s from now: give a positive number of seconds, or a unit like "
+            '"30m" / "2h" / "1d".'
+        )
     return (
         f'couldn\'t parse "in" ({cut(given)}) — use a unit '
         'like "30m" / "2h" / "1d", or a number of seconds (a bare number as text like "120" is '
