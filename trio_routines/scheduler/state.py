@@ -110,6 +110,9 @@ class Statistics:
     #: Each cron routine's next slot (None: its cron never fires again); while a slot's turn
     #: runs, the first slot after now, as ``list`` computes it.
     next_due: Mapping[str, datetime | None]
+    #: This process's fires since it started, by how each ended: its outcome (``completed``,
+    #: ``failed``, ``skipped``, ``interrupted``) for a slot it claimed, or why it claimed none
+    #: (``paused``, ``duplicate``: another claim has it, ``stale``: a newer slot is claimed).
     outcomes: Mapping[str, int]
     clock_jumps: int
     stopping: bool
