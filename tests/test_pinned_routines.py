@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import math
 import os
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +46,43 @@ def test_record_validators_say_exactly_why() -> None:
         Routine(name="r", prompt=" \n ")
     assert str(raised.value) == "a routine's prompt must be a non-empty string"
     with pytest.raises(InvalidRoutine) as raised:
-        Routine(name="r", prompt="p", timeout="5")  # type: ignore[arg-type]
-    assert str(raised.value) == '"timeout" must be a number of seconds, not str'
+        Routine(name="r", prompt="p", timeout=[5])  # type: ignore[arg-type]
+    assert str(raised.value) == '"timeout" must be a number of seconds, not list'
+    with pytest.raises(InvalidRoutine) as raised:
+        Routine(name="r", prompt="p", timeout="five")
+    assert str(raised.value) == (
+        "\"timeout\" must be seconds or a duration like 90s, 30m or 1.5h, not 'five'"
+    )
+
+
+def test_durations_and_sizes_in_code_read_as_a_routine_file_writes_them() -> None:
+    # As ``budgets`` takes its text, and a wake-up its delay: the same words in code and file.
+    made = Routine(
+        name="r", prompt="p", cron="0 * * * *", timeout="30m", catchup="2h", output="4KiB"
+    )
+    assert (made.timeout, made.catchup, made.output) == (1800.0, 7200.0, 4096)
+    assert Routine(name="r", prompt="p", timeout="90").timeout == 90.0  # bare: seconds, as a file
+    spans = Routine(
+        name="r", prompt="p", cron="0 * * * *", timeout=timedelta(seconds=1.5),
+        catchup=timedelta(days=1), output="none",
+    )  # fmt: skip
+    assert (spans.timeout, spans.catchup, spans.output) == (1.5, 86400.0, None)
+    assert Routine(name="r", prompt="p", cron="0 * * * *", catchup="none").catchup == 0.0
+    assert made == parse_routine_text(
+        "r", "---\ncron: 0 * * * *\ntimeout: 30m\ncatchup: 2h\noutput: 4KiB\n---\np\n"
+    )
+    for wrong, said in [
+        ({"timeout": timedelta(0)}, '"timeout" must be a finite number of seconds above 0, '
+         "not 0.0"),
+        ({"catchup": timedelta(days=-1)}, '"catchup" must be a finite number of seconds, 0 or '
+         "more, not -86400.0"),
+        ({"output": "4MB"}, "\"output\" must be \"none\" or a size like 512, 4KiB or 64KiB, "
+         "not '4MB'"),
+        ({"output": timedelta(1)}, '"output" must be a number of bytes from 1 to 65536, or None'),
+    ]:  # fmt: skip
+        with pytest.raises(InvalidRoutine) as raised:
+            Routine(name="r", prompt="p", cron="0 * * * *", **wrong)
+        assert str(raised.value) == said
 
 
 def test_skipped_entries_do_not_end_the_listing(tmp_path: Path) -> None:
@@ -156,7 +192,8 @@ def test_a_catchup_that_is_no_window_is_refused_saying_why(text: str, said: str)
 @pytest.mark.parametrize(
     ("value", "said"),
     [
-        ("2h", '"catchup" must be a number of seconds, not str'),
+        ("2 hours", '"catchup" must be "none" or a duration like 30m, 2h or 1d, not \'2 hours\''),
+        ([2], '"catchup" must be a number of seconds, not list'),
         (True, '"catchup" must be a number of seconds, not bool'),
         (-1, '"catchup" must be a finite number of seconds, 0 or more, not -1'),
         (math.inf, '"catchup" must be a finite number of seconds, 0 or more, not inf'),

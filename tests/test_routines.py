@@ -84,7 +84,7 @@ def test_record_refuses_bad_timeout_values(timeout: float) -> None:
         Routine(name="r", prompt="hi", timeout=timeout)
 
 
-@pytest.mark.parametrize("timeout", [True, "60", [60]])
+@pytest.mark.parametrize("timeout", [True, "sixty", [60]])
 def test_record_refuses_timeout_of_wrong_type(timeout: object) -> None:
     with pytest.raises(InvalidRoutine, match="timeout"):
         Routine(name="r", prompt="hi", timeout=timeout)  # type: ignore[arg-type]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import timedelta
 from typing import Any
 
 import attrs
@@ -88,6 +89,27 @@ def _check_catchup(_inst: Any, _attr: Any, value: float | None) -> None:
         )
 
 
+def _timeout_of(value: object) -> object:
+    """A ``timeout`` given as a routine file writes it (``"30m"``) or as a ``timedelta``: its
+    seconds. Anything else is left for the validator."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return _parse_timeout(value) if isinstance(value, str) else value
+
+
+def _catchup_of(value: object) -> object:
+    """A ``catchup`` given as a routine file writes it (``"2h"``, ``"none"``) or as a
+    ``timedelta``: its seconds. Anything else is left for the validator."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return parse_catchup(value) if isinstance(value, str) else value
+
+
+def _output_of(value: object) -> object:
+    """An ``output`` given as a routine file writes it (``"4KiB"``, ``"none"``): its bytes."""
+    return parse_output_size(value) if isinstance(value, str) else value
+
+
 @attrs.frozen(kw_only=True)
 class Routine:
     """A routine: a prompt fired into the agent's ``routine:<name>`` session.
@@ -101,6 +123,8 @@ class Routine:
     (the default) keeps none (:mod:`trio_routines.output`). ``budgets``: what its turns may
     spend per rolling window (:mod:`trio_routines.budgets`); a slot that would start over one
     is settled ``skipped`` with the reason, its turn not run.
+    ``timeout`` and ``catchup`` also take a ``timedelta``, and each of the three its text as a
+    routine file writes it (``"30m"``, ``"2h"``, ``"4KiB"``, ``"none"``), as ``budgets`` does.
     Construction validates everything: :class:`UnsafeName` for a name that could leave
     the claims directory, :class:`InvalidRoutine` for anything else.
     """
@@ -109,9 +133,15 @@ class Routine:
     prompt: str = attrs.field(validator=_check_prompt)
     cron: str | None = attrs.field(default=None, validator=_check_optional_text)
     tz: str | None = attrs.field(default=None, validator=_check_optional_text)
-    timeout: float | None = attrs.field(default=None, validator=_check_timeout)
-    catchup: float | None = attrs.field(default=None, validator=_check_catchup)
-    output: int | None = attrs.field(default=None, validator=check_output_size)
+    timeout: float | None = attrs.field(
+        default=None, converter=_timeout_of, validator=_check_timeout
+    )
+    catchup: float | None = attrs.field(
+        default=None, converter=_catchup_of, validator=_check_catchup
+    )
+    output: int | None = attrs.field(
+        default=None, converter=_output_of, validator=check_output_size
+    )
     budgets: tuple[Budget, ...] = attrs.field(default=(), converter=routine_budgets)
 
     def __attrs_post_init__(self) -> None:
