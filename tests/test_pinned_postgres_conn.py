@@ -236,7 +236,8 @@ async def test_the_pools_close_runs_in_a_thread_of_ours(
             logging.getLogger("psycopg.pool").warning("couldn't stop %r", "its worker")
 
     conns._pool = Pool()  # type: ignore[assignment]
-    with caplog.at_level(logging.DEBUG):
+    # Our logger's own level too: a test before this one in the process may have set it.
+    with caplog.at_level(logging.DEBUG), caplog.at_level(logging.DEBUG, logger="trio_routines"):
         await conns.aclose()
     assert [
         (r.name, r.levelno, r.getMessage()) for r in caplog.records if "stop" in r.getMessage()
