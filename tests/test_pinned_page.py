@@ -388,6 +388,17 @@ def _gathering(store: Any) -> Scheduler:
     )
 
 
+async def test_a_routine_of_a_scheduler_with_its_own_clock_is_never_shown_external() -> None:
+    # Nothing armed (a run that ended while its server drains, a routine being re-armed):
+    # still not an external clock's, which only the scheduler's mode says.
+    own = Scheduler(
+        agent=ScriptedAgent(), store=await _stored(), routines=[MINUTELY], now=lambda: NOW
+    )
+    assert own.statistics().next_due == {}
+    (minutely,) = (await gather(own)).routines
+    assert minutely.external is False
+
+
 async def test_the_page_gathers_the_last_fires_the_gaps_and_what_was_spent() -> None:
     store = await _stored()
     await store.set_paused("minutely", True)

@@ -216,7 +216,7 @@ async def _routine_view(
         tz=routine.tz,
         resolved=routine.resolved_cron,
         next_due=_next_due(routine, stats, now),
-        external=routine.cron is not None and routine.name not in stats.next_due,
+        external=routine.cron is not None and scheduler.external_clock,  # no loop of ours
         paused=paused,
         marks=marks,
         recent=tuple(fires[-MAX_MARKS:]),
