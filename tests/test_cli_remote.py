@@ -367,6 +367,38 @@ def test_a_200_that_is_not_the_change_asked_for_is_no_success(
     )
 
 
+def test_an_unwake_answered_with_another_success_is_another_servers(env: Env) -> None:
+    # A cancel answers 200 (removed) or 404 (none): a 204 is no server of ours.
+    import http.server
+    import threading
+
+    class Other(http.server.BaseHTTPRequestHandler):
+        def do_DELETE(self) -> None:
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Other)
+    url = f"http://127.0.0.1:{other.server_address[1]}"
+    thread = threading.Thread(target=other.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    try:
+        environ = {**env.environ(), "TRIO_ROUTINES_TOKEN": TOKEN}
+        done = in_process(
+            ["unwake", "w1", "--session", "s", "--url", url], cwd=env.root, environ=environ
+        )
+    finally:
+        other.shutdown()
+        other.server_close()
+    assert (done.returncode, done.stdout) == (1, "")
+    assert one_line(done.stderr) == (
+        f"error: {url}: the answer is not a trio_routines server's (it said 204 where this "
+        "request is answered 200)\n"
+    )
+
+
 @pytest.mark.parametrize("token", [" ", "a b", "a\nb", "tökén"])
 def test_a_token_no_client_can_send_is_one_line_for_serve_and_for_a_command(
     env: Env, token: str

@@ -358,19 +358,25 @@ def test_a_descriptor_filled_at_a_higher_number_is_moved_to_its_own() -> None:
             os.close(low)
             return high
 
-        os.open = opened_high  # (this child's own module, gone with it)
+        highs: list[int] = []
+
+        def opened_high_seen(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+            highs.append(opened_high(path, flags, *args, **kwargs))
+            return highs[-1]
+
+        os.open = opened_high_seen  # (this child's own module, gone with it)
         closed = cli._fill_closed()
         null = os.stat(os.devnull)
         filled = (os.fstat(1).st_dev, os.fstat(1).st_ino) == (null.st_dev, null.st_ino)
         high_open = True
         try:
-            os.fstat(20)
+            os.fstat(highs[0])  # the number /dev/null was opened at, whichever was free
         except OSError:
             high_open = False
-        return closed, filled, high_open
+        return closed, filled, high_open, highs[0] >= 20
 
     assert cli._fill_closed() == set()
-    assert _in_a_fork((1,), body) == ({1}, True, False)
+    assert _in_a_fork((1,), body) == ({1}, True, False, True)
 
 
 def test_the_streams_put_on_filled_descriptors_leave_them_open_when_closed() -> None:

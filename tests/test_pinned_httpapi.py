@@ -452,6 +452,12 @@ async def test_routines_show_a_turn_of_their_session_on_another_replica(
             (("retry-after", "5"),),
         )
         assert errors(caplog) == [(logging.ERROR, "GET /routines: EIO: disk on fire")]
+        del store.faults["sessions_held"]
+        store.hang("sessions_held")  # a store that never answers: within its deadline
+        before = trio.current_time()
+        status, said, _ = await refused(api.routines(scheduler))
+        assert (status, said) == (503, "the sessions' holds are unreadable right now")
+        assert trio.current_time() - before == scheduler.store_timeout
         scheduler.stop(grace=0)
 
 

@@ -212,7 +212,10 @@ def test_a_routine_made_in_code_refuses_a_catchup_that_is_no_window(value: Any, 
     [(None, "once, any age"), (0, "none"), (90, "90s"), (60, "1m"), (5400, "90m"),
      (7200, "2h"), (86400, "1d"), (172800, "2d"), (90000, "25h"), (1.5, "1.5s"),
      (1234567, "1234567s"), (1234567.25, "1234567.25s"), (86400 * 1234567, "1234567d"),
-     (parse_catchup("99999999999999d"), "99999999999999d"), (30.0, "30s"), (0.001, "0.001s")],
+     (parse_catchup("99999999999999d"), "99999999999999d"), (30.0, "30s"), (0.001, "0.001s"),
+     (0.00001, "0.00001s"), (parse_catchup("0.0000015s"), "0.0000015s")],
 )  # fmt: skip
 def test_a_catchup_window_reads_in_its_largest_whole_unit(catchup: float | None, text: str) -> None:
     assert catchup_text(catchup) == text
+    if catchup:  # and reads back as it was: a server's listing is read by status --url
+        assert parse_catchup(text) == catchup

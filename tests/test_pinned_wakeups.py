@@ -168,6 +168,7 @@ def test_the_bad_delay_reply_whole() -> None:
     for number, given in numbers:
         assert bad_delay_reply(number) == ahead.format(cut(given)), number
     assert bad_delay_reply(True).startswith("couldn't parse")  # no number, whatever Python says
+    assert bad_delay_reply(float("inf")) == '"in" (Infinity) is too far in the future.'
 
 
 def test_the_first_due_entry_in_stored_order_is_taken() -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import attrs
@@ -311,4 +312,4 @@ def catchup_text(catchup: float | None) -> str:
             return f"{count}{unit}"
     if float(catchup).is_integer():
         return f"{int(catchup)}s"
-    return f"{catchup!r}s"
+    return f"{Decimal(repr(catchup)):f}s"  # (1e-05 reads 0.00001s: a file's words)

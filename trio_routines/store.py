@@ -74,8 +74,9 @@ Replicas (optional: a store without these gives holds that exclude within one pr
     well -- no reader ever sees one of its claims half made -- is never asked for a claim's
     hold; and a store whose ``claims_take_holds`` is true takes no claim hold at all, and the
     session's hold in the claim's own step);
-    ``sessions_held(sessions)`` says, for each session, whether a turn of it holds its
-    session's hold now, on any member (the status of a routine's session across replicas);
+    ``sessions_held(sessions)`` (optional even here: without it, what runs is known from
+    this replica's turns and the newest claims) says, for each session, whether a turn of it
+    holds its session's hold now, on any member;
     ``replicas()`` lists every member that joined, each marked alive or not by its own hold;
     ``open_claims(routines, budget)`` finds the claims still without an outcome, a bounded
     piece per call, so that every one whose holder is gone is eventually recorded
@@ -276,10 +277,6 @@ class Replicated(Protocol):
 
     async def claims_alive(self, claims: Sequence[tuple[str, datetime]]) -> list[bool]:
         """For each ``(routine, slot)``, whether its open claim's holder is alive now."""
-        ...
-
-    async def sessions_held(self, sessions: Sequence[str]) -> list[bool]:
-        """For each session, whether a turn of it holds its hold now, on any member."""
         ...
 
     async def replicas(self) -> list[ReplicaInfo]:

@@ -386,9 +386,11 @@ def bad_delay_reply(value: object) -> str:
     import json
 
     given = json.dumps(value, ensure_ascii=False, default=str)
+    if isinstance(value, float) and value > 0:  # only +Infinity fails to parse so
+        return f'"in" ({cut(given)}) is too far in the future.'
     if isinstance(value, float) or (
         isinstance(value, int) and not isinstance(value, bool) and value <= 0
-    ):  # a number, but none of seconds ahead (0, negative, NaN, infinite)
+    ):  # a number, but none of seconds ahead (0, negative, NaN, -Infinity)
         return (
             f'"in" ({cut(given)}) is no delay ahead — a one-shot wakes at least '
             f"{MIN_DELAY.seconds}s from now: give a positive number of seconds, or a unit like "
