@@ -85,6 +85,7 @@ CALLS: dict[str, Call] = {
     "join": lambda x, r: x.store.join(_info()),
     "open_claims": lambda x, r: x.store.open_claims([r], 10),
     "claims_alive": lambda x, r: x.store.claims_alive([(r, T0)]),
+    "sessions_held": lambda x, r: x.store.sessions_held([f"routine:{r}"]),
     "replicas": lambda x, r: x.store.replicas(),
     "take": lambda x, r: x.member.take([next(_IDS)]),
     "beat": lambda x, r: x.member.beat(0, T0),
