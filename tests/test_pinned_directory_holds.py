@@ -1013,3 +1013,30 @@ async def test_members_that_cannot_be_read_say_so_once(
 
 def test_a_presence_never_opened_closes_without_a_word(tmp_path: Path) -> None:
     DirectoryPresence(info("a"), tmp_path, trio.CapacityLimiter(1)).close_sync()
+
+
+async def test_the_sessions_holds_unreadable_are_one_state_fault(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trio_routines.stores.directory import members
+
+    store = DirectoryStore(tmp_path)
+    (tmp_path / "schedule").mkdir()
+    (tmp_path / "schedule" / "holds2").touch()  # the locks' own refusal, as it words it
+    with pytest.raises(StateFault) as refused:
+        await store.sessions_held(["chat"])
+    assert str(refused.value) == (
+        f"the holds of {tmp_path} are unusable: ENOTDIR: Not a directory: "
+        f"{tmp_path / 'schedule' / 'holds2'}"
+    )
+
+    def failing(*_: object) -> list[bool]:
+        raise OSError(5, "Input/output error", str(tmp_path / "schedule"))
+
+    monkeypatch.setattr(members, "keys_alive", failing)  # any other error of the file system
+    with pytest.raises(StateFault) as refused:
+        await store.sessions_held(["chat"])
+    assert str(refused.value) == (
+        f"the holds of {tmp_path} are unreadable: EIO: Input/output error: {tmp_path / 'schedule'}"
+    )
+    await store.aclose()
