@@ -158,7 +158,7 @@ def test_the_bad_delay_reply_whole() -> None:
     )
     assert bad_delay_reply("ñ120") == expected.format('"ñ120"')
     assert bad_delay_reply(b"x") == expected.format("\"b'x'\"")
-    assert bad_delay_reply(10**400) == expected.format(cut("1" + "0" * 400))
+    assert bad_delay_reply(10**400) == f'"in" ({cut("1" + "0" * 400)}) is too far in the future.'
     ahead = (
         '"in" ({}) is no delay ahead — a one-shot wakes at least 60s from now: give a positive '
         'number of seconds, or a unit like "30m" / "2h" / "1d".'

@@ -15,6 +15,7 @@ per session, a chain depth), which the request carries.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
@@ -383,15 +384,12 @@ def removed_reply(wakeup_id: str, removed: bool) -> str:
 
 
 def bad_delay_reply(value: object) -> str:
-    import json
-
+    """Why ``value`` is no delay (model-facing: the wake tool returns it)."""
     given = json.dumps(value, ensure_ascii=False, default=str)
-    if isinstance(value, float) and value > 0:  # only +Infinity fails to parse so
-        return f'"in" ({cut(given)}) is too far in the future.'
-    if isinstance(value, float) or (
-        isinstance(value, int) and not isinstance(value, bool) and value <= 0
-    ):  # a number, but none of seconds ahead (0, negative, NaN, -Infinity)
-        return (
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if value > 0:  # +Infinity, or an int no float holds
+            return f'"in" ({cut(given)}) is too far in the future.'
+        return (  # a number, but of no seconds ahead: 0, negative, NaN
             f'"in" ({cut(given)}) is no delay ahead — a one-shot wakes at least '
             f"{MIN_DELAY.seconds}s from now: give a positive number of seconds, or a unit like "
             '"30m" / "2h" / "1d".'
