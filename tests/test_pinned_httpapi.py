@@ -455,9 +455,43 @@ async def test_routines_show_a_turn_of_their_session_on_another_replica(
         del store.faults["sessions_held"]
         store.hang("sessions_held")  # a store that never answers: within its deadline
         before = trio.current_time()
+        caplog.clear()
         status, said, _ = await refused(api.routines(scheduler))
         assert (status, said) == (503, "the sessions' holds are unreadable right now")
         assert trio.current_time() - before == scheduler.store_timeout
+        ((level, line),) = errors(caplog)
+        assert (level, line.startswith("GET /routines: the sessions' holds are unreadable")) == (
+            logging.ERROR,
+            True,
+        )
+        scheduler.stop(grace=0)
+
+
+class WithoutSessionsHeld(MemoryStore):
+    """A store of an earlier contract: no ``sessions_held`` to ask."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "sessions_held":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+async def test_routines_of_a_store_without_the_holds_read_say_what_runs_here(
+    autojump_clock: Any,
+) -> None:
+    store = WithoutSessionsHeld()
+    assert not hasattr(store, "sessions_held")
+    scheduler = Scheduler(
+        agent=ScriptedAgent(Hang()), store=store, routines=[ADHOC, PLAIN], external_clock=True
+    )
+    async with trio.open_nursery() as nursery:
+        await started(scheduler, nursery)
+        assert await scheduler.sessions_running([ADHOC.session, PLAIN.session]) == frozenset()
+        assert (await api.run(scheduler, {"name": "adhoc", "wait": False})).status == 202
+        await trio.testing.wait_all_tasks_blocked()
+        listing = {entry["name"]: entry for entry in (await api.routines(scheduler)).body}
+        assert (listing["adhoc"]["running"], listing["plain"]["running"]) == (True, False)
+        assert await scheduler.sessions_running([]) == frozenset()
         scheduler.stop(grace=0)
 
 
