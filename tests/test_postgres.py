@@ -607,13 +607,37 @@ async def test_a_search_path_to_a_schema_that_does_not_exist_says_so(
     await store.aclose()
     assert str(refused.value) == (
         f"the PostgreSQL state {store.where} has no schema to keep its tables in: no schema "
-        f"its search_path names ({schema}) exists — create it first (CREATE SCHEMA), then run "
-        "`python -m trio_routines migrate`"
+        f"its search_path names ({schema}) exists, or this role may use — create it first "
+        "(CREATE SCHEMA, or GRANT USAGE), then run `python -m trio_routines migrate`"
     )
     with admin() as conn:
         assert conn.execute(
             "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,)
         ).fetchone() == (0,)
+
+
+async def test_a_search_path_to_a_schema_the_role_may_not_use_says_so(
+    url: str, schema: str
+) -> None:
+    # The schema exists, but this role has no USAGE on it: for the server, no schema is
+    # selected either; the same line says both what to do.
+    role = f"{schema}_role"
+    with admin() as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    try:
+        base = url.replace("://postgres@", f"://{role}@", 1)
+        assert base != url
+        store = PostgresStore(f"{base}?options=-csearch_path%3D{schema}", migrate="never")
+        with pytest.raises(StateFault) as refused:
+            await store.latest_fire("r")
+        await store.aclose()
+        assert "exists, or this role may use — create it first (CREATE SCHEMA, or GRANT USAGE)" in (
+            str(refused.value)
+        )
+    finally:
+        with admin() as conn:
+            conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
 
 
 async def test_unknown_outcomes_read_as_unsettled(url: str, schema: str) -> None:

@@ -232,8 +232,8 @@ class Schema:
             path = str(row[0]) if row else ""
             raise StateFault(
                 f"the PostgreSQL state {where} has no schema to keep its tables in: no schema "
-                f"its search_path names ({path[:80]}) exists — create it first (CREATE SCHEMA), "
-                "then run `python -m trio_routines migrate`"
+                f"its search_path names ({path[:80]}) exists, or this role may use — create it "
+                "first (CREATE SCHEMA, or GRANT USAGE), then run `python -m trio_routines migrate`"
             )
         if self.migrates == "never" or (self.migrates == "create" and current):
             raise StateFault(
