@@ -134,6 +134,25 @@ async def test_an_open_bind_without_a_token_starts_nothing() -> None:
     assert scheduler.statistics().in_flight == 0
 
 
+async def test_serving_http_without_its_extra_starts_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from trio_routines.http import NoServer, serving
+
+    real = serving.importlib.util.find_spec
+    monkeypatch.setattr(
+        serving.importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "hypercorn" else real(name, *args),
+    )
+    store = MemoryStore()
+    scheduler = scheduler_with(ScriptedAgent(), store)
+    with pytest.raises(NoServer, match=r'^the HTTP surface needs hypercorn: pip install "trio'):
+        await serve(scheduler, http=("127.0.0.1", 0))
+    assert not scheduler.stopping
+    assert scheduler.booted is False
+
+
 @pytest.mark.parametrize(
     ("options", "error"),
     [

@@ -293,6 +293,27 @@ async def test_http_missing_from_the_installation_is_refused_in_one_line(
     assert not (tmp_path / "state").exists()
 
 
+async def test_http_without_its_server_package_is_refused_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The runtime alone (`pip install .`): the package imports, hypercorn does not.
+    from trio_routines.http import NoServer, serving
+
+    (tmp_path / "routines").mkdir()
+    real = serving.importlib.util.find_spec
+    monkeypatch.setattr(
+        serving.importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "hypercorn" else real(name, *args),
+    )
+    with pytest.raises(NoServer) as caught:  # main() says it in one line, as every error of ours
+        await Serving().run(args_for(tmp_path, "--http", "127.0.0.1:0"))
+    assert (
+        str(caught.value) == 'the HTTP surface needs hypercorn: pip install "trio-routines[http]"'
+    )
+    assert not (tmp_path / "state").exists()
+
+
 async def test_serving_http_answers_on_the_address_bound_first_and_closes_it_at_the_end(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

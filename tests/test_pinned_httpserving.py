@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import trio
 
-from trio_routines.http import InsecureBind, check_bind, serve_http, serving
+from trio_routines.http import InsecureBind, NoServer, check_bind, serve_http, serving
 from trio_routines.http.connections import connection_cap, descriptor_limit
 from trio_routines.scheduler import Scheduler
 from trio_routines.testing import MemoryStore, ScriptedAgent
@@ -48,6 +48,23 @@ def test_an_open_bind_without_a_token_is_refused_naming_the_address(host: str, n
 
 def descriptors() -> set[str]:
     return set(os.listdir("/proc/self/fd"))
+
+
+def test_serving_without_the_http_extra_is_one_line_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = serving.importlib.util.find_spec
+
+    def without(name: str, *args: object) -> object:
+        return None if name == "hypercorn" else real(name, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(serving.importlib.util, "find_spec", without)
+    with pytest.raises(NoServer) as refused:
+        check_bind("127.0.0.1", None)
+    assert str(refused.value) == (
+        'the HTTP surface needs hypercorn: pip install "trio-routines[http]"'
+    )
+    assert isinstance(refused.value, ImportError)
 
 
 def test_bind_http_listens_now_on_either_family_and_lets_a_restart_rebind() -> None:

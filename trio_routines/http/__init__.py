@@ -73,7 +73,7 @@ from __future__ import annotations
 
 from .app import make_app
 from .origin import BadToken
-from .serving import InsecureBind, bind_http, check_bind, serve_http
+from .serving import InsecureBind, NoServer, bind_http, check_bind, serve_http
 from .wire import MAX_BODY, ASGIApp
 
 __all__ = [
@@ -81,6 +81,7 @@ __all__ = [
     "ASGIApp",
     "BadToken",
     "InsecureBind",
+    "NoServer",
     "bind_http",
     "check_bind",
     "make_app",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import socket
 from functools import partial
@@ -33,9 +34,17 @@ class InsecureBind(TrioRoutinesError, ValueError):
     without a token: the HTTP surface can fire turns with the agent's full authority."""
 
 
+class NoServer(TrioRoutinesError, ImportError):
+    """Raised by :func:`check_bind` (and so :func:`serve_http`) when hypercorn, the server
+    of the ``http`` extra, is not installed: said before anything is bound or started."""
+
+
 def check_bind(host: str, token: str | None) -> None:
-    """Refuse to serve with a token no client can send (:class:`BadToken`), or on a
-    non-loopback ``host`` without a token (:class:`InsecureBind`)."""
+    """Refuse to serve without the ``http`` extra's server (:class:`NoServer`), with a token
+    no client can send (:class:`BadToken`), or on a non-loopback ``host`` without a token
+    (:class:`InsecureBind`)."""
+    if importlib.util.find_spec("hypercorn") is None:
+        raise NoServer('the HTTP surface needs hypercorn: pip install "trio-routines[http]"')
     check_token(token)
     if not token and not is_loopback(host):
         raise InsecureBind(
