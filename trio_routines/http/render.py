@@ -34,7 +34,7 @@ WIDTH, HEIGHT = 480, 28  # the timeline's viewBox
 KINDS: dict[str, tuple[str, str]] = {
     "completed": ("✓", "completed"),
     "failed": ("✗", "failed"),
-    "skipped": ("·", "skipped (session busy)"),
+    "skipped": ("·", "skipped (session busy, or over budget)"),
     "interrupted": ("⊘", "interrupted"),
     "running": ("▶", "running or unsettled"),
     "missed": ("○", "missed (no claim)"),
