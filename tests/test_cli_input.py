@@ -120,8 +120,12 @@ def test_unreadable_state_is_one_line_exit_1(env: Env, args: list[str]) -> None:
     result = env.cli(*args)
     assert result.returncode == 1
     assert result.stdout == ""
-    assert str(env.state) in one_line(result.stderr)
-    assert one_line(result.stderr).startswith("error: ")
+    # The path given, what it is, and what to give: not a path inside it that no one gave.
+    assert one_line(result.stderr) == (
+        f"error: --state {env.state} is a regular file, not a state directory (ENOTDIR) — "
+        "give --state the directory `serve` keeps its state in\n"
+    )
+    assert env.state.read_text() == "a regular file where the state directory should be"
 
 
 READS_ROUTINES = [

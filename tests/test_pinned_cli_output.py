@@ -144,7 +144,8 @@ def test_only_a_directory_another_user_owns_is_refused(
     owner = state.stat().st_uid
     monkeypatch.setattr(os, "geteuid", lambda: owner + 1)
     (tmp_path / "file").write_text("")
-    output.check_owner(str(tmp_path / "file"), "pause")  # not a directory: the store's to say
+    with pytest.raises(CliError, match=r"is a regular file, not a state directory \(ENOTDIR\)"):
+        output.check_owner(str(tmp_path / "file"), "pause")  # not a directory: what it is
     output.check_owner("postgresql://user@db/routines", "pause")
     them, me = output._user(owner), output._user(owner + 1)
     with pytest.raises(CliError) as caught:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -131,14 +132,21 @@ def test_a_state_that_cannot_be_looked_at_is_the_stores_to_refuse(
 
 
 @pytest.mark.parametrize("command", [("pause", "daily"), ("resume", "daily")])
-def test_a_state_that_is_a_file_is_the_stores_to_refuse(env: Env, command: tuple[str, ...]) -> None:
+def test_a_state_that_is_a_file_is_refused_as_what_it_is(
+    env: Env, command: tuple[str, ...]
+) -> None:
     env.routine("daily", cron="0 9 * * *")
     env.state.write_text("not a directory")
     done = env.run_cli(*command)
     assert (done.returncode, done.stdout) == (1, "")
-    assert "no state directory" not in one_line(done.stderr)
-    assert "ENOTDIR" in done.stderr
+    assert one_line(done.stderr) == (
+        f"error: --state {env.state} is a regular file, not a state directory (ENOTDIR) — "
+        "give --state the directory `serve` keeps its state in\n"
+    )
     assert env.state.read_text() == "not a directory"
+    os.unlink(env.state)
+    os.mkfifo(env.state)  # opened by nothing: no open may hang on it
+    assert "is a FIFO, not a state directory" in one_line(env.run_cli(*command).stderr)
 
 
 def test_a_paused_routine_whose_file_is_gone_may_still_be_resumed(env: Env) -> None:

@@ -36,6 +36,7 @@ from ..scheduler.state import STORE_TIMEOUT, duration
 from ..store import Store
 from ..stores import is_postgres_url, open_store, state_problem
 from ..stores.credentials import shown_state
+from ..stores.fileplaces import kind_of
 from ..text import name_shown, safe_json, shown, visible
 from ..tickets import share_key
 
@@ -128,11 +129,13 @@ def check_owner(state: str, command: str, *, existing: bool = False) -> None:
     An absent directory is created as ours, unless ``existing``: a command that acts on what
     a scheduler keeps there (a pause, a resume, a wake-up's removal) made it anew, parents and
     all, at a mistyped path, and said it was done (``serve`` makes it; so do ``fire``, ``run``
-    and ``wake``, which may come first). An unusable one (EACCES, a file, a dangling link) is
+    and ``wake``, which may come first). One that is no directory is refused as what it is
+    (:func:`check_is_directory`); one that cannot be looked at (EACCES, a dangling link) is
     the store's to report, in its own words.
     """
     if is_postgres_url(state):
         return
+    check_is_directory(state)
     try:
         status = os.stat(state)
     except FileNotFoundError:
@@ -158,6 +161,23 @@ def check_owner(state: str, command: str, *, existing: bool = False) -> None:
     )
 
 
+def check_is_directory(state: str) -> None:
+    """Refuse a state path that is there but is no directory (a regular file, a FIFO), naming
+    it: the store would fail on a path inside it, in words about that path. What cannot be
+    looked at (EACCES, a dangling link) is the store's to say; an absent one is made."""
+    if is_postgres_url(state):
+        return
+    try:
+        status = os.stat(state)
+    except OSError:
+        return
+    if not stat.S_ISDIR(status.st_mode):
+        raise CliError(
+            f"--state {state_label(state)} is {kind_of(status.st_mode)}, not a state directory "
+            "(ENOTDIR) — give --state the directory `serve` keeps its state in"
+        )
+
+
 @asynccontextmanager
 async def open_state(
     state: str,
@@ -173,6 +193,8 @@ async def open_state(
     stores/postgres/schema.py)."""
     if writes is not None:
         check_owner(state, writes, existing=existing)
+    else:
+        check_is_directory(state)
     if migrate is None:
         migrate = "never" if writes is None else "create"
     try:
