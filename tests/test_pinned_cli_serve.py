@@ -458,7 +458,8 @@ async def test_the_listener_is_closed_when_the_store_cannot_be_opened(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "routines").mkdir()
-    (tmp_path / "state").write_text("not a directory")
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "schedule").write_text("not a directory")  # the store's to find
     bound = binds_spied(monkeypatch)
     with pytest.raises(BaseExceptionGroup) as caught:
         await Serving().run(args_for(tmp_path, "--http", "127.0.0.1:0"))
