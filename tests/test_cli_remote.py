@@ -311,6 +311,42 @@ def test_a_redirect_is_not_followed_and_the_token_stays_home(env: Env, code: int
     assert reached == []  # neither the request nor the token went on
 
 
+def answered_by_another(
+    env: Env, argv: list[str], status: int, body: object = None
+) -> tuple[str, subprocess.CompletedProcess[str]]:
+    """``argv`` over ``--url`` to another service on a loopback port (or a proxy answering for
+    it), which answers ``status`` with ``body`` (JSON; none: no body) and does nothing: its
+    URL, and what the command did."""
+    import http.server
+    import threading
+
+    class Other(http.server.BaseHTTPRequestHandler):
+        def answer(self) -> None:
+            data = b"" if body is None else json.dumps(body).encode()
+            self.send_response(status)
+            if data:
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_POST = do_DELETE = answer
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Other)
+    url = f"http://127.0.0.1:{other.server_address[1]}"
+    thread = threading.Thread(target=other.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    try:
+        environ = {**env.environ(), "TRIO_ROUTINES_TOKEN": TOKEN}
+        return url, in_process([*argv, "--url", url], cwd=env.root, environ=environ)
+    finally:
+        other.shutdown()
+        other.server_close()
+
+
 @pytest.mark.parametrize(
     ("argv", "body", "problem"),
     [
@@ -334,33 +370,7 @@ def test_a_200_that_is_not_the_change_asked_for_is_no_success(
     env: Env, argv: list[str], body: object, problem: str
 ) -> None:
     # Another service on that port, or a proxy answering for it: it says 200 and did nothing.
-    import http.server
-    import threading
-
-    class Other(http.server.BaseHTTPRequestHandler):
-        def answer(self) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_POST = do_DELETE = answer
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Other)
-    url = f"http://127.0.0.1:{other.server_address[1]}"
-    thread = threading.Thread(target=other.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    try:
-        environ = {**env.environ(), "TRIO_ROUTINES_TOKEN": TOKEN}
-        done = in_process([*argv, "--url", url], cwd=env.root, environ=environ)
-    finally:
-        other.shutdown()
-        other.server_close()
+    url, done = answered_by_another(env, argv, 200, body)
     assert (done.returncode, done.stdout) == (1, "")
     assert one_line(done.stderr) == (
         f"error: {url}: the answer is not a trio_routines server's ({problem})\n"
@@ -369,29 +379,7 @@ def test_a_200_that_is_not_the_change_asked_for_is_no_success(
 
 def test_an_unwake_answered_with_another_success_is_another_servers(env: Env) -> None:
     # A cancel answers 200 (removed) or 404 (none): a 204 is no server of ours.
-    import http.server
-    import threading
-
-    class Other(http.server.BaseHTTPRequestHandler):
-        def do_DELETE(self) -> None:
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Other)
-    url = f"http://127.0.0.1:{other.server_address[1]}"
-    thread = threading.Thread(target=other.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    try:
-        environ = {**env.environ(), "TRIO_ROUTINES_TOKEN": TOKEN}
-        done = in_process(
-            ["unwake", "w1", "--session", "s", "--url", url], cwd=env.root, environ=environ
-        )
-    finally:
-        other.shutdown()
-        other.server_close()
+    url, done = answered_by_another(env, ["unwake", "w1", "--session", "s"], 204)
     assert (done.returncode, done.stdout) == (1, "")
     assert one_line(done.stderr) == (
         f"error: {url}: the answer is not a trio_routines server's (it said 204 where this "
