@@ -196,7 +196,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ],
     ),
     "wakeups": (
-        ["trio_routines/wakeups.py"],
+        ["trio_routines/wakeups.py", "trio_routines/wakeuptexts.py"],
         [
             "tests/test_wakeups.py",
             "tests/test_pinned_wakeups.py",

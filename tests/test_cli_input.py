@@ -254,7 +254,7 @@ def test_run_shows_an_agents_escape_sequences_escaped_on_a_terminal_and_as_they_
 
 def test_operator_surfaces_never_cite_the_specification_or_speak_to_the_model() -> None:
     """The command line and the HTTP errors are read by people; the texts the agent reads (the
-    wake-up envelope, POST /wakeups's reply) live in wakeups.py, where the agent sees them."""
+    wake-up envelope, POST /wakeups's reply) live in wakeuptexts.py, where the agent sees them."""
     import trio_routines.cli
     import trio_routines.http
 

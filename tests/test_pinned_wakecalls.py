@@ -29,7 +29,7 @@ from trio_routines.scheduler.wakecalls import WakeupCalls
 from trio_routines.testing import MemoryStore
 from trio_routines.testing.memberships import MemoryPresence
 from trio_routines.wakelimits import DEFAULT_LIMITS
-from trio_routines.wakeups import bad_delay_reply
+from trio_routines.wakeuptexts import bad_delay_reply
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
 

@@ -21,16 +21,14 @@ from trio_routines.wakeups import (
     MAX_ATTEMPTS,
     MAX_PENDING_PER_SESSION,
     WakeupRequest,
-    added_reply,
-    bad_delay_reply,
     check_stored,
     defer_dropped,
-    envelope,
     plan_add,
     plan_defer,
     remove,
     take_first_due,
 )
+from trio_routines.wakeuptexts import added_reply, bad_delay_reply, envelope
 
 NOW = datetime(2026, 7, 7, 10, 0, tzinfo=UTC)
 LATER = NOW + timedelta(hours=1)

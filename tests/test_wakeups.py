@@ -12,15 +12,12 @@ from trio_routines.errors import InvalidWakeup
 from trio_routines.records import Wakeup
 from trio_routines.wakeups import (
     WakeupRequest,
-    added_reply,
-    bad_delay_reply,
     defer_dropped,
-    envelope,
     parse_delay,
     plan_add,
     plan_defer,
-    removed_reply,
 )
+from trio_routines.wakeuptexts import added_reply, bad_delay_reply, envelope, removed_reply
 
 NOW = datetime(2026, 7, 7, 10, tzinfo=UTC)
 

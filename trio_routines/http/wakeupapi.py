@@ -25,7 +25,8 @@ from ..instants import parse_instant
 from ..records import Origin, OriginKind, Wakeup
 from ..scheduler import Scheduler
 from ..tools import call_tool
-from ..wakeups import WakeupRequest, added_reply, bad_delay_reply, parse_delay, removed_reply
+from ..wakeups import WakeupRequest, parse_delay
+from ..wakeuptexts import added_reply, bad_delay_reply, removed_reply
 from .spending import listed_sessions_spent
 from .storecall import store_call
 from .wire import ECHO, MAX_SESSION, Refusal, Response, label, optional_text, required_text

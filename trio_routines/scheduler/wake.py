@@ -16,7 +16,8 @@ import trio
 from ..context import FireContext
 from ..errors import StateFault
 from ..records import Wakeup
-from ..wakeups import MAX_ATTEMPTS, defer_dropped, envelope
+from ..wakeups import MAX_ATTEMPTS, defer_dropped
+from ..wakeuptexts import envelope
 from .calls import StoreCalls
 from .clock import ClockWatch
 from .restarts import RESTART_FIRST, Restarts

@@ -26,7 +26,8 @@ from ..errors import InvalidWakeup, StateFault
 from ..records import Wakeup
 from ..store import Store
 from ..wakelimits import RATE_WINDOW, WakeLimits, WakeTurns, by_turn
-from ..wakeups import WakeupRequest, asked_by, bad_delay_reply, parse_delay
+from ..wakeups import WakeupRequest, asked_by, parse_delay
+from ..wakeuptexts import bad_delay_reply
 from .calls import StoreCalls
 from .state import Runtime, log
 
