@@ -24,7 +24,7 @@ change did, for a writer whose caller gave up before the change landed.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -67,6 +67,18 @@ class WakeupIndex:
 
     def get(self, wakeup_id: str) -> Wakeup | None:
         return self._entries.get(wakeup_id)
+
+    def adds_of(self, wakeups: Iterable[Wakeup]) -> list[Op]:
+        """The changes that add ``wakeups`` after the pending ones: each id once, none that is
+        pending already (taken over before a crash kept the old file from being moved aside)."""
+        ops: list[Op] = []
+        taken: set[str] = set()
+        for wakeup in wakeups:
+            if wakeup.id in self._entries or wakeup.id in taken:
+                continue
+            taken.add(wakeup.id)
+            ops.append(add_op(wakeup, self.next_n + len(ops)))
+        return ops
 
     def order_of(self, wakeup_id: str) -> int:
         return self._order[wakeup_id]

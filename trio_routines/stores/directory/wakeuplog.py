@@ -32,7 +32,7 @@ from ...errors import StateFault
 from ..abandon import Handoff
 from ..safefile import Refused, Shared, describe, open_dirs
 from .wakeupfile import WakeupFile
-from .wakeupindex import Op, WakeupIndex, add_op, op_ids
+from .wakeupindex import Op, WakeupIndex, op_ids
 from .wakeupjournal import MAX_LINE, Journal, generation_of, line, snapshot
 
 log = logging.getLogger("trio_routines")
@@ -365,15 +365,7 @@ class WakeupLog:
 
     def _import(self, directory: int, fd: int) -> None:
         entries, damaged = self.file.load(directory)
-        ops: list[Op] = []
-        taken: set[str] = set()
-        n = self.index.next_n
-        for wakeup in entries:
-            if self.index.get(wakeup.id) is not None or wakeup.id in taken:
-                continue  # taken over already (a crash before the move aside), or twice in it
-            taken.add(wakeup.id)
-            ops.append(add_op(wakeup, n))
-            n += 1
+        ops = self.index.adds_of(entries)
         if ops:
             self._write(fd, ops)
         self.file.retire(directory, damaged)
