@@ -241,12 +241,14 @@ def test_a_url_before_the_command_goes_with_it(command: str) -> None:
     assert later.url == "http://[::1]:9"  # given after too, the later one wins
 
 
+@pytest.mark.parametrize("after", [False, True], ids=["before", "after"])
 @pytest.mark.parametrize("command", ["serve", "next d", "check", "migrate"])
-def test_a_url_before_a_command_that_cannot_send_itself_is_refused(
-    command: str, capsys: pytest.CaptureFixture[str]
+def test_a_url_with_a_command_that_cannot_send_itself_is_refused(
+    command: str, after: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
     parser = build_parser()
-    args = parser.parse_args(["--url", URL, *command.split()])
+    given = [*command.split(), "--url", URL] if after else ["--url", URL, *command.split()]
+    args = parser.parse_args(given)
     with pytest.raises(SystemExit) as exited:
         check_url_goes(parser, args)
     assert exited.value.code == 2

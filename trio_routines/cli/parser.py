@@ -111,8 +111,17 @@ def _add_url(parser: argparse.ArgumentParser, *, before: bool = False) -> None:
         parser.set_defaults(takes_url=True)
 
 
+def _refuse_url(parser: argparse.ArgumentParser) -> None:
+    """``--url`` after a command that cannot send itself to a server: read, unlisted in its
+    help, so that :func:`check_url_goes` refuses it as it does one given before the name."""
+    parser.add_argument(
+        "--url", type=values.server_url, default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
+
+
 def check_url_goes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuse a ``--url`` given before a command that cannot send itself to a server."""
+    """Refuse a ``--url`` given with a command that cannot send itself to a server (before
+    its name or after)."""
     if args.url is not None and not getattr(args, "takes_url", False):
         parser.error(
             f"--url does not go with {args.command}: it sends run, fire, history, list, "
@@ -141,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     serve = command("serve", "run the scheduler until SIGINT or SIGTERM, then stop gracefully")
+    _refuse_url(serve)
     serve.add_argument(
         "--grace",
         type=values.non_negative_seconds,
@@ -288,7 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--after", type=values.instant, metavar="ISO", help="count from this instant (default: now)"
     )
 
-    command("check", "validate the routines directory (and the agent spec, when one is given)")
+    _refuse_url(upcoming)
+    _refuse_url(
+        command("check", "validate the routines directory (and the agent spec, when one is given)")
+    )
 
     wake = command("wake", "add a wake-up for a session")
     wake.add_argument("--session", required=True)
@@ -320,6 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("name", metavar="NAME")
     _add_url(resume)
 
-    command("migrate", "bring a PostgreSQL state's tables to this version (serve does it too)")
+    _refuse_url(
+        command("migrate", "bring a PostgreSQL state's tables to this version (serve does it too)")
+    )
 
     return parser
