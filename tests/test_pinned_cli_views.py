@@ -239,9 +239,27 @@ def test_next_says_why_it_lists_nothing(env: Env) -> None:
     assert one_line(unknown.stderr) == (
         f'error: unknown routine "nope" — looked in {env.routines}; available: adhoc\n'
     )
-    bad_zone = env.run_cli("next", "--cron", "0 9 * * *", "--tz", "Nowhere/Land")
-    assert (bad_zone.returncode, bad_zone.stdout) == (1, "")
-    assert one_line(bad_zone.stderr).startswith("error: invalid cron/tz — ")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--tz", "Nowhere/Land"], 'argument --cron/--tz: unknown time zone "Nowhere/Land"'),
+        (["--name", "a/b"], 'argument --name: "a/b" cannot be a routine name'),
+    ],
+)
+def test_next_takes_a_bad_cron_zone_or_name_for_a_usage_error(
+    env: Env, args: list[str], message: str
+) -> None:
+    done = env.run_cli("next", "--cron", "0 9 * * *", *args)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert one_line(done.stderr).startswith(f"python -m trio_routines next: error: {message}")
+    bogus = env.run_cli("next", "--cron", "0 9 * *")
+    assert (bogus.returncode, one_line(bogus.stderr)) == (
+        2,
+        "python -m trio_routines next: error: argument --cron/--tz: expected 5 fields (minute "
+        "hour day-of-month month day-of-week), got 4 (see --help)\n",
+    )
 
 
 def test_next_says_what_h_resolved_to_only_for_a_seed(env: Env) -> None:

@@ -15,6 +15,7 @@ from ..cron import cron_error, next_run, resolve_hashed
 from ..errors import StateFault
 from ..history import gap_line, in_slot_order, read_history, running_slots
 from ..instants import format_iso
+from ..names import name_problem
 from ..records import Fire, Gap
 from ..routines import catchup_text
 from ..text import visible_lines
@@ -160,12 +161,12 @@ async def cmd_next(args: argparse.Namespace) -> int:
         parser.error("--name goes with --cron (it seeds H as a routine of that name would)")
     after = args.after if args.after is not None else datetime.now(UTC)
     if args.cron is not None:
+        # Values of the command line, as --after is: a usage error (exit 2), not a state's.
         cron, tz, seed = args.cron, args.tz, args.seed_name
-        if seed is not None:
-            check_name(seed)
-        problem = cron_error(cron, tz, seed)
-        if problem is not None:
-            raise CliError(f"invalid cron/tz — {problem}")
+        if seed is not None and (problem := name_problem(seed)) is not None:
+            parser.error(f"argument --name: {problem}")
+        if (problem := cron_error(cron, tz, seed)) is not None:
+            parser.error(f"argument --cron/--tz: {problem}")
     else:
         check_name(args.name)
         result = await load(args.routines, report=False)
