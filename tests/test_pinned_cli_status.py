@@ -106,11 +106,13 @@ def test_replica_lines_round_the_seconds_and_never_go_below_zero() -> None:
     members = [
         member("a:1", timedelta(seconds=2.6), in_flight=2),
         member("b\x1b:2", timedelta(seconds=-5)),  # a clock ahead of ours
+        member("c:3", timedelta(seconds=12)),
     ]
     assert replica_lines(members, NOW) == [
-        "replicas (2 live):",
-        "  a:1  v1.2.3  started 2026-07-01T00:00:00.000Z  seen 3s ago  2 in flight",
-        "  b\\x1b:2  v1.2.3  started 2026-07-01T00:00:00.000Z  seen 0s ago  0 in flight",
+        "replicas (3 live):",
+        "  a:1      v1.2.3  started 2026-07-01T00:00:00.000Z  seen 3s ago   2 in flight",
+        "  b\\x1b:2  v1.2.3  started 2026-07-01T00:00:00.000Z  seen 0s ago   0 in flight",
+        "  c:3      v1.2.3  started 2026-07-01T00:00:00.000Z  seen 12s ago  0 in flight",
     ]
 
 

@@ -336,17 +336,25 @@ async def _live_replicas(args: argparse.Namespace) -> list[ReplicaInfo]:
 
 
 def replica_lines(members: Sequence[ReplicaInfo], now: datetime) -> list[str]:
-    """One line a live replica: id, version, since when, last seen, turns in flight."""
+    """One line a live replica, in aligned columns: id, version, since when, last seen, turns
+    in flight."""
     if not members:
         return ["(no live replica)"]
-    out = [f"replicas ({len(members)} live):"]
-    for m in members:
-        seen = max(0, round((now - m.last_seen).total_seconds()))
-        out.append(
-            f"  {name_shown(m.id)}  v{shown(m.version)}  started {format_iso(m.started)}  "
-            f"seen {seen}s ago  {m.in_flight} in flight"
-        )
-    return out
+    rows = [
+        [
+            name_shown(m.id),
+            f"v{shown(m.version)}",
+            f"started {format_iso(m.started)}",
+            f"seen {max(0, round((now - m.last_seen).total_seconds()))}s ago",
+            f"{m.in_flight} in flight",
+        ]
+        for m in members
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return [f"replicas ({len(members)} live):"] + [
+        "  " + "  ".join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)), row[-1]])
+        for row in rows
+    ]
 
 
 def _print_tables(
