@@ -55,7 +55,7 @@ BAD_INPUT = [
         1,
         "invalid cron/tz",
     ),
-    (["next", "--cron", "0 9 * * * *"], 1, "invalid cron/tz"),
+    (["next", "--cron", "0 9 * * * *"], 2, "argument --cron/--tz: expected 5 fields"),
     (["next", "adhoc"], 1, '"adhoc" runs on demand only'),
     (["run", "daily"], 2, "run needs an agent"),
     (["fire", "daily", "--slot", SLOT], 2, "fire needs an agent"),
@@ -73,7 +73,7 @@ BAD_INPUT = [
     (["next", "--cron", "* * * * *", "-n", "0"], 2, "between 1 and 1000"),
     (["next", "--cron", "* * * * *", "-n", "9" * 5000], 2, "must be between 1 and 1000"),
     (["next", "--cron", "* * * * *", "-n", "²"], 2, '"²" is not a whole number'),
-    (["next", "--cron", "9" * 5000 + " * * * *"], 1, 'minute field: "99999999'),
+    (["next", "--cron", "9" * 5000 + " * * * *"], 2, 'minute field: "99999999'),
     (["serve", "--agent", "echo", "--http", "127.0.0.1:" + "8" * 5000], 2, "expected HOST:PORT"),
     (["serve", "--agent", "echo", "--http", "127.0.0.1:²"], 2, "expected HOST:PORT"),
     (["serve", "--agent", "echo", "--grace", "-1"], 2, "must be a finite number"),
@@ -254,7 +254,7 @@ def test_run_shows_an_agents_escape_sequences_escaped_on_a_terminal_and_as_they_
 
 def test_operator_surfaces_never_cite_the_specification_or_speak_to_the_model() -> None:
     """The command line and the HTTP errors are read by people; the texts the agent reads (the
-    wake-up envelope, POST /wakeups's reply) live in wakeuptexts.py, where the agent sees them."""
+    wake-up envelope, the tools' answers) live in wakeuptexts.py and tools.py."""
     import trio_routines.cli
     import trio_routines.http
 

@@ -65,7 +65,7 @@ def test_next_shows_the_resolved_schedule_of_a_name(env: Env) -> None:
 
 def test_h_needs_a_name_on_the_command_line(env: Env) -> None:
     result = env.run_cli("next", "--cron", "H 9 * * *")
-    assert (result.returncode, result.stdout) == (1, "")
+    assert (result.returncode, result.stdout) == (2, "")
     assert "needs a name to hash" in result.stderr
     env.routine("daily", cron="0 9 * * *")
     result = env.run_cli("next", "daily", "--name", "x")

@@ -638,7 +638,11 @@ async def test_wakeups_add_list_and_remove() -> None:
         wakeup = added.json["wakeup"]
         assert "prompt" not in wakeup
         assert wakeup["session"] == "chat:1"
-        assert added.json["reply"].startswith("OK — I'll wake up at ")
+        assert added.json["reply"] == (
+            f"OK — wake-up {added.json['wakeup']['id']} at {added.json['wakeup']['fireAt']} "
+            f'for session "chat:1"; cancel with DELETE /wakeups/{added.json["wakeup"]["id"]}'
+            "?session=chat%3A1"
+        )
         fire_at = parse_iso(wakeup["fireAt"])
         assert fire_at is not None
         assert abs((fire_at - datetime.now(UTC)) - timedelta(hours=2)) < timedelta(minutes=1)

@@ -28,7 +28,7 @@ from trio_routines.wakeups import (
     remove,
     take_first_due,
 )
-from trio_routines.wakeuptexts import added_reply, bad_delay_reply, envelope
+from trio_routines.wakeuptexts import bad_delay_reply, envelope, stored_reply
 
 NOW = datetime(2026, 7, 7, 10, 0, tzinfo=UTC)
 LATER = NOW + timedelta(hours=1)
@@ -138,14 +138,12 @@ def test_texts_of_a_recurring_wake_up_with_its_zone() -> None:
         '[wake-up abc fired — YOUR recurring self-scheduled turn (cron "0 9 * * *" '
         'Europe/Berlin), not a user message; unwake({ id: "abc" }) stops it] look'
     )
-    assert added_reply(wakeup) == (
-        'OK — recurring wake abc (cron "0 9 * * *" Europe/Berlin), first at '
-        '2026-07-07T10:00:00.000Z: look. Use unwake({ id: "abc" }) to stop it.'
-    )
-    without = Wakeup(id="abc", session="s", prompt="look", fire_at=NOW, cron="0 9 * * *")
-    assert added_reply(without) == (
-        'OK — recurring wake abc (cron "0 9 * * *"), first at '
-        '2026-07-07T10:00:00.000Z: look. Use unwake({ id: "abc" }) to stop it.'
+    # For the operator who added it over HTTP: when, for whom, and the call that cancels it.
+    ended = attrs.evolve(wakeup, session="chat/é 1", until=NOW + timedelta(days=3))
+    assert stored_reply(ended) == (
+        'OK — wake-up abc cron "0 9 * * *" Europe/Berlin, first at 2026-07-07T10:00:00.000Z, '
+        'until 2026-07-10T10:00:00.000Z for session "chat/\\u00e9 1"; cancel with '
+        "DELETE /wakeups/abc?session=chat%2F%C3%A9%201"
     )
 
 

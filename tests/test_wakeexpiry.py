@@ -273,7 +273,7 @@ async def test_post_wakeups_until_bad_input_is_one_line_and_changes_nothing(
         added = await server.call("POST", "/wakeups", body)
         assert added.status == 201
         assert added.json["wakeup"]["until"] == until
-        assert f", until {until}:" in added.json["reply"]
+        assert f", until {until} for session" in added.json["reply"]
         listed = await server.call("GET", "/wakeups?session=chat:1")
         assert [w["until"] for w in listed.json] == [until]
 

@@ -17,7 +17,12 @@ from trio_routines.wakeups import (
     plan_add,
     plan_defer,
 )
-from trio_routines.wakeuptexts import added_reply, bad_delay_reply, envelope, removed_reply
+from trio_routines.wakeuptexts import (
+    bad_delay_reply,
+    envelope,
+    removed_reply,
+    stored_reply,
+)
 
 NOW = datetime(2026, 7, 7, 10, tzinfo=UTC)
 
@@ -171,9 +176,9 @@ def test_texts() -> None:
     assert envelope(one) == (
         "[wake-up abc fired — YOUR self-scheduled turn, not a user message] look"
     )
-    assert added_reply(one) == (
-        "OK — I'll wake up at 2026-07-07T10:00:00.000Z (id abc) to: look. "
-        'Use unwake({ id: "abc" }) if it becomes unnecessary.'
+    assert stored_reply(one) == (
+        'OK — wake-up abc at 2026-07-07T10:00:00.000Z for session "s"; cancel with '
+        "DELETE /wakeups/abc?session=s"
     )
     rec = Wakeup(id="abc", session="s", prompt="look", fire_at=NOW, cron="0 9 * * *")
     assert envelope(rec) == (

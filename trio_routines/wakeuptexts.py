@@ -1,14 +1,15 @@
 """What a wake-up says: the envelope its turn receives, and the answers to its callers.
 
-The texts the agent reads (the envelope, the ``wake`` tool's answer, why a delay is none) and
-the operator's answer to a cancel, apart from the rules that decide them
-(:mod:`trio_routines.wakeups`). The agent's texts name its own tools (``unwake``); the
-command line and the HTTP errors, read by people, never do.
+The texts the agent reads (the envelope, why a delay is none) and the operator's (when a
+wake-up fires; the answers to an add over HTTP and to a cancel), apart from the rules that
+decide them (:mod:`trio_routines.wakeups`). The agent's texts name its own tools
+(``unwake``); the operator's, read by people, never do.
 """
 
 from __future__ import annotations
 
 import json
+import urllib.parse
 
 from .instants import format_iso
 from .records import Wakeup
@@ -31,19 +32,26 @@ def envelope(wakeup: Wakeup) -> str:
     )
 
 
-def added_reply(wakeup: Wakeup) -> str:
-    """The ``wake`` tool's answer once a wake-up is stored."""
+def when_text(wakeup: Wakeup) -> str:
+    """When a wake-up fires, for its operator: ``at <instant>``, or its cron, zone, first
+    instant and end."""
     if wakeup.cron is None:
-        return (
-            f"OK — I'll wake up at {format_iso(wakeup.fire_at)} (id {wakeup.id}) to: "
-            f'{wakeup.prompt}. Use unwake({{ id: "{wakeup.id}" }}) if it becomes unnecessary.'
-        )
+        return f"at {format_iso(wakeup.fire_at)}"
     zone = f" {wakeup.tz}" if wakeup.tz else ""
-    end = f", until {format_iso(wakeup.until)}" if wakeup.until is not None else ""
+    when = f'cron "{wakeup.cron}"{zone}, first at {format_iso(wakeup.fire_at)}'
+    if wakeup.until is not None:
+        when += f", until {format_iso(wakeup.until)}"
+    return when
+
+
+def stored_reply(wakeup: Wakeup) -> str:
+    """The answer to an operator's ``POST /wakeups``: when, for whom, how to cancel it (the
+    HTTP call: the caller is not the woken agent, whose ``unwake`` tool it may not have)."""
+    session = urllib.parse.quote(wakeup.session, safe="")
     return (
-        f'OK — recurring wake {wakeup.id} (cron "{wakeup.cron}"{zone}), first at '
-        f"{format_iso(wakeup.fire_at)}{end}: {wakeup.prompt}. "
-        f'Use unwake({{ id: "{wakeup.id}" }}) to stop it.'
+        f"OK — wake-up {wakeup.id} {when_text(wakeup)} for session "
+        f"{json.dumps(wakeup.session, ensure_ascii=True)}; cancel with "
+        f"DELETE /wakeups/{wakeup.id}?session={session}"
     )
 
 

@@ -16,6 +16,7 @@ from ..instants import format_iso
 from ..records import Origin, OriginKind, Wakeup
 from ..text import name_shown
 from ..wakeups import WakeupRequest
+from ..wakeuptexts import when_text
 from .client import Server, path_part, query
 from .output import (
     ADD_NOT_CONFIRMED,
@@ -35,15 +36,9 @@ _OPTION_NAMES = {"`in`": "--in", '"in"': "--in"}
 
 def added_line(wakeup: Wakeup) -> str:
     """What ``wake`` prints: when it fires, for whom, and how to cancel it."""
-    if wakeup.cron is None:
-        when = f"at {format_iso(wakeup.fire_at)}"
-    else:
-        zone = f" {wakeup.tz}" if wakeup.tz else ""
-        when = f'cron "{wakeup.cron}"{zone}, first at {format_iso(wakeup.fire_at)}'
-        if wakeup.until is not None:
-            when += f", until {format_iso(wakeup.until)}"
     return (
-        f"wake-up {wakeup.id} {when} for session {quoted(wakeup.session)} — cancel with: "
+        f"wake-up {wakeup.id} {when_text(wakeup)} for session {quoted(wakeup.session)} — "
+        "cancel with: "
         f"unwake {wakeup.id} --session {shell_word(wakeup.session)}"
     )
 

@@ -26,7 +26,7 @@ from ..records import Origin, OriginKind, Wakeup
 from ..scheduler import Scheduler
 from ..tools import call_tool
 from ..wakeups import WakeupRequest, parse_delay
-from ..wakeuptexts import added_reply, bad_delay_reply, removed_reply
+from ..wakeuptexts import bad_delay_reply, removed_reply, stored_reply
 from .spending import listed_sessions_spent
 from .storecall import store_call
 from .wire import ECHO, MAX_SESSION, Refusal, Response, label, optional_text, required_text
@@ -97,7 +97,7 @@ async def wake(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
         )
     except InvalidWakeup as exc:
         raise Refusal(400, str(exc)) from None
-    return Response(201, {"wakeup": _hidden(wakeup), "reply": added_reply(wakeup)})
+    return Response(201, {"wakeup": _hidden(wakeup), "reply": stored_reply(wakeup)})
 
 
 def _until(body: Mapping[str, Any]) -> datetime | None:
