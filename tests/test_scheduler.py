@@ -18,6 +18,7 @@ from trio_routines import Completed, Gap, GapReason, Outcome, Routine, Scheduler
 from trio_routines.cron import next_run
 from trio_routines.instants import format_iso, slot_name
 from trio_routines.scheduler import NotOnGrid, NotYetDue, Stopping, UnknownRoutine
+from trio_routines.scheduler import wake as wake_module
 from trio_routines.scheduler.boot import BOOT_INTERRUPTED
 from trio_routines.stores.directory import DirectoryStore
 from trio_routines.testing import (
@@ -1171,6 +1172,58 @@ async def test_a_one_shot_retried_while_its_session_stays_busy_says_so_once(
         ("DEBUG", f"{label} firing (session=chat-1)"),  # the retry that runs: its end says so
         ("INFO", f"{label} completed (0ms)"),
     ]
+
+
+def _said_of(caplog: pytest.LogCaptureFixture, label: str) -> list[tuple[str, str]]:
+    """The lines a wake-up's deferrals made, with their levels."""
+    return [
+        (r.levelname, r.getMessage())
+        for r in caplog.records
+        if r.name == "trio_routines" and r.getMessage().startswith(f"{label}: session busy")
+    ]
+
+
+async def test_a_one_shot_deferred_before_a_restart_says_so_once_after_it(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    agent = ScriptedAgent()
+    for _ in range(4):
+        agent.script(Busy(), session="chat-1")
+    rig = Rig(Routine(name="m", prompt="p"), agent=agent)
+    wakeup = await add_due(rig)
+    label = f"wake {wakeup.id[:8]}"
+    async with rig.running():
+        await trio.sleep(40)  # busy at 0 and 30 s
+    caplog.clear()
+    restarted = Rig(Routine(name="m", prompt="p"), store=rig.store, agent=agent, wall=rig.wall)
+    async with restarted.running():
+        await trio.sleep(75)  # busy at the polls 30 and 60 s after the restart
+    assert _said_of(caplog, label) == [
+        (
+            "INFO",
+            f"{label}: session busy — retrying each poll, up to 120 times (retry 2 now) "
+            "(logged at DEBUG)",
+        ),
+        ("DEBUG", f"{label}: session busy — retry 3, next poll"),
+    ]
+
+
+async def test_the_one_shots_said_to_be_retried_are_kept_to_a_bound(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One said per wake-up; past the bound the earliest said is forgotten (it may be retried
+    # on another replica for good) and says so again at its next deferral here.
+    monkeypatch.setattr(wake_module, "SAID_KEPT", 1)
+    agent = ScriptedAgent()
+    for _ in range(4):
+        agent.script(Busy(), session="chat-1")
+    rig = Rig(Routine(name="m", prompt="p"), agent=agent)
+    first = await add_due(rig)
+    second = await add_due(rig, prompt="another")
+    async with rig.running():
+        await trio.sleep(40)  # both busy at 0 and 30 s
+    levels = [[level for level, _ in _said_of(caplog, f"wake {w.id[:8]}")] for w in (first, second)]
+    assert levels == [["INFO", "INFO"], ["INFO", "INFO"]]
 
 
 async def test_failed_one_shot_is_dropped(autojump_clock: Any) -> None:

@@ -27,6 +27,8 @@ from .wakecalls import WakeupCalls
 
 #: Wake-up polls between two counts of the pending wake-ups (a gauge, not a decision).
 COUNT_EVERY = 10
+#: The deferred one-shots whose retries log quietly, at most (see ``WakeLoop._wake``).
+SAID_KEPT = 1024
 
 
 class WakeLoop:
@@ -61,6 +63,9 @@ class WakeLoop:
         self._turn_timeout = turn_timeout
         #: The pending wake-ups as last counted (None: not yet).
         self.pending: int | None = None
+        #: The one-shots whose busy session this process said it retries (in the order said,
+        #: at most :data:`SAID_KEPT`): their retries log at DEBUG.
+        self._said: dict[str, None] = {}
 
     async def run(self) -> None:
         """Poll every poll interval until cancelled or stopped (see the package doc)."""
@@ -140,11 +145,13 @@ class WakeLoop:
             await self._wakeups.note_turn(wakeup.session, self._runtime.now())
 
         # A one-shot retried while its session stays busy says so once, at its first
-        # deferral: a turn that runs for an hour would otherwise fill the log every poll.
-        retry = bool(wakeup.attempts)
+        # deferral in this process (after a restart too): a turn that runs for an hour would
+        # otherwise fill the log every poll.
+        said = wakeup.id in self._said
         turn = await self._turns.turn(
-            why, label, envelope(wakeup), self._turn_timeout, on_start=started, quiet=retry
+            why, label, envelope(wakeup), self._turn_timeout, on_start=started, quiet=said
         )
+        self._said.pop(wakeup.id, None)
         if not turn.busy:
             return
         if wakeup.recurring:
@@ -153,11 +160,16 @@ class WakeLoop:
         retry_at = self._runtime.now() + timedelta(seconds=self._poll_interval)
         if not await self._calls.defer_wakeup(wakeup, retry_at):
             log.error("%s: %s", label, defer_dropped(wakeup))
-        elif retry:
+            return
+        self._said[wakeup.id] = None
+        if len(self._said) > SAID_KEPT:  # retried elsewhere since (another replica's)
+            del self._said[next(iter(self._said))]
+        if said:
             log.debug("%s: session busy — retry %d, next poll", label, wakeup.attempts)
         else:
             log.info(
-                "%s: session busy — retrying each poll, up to %d times (logged at DEBUG)",
+                "%s: session busy — retrying each poll, up to %d times%s (logged at DEBUG)",
                 label,
                 MAX_ATTEMPTS,
+                f" (retry {wakeup.attempts} now)" if wakeup.attempts else "",
             )
