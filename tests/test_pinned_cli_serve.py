@@ -23,6 +23,7 @@ import pytest
 import trio
 from procs import wait_for
 
+from trio_routines import Outcome
 from trio_routines.cli import serve
 from trio_routines.cli.output import CliError
 from trio_routines.cli.parser import build_parser
@@ -130,6 +131,28 @@ async def test_serve_says_which_armed_routines_are_paused(
     assert armed == [
         f'armed held: cron "0 0 1 1 *" — next {NEXT_NEW_YEAR} (paused: not run until `resume`)',
         f'armed yearly: cron "0 0 1 1 *" — next {NEXT_NEW_YEAR}',
+    ]
+
+
+async def test_serve_says_an_armed_routines_next_slot_is_a_catch_up_due_now(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from trio_routines.stores import DirectoryStore
+
+    routine(tmp_path / "routines", "yearly", "cron: 0 0 1 1 *\ncatchup: 800d\n")
+    year = datetime.now(UTC).year
+    store = DirectoryStore(tmp_path / "state")
+    before = datetime(year - 1, 1, 1, tzinfo=UTC)  # last fired a year before this year's
+    await store.claim("yearly", before, before)
+    await store.settle("yearly", before, Outcome.COMPLETED, 5)
+    await store.aclose()
+    serving = Serving()
+    started = await serving.until_stopped(args_for(tmp_path), caplog, "wake-ups: polling")
+    assert serving.code == 0
+    armed = [message for _, message in started if message.startswith("armed ")]
+    assert armed == [
+        f'armed yearly: cron "0 0 1 1 *" — next {year}-01-01T00:00:00.000Z (a missed '
+        "slot's catch-up: it runs now)"
     ]
 
 
