@@ -252,6 +252,44 @@ def test_run_shows_an_agents_escape_sequences_escaped_on_a_terminal_and_as_they_
     assert shown.decode() == "hi\\x1b]0;pwned\\x07\\x1b[31mred\r\n\tok\r\n"
 
 
+def test_run_on_a_terminal_ends_the_replys_line_before_a_log_line(env: Env) -> None:
+    import pty
+    import subprocess
+
+    (env.routines / "short.md").write_text("---\n---\nhi\n")
+    ours, theirs = pty.openpty()
+    try:
+        done = subprocess.run(
+            env.argv("run", "short", "--agent", "cmd:printf 'no line end'"),
+            stdout=theirs,
+            stderr=theirs,  # the reply and the log on one terminal
+            cwd=env.root,
+            env=env.environ(),
+            timeout=60,
+            check=False,
+        )
+        os.close(theirs)
+        theirs = -1
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(ours, 4096)
+            except OSError:  # EIO: the terminal's other end is closed and read out
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(ours)
+        if theirs >= 0:
+            os.close(theirs)
+    assert done.returncode == 0
+    lines = shown.decode().split("\r\n")
+    # The reply's own line, then the turn's end on a line of its own, and no blank line.
+    assert lines[-3:] == ["no line end", lines[-2], ""]
+    assert lines[-2].split()[1:4] == ["INFO", "short", "completed"]
+
+
 def test_operator_surfaces_never_cite_the_specification_or_speak_to_the_model() -> None:
     """The command line and the HTTP errors are read by people; the texts the agent reads (the
     wake-up envelope, the tools' answers) live in wakeuptexts.py and tools.py."""

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from datetime import datetime
 from typing import Any
 
 from ..agent import Agent
 from ..instants import format_iso
+from ..logs import log
 from ..records import Outcome
 from ..routines import Routine
 from ..scheduler import FireResult, Scheduler
@@ -53,29 +55,55 @@ async def cmd_run(args: argparse.Namespace) -> int:
     result = await load(args.routines, report=False)
     routine = pick(result, args.name, args.routines)
     report_failures(result)
-    wrote = ""
     # The agent's words go out as they are, unless to a terminal: there, an escape sequence
     # in them (a window title, a colour, a cursor move) would be obeyed, so control characters
     # other than line breaks and tabs are shown as \xNN, as every other line shows them.
     terminal = sys.stdout.isatty()
+    reply = _ReplyLine(ends_for_logs=terminal and sys.stderr.isatty())
 
     def on_text(text: str) -> None:
-        nonlocal wrote
         if text:
             sys.stdout.write(visible_lines(text) if terminal else text)
             sys.stdout.flush()
-            wrote = text
+            reply.open = not text.endswith("\n")
 
     # `run` makes no claim and writes no history; it holds the routine's session in the
     # store, so that it is busy, as every replica's turns are, while one of them runs it.
     async with open_state(state_arg(args), writes="run") as store:
         scheduler = _one_shot(args, agent, store, routine)
-        turn = await stop_on_signals(
-            scheduler, args.grace, lambda: scheduler.run_now(routine.name, on_text=on_text)
-        )
-    if wrote and not wrote.endswith("\n"):
+        with reply:
+            turn = await stop_on_signals(
+                scheduler, args.grace, lambda: scheduler.run_now(routine.name, on_text=on_text)
+            )
+    if reply.open:
         print_line()
     return 0 if turn.outcome in (Outcome.COMPLETED, Outcome.SKIPPED) else 1
+
+
+class _ReplyLine(logging.Filter):
+    """Whether the reply written so far ends inside a line (``open``). With ``ends_for_logs``
+    (the reply and the log on one terminal), a log line of ours written meanwhile (the turn's
+    end, say) ends the reply's line first, so that it starts a line of its own."""
+
+    def __init__(self, *, ends_for_logs: bool) -> None:
+        super().__init__()
+        self.open = False
+        self._handlers = list(log.handlers) if ends_for_logs else []
+
+    def __enter__(self) -> None:
+        for handler in self._handlers:
+            handler.addFilter(self)
+
+    def __exit__(self, *exc: object) -> None:
+        for handler in self._handlers:
+            handler.removeFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.open:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self.open = False
+        return True
 
 
 async def cmd_fire(args: argparse.Namespace) -> int:
