@@ -211,80 +211,62 @@ def test_a_name_that_reorders_what_follows_it_is_shown_escaped(env: Env) -> None
         assert "\u202e" not in result.stdout + result.stderr
 
 
-def test_run_shows_an_agents_escape_sequences_escaped_on_a_terminal_and_as_they_are_else(
-    env: Env,
-) -> None:
+def on_a_terminal(env: Env, *argv: str, log_too: bool = False) -> tuple[int, str]:
+    """Run the command line with a terminal for its stdout (and, with ``log_too``, its
+    stderr): its exit status and what the terminal showed."""
     import pty
     import subprocess
 
+    ours, theirs = pty.openpty()
+    try:
+        done = subprocess.run(
+            env.argv(*argv),
+            stdout=theirs,
+            stderr=theirs if log_too else subprocess.DEVNULL,
+            cwd=env.root,
+            env=env.environ(),
+            timeout=60,
+            check=False,
+        )
+        os.close(theirs)
+        theirs = -1
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(ours, 4096)
+            except OSError:  # EIO: the terminal's other end is closed and read out
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(ours)
+        if theirs >= 0:
+            os.close(theirs)
+    return done.returncode, shown.decode()
+
+
+def test_run_shows_an_agents_escape_sequences_escaped_on_a_terminal_and_as_they_are_else(
+    env: Env,
+) -> None:
     (env.routines / "big.md").write_text("---\n---\nhi\n")
     agent = "cmd:printf 'hi\\033]0;pwned\\007\\033[31mred\\n\\tok\\n'"
     piped = env.cli("run", "big", "--agent", agent)
     assert (piped.returncode, piped.stdout) == (0, "hi\x1b]0;pwned\x07\x1b[31mred\n\tok\n")
-    ours, theirs = pty.openpty()
-    try:
-        done = subprocess.run(
-            env.argv("run", "big", "--agent", agent),
-            stdout=theirs,
-            stderr=subprocess.DEVNULL,
-            cwd=env.root,
-            env=env.environ(),
-            timeout=60,
-            check=False,
-        )
-        os.close(theirs)
-        theirs = -1
-        shown = b""
-        while True:
-            try:
-                chunk = os.read(ours, 4096)
-            except OSError:  # EIO: the terminal's other end is closed and read out
-                break
-            if not chunk:
-                break
-            shown += chunk
-    finally:
-        os.close(ours)
-        if theirs >= 0:
-            os.close(theirs)
-    assert done.returncode == 0
     # The terminal turns "\n" into "\r\n" itself; nothing else was left to obey.
-    assert shown.decode() == "hi\\x1b]0;pwned\\x07\\x1b[31mred\r\n\tok\r\n"
+    assert on_a_terminal(env, "run", "big", "--agent", agent) == (
+        0,
+        "hi\\x1b]0;pwned\\x07\\x1b[31mred\r\n\tok\r\n",
+    )
 
 
 def test_run_on_a_terminal_ends_the_replys_line_before_a_log_line(env: Env) -> None:
-    import pty
-    import subprocess
-
     (env.routines / "short.md").write_text("---\n---\nhi\n")
-    ours, theirs = pty.openpty()
-    try:
-        done = subprocess.run(
-            env.argv("run", "short", "--agent", "cmd:printf 'no line end'"),
-            stdout=theirs,
-            stderr=theirs,  # the reply and the log on one terminal
-            cwd=env.root,
-            env=env.environ(),
-            timeout=60,
-            check=False,
-        )
-        os.close(theirs)
-        theirs = -1
-        shown = b""
-        while True:
-            try:
-                chunk = os.read(ours, 4096)
-            except OSError:  # EIO: the terminal's other end is closed and read out
-                break
-            if not chunk:
-                break
-            shown += chunk
-    finally:
-        os.close(ours)
-        if theirs >= 0:
-            os.close(theirs)
-    assert done.returncode == 0
-    lines = shown.decode().split("\r\n")
+    code, shown = on_a_terminal(
+        env, "run", "short", "--agent", "cmd:printf 'no line end'", log_too=True
+    )
+    assert code == 0
+    lines = shown.split("\r\n")
     # The reply's own line, then the turn's end on a line of its own, and no blank line.
     assert lines[-3:] == ["no line end", lines[-2], ""]
     assert lines[-2].split()[1:4] == ["INFO", "short", "completed"]
