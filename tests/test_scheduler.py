@@ -1137,20 +1137,25 @@ async def test_busy_one_shot_is_deferred(
     assert await rig.store.list_wakeups() == []
 
 
+def busy_for(turns: int) -> Rig:
+    """A scheduler whose agent answers busy to the first ``turns`` turns of ``chat-1``."""
+    agent = ScriptedAgent()
+    for _ in range(turns):
+        agent.script(Busy(), session="chat-1")
+    return Rig(Routine(name="m", prompt="p"), agent=agent)
+
+
 async def test_a_one_shot_retried_while_its_session_stays_busy_says_so_once(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A turn that runs for an hour would otherwise log three lines every poll.
     caplog.set_level(logging.DEBUG, "trio_routines")
-    agent = ScriptedAgent()
-    for _ in range(3):
-        agent.script(Busy(), session="chat-1")
-    rig = Rig(Routine(name="m", prompt="p"), agent=agent)
+    rig = busy_for(3)
     wakeup = await add_due(rig)
     label = f"wake {wakeup.id[:8]}"
     async with rig.running():
         await trio.sleep(100)  # busy at 0, 30 and 60 s; run at 90
-    assert len(agent.turns) == 4
+    assert len(rig.agent.turns) == 4
     lines = [
         (r.levelname, r.getMessage())
         for r in caplog.records
@@ -1186,16 +1191,13 @@ def _said_of(caplog: pytest.LogCaptureFixture, label: str) -> list[tuple[str, st
 async def test_a_one_shot_deferred_before_a_restart_says_so_once_after_it(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    agent = ScriptedAgent()
-    for _ in range(4):
-        agent.script(Busy(), session="chat-1")
-    rig = Rig(Routine(name="m", prompt="p"), agent=agent)
+    rig = busy_for(4)
     wakeup = await add_due(rig)
     label = f"wake {wakeup.id[:8]}"
     async with rig.running():
         await trio.sleep(40)  # busy at 0 and 30 s
     caplog.clear()
-    restarted = Rig(Routine(name="m", prompt="p"), store=rig.store, agent=agent, wall=rig.wall)
+    restarted = Rig(Routine(name="m", prompt="p"), store=rig.store, agent=rig.agent, wall=rig.wall)
     async with restarted.running():
         await trio.sleep(75)  # busy at the polls 30 and 60 s after the restart
     assert _said_of(caplog, label) == [
@@ -1214,10 +1216,7 @@ async def test_the_one_shots_said_to_be_retried_are_kept_to_a_bound(
     # One said per wake-up; past the bound the earliest said is forgotten (it may be retried
     # on another replica for good) and says so again at its next deferral here.
     monkeypatch.setattr(wake_module, "SAID_KEPT", 1)
-    agent = ScriptedAgent()
-    for _ in range(4):
-        agent.script(Busy(), session="chat-1")
-    rig = Rig(Routine(name="m", prompt="p"), agent=agent)
+    rig = busy_for(4)
     first = await add_due(rig)
     second = await add_due(rig, prompt="another")
     async with rig.running():
