@@ -256,6 +256,29 @@ async def test_a_planted_journal_is_refused_then_kept_aside(
     assert victim.untouched()
 
 
+@pytest.mark.parametrize("field", ["id", "session", "prompt"])
+async def test_a_journal_line_naming_a_lone_surrogate_is_damage_and_blocks_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, field: str
+) -> None:
+    # JSON's escapes name text no add lets in (and no line can be written with): read as a
+    # valid entry, its removal failed at every take and held back each wake-up behind it.
+    store = DirectoryStore(tmp_path / "state")
+    before = T0 - timedelta(minutes=2)
+    kept = await store.add_wakeup(WakeupRequest(session="s", prompt="p", fire_at=T0), before)
+    planted = {"id": "x", "session": "s", "prompt": "p", "fireAt": format_iso(T0)}
+    planted[field] += "\ud800"  # a JSON escape, read as a lone surrogate
+    journal = tmp_path / "state" / "schedule" / "wakeups.journal"
+    with journal.open("a", encoding="ascii") as handle:
+        handle.write(json.dumps({"op": "add", "n": 0, "wakeup": planted}) + "\n")
+    behind = await store.add_wakeup(WakeupRequest(session="t", prompt="p", fire_at=T0), before)
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= 30]
+    assert f"the {field} is not storable text (a NUL, or not valid Unicode)" in warned[0]
+    taken = [await store.take_due_wakeup(T0) for _ in range(3)]
+    assert [w.id if w else None for w in taken] == [kept.id, behind.id, None]
+    assert len(list(journal.parent.glob("wakeups.journal.corrupt-*"))) == 1  # compacted
+    assert await DirectoryStore(tmp_path / "state").list_wakeups() == []
+
+
 async def test_a_planted_lock_link_is_refused(tmp_path: Path) -> None:
     victim = Victim(tmp_path / "victim")
     schedule = tmp_path / "state" / "schedule"

@@ -264,6 +264,21 @@ def test_a_stored_entry_longer_than_any_add_makes_is_malformed(field: str, most:
     )
 
 
+@pytest.mark.parametrize("field", ["id", "session", "prompt", "cron", "tz"])
+@pytest.mark.parametrize("bad", [chr(0xD800), chr(0xDCFF), "\x00"], ids=["high", "low", "nul"])
+def test_a_stored_entry_with_text_no_store_holds_is_malformed(field: str, bad: str) -> None:
+    # A journal line's JSON can name a lone surrogate (or a NUL) that no add lets in: kept, it
+    # would fail the line that removes it, at every take, and every wake-up behind it.
+    fields = {"id": "w1", "session": "s", "prompt": "p", "cron": None, "tz": None}
+    entry = Wakeup(**{**fields, field: f"a{bad}"}, fire_at=NOW)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^the \w+ is not storable text") as raised:
+        check_stored(entry)
+    assert str(raised.value) == f"the {field} is not storable text (a NUL, or not valid Unicode)"
+    fine = Wakeup(**{**fields, field: "a\U0001f600"}, fire_at=NOW)  # type: ignore[arg-type]
+    if field not in ("cron", "tz"):  # (an emoji is no cron nor zone)
+        assert check_stored(fine) is fine
+
+
 def test_a_busy_one_shot_is_dropped_past_its_last_retry_and_says_which_limit_dropped_it() -> None:
     # The 120th deferral is kept, the 121st is not: the log names the retries, not the cap.
     kept = Wakeup(id="w1", session="s", prompt="p", fire_at=NOW, attempts=MAX_ATTEMPTS - 1)

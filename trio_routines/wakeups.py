@@ -244,13 +244,19 @@ def plan_add(
 
 def check_stored(wakeup: Wakeup) -> Wakeup:
     """Refuse a stored recurring entry whose cron no longer parses, and an entry with text no
-    add makes (a field longer than :data:`MOST` lets it be: edited by hand).
+    add makes (a field longer than :data:`MOST` lets it be, or one no store can hold: a NUL,
+    or a lone surrogate, which JSON's ``\\ud800`` escapes can name: edited by hand).
 
-    Such an entry would raise inside every take and block each wake-up queued behind it.
+    Such an entry would raise inside every take (or its removal, which writes its id) and
+    block each wake-up queued behind it.
     """
-    problem = _too_long(wakeup, ("id", "session", "prompt", "cron", "tz"))
+    fields = ("id", "session", "prompt", "cron", "tz")
+    problem = _too_long(wakeup, fields)
     if problem is not None:
         raise ValueError(problem)
+    for field in fields:
+        if not storable(getattr(wakeup, field)):
+            raise ValueError(f"the {field} is not storable text (a NUL, or not valid Unicode)")
     if wakeup.cron is not None:
         problem = cron_error(wakeup.cron, wakeup.tz, wakeup_seed(wakeup.session, wakeup.id))
         if problem is not None:
