@@ -28,6 +28,7 @@ from trio_routines.http.render import describe, main_html, routine_html
 from trio_routines.http.views import MAX_MARKS, WINDOW, Mark, PageView, RoutineView, timeline
 from trio_routines.instants import format_iso
 from trio_routines.records import Fire, Origin, OriginKind, Outcome
+from trio_routines.replicas import ReplicaInfo
 from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
 from trio_routines.testing import Hang, MemoryStore, ScriptedAgent
@@ -193,6 +194,31 @@ def test_hostile_names_reasons_and_crons_are_escaped_everywhere() -> None:
         "p", "code", "time", "section", "h2", "h3", "ul", "li", "svg", "g", "circle", "path",
         "rect", "line", "title", "span", "article", "div", "details", "summary", "pre",
     }  # fmt: skip
+
+
+def test_lone_surrogates_from_the_state_are_shown_escaped_and_the_page_is_utf8() -> None:
+    # A state file's JSON can name one ("\\ud800"): no UTF-8 page can carry it as it is.
+    lone = chr(0xD800)
+    failed = attrs.evolve(fire(NOW - timedelta(hours=1), Outcome.FAILED), error=f"e{lone}")
+    failed = attrs.evolve(failed, output=f"o{lone}", replica=f"r{lone}")
+    member = ReplicaInfo(
+        id="web-1:1", version=f"v{lone}", host=f"h{lone}", pid=1, started=NOW, last_seen=NOW
+    )
+    page = PageView(
+        now=NOW,
+        routines=(_view(recent=(failed,), problem=f"p{lone}"),),
+        in_flight=(),
+        wakeups=(),
+        clock_jumps=0,
+        store=f"s{lone}",
+        stopping=False,
+        poll=5,
+        replicas=(member,),
+    )
+    html = main_html(page)
+    html.encode("utf-8")  # (a lone surrogate left in it would raise)
+    for shown in ("e", "p", "s", "v"):
+        assert f"{shown}\\ud800" in html
 
 
 def test_only_the_newest_kept_output_is_shown_and_none_without_one() -> None:

@@ -65,6 +65,19 @@ def test_what_reorders_or_breaks_a_shown_line_is_shown_not_obeyed() -> None:
         assert visible(char) == char
 
 
+def test_lone_surrogates_are_shown_escaped_and_pairs_as_their_character() -> None:
+    # Text read from a JSON escape ("\\ud800") or from bytes that did not decode: no UTF-8
+    # output (a page, a terminal, a log line) can carry it as it is.
+    for code in (0xD800, 0xDBFF, 0xDC00, 0xDCFF, 0xDFFF):
+        char, escaped = chr(code), f"\\u{code:04x}"
+        assert visible(f"a{char}b") == f"a{escaped}b"
+        assert visible_lines(f"a{char}b\n\tc") == f"a{escaped}b\n\tc"
+        assert safe_json({"k": f"a{char}b"}) == f'{{"k": "a{escaped}b"}}'
+        visible(f"a{char}b").encode("utf-8")
+    for char in ("\ud7ff", "\ue000", "\U0001f600"):  # their neighbours, a pair's character
+        assert visible(char) == char
+
+
 @given(st.text())
 def test_a_visible_text_holds_no_control_left_to_obey(text: str) -> None:
     for escaped in (visible(text), visible_lines(text)):

@@ -22,9 +22,11 @@ _WHITESPACE = re.compile(r"\s+")
 #: U+2028, U+2029), which :func:`visible` shows escaped instead.
 _PLAIN_WHITESPACE = re.compile("[^\\S\x0b\x0c\x1c-\x1f\x85\u2028\u2029]+")
 #: What reorders the text shown around it (the bidirectional embeddings, overrides, isolates
-#: and marks: a name can read as another), and the line and paragraph separators, which some
-#: terminals, editors and log viewers break a line at.
-_UNICODE_CONTROLS = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029"
+#: and marks: a name can read as another), the line and paragraph separators, which some
+#: terminals, editors and log viewers break a line at, and the lone surrogates (text read
+#: from a JSON escape such as ``\\ud800``, or from bytes that did not decode), which no
+#: UTF-8 output can carry.
+_UNICODE_CONTROLS = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029\ud800-\udfff"
 _CONTROL = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_UNICODE_CONTROLS}]")
 _CONTROL_BUT_LINES = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_UNICODE_CONTROLS}]")
 # What json.dumps(ensure_ascii=False) leaves raw but a terminal or a line splitter obeys.
@@ -48,8 +50,9 @@ def one_line(text: str) -> str:
 
 
 def visible(text: str) -> str:
-    """Control characters (C0, DEL, C1) shown as ``\\xNN``, the bidirectional controls and the
-    line and paragraph separators as ``\\uNNNN``; everything else as it is."""
+    """Control characters (C0, DEL, C1) shown as ``\\xNN``, the bidirectional controls, the
+    line and paragraph separators and the lone surrogates as ``\\uNNNN``; everything else as
+    it is."""
     return _CONTROL.sub(_escaped, text)
 
 
