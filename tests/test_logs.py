@@ -8,6 +8,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,35 @@ def test_hostile_names_and_errors_stay_on_one_line_in_both_formats() -> None:
     as_json = JsonFormatter().format(line)
     assert as_json.splitlines() == [as_json]
     assert json.loads(as_json)["routine"] == name  # the exact name, escaped only in transit
+
+
+def _raising_deep() -> None:
+    raise KeyError("a\nb\x1b")
+
+
+def test_an_exception_a_record_carries_is_said_on_its_line_and_whole_in_json() -> None:
+    # ``log.exception`` (a request's unexpected error): its cause, where it was raised, never
+    # a line of its own; the JSON line carries the whole traceback, escaped.
+    try:
+        _raising_deep()
+    except KeyError:
+        line = record("GET /: unexpected error", level=logging.ERROR)
+        line.exc_info = sys.exc_info()
+    raised_at = _raising_deep.__code__.co_firstlineno + 1
+    said = f" — KeyError: 'a\\nb\\x1b' (at test_logs.py:{raised_at} in _raising_deep)"
+    text = TextFormatter().format(line)
+    assert re.fullmatch(STAMP + " ERROR GET /: unexpected error" + re.escape(said), text)
+    assert JournalFormatter().format(line) == "<3>ERROR GET /: unexpected error" + said
+    entry = json.loads(JsonFormatter().format(line))
+    assert entry["message"] == "GET /: unexpected error"
+    assert entry["exception"].startswith("Traceback (most recent call last):\n")
+    assert entry["exception"].endswith(
+        ", in _raising_deep\n    raise KeyError(\"a\\nb\\x1b\")\nKeyError: 'a\\nb\\x1b'\n"
+    )
+    bare = record("plain", level=logging.ERROR)
+    bare.exc_info = (RuntimeError, RuntimeError(), None)  # no traceback, no message
+    assert TextFormatter().format(bare).endswith("ERROR plain — RuntimeError")
+    assert "exception" not in json.loads(JsonFormatter().format(record("no exception")))
 
 
 @pytest.mark.slow

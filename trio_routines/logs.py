@@ -4,7 +4,9 @@ Text: ``2026-11-30T08:00:00.012Z INFO  digest slot=2026-11-30T08:00Z replica=web
 (1200ms)``: the instant, the level padded to 5, and, on every line about a fire, the routine,
 the slot and the replica firing it before the message. JSON lines: ``{"ts", "level",
 "message", "host", "pid"}`` and, about a fire, ``routine``, ``slot``, ``replica``, and on its
-outcome line ``outcome``, ``ms``, ``late_ms``, ``error``.
+outcome line ``outcome``, ``ms``, ``late_ms``, ``error``. A record of an unexpected error
+(``log.exception``) says the exception and where it was raised at the end of its line, and a
+JSON line carries its whole traceback as ``exception``.
 
 Where do a record's routine and slot come from? The runtime sets a
 :class:`~trio_routines.context.FireContext` around every turn (a context variable), and
@@ -32,10 +34,12 @@ import logging
 import os
 import socket
 import sys
+import traceback
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from contextvars import ContextVar, Token
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from .context import current_fire
@@ -118,7 +122,7 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         """``record`` as one line of text."""
-        return f"{_stamp(record)} {_level_name(record):<5} {_text(record)}"
+        return f"{_stamp(record)} {_level_name(record):<5} {_text(record)}{_raised(record)}"
 
 
 class JournalFormatter(logging.Formatter):
@@ -132,10 +136,24 @@ class JournalFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         """``record`` as one line of text, led by its syslog priority."""
         priority = _PRIORITIES.get(_level_name(record), 6)
-        return f"<{priority}>{_level_name(record):<5} {_text(record)}"
+        return f"<{priority}>{_level_name(record):<5} {_text(record)}{_raised(record)}"
 
 
 _PRIORITIES = {"DEBUG": 7, "INFO": 6, "WARN": 4, "ERROR": 3, "FATAL": 2}
+
+
+def _raised(record: logging.LogRecord) -> str:
+    """The exception a record carries (``log.exception``), on its line: `` — ValueError: why
+    (at module.py:12 in f)``, where it was raised; nothing when it carries none."""
+    info = record.exc_info
+    if not info or info[1] is None:
+        return ""
+    exc = info[1]
+    frames = traceback.extract_tb(exc.__traceback__)
+    said = f": {exc}" if str(exc) else ""
+    if frames:
+        said += f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name})"
+    return " — " + visible(one_line(f"{type(exc).__name__}{said}"))
 
 
 def _text(record: logging.LogRecord) -> str:
@@ -196,6 +214,8 @@ class JsonFormatter(logging.Formatter):
                 entry[key] = format_iso(value) if isinstance(value, datetime) else value
         entry["host"] = self.host
         entry["pid"] = record.process if record.process is not None else os.getpid()
+        if record.exc_info and record.exc_info[1] is not None:  # (one line: JSON escapes breaks)
+            entry["exception"] = "".join(traceback.format_exception(record.exc_info[1]))
         return safe_json(entry)
 
 
