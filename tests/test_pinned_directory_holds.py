@@ -497,7 +497,9 @@ async def test_a_claim_of_odd_bytes_still_names_its_replica(tmp_path: Path) -> N
     await store.aclose()
 
 
-async def test_claims_or_replicas_that_cannot_be_read_are_a_state_fault(tmp_path: Path) -> None:
+async def test_claims_or_replicas_that_cannot_be_read_are_a_state_fault(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     store = DirectoryStore(tmp_path)
     claims = tmp_path / "schedule" / "claims"
     claims.mkdir(parents=True)
@@ -507,10 +509,19 @@ async def test_claims_or_replicas_that_cannot_be_read_are_a_state_fault(tmp_path
     assert str(refused.value) == (
         f"the holds of {tmp_path} are unreadable: ENOTDIR: Not a directory: {claims / 'r'}"
     )
+    # One routine's: passed over, said (the others' open claims are still found).
+    assert await store.open_claims(["r"], 10) == []
+    assert caplog.messages[-1] == (
+        "the open claims of r could not be checked (its next visit tries again): ENOTDIR: "
+        f"Not a directory: {claims / 'r'}"
+    )
+    (claims / "r").unlink()
+    claims.rmdir()
+    claims.write_text("")  # the claims themselves: the walk's fault
     with pytest.raises(StateFault) as refused:
         await store.open_claims(["r"], 10)
     assert str(refused.value) == (
-        f"the open claims in {claims} are unreadable: ENOTDIR: Not a directory: {claims / 'r'}"
+        f"the open claims in {claims} are unreadable: ENOTDIR: Not a directory: {claims}"
     )
     await store.aclose()
 

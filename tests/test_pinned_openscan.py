@@ -192,32 +192,83 @@ def test_an_empty_claims_directory_finds_nothing(tmp_path: Path) -> None:
     assert found(walk.step(["a"], 100)) == [("a", slot(0))]
 
 
-def test_a_claims_directory_that_cannot_be_listed_is_named_in_the_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def failing_for(path: Path, call: Any) -> tuple[Any, dict[str, bool]]:
+    """``call`` (``os.listdir`` or ``os.read``, given a descriptor first) failing with EIO
+    for the descriptors of ``path`` while the returned switch is on."""
+    on = {"on": True}
+
+    def spied(fd: int, *args: Any) -> Any:
+        if on["on"] and os.readlink(f"/proc/self/fd/{fd}") == str(path):
+            raise OSError(errno.EIO, "I/O error")
+        return call(fd, *args)
+
+    return spied, on
+
+
+def test_a_claims_directory_that_cannot_be_listed_is_passed_over_and_said_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     write(tmp_path, "a", 0)
-
-    def listdir(_: object) -> list[str]:
-        raise OSError(errno.EIO, "I/O error")
-
+    write(tmp_path, "b", 0)
+    where = tmp_path / "schedule" / "claims" / "a"
+    listdir, switch = failing_for(where, os.listdir)
     monkeypatch.setattr(os, "listdir", listdir)
-    with pytest.raises(OSError, match="I/O error") as caught:
-        scan(tmp_path).step(["a"], 100)
-    assert caught.value.filename == str(tmp_path / "schedule" / "claims" / "a")
+    walk = scan(tmp_path)
+    with caplog.at_level(logging.DEBUG, logger="trio_routines"):
+        assert found(walk.step(["a", "b"], 100)) == [("b", slot(0))]  # b's are still found
+        walk.step(["a", "b"], 100)
+    said = (
+        "the open claims of a could not be checked (its next visit tries again): EIO: I/O "
+        f"error: {where}"
+    )
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", said),
+        ("DEBUG", said),  # the same fault again: said once
+    ]
+    switch["on"] = False
+    assert found(walk.step(["a", "b"], 100)) == [("a", slot(0)), ("b", slot(0))]
 
 
-def test_a_claim_that_cannot_be_read_is_named_in_the_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_claim_that_cannot_be_read_gives_up_the_visit_and_keeps_its_floor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    path = write(tmp_path, "a", 0)
-
-    def read(_fd: int, _n: int) -> bytes:
-        raise OSError(errno.EIO, "I/O error")
-
+    for i in range(3):
+        write(tmp_path, "a", i)
+    write(tmp_path, "b", 0)
+    read, switch = failing_for(tmp_path / "schedule" / "claims" / "a" / name(1), os.read)
     monkeypatch.setattr(os, "read", read)
-    with pytest.raises(OSError, match="I/O error") as caught:
+    walk = scan(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        # Newest first: slot 2 is found, slot 1 fails, b's visit goes on.
+        assert found(walk.step(["a", "b"], 100)) == [("a", slot(2)), ("b", slot(0))]
+    assert caplog.messages == [
+        "the open claims of a could not be checked (its next visit tries again): EIO: I/O "
+        f"error: {tmp_path / 'schedule' / 'claims' / 'a' / name(1)}"
+    ]
+    switch["on"] = False
+    # Read whole again: the visit given up set no floor above the claims it did not read.
+    assert found(walk.step(["a"], 100)) == [("a", slot(2)), ("a", slot(1)), ("a", slot(0))]
+
+
+def test_a_claims_root_that_cannot_be_opened_is_the_walks_error(tmp_path: Path) -> None:
+    (tmp_path / "schedule").mkdir()
+    (tmp_path / "schedule" / "claims").write_text("not a directory")
+    with pytest.raises(NotADirectoryError) as caught:
         scan(tmp_path).step(["a"], 100)
-    assert caught.value.filename == str(path)
+    assert caught.value.filename == str(tmp_path / "schedule" / "claims")
+
+
+def test_a_claims_root_removed_starts_the_walk_afresh(tmp_path: Path) -> None:
+    write(tmp_path, "a", 5)
+    walk = scan(tmp_path)
+    assert found(walk.step(["a"], 100)) == [("a", slot(5))]
+    root = tmp_path / "schedule" / "claims"
+    (root / "a" / name(5)).unlink()
+    (root / "a").rmdir()
+    root.rmdir()
+    assert walk.step(["a"], 100) == []
+    write(tmp_path, "a", 1)  # below the floor the walk had: read, since it started afresh
+    assert found(walk.step(["a"], 100)) == [("a", slot(1))]
 
 
 def test_a_claim_is_read_leniently_and_its_oddities_name_its_file(

@@ -24,6 +24,7 @@ claimed since.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections import deque
 from collections.abc import Sequence
@@ -31,9 +32,11 @@ from collections.abc import Sequence
 from ...claims import claim_names, parse_claim
 from ...names import check_name
 from ...records import Fire
-from ..safefile import Refused, at, read_file
+from ..safefile import Refused, at, describe, open_dirs, read_file
 from .claimbatch import CLAIM_LIMIT
 from .claimfiles import ClaimFiles
+
+log = logging.getLogger("trio_routines")
 
 
 class OpenScan:
@@ -47,14 +50,25 @@ class OpenScan:
         # The routine under way: its name, the newest claim when its visit began, and the
         # names still to read.
         self._visit: tuple[str, str | None, list[str]] | None = None
+        #: The routines whose visit was given up, and why, as last said.
+        self._said: dict[str, str] = {}
 
     def step(self, routines: Sequence[str], budget: int) -> list[tuple[str, Fire]]:
         """Open claims naming a replica, found with at most ``budget`` units of work.
 
-        Raises OSError when a claims directory cannot be listed (that routine's visit is
-        given up; the next call goes on with the next routine)."""
+        Raises OSError when ``schedule/claims`` itself cannot be opened. A routine whose
+        claims directory cannot be listed, or one of whose claims cannot be read, has its
+        visit given up, with a warning (once, until a visit of it completes): the walk goes
+        on with the others, whose open claims are still found."""
         for routine in routines:
             check_name(routine)
+        try:
+            os.close(open_dirs(self._files.root, ("schedule", "claims")))
+        except FileNotFoundError:  # nothing claimed here (or all removed): start afresh
+            self._floor.clear()
+            self._open.clear()
+            self._visit = None
+            return []
         wanted = set(routines)
         for gone in [r for r in self._floor if r not in wanted]:
             self._forget(gone)
@@ -76,12 +90,27 @@ class OpenScan:
                 left -= 1
                 self._visit = self._begin(routine)
             routine, top, todo = self._visit
-            left = self._read(routine, todo, left, found)
-            if not todo:
+            left, given_up = self._read(routine, todo, left, found)
+            if given_up:  # its floor stays where its last whole visit left it
+                self._visit = None
+            elif not todo:
                 if top is not None:
                     self._floor[routine] = top
+                    self._said.pop(routine, None)  # read whole: a new fault is said again
                 self._visit = None
         return found
+
+    def _unreadable(self, routine: str, exc: OSError) -> None:
+        """Say that ``routine``'s visit is given up: once, then at DEBUG while it stays so."""
+        said = describe(exc)
+        level = logging.DEBUG if self._said.get(routine) == said else logging.WARNING
+        self._said[routine] = said
+        log.log(
+            level,
+            "the open claims of %s could not be checked (its next visit tries again): %s",
+            routine,
+            said,
+        )
 
     def _forget(self, routine: str) -> None:
         self._floor.pop(routine, None)
@@ -94,8 +123,14 @@ class OpenScan:
         except FileNotFoundError:
             self._forget(routine)
             return routine, None, []
+        except OSError as exc:  # a link, not a directory, unreadable...
+            self._unreadable(routine, exc)
+            return routine, None, []
         try:
             names = claim_names(at(where, lambda: os.listdir(directory)))
+        except OSError as exc:
+            self._unreadable(routine, exc)
+            return routine, None, []
         finally:
             os.close(directory)
         floor = self._floor.get(routine)
@@ -106,14 +141,21 @@ class OpenScan:
         # Read from the oldest end of the list: ``pop()`` takes the newest first.
         return routine, (names[-1] if names else None), sorted(todo)
 
-    def _read(self, routine: str, todo: list[str], left: int, found: list[tuple[str, Fire]]) -> int:
+    def _read(
+        self, routine: str, todo: list[str], left: int, found: list[tuple[str, Fire]]
+    ) -> tuple[int, bool]:
+        """Read ``todo``'s claims, newest first, while ``left`` allows: what is left, and
+        whether the visit was given up (a claim or the directory unreadable)."""
         where = self._files.claim_dir(routine)
         opened = self._open.setdefault(routine, set())
         try:
             directory = self._files.open_claims(routine)
         except FileNotFoundError:
             todo.clear()
-            return left
+            return left, False
+        except OSError as exc:
+            self._unreadable(routine, exc)
+            return left, True
         try:
             while todo and left > 0:
                 name = todo.pop()
@@ -123,6 +165,9 @@ class OpenScan:
                 except (FileNotFoundError, Refused):
                     opened.discard(name)  # pruned, or no claim file at all: nothing to settle
                     continue
+                except OSError as exc:
+                    self._unreadable(routine, exc)
+                    return left, True
                 fire = parse_claim(name, raw.decode("utf-8", errors="replace"), str(where / name))
                 if fire.outcome is None and fire.replica is not None:
                     opened.add(name)
@@ -131,4 +176,4 @@ class OpenScan:
                     opened.discard(name)
         finally:
             os.close(directory)
-        return left
+        return left, False
