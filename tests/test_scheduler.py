@@ -1216,6 +1216,11 @@ async def test_the_one_shots_said_to_be_retried_are_kept_to_a_bound(
     # One said per wake-up; past the bound the earliest said is forgotten (it may be retried
     # on another replica for good) and says so again at its next deferral here.
     monkeypatch.setattr(wake_module, "SAID_KEPT", 1)
+    alone = busy_for(2)
+    only = await add_due(alone)
+    async with alone.running():
+        await trio.sleep(40)  # busy at 0 and 30 s: at the bound, still said
+    assert [level for level, _ in _said_of(caplog, f"wake {only.id[:8]}")] == ["INFO", "DEBUG"]
     rig = busy_for(4)
     first = await add_due(rig)
     second = await add_due(rig, prompt="another")
