@@ -5,7 +5,9 @@ against a server's answers (``--url``): the request sent, and every shape of ans
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import logging
 import os
 import re
 import signal
@@ -89,6 +91,68 @@ def test_run_shows_a_replys_escape_sequences_escaped_only_on_a_terminal(
     shown = "hi\\x1b]0;pwned\\x07\\x1b[31mred\n\tok\\u202e\n"
     raw = "hi\x1b]0;pwned\x07\x1b[31mred\n\tok\u202e\n"
     assert (done.returncode, done.stdout) == (0, shown if terminal else raw)
+
+
+class _Screen(io.StringIO):
+    """One terminal that the reply and the log both write to."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_log_line_during_a_reply_on_one_terminal_starts_a_line_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    screen = _Screen()
+    monkeypatch.setattr(firing, "sys", argparse.Namespace(stdout=screen, stderr=screen))
+    monkeypatch.setattr(firing.log, "handlers", [logging.StreamHandler(screen)])
+    monkeypatch.setattr(firing.log, "propagate", False)
+    reply = firing._ReplyLine(ends_for_logs=True)
+    assert reply.open is False
+    with reply:
+        screen.write("partial")
+        reply.open = True
+        firing.log.warning("the turn ended")
+        assert reply.open is False
+        firing.log.warning("and again")  # the line was ended already: no blank line
+        screen.write("done\n")
+    reply.open = True
+    firing.log.warning("after the reply")  # the filter is gone with the block
+    assert screen.getvalue() == ("partial\nthe turn ended\nand again\ndone\nafter the reply\n")
+    elsewhere = firing._ReplyLine(ends_for_logs=False)  # the log not on the reply's terminal
+    with elsewhere:
+        elsewhere.open = True
+        firing.log.warning("said")
+    assert elsewhere.open is True
+    assert screen.getvalue().endswith("after the reply\nsaid\n")
+
+
+@pytest.mark.parametrize(("out", "err"), [(True, True), (True, False), (False, True)])
+def test_run_ends_the_replys_line_for_the_log_only_when_both_are_terminals(
+    env: Env,
+    agent: ScriptedAgent,
+    monkeypatch: pytest.MonkeyPatch,
+    out: bool,
+    err: bool,
+) -> None:
+    made: list[bool] = []
+
+    class Spied(firing._ReplyLine):
+        def __init__(self, *, ends_for_logs: bool) -> None:
+            made.append(ends_for_logs)
+            super().__init__(ends_for_logs=ends_for_logs)
+
+    class Streams:
+        stdout = _Terminal() if out else sys.stdout
+        stderr = _Terminal() if err else sys.stdout
+
+    monkeypatch.setattr(firing, "_ReplyLine", Spied)
+    monkeypatch.setattr(firing, "sys", Streams())
+    env.routine("adhoc", prompt="hello")
+    agent.script(Complete(reply="hi"))
+    done = env.run_cli("run", "adhoc", "--agent", SPEC, "--log-level", "WARNING")
+    assert done.returncode == 0
+    assert made == [out and err]
 
 
 def test_fire_prints_the_outcome_and_exits_by_it(env: Env, agent: ScriptedAgent) -> None:
