@@ -76,6 +76,9 @@ def test_lone_surrogates_are_shown_escaped_and_pairs_as_their_character() -> Non
         visible(f"a{char}b").encode("utf-8")
     for char in ("\ud7ff", "\ue000", "\U0001f600"):  # their neighbours, a pair's character
         assert visible(char) == char
+    # A failure reason holding one (an agent's text decoded with "surrogateescape") is stored
+    # as it is shown, where measuring its UTF-8 failed.
+    assert error_text(f"exit 2: {chr(0xDCFF)}") == "exit 2: \\udcff"
 
 
 @given(st.text())
