@@ -126,6 +126,32 @@ async def test_the_text_parses_with_prometheus_clients_own_parser_help_and_type_
         ) in samples
 
 
+async def test_a_routine_removed_by_a_reload_loses_its_success_and_failure_gauges(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Left behind, "no success for a day" would fire for a routine that is gone; its counters
+    # (which only grow) stay.
+    async with _scheduler_after_a_fire(autojump_clock) as scheduler:
+        scheduler.update_routines([scheduler.routines["weekly"]])
+        shown = [[*key] for *key, _ in _samples(_parsed(scheduler.render_metrics()).values())]
+        daily = (("routine", "daily"),)
+        weekly = (("routine", "weekly"),)
+        assert ["trio_routines_last_success_timestamp_seconds", daily] not in shown
+        assert ["trio_routines_consecutive_failures", daily] not in shown
+        assert ["trio_routines_last_success_timestamp_seconds", weekly] in shown
+        assert ["trio_routines_consecutive_failures", weekly] in shown
+        fired = ["trio_routines_fires_total", (("outcome", "completed"), ("routine", "daily"))]
+        assert fired in shown
+        scheduler.update_routines(
+            [scheduler.routines["weekly"], Routine(name="daily", prompt="p", cron="0 9 * * *")]
+        )  # added again: its history's success is shown again
+        again = _samples(_parsed(scheduler.render_metrics()).values())
+        assert any(
+            name == "trio_routines_last_success_timestamp_seconds" and labels == daily
+            for name, labels, _ in again
+        )
+
+
 async def test_the_collector_gives_a_registry_the_same_series(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -213,8 +213,16 @@ class Metrics:
         paused: Collection[str] = (),
         kept_broken: Collection[str] = (),
         pending_wakeups: int | None = None,
+        loaded: Collection[str] | None = None,
     ) -> list[Family]:
-        """Every series, with the scheduler's snapshot given as arguments."""
+        """Every series, with the scheduler's snapshot given as arguments. ``loaded``: the
+        routines loaded now (None: all counted); a routine's gauges of its successes and
+        failures are shown only while it is loaded, so that the alerts on them end with a
+        reload that removes it (its counters stay: they only ever grow)."""
+        last_success, failing = self.last_success, self.failing
+        if loaded is not None:
+            last_success = {r: at for r, at in last_success.items() if r in loaded}
+            failing = {r: n for r, n in failing.items() if r in loaded}
 
         def counter(name: str, text: str, samples: Iterator[Sample]) -> Family:
             return Family(PREFIX + name, "counter", text, tuple(samples))
@@ -320,7 +328,7 @@ class Metrics:
                 "When a routine last completed a claimed slot (Unix time; seeded at boot from "
                 "its claims). Before any success is known: the oldest instant known of it (its "
                 "oldest claim, or when it was first armed here), so the series exists.",
-                per_routine("last_success_timestamp_seconds", self.last_success),
+                per_routine("last_success_timestamp_seconds", last_success),
             ),
             gauge(
                 "consecutive_failures",
@@ -328,7 +336,7 @@ class Metrics:
                 "completed one (skipped ones do not count; seeded at boot from its claims).",
                 (
                     Sample(PREFIX + "consecutive_failures", _routine(r), n)
-                    for r, n in sorted(self.failing.items())
+                    for r, n in sorted(failing.items())
                 ),
             ),
             gauge(

@@ -52,4 +52,5 @@ def metric_families(parts: Parts, metrics: Metrics) -> list[Family]:
         paused=stats.paused,
         kept_broken=parts.reload.kept_broken,
         pending_wakeups=parts.wake.pending,
+        loaded=parts.runtime.routines.keys(),
     )
