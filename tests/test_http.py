@@ -433,7 +433,7 @@ async def test_a_busy_fire_is_skipped_with_the_reason_and_no_failure() -> None:
         body = reply.json
         assert body["outcome"] == "skipped"
         assert "failed" not in body
-        assert body["reason"].startswith('the previous turn of "daily" is still running')
+        assert body["reason"].startswith('the agent answered busy for "daily"')
         (fire,) = await server.store.history("daily")
         # no failure; the history keeps the agent's own words
         assert (fire.outcome, fire.error) == (

@@ -48,7 +48,10 @@ async def test_every_kind_of_fire_result_names_its_routine_and_slot(
     assert busy == FireResult(
         "hourly", at(10), True, reason=busy_reason("hourly", said), outcome=Outcome.SKIPPED, ms=0
     )
-    assert busy.reason == f"{busy_reason('hourly')} ({said})"
+    assert busy.reason == (
+        'the agent answered busy for "hourly" — this occurrence is skipped, the next fires per '
+        f"cron ({said})"
+    )
     assert paused == [FireResult("hourly", at(10), False, reason="paused")] * 2
     assert scheduler.statistics().outcomes == {
         "completed": 1,

@@ -352,6 +352,9 @@ def test_the_busy_reason_names_at_most_64_characters_of_the_routine() -> None:
         f'the previous turn of "{"y" * 64}" is still running — this occurrence is skipped, '
         "the next fires per cron"
     )
+    assert busy_reason("y" * 70, "done already", on_cron=False) == (
+        f'the agent answered busy for "{"y" * 64}" — this occurrence is skipped (done already)'
+    )
 
 
 async def test_the_grid_is_the_routines_own_zone_and_hash(autojump_clock: Any) -> None:

@@ -869,8 +869,8 @@ async def test_busy_turn_is_skipped_not_failed(
     rig = Rig(agent=ScriptedAgent(Busy()))
     result = await rig.scheduler.fire("hourly", at(9))
     assert (result.claimed, result.outcome, result.failed) == (True, Outcome.SKIPPED, None)
-    assert result.reason == (
-        'the previous turn of "hourly" is still running — this occurrence is skipped, '
+    assert result.reason == (  # the agent's answer: it may have run this slot already
+        'the agent answered busy for "hourly" — this occurrence is skipped, '
         "the next fires per cron (the session already has a turn in flight)"
     )
     assert await rig.fires() == [(at(9), T0, Outcome.SKIPPED)]
@@ -883,7 +883,7 @@ async def test_busy_turn_is_skipped_not_failed(
     adhoc = Rig(Routine(name="od", prompt="p"), agent=ScriptedAgent(Busy()))
     skipped = await adhoc.scheduler.fire("od", at(9))
     assert skipped.reason == (
-        'the previous turn of "od" is still running — this occurrence is skipped '
+        'the agent answered busy for "od" — this occurrence is skipped '
         "(the session already has a turn in flight)"
     )
     assert messages(caplog, logging.ERROR) == []

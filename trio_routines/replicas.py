@@ -59,12 +59,12 @@ def replica_problem(replica: object) -> str | None:
         return f"a replica id must be a string, not {type(replica).__name__}"
     if not replica or len(replica) > REPLICA_LIMIT:
         return f"a replica id must be 1 to {REPLICA_LIMIT} characters"
-    if shown(replica) != replica:
-        return f"a replica id must be one line of visible text: {shown(replica)[:64]!r}"
     try:
         replica.encode("utf-8")
     except UnicodeEncodeError:
         return "a replica id must be valid Unicode text"
+    if shown(replica) != replica:
+        return f"a replica id must be one line of visible text: {shown(replica)[:64]!r}"
     return None
 
 
