@@ -398,7 +398,7 @@ def test_a_token_no_client_can_send_is_one_line_for_serve_and_for_a_command(
     served = in_process(
         ["serve", "--agent", "echo", "--http", "127.0.0.1:0"], cwd=env.root, environ=environ
     )
-    assert (served.returncode, served.stdout) == (1, "")
+    assert (served.returncode, served.stdout) == (2, "")
     assert one_line(served.stderr) == f"error: {TOKEN_REFUSED}\n"
     assert not env.state.exists()  # nothing bound, nothing written
     asked = in_process(

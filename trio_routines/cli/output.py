@@ -25,7 +25,7 @@ import trio
 from ..agent import Agent
 from ..agents import agent_from_spec
 from ..agentspec import describe_agent as describe_spec
-from ..errors import TrioRoutinesError
+from ..errors import InvalidAgent, TrioRoutinesError
 from ..logs import configured_format
 from ..names import name_problem
 from ..replicas import REPLICA_ENV, replica_problem
@@ -105,7 +105,10 @@ def agent_arg(args: argparse.Namespace, command: str) -> Agent:
         # Its turns' tickets are honoured by every replica given the token (tickets.py):
         # serve's, and a run's or a fire's on the command line.
         share_key(token)
-    return agent_from_spec(spec)
+    try:
+        return agent_from_spec(spec)
+    except InvalidAgent as exc:  # the option's value: a usage error, which a restart repeats
+        raise CliError(str(exc), code=2) from None
 
 
 def describe_agent(args: argparse.Namespace) -> str:

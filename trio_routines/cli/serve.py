@@ -15,6 +15,7 @@ import trio
 
 from ..agent import Agent
 from ..agents import CommandAgent
+from ..errors import TrioRoutinesError
 from ..hosting import Answering, start_watched
 from ..instants import format_iso
 from ..routines import Routine
@@ -74,7 +75,10 @@ async def _start(
             serve_http = http.serve_http
         except (ImportError, AttributeError) as exc:
             raise CliError(f"--http is not available in this installation: {exc}") from None
-        http.check_bind(host, token)  # refuse an unsafe address before anything starts
+        try:  # refuse an unsafe address before anything starts
+            http.check_bind(host, token)
+        except TrioRoutinesError as exc:  # a usage error (exit 2): a restart repeats it
+            raise CliError(str(exc), code=2) from None
         try:  # bound before the store is touched: a taken address changes nothing
             listener = http.bind_http(host, port)
         except OSError as exc:
