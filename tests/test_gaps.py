@@ -101,6 +101,20 @@ def test_the_boot_plan_of_each_catch_up_setting() -> None:
     assert (plan.due, plan.gaps) == (at(2), (gap(1, 1, GapReason.LATE),))
     plan = plan_boot("* * * * *", None, "r", paused=True, **down)
     assert (plan.due, plan.gaps) == (at(4), (gap(1, 3, GapReason.PAUSED),))
+    # Paused at 23:02:00 exactly, while no scheduler ran: 01 was missed, 02 and 03 paused.
+    plan = plan_boot("* * * * *", None, "r", paused=True, paused_since=at(2), **down)
+    assert (plan.due, plan.gaps) == (
+        at(4),
+        (gap(1, 1, GapReason.DOWN), gap(2, 3, GapReason.PAUSED)),
+    )
+    # Paused before the newest claim, or stamped after now: as if it began then, or now.
+    before = plan_boot("* * * * *", None, "r", paused=True, paused_since=at(0, 10), **down)
+    assert before.gaps == (gap(1, 3, GapReason.PAUSED),)
+    ahead = plan_boot("* * * * *", None, "r", paused=True, paused_since=at(9), **down)
+    assert ahead.gaps == (gap(1, 3, GapReason.DOWN),)
+    # Not paused now: when an earlier pause began says nothing.
+    plan = plan_boot("* * * * *", None, "r", paused_since=at(2), **down)
+    assert (plan.due, plan.gaps, plan.missed) == (at(1), (), gap(1, 3, GapReason.CAUGHT_UP))
     plan = plan_boot("* * * * *", None, "r", resumed=at(2, 10), **down)
     assert (plan.due, plan.gaps) == (at(3), (gap(1, 2, GapReason.PAUSED),))
 
@@ -421,6 +435,22 @@ async def test_a_pause_that_ends_while_no_scheduler_runs(autojump_clock: Any) ->
         gap(9, 10, GapReason.CAUGHT_UP),  # the catch-up fired 23:08 instead
     ]
     assert [f.slot for f in await store.history("r")] == [at(0), at(8)]
+
+
+async def test_slots_missed_before_a_pause_are_down_and_only_those_after_it_paused(
+    autojump_clock: Any,
+) -> None:
+    store = MemoryStore()
+    await store.claim("r", at(0), at(0))
+    await store.settle("r", at(0), Outcome.COMPLETED, 1)
+    # Down from 23:00:30; paused (from the command line) at 23:02:30; back at 23:04:30.
+    await store.set_paused("r", True, at(2, 30))
+    wall = WallClock(at(4, 30))
+    sched, _agent = scheduler(store, wall)
+    await run_until(sched, wall, at(4, 40))
+    assert await store.gaps("r") == [gap(1, 2, GapReason.DOWN), gap(3, 4, GapReason.PAUSED)]
+    assert missed(sched) == {("r", "down"): 2, ("r", "paused"): 2}
+    assert [f.slot for f in await store.history("r")] == [at(0)]  # nothing caught up
 
 
 async def test_a_gap_never_fires_a_slot_nor_makes_a_later_one_stale(autojump_clock: Any) -> None:

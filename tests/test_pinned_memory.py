@@ -74,6 +74,7 @@ CALLS: dict[str, Call] = {
     "ready": lambda x, r: x.store.ready(),
     "set_paused": lambda x, r: x.store.set_paused(r, True),
     "resumed_at": lambda x, r: x.store.resumed_at(r),
+    "paused_since": lambda x, r: x.store.paused_since(r),
     "record_gap": lambda x, r: x.store.record_gap(r, GAP),
     "gaps": lambda x, r: x.store.gaps(r),
     "record_usage": lambda x, r: x.store.record_usage("routine", r, T0, USAGE),
@@ -94,6 +95,7 @@ CALLS: dict[str, Call] = {
 AS_WELL = {"take": ("join",)}
 # Those whose fault may be given a routine: only the calls about it fail.
 ABOUT_A_ROUTINE = ["claim", "latest_fire", "history", "set_paused", "resumed_at", "record_gap"]
+ABOUT_A_ROUTINE += ["paused_since"]
 ABOUT_A_ROUTINE += ["gaps", "record_usage", "usage_since"]
 
 

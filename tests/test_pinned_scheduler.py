@@ -241,11 +241,12 @@ async def test_pause_and_resume_write_the_store_log_and_are_seen_at_once(
     await scheduler.resume("daily")
     assert scheduler.statistics().paused == {"hourly"}
     assert store.calls == [
-        ("set_paused", "hourly", True, None),
-        ("set_paused", "daily", True, None),
+        ("set_paused", "hourly", True, T0),
+        ("set_paused", "daily", True, T0),
         ("set_paused", "daily", False, T0 + timedelta(seconds=60)),
     ]
     assert store.resumed == {"daily": T0 + timedelta(seconds=60)}
+    assert store.paused_at == {"hourly": T0}
     assert lines(caplog) == [
         (logging.INFO, "hourly: paused"),
         (logging.INFO, "daily: paused"),

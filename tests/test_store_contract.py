@@ -529,6 +529,19 @@ async def test_a_resume_keeps_its_instant_for_the_next_boot(store: Store) -> Non
     assert await store.resumed_at("other") is None
 
 
+async def test_a_pause_keeps_when_it_began_until_its_resume(store: Store) -> None:
+    # For the next boot: the slots before it were missed, not paused.
+    assert await store.paused_since("daily") is None  # type: ignore[attr-defined]
+    await store.set_paused("daily", True, T0 + timedelta(milliseconds=1500, microseconds=7))
+    await store.set_paused("daily", True, T0 + HOUR)  # paused already: its first instant stays
+    assert await store.paused_since("daily") == T0 + timedelta(milliseconds=1500)  # type: ignore[attr-defined]
+    await store.set_paused("daily", False, T0 + 2 * HOUR)
+    assert await store.paused_since("daily") is None  # type: ignore[attr-defined]
+    await store.set_paused("daily", True, T0 + 3 * HOUR)  # a new pause: its own instant
+    assert await store.paused_since("daily") == T0 + 3 * HOUR  # type: ignore[attr-defined]
+    assert await store.paused_since("other") is None  # type: ignore[attr-defined]
+
+
 async def test_a_resume_of_a_routine_that_is_not_paused_keeps_no_instant(store: Store) -> None:
     # Its instant would hold back, on a replica late to them, slots that no pause held.
     await store.set_paused("daily", False, T0)

@@ -125,12 +125,14 @@ def plan_boot(
     resumed: datetime | None = None,
     paused: bool = False,
     catchup: float | None = None,
+    paused_since: datetime | None = None,
 ) -> BootPlan:
     """Plan a routine's first slot after a boot, and the gaps since ``accounted``.
 
     ``accounted``: every slot up to it is claimed or in a gap (the newest claim's stamp, or the
     newest gap's last slot if later). ``resumed``: the routine's latest resume. Slots before a
-    resume are ``paused``; so is every slot of a routine paused now. Of those that passed while
+    resume are ``paused``; so is every slot of a routine paused now, but those before its
+    pause began (``paused_since``, when known), which are ``down``. Of those that passed while
     no scheduler ran, the ones older than the window are recorded now (``late``, or ``down``
     for ``catchup: none``) and the oldest of the rest is the catch-up; the slots after it are
     recorded by the loop once the catch-up has fired (``caught-up``: see ``scheduler.loops``),
@@ -138,9 +140,7 @@ def plan_boot(
     """
     gaps, accounted = _paused_until_resumed(cron, tz, seed, accounted, now, resumed)
     if paused:
-        gap = passed_over(cron, tz, seed, accounted, now, GapReason.PAUSED)
-        if gap is not None:
-            gaps.append(gap)
+        gaps += _paused_now(cron, tz, seed, accounted, now, paused_since)
         return BootPlan(next_run(cron, tz, max(accounted, now), seed), tuple(gaps))
     missed = passed_over(cron, tz, seed, accounted, now, GapReason.CAUGHT_UP)
     if missed is None:
@@ -153,6 +153,30 @@ def plan_boot(
             accounted = old.last
     # The oldest slot within the window is the catch-up; with none left, the next slot.
     return BootPlan(next_run(cron, tz, accounted, seed), tuple(gaps), missed)
+
+
+def _paused_now(
+    cron: str,
+    tz: str | None,
+    seed: str,
+    accounted: datetime,
+    now: datetime,
+    since: datetime | None,
+) -> list[Gap]:
+    """The gaps of a routine paused now: the slots before its pause began (``since``, when
+    known) ``down`` -- no scheduler ran then, and none is caught up while it is paused --
+    and the rest ``paused``."""
+    gaps = []
+    if since is not None and since > accounted:
+        since = min(since, now)  # (stamped by a clock that ran ahead: taken as now)
+        gap = passed_over(cron, tz, seed, accounted, since - _MS, GapReason.DOWN)
+        if gap is not None:
+            gaps.append(gap)
+        accounted = since - _MS
+    gap = passed_over(cron, tz, seed, accounted, now, GapReason.PAUSED)
+    if gap is not None:
+        gaps.append(gap)
+    return gaps
 
 
 def _paused_until_resumed(
@@ -182,17 +206,20 @@ def unfired_gaps(
     now: datetime,
     resumed: datetime | None = None,
     paused: bool = False,
+    paused_since: datetime | None = None,
 ) -> tuple[Gap, ...]:
     """The gaps a boot records for a routine that never fired (no claim), and fires nothing.
 
     ``accounted``: when the routine was first armed, or the newest gap's last slot if later.
     It is not caught up -- a routine that never fired never back-fires, as on a first boot --
     so every slot after ``accounted`` up to ``now`` is ``down``; ``paused`` before its latest
-    resume, and all of them while it is paused now.
+    resume, and, while it is paused now, since its pause began (``paused_since``; unknown:
+    all of them).
     """
     gaps, accounted = _paused_until_resumed(cron, tz, seed, accounted, now, resumed)
-    reason = GapReason.PAUSED if paused else GapReason.DOWN
-    gap = passed_over(cron, tz, seed, accounted, now, reason)
+    if paused:
+        return (*gaps, *_paused_now(cron, tz, seed, accounted, now, paused_since))
+    gap = passed_over(cron, tz, seed, accounted, now, GapReason.DOWN)
     if gap is not None:
         gaps.append(gap)
     return tuple(gaps)

@@ -58,7 +58,11 @@ Pause
     catches up nothing from before it; a resume of a routine that is not paused changes
     nothing. ``paused()`` returns the names of the paused routines. A scheduler reads it
     before every claim, so a paused routine claims nothing. All raise StateFault when the
-    store cannot be read or written.
+    store cannot be read or written. Optional: a pause given ``at`` keeps it too (a routine
+    paused already keeps its first), and ``paused_since(routine)`` returns it (``None``
+    when the routine is not paused, or its pause's instant is unknown), so that a boot
+    records the slots missed before the pause as missed, not as paused; without it, every
+    slot missed by a routine paused now is taken for paused.
 
 Replicas (optional: a store without these gives holds that exclude within one process)
     ``join(info)`` makes the calling scheduler a member: it takes the hold of its replica id
@@ -236,7 +240,8 @@ class Store(Protocol):
         ...
 
     async def set_paused(self, routine: str, paused: bool, at: datetime | None = None) -> None:
-        """Pause or resume ``routine`` for every replica (idempotent); a resume keeps ``at``."""
+        """Pause or resume ``routine`` for every replica (idempotent); a resume keeps ``at``,
+        and so does a pause, where the store keeps it (``paused_since``)."""
         ...
 
     async def resumed_at(self, routine: str) -> datetime | None:

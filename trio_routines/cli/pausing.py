@@ -49,7 +49,7 @@ async def cmd_pause(args: argparse.Namespace) -> int:
     async with open_state(state, writes="pause", existing=True) as store:
         await asked(
             f"pausing {quoted(routine.name)}",
-            store.set_paused(routine.name, True),
+            store.set_paused(routine.name, True, datetime.now(UTC)),
             NOT_CONFIRMED.format("pause"),
         )
     print_line(_paused_line(routine.name))

@@ -162,6 +162,13 @@ class Boot:
         unfired_gap_ends = await for_each(self._gaps.newest_gap_end, unfired, on_fault=_unaccounted)
         await self._calls.refresh_paused()  # for statistics too; a fault: taken as pausing none
         paused = self._calls.paused
+        # When each paused one's pause began: the slots before it were missed, not paused. A
+        # fault: unknown, every slot it missed taken for paused (as a store that keeps none).
+        pauses = await for_each(
+            self._calls.paused_since,
+            [name for name in (*unfired, *catching_up) if name in paused],
+            on_fault=_pause_unread,
+        )
         plans: dict[str, BootPlan] = {}
         for name in unfired:
             if name not in unfired_resumes or name not in unfired_gap_ends:
@@ -179,6 +186,7 @@ class Boot:
                 now=current,
                 resumed=unfired_resumes[name],
                 paused=name in paused,
+                paused_since=pauses.get(name),
             )
             plans[name] = BootPlan(first_due[name], gaps)
         for name in catching_up:
@@ -198,6 +206,7 @@ class Boot:
                 resumed=resumes.get(name),
                 paused=name in paused,
                 catchup=routine.catchup,
+                paused_since=pauses.get(name),
             )
 
         async def record(name: str) -> None:
@@ -340,6 +349,12 @@ def _log_missed(
         gap_words(missed),
         then,
         name,
+    )
+
+
+def _pause_unread(name: str, fault: StateFault) -> None:
+    log.warning(
+        "%s: when its pause began is unreadable (its missed slots read as paused): %s", name, fault
     )
 
 

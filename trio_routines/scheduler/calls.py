@@ -117,6 +117,16 @@ class StoreCalls:
             return await self.store.resumed_at(routine)
         raise self.no_answer(f"the resume of {routine!r} is unreadable")
 
+    async def paused_since(self, routine: str) -> datetime | None:
+        """When ``routine``'s pause began, where the store keeps it (None: not kept)."""
+        read = getattr(self.store, "paused_since", None)
+        if read is None:
+            return None
+        with self.bounded():
+            since: datetime | None = await read(routine)
+            return since
+        raise self.no_answer(f"the pause of {routine!r} is unreadable")
+
     async def take_due_wakeup(self, now: datetime) -> Wakeup | None:
         with self.bounded():
             return await self.store.take_due_wakeup(now)
@@ -185,10 +195,11 @@ class StoreCalls:
             shared.finish()
 
     async def set_paused(self, name: str, paused: bool) -> None:
-        """Pause or resume ``name`` in the store (a resume stamped now), and remember it."""
+        """Pause or resume ``name`` in the store (stamped now: a boot tells the slots before a
+        pause from those during it), and remember it."""
         with self.bounded():
             if paused:
-                await self.store.set_paused(name, True)
+                await self.store.set_paused(name, True, self._runtime.now())
                 self.paused = self.paused | {name}
             else:
                 await self.store.set_paused(name, False, self._runtime.now())

@@ -67,6 +67,7 @@ class MemoryStore(Lifetime):
         self.hangs: set[str] = self.injected.hangs
         self.paused_routines: set[str] = set()
         self.resumed: dict[str, datetime] = {}
+        self.paused_at: dict[str, datetime] = {}  # when each paused routine was paused
         self.gap_records: dict[str, list[Gap]] = {}
         self.armed: dict[str, datetime] = {}  # when each routine was first armed
         #: The usage ledgers: (kind, name) -> entries (see :mod:`trio_routines.ledger`).
@@ -224,11 +225,21 @@ class MemoryStore(Lifetime):
         check_name(routine)
         self.injected.check("set_paused", routine)
         if paused:
+            if routine not in self.paused_routines and at is not None:
+                self.paused_at[routine] = truncate_ms(at)  # (paused again: the first instant)
             self.paused_routines.add(routine)
         elif routine in self.paused_routines:  # a resume of a routine not paused: nothing
             self.paused_routines.discard(routine)
+            self.paused_at.pop(routine, None)
             if at is not None:
                 self.resumed[routine] = truncate_ms(at)
+
+    async def paused_since(self, routine: str) -> datetime | None:
+        """When ``routine``'s pause began (the ``at`` it was paused with); None when not."""
+        await self.injected.enter("paused_since")
+        check_name(routine)
+        self.injected.check("paused_since", routine)
+        return self.paused_at.get(routine)
 
     async def resumed_at(self, routine: str) -> datetime | None:
         await self.injected.enter("resumed_at")

@@ -1,6 +1,7 @@
-"""Paused routines in the state directory: one empty file per paused routine.
+"""Paused routines in the state directory: one file per paused routine.
 
-    <root>/schedule/paused/<routine>     an empty file while the routine is paused
+    <root>/schedule/paused/<routine>     while the routine is paused: the instant its pause
+                                         began (ISO 8601; empty from an earlier version)
     <root>/schedule/resumed/<routine>    the instant of its latest resume (ISO 8601)
 
 Pausing creates the file (``O_EXCL``, never through a symlink), fsyncs it and the directory
@@ -33,6 +34,7 @@ from ..safefile import (
     open_dirs,
     read_file,
     replace_file,
+    write_all,
 )
 
 
@@ -57,7 +59,7 @@ def set_paused_sync(
         and (not _is_paused(root, routine) or not _write_resumed(root, routine, when, handoff))
     ):
         return
-    _set_paused(root, routine, paused, handoff)
+    _set_paused(root, routine, paused, handoff, when if paused else None)
 
 
 def _is_paused(root: Path, routine: str) -> bool:
@@ -136,9 +138,12 @@ def resumed_at_sync(root: Path, routine: str) -> datetime | None:
     return parse_iso(data.decode("ascii", errors="replace").strip())
 
 
-def _set_paused(root: Path, routine: str, paused: bool, handoff: Handoff | None) -> bool:
-    """Pause (create the file) or resume (remove it) ``routine``; durable when it returns.
-    False if not begun: its caller gave up (``handoff``) before."""
+def _set_paused(
+    root: Path, routine: str, paused: bool, handoff: Handoff | None, since: datetime | None
+) -> bool:
+    """Pause (create the file, holding ``since`` when given) or resume (remove it)
+    ``routine``; durable when it returns. False if not begun: its caller gave up
+    (``handoff``) before. A routine paused already keeps the instant of its first pause."""
     where = root / "schedule" / "paused"
     name = check_name(routine)
     path = where / name
@@ -165,6 +170,8 @@ def _set_paused(root: Path, routine: str, paused: bool, handoff: Handoff | None)
                     ) from None
                 return True  # paused already
             try:
+                if since is not None:  # (a crash before it is written: an unknown instant)
+                    write_all(fd, format_iso(since).encode(), path)
                 fsync(fd, path)
             finally:
                 os.close(fd)
@@ -180,6 +187,28 @@ def _set_paused(root: Path, routine: str, paused: bool, handoff: Handoff | None)
         raise StateFault(f"could not {what} {routine!r} in {where}: {describe(exc)}") from None
     finally:
         os.close(directory)
+
+
+def paused_since_sync(root: Path, routine: str) -> datetime | None:
+    """When ``routine``'s pause began: None when it is not paused, or its file holds no
+    instant (an earlier version's empty file, or anything else)."""
+    where = root / "schedule" / "paused"
+    name = check_name(routine)
+    try:
+        directory = open_dirs(root, ("schedule", "paused"))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StateFault(f"the pause of {routine!r} is unreadable: {describe(exc)}") from None
+    try:
+        data = read_file(directory, name, where / name, 64)
+    except (FileNotFoundError, Refused):
+        return None  # not paused; or not a file of ours (a link, a FIFO, too long)
+    except OSError as exc:
+        raise StateFault(f"the pause of {routine!r} is unreadable: {describe(exc)}") from None
+    finally:
+        os.close(directory)
+    return parse_iso(data.decode("ascii", errors="replace").strip())
 
 
 def paused_sync(root: Path) -> frozenset[str]:

@@ -38,6 +38,7 @@ from .conn import Call, CallFault, Connections
 from .gaps import first_armed, gaps_of, record_gap
 from .holds import PostgresPresence
 from .ledger import record_usage, usage_since
+from .pauses import paused_since, set_paused
 from .reads import BATCH, READERS, history, newest_fires, open_claims, read_batch, resumes
 from .schema import CLAIM_LOCK as CLAIM_LOCK
 from .schema import SCHEMA_VERSION as SCHEMA_VERSION
@@ -228,25 +229,13 @@ class PostgresStore(Lifetime):
     async def set_paused(self, routine: str, paused: bool, at: datetime | None = None) -> None:
         check_name(routine)
         what = f"could not {'pause' if paused else 'resume'} {routine!r}"
-        await self._conns.run(what, self._set_paused, routine, paused, at)
+        await self._conns.run(what, set_paused, self._tables, routine, paused, at)
 
-    def _set_paused(
-        self, conn: Conn, _call: Call, routine: str, paused: bool, at: datetime | None
-    ) -> None:
-        with conn.transaction():
-            if paused:
-                query = "INSERT INTO {paused} (routine) VALUES (%s) ON CONFLICT DO NOTHING"
-            else:
-                query = "DELETE FROM {paused} WHERE routine = %s"
-            changed = conn.execute(self._tables.sql(query), (routine,)).rowcount
-            if not paused and at is not None and changed:  # (a routine not paused: nothing)
-                conn.execute(
-                    self._tables.sql(
-                        "INSERT INTO {resumed} (routine, resumed_at) VALUES (%s, %s) "
-                        "ON CONFLICT (routine) DO UPDATE SET resumed_at = excluded.resumed_at"
-                    ),
-                    (routine, truncate_ms(at)),
-                )
+    async def paused_since(self, routine: str) -> datetime | None:
+        """When ``routine``'s pause began (its row's ``paused_at``); None when not paused."""
+        check_name(routine)
+        what = f"the pause of {routine!r} is unreadable"
+        return await self._conns.run(what, paused_since, self._tables, routine)
 
     async def resumed_at(self, routine: str) -> datetime | None:
         check_name(routine)

@@ -1,0 +1,50 @@
+"""Pauses and resumes in PostgreSQL: a row of ``trio_routines_paused`` per paused routine,
+holding when its pause began (``paused_at``: the pausing caller's instant, or the server's
+when none was given, as an earlier version wrote it), and a row of ``trio_routines_resumed``
+per routine ever resumed, holding its latest resume's instant."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from ...instants import truncate_ms
+from .conn import Call
+from .schema import Schema
+
+Conn = psycopg.Connection[Any]
+
+
+def set_paused(
+    conn: Conn, _call: Call, tables: Schema, routine: str, paused: bool, at: datetime | None
+) -> None:
+    """Pause ``routine`` (paused already: its first pause's instant stays), or resume it,
+    keeping ``at`` as its latest resume (a routine not paused: nothing changes)."""
+    with conn.transaction():
+        if paused:
+            query = (
+                "INSERT INTO {paused} (routine, paused_at) VALUES (%s, COALESCE(%s, now())) "
+                "ON CONFLICT DO NOTHING"
+            )
+            args: tuple[object, ...] = (routine, None if at is None else truncate_ms(at))
+        else:
+            query, args = "DELETE FROM {paused} WHERE routine = %s", (routine,)
+        changed = conn.execute(tables.sql(query), args).rowcount
+        if not paused and at is not None and changed:
+            conn.execute(
+                tables.sql(
+                    "INSERT INTO {resumed} (routine, resumed_at) VALUES (%s, %s) "
+                    "ON CONFLICT (routine) DO UPDATE SET resumed_at = excluded.resumed_at"
+                ),
+                (routine, truncate_ms(at)),
+            )
+
+
+def paused_since(conn: Conn, _call: Call, tables: Schema, routine: str) -> datetime | None:
+    """When ``routine``'s pause began; None when it is not paused."""
+    row = conn.execute(
+        tables.sql("SELECT paused_at FROM {paused} WHERE routine = %s"), (routine,)
+    ).fetchone()
+    return None if row is None else truncate_ms(row[0])
