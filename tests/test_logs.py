@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
@@ -9,6 +10,7 @@ import re
 import socket
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import pytest
@@ -82,6 +84,10 @@ def _raising_deep() -> None:
     raise KeyError("a\nb\x1b")
 
 
+def _raising_elsewhere() -> None:
+    ipaddress.ip_address("x")  # raised in another module, two frames down
+
+
 def test_an_exception_a_record_carries_is_said_on_its_line_and_whole_in_json() -> None:
     # ``log.exception`` (a request's unexpected error): its cause, where it was raised, never
     # a line of its own; the JSON line carries the whole traceback, escaped.
@@ -104,6 +110,23 @@ def test_an_exception_a_record_carries_is_said_on_its_line_and_whole_in_json() -
     bare = record("plain", level=logging.ERROR)
     bare.exc_info = (RuntimeError, RuntimeError(), None)  # no traceback, no message
     assert TextFormatter().format(bare).endswith("ERROR plain — RuntimeError")
+    assert json.loads(JsonFormatter().format(bare))["exception"] == "RuntimeError\n"
+    # Where it was raised: the innermost frame, in whichever module.
+    try:
+        _raising_elsewhere()
+    except ValueError:
+        deep = record("deep", level=logging.ERROR)
+        deep.exc_info = sys.exc_info()
+        where = traceback.extract_tb(deep.exc_info[2])[-1]
+    assert where.name == "ip_address"
+    assert (
+        TextFormatter()
+        .format(deep)
+        .endswith(
+            f"ERROR deep — ValueError: 'x' does not appear to be an IPv4 or IPv6 address "
+            f"(at ipaddress.py:{where.lineno} in ip_address)"
+        )
+    )
     assert "exception" not in json.loads(JsonFormatter().format(record("no exception")))
 
 

@@ -250,6 +250,60 @@ def test_a_claim_that_cannot_be_read_gives_up_the_visit_and_keeps_its_floor(
     assert found(walk.step(["a"], 100)) == [("a", slot(2)), ("a", slot(1)), ("a", slot(0))]
 
 
+def test_a_fault_that_ends_and_comes_again_is_said_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    write(tmp_path, "a", 0)
+    where = tmp_path / "schedule" / "claims" / "a"
+    listdir, switch = failing_for(where, os.listdir)
+    monkeypatch.setattr(os, "listdir", listdir)
+    walk = scan(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        walk.step(["a"], 100)
+        switch["on"] = False
+        assert found(walk.step(["a"], 100)) == [("a", slot(0))]  # read whole: mended
+        switch["on"] = True
+        walk.step(["a"], 100)
+    assert len(caplog.messages) == 2  # once, and once more after it was mended
+
+
+def test_a_routine_whose_claims_are_no_directory_is_passed_over_by_name(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write(tmp_path, "b", 0)
+    (tmp_path / "schedule" / "claims" / "a").write_text("")
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        assert found(scan(tmp_path).step(["a", "b"], 100)) == [("b", slot(0))]
+    assert caplog.messages == [
+        "the open claims of a could not be checked (its next visit tries again): ENOTDIR: Not "
+        f"a directory: {tmp_path / 'schedule' / 'claims' / 'a'}"
+    ]
+
+
+@pytest.mark.parametrize("error", [errno.EIO, errno.ENOENT])
+def test_a_claims_directory_that_goes_between_its_listing_and_its_reads_sets_no_floor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: int
+) -> None:
+    # Unreadable (EIO), or gone and made again (ENOENT): its claims are all read at a later
+    # visit, none taken for read below a floor the failed visit set.
+    for i in range(3):
+        write(tmp_path, "a", i)
+    walk = scan(tmp_path)
+    files = walk._files
+    real = files.open_claims
+    opens = {"n": 0}
+
+    def open_claims(routine: str, **kwargs: Any) -> int:
+        opens["n"] += 1
+        if opens["n"] == 2:  # the visit's reads, after its listing
+            raise OSError(error, os.strerror(error))
+        return real(routine, **kwargs)
+
+    monkeypatch.setattr(files, "open_claims", open_claims)
+    assert walk.step(["a"], 100) == []
+    assert found(walk.step(["a"], 100)) == [("a", slot(2)), ("a", slot(1)), ("a", slot(0))]
+
+
 def test_a_claims_root_that_cannot_be_opened_is_the_walks_error(tmp_path: Path) -> None:
     (tmp_path / "schedule").mkdir()
     (tmp_path / "schedule" / "claims").write_text("not a directory")

@@ -145,6 +145,11 @@ def test_texts_of_a_recurring_wake_up_with_its_zone() -> None:
         'until 2026-07-10T10:00:00.000Z for session "chat/\\u00e9 1"; cancel with '
         "DELETE /wakeups/abc?session=chat%2F%C3%A9%201"
     )
+    plain = attrs.evolve(wakeup, tz=None)  # no zone: none said
+    assert stored_reply(plain) == (
+        'OK — wake-up abc cron "0 9 * * *", first at 2026-07-07T10:00:00.000Z for session "s"; '
+        "cancel with DELETE /wakeups/abc?session=s"
+    )
 
 
 def test_the_bad_delay_reply_whole() -> None:

@@ -50,7 +50,7 @@ def stored_reply(wakeup: Wakeup) -> str:
     session = urllib.parse.quote(wakeup.session, safe="")
     return (
         f"OK — wake-up {wakeup.id} {when_text(wakeup)} for session "
-        f"{json.dumps(wakeup.session, ensure_ascii=True)}; cancel with "
+        f"{json.dumps(wakeup.session)}; cancel with "
         f"DELETE /wakeups/{wakeup.id}?session={session}"
     )
 

@@ -150,9 +150,9 @@ class OpenScan:
         opened = self._open.setdefault(routine, set())
         try:
             directory = self._files.open_claims(routine)
-        except FileNotFoundError:
-            todo.clear()
-            return left, False
+        except FileNotFoundError:  # gone since it was listed: read whole when it comes back
+            self._forget(routine)
+            return left, True
         except OSError as exc:
             self._unreadable(routine, exc)
             return left, True
