@@ -1199,7 +1199,10 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         POSTGRES_TESTS,
     ),
     "pgwakeups": (["trio_routines/stores/postgres/wakeups.py"], POSTGRES_TESTS),
-    "pgstore": (["trio_routines/stores/postgres/store.py"], POSTGRES_TESTS),
+    "pgstore": (
+        ["trio_routines/stores/postgres/store.py", "trio_routines/stores/postgres/pauses.py"],
+        POSTGRES_TESTS,
+    ),
     "pgconn": (
         ["trio_routines/stores/postgres/conn.py", "trio_routines/stores/postgres/schema.py"],
         POSTGRES_TESTS,
