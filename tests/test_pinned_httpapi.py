@@ -296,8 +296,7 @@ async def test_a_run_the_agent_says_busy_answers_with_the_agents_words(autojump_
         "name": "adhoc",
         "session": "routine:adhoc",
         "ran": False,
-        "reason": 'the previous turn of "adhoc" is still running '
-        "(the session already has a turn in flight)",
+        "reason": 'the agent answered busy for "adhoc" (the session already has a turn in flight)',
         "ms": 0,
     }
 

@@ -82,8 +82,9 @@ def _fire_body(name: str, at: datetime, result: FireResult) -> dict[str, Any]:
 
 def _run_body(routine: Routine, name: str, turn: TurnResult) -> dict[str, Any]:
     body: dict[str, Any] = {"name": name[:ECHO], "session": routine.session}
-    if turn.busy:
-        reason = with_agents_words(_busy_reason(name), turn.failed)
+    if turn.busy:  # our own turn of the session, or the agent's answer (its words kept)
+        said = _busy_reason(name) if turn.failed is None else _agent_busy(name)
+        reason = with_agents_words(said, turn.failed)
         body.update(ran=False, reason=reason, ms=turn.ms)
         return body
     body.update(ran=True, outcome=turn.outcome.value, ms=turn.ms)
@@ -94,6 +95,10 @@ def _run_body(routine: Routine, name: str, turn: TurnResult) -> dict[str, Any]:
 
 def _busy_reason(name: str) -> str:
     return f"the previous turn of {quoted(name)} is still running"
+
+
+def _agent_busy(name: str) -> str:
+    return f"the agent answered busy for {quoted(name)}"
 
 
 class _Reply:
