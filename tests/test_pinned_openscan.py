@@ -182,6 +182,35 @@ def test_a_routine_whose_claims_appear_later_is_found_then(tmp_path: Path) -> No
     assert walk.step(["a"], 100) == []
     write(tmp_path, "a", 0)
     assert found(walk.step(["a"], 100)) == [("a", slot(0))]
+    write(tmp_path, "b", 0)  # beside one that has none yet
+    assert found(walk.step(["c", "b"], 100)) == [("b", slot(0))]
+
+
+@pytest.mark.parametrize("at_open", [1, 2], ids=["listing", "reads"])
+def test_a_claims_directory_gone_during_a_visit_is_read_whole_once_it_is_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at_open: int
+) -> None:
+    # Gone at its listing or between it and its reads, and made again: the floor its last
+    # whole visit set goes with it, and an older claim made since is found.
+    write(tmp_path, "a", 0, open_=False)
+    write(tmp_path, "a", 2, open_=False)
+    walk = scan(tmp_path)
+    assert walk.step(["a"], 100) == []  # read whole: its floor is slot 2
+    files = walk._files
+    real = files.open_claims
+    opens = {"n": 0}
+
+    def open_claims(routine: str, **kwargs: Any) -> int:
+        opens["n"] += 1
+        if opens["n"] == at_open:
+            raise FileNotFoundError(errno.ENOENT, "gone")
+        return real(routine, **kwargs)
+
+    monkeypatch.setattr(files, "open_claims", open_claims)
+    assert walk.step(["a"], 100) == []
+    monkeypatch.setattr(files, "open_claims", real)
+    write(tmp_path, "a", 1)  # below the floor it had
+    assert found(walk.step(["a"], 100)) == [("a", slot(1))]
 
 
 def test_an_empty_claims_directory_finds_nothing(tmp_path: Path) -> None:
