@@ -19,7 +19,7 @@ from procs import Env, alive, lines, stop, wait_for, years_ago
 from trio_routines.agent import Agent, Completed, Event, Failed, TextDelta
 from trio_routines.agents import CommandAgent, EchoAgent, InvalidAgent, agent_from_spec
 from trio_routines.context import FireContext, current_fire, firing
-from trio_routines.errors import TrioRoutinesError
+from trio_routines.errors import AgentUnavailable, TrioRoutinesError
 from trio_routines.records import Origin, OriginKind, Outcome
 from trio_routines.tickets import read_ticket
 from trio_routines.turns import run_turn
@@ -381,6 +381,9 @@ def test_bad_specs_are_one_line_invalid_agent(agent_module: str, spec: str, mess
     assert "\n" not in str(info.value)
     assert isinstance(info.value, TrioRoutinesError)
     assert isinstance(info.value, ValueError)
+    # What loading it met (may pass), apart from what the spec says (never will).
+    met = ("cannot import module", "could not be built", "it exited", "arguments: ")
+    assert isinstance(info.value, AgentUnavailable) == any(m in message for m in met)
 
 
 def test_spec_kinds() -> None:

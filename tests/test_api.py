@@ -10,7 +10,7 @@ import trio_routines
 import trio_routines.testing
 
 PUBLIC = {
-    "Agent", "ArmedRecords", "ClaimResult", "ClaimStatus", "Completed", "DirectoryStore",
+    "Agent", "AgentUnavailable", "ArmedRecords", "ClaimResult", "ClaimStatus", "Completed", "DirectoryStore",
     "Event", "Failed",
     "Fire", "FireContext", "FireResult", "Gap", "GapReason", "GapRecords", "InvalidAgent",
     "InvalidCron", "InvalidOption", "InvalidRoutine", "InvalidWakeup", "LoadResult", "NotOnGrid",

@@ -61,7 +61,7 @@ BAD_INPUT = [
     (["fire", "daily", "--slot", SLOT], 2, "fire needs an agent"),
     (["serve"], 2, "serve needs an agent"),
     (["run", "daily", "--agent", "gpt"], 2, 'unknown agent "gpt"'),
-    (["run", "daily", "--agent", "py:no_such_mod:x"], 2, 'cannot import module "no_such_mod"'),
+    (["run", "daily", "--agent", "py:no_such_mod:x"], 1, 'cannot import module "no_such_mod"'),
     (["serve", "--agent", "echo", "--http", "nonsense"], 2, "expected HOST:PORT"),
     (["serve", "--agent", "echo", "--http", "127.0.0.1:99999"], 2, "expected HOST:PORT"),
     ([], 2, "error: the following arguments are required: COMMAND"),

@@ -18,7 +18,17 @@ import pytest
 import trio
 import trio.testing
 
-from trio_routines import Completed, Event, Fire, Gap, GapReason, Outcome, Routine, Scheduler
+from trio_routines import (
+    Completed,
+    Event,
+    Fire,
+    Gap,
+    GapReason,
+    Outcome,
+    Routine,
+    Scheduler,
+    StateFault,
+)
 from trio_routines.cli import main
 from trio_routines.gaps import (
     COUNT_LIMIT,
@@ -111,7 +121,9 @@ def test_the_boot_plan_of_each_catch_up_setting() -> None:
     before = plan_boot("* * * * *", None, "r", paused=True, paused_since=at(0, 10), **down)
     assert before.gaps == (gap(1, 3, GapReason.PAUSED),)
     ahead = plan_boot("* * * * *", None, "r", paused=True, paused_since=at(9), **down)
-    assert ahead.gaps == (gap(1, 3, GapReason.DOWN),)
+    assert ahead.gaps == (gap(1, 3, GapReason.PAUSED),)  # a clock that ran ahead: unknown
+    at_now = plan_boot("* * * * *", None, "r", paused=True, paused_since=at(3, 30), **down)
+    assert at_now.gaps == (gap(1, 3, GapReason.DOWN),)  # paused as the scheduler came back
     # Not paused now: when an earlier pause began says nothing.
     plan = plan_boot("* * * * *", None, "r", paused_since=at(2), **down)
     assert (plan.due, plan.gaps, plan.missed) == (at(1), (), gap(1, 3, GapReason.CAUGHT_UP))
@@ -451,6 +463,24 @@ async def test_slots_missed_before_a_pause_are_down_and_only_those_after_it_paus
     assert await store.gaps("r") == [gap(1, 2, GapReason.DOWN), gap(3, 4, GapReason.PAUSED)]
     assert missed(sched) == {("r", "down"): 2, ("r", "paused"): 2}
     assert [f.slot for f in await store.history("r")] == [at(0)]  # nothing caught up
+
+
+async def test_a_pause_whose_start_is_unreadable_takes_every_missed_slot_for_paused(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = MemoryStore()
+    await store.claim("r", at(0), at(0))
+    await store.settle("r", at(0), Outcome.COMPLETED, 1)
+    await store.set_paused("r", True, at(2, 30))
+    store.fail("paused_since", StateFault("disk on fire"))
+    wall = WallClock(at(4, 30))
+    sched, _agent = scheduler(store, wall)
+    await run_until(sched, wall, at(4, 40))
+    assert await store.gaps("r") == [gap(1, 4, GapReason.PAUSED)]  # as a store that keeps none
+    assert (
+        "r: when its pause began is unreadable (its missed slots read as paused): disk on fire"
+        in caplog.messages
+    )
 
 
 async def test_a_gap_never_fires_a_slot_nor_makes_a_later_one_stale(autojump_clock: Any) -> None:

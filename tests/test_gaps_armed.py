@@ -65,6 +65,11 @@ def test_a_routine_that_never_fired_is_down_or_paused_from_when_it_was_armed() -
     assert down == (gap(10, 40, GapReason.DOWN, 4),)
     paused = unfired_gaps(cron, None, "r", accounted=at(0, 30), now=at(45, 30), paused=True)
     assert paused == (gap(10, 40, GapReason.PAUSED, 4),)
+    since = {"paused": True, "paused_since": at(20)}  # paused at 23:20 exactly
+    assert unfired_gaps(cron, None, "r", accounted=at(0, 30), now=at(45, 30), **since) == (
+        gap(10, 10, GapReason.DOWN, 1),
+        gap(20, 40, GapReason.PAUSED, 3),
+    )
     resumed = unfired_gaps(cron, None, "r", accounted=at(0, 30), now=at(45, 30), resumed=at(25))
     assert resumed == (gap(10, 20, GapReason.PAUSED, 2), gap(30, 40, GapReason.DOWN, 2))
     assert unfired_gaps(cron, None, "r", accounted=at(0, 30), now=at(9)) == ()

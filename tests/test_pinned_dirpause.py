@@ -183,6 +183,32 @@ async def test_an_instant_is_read_from_at_most_64_bytes_of_ascii(tmp_path: Path)
         assert await store.resumed_at("r") == read, content
 
 
+async def test_a_pause_keeps_its_instant_in_its_file_and_an_earlier_empty_one_has_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.set_paused("r", True, AT)
+    path = tmp_path / "schedule" / "paused" / "r"
+    assert path.read_bytes() == format_iso(AT).encode()
+    assert await store.paused() == {"r"}
+    for content, read in [
+        (b"", None),  # an earlier version's pause: paused, since unknown
+        (format_iso(AT).ljust(64).encode(), AT),
+        (format_iso(AT).ljust(65).encode(), None),  # too long for an instant: not ours
+        (b"\xff", None),
+    ]:
+        path.write_bytes(content)
+        assert await store.paused_since("r") == read, content
+        assert await store.paused() == {"r"}  # paused whatever it holds
+    await store.set_paused("q", True)  # no instant given: an empty file, as before
+    assert (tmp_path / "schedule" / "paused" / "q").read_bytes() == b""
+    assert await store.paused_since("never") is None
+    fail(monkeypatch, safefile, "read", errno.EIO)
+    with pytest.raises(StateFault) as raised:
+        await store.paused_since("r")
+    assert str(raised.value) == f"the pause of 'r' is unreadable: {EIO}: {path}"
+
+
 async def test_an_instant_that_cannot_be_read_is_a_fault_naming_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -204,6 +230,11 @@ async def test_a_schedule_that_is_no_directory_fails_the_reads_by_name(tmp_path:
     assert (
         str(raised.value)
         == f"the resume of 'r' is unreadable: ENOTDIR: Not a directory: {schedule}"
+    )
+    with pytest.raises(StateFault) as raised:
+        await store.paused_since("r")
+    assert str(raised.value) == (
+        f"the pause of 'r' is unreadable: ENOTDIR: Not a directory: {schedule}"
     )
     with pytest.raises(StateFault) as raised:
         await store.paused()

@@ -21,6 +21,7 @@ if typing.TYPE_CHECKING:  # imported on first use (below): `import trio_routines
     from .context import current_fire as current_fire
     from .cron import cron_error as cron_error
     from .cron import next_run as next_run
+    from .errors import AgentUnavailable as AgentUnavailable
     from .errors import InvalidAgent as InvalidAgent
     from .errors import InvalidCron as InvalidCron
     from .errors import InvalidOption as InvalidOption
@@ -75,6 +76,7 @@ _LAZY = {
     "current_fire": ".context",
     "cron_error": ".cron",
     "next_run": ".cron",
+    "AgentUnavailable": ".errors",
     "InvalidAgent": ".errors",
     "InvalidCron": ".errors",
     "InvalidOption": ".errors",

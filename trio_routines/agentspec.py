@@ -9,7 +9,7 @@ import shlex
 from typing import Any
 
 from .agent import Agent
-from .errors import InvalidAgent
+from .errors import AgentUnavailable, InvalidAgent
 
 
 def load_python_agent(target: str) -> Agent:
@@ -20,7 +20,7 @@ def load_python_agent(target: str) -> Agent:
     try:
         module = importlib.import_module(module_name)
     except (Exception, SystemExit) as exc:  # SystemExit: a module that exits as it loads
-        raise InvalidAgent(
+        raise AgentUnavailable(
             f'cannot import module "{module_name}" for py: agent: {_failed(exc)}'
         ) from None
     obj: Any = module
@@ -33,7 +33,7 @@ def load_python_agent(target: str) -> Agent:
         try:
             obj = obj()
         except (Exception, SystemExit) as exc:  # SystemExit: py:sys:exit ended the process
-            raise InvalidAgent(
+            raise AgentUnavailable(
                 f'"py:{target}" could not be built with no arguments: {_failed(exc)}'
             ) from None
     if not callable(getattr(obj, "invoke", None)):

@@ -56,6 +56,13 @@ class InvalidAgent(TrioRoutinesError, ValueError):
         super().__init__(visible(message))
 
 
+class AgentUnavailable(InvalidAgent):
+    """An :class:`InvalidAgent` for a ``py:`` agent whose module did not import, or whose
+    factory raised: not the spec's words, which may name it rightly, but what loading it met
+    (a module not installed yet, a service its factory reached for), which may pass. The
+    command line exits 1 for it, where a spec it cannot use at all is a usage error (2)."""
+
+
 class InvalidOption(TrioRoutinesError, ValueError):
     """Raised by :class:`~trio_routines.Scheduler` for an option value it refuses (a NaN or
     negative number of seconds); the message names the option."""

@@ -7,15 +7,16 @@ Between a routine's first claim and now, every slot of its cron is either claime
 * ``overlap``: it passed while the routine's previous turn still ran (the loop arms the next
   slot after the turn ends, and never queues);
 * ``paused``: the routine was paused (each refused slot, or, at a boot, those that passed
-  before its resume);
+  before its resume, or since its pause began for one still paused);
 * ``caught-up``: no scheduler ran (or its loop woke late: a suspended machine, a clock set
   forward), and the catch-up fired an earlier slot instead -- the catch-up fires the *oldest*
   missed slot within the window, once;
 * ``late``: no scheduler ran, and the slot was older than the routine's catch-up window
   (``catchup: 2h``), so it was not fired;
 * ``down``: no scheduler ran, and nothing was caught up: the routine wants no catch-up
-  (``catchup: none``), or it had never fired (a routine that never fired never back-fires;
-  its slots count from when it was first armed, :func:`unfired_gaps`);
+  (``catchup: none``), it had never fired (a routine that never fired never back-fires;
+  its slots count from when it was first armed, :func:`unfired_gaps`), or it was paused
+  since (a routine still paused is not caught up);
 * ``store``: the store failed or did not answer when the slot was to be claimed (recorded
   once it answers again, and only for slots that have no claim: see ``scheduler.gaps``).
 
@@ -165,10 +166,10 @@ def _paused_now(
 ) -> list[Gap]:
     """The gaps of a routine paused now: the slots before its pause began (``since``, when
     known) ``down`` -- no scheduler ran then, and none is caught up while it is paused --
-    and the rest ``paused``."""
+    and the rest ``paused``. A pause stamped after ``now`` (by a clock that ran ahead) says
+    nothing of when it began: every slot is taken for paused, as with none known."""
     gaps = []
-    if since is not None and since > accounted:
-        since = min(since, now)  # (stamped by a clock that ran ahead: taken as now)
+    if since is not None and accounted < since <= now:
         gap = passed_over(cron, tz, seed, accounted, since - _MS, GapReason.DOWN)
         if gap is not None:
             gaps.append(gap)

@@ -25,7 +25,7 @@ import trio
 from ..agent import Agent
 from ..agents import agent_from_spec
 from ..agentspec import describe_agent as describe_spec
-from ..errors import InvalidAgent, TrioRoutinesError
+from ..errors import AgentUnavailable, InvalidAgent, TrioRoutinesError
 from ..logs import configured_format
 from ..names import name_problem
 from ..replicas import REPLICA_ENV, replica_problem
@@ -107,6 +107,8 @@ def agent_arg(args: argparse.Namespace, command: str) -> Agent:
         share_key(token)
     try:
         return agent_from_spec(spec)
+    except AgentUnavailable as exc:  # what loading it met, which may pass: a restart may help
+        raise CliError(str(exc)) from None
     except InvalidAgent as exc:  # the option's value: a usage error, which a restart repeats
         raise CliError(str(exc), code=2) from None
 
