@@ -151,8 +151,8 @@ async def test_serve_says_an_armed_routines_next_slot_is_a_catch_up_due_now(
     assert serving.code == 0
     armed = [message for _, message in started if message.startswith("armed ")]
     assert armed == [
-        f'armed yearly: cron "0 0 1 1 *" — next {year}-01-01T00:00:00.000Z (a missed '
-        "slot's catch-up: it runs now)"
+        f'armed yearly: cron "0 0 1 1 *" — next {year}-01-01T00:00:00.000Z (due already: it '
+        "runs now)"  # a missed slot's catch-up (the boot's line says so)
     ]
 
 

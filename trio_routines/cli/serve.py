@@ -177,7 +177,7 @@ def _log_armed(
             if routine.name in paused:  # its slots come and are skipped until a resume
                 shown += " (paused: not run until `resume`)"
             elif upcoming is not None and upcoming <= scheduler.now():  # (the boot said why)
-                shown += " (a missed slot's catch-up: it runs now)"
+                shown += " (due already: it runs now)"
             log.info("armed %s: cron %s — next %s", routine.name, _cron(routine), shown)
     if on_demand:
         log.info("on demand: %s", ", ".join(on_demand))

@@ -96,7 +96,7 @@ class OpenScan:
             elif not todo:
                 if top is not None:
                     self._floor[routine] = top
-                    self._said.pop(routine, None)  # read whole: a new fault is said again
+                self._said.pop(routine, None)  # read whole: a new fault is said again
                 self._visit = None
         return found
 
@@ -115,6 +115,7 @@ class OpenScan:
     def _forget(self, routine: str) -> None:
         self._floor.pop(routine, None)
         self._open.pop(routine, None)
+        self._said.pop(routine, None)
 
     def _begin(self, routine: str) -> tuple[str, str | None, list[str]]:
         where = self._files.claim_dir(routine)
