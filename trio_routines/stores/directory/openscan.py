@@ -89,6 +89,8 @@ class OpenScan:
                 begun += 1
                 left -= 1
                 self._visit = self._begin(routine)
+                if self._visit is None:  # unlistable: given up, said
+                    continue
             routine, top, todo = self._visit
             left, given_up = self._read(routine, todo, left, found)
             if given_up:  # its floor stays where its last whole visit left it
@@ -117,7 +119,7 @@ class OpenScan:
         self._open.pop(routine, None)
         self._said.pop(routine, None)
 
-    def _begin(self, routine: str) -> tuple[str, str | None, list[str]]:
+    def _begin(self, routine: str) -> tuple[str, str | None, list[str]] | None:
         where = self._files.claim_dir(routine)
         try:
             directory = self._files.open_claims(routine)
@@ -126,12 +128,12 @@ class OpenScan:
             return routine, None, []
         except OSError as exc:  # a link, not a directory, unreadable...
             self._unreadable(routine, exc)
-            return routine, None, []
+            return None
         try:
             names = claim_names(at(where, lambda: os.listdir(directory)))
         except OSError as exc:
             self._unreadable(routine, exc)
-            return routine, None, []
+            return None
         finally:
             os.close(directory)
         floor = self._floor.get(routine)
