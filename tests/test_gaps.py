@@ -30,6 +30,7 @@ from trio_routines import (
     StateFault,
 )
 from trio_routines.cli import main
+from trio_routines.cron import next_run
 from trio_routines.gaps import (
     COUNT_LIMIT,
     add_gap,
@@ -124,6 +125,28 @@ def test_the_boot_plan_of_each_catch_up_setting() -> None:
     assert ahead.gaps == (gap(1, 3, GapReason.PAUSED),)  # a clock that ran ahead: unknown
     at_now = plan_boot("* * * * *", None, "r", paused=True, paused_since=at(3, 30), **down)
     assert at_now.gaps == (gap(1, 3, GapReason.DOWN),)  # paused as the scheduler came back
+    # Paused at the newest claim's own instant, a slot: that slot is accounted for, not paused.
+    on_claim = {"accounted": at(1), "now": at(3, 30)}
+    plan = plan_boot("* * * * *", None, "r", paused=True, paused_since=at(1), **on_claim)
+    assert plan.gaps == (gap(2, 3, GapReason.PAUSED),)
+    # The slots before the pause as the routine's zone and name make them.
+    berlin = plan_boot(
+        "H 9 * * *",
+        "Europe/Berlin",
+        "digest",
+        accounted=datetime(2026, 7, 1, 12, tzinfo=UTC),
+        now=datetime(2026, 7, 6, 12, tzinfo=UTC),
+        paused=True,
+        paused_since=datetime(2026, 7, 4, 12, tzinfo=UTC),
+    )
+    first = next_run("H 9 * * *", "Europe/Berlin", datetime(2026, 7, 1, 12, tzinfo=UTC), "digest")
+    assert first is not None
+    assert first.hour == 7  # 09:mm in Berlin's summer, its H minute
+    day = timedelta(days=1)
+    assert berlin.gaps == (
+        Gap(first, first + 2 * day, 3, GapReason.DOWN),
+        Gap(first + 3 * day, first + 4 * day, 2, GapReason.PAUSED),
+    )
     # Not paused now: when an earlier pause began says nothing.
     plan = plan_boot("* * * * *", None, "r", paused_since=at(2), **down)
     assert (plan.due, plan.gaps, plan.missed) == (at(1), (), gap(1, 3, GapReason.CAUGHT_UP))
