@@ -165,6 +165,8 @@ CALLS: dict[str, tuple[Calling, str]] = {
     "open_claims": (lambda s: s.open_claims(["r"], 5), "the open claims are unreadable"),
     "replicas": (lambda s: s.replicas(), "could not read the replicas"),
     "claims_alive": (lambda s: s.claims_alive([("r", T0)]), "could not read the holds"),
+    "sessions_held": (lambda s: s.sessions_held(["s"]), "could not read the holds"),
+    "paused_since": (lambda s: s.paused_since("r"), "the pause of 'r' is unreadable"),
 }
 
 
