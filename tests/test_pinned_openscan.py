@@ -293,7 +293,12 @@ def test_a_fault_that_ends_and_comes_again_is_said_again(
         assert found(walk.step(["a"], 100)) == [("a", slot(0))]  # read whole: mended
         switch["on"] = True
         walk.step(["a"], 100)
-    assert len(caplog.messages) == 2  # once, and once more after it was mended
+        (where / name(0)).unlink()
+        where.rmdir()
+        walk.step(["a"], 100)  # gone: forgotten
+        write(tmp_path, "a", 0)
+        walk.step(["a"], 100)  # back, and failing again
+    assert len(caplog.messages) == 3  # once, once more after it was mended, and after it went
 
 
 def test_a_routine_whose_claims_are_no_directory_is_passed_over_by_name(
@@ -311,7 +316,7 @@ def test_a_routine_whose_claims_are_no_directory_is_passed_over_by_name(
 
 @pytest.mark.parametrize("error", [errno.EIO, errno.ENOENT])
 def test_a_claims_directory_that_goes_between_its_listing_and_its_reads_sets_no_floor(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, error: int
 ) -> None:
     # Unreadable (EIO), or gone and made again (ENOENT): its claims are all read at a later
     # visit, none taken for read below a floor the failed visit set.
@@ -329,8 +334,16 @@ def test_a_claims_directory_that_goes_between_its_listing_and_its_reads_sets_no_
         return real(routine, **kwargs)
 
     monkeypatch.setattr(files, "open_claims", open_claims)
-    assert walk.step(["a"], 100) == []
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        assert walk.step(["a"], 100) == []
     assert found(walk.step(["a"], 100)) == [("a", slot(2)), ("a", slot(1)), ("a", slot(0))]
+    if error == errno.EIO:  # said, by its routine (a directory gone is no fault)
+        assert caplog.messages == [
+            "the open claims of a could not be checked (its next visit tries again): EIO: "
+            f"{os.strerror(errno.EIO)}"
+        ]
+    else:
+        assert caplog.messages == []
 
 
 def test_a_claims_root_that_cannot_be_opened_is_the_walks_error(tmp_path: Path) -> None:
