@@ -10,8 +10,8 @@ import trio_routines
 import trio_routines.testing
 
 PUBLIC = {
-    "Agent", "AgentUnavailable", "ArmedRecords", "ClaimResult", "ClaimStatus", "Completed", "DirectoryStore",
-    "Event", "Failed",
+    "Agent", "AgentUnavailable", "ArmedRecords", "ClaimResult", "ClaimStatus", "Completed",
+    "DirectoryStore", "Event", "Failed",
     "Fire", "FireContext", "FireResult", "Gap", "GapReason", "GapRecords", "InvalidAgent",
     "InvalidCron", "InvalidOption", "InvalidRoutine", "InvalidWakeup", "LoadResult", "NotOnGrid",
     "NotYetDue", "Origin", "OriginKind", "Outcome", "Routine",
