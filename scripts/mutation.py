@@ -731,17 +731,6 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "test_the_child_runs_this_package_whatever_else_is_on_its_way[working directory]",
         ],
     ),
-    # The pauses of a state directory alone, over their own tests: quicker than the whole
-    # directory store's run after a change to them.
-    "dirpause": (
-        ["trio_routines/stores/directory/pause.py"],
-        [
-            "tests/test_pause.py",
-            "tests/test_store_contract.py",
-            "tests/test_pinned_dirpause.py",
-            "tests/test_pinned_dirpause_given_up.py",
-        ],
-    ),
     "directory": (
         [
             "trio_routines/stores/directory/store.py",
