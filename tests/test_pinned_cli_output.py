@@ -92,6 +92,24 @@ def test_the_agent_comes_from_the_option_else_the_environment(
     assert output.describe_agent(ns(agent="https://u:p@h/a?k=1")) == "https://h/a"
 
 
+@pytest.mark.parametrize(
+    ("spec", "said", "code"),
+    [
+        ("bogus", 'unknown agent "bogus" — ', 2),  # the spec itself: a usage error
+        ("py:os:no_such_attribute", 'module "os" has no attribute "no_such_attribute"', 2),
+        ("py:no_such_module_here:x", 'cannot import module "no_such_module_here" for py: ', 1),
+    ],
+)
+def test_an_agent_the_command_line_cannot_use_is_a_usage_error_unless_it_may_pass(
+    spec: str, said: str, code: int
+) -> None:
+    # A module that does not import may be installed by the next start: exit 1 is restarted.
+    with pytest.raises(CliError) as caught:
+        output.agent_arg(ns(agent=spec), "serve")
+    assert str(caught.value).startswith(said)
+    assert caught.value.code == code
+
+
 @pytest.mark.parametrize("token", ["", None])
 def test_without_a_token_the_agents_tickets_keep_this_processs_key(
     monkeypatch: pytest.MonkeyPatch, token: str | None
