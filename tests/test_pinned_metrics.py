@@ -188,6 +188,18 @@ def test_every_fire_is_counted_and_the_failure_streak_follows_the_outcomes() -> 
     ]
 
 
+def test_the_tally_counts_a_routines_outcomes_and_only_its_own() -> None:
+    # What the streaks' read compares, to tell that a fire was counted meanwhile.
+    metrics = Metrics()
+    assert metrics.tally("r") == 0
+    metrics.fired("r", "completed", 5, 0.0)
+    metrics.fired("r", "failed", 5, 0.0)
+    metrics.fired("other", "failed", 5, 0.0)
+    metrics.found_interrupted("r")
+    metrics.refuse("r", "duplicate")  # a claim refused is no outcome
+    assert (metrics.tally("r"), metrics.tally("other"), metrics.tally("none")) == (3, 1, 0)
+
+
 def test_only_a_completed_fire_with_its_instant_is_a_success() -> None:
     metrics = Metrics()
     metrics.fired("r", "failed", 0, 0.0, at=T0)
