@@ -488,21 +488,46 @@ async def test_slots_missed_before_a_pause_are_down_and_only_those_after_it_paus
     assert [f.slot for f in await store.history("r")] == [at(0)]  # nothing caught up
 
 
-async def test_a_pause_whose_start_is_unreadable_takes_every_missed_slot_for_paused(
-    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+class _Older(MemoryStore):
+    """A store of an earlier kind: it keeps no pause's start (no ``paused_since``)."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "paused_since":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+@pytest.mark.parametrize("read", ["fails", "hangs", "absent"])
+async def test_a_pause_whose_start_is_unknown_takes_every_missed_slot_for_paused(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture, read: str
 ) -> None:
-    store = MemoryStore()
+    store = _Older() if read == "absent" else MemoryStore()
     await store.claim("r", at(0), at(0))
     await store.settle("r", at(0), Outcome.COMPLETED, 1)
     await store.set_paused("r", True, at(2, 30))
-    store.fail("paused_since", StateFault("disk on fire"))
+    if read == "fails":
+        store.fail("paused_since", StateFault("disk on fire"))
+    elif read == "hangs":
+        store.hang("paused_since")
     wall = WallClock(at(4, 30))
-    sched, _agent = scheduler(store, wall)
+    sched = Scheduler(
+        agent=ScriptedAgent(wall=wall),
+        store=store,
+        routines=[EVERY_MINUTE],
+        now=wall,
+        wakeups=False,
+        store_timeout=0.5,
+    )
     await run_until(sched, wall, at(4, 40))
     assert await store.gaps("r") == [gap(1, 4, GapReason.PAUSED)]  # as a store that keeps none
-    assert (
-        "r: when its pause began is unreadable (its missed slots read as paused): disk on fire"
-        in caplog.messages
+    said = {
+        "fails": "disk on fire",
+        "hangs": "the pause of 'r' is unreadable: the store did not answer within 0.5s (or "
+        "before the stop's grace ran out)",
+    }
+    unread = "r: when its pause began is unreadable (its missed slots read as paused): "
+    assert [m for m in caplog.messages if m.startswith(unread)] == (
+        [unread + said[read]] if read in said else []
     )
 
 

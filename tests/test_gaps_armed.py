@@ -134,6 +134,21 @@ async def test_a_routine_paused_before_its_first_slot_has_a_paused_gap(
     assert agent.turns == []
 
 
+async def test_a_routine_that_never_fired_missed_slots_before_its_pause_down(
+    autojump_clock: Any,
+) -> None:
+    store = MemoryStore()
+    wall = WallClock(at(0, 30))
+    sched, _ = scheduler(store, wall)
+    await run_until(sched, wall, at(5))
+    await store.set_paused("r", True, at(15))  # from the command line, while none runs
+    wall.set(at(25, 30))
+    sched, agent = scheduler(store, wall)
+    await run_until(sched, wall, at(26))
+    assert await store.gaps("r") == [gap(10, 10, GapReason.DOWN), gap(20, 20, GapReason.PAUSED)]
+    assert agent.turns == []
+
+
 async def test_the_boot_counts_from_the_newest_gap_of_a_routine_that_never_fired(
     autojump_clock: Any,
 ) -> None:
