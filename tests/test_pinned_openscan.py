@@ -234,15 +234,23 @@ def failing_for(path: Path, call: Any) -> tuple[Any, dict[str, bool]]:
     return spied, on
 
 
-def test_a_claims_directory_that_cannot_be_listed_is_passed_over_and_said_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
+def unlistable_a(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[OpenScan, Path, dict[str, bool]]:
+    """A walk of routine ``a`` (one open claim) whose claims directory fails to list (EIO)
+    while the switch is on: the walk, the directory, the switch."""
     write(tmp_path, "a", 0)
-    write(tmp_path, "b", 0)
     where = tmp_path / "schedule" / "claims" / "a"
     listdir, switch = failing_for(where, os.listdir)
     monkeypatch.setattr(os, "listdir", listdir)
-    walk = scan(tmp_path)
+    return scan(tmp_path), where, switch
+
+
+def test_a_claims_directory_that_cannot_be_listed_is_passed_over_and_said_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    write(tmp_path, "b", 0)
+    walk, where, switch = unlistable_a(tmp_path, monkeypatch)
     with caplog.at_level(logging.DEBUG, logger="trio_routines"):
         assert found(walk.step(["a", "b"], 100)) == [("b", slot(0))]  # b's are still found
         walk.step(["a", "b"], 100)
@@ -282,11 +290,7 @@ def test_a_claim_that_cannot_be_read_gives_up_the_visit_and_keeps_its_floor(
 def test_a_fault_that_ends_and_comes_again_is_said_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    write(tmp_path, "a", 0)
-    where = tmp_path / "schedule" / "claims" / "a"
-    listdir, switch = failing_for(where, os.listdir)
-    monkeypatch.setattr(os, "listdir", listdir)
-    walk = scan(tmp_path)
+    walk, where, switch = unlistable_a(tmp_path, monkeypatch)
     with caplog.at_level(logging.WARNING, logger="trio_routines"):
         walk.step(["a"], 100)
         switch["on"] = False

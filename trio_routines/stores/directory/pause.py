@@ -119,20 +119,27 @@ def _write_resumed(root: Path, routine: str, when: datetime, handoff: Handoff | 
 
 def resumed_at_sync(root: Path, routine: str) -> datetime | None:
     """The instant of ``routine``'s latest resume, or None."""
-    where = root / "schedule" / "resumed"
+    return _instant(root, "resumed", routine, "resume")
+
+
+def _instant(root: Path, folder: str, routine: str, what: str) -> datetime | None:
+    """The instant ``<root>/schedule/<folder>/<routine>`` holds: None when it is not there,
+    or holds none (an earlier version's empty pause, anything else); ``what`` names it in a
+    fault (``the resume of 'r' is unreadable``)."""
+    where = root / "schedule" / folder
     name = check_name(routine)
     try:
-        directory = open_dirs(root, ("schedule", "resumed"))
+        directory = open_dirs(root, ("schedule", folder))
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise StateFault(f"the resume of {routine!r} is unreadable: {describe(exc)}") from None
+        raise StateFault(f"the {what} of {routine!r} is unreadable: {describe(exc)}") from None
     try:
         data = read_file(directory, name, where / name, 64)
     except (FileNotFoundError, Refused):
-        return None  # never resumed; or not a file of ours (a link, a FIFO, too long)
+        return None  # none; or not a file of ours (a link, a FIFO, too long)
     except OSError as exc:
-        raise StateFault(f"the resume of {routine!r} is unreadable: {describe(exc)}") from None
+        raise StateFault(f"the {what} of {routine!r} is unreadable: {describe(exc)}") from None
     finally:
         os.close(directory)
     return parse_iso(data.decode("ascii", errors="replace").strip())
@@ -192,23 +199,7 @@ def _set_paused(
 def paused_since_sync(root: Path, routine: str) -> datetime | None:
     """When ``routine``'s pause began: None when it is not paused, or its file holds no
     instant (an earlier version's empty file, or anything else)."""
-    where = root / "schedule" / "paused"
-    name = check_name(routine)
-    try:
-        directory = open_dirs(root, ("schedule", "paused"))
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise StateFault(f"the pause of {routine!r} is unreadable: {describe(exc)}") from None
-    try:
-        data = read_file(directory, name, where / name, 64)
-    except (FileNotFoundError, Refused):
-        return None  # not paused; or not a file of ours (a link, a FIFO, too long)
-    except OSError as exc:
-        raise StateFault(f"the pause of {routine!r} is unreadable: {describe(exc)}") from None
-    finally:
-        os.close(directory)
-    return parse_iso(data.decode("ascii", errors="replace").strip())
+    return _instant(root, "paused", routine, "pause")
 
 
 def paused_sync(root: Path) -> frozenset[str]:
