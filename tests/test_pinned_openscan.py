@@ -266,7 +266,7 @@ def test_a_claims_directory_that_cannot_be_listed_is_passed_over_and_said_once(
     assert found(walk.step(["a", "b"], 100)) == [("a", slot(0)), ("b", slot(0))]
 
 
-def test_a_claim_that_cannot_be_read_gives_up_the_visit_and_keeps_its_floor(
+def test_a_claim_that_cannot_be_read_is_passed_over_and_its_visit_sets_no_floor(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     for i in range(3):
@@ -276,14 +276,17 @@ def test_a_claim_that_cannot_be_read_gives_up_the_visit_and_keeps_its_floor(
     monkeypatch.setattr(os, "read", read)
     walk = scan(tmp_path)
     with caplog.at_level(logging.WARNING, logger="trio_routines"):
-        # Newest first: slot 2 is found, slot 1 fails, b's visit goes on.
-        assert found(walk.step(["a", "b"], 100)) == [("a", slot(2)), ("b", slot(0))]
+        # Newest first: slot 2 is found, slot 1 fails, slot 0 and b's are found all the same.
+        assert found(walk.step(["a", "b"], 100)) == [("a", slot(2)), ("a", slot(0)), ("b", slot(0))]
+        assert found(walk.step(["a"], 100)) == [("a", slot(2)), ("a", slot(0))]  # said once
     assert caplog.messages == [
         "the open claims of a could not be checked (its next visit tries again): EIO: I/O "
         f"error: {tmp_path / 'schedule' / 'claims' / 'a' / name(1)}"
     ]
     switch["on"] = False
-    # Read whole again: the visit given up set no floor above the claims it did not read.
+    # Read whole again: the visits that passed it over set no floor above it.
+    assert found(walk.step(["a"], 100)) == [("a", slot(2)), ("a", slot(1)), ("a", slot(0))]
+    write(tmp_path, "a", 3, open_=False)  # a whole visit's floor: only the new, and the open
     assert found(walk.step(["a"], 100)) == [("a", slot(2)), ("a", slot(1)), ("a", slot(0))]
 
 

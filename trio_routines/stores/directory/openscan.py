@@ -52,14 +52,17 @@ class OpenScan:
         self._visit: tuple[str, str | None, list[str]] | None = None
         #: The routines whose visit was given up, and why, as last said.
         self._said: dict[str, str] = {}
+        #: The routines whose visit under way passed over a claim it could not read.
+        self._skipped: set[str] = set()
 
     def step(self, routines: Sequence[str], budget: int) -> list[tuple[str, Fire]]:
         """Open claims naming a replica, found with at most ``budget`` units of work.
 
         Raises OSError when ``schedule/claims`` itself cannot be opened. A routine whose
-        claims directory cannot be listed, or one of whose claims cannot be read, has its
-        visit given up, with a warning (once, until a visit of it completes): the walk goes
-        on with the others, whose open claims are still found."""
+        claims directory cannot be listed has its visit given up, and one of its claims that
+        cannot be read is passed over, with a warning (once, until a visit of it reads it
+        whole), its visit setting no floor: the walk goes on with the rest, whose open
+        claims are still found."""
         for routine in routines:
             check_name(routine)
         try:
@@ -96,9 +99,12 @@ class OpenScan:
             if given_up:  # its floor stays where its last whole visit left it
                 self._visit = None
             elif not todo:
-                if top is not None:
-                    self._floor[routine] = top
-                self._said.pop(routine, None)  # read whole: a new fault is said again
+                if routine in self._skipped:  # a claim it could not read: read again later
+                    self._skipped.discard(routine)
+                else:
+                    if top is not None:
+                        self._floor[routine] = top
+                    self._said.pop(routine, None)  # read whole: a new fault is said again
                 self._visit = None
         return found
 
@@ -118,6 +124,7 @@ class OpenScan:
         self._floor.pop(routine, None)
         self._open.pop(routine, None)
         self._said.pop(routine, None)
+        self._skipped.discard(routine)
 
     def _begin(self, routine: str) -> tuple[str, str | None, list[str]] | None:
         where = self._files.claim_dir(routine)
@@ -148,7 +155,8 @@ class OpenScan:
         self, routine: str, todo: list[str], left: int, found: list[tuple[str, Fire]]
     ) -> tuple[int, bool]:
         """Read ``todo``'s claims, newest first, while ``left`` allows: what is left, and
-        whether the visit was given up (a claim or the directory unreadable)."""
+        whether the visit was given up (the directory unreadable, or gone). A claim that
+        cannot be read is passed over (said), and its visit, complete, sets no floor."""
         where = self._files.claim_dir(routine)
         opened = self._open.setdefault(routine, set())
         try:
@@ -168,9 +176,10 @@ class OpenScan:
                 except (FileNotFoundError, Refused):
                     opened.discard(name)  # pruned, or no claim file at all: nothing to settle
                     continue
-                except OSError as exc:
+                except OSError as exc:  # passed over; the visit reads on, and sets no floor
                     self._unreadable(routine, exc)
-                    return left, True
+                    self._skipped.add(routine)
+                    continue
                 fire = parse_claim(name, raw.decode("utf-8", errors="replace"), str(where / name))
                 if fire.outcome is None and fire.replica is not None:
                     opened.add(name)
