@@ -290,6 +290,33 @@ def test_a_claim_that_cannot_be_read_is_passed_over_and_its_visit_sets_no_floor(
     assert found(walk.step(["a"], 100)) == [("a", slot(2)), ("a", slot(1)), ("a", slot(0))]
 
 
+@pytest.mark.parametrize("gone", [False, True], ids=["mended", "gone-and-back"])
+def test_a_visit_that_read_every_claim_after_one_was_passed_over_sets_the_floor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reads: list[str], gone: bool
+) -> None:
+    for i in range(3):
+        write(tmp_path, "a", i, open_=False)
+    where = tmp_path / "schedule" / "claims" / "a"
+    read, switch = failing_for(where / name(1), os.read)
+    monkeypatch.setattr(os, "read", read)
+    walk = scan(tmp_path)
+    assert walk.step(["a"], 100) == []  # slot 1 passed over: no floor
+    if gone:  # removed (forgotten) and made again
+        for i in range(3):
+            (where / name(i)).unlink()
+        where.rmdir()
+        assert walk.step(["a"], 100) == []
+        for i in range(3):
+            write(tmp_path, "a", i, open_=False)
+    switch["on"] = False
+    reads.clear()
+    assert walk.step(["a"], 100) == []
+    assert reads == [name(2), name(1), name(0)]  # whole, once more
+    reads.clear()
+    assert walk.step(["a"], 100) == []
+    assert reads == []  # then its floor holds
+
+
 def test_a_fault_that_ends_and_comes_again_is_said_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
