@@ -300,7 +300,9 @@ def test_a_visit_that_read_every_claim_after_one_was_passed_over_sets_the_floor(
     read, switch = failing_for(where / name(1), os.read)
     monkeypatch.setattr(os, "read", read)
     walk = scan(tmp_path)
-    assert walk.step(["a"], 100) == []  # slot 1 passed over: no floor
+    # Slot 1 passed over: no floor. Gone and back: gone in the middle of that visit (its
+    # budget spent at slot 1), forgotten then.
+    assert walk.step(["a"], 3 if gone else 100) == []
     if gone:  # removed (forgotten) and made again
         for i in range(3):
             (where / name(i)).unlink()
