@@ -61,6 +61,7 @@ PAUSE_FAULTS = {
     "create": (safefile, "open", "r", True),
     "file-fsync": (safefile, "fsync", 0, True),
     "dir-fsync": (safefile, "fsync", 1, False),
+    "instant": (safefile, "write", 0, True),  # the pause's instant, written into its file
 }
 
 
@@ -74,7 +75,7 @@ async def test_a_pause_that_fails_names_the_file_or_directory(
     matcher = named(which) if isinstance(which, str) else nth(which)
     fail(monkeypatch, module, call, errno.EIO, matcher)  # type: ignore[arg-type]
     with pytest.raises(StateFault) as raised:
-        await DirectoryStore(tmp_path).set_paused("r", True)
+        await DirectoryStore(tmp_path).set_paused("r", True, AT)
     failed = where / "r" if file else where
     assert str(raised.value) == f"could not pause 'r' in {where}: {EIO}: {failed}"
 
@@ -94,6 +95,42 @@ async def test_a_resume_that_fails_names_the_file_or_directory(
     where = tmp_path / "schedule" / "paused"
     failed = where / "r" if place == "unlink" else where
     assert str(raised.value) == f"could not resume 'r' in {where}: {EIO}: {failed}"
+
+
+async def test_a_resume_that_cannot_tell_whether_its_routine_is_paused_says_where(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A resume with an instant first looks whether the routine is paused (one not paused
+    # keeps none): a look that fails is the resume's fault, naming the paused directory.
+    where = tmp_path / "schedule" / "paused"
+    where.parent.mkdir(parents=True)
+    where.write_text("")  # no directory
+    store = DirectoryStore(tmp_path)
+    with pytest.raises(StateFault) as raised:
+        await store.set_paused("r", False, AT)
+    assert str(raised.value) == (
+        f"could not resume 'r' in {where}: ENOTDIR: Not a directory: {where}"
+    )
+    where.unlink()
+    await store.set_paused("r", True)
+    fail(monkeypatch, dirpause, "stat", errno.EIO, named("r"))
+    with pytest.raises(StateFault) as raised:
+        await store.set_paused("r", False, AT)
+    assert str(raised.value) == f"could not resume 'r' in {where}: {EIO}"
+
+
+async def test_a_link_in_the_paused_directory_is_no_pause_a_resume_takes_back(
+    tmp_path: Path,
+) -> None:
+    where = tmp_path / "schedule" / "paused"
+    where.mkdir(parents=True)
+    (tmp_path / "elsewhere").write_text("")
+    (where / "r").symlink_to(tmp_path / "elsewhere")
+    store = DirectoryStore(tmp_path)
+    await store.set_paused("r", False, AT)  # not paused (a link pauses nothing): no instant
+    assert await store.resumed_at("r") is None
+    assert (where / "r").is_symlink()
+    assert (tmp_path / "elsewhere").exists()
 
 
 # -- the resume's instant ---------------------------------------------------------------------
