@@ -47,7 +47,7 @@ from .output import (
     state_label,
 )
 from .served import served_in_flight, served_replicas, served_view
-from .table import Name, left, outcome_word, schedule, short_instant, strip, table
+from .table import Name, aligned, left, outcome_word, schedule, short_instant, strip, table
 from .wakeuprows import session_spent, wakeup_json, wakeup_lines
 
 STORE_READ = 10.0  # seconds: how long status waits for the store's list of replicas
@@ -350,11 +350,7 @@ def replica_lines(members: Sequence[ReplicaInfo], now: datetime) -> list[str]:
         ]
         for m in members
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    return [f"replicas ({len(members)} live):"] + [
-        "  " + "  ".join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)), row[-1]])
-        for row in rows
-    ]
+    return [f"replicas ({len(members)} live):"] + [f"  {line}" for line in aligned(rows)]
 
 
 def _print_tables(

@@ -41,11 +41,19 @@ class Name(str):
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     """Lines of aligned columns: the header, then the rows; cells are shown safely (a
     :class:`Name` as one, any other as free text)."""
-    cells = [list(headers)] + [
-        [name_shown(cell) if isinstance(cell, Name) else shown(cell) for cell in row]
-        for row in rows
-    ]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers) - 1)]
+    return aligned(
+        [list(headers)]
+        + [
+            [name_shown(cell) if isinstance(cell, Name) else shown(cell) for cell in row]
+            for row in rows
+        ]
+    )
+
+
+def aligned(cells: Sequence[Sequence[str]]) -> list[str]:
+    """Rows of cells already shown, as lines of aligned columns (two spaces apart; the last
+    column unpadded, and no line ending in spaces)."""
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]) - 1)]
     lines = []
     for row in cells:
         padded = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
