@@ -114,15 +114,22 @@ async def test_a_routine_armed_then_down_before_its_first_slot_has_a_down_gap(
     assert await store.gaps("r") == [gap(10, 40, GapReason.DOWN, 4)]
 
 
-async def test_a_routine_paused_before_its_first_slot_has_a_paused_gap(
-    autojump_clock: Any,
-) -> None:
+async def armed_then_paused(since: datetime | None) -> tuple[MemoryStore, WallClock]:
+    """A store whose routine was armed at 23:00:30 (and never fired), then paused (from the
+    command line, at ``since`` when given) while no scheduler ran; the wall at 23:25:30."""
     store = MemoryStore()
     wall = WallClock(at(0, 30))
     sched, _ = scheduler(store, wall)
     await run_until(sched, wall, at(5))
-    await store.set_paused("r", True)  # from the command line, while no scheduler runs
+    await store.set_paused("r", True, since)
     wall.set(at(25, 30))
+    return store, wall
+
+
+async def test_a_routine_paused_before_its_first_slot_has_a_paused_gap(
+    autojump_clock: Any,
+) -> None:
+    store, wall = await armed_then_paused(None)
     sched, agent = scheduler(store, wall)
     await run_until(sched, wall, at(31))
     # 23:10 and 23:20 at the boot, 23:30 refused by the loop (a record of its own, as for a
@@ -137,12 +144,7 @@ async def test_a_routine_paused_before_its_first_slot_has_a_paused_gap(
 async def test_a_routine_that_never_fired_missed_slots_before_its_pause_down(
     autojump_clock: Any,
 ) -> None:
-    store = MemoryStore()
-    wall = WallClock(at(0, 30))
-    sched, _ = scheduler(store, wall)
-    await run_until(sched, wall, at(5))
-    await store.set_paused("r", True, at(15))  # from the command line, while none runs
-    wall.set(at(25, 30))
+    store, wall = await armed_then_paused(at(15))
     sched, agent = scheduler(store, wall)
     await run_until(sched, wall, at(26))
     assert await store.gaps("r") == [gap(10, 10, GapReason.DOWN), gap(20, 20, GapReason.PAUSED)]
