@@ -40,6 +40,21 @@ def test_rendering() -> None:
     assert len(text.splitlines()) == len(set(text.splitlines()))  # no series written twice
 
 
+def test_a_pause_is_shown_only_for_a_loaded_routine() -> None:
+    # A removed routine's pause stays in the store (it shows again if the routine comes
+    # back), but no alert should say a routine that is gone has been paused for long.
+    metrics = Metrics()
+    snapshot: dict[str, Any] = {"in_flight": 0, "armed": 1, "clock_jumps": 0}
+    paused = ("gone", "held")
+    every = metrics.render(**snapshot, paused=paused)
+    assert 'trio_routines_routine_paused{routine="gone"} 1' in every
+    assert 'trio_routines_routine_paused{routine="held"} 1' in every
+    shown = metrics.render(**snapshot, paused=paused, loaded=("held", "other"))
+    assert 'trio_routines_routine_paused{routine="gone"}' not in shown
+    assert 'trio_routines_routine_paused{routine="held"} 1' in shown
+    assert 'trio_routines_routine_paused{routine="other"}' not in shown
+
+
 # -- one set of series, two ways out -------------------------------------------------------------
 
 

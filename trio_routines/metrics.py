@@ -216,13 +216,15 @@ class Metrics:
         loaded: Collection[str] | None = None,
     ) -> list[Family]:
         """Every series, with the scheduler's snapshot given as arguments. ``loaded``: the
-        routines loaded now (None: all counted); a routine's gauges of its successes and
-        failures are shown only while it is loaded, so that the alerts on them end with a
-        reload that removes it (its counters stay: they only ever grow)."""
+        routines loaded now (None: all counted); a routine's gauges of its successes, its
+        failures and its pause are shown only while it is loaded, so that the alerts on them
+        end with a reload that removes it (its counters stay: they only ever grow; its pause
+        stays in the store, and shows again if it comes back)."""
         last_success, failing = self.last_success, self.failing
         if loaded is not None:
             last_success = {r: at for r, at in last_success.items() if r in loaded}
             failing = {r: n for r, n in failing.items() if r in loaded}
+            paused = [r for r in paused if r in loaded]
 
         def counter(name: str, text: str, samples: Iterator[Sample]) -> Family:
             return Family(PREFIX + name, "counter", text, tuple(samples))
@@ -341,7 +343,7 @@ class Metrics:
             ),
             gauge(
                 "routine_paused",
-                "1 for each routine paused in the store (it claims nothing).",
+                "1 for each loaded routine paused in the store (it claims nothing).",
                 (Sample(PREFIX + "routine_paused", _routine(r), 1) for r in sorted(paused)),
             ),
             gauge(
