@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -113,6 +114,55 @@ def test_only_a_turn_is_refused_and_no_rate_means_no_limit() -> None:
     routine = Origin(kind=OriginKind.ROUTINE, routine="daily", depth=1)
     with pytest.raises(InvalidWakeup):
         check(one_shot(NOW + MINUTE, routine), recent=recent, rate=1)
+
+
+def test_a_model_s_call_outside_a_turn_is_refused_as_a_turn_s_is() -> None:
+    recent = tuple(NOW - i * MINUTE for i in range(5))
+    api = one_shot(NOW + MINUTE, Origin(kind=OriginKind.API))
+    check_rate([], api, recent, NOW, WakeLimits(rate=5))  # five is the rate: not over
+    with pytest.raises(InvalidWakeup, match="rate limit"):
+        check_rate([], api, recent, NOW, WakeLimits(rate=5), limited=True)
+    request = WakeupRequest(
+        session="s",
+        prompt="p",
+        fire_at=NOW + 2 * MINUTE,
+        origin=Origin(kind=OriginKind.API),
+        limits=WakeLimits(rate=1),
+        recent=(NOW - MINUTE,),
+    )
+    assert plan_add([], request, NOW).origin == Origin(kind=OriginKind.API)  # the operator's
+    with pytest.raises(InvalidWakeup, match="rate limit"):
+        plan_add([], attrs.evolve(request, limited=True), NOW)
+
+
+async def test_a_model_s_tool_call_in_a_host_s_own_turn_is_limited_and_the_host_s_is_not(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A host hands its model the tools in its own turn (a chat): no turn of ours is current,
+    # and what the model adds is recorded as the embedding API's, but limited by the rate.
+    store = MemoryStore()
+    scheduler = Scheduler(
+        agent=ScriptedAgent(Complete()),
+        store=store,
+        routines=[DAILY],
+        now=WallClock(START),
+        wake_limits=WakeLimits(rate=3, depth=1),
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        assert current_fire() is None
+        replies = [
+            await call_tool(scheduler, "chat:42", SCHEDULE, {"prompt": f"nag {i}", "in": 61 + i})
+            for i in range(5)
+        ]
+        assert all(reply.startswith("Scheduled ") for reply in replies[:3]), replies
+        assert all("rate limit" in reply and "at most 3" in reply for reply in replies[3:])
+        # The host's own code is the operator: counted, never refused.
+        await scheduler.add_wakeup("chat:42", "the host's reminder", delay=62)
+        pending = await scheduler.list_wakeups("chat:42")
+        assert len(pending) == 4
+        assert {w.origin for w in pending} == {Origin(kind=OriginKind.API)}
+        scheduler.stop()
 
 
 def test_depth_at_the_cap_is_allowed_and_one_more_is_refused() -> None:

@@ -26,7 +26,7 @@ from .errors import InvalidWakeup, StateFault
 from .instants import format_iso, parse_instant
 from .records import Wakeup
 from .text import quoted
-from .wakelimits import DEFAULT_LIMITS, WakeLimits
+from .wakelimits import DEFAULT_LIMITS, WakeLimits, model_asking
 from .wakeups import MAX_PENDING_PER_SESSION, MIN_DELAY, MIN_RECURRING_GAP, parse_delay
 
 SCHEDULE, LIST, CANCEL = "schedule_wakeup", "list_wakeups", "cancel_wakeup"
@@ -236,6 +236,11 @@ async def call_tool(api: WakeupApi, session: str, name: str, arguments: object) 
     (the names a woken turn's text uses) are taken for ``schedule_wakeup`` and
     ``cancel_wakeup``. A ``session`` that is no non-empty text is a ``ValueError`` (the
     host's mistake: a list or a cancel of no session would reach every session's).
+
+    The model is limited wherever it asks: inside a turn of ours, what it adds is the turn's
+    (its origin, the chain's depth, the rate); outside one (a host's own turn, a chat), what
+    it adds is recorded ``api``, as the embedding API's, and the rate refuses it all the same
+    (:func:`~trio_routines.wakelimits.model_asking`).
     """
     if not isinstance(session, str) or not session:
         # The host's mistake, not the model's: with no session, a list or a cancel would reach
@@ -247,7 +252,8 @@ async def call_tool(api: WakeupApi, session: str, name: str, arguments: object) 
         return f"{name}: {args}"
     try:
         if name == SCHEDULE:
-            return await _schedule(api, session, args)
+            with model_asking():  # a host's own turn's model is limited as ours are
+                return await _schedule(api, session, args)
         if name == LIST:
             return await _list(api, session, args)
         if name == CANCEL:

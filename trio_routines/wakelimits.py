@@ -6,9 +6,11 @@ is added): every store gets the same answer. The texts are model-facing: the age
 tool returns them, so each says which limit was hit and when, if ever, it resets.
 
 Rate (``rate`` turns per session in any rolling hour, default :data:`DEFAULT_RATE`). Only a
-wake-up asked for by a turn (its origin a routine's or a wake-up's turn) is ever refused by
-it; an operator's (HTTP, command line, the API outside a turn) never is, but everything the
-session does counts. Counted when a turn asks, at ``now``, for a wake-up first due at ``F``:
+wake-up asked for by a turn (its origin a routine's or a wake-up's turn), or by a model's
+tool call outside one (:func:`~trio_routines.tools.call_tool` in a host's own turn, recorded
+``api``: see :func:`model_asking`), is ever refused by it; an operator's (HTTP, command line,
+the API outside a turn) never is, but everything the session does counts. Counted when a
+turn asks, at ``now``, for a wake-up first due at ``F``:
 
 * the session's wake-up turns that started in the hour before ``now`` (each store keeps them,
   bounded to that hour: :class:`WakeTurns`);
@@ -40,6 +42,8 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
@@ -130,8 +134,30 @@ def kept_turns(turns: Iterable[datetime], at: datetime) -> list[datetime]:
 
 
 def by_turn(origin: Origin | None) -> bool:
-    """Whether a turn (a routine's, or a wake-up's) asked: only those are ever refused."""
+    """Whether a turn (a routine's, or a wake-up's) asked: those are refused by the rate,
+    and so is a model's call outside one (:func:`model_asks`)."""
     return origin is not None and origin.kind in _TURNS
+
+
+_model_asks: ContextVar[bool] = ContextVar("trio_routines_model_asks", default=False)
+
+
+@contextmanager
+def model_asking() -> Iterator[None]:
+    """For the block, the wake-ups this task adds are a model's asking (a tool call), even
+    outside any turn of ours: a host's own turn (a chat) hands its model the same tools, and
+    their limits are the model's, not the operator's. :func:`~trio_routines.tools.call_tool`
+    enters it around every call."""
+    token = _model_asks.set(True)
+    try:
+        yield
+    finally:
+        _model_asks.reset(token)
+
+
+def model_asks() -> bool:
+    """Whether this task is in :func:`model_asking`'s block."""
+    return _model_asks.get()
 
 
 def check_depth(origin: Origin | None, limits: WakeLimits) -> None:
@@ -168,10 +194,13 @@ def check_rate(
     recent: Iterable[datetime],
     now: datetime,
     limits: WakeLimits,
+    *,
+    limited: bool = False,
 ) -> None:
-    """Refuse ``new`` (asked for by a turn) when a rolling hour around one of its occurrences
-    would hold more than ``limits.rate`` wake-up turns of its session (the rate rule)."""
-    if limits.rate is None or not by_turn(new.origin):
+    """Refuse ``new`` (asked for by a turn, or ``limited``: by a model outside one) when a
+    rolling hour around one of its occurrences would hold more than ``limits.rate`` wake-up
+    turns of its session (the rate rule)."""
+    if limits.rate is None or not (limited or by_turn(new.origin)):
         return
     start = now - RATE_WINDOW
     ran = sorted(t for t in recent if start < t <= now)

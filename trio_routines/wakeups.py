@@ -75,6 +75,9 @@ class WakeupRequest:
     recent: tuple[datetime, ...] = ()
     #: When a recurring wake-up ends (None: :attr:`WakeLimits.lifetime` from now).
     until: datetime | None = None
+    #: Refused by the rate as a turn's is, though no turn asked: a model's tool call outside
+    #: one (:func:`~trio_routines.wakelimits.model_asking`). Not stored.
+    limited: bool = False
 
 
 def asked_by(fire: FireContext | None, outside: OriginKind = OriginKind.API) -> Origin:
@@ -238,7 +241,7 @@ def plan_add(
         origin=request.origin,
         until=until,
     )
-    check_rate(mine, wakeup, request.recent, now, request.limits)
+    check_rate(mine, wakeup, request.recent, now, request.limits, limited=request.limited)
     return wakeup
 
 

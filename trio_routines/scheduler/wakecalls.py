@@ -25,7 +25,7 @@ from ..context import current_fire
 from ..errors import InvalidWakeup, StateFault
 from ..records import Wakeup
 from ..store import Store
-from ..wakelimits import RATE_WINDOW, WakeLimits, WakeTurns, by_turn
+from ..wakelimits import RATE_WINDOW, WakeLimits, WakeTurns, by_turn, model_asks
 from ..wakeups import WakeupRequest, asked_by, parse_delay
 from ..wakeuptexts import bad_delay_reply
 from .calls import StoreCalls
@@ -75,9 +75,11 @@ class WakeupCalls:
             ):
                 raise InvalidWakeup(f"{what} must be an aware instant (with its zone).")
         origin = asked_by(current_fire())  # the turn in progress, or the embedding API
+        # A model's tool call outside our turns (a host's chat): limited as a turn's.
+        limited = not by_turn(origin) and model_asks()
         with self._calls.bounded():
             recent: tuple[datetime, ...] = ()
-            if by_turn(origin) and self.limits.rate is not None:
+            if (limited or by_turn(origin)) and self.limits.rate is not None:
                 recent = await self._recent(session, now)
             request = WakeupRequest(
                 session=session,
@@ -89,6 +91,7 @@ class WakeupCalls:
                 limits=self.limits,
                 recent=recent,
                 until=until,
+                limited=limited,
             )
             return await self._store.add_wakeup(request, now)
         raise self._calls.no_answer("the wake-up was not added")
