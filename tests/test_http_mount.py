@@ -134,6 +134,18 @@ async def test_mounted_under_a_prefix_every_route_answers(kind: str) -> None:
         assert await call(port, "GET", "/hello") == (200, b"the host's own page")
         status, _ = await call(port, "GET", "/routines")
         assert status == 404
+        # The reply to a wake-up names the call that cancels it, below the mount point.
+        status, raw = await call(
+            port, "POST", "/scheduler/wakeups", {"session": "chat 1", "prompt": "p", "in": "5m"}
+        )
+        assert status == 201, raw
+        answer = json.loads(raw)
+        cancel = f"DELETE /scheduler/wakeups/{answer['wakeup']['id']}?session=chat%201"
+        assert answer["reply"].endswith(f"; cancel with {cancel}")
+        method, path = cancel.split(" ")
+        status, raw = await call(port, method, path)
+        assert (status, json.loads(raw)["removed"]) == (200, True), raw
+        assert await store.list_wakeups() == []
 
 
 SEGMENT = st.text(

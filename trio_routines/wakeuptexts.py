@@ -44,14 +44,15 @@ def when_text(wakeup: Wakeup) -> str:
     return when
 
 
-def stored_reply(wakeup: Wakeup) -> str:
+def stored_reply(wakeup: Wakeup, mount: str = "") -> str:
     """The answer to an operator's ``POST /wakeups``: when, for whom, how to cancel it (the
-    HTTP call: the caller is not the woken agent, whose ``unwake`` tool it may not have)."""
+    HTTP call: the caller is not the woken agent, whose ``unwake`` tool it may not have);
+    ``mount``: where the HTTP surface is mounted, which the call's path starts with."""
     session = urllib.parse.quote(wakeup.session, safe="")
     return (
         f"OK — wake-up {wakeup.id} {when_text(wakeup)} for session "
         f"{json.dumps(wakeup.session)}; cancel with "
-        f"DELETE /wakeups/{wakeup.id}?session={session}"
+        f"DELETE {mount}/wakeups/{wakeup.id}?session={session}"
     )
 
 

@@ -33,6 +33,7 @@ from .wire import (
     headers,
     label,
     local_path,
+    mount_point,
     read_json,
     required_session,
     route,
@@ -218,7 +219,8 @@ class _App:
             return await wakeupapi.unwake(scheduler, wakeup_id, required_session(scope))
         if method == "POST":
             with _caller(scope):
-                return await wakeupapi.wake(scheduler, await read_json(scope, receive))
+                body = await read_json(scope, receive)
+                return await wakeupapi.wake(scheduler, body, mount_point(scope))
         return await wakeupapi.wakeups(scheduler, session_param(scope))
 
     def _cookie(self, scope: Scope, method: str) -> bool:

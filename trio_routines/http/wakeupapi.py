@@ -54,7 +54,8 @@ def _not_confirmed(scheduler: Scheduler, change: str, then: str = "try again") -
 LIST_FIRST = "list the session's wake-ups before adding it again"
 
 
-async def wake(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
+async def wake(scheduler: Scheduler, body: Mapping[str, Any], mount: str = "") -> Response:
+    """``POST /wakeups``; ``mount``: where the surface is mounted (its reply's ``DELETE``)."""
     session = label(required_text(body, "session", '"chat:42"'), "session", MAX_SESSION)
     prompt = required_text(body, "prompt", '"check the build"')
     if ("in" in body) == ("cron" in body):
@@ -97,7 +98,7 @@ async def wake(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
         )
     except InvalidWakeup as exc:
         raise Refusal(400, str(exc)) from None
-    return Response(201, {"wakeup": _hidden(wakeup), "reply": stored_reply(wakeup)})
+    return Response(201, {"wakeup": _hidden(wakeup), "reply": stored_reply(wakeup, mount)})
 
 
 def _until(body: Mapping[str, Any]) -> datetime | None:

@@ -132,10 +132,17 @@ def local_path(scope: Scope) -> str:
     from ``path`` instead. Either way the routes see ``/fire``, ``/routines``, ...
     """
     path: str = scope.get("path", "")
-    root: str = scope.get("root_path", "").rstrip("/")
+    root = mount_point(scope)
     if root and (path == root or path.startswith(root + "/")):
         return path[len(root) :] or "/"
     return path
+
+
+def mount_point(scope: Scope) -> str:
+    """Where the surface is mounted (the ASGI ``root_path``, without its trailing ``/``):
+    ``""`` at the root. A path the surface names to its caller starts with it."""
+    root = scope.get("root_path", "")
+    return root.rstrip("/") if isinstance(root, str) else ""
 
 
 def route(path: str) -> tuple[str, str | None]:
