@@ -115,6 +115,27 @@ async def test_a_clock_of_naive_datetimes_is_refused_as_the_run_begins(
         scheduler.stop(0)
 
 
+async def test_a_clock_of_naive_datetimes_is_refused_by_a_host_s_call_naming_the_clock(
+    autojump_clock: Any,
+) -> None:
+    # Not run: a fire, a wake-up and a pause each read the clock themselves.
+    store = MemoryStore()
+    naive = datetime(2026, 7, 7, 10)
+    scheduler = Scheduler(agent=ScriptedAgent(), store=store, routines=[HOURLY], now=lambda: naive)
+    said = f"now must be a clock of aware datetimes (with their zone, e.g. UTC); it read {naive!r}"
+    calls = [
+        scheduler.fire("hourly", at(10)),
+        scheduler.add_wakeup("chat:1", "p", delay="2m"),
+        scheduler.pause("hourly"),
+        scheduler.resume("hourly"),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidOption) as refused:
+            await call
+        assert str(refused.value) == said
+    assert (store.claims, store.wakeups, await store.paused()) == ({}, [], set())
+
+
 # -- start_fire and start_run: answer at once, the turn goes on ------------------------------
 
 

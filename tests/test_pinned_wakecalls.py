@@ -106,6 +106,26 @@ async def test_a_bad_request_is_refused_with_its_reply_and_adds_nothing(
     assert store.wakeups == []
 
 
+@pytest.mark.parametrize(
+    ("session", "prompt", "options", "reply"),
+    [
+        ("a", 5, {"delay": "5m"}, "the prompt must be text, not int."),
+        (5, "p", {"delay": "5m"}, "the session must be text, not int."),
+        ("a", b"p", {"delay": "5m"}, "the prompt must be text, not bytes."),
+        ("a", "p", {"cron": 900}, "the cron must be text, not int."),
+        ("a", "p", {"cron": "0 9 * * *", "tz": 1}, "the tz must be text, not int."),
+    ],
+)
+async def test_what_is_no_text_is_refused_as_a_bad_request(
+    autojump_clock: Any, session: Any, prompt: Any, options: dict[str, Any], reply: str
+) -> None:
+    store = MemoryStore()
+    with pytest.raises(InvalidWakeup) as refused:
+        await calls_of(store).add(session, prompt, **options)
+    assert str(refused.value) == reply
+    assert store.wakeups == []
+
+
 async def test_a_delay_may_be_a_timedelta_seconds_or_text(autojump_clock: Any) -> None:
     calls = calls_of(MemoryStore())
     for delay in (timedelta(minutes=5), 300, 300.0, "5m"):

@@ -5,7 +5,7 @@ scheduler that spins, never fires, or spends every slot on turns that cannot run
 from __future__ import annotations
 
 import math
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -34,6 +34,11 @@ class AnAgent:
     ("agent", "said"),
     [
         (AnAgent, "agent must be an agent object, not a class: AnAgent() builds one"),
+        (
+            AnAgent(),  # ``async def`` without ``yield``: a coroutine, no events
+            "agent's invoke must yield its events (an async generator: async def with yield), "
+            "not return them: <",
+        ),
         (object(), "agent has no invoke method: <object object at "),
         ("cmd:cat", "agent has no invoke method: 'cmd:cat'"),  # a spec: agent_from_spec reads it
     ],
@@ -42,6 +47,15 @@ def test_an_agent_that_cannot_run_a_turn_is_refused(agent: Any, said: str) -> No
     with pytest.raises(InvalidAgent) as refused:
         made(agent=agent)
     assert str(refused.value).startswith(said)
+
+
+@pytest.mark.parametrize("clock", [None, datetime(2026, 7, 7, tzinfo=UTC)])
+def test_a_clock_that_is_no_function_is_refused(clock: Any) -> None:
+    with pytest.raises(InvalidOption) as refused:
+        made(now=clock)
+    assert str(refused.value) == (
+        f"now must be a clock, a function giving aware datetimes: {clock!r:.80}"
+    )
 
 
 @pytest.mark.parametrize("store", [".state", None, object()])

@@ -178,8 +178,11 @@ async def serve(
     :class:`~trio_routines.http.InsecureBind` before anything starts. ``signals`` (SIGINT and
     SIGTERM; empty for none, e.g. outside the main thread) stop the scheduler with ``grace``
     seconds for in-flight turns (default: the scheduler's ``default_grace``, 10 s, the same as
-    the command line's ``--grace``); a second signal stops it at once. A signal during the
-    boot gives the boot up at once, and nothing is served.
+    the command line's ``--grace``; 0 or less: at once); a second signal stops it at once. A
+    signal during the boot gives the boot up at once, and nothing is served. SIGHUP is not
+    watched (the command line's ``serve`` reloads its routines directory on it): a host that
+    wants the same watches it itself and calls
+    :meth:`~trio_routines.Scheduler.reload_routines` (docs/embedding.md).
     ``await nursery.start(serve, scheduler, ...)`` returns the HTTP port bound, or ``None``.
     An error comes out as :meth:`~trio_routines.Scheduler.run` raises it (a failed boot's
     :class:`~trio_routines.errors.StateFault`, a taken address's ``OSError``), not inside the

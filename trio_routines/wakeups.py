@@ -166,6 +166,8 @@ def check_request(request: WakeupRequest) -> None:
     more than it; a cron or time zone no longer than a prompt)."""
     for field in ("session", "prompt", "cron", "tz"):
         value = getattr(request, field)
+        if value is not None and not isinstance(value, str):  # the embedding API's caller's
+            raise InvalidWakeup(f"the {field} must be text, not {type(value).__name__}.")
         if not storable(value):
             raise InvalidWakeup(
                 f"the {field} must be text without NUL characters or undecodable bytes."

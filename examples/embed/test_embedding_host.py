@@ -3,6 +3,10 @@
 Virtual time: ``MockClock`` (pytest-trio's ``autojump_clock`` fixture) drives Trio's clock and
 ``WallClock`` turns it into wall time, so days pass in milliseconds. ``MemoryStore`` stands in
 for the state directory, ``ScriptedAgent`` for the model.
+
+Run with pytest-trio in ``trio_mode`` (each ``async def`` test runs under Trio with no marker)
+and a ``slow`` marker declared: in a host's ``pyproject.toml``, ``[tool.pytest.ini_options]``
+with ``trio_mode = true`` and ``markers = ["slow"]``.
 """
 
 from __future__ import annotations

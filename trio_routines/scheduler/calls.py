@@ -197,12 +197,13 @@ class StoreCalls:
     async def set_paused(self, name: str, paused: bool) -> None:
         """Pause or resume ``name`` in the store (stamped now: a boot tells the slots before a
         pause from those during it), and remember it."""
+        now = self._runtime.host_now()
         with self.bounded():
             if paused:
-                await self.store.set_paused(name, True, self._runtime.now())
+                await self.store.set_paused(name, True, now)
                 self.paused = self.paused | {name}
             else:
-                await self.store.set_paused(name, False, self._runtime.now())
+                await self.store.set_paused(name, False, now)
                 self.paused = self.paused - {name}
             return
         raise self.no_answer(f"could not {'pause' if paused else 'resume'} {name!r}")

@@ -113,7 +113,7 @@ class FirePath:
             raise NotOnGrid(
                 f"slot {format_iso(slot)} is not on the cron grid of {name!r} ({routine.cron})"
             )
-        now = self._runtime.now()
+        now = self._runtime.host_now()
         if slot > now:
             raise NotYetDue.of(name, slot, now)
         if self._stopping.value:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import decimal
+import inspect
 import math
 import numbers
 from collections.abc import Iterable
@@ -49,10 +50,18 @@ def checked_poll(value: float) -> float:
     return seconds
 
 
+def checked_clock(now: object) -> None:
+    """The scheduler's ``now``: a callable, else a one-line :class:`InvalidOption`. (Not read
+    here: a clock may need the Trio run the scheduler is made before, as virtual time does.)"""
+    if not callable(now):
+        raise InvalidOption(f"now must be a clock, a function giving aware datetimes: {now!r:.80}")
+
+
 def checked_now(value: object) -> None:
     """A reading of the scheduler's ``now`` clock: an aware :class:`~datetime.datetime`, else a
-    one-line :class:`InvalidOption` (read once as :meth:`Scheduler.run` begins: a naive
-    instant would fail later, deep in the boot's cron arithmetic, without naming the clock)."""
+    one-line :class:`InvalidOption` (read as :meth:`Scheduler.run` begins, and by each call a
+    host makes that reads it: a naive instant would fail later, deep in the boot's cron
+    arithmetic or the call's, without naming the clock)."""
     if not isinstance(value, datetime) or value.utcoffset() is None:
         raise InvalidOption(
             f"now must be a clock of aware datetimes (with their zone, e.g. UTC); it read {value!r}"
@@ -67,8 +76,15 @@ def checked_agent(agent: object) -> None:
         raise InvalidAgent(
             f"agent must be an agent object, not a class: {agent.__name__}() builds one"
         )
-    if not callable(getattr(agent, "invoke", None)):
+    invoke = getattr(agent, "invoke", None)
+    if not callable(invoke):
         raise InvalidAgent(f"agent has no invoke method: {agent!r:.100}")
+    if inspect.iscoroutinefunction(invoke):
+        # ``async def`` without ``yield``: every turn would fail on its coroutine.
+        raise InvalidAgent(
+            "agent's invoke must yield its events (an async generator: async def with yield), "
+            f"not return them: {agent!r:.100}"
+        )
 
 
 def checked_store(store: object) -> None:

@@ -25,6 +25,7 @@ from ..wakeups import POLL_INTERVAL
 from . import report
 from .options import (
     checked_agent,
+    checked_clock,
     checked_grace,
     checked_limits,
     checked_poll,
@@ -74,6 +75,21 @@ class Scheduler:
     spend per rolling window; a wake-up due over it is not run (:mod:`trio_routines.budgets`).
     Raises :class:`~trio_routines.errors.InvalidOption` for one that cannot be read.
 
+    The clock and its loops: ``now`` is the wall clock (a function giving aware datetimes,
+    ``datetime.now(UTC)`` unless given; a test gives :class:`~trio_routines.testing.WallClock`).
+    ``external_clock=True`` arms no cron loop: the slots come from a caller's :meth:`fire`
+    (an external clock: Kubernetes CronJobs, a cron daemon, ``POST /fire``), and wake-ups
+    still run. ``wakeups=False`` runs no wake-up loop (none fires here; a clock watch takes its
+    place). ``poll_interval`` (seconds, 30 unless given; ``--poll``) is how often the wake
+    loop looks for due wake-ups and the clock watch for a jump. ``jump_threshold`` (seconds,
+    5) is how far the wall clock may move against Trio's before it is a jump (logged, counted,
+    and every cron loop re-reads the wall clock). ``max_wait`` (seconds, 6 hours) is the
+    longest a cron loop sleeps before it reads the wall clock again. ``store_timeout``
+    (seconds, 30) bounds every store call. ``replica`` (``--replica``) names this scheduler in
+    the claims it makes, ``host:pid`` unless given (:mod:`trio_routines.replicas`). Each is
+    checked as the scheduler is made: a wrong one is an
+    :class:`~trio_routines.errors.InvalidOption` naming it.
+
     A scheduler runs once: build a new one to run again.
 
     Its attributes, read by the parts as they run: ``scheduler.now`` (the wall clock it was
@@ -109,6 +125,7 @@ class Scheduler:
         load_tracing()
         checked_agent(agent)
         checked_store(store)
+        checked_clock(now)
         self.agent = SessionGate(agent)
         self.store = store
         #: This scheduler's replica id, stored with every claim it makes (replicas.py).
@@ -192,6 +209,7 @@ class Scheduler:
 
         Safe to call from inside a turn (that fire still settles) and more than once (the
         shortest grace wins). During the boot, it gives the boot up at once (see :meth:`run`).
+        A grace of 0 or less interrupts them at once; ``math.inf`` waits for every one.
         A grace that is no number of seconds is an :class:`InvalidOption`, and a call from
         outside the scheduler's Trio thread a ``RuntimeError`` (from another thread:
         ``trio.from_thread.run_sync(scheduler.stop)``), each changing nothing.

@@ -311,6 +311,15 @@ class Runtime:
                 f"unknown routine {name[:64]!r} (available: {available})"
             ) from None
 
+    def host_now(self) -> datetime:
+        """The wall clock read for a host's call (a fire, a wake-up, a pause): a naive reading
+        is the clock's :class:`~trio_routines.errors.InvalidOption`, not the call's failure."""
+        from .options import checked_now
+
+        now = self.now()
+        checked_now(now)
+        return now
+
     def working(self) -> Working:
         """Count one fire (claim to settle) or wake-up turn as in flight."""
         return Working(self.in_flight)

@@ -58,7 +58,7 @@ class WakeupCalls:
     ) -> Wakeup:
         if sum(value is not None for value in (delay, fire_at, cron)) != 1:
             raise InvalidWakeup("give exactly one of delay, fire_at (once) or cron (recurring).")
-        now = self._runtime.now()
+        now = self._runtime.host_now()
         if delay is not None:
             seconds = delay.total_seconds() if isinstance(delay, timedelta) else parse_delay(delay)
             if seconds is None or seconds <= 0:
