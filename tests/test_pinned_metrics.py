@@ -100,7 +100,7 @@ trio_routines_last_success_timestamp_seconds{routine="daily"} 1783407600
 the routine last completed one (skipped ones do not count; seeded at boot from its claims).
 # TYPE trio_routines_consecutive_failures gauge
 trio_routines_consecutive_failures{routine="daily"} 0
-# HELP trio_routines_routine_paused 1 for each loaded routine paused in the store (it claims nothing).
+# HELP trio_routines_routine_paused 1 for each loaded routine paused in the store (it claims none).
 # TYPE trio_routines_routine_paused gauge
 trio_routines_routine_paused{routine="daily"} 1
 # HELP trio_routines_routine_files_kept_broken Routine files a reload could not load, whose \

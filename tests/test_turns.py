@@ -72,3 +72,60 @@ async def test_a_fire_whose_agent_fails_without_words_settles_completed() -> Non
     fire = await store.latest_fire("daily")
     assert fire is not None
     assert (fire.outcome, fire.error) == (Outcome.COMPLETED, None)
+
+
+class _Unsayable:
+    def __str__(self) -> str:
+        raise RuntimeError("no words")
+
+    def __bool__(self) -> bool:
+        raise RuntimeError("no truth")
+
+
+@pytest.mark.parametrize(
+    ("details", "code", "outcome", "said"),
+    [
+        (123, None, Outcome.FAILED, "123"),
+        (b"x", None, Outcome.FAILED, "b'x'"),
+        (10**5000, None, Outcome.FAILED, "<int>"),  # past Python's digits limit
+        (_Unsayable(), None, Outcome.FAILED, "<_Unsayable>"),
+        (0, None, Outcome.COMPLETED, None),  # false details: no failure, as an empty text
+        ("boom", 7, Outcome.FAILED, "boom"),  # a code that is no text is none
+        ("", SESSION_BUSY, Outcome.SKIPPED, ""),
+    ],
+    ids=["int", "bytes", "huge-int", "unsayable", "zero", "code-int", "busy"],
+)
+async def test_a_failure_whose_details_are_no_text_is_recorded_as_text(
+    details: object, code: object, outcome: Outcome, said: str | None
+) -> None:
+    # A py: agent's own values: the turn's record and its log line take them as text.
+    event = Failed(details, code)  # type: ignore[arg-type]
+    result = await run_turn(Says(event), "d", "routine:d", "go")
+    assert (result.outcome, result.failed) == (outcome, said)
+
+
+async def test_a_fire_whose_agent_fails_with_a_number_settles_failed_with_it() -> None:
+    store = MemoryStore()
+    routine = Routine(name="daily", prompt="go", cron="0 9 * * *", output="1KiB")
+    clock = WallClock(datetime(2026, 7, 7, 9, 0, 5, tzinfo=UTC))
+    agent = Says(TextDelta(42), Failed(123))  # type: ignore[arg-type]
+    scheduler = Scheduler(agent=agent, store=store, routines=[routine], now=clock)
+    result = await scheduler.fire("daily", SLOT)
+    assert result.outcome is Outcome.FAILED
+    fire = await store.latest_fire("daily")
+    assert fire is not None
+    assert (fire.outcome, fire.error, fire.output) == (Outcome.FAILED, "123", "42")
+
+
+async def test_an_exception_whose_text_cannot_be_made_is_named_by_its_type() -> None:
+    class Mute(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no words")
+
+    class Raises:
+        async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+            raise Mute
+            yield Completed()
+
+    result = await run_turn(Raises(), "d", "routine:d", "go")
+    assert (result.outcome, result.failed) == (Outcome.FAILED, "<Mute>")

@@ -343,7 +343,7 @@ class Metrics:
             ),
             gauge(
                 "routine_paused",
-                "1 for each loaded routine paused in the store (it claims nothing).",
+                "1 for each loaded routine paused in the store (it claims none).",
                 (Sample(PREFIX + "routine_paused", _routine(r), 1) for r in sorted(paused)),
             ),
             gauge(

@@ -110,9 +110,12 @@ async def run_turn(
             async for event in events:
                 if isinstance(event, Failed):
                     failed = event  # the last one wins; keep draining
+                    if type(event.details) is not str or not isinstance(event.code, str | None):
+                        failed = _text_failure(event)  # a py: agent's Failed(123)
                 elif isinstance(event, TextDelta):
                     if on_text is not None:
-                        on_text(event.text)
+                        said = event.text
+                        on_text(said if type(said) is str else as_text(said))
                 elif isinstance(event, Usage):
                     if tally is None:
                         tally = Tally()
@@ -167,7 +170,7 @@ def _classified(
         log.error("%s failed (%dms)%s", label, ms, fold(details), extra=extra)
         return TurnResult(Outcome.FAILED, ms, failed=details)
     if raised is not None:
-        details = str(raised) or type(raised).__name__
+        details = as_text(raised) or type(raised).__name__
         extra = _fields(Outcome.FAILED, ms, details)
         log.error("%s errored (%dms)%s", label, ms, fold(details), extra=extra)
         return TurnResult(Outcome.FAILED, ms, failed=details)
@@ -182,6 +185,29 @@ def _classified(
     if log.isEnabledFor(logging.INFO):  # the common end: build no fields for nobody
         log.info("%s completed (%dms)", label, ms, extra=_fields(Outcome.COMPLETED, ms))
     return _completed(ms)
+
+
+def as_text(value: object) -> str:
+    """What an agent gave as text: a ``str`` as it is, anything else as ``str()`` makes it, or
+    its type's name when even that fails (an integer past Python's digits limit, a ``__str__``
+    that raises). Nothing an agent yields fails a turn's record, or its process."""
+    if isinstance(value, str):
+        return value
+    try:
+        return str(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
+
+
+def _text_failure(event: Failed) -> Failed:
+    """``event`` with details and code as text (a ``py:`` agent's ``Failed(123)``): details
+    that are false still mean no failure, as an empty text does (module doc)."""
+    details: object = event.details
+    try:
+        said = as_text(details) if details else ""
+    except Exception:  # a value whose truth cannot be told
+        said = as_text(details)
+    return Failed(said, event.code if isinstance(event.code, str) else None)
 
 
 _TURN_RESULT = setters(TurnResult, "outcome", "ms", "failed", "busy", "usage")
