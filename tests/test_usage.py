@@ -20,6 +20,7 @@ from trio_routines.agent import Agent, Completed, Event, Failed, TextDelta, Usag
 from trio_routines.agent_http import HttpAgent
 from trio_routines.agents import agent_from_spec
 from trio_routines.converter import claim_text, history_from_json, history_to_json
+from trio_routines.ledger import entry_from_json, spent_from_json
 from trio_routines.records import Fire, Outcome
 from trio_routines.turns import run_turn
 from trio_routines.usage import (
@@ -42,6 +43,11 @@ async def collect(agent: Agent, text: str = "go") -> list[Event]:
     with trio.fail_after(30):
         async with aclosing(agent.invoke("chat-1", text)) as stream:  # type: ignore[type-var]
             return [event async for event in stream]
+
+
+class _Unshowable:
+    def __repr__(self) -> str:
+        raise RuntimeError("no words")
 
 
 def text_of(found: list[Event]) -> str:
@@ -87,6 +93,27 @@ def test_a_cost_without_a_currency_is_in_usd_and_tokens_alone_name_none() -> Non
     assert tally.total() == Usage(3, None, None, None)
 
 
+def test_a_stored_cost_past_any_float_reads_as_no_usage() -> None:
+    # A claim's usage, or a ledger entry, written by hand: read as damage, never raised.
+    assert usage_from_json({"inputTokens": 3, "cost": 10**400, "currency": "USD"}) is None
+    assert entry_from_json(["2026-07-07T09:00:00.000Z", "USD", 1, 2, 10**400]) is None
+    assert spent_from_json({"inputTokens": 1, "outputTokens": 2, "costs": {"USD": 10**400}}) is None
+
+
+async def test_a_turn_logs_its_first_bad_values_and_counts_the_rest_in_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, "trio_routines")
+    bad = [Usage(input_tokens=-1)] * 2000
+    turn = await run_turn(Spending(*bad, Usage(output_tokens=4), Completed()), "daily", "s", "p")
+    assert (turn.outcome, turn.usage) == (Outcome.COMPLETED, Usage(None, 4))
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        *["daily: usage reported by the agent: input_tokens -1 is not a valid value"] * 5,
+        "daily: usage reported by the agent: 1995 more bad values dropped, not logged",
+    ]
+
+
 @pytest.mark.parametrize(
     ("event", "kept", "named"),
     [
@@ -99,7 +126,12 @@ def test_a_cost_without_a_currency_is_in_usd_and_tokens_alone_name_none() -> Non
         (Usage(input_tokens=7, cost=-0.01), Usage(7), "cost -0.01"),
         (Usage(input_tokens=7, cost=1.0, currency="US$"), Usage(7), "currency 'US$'"),
         (Usage(input_tokens=7, cost=1.0, currency="ABCDEFGHIJK"), Usage(7), "currency"),
+        # An integer past any float, and past Python's digits for repr: a bad value too.
+        (Usage(input_tokens=7, cost=10**400), Usage(7), "cost <an integer of more than 40"),
+        (Usage(input_tokens=10**5000, output_tokens=4), Usage(None, 4), "input_tokens <an integer"),
+        (Usage(input_tokens=7, cost=_Unshowable()), Usage(7), "cost <_Unshowable>"),  # type: ignore[arg-type]
     ],
+    ids=lambda value: type(value).__name__ if not isinstance(value, str) else value[:20],
 )
 def test_a_bad_field_is_dropped_with_its_name_and_the_rest_counts(
     event: Usage, kept: Usage, named: str

@@ -120,7 +120,11 @@ async def run_turn(
                     if tally is None:
                         tally = Tally()
                     for problem in tally.add(event):
-                        log.warning("%s: usage reported by the agent: %s", label, one_line(problem))
+                        tally.problems += 1
+                        if tally.problems <= USAGE_WARNINGS:  # not one line per bad event
+                            log.warning(
+                                "%s: usage reported by the agent: %s", label, one_line(problem)
+                            )
                 elif not isinstance(event, Completed):
                     log.debug("%s: ignoring an unknown event %r", label, event)
             events = None  # exhausted: nothing to close
@@ -135,6 +139,12 @@ async def run_turn(
                         await aclose()
                     except Exception as exc:
                         raised = raised or exc
+    if tally is not None and tally.problems > USAGE_WARNINGS:
+        log.warning(
+            "%s: usage reported by the agent: %d more bad values dropped, not logged",
+            label,
+            tally.problems - USAGE_WARNINGS,
+        )
     ms = _elapsed_ms(started)
     why = ended_by() if ended_by is not None and grace.cancelled_caught else None
     result = _classified(label, ms, failed, raised, grace, timeout_scope, timeout, why, level)
@@ -185,6 +195,10 @@ def _classified(
     if log.isEnabledFor(logging.INFO):  # the common end: build no fields for nobody
         log.info("%s completed (%dms)", label, ms, extra=_fields(Outcome.COMPLETED, ms))
     return _completed(ms)
+
+
+#: The usage problems a turn logs one by one; the rest are counted in one line at its end.
+USAGE_WARNINGS = 5
 
 
 def as_text(value: object) -> str:

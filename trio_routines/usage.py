@@ -60,7 +60,10 @@ def _tokens(value: object) -> int | None:
 def _cost(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    cost = float(value)
+    try:
+        cost = float(value)
+    except OverflowError:  # an integer past any float: no cost (JSON gives any length)
+        return None
     return cost if math.isfinite(cost) and 0 <= cost <= MAX_COST else None
 
 
@@ -100,7 +103,12 @@ def checked(event: Usage) -> tuple[Usage, list[str]]:
 
 
 def _shown(value: object) -> str:
-    text = repr(value)
+    if isinstance(value, int) and not -(10**40) < value < 10**40:
+        return "<an integer of more than 40 digits>"  # (repr is refused past 4,300 of them)
+    try:
+        text = repr(value)
+    except Exception:  # a py: agent's object whose repr raises
+        return f"<{type(value).__name__}>"
     return text if len(text) <= 40 else text[:39] + "…"
 
 
@@ -113,6 +121,8 @@ class Tally:
         self.cost: float | None = None
         self.currency: str | None = None
         self.seen = False
+        #: The problems the turn's events had (bad values dropped), for its log's bound.
+        self.problems = 0
 
     def add(self, event: Usage) -> list[str]:
         """Count ``event``; the problems found in it (each dropped field), for a warning."""
