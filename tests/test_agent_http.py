@@ -250,6 +250,10 @@ async def test_a_refused_connection_fails_once_and_is_not_retried() -> None:
         ("text/plain; charset=latin-1", "café".encode("latin-1"), "café"),
         ("text/plain; charset=no-such-thing", "café".encode(), "café"),
         ("text/plain; charset=rot13", b"abc", "abc"),  # not a text encoding: UTF-8
+        # Text encodings that fail as they decode: UTF-8 from there on.
+        ("text/plain; charset=idna", "café".encode(), "café"),  # refuses errors="replace"
+        ("text/plain; charset=undefined", b"abc", "abc"),  # refuses everything
+        ("text/plain; charset=punycode", b"ok \xff", "ok \ufffd"),
         ("application/octet-stream", b"\xff ok", "\ufffd ok"),
     ],
 )

@@ -281,14 +281,35 @@ async def _read_some(response: httpx.Response, limit: int) -> tuple[bytes, bool]
     return body[:limit], len(body) > limit
 
 
-def _decoder(charset: str | None) -> codecs.IncrementalDecoder:
+def _decoder(charset: str | None) -> _Decoder:
     """UTF-8 unless the answer names a text encoding Python knows (never a crash on a bad one)."""
     try:
         if charset and codecs.lookup(charset)._is_text_encoding:
-            return codecs.getincrementaldecoder(charset)(errors="replace")
+            return _Decoder(codecs.getincrementaldecoder(charset)(errors="replace"))
     except LookupError:
         pass
+    return _Decoder(_utf8())
+
+
+def _utf8() -> codecs.IncrementalDecoder:
     return codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+
+class _Decoder:
+    """The answer's charset's decoder, until it fails: some of Python's text codecs refuse
+    ``errors="replace"`` (``idna``), refuse every input (``undefined``) or raise on bytes they
+    cannot take all the same (``punycode``, a UTF-16 stream without its mark). From a failure
+    on, the rest is read as UTF-8 (what was decoded before stays)."""
+
+    def __init__(self, decoder: codecs.IncrementalDecoder) -> None:
+        self._decoder = decoder
+
+    def decode(self, chunk: bytes, final: bool = False) -> str:
+        try:
+            return self._decoder.decode(chunk, final)
+        except (UnicodeError, ValueError, TypeError):
+            self._decoder = _utf8()
+            return self._decoder.decode(chunk, final)
 
 
 def _detail(exc: BaseException, secret: str | None) -> str:
