@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import attrs
 import pytest
 
+from trio_routines import routinedir
 from trio_routines.errors import InvalidRoutine, TrioRoutinesError, UnsafeName
 from trio_routines.routinedir import (
     MAX_ROUTINE_FILE_BYTES,
@@ -500,6 +501,25 @@ def test_load_symlinks(tmp_path: Path) -> None:
         ("dangling.md", "is a broken symlink"),
         ("escape.md", f"is a symlink leading outside {routines}"),
         ("relative-escape.md", f"is a symlink leading outside {routines}"),
+    ]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to name open files")
+def test_a_file_swapped_for_a_symlink_after_its_check_is_refused_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The swap lands between the check of the path and its open: the file opened is checked.
+    outside = write(tmp_path, "outside.md", "---\n---\nsecret\n")
+    routines = tmp_path / "routines"
+    routines.mkdir()
+    write(routines, "real.md", "---\n---\nreal\n")
+    (routines / "swapped.md").symlink_to(outside)
+    (routines / "alias.md").symlink_to("real.md")
+    monkeypatch.setattr(routinedir.os.path, "islink", lambda _path: False)
+    result = load_routines(routines)
+    assert [(r.name, r.prompt) for r in result.routines] == [("alias", "real"), ("real", "real")]
+    assert [(os.path.basename(f.file), f.reason) for f in result.failures] == [
+        ("swapped.md", f"is a symlink leading outside {routines}"),
     ]
 
 

@@ -138,7 +138,7 @@ def _load_one(real_base: str, base: str, path: str, name: str) -> Routine | None
             return None
         if not stat.S_ISREG(mode):
             raise InvalidRoutine("is not a regular file")
-        data = _read_capped(path)
+        data = _read_capped(path, real_base, base)
     except OSError as exc:
         raise InvalidRoutine(f"cannot be read: {_why(exc)}") from exc
     try:
@@ -148,11 +148,26 @@ def _load_one(real_base: str, base: str, path: str, name: str) -> Routine | None
     return parse_routine_text(name, text)
 
 
-def _read_capped(path: str) -> bytes:
+def _opened_path(fd: int) -> str | None:
+    """The real path of the file open as ``fd``, or None where the system does not say."""
+    try:
+        opened = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    return opened if os.path.isabs(opened) else None
+
+
+def _read_capped(path: str, real_base: str, base: str) -> bytes:
     # O_NONBLOCK: should the entry have become a FIFO since it was checked, opening it must not
     # hang; fstat then confirms we hold a regular file before reading anything.
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     with open(fd, "rb", closefd=True) as file:
+        # The file opened, not the path checked: the entry may have become a symlink leading
+        # outside since (a swap between the check and the open). Where the system names an
+        # open file's path (Linux's /proc), the one opened is checked before it is read.
+        opened = _opened_path(file.fileno())
+        if opened is not None and os.path.commonpath([real_base, opened]) != real_base:
+            raise InvalidRoutine(f"is a symlink leading outside {base}")
         info = os.fstat(file.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise InvalidRoutine("is not a regular file")
