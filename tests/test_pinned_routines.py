@@ -123,10 +123,15 @@ async def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     # a regular file become a FIFO in between.
     fifo = tmp_path / "r.md"
     os.mkfifo(fifo)
+    real = str(tmp_path.resolve())
     with trio.fail_after(30):
         with pytest.raises(InvalidRoutine) as raised:
             await trio.to_thread.run_sync(
-                routinedir._read_capped, str(fifo), abandon_on_cancel=True
+                routinedir._read_capped,
+                str(fifo),
+                real,
+                str(tmp_path),
+                abandon_on_cancel=True,
             )
     assert str(raised.value) == "is not a regular file"
 
