@@ -297,3 +297,73 @@ async def test_a_busy_wake_up_turn_is_not_recorded_until_it_runs(
     assert len(woken) == 1
     assert store.turns["routine:daily"] == [woken[0].wall]
     assert woken[0].wall >= START + timedelta(minutes=10, seconds=30)
+
+
+class Noting:
+    """An agent noting each turn: its wake-up's id, and when it began."""
+
+    def __init__(self, wall: WallClock) -> None:
+        self.wall = wall
+        self.turns: list[tuple[str, datetime]] = []
+
+    async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+        fire = current_fire()
+        assert fire is not None
+        assert fire.wakeup is not None
+        self.turns.append((fire.wakeup, self.wall()))
+        yield Completed()
+
+
+async def test_the_rate_holds_as_the_turns_come_whatever_was_weighed_when_asked(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Wake-ups a turn asked for, added as no add would accept them (a cron whose occurrences
+    # gather beyond the horizon an add weighs, in effect): at their time, the session's rate
+    # still holds. A one-shot waits for room; a recurring occurrence is not run; an operator's
+    # runs at its time, and counts.
+    caplog.set_level(logging.INFO, "trio_routines")
+    store = MemoryStore()
+    wall = WallClock(START)
+    by_turn = Origin(kind=OriginKind.WAKEUP, parent="w0", depth=1)
+    due = START + 2 * MINUTE
+    unlimited = WakeLimits(rate=None)
+    for name in ("a", "b", "c", "d"):
+        await store.add_wakeup(
+            WakeupRequest(session="s", prompt=name, fire_at=due, origin=by_turn, limits=unlimited),
+            START,
+        )
+    await store.add_wakeup(
+        WakeupRequest(
+            session="s", prompt="op", fire_at=due + MINUTE, origin=Origin(kind=OriginKind.HTTP)
+        ),
+        START,
+    )
+    every_ten = WakeupRequest(
+        session="s", prompt="tick", cron="*/10 * * * *", origin=by_turn, limits=unlimited
+    )
+    await store.add_wakeup(every_ten, START)
+    ids = {w.prompt: w.id for w in await store.list_wakeups()}
+    agent = Noting(wall)
+    scheduler = Scheduler(
+        agent=agent,
+        store=store,
+        now=wall,
+        poll_interval=5,
+        wake_limits=WakeLimits(rate=2, depth=None),
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(3 * 3600)
+        scheduler.stop()
+    ran = {wakeup_id: [at for w, at in agent.turns if w == wakeup_id] for wakeup_id in ids.values()}
+    for prompt in ("a", "b", "c", "d", "op"):
+        assert len(ran[ids[prompt]]) == 1, prompt  # none lost, none twice
+    assert ran[ids["op"]][0] < due + 2 * MINUTE  # the operator's, at its time
+    starts = sorted(at for _, at in agent.turns)
+    for wakeup_id, at in agent.turns:
+        if wakeup_id != ids["op"]:  # each turn-set one began with fewer than 2 in its hour
+            assert sum(at - RATE_WINDOW < other < at for other in starts) < 2, (wakeup_id, at)
+    assert len(ran[ids["tick"]]) < 18  # most of its 18 occurrences came over the rate
+    said = [r.getMessage() for r in caplog.records if "rate limit" in r.getMessage()]
+    assert any("this occurrence is not run; the next fires per cron" in line for line in said)
+    assert any(": deferred to " in line for line in said)

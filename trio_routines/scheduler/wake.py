@@ -9,13 +9,15 @@ wake-up runs. None by default: an agent's turn may legitimately be long.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import trio
 
 from ..context import FireContext
 from ..errors import StateFault
+from ..instants import format_iso
 from ..records import Wakeup
+from ..wakelimits import by_turn
 from ..wakeups import MAX_ATTEMPTS, defer_dropped
 from ..wakeuptexts import envelope
 from .calls import StoreCalls
@@ -140,6 +142,11 @@ class WakeLoop:
                     else f"dropped, not run (session {wakeup.session})",
                 )
                 return
+        if by_turn(wakeup.origin):  # an agent's: the rate holds as it comes, too
+            frees_at = await self._wakeups.rate_frees_at(wakeup.session, self._runtime.now())
+            if frees_at is not None:
+                await self._over_rate(label, wakeup, frees_at)
+                return
 
         async def started() -> None:  # recorded once it runs (a busy one never did)
             await self._wakeups.note_turn(wakeup.session, self._runtime.now())
@@ -173,3 +180,16 @@ class WakeLoop:
                 MAX_ATTEMPTS,
                 f" (retry {wakeup.attempts} now)" if wakeup.attempts else "",
             )
+
+    async def _over_rate(self, label: str, wakeup: Wakeup, frees_at: datetime) -> None:
+        """A turn-set wake-up come due while its session has had the rate's turns this hour:
+        a recurring one's occurrence is not run; a one-shot waits until the hour has room."""
+        rate = self._wakeups.limits.rate
+        over = f"rate limit — {rate} wake-up turns of session {wakeup.session!r} in the last hour"
+        if wakeup.recurring:
+            log.info("%s: %s: this occurrence is not run; the next fires per cron", label, over)
+            return
+        if not await self._calls.defer_wakeup(wakeup, frees_at):
+            log.error("%s: %s: %s", label, over, defer_dropped(wakeup))
+            return
+        log.info("%s: %s: deferred to %s", label, over, format_iso(frees_at))

@@ -101,6 +101,25 @@ class WakeupCalls:
             return ()
         return tuple(await self._store.wake_turns(session, now - RATE_WINDOW))
 
+    async def rate_frees_at(self, session: str, now: datetime) -> datetime | None:
+        """When ``session`` may have a wake-up turn again, if it has had the rate's worth in
+        the hour before ``now``; None when it has room. The rate holds when the turns come,
+        whatever was weighed when they were asked for (a cron whose occurrences gather past
+        the horizon the add weighs). A store keeping no turns has room; one that does not
+        answer too, said once (a limit is no reason to lose a wake-up already taken)."""
+        rate = self.limits.rate
+        if rate is None or not isinstance(self._store, WakeTurns):
+            return None
+        try:
+            with self._calls.bounded():
+                recent = await self._recent(session, now)
+                ran = sorted(t for t in recent if now - RATE_WINDOW < t <= now)
+                return ran[-rate] + RATE_WINDOW if len(ran) >= rate else None
+            raise self._calls.no_answer("the session's recent wake-up turns are unreadable")
+        except StateFault as exc:
+            log.warning("the rate of %r was not checked (its turn runs): %s", session, exc)
+            return None
+
     async def note_turn(self, session: str, at: datetime) -> None:
         """Record a wake-up turn of ``session`` starting now, for the rate limit; a fault is
         logged (the turn runs: a limit is no reason to lose a wake-up already taken)."""
