@@ -25,7 +25,10 @@ session's other recurring wake-ups meet it (two hours were checked before, and t
 of the same evening hour, each added in the morning, ran 18 turns in that hour every night).
 A cron that fires only in some months or on some days of the month is weighed over its first
 eight days alone. So an agent can neither re-schedule itself every minute for long nor queue
-a burst ahead of time.
+a burst ahead of time. And what no add weighs (occurrences gathered past the horizon) is
+held when the turns come: a turn-set wake-up due while its session has had ``rate`` turns
+in the hour waits for room, or, a recurring one's occurrence, is not run (the wake loop,
+``WakeupCalls.rate_frees_at``).
 
 Depth (default :data:`DEFAULT_DEPTH`): a wake-up whose origin's chain depth -- turns each
 set by the turn of a wake-up before -- exceeds it is refused. It never resets with time: a
