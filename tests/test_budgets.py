@@ -15,6 +15,7 @@ from trio_routines import Outcome, Routine, Scheduler
 from trio_routines.agent import Completed, Usage
 from trio_routines.budgets import Budget, parse_budgets
 from trio_routines.errors import InvalidOption, InvalidRoutine, StateFault
+from trio_routines.history import day_spent
 from trio_routines.http.page import gather
 from trio_routines.http.render import routine_html
 from trio_routines.routines import parse_routine_text
@@ -320,6 +321,36 @@ async def test_each_wakeup_over_budget_says_what_becomes_of_it(
         f"wake {recurring.id[:8]}: {over} — this occurrence is not run; the next fires per cron",
         f"wake {once.id[:8]}: {over} — dropped, not run (session chat-1)",
     ]
+
+
+async def test_a_routine_s_budget_counts_and_holds_its_session_s_wake_ups(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A turn of the routine schedules wake-ups in its own session: their turns spend what
+    # its budget counts, and they stop with it (no step around it through a wake-up).
+    caplog.set_level(logging.INFO, "trio_routines")
+    brief = Routine(name="brief", prompt="p", cron="0 11 * * *", budgets="150 tokens/day")
+    scheduler, agent, store, _wall = rig(brief, store=MemoryStore())
+    agent.default = Complete(duration=1, usage=Usage(input_tokens=100))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        mine = await scheduler.add_wakeup("routine:brief", "again", cron="*/10 * * * *")
+        await scheduler.add_wakeup("chat-1", "other", cron="*/10 * * * *")
+        await trio.sleep(45 * 60)  # 10:40, 10:50, 11:00 (the slot, and both wake-ups), 11:10
+        scheduler.stop()
+    ran = [(turn.session, turn.text.rsplit("] ", 1)[-1]) for turn in agent.turns]
+    assert ran.count(("routine:brief", "again")) == 2  # 10:40 and 10:50: 200 of 150
+    assert ("routine:brief", "p") not in ran  # the slot, over its budget
+    assert ran.count(("chat-1", "other")) == 4  # another session's run on
+    [slot] = await store.history("brief")
+    over = "over budget (200 of 150 tokens in the last 24 h)"
+    assert (slot.outcome, slot.error) == (Outcome.SKIPPED, over)
+    said = [r.getMessage() for r in caplog.records]
+    assert (
+        f"wake {mine.id[:8]}: {over} — this occurrence is not run; the next fires per cron" in said
+    )
+    shown = await day_spent(store, "routine", "brief", at(11, 15))
+    assert shown.input_tokens == 200  # what status shows is what the budget counts
 
 
 def test_a_bad_session_budget_is_refused_by_the_scheduler() -> None:

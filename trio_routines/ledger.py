@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
@@ -28,6 +28,9 @@ from .instants import format_iso, parse_iso, truncate_ms
 from .names import check_name
 from .records import Fire
 from .usage import DEFAULT_CURRENCY, MAX_COST, MAX_TOKENS, checked, cost_text, tokens_text
+
+if TYPE_CHECKING:
+    from .store import UsageRecords
 
 __all__ = ["LEDGER_SPAN", "Entry", "Kind", "Spent", "add_entry", "spent_since"]
 
@@ -65,6 +68,32 @@ class Spent:
     def cost(self, currency: str) -> float:
         """The cost spent in ``currency`` (0 for none)."""
         return dict(self.costs).get(currency, 0.0)
+
+
+def added(one: Spent, other: Spent) -> Spent:
+    """``one`` and ``other`` together: tokens to tokens, costs within each currency."""
+    costs = dict(one.costs)
+    for currency, cost in other.costs:
+        costs[currency] = costs.get(currency, 0.0) + cost
+    return Spent(
+        one.input_tokens + other.input_tokens,
+        one.output_tokens + other.output_tokens,
+        tuple(sorted(costs.items())),
+    )
+
+
+def routine_session(name: str) -> str:
+    """Routine ``name``'s session, whose wake-up turns its budgets count beside its own."""
+    return f"routine:{name}"
+
+
+async def routine_spent(ledger: UsageRecords, name: str, since: datetime) -> Spent:
+    """What routine ``name``'s session spent from ``since`` on: the routine's turns, and the
+    wake-up turns its session ran (what its turns scheduled, the operator's too). A routine's
+    budgets count this: a turn cannot step around its routine's budget through a wake-up."""
+    own = await ledger.usage_since("routine", name, since)
+    woken = await ledger.usage_since("session", routine_session(name), since)
+    return added(own, woken)
 
 
 def minute_of(at: datetime) -> datetime:

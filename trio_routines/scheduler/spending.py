@@ -9,11 +9,14 @@ not recorded again (a record that may have landed is never repeated: counted onc
 all). A store without a ledger records nothing and keeps no budgets (a warning says so once).
 
 A budget check (:meth:`Spending.over_budget`) reads what the routine or the session spent in
-each budget's window from the ledger, which every replica shares. A turn over one does not
-start: the reason is logged once per window (a warning; each further refusal in that window
-at debug level), counted (``trio_routines_over_budget_total``) and kept for the page until a
-check finds the budget free again. A ledger that cannot be read refuses the turn too (the
-budget cannot be known): spending is what a budget guards.
+each budget's window from the ledger, which every replica shares; a routine's counts its
+session's wake-up turns too (:func:`~trio_routines.ledger.routine_spent`), and a wake-up
+turn in a routine's session is checked against that routine's budgets as well as against
+the sessions' (a turn cannot step around its routine's budget through a wake-up). A turn
+over one does not start: the reason is logged once per window (a warning; each further
+refusal in that window at debug level), counted (``trio_routines_over_budget_total``) and
+kept for the page until a check finds the budget free again. A ledger that cannot be read
+refuses the turn too (the budget cannot be known): spending is what a budget guards.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from ..agent import Usage
 from ..budgets import Budget
 from ..context import FireContext
 from ..errors import StateFault
-from ..ledger import Spent
+from ..ledger import Spent, routine_spent
 from ..store import Store, UsageRecords
 from .calls import StoreCalls
 from .state import Runtime, log
@@ -134,6 +137,8 @@ class Spending:
         problem = "the store did not answer in time"
         with trio.CancelScope(shield=True), self._calls.bounded():
             try:
+                if kind == "routine":  # with its session's wake-up turns (ledger.py)
+                    return await routine_spent(self._ledger, name, since), ""
                 return await self._ledger.usage_since(kind, name, since), ""
             except StateFault as exc:
                 problem = str(exc)

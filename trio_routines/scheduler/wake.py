@@ -17,6 +17,7 @@ from ..context import FireContext
 from ..errors import StateFault
 from ..instants import format_iso
 from ..records import Wakeup
+from ..routines import Routine
 from ..wakelimits import by_turn
 from ..wakeups import MAX_ATTEMPTS, defer_dropped
 from ..wakeuptexts import envelope
@@ -130,18 +131,22 @@ class WakeLoop:
             origin=wakeup.origin,
         )
         spending = self._turns.spending
+        over = None
         if spending.session_budgets:
             over = await spending.over_budget("session", wakeup.session, spending.session_budgets)
-            if over is not None:  # docs/design.md: dropped, not deferred
-                log.info(
-                    "%s: %s — %s",
-                    label,
-                    over,
-                    "this occurrence is not run; the next fires per cron"
-                    if wakeup.recurring
-                    else f"dropped, not run (session {wakeup.session})",
-                )
-                return
+        routine = self._routine_of(wakeup.session)
+        if over is None and routine is not None and routine.budgets:
+            over = await spending.over_budget("routine", routine.name, routine.budgets)
+        if over is not None:  # docs/design.md: dropped, not deferred
+            log.info(
+                "%s: %s — %s",
+                label,
+                over,
+                "this occurrence is not run; the next fires per cron"
+                if wakeup.recurring
+                else f"dropped, not run (session {wakeup.session})",
+            )
+            return
         if by_turn(wakeup.origin):  # an agent's: the rate holds as it comes, too
             frees_at = await self._wakeups.rate_frees_at(wakeup.session, self._runtime.now())
             if frees_at is not None:
@@ -180,6 +185,12 @@ class WakeLoop:
                 MAX_ATTEMPTS,
                 f" (retry {wakeup.attempts} now)" if wakeup.attempts else "",
             )
+
+    def _routine_of(self, session: str) -> Routine | None:
+        """The loaded routine whose session ``session`` is (its budgets hold there too)."""
+        name = session.removeprefix("routine:")
+        routine = self._runtime.routines.get(name) if name != session else None
+        return routine if routine is not None and routine.session == session else None
 
     async def _over_rate(self, label: str, wakeup: Wakeup, frees_at: datetime) -> None:
         """A turn-set wake-up come due while its session has had the rate's turns this hour:
