@@ -196,18 +196,25 @@ async def test_each_window_is_read_once_and_the_first_budget_over_is_the_reason(
     store = MemoryStore()
     spending, _, _ = spending_of(store)
     await spending.record(FIRE, TOKENS)
-    reads: list[datetime] = []
+    reads: list[tuple[str, str, datetime]] = []
     real = store.usage_since
 
     async def usage_since(kind: str, name: str, since: datetime) -> Any:
-        reads.append(since)
+        reads.append((kind, name, since))
         return await real(kind, name, since)
 
     store.usage_since = usage_since  # type: ignore[method-assign]
     budgets = parse_budgets("1000 tokens/day, 5 USD/day, 50 tokens/hour")
     reason = await spending.over_budget("routine", "daily", budgets)
     assert reason == "over budget (100 of 50 tokens in the last 1 h)"
-    assert reads == [T0 - timedelta(days=1), T0 - timedelta(hours=1)]
+    # Each window: the routine's own turns, then its session's wake-up turns.
+    day, hour = T0 - timedelta(days=1), T0 - timedelta(hours=1)
+    assert reads == [
+        ("routine", "daily", day),
+        ("session", "routine:daily", day),
+        ("routine", "daily", hour),
+        ("session", "routine:daily", hour),
+    ]
 
 
 async def test_a_record_and_a_budget_read_are_made_whole_under_a_cancelled_scope(
