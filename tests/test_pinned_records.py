@@ -101,7 +101,17 @@ def test_a_gaps_slots_are_in_order(
         ({"kind": "cli", "parent": "p"}, "a parent wake-up is named exactly by a wake-up's origin"),
         (
             {"kind": "routine", "routine": "r", "depth": 2},
-            "a routine's turn starts a chain: depth 1",
+            "a routine's origin starts a chain: depth 1",
+        ),
+        ({"kind": "model", "depth": 2}, "a model's origin starts a chain: depth 1"),
+        ({"kind": "model"}, "a model's origin starts a chain: depth 1"),
+        (
+            {"kind": "model", "depth": 1, "parent": "p"},
+            "a parent wake-up is named exactly by a wake-up's origin",
+        ),
+        (
+            {"kind": "model", "depth": 1, "routine": "r"},
+            "a routine is named exactly by a routine's origin",
         ),
         (
             {"kind": "wakeup", "parent": "p", "depth": 0},

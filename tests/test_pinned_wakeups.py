@@ -291,7 +291,10 @@ def test_a_busy_one_shot_is_dropped_past_its_last_retry_and_says_which_limit_dro
     assert deferred is not None
     assert deferred.attempts == MAX_ATTEMPTS
     assert plan_defer([], deferred, LATER) is None
-    assert defer_dropped(deferred) == "dropped after too many busy retries"
+    assert (
+        defer_dropped(deferred)
+        == "dropped after too many retries (its session busy, or at its rate limit)"
+    )
     assert defer_dropped(kept) == (  # not its retries: its session's cap dropped it
         f"dropped: session busy, and it already has {MAX_PENDING_PER_SESSION} pending "
         "wake-ups (the most it may have)"

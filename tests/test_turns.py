@@ -90,10 +90,22 @@ class _Unsayable:
         (10**5000, None, Outcome.FAILED, "<int>"),  # past Python's digits limit
         (_Unsayable(), None, Outcome.FAILED, "<_Unsayable>"),
         (0, None, Outcome.COMPLETED, None),  # false details: no failure, as an empty text
+        ([], None, Outcome.COMPLETED, None),
+        (TimeoutError(), None, Outcome.FAILED, "<TimeoutError>"),  # true, its text empty
         ("boom", 7, Outcome.FAILED, "boom"),  # a code that is no text is none
         ("", SESSION_BUSY, Outcome.SKIPPED, ""),
     ],
-    ids=["int", "bytes", "huge-int", "unsayable", "zero", "code-int", "busy"],
+    ids=[
+        "int",
+        "bytes",
+        "huge-int",
+        "unsayable",
+        "zero",
+        "empty-list",
+        "exception",
+        "code-int",
+        "busy",
+    ],
 )
 async def test_a_failure_whose_details_are_no_text_is_recorded_as_text(
     details: object, code: object, outcome: Outcome, said: str | None

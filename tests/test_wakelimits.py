@@ -20,8 +20,15 @@ from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
 from trio_routines.testing import Complete, MemoryStore, ScriptedAgent, WallClock
 from trio_routines.tools import SCHEDULE, call_tool
-from trio_routines.wakelimits import RATE_WINDOW, WakeLimits, check_depth, check_rate
-from trio_routines.wakeups import WakeupRequest, plan_add
+from trio_routines.wakelimits import (
+    RATE_WINDOW,
+    WakeLimits,
+    by_turn,
+    check_depth,
+    check_rate,
+    room_at,
+)
+from trio_routines.wakeups import WakeupRequest, asked_by, plan_add
 
 NOW = datetime(2026, 7, 7, 10, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
@@ -118,28 +125,20 @@ def test_only_a_turn_is_refused_and_no_rate_means_no_limit() -> None:
 
 def test_a_model_s_call_outside_a_turn_is_refused_as_a_turn_s_is() -> None:
     recent = tuple(NOW - i * MINUTE for i in range(5))
-    api = one_shot(NOW + MINUTE, Origin(kind=OriginKind.API))
-    check_rate([], api, recent, NOW, WakeLimits(rate=5))  # five is the rate: not over
+    model = Origin(kind=OriginKind.MODEL, depth=1)
+    check_rate([], one_shot(NOW + MINUTE, model), recent, NOW, WakeLimits(rate=6))  # not over
     with pytest.raises(InvalidWakeup, match="rate limit"):
-        check_rate([], api, recent, NOW, WakeLimits(rate=5), limited=True)
-    request = WakeupRequest(
-        session="s",
-        prompt="p",
-        fire_at=NOW + 2 * MINUTE,
-        origin=Origin(kind=OriginKind.API),
-        limits=WakeLimits(rate=1),
-        recent=(NOW - MINUTE,),
-    )
-    assert plan_add([], request, NOW).origin == Origin(kind=OriginKind.API)  # the operator's
-    with pytest.raises(InvalidWakeup, match="rate limit"):
-        plan_add([], attrs.evolve(request, limited=True), NOW)
+        check_rate([], one_shot(NOW + MINUTE, model), recent, NOW, WakeLimits(rate=5))
+    assert by_turn(model)
+    assert asked_by(None, model=True) == model
+    assert asked_by(None) == Origin(kind=OriginKind.API)
 
 
 async def test_a_model_s_tool_call_in_a_host_s_own_turn_is_limited_and_the_host_s_is_not(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     # A host hands its model the tools in its own turn (a chat): no turn of ours is current,
-    # and what the model adds is recorded as the embedding API's, but limited by the rate.
+    # and what the model adds is the model's (origin "model"), limited by the rate.
     store = MemoryStore()
     scheduler = Scheduler(
         agent=ScriptedAgent(Complete()),
@@ -160,8 +159,9 @@ async def test_a_model_s_tool_call_in_a_host_s_own_turn_is_limited_and_the_host_
         # The host's own code is the operator: counted, never refused.
         await scheduler.add_wakeup("chat:42", "the host's reminder", delay=62)
         pending = await scheduler.list_wakeups("chat:42")
-        assert len(pending) == 4
-        assert {w.origin for w in pending} == {Origin(kind=OriginKind.API)}
+        assert [w.origin for w in pending] == [Origin(kind=OriginKind.MODEL, depth=1)] * 3 + [
+            Origin(kind=OriginKind.API)
+        ]
         scheduler.stop()
 
 
@@ -367,3 +367,89 @@ async def test_the_rate_holds_as_the_turns_come_whatever_was_weighed_when_asked(
     said = [r.getMessage() for r in caplog.records if "rate limit" in r.getMessage()]
     assert any("this occurrence is not run; the next fires per cron" in line for line in said)
     assert any(": deferred to " in line for line in said)
+
+
+def test_room_comes_when_the_oldest_of_the_rate_s_newest_turns_leaves_the_hour() -> None:
+    at = NOW + 30 * MINUTE
+    ran = [NOW - 30 * MINUTE, NOW, NOW + 10 * MINUTE, NOW + 40 * MINUTE]  # the last: later
+    assert room_at(ran, at, None) is None
+    assert room_at(ran, at, 3) is None  # two in (at - 1h, at]
+    assert room_at(ran, at, 2) == NOW + RATE_WINDOW  # the older of the two leaves then
+    assert room_at(ran, at, 1) == NOW + 10 * MINUTE + RATE_WINDOW
+    # One due exactly an hour before is out of the hour, as in the add's windows.
+    assert room_at([at - RATE_WINDOW], at, 1) is None
+    assert room_at([at - RATE_WINDOW + MS], at, 1) == at + MS
+    assert room_at([at], at, 1) == at + RATE_WINDOW  # one due at the same instant counts
+
+
+class Slow:
+    """An agent whose turns take ``seconds``, in turn (so the polls after them drift)."""
+
+    def __init__(self, *seconds: float) -> None:
+        self.seconds = seconds
+        self.turns = 0
+
+    async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+        await trio.sleep(self.seconds[self.turns % len(self.seconds)])
+        self.turns += 1
+        yield Completed()
+
+
+async def test_a_session_at_exactly_its_rate_runs_every_occurrence_however_late_each_starts(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Six an hour at a rate of 6: the add accepts it. Each turn starts late behind the poll,
+    # by more or less as the turns before took longer or shorter; counted at the instant each
+    # was due, as the add weighs them, none crowds out the next hour's.
+    store = MemoryStore()
+    request = WakeupRequest(
+        session="s",
+        prompt="p",
+        cron="*/10 * * * *",
+        origin=Origin(kind=OriginKind.MODEL, depth=1),
+        limits=WakeLimits(rate=6),
+    )
+    await store.add_wakeup(request, START)
+    agent = Slow(0, 17, 3, 23, 11, 29, 7)
+    scheduler = Scheduler(
+        agent=agent, store=store, now=WallClock(START), wake_limits=WakeLimits(rate=6)
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)  # polls every 30 s, after each turn's end
+        await trio.sleep(6 * 3600)
+        scheduler.stop()
+    assert agent.turns == 36  # every occurrence of six hours
+
+
+async def test_a_rate_that_cannot_be_read_or_a_re_queue_not_made_lets_the_turn_run(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = MemoryStore()
+    by_turn = Origin(kind=OriginKind.WAKEUP, parent="w0", depth=1)
+    due = START + 2 * MINUTE
+    for prompt in ("a", "b"):
+        request = WakeupRequest(session="s", prompt=prompt, fire_at=due, origin=by_turn)
+        await store.add_wakeup(attrs.evolve(request, limits=WakeLimits(rate=None)), START)
+    store.fail("wake_turns", StateFault("the turns are unreadable"), times=1)
+    store.fail("defer_wakeup", StateFault("the disk is full"))
+    agent = Slow(1)
+    scheduler = Scheduler(
+        agent=agent,
+        store=store,
+        now=WallClock(START),
+        poll_interval=5,
+        wake_limits=WakeLimits(rate=1),
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(10 * 60)
+        scheduler.stop()
+    assert agent.turns == 2  # none lost: the first unchecked, the second not re-queued
+    assert await store.list_wakeups() == []
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "the rate of 's' was not checked (its turn runs): the turns are unreadable" in said
+    assert any(
+        "rate limit — 1 wake-up turns of session 's' in the hour, but it could not be deferred"
+        " (the disk is full): it runs now" in line
+        for line in said
+    )

@@ -167,7 +167,7 @@ def test_a_deferral_is_dropped_when_its_session_is_at_the_cap() -> None:
         assert deferred is not None
         assert deferred.attempts == 1
     assert defer_dropped(attrs.evolve(wakeup, attempts=120)) == (
-        "dropped after too many busy retries"
+        "dropped after too many retries (its session busy, or at its rate limit)"
     )
 
 

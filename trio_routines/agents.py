@@ -56,6 +56,7 @@ from .context import current_fire
 from .errors import InvalidAgent
 from .instants import format_iso
 from .logs import one_line
+from .names import session_routine
 from .procgroup import runs_in_group
 from .stores.abandon import run_abandoning
 from .tickets import make_ticket
@@ -115,8 +116,8 @@ class CommandAgent:
         env = {k: v for k, v in os.environ.items() if not k.startswith(HIDDEN_FROM_COMMANDS)}
         fire = current_fire()
         routine = fire.routine if fire is not None else None
-        if routine is None and _is_routine(session):
-            routine = session.removeprefix("routine:")
+        if routine is None:
+            routine = session_routine(session)
         env["TRIO_ROUTINES_SESSION"] = session
         env["TRIO_ROUTINES_FIRE"] = fire.kind if fire is not None else ""
         env["TRIO_ROUTINES_ROUTINE"] = routine or ""
@@ -236,10 +237,6 @@ def _release(held: int) -> None:
         os.write(held, RELEASE)
     except OSError:
         pass  # the supervisor is gone already: its exit status tells what happened
-
-
-def _is_routine(session: str) -> bool:
-    return session.startswith("routine:")
 
 
 def _scratch_files(prompt: str) -> tuple[IO[bytes], IO[bytes]]:

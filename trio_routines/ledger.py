@@ -25,7 +25,7 @@ import attrs
 
 from .agent import Usage
 from .instants import format_iso, parse_iso, truncate_ms
-from .names import check_name
+from .names import check_name, routine_session
 from .records import Fire
 from .usage import DEFAULT_CURRENCY, MAX_COST, MAX_TOKENS, checked, cost_text, tokens_text
 
@@ -80,11 +80,6 @@ def added(one: Spent, other: Spent) -> Spent:
         one.output_tokens + other.output_tokens,
         tuple(sorted(costs.items())),
     )
-
-
-def routine_session(name: str) -> str:
-    """Routine ``name``'s session, whose wake-up turns its budgets count beside its own."""
-    return f"routine:{name}"
 
 
 async def routine_spent(ledger: UsageRecords, name: str, since: datetime) -> Spent:

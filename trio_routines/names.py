@@ -44,3 +44,17 @@ def check_name(name: str) -> str:
     if problem is not None:
         raise UnsafeName(problem)
     return name
+
+
+#: What a routine's session is called before its name: ``routine:<name>``.
+ROUTINE_SESSION = "routine:"
+
+
+def routine_session(name: str) -> str:
+    """Routine ``name``'s session: every fire of it continues this one agent session."""
+    return ROUTINE_SESSION + name
+
+
+def session_routine(session: str) -> str | None:
+    """The name of the routine whose session ``session`` is, or None for another session."""
+    return session[len(ROUTINE_SESSION) :] if session.startswith(ROUTINE_SESSION) else None

@@ -183,11 +183,14 @@ class OriginKind(enum.StrEnum):
     HTTP = "http"  # POST /wakeups
     CLI = "cli"  # the command line's ``wake`` on a state store
     API = "api"  # the embedding API (``Scheduler.add_wakeup``, a store's) outside any turn
+    #: A model's tool call outside any turn of ours (``call_tool`` in a host's own turn, a
+    #: chat): limited as a turn's, and the start of a chain (depth 1), as a routine's turn is.
+    MODEL = "model"
 
 
 #: The deepest chain an origin records (PostgreSQL's ``integer``); deeper ones stay at it.
 MAX_DEPTH = 2**31 - 1
-_TURNS = (OriginKind.ROUTINE, OriginKind.WAKEUP)
+_TURNS = (OriginKind.ROUTINE, OriginKind.WAKEUP, OriginKind.MODEL)
 
 
 def _origin_text(_i: object, attribute: attrs.Attribute[str | None], value: str | None) -> None:
@@ -209,6 +212,8 @@ class Origin:
       on-demand run (no slot); ``depth`` 1;
     * ``kind="wakeup"``: the turn of the wake-up ``parent``; ``depth`` is the parent's + 1
       (a parent whose origin is unknown counts as depth 0);
+    * ``kind="model"``: a model's tool call outside any turn of ours
+      (:func:`~trio_routines.tools.call_tool` in a host's own turn); ``depth`` 1;
     * ``kind="http"``, ``"cli"``, ``"api"``: ``POST /wakeups``, the command line, or the
       embedding API outside any turn; ``depth`` 0.
 
@@ -232,8 +237,8 @@ class Origin:
             raise ValueError("only a routine's origin has a slot")
         if (self.kind is OriginKind.WAKEUP) != (self.parent is not None):
             raise ValueError("a parent wake-up is named exactly by a wake-up's origin")
-        if self.kind is OriginKind.ROUTINE and depth != 1:
-            raise ValueError("a routine's turn starts a chain: depth 1")
+        if self.kind in (OriginKind.ROUTINE, OriginKind.MODEL) and depth != 1:
+            raise ValueError(f"a {self.kind.value}'s origin starts a chain: depth 1")
         if (self.kind in _TURNS) != (depth > 0):
             raise ValueError("a turn's origin has depth 1 or more, any other depth 0")
 

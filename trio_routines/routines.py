@@ -38,7 +38,7 @@ import attrs
 from .budgets import Budget, parse_routine_budgets, routine_budgets
 from .cron import cron_error, resolve_hashed
 from .errors import InvalidRoutine
-from .names import check_name
+from .names import check_name, routine_session
 from .output import check_output_size, parse_output_size
 from .text import quoted
 
@@ -167,7 +167,7 @@ class Routine:
     @property
     def session(self) -> str:
         """The agent session every fire of this routine continues."""
-        return f"routine:{self.name}"
+        return routine_session(self.name)
 
 
 # --- the pure parser ----------------------------------------------------------------------

@@ -239,7 +239,7 @@ async def call_tool(api: WakeupApi, session: str, name: str, arguments: object) 
 
     The model is limited wherever it asks: inside a turn of ours, what it adds is the turn's
     (its origin, the chain's depth, the rate); outside one (a host's own turn, a chat), what
-    it adds is recorded ``api``, as the embedding API's, and the rate refuses it all the same
+    it adds has the origin ``model``, depth 1, and the same limits
     (:func:`~trio_routines.wakelimits.model_asking`).
     """
     if not isinstance(session, str) or not session:

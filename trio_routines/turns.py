@@ -13,7 +13,9 @@ A ``Failed`` event whose details are the empty string is no failure: the turn co
 in the original, which tests the details' truth (JavaScript's: ``""`` is false, a string of
 blanks true, so details of whitespace alone still fail the turn, logged without a colon). The
 last ``Failed`` event wins, so an empty one after a reasoned one completes the turn too. The
-busy code is the exception: a busy event needs no words to mean busy.
+busy code is the exception: a busy event needs no words to mean busy. Details that are no
+text (a ``py:`` agent's own value) are judged by Python's truth instead, and recorded as
+their text (:func:`as_text`).
 
 :class:`~trio_routines.agent.Usage` events add up to the turn's usage (the rule is
 :mod:`trio_routines.usage`'s), kept whatever the outcome: a turn that failed or timed out
@@ -214,13 +216,16 @@ def as_text(value: object) -> str:
 
 
 def _text_failure(event: Failed) -> Failed:
-    """``event`` with details and code as text (a ``py:`` agent's ``Failed(123)``): details
-    that are false still mean no failure, as an empty text does (module doc)."""
+    """``event`` with details and code as text (a ``py:`` agent's ``Failed(123)``). Details
+    that are no text fail the turn unless they are false in Python's sense (``None``, ``0``,
+    empty): as an empty text, those mean no failure (module doc); true ones whose text is
+    empty (``Failed(TimeoutError())``) are named by their type."""
     details: object = event.details
     try:
-        said = as_text(details) if details else ""
-    except Exception:  # a value whose truth cannot be told
-        said = as_text(details)
+        failing = bool(details)
+    except Exception:  # a value whose truth cannot be told: it said something
+        failing = True
+    said = (as_text(details) or f"<{type(details).__name__}>") if failing else ""
     return Failed(said, event.code if isinstance(event.code, str) else None)
 
 

@@ -7,9 +7,9 @@ tool returns them, so each says which limit was hit and when, if ever, it resets
 
 Rate (``rate`` turns per session in any rolling hour, default :data:`DEFAULT_RATE`). Only a
 wake-up asked for by a turn (its origin a routine's or a wake-up's turn), or by a model's
-tool call outside one (:func:`~trio_routines.tools.call_tool` in a host's own turn, recorded
-``api``: see :func:`model_asking`), is ever refused by it; an operator's (HTTP, command line,
-the API outside a turn) never is, but everything the session does counts. Counted when a
+tool call outside one (:func:`~trio_routines.tools.call_tool` in a host's own turn: origin
+``model``, see :func:`model_asking`), is ever refused by it; an operator's (HTTP, command
+line, the API outside a turn) never is, but everything the session does counts. Counted when a
 turn asks, at ``now``, for a wake-up first due at ``F``:
 
 * the session's wake-up turns that started in the hour before ``now`` (each store keeps them,
@@ -75,7 +75,7 @@ EXPIRY_GRACE = timedelta(minutes=10)
 RATE_HORIZON = timedelta(days=8)
 #: The most turns a store keeps for one session (far more than any rate allows).
 MAX_TURNS_KEPT = 1000
-_TURNS = (OriginKind.ROUTINE, OriginKind.WAKEUP)
+_TURNS = (OriginKind.ROUTINE, OriginKind.WAKEUP, OriginKind.MODEL)
 
 
 def _positive_or_none(_i: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -137,8 +137,8 @@ def kept_turns(turns: Iterable[datetime], at: datetime) -> list[datetime]:
 
 
 def by_turn(origin: Origin | None) -> bool:
-    """Whether a turn (a routine's, or a wake-up's) asked: those are refused by the rate,
-    and so is a model's call outside one (:func:`model_asks`)."""
+    """Whether a turn (a routine's, or a wake-up's) or a model outside one (origin
+    ``model``) asked: only those are ever refused by the rate."""
     return origin is not None and origin.kind in _TURNS
 
 
@@ -149,8 +149,9 @@ _model_asks: ContextVar[bool] = ContextVar("trio_routines_model_asks", default=F
 def model_asking() -> Iterator[None]:
     """For the block, the wake-ups this task adds are a model's asking (a tool call), even
     outside any turn of ours: a host's own turn (a chat) hands its model the same tools, and
-    their limits are the model's, not the operator's. :func:`~trio_routines.tools.call_tool`
-    enters it around every call."""
+    their limits are the model's, not the operator's: what it adds outside a turn has the
+    origin ``model`` (:func:`~trio_routines.wakeups.asked_by`). :func:`~trio_routines.tools.
+    call_tool` enters it around every call."""
     token = _model_asks.set(True)
     try:
         yield
@@ -161,6 +162,17 @@ def model_asking() -> Iterator[None]:
 def model_asks() -> bool:
     """Whether this task is in :func:`model_asking`'s block."""
     return _model_asks.get()
+
+
+def room_at(ran: Iterable[datetime], at: datetime, rate: int | None) -> datetime | None:
+    """When a wake-up turn due at ``at`` may run, if the session's turns ``ran`` (each at
+    the instant it was due) number ``rate`` or more in the hour up to it (after ``at`` less
+    an hour, up to ``at``): the instant the oldest of the newest ``rate`` leaves that hour.
+    None when there is room, or no rate. The add's windows, held as the turns come."""
+    if rate is None:
+        return None
+    counted = sorted(t for t in ran if at - RATE_WINDOW < t <= at)
+    return counted[-rate] + RATE_WINDOW if len(counted) >= rate else None
 
 
 def check_depth(origin: Origin | None, limits: WakeLimits) -> None:
@@ -197,13 +209,11 @@ def check_rate(
     recent: Iterable[datetime],
     now: datetime,
     limits: WakeLimits,
-    *,
-    limited: bool = False,
 ) -> None:
-    """Refuse ``new`` (asked for by a turn, or ``limited``: by a model outside one) when a
-    rolling hour around one of its occurrences would hold more than ``limits.rate`` wake-up
-    turns of its session (the rate rule)."""
-    if limits.rate is None or not (limited or by_turn(new.origin)):
+    """Refuse ``new`` (asked for by a turn, or by a model outside one) when a rolling hour
+    around one of its occurrences would hold more than ``limits.rate`` wake-up turns of its
+    session (the rate rule)."""
+    if limits.rate is None or not by_turn(new.origin):
         return
     start = now - RATE_WINDOW
     ran = sorted(t for t in recent if start < t <= now)

@@ -75,17 +75,17 @@ class WakeupRequest:
     recent: tuple[datetime, ...] = ()
     #: When a recurring wake-up ends (None: :attr:`WakeLimits.lifetime` from now).
     until: datetime | None = None
-    #: Refused by the rate as a turn's is, though no turn asked: a model's tool call outside
-    #: one (:func:`~trio_routines.wakelimits.model_asking`). Not stored.
-    limited: bool = False
 
 
-def asked_by(fire: FireContext | None, outside: OriginKind = OriginKind.API) -> Origin:
+def asked_by(
+    fire: FireContext | None, outside: OriginKind = OriginKind.API, *, model: bool = False
+) -> Origin:
     """The origin of a wake-up added now: the turn in progress (``fire``, what
-    :func:`~trio_routines.current_fire` returns), or ``outside`` (the surface asking) when
-    no turn is. A turn's wake-up is one deeper in the chain than the turn's own wake-up."""
+    :func:`~trio_routines.current_fire` returns), or, when no turn is, a ``model``'s tool
+    call (depth 1: the host's turn it runs in is the chain's first) or ``outside`` (the
+    surface asking). A turn's wake-up is one deeper in the chain than the turn's own wake-up."""
     if fire is None:
-        return Origin(kind=outside)
+        return Origin(kind=OriginKind.MODEL, depth=1) if model else Origin(kind=outside)
     depth = min(fire.depth + 1, MAX_DEPTH)
     if fire.kind == "wakeup":
         return Origin(kind=OriginKind.WAKEUP, parent=fire.wakeup, depth=depth)
@@ -243,7 +243,7 @@ def plan_add(
         origin=request.origin,
         until=until,
     )
-    check_rate(mine, wakeup, request.recent, now, request.limits, limited=request.limited)
+    check_rate(mine, wakeup, request.recent, now, request.limits)
     return wakeup
 
 
@@ -330,7 +330,7 @@ def plan_defer(pending: Sequence[Wakeup], wakeup: Wakeup, fire_at: datetime) -> 
 def defer_dropped(wakeup: Wakeup) -> str:
     """Why :func:`plan_defer` dropped ``wakeup`` (for the log)."""
     if (wakeup.attempts or 0) + 1 > MAX_ATTEMPTS:
-        return "dropped after too many busy retries"
+        return "dropped after too many retries (its session busy, or at its rate limit)"
     return (
         f"dropped: session busy, and it already has {MAX_PENDING_PER_SESSION} pending "
         "wake-ups (the most it may have)"

@@ -16,6 +16,7 @@ import trio
 from ..context import FireContext
 from ..errors import StateFault
 from ..instants import format_iso
+from ..names import session_routine
 from ..records import Wakeup
 from ..routines import Routine
 from ..wakelimits import by_turn
@@ -148,13 +149,12 @@ class WakeLoop:
             )
             return
         if by_turn(wakeup.origin):  # an agent's: the rate holds as it comes, too
-            frees_at = await self._wakeups.rate_frees_at(wakeup.session, self._runtime.now())
-            if frees_at is not None:
-                await self._over_rate(label, wakeup, frees_at)
+            room = await self._wakeups.room_at(wakeup.session, wakeup.fire_at)
+            if room is not None and await self._held_by_rate(label, wakeup, room):
                 return
 
         async def started() -> None:  # recorded once it runs (a busy one never did)
-            await self._wakeups.note_turn(wakeup.session, self._runtime.now())
+            await self._wakeups.note_turn(wakeup.session, wakeup.fire_at)
 
         # A one-shot retried while its session stays busy says so once, at its first
         # deferral in this process (after a restart too): a turn that runs for an hour would
@@ -188,19 +188,26 @@ class WakeLoop:
 
     def _routine_of(self, session: str) -> Routine | None:
         """The loaded routine whose session ``session`` is (its budgets hold there too)."""
-        name = session.removeprefix("routine:")
-        routine = self._runtime.routines.get(name) if name != session else None
-        return routine if routine is not None and routine.session == session else None
+        name = session_routine(session)
+        return None if name is None else self._runtime.routines.get(name)
 
-    async def _over_rate(self, label: str, wakeup: Wakeup, frees_at: datetime) -> None:
-        """A turn-set wake-up come due while its session has had the rate's turns this hour:
-        a recurring one's occurrence is not run; a one-shot waits until the hour has room."""
+    async def _held_by_rate(self, label: str, wakeup: Wakeup, room: datetime) -> bool:
+        """A turn-set wake-up come due while its session has had the rate's turns in the hour:
+        a recurring one's occurrence is not run; a one-shot waits for ``room``, re-queued
+        (counted against its retries). False: it runs now after all (a re-queue the store did
+        not make: a limit is no reason to lose a wake-up already taken)."""
         rate = self._wakeups.limits.rate
-        over = f"rate limit — {rate} wake-up turns of session {wakeup.session!r} in the last hour"
+        over = f"rate limit — {rate} wake-up turns of session {wakeup.session!r} in the hour"
         if wakeup.recurring:
             log.info("%s: %s: this occurrence is not run; the next fires per cron", label, over)
-            return
-        if not await self._calls.defer_wakeup(wakeup, frees_at):
+            return True
+        try:
+            deferred = await self._calls.defer_wakeup(wakeup, room)
+        except StateFault as exc:
+            log.warning("%s: %s, but it could not be deferred (%s): it runs now", label, over, exc)
+            return False
+        if not deferred:
             log.error("%s: %s: %s", label, over, defer_dropped(wakeup))
-            return
-        log.info("%s: %s: deferred to %s", label, over, format_iso(frees_at))
+        else:
+            log.info("%s: %s: deferred to %s", label, over, format_iso(room))
+        return True

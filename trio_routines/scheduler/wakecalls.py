@@ -25,7 +25,7 @@ from ..context import current_fire
 from ..errors import InvalidWakeup, StateFault
 from ..records import Wakeup
 from ..store import Store
-from ..wakelimits import RATE_WINDOW, WakeLimits, WakeTurns, by_turn, model_asks
+from ..wakelimits import RATE_WINDOW, WakeLimits, WakeTurns, by_turn, model_asks, room_at
 from ..wakeups import WakeupRequest, asked_by, parse_delay
 from ..wakeuptexts import bad_delay_reply
 from .calls import StoreCalls
@@ -74,12 +74,12 @@ class WakeupCalls:
                 not isinstance(instant, datetime) or instant.utcoffset() is None
             ):
                 raise InvalidWakeup(f"{what} must be an aware instant (with its zone).")
-        origin = asked_by(current_fire())  # the turn in progress, or the embedding API
-        # A model's tool call outside our turns (a host's chat): limited as a turn's.
-        limited = not by_turn(origin) and model_asks()
+        # The turn in progress, or a model's tool call outside our turns (a host's chat), or
+        # the embedding API.
+        origin = asked_by(current_fire(), model=model_asks())
         with self._calls.bounded():
             recent: tuple[datetime, ...] = ()
-            if (limited or by_turn(origin)) and self.limits.rate is not None:
+            if by_turn(origin) and self.limits.rate is not None:
                 recent = await self._recent(session, now)
             request = WakeupRequest(
                 session=session,
@@ -91,7 +91,6 @@ class WakeupCalls:
                 limits=self.limits,
                 recent=recent,
                 until=until,
-                limited=limited,
             )
             return await self._store.add_wakeup(request, now)
         raise self._calls.no_answer("the wake-up was not added")
@@ -101,28 +100,29 @@ class WakeupCalls:
             return ()
         return tuple(await self._store.wake_turns(session, now - RATE_WINDOW))
 
-    async def rate_frees_at(self, session: str, now: datetime) -> datetime | None:
-        """When ``session`` may have a wake-up turn again, if it has had the rate's worth in
-        the hour before ``now``; None when it has room. The rate holds when the turns come,
+    async def room_at(self, session: str, at: datetime) -> datetime | None:
+        """When a wake-up turn of ``session`` due at ``at`` may run, if the session has had
+        the rate's turns in the hour up to ``at``; None when it has room
+        (:func:`~trio_routines.wakelimits.room_at`). The rate holds when the turns come,
         whatever was weighed when they were asked for (a cron whose occurrences gather past
         the horizon the add weighs). A store keeping no turns has room; one that does not
-        answer too, said once (a limit is no reason to lose a wake-up already taken)."""
+        answer too, with a warning (a limit is no reason to lose a wake-up already taken)."""
         rate = self.limits.rate
         if rate is None or not isinstance(self._store, WakeTurns):
             return None
         try:
             with self._calls.bounded():
-                recent = await self._recent(session, now)
-                ran = sorted(t for t in recent if now - RATE_WINDOW < t <= now)
-                return ran[-rate] + RATE_WINDOW if len(ran) >= rate else None
+                return room_at(await self._recent(session, at), at, rate)
             raise self._calls.no_answer("the session's recent wake-up turns are unreadable")
         except StateFault as exc:
             log.warning("the rate of %r was not checked (its turn runs): %s", session, exc)
             return None
 
     async def note_turn(self, session: str, at: datetime) -> None:
-        """Record a wake-up turn of ``session`` starting now, for the rate limit; a fault is
-        logged (the turn runs: a limit is no reason to lose a wake-up already taken)."""
+        """Record a wake-up turn of ``session`` starting now, due at ``at``, for the rate
+        limit (counted at the instant it was due, as the add weighs it: a late start, behind a
+        poll or another turn, does not crowd the next hour); a fault is logged (the turn runs:
+        a limit is no reason to lose a wake-up already taken)."""
         if not isinstance(self._store, WakeTurns):
             return
         try:
