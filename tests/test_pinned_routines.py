@@ -123,16 +123,16 @@ async def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     # a regular file become a FIFO in between.
     fifo = tmp_path / "r.md"
     os.mkfifo(fifo)
-    real = str(tmp_path.resolve())  # noqa: ASYNC240 -- the test's own set-up
+    folder = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     with trio.fail_after(30):
         with pytest.raises(InvalidRoutine) as raised:
             await trio.to_thread.run_sync(
                 routinedir._read_capped,
-                str(fifo),
-                real,
-                str(tmp_path),
+                routinedir._Folder(folder, str(tmp_path)),
+                "r.md",
                 abandon_on_cancel=True,
             )
+    os.close(folder)
     assert str(raised.value) == "is not a regular file"
 
 

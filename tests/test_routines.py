@@ -3,7 +3,7 @@ from __future__ import annotations
 import errno
 import math
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pytest
@@ -515,12 +515,37 @@ def test_a_file_swapped_for_a_symlink_after_its_check_is_refused_unread(
     write(routines, "real.md", "---\n---\nreal\n")
     (routines / "swapped.md").symlink_to(outside)
     (routines / "alias.md").symlink_to("real.md")
-    monkeypatch.setattr(routinedir.os.path, "islink", lambda _path: False)
+    monkeypatch.setattr(routinedir.stat, "S_ISLNK", lambda _mode: False)  # the check passed
     result = load_routines(routines)
     assert [(r.name, r.prompt) for r in result.routines] == [("alias", "real"), ("real", "real")]
     assert [(os.path.basename(f.file), f.reason) for f in result.failures] == [
         ("swapped.md", f"is a symlink leading outside {routines}"),
     ]
+
+
+def test_a_directory_link_switched_during_a_load_is_read_whole_from_where_it_led(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A release-style deploy: ``current -> releases/N``, switched while a load reads it.
+    old, new = tmp_path / "old", tmp_path / "new"
+    for release, prompt in ((old, "old"), (new, "new")):
+        release.mkdir()
+        write(release, "a.md", f"---\n---\n{prompt}\n")
+        write(release, "b.md", f"---\n---\n{prompt}\n")
+    current = tmp_path / "current"
+    current.symlink_to(old)
+    real_listdir = os.listdir
+
+    def switching(path: Any) -> list[str]:
+        entries = real_listdir(path)
+        current.unlink()
+        current.symlink_to(new)  # after the listing, before any file is read
+        return entries
+
+    monkeypatch.setattr(routinedir.os, "listdir", switching)
+    result = load_routines(current)
+    assert result.failures == ()
+    assert [(r.name, r.prompt) for r in result.routines] == [("a", "old"), ("b", "old")]
 
 
 def test_load_through_a_symlinked_directory(tmp_path: Path) -> None:
@@ -547,10 +572,10 @@ def test_load_reports_unreadable_file(tmp_path: Path, monkeypatch: pytest.Monkey
     write(tmp_path, "locked.md", DAILY)
     real_open = os.open
 
-    def denying_open(path: str, flags: int, *args: int) -> int:
+    def denying_open(path: str, flags: int, *args: int, **kwargs: Any) -> int:
         if os.path.basename(path) == "locked.md":
             raise OSError(errno.EACCES, os.strerror(errno.EACCES), path)
-        return real_open(path, flags, *args)
+        return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", denying_open)
     [failure] = load_routines(tmp_path).failures
@@ -562,10 +587,10 @@ def test_load_reports_os_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     write(tmp_path, "flaky.md", DAILY)
     real_open = os.open
 
-    def failing_open(path: str, flags: int, *args: int) -> int:
+    def failing_open(path: str, flags: int, *args: int, **kwargs: Any) -> int:
         if os.path.basename(path) == "flaky.md":
             raise OSError(errno.EIO, os.strerror(errno.EIO), path)
-        return real_open(path, flags, *args)
+        return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", failing_open)
     result = load_routines(tmp_path)

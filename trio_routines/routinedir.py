@@ -85,26 +85,53 @@ def load_routines(directory: str | os.PathLike[str]) -> LoadResult:
         raise InvalidRoutine(f"{base}: cannot read the routines directory: {_why(exc)}") from exc
     if not is_dir:
         raise InvalidRoutine(f"{base}: the routines directory is not a directory")
+    # One directory, opened once, every entry read through it: a routines directory reached
+    # through a symlink switched during the load (``current -> releases/N``) is read whole
+    # from the one it led to when the load began.
     try:
-        entries = sorted(os.listdir(base))
+        folder = os.open(base, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise InvalidRoutine(f"{base}: cannot list the routines directory: {_why(exc)}") from exc
+    try:
+        try:
+            entries = sorted(os.listdir(folder))
+        except OSError as exc:
+            raise InvalidRoutine(
+                f"{base}: cannot list the routines directory: {_why(exc)}"
+            ) from exc
+        return _load_entries(_Folder(folder, base), entries)
+    finally:
+        os.close(folder)
 
-    real_base = os.path.realpath(base)
+
+@attrs.frozen
+class _Folder:
+    """The routines directory, open: its descriptor, its name as given, its real path."""
+
+    fd: int
+    base: str
+    real: str = attrs.field()
+
+    @real.default
+    def _real(self) -> str:
+        return _opened_path(self.fd) or os.path.realpath(self.base)
+
+
+def _load_entries(folder: _Folder, entries: list[str]) -> LoadResult:
     routines: list[Routine] = []
     failures: list[RoutineFailure] = []
     others: list[str] = []
     for entry in entries:
         if not entry.endswith(_SUFFIX):
-            if not entry.startswith(".") and not os.path.isdir(os.path.join(base, entry)):
+            if not entry.startswith(".") and not _is_dir(folder, entry):
                 others.append(entry)
             continue
         name = entry[: -len(_SUFFIX)]
         if entry.startswith(".") and name not in ("", ".", ".."):
             continue
-        label = os.path.join(base, entry)
+        label = os.path.join(folder.base, entry)
         try:
-            routine = _load_one(real_base, base, label, name)
+            routine = _load_one(folder, entry, name)
         except (InvalidRoutine, UnsafeName) as exc:
             failures.append(RoutineFailure(file=label, reason=str(exc)))
         else:
@@ -114,7 +141,14 @@ def load_routines(directory: str | os.PathLike[str]) -> LoadResult:
     return LoadResult(routines=tuple(routines), failures=tuple(failures), others=tuple(others))
 
 
-def _load_one(real_base: str, base: str, path: str, name: str) -> Routine | None:
+def _is_dir(folder: _Folder, entry: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(entry, dir_fd=folder.fd).st_mode)
+    except OSError:
+        return False
+
+
+def _load_one(folder: _Folder, entry: str, name: str) -> Routine | None:
     """One file's routine, ``None`` for an entry to skip silently, or an error to report."""
     try:
         name.encode("utf-8")
@@ -125,20 +159,21 @@ def _load_one(real_base: str, base: str, path: str, name: str) -> Routine | None
     problem = name_problem(name)
     if problem is not None:
         raise UnsafeName(problem)
+    real_base, outside = folder.real, f"is a symlink leading outside {folder.base}"
     try:
-        if os.path.islink(path):
-            target = os.path.realpath(path)
+        if stat.S_ISLNK(os.lstat(entry, dir_fd=folder.fd).st_mode):
+            target = os.path.realpath(os.path.join(real_base, entry))
             if os.path.commonpath([real_base, target]) != real_base:
-                raise InvalidRoutine(f"is a symlink leading outside {base}")
+                raise InvalidRoutine(outside)
         try:
-            mode = os.stat(path).st_mode
+            mode = os.stat(entry, dir_fd=folder.fd).st_mode
         except FileNotFoundError:
             raise InvalidRoutine("is a broken symlink") from None
         if stat.S_ISDIR(mode):
             return None
         if not stat.S_ISREG(mode):
             raise InvalidRoutine("is not a regular file")
-        data = _read_capped(path, real_base, base)
+        data = _read_capped(folder, entry)
     except OSError as exc:
         raise InvalidRoutine(f"cannot be read: {_why(exc)}") from exc
     try:
@@ -157,17 +192,18 @@ def _opened_path(fd: int) -> str | None:
     return opened if os.path.isabs(opened) else None
 
 
-def _read_capped(path: str, real_base: str, base: str) -> bytes:
+def _read_capped(folder: _Folder, entry: str) -> bytes:
     # O_NONBLOCK: should the entry have become a FIFO since it was checked, opening it must not
     # hang; fstat then confirms we hold a regular file before reading anything.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(entry, flags, dir_fd=folder.fd)
     with open(fd, "rb", closefd=True) as file:
         # The file opened, not the path checked: the entry may have become a symlink leading
         # outside since (a swap between the check and the open). Where the system names an
         # open file's path (Linux's /proc), the one opened is checked before it is read.
         opened = _opened_path(file.fileno())
-        if opened is not None and os.path.commonpath([real_base, opened]) != real_base:
-            raise InvalidRoutine(f"is a symlink leading outside {base}")
+        if opened is not None and os.path.commonpath([folder.real, opened]) != folder.real:
+            raise InvalidRoutine(f"is a symlink leading outside {folder.base}")
         info = os.fstat(file.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise InvalidRoutine("is not a regular file")
