@@ -37,6 +37,20 @@ def test_a_long_bad_value_is_cut_in_its_warning() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("count", "shown"),
+    [
+        (10**40 - 1, "9" * 40),  # 40 digits: its repr, whole
+        (10**40, "<an integer of more than 40 digits>"),
+        (-(10**40) + 1, "-" + "9" * 38 + "…"),
+        (-(10**40), "<an integer of more than 40 digits>"),
+    ],
+)
+def test_an_integer_past_forty_digits_is_named_not_written(count: int, shown: str) -> None:
+    # (Python refuses to write one past 4,300 digits: a py: agent's 10**5000 failed its turn.)
+    assert checked(Usage(input_tokens=count))[1] == [f"input_tokens {shown} is not a valid value"]
+
+
 def test_a_bad_currency_drops_its_cost_and_says_so() -> None:
     assert checked(Usage(7, cost=1.0, currency="1€")) == (
         Usage(7),

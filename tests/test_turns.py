@@ -93,6 +93,7 @@ class _Unsayable:
         ([], None, Outcome.COMPLETED, None),
         (TimeoutError(), None, Outcome.FAILED, "<TimeoutError>"),  # true, its text empty
         ("boom", 7, Outcome.FAILED, "boom"),  # a code that is no text is none
+        (b"x", SESSION_BUSY, Outcome.SKIPPED, "b'x'"),  # a busy code kept with them
         ("", SESSION_BUSY, Outcome.SKIPPED, ""),
     ],
     ids=[
@@ -104,6 +105,7 @@ class _Unsayable:
         "empty-list",
         "exception",
         "code-int",
+        "bytes-busy",
         "busy",
     ],
 )

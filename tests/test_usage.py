@@ -386,3 +386,13 @@ def test_a_marker_after_text_on_its_line_is_reply_even_in_a_piece_of_its_own() -
     assert split("reply", f"{USAGE_LINE} {wire}\n") == (f"reply{USAGE_LINE} {wire}\n", None, None)
     assert split("reply\n", f"{USAGE_LINE} {wire}\n") == ("reply\n", Usage(7), None)
     assert split("", f"{USAGE_LINE} {wire}") == ("", Usage(7), None)  # the first line is one
+
+
+async def test_five_bad_values_are_logged_each_and_no_count_follows(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, "trio_routines")
+    bad = [Usage(input_tokens=-1)] * 5
+    await run_turn(Spending(*bad, Completed()), "daily", "s", "p")
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["daily: usage reported by the agent: input_tokens -1 is not a valid value"] * 5

@@ -28,7 +28,7 @@ from trio_routines.wakelimits import (
     check_rate,
     room_at,
 )
-from trio_routines.wakeups import WakeupRequest, asked_by, plan_add
+from trio_routines.wakeups import MAX_ATTEMPTS, WakeupRequest, asked_by, plan_add
 
 NOW = datetime(2026, 7, 7, 10, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
@@ -365,8 +365,13 @@ async def test_the_rate_holds_as_the_turns_come_whatever_was_weighed_when_asked(
             assert sum(at - RATE_WINDOW < other < at for other in starts) < 2, (wakeup_id, at)
     assert len(ran[ids["tick"]]) < 18  # most of its 18 occurrences came over the rate
     said = [r.getMessage() for r in caplog.records if "rate limit" in r.getMessage()]
-    assert any("this occurrence is not run; the next fires per cron" in line for line in said)
-    assert any(": deferred to " in line for line in said)
+    over = "rate limit — 2 wake-up turns of session 's' in the hour"
+    tick = f"wake {ids['tick'][:8]}: {over}: this occurrence is not run; the next fires per cron"
+    assert tick in said
+    # c and d: the hour up to their slot holds a and b, the older due at 09:01:30.
+    first_room = format_iso(due + RATE_WINDOW)
+    assert f"wake {ids['c'][:8]}: {over}: deferred to {first_room}" in said
+    assert f"wake {ids['d'][:8]}: {over}: deferred to {first_room}" in said
 
 
 def test_room_comes_when_the_oldest_of_the_rate_s_newest_turns_leaves_the_hour() -> None:
@@ -430,6 +435,7 @@ async def test_a_rate_that_cannot_be_read_or_a_re_queue_not_made_lets_the_turn_r
     for prompt in ("a", "b"):
         request = WakeupRequest(session="s", prompt=prompt, fire_at=due, origin=by_turn)
         await store.add_wakeup(attrs.evolve(request, limits=WakeLimits(rate=None)), START)
+    ids = {w.prompt: w.id for w in await store.list_wakeups()}
     store.fail("wake_turns", StateFault("the turns are unreadable"), times=1)
     store.fail("defer_wakeup", StateFault("the disk is full"))
     agent = Slow(1)
@@ -448,8 +454,40 @@ async def test_a_rate_that_cannot_be_read_or_a_re_queue_not_made_lets_the_turn_r
     assert await store.list_wakeups() == []
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert "the rate of 's' was not checked (its turn runs): the turns are unreadable" in said
-    assert any(
-        "rate limit — 1 wake-up turns of session 's' in the hour, but it could not be deferred"
-        " (the disk is full): it runs now" in line
-        for line in said
+    over = "rate limit — 1 wake-up turns of session 's' in the hour"
+    assert (
+        f"wake {ids['b'][:8]}: {over}, but it could not be deferred (the disk is full): "
+        "it runs now" in said
     )
+
+
+async def test_a_one_shot_held_by_the_rate_past_its_retries_is_dropped_saying_so(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = MemoryStore()
+    by_turn = Origin(kind=OriginKind.WAKEUP, parent="w0", depth=1)
+    due = START + 2 * MINUTE
+    for prompt in ("a", "b"):
+        request = WakeupRequest(session="s", prompt=prompt, fire_at=due, origin=by_turn)
+        await store.add_wakeup(attrs.evolve(request, limits=WakeLimits(rate=None)), START)
+    store.wakeups[1] = attrs.evolve(store.wakeups[1], attempts=MAX_ATTEMPTS)  # its last retry
+    store_ids_b = store.wakeups[1].id
+    agent = Slow(1)
+    scheduler = Scheduler(
+        agent=agent,
+        store=store,
+        now=WallClock(START),
+        poll_interval=5,
+        wake_limits=WakeLimits(rate=1),
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(3 * 3600)
+        scheduler.stop()
+    assert agent.turns == 1
+    assert await store.list_wakeups() == []
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors == [
+        f"wake {store_ids_b[:8]}: rate limit — 1 wake-up turns of session 's' in the hour: "
+        "dropped after too many retries (its session busy, or at its rate limit)"
+    ]
