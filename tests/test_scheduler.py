@@ -674,6 +674,29 @@ async def test_catch_up_fires_once_for_many_missed_slots(
     assert "hourly: catching up a missed run" in messages(caplog, logging.INFO)
 
 
+async def test_a_catch_up_records_the_slots_it_stands_for_before_its_turn(
+    autojump_clock: Any,
+) -> None:
+    # Its process may die during the turn: the replica that finds the claim dead settles it
+    # interrupted, and the slots behind it must be in a gap already, or none would say why.
+    rig = Rig(agent=ScriptedAgent(Complete(duration=3600)))
+    await rig.store.claim("hourly", at(6), at(6))
+    await rig.store.settle("hourly", at(6), Outcome.COMPLETED, 1)
+    async with rig.running(grace=0):
+        await trio.sleep(60)  # the catch-up's turn under way
+        assert len(rig.agent.turns) == 1
+        [gap] = await rig.store.gaps("hourly")
+        assert (gap.first, gap.last, gap.count, gap.reason) == (
+            at(8),
+            at(10),
+            3,
+            GapReason.CAUGHT_UP,
+        )
+        fire = await rig.store.latest_fire("hourly")
+        assert fire is not None
+        assert (fire.slot, fire.outcome) == (at(7), None)  # its turn not over
+
+
 class SlowStore(MemoryStore):
     """Settles and resume reads that take a second, counted while in flight; resume reads of
     ``broken`` routines fail (the last ones first)."""

@@ -152,6 +152,7 @@ class FirePath:
         read: PausedRead | None = None,
         now: datetime | None = None,
         passed_from: datetime | None = None,
+        late: bool = False,
     ) -> FireResult:
         """Read the paused routines, claim ``slot`` unless paused, run the turn, settle it:
         shielded, so a stop never cuts a claim or a settle short (the turn has its own grace).
@@ -169,6 +170,7 @@ class FirePath:
         read of the fire's own. ``passed_from``: for a caller's fire, the last slot the claims
         and gaps accounted for before it: once the slot is claimed, and before its turn, the
         slots since are recorded as passed over (:meth:`GapRecording.passed_before`).
+        ``late``: a loop's slot a minute behind: its caught-up slots, before its turn.
         """
         name = routine.name
         spans = fire_spans(name, slot, self._runtime.replica, external=external)  # None: off
@@ -218,6 +220,8 @@ class FirePath:
                         return done(spans, self._refused(name, slot, claim))
                     if passed_from is not None:  # a caller's slot, perhaps after a downtime
                         await self._gaps.passed_before(routine, passed_from, slot)
+                    elif late:
+                        await self._gaps.caught_up(routine, slot, now)
                     if scope.cancel_called:
                         # The store answered after the claim's deadline (a stalled disk, a
                         # stop's bound): a claim confirmed after its caller gave up must not

@@ -171,6 +171,16 @@ class GapRecording:
         passed = passed_over(cron, tz, name, accounted, slot - _MS, GapReason.DOWN)
         await self.record_gap(name, passed)
 
+    async def caught_up(self, routine: Routine, slot: datetime, started: datetime) -> None:
+        """A late fire of ``slot`` (a boot's catch-up, a loop that woke late) was claimed at
+        ``started``: the slots after it until then are recorded ``caught-up`` now, before its
+        turn, so that a turn whose process dies leaves none unaccounted (whichever replica
+        finds it dead). :meth:`after_slot` finds them recorded after the turn."""
+        if routine.cron is not None:
+            cron, tz, name = routine.cron, routine.tz, routine.name
+            gap = passed_over(cron, tz, name, slot, started, GapReason.CAUGHT_UP)
+            await self.record_gap(name, gap)
+
     async def behind_stamps(
         self,
         routines: Mapping[str, Routine],

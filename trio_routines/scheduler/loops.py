@@ -31,6 +31,7 @@ from .state import FireResult, NotYetDue, PausedRead, Runtime, log
 from .unanswered import note_unanswered, record_unanswered
 
 _MS = timedelta(milliseconds=1)
+_MINUTE = timedelta(minutes=1)
 
 
 class CronLoops:
@@ -156,7 +157,9 @@ class CronLoops:
                         # Shielded within: a stop lets it settle.
                         # ``now`` serves only with ``read``, which only a wake sets, right
                         # before ``now`` is read: nothing awaited since.
-                        result = await self._fire.fire_slot(routine, due, read=read, now=now)
+                        result = await self._fire.fire_slot(
+                            routine, due, read=read, now=now, late=now - due >= _MINUTE
+                        )
                     except NotYetDue:
                         early = True  # the clock went back meanwhile: sleep again
                     except StateFault as exc:
