@@ -75,6 +75,15 @@ class Answer:
             return "an unknown status"
 
 
+def _unconfirmed(method: str) -> str:
+    """What an unanswered change may still do: a server that was slow (stopped, swapping)
+    may carry it out once it runs again, so look before asking again (a second add would be
+    a second wake-up)."""
+    if method not in ("POST", "PUT", "PATCH", "DELETE"):
+        return ""
+    return "; the change is not confirmed: it may still be made there — look before asking again"
+
+
 class Server:
     """One running ``serve``: its base URL and the token to send."""
 
@@ -121,11 +130,14 @@ class Server:
                 )
         except trio.TooSlowError:
             after = " (a turn may still be running there: see its history)" if waits else ""
-            raise CliError(f"{self.url}: no answer within {bound:g}s{after}") from None
+            raise CliError(
+                f"{self.url}: no answer within {bound:g}s{after}{_unconfirmed(method)}"
+            ) from None
         except urllib.error.URLError as exc:
             raise CliError(f"{self.url}: no answer: {exc.reason}") from None
         except OSError as exc:  # refused, reset, timed out
-            raise CliError(f"{self.url}: no answer: {exc.strerror or exc}") from None
+            why = exc.strerror or exc
+            raise CliError(f"{self.url}: no answer: {why}{_unconfirmed(method)}") from None
         except ValueError as exc:
             raise CliError(
                 f"{self.url}: the answer is not a trio_routines server's ({exc})"
