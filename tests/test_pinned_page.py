@@ -483,3 +483,19 @@ async def test_a_turn_in_flight_shows_since_when_to_the_second(autojump_clock: A
             view = await gather(scheduler)
     since = datetime(2026, 11, 30, 11, 58, 59, tzinfo=UTC)  # 90.6 s before, to the second
     assert view.in_flight == (InFlight("chat", since), InFlight("new", NOW))
+
+
+@pytest.mark.parametrize(
+    ("measured", "shown"),
+    [
+        (datetime(2026, 7, 7, 8, 59, 59, 998_000, tzinfo=UTC), datetime(2026, 7, 7, 9, tzinfo=UTC)),
+        (datetime(2026, 7, 7, 9, 0, 0, 499_999, tzinfo=UTC), datetime(2026, 7, 7, 9, tzinfo=UTC)),
+        (
+            datetime(2026, 7, 7, 9, 0, 0, 500_000, tzinfo=UTC),
+            datetime(2026, 7, 7, 9, 0, 1, tzinfo=UTC),
+        ),
+    ],
+)
+def test_a_turn_s_start_is_shown_to_the_nearest_second(measured: datetime, shown: datetime) -> None:
+    # Measured back from now by Trio's clock, a turn of the 09:00 slot reads a hair before it.
+    assert page_module._to_second(measured) == shown

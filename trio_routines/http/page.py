@@ -274,7 +274,7 @@ async def gather(
         groups[wakeup.session].append(wakeup)
     clock = trio.current_time()
     flights = tuple(
-        InFlight(session, (now - timedelta(seconds=max(0.0, clock - since))).replace(microsecond=0))
+        InFlight(session, _to_second(now - timedelta(seconds=max(0.0, clock - since))))
         for session, since in sorted(scheduler.agent.held().items())
     )
     spent = await _sessions_spent(reads, scheduler, groups, now)
@@ -381,3 +381,9 @@ def _state_json(view: PageView) -> bytes:
 def _require(method: str, allowed: tuple[str, ...]) -> None:
     if method not in allowed:
         raise Refusal(405, f"use {' or '.join(allowed)} here", [("allow", ", ".join(allowed))])
+
+
+def _to_second(instant: datetime) -> datetime:
+    """``instant`` to the nearest second: a turn started at 09:00:00.007, measured back from
+    now by Trio's clock, reads 08:59:59.998, which cut to the second looked an early fire."""
+    return (instant + timedelta(milliseconds=500)).replace(microsecond=0)
