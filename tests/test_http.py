@@ -615,6 +615,15 @@ async def test_history_is_oldest_first_like_history_json() -> None:
         assert empty.json == []
         missing = await server.call("GET", "/routines/nope/history")
         assert_error(missing, 404)
+        # A routine not loaded here (removed, or another replica's) keeps its history in the
+        # store: the answer is the store's, as the command line reads it without --url.
+        slot = datetime(2026, 7, 7, 9, tzinfo=UTC)
+        await store.claim("gone", slot, slot)
+        gone = await server.call("GET", "/routines/gone/history")
+        assert gone.status == 200
+        assert [fire["slot"] for fire in gone.json] == ["2026-07-07T09:00:00.000Z"]
+        unsafe = await server.call("GET", "/routines/..%2Fx/history")
+        assert_error(unsafe, 404)
 
 
 async def test_history_state_fault_is_503() -> None:

@@ -22,6 +22,7 @@ from ..cron import next_run
 from ..errors import StateFault
 from ..history import in_slot_order, read_history, running_slots
 from ..instants import format_iso
+from ..names import name_problem
 from ..records import ClaimStatus, Fire, Gap
 from ..replicas import replica_json
 from ..routines import Routine, catchup_text
@@ -298,8 +299,12 @@ async def routines(scheduler: Scheduler) -> Response:
 
 
 async def history(scheduler: Scheduler, name: str) -> Response:
-    """A routine's claims and gaps, read within the scheduler's ``store_timeout``."""
-    _routine(scheduler, name)
+    """A routine's claims and gaps, read within the scheduler's ``store_timeout``: a
+    routine's that is not loaded here too (removed, or loaded by other replicas only), as the
+    command line reads them from the store; a name with neither is the 404 of any route."""
+    loaded = name in scheduler.routines
+    if not loaded and name_problem(name) is not None:
+        _routine(scheduler, name)  # no routine could have stored a history under it
 
     async def read() -> tuple[list[Fire], list[Gap], set[datetime]]:
         fires, gaps = await read_history(scheduler.store, name)
@@ -311,6 +316,8 @@ async def history(scheduler: Scheduler, name: str) -> Response:
         read(),
         f"the history of {quoted(name)} is unreadable right now",
     )
+    if not (loaded or fires or gaps):
+        _routine(scheduler, name)
     return Response(200, history_to_json(in_slot_order(fires, gaps), running))
 
 
