@@ -13,6 +13,7 @@ from trio_routines.ledger import (
     Entry,
     Spent,
     add_entry,
+    added,
     check_key,
     entry_from_json,
     fires_spent,
@@ -67,3 +68,10 @@ def test_nothing_spent_reads_back_and_a_currency_must_be_as_written() -> None:
     nothing = {"inputTokens": 0, "outputTokens": 0, "costs": {}}
     assert spent_from_json(nothing) == Spent()
     assert spent_from_json({**nothing, "costs": {"eur": 1.0}}) is None
+
+
+def test_two_spendings_add_up_tokens_to_tokens_and_costs_in_each_currency() -> None:
+    one = Spent(10, 20, (("EUR", 1.5), ("USD", 2.0)))
+    other = Spent(1, 2, (("GBP", 0.25), ("USD", 0.5)))
+    assert added(one, other) == Spent(11, 22, (("EUR", 1.5), ("GBP", 0.25), ("USD", 2.5)))
+    assert added(Spent(), other) == other

@@ -190,6 +190,21 @@ async def test_a_call_the_store_never_answers_fails_at_its_bound_naming_itself(
     assert trio.current_time() - started == 5.0
 
 
+async def test_a_rate_the_store_never_gives_lets_the_turn_run_saying_so(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = MemoryStore()
+    store.hang("wake_turns")
+    started = trio.current_time()
+    assert await calls_of(store).room_at("chat:1", T0) is None  # room: the turn runs
+    assert trio.current_time() - started == 5.0
+    [record] = caplog.records
+    assert record.getMessage() == (
+        "the rate of 'chat:1' was not checked (its turn runs): the session's recent wake-up "
+        f"turns are unreadable: {NO_ANSWER}"
+    )
+
+
 async def test_a_wakeup_turn_the_store_does_not_record_is_one_warning(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

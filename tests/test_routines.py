@@ -435,9 +435,32 @@ def test_load_ignores_other_entries(tmp_path: Path) -> None:
     write(tmp_path / "x.md", "inner.md", "---\n---\nnested\n")
     (tmp_path / "sub").mkdir()
     write(tmp_path / "sub", "deep.md", "---\n---\nnested\n")
+    write(tmp_path, ".hidden.toml", "whatever")
+    (tmp_path / "dangling.toml").symlink_to("missing")  # no directory either
     # Loaded from none; the files of other names are listed for ``check``, not the hidden
-    # one nor the subdirectories.
-    assert load_routines(tmp_path) == LoadResult(others=("daily.md.swp", "notes.txt", "upper.MD"))
+    # ones nor the subdirectories.
+    assert load_routines(tmp_path) == LoadResult(
+        others=("daily.md.swp", "dangling.toml", "notes.txt", "upper.MD")
+    )
+
+
+def test_a_routines_directory_that_cannot_be_opened_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # chmod means nothing to root, which runs CI: inject the EACCES the kernel would give.
+    real_open = os.open
+
+    def denying_open(path: Any, flags: int, *args: int, **kwargs: Any) -> int:
+        if flags & os.O_DIRECTORY:
+            raise OSError(errno.EACCES, os.strerror(errno.EACCES), path)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", denying_open)
+    with pytest.raises(InvalidRoutine) as refused:
+        load_routines(tmp_path)
+    assert (
+        str(refused.value) == f"{tmp_path}: cannot list the routines directory: Permission denied"
+    )
 
 
 def test_load_sorts_by_name(tmp_path: Path) -> None:
