@@ -426,18 +426,20 @@ async def test_a_session_at_exactly_its_rate_runs_every_occurrence_however_late_
     assert agent.turns == 36  # every occurrence of six hours
 
 
-async def test_a_rate_that_cannot_be_read_or_a_re_queue_not_made_lets_the_turn_run(
-    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
-) -> None:
+async def two_due_at_once() -> MemoryStore:
+    """A store holding two one-shots a turn set, ``a`` and ``b``, both due at 09:01:30."""
     store = MemoryStore()
     by_turn = Origin(kind=OriginKind.WAKEUP, parent="w0", depth=1)
-    due = START + 2 * MINUTE
     for prompt in ("a", "b"):
-        request = WakeupRequest(session="s", prompt=prompt, fire_at=due, origin=by_turn)
+        request = WakeupRequest(
+            session="s", prompt=prompt, fire_at=START + 2 * MINUTE, origin=by_turn
+        )
         await store.add_wakeup(attrs.evolve(request, limits=WakeLimits(rate=None)), START)
-    ids = {w.prompt: w.id for w in await store.list_wakeups()}
-    store.fail("wake_turns", StateFault("the turns are unreadable"), times=1)
-    store.fail("defer_wakeup", StateFault("the disk is full"))
+    return store
+
+
+async def turns_at_a_rate_of_one(store: MemoryStore, hours: float) -> int:
+    """The wake-up turns run from ``store`` in ``hours`` at a rate of one an hour."""
     agent = Slow(1)
     scheduler = Scheduler(
         agent=agent,
@@ -448,9 +450,21 @@ async def test_a_rate_that_cannot_be_read_or_a_re_queue_not_made_lets_the_turn_r
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
-        await trio.sleep(10 * 60)
+        await trio.sleep(hours * 3600)
         scheduler.stop()
-    assert agent.turns == 2  # none lost: the first unchecked, the second not re-queued
+    return agent.turns
+
+
+async def test_a_rate_that_cannot_be_read_or_a_re_queue_not_made_lets_the_turn_run(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = await two_due_at_once()
+    ids = {w.prompt: w.id for w in await store.list_wakeups()}
+    store.fail("wake_turns", StateFault("the turns are unreadable"), times=1)
+    store.fail("defer_wakeup", StateFault("the disk is full"))
+    assert (
+        await turns_at_a_rate_of_one(store, hours=0.2) == 2
+    )  # none lost: the first unchecked, the second not re-queued
     assert await store.list_wakeups() == []
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert "the rate of 's' was not checked (its turn runs): the turns are unreadable" in said
@@ -464,27 +478,10 @@ async def test_a_rate_that_cannot_be_read_or_a_re_queue_not_made_lets_the_turn_r
 async def test_a_one_shot_held_by_the_rate_past_its_retries_is_dropped_saying_so(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = MemoryStore()
-    by_turn = Origin(kind=OriginKind.WAKEUP, parent="w0", depth=1)
-    due = START + 2 * MINUTE
-    for prompt in ("a", "b"):
-        request = WakeupRequest(session="s", prompt=prompt, fire_at=due, origin=by_turn)
-        await store.add_wakeup(attrs.evolve(request, limits=WakeLimits(rate=None)), START)
+    store = await two_due_at_once()
     store.wakeups[1] = attrs.evolve(store.wakeups[1], attempts=MAX_ATTEMPTS)  # its last retry
     store_ids_b = store.wakeups[1].id
-    agent = Slow(1)
-    scheduler = Scheduler(
-        agent=agent,
-        store=store,
-        now=WallClock(START),
-        poll_interval=5,
-        wake_limits=WakeLimits(rate=1),
-    )
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        await trio.sleep(3 * 3600)
-        scheduler.stop()
-    assert agent.turns == 1
+    assert await turns_at_a_rate_of_one(store, hours=3) == 1
     assert await store.list_wakeups() == []
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert errors == [
