@@ -126,8 +126,11 @@ async def test_a_late_fire_records_the_slots_it_passed_over_in_the_routines_zone
     store = MemoryStore()
     due = at(20)  # 10:05 in Kathmandu
     gaps, _, _ = recording(store, now=at(100))
-    assert await gaps.after_slot(KATHMANDU, due, claimed(due), at(100), None) is None
+    await gaps.before_turn(KATHMANDU, due, None, at(100))  # claimed, its turn not begun
     # 10:40, 11:00, 11:20 and 11:40 UTC passed between the slot and the fire's start.
+    assert await store.gaps("tea") == [Gap(at(40), at(100), 4, GapReason.CAUGHT_UP)]
+    # After its turn, none is recorded again (the overlap counts from the fire's start).
+    assert await gaps.after_slot(KATHMANDU, due, claimed(due), at(100), None) is None
     assert await store.gaps("tea") == [Gap(at(40), at(100), 4, GapReason.CAUGHT_UP)]
 
 
@@ -135,12 +138,14 @@ async def test_a_fire_a_minute_late_or_less_passes_nothing_over(autojump_clock: 
     store = MemoryStore()
     every = Routine(name="tea", prompt="p", cron="* * * * *")
     just = at(0) + MINUTE - timedelta(seconds=1)
-    gaps, _, _ = recording(store, now=just)  # started then, and the turn took no time
-    await gaps.after_slot(every, at(0), claimed(at(0)), just, None)
+    gaps, _, _ = recording(store, now=just)  # started then
+    await gaps.before_turn(every, at(0), None, just)
     assert await store.gaps("tea") == []
     gaps, _, _ = recording(store, now=at(1))
-    await gaps.after_slot(every, at(0), claimed(at(0)), at(1), None)
+    await gaps.before_turn(every, at(0), None, at(1))
     assert await store.gaps("tea") == [Gap(at(1), at(1), 1, GapReason.CAUGHT_UP)]
+    await gaps.before_turn(every, at(0), None, None)  # not late: nothing
+    assert len(await store.gaps("tea")) == 1
 
 
 async def test_a_turn_records_the_slots_it_overlapped_less_those_another_replica_claimed(
@@ -240,7 +245,7 @@ async def test_a_hashed_crons_gaps_are_its_own_slots(autojump_clock: Any) -> Non
     second = timedelta(seconds=1)
     store = MemoryStore()
     gaps, _, _ = recording(store, now=s[2] + second)
-    await gaps.after_slot(HASHED, s[0], claimed(s[0]), s[2] + second, None)  # woke late
+    await gaps.before_turn(HASHED, s[0], None, s[2] + second)  # woke late
     assert await store.gaps("tea") == [Gap(s[1], s[2], 2, GapReason.CAUGHT_UP)]
 
     store = MemoryStore()

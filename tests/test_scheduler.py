@@ -20,6 +20,7 @@ from trio_routines.instants import format_iso, slot_name
 from trio_routines.scheduler import NotOnGrid, NotYetDue, Stopping, UnknownRoutine
 from trio_routines.scheduler import wake as wake_module
 from trio_routines.scheduler.boot import BOOT_INTERRUPTED
+from trio_routines.scheduler.fire import FirePath
 from trio_routines.stores.directory import DirectoryStore
 from trio_routines.testing import (
     Busy,
@@ -695,6 +696,76 @@ async def test_a_catch_up_records_the_slots_it_stands_for_before_its_turn(
         fire = await rig.store.latest_fire("hourly")
         assert fire is not None
         assert (fire.slot, fire.outcome) == (at(7), None)  # its turn not over
+
+
+class ClaimPastItsDeadline(MemoryStore):
+    """Claims that land, answered past the scheduler's store deadline (a stalled disk)."""
+
+    slow = False
+
+    async def claim(self, routine: str, slot: datetime, *args: Any, **kwargs: Any) -> Any:
+        result = await super().claim(routine, slot, *args, **kwargs)
+        if self.slow:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(31)
+        return result
+
+
+async def test_a_catch_up_claimed_past_its_deadline_is_interrupted_with_its_gap(
+    autojump_clock: Any,
+) -> None:
+    store = ClaimPastItsDeadline()
+    await store.claim("hourly", at(6), at(6))
+    await store.settle("hourly", at(6), Outcome.COMPLETED, 1)
+    store.slow = True
+    rig = Rig(store=store)
+    async with rig.running(grace=0):
+        await trio.sleep(120)
+    assert rig.agent.turns == []
+    history = await store.history("hourly")
+    assert [(f.slot, f.outcome) for f in history] == [
+        (at(6), Outcome.COMPLETED),
+        (at(7), Outcome.INTERRUPTED),
+    ]
+    assert await store.gaps("hourly") == [Gap(at(8), at(10), 3, GapReason.CAUGHT_UP)]
+
+
+class SlowFirstPausedRead(MemoryStore):
+    """The paused read of the first fire after the boot takes two seconds."""
+
+    armed = False
+
+    async def paused(self) -> set[str]:
+        if self.armed:
+            self.armed = False
+            await trio.sleep(2)
+        return await super().paused()
+
+
+async def test_a_catch_up_whose_start_crosses_a_slot_counts_it_once(
+    autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its fire begins at 10:30:59 and claims after 10:31: 10:31 is the overlap's, not also
+    # the catch-up's.
+    every = Routine(name="m", prompt="p", cron="* * * * *")
+    store = SlowFirstPausedRead()
+    await store.claim("m", at(10, 20), at(10, 20))
+    await store.settle("m", at(10, 20), Outcome.COMPLETED, 1)
+    wall = WallClock(at(10, 30) + timedelta(seconds=59))
+    rig = Rig(every, store=store, wall=wall, agent=ScriptedAgent(Complete(duration=180)))
+    fire_slot = FirePath.fire_slot
+
+    async def slow_read_then_fire(self: FirePath, *args: Any, **kwargs: Any) -> Any:
+        store.armed = True  # its own paused read, after the loop read the wall clock
+        return await fire_slot(self, *args, **kwargs)
+
+    monkeypatch.setattr(FirePath, "fire_slot", slow_read_then_fire)
+    async with rig.running(grace=0):
+        await trio.sleep(200)
+    assert [(g.first, g.last, g.count, g.reason) for g in await store.gaps("m")] == [
+        (at(10, 22), at(10, 30), 9, GapReason.CAUGHT_UP),
+        (at(10, 31), at(10, 34), 4, GapReason.OVERLAP),
+    ]
 
 
 class SlowStore(MemoryStore):

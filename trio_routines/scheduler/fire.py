@@ -152,7 +152,7 @@ class FirePath:
         read: PausedRead | None = None,
         now: datetime | None = None,
         passed_from: datetime | None = None,
-        late: bool = False,
+        late: datetime | None = None,
     ) -> FireResult:
         """Read the paused routines, claim ``slot`` unless paused, run the turn, settle it:
         shielded, so a stop never cuts a claim or a settle short (the turn has its own grace).
@@ -168,9 +168,8 @@ class FirePath:
         ``now``: the wall clock, read by the caller since ``read`` came, with nothing awaited
         in between (one read fewer per fire); used only with that ``read``, never after a
         read of the fire's own. ``passed_from``: for a caller's fire, the last slot the claims
-        and gaps accounted for before it: once the slot is claimed, and before its turn, the
-        slots since are recorded as passed over (:meth:`GapRecording.passed_before`).
-        ``late``: a loop's slot a minute behind: its caught-up slots, before its turn.
+        and gaps accounted for before it; ``late``: a loop's slot a minute behind, when its fire
+        began. Once claimed, before its turn, what it passed is recorded (``before_turn``).
         """
         name = routine.name
         spans = fire_spans(name, slot, self._runtime.replica, external=external)  # None: off
@@ -218,16 +217,17 @@ class FirePath:
                     task_status.started(claim)
                     if claim.status is not ClaimStatus.TAKEN:
                         return done(spans, self._refused(name, slot, claim))
-                    if passed_from is not None:  # a caller's slot, perhaps after a downtime
-                        await self._gaps.passed_before(routine, passed_from, slot)
-                    elif late:
-                        await self._gaps.caught_up(routine, slot, now)
+                    passed = passed_from is not None or late is not None
                     if scope.cancel_called:
                         # The store answered after the claim's deadline (a stalled disk, a
                         # stop's bound): a claim confirmed after its caller gave up must not
                         # start a turn, that late and perhaps during a stop. It is recorded.
                         with trio.CancelScope(shield=True) as scope:
+                            if passed:
+                                await self._gaps.before_turn(routine, slot, passed_from, late)
                             return done(spans, await self._claimed_too_late(name, slot, scope))
+                    if passed:  # a caller's slot after a downtime, a late one's caught-up slots
+                        await self._gaps.before_turn(routine, slot, passed_from, late)
                     del claim  # as the context, not kept through the turn
                     return done(
                         spans, await self._turn_and_settle(routine, slot, scope, hold, spans)

@@ -26,7 +26,6 @@ from .foreach import for_each
 from .state import FireResult, Runtime, log
 
 _MS = timedelta(milliseconds=1)
-_MINUTE = timedelta(minutes=1)
 
 
 def gap_words(gap: Gap) -> str:
@@ -171,12 +170,22 @@ class GapRecording:
         passed = passed_over(cron, tz, name, accounted, slot - _MS, GapReason.DOWN)
         await self.record_gap(name, passed)
 
-    async def caught_up(self, routine: Routine, slot: datetime, started: datetime) -> None:
-        """A late fire of ``slot`` (a boot's catch-up, a loop that woke late) was claimed at
-        ``started``: the slots after it until then are recorded ``caught-up`` now, before its
-        turn, so that a turn whose process dies leaves none unaccounted (whichever replica
-        finds it dead). :meth:`after_slot` finds them recorded after the turn."""
-        if routine.cron is not None:
+    async def before_turn(
+        self,
+        routine: Routine,
+        slot: datetime,
+        passed_from: datetime | None,
+        started: datetime | None,
+    ) -> None:
+        """A fire of ``slot`` was claimed: what it passed over, recorded before its turn, so
+        that a turn whose process dies leaves nothing unaccounted (whichever replica finds it
+        dead). A caller's fire: the slots after ``passed_from`` before it
+        (:meth:`passed_before`). A loop's late fire (a boot's catch-up, a loop that woke
+        late), begun at ``started``: the slots after it until then, ``caught-up``; those its
+        turn overlaps, :meth:`after_slot` records after it."""
+        if passed_from is not None:
+            await self.passed_before(routine, passed_from, slot)
+        elif started is not None and routine.cron is not None:
             cron, tz, name = routine.cron, routine.tz, routine.name
             gap = passed_over(cron, tz, name, slot, started, GapReason.CAUGHT_UP)
             await self.record_gap(name, gap)
@@ -242,9 +251,9 @@ class GapRecording:
     ) -> datetime | None:
         """Record what passed while the loop tried ``due``; the new paused tail.
 
-        A claimed slot: those between it and the fire's start were passed over by a late
-        fire (``caught-up``: a boot's catch-up, a loop that woke late), those during its turn
-        by the turn (``overlap``) -- less any another replica claimed meanwhile. A paused one:
+        A claimed slot: those during its turn, passed over by the turn (``overlap``) -- less
+        any another replica claimed meanwhile; those between it and the fire's start (a late
+        fire's, ``caught-up``) were recorded before the turn (:meth:`before_turn`). A paused one:
         it and any passed since (``paused``), extending the gap of the slot before it.
         Duplicates and stale slots are another scheduler's to account for.
         """
@@ -252,10 +261,6 @@ class GapRecording:
         cron, tz, name = routine.cron, routine.tz, routine.name
         now = self._runtime.now()
         if result.claimed:
-            if started - due >= _MINUTE:  # slots are whole minutes apart: none in between
-                await self.record_gap(
-                    name, passed_over(cron, tz, name, due, started, GapReason.CAUGHT_UP)
-                )
             overlap = passed_over(cron, tz, name, max(due, started), now, GapReason.OVERLAP)
             if overlap is not None:  # less what a replica fired while we ran
                 after = await self.after_claims(name, max(due, started))

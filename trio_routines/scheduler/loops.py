@@ -154,11 +154,13 @@ class CronLoops:
                     early = False
                     result: FireResult | None = None
                     try:
-                        # Shielded within: a stop lets it settle.
-                        # ``now`` serves only with ``read``, which only a wake sets, right
-                        # before ``now`` is read: nothing awaited since.
+                        # Shielded within: a stop lets it settle. ``now`` serves as the wall
+                        # clock only with ``read``, which only a wake sets, right before ``now``
+                        # is read: nothing awaited since. A late fire's start, what its turn
+                        # stands for until then (``after_slot`` counts its overlap from it).
+                        late = now if now - due >= _MINUTE else None
                         result = await self._fire.fire_slot(
-                            routine, due, read=read, now=now, late=now - due >= _MINUTE
+                            routine, due, read=read, now=now, late=late
                         )
                     except NotYetDue:
                         early = True  # the clock went back meanwhile: sleep again
