@@ -624,6 +624,8 @@ async def test_history_is_oldest_first_like_history_json() -> None:
         assert [fire["slot"] for fire in gone.json] == ["2026-07-07T09:00:00.000Z"]
         unsafe = await server.call("GET", "/routines/..%2Fx/history")
         assert_error(unsafe, 404)
+        longer = await server.call("GET", f"/routines/{'x' * 253}/history")  # than a file's
+        assert_error(longer, 404)
 
 
 async def test_history_state_fault_is_503() -> None:

@@ -296,8 +296,8 @@ def test_a_busy_one_shot_is_dropped_past_its_last_retry_and_says_which_limit_dro
         == "dropped after too many retries (its session busy, or at its rate limit)"
     )
     assert defer_dropped(kept) == (  # not its retries: its session's cap dropped it
-        f"dropped: session busy, and it already has {MAX_PENDING_PER_SESSION} pending "
-        "wake-ups (the most it may have)"
+        f"dropped: it could not wait, its session already has {MAX_PENDING_PER_SESSION} "
+        "pending wake-ups (the most it may have)"
     )
     assert defer_dropped(attrs.evolve(kept, attempts=None)) == defer_dropped(kept)
 

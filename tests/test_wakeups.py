@@ -160,7 +160,8 @@ def test_a_deferral_is_dropped_when_its_session_is_at_the_cap() -> None:
 
     assert plan_defer(pending("s", 20), wakeup, later) is None
     assert defer_dropped(wakeup) == (
-        "dropped: session busy, and it already has 20 pending wake-ups (the most it may have)"
+        "dropped: it could not wait, its session already has 20 pending wake-ups "
+        "(the most it may have)"
     )
     for kept in (pending("s", 19), pending("t", 40)):
         deferred = plan_defer(kept, wakeup, later)

@@ -123,8 +123,8 @@ Pending count (optional: a store without it is counted by a full list)
     reading them (a list of 100,000 reads every prompt); an entry ``list_wakeups`` would skip
     as malformed may be counted. Raises StateFault when the store cannot be read.
 Wake-up turns (optional: a store without these counts only pending wake-ups for the rate limit)
-    ``note_wake_turn(session, at)`` records that a wake-up turn of ``session`` started at
-    ``at``, durably before it returns, for every replica sharing the store; turns older
+    ``note_wake_turn(session, at)`` records a wake-up turn of ``session`` (run now, due at
+    ``at``), durably before it returns, for every replica sharing the store; turns older
     than :data:`~trio_routines.wakelimits.RATE_WINDOW` before the newest may be forgotten,
     and a store may keep only the newest :data:`~trio_routines.wakelimits.MAX_TURNS_KEPT`
     of a session.

@@ -12,8 +12,8 @@ tool call outside one (:func:`~trio_routines.tools.call_tool` in a host's own tu
 line, the API outside a turn) never is, but everything the session does counts. Counted when a
 turn asks, at ``now``, for a wake-up first due at ``F``:
 
-* the session's wake-up turns that started in the hour before ``now`` (each store keeps them,
-  bounded to that hour: :class:`WakeTurns`);
+* the session's wake-up turns run in the hour before ``now``, each counted at the instant it
+  was due (each store keeps them, bounded to that hour: :class:`WakeTurns`);
 * the session's pending wake-ups, whoever asked: a one-shot at its time, a recurring one at
   each of its occurrences (up to its ``until``);
 * the new wake-up's own occurrences.
@@ -28,7 +28,10 @@ eight days alone. So an agent can neither re-schedule itself every minute for lo
 a burst ahead of time. And what no add weighs (occurrences gathered past the horizon) is
 held when the turns come: a turn-set wake-up due while its session has had ``rate`` turns
 in the hour waits for room, or, a recurring one's occurrence, is not run (the wake loop,
-``WakeupCalls.rate_frees_at``).
+``WakeupCalls.room_at``). Counting each turn at its due instant, as the add weighs it, a
+turn started late (behind a poll, or another turn) does not crowd out the next hour's; and
+a backlog (turns held up behind a long one) may run its turns closer together than the rate,
+as many as were due in their hours, never more.
 
 Depth (default :data:`DEFAULT_DEPTH`): a wake-up whose origin's chain depth -- turns each
 set by the turn of a wake-up before -- exceeds it is refused. It never resets with time: a
@@ -116,7 +119,7 @@ class WakeTurns(Protocol):
     pending wake-ups."""
 
     async def note_wake_turn(self, session: str, at: datetime) -> None:
-        """Record that a wake-up turn of ``session`` started at ``at`` (durable before it
+        """Record a wake-up turn of ``session`` due at ``at``, run now (durable before it
         returns); turns older than :data:`RATE_WINDOW` before ``at`` may be forgotten."""
         ...
 

@@ -95,7 +95,8 @@ def asked_by(
 def origin_line(origin: Origin | None) -> str:
     """Who asked, for a listing: ``routine digest at 2026-07-07T09:00:00.000Z`` (``routine
     digest (run)`` for an on-demand run), ``wake-up <id> (depth 2)``, ``http``, ``cli``,
-    ``api``, or ``unknown``. Raw text: a surface escapes it as it escapes stored names."""
+    ``api``, ``model``, or ``unknown``. Raw text: a surface escapes it as it escapes stored
+    names."""
     if origin is None:
         return "unknown"
     if origin.kind is OriginKind.ROUTINE:
@@ -332,8 +333,8 @@ def defer_dropped(wakeup: Wakeup) -> str:
     if (wakeup.attempts or 0) + 1 > MAX_ATTEMPTS:
         return "dropped after too many retries (its session busy, or at its rate limit)"
     return (
-        f"dropped: session busy, and it already has {MAX_PENDING_PER_SESSION} pending "
-        "wake-ups (the most it may have)"
+        f"dropped: it could not wait, its session already has {MAX_PENDING_PER_SESSION} "
+        "pending wake-ups (the most it may have)"
     )
 
 

@@ -54,6 +54,10 @@ MAX_REPLY = 64 * 1024  # bytes of UTF-8 reply text that POST /run returns
 NAMES_LISTED = 20  # an unknown name's 404 lists this many of the routines there are
 
 
+#: The longest name a routine file gives (a file name's 255 bytes, less ``.md``).
+_NAME_BYTES = 252
+
+
 def _routine(scheduler: Scheduler, name: str) -> Routine:
     try:
         return scheduler.routine(name)
@@ -303,8 +307,8 @@ async def history(scheduler: Scheduler, name: str) -> Response:
     routine's that is not loaded here too (removed, or loaded by other replicas only), as the
     command line reads them from the store; a name with neither is the 404 of any route."""
     loaded = name in scheduler.routines
-    if not loaded and name_problem(name) is not None:
-        _routine(scheduler, name)  # no routine could have stored a history under it
+    if not loaded and (name_problem(name) is not None or len(name.encode()) > _NAME_BYTES):
+        _routine(scheduler, name)  # no routine file could have named it: no store call
 
     async def read() -> tuple[list[Fire], list[Gap], set[datetime]]:
         fires, gaps = await read_history(scheduler.store, name)
