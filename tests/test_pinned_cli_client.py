@@ -374,3 +374,31 @@ async def test_no_answer_within_the_bound_says_which_bound_and_what_may_still_ru
         )
     else:
         assert str(refused.value) == f"{url}: no answer within 0.25s"
+
+
+@pytest.mark.parametrize("method", ["GET", "POST", "DELETE"])
+async def test_a_connection_closed_unanswered_says_whether_a_change_is_unconfirmed(
+    method: str,
+) -> None:
+    with trio.socket.socket() as listener:
+        await listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+        async def close_each() -> None:
+            while True:
+                conn, _ = await listener.accept()
+                await conn.recv(65536)  # the request read, then no answer
+                conn.close()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(close_each)
+            with trio.fail_after(30), pytest.raises(CliError) as refused:
+                await Server(url).call(method, "/wakeups/x?session=s", None)
+            nursery.cancel_scope.cancel()
+    said = str(refused.value)
+    assert said.startswith(f"{url}: no answer: ")
+    unconfirmed = (
+        "; the change is not confirmed: it may still be made there — look before asking again"
+    )
+    assert said.endswith(unconfirmed) is (method != "GET")

@@ -79,7 +79,7 @@ def _unconfirmed(method: str) -> str:
     """What an unanswered change may still do: a server that was slow (stopped, swapping)
     may carry it out once it runs again, so look before asking again (a second add would be
     a second wake-up)."""
-    if method not in ("POST", "PUT", "PATCH", "DELETE"):
+    if method == "GET":  # (the others it sends, POST and DELETE, change something)
         return ""
     return "; the change is not confirmed: it may still be made there — look before asking again"
 
