@@ -628,6 +628,26 @@ async def test_history_is_oldest_first_like_history_json() -> None:
         assert_error(longer, 404)
 
 
+class HistoriesRead(MemoryStore):
+    """Notes every routine whose history it is asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[str] = []
+
+    async def history(self, routine: str, *args: Any, **kwargs: Any) -> Any:
+        self.asked.append(routine)
+        return await super().history(routine, *args, **kwargs)
+
+
+async def test_a_history_no_routine_file_could_name_is_a_404_with_no_store_call() -> None:
+    store = HistoriesRead()
+    async with serving(store=store) as server:
+        for name in ("..", "x" * 253, "é" * 127, "x" * 252):
+            assert_error(await server.call("GET", f"/routines/{name}/history"), 404)
+    assert store.asked == ["x" * 252]  # a file's name may be 252 bytes and ".md"
+
+
 async def test_history_state_fault_is_503() -> None:
     store = MemoryStore()
     store.faults["history"] = StateFault("EIO")

@@ -698,6 +698,23 @@ async def test_a_catch_up_records_the_slots_it_stands_for_before_its_turn(
         assert (fire.slot, fire.outcome) == (at(7), None)  # its turn not over
 
 
+async def test_a_catch_up_exactly_a_minute_late_records_the_slot_come_meanwhile(
+    autojump_clock: Any,
+) -> None:
+    # Booted at 10:30:00.000 sharp: the catch-up is 10:29, and 10:30, come as it starts, is
+    # the catch-up's to stand for (the loop's next slot is the one after now).
+    every = Routine(name="m", prompt="p", cron="* * * * *")
+    store = MemoryStore()
+    await store.claim("m", at(10, 28), at(10, 28))
+    await store.settle("m", at(10, 28), Outcome.COMPLETED, 1)
+    rig = Rig(every, store=store, wall=WallClock(at(10, 30)))
+    async with rig.running(grace=0):
+        await trio.sleep(30)
+    assert [(g.first, g.last, g.reason) for g in await store.gaps("m")] == [
+        (at(10, 30), at(10, 30), GapReason.CAUGHT_UP)
+    ]
+
+
 class ClaimPastItsDeadline(MemoryStore):
     """Claims that land, answered past the scheduler's store deadline (a stalled disk)."""
 
