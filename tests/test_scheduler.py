@@ -747,6 +747,19 @@ async def test_a_catch_up_claimed_past_its_deadline_is_interrupted_with_its_gap(
     assert await store.gaps("hourly") == [Gap(at(8), at(10), 3, GapReason.CAUGHT_UP)]
 
 
+async def test_a_caller_s_slot_claimed_past_its_deadline_records_the_downtime_before_it(
+    autojump_clock: Any,
+) -> None:
+    store = ClaimPastItsDeadline()
+    await store.claim("hourly", at(6), at(6))
+    await store.settle("hourly", at(6), Outcome.COMPLETED, 1)
+    store.slow = True
+    rig = Rig(store=store)
+    result = await rig.scheduler.fire("hourly", at(10))
+    assert (result.claimed, result.outcome) == (True, Outcome.INTERRUPTED)
+    assert await store.gaps("hourly") == [Gap(at(7), at(9), 3, GapReason.DOWN)]
+
+
 class SlowFirstPausedRead(MemoryStore):
     """The paused read of the first fire after the boot takes two seconds."""
 
