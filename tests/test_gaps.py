@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from scheduler_rig import completed
 
 from trio_routines import (
     Completed,
@@ -455,8 +456,7 @@ async def test_paused_slots_extend_one_gap(autojump_clock: Any) -> None:
 
 async def test_a_pause_that_ends_while_no_scheduler_runs(autojump_clock: Any) -> None:
     store = MemoryStore()
-    await store.claim("r", at(0), at(0))
-    await store.settle("r", at(0), Outcome.COMPLETED, 1)
+    await completed(store, "r", at(0))
     await store.set_paused("r", True)
     await store.record_gap("r", gap(1, 4, GapReason.PAUSED))  # refused by the last scheduler
     # Down from 23:04:30; resumed (from the command line) at 23:07:20; back at 23:10:30.
@@ -476,8 +476,7 @@ async def test_slots_missed_before_a_pause_are_down_and_only_those_after_it_paus
     autojump_clock: Any,
 ) -> None:
     store = MemoryStore()
-    await store.claim("r", at(0), at(0))
-    await store.settle("r", at(0), Outcome.COMPLETED, 1)
+    await completed(store, "r", at(0))
     # Down from 23:00:30; paused (from the command line) at 23:02:30; back at 23:04:30.
     await store.set_paused("r", True, at(2, 30))
     wall = WallClock(at(4, 30))
@@ -502,8 +501,7 @@ async def test_a_pause_whose_start_is_unknown_takes_every_missed_slot_for_paused
     autojump_clock: Any, caplog: pytest.LogCaptureFixture, read: str
 ) -> None:
     store = _Older() if read == "absent" else MemoryStore()
-    await store.claim("r", at(0), at(0))
-    await store.settle("r", at(0), Outcome.COMPLETED, 1)
+    await completed(store, "r", at(0))
     await store.set_paused("r", True, at(2, 30))
     if read == "fails":
         store.fail("paused_since", StateFault("disk on fire"))
@@ -533,8 +531,7 @@ async def test_a_pause_whose_start_is_unknown_takes_every_missed_slot_for_paused
 
 async def test_a_gap_never_fires_a_slot_nor_makes_a_later_one_stale(autojump_clock: Any) -> None:
     store = MemoryStore()
-    await store.claim("r", at(0), at(0))
-    await store.settle("r", at(0), Outcome.COMPLETED, 1)
+    await completed(store, "r", at(0))
     # A gap reaching past now (a replica whose clock ran ahead recorded it): no claim, so
     # nothing is stale; and nothing in it is fired twice or early.
     await store.record_gap("r", gap(1, 30, GapReason.OVERLAP))

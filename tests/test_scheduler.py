@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from scheduler_rig import completed
 
 from trio_routines import Completed, Gap, GapReason, Outcome, Routine, Scheduler, StateFault
 from trio_routines.cron import next_run
@@ -661,8 +662,7 @@ async def test_catch_up_fires_once_for_many_missed_slots(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     rig = Rig()
-    await rig.store.claim("hourly", at(6), at(6))
-    await rig.store.settle("hourly", at(6), Outcome.COMPLETED, 1)
+    await completed(rig.store, "hourly", at(6))
     async with rig.running():
         await sleep_until_wall(rig.wall, at(10, 59))
     assert [(t.session, t.text, t.wall) for t in rig.agent.turns] == [
@@ -681,8 +681,7 @@ async def test_a_catch_up_records_the_slots_it_stands_for_before_its_turn(
     # Its process may die during the turn: the replica that finds the claim dead settles it
     # interrupted, and the slots behind it must be in a gap already, or none would say why.
     rig = Rig(agent=ScriptedAgent(Complete(duration=3600)))
-    await rig.store.claim("hourly", at(6), at(6))
-    await rig.store.settle("hourly", at(6), Outcome.COMPLETED, 1)
+    await completed(rig.store, "hourly", at(6))
     async with rig.running(grace=0):
         await trio.sleep(60)  # the catch-up's turn under way
         assert len(rig.agent.turns) == 1
@@ -705,8 +704,7 @@ async def test_a_catch_up_exactly_a_minute_late_records_the_slot_come_meanwhile(
     # the catch-up's to stand for (the loop's next slot is the one after now).
     every = Routine(name="m", prompt="p", cron="* * * * *")
     store = MemoryStore()
-    await store.claim("m", at(10, 28), at(10, 28))
-    await store.settle("m", at(10, 28), Outcome.COMPLETED, 1)
+    await completed(store, "m", at(10, 28))
     rig = Rig(every, store=store, wall=WallClock(at(10, 30)))
     async with rig.running(grace=0):
         await trio.sleep(30)
@@ -728,13 +726,19 @@ class ClaimPastItsDeadline(MemoryStore):
         return result
 
 
+async def claims_past_their_deadline() -> ClaimPastItsDeadline:
+    """A store whose routine ``hourly`` last completed 06:00 and whose claims from now on
+    land past the scheduler's deadline."""
+    store = ClaimPastItsDeadline()
+    await completed(store, "hourly", at(6))
+    store.slow = True
+    return store
+
+
 async def test_a_catch_up_claimed_past_its_deadline_is_interrupted_with_its_gap(
     autojump_clock: Any,
 ) -> None:
-    store = ClaimPastItsDeadline()
-    await store.claim("hourly", at(6), at(6))
-    await store.settle("hourly", at(6), Outcome.COMPLETED, 1)
-    store.slow = True
+    store = await claims_past_their_deadline()
     rig = Rig(store=store)
     async with rig.running(grace=0):
         await trio.sleep(120)
@@ -750,10 +754,7 @@ async def test_a_catch_up_claimed_past_its_deadline_is_interrupted_with_its_gap(
 async def test_a_caller_s_slot_claimed_past_its_deadline_records_the_downtime_before_it(
     autojump_clock: Any,
 ) -> None:
-    store = ClaimPastItsDeadline()
-    await store.claim("hourly", at(6), at(6))
-    await store.settle("hourly", at(6), Outcome.COMPLETED, 1)
-    store.slow = True
+    store = await claims_past_their_deadline()
     rig = Rig(store=store)
     result = await rig.scheduler.fire("hourly", at(10))
     assert (result.claimed, result.outcome) == (True, Outcome.INTERRUPTED)
@@ -779,8 +780,7 @@ async def test_a_catch_up_whose_start_crosses_a_slot_counts_it_once(
     # the catch-up's.
     every = Routine(name="m", prompt="p", cron="* * * * *")
     store = SlowFirstPausedRead()
-    await store.claim("m", at(10, 20), at(10, 20))
-    await store.settle("m", at(10, 20), Outcome.COMPLETED, 1)
+    await completed(store, "m", at(10, 20))
     wall = WallClock(at(10, 30) + timedelta(seconds=59))
     rig = Rig(every, store=store, wall=wall, agent=ScriptedAgent(Complete(duration=180)))
     fire_slot = FirePath.fire_slot
