@@ -51,7 +51,17 @@ from ..text import one_line
 from .expected import ExpectedSlots
 from .render import login_html, main_html, page_html
 from .views import MAX_MARKS, WINDOW, InFlight, PageView, RoutineView, WakeupGroup, timeline
-from .wire import Raw, Receive, Refusal, Response, Scope, headers, one_header, read_body
+from .wire import (
+    Raw,
+    Receive,
+    Refusal,
+    Response,
+    Scope,
+    headers,
+    mount_point,
+    one_header,
+    read_body,
+)
 
 T = TypeVar("T")
 
@@ -104,8 +114,7 @@ def has_cookie(scope: Scope, token: bytes) -> bool:
 
 def base_path(scope: Scope) -> str:
     """The mount point with a final ``/``: the page's links are absolute below it."""
-    root: str = scope.get("root_path", "")
-    return root.rstrip("/") + "/"
+    return mount_point(scope) + "/"
 
 
 def store_label(scheduler: Scheduler) -> str:
