@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from .errors import StateFault
 from .instants import format_iso
-from .ledger import Kind, Spent, fires_spent, routine_spent
+from .ledger import Kind, Spent, budget_spent, fires_spent
 from .records import Fire, Gap, GapReason, Outcome
 from .store import GapRecords, Store, UsageRecords
 
@@ -120,10 +120,8 @@ async def day_spent(
     count, which outlive the claims a store keeps (a routine firing every minute keeps less
     than a day of them). A store without a ledger keeps no budgets: then what its kept claims
     ``fires`` say. Raises StateFault when the ledger is unreadable."""
-    if isinstance(store, UsageRecords):
-        if kind == "routine":  # with its session's wake-up turns, as its budgets count
-            return await routine_spent(store, name, now - SPENT_SHOWN)
-        return await store.usage_since(kind, name, now - SPENT_SHOWN)
+    if isinstance(store, UsageRecords):  # a routine's with its session's wake-up turns
+        return await budget_spent(store, kind, name, now - SPENT_SHOWN)
     return fires_spent(fires, now - SPENT_SHOWN)
 
 

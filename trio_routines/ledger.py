@@ -82,13 +82,15 @@ def added(one: Spent, other: Spent) -> Spent:
     )
 
 
-async def routine_spent(ledger: UsageRecords, name: str, since: datetime) -> Spent:
-    """What routine ``name``'s session spent from ``since`` on: the routine's turns, and the
-    wake-up turns its session ran (what its turns scheduled, the operator's too). A routine's
-    budgets count this: a turn cannot step around its routine's budget through a wake-up."""
-    own = await ledger.usage_since("routine", name, since)
-    woken = await ledger.usage_since("session", routine_session(name), since)
-    return added(own, woken)
+async def budget_spent(ledger: UsageRecords, kind: str, name: str, since: datetime) -> Spent:
+    """What a budget of routine or session ``name`` counts from ``since`` on: a session's
+    wake-up turns; a routine's turns and the wake-up turns its session ran (what its turns
+    scheduled, the operator's too), so that a turn cannot step around its routine's budget
+    through a wake-up."""
+    spent = await ledger.usage_since(kind, name, since)
+    if kind != "routine":
+        return spent
+    return added(spent, await ledger.usage_since("session", routine_session(name), since))
 
 
 def minute_of(at: datetime) -> datetime:

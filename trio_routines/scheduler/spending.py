@@ -10,7 +10,7 @@ all). A store without a ledger records nothing and keeps no budgets (a warning s
 
 A budget check (:meth:`Spending.over_budget`) reads what the routine or the session spent in
 each budget's window from the ledger, which every replica shares; a routine's counts its
-session's wake-up turns too (:func:`~trio_routines.ledger.routine_spent`), and a wake-up
+session's wake-up turns too (:func:`~trio_routines.ledger.budget_spent`), and a wake-up
 turn in a routine's session is checked against that routine's budgets as well as against
 the sessions' (a turn cannot step around its routine's budget through a wake-up). A turn
 over one does not start: the reason is logged once per window (a warning; each further
@@ -29,7 +29,7 @@ from ..agent import Usage
 from ..budgets import Budget
 from ..context import FireContext
 from ..errors import StateFault
-from ..ledger import Spent, routine_spent
+from ..ledger import Spent, budget_spent
 from ..store import Store, UsageRecords
 from .calls import StoreCalls
 from .state import Runtime, log
@@ -137,9 +137,7 @@ class Spending:
         problem = "the store did not answer in time"
         with trio.CancelScope(shield=True), self._calls.bounded():
             try:
-                if kind == "routine":  # with its session's wake-up turns (ledger.py)
-                    return await routine_spent(self._ledger, name, since), ""
-                return await self._ledger.usage_since(kind, name, since), ""
+                return await budget_spent(self._ledger, kind, name, since), ""
             except StateFault as exc:
                 problem = str(exc)
         return None, problem
