@@ -100,6 +100,7 @@ async def run_turn(
     failed: Failed | None = None
     raised: Exception | None = None
     tally: Tally | None = None  # made at the first usage reported: most turns report none
+    bad = 0  # the bad values the turn's usage reported
     grace = grace_scope if grace_scope is not None else trio.CancelScope()
     # No timeout, no scope: a fire enters several already, each a few microseconds.
     timeout_scope = None if timeout is None else trio.move_on_at(started + timeout)
@@ -122,8 +123,8 @@ async def run_turn(
                     if tally is None:
                         tally = Tally()
                     for problem in tally.add(event):
-                        tally.problems += 1
-                        if tally.problems <= USAGE_WARNINGS:  # not one line per bad event
+                        bad += 1
+                        if bad <= USAGE_WARNINGS:  # not one line per bad event
                             log.warning(
                                 "%s: usage reported by the agent: %s", label, one_line(problem)
                             )
@@ -141,11 +142,11 @@ async def run_turn(
                         await aclose()
                     except Exception as exc:
                         raised = raised or exc
-    if tally is not None and tally.problems > USAGE_WARNINGS:
+    if bad > USAGE_WARNINGS:
         log.warning(
             "%s: usage reported by the agent: %d more bad values dropped, not logged",
             label,
-            tally.problems - USAGE_WARNINGS,
+            bad - USAGE_WARNINGS,
         )
     ms = _elapsed_ms(started)
     why = ended_by() if ended_by is not None and grace.cancelled_caught else None

@@ -121,8 +121,6 @@ class Tally:
         self.cost: float | None = None
         self.currency: str | None = None
         self.seen = False
-        #: The problems the turn's events had (bad values dropped), for its log's bound.
-        self.problems = 0
 
     def add(self, event: Usage) -> list[str]:
         """Count ``event``; the problems found in it (each dropped field), for a warning."""
