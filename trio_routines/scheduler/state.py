@@ -23,6 +23,7 @@ from ..replicas import default_replica
 from ..routines import Routine
 from ..store import Store
 from .inflight import InFlight, Taking, Working
+from .options import checked_now
 from .sleepers import Unpark
 
 T = TypeVar("T")
@@ -314,8 +315,6 @@ class Runtime:
     def host_now(self) -> datetime:
         """The wall clock read for a host's call (a fire, a wake-up, a pause): a naive reading
         is the clock's :class:`~trio_routines.errors.InvalidOption`, not the call's failure."""
-        from .options import checked_now
-
         now = self.now()
         checked_now(now)
         return now
