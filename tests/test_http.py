@@ -752,6 +752,23 @@ async def test_wakeup_refusals_are_400_with_the_guardrail_text(
         assert await server.store.list_wakeups() == []
 
 
+async def test_the_pending_cap_refusal_shows_no_prompt() -> None:
+    store = MemoryStore()
+    later = datetime.now(UTC) + timedelta(hours=3)
+    for i in range(20):
+        request = WakeupRequest(session="chat:1", prompt=f"secret-{i} key=abc", fire_at=later)
+        await store.add_wakeup(request, datetime.now(UTC))
+    async with serving(store=store) as server:
+        body = {"session": "chat:1", "prompt": "p", "in": "1h"}
+        said = assert_error(await server.call("POST", "/wakeups", body), 400)
+        assert said.startswith("too many pending wake-ups for this session (20)")
+        pending = said.split("Pending: ", 1)[1].split("; ")
+        assert len(pending) == 20
+        assert {w.id for w in await store.list_wakeups()} == {p.split(" ")[0] for p in pending}
+        assert "secret" not in said
+        assert "key=abc" not in said
+
+
 async def test_wakeup_state_fault_is_503() -> None:
     store = MemoryStore()
     for operation in WAKEUP_FAULTS:

@@ -122,6 +122,35 @@ def test_the_cap_message_describes_each_pending_wake_up() -> None:
     assert len(described) == 20  # the other session's wake-up is not listed
 
 
+def test_the_cap_message_without_prompts_lists_the_same_wake_ups() -> None:
+    pending = [
+        Wakeup(id="one", session="s", prompt="secret one", fire_at=LATER),
+        Wakeup(id="rec", session="s", prompt="secret two", fire_at=LATER, cron="0 9 * * *"),
+    ] + [Wakeup(id=f"w{i}", session="s", prompt="secret", fire_at=LATER) for i in range(18)]
+    with pytest.raises(InvalidWakeup) as raised:
+        plan_add(pending, WakeupRequest(session="s", prompt="p", fire_at=LATER), NOW)
+    head = (
+        "too many pending wake-ups for this session (20) — wait for some to fire, or "
+        "cancel one. Pending: "
+    )
+    public = raised.value.public
+    assert public.startswith(head)
+    described = public[len(head) :].split("; ")
+    assert described[:2] == [
+        "one at 2026-07-07T11:00:00.000Z",
+        'rec (recurring "0 9 * * *") at 2026-07-07T11:00:00.000Z',
+    ]
+    assert len(described) == 20
+    assert "secret" not in public
+    assert "secret one" in str(raised.value)  # the model of the session reads its own
+
+
+def test_a_refusal_that_quotes_no_prompt_is_its_own_public_text() -> None:
+    with pytest.raises(InvalidWakeup) as raised:
+        plan_add([], WakeupRequest(session="s", prompt="p", fire_at=NOW), NOW)
+    assert raised.value.public == str(raised.value) == "too soon — the minimum wake delay is 60s."
+
+
 def test_a_stored_entry_with_a_bad_zone_is_refused() -> None:
     stored = Wakeup(id="a", session="s", prompt="p", fire_at=NOW, cron="0 9 * * *", tz="Mars/B")
     with pytest.raises(ValueError, match=r"^invalid cron/tz: .*Mars/B"):

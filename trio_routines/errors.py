@@ -38,7 +38,15 @@ class StateFault(TrioRoutinesError, OSError):
 
 
 class InvalidWakeup(TrioRoutinesError, ValueError):
-    """Raised for a wake-up request that fails a guardrail; the message is model-facing."""
+    """Raised for a wake-up request that fails a guardrail; the message is model-facing.
+
+    ``public``: the same refusal without any wake-up's prompt, for a surface that shows no
+    prompts (the HTTP surface); the message itself when it quotes none.
+    """
+
+    def __init__(self, message: str, *, public: str | None = None) -> None:
+        super().__init__(message)
+        self.public = message if public is None else public
 
 
 class InvalidAgent(TrioRoutinesError, ValueError):

@@ -136,10 +136,15 @@ def _minutes(gap: timedelta) -> str:
     return "1 minute" if minutes == 1 else f"{minutes} minutes"
 
 
-def _describe(wakeup: Wakeup) -> str:
-    prompt = wakeup.prompt if len(wakeup.prompt) <= 60 else wakeup.prompt[:60] + "…"
+def _describe(wakeup: Wakeup, *, prompt: bool = True) -> str:
+    """One pending wake-up of a refusal's listing: with the start of its prompt, for the model
+    of its own session; without (``prompt=False``), for a surface that shows no prompts."""
     kind = f' (recurring "{wakeup.cron}")' if wakeup.recurring else ""
-    return f"{wakeup.id}{kind} at {format_iso(wakeup.fire_at)}: {prompt}"
+    described = f"{wakeup.id}{kind} at {format_iso(wakeup.fire_at)}"
+    if not prompt:
+        return described
+    text = wakeup.prompt if len(wakeup.prompt) <= 60 else wakeup.prompt[:60] + "…"
+    return f"{described}: {text}"
 
 
 #: The longest prompt a wake-up keeps, in characters (an HTTP body's 64 KiB).
@@ -229,10 +234,13 @@ def plan_add(
     check_depth(request.origin, request.limits)
     mine = [w for w in pending if w.session == request.session]
     if len(mine) >= MAX_PENDING_PER_SESSION:
-        listing = "; ".join(_describe(w) for w in mine)
-        raise InvalidWakeup(
+        said = (
             f"too many pending wake-ups for this session ({MAX_PENDING_PER_SESSION}) — "
-            f"wait for some to fire, or cancel one. Pending: {listing}"
+            "wait for some to fire, or cancel one. Pending: "
+        )
+        raise InvalidWakeup(
+            said + "; ".join(_describe(w) for w in mine),
+            public=said + "; ".join(_describe(w, prompt=False) for w in mine),
         )
     wakeup = Wakeup(
         id=wakeup_id,

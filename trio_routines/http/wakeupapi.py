@@ -96,8 +96,8 @@ async def wake(scheduler: Scheduler, body: Mapping[str, Any], mount: str = "") -
             "the wake-up state is unavailable; nothing was added",
             _not_confirmed(scheduler, "wake-up", LIST_FIRST),
         )
-    except InvalidWakeup as exc:
-        raise Refusal(400, str(exc)) from None
+    except InvalidWakeup as exc:  # as the surface shows wake-ups: without their prompts
+        raise Refusal(400, exc.public) from None
     return Response(201, {"wakeup": _hidden(wakeup), "reply": stored_reply(wakeup, mount)})
 
 
