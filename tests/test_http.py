@@ -544,8 +544,34 @@ async def test_pause_and_resume_over_http_hold_a_routine_back_for_every_replica(
         reply = await server.call("POST", "/routines/daily/resume")
         assert (reply.status, reply.json) == (200, {"name": "daily", "paused": False})
         assert await server.store.paused() == frozenset()
+        again = await server.call("POST", "/routines/daily/resume")
+        assert (again.status, again.json) == (
+            200,
+            {"name": "daily", "paused": False, "changed": False},
+        )
         assert_error(await server.call("POST", "/routines/nope/pause"), 404)
         assert (await server.call("GET", "/routines/daily/pause")).status == 405
+
+
+async def test_a_resume_of_a_routine_not_paused_writes_nothing() -> None:
+    store = MemoryStore()
+    await store.set_paused("adhoc", True, datetime.now(UTC))
+    store.fail("set_paused", StateFault("disk full"))  # a write would be a 503
+    async with serving(store=store) as server:
+        reply = await server.call("POST", "/routines/daily/resume")
+        assert reply.json == {"name": "daily", "paused": False, "changed": False}
+        assert await store.paused() == {"adhoc"}
+        assert_error(await server.call("POST", "/routines/adhoc/resume"), 503)
+        assert await store.paused() == {"adhoc"}
+
+
+async def test_a_resume_whose_paused_read_fails_is_503() -> None:
+    store = MemoryStore()
+    await store.set_paused("daily", True, datetime.now(UTC))
+    store.fail("paused", StateFault("EIO"))
+    async with serving(store=store) as server:
+        assert_error(await server.call("POST", "/routines/daily/resume"), 503)
+    assert store.paused_routines == {"daily"}
 
 
 async def test_a_pause_the_store_cannot_write_is_503_and_changes_nothing() -> None:

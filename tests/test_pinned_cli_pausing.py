@@ -200,7 +200,9 @@ async def test_over_http_the_server_pauses_and_resumes(
 
 
 @asynccontextmanager
-async def recording() -> AsyncIterator[tuple[str, list[tuple[bytes, bytes]]]]:
+async def recording(
+    extra: dict[str, object] | None = None,
+) -> AsyncIterator[tuple[str, list[tuple[bytes, bytes]]]]:
     """A server on a loopback port that answers every request 200 with what our server says
     when it did what was asked (a pause, a resume of routine "daily", a wake-up's removal):
     its URL, and each request's first line and body as read off the socket."""
@@ -222,7 +224,7 @@ async def recording() -> AsyncIterator[tuple[str, list[tuple[bytes, bytes]]]]:
         said = (
             {"removed": True}
             if line.startswith(b"DELETE")
-            else {"name": "daily", "paused": b"/pause " in line}
+            else {"name": "daily", "paused": b"/pause " in line} | (extra or {})
         )
         data = json.dumps(said).encode()
         await stream.send_all(
@@ -253,6 +255,18 @@ async def test_over_http_each_sends_an_empty_json_object_to_its_route(
         (b"POST /routines/daily/resume HTTP/1.1", b"{}"),
     ]
     assert capsys.readouterr().out == PAUSED + RESUMED
+
+
+async def test_over_http_a_resume_the_server_found_not_paused_says_so(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TRIO_ROUTINES_TOKEN", raising=False)
+    monkeypatch.delenv("TRIO_ROUTINES_URL", raising=False)
+    for changed, said in ((False, "daily was not paused\n"), (True, RESUMED)):
+        async with recording({"changed": changed}) as (url, _):
+            args = build_parser().parse_args(["resume", "daily", "--url", url])
+            assert await cmd_resume(args) == 0
+        assert capsys.readouterr().out == said
 
 
 async def never(*args: object, **kwargs: object) -> None:

@@ -641,6 +641,7 @@ async def test_a_pause_or_resume_fault_is_logged_naming_which(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = MemoryStore()
+    store.paused_routines.add("adhoc")  # a resume writes only a routine paused
     store.fail("set_paused", EIO)
     scheduler, *_ = rig(ADHOC, store=store, external_clock=True)
     caplog.clear()

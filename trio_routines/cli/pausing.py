@@ -34,7 +34,12 @@ async def _over_http(server: Server, name: str, *, paused: bool) -> int:
     # 200 is no pause.
     if not isinstance(said, dict) or said.get("name") != name or said.get("paused") is not paused:
         raise server.not_ours(f"not the {verb} of {name!r}")
-    print_line(_paused_line(name) if paused else f"{name} {_RESUMED}")
+    if paused:
+        print_line(_paused_line(name))
+    elif said.get("changed") is False:  # (an older server does not say: resumed)
+        print_line(f"{name} was not paused")
+    else:
+        print_line(f"{name} {_RESUMED}")
     return 0
 
 

@@ -341,8 +341,10 @@ async def pause(scheduler: Scheduler, name: str, *, paused: bool) -> Response:
     try:
         if paused:
             await scheduler.pause(routine.name)
-        else:
+        elif routine.name in await scheduler.paused():
             await scheduler.resume(routine.name)
+        else:  # as the command line's own resume: said so, nothing written
+            return Response(200, {"name": routine.name, "paused": False, "changed": False})
     except StateFault as exc:
         log.error("POST /routines/%s/%s: %s", name[:ECHO], "pause" if paused else "resume", exc)
         raise unavailable(f"could not change {quoted(name)} right now") from None
