@@ -181,6 +181,32 @@ def test_parse_keeps_hash_inside_values() -> None:
 def test_parse_trailing_comment_is_part_of_the_value() -> None:
     message = refused("---\ncron: 0 9 * * * # weekdays\n---\nhi\n")
     assert message.startswith("invalid cron/tz — ")
+    assert message.endswith(
+        "(the '#' in 'cron' is part of its value: a comment goes on a line of its own)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("frontmatter", "key"),
+    [
+        ("tz: UTC # here\ncron: 0 9 * * *", "tz"),
+        ("timeout: 30m\t# long", "timeout"),
+        ("cron: 0 9 * * *\ncatchup: 2h # a while", "catchup"),
+    ],
+)
+def test_a_refused_value_with_a_comment_after_it_says_where_comments_go(
+    frontmatter: str, key: str
+) -> None:
+    message = refused(f"---\n{frontmatter}\n---\nhi\n")
+    assert message.endswith(
+        f"(the '#' in '{key}' is part of its value: a comment goes on a line of its own)"
+    )
+
+
+def test_a_refused_value_without_a_comment_gets_no_word_of_one() -> None:
+    message = refused("---\ncron: 0 9 * * 1#9\n---\nhi\n")
+    assert "comment" not in message
+    assert "comment" not in refused("---\ncron: 0 9 * * *\ntz: Nowhere#1\n---\nhi\n")
 
 
 def test_parse_strips_whitespace_around_keys_and_values() -> None:

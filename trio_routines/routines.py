@@ -227,16 +227,26 @@ def parse_routine_text(name: str, text: str) -> Routine:
     timeout = fields.get("timeout")
     catchup, output = fields.get("catchup"), fields.get("output")
     budget = fields.get("budget")
-    return Routine(
-        name=name,
-        prompt=prompt,
-        cron=fields.get("cron"),
-        tz=fields.get("tz"),
-        timeout=None if timeout is None else _parse_timeout(timeout),
-        catchup=None if catchup is None else parse_catchup(catchup),
-        output=None if output is None else parse_output_size(output),
-        budgets=() if budget is None else parse_routine_budgets(budget),
-    )
+    try:
+        return Routine(
+            name=name,
+            prompt=prompt,
+            cron=fields.get("cron"),
+            tz=fields.get("tz"),
+            timeout=None if timeout is None else _parse_timeout(timeout),
+            catchup=None if catchup is None else parse_catchup(catchup),
+            output=None if output is None else parse_output_size(output),
+            budgets=() if budget is None else parse_routine_budgets(budget),
+        )
+    except InvalidRoutine as exc:
+        # A '#' after a blank reads as a comment to a YAML eye; here it is part of the value.
+        commented = [key for key, value in fields.items() if " #" in value or "\t#" in value]
+        if not commented:
+            raise
+        raise InvalidRoutine(
+            f"{exc} (the '#' in {quoted(commented[0])} is part of its value: a comment goes "
+            "on a line of its own)"
+        ) from None
 
 
 def _parse_frontmatter(lines: list[str]) -> dict[str, str]:
