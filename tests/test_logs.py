@@ -80,6 +80,32 @@ def test_hostile_names_and_errors_stay_on_one_line_in_both_formats() -> None:
     assert json.loads(as_json)["routine"] == name  # the exact name, escaped only in transit
 
 
+def test_two_names_that_differ_in_a_line_break_or_a_space_log_apart() -> None:
+    """A text a record is given keeps its line breaks visible; folding would log both ``a b``."""
+    lines = []
+    for name in ("line\nbreak", "line break", "line\tbreak"):
+        line = record("%s firing (session=%s)", name, f"routine:{name}")
+        lines.append(TextFormatter().format(line).split(" ", 1)[1])
+        with firing(FireContext("routine", f"routine:{name}", routine=name, slot=SLOT)):
+            fired = record("%s completed (%dms)", name, 3)
+        lines.append(TextFormatter().format(fired).split(" ", 1)[1])
+    assert lines == [
+        "INFO  line\\x0abreak firing (session=routine:line\\x0abreak)",
+        "INFO  line\\x0abreak slot=2026-11-30T09:00Z completed (3ms)",
+        "INFO  line break firing (session=routine:line break)",
+        "INFO  line break slot=2026-11-30T09:00Z completed (3ms)",
+        "INFO  line\\x09break firing (session=routine:line\\x09break)",
+        "INFO  line\\x09break slot=2026-11-30T09:00Z completed (3ms)",
+    ]
+
+
+def test_the_format_of_a_record_is_folded_and_its_texts_escaped() -> None:
+    line = record("first\nsecond:  %s and %d", "a\x1bb", 7)
+    assert TextFormatter().format(line).endswith(" INFO  first second: a\\x1bb and 7")
+    mapped = record("%(who)s\nasked", {"who": "x\ny"})  # a mapping: as logging formats it
+    assert TextFormatter().format(mapped).endswith(" INFO  x y asked")
+
+
 def _raising_deep() -> None:
     raise KeyError("a\nb\x1b")
 

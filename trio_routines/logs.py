@@ -156,21 +156,32 @@ def _raised(record: logging.LogRecord) -> str:
     return " — " + visible(one_line(f"{type(exc).__name__}{said}"))
 
 
+def _message(record: logging.LogRecord) -> str:
+    """The record's message on one line: the whitespace of its format folded, and each text
+    it was given shown as :func:`visible` shows it (a routine ``a\\nb`` as ``a\\x0ab``), so
+    that two names never read alike, where folding would show both ``a b``."""
+    args = record.args
+    if isinstance(args, tuple) and args:
+        shown = tuple(visible(arg) if isinstance(arg, str) else arg for arg in args)
+        return one_line(str(record.msg) % shown)
+    return one_line(record.getMessage())
+
+
 def _text(record: logging.LogRecord) -> str:
     """The message, led by the routine and slot of a fire, as one visible line."""
-    message = one_line(record.getMessage())
+    message = _message(record)
     routine = getattr(record, "routine", None)
     slot = getattr(record, "slot", None)
     if isinstance(routine, str) and isinstance(slot, datetime):
         # The routine leads the line once, followed by its slot, whatever the message says:
         # its name is taken off a message it leads as a word ("digest: …", "digest completed"),
         # not off one that merely begins with its letters ("could not …" of routine "c").
-        name = one_line(routine)
+        name = one_line(visible(routine))  # as the message shows it
         after = message[len(name) :]
         led = message.startswith(name) and after[:1] in ("", ":", " ")
         rest = after.lstrip(":").lstrip() if led else message
         replica = getattr(record, "replica", None)
-        who = f" replica={one_line(replica)}" if isinstance(replica, str) else ""
+        who = f" replica={one_line(visible(replica))}" if isinstance(replica, str) else ""
         message = one_line(f"{name} slot={_short(slot)}{who} {rest}")
     return visible(message)
 
