@@ -144,7 +144,7 @@ def test_state_or_agent_with_a_url_is_a_usage_error(
     code = main(["pause", "daily", option, str(tmp_path), "--url", "http://127.0.0.1:9"])
     assert code == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"error: {option} goes to the state itself; with --url")
+    assert err.startswith(f"error: {option} is for working on the state itself; with --url")
     assert list(tmp_path.iterdir()) == []
 
 

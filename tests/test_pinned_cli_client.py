@@ -123,11 +123,11 @@ def test_a_url_with_the_state_or_an_agent_is_a_usage_error(
             Server.from_args(args)
         assert refused.value.code == 2
         assert str(refused.value) == (
-            f"--{option} goes to the state itself; with --url (or TRIO_ROUTINES_URL) the "
-            "server uses its own — drop one of them"
+            f"--{option} is for working on the state itself; with --url (or "
+            f"TRIO_ROUTINES_URL) the server uses its own {option} — drop one of them"
         )
     monkeypatch.setenv("TRIO_ROUTINES_URL", "http://h:2")
-    with pytest.raises(CliError, match=r"^--state goes"):
+    with pytest.raises(CliError, match=r"^--state is for working"):
         Server.from_args(argparse.Namespace(state="s"))
 
 

@@ -484,6 +484,24 @@ def test_the_program_lists_every_command_and_the_common_options(
         assert line in shown
 
 
+@pytest.mark.parametrize(
+    ("argv0", "prog"),
+    [
+        ("/usr/local/bin/trio-routines", "trio-routines"),
+        ("trio-routines", "trio-routines"),
+        ("/x/trio_routines/__main__.py", "python -m trio_routines"),
+        ("/x/trio-routines-other", "python -m trio_routines"),
+        ("", "python -m trio_routines"),
+    ],
+)
+def test_the_usage_names_the_command_as_it_was_run(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv0: str, prog: str
+) -> None:
+    monkeypatch.setattr("sys.argv", [argv0])
+    assert shown_help(capsys).startswith(f"usage: {prog} [-h] ")
+    assert shown_help(capsys, "list").startswith(f"usage: {prog} list [-h] ")
+
+
 @pytest.mark.parametrize("command", list(OPTIONS_HELP))
 def test_each_commands_help_describes_it_and_every_option(
     capsys: pytest.CaptureFixture[str], command: str

@@ -109,8 +109,8 @@ class Server:
         for option in ("state", "agent"):
             if getattr(args, option, None):
                 raise CliError(
-                    f"--{option} goes to the state itself; with --url (or {URL_ENV}) the "
-                    f"server uses its own — drop one of them",
+                    f"--{option} is for working on the state itself; with --url (or "
+                    f"{URL_ENV}) the server uses its own {option} — drop one of them",
                     code=2,
                 )
         return cls(url)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from typing import NoReturn
 
 from .. import __version__
@@ -129,11 +131,18 @@ def check_url_goes(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         )
 
 
+def _prog() -> str:
+    """The command as it was run: the ``trio-routines`` script (the systemd units run it), or
+    ``python -m trio_routines``."""
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return script if script == "trio-routines" else "python -m trio_routines"
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     _add_common(common, suppress=True)
     parser = _Parser(
-        prog="python -m trio_routines",
+        prog=_prog(),
         description="Fire cron routines and self-scheduled wake-ups into an agent, "
         "each cron slot at most once.",
     )
