@@ -13,15 +13,23 @@ from procs import Env, stop, wait_for
 def test_sighup_reloads_the_routines_and_keeps_a_broken_file_s_old_version(env: Env) -> None:
     env.routine("keep", cron="0 0 1 1 *")
     env.routine("gone", cron="0 0 1 1 *")
+    (env.routines / "Daily.MD").write_text("---\ncron: 0 9 * * *\n---\nhi\n")
     proc = env.serve("echo", "--no-wakeups")
+    said = 'passed over (a routine file is named <name>.md): "Daily.MD"'
+    assert f"INFO  {env.routines}: {said}" in env.log()
 
     env.routine("new", cron="0 0 1 1 *")
     (env.routines / "gone.md").unlink()
     (env.routines / "keep.md").write_text("---\ncron: nope\n---\nbroken now\n")
+    (env.routines / ".new.md").write_text("---\n---\nhidden\n")
     proc.send_signal(signal.SIGHUP)
     wait_for(lambda: "routines updated:" in env.log(), 20, "the reload")
     log = env.log()
     assert "INFO  SIGHUP received — reloading the routines from " in log
+    assert (
+        'INFO  reload: passed over (a routine file is named <name>.md): ".new.md", "Daily.MD"'
+        in log
+    )
     assert "INFO  routines updated: added new; removed gone" in log
     assert "keep.md: " in log
     assert "— keeping the version loaded before" in log

@@ -462,11 +462,12 @@ def test_load_ignores_other_entries(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     write(tmp_path / "sub", "deep.md", "---\n---\nnested\n")
     write(tmp_path, ".hidden.toml", "whatever")
+    (tmp_path / ".dir.md").mkdir()
     (tmp_path / "dangling.toml").symlink_to("missing")  # no directory either
-    # Loaded from none; the files of other names are listed for ``check``, not the hidden
-    # ones nor the subdirectories.
+    # Loaded from none; the files of other names are listed for ``check`` and ``serve``, and
+    # the hidden ``.md`` ones, not the other hidden ones nor the subdirectories.
     assert load_routines(tmp_path) == LoadResult(
-        others=("daily.md.swp", "dangling.toml", "notes.txt", "upper.MD")
+        others=(".hidden.md", "daily.md.swp", "dangling.toml", "notes.txt", "upper.MD")
     )
 
 

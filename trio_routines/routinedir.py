@@ -18,6 +18,7 @@ import attrs
 from .errors import InvalidRoutine, UnsafeName
 from .names import name_problem
 from .routines import Routine, parse_routine_text
+from .text import name_shown
 
 __all__ = [
     "MAX_ROUTINE_FILE_BYTES",
@@ -52,8 +53,25 @@ class LoadResult:
     routines: tuple[Routine, ...] = ()
     failures: tuple[RoutineFailure, ...] = ()
     #: The entries passed over that a person may have meant as routines: files (not
-    #: subdirectories, not hidden) whose names do not end in ``.md`` (``daily.toml``).
+    #: subdirectories) whose names do not end in ``.md`` (``daily.toml``), hidden or not
+    #: (``.daily.md``), but for hidden ones of other names (``.no-routines``, ``.swp`` files).
     others: tuple[str, ...] = ()
+
+
+#: How many of the files passed over :func:`passed_over` names (the rest are counted).
+OTHERS_SHOWN = 5
+
+
+def passed_over(others: tuple[str, ...]) -> str:
+    """The files of a routines directory a load passed over (:attr:`LoadResult.others`), as
+    ``check`` and ``serve`` say them: a routine is a ``<name>.md`` file."""
+    names = [
+        '"' + name_shown(os.fsencode(name).decode("utf-8", "backslashreplace"))[:64] + '"'
+        for name in others
+    ]
+    more = len(names) - OTHERS_SHOWN
+    listed = ", ".join(names[:OTHERS_SHOWN]) + (f" and {more} more" if more > 0 else "")
+    return f"passed over (a routine file is named <name>.md): {listed}"
 
 
 def find_routine(result: LoadResult, name: str) -> Routine | None:
@@ -70,8 +88,9 @@ def load_routines(directory: str | os.PathLike[str]) -> LoadResult:
     An absent directory holds no routines (and is no failure); a path that is not a directory,
     or a directory that cannot be listed, raises :class:`InvalidRoutine`. Files starting with
     ``.`` are ignored (editor droppings), except ``.md``, ``..md`` and ``...md``, whose names
-    are reported as unsafe rather than silently skipped. Subdirectories are ignored, and so are
-    files of other names, which :attr:`LoadResult.others` lists (``check`` names them). Every
+    are reported as unsafe rather than silently skipped (the others, ``.daily.md``, are listed
+    with the files passed over). Subdirectories are ignored, and so are files of other names,
+    which :attr:`LoadResult.others` lists (``check`` and ``serve`` name them). Every
     other ``*.md`` entry either loads or becomes a :class:`RoutineFailure`: an unsafe or non-UTF-8
     name, a symlink leading outside ``directory``, anything but a regular file, a file over
     :data:`MAX_ROUTINE_FILE_BYTES`, text that is not UTF-8, an OS error, or a parse error.
@@ -128,6 +147,8 @@ def _load_entries(folder: _Folder, entries: list[str]) -> LoadResult:
             continue
         name = entry[: -len(_SUFFIX)]
         if entry.startswith(".") and name not in ("", ".", ".."):
+            if not _is_dir(folder, entry):
+                others.append(entry)  # hidden: perhaps on purpose, said all the same
             continue
         label = os.path.join(folder.base, entry)
         try:

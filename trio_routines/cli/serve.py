@@ -18,6 +18,7 @@ from ..agents import CommandAgent
 from ..errors import TrioRoutinesError
 from ..hosting import Answering, start_watched
 from ..instants import format_iso
+from ..routinedir import passed_over
 from ..routines import Routine
 from ..scheduler import Scheduler
 from ..wakelimits import WakeLimits
@@ -62,6 +63,8 @@ async def _start(
             f"serve refuses to start: {len(result.failures)} broken routine file(s) in "
             f"{args.routines} (see `python -m trio_routines check`)"
         )
+    if result.others:
+        log.info("%s: %s", args.routines, passed_over(result.others))
     check_owner(state_arg(args), "serve")  # before the address is bound or a file written
     agent = agent_arg(args, "serve")
     serve_http: Callable[..., Awaitable[object]] | None = None

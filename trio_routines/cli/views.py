@@ -17,6 +17,7 @@ from ..history import gap_line, in_slot_order, read_history, running_slots
 from ..instants import format_iso
 from ..names import name_problem
 from ..records import Fire, Gap
+from ..routinedir import passed_over
 from ..routines import catchup_text
 from ..text import visible_lines
 from ..usage import describe as describe_usage
@@ -190,18 +191,6 @@ async def cmd_next(args: argparse.Namespace) -> int:
     return 0
 
 
-#: The files of other names ``check`` names, at most (then how many more).
-OTHERS_SHOWN = 5
-
-
-def _others_line(others: tuple[str, ...]) -> str:
-    """The files of the routines directory passed over: a routine is a ``<name>.md`` file."""
-    names = [quoted(os.fsencode(name).decode("utf-8", "backslashreplace")) for name in others]
-    more = len(names) - OTHERS_SHOWN
-    listed = ", ".join(names[:OTHERS_SHOWN]) + (f" and {more} more" if more > 0 else "")
-    return f"passed over (a routine file is named <name>.md): {listed}"
-
-
 async def cmd_check(args: argparse.Namespace) -> int:
     result = await load(args.routines, report=False)
     for failure in result.failures:
@@ -218,7 +207,7 @@ async def cmd_check(args: argparse.Namespace) -> int:
     if spec:
         agent_from_spec(spec)  # a bad one is one more line, after every broken file's
     if result.others:
-        print_line(_others_line(result.others))
+        print_line(passed_over(result.others))
     if result.failures or never:
         return 1
     on_cron = sum(1 for r in result.routines if r.cron is not None)

@@ -32,7 +32,7 @@ import trio
 
 from ..errors import InvalidRoutine
 from ..records import GapReason
-from ..routinedir import LoadResult, load_routines
+from ..routinedir import LoadResult, load_routines, passed_over
 from ..routines import Routine
 from .arming import Arming
 from .clock import ClockWatch
@@ -175,6 +175,8 @@ class Reload:
         except InvalidRoutine as exc:
             log.error("reload: %s — the routines loaded before keep running", exc)
             return RoutineChanges()
+        if result.others:
+            log.info("reload: %s", passed_over(result.others))
         routines = {r.name: r for r in result.routines}
         kept = []
         for failure in result.failures:
