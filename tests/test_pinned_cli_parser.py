@@ -433,7 +433,8 @@ OPTIONS_HELP = {
         "{completed,failed,skipped,interrupted,unreported,missed}] [--json] [--output] NAME",
         URL_HELP,
         "-n N the newest N (default: 20 as text, all as JSON)",
-        "--since ISO only slots at or after this instant",
+        "--since ISO only the slots at or after this instant (a gap that reaches it is shown "
+        "whole)",
         "only fires that ended so (repeatable); unreported: claimed, never settled; missed: "
         "the gaps (slots passed over, with the reason)",
         '--json oldest first, as [{slot, firedAt, outcome, ...} or {"gap": {from, to, count, '

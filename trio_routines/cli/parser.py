@@ -258,7 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="the newest N (default: 20 as text, all as JSON)",
     )
     history.add_argument(
-        "--since", type=values.instant, metavar="ISO", help="only slots at or after this instant"
+        "--since",
+        type=values.instant,
+        metavar="ISO",
+        help="only the slots at or after this instant (a gap that reaches it is shown whole)",
     )
     history.add_argument(
         "--outcome",
