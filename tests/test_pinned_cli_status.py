@@ -505,7 +505,10 @@ async def test_list_on_a_state_shows_the_tables_or_says_nothing_is_scheduled(
     assert await cmd_list(parsed(env, "list", "--json")) == 0
     assert json.loads(capsys.readouterr().out) == {
         "routines": [],
-        "wakeups": [wakeup_to_json(wakeup)],
+        "wakeups": [
+            wakeup_to_json(wakeup)
+            | {"sessionSpent24h": {"inputTokens": 0, "outputTokens": 0, "costs": {}}}
+        ],
     }
 
     env.routine("adhoc")

@@ -57,10 +57,15 @@ def test_the_spent_column_is_there_only_when_a_listed_session_spent_something() 
     ]
 
 
-def test_the_json_has_the_sessions_spending_only_when_it_spent_something() -> None:
+def test_the_json_has_the_sessions_spending_whenever_its_ledger_was_read() -> None:
     entry = wakeup("w1", "chat")
-    assert "sessionSpent24h" not in wakeup_json(entry, {})
-    assert "sessionSpent24h" not in wakeup_json(entry, {"chat": Spent()})
+    assert "sessionSpent24h" not in wakeup_json(entry, {})  # no ledger, or unread
+    assert "sessionSpent24h" not in wakeup_json(entry, {"other": Spent(1)})
+    assert wakeup_json(entry, {"chat": Spent()})["sessionSpent24h"] == {
+        "inputTokens": 0,
+        "outputTokens": 0,
+        "costs": {},
+    }
     spent = {"chat": Spent(1500, 300, (("EUR", 0.75),))}
     assert wakeup_json(entry, spent)["sessionSpent24h"] == {
         "inputTokens": 1500,

@@ -50,10 +50,12 @@ def wakeup_lines(
 
 
 def wakeup_json(wakeup: Wakeup, spent: Mapping[str, Spent]) -> dict[str, Any]:
-    """A wake-up as ``--json`` shows it, with ``sessionSpent24h`` when its session's wake-up
-    turns spent something in the last 24 hours (the ledger)."""
+    """A wake-up as ``--json`` shows it, with ``sessionSpent24h``, what its session's wake-up
+    turns spent in the last 24 hours (nothing included), as ``GET /wakeups`` has it, when the
+    ledger was read for its session (absent: a store without a ledger, or a read that failed,
+    said on stderr)."""
     entry = wakeup_to_json(wakeup)
-    if spent.get(wakeup.session, Spent()) != Spent():
+    if wakeup.session in spent:
         entry["sessionSpent24h"] = spent_to_json(spent[wakeup.session])
     return entry
 
