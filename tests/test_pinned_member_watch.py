@@ -581,7 +581,8 @@ async def test_a_one_shots_guard_beats_while_its_turn_runs_and_says_when_the_sto
     async def look() -> None:
         await trio.sleep(0.5)  # joined, the turn under way
         presence = store.members[scheduler.replica]
-        store.fail("beat", StateFault("disk busy"), times=1)  # the first beat, at 30 s
+        seen.append((presence.info.last_seen, presence.info.in_flight))  # the look at once
+        store.fail("beat", StateFault("disk busy"), times=1)  # the next beat, at 30 s
         for _ in range(3):
             await trio.sleep(30)
             seen.append((presence.info.last_seen, presence.info.in_flight))
@@ -590,10 +591,12 @@ async def test_a_one_shots_guard_beats_while_its_turn_runs_and_says_when_the_sto
         nursery.start_soon(look)
         result = await scheduler.fire("a", at(10))
     assert result.outcome is Outcome.COMPLETED
-    # A look every 30 s, each telling the turn in flight; the first refused (the join's
-    # record stands).
-    assert [in_flight for _, in_flight in seen] == [0, 1, 1]
-    assert [when - wall.start for when, _ in seen[1:]] == [
+    # A look at once and every 30 s after, each telling the turn in flight; the one at 30 s
+    # refused (the record of the look before stands).
+    assert [in_flight for _, in_flight in seen] == [1, 1, 1, 1]
+    assert [when - wall.start for when, _ in seen] == [
+        timedelta(0),
+        timedelta(0),
         timedelta(seconds=60),
         timedelta(seconds=90),
     ]

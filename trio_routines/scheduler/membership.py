@@ -55,8 +55,12 @@ class Looks:
         if lost.is_set():
             return False
         await trio.sleep_until(self._looked + LOOK_AT_LEAST)
-        self._looked = trio.current_time()
+        self.looked()
         return not lost.is_set()  # lost meanwhile
+
+    def looked(self) -> None:
+        """A look is made now: the next comes no sooner than :data:`LOOK_AT_LEAST` after."""
+        self._looked = trio.current_time()
 
 
 class Membership:
@@ -151,12 +155,17 @@ class Membership:
         return done.unwrap()
 
     async def _guard(self, presence: Presence) -> None:
+        # A look at once: the record says the turn is in flight from its start (the block has
+        # entered it by now), not only from the first look thirty seconds in.
         looks = Looks(presence, GUARD_EVERY)
-        while await looks.next():
+        looks.looked()
+        present = not presence.lost.is_set()
+        while present:
             try:
                 await self.beat(presence)
             except StateFault as exc:  # a store that loses us says so with ``lost``
                 log.warning("replica %s: the store did not answer: %s", presence.replica, exc)
+            present = await looks.next()
         self._grace.end_lost()
 
     async def beat(self, presence: Presence) -> None:
