@@ -148,7 +148,7 @@ async def test_a_journal_read_that_fails_is_a_fault_naming_the_file(
         await DirectoryStore(tmp_path).list_wakeups()
     monkeypatch.setattr(os, "pread", real)
     assert str(raised.value) == (
-        f"schedule state {path} is unreadable — fix permissions/disk and restart: {EIO}: {path}"
+        f"schedule state {path} is unreadable: {EIO}: {path} — fix the permissions or the disk"
     )
 
 
@@ -219,7 +219,7 @@ async def test_a_read_that_fails_is_a_fault_naming_the_file(
     with pytest.raises(StateFault) as raised:
         await DirectoryStore(tmp_path).list_wakeups()
     assert str(raised.value) == (
-        f"schedule state {path} is unreadable — fix permissions/disk and restart: {EIO}: {path}"
+        f"schedule state {path} is unreadable: {EIO}: {path} — fix the permissions or the disk"
     )
 
 

@@ -59,7 +59,7 @@ IMPORTED_ASIDE = r"wakeups\.json\.imported-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d-\d{3}Z
 
 def unreadable(path: Path, detail: str) -> str:
     """The fault of a wake-up store file that cannot be read: ``detail`` is what failed."""
-    return f"schedule state {path} is unreadable — fix permissions/disk and restart: {detail}"
+    return f"schedule state {path} is unreadable: {detail} — fix the permissions or the disk"
 
 
 def hold_lock(schedule: Path) -> int:

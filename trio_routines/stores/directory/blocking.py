@@ -89,8 +89,8 @@ class BlockingClaims:
                 return fire
         except OSError as exc:
             raise StateFault(
-                f"the newest claim of {routine!r} is unreadable — fix permissions/disk and "
-                f"restart: {describe(exc)}"
+                f"the newest claim of {routine!r} is unreadable: {describe(exc)} — fix the "
+                "permissions or the disk"
             ) from None
         return None
 

@@ -169,8 +169,8 @@ class WakeupFile:
 
     def unreadable(self, exc: OSError) -> StateFault:
         return StateFault(
-            f"schedule state {self.path} is unreadable — fix permissions/disk and "
-            f"restart: {describe(exc)}"
+            f"schedule state {self.path} is unreadable: {describe(exc)} — fix the "
+            "permissions or the disk"
         )
 
     def _parse(self, raw: bytes) -> tuple[list[Wakeup], bool]:

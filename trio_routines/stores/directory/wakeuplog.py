@@ -65,8 +65,8 @@ class WakeupLog:
 
     def _unreadable(self, exc: OSError) -> StateFault:
         return StateFault(
-            f"schedule state {self.path} is unreadable — fix permissions/disk and "
-            f"restart: {describe(exc)}"
+            f"schedule state {self.path} is unreadable: {describe(exc)} — fix the "
+            "permissions or the disk"
         )
 
     # -- reading -----------------------------------------------------------------------------
