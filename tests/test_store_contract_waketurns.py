@@ -56,6 +56,43 @@ async def test_turns_out_of_the_window_are_forgotten(store: Store) -> None:
     assert await store.wake_turns("b", T0 - RATE_WINDOW) == []  # every session is pruned
 
 
+async def test_turns_recorded_behind_the_newest_are_kept_and_counted(store: Store) -> None:
+    """A wall clock set back two hours: the turns it records are kept, with those ahead of it
+    (which count again once it gets there), and the rate counts them at that clock."""
+    assert isinstance(store, WakeTurns)
+    for minute in range(3):
+        await store.note_wake_turn("s", T0 + minute * MINUTE)
+    await store.note_wake_turn("other", T0)
+    back = T0 - 2 * RATE_WINDOW
+    for minute in range(3):
+        await store.note_wake_turn("s", back + minute * MINUTE)
+    await store.note_wake_turn("behind", back)
+    since = back - RATE_WINDOW
+    assert await store.wake_turns("s", since) == [
+        *(back + minute * MINUTE for minute in range(3)),
+        *(T0 + minute * MINUTE for minute in range(3)),
+    ]
+    assert await store.wake_turns("other", since) == [T0]
+    assert await store.wake_turns("behind", since) == [back]
+    recent = tuple(await store.wake_turns("s", since))
+    asked = WakeupRequest(
+        session="s",
+        prompt="p",
+        fire_at=back + 10 * MINUTE,
+        origin=BY_TURN,
+        limits=WakeLimits(rate=3),
+        recent=recent,
+    )
+    with pytest.raises(InvalidWakeup, match=r"rate limit .* 4 wake-up turns .*at most 3 "):
+        await store.add_wakeup(asked, back + 3 * MINUTE)
+    # An hour on at that clock, its own turns leave the window; those ahead stay.
+    await store.note_wake_turn("s", back + RATE_WINDOW + 2 * MINUTE)
+    assert await store.wake_turns("s", since) == [
+        back + RATE_WINDOW + 2 * MINUTE,
+        *(T0 + minute * MINUTE for minute in range(3)),
+    ]
+
+
 async def test_text_no_store_can_hold_has_no_turns(store: Store) -> None:
     assert isinstance(store, WakeTurns)
     await store.note_wake_turn("ok", T0)

@@ -129,14 +129,23 @@ class WakeTurns(Protocol):
 
 
 def kept_turns(turns: Iterable[datetime], at: datetime) -> list[datetime]:
-    """A session's recorded turns once one at ``at`` is added: oldest first, only those of
-    the :data:`RATE_WINDOW` before the newest, at most :data:`MAX_TURNS_KEPT` (the newest).
-    The memory store and the state directory keep a session's turns by this rule; PostgreSQL
-    keeps every turn of the window (a row each), which answers the same for any rate up to
+    """A session's recorded turns once one at ``at`` is added: oldest first, only those after
+    :func:`turns_kept_after` ``at``, at most :data:`MAX_TURNS_KEPT` (the newest). The memory
+    store and the state directory keep a session's turns by this rule; PostgreSQL keeps every
+    turn of the window (a row each), which answers the same for any rate up to
     :data:`MAX_TURNS_KEPT`."""
-    every = sorted([*turns, truncate_ms(at)])
-    newest = every[-1]
-    return [t for t in every if t > newest - RATE_WINDOW][-MAX_TURNS_KEPT:]
+    at = truncate_ms(at)
+    since = turns_kept_after(at)
+    return [t for t in sorted([*turns, at]) if t > since][-MAX_TURNS_KEPT:]
+
+
+def turns_kept_after(at: datetime) -> datetime:
+    """The instant after which the recorded turns of every session are kept once one at
+    ``at`` is recorded: the :data:`RATE_WINDOW` before it, and any later (a wall clock set
+    back leaves turns ahead of it, which count again once it gets there). Kept by the
+    window of the newest turn instead, a turn recorded behind it would be dropped as it is
+    written, and the rate would count nothing until the clock came back to the newest."""
+    return truncate_ms(at) - RATE_WINDOW
 
 
 def by_turn(origin: Origin | None) -> bool:

@@ -30,7 +30,7 @@ from ..records import (
 from ..replicas import ReplicaInfo, claim_key, replica_key, session_key
 from ..store import Lifetime
 from ..usage import Usage
-from ..wakelimits import RATE_WINDOW, kept_turns
+from ..wakelimits import kept_turns, turns_kept_after
 from ..wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
 from .faults import Faults
 from .memberships import MemoryPresence
@@ -298,11 +298,11 @@ class MemoryStore(Lifetime):
         await self.injected.enter("note_wake_turn")
         self.injected.check("note_wake_turn")
         self.turns[session] = kept_turns(self.turns.get(session, ()), at)
-        newest = max(max(turns) for turns in self.turns.values())
+        since = turns_kept_after(at)
         self.turns = {
             name: kept
             for name, turns in self.turns.items()
-            if (kept := [t for t in turns if t > newest - RATE_WINDOW])
+            if (kept := [t for t in turns if t > since])
         }
 
     async def wake_turns(self, session: str, since: datetime) -> list[datetime]:

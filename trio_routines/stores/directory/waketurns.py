@@ -27,7 +27,7 @@ from pathlib import Path
 from ...converter import dumps, loads
 from ...errors import StateFault
 from ...instants import format_iso, parse_iso
-from ...wakelimits import RATE_WINDOW, kept_turns
+from ...wakelimits import kept_turns, turns_kept_after
 from ..safefile import Refused, describe, fsync, open_dirs, read_file, replace_file
 from .gaps import LOCK_SECONDS, locked_schedule
 
@@ -66,12 +66,12 @@ def note_wake_turn_sync(root: Path, session: str, at: datetime) -> None:
         with locked_schedule(root, LOCK, what, LOCK_SECONDS) as schedule:
             known = _read(schedule, where)
             known[session] = kept_turns(known.get(session, ()), at)
-            newest = max(max(turns) for turns in known.values())
+            since = turns_kept_after(at)
             text = dumps(
                 {
                     name: [format_iso(t) for t in turns]
                     for name, turns in known.items()
-                    if turns and max(turns) > newest - RATE_WINDOW
+                    if turns and max(turns) > since
                 }
             )
             data = text.encode("utf-8", errors="surrogatepass")
