@@ -65,6 +65,9 @@ async def test_a_slot_that_goes_through_resets_the_back_off(
         f"hourly: stopped unexpectedly: RuntimeError: bug — restarting in 1s (restart {n})"
         for n in (1, 2)
     ]
+    # A bug: the record carries it, for where it was raised and the JSON's traceback.
+    raised = [r.exc_info[1] for r in caplog.records if r.levelno == logging.ERROR and r.exc_info]
+    assert [str(exc) for exc in raised] == ["bug", "bug"]
     assert [t.wall for t in agent.turns] == [at(12)]
     assert scheduler._parts.cron.firing == {}  # no settled fire's event is kept
 

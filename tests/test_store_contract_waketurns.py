@@ -13,10 +13,18 @@ from pathlib import Path
 import pytest
 
 from trio_routines.errors import InvalidWakeup
+from trio_routines.instants import FIRST_INSTANT
 from trio_routines.records import Origin, OriginKind
 from trio_routines.store import Store
 from trio_routines.stores import DirectoryStore
-from trio_routines.wakelimits import MAX_TURNS_KEPT, RATE_WINDOW, WakeLimits, WakeTurns
+from trio_routines.wakelimits import (
+    MAX_TURNS_KEPT,
+    RATE_WINDOW,
+    WakeLimits,
+    WakeTurns,
+    kept_turns,
+    room_at,
+)
 from trio_routines.wakeups import WakeupRequest
 
 T0 = datetime(2026, 7, 7, 10, 0, tzinfo=UTC)
@@ -91,6 +99,21 @@ async def test_turns_recorded_behind_the_newest_are_kept_and_counted(store: Stor
         back + RATE_WINDOW + 2 * MINUTE,
         *(T0 + minute * MINUTE for minute in range(3)),
     ]
+
+
+async def test_a_turn_due_in_the_calendars_first_hour_is_recorded_and_weighed(
+    store: Store,
+) -> None:
+    """A wake-up stored by hand due in year 1 (a row set to '-infinity'): its turn is recorded
+    and the rate weighs it, with no OverflowError (which lost the wake-up once taken)."""
+    assert isinstance(store, WakeTurns)
+    first = FIRST_INSTANT + 30 * MINUTE
+    await store.note_wake_turn("s", first)
+    await store.note_wake_turn("s", FIRST_INSTANT)
+    assert await store.wake_turns("s", FIRST_INSTANT - timedelta(0)) == [first]
+    assert room_at([FIRST_INSTANT, first], first, 1) == first + RATE_WINDOW
+    assert room_at([first], FIRST_INSTANT + MINUTE, 1) is None
+    assert kept_turns([first], FIRST_INSTANT) == [first]
 
 
 async def test_text_no_store_can_hold_has_no_turns(store: Store) -> None:

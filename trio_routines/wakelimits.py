@@ -145,7 +145,7 @@ def turns_kept_after(at: datetime) -> datetime:
     back leaves turns ahead of it, which count again once it gets there). Kept by the
     window of the newest turn instead, a turn recorded behind it would be dropped as it is
     written, and the rate would count nothing until the clock came back to the newest."""
-    return truncate_ms(at) - RATE_WINDOW
+    return shifted(truncate_ms(at), -RATE_WINDOW)  # (a stored instant of year 1: no crash)
 
 
 def by_turn(origin: Origin | None) -> bool:
@@ -183,8 +183,9 @@ def room_at(ran: Iterable[datetime], at: datetime, rate: int | None) -> datetime
     None when there is room, or no rate. The add's windows, held as the turns come."""
     if rate is None:
         return None
-    counted = sorted(t for t in ran if at - RATE_WINDOW < t <= at)
-    return counted[-rate] + RATE_WINDOW if len(counted) >= rate else None
+    since = shifted(at, -RATE_WINDOW)  # (a wake-up stored due in year 1: no crash)
+    counted = sorted(t for t in ran if since < t <= at)
+    return shifted(counted[-rate], RATE_WINDOW) if len(counted) >= rate else None
 
 
 def check_depth(origin: Origin | None, limits: WakeLimits) -> None:

@@ -41,6 +41,7 @@ class Restarts:
             one_line(str(exc)),
             duration(backoff),
             self.counts[key],
+            exc_info=exc,  # a bug: where it was raised, and the traceback in JSON
         )
         await trio.sleep(backoff)
         return min(backoff * 2, RESTART_MAX)

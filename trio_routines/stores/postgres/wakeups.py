@@ -36,7 +36,7 @@ import psycopg
 import trio
 
 from ...records import Origin, Wakeup
-from ...wakelimits import RATE_WINDOW
+from ...wakelimits import turns_kept_after
 from ...wakeups import (
     MAX_PROMPT,
     MOST,
@@ -290,7 +290,8 @@ class PostgresWakeups:
                 (session, at),
             )
             conn.execute(
-                self._tables.sql("DELETE FROM {wake_turns} WHERE at <= %s"), (at - RATE_WINDOW,)
+                self._tables.sql("DELETE FROM {wake_turns} WHERE at <= %s"),
+                (turns_kept_after(at),),
             )
 
     async def turns(self, session: str, since: datetime) -> list[datetime]:
