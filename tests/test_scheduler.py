@@ -1261,6 +1261,28 @@ async def test_busy_one_shot_is_deferred(
     assert await rig.store.list_wakeups() == []
 
 
+async def test_a_busy_one_shot_under_a_short_poll_waits_at_least_the_default_polls_time(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its retries are counted: retried every 0.05 s, it was dropped after 6 s of a busy session.
+    agent = ScriptedAgent()
+    for _ in range(5):
+        agent.script(Busy(), session="chat-1")
+    rig = Rig(Routine(name="m", prompt="p"), agent=agent, poll_interval=0.05)
+    wakeup = await add_due(rig)
+    async with rig.running():
+        await trio.sleep(1)
+        (pending,) = await rig.store.list_wakeups()
+        assert (pending.attempts, pending.fire_at) == (1, T0 + timedelta(seconds=30))
+        await trio.sleep(150)  # busy at 0, 30, 60, 90 and 120 s; run at 150
+    assert len(agent.turns) == 6
+    assert await rig.store.list_wakeups() == []
+    assert (
+        f"wake {wakeup.id[:8]}: session busy — retrying every 30s, up to 120 times "
+        "(logged at DEBUG)" in messages(caplog)
+    )
+
+
 def busy_for(turns: int) -> Rig:
     """A scheduler whose agent answers busy to the first ``turns`` turns of ``chat-1``."""
     agent = ScriptedAgent()

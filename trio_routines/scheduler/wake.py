@@ -20,7 +20,7 @@ from ..names import session_routine
 from ..records import Wakeup
 from ..routines import Routine
 from ..wakelimits import by_turn
-from ..wakeups import MAX_ATTEMPTS, defer_dropped
+from ..wakeups import MAX_ATTEMPTS, POLL_INTERVAL, defer_dropped
 from ..wakeuptexts import envelope
 from .calls import StoreCalls
 from .clock import ClockWatch
@@ -169,7 +169,11 @@ class WakeLoop:
         if wakeup.recurring:
             log.info("%s: next fires per cron", label)
             return
-        retry_at = self._runtime.now() + timedelta(seconds=self._poll_interval)
+        # A poll later, and never sooner than the default poll's 30 s: the retries are
+        # counted, so a short poll (``--poll 0.05``) would drop a one-shot whose session is
+        # busy for seconds; at 30 s or more they wait for an hour at least.
+        retry_every = max(self._poll_interval, POLL_INTERVAL)
+        retry_at = self._runtime.now() + timedelta(seconds=retry_every)
         if not await self._calls.defer_wakeup(wakeup, retry_at):
             log.error("%s: %s", label, defer_dropped(wakeup))
             return
@@ -180,8 +184,9 @@ class WakeLoop:
             log.debug("%s: session busy — retry %d, next poll", label, wakeup.attempts)
         else:
             log.info(
-                "%s: session busy — retrying each poll, up to %d times%s (logged at DEBUG)",
+                "%s: session busy — retrying %s, up to %d times%s (logged at DEBUG)",
                 label,
+                "each poll" if retry_every == self._poll_interval else f"every {retry_every:g}s",
                 MAX_ATTEMPTS,
                 f" (retry {wakeup.attempts} now)" if wakeup.attempts else "",
             )
