@@ -7,6 +7,7 @@ import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from scheduler_rig import completed
 from trio_routines import Completed, Gap, GapReason, Outcome, Routine, Scheduler, StateFault
 from trio_routines.cron import next_run
 from trio_routines.instants import format_iso, slot_name
+from trio_routines.records import Wakeup
 from trio_routines.scheduler import NotOnGrid, NotYetDue, Stopping, UnknownRoutine
 from trio_routines.scheduler import wake as wake_module
 from trio_routines.scheduler.boot import BOOT_INTERRUPTED
@@ -1261,26 +1263,39 @@ async def test_busy_one_shot_is_deferred(
     assert await rig.store.list_wakeups() == []
 
 
-async def test_a_busy_one_shot_under_a_short_poll_waits_at_least_the_default_polls_time(
+async def test_a_busy_one_shot_under_a_short_poll_outlasts_a_long_turn_of_its_session(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Its retries are counted: retried every 0.05 s, it was dropped after 6 s of a busy session.
+    # Its retries are counted: a poll apart at 0.05 s, it was dropped after 6 s of a turn.
     agent = ScriptedAgent()
-    for _ in range(5):
-        agent.script(Busy(), session="chat-1")
+    agent.script(Complete(duration=60), session="routine:m")
     rig = Rig(Routine(name="m", prompt="p"), agent=agent, poll_interval=0.05)
-    wakeup = await add_due(rig)
-    async with rig.running():
-        await trio.sleep(1)
-        (pending,) = await rig.store.list_wakeups()
-        assert (pending.attempts, pending.fire_at) == (1, T0 + timedelta(seconds=30))
-        await trio.sleep(150)  # busy at 0, 30, 60, 90 and 120 s; run at 150
-    assert len(agent.turns) == 6
-    assert await rig.store.list_wakeups() == []
+    wakeup = await add_due(rig, session="routine:m", fire_at=T0 + timedelta(seconds=5))
+    async with rig.running() as scheduler, trio.open_nursery() as nursery:
+        nursery.start_soon(scheduler.run_now, "m")  # the session's turn, 60 s long
+        await trio.sleep(100)
+    assert [t.session for t in agent.turns] == ["routine:m", "routine:m"]  # the turn, then it
+    assert not [m for m in messages(caplog) if "dropped" in m]
     assert (
-        f"wake {wakeup.id[:8]}: session busy — retrying every 30s, up to 120 times "
-        "(logged at DEBUG)" in messages(caplog)
+        f"wake {wakeup.id[:8]}: session busy — retrying each poll at first, every 30s at the "
+        "most, up to 120 times (logged at DEBUG)" in messages(caplog)
     )
+
+
+@pytest.mark.parametrize(("poll", "waits"), [(0.05, [0.05, 0.1, 0.2]), (1.0, [1.0, 2.0, 4.0])])
+def test_a_busy_one_shots_retries_back_off_to_the_default_poll(
+    poll: float, waits: list[float]
+) -> None:
+    parts = Rig(Routine(name="m", prompt="p"), poll_interval=poll).scheduler._parts
+    later = [
+        parts.wake._retry_after(Wakeup(id="w", session="s", prompt="p", fire_at=T0, attempts=n))
+        for n in (None, 1, 2, 5, 9, 119)
+    ]
+    assert later[:3] == waits
+    assert later[-1] == 30.0
+    assert all(a <= b <= 30.0 for a, b in pairwise(later))
+    default = Rig(Routine(name="m", prompt="p"), poll_interval=45).scheduler._parts.wake
+    assert default._retry_after(Wakeup(id="w", session="s", prompt="p", fire_at=T0)) == 45
 
 
 def busy_for(turns: int) -> Rig:

@@ -169,11 +169,7 @@ class WakeLoop:
         if wakeup.recurring:
             log.info("%s: next fires per cron", label)
             return
-        # A poll later, and never sooner than the default poll's 30 s: the retries are
-        # counted, so a short poll (``--poll 0.05``) would drop a one-shot whose session is
-        # busy for seconds; at 30 s or more they wait for an hour at least.
-        retry_every = max(self._poll_interval, POLL_INTERVAL)
-        retry_at = self._runtime.now() + timedelta(seconds=retry_every)
+        retry_at = self._runtime.now() + timedelta(seconds=self._retry_after(wakeup))
         if not await self._calls.defer_wakeup(wakeup, retry_at):
             log.error("%s: %s", label, defer_dropped(wakeup))
             return
@@ -186,10 +182,22 @@ class WakeLoop:
             log.info(
                 "%s: session busy — retrying %s, up to %d times%s (logged at DEBUG)",
                 label,
-                "each poll" if retry_every == self._poll_interval else f"every {retry_every:g}s",
+                "each poll"
+                if self._poll_interval >= POLL_INTERVAL
+                else f"each poll at first, every {POLL_INTERVAL:g}s at the most",
                 MAX_ATTEMPTS,
                 f" (retry {wakeup.attempts} now)" if wakeup.attempts else "",
             )
+
+    def _retry_after(self, wakeup: Wakeup) -> float:
+        """Seconds until a busy one-shot is tried again: a poll; under a poll shorter than
+        the default's 30 s, twice as long at each retry up to 30 s. The retries are counted
+        (:data:`MAX_ATTEMPTS`): a poll apart at ``--poll 0.05``, a session busy for 6 s
+        would drop it; so they span close to an hour whatever the poll."""
+        poll = self._poll_interval
+        if poll >= POLL_INTERVAL:
+            return poll
+        return min(POLL_INTERVAL, poll * 2 ** min(wakeup.attempts or 0, 32))
 
     def _routine_of(self, session: str) -> Routine | None:
         """The loaded routine whose session ``session`` is (its budgets hold there too)."""
