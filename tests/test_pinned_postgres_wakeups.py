@@ -360,6 +360,43 @@ def ids(schema: str) -> list[str]:
     return [row[0] for row in rows]
 
 
+def test_a_take_walks_a_table_of_unreadable_rows_a_batch_a_query_and_stops_when_given_up(
+    conn: psycopg.Connection[Any], schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    bad = [(f"bad{i}", f"s{i}", BAD_CRON) for i in range(600)]
+    seed(schema, *bad, ("good", "s", None))
+    wakeups = PostgresWakeups(cast(Connections, None), Schema(schema))
+    queries: list[str] = []
+    real_execute = conn.execute
+
+    def counting(query: Any, *args: Any, **kwargs: Any) -> Any:
+        queries.append(str(query))
+        return real_execute(query, *args, **kwargs)
+
+    conn.execute = counting  # type: ignore[method-assign]
+    # A caller that gives up once the first batch is read: the walk stops at the next one.
+    leaving = Call()
+    real_note = wakeups._note_unreadable
+
+    def note_and_leave(*args: Any) -> None:
+        leaving.abandoned.set()
+        real_note(*args)
+
+    wakeups._note_unreadable = note_and_leave  # type: ignore[method-assign]
+    with pytest.raises(StateFault, match=r"^abandoned by its caller$"):
+        wakeups._take(conn, leaving, T0)
+    assert len(queries) == 1
+    assert len(wakeups._unreadable) == 256  # the first batch's, each passed over
+    wakeups._note_unreadable = real_note  # type: ignore[method-assign]
+    queries.clear()
+    taken = wakeups._take(conn, Call(), T0)
+    assert taken is not None
+    assert taken.id == "good"
+    assert len(queries) <= 6  # three batches, the lock and the delete: not one per row
+    assert ids(schema) == [f"bad{i}" for i in range(600)]  # kept, never deleted
+    assert wakeups._take(conn, Call(), T0) is None
+
+
 def test_a_change_whose_caller_gave_up_is_rolled_back_whole(
     conn: psycopg.Connection[Any], schema: str
 ) -> None:
@@ -369,15 +406,28 @@ def test_a_change_whose_caller_gave_up_is_rolled_back_whole(
     wakeups = PostgresWakeups(cast(Connections, None), Schema(schema))
     given_up = Call()
     given_up.abandoned.set()
-    calls: list[Callable[[], object]] = [
-        lambda: wakeups._take(conn, given_up, T0),
-        lambda: wakeups._add(conn, given_up, REQUEST, T0),
-        lambda: wakeups._remove(conn, given_up, "w1", "s"),
+    calls: list[tuple[Callable[[], object], str]] = [
+        (lambda: wakeups._add(conn, given_up, REQUEST, T0), ": rolled back"),
+        (lambda: wakeups._remove(conn, given_up, "w1", "s"), ": rolled back"),
+        (lambda: wakeups._take(conn, given_up, T0), ""),  # before it reads a row
     ]
-    for call in calls:
-        with pytest.raises(StateFault, match=r"^abandoned by its caller: rolled back$"):
+    for call, then in calls:
+        with pytest.raises(StateFault) as raised:
             call()
+        assert str(raised.value) == f"abandoned by its caller{then}"
         assert ids(schema) == ["w1", "w2"]
+    # Given up once a row is locked, before its take commits: rolled back whole.
+    taking = Call()
+    real = wakeups._take_row
+
+    def give_up_then_take(*args: Any) -> Wakeup | None:
+        taking.abandoned.set()
+        return real(*args)
+
+    wakeups._take_row = give_up_then_take  # type: ignore[method-assign]
+    with pytest.raises(StateFault, match=r"^abandoned by its caller: rolled back$"):
+        wakeups._take(conn, taking, T0)
+    assert ids(schema) == ["w1", "w2"]
     taken = wakeups._take(conn, Call(), T0)  # a caller that waits: taken, in order
     assert taken is not None
     assert taken.id == "w1"

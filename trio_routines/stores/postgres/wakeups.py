@@ -125,6 +125,9 @@ PASSED_OVER = "passing over a wake-up entry this replica cannot read, %r (kept i
 SKIPPED = "skipping a malformed wake-up entry %r: %s"
 #: A row's version: its ``seq`` and the transaction that last wrote it (``xmin``), as text.
 _VERSION = "seq::text || ':' || xmin::text"
+#: How many due rows a take reads at a time, looking for one it can read and lock.
+_CANDIDATES = 256
+_FIRST_SEQ = -(2**63)  # below every ``seq`` (a bigint), even one written by hand
 #: Before an add, a removal or a take commits: a caller that gave up has it rolled back.
 ROLLED_BACK = ": rolled back"
 
@@ -180,41 +183,68 @@ class PostgresWakeups:
         return await self._conns.run("could not take a due wake-up", self._take, now)
 
     def _take(self, conn: Conn, call: Call, now: datetime) -> Wakeup | None:
-        select = self._tables.sql(
+        # The due rows are read a batch at a time in ``seq`` order, without a lock, and the
+        # first readable one is then locked alone: rows this replica cannot read (a table full
+        # of them, stored by hand) cost a query a batch, never a lock or a query each, and a
+        # caller that gave up stops the walk at the next batch.
+        candidates = self._tables.sql(
             f"SELECT seq, {_VERSION}, {_READ_COLUMNS} FROM {{wakeups}} WHERE fire_at <= %s "
-            f"AND {_VERSION} <> ALL(%s) ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED"
+            f"AND seq > %s ORDER BY seq LIMIT {_CANDIDATES}"
         )
-        delete = self._tables.sql("DELETE FROM {wakeups} WHERE seq = %s")
+        after = _FIRST_SEQ
         while True:
-            with conn.transaction():
-                # Planned for this ``now`` every time: a prepared statement's generic plan
-                # cannot know how few rows are due, and walks the whole table in seq order.
-                passed_over = list(self._unreadable)
-                row = conn.execute(select, (now, passed_over), prepare=False).fetchone()
-                if row is None:
-                    return None
-                seq = row[0]
+            call.unless_given_up()  # nobody would read what a further batch finds
+            # Planned for this ``now`` every time: a prepared statement's generic plan
+            # cannot know how few rows are due, and walks the whole table in seq order.
+            rows = conn.execute(candidates, (now, after), prepare=False).fetchall()
+            if not rows:
+                return None
+            after = rows[-1][0]
+            for seq, version, *columns in rows:
+                if version in self._unreadable:
+                    continue  # passed over already: nothing to lock
                 try:
-                    wakeup = _wakeup(row[2:])
+                    _wakeup(columns)
                 except (ValueError, TypeError) as exc:
                     # Passed over from now on, never deleted: nothing stored is lost, and a
                     # replica whose zone data is newer than ours may well read it.
-                    self._note_unreadable(row[1], PASSED_OVER, row[2], exc)
+                    self._note_unreadable(version, PASSED_OVER, columns[0], exc)
                     continue
-                rest, taken = take_first_due([wakeup], now)
-                if rest:
-                    conn.execute(
-                        self._tables.sql(
-                            "UPDATE {wakeups} SET fire_at = %s, attempts = NULL WHERE seq = %s"
-                        ),
-                        (rest[0].fire_at, seq),
-                    )
-                else:
-                    conn.execute(delete, (seq,))
-                if taken is None:
-                    continue  # expired (take_first_due logged it): removed, look further
-                call.unless_given_up(ROLLED_BACK)  # else it would be taken for nobody: never run
-                return taken
+                taken = self._take_row(conn, call, seq, now)
+                if taken is not None:
+                    return taken
+
+    def _take_row(self, conn: Conn, call: Call, seq: int, now: datetime) -> Wakeup | None:
+        """Lock row ``seq`` if it is still due and no other take holds it, and take it: None
+        when another replica has it (or took it since), or it expired (removed), or it was
+        written since and cannot be read."""
+        lock = self._tables.sql(
+            f"SELECT {_VERSION}, {_READ_COLUMNS} FROM {{wakeups}} WHERE seq = %s "
+            "AND fire_at <= %s FOR UPDATE SKIP LOCKED"
+        )
+        with conn.transaction():
+            row = conn.execute(lock, (seq, now), prepare=False).fetchone()
+            if row is None:
+                return None
+            try:
+                wakeup = _wakeup(row[1:])
+            except (ValueError, TypeError) as exc:
+                self._note_unreadable(row[0], PASSED_OVER, row[1], exc)
+                return None
+            rest, taken = take_first_due([wakeup], now)
+            if rest:
+                conn.execute(
+                    self._tables.sql(
+                        "UPDATE {wakeups} SET fire_at = %s, attempts = NULL WHERE seq = %s"
+                    ),
+                    (rest[0].fire_at, seq),
+                )
+            else:
+                conn.execute(self._tables.sql("DELETE FROM {wakeups} WHERE seq = %s"), (seq,))
+            if taken is None:
+                return None  # expired (take_first_due logged it): removed, look further
+            call.unless_given_up(ROLLED_BACK)  # else it would be taken for nobody: never run
+            return taken
 
     async def defer(self, wakeup: Wakeup, fire_at: datetime) -> bool:
         what = f"could not re-queue wake-up {wakeup.id}"
