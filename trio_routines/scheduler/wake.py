@@ -197,7 +197,8 @@ class WakeLoop:
         poll = self._poll_interval
         if poll >= POLL_INTERVAL:
             return poll
-        return min(POLL_INTERVAL, poll * 2 ** min(wakeup.attempts or 0, 32))
+        doubled: float = poll * 2.0 ** min(wakeup.attempts or 0, 32)
+        return min(POLL_INTERVAL, doubled)
 
     def _routine_of(self, session: str) -> Routine | None:
         """The loaded routine whose session ``session`` is (its budgets hold there too)."""
