@@ -51,6 +51,14 @@ def refused(request: WakeupRequest, pending: list[Wakeup] | None = None) -> str:
             {"session": "s", "prompt": "", "fire_at": LATER},
             "a wake-up needs a prompt: what should the woken turn do?",
         ),
+        (
+            {"session": " \t\n", "prompt": "p", "fire_at": LATER},
+            "a wake-up needs a session to resume (none was given).",
+        ),
+        (
+            {"session": "s", "prompt": "  \n ", "fire_at": LATER},
+            "a wake-up needs a prompt: what should the woken turn do?",
+        ),
         ({"session": "s", "prompt": "p"}, "a one-shot wake needs its fire time (`in`)."),
         (
             {"session": "s", "prompt": "p", "fire_at": NOW + timedelta(seconds=59)},

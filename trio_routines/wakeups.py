@@ -200,9 +200,10 @@ def plan_add(
     """The wake-up to append for ``request``, or :class:`InvalidWakeup` with the guardrail text."""
     now = truncate_ms(now)
     check_request(request)
-    if not request.session:
+    # Blank is none (the tool refused a blank prompt, the other callers stored it).
+    if not request.session.strip():
         raise InvalidWakeup("a wake-up needs a session to resume (none was given).")
-    if not request.prompt:
+    if not request.prompt.strip():
         raise InvalidWakeup("a wake-up needs a prompt: what should the woken turn do?")
     wakeup_id = new_id or str(uuid.uuid4())
     if request.cron is not None:
