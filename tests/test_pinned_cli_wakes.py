@@ -144,6 +144,18 @@ def test_a_refusal_speaks_of_the_options(env: Env) -> None:
     assert env.wakeups() == []
 
 
+def test_a_wake_the_request_alone_refuses_creates_no_state(env: Env) -> None:
+    assert not env.state.exists()
+    for args in (["--in", "30s"], ["--cron", "* * * * *"], ["--in", "5m", "--session", " "]):
+        refused = env.run_cli("wake", "--session", "s", "--prompt", "p", *args)
+        assert (refused.returncode, refused.stdout) == (1, ""), refused.stderr
+        assert one_line(refused.stderr).startswith("error: wake-up refused: ")
+        assert not env.state.exists()
+    added = env.run_cli("wake", "--session", "s", "--prompt", "p", "--in", "5m")
+    assert added.returncode == 0, added.stderr
+    assert env.state.is_dir()
+
+
 def parsed(*argv: str) -> argparse.Namespace:
     return build_parser().parse_args(list(argv))
 

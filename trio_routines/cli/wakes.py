@@ -15,7 +15,7 @@ from ..errors import InvalidWakeup
 from ..instants import format_iso
 from ..records import Origin, OriginKind, Wakeup
 from ..text import name_shown
-from ..wakeups import WakeupRequest
+from ..wakeups import WakeupRequest, plan_add
 from ..wakeuptexts import when_text
 from .client import Server, path_part, query
 from .output import (
@@ -80,18 +80,21 @@ async def cmd_wake(args: argparse.Namespace) -> int:
         )
     state = state_arg(args)
     deadline = StoreDeadline(state)
-    async with open_state(state, writes="wake") as store:
-        try:
+    try:
+        # What the request alone decides (too soon, a cron too frequent, a blank prompt) is
+        # refused before the state is opened: a refused wake creates no state directory.
+        plan_add([], request, now)
+        async with open_state(state, writes="wake") as store:
             wakeup = await deadline(
                 f"adding a wake-up for session {quoted(args.session)}",
                 store.add_wakeup(request, now),
                 ADD_NOT_CONFIRMED.format("wake-up"),
             )
-        except InvalidWakeup as exc:
-            message = str(exc)
-            for field, option in _OPTION_NAMES.items():
-                message = message.replace(field, option)
-            raise CliError(f"wake-up refused: {message}") from None
+    except InvalidWakeup as exc:
+        message = str(exc)
+        for field, option in _OPTION_NAMES.items():
+            message = message.replace(field, option)
+        raise CliError(f"wake-up refused: {message}") from None
     if args.json:
         print_json(wakeup_to_json(wakeup), indent=None)
     else:
