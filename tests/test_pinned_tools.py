@@ -173,6 +173,9 @@ async def test_a_wrong_cancel_call_is_answered_whole() -> None:
     assert await call_tool(sched, "chat", CANCEL, {"id": "x", "other": 1}) == (
         "cancel_wakeup: unknown argument(s) other; this tool takes: id."
     )
+    assert await call_tool(sched, "chat", LIST, {"session": "other"}) == (
+        "list_wakeups: unknown argument(s) session; this tool takes no arguments."
+    )
     assert await call_tool(sched, "chat", CANCEL, {"id": "café"}) == (
         'cancel_wakeup: no pending wake-up "café" for this conversation (already fired, '
         "cancelled, or never scheduled here); list_wakeups shows what is pending."

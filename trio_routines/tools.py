@@ -214,7 +214,8 @@ def _arguments(raw: object) -> Mapping[str, Any] | str:
 def _unknown(arguments: Mapping[str, Any], allowed: Sequence[str]) -> str | None:
     extra = sorted(str(key) for key in arguments if key not in allowed)
     if extra:
-        return f"unknown argument(s) {', '.join(extra)}; this tool takes: {', '.join(allowed)}."
+        takes = f"takes: {', '.join(allowed)}" if allowed else "takes no arguments"
+        return f"unknown argument(s) {', '.join(extra)}; this tool {takes}."
     return None
 
 
