@@ -363,8 +363,15 @@ def ids(schema: str) -> list[str]:
 def test_a_take_walks_a_table_of_unreadable_rows_a_batch_a_query_and_stops_when_given_up(
     conn: psycopg.Connection[Any], schema: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    bad = [(f"bad{i}", f"s{i}", BAD_CRON) for i in range(600)]
-    seed(schema, *bad, ("good", "s", None))
+    with admin() as db:  # 600 rows in one statement, then the good one behind them
+        db.execute(
+            sql.SQL(
+                "INSERT INTO {} (id, session, prompt, fire_at, cron) "
+                "SELECT 'bad' || g, 's' || g, 'p', %s, %s FROM generate_series(0, 599) AS g"
+            ).format(table(schema, "wakeups")),
+            (T0, BAD_CRON),
+        )
+    seed(schema, ("good", "s", None))
     wakeups = PostgresWakeups(cast(Connections, None), Schema(schema))
     queries: list[str] = []
     real_execute = conn.execute
