@@ -128,6 +128,18 @@ def test_where_names_the_server_and_the_database_only(url: str, where: str) -> N
     assert PostgresStore(url).where == where
 
 
+def test_the_reason_of_a_server_bound_names_a_lock_held_elsewhere() -> None:
+    reason = pgconn.reason
+    held = (
+        " — a lock another session holds (a long transaction, an advisory lock), or a server "
+        "too busy"
+    )
+    for error in (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable):
+        said = reason(error("canceling statement due to statement timeout"))
+        assert said == f"{error.__name__}: canceling statement due to statement timeout{held}"
+    assert reason(psycopg.errors.DeadlockDetected("x")) == "DeadlockDetected: x"
+
+
 def test_the_reason_of_an_error_without_server_diagnostics() -> None:
     reason = pgconn.reason
     assert reason(psycopg.OperationalError("")) == "OperationalError: no details"

@@ -125,6 +125,13 @@ def reason(exc: BaseException) -> str:
         # The database answered; the schema the URL's search_path (options) names does not
         # exist there, and the store creates tables, never schemas.
         text += " — does the schema the URL's search_path names exist? Create it first"
+    elif isinstance(exc, (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable)):
+        # The server's own bounds (statement_timeout, lock_timeout: see the pool's options):
+        # most often a lock some other session holds, which the message does not say.
+        text += (
+            " — a lock another session holds (a long transaction, an advisory lock), or a "
+            "server too busy"
+        )
     return f"{type(exc).__name__}: {text[:300]}"
 
 
