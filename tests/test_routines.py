@@ -16,6 +16,7 @@ from trio_routines.routinedir import (
     RoutineFailure,
     find_routine,
     load_routines,
+    passed_over,
 )
 from trio_routines.routines import Routine, parse_routine_text
 
@@ -468,6 +469,19 @@ def test_load_ignores_other_entries(tmp_path: Path) -> None:
     # the hidden ``.md`` ones, not the other hidden ones nor the subdirectories.
     assert load_routines(tmp_path) == LoadResult(
         others=(".hidden.md", "daily.md.swp", "dangling.toml", "notes.txt", "upper.MD")
+    )
+
+
+def test_the_files_passed_over_are_said_quoted_escaped_and_counted_past_five() -> None:
+    head = "passed over (a routine file is named <name>.md): "
+    assert passed_over(("notes.txt",)) == head + '"notes.txt"'
+    bytes_name = os.fsdecode(b"caf\xe9\n.txt")  # no UTF-8, with a line break
+    assert passed_over((bytes_name, "a\\b.MD")) == head + '"caf\\\\xe9\\x0a.txt", "a\\\\b.MD"'
+    assert passed_over(("x" * 70,)) == head + '"' + "x" * 64 + '"'
+    five = tuple(f"f{n}.txt" for n in range(5))
+    assert passed_over(five) == head + ", ".join(f'"{name}"' for name in five)
+    assert passed_over((*five, "f5.txt", "f6.txt")) == (
+        head + ", ".join(f'"{name}"' for name in five) + " and 2 more"
     )
 
 
