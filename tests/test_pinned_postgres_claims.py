@@ -21,7 +21,7 @@ from trio_routines import StateFault
 from trio_routines.agent import Usage
 from trio_routines.instants import slot_name
 from trio_routines.output import stored_output
-from trio_routines.records import ClaimStatus, Gap, GapReason
+from trio_routines.records import ClaimStatus, Gap, GapReason, Outcome
 from trio_routines.stores.postgres import PostgresStore
 from trio_routines.stores.postgres import reads as pg_reads
 from trio_routines.stores.postgres.claims import claim_batch
@@ -218,6 +218,21 @@ async def test_every_read_names_the_row_it_warns_about(
     assert newest.outcome is None
     assert kept.outcome is None
     assert [r.getMessage() for r in caplog.records] == [odd_outcome_warning("r", T0, schema)] * 2
+
+
+async def test_a_boots_interrupted_settles_a_claim_whose_outcome_no_version_writes(
+    store: PostgresStore, schema: str
+) -> None:
+    # Read as unsettled, so a boot records it interrupted: the settle wrote nothing to it, and
+    # every boot said so again while its history showed it unreported.
+    later = T0 + timedelta(hours=1)
+    seed_claim(schema, "r", T0, "exploded")
+    seed_claim(schema, "r", later, "")
+    seed_claim(schema, "s", T0, "completed")
+    for routine, slot in (("r", T0), ("r", later), ("s", T0)):
+        await store.settle(routine, slot, Outcome.INTERRUPTED, if_unsettled=True)
+    assert [f.outcome for f in await store.history("r")] == [Outcome.INTERRUPTED] * 2
+    assert [f.outcome for f in await store.history("s")] == [Outcome.COMPLETED]  # kept
 
 
 async def test_a_reason_and_an_output_edited_huge_are_read_bounded_as_the_record_keeps_them(

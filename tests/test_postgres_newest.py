@@ -207,7 +207,8 @@ async def test_a_boot_of_many_routines_reads_every_newest_claim(
     store: PostgresStore, schema: str
 ) -> None:
     names = seed(schema, 300)
-    unsettled = [name for i, name in enumerate(names) if i % 10 and i % 7 == 0]
+    # Unsettled: no outcome, or one no version writes (read so, and settled so at a boot).
+    unsettled = [name for i, name in enumerate(names) if i % 10 and i % 7 in (0, 4)]
 
     class Agent:
         async def invoke(self, session: str, text: str) -> AsyncIterator[Any]:
