@@ -404,6 +404,24 @@ def test_a_take_walks_a_table_of_unreadable_rows_a_batch_a_query_and_stops_when_
     assert wakeups._take(conn, Call(), T0) is None
 
 
+def test_a_row_written_unreadable_between_its_read_and_its_lock_is_passed_over(
+    conn: psycopg.Connection[Any], schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Read as a good candidate, edited before its lock: the lock's own read decides.
+    seed(schema, ("w-bad", "s-bad", BAD_CRON))
+    wakeups = PostgresWakeups(cast(Connections, None), Schema(schema))
+    ((seq, version),) = conn.execute(
+        sql.SQL("SELECT seq, seq::text || ':' || xmin::text FROM {}").format(
+            table(schema, "wakeups")
+        )
+    ).fetchall()
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        assert wakeups._take_row(conn, Call(), seq, T0) is None
+    assert warnings(caplog) == [passed_over("w-bad", malformed_reason("w-bad", "s-bad"))]
+    assert wakeups._unreadable == {version}
+    assert ids(schema) == ["w-bad"]
+
+
 def test_a_change_whose_caller_gave_up_is_rolled_back_whole(
     conn: psycopg.Connection[Any], schema: str
 ) -> None:
