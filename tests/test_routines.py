@@ -480,9 +480,9 @@ def test_the_files_passed_over_are_said_quoted_escaped_and_counted_past_five() -
     assert passed_over(("x" * 70,)) == head + '"' + "x" * 64 + '"'
     five = tuple(f"f{n}.txt" for n in range(5))
     assert passed_over(five) == head + ", ".join(f'"{name}"' for name in five)
-    assert passed_over((*five, "f5.txt", "f6.txt")) == (
-        head + ", ".join(f'"{name}"' for name in five) + " and 2 more"
-    )
+    shown = head + ", ".join(f'"{name}"' for name in five)
+    assert passed_over((*five, "f5.txt")) == shown + " and 1 more"
+    assert passed_over((*five, "f5.txt", "f6.txt")) == shown + " and 2 more"
 
 
 def test_a_routines_directory_that_cannot_be_opened_is_one_line(
