@@ -22,6 +22,7 @@ from trio_routines.cli import output
 from trio_routines.cli.output import CliError
 from trio_routines.cli.parser import build_parser
 from trio_routines.cli.pausing import cmd_pause, cmd_resume
+from trio_routines.instants import truncate_ms
 from trio_routines.stores.directory import DirectoryStore
 
 PAUSED = "daily paused — no scheduler on this state claims its slots until `resume daily`\n"
@@ -44,16 +45,30 @@ def resumed_at(env: Env, name: str) -> datetime | None:
     return trio.run(read)
 
 
+def paused_since(env: Env, name: str) -> datetime | None:
+    async def read() -> datetime | None:
+        async with DirectoryStore(env.state) as store:
+            return await store.paused_since(name)
+
+    return trio.run(read)
+
+
 def test_pause_then_resume_on_the_state_say_so_and_record_when(env: Env) -> None:
     env.state.mkdir()  # a state some scheduler made
     env.routine("daily", cron="0 9 * * *")
     env.routine("other", cron="0 9 * * *")
     (env.routines / "broken.md").write_text("no front matter\n")  # not reported: not asked for
+    began = datetime.now(UTC)
     done = env.run_cli("pause", "daily")
+    ended = datetime.now(UTC)
     assert (done.returncode, done.stdout, done.stderr) == (0, PAUSED, "")
     assert paused(env) == {"daily"}
+    since = paused_since(env, "daily")  # the pause's start, kept for the boot's gaps
+    assert since is not None
+    assert truncate_ms(began) <= since <= ended
     again = env.run_cli("pause", "daily")  # idempotent, and says the same
     assert (again.returncode, again.stdout, again.stderr) == (0, PAUSED, "")
+    assert paused_since(env, "daily") == since  # the first pause's start stands
 
     before = datetime.now(UTC)
     resumed = env.run_cli("resume", "daily")
