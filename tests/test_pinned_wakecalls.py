@@ -21,6 +21,7 @@ from scheduler_rig import NO_ANSWER, part_rig
 from trio_routines import __version__
 from trio_routines.context import FireContext, firing
 from trio_routines.errors import InvalidWakeup, StateFault
+from trio_routines.instants import FIRST_INSTANT
 from trio_routines.records import Fire, Outcome
 from trio_routines.replicas import ReplicaInfo, claim_key
 from trio_routines.scheduler.grace import Grace
@@ -28,7 +29,7 @@ from trio_routines.scheduler.membership import Membership
 from trio_routines.scheduler.wakecalls import WakeupCalls
 from trio_routines.testing import MemoryStore
 from trio_routines.testing.memberships import MemoryPresence
-from trio_routines.wakelimits import DEFAULT_LIMITS
+from trio_routines.wakelimits import DEFAULT_LIMITS, WakeLimits
 from trio_routines.wakeuptexts import bad_delay_reply
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
@@ -188,6 +189,17 @@ async def test_a_call_the_store_never_answers_fails_at_its_bound_naming_itself(
         await call(calls_of(store))
     assert str(fault.value) == f"{what}: {NO_ANSWER}"
     assert trio.current_time() - started == 5.0
+
+
+async def test_the_room_of_a_turn_due_in_the_calendars_first_hour_is_weighed() -> None:
+    # A wake-up stored due in year 1 (a row set to '-infinity'), taken: its rate's read
+    # overflowed, the loop restarted, and the wake-up was gone unfired.
+    store = MemoryStore()
+    first = FIRST_INSTANT + timedelta(minutes=30)
+    assert await calls_of(store).room_at("chat:1", first) is None
+    await store.note_wake_turn("chat:1", first - timedelta(minutes=10))
+    limited = WakeupCalls(store, *part_rig(store, now=T0)[:2], WakeLimits(rate=1))
+    assert await limited.room_at("chat:1", first) == first + timedelta(minutes=50)
 
 
 async def test_a_rate_the_store_never_gives_lets_the_turn_run_saying_so(

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 
 from ..context import current_fire
 from ..errors import InvalidWakeup, StateFault
+from ..instants import shifted
 from ..records import Wakeup
 from ..store import Store
 from ..wakelimits import RATE_WINDOW, WakeLimits, WakeTurns, by_turn, model_asks, room_at
@@ -98,7 +99,8 @@ class WakeupCalls:
     async def _recent(self, session: str, now: datetime) -> tuple[datetime, ...]:
         if not isinstance(self._store, WakeTurns):
             return ()
-        return tuple(await self._store.wake_turns(session, now - RATE_WINDOW))
+        # (held at the calendar's first instant: a wake-up stored due in year 1)
+        return tuple(await self._store.wake_turns(session, shifted(now, -RATE_WINDOW)))
 
     async def room_at(self, session: str, at: datetime) -> datetime | None:
         """When a wake-up turn of ``session`` due at ``at`` may run, if the session has had
