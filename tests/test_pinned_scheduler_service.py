@@ -222,6 +222,37 @@ async def test_wait_drained_waits_for_a_stop(autojump_clock: Any) -> None:
 # -- reloads ---------------------------------------------------------------------------------
 
 
+async def test_paused_is_a_read_begun_after_it_was_asked(autojump_clock: Any) -> None:
+    # A read under way since before a pause was written answers without it: a resume over
+    # HTTP that asked then said "not paused", wrote nothing, and left the routine paused.
+    class Slow(MemoryStore):
+        hold: trio.Event | None = None
+
+        async def paused(self) -> frozenset[str]:
+            names = frozenset(self.paused_routines)  # as the store was when the read began
+            if self.hold is not None:
+                await self.hold.wait()
+            return names
+
+    store = Slow()
+    scheduler, _, _, wall = rig(store=store, external_clock=True)
+    hold = store.hold = trio.Event()
+    answers: list[frozenset[str]] = []
+
+    async def ask() -> None:
+        answers.append(await scheduler.paused())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(scheduler._parts.calls.read_paused)  # a fire's, say: under way
+        await trio.sleep(1)
+        await store.set_paused("hourly", True, wall())
+        nursery.start_soon(ask)
+        await trio.sleep(1)
+        store.hold = None
+        hold.set()
+    assert answers == [frozenset({"hourly"})]
+
+
 def test_changes_are_true_when_anything_was_added_changed_or_removed() -> None:
     assert [
         bool(RoutineChanges(added=("a",))),

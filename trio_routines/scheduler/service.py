@@ -287,9 +287,11 @@ class Scheduler:
 
     async def paused(self) -> frozenset[str]:
         """The paused routines as the store says now, whichever replica or command paused
-        them (``statistics().paused`` is the last read: each poll's, or a fire's); bounded
-        by ``store_timeout``. Raises :class:`StateFault`."""
-        return (await self._parts.calls.read_paused()).names
+        them (``statistics().paused`` is the last read: each poll's, or a fire's): a read
+        begun now or later, never one under way since before the call (a pause written
+        meanwhile would be missed); bounded by ``store_timeout``. Raises
+        :class:`StateFault`."""
+        return (await self._parts.calls.read_paused(self._parts.runtime.now())).names
 
     def update_routines(self, routines: Iterable[Routine]) -> RoutineChanges:
         """Replace the loaded routines by ``routines``: a new one arms from now, a removed one
