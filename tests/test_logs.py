@@ -99,6 +99,14 @@ def test_two_names_that_differ_in_a_line_break_or_a_space_log_apart() -> None:
     ]
 
 
+def test_a_text_given_for_a_repr_shows_its_own_escapes() -> None:
+    line = record("%r of %s, %d%% %s", "sess\tx", "sess\tx", 5, "a%sb")
+    said = TextFormatter().format(line).split(" ", 1)[1]
+    assert said == "INFO  'sess\\tx' of sess\\x09x, 5% a%sb"
+    starred = record("[%*d] %s", 3, 7, "a\nb")  # a width given as an argument: as logging does
+    assert TextFormatter().format(starred).endswith(" INFO  [ 7] a b")  # (folded)
+
+
 def test_the_format_of_a_record_is_folded_and_its_texts_escaped() -> None:
     line = record("first\nsecond:  %s and %d", "a\x1bb", 7)
     assert TextFormatter().format(line).endswith(" INFO  first second: a\\x1bb and 7")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import sys
 import traceback
@@ -158,13 +159,23 @@ def _raised(record: logging.LogRecord) -> str:
 
 def _message(record: logging.LogRecord) -> str:
     """The record's message on one line: the whitespace of its format folded, and each text
-    it was given shown as :func:`visible` shows it (a routine ``a\\nb`` as ``a\\x0ab``), so
-    that two names never read alike, where folding would show both ``a b``."""
-    args = record.args
+    it was given for a ``%s`` shown as :func:`visible` shows it (a routine ``a\\nb`` as
+    ``a\\x0ab``, not as ``a b``, which another routine may be called); a ``%r`` shows its
+    text's own escapes."""
+    args, msg = record.args, str(record.msg)
     if isinstance(args, tuple) and args:
-        shown = tuple(visible(arg) if isinstance(arg, str) else arg for arg in args)
-        return one_line(str(record.msg) % shown)
+        kinds = [m.group(1) for m in _CONVERSION.finditer(msg) if m.group(1) != "%"]
+        if len(kinds) == len(args):  # (a ``*`` width takes one more: then as logging does)
+            shown = tuple(
+                visible(arg) if kind == "s" and isinstance(arg, str) else arg
+                for arg, kind in zip(args, kinds, strict=True)
+            )
+            return one_line(msg % shown)
     return one_line(record.getMessage())
+
+
+#: A ``%`` conversion of a log format, its type letter captured (``%%`` too: no argument).
+_CONVERSION = re.compile(r"%(?:\([^)]*\))?[#0 +\-]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[hlL]?([a-zA-Z%])")
 
 
 def _text(record: logging.LogRecord) -> str:
