@@ -392,16 +392,35 @@ def test_a_take_walks_a_table_of_unreadable_rows_a_batch_a_query_and_stops_when_
     wakeups._note_unreadable = note_and_leave  # type: ignore[method-assign]
     with pytest.raises(StateFault, match=r"^abandoned by its caller$"):
         wakeups._take(conn, leaving, T0)
-    assert len(queries) == 1
-    assert len(wakeups._unreadable) == 256  # the first batch's, each passed over
+    assert len(queries) == 1  # the first batch: one row
+    assert len(wakeups._unreadable) == 1  # passed over
     wakeups._note_unreadable = real_note  # type: ignore[method-assign]
     queries.clear()
     taken = wakeups._take(conn, Call(), T0)
     assert taken is not None
     assert taken.id == "good"
-    assert len(queries) <= 6  # three batches, the lock and the delete: not one per row
+    # Batches of 1, 4, 16, 64, 256, 256 and 256 rows, the lock and the delete: not a query a
+    # row, nor 256 rows read for a take of the first.
+    assert len(queries) == 9
     assert ids(schema) == [f"bad{i}" for i in range(600)]  # kept, never deleted
     assert wakeups._take(conn, Call(), T0) is None
+
+
+def test_a_row_whose_seq_is_the_least_a_bigint_holds_is_taken(
+    conn: psycopg.Connection[Any], schema: str
+) -> None:
+    with admin() as db:  # written by hand
+        db.execute(
+            sql.SQL(
+                "INSERT INTO {} (seq, id, session, prompt, fire_at) "
+                "VALUES (-9223372036854775808, 'w-least', 's', 'p', %s)"
+            ).format(table(schema, "wakeups")),
+            (T0,),
+        )
+    wakeups = PostgresWakeups(cast(Connections, None), Schema(schema))
+    taken = wakeups._take(conn, Call(), T0)
+    assert taken is not None
+    assert taken.id == "w-least"
 
 
 def test_a_row_written_unreadable_between_its_read_and_its_lock_is_passed_over(

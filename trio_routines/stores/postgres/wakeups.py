@@ -125,9 +125,9 @@ PASSED_OVER = "passing over a wake-up entry this replica cannot read, %r (kept i
 SKIPPED = "skipping a malformed wake-up entry %r: %s"
 #: A row's version: its ``seq`` and the transaction that last wrote it (``xmin``), as text.
 _VERSION = "seq::text || ':' || xmin::text"
-#: How many due rows a take reads at a time, looking for one it can read and lock.
+#: The most due rows a take reads at a time, looking for one it can read and lock: one at
+#: first, then four times as many each time (a backlog of rows it can read costs a row each).
 _CANDIDATES = 256
-_FIRST_SEQ = -(2**63)  # below every ``seq`` (a bigint), even one written by hand
 #: Before an add, a removal or a take commits: a caller that gave up has it rolled back.
 ROLLED_BACK = ": rolled back"
 
@@ -189,17 +189,18 @@ class PostgresWakeups:
         # caller that gave up stops the walk at the next batch.
         candidates = self._tables.sql(
             f"SELECT seq, {_VERSION}, {_READ_COLUMNS} FROM {{wakeups}} WHERE fire_at <= %s "
-            f"AND seq > %s ORDER BY seq LIMIT {_CANDIDATES}"
+            "AND (%s::bigint IS NULL OR seq > %s) ORDER BY seq LIMIT %s"
         )
-        after = _FIRST_SEQ
+        after: int | None = None
+        size = 1  # the first due row, as a rule, is one this replica reads and takes
         while True:
             call.unless_given_up()  # nobody would read what a further batch finds
             # Planned for this ``now`` every time: a prepared statement's generic plan
             # cannot know how few rows are due, and walks the whole table in seq order.
-            rows = conn.execute(candidates, (now, after), prepare=False).fetchall()
+            rows = conn.execute(candidates, (now, after, after, size), prepare=False).fetchall()
             if not rows:
                 return None
-            after = rows[-1][0]
+            after, size = rows[-1][0], min(size * 4, _CANDIDATES)
             for seq, version, *columns in rows:
                 if version in self._unreadable:
                     continue  # passed over already: nothing to lock
