@@ -406,6 +406,23 @@ def test_a_take_walks_a_table_of_unreadable_rows_a_batch_a_query_and_stops_when_
     assert wakeups._take(conn, Call(), T0) is None
 
 
+def test_rows_passed_over_before_are_skipped_without_hiding_the_row_behind_them(
+    conn: psycopg.Connection[Any], schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    seed(schema, ("w-bad1", "s1", BAD_CRON), ("w-bad2", "s2", BAD_CRON))
+    wakeups = PostgresWakeups(cast(Connections, None), Schema(schema))
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        assert wakeups._take(conn, Call(), T0) is None
+    assert warnings(caplog) == [  # each row as it is, once
+        passed_over("w-bad1", malformed_reason("w-bad1", "s1")),
+        passed_over("w-bad2", malformed_reason("w-bad2", "s2")),
+    ]
+    seed(schema, ("w-good", "s", None))  # behind both, in the second batch with the second
+    taken = wakeups._take(conn, Call(), T0)
+    assert taken is not None
+    assert taken.id == "w-good"
+
+
 def test_a_row_whose_seq_is_the_least_a_bigint_holds_is_taken(
     conn: psycopg.Connection[Any], schema: str
 ) -> None:
