@@ -168,10 +168,7 @@ class WakeupFile:
         return open_file(directory, WAKEUPS, self.path, os.O_RDONLY, MAX_BYTES)
 
     def unreadable(self, exc: OSError) -> StateFault:
-        return StateFault(
-            f"schedule state {self.path} is unreadable: {describe(exc)} — fix the "
-            "permissions or the disk"
-        )
+        return unreadable_state(self.path, exc)
 
     def _parse(self, raw: bytes) -> tuple[list[Wakeup], bool]:
         try:
@@ -221,3 +218,10 @@ class WakeupFile:
             log.warning(
                 "kept the unusable wake-up store's original content as %s", self.schedule / aside
             )
+
+
+def unreadable_state(path: Path, exc: OSError) -> StateFault:
+    """The fault of a wake-up state file (``wakeups.json``, the journal) that cannot be read."""
+    return StateFault(
+        f"schedule state {path} is unreadable: {describe(exc)} — fix the permissions or the disk"
+    )

@@ -31,7 +31,7 @@ from ...converter import dumps, loads
 from ...errors import StateFault
 from ..abandon import Handoff
 from ..safefile import Refused, Shared, describe, open_dirs
-from .wakeupfile import WakeupFile
+from .wakeupfile import WakeupFile, unreadable_state
 from .wakeupindex import Op, WakeupIndex, op_ids
 from .wakeupjournal import MAX_LINE, Journal, generation_of, line, snapshot
 
@@ -64,10 +64,7 @@ class WakeupLog:
         self._damaged = False
 
     def _unreadable(self, exc: OSError) -> StateFault:
-        return StateFault(
-            f"schedule state {self.path} is unreadable: {describe(exc)} — fix the "
-            "permissions or the disk"
-        )
+        return unreadable_state(self.path, exc)
 
     # -- reading -----------------------------------------------------------------------------
 
