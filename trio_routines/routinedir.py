@@ -135,6 +135,10 @@ class _Folder:
     def _real(self) -> str:
         return _opened_path(self.fd) or os.path.realpath(self.base)
 
+    def outside(self) -> InvalidRoutine:
+        """The refusal of an entry that leads out of this directory."""
+        return InvalidRoutine(f"is a symlink leading outside {self.base}")
+
 
 def _load_entries(folder: _Folder, entries: list[str]) -> LoadResult:
     routines: list[Routine] = []
@@ -180,12 +184,12 @@ def _load_one(folder: _Folder, entry: str, name: str) -> Routine | None:
     problem = name_problem(name)
     if problem is not None:
         raise UnsafeName(problem)
-    real_base, outside = folder.real, f"is a symlink leading outside {folder.base}"
+    real_base = folder.real
     try:
         if stat.S_ISLNK(os.lstat(entry, dir_fd=folder.fd).st_mode):
             target = os.path.realpath(os.path.join(real_base, entry))
             if os.path.commonpath([real_base, target]) != real_base:
-                raise InvalidRoutine(outside)
+                raise folder.outside()
         try:
             mode = os.stat(entry, dir_fd=folder.fd).st_mode
         except FileNotFoundError:
@@ -224,7 +228,7 @@ def _read_capped(folder: _Folder, entry: str) -> bytes:
         # open file's path (Linux's /proc), the one opened is checked before it is read.
         opened = _opened_path(file.fileno())
         if opened is not None and os.path.commonpath([folder.real, opened]) != folder.real:
-            raise InvalidRoutine(f"is a symlink leading outside {folder.base}")
+            raise folder.outside()
         info = os.fstat(file.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise InvalidRoutine("is not a regular file")
