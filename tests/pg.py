@@ -199,9 +199,9 @@ class Proxy:
     """tests/tcpproxy.py in front of the server: ``url`` goes through it.
 
     ``freeze()`` stops the proxy (SIGSTOP) until ``thaw()``, ``hold()`` holds the server's
-    answers until ``release()``; a watchdog undoes either after ``watchdog`` seconds whatever
-    happens, so a test whose code under test hangs on the stall fails (``thawed_late`` is then
-    true) instead of hanging the suite.
+    answers until ``release()`` (``hold_at_commit()``: from the next commit on); a watchdog
+    undoes either after ``watchdog`` seconds whatever happens, so a test whose code under test
+    hangs on the stall fails (``thawed_late`` is then true) instead of hanging the suite.
     """
 
     def __init__(self, url: str, watchdog: float = 90.0) -> None:
@@ -232,6 +232,17 @@ class Proxy:
     def hold(self) -> None:
         """Hold the server's answers (requests still reach it); returns once in effect."""
         self._ask(signal.SIGUSR1, "held")
+        self._arm(signal.SIGUSR2)
+
+    def hold_at_commit(self) -> None:
+        """Hold the server's answers from the next request carrying a commit on (the commit
+        reaches the server); returns once armed: :meth:`wait_held` waits for the commit."""
+        self._ask(signal.SIGHUP, "armed")
+
+    def wait_held(self) -> None:
+        """Block until an armed hold took effect (a commit passed); the watchdog starts."""
+        assert self.proc.stdout is not None
+        assert self.proc.stdout.readline() == "held\n"
         self._arm(signal.SIGUSR2)
 
     def release(self) -> None:

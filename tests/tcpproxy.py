@@ -4,13 +4,16 @@ It listens on a free loopback port, prints that port, and forwards every connect
 ``127.0.0.1:PORT``. Freeze it whole with SIGSTOP (the kernel still accepts and acknowledges,
 nothing is forwarded: a silent stall), or hold only the server's answers with SIGUSR1 (the
 requests still reach the server) and let them through again with SIGUSR2; it prints
-``held`` or ``released`` once a signal took effect.
+``held`` or ``released`` once a signal took effect. SIGHUP arms a hold that begins with the
+next request carrying ``COMMIT`` (the commit reaches the server, its answer is held): it
+prints ``armed``, then ``held`` when the commit passes.
 """
 
 from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Callable
 from functools import partial
 
 import trio
@@ -18,12 +21,17 @@ import trio_util
 
 
 async def _pump(
-    source: trio.SocketStream, sink: trio.SocketStream, hold: trio_util.AsyncBool | None
+    source: trio.SocketStream,
+    sink: trio.SocketStream,
+    hold: trio_util.AsyncBool | None,
+    sent: Callable[[bytes], None] | None = None,
 ) -> None:
     try:
         async for data in source:
             if hold is not None:
                 await hold.wait_value(False)
+            if sent is not None:
+                sent(data)  # before it goes on: an answer to it finds the hold in effect
             await sink.send_all(data)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
@@ -33,6 +41,13 @@ async def _pump(
 
 async def main(target: int) -> None:
     hold = trio_util.AsyncBool(False)
+    at_commit = [False]
+
+    def sent(data: bytes) -> None:
+        if at_commit[0] and b"COMMIT" in data:
+            at_commit[0] = False
+            hold.value = True
+            print("held", flush=True)
 
     async def handle(client: trio.SocketStream) -> None:
         try:
@@ -41,13 +56,17 @@ async def main(target: int) -> None:
             await client.aclose()
             return
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_pump, client, server, None)
+            nursery.start_soon(_pump, client, server, None, sent)
             nursery.start_soon(_pump, server, client, hold)
 
     async def signals(*, task_status: trio.TaskStatus[None]) -> None:
-        with trio.open_signal_receiver(signal.SIGUSR1, signal.SIGUSR2) as received:
+        with trio.open_signal_receiver(signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP) as received:
             task_status.started()
             async for signum in received:
+                if signum == signal.SIGHUP:
+                    at_commit[0] = True
+                    print("armed", flush=True)
+                    continue
                 hold.value = signum == signal.SIGUSR1
                 print("held" if hold.value else "released", flush=True)
 

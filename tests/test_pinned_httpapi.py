@@ -22,7 +22,7 @@ from scheduler_rig import T0, rig
 from trio_routines import Routine, Scheduler
 from trio_routines.agent import Completed, Event, TextDelta
 from trio_routines.cron import next_run
-from trio_routines.errors import StateFault
+from trio_routines.errors import StateFault, Unconfirmed
 from trio_routines.http import api, wakeupapi
 from trio_routines.http.api import MAX_REPLY
 from trio_routines.http.wire import Refusal, Response
@@ -654,6 +654,46 @@ async def test_a_pause_or_resume_fault_is_logged_naming_which(
     assert errors(caplog) == [
         (logging.ERROR, "POST /routines/adhoc/pause: EIO: disk on fire"),
         (logging.ERROR, "POST /routines/adhoc/resume: EIO: disk on fire"),
+    ]
+
+
+async def test_a_change_the_store_cannot_confirm_is_503_saying_it_may_be_made(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The store's own word (its commit was sent, its answer lost): not "nothing was added".
+    unsure = Unconfirmed("could not add a wake-up in db: not confirmed: the commit was sent")
+    store = MemoryStore()
+    store.paused_routines.add("adhoc")
+    scheduler, *_ = rig(ADHOC, store=store, external_clock=True)
+    for operation in ("add_wakeup", "remove_wakeup", "set_paused"):
+        store.fail(operation, unsure)
+    retry = (("retry-after", "5"),)
+    caplog.clear()
+    assert await refused(wakeupapi.wake(scheduler, WAKE | {"in": "2h"})) == (
+        503,
+        "the wake-up state did not confirm the wake-up: it may be made — list the session's "
+        "wake-ups before adding it again",
+        retry,
+    )
+    assert await refused(wakeupapi.unwake(scheduler, "w1", "chat:1")) == (
+        503,
+        "the wake-up state did not confirm the cancellation: it may be made — try again",
+        retry,
+    )
+    for paused in (True, False):
+        assert await refused(api.pause(scheduler, "adhoc", paused=paused)) == (
+            503,
+            'the change of "adhoc" is not confirmed: it may be made — try again',
+            retry,
+        )
+    assert [message for _, message in errors(caplog)] == [
+        f"{route}: {unsure}"
+        for route in (
+            "POST /wakeups",
+            "DELETE /wakeups/w1",
+            "POST /routines/adhoc/pause",
+            "POST /routines/adhoc/resume",
+        )
     ]
 
 

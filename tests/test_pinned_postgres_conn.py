@@ -522,6 +522,114 @@ async def test_a_call_past_our_bound_is_a_call_fault_and_its_thread_is_told(
     )
 
 
+async def test_a_change_past_our_bound_after_its_commit_went_out_is_not_confirmed(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Held before its commit: the caller is told it could not be made, which the thread
+    # makes true (its commit check raises). Held once its commit went out: not confirmed.
+    monkeypatch.setattr(pgconn, "SERVER_FIRST", 0.15)
+    rolled_back: list[BaseException] = []
+    told = trio.Event()
+    token = trio.lowlevel.current_trio_token()
+
+    def before(conn: psycopg.Connection[Any], call: pgconn.Call) -> None:
+        call.abandoned.wait(30)
+        try:
+            call.before_commit()
+        except StateFault as exc:
+            rolled_back.append(exc)
+            trio.from_thread.run_sync(told.set, trio_token=token)
+
+    def sent(conn: psycopg.Connection[Any], call: pgconn.Call) -> None:
+        call.before_commit()
+        call.abandoned.wait(30)
+
+    async with connections(url, timeout=0.1) as conns:
+        for fn in (before, sent):
+            with pytest.raises(pgconn.CallFault) as caught:
+                await conns.run("could not change", fn)
+            assert caught.value.where == conns.where
+            stalled = "no answer within 0.25 s — the server or the network is stalled"
+            if fn is before:
+                assert caught.value.why == stalled
+            else:
+                assert caught.value.why == (
+                    f"not confirmed: the commit was sent, and {stalled}; it may still be made "
+                    "there: look before asking again"
+                )
+        with trio.fail_after(30):
+            await told.wait()
+    assert [str(exc) for exc in rolled_back] == ["abandoned by its caller: rolled back"]
+
+
+async def test_a_commit_whose_connection_is_lost_is_not_confirmed(url: str) -> None:
+    # The server answered nothing: its connection ended (a SQLSTATE-less OperationalError),
+    # so whether the commit it had been sent was made is not known.
+    def lost(conn: psycopg.Connection[Any], call: pgconn.Call, committing: bool) -> None:
+        if committing:
+            call.before_commit()
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    def refused(conn: psycopg.Connection[Any], call: pgconn.Call) -> None:
+        call.before_commit()
+        conn.execute("SELECT 1 / 0")  # an error the server reports: nothing was made
+
+    async with connections(url, timeout=5) as conns:
+        with pytest.raises(pgconn.CallFault) as caught:
+            await conns.run("could not change", lost, True)
+        assert caught.value.why == (
+            "not confirmed: the commit was sent and the connection was lost (OperationalError: "
+            "server closed the connection unexpectedly); it may still be made there: look "
+            "before asking again"
+        )
+        with pytest.raises(pgconn.CallFault) as caught:
+            await conns.run("could not change", lost, False)
+        assert caught.value.why == ("OperationalError: server closed the connection unexpectedly")
+        with pytest.raises(pgconn.CallFault) as caught:
+            await conns.run("could not change", refused)
+        assert caught.value.why == "DivisionByZero: division by zero"
+
+
+async def test_an_answer_handed_over_as_the_bound_passed_is_the_caller_s_and_one_too_late_undone(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pgconn, "SERVER_FIRST", 0.15)
+    undone: list[str] = []
+    told = trio.Event()
+    token = trio.lowlevel.current_trio_token()
+    real_hand_over = pgconn.Call.hand_over
+
+    def slow_to_report(call: pgconn.Call, answer: object) -> bool:
+        handed = real_hand_over(call, answer)
+        call.abandoned.wait(30)  # the thread's report reaches the event loop after the bound
+        return handed
+
+    def in_time(conn: psycopg.Connection[Any], call: pgconn.Call) -> str:
+        call.undo = lambda: undone.append("in time")
+        return "answer"
+
+    def too_late(conn: psycopg.Connection[Any], call: pgconn.Call) -> str:
+        call.abandoned.wait(30)
+
+        # The undo runs on the call's own connection, still in the thread's hands.
+        def undo() -> None:
+            undone.append(conn.execute("SELECT 'undone'").fetchone()[0])
+            trio.from_thread.run_sync(told.set, trio_token=token)
+
+        call.undo = undo
+        return "answer"
+
+    async with connections(url, timeout=0.1) as conns:
+        with monkeypatch.context() as patched:
+            patched.setattr(pgconn.Call, "hand_over", slow_to_report)
+            assert await conns.run("answering", in_time) == "answer"
+        with pytest.raises(pgconn.CallFault, match=r"no answer within 0\.25 s"):
+            await conns.run("answering", too_late)
+        with trio.fail_after(30):
+            await told.wait()
+    assert undone == ["undone"]
+
+
 async def test_a_call_waiting_for_a_free_connection_is_not_out_of_time_for_it(url: str) -> None:
     # One connection, held by a first call for longer than the timeout: the second call waits
     # for it within its whole bound, not within the shorter wait for a connection to open.

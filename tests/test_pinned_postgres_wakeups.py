@@ -23,6 +23,7 @@ from trio_routines.instants import FIRST_INSTANT, LAST_INSTANT
 from trio_routines.records import Wakeup
 from trio_routines.stores.postgres import PostgresStore
 from trio_routines.stores.postgres.conn import Call, Connections
+from trio_routines.stores.postgres.pauses import set_paused
 from trio_routines.stores.postgres.schema import Schema
 from trio_routines.stores.postgres.wakeups import PostgresWakeups
 from trio_routines.wakeups import MAX_PENDING_PER_SESSION, WakeupRequest, check_stored
@@ -471,12 +472,19 @@ def test_a_change_whose_caller_gave_up_is_rolled_back_whole(
         (lambda: wakeups._add(conn, given_up, REQUEST, T0), ": rolled back"),
         (lambda: wakeups._remove(conn, given_up, "w1", "s"), ": rolled back"),
         (lambda: wakeups._take(conn, given_up, T0), ""),  # before it reads a row
+        # A pause, as a resume, said not confirmed: not made either.
+        (lambda: set_paused(conn, given_up, Schema(schema), "r", True, T0), ": rolled back"),
     ]
     for call, then in calls:
         with pytest.raises(StateFault) as raised:
             call()
         assert str(raised.value) == f"abandoned by its caller{then}"
         assert ids(schema) == ["w1", "w2"]
+        with admin() as db:
+            assert (
+                db.execute(sql.SQL("SELECT 1 FROM {}").format(table(schema, "paused"))).fetchall()
+                == []
+            )
     # Given up once a row is locked, before its take commits: rolled back whole.
     taking = Call()
     real = wakeups._take_row
@@ -493,6 +501,75 @@ def test_a_change_whose_caller_gave_up_is_rolled_back_whole(
     assert taken is not None
     assert taken.id == "w1"
     assert ids(schema) == ["w2"]
+
+
+def rows_of(schema: str) -> list[tuple[Any, ...]]:
+    """Every wake-up row as stored: seq, id, fire_at, attempts."""
+    with admin() as db:
+        return db.execute(
+            sql.SQL("SELECT seq, id, fire_at, attempts FROM {} ORDER BY seq").format(
+                table(schema, "wakeups")
+            )
+        ).fetchall()
+
+
+def test_a_take_whose_caller_gave_up_during_its_commit_is_put_back_as_it_was(
+    conn: psycopg.Connection[Any], schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The commit was on its way when the caller gave up: the answer cannot be handed over,
+    # and the call's undo puts the wake-up back, in its place (a stalled server or network).
+    seed(schema, ("w-once", "s1", None), ("w-every", "s2", "*/5 * * * *"), ("w-last", "s3", None))
+    with admin() as db:
+        db.execute(sql.SQL("UPDATE {} SET attempts = 3").format(table(schema, "wakeups")))
+    wakeups = PostgresWakeups(cast(Connections, None), Schema(schema))
+
+    def take_for_nobody(expected: str) -> Call:
+        call = Call()
+        taken = wakeups._take(conn, call, T0)
+        assert taken is not None
+        assert taken.id == expected
+        assert call.give_up() is None  # the caller left before the answer was handed over
+        assert not call.hand_over(taken)
+        return call
+
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        for expected in ("w-once", "w-every"):
+            before = rows_of(schema)
+            call = take_for_nobody(expected)
+            assert rows_of(schema) != before  # taken: deleted, or moved to its next occurrence
+            assert call.undo is not None
+            call.undo()
+            assert rows_of(schema) == before  # as it was: its seq, its time, its attempts
+            kept = Call()  # a caller that still waits is handed the answer: nothing undone
+            taken = wakeups._take(conn, kept, T0)
+            assert taken is not None
+            assert taken.id == expected
+            assert kept.hand_over(taken)
+            assert kept.give_up() == (taken,)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"wake-up {id_} of session {session!r} was taken after the call had given up (a "
+        "stalled connection, or a stop); it did not run and is put back"
+        for id_, session in (("w-once", "s1"), ("w-every", "s2"))
+    ]
+    # A recurring one changed since its take is left as it is now; a one-shot is put back
+    # once, however often its undo runs.
+    seed(schema, ("w-again", "s4", "*/5 * * * *"))
+    moved = take_for_nobody("w-last")
+    again = take_for_nobody("w-again")
+    with admin() as db:
+        db.execute(
+            sql.SQL(
+                "UPDATE {} SET fire_at = fire_at + interval '1 day' WHERE id = 'w-again'"
+            ).format(table(schema, "wakeups"))
+        )
+    changed = rows_of(schema)
+    assert again.undo is not None
+    again.undo()
+    assert rows_of(schema) == changed
+    assert moved.undo is not None
+    moved.undo()
+    moved.undo()
+    assert [row[1] for row in rows_of(schema)] == ["w-every", "w-last", "w-again"]
 
 
 async def test_an_instant_no_datetime_holds_reads_as_the_calendar_s_edge(

@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,47 @@ async def test_a_claim_committed_after_its_caller_gave_up_is_recorded_interrupte
     assert (await direct.claim(routine, T0, T0)).status is ClaimStatus.DUPLICATE
     await direct.aclose()
     await store.aclose()
+
+
+async def test_a_wake_up_change_whose_commit_is_answered_late_is_not_confirmed_and_a_take_undone(
+    schema: str, proxy: Proxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = PostgresStore(proxy.url, schema=schema, timeout=1)
+    direct = PostgresStore(require_server(), schema=schema)
+    await store.latest_fire("r")  # pool open, schema in place
+    not_confirmed = (
+        r"not confirmed: the commit was sent, and no answer within 2 s — the server or the "
+        r"network is stalled; it may still be made there: look before asking again$"
+    )
+
+    async def commit_held(change: Awaitable[object], what: str) -> None:
+        proxy.hold_at_commit()
+        with pytest.raises(StateFault, match=f"^{what} in .*: {not_confirmed}"):
+            await change
+        with trio.fail_after(30):
+            await trio.to_thread.run_sync(proxy.wait_held, abandon_on_cancel=True)
+        proxy.release()  # the late answer reaches the thread whose caller gave up
+
+    # An add: made after all, as the message warns.
+    request = WakeupRequest(session="s", prompt="p", fire_at=T0)
+    await commit_held(store.add_wakeup(request, T0 - timedelta(hours=1)), "could not add a wake-up")
+    (added,) = await direct.list_wakeups()
+    assert (added.session, added.fire_at) == ("s", T0)
+    # A take: taken for nobody, then put back by its thread once the answer came.
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        await commit_held(store.take_due_wakeup(T0), "could not take a due wake-up")
+
+        def put_back() -> bool:
+            return f"wake-up {added.id} of session 's' was taken after" in caplog.text
+
+        await trio.to_thread.run_sync(lambda: wait_for(put_back, 30, "the take undone"))
+    assert await direct.list_wakeups() == [added]
+    taken = await direct.take_due_wakeup(T0)  # fires once, at the next poll
+    assert taken is not None
+    assert taken.id == added.id
+    assert not proxy.thawed_late
+    await store.aclose()
+    await direct.aclose()
 
 
 def _env(tmp_path: Path, proxy: Proxy, schema: str) -> Env:

@@ -29,6 +29,7 @@ if typing.TYPE_CHECKING:  # imported on first use (below): `import trio_routines
     from .errors import InvalidWakeup as InvalidWakeup
     from .errors import StateFault as StateFault
     from .errors import TrioRoutinesError as TrioRoutinesError
+    from .errors import Unconfirmed as Unconfirmed
     from .errors import UnsafeName as UnsafeName
     from .hosting import serve as serve
     from .records import ClaimResult as ClaimResult
@@ -84,6 +85,7 @@ _LAZY = {
     "InvalidWakeup": ".errors",
     "StateFault": ".errors",
     "TrioRoutinesError": ".errors",
+    "Unconfirmed": ".errors",
     "UnsafeName": ".errors",
     "serve": ".hosting",
     "ClaimResult": ".records",

@@ -37,6 +37,14 @@ class StateFault(TrioRoutinesError, OSError):
     """
 
 
+class Unconfirmed(StateFault):
+    """A change cut off after it may have been made: its commit had been sent when the answer
+    failed to come (a PostgreSQL server whose commits stall, an answer lost on the way), so
+    nobody can say whether it was. Asking again is harmless for a pause, a resume or a
+    removal; an add asked again could be made twice: look for it first.
+    """
+
+
 class InvalidWakeup(TrioRoutinesError, ValueError):
     """Raised for a wake-up request that fails a guardrail; the message is model-facing.
 

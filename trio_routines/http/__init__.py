@@ -42,9 +42,10 @@ changes nothing:
 5. the fields: missing or of the wrong type (400); unknown fields are ignored, as the
    TypeScript agent server's routines scheduler does, so a newer client can talk to an older
    server;
-6. the action. A state fault is 503 with ``Retry-After`` (nothing was claimed or changed),
-   and so is a store that has not answered a handler's call within the scheduler's
-   ``store_timeout`` (a change then is not confirmed); anything unexpected is logged and
+6. the action. A state fault is 503 with ``Retry-After`` (nothing was claimed or changed,
+   unless the store says the change is not confirmed), and so is a store that has not
+   answered a handler's call within the scheduler's ``store_timeout`` (a change then is not
+   confirmed); anything unexpected is logged and
    answered 500 with a generic message.
 
 Decisions (also in docs/http.md):

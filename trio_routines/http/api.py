@@ -2,7 +2,8 @@
 (the wake-up routes': :mod:`.wakeupapi`).
 
 Only the handlers read or write the state store, and only after every gate of the package
-doc has passed; each answers a store fault with 503 (nothing claimed or changed).
+doc has passed; each answers a store fault with 503 (nothing claimed or changed, but for a
+change the store reports :class:`~trio_routines.errors.Unconfirmed`: it may be made).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ..budgets import budgets_text
 from ..claims import arm_from
 from ..converter import history_json, history_to_json
 from ..cron import next_run
-from ..errors import StateFault
+from ..errors import StateFault, Unconfirmed
 from ..history import in_slot_order, read_history, running_slots
 from ..instants import format_iso
 from ..names import name_problem
@@ -347,5 +348,9 @@ async def pause(scheduler: Scheduler, name: str, *, paused: bool) -> Response:
             return Response(200, {"name": routine.name, "paused": False, "changed": False})
     except StateFault as exc:
         log.error("POST /routines/%s/%s: %s", name[:ECHO], "pause" if paused else "resume", exc)
+        if isinstance(exc, Unconfirmed):  # its commit was sent: made, or not
+            raise unavailable(
+                f"the change of {quoted(name)} is not confirmed: it may be made — try again"
+            ) from None
         raise unavailable(f"could not change {quoted(name)} right now") from None
     return Response(200, {"name": routine.name, "paused": paused})

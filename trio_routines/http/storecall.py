@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import trio
 
-from ..errors import StateFault
+from ..errors import StateFault, Unconfirmed
 from ..scheduler import Scheduler
 from .wire import unavailable
 
@@ -28,16 +28,20 @@ async def store_call(
     call: Awaitable[T],
     refusal: str,
     unanswered: str | None = None,
+    unconfirmed: str | None = None,
 ) -> T:
     """``await call`` within ``scheduler.store_timeout``. A :class:`StateFault`, or no answer
     by then, is logged under ``route`` (``GET /wakeups``) and refused 503 with ``refusal``;
     when the store did not answer, with ``unanswered`` instead if given: a change cut off is
-    not confirmed, which is not "nothing was changed"."""
+    not confirmed, which is not "nothing was changed"; and so with ``unconfirmed`` when the
+    store itself says so (:class:`Unconfirmed`: its commit was sent, its answer did not come)."""
     problem = f"the store did not answer within {scheduler.store_timeout:g}s"
     message = refusal if unanswered is None else unanswered
     with trio.move_on_after(scheduler.store_timeout):
         try:
             return await call
+        except Unconfirmed as exc:
+            problem, message = str(exc), refusal if unconfirmed is None else unconfirmed
         except StateFault as exc:
             problem, message = str(exc), refusal
     log.error("%s: %s", route, problem)

@@ -50,6 +50,11 @@ def _not_confirmed(scheduler: Scheduler, change: str, then: str = "try again") -
     )
 
 
+def _unconfirmed(change: str, then: str = "try again") -> str:
+    """The 503 of a change the store says may be made (its commit was sent, unanswered)."""
+    return f"the wake-up state did not confirm the {change}: it may be made — {then}"
+
+
 #: An add cut off: asked again, it could be made twice, were the first to land after all.
 LIST_FIRST = "list the session's wake-ups before adding it again"
 
@@ -95,6 +100,7 @@ async def wake(scheduler: Scheduler, body: Mapping[str, Any], mount: str = "") -
             add(),
             "the wake-up state is unavailable; nothing was added",
             _not_confirmed(scheduler, "wake-up", LIST_FIRST),
+            _unconfirmed("wake-up", LIST_FIRST),
         )
     except InvalidWakeup as exc:  # as the surface shows wake-ups: without their prompts
         raise Refusal(400, exc.public) from None
@@ -139,6 +145,7 @@ async def unwake(scheduler: Scheduler, wakeup_id: str, session: str) -> Response
         scheduler.store.remove_wakeup(wakeup_id, session),
         "the wake-up state is unavailable; nothing was removed",
         _not_confirmed(scheduler, "cancellation"),
+        _unconfirmed("cancellation"),
     )
     if not removed:
         raise Refusal(404, removed_reply(wakeup_id[:ECHO], False))

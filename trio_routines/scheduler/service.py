@@ -349,7 +349,8 @@ class Scheduler:
         (``current_fire().session`` is the turn's session). Raises :class:`InvalidWakeup`
         with a model-facing reason (the guardrails, the limits; it names the tool's
         parameters, ``in`` for ``delay``; a naive ``fire_at`` or ``until``), or StateFault
-        (nothing added). :mod:`trio_routines.tools` offers this to a model."""
+        (nothing added; :class:`Unconfirmed`, one too: maybe added). :mod:`trio_routines.tools`
+        offers this to a model."""
         return await self._parts.wakeup_calls.add(
             session, prompt, delay=delay, fire_at=fire_at, cron=cron, tz=tz, until=until
         )
@@ -360,9 +361,9 @@ class Scheduler:
 
     async def remove_wakeup(self, wakeup_id: str, session: str) -> bool:
         """Cancel the pending wake-up ``wakeup_id`` of ``session``: False when there is none
-        (fired, cancelled, or another session's). Raises StateFault (nothing removed), or
-        :class:`InvalidWakeup` for a ``session`` that is no non-empty text (``None`` would
-        reach every session's)."""
+        (fired, cancelled, or another session's). Raises StateFault (nothing removed; an
+        :class:`Unconfirmed` one: maybe removed), or :class:`InvalidWakeup` for a ``session``
+        that is no non-empty text (``None`` would reach every session's)."""
         return await self._parts.wakeup_calls.remove(wakeup_id, session)
 
     async def wait_drained(self) -> None:

@@ -17,8 +17,12 @@ bound, because calls run inside shielded fires and a stop's grace must hold:
   keepalives and ``tcp_user_timeout`` make the kernel drop a connection whose peer vanished,
   which is what eventually frees an abandoned thread and its connection.
 * **A caller that gave up.** The thread sees the call's ``abandoned`` event. Work that has
-  not committed checks it before committing and rolls back instead (see the claims and
-  wake-ups modules); the claims module deals with a commit whose answer was lost as well.
+  not committed checks it before committing and rolls back instead (:meth:`Call.before_commit`:
+  see the claims and wake-ups modules). A commit already sent cannot be called back: the
+  caller is then told the change is not confirmed (:class:`~trio_routines.errors.Unconfirmed`:
+  it may be made, look before asking again), never that it could not be made; and where the
+  change took something for the caller (a claim, a wake-up), the thread gives it back once
+  the late answer comes (the claims and wake-ups modules).
 
 A connection that died while idle (a killed backend, a restarted server) fails the empty
 query each call starts with, before anything of ours was sent, so the call moves on to the
@@ -51,7 +55,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.datetime import TimestamptzLoader
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ...errors import StateFault
+from ...errors import StateFault, Unconfirmed
 from ...instants import FIRST_INSTANT, LAST_INSTANT
 from ...text import one_line
 from ..credentials import shown_message
@@ -110,6 +114,12 @@ def _search_path(options: str) -> str | None:
     return found.group(1) if found else None
 
 
+def _connection_lost(exc: BaseException) -> bool:
+    """The connection failed under a call (no error the server reported: those carry a
+    SQLSTATE, and a commit the server refused made nothing)."""
+    return isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None
+
+
 class _NoConnection(Exception):
     """No connection within the bound, or an attempt that began during the wait failed."""
 
@@ -135,6 +145,14 @@ def reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:300]}"
 
 
+#: What became of a change whose caller gave up before it committed.
+ROLLED_BACK = ": rolled back"
+#: What a caller is told of a change whose commit was sent when the answer failed to come.
+UNCONFIRMED = "not confirmed: the commit was sent"
+#: ...and what to do about it (an add asked again could be made twice).
+LOOK_FIRST = "it may still be made there: look before asking again"
+
+
 class CallFault(StateFault):
     """A call that failed or outlived its bound; ``why`` is the reason alone, so a batch can
     report it once per caller, each naming its own slot."""
@@ -148,17 +166,53 @@ class CallFault(StateFault):
         return StateFault(f"{what} in {self.where}: {self.why}")
 
 
+class UnconfirmedCall(CallFault, Unconfirmed):
+    """A call cut off after its change's commit was sent: it may be made."""
+
+
 class Call:
-    """What a thread doing a store call may ask: has its caller given up?"""
+    """What a thread doing a store call may ask: has its caller given up? And what the call
+    leaves for its caller, who may give up at any moment: its answer, or whether the commit
+    was sent."""
 
     def __init__(self) -> None:
         self.abandoned = threading.Event()
+        #: Set just before a change's commit goes out (and never cleared): a caller that gives
+        #: up after it cannot know whether the change was made.
+        self.committing = False
+        #: How to undo what the call took for its caller (a wake-up), should the caller have
+        #: given up before its answer was handed over.
+        self.undo: Callable[[], None] | None = None
+        self._answer: tuple[Any] | None = None
+        self._handing = threading.Lock()
 
     def unless_given_up(self, then: str = "") -> None:
         """Go on only if the caller still waits; else raise (nobody reads it): work that has
         not committed then rolls back (``then``: what became of it, for the message)."""
         if self.abandoned.is_set():
             raise StateFault(f"abandoned by its caller{then}")
+
+    def before_commit(self) -> None:
+        """The last step of a change before its commit: noted as committing, then rolled back
+        (raised) if the caller gave up. Noted first: a caller giving up meanwhile either sees
+        the note (and says "not confirmed") or is seen here (and nothing is made)."""
+        self.committing = True
+        self.unless_given_up(ROLLED_BACK)
+
+    def hand_over(self, answer: object) -> bool:
+        """Keep the thread's answer for its caller; False when the caller gave up first."""
+        with self._handing:
+            if self.abandoned.is_set():
+                return False
+            self._answer = (answer,)
+            return True
+
+    def give_up(self) -> tuple[Any] | None:
+        """The caller's side: stop waiting, and take the answer if it was handed over by then
+        (a call that finished as its deadline passed is not lost)."""
+        with self._handing:
+            self.abandoned.set()
+            return self._answer
 
 
 class Connections:
@@ -228,10 +282,9 @@ class Connections:
     ) -> T:
         """``fn(conn, call, *args)`` in a thread, within our bound; faults as StateFault."""
         call = Call()
-        done = False
         try:
             with trio.move_on_after(self.timeout + SERVER_FIRST):
-                result = await trio.to_thread.run_sync(
+                return await trio.to_thread.run_sync(
                     self._call,
                     call,
                     fn,
@@ -240,16 +293,22 @@ class Connections:
                     abandon_on_cancel=True,
                     thread_name=THREAD_NAME,
                 )
-                done = True
-                return result
         except (psycopg.Error, _NoConnection) as exc:
-            done = True
-            raise CallFault(what, self.where, reason(exc)) from None
-        finally:
-            if not done:  # our deadline, or the caller's cancellation: the thread is on its own
-                call.abandoned.set()
+            why = reason(exc)
+            if call.committing and _connection_lost(exc):  # the commit's answer, lost
+                why = f"{UNCONFIRMED} and the connection was lost ({why}); {LOOK_FIRST}"
+                raise UnconfirmedCall(what, self.where, why) from None
+            raise CallFault(what, self.where, why) from None
+        except BaseException:  # the caller's cancellation: the thread is on its own
+            call.give_up()
+            raise
+        answer = call.give_up()  # our deadline: the thread is on its own
+        if answer is not None:
+            return answer[0]  # type: ignore[no-any-return]  # what fn returned
         bound = self.timeout + SERVER_FIRST
         why = f"no answer within {bound:g} s — the server or the network is stalled"
+        if call.committing:  # read after giving up: see Call.before_commit
+            raise UnconfirmedCall(what, self.where, f"{UNCONFIRMED}, and {why}; {LOOK_FIRST}")
         raise CallFault(what, self.where, why)
 
     def _call(
@@ -273,7 +332,10 @@ class Connections:
                         if time.monotonic() - self._schema_checked >= SCHEMA_RECHECK:
                             self.schema.migrate(conn, self.where)
                             self._schema_checked = time.monotonic()
-                return fn(conn, call, *args)
+                answer = fn(conn, call, *args)
+                if not call.hand_over(answer) and call.undo is not None:
+                    call.undo()  # on this connection, still ours
+                return answer
         raise AssertionError("unreachable")
 
     @contextmanager

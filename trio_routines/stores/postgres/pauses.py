@@ -18,10 +18,11 @@ Conn = psycopg.Connection[Any]
 
 
 def set_paused(
-    conn: Conn, _call: Call, tables: Schema, routine: str, paused: bool, at: datetime | None
+    conn: Conn, call: Call, tables: Schema, routine: str, paused: bool, at: datetime | None
 ) -> None:
     """Pause ``routine`` (paused already: its first pause's instant stays), or resume it,
-    keeping ``at`` as its latest resume (a routine not paused: nothing changes)."""
+    keeping ``at`` as its latest resume (a routine not paused: nothing changes). Rolled back
+    when its caller gave up before the commit: "not confirmed" then means not made."""
     with conn.transaction():
         if paused:
             query = (
@@ -40,6 +41,7 @@ def set_paused(
                 ),
                 (routine, truncate_ms(at)),
             )
+        call.before_commit()
 
 
 def paused_since(conn: Conn, _call: Call, tables: Schema, routine: str) -> datetime | None:

@@ -17,12 +17,14 @@ every row older than the window, so the table holds about an hour of turns.
 
 An add, a removal or a take whose caller gave up while it waited (a table locked, a stalled
 server: the caller's deadline passed first) is rolled back rather than committed behind its
-back, as the state directory undoes such a change: the caller's "not confirmed" then means
-not made, a retry is safe, and a wake-up taken for nobody is not lost (the next poll takes
-it). A caller that gives up once the commit was sent is not seen: a server whose commits
-stall (a synchronous standby gone, a disk that does not answer) may still make the change.
-A deferral is committed even so: it puts back a wake-up that was taken, which is better
-made late than lost.
+back, as the state directory undoes such a change: the caller's "could not" then means not
+made, a retry is safe, and a wake-up taken for nobody is not lost (the next poll takes it).
+A caller that gives up once the commit was sent (a server whose commits stall, an answer
+lost on the way) is told the change is not confirmed: it may be made. A take so cut off is
+undone by its thread once the answer comes: the wake-up is put back as it was, in its place,
+since nobody runs it (should the answer never come, a committed take is lost with it). A
+deferral is committed even so: it puts back a wake-up that was taken, which is better made
+late than lost.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -128,8 +131,6 @@ _VERSION = "seq::text || ':' || xmin::text"
 #: The most due rows a take reads at a time, looking for one it can read and lock: one at
 #: first, then four times as many each time (a backlog of rows it can read costs a row each).
 _CANDIDATES = 256
-#: Before an add, a removal or a take commits: a caller that gave up has it rolled back.
-ROLLED_BACK = ": rolled back"
 
 
 class PostgresWakeups:
@@ -153,7 +154,7 @@ class PostgresWakeups:
         with conn.transaction():
             wakeup = plan_add(self._sessions_wakeups(conn, request.session), request, now)
             self._insert(conn, call, wakeup)
-            call.unless_given_up(ROLLED_BACK)
+            call.before_commit()
         return wakeup
 
     def _sessions_wakeups(self, conn: Conn, session: str) -> list[Wakeup]:
@@ -244,8 +245,37 @@ class PostgresWakeups:
                 conn.execute(self._tables.sql("DELETE FROM {wakeups} WHERE seq = %s"), (seq,))
             if taken is None:
                 return None  # expired (take_first_due logged it): removed, look further
-            call.unless_given_up(ROLLED_BACK)  # else it would be taken for nobody: never run
-            return taken
+            call.before_commit()  # else it would be taken for nobody: never run
+        call.undo = partial(self._put_back, conn, seq, wakeup, rest[0] if rest else None)
+        return taken
+
+    def _put_back(self, conn: Conn, seq: int, wakeup: Wakeup, advanced: Wakeup | None) -> None:
+        """Undo a take whose caller gave up while its commit was on its way (a stalled server
+        or network): nobody runs it, so it is put back as it was, in its place (``seq``), to
+        fire at the next poll. A recurring one moved on to its next occurrence (``advanced``)
+        is moved back, unless it was changed or removed since."""
+        log.warning(
+            "wake-up %s of session %r was taken after the call had given up (a stalled "
+            "connection, or a stop); it did not run and is put back",
+            wakeup.id,
+            wakeup.session,
+        )
+        if advanced is not None:
+            conn.execute(
+                self._tables.sql(
+                    "UPDATE {wakeups} SET fire_at = %s, attempts = %s "
+                    "WHERE seq = %s AND fire_at = %s AND attempts IS NULL"
+                ),
+                (wakeup.fire_at, wakeup.attempts, seq, advanced.fire_at),
+            )
+            return
+        conn.execute(
+            self._tables.sql(
+                f"INSERT INTO {{wakeups}} (seq, {_WAKEUP_COLUMNS}) VALUES (%s, {_PLACES}) "
+                "ON CONFLICT DO NOTHING"
+            ),
+            (seq, *_params(wakeup)),
+        )
 
     async def defer(self, wakeup: Wakeup, fire_at: datetime) -> bool:
         what = f"could not re-queue wake-up {wakeup.id}"
@@ -257,6 +287,7 @@ class PostgresWakeups:
             if deferred is None:
                 return False
             self._insert(conn, call, deferred)
+            call.committing = True  # committed whether or not its caller still waits
         return True
 
     async def remove(self, wakeup_id: str, session: str | None = None) -> bool:
@@ -274,7 +305,7 @@ class PostgresWakeups:
             params += (session,)
         with conn.transaction():
             removed = conn.execute(self._tables.sql(query), params).rowcount > 0
-            call.unless_given_up(ROLLED_BACK)
+            call.before_commit()
         return removed
 
     async def pending(self) -> list[Wakeup]:
