@@ -277,6 +277,90 @@ async def test_migrate_brings_an_older_schema_up_and_says_from_which_version(
     )
 
 
+def catalog(name: str) -> list[tuple[str, str]]:
+    """Every relation of schema ``name`` and its columns, as (relation, column or kind)."""
+    with admin() as conn:
+        rows = conn.execute(
+            "SELECT c.relname, coalesce(a.attname, c.relkind::text) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 "
+            "AND NOT a.attisdropped WHERE n.nspname = %s ORDER BY 1, 2",
+            (name,),
+        ).fetchall()
+    return [(str(relation), str(column)) for relation, column in rows]
+
+
+async def test_migrate_re_creates_what_a_hand_dropped_from_a_current_schema(
+    schema_state: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    name, state = schema_state
+    where = state_label(state)
+    assert await cmd_migrate(migrate_args(state)) == 0
+    capsys.readouterr()
+    whole = catalog(name)
+
+    def table(short: str) -> sql.Identifier:
+        return sql.Identifier(name, f"trio_routines_{short}")
+
+    with admin() as conn:  # an operator's hand, the version table untouched
+        conn.execute(sql.SQL("DROP INDEX {}").format(table("wakeups_due")))
+        conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN output").format(table("claims")))
+        conn.execute(sql.SQL("DROP TABLE {}").format(table("wake_turns")))  # and its indexes
+    assert await cmd_migrate(migrate_args(state)) == 0
+    shown = '"trio_routines_'  # the search_path's schema: names as the URL's store uses them
+    assert capsys.readouterr().out == (
+        f"{where}: re-created what schema version {SCHEMA_VERSION} has and the database "
+        f'lacked, empty: column {shown}claims".output, table {shown}wake_turns", '
+        f'index {shown}wakeups_due"\n'
+    )
+    assert catalog(name) == whole
+    assert await cmd_migrate(migrate_args(state)) == 0
+    assert capsys.readouterr().out == (
+        f"{where}: schema version {SCHEMA_VERSION}, nothing to migrate\n"
+    )
+    # A column the table was created with: named, not re-created (NOT NULL, no default).
+    with admin() as conn:
+        conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN fired_at").format(table("claims")))
+        conn.execute(sql.SQL("DROP INDEX {}").format(table("wakeups_id")))
+    with pytest.raises(CliError) as raised:
+        await cmd_migrate(migrate_args(state))
+    assert str(raised.value) == (
+        f"{where}: missing from schema version {SCHEMA_VERSION}, and not re-created (a column "
+        f'a table was created with; restore it by hand): column {shown}claims".fired_at'
+    )
+    assert capsys.readouterr().out == (
+        f"{where}: re-created what schema version {SCHEMA_VERSION} has and the database "
+        f'lacked, empty: index {shown}wakeups_id"\n'
+    )
+    assert catalog(name) == [
+        entry for entry in whole if entry != ("trio_routines_claims", "fired_at")
+    ]
+
+
+async def test_migrate_leaves_a_newer_schema_it_may_use_as_it_is(
+    schema_state: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    name, state = schema_state
+    assert await cmd_migrate(migrate_args(state)) == 0
+    with admin() as conn:  # newer code's: it dropped an index of ours, and lets us use it
+        conn.execute(
+            sql.SQL("DROP INDEX {}").format(sql.Identifier(name, "trio_routines_wakeups_due"))
+        )
+        conn.execute(
+            sql.SQL("INSERT INTO {} (version, compatible_from) VALUES (%s, 5)").format(
+                sql.Identifier(name, "trio_routines_schema")
+            ),
+            (SCHEMA_VERSION + 1,),
+        )
+    capsys.readouterr()
+    before = catalog(name)
+    assert await cmd_migrate(migrate_args(state)) == 0
+    assert capsys.readouterr().out == (
+        f"{state_label(state)}: schema version {SCHEMA_VERSION + 1}, nothing to migrate\n"
+    )
+    assert catalog(name) == before
+
+
 # --- standard streams closed at the start ----------------------------------------------------
 
 

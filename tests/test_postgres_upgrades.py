@@ -19,6 +19,7 @@ from trio_routines.errors import StateFault
 from trio_routines.stores.postgres import PostgresStore
 from trio_routines.stores.postgres import conn as pgconn
 from trio_routines.stores.postgres.schema import _MIGRATIONS, SCHEMA_VERSION, Schema
+from trio_routines.wakeups import WakeupRequest
 
 SLOT = "2026-07-07T09:00:00Z"
 T0 = datetime(2026, 7, 7, 9, tzinfo=UTC)
@@ -197,3 +198,27 @@ async def test_a_running_replica_stops_using_a_database_migrated_beyond_it(
             sql.SQL("SELECT slot FROM {}").format(sql.Identifier(schema, "trio_routines_claims"))
         ).fetchall()
     assert [slot for (slot,) in rows] == [T0]  # nothing claimed once it was refused
+
+
+async def test_a_store_of_its_own_schema_repairs_it_naming_each_object_in_it(schema: str) -> None:
+    store = PostgresStore(require_server(), schema=schema)
+    try:
+        assert await store.repair_schema() == []  # migrated by its first call: whole
+        with admin() as conn:
+            conn.execute(
+                sql.SQL("DROP INDEX {}").format(sql.Identifier(schema, "trio_routines_claims_open"))
+            )
+            conn.execute(
+                sql.SQL("ALTER TABLE {} DROP COLUMN until_at").format(
+                    sql.Identifier(schema, "trio_routines_wakeups")
+                )
+            )
+        assert await store.repair_schema() == [
+            (f'index "{schema}"."trio_routines_claims_open"', True),
+            (f'column "{schema}"."trio_routines_wakeups".until_at', True),
+        ]
+        assert await store.repair_schema() == []
+        request = WakeupRequest(session="s", prompt="p", cron="0 9 * * *", until=T0)
+        await store.add_wakeup(request, T0 - timedelta(days=2))  # writes until_at again
+    finally:
+        await store.aclose()

@@ -1,14 +1,17 @@
 """``migrate``: bring a PostgreSQL store's tables to this version's schema, as its own step.
 
 ``serve`` migrates too when it starts; every other command leaves an existing schema alone
-(see ``stores/postgres/schema.py``), so an upgrade happens when the operator says so.
+(see ``stores/postgres/schema.py``), so an upgrade happens when the operator says so. Then it
+re-creates what the schema of this version has and the database lacks (an index, a column or
+a table dropped by hand since: ``stores/postgres/repair.py``), naming each; what it cannot
+re-create it names too, and exits 1.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from .output import open_state, print_line, state_arg, state_label
+from .output import CliError, open_state, print_line, state_arg, state_label
 
 
 async def cmd_migrate(args: argparse.Namespace) -> int:
@@ -22,11 +25,26 @@ async def cmd_migrate(args: argparse.Namespace) -> int:
             )
             return 0
         before, now = await versions()
+        gone: list[tuple[str, bool]] = await store.repair_schema()  # type: ignore[attr-defined]
     where = state_label(state)
-    if before == now:
+    remade = [name for name, again in gone if again]
+    if before == now and not gone:
         print_line(f"{where}: schema version {now}, nothing to migrate")
+    elif before == now:
+        pass  # what was missing is said below
     elif before == 0:
         print_line(f"{where}: tables created at schema version {now}")
     else:
         print_line(f"{where}: migrated from schema version {before} to {now}")
+    if remade:
+        print_line(
+            f"{where}: re-created what schema version {now} has and the database lacked, "
+            f"empty: {', '.join(remade)}"
+        )
+    lost = [name for name, again in gone if not again]
+    if lost:
+        raise CliError(
+            f"{where}: missing from schema version {now}, and not re-created (a column a "
+            f"table was created with; restore it by hand): {', '.join(lost)}"
+        )
     return 0

@@ -20,6 +20,7 @@ from restarting while the upgrade rolls.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import psycopg
@@ -155,6 +156,12 @@ _MIGRATIONS: dict[int, list[str]] = {
         "CREATE INDEX IF NOT EXISTS {wake_turns_at} ON {wake_turns} (at)",
     ],
 }
+
+
+def steps(first: int, last: int) -> Iterator[str]:
+    """The statements of versions ``first`` to ``last``, in order (each idempotent)."""
+    for version in range(first, last + 1):
+        yield from _MIGRATIONS[version]
 
 
 #: For each version, the oldest version whose code may go on using a database at it (recorded
@@ -321,7 +328,7 @@ class Schema:
             if self._usable_newer(conn, current, where):
                 return
             for version in range(current + 1, SCHEMA_VERSION + 1):
-                for statement in _MIGRATIONS[version]:
+                for statement in steps(version, version):
                     conn.execute(self.sql(statement))
                 conn.execute(
                     self.sql("INSERT INTO {version} (version, compatible_from) VALUES (%s, %s)"),

@@ -40,6 +40,7 @@ from .holds import PostgresPresence
 from .ledger import record_usage, usage_since
 from .pauses import paused_since, set_paused
 from .reads import BATCH, READERS, history, newest_fires, open_claims, read_batch, resumes
+from .repair import repair
 from .schema import CLAIM_LOCK as CLAIM_LOCK
 from .schema import SCHEMA_VERSION as SCHEMA_VERSION
 from .schema import Migrate, Schema
@@ -328,6 +329,13 @@ class PostgresStore(Lifetime):
         now: int = await self._conns.run(what, _version, self._tables)
         found = self._tables.found
         return (now if found is None else found), now
+
+    async def repair_schema(self) -> list[tuple[str, bool]]:
+        """Re-create the tables, columns and indexes of this version's schema the database
+        lacks (see :mod:`.repair`): each missing one, and whether it was re-created. Raises
+        StateFault."""
+        what = "could not repair the schema"
+        return await self._conns.run(what, lambda conn, _call: repair(conn, self._tables))
 
     # -- replicas (see replicas.py and holds.py) ----------------------------------------
 
