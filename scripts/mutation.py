@@ -1280,6 +1280,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["trio_routines/cli/__init__.py", "trio_routines/cli/migrating.py"],
         ["+postgres", "tests/test_pinned_cli_main.py"],
     ),
+    # The repair of a current PostgreSQL schema (``migrate``'s second half).
+    "pgrepair": (
+        ["trio_routines/stores/postgres/repair.py"],
+        ["+postgres", "tests/test_postgres_upgrades.py", "tests/test_pinned_cli_main.py"],
+    ),
 }
 # The scheduler's other parts that kept survivors in the package's run, each alone over the
 # package's selection: quicker to rerun after a change to one of them.
