@@ -51,7 +51,7 @@ def _expected() -> Iterator[tuple[str, str, str | None, bool]]:
 def _relation(schema: Schema, key: str) -> str:
     """The name ``to_regclass`` takes for the table or index of ``key``, schema-qualified when
     the store has a schema of its own (an index lives in its table's schema)."""
-    name = f"trio_routines_{'schema' if key == 'version' else key}"
+    name = f"trio_routines_{key}"
     return (
         sql.Identifier(schema.schema, name) if schema.schema else sql.Identifier(name)
     ).as_string(None)
@@ -67,7 +67,7 @@ def missing(conn: psycopg.Connection[Any], schema: Schema) -> list[tuple[str, bo
             row = conn.execute("SELECT to_regclass(%s) IS NULL", (shown,)).fetchone()
             if row and row[0]:
                 absent_tables.add(table)
-                found.append((f"table {shown}", True))
+                found.append((f"table {shown}", remade))
         elif table in absent_tables:
             continue  # the table's re-creation brings its columns and its indexes back
         elif index:
@@ -75,7 +75,7 @@ def missing(conn: psycopg.Connection[Any], schema: Schema) -> list[tuple[str, bo
                 "SELECT to_regclass(%s) IS NULL", (_relation(schema, index),)
             ).fetchone()
             if row and row[0]:
-                found.append((f"index {_relation(schema, index)}", True))
+                found.append((f"index {_relation(schema, index)}", remade))
         else:
             row = conn.execute(
                 "SELECT NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = "
