@@ -12,7 +12,8 @@ import trio
 
 from trio_routines.agent import Usage
 from trio_routines.errors import UnsafeName
-from trio_routines.ledger import LEDGER_SPAN, Entry, Spent, add_entry, spent_since
+from trio_routines.instants import FIRST_INSTANT, LAST_INSTANT
+from trio_routines.ledger import AHEAD, LEDGER_SPAN, Entry, Spent, add_entry, spent_since
 from trio_routines.store import Store, UsageRecords
 from trio_routines.stores import DirectoryStore
 from trio_routines.stores.directory.ledgerfile import file_name
@@ -55,6 +56,26 @@ async def test_a_window_counts_whole_minutes_from_since_on(store: Store) -> None
     ).tokens == 11
     assert (await kept.usage_since("session", "chat-1", minute + MINUTE)).tokens == 10
     assert (await kept.usage_since("session", "chat-1", minute + HOUR + MINUTE)).tokens == 0
+
+
+async def test_an_entry_stamped_far_ahead_of_every_window_counts_as_none(store: Store) -> None:
+    # A replica whose clock runs ahead spent what it recorded: it counts. One stamped beyond
+    # the longest window's end by more than AHEAD (a row edited by hand, a clock that wrong)
+    # would hold a budget spent until the clock caught up: it counts as none.
+    kept = ledger(store)
+    since = T0 - HOUR
+    furthest = (since + LEDGER_SPAN + AHEAD).replace(second=0)
+    # The furthest first: a record drops what is older than the longest window before it.
+    await kept.record_usage("routine", "daily", LAST_INSTANT, Usage(1000))
+    await kept.record_usage("routine", "daily", furthest + MINUTE, Usage(100))
+    await kept.record_usage("routine", "daily", furthest, Usage(10))
+    await kept.record_usage("routine", "daily", T0 + timedelta(days=1), Usage(1))
+    assert (await kept.usage_since("routine", "daily", since)).tokens == 11
+    # A window from the calendar's end counts what is stamped there; one from its start, what
+    # is stamped then.
+    assert (await kept.usage_since("routine", "daily", LAST_INSTANT - HOUR)).tokens == 1000
+    await kept.record_usage("session", "early", FIRST_INSTANT + MINUTE, Usage(5))
+    assert (await kept.usage_since("session", "early", FIRST_INSTANT)).tokens == 5
 
 
 async def test_what_no_budget_can_count_is_dropped_at_the_next_record(store: Store) -> None:

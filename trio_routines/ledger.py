@@ -13,6 +13,10 @@ day. The claims keep each turn's usage for history; the ledger keeps the sums bu
 
 A window counts whole minutes: an entry counts for the window ``since`` when its minute ends
 after ``since`` (so a turn is counted for up to a minute longer than its window, never less).
+An entry stamped ahead of the window's end counts too (a replica whose clock runs ahead spent
+it), but not beyond :data:`AHEAD` past the end of the longest window from ``since``: an
+entry at ``infinity`` or a year ahead (a row edited by hand, a clock that wrong) would hold a
+budget spent until the clock caught up with it, and counts as none.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from .agent import Usage
-from .instants import format_iso, parse_iso, truncate_ms
+from .instants import format_iso, parse_iso, shifted, truncate_ms
 from .names import check_name, routine_session
 from .records import Fire
 from .usage import DEFAULT_CURRENCY, MAX_COST, MAX_TOKENS, checked, cost_text, tokens_text
@@ -36,6 +40,8 @@ __all__ = ["LEDGER_SPAN", "Entry", "Kind", "Spent", "add_entry", "spent_since"]
 
 #: The longest budget window, and so how long the ledger keeps anything.
 LEDGER_SPAN = timedelta(days=7)
+#: How far ahead of the longest window's end an entry may be stamped and still count.
+AHEAD = LEDGER_SPAN
 MINUTE = timedelta(minutes=1)
 Kind = Literal["routine", "session"]
 KINDS: tuple[Kind, ...] = ("routine", "session")
@@ -104,7 +110,7 @@ def add_entry(entries: Iterable[Entry], at: datetime, usage: Usage) -> list[Entr
     usage, _ = checked(usage)
     minute = minute_of(at)
     currency = usage.currency or ("" if usage.cost is None else DEFAULT_CURRENCY)
-    oldest = minute - LEDGER_SPAN
+    oldest = shifted(minute, -LEDGER_SPAN)
     kept: dict[tuple[datetime, str], Entry] = {
         (e.minute, e.currency): e for e in entries if e.minute >= oldest
     }
@@ -121,12 +127,19 @@ def add_entry(entries: Iterable[Entry], at: datetime, usage: Usage) -> list[Entr
     return sorted(kept.values(), key=lambda e: (e.minute, e.currency))
 
 
+def latest_counted(since: datetime) -> datetime:
+    """The latest minute an entry may be stamped and count in the window from ``since`` on
+    (see the module doc), held at the calendar's end."""
+    return shifted(since, LEDGER_SPAN + AHEAD)
+
+
 def spent_since(entries: Iterable[Entry], since: datetime) -> Spent:
     """What ``entries`` spent in the window from ``since`` on (see the module doc)."""
     input_tokens = output_tokens = 0
     costs: dict[str, float] = {}
+    earliest, latest = shifted(since, -MINUTE), latest_counted(since)
     for entry in entries:
-        if entry.minute + MINUTE <= since:
+        if not earliest < entry.minute <= latest:  # (a minute ends a minute after it starts)
             continue
         input_tokens += entry.input_tokens
         output_tokens += entry.output_tokens

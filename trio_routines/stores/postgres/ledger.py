@@ -15,7 +15,8 @@ from typing import Any
 import psycopg
 
 from ...agent import Usage
-from ...ledger import LEDGER_SPAN, MINUTE, Kind, Spent, minute_of
+from ...instants import shifted
+from ...ledger import LEDGER_SPAN, MINUTE, Kind, Spent, latest_counted, minute_of
 from ...usage import DEFAULT_CURRENCY, MAX_COST, MAX_TOKENS, checked, checked_currency
 from .schema import Schema
 
@@ -50,7 +51,7 @@ _RECORD = (
 # left out, as the state directory's ledger leaves out an entry it cannot read: in
 # PostgreSQL NaN sorts above every number, so the bounds leave it out too.
 _SPENT = """SELECT currency, sum(tokens_in), sum(tokens_out), sum(cost) FROM {usage}
-    WHERE kind = %s AND name = %s AND minute > %s
+    WHERE kind = %s AND name = %s AND minute > %s AND minute <= %s
         AND tokens_in BETWEEN 0 AND %s AND tokens_out BETWEEN 0 AND %s AND cost BETWEEN 0 AND %s
     GROUP BY currency"""
 
@@ -66,7 +67,7 @@ def record_usage(
         {
             "kind": kind,
             "name": name,
-            "oldest": minute - LEDGER_SPAN,
+            "oldest": shifted(minute, -LEDGER_SPAN),
             "minute": minute,
             "currency": currency,
             "in": usage.input_tokens or 0,
@@ -80,9 +81,11 @@ def record_usage(
 
 
 def usage_since(conn: Conn, schema: Schema, kind: Kind, name: str, since: datetime) -> Spent:
-    # A minute counts when it ends after ``since`` (ledger.spent_since).
+    # A minute counts when it ends after ``since``, and is not stamped too far ahead of the
+    # window's end (ledger.spent_since).
     bounds = (MAX_TOKENS, MAX_TOKENS, MAX_COST)
-    rows = conn.execute(schema.sql(_SPENT), (kind, name, since - MINUTE, *bounds)).fetchall()
+    window = (shifted(since, -MINUTE), latest_counted(since))
+    rows = conn.execute(schema.sql(_SPENT), (kind, name, *window, *bounds)).fetchall()
     # A currency no record writes (edited by hand) is left out with its row.
     rows = [row for row in rows if row[0] == "" or checked_currency(row[0]) == row[0]]
     tokens_in = sum(int(row[1] or 0) for row in rows)
