@@ -1207,6 +1207,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["trio_routines/stores/postgres/conn.py", "trio_routines/stores/postgres/schema.py"],
         POSTGRES_TESTS,
     ),
+    # A call as its thread and its caller share it, and the faults it ends in.
+    "pgcall": (["trio_routines/stores/postgres/call.py"], POSTGRES_TESTS),
     # The state directory's wake-up calls (their turns, and a caller that leaves), whether it
     # is ready, and the values a batch carries to and from the writer process.
     "dirwakeups": (

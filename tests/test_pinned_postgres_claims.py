@@ -115,6 +115,42 @@ def test_a_caller_that_gave_up_has_its_claim_settled_interrupted_and_its_holds_l
     assert rows(schema, "holds", "key, holder") == [(12, HOLDER)]
 
 
+def test_a_batch_whose_answer_could_not_be_handed_over_is_undone_for_its_callers(
+    conn: psycopg.Connection[Any], schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Decided and committed for callers that still waited; the call's caller then left before
+    # the answer was handed over (a deadline, a stop): nobody runs them, nobody lets go.
+    call = Call()
+    items = [item("gone", T0, 41), item("kept", T0, 42), item("also", T0, 43)]
+    results, late = claim_batch(
+        conn, call, Schema(schema), 3, items, [Waiter(True), Waiter(False), Waiter(False)]
+    )
+    assert late == [True, False, False]
+    assert rows(schema, "claims", "routine, outcome") == [
+        ("also", None),
+        ("gone", "interrupted"),
+        ("kept", None),
+    ]
+    assert rows(schema, "holds", "key, holder") == [(42, HOLDER), (43, HOLDER)]
+    assert call.give_up() is None
+    assert not call.hand_over((results, late))
+    assert call.undo is not None
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        call.undo(conn)
+    assert rows(schema, "claims", "routine, outcome") == [
+        ("also", "interrupted"),
+        ("gone", "interrupted"),
+        ("kept", "interrupted"),
+    ]
+    assert rows(schema, "holds", "key, holder") == []
+    assert [r.getMessage() for r in caplog.records] == [  # the first caller's, said once
+        f"{name}: slot {slot_name(T0)} was claimed after the call had given up (a stalled "
+        "connection, or a stop); it will not run and is recorded as interrupted"
+        for name in ("kept", "also")
+    ]
+
+
 def test_a_call_abandoned_as_a_whole_makes_every_claim_it_took_late(
     conn: psycopg.Connection[Any], schema: str
 ) -> None:

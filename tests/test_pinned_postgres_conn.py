@@ -24,7 +24,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
-from trio_routines.errors import StateFault
+from trio_routines.errors import StateFault, Unconfirmed
 from trio_routines.stores.postgres import PostgresStore
 from trio_routines.stores.postgres import conn as pgconn
 from trio_routines.stores.postgres.schema import (
@@ -544,19 +544,24 @@ async def test_a_change_past_our_bound_after_its_commit_went_out_is_not_confirme
         call.before_commit()
         call.abandoned.wait(30)
 
+    stalled = "no answer within 0.25 s — the server or the network is stalled"
     async with connections(url, timeout=0.1) as conns:
-        for fn in (before, sent):
-            with pytest.raises(pgconn.CallFault) as caught:
-                await conns.run("could not change", fn)
-            assert caught.value.where == conns.where
-            stalled = "no answer within 0.25 s — the server or the network is stalled"
-            if fn is before:
-                assert caught.value.why == stalled
-            else:
-                assert caught.value.why == (
-                    f"not confirmed: the commit was sent, and {stalled}; it may still be made "
-                    "there: look before asking again"
-                )
+        with pytest.raises(pgconn.CallFault) as caught:
+            await conns.run("could not change", before, unsure="changing is not confirmed")
+        assert not isinstance(caught.value, Unconfirmed)
+        assert str(caught.value) == f"could not change in {conns.where}: {stalled}"
+        with pytest.raises(Unconfirmed) as unsure:
+            await conns.run("could not change", sent, unsure="changing is not confirmed")
+        assert str(unsure.value) == (
+            f"changing is not confirmed in {conns.where}: the commit was sent, and {stalled}; "
+            "it may be made: look before asking again"
+        )
+        with pytest.raises(Unconfirmed) as unsure:  # what to do, and a caller saying nothing
+            await conns.run("could not change", sent, then="it is put back")
+        assert str(unsure.value) == (
+            f"could not change: not confirmed in {conns.where}: the commit was sent, and "
+            f"{stalled}; it is put back"
+        )
         with trio.fail_after(30):
             await told.wait()
     assert [str(exc) for exc in rolled_back] == ["abandoned by its caller: rolled back"]
@@ -575,12 +580,12 @@ async def test_a_commit_whose_connection_is_lost_is_not_confirmed(url: str) -> N
         conn.execute("SELECT 1 / 0")  # an error the server reports: nothing was made
 
     async with connections(url, timeout=5) as conns:
-        with pytest.raises(pgconn.CallFault) as caught:
-            await conns.run("could not change", lost, True)
-        assert caught.value.why == (
-            "not confirmed: the commit was sent and the connection was lost (OperationalError: "
-            "server closed the connection unexpectedly); it may still be made there: look "
-            "before asking again"
+        with pytest.raises(Unconfirmed) as unsure:
+            await conns.run("could not change", lost, True, unsure="changing is not confirmed")
+        assert str(unsure.value) == (
+            f"changing is not confirmed in {conns.where}: the commit was sent, and the "
+            "connection was lost (OperationalError: server closed the connection "
+            "unexpectedly); it may be made: look before asking again"
         )
         with pytest.raises(pgconn.CallFault) as caught:
             await conns.run("could not change", lost, False)
@@ -605,14 +610,14 @@ async def test_an_answer_handed_over_as_the_bound_passed_is_the_caller_s_and_one
         return handed
 
     def in_time(conn: psycopg.Connection[Any], call: pgconn.Call) -> str:
-        call.undo = lambda: undone.append("in time")
+        call.undo = lambda _conn: undone.append("in time")
         return "answer"
 
     def too_late(conn: psycopg.Connection[Any], call: pgconn.Call) -> str:
         call.abandoned.wait(30)
 
         # The undo runs on the call's own connection, still in the thread's hands.
-        def undo() -> None:
+        def undo(conn: psycopg.Connection[Any]) -> None:
             undone.append(conn.execute("SELECT 'undone'").fetchone()[0])
             trio.from_thread.run_sync(told.set, trio_token=token)
 
@@ -628,6 +633,59 @@ async def test_an_answer_handed_over_as_the_bound_passed_is_the_caller_s_and_one
         with trio.fail_after(30):
             await told.wait()
     assert undone == ["undone"]
+
+
+async def test_an_answer_handed_over_as_its_caller_is_cancelled_is_undone_on_a_connection_apart(
+    url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The caller's own scope (a stop's grace) ends just after the thread handed its answer
+    # over: nobody reads it, and the caller cannot wait for an undo. It runs in a thread
+    # apart, on a connection of its own; one that fails is logged.
+    undone: list[str] = []
+    told = trio.Event()
+    token = trio.lowlevel.current_trio_token()
+    real_hand_over = pgconn.Call.hand_over
+
+    handed = threading.Event()
+
+    def slow_to_report(call: pgconn.Call, answer: object) -> bool:
+        kept = real_hand_over(call, answer)
+        handed.set()
+        call.abandoned.wait(30)
+        return kept
+
+    def took(conn: psycopg.Connection[Any], call: pgconn.Call, fails: bool) -> str:
+        def undo(apart: psycopg.Connection[Any]) -> None:
+            try:
+                undone.append(apart.execute("SELECT 1 / %s", (0 if fails else 1,)).fetchone()[0])
+            finally:
+                trio.from_thread.run_sync(told.set, trio_token=token)
+
+        call.undo = undo
+        return "taken"
+
+    async with connections(url, timeout=5) as conns:
+        monkeypatch.setattr(pgconn.Call, "hand_over", slow_to_report)  # once warmed up
+        for fails in (False, True):
+            told = trio.Event()
+            handed.clear()
+            with trio.CancelScope() as scope:
+                async with trio.open_nursery() as nursery:
+
+                    async def cancel_once_handed() -> None:
+                        assert await trio.to_thread.run_sync(handed.wait, 30)
+                        scope.cancel()
+
+                    nursery.start_soon(cancel_once_handed)
+                    await conns.run("taking", took, fails)
+            assert scope.cancelled_caught
+            with caplog.at_level(logging.ERROR, logger="trio_routines"), trio.fail_after(30):
+                await told.wait()
+    assert undone == [1]
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [
+        "a change made for a caller that had left could not be undone: DivisionByZero: "
+        "division by zero"
+    ]
 
 
 async def test_a_call_waiting_for_a_free_connection_is_not_out_of_time_for_it(url: str) -> None:

@@ -538,7 +538,7 @@ def test_a_take_whose_caller_gave_up_during_its_commit_is_put_back_as_it_was(
             call = take_for_nobody(expected)
             assert rows_of(schema) != before  # taken: deleted, or moved to its next occurrence
             assert call.undo is not None
-            call.undo()
+            call.undo(conn)
             assert rows_of(schema) == before  # as it was: its seq, its time, its attempts
             kept = Call()  # a caller that still waits is handed the answer: nothing undone
             taken = wakeups._take(conn, kept, T0)
@@ -563,13 +563,50 @@ def test_a_take_whose_caller_gave_up_during_its_commit_is_put_back_as_it_was(
             ).format(table(schema, "wakeups"))
         )
     changed = rows_of(schema)
-    assert again.undo is not None
-    again.undo()
-    assert rows_of(schema) == changed
-    assert moved.undo is not None
-    moved.undo()
-    moved.undo()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        assert again.undo is not None
+        again.undo(conn)
+        assert rows_of(schema) == changed
+        assert moved.undo is not None
+        moved.undo(conn)
+        moved.undo(conn)
+    taken_for_nobody = (
+        "was taken after the call had given up (a stalled connection, or a stop); it did not run"
+    )
+    assert [r.getMessage() for r in caplog.records] == [
+        f"wake-up w-again of session 's4' {taken_for_nobody}; changed or removed since, it is "
+        "left as it is now",
+        f"wake-up w-last of session 's3' {taken_for_nobody} and is put back",
+        f"wake-up w-last of session 's3' {taken_for_nobody}; changed or removed since, it is "
+        "left as it is now",
+    ]
     assert [row[1] for row in rows_of(schema)] == ["w-every", "w-last", "w-again"]
+
+
+def test_a_put_back_that_fails_says_the_wake_up_is_lost(
+    conn: psycopg.Connection[Any], url: str, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    seed(schema, ("w-once", "s1", None))
+    wakeups = PostgresWakeups(cast(Connections, None), Schema(schema))
+    call = Call()
+    taken = wakeups._take(conn, call, T0)
+    assert taken is not None
+    call.give_up()
+    assert call.undo is not None
+    broken = psycopg.connect(url, autocommit=True)
+    broken.close()  # the server or the network gone again
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        call.undo(broken)
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (
+            logging.ERROR,
+            "wake-up w-once of session 's1' was taken after the call had given up (a stalled "
+            "connection, or a stop); it did not run, and could not be put back "
+            "(OperationalError: the connection is closed): it is lost",
+        )
+    ]
+    assert ids(schema) == []
 
 
 async def test_an_instant_no_datetime_holds_reads_as_the_calendar_s_edge(

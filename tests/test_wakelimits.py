@@ -13,7 +13,7 @@ import trio
 import trio.testing
 
 from trio_routines import Completed, Event, StateFault, TextDelta, current_fire
-from trio_routines.errors import InvalidWakeup
+from trio_routines.errors import InvalidWakeup, Unconfirmed
 from trio_routines.instants import format_iso
 from trio_routines.records import Origin, OriginKind, Wakeup
 from trio_routines.routines import Routine
@@ -472,6 +472,23 @@ async def test_a_rate_that_cannot_be_read_or_a_re_queue_not_made_lets_the_turn_r
     assert (
         f"wake {ids['b'][:8]}: {over}, but it could not be deferred (the disk is full): "
         "it runs now" in said
+    )
+
+
+async def test_a_re_queue_the_store_cannot_confirm_is_not_run_now(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its commit was sent, its answer lost: it may be deferred, so running it now could run it
+    # twice. At most once: it is not run now.
+    store = await two_due_at_once()
+    ids = {w.prompt: w.id for w in await store.list_wakeups()}
+    store.fail("defer_wakeup", Unconfirmed("re-queueing it is not confirmed"))
+    assert await turns_at_a_rate_of_one(store, hours=0.2) == 1
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    over = "rate limit — 1 wake-up turns of session 's' in the hour"
+    assert (
+        f"wake {ids['b'][:8]}: {over}; its deferral is not confirmed (re-queueing it is not "
+        "confirmed): not run now" in said
     )
 
 

@@ -44,7 +44,8 @@ async def cmd_migrate(args: argparse.Namespace) -> int:
     lost = [name for name, again in gone if not again]
     if lost:
         raise CliError(
-            f"{where}: missing from schema version {now}, and not re-created (a column a "
-            f"table was created with; restore it by hand): {', '.join(lost)}"
+            f"{where}: missing from schema version {now}, and not re-created: {', '.join(lost)}"
+            " — a column a table was created with cannot be; restore it by hand, then run "
+            "migrate again"
         )
     return 0

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 import trio
 
 from ..context import FireContext
-from ..errors import StateFault
+from ..errors import StateFault, Unconfirmed
 from ..instants import format_iso
 from ..names import session_routine
 from ..records import Wakeup
@@ -217,6 +217,9 @@ class WakeLoop:
             return True
         try:
             deferred = await self._calls.defer_wakeup(wakeup, room)
+        except Unconfirmed as exc:  # it may be deferred: run now, it could run twice
+            log.warning("%s: %s; its deferral is not confirmed (%s): not run now", label, over, exc)
+            return True
         except StateFault as exc:
             log.warning("%s: %s, but it could not be deferred (%s): it runs now", label, over, exc)
             return False

@@ -18,7 +18,7 @@ import attrs
 import psycopg
 
 from ...replicas import ReplicaInfo, replica_key, session_key
-from .conn import Call
+from .call import Call
 from .schema import Schema
 
 Conn = psycopg.Connection[Any]

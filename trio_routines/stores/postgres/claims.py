@@ -22,6 +22,7 @@ JSON parameter (see :func:`_json`).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Sequence
@@ -34,7 +35,7 @@ from ...instants import slot_name
 from ...records import ClaimResult, ClaimStatus, Outcome
 from ...usage import Usage
 from .alive import LOCKS as _HELD_LOCKS
-from .conn import Call
+from .call import Call
 from .schema import CLAIM_LOCK, Schema
 
 log = logging.getLogger("trio_routines")
@@ -172,9 +173,28 @@ def claim_batch(
             results.append(ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot), held))
     gone = [call.abandoned.is_set() or waiter.gave_up for waiter in waiters]
     late = [result.taken and no for result, no in zip(results, gone, strict=True)]
-    if any(late):
-        taken_too_late(conn, schema, [item for item, no in zip(items, late, strict=True) if no])
-    # The holds taken for a caller that gave up: nobody will let go of them.
+    _given_up(conn, schema, items, results, gone)
+    # Should the whole call's caller give up before the answer is handed over, the rest too.
+    call.undo = functools.partial(
+        _given_up, schema=schema, items=items, results=results, gone=[not no for no in gone]
+    )
+    return results, late
+
+
+def _given_up(
+    conn: psycopg.Connection[Any],
+    schema: Schema,
+    items: list[ClaimItem],
+    results: list[ClaimResult],
+    gone: list[bool],
+) -> None:
+    """The claims taken for callers that gave up (``gone``), settled interrupted (nobody runs
+    them), and the holds taken for them let go (nobody else would)."""
+    late = [
+        item for item, result, no in zip(items, results, gone, strict=True) if no and result.taken
+    ]
+    if late:
+        taken_too_late(conn, schema, late)
     orphans = [
         [key, item[4][0]]
         for item, result, no in zip(items, results, gone, strict=True)
@@ -184,7 +204,6 @@ def claim_batch(
     ]
     if orphans:
         conn.execute(schema.sql(_UNHOLD), (_json(orphans),))
-    return results, late
 
 
 def taken_too_late(conn: psycopg.Connection[Any], schema: Schema, late: list[ClaimItem]) -> None:

@@ -38,6 +38,7 @@ the StateFault that reports it.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import math
@@ -55,10 +56,21 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.datetime import TimestamptzLoader
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ...errors import StateFault, Unconfirmed
+from ...errors import StateFault
 from ...instants import FIRST_INSTANT, LAST_INSTANT
 from ...text import one_line
 from ..credentials import shown_message
+from .call import (
+    LOOK_FIRST,
+    Call,
+    CallFault,
+    NoConnection,
+    UnconfirmedCall,
+    connection_lost,
+    nothing,
+    reason,
+    undo,
+)
 from .schema import Schema
 
 log = logging.getLogger("trio_routines")
@@ -112,107 +124,6 @@ def _search_path(options: str) -> str | None:
     """The ``search_path`` a URL's ``options`` set (``-csearch_path=mine``), if any."""
     found = _SEARCH_PATH.search(options)
     return found.group(1) if found else None
-
-
-def _connection_lost(exc: BaseException) -> bool:
-    """The connection failed under a call (no error the server reported: those carry a
-    SQLSTATE, and a commit the server refused made nothing)."""
-    return isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None
-
-
-class _NoConnection(Exception):
-    """No connection within the bound, or an attempt that began during the wait failed."""
-
-
-def reason(exc: BaseException) -> str:
-    """One line: the error class and its message, whitespace collapsed."""
-    if isinstance(exc, _NoConnection):
-        return f"no connection ({exc}) — is the server up and the URL right?"
-    primary = exc.diag.message_primary if isinstance(exc, psycopg.Error) else None
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = primary or (lines[0] if lines else "no details")
-    if isinstance(exc, psycopg.errors.InvalidSchemaName):
-        # The database answered; the schema the URL's search_path (options) names does not
-        # exist there, and the store creates tables, never schemas.
-        text += " — does the schema the URL's search_path names exist? Create it first"
-    elif isinstance(exc, (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable)):
-        # The server's own bounds (statement_timeout, lock_timeout: see the pool's options):
-        # most often a lock some other session holds, which the message does not say.
-        text += (
-            " — a lock another session holds (a long transaction, an advisory lock), or a "
-            "server too busy"
-        )
-    return f"{type(exc).__name__}: {text[:300]}"
-
-
-#: What became of a change whose caller gave up before it committed.
-ROLLED_BACK = ": rolled back"
-#: What a caller is told of a change whose commit was sent when the answer failed to come.
-UNCONFIRMED = "not confirmed: the commit was sent"
-#: ...and what to do about it (an add asked again could be made twice).
-LOOK_FIRST = "it may still be made there: look before asking again"
-
-
-class CallFault(StateFault):
-    """A call that failed or outlived its bound; ``why`` is the reason alone, so a batch can
-    report it once per caller, each naming its own slot."""
-
-    def __init__(self, what: str, where: str, why: str) -> None:
-        super().__init__(f"{what} in {where}: {why}")
-        self.where = where
-        self.why = why
-
-    def retold(self, what: str) -> StateFault:
-        return StateFault(f"{what} in {self.where}: {self.why}")
-
-
-class UnconfirmedCall(CallFault, Unconfirmed):
-    """A call cut off after its change's commit was sent: it may be made."""
-
-
-class Call:
-    """What a thread doing a store call may ask: has its caller given up? And what the call
-    leaves for its caller, who may give up at any moment: its answer, or whether the commit
-    was sent."""
-
-    def __init__(self) -> None:
-        self.abandoned = threading.Event()
-        #: Set just before a change's commit goes out (and never cleared): a caller that gives
-        #: up after it cannot know whether the change was made.
-        self.committing = False
-        #: How to undo what the call took for its caller (a wake-up), should the caller have
-        #: given up before its answer was handed over.
-        self.undo: Callable[[], None] | None = None
-        self._answer: tuple[Any] | None = None
-        self._handing = threading.Lock()
-
-    def unless_given_up(self, then: str = "") -> None:
-        """Go on only if the caller still waits; else raise (nobody reads it): work that has
-        not committed then rolls back (``then``: what became of it, for the message)."""
-        if self.abandoned.is_set():
-            raise StateFault(f"abandoned by its caller{then}")
-
-    def before_commit(self) -> None:
-        """The last step of a change before its commit: noted as committing, then rolled back
-        (raised) if the caller gave up. Noted first: a caller giving up meanwhile either sees
-        the note (and says "not confirmed") or is seen here (and nothing is made)."""
-        self.committing = True
-        self.unless_given_up(ROLLED_BACK)
-
-    def hand_over(self, answer: object) -> bool:
-        """Keep the thread's answer for its caller; False when the caller gave up first."""
-        with self._handing:
-            if self.abandoned.is_set():
-                return False
-            self._answer = (answer,)
-            return True
-
-    def give_up(self) -> tuple[Any] | None:
-        """The caller's side: stop waiting, and take the answer if it was handed over by then
-        (a call that finished as its deadline passed is not lost)."""
-        with self._handing:
-            self.abandoned.set()
-            return self._answer
 
 
 class Connections:
@@ -278,9 +189,16 @@ class Connections:
         return dict(self._kwargs)
 
     async def run(
-        self, what: str, fn: Callable[[psycopg.Connection[Any], Call, *Ts], T], *args: *Ts
+        self,
+        what: str,
+        fn: Callable[[psycopg.Connection[Any], Call, *Ts], T],
+        *args: *Ts,
+        unsure: str | None = None,
+        then: str = LOOK_FIRST,
     ) -> T:
-        """``fn(conn, call, *args)`` in a thread, within our bound; faults as StateFault."""
+        """``fn(conn, call, *args)`` in a thread, within our bound; faults as StateFault.
+        ``unsure``: what a caller cut off once the commit was sent is told (``adding a
+        wake-up is not confirmed``), and ``then`` what to do about it."""
         call = Call()
         try:
             with trio.move_on_after(self.timeout + SERVER_FIRST):
@@ -293,23 +211,28 @@ class Connections:
                     abandon_on_cancel=True,
                     thread_name=THREAD_NAME,
                 )
-        except (psycopg.Error, _NoConnection) as exc:
-            why = reason(exc)
-            if call.committing and _connection_lost(exc):  # the commit's answer, lost
-                why = f"{UNCONFIRMED} and the connection was lost ({why}); {LOOK_FIRST}"
-                raise UnconfirmedCall(what, self.where, why) from None
-            raise CallFault(what, self.where, why) from None
+        except (psycopg.Error, NoConnection) as exc:
+            if call.committing and connection_lost(exc):  # the commit's answer, lost
+                why = f"the commit was sent, and the connection was lost ({reason(exc)}); {then}"
+                raise UnconfirmedCall(unsure or f"{what}: not confirmed", self.where, why) from None
+            raise CallFault(what, self.where, reason(exc)) from None
         except BaseException:  # the caller's cancellation: the thread is on its own
-            call.give_up()
+            if call.give_up() is not None and call.undo is not None:
+                # Handed over as the caller left: nobody reads it. Undone on a connection of
+                # its own, since the caller cannot wait (a stop's grace ran out, say).
+                trio.lowlevel.start_thread_soon(
+                    functools.partial(self._undo_apart, call), nothing, name=THREAD_NAME
+                )
             raise
         answer = call.give_up()  # our deadline: the thread is on its own
         if answer is not None:
             return answer[0]  # type: ignore[no-any-return]  # what fn returned
         bound = self.timeout + SERVER_FIRST
-        why = f"no answer within {bound:g} s — the server or the network is stalled"
+        stalled = f"no answer within {bound:g} s — the server or the network is stalled"
         if call.committing:  # read after giving up: see Call.before_commit
-            raise UnconfirmedCall(what, self.where, f"{UNCONFIRMED}, and {why}; {LOOK_FIRST}")
-        raise CallFault(what, self.where, why)
+            why = f"the commit was sent, and {stalled}; {then}"
+            raise UnconfirmedCall(unsure or f"{what}: not confirmed", self.where, why)
+        raise CallFault(what, self.where, stalled)
 
     def _call(
         self, call: Call, fn: Callable[[psycopg.Connection[Any], Call, *Ts], T], *args: *Ts
@@ -333,8 +256,8 @@ class Connections:
                             self.schema.migrate(conn, self.where)
                             self._schema_checked = time.monotonic()
                 answer = fn(conn, call, *args)
-                if not call.hand_over(answer) and call.undo is not None:
-                    call.undo()  # on this connection, still ours
+                if not call.hand_over(answer):
+                    undo(call, conn)  # on this connection, still ours
                 return answer
         raise AssertionError("unreachable")
 
@@ -348,16 +271,24 @@ class Connections:
             except PoolTimeout:
                 failed = _records.connect_errors.get(self._pool_name)
                 if failed is not None and failed[0] >= began:
-                    raise _NoConnection(failed[1]) from None
+                    raise NoConnection(failed[1]) from None
                 if time.monotonic() >= deadline:
                     why = f"none within {self.timeout:g} s"
                     if failed is not None:
                         why += f"; the last attempt failed: {failed[1]}"
-                    raise _NoConnection(why) from None
+                    raise NoConnection(why) from None
         try:
             yield conn
         finally:
             pool.putconn(conn)
+
+    def _undo_apart(self, call: Call) -> None:
+        """Undo ``call``'s change on a connection of its own, within our bound."""
+        try:
+            with self._connection(self._pool_ready(), time.monotonic() + self.timeout) as conn:
+                undo(call, conn)
+        except (StateFault, psycopg.Error, NoConnection) as exc:
+            log.error("a change made for a caller that had left could not be undone: %s", exc)
 
     def _pool_ready(self) -> ConnectionPool:
         with self._open_lock:

@@ -24,7 +24,8 @@ from typing import Any, TypeVar, cast
 import psycopg
 import trio
 
-from .conn import THREAD_NAME, reason
+from .call import reason
+from .conn import THREAD_NAME
 
 Conn = psycopg.Connection[Any]
 T = TypeVar("T")

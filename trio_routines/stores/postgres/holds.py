@@ -67,7 +67,8 @@ from ...replicas import ReplicaInfo, replica_key
 from ..abandon import run_abandoning
 from ..batch import Answer, Batcher, Entry
 from .alive import LOCKS
-from .conn import THREAD_NAME, Connections, reason
+from .call import reason
+from .conn import THREAD_NAME, Connections
 from .ending import CallEnd, close_later, marking_end, shut_down, stirred_on
 from .joining import close_line, open_line
 from .schema import Schema

@@ -13,7 +13,8 @@ import psycopg
 from ...presence import IdInUse
 from ...replicas import ReplicaInfo, replica_key
 from .alive import COLUMNS, LOCKS, keys_held, namespace
-from .conn import Call, bounded_instants
+from .call import Call
+from .conn import bounded_instants
 from .ending import close_both, socket_on
 from .schema import Schema
 

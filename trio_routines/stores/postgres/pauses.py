@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 from ...instants import truncate_ms
-from .conn import Call
+from .call import Call
 from .schema import Schema
 
 Conn = psycopg.Connection[Any]

@@ -34,7 +34,8 @@ from ...output import OUTPUT_MAX
 from ...records import Fire
 from ...text import ERROR_LIMIT
 from ..newest import Reading
-from .conn import Call, CallFault, Connections
+from .call import Call, CallFault
+from .conn import Connections
 from .schema import Schema
 
 BATCH = 1000  # routines per query

@@ -11,8 +11,10 @@ empty: its rows are gone with what was dropped.
 Only the objects the steps create are checked: the tables, the columns added to them after
 their creation, and the indexes. A column a ``CREATE TABLE`` made (``claims.fired_at``) and
 then dropped is named as missing but not re-created: it is ``NOT NULL`` with no default, which
-no statement adds to a table with rows; restore it by hand. A database at a newer version
-than this code is left alone: the newer code's schema is its own.
+no statement adds to a table with rows, and an index on it (dropped with it) cannot be made
+without it: while one is missing nothing is re-created, and everything missing is named, to
+be restored by hand. A database at a newer version than this code is left alone: the newer
+code's schema is its own.
 """
 
 from __future__ import annotations
@@ -98,7 +100,10 @@ def repair(conn: psycopg.Connection[Any], schema: Schema) -> list[tuple[str, boo
         if schema.version(conn) != SCHEMA_VERSION:
             return []  # migrated meanwhile by newer code: its schema is its own
         gone = missing(conn, schema)  # again, under the lock: another may have repaired it
-        if any(remade for _, remade in gone):
-            for statement in steps(1, SCHEMA_VERSION):
-                conn.execute(schema.sql(statement))
+        if not all(remade for _, remade in gone):
+            # A column a table was created with is gone, and an index on it went with it:
+            # the steps would fail on it. Nothing is re-created; everything missing is named.
+            return [(name, False) for name, _ in gone]
+        for statement in steps(1, SCHEMA_VERSION):
+            conn.execute(schema.sql(statement))
         return gone

@@ -26,6 +26,7 @@ from ...wakeups import WakeupRequest
 from ..batch import Answer, Batcher, Entry
 from ..newest import BatchedReads
 from .alive import claims_alive, replica_rows, sessions_held
+from .call import Call, CallFault
 from .claims import (
     ClaimItem,
     HoldsWanted,
@@ -34,7 +35,7 @@ from .claims import (
     settle_batch,
     taken_too_late,
 )
-from .conn import Call, CallFault, Connections
+from .conn import Connections
 from .gaps import first_armed, gaps_of, record_gap
 from .holds import PostgresPresence
 from .ledger import record_usage, usage_since
@@ -230,7 +231,8 @@ class PostgresStore(Lifetime):
     async def set_paused(self, routine: str, paused: bool, at: datetime | None = None) -> None:
         check_name(routine)
         what = f"could not {'pause' if paused else 'resume'} {routine!r}"
-        await self._conns.run(what, set_paused, self._tables, routine, paused, at)
+        unsure = f"{'pausing' if paused else 'resuming'} {routine!r} is not confirmed"
+        await self._conns.run(what, set_paused, self._tables, routine, paused, at, unsure=unsure)
 
     async def paused_since(self, routine: str) -> datetime | None:
         """When ``routine``'s pause began (its row's ``paused_at``); None when not paused."""

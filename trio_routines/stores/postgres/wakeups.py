@@ -51,7 +51,8 @@ from ...wakeups import (
     storable,
     take_first_due,
 )
-from .conn import Call, Connections
+from .call import Call, reason
+from .conn import Connections
 from .schema import SESSION_LOCK, Schema
 
 log = logging.getLogger("trio_routines")
@@ -148,7 +149,13 @@ class PostgresWakeups:
 
     async def add(self, request: WakeupRequest, now: datetime) -> Wakeup:
         check_request(request)  # before the session's lock, which hashes it on the server
-        return await self._conns.run("could not add a wake-up", self._add, request, now)
+        return await self._conns.run(
+            "could not add a wake-up",
+            self._add,
+            request,
+            now,
+            unsure=f"adding a wake-up for session {request.session[:64]!r} is not confirmed",
+        )
 
     def _add(self, conn: Conn, call: Call, request: WakeupRequest, now: datetime) -> Wakeup:
         with conn.transaction():
@@ -181,7 +188,13 @@ class PostgresWakeups:
         )
 
     async def take_due(self, now: datetime) -> Wakeup | None:
-        return await self._conns.run("could not take a due wake-up", self._take, now)
+        return await self._conns.run(
+            "could not take a due wake-up",
+            self._take,
+            now,
+            unsure="taking a due wake-up is not confirmed",
+            then="one taken is put back once the answer comes",
+        )
 
     def _take(self, conn: Conn, call: Call, now: datetime) -> Wakeup | None:
         # The due rows are read a batch at a time in ``seq`` order, without a lock, and the
@@ -246,48 +259,50 @@ class PostgresWakeups:
             if taken is None:
                 return None  # expired (take_first_due logged it): removed, look further
             call.before_commit()  # else it would be taken for nobody: never run
-        call.undo = partial(self._put_back, conn, seq, wakeup, rest[0] if rest else None)
+        call.undo = partial(self._put_back, seq, wakeup, rest[0] if rest else None)
         return taken
 
-    def _put_back(self, conn: Conn, seq: int, wakeup: Wakeup, advanced: Wakeup | None) -> None:
+    def _put_back(self, seq: int, wakeup: Wakeup, advanced: Wakeup | None, conn: Conn) -> None:
         """Undo a take whose caller gave up while its commit was on its way (a stalled server
         or network): nobody runs it, so it is put back as it was, in its place (``seq``), to
         fire at the next poll. A recurring one moved on to its next occurrence (``advanced``)
-        is moved back, unless it was changed or removed since."""
-        log.warning(
-            "wake-up %s of session %r was taken after the call had given up (a stalled "
-            "connection, or a stop); it did not run and is put back",
-            wakeup.id,
-            wakeup.session,
-        )
-        if advanced is not None:
-            conn.execute(
-                self._tables.sql(
+        is moved back, unless it was changed or removed since. Said either way."""
+        taken = f"wake-up {wakeup.id} of session {wakeup.session!r} was taken after the call "
+        taken += "had given up (a stalled connection, or a stop); it did not run"
+        try:
+            if advanced is not None:
+                query = (
                     "UPDATE {wakeups} SET fire_at = %s, attempts = %s "
                     "WHERE seq = %s AND fire_at = %s AND attempts IS NULL"
-                ),
-                (wakeup.fire_at, wakeup.attempts, seq, advanced.fire_at),
-            )
+                )
+                args: tuple[Any, ...] = (wakeup.fire_at, wakeup.attempts, seq, advanced.fire_at)
+            else:
+                query = (
+                    f"INSERT INTO {{wakeups}} (seq, {_WAKEUP_COLUMNS}) VALUES (%s, {_PLACES}) "
+                    "ON CONFLICT DO NOTHING"
+                )
+                args = (seq, *_params(wakeup))
+            put = conn.execute(self._tables.sql(query), args).rowcount > 0
+        except psycopg.Error as exc:
+            log.error("%s, and could not be put back (%s): it is lost", taken, reason(exc))
             return
-        conn.execute(
-            self._tables.sql(
-                f"INSERT INTO {{wakeups}} (seq, {_WAKEUP_COLUMNS}) VALUES (%s, {_PLACES}) "
-                "ON CONFLICT DO NOTHING"
-            ),
-            (seq, *_params(wakeup)),
-        )
+        if put:
+            log.warning("%s and is put back", taken)
+        else:
+            log.warning("%s; changed or removed since, it is left as it is now", taken)
 
     async def defer(self, wakeup: Wakeup, fire_at: datetime) -> bool:
         what = f"could not re-queue wake-up {wakeup.id}"
-        return await self._conns.run(what, self._defer, wakeup, fire_at)
+        unsure = f"re-queueing wake-up {wakeup.id} is not confirmed"
+        return await self._conns.run(what, self._defer, wakeup, fire_at, unsure=unsure)
 
     def _defer(self, conn: Conn, call: Call, wakeup: Wakeup, fire_at: datetime) -> bool:
+        call.committing = True  # committed whether or not its caller still waits: from now on
         with conn.transaction():  # under the session's lock, as an add: the cap holds
             deferred = plan_defer(self._sessions_wakeups(conn, wakeup.session), wakeup, fire_at)
             if deferred is None:
                 return False
             self._insert(conn, call, deferred)
-            call.committing = True  # committed whether or not its caller still waits
         return True
 
     async def remove(self, wakeup_id: str, session: str | None = None) -> bool:
@@ -295,7 +310,8 @@ class PostgresWakeups:
             await trio.lowlevel.checkpoint()
             return False  # no stored wake-up can have it; the server would refuse the text
         what = f"could not remove wake-up {wakeup_id}"
-        return await self._conns.run(what, self._remove, wakeup_id, session)
+        unsure = f"removing wake-up {wakeup_id} is not confirmed"
+        return await self._conns.run(what, self._remove, wakeup_id, session, unsure=unsure)
 
     def _remove(self, conn: Conn, call: Call, wakeup_id: str, session: str | None) -> bool:
         query = "DELETE FROM {wakeups} WHERE id = %s"
