@@ -41,7 +41,7 @@ async def store_call(
         try:
             return await call
         except Unconfirmed as exc:
-            problem, message = str(exc), refusal if unconfirmed is None else unconfirmed
+            problem, message = str(exc), unconfirmed or refusal
         except StateFault as exc:
             problem, message = str(exc), refusal
     log.error("%s: %s", route, problem)
