@@ -140,6 +140,16 @@ def test_the_reason_of_a_server_bound_names_a_lock_held_elsewhere() -> None:
     assert reason(psycopg.errors.DeadlockDetected("x")) == "DeadlockDetected: x"
 
 
+def test_the_reason_of_a_schema_the_search_path_names_that_does_not_exist_says_to_create_it() -> (
+    None
+):
+    said = pgconn.reason(psycopg.errors.InvalidSchemaName('schema "nope" does not exist'))
+    assert said == (
+        'InvalidSchemaName: schema "nope" does not exist — does the schema the URL\'s '
+        "search_path names exist? Create it first"
+    )
+
+
 def test_the_reason_of_an_error_without_server_diagnostics() -> None:
     reason = pgconn.reason
     assert reason(psycopg.OperationalError("")) == "OperationalError: no details"
@@ -579,6 +589,10 @@ async def test_a_commit_whose_connection_is_lost_is_not_confirmed(url: str) -> N
         call.before_commit()
         conn.execute("SELECT 1 / 0")  # an error the server reports: nothing was made
 
+    def failing(conn: psycopg.Connection[Any], call: pgconn.Call, error: Exception) -> None:
+        call.before_commit()
+        raise error
+
     async with connections(url, timeout=5) as conns:
         with pytest.raises(Unconfirmed) as unsure:
             await conns.run("could not change", lost, True, unsure="changing is not confirmed")
@@ -593,6 +607,16 @@ async def test_a_commit_whose_connection_is_lost_is_not_confirmed(url: str) -> N
         with pytest.raises(pgconn.CallFault) as caught:
             await conns.run("could not change", refused)
         assert caught.value.why == "DivisionByZero: division by zero"
+        # An error the server reported (a SQLSTATE), or one of the driver's own that is no
+        # lost connection: the commit failed, or was never sent; nothing was made.
+        for error in (
+            psycopg.errors.QueryCanceled("canceling statement due to user request"),
+            psycopg.InterfaceError("the cursor is closed"),
+        ):
+            with pytest.raises(pgconn.CallFault) as caught:
+                await conns.run("could not change", failing, error)
+            assert not isinstance(caught.value, Unconfirmed)
+            assert caught.value.why == pgconn.reason(error)
 
 
 async def test_an_answer_handed_over_as_the_bound_passed_is_the_caller_s_and_one_too_late_undone(
