@@ -194,6 +194,25 @@ async def test_every_call_that_fails_says_what_it_was_doing_and_where() -> None:
     }
 
 
+async def test_a_pause_or_resume_says_what_is_not_confirmed_were_its_commit_unanswered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = PostgresStore("postgresql://127.0.0.1:1/none", timeout=1)
+    asked: list[dict[str, Any]] = []
+
+    async def run(what: str, fn: Any, *args: Any, **kwargs: Any) -> None:
+        asked.append({"what": what, **kwargs})
+
+    monkeypatch.setattr(store._conns, "run", run)
+    await store.set_paused("daily", True)
+    await store.set_paused("daily", False)
+    assert asked == [
+        {"what": "could not pause 'daily'", "unsure": "pausing 'daily' is not confirmed"},
+        {"what": "could not resume 'daily'", "unsure": "resuming 'daily' is not confirmed"},
+    ]
+    await store.aclose()
+
+
 async def test_a_settle_that_fails_is_a_warning_naming_the_outcome_and_the_slot(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

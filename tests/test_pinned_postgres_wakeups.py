@@ -419,9 +419,11 @@ def test_rows_passed_over_before_are_skipped_without_hiding_the_row_behind_them(
         passed_over("w-bad2", malformed_reason("w-bad2", "s2")),
     ]
     seed(schema, ("w-good", "s", None))  # behind both, in the second batch with the second
-    taken = wakeups._take(conn, Call(), T0)
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        taken = wakeups._take(conn, Call(), T0)
     assert taken is not None
     assert taken.id == "w-good"
+    assert len(warnings(caplog)) == 2  # both remembered: neither warned of again
 
 
 def test_a_row_whose_seq_is_the_least_a_bigint_holds_is_taken(
@@ -607,6 +609,69 @@ def test_a_put_back_that_fails_says_the_wake_up_is_lost(
         )
     ]
     assert ids(schema) == []
+
+
+class _Asked:
+    """Connections that answer nothing: each call's keywords are kept (what its caller would
+    be told were its commit's answer lost), and it raises."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, dict[str, Any]]] = []
+
+    async def run(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        self.asked.append((what, kwargs))
+        raise StateFault("asked")
+
+
+async def test_each_change_says_what_is_not_confirmed_were_its_commit_unanswered() -> None:
+    asked = _Asked()
+    wakeups = PostgresWakeups(cast(Connections, asked), Schema("s"))
+    wakeup = check_stored(Wakeup(id="w1", session="s", prompt="p", fire_at=T0))
+    for change in (
+        wakeups.add(WakeupRequest(session="chat:" + "x" * 80, prompt="p", fire_at=T0), T0),
+        wakeups.take_due(T0),
+        wakeups.defer(wakeup, T0),
+        wakeups.remove("w1", "s"),
+    ):
+        with pytest.raises(StateFault, match=r"^asked$"):
+            await change
+    look = "it may be made: look before asking again"
+    session = repr("chat:" + "x" * 59)  # the first 64 characters
+    assert [(what, {"then": look, **kwargs}) for what, kwargs in asked.asked] == [
+        (
+            "could not add a wake-up",
+            {"unsure": f"adding a wake-up for session {session} is not confirmed", "then": look},
+        ),
+        (
+            "could not take a due wake-up",
+            {
+                "unsure": "taking a due wake-up is not confirmed",
+                "then": "one taken is put back once the answer comes",
+            },
+        ),
+        (
+            "could not re-queue wake-up w1",
+            {"unsure": "re-queueing wake-up w1 is not confirmed", "then": look},
+        ),
+        (
+            "could not remove wake-up w1",
+            {"unsure": "removing wake-up w1 is not confirmed", "then": look},
+        ),
+    ]
+
+
+def test_a_deferral_is_committing_from_its_start(
+    conn: psycopg.Connection[Any], schema: str
+) -> None:
+    # Committed whether or not its caller still waits: a caller that leaves at any point
+    # cannot say it was not made.
+    wakeups = PostgresWakeups(cast(Connections, None), Schema(schema))
+    call = Call()
+    wakeup = check_stored(Wakeup(id="w1", session="s", prompt="p", fire_at=T0))
+    call.abandoned.set()
+    assert wakeups._defer(conn, call, wakeup, T0 + HOUR)
+    assert call.committing is True
+    assert ids(schema) == ["w1"]
 
 
 async def test_an_instant_no_datetime_holds_reads_as_the_calendar_s_edge(
