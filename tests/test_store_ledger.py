@@ -63,8 +63,8 @@ async def test_an_entry_stamped_far_ahead_of_every_window_counts_as_none(store: 
     # the longest window's end by more than AHEAD (a row edited by hand, a clock that wrong)
     # would hold a budget spent until the clock caught up: it counts as none.
     kept = ledger(store)
-    since = T0 - HOUR
-    furthest = (since + LEDGER_SPAN + AHEAD).replace(second=0)
+    since = (T0 - HOUR).replace(second=0)  # a whole minute: the furthest counted is one too
+    furthest = since + LEDGER_SPAN + AHEAD
     # The furthest first: a record drops what is older than the longest window before it.
     await kept.record_usage("routine", "daily", LAST_INSTANT, Usage(1000))
     await kept.record_usage("routine", "daily", furthest + MINUTE, Usage(100))
