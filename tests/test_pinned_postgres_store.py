@@ -194,7 +194,7 @@ async def test_every_call_that_fails_says_what_it_was_doing_and_where() -> None:
     }
 
 
-async def test_a_pause_or_resume_says_what_is_not_confirmed_were_its_commit_unanswered(
+async def test_a_pause_resume_or_repair_says_what_it_was_doing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     store = PostgresStore("postgresql://127.0.0.1:1/none", timeout=1)
@@ -206,9 +206,11 @@ async def test_a_pause_or_resume_says_what_is_not_confirmed_were_its_commit_unan
     monkeypatch.setattr(store._conns, "run", run)
     await store.set_paused("daily", True)
     await store.set_paused("daily", False)
+    await store.repair_schema()
     assert asked == [
         {"what": "could not pause 'daily'", "unsure": "pausing 'daily' is not confirmed"},
         {"what": "could not resume 'daily'", "unsure": "resuming 'daily' is not confirmed"},
+        {"what": "could not repair the schema"},
     ]
     await store.aclose()
 
