@@ -554,6 +554,10 @@ async def test_a_change_past_our_bound_after_its_commit_went_out_is_not_confirme
         call.before_commit()
         call.abandoned.wait(30)
 
+    def carrying_on(conn: psycopg.Connection[Any], call: pgconn.Call) -> None:
+        call.carries_on = True  # its thread commits whatever its caller does
+        call.abandoned.wait(30)
+
     stalled = "no answer within 0.25 s — the server or the network is stalled"
     async with connections(url, timeout=0.1) as conns:
         with pytest.raises(pgconn.CallFault) as caught:
@@ -567,11 +571,13 @@ async def test_a_change_past_our_bound_after_its_commit_went_out_is_not_confirme
             "it may be made: look before asking again"
         )
         with pytest.raises(Unconfirmed) as unsure:  # what to do, and a caller saying nothing
-            await conns.run("could not change", sent, then="it is put back")
+            await conns.run("could not change", sent, then="it is put back", lost="no")
         assert str(unsure.value) == (
             f"could not change: not confirmed in {conns.where}: the commit was sent, and "
             f"{stalled}; it is put back"
         )
+        with pytest.raises(Unconfirmed):
+            await conns.run("could not change", carrying_on)
         with trio.fail_after(30):
             await told.wait()
     assert [str(exc) for exc in rolled_back] == ["abandoned by its caller: rolled back"]
@@ -589,6 +595,10 @@ async def test_a_commit_whose_connection_is_lost_is_not_confirmed(url: str) -> N
         call.before_commit()
         conn.execute("SELECT 1 / 0")  # an error the server reports: nothing was made
 
+    def carried_on_then_lost(conn: psycopg.Connection[Any], call: pgconn.Call) -> None:
+        call.carries_on = True
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
     def failing(conn: psycopg.Connection[Any], call: pgconn.Call, error: Exception) -> None:
         call.before_commit()
         raise error
@@ -601,6 +611,14 @@ async def test_a_commit_whose_connection_is_lost_is_not_confirmed(url: str) -> N
             "connection was lost (OperationalError: server closed the connection "
             "unexpectedly); it may be made: look before asking again"
         )
+        with pytest.raises(Unconfirmed) as unsure:
+            await conns.run("could not change", lost, True, then="no", lost="it is lost")
+        assert str(unsure.value).endswith("; it is lost")
+        # A change that carries on whatever its caller does, cut off before its commit: the
+        # connection's end rolled it back.
+        with pytest.raises(pgconn.CallFault) as caught:
+            await conns.run("could not change", carried_on_then_lost)
+        assert not isinstance(caught.value, Unconfirmed)
         with pytest.raises(pgconn.CallFault) as caught:
             await conns.run("could not change", lost, False)
         assert caught.value.why == ("OperationalError: server closed the connection unexpectedly")
@@ -694,6 +712,7 @@ async def test_an_answer_handed_over_as_its_caller_is_cancelled_is_undone_on_a_c
             undone.set()
 
         call.undo = undo
+        call.undo_of = "the taking's own"
         return "taken"
 
     errors = _Errors()
@@ -717,8 +736,8 @@ async def test_an_answer_handed_over_as_its_caller_is_cancelled_is_undone_on_a_c
     finally:
         logging.getLogger("trio_routines").removeHandler(errors)
     assert errors.said == [
-        "a change made for a caller that had left could not be undone: DivisionByZero: "
-        "division by zero"
+        "the taking's own taken for a caller that had left could not be given back: "
+        "DivisionByZero: division by zero"
     ]
 
 

@@ -647,6 +647,7 @@ async def test_each_change_says_what_is_not_confirmed_were_its_commit_unanswered
             {
                 "unsure": "taking a due wake-up is not confirmed",
                 "then": "one taken is put back once the answer comes",
+                "lost": "one taken is lost with it (it did not run)",
             },
         ),
         (
@@ -670,8 +671,18 @@ def test_a_deferral_is_committing_from_its_start(
     wakeup = check_stored(Wakeup(id="w1", session="s", prompt="p", fire_at=T0))
     call.abandoned.set()
     assert wakeups._defer(conn, call, wakeup, T0 + HOUR)
-    assert call.committing is True
+    assert call.carries_on is True
+    assert call.committing is True  # noted before its commit only
     assert ids(schema) == ["w1"]
+    refused = Call()  # at the cap: nothing to commit, nothing noted as committing
+    full = [
+        check_stored(Wakeup(id=f"f{i}", session="s", prompt="p", fire_at=T0))
+        for i in range(MAX_PENDING_PER_SESSION)
+    ]
+    for one in full[1:]:
+        wakeups._insert(conn, refused, one)
+    assert not wakeups._defer(conn, refused, wakeup, T0 + HOUR)
+    assert (refused.carries_on, refused.committing) == (True, False)
 
 
 async def test_an_instant_no_datetime_holds_reads_as_the_calendar_s_edge(

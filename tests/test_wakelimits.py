@@ -490,6 +490,18 @@ async def test_a_re_queue_the_store_cannot_confirm_is_not_run_now(
         f"wake {ids['b'][:8]}: {over}; its deferral is not confirmed (re-queueing it is not "
         "confirmed): not run now" in said
     )
+    # Cut off by the scheduler's own deadline, a store's thread may still make it: the same.
+    store = await two_due_at_once()
+    ids = {w.prompt: w.id for w in await store.list_wakeups()}
+    store.hang("defer_wakeup")
+    caplog.clear()
+    assert await turns_at_a_rate_of_one(store, hours=0.2) == 1
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert (
+        f"wake {ids['b'][:8]}: {over}; its deferral is not confirmed (could not re-queue "
+        f"wake-up {ids['b']}: the store did not answer within 30s (or before the stop's grace "
+        "ran out); it may be made): not run now" in said
+    )
 
 
 async def test_a_one_shot_held_by_the_rate_past_its_retries_is_dropped_saying_so(

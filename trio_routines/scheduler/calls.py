@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from ..errors import StateFault
+from ..errors import StateFault, Unconfirmed
 from ..instants import FIRST_INSTANT, format_iso
 from ..records import Fire, Outcome, Wakeup
 from ..store import Store
@@ -94,13 +94,15 @@ class StoreCalls:
         stops = self._grace.deadline + STOP_MARGIN
         return stops if stops < ours else ours  # as min(), without its keyword parsing
 
-    def no_answer(self, what: str) -> StateFault:
-        """The fault of a call cut off by its deadline."""
+    def no_answer(self, what: str, *, change: bool = False) -> StateFault:
+        """The fault of a call cut off by its deadline; of a ``change``, :class:`Unconfirmed`
+        (the store may make it yet: both stores let a call cut off go on in its thread)."""
         timeout = self.store_timeout  # under a minute as given (0.5s), never rounded to 0s
         within = f"{timeout:g}s" if timeout < 60 else duration(timeout)
-        return StateFault(
+        said = (
             f"{what}: the store did not answer within {within} (or before the stop's grace ran out)"
         )
+        return Unconfirmed(f"{said}; it may be made") if change else StateFault(said)
 
     async def latest_fire(self, routine: str) -> Fire | None:
         with self.bounded():
@@ -135,7 +137,7 @@ class StoreCalls:
     async def defer_wakeup(self, wakeup: Wakeup, fire_at: datetime) -> bool:
         with self.bounded():
             return await self.store.defer_wakeup(wakeup, fire_at)
-        raise self.no_answer(f"could not re-queue wake-up {wakeup.id}")
+        raise self.no_answer(f"could not re-queue wake-up {wakeup.id}", change=True)
 
     async def read_paused(self, since: datetime | None = None) -> PausedRead:
         """The paused routines, as the store says now (remembered for statistics), and when
@@ -206,7 +208,7 @@ class StoreCalls:
                 await self.store.set_paused(name, False, now)
                 self.paused = self.paused - {name}
             return
-        raise self.no_answer(f"could not {'pause' if paused else 'resume'} {name!r}")
+        raise self.no_answer(f"could not {'pause' if paused else 'resume'} {name!r}", change=True)
 
     async def count_wakeups(self) -> int:
         """How many wake-ups are pending: the store's count where it offers one (PostgreSQL

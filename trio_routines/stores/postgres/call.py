@@ -81,9 +81,14 @@ class Call:
         #: Set just before a change's commit goes out (and never cleared): a caller that gives
         #: up after it cannot know whether the change was made.
         self.committing = False
+        #: Set by a change its thread commits whether or not its caller still waits (a
+        #: deferral): a caller that leaves at any moment cannot say it was not made.
+        self.carries_on = False
         #: How to undo, on a connection, what the call took for its caller (a wake-up, a
         #: claim), should the caller have given up before its answer was handed over.
         self.undo: Callable[[psycopg.Connection[Any]], None] | None = None
+        #: What the undo gives back, for the line that says it could not be.
+        self.undo_of = "a change"
         self._answer: tuple[Any] | None = None
         self._handing = threading.Lock()
 
@@ -123,7 +128,16 @@ def undo(call: Call, conn: psycopg.Connection[Any]) -> None:
     try:
         call.undo(conn)
     except psycopg.Error as exc:
-        log.error("a change made for a caller that had left could not be undone: %s", reason(exc))
+        undone_not(call, exc)
+
+
+def undone_not(call: Call, exc: BaseException) -> None:
+    """Say that ``call``'s undo could not be made: what it would have given back is lost."""
+    log.error(
+        "%s taken for a caller that had left could not be given back: %s",
+        call.undo_of,
+        reason(exc),
+    )
 
 
 def nothing(_: object) -> None:

@@ -178,6 +178,7 @@ def claim_batch(
     call.undo = functools.partial(
         _given_up, schema=schema, items=items, results=results, gone=[not no for no in gone]
     )
+    call.undo_of = f"the claims and holds of {len(items)} slot(s)"
     return results, late
 
 

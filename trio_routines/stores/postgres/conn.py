@@ -70,6 +70,7 @@ from .call import (
     nothing,
     reason,
     undo,
+    undone_not,
 )
 from .schema import Schema
 
@@ -195,10 +196,12 @@ class Connections:
         *args: *Ts,
         unsure: str | None = None,
         then: str = LOOK_FIRST,
+        lost: str = LOOK_FIRST,
     ) -> T:
         """``fn(conn, call, *args)`` in a thread, within our bound; faults as StateFault.
         ``unsure``: what a caller cut off once the commit was sent is told (``adding a
-        wake-up is not confirmed``), and ``then`` what to do about it."""
+        wake-up is not confirmed``); ``then``: what to do about it when the thread goes on
+        (its answer may still come), ``lost``: when the connection was lost under it."""
         call = Call()
         try:
             with trio.move_on_after(self.timeout + SERVER_FIRST):
@@ -213,7 +216,7 @@ class Connections:
                 )
         except (psycopg.Error, NoConnection) as exc:
             if call.committing and connection_lost(exc):  # the commit's answer, lost
-                why = f"the commit was sent, and the connection was lost ({reason(exc)}); {then}"
+                why = f"the commit was sent, and the connection was lost ({reason(exc)}); {lost}"
                 raise UnconfirmedCall(unsure or f"{what}: not confirmed", self.where, why) from None
             raise CallFault(what, self.where, reason(exc)) from None
         except BaseException:  # the caller's cancellation: the thread is on its own
@@ -229,7 +232,7 @@ class Connections:
             return answer[0]  # type: ignore[no-any-return]  # what fn returned
         bound = self.timeout + SERVER_FIRST
         stalled = f"no answer within {bound:g} s — the server or the network is stalled"
-        if call.committing:  # read after giving up: see Call.before_commit
+        if call.committing or call.carries_on:  # read after giving up: Call.before_commit
             why = f"the commit was sent, and {stalled}; {then}"
             raise UnconfirmedCall(unsure or f"{what}: not confirmed", self.where, why)
         raise CallFault(what, self.where, stalled)
@@ -283,12 +286,12 @@ class Connections:
             pool.putconn(conn)
 
     def _undo_apart(self, call: Call) -> None:
-        """Undo ``call``'s change on a connection of its own, within our bound."""
+        """Undo ``call``'s change on a connection of its own, within our bound, as any call
+        gets one (a dead idle connection passed over)."""
         try:
-            with self._connection(self._pool_ready(), time.monotonic() + self.timeout) as conn:
-                undo(call, conn)
-        except (StateFault, psycopg.Error, NoConnection) as exc:
-            log.error("a change made for a caller that had left could not be undone: %s", exc)
+            self._call(Call(), lambda conn, _: undo(call, conn))
+        except (StateFault, psycopg.Error, NoConnection) as exc:  # no connection, say
+            undone_not(call, exc)
 
     def _pool_ready(self) -> ConnectionPool:
         with self._open_lock:

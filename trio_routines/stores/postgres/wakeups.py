@@ -194,6 +194,7 @@ class PostgresWakeups:
             now,
             unsure="taking a due wake-up is not confirmed",
             then="one taken is put back once the answer comes",
+            lost="one taken is lost with it (it did not run)",
         )
 
     def _take(self, conn: Conn, call: Call, now: datetime) -> Wakeup | None:
@@ -260,6 +261,7 @@ class PostgresWakeups:
                 return None  # expired (take_first_due logged it): removed, look further
             call.before_commit()  # else it would be taken for nobody: never run
         call.undo = partial(self._put_back, seq, wakeup, rest[0] if rest else None)
+        call.undo_of = f"wake-up {wakeup.id} of session {wakeup.session!r}"
         return taken
 
     def _put_back(self, seq: int, wakeup: Wakeup, advanced: Wakeup | None, conn: Conn) -> None:
@@ -297,12 +299,13 @@ class PostgresWakeups:
         return await self._conns.run(what, self._defer, wakeup, fire_at, unsure=unsure)
 
     def _defer(self, conn: Conn, call: Call, wakeup: Wakeup, fire_at: datetime) -> bool:
-        call.committing = True  # committed whether or not its caller still waits: from now on
+        call.carries_on = True  # committed whether or not its caller still waits
         with conn.transaction():  # under the session's lock, as an add: the cap holds
             deferred = plan_defer(self._sessions_wakeups(conn, wakeup.session), wakeup, fire_at)
             if deferred is None:
                 return False
             self._insert(conn, call, deferred)
+            call.committing = True  # a connection lost from here may have committed it
         return True
 
     async def remove(self, wakeup_id: str, session: str | None = None) -> bool:
