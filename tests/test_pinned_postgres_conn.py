@@ -150,6 +150,28 @@ def test_the_reason_of_a_schema_the_search_path_names_that_does_not_exist_says_t
     )
 
 
+def test_an_undo_that_fails_says_what_could_not_be_given_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from trio_routines.stores.postgres.call import undo
+
+    def failing(conn: Any) -> None:
+        raise psycopg.OperationalError("the connection is closed")
+
+    call = pgconn.Call()
+    undo(call, None)  # type: ignore[arg-type]  # none to run: nothing said
+    call.undo = failing
+    with caplog.at_level(logging.ERROR, logger="trio_routines"):
+        undo(call, None)  # type: ignore[arg-type]
+        call.undo_of = "wake-up w1 of session 's'"
+        undo(call, None)  # type: ignore[arg-type]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{what} taken for a caller that had left could not be given back: OperationalError: "
+        "the connection is closed"
+        for what in ("a change", "wake-up w1 of session 's'")
+    ]
+
+
 def test_the_reason_of_an_error_without_server_diagnostics() -> None:
     reason = pgconn.reason
     assert reason(psycopg.OperationalError("")) == "OperationalError: no details"
