@@ -530,6 +530,8 @@ def test_a_take_whose_caller_gave_up_during_its_commit_is_put_back_as_it_was(
         taken = wakeups._take(conn, call, T0)
         assert taken is not None
         assert taken.id == expected
+        # What a failed undo says it could not give back (one run apart may fail to connect).
+        assert call.undo_of == f"wake-up {expected} of session {taken.session!r}"
         assert call.give_up() is None  # the caller left before the answer was handed over
         assert not call.hand_over(taken)
         return call
