@@ -28,14 +28,12 @@ async def cmd_migrate(args: argparse.Namespace) -> int:
         gone: list[tuple[str, bool]] = await store.repair_schema()  # type: ignore[attr-defined]
     where = state_label(state)
     remade = [name for name, again in gone if again]
-    if before == now and not gone:
-        print_line(f"{where}: schema version {now}, nothing to migrate")
-    elif before == now:
-        pass  # what was missing is said below
-    elif before == 0:
+    if before == 0:
         print_line(f"{where}: tables created at schema version {now}")
-    else:
+    elif before != now:
         print_line(f"{where}: migrated from schema version {before} to {now}")
+    elif not gone:  # (what was missing is said below)
+        print_line(f"{where}: schema version {now}, nothing to migrate")
     if remade:
         print_line(
             f"{where}: re-created what schema version {now} has and the database lacked, "
