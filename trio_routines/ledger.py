@@ -127,19 +127,20 @@ def add_entry(entries: Iterable[Entry], at: datetime, usage: Usage) -> list[Entr
     return sorted(kept.values(), key=lambda e: (e.minute, e.currency))
 
 
-def latest_counted(since: datetime) -> datetime:
-    """The latest minute an entry may be stamped and count in the window from ``since`` on
-    (see the module doc), held at the calendar's end."""
-    return shifted(since, LEDGER_SPAN + AHEAD)
+def counted_minutes(since: datetime) -> tuple[datetime, datetime]:
+    """The minutes an entry counts in for the window from ``since`` on (see the module doc):
+    after the first (a minute ends a minute after it starts), up to the second; held at the
+    calendar's ends. Every store's reads count by it."""
+    return shifted(since, -MINUTE), shifted(since, LEDGER_SPAN + AHEAD)
 
 
 def spent_since(entries: Iterable[Entry], since: datetime) -> Spent:
     """What ``entries`` spent in the window from ``since`` on (see the module doc)."""
     input_tokens = output_tokens = 0
     costs: dict[str, float] = {}
-    earliest, latest = shifted(since, -MINUTE), latest_counted(since)
+    earliest, latest = counted_minutes(since)
     for entry in entries:
-        if not earliest < entry.minute <= latest:  # (a minute ends a minute after it starts)
+        if not earliest < entry.minute <= latest:
             continue
         input_tokens += entry.input_tokens
         output_tokens += entry.output_tokens

@@ -16,7 +16,7 @@ import psycopg
 
 from ...agent import Usage
 from ...instants import shifted
-from ...ledger import LEDGER_SPAN, MINUTE, Kind, Spent, latest_counted, minute_of
+from ...ledger import LEDGER_SPAN, Kind, Spent, counted_minutes, minute_of
 from ...usage import DEFAULT_CURRENCY, MAX_COST, MAX_TOKENS, checked, checked_currency
 from .schema import Schema
 
@@ -81,10 +81,9 @@ def record_usage(
 
 
 def usage_since(conn: Conn, schema: Schema, kind: Kind, name: str, since: datetime) -> Spent:
-    # A minute counts when it ends after ``since``, and is not stamped too far ahead of the
-    # window's end (ledger.spent_since).
+    # The minutes that count, as every store counts them (ledger.counted_minutes).
     bounds = (MAX_TOKENS, MAX_TOKENS, MAX_COST)
-    window = (shifted(since, -MINUTE), latest_counted(since))
+    window = counted_minutes(since)
     rows = conn.execute(schema.sql(_SPENT), (kind, name, *window, *bounds)).fetchall()
     # A currency no record writes (edited by hand) is left out with its row.
     rows = [row for row in rows if row[0] == "" or checked_currency(row[0]) == row[0]]
