@@ -10,7 +10,7 @@ import logging
 import socket
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -361,6 +361,43 @@ async def test_ledger_rows_edited_by_hand_are_left_out_of_what_was_spent(
             )
     spent = await store.usage_since("routine", "r", T0 - timedelta(hours=1))
     assert (spent.input_tokens, spent.output_tokens, spent.costs) == (5, 0, (("EUR", 1.5),))
+
+
+def _usage_minutes(schema: str) -> list[datetime]:
+    with admin() as db:
+        rows = db.execute(
+            sql.SQL("SELECT minute FROM {} ORDER BY minute").format(
+                sql.Identifier(schema, "trio_routines_usage")
+            )
+        ).fetchall()
+    return [minute for (minute,) in rows]
+
+
+async def test_a_replica_whose_clock_runs_ahead_deletes_no_other_replicas_spending(
+    store: PostgresStore, schema: str
+) -> None:
+    # Each record deleted the rows older than the longest window before its own minute: one
+    # replica a day ahead deleted a day of everyone's spending from a week's budget, one a
+    # year ahead all of it. The server's clock bounds what a record may delete.
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    week, day = timedelta(days=7), timedelta(days=1)
+    await store.record_usage("session", "s", now - week + day, Usage(5))
+    await store.record_usage("session", "s", now - timedelta(minutes=5), Usage(7))
+    await store.record_usage("session", "s", now + timedelta(days=365), Usage(100))
+    await store.record_usage("session", "s", now + 3 * day, Usage(1))
+    assert (await store.usage_since("session", "s", now - week)).tokens == 5 + 7 + 1
+    assert len(_usage_minutes(schema)) == 4
+    # What is older than the longest window on both clocks is still deleted, by every record.
+    await store.record_usage("session", "s", now - week - day, Usage(1000))  # behind: kept
+    assert len(_usage_minutes(schema)) == 5
+    await store.record_usage("session", "s", now, Usage(1))
+    assert _usage_minutes(schema) == [
+        now - week + day,
+        now - timedelta(minutes=5),
+        now,
+        now + 3 * day,
+        now + timedelta(days=365),
+    ]
 
 
 async def test_a_record_added_to_a_row_edited_by_hand_counts_only_itself(

@@ -5,6 +5,12 @@ A record is one statement: it adds the usage to its minute's row (an upsert that
 concurrent records of one key never lose each other's) and deletes the key's rows older than
 :data:`~trio_routines.ledger.LEDGER_SPAN`, which no budget can count. A read sums the rows of
 the window by currency, through the primary key ``(kind, name, minute, currency)``.
+
+Older than the span before the record's minute *and* before the server's clock: replicas
+share the server, not a clock. One replica whose clock runs a day ahead would otherwise
+delete the last day of every other replica's spending from the longest window (a year
+ahead: all of it), and the budgets would let that much through again. A replica whose clock
+is behind deletes less, which only keeps a row a little longer.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ _KEPT = "(CASE WHEN u.{column} BETWEEN 0 AND %({most})s THEN u.{column} ELSE 0 E
 
 _RECORD = (
     """WITH pruned AS (
-        DELETE FROM {usage} WHERE kind = %(kind)s AND name = %(name)s AND minute < %(oldest)s
+        DELETE FROM {usage} WHERE kind = %(kind)s AND name = %(name)s
+            AND minute < least(%(oldest)s, now() - %(span)s)
     )
     INSERT INTO {usage} AS u (kind, name, minute, currency, tokens_in, tokens_out, cost)
     VALUES (%(kind)s, %(name)s, %(minute)s, %(currency)s, %(in)s, %(out)s, %(cost)s)
@@ -68,6 +75,7 @@ def record_usage(
             "kind": kind,
             "name": name,
             "oldest": shifted(minute, -LEDGER_SPAN),
+            "span": LEDGER_SPAN,
             "minute": minute,
             "currency": currency,
             "in": usage.input_tokens or 0,
