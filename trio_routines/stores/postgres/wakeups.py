@@ -23,10 +23,10 @@ A caller that gives up once the commit was sent (a server whose commits stall, a
 lost on the way) is told the change is not confirmed: it may be made. A take so cut off is
 undone by its thread once the answer comes: the wake-up is put back as it was, in its place,
 since nobody runs it (should the answer never come, a committed take is lost with it). A
-put-back restores what was stored, not a new request: it is made even when the session's
-adds filled its places while the wake-up was out, so the session may hold one more than the
-cap until one fires (left out, the wake-up would be lost). A deferral is committed even so: it puts back a wake-up that was taken, which is better made
-late than lost.
+deferral is committed even so: it puts back a wake-up that was taken, which is better made
+late than lost. A put-back restores what was stored, not a new request: it is made even when
+the session's adds filled its places while the wake-up was out, so the session may hold one
+more than the cap until one fires (left out, the wake-up would be lost).
 """
 
 from __future__ import annotations
