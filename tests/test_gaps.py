@@ -38,6 +38,7 @@ from trio_routines.gaps import (
     is_late,
     passed_over,
     plan_boot,
+    unfired_gaps,
 )
 from trio_routines.history import read_history, unclaimed
 from trio_routines.http import api
@@ -153,6 +154,46 @@ def test_the_boot_plan_of_each_catch_up_setting() -> None:
     assert (plan.due, plan.gaps, plan.missed) == (at(1), (), gap(1, 3, GapReason.CAUGHT_UP))
     plan = plan_boot("* * * * *", None, "r", resumed=at(2, 10), **down)
     assert (plan.due, plan.gaps) == (at(3), (gap(1, 2, GapReason.PAUSED),))
+
+
+def test_a_resume_while_no_scheduler_ran_keeps_the_slots_before_its_pause_down() -> None:
+    # Down from 23:00:46; paused at 23:02:00 and resumed at 23:03:10, before a scheduler came
+    # back at 23:04:30: 01 was missed while nothing ran, 02 and 03 were paused, 04 is caught up.
+    down = {"accounted": at(0, 46), "now": at(4, 30), "resumed": at(3, 10)}
+    plan = plan_boot("* * * * *", None, "r", resumed_pause_since=at(2), **down)
+    assert (plan.due, plan.gaps, plan.missed) == (
+        at(4),
+        (gap(1, 1, GapReason.DOWN), gap(2, 3, GapReason.PAUSED)),
+        gap(4, 4, GapReason.CAUGHT_UP),
+    )
+    assert unfired_gaps("* * * * *", None, "r", resumed_pause_since=at(2), **down) == (
+        gap(1, 1, GapReason.DOWN),
+        gap(2, 3, GapReason.PAUSED),
+        gap(4, 4, GapReason.DOWN),
+    )
+    # Its start unknown (an earlier version's pause, a store that keeps none), before the
+    # newest claim, or after the resume (a clock that ran ahead): every slot before the resume
+    # is taken for paused, as before.
+    for since in (None, at(0, 10), at(3, 20)):
+        plan = plan_boot("* * * * *", None, "r", resumed_pause_since=since, **down)
+        assert plan.gaps == (gap(1, 3, GapReason.PAUSED),)
+    # Paused at the newest claim's slot: that slot is accounted for.
+    plan = plan_boot(
+        "* * * * *", None, "r", resumed_pause_since=at(1), **{**down, "accounted": at(1)}
+    )
+    assert plan.gaps == (gap(2, 3, GapReason.PAUSED),)
+    # Paused as it was resumed: every slot before was missed.
+    plan = plan_boot("* * * * *", None, "r", resumed_pause_since=at(3, 10), **down)
+    assert plan.gaps == (gap(1, 3, GapReason.DOWN),)
+    # Paused again since: the pause now holds what came after the resume, as before.
+    plan = plan_boot(
+        "* * * * *", None, "r", resumed_pause_since=at(2), paused=True, paused_since=at(4), **down
+    )
+    assert plan.gaps == (
+        gap(1, 1, GapReason.DOWN),
+        gap(2, 3, GapReason.PAUSED),
+        gap(4, 4, GapReason.PAUSED),
+    )
 
 
 def test_adding_gaps_extends_dedupes_and_keeps_the_newest() -> None:
@@ -487,11 +528,79 @@ async def test_slots_missed_before_a_pause_are_down_and_only_those_after_it_paus
     assert [f.slot for f in await store.history("r")] == [at(0)]  # nothing caught up
 
 
+@pytest.mark.parametrize("fired", [True, False])
+async def test_slots_missed_before_a_pause_resumed_while_down_are_down(
+    autojump_clock: Any, fired: bool
+) -> None:
+    store = MemoryStore()
+    if fired:
+        await completed(store, "r", at(0))
+    else:  # armed at 23:00:30 by a scheduler that went down before its first slot
+        await store.first_armed(["r"], at(0, 30))
+    # Down from 23:00:30; paused at 23:02:30 and resumed at 23:05:20 (from the command line),
+    # both while no scheduler ran; back at 23:07:30.
+    await store.set_paused("r", True, at(2, 30))
+    await store.set_paused("r", False, at(5, 20))
+    wall = WallClock(at(7, 30))
+    sched, _agent = scheduler(store, wall)
+    await run_until(sched, wall, at(7, 40))
+    if fired:  # 23:06 is caught up
+        assert await store.gaps("r") == [
+            gap(1, 2, GapReason.DOWN),
+            gap(3, 5, GapReason.PAUSED),
+            gap(7, 7, GapReason.CAUGHT_UP),
+        ]
+        assert [f.slot for f in await store.history("r")] == [at(0), at(6)]
+    else:  # a routine that never fired never back-fires
+        assert await store.gaps("r") == [
+            gap(1, 2, GapReason.DOWN),
+            gap(3, 5, GapReason.PAUSED),
+            gap(6, 7, GapReason.DOWN),
+        ]
+        assert await store.history("r") == []
+
+
+@pytest.mark.parametrize("read", ["fails", "hangs", "absent"])
+async def test_a_resumed_pause_whose_start_is_unknown_takes_every_slot_before_it_for_paused(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture, read: str
+) -> None:
+    store = _Older() if read == "absent" else MemoryStore()
+    await completed(store, "r", at(0))
+    await store.set_paused("r", True, at(2, 30))
+    await store.set_paused("r", False, at(4, 20))
+    if read == "fails":
+        store.fail("resumed_pause_since", StateFault("disk on fire"))
+    elif read == "hangs":
+        store.hang("resumed_pause_since")
+    wall = WallClock(at(5, 30))
+    sched = Scheduler(
+        agent=ScriptedAgent(wall=wall),
+        store=store,
+        routines=[EVERY_MINUTE],
+        now=wall,
+        wakeups=False,
+        store_timeout=0.5,
+    )
+    await run_until(sched, wall, at(5, 40))
+    assert await store.gaps("r") == [gap(1, 4, GapReason.PAUSED)]  # as a store that keeps none
+    assert [f.slot for f in await store.history("r")] == [at(0), at(5)]
+    said = {
+        "fails": "disk on fire",
+        "hangs": "the resume of 'r' is unreadable: the store did not answer within 0.5s (or "
+        "before the stop's grace ran out)",
+    }
+    unread = "r: when its pause began is unreadable (its missed slots read as paused): "
+    assert [m for m in caplog.messages if m.startswith(unread)] == (
+        [unread + said[read]] if read in said else []
+    )
+
+
 class _Older(MemoryStore):
-    """A store of an earlier kind: it keeps no pause's start (no ``paused_since``)."""
+    """A store of an earlier kind: it keeps no pause's start (no ``paused_since``, nor
+    ``resumed_pause_since``)."""
 
     def __getattribute__(self, name: str) -> Any:
-        if name == "paused_since":
+        if name in ("paused_since", "resumed_pause_since"):
             raise AttributeError(name)
         return super().__getattribute__(name)
 

@@ -75,6 +75,7 @@ CALLS: dict[str, Call] = {
     "set_paused": lambda x, r: x.store.set_paused(r, True),
     "resumed_at": lambda x, r: x.store.resumed_at(r),
     "paused_since": lambda x, r: x.store.paused_since(r),
+    "resumed_pause_since": lambda x, r: x.store.resumed_pause_since(r),
     "record_gap": lambda x, r: x.store.record_gap(r, GAP),
     "gaps": lambda x, r: x.store.gaps(r),
     "record_usage": lambda x, r: x.store.record_usage("routine", r, T0, USAGE),
@@ -95,7 +96,7 @@ CALLS: dict[str, Call] = {
 AS_WELL = {"take": ("join",)}
 # Those whose fault may be given a routine: only the calls about it fail.
 ABOUT_A_ROUTINE = ["claim", "latest_fire", "history", "set_paused", "resumed_at", "record_gap"]
-ABOUT_A_ROUTINE += ["paused_since"]
+ABOUT_A_ROUTINE += ["paused_since", "resumed_pause_since"]
 ABOUT_A_ROUTINE += ["gaps", "record_usage", "usage_since"]
 
 

@@ -192,6 +192,9 @@ async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
     assert [f.usage for f in await store.history("r")] == [None, spent]
     await store.note_wake_turn("s", T0)  # version 11: the recent wake-up turns
     assert await store.wake_turns("s", T0 - HOUR) == [T0]
+    await store.set_paused("q", True, T0)  # version 13: a resume keeps when its pause began
+    await store.set_paused("q", False, T0 + HOUR)
+    assert await store.resumed_pause_since("q") == T0
     await store.aclose()
     with admin() as conn:
         versions = conn.execute(
@@ -199,8 +202,46 @@ async def test_a_version_1_schema_gains_the_error_column_and_keeps_its_claims(
                 sql.Identifier(schema, "trio_routines_schema")
             )
         ).fetchall()
-    assert versions == [(version,) for version in range(1, 13)]
-    assert SCHEMA_VERSION == 12
+    assert versions == [(version,) for version in range(1, 14)]
+    assert SCHEMA_VERSION == 13
+
+
+async def test_version_12_code_may_go_on_using_a_version_13_database(
+    url: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Migration 13 only adds a nullable column to the resumes, which older code neither reads
+    # nor names: its resumes (an upsert of the resume's instant) leave it as it was, and one
+    # it made first reads as unknown.
+    from trio_routines.stores.postgres import schema as pgschema
+
+    store = PostgresStore(url, schema=schema)
+    await store.set_paused("r", True, T0)
+    await store.set_paused("r", False, T0 + HOUR)
+    await store.aclose()
+    with admin() as conn:
+        row = conn.execute(
+            sql.SQL("SELECT compatible_from FROM {} WHERE version = 13").format(
+                sql.Identifier(schema, "trio_routines_schema")
+            )
+        ).fetchone()
+        assert row == (5,)
+        # What version-12 code writes when it resumes a routine: the instant alone.
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (routine, resumed_at) VALUES ('old', %s) ON CONFLICT (routine) "
+                "DO UPDATE SET resumed_at = excluded.resumed_at"
+            ).format(sql.Identifier(schema, "trio_routines_resumed")),
+            (T0,),
+        )
+    monkeypatch.setattr(pgschema, "SCHEMA_VERSION", 12)
+    older = PostgresStore(url, schema=schema, migrate="never")
+    assert await older.resumed_at("r") == T0 + HOUR  # not refused
+    await older.aclose()
+    monkeypatch.undo()
+    store = PostgresStore(url, schema=schema)
+    assert await store.resumed_pause_since("old") is None
+    assert await store.resumed_pause_since("r") == T0
+    await store.aclose()
 
 
 async def test_version_9_code_may_go_on_using_a_version_10_database(

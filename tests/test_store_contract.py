@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -540,6 +541,37 @@ async def test_a_pause_keeps_when_it_began_until_its_resume(store: Store) -> Non
     await store.set_paused("daily", True, T0 + 3 * HOUR)  # a new pause: its own instant
     assert await store.paused_since("daily") == T0 + 3 * HOUR  # type: ignore[attr-defined]
     assert await store.paused_since("other") is None  # type: ignore[attr-defined]
+
+
+async def test_a_resume_keeps_when_the_pause_it_ended_began(store: Store) -> None:
+    # For a boot after a pause and its resume while no scheduler ran: the slots before that
+    # pause were missed, not paused.
+    kept: Any = store
+    assert await kept.resumed_pause_since("daily") is None
+    await store.set_paused("daily", True, T0 + timedelta(milliseconds=1500, microseconds=7))
+    assert await kept.resumed_pause_since("daily") is None  # paused, not yet resumed
+    await store.set_paused("daily", False, T0 + HOUR)
+    assert await kept.resumed_pause_since("daily") == T0 + timedelta(milliseconds=1500)
+    await store.set_paused("daily", False, T0 + 2 * HOUR)  # not paused: nothing changes
+    await store.set_paused("daily", True, T0 + 3 * HOUR)
+    assert await kept.resumed_pause_since("daily") == T0 + timedelta(milliseconds=1500)
+    await store.set_paused("daily", False)  # no instant given: neither is kept
+    assert await kept.resumed_pause_since("daily") == T0 + timedelta(milliseconds=1500)
+    assert await store.resumed_at("daily") == T0 + HOUR
+    await store.set_paused("daily", True, T0 + 4 * HOUR)
+    await store.set_paused("daily", False, T0 + 5 * HOUR)  # the latest resume's pause
+    assert await kept.resumed_pause_since("daily") == T0 + 4 * HOUR
+    # Paused with no instant: the resume keeps what the pause kept (PostgreSQL: the server's
+    # instant; elsewhere none), not an earlier pause's.
+    for name in ("daily", "other"):
+        await store.set_paused(name, True)
+        began = await kept.paused_since(name)
+        await store.set_paused(name, False, T0 + 6 * HOUR)
+        assert await kept.resumed_pause_since(name) == began
+    assert began is None or began > T0 + 6 * HOUR  # (the server's clock is ahead of T0)
+    assert await kept.resumed_pause_since("never") is None
+    with pytest.raises(UnsafeName):
+        await kept.resumed_pause_since("../x")
 
 
 async def test_a_resume_of_a_routine_that_is_not_paused_keeps_no_instant(store: Store) -> None:

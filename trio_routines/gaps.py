@@ -127,19 +127,23 @@ def plan_boot(
     paused: bool = False,
     catchup: float | None = None,
     paused_since: datetime | None = None,
+    resumed_pause_since: datetime | None = None,
 ) -> BootPlan:
     """Plan a routine's first slot after a boot, and the gaps since ``accounted``.
 
     ``accounted``: every slot up to it is claimed or in a gap (the newest claim's stamp, or the
     newest gap's last slot if later). ``resumed``: the routine's latest resume. Slots before a
-    resume are ``paused``; so is every slot of a routine paused now, but those before its
-    pause began (``paused_since``, when known), which are ``down``. Of those that passed while
-    no scheduler ran, the ones older than the window are recorded now (``late``, or ``down``
-    for ``catchup: none``) and the oldest of the rest is the catch-up; the slots after it are
-    recorded by the loop once the catch-up has fired (``caught-up``: see ``scheduler.loops``),
-    as the slots a late fire passed over always are.
+    resume are ``paused``, but those before the pause it ended began (``resumed_pause_since``,
+    when known), which are ``down``; so is every slot of a routine paused now, but those
+    before its pause began (``paused_since``, when known), which are ``down`` too. Of those
+    that passed while no scheduler ran, the ones older than the window are recorded now
+    (``late``, or ``down`` for ``catchup: none``) and the oldest of the rest is the catch-up;
+    the slots after it are recorded by the loop once the catch-up has fired (``caught-up``:
+    see ``scheduler.loops``), as the slots a late fire passed over always are.
     """
-    gaps, accounted = _paused_until_resumed(cron, tz, seed, accounted, now, resumed)
+    gaps, accounted = _paused_until_resumed(
+        cron, tz, seed, accounted, now, resumed, resumed_pause_since
+    )
     if paused:
         gaps += _paused_now(cron, tz, seed, accounted, now, paused_since)
         return BootPlan(next_run(cron, tz, max(accounted, now), seed), tuple(gaps))
@@ -168,13 +172,27 @@ def _paused_now(
     known) ``down`` -- no scheduler ran then, and none is caught up while it is paused --
     and the rest ``paused``. A pause stamped after ``now`` (by a clock that ran ahead) says
     nothing of when it began: every slot is taken for paused, as with none known."""
+    return _down_then_paused(cron, tz, seed, accounted, now, since)
+
+
+def _down_then_paused(
+    cron: str,
+    tz: str | None,
+    seed: str,
+    accounted: datetime,
+    until: datetime,
+    since: datetime | None,
+) -> list[Gap]:
+    """The slots after ``accounted`` up to ``until`` of a pause that began at ``since``
+    (None: unknown): ``down`` before it began, when it began after ``accounted`` and by
+    ``until``, and ``paused`` from then on."""
     gaps = []
-    if since is not None and accounted < since <= now:
+    if since is not None and accounted < since <= until:
         gap = passed_over(cron, tz, seed, accounted, since - _MS, GapReason.DOWN)
         if gap is not None:
             gaps.append(gap)
         accounted = since - _MS
-    gap = passed_over(cron, tz, seed, accounted, now, GapReason.PAUSED)
+    gap = passed_over(cron, tz, seed, accounted, until, GapReason.PAUSED)
     if gap is not None:
         gaps.append(gap)
     return gaps
@@ -187,15 +205,17 @@ def _paused_until_resumed(
     accounted: datetime,
     now: datetime,
     resumed: datetime | None,
+    pause_since: datetime | None = None,
 ) -> tuple[list[Gap], datetime]:
-    """The ``paused`` gap of the slots before the latest resume (if any), and what is accounted
-    for after it. A resume stamped after ``now`` (by a clock that ran ahead) is taken as made
+    """The gaps of the slots before the latest resume (if any): ``paused``, but ``down``
+    before the pause it ended began (``pause_since``, when known); and what is accounted for
+    after it. A resume stamped after ``now`` (by a clock that ran ahead) is taken as made
     now: it holds nothing back beyond it."""
     if resumed is None or resumed <= accounted:
         return [], accounted
     resumed = min(resumed, now)
-    gap = passed_over(cron, tz, seed, accounted, resumed, GapReason.PAUSED)
-    return ([] if gap is None else [gap]), max(resumed, accounted)
+    gaps = _down_then_paused(cron, tz, seed, accounted, resumed, pause_since)
+    return gaps, max(resumed, accounted)
 
 
 def unfired_gaps(
@@ -208,16 +228,19 @@ def unfired_gaps(
     resumed: datetime | None = None,
     paused: bool = False,
     paused_since: datetime | None = None,
+    resumed_pause_since: datetime | None = None,
 ) -> tuple[Gap, ...]:
     """The gaps a boot records for a routine that never fired (no claim), and fires nothing.
 
     ``accounted``: when the routine was first armed, or the newest gap's last slot if later.
     It is not caught up -- a routine that never fired never back-fires, as on a first boot --
     so every slot after ``accounted`` up to ``now`` is ``down``; ``paused`` before its latest
-    resume, and, while it is paused now, since its pause began (``paused_since``; unknown:
-    all of them).
+    resume from the pause it ended (``resumed_pause_since``; unknown: all of them), and,
+    while it is paused now, since its pause began (``paused_since``; unknown: all of them).
     """
-    gaps, accounted = _paused_until_resumed(cron, tz, seed, accounted, now, resumed)
+    gaps, accounted = _paused_until_resumed(
+        cron, tz, seed, accounted, now, resumed, resumed_pause_since
+    )
     if paused:
         return (*gaps, *_paused_now(cron, tz, seed, accounted, now, paused_since))
     gap = passed_over(cron, tz, seed, accounted, now, GapReason.DOWN)

@@ -62,7 +62,10 @@ Pause
     paused already keeps its first), and ``paused_since(routine)`` returns it (``None``
     when the routine is not paused, or its pause's instant is unknown), so that a boot
     records the slots missed before the pause as missed, not as paused; without it, every
-    slot missed by a routine paused now is taken for paused.
+    slot missed by a routine paused now is taken for paused. Likewise optional: a resume
+    keeps that instant of the pause it ends, and ``resumed_pause_since(routine)`` returns it
+    for the latest resume (``None`` when unknown), for a routine paused and resumed while no
+    scheduler ran.
 
 Replicas (optional: a store without these gives holds that exclude within one process)
     ``join(info)`` makes the calling scheduler a member: it takes the hold of its replica id

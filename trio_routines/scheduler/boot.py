@@ -169,6 +169,14 @@ class Boot:
             [name for name in (*unfired, *catching_up) if name in paused],
             on_fault=_pause_unread,
         )
+        # And when the pause a resume since ended began (a store that keeps it), likewise.
+        since = [(resumes.get(name), latest.get(name, current), name) for name in catching_up]
+        since += [(unfired_resumes.get(name), armed[name], name) for name in unfired]
+        resumed_pauses = await for_each(
+            self._calls.resumed_pause_since,
+            [name for resumed, accounted, name in since if resumed and resumed > accounted],
+            on_fault=_pause_unread,
+        )
         plans: dict[str, BootPlan] = {}
         for name in unfired:
             if name not in unfired_resumes or name not in unfired_gap_ends:
@@ -187,6 +195,7 @@ class Boot:
                 resumed=unfired_resumes[name],
                 paused=name in paused,
                 paused_since=pauses.get(name),
+                resumed_pause_since=resumed_pauses.get(name),
             )
             plans[name] = BootPlan(first_due[name], gaps)
         for name in catching_up:
@@ -207,6 +216,7 @@ class Boot:
                 paused=name in paused,
                 catchup=routine.catchup,
                 paused_since=pauses.get(name),
+                resumed_pause_since=resumed_pauses.get(name),
             )
 
         async def record(name: str) -> None:

@@ -121,13 +121,21 @@ class StoreCalls:
 
     async def paused_since(self, routine: str) -> datetime | None:
         """When ``routine``'s pause began, where the store keeps it (None: not kept)."""
-        read = getattr(self.store, "paused_since", None)
-        if read is None:
+        return await self._kept_instant("paused_since", routine, "pause")
+
+    async def resumed_pause_since(self, routine: str) -> datetime | None:
+        """When the pause ``routine``'s latest resume ended began, where the store keeps it."""
+        return await self._kept_instant("resumed_pause_since", routine, "resume")
+
+    async def _kept_instant(self, read: str, routine: str, what: str) -> datetime | None:
+        """The store's optional read ``read`` of ``routine`` (None: a store without it)."""
+        call = getattr(self.store, read, None)
+        if call is None:
             return None
         with self.bounded():
-            since: datetime | None = await read(routine)
+            since: datetime | None = await call(routine)
             return since
-        raise self.no_answer(f"the pause of {routine!r} is unreadable")
+        raise self.no_answer(f"the {what} of {routine!r} is unreadable")
 
     async def take_due_wakeup(self, now: datetime) -> Wakeup | None:
         with self.bounded():

@@ -14,11 +14,11 @@ import trio
 #: What :meth:`MemoryStore.fail` and :meth:`MemoryStore.hang` can be asked of: each call of the
 #: store (and ``take``, ``beat``, ``join``, ``paused`` of its members and pause reads).
 OPERATIONS = frozenset(
-    (  # noqa: SIM905 -- 28 names, one a line, would be a tenth of the module
+    (  # noqa: SIM905 -- 29 names, one a line, would be a tenth of the module
         "add_wakeup beat claim claims_alive defer_wakeup first_armed gaps history join "
         "latest_fire list_wakeups note_wake_turn open_claims paused paused_since ready record_gap "
-        "record_usage remove_wakeup replicas resumed_at sessions_held set_paused settle take "
-        "take_due_wakeup usage_since wake_turns"
+        "record_usage remove_wakeup replicas resumed_at resumed_pause_since sessions_held "
+        "set_paused settle take take_due_wakeup usage_since wake_turns"
     ).split()
 )
 

@@ -68,6 +68,8 @@ class MemoryStore(Lifetime):
         self.paused_routines: set[str] = set()
         self.resumed: dict[str, datetime] = {}
         self.paused_at: dict[str, datetime] = {}  # when each paused routine was paused
+        #: When the pause each latest resume ended began, where it was known.
+        self.resumed_pauses: dict[str, datetime] = {}
         self.gap_records: dict[str, list[Gap]] = {}
         self.armed: dict[str, datetime] = {}  # when each routine was first armed
         #: The usage ledgers: (kind, name) -> entries (see :mod:`trio_routines.ledger`).
@@ -230,9 +232,13 @@ class MemoryStore(Lifetime):
             self.paused_routines.add(routine)
         elif routine in self.paused_routines:  # a resume of a routine not paused: nothing
             self.paused_routines.discard(routine)
-            self.paused_at.pop(routine, None)
+            since = self.paused_at.pop(routine, None)
             if at is not None:
                 self.resumed[routine] = truncate_ms(at)
+                if since is None:
+                    self.resumed_pauses.pop(routine, None)
+                else:
+                    self.resumed_pauses[routine] = since
 
     async def paused_since(self, routine: str) -> datetime | None:
         """When ``routine``'s pause began (the ``at`` it was paused with); None when not."""
@@ -246,6 +252,13 @@ class MemoryStore(Lifetime):
         check_name(routine)
         self.injected.check("resumed_at", routine)
         return self.resumed.get(routine)
+
+    async def resumed_pause_since(self, routine: str) -> datetime | None:
+        """When the pause ``routine``'s latest resume ended began; None when not known."""
+        await self.injected.enter("resumed_pause_since")
+        check_name(routine)
+        self.injected.check("resumed_pause_since", routine)
+        return self.resumed_pauses.get(routine)
 
     async def record_gap(self, routine: str, gap: Gap, *, extends: datetime | None = None) -> bool:
         """Add ``gap`` to ``routine``\'s gaps (the store contract); False when already there."""

@@ -3,6 +3,9 @@
     <root>/schedule/paused/<routine>     while the routine is paused: the instant its pause
                                          began (ISO 8601; empty from an earlier version)
     <root>/schedule/resumed/<routine>    the instant of its latest resume (ISO 8601)
+    <root>/schedule/resumed-pause/<routine>
+                                         the instant the pause that resume ended began,
+                                         when it was known (ISO 8601)
 
 Pausing creates the file (``O_EXCL``, never through a symlink), fsyncs it and the directory
 before it returns, so every scheduler sharing the directory sees the pause from then on and
@@ -12,6 +15,9 @@ the way are opened as every state directory is (safefile.py): a planted link is 
 original scheduler does not know these directories and ignores them. A resume's instant is
 written to a temp file under an unpredictable name, fsynced and renamed into place; it is read
 as any state file is, and anything but a short regular file holding an instant reads as none.
+The instant its pause began is kept beside it the same way, first: a boot then records the
+slots before that pause as missed, not as paused. A crash between the two leaves an instant
+after the resume kept, which a boot takes for unknown.
 """
 
 from __future__ import annotations
@@ -56,10 +62,22 @@ def set_paused_sync(
     if (
         not paused
         and when is not None
-        and (not _is_paused(root, routine) or not _write_resumed(root, routine, when, handoff))
+        and (
+            not _is_paused(root, routine)
+            or not _write_resumed(root, routine, when, _pause_began(root, routine), handoff)
+        )
     ):
         return
     _set_paused(root, routine, paused, handoff, when if paused else None)
+
+
+def _pause_began(root: Path, routine: str) -> datetime | None:
+    """When ``routine``'s pause began, for its resume to keep: None when that cannot be read
+    (the resume is not refused for it; a boot then takes the slots before it for paused)."""
+    try:
+        return paused_since_sync(root, routine)
+    except StateFault:
+        return None
 
 
 def _is_paused(root: Path, routine: str) -> bool:
@@ -92,23 +110,40 @@ def set_paused_handing(
     set_paused_sync(root, routine, paused, when, handoff)
 
 
-def _write_resumed(root: Path, routine: str, when: datetime, handoff: Handoff | None) -> bool:
-    """Keep ``when`` as ``routine``'s latest resume; durable. False if not begun: its caller
-    gave up (``handoff``) before."""
-    where = root / "schedule" / "resumed"
+def _write_resumed(
+    root: Path, routine: str, when: datetime, since: datetime | None, handoff: Handoff | None
+) -> bool:
+    """Keep ``when`` as ``routine``'s latest resume, and ``since`` as when the pause it ends
+    began (None: unknown, none kept); durable. False if not begun: its caller gave up
+    (``handoff``) before."""
+    if handoff is not None and handoff.gave_up:
+        return False
+    _keep_instant(root, "resumed-pause", routine, since)
+    _keep_instant(root, "resumed", routine, when)
+    return True
+
+
+def _keep_instant(root: Path, folder: str, routine: str, when: datetime | None) -> None:
+    """Write ``when`` to ``<root>/schedule/<folder>/<routine>`` (None: remove it); durable."""
+    where = root / "schedule" / folder
     name = check_name(routine)
     try:
-        directory = open_dirs(root, ("schedule", "resumed"), create=True)
+        directory = open_dirs(root, ("schedule", folder), create=when is not None)
+    except FileNotFoundError:
+        return  # nothing to remove
     except OSError as exc:
         raise StateFault(
             f"could not resume {routine!r}: its instant cannot be kept in {where}: {describe(exc)}"
         ) from None
     try:
-        if handoff is not None and handoff.gave_up:
-            return False
-        replace_file(directory, name, where, format_iso(when).encode(), ".resume-")
+        if when is None:
+            try:
+                at(where / name, lambda: os.unlink(name, dir_fd=directory))
+            except FileNotFoundError:
+                return
+        else:
+            replace_file(directory, name, where, format_iso(when).encode(), ".resume-")
         fsync(directory, where)
-        return True
     except OSError as exc:
         raise StateFault(
             f"could not resume {routine!r}: its instant cannot be kept in {where}: {describe(exc)}"
@@ -120,6 +155,11 @@ def _write_resumed(root: Path, routine: str, when: datetime, handoff: Handoff | 
 def resumed_at_sync(root: Path, routine: str) -> datetime | None:
     """The instant of ``routine``'s latest resume, or None."""
     return _instant(root, "resumed", routine, "resume")
+
+
+def resumed_pause_since_sync(root: Path, routine: str) -> datetime | None:
+    """When the pause ``routine``'s latest resume ended began, or None (not known)."""
+    return _instant(root, "resumed-pause", routine, "resume")
 
 
 def _instant(root: Path, folder: str, routine: str, what: str) -> datetime | None:

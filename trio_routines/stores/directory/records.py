@@ -89,6 +89,11 @@ class Records:
 
         return await self._run(resumed_at_sync, self._root, routine)
 
+    async def resumed_pause_since(self, routine: str) -> datetime | None:
+        from .pause import resumed_pause_since_sync
+
+        return await self._run(resumed_pause_since_sync, self._root, routine)
+
     async def paused_since(self, routine: str) -> datetime | None:
         from .pause import paused_since_sync
 

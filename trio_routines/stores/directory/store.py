@@ -265,6 +265,10 @@ class DirectoryStore(Lifetime):
     async def resumed_at(self, routine: str) -> datetime | None:
         return await self._records.resumed_at(routine)
 
+    async def resumed_pause_since(self, routine: str) -> datetime | None:
+        """When the pause ``routine``'s latest resume ended began; None when not known."""
+        return await self._records.resumed_pause_since(routine)
+
     async def paused_since(self, routine: str) -> datetime | None:
         """When ``routine``'s pause began (its pause file's instant); None when it is not
         paused, or was paused by a version that kept no instant."""

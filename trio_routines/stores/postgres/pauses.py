@@ -1,7 +1,8 @@
 """Pauses and resumes in PostgreSQL: a row of ``trio_routines_paused`` per paused routine,
 holding when its pause began (``paused_at``: the pausing caller's instant, or the server's
 when none was given, as an earlier version wrote it), and a row of ``trio_routines_resumed``
-per routine ever resumed, holding its latest resume's instant."""
+per routine ever resumed, holding its latest resume's instant and when the pause it ended
+began (``paused_at``, schema version 13; NULL from older code)."""
 
 from __future__ import annotations
 
@@ -31,15 +32,19 @@ def set_paused(
             )
             args: tuple[object, ...] = (routine, None if at is None else truncate_ms(at))
         else:
-            query, args = "DELETE FROM {paused} WHERE routine = %s", (routine,)
-        changed = conn.execute(tables.sql(query), args).rowcount
-        if not paused and at is not None and changed:
+            query = "DELETE FROM {paused} WHERE routine = %s RETURNING paused_at"
+            args = (routine,)
+        done = conn.execute(tables.sql(query), args)
+        if not paused and at is not None and done.rowcount:
+            row = done.fetchone()
+            since = None if row is None or row[0] is None else truncate_ms(row[0])
             conn.execute(
                 tables.sql(
-                    "INSERT INTO {resumed} (routine, resumed_at) VALUES (%s, %s) "
-                    "ON CONFLICT (routine) DO UPDATE SET resumed_at = excluded.resumed_at"
+                    "INSERT INTO {resumed} (routine, resumed_at, paused_at) VALUES (%s, %s, %s) "
+                    "ON CONFLICT (routine) DO UPDATE SET resumed_at = excluded.resumed_at, "
+                    "paused_at = excluded.paused_at"
                 ),
-                (routine, truncate_ms(at)),
+                (routine, truncate_ms(at), since),
             )
         call.before_commit()
 
@@ -50,3 +55,11 @@ def paused_since(conn: Conn, _call: Call, tables: Schema, routine: str) -> datet
         tables.sql("SELECT paused_at FROM {paused} WHERE routine = %s"), (routine,)
     ).fetchone()
     return None if row is None else truncate_ms(row[0])
+
+
+def resumed_pause_since(conn: Conn, _call: Call, tables: Schema, routine: str) -> datetime | None:
+    """When the pause ``routine``'s latest resume ended began; None when not known."""
+    row = conn.execute(
+        tables.sql("SELECT paused_at FROM {resumed} WHERE routine = %s"), (routine,)
+    ).fetchone()
+    return None if row is None or row[0] is None else truncate_ms(row[0])

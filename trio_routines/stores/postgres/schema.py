@@ -29,7 +29,7 @@ from psycopg import sql
 from ...errors import StateFault
 from .. import check_migrate
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 # Advisory lock namespaces (the first key of the two-key form); the second key is a hash of
 # the routine or session. A hash collision only serializes two unrelated callers.
 DDL_LOCK = "trio_routines:schema"
@@ -155,6 +155,9 @@ _MIGRATIONS: dict[int, list[str]] = {
         "CREATE INDEX IF NOT EXISTS {wakeups_due} ON {wakeups} (fire_at)",
         "CREATE INDEX IF NOT EXISTS {wake_turns_at} ON {wake_turns} (at)",
     ],
+    # When the pause each latest resume ended began (NULL: unknown, as older code resumes): a
+    # boot records the slots before it as missed, not as paused.
+    13: ["ALTER TABLE {resumed} ADD COLUMN IF NOT EXISTS paused_at timestamptz"],
 }
 
 
@@ -177,6 +180,9 @@ _COMPATIBLE_FROM: dict[int, int] = {
     # fire_at), though it fires occurrences past it -- a take of ours then removes the entry.
     11: 5,
     12: 5,  # an index: older code's queries are unchanged (and may use it)
+    # a resume's pause: older code's resumes leave it as it was, an earlier pause's instant,
+    # which is before the pause their resume ended: fewer slots read as missed, never more.
+    13: 5,
 }
 
 

@@ -39,7 +39,7 @@ from .conn import Connections
 from .gaps import first_armed, gaps_of, record_gap
 from .holds import PostgresPresence
 from .ledger import record_usage, usage_since
-from .pauses import paused_since, set_paused
+from .pauses import paused_since, resumed_pause_since, set_paused
 from .reads import BATCH, READERS, history, newest_fires, open_claims, read_batch, resumes
 from .repair import repair
 from .schema import CLAIM_LOCK as CLAIM_LOCK
@@ -243,6 +243,13 @@ class PostgresStore(Lifetime):
     async def resumed_at(self, routine: str) -> datetime | None:
         check_name(routine)
         return await self._resumes.read(routine)  # one query with concurrent calls (a boot's)
+
+    async def resumed_pause_since(self, routine: str) -> datetime | None:
+        """When the pause ``routine``'s latest resume ended began (its resume row's
+        ``paused_at``); None when not known."""
+        check_name(routine)
+        what = f"the resume of {routine!r} is unreadable"
+        return await self._conns.run(what, resumed_pause_since, self._tables, routine)
 
     async def paused(self) -> frozenset[str]:
         return await self._conns.run("the paused routines are unreadable", self._paused)
