@@ -24,6 +24,7 @@ from trio_routines.stores.directory import DirectoryStore
 from trio_routines.stores.directory import pause as dirpause
 
 AT = datetime(2026, 7, 7, 9, tzinfo=UTC)
+T0, T1, T2 = AT, AT.replace(hour=10), AT.replace(hour=11)
 EIO = "EIO: Input/output error"
 TEMP = r"\.resume-[0-9a-f]{16}"
 
@@ -303,3 +304,73 @@ async def test_a_paused_directory_that_cannot_be_listed_is_a_fault_naming_it(
         await store.paused()
     where = tmp_path / "schedule" / "paused"
     assert str(raised.value) == f"the paused routines are unreadable in {where}: {EIO}"
+
+
+# -- when the pause a resume ended began ---------------------------------------------------------
+
+
+async def test_a_resumes_pause_is_kept_beside_it_and_never_written_through_a_link(
+    tmp_path: Path,
+) -> None:
+    store = DirectoryStore(tmp_path / "state")
+    kept = tmp_path / "state" / "schedule" / "resumed-pause"
+    await store.set_paused("r", True, T0)
+    await store.set_paused("r", False, T1)
+    assert (kept / "r").read_text() == format_iso(T0)
+    assert await store.resumed_pause_since("r") == T0
+    # A link planted in its place reads as none, and the next resume replaces the link: the
+    # file it leads to is left as it was.
+    outside = tmp_path / "outside"
+    outside.write_text(format_iso(T1))
+    (kept / "r").unlink()
+    (kept / "r").symlink_to(outside)
+    assert await store.resumed_pause_since("r") is None
+    await store.set_paused("r", True, T1)
+    await store.set_paused("r", False, T2)
+    assert not (kept / "r").is_symlink()
+    assert outside.read_text() == format_iso(T1)
+    assert await store.resumed_pause_since("r") == T1
+    # A pause of unknown start: its resume removes the earlier one's instant.
+    await store.set_paused("r", True)
+    await store.set_paused("r", False, T2)
+    assert not (kept / "r").exists()
+    assert await store.resumed_pause_since("r") is None
+    await store.set_paused("q", True)  # never kept one: nothing to remove
+    (kept).rmdir()
+    await store.set_paused("q", False, T2)
+    assert not kept.exists()
+    assert await store.resumed_at("q") == T2
+
+
+async def test_a_resume_whose_pause_cannot_be_kept_changes_nothing(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.set_paused("r", True, T0)
+    kept = tmp_path / "schedule" / "resumed-pause"
+    kept.write_text("")  # no directory
+    with pytest.raises(StateFault) as raised:
+        await store.set_paused("r", False, T1)
+    assert str(raised.value) == (
+        f"could not resume 'r': its instant cannot be kept in {kept}: ENOTDIR: Not a "
+        f"directory: {kept}"
+    )
+    assert await store.paused() == frozenset({"r"})  # still paused
+    assert await store.resumed_at("r") is None
+    with pytest.raises(StateFault) as raised:
+        await store.resumed_pause_since("r")
+    assert str(raised.value) == f"the resume of 'r' is unreadable: ENOTDIR: Not a directory: {kept}"
+
+
+async def test_a_pause_whose_start_cannot_be_read_is_resumed_with_it_unknown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.set_paused("r", True, T0)
+
+    def unreadable(root: Path, routine: str) -> datetime | None:
+        raise StateFault("the pause of 'r' is unreadable: EIO")
+
+    monkeypatch.setattr(dirpause, "paused_since_sync", unreadable)
+    await store.set_paused("r", False, T1)  # not refused for it
+    assert await store.paused() == frozenset()
+    assert await store.resumed_at("r") == T1
+    assert await store.resumed_pause_since("r") is None
