@@ -575,3 +575,49 @@ async def test_a_claim_s_leftover_temp_name_does_not_keep_it_from_its_settle(
     assert fire.outcome is Outcome.COMPLETED
     assert not leftover.exists()
     await store.aclose()
+
+
+async def test_a_claim_holding_no_record_is_kept_aside_before_a_settle_writes_over_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A hand-edited claim that is no JSON read as unsettled (as it must: its outcome is
+    # unknown), and the next boot settled it `interrupted` over its text: what it held was
+    # gone, with one DEBUG line.
+    root = tmp_path / "state"
+    async with DirectoryStore(root) as store:
+        for minute in range(3):
+            await store.claim("daily", T0 + timedelta(minutes=minute), T0)
+        claims = root / "schedule" / "claims" / "daily"
+        damaged = '{"firedAt":"2026-07-07T10:00:00.000Z","outcome":"completed","ms":12,}'
+        (claims / slot_name(T0)).write_text(damaged)
+        (claims / slot_name(T0 + timedelta(minutes=1))).write_text("")  # torn: nothing to keep
+        with caplog.at_level("WARNING", logger="trio_routines"):
+            for minute in range(3):
+                slot = T0 + timedelta(minutes=minute)
+                assert await store.settle("daily", slot, Outcome.INTERRUPTED, if_unsettled=True)
+        (kept,) = (root / "schedule" / "damaged-claims" / "daily").iterdir()
+        assert re.fullmatch(re.escape(slot_name(T0)) + r"\.[0-9TZ-]+-[0-9a-f]{4}", kept.name)
+        assert kept.read_text() == damaged
+        assert [r.getMessage() for r in caplog.records] == [
+            f"claim {claims / slot_name(T0)} held no claim record; kept as {kept} before its "
+            "outcome is written over it"
+        ]
+        assert [f.outcome for f in await store.history("daily")] == [Outcome.INTERRUPTED] * 3
+        # Where it cannot be kept, the settle fails and the claim is left as it was.
+        await store.claim("daily", T0 + timedelta(minutes=3), T0)
+        third = claims / slot_name(T0 + timedelta(minutes=3))
+        third.write_text("not json")
+        kept.parent.rename(tmp_path / "moved")
+        kept.parent.write_text("")  # no directory: nothing can be kept there
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="trio_routines"):
+            settled = await store.settle(
+                "daily", T0 + timedelta(minutes=3), Outcome.INTERRUPTED, if_unsettled=True
+            )
+        assert not settled
+        assert third.read_text() == "not json"
+        assert [r.getMessage() for r in caplog.records] == [
+            "daily: could not record the interrupted outcome of slot 2026-07-07T10-03-00-000Z: "
+            "its claim holds no claim record, which could not be kept first (ENOTDIR: Not a "
+            f"directory: {kept.parent}) — left as it is"
+        ]

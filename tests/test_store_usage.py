@@ -77,12 +77,22 @@ async def test_a_hostile_usage_in_a_claim_file_reads_as_none(tmp_path: Path) -> 
             '"usage":{"cost":1e400,"currency":"USD"}',
             '"usage":{"cost":1,"currency":"\\u001b[31m"}',
             '"usage":{"inputTokens":' + "[" * 50 + "]" * 50 + "}",
+            # Past the digits Python converts: the document was refused whole, read as damage.
+            '"usage":{"inputTokens":' + "1" * 4301 + "}",
+            '"usage":{"outputTokens":-' + "9" * 5000 + ',"inputTokens":5}',
         ):
             claim.write_text(
-                '{"firedAt":"2026-07-07T10:00:00.000Z","outcome":"completed",' + hostile + "}"
+                '{"firedAt":"2026-07-07T10:00:00.000Z","outcome":"completed","ms":12,'
+                + hostile
+                + "}"
             )
             (fire,) = await store.history("daily")
-            assert (fire.outcome, fire.usage) == (Outcome.COMPLETED, None)
+            assert (fire.outcome, fire.ms, fire.usage) == (Outcome.COMPLETED, 12, None)
+        claim.write_text(
+            '{"firedAt":"2026-07-07T10:00:00.000Z","outcome":"completed","ms":' + "1" * 5000 + "}"
+        )
+        (fire,) = await store.history("daily")
+        assert (fire.outcome, fire.ms) == (Outcome.COMPLETED, None)
 
 
 async def test_a_fired_routine_keeps_its_turns_usage_with_its_claim(autojump_clock: Any) -> None:

@@ -129,15 +129,21 @@ def parse_claim(name: str, text: str, where: str) -> Fire:
     slot = slot_of(name)
     if slot is None:
         raise ValueError(f"{name!r} is not a claim name")
-    try:
-        record = loads(text)
-    except ValueError:  # RecursionError included: converter.loads maps it
-        record = None
-    if not isinstance(record, dict):
+    record = claim_record(text)
+    if record is None:
         if text.strip():
             log.debug("claim %s is not a claim record (torn write, or an earlier format)", where)
         return Fire(slot=slot, fired_at=slot)
     return fire_from_record(slot, record, where)
+
+
+def claim_record(text: str) -> dict[str, object] | None:
+    """The JSON object a claim's text holds; None when it holds none (empty, damaged)."""
+    try:
+        record = loads(text)
+    except ValueError:  # RecursionError included: converter.loads maps it
+        return None
+    return record if isinstance(record, dict) else None
 
 
 #: The most characters of an unknown outcome a warning shows.

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
@@ -156,11 +157,28 @@ def loads(text: str) -> Any:
     Python's parser raises ``RecursionError`` a little under 1,000 levels deep (``[`` × 100,000
     is a few bytes of hostile state): callers that treat ValueError as "corrupt, set it aside"
     must see it as exactly that, never as a crash of the loop that read it.
+
+    An integer longer than Python converts (4,300 digits, or the host's own limit) is valid
+    JSON that ``json.loads`` refuses whole: such a document is read again with every such
+    integer taken as an infinite float, which each field's check then drops as a bad value.
+    A claim whose usage was edited to a 5,000-digit count keeps its outcome; read as damage,
+    the next boot settled it again as interrupted.
     """
     try:
-        return json.loads(text)
+        try:
+            return json.loads(text)
+        except ValueError:  # damage, or an integer past the conversion limit: look again
+            return json.loads(text, parse_int=_stored_int)
     except RecursionError:
         raise ValueError("JSON nested too deeply to parse") from None
+
+
+def _stored_int(digits: str) -> int | float:
+    """A JSON integer; one past what Python converts as an infinite float of its sign."""
+    try:
+        return int(digits)
+    except ValueError:
+        return -math.inf if digits.startswith("-") else math.inf
 
 
 def wakeup_to_json(wakeup: Wakeup) -> dict[str, Any]:

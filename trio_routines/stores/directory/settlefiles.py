@@ -5,6 +5,13 @@ batches these use).
 A settle reads the claim, checks it, and writes the outcome over it in place, holding the
 claim's own lock so that two settles of one claim take turns; it is not fsynced when a
 group-commit flush will follow (the caller then owns the returned descriptor).
+
+A claim whose text is no claim record (edited by hand, damaged) is read as unsettled, and the
+next boot settles it ``interrupted``. Its text is kept first, durably, as
+``schedule/damaged-claims/<routine>/<slot>.<instant>-<hex>`` (a WARN names both): nothing
+stored is written over unseen. Beside the claims it would be a foreign name, which sends
+every claim of its routine down the gate's slower path. If it cannot be kept, the settle
+fails (a WARN) and the claim is left as it is.
 """
 
 from __future__ import annotations
@@ -13,16 +20,28 @@ import contextlib
 import errno
 import logging
 import os
+import secrets
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
+from pathlib import Path
 
-from ...claims import parse_claim
+from ...claims import claim_record, parse_claim
 from ...converter import claim_text
 from ...instants import slot_name
 from ...records import Outcome
 from ...usage import Usage
 from ..durable import opened
-from ..safefile import Shared, at, describe, fsync, lock_within, open_file, read_fd
+from ..safefile import (
+    Shared,
+    at,
+    create_whole,
+    describe,
+    fsync,
+    lock_within,
+    open_dirs,
+    open_file,
+    read_fd,
+)
 from .claimbatch import CLAIM_LIMIT, Batched, Contended, Pending, SettleItem, SettleWrite
 from .claimfiles import NEW_CLAIM, ClaimFiles
 from .leftovers import remove_twins
@@ -111,10 +130,24 @@ class SettleFiles:
                 if not wait:
                     raise Contended(routine, slot)
                 raise TimeoutError(errno.ETIMEDOUT, "another settle holds the claim", str(path))
-            text = read_fd(fd, path, CLAIM_LIMIT).decode("utf-8", errors="replace")
+            found = read_fd(fd, path, CLAIM_LIMIT)
+            text = found.decode("utf-8", errors="replace")
             fire = parse_claim(name, text, str(path))
             if if_unsettled and fire.outcome is not None:
                 return True, None
+            if fire.outcome is None and text.strip() and claim_record(text) is None:
+                try:
+                    keep_damaged(self._files.root, routine, name, path, found)
+                except OSError as exc:
+                    log.warning(
+                        "%s: could not record the %s outcome of slot %s: its claim holds no "
+                        "claim record, which could not be kept first (%s) — left as it is",
+                        routine,
+                        outcome.value,
+                        name,
+                        describe(exc),
+                    )
+                    return False, None
             rounded = None if ms is None else round(ms)
             data = claim_text(
                 fire.fired_at, outcome, rounded, error, fire.replica, output, usage
@@ -137,3 +170,27 @@ class SettleFiles:
                 os.close(fd)
             if not handed_over:
                 os.close(directory)
+
+
+def keep_damaged(root: Path, routine: str, name: str, path: object, data: bytes) -> None:
+    """Keep ``data``, the text of claim ``name`` of ``routine`` that holds no claim record,
+    as a new file of ``schedule/damaged-claims/<routine>/``, durably, before it is written
+    over (see the module doc); an OSError when it cannot be kept."""
+    folder = ("schedule", "damaged-claims", routine)
+    where = root.joinpath(*folder)
+    aside = f"{name}.{slot_name(datetime.now(UTC))}-{secrets.token_hex(2)}"
+    directory = open_dirs(root, folder, create=True)
+    try:
+        fd = create_whole(directory, where, aside, data, ".damaged-")
+        try:
+            fsync(fd, where / aside)
+        finally:
+            os.close(fd)
+        fsync(directory, where)
+    finally:
+        os.close(directory)
+    log.warning(
+        "claim %s held no claim record; kept as %s before its outcome is written over it",
+        path,
+        where / aside,
+    )
