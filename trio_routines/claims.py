@@ -126,24 +126,24 @@ def parse_claim(name: str, text: str, where: str) -> Fire:
     ``name`` is the claim's slot name (it must round-trip), ``where`` the path or row label
     used in log lines.
     """
+    return read_claim(name, text, where)[0]
+
+
+def read_claim(name: str, text: str, where: str) -> tuple[Fire, bool]:
+    """:func:`parse_claim`, and whether ``text`` held a claim record at all (False: empty, or
+    damaged), which a settle about to write over it asks (one parse for both)."""
     slot = slot_of(name)
     if slot is None:
         raise ValueError(f"{name!r} is not a claim name")
-    record = claim_record(text)
-    if record is None:
-        if text.strip():
-            log.debug("claim %s is not a claim record (torn write, or an earlier format)", where)
-        return Fire(slot=slot, fired_at=slot)
-    return fire_from_record(slot, record, where)
-
-
-def claim_record(text: str) -> dict[str, object] | None:
-    """The JSON object a claim's text holds; None when it holds none (empty, damaged)."""
     try:
         record = loads(text)
     except ValueError:  # RecursionError included: converter.loads maps it
-        return None
-    return record if isinstance(record, dict) else None
+        record = None
+    if not isinstance(record, dict):
+        if text.strip():
+            log.debug("claim %s is not a claim record (torn write, or an earlier format)", where)
+        return Fire(slot=slot, fired_at=slot), False
+    return fire_from_record(slot, record, where), True
 
 
 #: The most characters of an unknown outcome a warning shows.

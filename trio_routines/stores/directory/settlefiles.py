@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ...claims import claim_record, parse_claim
+from ...claims import read_claim
 from ...converter import claim_text
 from ...instants import slot_name
 from ...records import Outcome
@@ -132,10 +132,10 @@ class SettleFiles:
                 raise TimeoutError(errno.ETIMEDOUT, "another settle holds the claim", str(path))
             found = read_fd(fd, path, CLAIM_LIMIT)
             text = found.decode("utf-8", errors="replace")
-            fire = parse_claim(name, text, str(path))
+            fire, whole = read_claim(name, text, str(path))
             if if_unsettled and fire.outcome is not None:
                 return True, None
-            if fire.outcome is None and text.strip() and claim_record(text) is None:
+            if not whole and text.strip():
                 try:
                     keep_damaged(self._files.root, routine, name, path, found)
                 except OSError as exc:
