@@ -265,7 +265,10 @@ def test_a_usage_line_is_taken_out_of_the_output_only_when_it_is_the_last() -> N
     shown, usage, problem = split(f"ok\n{USAGE_LINE} not json\n")
     assert (shown, usage, problem) == ("ok\n", None, "the usage line is not JSON: 'not json'")
     overlong = USAGE_LINE + " " + "x" * 5000
-    assert split(overlong) == (overlong, None, None)  # too long to be one: output
+    too_long = "the usage line is longer than 4096 characters"
+    assert split(overlong) == (overlong, None, too_long)  # too long to be one: output, said
+    assert split(overlong + "\n") == (overlong + "\n", None, too_long)
+    assert split(overlong + "\nlast\n") == (overlong + "\nlast\n", None, None)
 
 
 async def test_cmd_reports_usage_on_its_last_line_which_is_not_reply() -> None:
@@ -381,9 +384,34 @@ def test_the_answer_is_the_same_however_the_output_is_cut(
     assert split(*pieces) == split(output)
 
 
+async def test_a_cmd_agent_echoing_its_prompt_then_its_usage_line_is_told_why_it_counts_none(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The prompt comes with no line break at its end: `cat` then the usage line glued it on.
+    command = f"cmd:cat; printf '%s\\n' '{USAGE_LINE} {{\"input_tokens\": 5}}'"
+    with caplog.at_level(logging.WARNING, "trio_routines"):
+        found = await collect(agent_from_spec(command), "slow job")
+    assert text_of(found) == f'slow job{USAGE_LINE} {{"input_tokens": 5}}\n'
+    assert usages(found) == []
+    assert [r.getMessage() for r in caplog.records] == [
+        "the cmd: agent's usage line is left out: the last line holds 'trio-routines-usage:' "
+        "after other text: the usage line must begin a line of its own (end the reply with a "
+        "line break), and was left in the reply"
+    ]
+
+
 def test_a_marker_after_text_on_its_line_is_reply_even_in_a_piece_of_its_own() -> None:
+    # Reply, and so not counted; on the last line, said (a reply that ended without a line
+    # break, then the usage line: its spending was lost without a word).
     wire = '{"input_tokens": 7}'
-    assert split("reply", f"{USAGE_LINE} {wire}\n") == (f"reply{USAGE_LINE} {wire}\n", None, None)
+    said = (
+        "the last line holds 'trio-routines-usage:' after other text: the usage line must "
+        "begin a line of its own (end the reply with a line break), and was left in the reply"
+    )
+    glued = f"reply{USAGE_LINE} {wire}\n"
+    assert split("reply", f"{USAGE_LINE} {wire}\n") == (glued, None, said)
+    assert split("x" * 9000, glued) == ("x" * 9000 + glued, None, said)
+    assert split("a\n", glued, "b\n") == (f"a\n{glued}b\n", None, None)  # not the last
     assert split("reply\n", f"{USAGE_LINE} {wire}\n") == ("reply\n", Usage(7), None)
     assert split("", f"{USAGE_LINE} {wire}") == ("", Usage(7), None)  # the first line is one
 

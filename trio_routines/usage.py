@@ -234,6 +234,8 @@ def describe(usage: Usage | None) -> str:
 USAGE_LINE = "trio-routines-usage:"
 #: The longest last line held back as a possible usage line (a longer one is output).
 USAGE_LINE_LIMIT = 4096
+#: How much of the output shown is kept, to find a usage line that did not begin its line.
+_SHOWN_KEPT = 2 * USAGE_LINE_LIMIT
 
 
 class UsageLine:
@@ -249,6 +251,7 @@ class UsageLine:
     def __init__(self) -> None:
         self._held = ""  # a line start, or ""
         self._line_start = True  # whether the text after what was returned starts a line
+        self._shown = ""  # the end of what was returned, to say why a usage line was not read
 
     def feed(self, piece: str) -> str:
         text = self._held + piece
@@ -259,9 +262,11 @@ class UsageLine:
             if could_be and len(tail) <= USAGE_LINE_LIMIT:
                 self._held = tail
                 self._line_start = True
+                self._shown = (self._shown + text[:start])[-_SHOWN_KEPT:]
                 return text[:start]
         self._held = ""
         self._line_start = text.endswith("\n")
+        self._shown = (self._shown + text)[-_SHOWN_KEPT:]
         return text
 
     def close_after(self, piece: str) -> tuple[str, Usage | None, str | None]:
@@ -274,7 +279,7 @@ class UsageLine:
         """The rest to show, the usage of a usage line, and why a usage line was unreadable."""
         held, self._held = self._held, ""
         if not held.startswith(USAGE_LINE):
-            return held, None, None
+            return held, None, self._unread(held)
         raw = held[len(USAGE_LINE) :].strip()
         try:
             value = json.loads(raw)
@@ -282,3 +287,17 @@ class UsageLine:
             return "", None, f"the usage line is not JSON: {_shown(raw)}"
         usage, problem = from_wire(value)
         return "", usage, problem
+
+    def _unread(self, held: str) -> str | None:
+        """Why the output's last line, shown as reply, was not read as a usage line though it
+        holds the marker (a reply with no line break at its end, then the usage line)."""
+        shown = self._shown + held
+        last = shown.removesuffix("\n").rpartition("\n")[2]
+        if USAGE_LINE not in last:
+            return None
+        if last.startswith(USAGE_LINE):
+            return f"the usage line is longer than {USAGE_LINE_LIMIT} characters"
+        return (
+            f"the last line holds {USAGE_LINE!r} after other text: the usage line must begin a "
+            "line of its own (end the reply with a line break), and was left in the reply"
+        )
