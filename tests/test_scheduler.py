@@ -18,7 +18,7 @@ from scheduler_rig import completed
 
 from trio_routines import Completed, Gap, GapReason, Outcome, Routine, Scheduler, StateFault
 from trio_routines.cron import next_run
-from trio_routines.instants import format_iso, slot_name
+from trio_routines.instants import LAST_INSTANT, format_iso, slot_name
 from trio_routines.records import Wakeup
 from trio_routines.scheduler import NotOnGrid, NotYetDue, Stopping, UnknownRoutine
 from trio_routines.scheduler import wake as wake_module
@@ -561,6 +561,24 @@ async def test_a_claim_in_the_future_is_announced_and_honestly_waited_for(
         assert scheduler.statistics().future_claims == {}  # the instant has passed
         await sleep_until_wall(rig.wall, at(14, 30))
     assert [t.wall for t in rig.agent.turns] == [at(14)]
+
+
+async def test_a_claim_stamped_at_the_calendars_end_says_it_holds_every_slot_back(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A row edited to `infinity`: no slot comes after its stamp. The boot said the cron would
+    # never fire again, which the cron does; it is the claim that holds it.
+    rig = Rig()
+    await rig.store.claim("hourly", at(8), LAST_INSTANT)
+    await rig.store.settle("hourly", at(8), Outcome.COMPLETED, 5)
+    async with rig.running() as scheduler:
+        assert scheduler.statistics().next_due == {}
+    assert [m for m in messages(caplog, logging.WARNING) if "not armed" in m] == [
+        'hourly: cron "0 * * * *" fires no slot after its newest claim\'s stamp '
+        "(9999-12-31T23:59:59.999Z) — not armed: stop, delete that claim, and start again "
+        "(docs/command-line.md: A clock that ran ahead)"
+    ]
+    assert rig.agent.turns == []
 
 
 async def test_only_the_newest_unsettled_claim_is_marked(autojump_clock: Any) -> None:

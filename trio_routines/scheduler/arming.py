@@ -102,6 +102,23 @@ class Arming:
             newest.replica or "an unnamed replica",
         )
 
+    def never_due(self, name: str, cron: str, now: datetime) -> None:
+        """Say why ``name`` is not armed: its cron fires no slot after what it accounts for,
+        ever, or none after its newest claim's stamp (a claim stamped after ``now``, at the
+        calendar's end: a row or a file edited by hand), which holds its every slot back."""
+        newest = self._newest.get(name)
+        if newest is None or claimed_through(newest) <= now:
+            log.warning('%s: cron "%s" will never fire again — not armed', name, cron)
+            return
+        log.warning(
+            '%s: cron "%s" fires no slot after its newest claim\'s stamp (%s) — not armed: '
+            "stop, delete that claim, and start again "
+            "(docs/command-line.md: A clock that ran ahead)",
+            name,
+            cron,
+            format_iso(claimed_through(newest)),
+        )
+
     def future_claims(self, now: datetime) -> dict[str, datetime]:
         """The claimed slot of each routine whose newest claim lies after ``now`` (its stamp,
         or its slot: :func:`~trio_routines.claims.claimed_through`)."""

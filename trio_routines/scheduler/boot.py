@@ -233,7 +233,7 @@ class Boot:
             if planned_here is not None:
                 due = planned_here.due
             if due is None:
-                log.warning('%s: cron "%s" will never fire again — not armed', name, routine.cron)
+                self._arming.never_due(name, routine.cron, current)
                 continue
             if due <= current:
                 log.info("%s: catching up a missed run", name)
