@@ -236,3 +236,16 @@ def test_a_request_naming_each_key_once_reads_as_json_does() -> None:
         loads_request("[" * 100_000)
     with pytest.raises(ValueError, match="Expecting property name"):
         loads_request("{")
+
+
+def test_an_integer_past_pythons_digits_reads_as_an_infinite_float_of_its_sign() -> None:
+    # Valid JSON that json.loads refuses whole (over 4,300 digits): read again, each such
+    # integer taken as infinite, which each field's check drops; the rest is read as it is.
+    huge = "1" * 5000
+    read = loads(f'{{"a": [{huge}, -{huge}, 7, -8], "b": "x"}}')
+    assert read == {"a": [float("inf"), float("-inf"), 7, -8], "b": "x"}
+    assert [type(value) for value in read["a"]] == [float, float, int, int]
+    with pytest.raises(ValueError, match=r"^Expecting"):
+        loads(f"[{huge},")  # damage, with it or without it, is damage still
+    with pytest.raises(ValueError, match=r"^JSON nested too deeply to parse$"):
+        loads(f"[{huge}, " + "[" * 100_000 + "]" * 100_000 + "]")
