@@ -283,7 +283,7 @@ def test_the_command_runs_under_a_supervisor_holding_its_lifeline(
     os.close(read_end)
     with open(os.devnull, "rb") as null:
         proc = sp.Popen(
-            [sys.executable, "-I", "-S", _LIFELINE, str(lifeline), "/bin/sh", "-c",
+            [sys.executable, "-I", "-S", _LIFELINE, str(lifeline), "600", "/bin/sh", "-c",
              f"echo $$ >> {pid_file}; sleep 300 & echo $! >> {pid_file}; wait"],
             stdin=null, pass_fds=(lifeline,), start_new_session=True,
         )  # fmt: skip
@@ -297,6 +297,53 @@ def test_the_command_runs_under_a_supervisor_holding_its_lifeline(
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_runtime_that_stops_running_has_its_command_ended_and_says_why(
+    pid_file: Path, tmp_path: Path
+) -> None:
+    # SIGSTOP the runtime mid-turn: its PostgreSQL holds may go meanwhile (a connection the
+    # server ends) and another replica start the session's next turn, while the command, a
+    # process nothing stopped, ran on for the whole pause. Its supervisor, hearing no pulse
+    # for the deadline, ends it; the turn, once the runtime runs again, says why it failed.
+    script = tmp_path / "turn.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import trio
+            from trio_routines.agents import agent_from_spec
+            from trio_routines.pulses import PULSES
+            from trio_routines.turns import run_turn
+
+            PULSES.every, PULSES.deadline = 0.25, 2.0
+
+            async def main():
+                agent = agent_from_spec("cmd:echo $$ >> {pid_file}; exec sleep 120")
+                turn = await run_turn(agent, "t", "s", "p")
+                print(turn.outcome.value, turn.failed, flush=True)
+
+            trio.run(main)
+            """
+        )
+    )
+    runtime = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    try:
+        (command,) = (int(p) for p in wait_for(lambda: lines(pid_file)))
+        os.kill(runtime.pid, signal.SIGSTOP)
+        wait_for(lambda: not alive(command), 20, "the stopped runtime's command to be ended")
+        os.kill(runtime.pid, signal.SIGCONT)
+        out, _ = runtime.communicate(timeout=30)
+    finally:
+        if runtime.poll() is None:
+            os.kill(runtime.pid, signal.SIGCONT)
+            runtime.kill()
+            runtime.wait()
+    assert out.decode().strip() == (
+        "failed this process did not run for over 2s (stopped, or starved of the processor), "
+        "so the command was ended: another replica may have started its session's next turn"
+    )
 
 
 # --- py: ------------------------------------------------------------------------------------

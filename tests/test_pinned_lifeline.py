@@ -34,7 +34,13 @@ class Supervisor:
     runtime: it holds the lifeline's write end and reads the reply."""
 
     def __init__(
-        self, command: str, cwd: Path, *, prompt: bool = False, no_cores: bool = False
+        self,
+        command: str,
+        cwd: Path,
+        *,
+        prompt: bool = False,
+        no_cores: bool = False,
+        deadline: float = 600.0,
     ) -> None:
         lifeline_read, self.held = os.pipe()
         stdin_read, self.stdin = os.pipe() if prompt else (os.open(os.devnull, os.O_RDONLY), -1)
@@ -73,7 +79,8 @@ class Supervisor:
                 os.setgid(NOBODY)
                 os.setuid(NOBODY)
             command_line = command.replace("LIFELINE_FD", str(lifeline_read))
-            lifeline.main(["lifeline.py", str(lifeline_read), SHELL, "-c", command_line])
+            main = ["lifeline.py", str(lifeline_read), str(deadline), SHELL, "-c", command_line]
+            lifeline.main(main)
 
         self.child: Child = fork(supervise)
         for fd in (lifeline_read, stdin_read, stdout_write, stderr_write):
@@ -150,7 +157,7 @@ class Supervisor:
 
 class Start(Protocol):
     def __call__(
-        self, command: str, *, prompt: bool = False, no_cores: bool = False
+        self, command: str, *, prompt: bool = False, no_cores: bool = False, deadline: float = ...
     ) -> Supervisor: ...
 
 
@@ -158,8 +165,12 @@ class Start(Protocol):
 def supervise(tmp_path: Path) -> Iterator[Start]:
     started: list[Supervisor] = []
 
-    def start(command: str, *, prompt: bool = False, no_cores: bool = False) -> Supervisor:
-        started.append(Supervisor(command, tmp_path, prompt=prompt, no_cores=no_cores))
+    def start(
+        command: str, *, prompt: bool = False, no_cores: bool = False, deadline: float = 600.0
+    ) -> Supervisor:
+        started.append(
+            Supervisor(command, tmp_path, prompt=prompt, no_cores=no_cores, deadline=deadline)
+        )
         return started[-1]
 
     yield start
@@ -335,3 +346,43 @@ def test_a_job_left_holding_the_reply_dies_with_the_runtime_after_the_shell_exit
     assert killed_by(sup.status()) == signal.SIGKILL
     wait_for(lambda: not alive(job), 10, "the job to die")
     assert sup.reply() == ""
+
+
+# --- the pulses: a runtime that stops running without dying -----------------------------------
+
+
+def test_no_byte_for_the_deadline_ends_the_group_as_a_cut_lifeline_does(
+    supervise: Start, tmp_path: Path
+) -> None:
+    # The runtime pulses every second while it runs (pulses.py); stopped (SIGSTOP), it writes
+    # none, and its holds may go with a connection the server ends: another replica may start
+    # the session's next turn. The command must not run on beside it.
+    sup = supervise(f"sleep 300 & echo $!; echo $$ > {tmp_path / 'shell'}; wait", deadline=1.0)
+    child = int(sup.first_line())
+    assert killed_by(sup.status()) == signal.SIGKILL
+    wait_for(lambda: not alive(child), 10, "the group to die")
+
+
+def test_pulses_keep_the_command_and_are_no_release(supervise: Start) -> None:
+    sup = supervise("echo $$; read line; exit 4", prompt=True, deadline=1.0)
+    shell = int(sup.first_line())
+    for _ in range(8):  # twice the deadline, a pulse every quarter of it
+        os.write(sup.held, b".")
+        assert sup.stays(0.25)
+    os.write(sup.stdin, b"go\n")
+    sup.reaps(shell)
+    for _ in range(3):
+        os.write(sup.held, b".")  # a pulse is no release: it stays
+        assert sup.stays(0.25)
+    sup.release()
+    assert exited(sup.status()) == 4
+
+
+def test_once_released_no_deadline_holds(supervise: Start) -> None:
+    # The runtime read the reply to its end and stopped pulsing: what the command still does
+    # (detached from the reply) ends when it ends.
+    sup = supervise("exec 1>&-; read line; exit 6", prompt=True, deadline=0.5)
+    sup.release()
+    assert sup.stays(1.5)  # three deadlines without a byte
+    os.write(sup.stdin, b"go\n")
+    assert exited(sup.status()) == 6

@@ -58,6 +58,7 @@ from .instants import format_iso
 from .logs import one_line
 from .names import session_routine
 from .procgroup import runs_in_group
+from .pulses import PULSES
 from .stores.abandon import run_abandoning
 from .tickets import make_ticket
 from .usage import UsageLine
@@ -82,6 +83,11 @@ CLOSE_WAIT = 1.0
 _SHELL = "/bin/sh"
 _LIFELINE = str(Path(__file__).with_name("lifeline.py"))
 RELEASE = b"r"  # lifeline.RELEASE (that script imports nothing of ours)
+#: A command its supervisor ended because this process did not run (pulses.py).
+_STOPPED = (
+    "this process did not run for over {:g}s (stopped, or starved of the processor), so the "
+    "command was ended: another replica may have started its session's next turn"
+)
 
 
 class EchoAgent:
@@ -154,7 +160,10 @@ class CommandAgent:
         try:
             lifeline, held = os.pipe()
             process = await trio.lowlevel.open_process(
-                [sys.executable, "-I", "-S", _LIFELINE, str(lifeline), _SHELL, "-c", self.command],
+                [
+                    *(sys.executable, "-I", "-S", _LIFELINE, str(lifeline)),
+                    *(str(PULSES.deadline), _SHELL, "-c", self.command),
+                ],
                 stdin=stdin,
                 stdout=subprocess.PIPE,
                 stderr=stderr,
@@ -166,6 +175,7 @@ class CommandAgent:
             # open until the command is over: the kernel closing it is what ends an orphan.
             os.close(lifeline)
             lifeline = -1
+            PULSES.add(held)  # while this process runs (pulses.py)
             stdin.close()
             assert process.stdout is not None
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -189,12 +199,16 @@ class CommandAgent:
             finished = True
             if status == 0:
                 yield Completed()
+            elif PULSES.late(held):
+                yield Failed(_STOPPED.format(PULSES.deadline))
             else:
                 tail = await trio.to_thread.run_sync(_tail, stderr, abandon_on_cancel=True)
                 yield Failed(_describe_status(status) + (f": {tail}" if tail else ""))
         finally:
             if process is not None:
                 await self._end(process, finished, held)
+            if held >= 0:
+                PULSES.discard(held)  # before it is closed: its number may be reused
             for fd in (lifeline, held):
                 if fd >= 0:
                     os.close(fd)

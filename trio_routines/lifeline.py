@@ -2,7 +2,7 @@
 
 Usage (by :class:`~trio_routines.agents.CommandAgent`, never by hand)::
 
-    python -I -S lifeline.py <fd> <program> [<arg>...]
+    python -I -S lifeline.py <fd> <deadline> <program> [<arg>...]
 
 Theory of operation. The runtime starts this script as the leader of a new process group
 and keeps the write end of a pipe (the *lifeline*) whose read end is ``<fd>`` here. The write
@@ -23,6 +23,11 @@ the command in its own group and waits for whichever comes first:
   start the next turn of that session now, and two turns of one session must never run side
   by side. (A turn the runtime ends itself gets SIGTERM and a grace from the runtime, which
   releases this script first.)
+* no byte on the lifeline for ``<deadline>`` seconds before any release: the runtime writes
+  one every second while the command runs (:mod:`trio_routines.pulses`), so it has stopped
+  running (``SIGSTOP``, a debugger) without dying. Its holds on PostgreSQL may go meanwhile
+  (a connection the server ends), and another replica may then start the session's next
+  turn: the group gets SIGKILL as above, so that the two overlap for at most the deadline.
 
 Why not ``PR_SET_PDEATHSIG``: Linux sends that signal when the *thread* that forked the child
 exits, not the process, and Trio forks from worker threads that exit after idling; a
@@ -41,6 +46,7 @@ import os
 import select
 import signal
 import sys
+import time
 
 RELEASE = b"r"  # the runtime read the reply to its end: exit with the command
 
@@ -79,7 +85,8 @@ def _exit_like(status: int) -> None:
 
 def main(argv: list[str]) -> None:
     lifeline = int(argv[1])
-    command = argv[2:]
+    deadline = float(argv[2])
+    command = argv[3:]
     os.set_inheritable(lifeline, False)
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
@@ -96,6 +103,7 @@ def main(argv: list[str]) -> None:
     watch.register(lifeline, select.POLLIN)
     status: int | None = None
     released = False
+    heard = time.monotonic()  # the last byte on the lifeline (or the start)
     while True:
         if status is None:
             done, ended = os.waitpid(child, os.WNOHANG)
@@ -103,14 +111,20 @@ def main(argv: list[str]) -> None:
                 status = ended
         if status is not None and released:
             _exit_like(status)
-        for fd, _ in watch.poll():
+        wait = None if released else max(0.0, heard + deadline - time.monotonic())
+        events = watch.poll(None if wait is None else int(wait * 1000) + 1)
+        if not events and not released and time.monotonic() - heard >= deadline:
+            _end_group()  # the runtime has stopped running (see the module doc)
+        for fd, _ in events:
             if fd == wake_read:
                 os.read(wake_read, 512)
                 continue
             byte = os.read(lifeline, 1)
             if not byte:  # end-of-file (POLLHUP reads as it too)
                 _end_group()
-            released = True
+            heard = time.monotonic()
+            if byte == RELEASE:
+                released = True
 
 
 if __name__ == "__main__":
