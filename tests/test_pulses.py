@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import threading
 import time
 
@@ -88,3 +89,24 @@ def test_the_runtimes_pulses_are_one_a_second_with_ten_seconds_of_grace() -> Non
     # What the supervisor is told and what the thread keeps to: ten missed pulses.
     assert (PULSES.every, PULSES.deadline) == (1.0, 10.0)
     assert PULSE != b"r"  # lifeline.RELEASE: a pulse never releases
+
+
+def test_a_forked_child_pulses_nothing_of_its_parents_and_starts_its_own_thread() -> None:
+    pulses = Pulses(every=0.02, deadline=60)
+    read, write = os.pipe()
+    try:
+        pulses.add(write)
+        child = os.fork()
+        if child == 0:  # no thread runs here, and the parent's lifelines are not ours
+            ok = not pulses._running and not pulses._fds and not pulses.late(write)
+            mine_read, mine = os.pipe()
+            pulses.add(mine)  # a thread of its own
+            heard = select.select([mine_read], [], [], 10)[0]  # never a hang: at most 10 s
+            ok = ok and bool(heard) and os.read(mine_read, 1) == PULSE
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        pulses.discard(write)
+    finally:
+        os.close(read)
+        os.close(write)

@@ -49,6 +49,14 @@ class Pulses:
         self._fds: dict[int, bool] = {}  # a lifeline: whether a pulse to it came too late
         self._running = False
         self._pulsed = time.monotonic()  # when the thread last pulsed (or was started)
+        os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        """In a child forked from this process: no thread runs here, and the lifelines are
+        the parent's, which a child must not keep alive for it."""
+        self._lock = threading.Lock()
+        self._fds = {}
+        self._running = False
 
     def add(self, fd: int) -> None:
         """Pulse ``fd`` from now on (starting the thread if none runs)."""
