@@ -66,8 +66,9 @@ class Supervisor:
                     except OSError:
                         pass  # the directory's own descriptor, closed by now
             # As the script finds them when the runtime was started in the background
-            # (SIGINT ignored) by Python (SIGPIPE and SIGXFSZ ignored), core files allowed.
-            for signum in (signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ):
+            # (SIGINT and SIGQUIT ignored) by Python (SIGPIPE and SIGXFSZ ignored), core
+            # files allowed.
+            for signum in (signal.SIGINT, signal.SIGQUIT, signal.SIGPIPE, signal.SIGXFSZ):
                 signal.signal(signum, signal.SIG_IGN)
             # SIGHUP as a service manager leaves it, whatever the test run inherited (under
             # nohup it is ignored, and a shell cannot take back a signal ignored at its start).

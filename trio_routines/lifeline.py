@@ -93,8 +93,9 @@ def main(argv: list[str]) -> None:
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, _ignore)
     signal.signal(signal.SIGTERM, _ignore)  # a handler, not SIG_IGN: it does not survive exec
-    # Python ignores SIGPIPE and SIGXFSZ for itself; the command gets the usual defaults.
-    restore = [signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT]
+    # Python ignores SIGPIPE and SIGXFSZ for itself, and a runtime started in the background
+    # by a shell has SIGINT and SIGQUIT ignored: the command gets the usual defaults.
+    restore = [signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGQUIT]
     child = os.posix_spawn(command[0], command, os.environ, setsigdef=restore)
     _detach_stdio()
     # poll, not select: the lifeline keeps the runtime's fd number, which may pass 1024.
