@@ -6,9 +6,13 @@ import os
 import select
 import threading
 import time
+from types import SimpleNamespace
+from typing import Any, ClassVar
 
+import pytest
 from procs import wait_for
 
+from trio_routines import pulses as pulses_module
 from trio_routines.pulses import PULSE, PULSES, Pulses
 
 
@@ -24,6 +28,7 @@ def test_a_lifeline_is_pulsed_until_it_is_discarded_and_the_thread_then_ends() -
         assert wait_for(lambda: os.read(read, 1)) == PULSE
         assert not pulses.late(write)
         assert pulses.discard(write) is False  # never late
+        assert pulses.discard(write) is False  # not registered any more
         wait_for(lambda: not pulses._running, 10, "the thread to end with nothing to pulse")
         os.set_blocking(read, False)
         while True:  # what was written before the discard; then nothing more comes
@@ -43,7 +48,16 @@ def test_a_lifeline_is_pulsed_until_it_is_discarded_and_the_thread_then_ends() -
         os.close(write)
 
 
+def _heard(fd: int) -> bytes:
+    """One byte from ``fd``, waited for at most 10 s (a test never hangs on a missing pulse)."""
+    if not select.select([fd], [], [], 10)[0]:
+        raise AssertionError("no pulse within 10 s")
+    return os.read(fd, 1)
+
+
 def test_a_full_pipe_or_a_gone_reader_is_passed_over_and_the_others_still_pulsed() -> None:
+    # A supervisor that does not read (stopped too) fills its pipe: a write to it would wait,
+    # and the thread with it, and no other command would hear its pulses.
     pulses = Pulses(every=0.02, deadline=60)
     full_read, full = os.pipe()
     os.set_blocking(full, False)
@@ -52,18 +66,59 @@ def test_a_full_pipe_or_a_gone_reader_is_passed_over_and_the_others_still_pulsed
             os.write(full, b"x" * 65536)
     except BlockingIOError:
         pass
+    os.set_blocking(full, True)
     gone_read, gone = os.pipe()
     os.close(gone_read)
     read, write = os.pipe()
     try:
         for fd in (full, gone, write):
             pulses.add(fd)
-        assert wait_for(lambda: os.read(read, 1)) == PULSE  # the thread was not stuck
+        assert _heard(read) == PULSE
+        assert _heard(read) == PULSE  # and the round after
         for fd in (full, gone, write):
             pulses.discard(fd)
+        assert pulses.discard(write) is False  # not registered (any more): no answer but no
     finally:
         for fd in (full_read, full, gone, read, write):
             os.close(fd)
+
+
+class _Recorded(threading.Thread):
+    made: ClassVar[list[dict[str, object]]] = []
+
+    def __init__(self, **kwargs: Any) -> None:
+        _Recorded.made.append(kwargs)
+        super().__init__(**kwargs)
+
+
+def test_one_daemon_thread_pulses_every_lifeline_and_a_new_one_comes_after_it_ended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A daemon: a process that ends is not held up by it; one for all: not one per command.
+    recording = SimpleNamespace(Thread=_Recorded, Lock=threading.Lock)
+    monkeypatch.setattr(pulses_module, "threading", recording)
+    _Recorded.made = []
+    pulses = Pulses(every=0.02, deadline=60)
+    pipes = [os.pipe() for _ in range(3)]
+    try:
+        for _, write in pipes:
+            pulses.add(write)
+        for read, _ in pipes:
+            assert _heard(read) == PULSE
+        assert [(m["name"], m["daemon"]) for m in _Recorded.made] == [
+            ("trio_routines pulses", True)
+        ]
+        for _, write in pipes:
+            pulses.discard(write)
+        wait_for(lambda: not pulses._running, 10, "the thread to end with nothing to pulse")
+        pulses.add(pipes[0][1])
+        assert _heard(pipes[0][0]) == PULSE
+        assert len(_Recorded.made) == 2
+        pulses.discard(pipes[0][1])
+    finally:
+        for pair in pipes:
+            for fd in pair:
+                os.close(fd)
 
 
 def test_a_process_that_did_not_run_for_the_deadline_is_late() -> None:
@@ -98,12 +153,15 @@ def test_a_forked_child_pulses_nothing_of_its_parents_and_starts_its_own_thread(
         pulses.add(write)
         child = os.fork()
         if child == 0:  # no thread runs here, and the parent's lifelines are not ours
-            ok = not pulses._running and not pulses._fds and not pulses.late(write)
-            mine_read, mine = os.pipe()
-            pulses.add(mine)  # a thread of its own
-            heard = select.select([mine_read], [], [], 10)[0]  # never a hang: at most 10 s
-            ok = ok and bool(heard) and os.read(mine_read, 1) == PULSE
-            os._exit(0 if ok else 1)
+            ok = False
+            try:
+                ok = pulses._running is False and pulses._fds == {} and not pulses.late(write)
+                mine_read, mine = os.pipe()
+                pulses.add(mine)  # a thread of its own
+                heard = select.select([mine_read], [], [], 10)[0]  # never a hang: 10 s at most
+                ok = ok and bool(heard) and os.read(mine_read, 1) == PULSE
+            finally:  # whatever happened, this child runs no more of the test session
+                os._exit(0 if ok else 1)
         _, status = os.waitpid(child, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         pulses.discard(write)
