@@ -170,7 +170,7 @@ class Boot:
             on_fault=_pause_unread,
         )
         # And when the pause a resume since ended began (a store that keeps it), likewise.
-        since = [(resumes.get(name), latest.get(name, current), name) for name in catching_up]
+        since = [(resumes.get(name), latest[name], name) for name in catching_up]
         since += [(unfired_resumes.get(name), armed[name], name) for name in unfired]
         resumed_pauses = await for_each(
             self._calls.resumed_pause_since,
