@@ -168,3 +168,22 @@ def test_a_forked_child_pulses_nothing_of_its_parents_and_starts_its_own_thread(
     finally:
         os.close(read)
         os.close(write)
+
+
+def test_what_a_forked_child_starts_from() -> None:
+    # The hook a fork runs in the child (above), called here: in the test process, where
+    # mutation testing sees it reached.
+    pulses = Pulses(every=0.02, deadline=60)
+    read, write = os.pipe()
+    try:
+        pulses.add(write)
+        held = pulses._lock
+        pulses._forked()
+        assert (pulses._running, pulses._fds) == (False, {})
+        assert pulses._lock is not held  # a lock the parent's thread may have held at the fork
+        with pulses._lock:
+            pass  # a lock, and free
+        assert not pulses.late(write)
+    finally:
+        os.close(read)
+        os.close(write)
