@@ -375,7 +375,7 @@ def test_pulses_keep_the_command_and_are_no_release(supervise: Start) -> None:
     for _ in range(3):
         os.write(sup.held, b".")  # a pulse is no release: it stays
         assert sup.stays(0.25)
-    sup.release()
+    os.write(sup.held, b"." + lifeline.RELEASE)  # a pulse and the release in one read's reach
     assert exited(sup.status()) == 4
 
 
