@@ -346,6 +346,47 @@ def test_a_runtime_that_stops_running_has_its_command_ended_and_says_why(
     )
 
 
+class _Unpulsed:
+    """The runtime's pulses as a stopped process gives them: none, and late when asked."""
+
+    deadline = 0.5
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, int]] = []
+
+    def add(self, fd: int) -> None:
+        self.asked.append(("add", fd))
+
+    def late(self, fd: int) -> bool:
+        self.asked.append(("late", fd))
+        return True
+
+    def discard(self, fd: int) -> bool:
+        self.asked.append(("discard", fd))
+        return True
+
+
+async def test_a_command_its_supervisor_ended_for_want_of_pulses_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # In the test process (the stopped runtime above is another): no pulse comes, so the
+    # supervisor ends the command at its deadline, and the turn asks the pulses, about its
+    # own lifeline, whether they came late, then lets that lifeline go.
+    from trio_routines import agents
+
+    unpulsed = _Unpulsed()
+    monkeypatch.setattr(agents, "PULSES", unpulsed)
+    events = await collect(agent_from_spec("cmd:exec sleep 60"))
+    assert events == [
+        Failed(
+            "this process did not run for over 0.5s (stopped, or starved of the processor), "
+            "so the command was ended: another replica may have started its session's next turn"
+        )
+    ]
+    held = unpulsed.asked[0][1]
+    assert unpulsed.asked == [("add", held), ("late", held), ("discard", held)]
+
+
 # --- py: ------------------------------------------------------------------------------------
 
 

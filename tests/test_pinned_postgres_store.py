@@ -167,6 +167,10 @@ CALLS: dict[str, tuple[Calling, str]] = {
     "claims_alive": (lambda s: s.claims_alive([("r", T0)]), "could not read the holds"),
     "sessions_held": (lambda s: s.sessions_held(["s"]), "could not read the holds"),
     "paused_since": (lambda s: s.paused_since("r"), "the pause of 'r' is unreadable"),
+    "resumed_pause_since": (
+        lambda s: s.resumed_pause_since("r"),
+        "the resume of 'r' is unreadable",
+    ),
 }
 
 
