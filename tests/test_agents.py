@@ -9,12 +9,12 @@ import sys
 import textwrap
 from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import trio
-from procs import Env, alive, lines, stop, wait_for, years_ago
+from procs import Env, FakeClock, alive, faketime_library, lines, stop, wait_for, years_ago
 
 from trio_routines.agent import Agent, Completed, Event, Failed, TextDelta
 from trio_routines.agents import CommandAgent, EchoAgent, InvalidAgent, agent_from_spec
@@ -344,6 +344,42 @@ def test_a_runtime_that_stops_running_has_its_command_ended_and_says_why(
         "failed this process did not run for over 2s (stopped, or starved of the processor), "
         "so the command was ended: another replica may have started its session's next turn"
     )
+
+
+def test_a_runtime_whose_wall_clock_is_set_pulses_all_the_same(tmp_path: Path) -> None:
+    # Under libfaketime (a wall clock set for the process, as the clock tests do) a thread's
+    # time.sleep fails at once (EINVAL): the pulses' thread died with it, and every command
+    # was ended at the deadline. Its turn runs to its end.
+    library = faketime_library()
+    assert library is not None, "libfaketime is not installed (Debian's faketime package)"
+    clock = FakeClock(tmp_path / "wall.faketime", library)
+    clock.set(datetime.now(UTC) + timedelta(days=400))
+    script = tmp_path / "turn.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import trio
+            from trio_routines.agents import agent_from_spec
+            from trio_routines.pulses import PULSES
+            from trio_routines.turns import run_turn
+
+            PULSES.every, PULSES.deadline = 0.1, 1.0
+
+            async def main():
+                turn = await run_turn(agent_from_spec("cmd:sleep 3; echo slept"), "t", "s", "p")
+                print(turn.outcome.value, turn.failed, flush=True)
+
+            trio.run(main)
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        env={**os.environ, **clock.environ()},
+        timeout=60,
+    )
+    assert done.stdout.decode().strip() == "completed None", done.stderr.decode()[-2000:]
 
 
 class _Unpulsed:

@@ -84,7 +84,10 @@ class Pulses:
 
     def _pulse(self) -> None:
         while True:
-            time.sleep(self.every)
+            # A relative wait, not ``time.sleep``: that one waits for an absolute instant of
+            # the monotonic clock, which libfaketime (a wall clock set for a process) turns
+            # into EINVAL, and the thread, gone, would have every command ended.
+            select.select([], [], [], self.every)
             now = time.monotonic()
             with self._lock:
                 if not self._fds:
