@@ -7,10 +7,12 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -421,6 +423,42 @@ async def test_a_command_its_supervisor_ended_for_want_of_pulses_says_why(
     ]
     held = unpulsed.asked[0][1]
     assert unpulsed.asked == [("add", held), ("late", held), ("discard", held)]
+
+
+async def test_a_command_that_failed_on_its_own_says_so_even_after_a_stall() -> None:
+    # Pulses late, but the command exited by itself: its own status and words, not a stop's.
+    from trio_routines import agents
+
+    unpulsed = _Unpulsed()
+    real = agents.PULSES
+    agents.PULSES = unpulsed  # type: ignore[assignment]
+    try:
+        events = await collect(agent_from_spec("cmd:echo no >&2; exit 1"))
+    finally:
+        agents.PULSES = real
+    assert events == [Failed("exit status 1: no")]
+    assert [what for what, _ in unpulsed.asked] == ["add", "discard"]  # late: not asked
+
+
+async def test_a_busy_event_loop_right_after_the_start_does_not_end_the_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The supervisor counts from its own start; the lifeline was pulsed only once the start
+    # returned to a busy event loop (a herd's), and a healthy command was ended.
+    from trio_routines import agents
+    from trio_routines.pulses import Pulses
+
+    monkeypatch.setattr(agents, "PULSES", Pulses(every=0.05, deadline=0.5))
+    real = trio.lowlevel.open_process
+
+    async def then_busy(*args: Any, **kwargs: Any) -> trio.Process:
+        process = await real(*args, **kwargs)
+        time.sleep(1.5)  # noqa: ASYNC251 -- the event loop held, on purpose: three deadlines
+        return process
+
+    monkeypatch.setattr(agents.trio.lowlevel, "open_process", then_busy)
+    events = await collect(agent_from_spec("cmd:sleep 0.2; echo done"))
+    assert events == [TextDelta("done\n"), Completed()]
 
 
 # --- py: ------------------------------------------------------------------------------------

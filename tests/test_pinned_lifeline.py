@@ -40,7 +40,7 @@ class Supervisor:
         *,
         prompt: bool = False,
         no_cores: bool = False,
-        deadline: float = 600.0,
+        deadline: float | None = 600.0,
     ) -> None:
         lifeline_read, self.held = os.pipe()
         stdin_read, self.stdin = os.pipe() if prompt else (os.open(os.devnull, os.O_RDONLY), -1)
@@ -80,8 +80,10 @@ class Supervisor:
                 os.setgid(NOBODY)
                 os.setuid(NOBODY)
             command_line = command.replace("LIFELINE_FD", str(lifeline_read))
-            main = ["lifeline.py", str(lifeline_read), str(deadline), SHELL, "-c", command_line]
-            lifeline.main(main)
+            deadlined = [] if deadline is None else [str(deadline)]
+            lifeline.main(
+                ["lifeline.py", str(lifeline_read), *deadlined, SHELL, "-c", command_line]
+            )
 
         self.child: Child = fork(supervise)
         for fd in (lifeline_read, stdin_read, stdout_write, stderr_write):
@@ -158,7 +160,12 @@ class Supervisor:
 
 class Start(Protocol):
     def __call__(
-        self, command: str, *, prompt: bool = False, no_cores: bool = False, deadline: float = ...
+        self,
+        command: str,
+        *,
+        prompt: bool = False,
+        no_cores: bool = False,
+        deadline: float | None = ...,
     ) -> Supervisor: ...
 
 
@@ -167,7 +174,11 @@ def supervise(tmp_path: Path) -> Iterator[Start]:
     started: list[Supervisor] = []
 
     def start(
-        command: str, *, prompt: bool = False, no_cores: bool = False, deadline: float = 600.0
+        command: str,
+        *,
+        prompt: bool = False,
+        no_cores: bool = False,
+        deadline: float | None = 600.0,
     ) -> Supervisor:
         started.append(
             Supervisor(command, tmp_path, prompt=prompt, no_cores=no_cores, deadline=deadline)
@@ -379,11 +390,28 @@ def test_pulses_keep_the_command_and_are_no_release(supervise: Start) -> None:
     assert exited(sup.status()) == 4
 
 
-def test_once_released_no_deadline_holds(supervise: Start) -> None:
-    # The runtime read the reply to its end and stopped pulsing: what the command still does
-    # (detached from the reply) ends when it ends.
+def test_after_the_release_pulses_still_keep_the_command_and_their_want_ends_it(
+    supervise: Start,
+) -> None:
+    # A command may close its reply (the release comes then) and go on working while the
+    # runtime waits for its end: should the runtime stop meanwhile, it must not run on.
     sup = supervise("exec 1>&-; read line; exit 6", prompt=True, deadline=0.5)
     sup.release()
-    assert sup.stays(1.5)  # three deadlines without a byte
+    for _ in range(6):  # three deadlines, a pulse every half of one
+        os.write(sup.held, b".")
+        assert sup.stays(0.25)
     os.write(sup.stdin, b"go\n")
     assert exited(sup.status()) == 6
+    unpulsed = supervise("exec 1>&-; exec sleep 60", deadline=0.5)
+    unpulsed.release()
+    assert killed_by(unpulsed.status()) == signal.SIGKILL
+
+
+def test_a_runtime_of_before_the_pulses_gives_no_deadline_and_is_obeyed(supervise: Start) -> None:
+    # Upgraded in place, a runtime still running starts the new script without a deadline.
+    sup = supervise("echo $$; exit 3", deadline=None)
+    shell = int(sup.first_line())
+    sup.reaps(shell)
+    assert sup.stays(0.5)  # no pulse ever comes, and nothing ends it
+    sup.release()
+    assert exited(sup.status()) == 3

@@ -187,3 +187,40 @@ def test_what_a_forked_child_starts_from() -> None:
     finally:
         os.close(read)
         os.close(write)
+
+
+class _NoThread(threading.Thread):
+    def start(self) -> None:
+        raise RuntimeError("can't start new thread")
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_thread_that_could_not_start_or_died_is_started_again_at_the_next_add(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Left marked as running, no thread would ever pulse again, and every command would be
+    # ended at the deadline.
+    pulses = Pulses(every=0.02, deadline=60)
+    read, write = os.pipe()
+    try:
+        monkeypatch.setattr(
+            pulses_module, "threading", SimpleNamespace(Thread=_NoThread, Lock=threading.Lock)
+        )
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            pulses.add(write)
+        assert pulses._running is False
+        monkeypatch.undo()
+
+        def dies() -> None:
+            raise MemoryError  # the thread's end, which pytest would report: let be here
+
+        monkeypatch.setattr(pulses, "_pulse_while_any", dies)
+        pulses.add(write)
+        wait_for(lambda: not pulses._running, 10, "the dead thread's mark to go")
+        monkeypatch.undo()
+        pulses.add(write)
+        assert _heard(read) == PULSE
+        pulses.discard(write)
+    finally:
+        os.close(read)
+        os.close(write)

@@ -579,6 +579,15 @@ async def test_a_claim_stamped_at_the_calendars_end_says_it_holds_every_slot_bac
         "(docs/command-line.md: A clock that ran ahead)"
     ]
     assert rig.agent.turns == []
+    # A cron that fires no slot at all: deleting the claim would not help, and is not advised.
+    never = Rig(Routine(name="feb30", prompt="p", cron="0 0 30 2 *"))
+    await never.store.claim("feb30", at(8), LAST_INSTANT)
+    caplog.clear()
+    async with never.running():
+        pass
+    assert [m for m in messages(caplog, logging.WARNING) if "not armed" in m] == [
+        'feb30: cron "0 0 30 2 *" will never fire again — not armed'
+    ]
 
 
 async def test_only_the_newest_unsettled_claim_is_marked(autojump_clock: Any) -> None:

@@ -159,6 +159,11 @@ class CommandAgent:
         lifeline = held = -1
         try:
             lifeline, held = os.pipe()
+            # Never waited on: a supervisor stopped too, its pipe full, blocks no write of ours.
+            os.set_blocking(held, False)
+            # Pulsed from now on, before the start (which may wait for a busy event loop): the
+            # supervisor counts from its own start, and finds the pulses waiting in the pipe.
+            PULSES.add(held)
             process = await trio.lowlevel.open_process(
                 [
                     *(sys.executable, "-I", "-S", _LIFELINE, str(lifeline)),
@@ -175,7 +180,6 @@ class CommandAgent:
             # open until the command is over: the kernel closing it is what ends an orphan.
             os.close(lifeline)
             lifeline = -1
-            PULSES.add(held)  # while this process runs (pulses.py)
             stdin.close()
             assert process.stdout is not None
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -199,7 +203,7 @@ class CommandAgent:
             finished = True
             if status == 0:
                 yield Completed()
-            elif PULSES.late(held):
+            elif status == -signal.SIGKILL and PULSES.late(held):
                 yield Failed(_STOPPED.format(PULSES.deadline))
             else:
                 tail = await trio.to_thread.run_sync(_tail, stderr, abandon_on_cancel=True)

@@ -23,9 +23,9 @@ the command in its own group and waits for whichever comes first:
   start the next turn of that session now, and two turns of one session must never run side
   by side. (A turn the runtime ends itself gets SIGTERM and a grace from the runtime, which
   releases this script first.)
-* no byte on the lifeline for ``<deadline>`` seconds before any release: the runtime writes
-  one every second while the command runs (:mod:`trio_routines.pulses`), so it has stopped
-  running (``SIGSTOP``, a debugger) without dying. Its holds on PostgreSQL may go meanwhile
+* no byte on the lifeline for ``<deadline>`` seconds: the runtime writes one every second
+  until this script has exited (:mod:`trio_routines.pulses`), so it has stopped running
+  (``SIGSTOP``, a debugger) without dying. Its holds on PostgreSQL may go meanwhile
   (a connection the server ends), and another replica may then start the session's next
   turn: the group gets SIGKILL as above, so that the two overlap for at most the deadline.
 
@@ -85,8 +85,10 @@ def _exit_like(status: int) -> None:
 
 def main(argv: list[str]) -> None:
     lifeline = int(argv[1])
-    deadline = float(argv[2])
-    command = argv[3:]
+    try:
+        deadline, command = float(argv[2]), argv[3:]
+    except ValueError:  # started by a runtime of before the pulses (an upgrade in place)
+        deadline, command = float("inf"), argv[2:]
     os.set_inheritable(lifeline, False)
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
@@ -112,9 +114,11 @@ def main(argv: list[str]) -> None:
                 status = ended
         if status is not None and released:
             _exit_like(status)
-        wait = None if released else max(0.0, heard + deadline - time.monotonic())
-        events = watch.poll(None if wait is None else int(wait * 1000) + 1)
-        if not events and not released and time.monotonic() - heard >= deadline:
+        # Watched until the supervisor exits, the release included: a command may close its
+        # reply (the release) and go on working while the runtime waits for its end.
+        wait = max(0.0, heard + deadline - time.monotonic())
+        events = watch.poll(None if wait == float("inf") else int(wait * 1000) + 1)
+        if not events and time.monotonic() - heard >= deadline:
             _end_group()  # the runtime has stopped running (see the module doc)
         for fd, _ in events:
             if fd == wake_read:

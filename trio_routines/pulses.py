@@ -66,7 +66,12 @@ class Pulses:
                 return
             self._running = True
             self._pulsed = time.monotonic()
-        threading.Thread(target=self._pulse, name="trio_routines pulses", daemon=True).start()
+        try:
+            threading.Thread(target=self._pulse, name="trio_routines pulses", daemon=True).start()
+        except BaseException:  # no thread (the process has run out of them): the next add tries
+            with self._lock:
+                self._running = False
+            raise
 
     def discard(self, fd: int) -> bool:
         """Stop pulsing ``fd`` (before it is closed); whether a pulse to it came too late."""
@@ -83,6 +88,13 @@ class Pulses:
             return self._fds[fd] or time.monotonic() - self._pulsed > self.deadline
 
     def _pulse(self) -> None:
+        try:
+            self._pulse_while_any()
+        finally:  # however it ends: the next add starts another
+            with self._lock:
+                self._running = False
+
+    def _pulse_while_any(self) -> None:
         while True:
             # A relative wait, not ``time.sleep``: that one waits for an absolute instant of
             # the monotonic clock, which libfaketime (a wall clock set for a process) turns
@@ -91,7 +103,6 @@ class Pulses:
             now = time.monotonic()
             with self._lock:
                 if not self._fds:
-                    self._running = False
                     return
                 stalled = now - self._pulsed > self.deadline
                 for fd in self._fds:

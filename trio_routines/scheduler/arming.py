@@ -102,14 +102,16 @@ class Arming:
             newest.replica or "an unnamed replica",
         )
 
-    def never_due(self, name: str, cron: str, now: datetime) -> None:
+    def never_due(self, name: str, cron: str, tz: str | None, now: datetime) -> None:
         """Say why ``name`` is not armed: its cron fires no slot after what it accounts for,
         ever, or none after its newest claim's stamp (a claim stamped after ``now``, at the
         calendar's end: a row or a file edited by hand), which holds its every slot back."""
         newest = self._newest.get(name)
-        if newest is None or claimed_through(newest) <= now:
+        held = newest is not None and claimed_through(newest) > now
+        if not held or next_run(cron, tz, now, name) is None:  # (no slot even after now)
             log.warning('%s: cron "%s" will never fire again — not armed', name, cron)
             return
+        assert newest is not None
         log.warning(
             '%s: cron "%s" fires no slot after its newest claim\'s stamp (%s) — not armed: '
             "stop, delete that claim, and start again "

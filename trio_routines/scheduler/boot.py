@@ -233,7 +233,7 @@ class Boot:
             if planned_here is not None:
                 due = planned_here.due
             if due is None:
-                self._arming.never_due(name, routine.cron, current)
+                self._arming.never_due(name, routine.cron, routine.tz, current)
                 continue
             if due <= current:
                 log.info("%s: catching up a missed run", name)
