@@ -425,17 +425,15 @@ async def test_a_command_its_supervisor_ended_for_want_of_pulses_says_why(
     assert unpulsed.asked == [("add", held), ("late", held), ("discard", held)]
 
 
-async def test_a_command_that_failed_on_its_own_says_so_even_after_a_stall() -> None:
+async def test_a_command_that_failed_on_its_own_says_so_even_after_a_stall(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # Pulses late, but the command exited by itself: its own status and words, not a stop's.
     from trio_routines import agents
 
     unpulsed = _Unpulsed()
-    real = agents.PULSES
-    agents.PULSES = unpulsed  # type: ignore[assignment]
-    try:
-        events = await collect(agent_from_spec("cmd:echo no >&2; exit 1"))
-    finally:
-        agents.PULSES = real
+    monkeypatch.setattr(agents, "PULSES", unpulsed)
+    events = await collect(agent_from_spec("cmd:echo no >&2; exit 1"))
     assert events == [Failed("exit status 1: no")]
     assert [what for what, _ in unpulsed.asked] == ["add", "discard"]  # late: not asked
 

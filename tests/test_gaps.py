@@ -560,41 +560,6 @@ async def test_slots_missed_before_a_pause_resumed_while_down_are_down(
         assert await store.history("r") == []
 
 
-@pytest.mark.parametrize("read", ["fails", "hangs", "absent"])
-async def test_a_resumed_pause_whose_start_is_unknown_takes_every_slot_before_it_for_paused(
-    autojump_clock: Any, caplog: pytest.LogCaptureFixture, read: str
-) -> None:
-    store = _Older() if read == "absent" else MemoryStore()
-    await completed(store, "r", at(0))
-    await store.set_paused("r", True, at(2, 30))
-    await store.set_paused("r", False, at(4, 20))
-    if read == "fails":
-        store.fail("resumed_pause_since", StateFault("disk on fire"))
-    elif read == "hangs":
-        store.hang("resumed_pause_since")
-    wall = WallClock(at(5, 30))
-    sched = Scheduler(
-        agent=ScriptedAgent(wall=wall),
-        store=store,
-        routines=[EVERY_MINUTE],
-        now=wall,
-        wakeups=False,
-        store_timeout=0.5,
-    )
-    await run_until(sched, wall, at(5, 40))
-    assert await store.gaps("r") == [gap(1, 4, GapReason.PAUSED)]  # as a store that keeps none
-    assert [f.slot for f in await store.history("r")] == [at(0), at(5)]
-    said = {
-        "fails": "disk on fire",
-        "hangs": "the resume of 'r' is unreadable: the store did not answer within 0.5s (or "
-        "before the stop's grace ran out)",
-    }
-    unread = "r: when its pause began is unreadable (its missed slots read as paused): "
-    assert [m for m in caplog.messages if m.startswith(unread)] == (
-        [unread + said[read]] if read in said else []
-    )
-
-
 class _Older(MemoryStore):
     """A store of an earlier kind: it keeps no pause's start (no ``paused_since``, nor
     ``resumed_pause_since``)."""
@@ -605,18 +570,21 @@ class _Older(MemoryStore):
         return super().__getattribute__(name)
 
 
-@pytest.mark.parametrize("read", ["fails", "hangs", "absent"])
-async def test_a_pause_whose_start_is_unknown_takes_every_missed_slot_for_paused(
-    autojump_clock: Any, caplog: pytest.LogCaptureFixture, read: str
-) -> None:
+def _unread(read: str, operation: str) -> MemoryStore:
+    """A store whose ``operation`` (a pause's start read) ``fails``, ``hangs``, or is
+    ``absent`` (a store of an earlier kind)."""
     store = _Older() if read == "absent" else MemoryStore()
-    await completed(store, "r", at(0))
-    await store.set_paused("r", True, at(2, 30))
     if read == "fails":
-        store.fail("paused_since", StateFault("disk on fire"))
+        store.fail(operation, StateFault("disk on fire"))
     elif read == "hangs":
-        store.hang("paused_since")
-    wall = WallClock(at(4, 30))
+        store.hang(operation)
+    return store
+
+
+async def _boot_within_half_a_second(store: MemoryStore, start: datetime) -> None:
+    """A scheduler's boot at ``start`` whose store calls wait half a second at most; its
+    first ten seconds."""
+    wall = WallClock(start)
     sched = Scheduler(
         agent=ScriptedAgent(wall=wall),
         store=store,
@@ -625,17 +593,46 @@ async def test_a_pause_whose_start_is_unknown_takes_every_missed_slot_for_paused
         wakeups=False,
         store_timeout=0.5,
     )
-    await run_until(sched, wall, at(4, 40))
-    assert await store.gaps("r") == [gap(1, 4, GapReason.PAUSED)]  # as a store that keeps none
+    await run_until(sched, wall, start + timedelta(seconds=10))
+
+
+def _said_unread(caplog: pytest.LogCaptureFixture, read: str, what: str) -> None:
+    """The boot's one warning that when ``what`` (``pause``, ``resume``) began is unread."""
     said = {
         "fails": "disk on fire",
-        "hangs": "the pause of 'r' is unreadable: the store did not answer within 0.5s (or "
+        "hangs": f"the {what} of 'r' is unreadable: the store did not answer within 0.5s (or "
         "before the stop's grace ran out)",
     }
     unread = "r: when its pause began is unreadable (its missed slots read as paused): "
     assert [m for m in caplog.messages if m.startswith(unread)] == (
         [unread + said[read]] if read in said else []
     )
+
+
+@pytest.mark.parametrize("read", ["fails", "hangs", "absent"])
+async def test_a_resumed_pause_whose_start_is_unknown_takes_every_slot_before_it_for_paused(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture, read: str
+) -> None:
+    store = _unread(read, "resumed_pause_since")
+    await completed(store, "r", at(0))
+    await store.set_paused("r", True, at(2, 30))
+    await store.set_paused("r", False, at(4, 20))
+    await _boot_within_half_a_second(store, at(5, 30))
+    assert await store.gaps("r") == [gap(1, 4, GapReason.PAUSED)]  # as a store that keeps none
+    assert [f.slot for f in await store.history("r")] == [at(0), at(5)]
+    _said_unread(caplog, read, "resume")
+
+
+@pytest.mark.parametrize("read", ["fails", "hangs", "absent"])
+async def test_a_pause_whose_start_is_unknown_takes_every_missed_slot_for_paused(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture, read: str
+) -> None:
+    store = _unread(read, "paused_since")
+    await completed(store, "r", at(0))
+    await store.set_paused("r", True, at(2, 30))
+    await _boot_within_half_a_second(store, at(4, 30))
+    assert await store.gaps("r") == [gap(1, 4, GapReason.PAUSED)]  # as a store that keeps none
+    _said_unread(caplog, read, "pause")
 
 
 async def test_a_gap_never_fires_a_slot_nor_makes_a_later_one_stale(autojump_clock: Any) -> None:
