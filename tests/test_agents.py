@@ -301,6 +301,7 @@ def test_the_command_runs_under_a_supervisor_holding_its_lifeline(
             proc.kill()
 
 
+@pytest.mark.slow
 def test_a_runtime_that_stops_running_has_its_command_ended_and_says_why(
     pid_file: Path, tmp_path: Path
 ) -> None:
@@ -348,6 +349,7 @@ def test_a_runtime_that_stops_running_has_its_command_ended_and_says_why(
     )
 
 
+@pytest.mark.slow
 def test_a_runtime_whose_wall_clock_is_set_pulses_all_the_same(tmp_path: Path) -> None:
     # Under libfaketime (a wall clock set for the process, as the clock tests do) a thread's
     # time.sleep fails at once (EINVAL): the pulses' thread died with it, and every command
@@ -438,6 +440,7 @@ async def test_a_command_that_failed_on_its_own_says_so_even_after_a_stall(
     assert [what for what, _ in unpulsed.asked] == ["add", "discard"]  # late: not asked
 
 
+@pytest.mark.slow
 async def test_a_busy_event_loop_right_after_the_start_does_not_end_the_command(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -375,6 +375,7 @@ def test_no_byte_for_the_deadline_ends_the_group_as_a_cut_lifeline_does(
     wait_for(lambda: not alive(child), 10, "the group to die")
 
 
+@pytest.mark.slow
 def test_pulses_keep_the_command_and_are_no_release(supervise: Start) -> None:
     sup = supervise("echo $$; read line; exit 4", prompt=True, deadline=1.0)
     shell = int(sup.first_line())
@@ -390,6 +391,7 @@ def test_pulses_keep_the_command_and_are_no_release(supervise: Start) -> None:
     assert exited(sup.status()) == 4
 
 
+@pytest.mark.slow
 def test_after_the_release_pulses_still_keep_the_command_and_their_want_ends_it(
     supervise: Start,
 ) -> None:
