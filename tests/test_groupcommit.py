@@ -16,10 +16,13 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -252,9 +255,20 @@ def test_syncfs_is_found_in_the_c_library_on_linux_only(monkeypatch: pytest.Monk
     ctypes.set_errno(0)
     assert found(-1) == -1
     assert ctypes.get_errno() == errno.EBADF  # the C library's errno is kept for syncfs
-    # where the linker cache cannot name the C library, its usual name is tried
-    monkeypatch.setattr(durable.ctypes.util, "find_library", lambda name: None)
+    # where the process's own symbols have none, the C library's usual name is tried
+    real = durable.ctypes.CDLL
+    asked: list[str | None] = []
+
+    def only_by_name(library: str | None, **kwargs: Any) -> Any:
+        asked.append(library)
+        if library is None:
+            raise OSError("no symbols of the process")
+        return real(library, **kwargs)
+
+    monkeypatch.setattr(durable.ctypes, "CDLL", only_by_name)
     assert durable._libc_syncfs() is not None
+    assert asked == [None, "libc.so.6"]
+    monkeypatch.setattr(durable.ctypes, "CDLL", real)
     monkeypatch.setattr(durable.sys, "platform", "darwin")
     assert durable._libc_syncfs() is None
     monkeypatch.setattr(durable.sys, "platform", "linux")
@@ -264,6 +278,27 @@ def test_syncfs_is_found_in_the_c_library_on_linux_only(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(durable.ctypes, "CDLL", no_library)
     assert durable._libc_syncfs() is None
+    assert durable.libc_function("syncfs") is None
+
+
+def test_the_c_library_is_found_without_running_a_program(tmp_path: Path) -> None:
+    # ctypes.util.find_library runs ldconfig, or a C compiler found on the PATH, to name the
+    # C library: importing the stores must run no program of the machine's.
+    script = (
+        "import subprocess\n"
+        "def refused(*args, **kwargs):\n"
+        "    raise AssertionError(f'a program was run: {args!r}')\n"
+        "subprocess.Popen = refused\n"
+        "from trio_routines.stores import durable\n"
+        "from trio_routines.stores.directory import spares\n"
+        "assert durable.SYNCFS is not None and spares._RENAMEAT2 is not None\n"
+        "assert durable.libc_function('no_such_function_anywhere') is None\n"
+        "print('found')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "found\n", "")
 
 
 async def test_a_flush_that_breaks_leaves_its_batch_not_durable(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ the flushes on the event loop's side; the state directory's writer process uses 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import sys
@@ -15,13 +14,26 @@ from collections.abc import Callable
 from typing import Any
 
 
+def libc_function(name: str) -> Any:
+    """The C library's function ``name`` with its ``errno`` kept, or None where there is none.
+
+    Looked up among the symbols this process has loaded (CPython on Linux is linked against
+    the C library), then under the C library's usual name: never ``ctypes.util.find_library``,
+    which runs ``ldconfig``, or a C compiler found on the ``PATH``, to answer.
+    """
+    for library in (None, "libc.so.6"):
+        try:
+            return getattr(ctypes.CDLL(library, use_errno=True), name)
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
 def _libc_syncfs() -> Any:
     if not sys.platform.startswith("linux"):
         return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        function = libc.syncfs
-    except (OSError, AttributeError):
+    function = libc_function("syncfs")
+    if function is None:
         return None
     function.argtypes = [ctypes.c_int]
     function.restype = ctypes.c_int

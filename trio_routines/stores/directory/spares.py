@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import logging
 import os
@@ -41,6 +40,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from ...claims import SPARE_CLAIM
+from ..durable import libc_function
 from ..safefile import Where, create_whole, describe, write_all
 from .claimbatch import CLAIM_LIMIT
 
@@ -63,15 +63,14 @@ _OPEN = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 def _libc_renameat2() -> Callable[..., int] | None:
     """The C library's ``renameat2`` (Linux, glibc 2.28 and later), or None."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        function = libc.renameat2
-    except (OSError, AttributeError):
+    function = libc_function("renameat2")
+    if function is None:
         return None
     function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p]
     function.argtypes += [ctypes.c_uint]
     function.restype = ctypes.c_int
-    return function
+    found: Callable[..., int] = function
+    return found
 
 
 _RENAMEAT2 = _libc_renameat2()
