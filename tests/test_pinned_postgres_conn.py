@@ -95,6 +95,26 @@ def test_a_url_libpq_cannot_parse_names_the_error_class_and_its_message() -> Non
     )
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://postgres@127.0.0.1:5432/test?application_name=%ff",
+        "postgresql://u:s%ffcret@h/db",
+        "postgresql://u%c3@h/db",
+        "postgresql://h/d%ffb",
+        "postgresql://h/db?options=-c%20x%3D%fe",
+    ],
+)
+def test_a_percent_escape_of_no_utf8_is_one_line_naming_no_secret(url: str) -> None:
+    # libpq decodes the escape into a byte no UTF-8 text holds; psycopg's decoding of it
+    # raised UnicodeDecodeError through every command that opened the store.
+    with pytest.raises(StateFault) as caught:
+        PostgresStore(url)
+    assert str(caught.value) == (
+        "invalid PostgreSQL state URL: a percent-escape in it is not UTF-8 (%ff, say)"
+    )
+
+
 def test_an_at_sign_in_the_host_is_refused_with_the_remedy() -> None:
     with pytest.raises(StateFault) as caught:
         PostgresStore("postgresql://u:p@Zq@127.0.0.1/test")

@@ -147,6 +147,10 @@ class Connections:
             raise StateFault(
                 f"invalid PostgreSQL state URL: {shown_message(reason(exc), url)}"
             ) from None
+        except UnicodeDecodeError:  # libpq decoded a percent-escape into bytes of no UTF-8
+            raise StateFault(
+                "invalid PostgreSQL state URL: a percent-escape in it is not UTF-8 (%ff, say)"
+            ) from None
         if "@" in str(info.get("host", "")):  # libpq ends the user-info at the first "@"
             raise StateFault(
                 "invalid PostgreSQL state URL: an '@' in its host — percent-encode an '@' in "
