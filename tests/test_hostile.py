@@ -19,17 +19,18 @@ import os
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 from procs import Env, lines
 from test_cli import SLOT
-from test_http import ON_GRID, raw_exchange, serving, status_of
+from test_http import ON_GRID, ROUTINES, body_of, raw_exchange, serving, status_of
 
 from trio_routines.errors import InvalidRoutine
 from trio_routines.instants import parse_iso, slot_name
 from trio_routines.routinedir import load_routines
-from trio_routines.routines import parse_routine_text
+from trio_routines.routines import Routine, parse_routine_text
 from trio_routines.stores.directory import DirectoryStore
 
 LEVEL = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (DEBUG|INFO |WARN |ERROR|FATAL) ")
@@ -158,6 +159,26 @@ async def test_http_path_tricks_reach_no_other_file(path: bytes) -> None:
         response = await raw_exchange(server.port, head)
         assert status_of(response) in (400, 404), response
         assert server.agent.turns == []
+
+
+async def test_a_path_whose_escapes_are_no_utf8_is_refused_and_names_no_routine() -> None:
+    # The server decodes a path's escapes leniently: /routines/%ff/pause reached a routine
+    # named U+FFFD and paused it, though the query string's like refused.
+    async with serving() as server:
+        server.scheduler.update_routines([*ROUTINES, Routine(name="\ufffd", prompt="p")])
+
+        async def post(path: bytes) -> tuple[int, Any]:
+            head = b"POST " + path + b" HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n"
+            response = await raw_exchange(server.port, head + b"Connection: close\r\n\r\n")
+            return status_of(response), body_of(response)
+
+        refused = (400, {"error": "the path is not valid UTF-8"})
+        for path in (b"/routines/%ff/pause", b"/routines/%ef%bf/pause", b"/routines/a%80b/pause"):
+            assert await post(path) == refused
+        assert await post(b"/routines/%3F%ff/pause") == refused  # a "?" escaped is the path's
+        assert await server.store.paused() == set()
+        # its name's own escapes reach it
+        assert await post(b"/routines/%EF%BF%BD/pause") == (200, {"name": "\ufffd", "paused": True})
 
 
 async def test_a_client_stalling_mid_body_does_not_hold_up_others() -> None:

@@ -29,6 +29,7 @@ from .wire import (
     Scope,
     Send,
     Text,
+    check_path_text,
     encode,
     headers,
     label,
@@ -178,6 +179,7 @@ class _App:
             self._turn(scope)  # the definitions, for a turn's holder: no token needed
         elif self._token is not None and not probe and not self._cookie(scope, method):
             self._authorize(scope)
+        check_path_text(scope)
         key, param = route(path)
         allowed = ROUTES[key]
         if method not in allowed:

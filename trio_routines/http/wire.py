@@ -12,7 +12,7 @@ import unicodedata
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, Literal
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote_to_bytes
 
 import attrs
 
@@ -136,6 +136,18 @@ def local_path(scope: Scope) -> str:
     if root and (path == root or path.startswith(root + "/")):
         return path[len(root) :] or "/"
     return path
+
+
+def check_path_text(scope: Scope) -> None:
+    """A 400 for a path whose percent-escapes are no UTF-8 (``/routines/%ff/pause``): the
+    server decodes them leniently, into U+FFFD, which would name another routine."""
+    raw = scope.get("raw_path")
+    if not isinstance(raw, bytes):
+        return  # a server that gives only the decoded path: as it decoded it
+    try:
+        unquote_to_bytes(raw.partition(b"?")[0]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise Refusal(400, "the path is not valid UTF-8") from None
 
 
 def mount_point(scope: Scope) -> str:
