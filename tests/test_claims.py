@@ -198,14 +198,20 @@ def test_unreadable_stamp_falls_back_to_the_slot(
     assert any("unreadable stamp" in r.getMessage() for r in caplog.records)
 
 
-def test_unknown_outcome_reads_as_unsettled_with_a_warning(
+def test_an_unknown_outcome_reads_as_none_and_settled_with_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     fire = parse_claim(NAME, '{"firedAt":"2026-07-07T12:30:00.000Z","outcome":"done"}', "c")
-    assert (fire.fired_at, fire.outcome) == (STAMP, None)
+    assert (fire.fired_at, fire.outcome, fire.unknown_outcome) == (STAMP, None, '"done"')
+    assert not fire.is_open
     (record,) = caplog.records
     assert record.levelno == logging.WARNING
-    assert "unknown outcome" in record.getMessage()
+    assert "outcome this version does not know" in record.getMessage()
+    # No outcome at all (or null) is open: claimed, never settled.
+    for text in ('{"firedAt":"2026-07-07T12:30:00.000Z"}', '{"firedAt":"x","outcome":null}'):
+        fire = parse_claim(NAME, text, "c")
+        assert (fire.outcome, fire.unknown_outcome, fire.is_open) == (None, None, True)
+    assert parse_claim(NAME, '{"firedAt":"x","outcome":"failed"}', "c").is_open is False
 
 
 @pytest.mark.parametrize(
@@ -221,15 +227,16 @@ def test_unknown_outcome_reads_as_unsettled_with_a_warning(
         ('"' + "z" * 63 + '"', '"' + "z" * 63 + "…"),
     ],
 )
-def test_an_outcome_of_any_other_json_type_reads_as_unsettled_with_a_warning(
+def test_an_outcome_of_any_other_json_type_reads_as_unknown_with_a_warning(
     caplog: pytest.LogCaptureFixture, outcome: str, shown: str
 ) -> None:
     text = f'{{"firedAt":"2026-07-07T12:30:00.000Z","outcome":{outcome},"ms":5}}'
     fire = parse_claim(NAME, text, "c")
-    assert (fire.fired_at, fire.outcome, fire.ms) == (STAMP, None, None)
+    assert (fire.fired_at, fire.outcome, fire.unknown_outcome, fire.ms) == (STAMP, None, shown, 5)
     (record,) = caplog.records
     assert record.getMessage() == (
-        f"claim c carries an unknown outcome — reading it as unsettled: {shown}"
+        "claim c carries an outcome this version does not know — shown as none, never written "
+        f"over: {shown}"
     )
 
 

@@ -32,6 +32,7 @@ from procs import Env, stop, wait_for, years_ago
 from trio_routines.errors import StateFault
 from trio_routines.instants import format_iso, slot_name
 from trio_routines.records import Outcome
+from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
 from trio_routines.stores.directory import DirectoryStore
 from trio_routines.stores.safefile import Refused, open_dir, open_file, read_file
@@ -448,8 +449,13 @@ def test_history_and_serve_go_on_past_a_claim_whose_outcome_is_no_string(
 
     history = _run(env, "history", "daily", "--json")
     assert history.returncode == 0, history.stderr
-    assert [entry.get("outcome") for entry in json.loads(history.stdout)] == ["completed", None]
-    assert f"carries an unknown outcome — reading it as unsettled: {outcome}" in history.stderr
+    entries = json.loads(history.stdout)
+    assert [entry.get("outcome") for entry in entries] == ["completed", None]
+    assert entries[-1]["unknownOutcome"] == json.dumps(json.loads(outcome))
+    assert (
+        "carries an outcome this version does not know — shown as none, never written over: "
+        f"{json.dumps(json.loads(outcome))}" in history.stderr
+    )
     assert "Traceback" not in history.stderr
 
     proc = env.serve("echo")  # booted past it (waits for its "wake-ups:" line)
@@ -599,8 +605,8 @@ async def test_a_claim_holding_no_record_is_kept_aside_before_a_settle_writes_ov
         assert re.fullmatch(re.escape(slot_name(T0)) + r"\.[0-9TZ-]+-[0-9a-f]{4}", kept.name)
         assert kept.read_text() == damaged
         assert [r.getMessage() for r in caplog.records] == [
-            f"claim {claims / slot_name(T0)} held no claim record; kept as {kept} before its "
-            "outcome is written over it"
+            f"claim {claims / slot_name(T0)} held no claim record of this version's; kept as "
+            f"{kept} before its outcome is written over it"
         ]
         assert [f.outcome for f in await store.history("daily")] == [Outcome.INTERRUPTED] * 3
         # Where it cannot be kept, the settle fails and the claim is left as it was.
@@ -618,6 +624,71 @@ async def test_a_claim_holding_no_record_is_kept_aside_before_a_settle_writes_ov
         assert third.read_text() == "not json"
         assert [r.getMessage() for r in caplog.records] == [
             "daily: could not record the interrupted outcome of slot 2026-07-07T10-03-00-000Z: "
-            "its claim holds no claim record, which could not be kept first (ENOTDIR: Not a "
-            f"directory: {kept.parent}) — left as it is"
+            "its claim holds no claim record of this version's, which could not be kept first "
+            f"(ENOTDIR: Not a directory: {kept.parent}) — left as it is"
         ]
+
+
+UNKNOWN = (
+    '{"firedAt":"2026-07-07T10:00:00.010Z","outcome":"Cancelled","ms":1234,'
+    '"error":"important note","replica":"old:1","output":"the reply text"}'
+)
+
+
+async def test_a_claim_settled_with_an_outcome_unknown_here_is_never_settled_over(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A newer version's outcome word (or an edit) read as unsettled, and the next boot wrote
+    # `interrupted` over it: its outcome, duration, reason and output were gone, none kept.
+    root = tmp_path / "state"
+    async with DirectoryStore(root) as store:
+        await store.claim("daily", T0, T0)
+        path = root / "schedule" / "claims" / "daily" / slot_name(T0)
+        path.write_text(UNKNOWN)
+        with caplog.at_level("WARNING", logger="trio_routines"):
+            (fire,) = await store.history("daily")
+        assert (fire.outcome, fire.unknown_outcome, fire.ms, fire.error, fire.output) == (
+            None,
+            '"Cancelled"',
+            1234,
+            "important note",
+            "the reply text",
+        )
+        assert not fire.is_open
+        assert [r.getMessage() for r in caplog.records] == [
+            f"claim {path} carries an outcome this version does not know — shown as none, "
+            'never written over: "Cancelled"'
+        ]
+        assert await store.settle("daily", T0, Outcome.INTERRUPTED, if_unsettled=True)
+        assert path.read_text() == UNKNOWN
+        assert not (root / "schedule" / "damaged-claims").exists()
+        # A turn's own settle (its claim edited while it ran) keeps the text first.
+        assert await store.settle("daily", T0, Outcome.COMPLETED, 5)
+        (kept,) = (root / "schedule" / "damaged-claims" / "daily").iterdir()
+        assert kept.read_text() == UNKNOWN
+        assert [f.outcome for f in await store.history("daily")] == [Outcome.COMPLETED]
+
+
+async def test_a_boot_leaves_a_newest_claim_of_an_outcome_unknown_here_as_it_is(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "state"
+    async with DirectoryStore(root) as store:
+        await store.claim("daily", T0, T0, replica="old:1")
+        path = root / "schedule" / "claims" / "daily" / slot_name(T0)
+        path.write_text(UNKNOWN)
+        scheduler = Scheduler(
+            agent=ScriptedAgent(),
+            store=store,
+            routines=[Routine(name="daily", prompt="p", cron="0 9 * * *")],
+            external_clock=True,
+        )
+        with caplog.at_level("INFO", logger="trio_routines"), trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(scheduler.run)
+                scheduler.stop(0)
+        assert path.read_text() == UNKNOWN
+        said = "\n".join(r.getMessage() for r in caplog.records)
+        assert "never finished" not in said
+        assert "never settled" not in said
+        assert scheduler.statistics().outcomes == {}

@@ -430,13 +430,15 @@ OPTIONS_HELP = {
     ],
     "history": [
         "[--url URL] [-n N] [--since ISO] [--outcome "
-        "{completed,failed,skipped,interrupted,unreported,missed}] [--json] [--output] NAME",
+        "{completed,failed,skipped,interrupted,unreported,unknown,missed}] [--json] [--output] "
+        "NAME",
         URL_HELP,
         "-n N the newest N (default: 20 as text, all as JSON)",
         "--since ISO only the slots at or after this instant (a gap that reaches it is shown "
         "whole)",
-        "only fires that ended so (repeatable); unreported: claimed, never settled; missed: "
-        "the gaps (slots passed over, with the reason)",
+        "only fires that ended so (repeatable); unreported: claimed, never settled; unknown: "
+        "settled with an outcome this version does not know; missed: the gaps (slots passed "
+        "over, with the reason)",
         '--json oldest first, as [{slot, firedAt, outcome, ...} or {"gap": {from, to, count, '
         "reason}}]; a fire's kept output, if any, as its output field",
         "--output under each fire, the end of its reply, for a routine that keeps it (output: "

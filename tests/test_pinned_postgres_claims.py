@@ -236,9 +236,8 @@ def seed_claim(schema: str, routine: str, slot: datetime, outcome: str | None) -
 
 def odd_outcome_warning(routine: str, slot: datetime, schema: str) -> str:
     return (
-        f"claim {routine}/{slot_name(slot)} in {WHERE} (schema {schema}) carries an unknown "
-        "outcome — reading "
-        'it as unsettled: "exploded"'
+        f"claim {routine}/{slot_name(slot)} in {WHERE} (schema {schema}) carries an outcome "
+        'this version does not know — shown as none, never written over: "exploded"'
     )
 
 
@@ -251,23 +250,29 @@ async def test_every_read_names_the_row_it_warns_about(
         newest = await store.latest_fire("r")
         (kept,) = await store.history("r")
     assert newest is not None
-    assert newest.outcome is None
-    assert kept.outcome is None
+    assert (newest.outcome, newest.unknown_outcome) == (None, '"exploded"')
+    assert (kept.outcome, kept.unknown_outcome) == (None, '"exploded"')
     assert [r.getMessage() for r in caplog.records] == [odd_outcome_warning("r", T0, schema)] * 2
 
 
-async def test_a_boots_interrupted_settles_a_claim_whose_outcome_no_version_writes(
+async def test_a_boots_interrupted_leaves_a_claim_whose_outcome_this_version_does_not_know(
     store: PostgresStore, schema: str
 ) -> None:
-    # Read as unsettled, so a boot records it interrupted: the settle wrote nothing to it, and
-    # every boot said so again while its history showed it unreported.
-    later = T0 + timedelta(hours=1)
+    # Settled by someone (a newer version's word, an edit, an empty one): never written over,
+    # and read as settled, so that no boot tries again. Only a claim without outcome is open.
+    later, open_one = T0 + timedelta(hours=1), T0 + timedelta(hours=2)
     seed_claim(schema, "r", T0, "exploded")
     seed_claim(schema, "r", later, "")
+    seed_claim(schema, "r", open_one, None)
     seed_claim(schema, "s", T0, "completed")
-    for routine, slot in (("r", T0), ("r", later), ("s", T0)):
+    for routine, slot in (("r", T0), ("r", later), ("r", open_one), ("s", T0)):
         await store.settle(routine, slot, Outcome.INTERRUPTED, if_unsettled=True)
-    assert [f.outcome for f in await store.history("r")] == [Outcome.INTERRUPTED] * 2
+    history = await store.history("r")
+    assert [(f.outcome, f.unknown_outcome) for f in history] == [
+        (None, '"exploded"'),
+        (None, '""'),
+        (Outcome.INTERRUPTED, None),
+    ]
     assert [f.outcome for f in await store.history("s")] == [Outcome.COMPLETED]  # kept
 
 

@@ -681,18 +681,39 @@ async def test_a_search_path_to_a_schema_the_role_may_not_use_says_so(
             conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
 
 
-async def test_unknown_outcomes_read_as_unsettled(url: str, schema: str) -> None:
+async def test_an_outcome_unknown_here_is_shown_and_never_settled_over(
+    url: str, schema: str
+) -> None:
+    # A newer version's outcome word (or an edit) read as unsettled, and the next boot wrote
+    # `interrupted` over it, its duration, reason and output emptied.
     store = PostgresStore(url, schema=schema)
     await store.claim("r", T0, T0)
+    table = sql.Identifier(schema, "trio_routines_claims")
     with admin() as conn:
         conn.execute(
-            sql.SQL("UPDATE {} SET outcome = 'exploded', ms = 7").format(
-                sql.Identifier(schema, "trio_routines_claims")
-            )
+            sql.SQL(
+                "UPDATE {} SET outcome = 'exploded', ms = 7, error = 'keep', output = 'precious'"
+            ).format(table)
         )
-    fire = await store.latest_fire("r")
+    fire = await store.latest_fire("r")  # (which reads no output)
     assert fire is not None
-    assert (fire.outcome, fire.ms) == (None, None)
+    assert (fire.outcome, fire.unknown_outcome, fire.ms, fire.error) == (
+        None,
+        '"exploded"',
+        7,
+        "keep",
+    )
+    assert not fire.is_open
+    (fire,) = await store.history("r")
+    assert (fire.unknown_outcome, fire.output) == ('"exploded"', "precious")
+    assert await store.settle("r", T0, Outcome.INTERRUPTED, if_unsettled=True)
+    with admin() as conn:
+        row = conn.execute(
+            sql.SQL("SELECT outcome, ms, error, output FROM {}").format(table)
+        ).fetchone()
+    assert row == ("exploded", 7, "keep", "precious")
+    assert await store.settle("r", T0, Outcome.COMPLETED, 5)  # a turn's own settle writes
+    assert [f.outcome for f in await store.history("r")] == [Outcome.COMPLETED]
     await store.aclose()
 
 

@@ -164,16 +164,20 @@ def fire_from_record(slot: datetime, record: dict[str, object], where: str) -> F
     error: str | None = None
     output: str | None = None
     usage: Usage | None = None
+    unknown: str | None = None
     if isinstance(raw_outcome, str) and raw_outcome in _OUTCOMES:  # (an array is no key)
         outcome = Outcome(raw_outcome)
     elif raw_outcome is not None:
+        # Settled by someone (a newer version, an edit): never settled again over it.
         shown = json.dumps(raw_outcome, ensure_ascii=False)
+        unknown = shown if len(shown) <= SHOWN_OUTCOME else shown[:SHOWN_OUTCOME] + "…"
         log.warning(
-            "claim %s carries an unknown outcome — reading it as unsettled: %s",
+            "claim %s carries an outcome this version does not know — shown as none, "
+            "never written over: %s",
             where,
-            shown if len(shown) <= SHOWN_OUTCOME else shown[:SHOWN_OUTCOME] + "…",
+            unknown,
         )
-    if outcome is not None:
+    if outcome is not None or unknown is not None:
         raw_ms = record.get("ms")
         if (
             isinstance(raw_ms, int | float)
@@ -199,6 +203,7 @@ def fire_from_record(slot: datetime, record: dict[str, object], where: str) -> F
         replica=replica,
         output=output,
         usage=usage,
+        unknown_outcome=unknown,
     )
 
 

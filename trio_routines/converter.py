@@ -14,9 +14,10 @@ Shapes are those of the original scheduler's state directory, byte for byte:
   over keys it does not know and keeps them) is ``{"kind", "depth", "routine"?, "slot"?,
   "parent"?}``, read leniently: a malformed one reads as unknown and never costs the entry;
 * history (CLI ``--json`` and HTTP) is ``[{"slot", "firedAt", "outcome"?, "ms"?, "error"?,
-  "replica"?, "output"?, "usage"?, "running"?}]``, with the routine's gaps among the claims in slot
-  order, each ``{"gap": {"from", "to", "count", "reason", "estimated"?}}`` (ours:
-  ``schedule/gaps/<routine>`` holds an array of the inner objects).
+  "replica"?, "output"?, "usage"?, "unknownOutcome"?, "running"?}]`` (``unknownOutcome``: a
+  stored outcome this version does not know, ``outcome`` absent then), with the routine's
+  gaps among the claims in slot order, each ``{"gap": {"from", "to", "count", "reason",
+  "estimated"?}}`` (ours: ``schedule/gaps/<routine>`` holds an array of the inner objects).
 
 The converter is strict: cattrs would happily turn ``1`` into ``"1"`` or accept a naive
 datetime; here a wrong type is an error, so a malformed stored entry is dropped, not guessed.
@@ -112,7 +113,11 @@ converter.register_structure_hook(
 converter.register_unstructure_hook(
     Fire,
     make_dict_unstructure_fn(
-        Fire, converter, _cattrs_omit_if_default=True, fired_at=override(rename="firedAt")
+        Fire,
+        converter,
+        _cattrs_omit_if_default=True,
+        fired_at=override(rename="firedAt"),
+        unknown_outcome=override(rename="unknownOutcome"),
     ),
 )
 
@@ -223,7 +228,8 @@ def origin_to_json(origin: Origin) -> dict[str, Any]:
 
 
 def fire_to_json(fire: Fire) -> dict[str, Any]:
-    """History shape: ``{slot, firedAt, outcome?, ms?, error?, replica?, output?, usage?}``."""
+    """History shape: ``{slot, firedAt, outcome?, ms?, error?, replica?, output?, usage?,
+    unknownOutcome?}``."""
     result: dict[str, Any] = converter.unstructure(fire)
     return result
 
@@ -321,7 +327,13 @@ def history_to_json(
 
 converter.register_structure_hook(Outcome, lambda value, _t: Outcome(_strict_str(value, str)))
 converter.register_structure_hook(
-    Fire, make_dict_structure_fn(Fire, converter, fired_at=override(rename="firedAt"))
+    Fire,
+    make_dict_structure_fn(
+        Fire,
+        converter,
+        fired_at=override(rename="firedAt"),
+        unknown_outcome=override(rename="unknownOutcome"),
+    ),
 )
 
 

@@ -104,7 +104,7 @@ def failing_streak(fires: Sequence[Fire]) -> tuple[int, Fire | None]:
 async def running_slots(store: Store, routine: str, fires: Sequence[Fire]) -> set[datetime]:
     """The slots among ``fires`` whose claim is open and held by a live replica now (none for
     a store without replicas). Raises StateFault when the holds cannot be read."""
-    open_slots = [fire.slot for fire in fires if fire.outcome is None]
+    open_slots = [fire.slot for fire in fires if fire.is_open]
     read = getattr(store, "claims_alive", None)
     if not open_slots or read is None:
         return set()

@@ -75,10 +75,30 @@ class Fire:
     #: What the turn spent, as its agent reported it (:mod:`trio_routines.usage`); None when
     #: it reported nothing.
     usage: Usage | None = attrs.field(default=None, converter=stored_usage)
+    #: An outcome this version does not know, as stored (a newer version's word, or an edit
+    #: by hand; at most 64 characters of it): the slot was settled by someone, so no
+    #: reconcile writes ``interrupted`` over it. ``outcome`` is None then.
+    unknown_outcome: str | None = None
+
+    @property
+    def is_open(self) -> bool:
+        """Claimed and never settled: no outcome at all, known or not."""
+        return self.outcome is None and self.unknown_outcome is None
 
 
 _new = object.__new__
-_FIRE = setters(Fire, "slot", "fired_at", "outcome", "ms", "error", "replica", "output", "usage")
+_FIRE = setters(
+    Fire,
+    "slot",
+    "fired_at",
+    "outcome",
+    "ms",
+    "error",
+    "replica",
+    "output",
+    "usage",
+    "unknown_outcome",
+)
 
 
 def fire_record(
@@ -106,9 +126,17 @@ def fire_record(
     if ms is not None and not attrs.validators.get_disabled():
         _non_negative_ms(None, None, ms)  # type: ignore[arg-type]  # as attrs calls it
     fire: Fire = _new(Fire)
-    set_slot, set_fired_at, set_outcome, set_ms, set_error, set_replica, set_output, set_usage = (
-        _FIRE
-    )
+    (
+        set_slot,
+        set_fired_at,
+        set_outcome,
+        set_ms,
+        set_error,
+        set_replica,
+        set_output,
+        set_usage,
+        set_unknown,
+    ) = _FIRE
     set_slot(fire, slot)
     set_fired_at(fire, fired_at)
     set_outcome(fire, outcome)
@@ -117,6 +145,7 @@ def fire_record(
     set_replica(fire, replica)
     set_output(fire, output)
     set_usage(fire, usage)
+    set_unknown(fire, None)
     return fire
 
 

@@ -266,8 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument(
         "--outcome",
         action="append",
-        choices=[*(o.value for o in Outcome), "unreported", "missed"],
+        choices=[*(o.value for o in Outcome), "unreported", "unknown", "missed"],
         help="only fires that ended so (repeatable); unreported: claimed, never settled; "
+        "unknown: settled with an outcome this version does not know; "
         "missed: the gaps (slots passed over, with the reason)",
     )
     history.add_argument(

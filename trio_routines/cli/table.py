@@ -96,9 +96,12 @@ def duration(ms: int | float | None) -> str:
 
 def outcome_word(fire: Fire, running: Collection[datetime] = ()) -> str:
     """Its outcome; ``running`` when a live replica runs its turn (its slot in ``running``),
-    ``unreported`` when it was claimed and never settled."""
+    ``unreported`` when it was claimed and never settled, ``unknown`` when settled with an
+    outcome this version does not know (:attr:`Fire.unknown_outcome`)."""
     if fire.outcome is not None:
         return fire.outcome.value
+    if fire.unknown_outcome is not None:
+        return "unknown"
     return "running" if fire.slot in running else "unreported"
 
 

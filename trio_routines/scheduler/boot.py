@@ -72,7 +72,7 @@ class Boot:
         open_claims = {
             name: fire
             for name in routines
-            if (fire := newest.get(name)) is not None and fire.outcome is None
+            if (fire := newest.get(name)) is not None and fire.is_open
         }
         alive = await self._membership.claims_alive(list(open_claims.items()))
         unsettled, running = {}, set()
@@ -329,7 +329,7 @@ class Boot:
             if fire is not None and fire.outcome in (Outcome.FAILED, Outcome.INTERRUPTED):
                 metrics.armed(name, fire.slot, 1)
                 self._streaks.later(name, armed=True, newest=fire.slot)
-            elif fire is not None and fire.outcome is None:
+            elif fire is not None and fire.is_open:
                 continue  # open: seeded by the reconcile (see the docstring)
             else:
                 metrics.armed(name, now if fire is None else min(fire.slot, now))

@@ -124,7 +124,7 @@ class MemberWatch:
         suspects = {
             name: fire
             for name, fire in newest.items()
-            if fire is not None and fire.outcome is None and fire.replica in dead
+            if fire is not None and fire.is_open and fire.replica in dead
         }
         alive = await self._membership.claims_alive(list(suspects.items()))
         for (name, fire), live in zip(suspects.items(), alive, strict=True):

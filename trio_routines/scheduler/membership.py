@@ -224,7 +224,7 @@ class Membership:
         """Each routine's newest claim and whether it is open and held by a live replica now
         (see ``Scheduler.newest_claims``). Raises StateFault."""
         newest = await for_each(self._calls.latest_fire, names)
-        open_claims = [(n, f) for n, f in newest.items() if f is not None and f.outcome is None]
+        open_claims = [(n, f) for n, f in newest.items() if f is not None and f.is_open]
         answers = await self.claims_alive(open_claims)
         alive = {(n, f.slot): live for (n, f), live in zip(open_claims, answers, strict=True)}
         return {

@@ -135,7 +135,7 @@ class DirectoryMembers:
         finally:
             os.close(directory)
         fire = parse_claim(name, raw.decode("utf-8", errors="replace"), str(where / name))
-        return fire.replica if fire.outcome is None else None
+        return fire.replica if fire.is_open else None
 
     async def open_claims(self, routines: Sequence[str], budget: int) -> list[tuple[str, Fire]]:
         """Open claims of ``routines`` that name their replica, a bounded walk at a time:

@@ -181,7 +181,7 @@ class OpenScan:
                     self._skipped.add(routine)
                     continue
                 fire = parse_claim(name, raw.decode("utf-8", errors="replace"), str(where / name))
-                if fire.outcome is None and fire.replica is not None:
+                if fire.is_open and fire.replica is not None:
                     opened.add(name)
                     found.append((routine, fire))
                 else:

@@ -12,6 +12,10 @@ next boot settles it ``interrupted``. Its text is kept first, durably, as
 stored is written over unseen. Beside the claims it would be a foreign name, which sends
 every claim of its routine down the gate's slower path. If it cannot be kept, the settle
 fails (a WARN) and the claim is left as it is.
+
+A claim settled with an outcome this version does not know (a newer version's word, an edit)
+is settled: the boot's ``interrupted`` leaves it as it is. A turn's own settle over one (its
+claim edited while it ran) keeps its text first, as above.
 """
 
 from __future__ import annotations
@@ -133,15 +137,16 @@ class SettleFiles:
             found = read_fd(fd, path, CLAIM_LIMIT)
             text = found.decode("utf-8", errors="replace")
             fire, whole = read_claim(name, text, str(path))
-            if if_unsettled and fire.outcome is not None:
+            if if_unsettled and not fire.is_open:  # settled, maybe by a newer version
                 return True, None
-            if not whole and text.strip():
+            if (not whole and text.strip()) or fire.unknown_outcome is not None:
                 try:
                     keep_damaged(self._files.root, routine, name, path, found)
                 except OSError as exc:
                     log.warning(
                         "%s: could not record the %s outcome of slot %s: its claim holds no "
-                        "claim record, which could not be kept first (%s) — left as it is",
+                        "claim record of this version's, which could not be kept first (%s) — "
+                        "left as it is",
                         routine,
                         outcome.value,
                         name,
@@ -190,7 +195,8 @@ def keep_damaged(root: Path, routine: str, name: str, path: object, data: bytes)
     finally:
         os.close(directory)
     log.warning(
-        "claim %s held no claim record; kept as %s before its outcome is written over it",
+        "claim %s held no claim record of this version's; kept as %s before its outcome is "
+        "written over it",
         path,
         where / aside,
     )

@@ -88,13 +88,9 @@ _SETTLE = """UPDATE {claims} AS c
         (e->>9)::double precision AS cost, e->>10 AS currency
         FROM jsonb_array_elements(%s::jsonb) AS e) AS u
     WHERE c.routine = u.routine AND c.slot = u.slot
-        AND (NOT u.only_unsettled OR c.outcome IS NULL
-            OR c.outcome NOT IN (KNOWN))""".replace(
-    # Unsettled as every reader reads it: no outcome, or one no version writes (a row edited
-    # by hand), which a boot's ``interrupted`` settles as it does a claim file's.
-    "KNOWN",
-    ", ".join(f"'{outcome.value}'" for outcome in Outcome),
-)
+        AND (NOT u.only_unsettled OR c.outcome IS NULL)"""
+# Unsettled: no outcome at all. One this version does not know (a newer version's word, a row
+# edited by hand) was settled by someone: a boot's ``interrupted`` never writes over it.
 
 
 class Waiter(Protocol):
