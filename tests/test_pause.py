@@ -305,6 +305,41 @@ async def test_a_resume_made_while_no_scheduler_ran_never_back_fires_at_boot(
     assert [t.wall for t in agent.turns] == fired
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", [b"garbage", b"", b"2026-07-07T09:30:00.000Z" + b" " * 60])
+async def test_a_resume_whose_file_holds_no_instant_never_lets_a_boot_back_fire(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: bytes
+) -> None:
+    # Read as no resume at all, the boot caught up the slot of an hour ago, one the pause had
+    # held back (paused and resumed while no scheduler ran), without a word. The real clock:
+    # the store takes such a resume as made now by it.
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    store = DirectoryStore(tmp_path)
+    await store.claim("hourly", hour - timedelta(hours=3), hour - timedelta(hours=3))
+    await store.settle("hourly", hour - timedelta(hours=3), Outcome.COMPLETED, 1)
+    await store.set_paused("hourly", True, hour - timedelta(hours=2, minutes=30))
+    await store.set_paused("hourly", False, hour - timedelta(hours=1, minutes=30))
+    (tmp_path / "schedule" / "resumed" / "hourly").write_bytes(damage)
+    agent = ScriptedAgent()
+    scheduler = Scheduler(agent=agent, store=store, routines=[HOURLY])
+    with caplog.at_level("WARNING", logger="trio_routines"), trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(scheduler.run)
+            with trio.move_on_after(1):  # a catch-up fires as the loops start
+                while not agent.turns:  # noqa: ASYNC110 (the agent offers no event)
+                    await trio.sleep(0.01)
+            scheduler.stop()
+    assert agent.turns == []  # the slot of an hour ago stays paused
+    assert [f.slot for f in await store.history("hourly")] == [hour - timedelta(hours=3)]
+    (said,) = [r.getMessage() for r in caplog.records if "holds no instant" in r.getMessage()]
+    assert said.startswith(
+        f"the resume of 'hourly' ({tmp_path / 'schedule' / 'resumed' / 'hourly'}) holds no "
+        "instant — taken as made now ("
+    )
+    assert said.endswith("): no slot before it is caught up; resume it again to write a new one")
+    await store.aclose()
+
+
 async def test_the_state_directory_reads_a_resume_safely(tmp_path: Path) -> None:
     store = DirectoryStore(tmp_path)
     await store.set_paused("a", True)
@@ -314,7 +349,14 @@ async def test_the_state_directory_reads_a_resume_safely(tmp_path: Path) -> None
     (resumed / "b").write_text("not an instant")
     os.symlink(resumed / "a", resumed / "c")
     (resumed / "d").mkdir()
-    assert [await store.resumed_at(n) for n in "bcd"] == [None, None, None]
+    # There, holding no instant: a resume of unknown instant, taken as made now (read as
+    # none, a boot caught up a slot its pause had held back).
+    before = datetime.now(UTC)
+    for name in "bcd":
+        found = await store.resumed_at(name)
+        assert found is not None
+        assert before <= found <= datetime.now(UTC)
+    assert await store.resumed_at("e") is None  # never resumed
     assert sorted(os.listdir(resumed)) == ["a", "b", "c", "d"]  # no temp file left behind
 
 

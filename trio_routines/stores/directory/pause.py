@@ -14,7 +14,9 @@ count: anything else found there (a symlink, a directory) pauses nothing. The di
 the way are opened as every state directory is (safefile.py): a planted link is refused. The
 original scheduler does not know these directories and ignores them. A resume's instant is
 written to a temp file under an unpredictable name, fsynced and renamed into place; it is read
-as any state file is, and anything but a short regular file holding an instant reads as none.
+as any state file is. A resume's file that holds no instant (anything but a short regular file
+holding one) is a resume of unknown instant, taken as made now with a warning: the safe side,
+no slot before it is caught up or run late; any other such file reads as none.
 The instant its pause began is kept beside it the same way, first: a boot then records the
 slots before that pause as missed, not as paused. A crash between the two leaves an instant
 after the resume kept, which a boot takes for unknown.
@@ -22,9 +24,10 @@ after the resume kept, which a boot takes for unknown.
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ...errors import StateFault
@@ -42,6 +45,8 @@ from ..safefile import (
     replace_file,
     write_all,
 )
+
+log = logging.getLogger("trio_routines")
 
 
 def set_paused_sync(
@@ -153,8 +158,24 @@ def _keep_instant(root: Path, folder: str, routine: str, when: datetime | None) 
 
 
 def resumed_at_sync(root: Path, routine: str) -> datetime | None:
-    """The instant of ``routine``'s latest resume, or None."""
-    return _instant(root, "resumed", routine, "resume")
+    """The instant of ``routine``'s latest resume, or None (never resumed).
+
+    A resume's file that is there but holds no instant (damaged, edited, a link or a FIFO
+    planted there) is a resume of unknown instant, taken as made now, with a warning: read
+    as none, a boot caught up a slot the pause had held back, and a replica late to a slot
+    ran one the others had left paused."""
+    found = _instant(root, "resumed", routine, "resume", unreadable=_UNREADABLE)
+    if found is not _UNREADABLE:
+        return found
+    now = datetime.now(UTC)
+    log.warning(
+        "the resume of %r (%s) holds no instant — taken as made now (%s): no slot before it "
+        "is caught up; resume it again to write a new one",
+        routine,
+        root / "schedule" / "resumed" / routine,
+        format_iso(now),
+    )
+    return now
 
 
 def resumed_pause_since_sync(root: Path, routine: str) -> datetime | None:
@@ -162,10 +183,16 @@ def resumed_pause_since_sync(root: Path, routine: str) -> datetime | None:
     return _instant(root, "resumed-pause", routine, "resume")
 
 
-def _instant(root: Path, folder: str, routine: str, what: str) -> datetime | None:
+#: What :func:`_instant` answers, when asked to, for a file that is there and holds none.
+_UNREADABLE = datetime.min.replace(tzinfo=UTC)  # (told apart by identity)
+
+
+def _instant(
+    root: Path, folder: str, routine: str, what: str, *, unreadable: datetime | None = None
+) -> datetime | None:
     """The instant ``<root>/schedule/<folder>/<routine>`` holds: None when it is not there,
-    or holds none (an earlier version's empty pause, anything else); ``what`` names it in a
-    fault (``the resume of 'r' is unreadable``)."""
+    ``unreadable`` (None unless given) when it holds none (an earlier version's empty pause,
+    anything else); ``what`` names it in a fault (``the resume of 'r' is unreadable``)."""
     where = root / "schedule" / folder
     name = check_name(routine)
     try:
@@ -176,13 +203,16 @@ def _instant(root: Path, folder: str, routine: str, what: str) -> datetime | Non
         raise StateFault(f"the {what} of {routine!r} is unreadable: {describe(exc)}") from None
     try:
         data = read_file(directory, name, where / name, 64)
-    except (FileNotFoundError, Refused):
-        return None  # none; or not a file of ours (a link, a FIFO, too long)
+    except FileNotFoundError:
+        return None
+    except Refused:
+        return unreadable  # not a file of ours (a link, a FIFO, too long)
     except OSError as exc:
         raise StateFault(f"the {what} of {routine!r} is unreadable: {describe(exc)}") from None
     finally:
         os.close(directory)
-    return parse_iso(data.decode("ascii", errors="replace").strip())
+    found = parse_iso(data.decode("ascii", errors="replace").strip())
+    return unreadable if found is None else found
 
 
 def _set_paused(
