@@ -1268,3 +1268,52 @@ async def test_let_gos_reach_the_table_without_a_take_those_made_together_in_one
         await until(lambda: held_keys(schema) == [], "both let go")
     assert not [r for r in caplog.records if "could not let go" in r.getMessage()]
     await member.leave()
+
+
+async def test_no_claim_is_made_with_holds_once_the_server_ended_our_connection(
+    url: str, schema: str
+) -> None:
+    # Before this replica heard that the server ended its connection (up to a second), its
+    # claims took holds that were dead on arrival: another replica took the session at once,
+    # and two turns of it ran side by side.
+    from trio_routines.records import ClaimStatus
+    from trio_routines.replicas import session_key
+
+    store = PostgresStore(url, schema=schema, timeout=BOUND - 1)
+    other = PostgresStore(url, schema=schema, timeout=BOUND - 1)
+    try:
+        ours = await store.join(info("ended"))
+        theirs = await other.join(info("other"))
+        session = (session_key("routine:r"),)
+        taken = await store.claim("r", T0, T0, replica="ended", holds=(ours.holder, session))
+        assert (taken.status, taken.holds) == (ClaimStatus.TAKEN, (True,))
+        with admin() as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'trio_routines ended'"
+            )
+        with trio.fail_after(10):
+            while lock_holders(ours.holder):  # noqa: ASYNC110 -- the server frees it, no event
+                await trio.sleep(0.05)
+        later = T0 + timedelta(minutes=1)
+        with pytest.raises(StateFault) as refused:
+            await store.claim("r", later, later, replica="ended", holds=(ours.holder, session))
+        assert str(refused.value) == (
+            f"could not claim slot {later.strftime('%Y-%m-%dT%H-%M-00-000Z')} of 'r': this "
+            f"replica's hold on {store.where} is gone (its connection ended)"
+        )
+        assert [f.slot for f in await other.history("r")] == [T0]  # nothing was written
+        # A claim without holds (no presence of its own) is decided as ever, and the other
+        # replica, whose lock is held, claims with its holds.
+        plain = await store.claim("q", T0, T0)
+        assert plain.status is ClaimStatus.TAKEN
+        again = await other.claim(
+            "r", later, later, replica="other", holds=(theirs.holder, session)
+        )
+        assert (again.status, again.holds) == (ClaimStatus.TAKEN, (True,))
+        await theirs.leave()
+    finally:
+        with contextlib.suppress(StateFault):
+            await ours.leave()
+        await store.aclose()
+        await other.aclose()

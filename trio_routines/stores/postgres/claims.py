@@ -120,6 +120,17 @@ _HOLDS = f"""WITH held AS MATERIALIZED ({_HELD_LOCKS}),
                 WHERE held.hi = h.holder >> 32 AND held.lo = h.holder & 4294967295)
         RETURNING h.key)
     SELECT k FROM wanted WHERE k NOT IN (SELECT key FROM taken)"""
+# The holders among those given whose replica lock nobody holds: a replica whose connection
+# the server ended, still claiming before it heard (its holds would be dead on arrival).
+_GONE = f"""WITH held AS MATERIALIZED ({_HELD_LOCKS})
+    SELECT t.k FROM unnest(%s::bigint[]) AS t (k) WHERE NOT EXISTS (SELECT 1 FROM held
+        WHERE held.hi = t.k >> 32 AND held.lo = t.k & 4294967295)"""
+
+
+class HolderGone(Exception):
+    """The claims' holder holds its replica lock no more (see :func:`claim_batch`)."""
+
+
 _UNHOLD = "DELETE FROM {holds} AS h USING jsonb_array_elements(%s::jsonb) AS e " + (
     "WHERE h.key = (e->>0)::bigint AND h.holder = (e->>1)::bigint"
 )
@@ -147,10 +158,16 @@ def claim_batch(
         ]
     )
     wanted_holds = [[key, holds[0]] for *_, holds in items if holds is not None for key in holds[1]]
+    holders = sorted({holds[0] for *_, holds in items if holds is not None})
     prune = _PRUNE_ALL if keep == 1 else _PRUNE_OLDER
     decide = schema.sql(_DECIDE.replace("%(prune)s", prune))
     with conn.pipeline():
         with conn.transaction():
+            # A claim that takes holds is made only while its holder's replica lock is held:
+            # one made after the server ended that connection (before this replica heard of
+            # it, up to a second) would start a turn beside another replica's of its session.
+            if holders and conn.execute(_GONE, (holders,)).fetchall():
+                raise HolderGone
             conn.execute(_LOCKS, (CLAIM_LOCK, batch))
             if wanted_holds:
                 refusals = conn.execute(schema.sql(_HOLDS), (_json(wanted_holds),))

@@ -29,6 +29,7 @@ from .alive import claims_alive, replica_rows, sessions_held
 from .call import Call, CallFault
 from .claims import (
     ClaimItem,
+    HolderGone,
     HoldsWanted,
     SettleItem,
     claim_batch,
@@ -157,6 +158,12 @@ class PostgresStore(Lifetime):
             return [
                 Answer(error=exc.retold(f"could not claim slot {slot_name(slot)} of {routine!r}"))
                 for routine, slot, *_ in items
+            ]
+        except HolderGone:
+            gone = f"this replica's hold on {self._conns.where} is gone (its connection ended)"
+            return [
+                Answer(error=StateFault(f"could not claim slot {slot_name(slot)} of {r!r}: {gone}"))
+                for r, slot, *_ in items
             ]
         # A caller that gave up after the thread looked: its claim is settled from here.
         late = [
