@@ -37,7 +37,7 @@ trio_routines_fires_total{routine="daily",outcome="completed"} 1
 # TYPE trio_routines_claims_refused_total counter
 trio_routines_claims_refused_total{routine="daily",reason="stale"} 1
 # HELP trio_routines_slots_missed_total Slots passed over (never claimed), by routine and \
-reason (overlap, down, paused, caught-up, late): the gaps this scheduler recorded.
+reason (overlap, down, paused, caught-up, late, store, removed): the gaps this scheduler recorded.
 # TYPE trio_routines_slots_missed_total counter
 trio_routines_slots_missed_total{routine="daily",reason="down"} 3
 # HELP trio_routines_turn_seconds Turn duration of claimed slots.

@@ -694,7 +694,8 @@ async def test_a_change_records_only_the_overlapped_slots_no_gap_holds_yet(
 
 
 async def test_a_routine_added_again_after_a_while_records_no_overlap(autojump_clock: Any) -> None:
-    # Nothing of it ran while it was not loaded: its slots then were no turn's overlap.
+    # Nothing of it ran while it was not loaded: its slots then were no turn's overlap, but
+    # passed while it was not loaded.
     scheduler, agent, store, wall = rig(wakeups=False)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
@@ -705,7 +706,7 @@ async def test_a_routine_added_again_after_a_while_records_no_overlap(autojump_c
         await until(wall, at(14, 30))
         scheduler.stop()
     assert [t.wall for t in agent.turns] == [at(11), at(14)]
-    assert await store.gaps("hourly") == []
+    assert await store.gaps("hourly") == [Gap(at(12), at(13), 2, GapReason.REMOVED)]
 
 
 async def test_a_cron_changed_while_no_turn_runs_records_no_overlap(autojump_clock: Any) -> None:

@@ -13,7 +13,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_routines import InvalidRoutine, Outcome, Routine, Scheduler
+from trio_routines import Gap, GapReason, InvalidRoutine, Outcome, Routine, Scheduler
 from trio_routines.testing import Complete, MemoryStore, ScriptedAgent, WallClock
 
 T0 = datetime(2026, 7, 7, 10, 30, tzinfo=UTC)
@@ -69,7 +69,41 @@ async def test_an_added_routine_arms_from_now_and_never_back_fires(autojump_cloc
         (at(11), Outcome.COMPLETED),
         (at(12), Outcome.COMPLETED),
     ]
+    # ... recorded, as a boot records what it missed: no silent gaps.
+    assert await store.gaps("new") == [Gap(at(9), at(10), 2, GapReason.REMOVED)]
     assert [w for w, _ in rig.fired("routine:hourly")] == [at(11), at(12)]  # untouched
+
+
+async def test_a_routine_removed_and_added_again_records_what_it_passed_meanwhile(
+    autojump_clock: Any,
+) -> None:
+    # The slots between the removal and the add went unrecorded: no claim, no gap, no count,
+    # while a restart at the same moment recorded them.
+    rig = Rig(HOURLY)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(rig.scheduler.run)
+        await rig.until(at(11, 30))
+        assert rig.scheduler.update_routines([]).removed == ("hourly",)
+        await rig.until(at(14, 30))
+        assert rig.scheduler.update_routines([HOURLY]).added == ("hourly",)
+        await rig.until(at(15, 30))
+        rig.scheduler.stop()
+    assert [w for w, _ in rig.fired("routine:hourly")] == [at(11), at(15)]  # none caught up
+    assert await rig.store.gaps("hourly") == [Gap(at(12), at(14), 3, GapReason.REMOVED)]
+    metrics = rig.scheduler.render_metrics()
+    assert 'trio_routines_slots_missed_total{routine="hourly",reason="removed"} 3' in metrics
+    # Removed and added again before its next slot: nothing passed, nothing recorded.
+    rig = Rig(HOURLY)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(rig.scheduler.run)
+        await rig.until(at(11, 30))
+        rig.scheduler.update_routines([])
+        await rig.until(at(11, 40))
+        rig.scheduler.update_routines([HOURLY])
+        await rig.until(at(12, 30))
+        rig.scheduler.stop()
+    assert [w for w, _ in rig.fired("routine:hourly")] == [at(11), at(12)]
+    assert await rig.store.gaps("hourly") == []
 
 
 async def test_a_removed_routine_stops_and_its_fire_in_flight_settles(

@@ -18,7 +18,10 @@ Between a routine's first claim and now, every slot of its cron is either claime
   its slots count from when it was first armed, :func:`unfired_gaps`), or it was paused
   since (a routine still paused is not caught up);
 * ``store``: the store failed or did not answer when the slot was to be claimed (recorded
-  once it answers again, and only for slots that have no claim: see ``scheduler.gaps``).
+  once it answers again, and only for slots that have no claim: see ``scheduler.gaps``);
+* ``removed``: the routine was not loaded: a reload removed it, and a later one added it
+  again (the reload records them as it arms it, and catches nothing up, as a reload never
+  does; a boot that finds it back takes the slots for missed while no scheduler ran).
 
 A gap is a range with its count -- not a record per slot -- and consecutive paused slots
 extend one gap. This module is pure: counting slots, the boot's plan, and the rule every

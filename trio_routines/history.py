@@ -31,6 +31,7 @@ GAP_WHY = {
     GapReason.CAUGHT_UP: "no scheduler ran; the catch-up fired an earlier slot instead",
     GapReason.LATE: "no scheduler ran; older than the catch-up window",
     GapReason.STORE: "the store failed or did not answer when the slot was due",
+    GapReason.REMOVED: "the routine was not loaded (removed from the routines, then added again)",
 }
 
 

@@ -262,7 +262,7 @@ class Metrics:
             counter(
                 "slots_missed",
                 "Slots passed over (never claimed), by routine and reason (overlap, down, "
-                "paused, caught-up, late): the gaps this scheduler recorded.",
+                "paused, caught-up, late, store, removed): the gaps this scheduler recorded.",
                 (
                     Sample(missed, (("routine", r), ("reason", why)), n)
                     for (r, why), n in sorted(self.missed.items())

@@ -318,6 +318,7 @@ class GapReason(enum.StrEnum):
     CAUGHT_UP = "caught-up"  # no scheduler ran; the catch-up fired an earlier slot instead
     LATE = "late"  # no scheduler ran; older than the routine's catch-up window
     STORE = "store"  # the store failed or did not answer when the slot was to be claimed
+    REMOVED = "removed"  # the routine was not loaded: removed, then added again by a reload
 
 
 def _positive_count(_i: object, _a: attrs.Attribute[int], value: int) -> None:

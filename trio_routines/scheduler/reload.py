@@ -5,7 +5,8 @@ The rules, so that a reload can never fire a slot twice nor back-fire:
 * a **new** routine starts a cron loop under first-boot rules: its first slot is the next one
   after now (or after its newest claim, if one exists from an earlier life and lies ahead),
   and the store keeps when it was first armed, unless it kept that already (a routine
-  removed and added again keeps its first instant);
+  removed and added again keeps its first instant, and the slots it passed while it was
+  not loaded are recorded as a gap, ``removed``: none is caught up);
 * a **removed** routine's loop ends; a fire of it in flight finishes and settles first;
 * a **changed** routine (cron, tz, timeout, prompt, any field) is re-armed: its old loop ends
   as a removed one does, and the new one waits for that fire to settle, then arms from its
@@ -135,10 +136,18 @@ class Reload:
                 if routine.cron is not None:
                     # The slots that pass while its previous version's fire is still in flight
                     # (a change, or a removal and an add, during its turn) are that turn's
-                    # overlap, as its own loop would have recorded them. With none in flight,
-                    # nothing passed: the new version arms from its newest claim and now.
+                    # overlap, as its own loop would have recorded them. With none in flight, a
+                    # changed one passed nothing: it arms from its newest claim and now; one
+                    # added again passed the slots since its earlier life's newest claim
+                    # (or gap) while it was not loaded.
                     overlapped = name in self._cron.firing
-                    passed = GapReason.OVERLAP if overlapped else None
+                    passed = (
+                        GapReason.OVERLAP
+                        if overlapped
+                        else GapReason.REMOVED
+                        if name in added
+                        else None
+                    )
                     self._cron.start(loops, routine, None, rearm=True, passed=passed)
                     if not self._wakeups:
                         self._clock.start(loops)
