@@ -126,6 +126,28 @@ def test_a_change_to_a_state_directory_that_is_not_there_is_refused_and_makes_no
     assert not (env.root / where.split("/")[0]).exists()
 
 
+@pytest.mark.parametrize("command", [("status",), ("list",), ("history", "daily")])
+def test_a_reading_command_on_a_state_directory_that_is_not_there_says_so(
+    env: Env, command: tuple[str, ...]
+) -> None:
+    # It read as nothing ever run, exit 0 and not a word, as a mistyped --state would.
+    env.routine("daily", cron="0 9 * * *")
+    env.state = state = env.root / "typo"
+    done = env.run_cli(*command)
+    assert done.returncode == 0, done.stderr
+    assert (
+        f"no state directory at {state} — nothing has run or been stored there: is --state "
+        "(or TRIO_ROUTINES_STATE) right?\n"
+    ) in done.stderr
+    assert not state.exists()  # and none is made
+    env.state = env.root / "state"
+    assert env.run_cli("pause", "daily").returncode == 1  # (no state: refused, makes none)
+    (env.root / "state").mkdir()
+    there = env.run_cli(*command)
+    assert there.returncode == 0, there.stderr
+    assert "no state directory" not in there.stderr
+
+
 def test_a_state_that_cannot_be_looked_at_is_the_stores_to_refuse(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

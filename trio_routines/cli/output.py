@@ -305,6 +305,16 @@ def print_json(value: Any, *, indent: int | None = 2) -> None:
     sys.stdout.flush()
 
 
+def say_if_no_state(state: str) -> None:
+    """One line when the state directory a reading command reads is not there: it reads as
+    nothing ever run, which a mistyped ``--state`` would show as well (nothing is made)."""
+    if not is_postgres_url(state) and not os.path.lexists(state):
+        say(
+            f"no state directory at {state_label(state)} — nothing has run or been stored "
+            "there: is --state (or TRIO_ROUTINES_STATE) right?"
+        )
+
+
 def say(text: str) -> None:
     """One line for the operator on stderr (hints, summaries), shown safely."""
     sys.stderr.write(shown(text) + "\n")

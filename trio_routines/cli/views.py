@@ -34,6 +34,7 @@ from .output import (
     quoted,
     report_failures,
     say,
+    say_if_no_state,
     state_arg,
     state_label,
 )
@@ -55,6 +56,7 @@ async def cmd_history(args: argparse.Namespace) -> int:
         where = server.url
     else:
         state = state_arg(args)
+        say_if_no_state(state)
         asked = StoreDeadline(state)
         async with open_state(state) as store:
             fires, gaps = await asked(
