@@ -59,9 +59,10 @@ def test_a_session_that_is_not_valid_unicode_has_its_ledger(root: Path) -> None:
     assert spent_since_sync(root, "session", "chat:", T0 - HOUR) == Spent()
 
 
-def test_a_ledger_that_is_not_json_is_named_and_replaced(
+def test_a_ledger_that_is_not_json_is_named_kept_aside_and_replaced(
     root: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # Replaced by the next write, what it held was gone: none of it kept.
     path = ledger(root)
     path.write_text("[[[[")
     warning = f"ignoring the usage ledger {path}: not a ledger"
@@ -69,8 +70,24 @@ def test_a_ledger_that_is_not_json_is_named_and_replaced(
         assert spent_since_sync(root, "routine", "r", T0 - HOUR) == Spent()
         assert caplog.messages == [warning]
         record_usage_sync(root, "routine", "r", T0, Usage(input_tokens=3, output_tokens=4))
-        assert caplog.messages == [warning, warning]
+    (aside,) = [p for p in path.parent.iterdir() if p.name.startswith(f"{path.name}.corrupt-")]
+    assert aside.read_text() == "[[[["
+    assert caplog.messages == [
+        warning,
+        warning,
+        f"kept the damaged usage ledger {path} as {aside}",
+    ]
     assert spent_since_sync(root, "routine", "r", T0 - HOUR) == Spent(3, 4)
+    # A ledger read whole is replaced without a copy; one with an unreadable entry is kept.
+    caplog.clear()
+    record_usage_sync(root, "routine", "r", T0, Usage(input_tokens=1))
+    assert len(list(path.parent.glob(f"{path.name}.corrupt-*"))) == 1
+    whole = json.loads(path.read_text())
+    whole["entries"].append(["not", "an", "entry"])
+    path.write_text(json.dumps(whole))
+    record_usage_sync(root, "routine", "r", T0, Usage(input_tokens=1))
+    assert len(list(path.parent.glob(f"{path.name}.corrupt-*"))) == 2
+    assert spent_since_sync(root, "routine", "r", T0 - HOUR) == Spent(5, 4)
 
 
 def test_a_ledger_that_is_a_link_is_refused_naming_it(
