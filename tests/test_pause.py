@@ -213,14 +213,24 @@ async def test_a_paused_check_that_fails_fires_nothing(autojump_clock: Any) -> N
     assert agent.turns == []
 
 
-async def test_the_state_directory_counts_only_regular_pause_files(tmp_path: Path) -> None:
+async def test_the_state_directory_counts_only_regular_pause_files(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     store = DirectoryStore(tmp_path)
     await store.set_paused("a", True)
     paused = tmp_path / "schedule" / "paused"
     assert sorted(os.listdir(paused)) == ["a"]
     os.symlink(tmp_path / "elsewhere", paused / "b")  # planted: pauses nothing
     (paused / "c").mkdir()
-    assert await store.paused() == {"a"}
+    with caplog.at_level("WARNING", logger="trio_routines"):
+        assert await store.paused() == {"a"}
+    # ... and says so: a pause that looks made and holds nothing back, silently, let the
+    # routine's slots run.
+    assert sorted(caplog.messages) == [
+        f"{paused / name} is not a regular file — it pauses nothing (a pause is a file `pause` "
+        "makes); remove it"
+        for name in "bc"
+    ]
     with pytest.raises(StateFault, match="cannot pause 'c'"):
         await store.set_paused("c", True)
     with pytest.raises(StateFault, match="cannot pause 'b'"):

@@ -284,12 +284,20 @@ def paused_sync(root: Path) -> frozenset[str]:
             f"the paused routines are unreadable in {where}: {describe(exc)}"
         ) from None
     try:
+        paused = []
         with os.scandir(directory) as entries:
-            return frozenset(
-                entry.name
-                for entry in entries
-                if entry.is_file(follow_symlinks=False) and name_problem(entry.name) is None
-            )
+            for entry in entries:
+                if name_problem(entry.name) is not None:
+                    continue  # no routine's
+                if entry.is_file(follow_symlinks=False):
+                    paused.append(entry.name)
+                else:  # planted, or made by hand: it looks like a pause and is none
+                    log.warning(
+                        "%s is not a regular file — it pauses nothing (a pause is a file "
+                        "`pause` makes); remove it",
+                        where / entry.name,
+                    )
+        return frozenset(paused)
     except OSError as exc:
         raise StateFault(
             f"the paused routines are unreadable in {where}: {describe(exc)}"
