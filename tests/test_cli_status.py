@@ -206,6 +206,7 @@ async def test_replicas_that_do_not_answer_in_time_are_said_to_give_no_answer(
     monkeypatch.delenv("TRIO_ROUTINES_URL", raising=False)
     monkeypatch.setattr(command, "STORE_READ", 0.05)
     env.routine("adhoc")
+    env.state.mkdir()  # a state there (else that is said first)
     store = MemoryStore()
     store.hang("replicas")
 

@@ -215,6 +215,7 @@ def test_the_strip_falls_back_to_ascii_when_stdout_is_not_utf8(env: Env) -> None
 
 def test_list_reports_broken_files_and_goes_on(env: Env) -> None:
     env.routine("adhoc")
+    env.state.mkdir()  # a state there (else that is said first)
     (env.routines / "bad.md").write_text("oops")
     result = env.run_cli("list")
     assert result.returncode == 0
@@ -222,6 +223,7 @@ def test_list_reports_broken_files_and_goes_on(env: Env) -> None:
     assert "bad.md" in one_line(result.stderr)
     (env.root / "empty").mkdir()
     empty = Env(env.root / "empty")
+    empty.state.mkdir()  # a state there (else that is said first)
     nothing = empty.run_cli("list")
     assert nothing.returncode == 0
     assert one_line(nothing.stderr).startswith("nothing scheduled")
@@ -290,6 +292,7 @@ def test_list_and_serve_count_the_next_instant_from_a_claim_in_the_future(env: E
 
 def test_history_of_a_name_that_is_no_routine_is_an_error(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *")
+    env.state.mkdir()  # a state there (else that is said first)
     typo = env.run_cli("history", "dialy")
     assert (typo.returncode, typo.stdout) == (1, "")
     assert one_line(typo.stderr) == (

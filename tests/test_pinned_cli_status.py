@@ -382,6 +382,7 @@ async def test_status_on_a_state_shows_every_part_in_order(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.delenv("TRIO_ROUTINES_URL", raising=False)
+    env.state.mkdir()  # a state there (else that is said first)
     # The warnings to caplog alone (not to a handler an earlier command set up).
     logger = logging.getLogger("trio_routines")
     monkeypatch.setattr(logger, "handlers", [])
@@ -454,6 +455,7 @@ async def test_unreadable_replicas_are_said_and_none_shown(
     env: Env, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.delenv("TRIO_ROUTINES_URL", raising=False)
+    env.state.mkdir()  # a state there (else that is said first)
     env.routine("adhoc")
     store = Members([member("a:1", timedelta(seconds=1))])
     store.fail("replicas", StateFault("the holds are torn"))
@@ -470,6 +472,7 @@ async def test_a_store_that_keeps_no_replicas_shows_none(
     env: Env, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.delenv("TRIO_ROUTINES_URL", raising=False)
+    env.state.mkdir()  # a state there (else that is said first)
     env.routine("adhoc")
     on_store(monkeypatch, NoReplicas())
     assert await cmd_status(parsed(env, "status")) == 0
@@ -483,6 +486,7 @@ async def test_list_on_a_state_shows_the_tables_or_says_nothing_is_scheduled(
     env: Env, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.delenv("TRIO_ROUTINES_URL", raising=False)
+    env.state.mkdir()  # a state there (else that is said first)
     store = MemoryStore()
     opened = on_store(monkeypatch, store)
     assert await cmd_list(parsed(env, "list")) == 0

@@ -113,8 +113,8 @@ def test_the_spent_column_has_a_dash_for_a_gap_and_a_turn_that_reported_nothing(
         "SPENT                          BY  REASON",
         "2026-07-03T09:00Z  -                         -     missed     -     "
         "-                              -   missed 1 slot 2026-07-03T09:00Z: no scheduler ran, "
-        "and nothing was caught up (catchup: none, it had never fired, or another slot was "
-        "fired by hand)",
+        "and nothing was caught up (catchup: none, it had never fired, it was paused when one "
+        "came back, or another slot was fired by hand)",
         "2026-07-02T09:00Z  2026-07-02T09:00:00.000Z  0ms   completed  5ms   "
         "-                              -",
         "2026-07-01T09:00Z  2026-07-01T09:00:00.000Z  0ms   completed  5ms   "
@@ -200,6 +200,7 @@ def test_a_servers_history_is_shown_with_its_running_slots(
 def test_a_broken_file_is_not_reported_by_history_and_once_by_next(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *")
     (env.routines / "bad.md").write_text("oops")
+    env.state.mkdir()  # (else that is said too)
     quiet = env.run_cli("history", "daily")
     assert quiet.stderr.splitlines() == [f'no recorded fires for "daily" (state: {env.state})']
     listed = env.run_cli("next", "daily", "--after", "2026-03-28T12:00Z", "-n", "1")

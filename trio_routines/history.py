@@ -26,7 +26,7 @@ SPENT_SHOWN = timedelta(hours=24)
 GAP_WHY = {
     GapReason.OVERLAP: "the previous turn was still running",
     GapReason.DOWN: "no scheduler ran, and nothing was caught up (catchup: none, it had never "
-    "fired, or another slot was fired by hand)",
+    "fired, it was paused when one came back, or another slot was fired by hand)",
     GapReason.PAUSED: "the routine was paused",
     GapReason.CAUGHT_UP: "no scheduler ran; the catch-up fired an earlier slot instead",
     GapReason.LATE: "no scheduler ran; older than the catch-up window",
