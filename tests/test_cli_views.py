@@ -50,6 +50,7 @@ SEEDED_HISTORY_TOP = [
 @pytest.mark.slow
 def test_history_is_a_table_newest_first_with_the_reason(env: Env) -> None:
     env.routine("daily", cron="0 9 * * *")
+    env.state.mkdir()  # a state there (else that is said first)
     empty = env.cli("history", "daily")
     assert (empty.returncode, empty.stdout) == (0, "")
     assert one_line(empty.stderr).startswith('no recorded fires for "daily" (state: ')
