@@ -25,7 +25,15 @@ from trio_routines.http import make_app, serve_http
 from trio_routines.http.expected import COUNT, ExpectedSlots
 from trio_routines.http.page import COOKIE, CSP, cookie_value, gather
 from trio_routines.http.render import describe, main_html, routine_html
-from trio_routines.http.views import MAX_MARKS, WINDOW, Mark, PageView, RoutineView, timeline
+from trio_routines.http.views import (
+    MAX_MARKS,
+    SESSIONS_SHOWN,
+    WINDOW,
+    Mark,
+    PageView,
+    RoutineView,
+    timeline,
+)
 from trio_routines.instants import format_iso
 from trio_routines.records import Fire, Origin, OriginKind, Outcome
 from trio_routines.replicas import ReplicaInfo
@@ -664,3 +672,36 @@ async def test_a_sessions_recurring_wakeups_show_when_the_last_expires() -> None
     html = main_html(view)
     assert "· recurring until <time" in html
     assert html.count("recurring until") == 1
+
+
+async def test_the_page_shows_the_sessions_due_soonest_and_counts_the_rest() -> None:
+    # 200,000 pending wake-ups made a page of 42 MB, each render seconds of CPU, and the
+    # server's event loop stood still meanwhile.
+    store = MemoryStore()
+    sessions = SESSIONS_SHOWN + 3
+    for n in range(sessions):  # s0000 is due last, s0001 first, then in order
+        due = NOW + timedelta(minutes=(n - 1) % sessions + 1)
+        for _ in range(1 + (n == 0)):
+            asked = WakeupRequest(session=f"s{n:04d}", prompt="p", fire_at=due)
+            await store.add_wakeup(asked, NOW)
+    scheduler = Scheduler(agent=ScriptedAgent(), store=store, external_clock=True, now=lambda: NOW)
+    view = await gather(scheduler)
+    assert [group.session for group in view.wakeups] == [
+        f"s{n:04d}" for n in range(1, SESSIONS_SHOWN + 1)
+    ]
+    assert view.wakeups_left_out == (3, 4)  # s0000 (2 wake-ups), s0201, s0202
+    html = main_html(view)
+    assert html.count("pending, next") == SESSIONS_SHOWN
+    assert (
+        '<li class="more">and 3 more sessions (4 wake-ups), due later: <code>list</code> '
+        "shows them all</li>"
+    ) in html
+    # As many as it shows: all of them, none said to be left out.
+    await store.remove_wakeup((await store.list_wakeups())[0].id)
+    for n in (0, SESSIONS_SHOWN + 1, SESSIONS_SHOWN + 2):
+        for wakeup in [w for w in await store.list_wakeups() if w.session == f"s{n:04d}"]:
+            await store.remove_wakeup(wakeup.id)
+    view = await gather(scheduler)
+    assert len(view.wakeups) == SESSIONS_SHOWN
+    assert view.wakeups_left_out == (0, 0)
+    assert 'class="more"' not in main_html(view)

@@ -50,7 +50,16 @@ from ..stores.directory import DirectoryStore
 from ..text import one_line
 from .expected import ExpectedSlots
 from .render import login_html, main_html, page_html
-from .views import MAX_MARKS, WINDOW, InFlight, PageView, RoutineView, WakeupGroup, timeline
+from .views import (
+    MAX_MARKS,
+    WINDOW,
+    InFlight,
+    PageView,
+    RoutineView,
+    WakeupGroup,
+    soonest_sessions,
+    timeline,
+)
 from .wire import (
     Raw,
     Receive,
@@ -281,12 +290,13 @@ async def gather(
     groups: dict[str, list[Wakeup]] = defaultdict(list)
     for wakeup in found or []:
         groups[wakeup.session].append(wakeup)
+    shown, left_out = soonest_sessions(groups)
     clock = trio.current_time()
     flights = tuple(
         InFlight(session, _to_second(now - timedelta(seconds=max(0.0, clock - since))))
         for session, since in sorted(scheduler.agent.held().items())
     )
-    spent = await _sessions_spent(reads, scheduler, groups, now)
+    spent = await _sessions_spent(reads, scheduler, shown, now)
     members, members_problem = await reads.read("replicas", scheduler.replicas())
     stats = scheduler.statistics()
     return PageView(
@@ -299,10 +309,9 @@ async def gather(
                 over_budget=stats.sessions_over_budget.get(group.session, ""),
                 spent=spent.get(group.session, ""),
             )
-            for group in (
-                _wakeup_group(session, pending) for session, pending in sorted(groups.items())
-            )
+            for group in (_wakeup_group(session, groups[session]) for session in shown)
         ),
+        wakeups_left_out=left_out,
         clock_jumps=stats.clock_jumps,
         store=store_label(scheduler),
         stopping=stats.stopping,

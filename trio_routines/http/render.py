@@ -258,6 +258,13 @@ def main_html(view: PageView) -> str:
         f"{f' · recurring until {_time(w.until)}' if w.until is not None else ''}</li>"
         for w in view.wakeups
     )
+    sessions, left = view.wakeups_left_out
+    if sessions:
+        wakes += (
+            f'<li class="more">and {sessions} more session{"s" * (sessions != 1)} '
+            f"({left} wake-up{'s' * (left != 1)}), due later: <code>list</code> shows "
+            "them all</li>"
+        )
     if view.wakeups_problem:
         wakes = f'<li class="problem">unavailable: {_esc(view.wakeups_problem)}</li>'
     members = "".join(
