@@ -130,6 +130,10 @@ class FirePath:
             result = await bounded_by_caller(
                 functools.partial(self._membership.guarded, fire), self._runtime.default_grace
             )
+            # Its session free in the store before it answers (a herd's let-gos still travel
+            # together, a moment later): the next slot fired through another replica, right
+            # after, found the session held and was skipped.
+            await self._membership.let_go_now(self._calls.store_deadline())
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller hears of it now
         return result
 

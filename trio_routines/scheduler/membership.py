@@ -137,6 +137,19 @@ class Membership:
                             with trio.move_on_after(STOP_MARGIN):
                                 await presence.leave()
 
+    async def let_go_now(self, deadline: float) -> None:
+        """Send the let-gos queued for the store on their way, and return once it has heard
+        them, or at ``deadline`` (Trio's clock), shielded; a store that cannot answer lets go
+        later, or with the connection (logged at DEBUG)."""
+        presence = self.presence
+        if presence is None:
+            return
+        with trio.CancelScope(shield=True, deadline=deadline):
+            try:
+                await presence.let_go_now()
+            except StateFault as exc:
+                log.debug("could not let go of a turn's holds at once: %s", exc)
+
     async def guarded(self, block: Callable[[], Awaitable[T]]) -> T:
         """``block()``; outside a run (a one-shot ``fire`` or ``run``), with the presence
         watched meanwhile and the block's turn ended once the store stops vouching for its

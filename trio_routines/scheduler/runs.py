@@ -58,6 +58,8 @@ class OnDemandRuns:
                 ),
                 self._runtime.default_grace,
             )
+            # Its session free in the store before it answers, as a caller's fire's.
+            await self._membership.let_go_now(self._calls.store_deadline())
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller hears of it now
         return result
 
