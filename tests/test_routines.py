@@ -268,6 +268,20 @@ def test_parse_refuses_unmatched_quotes(value: str) -> None:
     assert "line 3: unmatched quote" in message
 
 
+@pytest.mark.parametrize(
+    "value",
+    ['"0 9 * * *"  # daily', "'0 9 * * *' #daily", '"0 9 * * *"\t# x', "'0 9 * * *'#x"],
+)
+def test_a_comment_after_a_quoted_value_is_named_as_such(value: str) -> None:
+    # The quotes match: "unmatched quote" sent a reader looking at the wrong thing.
+    message = refused(f"---\ncron: {value}\n---\nhi\n")
+    assert message.startswith("line 2: a comment after the value in "), message
+    assert message.endswith(" — a comment goes on a line of its own"), message
+    # A quote that ends nothing, or text after it that is no comment, stays unmatched.
+    for odd in ('"0 9 * * *" and more', '"0 9 * * *', "'#'x"):
+        assert "line 2: unmatched quote" in refused(f"---\ncron: {odd}\n---\nhi\n")
+
+
 def test_parse_accepts_bom_and_crlf() -> None:
     text = (
         "\ufeff---\r\ncron: 0 9 * * 1-5\r\ntz: Europe/Berlin\r\n---\r\n\r\nline one\r\nline two\r\n"

@@ -277,6 +277,16 @@ def _unquote(number: int, value: str) -> str:
         return value
     if len(value) >= 2 and first == last:
         return value[1:-1]
+    if (
+        first in _QUOTES
+        and (end := value.find(first, 1)) > 0
+        and value[end + 1 :].lstrip()[:1] == "#"
+    ):
+        # '"0 9 * * *"  # daily': matched quotes, and a comment after them, as YAML writes one
+        raise InvalidRoutine(
+            f"line {number}: a comment after the value in {quoted(value)} — a comment goes on "
+            "a line of its own"
+        )
     raise InvalidRoutine(f"line {number}: unmatched quote in {quoted(value)}")
 
 
