@@ -528,14 +528,17 @@ async def test_broken_files_are_said_once_not_also_logged_as_skipped(
     assert lines(caplog) == []
 
 
-async def test_a_cron_that_never_comes_is_armed_with_next_never(
+async def test_a_cron_that_never_comes_is_said_not_armed(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # "armed leap: ... next (never)" came right after the boot's "not armed": one of them lied.
     routine(tmp_path / "routines", "leap", "cron: 0 0 30 2 *\n")
     serving = Serving()
     await serving.until_stopped(args_for(tmp_path, "--no-wakeups"), caplog, "wake-ups: off")
     said = [message for _, message in lines(caplog)]
-    assert 'armed leap: cron "0 0 30 2 *" — next (never)' in said
+    assert 'leap: cron "0 0 30 2 *" will never fire again — not armed' in said
+    assert 'not armed leap: cron "0 0 30 2 *" — no next slot' in said
+    assert not [line for line in said if line.startswith("armed leap")]
     assert "wake-ups: off" in said
 
 

@@ -171,20 +171,33 @@ async def test_a_slot_at_the_very_instant_of_the_resume_is_not_caught_up(
     assert not [r for r in caplog.records if "stamped" in r.getMessage()]  # now is not ahead
 
 
-async def test_a_boot_on_a_slots_very_instant_catches_it_up(
-    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    ("booted", "caught_up"),
+    [
+        (at(10), False),
+        (at(10) + timedelta(seconds=59), False),
+        (at(10, 1), True),
+        (at(10, 30), True),
+    ],
+)
+async def test_a_boot_at_or_just_after_a_slot_fires_it_and_says_catching_up_only_when_late(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture, booted: datetime, caught_up: bool
 ) -> None:
+    # Less than a minute late is on time (gaps.ON_TIME): "catching up a missed run" came
+    # right after a "nothing was caught up (catchup: none, …)" of a routine that wants none.
     store = Recording()
     await completed(store, "hourly", at(9))
     store.fail("paused", StateFault("unreadable"), times=1)  # the boot's re-read of pauses
     scheduler, agent, _, _ = rig(store=store, wakeups=False)
-    scheduler.now = agent.wall = WallClock(at(10))
+    scheduler.now = agent.wall = WallClock(booted)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         await trio.sleep(1)
         scheduler.stop()
-    assert [t.wall for t in agent.turns] == [at(10)]
-    assert messages(caplog, logging.INFO)[0] == "hourly: catching up a missed run"
+    assert len(agent.turns) == 1
+    assert [f.slot for f in await store.history("hourly")] == [at(9), at(10)]
+    said = "hourly: catching up a missed run" in messages(caplog, logging.INFO)
+    assert said is caught_up
     assert messages(caplog, logging.DEBUG) == [
         "the paused routines could not be re-read: unreadable"
     ]

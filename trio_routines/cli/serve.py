@@ -176,10 +176,13 @@ def _log_armed(
             log.info("%s: cron %s — fired by the external clock only", routine.name, _cron(routine))
         else:
             upcoming = next_due.get(routine.name)
-            shown = format_iso(upcoming) if upcoming is not None else "(never)"
+            if upcoming is None:  # the boot said why (a cron that never fires again, say)
+                log.info("not armed %s: cron %s — no next slot", routine.name, _cron(routine))
+                continue
+            shown = format_iso(upcoming)
             if routine.name in paused:  # its slots come and are skipped until a resume
                 shown += " (paused: not run until `resume`)"
-            elif upcoming is not None and upcoming <= scheduler.now():  # (the boot said why)
+            elif upcoming <= scheduler.now():  # (the boot said why)
                 shown += " (due already: it runs now)"
             log.info("armed %s: cron %s — next %s", routine.name, _cron(routine), shown)
     if on_demand:

@@ -235,7 +235,7 @@ class Boot:
             if due is None:
                 self._arming.never_due(name, routine.cron, routine.tz, current)
                 continue
-            if due <= current:
+            if due <= current - ON_TIME:  # (a slot less late is on time: no catch-up)
                 log.info("%s: catching up a missed run", name)
             if planned_here is not None and planned_here.missed is not None:
                 _log_missed(name, planned_here, due, current, routine.catchup)
