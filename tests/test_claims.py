@@ -18,6 +18,7 @@ from trio_routines.claims import (
     names_to_prune,
     newest_first,
     parse_claim,
+    read_claim,
 )
 from trio_routines.converter import claim_text, dumps
 from trio_routines.instants import format_iso, slot_name
@@ -271,3 +272,23 @@ def test_a_claim_accounts_through_its_stamp_or_its_slot_whichever_is_later() -> 
     assert arm_from(Fire(slot=SLOT, fired_at=early), now) == SLOT  # its slot lies ahead
     assert arm_from(Fire(slot=SLOT, fired_at=SLOT), later) == later  # behind: now
     assert arm_from(None, now) == now
+
+
+@pytest.mark.parametrize(
+    ("text", "held"),
+    [
+        ('{"firedAt":"2026-07-07T12:30:00.000Z"}', True),
+        ('{"firedAt":"2026-07-07T12:30:00.000Z","outcome":"Cancelled","ms":3}', True),
+        ("", False),
+        ("\n", False),  # a spare's blank line, or a torn write
+        ('{"firedAt":', False),
+        ("[1, 2]", False),
+    ],
+)
+def test_read_claim_says_whether_the_text_held_a_claim_record(text: str, held: bool) -> None:
+    # A settle writing over text that held none keeps it first (settlefiles.py).
+    fire, whole = read_claim(NAME, text, "c")
+    assert whole is held
+    assert fire.slot == SLOT
+    if not held:
+        assert fire == Fire(slot=SLOT, fired_at=SLOT)
