@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -86,6 +87,23 @@ def test_pause_then_resume_on_the_state_say_so_and_record_when(env: Env) -> None
         "",
     )
     assert resumed_at(env, "daily") == when  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"), [("sp ace", "'sp ace'"), ("it's", "'it'\"'\"'s'"), ("plain", "plain")]
+)
+def test_the_resume_a_pause_names_is_a_command_a_shell_reads_back(
+    env: Env, name: str, shown: str
+) -> None:
+    # `resume sp ace`, copied as printed, resumed nothing: two words.
+    env.state.mkdir()
+    env.routine(name)
+    done = env.run_cli("pause", name)
+    assert done.stdout == (
+        f"{name} paused — no scheduler on this state claims its slots until `resume {shown}`\n"
+    )
+    assert env.run_cli("resume", *shlex.split(shown)).returncode == 0
+    assert paused(env) == frozenset()
 
 
 def test_an_unknown_or_bad_name_is_refused_and_nothing_is_written(env: Env) -> None:

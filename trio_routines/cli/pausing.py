@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from datetime import UTC, datetime
 
 from .client import Server, path_part
@@ -20,7 +21,11 @@ from .output import (
 
 
 def _paused_line(name: str) -> str:
-    return f"{name} paused — no scheduler on this state claims its slots until `resume {name}`"
+    # The name as a shell reads it back: `resume sp ace`, copied as printed, failed.
+    return (
+        f"{name} paused — no scheduler on this state claims its slots until "
+        f"`resume {shlex.quote(name)}`"
+    )
 
 
 _RESUMED = "resumed — it fires from its next slot; paused slots are not run"

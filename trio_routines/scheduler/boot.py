@@ -11,6 +11,7 @@ claims do not leave the others' interrupted fires unreported.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from datetime import datetime
 from typing import TypeVar
@@ -93,7 +94,7 @@ class Boot:
                 "recorded as interrupted (see `python -m trio_routines history %s`)",
                 name,
                 format_iso(fire.fired_at),
-                name,
+                shlex.quote(name),
             )
             unsettled[name] = fire.slot
 
@@ -358,7 +359,7 @@ def _log_missed(
         name,
         gap_words(missed),
         then,
-        name,
+        shlex.quote(name),
     )
 
 
