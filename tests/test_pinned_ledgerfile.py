@@ -112,6 +112,21 @@ def test_a_ledger_under_another_keys_name_is_read_as_empty(
     with caplog.at_level(logging.WARNING, logger="trio_routines"):
         assert spent_since_sync(root, "routine", "r", T0 - HOUR) == Spent()
     assert caplog.messages == [f"ignoring the usage ledger {path}: it is another routine's"]
+    record_usage_sync(root, "routine", "r", T0, Usage(input_tokens=1))
+    (aside,) = path.parent.glob(f"{path.name}.corrupt-*")  # what it held, kept
+    assert json.loads(aside.read_text())["name"] == "other"
+
+
+def test_a_link_in_place_of_a_ledger_is_kept_aside_as_a_link(root: Path, tmp_path: Path) -> None:
+    path = ledger(root)
+    (tmp_path / "elsewhere").write_text("theirs")
+    path.symlink_to(tmp_path / "elsewhere")
+    record_usage_sync(root, "routine", "r", T0, Usage(input_tokens=1))
+    (aside,) = path.parent.glob(f"{path.name}.corrupt-*")
+    assert aside.is_symlink()  # the entry itself: never written through
+    assert (tmp_path / "elsewhere").read_text() == "theirs"
+    assert not path.is_symlink()
+    assert spent_since_sync(root, "routine", "r", T0 - HOUR) == Spent(1, 0)
 
 
 def test_only_unreadable_entries_are_left_out_and_counted(

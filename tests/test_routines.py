@@ -270,7 +270,14 @@ def test_parse_refuses_unmatched_quotes(value: str) -> None:
 
 @pytest.mark.parametrize(
     "value",
-    ['"0 9 * * *"  # daily', "'0 9 * * *' #daily", '"0 9 * * *"\t# x', "'0 9 * * *'#x"],
+    [
+        '"0 9 * * *"  # daily',
+        "'0 9 * * *' #daily",
+        '"0 9 * * *"\t# x',
+        "'0 9 * * *'#x",
+        '"0 9 * * *"  # the "daily" one',  # the first quote that ends it, not the last
+        '""  # nothing',
+    ],
 )
 def test_a_comment_after_a_quoted_value_is_named_as_such(value: str) -> None:
     # The quotes match: "unmatched quote" sent a reader looking at the wrong thing.
