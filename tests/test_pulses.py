@@ -211,12 +211,17 @@ def test_a_thread_that_could_not_start_or_died_is_started_again_at_the_next_add(
         assert pulses._running is False
         monkeypatch.undo()
 
+        died: list[threading.Thread] = []
+
         def dies() -> None:
+            died.append(threading.current_thread())
             raise MemoryError  # the thread's end, which pytest would report: let be here
 
         monkeypatch.setattr(pulses, "_pulse_while_any", dies)
         pulses.add(write)
         wait_for(lambda: not pulses._running, 10, "the dead thread's mark to go")
+        # Its end reported within this test: else it went to whichever test ran next.
+        died[0].join(10)
         monkeypatch.undo()
         pulses.add(write)
         assert _heard(read) == PULSE
