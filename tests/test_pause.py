@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -341,12 +342,13 @@ async def test_a_resume_whose_file_holds_no_instant_never_lets_a_boot_back_fire(
             scheduler.stop()
     assert agent.turns == []  # the slot of an hour ago stays paused
     assert [f.slot for f in await store.history("hourly")] == [hour - timedelta(hours=3)]
-    (said,) = [r.getMessage() for r in caplog.records if "holds no instant" in r.getMessage()]
-    assert said.startswith(
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(said) == 1, said  # (and no "resume stamped after now": it is not)
+    assert said[0].startswith(
         f"the resume of 'hourly' ({tmp_path / 'schedule' / 'resumed' / 'hourly'}) holds no "
-        "instant — taken as made now ("
+        "instant — taken as made when it was last written ("
     )
-    assert said.endswith("): no slot before it is caught up; resume it again to write a new one")
+    assert said[0].endswith("): no slot before it is caught up; resume it again to write a new one")
     await store.aclose()
 
 
@@ -359,13 +361,19 @@ async def test_the_state_directory_reads_a_resume_safely(tmp_path: Path) -> None
     (resumed / "b").write_text("not an instant")
     os.symlink(resumed / "a", resumed / "c")
     (resumed / "d").mkdir()
-    # There, holding no instant: a resume of unknown instant, taken as made now (read as
-    # none, a boot caught up a slot its pause had held back).
-    before = datetime.now(UTC)
+    # There, holding no instant: a resume of unknown instant, taken as made when its entry
+    # was last written (read as none, a boot caught up a slot its pause had held back).
     for name in "bcd":
         found = await store.resumed_at(name)
-        assert found is not None
-        assert before <= found <= datetime.now(UTC)
+        written = os.lstat(resumed / name).st_mtime
+        assert found == datetime.fromtimestamp(written, UTC).replace(microsecond=found.microsecond)
+        assert abs(found.timestamp() - written) < 0.001
+    # ... but not after now: a clock set back since it was written.
+    os.utime(resumed / "b", (2e9, 2e9))  # 2033
+    before = datetime.now(UTC)
+    found = await store.resumed_at("b")
+    assert found is not None
+    assert before <= found <= datetime.now(UTC)
     assert await store.resumed_at("e") is None  # never resumed
     assert sorted(os.listdir(resumed)) == ["a", "b", "c", "d"]  # no temp file left behind
 

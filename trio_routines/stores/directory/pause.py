@@ -15,8 +15,9 @@ the way are opened as every state directory is (safefile.py): a planted link is 
 original scheduler does not know these directories and ignores them. A resume's instant is
 written to a temp file under an unpredictable name, fsynced and renamed into place; it is read
 as any state file is. A resume's file that holds no instant (anything but a short regular file
-holding one) is a resume of unknown instant, taken as made now with a warning: the safe side,
-no slot before it is caught up or run late; any other such file reads as none.
+holding one) is a resume of unknown instant, taken as made when the entry was last written,
+with a warning: the safe side (no earlier than the resume), no slot before it is caught up or
+run late; any other such file reads as none.
 The instant its pause began is kept beside it the same way, first: a boot then records the
 slots before that pause as missed, not as paused. A crash between the two leaves an instant
 after the resume kept, which a boot takes for unknown.
@@ -161,21 +162,28 @@ def resumed_at_sync(root: Path, routine: str) -> datetime | None:
     """The instant of ``routine``'s latest resume, or None (never resumed).
 
     A resume's file that is there but holds no instant (damaged, edited, a link or a FIFO
-    planted there) is a resume of unknown instant, taken as made now, with a warning: read
-    as none, a boot caught up a slot the pause had held back, and a replica late to a slot
-    ran one the others had left paused."""
+    planted there) is a resume of unknown instant, taken as made when the entry was last
+    written (no later than now), with a warning: read as none, a boot caught up a slot the
+    pause had held back, and a replica late to a slot ran one the others had left paused."""
     found = _instant(root, "resumed", routine, "resume", unreadable=_UNREADABLE)
     if found is not _UNREADABLE:
         return found
+    path = root / "schedule" / "resumed" / check_name(routine)
+    # When the entry was last written (its own time: a link is not followed), which is the
+    # resume's or after it; not after now (a clock set back since).
     now = datetime.now(UTC)
+    try:
+        when = min(now, datetime.fromtimestamp(os.lstat(path).st_mtime, UTC))
+    except (OSError, OverflowError, ValueError):
+        when = now
     log.warning(
-        "the resume of %r (%s) holds no instant — taken as made now (%s): no slot before it "
-        "is caught up; resume it again to write a new one",
+        "the resume of %r (%s) holds no instant — taken as made when it was last written "
+        "(%s): no slot before it is caught up; resume it again to write a new one",
         routine,
-        root / "schedule" / "resumed" / routine,
-        format_iso(now),
+        path,
+        format_iso(when),
     )
-    return now
+    return when
 
 
 def resumed_pause_since_sync(root: Path, routine: str) -> datetime | None:
