@@ -29,7 +29,10 @@ import os
 import secrets
 import stat
 import time
+from datetime import UTC, datetime
 from pathlib import Path
+
+from ..instants import slot_name
 
 # The words of its messages, used by every module that touches a state file through this one.
 from .fileplaces import KINDS as KINDS
@@ -333,3 +336,17 @@ def lock_within(fd: int, seconds: float, *, first: float = 0.005) -> bool:
                 return False
             time.sleep(pause)
             pause = min(pause * 2, 0.005)
+
+
+def link_aside(directory: int, name: str, where: Path) -> Path:
+    """Link entry ``name`` of ``directory`` (which is ``where``) aside as
+    ``<name>.corrupt-<instant>-<hex>``, before a write replaces it: the entry itself, a link as
+    a link, never what it points to. The new path; an OSError naming it when it fails."""
+    aside = f"{name}.corrupt-{slot_name(datetime.now(UTC))}-{secrets.token_hex(2)}"
+    at(
+        where / aside,
+        lambda: os.link(
+            name, aside, src_dir_fd=directory, dst_dir_fd=directory, follow_symlinks=False
+        ),
+    )
+    return where / aside

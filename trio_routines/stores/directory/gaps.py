@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from ...claims import claim_names
@@ -35,10 +34,10 @@ from ...names import check_name
 from ...records import Gap, GapReason
 from ..safefile import (
     Refused,
-    at,
     create_file,
     describe,
     fsync,
+    link_aside,
     lock_within,
     open_dirs,
     open_file,
@@ -105,14 +104,9 @@ def _read_whole(directory: int, name: str, path: Path) -> tuple[list[Gap], bool]
 def _keep_aside(directory: int, name: str, where: Path) -> None:
     """Link the damaged gaps file ``name`` aside (the entry itself, a link as a link), before
     a write replaces it: readers, who take no lock, see it or the new file, never neither."""
-    aside = f"{name}.corrupt-{slot_name(datetime.now(UTC))}-{secrets.token_hex(2)}"
-    at(
-        where / aside,
-        lambda: os.link(
-            name, aside, src_dir_fd=directory, dst_dir_fd=directory, follow_symlinks=False
-        ),
+    log.warning(
+        "kept the damaged gaps file %s as %s", where / name, link_aside(directory, name, where)
     )
-    log.warning("kept the damaged gaps file %s as %s", where / name, where / aside)
 
 
 def record_gap_sync(root: Path, routine: str, gap: Gap, extends: datetime | None) -> bool:

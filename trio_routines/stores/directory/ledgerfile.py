@@ -23,16 +23,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import secrets
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from ...agent import Usage
 from ...converter import dumps, loads
 from ...errors import StateFault
-from ...instants import slot_name
 from ...ledger import Entry, Kind, Spent, add_entry, entry_from_json, entry_to_json, spent_since
-from ..safefile import Refused, at, describe, fsync, open_dirs, read_file, replace_file
+from ..safefile import Refused, describe, fsync, link_aside, open_dirs, read_file, replace_file
 from .gaps import locked_schedule
 
 log = logging.getLogger("trio_routines")
@@ -82,14 +80,9 @@ def _read_whole(directory: int, kind: Kind, name: str, where: Path) -> tuple[lis
 def _keep_aside(directory: int, name: str, where: Path) -> None:
     """Link the damaged ledger ``name`` aside (the entry itself, a link as a link) before a
     write replaces it: what it held is kept for a person to read."""
-    aside = f"{name}.corrupt-{slot_name(datetime.now(UTC))}-{secrets.token_hex(2)}"
-    at(
-        where / aside,
-        lambda: os.link(
-            name, aside, src_dir_fd=directory, dst_dir_fd=directory, follow_symlinks=False
-        ),
+    log.warning(
+        "kept the damaged usage ledger %s as %s", where / name, link_aside(directory, name, where)
     )
-    log.warning("kept the damaged usage ledger %s as %s", where / name, where / aside)
 
 
 def spent_since_sync(root: Path, kind: Kind, name: str, since: datetime) -> Spent:

@@ -24,16 +24,15 @@ import os
 import secrets
 import stat
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
 from pathlib import Path
 
 from ...converter import dumps
-from ...instants import slot_name
 from ...records import Wakeup
 from ..safefile import (
     at,
     fsync,
     kind_of,
+    link_aside,
     open_file,
     replace_file,
     write_all,
@@ -182,18 +181,8 @@ class Journal:
     def keep_aside(self, directory: int) -> Path | None:
         """Keep the journal as found as ``wakeups.journal.corrupt-<instant>`` (a hard link of
         the entry itself, never of what a link points to); None when it is gone."""
-        aside = f"{JOURNAL}.corrupt-{slot_name(datetime.now(UTC))}-{secrets.token_hex(2)}"
         try:
-            at(
-                self.schedule / aside,
-                lambda: os.link(
-                    JOURNAL,
-                    aside,
-                    src_dir_fd=directory,
-                    dst_dir_fd=directory,
-                    follow_symlinks=False,
-                ),
-            )
+            aside = link_aside(directory, JOURNAL, self.schedule)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -208,4 +197,4 @@ class Journal:
                 exc.errno,
                 f"it is {kind_of(mode)}, not a file — move it away; nothing is written until then",
             ) from None
-        return self.schedule / aside
+        return aside
