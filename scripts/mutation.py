@@ -586,6 +586,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_usage_shown.py",
             "tests/test_session_spent.py",
             "tests/test_pinned_render.py",
+            "tests/test_pinned_page.py",  # the wake-ups' groups, built here for the page
         ],
     ),
     # The cron slots each timeline expects, remembered between renders, and what the API's

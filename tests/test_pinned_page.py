@@ -29,11 +29,9 @@ from trio_routines.http.page import (
     COOKIE,
     HTML,
     SECURITY,
-    _asked,
     _cookie,
     _next_due,
     _state_json,
-    _wakeup_group,
     base_path,
     cookie_value,
     gather,
@@ -43,7 +41,7 @@ from trio_routines.http.page import (
     store_label,
 )
 from trio_routines.http.render import login_html
-from trio_routines.http.views import InFlight, Mark, PageView
+from trio_routines.http.views import InFlight, Mark, PageView, asked_by, wakeup_group
 from trio_routines.http.wire import Raw, Refusal, Response
 from trio_routines.records import Gap, GapReason, Origin, OriginKind, Outcome, Wakeup
 from trio_routines.routines import Routine
@@ -109,11 +107,11 @@ def test_the_store_s_label(tmp_path: Path) -> None:
 
 
 def test_who_asked_for_a_wake_up() -> None:
-    assert _asked(None) == "unknown"
-    assert _asked(Origin(kind=OriginKind.ROUTINE, depth=1, routine="daily")) == "routine daily"
-    assert _asked(Origin(kind=OriginKind.WAKEUP, depth=2, parent="w1")) == "wake-up"
-    assert _asked(Origin(kind=OriginKind.HTTP)) == "http"
-    assert _asked(Origin(kind=OriginKind.CLI)) == "cli"
+    assert asked_by(None) == "unknown"
+    assert asked_by(Origin(kind=OriginKind.ROUTINE, depth=1, routine="daily")) == "routine daily"
+    assert asked_by(Origin(kind=OriginKind.WAKEUP, depth=2, parent="w1")) == "wake-up"
+    assert asked_by(Origin(kind=OriginKind.HTTP)) == "http"
+    assert asked_by(Origin(kind=OriginKind.CLI)) == "cli"
 
 
 def _wakeup(n: int, origin: Origin | None, until: datetime | None = None) -> Wakeup:
@@ -136,14 +134,14 @@ def test_a_session_s_group_counts_the_next_who_asked_the_deepest_and_the_last_un
         _wakeup(3, None, until=NOW + timedelta(days=2)),
         _wakeup(4, routine),
     ]
-    group = _wakeup_group("chat", pending)
+    group = wakeup_group("chat", pending)
     assert group.session == "chat"
     assert group.count == 4
     assert group.next_at == NOW + timedelta(minutes=6)
     assert group.origins == (("routine daily", 2), ("unknown", 1), ("wake-up", 1))
     assert group.deepest == 3
     assert group.until == NOW + timedelta(days=2)
-    bare = _wakeup_group("chat", [_wakeup(1, None)])
+    bare = wakeup_group("chat", [_wakeup(1, None)])
     assert (bare.deepest, bare.until, bare.origins) == (0, None, (("unknown", 1),))
 
 

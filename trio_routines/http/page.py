@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Awaitable, Collection, Coroutine
 from datetime import datetime, timedelta
 from importlib import resources
@@ -42,7 +42,7 @@ from ..cron import next_run
 from ..errors import StateFault, TrioRoutinesError
 from ..history import day_spent, sessions_spent
 from ..ledger import describe_spent
-from ..records import Fire, Gap, Origin, OriginKind, Wakeup
+from ..records import Fire, Gap, Wakeup
 from ..routines import Routine
 from ..scheduler import Scheduler, Statistics
 from ..store import GapRecords
@@ -56,9 +56,9 @@ from .views import (
     InFlight,
     PageView,
     RoutineView,
-    WakeupGroup,
     soonest_sessions,
     timeline,
+    wakeup_group,
 )
 from .wire import (
     Raw,
@@ -182,28 +182,6 @@ class _Reads:
         return None, f"{call} timed out after {READ_DEADLINE:g} s"
 
 
-def _wakeup_group(session: str, pending: list[Wakeup]) -> WakeupGroup:
-    """A session's pending wake-ups: how many, the next, who asked (by kind, a routine by
-    name) and the deepest chain of turns -- a runaway agent's wake-ups show a growing one."""
-    asked = Counter(_asked(w.origin) for w in pending)
-    return WakeupGroup(
-        session,
-        len(pending),
-        min(w.fire_at for w in pending),
-        origins=tuple(sorted(asked.items())),
-        deepest=max((w.origin.depth for w in pending if w.origin is not None), default=0),
-        until=max((w.until for w in pending if w.until is not None), default=None),
-    )
-
-
-def _asked(origin: Origin | None) -> str:
-    if origin is None:
-        return "unknown"
-    if origin.kind is OriginKind.ROUTINE:
-        return f"routine {origin.routine}"
-    return "wake-up" if origin.kind is OriginKind.WAKEUP else origin.kind.value
-
-
 async def _routine_view(
     reads: _Reads,
     scheduler: Scheduler,
@@ -309,7 +287,7 @@ async def gather(
                 over_budget=stats.sessions_over_budget.get(group.session, ""),
                 spent=spent.get(group.session, ""),
             )
-            for group in (_wakeup_group(session, groups[session]) for session in shown)
+            for group in (wakeup_group(session, groups[session]) for session in shown)
         ),
         wakeups_left_out=left_out,
         clock_jumps=stats.clock_jumps,

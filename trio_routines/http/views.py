@@ -16,12 +16,13 @@ claim are not counted as missed: nothing is known of them.
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 import attrs
 
-from ..records import Fire, Gap, Wakeup
+from ..records import Fire, Gap, Origin, OriginKind, Wakeup
 from ..replicas import ReplicaInfo
 
 WINDOW = timedelta(hours=24)
@@ -91,6 +92,29 @@ class PageView:
     #: The sessions with wake-ups the page leaves out (past :data:`SESSIONS_SHOWN`), and
     #: how many wake-ups they hold.
     wakeups_left_out: tuple[int, int] = (0, 0)
+
+
+def wakeup_group(session: str, pending: list[Wakeup]) -> WakeupGroup:
+    """A session's pending wake-ups: how many, the next, who asked (by kind, a routine by
+    name) and the deepest chain of turns -- a runaway agent's wake-ups show a growing one."""
+    asked = Counter(asked_by(w.origin) for w in pending)
+    return WakeupGroup(
+        session,
+        len(pending),
+        min(w.fire_at for w in pending),
+        origins=tuple(sorted(asked.items())),
+        deepest=max((w.origin.depth for w in pending if w.origin is not None), default=0),
+        until=max((w.until for w in pending if w.until is not None), default=None),
+    )
+
+
+def asked_by(origin: Origin | None) -> str:
+    """Who asked for a wake-up, as the page counts them: by kind, a routine by name."""
+    if origin is None:
+        return "unknown"
+    if origin.kind is OriginKind.ROUTINE:
+        return f"routine {origin.routine}"
+    return "wake-up" if origin.kind is OriginKind.WAKEUP else origin.kind.value
 
 
 #: The most sessions of pending wake-ups the page shows (those due soonest): a store holding
