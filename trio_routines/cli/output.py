@@ -305,10 +305,13 @@ def print_json(value: Any, *, indent: int | None = 2) -> None:
     sys.stdout.flush()
 
 
-def say_if_no_state(state: str) -> None:
+async def say_if_no_state(state: str) -> None:
     """One line when the state directory a reading command reads is not there: it reads as
-    nothing ever run, which a mistyped ``--state`` would show as well (nothing is made)."""
-    if not is_postgres_url(state) and not os.path.lexists(state):
+    nothing ever run, which a mistyped ``--state`` would show as well (nothing is made).
+    Looked at in a thread, as :func:`load` looks for the routines directory."""
+    if is_postgres_url(state):
+        return
+    if not await trio.to_thread.run_sync(os.path.lexists, state, abandon_on_cancel=True):
         say(
             f"no state directory at {state_label(state)} — nothing has run or been stored "
             "there: is --state (or TRIO_ROUTINES_STATE) right?"

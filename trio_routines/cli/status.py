@@ -242,7 +242,7 @@ async def _view(
 ) -> tuple[list[RoutineRow], list[Wakeup], datetime, dict[str, Spent]]:
     result = await load(args.routines, report=True)
     state = state_arg(args)
-    say_if_no_state(state)
+    await say_if_no_state(state)
     asked = StoreDeadline(state)
     async with open_state(state) as store:
         wakeups = await asked("reading the pending wake-ups", store.list_wakeups())

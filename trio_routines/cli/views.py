@@ -56,7 +56,7 @@ async def cmd_history(args: argparse.Namespace) -> int:
         where = server.url
     else:
         state = state_arg(args)
-        say_if_no_state(state)
+        await say_if_no_state(state)
         asked = StoreDeadline(state)
         async with open_state(state) as store:
             fires, gaps = await asked(
