@@ -255,6 +255,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_member_watch.py",
             "tests/test_wakeups.py",
             "tests/test_wakelimits.py",
+            "tests/test_pinned_store_calls.py",  # the wake loop's calls (take, defer, count)
+            "tests/test_pinned_scheduler_service.py",
             "--deselect=tests/test_http.py::test_arbitrary_requests_never_fail_the_server_nor_change_state_when_refused",
             # It loads examples/self_scheduling.py, which the copy does not hold.
             "--deselect=tests/test_tools.py::test_the_example_agent_schedules_and_cancels_through_the_tools",

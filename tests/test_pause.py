@@ -93,18 +93,22 @@ class CountedResumes(MemoryStore):
 
 
 async def held_up_at_eleven(
-    store: MemoryStore, meanwhile: Callable[[], Awaitable[None]], end: datetime
+    store: MemoryStore,
+    meanwhile: Callable[[], Awaitable[None]],
+    end: datetime,
+    jump: timedelta = timedelta(seconds=30),
 ) -> ScriptedAgent:
     """A replica of ``store`` run until ``end``, held up just before 11:00: at 10:59:50
     ``meanwhile()`` is done (another replica's pause and resume, say), and its wall clock
-    jumps 30 s, so that it comes to 11:00 at 11:00:20 and reads the paused set late."""
+    jumps ``jump``, so that it comes to 11:00 late and reads the paused set late: at 11:00:20
+    (30 s: it sees the jump), or at 11:00:00.4 (400 ms: its loop wakes when 11:00 was due)."""
     wall = WallClock(T0)
     scheduler, agent = replica(store, wall)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         await until(wall, at(10, 59) + timedelta(seconds=50))
         await meanwhile()
-        wall.jump(timedelta(seconds=30))
+        wall.jump(jump)
         await until(wall, end)
         scheduler.stop()
     return agent
@@ -128,13 +132,37 @@ async def test_a_slot_paused_when_it_came_stays_so_for_a_replica_that_reads_it_a
     assert store.resumes_read == ["hourly"]  # once, for the late read; never on time (12:00)
 
 
+async def test_a_replica_less_than_a_second_late_leaves_paused_a_slot_resumed_after_it(
+    autojump_clock: Any,
+) -> None:
+    # Its read, begun 400 ms after 11:00, no longer sees the pause that held 11:00 on the
+    # replicas that read in time; the read brings the resume made since, with no call more.
+    store = CountedResumes()
+
+    async def meanwhile() -> None:
+        await store.set_paused("hourly", True)
+        await store.set_paused("hourly", False, at(11) + timedelta(milliseconds=200))
+
+    agent = await held_up_at_eleven(store, meanwhile, at(12, 30), timedelta(milliseconds=400))
+    assert [t.wall for t in agent.turns] == [at(12)]
+    assert [f.slot for f in await store.history("hourly")] == [at(12)]
+    assert await store.gaps("hourly") == [Gap(at(11), at(11), 1, GapReason.PAUSED)]
+    assert store.resumes_read == []
+
+
+@pytest.mark.parametrize("jump", [timedelta(milliseconds=400), timedelta(seconds=30)])
 @pytest.mark.parametrize(
     ("resumed", "fired"),
-    [(at(11), [at(11), at(12)]), (at(11) + timedelta(milliseconds=1), [at(12)])],
-    ids=["at-the-slot", "after-it"],
+    [
+        (at(11), [at(11), at(12)]),
+        (at(11) + timedelta(milliseconds=1), [at(12)]),
+        # Stamped a day ahead (its clock ran ahead): it tells nothing, holds nothing back.
+        (at(11) + timedelta(days=1), [at(11), at(12)]),
+    ],
+    ids=["at-the-slot", "after-it", "a-day-ahead"],
 )
 async def test_a_late_read_runs_a_slot_resumed_at_its_instant_not_one_resumed_after(
-    autojump_clock: Any, resumed: datetime, fired: list[datetime]
+    autojump_clock: Any, resumed: datetime, fired: list[datetime], jump: timedelta
 ) -> None:
     store = MemoryStore()
 
@@ -142,9 +170,29 @@ async def test_a_late_read_runs_a_slot_resumed_at_its_instant_not_one_resumed_af
         await store.set_paused("hourly", True)
         await store.set_paused("hourly", False, resumed)
 
-    agent = await held_up_at_eleven(store, meanwhile, at(12, 30))
+    agent = await held_up_at_eleven(store, meanwhile, at(12, 30), jump)
     assert [f.slot for f in await store.history("hourly")] == fired
     assert len(agent.turns) == len(fired)
+
+
+@pytest.mark.parametrize(
+    ("ahead", "fired"),
+    [(timedelta(seconds=1), [at(12)]), (timedelta(seconds=1, milliseconds=1), [at(11), at(12)])],
+    ids=["a-second-ahead", "more"],
+)
+async def test_a_resume_stamped_ahead_of_the_read_holds_the_slot_by_a_second_at_most(
+    autojump_clock: Any, ahead: timedelta, fired: list[datetime]
+) -> None:
+    # The replica reads at 11:00:00.400; a resume stamped up to a second after that may be
+    # one made meanwhile by a replica whose clock is a little ahead: the slot stays paused.
+    store = MemoryStore()
+
+    async def meanwhile() -> None:
+        await store.set_paused("hourly", True)
+        await store.set_paused("hourly", False, at(11) + timedelta(milliseconds=400) + ahead)
+
+    await held_up_at_eleven(store, meanwhile, at(12, 30), timedelta(milliseconds=400))
+    assert [f.slot for f in await store.history("hourly")] == fired
 
 
 async def test_a_late_read_whose_resume_cannot_be_read_claims_nothing_and_says_why(

@@ -11,6 +11,7 @@ import errno
 import itertools
 import os
 import re
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -383,3 +384,44 @@ async def test_a_pause_whose_start_cannot_be_read_is_resumed_with_it_unknown(
     assert await store.paused() == frozenset()
     assert await store.resumed_at("r") == T1
     assert await store.resumed_pause_since("r") is None
+
+
+# -- the paused read's resumes -------------------------------------------------------------------
+
+
+async def test_a_paused_read_reads_only_the_resumes_written_in_the_last_minute(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = DirectoryStore(tmp_path)
+    for name in ("old", "new", "damaged"):
+        await store.set_paused(name, True, T0)
+        await store.set_paused(name, False, T1)
+    resumed = tmp_path / "schedule" / "resumed"
+    (resumed / "damaged").write_text("no instant")  # taken as made when written: now, quietly
+    hour_ago = (resumed / "new").stat().st_mtime - 3600
+    os.utime(resumed / "old", (hour_ago, hour_ago))
+    names, found = await store.paused_with_resumes(T0)
+    assert names == frozenset()
+    assert found["new"] == T1
+    assert "old" not in found
+    assert found["damaged"] >= T1
+    assert not caplog.records  # (its boot's read warns)
+    written = time.time() - dirpause.RECENT_WRITES
+    os.utime(resumed / "new", (written - 1, written - 1))
+    assert (await store.paused_with_resumes(T0))[1].keys() == {"damaged"}
+    os.utime(resumed / "new", (written + 1, written + 1))
+    assert (await store.paused_with_resumes(T0))[1].keys() == {"damaged", "new"}
+    # The directory itself untouched for a minute: no resume of it is read, not one file.
+    os.utime(resumed, (hour_ago, hour_ago))
+    assert await store.paused_with_resumes(T0) == (frozenset(), {})
+    os.utime(resumed, (written + 1, written + 1))
+    assert (await store.paused_with_resumes(T0))[1].keys() == {"damaged", "new"}
+
+
+async def test_a_paused_read_whose_resumes_cannot_be_read_says_where(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.set_paused("daily", True, T0)
+    (tmp_path / "schedule" / "resumed").write_text("")  # not a directory
+    with pytest.raises(StateFault, match=r"^the resumes are unreadable in .*/schedule/resumed: "):
+        await store.paused_with_resumes(T0)
+    assert await store.paused() == frozenset({"daily"})

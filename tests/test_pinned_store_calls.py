@@ -19,7 +19,9 @@ from trio_routines.agent import Usage
 from trio_routines.errors import StateFault
 from trio_routines.records import Outcome
 from trio_routines.scheduler.calls import StoreCalls
+from trio_routines.scheduler.wakecalls import WakeupCalls
 from trio_routines.testing import MemoryStore
+from trio_routines.wakelimits import WakeLimits
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
 SPENT = Usage(input_tokens=12, output_tokens=3)
@@ -27,6 +29,11 @@ SPENT = Usage(input_tokens=12, output_tokens=3)
 
 def calls_of(store: MemoryStore) -> StoreCalls:
     return part_rig(store, now=T0, default_grace=30.0)[1]
+
+
+def wakeup_calls_of(store: MemoryStore) -> WakeupCalls:
+    runtime, calls, _ = part_rig(store, now=T0, default_grace=30.0)
+    return WakeupCalls(store, runtime, calls, WakeLimits())
 
 
 async def test_a_settle_retried_keeps_the_turns_output_and_usage(autojump_clock: Any) -> None:
@@ -73,10 +80,14 @@ async def test_a_settle_made_once_carries_the_turns_output_and_usage(autojump_cl
     [
         (
             "list_wakeups",
-            lambda calls: calls.count_wakeups(),
+            lambda store: wakeup_calls_of(store).count(),
             "the pending wake-ups could not be counted",
         ),
-        ("history", lambda calls: calls.history("digest"), "the history of 'digest' is unreadable"),
+        (
+            "history",
+            lambda store: calls_of(store).history("digest"),
+            "the history of 'digest' is unreadable",
+        ),
     ],
 )
 async def test_a_read_never_answered_fails_at_its_bound_naming_itself(
@@ -85,7 +96,7 @@ async def test_a_read_never_answered_fails_at_its_bound_naming_itself(
     store = MemoryStore()
     store.hang(operation)
     with pytest.raises(StateFault) as fault:
-        await call(calls_of(store))
+        await call(store)
     assert str(fault.value) == f"{what}: {NO_ANSWER}"
 
 
@@ -108,10 +119,10 @@ async def test_a_store_that_counts_its_wake_ups_is_asked_for_its_count(
     autojump_clock: Any,
 ) -> None:
     store = Counting()
-    assert await calls_of(store).count_wakeups() == 41
+    assert await wakeup_calls_of(store).count() == 41
     store.stalled = True
     with pytest.raises(StateFault) as fault:
-        await calls_of(store).count_wakeups()
+        await wakeup_calls_of(store).count()
     assert str(fault.value) == f"the pending wake-ups could not be counted: {NO_ANSWER}"
 
 

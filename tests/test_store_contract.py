@@ -585,6 +585,34 @@ async def test_a_resume_of_a_routine_that_is_not_paused_keeps_no_instant(store: 
     assert await store.paused() == frozenset()
 
 
+async def test_the_paused_read_brings_the_resumes_made_since_the_instant_asked(
+    store: Store,
+) -> None:
+    # A replica that reads less than a second after a slot learns of a pause resumed since
+    # the slot, which held it on the replicas that read in time: one read, both answers.
+    kept: Any = store
+    assert await kept.paused_with_resumes(T0) == (frozenset(), {})
+    for name, resumed in (
+        ("early", T0 - timedelta(milliseconds=1)),
+        ("at", T0),
+        ("late", T0 + HOUR),
+    ):
+        await store.set_paused(name, True, T0 - HOUR)
+        await store.set_paused(name, False, resumed + timedelta(microseconds=7))
+    await store.set_paused("still", True, T0)
+    await store.set_paused("never-paused", False, T0 + HOUR)  # not paused: no resume kept
+    names, resumed = await kept.paused_with_resumes(T0)
+    assert names == frozenset({"still"})
+    assert resumed == {"at": T0, "late": T0 + HOUR}
+    assert await kept.paused_with_resumes(T0 + HOUR + timedelta(milliseconds=1)) == (
+        frozenset({"still"}),
+        {},
+    )
+    await store.set_paused("at", True, T0 + 2 * HOUR)  # paused again: its resume stays kept
+    names, resumed = await kept.paused_with_resumes(T0 + HOUR)
+    assert (names, resumed) == (frozenset({"still", "at"}), {"late": T0 + HOUR})
+
+
 # --- gaps (the optional GapRecords part: every store of ours keeps them) -------------------
 
 MINUTE = timedelta(minutes=1)

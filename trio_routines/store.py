@@ -65,7 +65,12 @@ Pause
     slot missed by a routine paused now is taken for paused. Likewise optional: a resume
     keeps that instant of the pause it ends, and ``resumed_pause_since(routine)`` returns it
     for the latest resume (``None`` when unknown), for a routine paused and resumed while no
-    scheduler ran.
+    scheduler ran. Likewise optional: ``paused_with_resumes(since)`` returns, in one read,
+    what ``paused()`` does and the routines resumed at ``since`` or later, each with its
+    latest resume's instant (a resume made while the read is under way is in it wherever its
+    pause is not), so that a replica that reads less than a second after a slot does not run
+    a slot the others left paused; without it, that holds only for reads a second or more
+    late.
 
 Replicas (optional: a store without these gives holds that exclude within one process)
     ``join(info)`` makes the calling scheduler a member: it takes the hold of its replica id

@@ -27,12 +27,12 @@ import trio
 
 from ..errors import StateFault, Unconfirmed
 from ..instants import FIRST_INSTANT, format_iso
-from ..records import Fire, Outcome, Wakeup
+from ..records import Fire, Outcome
 from ..store import Store
 from ..usage import Usage
 from .deadlines import Bounded, StoreDeadlines
 from .grace import Grace
-from .state import PausedRead, Runtime, SharedRead, duration, log, takes_keyword
+from .state import LATE_READ, PausedRead, Runtime, SharedRead, duration, log, takes_keyword
 
 T = TypeVar("T")
 
@@ -74,6 +74,8 @@ class StoreCalls:
         #: slot before it was planned knowing them (the fire path asks again after it).
         self.resumes_read_at = FIRST_INSTANT
         self._paused_read: SharedRead | None = None  # the read under way
+        #: A store that reads the latest resumes with the paused routines (optional).
+        self._reads_resumes = callable(getattr(store, "paused_with_resumes", None))
         # A store written before output takes no ``output``: it is given none (keeps none);
         # the same for ``usage``.
         self._takes_output = takes_keyword(store.settle, "output")
@@ -137,16 +139,6 @@ class StoreCalls:
             return since
         raise self.no_answer(f"the {what} of {routine!r} is unreadable")
 
-    async def take_due_wakeup(self, now: datetime) -> Wakeup | None:
-        with self.bounded():
-            return await self.store.take_due_wakeup(now)
-        raise self.no_answer("could not take a due wake-up")
-
-    async def defer_wakeup(self, wakeup: Wakeup, fire_at: datetime) -> bool:
-        with self.bounded():
-            return await self.store.defer_wakeup(wakeup, fire_at)
-        raise self.no_answer(f"could not re-queue wake-up {wakeup.id}", change=True)
-
     async def read_paused(self, since: datetime | None = None) -> PausedRead:
         """The paused routines, as the store says now (remembered for statistics), and when
         the read that found them began.
@@ -192,8 +184,14 @@ class StoreCalls:
         shared = self._paused_read = SharedRead(self._runtime.now())
         try:
             with self.bounded():
-                names = self.paused = await self.store.paused()
-                shared.result = PausedRead(names, shared.started)
+                if self._reads_resumes:  # one read: the paused, and the latest resumes
+                    since = shared.started - LATE_READ
+                    names, resumed = await self.store.paused_with_resumes(since)  # type: ignore[attr-defined]
+                    self.paused = names
+                    shared.result = PausedRead(names, shared.started, resumed)
+                else:
+                    names = self.paused = await self.store.paused()
+                    shared.result = PausedRead(names, shared.started)
                 return shared.result
             shared.error = self.no_answer("the paused routines are unreadable")
             raise shared.error
@@ -217,18 +215,6 @@ class StoreCalls:
                 self.paused = self.paused - {name}
             return
         raise self.no_answer(f"could not {'pause' if paused else 'resume'} {name!r}", change=True)
-
-    async def count_wakeups(self) -> int:
-        """How many wake-ups are pending: the store's count where it offers one (PostgreSQL
-        counts rows, not reading a prompt), else a full list (cheap for the state directory,
-        which keeps its parse)."""
-        count = getattr(self.store, "count_wakeups", None)
-        with self.bounded():
-            if count is not None:
-                counted: int = await count()
-                return counted
-            return len(await self.store.list_wakeups())
-        raise self.no_answer("the pending wake-ups could not be counted")
 
     async def refresh_paused(self) -> None:
         """Re-read the paused routines for statistics; a fault keeps the last answer."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import trio
 
@@ -26,6 +26,7 @@ from .holds import Holds, TurnHold
 from .membership import Membership
 from .results import refused_result, settled_result
 from .state import (
+    LATE_READ,
     FireResult,
     NotOnGrid,
     NotYetDue,
@@ -40,8 +41,6 @@ from .state import (
 from .turning import SessionTurns
 
 CLAIMED_TOO_LATE = "claimed only after the store's deadline (its caller had given up): not run"
-#: How long after its slot a paused read begins before the slot's fire asks for a resume since.
-LATE_READ = timedelta(seconds=1)
 
 
 class FirePath:
@@ -201,12 +200,12 @@ class FirePath:
                     # since: that read does not decide it.
                     read = None
                 if name in read.names or (
-                    # Read a while after its slot (this replica stalled, its loop held up): a
-                    # pause that held the slot when it came may have been resumed since.
+                    # Read after its slot (this replica stalled, its loop held up): a pause
+                    # that held the slot when it came may have been resumed since.
                     not external
-                    and read.started - slot >= LATE_READ
+                    and (read.resumed or read.started - slot >= LATE_READ)
                     and slot > self._calls.resumes_read_at
-                    and await self._resumed_since(name, slot)
+                    and await self._resumed_since(name, slot, read)
                 ):
                     task_status.started(ClaimResult(ClaimStatus.PAUSED))
                     return done(spans, self._refused(name, slot, ClaimResult(ClaimStatus.PAUSED)))
@@ -246,16 +245,25 @@ class FirePath:
         finally:
             self._in_flight.leave()
 
-    async def _resumed_since(self, name: str, slot: datetime) -> bool:
+    async def _resumed_since(self, name: str, slot: datetime, read: PausedRead) -> bool:
         """Whether ``name`` was resumed after ``slot`` (by any replica or command): the pause
         that ended held the slot when it came, which a read made now cannot see. Such a slot
-        stays paused, never run, as on a replica that read in time. (A caller's fire names its
-        slot and is not asked; a slot the boot planned knew the resumes already.)"""
-        try:
-            resumed = await self._calls.resumed_at(name)
-        except StateFault as exc:
-            raise StateFault(f"could not claim slot {slot_name(slot)} of {name!r}: {exc}") from None
-        return resumed is not None and resumed > slot
+        stays paused, never run, as on a replica that read in time. A read begun less than
+        ``LATE_READ`` after the slot brought the resumes since on (where the store reads them
+        with the paused routines): no call then. (A caller's fire names its slot and is not
+        asked; a slot the boot planned knew the resumes already.)"""
+        if read.started - slot < LATE_READ:
+            resumed = read.resumed.get(name)
+        else:
+            try:
+                resumed = await self._calls.resumed_at(name)
+            except StateFault as exc:
+                raise StateFault(
+                    f"could not claim slot {slot_name(slot)} of {name!r}: {exc}"
+                ) from None
+        # A resume stamped ahead of now by more than replicas' clocks differ (a clock that
+        # ran ahead) tells nothing of when it was made: it holds nothing back, as at a boot.
+        return resumed is not None and slot < resumed <= self._runtime.now() + LATE_READ
 
     async def _claimed_too_late(
         self, name: str, slot: datetime, scope: trio.CancelScope

@@ -8,6 +8,7 @@ import itertools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 import attrs
@@ -182,15 +183,29 @@ def on_grid(routine: Routine, slot: datetime) -> bool:
         return False
 
 
+#: How long after its slot a paused read begins before the slot's fire asks the store for a
+#: resume since; a read begun sooner brings the resumes made from this long before it on.
+LATE_READ = timedelta(seconds=1)
+#: No resume read (the store keeps none, or none was made lately).
+NO_RESUMES: Mapping[str, datetime] = MappingProxyType({})
+
+
 class PausedRead:
     """The paused routines (``names``), as a read begun at ``started`` (the wall clock)
-    found them."""
+    found them, and the routines resumed from ``LATE_READ`` before it on, with their resumes'
+    instants (``resumed``; empty where the store cannot tell)."""
 
-    __slots__ = ("names", "started")
+    __slots__ = ("names", "resumed", "started")
 
-    def __init__(self, names: frozenset[str], started: datetime) -> None:
+    def __init__(
+        self,
+        names: frozenset[str],
+        started: datetime,
+        resumed: Mapping[str, datetime] = NO_RESUMES,
+    ) -> None:
         self.names = names
         self.started = started
+        self.resumed = resumed
 
 
 class SharedRead:

@@ -96,7 +96,7 @@ class WakeLoop:
         """Count the pending wake-ups for ``trio_routines_pending_wakeups``; a fault keeps the
         last count."""
         try:
-            self.pending = await self._calls.count_wakeups()
+            self.pending = await self._wakeups.count()
         except StateFault as exc:
             log.debug("the pending wake-ups could not be counted: %s", exc)
 
@@ -109,7 +109,7 @@ class WakeLoop:
         with trio.CancelScope(shield=True):
             try:
                 with self._runtime.taking():
-                    wakeup = await self._calls.take_due_wakeup(self._runtime.now())
+                    wakeup = await self._wakeups.take_due(self._runtime.now())
                     if wakeup is None:
                         return False
                     in_flight.enter()  # before the take ends: the drain never sees 0 between
@@ -170,7 +170,7 @@ class WakeLoop:
             log.info("%s: next fires per cron", label)
             return
         retry_at = self._runtime.now() + timedelta(seconds=self._retry_after(wakeup))
-        if not await self._calls.defer_wakeup(wakeup, retry_at):
+        if not await self._wakeups.defer(wakeup, retry_at):
             log.error("%s: %s", label, defer_dropped(wakeup))
             return
         self._said[wakeup.id] = None
@@ -216,7 +216,7 @@ class WakeLoop:
             log.info("%s: %s: this occurrence is not run; the next fires per cron", label, over)
             return True
         try:
-            deferred = await self._calls.defer_wakeup(wakeup, room)
+            deferred = await self._wakeups.defer(wakeup, room)
         except Unconfirmed as exc:  # it may be deferred: run now, it could run twice
             log.warning("%s: %s; its deferral is not confirmed (%s): not run now", label, over, exc)
             return True

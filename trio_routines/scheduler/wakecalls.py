@@ -150,3 +150,27 @@ class WakeupCalls:
         with self._calls.bounded():
             return await self._store.remove_wakeup(wakeup_id, session)
         raise self._calls.no_answer("the wake-up was not removed")
+
+    # -- the wake loop's -----------------------------------------------------------------
+
+    async def take_due(self, now: datetime) -> Wakeup | None:
+        with self._calls.bounded():
+            return await self._store.take_due_wakeup(now)
+        raise self._calls.no_answer("could not take a due wake-up")
+
+    async def defer(self, wakeup: Wakeup, fire_at: datetime) -> bool:
+        with self._calls.bounded():
+            return await self._store.defer_wakeup(wakeup, fire_at)
+        raise self._calls.no_answer(f"could not re-queue wake-up {wakeup.id}", change=True)
+
+    async def count(self) -> int:
+        """How many wake-ups are pending: the store's count where it offers one (PostgreSQL
+        counts rows, not reading a prompt), else a full list (cheap for the state directory,
+        which keeps its parse)."""
+        count = getattr(self._store, "count_wakeups", None)
+        with self._calls.bounded():
+            if count is not None:
+                counted: int = await count()
+                return counted
+            return len(await self._store.list_wakeups())
+        raise self._calls.no_answer("the pending wake-ups could not be counted")

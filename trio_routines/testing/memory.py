@@ -329,6 +329,14 @@ class MemoryStore(Lifetime):
         self.injected.check("paused")
         return frozenset(self.paused_routines)
 
+    async def paused_with_resumes(
+        self, since: datetime
+    ) -> tuple[frozenset[str], dict[str, datetime]]:
+        """The paused routines (:meth:`paused`: a subclass's own answers too), and those
+        resumed at ``since`` or later with their latest resumes' instants, in one step."""
+        names = await self.paused()
+        return names, {routine: at for routine, at in self.resumed.items() if at >= since}
+
     async def join(self, info: ReplicaInfo) -> MemoryPresence:
         """Become a member: the replica's own hold, then its holds (see ``replicas.py``)."""
         await self.injected.enter("join")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -158,13 +159,14 @@ def _keep_instant(root: Path, folder: str, routine: str, when: datetime | None) 
         os.close(directory)
 
 
-def resumed_at_sync(root: Path, routine: str) -> datetime | None:
+def resumed_at_sync(root: Path, routine: str, *, quiet: bool = False) -> datetime | None:
     """The instant of ``routine``'s latest resume, or None (never resumed).
 
     A resume's file that is there but holds no instant (damaged, edited, a link or a FIFO
     planted there) is a resume of unknown instant, taken as made when the entry was last
     written (no later than now), with a warning: read as none, a boot caught up a slot the
-    pause had held back, and a replica late to a slot ran one the others had left paused."""
+    pause had held back, and a replica late to a slot ran one the others had left paused.
+    ``quiet``: no warning (a paused read's, made again and again)."""
     found = _instant(root, "resumed", routine, "resume", unreadable=_UNREADABLE)
     if found is not _UNREADABLE:
         return found
@@ -176,6 +178,8 @@ def resumed_at_sync(root: Path, routine: str) -> datetime | None:
         when = min(now, datetime.fromtimestamp(os.lstat(path).st_mtime, UTC))
     except (OSError, OverflowError, ValueError):
         when = now
+    if quiet:
+        return when
     log.warning(
         "the resume of %r (%s) holds no instant — taken as made when it was last written "
         "(%s): no slot before it is caught up; resume it again to write a new one",
@@ -312,3 +316,58 @@ def paused_sync(root: Path) -> frozenset[str]:
         ) from None
     finally:
         os.close(directory)
+
+
+#: How recently (seconds of real time) a resume's entry was written for a paused read to read
+#: its instant. A read needs only the resumes of the second before it; the rest is margin for
+#: a write that took its time.
+RECENT_WRITES = 60.0
+
+
+def paused_with_resumes_sync(
+    root: Path, since: datetime
+) -> tuple[frozenset[str], dict[str, datetime]]:
+    """The paused routines, then those resumed at ``since`` or later with their latest
+    resumes' instants. In that order: a resume keeps its instant before it removes the pause,
+    so a pause this read no longer finds has its resume found. Only the resumes whose entries
+    were written in the last :data:`RECENT_WRITES` seconds are read; the directory's own time
+    says when there are none (one ``fstat``, the common case)."""
+    names = paused_sync(root)
+    return names, _recent_resumes(root, since)
+
+
+def _recent_resumes(root: Path, since: datetime) -> dict[str, datetime]:
+    where = root / "schedule" / "resumed"
+    try:
+        directory = open_dirs(root, ("schedule", "resumed"))
+    except FileNotFoundError:
+        return {}  # never resumed
+    except OSError as exc:
+        raise StateFault(f"the resumes are unreadable in {where}: {describe(exc)}") from None
+    recent = []
+    try:
+        # Written to a temp file, renamed into place: the directory's time moves with each.
+        horizon = time.time() - RECENT_WRITES
+        if os.fstat(directory).st_mtime >= horizon:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    if name_problem(entry.name) is None and _written_since(entry, horizon):
+                        recent.append(entry.name)
+    except OSError as exc:
+        raise StateFault(f"the resumes are unreadable in {where}: {describe(exc)}") from None
+    finally:
+        os.close(directory)
+    found = {}
+    for routine in recent:
+        when = resumed_at_sync(root, routine, quiet=True)  # (the boot's read warns)
+        if when is not None and when >= since:
+            found[routine] = when
+    return found
+
+
+def _written_since(entry: os.DirEntry[str], horizon: float) -> bool:
+    """Whether ``entry`` was last written at ``horizon`` or later (one gone since: no)."""
+    try:
+        return entry.stat(follow_symlinks=False).st_mtime >= horizon
+    except FileNotFoundError:
+        return False

@@ -104,6 +104,13 @@ class Records:
 
         return await self._run(paused_sync, self._root)
 
+    async def paused_with_resumes(
+        self, since: datetime
+    ) -> tuple[frozenset[str], dict[str, datetime]]:
+        from .pause import paused_with_resumes_sync
+
+        return await self._run(paused_with_resumes_sync, self._root, since)
+
     async def record_gap(self, routine: str, gap: Gap, *, extends: datetime | None = None) -> bool:
         """Add ``gap`` to ``routine``\'s gaps (the store contract); False when already there."""
         from .gaps import record_gap_sync

@@ -277,6 +277,13 @@ class DirectoryStore(Lifetime):
     async def paused(self) -> frozenset[str]:
         return await self._records.paused()
 
+    async def paused_with_resumes(
+        self, since: datetime
+    ) -> tuple[frozenset[str], dict[str, datetime]]:
+        """The paused routines, and those resumed at ``since`` or later with their latest
+        resumes' instants, in one call (the resumes of the last minute are read)."""
+        return await self._records.paused_with_resumes(since)
+
     async def record_gap(self, routine: str, gap: Gap, *, extends: datetime | None = None) -> bool:
         """Add ``gap`` to ``routine``\'s gaps (the store contract); False when already there."""
         return await self._records.record_gap(routine, gap, extends=extends)

@@ -63,3 +63,32 @@ def resumed_pause_since(conn: Conn, _call: Call, tables: Schema, routine: str) -
         tables.sql("SELECT paused_at FROM {resumed} WHERE routine = %s"), (routine,)
     ).fetchone()
     return None if row is None or row[0] is None else truncate_ms(row[0])
+
+
+def paused(conn: Conn, _call: Call, tables: Schema) -> frozenset[str]:
+    """The paused routines."""
+    rows = conn.execute(tables.sql("SELECT routine FROM {paused}"))
+    return frozenset(routine for (routine,) in rows)
+
+
+def paused_with_resumes(
+    conn: Conn, _call: Call, tables: Schema, since: datetime
+) -> tuple[frozenset[str], dict[str, datetime]]:
+    """The paused routines, and those resumed at ``since`` or later with their latest
+    resumes' instants: one statement, so one snapshot (a resume is one transaction, which
+    removes the pause and keeps its instant: a read sees both or neither)."""
+    rows = conn.execute(
+        tables.sql(
+            "SELECT routine, NULL::timestamptz FROM {paused} UNION ALL "
+            "SELECT routine, resumed_at FROM {resumed} WHERE resumed_at >= %s"
+        ),
+        (truncate_ms(since),),
+    )
+    names: list[str] = []
+    resumed: dict[str, datetime] = {}
+    for routine, at in rows:
+        if at is None:
+            names.append(routine)
+        else:
+            resumed[routine] = truncate_ms(at)
+    return frozenset(names), resumed

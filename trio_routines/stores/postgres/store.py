@@ -40,7 +40,13 @@ from .conn import Connections
 from .gaps import first_armed, gaps_of, record_gap
 from .holds import PostgresPresence
 from .ledger import record_usage, usage_since
-from .pauses import paused_since, resumed_pause_since, set_paused
+from .pauses import (
+    paused,
+    paused_since,
+    paused_with_resumes,
+    resumed_pause_since,
+    set_paused,
+)
 from .reads import BATCH, READERS, history, newest_fires, open_claims, read_batch, resumes
 from .repair import repair
 from .schema import CLAIM_LOCK as CLAIM_LOCK
@@ -259,11 +265,15 @@ class PostgresStore(Lifetime):
         return await self._conns.run(what, resumed_pause_since, self._tables, routine)
 
     async def paused(self) -> frozenset[str]:
-        return await self._conns.run("the paused routines are unreadable", self._paused)
+        return await self._conns.run("the paused routines are unreadable", paused, self._tables)
 
-    def _paused(self, conn: Conn, _call: Call) -> frozenset[str]:
-        rows = conn.execute(self._tables.sql("SELECT routine FROM {paused}"))
-        return frozenset(routine for (routine,) in rows)
+    async def paused_with_resumes(
+        self, since: datetime
+    ) -> tuple[frozenset[str], dict[str, datetime]]:
+        """The paused routines, and those resumed at ``since`` or later with their latest
+        resumes' instants: one query, one snapshot."""
+        what = "the paused routines are unreadable"
+        return await self._conns.run(what, paused_with_resumes, self._tables, since)
 
     # -- gaps -----------------------------------------------------------------------------
 
