@@ -331,6 +331,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "firepath": (
         [
             "trio_routines/scheduler/fire.py",
+            "trio_routines/scheduler/claiming.py",
             "trio_routines/scheduler/holds.py",
             "trio_routines/scheduler/results.py",
         ],
@@ -1205,7 +1206,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "pgwakeups": (["trio_routines/stores/postgres/wakeups.py"], POSTGRES_TESTS),
     "pgstore": (
-        ["trio_routines/stores/postgres/store.py", "trio_routines/stores/postgres/pauses.py"],
+        [
+            "trio_routines/stores/postgres/store.py",
+            "trio_routines/stores/postgres/batches.py",
+            "trio_routines/stores/postgres/pauses.py",
+        ],
         POSTGRES_TESTS,
     ),
     "pgconn": (

@@ -26,7 +26,7 @@ from trio_routines.instants import slot_name
 from trio_routines.records import ClaimStatus, Gap, GapReason, Outcome
 from trio_routines.replicas import ReplicaInfo
 from trio_routines.stores.postgres import PostgresStore, claims
-from trio_routines.stores.postgres import store as pg_store
+from trio_routines.stores.postgres import batches as pg_batches
 
 
 @pytest.fixture
@@ -104,7 +104,7 @@ async def test_two_settles_of_one_slot_are_written_one_after_the_other(
     try:
         for routine in "qr":
             await store.claim(routine, T0, T0)
-        before = store._settles.batches
+        before = store._batches.settles.batches
         with admin() as blocker:
             # A first batch parks on the table, so that the next ones queue behind it.
             blocker.execute("BEGIN")
@@ -120,7 +120,7 @@ async def test_two_settles_of_one_slot_are_written_one_after_the_other(
                 finally:
                     blocker.execute("COMMIT")
         # One batch each: the slot's second settle waited for the first.
-        assert store._settles.batches - before == 3
+        assert store._batches.settles.batches - before == 3
         fire = await store.latest_fire("r")
         assert fire is not None
         assert (fire.outcome, fire.ms) == (Outcome.FAILED, 3)
@@ -279,7 +279,7 @@ async def claim_and_give_up_once_decided(
         meanwhile()
         return answer
 
-    monkeypatch.setattr(pg_store, "claim_batch", claim_batch)
+    monkeypatch.setattr(pg_batches, "claim_batch", claim_batch)
     scopes = {"a": trio.CancelScope(), "b": trio.CancelScope()}
     got: dict[str, object] = {}
 

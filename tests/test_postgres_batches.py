@@ -36,7 +36,7 @@ async def test_a_herd_of_claims_is_one_transaction_and_decided_as_one_by_one(
     store = PostgresStore(url, schema=schema)
     await store.claim("stale", T0 + MINUTE, T0)
     await store.claim("dup", T0, T0)
-    before = store._claims.batches
+    before = store._batches.claims.batches
     results: dict[str, ClaimResult] = {}
 
     async def claim(routine: str) -> None:
@@ -48,7 +48,7 @@ async def test_a_herd_of_claims_is_one_transaction_and_decided_as_one_by_one(
         nursery.start_soon(claim, "stale")
         nursery.start_soon(claim, "dup")
     # Without batching, 302 transactions; the first caller's yield lets the herd join it.
-    assert store._claims.batches - before <= 2
+    assert store._batches.claims.batches - before <= 2
     assert all(results[f"r{n}"].taken for n in range(300))
     assert results["stale"] == ClaimResult(ClaimStatus.STALE, "2026-07-07T10-01-00-000Z")
     assert results["dup"].status is ClaimStatus.DUPLICATE
@@ -87,7 +87,7 @@ async def test_a_herd_of_settles_is_one_statement(url: str, schema: str) -> None
     store = PostgresStore(url, schema=schema)
     for n in range(200):
         await store.claim(f"r{n}", T0, T0)
-    before = store._settles.batches
+    before = store._batches.settles.batches
     async with trio.open_nursery() as nursery:
         for n in range(200):
             nursery.start_soon(store.settle, f"r{n}", T0, Outcome.COMPLETED, n)
@@ -96,7 +96,7 @@ async def test_a_herd_of_settles_is_one_statement(url: str, schema: str) -> None
     # Without batching, 201 statements. How many batches the herd makes depends on how fast
     # the server answers while the settles trickle in (one per checkpoint, to fix their
     # order): a few on a loaded machine, a handful on an idle one -- never one per settle.
-    assert store._settles.batches - before <= 40
+    assert store._batches.settles.batches - before <= 40
     fires = [await store.latest_fire(f"r{n}") for n in range(200)]
     assert [(f.outcome, f.ms) for f in fires if f is not None][1:] == [
         (Outcome.COMPLETED, n) for n in range(1, 200)

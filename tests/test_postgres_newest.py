@@ -224,7 +224,7 @@ async def test_a_boot_of_many_routines_reads_every_newest_claim(
         now=lambda: T0 + timedelta(days=1),
         wakeups=False,
     )
-    reads, settles = store._newest.reads, store._settles.batches
+    reads, settles = store._newest.reads, store._batches.settles.batches
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         scheduler.stop(0)
@@ -232,7 +232,7 @@ async def test_a_boot_of_many_routines_reads_every_newest_claim(
     # batched too, the first read back perhaps alone (it leads a batch as the others come).
     read_back = store._newest.reads - reads - -(-len(names) // BATCH)
     assert 1 <= read_back <= 2
-    assert store._settles.batches - settles == 1  # every open claim interrupted, together
+    assert store._batches.settles.batches - settles == 1  # every open claim interrupted, together
     newest = {name: (await store.history(name) or [None])[-1] for name in names}
     # Each unsettled newest claim was recorded interrupted, and only those.
     for name in names:

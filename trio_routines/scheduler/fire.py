@@ -13,16 +13,14 @@ from ..errors import StateFault
 from ..instants import format_iso, require_utc, slot_name, truncate_ms
 from ..logs import log_fields
 from ..output import Tail
-from ..presence import LocalPresence
 from ..records import ClaimResult, ClaimStatus, Outcome
-from ..replicas import claim_key
 from ..routines import Routine
-from ..store import Store
 from ..tracing import FireSpans, done, fire_spans
 from .calls import StoreCalls
+from .claiming import Claiming
 from .gaps import GapRecording
 from .grace import bounded_by_caller
-from .holds import Holds, TurnHold
+from .holds import TurnHold
 from .membership import Membership
 from .results import refused_result, settled_result
 from .state import (
@@ -36,7 +34,6 @@ from .state import (
     busy_reason,
     log,
     on_grid,
-    takes_replica,
 )
 from .turning import SessionTurns
 
@@ -46,49 +43,35 @@ CLAIMED_TOO_LATE = "claimed only after the store's deadline (its caller had give
 class FirePath:
     """Claim -> turn -> settle, and the claim-less runs; owns the outcomes' counts.
 
-    Collaborators: the ``store`` (the claim itself), the :class:`Runtime` (routines, wall
-    clock, stop, turns in flight, the run's nursery, metrics), the :class:`StoreCalls` (the
-    paused read, deadlines, the settle), the :class:`Membership` (joined for an external
-    fire; the presence, for a store whose claims take holds), the :class:`Holds` (the
-    claim's and the session's, taken with the claim), the :class:`SessionTurns` (the
-    turn itself; its spending, for a routine's budgets) and the :class:`GapRecording` (the
-    slots a caller's fire passed over).
+    Collaborators: the :class:`Runtime` (routines, wall clock, stop, turns in flight, the
+    run's nursery, metrics), the :class:`StoreCalls` (the paused read, deadlines, the
+    settle), the :class:`Membership` (joined for an external fire), the :class:`Claiming`
+    (the claim, with its holds and the session's), the :class:`SessionTurns` (the turn
+    itself; its spending, for a routine's budgets) and the :class:`GapRecording` (the slots
+    a caller's fire passed over).
     """
 
     def __init__(
         self,
-        store: Store,
         runtime: Runtime,
         calls: StoreCalls,
         membership: Membership,
-        holds: Holds,
+        claiming: Claiming,
         turns: SessionTurns,
         gaps: GapRecording,
     ) -> None:
-        self._store = store
         self._gaps = gaps
         self._turns = turns
         self._spending = turns.spending
         self._runtime = runtime
         self._calls = calls
         self._membership = membership
-        self._holds = holds
+        self._claiming = claiming
         # Looked up once: the fire path is hot (10,000 fires at once, see benchmarks/).
         self._in_flight = runtime.in_flight
         self._stopping = runtime.stopping
         self._metrics = runtime.metrics
         self._deadlines = calls.deadlines
-        # A store written before replicas were recorded takes no ``replica``: it gets none.
-        self._claim_options = {"replica": runtime.replica} if takes_replica(store) else {}
-        #: A written claim is alive while the replica it names is: the store lets go of its
-        #: key once it is written, and this process keeps it.
-        self._claims_live_with_replica = getattr(
-            store, "claims_live_with_replica", False
-        ) is True and bool(self._claim_options)
-        #: No replica sees a claim of the store half made: its key is held here only.
-        self._claims_whole = self._claims_live_with_replica and (
-            getattr(store, "claims_appear_whole", False) is True
-        )
         #: Outcomes (and refusals: paused, duplicate, stale) counted for the statistics.
         self.outcomes: Counter[str] = Counter()
 
@@ -211,7 +194,7 @@ class FirePath:
                     return done(spans, self._refused(name, slot, ClaimResult(ClaimStatus.PAUSED)))
                 self._deadlines.note(scope, self._calls.store_deadline())
                 try:
-                    hold, claim = await self._hold_and_claim(routine, slot, now)
+                    hold, claim = await self._claiming.hold_and_claim(routine, slot, now)
                 finally:
                     self._deadlines.forget(scope)
                 if spans is not None:
@@ -284,58 +267,6 @@ class FirePath:
             outcome=Outcome.INTERRUPTED,
             failed=CLAIMED_TOO_LATE,
             settled_at=self._runtime.now(),
-        )
-
-    async def _hold_and_claim(
-        self, routine: Routine, slot: datetime, now: datetime
-    ) -> tuple[TurnHold, ClaimResult]:
-        """The claim's hold and the session's, then the claim: while the claim's hold is held,
-        every replica sees the claim alive (replicas.py). Where a claim is alive while the
-        replica it names is, the store lets go of the claim's hold once the claim is written,
-        or never takes it: where no replica sees a claim half made (the state directory),
-        or where it takes the session's in the claim's own step (PostgreSQL)."""
-        name, key = routine.name, claim_key(routine.name, slot)
-        try:
-            if self._claims_take_holds():
-                # No closure per fire: at 10,000 fires at once, every object a fire keeps
-                # while its claim is on its way is the collector's work (benchmarks/).
-                hold, claim = await self._holds.enter_claiming(
-                    routine.session, key, self._store.claim, (name, slot, now), self._claim_options
-                )
-                # None: the slot is this process's already.
-                return hold, claim or ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
-            if self._claims_whole:
-                hold, claim = await self._holds.enter_whole(
-                    routine.session, key, self._store.claim, (name, slot, now), self._claim_options
-                )
-                return hold, claim or ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
-            hold = await self._holds.enter(routine.session, key)
-        except StateFault as exc:
-            said = f"could not claim slot {slot_name(slot)} of {name!r}"
-            if str(exc).startswith(said):  # the store's own claim said so already
-                raise
-            raise StateFault(f"{said}: {exc}") from None
-        if not hold.claimed:  # another replica is deciding or running this very slot
-            return hold, ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
-        try:
-            claim = await self._store.claim(name, slot, now, **self._claim_options)
-        except BaseException:
-            hold.release()
-            raise
-        if self._claims_live_with_replica:
-            # Written, the claim names this replica, which keeps it alive from now on: the
-            # store's lock of the claim covered only its making (a claim file is made, then
-            # written), and this process keeps the key against a second fire of the slot.
-            hold.let_store_go(key)
-        return hold, claim
-
-    def _claims_take_holds(self) -> bool:
-        """Whether the store takes a claim's holds in the claim's own step, for our presence."""
-        presence = self._membership.presence
-        return (
-            getattr(self._store, "claims_take_holds", False) is True
-            and presence is not None
-            and not isinstance(presence, LocalPresence)
         )
 
     def _refused(self, name: str, slot: datetime, claim: ClaimResult) -> FireResult:

@@ -17,6 +17,7 @@ from ..wakelimits import WakeLimits
 from .arming import Arming
 from .boot import Boot
 from .calls import StoreCalls
+from .claiming import Claiming
 from .clock import ClockWatch
 from .fire import FirePath
 from .gaps import GapRecording
@@ -82,7 +83,8 @@ class Parts:
         spending = Spending(store, runtime, calls, session_budgets)
         self.turns = SessionTurns(holds, self.grace, spending)
         gaps = GapRecording(store, runtime, calls)
-        self.fire = FirePath(store, runtime, calls, membership, holds, self.turns, gaps)
+        claiming = Claiming(store, runtime, membership, holds)
+        self.fire = FirePath(runtime, calls, membership, claiming, self.turns, gaps)
         open_claims = self.open_claims = OpenClaims(store, runtime, calls, membership)
         self.streaks = Streaks(calls, metrics)
         self.boot = Boot(runtime, calls, membership, gaps, self.arming, self.streaks)

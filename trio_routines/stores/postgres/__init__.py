@@ -3,7 +3,8 @@
 Theory of operation. The layers are: :mod:`.schema` (tables and migrations),
 :mod:`.conn` (the pool, and every call bounded on our side whatever the network does),
 :mod:`.claims` (claims and settles decided a batch per transaction), :mod:`..batch` (group
-commit: the calls that arrive while a batch is in flight form the next one), :mod:`.reads`
+commit: the calls that arrive while a batch is in flight form the next one; :mod:`.batches`
+gathers the store's), :mod:`.reads`
 (claims read back; a boot's newest claims and resumes a query per batch, queued as the state
 directory's newest claims are, by :mod:`..newest`), :mod:`.wakeups` (wake-up rows) and
 :mod:`.store`, the :class:`~trio_routines.store.Store` itself. Batching is invisible to

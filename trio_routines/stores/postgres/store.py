@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 from collections.abc import Sequence
@@ -13,7 +12,7 @@ import psycopg
 
 from ...claims import KEEP_CLAIMS
 from ...errors import StateFault
-from ...instants import slot_name, truncate_ms
+from ...instants import truncate_ms
 from ...ledger import Spent, check_key
 from ...names import check_name
 from ...output import stored_output
@@ -23,18 +22,12 @@ from ...store import Lifetime
 from ...text import error_text
 from ...usage import Usage
 from ...wakeups import WakeupRequest
-from ..batch import Answer, Batcher, Entry
 from ..newest import BatchedReads
 from .alive import claims_alive, replica_rows, sessions_held
-from .call import Call, CallFault
+from .batches import Batches
+from .call import Call
 from .claims import (
-    ClaimItem,
-    HolderGone,
     HoldsWanted,
-    SettleItem,
-    claim_batch,
-    settle_batch,
-    taken_too_late,
 )
 from .conn import Connections
 from .gaps import first_armed, gaps_of, record_gap
@@ -92,12 +85,7 @@ class PostgresStore(Lifetime):
             url, self._tables, min_size=min_size, max_size=max_size, timeout=timeout
         )
         self.url = url
-        self._claims: Batcher[ClaimItem, ClaimResult] = Batcher(
-            self._flush_claims, key=lambda item: item[0]
-        )
-        self._settles: Batcher[SettleItem, None] = Batcher(
-            self._flush_settles, key=lambda item: (item[0], item[1])
-        )
+        self._batches = Batches(self._conns, self._tables, keep)
         self._newest: BatchedReads[Fire | None] = self._reads(
             newest_fires, "the newest claim of {routine} is unreadable"
         )
@@ -143,47 +131,9 @@ class PostgresStore(Lifetime):
         its session), take them in the same transaction: the result's ``holds`` says which
         were. The claim itself is held by its ``replica`` (see :meth:`claims_alive`)."""
         check_name(routine)
-        return await self._claims.submit(
+        return await self._batches.claims.submit(
             (routine, truncate_ms(slot), truncate_ms(fired_at), replica, holds)
         )
-
-    async def _flush_claims(
-        self, entries: Sequence[Entry[ClaimItem, ClaimResult]]
-    ) -> list[Answer[ClaimResult]]:
-        items = [entry.item for entry in entries]
-        try:
-            results, settled = await self._conns.run(
-                f"could not claim {len(items)} slot(s)",
-                claim_batch,
-                self._tables,
-                self.keep,
-                items,
-                list(entries),
-            )
-        except CallFault as exc:
-            return [
-                Answer(error=exc.retold(f"could not claim slot {slot_name(slot)} of {routine!r}"))
-                for routine, slot, *_ in items
-            ]
-        except HolderGone:
-            gone = f"this replica's hold on {self._conns.where} is gone (its connection ended)"
-            return [
-                Answer(error=StateFault(f"could not claim slot {slot_name(slot)} of {r!r}: {gone}"))
-                for r, slot, *_ in items
-            ]
-        # A caller that gave up after the thread looked: its claim is settled from here.
-        late = [
-            entry.item
-            for entry, result, done in zip(entries, results, settled, strict=True)
-            if result.taken and entry.gave_up and not done
-        ]
-        if late:
-            with contextlib.suppress(StateFault):  # then the next boot's reconcile does it
-                await self._conns.run("could not settle late claims", self._late, late)
-        return [Answer(value=result) for result in results]
-
-    def _late(self, conn: Conn, _call: Call, late: list[ClaimItem]) -> None:
-        taken_too_late(conn, self._tables, late)
 
     async def settle(
         self,
@@ -202,33 +152,13 @@ class PostgresStore(Lifetime):
         reason = (error_text(error) or None) if error is not None else None
         kept = None if output is None else stored_output(output)  # no NUL: text refuses it
         try:
-            await self._settles.submit(
+            await self._batches.settles.submit(
                 (routine, truncate_ms(slot), outcome, rounded, if_unsettled, reason, kept, usage)
             )
         except StateFault as exc:
             log.warning("%s", exc)
             return False
         return True
-
-    async def _flush_settles(
-        self, entries: Sequence[Entry[SettleItem, None]]
-    ) -> list[Answer[None]]:
-        items = [entry.item for entry in entries]
-        try:
-            await self._conns.run(
-                f"could not record {len(items)} outcome(s)", settle_batch, self._tables, items
-            )
-        except CallFault as exc:
-            return [
-                Answer(
-                    error=exc.retold(
-                        f"{routine}: could not record the {outcome.value} outcome of slot "
-                        f"{slot_name(slot)}"
-                    )
-                )
-                for routine, slot, outcome, *_ in items
-            ]
-        return [Answer() for _ in items]
 
     async def latest_fire(self, routine: str) -> Fire | None:
         check_name(routine)
