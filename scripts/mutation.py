@@ -32,6 +32,7 @@ WORK = ROOT / ".mutation"
 WAKEUP_JOURNAL_TESTS = [
     "tests/test_wakeup_index.py",
     "tests/test_pinned_wakeupindex.py",
+    "tests/test_kept_wakeups.py",
     "tests/test_pinned_wakeupjournal.py",
     "tests/test_pinned_wakeuplog.py",
     "tests/test_pinned_wakeuplog_reads.py",

@@ -265,6 +265,15 @@ def check_stored(wakeup: Wakeup) -> Wakeup:
     Such an entry would raise inside every take (or its removal, which writes its id) and
     block each wake-up queued behind it.
     """
+    check_stored_text(wakeup)
+    problem = stored_cron_problem(wakeup)
+    if problem is not None:
+        raise ValueError(problem)
+    return wakeup
+
+
+def check_stored_text(wakeup: Wakeup) -> None:
+    """The text half of :func:`check_stored`: ``ValueError`` for a field no add makes."""
     fields = ("id", "session", "prompt", "cron", "tz")
     problem = _too_long(wakeup, fields)
     if problem is not None:
@@ -272,11 +281,15 @@ def check_stored(wakeup: Wakeup) -> Wakeup:
     for field in fields:
         if not storable(getattr(wakeup, field)):
             raise ValueError(f"the {field} is not storable text (a NUL, or not valid Unicode)")
-    if wakeup.cron is not None:
-        problem = cron_error(wakeup.cron, wakeup.tz, wakeup_seed(wakeup.session, wakeup.id))
-        if problem is not None:
-            raise ValueError(f"invalid cron/tz: {problem}")
-    return wakeup
+
+
+def stored_cron_problem(wakeup: Wakeup) -> str | None:
+    """The cron half of :func:`check_stored`: why a recurring entry's cron or zone does not
+    parse here (a zone this machine does not know, a newer version's cron), or None."""
+    if wakeup.cron is None:
+        return None
+    problem = cron_error(wakeup.cron, wakeup.tz, wakeup_seed(wakeup.session, wakeup.id))
+    return None if problem is None else f"invalid cron/tz: {problem}"
 
 
 def take_first_due(pending: Sequence[Wakeup], now: datetime) -> tuple[list[Wakeup], Wakeup | None]:

@@ -17,8 +17,14 @@ Each process keeps one :class:`WakeupIndex` per store and brings it up to date f
 The journal's entries are ``add`` (a new entry, with its order number), ``set`` (an entry
 changed in place) and ``del``. An entry that does not fit what the index holds (an ``add`` of an
 id already there, a ``set`` or ``del`` of one that is not) is damage: :meth:`apply` raises
-``ValueError`` and changes nothing. :meth:`inverse` gives the entries that put back what a
-change did, for a writer whose caller gave up before the change landed.
+``ValueError`` and changes nothing. A well-formed ``add`` or ``set`` of a wake-up this version
+cannot use (a zone this machine does not know, a cron or a field a newer version wrote) is
+no damage: it is kept as written (:meth:`apply` says why), never taken, listed or counted
+here, written again into every new generation in its place, and removed by its id. So a
+replica never loses an entry another one wrote, as PostgreSQL keeps such a row. Text no
+add makes (a NUL, a lone surrogate, a field too long) is damage still. :meth:`inverse` gives
+the entries that put back what a change did, for a writer whose caller gave up before the
+change landed.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from typing import Any
 
 from ...converter import wakeup_from_json, wakeup_to_json
 from ...records import Wakeup
-from ...wakeups import check_stored
+from ...wakeups import check_stored_text, storable, stored_cron_problem
 
 Op = dict[str, Any]
 
@@ -58,6 +64,8 @@ class WakeupIndex:
         self._due: list[tuple[int, str]] = []  # (n, id) found due up to _mark
         self._mark: datetime | None = None
         self.next_n = 1
+        #: Entries this version cannot use, as written: id -> (order number, the wake-up).
+        self._kept: dict[str, tuple[int, dict[str, Any]]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -74,7 +82,7 @@ class WakeupIndex:
         ops: list[Op] = []
         taken: set[str] = set()
         for wakeup in wakeups:
-            if wakeup.id in self._entries or wakeup.id in taken:
+            if wakeup.id in self._entries or wakeup.id in self._kept or wakeup.id in taken:
                 continue
             taken.add(wakeup.id)
             ops.append(add_op(wakeup, self.next_n + len(ops)))
@@ -90,37 +98,86 @@ class WakeupIndex:
 
     # -- changes -----------------------------------------------------------------------------
 
-    def apply(self, op: Any) -> None:
-        """Make one journal entry's change; ``ValueError`` (nothing changed) when it is damage."""
+    def apply(self, op: Any) -> str | None:
+        """Make one journal entry's change; ``ValueError`` (nothing changed) when it is damage.
+        Returns which wake-up it adds or sets is kept unused, and why, when one is (None:
+        used)."""
         if not isinstance(op, dict):
             raise ValueError("a journal entry must be an object")
         kind = op.get("op")
         if kind == "del":
             wakeup_id = op.get("id")
+            if isinstance(wakeup_id, str) and self._kept.pop(wakeup_id, None) is not None:
+                return None
             if not isinstance(wakeup_id, str) or wakeup_id not in self._entries:
                 raise ValueError(f"del of a wake-up not pending: {wakeup_id!r}")
             self._drop(wakeup_id)
-            return
+            return None
         if kind not in ("add", "set"):
             raise ValueError(f"unknown journal entry {kind!r}")
+        raw = op.get("wakeup")
+        wakeup_id, session = _named(raw)
         try:
-            wakeup = check_stored(wakeup_from_json(op.get("wakeup")))
-        except TypeError as exc:
-            raise ValueError(str(exc)) from None
-        if kind == "set":
-            if wakeup.id not in self._entries:
-                raise ValueError(f"set of a wake-up not pending: {wakeup.id!r}")
-            if self._entries[wakeup.id].session != wakeup.session:
-                raise ValueError(f"set of wake-up {wakeup.id!r} moves it to another session")
-            self._entries[wakeup.id] = wakeup  # in place: keeps its stored order
-            self._push(wakeup, self._order[wakeup.id])
-            return
+            wakeup = wakeup_from_json(raw)
+        except (ValueError, TypeError) as exc:  # a shape this version does not know
+            unusable: str | None = str(exc)
+        else:
+            check_stored_text(wakeup)  # damage: text no add makes
+            unusable = stored_cron_problem(wakeup)
+        n = self._add_order(op, wakeup_id) if kind == "add" else self._set_order(wakeup_id, session)
+        if unusable is not None:  # well-formed, but not usable by this version
+            if wakeup_id in self._entries:
+                self._drop(wakeup_id)
+            self._kept[wakeup_id] = (n, op["wakeup"])
+            self.next_n = max(self.next_n, n + 1)
+            return (
+                f"wake-up {wakeup_id} of session {session!r} cannot be used by this version "
+                f"({unusable})"
+            )
+        self._kept.pop(wakeup_id, None)
+        if wakeup_id in self._entries:
+            self._entries[wakeup_id] = wakeup  # in place: keeps its stored order
+            self._push(wakeup, n)
+        else:
+            self.insert(wakeup, n)
+        return None
+
+    def _add_order(self, op: Op, wakeup_id: str) -> int:
+        """The order number an ``add`` gives ``wakeup_id``; ``ValueError`` when it is damage."""
         n = op.get("n")
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"add of wake-up {wakeup.id!r} without a valid order number")
-        if wakeup.id in self._entries:
-            raise ValueError(f"add of a wake-up already pending: {wakeup.id!r}")
-        self.insert(wakeup, n)
+            raise ValueError(f"add of wake-up {wakeup_id!r} without a valid order number")
+        if wakeup_id in self._entries or wakeup_id in self._kept:
+            raise ValueError(f"add of a wake-up already pending: {wakeup_id!r}")
+        return n
+
+    def _set_order(self, wakeup_id: str, session: str) -> int:
+        """The order number a ``set`` of ``wakeup_id`` keeps; ``ValueError`` when it is damage
+        (not pending, or moved to another session)."""
+        if wakeup_id in self._kept:
+            n, raw = self._kept[wakeup_id]
+            before = raw["session"]
+        elif wakeup_id in self._entries:
+            n, before = self._order[wakeup_id], self._entries[wakeup_id].session
+        else:
+            raise ValueError(f"set of a wake-up not pending: {wakeup_id!r}")
+        if before != session:
+            raise ValueError(f"set of wake-up {wakeup_id!r} moves it to another session")
+        return n
+
+    def kept_session(self, wakeup_id: str) -> str | None:
+        """The session of ``wakeup_id`` when it is kept unused here (None: it is not)."""
+        found = self._kept.get(wakeup_id)
+        return None if found is None else found[1]["session"]
+
+    def stored(self) -> list[Op]:
+        """Every entry as an ``add`` of a new generation, in stored order: the pending ones
+        and those kept unused, as written."""
+        ops = [add_op(wakeup, self._order[wakeup.id]) for wakeup in self._entries.values()]
+        if self._kept:
+            ops += [{"op": "add", "n": n, "wakeup": raw} for n, raw in self._kept.values()]
+            ops.sort(key=lambda op: op["n"])
+        return ops
 
     def insert(self, wakeup: Wakeup, n: int) -> None:
         """Hold ``wakeup`` (not pending yet) at order number ``n``."""
@@ -212,6 +269,11 @@ class WakeupIndex:
         state: dict[str, tuple[Wakeup, int] | None] = {}
         undo: list[Op] = []
         for op in ops:
+            if op["op"] == "del" and op["id"] in self._kept and op["id"] not in state:
+                n, raw = self._kept[op["id"]]  # a kept entry removed: written back as it was
+                undo.append({"op": "add", "n": n, "wakeup": raw})
+                state[op["id"]] = None
+                continue
             wakeup = None if op["op"] == "del" else wakeup_from_json(op["wakeup"])
             wakeup_id = op["id"] if wakeup is None else wakeup.id
             if wakeup_id not in state:
@@ -238,3 +300,17 @@ def op_ids(ops: list[Op]) -> str:
     """The ids of the wake-ups ``ops`` change, for a message."""
     ids = {op["id"] if op["op"] == "del" else op["wakeup"]["id"] for op in ops}
     return ", ".join(sorted(ids))
+
+
+def _named(raw: Any) -> tuple[str, str]:
+    """The id and session of a journal entry's wake-up; ``ValueError`` when it names none
+    (damage: an entry that cannot be removed by its id is not kept)."""
+    if not isinstance(raw, dict):
+        raise ValueError("a wake-up entry must be an object")
+    wakeup_id, session = raw.get("id"), raw.get("session")
+    if not isinstance(wakeup_id, str) or not wakeup_id or not isinstance(session, str):
+        raise ValueError(f"a wake-up entry without an id and a session: {wakeup_id!r}")
+    for field, text in (("id", wakeup_id), ("session", session)):
+        if not storable(text):
+            raise ValueError(f"the {field} is not storable text (a NUL, or not valid Unicode)")
+    return wakeup_id, session

@@ -15,7 +15,9 @@ poll with nothing due neither reads nor parses. A change is made under the write
    and a change whose caller left is undone (appended inverted) or warned about.
 
 A line that is not a valid change is damage: warned about once by each process that reads it,
-stepped over, and kept aside with the journal as found when the next writer compacts it.
+stepped over, and kept aside with the journal as found when the next writer compacts it. A
+wake-up this version cannot use (wakeupindex.py) is no damage: warned about likewise, it is
+kept in the journal as written.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from ..abandon import Handoff
 from ..safefile import Refused, Shared, describe, open_dirs
 from .wakeupfile import WakeupFile, unreadable_state
 from .wakeupindex import Op, WakeupIndex, op_ids
-from .wakeupjournal import MAX_LINE, Journal, generation_of, line, snapshot
+from .wakeupjournal import MAX_LINE, Journal, generation_of, header, line
 
 log = logging.getLogger("trio_routines")
 T = TypeVar("T")
@@ -150,7 +152,7 @@ class WakeupLog:
             op = loads(raw.decode("utf-8"))
             if at == 0 and isinstance(op, dict) and op.get("op") == "gen":
                 return
-            self.index.apply(op)
+            unusable = self.index.apply(op)
         except (ValueError, TypeError) as exc:  # not UTF-8, not JSON, or no valid change
             self._damaged = True
             log.warning(
@@ -161,6 +163,9 @@ class WakeupLog:
                 exc,
                 raw[:200].decode("utf-8", "replace"),
             )
+            return
+        if unusable is not None:
+            log.warning("%s: kept as written in %s, never fired here", unusable, self.path)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -287,7 +292,8 @@ class WakeupLog:
 
     def _new_generation(self, directory: int) -> int:
         """Write the index as a new generation; the new journal, open for appending."""
-        data = snapshot((w, self.index.order_of(w.id)) for w in self.index)
+        ops = self.index.stored()
+        data = header() + b"".join(line(op) for op in ops)
         first = generation_of(data)
         self._io(lambda: self.journal.write_generation(directory, data))
         try:
@@ -307,7 +313,7 @@ class WakeupLog:
         self._forget(first, inode)
         self.index = index
         self._offset = self._size = len(data)
-        self._lines = len(index) + 1
+        self._lines = len(ops) + 1
         return fd
 
     def _write(self, fd: int, ops: list[Op]) -> None:

@@ -150,8 +150,10 @@ class Wakeups:
     async def remove_wakeup(self, wakeup_id: str, session: str | None = None) -> bool:
         def plan(index: WakeupIndex) -> tuple[list[Op], bool]:
             held = index.get(wakeup_id)
-            if held is None:
-                return [], False
+            if held is None:  # kept unused here (a newer version's, a zone unknown here)?
+                kept = index.kept_session(wakeup_id)
+                removed = kept is not None and session in (None, kept)
+                return ([del_op(wakeup_id)] if removed else []), removed
             _, removed = remove([held], wakeup_id, session)
             return ([del_op(wakeup_id)] if removed else []), removed
 
