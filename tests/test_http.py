@@ -393,7 +393,9 @@ async def test_run_without_wait_is_202_and_a_busy_session_is_not_run() -> None:
         busy = await server.call("POST", "/run", {"name": "adhoc"})
         assert busy.status == 200
         assert busy.json["ran"] is False
-        assert busy.json["reason"] == 'the previous turn of "adhoc" is still running'
+        assert busy.json["reason"] == (
+            'another turn in the session of "adhoc" is still running (its last, a run or a wake-up)'
+        )
         busy_now = await server.call("POST", "/run", {"name": "adhoc", "wait": False})
         assert busy_now.status == 200
         assert busy_now.json["ran"] is False

@@ -263,7 +263,9 @@ async def test_run_refusals_and_a_busy_session_whole(autojump_clock: Any) -> Non
             202,
             {"name": "adhoc", "session": "routine:adhoc", "started": True},
         )
-        busy = 'the previous turn of "adhoc" is still running'
+        busy = (
+            'another turn in the session of "adhoc" is still running (its last, a run or a wake-up)'
+        )
         now = await api.run(scheduler, {"name": "adhoc", "wait": False})
         assert (now.status, now.body) == (
             200,
@@ -285,7 +287,7 @@ async def test_run_refusals_and_a_busy_session_whole(autojump_clock: Any) -> Non
 
 
 async def test_a_run_the_agent_says_busy_answers_with_the_agents_words(autojump_clock: Any) -> None:
-    # It said "the previous turn of "adhoc" is still running" alone, where none of ours ran.
+    # It said "another turn in the session … is still running" alone, where none of ours ran.
     scheduler = adhoc_answering(Busy())
     async with trio.open_nursery() as nursery:
         await started(scheduler, nursery)

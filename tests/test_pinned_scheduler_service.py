@@ -380,7 +380,8 @@ async def test_an_unknown_routine_is_named_cut_short_with_the_others(autojump_cl
 
 def test_the_busy_reason_names_at_most_64_characters_of_the_routine() -> None:
     assert busy_reason("y" * 70) == (
-        f'the previous turn of "{"y" * 64}" is still running — this occurrence is skipped, '
+        f'another turn in the session of "{"y" * 64}" is still running (its last, a run or a '
+        "wake-up) — this occurrence is skipped, "
         "the next fires per cron"
     )
     assert busy_reason("y" * 70, "done already", on_cron=False) == (

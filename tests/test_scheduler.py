@@ -957,7 +957,8 @@ async def test_a_fire_refused_by_our_own_turn_of_its_session_stores_no_reason(
         result = await rig.scheduler.fire("hourly", at(10))
     assert (result.outcome, result.failed) == (Outcome.SKIPPED, None)
     assert result.reason == (
-        'the previous turn of "hourly" is still running — this occurrence is skipped, '
+        'another turn in the session of "hourly" is still running (its last, a run or a '
+        "wake-up) — this occurrence is skipped, "
         "the next fires per cron"
     )
     fires = {f.slot: (f.outcome, f.error) for f in await rig.store.history("hourly")}

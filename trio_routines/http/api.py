@@ -100,7 +100,10 @@ def _run_body(routine: Routine, name: str, turn: TurnResult) -> dict[str, Any]:
 
 
 def _busy_reason(name: str) -> str:
-    return f"the previous turn of {quoted(name)} is still running"
+    return (
+        f"another turn in the session of {quoted(name)} is still running (its last, a run or "
+        "a wake-up)"
+    )
 
 
 def _agent_busy(name: str) -> str:

@@ -155,7 +155,10 @@ def busy_reason(name: str, said: str | None = None, *, on_cron: bool = True) -> 
     ``on_cron``: whether the routine has a cron, whose next slot fires (one without fires only
     when a caller asks again)."""
     if said is None:  # our own hold: a turn of its session runs (on some replica)
-        reason = f'the previous turn of "{name[:64]}" is still running — this occurrence is skipped'
+        reason = (
+            f'another turn in the session of "{name[:64]}" is still running (its last, a run '
+            "or a wake-up) — this occurrence is skipped"
+        )
     else:  # the agent's answer, which may mean it ran this slot already: its words say
         reason = f'the agent answered busy for "{name[:64]}" — this occurrence is skipped'
     if on_cron:
