@@ -345,7 +345,8 @@ def test_a_runtime_that_stops_running_has_its_command_ended_and_says_why(
             runtime.wait()
     assert out.decode().strip() == (
         "failed this process did not run for over 2s (stopped, or starved of the processor), "
-        "so the command was ended: another replica may have started its session's next turn"
+        "so the command was ended: on PostgreSQL, another replica may have started its "
+        "session's next turn meanwhile"
     )
 
 
@@ -420,7 +421,8 @@ async def test_a_command_its_supervisor_ended_for_want_of_pulses_says_why(
     assert events == [
         Failed(
             "this process did not run for over 0.5s (stopped, or starved of the processor), "
-            "so the command was ended: another replica may have started its session's next turn"
+            "so the command was ended: on PostgreSQL, another replica may have started its "
+            "session's next turn meanwhile"
         )
     ]
     held = unpulsed.asked[0][1]

@@ -86,7 +86,8 @@ RELEASE = b"r"  # lifeline.RELEASE (that script imports nothing of ours)
 #: A command its supervisor ended because this process did not run (pulses.py).
 _STOPPED = (
     "this process did not run for over {:g}s (stopped, or starved of the processor), so the "
-    "command was ended: another replica may have started its session's next turn"
+    "command was ended: on PostgreSQL, another replica may have started its session's next "
+    "turn meanwhile"
 )
 
 
