@@ -629,6 +629,11 @@ def test_leading_zeros_and_large_steps_stay_valid() -> None:
         ("/etc/localtime", 'unknown time zone "/etc/localtime"'),
         ("utc", 'unknown time zone "utc"'),
         ("localtime", 'time zone "localtime" is the host zone; name an IANA zone instead'),
+        (  # a file of the zone data that newer releases of it no longer ship
+            "posixrules",
+            'time zone "posixrules" is the zone data\'s default rules, not a zone; name an IANA '
+            "zone instead (it is America/New_York's rules where it is still shipped)",
+        ),
         (  # zoneinfo reads its leap seconds as offsets: 09:00 in December came at 07:00Z
             "right/Europe/Berlin",
             'time zone "right/Europe/Berlin" counts leap seconds, which cron time does not; '

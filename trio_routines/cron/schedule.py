@@ -37,6 +37,11 @@ def _zone(tz: str | None) -> ZoneInfo:
         return ZoneInfo("UTC")
     if tz == "localtime":
         raise InvalidCron('time zone "localtime" is the host zone; name an IANA zone instead')
+    if tz.lower() == "posixrules":  # a file of the zone data, gone from newer releases of it
+        raise InvalidCron(
+            'time zone "posixrules" is the zone data\'s default rules, not a zone; name an '
+            "IANA zone instead (it is America/New_York's rules where it is still shipped)"
+        )
     if tz.lower().startswith("right/"):  # zoneinfo reads their leap seconds as offsets
         raise InvalidCron(
             f"time zone {_quote(tz)} counts leap seconds, which cron time does not; "
