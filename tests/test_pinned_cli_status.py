@@ -647,3 +647,36 @@ async def test_list_from_a_server_shows_its_wakeups_as_it_sent_them(
     assert lines[4].split()[:2] == ["w1", "chat"]
     assert "1 in, 2 out" in lines[4]
     assert (len(lines), err) == (5, "")
+
+
+@pytest.mark.usefixtures("ascii_strip")
+async def test_unreadable_wake_ups_are_said_and_the_routines_still_shown(
+    env: Env, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # They ended `list` and `status` whole: a journal that could not be read hid every routine.
+    monkeypatch.delenv("TRIO_ROUTINES_URL", raising=False)
+    env.state.mkdir()  # a state there (else that is said first)
+    env.routine("adhoc")
+    store = MemoryStore()
+    store.fail("list_wakeups", StateFault("the journal is torn"))
+    on_store(monkeypatch, store)
+    said = "the pending wake-ups are unreadable — the journal is torn\n"
+    for command in ("list", "status"):
+        run = cmd_list if command == "list" else cmd_status
+        assert await run(parsed(env, command)) == 0
+        out, err = capsys.readouterr()
+        assert out.splitlines()[:4] == [
+            "ROUTINE  NEXT  LEFT  LAST  RECENT  SCHEDULE",
+            "adhoc    -     -     -     -       on demand",
+            "",
+            "(the pending wake-ups are unreadable)",
+        ]
+        assert err == said
+        assert await run(parsed(env, command, "--json")) == 0
+        out, err = capsys.readouterr()
+        assert json.loads(out)["wakeups"] is None  # unreadable: not none pending
+        assert [r["name"] for r in json.loads(out)["routines"]] == ["adhoc"]
+        assert err == said
+    (env.routines / "adhoc.md").unlink()  # not "nothing scheduled": it may not be so
+    assert await cmd_list(parsed(env, "list")) == 0
+    assert capsys.readouterr() == ("(no routines)\n\n(the pending wake-ups are unreadable)\n", said)

@@ -239,16 +239,25 @@ def in_flight_line(flight: InFlight | None) -> str:
 
 async def _view(
     args: argparse.Namespace,
-) -> tuple[list[RoutineRow], list[Wakeup], datetime, dict[str, Spent]]:
+) -> tuple[list[RoutineRow], list[Wakeup] | None, datetime, dict[str, Spent]]:
+    """The routines' rows and the pending wake-ups (None: unreadable, said on stderr: the
+    routines are shown all the same, as a routine whose claims are unreadable is)."""
     result = await load(args.routines, report=True)
     state = state_arg(args)
     await say_if_no_state(state)
     asked = StoreDeadline(state)
     async with open_state(state) as store:
-        wakeups = await asked("reading the pending wake-ups", store.list_wakeups())
+        wakeups: list[Wakeup] | None
+        try:
+            wakeups = await asked("reading the pending wake-ups", store.list_wakeups())
+        except StateFault as exc:
+            say(f"the pending wake-ups are unreadable — {exc}")
+            wakeups = None
         now = datetime.now(UTC)
         rows = await routine_rows(store, result.routines, now, asked)
-        spent = await asked("reading what the sessions spent", session_spent(store, wakeups, now))
+        spent = await asked(
+            "reading what the sessions spent", session_spent(store, wakeups or [], now)
+        )
     for row in rows:
         if row.problem is not None:
             say(f"{row.routine.name}: its claims are unreadable — {row.problem}")
@@ -257,17 +266,19 @@ async def _view(
 
 async def cmd_list(args: argparse.Namespace) -> int:
     server = Server.from_args(args)
+    wakeups: list[Wakeup] | None
+    shown_wakeups: list[dict[str, Any]] | None
     if server is not None:
         served = await served_view(server)
         rows, wakeups, now = served.rows, served.wakeups, served.now
         shown_wakeups, spent = served.wakeups_json, served.session_spent
     else:
         rows, wakeups, now, spent = await _view(args)
-        shown_wakeups = [wakeup_json(w, spent) for w in wakeups]
+        shown_wakeups = None if wakeups is None else [wakeup_json(w, spent) for w in wakeups]
     if args.json:
         print_json({"routines": [routine_json(row) for row in rows], "wakeups": shown_wakeups})
         return 0
-    if not rows and not wakeups:
+    if not rows and wakeups == []:
         where = server.url if server is not None else f"state: {state_label(state_arg(args))}"
         routines = "" if server is not None else f" in {args.routines}"
         say(f"nothing scheduled — no routines{routines}, no pending wake-ups ({where})")
@@ -278,6 +289,8 @@ async def cmd_list(args: argparse.Namespace) -> int:
 
 async def cmd_status(args: argparse.Namespace) -> int:
     server = Server.from_args(args)
+    wakeups: list[Wakeup] | None
+    shown_wakeups: list[dict[str, Any]] | None
     flight: InFlight | None = None
     if server is not None:
         # Everything from the server: no routines directory or state needed here.
@@ -289,7 +302,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
         flight = InFlight(server.url, count, served.running, stopping)
     else:
         rows, wakeups, now, spent = await _view(args)
-        shown_wakeups = [wakeup_json(w, spent) for w in wakeups]
+        shown_wakeups = None if wakeups is None else [wakeup_json(w, spent) for w in wakeups]
         members = await _live_replicas(args)
     if args.json:
         asked: dict[str, Any] | None = None
@@ -357,12 +370,15 @@ def replica_lines(members: Sequence[ReplicaInfo], now: datetime) -> list[str]:
 
 def _print_tables(
     rows: Sequence[RoutineRow],
-    wakeups: Sequence[Wakeup],
+    wakeups: Sequence[Wakeup] | None,
     now: datetime,
     spent: Mapping[str, Spent],
 ) -> None:
     for line in routine_lines(rows, now) if rows else ["(no routines)"]:
         print_line(line)
     print_line()
+    if wakeups is None:
+        print_line("(the pending wake-ups are unreadable)")
+        return
     for line in wakeup_lines(wakeups, now, spent) if wakeups else ["(no pending wake-ups)"]:
         print_line(line)
