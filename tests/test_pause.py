@@ -195,6 +195,32 @@ async def test_a_resume_stamped_ahead_of_the_read_holds_the_slot_by_a_second_at_
     assert [f.slot for f in await store.history("hourly")] == fired
 
 
+@pytest.mark.parametrize("jump", [timedelta(seconds=1), timedelta(seconds=30)])
+@pytest.mark.parametrize("claimed", [True, False], ids=["run-elsewhere", "run-nowhere"])
+async def test_a_replica_that_finds_a_slot_paused_late_records_no_gap_for_one_run_elsewhere(
+    autojump_clock: Any, claimed: bool, jump: timedelta
+) -> None:
+    # Another replica ran 11:00 in time; the routine was paused after it, while this replica
+    # was held up. Coming to 11:00 late, it finds the pause: it runs nothing, and records no
+    # paused gap for a slot that ran (history showed the run and the gap for one slot).
+    store = MemoryStore()
+
+    async def meanwhile() -> None:
+        if claimed:
+            await store.claim("hourly", at(11), at(11))
+            await store.settle("hourly", at(11), Outcome.COMPLETED, 5)
+        await store.set_paused("hourly", True)
+
+    agent = await held_up_at_eleven(store, meanwhile, at(12, 30), jump)  # 1 s late, or 20
+    assert agent.turns == []
+    assert [f.slot for f in await store.history("hourly")] == ([at(11)] if claimed else [])
+    assert await store.gaps("hourly") == (
+        [Gap(at(12), at(12), 1, GapReason.PAUSED)]
+        if claimed
+        else [Gap(at(11), at(12), 2, GapReason.PAUSED)]
+    )
+
+
 async def test_a_late_read_whose_resume_cannot_be_read_claims_nothing_and_says_why(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
