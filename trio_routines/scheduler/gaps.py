@@ -23,7 +23,7 @@ from ..routines import Routine
 from ..store import ArmedRecords, GapRecords, Store
 from .calls import StoreCalls
 from .foreach import for_each
-from .state import LATE_READ, FireResult, Runtime, log
+from .state import FireResult, Runtime, log
 
 _MS = timedelta(milliseconds=1)
 
@@ -254,8 +254,8 @@ class GapRecording:
         A claimed slot: those during its turn, passed over by the turn (``overlap``) -- less
         any another replica claimed meanwhile; those between it and the fire's start (a late
         fire's, ``caught-up``) were recorded before the turn (:meth:`before_turn`). A paused one:
-        it and any passed since (``paused``), extending the gap of the slot before it; found
-        paused a second or more after the slot, less those another replica claimed in time.
+        it and any passed since (``paused``), extending the gap of the slot before it, less
+        those another replica claimed in time (the pause came after it had read).
         Duplicates and stale slots are another scheduler's to account for.
         """
         assert routine.cron is not None
@@ -268,13 +268,12 @@ class GapRecording:
                 await self.record_gap(name, passed_over(cron, tz, name, after, now, overlap.reason))
             return None
         if result.reason == "paused":
-            after = due - _MS
-            if started - due >= LATE_READ:
-                # Found paused a while after its slot (this replica stalled): another replica
-                # may have claimed it in time, before the pause. Those slots are its to record.
-                after = await self.after_claims(name, after)
-                if after >= due:
-                    paused_tail = None  # a claim between: the next gap extends none before it
+            # Found paused after its slot (this replica stalled, or the pause came as the
+            # slot did): another replica may have claimed it in time, before the pause. Such
+            # slots are its to record.
+            after = await self.after_claims(name, due - _MS)
+            if after >= due:
+                paused_tail = None  # a claim between: the next gap extends none before it
             paused = passed_over(cron, tz, name, after, max(now, due), GapReason.PAUSED)
             await self.record_gap(name, paused, extends=paused_tail)
             return paused.last if paused is not None else paused_tail
