@@ -27,7 +27,6 @@ if typing.TYPE_CHECKING:  # imported on first use (below): `import trio_routines
     from .errors import InvalidOption as InvalidOption
     from .errors import InvalidRoutine as InvalidRoutine
     from .errors import InvalidWakeup as InvalidWakeup
-    from .errors import SchemaFault as SchemaFault
     from .errors import StateFault as StateFault
     from .errors import TrioRoutinesError as TrioRoutinesError
     from .errors import Unconfirmed as Unconfirmed
@@ -84,7 +83,6 @@ _LAZY = {
     "InvalidOption": ".errors",
     "InvalidRoutine": ".errors",
     "InvalidWakeup": ".errors",
-    "SchemaFault": ".errors",
     "StateFault": ".errors",
     "TrioRoutinesError": ".errors",
     "Unconfirmed": ".errors",

@@ -37,13 +37,6 @@ class StateFault(TrioRoutinesError, OSError):
     """
 
 
-class SchemaFault(StateFault):
-    """A PostgreSQL store whose tables this version may not use: none yet where it may not
-    create them, of another version, or with no schema to be kept in. Every call fails alike
-    until ``migrate`` (or an upgrade) is run, so a command that shows what it can read of a
-    store stops at this one."""
-
-
 class Unconfirmed(StateFault):
     """A change cut off after it may have been made: its commit had been sent when the answer
     failed to come (a PostgreSQL server whose commits stall, an answer lost on the way), so

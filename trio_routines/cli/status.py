@@ -25,7 +25,7 @@ import trio
 
 from ..claims import arm_from
 from ..cron import next_run
-from ..errors import SchemaFault, StateFault
+from ..errors import StateFault
 from ..history import day_spent, failing_streak, running_slots
 from ..instants import format_iso
 from ..ledger import Spent, describe_spent, spent_to_json
@@ -251,8 +251,6 @@ async def _view(
         try:
             wakeups = await asked("reading the pending wake-ups", store.list_wakeups())
         except StateFault as exc:
-            if isinstance(exc, SchemaFault):  # no read of this store can be made
-                raise
             say(f"the pending wake-ups are unreadable — {exc}")
             wakeups = None
         now = datetime.now(UTC)

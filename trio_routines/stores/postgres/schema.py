@@ -26,7 +26,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg import sql
 
-from ...errors import SchemaFault
+from ...errors import StateFault
 from .. import check_migrate
 
 SCHEMA_VERSION = 13
@@ -243,13 +243,13 @@ class Schema:
             # a migration would fail on it too: say what to do first.
             row = conn.execute("SHOW search_path").fetchone()
             path = str(row[0]) if row else ""
-            raise SchemaFault(
+            raise StateFault(
                 f"the PostgreSQL state {where} has no schema to keep its tables in: no schema "
                 f"its search_path names ({path[:80]}) exists, or this role may use — create it "
                 "first (CREATE SCHEMA, or GRANT USAGE), then run `python -m trio_routines migrate`"
             )
         if self.migrates == "never" or (self.migrates == "create" and current):
-            raise SchemaFault(
+            raise StateFault(
                 f"the PostgreSQL state {where} has {has}; this trio_routines uses version "
                 f"{SCHEMA_VERSION} — {MIGRATE_HINT}"
             )
@@ -261,14 +261,14 @@ class Schema:
                 if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction)
                 else "this role may not create or alter them"
             )
-            raise SchemaFault(
+            raise StateFault(
                 f"the PostgreSQL state {where} has {has} and needs version {SCHEMA_VERSION}, "
                 f"but {why} ({_primary(exc)}) — connect once with a role that can write, "
                 "which migrates it"
             ) from None
 
     def _usable_newer(self, conn: psycopg.Connection[Any], current: int, where: str) -> bool:
-        """Whether a database newer than this code still allows it (else a SchemaFault)."""
+        """Whether a database newer than this code still allows it (else a StateFault)."""
         if current <= SCHEMA_VERSION:
             return False
         row = conn.execute(
@@ -299,7 +299,7 @@ class Schema:
         return self._recorded(conn, row[0] if row else None)
 
     def _recorded(self, conn: psycopg.Connection[Any], value: object) -> int:
-        """The version read from the version table (none: 0); a SchemaFault when the table
+        """The version read from the version table (none: 0); a StateFault when the table
         holds no version of ours (a table of that name made by hand, of another shape)."""
         if value is None:
             return 0
@@ -307,7 +307,7 @@ class Schema:
             return value
         table = self._names["version"].as_string(conn)
         shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "…"
-        raise SchemaFault(
+        raise StateFault(
             f"the version table {table} holds {shown}, which is no schema version of "
             "trio_routines: the table is not its own — restore it, or use another schema"
         )
@@ -344,7 +344,7 @@ class Schema:
 
 def _refuse_newer(current: int, where: str) -> None:
     if current > SCHEMA_VERSION:
-        raise SchemaFault(
+        raise StateFault(
             f"the PostgreSQL state {where} has schema version {current}, newer "
             f"than this trio_routines understands ({SCHEMA_VERSION}) and not usable by it — "
             "upgrade it"
