@@ -680,3 +680,9 @@ async def test_unreadable_wake_ups_are_said_and_the_routines_still_shown(
     (env.routines / "adhoc.md").unlink()  # not "nothing scheduled": it may not be so
     assert await cmd_list(parsed(env, "list")) == 0
     assert capsys.readouterr() == ("(no routines)\n\n(the pending wake-ups are unreadable)\n", said)
+    # A store that answers no read (not reached, no tables yet) ends the command in one line.
+    store.fail("paused", StateFault("no connection"))
+    for run in (cmd_list, cmd_status):
+        with pytest.raises(StateFault, match=r"^the journal is torn$"):
+            await run(parsed(env, "list"))
+    assert capsys.readouterr() == ("", "")

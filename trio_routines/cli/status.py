@@ -251,6 +251,13 @@ async def _view(
         try:
             wakeups = await asked("reading the pending wake-ups", store.list_wakeups())
         except StateFault as exc:
+            # The store answers other reads (the paused routines, say): the wake-ups alone are
+            # unreadable, and the routines are shown. Else the whole store is (not reached, no
+            # tables yet): one line, as every command that cannot read its store says.
+            try:
+                await asked("reading the paused routines", store.paused())
+            except StateFault:
+                raise exc from None
             say(f"the pending wake-ups are unreadable — {exc}")
             wakeups = None
         now = datetime.now(UTC)
