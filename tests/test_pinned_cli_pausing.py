@@ -90,7 +90,13 @@ def test_pause_then_resume_on_the_state_say_so_and_record_when(env: Env) -> None
 
 
 @pytest.mark.parametrize(
-    ("name", "shown"), [("sp ace", "'sp ace'"), ("it's", "'it'\"'\"'s'"), ("plain", "plain")]
+    ("name", "shown"),
+    [
+        ("sp ace", "'sp ace'"),
+        ("it's", "'it'\"'\"'s'"),
+        ("plain", "plain"),
+        ("-dash", "-- -dash"),  # else read as an option: `resume -dash` asked for a NAME
+    ],
 )
 def test_the_resume_a_pause_names_is_a_command_a_shell_reads_back(
     env: Env, name: str, shown: str
@@ -98,11 +104,13 @@ def test_the_resume_a_pause_names_is_a_command_a_shell_reads_back(
     # `resume sp ace`, copied as printed, resumed nothing: two words.
     env.state.mkdir()
     env.routine(name)
-    done = env.run_cli("pause", name)
+    where = ["--state", str(env.state), "--routines", str(env.routines)]
+    done = in_process(["pause", *where, "--", name], cwd=env.root, environ=env.environ())
     assert done.stdout == (
         f"{name} paused — no scheduler on this state claims its slots until `resume {shown}`\n"
     )
-    assert env.run_cli("resume", *shlex.split(shown)).returncode == 0
+    resume = ["resume", *where, *shlex.split(shown)]  # as printed, after the options
+    assert in_process(resume, cwd=env.root, environ=env.environ()).returncode == 0
     assert paused(env) == frozenset()
 
 

@@ -64,6 +64,9 @@ def test_the_cancel_command_is_one_shell_word_whatever_the_session() -> None:
     ]:
         line = added_line(Wakeup(id="w1", session=session, prompt="p", fire_at=FIRE_AT))
         assert line.endswith(f"unwake w1 --session {word}")
+    # A session that begins with a dash would be read as an option: `--session=-x`.
+    line = added_line(Wakeup(id="w1", session="-x", prompt="p", fire_at=FIRE_AT))
+    assert line.endswith("unwake w1 --session=-x")
 
 
 def test_a_one_shot_is_stored_from_now_said_and_cancelled(env: Env) -> None:

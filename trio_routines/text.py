@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from typing import Any
 
 ERROR_LIMIT = 1024  # bytes of UTF-8: how much of a failure reason is stored
@@ -121,3 +122,27 @@ def error_text(text: str) -> str:
     Applying it twice changes nothing, so a stored reason read back is kept as it is.
     """
     return clipped(shown(text), ERROR_LIMIT)
+
+
+def shell_word(text: str) -> str:
+    """``text`` as one word a POSIX shell reads back as it is: single-quoted, or, when it holds
+    a control character or a backslash, in bash's ``$'…'`` with them escaped (never a raw
+    line break or escape sequence on the terminal)."""
+    if name_shown(text) == text:
+        return shlex.quote(text)
+    return "$'" + name_shown(text).replace("'", "\\'") + "'"
+
+
+def shell_name(name: str) -> str:
+    """A routine's name as the last words of a printed command: :func:`shell_word`, after
+    ``--`` when it begins with a dash (``resume -- -daily``), which the command would read as
+    an option otherwise."""
+    word = shell_word(name)
+    return f"-- {word}" if name.startswith("-") else word
+
+
+def shell_option(flag: str, value: str) -> str:
+    """``flag value`` as printed in a command: ``flag=value`` when the value begins with a
+    dash (``--session=-x``), which the command would read as an option otherwise."""
+    word = shell_word(value)
+    return f"{flag}={word}" if value.startswith("-") else f"{flag} {word}"

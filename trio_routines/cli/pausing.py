@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 from datetime import UTC, datetime
 
+from ..text import shell_name
 from .client import Server, path_part
 from .output import (
     NOT_CONFIRMED,
@@ -24,7 +24,7 @@ def _paused_line(name: str) -> str:
     # The name as a shell reads it back: `resume sp ace`, copied as printed, failed.
     return (
         f"{name} paused — no scheduler on this state claims its slots until "
-        f"`resume {shlex.quote(name)}`"
+        f"`resume {shell_name(name)}`"
     )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -14,7 +13,7 @@ from ..converter import wakeup_from_json, wakeup_to_json
 from ..errors import InvalidWakeup
 from ..instants import format_iso
 from ..records import Origin, OriginKind, Wakeup
-from ..text import name_shown
+from ..text import shell_option
 from ..wakeups import WakeupRequest, plan_add
 from ..wakeuptexts import when_text
 from .client import Server, path_part, query
@@ -39,17 +38,8 @@ def added_line(wakeup: Wakeup) -> str:
     return (
         f"wake-up {wakeup.id} {when_text(wakeup)} for session {quoted(wakeup.session)} — "
         "cancel with: "
-        f"unwake {wakeup.id} --session {shell_word(wakeup.session)}"
+        f"unwake {wakeup.id} {shell_option('--session', wakeup.session)}"
     )
-
-
-def shell_word(text: str) -> str:
-    """``text`` as one word a POSIX shell reads back as it is: single-quoted, or, when it holds
-    a control character or a backslash, in bash's ``$'…'`` with them escaped (never a raw
-    line break or escape sequence on the terminal)."""
-    if name_shown(text) == text:
-        return shlex.quote(text)
-    return "$'" + name_shown(text).replace("'", "\\'") + "'"
 
 
 async def cmd_wake(args: argparse.Namespace) -> int:

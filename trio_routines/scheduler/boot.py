@@ -11,7 +11,6 @@ claims do not leave the others' interrupted fires unreported.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping
 from datetime import datetime
 from typing import TypeVar
@@ -24,6 +23,7 @@ from ..history import ended
 from ..instants import format_iso
 from ..records import Fire, GapReason, Outcome
 from ..routines import Routine, catchup_text
+from ..text import shell_name
 from .arming import Arming
 from .calls import StoreCalls
 from .foreach import for_each
@@ -94,7 +94,7 @@ class Boot:
                 "recorded as interrupted (see `python -m trio_routines history %s`)",
                 name,
                 format_iso(fire.fired_at),
-                shlex.quote(name),
+                shell_name(name),
             )
             unsettled[name] = fire.slot
 
@@ -359,7 +359,7 @@ def _log_missed(
         name,
         gap_words(missed),
         then,
-        shlex.quote(name),
+        shell_name(name),
     )
 
 
