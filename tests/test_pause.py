@@ -114,22 +114,26 @@ async def held_up_at_eleven(
     return agent
 
 
+@pytest.mark.parametrize(
+    ("jump", "asked"), [(timedelta(seconds=30), []), (timedelta(seconds=90), ["hourly"])]
+)
 async def test_a_slot_paused_when_it_came_stays_so_for_a_replica_that_reads_it_after_a_resume(
-    autojump_clock: Any,
+    autojump_clock: Any, jump: timedelta, asked: list[str]
 ) -> None:
     # Paused before 11:00 and resumed at 11:00:10 (another replica, a command), while this one
     # was held up: its read, made after the resume, no longer sees the pause that held 11:00.
+    # Its paused read brought the resume (20 s late); a fire a minute late or more asks.
     store = CountedResumes()
 
     async def meanwhile() -> None:
         await store.set_paused("hourly", True)
         await store.set_paused("hourly", False, at(11) + timedelta(seconds=10))
 
-    agent = await held_up_at_eleven(store, meanwhile, at(12, 30))
+    agent = await held_up_at_eleven(store, meanwhile, at(12, 30), jump)
     assert [t.wall for t in agent.turns] == [at(12)]
     assert [f.slot for f in await store.history("hourly")] == [at(12)]
     assert await store.gaps("hourly") == [Gap(at(11), at(11), 1, GapReason.PAUSED)]
-    assert store.resumes_read == ["hourly"]  # once, for the late read; never on time (12:00)
+    assert store.resumes_read == asked  # once, for the late read; never on time (12:00)
 
 
 async def test_a_replica_less_than_a_second_late_leaves_paused_a_slot_resumed_after_it(
@@ -221,6 +225,63 @@ async def test_a_replica_that_finds_a_slot_paused_late_records_no_gap_for_one_ru
     )
 
 
+@pytest.mark.parametrize("jump", [timedelta(milliseconds=400), timedelta(seconds=90)])
+@pytest.mark.parametrize(
+    ("resumed", "recorded", "fired"),
+    [
+        # Stamped before the slot, landed after it: the replicas on time saw the pause and
+        # recorded 11:00 paused. It stays so here.
+        (at(11) - timedelta(milliseconds=300), True, [at(12)]),
+        (at(11) - timedelta(seconds=60), True, [at(12)]),  # as slow a landing as is allowed
+        (at(11) - timedelta(milliseconds=300), False, [at(11), at(12)]),  # none saw it paused
+        (at(11) - timedelta(seconds=60, milliseconds=1), True, [at(11), at(12)]),  # too long
+    ],
+    ids=["recorded", "a-minute-before", "not-recorded", "long-before"],
+)
+async def test_a_resume_stamped_before_the_slot_holds_it_where_the_replicas_saw_it_paused(
+    autojump_clock: Any,
+    jump: timedelta,
+    resumed: datetime,
+    recorded: bool,
+    fired: list[datetime],
+) -> None:
+    store = MemoryStore()
+
+    async def meanwhile() -> None:
+        await store.set_paused("hourly", True, at(10))
+        if recorded:  # by a replica that read 11:00 in time, while the resume was on its way
+            await store.record_gap("hourly", Gap(at(11), at(11), 1, GapReason.PAUSED))
+        await store.set_paused("hourly", False, resumed)
+
+    await held_up_at_eleven(store, meanwhile, at(12, 30), jump)
+    assert [f.slot for f in await store.history("hourly")] == fired
+
+
+@pytest.mark.parametrize("jump", [timedelta(milliseconds=400), timedelta(seconds=90)])
+@pytest.mark.parametrize(
+    ("began", "fired"),
+    [
+        (at(11) + timedelta(milliseconds=100), [at(11), at(12)]),  # after the slot: not its
+        (at(11), [at(12)]),  # at the slot's instant: it held it
+        (None, [at(12)]),  # not known: the safe side
+    ],
+    ids=["after", "at", "unknown"],
+)
+async def test_a_pause_begun_and_resumed_after_a_slot_did_not_hold_it(
+    autojump_clock: Any, jump: timedelta, began: datetime | None, fired: list[datetime]
+) -> None:
+    # Nobody ran 11:00 in time; the routine was paused after it and resumed before this
+    # replica, held up, got there: 11:00 was not paused when it came.
+    store = MemoryStore()
+
+    async def meanwhile() -> None:
+        await store.set_paused("hourly", True, began)
+        await store.set_paused("hourly", False, at(11) + timedelta(milliseconds=250))
+
+    await held_up_at_eleven(store, meanwhile, at(12, 30), jump)
+    assert [f.slot for f in await store.history("hourly")] == fired
+
+
 async def test_a_late_read_whose_resume_cannot_be_read_claims_nothing_and_says_why(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -229,7 +290,7 @@ async def test_a_late_read_whose_resume_cannot_be_read_claims_nothing_and_says_w
     async def meanwhile() -> None:
         store.fail("resumed_at", StateFault("disk busy"), times=1)
 
-    agent = await held_up_at_eleven(store, meanwhile, at(11, 30))
+    agent = await held_up_at_eleven(store, meanwhile, at(11, 30), timedelta(seconds=90))
     assert agent.turns == []
     assert await store.history("hourly") == []
     assert any(

@@ -603,14 +603,18 @@ async def test_the_paused_read_brings_the_resumes_made_since_the_instant_asked(
     await store.set_paused("never-paused", False, T0 + HOUR)  # not paused: no resume kept
     names, resumed = await kept.paused_with_resumes(T0)
     assert names == frozenset({"still"})
-    assert resumed == {"at": T0, "late": T0 + HOUR}
+    began = T0 - HOUR  # when the pause each resume ended began
+    assert resumed == {"at": (T0, began), "late": (T0 + HOUR, began)}
     assert await kept.paused_with_resumes(T0 + HOUR + timedelta(milliseconds=1)) == (
         frozenset({"still"}),
         {},
     )
     await store.set_paused("at", True, T0 + 2 * HOUR)  # paused again: its resume stays kept
     names, resumed = await kept.paused_with_resumes(T0 + HOUR)
-    assert (names, resumed) == (frozenset({"still", "at"}), {"late": T0 + HOUR})
+    assert (names, resumed) == (frozenset({"still", "at"}), {"late": (T0 + HOUR, began)})
+    await store.set_paused("unknown", True)  # its pause's start not kept: None
+    await store.set_paused("unknown", False, T0 + 2 * HOUR)
+    assert (await kept.paused_with_resumes(T0 + 2 * HOUR))[1]["unknown"][0] == T0 + 2 * HOUR
 
 
 # --- gaps (the optional GapRecords part: every store of ours keeps them) -------------------

@@ -67,10 +67,10 @@ Pause
     for the latest resume (``None`` when unknown), for a routine paused and resumed while no
     scheduler ran. Likewise optional: ``paused_with_resumes(since)`` returns, in one read,
     what ``paused()`` does and the routines resumed at ``since`` or later, each with its
-    latest resume's instant (a resume made while the read is under way is in it wherever its
-    pause is not), so that a replica that reads less than a second after a slot does not run
-    a slot the others left paused; without it, that holds only for reads a second or more
-    late.
+    latest resume's instant and when the pause it ended began (``None`` when unknown), a
+    resume made while the read is under way in it wherever its pause is not; so that a
+    replica that comes to a slot late (up to a minute) never runs one the others left
+    paused, with no call more; without it, that holds for a replica a minute late or more.
 
 Replicas (optional: a store without these gives holds that exclude within one process)
     ``join(info)`` makes the calling scheduler a member: it takes the hold of its replica id

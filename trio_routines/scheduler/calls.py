@@ -32,7 +32,7 @@ from ..store import Store
 from ..usage import Usage
 from .deadlines import Bounded, StoreDeadlines
 from .grace import Grace
-from .state import LATE_READ, PausedRead, Runtime, SharedRead, duration, log, takes_keyword
+from .state import RESUME_LAG, PausedRead, Runtime, SharedRead, duration, log, takes_keyword
 
 T = TypeVar("T")
 
@@ -185,7 +185,7 @@ class StoreCalls:
         try:
             with self.bounded():
                 if self._reads_resumes:  # one read: the paused, and the latest resumes
-                    since = shared.started - LATE_READ
+                    since = shared.started - 2 * RESUME_LAG
                     names, resumed = await self.store.paused_with_resumes(since)  # type: ignore[attr-defined]
                     self.paused = names
                     shared.result = PausedRead(names, shared.started, resumed)

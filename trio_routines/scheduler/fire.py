@@ -24,7 +24,8 @@ from .holds import TurnHold
 from .membership import Membership
 from .results import refused_result, settled_result
 from .state import (
-    LATE_READ,
+    CLOCKS_APART,
+    RESUME_LAG,
     FireResult,
     NotOnGrid,
     NotYetDue,
@@ -186,7 +187,7 @@ class FirePath:
                     # Read after its slot (this replica stalled, its loop held up): a pause
                     # that held the slot when it came may have been resumed since.
                     not external
-                    and (read.resumed or read.started - slot >= LATE_READ)
+                    and (name in read.resumed or read.started - slot >= RESUME_LAG)
                     and slot > self._calls.resumes_read_at
                     and await self._resumed_since(name, slot, read)
                 ):
@@ -229,24 +230,34 @@ class FirePath:
             self._in_flight.leave()
 
     async def _resumed_since(self, name: str, slot: datetime, read: PausedRead) -> bool:
-        """Whether ``name`` was resumed after ``slot`` (by any replica or command): the pause
-        that ended held the slot when it came, which a read made now cannot see. Such a slot
-        stays paused, never run, as on a replica that read in time. A read begun less than
-        ``LATE_READ`` after the slot brought the resumes since on (where the store reads them
-        with the paused routines): no call then. (A caller's fire names its slot and is not
-        asked; a slot the boot planned knew the resumes already.)"""
-        if read.started - slot < LATE_READ:
-            resumed = read.resumed.get(name)
-        else:
-            try:
+        """Whether a pause of ``name`` held ``slot`` on the replicas that read in time though
+        none holds it now (resumed since, by any replica or command): such a slot stays
+        paused, never run. (A caller's fire names its slot and is not asked; a slot the boot
+        planned knew the resumes already.)
+
+        The latest resume says so when it came after the slot, unless the pause it ended
+        began after the slot too, or its instant is ahead of our clock by more than clocks
+        differ (it tells nothing then). A resume stamped just before the slot may have landed
+        after it (stamped, then written: :data:`RESUME_LAG`), while the replicas that read in
+        time still saw the pause: whether one recorded the slot paused says. A read begun
+        less than :data:`RESUME_LAG` after the slot brought the resumes it needs; a later
+        fire asks the store."""
+        try:
+            if read.started - slot < RESUME_LAG:
+                resumed, began = read.resumed.get(name) or (None, None)
+            else:
                 resumed = await self._calls.resumed_at(name)
-            except StateFault as exc:
-                raise StateFault(
-                    f"could not claim slot {slot_name(slot)} of {name!r}: {exc}"
-                ) from None
-        # A resume stamped ahead of now by more than replicas' clocks differ (a clock that
-        # ran ahead) tells nothing of when it was made: it holds nothing back, as at a boot.
-        return resumed is not None and slot < resumed <= self._runtime.now() + LATE_READ
+                near = resumed is not None and resumed > slot - RESUME_LAG
+                began = await self._calls.resumed_pause_since(name) if near else None
+            if resumed is None or resumed > self._runtime.now() + CLOCKS_APART:
+                return False
+            if began is not None and began > slot:  # the pause came after the slot
+                return False
+            if resumed > slot:
+                return True
+            return resumed >= slot - RESUME_LAG and await self._gaps.recorded_paused(name, slot)
+        except StateFault as exc:
+            raise StateFault(f"could not claim slot {slot_name(slot)} of {name!r}: {exc}") from None
 
     async def _claimed_too_late(
         self, name: str, slot: datetime, scope: trio.CancelScope

@@ -101,6 +101,16 @@ class GapRecording:
             return gaps[-1].last if gaps else None
         raise self._calls.no_answer(f"the gaps of {name!r} are unreadable")
 
+    async def recorded_paused(self, name: str, slot: datetime) -> bool:
+        """Whether a replica recorded ``slot`` of ``name`` as paused (False for a store
+        without gaps). Raises StateFault."""
+        if not isinstance(self._store, GapRecords):
+            return False
+        with self._calls.bounded():
+            gaps = await self._store.gaps(name)
+            return any(g.reason is GapReason.PAUSED and g.first <= slot <= g.last for g in gaps)
+        raise self._calls.no_answer(f"the gaps of {name!r} are unreadable")
+
     async def first_armed(self, names: list[str], *, seen: bool = True) -> dict[str, datetime]:
         """When each of ``names`` was first armed (now, for those armed for the first time);
         empty for a store that does not keep it, or one that does not answer (logged).

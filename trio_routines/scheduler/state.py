@@ -186,17 +186,24 @@ def on_grid(routine: Routine, slot: datetime) -> bool:
         return False
 
 
-#: How long after its slot a paused read begins before the slot's fire asks the store for a
-#: resume since; a read begun sooner brings the resumes made from this long before it on.
-LATE_READ = timedelta(seconds=1)
+#: The longest a resume is taken to land after the instant it keeps (stamped, then written:
+#: a slow disk, a commit that waits). A paused read brings the resumes of twice as long
+#: before it, and a fire that begins as late as this after its slot asks the store instead.
+RESUME_LAG = timedelta(seconds=60)
+#: How far apart replicas' clocks may be: a resume stamped later than this ahead of ours (a
+#: clock that ran ahead) says nothing of when it was made.
+CLOCKS_APART = timedelta(seconds=1)
+#: A resume read with the paused routines: its instant, and when the pause it ended began
+#: (None: not known).
+Resumed = tuple[datetime, datetime | None]
 #: No resume read (the store keeps none, or none was made lately).
-NO_RESUMES: Mapping[str, datetime] = MappingProxyType({})
+NO_RESUMES: Mapping[str, Resumed] = MappingProxyType({})
 
 
 class PausedRead:
     """The paused routines (``names``), as a read begun at ``started`` (the wall clock)
-    found them, and the routines resumed from ``LATE_READ`` before it on, with their resumes'
-    instants (``resumed``; empty where the store cannot tell)."""
+    found them, and the routines resumed from ``2 * RESUME_LAG`` before it on, each with
+    its latest resume (``resumed``; empty where the store cannot tell)."""
 
     __slots__ = ("names", "resumed", "started")
 
@@ -204,7 +211,7 @@ class PausedRead:
         self,
         names: frozenset[str],
         started: datetime,
-        resumed: Mapping[str, datetime] = NO_RESUMES,
+        resumed: Mapping[str, Resumed] = NO_RESUMES,
     ) -> None:
         self.names = names
         self.started = started

@@ -331,11 +331,16 @@ class MemoryStore(Lifetime):
 
     async def paused_with_resumes(
         self, since: datetime
-    ) -> tuple[frozenset[str], dict[str, datetime]]:
+    ) -> tuple[frozenset[str], dict[str, tuple[datetime, datetime | None]]]:
         """The paused routines (:meth:`paused`: a subclass's own answers too), and those
-        resumed at ``since`` or later with their latest resumes' instants, in one step."""
+        resumed at ``since`` or later, each with its latest resume's instant and when the
+        pause it ended began (None: not known), in one step."""
         names = await self.paused()
-        return names, {routine: at for routine, at in self.resumed.items() if at >= since}
+        return names, {
+            routine: (at, self.resumed_pauses.get(routine))
+            for routine, at in self.resumed.items()
+            if at >= since
+        }
 
     async def join(self, info: ReplicaInfo) -> MemoryPresence:
         """Become a member: the replica's own hold, then its holds (see ``replicas.py``)."""

@@ -159,14 +159,13 @@ def _keep_instant(root: Path, folder: str, routine: str, when: datetime | None) 
         os.close(directory)
 
 
-def resumed_at_sync(root: Path, routine: str, *, quiet: bool = False) -> datetime | None:
+def resumed_at_sync(root: Path, routine: str) -> datetime | None:
     """The instant of ``routine``'s latest resume, or None (never resumed).
 
     A resume's file that is there but holds no instant (damaged, edited, a link or a FIFO
     planted there) is a resume of unknown instant, taken as made when the entry was last
     written (no later than now), with a warning: read as none, a boot caught up a slot the
-    pause had held back, and a replica late to a slot ran one the others had left paused.
-    ``quiet``: no warning (a paused read's, made again and again)."""
+    pause had held back, and a replica late to a slot ran one the others had left paused."""
     found = _instant(root, "resumed", routine, "resume", unreadable=_UNREADABLE)
     if found is not _UNREADABLE:
         return found
@@ -178,8 +177,6 @@ def resumed_at_sync(root: Path, routine: str, *, quiet: bool = False) -> datetim
         when = min(now, datetime.fromtimestamp(os.lstat(path).st_mtime, UTC))
     except (OSError, OverflowError, ValueError):
         when = now
-    if quiet:
-        return when
     log.warning(
         "the resume of %r (%s) holds no instant — taken as made when it was last written "
         "(%s): no slot before it is caught up; resume it again to write a new one",
@@ -319,32 +316,39 @@ def paused_sync(root: Path) -> frozenset[str]:
 
 
 #: How recently (seconds of real time) a resume's entry was written for a paused read to read
-#: its instant. A read needs only the resumes of the second before it; the rest is margin for
-#: a write that took its time.
-RECENT_WRITES = 60.0
+#: it: a read needs the resumes of two minutes before it (scheduler/state.py, RESUME_LAG);
+#: the rest is margin for a write that took its time.
+RECENT_WRITES = 300.0
+#: The problems with the resumes met by paused reads, each warned about once per process.
+_SAID: set[str] = set()
 
 
 def paused_with_resumes_sync(
     root: Path, since: datetime
-) -> tuple[frozenset[str], dict[str, datetime]]:
-    """The paused routines, then those resumed at ``since`` or later with their latest
-    resumes' instants. In that order: a resume keeps its instant before it removes the pause,
-    so a pause this read no longer finds has its resume found. Only the resumes whose entries
-    were written in the last :data:`RECENT_WRITES` seconds are read; the directory's own time
-    says when there are none (one ``fstat``, the common case)."""
+) -> tuple[frozenset[str], dict[str, tuple[datetime, datetime | None]]]:
+    """The paused routines, then those resumed at ``since`` or later, each with its latest
+    resume's instant and when the pause it ended began (None: not known). In that order: a
+    resume keeps its instant before it removes the pause, so a pause this read no longer
+    finds has its resume found. Only the resumes whose entries were written in the last
+    :data:`RECENT_WRITES` seconds are read; the directory's own time says when there are none
+    (one ``fstat``, the common case). A ``resumed`` directory that cannot be read (a link
+    planted there, a file) or an entry holding no instant is passed over, warned about once:
+    the paused routines are what every fire needs, and a resume none could read holds no slot
+    back (a fire a minute late or more asks for its routine's resume, and meets the fault)."""
     names = paused_sync(root)
     return names, _recent_resumes(root, since)
 
 
-def _recent_resumes(root: Path, since: datetime) -> dict[str, datetime]:
+def _recent_resumes(root: Path, since: datetime) -> dict[str, tuple[datetime, datetime | None]]:
     where = root / "schedule" / "resumed"
+    recent = []
     try:
         directory = open_dirs(root, ("schedule", "resumed"))
     except FileNotFoundError:
         return {}  # never resumed
     except OSError as exc:
-        raise StateFault(f"the resumes are unreadable in {where}: {describe(exc)}") from None
-    recent = []
+        _say_once(f"the resumes are unreadable in {where}: {describe(exc)}")
+        return {}
     try:
         # Written to a temp file, renamed into place: the directory's time moves with each.
         horizon = time.time() - RECENT_WRITES
@@ -354,15 +358,29 @@ def _recent_resumes(root: Path, since: datetime) -> dict[str, datetime]:
                     if name_problem(entry.name) is None and _written_since(entry, horizon):
                         recent.append(entry.name)
     except OSError as exc:
-        raise StateFault(f"the resumes are unreadable in {where}: {describe(exc)}") from None
+        _say_once(f"the resumes are unreadable in {where}: {describe(exc)}")
+        return {}
     finally:
         os.close(directory)
     found = {}
     for routine in recent:
-        when = resumed_at_sync(root, routine, quiet=True)  # (the boot's read warns)
+        try:  # an entry holding no instant: None (the boot's own read warns of it)
+            when = _instant(root, "resumed", routine, "resume")
+            began = _instant(root, "resumed-pause", routine, "resume") if when else None
+        except StateFault as exc:
+            _say_once(str(exc))
+            continue
         if when is not None and when >= since:
-            found[routine] = when
+            found[routine] = (when, began)
     return found
+
+
+def _say_once(problem: str) -> None:
+    if problem not in _SAID:
+        if len(_SAID) >= 256:  # a bound, not a history
+            _SAID.clear()
+        _SAID.add(problem)
+        log.warning("%s — passed over by the paused reads (no resume of it read)", problem)
 
 
 def _written_since(entry: os.DirEntry[str], horizon: float) -> bool:

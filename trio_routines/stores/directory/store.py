@@ -279,9 +279,10 @@ class DirectoryStore(Lifetime):
 
     async def paused_with_resumes(
         self, since: datetime
-    ) -> tuple[frozenset[str], dict[str, datetime]]:
-        """The paused routines, and those resumed at ``since`` or later with their latest
-        resumes' instants, in one call (the resumes of the last minute are read)."""
+    ) -> tuple[frozenset[str], dict[str, tuple[datetime, datetime | None]]]:
+        """The paused routines, and those resumed at ``since`` or later, each with its latest
+        resume's instant and when the pause it ended began (None: not known), in one call
+        (only resumes written in the last minutes are read)."""
         return await self._records.paused_with_resumes(since)
 
     async def record_gap(self, routine: str, gap: Gap, *, extends: datetime | None = None) -> bool:

@@ -73,22 +73,24 @@ def paused(conn: Conn, _call: Call, tables: Schema) -> frozenset[str]:
 
 def paused_with_resumes(
     conn: Conn, _call: Call, tables: Schema, since: datetime
-) -> tuple[frozenset[str], dict[str, datetime]]:
-    """The paused routines, and those resumed at ``since`` or later with their latest
-    resumes' instants: one statement, so one snapshot (a resume is one transaction, which
-    removes the pause and keeps its instant: a read sees both or neither)."""
+) -> tuple[frozenset[str], dict[str, tuple[datetime, datetime | None]]]:
+    """The paused routines, and those resumed at ``since`` or later, each with its latest
+    resume's instant and when the pause it ended began (None: not known): one statement, so
+    one snapshot (a resume is one transaction, which removes the pause and keeps its instant:
+    a read sees both or neither)."""
     rows = conn.execute(
         tables.sql(
-            "SELECT routine, NULL::timestamptz FROM {paused} UNION ALL "
-            "SELECT routine, resumed_at FROM {resumed} WHERE resumed_at >= %s"
+            "SELECT routine, true, NULL::timestamptz, NULL::timestamptz FROM {paused} "
+            "UNION ALL SELECT routine, false, resumed_at, paused_at FROM {resumed} "
+            "WHERE resumed_at >= %s"
         ),
         (truncate_ms(since),),
     )
     names: list[str] = []
-    resumed: dict[str, datetime] = {}
-    for routine, at in rows:
-        if at is None:
+    resumed: dict[str, tuple[datetime, datetime | None]] = {}
+    for routine, paused_now, at, began in rows:
+        if paused_now:
             names.append(routine)
         else:
-            resumed[routine] = truncate_ms(at)
+            resumed[routine] = (truncate_ms(at), None if began is None else truncate_ms(began))
     return frozenset(names), resumed

@@ -199,9 +199,9 @@ class PostgresStore(Lifetime):
 
     async def paused_with_resumes(
         self, since: datetime
-    ) -> tuple[frozenset[str], dict[str, datetime]]:
-        """The paused routines, and those resumed at ``since`` or later with their latest
-        resumes' instants: one query, one snapshot."""
+    ) -> tuple[frozenset[str], dict[str, tuple[datetime, datetime | None]]]:
+        """The paused routines, and those resumed at ``since`` or later, each with its latest
+        resume's instant and when the pause it ended began: one query, one snapshot."""
         what = "the paused routines are unreadable"
         return await self._conns.run(what, paused_with_resumes, self._tables, since)
 
