@@ -161,7 +161,7 @@ def test_fire_prints_the_outcome_and_exits_by_it(env: Env, agent: ScriptedAgent)
     common = ["--agent", SPEC, "--log-level", "WARNING", "--replica", "here:1"]
     failed = env.run_cli("fire", "daily", "--slot", SLOT, *common)
     assert failed.returncode == 1
-    assert re.fullmatch(rf"daily {SLOT}: failed \(\d+ms\)\n", failed.stdout)
+    assert re.fullmatch(rf"daily {SLOT}: failed \(\d+ms\) — it broke\n", failed.stdout)
     (claim,) = env.history("daily")
     assert (claim["outcome"], claim["replica"]) == ("failed", "here:1")
     again = env.run_cli("fire", "daily", "--slot", SLOT, *common, "--json")
@@ -253,7 +253,9 @@ def test_sigterm_during_the_turn_stops_it_with_the_grace_given(
     assert "Traceback" not in done.stderr
     assert "SIGTERM received — stopping now" in done.stderr
     if command == "fire":
-        assert re.fullmatch(rf"daily {SLOT}: interrupted \(\d+ms\)\n", done.stdout)
+        assert re.fullmatch(
+            rf"daily {SLOT}: interrupted \(\d+ms\) — interrupted by stop\n", done.stdout
+        )
         assert env.history("daily")[0]["outcome"] == "interrupted"
     else:
         assert done.stdout == ""
@@ -308,6 +310,9 @@ def test_a_fires_result_line_and_exit_status(capsys: pytest.CaptureFixture[str])
         f"daily {SLOT}: skipped (0ms): {over}\n",
     )
     assert shown(fired(outcome=Outcome.FAILED), capsys) == (1, f"daily {SLOT}: failed\n")
+    # Why, in one line (through a server, said nowhere else).
+    broke = fired(outcome=Outcome.FAILED, ms=3, failed="exit status 3:\nit broke")
+    assert shown(broke, capsys) == (1, f"daily {SLOT}: failed (3ms) — exit status 3: it broke\n")
     assert shown(fired(outcome=Outcome.INTERRUPTED, ms=7), capsys)[0] == 1
     assert shown(fired(), capsys) == (1, f"daily {SLOT}: unreported\n")
     assert shown(fired(claimed=False, reason="stale"), capsys) == (

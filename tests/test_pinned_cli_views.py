@@ -24,8 +24,8 @@ from trio_routines.stores.directory import DirectoryStore
 from trio_routines.stores.directory.gaps import record_gap_sync
 
 NOTHING_KEPT = (
-    "(what these runs said: session routine:daily — kept by the agent; the state holds "
-    "outcomes and reasons, and a reply's end only for a routine whose file sets output:)"
+    "(no reply's end is kept for these: a turn keeps one when its routine's file sets "
+    "output: as it runs; what each run said is the agent's, in session routine:daily)"
 )
 
 

@@ -35,6 +35,7 @@ from trio_routines.wakelimits import WakeLimits
 ADHOC = Routine(name="adhoc", prompt="go")
 DAILY = Routine(name="daily", prompt="go", cron="0 9 * * *", tz="Europe/Berlin")
 PLAIN = Routine(name="plain", prompt="go", cron="0 9 * * *")  # no zone: UTC
+HASHED = Routine(name="hashed", prompt="go", cron="H 9 * * *")  # its minute from its name
 STOPPING_FIRES = "the scheduler is stopping; no new fires are accepted"
 STOPPING_TURNS = "the scheduler is stopping; no new turns are accepted"
 EIO = StateFault("EIO: disk on fire")
@@ -72,7 +73,7 @@ def adhoc_answering(behaviour: Any) -> Scheduler:
 
 
 async def test_fire_refusals_whole(autojump_clock: Any) -> None:
-    scheduler, agent, *_ = rig(ADHOC, DAILY, PLAIN, external_clock=True)
+    scheduler, agent, *_ = rig(ADHOC, DAILY, PLAIN, HASHED, external_clock=True)
     async with trio.open_nursery() as nursery:
         await started(scheduler, nursery)
         fire = api.fire
@@ -90,6 +91,11 @@ async def test_fire_refusals_whole(autojump_clock: Any) -> None:
         assert await refused(fire(scheduler, {"name": "plain", "slot": iso(off)})) == (
             400,
             f'slot {iso(off)} is not on the cron grid of "plain" ("0 9 * * *")',
+            (),
+        )
+        assert await refused(fire(scheduler, {"name": "hashed", "slot": iso(off)})) == (
+            400,
+            f'slot {iso(off)} is not on the cron grid of "hashed" ("H 9 * * *" = "36 9 * * *")',
             (),
         )
         # A slot up to five minutes ahead is a clock a little ahead of ours: retry then.

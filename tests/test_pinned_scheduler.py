@@ -39,6 +39,12 @@ async def test_fire_refuses_a_slot_off_the_grid_naming_it(autojump_clock: Any) -
         "slot 2026-07-07T09:30:00.000Z is not on the cron grid of 'hourly' (0 * * * *)"
     )
     assert agent.turns == []
+    hashed = Routine(name="hashed", prompt="go", cron="H * * * *")  # its minute from its name
+    scheduler, agent, _, _ = rig(hashed)
+    minute = hashed.resolved_cron.split()[0]  # type: ignore[union-attr]
+    with pytest.raises(NotOnGrid) as caught:
+        await scheduler.fire("hashed", at(9, 0 if minute != "0" else 1))
+    assert str(caught.value).endswith(f"of 'hashed' (H * * * * = {minute} * * * *)")
 
 
 async def test_fire_refuses_a_future_slot_saying_how_long_to_wait(autojump_clock: Any) -> None:

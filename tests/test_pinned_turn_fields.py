@@ -67,3 +67,18 @@ async def test_each_end_of_a_turn_logs_its_fields(
         "daily interrupted: the stop ended it: its grace ran out, or a second stop came (3000ms)",
         {"outcome": "interrupted", "ms": 3000, "error": "interrupted by stop"},
     )
+
+
+@pytest.mark.parametrize("held", [True, False])
+async def test_a_turn_whose_session_is_anothers_logs_no_start(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture, held: bool
+) -> None:
+    # Our own gate found the session's turn running: nothing started, so no "firing" line
+    # before the skip (a script reading the log saw a start). An agent that answers busy
+    # itself was asked: its start is logged.
+    with caplog.at_level(logging.INFO, logger="trio_routines"):
+        await run_turn(Agent(Failed("busy", SESSION_BUSY)), "daily", "s", "p", held=held)
+    assert [r.getMessage() for r in caplog.records] == [
+        *(["daily firing (session=s)"] if held else []),
+        "daily: occurrence skipped (session busy) (0ms)",
+    ]

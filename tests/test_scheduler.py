@@ -948,8 +948,9 @@ async def test_never_again_cron_is_warned_and_not_armed(
 
 
 async def test_a_fire_refused_by_our_own_turn_of_its_session_stores_no_reason(
-    autojump_clock: Any,
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, "trio_routines")
     rig = Rig(agent=ScriptedAgent(Complete(duration=3600)))
     async with trio.open_nursery() as nursery:
         nursery.start_soon(rig.scheduler.fire, "hourly", at(9))
@@ -965,6 +966,10 @@ async def test_a_fire_refused_by_our_own_turn_of_its_session_stores_no_reason(
     # history shows its own reason for it: the session was busy with another turn
     assert fires == {at(9): (Outcome.COMPLETED, None), at(10): (Outcome.SKIPPED, None)}
     assert len(rig.agent.turns) == 1
+    # One start: 10:00's turn never began (it logged a start before its skip).
+    assert [m for m in messages(caplog) if m.startswith("hourly firing")] == [
+        "hourly firing (session=routine:hourly)"
+    ]
 
 
 async def test_two_routines_fire_concurrently_and_slow_turns_skip_slots(

@@ -84,6 +84,7 @@ async def run_turn(
     on_text: Callable[[str], None] | None = None,
     ended_by: Callable[[], str | None] | None = None,
     quiet: bool = False,
+    held: bool = True,
 ) -> TurnResult:
     """Run one turn of ``session`` and log its one outcome line.
 
@@ -92,9 +93,11 @@ async def run_turn(
     replica's holds lost), for the log line. ``timeout`` (seconds) cancels the turn and
     counts it as failed. ``quiet``: a retry whose busy session was said already (a deferred
     wake-up's): its start and a busy end are logged at DEBUG, any other end as always.
+    ``held``: False when the session's turn is another's (``agent`` answers busy at once):
+    nothing starts, so no start is logged, only the skip.
     """
     level = logging.DEBUG if quiet else logging.INFO
-    if log.isEnabledFor(level):  # one call fewer a turn when INFO is not shown
+    if held and log.isEnabledFor(level):  # one call fewer a turn when INFO is not shown
         log.log(level, "%s firing (session=%s)", label, session)
     started = trio.current_time()
     failed: Failed | None = None

@@ -15,7 +15,7 @@ from ..records import Outcome
 from ..routines import Routine
 from ..scheduler import FireResult, Scheduler
 from ..store import Store
-from ..text import visible_lines
+from ..text import one_line, visible_lines
 from .client import Server
 from .output import (
     CliError,
@@ -132,9 +132,11 @@ def _fire_shown(args: argparse.Namespace, fired: FireResult) -> int:
     elif fired.claimed:
         ms = f" ({fired.ms}ms)" if fired.ms is not None else ""
         outcome = fired.outcome.value if fired.outcome is not None else "unreported"
-        # Why a claimed slot was skipped (its session busy, the routine over its budget).
+        # Why a claimed slot was skipped (its session busy, the routine over its budget), or
+        # why its turn failed (through a server, said nowhere else).
         why = f": {fired.reason}" if fired.reason is not None else ""
-        print_line(f"{fired.name} {format_iso(fired.slot)}: {outcome}{ms}{why}")
+        failed = f" — {one_line(fired.failed)}" if fired.failed else ""
+        print_line(f"{fired.name} {format_iso(fired.slot)}: {outcome}{ms}{why}{failed}")
     else:
         print_line(f"{fired.name} {format_iso(fired.slot)}: not claimed ({fired.reason})")
     if not fired.claimed:

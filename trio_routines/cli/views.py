@@ -127,9 +127,9 @@ async def cmd_history(args: argparse.Namespace) -> int:
         say(f"({kept} of these kept the end of their reply: --output shows it)")
     elif not kept:
         say(
-            f"(what these runs said: session routine:{args.name} — kept by the agent; "
-            "the state holds outcomes and reasons, and a reply's end only for a routine whose "
-            "file sets output:)"
+            "(no reply's end is kept for these: a turn keeps one when its routine's file sets "
+            f"output: as it runs; what each run said is the agent's, in session "
+            f"routine:{args.name})"
         )
     return status
 

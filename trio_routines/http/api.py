@@ -180,10 +180,12 @@ async def fire(scheduler: Scheduler, body: Mapping[str, Any]) -> Response:
             result = FireResult(name, at, claimed=False, reason=claim.status.value)
     except NotOnGrid:
         zone = f" {routine.tz}" if routine.tz else ""
+        resolved = routine.resolved_cron
+        shown = "" if resolved == routine.cron else f' = "{resolved}"'  # its H resolved
         raise Refusal(
             400,
             f"slot {format_iso(at)} is not on the cron grid of {quoted(name)} "
-            f'("{routine.cron}"{zone})',
+            f'("{routine.cron}"{shown}{zone})',
         ) from None
     except NotYetDue as exc:
         if exc.wait <= NEAR_FUTURE:  # a delivering clock a little ahead of ours: retry

@@ -93,8 +93,11 @@ class FirePath:
         routine = self._runtime.routine(name)
         slot = truncate_ms(require_utc(slot, "the slot"))  # (a clear error for a wrong type)
         if not on_grid(routine, slot):
+            resolved = routine.resolved_cron
+            shown = "" if resolved == routine.cron else f" = {resolved}"  # its H resolved
             raise NotOnGrid(
-                f"slot {format_iso(slot)} is not on the cron grid of {name!r} ({routine.cron})"
+                f"slot {format_iso(slot)} is not on the cron grid of {name!r} "
+                f"({routine.cron}{shown})"
             )
         now = self._runtime.host_now()
         if slot > now:

@@ -85,6 +85,7 @@ class SessionTurns:
                         on_text=on_text,
                         ended_by=lambda: self._ended_by(grace),
                         quiet=quiet,
+                        held=not hold.busy,
                     )
             if hold.busy:  # a turn of ours (any replica's) is in flight: no agent's words
                 turn = attrs.evolve(turn, failed=None)
