@@ -345,9 +345,11 @@ def _log_missed(
     one of them.)"""
     missed = plan.missed
     assert missed is not None
+    if due == missed.last and due <= now and now - due < ON_TIME:
+        # A boot a moment after its slot: on time, as a loop's fire; the slots before it
+        # were too old to catch up (the window, ``catchup: none``): gaps, said as recorded.
+        return
     if missed.count == 1 and due == missed.first:
-        if now - due < ON_TIME:  # a boot a moment after its slot: on time, as a loop's fire
-            return
         then = "catching it up now"
     elif due <= now:
         within = "" if catchup is None else " within the window"
