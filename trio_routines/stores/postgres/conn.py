@@ -108,7 +108,10 @@ class _OurRecords(logging.Filter):
         text = one_line(record.getMessage())
         if record.msg == "error connecting in %r: %s" and isinstance(record.args, tuple):
             pool, error = record.args
-            self.connect_errors[str(pool)] = (time.monotonic(), one_line(str(error)))
+            # libpq's lines ("… failed: Connection refused", "Is the server running …?")
+            # joined as clauses, not run together.
+            said = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+            self.connect_errors[str(pool)] = (time.monotonic(), one_line(said))
         log.debug("PostgreSQL: %s", text)
         return False
 
