@@ -270,7 +270,7 @@ def test_a_connect_error_in_our_pool_is_kept_and_logged_again_as_one_debug_line(
         )
     ]
     ((pool, (at, why)),) = records.connect_errors.items()
-    assert (pool, why) == ("trio_routines-x", "connection failed: refused Is the server running?")
+    assert (pool, why) == ("trio_routines-x", "connection failed: refused; Is the server running?")
     assert before <= at <= after
 
 
