@@ -747,6 +747,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "trio_routines/stores/directory/wakeupfile.py",
             "trio_routines/stores/newest.py",
             "trio_routines/stores/directory/pause.py",
+            "trio_routines/stores/directory/pausedread.py",
             "trio_routines/stores/directory/blocking.py",
         ],
         [

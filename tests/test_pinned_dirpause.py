@@ -21,7 +21,7 @@ from oserrors import fail, named, prefixed
 from trio_routines.errors import StateFault
 from trio_routines.instants import format_iso
 from trio_routines.stores import safefile
-from trio_routines.stores.directory import DirectoryStore
+from trio_routines.stores.directory import DirectoryStore, pausedread
 from trio_routines.stores.directory import pause as dirpause
 
 AT = datetime(2026, 7, 7, 9, tzinfo=UTC)
@@ -404,7 +404,7 @@ async def test_a_paused_read_reads_only_the_resumes_written_in_the_last_minutes(
     assert names == frozenset()
     assert found == {"new": (T1, T0)}  # with when the pause it ended began
     assert not caplog.records  # (the boot's own read of it warns)
-    written = time.time() - dirpause.RECENT_WRITES
+    written = time.time() - pausedread.RECENT_WRITES
     os.utime(resumed / "new", (written - 1, written - 1))
     assert (await store.paused_with_resumes(T0))[1] == {}
     os.utime(resumed / "new", (written + 1, written + 1))
@@ -435,3 +435,22 @@ async def test_a_resumed_directory_that_cannot_be_read_holds_no_paused_read_back
     (warned,) = [r.getMessage() for r in caplog.records]  # once, not at every read
     assert warned.startswith(f"the resumes are unreadable in {resumed}: ")
     assert warned.endswith(" — passed over by the paused reads (no resume of it read)")
+
+
+@pytest.mark.parametrize(
+    ("took", "kept"),
+    [(0.199, T1), (0.2, T1 + timedelta(seconds=0.2)), (2.5, T1 + timedelta(seconds=2.5))],
+)
+async def test_a_resume_that_took_long_to_land_keeps_when_it_landed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, took: float, kept: datetime
+) -> None:
+    # Stamped, then written: a replica reading the stamp late took a slot between the two
+    # for after the resume, while the replicas that read in time still saw the pause.
+    store = DirectoryStore(tmp_path)
+    await store.set_paused("daily", True, T0)
+    ticks = iter([100.0, 100.0 + took])  # the resume's start, then once its pause is gone
+    monkeypatch.setattr(dirpause, "monotonic", lambda: next(ticks))
+    await store.set_paused("daily", False, T1)
+    assert await store.resumed_at("daily") == kept
+    assert (await store.paused_with_resumes(T0))[1] == {"daily": (kept, T0)}
+    assert await store.paused() == frozenset()

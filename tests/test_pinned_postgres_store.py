@@ -423,3 +423,32 @@ async def test_a_record_added_to_a_row_edited_by_hand_counts_only_itself(
     await store.record_usage("routine", "r", T0, Usage(input_tokens=2, cost=0.5, currency="USD"))
     spent = await store.usage_since("routine", "r", T0 - timedelta(hours=1))
     assert (spent.input_tokens, spent.costs) == (7, (("EUR", 1.5), ("USD", 0.5)))
+
+
+async def test_a_resume_that_waited_on_a_lock_keeps_when_it_landed(
+    store: PostgresStore, schema: str
+) -> None:
+    # Stamped, then written: a replica that read the stamp late took a slot between the two
+    # for after the resume, while the replicas that read in time still saw the pause.
+    await store.set_paused("daily", True, T0)
+    await store.set_paused("quick", True, T0)
+    locker = admin()
+    locker.autocommit = False
+    locker.execute(
+        sql.SQL("SELECT 1 FROM {}.trio_routines_paused WHERE routine = 'daily' FOR UPDATE").format(
+            sql.Identifier(schema)
+        )
+    )
+    release = threading.Timer(1.0, locker.commit)  # the row's lock let go a second later
+    release.start()
+    try:
+        await store.set_paused("daily", False, T0 + timedelta(hours=1))
+    finally:
+        release.join()
+        locker.close()
+    kept = await store.resumed_at("daily")
+    assert kept is not None
+    assert T0 + timedelta(hours=1, seconds=0.5) <= kept <= T0 + timedelta(hours=1, seconds=30)
+    assert (await store.paused_with_resumes(T0))[1]["daily"] == (kept, T0)
+    await store.set_paused("quick", False, T0 + timedelta(hours=1))  # no wait: as given
+    assert await store.resumed_at("quick") == T0 + timedelta(hours=1)

@@ -53,8 +53,10 @@ Wake-ups
 Pause
     ``set_paused(routine, paused, at)`` pauses (True) or resumes (False) a routine for every
     scheduler sharing the store; it is idempotent, and durable before it returns. A resume
-    of a paused routine given ``at`` (the wall-clock instant) keeps it: ``resumed_at(routine)``
-    returns the latest one (``None`` when there is none), so that a boot after a resume
+    of a paused routine given ``at`` (the wall-clock instant) keeps it, or, when it took long
+    to land (a slow disk, a lock another transaction held: past ``RESUME_LANDED_LATE``), ``at``
+    moved on by as long, when the pause ended: ``resumed_at(routine)`` returns the latest one
+    (``None`` when there is none), so that a boot after a resume
     catches up nothing from before it; a resume of a routine that is not paused changes
     nothing. ``paused()`` returns the names of the paused routines. A scheduler reads it
     before every claim, so a paused routine claims nothing. All raise StateFault when the

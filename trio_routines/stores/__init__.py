@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
 from .._lazy import lazy_names as _lazy_names
@@ -40,6 +41,19 @@ def state_problem(state: str) -> str | None:
         f"{shown_state(state)} is a URL of no store (a PostgreSQL URL starts with "
         "postgresql:// or postgres://); for a directory of that name, write ./ before it"
     )
+
+
+#: Seconds a resume may take to land before the instant it keeps is moved to when it landed:
+#: it is stamped, then written (a slow disk, a lock another transaction holds), and a replica
+#: that reads the stamp late must not take a slot the pause still held for one. Less, it
+#: keeps the instant it was given, as the store contract says.
+RESUME_LANDED_LATE = 0.2
+
+
+def landed(at: datetime, took: float) -> datetime:
+    """The instant a resume asked for at ``at`` keeps, having taken ``took`` seconds to land:
+    ``at``, or as much later as it took past :data:`RESUME_LANDED_LATE`."""
+    return at if took < RESUME_LANDED_LATE else at + timedelta(seconds=took)
 
 
 MIGRATES = ("always", "create", "never")

@@ -28,13 +28,14 @@ from __future__ import annotations
 import logging
 import os
 import stat
-import time
 from datetime import UTC, datetime
 from pathlib import Path
+from time import monotonic
 
 from ...errors import StateFault
 from ...instants import format_iso, parse_iso
 from ...names import check_name, name_problem
+from .. import landed
 from ..abandon import Handoff
 from ..safefile import (
     Refused,
@@ -66,6 +67,7 @@ def set_paused_sync(
     slots passed while it was paused as missed while no scheduler ran, and catch one up. A
     resume of a routine that is not paused changes nothing either: its instant would hold
     back the slots before it on a replica that comes to them late (scheduler/fire.py)."""
+    began = monotonic()
     if (
         not paused
         and when is not None
@@ -75,7 +77,22 @@ def set_paused_sync(
         )
     ):
         return
-    _set_paused(root, routine, paused, handoff, when if paused else None)
+    made = _set_paused(root, routine, paused, handoff, when if paused else None)
+    if made and not paused and when is not None:
+        _stamp_landed(root, routine, when, monotonic() - began)
+
+
+def _stamp_landed(root: Path, routine: str, when: datetime, took: float) -> None:
+    """A resume that took long to land keeps when it landed (:func:`..landed`): written
+    again, after the pause's removal. A write that fails leaves the instant it was asked at,
+    with a warning (the resume is made)."""
+    stamp = landed(when, took)
+    if stamp == when:
+        return
+    try:
+        _keep_instant(root, "resumed", routine, stamp)
+    except StateFault as exc:
+        log.warning("%s — its instant stays when it was asked (%s)", exc, format_iso(when))
 
 
 def _pause_began(root: Path, routine: str) -> datetime | None:
@@ -166,7 +183,7 @@ def resumed_at_sync(root: Path, routine: str) -> datetime | None:
     planted there) is a resume of unknown instant, taken as made when the entry was last
     written (no later than now), with a warning: read as none, a boot caught up a slot the
     pause had held back, and a replica late to a slot ran one the others had left paused."""
-    found = _instant(root, "resumed", routine, "resume", unreadable=_UNREADABLE)
+    found = instant(root, "resumed", routine, "resume", unreadable=_UNREADABLE)
     if found is not _UNREADABLE:
         return found
     path = root / "schedule" / "resumed" / check_name(routine)
@@ -189,14 +206,14 @@ def resumed_at_sync(root: Path, routine: str) -> datetime | None:
 
 def resumed_pause_since_sync(root: Path, routine: str) -> datetime | None:
     """When the pause ``routine``'s latest resume ended began, or None (not known)."""
-    return _instant(root, "resumed-pause", routine, "resume")
+    return instant(root, "resumed-pause", routine, "resume")
 
 
-#: What :func:`_instant` answers, when asked to, for a file that is there and holds none.
+#: What :func:`instant` answers, when asked to, for a file that is there and holds none.
 _UNREADABLE = datetime.min.replace(tzinfo=UTC)  # (told apart by identity)
 
 
-def _instant(
+def instant(
     root: Path, folder: str, routine: str, what: str, *, unreadable: datetime | None = None
 ) -> datetime | None:
     """The instant ``<root>/schedule/<folder>/<routine>`` holds: None when it is not there,
@@ -278,7 +295,7 @@ def _set_paused(
 def paused_since_sync(root: Path, routine: str) -> datetime | None:
     """When ``routine``'s pause began: None when it is not paused, or its file holds no
     instant (an earlier version's empty file, or anything else)."""
-    return _instant(root, "paused", routine, "pause")
+    return instant(root, "paused", routine, "pause")
 
 
 def paused_sync(root: Path) -> frozenset[str]:
@@ -313,79 +330,3 @@ def paused_sync(root: Path) -> frozenset[str]:
         ) from None
     finally:
         os.close(directory)
-
-
-#: How recently (seconds of real time) a resume's entry was written for a paused read to read
-#: it: a read needs the resumes of two minutes before it (scheduler/state.py, RESUME_LAG);
-#: the rest is margin for a write that took its time.
-RECENT_WRITES = 300.0
-#: The problems with the resumes met by paused reads, each warned about once per process.
-_SAID: set[str] = set()
-
-
-def paused_with_resumes_sync(
-    root: Path, since: datetime
-) -> tuple[frozenset[str], dict[str, tuple[datetime, datetime | None]]]:
-    """The paused routines, then those resumed at ``since`` or later, each with its latest
-    resume's instant and when the pause it ended began (None: not known). In that order: a
-    resume keeps its instant before it removes the pause, so a pause this read no longer
-    finds has its resume found. Only the resumes whose entries were written in the last
-    :data:`RECENT_WRITES` seconds are read; the directory's own time says when there are none
-    (one ``fstat``, the common case). A ``resumed`` directory that cannot be read (a link
-    planted there, a file) or an entry holding no instant is passed over, warned about once:
-    the paused routines are what every fire needs, and a resume none could read holds no slot
-    back (a fire a minute late or more asks for its routine's resume, and meets the fault)."""
-    names = paused_sync(root)
-    return names, _recent_resumes(root, since)
-
-
-def _recent_resumes(root: Path, since: datetime) -> dict[str, tuple[datetime, datetime | None]]:
-    where = root / "schedule" / "resumed"
-    recent = []
-    try:
-        directory = open_dirs(root, ("schedule", "resumed"))
-    except FileNotFoundError:
-        return {}  # never resumed
-    except OSError as exc:
-        _say_once(f"the resumes are unreadable in {where}: {describe(exc)}")
-        return {}
-    try:
-        # Written to a temp file, renamed into place: the directory's time moves with each.
-        horizon = time.time() - RECENT_WRITES
-        if os.fstat(directory).st_mtime >= horizon:
-            with os.scandir(directory) as entries:
-                for entry in entries:
-                    if name_problem(entry.name) is None and _written_since(entry, horizon):
-                        recent.append(entry.name)
-    except OSError as exc:
-        _say_once(f"the resumes are unreadable in {where}: {describe(exc)}")
-        return {}
-    finally:
-        os.close(directory)
-    found = {}
-    for routine in recent:
-        try:  # an entry holding no instant: None (the boot's own read warns of it)
-            when = _instant(root, "resumed", routine, "resume")
-            began = _instant(root, "resumed-pause", routine, "resume") if when else None
-        except StateFault as exc:
-            _say_once(str(exc))
-            continue
-        if when is not None and when >= since:
-            found[routine] = (when, began)
-    return found
-
-
-def _say_once(problem: str) -> None:
-    if problem not in _SAID:
-        if len(_SAID) >= 256:  # a bound, not a history
-            _SAID.clear()
-        _SAID.add(problem)
-        log.warning("%s — passed over by the paused reads (no resume of it read)", problem)
-
-
-def _written_since(entry: os.DirEntry[str], horizon: float) -> bool:
-    """Whether ``entry`` was last written at ``horizon`` or later (one gone since: no)."""
-    try:
-        return entry.stat(follow_symlinks=False).st_mtime >= horizon
-    except FileNotFoundError:
-        return False

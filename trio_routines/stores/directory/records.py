@@ -107,7 +107,7 @@ class Records:
     async def paused_with_resumes(
         self, since: datetime
     ) -> tuple[frozenset[str], dict[str, tuple[datetime, datetime | None]]]:
-        from .pause import paused_with_resumes_sync
+        from .pausedread import paused_with_resumes_sync
 
         return await self._run(paused_with_resumes_sync, self._root, since)
 

@@ -6,12 +6,14 @@ began (``paused_at``, schema version 13; NULL from older code)."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 from typing import Any
 
 import psycopg
 
 from ...instants import truncate_ms
+from .. import landed
 from .call import Call
 from .schema import Schema
 
@@ -22,8 +24,11 @@ def set_paused(
     conn: Conn, call: Call, tables: Schema, routine: str, paused: bool, at: datetime | None
 ) -> None:
     """Pause ``routine`` (paused already: its first pause's instant stays), or resume it,
-    keeping ``at`` as its latest resume (a routine not paused: nothing changes). Rolled back
-    when its caller gave up before the commit: "not confirmed" then means not made."""
+    keeping ``at`` as its latest resume (a routine not paused: nothing changes), or when the
+    pause's row was let go, when that waited (:func:`..landed`: a lock another transaction
+    held). Rolled back when its caller gave up before the commit: "not confirmed" then means
+    not made."""
+    began = time.monotonic()
     with conn.transaction():
         if paused:
             query = (
@@ -44,7 +49,7 @@ def set_paused(
                     "ON CONFLICT (routine) DO UPDATE SET resumed_at = excluded.resumed_at, "
                     "paused_at = excluded.paused_at"
                 ),
-                (routine, truncate_ms(at), since),
+                (routine, truncate_ms(landed(at, time.monotonic() - began)), since),
             )
         call.before_commit()
 
