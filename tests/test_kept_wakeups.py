@@ -133,6 +133,12 @@ def test_a_kept_entry_removed_is_put_back_as_written_by_its_inverse() -> None:
     index.apply({"op": "add", "n": 4, "wakeup": foreign("k")})
     assert index.next_n == 5  # its order number is taken
     assert index.inverse([del_op("k")]) == [{"op": "add", "n": 4, "wakeup": foreign("k")}]
+    # With the changes after it in the same batch undone too, last first.
+    other = {"op": "add", "n": 5, "wakeup": usable("o")}
+    assert index.inverse([del_op("k"), other]) == [
+        del_op("o"),
+        {"op": "add", "n": 4, "wakeup": foreign("k")},
+    ]
     index.apply(del_op("k"))
     assert index.stored() == []
     assert index.kept_session("k") is None
@@ -145,4 +151,10 @@ def test_an_entry_that_names_no_id_or_session_is_damage_not_kept() -> None:
     for broken in ({"session": "s"}, {"id": "x"}, {"id": "", "session": "s"}, "an entry"):
         with pytest.raises(ValueError, match=r"without an id and a session|must be an object"):
             index.apply({"op": "add", "n": 1, "wakeup": broken})
+    # An id or a session no store can hold (a lone surrogate) is damage, even in a shape this
+    # version would keep unread: no `unwake` could name it.
+    for field in ("id", "session"):
+        unheld = foreign("x", attempts="many", **{field: "x\ud800"})
+        with pytest.raises(ValueError, match=f"^the {field} is not storable text"):
+            index.apply({"op": "add", "n": 1, "wakeup": unheld})
     assert index.stored() == []

@@ -282,6 +282,32 @@ async def test_a_pause_begun_and_resumed_after_a_slot_did_not_hold_it(
     assert [f.slot for f in await store.history("hourly")] == fired
 
 
+async def test_a_slot_held_by_a_pause_resumed_since_leaves_the_slots_after_it_to_the_loop(
+    autojump_clock: Any,
+) -> None:
+    # Alone and held up past 11:00 and 11:01, the replica finds 11:00 held by a pause resumed
+    # at 11:00:00.050: 11:00 is paused, but 11:01 was not, and is caught up late (it was
+    # recorded paused too, and the loop went on from 11:02).
+    minutely = Routine(name="minutely", prompt="p", cron="* * * * *")
+    store = MemoryStore()
+    wall = WallClock(T0)
+    agent = ScriptedAgent(wall=wall)
+    scheduler = Scheduler(agent=agent, store=store, routines=[minutely], now=wall, wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await until(wall, at(10, 59) + timedelta(seconds=50))
+        await store.set_paused("minutely", True, at(10))
+        await store.set_paused("minutely", False, at(11) + timedelta(milliseconds=50))
+        wall.jump(timedelta(seconds=90))  # comes to 11:00 at 11:01:20
+        await until(wall, at(11, 3) + timedelta(seconds=30))
+        scheduler.stop()
+    slots = [f.slot for f in await store.history("minutely") if f.slot >= at(11)]
+    assert slots == [at(11, 1), at(11, 2), at(11, 3)]
+    assert [g for g in await store.gaps("minutely") if g.reason is GapReason.PAUSED] == [
+        Gap(at(11), at(11), 1, GapReason.PAUSED)
+    ]
+
+
 async def test_a_late_read_whose_resume_cannot_be_read_claims_nothing_and_says_why(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

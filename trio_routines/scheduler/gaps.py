@@ -284,7 +284,10 @@ class GapRecording:
             after = await self.after_claims(name, due - _MS)
             if after >= due:
                 paused_tail = None  # a claim between: the next gap extends none before it
-            paused = passed_over(cron, tz, name, after, max(now, due), GapReason.PAUSED)
+            # Paused still: every slot up to now; held by a pause resumed since, that one only
+            # (the slots after it are the loop's again).
+            until = max(now, due) if name in self._calls.paused else due
+            paused = passed_over(cron, tz, name, after, until, GapReason.PAUSED)
             await self.record_gap(name, paused, extends=paused_tail)
             return paused.last if paused is not None else paused_tail
         return None

@@ -95,6 +95,7 @@ class CronLoops:
         # Slots the store did not answer, not recorded yet: a tuple, so that a loop that has
         # none (nearly every one) keeps the one empty tuple, not a list of its own, asleep.
         unanswered: tuple[Gap, ...] = ()
+        resumed = False  # the slot just tried was held by a pause resumed since
         while True:
             try:
                 if rearm:
@@ -217,13 +218,17 @@ class CronLoops:
                             )
                         else:
                             paused_tail = None  # as after_slot's answer for a claimed slot
+                        # Held by a pause resumed since (not paused now): the slots after it
+                        # are the routine's again, a late one caught up as any loop's.
+                        resumed = result.reason == "paused" and name not in self._calls.paused
                         result = None  # not kept by the sleeping loop: one object per routine
                     backoff = RESTART_FIRST  # a slot went through: a later fault starts over
                     if ended is not None:
                         now, due = ended, following
                     else:
                         now = self._runtime.now()
-                        due = schedule.next_after(now)
+                        due = schedule.next_after(due if resumed and due is not None else now)
+                    resumed = False
                     ended = following = None  # only ``now`` and ``due`` go on, to the sleep
                     self._arming.set_due(routine, due)
                 return
