@@ -268,6 +268,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["trio_routines/scheduler/gaps.py"],
         [
             "tests/test_pinned_scheduler_gaps.py",
+            "tests/test_pause.py",  # the paused slots' gaps, and what a late replica asks
             "tests/test_gaps.py",
             "tests/test_gaps_armed.py",
             "tests/test_pinned_scheduler_boot.py",

@@ -188,11 +188,24 @@ async def test_a_paused_slot_extends_the_paused_gap_and_is_its_new_tail(
     refused = FireResult("tea", at(80), claimed=False, reason="duplicate")
     assert await gaps.after_slot(KATHMANDU, at(80), refused, at(80), at(60)) is None
     assert await store.gaps("tea") == [Gap(at(20), at(60), 3, GapReason.PAUSED)]
-    # Held by a pause resumed since (not paused now, as the read found it): that slot only.
+    # Held by a pause resumed since (not paused now, as the read found it): that slot only,
+    # though two more have passed since.
     await store.set_paused("tea", False)
+    gaps, _, _ = recording(store, now=at(141))
     await gaps._calls.read_paused()
     assert await gaps.after_slot(KATHMANDU, at(100), paused, at(141), None) == at(100)
     assert (await store.gaps("tea"))[-1] == Gap(at(100), at(100), 1, GapReason.PAUSED)
+    # Another replica claimed a slot in time, before the pause: it is not recorded, and the
+    # next paused slot's gap does not reach back across it.
+    await store.set_paused("tea", True)
+    await gaps._calls.read_paused()
+    await store.claim("tea", at(160), at(160))
+    assert await gaps.after_slot(KATHMANDU, at(160), paused, at(160), at(140)) is None
+    assert await gaps.after_slot(KATHMANDU, at(180), paused, at(180), None) == at(180)
+    assert (await store.gaps("tea"))[-2:] == [
+        Gap(at(100), at(100), 1, GapReason.PAUSED),
+        Gap(at(180), at(180), 1, GapReason.PAUSED),
+    ]
 
 
 async def test_the_boots_reads_of_gaps_and_of_when_routines_were_first_armed(
