@@ -257,6 +257,49 @@ async def test_a_resume_stamped_before_the_slot_holds_it_where_the_replicas_saw_
     assert [f.slot for f in await store.history("hourly")] == fired
 
 
+class NoGaps(MemoryStore):
+    """A store that keeps no gaps (a protocol's member set to None is one the class does not
+    have)."""
+
+    gaps = None  # type: ignore[assignment]
+    record_gap = None  # type: ignore[assignment]
+
+
+async def test_a_resume_stamped_before_the_slot_is_taken_at_its_word_without_gaps(
+    autojump_clock: Any,
+) -> None:
+    # No store of gaps, no replica's word that the slot was paused: it runs.
+    store = NoGaps()
+
+    async def meanwhile() -> None:
+        await store.set_paused("hourly", True, at(10))
+        await store.set_paused("hourly", False, at(11) - timedelta(milliseconds=300))
+
+    await held_up_at_eleven(store, meanwhile, at(12, 30), timedelta(milliseconds=400))
+    assert [f.slot for f in await store.history("hourly")] == [at(11), at(12)]
+
+
+async def test_a_late_fire_whose_gaps_do_not_answer_claims_nothing_and_says_why(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = MemoryStore()
+
+    async def meanwhile() -> None:
+        await store.set_paused("hourly", True, at(10))
+        await store.set_paused("hourly", False, at(11) - timedelta(milliseconds=300))
+        store.hang("gaps")
+
+    await held_up_at_eleven(store, meanwhile, at(11, 30), timedelta(milliseconds=400))
+    assert await store.history("hourly") == []
+    assert any(
+        m.startswith(
+            "hourly: fire failed (skipping this run, schedule stays armed): could not "
+            "claim slot 2026-07-07T11-00-00-000Z of 'hourly': the gaps of 'hourly' are unreadable"
+        )
+        for m in (r.getMessage() for r in caplog.records)
+    )
+
+
 @pytest.mark.parametrize("jump", [timedelta(milliseconds=400), timedelta(seconds=90)])
 @pytest.mark.parametrize(
     ("began", "fired"),
