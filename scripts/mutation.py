@@ -1208,6 +1208,17 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         POSTGRES_TESTS,
     ),
     "pgwakeups": (["trio_routines/stores/postgres/wakeups.py"], POSTGRES_TESTS),
+    # The state directory's paused read alone, with the tests that read it (it is in the
+    # directory's group too, whose run is long).
+    "dirpausedread": (
+        ["trio_routines/stores/directory/pausedread.py"],
+        [
+            "tests/test_pinned_dirpause.py",
+            "tests/test_store_contract.py",
+            "tests/test_pause.py",
+            "tests/test_paused_read.py",
+        ],
+    ),
     "pgstore": (
         [
             "trio_routines/stores/postgres/store.py",
