@@ -86,10 +86,15 @@ class CountedResumes(MemoryStore):
     def __init__(self) -> None:
         super().__init__()
         self.resumes_read: list[str] = []
+        self.pauses_read: list[str] = []  # when a resume's pause began
 
     async def resumed_at(self, routine: str) -> datetime | None:
         self.resumes_read.append(routine)
         return await super().resumed_at(routine)
+
+    async def resumed_pause_since(self, routine: str) -> datetime | None:
+        self.pauses_read.append(routine)
+        return await super().resumed_pause_since(routine)
 
 
 async def held_up_at_eleven(
@@ -349,6 +354,27 @@ async def test_a_slot_held_by_a_pause_resumed_since_leaves_the_slots_after_it_to
     assert [g for g in await store.gaps("minutely") if g.reason is GapReason.PAUSED] == [
         Gap(at(11), at(11), 1, GapReason.PAUSED)
     ]
+
+
+@pytest.mark.parametrize(
+    ("resumed", "asked"),
+    [(at(11) + timedelta(seconds=10), ["hourly"]), (at(10, 58), [])],
+    ids=["after-the-slot", "long-before"],
+)
+async def test_a_fire_a_minute_late_asks_when_the_pause_began_only_of_a_resume_near_its_slot(
+    autojump_clock: Any, resumed: datetime, asked: list[str]
+) -> None:
+    # A resume more than a minute before the slot could not have held it: its pause's start,
+    # one more call, tells nothing.
+    store = CountedResumes()
+
+    async def meanwhile() -> None:
+        await store.set_paused("hourly", True, at(10))
+        await store.set_paused("hourly", False, resumed)
+
+    await held_up_at_eleven(store, meanwhile, at(11, 30), timedelta(seconds=90))
+    assert store.resumes_read == ["hourly"]
+    assert store.pauses_read == asked
 
 
 async def test_a_late_read_whose_resume_cannot_be_read_claims_nothing_and_says_why(
