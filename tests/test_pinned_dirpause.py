@@ -454,3 +454,29 @@ async def test_a_resume_that_took_long_to_land_keeps_when_it_landed(
     assert await store.resumed_at("daily") == kept
     assert (await store.paused_with_resumes(T0))[1] == {"daily": (kept, T0)}
     assert await store.paused() == frozenset()
+
+
+async def test_a_resume_that_cannot_be_read_is_passed_over_by_the_paused_read_and_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = DirectoryStore(tmp_path)
+    for name in ("aa-broken", "bb-fine", "cc-fine"):
+        await store.set_paused(name, True, T0)
+        await store.set_paused(name, False, T1)
+    real = dirpause.read_file
+
+    def read_file(directory: int, name: str, where: Path, limit: int) -> bytes:
+        if name == "aa-broken":
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real(directory, name, where, limit)
+
+    monkeypatch.setattr(dirpause, "read_file", read_file)
+    for _ in range(2):  # the others still read, the problem said once
+        assert (await store.paused_with_resumes(T0))[1] == {
+            "bb-fine": (T1, T0),
+            "cc-fine": (T1, T0),
+        }
+    assert [r.getMessage() for r in caplog.records] == [
+        f"the resume of 'aa-broken' is unreadable: {EIO} — passed over by the paused reads "
+        "(no resume of it read)"
+    ]

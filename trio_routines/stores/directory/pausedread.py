@@ -65,7 +65,7 @@ def _recent_resumes(root: Path, since: datetime) -> dict[str, tuple[datetime, da
     finally:
         os.close(directory)
     found = {}
-    for routine in recent:
+    for routine in sorted(recent):  # (in one order, whatever the directory's)
         try:  # an entry holding no instant: None (the boot's own read warns of it)
             when = instant(root, "resumed", routine, "resume")
             began = instant(root, "resumed-pause", routine, "resume") if when else None
