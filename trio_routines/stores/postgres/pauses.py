@@ -24,10 +24,10 @@ def set_paused(
     conn: Conn, call: Call, tables: Schema, routine: str, paused: bool, at: datetime | None
 ) -> None:
     """Pause ``routine`` (paused already: its first pause's instant stays), or resume it,
-    keeping ``at`` as its latest resume (a routine not paused: nothing changes), or when the
-    pause's row was let go, when that waited (:func:`..landed`: a lock another transaction
-    held). Rolled back when its caller gave up before the commit: "not confirmed" then means
-    not made."""
+    keeping ``at`` as its latest resume (a routine not paused: nothing changes), moved on by
+    as long as taking the pause's row waited, when that was long (:func:`..landed`: a lock
+    another transaction held). Rolled back when its caller gave up before the commit: "not
+    confirmed" then means not made."""
     began = time.monotonic()
     with conn.transaction():
         if paused:
