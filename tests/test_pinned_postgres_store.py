@@ -452,3 +452,17 @@ async def test_a_resume_that_waited_on_a_lock_keeps_when_it_landed(
     assert (await store.paused_with_resumes(T0))[1]["daily"] == (kept, T0)
     await store.set_paused("quick", False, T0 + timedelta(hours=1))  # no wait: as given
     assert await store.resumed_at("quick") == T0 + timedelta(hours=1)
+
+
+async def test_a_resume_an_older_version_kept_reads_with_its_pause_unknown(
+    store: PostgresStore, schema: str
+) -> None:
+    # Before schema version 13 a resume kept no pause's start: the column is NULL.
+    with admin() as conn:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.trio_routines_resumed (routine, resumed_at) VALUES ('old', %s)"
+            ).format(sql.Identifier(schema)),
+            (T0,),
+        )
+    assert await store.paused_with_resumes(T0) == (frozenset(), {"old": (T0, None)})
