@@ -73,7 +73,7 @@ def burst_pg(n: int, slot: float, schema: str, effects: str, timeout: float) -> 
                     await trio.sleep(0.002)
             outcomes = dict(scheduler.statistics().outcomes)
             scheduler.stop(0)
-        batches = store._claims.batches
+        batches = store._batches.claims.batches
         await store.aclose()
         return {
             "starts": out.starts,

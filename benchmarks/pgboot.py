@@ -66,12 +66,12 @@ def boot_once(n: int, mode: str) -> dict[str, Any]:
             wakeups=False,
         )
         counted = (store._newest, store._resumes, store._gap_reads)
-        reads = *(each.reads for each in counted), store._settles.batches
+        reads = *(each.reads for each in counted), store._batches.settles.batches
         async with trio.open_nursery() as nursery:
             started = time.perf_counter()
             await nursery.start(scheduler.run)
             booted = time.perf_counter() - started
-            after = *(each.reads for each in counted), store._settles.batches
+            after = *(each.reads for each in counted), store._batches.settles.batches
             scheduler.stop(0)
         await store.aclose()
         newest, resumes, gaps, settles = (b - a for a, b in zip(reads, after, strict=True))

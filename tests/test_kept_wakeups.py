@@ -158,3 +158,44 @@ def test_an_entry_that_names_no_id_or_session_is_damage_not_kept() -> None:
         with pytest.raises(ValueError, match=f"^the {field} is not storable text"):
             index.apply({"op": "add", "n": 1, "wakeup": unheld})
     assert index.stored() == []
+
+
+async def test_a_wake_up_set_unusable_meanwhile_is_deferred_in_its_place(
+    tmp_path: Path,
+) -> None:
+    # Taken here, then set by another replica in a form this version cannot read: the
+    # deferral's add met it kept, failed with a traceback after its line was written, and left
+    # a line every reader took for damage.
+    store = DirectoryStore(tmp_path)
+    added = await store.add_wakeup(
+        WakeupRequest(session="s", prompt="p", cron="0 * * * *"), T0 - HOUR
+    )
+    taken = await store.take_due_wakeup(T0 + HOUR)
+    assert taken is not None
+    assert taken.id == added.id
+    written = foreign(added.id)
+    with (tmp_path / "schedule" / "wakeups.journal").open("a") as handle:
+        handle.write(json.dumps({"op": "set", "wakeup": written}) + "\n")
+    assert await store.defer_wakeup(taken, T0 + 2 * HOUR) is True
+    again = DirectoryStore(tmp_path)
+    assert [w.id for w in await again.list_wakeups()] == [added.id]
+    assert not any(
+        line.get("op") not in ("gen", "add", "set", "del") for line in journal_lines(tmp_path)
+    )
+
+
+async def test_entries_kept_unused_count_toward_when_the_journal_is_rewritten(
+    tmp_path: Path,
+) -> None:
+    # Past 4,096 kept entries beyond the pending ones, every write rewrote the whole journal.
+    store = DirectoryStore(tmp_path)
+    await store.add_wakeup(WakeupRequest(session="s", prompt="p", fire_at=T0 + HOUR), T0)
+    lines = [json.dumps({"op": "add", "n": n, "wakeup": foreign(f"k{n}")}) for n in range(2, 5002)]
+    with (tmp_path / "schedule" / "wakeups.journal").open("a") as handle:
+        handle.write("\n".join(lines) + "\nnot json: damage, so the next change compacts\n")
+    generations = set()
+    for _ in range(4):
+        await store.add_wakeup(WakeupRequest(session="t", prompt="p", fire_at=T0 + HOUR), T0)
+        generations.add(journal_lines(tmp_path)[0]["id"])
+    assert len(generations) == 1  # compacted once, then appended to
+    assert len(journal_lines(tmp_path)) == 1 + 1 + 5000 + 4

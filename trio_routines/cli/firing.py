@@ -133,7 +133,7 @@ def _fire_shown(args: argparse.Namespace, fired: FireResult) -> int:
         ms = f" ({fired.ms}ms)" if fired.ms is not None else ""
         outcome = fired.outcome.value if fired.outcome is not None else "unreported"
         # Why a claimed slot was skipped (its session busy, the routine over its budget), or
-        # why its turn failed (through a server, said nowhere else).
+        # why its turn failed (through a server said nowhere else; here, as the log says too).
         why = f": {fired.reason}" if fired.reason is not None else ""
         failed = f" — {one_line(fired.failed)}" if fired.failed else ""
         print_line(f"{fired.name} {format_iso(fired.slot)}: {outcome}{ms}{why}{failed}")

@@ -33,10 +33,11 @@ def paused_with_resumes_sync(
     resume keeps its instant before it removes the pause, so a pause this read no longer
     finds has its resume found. Only the resumes whose entries were written in the last
     :data:`RECENT_WRITES` seconds are read; the directory's own time says when there are none
-    (one ``fstat``, the common case). A ``resumed`` directory that cannot be read (a link
-    planted there, a file) or an entry holding no instant is passed over, warned about once:
-    the paused routines are what every fire needs, and a resume none could read holds no slot
-    back (a fire a minute late or more asks for its routine's resume, and meets the fault)."""
+    (one ``fstat``, the common case). A ``resumed`` directory or an entry that cannot be read
+    (a link planted there, a file) is passed over, warned about once, and an entry holding no
+    instant is passed over quietly (the boot's own read warns of it): the paused routines are
+    what every fire needs, and a resume none could read holds no slot back (a fire a minute
+    late or more asks for its routine's resume, and meets the fault)."""
     names = paused_sync(root)
     return names, _recent_resumes(root, since)
 

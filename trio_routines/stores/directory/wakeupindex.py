@@ -165,6 +165,11 @@ class WakeupIndex:
             raise ValueError(f"set of wake-up {wakeup_id!r} moves it to another session")
         return n
 
+    @property
+    def kept(self) -> int:
+        """How many entries are kept unused (each written into every new generation)."""
+        return len(self._kept)
+
     def kept_session(self, wakeup_id: str) -> str | None:
         """The session of ``wakeup_id`` when it is kept unused here (None: it is not)."""
         found = self._kept.get(wakeup_id)

@@ -376,7 +376,7 @@ class WakeupLog:
 
     def _compaction_due(self) -> bool:
         """Whether the journal has grown well past the pending wake-ups, or holds damage."""
-        return self._damaged or self._lines > 2 * len(self.index) + SLACK
+        return self._damaged or self._lines > 2 * (len(self.index) + self.index.kept) + SLACK
 
     def _compact(self, directory: int) -> int | None:
         """A new generation, when one is due (kept aside first if damaged): the new journal,

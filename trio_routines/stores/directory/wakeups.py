@@ -138,7 +138,10 @@ class Wakeups:
             deferred = plan_defer(index.of_session(wakeup.session), wakeup, fire_at)
             if deferred is None:
                 return [], False
-            gone = [del_op(wakeup.id)] if index.get(wakeup.id) is not None else []
+            # Still there (a recurring one advanced), or kept unused since (another replica
+            # set it in a form this version cannot read): gone before it is added again.
+            there = index.get(wakeup.id) is not None or index.kept_session(wakeup.id) is not None
+            gone = [del_op(wakeup.id)] if there else []
             return [*gone, add_op(deferred, index.next_n)], True
 
         def defer(handoff: Handoff) -> bool:
