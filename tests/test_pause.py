@@ -330,14 +330,25 @@ async def test_a_pause_begun_and_resumed_after_a_slot_did_not_hold_it(
     assert [f.slot for f in await store.history("hourly")] == fired
 
 
+@pytest.mark.parametrize(
+    ("resumed", "held"),
+    [
+        # 11:00 held; 11:01 was not, and is caught up late (it was recorded paused too, and
+        # the loop went on from 11:02).
+        (at(11) + timedelta(milliseconds=50), Gap(at(11), at(11), 1, GapReason.PAUSED)),
+        # Three held, in one step (the loop walked them a slot at a time, each with its
+        # reads and its gap's write).
+        (at(11, 2) + timedelta(seconds=30), Gap(at(11), at(11, 2), 3, GapReason.PAUSED)),
+    ],
+    ids=["one-held", "three-held"],
+)
 async def test_a_slot_held_by_a_pause_resumed_since_leaves_the_slots_after_it_to_the_loop(
-    autojump_clock: Any,
+    autojump_clock: Any, resumed: datetime, held: Gap
 ) -> None:
-    # Alone and held up past 11:00 and 11:01, the replica finds 11:00 held by a pause resumed
-    # at 11:00:00.050: 11:00 is paused, but 11:01 was not, and is caught up late (it was
-    # recorded paused too, and the loop went on from 11:02).
+    # Alone and held up past 11:00 and more, the replica finds 11:00 held by a pause resumed
+    # since: the slots up to the resume are paused, the first after it caught up late.
     minutely = Routine(name="minutely", prompt="p", cron="* * * * *")
-    store = MemoryStore()
+    store = CountedResumes()
     wall = WallClock(T0)
     agent = ScriptedAgent(wall=wall)
     scheduler = Scheduler(agent=agent, store=store, routines=[minutely], now=wall, wakeups=False)
@@ -345,15 +356,22 @@ async def test_a_slot_held_by_a_pause_resumed_since_leaves_the_slots_after_it_to
         await nursery.start(scheduler.run)
         await until(wall, at(10, 59) + timedelta(seconds=50))
         await store.set_paused("minutely", True, at(10))
-        await store.set_paused("minutely", False, at(11) + timedelta(milliseconds=50))
-        wall.jump(timedelta(seconds=90))  # comes to 11:00 at 11:01:20
-        await until(wall, at(11, 3) + timedelta(seconds=30))
+        await store.set_paused("minutely", False, resumed)
+        wall.jump(timedelta(minutes=4))  # comes to 11:00 at 11:03:50
+        await until(wall, at(11, 5) + timedelta(seconds=30))
         scheduler.stop()
+    first = held.last + timedelta(minutes=1)  # the first slot after the resume
     slots = [f.slot for f in await store.history("minutely") if f.slot >= at(11)]
-    assert slots == [at(11, 1), at(11, 2), at(11, 3)]
-    assert [g for g in await store.gaps("minutely") if g.reason is GapReason.PAUSED] == [
-        Gap(at(11), at(11), 1, GapReason.PAUSED)
+    assert slots[:1] == [first]  # caught up late; those it passed over, caught-up gaps
+    gaps = await store.gaps("minutely")
+    assert [g for g in gaps if g.reason is GapReason.PAUSED] == [held]
+    assert [(g.first, g.reason) for g in gaps if g.first > at(10, 59)] == [
+        (at(11), GapReason.PAUSED),
+        (first + timedelta(minutes=1), GapReason.CAUGHT_UP),
     ]
+    # Asked by the held slot's fire and by the first after it, each a minute late or more: no
+    # walk a slot at a time, each asking again.
+    assert store.resumes_read == ["minutely", "minutely"]
 
 
 @pytest.mark.parametrize(

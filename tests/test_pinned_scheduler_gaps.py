@@ -177,28 +177,23 @@ async def test_a_paused_slot_extends_the_paused_gap_and_is_its_new_tail(
     autojump_clock: Any,
 ) -> None:
     store = MemoryStore()
-    await store.set_paused("tea", True)
     paused = FireResult("tea", at(20), claimed=False, reason="paused")
     gaps, _, _ = recording(store, now=at(20))
     assert await gaps.after_slot(KATHMANDU, at(20), paused, at(20), None) == at(20)
     gaps, _, _ = recording(store, now=at(61))  # read late: 11:00 has passed too
-    await gaps._calls.read_paused()  # paused still, as the fire's read found it
     assert await gaps.after_slot(KATHMANDU, at(40), paused, at(61), at(20)) == at(60)
     assert await store.gaps("tea") == [Gap(at(20), at(60), 3, GapReason.PAUSED)]
     refused = FireResult("tea", at(80), claimed=False, reason="duplicate")
     assert await gaps.after_slot(KATHMANDU, at(80), refused, at(80), at(60)) is None
     assert await store.gaps("tea") == [Gap(at(20), at(60), 3, GapReason.PAUSED)]
-    # Held by a pause resumed since (not paused now, as the read found it): that slot only,
-    # though two more have passed since.
+    # Held by a pause resumed since (at 01:50): the slots up to its resume only, though two
+    # more have passed since.
     await store.set_paused("tea", False)
     gaps, _, _ = recording(store, now=at(141))
-    await gaps._calls.read_paused()
-    assert await gaps.after_slot(KATHMANDU, at(100), paused, at(141), None) == at(100)
+    assert await gaps.after_slot(KATHMANDU, at(100), paused, at(141), None, at(110)) == at(100)
     assert (await store.gaps("tea"))[-1] == Gap(at(100), at(100), 1, GapReason.PAUSED)
     # Another replica claimed a slot in time, before the pause: it is not recorded, and the
     # next paused slot's gap does not reach back across it.
-    await store.set_paused("tea", True)
-    await gaps._calls.read_paused()
     await store.claim("tea", at(160), at(160))
     assert await gaps.after_slot(KATHMANDU, at(160), paused, at(160), at(140)) is None
     assert await gaps.after_slot(KATHMANDU, at(180), paused, at(180), None) == at(180)

@@ -75,6 +75,9 @@ class FirePath:
         self._deadlines = calls.deadlines
         #: Outcomes (and refusals: paused, duplicate, stale) counted for the statistics.
         self.outcomes: Counter[str] = Counter()
+        #: For a slot held by a pause resumed since, the resume's instant: every slot up to it
+        #: was the pause's (the cron loop takes it, see :meth:`_resumed_since`).
+        self.held_until: dict[str, datetime] = {}
 
     async def fire(
         self,
@@ -256,9 +259,12 @@ class FirePath:
                 return False
             if began is not None and began > slot:  # the pause came after the slot
                 return False
-            if resumed > slot:
-                return True
-            return resumed >= slot - RESUME_LAG and await self._gaps.recorded_paused(name, slot)
+            if resumed <= slot and not (
+                resumed >= slot - RESUME_LAG and await self._gaps.recorded_paused(name, slot)
+            ):
+                return False
+            self.held_until[name] = max(resumed, slot)
+            return True
         except StateFault as exc:
             raise StateFault(f"could not claim slot {slot_name(slot)} of {name!r}: {exc}") from None
 

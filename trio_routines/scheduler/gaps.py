@@ -258,8 +258,10 @@ class GapRecording:
         result: FireResult,
         started: datetime,
         paused_tail: datetime | None,
+        held: datetime | None = None,
     ) -> datetime | None:
-        """Record what passed while the loop tried ``due``; the new paused tail.
+        """Record what passed while the loop tried ``due``; the new paused tail. ``held``: the
+        resume of a pause that held ``due``, resumed since (the slots up to it were paused).
 
         A claimed slot: those during its turn, passed over by the turn (``overlap``) -- less
         any another replica claimed meanwhile; those between it and the fire's start (a late
@@ -284,9 +286,9 @@ class GapRecording:
             after = await self.after_claims(name, due - _MS)
             if after >= due:
                 paused_tail = None  # a claim between: the next gap extends none before it
-            # Paused still: every slot up to now; held by a pause resumed since, that one only
-            # (the slots after it are the loop's again).
-            until = max(now, due) if name in self._calls.paused else due
+            # Paused still: every slot up to now; held by a pause resumed since, those up to
+            # its resume (the slots after it are the loop's again).
+            until = max(now, due) if held is None else max(min(held, now), due)
             paused = passed_over(cron, tz, name, after, until, GapReason.PAUSED)
             await self.record_gap(name, paused, extends=paused_tail)
             return paused.last if paused is not None else paused_tail

@@ -95,7 +95,7 @@ class CronLoops:
         # Slots the store did not answer, not recorded yet: a tuple, so that a loop that has
         # none (nearly every one) keeps the one empty tuple, not a list of its own, asleep.
         unanswered: tuple[Gap, ...] = ()
-        resumed = False  # the slot just tried was held by a pause resumed since
+        held: datetime | None = None  # the resume of a pause that held the slot just tried
         while True:
             try:
                 if rearm:
@@ -212,23 +212,23 @@ class CronLoops:
                                 and (following is None or (following > ended and following > now))
                             ):
                                 ended = None
+                        # Held by a pause resumed since: the slots up to its resume were the
+                        # pause's, those after it the routine's again (a late one caught up).
+                        held = self._fire.held_until.pop(name, None)
                         if ended is None:
                             paused_tail = await self._gaps.after_slot(
-                                routine, due, result, now, paused_tail
+                                routine, due, result, now, paused_tail, held
                             )
                         else:
                             paused_tail = None  # as after_slot's answer for a claimed slot
-                        # Held by a pause resumed since (not paused now): the slots after it
-                        # are the routine's again, a late one caught up as any loop's.
-                        resumed = result.reason == "paused" and name not in self._calls.paused
                         result = None  # not kept by the sleeping loop: one object per routine
                     backoff = RESTART_FIRST  # a slot went through: a later fault starts over
                     if ended is not None:
                         now, due = ended, following
                     else:
                         now = self._runtime.now()
-                        due = schedule.next_after(due if resumed and due is not None else now)
-                    resumed = False
+                        due = schedule.next_after(now if held is None else min(held, now))
+                    held = None
                     ended = following = None  # only ``now`` and ``due`` go on, to the sleep
                     self._arming.set_due(routine, due)
                 return
