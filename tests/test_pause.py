@@ -262,6 +262,42 @@ async def test_a_resume_stamped_before_the_slot_holds_it_where_the_replicas_saw_
     assert [f.slot for f in await store.history("hourly")] == fired
 
 
+class CountedGaps(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gaps_read = 0
+
+    async def gaps(self, routine: str) -> list[Gap]:
+        self.gaps_read += 1
+        return await super().gaps(routine)
+
+
+@pytest.mark.parametrize(
+    ("jump", "looked", "fired"),
+    [
+        (timedelta(milliseconds=99), 0, [at(11)]),  # as a herd's read, at the slot
+        (timedelta(milliseconds=100), 1, []),
+    ],
+)
+async def test_a_read_begun_as_the_slot_came_looks_for_no_replicas_record_of_it(
+    autojump_clock: Any, jump: timedelta, looked: int, fired: list[datetime]
+) -> None:
+    # A replica that found the slot paused records it after its own read: a read begun as
+    # the slot came could not see that record, and a herd after a resume read every
+    # routine's gaps for nothing.
+    store = CountedGaps()
+
+    async def meanwhile() -> None:
+        await store.set_paused("hourly", True, at(10))
+        await store.record_gap("hourly", Gap(at(11), at(11), 1, GapReason.PAUSED))
+        await store.set_paused("hourly", False, at(11) - timedelta(milliseconds=300))
+        store.gaps_read = 0
+
+    await held_up_at_eleven(store, meanwhile, at(11, 30), jump)
+    assert [f.slot for f in await store.history("hourly")] == fired
+    assert store.gaps_read == looked
+
+
 class NoGaps(MemoryStore):
     """A store that keeps no gaps (a protocol's member set to None is one the class does not
     have)."""

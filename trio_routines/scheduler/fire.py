@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import trio
 
@@ -39,6 +39,10 @@ from .state import (
 from .turning import SessionTurns
 
 CLAIMED_TOO_LATE = "claimed only after the store's deadline (its caller had given up): not run"
+#: How long after a slot a read must begin to look for a replica's record of the slot as
+#: paused: one that found it paused writes that record after its own read, a few
+#: milliseconds on, so a read begun sooner (a herd's, at the slot) could not see it.
+RECORDED_AFTER = timedelta(milliseconds=100)
 
 
 class FirePath:
@@ -260,7 +264,11 @@ class FirePath:
             if began is not None and began > slot:  # the pause came after the slot
                 return False
             if resumed <= slot and not (
-                resumed >= slot - RESUME_LAG and await self._gaps.recorded_paused(name, slot)
+                resumed >= slot - RESUME_LAG
+                # A read begun as the slot came cannot see a record made after it (a herd's,
+                # right after a resume, would read every routine's gaps for nothing).
+                and read.started - slot >= RECORDED_AFTER
+                and await self._gaps.recorded_paused(name, slot)
             ):
                 return False
             self.held_until[name] = max(resumed, slot)
