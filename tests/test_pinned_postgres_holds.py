@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import psycopg
 import pytest
 import trio
-from pg import T0, admin, fresh_schema, require_server
+from pg import T0, admin, fresh_schema, kill_backends, require_server
 from procs import wait_for
 from psycopg import sql
 from trio.testing import MockClock, wait_all_tasks_blocked
@@ -174,6 +174,15 @@ def lock_holders(key: int) -> list[str]:
             (key >> 32, key & 0xFFFFFFFF),
         ).fetchall()
     return [name for (name,) in rows]
+
+
+async def connection_ended(member: PostgresPresence, replica: str) -> None:
+    """The server ends the connection of ``replica`` (a process that died, a proxy that
+    dropped it); back once its lock is gone."""
+    kill_backends(f"trio_routines {replica}")
+    with trio.fail_after(10):
+        while lock_holders(member.holder):  # noqa: ASYNC110 -- the server frees it, no event
+            await trio.sleep(0.05)
 
 
 def held_keys(schema: str) -> list[int]:
@@ -1150,14 +1159,7 @@ async def test_a_join_under_the_id_of_a_process_that_died_drops_the_holds_it_lef
     first = PostgresStore(url, schema=schema, timeout=BOUND - 1)
     dead = await first.join(info("again"))
     assert await dead.take([41, 42]) == [True, True]
-    with admin() as conn:  # the process dies: its connection and its lock go, its rows stay
-        conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE application_name = 'trio_routines again'"
-        )
-    with trio.fail_after(10):
-        while lock_holders(dead.holder):  # noqa: ASYNC110 -- the server frees it, no event
-            await trio.sleep(0.05)
+    await connection_ended(dead, "again")  # the process dies: its lock goes, its rows stay
     assert held_keys(schema) == [41, 42]
     second = PostgresStore(url, schema=schema, timeout=BOUND - 1)
     try:
@@ -1287,14 +1289,7 @@ async def test_no_claim_is_made_with_holds_once_the_server_ended_our_connection(
         session = (session_key("routine:r"),)
         taken = await store.claim("r", T0, T0, replica="ended", holds=(ours.holder, session))
         assert (taken.status, taken.holds) == (ClaimStatus.TAKEN, (True,))
-        with admin() as conn:
-            conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE application_name = 'trio_routines ended'"
-            )
-        with trio.fail_after(10):
-            while lock_holders(ours.holder):  # noqa: ASYNC110 -- the server frees it, no event
-                await trio.sleep(0.05)
+        await connection_ended(ours, "ended")
         later = T0 + timedelta(minutes=1)
         with pytest.raises(StateFault) as refused:
             await store.claim("r", later, later, replica="ended", holds=(ours.holder, session))
