@@ -92,24 +92,25 @@ class GapRecording:
             return await self._store.record_gap(name, gap, extends=extends)
         raise self._calls.no_answer(f"could not record a gap of {name!r}")
 
+    async def _gaps_of(self, name: str) -> list[Gap]:
+        """``name``'s retained gaps, bounded (none for a store without gaps). Raises
+        StateFault."""
+        if not isinstance(self._store, GapRecords):
+            return []
+        with self._calls.bounded():
+            return await self._store.gaps(name)
+        raise self._calls.no_answer(f"the gaps of {name!r} are unreadable")
+
     async def newest_gap_end(self, name: str) -> datetime | None:
         """The last slot of ``name``'s newest gap, or None (none, or a store without gaps)."""
-        if not isinstance(self._store, GapRecords):
-            return None
-        with self._calls.bounded():
-            gaps = await self._store.gaps(name)
-            return gaps[-1].last if gaps else None
-        raise self._calls.no_answer(f"the gaps of {name!r} are unreadable")
+        gaps = await self._gaps_of(name)
+        return gaps[-1].last if gaps else None
 
     async def recorded_paused(self, name: str, slot: datetime) -> bool:
         """Whether a replica recorded ``slot`` of ``name`` as paused (False for a store
         without gaps). Raises StateFault."""
-        if not isinstance(self._store, GapRecords):
-            return False
-        with self._calls.bounded():
-            gaps = await self._store.gaps(name)
-            return any(g.reason is GapReason.PAUSED and g.first <= slot <= g.last for g in gaps)
-        raise self._calls.no_answer(f"the gaps of {name!r} are unreadable")
+        gaps = await self._gaps_of(name)
+        return any(g.reason is GapReason.PAUSED and g.first <= slot <= g.last for g in gaps)
 
     async def first_armed(self, names: list[str], *, seen: bool = True) -> dict[str, datetime]:
         """When each of ``names`` was first armed (now, for those armed for the first time);
