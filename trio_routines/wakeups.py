@@ -279,8 +279,13 @@ def check_stored_text(wakeup: Wakeup) -> None:
     if problem is not None:
         raise ValueError(problem)
     for field in fields:
-        if not storable(getattr(wakeup, field)):
-            raise ValueError(f"the {field} is not storable text (a NUL, or not valid Unicode)")
+        check_storable(field, getattr(wakeup, field))
+
+
+def check_storable(field: str, text: str | None) -> None:
+    """``ValueError`` naming ``field`` when ``text`` is no text a store holds."""
+    if not storable(text):
+        raise ValueError(f"the {field} is not storable text (a NUL, or not valid Unicode)")
 
 
 def stored_cron_problem(wakeup: Wakeup) -> str | None:

@@ -36,7 +36,7 @@ from typing import Any
 
 from ...converter import wakeup_from_json, wakeup_to_json
 from ...records import Wakeup
-from ...wakeups import check_stored_text, storable, stored_cron_problem
+from ...wakeups import check_storable, check_stored_text, stored_cron_problem
 
 Op = dict[str, Any]
 
@@ -315,7 +315,6 @@ def _named(raw: Any) -> tuple[str, str]:
     wakeup_id, session = raw.get("id"), raw.get("session")
     if not isinstance(wakeup_id, str) or not wakeup_id or not isinstance(session, str):
         raise ValueError(f"a wake-up entry without an id and a session: {wakeup_id!r}")
-    for field, text in (("id", wakeup_id), ("session", session)):
-        if not storable(text):
-            raise ValueError(f"the {field} is not storable text (a NUL, or not valid Unicode)")
+    check_storable("id", wakeup_id)
+    check_storable("session", session)
     return wakeup_id, session
