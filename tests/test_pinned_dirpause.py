@@ -14,8 +14,10 @@ import re
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+import trio
 from oserrors import fail, named, prefixed
 
 from trio_routines.errors import StateFault
@@ -23,6 +25,7 @@ from trio_routines.instants import format_iso
 from trio_routines.stores import safefile
 from trio_routines.stores.directory import DirectoryStore, pausedread
 from trio_routines.stores.directory import pause as dirpause
+from trio_routines.stores.directory import records as dirrecords
 
 AT = datetime(2026, 7, 7, 9, tzinfo=UTC)
 T0, T1, T2 = AT, AT.replace(hour=10), AT.replace(hour=11)
@@ -448,12 +451,38 @@ async def test_a_resume_that_took_long_to_land_keeps_when_it_landed(
     # for after the resume, while the replicas that read in time still saw the pause.
     store = DirectoryStore(tmp_path)
     await store.set_paused("daily", True, T0)
-    ticks = iter([100.0, 100.0 + took])  # the resume's start, then once its pause is gone
-    monkeypatch.setattr(dirpause, "monotonic", lambda: next(ticks))
+    asked = iter([100.0])  # when the resume was asked
+    gone = iter([100.0 + took])  # once its pause is gone
+    monkeypatch.setattr(dirrecords, "monotonic", lambda: next(asked))
+    monkeypatch.setattr(dirpause, "monotonic", lambda: next(gone))
     await store.set_paused("daily", False, T1)
     assert await store.resumed_at("daily") == kept
     assert (await store.paused_with_resumes(T0))[1] == {"daily": (kept, T0)}
     assert await store.paused() == frozenset()
+
+
+async def test_a_resume_that_waited_for_the_pause_before_it_keeps_when_it_landed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its wait counts too: one pause or resume at a time in a process, and the one before it
+    # took 0.6 s (a slow disk); the resume itself is quick.
+    store = DirectoryStore(tmp_path)
+    await store.set_paused("daily", True, T0)
+    real = dirpause._set_paused
+
+    def slow(root: Path, routine: str, *args: Any) -> bool:
+        if routine == "other":
+            time.sleep(0.6)
+        return real(root, routine, *args)
+
+    monkeypatch.setattr(dirpause, "_set_paused", slow)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(store.set_paused, "other", True, T0)
+        await trio.sleep(0.1)  # its thread is writing: the resume waits half a second or more
+        await store.set_paused("daily", False, T1)
+    kept = await store.resumed_at("daily")
+    assert kept is not None
+    assert T1 + timedelta(seconds=0.4) <= kept <= T1 + timedelta(seconds=30)
 
 
 async def test_a_resume_that_cannot_be_read_is_passed_over_by_the_paused_read_and_said(

@@ -454,6 +454,41 @@ async def test_a_resume_that_waited_on_a_lock_keeps_when_it_landed(
     assert await store.resumed_at("quick") == T0 + timedelta(hours=1)
 
 
+async def test_a_resume_that_waited_for_a_connection_keeps_when_it_landed(
+    url: str, schema: str
+) -> None:
+    # Its wait for a connection counts too: one resume's thread held on a locked row for
+    # 0.6 s, the store's one connection is its, and the next resume waits for it before its
+    # own quick statement.
+    store = PostgresStore(url, schema=schema, timeout=30, max_size=1)
+    try:
+        await store.set_paused("daily", True, T0)
+        await store.set_paused("quick", True, T0)
+        locker = admin()
+        locker.autocommit = False
+        locker.execute(
+            sql.SQL(
+                "SELECT 1 FROM {}.trio_routines_paused WHERE routine = 'daily' FOR UPDATE"
+            ).format(sql.Identifier(schema))
+        )
+        release = threading.Timer(0.6, locker.commit)
+        release.start()
+        asked = T0 + timedelta(hours=1)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(store.set_paused, "daily", False, asked)
+                await trio.sleep(0.1)  # the one connection is its: this waits 0.5 s or more
+                await store.set_paused("quick", False, asked)
+        finally:
+            release.join()
+            locker.close()
+        kept = await store.resumed_at("quick")
+        assert kept is not None
+        assert asked + timedelta(seconds=0.4) <= kept <= asked + timedelta(seconds=30)
+    finally:
+        await store.aclose()
+
+
 async def test_a_resume_an_older_version_kept_reads_with_its_pause_unknown(
     store: PostgresStore, schema: str
 ) -> None:

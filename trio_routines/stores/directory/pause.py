@@ -58,16 +58,20 @@ def set_paused_sync(
     paused: bool,
     when: datetime | None = None,
     handoff: Handoff | None = None,
+    asked: float | None = None,
 ) -> None:
     """Pause or resume ``routine`` (keeping the resume's instant ``when``); durable. With
     ``handoff``, a change whose caller gave up (../abandon.py) before it began is not begun.
+    ``asked``: when it was asked, on :func:`time.monotonic` (by default, now): a resume that
+    took long to land since (waiting for a thread, a pause or resume before it, the disk)
+    keeps when it landed.
 
     A resume keeps its instant before it removes the pause: a resume whose instant cannot be
     kept changes nothing (the routine stays paused), since a boot would otherwise read the
     slots passed while it was paused as missed while no scheduler ran, and catch one up. A
     resume of a routine that is not paused changes nothing either: its instant would hold
     back the slots before it on a replica that comes to them late (scheduler/fire.py)."""
-    began = monotonic()
+    began = monotonic() if asked is None else asked
     if (
         not paused
         and when is not None
@@ -127,11 +131,11 @@ def _is_paused(root: Path, routine: str) -> bool:
 
 
 def set_paused_handing(
-    handoff: Handoff, root: Path, routine: str, paused: bool, when: datetime | None
+    handoff: Handoff, root: Path, routine: str, paused: bool, when: datetime | None, asked: float
 ) -> None:
     """:func:`set_paused_sync` in a thread its caller may leave (``run_abandoning``, which
     hands its answer over once it returns)."""
-    set_paused_sync(root, routine, paused, when, handoff)
+    set_paused_sync(root, routine, paused, when, handoff, asked)
 
 
 def _write_resumed(

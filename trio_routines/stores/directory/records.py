@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from pathlib import Path
+from time import monotonic
 from typing import Any, Protocol, TypeVar
 
 import trio
@@ -57,6 +58,7 @@ class Records:
         up before it began is not begun."""
         from .pause import set_paused_handing
 
+        asked = monotonic()  # a resume's wait for the one before it counts toward its landing
         what = "pause" if paused else "resume"
 
         def busy(_: int) -> StateFault:
@@ -79,6 +81,7 @@ class Records:
                 routine,
                 paused,
                 at,
+                asked,
                 limiter=self._limiter,
                 handoff=Handoff(),
                 ended=ended,

@@ -21,14 +21,20 @@ Conn = psycopg.Connection[Any]
 
 
 def set_paused(
-    conn: Conn, call: Call, tables: Schema, routine: str, paused: bool, at: datetime | None
+    conn: Conn,
+    call: Call,
+    tables: Schema,
+    routine: str,
+    paused: bool,
+    at: datetime | None,
+    asked: float,
 ) -> None:
     """Pause ``routine`` (paused already: its first pause's instant stays), or resume it,
     keeping ``at`` as its latest resume (a routine not paused: nothing changes), moved on by
-    as long as taking the pause's row waited, when that was long (:func:`..landed`: a lock
-    another transaction held). Rolled back when its caller gave up before the commit: "not
+    as long as it took since it was asked (``asked``, on :func:`time.monotonic`: the wait for
+    a connection and a thread, for the pause's row held by another transaction), when that
+    was long (:func:`..landed`). Rolled back when its caller gave up before the commit: "not
     confirmed" then means not made."""
-    began = time.monotonic()
     with conn.transaction():
         if paused:
             query = (
@@ -49,7 +55,7 @@ def set_paused(
                     "ON CONFLICT (routine) DO UPDATE SET resumed_at = excluded.resumed_at, "
                     "paused_at = excluded.paused_at"
                 ),
-                (routine, truncate_ms(landed(at, time.monotonic() - began)), since),
+                (routine, truncate_ms(landed(at, time.monotonic() - asked)), since),
             )
         call.before_commit()
 

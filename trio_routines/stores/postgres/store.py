@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -175,7 +176,10 @@ class PostgresStore(Lifetime):
         check_name(routine)
         what = f"could not {'pause' if paused else 'resume'} {routine!r}"
         unsure = f"{'pausing' if paused else 'resuming'} {routine!r} is not confirmed"
-        await self._conns.run(what, set_paused, self._tables, routine, paused, at, unsure=unsure)
+        asked = time.monotonic()  # a resume's wait for a connection counts toward its landing
+        await self._conns.run(
+            what, set_paused, self._tables, routine, paused, at, asked, unsure=unsure
+        )
 
     async def paused_since(self, routine: str) -> datetime | None:
         """When ``routine``'s pause began (its row's ``paused_at``); None when not paused."""
