@@ -475,7 +475,7 @@ def test_a_change_whose_caller_gave_up_is_rolled_back_whole(
         (lambda: wakeups._remove(conn, given_up, "w1", "s"), ": rolled back"),
         (lambda: wakeups._take(conn, given_up, T0), ""),  # before it reads a row
         # A pause, as a resume, said not confirmed: not made either.
-        (lambda: set_paused(conn, given_up, Schema(schema), "r", True, T0), ": rolled back"),
+        (lambda: set_paused(conn, given_up, Schema(schema), "r", True, T0, 0.0), ": rolled back"),
     ]
     for call, then in calls:
         with pytest.raises(StateFault) as raised:
