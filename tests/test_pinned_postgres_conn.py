@@ -1031,6 +1031,7 @@ async def test_the_versions_a_migration_records_and_a_newer_one_that_refuses_thi
         ("holds", "holds_pkey"),
         ("paused", "paused_pkey"),
         ("replicas", "replicas_pkey"),
+        ("resumed", "resumed_at"),
         ("resumed", "resumed_pkey"),
         ("schema", "schema_pkey"),
         ("usage", "usage_pkey"),
