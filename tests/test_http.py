@@ -904,13 +904,39 @@ async def test_malformed_fire_is_400_and_changes_nothing(raw: bytes, expected: s
         assert server.agent.turns == []
 
 
-async def test_unknown_fields_are_ignored() -> None:
+async def test_unknown_fields_of_a_fire_or_a_run_are_ignored() -> None:
+    # As the original's POST /run: anything else in the body is ignored (a prompt, a newer
+    # client's option); what they act on is the routine's own.
     async with serving() as server:
         reply = await server.call(
             "POST", "/fire", {"name": "daily", "slot": ON_GRID, "priority": "high"}
         )
         assert reply.status == 202
         await server.settled("daily")
+        ran = await server.call("POST", "/run", {"name": "daily", "prompt": "something else"})
+        assert ran.status == 200
+        assert ran.json["ran"] is True
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        ({"untill": "2026-12-09T00:00Z"}, 'unknown key "untill": POST /wakeups takes '),
+        ({"Until": "x", "b": 1}, 'unknown keys "Until", "b": POST /wakeups takes '),
+        ({"a": 1, "b": 2, "c": 3, "d": 4}, 'unknown keys "a", "b", "c", …: POST /wakeups'),
+        ({"\ud800" + "k" * 100: 1}, 'unknown key "\\ud800' + "k" * 63 + '": POST'),
+    ],
+)
+async def test_a_wake_up_naming_a_key_it_does_not_take_is_refused_and_nothing_added(
+    extra: dict[str, Any], said: str
+) -> None:
+    # A misspelt "until" was dropped, and the wake-up kept its default end of 30 days.
+    async with serving() as server:
+        body = {"session": "chat:1", "prompt": "p", "cron": "0 10 * * *"} | extra
+        message = assert_error(await server.call("POST", "/wakeups", body), 400)
+        assert message.startswith(said)
+        assert message.endswith('takes "session", "prompt", "in", "cron", "tz", "until"')
+        assert await server.store.list_wakeups() == []
 
 
 @pytest.mark.parametrize(

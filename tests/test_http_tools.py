@@ -131,6 +131,18 @@ async def test_a_tool_call_with_a_routines_ticket_adds_the_turns_wake_up() -> No
     assert added.origin == Origin(kind=OriginKind.ROUTINE, routine="daily", slot=SLOT, depth=1)
 
 
+async def test_a_tool_call_naming_a_key_it_does_not_take_is_refused() -> None:
+    async with limited() as server:
+        body = {"name": "schedule_wakeup", "arguments": {"prompt": "p", "in": "2h"}, "args": {}}
+        sent = {"Authorization": f"Ticket {make_ticket(DAILY)}"}
+        reply = await server.call("POST", "/tools/call", body, headers=sent)
+        assert reply.status == 400
+        assert reply.json["error"] == (
+            'unknown key "args": POST /tools/call takes "name", "arguments"'
+        )
+        assert await server.store.list_wakeups() == []
+
+
 async def test_the_rate_and_the_depth_refuse_a_ticketed_call_as_they_refuse_the_turns_own() -> None:
     async with limited() as server:
         for minutes in (10, 20, 30):

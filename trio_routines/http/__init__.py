@@ -39,9 +39,11 @@ changes nothing:
    the connection closed), and a request whose body would make more than half the
    connection cap wait for bodies is refused unread (503); then it must be a UTF-8 JSON
    object (400);
-5. the fields: missing or of the wrong type (400); unknown fields are ignored, as the
-   TypeScript agent server's routines scheduler does, so a newer client can talk to an older
-   server;
+5. the fields: missing or of the wrong type (400); unknown fields of ``POST /fire`` and
+   ``POST /run`` are ignored, as the TypeScript agent server's routines scheduler does (the
+   routine's own prompt runs, and a newer client can talk to an older server); those of
+   ``POST /wakeups`` and ``POST /tools/call`` are a 400 naming them (a misspelt ``until``
+   would otherwise be dropped, and what is stored not what was asked);
 6. the action. A state fault is 503 with ``Retry-After`` (nothing was claimed or changed,
    unless the store says the change is not confirmed), and so is a store that has not
    answered a handler's call within the scheduler's ``store_timeout`` (a change then is not

@@ -29,7 +29,16 @@ from ..wakeups import WakeupRequest, parse_delay
 from ..wakeuptexts import bad_delay_reply, removed_reply, stored_reply
 from .spending import listed_sessions_spent
 from .storecall import store_call
-from .wire import ECHO, MAX_SESSION, Refusal, Response, label, optional_text, required_text
+from .wire import (
+    ECHO,
+    MAX_SESSION,
+    Refusal,
+    Response,
+    label,
+    only_keys,
+    optional_text,
+    required_text,
+)
 
 #: Who asks through ``POST /wakeups`` (whatever the client: the server cannot tell).
 ASKED = Origin(kind=OriginKind.HTTP)
@@ -55,12 +64,16 @@ def _unconfirmed(change: str, then: str = "try again") -> str:
     return f"the wake-up state did not confirm the {change}: it may be made — {then}"
 
 
+#: What ``POST /wakeups`` takes.
+_WAKE_KEYS = ("session", "prompt", "in", "cron", "tz", "until")
 #: An add cut off: asked again, it could be made twice, were the first to land after all.
 LIST_FIRST = "list the session's wake-ups before adding it again"
 
 
 async def wake(scheduler: Scheduler, body: Mapping[str, Any], mount: str = "") -> Response:
     """``POST /wakeups``; ``mount``: where the surface is mounted (its reply's ``DELETE``)."""
+    # An ``origin`` is the server's to record (http): one in the body is ignored, as said.
+    only_keys(body, "POST /wakeups", _WAKE_KEYS, frozenset({"origin"}))
     session = label(required_text(body, "session", '"chat:42"'), "session", MAX_SESSION)
     prompt = required_text(body, "prompt", '"check the build"')
     if ("in" in body) == ("cron" in body):
@@ -157,6 +170,7 @@ async def tool_call(scheduler: Scheduler, fire: FireContext, body: Mapping[str, 
     from its ticket by the gate), for that turn's session alone; ``{"text"}``, what
     :func:`~trio_routines.tools.call_tool` says to the model inside the turn (a refusal by
     the limits included)."""
+    only_keys(body, "POST /tools/call", ("name", "arguments"))
     name = required_text(body, "name", '"schedule_wakeup"')
     with firing(fire):
         text = await call_tool(scheduler, fire.session, name, body.get("arguments"))

@@ -229,6 +229,24 @@ def text(value: str, field: str) -> str:
     return value
 
 
+def only_keys(
+    body: Mapping[str, Any],
+    route: str,
+    takes: tuple[str, ...],
+    ignored: frozenset[str] = frozenset(),
+) -> None:
+    """Refuse a body naming a key ``route`` neither takes nor ``ignored`` (documented as
+    such): a misspelt ``until`` would be dropped and its default taken, a newer client's
+    option silently not honoured."""
+    unknown = sorted(key for key in body if key not in takes and key not in ignored)
+    if unknown:
+        named = ", ".join(json.dumps(key[:ECHO]) for key in unknown[:3])  # ASCII: any key
+        more = ", …" if len(unknown) > 3 else ""
+        plural = "s" if len(unknown) > 1 else ""
+        accepted = ", ".join(f'"{key}"' for key in takes)
+        raise Refusal(400, f"unknown key{plural} {named}{more}: {route} takes {accepted}")
+
+
 def required_text(body: Mapping[str, Any], field: str, example: str) -> str:
     value = body.get(field)
     if not isinstance(value, str) or not value:
