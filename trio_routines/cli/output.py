@@ -167,13 +167,17 @@ def check_owner(state: str, command: str, *, existing: bool = False) -> None:
 
 
 def check_is_directory(state: str) -> None:
-    """Refuse a state path that is there but is no directory (a regular file, a FIFO), naming
-    it: the store would fail on a path inside it, in words about that path. What cannot be
-    looked at (EACCES, a dangling link) is the store's to say; an absent one is made."""
+    """Refuse a state path that is there but is no directory (a regular file, a FIFO), or a
+    symbolic link to nothing, naming it: the store would fail on a path inside it, in words
+    about that path, and a reading command would read the link as a state where nothing ever
+    ran. What cannot be looked at (EACCES) is the store's to say; an absent one is made."""
     if is_postgres_url(state):
         return
     try:
         status = os.stat(state)
+    except FileNotFoundError:
+        _check_not_dangling(state)
+        return
     except OSError:
         return
     if not stat.S_ISDIR(status.st_mode):
@@ -181,6 +185,20 @@ def check_is_directory(state: str) -> None:
             f"--state {state_label(state)} is {kind_of(status.st_mode)}, not a state directory "
             "(ENOTDIR) — give --state the directory `serve` keeps its state in"
         )
+
+
+def _check_not_dangling(state: str) -> None:
+    """Refuse a ``state`` that is a symbolic link to nothing (its target moved, a typo in
+    it): nothing is made through it."""
+    try:
+        target = os.readlink(state)
+    except OSError:  # no link: absent, or a link in its parents (the store says so)
+        return
+    shown_target = target if len(target) <= 200 else target[:200] + "…"  # a link holds 4 KiB
+    raise CliError(
+        f"--state {state_label(state)} is a symbolic link to {shown_target}, which does not "
+        "exist — restore what it points to, or give --state the state directory itself"
+    )
 
 
 @asynccontextmanager
