@@ -116,9 +116,13 @@ def test_a_url_with_the_state_or_an_agent_is_a_usage_error(
     assert found is not None
     assert (found.url, found.token) == ("http://h:1", None)
     assert Server.from_args(argparse.Namespace(url="http://h:1")) is not None
-    for option in ("state", "agent"):
+    given = argparse.Namespace(url="http://h:1", routines="routines", routines_given=False)
+    assert Server.from_args(given) is not None  # the default routines directory
+    for option in ("state", "agent", "routines"):
         args = argparse.Namespace(url="http://h:1", state=None, agent=None)
         setattr(args, option, "x")
+        if option == "routines":
+            args.routines_given = True
         with pytest.raises(CliError) as refused:
             Server.from_args(args)
         assert refused.value.code == 2

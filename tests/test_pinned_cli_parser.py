@@ -203,6 +203,7 @@ def test_the_common_options_are_read_before_or_after_the_command() -> None:
     want = {
         "state": "st",
         "routines": "rt",
+        "routines_given": True,  # not its default (which --url refuses)
         "agent": "echo",
         "replica": "r1",
         "log_format": "json",

@@ -101,13 +101,19 @@ class Server:
     def from_args(cls, args: argparse.Namespace) -> Server | None:
         """The server of ``--url``/``$TRIO_ROUTINES_URL``; None to work on the state itself.
 
-        ``--state`` and ``--agent`` mean nothing to a command the server carries out (its own
-        state and agent are used), so giving them with a URL is a usage error, not ignored."""
+        ``--state``, ``--agent`` and ``--routines`` mean nothing to a command the server
+        carries out (its own are used), so giving them with a URL is a usage error, not
+        ignored."""
         url = url_arg(args)
         if url is None:
             return None
-        for option in ("state", "agent"):
-            if getattr(args, option, None):
+        given = {
+            "state": bool(getattr(args, "state", None)),
+            "agent": bool(getattr(args, "agent", None)),
+            "routines": getattr(args, "routines_given", False),  # it has a default
+        }
+        for option, was_given in given.items():
+            if was_given:
                 raise CliError(
                     f"--{option} is for working on the state itself; with --url (or "
                     f"{URL_ENV}) the server uses its own {option} — drop one of them",

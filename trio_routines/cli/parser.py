@@ -23,6 +23,20 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {shown(message)} (see --help)\n")
 
 
+class _Given(argparse.Action):
+    """Store the value, and that it was given (``<dest>_given``): a default cannot say so."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_given", True)
+
+
 def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     """The options every command takes, accepted before or after the command's name.
 
@@ -45,6 +59,7 @@ def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     group.add_argument(
         "--routines",
         metavar="DIR",
+        action=_Given,
         default=default(DEFAULT_ROUTINES),
         help=f"the routines directory (default: {DEFAULT_ROUTINES})",
     )
