@@ -125,7 +125,7 @@ async def cmd_history(args: argparse.Namespace) -> int:
     kept = sum(1 for entry in entries if isinstance(entry, Fire) and entry.output is not None)
     if kept and not args.output:
         say(f"({kept} of these kept the end of their reply: --output shows it)")
-    elif not kept:
+    elif not kept and args.output:  # asked for, and none there: why (not noise otherwise)
         say(
             "(no reply's end is kept for these: a turn keeps one when its routine's file sets "
             f"output: as it runs; what each run said is the agent's, in session "
