@@ -63,7 +63,7 @@ BAD_INPUT = [
     (["run", "daily", "--agent", "gpt"], 2, 'unknown agent "gpt"'),
     (["run", "daily", "--agent", "py:no_such_mod:x"], 1, 'cannot import module "no_such_mod"'),
     (["serve", "--agent", "echo", "--http", "nonsense"], 2, "expected HOST:PORT"),
-    (["serve", "--agent", "echo", "--http", "127.0.0.1:99999"], 2, "expected HOST:PORT"),
+    (["serve", "--agent", "echo", "--http", "127.0.0.1:99999"], 2, "the port must be 0 to 65535"),
     ([], 2, "error: the following arguments are required: COMMAND"),
     (["fire", "daily", "--agent", "echo"], 2, "--slot"),
     (["wake", "--session", "s", "--prompt", "p"], 2, "one of the arguments --in --cron"),

@@ -523,3 +523,38 @@ def test_each_commands_help_describes_it_and_every_option(
     )
     for line in OPTIONS_HELP[command][1:] + COMMON_HELP:
         assert line in rest
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        # A routine file -daily.md: its name read as an option, and the name found missing.
+        (
+            ["run", "-daily", "--agent", "echo"],
+            "the following arguments are required: NAME — -daily reads as an option: a name "
+            "that begins with a dash goes after --, as in python -m trio_routines run -- -daily",
+        ),
+        (
+            ["history", "-x=1"],
+            "the following arguments are required: NAME — -x=1 reads as an option: a name "
+            "that begins with a dash goes after --, as in python -m trio_routines history -- -x=1",
+        ),
+        (
+            ["wake", "--session", "-x", "--in", "5m", "--prompt", "p"],
+            "argument --session: expected one argument — a value that begins with a dash goes "
+            "after =, as in --session=-x",
+        ),
+        (["--state", "-s", "list"], "argument --state: expected one argument — a value that "),
+        # Nothing dashed to name: argparse's words alone.
+        (["run"], "the following arguments are required: NAME (see --help)"),
+        (["wake", "--session"], "argument --session: expected one argument (see --help)"),
+        (["pause", "--state", "x"], "the following arguments are required: NAME (see --help)"),
+        (["pause", "--state=x"], "the following arguments are required: NAME (see --help)"),
+        (["run", "--agent", "echo", "--"], "the following arguments are required: NAME (see"),
+    ],
+)
+def test_a_word_beginning_with_a_dash_where_a_name_or_value_was_wanted_is_hinted_at(
+    capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    err = refusal(capsys, *argv)
+    assert err.split(": error: ", 1)[1].startswith(said), err

@@ -273,7 +273,7 @@ async def test_broken_routine_files_refuse_the_start_and_touch_no_state(
     assert not (tmp_path / "state").exists()
 
 
-async def test_an_address_taken_is_one_logged_line_and_exit_one_with_no_state_touched(
+async def test_an_address_taken_is_one_line_and_exit_one_with_no_state_touched(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     (tmp_path / "routines").mkdir()
@@ -287,15 +287,18 @@ async def test_an_address_taken_is_one_logged_line_and_exit_one_with_no_state_to
         port = taken.getsockname()[1]
         try:
             caplog.clear()
-            serving = Serving()
-            with caplog.at_level(logging.INFO, logger="trio_routines"):
-                await serving.run(args_for(tmp_path, "--http", f"{shown}:{port}"))
+            with (
+                caplog.at_level(logging.INFO, logger="trio_routines"),
+                pytest.raises(CliError) as caught,
+            ):
+                await Serving().run(args_for(tmp_path, "--http", f"{shown}:{port}"))
         finally:
             taken.close()
-        assert serving.code == 1
-        assert lines(caplog) == [
-            (logging.ERROR, f"cannot serve HTTP on {shown}:{port}: Address already in use")
-        ]
+        assert (caught.value.code, str(caught.value)) == (
+            1,
+            f"cannot serve HTTP on {shown}:{port}: Address already in use",
+        )
+        assert lines(caplog) == []
     assert not (tmp_path / "state").exists()
 
 

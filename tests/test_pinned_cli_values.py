@@ -85,10 +85,12 @@ def test_host_port_takes_the_last_colon_brackets_for_ipv6_and_ports_0_to_65535()
     assert values.host_port("abc]:80") == ("abc]", 80)
     assert values.host_port("::1:8080") == ("::1", 8080)  # a bare IPv6 address still reads
     two_ports = ("127.0.0.1:8080:1", "h:80:1", "a:b:c:1")  # not an IPv6 address: a port twice
-    for text in ("h", ":80", "h:", "h:65536", "h:000080", "h:²", "h:-1", "h:8o", *two_ports):
+    for text in ("h", ":80", "h:", "h:000080", "h:²", "h:-1", "h:8o", *two_ports):
         assert refused(values.host_port, text) == (
             f'"{text}": expected HOST:PORT, e.g. 127.0.0.1:8080'
         )
+    for text in ("h:65536", "localhost:99999"):
+        assert refused(values.host_port, text) == f'"{text}": the port must be 0 to 65535'
 
 
 def test_a_server_url_is_http_or_https_with_a_host_and_a_valid_port() -> None:

@@ -85,9 +85,10 @@ async def _start(
         try:  # bound before the store is touched: a taken address changes nothing
             listener = http.bind_http(host, port)
         except OSError as exc:
-            shown_host = f"[{host}]" if ":" in host else host
-            log.error("cannot serve HTTP on %s:%d: %s", shown_host, port, exc.strerror or exc)
-            return 1
+            shown_host = f"[{host}]" if ":" in host else host  # as every refusal to start
+            raise CliError(
+                f"cannot serve HTTP on {shown_host}:{port}: {exc.strerror or exc}"
+            ) from None
         if isinstance(agent, CommandAgent):  # its commands call back here with their tickets
             agent.scheduler_url = local_url(host, listener.getsockname()[1])
     state = state_arg(args)

@@ -115,8 +115,10 @@ def host_port(text: str) -> tuple[str, int]:
     # isascii: int() refuses digits such as "²" that isdigit() accepts; len: no int() of a
     # long digit string (over 4,300 digits it raises, and it is slow before that).
     digits = port.isascii() and port.isdigit() and len(port) <= 5
-    if not sep or not host or not digits or not 0 <= int(port) <= 65535:
+    if not sep or not host or not digits:
         raise argparse.ArgumentTypeError(f"{_shown(text)}: expected HOST:PORT, e.g. 127.0.0.1:8080")
+    if int(port) > 65535:  # HOST:PORT, but no port there is
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: the port must be 0 to 65535")
     return host, int(port)
 
 
