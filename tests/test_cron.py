@@ -627,7 +627,7 @@ def test_leading_zeros_and_large_steps_stay_valid() -> None:
         ("Europe", 'unknown time zone "Europe"'),
         ("../etc/passwd", 'unknown time zone "../etc/passwd"'),
         ("/etc/localtime", 'unknown time zone "/etc/localtime"'),
-        ("utc", 'unknown time zone "utc"'),
+        ("utc", 'unknown time zone "utc" — did you mean UTC?'),
         ("localtime", 'time zone "localtime" is the host zone; name an IANA zone instead'),
         (  # a file of the zone data that newer releases of it no longer ship
             "posixrules",

@@ -187,7 +187,8 @@ def test_a_state_that_cannot_be_looked_at_is_the_stores_to_refuse(
     monkeypatch.undo()
     link = tmp_path / "dangling"
     link.symlink_to(tmp_path / "nowhere")
-    output.check_owner(str(link), "pause", existing=True)  # there: the store names what it is
+    with pytest.raises(CliError, match=r"^--state \S+ is a symbolic link to \S+, which does not"):
+        output.check_owner(str(link), "pause", existing=True)
     with pytest.raises(CliError, match=r"^no state directory at "):
         output.check_owner(str(tmp_path / "nowhere"), "pause", existing=True)
     # A database is always there to ask.

@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 from trio_routines.cron.days import bit_list, day_rule
 from trio_routines.cron.fields import _quote, parse_fields
 from trio_routines.cron.hashed import resolve_hashed
+from trio_routines.cron.zones import unknown_zone
 from trio_routines.errors import InvalidCron
 from trio_routines.instants import require_utc
 
@@ -50,7 +51,7 @@ def _zone(tz: str | None) -> ZoneInfo:
     try:
         return ZoneInfo(tz)
     except Exception:  # ZoneInfoNotFoundError, ValueError, IsADirectoryError, ...
-        raise InvalidCron(f"unknown time zone {_quote(tz)}") from None
+        raise InvalidCron(unknown_zone(tz, _quote(tz))) from None
 
 
 @functools.lru_cache(maxsize=16384)
