@@ -538,6 +538,11 @@ async def test_pause_and_resume_over_http_hold_a_routine_back_for_every_replica(
         reply = await server.call("POST", "/routines/daily/pause")
         assert (reply.status, reply.json) == (200, {"name": "daily", "paused": True})
         assert await server.store.paused() == {"daily"}
+        again = await server.call("POST", "/routines/daily/pause")  # its first pause stands
+        assert (again.status, again.json) == (
+            200,
+            {"name": "daily", "paused": True, "changed": False},
+        )
         listing = {item["name"]: item for item in (await server.call("GET", "/routines")).json}
         assert (listing["daily"]["paused"], listing["adhoc"]["paused"]) == (True, False)
         fired = await server.call("POST", "/fire", {"name": "daily", "slot": ON_GRID, "wait": True})
@@ -563,6 +568,8 @@ async def test_a_resume_of_a_routine_not_paused_writes_nothing() -> None:
         reply = await server.call("POST", "/routines/daily/resume")
         assert reply.json == {"name": "daily", "paused": False, "changed": False}
         assert await store.paused() == {"adhoc"}
+        paused = await server.call("POST", "/routines/adhoc/pause")  # nor a pause of one paused
+        assert paused.json == {"name": "adhoc", "paused": True, "changed": False}
         assert_error(await server.call("POST", "/routines/adhoc/resume"), 503)
         assert await store.paused() == {"adhoc"}
 

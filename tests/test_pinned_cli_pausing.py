@@ -27,6 +27,9 @@ from trio_routines.instants import truncate_ms
 from trio_routines.stores.directory import DirectoryStore
 
 PAUSED = "daily paused — no scheduler on this state claims its slots until `resume daily`\n"
+ALREADY = (
+    "daily was already paused — no scheduler on this state claims its slots until `resume daily`\n"
+)
 RESUMED = "daily resumed — it fires from its next slot; paused slots are not run\n"
 
 
@@ -67,8 +70,8 @@ def test_pause_then_resume_on_the_state_say_so_and_record_when(env: Env) -> None
     since = paused_since(env, "daily")  # the pause's start, kept for the boot's gaps
     assert since is not None
     assert truncate_ms(began) <= since <= ended
-    again = env.run_cli("pause", "daily")  # idempotent, and says the same
-    assert (again.returncode, again.stdout, again.stderr) == (0, PAUSED, "")
+    again = env.run_cli("pause", "daily")  # idempotent, and says it was
+    assert (again.returncode, again.stdout, again.stderr) == (0, ALREADY, "")
     assert paused_since(env, "daily") == since  # the first pause's start stands
 
     before = datetime.now(UTC)
@@ -333,6 +336,18 @@ async def test_over_http_a_resume_the_server_found_not_paused_says_so(
         assert capsys.readouterr().out == said
 
 
+async def test_over_http_a_pause_the_server_found_paused_already_says_so(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TRIO_ROUTINES_TOKEN", raising=False)
+    monkeypatch.delenv("TRIO_ROUTINES_URL", raising=False)
+    for answer, said in (({"changed": False}, ALREADY), ({}, PAUSED), ({"changed": True}, PAUSED)):
+        async with recording(answer) as (url, _):
+            args = build_parser().parse_args(["pause", "daily", "--url", url])
+            assert await cmd_pause(args) == 0
+        assert capsys.readouterr().out == said
+
+
 async def never(*args: object, **kwargs: object) -> None:
     await trio.sleep_forever()
 
@@ -344,6 +359,11 @@ async def never(*args: object, **kwargs: object) -> None:
             ("pause", "daily"),
             "set_paused",
             '(pausing "daily") — the pause is not confirmed: try again once it answers',
+        ),
+        (
+            ("pause", "daily"),
+            "paused",
+            "(reading the paused routines) — try again once it answers",
         ),
         (
             ("resume", "daily"),
@@ -362,7 +382,8 @@ def test_a_state_that_does_not_answer_ends_the_command_in_one_line(
 ) -> None:
     env.state.mkdir()
     env.routine("daily", cron="0 9 * * *")
-    assert env.run_cli("pause", "daily").returncode == 0  # resume finds it paused
+    if command[0] == "resume":
+        assert env.run_cli("pause", "daily").returncode == 0  # resume finds it paused
     monkeypatch.setattr(output, "STORE_TIMEOUT", 0.2)
     monkeypatch.setattr(DirectoryStore, hung, never)
     assert_unanswered(env, command, asked)

@@ -645,15 +645,23 @@ async def test_reads_and_wakeup_changes_the_store_leaves_unanswered_are_503_at_i
     assert [w.id for w in store.wakeups] == [wid]
 
 
+def was_paused(store: MemoryStore, paused: bool) -> None:
+    """``adhoc`` paused in ``store``, or not."""
+    if paused:
+        store.paused_routines.add("adhoc")
+    else:
+        store.paused_routines.discard("adhoc")
+
+
 async def test_a_pause_or_resume_fault_is_logged_naming_which(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = MemoryStore()
-    store.paused_routines.add("adhoc")  # a resume writes only a routine paused
     store.fail("set_paused", EIO)
     scheduler, *_ = rig(ADHOC, store=store, external_clock=True)
     caplog.clear()
     for paused in (True, False):
+        was_paused(store, not paused)  # each writes only a change
         assert await refused(api.pause(scheduler, "adhoc", paused=paused)) == (
             503,
             'could not change "adhoc" right now',
@@ -689,6 +697,7 @@ async def test_a_change_the_store_cannot_confirm_is_503_saying_it_may_be_made(
         retry,
     )
     for paused in (True, False):
+        was_paused(store, not paused)  # each writes only a change
         assert await refused(api.pause(scheduler, "adhoc", paused=paused)) == (
             503,
             'the change of "adhoc" is not confirmed: it may be made — try again',

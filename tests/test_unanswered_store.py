@@ -60,11 +60,14 @@ def app_url() -> Iterator[tuple[str, str, str]]:
         yield with_app_name(url, app), app, url.rpartition("%3D")[2]
 
 
-def _locked(schema: str, table: str) -> psycopg.Connection[tuple[object, ...]]:
-    """A connection whose open transaction holds ``table`` locked against every use."""
+def _locked(schema: str, locked: str) -> psycopg.Connection[tuple[object, ...]]:
+    """A connection whose open transaction holds a table locked: ``locked`` names it, and,
+    after a space, the mode (``SHARE``: read, not written), by default against every use."""
+    table, _, mode = locked.partition(" ")
     conn = psycopg.connect(server_url(), connect_timeout=10)
     name = sql.Identifier(schema, f"trio_routines_{table}")
-    conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(name))
+    how = sql.SQL(mode or "ACCESS EXCLUSIVE")
+    conn.execute(sql.SQL("LOCK TABLE {} IN {} MODE").format(name, how))
     return conn
 
 
@@ -92,7 +95,10 @@ def _command(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("args", "locked", "paused", "asked"),
     [
-        (("pause", "daily"), "paused", [], 'pausing "daily") — the pause is not confirmed'),
+        # Its read of the paused routines answers (it says a routine paused already so); its
+        # change waits.
+        (("pause", "daily"), "paused SHARE", [], 'pausing "daily") — the pause is not confirmed'),
+        (("pause", "daily"), "paused", [], "reading the paused routines) — try again once it"),
         # Its read of the paused routines answers; its change waits (its DELETE made, its
         # INSERT of the resume's instant waiting): never committed.
         (("resume", "daily"), "resumed", [("daily",)], 'resuming "daily") — the resume is not'),

@@ -20,10 +20,11 @@ from .output import (
 )
 
 
-def _paused_line(name: str) -> str:
+def _paused_line(name: str, *, already: bool = False) -> str:
     # The name as a shell reads it back: `resume sp ace`, copied as printed, failed.
+    said = "was already paused" if already else "paused"
     return (
-        f"{name} paused — no scheduler on this state claims its slots until "
+        f"{name} {said} — no scheduler on this state claims its slots until "
         f"`resume {shell_name(name)}`"
     )
 
@@ -40,7 +41,7 @@ async def _over_http(server: Server, name: str, *, paused: bool) -> int:
     if not isinstance(said, dict) or said.get("name") != name or said.get("paused") is not paused:
         raise server.not_ours(f"not the {verb} of {name!r}")
     if paused:
-        print_line(_paused_line(name))
+        print_line(_paused_line(name, already=said.get("changed") is False))
     elif said.get("changed") is False:  # (an older server does not say: resumed)
         print_line(f"{name} was not paused")
     else:
@@ -57,6 +58,9 @@ async def cmd_pause(args: argparse.Namespace) -> int:
     state = state_arg(args)
     asked = StoreDeadline(state)
     async with open_state(state, writes="pause", existing=True) as store:
+        if routine.name in await asked("reading the paused routines", store.paused()):
+            print_line(_paused_line(routine.name, already=True))  # its first pause stands
+            return 0
         await asked(
             f"pausing {quoted(routine.name)}",
             store.set_paused(routine.name, True, datetime.now(UTC)),

@@ -345,12 +345,13 @@ async def pause(scheduler: Scheduler, name: str, *, paused: bool) -> Response:
     """Pause or resume a routine for every scheduler sharing the store (idempotent)."""
     routine = _routine(scheduler, name)
     try:
+        if (routine.name in await scheduler.paused()) is paused:
+            # Paused already, or not paused: as the command line says so, nothing written.
+            return Response(200, {"name": routine.name, "paused": paused, "changed": False})
         if paused:
             await scheduler.pause(routine.name)
-        elif routine.name in await scheduler.paused():
+        else:
             await scheduler.resume(routine.name)
-        else:  # as the command line's own resume: said so, nothing written
-            return Response(200, {"name": routine.name, "paused": False, "changed": False})
     except StateFault as exc:
         log.error("POST /routines/%s/%s: %s", name[:ECHO], "pause" if paused else "resume", exc)
         if isinstance(exc, Unconfirmed):  # its commit was sent: made, or not
