@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -63,3 +67,41 @@ def test_zone_data_that_cannot_be_listed_suggests_nothing(monkeypatch: pytest.Mo
     monkeypatch.setattr(zones.zoneinfo, "available_timezones", unreadable)
     assert zones.zone_suggestions("Berlin") == ()
     assert zones.unknown_zone("Berlin", '"Berlin"') == 'unknown time zone "Berlin"'
+
+
+def test_a_host_without_zone_data_is_told_so_and_still_reads_utc(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A slim image: no /usr/share/zoneinfo, no tzdata package. UTC needs no data.
+    monkeypatch.setattr(zones.zoneinfo, "available_timezones", set)
+    assert zones.unknown_zone("Europe/Berlin", '"Europe/Berlin"') == (
+        'unknown time zone "Europe/Berlin": this host has no time zone data (install the '
+        "system's tzdata package, or pip install tzdata)"
+    )
+
+
+def test_utc_is_read_without_any_zone_data(tmp_path: Path) -> None:
+    # In a process whose zone data is an empty directory: a traceback (ZoneInfo("UTC") not
+    # found) from every command that read a cron, where a UTC cron needs no data.
+    script = (
+        "from datetime import datetime, UTC\n"
+        "from trio_routines.cron import next_run\n"
+        "from trio_routines.cron.schedule import cron_error\n"
+        "after = datetime(2026, 7, 1, tzinfo=UTC)\n"
+        "print(next_run('0 9 * * *', None, after).isoformat())\n"
+        "print(next_run('0 9 * * *', 'UTC', after).isoformat())\n"
+        "print(cron_error('0 9 * * *', 'Europe/Berlin'))\n"
+    )
+    environ = {**os.environ, "PYTHONTZPATH": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=environ, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.splitlines()
+    assert out[:2] == ["2026-07-01T09:00:00+00:00"] * 2
+    # With tzdata installed as a package, zoneinfo still finds Europe/Berlin there.
+    assert out[2] in (
+        "None",
+        'unknown time zone "Europe/Berlin": this host has no time zone '
+        "data (install the system's tzdata package, or pip install tzdata)",
+    )

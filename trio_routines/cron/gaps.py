@@ -38,13 +38,12 @@ guardrail.
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta, tzinfo
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from zoneinfo import ZoneInfo
 
     from trio_routines.cron.schedule import CronSchedule
 
@@ -105,7 +104,7 @@ def shortest_wall_gap(schedule: CronSchedule) -> timedelta | None:
     return None if days is None else timedelta(days=days)
 
 
-def offset_changes(zone: ZoneInfo, start: datetime, end: datetime) -> list[datetime]:
+def offset_changes(zone: tzinfo, start: datetime, end: datetime) -> list[datetime]:
     """The instants in ``(start, end]`` (aware UTC, whole minutes) where ``zone``'s offset changes.
 
     Sampled once a day, then bisected to the minute: two changes within one day would be missed

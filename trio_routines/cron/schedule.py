@@ -10,7 +10,7 @@ import functools
 import itertools
 import threading
 from bisect import bisect_left
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
@@ -33,9 +33,11 @@ _CACHED_TEXT_LIMIT = 256
 
 
 @functools.lru_cache(maxsize=1024)
-def _zone(tz: str | None) -> ZoneInfo:
-    if tz is None:
-        return ZoneInfo("UTC")
+def _zone(tz: str | None) -> tzinfo:
+    """The zone ``tz`` names. UTC (no zone given, or ``UTC``) needs no zone data: a host
+    without it (a slim container image, no ``tzdata``) still reads every UTC cron."""
+    if tz is None or tz == "UTC":
+        return UTC
     if tz == "localtime":
         raise InvalidCron('time zone "localtime" is the host zone; name an IANA zone instead')
     if tz.lower() == "posixrules":  # a file of the zone data, gone from newer releases of it
@@ -55,7 +57,7 @@ def _zone(tz: str | None) -> ZoneInfo:
 
 
 @functools.lru_cache(maxsize=16384)
-def _day_offsets(zone: ZoneInfo, day: date) -> tuple[timedelta, timedelta]:
+def _day_offsets(zone: tzinfo, day: date) -> tuple[timedelta, timedelta]:
     """The smallest and largest UTC offset seen at the start and end of a local day.
 
     Equal means the whole day runs on one offset (no gap, no fold): its instants are simply
@@ -80,7 +82,7 @@ def _instant(wall: datetime, offset: timedelta) -> datetime | None:
         return None
 
 
-def _gap_end(zone: ZoneInfo, wall: datetime, before: timedelta, after: timedelta) -> datetime:
+def _gap_end(zone: tzinfo, wall: datetime, before: timedelta, after: timedelta) -> datetime:
     """The (naive UTC) instant a spring-forward gap containing ``wall`` ends.
 
     The transition lies in ``(wall - after, wall - before]``; bisect on whole seconds for the
@@ -267,7 +269,7 @@ class CronSchedule:
         return best
 
     @property
-    def zone(self) -> ZoneInfo:
+    def zone(self) -> tzinfo:
         """The zone the expression is read in."""
         return self._zone
 

@@ -11,12 +11,13 @@ SUGGESTED = 3
 
 
 @functools.lru_cache(maxsize=1)
-def _names() -> tuple[str, ...]:
-    """Every zone the installed zone data has (read once: a walk of its files)."""
+def _names() -> tuple[str, ...] | None:
+    """Every zone the installed zone data has (read once: a walk of its files); None when
+    they cannot be listed."""
     try:
         return tuple(sorted(zoneinfo.available_timezones()))
     except Exception:  # unreadable zone data: no suggestion, the refusal stands
-        return ()
+        return None
 
 
 @functools.lru_cache(maxsize=256)  # a directory of files mistyping one zone alike: once
@@ -24,9 +25,9 @@ def zone_suggestions(given: str) -> tuple[str, ...]:
     """The zones ``given`` most likely meant: the one it names in another case
     (``europe/berlin``), those whose last part it names (``Berlin``), or those spelt closest
     to it (``Europe/Berln``); none when nothing is close. Only on the way to a refusal."""
-    if not given or len(given) > 64:
-        return ()
     names = _names()
+    if not given or len(given) > 64 or not names:
+        return ()
     folded = given.casefold()
     same = [name for name in names if name.casefold() == folded]
     if same:
@@ -42,6 +43,11 @@ def zone_suggestions(given: str) -> tuple[str, ...]:
 def unknown_zone(given: str, quoted: str) -> str:
     """The refusal of ``given`` (shown as ``quoted``), with what it may have meant."""
     meant = zone_suggestions(given)
+    if _names() == ():  # no zone at all: the data is missing, not the name wrong
+        return (
+            f"unknown time zone {quoted}: this host has no time zone data (install the "
+            "system's tzdata package, or pip install tzdata)"
+        )
     if not meant:
         return f"unknown time zone {quoted}"
     return f"unknown time zone {quoted} — did you mean {' or '.join(meant)}?"
