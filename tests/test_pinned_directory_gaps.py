@@ -22,6 +22,7 @@ from oserrors import fail_directory_fsyncs
 from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
 from trio_routines.records import Gap, GapReason
+from trio_routines.stores import safefile
 from trio_routines.stores.directory import gaps
 from trio_routines.stores.directory.gaps import gaps_sync, record_gap_sync
 
@@ -111,6 +112,56 @@ def test_a_gaps_file_that_is_not_json_is_named_and_kept_aside_by_the_next_write(
     assert gaps_sync(root, "r") == [gap(2, 2)]
     assert record_gap_sync(root, "r", gap(3, 3), None) is True  # whole now: nothing more aside
     assert aside(root) == [kept]
+
+
+def test_a_damaged_gaps_file_of_a_long_name_is_kept_aside_under_a_name_that_fits(
+    root: Path,
+) -> None:
+    # <name>.corrupt-<instant>-<hex> is 38 bytes longer than the name: past 217 bytes it was
+    # ENAMETOOLONG, and no gap of the routine was ever recorded again.
+    for name in ("g" * 240, "é" * 126):  # 252 bytes, the longest name a routine may have
+        path = root / "schedule" / "gaps" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("garbage")
+        assert record_gap_sync(root, name, gap(2, 2), None) is True
+        assert gaps_sync(root, name) == [gap(2, 2)]
+        (kept,) = [p for p in path.parent.iterdir() if ".corrupt-" in p.name]
+        assert kept.read_text() == "garbage"
+        assert len(kept.name.encode()) <= 255
+        assert kept.name.startswith(name[:100])  # whose it was
+        kept.unlink()
+
+
+def test_a_directory_where_a_gaps_file_belongs_is_moved_aside_by_the_next_write(
+    root: Path,
+) -> None:
+    # A directory cannot be linked aside (EPERM) nor written over: no gap of the routine was
+    # ever recorded again.
+    path = gaps_file(root)
+    (path / "inside").mkdir(parents=True)
+    assert gaps_sync(root, "r") == []
+    assert record_gap_sync(root, "r", gap(2, 2), None) is True
+    assert gaps_sync(root, "r") == [gap(2, 2)]
+    (kept,) = aside(root)
+    assert (kept / "inside").is_dir()  # kept as it was
+
+
+def test_a_file_that_cannot_be_linked_is_not_moved(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # EPERM from a file (a file system refusing hard links): the write fails, naming it, and
+    # nothing is moved.
+    path = gaps_file(root)
+    path.write_text("garbage")
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise PermissionError(errno.EPERM, os.strerror(errno.EPERM))
+
+    monkeypatch.setattr(safefile.os, "link", refuse)
+    with pytest.raises(StateFault, match=r"EPERM: Operation not permitted: .*r\.corrupt-"):
+        record_gap_sync(root, "r", gap(2, 2), None)
+    assert path.read_text() == "garbage"
+    assert aside(root) == []
 
 
 def test_a_gaps_file_with_an_entry_that_is_not_a_gap_is_kept_aside_by_the_next_write(

@@ -114,6 +114,37 @@ async def test_a_gap_the_store_refuses_or_never_takes_is_logged_and_counted_all_
     ]
     assert metrics.missed == {("tea", "overlap"): 2, ("tea", "caught-up"): 1}
     assert store.gap_records.get("tea", []) == []
+    # Counted and said, but not said to be in its history, which lacks them.
+    assert [text for level, text in logged if level == logging.WARNING] == [
+        "tea: missed 2 slots 2026-07-07T10:01:00.000Z to 2026-07-07T10:02:00.000Z — "
+        f"{WHY[GapReason.OVERLAP]} (not in its history: its record failed, reason overlap)",
+        f"tea: missed 1 slot 2026-07-07T10:04:00.000Z — {WHY[GapReason.CAUGHT_UP]} "
+        "(not in its history: its record failed, reason caught-up)",
+    ]
+
+
+class _NoGaps(MemoryStore):
+    """A store of its own that keeps no gaps (the contract's optional part left out: None
+    says so to a protocol's check)."""
+
+    record_gap = None  # type: ignore[assignment]
+    gaps = None  # type: ignore[assignment]
+
+
+async def test_a_gap_a_store_keeps_none_of_is_counted_and_said_to_be_kept_nowhere(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = _NoGaps()
+    gaps, metrics, _ = recording(store)
+    assert await gaps.write_gap("tea", Gap(at(1), at(1), 1, GapReason.OVERLAP)) is True
+    assert metrics.missed == {("tea", "overlap"): 1}
+    assert said(caplog) == [
+        (
+            logging.WARNING,
+            f"tea: missed 1 slot 2026-07-07T10:01:00.000Z — {WHY[GapReason.OVERLAP]} "
+            "(this store keeps no gaps, reason overlap)",
+        )
+    ]
 
 
 def claimed(slot: datetime) -> FireResult:

@@ -65,24 +65,29 @@ class GapRecording:
                 gap.reason.value,
                 exc,
             )
-            self._count_gap(name, gap)
+            self._count_gap(name, gap, "not in its history: its record failed")
 
     async def write_gap(self, name: str, gap: Gap, extends: datetime | None = None) -> bool:
         """Write ``gap``, then count and log it; False (nothing counted) when the store had it
         already. StateFault when the store does not answer."""
-        if isinstance(self._store, GapRecords) and not await self._store_gap(name, gap, extends):
+        if not isinstance(self._store, GapRecords):
+            self._count_gap(name, gap, "this store keeps no gaps")
+            return True
+        if not await self._store_gap(name, gap, extends):
             return False  # another replica recorded these very slots
-        self._count_gap(name, gap)
+        self._count_gap(name, gap, "in its history as a gap")
         return True
 
-    def _count_gap(self, name: str, gap: Gap) -> None:
+    def _count_gap(self, name: str, gap: Gap, kept: str) -> None:
+        """Count ``gap`` and log it, saying where it is ``kept`` (or why not)."""
         self._runtime.metrics.slots_missed(name, gap.reason.value, gap.count)
         level = log.info if gap.reason is GapReason.PAUSED else log.warning
         level(
-            "%s: missed %s — %s (in its history as a gap, reason %s)",
+            "%s: missed %s — %s (%s, reason %s)",
             name,
             gap_words(gap),
             WHY[gap.reason],
+            kept,
             gap.reason.value,
         )
 

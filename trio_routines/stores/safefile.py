@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import secrets
 import stat
@@ -338,15 +339,39 @@ def lock_within(fd: int, seconds: float, *, first: float = 0.005) -> bool:
             pause = min(pause * 2, 0.005)
 
 
+#: The longest name of a directory entry, in bytes (Linux's, and most file systems').
+NAME_MAX = 255
+
+
+def aside_name(name: str) -> str:
+    """``<name>.corrupt-<instant>-<hex>``, or, where that would be longer than an entry's
+    name may be (a routine's name of 218 bytes or more), ``name`` cut, ``~``, 16 hex digits of
+    its digest, and the same end: a name the file system takes, telling whose it was."""
+    end = f".corrupt-{slot_name(datetime.now(UTC))}-{secrets.token_hex(2)}"
+    raw = name.encode("utf-8", errors="surrogateescape")
+    if len(raw) + len(end) <= NAME_MAX:
+        return name + end
+    digest = hashlib.sha256(raw).hexdigest()[:16]
+    room = NAME_MAX - len(end) - len(digest) - 1
+    kept = raw[:room].decode("utf-8", errors="ignore")  # a character cut in two: left out
+    return f"{kept}~{digest}{end}"
+
+
 def link_aside(directory: int, name: str, where: Path) -> Path:
-    """Link entry ``name`` of ``directory`` (which is ``where``) aside as
-    ``<name>.corrupt-<instant>-<hex>``, before a write replaces it: the entry itself, a link as
-    a link, never what it points to. The new path; an OSError naming it when it fails."""
-    aside = f"{name}.corrupt-{slot_name(datetime.now(UTC))}-{secrets.token_hex(2)}"
-    at(
-        where / aside,
-        lambda: os.link(
-            name, aside, src_dir_fd=directory, dst_dir_fd=directory, follow_symlinks=False
-        ),
-    )
+    """Link entry ``name`` of ``directory`` (which is ``where``) aside under
+    :func:`aside_name`, before a write replaces it: the entry itself, a link as a link, never
+    what it points to. A directory there, which cannot be linked (nor written over), is moved
+    aside instead. The new path; an OSError naming it when it fails."""
+    aside = aside_name(name)
+
+    def keep() -> None:
+        try:
+            os.link(name, aside, src_dir_fd=directory, dst_dir_fd=directory, follow_symlinks=False)
+        except PermissionError:  # EPERM: a directory
+            info = os.stat(name, dir_fd=directory, follow_symlinks=False)
+            if not stat.S_ISDIR(info.st_mode):
+                raise
+            os.rename(name, aside, src_dir_fd=directory, dst_dir_fd=directory)
+
+    at(where / aside, keep)
     return where / aside
