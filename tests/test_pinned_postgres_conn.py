@@ -151,8 +151,8 @@ def test_where_names_the_server_and_the_database_only(url: str, where: str) -> N
 def test_the_reason_of_a_server_bound_names_a_lock_held_elsewhere() -> None:
     reason = pgconn.reason
     held = (
-        " — a lock another session holds (a long transaction, an advisory lock), or a server "
-        "too busy"
+        " — a lock another session holds (a long transaction, an advisory lock), a table grown "
+        "far past what the store keeps, or a server too busy"
     )
     for error in (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable):
         said = reason(error("canceling statement due to statement timeout"))

@@ -97,7 +97,7 @@ class BlockingClaims:
     def history(self, routine: str) -> list[Fire]:
         """The store's ``history``."""
         try:
-            return list(read_claims(self._files, routine))
+            return list(read_claims(self._files, routine, limit=self._files.keep))
         except OSError as exc:
             raise StateFault(
                 f"the fired-slot claims for {routine!r} are unreadable (state: {self.root}): "
@@ -105,9 +105,13 @@ class BlockingClaims:
             ) from None
 
 
-def read_claims(files: ClaimFiles, routine: str, *, newest_only: bool = False) -> list[Fire]:
+def read_claims(
+    files: ClaimFiles, routine: str, *, newest_only: bool = False, limit: int | None = None
+) -> list[Fire]:
     """The claims of ``routine`` oldest first (only the newest readable one with
-    ``newest_only``); a damaged one is read leniently, with one warning naming it."""
+    ``newest_only``; the newest ``limit`` with one: claims a hand or an older process left
+    beyond what the store keeps, until the next claim prunes them, are not all read); a
+    damaged one is read leniently, with one warning naming it."""
     where = files.claim_dir(routine)
     try:
         directory = files.open_claims(routine)
@@ -116,7 +120,8 @@ def read_claims(files: ClaimFiles, routine: str, *, newest_only: bool = False) -
     try:
         entries = at(where, lambda: os.listdir(directory))
         fires = []
-        for name in newest_first(entries) if newest_only else claim_names(entries):
+        names = newest_first(entries) if newest_only else claim_names(entries)[-(limit or 0) :]
+        for name in names:
             path = where / name
             try:
                 raw = read_file(directory, name, path, CLAIM_LIMIT)

@@ -41,8 +41,8 @@ def reason(exc: BaseException) -> str:
         # The server's own bounds (statement_timeout, lock_timeout: see the pool's options):
         # most often a lock some other session holds, which the message does not say.
         text += (
-            " — a lock another session holds (a long transaction, an advisory lock), or a "
-            "server too busy"
+            " — a lock another session holds (a long transaction, an advisory lock), a table "
+            "grown far past what the store keeps, or a server too busy"
         )
     return f"{type(exc).__name__}: {text[:300]}"
 

@@ -89,18 +89,20 @@ def _fire(
     return fire_from_record(truncate_ms(slot), record, f"{routine}/{slot_name(slot)} in {where}")
 
 
-def history(conn: Conn, _call: Call, schema: Schema, where: str, routine: str) -> list[Fire]:
-    """Every kept claim of ``routine``, oldest first, with its output and usage (the
-    newest-claim reads leave them out: a boot of 10,000 routines needs none of it)."""
+def history(
+    conn: Conn, _call: Call, schema: Schema, where: str, routine: str, keep: int
+) -> list[Fire]:
+    """The newest ``keep`` claims of ``routine`` (the store keeps no more: rows a hand or an
+    older process added beyond them, until the next claim prunes them, are not all read),
+    oldest first, with their output and usage (the newest-claim reads leave them out: a boot
+    of 10,000 routines needs none of it)."""
     query = (
         f"SELECT {_COLUMNS}, right(output, {OUTPUT_READ}), tokens_in, tokens_out, cost, currency "
         "FROM {claims} "
-        "WHERE routine = %s ORDER BY slot"
+        "WHERE routine = %s ORDER BY slot DESC LIMIT %s"
     )
-    return [
-        _fire(routine, row[:6], where, output=row[6], usage=row[7:])
-        for row in conn.execute(schema.sql(query), (routine,))
-    ]
+    rows = conn.execute(schema.sql(query), (routine, keep)).fetchall()
+    return [_fire(routine, row[:6], where, output=row[6], usage=row[7:]) for row in rows[::-1]]
 
 
 _OPEN = f"""SELECT routine, {_COLUMNS} FROM {{claims}}

@@ -168,7 +168,9 @@ class PostgresStore(Lifetime):
     async def history(self, routine: str) -> list[Fire]:
         check_name(routine)
         what = f"the fired-slot claims of {routine!r} are unreadable"
-        return await self._conns.run(what, history, self._tables, self._conns.where, routine)
+        return await self._conns.run(
+            what, history, self._tables, self._conns.where, routine, self.keep
+        )
 
     # -- pause ----------------------------------------------------------------------------
 
