@@ -35,9 +35,10 @@ Claims
     may be left out (a boot reads every routine's newest claim and needs neither).
     ``history(routine)`` returns every retained claim, oldest first, with its output and
     usage (ours read at most the newest ``keep``: claims beyond them, left by a hand or by
-    an older process until the next claim prunes them, are not all read); a fault on any of them raises StateFault. Content that cannot be a claim record
-    (torn, corrupt, or a state-directory entry that is no regular file) is a warning, not a
-    fault: it reads as a claim of its slot without stamp or outcome.
+    an older process until the next claim prunes them, are not all read); a fault on any of
+    them raises StateFault. Content that cannot be a claim record (torn, corrupt, or a
+    state-directory entry that is no regular file) is a warning, not a fault: it reads as a
+    claim of its slot without stamp or outcome.
 
 Wake-ups
     Pending wake-ups form one ordered list. ``add_wakeup`` applies the guardrails of
