@@ -251,25 +251,21 @@ def test_a_refused_journal_that_cannot_be_kept_aside_is_a_fault_naming_it(
     assert stat.S_ISFIFO(store.path.lstat().st_mode)  # left as found
 
 
-def test_a_journal_that_is_a_directory_says_to_move_it_away_and_is_left_as_found(
+def test_a_journal_that_is_a_directory_is_moved_aside_whole_and_a_journal_made(
     tmp_path: Path,
 ) -> None:
-    # A directory cannot be linked aside (EPERM): the operator must move it, and is told so.
+    # A directory cannot be linked aside (EPERM): no wake-up could be written until an
+    # operator moved it. It holds nothing of ours: it is moved aside, kept as found.
     (tmp_path / "schedule").mkdir()
     store = WakeupLog(tmp_path, 1.0)
     store.path.mkdir()
     (store.path / "kept").write_text("x")
-    with pytest.raises(StateFault) as raised:
-        change(store, add_op(entry("a"), 1))
-    assert str(raised.value) == (
-        f"could not keep the unusable wake-up journal {store.path} aside: EPERM: it is a "
-        "directory, not a file — move it away; nothing is written until then"
-    )
-    assert (store.path / "kept").read_text() == "x"  # left as found
-    assert sorted(p.name for p in store.path.parent.iterdir()) == [
-        "wakeups.journal",
-        "wakeups.lock",
-    ]
+    change(store, add_op(entry("a"), 1))
+    (aside,) = [p for p in store.path.parent.iterdir() if p.name.startswith("wakeups.journal.")]
+    assert aside.name.startswith("wakeups.journal.corrupt-")
+    assert (aside / "kept").read_text() == "x"  # kept as found
+    assert store.path.is_file()
+    assert ids(store) == ["a"]
 
 
 # -- damage --------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ import hashlib
 import os
 import secrets
 import stat
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -197,6 +198,21 @@ def create_file(parent: int, name: str, where: Where) -> int:
     """Create ``name`` exclusively (``FileExistsError`` if anything, even a link, is there)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW
     return at(where, lambda: os.open(name, flags, 0o644, dir_fd=parent))
+
+
+def open_lock_file(parent: int, name: str, where: Where) -> int:
+    """The lock file ``name`` of ``parent``, created if missing, for an ``flock``: a regular
+    file of any size (it is never read: one grown large locks as well, where refusing it
+    stopped every write it guards), never through a link. Anything else there (a FIFO, a
+    directory, a link) is :class:`Refused`, saying to remove it."""
+    try:
+        return open_file(parent, name, where, os.O_RDWR, sys.maxsize)
+    except FileNotFoundError:
+        pass
+    try:
+        return create_file(parent, name, where)
+    except FileExistsError:  # made meanwhile by another process
+        return open_file(parent, name, where, os.O_RDWR, sys.maxsize)
 
 
 #: The random part of a temp name: this many bytes, as twice as many lowercase hex digits.

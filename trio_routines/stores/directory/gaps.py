@@ -34,13 +34,12 @@ from ...names import check_name
 from ...records import Gap, GapReason
 from ..safefile import (
     Refused,
-    create_file,
     describe,
     fsync,
     link_aside,
     lock_within,
     open_dirs,
-    open_file,
+    open_lock_file,
     read_file,
     replace_file,
 )
@@ -171,14 +170,8 @@ def locked_schedule(root: Path, lock: str, what: str, seconds: float) -> Iterato
 
 
 def open_lock(schedule: int, path: Path) -> int:
-    """The lock file, created if missing, as ``wakeupfile.py`` opens its own."""
-    try:
-        return open_file(schedule, path.name, path, os.O_RDWR, 1 << 20)
-    except FileNotFoundError:
-        try:
-            return create_file(schedule, path.name, path)
-        except FileExistsError:  # another process made it meanwhile
-            return open_file(schedule, path.name, path, os.O_RDWR, 1 << 20)
+    """The lock file, created if missing (:func:`open_lock_file`)."""
+    return open_lock_file(schedule, path.name, path)
 
 
 def _replace(directory: int, name: str, where: Path, text: str) -> None:

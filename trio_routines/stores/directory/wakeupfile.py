@@ -35,12 +35,12 @@ from ...wakeups import check_stored
 from ..safefile import (
     Refused,
     at,
-    create_file,
     describe,
     fsync,
     lock_within,
     open_dirs,
     open_file,
+    open_lock_file,
     read_fd,
 )
 
@@ -95,14 +95,7 @@ class WakeupFile:
 
     def _open_lock(self, directory: int) -> int:
         try:
-            try:
-                return open_file(directory, LOCK, self.lock_path, os.O_RDWR, 1 << 20)
-            except FileNotFoundError:
-                pass
-            try:
-                return create_file(directory, LOCK, self.lock_path)
-            except FileExistsError:  # created meanwhile by another writer
-                return open_file(directory, LOCK, self.lock_path, os.O_RDWR, 1 << 20)
+            return open_lock_file(directory, LOCK, self.lock_path)
         except OSError as exc:
             raise StateFault(
                 f"cannot lock the wake-up store {self.lock_path}: {describe(exc)}"

@@ -22,7 +22,6 @@ import errno
 import functools
 import os
 import secrets
-import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -31,7 +30,6 @@ from ...records import Wakeup
 from ..safefile import (
     at,
     fsync,
-    kind_of,
     link_aside,
     open_file,
     replace_file,
@@ -180,21 +178,9 @@ class Journal:
 
     def keep_aside(self, directory: int) -> Path | None:
         """Keep the journal as found as ``wakeups.journal.corrupt-<instant>`` (a hard link of
-        the entry itself, never of what a link points to); None when it is gone."""
+        the entry itself, never of what a link points to; a directory there, which cannot be
+        linked, moved aside whole); None when it is gone."""
         try:
-            aside = link_aside(directory, JOURNAL, self.schedule)
+            return link_aside(directory, JOURNAL, self.schedule)
         except FileNotFoundError:
             return None
-        except OSError as exc:
-            # Not a file (a directory cannot be linked, EPERM): the operator must move it.
-            try:
-                mode = os.stat(JOURNAL, dir_fd=directory, follow_symlinks=False).st_mode
-            except OSError:
-                raise exc from None
-            if stat.S_ISREG(mode):
-                raise
-            raise OSError(
-                exc.errno,
-                f"it is {kind_of(mode)}, not a file — move it away; nothing is written until then",
-            ) from None
-        return aside
