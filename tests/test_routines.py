@@ -453,6 +453,26 @@ def test_load_names(tmp_path: Path) -> None:
     assert all("cannot be a routine name" in reason for reason in reasons.values())
 
 
+def test_load_refuses_names_that_read_alike(tmp_path: Path) -> None:
+    # Both loaded, they looked the same in every listing, and on a case-insensitive file
+    # system (APFS, NTFS) a state directory's claims of the two would be one.
+    composed, decomposed = "caf\u00e9", "cafe\u0301"
+    for name in ("daily", "Daily", "DAILY", composed, decomposed, "report", "Reports"):
+        write(tmp_path, f"{name}.md", "---\ncron: 0 9 * * *\n---\nhi\n")
+    result = load_routines(tmp_path)
+    assert [r.name for r in result.routines] == ["Reports", "report"]  # not alike
+    reasons = {f.file.removeprefix(f"{tmp_path}{os.sep}"): f.reason for f in result.failures}
+    tail = "(they differ only in letter case or in how a character is composed) — rename one"
+    assert reasons == {
+        "DAILY.md": f"its name reads as that of Daily.md, daily.md {tail}",
+        "Daily.md": f"its name reads as that of DAILY.md, daily.md {tail}",
+        "daily.md": f"its name reads as that of DAILY.md, Daily.md {tail}",
+        f"{composed}.md": f"its name reads as that of {decomposed}.md (written cafe\\u0301) {tail}",
+        f"{decomposed}.md": f"its name (written cafe\\u0301) reads as that of {composed}.md {tail}",
+    }
+    assert [f.file for f in result.failures] == sorted(f.file for f in result.failures)
+
+
 @pytest.mark.skipif(os.name != "posix", reason="needs byte file names")
 def test_load_refuses_non_utf8_file_name(tmp_path: Path) -> None:
     with open(os.path.join(os.fsencode(tmp_path), b"caf\xe9.md"), "wb") as file:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import stat
+import unicodedata
 
 import attrs
 
@@ -162,8 +163,52 @@ def _load_entries(folder: _Folder, entries: list[str]) -> LoadResult:
         else:
             if routine is not None:
                 routines.append(routine)
+    routines, alike = _apart(routines, folder.base)
+    failures.extend(alike)
+    failures.sort(key=lambda failure: failure.file)
     routines.sort(key=lambda r: r.name)
     return LoadResult(routines=tuple(routines), failures=tuple(failures), others=tuple(others))
+
+
+def _apart(routines: list[Routine], base: str) -> tuple[list[Routine], list[RoutineFailure]]:
+    """The routines whose names no other's reads as, and a failure for each of those that
+    do: names that differ only in letter case (``Daily``, ``daily``) or in how Unicode
+    composes a character (``café`` written with one code point or two) look the same in every
+    listing and on the status page, and are one name on a case-insensitive file system (a
+    state directory's claims would be shared)."""
+    groups: dict[str, list[Routine]] = {}
+    for routine in routines:
+        groups.setdefault(unicodedata.normalize("NFC", routine.name).casefold(), []).append(routine)
+    kept: list[Routine] = []
+    failures: list[RoutineFailure] = []
+    for group in groups.values():
+        if len(group) == 1:
+            kept.extend(group)
+            continue
+        for routine in group:
+            others = ", ".join(_told(other.name) for other in group if other is not routine)
+            failures.append(
+                RoutineFailure(
+                    file=os.path.join(base, routine.name + _SUFFIX),
+                    reason=f"its name{_composed(routine.name)} reads as that of {others} (they "
+                    "differ only in letter case or in how a character is composed) — rename one",
+                )
+            )
+    return kept, failures
+
+
+def _composed(name: str) -> str:
+    """How ``name`` is written, when its characters are composed otherwise than Unicode's
+    usual form (NFC): the combining marks escaped, which a listing shows as the same text."""
+    if unicodedata.is_normalized("NFC", name):
+        return ""
+    marks = "".join(f"\\u{ord(c):04x}" if unicodedata.combining(c) else c for c in name)
+    return f" (written {marks})"
+
+
+def _told(name: str) -> str:
+    """``<name>.md`` for a message, with how it is written if it is not the usual form."""
+    return f"{name}{_SUFFIX}{_composed(name)}"
 
 
 def _is_dir(folder: _Folder, entry: str) -> bool:
