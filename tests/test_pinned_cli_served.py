@@ -154,10 +154,14 @@ async def test_the_rows_are_built_from_the_listing_and_each_history(
             {"/routines": [], "/wakeups": [{**WAKEUP, "sessionSpent24h": "z" * 50}]},
             f"not what a session spent: {'z' * 40!r}",
         ),
-        ({"/routines": [{"cron": "0 9 * * *"}]}, "'name'"),
+        ({"/routines": [{"cron": "0 9 * * *"}]}, "no 'name' where one was expected"),
         ({"/routines": [{"name": "../x"}]}, None),
         ({"/routines": [], "/wakeups": [{"session": "s"}]}, None),
-        ({"/routines": "not a list"}, "'str' object has no attribute 'get'"),
+        # Not Python's words ('str' object has no attribute 'get'): what was expected.
+        (
+            {"/routines": "not a list"},
+            "a value of another kind where an object or a list was expected",
+        ),
     ],
 )
 async def test_a_listing_of_the_wrong_shape_is_one_line(
@@ -251,7 +255,7 @@ async def test_the_replicas_are_read_whole_and_alive_unless_said_otherwise(
 @pytest.mark.parametrize(
     ("shown", "why"),
     [
-        ({"id": "x"}, "'version'"),
+        ({"id": "x"}, "no 'version' where one was expected"),
         (member(started=None), "an instant is missing"),
         (member(lastSeen="yesterday"), "not an instant: 'yesterday'"),
         (member(pid="one"), None),

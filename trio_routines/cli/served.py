@@ -23,7 +23,6 @@ from ..records import Fire, Wakeup
 from ..replicas import ReplicaInfo
 from ..routines import Routine, parse_catchup
 from .client import Server, path_part
-from .output import CliError
 
 RECENT = 10  # outcomes in the strip, as status.py shows them
 HIDDEN = "(not shown over HTTP)"  # a prompt the server keeps to itself
@@ -124,9 +123,7 @@ async def served_view(server: Server) -> ServedView:
         wakeups = [wakeup_from_json({**shown, "prompt": HIDDEN}) for shown in pending]
         session_spent = _session_spent(pending)
     except (AttributeError, KeyError, TypeError, ValueError, TrioRoutinesError) as exc:
-        raise CliError(
-            f"{server.url}: the answer is not a trio_routines server's ({exc})"
-        ) from None
+        raise server.not_ours(shape_problem(exc)) from None
     return ServedView(rows, wakeups, list(pending), tuple(running), now, session_spent)
 
 
@@ -159,10 +156,17 @@ async def served_replicas(server: Server) -> list[ReplicaInfo]:
             )
             for m in members
         ]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CliError(
-            f"{server.url}: the answer is not a trio_routines server's ({exc})"
-        ) from None
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise server.not_ours(shape_problem(exc)) from None
+
+
+def shape_problem(exc: Exception) -> str:
+    """What an answer of another shape lacked, in words (not Python's)."""
+    if isinstance(exc, KeyError):
+        return f"no {str(exc.args[0])[:64]!r} where one was expected"
+    if isinstance(exc, (AttributeError, TypeError)):
+        return "a value of another kind where an object or a list was expected"
+    return str(exc)
 
 
 def _required(value: Any) -> datetime:
