@@ -423,6 +423,21 @@ async def test_a_wake_up_poll_the_store_never_answers_is_logged_whole(
     ]
 
 
+async def test_a_wake_up_poll_a_stop_ends_says_so_and_no_next_poll(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = Recording()
+    store.hang("take_due_wakeup")
+    scheduler, _, _, _ = rig(store=store, poll_interval=60, store_timeout=30)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(1)  # the take is waiting
+        scheduler.stop(1)  # its bound: the grace plus 2 s
+    assert messages(caplog, logging.ERROR) == []
+    (said,) = messages(caplog, logging.WARNING)
+    assert said.startswith("wake-up poll ended by the stop: could not take a due wake-up: ")
+
+
 class SlowTake(Recording):
     """A store whose every take of a due wake-up takes 3 s."""
 

@@ -118,7 +118,10 @@ class WakeLoop:
                 finally:
                     in_flight.leave()
             except StateFault as exc:
-                log.error("wake-up poll failed (continuing next poll): %s", exc)
+                if self._runtime.stopping.value:  # no next poll: the stop's bound ended it
+                    log.warning("wake-up poll ended by the stop: %s", exc)
+                else:
+                    log.error("wake-up poll failed (continuing next poll): %s", exc)
                 return False
         return True
 
