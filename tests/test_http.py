@@ -128,11 +128,16 @@ async def serving(
     store: Store | None = None,
     token: str | None = None,
     external_clock: bool = True,
+    wakeups: bool = True,
 ) -> AsyncIterator[Server]:
     agent = agent or ScriptedAgent()
     store = store or MemoryStore()
     scheduler = Scheduler(
-        agent=agent, store=store, routines=ROUTINES, external_clock=external_clock
+        agent=agent,
+        store=store,
+        routines=ROUTINES,
+        external_clock=external_clock,
+        wakeups=wakeups,
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)

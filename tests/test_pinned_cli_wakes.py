@@ -19,6 +19,7 @@ from trio_routines.cli.client import Answer, Server
 from trio_routines.cli.output import CliError
 from trio_routines.cli.parser import build_parser
 from trio_routines.cli.wakes import added_line, cmd_unwake, cmd_wake
+from trio_routines.http.wakeupapi import NOT_FIRED_HERE
 from trio_routines.instants import format_iso, parse_iso
 from trio_routines.records import Wakeup
 from trio_routines.stores.directory import DirectoryStore
@@ -167,6 +168,26 @@ def parsed(*argv: str) -> argparse.Namespace:
 def no_server_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("TRIO_ROUTINES_TOKEN", "TRIO_ROUTINES_URL", "TRIO_ROUTINES_STATE"):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.usefixtures("no_server_env")
+@pytest.mark.parametrize("fired_here", [True, False])
+async def test_a_server_that_runs_no_wake_ups_adds_one_saying_who_fires_it(
+    capsys: pytest.CaptureFixture[str], fired_here: bool
+) -> None:
+    # serve --no-wakeups stored it and said nothing: none fires it there.
+    async with serving(wakeups=fired_here) as server:
+        url = f"http://127.0.0.1:{server.port}"
+        body = {"session": "chat", "prompt": "p", "in": "90s"}
+        answer = await server.call("POST", "/wakeups", body)
+        assert answer.status == 201
+        assert answer.json.get("note") == (None if fired_here else NOT_FIRED_HERE)
+        once = parsed("wake", "--session", "chat", "--in", "90s", "--prompt", "p", "--url", url)
+        assert await cmd_wake(once) == 0
+        assert len(await server.store.list_wakeups()) == 2
+    said = capsys.readouterr()
+    assert said.out.startswith("wake-up ")
+    assert said.err == ("" if fired_here else f"note: {NOT_FIRED_HERE}\n")
 
 
 @pytest.mark.usefixtures("no_server_env")

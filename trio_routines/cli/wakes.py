@@ -26,6 +26,7 @@ from .output import (
     print_json,
     print_line,
     quoted,
+    say,
     state_arg,
 )
 
@@ -118,6 +119,9 @@ async def _wake_over_http(server: Server, args: argparse.Namespace, prompt: str)
         print_json(shown["wakeup"], indent=None)
     else:
         print_line(added_line(wakeup))
+    note = shown.get("note")
+    if isinstance(note, str):  # the server fires no wake-ups itself
+        say(f"note: {note[:300]}")
     return 0
 
 

@@ -64,6 +64,11 @@ def _unconfirmed(change: str, then: str = "try again") -> str:
     return f"the wake-up state did not confirm the {change}: it may be made — {then}"
 
 
+#: What ``POST /wakeups`` adds to its answer on a server that runs no wake-ups.
+NOT_FIRED_HERE = (
+    "this server fires no wake-ups (serve --no-wakeups): a replica of its store that runs "
+    "them fires this one, and none does it if none runs them"
+)
 #: What ``POST /wakeups`` takes.
 _WAKE_KEYS = ("session", "prompt", "in", "cron", "tz", "until")
 #: An add cut off: asked again, it could be made twice, were the first to land after all.
@@ -117,7 +122,10 @@ async def wake(scheduler: Scheduler, body: Mapping[str, Any], mount: str = "") -
         )
     except InvalidWakeup as exc:  # as the surface shows wake-ups: without their prompts
         raise Refusal(400, exc.public) from None
-    return Response(201, {"wakeup": _hidden(wakeup), "reply": stored_reply(wakeup, mount)})
+    answer = {"wakeup": _hidden(wakeup), "reply": stored_reply(wakeup, mount)}
+    if not scheduler.wakeups:  # stored for the replicas that run them: say so
+        answer["note"] = NOT_FIRED_HERE
+    return Response(201, answer)
 
 
 def _until(body: Mapping[str, Any]) -> datetime | None:
