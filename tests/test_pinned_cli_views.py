@@ -18,6 +18,7 @@ from test_cli_views import SEEDED_HISTORY_TOP, START, seed_days
 
 from trio_routines.agent import Usage
 from trio_routines.cli.client import Server
+from trio_routines.cli.views import RUNS_UNRECORDED
 from trio_routines.converter import history_to_json
 from trio_routines.records import Fire, Gap, GapReason, Outcome
 from trio_routines.stores.directory import DirectoryStore
@@ -195,7 +196,9 @@ def test_a_servers_history_is_shown_with_its_running_slots(
     )
     answering(monkeypatch, [])
     empty = remote("daily")
-    assert one_line(empty.stderr) == 'no recorded fires for "daily" (http://127.0.0.1:9)\n'
+    assert one_line(empty.stderr) == (
+        f'no recorded fires for "daily" (http://127.0.0.1:9) — {RUNS_UNRECORDED}\n'
+    )
 
 
 def test_a_broken_file_is_not_reported_by_history_and_once_by_next(env: Env) -> None:
@@ -203,7 +206,9 @@ def test_a_broken_file_is_not_reported_by_history_and_once_by_next(env: Env) -> 
     (env.routines / "bad.md").write_text("oops")
     env.state.mkdir()  # (else that is said too)
     quiet = env.run_cli("history", "daily")
-    assert quiet.stderr.splitlines() == [f'no recorded fires for "daily" (state: {env.state})']
+    assert quiet.stderr.splitlines() == [
+        f'no recorded fires for "daily" (state: {env.state}) — {RUNS_UNRECORDED}'
+    ]
     listed = env.run_cli("next", "daily", "--after", "2026-03-28T12:00Z", "-n", "1")
     assert listed.stdout == "2026-03-29T09:00:00.000Z\n"
     assert len(listed.stderr.splitlines()) == 1

@@ -41,6 +41,8 @@ from .output import (
 from .table import Name, duration, outcome_word, reason, short_instant, table
 
 HISTORY_TAIL = 20
+#: Why a routine that was only ``run`` has no history.
+RUNS_UNRECORDED = "a run (run NAME, POST /run) claims no slot and is not recorded"
 
 
 async def cmd_history(args: argparse.Namespace) -> int:
@@ -91,7 +93,9 @@ async def cmd_history(args: argparse.Namespace) -> int:
         return status
     if not entries:
         what = "recorded fires" if not recorded else "fires matching --since/--outcome"
-        say(f"no {what} for {quoted(args.name)} ({where})")
+        # A run leaves nothing here: said, where one may have been looked for.
+        runs = "" if recorded else f" — {RUNS_UNRECORDED}"
+        say(f"no {what} for {quoted(args.name)} ({where}){runs}")
         return status
     rows = [
         [short_instant(entry.first), "-", "-", "missed", "-", "-", gap_line(entry, short_instant)]
