@@ -154,7 +154,7 @@ async def test_a_routine_over_its_daily_token_budget_skips_slots_until_the_windo
         warnings
         == [
             "routine hourly: over budget (300 of 250 tokens in the last 24 h) — its turns do not "
-            "start until the window frees up (logged once per window)"
+            "start until the window frees up (logged once per window by this process)"
         ]
         * 2
     )  # at 14:00, and again at 13:00 the next day, after the budget had room at 12:00
@@ -317,7 +317,7 @@ async def test_each_wakeup_over_budget_says_what_becomes_of_it(
     over = "over budget (100 of 50 tokens in the last 1 h)"
     assert [r.getMessage() for r in caplog.records if "over budget (" in r.getMessage()] == [
         f"session chat-1: {over} — its turns do not start until the window frees up "
-        "(logged once per window)",
+        "(logged once per window by this process)",
         f"wake {recurring.id[:8]}: {over} — this occurrence is not run; the next fires per cron",
         f"wake {once.id[:8]}: {over} — dropped, not run (session chat-1)",
     ]

@@ -129,7 +129,7 @@ async def test_a_refusal_is_logged_once_per_window_again_after_it_and_after_a_cl
     warned = (
         logging.WARNING,
         f"routine daily: {reason} — its turns do not start until the window frees up "
-        "(logged once per window)",
+        "(logged once per window by this process)",
     )
     assert await spending.over_budget("routine", "daily", DAILY) == reason
     assert await spending.over_budget("routine", "daily", DAILY) == reason  # the same instant

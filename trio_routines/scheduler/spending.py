@@ -123,7 +123,7 @@ class Spending:
             self._logged[key] = now
             log.warning(
                 "%s %s: %s — its turns do not start until the window frees up "
-                "(logged once per window)",
+                "(logged once per window by this process)",
                 kind,
                 name,
                 reason,
