@@ -23,6 +23,7 @@ from trio_routines.http.wakeupapi import NOT_FIRED_HERE
 from trio_routines.instants import format_iso, parse_iso
 from trio_routines.records import Wakeup
 from trio_routines.stores.directory import DirectoryStore
+from trio_routines.wakeups import NO_PROMPT
 
 FIRE_AT = datetime(2026, 7, 7, 9, tzinfo=UTC)
 NEVER = "0 0 31 2 *"  # 31 February: never fires
@@ -168,6 +169,23 @@ def parsed(*argv: str) -> argparse.Namespace:
 def no_server_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("TRIO_ROUTINES_TOKEN", "TRIO_ROUTINES_URL", "TRIO_ROUTINES_STATE"):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.usefixtures("no_server_env")
+@pytest.mark.parametrize("prompt", ["", "  \n"])
+async def test_a_wake_up_without_a_prompt_is_refused_over_http_as_on_the_state(
+    tmp_path: Any, prompt: str
+) -> None:
+    # Over --url the server's words were its field's: "prompt" must be a non-empty string.
+    async with serving() as server:
+        url = f"http://127.0.0.1:{server.port}"
+        for where in (["--url", url], ["--state", str(tmp_path / "state")]):
+            args = parsed("wake", "--session", "s", "--in", "1h", "--prompt", prompt, *where)
+            with pytest.raises(CliError) as refused:
+                await cmd_wake(args)
+            assert str(refused.value) == f"wake-up refused: {NO_PROMPT}"
+        assert await server.store.list_wakeups() == []
+    assert not (tmp_path / "state").exists()
 
 
 @pytest.mark.usefixtures("no_server_env")

@@ -194,6 +194,10 @@ def _too_long(entry: WakeupRequest | Wakeup, fields: tuple[str, ...]) -> str | N
     return None
 
 
+#: The refusal of a wake-up whose prompt is empty or blank.
+NO_PROMPT = "a wake-up needs a prompt: what should the woken turn do?"
+
+
 def plan_add(
     pending: Sequence[Wakeup], request: WakeupRequest, now: datetime, new_id: str | None = None
 ) -> Wakeup:
@@ -204,7 +208,7 @@ def plan_add(
     if not request.session.strip():
         raise InvalidWakeup("a wake-up needs a session to resume (none was given).")
     if not request.prompt.strip():
-        raise InvalidWakeup("a wake-up needs a prompt: what should the woken turn do?")
+        raise InvalidWakeup(NO_PROMPT)
     wakeup_id = new_id or str(uuid.uuid4())
     if request.cron is not None:
         seed = wakeup_seed(request.session, wakeup_id)

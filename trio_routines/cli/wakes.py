@@ -14,7 +14,7 @@ from ..errors import InvalidWakeup
 from ..instants import format_iso
 from ..records import Origin, OriginKind, Wakeup
 from ..text import shell_option
-from ..wakeups import WakeupRequest, plan_add
+from ..wakeups import NO_PROMPT, WakeupRequest, plan_add
 from ..wakeuptexts import when_text
 from .client import Server, path_part, query
 from .output import (
@@ -94,6 +94,8 @@ async def cmd_wake(args: argparse.Namespace) -> int:
 
 
 async def _wake_over_http(server: Server, args: argparse.Namespace, prompt: str) -> int:
+    if not prompt.strip():  # as on the state itself (the server's words are its field's)
+        raise CliError(f"wake-up refused: {NO_PROMPT}")
     body: dict[str, Any] = {"session": args.session, "prompt": prompt}
     if args.delay is not None:
         body["in"] = args.delay.total_seconds()
