@@ -693,6 +693,41 @@ async def test_a_search_path_to_a_schema_that_does_not_exist_says_so(
         ).fetchone() == (0,)
 
 
+@pytest.mark.parametrize("quoted", [False, True])
+async def test_a_search_path_whose_first_schema_does_not_exist_makes_no_tables_in_the_next(
+    url: str, schema: str, quoted: bool
+) -> None:
+    # `mine,public` without a schema mine: its tables went into public, beside another
+    # store's, and every message still named "mine,public".
+    later = f"{schema}_later"
+    first = f'"{schema}"' if quoted else schema
+    with admin() as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(later)))
+    try:
+        store = PostgresStore(f"{url}?options=-csearch_path%3D{first}%2C{later}")
+        with pytest.raises(StateFault) as refused:
+            await store.latest_fire("r")
+        await store.aclose()
+        assert str(refused.value) == (
+            f"the PostgreSQL state {store.where} would keep its tables in {later!r}: the "
+            f"first schema its search_path names ({schema!r}) does not exist — create it "
+            "first (CREATE SCHEMA), then run `python -m trio_routines migrate`"
+        )
+        with admin() as conn:
+            assert conn.execute(
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s",
+                (later,),
+            ).fetchone() == (0,)
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        store = PostgresStore(f"{url}?options=-csearch_path%3D{first}%2C{later}")
+        assert (await store.claim("r", T0, T0)).taken  # once it exists: there
+        await store.aclose()
+        assert claimed_slots(schema, "r") == [0]
+    finally:
+        with admin() as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(later)))
+
+
 async def test_a_search_path_to_a_schema_the_role_may_not_use_says_so(
     url: str, schema: str
 ) -> None:

@@ -253,6 +253,8 @@ class Schema:
                 f"its search_path names ({path[:80]}) exists, or this role may use — create it "
                 "first (CREATE SCHEMA, or GRANT USAGE), then run `python -m trio_routines migrate`"
             )
+        if not current and not self.schema:
+            self._check_first_named(conn, where)
         if self.migrates == "never" or (self.migrates == "create" and current):
             raise StateFault(
                 f"the PostgreSQL state {where} has {has}; this trio_routines uses version "
@@ -287,6 +289,33 @@ class Schema:
             return True
         _refuse_newer(current, where)
         return False  # not reached
+
+    def _check_first_named(self, conn: psycopg.Connection[Any], where: str) -> None:
+        """Refuse to make the tables in a schema of the ``search_path`` after the first one it
+        names, which does not exist (``mine,public`` with no ``mine``): they would go into
+        ``public``, and a store meant to be apart from the others share it."""
+        row = conn.execute(
+            "SELECT current_schema(), current_setting('search_path'), session_user"
+        ).fetchone()
+        if row is None or row[0] is None:
+            return
+        current, path, user = str(row[0]), str(row[1]), str(row[2])
+        meant: list[str] = []
+        for part in path.split(","):
+            name = part.strip()
+            if name == '"$user"' or name == "$user":
+                meant.append(user)
+                continue
+            meant.append(
+                name[1:-1] if name.startswith('"') and name.endswith('"') else name.lower()
+            )
+            break  # the first schema it names: the tables' place, or none
+        if meant and current not in meant:
+            raise StateFault(
+                f"the PostgreSQL state {where} would keep its tables in {current!r}: the first "
+                f"schema its search_path names ({meant[-1][:64]!r}) does not exist — create it "
+                "first (CREATE SCHEMA), then run `python -m trio_routines migrate`"
+            )
 
     def _search_path_exists(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether a schema of the ``search_path`` exists: ``current_schema()``, the first that
