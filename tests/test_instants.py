@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from trio_routines.instants import (
     FIRST_INSTANT,
     LAST_INSTANT,
+    beyond_the_calendar,
     format_iso,
     parse_instant,
     parse_iso,
@@ -165,3 +166,23 @@ def test_a_shift_past_the_calendar_is_held_at_its_end() -> None:
     assert shifted(LAST_INSTANT, timedelta(days=400)) == end
     assert shifted(FIRST_INSTANT, -timedelta(milliseconds=1)) == FIRST_INSTANT
     assert shifted(FIRST_INSTANT + timedelta(hours=1), -timedelta(days=1)) == FIRST_INSTANT
+
+
+@pytest.mark.parametrize(
+    ("text", "beyond"),
+    [
+        ("9999-12-31T23:59-01:00", True),  # after the calendar's last instant in UTC
+        ("9999-12-31T23:59:59+00:00", False),
+        ("0001-01-01T00:30+01:00", True),  # before its first
+        ("0001-01-01T00:30-01:00", False),
+        ("0001-01-01T00:30Z", False),
+        ("2026-02-30T00:00+01:00", False),  # no real time: not beyond, none
+        ("2026-07-07T09:00+24:00", False),  # no offset
+        ("2026-07-07T09:00", False),  # no zone
+        ("soon", False),
+    ],
+)
+def test_a_real_time_outside_the_calendar_in_utc_is_told_apart(text: str, beyond: bool) -> None:
+    assert beyond_the_calendar(text) is beyond
+    if beyond:
+        assert parse_instant(text) is None

@@ -72,6 +72,11 @@ def test_an_instant_needs_a_zone_and_becomes_utc() -> None:
         '"2026-03-28T09:00" is not an instant with a zone (e.g. 2026-03-28T09:00Z, '
         "2026-03-28T09:00:00.000Z or 2026-03-28T11:00+02:00)"
     )
+    # One that is, but falls past the calendar's end in UTC, is not told it is none.
+    assert refused(values.instant, "9999-12-31T23:59-01:00") == (
+        '"9999-12-31T23:59-01:00" falls outside the calendar in UTC (after 9999-12-31 or '
+        "before 0001-01-01)"
+    )
 
 
 def test_host_port_takes_the_last_colon_brackets_for_ipv6_and_ports_0_to_65535() -> None:

@@ -133,6 +133,29 @@ def parse_instant(text: str) -> datetime | None:
         return None
 
 
+def beyond_the_calendar(text: str) -> bool:
+    """Whether ``text`` is a real time with a zone that falls, in UTC, after the calendar's
+    last instant or before its first (``9999-12-31T23:59-01:00``): :func:`parse_instant`
+    names no instant for it, and its refusal should not say it is none."""
+    match = _TYPED.match(text.strip()) if isinstance(text, str) else None
+    if match is None or match.group(8):  # none, or in UTC itself: in the calendar if real
+        return False
+    year, month, day, hour, minute, second = (int(g or 0) for g in match.groups()[:6])
+    off_h, off_m = int(match.group(10)), int(match.group(11) or 0)
+    if off_h > 23 or off_m > 59:
+        return False
+    try:
+        local = datetime(year, month, day, hour, minute, second)
+    except ValueError:
+        return False
+    offset = timedelta(minutes=off_h * 60 + off_m)
+    try:
+        local - offset if match.group(9) == "+" else local + offset
+    except OverflowError:
+        return True
+    return False
+
+
 def slot_name(slot: datetime) -> str:
     """The claim file name of a slot: ``2026-07-07T10-00-00-000Z``."""
     return _slot_name_utc(slot if slot.tzinfo is UTC else require_utc(slot))

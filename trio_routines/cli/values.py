@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from ..budgets import Budget, parse_budgets
 from ..errors import InvalidOption
-from ..instants import parse_instant
+from ..instants import beyond_the_calendar, parse_instant
 from ..replicas import replica_problem
 from ..text import printable_ascii, quoted, shown
 from ..wakelimits import MAX_LIFETIME
@@ -97,6 +97,11 @@ def _shown(text: str) -> str:
 def instant(text: str) -> datetime:
     """An ``ISO`` option: any ISO 8601 instant with a zone, as the slot's UTC millisecond."""
     parsed = parse_instant(text)
+    if parsed is None and beyond_the_calendar(text):
+        raise argparse.ArgumentTypeError(
+            f"{_shown(text)} falls outside the calendar in UTC (after 9999-12-31 or before "
+            "0001-01-01)"
+        )
     if parsed is None:
         raise argparse.ArgumentTypeError(
             f"{_shown(text)} is not an instant with a zone "
