@@ -5,6 +5,7 @@ routine's ``timeout`` ends a fire (failed, ``timed out after <n>s``)."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from datetime import timedelta
@@ -20,6 +21,7 @@ from span_rig import recorded_spans
 from trio_routines import InvalidOption, Outcome, Routine, Scheduler
 from trio_routines.errors import StateFault
 from trio_routines.records import Wakeup
+from trio_routines.scheduler.wake import PUT_BACK_TRIES
 from trio_routines.testing import Complete, Hang, MemoryStore, ScriptedAgent
 from trio_routines.wakeups import WakeupRequest
 
@@ -184,20 +186,56 @@ def test_a_poll_interval_within_its_range_is_kept(value: float) -> None:
     assert (kept, type(kept)) == (value, float)
 
 
-async def test_a_wake_up_whose_session_the_store_cannot_hold_fails_without_a_turn(
+async def test_a_wake_up_whose_session_the_store_cannot_hold_is_put_back_and_runs_later(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # Taken, then its turn never began: it was removed as if it had run (a lost connection
+    # lost it for good, where a crash loses at most the wake-up whose turn was in flight).
     caplog.set_level(logging.INFO, logger="trio_routines")
     scheduler, agent, store, _ = rig(MANUAL)
     due = await add_due(store, "s", 1)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)  # joined: the next hold asked for fails
         store.fail("take", StateFault("disk busy"), times=1)
+        await trio.sleep(5)
+        (back,) = await store.list_wakeups()
+        assert (back.id, back.attempts) == (due.id, 1)  # put back, counted as a retry
+        assert agent.turns == []
+        await trio.sleep(60)
+        scheduler.stop(0)
+    assert [turn.session for turn in agent.turns] == ["s"]  # at the next poll
+    label = f"wake {due.id[:8]}"
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING]
+    assert said == [
+        (logging.ERROR, f"{label}: could not hold session s: disk busy"),
+        (logging.WARNING, f"{label}: not run: put back, tried again at the next poll"),
+    ]
+    assert await store.list_wakeups() == []
+
+
+async def test_a_wake_up_that_cannot_be_put_back_is_asked_again_then_said_lost(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler, agent, store, _ = rig(MANUAL)
+    due = await add_due(store, "s", 1)
+    asked: list[float] = []
+    defer = store.defer_wakeup
+
+    async def counted(wakeup: Wakeup, fire_at: Any) -> bool:
+        asked.append(trio.current_time())
+        return await defer(wakeup, fire_at)
+
+    store.defer_wakeup = counted  # type: ignore[method-assign]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        store.fail("take", StateFault("disk busy"), times=1)
+        store.fail("defer_wakeup", StateFault("still busy"), times=PUT_BACK_TRIES)
         await trio.sleep(60)
         scheduler.stop(0)
     assert agent.turns == []
-    label = f"wake {due.id[:8]}"
-    assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [
-        f"{label}: could not hold session s: disk busy"
-    ]
-    assert await store.list_wakeups() == []  # taken, as a failed turn's is: not replayed
+    assert len(asked) == PUT_BACK_TRIES  # a second apart
+    assert [round(b - a, 3) for a, b in itertools.pairwise(asked)] == [1.0] * (PUT_BACK_TRIES - 1)
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors[-1].startswith("wake-up poll failed (continuing next poll): ")
+    assert "still busy" in errors[-1]
+    assert due.id not in {w.id for w in await store.list_wakeups()}

@@ -55,14 +55,17 @@ def fold(text: str) -> str:
 
 @attrs.frozen
 class TurnResult:
-    """How one turn ended: its outcome, its duration in ms, the failure text (when it failed)
-    and whether the session was busy (the turn never started)."""
+    """How one turn ended: its outcome, its duration in ms, the failure text (when it failed),
+    whether the session was busy (the turn never started), and whether the agent was asked
+    at all (``began``: not when the session could not be held, its store not answering or
+    this replica's hold on it lost: a wake-up taken for it is put back)."""
 
     outcome: Outcome
     ms: int
     failed: str | None = None  # details when the turn failed, or the agent's when it was busy
     busy: bool = False
     usage: Usage | None = None  # what the agent reported the turn spent, added up
+    began: bool = True
 
 
 def _elapsed_ms(started: float) -> int:
@@ -233,19 +236,20 @@ def _text_failure(event: Failed) -> Failed:
     return Failed(said, event.code if isinstance(event.code, str) else None)
 
 
-_TURN_RESULT = setters(TurnResult, "outcome", "ms", "failed", "busy", "usage")
+_TURN_RESULT = setters(TurnResult, "outcome", "ms", "failed", "busy", "usage", "began")
 
 
 def _completed(ms: int) -> TurnResult:
     """``TurnResult(Outcome.COMPLETED, ms)``, the common end, its fields set through their
     slots (:mod:`.slots`)."""
     result: TurnResult = object.__new__(TurnResult)
-    set_outcome, set_ms, set_failed, set_busy, set_usage = _TURN_RESULT
+    set_outcome, set_ms, set_failed, set_busy, set_usage, set_began = _TURN_RESULT
     set_outcome(result, Outcome.COMPLETED)
     set_ms(result, ms)
     set_failed(result, None)
     set_busy(result, False)
     set_usage(result, None)
+    set_began(result, True)
     return result
 
 

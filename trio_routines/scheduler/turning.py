@@ -62,7 +62,8 @@ class SessionTurns:
                 hold = await self._holds.enter(why.session)
             except StateFault as exc:
                 log.error("%s: could not hold session %s: %s", label, why.session, exc)
-                return TurnResult(Outcome.FAILED, 0, failed=f"the store did not answer: {exc}")
+                failed = f"the store did not answer: {exc}"
+                return TurnResult(Outcome.FAILED, 0, failed=failed, began=False)
         traced = turn_span(why, spans)
         try:
             if on_start is not None and not hold.busy and not hold.lost():
@@ -73,7 +74,7 @@ class SessionTurns:
                 # not run (another replica may take the session now).
                 if not hold.busy and hold.lost():
                     log.warning("%s: %s", label, LOST_BEFORE)
-                    turn = TurnResult(Outcome.INTERRUPTED, 0, failed=LOST_BEFORE)
+                    turn = TurnResult(Outcome.INTERRUPTED, 0, failed=LOST_BEFORE, began=False)
                 else:
                     turn = await run_turn(
                         hold.agent,

@@ -33,6 +33,8 @@ from .wakecalls import WakeupCalls
 COUNT_EVERY = 10
 #: The deferred one-shots whose retries log quietly, at most (see ``WakeLoop._wake``).
 SAID_KEPT = 1024
+#: How many times a wake-up whose turn never began is offered back to the store.
+PUT_BACK_TRIES = 3
 
 
 class WakeLoop:
@@ -167,10 +169,13 @@ class WakeLoop:
             why, label, envelope(wakeup), self._turn_timeout, on_start=started, quiet=said
         )
         self._said.pop(wakeup.id, None)
-        if not turn.busy:
+        if turn.began and not turn.busy:
             return
         if wakeup.recurring:
             log.info("%s: next fires per cron", label)
+            return
+        if not turn.busy:  # taken, never run: its session could not be held (logged)
+            await self._put_back(label, wakeup)
             return
         retry_at = self._runtime.now() + timedelta(seconds=self._retry_after(wakeup))
         if not await self._wakeups.defer(wakeup, retry_at):
@@ -191,6 +196,29 @@ class WakeLoop:
                 MAX_ATTEMPTS,
                 f" (retry {wakeup.attempts} now)" if wakeup.attempts else "",
             )
+
+    async def _put_back(self, label: str, wakeup: Wakeup) -> None:
+        """Put back a one-shot taken for a turn that never began (its session could not be
+        held: the store did not answer, or this replica's hold was lost): a crash loses at
+        most the wake-up whose turn was in flight, and this one's never was. The store that
+        failed may answer again in a moment (a connection replaced): asked up to
+        :data:`PUT_BACK_TRIES` times, a second apart, unless a stop begins."""
+        retry_at = self._runtime.now() + timedelta(seconds=self._retry_after(wakeup))
+        for attempt in range(PUT_BACK_TRIES):
+            try:
+                deferred = await self._wakeups.defer(wakeup, retry_at)
+            except Unconfirmed:
+                raise  # it may be back: asked again, it could be there twice
+            except StateFault:
+                if attempt + 1 == PUT_BACK_TRIES or self._runtime.stopping.value:
+                    raise
+                await trio.sleep(1)
+                continue
+            if deferred:
+                log.warning("%s: not run: put back, tried again at the next poll", label)
+            else:
+                log.error("%s: %s", label, defer_dropped(wakeup))
+            return
 
     def _retry_after(self, wakeup: Wakeup) -> float:
         """Seconds until a busy one-shot is tried again: a poll; under a poll shorter than
