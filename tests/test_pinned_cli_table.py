@@ -186,3 +186,31 @@ def test_an_open_claim_a_live_replica_runs_is_running_and_any_other_unreported()
         "completed",
     ]
     assert t.outcome_word(running) == "unreported"
+
+
+def test_wide_and_combining_characters_keep_the_columns_in_line() -> None:
+    # A routine named "café ☕" pushed every column after it one to the right.
+    lines = t.aligned(
+        [
+            ["NAME", "NEXT", "LAST"],
+            ["café ☕", "09:00", "ok"],
+            ["每日简报", "10:00", "ok"],
+            ["cafe\u0301", "11:00", "ok"],  # decomposed: four columns, as the one beside it
+            ["daily", "12:00", "ok"],
+        ]
+    )
+    assert lines == [
+        "NAME      NEXT   LAST",
+        "café ☕   09:00  ok",
+        "每日简报  10:00  ok",
+        "cafe\u0301      11:00  ok",
+        "daily     12:00  ok",
+    ]
+    assert [t.columns(text) for text in ("", "abc", "☕", "每日", "e\u0301", "\u00e9")] == [
+        0,
+        3,
+        2,
+        4,
+        1,
+        1,
+    ]

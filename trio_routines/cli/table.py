@@ -8,6 +8,7 @@ aligned on the widest cell, the last column left ragged. Every cell that comes f
 from __future__ import annotations
 
 import sys
+import unicodedata
 from collections.abc import Collection, Sequence
 from datetime import datetime
 
@@ -53,12 +54,26 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 def aligned(cells: Sequence[Sequence[str]]) -> list[str]:
     """Rows of cells already shown, as lines of aligned columns (two spaces apart; the last
     column unpadded, and no line ending in spaces)."""
-    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]) - 1)]
+    widths = [max(columns(row[i]) for row in cells) for i in range(len(cells[0]) - 1)]
     lines = []
     for row in cells:
-        padded = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        padded = [
+            cell + " " * (width - columns(cell)) for cell, width in zip(row, widths, strict=False)
+        ]
         lines.append("  ".join([*padded, row[-1]]).rstrip())
     return lines
+
+
+def columns(text: str) -> int:
+    """How many columns of a terminal ``text`` takes: two for a wide character (``☕``,
+    ``每``), none for a combining mark (the ``\u0301`` of a decomposed ``é``), one for the
+    rest; a name in them no longer pushes the columns after it out of line."""
+    if text.isascii():
+        return len(text)
+    return sum(
+        0 if unicodedata.combining(char) else 2 if unicodedata.east_asian_width(char) in "WF" else 1
+        for char in text
+    )
 
 
 def short_instant(value: datetime) -> str:
