@@ -27,6 +27,7 @@ from trio_routines.records import ClaimStatus, Gap, GapReason, Origin, Outcome
 from trio_routines.replicas import ReplicaInfo
 from trio_routines.stores import open_store
 from trio_routines.stores.postgres import CLAIM_LOCK, SCHEMA_VERSION, PostgresStore
+from trio_routines.stores.postgres import schema as pgschema_module
 from trio_routines.stores.postgres.schema import Migrate
 from trio_routines.wakeups import WakeupRequest
 
@@ -726,6 +727,22 @@ async def test_a_search_path_whose_first_schema_does_not_exist_makes_no_tables_i
     finally:
         with admin() as conn:
             conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(later)))
+
+
+@pytest.mark.parametrize(
+    ("path", "names"),
+    [
+        ('"$user", public', [("$user", True), ("public", False)]),
+        (" Mine , public", [("Mine", False), ("public", False)]),  # the server lowers it
+        ('"My,Schema",public', [("My,Schema", True), ("public", False)]),
+        ('"a""b" ,c', [('a"b', True), ("c", False)]),
+        ("", []),
+    ],
+)
+def test_a_search_path_is_read_as_the_server_reads_it(
+    path: str, names: list[tuple[str, bool]]
+) -> None:
+    assert list(pgschema_module._path_entries(path)) == names
 
 
 async def test_a_search_path_to_a_schema_the_role_may_not_use_says_so(

@@ -190,6 +190,35 @@ _COMPATIBLE_FROM: dict[int, int] = {
 }
 
 
+def _path_entries(path: str) -> Iterator[tuple[str, bool]]:
+    """The names of a ``search_path`` setting, in order, each with whether it was quoted
+    (``"My,Schema"`` is one name, kept as written; ``""`` in it is one ``"``)."""
+    name, quoted, inside = "", False, False
+    index = 0
+    while index < len(path):
+        char = path[index]
+        if inside:
+            if char == '"' and path[index + 1 : index + 2] == '"':
+                name += '"'
+                index += 1
+            elif char == '"':
+                inside = False
+            else:
+                name += char
+        elif char == '"':
+            inside = quoted = True
+        elif char == ",":
+            yield (name if quoted else name.strip()), quoted
+            name, quoted = "", False
+        elif quoted and char.isspace():
+            pass  # spaces around a quoted name
+        else:
+            name += char
+        index += 1
+    if name or quoted:
+        yield (name if quoted else name.strip()), quoted
+
+
 class Schema:
     """Table names in one PostgreSQL schema (or the ``search_path``'s), and their migration."""
 
@@ -301,14 +330,11 @@ class Schema:
             return
         current, path, user = str(row[0]), str(row[1]), str(row[2])
         meant: list[str] = []
-        for part in path.split(","):
-            name = part.strip()
-            if name == '"$user"' or name == "$user":
+        for name, quoted in _path_entries(path):
+            if name == "$user":
                 meant.append(user)
                 continue
-            meant.append(
-                name[1:-1] if name.startswith('"') and name.endswith('"') else name.lower()
-            )
+            meant.append(name if quoted else name.lower())
             break  # the first schema it names: the tables' place, or none
         if meant and current not in meant:
             raise StateFault(
