@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -26,8 +27,7 @@ from trio_routines.presence import IdInUse
 from trio_routines.records import ClaimStatus, Gap, GapReason, Origin, Outcome
 from trio_routines.replicas import ReplicaInfo
 from trio_routines.stores import open_store
-from trio_routines.stores.postgres import CLAIM_LOCK, SCHEMA_VERSION, PostgresStore
-from trio_routines.stores.postgres import schema as pgschema_module
+from trio_routines.stores.postgres import CLAIM_LOCK, SCHEMA_VERSION, PostgresStore, searchpath
 from trio_routines.stores.postgres.schema import Migrate
 from trio_routines.wakeups import WakeupRequest
 
@@ -711,8 +711,9 @@ async def test_a_search_path_whose_first_schema_does_not_exist_makes_no_tables_i
         await store.aclose()
         assert str(refused.value) == (
             f"the PostgreSQL state {store.where} would keep its tables in {later!r}: the "
-            f"first schema its search_path names ({schema!r}) does not exist — create it "
-            "first (CREATE SCHEMA), then run `python -m trio_routines migrate`"
+            f"first schema its search_path names ({schema!r}) does not exist, or this role "
+            "may not use it — create it first (CREATE SCHEMA, or GRANT USAGE), then run "
+            "`python -m trio_routines migrate`"
         )
         with admin() as conn:
             assert conn.execute(
@@ -742,7 +743,49 @@ async def test_a_search_path_whose_first_schema_does_not_exist_makes_no_tables_i
 def test_a_search_path_is_read_as_the_server_reads_it(
     path: str, names: list[tuple[str, bool]]
 ) -> None:
-    assert list(pgschema_module._path_entries(path)) == names
+    assert list(searchpath._path_entries(path)) == names
+
+
+@pytest.mark.parametrize(
+    ("name", "quoted", "read"),
+    [
+        ("Mine", False, "mine"),
+        ("Äpfel", False, "Äpfel"),  # the server lowers ASCII letters only
+        ("Mine", True, "Mine"),
+        ("s" * 70, False, "s" * 63),  # cut to 63 bytes
+        ("é" * 40, True, "é" * 31),  # on a character's boundary
+    ],
+)
+def test_a_search_path_name_is_read_as_the_server_reads_it(
+    name: str, quoted: bool, read: str
+) -> None:
+    assert searchpath._identifier(name, quoted) == read
+
+
+@pytest.mark.parametrize("written", ["Mixed", "Äpfel"])
+async def test_a_search_path_naming_a_schema_as_the_server_reads_it_makes_its_tables_there(
+    url: str, schema: str, written: str
+) -> None:
+    # Unquoted, the server lowers only ASCII letters: "Mixed" is mixed, "Äpfel" Äpfel.
+    name = f"{schema}_{written}"
+    created = name.lower() if written == "Mixed" else f"{schema}_Äpfel"
+    with admin() as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(created)))
+    try:
+        options = quote(f"-csearch_path={name},public", safe="")
+        store = PostgresStore(f"{url}?options={options}")
+        assert (await store.claim("r", T0, T0)).taken
+        await store.aclose()
+        with admin() as conn:
+            found = conn.execute(
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s",
+                (created,),
+            ).fetchone()
+        assert found is not None
+        assert found[0] > 0
+    finally:
+        with admin() as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(created)))
 
 
 async def test_a_search_path_to_a_schema_the_role_may_not_use_says_so(

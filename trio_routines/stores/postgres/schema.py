@@ -28,6 +28,7 @@ from psycopg import sql
 
 from ...errors import StateFault
 from .. import check_migrate
+from .searchpath import check_first_named
 
 SCHEMA_VERSION = 14
 # Advisory lock namespaces (the first key of the two-key form); the second key is a hash of
@@ -190,35 +191,6 @@ _COMPATIBLE_FROM: dict[int, int] = {
 }
 
 
-def _path_entries(path: str) -> Iterator[tuple[str, bool]]:
-    """The names of a ``search_path`` setting, in order, each with whether it was quoted
-    (``"My,Schema"`` is one name, kept as written; ``""`` in it is one ``"``)."""
-    name, quoted, inside = "", False, False
-    index = 0
-    while index < len(path):
-        char = path[index]
-        if inside:
-            if char == '"' and path[index + 1 : index + 2] == '"':
-                name += '"'
-                index += 1
-            elif char == '"':
-                inside = False
-            else:
-                name += char
-        elif char == '"':
-            inside = quoted = True
-        elif char == ",":
-            yield (name if quoted else name.strip()), quoted
-            name, quoted = "", False
-        elif quoted and char.isspace():
-            pass  # spaces around a quoted name
-        else:
-            name += char
-        index += 1
-    if name or quoted:
-        yield (name if quoted else name.strip()), quoted
-
-
 class Schema:
     """Table names in one PostgreSQL schema (or the ``search_path``'s), and their migration."""
 
@@ -283,7 +255,7 @@ class Schema:
                 "first (CREATE SCHEMA, or GRANT USAGE), then run `python -m trio_routines migrate`"
             )
         if not current and not self.schema:
-            self._check_first_named(conn, where)
+            check_first_named(conn, where)
         if self.migrates == "never" or (self.migrates == "create" and current):
             raise StateFault(
                 f"the PostgreSQL state {where} has {has}; this trio_routines uses version "
@@ -318,30 +290,6 @@ class Schema:
             return True
         _refuse_newer(current, where)
         return False  # not reached
-
-    def _check_first_named(self, conn: psycopg.Connection[Any], where: str) -> None:
-        """Refuse to make the tables in a schema of the ``search_path`` after the first one it
-        names, which does not exist (``mine,public`` with no ``mine``): they would go into
-        ``public``, and a store meant to be apart from the others share it."""
-        row = conn.execute(
-            "SELECT current_schema(), current_setting('search_path'), session_user"
-        ).fetchone()
-        if row is None or row[0] is None:
-            return
-        current, path, user = str(row[0]), str(row[1]), str(row[2])
-        meant: list[str] = []
-        for name, quoted in _path_entries(path):
-            if name == "$user":
-                meant.append(user)
-                continue
-            meant.append(name if quoted else name.lower())
-            break  # the first schema it names: the tables' place, or none
-        if meant and current not in meant:
-            raise StateFault(
-                f"the PostgreSQL state {where} would keep its tables in {current!r}: the first "
-                f"schema its search_path names ({meant[-1][:64]!r}) does not exist — create it "
-                "first (CREATE SCHEMA), then run `python -m trio_routines migrate`"
-            )
 
     def _search_path_exists(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether a schema of the ``search_path`` exists: ``current_schema()``, the first that
