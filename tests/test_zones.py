@@ -99,6 +99,15 @@ def test_utc_is_read_without_any_zone_data(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     out = done.stdout.splitlines()
     assert out[:2] == ["2026-07-01T09:00:00+00:00"] * 2
+    shown = subprocess.run(
+        [sys.executable, "-m", "trio_routines", "next", "--cron", "0 9 * * *", "--tz", "UTC"],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr  # its local times shown in UTC, no zone data
+    assert shown.stdout.splitlines()[0].endswith(" 09:00 UTC (UTC)")
     # With tzdata installed as a package, zoneinfo still finds Europe/Berlin there.
     assert out[2] in (
         "None",

@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 from datetime import UTC, datetime
-from zoneinfo import ZoneInfo
 
 import trio
 
 from ..agents import agent_from_spec
 from ..converter import history_from_json, history_to_json
-from ..cron import cron_error, next_run, resolve_hashed
+from ..cron import cron_error, next_run, parse_cron, resolve_hashed
 from ..errors import StateFault
 from ..history import gap_line, in_slot_order, read_history, running_slots
 from ..instants import format_iso
@@ -184,7 +183,7 @@ async def cmd_next(args: argparse.Namespace) -> int:
         cron, tz, seed = routine.cron, routine.tz, routine.name
     if seed is not None and resolve_hashed(cron, seed) != cron:
         say(f'(H resolved for {quoted(seed)}: "{resolve_hashed(cron, seed)}")')
-    zone = ZoneInfo(tz) if tz else None
+    zone = parse_cron(cron, tz, seed).zone if tz else None  # UTC needs no zone data
     instant: datetime | None = after
     for _ in range(args.n):
         assert instant is not None
