@@ -19,7 +19,8 @@ from scheduler_rig import HOURLY, T0, at, rig, until
 from span_rig import recorded_spans
 
 from trio_routines import InvalidOption, Outcome, Routine, Scheduler
-from trio_routines.errors import StateFault
+from trio_routines.converter import dumps, wakeup_to_json
+from trio_routines.errors import StateFault, Unconfirmed
 from trio_routines.records import Wakeup
 from trio_routines.scheduler.wake import PUT_BACK_TRIES
 from trio_routines.testing import Complete, Hang, MemoryStore, ScriptedAgent
@@ -213,11 +214,8 @@ async def test_a_wake_up_whose_session_the_store_cannot_hold_is_put_back_and_run
     assert await store.list_wakeups() == []
 
 
-async def test_a_wake_up_that_cannot_be_put_back_is_asked_again_then_said_lost(
-    autojump_clock: Any, caplog: pytest.LogCaptureFixture
-) -> None:
-    scheduler, agent, store, _ = rig(MANUAL)
-    due = await add_due(store, "s", 1)
+def counting_defers(store: MemoryStore) -> list[float]:
+    """When each deferral (a put-back's too) was asked of ``store``, on Trio's clock."""
     asked: list[float] = []
     defer = store.defer_wakeup
 
@@ -226,16 +224,79 @@ async def test_a_wake_up_that_cannot_be_put_back_is_asked_again_then_said_lost(
         return await defer(wakeup, fire_at)
 
     store.defer_wakeup = counted  # type: ignore[method-assign]
+    return asked
+
+
+async def test_a_wake_up_the_store_takes_back_only_later_is_offered_at_each_poll_and_runs(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler, agent, store, _ = rig(MANUAL, poll_interval=30)
+    due = await add_due(store, "s", 1)
+    asked = counting_defers(store)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         store.fail("take", StateFault("disk busy"), times=1)
         store.fail("defer_wakeup", StateFault("still busy"), times=PUT_BACK_TRIES)
-        await trio.sleep(60)
+        await trio.sleep(5)
+        assert len(asked) == PUT_BACK_TRIES  # a second apart, then left for the next poll
+        gaps = [round(b - a, 3) for a, b in itertools.pairwise(asked)]
+        assert gaps == [1.0] * (PUT_BACK_TRIES - 1)
+        assert await store.list_wakeups() == []  # taken, not yet back
+        await trio.sleep(120)
+        scheduler.stop(0)
+    assert len(asked) == PUT_BACK_TRIES + 1  # once more, at the next poll: taken back
+    assert [turn.session for turn in agent.turns] == ["s"]  # and run at a later one
+    label = f"wake {due.id[:8]}"
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING]
+    assert said == [
+        (logging.ERROR, f"{label}: could not hold session s: disk busy"),
+        (
+            logging.WARNING,
+            f"{label}: not run, and not put back yet (still busy): offered again at each poll",
+        ),
+        (logging.WARNING, f"{label}: not run: put back, tried again at the next poll"),
+    ]
+
+
+async def test_a_wake_up_the_store_never_takes_back_is_named_whole_as_lost_at_the_stop(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler, agent, store, _ = rig(MANUAL, poll_interval=30)
+    due = await add_due(store, "s", 1)
+    asked = counting_defers(store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        store.fail("take", StateFault("disk busy"), times=1)
+        store.fail("defer_wakeup", StateFault("still busy"))
+        await trio.sleep(100)
         scheduler.stop(0)
     assert agent.turns == []
-    assert len(asked) == PUT_BACK_TRIES  # a second apart
-    assert [round(b - a, 3) for a, b in itertools.pairwise(asked)] == [1.0] * (PUT_BACK_TRIES - 1)
+    assert len(asked) >= PUT_BACK_TRIES + 2  # offered at each poll meanwhile
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-    assert errors[-1].startswith("wake-up poll failed (continuing next poll): ")
-    assert "still busy" in errors[-1]
-    assert due.id not in {w.id for w in await store.list_wakeups()}
+    assert errors[-1] == (
+        f"wake {due.id[:8]}: lost: its turn never began, and the store did not take it back "
+        f"before the stop — add it again: {dumps(wakeup_to_json(due))}"
+    )
+
+
+async def test_a_wake_up_whose_return_is_not_confirmed_is_not_offered_again_and_named_whole(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # It may be back: offered again, it could be there twice.
+    scheduler, agent, store, _ = rig(MANUAL, poll_interval=30)
+    due = await add_due(store, "s", 1)
+    asked = counting_defers(store)
+    unsure = Unconfirmed("the commit was sent, no answer")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        store.fail("take", StateFault("disk busy"), times=1)
+        store.fail("defer_wakeup", unsure)
+        await trio.sleep(100)
+        scheduler.stop(0)
+    assert agent.turns == []
+    assert len(asked) == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors[-1] == (
+        f"wake {due.id[:8]}: not run; its return is not confirmed ({unsure}): "
+        f"{dumps(wakeup_to_json(due))}"
+    )

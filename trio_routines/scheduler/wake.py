@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 import trio
 
 from ..context import FireContext
+from ..converter import dumps, wakeup_to_json
 from ..errors import StateFault, Unconfirmed
 from ..instants import format_iso
 from ..names import session_routine
@@ -35,6 +36,11 @@ COUNT_EVERY = 10
 SAID_KEPT = 1024
 #: How many times a wake-up whose turn never began is offered back to the store.
 PUT_BACK_TRIES = 3
+
+
+def _whole(wakeup: Wakeup) -> str:
+    """``wakeup`` as one line of JSON, its prompt included: what adds it again."""
+    return dumps(wakeup_to_json(wakeup))
 
 
 class WakeLoop:
@@ -72,15 +78,25 @@ class WakeLoop:
         #: The one-shots whose busy session this process said it retries (in the order said,
         #: at most :data:`SAID_KEPT`): their retries log at DEBUG.
         self._said: dict[str, None] = {}
+        #: One-shots taken for turns that never began, which the store would not take back
+        #: yet: offered again at each poll, and named as lost if the stop comes first.
+        self._unreturned: dict[str, tuple[str, Wakeup]] = {}
 
     async def run(self) -> None:
         """Poll every poll interval until cancelled or stopped (see the package doc)."""
+        try:
+            await self._poll()
+        finally:
+            self._say_lost()
+
+    async def _poll(self) -> None:
         backoff = RESTART_FIRST
         polls = 0
         stopping = self._runtime.stopping
         while True:
             try:
                 while True:
+                    await self._return_unreturned()
                     while not stopping.value and await self._wake_once():
                         backoff = RESTART_FIRST
                     if polls % COUNT_EVERY == 0:
@@ -202,23 +218,64 @@ class WakeLoop:
         held: the store did not answer, or this replica's hold was lost): a crash loses at
         most the wake-up whose turn was in flight, and this one's never was. The store that
         failed may answer again in a moment (a connection replaced): asked up to
-        :data:`PUT_BACK_TRIES` times, a second apart, unless a stop begins."""
-        retry_at = self._runtime.now() + timedelta(seconds=self._retry_after(wakeup))
+        :data:`PUT_BACK_TRIES` times, a second apart, then at each poll until it takes it
+        back, unless a stop begins (it is then named as lost, whole, to be added again)."""
         for attempt in range(PUT_BACK_TRIES):
             try:
-                deferred = await self._wakeups.defer(wakeup, retry_at)
-            except Unconfirmed:
-                raise  # it may be back: asked again, it could be there twice
+                if await self._offer_back(label, wakeup):
+                    return
+            except StateFault as exc:
+                if attempt + 1 < PUT_BACK_TRIES and not self._runtime.stopping.value:
+                    await trio.sleep(1)
+                    continue
+                log.warning(
+                    "%s: not run, and not put back yet (%s): offered again at each poll",
+                    label,
+                    exc,
+                )
+                self._unreturned[wakeup.id] = (label, wakeup)
+                return
+
+    async def _offer_back(self, label: str, wakeup: Wakeup) -> bool:
+        """Offer ``wakeup`` back to the store once: whether that is settled (put back, or
+        dropped at its limits, which is said). StateFault when the store did not answer;
+        :class:`Unconfirmed` is settled: it may be back, and asked again it could be there
+        twice (said, with the record)."""
+        retry_at = self._runtime.now() + timedelta(seconds=self._retry_after(wakeup))
+        try:
+            deferred = await self._wakeups.defer(wakeup, retry_at)
+        except Unconfirmed as exc:
+            log.error(
+                "%s: not run; its return is not confirmed (%s): %s", label, exc, _whole(wakeup)
+            )
+            return True
+        if deferred:
+            log.warning("%s: not run: put back, tried again at the next poll", label)
+        else:
+            log.error("%s: %s", label, defer_dropped(wakeup))
+        return True
+
+    async def _return_unreturned(self) -> None:
+        """Offer each one-shot the store would not take back before, once (see
+        :meth:`_put_back`)."""
+        for wakeup_id, (label, wakeup) in list(self._unreturned.items()):
+            try:
+                settled = await self._offer_back(label, wakeup)
             except StateFault:
-                if attempt + 1 == PUT_BACK_TRIES or self._runtime.stopping.value:
-                    raise
-                await trio.sleep(1)
-                continue
-            if deferred:
-                log.warning("%s: not run: put back, tried again at the next poll", label)
-            else:
-                log.error("%s: %s", label, defer_dropped(wakeup))
-            return
+                continue  # the next poll asks again
+            if settled:
+                del self._unreturned[wakeup_id]
+
+    def _say_lost(self) -> None:
+        """Name, whole, each one-shot still not taken back when the loop ends: lost."""
+        for label, wakeup in self._unreturned.values():
+            log.error(
+                "%s: lost: its turn never began, and the store did not take it back before "
+                "the stop — add it again: %s",
+                label,
+                _whole(wakeup),
+            )
+        self._unreturned.clear()
 
     def _retry_after(self, wakeup: Wakeup) -> float:
         """Seconds until a busy one-shot is tried again: a poll; under a poll shorter than
