@@ -58,15 +58,15 @@ async def cmd_pause(args: argparse.Namespace) -> int:
     state = state_arg(args)
     asked = StoreDeadline(state)
     async with open_state(state, writes="pause", existing=True) as store:
-        if routine.name in await asked("reading the paused routines", store.paused()):
-            print_line(_paused_line(routine.name, already=True))  # its first pause stands
-            return 0
+        already = routine.name in await asked("reading the paused routines", store.paused())
+        # Written all the same (its first pause's instant stands): a resume still on its way
+        # must not land after it, as it would had this pause written nothing.
         await asked(
             f"pausing {quoted(routine.name)}",
             store.set_paused(routine.name, True, datetime.now(UTC)),
             NOT_CONFIRMED.format("pause"),
         )
-    print_line(_paused_line(routine.name))
+    print_line(_paused_line(routine.name, already=already))
     return 0
 
 

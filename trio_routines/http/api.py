@@ -345,13 +345,15 @@ async def pause(scheduler: Scheduler, name: str, *, paused: bool) -> Response:
     """Pause or resume a routine for every scheduler sharing the store (idempotent)."""
     routine = _routine(scheduler, name)
     try:
-        if (routine.name in await scheduler.paused()) is paused:
-            # Paused already, or not paused: as the command line says so, nothing written.
-            return Response(200, {"name": routine.name, "paused": paused, "changed": False})
+        was = routine.name in await scheduler.paused()
         if paused:
+            # Written all the same (its first pause's instant stands): a resume still on its
+            # way must not land after it, as it would had this pause written nothing.
             await scheduler.pause(routine.name)
-        else:
+        elif was:
             await scheduler.resume(routine.name)
+        if was is paused:  # paused already, or not paused: said so (a resume wrote nothing)
+            return Response(200, {"name": routine.name, "paused": paused, "changed": False})
     except StateFault as exc:
         log.error("POST /routines/%s/%s: %s", name[:ECHO], "pause" if paused else "resume", exc)
         if isinstance(exc, Unconfirmed):  # its commit was sent: made, or not
