@@ -531,13 +531,20 @@ def test_each_commands_help_describes_it_and_every_option(
         # A routine file -daily.md: its name read as an option, and the name found missing.
         (
             ["run", "-daily", "--agent", "echo"],
-            "the following arguments are required: NAME — -daily reads as an option: a name "
-            "that begins with a dash goes after --, as in python -m trio_routines run -- -daily",
+            "the following arguments are required: NAME — if -daily is a name, give it after "
+            "--, as in python -m trio_routines run -- -daily",
         ),
         (
             ["history", "-x=1"],
-            "the following arguments are required: NAME — -x=1 reads as an option: a name "
-            "that begins with a dash goes after --, as in python -m trio_routines history -- -x=1",
+            "the following arguments are required: NAME — if -x=1 is a name, give it after "
+            "--, as in python -m trio_routines history -- -x=1",
+        ),
+        # An option's abbreviation is no name; nor is a dashed word where no name is missing.
+        (["pause", "--stat=x"], "the following arguments are required: NAME (see --help)"),
+        (["fire", "daily", "-x"], "the following arguments are required: --slot (see --help)"),
+        (
+            ["wake", "--session", "s", "--in", "1h", "-verbose"],
+            "the following arguments are required: --prompt (see --help)",
         ),
         (
             ["wake", "--session", "-x", "--in", "5m", "--prompt", "p"],

@@ -4,79 +4,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
 
 from .. import __version__
 from ..records import Outcome
-from ..text import shell_option, shell_word, shown
 from ..wakelimits import DEFAULT_DEPTH, DEFAULT_LIFETIME, DEFAULT_RATE
 from ..wakeups import POLL_INTERVAL
 from . import values
 from .output import DEFAULT_GRACE, DEFAULT_ROUTINES, DEFAULT_STATE
-
-#: argparse's complaint of an option given no value (``--session -x``: -x read as an option).
-_WANTS_VALUE = re.compile(r"argument (--[\w-]+)(?:/-\w)?: expected one argument")
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, with its complaints on one line (exit status 2)."""
-
-    _given: Sequence[str] = ()
-
-    def parse_known_args(  # type: ignore[override]
-        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
-    ) -> tuple[argparse.Namespace, list[str]]:
-        self._given = list(sys.argv[1:] if args is None else args)  # for error()'s hint
-        return super().parse_known_args(args, namespace)
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(
-            2, f"{self.prog}: error: {shown(message)}{self._dash_hint(message)} (see --help)\n"
-        )
-
-    def _dash_hint(self, message: str) -> str:
-        """For a missing name where a word no option is began with a dash (a routine file
-        ``-daily.md``), or an option's missing value where the next word did (a session
-        ``-x``): how to give it."""
-        wanted = _WANTS_VALUE.fullmatch(message)
-        if wanted is not None:
-            flag = wanted[1]
-            following = self._given[self._given.index(flag) + 1 :] if flag in self._given else []
-            if following and following[0].startswith("-") and len(following[0]) > 1:
-                return (
-                    " — a value that begins with a dash goes after =, as in "
-                    f"{shell_option(flag, following[0])}"
-                )
-            return ""
-        if not message.startswith("the following arguments are required"):
-            return ""
-        for word in self._given:
-            if word == "--":
-                break
-            option = word.split("=", 1)[0]
-            if len(word) > 1 and word.startswith("-") and option not in self._option_string_actions:
-                return (
-                    f" — {shell_word(word)} reads as an option: a name that begins with a dash "
-                    f"goes after --, as in {self.prog} -- {shell_word(word)}"
-                )
-        return ""
-
-
-class _Given(argparse.Action):
-    """Store the value, and that it was given (``<dest>_given``): a default cannot say so."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: object,
-        option_string: str | None = None,
-    ) -> None:
-        setattr(namespace, self.dest, values)
-        setattr(namespace, f"{self.dest}_given", True)
+from .parsing import Given, Parser
 
 
 def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
@@ -101,7 +37,7 @@ def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     group.add_argument(
         "--routines",
         metavar="DIR",
-        action=_Given,
+        action=Given,
         default=default(DEFAULT_ROUTINES),
         help=f"the routines directory (default: {DEFAULT_ROUTINES})",
     )
@@ -196,9 +132,9 @@ def _prog() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = _Parser(add_help=False)
+    common = Parser(add_help=False)
     _add_common(common, suppress=True)
-    parser = _Parser(
+    parser = Parser(
         prog=_prog(),
         description="Fire cron routines and self-scheduled wake-ups into an agent, "
         "each cron slot at most once.",
