@@ -224,14 +224,19 @@ async def test_a_client_stalling_mid_body_does_not_hold_up_others() -> None:
         ["migrate"],
     ],
 )
-def test_a_dangling_symlink_as_state_is_one_line_exit_1(env: Env, args: list[str]) -> None:
+@pytest.mark.parametrize("slash", ["", "/"])
+def test_a_dangling_symlink_as_state_is_one_line_exit_1(
+    env: Env, args: list[str], slash: str
+) -> None:
     # A reading command read it as a state where nothing ever ran, and said nothing.
     env.routine("daily", cron='"0 9 * * *"')
     env.state.symlink_to(env.root / "nowhere")
+    given = f"{env.state}{slash}"
+    env.state = given  # type: ignore[assignment]  # as typed: a path may end in a slash
     result = env.run_cli(*args)
     assert result.returncode == 1, result.stderr
     assert result.stderr == (
-        f"error: --state {env.state} is a symbolic link to {env.root / 'nowhere'}, which does "
+        f"error: --state {given} is a symbolic link to {env.root / 'nowhere'}, which does "
         "not exist — restore what it points to, or give --state the state directory itself\n"
     )
     assert result.stdout == ""
