@@ -341,3 +341,16 @@ def test_store_refuses_traversal_names_before_touching_the_disk(tmp_path: Path) 
         with pytest.raises(ValueError, match="cannot be a routine name"):
             store.claim_sync(name, parse_iso(SLOT), parse_iso(SLOT))  # type: ignore[arg-type]
     assert not (tmp_path / "state").exists()
+
+
+def test_a_dangling_state_link_of_a_long_target_is_named_cut(env: Env) -> None:
+    env.routine("daily", cron='"0 9 * * *"')
+    target = env.root / ("t" * 250)
+    env.state.symlink_to(target)
+    result = env.run_cli("list")
+    assert result.returncode == 1
+    shown = str(target)[:200] + "…"  # a link may hold 4 KiB: the line stays a line
+    assert result.stderr == (
+        f"error: --state {env.state} is a symbolic link to {shown}, which does not exist — "
+        "restore what it points to, or give --state the state directory itself\n"
+    )

@@ -119,7 +119,8 @@ def test_a_damaged_gaps_file_of_a_long_name_is_kept_aside_under_a_name_that_fits
 ) -> None:
     # <name>.corrupt-<instant>-<hex> is 38 bytes longer than the name: past 217 bytes it was
     # ENAMETOOLONG, and no gap of the routine was ever recorded again.
-    for name in ("g" * 240, "é" * 126):  # 252 bytes, the longest name a routine may have
+    # 252 bytes, the longest name a routine may have; the last cut inside a character.
+    for name in ("g" * 240, "é" * 126, "g" + "é" * 125):
         path = root / "schedule" / "gaps" / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("garbage")

@@ -11,16 +11,20 @@ SUGGESTED = 3
 
 
 @functools.lru_cache(maxsize=1)
+def _listing() -> tuple[str, ...]:
+    """Every zone the installed zone data has (read once: a walk of its files; a listing
+    that fails is not kept, and is tried again the next time)."""
+    return tuple(sorted(zoneinfo.available_timezones()))
+
+
 def _names() -> tuple[str, ...] | None:
-    """Every zone the installed zone data has (read once: a walk of its files); None when
-    they cannot be listed."""
+    """:func:`_listing`, or None when the zone data cannot be listed now."""
     try:
-        return tuple(sorted(zoneinfo.available_timezones()))
-    except Exception:  # unreadable zone data: no suggestion, the refusal stands
+        return _listing()
+    except Exception:  # unreadable zone data (EMFILE, say): no suggestion, the refusal stands
         return None
 
 
-@functools.lru_cache(maxsize=256)  # a directory of files mistyping one zone alike: once
 def zone_suggestions(given: str) -> tuple[str, ...]:
     """The zones ``given`` most likely meant: the one it names in another case
     (``europe/berlin``), those whose last part it names (``Berlin``), or those spelt closest
@@ -28,6 +32,12 @@ def zone_suggestions(given: str) -> tuple[str, ...]:
     names = _names()
     if not given or len(given) > 64 or not names:
         return ()
+    return _closest(given, names)
+
+
+@functools.lru_cache(maxsize=256)  # a directory of files mistyping one zone alike: once
+def _closest(given: str, names: tuple[str, ...]) -> tuple[str, ...]:
+    """:func:`zone_suggestions` among ``names``."""
     folded = given.casefold()
     same = [name for name in names if name.casefold() == folded]
     if same:
