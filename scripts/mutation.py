@@ -824,6 +824,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "--hypothesis-profile=mutation",
         ],
     ),
+    # What an unknown time zone may have meant (the refusal's suggestions).
+    "zones": (
+        ["trio_routines/cron/zones.py"],
+        ["tests/test_zones.py", "tests/test_cron.py::test_unknown_zones"],
+    ),
     # The routines directory: which entries load, which become failures, and why.
     "routinedir": (
         ["trio_routines/routinedir.py"],
@@ -956,7 +961,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     # The argument parser: every command's options, parsed and shown in its help (in-process).
     "cliparser": (
-        ["trio_routines/cli/parser.py"],
+        ["trio_routines/cli/parser.py", "trio_routines/cli/parsing.py"],
         [
             "tests/test_pinned_cli_parser.py",
             "tests/test_pinned_cli.py",
