@@ -471,6 +471,7 @@ def test_load_refuses_names_that_read_alike(tmp_path: Path) -> None:
         f"{decomposed}.md": f"its name (written cafe\\u0301) reads as that of {composed}.md {tail}",
     }
     assert [f.file for f in result.failures] == sorted(f.file for f in result.failures)
+    assert all(f.file.startswith(f"{tmp_path}{os.sep}") for f in result.failures)  # named whole
 
 
 @pytest.mark.skipif(os.name != "posix", reason="needs byte file names")

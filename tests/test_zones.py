@@ -118,3 +118,21 @@ def test_utc_is_read_without_any_zone_data(tmp_path: Path) -> None:
         'unknown time zone "Europe/Berlin": this host has no time zone '
         "data (install the system's tzdata package, or pip install tzdata)",
     )
+
+
+def test_a_name_empty_or_over_64_characters_is_looked_up_in_no_list(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A bound of cost: a hostile file's 100,000-character zone is compared with nothing.
+    looked: list[str] = []
+
+    def closest(given: str, names: tuple[str, ...]) -> tuple[str, ...]:
+        looked.append(given)
+        return ()
+
+    monkeypatch.setattr(zones, "_closest", closest)
+    for given in ("", "x" * 65, "x" * 100_000):
+        assert zones.zone_suggestions(given) == ()
+    assert looked == []
+    assert zones.zone_suggestions("x" * 64) == ()
+    assert looked == ["x" * 64]
