@@ -300,3 +300,52 @@ async def test_a_wake_up_whose_return_is_not_confirmed_is_not_offered_again_and_
         f"wake {due.id[:8]}: not run; its return is not confirmed ({unsure}): "
         f"{dumps(wakeup_to_json(due))}"
     )
+
+
+async def test_a_busy_wake_up_the_store_will_not_take_back_is_held_and_offered_at_each_poll(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its session busy, its re-queue failed (a lock held past the statement timeout): it was
+    # taken, not back, and lost, with only "wake-up poll failed" said.
+    scheduler, agent, store, _ = rig(MANUAL, poll_interval=30)
+    agent.script(Hang(), session="routine:m")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await scheduler.start_run("m")  # its session busy from now on
+        due = await add_due(store, "routine:m", 1)
+        store.fail("defer_wakeup", StateFault("locked"), times=2)
+        await trio.sleep(100)
+        assert [w.id for w in await store.list_wakeups()] == [due.id]  # back, at the third
+        scheduler.stop(0)
+    label = f"wake {due.id[:8]}"
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING]
+    assert said[:2] == [
+        (
+            logging.WARNING,
+            f"{label}: session busy, and not put back yet (locked): offered again at each poll",
+        ),
+        (logging.WARNING, f"{label}: not run: put back, tried again at the next poll"),
+    ]
+    assert not [text for _, text in said if text.startswith("wake-up poll failed")]
+
+
+async def test_a_busy_wake_up_whose_return_is_not_confirmed_is_named_whole(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler, agent, store, _ = rig(MANUAL, poll_interval=30)
+    agent.script(Hang(), session="routine:m")
+    unsure = Unconfirmed("the commit was sent, no answer")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await scheduler.start_run("m")
+        due = await add_due(store, "routine:m", 1)
+        store.fail("defer_wakeup", unsure)
+        asked = counting_defers(store)
+        await trio.sleep(100)
+        scheduler.stop(0)
+    assert len(asked) == 1  # not offered again: it may be back
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors[-1] == (
+        f"wake {due.id[:8]}: session busy; its return is not confirmed ({unsure}): "
+        f"{dumps(wakeup_to_json(due))}"
+    )

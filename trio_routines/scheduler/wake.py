@@ -194,7 +194,22 @@ class WakeLoop:
             await self._put_back(label, wakeup)
             return
         retry_at = self._runtime.now() + timedelta(seconds=self._retry_after(wakeup))
-        if not await self._wakeups.defer(wakeup, retry_at):
+        try:
+            deferred = await self._wakeups.defer(wakeup, retry_at)
+        except Unconfirmed as exc:  # it may be back: offered again, it could be there twice
+            log.error(
+                "%s: session busy; its return is not confirmed (%s): %s", label, exc, _whole(wakeup)
+            )
+            return
+        except StateFault as exc:  # taken, and not back: held here, offered at each poll
+            log.warning(
+                "%s: session busy, and not put back yet (%s): offered again at each poll",
+                label,
+                exc,
+            )
+            self._unreturned[wakeup.id] = (label, wakeup)
+            return
+        if not deferred:
             log.error("%s: %s", label, defer_dropped(wakeup))
             return
         self._said[wakeup.id] = None
