@@ -1510,25 +1510,30 @@ async def test_raising_iterator_is_terminal(
     assert not [m for m in messages(caplog) if "NESTED-CAUSE-DATA" in m]
 
 
-async def test_failed_deferral_loses_that_wake_up_only(
+async def test_a_failed_deferral_holds_that_wake_up_and_the_others_run(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     agent = ScriptedAgent()
     agent.script(Busy(), session="chat-1")
     rig = Rig(Routine(name="m", prompt="p"), agent=agent)
-    await add_due(rig)
+    held = await add_due(rig)
     rig.store.faults["defer_wakeup"] = StateFault("EISDIR: wakeups.json.tmp")
     async with rig.running() as scheduler:
         await trio.sleep(1)
         assert any(
-            m.startswith("wake-up poll failed") and "EISDIR" in m
-            for m in messages(caplog, logging.ERROR)
+            m.startswith(f"wake {held.id[:8]}: session busy, and not put back yet")
+            and "EISDIR" in m
+            for m in messages(caplog, logging.WARNING)
         )
         assert scheduler.statistics().in_flight == 0
-        assert await rig.store.list_wakeups() == []
+        assert await rig.store.list_wakeups() == []  # taken: held here, offered each poll
         await rig.store.add_wakeup(_due_request(session="chat-2"), T0 - timedelta(minutes=2))
         await trio.sleep(31)
     assert agent.sessions() == ["chat-1", "chat-2"]
+    # The store never took it back: named whole at the stop, to be added again.
+    assert messages(caplog, logging.ERROR)[-1].startswith(
+        f"wake {held.id[:8]}: lost: its turn never began, and the store did not take it back"
+    )
 
 
 async def test_a_wake_loop_that_breaks_is_restarted_with_a_doubling_back_off(
