@@ -96,7 +96,10 @@ class WakeLoop:
         while True:
             try:
                 while True:
-                    await self._return_unreturned()
+                    # Shielded, each call bounded: a stop does not cut a return whose answer
+                    # would say whether it is back (one cut would be named lost, maybe back).
+                    with trio.CancelScope(shield=True):
+                        await self._return_unreturned()
                     while not stopping.value and await self._wake_once():
                         backoff = RESTART_FIRST
                     if polls % COUNT_EVERY == 0:
@@ -237,8 +240,8 @@ class WakeLoop:
         back, unless a stop begins (it is then named as lost, whole, to be added again)."""
         for attempt in range(PUT_BACK_TRIES):
             try:
-                if await self._offer_back(label, wakeup):
-                    return
+                await self._offer_back(label, wakeup)
+                return
             except StateFault as exc:
                 if attempt + 1 < PUT_BACK_TRIES and not self._runtime.stopping.value:
                     await trio.sleep(1)
@@ -251,11 +254,10 @@ class WakeLoop:
                 self._unreturned[wakeup.id] = (label, wakeup)
                 return
 
-    async def _offer_back(self, label: str, wakeup: Wakeup) -> bool:
-        """Offer ``wakeup`` back to the store once: whether that is settled (put back, or
-        dropped at its limits, which is said). StateFault when the store did not answer;
-        :class:`Unconfirmed` is settled: it may be back, and asked again it could be there
-        twice (said, with the record)."""
+    async def _offer_back(self, label: str, wakeup: Wakeup) -> None:
+        """Offer ``wakeup`` back to the store once: put back, or dropped at its limits (said).
+        StateFault when the store did not answer; :class:`Unconfirmed` settles it: it may be
+        back, and asked again it could be there twice (said, with the record)."""
         retry_at = self._runtime.now() + timedelta(seconds=self._retry_after(wakeup))
         try:
             deferred = await self._wakeups.defer(wakeup, retry_at)
@@ -263,23 +265,21 @@ class WakeLoop:
             log.error(
                 "%s: not run; its return is not confirmed (%s): %s", label, exc, _whole(wakeup)
             )
-            return True
+            return
         if deferred:
             log.warning("%s: not run: put back, tried again at the next poll", label)
         else:
             log.error("%s: %s", label, defer_dropped(wakeup))
-        return True
 
     async def _return_unreturned(self) -> None:
         """Offer each one-shot the store would not take back before, once (see
         :meth:`_put_back`)."""
         for wakeup_id, (label, wakeup) in list(self._unreturned.items()):
             try:
-                settled = await self._offer_back(label, wakeup)
+                await self._offer_back(label, wakeup)
             except StateFault:
                 continue  # the next poll asks again
-            if settled:
-                del self._unreturned[wakeup_id]
+            del self._unreturned[wakeup_id]
 
     def _say_lost(self) -> None:
         """Name, whole, each one-shot still not taken back when the loop ends: lost."""
