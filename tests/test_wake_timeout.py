@@ -12,6 +12,7 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
+import attrs
 import pytest
 import trio
 from opentelemetry.trace import StatusCode
@@ -21,10 +22,11 @@ from span_rig import recorded_spans
 from trio_routines import InvalidOption, Outcome, Routine, Scheduler
 from trio_routines.converter import dumps, wakeup_to_json
 from trio_routines.errors import StateFault, Unconfirmed
+from trio_routines.instants import truncate_ms
 from trio_routines.records import Wakeup
 from trio_routines.scheduler.wake import PUT_BACK_TRIES
 from trio_routines.testing import Complete, Hang, MemoryStore, ScriptedAgent
-from trio_routines.wakeups import WakeupRequest
+from trio_routines.wakeups import MAX_ATTEMPTS, WakeupRequest, defer_dropped
 
 MANUAL = Routine(name="m", prompt="p")  # on demand: no cron fire while a test runs
 
@@ -349,3 +351,42 @@ async def test_a_busy_wake_up_whose_return_is_not_confirmed_is_named_whole(
         f"wake {due.id[:8]}: session busy; its return is not confirmed ({unsure}): "
         f"{dumps(wakeup_to_json(due))}"
     )
+
+
+async def test_a_wake_up_put_back_past_its_retries_is_dropped_saying_so(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The put-back is a retry: one at its last is dropped, as a busy one is, in one line.
+    scheduler, agent, store, _ = rig(MANUAL, poll_interval=1)  # its retries a poll apart
+    due = await add_due(store, "s", 1)
+    store.wakeups = [attrs.evolve(w, attempts=MAX_ATTEMPTS) for w in store.wakeups]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        store.fail("take", StateFault("disk busy"), times=1)
+        await trio.sleep(10)
+        scheduler.stop(0)
+    assert agent.turns == []
+    assert await store.list_wakeups() == []
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors == [
+        f"wake {due.id[:8]}: could not hold session s: disk busy",
+        f"wake {due.id[:8]}: {defer_dropped(attrs.evolve(due, attempts=MAX_ATTEMPTS))}",
+    ]
+
+
+async def test_a_wake_up_put_back_under_a_short_poll_waits_as_a_retry_does(
+    autojump_clock: Any,
+) -> None:
+    scheduler, agent, store, _ = rig(MANUAL, poll_interval=1)
+    due = await add_due(store, "s", 1)
+    began = scheduler.now()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        store.fail("take", StateFault("disk busy"), times=1)
+        await trio.sleep(0.5)
+        (back,) = await store.list_wakeups()
+        assert (back.id, back.attempts) == (due.id, 1)
+        assert back.fire_at == truncate_ms(began + timedelta(seconds=1))  # a poll on
+        await trio.sleep(5)
+        scheduler.stop(0)
+    assert [turn.session for turn in agent.turns] == ["s"]
