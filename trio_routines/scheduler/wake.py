@@ -34,6 +34,9 @@ from .wakecalls import WakeupCalls
 COUNT_EVERY = 10
 #: The deferred one-shots whose retries log quietly, at most (see ``WakeLoop._wake``).
 SAID_KEPT = 1024
+#: Why a taken one-shot did not run, as its lines say: its session busy, or never held.
+BUSY = "session busy"
+NOT_RUN = "not run"
 #: How many times a wake-up whose turn never began is offered back to the store.
 PUT_BACK_TRIES = 3
 
@@ -196,21 +199,12 @@ class WakeLoop:
         if not turn.busy:  # taken, never run: its session could not be held (logged)
             await self._put_back(label, wakeup)
             return
-        retry_at = self._runtime.now() + timedelta(seconds=self._retry_after(wakeup))
         try:
-            deferred = await self._wakeups.defer(wakeup, retry_at)
-        except Unconfirmed as exc:  # it may be back: offered again, it could be there twice
-            log.error(
-                "%s: session busy; its return is not confirmed (%s): %s", label, exc, _whole(wakeup)
-            )
-            return
+            deferred = await self._defer(label, wakeup, BUSY)
         except StateFault as exc:  # taken, and not back: held here, offered at each poll
-            log.warning(
-                "%s: session busy, and not put back yet (%s): offered again at each poll",
-                label,
-                exc,
-            )
-            self._unreturned[wakeup.id] = (label, wakeup)
+            self._hold(label, wakeup, BUSY, exc)
+            return
+        if deferred is None:
             return
         if not deferred:
             log.error("%s: %s", label, defer_dropped(wakeup))
@@ -246,30 +240,39 @@ class WakeLoop:
                 if attempt + 1 < PUT_BACK_TRIES and not self._runtime.stopping.value:
                     await trio.sleep(1)
                     continue
-                log.warning(
-                    "%s: not run, and not put back yet (%s): offered again at each poll",
-                    label,
-                    exc,
-                )
-                self._unreturned[wakeup.id] = (label, wakeup)
+                self._hold(label, wakeup, NOT_RUN, exc)
                 return
 
     async def _offer_back(self, label: str, wakeup: Wakeup) -> None:
         """Offer ``wakeup`` back to the store once: put back, or dropped at its limits (said).
-        StateFault when the store did not answer; :class:`Unconfirmed` settles it: it may be
-        back, and asked again it could be there twice (said, with the record)."""
-        retry_at = self._runtime.now() + timedelta(seconds=self._retry_after(wakeup))
-        try:
-            deferred = await self._wakeups.defer(wakeup, retry_at)
-        except Unconfirmed as exc:
-            log.error(
-                "%s: not run; its return is not confirmed (%s): %s", label, exc, _whole(wakeup)
-            )
-            return
+        StateFault when the store did not answer."""
+        deferred = await self._defer(label, wakeup, NOT_RUN)
         if deferred:
             log.warning("%s: not run: put back, tried again at the next poll", label)
-        else:
+        elif deferred is not None:
             log.error("%s: %s", label, defer_dropped(wakeup))
+
+    async def _defer(self, label: str, wakeup: Wakeup, why: str) -> bool | None:
+        """Give the taken one-shot ``wakeup`` back to the store, due a retry's wait from now:
+        whether it took it (False: dropped at its limits), or None when its return is not
+        confirmed, which settles it: it may be back, and given again it could be there
+        twice (said, ``why`` it did not run, with the record). StateFault when the store did
+        not answer."""
+        retry_at = self._runtime.now() + timedelta(seconds=self._retry_after(wakeup))
+        try:
+            return await self._wakeups.defer(wakeup, retry_at)
+        except Unconfirmed as exc:
+            log.error(
+                "%s: %s; its return is not confirmed (%s): %s", label, why, exc, _whole(wakeup)
+            )
+            return None
+
+    def _hold(self, label: str, wakeup: Wakeup, why: str, exc: StateFault) -> None:
+        """Keep the one-shot the store did not take back, to offer it at each poll."""
+        log.warning(
+            "%s: %s, and not put back yet (%s): offered again at each poll", label, why, exc
+        )
+        self._unreturned[wakeup.id] = (label, wakeup)
 
     async def _return_unreturned(self) -> None:
         """Offer each one-shot the store would not take back before, once (see
