@@ -23,6 +23,7 @@ from trio_routines import Outcome, Routine, Scheduler
 from trio_routines.errors import StateFault
 from trio_routines.instants import format_iso
 from trio_routines.presence import IdInUse
+from trio_routines.records import Wakeup
 from trio_routines.replicas import ReplicaInfo, claim_key, replica_key, session_key
 from trio_routines.scheduler.members import SWEPT_INTERRUPTED
 from trio_routines.scheduler.openclaims import OPEN_INTERRUPTED
@@ -669,27 +670,40 @@ async def test_a_one_shots_guard_outlives_its_callers_cancel_while_the_turn_runs
     assert ended[0] < 10  # ended at the loss, not at the routine's timeout (7200 s)
 
 
-class TakeAnsweredLate(MemoryStore):
-    """A store whose takes of a due wake-up wait for ``answer`` (the presence goes meanwhile)."""
+class AnsweredLate(MemoryStore):
+    """A store one of whose calls, once, waits for ``answer`` (the presence goes meanwhile)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.asked = trio.Event()
         self.answer = trio.Event()
 
-    async def take_due_wakeup(self, now: Any) -> Any:
+    async def late(self) -> None:
+        """The wait, the first time it is asked."""
         if not self.answer.is_set():
             self.asked.set()
             await self.answer.wait()
+
+
+class TakeAnsweredLate(AnsweredLate):
+    """Its take of a due wake-up waits, before the session is held."""
+
+    async def take_due_wakeup(self, now: Any) -> Any:
+        await self.late()
         return await super().take_due_wakeup(now)
 
 
-async def test_a_wake_up_taken_as_the_presence_was_lost_is_put_back_not_dropped(
-    autojump_clock: Any, caplog: pytest.LogCaptureFixture
-) -> None:
-    # Its turn never began (another replica may hold its session now): it was removed as
-    # though it had run, and lost for good.
-    store = TakeAnsweredLate()
+class TurnNotedLate(AnsweredLate):
+    """Its record of a wake-up turn waits, once the session was held."""
+
+    async def note_wake_turn(self, session: str, at: Any) -> None:
+        await self.late()
+        await super().note_wake_turn(session, at)
+
+
+async def lose_during_a_wake_up(store: AnsweredLate) -> Wakeup:
+    """Run a scheduler on ``store`` with one wake-up due; once the store was asked, lose the
+    presence, let it answer; five seconds on, the wake-up is back, not run. Returns it."""
     scheduler, agent, _, wall = rig(store=store, poll_interval=30)
     added = await store.add_wakeup(
         WakeupRequest(session="chat", prompt="p", fire_at=wall() + timedelta(seconds=61)), wall()
@@ -704,48 +718,25 @@ async def test_a_wake_up_taken_as_the_presence_was_lost_is_put_back_not_dropped(
         store.answer.set()
         await trio.sleep(5)
         assert agent.turns == []
-        (back,) = await store.list_wakeups()
-        assert back.id == added.id
+        assert [w.id for w in await store.list_wakeups()] == [added.id]
         scheduler.stop(0)
+    return added
+
+
+async def test_a_wake_up_taken_as_the_presence_was_lost_is_put_back_not_dropped(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its turn never began (another replica may hold its session now): it was removed as
+    # though it had run, and lost for good.
+    added = await lose_during_a_wake_up(TakeAnsweredLate())
     said = warned(caplog, "put back")
     assert said == [f"wake {added.id[:8]}: not run: put back, tried again at the next poll"]
-
-
-class TurnNotedLate(MemoryStore):
-    """A store whose record of a wake-up turn waits for ``answer`` (the presence goes
-    meanwhile, after the session was held)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.asked = trio.Event()
-        self.answer = trio.Event()
-
-    async def note_wake_turn(self, session: str, at: Any) -> None:
-        self.asked.set()
-        await self.answer.wait()
-        await super().note_wake_turn(session, at)
 
 
 async def test_a_wake_up_whose_hold_was_lost_before_its_turn_began_is_put_back(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = TurnNotedLate()
-    scheduler, agent, _, wall = rig(store=store, poll_interval=30)
-    added = await store.add_wakeup(
-        WakeupRequest(session="chat", prompt="p", fire_at=wall() + timedelta(seconds=61)), wall()
-    )
-    wall.jump(timedelta(seconds=120))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        await store.asked.wait()  # the session held, its turn about to begin
-        lost = store.members[scheduler.replica]
-        assert isinstance(lost, MemoryPresence)
-        lost.lose()
-        store.answer.set()
-        await trio.sleep(5)
-        assert agent.turns == []
-        assert [w.id for w in await store.list_wakeups()] == [added.id]
-        scheduler.stop(0)
+    added = await lose_during_a_wake_up(TurnNotedLate())  # the session held, then lost
     assert warned(caplog, "before the turn began") == [
         f"wake {added.id[:8]}: interrupted: this replica lost its hold on the store before the "
         "turn began: not run"
