@@ -187,11 +187,17 @@ def check_is_directory(state: str) -> None:
         )
 
 
+def _entry(state: str) -> str:
+    """The directory entry a state path names: without its trailing slashes, through which a
+    look would follow a link (``link/``)."""
+    return state.rstrip(os.sep) or state
+
+
 def _check_not_dangling(state: str) -> None:
     """Refuse a ``state`` that is a symbolic link to nothing (its target moved, a typo in
     it): nothing is made through it."""
     try:
-        target = os.readlink(state.rstrip(os.sep) or state)  # "link/" would follow it
+        target = os.readlink(_entry(state))
     except OSError:  # no link: absent, or a link in its parents (the store says so)
         return
     shown_target = target if len(target) <= 200 else target[:200] + "…"  # a link holds 4 KiB
@@ -329,8 +335,7 @@ async def say_if_no_state(state: str) -> None:
     Looked at in a thread, as :func:`load` looks for the routines directory."""
     if is_postgres_url(state):
         return
-    entry = state.rstrip(os.sep) or state  # "link/" would follow a link
-    if not await trio.to_thread.run_sync(os.path.lexists, entry, abandon_on_cancel=True):
+    if not await trio.to_thread.run_sync(os.path.lexists, _entry(state), abandon_on_cancel=True):
         say(
             f"no state directory at {state_label(state)} — nothing has run or been stored "
             "there: is --state (or TRIO_ROUTINES_STATE) right?"
