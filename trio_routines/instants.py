@@ -111,6 +111,34 @@ def parse_instant(text: str) -> datetime | None:
     (``+02:00``, ``+0200``, ``+02``). The zone is required: a zone-less time would be a guess.
     ``None`` when the text is not such an instant or names no real time.
     """
+    typed = _typed(text)
+    if typed is None:
+        return None
+    local, offset = typed
+    try:
+        return truncate_ms((local - offset).replace(tzinfo=UTC))
+    except OverflowError:  # before year 1, or after 9999, in UTC
+        return None
+
+
+def beyond_the_calendar(text: str) -> bool:
+    """Whether ``text`` is a real time with a zone that falls, in UTC, after the calendar's
+    last instant or before its first (``9999-12-31T23:59-01:00``): :func:`parse_instant`
+    names no instant for it, and its refusal should not say it is none."""
+    typed = _typed(text)
+    if typed is None:
+        return False
+    local, offset = typed
+    try:
+        local - offset
+    except OverflowError:
+        return True
+    return False
+
+
+def _typed(text: str) -> tuple[datetime, timedelta] | None:
+    """The wall time ``text`` writes and its zone's offset from UTC; None when it is no
+    instant with a zone, or names no real time (February 30, hour 24, an offset past 23:59)."""
     if not isinstance(text, str):
         return None
     match = _TYPED.match(text.strip())
@@ -119,41 +147,18 @@ def parse_instant(text: str) -> datetime | None:
     year, month, day, hour, minute, second, fraction, zulu, sign, off_h, off_m = match.groups()
     offset = 0
     if not zulu:
-        offset = int(off_h) * 60 + int(off_m or 0)
         if int(off_h) > 23 or int(off_m or 0) > 59:
             return None
+        offset = int(off_h) * 60 + int(off_m or 0)
         offset = -offset if sign == "-" else offset
     micro = int((fraction or "0")[:6].ljust(6, "0"))
     try:
         local = datetime(
             int(year), int(month), int(day), int(hour), int(minute), int(second or 0), micro
         )
-        return truncate_ms((local - timedelta(minutes=offset)).replace(tzinfo=UTC))
-    except (ValueError, OverflowError):  # February 30, hour 24, before year 1 in UTC
+    except ValueError:  # February 30, hour 24
         return None
-
-
-def beyond_the_calendar(text: str) -> bool:
-    """Whether ``text`` is a real time with a zone that falls, in UTC, after the calendar's
-    last instant or before its first (``9999-12-31T23:59-01:00``): :func:`parse_instant`
-    names no instant for it, and its refusal should not say it is none."""
-    match = _TYPED.match(text.strip()) if isinstance(text, str) else None
-    if match is None or match.group(8):  # none, or in UTC itself: in the calendar if real
-        return False
-    year, month, day, hour, minute, second = (int(g or 0) for g in match.groups()[:6])
-    off_h, off_m = int(match.group(10)), int(match.group(11) or 0)
-    if off_h > 23 or off_m > 59:
-        return False
-    try:
-        local = datetime(year, month, day, hour, minute, second)
-    except ValueError:
-        return False
-    offset = timedelta(minutes=off_h * 60 + off_m)
-    try:
-        local - offset if match.group(9) == "+" else local + offset
-    except OverflowError:
-        return True
-    return False
+    return local, timedelta(minutes=offset)
 
 
 def slot_name(slot: datetime) -> str:
