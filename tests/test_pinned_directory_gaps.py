@@ -105,13 +105,42 @@ def test_a_gaps_file_that_is_not_json_is_named_and_kept_aside_by_the_next_write(
         assert record_gap_sync(root, "r", gap(2, 2), None) is True
     (kept,) = aside(root)
     assert kept.read_text() == torn
-    assert caplog.messages == [
-        f"ignoring the gaps in {path}: not a JSON array of gaps",
-        f"kept the damaged gaps file {path} as {kept}",
-    ]
+    # The damage was said by the read before: the write says only where it kept the file.
+    assert caplog.messages == [f"kept the damaged gaps file {path} as {kept}"]
     assert gaps_sync(root, "r") == [gap(2, 2)]
     assert record_gap_sync(root, "r", gap(3, 3), None) is True  # whole now: nothing more aside
     assert aside(root) == [kept]
+
+
+def test_the_same_damage_is_said_once_a_different_one_again_and_a_mended_file_is_forgotten(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = gaps_file(root)
+    other = gaps_file(root, "other")
+    not_json = f"ignoring the gaps in {path}: not a JSON array of gaps"
+    stored = {"from": "2026-07-07T10:01:00.000Z", "to": "2026-07-07T10:01:00.000Z", "count": 1}
+    with caplog.at_level(logging.WARNING, logger="trio_routines"):
+        path.write_text("[")
+        other.write_text("[")
+        for _ in range(3):
+            assert gaps_sync(root, "r") == []
+        assert caplog.messages == [not_json]
+        assert gaps_sync(root, "other") == []  # another file's damage is its own
+        assert caplog.messages[1:] == [f"ignoring the gaps in {other}: not a JSON array of gaps"]
+        caplog.clear()
+        path.write_text(json.dumps([42]))  # a different damage of the same file
+        assert gaps_sync(root, "r") == []
+        assert gaps_sync(root, "r") == []
+        (said,) = caplog.messages
+        assert said.startswith(f"ignoring a gap in {path} that cannot be read: ")
+        caplog.clear()
+        path.write_text("[")  # the first damage again, after another: said again
+        assert gaps_sync(root, "r") == []
+        path.write_text(json.dumps([stored | {"reason": "store"}]))
+        assert gaps_sync(root, "r") == [gap(1, 1)]
+        path.write_text("[")  # damaged again after a clean read: said again
+        assert gaps_sync(root, "r") == []
+    assert caplog.messages == [not_json, not_json]
 
 
 def test_a_damaged_gaps_file_of_a_long_name_is_kept_aside_under_a_name_that_fits(

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from wakeupstate import ASIDE_JOURNAL, EIO, unreadable
+from wakeupstate import ASIDE_JOURNAL, EIO, unreadable, unwritable
 
 from trio_routines.converter import dumps, wakeup_to_json
 from trio_routines.errors import StateFault
@@ -93,7 +93,7 @@ def test_a_journal_that_cannot_be_opened_is_a_fault_naming_it(
     call = (lambda: change(store, del_op("a"))) if writing else store.refresh
     with pytest.raises(StateFault) as raised:
         call()
-    assert str(raised.value) == unreadable(store.path, EIO)
+    assert str(raised.value) == (unwritable if writing else unreadable)(store.path, EIO)
 
 
 def test_a_new_generation_that_cannot_be_opened_again_is_a_fault_naming_it(
@@ -109,7 +109,7 @@ def test_a_new_generation_that_cannot_be_opened_again_is_a_fault_naming_it(
     store.journal.write_generation = write_then_fail_opens  # type: ignore[method-assign]
     with pytest.raises(StateFault) as raised:
         change(store, add_op(entry("a"), 1))
-    assert str(raised.value) == unreadable(store.path, EIO)
+    assert str(raised.value) == unwritable(store.path, EIO)
 
 
 def test_a_writer_never_reads_back_a_generation_it_wrote(

@@ -62,6 +62,14 @@ def unreadable(path: Path, detail: str) -> str:
     return f"schedule state {path} is unreadable: {detail} — fix the permissions or the disk"
 
 
+def unwritable(path: Path, detail: str) -> str:
+    """The fault of a wake-up journal that cannot be opened to be written: ``detail`` is why."""
+    return (
+        f"schedule state {path} cannot be opened for writing: {detail} — fix the permissions "
+        "or the disk"
+    )
+
+
 def hold_lock(schedule: Path) -> int:
     """Take the writers' lock as another process would (a lock on its own open file)."""
     fd = os.open(schedule / "wakeups.lock", os.O_RDWR | os.O_CREAT, 0o644)

@@ -50,6 +50,11 @@ log = logging.getLogger("trio_routines")
 MAX_GAPS_BYTES = 256 * 1024
 LOCK_SECONDS = 10.0
 
+#: What was last said of each damaged gaps file, by its path: a read of the same damage does
+#: not say it again (a command reads a routine's gaps more than once), a read of a different
+#: damage does, and a clean read forgets the file.
+_said: dict[str, list[str]] = {}
+
 
 def gaps_sync(root: Path, routine: str) -> list[Gap]:
     """The recorded gaps of ``routine``, oldest first."""
@@ -75,29 +80,41 @@ def _read(directory: int, name: str, path: Path) -> list[Gap]:
 
 def _read_whole(directory: int, name: str, path: Path) -> tuple[list[Gap], bool]:
     """The gaps, and whether the file held anything else (damage: not all of it was read)."""
+    damage: list[str] = []
+    gaps = _parse(directory, name, path, damage)
+    if not damage:
+        _said.pop(str(path), None)
+    elif _said.get(str(path)) != damage:
+        _said[str(path)] = damage
+        for line in damage:
+            log.warning("%s", line)
+    return gaps, bool(damage)
+
+
+def _parse(directory: int, name: str, path: Path, damage: list[str]) -> list[Gap]:
+    """The gaps that can be read; what could not, added to ``damage`` in words."""
     try:
         data = read_file(directory, name, path, MAX_GAPS_BYTES)
     except FileNotFoundError:
-        return [], False
+        return []
     except Refused as exc:
-        log.warning("ignoring the gaps in %s: %s", path, exc)
-        return [], True
+        damage.append(f"ignoring the gaps in {path}: {exc}")
+        return []
     try:
         raw = loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         raw = None
     if not isinstance(raw, list):
-        log.warning("ignoring the gaps in %s: not a JSON array of gaps", path)
-        return [], True
-    gaps, damaged = [], False
+        damage.append(f"ignoring the gaps in {path}: not a JSON array of gaps")
+        return []
+    gaps = []
     for entry in raw:
         try:
             gaps.append(gap_from_json(entry))
         except (TypeError, ValueError) as exc:
-            log.warning("ignoring a gap in %s that cannot be read: %s", path, exc)
-            damaged = True
+            damage.append(f"ignoring a gap in {path} that cannot be read: {exc}")
     gaps.sort(key=lambda gap: gap.last)
-    return gaps, damaged
+    return gaps
 
 
 def _keep_aside(directory: int, name: str, where: Path) -> None:

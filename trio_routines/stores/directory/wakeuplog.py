@@ -68,6 +68,12 @@ class WakeupLog:
     def _unreadable(self, exc: OSError) -> StateFault:
         return unreadable_state(self.path, exc)
 
+    def _unwritable(self, exc: OSError) -> StateFault:
+        return StateFault(
+            f"schedule state {self.path} cannot be opened for writing: {describe(exc)} — fix "
+            "the permissions or the disk"
+        )
+
     # -- reading -----------------------------------------------------------------------------
 
     def refresh(self) -> bool:
@@ -237,7 +243,7 @@ class WakeupLog:
             self._forget()
             fd = self._new_generation(directory)
         except OSError as exc:
-            raise self._unreadable(exc) from None
+            raise self._unwritable(exc) from None
         try:
             self._follow(fd)
             if self._size > self._offset:
@@ -308,7 +314,7 @@ class WakeupLog:
             fd = self.journal.open(directory, append=True)
             inode = os.fstat(fd).st_ino
         except OSError as exc:
-            raise self._unreadable(exc) from None
+            raise self._unwritable(exc) from None
         index = self.index
         self._forget(first, inode)
         self.index = index
