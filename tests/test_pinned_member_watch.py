@@ -733,6 +733,30 @@ async def test_a_wake_up_taken_as_the_presence_was_lost_is_put_back_not_dropped(
     assert said == [f"wake {added.id[:8]}: not run: put back, tried again at the next poll"]
 
 
+async def test_a_put_back_wake_up_counts_once_toward_the_rate_when_it_runs(
+    autojump_clock: Any,
+) -> None:
+    # Its turn was recorded for the rate limit, then its hold was lost before the turn began:
+    # put back and run later, it was recorded a second time (one turn, two in the window).
+    store = TurnNotedLate()
+    scheduler, agent, _, wall = rig(store=store, poll_interval=30)
+    await store.add_wakeup(
+        WakeupRequest(session="chat", prompt="p", fire_at=wall() + timedelta(seconds=61)), wall()
+    )
+    wall.jump(timedelta(seconds=120))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await store.asked.wait()
+        lost = store.members[scheduler.replica]
+        assert isinstance(lost, MemoryPresence)
+        lost.lose()
+        store.answer.set()
+        await trio.sleep(300)
+        assert len(agent.turns) == 1
+        assert len(await store.wake_turns("chat", T0)) == 1
+        scheduler.stop(0)
+
+
 async def test_a_wake_up_whose_hold_was_lost_before_its_turn_began_is_put_back(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -32,7 +32,8 @@ from .wakecalls import WakeupCalls
 
 #: Wake-up polls between two counts of the pending wake-ups (a gauge, not a decision).
 COUNT_EVERY = 10
-#: The deferred one-shots whose retries log quietly, at most (see ``WakeLoop._wake``).
+#: The deferred one-shots whose retries log quietly, and the put-back ones whose turn the
+#: rate counted already, each at most (see ``WakeLoop._wake``).
 SAID_KEPT = 1024
 #: Why a taken one-shot did not run, as its lines say: its session busy, or never held.
 BUSY = "session busy"
@@ -81,6 +82,10 @@ class WakeLoop:
         #: The one-shots whose busy session this process said it retries (in the order said,
         #: at most :data:`SAID_KEPT`): their retries log at DEBUG.
         self._said: dict[str, None] = {}
+        #: The one-shots put back whose turn was recorded for the rate limit though it never
+        #: began (their hold lost meanwhile; at most :data:`SAID_KEPT`): recorded once, their
+        #: turn is not recorded again when it runs here.
+        self._counted: dict[str, None] = {}
         #: One-shots taken for turns that never began, which the store would not take back
         #: yet: offered again at each poll, and named as lost if the stop comes first.
         self._unreturned: dict[str, tuple[str, Wakeup]] = {}
@@ -180,7 +185,14 @@ class WakeLoop:
             if room is not None and await self._held_by_rate(label, wakeup, room):
                 return
 
+        counted = False
+
         async def started() -> None:  # recorded once it runs (a busy one never did)
+            nonlocal counted
+            counted = True
+            if wakeup.id in self._counted:  # recorded when it was taken before, put back
+                del self._counted[wakeup.id]
+                return
             await self._wakeups.note_turn(wakeup.session, wakeup.fire_at)
 
         # A one-shot retried while its session stays busy says so once, at its first
@@ -197,6 +209,8 @@ class WakeLoop:
             log.info("%s: next fires per cron", label)
             return
         if not turn.busy:  # taken, never run: its session could not be held (logged)
+            if counted:
+                remember(self._counted, wakeup.id)
             await self._put_back(label, wakeup)
             return
         try:
@@ -209,9 +223,7 @@ class WakeLoop:
         if not deferred:
             log.error("%s: %s", label, defer_dropped(wakeup))
             return
-        self._said[wakeup.id] = None
-        if len(self._said) > SAID_KEPT:  # retried elsewhere since (another replica's)
-            del self._said[next(iter(self._said))]
+        remember(self._said, wakeup.id)
         if said:
             log.debug("%s: session busy — retry %d, next poll", label, wakeup.attempts)
         else:
@@ -334,3 +346,11 @@ class WakeLoop:
         else:
             log.info("%s: %s: deferred to %s", label, over, format_iso(room))
         return True
+
+
+def remember(memo: dict[str, None], wakeup_id: str) -> None:
+    """Add ``wakeup_id`` to ``memo``, forgetting the oldest beyond :data:`SAID_KEPT` (retried
+    elsewhere since: another replica's)."""
+    memo[wakeup_id] = None
+    if len(memo) > SAID_KEPT:
+        del memo[next(iter(memo))]
