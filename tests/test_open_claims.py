@@ -260,6 +260,49 @@ async def test_a_claim_whose_routine_cannot_be_read_again_waits_for_the_next_wat
     ] == [(level, said)]
 
 
+class RefusesInterrupted(MemoryStore):
+    """A store that will not record the outcome of "hourly"'s 07:00 (a claim file it refuses,
+    a read-only disk): each settle of it is counted, and answers False, its fault logged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    async def settle(self, routine: str, slot: datetime, *args: Any, **kwargs: Any) -> bool:
+        if (routine, slot) != ("hourly", at(7)):
+            return await super().settle(routine, slot, *args, **kwargs)
+        self.asked += 1
+        logging.getLogger("trio_routines").warning("hourly: the claim is refused")
+        return False
+
+
+async def test_a_dead_claim_the_store_will_not_record_is_said_so_once_and_tried_hourly(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Said "recorded as interrupted" when nothing was, again at every watch.
+    store = RefusesInterrupted()
+    await store.claim("hourly", at(7), at(7), replica="gone")
+    await store.claim("hourly", at(8), at(8), replica="other")  # the newest: the boot's
+    await MemoryStore.settle(store, "hourly", at(8), Outcome.COMPLETED, 5)
+    scheduler, _, _, _ = rig(HOURLY_ROUTINE, store=store, wakeups=False, poll_interval=30)
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(30 * 60)  # thirty watches: one try
+        assert store.asked == 1
+        await trio.sleep(start + 3600 - trio.current_time() + 90)  # an hour on: tried again
+        assert store.asked == 2
+        scheduler.stop()
+    line = (
+        "hourly: the fire of slot 2026-07-07T07:00:00.000Z claimed at 2026-07-07T07:00:00.000Z "
+        "by replica gone never finished and its holder is gone; not recorded as interrupted "
+        "(the store's line says why; tried again in an hour)"
+    )
+    refused = "hourly: the claim is refused"
+    assert [m for m in caplog.messages if "07:00" in m or "refused" in m] == [refused, line] * 2
+    assert _fires(store, "hourly")[0] == (at(7), None, None)
+
+
 def _older_open_claim_store(store: MemoryStore) -> MemoryStore:
     """``store`` with "hourly"'s 07:00 left open by a dead replica; 08:00, the newest, settled."""
 

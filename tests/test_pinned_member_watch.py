@@ -110,6 +110,27 @@ async def test_a_dead_members_free_open_claims_are_swept_and_no_others(
     ]
 
 
+class RefusesSettles(MemoryStore):
+    """A store that records no outcome (a read-only disk): each settle answers False."""
+
+    async def settle(self, *args: Any, **kwargs: Any) -> bool:
+        return False
+
+
+async def test_a_dead_members_claim_the_store_will_not_record_is_not_said_recorded(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = RefusesSettles()
+    scheduler, _ = watched(store)
+    await swept_once(store, scheduler, "b")
+    assert warned(caplog, "that replica stopped") == [
+        f"b: the fire claimed at {format_iso(at(9))} by replica r2 never finished — that "
+        "replica stopped mid-turn; not recorded as interrupted (the store's line says why; "
+        "left open)"
+    ]
+    assert [(f.outcome, f.error) for f in await store.history("b")] == [(None, None)]
+
+
 class RemovedMeanwhile(MemoryStore):
     """The routines are updated (``b`` removed) just as the sweep asks whether a claim lives."""
 

@@ -217,9 +217,11 @@ async def test_a_reconcile_the_store_never_answers_is_logged_and_the_boot_goes_o
         next_due = dict(scheduler.statistics().next_due)
         scheduler.stop()
     assert booted == 5.0
-    assert messages(caplog, logging.WARNING)[-1] == (
+    assert messages(caplog, logging.WARNING)[-2:] == [
         "hourly: could not record the interrupted outcome of slot 2026-07-07T10:00:00.000Z: "
-        "the store did not answer in time"
-    )
+        "the store did not answer in time",
+        "hourly: the fire claimed at 2026-07-07T10:01:00.000Z never finished — its process "
+        "stopped mid-turn; not recorded as interrupted (the store's line says why; left open)",
+    ]
     assert next_due == {"hourly": at(11)}
     assert [(f.slot, f.outcome) for f in await store.history("hourly")] == [(at(10), None)]

@@ -29,7 +29,7 @@ from .calls import StoreCalls
 from .foreach import for_each
 from .gaps import GapRecording, gap_words
 from .membership import Membership
-from .openclaims import count_interrupted
+from .openclaims import LEFT_OPEN, count_interrupted
 from .state import Runtime, log
 from .streaks import Streaks
 
@@ -76,7 +76,8 @@ class Boot:
             if (fire := newest.get(name)) is not None and fire.is_open
         }
         alive = await self._membership.claims_alive(list(open_claims.items()))
-        unsettled, running = {}, set()
+        unsettled: dict[str, Fire] = {}
+        running: set[str] = set()
         for (name, fire), live in zip(open_claims.items(), alive, strict=True):
             if live:  # its holder runs it now: another replica, or this one's fire
                 running.add(name)
@@ -89,19 +90,12 @@ class Boot:
                     fire.replica or "(unnamed)",
                 )
                 continue
-            log.warning(
-                "%s: the fire claimed at %s never finished — its process stopped mid-turn; "
-                "recorded as interrupted (see `python -m trio_routines history %s`)",
-                name,
-                format_iso(fire.fired_at),
-                shell_name(name),
-            )
-            unsettled[name] = fire.slot
+            unsettled[name] = fire
 
-        async def interrupted(name: str) -> None:
+        async def interrupted(name: str) -> bool | None:
             # Only if still unsettled: another scheduler sharing the store may have been the
             # one mid-turn, and may have settled the real outcome just before we write.
-            slot = unsettled[name]
+            slot = unsettled[name].slot
             seeded = plan and routines[name].cron is not None  # as _seed_failing's routines
             recorded = await self._calls.settle_once(
                 name,
@@ -115,11 +109,20 @@ class Boot:
             if recorded and await count_interrupted(
                 self._calls, metrics, self._streaks, name, slot, BOOT_INTERRUPTED, arm=seeded
             ):
-                return  # counted, its series seeded from the record (its history: later)
+                return recorded  # counted, its series seeded from the record (history: later)
             if seeded:  # not counted here: seeded from the claim, as one left to its holder
                 metrics.armed(name, min(slot, self._runtime.now()))
+            return recorded
 
-        await for_each(interrupted, unsettled)
+        # Said once answered (a store that did not take it said why), in the routines' order.
+        for name, recorded in (await for_each(interrupted, unsettled)).items():
+            history = f"see `python -m trio_routines history {shell_name(name)}`"
+            log.warning(
+                "%s: the fire claimed at %s never finished — its process stopped mid-turn; %s",
+                name,
+                format_iso(unsettled[name].fired_at),
+                f"recorded as interrupted ({history})" if recorded else LEFT_OPEN,
+            )
         if not plan:  # an external clock decides every slot
             await self._calls.refresh_paused()  # for statistics
             return {}

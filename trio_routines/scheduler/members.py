@@ -27,7 +27,7 @@ from .calls import StoreCalls
 from .foreach import for_each
 from .grace import Grace
 from .membership import LOOK_AT_LEAST, Looks, Membership
-from .openclaims import WATCH_BUDGET, OpenClaims, count_interrupted
+from .openclaims import LEFT_OPEN, WATCH_BUDGET, OpenClaims, count_interrupted
 from .state import Runtime, log
 from .streaks import Streaks
 
@@ -130,21 +130,23 @@ class MemberWatch:
         for (name, fire), live in zip(suspects.items(), alive, strict=True):
             if live:
                 continue
-            log.warning(
-                "%s: the fire claimed at %s by replica %s never finished — that replica "
-                "stopped mid-turn; recorded as interrupted",
-                name,
-                format_iso(fire.fired_at),
-                fire.replica,
-            )
-            if await self._calls.settle_once(
+            recorded = await self._calls.settle_once(
                 name,
                 fire.slot,
                 Outcome.INTERRUPTED,
                 None,
                 if_unsettled=True,
                 error=SWEPT_INTERRUPTED,
-            ):
+            )
+            log.warning(
+                "%s: the fire claimed at %s by replica %s never finished — that replica "
+                "stopped mid-turn; %s",
+                name,
+                format_iso(fire.fired_at),
+                fire.replica,
+                "recorded as interrupted" if recorded else LEFT_OPEN,
+            )
+            if recorded:
                 await count_interrupted(
                     self._calls,
                     self._runtime.metrics,

@@ -37,6 +37,17 @@ WATCH_BUDGET = 1024
 OPEN_INTERRUPTED = "never settled: its replica stopped mid-turn or could not record the outcome"
 
 
+#: How long a dead claim the store would not record interrupted (a hard link refused, a
+#: read-only disk) is left before a watch of this process tries it again, in seconds: its
+#: lines are said once an hour at most, not at every watch.
+RETRY_UNRECORDED = 3600.0
+#: Such claims remembered at most (the oldest forgotten: tried again at the next watch).
+UNRECORDED_KEPT = 4096
+#: What a dead claim's line ends with when the store did not record it (its own line says
+#: why): left open, for a later watch (the boot's, a dead member's sweep), or for an hour.
+LEFT_OPEN = "not recorded as interrupted (the store's line says why; left open)"
+NOT_RECORDED = "not recorded as interrupted (the store's line says why; tried again in an hour)"
+
 #: Why an open claim naming this replica, which it does not hold, is recorded interrupted.
 OURS_UNSETTLED = (
     "this replica holds no turn of it (its outcome was never recorded, or an earlier process "
@@ -56,6 +67,8 @@ class OpenClaims:
         self._runtime = runtime
         self._calls = calls
         self._membership = membership
+        #: The dead claims the store would not record, and when (Trio's clock) they failed.
+        self._unrecorded: dict[tuple[str, datetime], float] = {}
 
     async def reconcile(self, budget: int) -> None:
         """Settle ``interrupted`` the dead ones of the next open claims the store finds.
@@ -82,21 +95,12 @@ class OpenClaims:
         except Exception as exc:
             log.error("the open claims could not be checked: %s: %s", type(exc).__name__, exc)
             return
-        dead = await self._still_open(gone)
-        replica = self._runtime.replica
-        for name, fire in dead:
-            # Ours and not held: a turn of this process whose settle the store never took
-            # (its outcome was logged then), or of an earlier process under our id.
-            whose = "its holder is gone" if fire.replica != replica else OURS_UNSETTLED
-            log.warning(
-                "%s: the fire of slot %s claimed at %s by replica %s never finished and %s; "
-                "recorded as interrupted",
-                name,
-                format_iso(fire.slot),
-                format_iso(fire.fired_at),
-                fire.replica,
-                whose,
-            )
+        now = trio.current_time()
+        dead = [
+            (name, fire)
+            for name, fire in await self._still_open(gone)
+            if now >= self._unrecorded.get((name, fire.slot), -RETRY_UNRECORDED) + RETRY_UNRECORDED
+        ]
         async with trio.open_nursery() as nursery:  # settles batch together
             for name, fire in dead:
                 nursery.start_soon(self._interrupted, name, fire)
@@ -128,17 +132,19 @@ class OpenClaims:
         return kept
 
     async def _interrupted(self, name: str, fire: Fire) -> None:
+        """Record ``fire`` interrupted, then say so; one the store did not take is said so,
+        and left for :data:`RETRY_UNRECORDED`."""
+        key = (name, fire.slot)
+        self._unrecorded.pop(key, None)
         try:
-            if await self._calls.settle_once(
+            recorded = await self._calls.settle_once(
                 name,
                 fire.slot,
                 Outcome.INTERRUPTED,
                 None,
                 if_unsettled=True,
                 error=OPEN_INTERRUPTED,
-            ):
-                # Counted, not in the streak: a claim behind newer ones is no run in a row.
-                self._runtime.metrics.found_interrupted(name)
+            )
         except Exception as exc:  # a store's bug (settle never raises): a failed settle's WARN
             log.warning(
                 "%s: slot %s could not be recorded interrupted: %s: %s",
@@ -147,6 +153,26 @@ class OpenClaims:
                 type(exc).__name__,
                 exc,
             )
+            recorded = False
+        # Ours and not held: a turn of this process whose settle the store never took (its
+        # outcome was logged then), or of an earlier process under our id.
+        whose = "its holder is gone" if fire.replica != self._runtime.replica else OURS_UNSETTLED
+        log.warning(
+            "%s: the fire of slot %s claimed at %s by replica %s never finished and %s; %s",
+            name,
+            format_iso(fire.slot),
+            format_iso(fire.fired_at),
+            fire.replica,
+            whose,
+            "recorded as interrupted" if recorded else NOT_RECORDED,
+        )
+        if recorded:
+            # Counted, not in the streak: a claim behind newer ones is no run in a row.
+            self._runtime.metrics.found_interrupted(name)
+            return
+        self._unrecorded[key] = trio.current_time()
+        if len(self._unrecorded) > UNRECORDED_KEPT:
+            del self._unrecorded[next(iter(self._unrecorded))]
 
 
 async def count_interrupted(
