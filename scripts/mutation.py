@@ -609,6 +609,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     # The status page's routes and what it gathers from a scheduler (a real server on a
     # loopback port, in-process).
+    # The status page's sign-in cookie.
+    "signin": (
+        ["trio_routines/http/signin.py"],
+        ["tests/test_pinned_signin.py", "tests/test_page.py", "tests/test_pinned_httpapp.py"],
+    ),
     "page": (
         ["trio_routines/http/page.py"],
         [

@@ -9,6 +9,7 @@ import collections
 import http.client
 import json
 import re
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -23,8 +24,9 @@ from trio_routines.cron import next_run
 from trio_routines.http import expected as expected_module
 from trio_routines.http import make_app, serve_http
 from trio_routines.http.expected import COUNT, ExpectedSlots
-from trio_routines.http.page import COOKIE, CSP, cookie_value, gather
+from trio_routines.http.page import CSP, gather
 from trio_routines.http.render import describe, main_html, routine_html
+from trio_routines.http.signin import COOKIE, cookie_value
 from trio_routines.http.views import (
     MAX_MARKS,
     SESSIONS_SHOWN,
@@ -415,14 +417,17 @@ async def test_a_token_turns_the_page_into_a_sign_in_form_and_a_cookie() -> None
         assert good.status == 303
         assert good.headers["location"] == "/"
         cookie = good.headers["set-cookie"]
-        assert cookie.startswith(f"{COOKIE}={cookie_value(TOKEN.encode())};")
+        value = cookie.partition(";")[0].removeprefix(f"{COOKIE}=")
+        until = int(value.partition(".")[0])
+        assert value == cookie_value(TOKEN.encode(), until)
+        assert 0 < until - time.time() <= 12 * 3600  # held for twelve hours
         assert "HttpOnly" in cookie
         assert "SameSite=Strict" in cookie
         assert "Path=/;" in cookie
         assert TOKEN not in cookie
         assert all(TOKEN not in v for v in good.headers.values())
 
-        jar = f"{COOKIE}={cookie_value(TOKEN.encode())}"
+        jar = f"{COOKIE}={value}"
         shown = await page.call("GET", "/", cookie=jar)
         assert shown.status == 200
         assert '<h3 class="name">hourly</h3>' in shown.text
@@ -433,7 +438,7 @@ async def test_a_token_turns_the_page_into_a_sign_in_form_and_a_cookie() -> None
             "POST", "/fire", fire, cookie=jar, content_type="application/json"
         )
         assert refused.status == 401  # a cookie never changes state
-        forged = f"{COOKIE}={cookie_value(b'another token')}"
+        forged = f"{COOKIE}={cookie_value(b'another token', until)}"
         assert (await page.call("GET", "/", cookie=forged)).status == 401
         assert (await page.call("GET", "/ui/state", cookie=TOKEN)).status == 401
         bearer = await page.call("GET", "/", authorization=f"Bearer {TOKEN}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ import trio
 import trio.testing
 
 from trio_routines.http import make_app
-from trio_routines.http.page import COOKIE, cookie_value
+from trio_routines.http.signin import COOKIE, cookie_value
 from trio_routines.routines import Routine
 from trio_routines.scheduler import Scheduler
 from trio_routines.testing import Complete, MemoryStore, ScriptedAgent
@@ -167,7 +168,8 @@ async def test_once_its_body_is_whole_a_request_holds_no_place_and_no_deadline(
 
 async def test_head_is_answered_without_a_body_and_the_page_cookie_allows_reads() -> None:
     application = app(token="tok")
-    cookie = (b"cookie", f"{COOKIE}={cookie_value(b'tok')}".encode())
+    until = int(time.time()) + 3600
+    cookie = (b"cookie", f"{COOKIE}={cookie_value(b'tok', until)}".encode())
     for method in ["GET", "HEAD"]:
         client = await call(application, scope(method, "/ui/state", [cookie]))
         start, body = client.sent

@@ -10,7 +10,6 @@ that never comes.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,21 +25,18 @@ from trio_routines.http import expected as expected_module
 from trio_routines.http import page as page_module
 from trio_routines.http.expected import ExpectedSlots
 from trio_routines.http.page import (
-    COOKIE,
     HTML,
     SECURITY,
-    _cookie,
     _next_due,
     _state_json,
     base_path,
-    cookie_value,
     gather,
     handle,
-    has_cookie,
     is_page,
     store_label,
 )
 from trio_routines.http.render import login_html
+from trio_routines.http.signin import COOKIE, cookie_value
 from trio_routines.http.views import InFlight, Mark, PageView, asked_by, wakeup_group
 from trio_routines.http.wire import Raw, Refusal, Response
 from trio_routines.records import Gap, GapReason, Origin, OriginKind, Outcome, Wakeup
@@ -53,27 +49,6 @@ from trio_routines.wakeups import WakeupRequest
 
 NOW = datetime(2026, 11, 30, 12, 0, 30, tzinfo=UTC)
 TOKEN = b"page-token"
-
-
-def test_the_cookie_is_an_hmac_of_a_fixed_label_keyed_by_the_token() -> None:
-    label = b"trio_routines status page v1"
-    assert cookie_value(TOKEN) == hmac.new(TOKEN, label, hashlib.sha256).hexdigest()
-
-
-def _scope(*cookies: bytes, **more: object) -> dict[str, object]:
-    return {"headers": [(b"cookie", c) for c in cookies], **more}
-
-
-def test_the_cookie_is_found_among_others_in_any_header() -> None:
-    good = f"{COOKIE}={cookie_value(TOKEN)}".encode()
-    assert has_cookie(_scope(b"a=1; " + good + b" ; b=2"), TOKEN)
-    assert has_cookie(_scope(b"a=1", b"  " + good), TOKEN)
-    assert has_cookie(_scope(good, b"x=" + cookie_value(TOKEN).encode()), TOKEN)
-    assert not has_cookie(_scope(b"a=1"), TOKEN)
-    assert not has_cookie(_scope(good + b"0"), TOKEN)
-    assert not has_cookie(_scope(good.upper()), TOKEN)
-    assert not has_cookie(_scope(b"x" + good), TOKEN)
-    assert not has_cookie(_scope(good), b"another token")
 
 
 def test_the_base_path_ends_with_one_slash() -> None:
@@ -182,24 +157,6 @@ def test_the_state_s_json_carries_the_main_part_its_version_and_now() -> None:
     assert body["now"] == "2026-11-30T12:00:30+00:00"
 
 
-def test_the_sign_in_cookie_s_attributes() -> None:
-    assert _cookie("/m/", "v", 60, {"scheme": "http"}) == (
-        "set-cookie",
-        f"{COOKIE}=v; Path=/m/; Max-Age=60; HttpOnly; SameSite=Strict",
-    )
-    assert _cookie("/", "", 0, {"scheme": "https"}) == (
-        "set-cookie",
-        f"{COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict; Secure",
-    )
-    assert _cookie("/", "", 0, {})[1].endswith("SameSite=Strict")
-
-
-def test_a_good_cookie_is_not_undone_by_a_bad_one_of_the_same_name() -> None:
-    good = f"{COOKIE}={cookie_value(TOKEN)}".encode()
-    assert has_cookie(_scope(b"a=1;" + good + b";" + COOKIE.encode() + b"=bad"), TOKEN)
-    assert has_cookie(_scope(b"a=1;" + good), TOKEN)
-
-
 # -- the routes, called directly -------------------------------------------------------------
 
 
@@ -247,8 +204,12 @@ def _refused(excinfo: pytest.ExceptionInfo[Refusal]) -> tuple[int, Any, tuple[An
 
 async def test_sign_in_with_the_token_sets_the_cookie_below_the_mount_point() -> None:
     body = b"token=" + TOKEN + b"&other="
-    answer = await _route("/ui/login", "POST", body, FORM, root_path="/m", scheme="https")
-    cookie = f"{COOKIE}={cookie_value(TOKEN)}; Path=/m/; Max-Age=43200; HttpOnly; SameSite=Strict"
+    scheduler = _scheduler(now=lambda: NOW)
+    answer = await _route(
+        "/ui/login", "POST", body, FORM, root_path="/m", scheme="https", scheduler=scheduler
+    )
+    value = cookie_value(TOKEN, int(NOW.timestamp()) + 43200)  # it holds for twelve hours
+    cookie = f"{COOKIE}={value}; Path=/m/; Max-Age=43200; HttpOnly; SameSite=Strict"
     assert answer == Response(
         303, Raw(HTML, b""), (("location", "/m/"), ("set-cookie", cookie + "; Secure"))
     )

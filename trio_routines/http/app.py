@@ -13,7 +13,7 @@ from .. import tracing
 from ..context import FireContext
 from ..scheduler import Scheduler
 from ..tickets import DAMAGED, BadTicket, read_ticket
-from . import api, page, wakeupapi
+from . import api, page, signin, wakeupapi
 from .expected import ExpectedSlots
 from .origin import check_origin, check_token
 from .wire import (
@@ -228,7 +228,8 @@ class _App:
     def _cookie(self, scope: Scope, method: str) -> bool:
         """A read carrying the status page's cookie needs no bearer header; nothing else."""
         assert self._token is not None
-        return method in ("GET", "HEAD") and page.has_cookie(scope, self._token)
+        now = self.scheduler.now().timestamp()
+        return method in ("GET", "HEAD") and signin.has_cookie(scope, self._token, now)
 
     def _bearer(self, scope: Scope) -> bool:
         assert self._token is not None

@@ -50,6 +50,7 @@ from ..stores.directory import DirectoryStore
 from ..text import one_line
 from .expected import ExpectedSlots
 from .render import login_html, main_html, page_html
+from .signin import SIGNED_IN, cookie_value, set_cookie
 from .views import (
     MAX_MARKS,
     WINDOW,
@@ -66,7 +67,6 @@ from .wire import (
     Refusal,
     Response,
     Scope,
-    headers,
     mount_point,
     one_header,
     read_body,
@@ -74,7 +74,6 @@ from .wire import (
 
 T = TypeVar("T")
 
-COOKIE = "trio_routines_page"
 READ_DEADLINE = 5.0  # seconds: one store read for the page, then "unavailable"
 MAX_FORM = 4096  # bytes of a login form
 POLL = 5.0  # seconds between the page's refreshes
@@ -102,23 +101,6 @@ PATHS = frozenset({"/", "/ui/state", "/ui/login", "/ui/logout", *ASSETS})
 
 def is_page(path: str) -> bool:
     return path in PATHS
-
-
-def cookie_value(token: bytes) -> str:
-    """What the cookie carries: derived from the token, useless as a bearer token."""
-    return hmac.new(token, b"trio_routines status page v1", hashlib.sha256).hexdigest()
-
-
-def has_cookie(scope: Scope, token: bytes) -> bool:
-    """Whether the request carries the page's cookie for ``token`` (constant-time compare)."""
-    expected = cookie_value(token).encode("ascii")
-    found = False
-    for header in headers(scope, b"cookie"):
-        for pair in header.split(b";"):
-            name, _, value = pair.strip().partition(b"=")
-            if name == COOKIE.encode("ascii"):
-                found |= hmac.compare_digest(value.strip(), expected)
-    return found
 
 
 def base_path(scope: Scope) -> str:
@@ -315,14 +297,6 @@ async def _read_form(scope: Scope, receive: Receive) -> dict[str, str]:
     return dict(pairs)
 
 
-def _cookie(base: str, value: str, max_age: int, scope: Scope) -> tuple[str, str]:
-    secure = "; Secure" if scope.get("scheme") == "https" else ""
-    return (
-        "set-cookie",
-        f"{COOKIE}={value}; Path={base}; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}",
-    )
-
-
 async def handle(
     scheduler: Scheduler,
     token: bytes | None,
@@ -346,13 +320,14 @@ async def handle(
         form = await _read_form(scope, receive)
         given = form.get("token", "").encode("utf-8")
         if token is None or hmac.compare_digest(given, token):
-            value = cookie_value(token) if token is not None else ""
-            extra = () if token is None else (_cookie(base, value, 12 * 3600, scope),)
+            until = int(scheduler.now().timestamp()) + SIGNED_IN
+            value = cookie_value(token, until) if token is not None else ""
+            extra = () if token is None else (set_cookie(base, value, SIGNED_IN, scope),)
             return Response(303, Raw(HTML, b""), (("location", base), *extra))
         return _html(401, login_html(scheduler.now(), base, wrong=True))
     if path == "/ui/logout":
         _require(method, ("POST",))
-        return Response(303, Raw(HTML, b""), (("location", base), _cookie(base, "", 0, scope)))
+        return Response(303, Raw(HTML, b""), (("location", base), set_cookie(base, "", 0, scope)))
     _require(method, ("GET", "HEAD"))
     if path == "/ui/state":
         if not authorized:
