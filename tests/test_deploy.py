@@ -161,7 +161,7 @@ def test_the_alert_rules_use_series_we_export() -> None:
         "trio_routines_consecutive_failures",
         "trio_routines_slots_missed_total",
         "trio_routines_routine_paused",
-        "trio_routines_routine_files_kept_broken",
+        "trio_routines_routine_files_broken",
         "trio_routines_pending_wakeups",
         "trio_routines_over_budget_total",
     ):

@@ -749,7 +749,7 @@ async def test_a_routine_failing_since_its_first_run_has_both_series(
         sched.stop()
 
 
-async def test_paused_routines_kept_broken_files_and_pending_wakeups_are_gauges(
+async def test_paused_routines_broken_files_and_pending_wakeups_are_gauges(
     autojump_clock: Any, tmp_path: Path
 ) -> None:
     store = MemoryStore()
@@ -765,13 +765,24 @@ async def test_paused_routines_kept_broken_files_and_pending_wakeups_are_gauges(
         await store.add_wakeup(later, wall())
         await sched.pause("r")
         (tmp_path / "r.md").write_text("---\ncron: * * * * * *\n---\ngo\n")  # broken now
+        # A new file that does not load is skipped: no version of it to keep. It was counted
+        # nowhere, and the next start refused to start for it.
+        (tmp_path / "new.md").write_text("---\ncolour: red\ncron: 0 * * * *\n---\nx\n")
         changes = await sched.reload_routines(tmp_path)
         assert changes.kept == ("r",)
+        assert sched.statistics().broken_files == (str(tmp_path / "new.md"), str(tmp_path / "r.md"))
         await trio.sleep(sched.poll_interval * 10 + 1)  # the wake loop counts its wake-ups
         text = sched.render_metrics()
+        (tmp_path / "new.md").unlink()
+        (tmp_path / "r.md").write_text("---\ncron: * * * * *\n---\ngo\n")  # mended
+        await sched.reload_routines(tmp_path)
+        mended = sched.render_metrics()
+        assert sched.statistics().broken_files == ()
         sched.stop()
     assert 'trio_routines_routine_paused{routine="r"} 1' in text
     assert "trio_routines_routine_files_kept_broken 1" in text
+    assert "trio_routines_routine_files_broken 2" in text
+    assert "trio_routines_routine_files_broken 0" in mended
     assert "trio_routines_pending_wakeups 1" in text
 
 

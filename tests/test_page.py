@@ -231,6 +231,26 @@ def test_lone_surrogates_from_the_state_are_shown_escaped_and_the_page_is_utf8()
         assert f"{shown}\\ud800" in html
 
 
+def test_the_files_the_last_reload_could_not_load_are_named_and_only_then() -> None:
+    page = PageView(
+        now=NOW,
+        routines=(),
+        in_flight=(),
+        wakeups=(),
+        clock_jumps=0,
+        store="s",
+        stopping=False,
+        poll=5,
+        broken_files=("routines/new.md", "routines/<b>.md"),
+    )
+    assert (
+        '<p class="problem">2 routine file(s) the last reload could not load: '
+        "<code>routines/new.md</code>, <code>routines/&lt;b&gt;.md</code> (skipped, or the "
+        "version loaded before kept; the log says why, and the next start refuses them)</p>"
+    ) in main_html(page)
+    assert "could not load" not in main_html(attrs.evolve(page, broken_files=()))
+
+
 def test_only_the_newest_kept_output_is_shown_and_none_without_one() -> None:
     old, new = NOW - timedelta(hours=2), NOW - timedelta(hours=1)
     fires = (

@@ -107,6 +107,10 @@ trio_routines_routine_paused{routine="daily"} 1
 previous version still runs.
 # TYPE trio_routines_routine_files_kept_broken gauge
 trio_routines_routine_files_kept_broken 1
+# HELP trio_routines_routine_files_broken Routine files the last reload could not load, \
+skipped or their previous version kept: the next start refuses them.
+# TYPE trio_routines_routine_files_broken gauge
+trio_routines_routine_files_broken 2
 # HELP trio_routines_pending_wakeups Wake-ups pending in the store (re-read every few polls \
 of the wake loop).
 # TYPE trio_routines_pending_wakeups gauge
@@ -149,12 +153,13 @@ def test_every_family_is_written_whole_its_name_type_help_and_samples() -> None:
         next_due={"daily": T0 + 24 * HOUR, "unarmed": None},
         paused=["daily"],
         kept_broken=["broken.md"],
+        broken=["broken.md", "new.md"],
         pending_wakeups=4,
     )
     assert text == EVERY_FAMILY
     # Every family's samples carry its own name: a client's parser takes none for another's.
     parsed = {family.name: family for family in text_string_to_metric_families(text)}
-    assert len(parsed) == 20
+    assert len(parsed) == 21
     assert all(family.samples for family in parsed.values())
 
 

@@ -358,6 +358,13 @@ async def test_a_routine_of_a_scheduler_with_its_own_clock_is_never_shown_extern
     assert minutely.external is False
 
 
+async def test_the_page_gathers_the_files_the_last_reload_could_not_load(tmp_path: Path) -> None:
+    (tmp_path / "new.md").write_text("---\ncolour: red\n---\nx\n")
+    scheduler = _scheduler()
+    await scheduler.reload_routines(tmp_path)
+    assert (await gather(scheduler)).broken_files == (str(tmp_path / "new.md"),)
+
+
 async def test_the_page_gathers_the_last_fires_the_gaps_and_what_was_spent() -> None:
     store = await _stored()
     await store.set_paused("minutely", True)

@@ -212,6 +212,7 @@ class Metrics:
         next_due: Mapping[str, datetime | None] | None = None,
         paused: Collection[str] = (),
         kept_broken: Collection[str] = (),
+        broken: Collection[str] = (),
         pending_wakeups: int | None = None,
         loaded: Collection[str] | None = None,
     ) -> list[Family]:
@@ -350,6 +351,12 @@ class Metrics:
                 "routine_files_kept_broken",
                 "Routine files a reload could not load, whose previous version still runs.",
                 iter([Sample(PREFIX + "routine_files_kept_broken", (), len(kept_broken))]),
+            ),
+            gauge(
+                "routine_files_broken",
+                "Routine files the last reload could not load, skipped or their previous "
+                "version kept: the next start refuses them.",
+                iter([Sample(PREFIX + "routine_files_broken", (), len(broken))]),
             ),
             gauge(
                 "pending_wakeups",

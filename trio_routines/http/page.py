@@ -275,6 +275,7 @@ async def gather(
         clock_jumps=stats.clock_jumps,
         store=store_label(scheduler),
         stopping=stats.stopping,
+        broken_files=stats.broken_files,
         poll=poll,
         wakeups_problem=problem,
         replicas=tuple(m for m in members or () if m.alive),

@@ -275,9 +275,17 @@ def main_html(view: PageView) -> str:
     if view.replicas_problem:
         members = f'<li class="problem">unavailable: {_esc(view.replicas_problem)}</li>'
     status = "stopping" if view.stopping else "running"
+    broken = ""
+    if view.broken_files:
+        names = ", ".join(f"<code>{_esc(name)}</code>" for name in view.broken_files)
+        broken = (
+            f'<p class="problem">{len(view.broken_files)} routine file(s) the last reload '
+            f"could not load: {names} (skipped, or the version loaded before kept; the log "
+            "says why, and the next start refuses them)</p>"
+        )
     return (
         f'<p class="meta">store <code>{_esc(view.store)}</code> · scheduler {status} · '
-        f"clock jumps seen {view.clock_jumps}</p>"
+        f"clock jumps seen {view.clock_jumps}</p>{broken}"
         f'<section aria-labelledby="h-routines"><h2 id="h-routines">Routines</h2>'
         f"{_legend()}{routines}</section>"
         f'<section aria-labelledby="h-flight"><h2 id="h-flight">In flight</h2>'

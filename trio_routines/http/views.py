@@ -89,6 +89,8 @@ class PageView:
     wakeups_problem: str | None = None
     replicas: tuple[ReplicaInfo, ...] = ()  # the live members of the store
     replicas_problem: str | None = None
+    #: The routine files the last reload could not load (:class:`Statistics`'s).
+    broken_files: tuple[str, ...] = ()
     #: The sessions with wake-ups the page leaves out (past :data:`SESSIONS_SHOWN`), and
     #: how many wake-ups they hold.
     wakeups_left_out: tuple[int, int] = (0, 0)

@@ -93,6 +93,9 @@ class Reload:
         self._wakeups = wakeups
         #: Broken files whose previously loaded version the last reload kept running.
         self.kept_broken: tuple[str, ...] = ()
+        #: Every routine file the last reload could not load: skipped (a new one), or its
+        #: previous version kept. The next start refuses to start while any is so.
+        self.broken: tuple[str, ...] = ()
 
     def update(self, routines: Iterable[Routine]) -> RoutineChanges:
         """Replace the loaded routines by ``routines``: a new one arms from now, a removed one
@@ -208,6 +211,7 @@ class Reload:
             return RoutineChanges()
         changes = self.update(routines.values())
         self.kept_broken = tuple(kept)  # trio_routines_routine_files_kept_broken
+        self.broken = tuple(failure.file for failure in result.failures)
         if not changes:
             log.info("reload: no routine changed")
         return attrs.evolve(changes, kept=tuple(kept))

@@ -31,6 +31,7 @@ def statistics(parts: Parts) -> Statistics:
         settle_failures=MappingProxyType(dict(parts.calls.settle_failures)),
         future_claims=MappingProxyType(parts.arming.future_claims(runtime.now())),
         paused=parts.calls.paused,
+        broken_files=parts.reload.broken,
         over_budget=MappingProxyType(
             {name: why for (kind, name), why in spending.over.items() if kind == "routine"}
         ),
@@ -51,6 +52,7 @@ def metric_families(parts: Parts, metrics: Metrics) -> list[Family]:
         next_due=stats.next_due,
         paused=stats.paused,
         kept_broken=parts.reload.kept_broken,
+        broken=stats.broken_files,
         pending_wakeups=parts.wake.pending,
         loaded=parts.runtime.routines.keys(),
     )

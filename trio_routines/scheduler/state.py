@@ -133,6 +133,9 @@ class Statistics:
     #: budget (the reason, as the last check found it; :mod:`trio_routines.budgets`).
     over_budget: Mapping[str, str] = attrs.field(factory=dict)
     sessions_over_budget: Mapping[str, str] = attrs.field(factory=dict)
+    #: The routine files the last reload could not load (skipped, or their previous version
+    #: kept), as it named them: the next start refuses to start while any is so.
+    broken_files: tuple[str, ...] = ()
 
 
 def duration(seconds: float) -> str:
