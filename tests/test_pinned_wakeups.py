@@ -175,6 +175,25 @@ def test_texts_of_a_recurring_wake_up_with_its_zone() -> None:
         '[wake-up abc fired — YOUR recurring self-scheduled turn (cron "0 9 * * *" '
         'Europe/Berlin), not a user message; unwake({ id: "abc" }) stops it] look'
     )
+    # Added by an operator: said so to the agent, the surface named, no unwake of the agent's.
+    for kind, by in ((OriginKind.CLI, "the command line"), (OriginKind.HTTP, "HTTP")):
+        theirs = attrs.evolve(wakeup, origin=Origin(kind=kind))
+        assert envelope(theirs) == (
+            '[wake-up abc fired — a recurring turn (cron "0 9 * * *" Europe/Berlin) an operator '
+            f"scheduled for you ({by}), not a user message] look"
+        )
+        once = attrs.evolve(theirs, cron=None, tz=None)
+        assert envelope(once) == (
+            f"[wake-up abc fired — a turn an operator scheduled for you ({by}), not a user "
+            "message] look"
+        )
+    for origin in (
+        Origin(kind=OriginKind.API),
+        Origin(kind=OriginKind.ROUTINE, routine="daily", depth=1),
+        Origin(kind=OriginKind.MODEL, depth=1),
+    ):
+        ours = attrs.evolve(wakeup, origin=origin, cron=None, tz=None)
+        assert envelope(ours).startswith("[wake-up abc fired — YOUR self-scheduled turn")
     # For the operator who added it over HTTP: when, for whom, and the call that cancels it.
     ended = attrs.evolve(wakeup, session="chat/é 1", until=NOW + timedelta(days=3))
     assert stored_reply(ended) == (

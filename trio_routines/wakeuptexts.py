@@ -12,19 +12,30 @@ import json
 import urllib.parse
 
 from .instants import format_iso
-from .records import Wakeup
+from .records import OriginKind, Wakeup
 from .text import cut
 from .wakeups import MIN_DELAY
 
+#: Who scheduled an operator's wake-up, as its envelope says: the surfaces people use.
+BY_OPERATOR = {OriginKind.CLI: "the command line", OriginKind.HTTP: "HTTP"}
+
 
 def envelope(wakeup: Wakeup) -> str:
-    """The text the woken turn receives: the prompt, marked as the agent's own scheduling."""
+    """The text the woken turn receives: the prompt, marked as the agent's own scheduling,
+    or, for one an operator added (on the command line, over HTTP), as the operator's."""
+    zone = f" {wakeup.tz}" if wakeup.tz else ""
+    by = BY_OPERATOR.get(wakeup.origin.kind) if wakeup.origin is not None else None
+    if by is not None:  # not the agent's: its words would be wrong, and its unwake no one's
+        what = "turn" if wakeup.cron is None else f'recurring turn (cron "{wakeup.cron}"{zone})'
+        return (
+            f"[wake-up {wakeup.id} fired — a {what} an operator scheduled for you ({by}), "
+            f"not a user message] {wakeup.prompt}"
+        )
     if wakeup.cron is None:
         return (
             f"[wake-up {wakeup.id} fired — YOUR self-scheduled turn, not a user message] "
             f"{wakeup.prompt}"
         )
-    zone = f" {wakeup.tz}" if wakeup.tz else ""
     return (
         f"[wake-up {wakeup.id} fired — YOUR recurring self-scheduled turn "
         f'(cron "{wakeup.cron}"{zone}), not a user message; '
