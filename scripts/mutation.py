@@ -657,8 +657,9 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "procgroup": (["trio_routines/procgroup.py"], ["tests/test_procgroup.py"]),
     # The store a --state names (open_store, the URLs refused), in-process.
     "storesopen": (
-        ["trio_routines/stores/__init__.py"],
+        ["trio_routines/stores/__init__.py", "trio_routines/stores/stateurl.py"],
         [
+            "tests/test_state_url_schema.py",
             "tests/test_state_urls.py",
             "tests/test_pinned_stores.py",
             "tests/test_pinned_cli_output.py",

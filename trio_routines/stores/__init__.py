@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .._lazy import lazy_names as _lazy_names
 from .credentials import shown_state
+from .stateurl import split_schema
 
 if TYPE_CHECKING:  # imported on first use: the writer process imports this package, and
     # needs none of the store (docs/design.md, "The writer process")
@@ -35,7 +36,13 @@ def state_problem(state: str) -> str | None:
         return "the state is empty: name a directory (. for this one) or a postgresql:// URL"
     if "\x00" in state:  # no path nor URL holds one: each call would fail on it
         return "the state holds a NUL character: no directory or URL can"
-    if is_postgres_url(state) or (_URL.match(state) is None and _ALMOST.match(state) is None):
+    if is_postgres_url(state):
+        try:
+            split_schema(state)
+        except ValueError as exc:
+            return str(exc)
+        return None
+    if _URL.match(state) is None and _ALMOST.match(state) is None:
         return None
     return (
         f"{shown_state(state)} is a URL of no store (a PostgreSQL URL starts with "
@@ -69,7 +76,8 @@ def check_migrate(migrate: object) -> None:
 def open_store(
     state: str | os.PathLike[str], *, migrate: Literal["always", "create", "never"] = "always"
 ) -> Store:
-    """The store a ``--state`` value names: a ``postgresql://`` URL, or a directory path.
+    """The store a ``--state`` value names: a ``postgresql://`` URL (its ``?schema=NAME``,
+    which libpq does not know, chooses the schema: :mod:`.stateurl`), or a directory path.
 
     Use it as ``async with open_store(state) as store:``, which closes the store on the way
     out; or call ``await store.aclose()`` yourself. ``migrate`` says whether a PostgreSQL
@@ -87,7 +95,8 @@ def open_store(
     if is_postgres_url(text):
         from .postgres import PostgresStore  # the optional extra: imported only when asked
 
-        return PostgresStore(text, migrate=migrate)
+        url, schema = split_schema(text)
+        return PostgresStore(url, schema=schema, migrate=migrate)
     from .directory import DirectoryStore
 
     return DirectoryStore(text)

@@ -59,6 +59,8 @@ class PostgresStore(Lifetime):
     ``schema`` names a PostgreSQL schema to keep the tables in (created if missing); without
     it the connection's ``search_path`` decides, so ``?options=-csearch_path%3Dmine`` works
     for a schema ``mine`` that exists (a URL's schema is not created: the calls say so).
+    :func:`~trio_routines.open_store` (and so the command line) reads a URL's
+    ``?schema=mine`` as this ``schema``.
     ``timeout`` bounds every call: waiting for a connection and the server's work, plus one
     second of our own (see :mod:`.conn`). ``migrate`` says whether the first call may
     create or upgrade the tables (``"always"``, ``"create"`` an empty database's only,
