@@ -63,6 +63,49 @@ async def test_paused_at_boot_nothing_is_caught_up_and_resume_arms_from_now(
     ]
 
 
+async def test_a_paused_routine_says_so_once_at_info_not_at_every_slot(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An every-minute routine paused said two INFO lines a minute: the slot not claimed, and
+    # the gap it extended (2,900 lines a day).
+    store = MemoryStore()
+    wall = WallClock(T0)
+    minutely = Routine(name="minutely", prompt="p", cron="* * * * *")
+    scheduler = Scheduler(
+        agent=ScriptedAgent(wall=wall), store=store, routines=[minutely], now=wall, wakeups=False
+    )
+    caplog.set_level(logging.DEBUG, logger="trio_routines")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await scheduler.pause("minutely")
+        await until(wall, T0 + timedelta(minutes=5, seconds=30))
+        outside = await scheduler.fire("minutely", T0 + timedelta(minutes=2))
+        scheduler.stop()
+    assert outside.reason == "paused"
+
+    def said(level: int, part: str) -> list[str]:
+        return [
+            r.getMessage() for r in caplog.records if r.levelno == level and part in r.getMessage()
+        ]
+
+    assert said(logging.INFO, "missed") == [
+        "minutely: missed 1 slot 2026-07-07T10:31:00.000Z — the routine was paused (in its "
+        "history as a gap, reason paused)"
+    ]
+    assert len(said(logging.DEBUG, "missed")) == 4  # 10:32 to 10:35, each extending it
+    assert said(logging.DEBUG, "is not claimed") == [
+        f"minutely: paused — slot 2026-07-07T10:{minute}:00.000Z is not claimed"
+        for minute in range(31, 36)
+    ]
+    # A caller's fire has no gap to say it: its own line stays at INFO.
+    assert said(logging.INFO, "is not claimed") == [
+        "minutely: paused — slot 2026-07-07T10:32:00.000Z is not claimed"
+    ]
+    assert await store.gaps("minutely") == [
+        Gap(T0 + timedelta(minutes=1), T0 + timedelta(minutes=5), 5, GapReason.PAUSED)
+    ]
+
+
 async def test_a_pause_made_on_one_replica_is_honoured_by_the_other(autojump_clock: Any) -> None:
     store = MemoryStore()
     wall = WallClock(T0)

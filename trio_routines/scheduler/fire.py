@@ -202,7 +202,8 @@ class FirePath:
                     and await self._resumed_since(name, slot, read)
                 ):
                     task_status.started(ClaimResult(ClaimStatus.PAUSED))
-                    return done(spans, self._refused(name, slot, ClaimResult(ClaimStatus.PAUSED)))
+                    refused = self._refused(name, slot, ClaimResult(ClaimStatus.PAUSED), external)
+                    return done(spans, refused)
                 self._deadlines.note(scope, self._calls.store_deadline())
                 try:
                     hold, claim = await self._claiming.hold_and_claim(routine, slot, now)
@@ -213,7 +214,7 @@ class FirePath:
                 try:
                     task_status.started(claim)
                     if claim.status is not ClaimStatus.TAKEN:
-                        return done(spans, self._refused(name, slot, claim))
+                        return done(spans, self._refused(name, slot, claim, external))
                     passed = passed_from is not None or late is not None
                     if scope.cancel_called:
                         # The store answered after the claim's deadline (a stalled disk, a
@@ -297,10 +298,12 @@ class FirePath:
             settled_at=self._runtime.now(),
         )
 
-    def _refused(self, name: str, slot: datetime, claim: ClaimResult) -> FireResult:
+    def _refused(self, name: str, slot: datetime, claim: ClaimResult, external: bool) -> FireResult:
         """Log and count a slot not claimed: paused, a duplicate, or stale."""
         replica = self._runtime.replica
-        return refused_result(name, slot, claim, replica, self.outcomes, self._metrics)
+        return refused_result(
+            name, slot, claim, replica, self.outcomes, self._metrics, external=external
+        )
 
     async def _turn_and_settle(
         self,

@@ -65,23 +65,28 @@ class GapRecording:
                 gap.reason.value,
                 exc,
             )
-            self._count_gap(name, gap, "not in its history: its record failed")
+            self._count_gap(name, gap, "not in its history: its record failed", extends)
 
     async def write_gap(self, name: str, gap: Gap, extends: datetime | None = None) -> bool:
         """Write ``gap``, then count and log it; False (nothing counted) when the store had it
         already. StateFault when the store does not answer."""
         if not isinstance(self._store, GapRecords):
-            self._count_gap(name, gap, "this store keeps no gaps")
+            self._count_gap(name, gap, "this store keeps no gaps", extends)
             return True
         if not await self._store_gap(name, gap, extends):
             return False  # another replica recorded these very slots
-        self._count_gap(name, gap, "in its history as a gap")
+        self._count_gap(name, gap, "in its history as a gap", extends)
         return True
 
-    def _count_gap(self, name: str, gap: Gap, kept: str) -> None:
-        """Count ``gap`` and log it, saying where it is ``kept`` (or why not)."""
+    def _count_gap(self, name: str, gap: Gap, kept: str, extends: datetime | None) -> None:
+        """Count ``gap`` and log it, saying where it is ``kept`` (or why not). A pause's slots
+        after its first (a gap that ``extends`` the one before) are at DEBUG: a paused routine
+        of every minute said so twice a minute, all day."""
         self._runtime.metrics.slots_missed(name, gap.reason.value, gap.count)
-        level = log.info if gap.reason is GapReason.PAUSED else log.warning
+        if gap.reason is not GapReason.PAUSED:
+            level = log.warning
+        else:
+            level = log.info if extends is None else log.debug
         level(
             "%s: missed %s — %s (%s, reason %s)",
             name,

@@ -53,10 +53,15 @@ def refused_result(
     replica: str,
     outcomes: Counter[str],
     metrics: Metrics,
+    *,
+    external: bool,
 ) -> FireResult:
-    """Log and count a slot not claimed: paused, a duplicate, or stale."""
+    """Log and count a slot not claimed: paused, a duplicate, or stale. A loop's paused slot
+    is at DEBUG (its gap's line says it); a caller's (``external``) at INFO."""
     if claim.status is ClaimStatus.PAUSED:
-        log.info("%s: paused — slot %s is not claimed", name, format_iso(slot))
+        (log.info if external else log.debug)(
+            "%s: paused — slot %s is not claimed", name, format_iso(slot)
+        )
         reason = "paused"
     elif claim.status is ClaimStatus.DUPLICATE:
         # Normal with replicas (every one but the winner sees it, every slot): DEBUG, and
