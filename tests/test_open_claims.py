@@ -4,6 +4,7 @@ state directory left by dead processes under a real ``serve``."""
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,7 @@ from trio_routines import Outcome, Routine
 from trio_routines.errors import StateFault
 from trio_routines.instants import format_iso, slot_name
 from trio_routines.replicas import ReplicaInfo, claim_key
+from trio_routines.scheduler import openclaims
 from trio_routines.scheduler.openclaims import BOOT_BUDGET, OPEN_INTERRUPTED, WATCH_BUDGET
 from trio_routines.store import Store
 from trio_routines.testing import MemoryStore
@@ -261,19 +263,30 @@ async def test_a_claim_whose_routine_cannot_be_read_again_waits_for_the_next_wat
 
 
 class RefusesInterrupted(MemoryStore):
-    """A store that will not record the outcome of "hourly"'s 07:00 (a claim file it refuses,
-    a read-only disk): each settle of it is counted, and answers False, its fault logged."""
+    """A store that will not record the outcome of "hourly"'s slots before 08:00 (a claim
+    file it refuses, a read-only disk): each settle of one is counted, by slot, and answers
+    False, its fault logged (with ``raises``, raises it: a store's bug)."""
 
-    def __init__(self) -> None:
+    def __init__(self, raises: Exception | None = None) -> None:
         super().__init__()
-        self.asked = 0
+        self.asked: collections.Counter[datetime] = collections.Counter()
+        self.raises = raises
 
     async def settle(self, routine: str, slot: datetime, *args: Any, **kwargs: Any) -> bool:
-        if (routine, slot) != ("hourly", at(7)):
+        if routine != "hourly" or slot >= at(8):
             return await super().settle(routine, slot, *args, **kwargs)
-        self.asked += 1
+        self.asked[slot] += 1
+        if self.raises is not None:
+            raise self.raises
         logging.getLogger("trio_routines").warning("hourly: the claim is refused")
         return False
+
+
+async def _refused_claims(store: RefusesInterrupted, *slots: datetime) -> None:
+    for slot in slots:
+        await store.claim("hourly", slot, slot, replica="gone")
+    await store.claim("hourly", at(8), at(8), replica="other")  # the newest: the boot's
+    await MemoryStore.settle(store, "hourly", at(8), Outcome.COMPLETED, 5)
 
 
 async def test_a_dead_claim_the_store_will_not_record_is_said_so_once_and_tried_hourly(
@@ -281,17 +294,15 @@ async def test_a_dead_claim_the_store_will_not_record_is_said_so_once_and_tried_
 ) -> None:
     # Said "recorded as interrupted" when nothing was, again at every watch.
     store = RefusesInterrupted()
-    await store.claim("hourly", at(7), at(7), replica="gone")
-    await store.claim("hourly", at(8), at(8), replica="other")  # the newest: the boot's
-    await MemoryStore.settle(store, "hourly", at(8), Outcome.COMPLETED, 5)
+    await _refused_claims(store, at(7))
     scheduler, _, _, _ = rig(HOURLY_ROUTINE, store=store, wakeups=False, poll_interval=30)
     start = trio.current_time()
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
         await trio.sleep(30 * 60)  # thirty watches: one try
-        assert store.asked == 1
+        assert store.asked == {at(7): 1}
         await trio.sleep(start + 3600 - trio.current_time() + 90)  # an hour on: tried again
-        assert store.asked == 2
+        assert store.asked == {at(7): 2}
         scheduler.stop()
     line = (
         "hourly: the fire of slot 2026-07-07T07:00:00.000Z claimed at 2026-07-07T07:00:00.000Z "
@@ -301,6 +312,49 @@ async def test_a_dead_claim_the_store_will_not_record_is_said_so_once_and_tried_
     refused = "hourly: the claim is refused"
     assert [m for m in caplog.messages if "07:00" in m or "refused" in m] == [refused, line] * 2
     assert _fires(store, "hourly")[0] == (at(7), None, None)
+
+
+@pytest.mark.parametrize("slots", [(at(7),), (at(6), at(7))], ids=["within", "beyond"])
+async def test_the_claims_left_for_an_hour_are_bounded(
+    autojump_clock: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    slots: tuple[datetime, ...],
+) -> None:
+    monkeypatch.setattr(openclaims, "UNRECORDED_KEPT", 1)
+    store = RefusesInterrupted()
+    await _refused_claims(store, *slots)
+    scheduler, _, _, _ = rig(HOURLY_ROUTINE, store=store, wakeups=False, poll_interval=30)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(10 * 60)
+        scheduler.stop()
+    if len(slots) == 1:  # remembered: left for the hour
+        assert store.asked == {at(7): 1}
+    else:  # one more than the bound: each forgets the other, and both are tried each watch
+        assert min(store.asked.values()) > 5
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+async def test_a_store_that_raises_recording_a_dead_claim_is_not_said_to_have_recorded_it(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = RefusesInterrupted(raises=RuntimeError("a store's bug"))
+    await _refused_claims(store, at(7))
+    scheduler, _, _, _ = rig(HOURLY_ROUTINE, store=store, wakeups=False, poll_interval=30)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(5 * 60)
+        scheduler.stop()
+    assert store.asked == {at(7): 1}  # left for an hour, as a refused one is
+    assert [m for m in caplog.messages if "07:00" in m] == [
+        "hourly: slot 2026-07-07T07:00:00.000Z could not be recorded interrupted: "
+        "RuntimeError: a store's bug",
+        "hourly: the fire of slot 2026-07-07T07:00:00.000Z claimed at 2026-07-07T07:00:00.000Z "
+        "by replica gone never finished and its holder is gone; not recorded as interrupted "
+        "(the store's line says why; tried again in an hour)",
+    ]
+    assert scheduler.metrics.fires["hourly", "interrupted"] == 0
 
 
 def _older_open_claim_store(store: MemoryStore) -> MemoryStore:

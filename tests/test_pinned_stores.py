@@ -15,6 +15,7 @@ import trio
 from trio_routines import Outcome, Routine, Scheduler
 from trio_routines.records import ClaimStatus
 from trio_routines.store import Store
+from trio_routines.stores import RESUME_LANDED_LATE, landed
 from trio_routines.stores.directory import DirectoryStore
 from trio_routines.testing import ScriptedAgent
 
@@ -131,3 +132,12 @@ def test_a_migrate_that_is_none_of_the_three_is_refused_before_anything_opens(
     with pytest.raises(ValueError, match=r"^migrate must be ") as direct:
         PostgresStore("postgresql://127.0.0.1:5432/test", migrate=migrate)  # type: ignore[arg-type]
     assert str(direct.value) == str(caught.value)
+
+
+def test_a_resume_keeps_its_instant_unless_it_took_a_fifth_of_a_second_or_more_to_land() -> None:
+    at = datetime(2026, 7, 7, 10, tzinfo=UTC)
+    assert RESUME_LANDED_LATE == 0.2
+    assert landed(at, 0.0) == at
+    assert landed(at, 0.199) == at
+    assert landed(at, 0.2) == at + timedelta(seconds=0.2)  # from then, when it landed
+    assert landed(at, 3.5) == at + timedelta(seconds=3.5)

@@ -25,6 +25,11 @@ def test_the_schema_is_taken_out_and_every_other_parameter_passed_on_as_written(
     )
     assert split_schema("postgresql://h/db?sch%65ma=a+b") == ("postgresql://h/db", "a+b")
     assert split_schema("postgresql://h/db?schemas=x") == ("postgresql://h/db?schemas=x", None)
+    # The query begins at the first "?": one after it is a value's.
+    assert split_schema("postgresql://h/db?schema=x&application_name=a?b") == (
+        "postgresql://h/db?application_name=a?b",
+        "x",
+    )
     assert split_schema("postgresql://h/db?" + "x=1&schema=" + "s" * 63)[1] == "s" * 63
 
 
@@ -48,6 +53,7 @@ def test_the_schema_is_taken_out_and_every_other_parameter_passed_on_as_written(
             "the state URL's schema= is longer than PostgreSQL's 63 bytes a name",
         ),
     ],
+    ids=["empty", "blank", "bare", "twice", "not-utf8", "long", "long-in-bytes"],
 )
 def test_a_schema_parameter_that_names_no_schema_is_a_problem(url: str, problem: str) -> None:
     with pytest.raises(ValueError, match=r"^the state URL") as raised:

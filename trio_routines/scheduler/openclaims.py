@@ -134,8 +134,6 @@ class OpenClaims:
     async def _interrupted(self, name: str, fire: Fire) -> None:
         """Record ``fire`` interrupted, then say so; one the store did not take is said so,
         and left for :data:`RETRY_UNRECORDED`."""
-        key = (name, fire.slot)
-        self._unrecorded.pop(key, None)
         try:
             recorded = await self._calls.settle_once(
                 name,
@@ -170,7 +168,7 @@ class OpenClaims:
             # Counted, not in the streak: a claim behind newer ones is no run in a row.
             self._runtime.metrics.found_interrupted(name)
             return
-        self._unrecorded[key] = trio.current_time()
+        self._unrecorded[name, fire.slot] = trio.current_time()
         if len(self._unrecorded) > UNRECORDED_KEPT:
             del self._unrecorded[next(iter(self._unrecorded))]
 
