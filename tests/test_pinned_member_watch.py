@@ -215,12 +215,17 @@ async def test_a_lost_presence_tries_to_join_again_each_interval_until_the_store
     scheduler, _, _, _ = rig(external_clock=True, store=store, poll_interval=30)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
+        (first,) = await store.replicas()
         lost = store.members[scheduler.replica]
         assert isinstance(lost, MemoryPresence)
         store.fail("join", StateFault("connection refused"), times=2)
         lost.lose()
         await trio.sleep(100)
         assert store.members[scheduler.replica] is not lost
+        # The same replica, up since it first joined: its record said it started again.
+        (again,) = await store.replicas()
+        assert again.started == first.started
+        assert again.last_seen > first.last_seen
         scheduler.stop(0)
     replica = scheduler.replica
     assert warned(caplog, "could not join") == 2 * [

@@ -15,6 +15,7 @@ import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import TypeVar
 
 import outcome
@@ -79,6 +80,9 @@ class Membership:
         self.watched = False
         self._joining = trio.Lock()
         self._members = 0  # blocks sharing the membership
+        #: When this replica first joined: its record's ``started`` ever after (a join again,
+        #: after a lost presence, is the same replica, up since then).
+        self._started: datetime | None = None
 
     def current(self) -> Presence:
         """The presence now; StateFault when not joined."""
@@ -96,12 +100,14 @@ class Membership:
 
         now = self._runtime.now()
         replica = self._runtime.replica
-        info = ReplicaInfo(replica, __version__, socket.gethostname(), os.getpid(), now, now)
+        started = self._started or now
+        info = ReplicaInfo(replica, __version__, socket.gethostname(), os.getpid(), started, now)
         join = getattr(self._store, "join", None)
         if join is None:
             return LocalPresence(info)
         with self._calls.bounded():
             presence: Presence = await join(info)
+            self._started = started
             return presence
         raise self._calls.no_answer(f"could not join the store as replica {replica}")
 
