@@ -128,4 +128,4 @@ __all__ = sorted(_LAZY)  # what `from trio_routines import *` gives (each loaded
 __getattr__, __dir__ = _lazy_names(__name__, _LAZY, globals())
 
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
