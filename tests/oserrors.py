@@ -13,7 +13,7 @@ import errno
 import os
 import stat
 from collections.abc import Callable
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -85,3 +85,20 @@ def fail_directory_fsyncs(monkeypatch: pytest.MonkeyPatch) -> None:
         real(fd)
 
     monkeypatch.setattr(os, "fsync", fsync)
+
+
+def lock_clock(monkeypatch: pytest.MonkeyPatch, readings: list[float]) -> list[float]:
+    """The clock ``safefile.lock_within`` reads, ``readings``; its waits (relative:
+    ``select``'s, as libfaketime leaves working), kept in the list returned."""
+    from trio_routines.stores import safefile
+
+    slept: list[float] = []
+    times = iter(readings)
+
+    def wait(read: list[int], write: list[int], other: list[int], timeout: float) -> Any:
+        slept.append(timeout)
+        return [], [], []
+
+    monkeypatch.setattr(safefile, "time", SimpleNamespace(monotonic=lambda: next(times)))
+    monkeypatch.setattr(safefile, "select", SimpleNamespace(select=wait))
+    return slept

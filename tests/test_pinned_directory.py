@@ -15,12 +15,11 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import trio
 import trio.testing
-from oserrors import FailingOS, fail, named
+from oserrors import FailingOS, fail, lock_clock, named
 
 from trio_routines.agent import Usage
 from trio_routines.claims import KEEP_CLAIMS
@@ -345,11 +344,7 @@ async def test_a_wake_up_writer_waits_ten_seconds_for_the_lock_by_default(
     lock.parent.mkdir()
     holder = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(holder, fcntl.LOCK_EX)
-    readings = iter([100.0, 109.99, 110.0])  # the clock lock_within reads, 10 s on
-    slept: list[float] = []
-    monkeypatch.setattr(
-        safefile, "time", SimpleNamespace(monotonic=lambda: next(readings), sleep=slept.append)
-    )
+    slept = lock_clock(monkeypatch, [100.0, 109.99, 110.0])  # lock_within's clock, 10 s on
     request = WakeupRequest(session="s", prompt="p", fire_at=T1)
     try:
         with pytest.raises(StateFault) as raised:

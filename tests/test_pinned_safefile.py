@@ -11,13 +11,16 @@ import errno
 import fcntl
 import os
 import stat
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
-from oserrors import FailingOS, fail
+from oserrors import FailingOS, fail, lock_clock
+from procs import FakeClock, faketime_library
 
 from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
@@ -176,15 +179,6 @@ def test_a_read_takes_at_most_one_byte_past_its_limit(tmp_path: Path) -> None:
 # -- bounded lock waits ----------------------------------------------------------------------------
 
 
-def fake_clock(monkeypatch: pytest.MonkeyPatch, readings: list[float]) -> list[float]:
-    slept: list[float] = []
-    times = iter(readings)
-    monkeypatch.setattr(
-        safefile, "time", SimpleNamespace(monotonic=lambda: next(times), sleep=slept.append)
-    )
-    return slept
-
-
 def test_a_lock_wait_polls_until_its_deadline_inclusive(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -193,11 +187,11 @@ def test_a_lock_wait_polls_until_its_deadline_inclusive(
     waiter = os.open(tmp_path / "lock", os.O_RDWR)
     try:
         fcntl.flock(holder, fcntl.LOCK_EX)
-        slept = fake_clock(monkeypatch, [10.0, 10.001, 10.25])
+        slept = lock_clock(monkeypatch, [10.0, 10.001, 10.25])
         assert lock_within(waiter, 0.25) is False
         assert slept == [0.005]
         fcntl.flock(holder, fcntl.LOCK_UN)
-        slept = fake_clock(monkeypatch, [20.0])
+        slept = lock_clock(monkeypatch, [20.0])
         assert lock_within(waiter, 0.25) is True
         assert slept == []
     finally:
@@ -371,3 +365,38 @@ def test_a_path_joined_when_shown_shows_as_the_path_would(tmp_path: Path) -> Non
         os.close(directory)
     assert caught.value.filename == str(tmp_path / "missing")
     assert describe(caught.value) == f"ENOENT: No such file or directory: {tmp_path / 'missing'}"
+
+
+@pytest.mark.slow
+def test_a_lock_wait_under_a_set_wall_clock_waits_rather_than_failing(tmp_path: Path) -> None:
+    # Under libfaketime (a wall clock set for the process, as the clock tests and operators'
+    # clock drills do) time.sleep fails at once (EINVAL): a contended lock's wait was an
+    # error, and a gap that another replica's write held back was not recorded.
+    library = faketime_library()
+    assert library is not None, "libfaketime is not installed (Debian's faketime package)"
+    clock = FakeClock(tmp_path / "wall.faketime", library)
+    clock.set(datetime.now(UTC) + timedelta(days=400))
+    script = tmp_path / "wait.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import fcntl, os
+            from trio_routines.stores.safefile import lock_within
+
+            path = {str(tmp_path / "lock")!r}
+            holder = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            waiter = os.open(path, os.O_RDWR)
+            fcntl.flock(holder, fcntl.LOCK_EX)
+            print(lock_within(waiter, 0.3), flush=True)
+            fcntl.flock(holder, fcntl.LOCK_UN)
+            print(lock_within(waiter, 0.3), flush=True)
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        env={**os.environ, **clock.environ()},
+        timeout=60,
+    )
+    assert done.stdout.decode().split() == ["False", "True"], done.stderr.decode()[-2000:]

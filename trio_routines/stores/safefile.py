@@ -28,6 +28,7 @@ import fcntl
 import hashlib
 import os
 import secrets
+import select
 import stat
 import sys
 import time
@@ -351,7 +352,10 @@ def lock_within(fd: int, seconds: float, *, first: float = 0.005) -> bool:
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 return False
-            time.sleep(pause)
+            # A relative wait, not ``time.sleep``, which waits for an instant of the monotonic
+            # clock: libfaketime (a wall clock set for a process) turns that into EINVAL, and a
+            # contended lock read as an error (as pulses.py says of its own thread).
+            select.select([], [], [], pause)
             pause = min(pause * 2, 0.005)
 
 
