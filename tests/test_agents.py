@@ -387,6 +387,50 @@ def test_a_runtime_whose_wall_clock_is_set_pulses_all_the_same(tmp_path: Path) -
     assert done.stdout.decode().strip() == "completed None", done.stderr.decode()[-2000:]
 
 
+@pytest.mark.slow
+def test_a_command_that_ends_while_the_runtime_is_stopped_keeps_its_outcome(
+    tmp_path: Path,
+) -> None:
+    # The runtime stopped (SIGSTOP) past the pulses' deadline while its command ran to its
+    # end: the supervisor ended the group at the deadline, and the turn read as ended by the
+    # stop ("this process did not run …, so the command was ended"), its reply whole in the
+    # pipe and its exit status 0.
+    began = tmp_path / "began"
+    script = tmp_path / "turn.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import trio
+            from trio_routines.agents import agent_from_spec
+            from trio_routines.pulses import PULSES
+            from trio_routines.turns import run_turn
+
+            PULSES.every, PULSES.deadline = 0.1, 1.0
+            command = "touch {began}; sleep 0.5; echo done"
+
+            async def main():
+                turn = await run_turn(agent_from_spec("cmd:" + command), "t", "s", "p")
+                print(turn.outcome.value, turn.failed, flush=True)
+
+            trio.run(main)
+            """
+        )
+    )
+    runtime = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        wait_for(began.exists, 30, "the command to begin")
+        runtime.send_signal(signal.SIGSTOP)
+        time.sleep(2.5)  # the command's half second, and more than the deadline after it
+        runtime.send_signal(signal.SIGCONT)
+        out, err = runtime.communicate(timeout=60)
+    finally:
+        runtime.kill()
+        runtime.wait()
+    assert out.decode().strip() == "completed None", err.decode()[-2000:]
+
+
 class _Unpulsed:
     """The runtime's pulses as a stopped process gives them: none, and late when asked."""
 

@@ -11,6 +11,7 @@ may leave its group behind.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import select
@@ -121,8 +122,10 @@ class Supervisor:
         return data.decode()
 
     def release(self) -> None:
-        """The runtime read the reply to its end."""
-        os.write(self.held, lifeline.RELEASE)
+        """The runtime read the reply to its end (a supervisor gone already, its command and
+        all it started over, reads nothing: as the runtime's own release, said to no one)."""
+        with contextlib.suppress(BrokenPipeError):
+            os.write(self.held, lifeline.RELEASE)
 
     def cut(self) -> None:
         """The runtime is gone: the kernel closes the lifeline's write end."""
@@ -198,15 +201,32 @@ def killed_by(status: int) -> int | None:
     return os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
 
 
-def test_the_supervisor_exits_as_the_command_did_only_once_released(
+def test_the_supervisor_exits_as_the_command_did_once_released_while_a_leftover_runs(
     supervise: Start,
 ) -> None:
-    sup = supervise("echo $$; exit 3")
+    sup = supervise("echo $$; sleep 60 & exit 3")  # what it left may hold the reply open
     shell = int(sup.first_line())
     sup.reaps(shell)
     assert sup.stays()  # the command is over, the runtime has not released it yet
     sup.release()
     assert exited(sup.status()) == 3
+
+
+def test_the_supervisor_exits_as_the_command_did_once_nothing_it_started_runs(
+    supervise: Start,
+) -> None:
+    # No release needed, and no pulse: a command that ended while the runtime was stopped
+    # was ended at the deadline, its group with nothing left in it, and its turn read as
+    # ended by the stop, its reply whole in the pipe.
+    sup = supervise("exit 3", deadline=0.5)
+    assert exited(sup.status()) == 3
+    orphaned = supervise("(sleep 0.3; exit 9) & exit 4", deadline=5.0)  # adopted, then gone
+    assert exited(orphaned.status()) == 4
+
+
+def test_a_leftover_still_running_at_the_deadline_ends_with_the_group(supervise: Start) -> None:
+    sup = supervise("sleep 60 & exit 0", deadline=0.5)  # the turn is in flight until it ends
+    assert killed_by(sup.status()) == signal.SIGKILL
 
 
 def test_a_release_before_the_command_ends_lets_it_go_when_the_command_ends(
@@ -253,7 +273,9 @@ def test_the_command_gets_the_default_action_of_signals_python_or_a_shell_ignore
 def test_the_supervisor_outlives_a_sigterm_to_its_group_to_pass_on_the_commands_end(
     supervise: Start,
 ) -> None:
-    sup = supervise("echo $$; exec sleep 60")
+    # What the command left ignores the SIGTERM: the supervisor, which did not die of it,
+    # stays with it, and passes the command's own end on once released.
+    sup = supervise("trap '' TERM; sleep 60 & trap - TERM; echo $$; exec sleep 60")
     shell = int(sup.first_line())
     os.killpg(sup.pid, signal.SIGTERM)  # how the runtime ends a turn cut short
     sup.reaps(shell)
@@ -274,7 +296,6 @@ def test_the_supervisor_keeps_none_of_its_stdio_once_the_command_runs(
     wait_for(lambda: not alive(shell), 10, "the shell to exit")
     with pytest.raises(BrokenPipeError):
         os.write(sup.stdin, b"nobody reads this\n")
-    assert sup.running()  # not released yet: the pipes ended with the command alone
     sup.release()
     assert exited(sup.status()) == 0
 
@@ -377,7 +398,7 @@ def test_no_byte_for_the_deadline_ends_the_group_as_a_cut_lifeline_does(
 
 @pytest.mark.slow
 def test_pulses_keep_the_command_and_are_no_release(supervise: Start) -> None:
-    sup = supervise("echo $$; read line; exit 4", prompt=True, deadline=1.0)
+    sup = supervise("echo $$; read line; sleep 60 & exit 4", prompt=True, deadline=1.0)
     shell = int(sup.first_line())
     for _ in range(8):  # twice the deadline, a pulse every quarter of it
         os.write(sup.held, b".")
@@ -411,7 +432,7 @@ def test_after_the_release_pulses_still_keep_the_command_and_their_want_ends_it(
 
 def test_a_runtime_of_before_the_pulses_gives_no_deadline_and_is_obeyed(supervise: Start) -> None:
     # Upgraded in place, a runtime still running starts the new script without a deadline.
-    sup = supervise("echo $$; exit 3", deadline=None)
+    sup = supervise("echo $$; sleep 60 & exit 3", deadline=None)
     shell = int(sup.first_line())
     sup.reaps(shell)
     assert sup.stays(0.5)  # no pulse ever comes, and nothing ends it

@@ -11,12 +11,16 @@ it exactly when the runtime exits, however it exits -- SIGKILL included. This sc
 the command in its own group and waits for whichever comes first:
 
 * the command has exited *and* the runtime has released us (one byte, :data:`RELEASE`, on
-  the lifeline, written once it has read the reply to its end): this script exits the way
-  the command did (same status, or killed by the same signal), so the runtime sees the
-  command's own outcome. Until the release it stays, even after the command exited: what
-  the command left in the group may still hold the reply open (``(sleep 60; echo x) & echo
-  started``), and the turn is in flight until the reply ends -- the group must still die
-  with the runtime then;
+  the lifeline, written once it has read the reply to its end), or nothing it started
+  runs any more: this script exits the way the command did (same status, or killed by the same
+  signal), so the runtime sees the command's own outcome. Until then it stays, even after
+  the command exited: what the command left behind may still hold the reply open
+  (``(sleep 60; echo x) & echo started``), and the turn is in flight until the reply ends --
+  the group must still die with the runtime then. This script adopts what the command leaves
+  behind (Linux's child subreaper), so it knows when nothing is left: then there is nothing
+  to end, and a command that ended while the runtime was stopped keeps its outcome, which
+  the runtime reads when it runs again (the deadline below ended the group before, and the
+  turn read as ended, its reply whole in the pipe);
 * the lifeline reads end-of-file before any release: the runtime is gone, and nobody will
   ever read the reply. The whole group gets SIGKILL at once (this script included), with no
   grace: the runtime's holds on the turn's session went with it, so another replica may
@@ -63,6 +67,38 @@ def _detach_stdio() -> None:
     os.close(null)
 
 
+#: ``prctl``'s option that makes this script the reaper of the command's orphans (Linux).
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _adopt_orphans() -> bool:
+    """Become the parent of every process the command leaves behind when its own parent
+    exits (Linux's child subreaper), so that this script knows when none is left: whether it
+    could."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):  # not Linux, or no such call
+        return False
+
+
+def _descendants_run(adopted: bool) -> bool:
+    """Whether a process the command started (or left behind) has not exited, the orphans
+    that exited reaped meanwhile. Asked once the command itself was reaped; True when it
+    cannot be told (no orphans adopted): the group is then ended, as before."""
+    if not adopted:
+        return True
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False  # none left: the command and all it started have exited
+        if pid == 0:
+            return True  # one still runs
+
+
 def _end_group() -> None:
     """Everyone in the group goes at once, this script included (see the module doc)."""
     os.killpg(os.getpgrp(), signal.SIGKILL)
@@ -98,6 +134,7 @@ def main(argv: list[str]) -> None:
     # Python ignores SIGPIPE and SIGXFSZ for itself, and a runtime started in the background
     # by a shell has SIGINT and SIGQUIT ignored: the command gets the usual defaults.
     restore = [signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGQUIT]
+    adopted = _adopt_orphans()
     child = os.posix_spawn(command[0], command, os.environ, setsigdef=restore)
     _detach_stdio()
     # poll, not select: the lifeline keeps the runtime's fd number, which may pass 1024.
@@ -112,13 +149,15 @@ def main(argv: list[str]) -> None:
             done, ended = os.waitpid(child, os.WNOHANG)
             if done:
                 status = ended
-        if status is not None and released:
+        if status is not None and (released or not _descendants_run(adopted)):
             _exit_like(status)
         # Watched until the supervisor exits, the release included: a command may close its
         # reply (the release) and go on working while the runtime waits for its end.
         wait = max(0.0, heard + deadline - time.monotonic())
         events = watch.poll(None if wait == float("inf") else int(wait * 1000) + 1)
         if not events and time.monotonic() - heard >= deadline:
+            if status is not None and not _descendants_run(adopted):
+                _exit_like(status)  # nothing left to end (see the module doc)
             _end_group()  # the runtime has stopped running (see the module doc)
         for fd, _ in events:
             if fd == wake_read:
