@@ -388,13 +388,15 @@ def test_a_runtime_whose_wall_clock_is_set_pulses_all_the_same(tmp_path: Path) -
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("timeout", [None, 1.0], ids=["no-timeout", "timeout"])
 def test_a_command_that_ends_while_the_runtime_is_stopped_keeps_its_outcome(
-    tmp_path: Path,
+    tmp_path: Path, timeout: float | None
 ) -> None:
     # The runtime stopped (SIGSTOP) past the pulses' deadline while its command ran to its
     # end: the supervisor ended the group at the deadline, and the turn read as ended by the
     # stop ("this process did not run …, so the command was ended"), its reply whole in the
-    # pipe and its exit status 0.
+    # pipe and its exit status 0. With a timeout, which the stop outlasted while the command
+    # kept to it, the turn read as timed out.
     began = tmp_path / "began"
     script = tmp_path / "turn.py"
     script.write_text(
@@ -409,7 +411,8 @@ def test_a_command_that_ends_while_the_runtime_is_stopped_keeps_its_outcome(
             command = "touch {began}; sleep 0.5; echo done"
 
             async def main():
-                turn = await run_turn(agent_from_spec("cmd:" + command), "t", "s", "p")
+                agent = agent_from_spec("cmd:" + command)
+                turn = await run_turn(agent, "t", "s", "p", timeout={timeout!r})
                 print(turn.outcome.value, turn.failed, flush=True)
 
             trio.run(main)
