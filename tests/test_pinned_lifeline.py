@@ -224,6 +224,25 @@ def test_the_supervisor_exits_as_the_command_did_once_nothing_it_started_runs(
     assert exited(orphaned.status()) == 4
 
 
+def test_the_orphans_it_adopts_are_reaped_as_they_exit_not_at_the_commands_end(
+    supervise: Start, tmp_path: Path
+) -> None:
+    # Adopted, an orphan that exits is this script's to reap: left until the command's end,
+    # a long command that leaves short jobs behind would fill the process table.
+    sup = supervise(
+        "for i in 1 2 3; do (sleep 0.05 & echo $! >> orphans); done; echo $$; read line; exit 2",
+        prompt=True,
+    )
+    sup.first_line()
+    orphans = [int(pid) for pid in (tmp_path / "orphans").read_text().split()]
+    assert len(orphans) == 3
+    for pid in orphans:  # gone from the process table, not a zombie in it
+        wait_for(lambda pid=pid: not Path(f"/proc/{pid}").exists(), 10, f"orphan {pid} reaped")
+    assert sup.stays(0.3)  # the command still runs
+    os.write(sup.stdin, b"go\n")
+    assert exited(sup.status()) == 2
+
+
 def test_a_leftover_still_running_at_the_deadline_ends_with_the_group(supervise: Start) -> None:
     sup = supervise("sleep 60 & exit 0", deadline=0.5)  # the turn is in flight until it ends
     assert killed_by(sup.status()) == signal.SIGKILL

@@ -84,19 +84,20 @@ def _adopt_orphans() -> bool:
         return False
 
 
-def _descendants_run(adopted: bool) -> bool:
-    """Whether a process the command started (or left behind) has not exited, the orphans
-    that exited reaped meanwhile. Asked once the command itself was reaped; True when it
-    cannot be told (no orphans adopted): the group is then ended, as before."""
-    if not adopted:
-        return True
+def _reap(child: int) -> tuple[int | None, bool]:
+    """Reap every child that exited, the command and the orphans adopted (which would stay
+    zombies until the command's end otherwise): the command's status, if it was among them,
+    and whether a child is left, still running."""
+    status = None
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, ended = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return False  # none left: the command and all it started have exited
+            return status, False
         if pid == 0:
-            return True  # one still runs
+            return status, True
+        if pid == child:
+            status = ended
 
 
 def _end_group() -> None:
@@ -145,18 +146,19 @@ def main(argv: list[str]) -> None:
     released = False
     heard = time.monotonic()  # the last byte on the lifeline (or the start)
     while True:
-        if status is None:
-            done, ended = os.waitpid(child, os.WNOHANG)
-            if done:
-                status = ended
-        if status is not None and (released or not _descendants_run(adopted)):
+        ended, left = _reap(child)
+        status = status if ended is None else ended
+        # Without orphans adopted, what the command left is not ours to see: it may run.
+        if status is not None and (released or not (left or not adopted)):
             _exit_like(status)
         # Watched until the supervisor exits, the release included: a command may close its
         # reply (the release) and go on working while the runtime waits for its end.
         wait = max(0.0, heard + deadline - time.monotonic())
         events = watch.poll(None if wait == float("inf") else int(wait * 1000) + 1)
         if not events and time.monotonic() - heard >= deadline:
-            if status is not None and not _descendants_run(adopted):
+            ended, left = _reap(child)
+            status = status if ended is None else ended
+            if status is not None and adopted and not left:
                 _exit_like(status)  # nothing left to end (see the module doc)
             _end_group()  # the runtime has stopped running (see the module doc)
         for fd, _ in events:
