@@ -149,18 +149,21 @@ async def test_an_exception_whose_text_cannot_be_made_is_named_by_its_type() -> 
 
 class StoppedMidTurn:
     """An agent whose turn goes on while this process is stopped for ``stopped`` seconds (the
-    clock jumps, nothing runs), then, woken, ends at once, or never (``ends``)."""
+    clock jumps, nothing runs), then, woken, ends ``then`` seconds later, or never (``ends``)."""
 
-    def __init__(self, clock: trio.testing.MockClock, stopped: float, *, ends: bool) -> None:
+    def __init__(
+        self, clock: trio.testing.MockClock, stopped: float, *, ends: bool, then: float
+    ) -> None:
         self.clock = clock
         self.stopped = stopped
         self.ends = ends
+        self.then = then
 
     async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
         yield TextDelta("working")
         await trio.sleep(1)
         self.clock.jump(self.stopped)  # a SIGSTOP: its command ran on, and ended meanwhile
-        await trio.lowlevel.checkpoint()
+        await trio.sleep(self.then)
         if not self.ends:
             await trio.sleep_forever()
         yield TextDelta(" done")
@@ -183,7 +186,8 @@ async def test_a_turn_whose_timeout_passed_while_the_process_was_stopped_reads_i
     # the timeout's watch came late, and ended it before the command's end, waiting in the
     # pipe, was read.
     started = trio.current_time()
-    agent = StoppedMidTurn(autojump_clock, stopped, ends=ends)
+    # Not stopped, it ends a moment after its watch is due: the watch comes first.
+    agent = StoppedMidTurn(autojump_clock, stopped, ends=ends, then=0 if stopped > 5 else 0.1)
     result = await run_turn(agent, "daily", "routine:daily", "go", timeout=5)
     assert result.outcome is outcome
     if outcome is Outcome.FAILED:
