@@ -381,7 +381,11 @@ def test_a_runtime_whose_wall_clock_is_set_pulses_all_the_same(tmp_path: Path) -
     done = subprocess.run(
         [sys.executable, str(script)],
         capture_output=True,
-        env={**os.environ, **clock.environ()},
+        env={
+            **os.environ,
+            **clock.environ(),
+            "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+        },
         timeout=60,
     )
     assert done.stdout.decode().strip() == "completed None", done.stderr.decode()[-2000:]
@@ -419,8 +423,12 @@ def test_a_command_that_ends_while_the_runtime_is_stopped_keeps_its_outcome(
             """
         )
     )
+    root = Path(__file__).resolve().parent.parent  # this tree's, not an installed one's
     runtime = subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(root)},
     )
     try:
         wait_for(began.exists, 30, "the command to begin")
@@ -432,6 +440,38 @@ def test_a_command_that_ends_while_the_runtime_is_stopped_keeps_its_outcome(
         runtime.kill()
         runtime.wait()
     assert out.decode().strip() == "completed None", err.decode()[-2000:]
+
+
+def test_a_release_to_a_supervisor_gone_writes_nothing_and_raises_no_sigpipe(
+    tmp_path: Path,
+) -> None:
+    # The supervisor exits before the release once nothing its command started runs: a write
+    # to its pipe raised SIGPIPE, the end of a host that set that signal back to its default.
+    script = tmp_path / "release.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import os, signal
+            from trio_routines.agents import _release
+
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            read, write = os.pipe()
+            _release(write)  # read while the supervisor is there
+            assert os.read(read, 1) == b"r"
+            os.close(read)
+            _release(write)  # gone
+            print("alive", flush=True)
+            """
+        )
+    )
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (0, b"alive\n"), done.stderr.decode()[-2000:]
 
 
 class _Unpulsed:

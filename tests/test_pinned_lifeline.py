@@ -243,6 +243,20 @@ def test_the_orphans_it_adopts_are_reaped_as_they_exit_not_at_the_commands_end(
     assert exited(sup.status()) == 2
 
 
+def test_a_leftover_that_left_the_group_is_detached_not_waited_for(
+    supervise: Start, tmp_path: Path
+) -> None:
+    # A daemon (setsid) is the command's choice to detach: counted as still running, it kept
+    # the supervisor, and a stopped runtime's deadline ended the turn as ended by the stop.
+    sup = supervise("setsid sleep 60 & echo $! > daemon; exit 5", deadline=0.5)
+    assert exited(sup.status()) == 5
+    daemon = int((tmp_path / "daemon").read_text())
+    try:
+        assert alive(daemon)  # left alone, as a terminal would
+    finally:
+        os.kill(daemon, signal.SIGKILL)
+
+
 def test_a_leftover_still_running_at_the_deadline_ends_with_the_group(supervise: Start) -> None:
     sup = supervise("sleep 60 & exit 0", deadline=0.5)  # the turn is in flight until it ends
     assert killed_by(sup.status()) == signal.SIGKILL

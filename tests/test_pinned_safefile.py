@@ -396,7 +396,11 @@ def test_a_lock_wait_under_a_set_wall_clock_waits_rather_than_failing(tmp_path: 
     done = subprocess.run(
         [sys.executable, str(script)],
         capture_output=True,
-        env={**os.environ, **clock.environ()},
+        env={
+            **os.environ,
+            **clock.environ(),
+            "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+        },
         timeout=60,
     )
     assert done.stdout.decode().split() == ["False", "True"], done.stderr.decode()[-2000:]

@@ -312,6 +312,8 @@ async def test_a_reload_that_would_remove_every_routine_needs_the_no_routines_fi
         f"reload: {tmp_path} holds no routine — not removing all 2 loaded (to run none, create"
         " .no-routines in it); the routines loaded before keep running"
     )
+    # Its broken file is counted all the same: the next start would refuse it.
+    assert rig.scheduler.statistics().broken_files == (str(tmp_path / "new.md"),)
 
     (tmp_path / "new.md").unlink()
     (tmp_path / ".no-routines").write_text("")

@@ -25,12 +25,16 @@ def test_the_schema_is_taken_out_and_every_other_parameter_passed_on_as_written(
     )
     assert split_schema("postgresql://h/db?sch%65ma=a+b") == ("postgresql://h/db", "a+b")
     assert split_schema("postgresql://h/db?schemas=x") == ("postgresql://h/db?schemas=x", None)
+    assert split_schema("postgresql://h/db?schema=%20a%7E")[1] == " a~"  # printable: a name
     # The query begins at the first "?": one after it is a value's.
     assert split_schema("postgresql://h/db?schema=x&application_name=a?b") == (
         "postgresql://h/db?application_name=a?b",
         "x",
     )
     assert split_schema("postgresql://h/db?" + "x=1&schema=" + "s" * 63)[1] == "s" * 63
+
+
+CONTROL = "the state URL's schema= holds a control character (%00, say)"
 
 
 @pytest.mark.parametrize(
@@ -44,6 +48,9 @@ def test_the_schema_is_taken_out_and_every_other_parameter_passed_on_as_written(
             "?schema=%ff",
             "the state URL's schema= is not UTF-8 once its percent-escapes are decoded",
         ),
+        ("?schema=prod%00a", CONTROL),
+        ("?schema=a%0Ab", CONTROL),
+        ("?schema=a%7F", CONTROL),
         (
             "?schema=" + "s" * 64,
             "the state URL's schema= is longer than PostgreSQL's 63 bytes a name",
@@ -53,7 +60,7 @@ def test_the_schema_is_taken_out_and_every_other_parameter_passed_on_as_written(
             "the state URL's schema= is longer than PostgreSQL's 63 bytes a name",
         ),
     ],
-    ids=["empty", "blank", "bare", "twice", "not-utf8", "long", "long-in-bytes"],
+    ids=["empty", "blank", "bare", "twice", "not-utf8", "nul", "lf", "del", "long", "utf8-long"],
 )
 def test_a_schema_parameter_that_names_no_schema_is_a_problem(url: str, problem: str) -> None:
     with pytest.raises(ValueError, match=r"^the state URL") as raised:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import codecs
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -252,7 +253,14 @@ class CommandAgent:
 
 
 def _release(held: int) -> None:
+    # Written only while the supervisor reads: it exits before the release once nothing the
+    # command started runs, and a write to a pipe nobody reads raises SIGPIPE, which a host
+    # application may have set back to its default (the end of the process).
+    watch = select.poll()
+    watch.register(held, select.POLLOUT)
     try:
+        if any(flags & (select.POLLERR | select.POLLHUP) for _, flags in watch.poll(0)):
+            return
         os.write(held, RELEASE)
     except OSError:
         pass  # the supervisor is gone already: its exit status tells what happened

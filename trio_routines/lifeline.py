@@ -75,13 +75,39 @@ def _adopt_orphans() -> bool:
     """Become the parent of every process the command leaves behind when its own parent
     exits (Linux's child subreaper), so that this script knows when none is left: whether it
     could."""
+    if not sys.platform.startswith("linux"):
+        return False
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
         return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
-    except (OSError, AttributeError):  # not Linux, or no such call
+    except (ImportError, OSError, AttributeError):  # no ctypes, or no such call
         return False
+
+
+def _runs_in_group(left: bool, adopted: bool) -> bool:
+    """Whether something the command started may still run in this group, once the command
+    was reaped: one of the children ``left`` that is of this group (one that left the group
+    on purpose, a daemon, is detached: neither waited for nor ended, as from a terminal).
+    True when it cannot be told (no orphans adopted, no list of children)."""
+    if not adopted:
+        return True
+    if not left:
+        return False
+    try:
+        with open(f"/proc/self/task/{os.getpid()}/children", "rb") as listed:
+            children = [int(pid) for pid in listed.read().split()]
+    except (OSError, ValueError):
+        return True
+    group = os.getpgrp()
+    for pid in children:
+        try:
+            if os.getpgid(pid) == group:
+                return True
+        except ProcessLookupError:
+            continue  # reaped meanwhile: gone
+    return False
 
 
 def _reap(child: int) -> tuple[int | None, bool]:
@@ -148,8 +174,7 @@ def main(argv: list[str]) -> None:
     while True:
         ended, left = _reap(child)
         status = status if ended is None else ended
-        # Without orphans adopted, what the command left is not ours to see: it may run.
-        if status is not None and (released or not (left or not adopted)):
+        if status is not None and (released or not _runs_in_group(left, adopted)):
             _exit_like(status)
         # Watched until the supervisor exits, the release included: a command may close its
         # reply (the release) and go on working while the runtime waits for its end.
@@ -158,7 +183,7 @@ def main(argv: list[str]) -> None:
         if not events and time.monotonic() - heard >= deadline:
             ended, left = _reap(child)
             status = status if ended is None else ended
-            if status is not None and adopted and not left:
+            if status is not None and not _runs_in_group(left, adopted):
                 _exit_like(status)  # nothing left to end (see the module doc)
             _end_group()  # the runtime has stopped running (see the module doc)
         for fd, _ in events:

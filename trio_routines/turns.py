@@ -37,6 +37,7 @@ from .logs import one_line
 from .records import Outcome
 from .slots import setters
 from .text import error_text
+from .timeouts import timeout_at
 from .usage import Tally
 
 log = logging.getLogger("trio_routines")
@@ -45,12 +46,6 @@ ACLOSE_LIMIT = 10.0  # seconds an agent's event stream may take to close after a
 
 
 _NO_SCOPE = contextlib.nullcontext()  # reusable: it holds nothing
-#: How late past a turn's timeout its watch may come and still end the turn at once
-#: (seconds): later, this process did not run meanwhile (stopped, or starved), and what the
-#: agent did then (a command that ended, its reply in the pipe) is read for up to
-#: :data:`READ_AFTER_STALL` seconds before the turn is ended.
-STALLED = 1.0
-READ_AFTER_STALL = 1.0
 
 
 def fold(text: str) -> str:
@@ -114,48 +109,50 @@ async def run_turn(
     tally: Tally | None = None  # made at the first usage reported: most turns report none
     bad = 0  # the bad values the turn's usage reported
     grace = grace_scope if grace_scope is not None else trio.CancelScope()
-    # No timeout, no scope: a fire enters several already, each a few microseconds.
-    timeout_scope = None if timeout is None else trio.CancelScope()
-    timing = _NO_SCOPE if timeout_scope is None else _timing_out(timeout_scope, started, timeout)
-    with grace, timeout_scope or _NO_SCOPE:
-        async with timing:
-            events: AsyncIterator[Event] | None = None
-            try:
-                # Inside the try: an agent that refuses the turn by raising from invoke() itself
-                # fails the turn like one whose stream raises, and the claim still settles.
-                events = agent.invoke(session, text)
-                async for event in events:
-                    if isinstance(event, Failed):
-                        failed = event  # the last one wins; keep draining
-                        if type(event.details) is not str or not isinstance(event.code, str | None):
-                            failed = _text_failure(event)  # a py: agent's Failed(123)
-                    elif isinstance(event, TextDelta):
-                        if on_text is not None:
-                            said = event.text
-                            on_text(said if type(said) is str else as_text(said))
-                    elif isinstance(event, Usage):
-                        if tally is None:
-                            tally = Tally()
-                        for problem in tally.add(event):
-                            bad += 1
-                            if bad <= USAGE_WARNINGS:  # not one line per bad event
-                                log.warning(
-                                    "%s: usage reported by the agent: %s", label, one_line(problem)
-                                )
-                    elif not isinstance(event, Completed):
-                        log.debug("%s: ignoring an unknown event %r", label, event)
-                events = None  # exhausted: nothing to close
-            except Exception as exc:
-                raised = exc
-            finally:
-                aclose = getattr(events, "aclose", None)
-                if aclose is not None:
-                    # Shielded so a cancelled turn still cleans up, and bounded so it cannot hang.
-                    with trio.CancelScope(shield=True), trio.move_on_after(ACLOSE_LIMIT):
-                        try:
-                            await aclose()
-                        except Exception as exc:
-                            raised = raised or exc
+    # No timeout, no scope: a fire enters several already, each a few microseconds. A timeout
+    # is the run's watch's to say (timeouts.py): one that comes late lets the turn be read.
+    timeout_scope = watched = None
+    if timeout is not None:
+        timeout_scope = trio.CancelScope()
+        watched = timeout_at(started + timeout, timeout_scope)
+    with grace, timeout_scope or _NO_SCOPE, watched or _NO_SCOPE:
+        events: AsyncIterator[Event] | None = None
+        try:
+            # Inside the try: an agent that refuses the turn by raising from invoke() itself
+            # fails the turn like one whose stream raises, and the claim still settles.
+            events = agent.invoke(session, text)
+            async for event in events:
+                if isinstance(event, Failed):
+                    failed = event  # the last one wins; keep draining
+                    if type(event.details) is not str or not isinstance(event.code, str | None):
+                        failed = _text_failure(event)  # a py: agent's Failed(123)
+                elif isinstance(event, TextDelta):
+                    if on_text is not None:
+                        said = event.text
+                        on_text(said if type(said) is str else as_text(said))
+                elif isinstance(event, Usage):
+                    if tally is None:
+                        tally = Tally()
+                    for problem in tally.add(event):
+                        bad += 1
+                        if bad <= USAGE_WARNINGS:  # not one line per bad event
+                            log.warning(
+                                "%s: usage reported by the agent: %s", label, one_line(problem)
+                            )
+                elif not isinstance(event, Completed):
+                    log.debug("%s: ignoring an unknown event %r", label, event)
+            events = None  # exhausted: nothing to close
+        except Exception as exc:
+            raised = exc
+        finally:
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                # Shielded so a cancelled turn still cleans up, and bounded so it cannot hang.
+                with trio.CancelScope(shield=True), trio.move_on_after(ACLOSE_LIMIT):
+                    try:
+                        await aclose()
+                    except Exception as exc:
+                        raised = raised or exc
     if bad > USAGE_WARNINGS:
         log.warning(
             "%s: usage reported by the agent: %d more bad values dropped, not logged",
@@ -167,27 +164,6 @@ async def run_turn(
     result = _classified(label, ms, failed, raised, grace, timeout_scope, timeout, why, level)
     usage = None if tally is None else tally.total()
     return result if usage is None else attrs.evolve(result, usage=usage)
-
-
-@contextlib.asynccontextmanager
-async def _timing_out(
-    scope: trio.CancelScope, started: float, timeout: float | None
-) -> AsyncIterator[None]:
-    """Cancel ``scope`` ``timeout`` seconds after ``started``, unless the block ends first;
-    come to it late (this process stopped), after what the agent did meanwhile is read."""
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(_time_out, scope, started + (timeout or 0))
-        try:
-            yield
-        finally:
-            nursery.cancel_scope.cancel()
-
-
-async def _time_out(scope: trio.CancelScope, deadline: float) -> None:
-    await trio.sleep_until(deadline)
-    if trio.current_time() - deadline > STALLED:
-        await trio.sleep(READ_AFTER_STALL)
-    scope.cancel()
 
 
 def _classified(

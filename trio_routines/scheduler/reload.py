@@ -200,6 +200,7 @@ class Reload:
                 log.error("reload: %s — keeping the version loaded before", failure)
             else:
                 log.error("reload: %s — skipped", failure)
+        self.broken = tuple(failure.file for failure in result.failures)
         if not routines and self._runtime.routines and not meant_empty:
             log.error(
                 "reload: %s holds no routine — not removing all %d loaded (to run none, "
@@ -211,7 +212,6 @@ class Reload:
             return RoutineChanges()
         changes = self.update(routines.values())
         self.kept_broken = tuple(kept)  # trio_routines_routine_files_kept_broken
-        self.broken = tuple(failure.file for failure in result.failures)
         if not changes:
             log.info("reload: no routine changed")
         return attrs.evolve(changes, kept=tuple(kept))

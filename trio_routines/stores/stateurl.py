@@ -43,6 +43,9 @@ def split_schema(url: str) -> tuple[str, str | None]:
     (schema,) = found
     if not schema.strip():
         raise ValueError("the state URL's schema= names no schema: name one, or leave it out")
+    if any(ord(char) < 32 or ord(char) == 127 for char in schema):
+        # A NUL ends the name where the server reads it: two schemas given would be one.
+        raise ValueError("the state URL's schema= holds a control character (%00, say)")
     if len(schema.encode("utf-8")) > NAME_BYTES:
         raise ValueError(
             f"the state URL's schema= is longer than PostgreSQL's {NAME_BYTES} bytes a name"
