@@ -850,8 +850,6 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # reaches no mutant (and, mutated, cannot even import mutmut): the cmd: tests would fail
     # in the copy. Its pinned tests run its `main` in a forked child instead (tests/forked.py).
     "lifeline": (["trio_routines/lifeline.py"], ["tests/test_pinned_lifeline.py"]),
-    # The run's watch of every turn's timeout.
-    "timeouts": (["trio_routines/timeouts.py"], ["tests/test_timeouts.py", "tests/test_turns.py"]),
     # The pulses a runtime writes on its commands' lifelines, by a thread of their own.
     "pulses": (["trio_routines/pulses.py"], ["tests/test_pulses.py", "tests/test_agents.py"]),
     # The W3C Trace Context headers a caller sends (untrusted text).

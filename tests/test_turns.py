@@ -7,8 +7,6 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
-import trio
-import trio.testing
 
 from trio_routines.agent import SESSION_BUSY, Completed, Event, Failed, TextDelta
 from trio_routines.records import Outcome
@@ -145,52 +143,3 @@ async def test_an_exception_whose_text_cannot_be_made_is_named_by_its_type() -> 
 
     result = await run_turn(Raises(), "d", "routine:d", "go")
     assert (result.outcome, result.failed) == (Outcome.FAILED, "<Mute>")
-
-
-class StoppedMidTurn:
-    """An agent whose turn goes on while this process is stopped for ``stopped`` seconds (the
-    clock jumps, nothing runs), then, woken, ends ``then`` seconds later, or never (``ends``)."""
-
-    def __init__(
-        self, clock: trio.testing.MockClock, stopped: float, *, ends: bool, then: float
-    ) -> None:
-        self.clock = clock
-        self.stopped = stopped
-        self.ends = ends
-        self.then = then
-
-    async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
-        yield TextDelta("working")
-        await trio.sleep(1)
-        self.clock.jump(self.stopped)  # a SIGSTOP: its command ran on, and ended meanwhile
-        await trio.sleep(self.then)
-        if not self.ends:
-            await trio.sleep_forever()
-        yield TextDelta(" done")
-        yield Completed()
-
-
-@pytest.mark.parametrize(
-    ("stopped", "ends", "outcome"),
-    [
-        (10.0, True, Outcome.COMPLETED),  # its end read first: it came in time
-        (10.0, False, Outcome.FAILED),  # still running when read: timed out, a moment later
-        (4.5, True, Outcome.FAILED),  # a watch late by less than a stall: on time, it ends it
-    ],
-    ids=["stopped-ended", "stopped-running", "not-stopped"],
-)
-async def test_a_turn_whose_timeout_passed_while_the_process_was_stopped_reads_its_end_first(
-    autojump_clock: trio.testing.MockClock, stopped: float, ends: bool, outcome: Outcome
-) -> None:
-    # Stopped past its timeout (SIGSTOP) while its command ended, the turn read as timed out:
-    # the timeout's watch came late, and ended it before the command's end, waiting in the
-    # pipe, was read.
-    started = trio.current_time()
-    # Not stopped, it ends a moment after its watch is due: the watch comes first.
-    agent = StoppedMidTurn(autojump_clock, stopped, ends=ends, then=0 if stopped > 5 else 0.1)
-    result = await run_turn(agent, "daily", "routine:daily", "go", timeout=5)
-    assert result.outcome is outcome
-    if outcome is Outcome.FAILED:
-        assert result.failed == "timed out after 5s"
-        # Ended as its watch came when on time; a moment after it was read, when stopped.
-        assert trio.current_time() - started == (5.5 if stopped < 5 else 1 + stopped + 1)

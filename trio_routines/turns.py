@@ -37,7 +37,6 @@ from .logs import one_line
 from .records import Outcome
 from .slots import setters
 from .text import error_text
-from .timeouts import timeout_at
 from .usage import Tally
 
 log = logging.getLogger("trio_routines")
@@ -109,13 +108,9 @@ async def run_turn(
     tally: Tally | None = None  # made at the first usage reported: most turns report none
     bad = 0  # the bad values the turn's usage reported
     grace = grace_scope if grace_scope is not None else trio.CancelScope()
-    # No timeout, no scope: a fire enters several already, each a few microseconds. A timeout
-    # is the run's watch's to say (timeouts.py): one that comes late lets the turn be read.
-    timeout_scope = watched = None
-    if timeout is not None:
-        timeout_scope = trio.CancelScope()
-        watched = timeout_at(started + timeout, timeout_scope)
-    with grace, timeout_scope or _NO_SCOPE, watched or _NO_SCOPE:
+    # No timeout, no scope: a fire enters several already, each a few microseconds.
+    timeout_scope = None if timeout is None else trio.move_on_at(started + timeout)
+    with grace, timeout_scope or _NO_SCOPE:
         events: AsyncIterator[Event] | None = None
         try:
             # Inside the try: an agent that refuses the turn by raising from invoke() itself
