@@ -12,10 +12,12 @@ may leave its group behind.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import resource
 import select
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
@@ -471,3 +473,67 @@ def test_a_runtime_of_before_the_pulses_gives_no_deadline_and_is_obeyed(supervis
     assert sup.stays(0.5)  # no pulse ever comes, and nothing ends it
     sup.release()
     assert exited(sup.status()) == 3
+
+
+# -- its helpers, in this process (the forked supervisors' calls are not seen by a mutation
+# run's coverage) --------------------------------------------------------------------------
+
+
+def _subreaper() -> int:
+    """This process's child-subreaper setting (``PR_GET_CHILD_SUBREAPER``)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    value = ctypes.c_int(-1)
+    assert libc.prctl(37, ctypes.byref(value), 0, 0, 0) == 0
+    return value.value
+
+
+def test_orphans_are_adopted_on_linux_and_not_asked_for_elsewhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert _subreaper() == 0
+    try:
+        assert lifeline._adopt_orphans() is True
+        assert _subreaper() == 1
+    finally:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(36, 0, 0, 0, 0)
+    monkeypatch.setattr(lifeline.sys, "platform", "darwin")
+    assert lifeline._adopt_orphans() is False
+    assert _subreaper() == 0
+
+
+def test_what_runs_in_the_group_is_told_from_the_children_listed() -> None:
+    assert lifeline._runs_in_group(False, adopted=False) is True  # cannot be told
+    assert lifeline._runs_in_group(True, adopted=False) is True
+    assert lifeline._runs_in_group(False, adopted=True) is False  # no child left
+    detached = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        assert lifeline._runs_in_group(True, adopted=True) is False  # another group's
+        ours = subprocess.Popen(["sleep", "30"])  # this group's
+        try:
+            assert lifeline._runs_in_group(True, adopted=True) is True
+        finally:
+            ours.kill()
+            ours.wait()
+    finally:
+        detached.kill()
+        detached.wait()
+
+
+def test_reaping_takes_every_child_that_exited_and_says_whether_one_runs() -> None:
+    ended = subprocess.Popen(["sh", "-c", "exit 7"])
+    running = subprocess.Popen(["sleep", "30"])
+
+    def exited() -> bool:
+        return Path(f"/proc/{ended.pid}/stat").read_bytes().rsplit(b") ", 1)[1][:1] == b"Z"
+
+    try:
+        wait_for(exited, 10, "the child to exit")
+        status, left = lifeline._reap(ended.pid)
+        assert status is not None
+        assert (os.waitstatus_to_exitcode(status), left) == (7, True)  # sleep still runs
+        assert not Path(f"/proc/{ended.pid}").exists()  # reaped, not left a zombie
+    finally:
+        ended.returncode = 7  # reaped here, not by its Popen
+        running.kill()
+        running.wait()
