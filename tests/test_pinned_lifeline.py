@@ -18,6 +18,7 @@ import resource
 import select
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
@@ -500,9 +501,15 @@ def test_orphans_are_adopted_on_linux_and_not_asked_for_elsewhere(
     monkeypatch.setattr(lifeline.sys, "platform", "darwin")
     assert lifeline._adopt_orphans() is False
     assert _subreaper() == 0
+    monkeypatch.setattr(lifeline.sys, "platform", "linux")
+    monkeypatch.setitem(sys.modules, "ctypes", None)  # a Python built without it
+    assert lifeline._adopt_orphans() is False
+    assert _subreaper() == 0
 
 
-def test_what_runs_in_the_group_is_told_from_the_children_listed() -> None:
+def test_what_runs_in_the_group_is_told_from_the_children_listed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     assert lifeline._runs_in_group(False, adopted=False) is True  # cannot be told
     assert lifeline._runs_in_group(True, adopted=False) is True
     assert lifeline._runs_in_group(False, adopted=True) is False  # no child left
@@ -515,6 +522,13 @@ def test_what_runs_in_the_group_is_told_from_the_children_listed() -> None:
         finally:
             ours.kill()
             ours.wait()
+
+        # No list of children to read (a kernel without it): taken as running.
+        def unlisted(*args: object, **kwargs: object) -> object:
+            raise FileNotFoundError("no /proc/self/task/<pid>/children")
+
+        monkeypatch.setattr(lifeline, "open", unlisted, raising=False)
+        assert lifeline._runs_in_group(True, adopted=True) is True
     finally:
         detached.kill()
         detached.wait()
@@ -537,3 +551,5 @@ def test_reaping_takes_every_child_that_exited_and_says_whether_one_runs() -> No
         ended.returncode = 7  # reaped here, not by its Popen
         running.kill()
         running.wait()
+    if not Path(f"/proc/self/task/{os.getpid()}/children").read_text().split():
+        assert lifeline._reap(ended.pid) == (None, False)  # none left: nothing runs
