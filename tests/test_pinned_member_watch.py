@@ -727,9 +727,12 @@ class TurnNotedLate(AnsweredLate):
         await super().note_wake_turn(session, at)
 
 
-async def lose_during_a_wake_up(store: AnsweredLate) -> Wakeup:
+async def lose_during_a_wake_up(
+    store: AnsweredLate, run_on: float = 0
+) -> tuple[Wakeup, ScriptedAgent]:
     """Run a scheduler on ``store`` with one wake-up due; once the store was asked, lose the
-    presence, let it answer; five seconds on, the wake-up is back, not run. Returns it."""
+    presence, let it answer; five seconds on, the wake-up is back, not run. The scheduler
+    then runs ``run_on`` seconds more. Returns the wake-up and the agent."""
     scheduler, agent, _, wall = rig(store=store, poll_interval=30)
     added = await store.add_wakeup(
         WakeupRequest(session="chat", prompt="p", fire_at=wall() + timedelta(seconds=61)), wall()
@@ -745,8 +748,9 @@ async def lose_during_a_wake_up(store: AnsweredLate) -> Wakeup:
         await trio.sleep(5)
         assert agent.turns == []
         assert [w.id for w in await store.list_wakeups()] == [added.id]
+        await trio.sleep(run_on)
         scheduler.stop(0)
-    return added
+    return added, agent
 
 
 async def test_a_wake_up_taken_as_the_presence_was_lost_is_put_back_not_dropped(
@@ -754,7 +758,7 @@ async def test_a_wake_up_taken_as_the_presence_was_lost_is_put_back_not_dropped(
 ) -> None:
     # Its turn never began (another replica may hold its session now): it was removed as
     # though it had run, and lost for good.
-    added = await lose_during_a_wake_up(TakeAnsweredLate())
+    added, _ = await lose_during_a_wake_up(TakeAnsweredLate())
     said = warned(caplog, "put back")
     assert said == [f"wake {added.id[:8]}: not run: put back, tried again at the next poll"]
 
@@ -765,28 +769,15 @@ async def test_a_put_back_wake_up_counts_once_toward_the_rate_when_it_runs(
     # Its turn was recorded for the rate limit, then its hold was lost before the turn began:
     # put back and run later, it was recorded a second time (one turn, two in the window).
     store = TurnNotedLate()
-    scheduler, agent, _, wall = rig(store=store, poll_interval=30)
-    await store.add_wakeup(
-        WakeupRequest(session="chat", prompt="p", fire_at=wall() + timedelta(seconds=61)), wall()
-    )
-    wall.jump(timedelta(seconds=120))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        await store.asked.wait()
-        lost = store.members[scheduler.replica]
-        assert isinstance(lost, MemoryPresence)
-        lost.lose()
-        store.answer.set()
-        await trio.sleep(300)
-        assert len(agent.turns) == 1
-        assert len(await store.wake_turns("chat", T0)) == 1
-        scheduler.stop(0)
+    _, agent = await lose_during_a_wake_up(store, run_on=300)
+    assert len(agent.turns) == 1
+    assert len(await store.wake_turns("chat", T0)) == 1
 
 
 async def test_a_wake_up_whose_hold_was_lost_before_its_turn_began_is_put_back(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    added = await lose_during_a_wake_up(TurnNotedLate())  # the session held, then lost
+    added, _ = await lose_during_a_wake_up(TurnNotedLate())  # the session held, then lost
     assert warned(caplog, "before the turn began") == [
         f"wake {added.id[:8]}: interrupted: this replica lost its hold on the store before the "
         "turn began: not run"
