@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 import traceback
@@ -33,6 +34,28 @@ from trio_routines.stores.directory.wakeupjournal import snapshot
 from trio_routines.stores.directory.wakeuplog import WakeupLog
 
 T = TypeVar("T")
+
+#: This tree: what a process a test starts imports ``trio_routines`` from (not an installed copy).
+TREE = Path(__file__).resolve().parent.parent
+
+
+def tree_environ(**more: str) -> dict[str, str]:
+    """Our environment with this tree on the path, and ``more``."""
+    return {**os.environ, "PYTHONPATH": str(TREE), **more}
+
+
+def script(path: Path, text: str) -> list[str]:
+    """Write the Python script ``text`` (dedented) to ``path``: the command that runs it."""
+    path.write_text(textwrap.dedent(text))
+    return [sys.executable, str(path)]
+
+
+def run_script(path: Path, text: str, **env: str) -> subprocess.CompletedProcess[bytes]:
+    """Run the Python script ``text`` (written to ``path``) with this tree's package and
+    ``env`` added to our environment, bounded; its output captured."""
+    return subprocess.run(
+        script(path, text), capture_output=True, env=tree_environ(**env), timeout=60
+    )
 
 
 def alive(pid: int) -> bool:
@@ -103,6 +126,16 @@ class FakeClock:
         }
 
 
+def clock_far_ahead(tmp_path: Path) -> dict[str, str]:
+    """The environment that sets a process's wall clock 400 days ahead (libfaketime, which
+    must be installed), its monotonic clock left real."""
+    library = faketime_library()
+    assert library is not None, "libfaketime is not installed (Debian's faketime package)"
+    clock = FakeClock(tmp_path / "wall.faketime", library)
+    clock.set(datetime.now(UTC) + timedelta(days=400))
+    return clock.environ()
+
+
 def before_a_minute(path: Path, lead: float) -> FakeClock:
     """A clock ``lead`` seconds before a minute boundary, for a test that waits for a minute's
     herd (cron has minute resolution): the processes started with it meet the boundary after
@@ -148,7 +181,7 @@ class Env:
 
     def environ(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TRIO_ROUTINES_")}
-        env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = str(TREE)
         if self.clock is not None:
             env.update(self.clock.environ())
         return env

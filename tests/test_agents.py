@@ -10,13 +10,24 @@ import textwrap
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-from procs import Env, FakeClock, alive, faketime_library, lines, stop, wait_for, years_ago
+from procs import (
+    Env,
+    alive,
+    clock_far_ahead,
+    lines,
+    run_script,
+    script,
+    stop,
+    tree_environ,
+    wait_for,
+    years_ago,
+)
 
 from trio_routines.agent import Agent, Completed, Event, Failed, TextDelta
 from trio_routines.agents import CommandAgent, EchoAgent, InvalidAgent, agent_from_spec
@@ -355,38 +366,23 @@ def test_a_runtime_whose_wall_clock_is_set_pulses_all_the_same(tmp_path: Path) -
     # Under libfaketime (a wall clock set for the process, as the clock tests do) a thread's
     # time.sleep fails at once (EINVAL): the pulses' thread died with it, and every command
     # was ended at the deadline. Its turn runs to its end.
-    library = faketime_library()
-    assert library is not None, "libfaketime is not installed (Debian's faketime package)"
-    clock = FakeClock(tmp_path / "wall.faketime", library)
-    clock.set(datetime.now(UTC) + timedelta(days=400))
-    script = tmp_path / "turn.py"
-    script.write_text(
-        textwrap.dedent(
-            """
-            import trio
-            from trio_routines.agents import agent_from_spec
-            from trio_routines.pulses import PULSES
-            from trio_routines.turns import run_turn
+    done = run_script(
+        tmp_path / "turn.py",
+        """
+        import trio
+        from trio_routines.agents import agent_from_spec
+        from trio_routines.pulses import PULSES
+        from trio_routines.turns import run_turn
 
-            PULSES.every, PULSES.deadline = 0.1, 1.0
+        PULSES.every, PULSES.deadline = 0.1, 1.0
 
-            async def main():
-                turn = await run_turn(agent_from_spec("cmd:sleep 3; echo slept"), "t", "s", "p")
-                print(turn.outcome.value, turn.failed, flush=True)
+        async def main():
+            turn = await run_turn(agent_from_spec("cmd:sleep 3; echo slept"), "t", "s", "p")
+            print(turn.outcome.value, turn.failed, flush=True)
 
-            trio.run(main)
-            """
-        )
-    )
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        env={
-            **os.environ,
-            **clock.environ(),
-            "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
-        },
-        timeout=60,
+        trio.run(main)
+        """,
+        **clock_far_ahead(tmp_path),
     )
     assert done.stdout.decode().strip() == "completed None", done.stderr.decode()[-2000:]
 
@@ -406,33 +402,27 @@ def test_a_command_that_ends_while_the_runtime_is_stopped_keeps_its_outcome(
     # pipe and its exit status 0. A timeout the stop outlasted is a timeout all the same: the
     # runtime cannot tell whether the command ended before it (docs/design.md).
     began = tmp_path / "began"
-    script = tmp_path / "turn.py"
-    script.write_text(
-        textwrap.dedent(
-            f"""
-            import trio
-            from trio_routines.agents import agent_from_spec
-            from trio_routines.pulses import PULSES
-            from trio_routines.turns import run_turn
+    turn = f"""
+        import trio
+        from trio_routines.agents import agent_from_spec
+        from trio_routines.pulses import PULSES
+        from trio_routines.turns import run_turn
 
-            PULSES.every, PULSES.deadline = 0.1, 1.0
-            command = "touch {began}; sleep 0.5; echo done"
+        PULSES.every, PULSES.deadline = 0.1, 1.0
+        command = "touch {began}; sleep 0.5; echo done"
 
-            async def main():
-                agent = agent_from_spec("cmd:" + command)
-                turn = await run_turn(agent, "t", "s", "p", timeout={timeout!r})
-                print(turn.outcome.value, turn.failed, flush=True)
+        async def main():
+            agent = agent_from_spec("cmd:" + command)
+            turn = await run_turn(agent, "t", "s", "p", timeout={timeout!r})
+            print(turn.outcome.value, turn.failed, flush=True)
 
-            trio.run(main)
-            """
-        )
-    )
-    root = Path(__file__).resolve().parent.parent  # this tree's, not an installed one's
+        trio.run(main)
+        """
     runtime = subprocess.Popen(
-        [sys.executable, str(script)],
+        script(tmp_path / "turn.py", turn),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(root)},
+        env=tree_environ(),
     )
     try:
         wait_for(began.exists, 30, "the command to begin")
@@ -451,29 +441,20 @@ def test_a_release_to_a_supervisor_gone_writes_nothing_and_raises_no_sigpipe(
 ) -> None:
     # The supervisor exits before the release once nothing its command started runs: a write
     # to its pipe raised SIGPIPE, the end of a host that set that signal back to its default.
-    script = tmp_path / "release.py"
-    script.write_text(
-        textwrap.dedent(
-            """
-            import os, signal
-            from trio_routines.agents import _release
+    done = run_script(
+        tmp_path / "release.py",
+        """
+        import os, signal
+        from trio_routines.agents import _release
 
-            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-            read, write = os.pipe()
-            _release(write)  # read while the supervisor is there
-            assert os.read(read, 1) == b"r"
-            os.close(read)
-            _release(write)  # gone
-            print("alive", flush=True)
-            """
-        )
-    )
-    root = Path(__file__).resolve().parent.parent
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        env={**os.environ, "PYTHONPATH": str(root)},
-        timeout=60,
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        read, write = os.pipe()
+        _release(write)  # read while the supervisor is there
+        assert os.read(read, 1) == b"r"
+        os.close(read)
+        _release(write)  # gone
+        print("alive", flush=True)
+        """,
     )
     assert (done.returncode, done.stdout) == (0, b"alive\n"), done.stderr.decode()[-2000:]
 

@@ -11,16 +11,13 @@ import errno
 import fcntl
 import os
 import stat
-import subprocess
-import sys
-import textwrap
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from oserrors import FailingOS, fail, lock_clock
-from procs import FakeClock, faketime_library
+from procs import clock_far_ahead, run_script
 
 from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
@@ -372,35 +369,20 @@ def test_a_lock_wait_under_a_set_wall_clock_waits_rather_than_failing(tmp_path: 
     # Under libfaketime (a wall clock set for the process, as the clock tests and operators'
     # clock drills do) time.sleep fails at once (EINVAL): a contended lock's wait was an
     # error, and a gap that another replica's write held back was not recorded.
-    library = faketime_library()
-    assert library is not None, "libfaketime is not installed (Debian's faketime package)"
-    clock = FakeClock(tmp_path / "wall.faketime", library)
-    clock.set(datetime.now(UTC) + timedelta(days=400))
-    script = tmp_path / "wait.py"
-    script.write_text(
-        textwrap.dedent(
-            f"""
-            import fcntl, os
-            from trio_routines.stores.safefile import lock_within
+    done = run_script(
+        tmp_path / "wait.py",
+        f"""
+        import fcntl, os
+        from trio_routines.stores.safefile import lock_within
 
-            path = {str(tmp_path / "lock")!r}
-            holder = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            waiter = os.open(path, os.O_RDWR)
-            fcntl.flock(holder, fcntl.LOCK_EX)
-            print(lock_within(waiter, 0.3), flush=True)
-            fcntl.flock(holder, fcntl.LOCK_UN)
-            print(lock_within(waiter, 0.3), flush=True)
-            """
-        )
-    )
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        env={
-            **os.environ,
-            **clock.environ(),
-            "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
-        },
-        timeout=60,
+        path = {str(tmp_path / "lock")!r}
+        holder = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        waiter = os.open(path, os.O_RDWR)
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        print(lock_within(waiter, 0.3), flush=True)
+        fcntl.flock(holder, fcntl.LOCK_UN)
+        print(lock_within(waiter, 0.3), flush=True)
+        """,
+        **clock_far_ahead(tmp_path),
     )
     assert done.stdout.decode().split() == ["False", "True"], done.stderr.decode()[-2000:]
