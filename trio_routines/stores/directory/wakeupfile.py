@@ -218,3 +218,11 @@ def unreadable_state(path: Path, exc: OSError) -> StateFault:
     return StateFault(
         f"schedule state {path} is unreadable: {describe(exc)} — fix the permissions or the disk"
     )
+
+
+def unwritable_state(path: Path, exc: OSError) -> StateFault:
+    """The fault of a wake-up journal that cannot be opened to be written."""
+    return StateFault(
+        f"schedule state {path} cannot be opened for writing: {describe(exc)} — fix the "
+        "permissions or the disk"
+    )

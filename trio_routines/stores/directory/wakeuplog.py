@@ -33,7 +33,7 @@ from ...converter import dumps, loads
 from ...errors import StateFault
 from ..abandon import Handoff
 from ..safefile import Refused, Shared, describe, open_dirs
-from .wakeupfile import WakeupFile, unreadable_state
+from .wakeupfile import WakeupFile, unreadable_state, unwritable_state
 from .wakeupindex import Op, WakeupIndex, op_ids
 from .wakeupjournal import MAX_LINE, Journal, generation_of, header, line
 
@@ -67,12 +67,6 @@ class WakeupLog:
 
     def _unreadable(self, exc: OSError) -> StateFault:
         return unreadable_state(self.path, exc)
-
-    def _unwritable(self, exc: OSError) -> StateFault:
-        return StateFault(
-            f"schedule state {self.path} cannot be opened for writing: {describe(exc)} — fix "
-            "the permissions or the disk"
-        )
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -243,7 +237,7 @@ class WakeupLog:
             self._forget()
             fd = self._new_generation(directory)
         except OSError as exc:
-            raise self._unwritable(exc) from None
+            raise unwritable_state(self.path, exc) from None
         try:
             self._follow(fd)
             if self._size > self._offset:
@@ -314,7 +308,7 @@ class WakeupLog:
             fd = self.journal.open(directory, append=True)
             inode = os.fstat(fd).st_ino
         except OSError as exc:
-            raise self._unwritable(exc) from None
+            raise unwritable_state(self.path, exc) from None
         index = self.index
         self._forget(first, inode)
         self.index = index
