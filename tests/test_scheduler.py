@@ -196,6 +196,49 @@ async def test_a_routine_whose_turn_runs_shows_the_slot_after_now_as_next(
             )
 
 
+async def test_a_snapshot_shows_the_slot_after_its_own_instant_when_read_later(
+    autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A snapshot taken during a turn shows the slot after the instant it was taken, however
+    # long after it is read and whatever was read meanwhile; it works the slot out only when
+    # read (a herd's scrape that reads nothing else costs nothing per routine); and a wall
+    # clock gone back behind the instant it was worked out from works it out again.
+    import trio_routines.scheduler.arming as arming_module
+
+    worked_out: list[datetime] = []
+
+    def counted(cron: str, tz: str | None, after: datetime, name: str) -> datetime | None:
+        worked_out.append(after)
+        return next_run(cron, tz, after, name)
+
+    monkeypatch.setattr(arming_module, "next_run", counted)
+    rig = Rig()
+    rig.agent.default = Complete(duration=150 * 60)
+    async with rig.running() as scheduler:
+        await sleep_until_wall(rig.wall, at(11, 15))
+        early = scheduler.statistics()
+        assert worked_out == []
+        assert "hourly" in early.next_due
+        assert list(early.next_due) == ["hourly"]
+        assert len(early.next_due) == 1
+        assert worked_out == []
+        await sleep_until_wall(rig.wall, at(12, 10))
+        assert scheduler.statistics().next_due["hourly"] == at(13)
+        assert early.next_due["hourly"] == at(12)
+        assert early.next_due == {"hourly": at(12)}
+        assert repr(early.next_due) == f"ShownSlots({{'hourly': {at(12)!r}}})"
+        assert worked_out == [at(12, 10), at(11, 15)]  # once each snapshot: then kept
+        # Kept from an earlier instant while no slot came between: not worked out again.
+        assert scheduler.statistics().next_due["hourly"] == at(13)
+        assert worked_out[2:] == [at(12, 10)]  # (the one kept was 11:15's)
+        await sleep_until_wall(rig.wall, at(12, 20))
+        assert scheduler.statistics().next_due["hourly"] == at(13)
+        assert worked_out[3:] == []
+        rig.wall.jump(-timedelta(minutes=65))  # 11:15 again: the turn still runs
+        assert scheduler.statistics().next_due["hourly"] == at(12)
+        assert worked_out[3:] == [at(11, 15)]
+
+
 async def test_a_callers_fire_after_a_downtime_records_the_slots_it_passed_over(
     autojump_clock: Any,
 ) -> None:

@@ -8,7 +8,7 @@ reads nothing but the wall clock it is handed.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from datetime import datetime
 
 from ..claims import claimed_through
@@ -28,8 +28,9 @@ class Arming:
         # The newest claim of each routine as the boot or its last re-arm read it; those
         # stamped ahead of the wall clock are the future claims (see future_claims).
         self._newest: dict[str, Fire] = {}
-        # The slot shown after a slot whose turn runs: (that slot, the one after now then).
-        self._after: dict[str, tuple[datetime, datetime | None]] = {}
+        # The slot shown after a slot whose turn runs: (that slot, the instant it was worked
+        # out from, the first slot after that instant).
+        self._after: dict[str, tuple[datetime, datetime, datetime | None]] = {}
 
     def arm(self, name: str, due: datetime) -> None:
         """``name`` is armed for ``due`` (the boot's first slot)."""
@@ -49,21 +50,32 @@ class Arming:
 
     def shown_due(
         self, now: datetime, firing: Collection[str], routines: Mapping[str, Routine]
-    ) -> dict[str, datetime | None]:
-        """Each armed routine's next slot as reported: a routine whose slot is firing now
-        (``firing``, its turn perhaps long) shows the first slot after ``now``, as a reader of
-        its cron would, not the slot it is at; one whose slot has passed unfired (a loop held
-        up) still shows that slot, which an alert on overdue slots reads."""
-        shown = dict(self.next_due)
-        for name in firing:
-            due, routine = shown.get(name), routines.get(name)
-            if due is not None and due <= now and routine is not None and routine.cron:
-                # Once per slot passed, not per snapshot: a scrape during a herd of 10,000.
-                known = self._after.get(name)
-                if known is None or known[0] != due or (known[1] is not None and known[1] <= now):
-                    known = self._after[name] = (due, next_run(routine.cron, routine.tz, now, name))
-                shown[name] = known[1]
-        return shown
+    ) -> ShownSlots:
+        """Each armed routine's next slot as reported, as of ``now``: a routine whose slot is
+        firing (``firing``, its turn perhaps long) shows the first slot after ``now``, as a
+        reader of its cron would, not the slot it is at; one whose slot has passed unfired (a
+        loop held up) still shows that slot, which an alert on overdue slots reads. Copied
+        now; the slot after ``now`` of one firing is worked out when first read, if it is
+        (a snapshot taken during a herd of 10,000 and never asked for its slots costs none).
+        """
+        return ShownSlots(self, dict(self.next_due), set(firing), now, routines)
+
+    def slot_after(
+        self, name: str, due: datetime, now: datetime, routine: Routine
+    ) -> datetime | None:
+        """The first slot of ``routine`` after ``now``, for its slot ``due`` firing: worked out
+        once per slot passed, not per snapshot read (a scrape during a herd of 10,000)."""
+        known = self._after.get(name)
+        # Kept: the first slot after an instant ``since`` no later than ``now``; with no slot
+        # in between (it comes after ``now``), it is the first after ``now`` too.
+        if known is not None and known[0] == due and known[1] <= now:
+            after = known[2]
+            if after is None or after > now:
+                return after
+        assert routine.cron is not None
+        after = next_run(routine.cron, routine.tz, now, name)
+        self._after[name] = (due, now, after)
+        return after
 
     def disarm(self) -> None:
         """The run ended: no loop is left, so nothing is armed and no slot comes next."""
@@ -125,3 +137,49 @@ class Arming:
         """The claimed slot of each routine whose newest claim lies after ``now`` (its stamp,
         or its slot: :func:`~trio_routines.claims.claimed_through`)."""
         return {n: f.slot for n, f in self._newest.items() if claimed_through(f) > now}
+
+
+class ShownSlots(Mapping[str, datetime | None]):
+    """:attr:`Statistics.next_due <trio_routines.Statistics.next_due>`: each armed routine's
+    next slot as one snapshot shows it (see :meth:`Arming.shown_due`), read-only."""
+
+    __slots__ = ("_arming", "_due", "_firing", "_now", "_routines", "_shown")
+
+    def __init__(
+        self,
+        arming: Arming,
+        due: dict[str, datetime | None],
+        firing: set[str],
+        now: datetime,
+        routines: Mapping[str, Routine],
+    ) -> None:
+        self._arming = arming
+        self._due = due
+        self._firing = firing
+        self._now = now
+        self._routines = routines  # the runtime's, replaced whole by a reload, never changed
+        self._shown: dict[str, datetime | None] = {}  # those firing, once worked out
+
+    def __getitem__(self, name: str) -> datetime | None:
+        due = self._due[name]
+        if due is None or name not in self._firing or due > self._now:
+            return due
+        if name in self._shown:
+            return self._shown[name]
+        routine = self._routines.get(name)
+        if routine is None or not routine.cron:
+            return due
+        shown = self._shown[name] = self._arming.slot_after(name, due, self._now, routine)
+        return shown
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._due
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._due)
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({dict(self)!r})"

@@ -21,9 +21,7 @@ def statistics(parts: Parts) -> Statistics:
     return Statistics(
         armed=tuple(parts.arming.armed),
         in_flight=runtime.in_flight.value,
-        next_due=MappingProxyType(
-            parts.arming.shown_due(runtime.now(), parts.cron.firing, runtime.routines)
-        ),
+        next_due=parts.arming.shown_due(runtime.now(), parts.cron.firing, runtime.routines),
         outcomes=MappingProxyType(dict(parts.fire.outcomes)),
         clock_jumps=parts.clock.jumps,
         stopping=runtime.stopping.value,
