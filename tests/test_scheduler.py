@@ -201,42 +201,72 @@ async def test_a_snapshot_shows_the_slot_after_its_own_instant_when_read_later(
 ) -> None:
     # A snapshot taken during a turn shows the slot after the instant it was taken, however
     # long after it is read and whatever was read meanwhile; it works the slot out only when
-    # read (a herd's scrape that reads nothing else costs nothing per routine); and a wall
-    # clock gone back behind the instant it was worked out from works it out again.
+    # read (a herd's scrape that reads nothing else costs nothing per routine), once; and what
+    # is kept serves a later instant only while no slot came between.
     import trio_routines.scheduler.arming as arming_module
 
     worked_out: list[datetime] = []
+    never: list[datetime] = []  # instants after which the cron is made to have no slot
 
     def counted(cron: str, tz: str | None, after: datetime, name: str) -> datetime | None:
         worked_out.append(after)
-        return next_run(cron, tz, after, name)
+        return None if after in never else next_run(cron, tz, after, name)
 
     monkeypatch.setattr(arming_module, "next_run", counted)
-    rig = Rig()
+    idle = Routine(name="idle", prompt="p", cron="0 0 1 1 *")
+    rig = Rig(HOURLY, idle)
     rig.agent.default = Complete(duration=150 * 60)
     async with rig.running() as scheduler:
         await sleep_until_wall(rig.wall, at(11, 15))
         early = scheduler.statistics()
-        assert worked_out == []
         assert "hourly" in early.next_due
-        assert list(early.next_due) == ["hourly"]
-        assert len(early.next_due) == 1
+        assert "idle" in early.next_due
+        assert "other" not in early.next_due
+        assert list(early.next_due) == ["hourly", "idle"]
+        assert len(early.next_due) == 2
+        assert early.next_due["idle"] == datetime(2027, 1, 1, tzinfo=UTC)
         assert worked_out == []
+        assert early.next_due["hourly"] == at(12)
+        assert worked_out == [at(11, 15)]
         await sleep_until_wall(rig.wall, at(12, 10))
         assert scheduler.statistics().next_due["hourly"] == at(13)
-        assert early.next_due["hourly"] == at(12)
-        assert early.next_due == {"hourly": at(12)}
-        assert repr(early.next_due) == f"ShownSlots({{'hourly': {at(12)!r}}})"
-        assert worked_out == [at(12, 10), at(11, 15)]  # once each snapshot: then kept
-        # Kept from an earlier instant while no slot came between: not worked out again.
+        assert early.next_due["hourly"] == at(12)  # its own instant's, read once
+        assert early.next_due == {"hourly": at(12), "idle": datetime(2027, 1, 1, tzinfo=UTC)}
+        assert repr(early.next_due).startswith(f"ShownSlots({{'hourly': {at(12)!r}, 'idle'")
+        assert worked_out == [at(11, 15), at(12, 10)]
+        await sleep_until_wall(rig.wall, at(12, 20))  # no slot since 12:10: what is kept
         assert scheduler.statistics().next_due["hourly"] == at(13)
-        assert worked_out[2:] == [at(12, 10)]  # (the one kept was 11:15's)
-        await sleep_until_wall(rig.wall, at(12, 20))
-        assert scheduler.statistics().next_due["hourly"] == at(13)
-        assert worked_out[3:] == []
-        rig.wall.jump(-timedelta(minutes=65))  # 11:15 again: the turn still runs
+        assert worked_out[2:] == []
+        rig.wall.set(at(13))  # a slot at the very instant: the one after it
+        assert scheduler.statistics().next_due["hourly"] == at(14)
+        rig.wall.set(at(11))  # back to the slot the loop is at (the turn still runs)
         assert scheduler.statistics().next_due["hourly"] == at(12)
-        assert worked_out[3:] == [at(11, 15)]
+        rig.wall.set(at(10, 59))  # behind it: that slot, as its loop is at it
+        assert scheduler.statistics().next_due["hourly"] == at(11)
+        rig.wall.set(at(9, 30))
+        assert scheduler.statistics().next_due["hourly"] == at(11)
+        assert worked_out[2:] == [at(13), at(11)]
+        rig.wall.set(at(11, 30))  # kept from 11:00
+        assert scheduler.statistics().next_due["hourly"] == at(12)
+        assert worked_out[4:] == []
+        never.append(at(12, 30))
+        rig.wall.set(at(12, 30))
+        assert scheduler.statistics().next_due["hourly"] is None  # (the calendar's end)
+        rig.wall.set(at(12, 40))
+        assert scheduler.statistics().next_due["hourly"] is None  # kept: none after it ever
+        assert worked_out[4:] == [at(12, 30)]
+        rig.wall.set(at(13, 25))
+
+
+async def test_a_slot_passed_unfired_still_shows_as_next(autojump_clock: Any) -> None:
+    # The wall clock came past the slot before its loop woke (a loop held up): the slot it
+    # is at is shown, overdue, not the one after now (the alert on overdue slots reads it).
+    rig = Rig()
+    async with rig.running() as scheduler:
+        await sleep_until_wall(rig.wall, at(10, 45))
+        rig.wall.jump(timedelta(minutes=105))
+        assert scheduler.statistics().next_due == {"hourly": at(11)}
+        assert scheduler.statistics().in_flight == 0
 
 
 async def test_a_callers_fire_after_a_downtime_records_the_slots_it_passed_over(

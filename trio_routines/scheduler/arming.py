@@ -28,9 +28,9 @@ class Arming:
         # The newest claim of each routine as the boot or its last re-arm read it; those
         # stamped ahead of the wall clock are the future claims (see future_claims).
         self._newest: dict[str, Fire] = {}
-        # The slot shown after a slot whose turn runs: (that slot, the instant it was worked
-        # out from, the first slot after that instant).
-        self._after: dict[str, tuple[datetime, datetime, datetime | None]] = {}
+        # The slot shown after a slot whose turn runs: (the instant it was worked out from,
+        # the first slot after that instant), until the routine is changed or removed.
+        self._after: dict[str, tuple[datetime, datetime | None]] = {}
 
     def arm(self, name: str, due: datetime) -> None:
         """``name`` is armed for ``due`` (the boot's first slot)."""
@@ -60,21 +60,19 @@ class Arming:
         """
         return ShownSlots(self, dict(self.next_due), set(firing), now, routines)
 
-    def slot_after(
-        self, name: str, due: datetime, now: datetime, routine: Routine
-    ) -> datetime | None:
-        """The first slot of ``routine`` after ``now``, for its slot ``due`` firing: worked out
-        once per slot passed, not per snapshot read (a scrape during a herd of 10,000)."""
+    def slot_after(self, name: str, now: datetime, routine: Routine) -> datetime | None:
+        """The first slot of ``routine`` after ``now``, shown while a slot of it fires: worked
+        out once per slot passed, not per snapshot read (a scrape during a herd of 10,000)."""
         known = self._after.get(name)
-        # Kept: the first slot after an instant ``since`` no later than ``now``; with no slot
-        # in between (it comes after ``now``), it is the first after ``now`` too.
-        if known is not None and known[0] == due and known[1] <= now:
-            after = known[2]
-            if after is None or after > now:
+        if known is not None:
+            # The first slot after an instant ``since`` no later than ``now``: with no slot
+            # in between (it comes after ``now``, or never), the first after ``now`` too.
+            since, after = known
+            if since <= now and (after is None or after > now):
                 return after
         assert routine.cron is not None
         after = next_run(routine.cron, routine.tz, now, name)
-        self._after[name] = (due, now, after)
+        self._after[name] = (now, after)
         return after
 
     def disarm(self) -> None:
@@ -169,7 +167,7 @@ class ShownSlots(Mapping[str, datetime | None]):
         routine = self._routines.get(name)
         if routine is None or not routine.cron:
             return due
-        shown = self._shown[name] = self._arming.slot_after(name, due, self._now, routine)
+        shown = self._shown[name] = self._arming.slot_after(name, self._now, routine)
         return shown
 
     def __contains__(self, name: object) -> bool:
