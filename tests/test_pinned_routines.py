@@ -95,7 +95,7 @@ def test_skipped_entries_do_not_end_the_listing(tmp_path: Path) -> None:
 
 def test_an_unsafe_name_is_reported_even_for_a_directory(tmp_path: Path) -> None:
     (tmp_path / "a\\b.md").mkdir()
-    (tmp_path / "sub.md").mkdir()  # a directory with a fine name is skipped silently
+    (tmp_path / "sub.md").mkdir()  # a fine name: the name is read first all the same
     result = load_routines(tmp_path)
     assert result.routines == ()
     assert result.failures == (
@@ -103,6 +103,7 @@ def test_an_unsafe_name_is_reported_even_for_a_directory(tmp_path: Path) -> None
             file=str(tmp_path / "a\\b.md"),
             reason='"a\\\\b" cannot be a routine name (no path separators, "." or "..")',
         ),
+        RoutineFailure(file=str(tmp_path / "sub.md"), reason="is a directory, not a routine file"),
     )
 
 

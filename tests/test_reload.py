@@ -269,6 +269,28 @@ async def test_reload_from_a_directory_keeps_the_old_version_of_a_broken_file(
     assert any("d.md" in m and m.endswith("— skipped") for m in errors)
 
 
+async def test_a_routine_file_replaced_by_a_directory_keeps_its_version_on_reload(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write(tmp_path, "a", "0 * * * *")
+    write(tmp_path, "b", "0 9 * * *")
+    rig = Rig()
+    await rig.scheduler.reload_routines(tmp_path)
+    old_a = rig.scheduler.routines["a"]
+    (tmp_path / "a.md").unlink()
+    (tmp_path / "a.md").mkdir()
+    caplog.clear()
+    changes = await rig.scheduler.reload_routines(tmp_path)
+    assert (changes.removed, changes.kept) == ((), ("a",))
+    assert rig.scheduler.routines["a"] is old_a
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors == [
+        f"reload: {tmp_path / 'a.md'}: is a directory, not a routine file — keeping the version"
+        " loaded before"
+    ]
+    assert rig.scheduler.statistics().broken_files == (str(tmp_path / "a.md"),)
+
+
 async def test_reload_from_a_directory_that_cannot_be_read_changes_nothing(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import math
 import os
 from typing import TYPE_CHECKING, Any
@@ -69,7 +70,21 @@ def test_record_refuses_unsafe_names(name: str) -> None:
         Routine(name=name, prompt="hi")
 
 
-@pytest.mark.parametrize("name", ["每日简报", "my report", "...", ".hidden", "a.b", "-x"])
+@pytest.mark.parametrize(
+    "name", [" ", "   ", "\t", "daily ", " daily", "\u3000", "daily\n", "\x1fdaily", "\u2028"]
+)
+def test_record_refuses_a_name_that_begins_or_ends_with_white_space(name: str) -> None:
+    # Shown blank, or as another routine's name, by every listing.
+    with pytest.raises(UnsafeName) as info:
+        Routine(name=name, prompt="hi")
+    assert str(info.value) == (
+        f"{json.dumps(name)} cannot be a routine name (it begins or ends with white space)"
+    )
+
+
+@pytest.mark.parametrize(
+    "name", ["每日简报", "my report", "...", ".hidden", "a.b", "-x", "a\u200bb", "x\u3000y"]
+)
 def test_record_accepts_every_other_name(name: str) -> None:
     assert Routine(name=name, prompt="hi").session == f"routine:{name}"
 
@@ -446,10 +461,12 @@ def test_load_names(tmp_path: Path) -> None:
     write(tmp_path, "..md", "---\n---\nescape\n")
     write(tmp_path, ".md", "---\n---\nescape\n")
     write(tmp_path, "back\\slash.md", "---\n---\nescape\n")
+    write(tmp_path, " .md", "---\n---\nblank\n")
+    write(tmp_path, "daily .md", "---\n---\nlookalike\n")
     result = load_routines(tmp_path)
     assert {r.name for r in result.routines} == {"每日简报", "my report"}
     reasons = {f.file.removeprefix(f"{tmp_path}{os.sep}"): f.reason for f in result.failures}
-    assert set(reasons) == {"...md", "..md", ".md", "back\\slash.md"}
+    assert set(reasons) == {"...md", "..md", ".md", "back\\slash.md", " .md", "daily .md"}
     assert all("cannot be a routine name" in reason for reason in reasons.values())
 
 
@@ -500,8 +517,6 @@ def test_load_ignores_other_entries(tmp_path: Path) -> None:
     write(tmp_path, "upper.MD", "whatever")
     write(tmp_path, "daily.md.swp", "whatever")
     write(tmp_path, ".hidden.md", "broken")
-    (tmp_path / "x.md").mkdir()
-    write(tmp_path / "x.md", "inner.md", "---\n---\nnested\n")
     (tmp_path / "sub").mkdir()
     write(tmp_path / "sub", "deep.md", "---\n---\nnested\n")
     write(tmp_path, ".hidden.toml", "whatever")
@@ -511,6 +526,19 @@ def test_load_ignores_other_entries(tmp_path: Path) -> None:
     # the hidden ``.md`` ones, not the other hidden ones nor the subdirectories.
     assert load_routines(tmp_path) == LoadResult(
         others=(".hidden.md", "daily.md.swp", "dangling.toml", "notes.txt", "upper.MD")
+    )
+
+
+def test_a_directory_named_as_a_routine_file_is_refused(tmp_path: Path) -> None:
+    # Named <name>.md, it is no subdirectory passed over: a file replaced by a directory would
+    # otherwise remove its routine at the next reload without a word.
+    (tmp_path / "x.md").mkdir()
+    write(tmp_path / "x.md", "inner.md", "---\n---\nnested\n")
+    write(tmp_path, "y.md", "---\n---\ny\n")
+    result = load_routines(tmp_path)
+    assert [r.name for r in result.routines] == ["y"]
+    assert result.failures == (
+        RoutineFailure(file=str(tmp_path / "x.md"), reason="is a directory, not a routine file"),
     )
 
 
@@ -605,6 +633,7 @@ def test_load_symlinks(tmp_path: Path) -> None:
     ]
     assert [(os.path.basename(f.file), f.reason) for f in result.failures] == [
         ("dangling.md", "is a broken symlink"),
+        ("dir.md", "is a directory, not a routine file"),
         ("escape.md", f"is a symlink leading outside {routines}"),
         ("relative-escape.md", f"is a symlink leading outside {routines}"),
     ]

@@ -1,9 +1,10 @@
 """Routine names: the one rule that keeps a name inside the claims directory.
 
 A name is a single path segment: not empty, not ``.`` or ``..``, and free of ``/``, ``\\`` and
-NUL; and it is Unicode text (a file name of undecodable bytes reads as lone surrogates, which
-no PostgreSQL text can hold). Nothing else is restricted, so ``每日简报`` and ``my report`` are
-legal names.
+NUL; it is Unicode text (a file name of undecodable bytes reads as lone surrogates, which no
+PostgreSQL text can hold); and it neither begins nor ends with white space (`` .md`` would be a
+routine whose name every listing shows blank, ``daily .md`` one that reads as ``daily``).
+Nothing else is restricted, so ``每日简报`` and ``my report`` are legal names.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ def name_problem(name: object) -> str | None:
         return f'{json.dumps(name)} cannot be a routine name (no path separators, "." or "..")'
     if not is_unicode(name):
         return f"{json.dumps(name)} cannot be a routine name (it is not valid Unicode text)"
+    if name != name.strip():
+        return f"{json.dumps(name)} cannot be a routine name (it begins or ends with white space)"
     return None
 
 

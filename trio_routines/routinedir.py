@@ -90,10 +90,12 @@ def load_routines(directory: str | os.PathLike[str]) -> LoadResult:
     or a directory that cannot be listed, raises :class:`InvalidRoutine`. Files starting with
     ``.`` are ignored (editor droppings), except ``.md``, ``..md`` and ``...md``, whose names
     are reported as unsafe rather than silently skipped (the others, ``.daily.md``, are listed
-    with the files passed over). Subdirectories are ignored, and so are files of other names,
-    which :attr:`LoadResult.others` lists (``check`` and ``serve`` name them). Every
-    other ``*.md`` entry either loads or becomes a :class:`RoutineFailure`: an unsafe or non-UTF-8
-    name, a symlink leading outside ``directory``, anything but a regular file, a file over
+    with the files passed over). Subdirectories of other names are ignored, and so are files of
+    other names, which :attr:`LoadResult.others` lists (``check`` and ``serve`` name them).
+    Every other ``*.md`` entry either loads or becomes a :class:`RoutineFailure`: an unsafe or
+    non-UTF-8 name, a symlink leading outside ``directory``, anything but a regular file (a
+    directory named ``<name>.md`` too: one that replaced a routine's file keeps the version
+    loaded before, as every broken file does on a reload), a file over
     :data:`MAX_ROUTINE_FILE_BYTES`, text that is not UTF-8, an OS error, or a parse error.
     """
     base = os.fspath(directory)
@@ -161,8 +163,7 @@ def _load_entries(folder: _Folder, entries: list[str]) -> LoadResult:
         except (InvalidRoutine, UnsafeName) as exc:
             failures.append(RoutineFailure(file=label, reason=str(exc)))
         else:
-            if routine is not None:
-                routines.append(routine)
+            routines.append(routine)
     routines, alike = _apart(routines, folder.base)
     failures.extend(alike)
     failures.sort(key=lambda failure: failure.file)
@@ -218,8 +219,8 @@ def _is_dir(folder: _Folder, entry: str) -> bool:
         return False
 
 
-def _load_one(folder: _Folder, entry: str, name: str) -> Routine | None:
-    """One file's routine, ``None`` for an entry to skip silently, or an error to report."""
+def _load_one(folder: _Folder, entry: str, name: str) -> Routine:
+    """One file's routine, or an error to report."""
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:
@@ -240,7 +241,8 @@ def _load_one(folder: _Folder, entry: str, name: str) -> Routine | None:
         except FileNotFoundError:
             raise InvalidRoutine("is a broken symlink") from None
         if stat.S_ISDIR(mode):
-            return None
+            # Named as a routine file is: the routine it replaced, or a name meant as one.
+            raise InvalidRoutine("is a directory, not a routine file")
         if not stat.S_ISREG(mode):
             raise InvalidRoutine("is not a regular file")
         data = _read_capped(folder, entry)
