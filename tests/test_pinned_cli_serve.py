@@ -622,9 +622,18 @@ def test_a_command_reaches_the_surface_on_loopback_when_it_is_bound_to_every_add
     assert local_url(host, 8080) == url
 
 
+@pytest.mark.parametrize("token", [None, "s3cret-token"])
 async def test_a_cmd_agent_is_told_the_address_serve_answers_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    token: str | None,
 ) -> None:
+    # Without a token, a warning says that its commands may act as the operator there.
+    if token is None:
+        monkeypatch.delenv("TRIO_ROUTINES_TOKEN", raising=False)
+    else:
+        monkeypatch.setenv("TRIO_ROUTINES_TOKEN", token)
     (tmp_path / "routines").mkdir()
     bound = binds_spied(monkeypatch)
     made: list[Any] = []
@@ -641,3 +650,5 @@ async def test_a_cmd_agent_is_told_the_address_serve_answers_on(
     ((_, port),) = bound
     (agent,) = made
     assert agent.scheduler_url == f"http://127.0.0.1:{port}"
+    warned = [r.getMessage() for r in caplog.records if "operator" in r.getMessage()]
+    assert warned == ([] if token else [serve.OPEN_TO_COMMANDS])

@@ -91,6 +91,8 @@ async def _start(
             ) from None
         if isinstance(agent, CommandAgent):  # its commands call back here with their tickets
             agent.scheduler_url = local_url(host, listener.getsockname()[1])
+            if token is None:
+                log.warning("%s", OPEN_TO_COMMANDS)
     state = state_arg(args)
     if not result.routines:
         log.warning(
@@ -155,6 +157,14 @@ async def _reload_on_hangup(
     async for _ in hangups:
         log.info("SIGHUP received — reloading the routines from %s", directory)
         await scheduler.reload_routines(directory)
+
+
+#: Said at the start of a ``cmd:`` agent's ``serve --http`` without a token.
+OPEN_TO_COMMANDS = (
+    "the HTTP API has no token (TRIO_ROUTINES_TOKEN): any local process, a cmd: command "
+    "among them, may call it as the operator (pause, fire, every session's wake-ups); with a "
+    "token, a command holds only its turn's ticket (docs/agents.md: What a command can reach)"
+)
 
 
 def _log_armed(
