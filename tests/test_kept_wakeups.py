@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from trio_routines import wakeups
+from trio_routines.errors import InvalidWakeup
 from trio_routines.instants import format_iso
 from trio_routines.stores.directory import DirectoryStore
 from trio_routines.stores.directory.wakeupindex import WakeupIndex, del_op
@@ -96,6 +98,22 @@ async def test_an_entry_kept_unused_is_removed_by_its_id_within_its_session(
     assert await store.remove_wakeup("kept", "s") is False  # gone
     assert journal_lines(tmp_path)[-1] == {"op": "del", "id": "kept"}
     assert len(await DirectoryStore(tmp_path).list_wakeups()) == 1
+
+
+async def test_an_entry_kept_unused_counts_toward_the_stores_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It is stored, as PostgreSQL's row is: one place of the store's room.
+    monkeypatch.setattr(wakeups, "MAX_PENDING", 2)
+    store = DirectoryStore(tmp_path)
+    await store.add_wakeup(WakeupRequest(session="s", prompt="p", fire_at=T0 + HOUR), T0)
+    with (tmp_path / "schedule" / "wakeups.journal").open("a") as handle:
+        handle.write(json.dumps({"op": "add", "n": 5, "wakeup": foreign("kept")}) + "\n")
+    request = WakeupRequest(session="t", prompt="p", fire_at=T0 + HOUR)
+    with pytest.raises(InvalidWakeup, match="the store holds 2 pending wake-ups"):
+        await store.add_wakeup(request, T0)
+    assert await store.remove_wakeup("kept", "s")
+    await store.add_wakeup(request, T0)
 
 
 def usable(wakeup_id: str, **fields: Any) -> dict[str, Any]:

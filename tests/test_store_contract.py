@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 import pytest
 
+from trio_routines import wakeups as wakeups_module
 from trio_routines.errors import InvalidWakeup, UnsafeName
 from trio_routines.gaps import KEEP_GAPS
 from trio_routines.output import OUTPUT_MAX, stored_output
@@ -387,6 +388,48 @@ async def test_a_deferral_never_takes_a_session_past_its_cap(store: Store) -> No
     pending = await store.list_wakeups()
     assert sum(w.session == "s1" for w in pending) == MAX_PENDING_PER_SESSION
     assert [(w.id, w.attempts) for w in pending[-2:]] == [(first.id, 1), (other.id, 1)]
+
+
+async def test_the_store_keeps_at_most_its_room_of_pending_wake_ups(
+    store_factory: Callable[..., Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every session's count, and their prompts' characters in all, whoever asks; a take, a
+    # cancel, a recurring one's next occurrence and a second replica each keep the count.
+    monkeypatch.setattr(wakeups_module, "MAX_PENDING", 4)
+    monkeypatch.setattr(wakeups_module, "MAX_PENDING_TEXT", 20)
+    one, two = store_factory(), store_factory()
+    first = await one.add_wakeup(one_shot(session="a", prompt="x" * 5), T0)
+    recurring = await two.add_wakeup(
+        WakeupRequest(session="b", prompt="y" * 5, cron="0 12 * * *"), T0
+    )
+    await one.add_wakeup(one_shot(session="c", prompt="z" * 5, delay=3 * HOUR), T0)
+    with pytest.raises(InvalidWakeup) as info:  # 15 + 6 characters
+        await two.add_wakeup(one_shot(session="d", prompt="w" * 6), T0)
+    assert str(info.value) == (
+        "the pending wake-ups' prompts fill the store's room (0 Mi characters in all) — this "
+        "prompt of 6 characters cannot be added until some fire or are cancelled."
+    )
+    fourth = await two.add_wakeup(one_shot(session="d", prompt="w" * 5), T0)  # 20: room
+    with pytest.raises(InvalidWakeup) as info:
+        await one.add_wakeup(one_shot(session="e", prompt="v"), T0)
+    assert str(info.value) == (
+        "the store holds 4 pending wake-ups, the most it keeps — none can be added until some "
+        "fire or are cancelled."
+    )
+    assert len(await one.list_wakeups()) == 4
+    # The recurring one taken comes back as its next occurrence: still four.
+    assert await one.take_due_wakeup(T0 + 2 * HOUR + timedelta(minutes=1)) == first
+    assert await one.remove_wakeup(fourth.id, "d")
+    assert (await two.take_due_wakeup(T0 + 3 * HOUR)).id == recurring.id  # type: ignore[union-attr]
+    assert len(await two.list_wakeups()) == 2
+    await two.add_wakeup(one_shot(session="e", prompt="v" * 10), T0)  # 5 + 5 + 10
+    with pytest.raises(InvalidWakeup, match="fill the store's room"):
+        await one.add_wakeup(one_shot(session="f", prompt="u"), T0)
+    # A store opened anew counts what it finds.
+    again = store_factory()
+    with pytest.raises(InvalidWakeup, match="fill the store's room"):
+        await again.add_wakeup(one_shot(session="f", prompt="u"), T0)
+    assert len(await again.list_wakeups()) == 3
 
 
 async def test_replicas_share_the_wakeups_their_order_and_each_take(

@@ -149,6 +149,13 @@ def _describe(wakeup: Wakeup, *, prompt: bool = True) -> str:
 
 #: The longest prompt a wake-up keeps, in characters (an HTTP body's 64 KiB).
 MAX_PROMPT = 64 * 1024
+#: The most wake-ups one store keeps pending, every session's: an add past it is refused,
+#: whoever asks (sessions are many, and each may have :data:`MAX_PENDING_PER_SESSION`).
+MAX_PENDING = 100_000
+#: The most characters the prompts of one store's pending wake-ups hold in all (32 Mi): an
+#: add whose prompt would pass it is refused, whoever asks. With :data:`MAX_PENDING`, what
+#: the pending wake-ups take on disk and in a serving process's memory is bounded.
+MAX_PENDING_TEXT = 32 * 1024 * 1024
 #: The longest session name a wake-up resumes, in characters (as the HTTP surface takes).
 MAX_SESSION = 512
 #: The longest id a stored wake-up may have, in characters (ours are 36: a UUID).
@@ -199,9 +206,18 @@ NO_PROMPT = "a wake-up needs a prompt: what should the woken turn do?"
 
 
 def plan_add(
-    pending: Sequence[Wakeup], request: WakeupRequest, now: datetime, new_id: str | None = None
+    pending: Sequence[Wakeup],
+    request: WakeupRequest,
+    now: datetime,
+    new_id: str | None = None,
+    *,
+    stored: tuple[int, int] | None = None,
 ) -> Wakeup:
-    """The wake-up to append for ``request``, or :class:`InvalidWakeup` with the guardrail text."""
+    """The wake-up to append for ``request``, or :class:`InvalidWakeup` with the guardrail text.
+
+    ``pending``: the session's pending wake-ups (others are passed over); ``stored``: how many
+    wake-ups the whole store holds pending and how many characters their prompts hold, read
+    under the store's lock for adds (None: not checked, the request only)."""
     now = truncate_ms(now)
     check_request(request)
     # Blank is none (the tool refused a blank prompt, the other callers stored it).
@@ -247,6 +263,8 @@ def plan_add(
             said + "; ".join(_describe(w) for w in mine),
             public=said + "; ".join(_describe(w, prompt=False) for w in mine),
         )
+    if stored is not None:
+        check_room(stored, request.prompt)
     wakeup = Wakeup(
         id=wakeup_id,
         session=request.session,
@@ -259,6 +277,23 @@ def plan_add(
     )
     check_rate(mine, wakeup, request.recent, now, request.limits)
     return wakeup
+
+
+def check_room(stored: tuple[int, int], prompt: str) -> None:
+    """:class:`InvalidWakeup` when the store has no room for one more pending wake-up of
+    ``prompt``: it holds ``stored`` (how many pending, their prompts' characters)."""
+    count, text = stored
+    if count >= MAX_PENDING:
+        raise InvalidWakeup(
+            f"the store holds {MAX_PENDING:,} pending wake-ups, the most it keeps — none can be "
+            "added until some fire or are cancelled."
+        )
+    if text + len(prompt) > MAX_PENDING_TEXT:
+        raise InvalidWakeup(
+            f"the pending wake-ups' prompts fill the store's room ({MAX_PENDING_TEXT // 2**20} "
+            f"Mi characters in all) — this prompt of {len(prompt):,} characters cannot be added "
+            "until some fire or are cancelled."
+        )
 
 
 def check_stored(wakeup: Wakeup) -> Wakeup:

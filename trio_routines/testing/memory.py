@@ -188,7 +188,8 @@ class MemoryStore(Lifetime):
     async def add_wakeup(self, request: WakeupRequest, now: datetime) -> Wakeup:
         await self.injected.enter("add_wakeup")
         self.injected.check("add_wakeup")
-        wakeup = plan_add(self.wakeups, request, now)
+        stored = (len(self.wakeups), sum(len(w.prompt) for w in self.wakeups))
+        wakeup = plan_add(self.wakeups, request, now, stored=stored)
         self.wakeups = [*self.wakeups, wakeup]
         return wakeup
 

@@ -107,7 +107,8 @@ class Wakeups:
 
     async def add_wakeup(self, request: WakeupRequest, now: datetime) -> Wakeup:
         def plan(index: WakeupIndex) -> tuple[list[Op], Wakeup]:
-            wakeup = plan_add(index.of_session(request.session), request, now)
+            stored = (len(index) + index.kept, index.text)
+            wakeup = plan_add(index.of_session(request.session), request, now, stored=stored)
             return [add_op(wakeup, index.next_n)], wakeup
 
         return await self._in_turn(self.log.change, plan)

@@ -55,7 +55,7 @@ from ...wakeups import (
 )
 from .call import Call, reason
 from .conn import Connections
-from .schema import SESSION_LOCK, Schema
+from .schema import ADDS_LOCK, SESSION_LOCK, Schema
 
 log = logging.getLogger("trio_routines")
 
@@ -161,10 +161,25 @@ class PostgresWakeups:
 
     def _add(self, conn: Conn, call: Call, request: WakeupRequest, now: datetime) -> Wakeup:
         with conn.transaction():
-            wakeup = plan_add(self._sessions_wakeups(conn, request.session), request, now)
+            stored = self._stored(conn)
+            mine = self._sessions_wakeups(conn, request.session)
+            wakeup = plan_add(mine, request, now, stored=stored)
             self._insert(conn, call, wakeup)
             call.before_commit()
         return wakeup
+
+    def _stored(self, conn: Conn) -> tuple[int, int]:
+        """How many wake-ups the store holds pending and their prompts' characters, under the
+        lock of every add until the transaction ends (taken before any session's: adds of
+        two sessions cannot both pass the store's room)."""
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), 0)", (ADDS_LOCK,))
+        row = conn.execute(
+            self._tables.sql(
+                "SELECT count(*), coalesce(sum(char_length(prompt)), 0) FROM {wakeups}"
+            )
+        ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
 
     def _sessions_wakeups(self, conn: Conn, session: str) -> list[Wakeup]:
         """The session's pending wake-ups, under its lock until the transaction ends."""
