@@ -6,7 +6,8 @@ over sessions of ten), then times each call through the store's public async API
 another, ``--reps`` times:
 
 * ``poll``: ``take_due_wakeup`` with nothing due (what the wake loop does every 30 s);
-* ``add``: ``add_wakeup`` for a new session (one-shot, an hour ahead);
+* ``add``: ``add_wakeup`` for a new session (one-shot, an hour ahead; the store's room,
+  ``MAX_PENDING``, is raised for the run, so that adds past 100,000 pending are measured);
 * ``take``: ``take_due_wakeup`` of a due one (the added ones, made due by asking later);
 * ``defer``: ``defer_wakeup`` of a taken one (a busy session's retry);
 * ``remove``: ``remove_wakeup`` of a deferred one, by id and session;
@@ -112,6 +113,7 @@ def measure(store_kind: str, n: int, reps: int) -> dict[str, Any]:
 
     import trio
 
+    from trio_routines import wakeups
     from trio_routines.wakeups import WakeupRequest
 
     result: dict[str, Any] = {"store": store_kind, "pending": n}
@@ -161,6 +163,7 @@ def measure(store_kind: str, n: int, reps: int) -> dict[str, Any]:
         requests = [
             WakeupRequest(session=f"bench{i}", prompt="p", fire_at=later) for i in range(reps)
         ]
+        wakeups.MAX_PENDING = max(wakeups.MAX_PENDING, n + reps)
         adds, _ = await timed(lambda r: store.add_wakeup(r, NOW), requests)
         takes, taken = await timed(lambda _: store.take_due_wakeup(due), list(range(reps)))
         assert all(w is not None for w in taken)

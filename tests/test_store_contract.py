@@ -393,7 +393,7 @@ async def test_a_deferral_never_takes_a_session_past_its_cap(store: Store) -> No
 async def test_the_store_keeps_at_most_its_room_of_pending_wake_ups(
     store_factory: Callable[..., Store], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Every session's count, and their prompts' characters in all, whoever asks; a take, a
+    # Every session's count, and their prompts' bytes in all, whoever asks; a take, a
     # cancel, a recurring one's next occurrence and a second replica each keep the count.
     monkeypatch.setattr(wakeups_module, "MAX_PENDING", 4)
     monkeypatch.setattr(wakeups_module, "MAX_PENDING_TEXT", 20)
@@ -403,11 +403,11 @@ async def test_the_store_keeps_at_most_its_room_of_pending_wake_ups(
         WakeupRequest(session="b", prompt="y" * 5, cron="0 12 * * *"), T0
     )
     await one.add_wakeup(one_shot(session="c", prompt="z" * 5, delay=3 * HOUR), T0)
-    with pytest.raises(InvalidWakeup) as info:  # 15 + 6 characters
-        await two.add_wakeup(one_shot(session="d", prompt="w" * 6), T0)
+    with pytest.raises(InvalidWakeup) as info:  # 15 + 6 bytes (of 3 characters)
+        await two.add_wakeup(one_shot(session="d", prompt="é" * 3), T0)
     assert str(info.value) == (
-        "the pending wake-ups' prompts fill the store's room (0 Mi characters in all) — this "
-        "prompt of 6 characters cannot be added until some fire or are cancelled."
+        "the pending wake-ups' prompts fill the store's room (0 MiB in all) — this prompt of "
+        "6 bytes cannot be added until some fire or are cancelled."
     )
     fourth = await two.add_wakeup(one_shot(session="d", prompt="w" * 5), T0)  # 20: room
     with pytest.raises(InvalidWakeup) as info:

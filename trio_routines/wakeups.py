@@ -152,8 +152,8 @@ MAX_PROMPT = 64 * 1024
 #: The most wake-ups one store keeps pending, every session's: an add past it is refused,
 #: whoever asks (sessions are many, and each may have :data:`MAX_PENDING_PER_SESSION`).
 MAX_PENDING = 100_000
-#: The most characters the prompts of one store's pending wake-ups hold in all (32 Mi): an
-#: add whose prompt would pass it is refused, whoever asks. With :data:`MAX_PENDING`, what
+#: The most bytes (UTF-8) the prompts of one store's pending wake-ups hold in all (32 MiB):
+#: an add whose prompt would pass it is refused, whoever asks. With :data:`MAX_PENDING`, what
 #: the pending wake-ups take on disk and in a serving process's memory is bounded.
 MAX_PENDING_TEXT = 32 * 1024 * 1024
 #: The longest session name a wake-up resumes, in characters (as the HTTP surface takes).
@@ -216,7 +216,7 @@ def plan_add(
     """The wake-up to append for ``request``, or :class:`InvalidWakeup` with the guardrail text.
 
     ``pending``: the session's pending wake-ups (others are passed over); ``stored``: how many
-    wake-ups the whole store holds pending and how many characters their prompts hold, read
+    wake-ups the whole store holds pending and how many bytes their prompts hold, read
     under the store's lock for adds (None: not checked, the request only)."""
     now = truncate_ms(now)
     check_request(request)
@@ -281,19 +281,25 @@ def plan_add(
 
 def check_room(stored: tuple[int, int], prompt: str) -> None:
     """:class:`InvalidWakeup` when the store has no room for one more pending wake-up of
-    ``prompt``: it holds ``stored`` (how many pending, their prompts' characters)."""
+    ``prompt``: it holds ``stored`` (how many pending, their prompts' bytes)."""
     count, text = stored
     if count >= MAX_PENDING:
         raise InvalidWakeup(
             f"the store holds {MAX_PENDING:,} pending wake-ups, the most it keeps — none can be "
             "added until some fire or are cancelled."
         )
-    if text + len(prompt) > MAX_PENDING_TEXT:
+    size = len(prompt.encode("utf-8"))  # (storable text: checked before)
+    if text + size > MAX_PENDING_TEXT:
         raise InvalidWakeup(
             f"the pending wake-ups' prompts fill the store's room ({MAX_PENDING_TEXT // 2**20} "
-            f"Mi characters in all) — this prompt of {len(prompt):,} characters cannot be added "
-            "until some fire or are cancelled."
+            f"MiB in all) — this prompt of {size:,} bytes cannot be added until some fire or "
+            "are cancelled."
         )
+
+
+def prompt_bytes(wakeup: Wakeup) -> int:
+    """What ``wakeup``'s prompt takes of the store's room: its UTF-8 bytes."""
+    return len(wakeup.prompt.encode("utf-8"))
 
 
 def check_stored(wakeup: Wakeup) -> Wakeup:

@@ -36,7 +36,7 @@ from typing import Any
 
 from ...converter import wakeup_from_json, wakeup_to_json
 from ...records import Wakeup
-from ...wakeups import check_storable, check_stored_text, stored_cron_problem
+from ...wakeups import check_storable, check_stored_text, prompt_bytes, stored_cron_problem
 
 Op = dict[str, Any]
 
@@ -64,7 +64,7 @@ class WakeupIndex:
         self._due: list[tuple[int, str]] = []  # (n, id) found due up to _mark
         self._mark: datetime | None = None
         self.next_n = 1
-        #: The characters of the pending entries' prompts, in all (the store's room).
+        #: The bytes (UTF-8) of the pending entries' prompts, in all (the store's room).
         self.text = 0
         #: Entries this version cannot use, as written: id -> (order number, the wake-up).
         self._kept: dict[str, tuple[int, dict[str, Any]]] = {}
@@ -138,7 +138,7 @@ class WakeupIndex:
             )
         self._kept.pop(wakeup_id, None)
         if wakeup_id in self._entries:
-            self.text += len(wakeup.prompt) - len(self._entries[wakeup_id].prompt)
+            self.text += prompt_bytes(wakeup) - prompt_bytes(self._entries[wakeup_id])
             self._entries[wakeup_id] = wakeup  # in place: keeps its stored order
             self._push(wakeup, n)
         else:
@@ -191,7 +191,7 @@ class WakeupIndex:
         """Hold ``wakeup`` (not pending yet) at order number ``n``."""
         late = n < self.next_n - 1 and bool(self._entries)
         self._entries[wakeup.id] = wakeup
-        self.text += len(wakeup.prompt)
+        self.text += prompt_bytes(wakeup)
         self._order[wakeup.id] = n
         self._sessions.setdefault(wakeup.session, {})[wakeup.id] = None
         self.next_n = max(self.next_n, n + 1)
@@ -205,7 +205,7 @@ class WakeupIndex:
 
     def _drop(self, wakeup_id: str) -> None:
         wakeup = self._entries.pop(wakeup_id)
-        self.text -= len(wakeup.prompt)
+        self.text -= prompt_bytes(wakeup)
         del self._order[wakeup_id]
         mine = self._sessions[wakeup.session]
         del mine[wakeup_id]

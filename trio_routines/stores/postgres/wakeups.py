@@ -169,13 +169,13 @@ class PostgresWakeups:
         return wakeup
 
     def _stored(self, conn: Conn) -> tuple[int, int]:
-        """How many wake-ups the store holds pending and their prompts' characters, under the
+        """How many wake-ups the store holds pending and their prompts' bytes (UTF-8), under the
         lock of every add until the transaction ends (taken before any session's: adds of
         two sessions cannot both pass the store's room)."""
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), 0)", (ADDS_LOCK,))
         row = conn.execute(
             self._tables.sql(
-                "SELECT count(*), coalesce(sum(char_length(prompt)), 0) FROM {wakeups}"
+                "SELECT count(*), coalesce(sum(octet_length(prompt)), 0) FROM {wakeups}"
             )
         ).fetchone()
         assert row is not None
