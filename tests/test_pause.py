@@ -63,6 +63,77 @@ async def test_paused_at_boot_nothing_is_caught_up_and_resume_arms_from_now(
     ]
 
 
+async def test_a_callers_fire_of_a_slot_a_pause_held_stays_paused_after_the_resume(
+    autojump_clock: Any,
+) -> None:
+    # A hand fire, or an external clock's late delivery, of a slot that came while the routine
+    # was paused: paused, never run, after the resume as before it, and after a later pause
+    # and resume (the slot recorded paused says). A slot after the resume runs.
+    store = MemoryStore()
+    wall = WallClock(T0)
+    scheduler, agent = replica(store, wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await scheduler.pause("hourly")
+        await until(wall, at(11, 30))
+        await scheduler.resume("hourly")
+        for _ in range(2):  # a late delivery, then its retry
+            refused = await scheduler.fire("hourly", at(11))
+            assert (refused.claimed, refused.reason) == (False, "paused")
+        await until(wall, at(12, 10))
+        await scheduler.pause("hourly")
+        await until(wall, at(12, 20))
+        await scheduler.resume("hourly")
+        refused = await scheduler.fire("hourly", at(11))
+        assert (refused.claimed, refused.reason) == (False, "paused")  # not stale: paused
+        scheduler.stop()
+    assert [t.wall for t in agent.turns] == [at(12)]
+    assert [f.slot for f in await store.history("hourly")] == [at(12)]
+    assert await store.gaps("hourly") == [Gap(at(11), at(11), 1, GapReason.PAUSED)]
+
+
+@pytest.mark.parametrize(
+    ("paused_at", "resumed_at", "claimed"),
+    [
+        (at(10, 50), at(11, 30), False),  # the slot came during the pause
+        (None, at(11, 30), False),  # a pause of unknown start, resumed after the slot
+        (at(11, 5), at(11, 30), True),  # paused after the slot
+        (at(10, 40), at(10, 50), True),  # resumed before the slot
+        (at(10, 40), at(11) - timedelta(seconds=30), True),  # just before it, nobody recorded
+        (at(11), at(11, 30), False),  # paused at its very instant
+        (at(10, 40), at(11), True),  # resumed at its very instant
+    ],
+    ids=[
+        "during",
+        "unknown-start",
+        "paused-after",
+        "resumed-before",
+        "resumed-just-before",
+        "paused-at-it",
+        "resumed-at-it",
+    ],
+)
+async def test_an_external_clocks_late_slot_is_paused_when_the_latest_pause_held_it(
+    autojump_clock: Any, paused_at: datetime | None, resumed_at: datetime, claimed: bool
+) -> None:
+    # No loop runs, so no replica recorded a slot paused: the latest pause and resume say.
+    store = MemoryStore()
+    await store.set_paused("hourly", True, paused_at)
+    await store.set_paused("hourly", False, resumed_at)
+    wall = WallClock(at(11, 40))
+    agent = ScriptedAgent(wall=wall)
+    scheduler = Scheduler(
+        agent=agent, store=store, routines=[HOURLY], now=wall, wakeups=False, external_clock=True
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        result = await scheduler.fire("hourly", at(11))
+        scheduler.stop()
+    assert result.claimed is claimed
+    assert result.reason == (None if claimed else "paused")
+    assert len(agent.turns) == int(claimed)
+
+
 async def test_a_paused_routine_says_so_once_at_info_not_at_every_slot(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

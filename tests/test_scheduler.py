@@ -328,15 +328,15 @@ async def test_callers_that_fire_a_backlog_of_slots_late_record_no_gap_between_t
 async def test_a_boot_records_the_slots_behind_a_hand_fire_paused_before_a_resume(
     autojump_clock: Any,
 ) -> None:
-    # Every 5 minutes; claimed 11:55, paused, resumed at 12:22 while no scheduler ran; at
-    # 12:30:10 12:00 is fired by hand. Behind it: 12:05 to 12:20 were paused, 12:25 and
-    # 12:30 not.
+    # Every 5 minutes; claimed 11:55, paused at 12:02, resumed at 12:22 while no scheduler
+    # ran; at 12:30:10 12:00 is fired by hand (no pause held it). Behind it: 12:05 to 12:20
+    # were paused, 12:25 and 12:30 not.
     every_five = Routine(name="five", prompt="p", cron="*/5 * * * *")
     rig = Rig(every_five, wall=WallClock(at(12, 30, 10)))
     await rig.store.first_armed(["five"], at(6))
     await rig.store.claim("five", at(11, 55), at(11, 55))
     await rig.store.settle("five", at(11, 55), Outcome.COMPLETED, 5)
-    await rig.store.set_paused("five", True)
+    await rig.store.set_paused("five", True, at(12, 2))
     await rig.store.set_paused("five", False, at(12, 22))
     assert (await rig.scheduler.fire("five", at(12))).claimed
     async with rig.running():

@@ -194,12 +194,12 @@ class FirePath:
                     # since: that read does not decide it.
                     read = None
                 if name in read.names or (
-                    # Read after its slot (this replica stalled, its loop held up): a pause
-                    # that held the slot when it came may have been resumed since.
-                    not external
-                    and (name in read.resumed or read.started - slot >= RESUME_LAG)
-                    and slot > self._calls.resumes_read_at
-                    and await self._resumed_since(name, slot, read)
+                    # Read after its slot (this replica stalled, its loop held up; a caller's
+                    # slot of the past): a pause that held the slot when it came may have been
+                    # resumed since. A loop's slot the boot planned knew the resumes already.
+                    (name in read.resumed or read.started - slot >= RESUME_LAG)
+                    and (external or slot > self._calls.resumes_read_at)
+                    and await self._resumed_since(name, slot, read, external=external)
                 ):
                     task_status.started(ClaimResult(ClaimStatus.PAUSED))
                     refused = self._refused(name, slot, ClaimResult(ClaimStatus.PAUSED), external)
@@ -240,11 +240,12 @@ class FirePath:
         finally:
             self._in_flight.leave()
 
-    async def _resumed_since(self, name: str, slot: datetime, read: PausedRead) -> bool:
+    async def _resumed_since(
+        self, name: str, slot: datetime, read: PausedRead, *, external: bool = False
+    ) -> bool:
         """Whether a pause of ``name`` held ``slot`` on the replicas that read in time though
         none holds it now (resumed since, by any replica or command): such a slot stays
-        paused, never run. (A caller's fire names its slot and is not asked; a slot the boot
-        planned knew the resumes already.)
+        paused, never run. (A slot the boot planned knew the resumes already.)
 
         The latest resume says so when it came after the slot, unless the pause it ended
         began after the slot too, or its instant is ahead of our clock by more than clocks
@@ -252,7 +253,11 @@ class FirePath:
         after it (stamped, then written: :data:`RESUME_LAG`), while the replicas that read in
         time still saw the pause: whether one recorded the slot paused says. A read begun
         less than :data:`RESUME_LAG` after the slot brought the resumes it needs; a later
-        fire asks the store."""
+        fire asks the store.
+
+        A caller's slot (``external``: a hand fire, an external clock's late delivery) may lie
+        behind pauses before the latest: one a replica recorded paused is held too, and the
+        loop is not told of it (``held_until`` is the loop's own slot's)."""
         try:
             if read.started - slot < RESUME_LAG:
                 resumed, began = read.resumed.get(name) or (None, None)
@@ -262,6 +267,14 @@ class FirePath:
                 began = await self._calls.resumed_pause_since(name) if near else None
             if resumed is None or resumed > self._runtime.now() + CLOCKS_APART:
                 return False
+            if external:
+                if resumed <= slot - RESUME_LAG:  # resumed well before it: no pause since
+                    return False
+                if resumed > slot and (began is None or began <= slot):
+                    return True  # the latest pause held it
+                # An earlier pause, or a resume stamped close before the slot: the records
+                # of the replicas that came to it say.
+                return await self._gaps.recorded_paused(name, slot)
             if began is not None and began > slot:  # the pause came after the slot
                 return False
             if resumed <= slot and not (
