@@ -11,6 +11,7 @@ from .output import (
     NOT_CONFIRMED,
     StoreDeadline,
     check_name,
+    check_owner,
     load,
     open_state,
     pick,
@@ -54,8 +55,11 @@ async def cmd_pause(args: argparse.Namespace) -> int:
     server = Server.from_args(args)
     if server is not None:
         return await _over_http(server, args.name, paused=True)
-    routine = pick(await load(args.routines, report=False), args.name, args.routines)
     state = state_arg(args)
+    # Refused first, as every command that writes is: the routines it names are the
+    # service's, perhaps in a directory this user is not in (/etc/trio-routines/routines).
+    check_owner(state, "pause", existing=True)
+    routine = pick(await load(args.routines, report=False), args.name, args.routines)
     asked = StoreDeadline(state)
     async with open_state(state, writes="pause", existing=True) as store:
         already = routine.name in await asked("reading the paused routines", store.paused())
