@@ -22,7 +22,7 @@ from trio_routines.agent import SESSION_BUSY, Completed, Event, Failed, TextDelt
 from trio_routines.claims import arm_from, claim_names, names_to_prune, parse_claim
 from trio_routines.errors import UnsafeName
 from trio_routines.instants import is_slot_name, parse_instant, require_utc, slot_name
-from trio_routines.names import check_name, name_problem
+from trio_routines.names import check_name, name_problem, routine_session, session_routine
 from trio_routines.records import Fire
 from trio_routines.sessions import SessionGate
 from trio_routines.testing import Complete, Fail, Hang, Raise, ScriptedAgent
@@ -538,3 +538,15 @@ def test_arm_from_counts_from_now_unless_the_newest_claim_is_stamped_later() -> 
     assert arm_from(Fire(slot=SLOT, fired_at=SLOT), now) == now
     ahead = now + timedelta(days=2)
     assert arm_from(Fire(slot=ahead, fired_at=ahead), now) == ahead
+
+
+@pytest.mark.parametrize(
+    ("session", "routine"),
+    [("routine:daily", "daily"), ("routine:", ""), ("chat:daily", None), ("daily", None)],
+)
+def test_a_routines_session_names_its_routine_and_no_other_session_does(
+    session: str, routine: str | None
+) -> None:
+    assert session_routine(session) == routine
+    if routine:
+        assert routine_session(routine) == session

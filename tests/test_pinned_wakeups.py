@@ -19,8 +19,11 @@ from trio_routines.text import cut
 from trio_routines.wakelimits import WakeLimits
 from trio_routines.wakeups import (
     MAX_ATTEMPTS,
+    MAX_PENDING,
     MAX_PENDING_PER_SESSION,
+    MAX_PENDING_TEXT,
     WakeupRequest,
+    check_room,
     check_stored,
     defer_dropped,
     plan_add,
@@ -382,3 +385,21 @@ def test_an_add_deeper_than_the_chain_limit_is_refused() -> None:
     )
     at_limit = attrs.evolve(request, origin=attrs.evolve(deep, depth=5))
     assert plan_add([], at_limit, NOW).origin == at_limit.origin
+
+
+def test_the_stores_room_is_said_with_its_real_bounds() -> None:
+    # Up to the bounds is room; past either, the refusal names it as it is.
+    check_room((MAX_PENDING - 1, 0), "p")
+    check_room((0, MAX_PENDING_TEXT - 3), "é.")  # three bytes: exactly full
+    with pytest.raises(InvalidWakeup) as info:
+        check_room((0, MAX_PENDING_TEXT - 2), "é.")
+    assert str(info.value) == (
+        "the pending wake-ups' prompts fill the store's room (32 MiB in all) — this prompt of "
+        "3 bytes cannot be added until some fire or are cancelled."
+    )
+    with pytest.raises(InvalidWakeup) as info:
+        check_room((MAX_PENDING, 0), "p")
+    assert str(info.value) == (
+        "the store holds 100,000 pending wake-ups, the most it keeps — none can be added until "
+        "some fire or are cancelled."
+    )
