@@ -103,15 +103,23 @@ async def test_an_entry_kept_unused_is_removed_by_its_id_within_its_session(
 async def test_an_entry_kept_unused_counts_toward_the_stores_room(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # It is stored, as PostgreSQL's row is: one place of the store's room.
+    # It is stored, as PostgreSQL's row is: one place of the store's room, and its prompt's
+    # bytes ("pp", written by hand) part of the room's text.
     monkeypatch.setattr(wakeups, "MAX_PENDING", 2)
+    monkeypatch.setattr(wakeups, "MAX_PENDING_TEXT", 4)
     store = DirectoryStore(tmp_path)
     await store.add_wakeup(WakeupRequest(session="s", prompt="p", fire_at=T0 + HOUR), T0)
     with (tmp_path / "schedule" / "wakeups.journal").open("a") as handle:
-        handle.write(json.dumps({"op": "add", "n": 5, "wakeup": foreign("kept")}) + "\n")
+        handle.write(
+            json.dumps({"op": "add", "n": 5, "wakeup": foreign("kept", prompt="pp")}) + "\n"
+        )
     request = WakeupRequest(session="t", prompt="p", fire_at=T0 + HOUR)
     with pytest.raises(InvalidWakeup, match="the store holds 2 pending wake-ups"):
         await store.add_wakeup(request, T0)
+    monkeypatch.setattr(wakeups, "MAX_PENDING", 3)
+    with pytest.raises(InvalidWakeup, match="fill the store's room"):  # 1 + 2 + 2 bytes
+        await store.add_wakeup(WakeupRequest(session="t", prompt="pp", fire_at=T0 + HOUR), T0)
+    await store.add_wakeup(request, T0)  # 1 + 2 + 1: full
     assert await store.remove_wakeup("kept", "s")
     await store.add_wakeup(request, T0)
 

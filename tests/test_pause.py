@@ -96,7 +96,9 @@ async def test_a_callers_fire_of_a_slot_a_pause_held_stays_paused_after_the_resu
     ("paused_at", "resumed_at", "claimed"),
     [
         (at(10, 50), at(11, 30), False),  # the slot came during the pause
-        (None, at(11, 30), False),  # a pause of unknown start, resumed after the slot
+        # A pause of unknown start (an older version's), resumed after the slot: no replica
+        # recorded the slot paused, so nothing says it held it.
+        (None, at(11, 30), True),
         (at(11, 5), at(11, 30), True),  # paused after the slot
         (at(10, 40), at(10, 50), True),  # resumed before the slot
         (at(10, 40), at(11) - timedelta(seconds=30), True),  # just before it, nobody recorded
@@ -560,6 +562,57 @@ async def test_a_late_read_whose_resume_cannot_be_read_claims_nothing_and_says_w
         "could not claim slot 2026-07-07T11-00-00-000Z of 'hourly': disk busy" in m
         for m in (r.getMessage() for r in caplog.records)
     )
+
+
+async def test_a_callers_late_fire_passes_over_a_resume_that_cannot_be_read(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    # As the paused reads pass over a damaged resume record, with a warning: a routine never
+    # paused is not held back by it. (A loop's late fire claims nothing then, and says why.)
+    (tmp_path / "state" / "schedule").mkdir(parents=True)
+    (tmp_path / "state" / "schedule" / "resumed").write_text("planted")
+    store = DirectoryStore(tmp_path / "state")
+    wall = WallClock(at(11, 40))
+    agent = ScriptedAgent(wall=wall)
+    scheduler = Scheduler(
+        agent=agent, store=store, routines=[HOURLY], now=wall, wakeups=False, external_clock=True
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        result = await scheduler.fire("hourly", at(11))
+        scheduler.stop()
+    await store.aclose()
+    assert result.claimed
+    assert len(agent.turns) == 1
+    (warned,) = [
+        r.getMessage() for r in caplog.records if "latest resume cannot be read" in r.getMessage()
+    ]
+    assert warned.startswith(
+        "hourly: slot 2026-07-07T11:00:00.000Z: its latest resume cannot be read ("
+    )
+    assert warned.endswith(") — taken as no pause held it")
+
+
+async def test_a_callers_late_fire_of_a_slot_recorded_paused_under_a_pause_of_unknown_start(
+    autojump_clock: Any,
+) -> None:
+    # An older version's pause keeps no start: the slot a replica recorded paused says.
+    store = MemoryStore()
+    await store.set_paused("hourly", True)
+    await store.record_gap("hourly", Gap(at(11), at(11), 1, GapReason.PAUSED))
+    await store.set_paused("hourly", False, at(11, 30))
+    wall = WallClock(at(12, 40))
+    agent = ScriptedAgent(wall=wall)
+    scheduler = Scheduler(
+        agent=agent, store=store, routines=[HOURLY], now=wall, wakeups=False, external_clock=True
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        refused = await scheduler.fire("hourly", at(11))
+        ran = await scheduler.fire("hourly", at(12))
+        scheduler.stop()
+    assert (refused.claimed, refused.reason, ran.claimed) == (False, "paused", True)
+    assert [t.wall for t in agent.turns] == [at(12, 40)]
 
 
 async def test_a_boot_catching_up_asks_for_no_resume_its_plan_did_not(autojump_clock: Any) -> None:

@@ -71,14 +71,30 @@ def test_record_refuses_unsafe_names(name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", [" ", "   ", "\t", "daily ", " daily", "\u3000", "daily\n", "\x1fdaily", "\u2028"]
+    "name",
+    [
+        " ",
+        "   ",
+        "\t",
+        "daily ",
+        " daily",
+        "\u3000",
+        "daily\n",
+        "\x1fdaily",
+        "\u2028",
+        "daily\u200b",
+        "\ufeffdaily",
+        "\u2060",
+        "daily\x7f",
+    ],
 )
 def test_record_refuses_a_name_that_begins_or_ends_with_white_space(name: str) -> None:
     # Shown blank, or as another routine's name, by every listing.
     with pytest.raises(UnsafeName) as info:
         Routine(name=name, prompt="hi")
     assert str(info.value) == (
-        f"{json.dumps(name)} cannot be a routine name (it begins or ends with white space)"
+        f"{json.dumps(name)} cannot be a routine name (it begins or ends with white space or "
+        "an invisible character)"
     )
 
 

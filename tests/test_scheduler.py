@@ -258,6 +258,23 @@ async def test_a_snapshot_shows_the_slot_after_its_own_instant_when_read_later(
         rig.wall.set(at(13, 25))
 
 
+def test_a_snapshot_read_after_a_reload_keeps_its_old_version_from_the_new_ones() -> None:
+    # Taken before a change of cron and read after it: it shows the old version's slot, and
+    # what it worked out is not taken for the new version's by the snapshots after.
+    from trio_routines.scheduler.arming import Arming
+
+    arming = Arming()
+    old = Routine(name="r", prompt="p", cron="0 * * * *")
+    arming.arm("r", at(11))
+    stale = arming.shown_due(at(11, 15), {"r"}, {"r": old})
+    arming.forget("r")
+    new = Routine(name="r", prompt="p", cron="*/10 * * * *")
+    arming.set_due(new, at(11, 20))
+    assert stale["r"] == at(12)
+    assert arming.shown_due(at(11, 25), {"r"}, {"r": new})["r"] == at(11, 30)
+    assert stale["r"] == at(12)
+
+
 async def test_a_slot_passed_unfired_still_shows_as_next(autojump_clock: Any) -> None:
     # The wall clock came past the slot before its loop woke (a loop held up): the slot it
     # is at is shown, overdue, not the one after now (the alert on overdue slots reads it).

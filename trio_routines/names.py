@@ -2,14 +2,16 @@
 
 A name is a single path segment: not empty, not ``.`` or ``..``, and free of ``/``, ``\\`` and
 NUL; it is Unicode text (a file name of undecodable bytes reads as lone surrogates, which no
-PostgreSQL text can hold); and it neither begins nor ends with white space (`` .md`` would be a
-routine whose name every listing shows blank, ``daily .md`` one that reads as ``daily``).
+PostgreSQL text can hold); and it neither begins nor ends with white space or an invisible
+character (`` .md`` would be a routine whose name every listing shows blank, ``daily .md`` or
+``daily`` and a zero-width space one that reads as ``daily``).
 Nothing else is restricted, so ``每日简报`` and ``my report`` are legal names.
 """
 
 from __future__ import annotations
 
 import json
+import unicodedata
 
 from .errors import UnsafeName
 
@@ -26,9 +28,18 @@ def name_problem(name: object) -> str | None:
         return f'{json.dumps(name)} cannot be a routine name (no path separators, "." or "..")'
     if not is_unicode(name):
         return f"{json.dumps(name)} cannot be a routine name (it is not valid Unicode text)"
-    if name != name.strip():
-        return f"{json.dumps(name)} cannot be a routine name (it begins or ends with white space)"
+    if _unseen(name[0]) or _unseen(name[-1]):
+        return (
+            f"{json.dumps(name)} cannot be a routine name (it begins or ends with white space "
+            "or an invisible character)"
+        )
     return None
+
+
+def _unseen(ch: str) -> bool:
+    """Whether ``ch`` shows as nothing at a name's edge: white space, a format character
+    (a zero-width space or joiner, a byte-order mark) or a control character."""
+    return ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf", "Zs", "Zl", "Zp")
 
 
 def is_unicode(text: str) -> bool:

@@ -226,7 +226,10 @@ class Store(Protocol):
         ...
 
     async def add_wakeup(self, request: WakeupRequest, now: datetime) -> Wakeup:
-        """Store a new wake-up, or raise InvalidWakeup with the guardrail's text."""
+        """Store a new wake-up, or raise InvalidWakeup with the guardrail's text: as
+        :func:`~trio_routines.wakeups.plan_add` decides it, given the session's pending
+        wake-ups and, under the same lock as the write, how many the whole store holds and
+        their prompts' bytes (``stored=``: the store's room)."""
         ...
 
     async def take_due_wakeup(self, now: datetime) -> Wakeup | None:

@@ -263,8 +263,6 @@ def plan_add(
             said + "; ".join(_describe(w) for w in mine),
             public=said + "; ".join(_describe(w, prompt=False) for w in mine),
         )
-    if stored is not None:
-        check_room(stored, request.prompt)
     wakeup = Wakeup(
         id=wakeup_id,
         session=request.session,
@@ -276,6 +274,8 @@ def plan_add(
         until=until,
     )
     check_rate(mine, wakeup, request.recent, now, request.limits)
+    if stored is not None:  # last: a store that counts after the other checks answers alike
+        check_room(stored, request.prompt)
     return wakeup
 
 

@@ -28,9 +28,9 @@ class Arming:
         # The newest claim of each routine as the boot or its last re-arm read it; those
         # stamped ahead of the wall clock are the future claims (see future_claims).
         self._newest: dict[str, Fire] = {}
-        # The slot shown after a slot whose turn runs: (the instant it was worked out from,
-        # the first slot after that instant), until the routine is changed or removed.
-        self._after: dict[str, tuple[datetime, datetime | None]] = {}
+        # The slot shown after a slot whose turn runs: (the routine's version, the instant it
+        # was worked out from, the first slot after that instant).
+        self._after: dict[str, tuple[Routine, datetime, datetime | None]] = {}
 
     def arm(self, name: str, due: datetime) -> None:
         """``name`` is armed for ``due`` (the boot's first slot)."""
@@ -66,13 +66,14 @@ class Arming:
         known = self._after.get(name)
         if known is not None:
             # The first slot after an instant ``since`` no later than ``now``: with no slot
-            # in between (it comes after ``now``, or never), the first after ``now`` too.
-            since, after = known
-            if since <= now and (after is None or after > now):
+            # in between (it comes after ``now``, or never), the first after ``now`` too. Of
+            # this very version: a snapshot read after a reload works out its own version's.
+            of, since, after = known
+            if of is routine and since <= now and (after is None or after > now):
                 return after
         assert routine.cron is not None
         after = next_run(routine.cron, routine.tz, now, name)
-        self._after[name] = (now, after)
+        self._after[name] = (routine, now, after)
         return after
 
     def disarm(self) -> None:

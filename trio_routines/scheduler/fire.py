@@ -261,6 +261,8 @@ class FirePath:
         try:
             if read.started - slot < RESUME_LAG:
                 resumed, began = read.resumed.get(name) or (None, None)
+            elif external:
+                resumed, began = await self._latest_resume(name, slot)
             else:
                 resumed = await self._calls.resumed_at(name)
                 near = resumed is not None and resumed > slot - RESUME_LAG
@@ -270,10 +272,10 @@ class FirePath:
             if external:
                 if resumed <= slot - RESUME_LAG:  # resumed well before it: no pause since
                     return False
-                if resumed > slot and (began is None or began <= slot):
+                if resumed > slot and began is not None and began <= slot:
                     return True  # the latest pause held it
-                # An earlier pause, or a resume stamped close before the slot: the records
-                # of the replicas that came to it say.
+                # An earlier pause, one whose start is not known (an older version's), or a
+                # resume stamped close before the slot: the replicas' records of it say.
                 return await self._gaps.recorded_paused(name, slot)
             if began is not None and began > slot:  # the pause came after the slot
                 return False
@@ -289,6 +291,26 @@ class FirePath:
             return True
         except StateFault as exc:
             raise StateFault(f"could not claim slot {slot_name(slot)} of {name!r}: {exc}") from None
+
+    async def _latest_resume(
+        self, name: str, slot: datetime
+    ) -> tuple[datetime | None, datetime | None]:
+        """A caller's fire's view of ``name``'s latest resume and when the pause it ended
+        began: (None, None) when the store cannot say (a resume record that cannot be read,
+        passed over as the paused reads pass over it, with a warning), so that damage there
+        holds back no caller's fire of a routine perhaps never paused."""
+        try:
+            resumed = await self._calls.resumed_at(name)
+            near = resumed is not None and resumed > slot - RESUME_LAG
+            return resumed, (await self._calls.resumed_pause_since(name) if near else None)
+        except StateFault as exc:
+            log.warning(
+                "%s: slot %s: its latest resume cannot be read (%s) — taken as no pause held it",
+                name,
+                format_iso(slot),
+                exc,
+            )
+            return None, None
 
     async def _claimed_too_late(
         self, name: str, slot: datetime, scope: trio.CancelScope

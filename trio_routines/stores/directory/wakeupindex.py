@@ -64,8 +64,7 @@ class WakeupIndex:
         self._due: list[tuple[int, str]] = []  # (n, id) found due up to _mark
         self._mark: datetime | None = None
         self.next_n = 1
-        #: The bytes (UTF-8) of the pending entries' prompts, in all (the store's room).
-        self.text = 0
+        self._text = 0  # the bytes (UTF-8) of the pending entries' prompts, in all
         #: Entries this version cannot use, as written: id -> (order number, the wake-up).
         self._kept: dict[str, tuple[int, dict[str, Any]]] = {}
 
@@ -138,7 +137,7 @@ class WakeupIndex:
             )
         self._kept.pop(wakeup_id, None)
         if wakeup_id in self._entries:
-            self.text += prompt_bytes(wakeup) - prompt_bytes(self._entries[wakeup_id])
+            self._text += prompt_bytes(wakeup) - prompt_bytes(self._entries[wakeup_id])
             self._entries[wakeup_id] = wakeup  # in place: keeps its stored order
             self._push(wakeup, n)
         else:
@@ -169,6 +168,17 @@ class WakeupIndex:
         return n
 
     @property
+    def text(self) -> int:
+        """The bytes (UTF-8) of every stored entry's prompt, those kept unused too, as
+        PostgreSQL counts its rows (the store's room: :func:`~trio_routines.wakeups.check_room`)."""
+        kept = (raw.get("prompt") for _, raw in self._kept.values())
+        return self._text + sum(
+            len(prompt.encode("utf-8", "surrogatepass"))
+            for prompt in kept
+            if isinstance(prompt, str)
+        )
+
+    @property
     def kept(self) -> int:
         """How many entries are kept unused (each written into every new generation)."""
         return len(self._kept)
@@ -191,7 +201,7 @@ class WakeupIndex:
         """Hold ``wakeup`` (not pending yet) at order number ``n``."""
         late = n < self.next_n - 1 and bool(self._entries)
         self._entries[wakeup.id] = wakeup
-        self.text += prompt_bytes(wakeup)
+        self._text += prompt_bytes(wakeup)
         self._order[wakeup.id] = n
         self._sessions.setdefault(wakeup.session, {})[wakeup.id] = None
         self.next_n = max(self.next_n, n + 1)
@@ -205,7 +215,7 @@ class WakeupIndex:
 
     def _drop(self, wakeup_id: str) -> None:
         wakeup = self._entries.pop(wakeup_id)
-        self.text -= prompt_bytes(wakeup)
+        self._text -= prompt_bytes(wakeup)
         del self._order[wakeup_id]
         mine = self._sessions[wakeup.session]
         del mine[wakeup_id]

@@ -47,6 +47,7 @@ from ...wakeups import (
     MOST,
     WakeupRequest,
     check_request,
+    check_room,
     check_stored,
     plan_add,
     plan_defer,
@@ -161,18 +162,22 @@ class PostgresWakeups:
 
     def _add(self, conn: Conn, call: Call, request: WakeupRequest, now: datetime) -> Wakeup:
         with conn.transaction():
-            stored = self._stored(conn)
-            mine = self._sessions_wakeups(conn, request.session)
-            wakeup = plan_add(mine, request, now, stored=stored)
+            wakeup = plan_add(self._sessions_wakeups(conn, request.session), request, now)
+            # Counted once every other check passed (as plan_add checks the room last), under
+            # the lock of this store's adds, taken after the session's, as every add takes it.
+            check_room(self._stored(conn), wakeup.prompt)
             self._insert(conn, call, wakeup)
             call.before_commit()
         return wakeup
 
     def _stored(self, conn: Conn) -> tuple[int, int]:
-        """How many wake-ups the store holds pending and their prompts' bytes (UTF-8), under the
-        lock of every add until the transaction ends (taken before any session's: adds of
-        two sessions cannot both pass the store's room)."""
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), 0)", (ADDS_LOCK,))
+        """How many wake-ups the store holds pending and their prompts' bytes (in the
+        database's encoding: UTF-8's, as ``initdb`` makes it), under the lock of this store's
+        adds until the transaction ends: adds of two sessions cannot both pass the room."""
+        conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))",
+            (ADDS_LOCK, self._tables.schema or ""),
+        )
         row = conn.execute(
             self._tables.sql(
                 "SELECT count(*), coalesce(sum(octet_length(prompt)), 0) FROM {wakeups}"
