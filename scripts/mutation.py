@@ -333,6 +333,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "firepath": (
         [
             "trio_routines/scheduler/fire.py",
+            "trio_routines/scheduler/resumes.py",
             "trio_routines/scheduler/claiming.py",
             "trio_routines/scheduler/holds.py",
             "trio_routines/scheduler/results.py",

@@ -92,6 +92,24 @@ async def test_a_callers_fire_of_a_slot_a_pause_held_stays_paused_after_the_resu
     assert await store.gaps("hourly") == [Gap(at(11), at(11), 1, GapReason.PAUSED)]
 
 
+async def test_a_callers_fire_of_a_slot_paused_before_the_boot_stays_paused(
+    autojump_clock: Any,
+) -> None:
+    # Paused at 10:50, resumed at 11:30 while no scheduler ran; booted at 11:40, a caller
+    # fires 11:00: the boot's plan knew the resume, the caller's slot is asked all the same.
+    store = MemoryStore()
+    await store.set_paused("hourly", True, at(10, 50))
+    await store.set_paused("hourly", False, at(11, 30))
+    wall = WallClock(at(11, 40))
+    scheduler, agent = replica(store, wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        refused = await scheduler.fire("hourly", at(11))
+        scheduler.stop()
+    assert (refused.claimed, refused.reason) == (False, "paused")
+    assert agent.turns == []
+
+
 @pytest.mark.parametrize(
     ("paused_at", "resumed_at", "claimed"),
     [

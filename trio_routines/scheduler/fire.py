@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import trio
 
@@ -23,8 +23,8 @@ from .grace import bounded_by_caller
 from .holds import TurnHold
 from .membership import Membership
 from .results import refused_result, settled_result
+from .resumes import PauseHeld
 from .state import (
-    CLOCKS_APART,
     RESUME_LAG,
     FireResult,
     NotOnGrid,
@@ -39,10 +39,6 @@ from .state import (
 from .turning import SessionTurns
 
 CLAIMED_TOO_LATE = "claimed only after the store's deadline (its caller had given up): not run"
-#: How long after a slot a read must begin to look for a replica's record of the slot as
-#: paused: one that found it paused writes that record after its own read, a few
-#: milliseconds on, so a read begun sooner (a herd's, at the slot) could not see it.
-RECORDED_AFTER = timedelta(milliseconds=100)
 
 
 class FirePath:
@@ -72,6 +68,7 @@ class FirePath:
         self._calls = calls
         self._membership = membership
         self._claiming = claiming
+        self._pauses = PauseHeld(runtime, calls, gaps)
         # Looked up once: the fire path is hot (10,000 fires at once, see benchmarks/).
         self._in_flight = runtime.in_flight
         self._stopping = runtime.stopping
@@ -80,7 +77,7 @@ class FirePath:
         #: Outcomes (and refusals: paused, duplicate, stale) counted for the statistics.
         self.outcomes: Counter[str] = Counter()
         #: For a slot held by a pause resumed since, the resume's instant: every slot up to it
-        #: was the pause's (the cron loop takes it, see :meth:`_resumed_since`).
+        #: was the pause's (the cron loop takes it, see :meth:`_held_by_a_pause`).
         self.held_until: dict[str, datetime] = {}
 
     async def fire(
@@ -199,7 +196,7 @@ class FirePath:
                     # resumed since. A loop's slot the boot planned knew the resumes already.
                     (name in read.resumed or read.started - slot >= RESUME_LAG)
                     and (external or slot > self._calls.resumes_read_at)
-                    and await self._resumed_since(name, slot, read, external=external)
+                    and await self._held_by_a_pause(name, slot, read, external)
                 ):
                     task_status.started(ClaimResult(ClaimStatus.PAUSED))
                     refused = self._refused(name, slot, ClaimResult(ClaimStatus.PAUSED), external)
@@ -240,77 +237,15 @@ class FirePath:
         finally:
             self._in_flight.leave()
 
-    async def _resumed_since(
-        self, name: str, slot: datetime, read: PausedRead, *, external: bool = False
+    async def _held_by_a_pause(
+        self, name: str, slot: datetime, read: PausedRead, external: bool
     ) -> bool:
-        """Whether a pause of ``name`` held ``slot`` on the replicas that read in time though
-        none holds it now (resumed since, by any replica or command): such a slot stays
-        paused, never run. (A slot the boot planned knew the resumes already.)
-
-        The latest resume says so when it came after the slot, unless the pause it ended
-        began after the slot too, or its instant is ahead of our clock by more than clocks
-        differ (it tells nothing then). A resume stamped just before the slot may have landed
-        after it (stamped, then written: :data:`RESUME_LAG`), while the replicas that read in
-        time still saw the pause: whether one recorded the slot paused says. A read begun
-        less than :data:`RESUME_LAG` after the slot brought the resumes it needs; a later
-        fire asks the store.
-
-        A caller's slot (``external``: a hand fire, an external clock's late delivery) may lie
-        behind pauses before the latest: one a replica recorded paused is held too, and the
-        loop is not told of it (``held_until`` is the loop's own slot's)."""
-        try:
-            if read.started - slot < RESUME_LAG:
-                resumed, began = read.resumed.get(name) or (None, None)
-            elif external:
-                resumed, began = await self._latest_resume(name, slot)
-            else:
-                resumed = await self._calls.resumed_at(name)
-                near = resumed is not None and resumed > slot - RESUME_LAG
-                began = await self._calls.resumed_pause_since(name) if near else None
-            if resumed is None or resumed > self._runtime.now() + CLOCKS_APART:
-                return False
-            if external:
-                if resumed <= slot - RESUME_LAG:  # resumed well before it: no pause since
-                    return False
-                if resumed > slot and began is not None and began <= slot:
-                    return True  # the latest pause held it
-                # An earlier pause, one whose start is not known (an older version's), or a
-                # resume stamped close before the slot: the replicas' records of it say.
-                return await self._gaps.recorded_paused(name, slot)
-            if began is not None and began > slot:  # the pause came after the slot
-                return False
-            if resumed <= slot and not (
-                resumed >= slot - RESUME_LAG
-                # A read begun as the slot came cannot see a record made after it (a herd's,
-                # right after a resume, would read every routine's gaps for nothing).
-                and read.started - slot >= RECORDED_AFTER
-                and await self._gaps.recorded_paused(name, slot)
-            ):
-                return False
-            self.held_until[name] = max(resumed, slot)
-            return True
-        except StateFault as exc:
-            raise StateFault(f"could not claim slot {slot_name(slot)} of {name!r}: {exc}") from None
-
-    async def _latest_resume(
-        self, name: str, slot: datetime
-    ) -> tuple[datetime | None, datetime | None]:
-        """A caller's fire's view of ``name``'s latest resume and when the pause it ended
-        began: (None, None) when the store cannot say (a resume record that cannot be read,
-        passed over as the paused reads pass over it, with a warning), so that damage there
-        holds back no caller's fire of a routine perhaps never paused."""
-        try:
-            resumed = await self._calls.resumed_at(name)
-            near = resumed is not None and resumed > slot - RESUME_LAG
-            return resumed, (await self._calls.resumed_pause_since(name) if near else None)
-        except StateFault as exc:
-            log.warning(
-                "%s: slot %s: its latest resume cannot be read (%s) — taken as no pause held it",
-                name,
-                format_iso(slot),
-                exc,
-            )
-            return None, None
+        """Whether a pause resumed since held ``slot`` (see :class:`.resumes.PauseHeld`); a
+        loop's slot so held leaves the loop the resume's instant (:attr:`held_until`)."""
+        held = await self._pauses.held(name, slot, read, external=external)
+        if held is not None and not external:
+            self.held_until[name] = held
+        return held is not None
 
     async def _claimed_too_late(
         self, name: str, slot: datetime, scope: trio.CancelScope
