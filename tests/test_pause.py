@@ -14,7 +14,7 @@ import trio
 from scheduler_rig import until
 
 from trio_routines import Gap, GapReason, Outcome, Routine, Scheduler, StateFault
-from trio_routines.scheduler import UnknownRoutine
+from trio_routines.scheduler import FireResult, UnknownRoutine
 from trio_routines.stores import DirectoryStore
 from trio_routines.testing import MemoryStore, ScriptedAgent, WallClock
 
@@ -24,6 +24,23 @@ HOURLY = Routine(name="hourly", prompt="p", cron="0 * * * *")
 
 def at(hour: int, minute: int = 0) -> datetime:
     return datetime(2026, 7, 7, hour, minute, tzinfo=UTC)
+
+
+async def caller_fires(
+    store: Any, now: datetime, *slots: datetime
+) -> tuple[list[FireResult], ScriptedAgent]:
+    """``hourly``'s ``slots`` fired one after another by a caller at ``now``, to a scheduler
+    with an external clock (no loop runs): the answers, and the agent that ran the turns."""
+    wall = WallClock(now)
+    agent = ScriptedAgent(wall=wall)
+    scheduler = Scheduler(
+        agent=agent, store=store, routines=[HOURLY], now=wall, wakeups=False, external_clock=True
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        results = [await scheduler.fire("hourly", slot) for slot in slots]
+        scheduler.stop()
+    return results, agent
 
 
 def replica(store: MemoryStore, wall: WallClock) -> tuple[Scheduler, ScriptedAgent]:
@@ -140,15 +157,7 @@ async def test_an_external_clocks_late_slot_is_paused_when_the_latest_pause_held
     store = MemoryStore()
     await store.set_paused("hourly", True, paused_at)
     await store.set_paused("hourly", False, resumed_at)
-    wall = WallClock(at(11, 40))
-    agent = ScriptedAgent(wall=wall)
-    scheduler = Scheduler(
-        agent=agent, store=store, routines=[HOURLY], now=wall, wakeups=False, external_clock=True
-    )
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        result = await scheduler.fire("hourly", at(11))
-        scheduler.stop()
+    (result,), agent = await caller_fires(store, at(11, 40), at(11))
     assert result.claimed is claimed
     assert result.reason == (None if claimed else "paused")
     assert len(agent.turns) == int(claimed)
@@ -590,15 +599,7 @@ async def test_a_callers_late_fire_passes_over_a_resume_that_cannot_be_read(
     (tmp_path / "state" / "schedule").mkdir(parents=True)
     (tmp_path / "state" / "schedule" / "resumed").write_text("planted")
     store = DirectoryStore(tmp_path / "state")
-    wall = WallClock(at(11, 40))
-    agent = ScriptedAgent(wall=wall)
-    scheduler = Scheduler(
-        agent=agent, store=store, routines=[HOURLY], now=wall, wakeups=False, external_clock=True
-    )
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        result = await scheduler.fire("hourly", at(11))
-        scheduler.stop()
+    (result,), agent = await caller_fires(store, at(11, 40), at(11))
     await store.aclose()
     assert result.claimed
     assert len(agent.turns) == 1
@@ -619,16 +620,7 @@ async def test_a_callers_late_fire_of_a_slot_recorded_paused_under_a_pause_of_un
     await store.set_paused("hourly", True)
     await store.record_gap("hourly", Gap(at(11), at(11), 1, GapReason.PAUSED))
     await store.set_paused("hourly", False, at(11, 30))
-    wall = WallClock(at(12, 40))
-    agent = ScriptedAgent(wall=wall)
-    scheduler = Scheduler(
-        agent=agent, store=store, routines=[HOURLY], now=wall, wakeups=False, external_clock=True
-    )
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        refused = await scheduler.fire("hourly", at(11))
-        ran = await scheduler.fire("hourly", at(12))
-        scheduler.stop()
+    (refused, ran), agent = await caller_fires(store, at(12, 40), at(11), at(12))
     assert (refused.claimed, refused.reason, ran.claimed) == (False, "paused", True)
     assert [t.wall for t in agent.turns] == [at(12, 40)]
 
