@@ -113,7 +113,7 @@ def measure(store_kind: str, n: int, reps: int) -> dict[str, Any]:
 
     import trio
 
-    from trio_routines import wakeups
+    from trio_routines import wakelimits
     from trio_routines.wakeups import WakeupRequest
 
     result: dict[str, Any] = {"store": store_kind, "pending": n}
@@ -163,7 +163,7 @@ def measure(store_kind: str, n: int, reps: int) -> dict[str, Any]:
         requests = [
             WakeupRequest(session=f"bench{i}", prompt="p", fire_at=later) for i in range(reps)
         ]
-        wakeups.MAX_PENDING = max(wakeups.MAX_PENDING, n + reps)
+        wakelimits.MAX_PENDING = max(wakelimits.MAX_PENDING, n + reps)
         adds, _ = await timed(lambda r: store.add_wakeup(r, NOW), requests)
         takes, taken = await timed(lambda _: store.take_due_wakeup(due), list(range(reps)))
         assert all(w is not None for w in taken)

@@ -636,6 +636,10 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_wakeexpiry.py",
             "tests/test_store_contract_waketurns.py",
             "tests/test_pinned_wakelimits.py",
+            # The store's room: its bounds, and every store's count.
+            "tests/test_pinned_wakeups.py",
+            "tests/test_store_contract.py",
+            "tests/test_kept_wakeups.py",
         ],
     ),
     "budgets": (

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from trio_routines import wakeups
+from trio_routines import wakelimits
 from trio_routines.errors import InvalidWakeup
 from trio_routines.instants import format_iso
 from trio_routines.stores.directory import DirectoryStore
@@ -105,8 +105,8 @@ async def test_an_entry_kept_unused_counts_toward_the_stores_room(
 ) -> None:
     # It is stored, as PostgreSQL's row is: one place of the store's room, and its prompt's
     # bytes ("pp", written by hand) part of the room's text.
-    monkeypatch.setattr(wakeups, "MAX_PENDING", 2)
-    monkeypatch.setattr(wakeups, "MAX_PENDING_TEXT", 4)
+    monkeypatch.setattr(wakelimits, "MAX_PENDING", 2)
+    monkeypatch.setattr(wakelimits, "MAX_PENDING_TEXT", 4)
     store = DirectoryStore(tmp_path)
     await store.add_wakeup(WakeupRequest(session="s", prompt="p", fire_at=T0 + HOUR), T0)
     with (tmp_path / "schedule" / "wakeups.journal").open("a") as handle:
@@ -116,7 +116,7 @@ async def test_an_entry_kept_unused_counts_toward_the_stores_room(
     request = WakeupRequest(session="t", prompt="p", fire_at=T0 + HOUR)
     with pytest.raises(InvalidWakeup, match="the store holds 2 pending wake-ups"):
         await store.add_wakeup(request, T0)
-    monkeypatch.setattr(wakeups, "MAX_PENDING", 3)
+    monkeypatch.setattr(wakelimits, "MAX_PENDING", 3)
     with pytest.raises(InvalidWakeup, match="fill the store's room"):  # 1 + 2 + 2 bytes
         await store.add_wakeup(WakeupRequest(session="t", prompt="pp", fire_at=T0 + HOUR), T0)
     await store.add_wakeup(request, T0)  # 1 + 2 + 1: full

@@ -16,14 +16,11 @@ import pytest
 from trio_routines.errors import InvalidWakeup
 from trio_routines.records import Origin, OriginKind, Wakeup
 from trio_routines.text import cut
-from trio_routines.wakelimits import WakeLimits
+from trio_routines.wakelimits import MAX_PENDING, MAX_PENDING_TEXT, WakeLimits, check_room
 from trio_routines.wakeups import (
     MAX_ATTEMPTS,
-    MAX_PENDING,
     MAX_PENDING_PER_SESSION,
-    MAX_PENDING_TEXT,
     WakeupRequest,
-    check_room,
     check_stored,
     defer_dropped,
     plan_add,

@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 import pytest
 
-from trio_routines import wakeups as wakeups_module
+from trio_routines import wakelimits
 from trio_routines.errors import InvalidWakeup, UnsafeName
 from trio_routines.gaps import KEEP_GAPS
 from trio_routines.output import OUTPUT_MAX, stored_output
@@ -395,8 +395,8 @@ async def test_the_store_keeps_at_most_its_room_of_pending_wake_ups(
 ) -> None:
     # Every session's count, and their prompts' bytes in all, whoever asks; a take, a
     # cancel, a recurring one's next occurrence and a second replica each keep the count.
-    monkeypatch.setattr(wakeups_module, "MAX_PENDING", 4)
-    monkeypatch.setattr(wakeups_module, "MAX_PENDING_TEXT", 20)
+    monkeypatch.setattr(wakelimits, "MAX_PENDING", 4)
+    monkeypatch.setattr(wakelimits, "MAX_PENDING_TEXT", 20)
     one, two = store_factory(), store_factory()
     first = await one.add_wakeup(one_shot(session="a", prompt="x" * 5), T0)
     recurring = await two.add_wakeup(

@@ -1,5 +1,5 @@
-"""Limits on turns an agent schedules for itself: a rate per session, a chain depth, and the
-lifetime of a recurring wake-up.
+"""Limits on turns an agent schedules for itself: a rate per session, a chain depth, the
+lifetime of a recurring wake-up, and the room a store has for pending wake-ups.
 
 The rules here are pure, like :mod:`trio_routines.wakeups` (which applies them when a wake-up
 is added): every store gets the same answer. The texts are model-facing: the agent's ``wake``
@@ -42,6 +42,11 @@ ends at its ``until``; one added without gets ``until`` = added + lifetime, and 
 past that, or before its first occurrence, is refused. Each occurrence up to the ``until``
 fires; when the next would come after it the entry is removed, logged. One found past its
 ``until`` when it comes due (:func:`expired`) is removed the same way, never fired.
+
+Room (:data:`MAX_PENDING` wake-ups in a store, every session's, their prompts
+:data:`MAX_PENDING_TEXT` bytes in all), whoever asks: the disk's and the memory's bound, not a
+guardrail on agents. Each store counts what it holds under the lock of its adds and hands it
+to :func:`~trio_routines.wakeups.plan_add`, which checks it last (:func:`check_room`).
 """
 
 from __future__ import annotations
@@ -78,6 +83,14 @@ EXPIRY_GRACE = timedelta(minutes=10)
 RATE_HORIZON = timedelta(days=8)
 #: The most turns a store keeps for one session (far more than any rate allows).
 MAX_TURNS_KEPT = 1000
+#: The most wake-ups one store keeps pending, every session's: an add past it is refused,
+#: whoever asks (sessions are many, and each may have
+#: :data:`~trio_routines.wakeups.MAX_PENDING_PER_SESSION`).
+MAX_PENDING = 100_000
+#: The most bytes (UTF-8) the prompts of one store's pending wake-ups hold in all (32 MiB):
+#: an add whose prompt would pass it is refused, whoever asks. With :data:`MAX_PENDING`, what
+#: the pending wake-ups take on disk and in a serving process's memory is bounded.
+MAX_PENDING_TEXT = 32 * 1024 * 1024
 _TURNS = (OriginKind.ROUTINE, OriginKind.WAKEUP, OriginKind.MODEL)
 
 
@@ -267,6 +280,29 @@ def _rate_text(held: list[datetime], ran: list[datetime], now: datetime, rate: i
     return (
         f"{head}; waiting does not make room: cancel a pending wake-up, or schedule this one later."
     )
+
+
+def check_room(stored: tuple[int, int], prompt: str) -> None:
+    """:class:`InvalidWakeup` when the store has no room for one more pending wake-up of
+    ``prompt``: it holds ``stored`` (how many pending, their prompts' bytes)."""
+    count, text = stored
+    if count >= MAX_PENDING:
+        raise InvalidWakeup(
+            f"the store holds {MAX_PENDING:,} pending wake-ups, the most it keeps — none can be "
+            "added until some fire or are cancelled."
+        )
+    size = len(prompt.encode("utf-8"))  # (storable text: checked before)
+    if text + size > MAX_PENDING_TEXT:
+        raise InvalidWakeup(
+            f"the pending wake-ups' prompts fill the store's room ({MAX_PENDING_TEXT // 2**20} "
+            f"MiB in all) — this prompt of {size:,} bytes cannot be added until some fire or "
+            "are cancelled."
+        )
+
+
+def prompt_bytes(wakeup: Wakeup) -> int:
+    """What ``wakeup``'s prompt takes of the store's room: its UTF-8 bytes."""
+    return len(wakeup.prompt.encode("utf-8"))
 
 
 def plan_until(

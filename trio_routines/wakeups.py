@@ -36,6 +36,7 @@ from .wakelimits import (
     WakeLimits,
     check_depth,
     check_rate,
+    check_room,
     expired,
     expired_line,
     plan_until,
@@ -149,13 +150,6 @@ def _describe(wakeup: Wakeup, *, prompt: bool = True) -> str:
 
 #: The longest prompt a wake-up keeps, in characters (an HTTP body's 64 KiB).
 MAX_PROMPT = 64 * 1024
-#: The most wake-ups one store keeps pending, every session's: an add past it is refused,
-#: whoever asks (sessions are many, and each may have :data:`MAX_PENDING_PER_SESSION`).
-MAX_PENDING = 100_000
-#: The most bytes (UTF-8) the prompts of one store's pending wake-ups hold in all (32 MiB):
-#: an add whose prompt would pass it is refused, whoever asks. With :data:`MAX_PENDING`, what
-#: the pending wake-ups take on disk and in a serving process's memory is bounded.
-MAX_PENDING_TEXT = 32 * 1024 * 1024
 #: The longest session name a wake-up resumes, in characters (as the HTTP surface takes).
 MAX_SESSION = 512
 #: The longest id a stored wake-up may have, in characters (ours are 36: a UUID).
@@ -277,29 +271,6 @@ def plan_add(
     if stored is not None:  # last: a store that counts after the other checks answers alike
         check_room(stored, request.prompt)
     return wakeup
-
-
-def check_room(stored: tuple[int, int], prompt: str) -> None:
-    """:class:`InvalidWakeup` when the store has no room for one more pending wake-up of
-    ``prompt``: it holds ``stored`` (how many pending, their prompts' bytes)."""
-    count, text = stored
-    if count >= MAX_PENDING:
-        raise InvalidWakeup(
-            f"the store holds {MAX_PENDING:,} pending wake-ups, the most it keeps — none can be "
-            "added until some fire or are cancelled."
-        )
-    size = len(prompt.encode("utf-8"))  # (storable text: checked before)
-    if text + size > MAX_PENDING_TEXT:
-        raise InvalidWakeup(
-            f"the pending wake-ups' prompts fill the store's room ({MAX_PENDING_TEXT // 2**20} "
-            f"MiB in all) — this prompt of {size:,} bytes cannot be added until some fire or "
-            "are cancelled."
-        )
-
-
-def prompt_bytes(wakeup: Wakeup) -> int:
-    """What ``wakeup``'s prompt takes of the store's room: its UTF-8 bytes."""
-    return len(wakeup.prompt.encode("utf-8"))
 
 
 def check_stored(wakeup: Wakeup) -> Wakeup:

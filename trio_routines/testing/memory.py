@@ -30,8 +30,8 @@ from ..records import (
 from ..replicas import ReplicaInfo, claim_key, replica_key, session_key
 from ..store import Lifetime
 from ..usage import Usage
-from ..wakelimits import kept_turns, turns_kept_after
-from ..wakeups import WakeupRequest, plan_add, plan_defer, prompt_bytes, remove, take_first_due
+from ..wakelimits import kept_turns, prompt_bytes, turns_kept_after
+from ..wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
 from .faults import Faults
 from .memberships import MemoryPresence
 

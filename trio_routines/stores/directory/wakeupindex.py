@@ -36,7 +36,8 @@ from typing import Any
 
 from ...converter import wakeup_from_json, wakeup_to_json
 from ...records import Wakeup
-from ...wakeups import check_storable, check_stored_text, prompt_bytes, stored_cron_problem
+from ...wakelimits import prompt_bytes
+from ...wakeups import check_storable, check_stored_text, stored_cron_problem
 
 Op = dict[str, Any]
 
@@ -170,7 +171,8 @@ class WakeupIndex:
     @property
     def text(self) -> int:
         """The bytes (UTF-8) of every stored entry's prompt, those kept unused too, as
-        PostgreSQL counts its rows (the store's room: :func:`~trio_routines.wakeups.check_room`)."""
+        PostgreSQL counts its rows (the store's room:
+        :func:`~trio_routines.wakelimits.check_room`)."""
         kept = (raw.get("prompt") for _, raw in self._kept.values())
         return self._text + sum(
             len(prompt.encode("utf-8", "surrogatepass"))

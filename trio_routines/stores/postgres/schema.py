@@ -37,7 +37,7 @@ DDL_LOCK = "trio_routines:schema"
 CLAIM_LOCK = "trio_routines:claims"
 SESSION_LOCK = "trio_routines:wakeups"
 #: The advisory lock every add of a wake-up takes after its session's, for the store's room
-#: (see :data:`~trio_routines.wakeups.MAX_PENDING`): its second key is the schema's name.
+#: (see :data:`~trio_routines.wakelimits.MAX_PENDING`): its second key is the schema's name.
 ADDS_LOCK = "trio_routines:wakeup adds"
 GAP_LOCK = "trio_routines:gaps"
 

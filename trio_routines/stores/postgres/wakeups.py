@@ -41,13 +41,12 @@ import psycopg
 import trio
 
 from ...records import Origin, Wakeup
-from ...wakelimits import turns_kept_after
+from ...wakelimits import check_room, turns_kept_after
 from ...wakeups import (
     MAX_PROMPT,
     MOST,
     WakeupRequest,
     check_request,
-    check_room,
     check_stored,
     plan_add,
     plan_defer,
