@@ -296,6 +296,42 @@ async def test_a_server_that_is_not_there_or_hangs_up_is_no_answer() -> None:
     assert gone.value.__suppress_context__
 
 
+NOT_HTTP = [
+    (b"SSH-2.0-OpenSSH_9.0\r\n", "SSH-2.0-OpenSSH_9.0"),  # another service on the port
+    (b"HTTP/1.1 200 OK\r\nX: " + b"y" * 70_000 + b"\r\n\r\n", "got more than 65536 bytes"),
+    (b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 101 + b"\r\n", "got more than 100 headers"),
+    (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
+        "its body ended before the length it gave",
+    ),
+    # A body cut short of its length (a JSON number cut would still parse).
+    (
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n123",
+        "its body ended before the length it gave",
+    ),
+]
+
+
+@pytest.mark.parametrize(("raw", "problem"), NOT_HTTP)
+@pytest.mark.parametrize("method", ["GET", "POST"])
+async def test_an_answer_that_is_not_http_is_one_line_and_a_change_unconfirmed(
+    raw: bytes, problem: str, method: str
+) -> None:
+    async with answering(lambda _: raw) as (url, _):
+        with trio.fail_after(30), pytest.raises(CliError) as refused:
+            await Server(url).call(method, "/routines/r/pause", None)
+    said = str(refused.value)
+    assert said.startswith(f"{url}: the answer is not a trio_routines server's (not HTTP: ")
+    assert problem in said
+    assert len(said) < 300
+    assert said.isprintable()
+    assert refused.value.__suppress_context__
+    unconfirmed = (
+        "; the change is not confirmed: it may still be made there — look before asking again"
+    )
+    assert said.endswith(unconfirmed) is (method != "GET")
+
+
 @asynccontextmanager
 async def endless(status: str) -> AsyncIterator[str]:
     """A server on a loopback port that answers ``status`` with a body that never ends."""

@@ -14,6 +14,7 @@ escaped), and an answer of the wrong shape is one line, never a traceback.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import urllib.error
@@ -26,6 +27,7 @@ import attrs
 import trio
 
 from ..converter import loads
+from ..text import cut, one_line, visible
 from .output import CliError
 from .values import server_url
 
@@ -144,6 +146,15 @@ class Server:
         except OSError as exc:  # refused, reset, timed out
             why = exc.strerror or exc
             raise CliError(f"{self.url}: no answer: {why}{_unconfirmed(method)}") from None
+        except http.client.HTTPException as exc:  # not HTTP (a hang-up is an OSError)
+            if isinstance(exc, http.client.IncompleteRead):
+                problem = "its body ended before the length it gave"
+            else:  # the line it could not read, as it came (cut: it is a stranger's)
+                problem = cut(visible(one_line(str(exc)))) or type(exc).__name__
+            raise CliError(
+                f"{self.url}: the answer is not a trio_routines server's (not HTTP: "
+                f"{problem}){_unconfirmed(method)}"
+            ) from None
         except ValueError as exc:
             raise CliError(
                 f"{self.url}: the answer is not a trio_routines server's ({exc})"
@@ -190,7 +201,10 @@ class Server:
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirects())
         try:
             with opener.open(request, timeout=timeout) as answer:
-                return Answer(answer.status, _parse(answer.read(MAX_ANSWER + 1)))
+                raw = answer.read(MAX_ANSWER + 1)
+                if len(raw) <= MAX_ANSWER and answer.length:  # its length said more would come
+                    raise http.client.IncompleteRead(raw, answer.length)
+                return Answer(answer.status, _parse(raw))
         except urllib.error.HTTPError as refusal:
             with refusal:
                 try:
