@@ -63,7 +63,8 @@ async def test_a_schedule_that_is_no_directory_fails_a_pause_or_resume_by_name(
 
 PAUSE_FAULTS = {
     # place: (the module whose os fails, the call, which call of it, is the file named)
-    "create": (safefile, "open", "r", True),
+    "create": (safefile, "open", ".", False),  # the file, made unnamed in its directory
+    "link": (safefile, "link", 0, True),  # ... and named
     "file-fsync": (safefile, "fsync", 0, True),
     "dir-fsync": (safefile, "fsync", 1, False),
     "instant": (safefile, "write", 0, True),  # the pause's instant, written into its file
@@ -71,18 +72,56 @@ PAUSE_FAULTS = {
 
 
 @pytest.mark.parametrize("place", list(PAUSE_FAULTS))
-async def test_a_pause_that_fails_names_the_file_or_directory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, place: str
+@pytest.mark.parametrize("code", [errno.EIO, errno.ENOSPC])
+async def test_a_pause_that_fails_names_the_file_or_directory_and_pauses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, place: str, code: int
 ) -> None:
     where = tmp_path / "schedule" / "paused"
     where.mkdir(parents=True)
+    store = DirectoryStore(tmp_path)
     module, call, which, file = PAUSE_FAULTS[place]
     matcher = named(which) if isinstance(which, str) else nth(which)
-    fail(monkeypatch, module, call, errno.EIO, matcher)  # type: ignore[arg-type]
+    fail(monkeypatch, module, call, code, matcher)  # type: ignore[arg-type]
+    with pytest.raises(StateFault) as raised:
+        await store.set_paused("r", True, AT)
+    failed = where / "r" if file else where
+    said = f"{errno.errorcode[code]}: {os.strerror(code)}"
+    assert str(raised.value) == f"could not pause 'r' in {where}: {said}: {failed}"
+    # Said to have failed, it pauses nothing: no file at its name, nor half of one.
+    assert os.listdir(where) == []
+    assert await store.paused() == frozenset()
+    monkeypatch.undo()
+    await store.set_paused("r", True, AT)  # asked again, it is made, with its instant
+    assert await store.paused_since("r") == AT
+
+
+async def test_a_pause_whose_taking_back_fails_too_says_it_may_pause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    where = tmp_path / "schedule" / "paused"
+    where.mkdir(parents=True)
+    fail(monkeypatch, safefile, "fsync", errno.EIO, nth(1))  # the directory's
+    fail(monkeypatch, dirpause, "unlink", errno.EACCES)
     with pytest.raises(StateFault) as raised:
         await DirectoryStore(tmp_path).set_paused("r", True, AT)
-    failed = where / "r" if file else where
-    assert str(raised.value) == f"could not pause 'r' in {where}: {EIO}: {failed}"
+    assert str(raised.value) == (
+        f"could not pause 'r' in {where}: {EIO}: {where}; its pause file could not be removed "
+        f"again (EACCES: Permission denied: {where / 'r'}): it may pause the routine — look "
+        "with `list`, and resume it if it shows paused"
+    )
+
+
+async def test_a_pause_where_something_else_has_its_name_is_refused_as_it_is(
+    tmp_path: Path,
+) -> None:
+    where = tmp_path / "schedule" / "paused"
+    (where / "r").mkdir(parents=True)
+    with pytest.raises(StateFault) as raised:
+        await DirectoryStore(tmp_path).set_paused("r", True, AT)
+    assert str(raised.value) == (
+        f"cannot pause 'r': {where / 'r'} exists and is not a regular file"
+    )
+    assert os.listdir(where / "r") == []
 
 
 @pytest.mark.parametrize("place", ["unlink", "dir-fsync"])

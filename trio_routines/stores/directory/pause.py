@@ -7,12 +7,14 @@
                                          the instant the pause that resume ended began,
                                          when it was known (ISO 8601)
 
-Pausing creates the file (``O_EXCL``, never through a symlink), fsyncs it and the directory
-before it returns, so every scheduler sharing the directory sees the pause from then on and
-a crash cannot forget it; resuming unlinks it and fsyncs the directory. Only regular files
-count: anything else found there (a symlink, a directory) pauses nothing. The directories on
-the way are opened as every state directory is (safefile.py): a planted link is refused. The
-original scheduler does not know these directories and ignores them. A resume's instant is
+Pausing creates the file whole (written unnamed, then linked under the routine's name, which
+fails if anything is there; never through a symlink), fsyncs it and the directory before it
+returns (a pause that fails is taken back: it pauses nothing), so every scheduler sharing
+the directory sees the pause from then on and a crash cannot forget it; resuming unlinks it
+and fsyncs the directory. Only regular files count: anything else found there (a symlink, a
+directory) pauses nothing. The directories on the way are opened as every state directory
+is (safefile.py): a planted link is refused. The original scheduler does not know these
+directories and ignores them. A resume's instant is
 written to a temp file under an unpredictable name, fsynced and renamed into place; it is read
 as any state file is. A resume's file that holds no instant (anything but a short regular file
 holding one) is a resume of unknown instant, taken as made when the entry was last written,
@@ -40,16 +42,19 @@ from ..abandon import Handoff
 from ..safefile import (
     Refused,
     at,
-    create_file,
+    create_whole,
     describe,
     fsync,
     open_dirs,
     read_file,
     replace_file,
-    write_all,
 )
 
 log = logging.getLogger("trio_routines")
+
+#: A pause being written where files cannot be made unnamed (safefile.py): an unpredictable
+#: name after this, linked under the routine's once written, and removed.
+PAUSE_TEMP = ".pause-"
 
 
 def set_paused_sync(
@@ -267,8 +272,9 @@ def _set_paused(
         if handoff is not None and handoff.gave_up:
             return False
         if paused:
-            try:
-                fd = create_file(directory, name, path)
+            data = b"" if since is None else format_iso(since).encode()
+            try:  # named only once written: a pause that failed leaves no empty file
+                fd = create_whole(directory, where, name, data, PAUSE_TEMP)
             except FileExistsError:
                 info = os.stat(name, dir_fd=directory, follow_symlinks=False)
                 if not stat.S_ISREG(info.st_mode):
@@ -277,11 +283,13 @@ def _set_paused(
                     ) from None
                 return True  # paused already
             try:
-                if since is not None:  # (a crash before it is written: an unknown instant)
-                    write_all(fd, format_iso(since).encode(), path)
                 fsync(fd, path)
+                fsync(directory, where)
+            except OSError as exc:
+                raise _undo_pause(routine, directory, name, where, exc) from None
             finally:
                 os.close(fd)
+            return True
         else:
             try:
                 at(path, lambda: os.unlink(name, dir_fd=directory))
@@ -289,11 +297,29 @@ def _set_paused(
                 return True  # not paused
         fsync(directory, where)
         return True
+    except StateFault:
+        raise  # said whole already
     except OSError as exc:
         what = "pause" if paused else "resume"
         raise StateFault(f"could not {what} {routine!r} in {where}: {describe(exc)}") from None
     finally:
         os.close(directory)
+
+
+def _undo_pause(routine: str, directory: int, name: str, where: Path, exc: OSError) -> StateFault:
+    """A pause named but not made durable is taken back, so that a pause said to have failed
+    pauses nothing: the fault to raise (saying so when even the removal failed)."""
+    fault = f"could not pause {routine!r} in {where}: {describe(exc)}"
+    try:
+        at(where / name, lambda: os.unlink(name, dir_fd=directory))
+    except FileNotFoundError:
+        pass
+    except OSError as undo:
+        return StateFault(
+            f"{fault}; its pause file could not be removed again ({describe(undo)}): it may "
+            "pause the routine — look with `list`, and resume it if it shows paused"
+        )
+    return StateFault(fault)
 
 
 def paused_since_sync(root: Path, routine: str) -> datetime | None:
