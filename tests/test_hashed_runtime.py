@@ -139,7 +139,12 @@ async def test_http_lists_the_resolved_cron_and_resolves_wakeups() -> None:
         digits = await server.call(
             "POST", "/wakeups", {"session": "chat", "prompt": "p", "cron": "9" * 5000 + " * * * *"}
         )
-        assert digits.status == 400  # was a 500 with a traceback (issue 11)
+        assert digits.status == 400  # was a 500 with a traceback
+        assert digits.json["error"] == "the cron is too long: at most 1,024 characters, not 5,008."
+        digits = await server.call(
+            "POST", "/wakeups", {"session": "chat", "prompt": "p", "cron": "9" * 1000 + " * * * *"}
+        )
+        assert digits.status == 400
         assert 'minute field: "99999999' in digits.json["error"]
         assert len(await store.list_wakeups()) == 1
         scheduler.stop(grace=0)

@@ -16,7 +16,13 @@ import pytest
 from trio_routines.errors import InvalidWakeup
 from trio_routines.records import Origin, OriginKind, Wakeup
 from trio_routines.text import cut
-from trio_routines.wakelimits import MAX_PENDING, MAX_PENDING_TEXT, WakeLimits, check_room
+from trio_routines.wakelimits import (
+    MAX_PENDING,
+    MAX_PENDING_TEXT,
+    WakeLimits,
+    check_room,
+    text_bytes,
+)
 from trio_routines.wakeups import (
     MAX_ATTEMPTS,
     MAX_PENDING_PER_SESSION,
@@ -128,6 +134,14 @@ def test_the_cap_message_describes_each_pending_wake_up() -> None:
     assert described[18] == f"long at 2026-07-07T11:00:00.000Z: {'y' * 60}…"
     assert described[19] == 'rec (recurring "0 9 * * *") at 2026-07-07T11:00:00.000Z: z'
     assert len(described) == 20  # the other session's wake-up is not listed
+    # A long cron (stored by an earlier version, up to 64 KiB) is cut as a quoted value is.
+    long = ",".join(["0"] * 30_000) + " 9 * * *"
+    pending[19] = attrs.evolve(pending[19], cron=long)
+    message = refused(WakeupRequest(session="s", prompt="p", fire_at=LATER), pending)
+    described = message[len(head) :].split("; ")
+    assert described[19] == (
+        f'rec (recurring "{long[:40]}… (60007 characters)") at 2026-07-07T11:00:00.000Z: z'
+    )
 
 
 def test_the_cap_message_without_prompts_lists_the_same_wake_ups() -> None:
@@ -292,15 +306,24 @@ def test_a_prompt_or_session_longer_than_an_http_body_takes_is_refused_from_ever
     assert refused(long_session) == "the session is too long: at most 512 characters, not 513."
 
 
-def test_a_cron_or_time_zone_longer_than_a_prompt_is_refused_before_it_is_parsed() -> None:
-    # A valid cron can be long (every minute listed: 170 characters), never 64 KiB: a list of
-    # that length repeating one minute parses, and would be kept whole in every index.
-    cron = ",".join(["0"] * 32_768) + " * * * *"
-    assert len(cron) == 65_543
-    request = WakeupRequest(session="s", prompt="p", cron=cron)
-    assert refused(request) == "the cron is too long: at most 65,536 characters, not 65,543."
-    zone = WakeupRequest(session="s", prompt="p", cron="0 * * * *", tz="Z" * 65_537)
-    assert refused(zone) == "the tz is too long: at most 65,536 characters, not 65,537."
+def test_a_cron_or_time_zone_longer_than_any_real_one_is_refused_before_it_is_parsed() -> None:
+    # A valid cron can be long (every minute listed: 170 characters), never a kilobyte: a list
+    # of that length repeating one minute parses, and would be kept whole in every index and
+    # listing, and take the store's room.
+    every = ",".join(map(str, range(0, 60, 10))) + " " + ",".join(map(str, range(24)))
+    every += " " + ",".join(map(str, range(1, 32))) + " " + ",".join(map(str, range(1, 13)))
+    every += " MON,TUE,WED,THU,FRI,SAT,SUN"  # each field named one by one: 217 characters
+    assert plan_add([], WakeupRequest(session="s", prompt="p", cron=every), NOW).cron == every
+    cron = ",".join(["0"] * 508) + "  * * * *"  # (two spaces: 1,024 characters)
+    assert plan_add([], WakeupRequest(session="s", prompt="p", cron=cron), NOW).cron == cron
+    request = WakeupRequest(session="s", prompt="p", cron=cron + " ")
+    assert refused(request) == "the cron is too long: at most 1,024 characters, not 1,025."
+    zone = WakeupRequest(session="s", prompt="p", cron="0 * * * *", tz="Z" * 257)
+    assert refused(zone) == "the tz is too long: at most 256 characters, not 257."
+    # An entry stored before (by an earlier version, up to a prompt's length) is still read.
+    long = ",".join(["0"] * 1000) + " * * * *"
+    stored = Wakeup(id="w1", session="s", prompt="p", fire_at=NOW, cron=long, tz="UTC")
+    assert check_stored(stored) is stored
 
 
 @pytest.mark.parametrize(
@@ -386,16 +409,20 @@ def test_an_add_deeper_than_the_chain_limit_is_refused() -> None:
 
 def test_the_stores_room_is_said_with_its_real_bounds() -> None:
     # Up to the bounds is room; past either, the refusal names it as it is.
-    check_room((MAX_PENDING - 1, 0), "p")
-    check_room((0, MAX_PENDING_TEXT - 3), "é.")  # three bytes: exactly full
+    one = Wakeup(id="w", session="é", prompt=".", fire_at=LATER, cron="0 9 * * *", tz="UTC")
+    assert text_bytes(one) == 2 + 1 + 9 + 3  # its text, in UTF-8; its id and its instant not
+    assert text_bytes(attrs.evolve(one, cron=None, tz=None)) == 3
+    check_room((MAX_PENDING - 1, 0), one)
+    check_room((0, MAX_PENDING_TEXT - 15), one)  # exactly full
     with pytest.raises(InvalidWakeup) as info:
-        check_room((0, MAX_PENDING_TEXT - 2), "é.")
+        check_room((0, MAX_PENDING_TEXT - 14), one)
     assert str(info.value) == (
-        "the pending wake-ups' prompts fill the store's room (32 MiB in all) — this prompt of "
-        "3 bytes cannot be added until some fire or are cancelled."
+        "the pending wake-ups' text fills the store's room (32 MiB in all: their sessions, "
+        "prompts and schedules) — this wake-up of 15 bytes cannot be added until some fire or "
+        "are cancelled."
     )
     with pytest.raises(InvalidWakeup) as info:
-        check_room((MAX_PENDING, 0), "p")
+        check_room((MAX_PENDING, 0), one)
     assert str(info.value) == (
         "the store holds 100,000 pending wake-ups, the most it keeps — none can be added until "
         "some fire or are cancelled."

@@ -393,23 +393,25 @@ async def test_a_deferral_never_takes_a_session_past_its_cap(store: Store) -> No
 async def test_the_store_keeps_at_most_its_room_of_pending_wake_ups(
     store_factory: Callable[..., Store], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Every session's count, and their prompts' bytes in all, whoever asks; a take, a
-    # cancel, a recurring one's next occurrence and a second replica each keep the count.
+    # Every session's count, and their text's bytes in all (sessions, prompts, crons, zones),
+    # whoever asks; a take, a cancel, a recurring one's next occurrence and a second replica
+    # each keep the count.
     monkeypatch.setattr(wakelimits, "MAX_PENDING", 4)
-    monkeypatch.setattr(wakelimits, "MAX_PENDING_TEXT", 20)
+    monkeypatch.setattr(wakelimits, "MAX_PENDING_TEXT", 40)
     one, two = store_factory(), store_factory()
-    first = await one.add_wakeup(one_shot(session="a", prompt="x" * 5), T0)
-    recurring = await two.add_wakeup(
-        WakeupRequest(session="b", prompt="y" * 5, cron="0 12 * * *"), T0
+    first = await one.add_wakeup(one_shot(session="a", prompt="x" * 5), T0)  # 1 + 5
+    recurring = await two.add_wakeup(  # 1 + 5 + 10 + 3
+        WakeupRequest(session="b", prompt="y" * 5, cron="0 12 * * *", tz="UTC"), T0
     )
-    await one.add_wakeup(one_shot(session="c", prompt="z" * 5, delay=3 * HOUR), T0)
-    with pytest.raises(InvalidWakeup) as info:  # 15 + 6 bytes (of 3 characters)
-        await two.add_wakeup(one_shot(session="d", prompt="é" * 3), T0)
+    await one.add_wakeup(one_shot(session="c", prompt="z" * 5, delay=3 * HOUR), T0)  # 31
+    with pytest.raises(InvalidWakeup) as info:  # 31 + 1 + 10 bytes (of 5 characters)
+        await two.add_wakeup(one_shot(session="d", prompt="é" * 5), T0)
     assert str(info.value) == (
-        "the pending wake-ups' prompts fill the store's room (0 MiB in all) — this prompt of "
-        "6 bytes cannot be added until some fire or are cancelled."
+        "the pending wake-ups' text fills the store's room (0 MiB in all: their sessions, "
+        "prompts and schedules) — this wake-up of 11 bytes cannot be added until some fire or "
+        "are cancelled."
     )
-    fourth = await two.add_wakeup(one_shot(session="d", prompt="w" * 5), T0)  # 20: room
+    fourth = await two.add_wakeup(one_shot(session="d", prompt="w" * 8), T0)  # 40: room
     with pytest.raises(InvalidWakeup) as info:
         await one.add_wakeup(one_shot(session="e", prompt="v"), T0)
     assert str(info.value) == (
@@ -422,12 +424,12 @@ async def test_the_store_keeps_at_most_its_room_of_pending_wake_ups(
     assert await one.remove_wakeup(fourth.id, "d")
     assert (await two.take_due_wakeup(T0 + 3 * HOUR)).id == recurring.id  # type: ignore[union-attr]
     assert len(await two.list_wakeups()) == 2
-    await two.add_wakeup(one_shot(session="e", prompt="v" * 10), T0)  # 5 + 5 + 10
-    with pytest.raises(InvalidWakeup, match="fill the store's room"):
+    await two.add_wakeup(one_shot(session="e", prompt="v" * 14), T0)  # 19 + 6 + 15
+    with pytest.raises(InvalidWakeup, match="fills the store's room"):
         await one.add_wakeup(one_shot(session="f", prompt="u"), T0)
     # A store opened anew counts what it finds.
     again = store_factory()
-    with pytest.raises(InvalidWakeup, match="fill the store's room"):
+    with pytest.raises(InvalidWakeup, match="fills the store's room"):
         await again.add_wakeup(one_shot(session="f", prompt="u"), T0)
     assert len(await again.list_wakeups()) == 3
 

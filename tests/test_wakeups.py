@@ -8,7 +8,8 @@ import attrs
 import pytest
 
 from trio_routines.converter import wakeup_from_json, wakeup_to_json
-from trio_routines.errors import InvalidWakeup
+from trio_routines.cron import parse_cron
+from trio_routines.errors import InvalidCron, InvalidWakeup
 from trio_routines.records import Wakeup
 from trio_routines.wakeups import (
     WakeupRequest,
@@ -60,10 +61,16 @@ def test_over_long_numbers_are_refused_without_a_traceback() -> None:
     digits = "9" * 5000  # past int()'s 4,300-digit limit
     assert parse_delay(f"{digits}m") is None  # overflows to infinity: not a delay
     assert parse_delay(f"1.{digits}m") == 120.0  # 1.999… rounds to 2 minutes
-    with pytest.raises(InvalidWakeup, match=r'^invalid cron/tz: minute field: "9{8}'):
+    # A routine file's cron meets the parser at any length; a wake-up's is refused by its
+    # length first (at most 1,024 characters).
+    with pytest.raises(InvalidCron, match=r'^minute field: "9{8}'):
+        parse_cron(f"{digits} 9 * * *")
+    with pytest.raises(InvalidCron, match=r"^minute field: step"):
+        parse_cron(f"*/{digits} 9 * * *")
+    with pytest.raises(InvalidWakeup, match=r"^the cron is too long: at most 1,024 characters"):
         plan_add([], WakeupRequest(session="s", prompt="p", cron=f"{digits} 9 * * *"), NOW)
-    with pytest.raises(InvalidWakeup, match=r"^invalid cron/tz: minute field: step"):
-        plan_add([], WakeupRequest(session="s", prompt="p", cron=f"*/{digits} 9 * * *"), NOW)
+    with pytest.raises(InvalidWakeup, match=r'^invalid cron/tz: minute field: "9{8}'):
+        plan_add([], WakeupRequest(session="s", prompt="p", cron=f"{digits[:1000]} 9 * * *"), NOW)
 
 
 def test_one_shot_needs_a_time_and_a_minute() -> None:

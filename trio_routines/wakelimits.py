@@ -43,10 +43,11 @@ past that, or before its first occurrence, is refused. Each occurrence up to the
 fires; when the next would come after it the entry is removed, logged. One found past its
 ``until`` when it comes due (:func:`expired`) is removed the same way, never fired.
 
-Room (:data:`MAX_PENDING` wake-ups in a store, every session's, their prompts
-:data:`MAX_PENDING_TEXT` bytes in all), whoever asks: the disk's and the memory's bound, not a
-guardrail on agents. Each store counts what it holds under the lock of its adds and hands it
-to :func:`~trio_routines.wakeups.plan_add`, which checks it last (:func:`check_room`).
+Room (:data:`MAX_PENDING` wake-ups in a store, every session's, their text -- sessions,
+prompts, crons and time zones -- :data:`MAX_PENDING_TEXT` bytes in all), whoever asks: the
+disk's and the memory's bound, not a guardrail on agents. Each store counts what it holds
+under the lock of its adds and hands it to :func:`~trio_routines.wakeups.plan_add`, which
+checks it last (:func:`check_room`).
 """
 
 from __future__ import annotations
@@ -87,9 +88,10 @@ MAX_TURNS_KEPT = 1000
 #: whoever asks (sessions are many, and each may have
 #: :data:`~trio_routines.wakeups.MAX_PENDING_PER_SESSION`).
 MAX_PENDING = 100_000
-#: The most bytes (UTF-8) the prompts of one store's pending wake-ups hold in all (32 MiB):
-#: an add whose prompt would pass it is refused, whoever asks. With :data:`MAX_PENDING`, what
-#: the pending wake-ups take on disk and in a serving process's memory is bounded.
+#: The most bytes (UTF-8) the text of one store's pending wake-ups holds in all (32 MiB): their
+#: sessions, prompts, crons and time zones (:func:`text_bytes`). An add that would pass it is
+#: refused, whoever asks. With :data:`MAX_PENDING`, what the pending wake-ups take on disk and
+#: in a serving process's memory is bounded.
 MAX_PENDING_TEXT = 32 * 1024 * 1024
 _TURNS = (OriginKind.ROUTINE, OriginKind.WAKEUP, OriginKind.MODEL)
 
@@ -282,27 +284,33 @@ def _rate_text(held: list[datetime], ran: list[datetime], now: datetime, rate: i
     )
 
 
-def check_room(stored: tuple[int, int], prompt: str) -> None:
-    """:class:`InvalidWakeup` when the store has no room for one more pending wake-up of
-    ``prompt``: it holds ``stored`` (how many pending, their prompts' bytes)."""
+def check_room(stored: tuple[int, int], wakeup: Wakeup) -> None:
+    """:class:`InvalidWakeup` when the store has no room for one more pending wake-up,
+    ``wakeup``: it holds ``stored`` (how many pending, their text's bytes)."""
     count, text = stored
     if count >= MAX_PENDING:
         raise InvalidWakeup(
             f"the store holds {MAX_PENDING:,} pending wake-ups, the most it keeps — none can be "
             "added until some fire or are cancelled."
         )
-    size = len(prompt.encode("utf-8"))  # (storable text: checked before)
+    size = text_bytes(wakeup)
     if text + size > MAX_PENDING_TEXT:
         raise InvalidWakeup(
-            f"the pending wake-ups' prompts fill the store's room ({MAX_PENDING_TEXT // 2**20} "
-            f"MiB in all) — this prompt of {size:,} bytes cannot be added until some fire or "
-            "are cancelled."
+            f"the pending wake-ups' text fills the store's room ({MAX_PENDING_TEXT // 2**20} "
+            f"MiB in all: their sessions, prompts and schedules) — this wake-up of {size:,} "
+            "bytes cannot be added until some fire or are cancelled."
         )
 
 
-def prompt_bytes(wakeup: Wakeup) -> int:
-    """What ``wakeup``'s prompt takes of the store's room: its UTF-8 bytes."""
-    return len(wakeup.prompt.encode("utf-8"))
+#: A wake-up's fields that take the store's room (:func:`text_bytes`).
+ROOM_FIELDS = ("session", "prompt", "cron", "tz")
+
+
+def text_bytes(wakeup: Wakeup) -> int:
+    """What ``wakeup`` takes of the store's room: the UTF-8 bytes of its session, prompt, cron
+    and time zone, the text an add makes the store keep (storable text: checked before)."""
+    texts = (getattr(wakeup, field) for field in ROOM_FIELDS)
+    return sum(len(text.encode("utf-8")) for text in texts if text is not None)
 
 
 def plan_until(

@@ -31,6 +31,7 @@ from .errors import InvalidWakeup
 from .instants import format_iso, truncate_ms
 from .names import is_unicode
 from .records import MAX_DEPTH, Origin, OriginKind, Wakeup
+from .text import cut
 from .wakelimits import (
     DEFAULT_LIMITS,
     WakeLimits,
@@ -140,7 +141,8 @@ def _minutes(gap: timedelta) -> str:
 def _describe(wakeup: Wakeup, *, prompt: bool = True) -> str:
     """One pending wake-up of a refusal's listing: with the start of its prompt, for the model
     of its own session; without (``prompt=False``), for a surface that shows no prompts."""
-    kind = f' (recurring "{wakeup.cron}")' if wakeup.recurring else ""
+    # A cron parses (so it is printable), but it may be long: cut, as a quoted value is.
+    kind = f' (recurring "{cut(wakeup.cron)}")' if wakeup.cron is not None else ""
     described = f"{wakeup.id}{kind} at {format_iso(wakeup.fire_at)}"
     if not prompt:
         return described
@@ -158,6 +160,12 @@ MAX_ID = 128
 #: damage (no add makes it), read no further than one character past it (PostgreSQL).
 MOST = {"id": MAX_ID, "session": MAX_SESSION, "prompt": MAX_PROMPT}
 MOST |= {"cron": MAX_PROMPT, "tz": MAX_PROMPT}
+#: The longest cron and time zone an add takes, in characters: a cron of every minute, hour,
+#: day, month and weekday named one by one is under 500 (a longer one repeats itself, and
+#: each takes the store's room and every listing's), a zone's name under 40. Entries stored
+#: before, up to :data:`MOST`, are still read.
+MAX_CRON, MAX_TZ = 1024, 256
+ASKED = MOST | {"cron": MAX_CRON, "tz": MAX_TZ}
 
 
 def storable(text: str | None) -> bool:
@@ -179,18 +187,20 @@ def check_request(request: WakeupRequest) -> None:
             raise InvalidWakeup(
                 f"the {field} must be text without NUL characters or undecodable bytes."
             )
-    problem = _too_long(request, ("session", "prompt", "cron", "tz"))
+    problem = _too_long(request, ("session", "prompt", "cron", "tz"), ASKED)
     if problem is not None:
         raise InvalidWakeup(problem)
 
 
-def _too_long(entry: WakeupRequest | Wakeup, fields: tuple[str, ...]) -> str | None:
-    """Which of ``fields`` of ``entry`` is longer than :data:`MOST` lets it be, said."""
+def _too_long(
+    entry: WakeupRequest | Wakeup, fields: tuple[str, ...], most: dict[str, int] = MOST
+) -> str | None:
+    """Which of ``fields`` of ``entry`` is longer than ``most`` lets it be, said."""
     for field in fields:
         value = getattr(entry, field)
-        if isinstance(value, str) and len(value) > MOST[field]:
+        if isinstance(value, str) and len(value) > most[field]:
             return (
-                f"the {field} is too long: at most {MOST[field]:,} characters, not {len(value):,}."
+                f"the {field} is too long: at most {most[field]:,} characters, not {len(value):,}."
             )
     return None
 
@@ -269,7 +279,7 @@ def plan_add(
     )
     check_rate(mine, wakeup, request.recent, now, request.limits)
     if stored is not None:  # last: a store that counts after the other checks answers alike
-        check_room(stored, request.prompt)
+        check_room(stored, wakeup)
     return wakeup
 
 

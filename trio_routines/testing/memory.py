@@ -30,7 +30,7 @@ from ..records import (
 from ..replicas import ReplicaInfo, claim_key, replica_key, session_key
 from ..store import Lifetime
 from ..usage import Usage
-from ..wakelimits import kept_turns, prompt_bytes, turns_kept_after
+from ..wakelimits import kept_turns, text_bytes, turns_kept_after
 from ..wakeups import WakeupRequest, plan_add, plan_defer, remove, take_first_due
 from .faults import Faults
 from .memberships import MemoryPresence
@@ -188,7 +188,7 @@ class MemoryStore(Lifetime):
     async def add_wakeup(self, request: WakeupRequest, now: datetime) -> Wakeup:
         await self.injected.enter("add_wakeup")
         self.injected.check("add_wakeup")
-        stored = (len(self.wakeups), sum(prompt_bytes(w) for w in self.wakeups))
+        stored = (len(self.wakeups), sum(text_bytes(w) for w in self.wakeups))
         wakeup = plan_add(self.wakeups, request, now, stored=stored)
         self.wakeups = [*self.wakeups, wakeup]
         return wakeup

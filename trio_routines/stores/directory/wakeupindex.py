@@ -36,7 +36,7 @@ from typing import Any
 
 from ...converter import wakeup_from_json, wakeup_to_json
 from ...records import Wakeup
-from ...wakelimits import prompt_bytes
+from ...wakelimits import ROOM_FIELDS, text_bytes
 from ...wakeups import check_storable, check_stored_text, stored_cron_problem
 
 Op = dict[str, Any]
@@ -65,7 +65,7 @@ class WakeupIndex:
         self._due: list[tuple[int, str]] = []  # (n, id) found due up to _mark
         self._mark: datetime | None = None
         self.next_n = 1
-        self._text = 0  # the bytes (UTF-8) of the pending entries' prompts, in all
+        self._text = 0  # the bytes (UTF-8) of the pending entries' text (text_bytes), in all
         #: Entries this version cannot use, as written: id -> (order number, the wake-up).
         self._kept: dict[str, tuple[int, dict[str, Any]]] = {}
 
@@ -138,7 +138,7 @@ class WakeupIndex:
             )
         self._kept.pop(wakeup_id, None)
         if wakeup_id in self._entries:
-            self._text += prompt_bytes(wakeup) - prompt_bytes(self._entries[wakeup_id])
+            self._text += text_bytes(wakeup) - text_bytes(self._entries[wakeup_id])
             self._entries[wakeup_id] = wakeup  # in place: keeps its stored order
             self._push(wakeup, n)
         else:
@@ -170,14 +170,12 @@ class WakeupIndex:
 
     @property
     def text(self) -> int:
-        """The bytes (UTF-8) of every stored entry's prompt, those kept unused too, as
-        PostgreSQL counts its rows (the store's room:
+        """The bytes (UTF-8) of every stored entry's text (its session, prompt, cron and time
+        zone), those kept unused too, as PostgreSQL counts its rows (the store's room:
         :func:`~trio_routines.wakelimits.check_room`)."""
-        kept = (raw.get("prompt") for _, raw in self._kept.values())
+        kept = (raw.get(field) for _, raw in self._kept.values() for field in ROOM_FIELDS)
         return self._text + sum(
-            len(prompt.encode("utf-8", "surrogatepass"))
-            for prompt in kept
-            if isinstance(prompt, str)
+            len(text.encode("utf-8", "surrogatepass")) for text in kept if isinstance(text, str)
         )
 
     @property
@@ -203,7 +201,7 @@ class WakeupIndex:
         """Hold ``wakeup`` (not pending yet) at order number ``n``."""
         late = n < self.next_n - 1 and bool(self._entries)
         self._entries[wakeup.id] = wakeup
-        self._text += prompt_bytes(wakeup)
+        self._text += text_bytes(wakeup)
         self._order[wakeup.id] = n
         self._sessions.setdefault(wakeup.session, {})[wakeup.id] = None
         self.next_n = max(self.next_n, n + 1)
@@ -217,7 +215,7 @@ class WakeupIndex:
 
     def _drop(self, wakeup_id: str) -> None:
         wakeup = self._entries.pop(wakeup_id)
-        self._text -= prompt_bytes(wakeup)
+        self._text -= text_bytes(wakeup)
         del self._order[wakeup_id]
         mine = self._sessions[wakeup.session]
         del mine[wakeup_id]

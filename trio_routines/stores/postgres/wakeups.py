@@ -164,22 +164,26 @@ class PostgresWakeups:
             wakeup = plan_add(self._sessions_wakeups(conn, request.session), request, now)
             # Counted once every other check passed (as plan_add checks the room last), under
             # the lock of this store's adds, taken after the session's, as every add takes it.
-            check_room(self._stored(conn), wakeup.prompt)
+            check_room(self._stored(conn), wakeup)
             self._insert(conn, call, wakeup)
             call.before_commit()
         return wakeup
 
     def _stored(self, conn: Conn) -> tuple[int, int]:
-        """How many wake-ups the store holds pending and their prompts' bytes (in the
-        database's encoding: UTF-8's, as ``initdb`` makes it), under the lock of this store's
-        adds until the transaction ends: adds of two sessions cannot both pass the room."""
+        """How many wake-ups the store holds pending and their text's bytes (sessions, prompts,
+        crons and time zones, as :func:`~trio_routines.wakelimits.text_bytes` counts them; in
+        the database's encoding: UTF-8's, as ``initdb`` makes it), under the lock of this
+        store's adds until the transaction ends: adds of two sessions cannot both pass the
+        room."""
         conn.execute(
             "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))",
             (ADDS_LOCK, self._tables.schema or ""),
         )
         row = conn.execute(
             self._tables.sql(
-                "SELECT count(*), coalesce(sum(octet_length(prompt)), 0) FROM {wakeups}"
+                "SELECT count(*), coalesce(sum(octet_length(session) + octet_length(prompt)"
+                " + coalesce(octet_length(cron), 0) + coalesce(octet_length(tz), 0)), 0)"
+                " FROM {wakeups}"
             )
         ).fetchone()
         assert row is not None
