@@ -229,7 +229,8 @@ class Store(Protocol):
         """Store a new wake-up, or raise InvalidWakeup with the guardrail's text: as
         :func:`~trio_routines.wakeups.plan_add` decides it, given the session's pending
         wake-ups and, under the same lock as the write, how many the whole store holds and
-        their text's bytes (``stored=``: the store's room, :func:`~trio_routines.wakelimits.text_bytes`)."""
+        their text's bytes (``stored=``: the store's room,
+        :func:`~trio_routines.wakelimits.text_bytes`)."""
         ...
 
     async def take_due_wakeup(self, now: datetime) -> Wakeup | None:

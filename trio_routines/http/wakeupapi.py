@@ -31,10 +31,9 @@ from .spending import listed_sessions_spent
 from .storecall import store_call
 from .wire import (
     ECHO,
-    MAX_SESSION,
     Refusal,
     Response,
-    label,
+    checked_session,
     only_keys,
     optional_text,
     required_text,
@@ -79,7 +78,7 @@ async def wake(scheduler: Scheduler, body: Mapping[str, Any], mount: str = "") -
     """``POST /wakeups``; ``mount``: where the surface is mounted (its reply's ``DELETE``)."""
     # An ``origin`` is the server's to record (http): one in the body is ignored, as said.
     only_keys(body, "POST /wakeups", _WAKE_KEYS, frozenset({"origin"}))
-    session = label(required_text(body, "session", '"chat:42"'), "session", MAX_SESSION)
+    session = checked_session(required_text(body, "session", '"chat:42"'))
     prompt = required_text(body, "prompt", '"check the build"')
     if ("in" in body) == ("cron" in body):
         raise Refusal(400, 'give exactly one of "in" (a delay such as "30m") or "cron"')

@@ -264,20 +264,31 @@ def optional_text(body: Mapping[str, Any], field: str) -> str | None:
 
 
 def label(value: str, field: str, limit: int) -> str:
-    """A wake-up id or a session, checked before any store sees it: every store then gives the
-    same answer (400), whatever it could or could not hold."""
-    text(value, field)
-    if len(value) > limit:
-        raise Refusal(400, f'"{field}" is longer than {limit} characters')
+    """A wake-up id, checked before any store sees it: every store then gives the same answer
+    (400), whatever it could or could not hold. Ours are UUIDs: one with a control character
+    was made by hand, and is removed on the state itself."""
+    checked_session(value, field, limit)
     if any(unicodedata.category(ch) == "Cc" for ch in value):
         raise Refusal(400, f'"{field}" must not contain control characters')
     return value
 
 
+def checked_session(value: str, field: str = "session", limit: int = MAX_SESSION) -> str:
+    """A session, checked before any store sees it (a NUL, or over ``limit`` characters: 400
+    on every store). Any other character is taken, as the tool, the API and the command line
+    take it: a routine's session is ``routine:`` and its name, which may hold a control
+    character, and its turns' wake-ups must be listed and cancelled here too. Every answer
+    shows it escaped (the JSON is ASCII)."""
+    text(value, field)
+    if len(value) > limit:
+        raise Refusal(400, f'"{field}" is longer than {limit} characters')
+    return value
+
+
 def session_param(scope: Scope) -> str | None:
     """``?session=`` of ``GET /wakeups``, checked; ``None`` when absent or empty."""
-    session = query(scope).get("session") or None
-    return None if session is None else label(session, "session", MAX_SESSION)
+    given = query(scope).get("session") or None
+    return None if given is None else checked_session(given)
 
 
 ToolStyle = Literal["plain", "openai", "anthropic"]
