@@ -143,3 +143,80 @@ async def test_an_exception_whose_text_cannot_be_made_is_named_by_its_type() -> 
 
     result = await run_turn(Raises(), "d", "routine:d", "go")
     assert (result.outcome, result.failed) == (Outcome.FAILED, "<Mute>")
+
+
+class Exits:
+    """An agent whose library code calls ``sys.exit`` (argparse on bad arguments does)."""
+
+    def __init__(self, where: str, code: object) -> None:
+        self.where, self.code = where, code
+
+    async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+        if self.where == "invoke":
+            raise SystemExit(self.code)
+        try:
+            yield TextDelta("half")
+            if self.where == "stream":
+                raise SystemExit(self.code)
+            yield Completed()
+        finally:
+            if self.where == "close":
+                raise SystemExit(self.code)
+
+
+@pytest.mark.parametrize(
+    ("where", "code", "said"),
+    [
+        ("invoke", 2, "the agent raised SystemExit(2)"),
+        ("stream", "usage: bad", "the agent raised SystemExit(usage: bad)"),
+        ("stream", None, "the agent raised SystemExit()"),
+    ],
+)
+async def test_an_agent_that_raises_system_exit_fails_its_turn_only(
+    where: str, code: object, said: str
+) -> None:
+    result = await run_turn(Exits(where, code), "d", "routine:d", "go")
+    assert (result.outcome, result.failed) == (Outcome.FAILED, said)
+
+
+async def test_an_agent_whose_close_raises_system_exit_fails_the_turn() -> None:
+    class ClosesExiting:
+        def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+            return self
+
+        def __aiter__(self) -> AsyncIterator[Event]:
+            return self
+
+        async def __anext__(self) -> Event:
+            raise RuntimeError("stream broke")
+
+        async def aclose(self) -> None:
+            raise SystemExit(3)
+
+    result = await run_turn(ClosesExiting(), "d", "routine:d", "go")  # type: ignore[arg-type]
+    assert (result.outcome, result.failed) == (Outcome.FAILED, "stream broke")
+
+    class OnlyCloseExits(ClosesExiting):
+        async def __anext__(self) -> Event:
+            raise StopAsyncIteration
+
+    events = OnlyCloseExits()
+    done = await run_turn(events, "d", "routine:d", "go")  # type: ignore[arg-type]
+    # Exhausted, its close is not called: the turn completed.
+    assert done.outcome is Outcome.COMPLETED
+
+
+async def test_a_fire_whose_agent_raises_system_exit_settles_failed_and_the_next_runs() -> None:
+    store = MemoryStore()
+    routine = Routine(name="daily", prompt="go", cron="0 9 * * *")
+    clock = WallClock(datetime(2026, 7, 7, 9, 0, 5, tzinfo=UTC))
+    agent = Exits("stream", 2)
+    scheduler = Scheduler(agent=agent, store=store, routines=[routine], now=clock)
+    result = await scheduler.fire("daily", SLOT)
+    assert result.outcome is Outcome.FAILED
+    fire = await store.latest_fire("daily")
+    assert fire is not None
+    assert (fire.outcome, fire.error) == (Outcome.FAILED, "the agent raised SystemExit(2)")
+    agent.where = "nowhere"
+    again = await scheduler.run_now("daily")
+    assert again.outcome is Outcome.COMPLETED

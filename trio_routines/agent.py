@@ -72,7 +72,8 @@ class Agent(Protocol):
     ``invoke`` returns an async iterator of events: any number of :class:`TextDelta` (and of
     :class:`Usage`, what the turn spent), then one
     :class:`Completed` or :class:`Failed` (a ``Failed`` with the busy code means the session
-    already has a turn in flight). Raising from the iterator fails the turn; the runtime
+    already has a turn in flight). Raising from the iterator fails the turn (an exception, or
+    ``SystemExit``: a library's ``sys.exit()`` ends the turn, not the scheduler); the runtime
     cancels it on a routine's timeout or at the end of a stop's grace, and closes it.
 
     The runtime reads the stream to its end and is lenient about its shape: a stream that

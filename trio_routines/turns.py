@@ -104,7 +104,7 @@ async def run_turn(
         log.log(level, "%s firing (session=%s)", label, session)
     started = trio.current_time()
     failed: Failed | None = None
-    raised: Exception | None = None
+    raised: Exception | SystemExit | None = None
     tally: Tally | None = None  # made at the first usage reported: most turns report none
     bad = 0  # the bad values the turn's usage reported
     grace = grace_scope if grace_scope is not None else trio.CancelScope()
@@ -137,7 +137,7 @@ async def run_turn(
                 elif not isinstance(event, Completed):
                     log.debug("%s: ignoring an unknown event %r", label, event)
             events = None  # exhausted: nothing to close
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # ``sys.exit()`` (argparse's) ends the turn only
             raised = exc
         finally:
             aclose = getattr(events, "aclose", None)
@@ -146,7 +146,7 @@ async def run_turn(
                 with trio.CancelScope(shield=True), trio.move_on_after(ACLOSE_LIMIT):
                     try:
                         await aclose()
-                    except Exception as exc:
+                    except (Exception, SystemExit) as exc:
                         raised = raised or exc
     if bad > USAGE_WARNINGS:
         log.warning(
@@ -165,7 +165,7 @@ def _classified(
     label: str,
     ms: int,
     failed: Failed | None,
-    raised: Exception | None,
+    raised: Exception | SystemExit | None,
     grace: trio.CancelScope,
     timeout_scope: trio.CancelScope | None,
     timeout: float | None,
@@ -189,7 +189,11 @@ def _classified(
         log.error("%s failed (%dms)%s", label, ms, fold(details), extra=extra)
         return TurnResult(Outcome.FAILED, ms, failed=details)
     if raised is not None:
-        details = as_text(raised) or type(raised).__name__
+        if isinstance(raised, SystemExit):  # its text is its exit code: say what it was
+            code = "" if raised.code is None else as_text(raised.code)
+            details = f"the agent raised SystemExit({code})"
+        else:
+            details = as_text(raised) or type(raised).__name__
         extra = _fields(Outcome.FAILED, ms, details)
         log.error("%s errored (%dms)%s", label, ms, fold(details), extra=extra)
         return TurnResult(Outcome.FAILED, ms, failed=details)
