@@ -232,7 +232,7 @@ async def test_a_snapshot_shows_the_slot_after_its_own_instant_when_read_later(
         assert scheduler.statistics().next_due["hourly"] == at(13)
         assert early.next_due["hourly"] == at(12)  # its own instant's, read once
         assert early.next_due == {"hourly": at(12), "idle": datetime(2027, 1, 1, tzinfo=UTC)}
-        assert repr(early.next_due).startswith(f"ShownSlots({{'hourly': {at(12)!r}, 'idle'")
+        assert repr(early.next_due).startswith(f"{{'hourly': {at(12)!r}, 'idle'")
         assert worked_out == [at(11, 15), at(12, 10)]
         await sleep_until_wall(rig.wall, at(12, 20))  # no slot since 12:10: what is kept
         assert scheduler.statistics().next_due["hourly"] == at(13)

@@ -181,4 +181,4 @@ class ShownSlots(Mapping[str, datetime | None]):
         return len(self._due)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({dict(self)!r})"
+        return repr(dict(self))  # shown as the dict it stands for (the README prints one)
