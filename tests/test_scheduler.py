@@ -1970,6 +1970,32 @@ async def test_forward_jump_past_the_slot_fires_once(
     assert jumps == ["the wall clock jumped forward by 3d — slots are re-read from the new time"]
 
 
+async def test_a_clock_set_back_after_it_ran_ahead_is_said_as_a_boot_says_it(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Ahead by two hours, the loop caught up its slot (stamped two hours ahead); set back,
+    # that claim holds the slots before its stamp back, as a boot would find it: said once
+    # and named in future_claims, not a silent wait for the next slot after it.
+    rig = Rig()
+    async with rig.running() as scheduler:
+        await sleep_until_wall(rig.wall, at(10, 50))
+        rig.wall.jump(timedelta(hours=2))  # 12:50: the 11:00 slot caught up
+        await trio.sleep(60)  # (noticed within a poll)
+        assert [f[0] for f in await rig.fires()] == [at(11)]
+        assert scheduler.statistics().future_claims == {}
+        rig.wall.jump(-timedelta(hours=2))  # 10:51 again
+        await trio.sleep(60)
+        stats = scheduler.statistics()
+        assert stats.future_claims == {"hourly": at(11)}
+        assert stats.next_due["hourly"] == at(13)  # the first slot after the claim's stamp
+        said = [m for m in messages(caplog, logging.WARNING) if "in the future" in m]
+        assert len(said) == 1
+        assert said[0].startswith("hourly: newest claim is in the future (slot 2026-07-07T11:00")
+        await sleep_until_wall(rig.wall, at(13, 10))
+        assert scheduler.statistics().future_claims == {}
+    assert [f[0] for f in await rig.fires()] == [at(11), at(13)]
+
+
 async def test_a_jump_is_logged_once_however_many_loops_see_it(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

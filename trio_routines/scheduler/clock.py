@@ -45,6 +45,9 @@ class ClockWatch:
         self._watching = False
         #: Jumps seen since the start.
         self.jumps = 0
+        #: Backward jumps seen since the start: a loop that planned its slot before one plans
+        #: it again from the store, as a boot would (its newest claim may now lie ahead).
+        self.back_jumps = 0
 
     def note_offset(self, now: datetime | None = None) -> None:
         """Compare wall and Trio clocks; log a jump once, whichever loop notices it first.
@@ -59,6 +62,8 @@ class ClockWatch:
         if abs(jump) > self._jump_threshold:
             self._offset = offset
             self.jumps += 1
+            if jump < 0:
+                self.back_jumps += 1
             direction = "forward" if jump > 0 else "backward"
             log.warning(
                 "the wall clock jumped %s by %s — slots are re-read from the new time",
