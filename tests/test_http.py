@@ -550,12 +550,15 @@ async def test_pause_and_resume_over_http_hold_a_routine_back_for_every_replica(
         )
         listing = {item["name"]: item for item in (await server.call("GET", "/routines")).json}
         assert (listing["daily"]["paused"], listing["adhoc"]["paused"]) == (True, False)
+        assert listing["daily"]["next"] is None  # none fires while paused (as status --json)
         fired = await server.call("POST", "/fire", {"name": "daily", "slot": ON_GRID, "wait": True})
         assert (fired.status, fired.json["claimed"], fired.json["reason"]) == (200, False, "paused")
         assert server.agent.turns == []
         reply = await server.call("POST", "/routines/daily/resume")
         assert (reply.status, reply.json) == (200, {"name": "daily", "paused": False})
         assert await server.store.paused() == frozenset()
+        listing = {item["name"]: item for item in (await server.call("GET", "/routines")).json}
+        assert listing["daily"]["next"] is not None
         again = await server.call("POST", "/routines/daily/resume")
         assert (again.status, again.json) == (
             200,

@@ -284,12 +284,13 @@ async def routines(scheduler: Scheduler) -> Response:
         else:  # not armed here: an external clock, a scheduler not running, or never (as list)
             after = arm_from(newest.get(name, (None, False))[0], now)
             upcoming = next_run(routine.cron, routine.tz, after, routine.name)
+        held = name in paused  # no slot fires while paused: no next, as ``status --json``
         entry: dict[str, Any] = {
             "name": name,
             "cron": routine.cron,
             "tz": routine.tz,
-            "next": format_iso(upcoming) if upcoming is not None else None,
-            "paused": name in paused,
+            "next": format_iso(upcoming) if upcoming is not None and not held else None,
+            "paused": held,
         }
         if routine.resolved_cron != routine.cron:
             entry["resolved_cron"] = routine.resolved_cron
