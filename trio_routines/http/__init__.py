@@ -68,8 +68,9 @@ Decisions (also in docs/http.md):
 * A routine name sent by the caller is echoed back cut to 64 characters.
 * ``DELETE /wakeups/{id}`` requires ``?session=``: without it one caller could delete another
   session's wake-up by guessing its id (400). Wake-up ids (128 characters at most) and
-  sessions (512) are checked for NUL, control characters and length before any store sees
-  them, so every store answers the same 400.
+  sessions (512) are checked for NUL and length before any store sees them, so every store
+  answers the same 400; an id also for control characters (ours are UUIDs), a session not
+  (a routine's session holds its name, which may have one).
 """
 
 from __future__ import annotations
