@@ -3,7 +3,10 @@
 The offset between the two clocks is owned here and shared by every loop that wakes: the
 cron loops after each sleep, the wake loop each poll, and, without a wake loop, the watch's
 own poll (:meth:`ClockWatch.start`). A change of more than the threshold is logged once,
-counted, and wakes every sleeping cron loop to re-read the wall clock.
+counted, and wakes every sleeping cron loop to re-read the wall clock. A jump backward also
+reads every cron routine's newest claim once, in a task of its own (the loops stay asleep):
+one made while the clock ran ahead now holds the slots before its stamp back, and is said
+and shown in ``future_claims`` as a boot would say it (:meth:`Arming.note_future_claim`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,9 @@ from datetime import datetime
 
 import trio
 
+from ..errors import StateFault
+from ..records import Fire
+from .arming import Arming
 from .calls import StoreCalls
 from .restarts import RESTART_FIRST, Restarts
 from .sleepers import Sleepers
@@ -22,8 +28,10 @@ __all__ = ["ClockWatch", "duration"]
 
 class ClockWatch:
     """The clocks' offset and its jumps; collaborators: the :class:`Runtime` (the wall
-    clock), the :class:`Sleepers` (woken by a jump), and, for its own poll, the
-    :class:`StoreCalls` (the paused routines re-read) and the :class:`Restarts`."""
+    clock, the routines, the loops' nursery), the :class:`Sleepers` (woken by a jump), the
+    :class:`StoreCalls` (the newest claims read after a jump back; for its own poll, the
+    paused routines re-read), the :class:`Arming` (told of those claims) and the
+    :class:`Restarts`."""
 
     def __init__(
         self,
@@ -31,6 +39,7 @@ class ClockWatch:
         sleepers: Sleepers,
         calls: StoreCalls,
         restarts: Restarts,
+        arming: Arming,
         *,
         jump_threshold: float,
         poll_interval: float,
@@ -39,15 +48,15 @@ class ClockWatch:
         self._sleepers = sleepers
         self._calls = calls
         self._restarts = restarts
+        self._arming = arming
+        self._reading = False  # the newest claims are being read after a jump back
+        self._again = False  # another jump back came meanwhile: read them once more
         self._jump_threshold = jump_threshold
         self._poll_interval = poll_interval
         self._offset: float | None = None
         self._watching = False
         #: Jumps seen since the start.
         self.jumps = 0
-        #: Backward jumps seen since the start: a loop that planned its slot before one plans
-        #: it again from the store, as a boot would (its newest claim may now lie ahead).
-        self.back_jumps = 0
 
     def note_offset(self, now: datetime | None = None) -> None:
         """Compare wall and Trio clocks; log a jump once, whichever loop notices it first.
@@ -62,8 +71,6 @@ class ClockWatch:
         if abs(jump) > self._jump_threshold:
             self._offset = offset
             self.jumps += 1
-            if jump < 0:
-                self.back_jumps += 1
             direction = "forward" if jump > 0 else "backward"
             log.warning(
                 "the wall clock jumped %s by %s — slots are re-read from the new time",
@@ -71,6 +78,46 @@ class ClockWatch:
                 duration(abs(jump)),
             )
             self.wake_sleepers()
+            if jump < 0:
+                self._read_claims_ahead()
+
+    def _read_claims_ahead(self) -> None:
+        """Read the newest claims (see the module doc) in the loops' nursery, once at a time."""
+        nursery = self._runtime.loop_nursery
+        if nursery is None:  # not running: a boot reads them
+            return
+        if self._reading:
+            self._again = True
+            return
+        self._reading = True
+        nursery.start_soon(self._claims_ahead)
+
+    async def _claims_ahead(self) -> None:
+        try:
+            while True:
+                self._again = False
+                routines = [r for r in self._runtime.routines.values() if r.cron is not None]
+                found: dict[str, Fire | None] = {}
+                async with trio.open_nursery() as reads:  # the store batches them (newest.py)
+                    for routine in routines:
+                        reads.start_soon(self._newest, routine.name, found)
+                now = self._runtime.now()
+                for routine in routines:  # those still loaded as they were
+                    if (
+                        routine.name in found
+                        and self._runtime.routines.get(routine.name) is routine
+                    ):
+                        self._arming.note_future_claim(routine.name, found[routine.name], now)
+                if not self._again:
+                    return
+        finally:
+            self._reading = False
+
+    async def _newest(self, name: str, found: dict[str, Fire | None]) -> None:
+        try:
+            found[name] = await self._calls.latest_fire(name)
+        except StateFault:
+            pass  # not said: its loop's fire meets the same store, and says so
 
     def wake_sleepers(self) -> None:
         """Wake every sleeping cron loop to re-read the wall clock and its routine."""

@@ -109,7 +109,6 @@ class CronLoops:
                         return
                     self._arming.set_due(routine, due)
                 now = self._runtime.now()
-                jumps = self._clock.back_jumps  # those seen when ``due`` was planned
                 while due is not None:
                     # Sleep towards the slot, re-reading the wall clock after every wake: one
                     # read serves the wake's jump check, the sleep's end and the fire, and the
@@ -131,16 +130,6 @@ class CronLoops:
                         came = now >= due
                         if not (came or self._current(routine)):
                             return
-                        if not came and jumps != self._clock.back_jumps:
-                            # The clock went back: a claim made while it ran ahead now holds
-                            # the slots before its stamp back (stale), as a boot would find:
-                            # said once, and named in future_claims. The slot stays planned as
-                            # it was (those before it that come again are refused by the
-                            # claims: never run twice, never early).
-                            jumps = self._clock.back_jumps
-                            await self._note_newest(name)
-                            read = None  # (awaited since: the fire reads for itself)
-                            now = self._runtime.now()
                     # A slot that came while the loop slept fires in the version it came in,
                     # even if a change woke the loop first (the timer holds a herd at its slot
                     # while it reads the paused routines): as a fire under way when the change
@@ -276,15 +265,6 @@ class CronLoops:
     def _current(self, routine: Routine) -> bool:
         """Whether ``routine`` is still the loaded version of its name (not removed, replaced)."""
         return self._runtime.routines.get(routine.name) is routine
-
-    async def _note_newest(self, name: str) -> None:
-        """Read ``name``'s newest claim, and say so if it now lies ahead (a store that does
-        not answer says nothing here: the slot's own fire meets the same store)."""
-        try:
-            newest = await self._calls.latest_fire(name)
-        except StateFault:
-            return
-        self._arming.note_future_claim(name, newest, self._runtime.now())
 
     async def _rearm_due(
         self, routine: Routine, passed: GapReason | None, at: datetime | None

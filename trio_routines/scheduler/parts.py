@@ -71,15 +71,16 @@ class Parts:
         # Where cron loops sleep (see sleepers.py); a herd's one paused read made at its slot.
         self.sleepers = Sleepers(prefetch=calls.prefetch_paused)
         self.restarts = Restarts(metrics)
+        self.arming = Arming()
         self.clock = ClockWatch(
             runtime,
             self.sleepers,
             calls,
             self.restarts,
+            self.arming,
             jump_threshold=jump_threshold,
             poll_interval=poll_interval,
         )
-        self.arming = Arming()
         spending = Spending(store, runtime, calls, session_budgets)
         self.turns = SessionTurns(holds, self.grace, spending)
         gaps = GapRecording(store, runtime, calls)
