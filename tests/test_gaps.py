@@ -674,7 +674,8 @@ def test_history_shows_gaps_inline_as_text_and_json(
     out = capsys.readouterr().out.splitlines()
     assert out[1] == (
         "2026-07-07T23:02Z  -                         -      missed     -     -   missed 2 slots "
-        "2026-07-07T23:02Z–2026-07-07T23:03Z: no scheduler ran; the catch-up fired an earlier "
+        "2026-07-07T23:02Z–2026-07-07T23:03Z: no scheduler ran, or it woke late (a suspended "
+        "machine, a clock that jumped); the catch-up fired an earlier "
         "slot instead"
     )
     assert [line[:17] for line in out[2:]] == ["2026-07-07T23:01Z", "2026-07-07T23:00Z"]

@@ -128,7 +128,7 @@ def test_a_gap_line_names_its_count_its_span_and_why() -> None:
     long = Gap(T0, T0 + 5000 * HOUR, 4000, GapReason.LATE, estimated=True)
     assert gap_line(long, lambda at: at.strftime("%y-%m-%d %H:%M")) == (
         "missed about 4000 slots 26-07-07 10:00–27-01-31 18:00:"
-        " no scheduler ran; older than the catch-up window"
+        " no scheduler ran, or it woke late; older than the catch-up window"
     )
     assert gap_line(one, lambda at: at.strftime("%H:%M")) == (
         "missed 1 slot 10:00: the routine was paused"

@@ -28,8 +28,9 @@ GAP_WHY = {
     GapReason.DOWN: "no scheduler ran, and nothing was caught up (catchup: none, it had never "
     "fired, it was paused when one came back, or another slot was fired by hand)",
     GapReason.PAUSED: "the routine was paused",
-    GapReason.CAUGHT_UP: "no scheduler ran; the catch-up fired an earlier slot instead",
-    GapReason.LATE: "no scheduler ran; older than the catch-up window",
+    GapReason.CAUGHT_UP: "no scheduler ran, or it woke late (a suspended machine, a clock "
+    "that jumped); the catch-up fired an earlier slot instead",
+    GapReason.LATE: "no scheduler ran, or it woke late; older than the catch-up window",
     GapReason.STORE: "the store failed or did not answer when the slot was due",
     GapReason.REMOVED: "the routine was not loaded (removed from the routines, then added again)",
 }
@@ -74,7 +75,7 @@ def in_slot_order(fires: Sequence[Fire], gaps: Sequence[Gap]) -> list[Fire | Gap
 
 
 def gap_line(gap: Gap, show: Callable[[datetime], str] = format_iso) -> str:
-    """``missed 2 slots 23:58Z–23:59Z: no scheduler ran; …`` (``show`` writes an instant)."""
+    """``missed 2 slots 23:58Z–23:59Z: no scheduler ran, …`` (``show`` writes an instant)."""
     about = "about " if gap.estimated else ""
     slots = "slot" if gap.count == 1 else "slots"
     span = show(gap.first) if gap.first == gap.last else f"{show(gap.first)}–{show(gap.last)}"

@@ -315,8 +315,8 @@ class GapReason(enum.StrEnum):
     OVERLAP = "overlap"  # the routine's previous turn was still running
     DOWN = "down"  # no scheduler ran, and nothing was caught up (see history.GAP_WHY)
     PAUSED = "paused"  # the routine was paused
-    CAUGHT_UP = "caught-up"  # no scheduler ran; the catch-up fired an earlier slot instead
-    LATE = "late"  # no scheduler ran; older than the routine's catch-up window
+    CAUGHT_UP = "caught-up"  # none ran, or it woke late; the catch-up fired an earlier slot
+    LATE = "late"  # none ran, or it woke late; older than the routine's catch-up window
     STORE = "store"  # the store failed or did not answer when the slot was to be claimed
     REMOVED = "removed"  # the routine was not loaded: removed, then added again by a reload
 
