@@ -548,3 +548,77 @@ async def test_a_resume_that_cannot_be_read_is_passed_over_by_the_paused_read_an
         f"the resume of 'aa-broken' is unreadable: {EIO} — passed over by the paused reads "
         "(no resume of it read)"
     ]
+
+
+def test_a_pause_taken_back_never_undoes_another_pause_that_saw_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pause A has named its file and waits on its flush, which then fails; pause B, asked
+    # meanwhile, must not answer "paused already" on that file and see A take it back.
+    import threading
+
+    where = tmp_path / "schedule" / "paused"
+    where.mkdir(parents=True)
+    flushing, fail_it = threading.Event(), threading.Event()
+    first = threading.get_ident()
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        if threading.get_ident() == first and not fail_it.is_set():
+            flushing.set()
+            fail_it.wait(10)
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_fsync(fd)
+
+    monkeypatch.setattr(safefile.os, "fsync", fsync)
+    outcome: dict[str, object] = {}
+
+    def second() -> None:
+        try:
+            dirpause.set_paused_sync(tmp_path, "r", True, T1)
+            outcome["B"] = "paused"
+        except StateFault as exc:
+            outcome["B"] = exc
+
+    other = threading.Thread(target=second)
+
+    def start_second_once_flushing() -> None:
+        flushing.wait(10)
+        other.start()
+        time.sleep(0.2)  # B asks while A's file is named, its flush under way
+        fail_it.set()
+
+    helper = threading.Thread(target=start_second_once_flushing)
+    helper.start()
+    try:
+        with pytest.raises(StateFault, match="could not pause 'r'"):
+            dirpause.set_paused_sync(tmp_path, "r", True, T0)
+    finally:
+        helper.join(10)
+        other.join(10)
+    assert outcome["B"] == "paused"  # B's own pause, made once A's was taken back
+    assert dirpause.paused_sync(tmp_path) == {"r"}
+    assert dirpause.paused_since_sync(tmp_path, "r") == T1
+
+
+def test_a_pause_taken_back_removes_its_own_file_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Between the naming and the failed flush, a resume removed the file and a pause from
+    # elsewhere made another (a hand, an earlier version): that one stays.
+    where = tmp_path / "schedule" / "paused"
+    where.mkdir(parents=True)
+    real_fsync = os.fsync
+    calls = itertools.count()
+
+    def fsync(fd: int) -> None:
+        if next(calls) == 0:  # the pause file's own flush
+            (where / "r").unlink()
+            (where / "r").write_text(format_iso(T2))
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_fsync(fd)
+
+    monkeypatch.setattr(safefile.os, "fsync", fsync)
+    with pytest.raises(StateFault, match=f"could not pause 'r' in {re.escape(str(where))}: EIO"):
+        dirpause.set_paused_sync(tmp_path, "r", True, T0)
+    assert dirpause.paused_since_sync(tmp_path, "r") == T2

@@ -27,6 +27,8 @@ after the resume kept, which a boot takes for unknown.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import stat
@@ -45,6 +47,7 @@ from ..safefile import (
     create_whole,
     describe,
     fsync,
+    lock_within,
     open_dirs,
     read_file,
     replace_file,
@@ -52,6 +55,9 @@ from ..safefile import (
 
 log = logging.getLogger("trio_routines")
 
+#: Seconds a pause waits for another pause of the same directory (each takes microseconds
+#: but on a stalled disk, whose own bounds apply): then it fails, to be asked again.
+PAUSE_LOCK = 10.0
 #: A pause being written where files cannot be made unnamed (safefile.py): an unpredictable
 #: name after this, linked under the routine's once written, and removed.
 PAUSE_TEMP = ".pause-"
@@ -272,24 +278,17 @@ def _set_paused(
         if handoff is not None and handoff.gave_up:
             return False
         if paused:
-            data = b"" if since is None else format_iso(since).encode()
-            try:  # named only once written: a pause that failed leaves no empty file
-                fd = create_whole(directory, where, name, data, PAUSE_TEMP)
-            except FileExistsError:
-                info = os.stat(name, dir_fd=directory, follow_symlinks=False)
-                if not stat.S_ISREG(info.st_mode):
-                    raise StateFault(
-                        f"cannot pause {routine!r}: {path} exists and is not a regular file"
-                    ) from None
-                return True  # paused already
+            # Under the directory's lock, as every pause: another's "paused already" never
+            # rests on a file that this pause may yet take back.
+            if not lock_within(directory, PAUSE_LOCK, first=0.0001):
+                raise StateFault(
+                    f"could not pause {routine!r} in {where}: another process kept its "
+                    f"directory locked for {PAUSE_LOCK:g}s (a stalled disk?) — try again"
+                )
             try:
-                fsync(fd, path)
-                fsync(directory, where)
-            except OSError as exc:
-                raise _undo_pause(routine, directory, name, where, exc) from None
+                return _pause(routine, directory, name, where, since)
             finally:
-                os.close(fd)
-            return True
+                fcntl.flock(directory, fcntl.LOCK_UN)
         else:
             try:
                 at(path, lambda: os.unlink(name, dir_fd=directory))
@@ -306,12 +305,43 @@ def _set_paused(
         os.close(directory)
 
 
-def _undo_pause(routine: str, directory: int, name: str, where: Path, exc: OSError) -> StateFault:
-    """A pause named but not made durable is taken back, so that a pause said to have failed
-    pauses nothing: the fault to raise (saying so when even the removal failed)."""
+def _pause(routine: str, directory: int, name: str, where: Path, since: datetime | None) -> bool:
+    """Make the pause file ``name`` (its directory locked), durable, holding ``since``."""
+    path = where / name
+    data = b"" if since is None else format_iso(since).encode()
+    try:  # named only once written: a pause that failed leaves no empty file
+        fd = create_whole(directory, where, name, data, PAUSE_TEMP)
+    except FileExistsError:
+        info = os.stat(name, dir_fd=directory, follow_symlinks=False)
+        if not stat.S_ISREG(info.st_mode):
+            raise StateFault(
+                f"cannot pause {routine!r}: {path} exists and is not a regular file"
+            ) from None
+        return True  # paused already
+    try:
+        fsync(fd, path)
+        fsync(directory, where)
+    except OSError as exc:
+        raise _undo_pause(routine, directory, name, where, fd, exc) from None
+    finally:
+        os.close(fd)
+    return True
+
+
+def _undo_pause(
+    routine: str, directory: int, name: str, where: Path, fd: int, exc: OSError
+) -> StateFault:
+    """A pause named but not made durable (``fd``, its file) is taken back, so that a pause
+    said to have failed pauses nothing: the fault to raise (saying so when even the removal
+    failed). Only our own file is removed: a resume may have removed it meanwhile, and another
+    pause made its own since (the lock keeps pauses apart, not resumes)."""
     fault = f"could not pause {routine!r} in {where}: {describe(exc)}"
     try:
-        at(where / name, lambda: os.unlink(name, dir_fd=directory))
+        ours, named = os.fstat(fd), os.stat(name, dir_fd=directory, follow_symlinks=False)
+        if (ours.st_dev, ours.st_ino) == (named.st_dev, named.st_ino):
+            at(where / name, lambda: os.unlink(name, dir_fd=directory))
+            with contextlib.suppress(OSError):  # as durable as the disk lets it be
+                os.fsync(directory)
     except FileNotFoundError:
         pass
     except OSError as undo:
