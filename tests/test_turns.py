@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
+import trio
 
 from trio_routines.agent import SESSION_BUSY, Completed, Event, Failed, TextDelta
 from trio_routines.records import Outcome
@@ -146,22 +147,33 @@ async def test_an_exception_whose_text_cannot_be_made_is_named_by_its_type() -> 
 
 
 class Exits:
-    """An agent whose library code calls ``sys.exit`` (argparse on bad arguments does)."""
+    """An agent whose library code calls ``sys.exit`` (argparse on bad arguments does): in
+    ``invoke`` itself, in its stream, or in a task of its own nursery."""
 
     def __init__(self, where: str, code: object) -> None:
         self.where, self.code = where, code
 
-    async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+    def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
         if self.where == "invoke":
             raise SystemExit(self.code)
-        try:
-            yield TextDelta("half")
-            if self.where == "stream":
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[Event]:
+        yield TextDelta("half")
+        if self.where == "stream":
+            raise SystemExit(self.code)
+        if self.where == "nursery":
+
+            async def exits() -> None:
                 raise SystemExit(self.code)
-            yield Completed()
-        finally:
-            if self.where == "close":
-                raise SystemExit(self.code)
+
+            async def fails() -> None:
+                raise ValueError("beside it")
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(fails)
+                nursery.start_soon(exits)
+        yield Completed()
 
 
 @pytest.mark.parametrize(
@@ -170,6 +182,7 @@ class Exits:
         ("invoke", 2, "the agent raised SystemExit(2)"),
         ("stream", "usage: bad", "the agent raised SystemExit(usage: bad)"),
         ("stream", None, "the agent raised SystemExit()"),
+        ("nursery", 4, "the agent raised SystemExit(4)"),
     ],
 )
 async def test_an_agent_that_raises_system_exit_fails_its_turn_only(
@@ -196,14 +209,23 @@ async def test_an_agent_whose_close_raises_system_exit_fails_the_turn() -> None:
     result = await run_turn(ClosesExiting(), "d", "routine:d", "go")  # type: ignore[arg-type]
     assert (result.outcome, result.failed) == (Outcome.FAILED, "stream broke")
 
-    class OnlyCloseExits(ClosesExiting):
-        async def __anext__(self) -> Event:
-            raise StopAsyncIteration
 
-    events = OnlyCloseExits()
-    done = await run_turn(events, "d", "routine:d", "go")  # type: ignore[arg-type]
-    # Exhausted, its close is not called: the turn completed.
-    assert done.outcome is Outcome.COMPLETED
+async def test_a_cancel_grouped_with_an_agents_system_exit_is_not_kept_by_the_turn() -> None:
+    class CancelledBeside:
+        async def invoke(self, session: str, text: str) -> AsyncIterator[Event]:
+            async def exits() -> None:
+                raise SystemExit(5)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(exits)
+                await trio.sleep_forever()  # cancelled: the group holds a Cancelled too
+            yield Completed()
+
+    with trio.CancelScope() as scope:
+        scope.cancel()  # the caller's: its Cancelled must reach it
+        with pytest.raises(BaseExceptionGroup) as raised:
+            await run_turn(CancelledBeside(), "d", "routine:d", "go")
+    assert raised.value.split(trio.Cancelled)[0] is not None
 
 
 async def test_a_fire_whose_agent_raises_system_exit_settles_failed_and_the_next_runs() -> None:

@@ -73,8 +73,10 @@ class Agent(Protocol):
     :class:`Usage`, what the turn spent), then one
     :class:`Completed` or :class:`Failed` (a ``Failed`` with the busy code means the session
     already has a turn in flight). Raising from the iterator fails the turn (an exception, or
-    ``SystemExit``: a library's ``sys.exit()`` ends the turn, not the scheduler); the runtime
-    cancels it on a routine's timeout or at the end of a stop's grace, and closes it.
+    ``SystemExit``: a library's ``sys.exit()`` ends the turn, not the scheduler; so would a
+    host's signal handler calling it while the agent's code runs: a host stops the scheduler
+    with ``stop`` or Trio's signal receiver); the runtime cancels it on a routine's timeout
+    or at the end of a stop's grace, and closes it.
 
     The runtime reads the stream to its end and is lenient about its shape: a stream that
     ends without ``Completed`` or ``Failed`` completes; events after the first of them are

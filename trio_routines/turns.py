@@ -139,6 +139,10 @@ async def run_turn(
             events = None  # exhausted: nothing to close
         except (Exception, SystemExit) as exc:  # ``sys.exit()`` (argparse's) ends the turn only
             raised = exc
+        except BaseExceptionGroup as group:  # the agent's own nursery's: the same, grouped
+            if group.split((Exception, SystemExit))[1] is not None:
+                raise  # a cancel, an interrupt: not the turn's to keep
+            raised = _first_leaf(group)
         finally:
             aclose = getattr(events, "aclose", None)
             if aclose is not None:
@@ -208,6 +212,21 @@ def _classified(
     if log.isEnabledFor(logging.INFO):  # the common end: build no fields for nobody
         log.info("%s completed (%dms)", label, ms, extra=_fields(Outcome.COMPLETED, ms))
     return _completed(ms)
+
+
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> Exception | SystemExit:
+    """The first exception of ``group`` (one of only ``Exception`` and ``SystemExit``), a
+    ``SystemExit`` first: what the turn's failure says."""
+    leaves: list[Exception | SystemExit] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        found = pending.pop(0)
+        if isinstance(found, BaseExceptionGroup):
+            pending[:0] = found.exceptions
+        elif isinstance(found, Exception | SystemExit):
+            leaves.append(found)
+    exits = [leaf for leaf in leaves if isinstance(leaf, SystemExit)]
+    return (exits or leaves)[0]
 
 
 #: The usage problems a turn logs one by one; the rest are counted in one line at its end.
