@@ -133,11 +133,6 @@ def parse_delay(value: object) -> float | None:
     return seconds
 
 
-def _minutes(gap: timedelta) -> str:
-    minutes = gap // timedelta(minutes=1)
-    return "1 minute" if minutes == 1 else f"{minutes} minutes"
-
-
 def _describe(wakeup: Wakeup, *, prompt: bool = True) -> str:
     """One pending wake-up of a refusal's listing: with the start of its prompt, for the model
     of its own session; without (``prompt=False``), for a surface that shows no prompts."""
@@ -160,12 +155,11 @@ MAX_ID = 128
 #: damage (no add makes it), read no further than one character past it (PostgreSQL).
 MOST = {"id": MAX_ID, "session": MAX_SESSION, "prompt": MAX_PROMPT}
 MOST |= {"cron": MAX_PROMPT, "tz": MAX_PROMPT}
-#: The longest cron and time zone an add takes, in characters: a cron of every minute, hour,
-#: day, month and weekday named one by one is under 500 (a longer one repeats itself, and
-#: each takes the store's room and every listing's), a zone's name under 40. Entries stored
-#: before, up to :data:`MOST`, are still read.
+#: The longest cron and zone an add takes: each field named one by one is under 500 (longer
+#: repeats itself, in the store's room and every listing), a zone's name under 40. Stored
+#: entries up to :data:`MOST` are still read.
 MAX_CRON, MAX_TZ = 1024, 256
-ASKED = MOST | {"cron": MAX_CRON, "tz": MAX_TZ}
+ADD_MOST = MOST | {"cron": MAX_CRON, "tz": MAX_TZ}
 
 
 def storable(text: str | None) -> bool:
@@ -176,9 +170,8 @@ def storable(text: str | None) -> bool:
 
 def check_request(request: WakeupRequest) -> None:
     """Refuse, the same way on every store and from every caller, text that some store could
-    not hold, and a prompt or session longer than :data:`MAX_PROMPT` or :data:`MAX_SESSION`
-    characters (what an HTTP body holds: the tool, the API and the command line take no
-    more than it; a cron or time zone no longer than a prompt)."""
+    not hold, and a field longer than :data:`ADD_MOST` lets it be (a prompt: what an HTTP body
+    holds; the tool, the API and the command line take no more)."""
     for field in ("session", "prompt", "cron", "tz"):
         value = getattr(request, field)
         if value is not None and not isinstance(value, str):  # the embedding API's caller's
@@ -187,7 +180,7 @@ def check_request(request: WakeupRequest) -> None:
             raise InvalidWakeup(
                 f"the {field} must be text without NUL characters or undecodable bytes."
             )
-    problem = _too_long(request, ("session", "prompt", "cron", "tz"), ASKED)
+    problem = _too_long(request, ("session", "prompt", "cron", "tz"), ADD_MOST)
     if problem is not None:
         raise InvalidWakeup(problem)
 
@@ -220,8 +213,9 @@ def plan_add(
     """The wake-up to append for ``request``, or :class:`InvalidWakeup` with the guardrail text.
 
     ``pending``: the session's pending wake-ups (others are passed over); ``stored``: how many
-    wake-ups the whole store holds pending and how many bytes their prompts hold, read
-    under the store's lock for adds (None: not checked, the request only)."""
+    wake-ups the whole store holds pending and their text's bytes (the store's room,
+    :func:`~trio_routines.wakelimits.text_bytes`), read under the store's lock for adds
+    (None: not checked, the request only)."""
     now = truncate_ms(now)
     check_request(request)
     # Blank is none (the tool refused a blank prompt, the other callers stored it).
@@ -244,9 +238,10 @@ def plan_add(
             )
         gap = shortest_gap(schedule, now, GAP_HORIZON)
         if gap is not None and gap < MIN_RECURRING_GAP:
+            minutes = gap // timedelta(minutes=1)
             raise InvalidWakeup(
-                "too frequent — a recurring wake must fire at most every 10 minutes "
-                f"(this cron fires {_minutes(gap)} apart at its closest)."
+                "too frequent — a recurring wake must fire at most every 10 minutes (this "
+                f"cron fires {minutes} minute{'' if minutes == 1 else 's'} apart at its closest)."
             )
         fire_at = first
     else:
