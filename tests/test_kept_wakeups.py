@@ -104,23 +104,23 @@ async def test_an_entry_kept_unused_counts_toward_the_stores_room(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # It is stored, as PostgreSQL's row is: one place of the store's room, and its text's
-    # bytes (its session, its prompt "pp" written by hand, its cron and its zone: 29) part of
+    # bytes (its session, its prompt "éé" written by hand, its cron and its zone: 31) part of
     # the room's text.
     monkeypatch.setattr(wakelimits, "MAX_PENDING", 2)
-    monkeypatch.setattr(wakelimits, "MAX_PENDING_TEXT", 33)
+    monkeypatch.setattr(wakelimits, "MAX_PENDING_TEXT", 35)
     store = DirectoryStore(tmp_path)
     await store.add_wakeup(WakeupRequest(session="s", prompt="p", fire_at=T0 + HOUR), T0)
     with (tmp_path / "schedule" / "wakeups.journal").open("a") as handle:
         handle.write(
-            json.dumps({"op": "add", "n": 5, "wakeup": foreign("kept", prompt="pp")}) + "\n"
+            json.dumps({"op": "add", "n": 5, "wakeup": foreign("kept", prompt="éé")}) + "\n"
         )
     request = WakeupRequest(session="t", prompt="p", fire_at=T0 + HOUR)
     with pytest.raises(InvalidWakeup, match="the store holds 2 pending wake-ups"):
         await store.add_wakeup(request, T0)
     monkeypatch.setattr(wakelimits, "MAX_PENDING", 3)
-    with pytest.raises(InvalidWakeup, match="fills the store's room"):  # 2 + 29 + 3 bytes
+    with pytest.raises(InvalidWakeup, match="fills the store's room"):  # 2 + 31 + 3 bytes
         await store.add_wakeup(WakeupRequest(session="t", prompt="pp", fire_at=T0 + HOUR), T0)
-    await store.add_wakeup(request, T0)  # 2 + 29 + 2: full
+    await store.add_wakeup(request, T0)  # 2 + 31 + 2: full
     assert await store.remove_wakeup("kept", "s")
     await store.add_wakeup(request, T0)
 

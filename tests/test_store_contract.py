@@ -403,15 +403,15 @@ async def test_the_store_keeps_at_most_its_room_of_pending_wake_ups(
     recurring = await two.add_wakeup(  # 1 + 5 + 10 + 3
         WakeupRequest(session="b", prompt="y" * 5, cron="0 12 * * *", tz="UTC"), T0
     )
-    await one.add_wakeup(one_shot(session="c", prompt="z" * 5, delay=3 * HOUR), T0)  # 31
-    with pytest.raises(InvalidWakeup) as info:  # 31 + 1 + 10 bytes (of 5 characters)
+    await one.add_wakeup(one_shot(session="é", prompt="z" * 5, delay=3 * HOUR), T0)  # 2 + 5
+    with pytest.raises(InvalidWakeup) as info:  # 32 + 1 + 10 bytes (of 5 characters)
         await two.add_wakeup(one_shot(session="d", prompt="é" * 5), T0)
     assert str(info.value) == (
         "the pending wake-ups' text fills the store's room (0 MiB in all: their sessions, "
         "prompts and schedules) — this wake-up of 11 bytes cannot be added until some fire or "
         "are cancelled."
     )
-    fourth = await two.add_wakeup(one_shot(session="d", prompt="w" * 8), T0)  # 40: room
+    fourth = await two.add_wakeup(one_shot(session="d", prompt="w" * 7), T0)  # 40: room
     with pytest.raises(InvalidWakeup) as info:
         await one.add_wakeup(one_shot(session="e", prompt="v"), T0)
     assert str(info.value) == (
@@ -424,7 +424,9 @@ async def test_the_store_keeps_at_most_its_room_of_pending_wake_ups(
     assert await one.remove_wakeup(fourth.id, "d")
     assert (await two.take_due_wakeup(T0 + 3 * HOUR)).id == recurring.id  # type: ignore[union-attr]
     assert len(await two.list_wakeups()) == 2
-    await two.add_wakeup(one_shot(session="e", prompt="v" * 14), T0)  # 19 + 6 + 15
+    with pytest.raises(InvalidWakeup, match="fills the store's room"):  # 19 + 7 + 15 bytes
+        await two.add_wakeup(one_shot(session="e", prompt="v" * 14), T0)  # (not characters)
+    await two.add_wakeup(one_shot(session="e", prompt="v" * 13), T0)  # 40: full
     with pytest.raises(InvalidWakeup, match="fills the store's room"):
         await one.add_wakeup(one_shot(session="f", prompt="u"), T0)
     # A store opened anew counts what it finds.
