@@ -1996,6 +1996,48 @@ async def test_a_clock_set_back_after_it_ran_ahead_is_said_as_a_boot_says_it(
     assert [f[0] for f in await rig.fires()] == [at(11), at(13)]
 
 
+class GatedReads(MemoryStore):
+    """A memory store whose newest-claim reads wait for ``gate`` while it is closed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate: trio.Event | None = None
+        self.reads: list[str] = []
+
+    async def latest_fire(self, routine: str) -> Any:
+        self.reads.append(routine)
+        if self.gate is not None:
+            await self.gate.wait()
+        return await super().latest_fire(routine)
+
+
+async def test_a_jump_back_reads_the_newest_claims_once_more_if_another_comes_meanwhile(
+    autojump_clock: Any,
+) -> None:
+    # One read of each routine per jump back (not one per woken loop), a second read after a
+    # second jump that came during the first; a routine removed meanwhile is not named.
+    store = GatedReads()
+    other = Routine(name="other", prompt="p", cron="30 * * * *")
+    rig = Rig(HOURLY, other, store=store)
+    async with rig.running() as scheduler:
+        await sleep_until_wall(rig.wall, at(10, 50))
+        rig.wall.jump(timedelta(hours=2))  # 12:50: 11:00 caught up, stamped 12:50
+        await trio.sleep(60)
+        store.reads.clear()
+        store.gate = trio.Event()
+        rig.wall.jump(-timedelta(hours=2))
+        await trio.sleep(5)  # the read waits (within the store's timeout)
+        assert sorted(store.reads) == ["hourly", "other"]
+        rig.wall.jump(-timedelta(minutes=10))  # another, while the first is read
+        scheduler.update_routines([HOURLY])  # and "other" removed
+        await trio.sleep(5)
+        store.gate.set()
+        await trio.sleep(5)
+        assert sorted(store.reads) == ["hourly", "hourly", "other"]
+        assert scheduler.statistics().future_claims == {"hourly": at(11)}
+        assert "other" not in scheduler.statistics().future_claims
+
+
 async def test_a_jump_is_logged_once_however_many_loops_see_it(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
