@@ -2003,11 +2003,14 @@ class GatedReads(MemoryStore):
         super().__init__()
         self.gate: trio.Event | None = None
         self.reads: list[str] = []
+        self.broken: Exception | None = None
 
     async def latest_fire(self, routine: str) -> Any:
         self.reads.append(routine)
         if self.gate is not None:
             await self.gate.wait()
+        if self.broken is not None:
+            raise self.broken
         return await super().latest_fire(routine)
 
 
@@ -2036,6 +2039,26 @@ async def test_a_jump_back_reads_the_newest_claims_once_more_if_another_comes_me
         assert sorted(store.reads) == ["hourly", "hourly", "other"]
         assert scheduler.statistics().future_claims == {"hourly": at(11)}
         assert "other" not in scheduler.statistics().future_claims
+
+
+async def test_a_store_fault_reading_the_claims_after_a_jump_back_is_said_and_passed(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = GatedReads()
+    rig = Rig(store=store)
+    async with rig.running() as scheduler:
+        await sleep_until_wall(rig.wall, at(10, 50))
+        store.broken = ValueError("a row no version wrote")
+        rig.wall.jump(-timedelta(minutes=20))
+        await trio.sleep(60)
+        store.broken = None
+        await sleep_until_wall(rig.wall, at(11, 10))
+        assert scheduler.statistics().future_claims == {}
+    assert (
+        "could not read the newest claims of 1 routine(s) after the clock went back: a row no "
+        "version wrote" in messages(caplog, logging.WARNING)
+    )
+    assert [f[0] for f in await rig.fires()] == [at(11)]  # the scheduler ran on
 
 
 async def test_a_jump_is_logged_once_however_many_loops_see_it(

@@ -98,9 +98,17 @@ class ClockWatch:
                 self._again = False
                 routines = [r for r in self._runtime.routines.values() if r.cron is not None]
                 found: dict[str, Fire | None] = {}
+                faults: list[Exception] = []
                 async with trio.open_nursery() as reads:  # the store batches them (newest.py)
                     for routine in routines:
-                        reads.start_soon(self._newest, routine.name, found)
+                        reads.start_soon(self._newest, routine.name, found, faults)
+                if faults:  # a store's own fault (not a StateFault): said, once
+                    log.warning(
+                        "could not read the newest claims of %d routine(s) after the clock "
+                        "went back: %s",
+                        len(faults),
+                        faults[0],
+                    )
                 now = self._runtime.now()
                 for routine in routines:  # those still loaded as they were
                     if (
@@ -113,11 +121,15 @@ class ClockWatch:
         finally:
             self._reading = False
 
-    async def _newest(self, name: str, found: dict[str, Fire | None]) -> None:
+    async def _newest(
+        self, name: str, found: dict[str, Fire | None], faults: list[Exception]
+    ) -> None:
         try:
             found[name] = await self._calls.latest_fire(name)
         except StateFault:
             pass  # not said: its loop's fire meets the same store, and says so
+        except Exception as exc:  # not the scheduler's end: this read only informs
+            faults.append(exc)
 
     def wake_sleepers(self) -> None:
         """Wake every sleeping cron loop to re-read the wall clock and its routine."""
