@@ -2021,7 +2021,7 @@ async def test_a_jump_back_reads_the_newest_claims_once_more_if_another_comes_me
     # second jump that came during the first; a routine removed meanwhile is not named.
     store = GatedReads()
     other = Routine(name="other", prompt="p", cron="30 * * * *")
-    rig = Rig(HOURLY, other, store=store)
+    rig = Rig(HOURLY, other, store=store, poll_interval=1)  # a jump seen within a second
     async with rig.running() as scheduler:
         await sleep_until_wall(rig.wall, at(10, 50))
         rig.wall.jump(timedelta(hours=2))  # 12:50: 11:00 caught up, stamped 12:50
