@@ -6,6 +6,7 @@ loopback port (method, path, headers, body, no proxy), and what each kind of ans
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -302,12 +303,12 @@ NOT_HTTP = [
     (b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 101 + b"\r\n", "got more than 100 headers"),
     (
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
-        "its body ended before the length it gave",
+        "its body ended before the length it gave)",
     ),
     # A body cut short of its length (a JSON number cut would still parse).
     (
         b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n123",
-        "its body ended before the length it gave",
+        "its body ended before the length it gave)",
     ),
 ]
 
@@ -322,7 +323,7 @@ async def test_an_answer_that_is_not_http_is_one_line_and_a_change_unconfirmed(
             await Server(url).call(method, "/routines/r/pause", None)
     said = str(refused.value)
     assert said.startswith(f"{url}: the answer is not a trio_routines server's (not HTTP: ")
-    assert problem in said
+    assert f"(not HTTP: {problem}" in said
     assert len(said) < 300
     assert said.isprintable()
     assert refused.value.__suppress_context__
@@ -330,6 +331,36 @@ async def test_an_answer_that_is_not_http_is_one_line_and_a_change_unconfirmed(
         "; the change is not confirmed: it may still be made there — look before asking again"
     )
     assert said.endswith(unconfirmed) is (method != "GET")
+
+
+async def test_a_body_cut_short_at_the_bound_is_cut_short_not_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Exactly the bound's bytes came, and the length said more: a number cut there would parse.
+    monkeypatch.setattr(client, "MAX_ANSWER", 5)
+    raw = b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n12345"
+    async with answering(lambda _: raw) as (url, _):
+        with trio.fail_after(30), pytest.raises(CliError) as refused:
+            await Server(url).call("GET", "/healthz")
+    assert str(refused.value) == (
+        f"{url}: the answer is not a trio_routines server's (not HTTP: its body ended before "
+        "the length it gave)"
+    )
+
+
+async def test_an_http_fault_without_words_is_named_by_its_kind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def fails(*_: object) -> None:
+        raise http.client.HTTPException
+
+    server = Server("http://127.0.0.1:1")
+    monkeypatch.setattr(server, "_send", fails)
+    with pytest.raises(CliError) as refused:
+        await server.call("GET", "/healthz")
+    assert str(refused.value) == (
+        "http://127.0.0.1:1: the answer is not a trio_routines server's (not HTTP: HTTPException)"
+    )
 
 
 @asynccontextmanager

@@ -162,13 +162,13 @@ class Exits:
         yield TextDelta("half")
         if self.where == "stream":
             raise SystemExit(self.code)
-        if self.where == "nursery":
+        if self.where == "nursery":  # a group: [a group of a ValueError, the SystemExit]
 
             async def exits() -> None:
                 raise SystemExit(self.code)
 
-            async def fails() -> None:
-                raise ValueError("beside it")
+            async def fails() -> None:  # (its own nursery's, say)
+                raise ExceptionGroup("inner", [ValueError("beside it")])
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(fails)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import attrs
 import trio
@@ -217,16 +217,16 @@ def _classified(
 def _first_leaf(group: BaseExceptionGroup[BaseException]) -> Exception | SystemExit:
     """The first exception of ``group`` (one of only ``Exception`` and ``SystemExit``), a
     ``SystemExit`` first: what the turn's failure says."""
-    leaves: list[Exception | SystemExit] = []
-    pending: list[BaseException] = [group]
-    while pending:
-        found = pending.pop(0)
+    leaves = list(_leaves(group))
+    return next((leaf for leaf in leaves if isinstance(leaf, SystemExit)), leaves[0])
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[Exception | SystemExit]:
+    for found in group.exceptions:
         if isinstance(found, BaseExceptionGroup):
-            pending[:0] = found.exceptions
+            yield from _leaves(found)
         elif isinstance(found, Exception | SystemExit):
-            leaves.append(found)
-    exits = [leaf for leaf in leaves if isinstance(leaf, SystemExit)]
-    return (exits or leaves)[0]
+            yield found
 
 
 #: The usage problems a turn logs one by one; the rest are counted in one line at its end.
