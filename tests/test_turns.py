@@ -162,12 +162,12 @@ class Exits:
         yield TextDelta("half")
         if self.where == "stream":
             raise SystemExit(self.code)
-        if self.where == "nursery":  # a group: [a group of a ValueError, the SystemExit]
+        if self.where == "nursery":  # a group: [a group of a ValueError, one of the exit]
 
-            async def exits() -> None:
-                raise SystemExit(self.code)
+            async def exits() -> None:  # (each its own nursery's, say)
+                raise BaseExceptionGroup("inner exit", [SystemExit(self.code)])
 
-            async def fails() -> None:  # (its own nursery's, say)
+            async def fails() -> None:
                 raise ExceptionGroup("inner", [ValueError("beside it")])
 
             async with trio.open_nursery() as nursery:

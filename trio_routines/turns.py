@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 
 import attrs
 import trio
@@ -140,9 +140,10 @@ async def run_turn(
         except (Exception, SystemExit) as exc:  # ``sys.exit()`` (argparse's) ends the turn only
             raised = exc
         except BaseExceptionGroup as group:  # the agent's own nursery's: the same, grouped
-            if group.split((Exception, SystemExit))[1] is not None:
+            exited = _first_exit(group)
+            if exited is None or group.split((Exception, SystemExit))[1] is not None:
                 raise  # a cancel, an interrupt: not the turn's to keep
-            raised = _first_leaf(group)
+            raised = exited  # (a group of exceptions alone is an ExceptionGroup: caught above)
         finally:
             aclose = getattr(events, "aclose", None)
             if aclose is not None:
@@ -214,19 +215,14 @@ def _classified(
     return _completed(ms)
 
 
-def _first_leaf(group: BaseExceptionGroup[BaseException]) -> Exception | SystemExit:
-    """The first exception of ``group`` (one of only ``Exception`` and ``SystemExit``), a
-    ``SystemExit`` first: what the turn's failure says."""
-    leaves = list(_leaves(group))
-    return next((leaf for leaf in leaves if isinstance(leaf, SystemExit)), leaves[0])
-
-
-def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[Exception | SystemExit]:
+def _first_exit(group: BaseExceptionGroup[BaseException]) -> SystemExit | None:
+    """The first ``SystemExit`` of ``group``, however deep (None: it holds none)."""
     for found in group.exceptions:
-        if isinstance(found, BaseExceptionGroup):
-            yield from _leaves(found)
-        elif isinstance(found, Exception | SystemExit):
-            yield found
+        if isinstance(found, SystemExit):
+            return found
+        if isinstance(found, BaseExceptionGroup) and (inner := _first_exit(found)) is not None:
+            return inner
+    return None
 
 
 #: The usage problems a turn logs one by one; the rest are counted in one line at its end.
