@@ -2034,11 +2034,16 @@ async def test_a_jump_back_reads_the_newest_claims_once_more_if_another_comes_me
         rig.wall.jump(-timedelta(minutes=10))  # another, while the first is read
         scheduler.update_routines([HOURLY])  # and "other" removed
         await trio.sleep(5)
+        assert sorted(store.reads) == ["hourly", "other"]  # read again only after
         store.gate.set()
         await trio.sleep(5)
         assert sorted(store.reads) == ["hourly", "hourly", "other"]
         assert scheduler.statistics().future_claims == {"hourly": at(11)}
         assert "other" not in scheduler.statistics().future_claims
+        store.reads.clear()
+        rig.wall.jump(-timedelta(minutes=10))  # a later jump back is read as the first
+        await trio.sleep(5)
+        assert store.reads == ["hourly"]
 
 
 async def test_a_store_fault_reading_the_claims_after_a_jump_back_is_said_and_passed(
