@@ -11,6 +11,7 @@ and shown in ``future_claims`` as a boot would say it (:meth:`Arming.note_future
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 
 import trio
@@ -19,11 +20,16 @@ from ..errors import StateFault
 from ..records import Fire
 from .arming import Arming
 from .calls import StoreCalls
+from .foreach import for_each
 from .restarts import RESTART_FIRST, Restarts
 from .sleepers import Sleepers
 from .state import Runtime, duration, log
 
 __all__ = ["ClockWatch", "duration"]
+
+
+def _unsaid(name: str, fault: StateFault) -> None:
+    """A newest claim left unread after a jump back (see :meth:`ClockWatch._newest`)."""
 
 
 class ClockWatch:
@@ -96,12 +102,12 @@ class ClockWatch:
         try:
             while True:
                 self._again = False
-                routines = [r for r in self._runtime.routines.values() if r.cron is not None]
-                found: dict[str, Fire | None] = {}
+                routines = {n: r for n, r in self._runtime.routines.items() if r.cron is not None}
                 faults: list[Exception] = []
-                async with trio.open_nursery() as reads:  # the store batches them (newest.py)
-                    for routine in routines:
-                        reads.start_soon(self._newest, routine.name, found, faults)
+                # A StateFault is not said: its loop's fire meets the same store, and says so.
+                found = await for_each(
+                    functools.partial(self._newest, faults=faults), routines, on_fault=_unsaid
+                )
                 if faults:  # a store's own fault (not a StateFault): said, once
                     log.warning(
                         "could not read the newest claims of %d routine(s) after the clock "
@@ -110,26 +116,25 @@ class ClockWatch:
                         faults[0],
                     )
                 now = self._runtime.now()
-                for routine in routines:  # those still loaded as they were
-                    if (
-                        routine.name in found
-                        and self._runtime.routines.get(routine.name) is routine
-                    ):
-                        self._arming.note_future_claim(routine.name, found[routine.name], now)
+                loaded = self._runtime.routines
+                for name, fire in found.items():  # those still loaded as they were
+                    if loaded.get(name) is routines[name]:
+                        self._arming.note_future_claim(name, fire, now)
                 if not self._again:
                     return
         finally:
             self._reading = False
 
-    async def _newest(
-        self, name: str, found: dict[str, Fire | None], faults: list[Exception]
-    ) -> None:
+    async def _newest(self, name: str, *, faults: list[Exception]) -> Fire | None:
+        """``name``'s newest claim; a store's own fault, kept in ``faults``, is passed over
+        as a StateFault is (this read only informs: it must not end the scheduler)."""
         try:
-            found[name] = await self._calls.latest_fire(name)
+            return await self._calls.latest_fire(name)
         except StateFault:
-            pass  # not said: its loop's fire meets the same store, and says so
-        except Exception as exc:  # not the scheduler's end: this read only informs
+            raise
+        except Exception as exc:
             faults.append(exc)
+            raise StateFault(str(exc)) from None
 
     def wake_sleepers(self) -> None:
         """Wake every sleeping cron loop to re-read the wall clock and its routine."""

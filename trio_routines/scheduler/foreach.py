@@ -1,6 +1,6 @@
 """The store calls made for many routines at once: :func:`for_each`, which the boot, the
-member watch and the membership use (a store that batches concurrent calls serves thousands
-of routines in a few round trips)."""
+member watch, the membership and the clock watch (after a jump back) use (a store that
+batches concurrent calls serves thousands of routines in a few round trips)."""
 
 from __future__ import annotations
 
