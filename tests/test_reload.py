@@ -237,15 +237,20 @@ def write(directory: Path, name: str, cron: str, prompt: str = "do it") -> None:
     (directory / f"{name}.md").write_text(f"---\ncron: {cron}\n---\n{prompt}\n")
 
 
+async def loaded_a_and_b(directory: Path) -> tuple[Rig, Routine]:
+    """A scheduler that loaded ``a`` and ``b`` from ``directory``, and its version of ``a``."""
+    write(directory, "a", "0 * * * *")
+    write(directory, "b", "0 9 * * *")
+    rig = Rig()
+    changes = await rig.scheduler.reload_routines(directory)
+    assert (changes.added, changes.kept) == (("a", "b"), ())
+    return rig, rig.scheduler.routines["a"]
+
+
 async def test_reload_from_a_directory_keeps_the_old_version_of_a_broken_file(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    write(tmp_path, "a", "0 * * * *")
-    write(tmp_path, "b", "0 9 * * *")
-    rig = Rig()
-    changes = await rig.scheduler.reload_routines(tmp_path)
-    assert (changes.added, changes.kept) == (("a", "b"), ())
-    old_a = rig.scheduler.routines["a"]
+    rig, old_a = await loaded_a_and_b(tmp_path)
 
     (tmp_path / "a.md").write_text("---\ncron: not a cron\n---\nbroken\n")
     (tmp_path / "b.md").unlink()
@@ -272,11 +277,7 @@ async def test_reload_from_a_directory_keeps_the_old_version_of_a_broken_file(
 async def test_a_routine_file_replaced_by_a_directory_keeps_its_version_on_reload(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    write(tmp_path, "a", "0 * * * *")
-    write(tmp_path, "b", "0 9 * * *")
-    rig = Rig()
-    await rig.scheduler.reload_routines(tmp_path)
-    old_a = rig.scheduler.routines["a"]
+    rig, old_a = await loaded_a_and_b(tmp_path)
     (tmp_path / "a.md").unlink()
     (tmp_path / "a.md").mkdir()
     caplog.clear()
