@@ -1223,7 +1223,10 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ],
         POSTGRES_TESTS,
     ),
-    "pgwakeups": (["trio_routines/stores/postgres/wakeups.py"], POSTGRES_TESTS),
+    "pgwakeups": (
+        ["trio_routines/stores/postgres/wakeups.py", "trio_routines/stores/postgres/wakeuprows.py"],
+        POSTGRES_TESTS,
+    ),
     # The state directory's paused read alone, with the tests that read it (it is in the
     # directory's group too, whose run is long).
     "dirpausedread": (

@@ -40,14 +40,11 @@ from typing import Any
 import psycopg
 import trio
 
-from ...records import Origin, Wakeup
+from ...records import Wakeup
 from ...wakelimits import check_room, turns_kept_after
 from ...wakeups import (
-    MAX_PROMPT,
-    MOST,
     WakeupRequest,
     check_request,
-    check_stored,
     plan_add,
     plan_defer,
     storable,
@@ -56,73 +53,11 @@ from ...wakeups import (
 from .call import Call, reason
 from .conn import Connections
 from .schema import ADDS_LOCK, SESSION_LOCK, Schema
+from .wakeuprows import PLACES, READ_COLUMNS, WAKEUP_COLUMNS, row_of, wakeup_of_row
 
 log = logging.getLogger("trio_routines")
 
-_WAKEUP_COLUMNS = (
-    "id, session, prompt, fire_at, cron, tz, attempts, "
-    "origin, origin_depth, origin_routine, origin_slot, origin_parent, until_at"
-)
-_PLACES = ", ".join(["%s"] * 13)
-#: The same columns as read: no text longer than one character past what a wake-up keeps
-#: (wakeups.py's ``MOST``) comes from the server, so that a row edited by hand to megabytes
-#: costs no more than a malformed one to every take and listing.
-_READ_COLUMNS = ", ".join(
-    f"left({column}, {MOST.get(column, MAX_PROMPT) + 1})"
-    if column in (*MOST, "origin", "origin_routine", "origin_parent")
-    else column
-    for column in _WAKEUP_COLUMNS.split(", ")
-)
 Conn = psycopg.Connection[Any]
-
-
-def _wakeup(row: tuple[Any, ...]) -> Wakeup:
-    id_, session, prompt, fire_at, cron, tz, attempts, *origin, until = row
-    return check_stored(
-        Wakeup(
-            id=id_,
-            session=session,
-            prompt=prompt,
-            fire_at=fire_at,
-            cron=cron,
-            tz=tz,
-            attempts=attempts,
-            origin=_origin(*origin),
-            until=until,
-        )
-    )
-
-
-def _origin(kind: Any, depth: Any, routine: Any, slot: Any, parent: Any) -> Origin | None:
-    """The stored origin; None when there is none (older code added it) or it is malformed
-    (who asked is shown, never trusted to keep a wake-up: damage there is passed over)."""
-    if kind is None:
-        return None
-    if any(isinstance(text, str) and len(text) > MAX_PROMPT for text in (routine, parent)):
-        return None  # read no further than one character past it: cut, not theirs
-    try:
-        return Origin(kind=kind, depth=depth, routine=routine, slot=slot, parent=parent)
-    except (ValueError, TypeError, AttributeError):
-        return None
-
-
-def _params(wakeup: Wakeup) -> tuple[Any, ...]:
-    origin = wakeup.origin
-    return (
-        wakeup.id,
-        wakeup.session,
-        wakeup.prompt,
-        wakeup.fire_at,
-        wakeup.cron,
-        wakeup.tz,
-        wakeup.attempts,
-        *(
-            (origin.kind.value, origin.depth, origin.routine, origin.slot, origin.parent)
-            if origin is not None
-            else (None,) * 5
-        ),
-        wakeup.until,
-    )
 
 
 #: A take's line for a row it cannot read, which it then passes over, and a listing's: each a
@@ -195,21 +130,21 @@ class PostgresWakeups:
             "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", (SESSION_LOCK, session)
         )
         rows = conn.execute(
-            self._tables.sql(f"SELECT {_READ_COLUMNS} FROM {{wakeups}} WHERE session = %s"),
+            self._tables.sql(f"SELECT {READ_COLUMNS} FROM {{wakeups}} WHERE session = %s"),
             (session,),
         ).fetchall()
         mine = []
         for row in rows:
             try:
-                mine.append(_wakeup(row))
+                mine.append(wakeup_of_row(row))
             except (ValueError, TypeError):
                 continue  # kept, passed over by takes; it does not count against the cap
         return mine
 
     def _insert(self, conn: Conn, _call: Call, wakeup: Wakeup) -> None:
         conn.execute(
-            self._tables.sql(f"INSERT INTO {{wakeups}} ({_WAKEUP_COLUMNS}) VALUES ({_PLACES})"),
-            _params(wakeup),
+            self._tables.sql(f"INSERT INTO {{wakeups}} ({WAKEUP_COLUMNS}) VALUES ({PLACES})"),
+            row_of(wakeup),
         )
 
     async def take_due(self, now: datetime) -> Wakeup | None:
@@ -228,7 +163,7 @@ class PostgresWakeups:
         # of them, stored by hand) cost a query a batch, never a lock or a query each, and a
         # caller that gave up stops the walk at the next batch.
         candidates = self._tables.sql(
-            f"SELECT seq, {_VERSION}, {_READ_COLUMNS} FROM {{wakeups}} WHERE fire_at <= %s "
+            f"SELECT seq, {_VERSION}, {READ_COLUMNS} FROM {{wakeups}} WHERE fire_at <= %s "
             "AND (%s::bigint IS NULL OR seq > %s) ORDER BY seq LIMIT %s"
         )
         after: int | None = None
@@ -245,7 +180,7 @@ class PostgresWakeups:
                 if version in self._unreadable:
                     continue  # passed over already: nothing to lock
                 try:
-                    _wakeup(columns)
+                    wakeup_of_row(columns)
                 except (ValueError, TypeError) as exc:
                     # Passed over from now on, never deleted: nothing stored is lost, and a
                     # replica whose zone data is newer than ours may well read it.
@@ -260,7 +195,7 @@ class PostgresWakeups:
         when another replica has it (or took it since), or it expired (removed), or it was
         written since and cannot be read."""
         lock = self._tables.sql(
-            f"SELECT {_VERSION}, {_READ_COLUMNS} FROM {{wakeups}} WHERE seq = %s "
+            f"SELECT {_VERSION}, {READ_COLUMNS} FROM {{wakeups}} WHERE seq = %s "
             "AND fire_at <= %s FOR UPDATE SKIP LOCKED"
         )
         with conn.transaction():
@@ -268,7 +203,7 @@ class PostgresWakeups:
             if row is None:
                 return None
             try:
-                wakeup = _wakeup(row[1:])
+                wakeup = wakeup_of_row(row[1:])
             except (ValueError, TypeError) as exc:
                 self._note_unreadable(row[0], PASSED_OVER, row[1], exc)
                 return None
@@ -305,10 +240,10 @@ class PostgresWakeups:
                 args: tuple[Any, ...] = (wakeup.fire_at, wakeup.attempts, seq, advanced.fire_at)
             else:
                 query = (
-                    f"INSERT INTO {{wakeups}} (seq, {_WAKEUP_COLUMNS}) VALUES (%s, {_PLACES}) "
+                    f"INSERT INTO {{wakeups}} (seq, {WAKEUP_COLUMNS}) VALUES (%s, {PLACES}) "
                     "ON CONFLICT DO NOTHING"
                 )
-                args = (seq, *_params(wakeup))
+                args = (seq, *row_of(wakeup))
             put = conn.execute(self._tables.sql(query), args).rowcount > 0
         except psycopg.Error as exc:
             log.error("%s, and could not be put back (%s): it is lost", taken, reason(exc))
@@ -364,13 +299,11 @@ class PostgresWakeups:
         return int(count)
 
     def _list(self, conn: Conn, _call: Call) -> list[Wakeup]:
-        query = self._tables.sql(
-            f"SELECT {_VERSION}, {_READ_COLUMNS} FROM {{wakeups}} ORDER BY seq"
-        )
+        query = self._tables.sql(f"SELECT {_VERSION}, {READ_COLUMNS} FROM {{wakeups}} ORDER BY seq")
         entries = []
         for row in conn.execute(query):
             try:
-                entries.append(_wakeup(row[1:]))
+                entries.append(wakeup_of_row(row[1:]))
             except (ValueError, TypeError) as exc:
                 self._note_unreadable(row[0], SKIPPED, row[1], exc)
         return entries
