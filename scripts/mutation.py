@@ -759,6 +759,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "trio_routines/stores/directory/wakeupfile.py",
             "trio_routines/stores/newest.py",
             "trio_routines/stores/directory/pause.py",
+            "trio_routines/stores/directory/pausestate.py",
             "trio_routines/stores/directory/pausedread.py",
             "trio_routines/stores/directory/blocking.py",
         ],

@@ -23,7 +23,7 @@ from oserrors import fail, named, prefixed
 from trio_routines.errors import StateFault
 from trio_routines.instants import format_iso
 from trio_routines.stores import safefile
-from trio_routines.stores.directory import DirectoryStore, pausedread
+from trio_routines.stores.directory import DirectoryStore, pausedread, pausestate
 from trio_routines.stores.directory import pause as dirpause
 from trio_routines.stores.directory import records as dirrecords
 
@@ -125,11 +125,11 @@ async def test_a_pause_where_something_else_has_its_name_is_refused_as_it_is(
 
 
 @pytest.mark.parametrize("place", ["unlink", "dir-fsync"])
-async def test_a_resume_that_fails_names_the_file_or_directory(
+async def test_a_resume_that_fails_names_the_file_or_directory_and_resumes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, place: str
 ) -> None:
     store = DirectoryStore(tmp_path)
-    await store.set_paused("r", True)
+    await store.set_paused("r", True, T0)
     if place == "unlink":
         fail(monkeypatch, dirpause, "unlink", errno.EIO)
     else:
@@ -137,8 +137,65 @@ async def test_a_resume_that_fails_names_the_file_or_directory(
     with pytest.raises(StateFault) as raised:
         await store.set_paused("r", False)
     where = tmp_path / "schedule" / "paused"
-    failed = where / "r" if place == "unlink" else where
+    failed = where / "r" if place == "unlink" else f"{where} — it stays paused"
     assert str(raised.value) == f"could not resume 'r' in {where}: {EIO}: {failed}"
+    monkeypatch.undo()
+    # Removed but not flushed, the pause was put back as it was: the routine stays paused,
+    # its pause's start kept, and only the file itself is there.
+    assert await store.paused() == {"r"}
+    assert await store.paused_since("r") == T0
+    assert os.listdir(where) == ["r"]
+
+
+async def test_a_resume_whose_pause_cannot_be_put_back_says_it_may_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.set_paused("r", True, T0)
+    fail(monkeypatch, safefile, "fsync", errno.EIO)
+    monkeypatch.setattr(
+        dirpause, "create_whole", lambda *args: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full"))
+    )
+    with pytest.raises(StateFault) as raised:
+        await store.set_paused("r", False)
+    where = tmp_path / "schedule" / "paused"
+    assert str(raised.value) == (
+        f"could not resume 'r' in {where}: {EIO}: {where}; its pause could not be put back "
+        "(ENOSPC: full): it may run — look with `list`, and pause it again if it shows resumed"
+    )
+    monkeypatch.undo()
+    assert await store.paused() == frozenset()
+
+
+async def test_a_resume_that_fails_keeps_a_pause_made_meanwhile_and_puts_back_no_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = DirectoryStore(tmp_path)
+    where = tmp_path / "schedule" / "paused"
+    await store.set_paused("r", True, T0)
+    real = dirpause.create_whole
+
+    def paused_meanwhile(directory: int, at: Path, name: str, data: bytes, temp: str) -> int:
+        (where / name).write_text(format_iso(T2))  # another process paused it again
+        return real(directory, at, name, data, temp)
+
+    monkeypatch.setattr(dirpause, "create_whole", paused_meanwhile)
+    fail(monkeypatch, safefile, "fsync", errno.EIO)
+    with pytest.raises(StateFault) as raised:
+        await store.set_paused("r", False)
+    assert str(raised.value).endswith(f"{where} — it stays paused")
+    assert await store.paused_since("r") == T2  # the other pause, as it made it
+    monkeypatch.undo()
+    # A link in the paused directory pauses nothing: a resume takes it away, and one whose
+    # flush failed does not make it a pause.
+    (where / "r").unlink()
+    (where / "r").symlink_to(tmp_path / "target")
+    fail(monkeypatch, safefile, "fsync", errno.EIO)
+    with pytest.raises(StateFault) as raised:
+        await store.set_paused("r", False)
+    assert str(raised.value) == f"could not resume 'r' in {where}: {EIO}: {where}"
+    monkeypatch.undo()
+    assert os.listdir(where) == []
 
 
 async def test_a_resume_that_cannot_tell_whether_its_routine_is_paused_says_where(
@@ -351,7 +408,7 @@ async def test_a_paused_directory_that_cannot_be_listed_is_a_fault_naming_it(
 ) -> None:
     store = DirectoryStore(tmp_path)
     await store.set_paused("a", True)
-    fail(monkeypatch, dirpause, "scandir", errno.EIO)
+    fail(monkeypatch, pausestate, "scandir", errno.EIO)
     with pytest.raises(StateFault) as raised:
         await store.paused()
     where = tmp_path / "schedule" / "paused"
@@ -531,14 +588,14 @@ async def test_a_resume_that_cannot_be_read_is_passed_over_by_the_paused_read_an
     for name in ("aa-broken", "bb-fine", "cc-fine"):
         await store.set_paused(name, True, T0)
         await store.set_paused(name, False, T1)
-    real = dirpause.read_file
+    real = pausestate.read_file
 
     def read_file(directory: int, name: str, where: Path, limit: int) -> bytes:
         if name == "aa-broken":
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         return real(directory, name, where, limit)
 
-    monkeypatch.setattr(dirpause, "read_file", read_file)
+    monkeypatch.setattr(pausestate, "read_file", read_file)
     for _ in range(2):  # the others still read, the problem said once
         assert (await store.paused_with_resumes(T0))[1] == {
             "bb-fine": (T1, T0),
@@ -597,8 +654,8 @@ def test_a_pause_taken_back_never_undoes_another_pause_that_saw_it(
         helper.join(10)
         other.join(10)
     assert outcome["B"] == "paused"  # B's own pause, made once A's was taken back
-    assert dirpause.paused_sync(tmp_path) == {"r"}
-    assert dirpause.paused_since_sync(tmp_path, "r") == T1
+    assert pausestate.paused_sync(tmp_path) == {"r"}
+    assert pausestate.paused_since_sync(tmp_path, "r") == T1
 
 
 def test_a_pause_taken_back_removes_its_own_file_only(
@@ -621,4 +678,4 @@ def test_a_pause_taken_back_removes_its_own_file_only(
     monkeypatch.setattr(safefile.os, "fsync", fsync)
     with pytest.raises(StateFault, match=f"could not pause 'r' in {re.escape(str(where))}: EIO"):
         dirpause.set_paused_sync(tmp_path, "r", True, T0)
-    assert dirpause.paused_since_sync(tmp_path, "r") == T2
+    assert pausestate.paused_since_sync(tmp_path, "r") == T2

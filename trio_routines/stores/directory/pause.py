@@ -11,18 +11,18 @@ Pausing creates the file whole (written unnamed, then linked under the routine's
 fails if anything is there; never through a symlink), fsyncs it and the directory before it
 returns (a pause that fails is taken back: it pauses nothing), so every scheduler sharing
 the directory sees the pause from then on and a crash cannot forget it; resuming unlinks it
-and fsyncs the directory. Only regular files count: anything else found there (a symlink, a
-directory) pauses nothing. The directories on the way are opened as every state directory
-is (safefile.py): a planted link is refused. The original scheduler does not know these
-directories and ignores them. A resume's instant is
-written to a temp file under an unpredictable name, fsynced and renamed into place; it is read
-as any state file is. A resume's file that holds no instant (anything but a short regular file
-holding one) is a resume of unknown instant, taken as made when the entry was last written,
-with a warning: the safe side (no earlier than the resume), no slot before it is caught up or
-run late; any other such file reads as none.
-The instant its pause began is kept beside it the same way, first: a boot then records the
-slots before that pause as missed, not as paused. A crash between the two leaves an instant
-after the resume kept, which a boot takes for unknown.
+and fsyncs the directory (a removal whose flush fails is put back: it resumes nothing). Only
+regular files count: anything else found there (a symlink, a directory) pauses nothing. The
+directories on the way are opened as every state directory is (safefile.py): a planted link
+is refused. The original scheduler does not know these directories and ignores them. A
+resume's instant is written to a temp file under an unpredictable name, fsynced and renamed
+into place; it is read as any state file is. A resume's file that holds no instant (anything
+but a short regular file holding one) is a resume of unknown instant, taken as made when the
+entry was last written, with a warning: the safe side (no earlier than the resume), no slot
+before it is caught up or run late; any other such file reads as none. The instant its pause
+began is kept beside it the same way, first: a boot then records the slots before that pause
+as missed, not as paused. A crash between the two leaves an instant after the resume kept,
+which a boot takes for unknown. Reading them back is pausestate.py's.
 """
 
 from __future__ import annotations
@@ -32,17 +32,16 @@ import fcntl
 import logging
 import os
 import stat
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from time import monotonic
 
 from ...errors import StateFault
-from ...instants import format_iso, parse_iso
-from ...names import check_name, name_problem
+from ...instants import format_iso
+from ...names import check_name
 from .. import landed
 from ..abandon import Handoff
 from ..safefile import (
-    Refused,
     at,
     create_whole,
     describe,
@@ -52,6 +51,7 @@ from ..safefile import (
     read_file,
     replace_file,
 )
+from .pausestate import paused_since_sync
 
 log = logging.getLogger("trio_routines")
 
@@ -191,71 +191,6 @@ def _keep_instant(root: Path, folder: str, routine: str, when: datetime | None) 
         os.close(directory)
 
 
-def resumed_at_sync(root: Path, routine: str) -> datetime | None:
-    """The instant of ``routine``'s latest resume, or None (never resumed).
-
-    A resume's file that is there but holds no instant (damaged, edited, a link or a FIFO
-    planted there) is a resume of unknown instant, taken as made when the entry was last
-    written (no later than now), with a warning: read as none, a boot caught up a slot the
-    pause had held back, and a replica late to a slot ran one the others had left paused."""
-    found = instant(root, "resumed", routine, "resume", unreadable=_UNREADABLE)
-    if found is not _UNREADABLE:
-        return found
-    path = root / "schedule" / "resumed" / check_name(routine)
-    # When the entry was last written (its own time: a link is not followed), which is the
-    # resume's or after it; not after now (a clock set back since).
-    now = datetime.now(UTC)
-    try:
-        when = min(now, datetime.fromtimestamp(os.lstat(path).st_mtime, UTC))
-    except (OSError, OverflowError, ValueError):
-        when = now
-    log.warning(
-        "the resume of %r (%s) holds no instant — taken as made when it was last written "
-        "(%s): no slot before it is caught up; resume it again to write a new one",
-        routine,
-        path,
-        format_iso(when),
-    )
-    return when
-
-
-def resumed_pause_since_sync(root: Path, routine: str) -> datetime | None:
-    """When the pause ``routine``'s latest resume ended began, or None (not known)."""
-    return instant(root, "resumed-pause", routine, "resume")
-
-
-#: What :func:`instant` answers, when asked to, for a file that is there and holds none.
-_UNREADABLE = datetime.min.replace(tzinfo=UTC)  # (told apart by identity)
-
-
-def instant(
-    root: Path, folder: str, routine: str, what: str, *, unreadable: datetime | None = None
-) -> datetime | None:
-    """The instant ``<root>/schedule/<folder>/<routine>`` holds: None when it is not there,
-    ``unreadable`` (None unless given) when it holds none (an earlier version's empty pause,
-    anything else); ``what`` names it in a fault (``the resume of 'r' is unreadable``)."""
-    where = root / "schedule" / folder
-    name = check_name(routine)
-    try:
-        directory = open_dirs(root, ("schedule", folder))
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise StateFault(f"the {what} of {routine!r} is unreadable: {describe(exc)}") from None
-    try:
-        data = read_file(directory, name, where / name, 64)
-    except FileNotFoundError:
-        return None
-    except Refused:
-        return unreadable  # not a file of ours (a link, a FIFO, too long)
-    except OSError as exc:
-        raise StateFault(f"the {what} of {routine!r} is unreadable: {describe(exc)}") from None
-    finally:
-        os.close(directory)
-    found = parse_iso(data.decode("ascii", errors="replace").strip())
-    return unreadable if found is None else found
-
-
 def _set_paused(
     root: Path, routine: str, paused: bool, handoff: Handoff | None, since: datetime | None
 ) -> bool:
@@ -264,7 +199,6 @@ def _set_paused(
     (``handoff``) before. A routine paused already keeps the instant of its first pause."""
     where = root / "schedule" / "paused"
     name = check_name(routine)
-    path = where / name
     try:
         directory = open_dirs(root, ("schedule", "paused"), create=paused)
     except FileNotFoundError as exc:
@@ -289,13 +223,7 @@ def _set_paused(
                 return _pause(routine, directory, name, where, since)
             finally:
                 fcntl.flock(directory, fcntl.LOCK_UN)
-        else:
-            try:
-                at(path, lambda: os.unlink(name, dir_fd=directory))
-            except FileNotFoundError:
-                return True  # not paused
-        fsync(directory, where)
-        return True
+        return _resume(routine, directory, name, where)
     except StateFault:
         raise  # said whole already
     except OSError as exc:
@@ -303,6 +231,63 @@ def _set_paused(
         raise StateFault(f"could not {what} {routine!r} in {where}: {describe(exc)}") from None
     finally:
         os.close(directory)
+
+
+def _resume(routine: str, directory: int, name: str, where: Path) -> bool:
+    """Remove the pause file ``name``; durable. A removal whose flush fails puts the pause
+    back, so that a resume said to have failed resumes nothing."""
+    path = where / name
+    try:
+        info = os.stat(name, dir_fd=directory, follow_symlinks=False)
+    except FileNotFoundError:
+        return True  # not paused
+    kept: bytes | None = None  # what to put back: a pause's text (a link or a FIFO is none)
+    if stat.S_ISREG(info.st_mode):
+        try:
+            kept = read_file(directory, name, path, 64)
+        except FileNotFoundError:
+            return True  # resumed meanwhile
+        except OSError:  # too long, or unreadable: put back as a pause of unknown start
+            kept = b""
+    try:
+        at(path, lambda: os.unlink(name, dir_fd=directory))
+    except FileNotFoundError:
+        return True  # resumed meanwhile
+    try:
+        fsync(directory, where)
+    except OSError as exc:
+        raise _put_back(routine, directory, name, where, kept, exc) from None
+    return True
+
+
+def _put_back(
+    routine: str, directory: int, name: str, where: Path, kept: bytes | None, exc: OSError
+) -> StateFault:
+    """A pause removed but not durably (its directory's flush failed) is made again, holding
+    ``kept``: the fault to raise, saying whether the routine stays paused. Another pause made
+    meanwhile stands as it is."""
+    fault = f"could not resume {routine!r} in {where}: {describe(exc)}"
+    if kept is None:
+        return StateFault(fault)  # it paused nothing: there is nothing to put back
+    try:
+        if not lock_within(directory, PAUSE_LOCK, first=0.0001):
+            raise TimeoutError(f"its directory stayed locked for {PAUSE_LOCK:g}s")
+        try:
+            fd = create_whole(directory, where, name, kept, PAUSE_TEMP)
+        except FileExistsError:
+            return StateFault(f"{fault} — it stays paused")  # paused again meanwhile
+        finally:
+            fcntl.flock(directory, fcntl.LOCK_UN)
+        with contextlib.suppress(OSError):  # as durable as the disk lets it be
+            os.fsync(fd)
+            os.fsync(directory)
+        os.close(fd)
+    except OSError as undo:
+        return StateFault(
+            f"{fault}; its pause could not be put back ({describe(undo)}): it may run — "
+            "look with `list`, and pause it again if it shows resumed"
+        )
+    return StateFault(f"{fault} — it stays paused")
 
 
 def _pause(routine: str, directory: int, name: str, where: Path, since: datetime | None) -> bool:
@@ -350,43 +335,3 @@ def _undo_pause(
             "pause the routine — look with `list`, and resume it if it shows paused"
         )
     return StateFault(fault)
-
-
-def paused_since_sync(root: Path, routine: str) -> datetime | None:
-    """When ``routine``'s pause began: None when it is not paused, or its file holds no
-    instant (an earlier version's empty file, or anything else)."""
-    return instant(root, "paused", routine, "pause")
-
-
-def paused_sync(root: Path) -> frozenset[str]:
-    """The names of the paused routines (regular files only)."""
-    where = root / "schedule" / "paused"
-    try:
-        directory = open_dirs(root, ("schedule", "paused"))
-    except FileNotFoundError:
-        return frozenset()
-    except OSError as exc:
-        raise StateFault(
-            f"the paused routines are unreadable in {where}: {describe(exc)}"
-        ) from None
-    try:
-        paused = []
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                if name_problem(entry.name) is not None:
-                    continue  # no routine's
-                if entry.is_file(follow_symlinks=False):
-                    paused.append(entry.name)
-                else:  # planted, or made by hand: it looks like a pause and is none
-                    log.warning(
-                        "%s is not a regular file — it pauses nothing (a pause is a file "
-                        "`pause` makes); remove it",
-                        where / entry.name,
-                    )
-        return frozenset(paused)
-    except OSError as exc:
-        raise StateFault(
-            f"the paused routines are unreadable in {where}: {describe(exc)}"
-        ) from None
-    finally:
-        os.close(directory)

@@ -12,7 +12,7 @@ from pathlib import Path
 from ...errors import StateFault
 from ...names import name_problem
 from ..safefile import describe, open_dirs
-from .pause import instant, paused_sync
+from .pausestate import instant, paused_sync
 
 log = logging.getLogger("trio_routines")
 

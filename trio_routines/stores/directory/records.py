@@ -88,22 +88,22 @@ class Records:
             )
 
     async def resumed_at(self, routine: str) -> datetime | None:
-        from .pause import resumed_at_sync
+        from .pausestate import resumed_at_sync
 
         return await self._run(resumed_at_sync, self._root, routine)
 
     async def resumed_pause_since(self, routine: str) -> datetime | None:
-        from .pause import resumed_pause_since_sync
+        from .pausestate import resumed_pause_since_sync
 
         return await self._run(resumed_pause_since_sync, self._root, routine)
 
     async def paused_since(self, routine: str) -> datetime | None:
-        from .pause import paused_since_sync
+        from .pausestate import paused_since_sync
 
         return await self._run(paused_since_sync, self._root, routine)
 
     async def paused(self) -> frozenset[str]:
-        from .pause import paused_sync
+        from .pausestate import paused_sync
 
         return await self._run(paused_sync, self._root)
 
