@@ -20,9 +20,13 @@ from trio_routines.http.wire import (
     Refusal,
     Response,
     Text,
+    check_path_text,
     encode,
     is_json,
     local_path,
+    mount_point,
+    only_keys,
+    query,
     read_body,
     unavailable,
 )
@@ -208,6 +212,49 @@ def test_which_content_types_are_json(content_type: str, accepted: bool) -> None
 )
 def test_the_path_below_the_mount_point(root: str, path: str, local: str) -> None:
     assert local_path({"path": path, "root_path": root}) == local
+
+
+def test_a_scope_without_its_optional_parts_is_a_request_at_the_root() -> None:
+    # A server that leaves out what ASGI lets it omit (or gives it as another type): no mount
+    # point, no path, no query, no raw path to look at.
+    assert mount_point({}) == ""
+    assert mount_point({"root_path": None}) == ""
+    assert mount_point({"root_path": b"/api"}) == ""
+    assert local_path({}) == ""
+    assert local_path({"path": "/fire"}) == "/fire"
+    assert query({}) == {}
+    check_path_text({})
+    check_path_text({"raw_path": "/routines/%ff/pause"})  # not bytes: as the server decoded it
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"/routines/%ff/pause", b"/routines/%ef%bf/pause", b"/routines/%3F%ff/pause", b"/%80?a=b"],
+)
+def test_a_raw_path_whose_escapes_are_no_utf8_is_refused(raw: bytes) -> None:
+    with pytest.raises(Refusal) as refused:
+        check_path_text({"raw_path": raw})
+    assert refused.value.response == Response(400, {"error": "the path is not valid UTF-8"})
+    assert str(refused.value) == "the path is not valid UTF-8"
+
+
+@pytest.mark.parametrize("raw", [b"/routines/%EF%BF%BD/pause", b"/wakeups?session=%ff", b"/"])
+def test_a_raw_path_in_utf8_is_taken_whatever_its_query(raw: bytes) -> None:
+    check_path_text({"raw_path": raw})  # the query's own bytes are query()'s to refuse
+
+
+@pytest.mark.parametrize(
+    ("keys", "named"),
+    [
+        (["b", "a", "c"], '"a", "b", "c"'),
+        (["d", "b", "a", "c"], '"a", "b", "c", …'),
+    ],
+)
+def test_unknown_keys_are_named_three_at_most(keys: list[str], named: str) -> None:
+    with pytest.raises(Refusal) as refused:
+        only_keys(dict.fromkeys([*keys, "session"], 1), "POST /x", ("session", "prompt"))
+    error = f'unknown keys {named}: POST /x takes "session", "prompt"'
+    assert refused.value.response == Response(400, {"error": error})
 
 
 def _receive(*messages: Mapping[str, Any]) -> Any:
