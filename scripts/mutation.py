@@ -1230,6 +1230,20 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     # The state directory's paused read alone, with the tests that read it (it is in the
     # directory's group too, whose run is long).
+    "dirpause": (
+        [
+            "trio_routines/stores/directory/pause.py",
+            "trio_routines/stores/directory/pausestate.py",
+        ],
+        [
+            "tests/test_pinned_dirpause.py",
+            "tests/test_pinned_dirpause_given_up.py",
+            "tests/test_store_contract.py",
+            "tests/test_pause.py",
+            "tests/test_paused_read.py",
+            "tests/test_hostile_state.py",
+        ],
+    ),
     "dirpausedread": (
         ["trio_routines/stores/directory/pausedread.py"],
         [
