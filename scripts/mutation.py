@@ -1241,7 +1241,6 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_store_contract.py",
             "tests/test_pause.py",
             "tests/test_paused_read.py",
-            "tests/test_hostile_state.py",
         ],
     ),
     "dirpausedread": (

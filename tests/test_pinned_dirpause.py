@@ -584,6 +584,7 @@ async def test_a_resume_that_waited_for_the_pause_before_it_keeps_when_it_landed
 async def test_a_resume_that_cannot_be_read_is_passed_over_by_the_paused_read_and_said(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    monkeypatch.setattr(pausedread, "_SAID", set())  # said once per process: not yet here
     store = DirectoryStore(tmp_path)
     for name in ("aa-broken", "bb-fine", "cc-fine"):
         await store.set_paused(name, True, T0)
