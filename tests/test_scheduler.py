@@ -1291,6 +1291,87 @@ async def test_concurrent_duplicate_is_skipped_without_invoking(autojump_clock: 
     assert len(rig.agent.turns) == 1
 
 
+class SlowClaims(MemoryStore):
+    """A store whose claims take a second to decide."""
+
+    async def claim(self, *args: Any, **options: Any) -> Any:
+        await trio.sleep(1)
+        return await super().claim(*args, **options)
+
+
+@pytest.mark.parametrize("newer", [False, True])
+async def test_fires_of_a_slot_being_decided_here_answer_as_its_decision(
+    autojump_clock: Any, newer: bool
+) -> None:
+    # Answered "duplicate" while the first was still deciding, the fires of a slot that then
+    # turned out stale said it was claimed (and were counted so).
+    store = SlowClaims()
+    if newer:
+        await store.claim("hourly", at(10), at(10))
+    rig = Rig(store=store, agent=ScriptedAgent(Complete(duration=10)))
+    results = []
+
+    async def one() -> None:
+        results.append(await rig.scheduler.fire("hourly", at(9)))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(4):
+            nursery.start_soon(one)
+    if newer:
+        assert [(r.claimed, r.reason) for r in results] == [(False, "stale")] * 4
+        assert rig.agent.turns == []
+        assert rig.scheduler.statistics().outcomes == {"stale": 4}
+    else:
+        assert sorted((r.claimed, r.reason) for r in results) == [
+            (False, "duplicate"),
+            (False, "duplicate"),
+            (False, "duplicate"),
+            (True, None),
+        ]
+        assert len(rig.agent.turns) == 1
+
+
+async def test_fires_waiting_on_a_decision_that_failed_decide_for_themselves(
+    autojump_clock: Any,
+) -> None:
+    class FirstFails(MemoryStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.deciding, self.fail = trio.Event(), trio.Event()
+
+        async def claim(self, *args: Any, **options: Any) -> Any:
+            if not self.deciding.is_set():
+                self.deciding.set()
+                await self.fail.wait()
+                raise StateFault("the disk is gone")
+            return await super().claim(*args, **options)
+
+    store = FirstFails()
+    rig = Rig(store=store, agent=ScriptedAgent(Complete(duration=10)))
+    results: list[Any] = []
+
+    async def one() -> None:
+        try:
+            results.append(await rig.scheduler.fire("hourly", at(9)))
+        except StateFault as exc:
+            results.append(str(exc))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(one)
+        await store.deciding.wait()
+        nursery.start_soon(one)
+        nursery.start_soon(one)
+        await trio.testing.wait_all_tasks_blocked()
+        assert results == []  # both wait for the first's decision
+        store.fail.set()
+    assert results[0] == "the disk is gone"  # (the store's own words, as any claim's fault)
+    assert sorted((r.claimed, r.reason) for r in results[1:]) == [
+        (False, "duplicate"),
+        (True, None),
+    ]
+    assert len(rig.agent.turns) == 1
+
+
 async def test_external_clock_mode_runs_only_the_wake_loop_after_the_reconcile(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import trio
+
 from ..errors import StateFault
 from ..instants import slot_name
 from ..presence import LocalPresence
@@ -44,6 +46,9 @@ class Claiming:
         self._claims_whole = self._claims_live_with_replica and (
             getattr(store, "claims_appear_whole", False) is True
         )
+        #: The claims being decided here, by key: a second fire of one waits for its answer
+        #: (an event, made only when one waits), for the slot's fate is not known before it.
+        self._deciding: dict[int, trio.Event | None] = {}
 
     async def hold_and_claim(
         self, routine: Routine, slot: datetime, now: datetime
@@ -54,39 +59,59 @@ class Claiming:
         or never takes it: where no replica sees a claim half made (the state directory),
         or where it takes the session's in the claim's own step (PostgreSQL)."""
         name, key = routine.name, claim_key(routine.name, slot)
+        deciding = self._deciding
+        while key in deciding:
+            # This very slot is being decided here: answered "duplicate" now, a fire of a slot
+            # that turns out stale (a newer claim is there) would say it was claimed. Once
+            # decided, it is held here (a duplicate, without asking) or asked again.
+            await self._decided(key)
+        deciding[key] = None
+        args, options = (name, slot, now), self._claim_options
         try:
-            if self._claims_take_holds():
-                # No closure per fire: at 10,000 fires at once, every object a fire keeps
-                # while its claim is on its way is the collector's work (benchmarks/).
-                hold, claim = await self._holds.enter_claiming(
-                    routine.session, key, self._store.claim, (name, slot, now), self._claim_options
-                )
-                # None: the slot is this process's already.
-                return hold, claim or ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
-            if self._claims_whole:
-                hold, claim = await self._holds.enter_whole(
-                    routine.session, key, self._store.claim, (name, slot, now), self._claim_options
-                )
-                return hold, claim or ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
-            hold = await self._holds.enter(routine.session, key)
-        except StateFault as exc:
-            said = f"could not claim slot {slot_name(slot)} of {name!r}"
-            if str(exc).startswith(said):  # the store's own claim said so already
+            try:
+                if self._claims_take_holds():
+                    # No closure per fire: at 10,000 fires at once, every object a fire keeps
+                    # while its claim is on its way is the collector's work (benchmarks/).
+                    hold, claim = await self._holds.enter_claiming(
+                        routine.session, key, self._store.claim, args, options
+                    )
+                    # None: the slot is this process's already.
+                    return hold, claim or ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
+                if self._claims_whole:
+                    hold, claim = await self._holds.enter_whole(
+                        routine.session, key, self._store.claim, args, options
+                    )
+                    return hold, claim or ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
+                hold = await self._holds.enter(routine.session, key)
+            except StateFault as exc:
+                said = f"could not claim slot {slot_name(slot)} of {name!r}"
+                if str(exc).startswith(said):  # the store's own claim said so already
+                    raise
+                raise StateFault(f"{said}: {exc}") from None
+            if not hold.claimed:  # another replica is deciding or running this very slot
+                return hold, ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
+            try:
+                claim = await self._store.claim(name, slot, now, **options)
+            except BaseException:
+                hold.release()
                 raise
-            raise StateFault(f"{said}: {exc}") from None
-        if not hold.claimed:  # another replica is deciding or running this very slot
-            return hold, ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
-        try:
-            claim = await self._store.claim(name, slot, now, **self._claim_options)
-        except BaseException:
-            hold.release()
-            raise
-        if self._claims_live_with_replica:
-            # Written, the claim names this replica, which keeps it alive from now on: the
-            # store's lock of the claim covered only its making (a claim file is made, then
-            # written), and this process keeps the key against a second fire of the slot.
-            hold.let_store_go(key)
-        return hold, claim
+            if self._claims_live_with_replica:
+                # Written, the claim names this replica, which keeps it alive from now on: the
+                # store's lock of the claim covered only its making (a claim file is made, then
+                # written), and this process keeps the key against a second fire of the slot.
+                hold.let_store_go(key)
+            return hold, claim
+        finally:
+            waiting = deciding.pop(key)
+            if waiting is not None:
+                waiting.set()
+
+    async def _decided(self, key: int) -> None:
+        """Return once the decision of the claim ``key`` under way here has ended."""
+        event = self._deciding[key]
+        if event is None:
+            event = self._deciding[key] = trio.Event()
+        await event.wait()
 
     def _claims_take_holds(self) -> bool:
         """Whether the store takes a claim's holds in the claim's own step, for our presence."""
