@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import trio
-from oserrors import fail, named, prefixed
+from oserrors import fail, lock_clock, named, prefixed
 
 from trio_routines.errors import StateFault
 from trio_routines.instants import format_iso
@@ -165,6 +165,53 @@ async def test_a_resume_whose_pause_cannot_be_put_back_says_it_may_run(
     )
     monkeypatch.undo()
     assert await store.paused() == frozenset()
+
+
+@pytest.mark.parametrize("held", ["unreadable", "too long"])
+async def test_a_pause_put_back_whose_text_could_not_be_read_is_one_of_unknown_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: str
+) -> None:
+    store = DirectoryStore(tmp_path)
+    where = tmp_path / "schedule" / "paused"
+    await store.set_paused("r", True, T0)
+    if held == "too long":  # a pause edited by hand: a regular file, so still a pause
+        text = format_iso(T0)
+        (where / "r").write_text(text + " " * (65 - len(text)))  # one byte past the read
+    proxy = fail(monkeypatch, safefile, "fsync", errno.EIO)
+    if held == "unreadable":
+        proxy.also("read", errno.EIO)
+    fail(monkeypatch, dirpause, "fsync", errno.EIO)  # the put-back's own flush fails too
+    with pytest.raises(StateFault) as raised:
+        await store.set_paused("r", False)
+    assert str(raised.value).endswith(f"{where} — it stays paused")
+    monkeypatch.undo()
+    assert (where / "r").read_bytes() == b""
+    assert await store.paused() == {"r"}
+    assert await store.paused_since("r") is None
+
+
+async def test_a_pause_that_stays_locked_is_not_put_back_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fcntl
+
+    store = DirectoryStore(tmp_path)
+    where = tmp_path / "schedule" / "paused"
+    await store.set_paused("r", True, T0)
+    other = os.open(where, os.O_RDONLY)  # another process's pause under way, as it were
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        fail(monkeypatch, safefile, "fsync", errno.EIO)
+        lock_clock(monkeypatch, [0.0, 0.0, 11.0])
+        with pytest.raises(StateFault) as raised:
+            await store.set_paused("r", False)
+    finally:
+        os.close(other)
+    assert str(raised.value) == (
+        f"could not resume 'r' in {where}: {EIO}: {where}; its pause could not be put back "
+        "(its directory stayed locked for 10s): it may run — look with `list`, and pause it "
+        "again if it shows resumed"
+    )
 
 
 async def test_a_resume_that_fails_keeps_a_pause_made_meanwhile_and_puts_back_no_link(
