@@ -406,13 +406,13 @@ def test_a_token_no_client_can_send_is_one_line_for_serve_and_for_a_command(
         ["serve", "--agent", "echo", "--http", "127.0.0.1:0"], cwd=env.root, environ=environ
     )
     assert (served.returncode, served.stdout) == (2, "")
-    assert one_line(served.stderr) == f"error: {TOKEN_REFUSED}\n"
+    assert one_line(served.stderr) == f"error: {TOKEN_REFUSED.format('TRIO_ROUTINES_TOKEN')}\n"
     assert not env.state.exists()  # nothing bound, nothing written
     asked = in_process(
         ["pause", "daily", "--url", "http://127.0.0.1:9"], cwd=env.root, environ=environ
     )
     assert (asked.returncode, asked.stdout) == (2, "")
-    assert one_line(asked.stderr) == f"error: {TOKEN_REFUSED}\n"
+    assert one_line(asked.stderr) == f"error: {TOKEN_REFUSED.format('TRIO_ROUTINES_TOKEN')}\n"
 
 
 @pytest.mark.slow

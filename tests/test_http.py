@@ -1152,7 +1152,7 @@ def test_other_binds_need_a_token(host: str) -> None:
 
 BAD_TOKENS = [" ", "  ", " padded ", "a b", "a\tb", "a\nb", "\x00", "\x7f", "tökén", "\u202etoken"]
 TOKEN_REFUSED = (
-    "TRIO_ROUTINES_TOKEN has a space, a control character or a character outside ASCII — use "
+    "{} has a space, a control character or a character outside ASCII — use "
     "letters, digits and punctuation only, e.g. the output of "
     '`python -c "import secrets; print(secrets.token_urlsafe(32))"`'
 )
@@ -1167,11 +1167,25 @@ def test_a_token_no_client_can_send_as_it_is_is_refused_before_anything_serves(
     for host in ("127.0.0.1", "0.0.0.0"):
         with pytest.raises(BadToken) as caught:
             check_bind(host, token)
-        assert str(caught.value) == TOKEN_REFUSED
+        assert str(caught.value) == TOKEN_REFUSED.format("the token")
         assert isinstance(caught.value, TrioRoutinesError)
+        with pytest.raises(BadToken) as caught:  # the command line's, from its variable
+            check_bind(host, token, "TRIO_ROUTINES_TOKEN")
+        assert str(caught.value) == TOKEN_REFUSED.format("TRIO_ROUTINES_TOKEN")
     scheduler = Scheduler(agent=ScriptedAgent(), store=MemoryStore(), routines=ROUTINES)
-    with pytest.raises(BadToken):
+    with pytest.raises(BadToken) as caught:
         make_app(scheduler, token=token)
+    assert str(caught.value) == TOKEN_REFUSED.format("the token")
+
+
+@pytest.mark.parametrize("token", [5, b"abc", ["a"]])
+def test_a_token_that_is_not_text_is_refused_in_one_line(token: Any) -> None:
+    scheduler = Scheduler(agent=ScriptedAgent(), store=MemoryStore(), routines=ROUTINES)
+    with pytest.raises(BadToken) as caught:
+        make_app(scheduler, token=token)
+    assert str(caught.value) == f"the token must be text, not {type(token).__name__}"
+    with pytest.raises(BadToken):
+        check_bind("127.0.0.1", token)
 
 
 def test_every_printable_ascii_token_is_taken() -> None:

@@ -23,7 +23,7 @@ from test_agent_http import DAILY, collect, serving, text_of
 
 from trio_routines.agent import Completed, Failed, TextDelta, Usage
 from trio_routines.agent_http import HttpAgent, _detail
-from trio_routines.errors import InvalidAgent
+from trio_routines.errors import InvalidAgent, InvalidOption
 from trio_routines.tickets import read_ticket
 
 TOKEN = "s3cret-token"
@@ -138,9 +138,62 @@ def test_a_ca_file_named_by_the_caller_is_loaded_and_its_failure_shown_whole(
 ) -> None:
     monkeypatch.delenv("TRIO_ROUTINES_AGENT_CA", raising=False)
     assert refusal("https://agent.example/turn", ca_file="/nonexistent/ca.pem") == (
+        'ca_file="/nonexistent/ca.pem" cannot be loaded as a CA file: No such file or directory'
+    )
+    # Named by the variable, it is said as the variable (the command line's agent).
+    monkeypatch.setenv("TRIO_ROUTINES_AGENT_CA", "/nonexistent/ca.pem")
+    assert refusal("https://agent.example/turn") == (
         'TRIO_ROUTINES_AGENT_CA="/nonexistent/ca.pem" cannot be loaded as a CA file: '
         "No such file or directory"
     )
+
+
+FINITE = " must be a finite number of seconds, more than 0: "
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "said"),
+    [
+        (
+            "connect_timeout",
+            -1,
+            "connect_timeout" + FINITE + "-1",
+        ),
+        (
+            "read_timeout",
+            "10",
+            "read_timeout" + FINITE + "'10'",
+        ),
+        (
+            "read_timeout",
+            float("nan"),
+            "read_timeout" + FINITE + "nan",
+        ),
+        ("max_reply", 0, "max_reply must be at least 1"),
+        ("max_reply", 1.5, "max_reply must be a whole number, at least 1: 1.5"),
+    ],
+)
+def test_an_option_no_turn_could_use_is_refused_in_one_line(
+    option: str, value: Any, said: str
+) -> None:
+    with pytest.raises(InvalidOption) as refused:
+        HttpAgent("http://agent.example/turn", **{option: value})
+    assert str(refused.value) == said
+
+
+@pytest.mark.parametrize("token", ["a b", "tökén", 5])
+def test_a_token_no_header_can_carry_is_refused_by_where_it_came_from(
+    monkeypatch: pytest.MonkeyPatch, token: Any
+) -> None:
+    monkeypatch.delenv("TRIO_ROUTINES_AGENT_TOKEN", raising=False)
+    assert refusal("http://agent.example/turn", token=token) == (
+        "token must be printable ASCII without spaces (a bearer token)"
+    )
+    if isinstance(token, str):
+        monkeypatch.setenv("TRIO_ROUTINES_AGENT_TOKEN", token)
+        assert refusal("http://agent.example/turn") == (
+            "TRIO_ROUTINES_AGENT_TOKEN must be printable ASCII without spaces (a bearer token)"
+        )
 
 
 def test_an_origin_has_a_port_only_when_the_url_does_and_brackets_an_ipv6_host() -> None:

@@ -434,13 +434,13 @@ async def test_the_token_reaches_the_bind_check_and_the_http_surface(
     (tmp_path / "routines").mkdir()
     from trio_routines import http
 
-    checked: list[tuple[str, str | None]] = []
+    checked: list[tuple[str, str | None, str]] = []
     served: list[dict[str, Any]] = []
     check_bind, serve_http = http.check_bind, http.serve_http
 
-    def spied_check(host: str, token: str | None) -> None:
-        checked.append((host, token))
-        check_bind(host, token)
+    def spied_check(host: str, token: str | None, name: str) -> None:
+        checked.append((host, token, name))
+        check_bind(host, token, name)
 
     async def spied_serve(*args: Any, **kwargs: Any) -> None:
         served.append(kwargs)
@@ -458,7 +458,7 @@ async def test_the_token_reaches_the_bind_check_and_the_http_surface(
                 while not served:  # noqa: ASYNC110 -- started in the serve's nursery
                     await trio.sleep(0.01)
             await serving.signals[0].send(15)
-    assert checked == [("127.0.0.1", "s3cret")]
+    assert checked == [("127.0.0.1", "s3cret", "TRIO_ROUTINES_TOKEN")]
     assert [(kw["token"], type(kw["sock"]).__name__) for kw in served] == [("s3cret", "socket")]
 
 
@@ -468,17 +468,17 @@ async def test_without_a_token_none_is_passed(
     (tmp_path / "routines").mkdir()
     from trio_routines import http
 
-    checked: list[tuple[str, str | None]] = []
+    checked: list[tuple[str, str | None, str]] = []
 
-    def refusing(host: str, token: str | None) -> None:
-        checked.append((host, token))
+    def refusing(host: str, token: str | None, name: str) -> None:
+        checked.append((host, token, name))
         raise CliError("refused here")
 
     monkeypatch.setattr(http, "check_bind", refusing)
     monkeypatch.setenv("TRIO_ROUTINES_TOKEN", "")
     with pytest.raises(CliError):
         await Serving().run(args_for(tmp_path, "--http", "127.0.0.1:0"))
-    assert checked == [("127.0.0.1", None)]
+    assert checked == [("127.0.0.1", None, "TRIO_ROUTINES_TOKEN")]
 
 
 async def test_the_listener_is_closed_when_the_store_cannot_be_opened(

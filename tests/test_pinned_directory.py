@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -23,12 +24,13 @@ from oserrors import FailingOS, fail, lock_clock, named
 
 from trio_routines.agent import Usage
 from trio_routines.claims import KEEP_CLAIMS
-from trio_routines.errors import StateFault
+from trio_routines.errors import InvalidOption, StateFault
 from trio_routines.instants import slot_name
 from trio_routines.records import ClaimStatus, Outcome
 from trio_routines.stores import safefile
 from trio_routines.stores.directory import DirectoryStore, claimfiles
 from trio_routines.stores.directory import ready as dirready
+from trio_routines.testing import MemoryStore
 from trio_routines.wakeups import WakeupRequest
 
 T0 = datetime(2026, 7, 7, 10, tzinfo=UTC)
@@ -335,6 +337,32 @@ def test_the_options_a_store_was_built_with_and_their_defaults(tmp_path: Path) -
     assert (store.keep, store.lock_timeout) == (3, 0.5)
     with pytest.raises(ValueError, match=r"^keep must be at least 1$"):
         DirectoryStore(tmp_path, keep=0)
+
+
+FINITE = " must be a finite number of seconds, more than 0: "
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"keep": "5"}, "keep must be a whole number, at least 1: '5'"),
+        ({"keep": True}, "keep must be a whole number, at least 1: True"),
+        ({"lock_timeout": -1}, "lock_timeout" + FINITE + "-1"),
+        ({"lock_timeout": 0}, "lock_timeout" + FINITE + "0"),
+        ({"lock_timeout": "10"}, "lock_timeout" + FINITE + "'10'"),
+        ({"limiter": 5}, "limiter must be a trio.CapacityLimiter: 5"),
+    ],
+)
+def test_an_option_no_store_call_could_use_is_refused_as_the_store_is_made(
+    tmp_path: Path, options: dict[str, Any], said: str
+) -> None:
+    with pytest.raises(InvalidOption) as refused:
+        DirectoryStore(tmp_path, **options)
+    assert str(refused.value) == said
+    with pytest.raises(InvalidOption, match=r"^keep must be at least 1$"):
+        MemoryStore(keep=0)
+    with pytest.raises(InvalidOption, match=r"^keep must be a whole number"):
+        MemoryStore(keep=2.5)  # type: ignore[arg-type]
 
 
 async def test_a_wake_up_writer_waits_ten_seconds_for_the_lock_by_default(

@@ -27,11 +27,8 @@ from trio_routines.scheduler import Scheduler
 from trio_routines.testing import MemoryStore, ScriptedAgent
 
 
-def refusal(host: str) -> str:
-    return (
-        f"refusing to serve HTTP on {host} without a token — "
-        "set TRIO_ROUTINES_TOKEN, or bind 127.0.0.1"
-    )
+def refusal(host: str, how: str = "give a token") -> str:
+    return f"refusing to serve HTTP on {host} without a token — {how}, or bind 127.0.0.1"
 
 
 @pytest.mark.parametrize(
@@ -41,6 +38,9 @@ def test_an_open_bind_without_a_token_is_refused_naming_the_address(host: str, n
     with pytest.raises(InsecureBind) as refused:
         check_bind(host, None)
     assert str(refused.value) == refusal(named)
+    with pytest.raises(InsecureBind) as refused:  # the command line's, from its variable
+        check_bind(host, None, "TRIO_ROUTINES_TOKEN")
+    assert str(refused.value) == refusal(named, "set TRIO_ROUTINES_TOKEN")
     with pytest.raises(InsecureBind):
         check_bind(host, "")  # an empty token is none
     check_bind(host, "t")

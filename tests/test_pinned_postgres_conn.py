@@ -24,7 +24,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
-from trio_routines.errors import StateFault, Unconfirmed
+from trio_routines.errors import InvalidOption, StateFault, Unconfirmed
 from trio_routines.stores.postgres import PostgresStore
 from trio_routines.stores.postgres import conn as pgconn
 from trio_routines.stores.postgres.schema import (
@@ -128,8 +128,11 @@ def test_an_at_sign_in_the_host_is_refused_with_the_remedy() -> None:
 
 @pytest.mark.parametrize("timeout", [0, -1.0])
 def test_a_timeout_must_be_positive(timeout: float) -> None:
-    with pytest.raises(ValueError, match=r"^timeout must be positive$"):
+    with pytest.raises(InvalidOption) as refused:
         PostgresStore("postgresql://h/db", timeout=timeout)
+    assert str(refused.value) == (
+        f"timeout must be a finite number of seconds, more than 0: {timeout!r}"
+    )
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ from psycopg import sql
 
 from trio_routines.agent import Usage
 from trio_routines.claims import KEEP_CLAIMS
+from trio_routines.errors import InvalidOption
 from trio_routines.instants import slot_name
 from trio_routines.records import ClaimStatus, Gap, GapReason, Outcome
 from trio_routines.replicas import ReplicaInfo
@@ -69,6 +70,28 @@ def test_the_options_a_store_was_built_with_and_their_defaults() -> None:
     assert repr(store) == "PostgresStore('postgresql://db.example:6543/things', schema='mine')"
     with pytest.raises(ValueError, match=r"^keep must be at least 1$"):
         PostgresStore(url, keep=0)
+
+
+FINITE = " must be a finite number of seconds, more than 0: "
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"timeout": float("nan")}, "timeout" + FINITE + "nan"),
+        ({"timeout": 0}, "timeout" + FINITE + "0"),
+        ({"max_size": 0}, "max_size must be at least 1"),
+        ({"min_size": -1}, "min_size must be at least 0"),
+        ({"min_size": 5, "max_size": 2}, "max_size (2) must be at least min_size (5)"),
+        ({"min_size": "1"}, "min_size must be a whole number, at least 0: '1'"),
+    ],
+)
+def test_an_option_no_pool_could_use_is_refused_as_the_store_is_made(
+    options: dict[str, Any], said: str
+) -> None:
+    with pytest.raises(InvalidOption) as refused:
+        PostgresStore("postgresql://db.example:6543/things", **options)
+    assert str(refused.value) == said
 
 
 async def test_a_store_holds_one_connection_and_uses_at_most_eight(url: str, schema: str) -> None:

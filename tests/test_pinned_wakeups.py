@@ -91,8 +91,16 @@ def test_a_minute_ahead_is_enough() -> None:
     assert plan_add([], request, NOW).fire_at == NOW + timedelta(seconds=60)
 
 
-def test_a_planned_one_shot() -> None:
+def test_a_one_shot_with_a_zone_is_refused_not_half_taken() -> None:
+    # Built by a store's own caller: its zone was dropped without a word.
     request = WakeupRequest(session="s", prompt="p", fire_at=LATER, tz="Europe/Berlin")
+    with pytest.raises(InvalidWakeup) as refused:
+        plan_add([], request, NOW)
+    assert str(refused.value) == "tz goes with cron only."
+
+
+def test_a_planned_one_shot() -> None:
+    request = WakeupRequest(session="s", prompt="p", fire_at=LATER)
     wakeup = plan_add([], request, NOW)
     assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}", wakeup.id)
     assert (wakeup.session, wakeup.prompt, wakeup.fire_at, wakeup.cron, wakeup.tz) == (

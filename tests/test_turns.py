@@ -146,6 +146,22 @@ async def test_an_exception_whose_text_cannot_be_made_is_named_by_its_type() -> 
     assert (result.outcome, result.failed) == (Outcome.FAILED, "<Mute>")
 
 
+@pytest.mark.parametrize("returned", [[Completed()], None, "text"])
+async def test_an_invoke_that_returns_no_async_iterator_fails_the_turn_saying_so(
+    returned: object,
+) -> None:
+    class Plain:  # a plain function: nothing refuses it before its first turn
+        def invoke(self, session: str, text: str) -> object:
+            return returned
+
+    result = await run_turn(Plain(), "d", "routine:d", "go")  # type: ignore[arg-type]
+    assert result.outcome is Outcome.FAILED
+    assert result.failed == (
+        f"the agent's invoke returned {type(returned).__name__}, not an async "
+        "iterator of events (make it an async generator: async def with yield)"
+    )
+
+
 class Exits:
     """An agent whose library code calls ``sys.exit`` (argparse on bad arguments does): in
     ``invoke`` itself, in its stream, or in a task of its own nursery."""

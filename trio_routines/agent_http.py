@@ -59,6 +59,7 @@ from .agent_wire import (
     request_body,
 )
 from .agent_wire import masked as masked
+from .checks import checked_count, checked_seconds
 from .context import FireContext, current_fire
 from .errors import InvalidAgent
 from .logs import one_line
@@ -111,15 +112,18 @@ class HttpAgent:
             )
         self.url: httpx.URL = parsed
         self.origin = _origin(parsed)
-        self.connect_timeout = connect_timeout
-        self.read_timeout = read_timeout
-        self.max_reply = max_reply
-        token = (token if token is not None else os.environ.get(TOKEN_VARIABLE, "")).strip()
-        if any(not "!" <= c <= "~" for c in token):
+        self.connect_timeout = checked_seconds("connect_timeout", connect_timeout, zero=False)
+        self.read_timeout = checked_seconds("read_timeout", read_timeout, zero=False)
+        self.max_reply = checked_count("max_reply", max_reply, least=1)
+        # Each said by where it came from: the argument, or the variable read in its stead.
+        token_from = "token" if token is not None else TOKEN_VARIABLE
+        token = token if token is not None else os.environ.get(TOKEN_VARIABLE, "")
+        if not isinstance(token, str) or any(not "!" <= c <= "~" for c in token.strip()):
             raise InvalidAgent(  # never echoed: it is a secret, even a malformed one
-                f"{TOKEN_VARIABLE} must be printable ASCII without spaces (a bearer token)"
+                f"{token_from} must be printable ASCII without spaces (a bearer token)"
             )
-        self._token = token or None
+        self._token = token.strip() or None
+        ca_from = "ca_file" if ca_file is not None else CA_VARIABLE
         ca_file = ca_file if ca_file is not None else os.environ.get(CA_VARIABLE) or None
         # Built once here, never per turn: httpx would otherwise load a CA bundle from disk on
         # the Trio thread for every client. Plain http gets one that never loads anything.
@@ -129,7 +133,7 @@ class HttpAgent:
                 self._verify = ssl.create_default_context(cafile=ca_file)
             except (OSError, ssl.SSLError) as exc:
                 raise InvalidAgent(
-                    f"{CA_VARIABLE}={_shown(ca_file or '')} cannot be loaded as a CA file: "
+                    f"{ca_from}={_shown(ca_file or '')} cannot be loaded as a CA file: "
                     f"{exc.strerror or exc}"
                 ) from None
 

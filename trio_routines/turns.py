@@ -116,6 +116,11 @@ async def run_turn(
             # Inside the try: an agent that refuses the turn by raising from invoke() itself
             # fails the turn like one whose stream raises, and the claim still settles.
             events = agent.invoke(session, text)
+            if not hasattr(events, "__aiter__"):  # a plain function's list, say
+                raise TypeError(
+                    f"the agent's invoke returned {type(events).__name__}, not an async "
+                    "iterator of events (make it an async generator: async def with yield)"
+                )
             async for event in events:
                 if isinstance(event, Failed):
                     failed = event  # the last one wins; keep draining

@@ -62,7 +62,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from .cron import parse_cron, wakeup_seed
-from .errors import InvalidWakeup
+from .errors import InvalidOption, InvalidWakeup
 from .instants import format_iso, shifted, truncate_ms
 from .records import Origin, OriginKind, Wakeup
 
@@ -98,12 +98,12 @@ _TURNS = (OriginKind.ROUTINE, OriginKind.WAKEUP, OriginKind.MODEL)
 
 def _positive_or_none(_i: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"{attribute.name} must be a positive integer or None, got {value!r}")
+        raise InvalidOption(f"{attribute.name} must be a positive integer or None, got {value!r}")
 
 
 def _lifetime(_i: object, _a: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, timedelta) or not RATE_WINDOW <= value <= MAX_LIFETIME:
-        raise ValueError(
+        raise InvalidOption(
             f"lifetime must be a timedelta of an hour to {MAX_LIFETIME.days} days, got {value!r}"
         )
 
@@ -177,7 +177,7 @@ def model_asking() -> Iterator[None]:
     """For the block, the wake-ups this task adds are a model's asking (a tool call), even
     outside any turn of ours: a host's own turn (a chat) hands its model the same tools, and
     their limits are the model's, not the operator's: what it adds outside a turn has the
-    origin ``model`` (:func:`~trio_routines.wakeups.asked_by`). :func:`~trio_routines.tools.
+    origin ``model`` (:func:`~trio_routines.origins.asked_by`). :func:`~trio_routines.tools.
     call_tool` enters it around every call."""
     token = _model_asks.set(True)
     try:

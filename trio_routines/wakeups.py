@@ -24,13 +24,14 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from .context import FireContext
 from .cron import cron_error, next_run, parse_cron, wakeup_seed
 from .cron.gaps import shortest_gap
 from .errors import InvalidWakeup
 from .instants import format_iso, truncate_ms
 from .names import is_unicode
-from .records import MAX_DEPTH, Origin, OriginKind, Wakeup
+from .origins import asked_by as asked_by
+from .origins import origin_line as origin_line
+from .records import Origin, Wakeup
 from .text import cut
 from .wakelimits import (
     DEFAULT_LIMITS,
@@ -61,7 +62,8 @@ _UNIT = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 @attrs.frozen(kw_only=True)
 class WakeupRequest:
-    """What a caller asks for: exactly one of ``fire_at`` (one-shot) or ``cron`` (recurring)."""
+    """What a caller asks for: a one-shot at ``fire_at``, or a recurring one by ``cron`` (in
+    ``tz``), whose first fire the cron decides (a ``fire_at`` given with it is not read)."""
 
     session: str
     prompt: str
@@ -77,36 +79,6 @@ class WakeupRequest:
     recent: tuple[datetime, ...] = ()
     #: When a recurring wake-up ends (None: :attr:`WakeLimits.lifetime` from now).
     until: datetime | None = None
-
-
-def asked_by(
-    fire: FireContext | None, outside: OriginKind = OriginKind.API, *, model: bool = False
-) -> Origin:
-    """The origin of a wake-up added now: the turn in progress (``fire``, what
-    :func:`~trio_routines.current_fire` returns), or, when no turn is, a ``model``'s tool
-    call (depth 1: the host's turn it runs in is the chain's first) or ``outside`` (the
-    surface asking). A turn's wake-up is one deeper in the chain than the turn's own wake-up."""
-    if fire is None:
-        return Origin(kind=OriginKind.MODEL, depth=1) if model else Origin(kind=outside)
-    depth = min(fire.depth + 1, MAX_DEPTH)
-    if fire.kind == "wakeup":
-        return Origin(kind=OriginKind.WAKEUP, parent=fire.wakeup, depth=depth)
-    return Origin(kind=OriginKind.ROUTINE, routine=fire.routine, slot=fire.slot, depth=1)
-
-
-def origin_line(origin: Origin | None) -> str:
-    """Who asked, for a listing: ``routine digest at 2026-07-07T09:00:00.000Z`` (``routine
-    digest (run)`` for an on-demand run), ``wake-up <id> (depth 2)``, ``http``, ``cli``,
-    ``api``, ``model``, or ``unknown``. Raw text: a surface escapes it as it escapes stored
-    names."""
-    if origin is None:
-        return "unknown"
-    if origin.kind is OriginKind.ROUTINE:
-        when = f"at {format_iso(origin.slot)}" if origin.slot is not None else "(run)"
-        return f"routine {origin.routine} {when}"
-    if origin.kind is OriginKind.WAKEUP:
-        return f"wake-up {origin.parent} (depth {origin.depth})"
-    return origin.kind.value
 
 
 def parse_delay(value: object) -> float | None:
@@ -183,6 +155,8 @@ def check_request(request: WakeupRequest) -> None:
     problem = _too_long(request, ("session", "prompt", "cron", "tz"), ADD_MOST)
     if problem is not None:
         raise InvalidWakeup(problem)
+    if request.cron is None and request.tz is not None:  # a store's caller's: said, not dropped
+        raise InvalidWakeup("tz goes with cron only.")
 
 
 def _too_long(
@@ -268,7 +242,7 @@ def plan_add(
         prompt=request.prompt,
         fire_at=fire_at,
         cron=request.cron,
-        tz=request.tz if request.cron is not None else None,
+        tz=request.tz,  # (none without a cron: refused)
         origin=request.origin,
         until=until,
     )

@@ -95,7 +95,7 @@ class Server:
         if self.token:
             from ..http.origin import token_problem  # the server's own rule
 
-            problem = token_problem(self.token)
+            problem = token_problem(self.token, "TRIO_ROUTINES_TOKEN")
             if problem is not None:
                 raise CliError(problem, code=2)
 

@@ -79,7 +79,7 @@ async def _start(
         except (ImportError, AttributeError) as exc:
             raise CliError(f"--http is not available in this installation: {exc}") from None
         try:  # refuse an unsafe address before anything starts
-            http.check_bind(host, token)
+            http.check_bind(host, token, "TRIO_ROUTINES_TOKEN")
         except TrioRoutinesError as exc:  # a usage error (exit 2): a restart repeats it
             raise CliError(str(exc), code=2) from None
         try:  # bound before the store is touched: a taken address changes nothing

@@ -27,16 +27,19 @@ CROSS_ORIGIN = (
 )
 
 
-def token_problem(token: str) -> str | None:
-    """Why ``token`` cannot be the surface's bearer token, or None. A token is sent in a
-    header and typed into the status page's form as it is, so it must be printable ASCII
-    with no space: one padded with white space was trimmed from a bearer header and not from
-    the form (the API refused everyone, while a form of spaces logged in), and a control
+def token_problem(token: str, name: str = "the token") -> str | None:
+    """Why ``token`` cannot be the surface's bearer token, or None; ``name`` says where it
+    came from (``TRIO_ROUTINES_TOKEN`` for the command line). A token is sent in a header
+    and typed into the status page's form as it is, so it must be printable ASCII with no
+    space: one padded with white space was trimmed from a bearer header and not from the
+    form (the API refused everyone, while a form of spaces logged in), and a control
     character or a character outside ASCII cannot be sent in a header at all."""
+    if not isinstance(token, str):
+        return f"{name} must be text, not {type(token).__name__}"
     if printable_ascii(token):
         return None
     return (
-        "TRIO_ROUTINES_TOKEN has a space, a control character or a character outside ASCII "
+        f"{name} has a space, a control character or a character outside ASCII "
         "— use letters, digits and punctuation only, e.g. the output of "
         '`python -c "import secrets; print(secrets.token_urlsafe(32))"`'
     )
@@ -47,10 +50,10 @@ class BadToken(TrioRoutinesError, ValueError):
     client can send as it is (see :func:`~trio_routines.http.origin.token_problem`)."""
 
 
-def check_token(token: str | None) -> None:
-    """Refuse (:class:`BadToken`) a token with a space, a control character or a character
-    outside ASCII; an empty one means none."""
-    problem = token_problem(token) if token else None
+def check_token(token: str | None, name: str = "the token") -> None:
+    """Refuse (:class:`BadToken`) a token that is not text, or has a space, a control
+    character or a character outside ASCII; an empty one (or None) means none."""
+    problem = token_problem(token, name) if token is not None and token != "" else None
     if problem is not None:
         raise BadToken(problem)
 

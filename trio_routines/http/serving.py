@@ -39,17 +39,19 @@ class NoServer(TrioRoutinesError, ImportError):
     of the ``http`` extra, is not installed: said before anything is bound or started."""
 
 
-def check_bind(host: str, token: str | None) -> None:
+def check_bind(host: str, token: str | None, name: str = "the token") -> None:
     """Refuse to serve without the ``http`` extra's server (:class:`NoServer`), with a token
     no client can send (:class:`BadToken`), or on a non-loopback ``host`` without a token
-    (:class:`InsecureBind`)."""
+    (:class:`InsecureBind`). ``name``: where the token comes from, as the refusals say it
+    (``TRIO_ROUTINES_TOKEN`` for the command line)."""
     if importlib.util.find_spec("hypercorn") is None:
         raise NoServer('the HTTP surface needs hypercorn: pip install "trio-routines[http]"')
-    check_token(token)
+    check_token(token, name)
     if not token and not is_loopback(host):
+        how = "give a token" if name == "the token" else f"set {name}"
         raise InsecureBind(
             f"refusing to serve HTTP on {host or '(all interfaces)'} without a token — "
-            "set TRIO_ROUTINES_TOKEN, or bind 127.0.0.1"
+            f"{how}, or bind 127.0.0.1"
         )
 
 

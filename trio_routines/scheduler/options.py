@@ -12,30 +12,11 @@ import numbers
 from collections.abc import Iterable
 from datetime import datetime
 
+from ..checks import checked_seconds as checked_seconds
 from ..errors import InvalidAgent, InvalidOption, InvalidRoutine
 from ..routines import Routine
 from ..wakelimits import WakeLimits
 from ..wakeups import POLL_RANGE
-
-
-def checked_seconds(option: str, value: float, *, zero: bool, endless: bool = False) -> float:
-    """``value`` if it is a finite number of seconds (``zero``: 0 allowed; ``endless``:
-    infinity too, for an option where it means "never"), else a one-line
-    :class:`InvalidOption`: a NaN deadline, say, would leave store calls without a bound, and
-    ``True`` (a switch taken for a number) or ``"30"`` is no number of seconds; a
-    :class:`~decimal.Decimal` is (a configuration read exactly, say)."""
-    seconds = math.nan
-    if isinstance(value, numbers.Real | decimal.Decimal) and not isinstance(value, bool):
-        # A number too large for a float, or a signalling NaN, is no more a bound than NaN.
-        with contextlib.suppress(OverflowError, ValueError):
-            seconds = float(value)
-    if endless and seconds == math.inf:
-        return seconds
-    if not (math.isfinite(seconds) and (seconds > 0 or (zero and seconds == 0))):
-        wanted = "0 or more" if zero else "more than 0"
-        kind = "a number of seconds (or infinity)" if endless else "a finite number of seconds"
-        raise InvalidOption(f"{option} must be {kind}, {wanted}: {value!r}")
-    return seconds
 
 
 def checked_poll(value: float) -> float:

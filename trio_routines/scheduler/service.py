@@ -5,8 +5,9 @@ docs/design.md, Runtime); the scheduler's public methods are theirs, or built on
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
+from types import MappingProxyType
 
 import trio
 
@@ -93,13 +94,11 @@ class Scheduler:
     A scheduler runs once: build a new one to run again.
 
     Its attributes, read by the parts as they run: ``scheduler.now`` (the wall clock it was
-    given), ``scheduler.routines`` (the routines loaded, by name: read it, change it through
-    :meth:`update_routines` only), ``scheduler.default_grace`` and ``scheduler.wake_limits``
-    (as given, or the defaults).
+    given), ``scheduler.routines`` (read-only), ``scheduler.default_grace`` and
+    ``scheduler.wake_limits`` (as given, or the defaults).
     """
 
     now: Shared[Callable[[], datetime]] = Shared()
-    routines: Shared[dict[str, Routine]] = Shared()
     default_grace: Shared[float] = Shared()
 
     def __init__(
@@ -177,6 +176,11 @@ class Scheduler:
         """Whether :meth:`run`'s boot completed: its loops run (until a stop). False before,
         and for good when a stop gave the boot up."""
         return self._parts.starting.completed
+
+    @property
+    def routines(self) -> Mapping[str, Routine]:
+        """The routines loaded, by name, read-only (:meth:`update_routines` changes them)."""
+        return MappingProxyType(self._runtime.routines)
 
     @property
     def stopping(self) -> bool:

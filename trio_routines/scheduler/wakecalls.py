@@ -5,7 +5,7 @@ minimum delay, the recurring limit, the cap per session), and every call has the
 every other store call: the store timeout, and a stop's bound. A model-facing surface over
 these is :mod:`trio_routines.tools`.
 
-Each wake-up records who asked (:func:`trio_routines.wakeups.asked_by`): the turn running
+Each wake-up records who asked (:func:`trio_routines.origins.asked_by`): the turn running
 in the calling task -- a routine's, or a wake-up's, one deeper in the chain -- or, outside
 any turn, the embedding API.
 
@@ -24,10 +24,11 @@ from datetime import datetime, timedelta
 from ..context import current_fire
 from ..errors import InvalidWakeup, StateFault
 from ..instants import shifted
+from ..origins import asked_by
 from ..records import Wakeup
 from ..store import Store
 from ..wakelimits import RATE_WINDOW, WakeLimits, WakeTurns, by_turn, model_asks, room_at
-from ..wakeups import WakeupRequest, asked_by, parse_delay
+from ..wakeups import WakeupRequest, parse_delay
 from ..wakeuptexts import bad_delay_reply
 from .calls import StoreCalls
 from .state import Runtime, log

@@ -10,6 +10,7 @@ from datetime import datetime
 import attrs
 import trio
 
+from ..checks import checked_count
 from ..claims import KEEP_CLAIMS, claim_gate, is_stale
 from ..gaps import add_gap
 from ..instants import slot_name, truncate_ms
@@ -53,7 +54,7 @@ class MemoryStore(Lifetime):
     """
 
     def __init__(self, *, keep: int = KEEP_CLAIMS) -> None:
-        self.keep = keep
+        self.keep = checked_count("keep", keep, least=1)
         self.claims: dict[str, dict[str, Fire]] = {}
         #: Every hold taken through :meth:`join`, across the schedulers sharing this store:
         #: key -> the presence holding it (see :mod:`trio_routines.replicas`).

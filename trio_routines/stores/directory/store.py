@@ -52,8 +52,9 @@ from typing import Any, TypeVar
 
 import trio
 
+from ...checks import checked_count, checked_seconds
 from ...claims import KEEP_CLAIMS
-from ...errors import StateFault
+from ...errors import InvalidOption, StateFault
 from ...ledger import Spent
 from ...records import ClaimResult, Fire, Gap, Outcome, Wakeup
 from ...replicas import ReplicaInfo
@@ -117,8 +118,10 @@ class DirectoryStore(Lifetime):
         settles in a child process (writer/), once it has read :data:`~.writes.PROCESS_AT`
         routines or met a batch that large; a command line to start it instead of the default
         one. Only with ``syncfs``."""
-        if keep < 1:
-            raise ValueError("keep must be at least 1")
+        keep = checked_count("keep", keep, least=1)
+        lock_timeout = checked_seconds("lock_timeout", lock_timeout, zero=False)
+        if limiter is not None and not isinstance(limiter, trio.CapacityLimiter):
+            raise InvalidOption(f"limiter must be a trio.CapacityLimiter: {limiter!r:.80}")
         if not os.fspath(root).strip():  # Path("") is the working directory: never meant
             raise ValueError("the state directory is empty: name one (. for this directory)")
         self.root = Path(root)

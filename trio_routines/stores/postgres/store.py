@@ -11,8 +11,9 @@ from typing import Any
 
 import psycopg
 
+from ...checks import checked_count, checked_seconds
 from ...claims import KEEP_CLAIMS
-from ...errors import StateFault
+from ...errors import InvalidOption, StateFault
 from ...instants import truncate_ms
 from ...ledger import Spent, check_key
 from ...names import check_name
@@ -78,9 +79,12 @@ class PostgresStore(Lifetime):
         timeout: float = 5.0,
         migrate: Migrate = "always",
     ) -> None:
-        if keep < 1:
-            raise ValueError("keep must be at least 1")
-        self.keep = keep
+        self.keep = checked_count("keep", keep, least=1)
+        min_size = checked_count("min_size", min_size, least=0)
+        max_size = checked_count("max_size", max_size, least=1)
+        if max_size < min_size:
+            raise InvalidOption(f"max_size ({max_size}) must be at least min_size ({min_size})")
+        timeout = checked_seconds("timeout", timeout, zero=False)
         self.schema = schema
         self.timeout = timeout
         self._tables = Schema(schema, migrate)
