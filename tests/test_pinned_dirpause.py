@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import itertools
+import logging
 import os
 import re
 import time
@@ -82,6 +83,7 @@ async def test_a_pause_that_fails_names_the_file_or_directory_and_pauses_nothing
     module, call, which, file = PAUSE_FAULTS[place]
     matcher = named(which) if isinstance(which, str) else nth(which)
     fail(monkeypatch, module, call, code, matcher)  # type: ignore[arg-type]
+    fail(monkeypatch, dirpause, "fsync", errno.EIO)  # the taking back's own flush, let go
     with pytest.raises(StateFault) as raised:
         await store.set_paused("r", True, AT)
     failed = where / "r" if file else where
@@ -581,6 +583,80 @@ async def test_a_resumed_directory_that_cannot_be_read_holds_no_paused_read_back
     (warned,) = [r.getMessage() for r in caplog.records]  # once, not at every read
     assert warned.startswith(f"the resumes are unreadable in {resumed}: ")
     assert warned.endswith(" — passed over by the paused reads (no resume of it read)")
+
+
+async def test_a_landed_instant_that_cannot_be_written_leaves_the_asked_one_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.set_paused("daily", True, T0)
+    monkeypatch.setattr(dirpause, "monotonic", iter([102.5]).__next__)  # once removed
+    real = dirpause.replace_file
+    writes = itertools.count()
+
+    def second_fails(directory: int, name: str, where: Path, data: bytes, temp: str) -> None:
+        if next(writes) == 2:  # the pause's start, the instant asked, then the landed one
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(directory, name, where, data, temp)
+
+    monkeypatch.setattr(dirpause, "replace_file", second_fails)
+    dirpause.set_paused_sync(tmp_path, "daily", False, T1, asked=100.0)
+    resumed = tmp_path / "schedule" / "resumed"
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        f"could not resume 'daily': its instant cannot be kept in {resumed}: ENOSPC: No space "
+        f"left on device — its instant stays when it was asked ({format_iso(T1)})"
+    ]
+    assert await store.resumed_at("daily") == T1
+    assert await store.paused() == frozenset()
+
+
+def test_a_resume_asked_without_its_moment_is_timed_from_its_call(tmp_path: Path) -> None:
+    dirpause.set_paused_sync(tmp_path, "daily", True, T0)
+    dirpause.set_paused_sync(tmp_path, "daily", False, T1)  # no ``asked``: now
+    assert pausestate.resumed_at_sync(tmp_path, "daily") == T1
+    assert pausestate.paused_sync(tmp_path) == frozenset()
+
+
+async def test_a_pause_that_took_long_keeps_no_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dirpause, "monotonic", iter([100.0, 105.0]).__next__)
+    dirpause.set_paused_sync(tmp_path, "daily", True, T0, asked=100.0)
+    assert pausestate.resumed_at_sync(tmp_path, "daily") is None
+    assert pausestate.paused_since_sync(tmp_path, "daily") == T0
+
+
+async def test_a_pause_whose_directory_stays_locked_is_refused_and_says_try_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fcntl
+
+    where = tmp_path / "schedule" / "paused"
+    where.mkdir(parents=True)
+    other = os.open(where, os.O_RDONLY)
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        lock_clock(monkeypatch, [0.0, 0.0, 11.0])
+        with pytest.raises(StateFault) as raised:
+            await DirectoryStore(tmp_path).set_paused("r", True)
+    finally:
+        os.close(other)
+    assert str(raised.value) == (
+        f"could not pause 'r' in {where}: another process kept its directory locked for 10s "
+        "(a stalled disk?) — try again"
+    )
+    assert os.listdir(where) == []
+
+
+async def test_the_paused_listing_passes_over_names_no_routine_has(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    names = [f"r{i}" for i in range(12)]
+    for name in names:
+        await store.set_paused(name, True)
+    where = tmp_path / "schedule" / "paused"
+    for i in range(12):  # made by hand: wherever they fall in the listing
+        (where / f" r{i}").write_text("")
+    assert await store.paused() == frozenset(names)
 
 
 @pytest.mark.parametrize(
