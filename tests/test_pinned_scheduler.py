@@ -281,6 +281,37 @@ async def test_pause_and_resume_write_the_store_log_and_are_seen_at_once(
     ]
 
 
+@pytest.mark.parametrize("paused", [True, False])
+async def test_changes_asked_at_once_say_one_of_them_changed_it(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture, paused: bool
+) -> None:
+    # Each read the paused routines before any had written: all said they changed it, and
+    # the log said so as many times.
+    scheduler, _, store, _ = rig()
+    if not paused:
+        await scheduler.pause("hourly")
+    caplog.clear()
+    real = store.set_paused
+
+    async def slow(*args: Any, **kwargs: Any) -> None:
+        await trio.sleep(1)
+        await real(*args, **kwargs)
+
+    store.set_paused = slow  # type: ignore[method-assign]
+    changed: list[bool] = []
+
+    async def change() -> None:
+        changed.append(await (scheduler.pause if paused else scheduler.resume)("hourly"))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(5):
+            nursery.start_soon(change)
+    assert sorted(changed) == [False] * 4 + [True]
+    assert lines(caplog) == [(logging.INFO, "hourly: paused" if paused else "hourly: resumed")]
+    assert await store.paused() == ({"hourly"} if paused else set())
+    assert scheduler._parts.pausing._changing == {}  # (no lock kept once none waits)
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
@@ -292,10 +323,13 @@ async def test_a_pause_or_resume_the_store_never_answers_is_a_state_fault(
     autojump_clock: Any, call: str, message: str
 ) -> None:
     scheduler, _, store, _ = rig()
+    if call == "resume":  # (a resume of a routine not paused writes nothing)
+        await scheduler.pause("hourly")
     store.hang("set_paused")
     started = trio.current_time()
     with pytest.raises(Unconfirmed) as caught:  # a StateFault: the change may be made yet
         await getattr(scheduler, call)("hourly")
     assert str(caught.value) == f"{message}: {NO_ANSWER}; it may be made"
     assert trio.current_time() - started == 5.0
-    assert scheduler.statistics().paused == frozenset()
+    # As the store said last: not paused before the pause, paused before the resume.
+    assert scheduler.statistics().paused == ({"hourly"} if call == "resume" else frozenset())

@@ -346,14 +346,8 @@ async def pause(scheduler: Scheduler, name: str, *, paused: bool) -> Response:
     """Pause or resume a routine for every scheduler sharing the store (idempotent)."""
     routine = _routine(scheduler, name)
     try:
-        was = routine.name in await scheduler.paused()
-        if paused:
-            # Written all the same (its first pause's instant stands): a resume still on its
-            # way must not land after it, as it would had this pause written nothing.
-            await scheduler.pause(routine.name)
-        elif was:
-            await scheduler.resume(routine.name)
-        if was is paused:  # paused already, or not paused: said so (a resume wrote nothing)
+        change = scheduler.pause if paused else scheduler.resume
+        if not await change(routine.name):  # paused already, or not paused: said so
             return Response(200, {"name": routine.name, "paused": paused, "changed": False})
     except StateFault as exc:
         log.error("POST /routines/%s/%s: %s", name[:ECHO], "pause" if paused else "resume", exc)

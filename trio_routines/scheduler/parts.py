@@ -27,6 +27,7 @@ from .loops import CronLoops
 from .members import MemberWatch
 from .membership import Membership
 from .openclaims import OpenClaims
+from .pausing import Pausing
 from .reload import Reload
 from .restarts import Restarts
 from .runs import OnDemandRuns
@@ -134,3 +135,4 @@ class Parts:
             wakeups=wakeups,
         )
         self.runs = OnDemandRuns(runtime, calls, membership, holds, self.turns)
+        self.pausing = Pausing(runtime, calls)

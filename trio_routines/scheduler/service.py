@@ -269,25 +269,24 @@ class Scheduler:
         """
         return await self._parts.runs.start_run(name)
 
-    async def pause(self, name: str) -> None:
-        """Pause routine ``name`` in the store: no scheduler sharing it claims its slots.
-
-        Raises :class:`UnknownRoutine`, or :class:`StateFault`: nothing changed, unless the
-        store stalled during the change itself (a frozen disk), when it may land later, though
-        before any later pause or resume asked of this process.
-        """
+    async def pause(self, name: str) -> bool:
+        """Pause routine ``name`` in the store (no scheduler sharing it claims its slots):
+        whether it was not paused (:mod:`.pausing`). Raises :class:`UnknownRoutine`, or
+        :class:`StateFault`: nothing changed, unless the store stalled during the change
+        itself (a frozen disk), when it may land later, though before any later pause or
+        resume asked of this process."""
         self._parts.runtime.routine(name)
-        await self._parts.calls.set_paused(name, True)
-        log.info("%s: paused", name)
+        if changed := await self._parts.pausing.change(name, True):
+            log.info("%s: paused", name)
+        return changed
 
-    async def resume(self, name: str) -> None:
-        """Resume routine ``name``: it fires from its next slot on; nothing missed is run.
-
-        Raises :class:`UnknownRoutine`, or :class:`StateFault`, as :meth:`pause` does.
-        """
+    async def resume(self, name: str) -> bool:
+        """Resume routine ``name`` (it fires from its next slot on; nothing missed is run):
+        whether it was paused (if not, nothing is written). Raises as :meth:`pause` does."""
         self._parts.runtime.routine(name)
-        await self._parts.calls.set_paused(name, False)
-        log.info("%s: resumed", name)
+        if changed := await self._parts.pausing.change(name, False):
+            log.info("%s: resumed", name)
+        return changed
 
     async def paused(self) -> frozenset[str]:
         """The paused routines as the store says now, whichever replica or command paused
