@@ -570,6 +570,17 @@ async def test_a_sign_in_form_over_its_limit_is_refused_unread() -> None:
         assert wrong_kind.status == 415
 
 
+async def test_a_sign_in_form_naming_the_token_twice_is_refused() -> None:
+    # The last field won: a wrong token, then the right one, signed in.
+    async with page_server(token=TOKEN) as page:
+        form = "application/x-www-form-urlencoded"
+        for body in (f"token=nope&token={TOKEN}", f"token={TOKEN}&token={TOKEN}"):
+            reply = await page.call("POST", "/ui/login", body.encode(), content_type=form)
+            assert reply.status == 400
+            assert json.loads(reply.body) == {"error": "the form names a field twice"}
+            assert "set-cookie" not in reply.headers
+
+
 async def test_the_page_lists_the_live_replicas_and_who_fired_a_slot() -> None:
     async with page_server() as page:
         html = (await page.call("GET", "/")).text

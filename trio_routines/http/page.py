@@ -295,7 +295,10 @@ async def _read_form(scope: Scope, receive: Receive) -> dict[str, str]:
         pairs = parse_qsl(body.decode("ascii"), keep_blank_values=True, errors="strict")
     except (UnicodeDecodeError, ValueError):
         raise Refusal(400, "the form is not valid") from None
-    return dict(pairs)
+    form = dict(pairs)
+    if len(form) != len(pairs):  # which one counts would be a guess (as in a query)
+        raise Refusal(400, "the form names a field twice")
+    return form
 
 
 async def handle(
