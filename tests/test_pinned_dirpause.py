@@ -648,6 +648,23 @@ async def test_a_pause_whose_directory_stays_locked_is_refused_and_says_try_agai
     assert os.listdir(where) == []
 
 
+async def test_an_earlier_pauses_start_that_cannot_be_removed_is_named_and_keeps_the_pause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = DirectoryStore(tmp_path)
+    await store.set_paused("r", True)  # of unknown start: its resume removes the one kept
+    kept = tmp_path / "schedule" / "resumed-pause"
+    kept.mkdir(parents=True)
+    (kept / "r").write_text(format_iso(T0))  # an earlier resume's
+    fail(monkeypatch, dirpause, "unlink", errno.EIO, named("r"))
+    with pytest.raises(StateFault) as raised:
+        await store.set_paused("r", False, T1)
+    assert str(raised.value) == (
+        f"could not resume 'r': its instant cannot be kept in {kept}: {EIO}: {kept / 'r'}"
+    )
+    assert await store.paused() == {"r"}
+
+
 async def test_the_paused_listing_passes_over_names_no_routine_has(tmp_path: Path) -> None:
     store = DirectoryStore(tmp_path)
     names = [f"r{i}" for i in range(12)]
