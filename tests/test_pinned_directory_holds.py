@@ -422,7 +422,7 @@ async def test_a_join_refused_keeps_nothing_open_and_holds_nothing(tmp_path: Pat
         await second.join(info("a"))
     assert str(refused.value) == (
         f"could not join {tmp_path}: replica id 'a' is in use by a live replica — give each "
-        "replica its own --replica"
+        "replica its own id (--replica, or the scheduler's replica=)"
     )
     assert open_fds() == before
     await member.leave()

@@ -665,7 +665,7 @@ async def test_search_path_in_the_url_selects_the_schema(url: str, schema: str) 
         await store.join(ReplicaInfo("twin", "0", "h", 2, T0, T0))
     assert str(refused.value) == (
         f"could not join {store.where}: replica id 'twin' is in use by a live replica — give "
-        "each replica its own --replica"
+        "each replica its own id (--replica, or the scheduler's replica=)"
     )
     await first.leave()
     await store.aclose()

@@ -225,7 +225,7 @@ class DirectoryPresence(Presence):
             if not self._lock(mine):
                 raise IdInUse(
                     f"replica id {self.replica!r} is in use by a live replica — give each "
-                    "replica its own --replica"
+                    "replica its own id (--replica, or the scheduler's replica=)"
                 )
         except BaseException:  # a lock that failed (ENOLCK) too: nothing stays open
             self._close()

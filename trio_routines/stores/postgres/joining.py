@@ -78,7 +78,7 @@ def join_on(conn: Conn, schema: Schema, info: ReplicaInfo) -> str:
     if not mine:
         raise IdInUse(
             f"replica id {info.id!r} is in use by a live replica — give each replica its own "
-            "--replica"
+            "id (--replica, or the scheduler's replica=)"
         )
     conn.execute(
         schema.sql(
