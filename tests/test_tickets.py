@@ -95,11 +95,24 @@ def test_a_tickets_text_is_fixed_so_that_two_releases_given_one_token_agree() ->
 
 def test_a_ticket_of_the_longest_names_fits_a_header_and_reads_back() -> None:
     # Names of astral characters: UTF-8 in the ticket, not twelve bytes of escapes each.
-    name = "\U0001f600" * 512 + "\udcff"  # and a lone surrogate, as undecodable bytes read
+    name = "\U0001f600" * 512
     turn = FireContext("routine", f"routine:{name}", routine=name, slot=SLOT)
     ticket = make_ticket(turn, now=T0)
     assert len(ticket) < tickets.MAX_TICKET
     assert read_ticket(ticket, now=T0) == turn
+
+
+@pytest.mark.parametrize("field", ["session", "routine", "wakeup"])
+def test_a_signed_ticket_naming_text_no_store_can_hold_is_damaged(field: str) -> None:
+    # No turn of ours has such a name (a routine's is refused, a session's cannot be stored):
+    # read as a turn, its wake-up's origin failed to be made, and the tool call answered 500.
+    fields = {"v": 1, "kind": "routine", "session": "routine:daily", "routine": "daily"}
+    fields |= {"slot": "2026-07-07T09:00:00.000Z", "ends": "2026-05-28T21:26:40.000Z"}
+    fields[field] = "a\udcffb"
+    payload = json.dumps(fields, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    with pytest.raises(BadTicket) as caught:
+        read_ticket(signed(payload), now=T0)
+    assert str(caught.value) == tickets.DAMAGED
 
 
 def test_a_ticket_holds_for_its_lifetime_and_not_a_moment_more() -> None:

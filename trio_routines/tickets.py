@@ -40,6 +40,7 @@ from typing import Any
 from .context import FireContext
 from .converter import origin_from_json, origin_to_json
 from .instants import format_iso, parse_iso
+from .names import is_unicode
 
 __all__ = ["DAMAGED", "TICKET_LIFETIME", "BadTicket", "make_ticket", "read_ticket", "share_key"]
 
@@ -176,6 +177,9 @@ def _fields(payload: bytes) -> tuple[FireContext, datetime]:
         ends = parse_iso(fields["ends"])
         if not isinstance(fire.session, str) or not fire.session or ends is None:
             raise ValueError(fields)
+        texts = (fire.session, fire.routine, fire.wakeup)
+        if not all(text is None or (isinstance(text, str) and is_unicode(text)) for text in texts):
+            raise ValueError(fields)  # no turn of ours had it: no store could hold it
         if fire.origin is None and fields.get("origin") is not None:
             # An origin another release wrote and this one cannot read: read as none, the
             # turn's chain would start again at 0.
