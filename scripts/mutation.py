@@ -1358,6 +1358,21 @@ MODULES["schedsmall"] = (
     SCHEDULER_TESTS,
 )
 
+MODULES["schedchanges"] = (
+    [f"trio_routines/scheduler/{part}.py" for part in ("pausing", "claiming")],
+    SCHEDULER_TESTS,
+)
+MODULES["checks"] = (
+    ["trio_routines/checks.py"],
+    [
+        "tests/test_scheduler_arguments.py",
+        "tests/test_pinned_directory.py",
+        "tests/test_pinned_postgres_store.py",
+        "tests/test_pinned_postgres_conn.py",
+        "tests/test_pinned_agent_http.py",
+    ],
+)
+
 DESELECT = ["-m", "not slow", "-k", "not postgres", "-p", "no:randomly"]
 KILLED = {1, 3, 36, 37, 24, -24, 152, 255}  # a failing test, a crash, a timeout, a type error
 # A mutant's run ended by SIGTERM or SIGKILL: the mutated code signalled its own process group
