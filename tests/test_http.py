@@ -568,16 +568,18 @@ async def test_pause_and_resume_over_http_hold_a_routine_back_for_every_replica(
         assert (await server.call("GET", "/routines/daily/pause")).status == 405
 
 
-async def test_a_resume_of_a_routine_not_paused_writes_nothing() -> None:
+async def test_a_resume_of_a_routine_not_paused_changes_nothing_and_says_so() -> None:
     store = MemoryStore()
     await store.set_paused("adhoc", True, datetime.now(UTC))
-    store.fail("set_paused", StateFault("disk full"))  # a write would be a 503
     async with serving(store=store) as server:
         reply = await server.call("POST", "/routines/daily/resume")
         assert reply.json == {"name": "daily", "paused": False, "changed": False}
         assert await store.paused() == {"adhoc"}
-        # A pause of one paused is written all the same (a resume on its way must not land
-        # after it): the fault is a 503, as any pause's.
+        assert await store.resumed_at("daily") is None  # no instant kept: nothing resumed
+        # Each is asked of the store all the same (a change given up on that lands late must
+        # land before it, and a read does not wait for it): its fault is a 503.
+        store.fail("set_paused", StateFault("disk full"))
+        assert_error(await server.call("POST", "/routines/daily/resume"), 503)
         assert_error(await server.call("POST", "/routines/adhoc/pause"), 503)
         assert_error(await server.call("POST", "/routines/adhoc/resume"), 503)
         assert await store.paused() == {"adhoc"}

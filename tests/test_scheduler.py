@@ -1292,22 +1292,26 @@ async def test_concurrent_duplicate_is_skipped_without_invoking(autojump_clock: 
 
 
 class SlowClaims(MemoryStore):
-    """A store whose claims take a second to decide."""
+    """A store whose claims take a second to decide; it counts them."""
+
+    asked = 0
 
     async def claim(self, *args: Any, **options: Any) -> Any:
+        self.asked += 1
         await trio.sleep(1)
         return await super().claim(*args, **options)
 
 
-@pytest.mark.parametrize("newer", [False, True])
+@pytest.mark.parametrize("claimed", [None, 10, 9])
 async def test_fires_of_a_slot_being_decided_here_answer_as_its_decision(
-    autojump_clock: Any, newer: bool
+    autojump_clock: Any, claimed: int | None
 ) -> None:
     # Answered "duplicate" while the first was still deciding, the fires of a slot that then
     # turned out stale said it was claimed (and were counted so).
     store = SlowClaims()
-    if newer:
-        await store.claim("hourly", at(10), at(10))
+    if claimed is not None:  # a newer slot's claim, or this one's, another process's
+        await store.claim("hourly", at(claimed), at(claimed))
+    newer = claimed == 10
     rig = Rig(store=store, agent=ScriptedAgent(Complete(duration=10)))
     results = []
 
@@ -1315,20 +1319,22 @@ async def test_fires_of_a_slot_being_decided_here_answer_as_its_decision(
         results.append(await rig.scheduler.fire("hourly", at(9)))
 
     async with trio.open_nursery() as nursery:
-        for _ in range(4):
+        for _ in range(40):
             nursery.start_soon(one)
     if newer:
-        assert [(r.claimed, r.reason) for r in results] == [(False, "stale")] * 4
+        assert [(r.claimed, r.reason) for r in results] == [(False, "stale")] * 40
         assert rig.agent.turns == []
-        assert rig.scheduler.statistics().outcomes == {"stale": 4}
+        assert rig.scheduler.statistics().outcomes == {"stale": 40}
+        assert store.asked == 2  # the newer slot's, and once for them all: a stale slot stays so
+    elif claimed == 9:
+        assert [(r.claimed, r.reason) for r in results] == [(False, "duplicate")] * 40
+        assert store.asked == 2  # its claim, and once for them all
     else:
-        assert sorted((r.claimed, r.reason) for r in results) == [
-            (False, "duplicate"),
-            (False, "duplicate"),
-            (False, "duplicate"),
-            (True, None),
+        assert sorted((r.claimed, r.reason) for r in results) == [(False, "duplicate")] * 39 + [
+            (True, None)
         ]
         assert len(rig.agent.turns) == 1
+        assert store.asked == 1
 
 
 async def test_fires_waiting_on_a_decision_that_failed_decide_for_themselves(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import logging
+import warnings
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
@@ -146,7 +148,7 @@ async def test_an_exception_whose_text_cannot_be_made_is_named_by_its_type() -> 
     assert (result.outcome, result.failed) == (Outcome.FAILED, "<Mute>")
 
 
-@pytest.mark.parametrize("returned", [[Completed()], None, "text"])
+@pytest.mark.parametrize("returned", [[Completed()], None, "text", "coroutine"])
 async def test_an_invoke_that_returns_no_async_iterator_fails_the_turn_saying_so(
     returned: object,
 ) -> None:
@@ -154,10 +156,19 @@ async def test_an_invoke_that_returns_no_async_iterator_fails_the_turn_saying_so
         def invoke(self, session: str, text: str) -> object:
             return returned
 
-    result = await run_turn(Plain(), "d", "routine:d", "go")  # type: ignore[arg-type]
+    class Returns:  # an async def that returns: its coroutine is closed, never left unawaited
+        async def invoke(self, session: str, text: str) -> object:
+            return [Completed()]
+
+    agent = Returns() if returned == "coroutine" else Plain()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "coroutine ... was never awaited" would be one
+        result = await run_turn(agent, "d", "routine:d", "go")  # type: ignore[arg-type]
+        gc.collect()
     assert result.outcome is Outcome.FAILED
+    kind = "coroutine" if returned == "coroutine" else type(returned).__name__
     assert result.failed == (
-        f"the agent's invoke returned {type(returned).__name__}, not an async "
+        f"the agent's invoke returned {kind}, not an async "
         "iterator of events (make it an async generator: async def with yield)"
     )
 

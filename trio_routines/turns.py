@@ -26,6 +26,7 @@ changes the outcome.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
 
@@ -117,6 +118,8 @@ async def run_turn(
             # fails the turn like one whose stream raises, and the claim still settles.
             events = agent.invoke(session, text)
             if not hasattr(events, "__aiter__"):  # a plain function's list, say
+                if inspect.iscoroutine(events):  # an async def that returns: never run
+                    events.close()
                 raise TypeError(
                     f"the agent's invoke returned {type(events).__name__}, not an async "
                     "iterator of events (make it an async generator: async def with yield)"

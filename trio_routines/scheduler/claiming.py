@@ -3,6 +3,7 @@ the way the store makes it safe (see :mod:`trio_routines.replicas`)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 import trio
@@ -47,8 +48,9 @@ class Claiming:
             getattr(store, "claims_appear_whole", False) is True
         )
         #: The claims being decided here, by key: a second fire of one waits for its answer
-        #: (an event, made only when one waits), for the slot's fate is not known before it.
-        self._deciding: dict[int, trio.Event | None] = {}
+        #: (a :class:`_Decision`, made only when one waits), for the slot's fate is not
+        #: known before it.
+        self._deciding: dict[int, _Decision | None] = {}
 
     async def hold_and_claim(
         self, routine: Routine, slot: datetime, now: datetime
@@ -60,26 +62,32 @@ class Claiming:
         or where it takes the session's in the claim's own step (PostgreSQL)."""
         name, key = routine.name, claim_key(routine.name, slot)
         deciding = self._deciding
+        decide: Callable[..., Awaitable[ClaimResult]] = self._store.claim
         while key in deciding:
             # This very slot is being decided here: answered "duplicate" now, a fire of a slot
             # that turns out stale (a newer claim is there) would say it was claimed. Once
-            # decided, it is held here (a duplicate, without asking) or asked again.
-            await self._decided(key)
+            # decided, it is held here (a duplicate, without asking), refused by the store for
+            # good (that answer is ours too, not asked again), or, the decision cut off,
+            # asked again.
+            refused = await self._decided(key)
+            if refused is not None:
+                decide = _answering(refused)
         deciding[key] = None
         args, options = (name, slot, now), self._claim_options
+        claim: ClaimResult | None = None
         try:
             try:
                 if self._claims_take_holds():
                     # No closure per fire: at 10,000 fires at once, every object a fire keeps
                     # while its claim is on its way is the collector's work (benchmarks/).
                     hold, claim = await self._holds.enter_claiming(
-                        routine.session, key, self._store.claim, args, options
+                        routine.session, key, decide, args, options
                     )
                     # None: the slot is this process's already.
                     return hold, claim or ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
                 if self._claims_whole:
                     hold, claim = await self._holds.enter_whole(
-                        routine.session, key, self._store.claim, args, options
+                        routine.session, key, decide, args, options
                     )
                     return hold, claim or ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
                 hold = await self._holds.enter(routine.session, key)
@@ -91,7 +99,7 @@ class Claiming:
             if not hold.claimed:  # another replica is deciding or running this very slot
                 return hold, ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
             try:
-                claim = await self._store.claim(name, slot, now, **options)
+                claim = await decide(name, slot, now, **options)
             except BaseException:
                 hold.release()
                 raise
@@ -104,14 +112,17 @@ class Claiming:
         finally:
             waiting = deciding.pop(key)
             if waiting is not None:
-                waiting.set()
+                waiting.done(claim)
 
-    async def _decided(self, key: int) -> None:
-        """Return once the decision of the claim ``key`` under way here has ended."""
-        event = self._deciding[key]
-        if event is None:
-            event = self._deciding[key] = trio.Event()
-        await event.wait()
+    async def _decided(self, key: int) -> ClaimResult | None:
+        """Return once the decision of the claim ``key`` under way here has ended: the store's
+        refusal of the slot (stale, or taken by another), which stands for good; None when it
+        was taken here, or the decision was cut off (a fault, a cancel)."""
+        decision = self._deciding[key]
+        if decision is None:
+            decision = self._deciding[key] = _Decision()
+        await decision.ended.wait()
+        return decision.refused
 
     def _claims_take_holds(self) -> bool:
         """Whether the store takes a claim's holds in the claim's own step, for our presence."""
@@ -121,3 +132,28 @@ class Claiming:
             and presence is not None
             and not isinstance(presence, LocalPresence)
         )
+
+
+class _Decision:
+    """A claim being decided here that another fire of its slot waits for."""
+
+    __slots__ = ("ended", "refused")
+
+    def __init__(self) -> None:
+        self.ended = trio.Event()
+        self.refused: ClaimResult | None = None
+
+    def done(self, claim: ClaimResult | None) -> None:
+        """The decision ended with ``claim`` (None: cut off before the store answered)."""
+        if claim is not None and claim.status in (ClaimStatus.STALE, ClaimStatus.DUPLICATE):
+            self.refused = claim
+        self.ended.set()
+
+
+def _answering(refused: ClaimResult) -> Callable[..., Awaitable[ClaimResult]]:
+    """A claim that answers ``refused`` without asking the store, which refused it already."""
+
+    async def answer(*args: object, **options: object) -> ClaimResult:
+        return refused
+
+    return answer

@@ -26,18 +26,18 @@ class Pausing:
 
     async def change(self, name: str, paused: bool) -> bool:
         """Pause (``paused``) or resume ``name`` in the store: whether it was not so before.
-        A pause is written all the same (its first pause's instant stands), so that a resume
-        still on its way cannot land after it, as it would had it written nothing; a resume of
-        a routine not paused writes nothing. Raises :class:`~trio_routines.errors.StateFault`
-        (nothing changed, but as :meth:`.StoreCalls.set_paused` says)."""
+        Written whatever the read found (the store changes nothing where there is nothing to
+        change): a change this process gave up on may still land (a stalled disk), and the
+        next one asked here lands after it only if it is written, as a read does not wait for
+        it. Raises :class:`~trio_routines.errors.StateFault` (nothing changed, but as
+        :meth:`.StoreCalls.set_paused` says)."""
         lock = self._changing.setdefault(name, trio.Lock())
         try:
             async with lock:
                 read = await self._calls.read_paused(self._runtime.host_now())
-                was = name in read.names
-                if paused or was:
-                    await self._calls.set_paused(name, paused)
-                return was is not paused
+                await self._calls.set_paused(name, paused)
+                return (name in read.names) is not paused
         finally:
-            if not lock.locked() and lock.statistics().tasks_waiting == 0:
-                self._changing.pop(name, None)  # none waits: the next makes its own
+            idle = not lock.locked() and lock.statistics().tasks_waiting == 0
+            if idle and self._changing.get(name) is lock:
+                del self._changing[name]  # none waits: the next makes its own

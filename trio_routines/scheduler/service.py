@@ -282,7 +282,7 @@ class Scheduler:
 
     async def resume(self, name: str) -> bool:
         """Resume routine ``name`` (it fires from its next slot on; nothing missed is run):
-        whether it was paused (if not, nothing is written). Raises as :meth:`pause` does."""
+        whether it was paused (if not, the store changes nothing). Raises as :meth:`pause`."""
         self._parts.runtime.routine(name)
         if changed := await self._parts.pausing.change(name, False):
             log.info("%s: resumed", name)
