@@ -1365,6 +1365,7 @@ MODULES["schedchanges"] = (
 MODULES["checks"] = (
     ["trio_routines/checks.py"],
     [
+        "tests/test_checks.py",
         "tests/test_scheduler_arguments.py",
         "tests/test_pinned_directory.py",
         "tests/test_pinned_postgres_store.py",
