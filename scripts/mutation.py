@@ -353,7 +353,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # watch (a dead member's claims swept), each over the scheduler's selection, the state
     # directory's and PostgreSQL's tests of a boot and of replicas beside it.
     "schedboot": (
-        ["trio_routines/scheduler/boot.py"],
+        ["trio_routines/scheduler/boot.py", "trio_routines/scheduler/bootlines.py"],
         [
             *SCHEDULER_TESTS,
             "+postgres",

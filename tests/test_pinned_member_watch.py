@@ -105,8 +105,8 @@ async def test_a_dead_members_free_open_claims_are_swept_and_no_others(
         "c": None,
     }
     assert warned(caplog, "that replica stopped") == [
-        f"b: the fire claimed at {format_iso(at(9))} by replica r2 never finished — that "
-        "replica stopped mid-turn; recorded as interrupted"
+        f"b: the fire of slot {format_iso(at(9))} claimed at {format_iso(at(9))} by replica r2 "
+        "never finished — that replica stopped mid-turn; recorded as interrupted"
     ]
 
 
@@ -124,9 +124,9 @@ async def test_a_dead_members_claim_the_store_will_not_record_is_not_said_record
     scheduler, _ = watched(store)
     await swept_once(store, scheduler, "b")
     assert warned(caplog, "that replica stopped") == [
-        f"b: the fire claimed at {format_iso(at(9))} by replica r2 never finished — that "
-        "replica stopped mid-turn; not recorded as interrupted (the store's line says why; "
-        "left open)"
+        f"b: the fire of slot {format_iso(at(9))} claimed at {format_iso(at(9))} by replica r2 "
+        "never finished — that replica stopped mid-turn; not recorded as interrupted (the "
+        "store's line says why; left open)"
     ]
     assert [(f.outcome, f.error) for f in await store.history("b")] == [(None, None)]
 

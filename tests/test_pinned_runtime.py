@@ -189,7 +189,9 @@ async def test_an_on_demand_routines_open_claim_is_interrupted_at_boot(
     assert agent.turns == []
     never = [m for m in messages(caplog, logging.WARNING) if "never finished" in m]
     assert len(never) == 1
-    assert never[0].startswith("manual: the fire claimed at 2026-07-07T07:30:00.000Z")
+    assert never[0].startswith(
+        "manual: the fire of slot 2026-07-07T07:30:00.000Z claimed at 2026-07-07T07:30:00.000Z"
+    )
 
 
 # -- logged once: counted, not searched ------------------------------------------------------

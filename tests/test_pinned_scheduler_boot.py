@@ -13,6 +13,7 @@ import trio
 from scheduler_rig import HOURLY, T0, Recording, at, completed, messages, rig
 
 from trio_routines import Outcome, Routine, StateFault
+from trio_routines.instants import format_iso
 from trio_routines.scheduler.boot import BOOT_INTERRUPTED
 from trio_routines.testing import WallClock
 
@@ -50,11 +51,12 @@ async def test_open_claims_are_settled_interrupted_only_if_still_open_and_said_s
         for name, slot in (("hourly", at(9)), ("manual", at(8)))
     ]
     assert messages(caplog, logging.WARNING) == [
-        f"{name}: the fire claimed at {stamp} never finished — its process stopped mid-turn; "
-        f"recorded as interrupted (see `python -m trio_routines history {name}`)"
-        for name, stamp in (
-            ("hourly", "2026-07-07T09:01:00.000Z"),
-            ("manual", "2026-07-07T08:02:00.000Z"),
+        f"{name}: the fire of slot {format_iso(slot)} claimed at {stamp} never finished — its "
+        f"process stopped mid-turn; recorded as interrupted (see `python -m trio_routines "
+        f"history {name}`)"
+        for name, slot, stamp in (
+            ("hourly", at(9), "2026-07-07T09:01:00.000Z"),
+            ("manual", at(8), "2026-07-07T08:02:00.000Z"),
         )
     ]
     # The last success is the completed claim's end: stamped 09:00, it took 2.5 s. A cron
@@ -220,8 +222,9 @@ async def test_a_reconcile_the_store_never_answers_is_logged_and_the_boot_goes_o
     assert messages(caplog, logging.WARNING)[-2:] == [
         "hourly: could not record the interrupted outcome of slot 2026-07-07T10:00:00.000Z: "
         "the store did not answer in time",
-        "hourly: the fire claimed at 2026-07-07T10:01:00.000Z never finished — its process "
-        "stopped mid-turn; not recorded as interrupted (the store's line says why; left open)",
+        "hourly: the fire of slot 2026-07-07T10:00:00.000Z claimed at 2026-07-07T10:01:00.000Z "
+        "never finished — its process stopped mid-turn; not recorded as interrupted (the "
+        "store's line says why; left open)",
     ]
     assert next_due == {"hourly": at(11)}
     assert [(f.slot, f.outcome) for f in await store.history("hourly")] == [(at(10), None)]

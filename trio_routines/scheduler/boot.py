@@ -22,12 +22,13 @@ from ..gaps import ON_TIME, BootPlan, passed_over, plan_boot, unfired_gaps
 from ..history import ended
 from ..instants import format_iso
 from ..records import Fire, GapReason, Outcome
-from ..routines import Routine, catchup_text
+from ..routines import Routine
 from ..text import shell_name
+from . import bootlines
 from .arming import Arming
 from .calls import StoreCalls
 from .foreach import for_each
-from .gaps import GapRecording, gap_words
+from .gaps import GapRecording
 from .membership import Membership
 from .openclaims import LEFT_OPEN, count_interrupted
 from .state import Runtime, log
@@ -117,11 +118,15 @@ class Boot:
         # Said once answered (a store that did not take it said why), in the routines' order.
         for name, recorded in (await for_each(interrupted, unsettled)).items():
             history = f"see `python -m trio_routines history {shell_name(name)}`"
+            fire = unsettled[name]
+            said = f"recorded as interrupted ({history})" if recorded else LEFT_OPEN
             log.warning(
-                "%s: the fire claimed at %s never finished — its process stopped mid-turn; %s",
+                "%s: the fire of slot %s claimed at %s never finished — its process stopped "
+                "mid-turn; %s",
                 name,
-                format_iso(unsettled[name].fired_at),
-                f"recorded as interrupted ({history})" if recorded else LEFT_OPEN,
+                format_iso(fire.slot),
+                format_iso(fire.fired_at),
+                said,
             )
         if not plan:  # an external clock decides every slot
             await self._calls.refresh_paused()  # for statistics
@@ -147,7 +152,7 @@ class Boot:
         ]
         resumes = await for_each(self._calls.resumed_at, catching_up)
         self._calls.resumes_read_at = current
-        _future_resumes(resumes, current)
+        bootlines.future_resumes(resumes, current)
         # A routine whose overlap was just looked at: its gaps read once (its newest gap then
         # ends at the latest accounted for, which ``latest`` holds already).
         gap_ends: dict[str, datetime | None] = {
@@ -161,9 +166,13 @@ class Boot:
         # a new one is recorded as armed now). Best effort: a fault leaves them unrecorded.
         armed = await self._gaps.first_armed([name for name in first_due if newest[name] is None])
         unfired = [name for name in armed if self._gaps.passed_since(routines[name], armed[name])]
-        unfired_resumes = await for_each(self._calls.resumed_at, unfired, on_fault=_unaccounted)
-        _future_resumes(unfired_resumes, current)
-        unfired_gap_ends = await for_each(self._gaps.newest_gap_end, unfired, on_fault=_unaccounted)
+        unfired_resumes = await for_each(
+            self._calls.resumed_at, unfired, on_fault=bootlines.unaccounted
+        )
+        bootlines.future_resumes(unfired_resumes, current)
+        unfired_gap_ends = await for_each(
+            self._gaps.newest_gap_end, unfired, on_fault=bootlines.unaccounted
+        )
         await self._calls.refresh_paused()  # for statistics too; a fault: taken as pausing none
         paused = self._calls.paused
         # When each paused one's pause began: the slots before it were missed, not paused. A
@@ -171,7 +180,7 @@ class Boot:
         pauses = await for_each(
             self._calls.paused_since,
             [name for name in (*unfired, *catching_up) if name in paused],
-            on_fault=_pause_unread,
+            on_fault=bootlines.pause_unread,
         )
         # And when the pause a resume since ended began (a store that keeps it), likewise.
         since = [(resumes.get(name), latest[name], name) for name in catching_up]
@@ -179,7 +188,7 @@ class Boot:
         resumed_pauses = await for_each(
             self._calls.resumed_pause_since,
             [name for resumed, accounted, name in since if resumed and resumed > accounted],
-            on_fault=_pause_unread,
+            on_fault=bootlines.pause_unread,
         )
         plans: dict[str, BootPlan] = {}
         for name in unfired:
@@ -242,7 +251,7 @@ class Boot:
             if due <= current - ON_TIME:  # (a slot less late is on time: no catch-up)
                 log.info("%s: catching up a missed run", name)
             if planned_here is not None and planned_here.missed is not None:
-                _log_missed(name, planned_here, due, current, routine.catchup)
+                bootlines.log_missed(name, planned_here, due, current, routine.catchup)
             planned[name] = due
         # Those an update_routines() removed or replaced meanwhile are not armed from here:
         # a replaced one's loop arms anew once the loops run.
@@ -309,7 +318,7 @@ class Boot:
         def fault(name: str, exc: StateFault) -> None:
             unreadable[name] = exc
             if tolerant:
-                _not_reconciled(name, exc)
+                bootlines.not_reconciled(name, exc)
 
         newest = await for_each(self._calls.latest_fire, routines, on_fault=fault)
         for name, fire in newest.items():  # /metrics' last success, before this boot
@@ -337,67 +346,3 @@ class Boot:
                 continue  # open: seeded by the reconcile (see the docstring)
             else:
                 metrics.armed(name, now if fire is None else min(fire.slot, now))
-
-
-def _log_missed(
-    name: str, plan: BootPlan, due: datetime, now: datetime, catchup: float | None
-) -> None:
-    """How many slots passed since the newest claim with none claiming them, from when, and
-    what becomes of them; nothing for one slot less than :data:`~..gaps.ON_TIME` old, which
-    is on time. (Replicas booting together each say so: the catch-up is claimed, and run, by
-    one of them.)"""
-    missed = plan.missed
-    assert missed is not None
-    if due == missed.last and due <= now and now - due < ON_TIME:
-        # A boot a moment after its slot: on time, as a loop's fire; the slots before it
-        # were too old to catch up (the window, ``catchup: none``): gaps, said as recorded.
-        return
-    if missed.count == 1 and due == missed.first:
-        then = "catching it up now"
-    elif due <= now:
-        within = "" if catchup is None else " within the window"
-        then = f"catching up the oldest{within}, {format_iso(due)}, once; the others are gaps"
-    else:
-        then = f"none caught up (catchup {catchup_text(catchup)}): they are gaps"
-    log.info(
-        "%s: missed %s, claimed by no scheduler — %s (see `python -m trio_routines history %s`)",
-        name,
-        gap_words(missed),
-        then,
-        shell_name(name),
-    )
-
-
-def _pause_unread(name: str, fault: StateFault) -> None:
-    log.warning(
-        "%s: when its pause began is unreadable (its missed slots read as paused): %s", name, fault
-    )
-
-
-def _unaccounted(name: str, fault: StateFault) -> None:
-    log.error(
-        "%s: the slots it passed over since it was first armed are not recorded: %s", name, fault
-    )
-
-
-def _not_reconciled(name: str, fault: StateFault) -> None:
-    log.error(
-        "%s: its newest claim is unreadable, so a fire it left open is not reconciled at this "
-        "boot (its fires will report the fault): %s",
-        name,
-        fault,
-    )
-
-
-def _future_resumes(resumes: dict[str, datetime | None], now: datetime) -> None:
-    """Warn of each resume stamped after ``now``: made by a clock that ran ahead (the plan
-    takes it as made now, gaps.py), as a claim stamped ahead is warned of."""
-    for name, resumed in resumes.items():
-        if resumed is not None and resumed > now:
-            log.warning(
-                "%s: its resume is stamped %s, after now (%s) — a clock that ran ahead? "
-                "Taken as made now",
-                name,
-                format_iso(resumed),
-                format_iso(now),
-            )

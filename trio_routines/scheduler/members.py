@@ -139,9 +139,10 @@ class MemberWatch:
                 error=SWEPT_INTERRUPTED,
             )
             log.warning(
-                "%s: the fire claimed at %s by replica %s never finished — that replica "
-                "stopped mid-turn; %s",
+                "%s: the fire of slot %s claimed at %s by replica %s never finished — that "
+                "replica stopped mid-turn; %s",
                 name,
+                format_iso(fire.slot),
                 format_iso(fire.fired_at),
                 fire.replica,
                 "recorded as interrupted" if recorded else LEFT_OPEN,
