@@ -39,7 +39,7 @@ def test_a_claim_whose_routine_another_process_keeps_locked_is_refused_at_the_bo
         with pytest.raises(StateFault) as refused:
             store.claim_sync("r", later, later)
         assert str(refused.value) == (
-            "could not claim slot 2026-01-01T00-01-00-000Z of 'r': its routine's claims stayed "
+            "could not claim slot 2026-01-01T00:01:00.000Z of 'r': its routine's claims stayed "
             "locked by another process (a stalled disk?)"
         )
         assert sorted(os.listdir(store.claim_dir("r"))) == [slot_name(BASE)]

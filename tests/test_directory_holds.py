@@ -16,7 +16,7 @@ import trio
 from trio_routines import Outcome, Routine, Scheduler
 from trio_routines.agent import Completed, Event
 from trio_routines.errors import StateFault
-from trio_routines.instants import slot_name
+from trio_routines.instants import format_iso
 from trio_routines.presence import Presence
 from trio_routines.replicas import ReplicaInfo, claim_key, replica_key, session_key
 from trio_routines.scheduler.holds import Holds
@@ -470,6 +470,6 @@ async def test_a_fire_whose_claim_fails_says_so_once(
             await scheduler.fire("r", SLOT)
         scheduler.stop(0)
     text = str(raised.value)
-    assert text.startswith(f"could not claim slot {slot_name(SLOT)} of 'r': ")
+    assert text.startswith(f"could not claim slot {format_iso(SLOT)} of 'r': ")
     assert text.count("could not claim slot") == 1
     await store.aclose()

@@ -376,7 +376,7 @@ def test_a_settle_fault_warns_and_leaves_the_claim_unsettled_with_its_stamp(
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert errno.errorcode[code] in warnings[0].getMessage()
-    assert slot_name(SLOT) in warnings[0].getMessage()
+    assert format_iso(SLOT) in warnings[0].getMessage()
 
     faults.disarm()
     fire = store.latest_fire_sync(ROUTINE)

@@ -623,7 +623,7 @@ async def test_a_claim_holding_no_record_is_kept_aside_before_a_settle_writes_ov
         assert not settled
         assert third.read_text() == "not json"
         assert [r.getMessage() for r in caplog.records] == [
-            "daily: could not record the interrupted outcome of slot 2026-07-07T10-03-00-000Z: "
+            "daily: could not record the interrupted outcome of slot 2026-07-07T10:03:00.000Z: "
             "its claim holds no claim record of this version's, which could not be kept first "
             f"(ENOTDIR: Not a directory: {kept.parent}) — left as it is"
         ]

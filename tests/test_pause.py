@@ -478,7 +478,7 @@ async def test_a_late_fire_whose_gaps_do_not_answer_claims_nothing_and_says_why(
     assert any(
         m.startswith(
             "hourly: fire failed (skipping this run, schedule stays armed): could not "
-            "claim slot 2026-07-07T11-00-00-000Z of 'hourly': the gaps of 'hourly' are unreadable"
+            "claim slot 2026-07-07T11:00:00.000Z of 'hourly': the gaps of 'hourly' are unreadable"
         )
         for m in (r.getMessage() for r in caplog.records)
     )
@@ -586,7 +586,7 @@ async def test_a_late_read_whose_resume_cannot_be_read_claims_nothing_and_says_w
     assert agent.turns == []
     assert await store.history("hourly") == []
     assert any(
-        "could not claim slot 2026-07-07T11-00-00-000Z of 'hourly': disk busy" in m
+        "could not claim slot 2026-07-07T11:00:00.000Z of 'hourly': disk busy" in m
         for m in (r.getMessage() for r in caplog.records)
     )
 

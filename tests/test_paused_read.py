@@ -149,7 +149,7 @@ async def test_a_read_that_fails_at_the_slot_leaves_the_timer_to_wake_the_herd(
     errors = sorted(r.getMessage() for r in caplog.records if r.levelname == "ERROR")
     assert errors == [
         f"{name}: fire failed (skipping this run, schedule stays armed): could not claim slot "
-        f"2026-07-07T11-00-00-000Z of '{name}': the disk is gone"
+        f"2026-07-07T11:00:00.000Z of '{name}': the disk is gone"
         for name in ("a", "b")
     ]
     assert sorted(t.session for t in agent.turns) == ["routine:a", "routine:b"]

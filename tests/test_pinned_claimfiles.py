@@ -25,7 +25,7 @@ import trio.testing
 from oserrors import FailingOS, fail, named
 
 from trio_routines.errors import StateFault
-from trio_routines.instants import slot_name
+from trio_routines.instants import format_iso, slot_name
 from trio_routines.records import ClaimStatus, Outcome
 from trio_routines.stores import safefile
 from trio_routines.stores.directory import DirectoryStore, blocking, claimfiles, settlefiles
@@ -82,9 +82,9 @@ async def test_a_listing_that_fails_is_named(
 CLAIM_FAULTS = {
     # place: (safefile's call that fails, which call (by name or count), the message, the file
     # it names)
-    "create": ("open", ".", "could not claim slot {name} of 'daily'", "dir"),
-    "stamp": ("write", None, "could not claim slot {name} of 'daily'", "file"),
-    "name": ("link", None, "could not claim slot {name} of 'daily'", "file"),
+    "create": ("open", ".", "could not claim slot {slot} of 'daily'", "dir"),
+    "stamp": ("write", None, "could not claim slot {slot} of 'daily'", "file"),
+    "name": ("link", None, "could not claim slot {slot} of 'daily'", "file"),
     "stamp-fsync": ("fsync", 0, "could not stamp the claim {path}", "file"),
     "dir-fsync": ("fsync", 1, "could not stamp the claim {path}", "dir"),
 }
@@ -107,7 +107,8 @@ def test_a_claim_that_fails_is_named_and_leaves_no_claim(
         store.claim_sync("daily", T0, T0)
     path = where / NAME
     named_file = path if failed == "file" else where
-    assert str(raised.value) == (message.format(name=NAME, path=path) + f": {EIO}: {named_file}")
+    said = message.format(slot=format_iso(T0), path=path)
+    assert str(raised.value) == f"{said}: {EIO}: {named_file}"
     assert os.listdir(where) == []
 
 
@@ -190,7 +191,8 @@ def test_a_claim_under_a_temp_name_that_fails_leaves_nothing(
     with pytest.raises(StateFault) as raised:
         store.claim_sync("daily", T0, T0)
     assert str(raised.value) == (
-        f"could not claim slot {NAME} of 'daily': ENOSPC: No space left on device: {where / NAME}"
+        f"could not claim slot {format_iso(T0)} of 'daily': ENOSPC: No space left on device: "
+        f"{where / NAME}"
     )
     assert os.listdir(where) == []
 
@@ -385,7 +387,7 @@ async def test_damaged_claims_are_read_and_settled_leniently_naming_the_file(
 
 
 def settle_warning(outcome: str, detail: str) -> str:
-    return f"daily: could not record the {outcome} outcome of slot {NAME}: {detail}"
+    return f"daily: could not record the {outcome} outcome of slot {format_iso(T0)}: {detail}"
 
 
 async def test_a_settle_of_a_planted_claim_is_one_whole_warning(
@@ -396,7 +398,7 @@ async def test_a_settle_of_a_planted_claim_is_one_whole_warning(
     os.mkfifo(where / NAME)
     assert await DirectoryStore(tmp_path).settle("daily", T0, Outcome.FAILED, 1) is False
     assert records(caplog) == [
-        f"daily: could not open the claim for slot {NAME} to settle it: "
+        f"daily: could not open the claim for slot {format_iso(T0)} to settle it: "
         f"{where / NAME} is a FIFO, not a regular file — refused; remove it"
     ]
 
@@ -469,7 +471,7 @@ async def test_a_settle_whose_claim_cannot_be_opened_names_it(
     fail(monkeypatch, safefile, "open", errno.EIO, named(NAME))
     assert await store.settle("daily", T0, Outcome.FAILED, 1) is False
     assert records(caplog) == [
-        f"daily: could not open the claim for slot {NAME} to settle it: "
+        f"daily: could not open the claim for slot {format_iso(T0)} to settle it: "
         f"{EIO}: {claims(tmp_path) / NAME}"
     ]
 

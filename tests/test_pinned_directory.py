@@ -25,7 +25,7 @@ from oserrors import FailingOS, fail, lock_clock, named
 from trio_routines.agent import Usage
 from trio_routines.claims import KEEP_CLAIMS
 from trio_routines.errors import InvalidOption, StateFault
-from trio_routines.instants import slot_name
+from trio_routines.instants import format_iso, slot_name
 from trio_routines.records import ClaimStatus, Outcome
 from trio_routines.stores import safefile
 from trio_routines.stores.directory import DirectoryStore, claimfiles
@@ -205,7 +205,7 @@ def test_a_blocking_settle_whose_flush_fails_warns_in_one_line(
     store = DirectoryStore(tmp_path, syncfs=flush_failing)
     assert store.settle_sync("daily", T0, Outcome.COMPLETED, 5) is False
     assert warnings(caplog) == [
-        f"daily: could not record the completed outcome of slot {slot_name(T0)}: "
+        f"daily: could not record the completed outcome of slot {format_iso(T0)}: "
         f"{EIO}: {claims(tmp_path)}"
     ]
 
@@ -217,7 +217,7 @@ async def test_a_settle_whose_flush_fails_warns_in_one_line(
     store = DirectoryStore(tmp_path, syncfs=flush_failing)
     assert await store.settle("daily", T0, Outcome.FAILED, 5) is False
     assert warnings(caplog) == [
-        f"daily: could not record the failed outcome of slot {slot_name(T0)}: {EIO}"
+        f"daily: could not record the failed outcome of slot {format_iso(T0)}: {EIO}"
     ]
 
 

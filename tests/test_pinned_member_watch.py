@@ -426,7 +426,7 @@ async def test_a_fire_while_the_presence_is_lost_fails_before_its_claim(
             await scheduler.start_fire("a", at(10))
         scheduler.stop(0)
     assert str(raised.value) == (
-        f"could not claim slot 2026-07-07T10-00-00-000Z of 'a': replica {scheduler.replica} "
+        f"could not claim slot 2026-07-07T10:00:00.000Z of 'a': replica {scheduler.replica} "
         "lost its hold on the memory store"
     )
     assert await store.history("a") == []  # nothing burned

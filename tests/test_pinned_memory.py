@@ -208,7 +208,7 @@ async def test_a_settle_fault_is_logged_with_its_slot_and_swallowed_for_its_rout
         assert await store.settle("b", T0, Outcome.COMPLETED, 5) is True
         assert await store.settle("a", T0, Outcome.FAILED, 5) is False
     assert [r.getMessage() for r in caplog.records] == [
-        "a: could not record the failed outcome of slot 2026-07-07T10-00-00-000Z: disk gone"
+        "a: could not record the failed outcome of slot 2026-07-07T10:00:00.000Z: disk gone"
     ]
     assert (await store.latest_fire("b")).outcome is Outcome.COMPLETED  # type: ignore[union-attr]
     assert (await store.latest_fire("a")).outcome is None  # type: ignore[union-attr]

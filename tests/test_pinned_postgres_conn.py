@@ -233,7 +233,7 @@ async def test_a_fault_the_server_raises_is_retold_with_where_and_its_whole_mess
             with admin() as conn:  # the schema is used again, as a new database's
                 conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}() CASCADE").format(frozen))
     assert " ".join(str(caught.value).split()) == (
-        f"could not claim slot 2026-07-07T10-00-00-000Z of 'r' in {store.where}: "
+        f"could not claim slot 2026-07-07T10:00:00.000Z of 'r' in {store.where}: "
         "RaiseException: claims are frozen by the DBA"
     )
 

@@ -36,6 +36,7 @@ from psycopg import sql
 from trio.testing import MockClock, wait_all_tasks_blocked
 
 from trio_routines.errors import StateFault
+from trio_routines.instants import format_iso
 from trio_routines.replicas import ReplicaInfo, replica_key
 from trio_routines.stores.postgres import PostgresStore, ending, holds, joining
 from trio_routines.stores.postgres.conn import THREAD_NAME
@@ -1294,7 +1295,7 @@ async def test_no_claim_is_made_with_holds_once_the_server_ended_our_connection(
         with pytest.raises(StateFault) as refused:
             await store.claim("r", later, later, replica="ended", holds=(ours.holder, session))
         assert str(refused.value) == (
-            f"could not claim slot {later.strftime('%Y-%m-%dT%H-%M-00-000Z')} of 'r': this "
+            f"could not claim slot {format_iso(later)} of 'r': this "
             f"replica's hold on {store.where} is gone (its connection ended)"
         )
         assert [f.slot for f in await other.history("r")] == [T0]  # nothing was written

@@ -23,7 +23,7 @@ from psycopg import sql
 from trio_routines.agent import Usage
 from trio_routines.claims import KEEP_CLAIMS
 from trio_routines.errors import InvalidOption
-from trio_routines.instants import slot_name
+from trio_routines.instants import format_iso, slot_name
 from trio_routines.records import ClaimStatus, Gap, GapReason, Outcome
 from trio_routines.replicas import ReplicaInfo
 from trio_routines.stores.postgres import PostgresStore, claims
@@ -255,7 +255,7 @@ async def test_a_settle_that_fails_is_a_warning_naming_the_outcome_and_the_slot(
     assert written is False
     ours = [r.getMessage() for r in caplog.records if r.name == "trio_routines"]
     assert [text.partition(": no connection (")[0] for text in ours] == [
-        f"r: could not record the completed outcome of slot {slot_name(T0)} in {where}"
+        f"r: could not record the completed outcome of slot {format_iso(T0)} in {where}"
     ]
 
 

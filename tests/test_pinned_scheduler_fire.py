@@ -404,7 +404,7 @@ async def test_a_paused_read_the_store_never_answers_fails_the_fire_naming_it(
     with pytest.raises(StateFault) as caught:
         await scheduler.fire("hourly", at(9))
     assert str(caught.value) == (
-        "could not claim slot 2026-07-07T09-00-00-000Z of 'hourly': the paused routines are "
+        "could not claim slot 2026-07-07T09:00:00.000Z of 'hourly': the paused routines are "
         "unreadable: the store did not answer within 5s (or before the stop's grace ran out)"
     )
     assert agent.turns == []
@@ -461,7 +461,7 @@ async def test_fires_sharing_a_paused_read_that_failed_both_fail(autojump_clock:
             nursery.start_soon(fire, "daily")
         scheduler.stop(0)
     assert sorted(failures) == [
-        f"could not claim slot 2026-07-07T09-00-00-000Z of '{name}': unreadable"
+        f"could not claim slot 2026-07-07T09:00:00.000Z of '{name}': unreadable"
         for name in ("daily", "hourly")
     ]
     assert agent.turns == []

@@ -26,7 +26,7 @@ from procs import wait_for
 
 from tests.test_pinned_writerwire import open_fds
 from trio_routines.errors import StateFault
-from trio_routines.instants import slot_name
+from trio_routines.instants import format_iso, slot_name
 from trio_routines.records import ClaimResult, ClaimStatus, Outcome
 from trio_routines.stores.batch import Answer
 from trio_routines.stores.directory.claimbatch import Contended
@@ -214,7 +214,7 @@ def test_a_failed_flush_takes_back_its_claims_and_leaves_its_settles_unrecorded(
     assert (values, errors) == ([False, False], {})
     assert [level for level, _ in records] == [logging.WARNING] * 2
     assert records[1][1] == (
-        f"r1: could not record the completed outcome of slot {slot_name(SLOT)}:"
+        f"r1: could not record the completed outcome of slot {format_iso(SLOT)}:"
         " EIO: Input/output error"
     )
     assert open_fds() == before  # the failed flushes' descriptors closed too
@@ -475,7 +475,7 @@ def test_a_first_batchs_flush_sends_the_records_its_thread_made(
     assert records == [
         (
             logging.WARNING,
-            f"r0: could not record the completed outcome of slot {slot_name(SLOT)}:"
+            f"r0: could not record the completed outcome of slot {format_iso(SLOT)}:"
             " EIO: Input/output error",
         )
     ]

@@ -32,7 +32,7 @@ import trio.testing
 from test_stalled_directory import settled
 
 from trio_routines.errors import StateFault
-from trio_routines.instants import slot_name
+from trio_routines.instants import format_iso, slot_name
 from trio_routines.records import ClaimStatus, Outcome
 from trio_routines.stores import safefile
 from trio_routines.stores.directory import DirectoryStore, settlefiles
@@ -346,7 +346,7 @@ async def test_a_contended_settle_holds_a_worker_thread_and_waits_for_its_flush(
     # written, but its flush failed: not recorded, and said so
     assert settled == [False]
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
-        f"daily: could not record the completed outcome of slot {slot_name(T0)}: {EIO}"
+        f"daily: could not record the completed outcome of slot {format_iso(T0)}: {EIO}"
     ]
 
 

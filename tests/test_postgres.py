@@ -531,7 +531,7 @@ async def test_a_claim_killed_mid_transaction_faults_and_leaves_no_claim(
             assert await trio.to_thread.run_sync(kill_backends, app) >= 1
     (fault,) = outcome
     assert isinstance(fault, StateFault)
-    assert f"could not claim slot 2026-07-07T10-00-00-000Z of '{routine}'" in str(fault)
+    assert f"could not claim slot 2026-07-07T10:00:00.000Z of '{routine}'" in str(fault)
     assert "\n" not in str(fault)
     assert await store.history(routine) == []  # nothing committed: the slot is not burned
     assert (await store.claim(routine, T0, T0)).taken
@@ -637,7 +637,7 @@ async def test_an_unreachable_server_is_a_one_line_state_fault(
         await store.take_due_wakeup(T0)
     with caplog.at_level(logging.WARNING, logger="trio_routines"):
         assert not await store.settle("r", T0, Outcome.COMPLETED, 5)  # logged, never raised
-    assert "r: could not record the completed outcome of slot 2026-07-07T10-00-00-000Z" in (
+    assert "r: could not record the completed outcome of slot 2026-07-07T10:00:00.000Z" in (
         caplog.text
     )
     await store.aclose()

@@ -9,7 +9,7 @@ from datetime import datetime
 import trio
 
 from ..errors import StateFault
-from ..instants import slot_name
+from ..instants import format_iso, slot_name
 from ..presence import LocalPresence
 from ..records import ClaimResult, ClaimStatus
 from ..replicas import claim_key
@@ -92,7 +92,7 @@ class Claiming:
                     return hold, claim or ClaimResult(ClaimStatus.DUPLICATE, slot_name(slot))
                 hold = await self._holds.enter(routine.session, key)
             except StateFault as exc:
-                said = f"could not claim slot {slot_name(slot)} of {name!r}"
+                said = f"could not claim slot {format_iso(slot)} of {name!r}"
                 if str(exc).startswith(said):  # the store's own claim said so already
                     raise
                 raise StateFault(f"{said}: {exc}") from None

@@ -10,7 +10,7 @@ import trio
 
 from ..context import cron_context
 from ..errors import StateFault
-from ..instants import format_iso, require_utc, slot_name, truncate_ms
+from ..instants import format_iso, require_utc, truncate_ms
 from ..logs import log_fields
 from ..output import Tail
 from ..records import ClaimResult, ClaimStatus, Outcome
@@ -179,7 +179,7 @@ class FirePath:
                             read = await self._calls.read_paused(slot)
                         except StateFault as exc:
                             raise StateFault(
-                                f"could not claim slot {slot_name(slot)} of {name!r}: {exc}"
+                                f"could not claim slot {format_iso(slot)} of {name!r}: {exc}"
                             ) from None
                     if now is None:
                         now = self._runtime.now()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from ..errors import StateFault
-from ..instants import format_iso, slot_name
+from ..instants import format_iso
 from .calls import StoreCalls
 from .gaps import GapRecording
 from .state import CLOCKS_APART, RESUME_LAG, PausedRead, Runtime, log
@@ -82,7 +82,9 @@ class PauseHeld:
                 return None
             return max(resumed, slot)
         except StateFault as exc:
-            raise StateFault(f"could not claim slot {slot_name(slot)} of {name!r}: {exc}") from None
+            raise StateFault(
+                f"could not claim slot {format_iso(slot)} of {name!r}: {exc}"
+            ) from None
 
     async def _latest_resume(
         self, name: str, slot: datetime

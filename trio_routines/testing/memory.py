@@ -13,7 +13,7 @@ import trio
 from ..checks import checked_count
 from ..claims import KEEP_CLAIMS, claim_gate, is_stale
 from ..gaps import add_gap
-from ..instants import slot_name, truncate_ms
+from ..instants import format_iso, slot_name, truncate_ms
 from ..ledger import Entry, Spent, add_entry, check_key, spent_since
 from ..names import check_name
 from ..presence import IdInUse
@@ -151,7 +151,7 @@ class MemoryStore(Lifetime):
                 "%s: could not record the %s outcome of slot %s: %s",
                 routine,
                 outcome.value,
-                name,
+                format_iso(slot),
                 fault,
             )
             return False

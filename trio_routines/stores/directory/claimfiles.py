@@ -28,7 +28,7 @@ from typing import Any
 from ...claims import SPARE_CLAIM, claim_gate, is_stale
 from ...converter import claim_text
 from ...errors import StateFault
-from ...instants import slot_name
+from ...instants import format_iso, slot_name
 from ...names import check_name
 from ...records import ClaimResult, ClaimStatus, claim_result
 from ..answers import each
@@ -178,7 +178,7 @@ class ClaimFiles:
             except OSError as exc:  # a file system without flock (ENOLCK)
                 raise self.unusable(routine, where, exc) from None
             if not locked:
-                raise self.not_claimed(routine, wanted, TimeoutError(LOCKED))
+                raise self.not_claimed(routine, slot, TimeoutError(LOCKED))
             try:
                 try:
                     entries = at(where, lambda: os.listdir(directory))
@@ -207,7 +207,7 @@ class ClaimFiles:
                 except FileExistsError:  # a claim, or anything else squatting on its name
                     return ClaimResult(ClaimStatus.DUPLICATE, wanted), None
                 except OSError as exc:
-                    raise self.not_claimed(routine, wanted, exc) from None
+                    raise self.not_claimed(routine, slot, exc) from None
             finally:
                 with contextlib.suppress(OSError):
                     fcntl.flock(directory, fcntl.LOCK_UN)
@@ -241,8 +241,10 @@ class ClaimFiles:
     def unstamped(self, path: Where, exc: OSError) -> StateFault:
         return StateFault(f"could not stamp the claim {path}: {describe(exc)}")
 
-    def not_claimed(self, routine: str, wanted: str, exc: OSError) -> StateFault:
-        return StateFault(f"could not claim slot {wanted} of {routine!r}: {describe(exc)}")
+    def not_claimed(self, routine: str, slot: datetime, exc: OSError) -> StateFault:
+        return StateFault(
+            f"could not claim slot {format_iso(slot)} of {routine!r}: {describe(exc)}"
+        )
 
     def unusable(self, routine: str, where: Where, exc: OSError) -> StateFault:
         return StateFault(f"claims of {routine!r} are unusable in {where}: {describe(exc)}")

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ...claims import read_claim
 from ...converter import claim_text
-from ...instants import slot_name
+from ...instants import format_iso, slot_name
 from ...records import Outcome
 from ...usage import Usage
 from ..durable import opened
@@ -59,7 +59,7 @@ def settle_warning(routine: str, slot: datetime, outcome: Outcome, exc: OSError)
         "%s: could not record the %s outcome of slot %s: %s",
         routine,
         outcome.value,
-        slot_name(slot),
+        format_iso(slot),
         describe(exc),
     )
 
@@ -122,7 +122,7 @@ class SettleFiles:
             log.warning(
                 "%s: could not open the claim for slot %s to settle it: %s",
                 routine,
-                name,
+                format_iso(slot),
                 describe(exc),
             )
             return False, None
@@ -149,7 +149,7 @@ class SettleFiles:
                         "left as it is",
                         routine,
                         outcome.value,
-                        name,
+                        format_iso(slot),
                         describe(exc),
                     )
                     return False, None

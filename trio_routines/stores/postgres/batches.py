@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 from ...errors import StateFault
-from ...instants import slot_name
+from ...instants import format_iso
 from ...records import ClaimResult
 from ..batch import Answer, Batcher, Entry
 from .call import Call, CallFault
@@ -53,13 +53,15 @@ class Batches:
             )
         except CallFault as exc:
             return [
-                Answer(error=exc.retold(f"could not claim slot {slot_name(slot)} of {routine!r}"))
+                Answer(error=exc.retold(f"could not claim slot {format_iso(slot)} of {routine!r}"))
                 for routine, slot, *_ in items
             ]
         except HolderGone:
             gone = f"this replica's hold on {self._conns.where} is gone (its connection ended)"
             return [
-                Answer(error=StateFault(f"could not claim slot {slot_name(slot)} of {r!r}: {gone}"))
+                Answer(
+                    error=StateFault(f"could not claim slot {format_iso(slot)} of {r!r}: {gone}")
+                )
                 for r, slot, *_ in items
             ]
         # A caller that gave up after the thread looked: its claim is settled from here.
@@ -89,7 +91,7 @@ class Batches:
                 Answer(
                     error=exc.retold(
                         f"{routine}: could not record the {outcome.value} outcome of slot "
-                        f"{slot_name(slot)}"
+                        f"{format_iso(slot)}"
                     )
                 )
                 for routine, slot, outcome, *_ in items
