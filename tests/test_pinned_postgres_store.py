@@ -159,7 +159,7 @@ CALLS: dict[str, tuple[Calling, str]] = {
     "ready": (lambda s: s.ready(), "the database does not answer"),
     "join": (
         lambda s: s.join(ReplicaInfo("host-a:1", "0.1.0", "host", 42, T0, T0)),
-        "could not reach the database",
+        "could not open the state",
     ),
     "schema_versions": (lambda s: s.schema_versions(), "could not read the schema version"),
     "history": (lambda s: s.history("r"), "the fired-slot claims of 'r' are unreadable"),

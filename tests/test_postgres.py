@@ -857,7 +857,7 @@ def test_a_refused_connection_is_one_line_in_our_format(tmp_path: Path) -> None:
     result = env.cli(*fire)
     assert result.returncode == 1
     line = one_line(result.stderr)  # not the pool's own records, several lines each
-    assert "could not reach the database in postgresql://127.0.0.1:1/test" in line
+    assert "could not open the state in postgresql://127.0.0.1:1/test" in line
     assert "Connection refused" in line
     # libpq's lines joined as clauses: "… Connection refused; Is the server running …"
     assert re.search(r"Connection refused; Is the server running", line), line

@@ -309,7 +309,8 @@ class PostgresStore(Lifetime):
 
     async def join(self, info: ReplicaInfo) -> PostgresPresence:
         """Become a member of the store as ``info.id`` (see :mod:`trio_routines.replicas`)."""
-        await self._conns.run("could not reach the database", _select_one)  # migrated first
+        # The first call connects and migrates: either may fail (a lock on the schema table).
+        await self._conns.run("could not open the state", _select_one)
         presence = PostgresPresence(info, self._conns, self._tables)
         await presence.connect()
         return presence
