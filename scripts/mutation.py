@@ -1358,9 +1358,10 @@ MODULES["schedsmall"] = (
     SCHEDULER_TESTS,
 )
 
+# The claim's part alone (one of firepath's), with a pause's, over firepath's selection.
 MODULES["schedchanges"] = (
     [f"trio_routines/scheduler/{part}.py" for part in ("pausing", "claiming")],
-    SCHEDULER_TESTS,
+    MODULES["firepath"][1],
 )
 MODULES["checks"] = (
     ["trio_routines/checks.py"],
