@@ -1042,6 +1042,37 @@ async def test_a_claim_takes_its_sessions_hold_in_its_own_transaction(
     await second.aclose()
 
 
+async def test_fires_of_a_stale_slot_at_once_say_stale_and_leave_its_session_free(
+    url: str, schema: str
+) -> None:
+    # The waiters take the first fire's answer, not the session's hold the store took with
+    # it: a hold they never asked for would keep the session busy here.
+    from trio_routines import Routine
+
+    store = PostgresStore(url, schema=schema)
+    await store.claim("r", T0 + MINUTE, T0 + MINUTE)  # a newer slot's, settled
+    await store.settle("r", T0 + MINUTE, Outcome.COMPLETED, 1)
+    routine = Routine(name="r", prompt="p", cron="* * * * *")
+    agent = Completing()
+    scheduler = fired_from_outside(agent, store, routine, 2 * MINUTE)
+    results: list[Any] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        async with trio.open_nursery() as fires:
+            for _ in range(20):
+                fires.start_soon(lambda: _append(results, scheduler.fire("r", T0)))
+        assert {(r.claimed, r.reason) for r in results} == {(False, "stale")}
+        assert len(results) == 20
+        now = await scheduler.fire("r", T0 + 2 * MINUTE)  # the session is free
+        assert (now.claimed, now.outcome) == (True, Outcome.COMPLETED)
+        scheduler.stop(0)
+    await store.aclose()
+
+
+async def _append(into: list[Any], call: Any) -> None:
+    into.append(await call)
+
+
 async def test_a_claim_an_earlier_process_made_under_our_id_is_recorded_interrupted(
     url: str, schema: str
 ) -> None:

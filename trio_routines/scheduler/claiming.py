@@ -146,7 +146,9 @@ class _Decision:
     def done(self, claim: ClaimResult | None) -> None:
         """The decision ended with ``claim`` (None: cut off before the store answered)."""
         if claim is not None and claim.status in (ClaimStatus.STALE, ClaimStatus.DUPLICATE):
-            self.refused = claim
+            # Its status and newest slot only: the holds the store took with it (PostgreSQL)
+            # were the decider's, not a waiter's.
+            self.refused = ClaimResult(claim.status, claim.newest)
         self.ended.set()
 
 
