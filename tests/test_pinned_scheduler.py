@@ -292,10 +292,14 @@ async def test_changes_asked_at_once_say_one_of_them_changed_it(
         await scheduler.pause("hourly")
     caplog.clear()
     real = store.set_paused
+    writing = [0, 0]  # under way, the most at once
 
     async def slow(*args: Any, **kwargs: Any) -> None:
+        writing[0] += 1
+        writing[1] = max(writing)
         await trio.sleep(1)
         await real(*args, **kwargs)
+        writing[0] -= 1
 
     store.set_paused = slow  # type: ignore[method-assign]
     changed: list[bool] = []
@@ -306,7 +310,10 @@ async def test_changes_asked_at_once_say_one_of_them_changed_it(
     async with trio.open_nursery() as nursery:
         for _ in range(5):
             nursery.start_soon(change)
-    assert sorted(changed) == [False] * 4 + [True]
+        await trio.sleep(4.5)  # one more while the last of them writes: it waits its turn
+        nursery.start_soon(change)
+    assert sorted(changed) == [False] * 5 + [True]
+    assert writing == [0, 1]
     assert lines(caplog) == [(logging.INFO, "hourly: paused" if paused else "hourly: resumed")]
     assert await store.paused() == ({"hourly"} if paused else set())
     assert scheduler._parts.pausing._changing == {}  # (no lock kept once none waits)

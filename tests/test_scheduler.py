@@ -1304,7 +1304,7 @@ class SlowClaims(MemoryStore):
 
 @pytest.mark.parametrize("claimed", [None, 10, 9])
 async def test_fires_of_a_slot_being_decided_here_answer_as_its_decision(
-    autojump_clock: Any, claimed: int | None
+    autojump_clock: Any, claimed: int | None, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Answered "duplicate" while the first was still deciding, the fires of a slot that then
     # turned out stale said it was claimed (and were counted so).
@@ -1326,6 +1326,10 @@ async def test_fires_of_a_slot_being_decided_here_answer_as_its_decision(
         assert rig.agent.turns == []
         assert rig.scheduler.statistics().outcomes == {"stale": 40}
         assert store.asked == 2  # the newer slot's, and once for them all: a stale slot stays so
+        assert set(messages(caplog, logging.WARNING)) == {
+            "hourly: skipping — slot 2026-07-07T09:00:00.000Z is stale: "
+            "2026-07-07T10:00:00.000Z was already claimed, so this instant is skipped"
+        }
     elif claimed == 9:
         assert [(r.claimed, r.reason) for r in results] == [(False, "duplicate")] * 40
         assert store.asked == 2  # its claim, and once for them all
