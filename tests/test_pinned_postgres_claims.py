@@ -19,7 +19,7 @@ from psycopg import sql
 
 from trio_routines import StateFault
 from trio_routines.agent import Usage
-from trio_routines.instants import slot_name
+from trio_routines.instants import format_iso, slot_name
 from trio_routines.output import stored_output
 from trio_routines.records import ClaimStatus, Gap, GapReason, Outcome
 from trio_routines.stores.postgres import PostgresStore
@@ -115,7 +115,7 @@ def test_a_caller_that_gave_up_has_its_claim_settled_interrupted_and_its_holds_l
     ]
     assert late == [True, False]
     assert [r.getMessage() for r in caplog.records] == [
-        f"gone: slot {slot_name(T0)} was claimed after the call had given up (a stalled "
+        f"gone: slot {format_iso(T0)} was claimed after the call had given up (a stalled "
         "connection, or a stop); it will not run and is recorded as interrupted"
     ]
     assert rows(schema, "claims", "routine, outcome") == [("gone", "interrupted"), ("kept", None)]
@@ -153,7 +153,7 @@ def test_a_batch_whose_answer_could_not_be_handed_over_is_undone_for_its_callers
     ]
     assert rows(schema, "holds", "key, holder") == []
     assert [r.getMessage() for r in caplog.records] == [  # the first caller's, said once
-        f"{name}: slot {slot_name(T0)} was claimed after the call had given up (a stalled "
+        f"{name}: slot {format_iso(T0)} was claimed after the call had given up (a stalled "
         "connection, or a stop); it will not run and is recorded as interrupted"
         for name in ("kept", "also")
     ]

@@ -23,7 +23,7 @@ from psycopg import sql
 from trio_routines.agent import Usage
 from trio_routines.claims import KEEP_CLAIMS
 from trio_routines.errors import InvalidOption
-from trio_routines.instants import format_iso, slot_name
+from trio_routines.instants import format_iso
 from trio_routines.records import ClaimStatus, Gap, GapReason, Outcome
 from trio_routines.replicas import ReplicaInfo
 from trio_routines.stores.postgres import PostgresStore, claims
@@ -274,7 +274,7 @@ def outcomes(schema: str) -> list[tuple[object, ...]]:
 
 def late_warning(routine: str) -> str:
     return (
-        f"{routine}: slot {slot_name(T0)} was claimed after the call had given up (a stalled "
+        f"{routine}: slot {format_iso(T0)} was claimed after the call had given up (a stalled "
         "connection, or a stop); it will not run and is recorded as interrupted"
     )
 

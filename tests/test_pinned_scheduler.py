@@ -340,3 +340,20 @@ async def test_a_pause_or_resume_the_store_never_answers_is_a_state_fault(
     assert trio.current_time() - started == 5.0
     # As the store said last: not paused before the pause, paused before the resume.
     assert scheduler.statistics().paused == ({"hourly"} if call == "resume" else frozenset())
+
+
+async def test_a_decision_shares_the_stores_refusal_without_the_holds_taken_with_it() -> None:
+    # The holds PostgreSQL took with a refused claim were the decider's: a waiter given them
+    # counted holds it never asked for (and failed when it asked for another number of them).
+    from trio_routines.records import ClaimResult, ClaimStatus
+    from trio_routines.scheduler.claiming import _Decision
+
+    for status in (ClaimStatus.STALE, ClaimStatus.DUPLICATE):
+        decision = _Decision()
+        decision.done(ClaimResult(status, "2026-07-07T10-00-00-000Z", (True,)))
+        assert decision.ended.is_set()
+        assert decision.refused == ClaimResult(status, "2026-07-07T10-00-00-000Z")
+    for ended in (ClaimResult(ClaimStatus.TAKEN, "2026-07-07T10-00-00-000Z", (True,)), None):
+        decision = _Decision()
+        decision.done(ended)  # taken here, or cut off: the waiters decide for themselves
+        assert (decision.ended.is_set(), decision.refused) == (True, None)

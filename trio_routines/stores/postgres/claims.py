@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import psycopg
 
-from ...instants import slot_name
+from ...instants import format_iso, slot_name
 from ...records import ClaimResult, ClaimStatus, Outcome
 from ...usage import Usage
 from .alive import LOCKS as _HELD_LOCKS
@@ -227,7 +227,7 @@ def taken_too_late(conn: psycopg.Connection[Any], schema: Schema, late: list[Cla
             "%s: slot %s was claimed after the call had given up (a stalled connection, or a "
             "stop); it will not run and is recorded as interrupted",
             routine,
-            slot_name(slot),
+            format_iso(slot),
         )
     settles: list[SettleItem] = [
         (routine, slot, Outcome.INTERRUPTED, None, True, None, None, None)
