@@ -9,10 +9,13 @@ the same proxy can be made to fail one after the other (:meth:`FailingOS.also`).
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -102,3 +105,15 @@ def lock_clock(monkeypatch: pytest.MonkeyPatch, readings: list[float]) -> list[f
     monkeypatch.setattr(safefile, "time", SimpleNamespace(monotonic=lambda: next(times)))
     monkeypatch.setattr(safefile, "select", SimpleNamespace(select=wait))
     return slept
+
+
+@contextlib.contextmanager
+def locked_elsewhere(directory: Path) -> Iterator[None]:
+    """``directory`` locked (``flock``, exclusive) through a descriptor of its own, as another
+    process deciding in it, and stalled, holds it: a lock of the store's waits for it."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from oserrors import locked_elsewhere
 
 from trio_routines.errors import StateFault
 from trio_routines.instants import slot_name
@@ -32,10 +33,8 @@ def test_a_claim_whose_routine_another_process_keeps_locked_is_refused_at_the_bo
 ) -> None:
     store = DirectoryStore(tmp_path, lock_timeout=0.05)
     assert store.claim_sync("r", BASE, BASE).taken  # its directory exists
-    holder = os.open(store.claim_dir("r"), os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(holder, fcntl.LOCK_EX)  # another process deciding, and stalled
-        later = BASE + timedelta(minutes=1)
+    later = BASE + timedelta(minutes=1)
+    with locked_elsewhere(store.claim_dir("r")):  # another process deciding, and stalled
         with pytest.raises(StateFault) as refused:
             store.claim_sync("r", later, later)
         assert str(refused.value) == (
@@ -43,10 +42,7 @@ def test_a_claim_whose_routine_another_process_keeps_locked_is_refused_at_the_bo
             "locked by another process (a stalled disk?)"
         )
         assert sorted(os.listdir(store.claim_dir("r"))) == [slot_name(BASE)]
-        fcntl.flock(holder, fcntl.LOCK_UN)
-        assert store.claim_sync("r", later, later).taken  # let go of: claimed at once
-    finally:
-        os.close(holder)
+    assert store.claim_sync("r", later, later).taken  # let go of: claimed at once
 
 
 def test_a_newer_slot_waits_while_another_claimant_decides_an_older_one(

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import trio
-from oserrors import fail, lock_clock, named, prefixed
+from oserrors import fail, lock_clock, locked_elsewhere, named, prefixed
 
 from trio_routines.errors import StateFault
 from trio_routines.instants import format_iso
@@ -195,20 +195,14 @@ async def test_a_pause_put_back_whose_text_could_not_be_read_is_one_of_unknown_s
 async def test_a_pause_that_stays_locked_is_not_put_back_and_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import fcntl
-
     store = DirectoryStore(tmp_path)
     where = tmp_path / "schedule" / "paused"
     await store.set_paused("r", True, T0)
-    other = os.open(where, os.O_RDONLY)  # another process's pause under way, as it were
-    try:
-        fcntl.flock(other, fcntl.LOCK_EX)
+    with locked_elsewhere(where):  # another process's pause under way, as it were
         fail(monkeypatch, safefile, "fsync", errno.EIO)
         lock_clock(monkeypatch, [0.0, 0.0, 11.0])
         with pytest.raises(StateFault) as raised:
             await store.set_paused("r", False)
-    finally:
-        os.close(other)
     assert str(raised.value) == (
         f"could not resume 'r' in {where}: {EIO}: {where}; its pause could not be put back "
         "(its directory stayed locked for 10s): it may run — look with `list`, and pause it "
@@ -629,18 +623,12 @@ async def test_a_pause_that_took_long_keeps_no_resume(
 async def test_a_pause_whose_directory_stays_locked_is_refused_and_says_try_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import fcntl
-
     where = tmp_path / "schedule" / "paused"
     where.mkdir(parents=True)
-    other = os.open(where, os.O_RDONLY)
-    try:
-        fcntl.flock(other, fcntl.LOCK_EX)
+    with locked_elsewhere(where):
         lock_clock(monkeypatch, [0.0, 0.0, 11.0])
         with pytest.raises(StateFault) as raised:
             await DirectoryStore(tmp_path).set_paused("r", True)
-    finally:
-        os.close(other)
     assert str(raised.value) == (
         f"could not pause 'r' in {where}: another process kept its directory locked for 10s "
         "(a stalled disk?) — try again"
