@@ -13,17 +13,22 @@ import numbers
 from .errors import InvalidOption
 
 
+def as_seconds(value: object) -> float:
+    """``value`` as a float if it is a number (not a switch), else NaN: a number too large for
+    a float, or a signalling NaN, is no more a bound than NaN."""
+    if isinstance(value, numbers.Real | decimal.Decimal) and not isinstance(value, bool):
+        with contextlib.suppress(OverflowError, ValueError):
+            return float(value)
+    return math.nan
+
+
 def checked_seconds(option: str, value: float, *, zero: bool, endless: bool = False) -> float:
     """``value`` if it is a finite number of seconds (``zero``: 0 allowed; ``endless``:
     infinity too, for an option where it means "never"), else a one-line
     :class:`InvalidOption`: a NaN deadline, say, would leave store calls without a bound, and
     ``True`` (a switch taken for a number) or ``"30"`` is no number of seconds; a
     :class:`~decimal.Decimal` is (a configuration read exactly, say)."""
-    seconds = math.nan
-    if isinstance(value, numbers.Real | decimal.Decimal) and not isinstance(value, bool):
-        # A number too large for a float, or a signalling NaN, is no more a bound than NaN.
-        with contextlib.suppress(OverflowError, ValueError):
-            seconds = float(value)
+    seconds = as_seconds(value)
     if endless and seconds == math.inf:
         return seconds
     if not (math.isfinite(seconds) and (seconds > 0 or (zero and seconds == 0))):

@@ -4,14 +4,12 @@ the routines and the wake-up limits what they must be; else a one-line error nam
 
 from __future__ import annotations
 
-import contextlib
-import decimal
 import inspect
 import math
-import numbers
 from collections.abc import Iterable
 from datetime import datetime
 
+from ..checks import as_seconds
 from ..checks import checked_seconds as checked_seconds
 from ..errors import InvalidAgent, InvalidOption, InvalidRoutine
 from ..routines import Routine
@@ -108,10 +106,7 @@ def checked_limits(limits: object) -> WakeLimits:
 def checked_grace(grace: float) -> float:
     """A stop's grace: a number of seconds (below 0 is none, ``inf`` waits for every turn),
     else a one-line :class:`InvalidOption`, raised before the stop changes anything."""
-    seconds = math.nan
-    if isinstance(grace, numbers.Real | decimal.Decimal) and not isinstance(grace, bool):
-        with contextlib.suppress(OverflowError, ValueError):
-            seconds = float(grace)
+    seconds = as_seconds(grace)
     if math.isnan(seconds):
         raise InvalidOption(f"a stop's grace must be a number of seconds: {grace!r:.100}")
     return seconds
