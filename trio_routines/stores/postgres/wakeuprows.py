@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...records import Origin, Wakeup
+from ...wakelimits import ROOM_FIELDS
 from ...wakeups import MAX_PROMPT, MOST, check_stored
 
 WAKEUP_COLUMNS = (
@@ -26,6 +27,10 @@ READ_COLUMNS = ", ".join(
     else column
     for column in WAKEUP_COLUMNS.split(", ")
 )
+#: A row's share of the store's room, its text's bytes in the database's encoding, as
+#: :func:`~trio_routines.wakelimits.text_bytes` counts a wake-up's (its columns are named as
+#: the fields).
+ROOM_BYTES = " + ".join(f"coalesce(octet_length({field}), 0)" for field in ROOM_FIELDS)
 
 
 def wakeup_of_row(row: tuple[Any, ...]) -> Wakeup:

@@ -53,7 +53,14 @@ from ...wakeups import (
 from .call import Call, reason
 from .conn import Connections
 from .schema import ADDS_LOCK, SESSION_LOCK, Schema
-from .wakeuprows import PLACES, READ_COLUMNS, WAKEUP_COLUMNS, row_of, wakeup_of_row
+from .wakeuprows import (
+    PLACES,
+    READ_COLUMNS,
+    ROOM_BYTES,
+    WAKEUP_COLUMNS,
+    row_of,
+    wakeup_of_row,
+)
 
 log = logging.getLogger("trio_routines")
 
@@ -115,11 +122,7 @@ class PostgresWakeups:
             (ADDS_LOCK, self._tables.schema or ""),
         )
         row = conn.execute(
-            self._tables.sql(
-                "SELECT count(*), coalesce(sum(octet_length(session) + octet_length(prompt)"
-                " + coalesce(octet_length(cron), 0) + coalesce(octet_length(tz), 0)), 0)"
-                " FROM {wakeups}"
-            )
+            self._tables.sql(f"SELECT count(*), coalesce(sum({ROOM_BYTES}), 0) FROM {{wakeups}}")
         ).fetchone()
         assert row is not None
         return int(row[0]), int(row[1])
