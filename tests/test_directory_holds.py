@@ -219,6 +219,7 @@ async def test_a_claim_an_earlier_process_made_under_our_id_is_recorded_interrup
     tmp_path: Path,
 ) -> None:
     from trio_routines.scheduler.boot import BOOT_INTERRUPTED
+    from trio_routines.scheduler.openclaims import found_by
 
     store = DirectoryStore(tmp_path)
     # web-1 claimed, then died; a new process takes the same id (a fixed --replica).
@@ -239,7 +240,10 @@ async def test_a_claim_an_earlier_process_made_under_our_id_is_recorded_interrup
         assert await DirectoryStore(tmp_path).claims_alive([("other", SLOT)]) == [True]
         scheduler.stop(0)
     (fire,) = await store.history("r")
-    assert (fire.outcome, fire.error) == (Outcome.INTERRUPTED, BOOT_INTERRUPTED)
+    assert (fire.outcome, fire.error) == (
+        Outcome.INTERRUPTED,
+        found_by(BOOT_INTERRUPTED, "web-1"),
+    )
     await store.aclose()
 
 
@@ -372,6 +376,7 @@ async def test_a_boot_leaves_a_claim_being_made_by_another_replica_alone(
     tmp_path: Path,
 ) -> None:
     from trio_routines.scheduler.boot import BOOT_INTERRUPTED
+    from trio_routines.scheduler.openclaims import found_by
 
     store = DirectoryStore(tmp_path)
     await store.claim("r", SLOT, SLOT, replica="dead")  # a dead replica's: interrupted
@@ -394,7 +399,10 @@ async def test_a_boot_leaves_a_claim_being_made_by_another_replica_alone(
     finally:
         end(making)
     (fire,) = await store.history("r")
-    assert (fire.outcome, fire.error) == (Outcome.INTERRUPTED, BOOT_INTERRUPTED)
+    assert (fire.outcome, fire.error) == (
+        Outcome.INTERRUPTED,
+        found_by(BOOT_INTERRUPTED, scheduler.replica),
+    )
     assert claim.read_bytes() == b""  # left to its maker
     await store.aclose()
 

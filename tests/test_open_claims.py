@@ -21,7 +21,7 @@ from trio_routines.errors import StateFault
 from trio_routines.instants import format_iso, slot_name
 from trio_routines.replicas import ReplicaInfo, claim_key
 from trio_routines.scheduler import openclaims
-from trio_routines.scheduler.openclaims import BOOT_BUDGET, OPEN_INTERRUPTED, WATCH_BUDGET
+from trio_routines.scheduler.openclaims import BOOT_BUDGET, OPEN_INTERRUPTED, WATCH_BUDGET, found_by
 from trio_routines.store import Store
 from trio_routines.testing import MemoryStore
 
@@ -99,7 +99,7 @@ async def test_a_started_scheduler_records_older_open_claims_of_dead_holders_and
         await trio.testing.wait_all_tasks_blocked()  # looked for once the loops run
         scheduler.stop()
     assert _fires(store, "hourly")[:3] == [
-        (at(7), Outcome.INTERRUPTED, OPEN_INTERRUPTED),
+        (at(7), Outcome.INTERRUPTED, found_by(OPEN_INTERRUPTED, scheduler.replica)),
         (at(8), None, None),
         (at(9), Outcome.COMPLETED, None),
     ]
@@ -130,7 +130,11 @@ async def test_an_open_claim_naming_this_replica_is_not_said_to_have_a_holder_go
         await nursery.start(scheduler.run)
         await trio.testing.wait_all_tasks_blocked()  # looked for once the loops run
         scheduler.stop()
-    assert _fires(store, "hourly")[0] == (at(7), Outcome.INTERRUPTED, OPEN_INTERRUPTED)
+    assert _fires(store, "hourly")[0] == (
+        at(7),
+        Outcome.INTERRUPTED,
+        found_by(OPEN_INTERRUPTED, scheduler.replica),
+    )
     warned = [r.getMessage() for r in caplog.records if "never finished" in r.getMessage()]
     assert warned == [
         "hourly: the fire of slot 2026-07-07T07:00:00.000Z claimed at "
@@ -253,10 +257,18 @@ async def test_a_claim_whose_routine_cannot_be_read_again_waits_for_the_next_wat
         await trio.testing.wait_all_tasks_blocked()
         assert _fires(store, "a")[0] == (at(7), None, None)  # not recorded blind
         for name in ("b", "c"):  # the others are, in the same pass
-            assert _fires(store, name)[0] == (at(7), Outcome.INTERRUPTED, OPEN_INTERRUPTED)
+            assert _fires(store, name)[0] == (
+                at(7),
+                Outcome.INTERRUPTED,
+                found_by(OPEN_INTERRUPTED, scheduler.replica),
+            )
         await trio.sleep(120)  # a watch later, the history is read: recorded
         scheduler.stop()
-    assert _fires(store, "a")[0] == (at(7), Outcome.INTERRUPTED, OPEN_INTERRUPTED)
+    assert _fires(store, "a")[0] == (
+        at(7),
+        Outcome.INTERRUPTED,
+        found_by(OPEN_INTERRUPTED, scheduler.replica),
+    )
     assert [
         (r.levelno, r.getMessage()) for r in caplog.records if "could not" in r.getMessage()
     ] == [(level, said)]
@@ -447,7 +459,11 @@ async def test_the_older_open_claims_are_looked_for_after_the_boot_not_in_it(
         store.listed.set()
         await trio.testing.wait_all_tasks_blocked()
         assert trio.current_time() == started
-        assert _fires(store, "hourly")[0] == (at(7), Outcome.INTERRUPTED, OPEN_INTERRUPTED)
+        assert _fires(store, "hourly")[0] == (
+            at(7),
+            Outcome.INTERRUPTED,
+            found_by(OPEN_INTERRUPTED, scheduler.replica),
+        )
         scheduler.stop()
 
 
@@ -467,7 +483,7 @@ class Faulty(MemoryStore):
         return await super().claims_alive(claims)
 
     async def settle(self, routine: str, slot: datetime, *args: Any, **kwargs: Any) -> bool:
-        if self.where == "settle" and kwargs.get("error") == OPEN_INTERRUPTED:
+        if self.where == "settle" and str(kwargs.get("error")).startswith(OPEN_INTERRUPTED):
             raise self.fault
         return await super().settle(routine, slot, *args, **kwargs)
 

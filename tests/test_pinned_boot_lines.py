@@ -20,6 +20,7 @@ from trio_routines.cron import next_run
 from trio_routines.metrics import Metrics
 from trio_routines.replicas import ReplicaInfo, claim_key
 from trio_routines.scheduler.boot import BOOT_INTERRUPTED
+from trio_routines.scheduler.openclaims import found_by
 from trio_routines.scheduler.streaks import Streaks
 from trio_routines.testing import Fail, MemoryStore
 
@@ -260,13 +261,13 @@ async def test_a_boot_leaves_each_live_open_claim_to_its_replica_and_settles_the
     for name, replica in (("a", "other"), ("b", "gone"), ("c", None)):
         await store.claim(name, at(10), at(10), replica=replica)
     assert await other.take([claim_key("a", at(10)), claim_key("c", at(10))]) == [True, True]
-    await booted(store, *(routine(name, "0 * * * *") for name in "abc"))
+    scheduler = await booted(store, *(routine(name, "0 * * * *") for name in "abc"))
     assert [(f.outcome, f.error) for name in "ac" for f in await store.history(name)] == [
         (None, None),
         (None, None),
     ]
     ((outcome, error),) = [(f.outcome, f.error) for f in await store.history("b")]
-    assert (outcome, error) == (Outcome.INTERRUPTED, BOOT_INTERRUPTED)
+    assert (outcome, error) == (Outcome.INTERRUPTED, found_by(BOOT_INTERRUPTED, scheduler.replica))
     assert [r.getMessage() for r in caplog.records if "left to it" in r.getMessage()] == [
         "a: slot 2026-07-07T10:00:00.000Z is running on replica other — left to it",
         "c: slot 2026-07-07T10:00:00.000Z is running on replica (unnamed) — left to it",

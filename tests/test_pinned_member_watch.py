@@ -26,7 +26,7 @@ from trio_routines.presence import IdInUse
 from trio_routines.records import Wakeup
 from trio_routines.replicas import ReplicaInfo, claim_key, replica_key, session_key
 from trio_routines.scheduler.members import SWEPT_INTERRUPTED
-from trio_routines.scheduler.openclaims import OPEN_INTERRUPTED
+from trio_routines.scheduler.openclaims import OPEN_INTERRUPTED, found_by
 from trio_routines.testing import Hang, MemoryPresence, MemoryStore, ScriptedAgent
 from trio_routines.wakeups import WakeupRequest
 
@@ -89,8 +89,14 @@ async def test_a_dead_members_free_open_claims_are_swept_and_no_others(
     }
     assert outcomes == {
         "a": (None, None),
-        "b": (Outcome.INTERRUPTED, SWEPT_INTERRUPTED),  # after "a", left: the sweep goes on
-        "c": (Outcome.INTERRUPTED, OPEN_INTERRUPTED),  # the walk's, not the sweep's
+        "b": (
+            Outcome.INTERRUPTED,
+            found_by(SWEPT_INTERRUPTED, scheduler.replica),
+        ),  # after "a", left: the sweep goes on
+        "c": (
+            Outcome.INTERRUPTED,
+            found_by(OPEN_INTERRUPTED, scheduler.replica),
+        ),  # the walk's, not the sweep's
         "d": (Outcome.COMPLETED, None),
     }
     # Each one recorded here is counted here, by whichever path recorded it; no other. The
@@ -149,7 +155,10 @@ async def test_a_routine_removed_while_the_sweep_reads_is_swept_and_not_armed(
     store.scheduler = scheduler
     await swept_once(store, scheduler, "b")
     ((fire_outcome, error),) = [(f.outcome, f.error) for f in await store.history("b")]
-    assert (fire_outcome, error) == (Outcome.INTERRUPTED, SWEPT_INTERRUPTED)
+    assert (fire_outcome, error) == (
+        Outcome.INTERRUPTED,
+        found_by(SWEPT_INTERRUPTED, scheduler.replica),
+    )
     assert "b" not in scheduler.metrics.last_success  # no longer loaded: no series made
 
 
@@ -295,8 +304,8 @@ async def test_a_store_listing_this_replica_dead_never_makes_it_sweep_its_own_cl
         scheduler.stop(0)
     # Ours is an open claim no turn of ours holds: the walk's, never taken for a dead one's.
     assert [(f.outcome, f.error) for n in "ab" for f in await store.history(n)] == [
-        (Outcome.INTERRUPTED, OPEN_INTERRUPTED),
-        (Outcome.INTERRUPTED, SWEPT_INTERRUPTED),
+        (Outcome.INTERRUPTED, found_by(OPEN_INTERRUPTED, scheduler.replica)),
+        (Outcome.INTERRUPTED, found_by(SWEPT_INTERRUPTED, scheduler.replica)),
     ]
 
 
@@ -318,7 +327,7 @@ async def test_a_replicas_read_that_stalls_is_a_warning_and_the_next_watch_sweep
         await trio.sleep(30)
         scheduler.stop(0)
     assert [(f.outcome, f.error) for f in await store.history("a")] == [
-        (Outcome.INTERRUPTED, SWEPT_INTERRUPTED)
+        (Outcome.INTERRUPTED, found_by(SWEPT_INTERRUPTED, scheduler.replica))
     ]
     assert warned(caplog, "the watch") == [
         f"replica {scheduler.replica}: the store did not answer the watch: the replicas are "
@@ -351,7 +360,7 @@ async def test_a_store_without_a_members_list_is_never_swept_and_the_watch_goes_
         scheduler.stop(0)
     # No sweep: the walk for open claims settles it, in its own words.
     assert [(f.outcome, f.error) for f in await store.history("a")] == [
-        (Outcome.INTERRUPTED, OPEN_INTERRUPTED)
+        (Outcome.INTERRUPTED, found_by(OPEN_INTERRUPTED, scheduler.replica))
     ]
 
 
@@ -377,7 +386,7 @@ async def test_the_watch_beats_with_the_turns_in_flight_and_goes_on_after_a_rejo
         await trio.sleep(31)  # the watch goes on: it sweeps
         scheduler.stop(0)
     assert [(f.outcome, f.error) for f in await store.history("b")] == [
-        (Outcome.INTERRUPTED, SWEPT_INTERRUPTED)
+        (Outcome.INTERRUPTED, found_by(SWEPT_INTERRUPTED, scheduler.replica))
     ]
 
 

@@ -15,6 +15,7 @@ from scheduler_rig import HOURLY, T0, Recording, at, completed, messages, rig
 from trio_routines import Outcome, Routine, StateFault
 from trio_routines.instants import format_iso
 from trio_routines.scheduler.boot import BOOT_INTERRUPTED
+from trio_routines.scheduler.openclaims import found_by
 from trio_routines.testing import WallClock
 
 DAILY = Routine(name="daily", prompt="d", cron="0 9 * * *")
@@ -46,7 +47,7 @@ async def test_open_claims_are_settled_interrupted_only_if_still_open_and_said_s
             slot,
             Outcome.INTERRUPTED,
             None,
-            {"if_unsettled": True, "error": BOOT_INTERRUPTED},
+            {"if_unsettled": True, "error": found_by(BOOT_INTERRUPTED, scheduler.replica)},
         )
         for name, slot in (("hourly", at(9)), ("manual", at(8)))
     ]

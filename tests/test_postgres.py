@@ -1078,6 +1078,7 @@ async def test_a_claim_an_earlier_process_made_under_our_id_is_recorded_interrup
 ) -> None:
     from trio_routines import Routine, Scheduler
     from trio_routines.scheduler.boot import BOOT_INTERRUPTED
+    from trio_routines.scheduler.openclaims import found_by
 
     store = PostgresStore(url, schema=schema)
     # web-1 claimed, then died; a new process takes the same id (a fixed --replica).
@@ -1098,7 +1099,10 @@ async def test_a_claim_an_earlier_process_made_under_our_id_is_recorded_interrup
         assert await store.claims_alive([("other", T0)]) == [True]
         scheduler.stop(0)
     (fire,) = await store.history("r")
-    assert (fire.outcome, fire.error) == (Outcome.INTERRUPTED, BOOT_INTERRUPTED)
+    assert (fire.outcome, fire.error) == (
+        Outcome.INTERRUPTED,
+        found_by(BOOT_INTERRUPTED, "web-1"),
+    )
     await store.aclose()
 
 

@@ -18,6 +18,7 @@ from psycopg import sql
 from trio_routines import Completed, Routine, Scheduler, StateFault
 from trio_routines.records import Fire, Gap, GapReason, Outcome
 from trio_routines.scheduler.boot import BOOT_INTERRUPTED
+from trio_routines.scheduler.openclaims import found_by
 from trio_routines.stores.postgres import PostgresStore
 from trio_routines.stores.postgres.reads import BATCH, READERS
 
@@ -235,16 +236,17 @@ async def test_a_boot_of_many_routines_reads_every_newest_claim(
     assert store._batches.settles.batches - settles == 1  # every open claim interrupted, together
     newest = {name: (await store.history(name) or [None])[-1] for name in names}
     # Each unsettled newest claim was recorded interrupted, and only those.
+    interrupted = found_by(BOOT_INTERRUPTED, scheduler.replica)
     for name in names:
         fire = newest[name]
         if name in unsettled:
             assert fire is not None
-            assert (fire.outcome, fire.error) == (Outcome.INTERRUPTED, BOOT_INTERRUPTED)
+            assert (fire.outcome, fire.error) == (Outcome.INTERRUPTED, interrupted)
         elif name in unknown:
             assert fire is not None
             assert (fire.outcome, fire.unknown_outcome, fire.ms) == (None, '"exploded"', 7)
         else:
-            assert fire is None or fire.error != BOOT_INTERRUPTED
+            assert fire is None or fire.error != interrupted
     # The last success of each routine whose newest claim completed, seeded from its read;
     # every other routine has the series too (gaps.py: alerts that cannot be blind).
     completed = {

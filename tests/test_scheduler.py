@@ -24,6 +24,7 @@ from trio_routines.scheduler import NotOnGrid, NotYetDue, Stopping, UnknownRouti
 from trio_routines.scheduler import wake as wake_module
 from trio_routines.scheduler.boot import BOOT_INTERRUPTED
 from trio_routines.scheduler.fire import FirePath
+from trio_routines.scheduler.openclaims import found_by
 from trio_routines.stores.directory import DirectoryStore
 from trio_routines.testing import (
     Busy,
@@ -125,7 +126,7 @@ async def test_unsettled_newest_claim_is_interrupted_at_boot_and_not_replayed(
         assert await rig.fires() == [(at(10), at(10), Outcome.INTERRUPTED)]
         (fire,) = await rig.store.history("hourly")
         assert fire.ms is None
-        assert fire.error == BOOT_INTERRUPTED
+        assert fire.error == found_by(BOOT_INTERRUPTED, rig.scheduler.replica)
     warnings = messages(caplog, logging.WARNING)
     assert any("never finished" in m for m in warnings)
     assert rig.agent.turns == []
@@ -973,7 +974,10 @@ async def test_a_boot_settles_open_claims_and_reads_resumes_all_at_once(
     assert store.most == {"settle": 4, "resumed_at": 4}
     for name in names:
         (fire, *_) = await store.history(name)
-        assert (fire.outcome, fire.error) == (Outcome.INTERRUPTED, BOOT_INTERRUPTED)
+        assert (fire.outcome, fire.error) == (
+            Outcome.INTERRUPTED,
+            found_by(BOOT_INTERRUPTED, rig.scheduler.replica),
+        )
 
 
 async def test_next_boot_resumes_from_the_catch_up_stamp(autojump_clock: Any) -> None:

@@ -16,6 +16,7 @@ from trio_routines.agent import Completed, Event
 from trio_routines.presence import Presence
 from trio_routines.replicas import ReplicaInfo, claim_key, session_key
 from trio_routines.scheduler.members import SWEPT_INTERRUPTED
+from trio_routines.scheduler.openclaims import found_by
 from trio_routines.scheduler.state import LOST_HOLD
 from trio_routines.testing import Complete, MemoryPresence, MemoryStore, WallClock
 
@@ -82,7 +83,10 @@ async def test_a_dead_members_open_claim_is_recorded_interrupted_by_a_live_one(
         presence.vanish()  # the process dies: its holds go, nothing is settled
         await trio.sleep(31)  # one watch of the live replica
         (fire,) = await store.history("hourly")
-        assert (fire.outcome, fire.error) == (Outcome.INTERRUPTED, SWEPT_INTERRUPTED)
+        assert (fire.outcome, fire.error) == (
+            Outcome.INTERRUPTED,
+            found_by(SWEPT_INTERRUPTED, second.replica),
+        )
         first_scope.cancel()
         first.stop(0)
         second.stop(0)

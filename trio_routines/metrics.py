@@ -119,8 +119,8 @@ class Metrics:
         another replica's) was recorded ``interrupted`` here: counted as a fire of that
         outcome. ``streak``: the routine's failures since its newest completed turn and that
         turn's end, as its history reads with this record in it (the newest claim's; an older
-        one found open leaves the streak as it was). Two replicas that record one at the same
-        moment with the same words may both count it."""
+        one found open leaves the streak as it was). Of several replicas that find one dead at
+        once, only the one whose record landed counts it (``scheduler/openclaims.py``)."""
         self.fires[routine, "interrupted"] += 1
         if streak is not None:
             failing, success = streak

@@ -11,6 +11,7 @@ claims do not leave the others' interrupted fires unreported.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from datetime import datetime
 from typing import TypeVar
@@ -30,7 +31,7 @@ from .calls import StoreCalls
 from .foreach import for_each
 from .gaps import GapRecording
 from .membership import Membership
-from .openclaims import LEFT_OPEN, count_interrupted
+from .openclaims import LEFT_OPEN, SETTLED_ELSEWHERE, count_interrupted, found_by
 from .state import Runtime, log
 from .streaks import Streaks
 
@@ -93,7 +94,11 @@ class Boot:
                 continue
             unsettled[name] = fire
 
+        reason = found_by(BOOT_INTERRUPTED, self._runtime.replica)
+
         async def interrupted(name: str) -> bool | None:
+            """True when this boot's record landed (counted), False when the store did not
+            take it, None when another process's record landed first."""
             # Only if still unsettled: another scheduler sharing the store may have been the
             # one mid-turn, and may have settled the real outcome just before we write.
             slot = unsettled[name].slot
@@ -104,23 +109,31 @@ class Boot:
                 Outcome.INTERRUPTED,
                 None,  # no duration: the turn's end was never seen
                 if_unsettled=True,
-                error=BOOT_INTERRUPTED,
+                error=reason,
             )
             metrics = self._runtime.metrics
-            if recorded and await count_interrupted(
-                self._calls, metrics, self._streaks, name, slot, BOOT_INTERRUPTED, arm=seeded
-            ):
-                return recorded  # counted, its series seeded from the record (history: later)
+            mine = None
+            if recorded:
+                mine = await count_interrupted(
+                    self._calls, metrics, self._streaks, name, slot, reason, arm=seeded
+                )
+                if mine:
+                    return True  # counted, its series seeded from the record (history: later)
             if seeded:  # not counted here: seeded from the claim, as one left to its holder
                 metrics.armed(name, min(slot, self._runtime.now()))
-            return recorded
+            # Unreadable now: said as ours, which it most likely is.
+            return None if recorded and mine is False else bool(recorded)
 
         # Said once answered (a store that did not take it said why), in the routines' order.
         for name, recorded in (await for_each(interrupted, unsettled)).items():
             history = f"see `python -m trio_routines history {shell_name(name)}`"
             fire = unsettled[name]
-            said = f"recorded as interrupted ({history})" if recorded else LEFT_OPEN
-            log.warning(
+            if recorded is None:
+                said = f"{SETTLED_ELSEWHERE} ({history})"
+            else:
+                said = f"recorded as interrupted ({history})" if recorded else LEFT_OPEN
+            log.log(
+                logging.INFO if recorded is None else logging.WARNING,
                 "%s: the fire of slot %s claimed at %s never finished — its process stopped "
                 "mid-turn; %s",
                 name,

@@ -16,6 +16,8 @@ before their claim (a state fault: nothing is burned).
 
 from __future__ import annotations
 
+import logging
+
 import trio
 
 from ..errors import StateFault
@@ -27,7 +29,14 @@ from .calls import StoreCalls
 from .foreach import for_each
 from .grace import Grace
 from .membership import LOOK_AT_LEAST, Looks, Membership
-from .openclaims import LEFT_OPEN, WATCH_BUDGET, OpenClaims, count_interrupted
+from .openclaims import (
+    LEFT_OPEN,
+    SETTLED_ELSEWHERE,
+    WATCH_BUDGET,
+    OpenClaims,
+    count_interrupted,
+    found_by,
+)
 from .state import Runtime, log
 from .streaks import Streaks
 
@@ -127,36 +136,40 @@ class MemberWatch:
             if fire is not None and fire.is_open and fire.replica in dead
         }
         alive = await self._membership.claims_alive(list(suspects.items()))
+        reason = found_by(SWEPT_INTERRUPTED, replica)
         for (name, fire), live in zip(suspects.items(), alive, strict=True):
             if live:
                 continue
             recorded = await self._calls.settle_once(
-                name,
-                fire.slot,
-                Outcome.INTERRUPTED,
-                None,
-                if_unsettled=True,
-                error=SWEPT_INTERRUPTED,
+                name, fire.slot, Outcome.INTERRUPTED, None, if_unsettled=True, error=reason
             )
-            log.warning(
+            counted = None
+            if recorded:
+                counted = await count_interrupted(
+                    self._calls,
+                    self._runtime.metrics,
+                    self._streaks,
+                    name,
+                    fire.slot,
+                    reason,
+                    arm=getattr(self._runtime.routines.get(name), "cron", None) is not None,
+                )
+            # Unreadable now: said as ours, which it most likely is (not counted).
+            elsewhere = recorded and counted is False
+            log.log(
+                logging.INFO if elsewhere else logging.WARNING,
                 "%s: the fire of slot %s claimed at %s by replica %s never finished — that "
                 "replica stopped mid-turn; %s",
                 name,
                 format_iso(fire.slot),
                 format_iso(fire.fired_at),
                 fire.replica,
-                "recorded as interrupted" if recorded else LEFT_OPEN,
+                SETTLED_ELSEWHERE
+                if elsewhere
+                else "recorded as interrupted"
+                if recorded
+                else LEFT_OPEN,
             )
-            if recorded:
-                await count_interrupted(
-                    self._calls,
-                    self._runtime.metrics,
-                    self._streaks,
-                    name,
-                    fire.slot,
-                    SWEPT_INTERRUPTED,
-                    arm=getattr(self._runtime.routines.get(name), "cron", None) is not None,
-                )
 
     async def note_dead_members(self) -> None:
         """At the boot: members already dead were reconciled by it (their newest claims)."""

@@ -15,6 +15,7 @@ version that holds them while they run, so a free hold means a dead holder.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
 import trio
@@ -35,6 +36,18 @@ from .streaks import Streaks
 BOOT_BUDGET = 4096
 WATCH_BUDGET = 1024
 OPEN_INTERRUPTED = "never settled: its replica stopped mid-turn or could not record the outcome"
+#: What a dead claim's line says when another process's record of it landed first.
+SETTLED_ELSEWHERE = "settled meanwhile by another process"
+
+
+def found_by(reason: str, replica: str) -> str:
+    """``reason`` as ``replica`` records a dead claim: naming the replica that wrote it.
+
+    Several replicas may find one claim dead at once (their boots, their sweeps, their walks
+    of the open claims). A settle ``if_unsettled`` writes only the first, and answers True to
+    every one of them; each replica reads the record back and counts and says "recorded"
+    only if the words are its own (:func:`read_back`)."""
+    return f"{reason}; recorded by replica {replica}"
 
 
 #: How long a dead claim the store would not record interrupted (a hard link refused, a
@@ -134,14 +147,10 @@ class OpenClaims:
     async def _interrupted(self, name: str, fire: Fire) -> None:
         """Record ``fire`` interrupted, then say so; one the store did not take is said so,
         and left for :data:`RETRY_UNRECORDED`."""
+        reason = found_by(OPEN_INTERRUPTED, self._runtime.replica)
         try:
             recorded = await self._calls.settle_once(
-                name,
-                fire.slot,
-                Outcome.INTERRUPTED,
-                None,
-                if_unsettled=True,
-                error=OPEN_INTERRUPTED,
+                name, fire.slot, Outcome.INTERRUPTED, None, if_unsettled=True, error=reason
             )
         except Exception as exc:  # a store's bug (settle never raises): a failed settle's WARN
             log.warning(
@@ -155,22 +164,49 @@ class OpenClaims:
         # Ours and not held: a turn of this process whose settle the store never took (its
         # outcome was logged then), or of an earlier process under our id.
         whose = "its holder is gone" if fire.replica != self._runtime.replica else OURS_UNSETTLED
-        log.warning(
+        # Unreadable now: said and counted as ours, which it most likely is.
+        mine = recorded and await read_back(self._calls, name, fire.slot, reason) is not False
+        log.log(
+            logging.WARNING if mine or not recorded else logging.INFO,
             "%s: the fire of slot %s claimed at %s by replica %s never finished and %s; %s",
             name,
             format_iso(fire.slot),
             format_iso(fire.fired_at),
             fire.replica,
             whose,
-            "recorded as interrupted" if recorded else NOT_RECORDED,
+            "recorded as interrupted" if mine else SETTLED_ELSEWHERE if recorded else NOT_RECORDED,
         )
-        if recorded:
+        if not recorded:
+            self._unrecorded[name, fire.slot] = trio.current_time()
+            if len(self._unrecorded) > UNRECORDED_KEPT:
+                del self._unrecorded[next(iter(self._unrecorded))]
+        elif mine:
             # Counted, not in the streak: a claim behind newer ones is no run in a row.
             self._runtime.metrics.found_interrupted(name)
-            return
-        self._unrecorded[name, fire.slot] = trio.current_time()
-        if len(self._unrecorded) > UNRECORDED_KEPT:
-            del self._unrecorded[next(iter(self._unrecorded))]
+
+
+async def read_back(calls: StoreCalls, name: str, slot: datetime, error: str) -> bool | None:
+    """Whether the store holds ``name``'s claim at ``slot`` as the interrupted record written
+    with ``error`` (:func:`found_by`): this process's write landed. None when it cannot be
+    read now."""
+    try:
+        record, _ = await _record_of(calls, name, slot)
+    except StateFault:
+        return None
+    return record is not None and _recorded(record, error)
+
+
+async def _record_of(
+    calls: StoreCalls, name: str, slot: datetime
+) -> tuple[Fire | None, list[Fire] | None]:
+    """``name``'s claim at ``slot`` as the store holds it now: read as the newest claim, one
+    read, or else from the history, which is then given too. Raises StateFault."""
+    newest = await calls.latest_fire(name)
+    if newest is not None and newest.slot == slot:
+        return newest, None
+    fires = await calls.history(name)
+    mine = [fire for fire in fires if fire.slot == slot]
+    return (mine[-1] if mine else None), fires
 
 
 async def count_interrupted(
@@ -182,31 +218,29 @@ async def count_interrupted(
     error: str,
     *,
     arm: bool,
-) -> bool:
-    """Count the newest claim of ``name``, at ``slot``, recorded interrupted with ``error``
-    by this process: only if the store holds that very record (a settle ``if_unsettled`` of
-    a claim settled meanwhile writes nothing, and answers True all the same). Read as the
-    routine's newest claim, one read; its failure streak and last success are then one more
-    failure until its history is read (:class:`Streaks`, after the boot). With a newer claim
-    made meanwhile, read from the history, streak and all. With ``arm``, the routine's
-    series made (:meth:`Metrics.armed`) as a boot makes a cron routine's. False when it was
-    not counted (not this record, or unreadable)."""
+) -> bool | None:
+    """Count the claim of ``name`` at ``slot`` recorded interrupted with ``error`` by this
+    process: only if the store holds that very record (a settle ``if_unsettled`` of a claim
+    settled meanwhile, by another replica that found it dead too, writes nothing and answers
+    True all the same). The newest claim's record is one read; its failure streak and last
+    success are then one more failure until its history is read (:class:`Streaks`, after the
+    boot). An older claim's is read from the history, streak and all. With ``arm``, the
+    routine's series made (:meth:`Metrics.armed`) as a boot makes a cron routine's.
+
+    True when counted, False when the store holds another record (not counted), None when
+    it could not be read (not counted)."""
     try:
-        newest = await calls.latest_fire(name)
-        if newest is not None and newest.slot == slot:
-            if not _recorded(newest, error):
-                return False
-            metrics.found_interrupted(name, (metrics.failing.get(name, 0) + 1, None))
-            if arm:
-                metrics.armed(name, slot)
-            streaks.later(name, armed=arm, newest=slot)
-            return True
-        fires = await calls.history(name)
+        record, fires = await _record_of(calls, name, slot)
     except StateFault:
+        return None
+    if record is None or not _recorded(record, error):
         return False
-    mine = [fire for fire in fires if fire.slot == slot]
-    if not mine or not _recorded(mine[-1], error):
-        return False
+    if fires is None:
+        metrics.found_interrupted(name, (metrics.failing.get(name, 0) + 1, None))
+        if arm:
+            metrics.armed(name, slot)
+        streaks.later(name, armed=arm, newest=slot)
+        return True
     failing, success = failing_streak(fires)
     metrics.found_interrupted(name, (failing, None if success is None else ended(success)))
     if arm:  # with no success known, the last success reads the oldest instant known

@@ -1,0 +1,151 @@
+"""A dead claim found by several replicas at once is recorded, said and counted once.
+
+Replicas that find one claim dead at the same moment -- two boots, two sweeps of a dead
+member, two walks of the open claims -- each settle it ``interrupted`` if still unsettled:
+only the first write lands, and the store answers every one of them "recorded". Each record
+names the replica that wrote it, so each replica reads back whose landed: the writer says
+"recorded as interrupted" (a warning) and counts it; the others say it was settled meanwhile
+(info) and count nothing. The store here holds every such settle until all of the replicas
+have sent theirs, so that they do race.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from scheduler_rig import T0, at, rig
+
+from trio_routines import Outcome, Routine, Scheduler
+from trio_routines.replicas import ReplicaInfo
+from trio_routines.scheduler.boot import BOOT_INTERRUPTED
+from trio_routines.scheduler.members import SWEPT_INTERRUPTED
+from trio_routines.scheduler.openclaims import OPEN_INTERRUPTED, SETTLED_ELSEWHERE, found_by
+from trio_routines.testing import Complete, MemoryPresence, MemoryStore
+
+HOURLY = Routine(name="hourly", prompt="p", cron="0 * * * *")
+
+
+class Racing(MemoryStore):
+    """Holds each settle ``if_unsettled`` of ``slot`` until ``racers`` of them are waiting."""
+
+    def __init__(self, slot: datetime, racers: int) -> None:
+        super().__init__()
+        self.slot = slot
+        self.racers = racers
+        self.waiting = 0
+        self.all_in = trio.Event()
+
+    async def settle(self, routine: str, slot: datetime, *args: Any, **kwargs: Any) -> bool:
+        if kwargs.get("if_unsettled") and slot == self.slot and not self.all_in.is_set():
+            self.waiting += 1
+            if self.waiting >= self.racers:
+                self.all_in.set()
+            with trio.move_on_after(600):  # a replica that never comes: the test fails below
+                await self.all_in.wait()
+        return await super().settle(routine, slot, *args, **kwargs)
+
+
+def said(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    """The lines about the dead claim, as (level, how they end but for a boot's pointer to
+    the history)."""
+    return [
+        (r.levelno, r.getMessage().rpartition("; ")[2].partition(" (see `")[0])
+        for r in caplog.records
+        if "never finished" in r.getMessage()
+    ]
+
+
+def assert_once(
+    caplog: pytest.LogCaptureFixture,
+    store: Racing,
+    schedulers: list[Scheduler],
+    reason: str,
+) -> None:
+    assert store.all_in.is_set(), "the replicas did not race"
+    ((_, fire),) = [(n, f) for n, f in store.claims["hourly"].items() if f.slot == store.slot]
+    writers = [s for s in schedulers if fire.error == found_by(reason, s.replica)]
+    assert fire.outcome is Outcome.INTERRUPTED
+    assert len(writers) == 1, fire.error
+    counted = {s.replica: s.metrics.fires["hourly", "interrupted"] for s in schedulers}
+    assert counted == {s.replica: int(s is writers[0]) for s in schedulers}
+    lines = said(caplog)
+    assert sorted(lines) == sorted(
+        [(logging.WARNING, "recorded as interrupted")]
+        + [(logging.INFO, SETTLED_ELSEWHERE)] * (store.racers - 1)
+    )
+
+
+async def test_two_boots_record_a_dead_newest_claim_once(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trio_routines")
+    store = Racing(at(9), racers=2)
+    await store.claim("hourly", at(9), at(9), replica="gone")  # its replica died mid-turn
+    schedulers = [rig(HOURLY, store=store, wakeups=False)[0] for _ in range(2)]
+    async with trio.open_nursery() as nursery:
+        for scheduler in schedulers:
+            nursery.start_soon(scheduler.run)
+        await trio.sleep(1)
+        for scheduler in schedulers:
+            scheduler.stop(0)
+    assert_once(caplog, store, schedulers, BOOT_INTERRUPTED)
+    # The other boot's line still points at the history, where the writer's words are.
+    (elsewhere,) = [r for r in caplog.records if SETTLED_ELSEWHERE in r.getMessage()]
+    assert elsewhere.getMessage().endswith(
+        f"{SETTLED_ELSEWHERE} (see `python -m trio_routines history hourly`)"
+    )
+
+
+async def test_two_live_replicas_record_a_dead_members_claim_once(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trio_routines")
+    store = Racing(at(10), racers=2)
+    dying, agent, _, _ = rig(external_clock=True, store=store, poll_interval=30)
+    agent.default = Complete(duration=3600)
+    live = [rig(external_clock=True, store=store, poll_interval=30)[0] for _ in range(2)]
+    async with trio.open_nursery() as nursery:
+        for scheduler in live:
+            await nursery.start(scheduler.run)
+        dying_scope = trio.CancelScope()
+
+        async def run_dying() -> None:
+            with dying_scope:
+                await dying.run()
+
+        nursery.start_soon(run_dying)
+        await trio.sleep(1)
+        await dying.start_fire("hourly", at(10))
+        await trio.sleep(5)
+        presence = store.members[dying.replica]
+        assert isinstance(presence, MemoryPresence)
+        presence.vanish()  # the process dies: its holds go, nothing is settled
+        await trio.sleep(65)  # two watches of each live replica
+        assert_once(caplog, store, live, SWEPT_INTERRUPTED)
+        dying_scope.cancel()  # before its stop could settle the turn it still runs here
+        for scheduler in [dying, *live]:
+            scheduler.stop(0)
+
+
+async def test_two_walks_record_an_older_dead_claim_once(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trio_routines")
+    store = Racing(at(7), racers=2)
+    await store.claim("hourly", at(7), at(7), replica="old")  # behind a newer claim: the walk's
+    await store.claim("hourly", at(9), at(9), replica="old")
+    await store.settle("hourly", at(9), Outcome.COMPLETED, 5)
+    await store.join(ReplicaInfo("unrelated", "1", "h", 1, T0, T0))
+    schedulers = [rig(HOURLY, store=store, wakeups=False)[0] for _ in range(2)]
+    async with trio.open_nursery() as nursery:
+        for scheduler in schedulers:
+            await nursery.start(scheduler.run)
+        await trio.sleep(1)
+        for scheduler in schedulers:
+            scheduler.stop(0)
+    assert_once(caplog, store, schedulers, OPEN_INTERRUPTED)
