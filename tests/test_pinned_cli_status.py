@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import socket
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -686,3 +687,23 @@ async def test_unreadable_wake_ups_are_said_and_the_routines_still_shown(
         with pytest.raises(StateFault, match=r"^the journal is torn$"):
             await run(parsed(env, "list"))
     assert capsys.readouterr() == ("", "")
+
+
+@pytest.mark.parametrize("command", ["list", "status"])
+async def test_a_store_that_answers_no_read_is_said_unreadable_as_a_whole(
+    env: Env, command: str
+) -> None:
+    # A PostgreSQL server nobody listens for: the wake-ups are read first, but it is the
+    # state that is unreadable, and the line says where and why, not "the wake-ups".
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (env.routines / "daily.md").write_text("---\ncron: '0 9 * * *'\n---\nhello\n")
+    argv = [command, "--state", f"postgresql://postgres@127.0.0.1:{port}/test"]
+    args = build_parser().parse_args([*argv, "--routines", str(env.routines)])
+    with pytest.raises(StateFault) as caught:
+        await (cmd_list if command == "list" else cmd_status)(args)
+    said = str(caught.value)
+    assert said.startswith(f"the state in postgresql://127.0.0.1:{port}/test is unreadable: ")
+    assert said.endswith(" — is the server up and the URL right?")
+    assert "wake-ups" not in said

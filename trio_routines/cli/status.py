@@ -234,6 +234,15 @@ def in_flight_line(flight: InFlight | None) -> str:
     return f"IN FLIGHT  {turns} on {flight.url}{stopping}{running}"
 
 
+def _unread(fault: StateFault) -> StateFault:
+    """No read answered: the state is unreadable, not only the wake-ups read first. A fault
+    saying where and why (a PostgreSQL call's: no server, no database) is said as the state's."""
+    where, why = getattr(fault, "where", None), getattr(fault, "why", None)
+    if isinstance(where, str) and isinstance(why, str):
+        return StateFault(f"the state in {where} is unreadable: {why}")
+    return fault
+
+
 # --- the commands ---------------------------------------------------------------------------
 
 
@@ -257,7 +266,7 @@ async def _view(
             try:
                 await asked("reading the paused routines", store.paused())
             except StateFault:
-                raise exc from None
+                raise _unread(exc) from None
             say(f"the pending wake-ups are unreadable — {exc}")
             wakeups = None
         now = datetime.now(UTC)
