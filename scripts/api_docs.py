@@ -92,6 +92,17 @@ def _signature(value: Any) -> str:
         text = str(inspect.signature(value))
     except (TypeError, ValueError):
         return ""
+    # A tuple, list or dict alias of the defining module (``HoldsWanted``) is a name the page
+    # does not document: written out as what it stands for.
+    names = getattr(inspect.unwrap(value), "__globals__", {})
+
+    def spelled(match: re.Match[str]) -> str:
+        alias = names.get(match.group(0))
+        if isinstance(alias, types.GenericAlias) and alias.__origin__ in (tuple, list, dict):
+            return repr(alias)
+        return match.group(0)
+
+    text = re.sub(r"\b[A-Z]\w*\b", spelled, text)
     # Memory addresses would make the page change on every run.
     return re.sub(r" at 0x[0-9a-f]+", "", text)
 

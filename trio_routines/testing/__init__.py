@@ -4,7 +4,10 @@
 * :class:`WallClock` -- a wall clock that advances with Trio's (mock) clock and can be made
   to jump forward or backward on its own, like an NTP step or a VM restore;
 * :class:`ScriptedAgent` -- an agent whose turns complete, fail, report busy, hang or raise on
-  cue, and which records every turn it was asked for.
+  cue, and which records every turn it was asked for;
+* :class:`MemoryPresence` -- what :meth:`MemoryStore.join` returns: a replica of the store,
+  whose process can be made to die (:meth:`~MemoryPresence.vanish`) or to lose its holds
+  (:meth:`~MemoryPresence.lose`), for tests of replicas sharing one store.
 """
 
 from .clock import WallClock as WallClock
@@ -25,6 +28,7 @@ __all__ = [
     "Complete",
     "Fail",
     "Hang",
+    "MemoryPresence",
     "MemoryStore",
     "Raise",
     "ScriptedAgent",

@@ -56,6 +56,7 @@ from ...checks import checked_count, checked_seconds
 from ...claims import KEEP_CLAIMS
 from ...errors import InvalidOption, StateFault
 from ...ledger import Spent
+from ...presence import Presence
 from ...records import ClaimResult, Fire, Gap, Outcome, Wakeup
 from ...replicas import ReplicaInfo
 from ...store import Lifetime
@@ -66,7 +67,6 @@ from ..durable import SYNCFS
 from ..newest import BatchedReads, in_threads
 from .blocking import BlockingClaims
 from .claimfiles import ClaimFiles
-from .holds import DirectoryPresence
 from .members import DirectoryMembers
 from .ready import stalled_for, writable
 from .records import Records
@@ -318,7 +318,7 @@ class DirectoryStore(Lifetime):
 
     # -- replicas (see replicas.py and members.py) ----------------------------------------
 
-    async def join(self, info: ReplicaInfo) -> DirectoryPresence:
+    async def join(self, info: ReplicaInfo) -> Presence:
         """Become a member of the store as ``info.id`` (see :mod:`trio_routines.replicas`)."""
         return await self._members.join(info)
 

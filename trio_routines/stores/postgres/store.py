@@ -18,6 +18,7 @@ from ...instants import truncate_ms
 from ...ledger import Spent, check_key
 from ...names import check_name
 from ...output import stored_output
+from ...presence import Presence
 from ...records import ClaimResult, Fire, Gap, Outcome, Wakeup
 from ...replicas import ReplicaInfo
 from ...store import Lifetime
@@ -307,7 +308,7 @@ class PostgresStore(Lifetime):
 
     # -- replicas (see replicas.py and holds.py) ----------------------------------------
 
-    async def join(self, info: ReplicaInfo) -> PostgresPresence:
+    async def join(self, info: ReplicaInfo) -> Presence:
         """Become a member of the store as ``info.id`` (see :mod:`trio_routines.replicas`)."""
         # The first call connects and migrates: either may fail (a lock on the schema table).
         await self._conns.run("could not open the state", _select_one)
