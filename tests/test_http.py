@@ -752,8 +752,8 @@ async def test_wakeups_record_and_list_who_asked() -> None:
     store = MemoryStore()
     chained = Origin(kind=OriginKind.WAKEUP, parent="w-1", depth=3)
     asked = WakeupRequest(session="chat:1", prompt="p", cron="0 9 * * *", origin=chained)
-    await store.add_wakeup(asked, datetime.now(UTC))
-    await store.add_wakeup(
+    first = await store.add_wakeup(asked, datetime.now(UTC))
+    second = await store.add_wakeup(
         WakeupRequest(session="chat:1", prompt="p", cron="0 8 * * *"), datetime.now(UTC)
     )
     async with serving(store=store) as server:
@@ -763,11 +763,11 @@ async def test_wakeups_record_and_list_who_asked() -> None:
         # The server records http, whoever the client claims to be.
         assert added.json["wakeup"]["origin"] == {"kind": "http", "depth": 0}
         listed = await server.call("GET", "/wakeups?session=chat:1")
-        assert [w.get("origin") for w in listed.json] == [
-            {"kind": "wakeup", "depth": 3, "parent": "w-1"},
-            None,  # stored without one: unknown, no key
-            {"kind": "http", "depth": 0},
-        ]
+        assert {w["id"]: w.get("origin") for w in listed.json} == {
+            first.id: {"kind": "wakeup", "depth": 3, "parent": "w-1"},
+            second.id: None,  # stored without one: unknown, no key
+            added.json["wakeup"]["id"]: {"kind": "http", "depth": 0},
+        }
         (stored,) = [w for w in await store.list_wakeups() if w.id == added.json["wakeup"]["id"]]
         assert stored.origin == Origin(kind=OriginKind.HTTP)
 

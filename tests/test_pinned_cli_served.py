@@ -15,6 +15,7 @@ from trio_routines.cli.client import Server
 from trio_routines.cli.output import CliError
 from trio_routines.cli.served import (
     HIDDEN,
+    PAGE,
     ServedView,
     served_in_flight,
     served_replicas,
@@ -89,7 +90,7 @@ async def test_the_rows_are_built_from_the_listing_and_each_history(
     assert before <= served.now <= datetime.now(UTC)
     assert asked == [
         "/routines",
-        "/wakeups",
+        f"/wakeups?limit={PAGE}",
         "/routines/da%20ily/history",
         "/routines/held/history",
         "/routines/odd/history",

@@ -22,6 +22,7 @@ from trio_routines.agent import Usage
 from trio_routines.cli import status, table
 from trio_routines.cli.client import Server
 from trio_routines.cli.parser import build_parser
+from trio_routines.cli.served import PAGE
 from trio_routines.cli.status import (
     InFlight,
     RoutineRow,
@@ -533,13 +534,17 @@ async def test_list_on_a_state_shows_the_tables_or_says_nothing_is_scheduled(
 URL = "http://127.0.0.1:9"  # never reached: Server.get answers here
 
 
+FIRST_PAGE = "/wakeups"
+
+
 def answering(monkeypatch: pytest.MonkeyPatch, answers: dict[str, Any]) -> list[str]:
-    """``Server.get`` answering each path from ``answers``; the paths asked for, in order."""
+    """``Server.get`` answering each path from ``answers``; the paths asked for, in order.
+    The first page of the wake-ups, as the command line asks for it, is ``/wakeups``."""
     asked: list[str] = []
 
     async def get(_server: Server, path: str) -> Any:
         asked.append(path)
-        return answers[path]
+        return answers[FIRST_PAGE if path == f"/wakeups?limit={PAGE}" else path]
 
     monkeypatch.setattr(Server, "get", get)
     monkeypatch.delenv("TRIO_ROUTINES_URL", raising=False)
@@ -581,7 +586,7 @@ async def test_status_from_a_server_shows_its_live_replicas_and_turns_in_flight(
     assert await cmd_status(remote("status")) == 0
     assert asked == [
         "/routines",
-        "/wakeups",
+        f"/wakeups?limit={PAGE}",
         "/routines/adhoc/history",
         "/routines/other/history",
         "/replicas",

@@ -25,6 +25,7 @@ from trio_routines.cron import next_run
 from trio_routines.errors import StateFault, Unconfirmed
 from trio_routines.http import api, wakeupapi
 from trio_routines.http.api import MAX_REPLY
+from trio_routines.http.paging import Page
 from trio_routines.http.wire import Refusal, Response
 from trio_routines.instants import format_iso
 from trio_routines.replicas import ReplicaInfo, session_key
@@ -558,7 +559,7 @@ async def test_read_faults_are_503_with_their_log_lines_whole(
         "the replicas are unreadable right now",
         retry,
     )
-    assert await refused(wakeupapi.wakeups(scheduler, None)) == (
+    assert await refused(wakeupapi.wakeups(scheduler, None, Page(), "")) == (
         503,
         "the wake-up state is unreadable right now",
         retry,
@@ -616,7 +617,7 @@ async def test_reads_and_wakeup_changes_the_store_leaves_unanswered_are_503_at_i
             retry,
         )
         assert trio.current_time() - before == pytest.approx(5.0)
-        assert await refused(wakeupapi.wakeups(scheduler, "chat:1")) == (
+        assert await refused(wakeupapi.wakeups(scheduler, "chat:1", Page(), "")) == (
             503,
             "the wake-up state is unreadable right now",
             retry,

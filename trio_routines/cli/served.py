@@ -3,8 +3,9 @@
 The same rows as the state gives, built from the HTTP surface: ``GET /routines`` (schedules,
 next instants, paused, running), each routine's ``GET /routines/{name}/history`` (the recent
 outcomes and the failing streak), ``GET /wakeups`` (never prompts: the server does not show
-them), and for ``status`` ``GET /replicas`` and ``GET /healthz``. Nothing needs the routines
-directory or the state: the server's are the ones that count.
+them; a page at a time, see :mod:`trio_routines.http.paging`), and for ``status``
+``GET /replicas`` and ``GET /healthz``. Nothing needs the routines directory or the state:
+the server's are the ones that count.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from ..ledger import Spent, fires_spent, spent_from_json
 from ..records import Fire, Wakeup
 from ..replicas import ReplicaInfo
 from ..routines import Routine, parse_catchup
-from .client import Server, path_part
+from ..wakelimits import MAX_PENDING
+from .client import Server, path_part, query
 
 RECENT = 10  # outcomes in the strip, as status.py shows them
 HIDDEN = "(not shown over HTTP)"  # a prompt the server keeps to itself
+PAGE = 10_000  # wake-ups asked for in one answer: the server's largest page (a few MB)
 
 
 @attrs.frozen
@@ -92,7 +95,7 @@ async def served_view(server: Server) -> ServedView:
     from .status import RoutineRow
 
     listing = await server.get("/routines")
-    pending = await server.get("/wakeups")
+    pending = await _pending(server)
     now = datetime.now(UTC)
     rows = []
     running = []
@@ -125,6 +128,33 @@ async def served_view(server: Server) -> ServedView:
     except (AttributeError, KeyError, TypeError, ValueError, TrioRoutinesError) as exc:
         raise server.not_ours(shape_problem(exc)) from None
     return ServedView(rows, wakeups, list(pending), tuple(running), now, session_spent)
+
+
+async def _pending(server: Server) -> list[Any]:
+    """Every pending wake-up the server lists, a page at a time, each page after the last
+    entry of the one before (its instant and id). A server that does not page answers the
+    whole list every time: its repeat, which begins no later than the page it follows, is
+    the end. More pages than a store holds wake-ups is no server of ours."""
+    pending: list[Any] = []
+    after: tuple[str, str] | None = None
+    for _ in range(MAX_PENDING // PAGE + 2):
+        asked = {"limit": str(PAGE)} | ({} if after is None else {"after": ",".join(after)})
+        page = await server.get("/wakeups" + query(**asked))
+        if not isinstance(page, list):
+            raise server.not_ours("the wake-ups are not a list")
+        try:
+            keys = [(entry["fireAt"], entry["id"]) for entry in page]
+        except (KeyError, TypeError):
+            raise server.not_ours("a wake-up without its instant and id") from None
+        if not all(isinstance(part, str) for key in keys for part in key):
+            raise server.not_ours("a wake-up without its instant and id")
+        if after is not None and any(key <= after for key in keys):
+            return pending  # the whole list again: a server that does not page
+        pending += page
+        if len(page) < PAGE:
+            return pending
+        after = keys[-1]
+    raise server.not_ours("more pages of wake-ups than a store holds")
 
 
 async def served_in_flight(server: Server) -> tuple[int, bool]:

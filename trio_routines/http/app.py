@@ -16,6 +16,7 @@ from ..tickets import DAMAGED, BadTicket, read_ticket
 from . import api, page, signin, wakeupapi
 from .expected import ExpectedSlots
 from .origin import check_origin, check_token
+from .paging import page_params
 from .wire import (
     ECHO,
     MAX_ID,
@@ -223,7 +224,9 @@ class _App:
             with _caller(scope):
                 body = await read_json(scope, receive)
                 return await wakeupapi.wake(scheduler, body, mount_point(scope))
-        return await wakeupapi.wakeups(scheduler, session_param(scope))
+        return await wakeupapi.wakeups(
+            scheduler, session_param(scope), page_params(scope), mount_point(scope)
+        )
 
     def _cookie(self, scope: Scope, method: str) -> bool:
         """A read carrying the status page's cookie needs no bearer header; nothing else."""

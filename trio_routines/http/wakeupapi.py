@@ -27,6 +27,7 @@ from ..scheduler import Scheduler
 from ..tools import call_tool
 from ..wakeups import WakeupRequest, parse_delay
 from ..wakeuptexts import bad_delay_reply, removed_reply, stored_reply
+from .paging import Page, next_link, one_page
 from .spending import listed_sessions_spent
 from .storecall import store_call
 from .wire import (
@@ -140,9 +141,10 @@ def _until(body: Mapping[str, Any]) -> datetime | None:
     return until
 
 
-async def wakeups(scheduler: Scheduler, session: str | None) -> Response:
-    """The pending wake-ups (``session``'s, if given) without prompts; each with what its
-    session's wake-up turns spent in 24 h (``sessionSpent24h``; null: ledger unreadable)."""
+async def wakeups(scheduler: Scheduler, session: str | None, page: Page, mount: str) -> Response:
+    """A page of the pending wake-ups (``session``'s, if given; :mod:`.paging`) without
+    prompts; each with what its session's wake-up turns spent in 24 h (``sessionSpent24h``;
+    null: ledger unreadable). More to come: a ``Link`` to the next page, below ``mount``."""
     now = scheduler.now()
     pending = await store_call(
         scheduler,
@@ -150,12 +152,14 @@ async def wakeups(scheduler: Scheduler, session: str | None) -> Response:
         scheduler.store.list_wakeups(),
         "the wake-up state is unreadable right now",
     )
-    listed = [_hidden(w) for w in pending if session is None or w.session == session]
+    shown, last = one_page([w for w in pending if session is None or w.session == session], page)
+    listed = [_hidden(w) for w in shown]
     spent = await listed_sessions_spent(scheduler, [e["session"] for e in listed], now)
     if spent is not None:  # what each listed session spent, shown
         for entry in listed:
             entry["sessionSpent24h"] = spent.get(entry["session"])
-    return Response(200, listed)
+    headers = () if last is None else (next_link(mount, session, page, last),)
+    return Response(200, listed, headers)
 
 
 async def unwake(scheduler: Scheduler, wakeup_id: str, session: str) -> Response:
