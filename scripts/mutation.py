@@ -90,6 +90,7 @@ SCHEDULER_TESTS = [
     "tests/test_open_claims.py",
     "tests/test_boot_reconcile.py",
     "tests/test_scheduler_replicas.py",
+    "tests/test_interrupted_once.py",
     "tests/test_replicas_contract.py",
     "tests/test_stop_bounds.py",
     "tests/test_boot_stop.py",  # the stop's bound on store calls, and a host's calls after it
@@ -680,6 +681,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_pinned_member_watch.py",
             "tests/test_pinned_scheduler_boot.py",
             "tests/test_pinned_boot_lines.py",
+            "tests/test_interrupted_once.py",
         ],
     ),
     # The failure streaks read from the history after the boot (with the boot's tests).
@@ -1138,7 +1140,13 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_cli_remote.py",
             "tests/test_session_spent.py",
             "tests/test_usage_shown.py",
+            "tests/test_http_paging.py",
         ],
+    ),
+    # GET /wakeups a page at a time: the parameters, the order, the next page's link.
+    "paging": (
+        ["trio_routines/http/paging.py"],
+        ["tests/test_http_paging.py", "tests/test_http.py", "tests/test_session_spent.py"],
     ),
     # The state directory's bounded walk over the claims for the open ones (the replicas').
     "openscan": (
