@@ -168,3 +168,29 @@ def test_routes_see_the_path_below_the_mount_point(prefix: str, path: str, strip
     if strip and not (path == prefix or path.startswith(prefix + "/")):
         # A dispatcher that also cut the prefix from ``path``.
         assert local_path({"path": path, "root_path": prefix}) == path
+
+
+@pytest.mark.parametrize("kind", ["starlette", "dispatcher", "stripping dispatcher"])
+async def test_the_next_page_of_wake_ups_is_named_below_the_mount_point(kind: str) -> None:
+    async with hosted(kind) as (port, _scheduler, _store):
+        for delay in ("5m", "6m"):
+            body = {"session": "chat 1", "prompt": "p", "in": delay}
+            status, raw = await call(port, "POST", "/scheduler/wakeups", body)
+            assert status == 201, raw
+
+        def get(path: str) -> tuple[list[Any], str | None]:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+            try:
+                conn.request("GET", path)
+                response = conn.getresponse()
+                return json.loads(response.read()), response.getheader("Link")
+            finally:
+                conn.close()
+
+        first, link = await trio.to_thread.run_sync(get, "/scheduler/wakeups?limit=1")
+        assert link is not None
+        assert link.startswith("</scheduler/wakeups?limit=1&after=")
+        second, last = await trio.to_thread.run_sync(get, link[1 : link.index(">")])
+        assert last is None
+        assert [len(first), len(second)] == [1, 1]
+        assert first[0]["fireAt"] < second[0]["fireAt"]

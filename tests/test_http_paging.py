@@ -15,6 +15,7 @@ from test_http import assert_error, serving
 from trio_routines.cli import served
 from trio_routines.cli.client import Server as Client
 from trio_routines.cli.output import CliError
+from trio_routines.http import paging
 from trio_routines.http.paging import MAX_PAGE, PAGE, Page, next_link
 from trio_routines.instants import format_iso
 from trio_routines.records import Wakeup
@@ -26,16 +27,26 @@ NEXT = re.compile(r'^<(?P<url>[^>]+)>; rel="next"$')
 
 def seeded(count: int, sessions: int = 3) -> MemoryStore:
     """A store holding ``count`` wake-ups: ids in an order other than their instants', and
-    instants shared by several (the id decides between them), one with microseconds."""
+    instants shared by several (the id decides between them)."""
     store = MemoryStore()
     for n in range(count):
-        at = T + timedelta(minutes=(n * 7) % 11, microseconds=500 if n == 3 else 0)
+        at = T + timedelta(minutes=(n * 7) % 11)
         store.wakeups.append(
             Wakeup(
                 id=f"w{(n * 13) % 97:03d}-{n}", session=f"s{n % sessions}", prompt="p", fire_at=at
             )
         )
     return store
+
+
+class Counting(MemoryStore):
+    """Counts its listings of the wake-ups."""
+
+    listed = 0
+
+    async def list_wakeups(self) -> list[Wakeup]:
+        self.listed += 1
+        return await super().list_wakeups()
 
 
 def in_order(wakeups: list[Wakeup]) -> list[str]:
@@ -110,9 +121,13 @@ async def test_without_a_limit_a_page_holds_page_wake_ups_and_the_link_names_no_
     ],
 )
 async def test_a_bad_limit_or_after_is_one_line_and_reads_nothing(query: str, said: str) -> None:
-    store = seeded(3)
-    async with serving(store=store) as server:
+    store = Counting()
+    async with serving(store=store, wakeups=False) as server:  # no wake loop listing them
+        before = store.listed
         message = assert_error(await server.call("GET", f"/wakeups?{query}"), 400)
+        assert store.listed == before
+        assert (await server.call("GET", "/wakeups")).status == 200  # as the same server lists
+        assert store.listed == before + 1
     assert message.startswith(said), message
     assert "\n" not in message
 
@@ -130,7 +145,7 @@ async def test_an_after_past_the_last_is_an_empty_page_and_the_link_is_ascii() -
 
 
 async def test_list_over_http_reads_every_page(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(served, "PAGE", 7)
+    monkeypatch.setattr(paging, "MAX_PAGE", 7)
     store = seeded(30)
     async with serving(store=store) as server:
         view = await served.served_view(Client(f"http://127.0.0.1:{server.port}", token=None))
@@ -159,17 +174,23 @@ def entry(n: int) -> dict[str, str]:
     return {"id": f"w{n:06d}", "session": "s", "fireAt": format_iso(T + timedelta(minutes=n))}
 
 
-async def test_a_server_that_does_not_page_is_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    # An older server answers the whole list whatever the query: its repeat ends the reading.
-    monkeypatch.setattr(served, "PAGE", 2)
-    whole = [entry(3), entry(1), entry(2)]  # in its store's order
+@pytest.mark.parametrize(
+    ("whole", "asks"),
+    [
+        ([entry(3), entry(1), entry(2)], 1),  # longer than asked for, and in its store's order
+        ([entry(2), entry(1)], 1),  # not in order
+        ([entry(1), entry(2)], 2),  # a page's worth, in order: its repeat ends it
+    ],
+)
+async def test_a_server_that_does_not_page_is_read_as_it_answers(
+    monkeypatch: pytest.MonkeyPatch, whole: list[dict[str, str]], asks: int
+) -> None:
+    # An older server answers the whole list whatever the query: taken once, as it came.
+    monkeypatch.setattr(paging, "MAX_PAGE", 2)
     asked = answering(monkeypatch, lambda path: whole)
     view = await served.served_view(CLIENT)
-    assert [w.id for w in view.wakeups] == ["w000003", "w000001", "w000002"]
-    assert asked == [
-        "/wakeups?limit=2",
-        "/wakeups?limit=2&after=2099-01-01T00%3A02%3A00.000Z%2Cw000002",
-    ]
+    assert [w.id for w in view.wakeups] == [e["id"] for e in whole]
+    assert len(asked) == asks
 
 
 @pytest.mark.parametrize(
@@ -198,10 +219,10 @@ async def test_a_page_of_the_wrong_shape_is_one_line(
 async def test_pages_without_end_are_refused_after_a_store_s_worth(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(served, "PAGE", 2)
+    monkeypatch.setattr(paging, "MAX_PAGE", 2)
     monkeypatch.setattr(served, "MAX_PENDING", 6)
     counter = iter(range(10**6))
     asked = answering(monkeypatch, lambda path: [entry(next(counter)), entry(next(counter))])
-    with pytest.raises(CliError, match=r"more pages of wake-ups than a store holds\)$"):
+    with pytest.raises(CliError, match=r"more than 12 wake-ups listed\)$"):
         await served.served_view(CLIENT)
-    assert len(asked) == 6 // 2 + 2
+    assert len(asked) == 2 * 6 // 2 + 1

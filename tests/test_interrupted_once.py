@@ -20,11 +20,16 @@ import trio
 import trio.testing
 from scheduler_rig import T0, at, rig
 
-from trio_routines import Outcome, Routine, Scheduler
+from trio_routines import Outcome, Routine, Scheduler, StateFault
 from trio_routines.replicas import ReplicaInfo
 from trio_routines.scheduler.boot import BOOT_INTERRUPTED
 from trio_routines.scheduler.members import SWEPT_INTERRUPTED
-from trio_routines.scheduler.openclaims import OPEN_INTERRUPTED, SETTLED_ELSEWHERE, found_by
+from trio_routines.scheduler.openclaims import (
+    NOT_READ_BACK,
+    OPEN_INTERRUPTED,
+    SETTLED_MEANWHILE,
+    found_by,
+)
 from trio_routines.testing import Complete, MemoryPresence, MemoryStore
 
 HOURLY = Routine(name="hourly", prompt="p", cron="0 * * * *")
@@ -51,10 +56,10 @@ class Racing(MemoryStore):
 
 
 def said(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
-    """The lines about the dead claim, as (level, how they end but for a boot's pointer to
-    the history)."""
+    """The lines about the dead claim, as (level, how they end but for what follows in
+    parentheses: where to read the record)."""
     return [
-        (r.levelno, r.getMessage().rpartition("; ")[2].partition(" (see `")[0])
+        (r.levelno, r.getMessage().rpartition("; ")[2].partition(" (")[0])
         for r in caplog.records
         if "never finished" in r.getMessage()
     ]
@@ -76,7 +81,7 @@ def assert_once(
     lines = said(caplog)
     assert sorted(lines) == sorted(
         [(logging.WARNING, "recorded as interrupted")]
-        + [(logging.INFO, SETTLED_ELSEWHERE)] * (store.racers - 1)
+        + [(logging.INFO, SETTLED_MEANWHILE)] * (store.racers - 1)
     )
 
 
@@ -95,9 +100,9 @@ async def test_two_boots_record_a_dead_newest_claim_once(
             scheduler.stop(0)
     assert_once(caplog, store, schedulers, BOOT_INTERRUPTED)
     # The other boot's line still points at the history, where the writer's words are.
-    (elsewhere,) = [r for r in caplog.records if SETTLED_ELSEWHERE in r.getMessage()]
+    (elsewhere,) = [r for r in caplog.records if SETTLED_MEANWHILE in r.getMessage()]
     assert elsewhere.getMessage().endswith(
-        f"{SETTLED_ELSEWHERE} (see `python -m trio_routines history hourly`)"
+        f"; {SETTLED_MEANWHILE} (see `python -m trio_routines history hourly`)"
     )
 
 
@@ -149,3 +154,64 @@ async def test_two_walks_record_an_older_dead_claim_once(
         for scheduler in schedulers:
             scheduler.stop(0)
     assert_once(caplog, store, schedulers, OPEN_INTERRUPTED)
+
+
+async def test_the_boot_whose_record_did_not_land_still_reads_the_routine_failing(
+    autojump_clock: Any,
+) -> None:
+    # Nothing due for a year: no catch-up settles anything after the boots. The failing
+    # series of each replica is seeded from the record the store holds, whoever wrote it.
+    yearly = Routine(name="hourly", prompt="p", cron="0 0 1 1 *")
+    store = Racing(at(9), racers=2)
+    await store.claim("hourly", at(9), at(9), replica="gone")
+    schedulers = [rig(yearly, store=store, wakeups=False)[0] for _ in range(2)]
+    async with trio.open_nursery() as nursery:
+        for scheduler in schedulers:
+            nursery.start_soon(scheduler.run)
+        await trio.sleep(1)
+        for scheduler in schedulers:
+            scheduler.stop(0)
+    assert store.all_in.is_set()
+    assert [s.metrics.failing["hourly"] for s in schedulers] == [1, 1]
+    assert sorted(s.metrics.fires["hourly", "interrupted"] for s in schedulers) == [0, 1]
+
+
+class Unreadable(Racing):
+    """Racing settles, then no claim read answered: no replica can tell whose landed."""
+
+    async def latest_fire(self, routine: str) -> Any:
+        if self.all_in.is_set():
+            raise StateFault("the claims are unreadable")
+        return await super().latest_fire(routine)
+
+    async def history(self, routine: str) -> Any:
+        if self.all_in.is_set():
+            raise StateFault("the claims are unreadable")
+        return await super().history(routine)
+
+
+@pytest.mark.parametrize("newest", [True, False], ids=["boot", "walk"])
+async def test_a_record_that_cannot_be_read_back_is_said_so_and_counted_by_no_one(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture, newest: bool
+) -> None:
+    caplog.set_level(logging.INFO, logger="trio_routines")
+    store = Unreadable(at(7), racers=2)
+    await store.claim("hourly", at(7), at(7), replica="old")
+    if not newest:  # behind a newer claim: the walk's
+        await store.claim("hourly", at(9), at(9), replica="old")
+        await store.settle("hourly", at(9), Outcome.COMPLETED, 5)
+    schedulers = [rig(HOURLY, store=store, wakeups=False)[0] for _ in range(2)]
+    async with trio.open_nursery() as nursery:
+        for scheduler in schedulers:
+            nursery.start_soon(scheduler.run)
+        await trio.sleep(1)
+        for scheduler in schedulers:
+            scheduler.stop(0)
+    assert store.all_in.is_set()
+    assert [s.metrics.fires["hourly", "interrupted"] for s in schedulers] == [0, 0]
+    lines = [
+        (r.levelno, r.getMessage()) for r in caplog.records if "never finished" in r.getMessage()
+    ]
+    assert [(level, text.rpartition("; ")[2]) for level, text in lines] == [
+        (logging.WARNING, NOT_READ_BACK)
+    ] * 2

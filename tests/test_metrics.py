@@ -277,12 +277,14 @@ class SettledMeanwhile(MemoryStore):
 
 
 @pytest.mark.parametrize(
-    ("outcome", "error"),
-    [(Outcome.COMPLETED, None), (Outcome.INTERRUPTED, "another replica's words")],
+    ("outcome", "error", "failing"),
+    [(Outcome.COMPLETED, None, 0), (Outcome.INTERRUPTED, "another replica's words", 1)],
 )
 async def test_a_claim_settled_meanwhile_by_another_process_is_not_counted_here(
-    autojump_clock: trio.testing.MockClock, outcome: Outcome, error: str | None
+    autojump_clock: trio.testing.MockClock, outcome: Outcome, error: str | None, failing: int
 ) -> None:
+    """Not counted, and the routine's streak seeded from the record that landed, as a boot
+    seeds one it finds settled."""
     t0 = datetime(2026, 7, 7, 9, tzinfo=UTC)
     store = SettledMeanwhile(outcome, error)
     await store.claim("hourly", t0 - timedelta(hours=1), t0 - timedelta(hours=1), replica="old:1")
@@ -294,7 +296,9 @@ async def test_a_claim_settled_meanwhile_by_another_process_is_not_counted_here(
         [fire] = await store.history("hourly")
         assert (fire.outcome, fire.error) == (outcome, error)  # the other's record stands
         assert _series(scheduler, "trio_routines_fires", "hourly") == {}
-        assert _series(scheduler, "trio_routines_consecutive_failures", "hourly") == {"": 0.0}
+        assert _series(scheduler, "trio_routines_consecutive_failures", "hourly") == {
+            "": float(failing)
+        }
         nursery.cancel_scope.cancel()
 
 

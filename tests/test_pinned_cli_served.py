@@ -15,7 +15,6 @@ from trio_routines.cli.client import Server
 from trio_routines.cli.output import CliError
 from trio_routines.cli.served import (
     HIDDEN,
-    PAGE,
     ServedView,
     served_in_flight,
     served_replicas,
@@ -23,6 +22,7 @@ from trio_routines.cli.served import (
 )
 from trio_routines.cli.status import RoutineRow, routine_json
 from trio_routines.converter import history_to_json, wakeup_from_json
+from trio_routines.http.paging import MAX_PAGE
 from trio_routines.ledger import Spent
 from trio_routines.records import Fire, Outcome
 from trio_routines.replicas import ReplicaInfo
@@ -90,7 +90,7 @@ async def test_the_rows_are_built_from_the_listing_and_each_history(
     assert before <= served.now <= datetime.now(UTC)
     assert asked == [
         "/routines",
-        f"/wakeups?limit={PAGE}",
+        f"/wakeups?limit={MAX_PAGE}",
         "/routines/da%20ily/history",
         "/routines/held/history",
         "/routines/odd/history",

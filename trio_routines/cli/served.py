@@ -28,7 +28,6 @@ from .client import Server, path_part, query
 
 RECENT = 10  # outcomes in the strip, as status.py shows them
 HIDDEN = "(not shown over HTTP)"  # a prompt the server keeps to itself
-PAGE = 10_000  # wake-ups asked for in one answer: the server's largest page (a few MB)
 
 
 @attrs.frozen
@@ -131,14 +130,18 @@ async def served_view(server: Server) -> ServedView:
 
 
 async def _pending(server: Server) -> list[Any]:
-    """Every pending wake-up the server lists, a page at a time, each page after the last
-    entry of the one before (its instant and id). A server that does not page answers the
-    whole list every time: its repeat, which begins no later than the page it follows, is
-    the end. More pages than a store holds wake-ups is no server of ours."""
+    """Every pending wake-up the server lists, a page at a time (the largest it answers),
+    each page after the last entry of the one before (its instant and id).
+
+    A server that does not page answers the whole list whatever it is asked: a page longer
+    than asked for, or not in order, is that list, and so is a page that repeats the entry
+    the next one was to follow. Twice the wake-ups a store holds is no server of ours."""
+    from ..http.paging import MAX_PAGE
+
     pending: list[Any] = []
     after: tuple[str, str] | None = None
-    for _ in range(MAX_PENDING // PAGE + 2):
-        asked = {"limit": str(PAGE)} | ({} if after is None else {"after": ",".join(after)})
+    while len(pending) <= 2 * MAX_PENDING:
+        asked = {"limit": str(MAX_PAGE)} | ({} if after is None else {"after": ",".join(after)})
         page = await server.get("/wakeups" + query(**asked))
         if not isinstance(page, list):
             raise server.not_ours("the wake-ups are not a list")
@@ -148,13 +151,15 @@ async def _pending(server: Server) -> list[Any]:
             raise server.not_ours("a wake-up without its instant and id") from None
         if not all(isinstance(part, str) for key in keys for part in key):
             raise server.not_ours("a wake-up without its instant and id")
-        if after is not None and any(key <= after for key in keys):
-            return pending  # the whole list again: a server that does not page
+        if len(page) > MAX_PAGE or keys != sorted(set(keys)):
+            return page if after is None else pending  # the whole list, as it was first sent
+        if after is not None and keys and keys[0] <= after:
+            return pending  # the whole list again
         pending += page
-        if len(page) < PAGE:
+        if len(page) < MAX_PAGE:
             return pending
         after = keys[-1]
-    raise server.not_ours("more pages of wake-ups than a store holds")
+    raise server.not_ours(f"more than {2 * MAX_PENDING:,} wake-ups listed")
 
 
 async def served_in_flight(server: Server) -> tuple[int, bool]:

@@ -31,7 +31,7 @@ from .calls import StoreCalls
 from .foreach import for_each
 from .gaps import GapRecording
 from .membership import Membership
-from .openclaims import LEFT_OPEN, SETTLED_ELSEWHERE, count_interrupted, found_by
+from .openclaims import LEFT_OPEN, SETTLED_MEANWHILE, count_interrupted, found_by, said
 from .state import Runtime, log
 from .streaks import Streaks
 
@@ -96,9 +96,9 @@ class Boot:
 
         reason = found_by(BOOT_INTERRUPTED, self._runtime.replica)
 
-        async def interrupted(name: str) -> bool | None:
-            """True when this boot's record landed (counted), False when the store did not
-            take it, None when another process's record landed first."""
+        async def interrupted(name: str) -> tuple[bool | None, bool | None]:
+            """Whether the store took this boot's record (None: no answer), and whether the
+            record read back is this boot's (counted; None: unread)."""
             # Only if still unsettled: another scheduler sharing the store may have been the
             # one mid-turn, and may have settled the real outcome just before we write.
             slot = unsettled[name].slot
@@ -112,34 +112,34 @@ class Boot:
                 error=reason,
             )
             metrics = self._runtime.metrics
-            mine = None
+            mine, record = None, None
             if recorded:
-                mine = await count_interrupted(
+                mine, record = await count_interrupted(
                     self._calls, metrics, self._streaks, name, slot, reason, arm=seeded
                 )
                 if mine:
-                    return True  # counted, its series seeded from the record (history: later)
-            if seeded:  # not counted here: seeded from the claim, as one left to its holder
+                    return recorded, mine  # counted, its series seeded from the record
+            if seeded and record is not None:  # another's record: seeded from it, uncounted
+                self._seed_failing({name: record})
+            elif seeded:  # seeded from the claim, as one left to its holder
                 metrics.armed(name, min(slot, self._runtime.now()))
-            # Unreadable now: said as ours, which it most likely is.
-            return None if recorded and mine is False else bool(recorded)
+            return recorded, mine
 
         # Said once answered (a store that did not take it said why), in the routines' order.
-        for name, recorded in (await for_each(interrupted, unsettled)).items():
+        for name, (recorded, mine) in (await for_each(interrupted, unsettled)).items():
             history = f"see `python -m trio_routines history {shell_name(name)}`"
             fire = unsettled[name]
-            if recorded is None:
-                said = f"{SETTLED_ELSEWHERE} ({history})"
-            else:
-                said = f"recorded as interrupted ({history})" if recorded else LEFT_OPEN
+            ending = said(recorded, mine, LEFT_OPEN)
+            if recorded and mine is not None:  # where to read it
+                ending = f"{SETTLED_MEANWHILE if mine is False else ending} ({history})"
             log.log(
-                logging.INFO if recorded is None else logging.WARNING,
+                logging.INFO if recorded and mine is False else logging.WARNING,
                 "%s: the fire of slot %s claimed at %s never finished — its process stopped "
                 "mid-turn; %s",
                 name,
                 format_iso(fire.slot),
                 format_iso(fire.fired_at),
-                said,
+                ending,
             )
         if not plan:  # an external clock decides every slot
             await self._calls.refresh_paused()  # for statistics

@@ -31,11 +31,11 @@ from .grace import Grace
 from .membership import LOOK_AT_LEAST, Looks, Membership
 from .openclaims import (
     LEFT_OPEN,
-    SETTLED_ELSEWHERE,
     WATCH_BUDGET,
     OpenClaims,
     count_interrupted,
     found_by,
+    said,
 )
 from .state import Runtime, log
 from .streaks import Streaks
@@ -145,7 +145,7 @@ class MemberWatch:
             )
             counted = None
             if recorded:
-                counted = await count_interrupted(
+                counted, _ = await count_interrupted(
                     self._calls,
                     self._runtime.metrics,
                     self._streaks,
@@ -154,21 +154,15 @@ class MemberWatch:
                     reason,
                     arm=getattr(self._runtime.routines.get(name), "cron", None) is not None,
                 )
-            # Unreadable now: said as ours, which it most likely is (not counted).
-            elsewhere = recorded and counted is False
             log.log(
-                logging.INFO if elsewhere else logging.WARNING,
+                logging.INFO if recorded and counted is False else logging.WARNING,
                 "%s: the fire of slot %s claimed at %s by replica %s never finished — that "
                 "replica stopped mid-turn; %s",
                 name,
                 format_iso(fire.slot),
                 format_iso(fire.fired_at),
                 fire.replica,
-                SETTLED_ELSEWHERE
-                if elsewhere
-                else "recorded as interrupted"
-                if recorded
-                else LEFT_OPEN,
+                said(recorded, counted, LEFT_OPEN),
             )
 
     async def note_dead_members(self) -> None:

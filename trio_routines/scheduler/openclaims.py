@@ -26,6 +26,7 @@ from ..instants import format_iso
 from ..metrics import Metrics
 from ..records import Fire, Outcome
 from ..store import Store
+from ..text import error_text
 from .calls import StoreCalls
 from .membership import Membership
 from .state import Runtime, log
@@ -36,8 +37,12 @@ from .streaks import Streaks
 BOOT_BUDGET = 4096
 WATCH_BUDGET = 1024
 OPEN_INTERRUPTED = "never settled: its replica stopped mid-turn or could not record the outcome"
-#: What a dead claim's line says when another process's record of it landed first.
-SETTLED_ELSEWHERE = "settled meanwhile by another process"
+#: What a dead claim's line says when another record of it landed first (another replica's,
+#: or this one's other look: the walk of the open claims beside a sweep of a dead member).
+SETTLED_MEANWHILE = "settled meanwhile"
+SETTLED_ELSEWHERE = f"{SETTLED_MEANWHILE} (its history says how)"
+#: ... and when the claim could not be read back: said as recorded, counted by no one here.
+NOT_READ_BACK = "recorded as interrupted, unless another record landed first (not read back)"
 
 
 def found_by(reason: str, replica: str) -> str:
@@ -47,7 +52,7 @@ def found_by(reason: str, replica: str) -> str:
     of the open claims). A settle ``if_unsettled`` writes only the first, and answers True to
     every one of them; each replica reads the record back and counts and says "recorded"
     only if the words are its own (:func:`read_back`)."""
-    return f"{reason}; recorded by replica {replica}"
+    return error_text(f"{reason}; recorded by replica {replica}")  # as the store keeps it
 
 
 #: How long a dead claim the store would not record interrupted (a hard link refused, a
@@ -164,17 +169,16 @@ class OpenClaims:
         # Ours and not held: a turn of this process whose settle the store never took (its
         # outcome was logged then), or of an earlier process under our id.
         whose = "its holder is gone" if fire.replica != self._runtime.replica else OURS_UNSETTLED
-        # Unreadable now: said and counted as ours, which it most likely is.
-        mine = recorded and await read_back(self._calls, name, fire.slot, reason) is not False
+        mine = await read_back(self._calls, name, fire.slot, reason) if recorded else None
         log.log(
-            logging.WARNING if mine or not recorded else logging.INFO,
+            logging.INFO if recorded and mine is False else logging.WARNING,
             "%s: the fire of slot %s claimed at %s by replica %s never finished and %s; %s",
             name,
             format_iso(fire.slot),
             format_iso(fire.fired_at),
             fire.replica,
             whose,
-            "recorded as interrupted" if mine else SETTLED_ELSEWHERE if recorded else NOT_RECORDED,
+            said(recorded, mine, NOT_RECORDED),
         )
         if not recorded:
             self._unrecorded[name, fire.slot] = trio.current_time()
@@ -183,6 +187,16 @@ class OpenClaims:
         elif mine:
             # Counted, not in the streak: a claim behind newer ones is no run in a row.
             self._runtime.metrics.found_interrupted(name)
+
+
+def said(recorded: bool | None, mine: bool | None, not_recorded: str) -> str:
+    """How a dead claim's line ends: recorded (``mine``: the record read back is this
+    process's; None: it could not be read), settled meanwhile, or ``not_recorded``."""
+    if not recorded:
+        return not_recorded
+    if mine is None:
+        return NOT_READ_BACK
+    return "recorded as interrupted" if mine else SETTLED_ELSEWHERE
 
 
 async def read_back(calls: StoreCalls, name: str, slot: datetime, error: str) -> bool | None:
@@ -218,7 +232,7 @@ async def count_interrupted(
     error: str,
     *,
     arm: bool,
-) -> bool | None:
+) -> tuple[bool | None, Fire | None]:
     """Count the claim of ``name`` at ``slot`` recorded interrupted with ``error`` by this
     process: only if the store holds that very record (a settle ``if_unsettled`` of a claim
     settled meanwhile, by another replica that found it dead too, writes nothing and answers
@@ -228,24 +242,24 @@ async def count_interrupted(
     routine's series made (:meth:`Metrics.armed`) as a boot makes a cron routine's.
 
     True when counted, False when the store holds another record (not counted), None when
-    it could not be read (not counted)."""
+    it could not be read (not counted); with the record read, when there is one."""
     try:
         record, fires = await _record_of(calls, name, slot)
     except StateFault:
-        return None
+        return None, None
     if record is None or not _recorded(record, error):
-        return False
+        return False, record
     if fires is None:
         metrics.found_interrupted(name, (metrics.failing.get(name, 0) + 1, None))
         if arm:
             metrics.armed(name, slot)
         streaks.later(name, armed=arm, newest=slot)
-        return True
+        return True, record
     failing, success = failing_streak(fires)
     metrics.found_interrupted(name, (failing, None if success is None else ended(success)))
     if arm:  # with no success known, the last success reads the oldest instant known
         metrics.armed(name, fires[0].slot)
-    return True
+    return True, record
 
 
 def _recorded(fire: Fire, error: str) -> bool:
