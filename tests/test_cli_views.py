@@ -370,8 +370,9 @@ def test_wake_records_cli_and_listings_pass_over_hostile_origins(env: Env) -> No
     for unknown in ("junk1", "junk2", "junk3", "none"):
         assert "  unknown  " in rows[unknown]  # passed over: the entry itself is kept
     listed = json.loads(env.run_cli("list", "--json").stdout)["wakeups"]
+    # In the order of their instants, then of their ids: "chain" before "esc".
     assert [w.get("origin", {}).get("kind") for w in listed] == [
-        "cli", "routine", "wakeup", None, None, None, None
+        "cli", "wakeup", "routine", None, None, None, None
     ]  # fmt: skip
     assert "dropping a malformed" not in result.stderr
 

@@ -249,8 +249,8 @@ def _unread(fault: StateFault) -> StateFault:
 async def _view(
     args: argparse.Namespace,
 ) -> tuple[list[RoutineRow], list[Wakeup] | None, datetime, dict[str, Spent]]:
-    """The routines' rows and the pending wake-ups (None: unreadable, said on stderr: the
-    routines are shown all the same, as a routine whose claims are unreadable is)."""
+    """The routines' rows and the pending wake-ups in the order of their instants (None:
+    unreadable, said on stderr; the routines are shown all the same)."""
     result = await load(args.routines, report=True)
     state = state_arg(args)
     await say_if_no_state(state)
@@ -259,10 +259,10 @@ async def _view(
         wakeups: list[Wakeup] | None
         try:
             wakeups = await asked("reading the pending wake-ups", store.list_wakeups())
+            wakeups.sort(key=lambda w: (w.fire_at, w.id))  # then ids, as GET /wakeups
         except StateFault as exc:
-            # The store answers other reads (the paused routines, say): the wake-ups alone are
-            # unreadable, and the routines are shown. Else the whole store is (not reached, no
-            # tables yet): one line, as every command that cannot read its store says.
+            # The wake-ups alone unreadable (the paused routines are read): the routines are
+            # shown. Else the store is (not reached, no tables yet): one line, as elsewhere.
             try:
                 await asked("reading the paused routines", store.paused())
             except StateFault:
