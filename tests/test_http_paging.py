@@ -132,6 +132,17 @@ async def test_a_bad_limit_or_after_is_one_line_and_reads_nothing(query: str, sa
     assert "\n" not in message
 
 
+async def test_a_page_of_one_and_ids_of_any_form_up_to_their_bound_page_through() -> None:
+    store = MemoryStore()
+    ids = ["a,b", "x" * 128, "c"]  # a comma in an id (stored by hand), the longest id taken
+    for n, wakeup_id in enumerate(ids):
+        at = T + timedelta(minutes=n)
+        store.wakeups.append(Wakeup(id=wakeup_id, session="s", prompt="p", fire_at=at))
+    async with serving(store=store) as server:
+        pages, _ = await walk(server, "/wakeups?limit=1")
+    assert pages == [[i] for i in ids]
+
+
 async def test_an_after_past_the_last_is_an_empty_page_and_the_link_is_ascii() -> None:
     store = seeded(4)
     async with serving(store=store) as server:
