@@ -186,22 +186,30 @@ def entry(n: int) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(
-    ("whole", "asks"),
+    ("size", "lists", "asks"),
     [
-        ([entry(3), entry(1), entry(2)], 1),  # longer than asked for, and in its store's order
-        ([entry(2), entry(1)], 1),  # not in order
-        ([entry(1), entry(2)], 2),  # a page's worth, in order: its repeat ends it
+        (2, [[entry(3), entry(1), entry(2)]], 1),  # longer than asked for, in its store's order
+        (2, [[entry(2), entry(1)]], 1),  # not in order
+        (2, [[entry(1), entry(2)]] * 2, 2),  # a page's worth, in order: its repeat ends it
+        (1, [[entry(1)]] * 2, 2),  # the repeat begins with the entry the next was to follow
+        # The list grew past a page between two asks: the whole of it, as sent last.
+        (2, [[entry(1), entry(2)], [entry(1), entry(2), entry(3)]], 2),
     ],
 )
 async def test_a_server_that_does_not_page_is_read_as_it_answers(
-    monkeypatch: pytest.MonkeyPatch, whole: list[dict[str, str]], asks: int
+    monkeypatch: pytest.MonkeyPatch, size: int, lists: list[list[dict[str, str]]], asks: int
 ) -> None:
-    # An older server answers the whole list whatever the query: taken once, as it came.
-    monkeypatch.setattr(paging, "MAX_PAGE", 2)
-    asked = answering(monkeypatch, lambda path: whole)
+    # An older server answers the whole list whatever the query: taken as it came, once.
+    monkeypatch.setattr(paging, "MAX_PAGE", size)
+    answers = iter(lists)
+    asked = answering(monkeypatch, lambda path: next(answers))
     view = await served.served_view(CLIENT)
-    assert [w.id for w in view.wakeups] == [e["id"] for e in whole]
+    assert [w.id for w in view.wakeups] == [e["id"] for e in lists[-1]]
     assert len(asked) == asks
+
+
+def test_a_missing_key_is_named_cut_to_64_characters() -> None:
+    assert served.shape_problem(KeyError("k" * 100)) == f"no {'k' * 64!r} where one was expected"
 
 
 @pytest.mark.parametrize(

@@ -215,3 +215,39 @@ async def test_a_record_that_cannot_be_read_back_is_said_so_and_counted_by_no_on
     assert [(level, text.rpartition("; ")[2]) for level, text in lines] == [
         (logging.WARNING, NOT_READ_BACK)
     ] * 2
+
+
+class Pruned(MemoryStore):
+    """Once a claim is settled ``if_unsettled``, its history no longer holds it (pruned
+    meanwhile, as a store keeping only its newest claims may)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pruned: set[datetime] = set()
+
+    async def settle(self, routine: str, slot: datetime, *args: Any, **kwargs: Any) -> bool:
+        written = await super().settle(routine, slot, *args, **kwargs)
+        if kwargs.get("if_unsettled"):
+            self.pruned.add(slot)
+        return written
+
+    async def history(self, routine: str) -> Any:
+        return [f for f in await super().history(routine) if f.slot not in self.pruned]
+
+
+async def test_a_claim_gone_from_the_history_when_read_back_is_counted_by_no_one(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trio_routines")
+    store = Pruned()
+    await store.claim("hourly", at(7), at(7), replica="old")  # behind a newer claim: the walk's
+    await store.claim("hourly", at(9), at(9), replica="old")
+    await store.settle("hourly", at(9), Outcome.COMPLETED, 5)
+    scheduler, _, _, _ = rig(HOURLY, store=store, wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(1)
+        scheduler.stop(0)
+    assert store.pruned == {at(7)}
+    assert scheduler.metrics.fires["hourly", "interrupted"] == 0
+    assert said(caplog) == [(logging.INFO, SETTLED_MEANWHILE)]

@@ -152,7 +152,7 @@ async def _pending(server: Server) -> list[Any]:
         if not all(isinstance(part, str) for key in keys for part in key):
             raise server.not_ours("a wake-up without its instant and id")
         if len(page) > MAX_PAGE or keys != sorted(set(keys)):
-            return page if after is None else pending  # the whole list, as it was first sent
+            return page  # the whole list, as the server keeps it
         if after is not None and keys and keys[0] <= after:
             return pending  # the whole list again
         pending += page
