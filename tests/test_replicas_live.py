@@ -15,7 +15,7 @@ import pytest
 from procs import Env, assert_no_overlap, lines, stop, turn_spans, wait_for
 
 from trio_routines.scheduler.members import SWEPT_INTERRUPTED
-from trio_routines.scheduler.openclaims import OPEN_INTERRUPTED, found_by
+from trio_routines.scheduler.openclaims import OPEN_INTERRUPTED, SETTLED_ELSEWHERE, found_by
 
 
 def _hour(back: int) -> datetime:
@@ -130,5 +130,5 @@ def test_a_turn_in_flight_is_held_across_another_replicas_boot(env: Env) -> None
     }
     assert slot_lines.pop(writer) == ["recorded as interrupted"]
     (others,) = slot_lines.values()
-    assert others in ([], ["settled meanwhile by another process"])
+    assert others in ([], [SETTLED_ELSEWHERE])
     assert_no_overlap(turn_spans(env.marker))
