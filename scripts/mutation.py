@@ -1037,6 +1037,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             # The one test of the file that reads the span of POST /wakeups.
             "tests/test_tracing.py::test_post_run_and_post_wakeups_are_the_callers_children",
             "tests/test_pinned_httpapi.py",
+            # A page of the wake-ups, a reply below the mount point, the note of a server
+            # that runs no wake-ups.
+            "tests/test_http_paging.py",
+            "tests/test_http_mount.py",
+            "tests/test_pinned_cli_wakes.py",
             "--hypothesis-profile=mutation",
         ],
     ),

@@ -570,7 +570,7 @@ async def test_read_faults_are_503_with_their_log_lines_whole(
         retry,
     )
     wake = {"session": "s", "prompt": "p", "in": "2h"}
-    assert await refused(wakeupapi.wake(scheduler, wake)) == (
+    assert await refused(wakeupapi.wake(scheduler, wake, "")) == (
         503,
         "the wake-up state is unavailable; nothing was added",
         retry,
@@ -600,7 +600,7 @@ async def test_reads_and_wakeup_changes_the_store_leaves_unanswered_are_503_at_i
 ) -> None:
     store = MemoryStore()
     scheduler, *_ = rig(ADHOC, store=store, external_clock=True)  # store_timeout=5
-    added = await wakeupapi.wake(scheduler, WAKE | {"in": "2h"})
+    added = await wakeupapi.wake(scheduler, WAKE | {"in": "2h"}, "")
     wid = added.body["wakeup"]["id"]
     for operation in ("history", "list_wakeups", "remove_wakeup", "add_wakeup"):
         store.hang(operation)
@@ -628,7 +628,7 @@ async def test_reads_and_wakeup_changes_the_store_leaves_unanswered_are_503_at_i
             not_confirmed.format("cancellation"),
             retry,
         )
-        assert await refused(wakeupapi.wake(scheduler, WAKE | {"in": "3h"})) == (
+        assert await refused(wakeupapi.wake(scheduler, WAKE | {"in": "3h"}, "")) == (
             503,
             not_confirmed.format("wake-up").replace(
                 "try again", "list the session's wake-ups before adding it again"
@@ -686,7 +686,7 @@ async def test_a_change_the_store_cannot_confirm_is_503_saying_it_may_be_made(
         store.fail(operation, unsure)
     retry = (("retry-after", "5"),)
     caplog.clear()
-    assert await refused(wakeupapi.wake(scheduler, WAKE | {"in": "2h"})) == (
+    assert await refused(wakeupapi.wake(scheduler, WAKE | {"in": "2h"}, "")) == (
         503,
         "the wake-up state did not confirm the wake-up: it may be made — list the session's "
         "wake-ups before adding it again",
@@ -750,18 +750,18 @@ ONE_OF = 'give exactly one of "in" (a delay such as "30m") or "cron"'
 )  # fmt: skip
 async def test_wake_refusals_whole(autojump_clock: Any, body: dict[str, Any], message: str) -> None:
     scheduler, _, store, _ = rig(ADHOC, external_clock=True)
-    assert await refused(wakeupapi.wake(scheduler, body)) == (400, message, ())
+    assert await refused(wakeupapi.wake(scheduler, body, "")) == (400, message, ())
     assert store.wakeups == []
 
 
 async def test_wake_applies_the_schedulers_limits(autojump_clock: Any) -> None:
     limits = WakeLimits(lifetime=timedelta(days=2))
     scheduler, _, store, _ = rig(ADHOC, external_clock=True, wake_limits=limits)
-    added = await wakeupapi.wake(scheduler, WAKE | {"cron": "0 9 * * *"})
+    added = await wakeupapi.wake(scheduler, WAKE | {"cron": "0 9 * * *"}, "")
     assert (added.status, added.body["wakeup"]["until"]) == (201, iso(T0 + timedelta(days=2)))
     too_far = iso(T0 + timedelta(days=3))
     late = WAKE | {"cron": "0 9 * * *", "until": too_far}
-    assert await refused(wakeupapi.wake(scheduler, late)) == (
+    assert await refused(wakeupapi.wake(scheduler, late, "")) == (
         400,
         "until is too far off — a recurring wake-up lives at most 2 days "
         f"(until {iso(T0 + timedelta(days=2))} at the latest).",
@@ -772,7 +772,7 @@ async def test_wake_applies_the_schedulers_limits(autojump_clock: Any) -> None:
 
 async def test_unwake_answers_whole(autojump_clock: Any) -> None:
     scheduler, _, store, _ = rig(ADHOC, external_clock=True)
-    added = await wakeupapi.wake(scheduler, WAKE | {"in": "2h"})
+    added = await wakeupapi.wake(scheduler, WAKE | {"in": "2h"}, "")
     wid = added.body["wakeup"]["id"]
     assert await refused(wakeupapi.unwake(scheduler, wid, "another")) == (
         404,

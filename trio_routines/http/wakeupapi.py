@@ -75,7 +75,7 @@ _WAKE_KEYS = ("session", "prompt", "in", "cron", "tz", "until")
 LIST_FIRST = "list the session's wake-ups before adding it again"
 
 
-async def wake(scheduler: Scheduler, body: Mapping[str, Any], mount: str = "") -> Response:
+async def wake(scheduler: Scheduler, body: Mapping[str, Any], mount: str) -> Response:
     """``POST /wakeups``; ``mount``: where the surface is mounted (its reply's ``DELETE``)."""
     # An ``origin`` is the server's to record (http): one in the body is ignored, as said.
     only_keys(body, "POST /wakeups", _WAKE_KEYS, frozenset({"origin"}))
