@@ -22,7 +22,7 @@ from trio_routines.cli.served import (
 )
 from trio_routines.cli.status import RoutineRow, routine_json
 from trio_routines.converter import history_to_json, wakeup_from_json
-from trio_routines.http.paging import MAX_PAGE
+from trio_routines.http.paging import PAGE
 from trio_routines.ledger import Spent
 from trio_routines.records import Fire, Outcome
 from trio_routines.replicas import ReplicaInfo
@@ -56,10 +56,10 @@ async def test_the_rows_are_built_from_the_listing_and_each_history(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     twelve = [recent(n, Outcome.FAILED if n < 3 else Outcome.COMPLETED) for n in range(12, 0, -1)]
-    pending = [
+    pending = [  # one instant: in the order of their ids, as a server lists them
         {**WAKEUP, "id": "w0", "session": "new"},  # a server without a ledger
-        {**WAKEUP, "id": "w2", "session": "idle", "sessionSpent24h": None},  # unreadable there
         {**WAKEUP, "sessionSpent24h": {"inputTokens": 1, "outputTokens": 2, "costs": {"USD": 0.5}}},
+        {**WAKEUP, "id": "w2", "session": "idle", "sessionSpent24h": None},  # unreadable there
     ]
     answers = {
         "/routines": [
@@ -90,7 +90,7 @@ async def test_the_rows_are_built_from_the_listing_and_each_history(
     assert before <= served.now <= datetime.now(UTC)
     assert asked == [
         "/routines",
-        f"/wakeups?limit={MAX_PAGE}",
+        f"/wakeups?limit={PAGE}",
         "/routines/da%20ily/history",
         "/routines/held/history",
         "/routines/odd/history",

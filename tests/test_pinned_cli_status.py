@@ -36,7 +36,7 @@ from trio_routines.cli.status import (
 )
 from trio_routines.converter import history_to_json, wakeup_to_json
 from trio_routines.errors import StateFault
-from trio_routines.http.paging import MAX_PAGE
+from trio_routines.http.paging import PAGE
 from trio_routines.ledger import Spent
 from trio_routines.records import Fire, Outcome
 from trio_routines.replicas import ReplicaInfo, replica_json
@@ -544,7 +544,7 @@ def answering(monkeypatch: pytest.MonkeyPatch, answers: dict[str, Any]) -> list[
 
     async def get(_server: Server, path: str) -> Any:
         asked.append(path)
-        return answers[FIRST_PAGE if path == f"/wakeups?limit={MAX_PAGE}" else path]
+        return answers[FIRST_PAGE if path == f"/wakeups?limit={PAGE}" else path]
 
     monkeypatch.setattr(Server, "get", get)
     monkeypatch.delenv("TRIO_ROUTINES_URL", raising=False)
@@ -586,7 +586,7 @@ async def test_status_from_a_server_shows_its_live_replicas_and_turns_in_flight(
     assert await cmd_status(remote("status")) == 0
     assert asked == [
         "/routines",
-        f"/wakeups?limit={MAX_PAGE}",
+        f"/wakeups?limit={PAGE}",
         "/routines/adhoc/history",
         "/routines/other/history",
         "/replicas",

@@ -130,18 +130,19 @@ async def served_view(server: Server) -> ServedView:
 
 
 async def _pending(server: Server) -> list[Any]:
-    """Every pending wake-up the server lists, a page at a time (the largest it answers),
-    each page after the last entry of the one before (its instant and id).
+    """Every pending wake-up the server lists, in the order of their instants (then ids), a
+    page of the server's default size at a time (a few MB at most, well within what is read
+    of an answer), each page after the last entry of the one before.
 
     A server that does not page answers the whole list whatever it is asked: a page longer
     than asked for, or not in order, is that list, and so is a page that repeats the entry
     the next one was to follow. Twice the wake-ups a store holds is no server of ours."""
-    from ..http.paging import MAX_PAGE
+    from ..http.paging import PAGE
 
     pending: list[Any] = []
     after: tuple[str, str] | None = None
     while len(pending) <= 2 * MAX_PENDING:
-        asked = {"limit": str(MAX_PAGE)} | ({} if after is None else {"after": ",".join(after)})
+        asked = {"limit": str(PAGE)} | ({} if after is None else {"after": ",".join(after)})
         page = await server.get("/wakeups" + query(**asked))
         if not isinstance(page, list):
             raise server.not_ours("the wake-ups are not a list")
@@ -151,15 +152,20 @@ async def _pending(server: Server) -> list[Any]:
             raise server.not_ours("a wake-up without its instant and id") from None
         if not all(isinstance(part, str) for key in keys for part in key):
             raise server.not_ours("a wake-up without its instant and id")
-        if len(page) > MAX_PAGE or keys != sorted(set(keys)):
-            return page  # the whole list, as the server keeps it
+        if len(page) > PAGE or keys != sorted(set(keys)):
+            # The whole list, as the server keeps it: in the order the pages would have.
+            return [entry for _, entry in sorted(zip(keys, page, strict=True), key=_first)]
         if after is not None and keys and keys[0] <= after:
             return pending  # the whole list again
         pending += page
-        if len(page) < MAX_PAGE:
+        if len(page) < PAGE:
             return pending
         after = keys[-1]
     raise server.not_ours(f"more than {2 * MAX_PENDING:,} wake-ups listed")
+
+
+def _first(pair: tuple[tuple[str, str], Any]) -> tuple[str, str]:
+    return pair[0]
 
 
 async def served_in_flight(server: Server) -> tuple[int, bool]:

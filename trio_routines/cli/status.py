@@ -258,8 +258,8 @@ async def _view(
     async with open_state(state) as store:
         wakeups: list[Wakeup] | None
         try:
-            wakeups = await asked("reading the pending wake-ups", store.list_wakeups())
-            wakeups.sort(key=lambda w: (w.fire_at, w.id))  # then ids, as GET /wakeups
+            listed = await asked("reading the pending wake-ups", store.list_wakeups())
+            wakeups = sorted(listed, key=lambda w: (w.fire_at, w.id))  # then ids: GET /wakeups
         except StateFault as exc:
             # The wake-ups alone unreadable (the paused routines are read): the routines are
             # shown. Else the store is (not reached, no tables yet): one line, as elsewhere.

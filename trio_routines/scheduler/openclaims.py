@@ -87,13 +87,27 @@ class OpenClaims:
         self._membership = membership
         #: The dead claims the store would not record, and when (Trio's clock) they failed.
         self._unrecorded: dict[tuple[str, datetime], float] = {}
+        #: Whether a walk is under way (the loops' first, or a watch's).
+        self._walking = False
 
     async def reconcile(self, budget: int) -> None:
         """Settle ``interrupted`` the dead ones of the next open claims the store finds.
 
-        Never raises: a store that cannot answer now is asked again at the next watch
-        (logged as a warning), and a store's bug here is an ERROR, not the end of the boot or
-        of the watch that asked (this is housekeeping)."""
+        One walk at a time: a watch that comes while another walk is under way (the first,
+        which may outlast a poll interval on a slow store) passes, rather than settle the
+        same claims in the same words (each would read the record back as its own) or hold
+        the watch's beat back. Never raises: a store that cannot answer now is asked again at
+        the next watch (logged as a warning), and a store's bug here is an ERROR, not the end
+        of the boot or of the watch that asked (this is housekeeping)."""
+        if self._walking:
+            return
+        self._walking = True
+        try:
+            await self._walk(budget)
+        finally:
+            self._walking = False
+
+    async def _walk(self, budget: int) -> None:
         routines = self._runtime.routines
         read = getattr(self._store, "open_claims", None)
         if read is None or not routines:
@@ -202,12 +216,12 @@ def said(recorded: bool | None, mine: bool | None, not_recorded: str) -> str:
 async def read_back(calls: StoreCalls, name: str, slot: datetime, error: str) -> bool | None:
     """Whether the store holds ``name``'s claim at ``slot`` as the interrupted record written
     with ``error`` (:func:`found_by`): this process's write landed. None when it cannot be
-    read now."""
+    read now, or is gone."""
     try:
         record, _ = await _record_of(calls, name, slot)
     except StateFault:
         return None
-    return record is not None and _recorded(record, error)
+    return None if record is None else _recorded(record, error)
 
 
 async def _record_of(
@@ -242,12 +256,14 @@ async def count_interrupted(
     routine's series made (:meth:`Metrics.armed`) as a boot makes a cron routine's.
 
     True when counted, False when the store holds another record (not counted), None when
-    it could not be read (not counted); with the record read, when there is one."""
+    it could not be read or is gone (not counted); with the record read, when there is one."""
     try:
         record, fires = await _record_of(calls, name, slot)
     except StateFault:
         return None, None
-    if record is None or not _recorded(record, error):
+    if record is None:  # gone before it was read (pruned): whose landed is unknown
+        return None, None
+    if not _recorded(record, error):
         return False, record
     if fires is None:
         metrics.found_interrupted(name, (metrics.failing.get(name, 0) + 1, None))
