@@ -154,7 +154,7 @@ async def _pending(server: Server) -> list[Any]:
             raise server.not_ours("a wake-up without its instant and id")
         if len(page) > PAGE or keys != sorted(set(keys)):
             # The whole list, as the server keeps it: in the order the pages would have.
-            return [entry for _, entry in sorted(zip(keys, page, strict=True), key=_first)]
+            return sorted(page, key=lambda entry: (entry["fireAt"], entry["id"]))
         if after is not None and keys and keys[0] <= after:
             return pending  # the whole list again
         pending += page
@@ -162,10 +162,6 @@ async def _pending(server: Server) -> list[Any]:
             return pending
         after = keys[-1]
     raise server.not_ours(f"more than {2 * MAX_PENDING:,} wake-ups listed")
-
-
-def _first(pair: tuple[tuple[str, str], Any]) -> tuple[str, str]:
-    return pair[0]
 
 
 async def served_in_flight(server: Server) -> tuple[int, bool]:

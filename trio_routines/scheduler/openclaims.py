@@ -87,8 +87,8 @@ class OpenClaims:
         self._membership = membership
         #: The dead claims the store would not record, and when (Trio's clock) they failed.
         self._unrecorded: dict[tuple[str, datetime], float] = {}
-        #: Whether a walk is under way (the loops' first, or a watch's).
-        self._walking = False
+        #: Held by the walk under way (the loops' first, or a watch's).
+        self._walking = trio.Lock()
 
     async def reconcile(self, budget: int) -> None:
         """Settle ``interrupted`` the dead ones of the next open claims the store finds.
@@ -99,13 +99,10 @@ class OpenClaims:
         the watch's beat back. Never raises: a store that cannot answer now is asked again at
         the next watch (logged as a warning), and a store's bug here is an ERROR, not the end
         of the boot or of the watch that asked (this is housekeeping)."""
-        if self._walking:
+        if self._walking.locked():
             return
-        self._walking = True
-        try:
+        async with self._walking:
             await self._walk(budget)
-        finally:
-            self._walking = False
 
     async def _walk(self, budget: int) -> None:
         routines = self._runtime.routines
