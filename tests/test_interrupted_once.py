@@ -191,6 +191,43 @@ class Unreadable(Racing):
         return await super().history(routine)
 
 
+class Buggy(MemoryStore):
+    """A store whose claim reads raise what no store may (its bug) once a claim is settled."""
+
+    broken = False
+
+    async def settle(self, routine: str, slot: datetime, *args: Any, **kwargs: Any) -> bool:
+        written = await super().settle(routine, slot, *args, **kwargs)
+        self.broken = self.broken or bool(kwargs.get("if_unsettled"))
+        return written
+
+    async def latest_fire(self, routine: str) -> Any:
+        if self.broken:
+            raise RuntimeError("a bug")
+        return await super().latest_fire(routine)
+
+
+async def test_a_store_s_bug_in_a_walk_s_read_back_is_an_error_not_the_end(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trio_routines")
+    store = Buggy()
+    await store.claim("hourly", at(7), at(7), replica="old")  # behind a newer claim: the walk's
+    await store.claim("hourly", at(9), at(9), replica="old")
+    await store.settle("hourly", at(9), Outcome.COMPLETED, 5)
+    scheduler, _, _, _ = rig(HOURLY, store=store, wakeups=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(scheduler.run)
+        await trio.sleep(1)
+        scheduler.stop(0)
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors == [
+        "hourly: slot 2026-07-07T07:00:00.000Z could not be read back: RuntimeError: a bug"
+    ]
+    assert said(caplog) == [(logging.WARNING, NOT_READ_BACK.partition(" (")[0])]
+    assert scheduler.metrics.fires["hourly", "interrupted"] == 0
+
+
 @pytest.mark.parametrize("newest", [True, False], ids=["boot", "walk"])
 async def test_a_record_that_cannot_be_read_back_is_said_so_and_counted_by_no_one(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture, newest: bool

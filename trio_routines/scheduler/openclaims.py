@@ -213,10 +213,19 @@ def said(recorded: bool | None, mine: bool | None, not_recorded: str) -> str:
 async def read_back(calls: StoreCalls, name: str, slot: datetime, error: str) -> bool | None:
     """Whether the store holds ``name``'s claim at ``slot`` as the interrupted record written
     with ``error`` (:func:`found_by`): this process's write landed. None when it cannot be
-    read now, or is gone."""
+    read now, or is gone; a store's bug here is an ERROR, and None (housekeeping)."""
     try:
         record, _ = await _record_of(calls, name, slot)
     except StateFault:
+        return None
+    except Exception as exc:
+        log.error(
+            "%s: slot %s could not be read back: %s: %s",
+            name,
+            format_iso(slot),
+            type(exc).__name__,
+            exc,
+        )
         return None
     return None if record is None else _recorded(record, error)
 
