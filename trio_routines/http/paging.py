@@ -1,14 +1,14 @@
 """``GET /wakeups`` a page at a time: ``?limit=`` and ``?after=``.
 
 A store may hold up to :data:`~trio_routines.wakelimits.MAX_PENDING` wake-ups: listed whole,
-that is one answer of 10 MB of JSON at the least (about 100 bytes a wake-up), hundreds with
-long sessions and crons, past the 16 MiB the command line reads of an answer, and a ledger
-read for every session listed. So the list comes in pages of :data:`PAGE` wake-ups unless
-``?limit=`` asks for another size (1 to :data:`MAX_PAGE`), in the order of their instants
-(then of their ids). An answer that left some out says where the next page begins in a ``Link:
-<…>; rel="next"`` header (RFC 8288); its ``after`` is the last entry's instant and id
-(``2026-07-07T10:00:00.000Z,<id>``), which a client may also build itself. Each page is read
-afresh: a wake-up that fires, is added or moves (a deferral, a recurring one's next
+that is one answer of 10 MB of JSON at the least (about 100 bytes a wake-up) and hundreds of
+MB with long sessions and crons, past the 16 MiB the command line reads of an answer, and a
+ledger read for every session listed. So the list comes in pages of :data:`PAGE` wake-ups
+unless ``?limit=`` asks for another size (1 to :data:`MAX_PAGE`), in the order of their
+instants (then of their ids). An answer that left some out says where the next page begins in
+a ``Link: <…>; rel="next"`` header (RFC 8288); its ``after`` is the last entry's instant and
+id (``2026-07-07T10:00:00.000Z,<id>``), which a client may also build itself. Each page is
+read afresh: a wake-up that fires, is added or moves (a deferral, a recurring one's next
 occurrence) between two pages may be missed or shown twice, as in any listing of a store that
 changes while it is read.
 """
