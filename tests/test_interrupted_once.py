@@ -56,6 +56,23 @@ class Racing(MemoryStore):
         return await super().settle(routine, slot, *args, **kwargs)
 
 
+async def behind_a_newer_claim(store: MemoryStore) -> None:
+    """A dead replica's open claim at 07:00 behind its settled one at 09:00: the walk's."""
+    await store.claim("hourly", at(7), at(7), replica="old")
+    await store.claim("hourly", at(9), at(9), replica="old")
+    await store.settle("hourly", at(9), Outcome.COMPLETED, 5)
+
+
+async def run_a_second(*schedulers: Scheduler) -> None:
+    """Run ``schedulers`` side by side for a second (their boots, their first walks)."""
+    async with trio.open_nursery() as nursery:
+        for scheduler in schedulers:
+            nursery.start_soon(scheduler.run)
+        await trio.sleep(1)
+        for scheduler in schedulers:
+            scheduler.stop(0)
+
+
 def said(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
     """The lines about the dead claim, as (level, how they end but for what follows in
     parentheses: where to read the record)."""
@@ -93,12 +110,7 @@ async def test_two_boots_record_a_dead_newest_claim_once(
     store = Racing(at(9), racers=2)
     await store.claim("hourly", at(9), at(9), replica="gone")  # its replica died mid-turn
     schedulers = [rig(HOURLY, store=store, wakeups=False)[0] for _ in range(2)]
-    async with trio.open_nursery() as nursery:
-        for scheduler in schedulers:
-            nursery.start_soon(scheduler.run)
-        await trio.sleep(1)
-        for scheduler in schedulers:
-            scheduler.stop(0)
+    await run_a_second(*schedulers)
     assert_once(caplog, store, schedulers, BOOT_INTERRUPTED)
     # The other boot's line still points at the history, where the writer's words are.
     (elsewhere,) = [r for r in caplog.records if SETTLED_MEANWHILE in r.getMessage()]
@@ -143,17 +155,10 @@ async def test_two_walks_record_an_older_dead_claim_once(
 ) -> None:
     caplog.set_level(logging.INFO, logger="trio_routines")
     store = Racing(at(7), racers=2)
-    await store.claim("hourly", at(7), at(7), replica="old")  # behind a newer claim: the walk's
-    await store.claim("hourly", at(9), at(9), replica="old")
-    await store.settle("hourly", at(9), Outcome.COMPLETED, 5)
+    await behind_a_newer_claim(store)
     await store.join(ReplicaInfo("unrelated", "1", "h", 1, T0, T0))
     schedulers = [rig(HOURLY, store=store, wakeups=False)[0] for _ in range(2)]
-    async with trio.open_nursery() as nursery:
-        for scheduler in schedulers:
-            await nursery.start(scheduler.run)
-        await trio.sleep(1)
-        for scheduler in schedulers:
-            scheduler.stop(0)
+    await run_a_second(*schedulers)
     assert_once(caplog, store, schedulers, OPEN_INTERRUPTED)
 
 
@@ -166,12 +171,7 @@ async def test_the_boot_whose_record_did_not_land_still_reads_the_routine_failin
     store = Racing(at(9), racers=2)
     await store.claim("hourly", at(9), at(9), replica="gone")
     schedulers = [rig(yearly, store=store, wakeups=False)[0] for _ in range(2)]
-    async with trio.open_nursery() as nursery:
-        for scheduler in schedulers:
-            nursery.start_soon(scheduler.run)
-        await trio.sleep(1)
-        for scheduler in schedulers:
-            scheduler.stop(0)
+    await run_a_second(*schedulers)
     assert store.all_in.is_set()
     assert [s.metrics.failing["hourly"] for s in schedulers] == [1, 1]
     assert sorted(s.metrics.fires["hourly", "interrupted"] for s in schedulers) == [0, 1]
@@ -212,14 +212,9 @@ async def test_a_store_s_bug_in_a_walk_s_read_back_is_an_error_not_the_end(
 ) -> None:
     caplog.set_level(logging.INFO, logger="trio_routines")
     store = Buggy()
-    await store.claim("hourly", at(7), at(7), replica="old")  # behind a newer claim: the walk's
-    await store.claim("hourly", at(9), at(9), replica="old")
-    await store.settle("hourly", at(9), Outcome.COMPLETED, 5)
+    await behind_a_newer_claim(store)
     scheduler, _, _, _ = rig(HOURLY, store=store, wakeups=False)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        await trio.sleep(1)
-        scheduler.stop(0)
+    await run_a_second(scheduler)
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert errors == [
         "hourly: slot 2026-07-07T07:00:00.000Z could not be read back: RuntimeError: a bug"
@@ -234,17 +229,12 @@ async def test_a_record_that_cannot_be_read_back_is_said_so_and_counted_by_no_on
 ) -> None:
     caplog.set_level(logging.INFO, logger="trio_routines")
     store = Unreadable(at(7), racers=2)
-    await store.claim("hourly", at(7), at(7), replica="old")
-    if not newest:  # behind a newer claim: the walk's
-        await store.claim("hourly", at(9), at(9), replica="old")
-        await store.settle("hourly", at(9), Outcome.COMPLETED, 5)
+    if newest:
+        await store.claim("hourly", at(7), at(7), replica="old")
+    else:
+        await behind_a_newer_claim(store)
     schedulers = [rig(HOURLY, store=store, wakeups=False)[0] for _ in range(2)]
-    async with trio.open_nursery() as nursery:
-        for scheduler in schedulers:
-            nursery.start_soon(scheduler.run)
-        await trio.sleep(1)
-        for scheduler in schedulers:
-            scheduler.stop(0)
+    await run_a_second(*schedulers)
     assert store.all_in.is_set()
     assert [s.metrics.fires["hourly", "interrupted"] for s in schedulers] == [0, 0]
     lines = [
@@ -278,14 +268,9 @@ async def test_a_claim_gone_from_the_history_when_read_back_is_counted_by_no_one
 ) -> None:
     caplog.set_level(logging.INFO, logger="trio_routines")
     store = Pruned()
-    await store.claim("hourly", at(7), at(7), replica="old")  # behind a newer claim: the walk's
-    await store.claim("hourly", at(9), at(9), replica="old")
-    await store.settle("hourly", at(9), Outcome.COMPLETED, 5)
+    await behind_a_newer_claim(store)
     scheduler, _, _, _ = rig(HOURLY, store=store, wakeups=False)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.run)
-        await trio.sleep(1)
-        scheduler.stop(0)
+    await run_a_second(scheduler)
     assert store.pruned == {at(7)}
     assert scheduler.metrics.fires["hourly", "interrupted"] == 0
     # Whose record landed cannot be told: said so, as a warning, as a failed read is.
@@ -299,9 +284,7 @@ async def test_the_walks_of_one_replica_take_turns(
     # would walk the same claims in the same words: they pass while it is under way.
     caplog.set_level(logging.INFO, logger="trio_routines")
     store = Racing(at(7), racers=2, patience=3.5)  # within the store calls' bound (5 s)
-    await store.claim("hourly", at(7), at(7), replica="old")
-    await store.claim("hourly", at(9), at(9), replica="old")
-    await store.settle("hourly", at(9), Outcome.COMPLETED, 5)
+    await behind_a_newer_claim(store)
     scheduler, _, _, _ = rig(HOURLY, store=store, wakeups=False, poll_interval=1)
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
