@@ -286,11 +286,23 @@ async def test_the_walks_of_one_replica_take_turns(
     store = Racing(at(7), racers=2, patience=3.5)  # within the store calls' bound (5 s)
     await behind_a_newer_claim(store)
     scheduler, _, _, _ = rig(HOURLY, store=store, wakeups=False, poll_interval=1)
+    beats: list[float] = []
     async with trio.open_nursery() as nursery:
         await nursery.start(scheduler.run)
+        started = trio.current_time()
+        presence = store.members[scheduler.replica]
+        beat = presence.beat
+
+        async def counted(*args: Any, **kwargs: Any) -> None:
+            beats.append(trio.current_time() - started)
+            await beat(*args, **kwargs)
+
+        presence.beat = counted  # type: ignore[method-assign]
         await trio.sleep(30)
         scheduler.stop(0)
     assert store.waiting == 1  # the first walk's settle, alone
+    # The watches went on beating meanwhile: none waited for the walk under way.
+    assert len([at for at in beats if at < 3]) >= 2
     assert not store.all_in.is_set()
     assert scheduler.metrics.fires["hourly", "interrupted"] == 1
     assert said(caplog) == [(logging.WARNING, "recorded as interrupted")]
